@@ -1,0 +1,254 @@
+"""One streaming pass that feeds ``report`` and ``compare-masks`` alike.
+
+The pass reads only the columns the requested outputs need, computes the
+shared per-token terms once per batch (``divergence.token_terms``), and hands
+them to the token statistics, the per-sequence aggregator and the rule
+accumulator. Both commands (and ``probe``'s closing summary) call
+:func:`analyse`, so a number printed by one is the number printed by the other.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from ..divergence import token_terms
+from ..errors import InputError
+from ..reader import Hygiene, Source, iter_batches, open_source
+from ..rules import RuleInstance, SequenceInputs
+from ..schema import TOPK_COLUMNS
+from .grouping import SequenceAggregator
+from .masks import MaskAccumulator, build_units, mean_row, unit_row
+from .tokenstats import RATIO_QUANTILES, TokenStats, _f
+from .topk import topk_bounds
+
+CHI2_SEQ_CLIP = 20.0
+"""verl clamps the sequence log-ratio to +-20 before exp(2 S) in chi2_seq."""
+
+
+@dataclass
+class AnalysisRequest:
+    report: bool = True
+    rules: list[RuleInstance] = field(default_factory=list)
+    """rules for compare-masks; empty with ``masks=False``."""
+    masks: bool = False
+    sweeps: list[tuple[str, str, list[RuleInstance]]] = field(default_factory=list)
+    examples: int = 0
+    batch_rows: int = 1 << 18
+
+
+@dataclass
+class AnalysisResult:
+    tokens: int
+    sequences: int
+    report: dict | None
+    masks: dict | None
+    warnings: list[str]
+    run: dict | None
+    source: Source
+
+
+def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None = None,
+            on_batch: Callable[[int], None] | None = None) -> AnalysisResult:
+    source = open_source(path, mapping)
+    has_adv = source.has("advantage")
+    has_topk = all(source.has(c) for c in TOPK_COLUMNS)
+    columns = []
+    if request.masks:
+        columns += ["advantage"]
+        if request.examples:
+            columns += ["token_id"]
+    if request.report:
+        columns += ["trainer_entropy", "sampler_kept_logmass", "advantage"]
+        if has_topk:
+            columns += ["token_id", *TOPK_COLUMNS]
+
+    units = build_units(request.rules, request.sweeps, has_adv) if request.masks else []
+    masks = MaskAccumulator(units, request.examples) if request.masks else None
+    stats = TokenStats()
+    ops: dict[str, str] = {
+        "n": "sum", "sum_l": "sum", "min_l": "min", "max_l": "max", "max_tv": "max", "sum_k3": "sum",
+        "pos_min": "min", "pos_max": "max", "pos_sum": "sum", "pos_sq": "sum",
+    }
+    if has_adv:
+        ops["sum_adv"] = "sum"
+    if masks:
+        ops.update({k: "sum" for k in masks.per_token_columns()})
+    seqagg = SequenceAggregator(ops)  # type: ignore[arg-type]
+    hygiene = Hygiene()
+
+    for batch in iter_batches(source, columns, hygiene, request.batch_rows):
+        t = token_terms(batch["trainer_logprob"], batch["sampler_logprob"])
+        pos = batch["position"]
+        if pos.size and pos.min() < 0:
+            raise InputError(f"negative position {int(pos.min())} in {source.files[0] if len(source.files) == 1 else 'the input'}")
+        adv = batch.get("advantage")
+        if adv is not None and not np.isfinite(adv).all():
+            raise InputError(f"the advantage column has {int((~np.isfinite(adv)).sum())} missing or non-finite value(s)",
+                             hint="fill them, or drop the column with a --column mapping to another name")
+        per_tok: dict[str, np.ndarray] = {
+            "n": np.ones(t.log_ratio_T.size), "sum_l": t.log_ratio_T, "min_l": t.log_ratio_T,
+            "max_l": t.log_ratio_T, "max_tv": t.tv_T, "sum_k3": t.k3_T,
+            "pos_min": pos, "pos_max": pos, "pos_sum": pos.astype(np.float64), "pos_sq": pos.astype(np.float64) ** 2,
+        }
+        if has_adv:
+            per_tok["sum_adv"] = adv
+        if masks:
+            masks.add(t, adv, batch, per_tok)
+        seqagg.add(batch["sequence_id"], per_tok)
+        if request.report:
+            ent = batch.get("trainer_entropy")
+            stats.add(t, pos, ent if ent is not None and np.isfinite(ent).all() else None)
+            if has_topk:
+                b = topk_bounds(batch["token_id"], batch["sampler_logprob"], batch["trainer_logprob"],
+                                batch["sampler_topk_ids"], batch["sampler_topk_logprobs"],
+                                batch["trainer_logprobs_at_sampler_topk"], batch["sequence_id"], pos)
+                stats.add_topk(b.tv_lower_T, b.kl_lower_T, b.sampler_mass_T)
+            if "sampler_kept_logmass" in batch:
+                stats.add_kept_mass(batch["sampler_kept_logmass"])
+        if on_batch:
+            on_batch(t.log_ratio_T.size)
+
+    seq_ids, agg = seqagg.result()
+    n_tokens = int(agg["n"].sum()) if seq_ids.size else 0
+    if n_tokens == 0:
+        what = "has no token rows" if hygiene.rows_read == 0 else "has no token with finite logprobs"
+        raise InputError(f"{path}: the input {what}")
+    warnings = hygiene.warnings() + _check_positions(seq_ids, agg)
+    seq = SequenceInputs(
+        n_tokens_S=agg["n"],
+        seq_log_ratio_S=agg["sum_l"],
+        min_log_ratio_S=agg["min_l"],
+        max_log_ratio_S=agg["max_l"],
+        mean_k3_S=agg["sum_k3"] / agg["n"],
+        advantage_S=(agg["sum_adv"] / agg["n"]) if has_adv else None,
+    )
+    report = _report(stats, seq, agg, source, has_topk) if request.report else None
+    mask_out = _masks(masks, seq, agg, n_tokens, seq_ids.size, has_adv) if masks else None
+    return AnalysisResult(n_tokens, int(seq_ids.size), report, mask_out, warnings, source.run_config, source)
+
+
+def _check_positions(seq_ids: np.ndarray, agg: dict) -> list[str]:
+    """Duplicates are an error; gaps a warning. Exact for contiguous positions
+    (n == max - min + 1 with the arithmetic sums of a permutation); more rows
+    than distinct slots is certainly a duplicate."""
+    n, lo, hi = agg["n"], agg["pos_min"].astype(np.float64), agg["pos_max"].astype(np.float64)
+    span = hi - lo + 1
+    dup = n > span
+    contiguous = n == span
+    exp_sum = (lo + hi) * n / 2
+    exp_sq = (hi * (hi + 1) * (2 * hi + 1) - (lo - 1) * lo * (2 * lo - 1)) / 6
+    dup |= contiguous & ((np.abs(agg["pos_sum"] - exp_sum) > 0.5) | (np.abs(agg["pos_sq"] - exp_sq) > 0.5 + 1e-9 * exp_sq))
+    if dup.any():
+        i = int(np.flatnonzero(dup)[0])
+        raise InputError(
+            f"duplicate (sequence_id, position) rows in {int(dup.sum())} sequence(s), e.g. sequence {int(seq_ids[i])}: "
+            f"{int(n[i])} rows for positions {int(lo[i])}..{int(hi[i])}",
+            hint="each generated token must appear once; was a file read twice, or do two runs share sequence ids?",
+        )
+    warnings = []
+    gaps = n < span
+    if gaps.any():
+        warnings.append(f"{int(gaps.sum())} sequence(s) have gaps in their positions (tokens missing or masked out)")
+    if (lo > 0).any():
+        warnings.append(f"{int((lo > 0).sum())} sequence(s) do not start at position 0")
+    return warnings
+
+
+def _quantiles(x: np.ndarray) -> dict[str, float | None]:
+    if x.size == 0:
+        return {f"{q:g}": None for q in RATIO_QUANTILES}
+    return {f"{q:g}": _f(v) for q, v in zip(RATIO_QUANTILES, np.quantile(x, RATIO_QUANTILES))}
+
+
+def _report(stats: TokenStats, seq: SequenceInputs, agg: dict, source: Source, has_topk: bool) -> dict:
+    S = seq.seq_log_ratio_S
+    mean_l = seq.mean_log_ratio_S
+    with np.errstate(over="ignore"):
+        geo = np.exp(mean_l)
+    chi2_seq = float(np.mean(np.exp(2 * np.clip(S, -CHI2_SEQ_CLIP, CHI2_SEQ_CLIP))) - 1.0)
+    metrics = stats.metrics()
+    topk = stats.topk()
+    metrics["seq_log_ratio_mean"] = _f(S.mean())
+    metrics["geo_ratio_mean"] = _f(geo.mean())
+    metrics["tv_topk_lower_mean"] = topk["tv_topk_lower_mean"] if topk else None
+    metrics["kl_topk_lower_mean"] = topk["kl_topk_lower_mean"] if topk else None
+    sequence_metrics = {
+        "seq_log_ratio": {"mean": _f(S.mean()), "quantiles": _quantiles(S)},
+        "geo_ratio": {"mean": _f(geo.mean()), "quantiles": _quantiles(geo)},
+        "max_tv": {"mean": _f(agg["max_tv"].mean()), "quantiles": _quantiles(agg["max_tv"])},
+        "log_ppl_diff": {"mean": _f((-mean_l).mean()), "quantiles": _quantiles(-mean_l)},
+        "chi2_seq": _f(chi2_seq),
+        "chi2_seq_clip": CHI2_SEQ_CLIP,
+        "length": {"mean": _f(seq.n_tokens_S.mean()), "max": int(seq.n_tokens_S.max())},
+    }
+    return {
+        "metrics": metrics,
+        "sequence_metrics": sequence_metrics,
+        "topk": topk,
+        "kept_mass": stats.kept_mass(),
+        "breakdowns": stats.breakdowns(),
+        "interpretation": interpret(metrics, source.run_config),
+    }
+
+
+def _masks(masks: MaskAccumulator, seq: SequenceInputs, agg: dict, tokens: int, sequences: int, has_adv: bool) -> dict:
+    per_seq = {k: agg[k] for k in masks.per_token_columns()}
+    extra = masks.finish(seq, per_seq)
+    rows: list[dict] = []
+    sweeps: dict[str, dict] = {}
+    pending: dict[str, dict] = {}
+    for u in masks.units:
+        row = unit_row(u, tokens, sequences, has_adv)
+        if u.sweep is None:
+            rows.append(row)
+            if u.hypothesis == "A>0":
+                pending[u.rule.label] = row
+            elif u.hypothesis == "A<0" and u.rule.label in pending:
+                rows.append(mean_row(pending.pop(u.rule.label), row))
+        else:
+            name, _, param = u.sweep.partition(".")
+            sw = sweeps.setdefault(u.sweep, {"rule": name, "param": param, "level": u.rule.spec.level, "points": []})
+            sw["points"].append({"value": u.rule.params[param], "hypothesis": u.hypothesis, **{
+                k: row[k] for k in ("token_reject_rate", "token_reweight_rate", "tokens_rejected", "tokens_reweighted",
+                                    "sequences_with_rejection", "sequences_rejected", "sequence_reject_rate")}})
+    return {"rules": rows, "agreement": extra["agreement"], "sweeps": list(sweeps.values()), "examples": extra["examples"]}
+
+
+def interpret(metrics: dict, run: dict | None) -> list[dict[str, Any]]:
+    """Short readings against published yardsticks, each with its source."""
+    out = []
+    tv = metrics.get("tv_token_mean")
+    if tv is not None:
+        if tv < 0.005:
+            verdict = "normal (below 0.005)"
+        elif tv <= 0.01:
+            verdict = "elevated (0.005 to 0.01)"
+        else:
+            verdict = "high (above 0.01): points at an inference precision problem"
+        out.append({"metric": "tv_token_mean", "value": tv, "reading": verdict,
+                    "source": "verl FAQ on rollout_probs_diff (<0.005 normal, >0.01 precision problem)"})
+    k3 = metrics.get("k3_mean")
+    if k3 is not None:
+        reading = "around or below the ~1e-3 typical of healthy runs" if k3 <= 2e-3 else "well above the ~1e-3 typical of healthy runs"
+        out.append({"metric": "k3_mean", "value": k3, "reading": reading,
+                    "source": "NeMo-RL gen_kl_error (~1e-3 typical)"})
+    tail = (metrics.get("ratio_tail_high") or {}).get("2")
+    low = (metrics.get("ratio_tail_low") or {}).get("2")
+    if tail is not None and low is not None:
+        frac = tail + low
+        out.append({"metric": "ratio outside [0.5, 2]", "value": frac,
+                    "reading": f"{frac:.2%} of tokens would be rejected by a [0.5, 2] token mask",
+                    "source": "SkyRL/TRL token_mask defaults"})
+    if run and (run.get("source") or {}).get("semantics", {}).get("policy_lag"):
+        out.append({"metric": "trainer_logprob", "value": None,
+                    "reading": "trainer logprobs were taken at update time by an asynchronous trainer: the gap mixes policy lag with numerical mismatch",
+                    "source": "file metadata"})
+    return out
+
+
+def finite_or_none(x: float | None) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x

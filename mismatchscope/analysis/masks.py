@@ -1,0 +1,220 @@
+"""compare-masks: what each rule would reject or reweight, and how they overlap.
+
+Token rules are evaluated batch by batch; sequence rules once at the end, on
+the per-sequence aggregates. Advantage-dependent rules without an
+``advantage`` column are evaluated twice, as if every advantage were positive
+("A>0") and negative ("A<0"), and their average is reported as "mean": labelled
+hypotheses, never a silent assumption of the sign.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..divergence import TokenTerms
+from ..rules import REJECT, REWEIGHT, RuleInstance, SequenceInputs
+
+HYPOTHESES = {"A>0": 1.0, "A<0": -1.0}
+
+
+@dataclass
+class Unit:
+    """One rule instance under one advantage hypothesis."""
+
+    rule: RuleInstance
+    hypothesis: str
+    """"data" (real advantages or none needed), "A>0" or "A<0"."""
+    sweep: str | None = None
+    """"rule.param" when the unit belongs to a --sweep, else None."""
+    tokens_rejected: int = 0
+    tokens_reweighted: int = 0
+    rejected_by_sign: dict[str, int] = field(default_factory=lambda: {"A>0": 0, "A<0": 0, "A=0": 0})
+    sequences_rejected: int = 0
+    sequences_reweighted: int = 0
+    sequences_with_rejection: int = 0
+    sequences_with_reweight: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.rule.label}|{self.hypothesis}|{self.sweep or ''}"
+
+    @property
+    def display(self) -> str:
+        return self.rule.name if self.hypothesis == "data" else f"{self.rule.name} [{self.hypothesis}]"
+
+
+def build_units(rules: list[RuleInstance], sweeps: list[tuple[str, str, list[RuleInstance]]], has_advantage: bool) -> list[Unit]:
+    units = []
+
+    def expand(rule: RuleInstance, sweep: str | None):
+        if rule.spec.uses_advantage and not has_advantage:
+            return [Unit(rule, h, sweep) for h in HYPOTHESES]
+        return [Unit(rule, "data", sweep)]
+
+    for r in rules:
+        units += expand(r, None)
+    for name, key, instances in sweeps:
+        for r in instances:
+            units += expand(r, f"{name}.{key}")
+    return units
+
+
+class MaskAccumulator:
+    """Streams token batches through the token rules and keeps what the report needs."""
+
+    def __init__(self, units: list[Unit], examples: int):
+        self.units = units
+        self.token_units = [u for u in units if u.rule.spec.level == "token"]
+        self.seq_units = [u for u in units if u.rule.spec.level == "sequence"]
+        # token-rejecting units that enter the agreement view (no sweeps)
+        self.agree_token = [u for u in self.token_units if u.sweep is None and u.rule.spec.acts == "reject"]
+        self.pair_counts = np.zeros((len(self.agree_token), len(self.agree_token)))
+        self.n_examples = examples
+        self._examples: list[tuple[float, int, dict]] = []
+        self._tie = 0
+
+    def per_token_columns(self) -> list[str]:
+        """Names of the per-sequence sums this accumulator adds to the sequence aggregator."""
+        return [f"rej{i}" for i in range(len(self.token_units))] + [f"rew{i}" for i in range(len(self.token_units))]
+
+    def add(self, t: TokenTerms, advantage_T: np.ndarray | None, batch: dict, seq_columns: dict) -> None:
+        n = t.log_ratio_T.size
+        rejected_rows = []
+        for i, u in enumerate(self.token_units):
+            adv = advantage_T if u.hypothesis == "data" else np.full(n, HYPOTHESES[u.hypothesis])
+            act = u.rule.token_actions(t, adv)
+            rej = act == REJECT
+            rew = act == REWEIGHT
+            u.tokens_rejected += int(rej.sum())
+            u.tokens_reweighted += int(rew.sum())
+            if advantage_T is not None and u.hypothesis == "data":
+                u.rejected_by_sign["A>0"] += int((rej & (advantage_T > 0)).sum())
+                u.rejected_by_sign["A<0"] += int((rej & (advantage_T < 0)).sum())
+                u.rejected_by_sign["A=0"] += int((rej & (advantage_T == 0)).sum())
+            seq_columns[f"rej{i}"] = rej.astype(np.float64)
+            seq_columns[f"rew{i}"] = rew.astype(np.float64)
+            if u in self.agree_token:
+                rejected_rows.append(rej)
+        if rejected_rows:
+            m = np.stack(rejected_rows).astype(np.float32)
+            self.pair_counts += m @ m.T
+            if self.n_examples:
+                self._collect_examples(np.stack(rejected_rows), t, batch)
+
+    def _collect_examples(self, rej: np.ndarray, t: TokenTerms, batch: dict) -> None:
+        votes = rej.sum(axis=0)
+        split = np.flatnonzero((votes > 0) & (votes < rej.shape[0]))
+        if split.size == 0:
+            return
+        score = np.abs(t.log_ratio_T[split])
+        if split.size > self.n_examples:
+            top = np.argpartition(-score, self.n_examples - 1)[: self.n_examples]
+            split, score = split[top], score[top]
+        for j, s in zip(split, score):
+            item = {
+                "sequence_id": int(batch["sequence_id"][j]),
+                "position": int(batch["position"][j]),
+                "token_id": int(batch["token_id"][j]),
+                "p": float(t.p_T[j]),
+                "q": float(t.q_T[j]),
+                "log_ratio": float(t.log_ratio_T[j]),
+                "rejected_by": [u.display for k, u in enumerate(self.agree_token) if rej[k, j]],
+                "kept_by": [u.display for k, u in enumerate(self.agree_token) if not rej[k, j]],
+            }
+            self._tie += 1
+            entry = (float(s), self._tie, item)
+            if len(self._examples) < self.n_examples:
+                heapq.heappush(self._examples, entry)
+            elif entry[0] > self._examples[0][0]:
+                heapq.heapreplace(self._examples, entry)
+
+    def finish(self, seq: SequenceInputs, per_seq: dict[str, np.ndarray]) -> dict:
+        n_tok = seq.n_tokens_S
+        seq_masks: list[tuple[Unit, np.ndarray]] = []
+        for i, u in enumerate(self.token_units):
+            u.sequences_with_rejection = int((per_seq[f"rej{i}"] > 0).sum())
+            u.sequences_with_reweight = int((per_seq[f"rew{i}"] > 0).sum())
+        for u in self.seq_units:
+            inputs = seq
+            if u.hypothesis != "data":
+                inputs = SequenceInputs(**{**seq.__dict__, "advantage_S": np.full(n_tok.size, HYPOTHESES[u.hypothesis])})
+            act = u.rule.sequence_actions(inputs)
+            rej, rew = act == REJECT, act == REWEIGHT
+            u.sequences_rejected = u.sequences_with_rejection = int(rej.sum())
+            u.sequences_reweighted = u.sequences_with_reweight = int(rew.sum())
+            u.tokens_rejected = int(n_tok[rej].sum())
+            u.tokens_reweighted = int(n_tok[rew].sum())
+            if seq.advantage_S is not None and u.hypothesis == "data":
+                a = seq.advantage_S
+                u.rejected_by_sign = {
+                    "A>0": int(n_tok[rej & (a > 0)].sum()),
+                    "A<0": int(n_tok[rej & (a < 0)].sum()),
+                    "A=0": int(n_tok[rej & (a == 0)].sum()),
+                }
+            if u.sweep is None and u.rule.spec.acts == "reject":
+                seq_masks.append((u, rej))
+        return {
+            "agreement": self._agreement(seq_masks, per_seq, n_tok),
+            "examples": [e[2] for e in sorted(self._examples, key=lambda e: -e[0])],
+        }
+
+    def _agreement(self, seq_masks, per_seq, n_tok) -> list[dict]:
+        members: list[tuple[Unit, int]] = [(u, u.tokens_rejected) for u in self.agree_token] + [(u, u.tokens_rejected) for u, _ in seq_masks]
+        nt = len(self.agree_token)
+        tok_counts = [per_seq[f"rej{self.token_units.index(u)}"] for u in self.agree_token]
+        out = []
+        for a in range(len(members)):
+            for b in range(a + 1, len(members)):
+                if a < nt and b < nt:
+                    both = int(round(self.pair_counts[a, b]))
+                elif a < nt:  # token rule x sequence rule
+                    both = int(tok_counts[a][seq_masks[b - nt][1]].sum())
+                else:  # two sequence rules
+                    both = int(n_tok[seq_masks[a - nt][1] & seq_masks[b - nt][1]].sum())
+                ua, na = members[a]
+                ub, nb = members[b]
+                union = na + nb - both
+                out.append({
+                    "a": ua.display, "b": ub.display,
+                    "a_params": ua.rule.params, "b_params": ub.rule.params,
+                    "both": both, "only_a": na - both, "only_b": nb - both,
+                    "jaccard": (both / union) if union else None,
+                })
+        return out
+
+
+def unit_row(u: Unit, tokens: int, sequences: int, has_advantage: bool) -> dict:
+    return {
+        "name": u.rule.name,
+        "params": u.rule.params,
+        "label": u.rule.label,
+        "level": u.rule.spec.level,
+        "action": u.rule.spec.acts,
+        "uses_advantage": u.rule.spec.uses_advantage,
+        "hypothesis": u.hypothesis,
+        "tokens_rejected": u.tokens_rejected,
+        "tokens_reweighted": u.tokens_reweighted,
+        "token_reject_rate": u.tokens_rejected / tokens if tokens else None,
+        "token_reweight_rate": u.tokens_reweighted / tokens if tokens else None,
+        "sequences_rejected": u.sequences_rejected,
+        "sequences_reweighted": u.sequences_reweighted,
+        "sequences_with_rejection": u.sequences_with_rejection,
+        "sequences_with_reweight": u.sequences_with_reweight,
+        "sequence_reject_rate": u.sequences_rejected / sequences if sequences else None,
+        "rejected_by_advantage_sign": dict(u.rejected_by_sign) if has_advantage and u.hypothesis == "data" else None,
+    }
+
+
+def mean_row(a: dict, b: dict) -> dict:
+    """The "mean" hypothesis row: the average of the A>0 and A<0 rows."""
+    out = dict(a)
+    out["hypothesis"] = "mean"
+    for k, v in a.items():
+        if k in ("tokens_rejected", "tokens_reweighted", "sequences_rejected", "sequences_reweighted",
+                 "sequences_with_rejection", "sequences_with_reweight", "token_reject_rate",
+                 "token_reweight_rate", "sequence_reject_rate") and v is not None:
+            out[k] = (v + b[k]) / 2
+    return out

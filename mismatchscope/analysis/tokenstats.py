@@ -1,0 +1,201 @@
+"""Streaming token-level statistics: headline metrics, tails, exact quantiles
+and the "where is it" breakdowns.
+
+Everything is a running sum, count or maximum, except the exact ratio
+quantiles, which keep the log-ratio of every token (8 bytes a token: 80 MB at
+10 million tokens) and take quantiles once at the end.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..divergence import TokenTerms
+
+RATIO_QUANTILES = (0.001, 0.01, 0.05, 0.5, 0.95, 0.99, 0.999)
+TAIL_CUTS = (1.25, 2.0, 5.0, 10.0)
+Q_EDGES = (0.0, 1e-3, 1e-2, 0.1, 0.5, 0.9)
+"""sampler-probability buckets [0,1e-3) [1e-3,1e-2) [1e-2,0.1) [0.1,0.5) [0.5,0.9) [0.9,1]."""
+ENTROPY_EDGES = (0.0, 0.1, 0.5, 1.0, 2.0, 4.0)
+"""trainer-entropy buckets in nats: [0,0.1) [0.1,0.5) [0.5,1) [1,2) [2,4) [4,inf)."""
+
+# Per-bucket sums kept for every breakdown, in this order.
+_BUCKET_SUMS = ("n", "tv", "abs_l", "k1", "k2", "k3", "krev", "r", "r2")
+
+
+def _bucket_sums(idx: np.ndarray, nb: int, t: TokenTerms) -> np.ndarray:
+    l = t.log_ratio_T
+    weights = (None, t.tv_T, np.abs(l), t.k1_T, t.k2_T, t.k3_T, t.kl_reverse_k3_T, t.ratio_T, t.ratio_T * t.ratio_T)
+    return np.stack([np.bincount(idx, weights=w, minlength=nb)[:nb].astype(np.float64) for w in weights])
+
+
+def summarise_sums(s: np.ndarray) -> dict[str, float | int | None]:
+    """Means from one column of bucket sums (see ``_BUCKET_SUMS``)."""
+    n = s[0]
+    if n == 0:
+        return {"tokens": 0}
+    return {
+        "tokens": int(n),
+        "tv_token_mean": s[1] / n,
+        "abs_logprob_diff_mean": s[2] / n,
+        "k1_mean": s[3] / n,
+        "k2_mean": s[4] / n,
+        "k3_mean": s[5] / n,
+        "kl_reverse_k3_mean": s[6] / n,
+        "chi2_token": s[8] / n - 1.0,
+        "ess": (s[7] * s[7]) / (n * s[8]) if s[8] > 0 else None,
+    }
+
+
+@dataclass
+class TokenStats:
+    """Running sums over all tokens; ``finish()`` turns them into the report's numbers."""
+
+    sums: np.ndarray = field(default_factory=lambda: np.zeros(len(_BUCKET_SUMS)))
+    tv_max: float = 0.0
+    abs_l_max: float = 0.0
+    log_ratio_min: float = math.inf
+    log_ratio_max: float = -math.inf
+    tail_high: np.ndarray = field(default_factory=lambda: np.zeros(len(TAIL_CUTS), np.int64))
+    tail_low: np.ndarray = field(default_factory=lambda: np.zeros(len(TAIL_CUTS), np.int64))
+    _log_ratios: list[np.ndarray] = field(default_factory=list)
+    q_buckets: np.ndarray = field(default_factory=lambda: np.zeros((len(_BUCKET_SUMS), len(Q_EDGES))))
+    pos_sums: np.ndarray = field(default_factory=lambda: np.zeros((len(_BUCKET_SUMS), 0)))
+    ent_buckets: np.ndarray | None = None
+    topk_n: int = 0
+    topk_tv_sum: float = 0.0
+    topk_tv_max: float = 0.0
+    topk_kl_sum: float = 0.0
+    topk_kl_max: float = 0.0
+    topk_mass_sum: float = 0.0
+    kept_n: int = 0
+    kept_sum: float = 0.0
+    kept_min: float = 0.0
+
+    def add(self, t: TokenTerms, position_T: np.ndarray, entropy_T: np.ndarray | None) -> None:
+        l = t.log_ratio_T
+        if l.size == 0:
+            return
+        self.sums += _bucket_sums(np.zeros(l.size, np.intp), 1, t)[:, 0]
+        self.tv_max = max(self.tv_max, float(t.tv_T.max()))
+        abs_l = np.abs(l)
+        self.abs_l_max = max(self.abs_l_max, float(abs_l.max()))
+        self.log_ratio_min = min(self.log_ratio_min, float(l.min()))
+        self.log_ratio_max = max(self.log_ratio_max, float(l.max()))
+        for i, c in enumerate(TAIL_CUTS):
+            self.tail_high[i] += int(np.count_nonzero(t.ratio_T > c))
+            self.tail_low[i] += int(np.count_nonzero(t.ratio_T < 1.0 / c))
+        self._log_ratios.append(l)
+        qi = np.searchsorted(np.asarray(Q_EDGES), t.q_T, side="right") - 1
+        self.q_buckets += _bucket_sums(np.clip(qi, 0, len(Q_EDGES) - 1), len(Q_EDGES), t)
+        npos = int(position_T.max()) + 1
+        if npos > self.pos_sums.shape[1]:
+            grown = np.zeros((len(_BUCKET_SUMS), npos))
+            grown[:, : self.pos_sums.shape[1]] = self.pos_sums
+            self.pos_sums = grown
+        self.pos_sums[:, :npos] += _bucket_sums(position_T.astype(np.intp), npos, t)
+        if entropy_T is not None:
+            if self.ent_buckets is None:
+                self.ent_buckets = np.zeros((len(_BUCKET_SUMS), len(ENTROPY_EDGES)))
+            ei = np.searchsorted(np.asarray(ENTROPY_EDGES), entropy_T, side="right") - 1
+            self.ent_buckets += _bucket_sums(np.clip(ei, 0, len(ENTROPY_EDGES) - 1), len(ENTROPY_EDGES), t)
+
+    def add_topk(self, tv_lower_T: np.ndarray, kl_lower_T: np.ndarray, mass_T: np.ndarray) -> None:
+        if tv_lower_T.size == 0:
+            return
+        self.topk_n += tv_lower_T.size
+        self.topk_tv_sum += float(tv_lower_T.sum())
+        self.topk_tv_max = max(self.topk_tv_max, float(tv_lower_T.max()))
+        self.topk_kl_sum += float(kl_lower_T.sum())
+        self.topk_kl_max = max(self.topk_kl_max, float(kl_lower_T.max()))
+        self.topk_mass_sum += float(mass_T.sum())
+
+    def add_kept_mass(self, kept_logmass_T: np.ndarray) -> None:
+        ok = np.isfinite(kept_logmass_T)
+        self.kept_n += int(ok.sum())
+        self.kept_sum += float(kept_logmass_T[ok].sum())
+        if ok.any():
+            self.kept_min = min(self.kept_min, float(kept_logmass_T[ok].min()))
+
+    # ---- results -------------------------------------------------------
+
+    def metrics(self) -> dict:
+        s = summarise_sums(self.sums)
+        n = s["tokens"]
+        ratios = np.exp(np.concatenate(self._log_ratios)) if self._log_ratios else np.zeros(0)
+        qs = np.quantile(ratios, RATIO_QUANTILES) if ratios.size else [None] * len(RATIO_QUANTILES)
+        m = {
+            "tv_token_mean": s.get("tv_token_mean"),
+            "tv_token_max": self.tv_max if n else None,
+            "abs_logprob_diff_mean": s.get("abs_logprob_diff_mean"),
+            "abs_logprob_diff_max": self.abs_l_max if n else None,
+            "k1_mean": s.get("k1_mean"),
+            "k2_mean": s.get("k2_mean"),
+            "k3_mean": s.get("k3_mean"),
+            "kl_reverse_k3_mean": s.get("kl_reverse_k3_mean"),
+            "chi2_token": s.get("chi2_token"),
+            "ess": s.get("ess"),
+            "ratio_min": math.exp(self.log_ratio_min) if n else None,
+            "ratio_max": math.exp(min(self.log_ratio_max, 709.0)) if n else None,
+            "ratio_quantiles": {_key(q): _f(v) for q, v in zip(RATIO_QUANTILES, qs)},
+            "ratio_tail_high": {_key(c): (int(k) / n if n else None) for c, k in zip(TAIL_CUTS, self.tail_high)},
+            "ratio_tail_low": {_key(c): (int(k) / n if n else None) for c, k in zip(TAIL_CUTS, self.tail_low)},
+        }
+        return m
+
+    def topk(self) -> dict | None:
+        if not self.topk_n:
+            return None
+        return {
+            "tokens": self.topk_n,
+            "tv_topk_lower_mean": self.topk_tv_sum / self.topk_n,
+            "tv_topk_lower_max": self.topk_tv_max,
+            "kl_topk_lower_mean": self.topk_kl_sum / self.topk_n,
+            "kl_topk_lower_max": self.topk_kl_max,
+            "sampler_topk_mass_mean": self.topk_mass_sum / self.topk_n,
+        }
+
+    def kept_mass(self) -> dict | None:
+        if not self.kept_n:
+            return None
+        return {"tokens": self.kept_n, "kept_logmass_mean": self.kept_sum / self.kept_n, "kept_logmass_min": self.kept_min}
+
+    def breakdowns(self) -> dict:
+        out = {"sampler_prob": [], "position": [], "entropy": None}
+        labels = [f"[{_g(a)}, {_g(b)})" for a, b in zip(Q_EDGES, Q_EDGES[1:])] + [f"[{_g(Q_EDGES[-1])}, 1]"]
+        for j, lab in enumerate(labels):
+            out["sampler_prob"].append({"bucket": lab, **_row(self.q_buckets[:, j])})
+        npos = self.pos_sums.shape[1]
+        if npos:
+            edges = sorted(set(int(math.ceil(x)) for x in np.linspace(0, npos, 11)))
+            for a, b in zip(edges, edges[1:]):
+                lab = f"{a}" if b - a == 1 else f"{a}-{b - 1}"
+                out["position"].append({"bucket": lab, **_row(self.pos_sums[:, a:b].sum(axis=1))})
+        if self.ent_buckets is not None:
+            labs = [f"[{_g(a)}, {_g(b)})" for a, b in zip(ENTROPY_EDGES, ENTROPY_EDGES[1:])] + [f"[{_g(ENTROPY_EDGES[-1])}, inf)"]
+            out["entropy"] = [{"bucket": lab, **_row(self.ent_buckets[:, j])} for j, lab in enumerate(labs)]
+        return out
+
+
+def _row(s: np.ndarray) -> dict:
+    return {k: _f(v) for k, v in summarise_sums(s).items()}
+
+
+def _key(x: float) -> str:
+    return f"{x:g}"
+
+
+def _g(x: float) -> str:
+    return f"{x:g}"
+
+
+def _f(v):
+    if v is None:
+        return None
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    v = float(v)
+    return v if math.isfinite(v) else (None if math.isnan(v) else v)

@@ -1,0 +1,88 @@
+"""Full-distribution lower bounds from the sampler's top-k (``rules-and-metrics.md``).
+
+Coarsen the vocabulary into the ids the sampler listed (K, the sampled id
+included) plus one "rest" bucket. TV and KL on that partition never exceed
+the full-vocabulary values (data-processing inequality), so they are valid
+lower bounds; with the full vocabulary listed they are exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import InputError
+
+REST_EPS = 1e-12
+"""Rest-bucket masses below this are rounding noise (fp32 softmax sums to 1
+within ~1e-7): a zero sampler mass contributes 0 to the KL, and a trainer mass
+is floored here rather than turning a rounding error into an infinite bound."""
+
+
+@dataclass(frozen=True)
+class TopkBounds:
+    tv_lower_T: np.ndarray
+    kl_lower_T: np.ndarray
+    sampler_mass_T: np.ndarray
+    """sum of q over K: how much of the sampler's distribution the list covers."""
+
+
+def _flat(arr: pa.Array, name: str) -> tuple[np.ndarray, np.ndarray]:
+    lens = pc.list_value_length(arr).to_numpy(zero_copy_only=False)
+    if arr.null_count:
+        raise InputError(f"column {name!r} has null lists")
+    values = pc.list_flatten(arr).to_numpy(zero_copy_only=False)
+    return values, lens.astype(np.int64)
+
+
+def topk_bounds(
+    token_id_T: np.ndarray,
+    sampler_logprob_T: np.ndarray,
+    trainer_logprob_T: np.ndarray,
+    topk_ids: pa.Array,
+    topk_sampler_lp: pa.Array,
+    topk_trainer_lp: pa.Array,
+    sequence_id_T: np.ndarray | None = None,
+    position_T: np.ndarray | None = None,
+) -> TopkBounds:
+    """Per-token TV and KL(sampler || trainer) lower bounds on the K + rest partition.
+
+    The sampled id is added to K when the list does not already hold it.
+    """
+    ids, n_ids = _flat(topk_ids, "sampler_topk_ids")
+    slp, n_s = _flat(topk_sampler_lp, "sampler_topk_logprobs")
+    tlp, n_t = _flat(topk_trainer_lp, "trainer_logprobs_at_sampler_topk")
+    if not (np.array_equal(n_ids, n_s) and np.array_equal(n_ids, n_t)):
+        bad = int(np.flatnonzero((n_ids != n_s) | (n_ids != n_t))[0])
+        where = ""
+        if sequence_id_T is not None and position_T is not None:
+            where = f" at sequence {int(sequence_id_T[bad])} position {int(position_T[bad])}"
+        raise InputError(
+            f"top-k lists are misaligned{where}: {n_ids[bad]} ids, {n_s[bad]} sampler logprobs, "
+            f"{n_t[bad]} trainer logprobs"
+        )
+    n = token_id_T.shape[0]
+    row = np.repeat(np.arange(n), n_ids)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        qk = np.exp(slp.astype(np.float64))
+        pk = np.exp(tlp.astype(np.float64))
+        listed = np.bincount(row, weights=(ids == token_id_T[row]), minlength=n) > 0
+        q = np.exp(sampler_logprob_T)
+        p = np.exp(trainer_logprob_T)
+        extra_q = np.where(listed, 0.0, q)
+        extra_p = np.where(listed, 0.0, p)
+        q_sum = np.bincount(row, weights=qk, minlength=n) + extra_q
+        p_sum = np.bincount(row, weights=pk, minlength=n) + extra_p
+        abs_sum = np.bincount(row, weights=np.abs(pk - qk), minlength=n) + np.abs(extra_p - extra_q)
+        tv = 0.5 * (abs_sum + np.abs(q_sum - p_sum))
+
+        kl_terms = np.where(qk > 0, qk * (slp - tlp), 0.0)
+        kl_in = np.bincount(row, weights=kl_terms, minlength=n)
+        kl_in += np.where(listed | (extra_q <= 0), 0.0, extra_q * (sampler_logprob_T - trainer_logprob_T))
+        q_rest = np.clip(1.0 - q_sum, 0.0, 1.0)
+        p_rest = np.maximum(np.clip(1.0 - p_sum, 0.0, 1.0), REST_EPS)
+        kl_rest = np.where(q_rest > REST_EPS, q_rest * (np.log(q_rest) - np.log(p_rest)), 0.0)
+    return TopkBounds(tv_lower_T=np.minimum(tv, 1.0), kl_lower_T=np.maximum(kl_in + kl_rest, 0.0), sampler_mass_T=q_sum)

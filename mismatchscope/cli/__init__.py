@@ -1,0 +1,1 @@
+"""The ``mismatchscope`` command line: thin commands over the library."""

@@ -1,0 +1,57 @@
+"""Where output goes: data on stdout (a rich table or JSON), everything else
+(progress, warnings, hints) on stderr, so ``--format json | jq`` always works."""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+import sys
+from typing import Any
+
+
+class OutputFormat(str, enum.Enum):
+    table = "table"
+    json = "json"
+
+
+def stdout_console():
+    from rich.console import Console
+
+    return Console(soft_wrap=False, width=None if sys.stdout.isatty() else 160)
+
+
+def stderr_console():
+    from rich.console import Console
+
+    return Console(stderr=True, soft_wrap=True)
+
+
+def warn(message: str) -> None:
+    stderr_console().print(f"[yellow]warning:[/yellow] {message}", highlight=False)
+
+
+def info(message: str) -> None:
+    stderr_console().print(message, highlight=False)
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, float):
+        if math.isnan(x):
+            return None
+        if math.isinf(x):
+            return "inf" if x > 0 else "-inf"
+        return x
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if hasattr(x, "item") and callable(x.item):  # numpy scalars
+        return _jsonable(x.item())
+    return x
+
+
+def emit_json(payload: dict) -> None:
+    """Strict JSON on stdout: NaN becomes null, infinities become "inf"/"-inf"."""
+    sys.stdout.write(json.dumps(_jsonable(payload), indent=2, allow_nan=False) + "\n")
+    sys.stdout.flush()

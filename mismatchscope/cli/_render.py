@@ -1,0 +1,163 @@
+"""Rich tables for people. JSON output never goes through here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+
+def num(v: Any, digits: int = 4) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, str):
+        return v
+    if isinstance(v, int):
+        return f"{v:,}"
+    v = float(v)
+    if v == 0:
+        return "0"
+    if abs(v) >= 1e4 or abs(v) < 1e-3:
+        return f"{v:.{digits - 1}e}"
+    return f"{v:.{digits}g}"
+
+
+def pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.3g}%"
+
+
+def header(console, result) -> None:
+    run = result.run or {}
+    bits = [f"{result.tokens:,} tokens", f"{result.sequences:,} sequences", f"{len(result.source.files)} file(s)"]
+    if run.get("simulated"):
+        bits.append("SIMULATED data")
+    elif run.get("sampler"):
+        s = run["sampler"]
+        t = run.get("trainer", {})
+        bits.append(f"sampler {s.get('kind', '?')}/{s.get('dtype', '?')} vs trainer {t.get('dtype', '?')}")
+    console.print(" | ".join(bits), highlight=False)
+
+
+def report_tables(console, result) -> None:
+    rep = result.report
+    m = rep["metrics"]
+    t = Table(title="Token mismatch (trainer p vs sampler q, over sampled tokens)", title_justify="left")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    t.add_column("meaning")
+    rows = [
+        ("tv_token mean / max", f"{num(m['tv_token_mean'])} / {num(m['tv_token_max'])}", "|p - q| of the sampled token"),
+        ("|log p - log q| mean / max", f"{num(m['abs_logprob_diff_mean'])} / {num(m['abs_logprob_diff_max'])}", ""),
+        ("k1 mean", num(m["k1_mean"]), "-l, unbiased KL(sampler||trainer), can be < 0"),
+        ("k2 mean", num(m["k2_mean"]), "l^2/2, biased, low variance"),
+        ("k3 mean", num(m["k3_mean"]), "(r-1)-l, unbiased KL(sampler||trainer)"),
+        ("reverse-KL k3 mean", num(m["kl_reverse_k3_mean"]), "r l-(r-1), KL(trainer||sampler)"),
+        ("chi2_token", num(m["chi2_token"]), "mean(r^2) - 1"),
+        ("ESS", num(m["ess"]), "effective sample size / n"),
+        ("ratio min / max", f"{num(m['ratio_min'])} / {num(m['ratio_max'])}", "r = p/q"),
+    ]
+    if m.get("tv_topk_lower_mean") is not None:
+        rows.append(("TV lower bound (top-k) mean", num(m["tv_topk_lower_mean"]), "full-vocab TV >= this"))
+        rows.append(("KL lower bound (top-k) mean", num(m["kl_topk_lower_mean"]), "full-vocab KL(sampler||trainer) >= this"))
+    for r in rows:
+        t.add_row(*r)
+    console.print(t)
+
+    q = Table(title="Ratio r = p/q: quantiles and tails", title_justify="left")
+    q.add_column("quantile")
+    for k in m["ratio_quantiles"]:
+        q.add_column(k, justify="right")
+    q.add_row("r", *[num(v) for v in m["ratio_quantiles"].values()])
+    console.print(q)
+    tails = Table(show_header=True)
+    tails.add_column("c")
+    tails.add_column("share r > c", justify="right")
+    tails.add_column("share r < 1/c", justify="right")
+    for c in m["ratio_tail_high"]:
+        tails.add_row(c, pct(m["ratio_tail_high"][c]), pct(m["ratio_tail_low"][c]))
+    console.print(tails)
+
+    s = rep["sequence_metrics"]
+    st = Table(title=f"Sequences (chi2_seq clamps S to +-{s['chi2_seq_clip']:g}, as verl does)", title_justify="left")
+    st.add_column("metric")
+    st.add_column("mean", justify="right")
+    for k in ("0.01", "0.5", "0.99"):
+        st.add_column(f"q{k}", justify="right")
+    for key, label in (("seq_log_ratio", "S = sum log r"), ("geo_ratio", "exp(mean log r)"), ("max_tv", "max_t |p - q|"), ("log_ppl_diff", "mean lq - mean lp")):
+        v = s[key]
+        st.add_row(label, num(v["mean"]), *[num(v["quantiles"][k]) for k in ("0.01", "0.5", "0.99")])
+    st.add_row("chi2_seq", num(s["chi2_seq"]), "", "", "")
+    console.print(st)
+
+    if rep.get("kept_mass"):
+        km = rep["kept_mass"]
+        console.print(f"top-p/top-k truncation: mean log kept mass {num(km['kept_logmass_mean'])} (min {num(km['kept_logmass_min'])}), "
+                      "reported apart from the numerical mismatch above.", highlight=False)
+
+    for key, title in (("sampler_prob", "By sampler probability q"), ("position", "By position in the completion"), ("entropy", "By trainer entropy (nats)")):
+        rows = rep["breakdowns"].get(key)
+        if not rows:
+            continue
+        b = Table(title=title, title_justify="left")
+        for col in ("bucket", "tokens", "tv mean", "|l| mean", "k3 mean", "rev-k3 mean", "chi2"):
+            b.add_column(col, justify="left" if col == "bucket" else "right")
+        for r in rows:
+            b.add_row(r["bucket"], num(r["tokens"]), num(r.get("tv_token_mean")), num(r.get("abs_logprob_diff_mean")),
+                      num(r.get("k3_mean")), num(r.get("kl_reverse_k3_mean")), num(r.get("chi2_token")))
+        console.print(b)
+
+    for line in rep["interpretation"]:
+        console.print(f"[bold]{line['metric']}[/bold]: {line['reading']}  [dim](source: {line['source']})[/dim]")
+
+
+def masks_tables(console, result, examples: int) -> None:
+    mk = result.masks
+    has_sign = any(r["rejected_by_advantage_sign"] for r in mk["rules"])
+    t = Table(title="What each rule would reject or reweight", title_justify="left")
+    for col in ("rule", "params", "level", "hyp.", "tok. rejected", "%", "tok. reweighted", "%", "seq. rejected", "seq. w/ rejection"):
+        t.add_column(col, justify="right" if col not in ("rule", "params", "level", "hyp.") else "left")
+    if has_sign:
+        t.add_column("rejected A>0 / A<0 / A=0", justify="right")
+    for r in mk["rules"]:
+        params = ",".join(f"{k}={num(v) if v is not None else 'off'}" for k, v in r["params"].items())
+        cells = [r["name"], params, r["level"], r["hypothesis"], num(r["tokens_rejected"]), pct(r["token_reject_rate"]),
+                 num(r["tokens_reweighted"]), pct(r["token_reweight_rate"]),
+                 num(r["sequences_rejected"] if r["level"] == "sequence" else None), num(r["sequences_with_rejection"])]
+        if has_sign:
+            s = r["rejected_by_advantage_sign"]
+            cells.append(f"{s['A>0']:,} / {s['A<0']:,} / {s['A=0']:,}" if s else "")
+        t.add_row(*cells, style="dim" if r["hypothesis"] == "mean" else None)
+    console.print(t)
+    if any(r["hypothesis"] != "data" for r in mk["rules"]):
+        console.print("[dim]No advantage column: advantage-dependent rules are shown as hypotheses, as if every A > 0, "
+                      "every A < 0, and their mean. dppo-* put A == 0 on the negative branch (reference code).[/dim]")
+
+    agree = [a for a in mk["agreement"] if (a["both"] + a["only_a"] + a["only_b"]) > 0]
+    if agree:
+        agree.sort(key=lambda a: (a["jaccard"] if a["jaccard"] is not None else 2.0))
+        shown = agree[:25]
+        g = Table(title="Agreement between rejecting rules (token sets; most disagreement first)", title_justify="left")
+        for col in ("rule a", "rule b", "both", "only a", "only b", "Jaccard"):
+            g.add_column(col, justify="left" if col.startswith("rule") else "right")
+        for a in shown:
+            g.add_row(a["a"], a["b"], num(a["both"]), num(a["only_a"]), num(a["only_b"]), num(a["jaccard"], 3))
+        console.print(g)
+        if len(agree) > len(shown):
+            console.print(f"[dim]{len(agree) - len(shown)} more pairs in --format json[/dim]")
+
+    for sw in mk["sweeps"]:
+        s = Table(title=f"Sweep {sw['rule']}.{sw['param']} ({sw['level']} level)", title_justify="left")
+        for col in (sw["param"], "hyp.", "token reject rate", "token reweight rate", "seq. w/ rejection"):
+            s.add_column(col, justify="right")
+        for p in sw["points"]:
+            s.add_row(num(p["value"]), p["hypothesis"], pct(p["token_reject_rate"]), pct(p["token_reweight_rate"]), num(p["sequences_with_rejection"]))
+        console.print(s)
+
+    if examples:
+        e = Table(title=f"Tokens the rules disagree on most (largest |log p - log q|, top {examples})", title_justify="left")
+        for col in ("sequence", "position", "token", "p", "q", "log p/q", "rejected by", "kept by"):
+            e.add_column(col, justify="right" if col in ("sequence", "position", "token", "p", "q", "log p/q") else "left")
+        for x in mk["examples"]:
+            e.add_row(str(x["sequence_id"]), str(x["position"]), str(x["token_id"]), num(x["p"]), num(x["q"]), num(x["log_ratio"]),
+                      ", ".join(x["rejected_by"]), ", ".join(x["kept_by"]))
+        console.print(e)

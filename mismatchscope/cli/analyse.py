@@ -1,0 +1,79 @@
+"""``compare-masks`` and ``report``: thin commands over ``analysis.analyse``."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from ._options import ColumnOpt, FormatOpt, PathArg, RuleOpt, rule_help_epilog
+from ._output import OutputFormat, emit_json, stdout_console, warn
+
+
+def _request_rules(rules: list[str] | None, sweeps: list[str] | None):
+    from ..rules import default_rules, parse_rule, parse_sweep
+
+    selected = [parse_rule(r) for r in rules] if rules else default_rules()
+    by_name = {r.name: r for r in selected}
+    return selected, [parse_sweep(s, by_name) for s in sweeps or []]
+
+
+def masks_payload(result) -> dict:
+    return {"tokens": result.tokens, "sequences": result.sequences, **result.masks, "warnings": result.warnings}
+
+
+def report_payload(result) -> dict:
+    return {"tokens": result.tokens, "sequences": result.sequences, **result.report, "warnings": result.warnings, "run": result.run}
+
+
+def compare_masks(
+    path: str = PathArg,
+    rule: Optional[List[str]] = RuleOpt,
+    sweep: Optional[List[str]] = typer.Option(None, "--sweep", "-s", metavar="RULE.PARAM=V1,V2,...",
+                                               help="Reject rate against threshold for one parameter, e.g. icepop.beta=1.5,2,3,5,8. Repeatable."),
+    examples: int = typer.Option(0, "--examples", "-e", min=0, help="Print the N tokens the rules disagree on most (sequence, position, token, p, q)."),
+    column: Optional[List[str]] = ColumnOpt,
+    format: OutputFormat = FormatOpt,
+) -> None:
+    """How many tokens and sequences each masking rule would reject or reweight, side by side, and how much they overlap."""
+    from ..analysis.engine import AnalysisRequest, analyse
+    from ..reader import parse_column_mapping
+
+    rules, sweeps = _request_rules(rule, sweep)
+    result = analyse(path, AnalysisRequest(report=False, masks=True, rules=rules, sweeps=sweeps, examples=examples),
+                     parse_column_mapping(column))
+    for w in result.warnings:
+        warn(w)
+    if format is OutputFormat.json:
+        emit_json(masks_payload(result))
+        return
+    from ._render import header, masks_tables
+
+    console = stdout_console()
+    header(console, result)
+    masks_tables(console, result, examples)
+
+
+compare_masks.__doc__ = (compare_masks.__doc__ or "") + "\n\n" + rule_help_epilog()
+
+
+def report(
+    path: str = PathArg,
+    column: Optional[List[str]] = ColumnOpt,
+    format: OutputFormat = FormatOpt,
+) -> None:
+    """TV distance, KL estimators, ratio tails, and where the mismatch sits (by probability, position, entropy)."""
+    from ..analysis.engine import AnalysisRequest, analyse
+    from ..reader import parse_column_mapping
+
+    result = analyse(path, AnalysisRequest(report=True, masks=False), parse_column_mapping(column))
+    for w in result.warnings:
+        warn(w)
+    if format is OutputFormat.json:
+        emit_json(report_payload(result))
+        return
+    from ._render import header, report_tables
+
+    console = stdout_console()
+    header(console, result)
+    report_tables(console, result)

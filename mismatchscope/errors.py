@@ -1,0 +1,89 @@
+"""One exception tree for everything a user can cause.
+
+The CLI turns any :class:`MismatchscopeError` into a one-line message on
+stderr and exit code 2 (usage and input errors); the traceback is shown only
+when ``MISMATCHSCOPE_DEBUG=1``. Each error also derives from the stdlib type
+it replaces, so library callers can keep catching ``ValueError`` and friends.
+"""
+
+from __future__ import annotations
+
+
+class MismatchscopeError(Exception):
+    """Base of every error a user can cause. ``hint`` says how to fix it."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.hint = hint
+
+    def __str__(self) -> str:
+        base = super().__str__()
+        return f"{base} ({self.hint})" if self.hint else base
+
+
+class UsageError(MismatchscopeError, ValueError):
+    """A command-line value that cannot be right: unknown rule, bad parameter."""
+
+
+class InputError(MismatchscopeError, ValueError):
+    """A data file that cannot be analysed as given."""
+
+
+class MissingColumnsError(InputError, KeyError):
+    """Required columns are absent; the hint suggests ``--column``."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return MismatchscopeError.__str__(self)
+
+
+class FileFormatError(InputError):
+    """Not Parquet, truncated, or an unknown schema version."""
+
+
+class CheckpointError(MismatchscopeError, OSError):
+    """A checkpoint that is missing, unsafe to load, or inconsistent."""
+
+
+class TokenizerMismatchError(CheckpointError):
+    """Sampler and trainer would not see the same token ids."""
+
+
+class PromptError(InputError):
+    """An empty prompts file, a malformed prompt, or one longer than the context."""
+
+
+class ImportFormatError(InputError):
+    """A record of a training framework's dump that cannot be imported.
+
+    The message starts with ``FILE:LINE:`` (JSONL) or ``FILE (record N):``
+    (other files), so the user can open the exact record. ``--skip-bad``
+    skips and counts these instead of stopping, unless ``skippable`` is False.
+    """
+
+    skippable = True
+
+    def __init__(self, message: str, *, file: object = None, line: int | None = None,
+                 record: int | None = None, hint: str | None = None):
+        self.file, self.line, self.record = file, line, record
+        self.reason = message
+        where = "" if file is None else str(file)
+        if file is not None and line is not None:
+            where += f":{line}"
+        elif file is not None and record is not None:
+            where += f" (record {record})"
+        super().__init__(f"{where}: {message}" if where else message, hint=hint)
+
+
+class NoTrainerLogprobsError(ImportFormatError):
+    """The dump holds no trainer-side recompute (e.g. NeMo-RL's ``force_on_policy_ratio``).
+
+    A property of the whole run, not of one record: ``--skip-bad`` does not skip it.
+    """
+
+    skippable = False
+
+
+class UntrustedPickleError(InputError):
+    """A file can only be read by full unpickling, which runs code from the file."""

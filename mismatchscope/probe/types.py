@@ -1,0 +1,121 @@
+"""Typed configuration and the records that flow between sampler, trainer and
+recorder. No heavy imports here: the CLI builds these before deciding whether
+torch or vLLM are needed at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, asdict
+from typing import Any, Literal
+
+LogprobsMode = Literal["raw_logprobs", "processed_logprobs"]
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """What the sampler is asked for. Recorded verbatim in every shard."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    """-1 (or 0) means no top-k truncation."""
+    n: int = 4
+    """samples per prompt (a GRPO group)."""
+    max_tokens: int = 16
+    top_k_logprobs: int = 5
+    """how many of the sampler's top logprobs to record per position (0: sampled token only)."""
+    seed: int = 0
+    logprobs_mode: LogprobsMode = "processed_logprobs"
+    """raw_logprobs: before temperature/top-p/top-k, compared with a trainer at T=1.
+    processed_logprobs: after them, compared with a trainer that divides by T and
+    with the kept-mass of top-p/top-k removed and recorded apart."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """Which sampler, and the engine options a user needs to reproduce a serving setup."""
+
+    kind: Literal["vllm", "vllm-server", "hf"] = "vllm"
+    dtype: str = "float16"
+    tensor_parallel_size: int = 1
+    max_num_seqs: int | None = None
+    enforce_eager: bool = True
+    gpu_memory_utilization: float | None = None
+    max_model_len: int | None = None
+    fp32_lm_head: bool = False
+    """vLLM ``hf_overrides={"head_dtype": "float32"}``."""
+    engine_args: dict[str, Any] = field(default_factory=dict)
+    """free-form ``--engine-arg key=value`` passed to ``vllm.LLM`` unchanged."""
+    url: str | None = None
+    """base URL of a running vLLM OpenAI-compatible server (vllm-server)."""
+    api_key_env: str = "MISMATCHSCOPE_API_KEY"
+    """name of the environment variable holding the server's API key; the key itself is never recorded."""
+    device: str | None = None
+    """hf sampler only: torch device (default: cuda if available, else cpu)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """The trainer forward pass (transformers ``AutoModelForCausalLM``)."""
+
+    dtype: str = "float32"
+    attn_implementation: str | None = None
+    fp32_lm_head: bool = False
+    """upcast the lm_head weight and hidden states to fp32 before the logits."""
+    device_map: str | None = None
+    """``auto`` shards a model larger than one GPU across devices."""
+    device: str | None = None
+    batch_tokens: int = 8192
+    """token budget of one scoring batch (padded length x rows)."""
+    lm_head_chunk: int = 1024
+    """positions per lm_head chunk: bounds peak memory at chunk x vocab fp32."""
+    trust_remote_code: bool = False
+    allow_pickle: bool = False
+    """load ``.bin``/``.pt`` weights (pickle) instead of refusing them."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Completion:
+    """One sampled completion, as the sampler reported it."""
+
+    prompt_index: int
+    sample_index: int
+    token_ids: list[int]
+    sampler_logprobs: list[float]
+    """the sampler's logprob of each sampled token."""
+    topk_ids: list[list[int]]
+    """per position: the ids the sampler listed (its top-k; may include the sampled id)."""
+    topk_logprobs: list[list[float]]
+    finish_reason: str | None = None
+
+
+@dataclass
+class ScoreRequest:
+    """One teacher-forced sequence for the trainer."""
+
+    prompt_token_ids: list[int]
+    completion_token_ids: list[int]
+    sampler_topk_ids: list[list[int]]
+
+
+@dataclass
+class Scored:
+    """The trainer's view of one completion, aligned position by position."""
+
+    trainer_logprobs: list[float]
+    """log p of each completion token, after temperature and kept-mass handling."""
+    logprobs_at_sampler_topk: list[list[float]]
+    topk_ids: list[list[int]]
+    topk_logprobs: list[list[float]]
+    entropy: list[float]
+    kept_logmass: list[float] | None = None
+    """log of the trainer mass on the top-p/top-k kept set (None: no truncation)."""

@@ -1,0 +1,212 @@
+"""Streaming reader for token-pair files.
+
+Accepts one Parquet file, a directory of shards (a probe run directory reads
+its ``tokens/`` folder), or a glob, and yields record batches of only the
+columns asked for, renamed to the canonical names. Memory is bounded by the
+batch size, never by the file.
+
+Input hygiene lives here so every command sees the same cleaned tokens:
+``-9999`` sentinels become ``-inf``; rows with a non-finite logprob are counted
+and dropped (with a warning); clearly positive logprobs are an error.
+"""
+
+from __future__ import annotations
+
+import glob as globmod
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .errors import FileFormatError, InputError, MissingColumnsError, UsageError
+from .schema import COLUMNS, LOGPROB_SENTINEL, REQUIRED_NAMES, SCHEMA_VERSION, decode_metadata
+
+BATCH_ROWS = 1 << 18
+POSITIVE_LOGPROB_TOLERANCE = 1e-4
+"""log-softmax in float arithmetic can land a hair above 0 for a near-certain
+token; anything beyond this is not a logprob (logits? probabilities?)."""
+
+
+@dataclass
+class Source:
+    """Resolved input: the Parquet files, the column mapping and what they say about themselves."""
+
+    files: list[Path]
+    mapping: dict[str, str]
+    """canonical name -> name in the file."""
+    available: set[str]
+    """canonical names present in every file."""
+    metadata: list[dict[str, Any]] = field(default_factory=list)
+
+    def has(self, name: str) -> bool:
+        return name in self.available
+
+    @property
+    def run_config(self) -> dict[str, Any] | None:
+        """The first file's ``mismatchscope`` metadata (None for foreign files)."""
+        return self.metadata[0] if self.metadata else None
+
+
+@dataclass
+class Hygiene:
+    """What the reader dropped or noticed, for warnings in every command."""
+
+    rows_read: int = 0
+    nonfinite_dropped: int = 0
+    sentinels: int = 0
+
+    def warnings(self) -> list[str]:
+        out = []
+        if self.nonfinite_dropped:
+            extra = f", {self.sentinels} of them -9999 sentinels read as -inf" if self.sentinels else ""
+            out.append(
+                f"{self.nonfinite_dropped} of {self.rows_read} tokens have a non-finite logprob "
+                f"(NaN or inf{extra}) and were excluded from every number below"
+            )
+        return out
+
+
+def parse_column_mapping(items: list[str] | None) -> dict[str, str]:
+    """``["sampler_logprob=rollout_log_probs", ...]`` -> ``{canonical: source}``."""
+    mapping: dict[str, str] = {}
+    for item in items or []:
+        canon, eq, src = item.partition("=")
+        canon, src = canon.strip(), src.strip()
+        if not eq or not canon or not src:
+            raise UsageError(f"cannot parse --column {item!r}", hint="write --column CANONICAL=NAME_IN_FILE, e.g. sampler_logprob=rollout_log_probs")
+        if canon not in COLUMNS:
+            raise UsageError(f"--column {item!r}: {canon!r} is not a mismatchscope column", hint=f"known columns: {', '.join(COLUMNS)}")
+        mapping[canon] = src
+    return mapping
+
+
+def resolve_files(path: str | os.PathLike) -> list[Path]:
+    """A file, a directory of shards (recursively; ``DIR/tokens`` for a run), or a glob."""
+    text = str(path)
+    p = Path(text)
+    if p.is_dir():
+        root = p / "tokens" if (p / "tokens").is_dir() else p
+        files = sorted(f for f in root.rglob("*.parquet") if not f.name.startswith("."))
+        if not files:
+            raise InputError(f"{text}: no .parquet files in this directory")
+        return files
+    if p.is_file():
+        return [p]
+    if any(ch in text for ch in "*?["):
+        files = sorted(Path(f) for f in globmod.glob(text, recursive=True) if Path(f).is_file())
+        if not files:
+            raise InputError(f"{text}: the pattern matches no file")
+        return files
+    raise InputError(f"{text}: no such file or directory")
+
+
+def open_source(path: str | os.PathLike, mapping: Mapping[str, str] | None = None) -> Source:
+    """Resolve files, check every file is Parquet with the required columns."""
+    files = resolve_files(path)
+    mapping = dict(mapping or {})
+    available: set[str] | None = None
+    metas = []
+    for f in files:
+        try:
+            schema = pq.read_schema(f)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise FileFormatError(f"{f}: not a Parquet file, or truncated ({_short(e)})") from None
+        names = set(schema.names)
+        present = {c for c in COLUMNS if mapping.get(c, c) in names}
+        missing = [c for c in REQUIRED_NAMES if c not in present]
+        if missing:
+            shown = ", ".join(sorted(names)[:20])
+            raise MissingColumnsError(
+                f"{f}: missing required column(s) {', '.join(missing)}; the file has: {shown}",
+                hint=f"map yours with --column, e.g. --column {missing[0]}=YOUR_NAME",
+            )
+        meta = decode_metadata(schema.metadata)
+        if meta is not None:
+            version = meta.get("schema_version")
+            if not isinstance(version, int) or version > SCHEMA_VERSION:
+                raise FileFormatError(
+                    f"{f}: schema_version {version!r} is newer than this mismatchscope understands ({SCHEMA_VERSION})",
+                    hint="upgrade mismatchscope",
+                )
+            metas.append(meta)
+        available = present if available is None else available & present
+    return Source(files=files, mapping=mapping, available=available or set(), metadata=metas)
+
+
+def iter_batches(source: Source, columns: list[str], hygiene: Hygiene, batch_rows: int = BATCH_ROWS) -> Iterator[dict[str, Any]]:
+    """Yield cleaned batches: dict of canonical name -> numpy array (lists stay Arrow).
+
+    Required columns are always included. Optional columns not in the source
+    are simply absent from the dict.
+    """
+    wanted = list(dict.fromkeys(list(REQUIRED_NAMES) + [c for c in columns if source.has(c)]))
+    file_cols = [source.mapping.get(c, c) for c in wanted]
+    for f in source.files:
+        try:
+            pf = pq.ParquetFile(f)
+            for rb in pf.iter_batches(batch_size=batch_rows, columns=file_cols):
+                if rb.num_rows:
+                    yield _clean(f, rb, wanted, hygiene)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise FileFormatError(f"{f}: unreadable Parquet data ({_short(e)})") from None
+
+
+def _clean(path: Path, rb: pa.RecordBatch, wanted: list[str], hygiene: Hygiene) -> dict[str, Any]:
+    cols: dict[str, Any] = {}
+    for i, name in enumerate(wanted):
+        arr = rb.column(i)
+        if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
+            cols[name] = arr
+        else:
+            cols[name] = _to_numpy(path, name, arr)
+    n = rb.num_rows
+    hygiene.rows_read += n
+    lp, lq = cols["trainer_logprob"], cols["sampler_logprob"]
+    sentinel = (lq == LOGPROB_SENTINEL) | (lp == LOGPROB_SENTINEL)
+    if sentinel.any():
+        hygiene.sentinels += int(sentinel.sum())
+        lp = np.where(lp == LOGPROB_SENTINEL, -np.inf, lp)
+        lq = np.where(lq == LOGPROB_SENTINEL, -np.inf, lq)
+    finite = np.isfinite(lp) & np.isfinite(lq)
+    too_high = finite & ((lp > POSITIVE_LOGPROB_TOLERANCE) | (lq > POSITIVE_LOGPROB_TOLERANCE))
+    if too_high.any():
+        i = int(np.flatnonzero(too_high)[0])
+        raise InputError(
+            f"{path}: {int(too_high.sum())} positive logprob(s), e.g. sampler {lq[i]:.4g} / trainer {lp[i]:.4g} "
+            f"at sequence {int(cols['sequence_id'][i])} position {int(cols['position'][i])}",
+            hint="logprobs are natural logs <= 0; is a column holding logits or probabilities?",
+        )
+    cols["trainer_logprob"], cols["sampler_logprob"] = lp, lq
+    if not finite.all():
+        hygiene.nonfinite_dropped += int((~finite).sum())
+        keep = np.flatnonzero(finite)
+        cols = {k: (v.take(pa.array(keep)) if isinstance(v, pa.Array) else v[keep]) for k, v in cols.items()}
+    return cols
+
+
+_INT_COLUMNS = {"sequence_id", "position", "token_id", "prompt_id", "sample_index", "step"}
+
+
+def _to_numpy(path: Path, name: str, arr: pa.Array) -> np.ndarray:
+    if arr.null_count:
+        if name in ("sampler_logprob", "trainer_logprob", "advantage", "trainer_entropy", "reward", "sampler_kept_logmass"):
+            arr = pc.fill_null(arr.cast(pa.float64()), float("nan"))
+        else:
+            raise InputError(f"{path}: column {name!r} has {arr.null_count} null value(s)")
+    if name in _INT_COLUMNS:
+        if not pa.types.is_integer(arr.type):
+            raise InputError(f"{path}: column {name!r} must hold integers, found {arr.type}")
+        return arr.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    if not (pa.types.is_floating(arr.type) or pa.types.is_integer(arr.type)):
+        raise InputError(f"{path}: column {name!r} must be numeric, found {arr.type}")
+    return arr.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+
+
+def _short(e: BaseException) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return text[:200]

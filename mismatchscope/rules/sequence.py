@@ -1,0 +1,115 @@
+"""Sequence-level rules: one action for every token of a sequence.
+
+Each function is pure: ``(config, SequenceInputs) -> action_S``. Products of
+ratios are compared in log space (``S`` against ``log(bound)``), since
+``prod_t r`` over a long completion overflows float64 long before a threshold
+would matter.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .base import KEEP, REJECT, REWEIGHT, SequenceInputs, check_bounds, param, register
+
+
+def _where(mask: np.ndarray, action: np.int8) -> np.ndarray:
+    return np.where(mask, action, KEEP).astype(np.int8)
+
+
+def _log(x: float | None, default: float) -> float:
+    if x is None:
+        return default
+    return math.log(x) if x > 0 else -math.inf
+
+
+@dataclass(frozen=True)
+class SeqTISConfig:
+    C: float = param(2.0, "reweight the sequence when prod_t r > C (TRL uses 3.0)")
+
+
+@register("seq-tis", level="sequence", config=SeqTISConfig, uses_advantage=False, acts="reweight",
+          source="verl decoupled_seq_is; TRL sequence_truncate",
+          summary="sequence-level truncated IS: reweight sequences whose ratio product exceeds C")
+def seq_tis(cfg: SeqTISConfig, s: SequenceInputs) -> np.ndarray:
+    return _where(s.seq_log_ratio_S > _log(cfg.C, math.inf), REWEIGHT)
+
+
+@dataclass(frozen=True)
+class SeqMISConfig:
+    lo: float = param(0.5, "reject the sequence when prod_t r < lo")
+    hi: float = param(2.0, "reject the sequence when prod_t r > hi (TRL sequence_mask: 3.0)")
+
+    def __post_init__(self):
+        check_bounds(self.lo, self.hi, "lo", "hi")
+
+
+@register("seq-mis", level="sequence", config=SeqMISConfig, uses_advantage=False, acts="reject",
+          source="'When Speed Kills Stability'; verl seq_sum_k1; TRL default mode",
+          summary="masked IS: reject sequences whose ratio product leaves [lo, hi]")
+def seq_mis(cfg: SeqMISConfig, s: SequenceInputs) -> np.ndarray:
+    S = s.seq_log_ratio_S
+    return _where((S < _log(cfg.lo, -math.inf)) | (S > _log(cfg.hi, math.inf)), REJECT)
+
+
+@dataclass(frozen=True)
+class GeoMaskConfig:
+    lo: float = param(0.999, "reject when exp(mean_t l) < lo (SkyRL: 0.99)")
+    hi: float = param(1.001, "reject when exp(mean_t l) > hi (SkyRL: 1.01)")
+
+    def __post_init__(self):
+        check_bounds(self.lo, self.hi, "lo", "hi")
+
+
+@register("geo-mask", level="sequence", config=GeoMaskConfig, uses_advantage=False, acts="reject",
+          source="verl decoupled_geo_rs; SkyRL geometric mask",
+          summary="reject sequences whose geometric-mean ratio leaves [lo, hi]")
+def geo_mask(cfg: GeoMaskConfig, s: SequenceInputs) -> np.ndarray:
+    geo = np.exp(s.mean_log_ratio_S)
+    return _where((geo < cfg.lo) | (geo > cfg.hi), REJECT)
+
+
+@dataclass(frozen=True)
+class K3SeqConfig:
+    delta: float = param(0.01, "reject when mean_t k3 > delta")
+
+
+@register("k3-seq", level="sequence", config=K3SeqConfig, uses_advantage=False, acts="reject",
+          source="verl decoupled_k3_rs",
+          summary="reject sequences whose mean k3 (KL estimate) exceeds delta")
+def k3_seq(cfg: K3SeqConfig, s: SequenceInputs) -> np.ndarray:
+    return _where(s.mean_k3_S > cfg.delta, REJECT)
+
+
+@dataclass(frozen=True)
+class VetoConfig:
+    lo: float = param(1e-4, "reject when any token has r < lo")
+    hi: float | None = param(None, "also reject when any token has r > hi (off by default as in verl; SkyRL's outlier mask uses 100)")
+
+    def __post_init__(self):
+        check_bounds(self.lo, self.hi, "lo", "hi")
+
+
+@register("veto", level="sequence", config=VetoConfig, uses_advantage=False, acts="reject",
+          source="verl rollout_token_veto_threshold; SkyRL outlier mask",
+          summary="reject a sequence if any single token's ratio is catastrophic")
+def veto(cfg: VetoConfig, s: SequenceInputs) -> np.ndarray:
+    bad = np.exp(s.min_log_ratio_S) < cfg.lo
+    if cfg.hi is not None:
+        bad |= np.exp(s.max_log_ratio_S) > cfg.hi
+    return _where(bad, REJECT)
+
+
+@dataclass(frozen=True)
+class OPSMConfig:
+    delta: float = param(1e-4, "reject when A < 0 and mean_t (log q - log p) > delta (slime; TRL example: 0.5)")
+
+
+@register("opsm", level="sequence", config=OPSMConfig, uses_advantage=True, acts="reject",
+          source="DeepSeek-V3.2 OPSM; TRL off_policy_mask_threshold; slime compute_opsm_mask",
+          summary="off-policy sequence mask: reject negative-advantage sequences the trainer finds less likely")
+def opsm(cfg: OPSMConfig, s: SequenceInputs) -> np.ndarray:
+    return _where((s.advantage_S < 0) & (-s.mean_log_ratio_S > cfg.delta), REJECT)
