@@ -1,0 +1,248 @@
+"""The streaming analysis pass: report and compare-masks numbers on tiny
+tables derived by hand, streaming == one-shot, and the top-k bounds."""
+
+import math
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import pairs, random_pairs
+from mismatchscope.analysis.engine import AnalysisRequest, analyse
+from mismatchscope.analysis.topk import topk_bounds
+from mismatchscope.errors import InputError
+from mismatchscope.rules import default_rules, parse_rule, parse_sweep
+
+# seq 1: A q=0.5 p=0.2 (r 0.4), B q=0.2 p=0.6 (r 3), C q=p=0.9; seq 2: D q=0.5 p=1e-5 (r 2e-5), E q=p=0.5
+ROWS = [(1, 0, 0.5, 0.2), (1, 1, 0.2, 0.6), (1, 2, 0.9, 0.9), (2, 0, 0.5, 1e-5), (2, 1, 0.5, 0.5)]
+
+
+def run(path, report=True, masks=False, rules=None, **kw):
+    return analyse(str(path), AnalysisRequest(report=report, masks=masks, rules=rules or [], **kw))
+
+
+def test_report_hand_derived(write):
+    path = write(pairs(ROWS))
+    m = run(path).report["metrics"]
+    # tv = [0.3, 0.4, 0, 0.49999, 0] -> mean 1.19999 / 5 = 0.239998, max 0.49999
+    assert m["tv_token_mean"] == pytest.approx(0.239998, abs=1e-6)
+    assert m["tv_token_max"] == pytest.approx(0.49999, abs=1e-9)
+    # |l| = [0.916291, 1.098612, 0, 10.819778, 0] -> mean 12.834681 / 5 = 2.566936
+    assert m["abs_logprob_diff_mean"] == pytest.approx(2.566936, abs=1e-6)
+    assert m["abs_logprob_diff_max"] == pytest.approx(10.819778, abs=1e-6)
+    # k1 = -l: (0.916291 - 1.098612 + 10.819778) / 5 = 2.127491
+    assert m["k1_mean"] == pytest.approx(2.127491, abs=1e-6)
+    # k3 = [0.316291, 0.901388, 0, 9.819798, 0] -> 11.037477 / 5 = 2.207495
+    assert m["k3_mean"] == pytest.approx(2.207495, abs=1e-6)
+    # r = [0.4, 3, 1, 2e-5, 1]: sum 5.40002, sum r^2 = 0.16 + 9 + 1 + 4e-10 + 1 = 11.16
+    # chi2 = 11.16 / 5 - 1 = 1.232; ess = 5.40002^2 / (5 * 11.16) = 0.522585
+    assert m["chi2_token"] == pytest.approx(1.232, abs=1e-6)
+    assert m["ess"] == pytest.approx(0.522585, abs=1e-6)
+    assert m["ratio_min"] == pytest.approx(2e-5, rel=1e-9) and m["ratio_max"] == pytest.approx(3.0, rel=1e-12)
+    # sorted r = [2e-5, 0.4, 1, 1, 3]; linear quantile 0.5 -> 1; 0.95 -> index 3.8 -> 1 + 0.8 * 2 = 2.6
+    assert m["ratio_quantiles"]["0.5"] == pytest.approx(1.0)
+    assert m["ratio_quantiles"]["0.95"] == pytest.approx(2.6)
+    # tails: r > 1.25: {3} = 1/5; r > 5: none; r < 0.8: {0.4, 2e-5} = 2/5; r < 0.1: {2e-5} = 1/5
+    assert m["ratio_tail_high"] == {"1.25": 0.2, "2": 0.2, "5": 0.0, "10": 0.0}
+    assert m["ratio_tail_low"] == {"1.25": 0.4, "2": 0.4, "5": 0.2, "10": 0.2}
+    # S = [log 1.2, log 2e-5] -> mean (0.182322 - 10.819778) / 2 = -5.318728
+    assert m["seq_log_ratio_mean"] == pytest.approx(-5.318728, abs=1e-6)
+    # geo = [1.2^(1/3), (2e-5)^(1/2)] = [1.062659, 0.004472] -> mean 0.533566
+    assert m["geo_ratio_mean"] == pytest.approx(0.533566, abs=1e-6)
+    assert m["tv_topk_lower_mean"] is None
+
+
+def test_sequence_metrics_and_breakdowns(write):
+    rep = run(write(pairs(ROWS))).report
+    s = rep["sequence_metrics"]
+    # max_tv per sequence = [0.4, 0.49999] -> mean 0.449995
+    assert s["max_tv"]["mean"] == pytest.approx(0.449995, abs=1e-9)
+    # log_ppl_diff = mean lq - mean lp = -mean l = [-0.060774, 5.409889] -> mean 2.674557
+    assert s["log_ppl_diff"]["mean"] == pytest.approx(2.674557, abs=1e-6)
+    # chi2_seq = mean(exp(2 S)) - 1 = (1.44 + 4e-10) / 2 - 1 = -0.28
+    assert s["chi2_seq"] == pytest.approx(-0.28, abs=1e-9)
+    by_q = {r["bucket"]: r for r in rep["breakdowns"]["sampler_prob"]}
+    # q buckets: 0.2 -> [0.1, 0.5); 0.5, 0.5, 0.5 -> [0.5, 0.9); 0.9 -> [0.9, 1]
+    assert by_q["[0.1, 0.5)"]["tokens"] == 1 and by_q["[0.5, 0.9)"]["tokens"] == 3 and by_q["[0.9, 1]"]["tokens"] == 1
+    # tv in [0.5, 0.9): (0.3 + 0.49999 + 0) / 3
+    assert by_q["[0.5, 0.9)"]["tv_token_mean"] == pytest.approx(0.79999 / 3)
+    # positions 0..2: longest completion has 3 tokens -> one bucket per position
+    by_pos = {r["bucket"]: r["tokens"] for r in rep["breakdowns"]["position"]}
+    assert by_pos == {"0": 2, "1": 2, "2": 1}
+    assert rep["breakdowns"]["entropy"] is None
+
+
+def test_compare_masks_hand_derived(write):
+    adv = [1.0, 1.0, 1.0, -1.0, -1.0]
+    res = run(write(pairs(ROWS, advantage=adv)), report=False, masks=True, rules=default_rules())
+    rows = {r["name"]: r for r in res.masks["rules"]}
+    assert all(r["hypothesis"] == "data" for r in rows.values())
+    # icepop rejects A (seq 1, A > 0) and D (seq 2, A < 0)
+    ice = rows["icepop"]
+    assert (ice["tokens_rejected"], ice["sequences_with_rejection"], ice["sequences_rejected"]) == (2, 2, 0)
+    assert ice["token_reject_rate"] == pytest.approx(0.4)
+    assert ice["rejected_by_advantage_sign"] == {"A>0": 1, "A<0": 1, "A=0": 0}
+    # ipo rejects A, B, D
+    assert rows["ipo"]["tokens_rejected"] == 3
+    # dppo-tv with real advantages: seq 1 (A > 0): B; seq 2 (A < 0): D -> 2
+    assert rows["dppo-tv"]["tokens_rejected"] == 2
+    # tis reweights B only
+    assert (rows["tis"]["tokens_rejected"], rows["tis"]["tokens_reweighted"]) == (0, 1)
+    # seq-mis rejects seq 2: 2 tokens, 1 sequence; veto the same; geo-mask both sequences
+    assert (rows["seq-mis"]["tokens_rejected"], rows["seq-mis"]["sequences_rejected"]) == (2, 1)
+    assert rows["geo-mask"]["tokens_rejected"] == 5
+    # opsm: seq 2 has A < 0 and mean(lq - lp) = 5.41 > 1e-4
+    assert rows["opsm"]["tokens_rejected"] == 2
+    assert rows["opsm"]["rejected_by_advantage_sign"] == {"A>0": 0, "A<0": 2, "A=0": 0}
+    agree = {(a["a"], a["b"]): a for a in res.masks["agreement"]}
+    # icepop {A, D} vs ipo {A, B, D}: both 2, only ipo 1, Jaccard 2/3
+    ii = agree[("icepop", "ipo")]
+    assert (ii["both"], ii["only_a"], ii["only_b"]) == (2, 0, 1) and ii["jaccard"] == pytest.approx(2 / 3)
+    # ipo {A, B, D} vs seq-mis {D, E}: both 1 (D), Jaccard 1/4
+    im = agree[("ipo", "seq-mis")]
+    assert (im["both"], im["only_a"], im["only_b"]) == (1, 2, 1) and im["jaccard"] == pytest.approx(0.25)
+    # seq-mis {D, E} vs geo-mask {all 5}: both 2
+    assert agree[("seq-mis", "geo-mask")]["both"] == 2
+
+
+def test_hypotheses_without_advantage(write):
+    res = run(write(pairs(ROWS)), report=False, masks=True, rules=[parse_rule("dppo-tv"), parse_rule("icepop")])
+    rows = [(r["name"], r["hypothesis"], r["tokens_rejected"]) for r in res.masks["rules"]]
+    # if A > 0: B only (1); if A < 0: A, D (2); mean 1.5. icepop needs no advantage.
+    assert rows == [("dppo-tv", "A>0", 1), ("dppo-tv", "A<0", 2), ("dppo-tv", "mean", 1.5), ("icepop", "data", 2)]
+
+
+def test_sweep_and_examples(write):
+    path = write(pairs(ROWS))
+    name, key, inst = parse_sweep("icepop.beta=2,5")
+    res = run(path, report=False, masks=True, rules=[parse_rule("icepop"), parse_rule("ipo")], sweeps=[(name, key, inst)], examples=5)
+    sw = res.masks["sweeps"][0]
+    # beta = 2 adds B (r = 3): 3 of 5; beta = 5: A, D -> 2 of 5
+    assert [(p["value"], p["token_reject_rate"]) for p in sw["points"]] == [(2.0, 0.6), (5.0, 0.4)]
+    # icepop {A, D} vs ipo {A, B, D}: they split only on B
+    ex = res.masks["examples"]
+    assert [(e["sequence_id"], e["position"]) for e in ex] == [(1, 1)]
+    assert ex[0]["rejected_by"] == ["ipo"] and ex[0]["kept_by"] == ["icepop"]
+
+
+def test_topk_bounds_hand_derived():
+    # sampler lists ids [3, 5] with q = [0.6, 0.3]; trainer p = [0.5, 0.3]; sampled id 5.
+    # TV = 0.5 * (|0.5-0.6| + |0.3-0.3| + |(1-0.8) - (1-0.9)|) = 0.5 * (0.1 + 0 + 0.1) = 0.1
+    # KL = 0.6 log(0.6/0.5) + 0.3 log(1) + 0.1 log(0.1/0.2) = 0.109393 - 0.069315 = 0.040078
+    ids = pa.array([[3, 5]])
+    b = topk_bounds(np.array([5]), np.log([0.3]), np.log([0.3]), ids, pa.array([np.log([0.6, 0.3]).tolist()]),
+                    pa.array([np.log([0.5, 0.3]).tolist()]))
+    assert b.tv_lower_T[0] == pytest.approx(0.1, abs=1e-12)
+    assert b.kl_lower_T[0] == pytest.approx(0.040078, abs=1e-6)
+    # sampled id 9 not listed: it joins K with its own q = 0.05, p = 0.1
+    # TV = 0.5 * (0.1 + 0 + 0.05 + |(1 - 0.9) - (1 - 0.95)|) = 0.5 * 0.2 = 0.1
+    b2 = topk_bounds(np.array([9]), np.log([0.05]), np.log([0.1]), ids, pa.array([np.log([0.6, 0.3]).tolist()]),
+                     pa.array([np.log([0.5, 0.3]).tolist()]))
+    assert b2.tv_lower_T[0] == pytest.approx(0.1, abs=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(2, 60), st.integers(1, 8), st.floats(0.01, 3.0))
+def test_topk_bounds_never_exceed_full_divergence(seed, vocab, k, noise):
+    rng = np.random.default_rng(seed)
+    k = min(k, vocab)
+    z = rng.normal(0, 3, (20, vocab))
+    zq = z + rng.normal(0, noise, z.shape)
+    lp = z - np.log(np.exp(z).sum(1, keepdims=True))
+    lq = zq - np.log(np.exp(zq).sum(1, keepdims=True))
+    p, q = np.exp(lp), np.exp(lq)
+    tok = np.array([rng.choice(vocab, p=row) for row in q])
+    top = np.argsort(-lq, axis=1)[:, :k]
+    rows = np.arange(20)
+    b = topk_bounds(tok, lq[rows, tok], lp[rows, tok], pa.array(top.tolist()),
+                    pa.array(np.take_along_axis(lq, top, 1).tolist()), pa.array(np.take_along_axis(lp, top, 1).tolist()))
+    tv_full = 0.5 * np.abs(p - q).sum(1)
+    kl_full = (q * (lq - lp)).sum(1)
+    assert np.all(b.tv_lower_T <= tv_full + 1e-12)
+    assert np.all(b.kl_lower_T <= kl_full + 1e-9)
+    if k == vocab:  # full vocabulary listed: exact
+        np.testing.assert_allclose(b.tv_lower_T, tv_full, atol=1e-12)
+
+
+def _approx_equal(a, b, path=""):
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for key in a:
+            _approx_equal(a[key], b[key], f"{path}.{key}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _approx_equal(x, y, f"{path}[{i}]")
+    elif isinstance(a, float) and b is not None:
+        assert a == pytest.approx(b, rel=1e-9, abs=1e-12), path
+    else:
+        assert a == b, path
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.integers(0, 2**32 - 1), st.integers(1, 5), st.integers(1, 40))
+def test_streaming_equals_one_shot(tmp_path_factory, seed, shards, batch_rows):
+    rng = np.random.default_rng(seed)
+    cols = random_pairs(rng, n_seq=12, max_len=9)
+    n = len(cols["sequence_id"])
+    d = tmp_path_factory.mktemp("s")
+    table = pa.table(cols)
+    pq.write_table(table, d / "one.parquet")
+    order = rng.permutation(n)  # rows of a sequence scattered across shards and batches
+    cuts = np.sort(rng.choice(np.arange(1, n), size=min(shards - 1, n - 1), replace=False)) if n > 1 else []
+    shard_dir = d / "shards"
+    shard_dir.mkdir()
+    for i, part in enumerate(np.split(order, cuts)):
+        pq.write_table(table.take(pa.array(part)), shard_dir / f"part-{i:03d}.parquet")
+    rules = default_rules()
+    sweeps = [parse_sweep("icepop.beta=1.5,3")]
+    one = analyse(str(d / "one.parquet"), AnalysisRequest(report=True, masks=True, rules=rules, sweeps=sweeps))
+    many = analyse(str(shard_dir), AnalysisRequest(report=True, masks=True, rules=rules, sweeps=sweeps, batch_rows=batch_rows))
+    assert (one.tokens, one.sequences) == (many.tokens, many.sequences)
+    _approx_equal(one.report, many.report)
+    _approx_equal(one.masks, many.masks)
+
+
+def test_nonfinite_and_sentinels_are_counted_and_excluded(write):
+    cols = pairs(ROWS)
+    cols["sampler_logprob"][2] = -9999.0
+    cols["trainer_logprob"][4] = float("nan")
+    res = run(write(cols))
+    assert res.tokens == 3
+    assert any("2 of 5 tokens have a non-finite logprob" in w and "1 of them -9999" in w for w in res.warnings)
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda c: c["trainer_logprob"].__setitem__(0, 0.7), "positive logprob"),
+    (lambda c: c["position"].__setitem__(1, 0), "duplicate \\(sequence_id, position\\)"),
+])
+def test_bad_values_are_errors(write, mutate, message):
+    cols = pairs(ROWS)
+    mutate(cols)
+    with pytest.raises(InputError, match=message):
+        run(write(cols))
+
+
+def test_duplicates_across_shards(tmp_path):
+    from mismatchscope.schema import write_table
+
+    write_table(tmp_path / "a.parquet", pairs(ROWS[:3]))
+    write_table(tmp_path / "b.parquet", pairs(ROWS[:3]))
+    with pytest.raises(InputError, match="duplicate"):
+        run(tmp_path)
+
+
+def test_empty_and_missing(write, tmp_path):
+    cols = {k: [] for k in pairs(ROWS)}
+    with pytest.raises(InputError, match="no token rows"):
+        run(write(cols))
+    with pytest.raises(InputError, match="no such file"):
+        run(tmp_path / "nope.parquet")
+
+
+def test_gaps_warn(write):
+    res = run(write(pairs([(1, 0, 0.5, 0.4), (1, 2, 0.5, 0.4)])))
+    assert any("gaps" in w for w in res.warnings)

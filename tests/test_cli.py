@@ -1,0 +1,116 @@
+"""The real console script: output contract, exit codes, one-line errors."""
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import SAMPLE_PAIRS, cli, pairs
+
+ROWS = [(1, 0, 0.5, 0.2), (1, 1, 0.2, 0.6), (1, 2, 0.9, 0.9), (2, 0, 0.5, 1e-5), (2, 1, 0.5, 0.5)]
+
+
+def test_help_is_fast_and_lists_rules():
+    r = cli("compare-masks", "--help")
+    assert r.returncode == 0
+    for name in ("icepop", "ipo", "dppo-tv", "geo-mask", "opsm", "cispo", "ppo-clip"):
+        assert name in r.stdout
+    assert "A == 0 counts as negative" in r.stdout
+
+
+def test_report_json_contract():
+    r = cli("report", str(SAMPLE_PAIRS), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)  # nothing but JSON on stdout
+    assert data["tokens"] > 10_000 and data["sequences"] == 192
+    m = data["metrics"]
+    for key in ("tv_token_mean", "tv_token_max", "abs_logprob_diff_mean", "abs_logprob_diff_max", "k1_mean", "k2_mean",
+                "k3_mean", "kl_reverse_k3_mean", "chi2_token", "ess", "ratio_min", "ratio_max", "seq_log_ratio_mean",
+                "geo_ratio_mean", "tv_topk_lower_mean"):
+        assert isinstance(m[key], float), key
+    assert list(m["ratio_quantiles"]) == ["0.001", "0.01", "0.05", "0.5", "0.95", "0.99", "0.999"]
+    assert list(m["ratio_tail_high"]) == ["1.25", "2", "5", "10"] == list(m["ratio_tail_low"])
+    assert set(data["breakdowns"]) == {"sampler_prob", "position", "entropy"}
+    assert data["breakdowns"]["entropy"]  # the sample file records trainer entropy
+    assert data["run"]["simulated"] is True
+
+
+def test_compare_masks_json_contract():
+    r = cli("compare-masks", str(SAMPLE_PAIRS), "--format", "json", "--sweep", "icepop.beta=1.5,2,3,5,8", "--examples", "3")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    row = data["rules"][0]
+    for key in ("name", "params", "level", "uses_advantage", "hypothesis", "tokens_rejected", "tokens_reweighted",
+                "token_reject_rate", "sequences_rejected", "sequences_with_rejection"):
+        assert key in row
+    assert {r["name"] for r in data["rules"]} >= {"icepop", "ipo", "dppo-tv", "dppo-kl", "tis", "token-mask", "seq-tis",
+                                                  "seq-mis", "geo-mask", "k3-seq", "veto", "opsm", "cispo", "ppo-clip"}
+    assert {"a", "b", "both", "only_a", "only_b", "jaccard"} <= set(data["agreement"][0])
+    assert [p["value"] for p in data["sweeps"][0]["points"]] == [1.5, 2, 3, 5, 8]
+    assert len(data["examples"]) == 3
+
+
+def test_tables_render(write):
+    r = cli("compare-masks", str(write(pairs(ROWS))), "--rule", "icepop", "--rule", "ipo:delta=0.35", "--examples", "2")
+    assert r.returncode == 0, r.stderr
+    assert "icepop" in r.stdout and "Jaccard" in r.stdout and "delta=0.35" in r.stdout
+    r = cli("report", str(write(pairs(ROWS))))
+    assert r.returncode == 0 and "k3 mean" in r.stdout and "verl FAQ" in r.stdout
+
+
+def test_column_mapping(write):
+    cols = pairs(ROWS)
+    cols["rollout_log_probs"] = cols.pop("sampler_logprob")
+    p = write(pairs(ROWS)).with_name("foreign.parquet")  # a framework's own names, written without our schema
+    pq.write_table(pa.table(cols), p)
+    r = cli("report", str(p), "--format", "json")
+    assert r.returncode == 2
+    assert "missing required column(s) sampler_logprob" in r.stderr and "--column" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = cli("report", str(p), "--column", "sampler_logprob=rollout_log_probs", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["tokens"] == 5
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--rule", "nope"], "unknown rule 'nope'"),
+    (["--rule", "icepop:gamma=2"], "valid parameters of icepop: alpha, beta"),
+    (["--sweep", "icepop=2"], "cannot parse sweep"),
+    (["--column", "bogus=x"], "not a mismatchscope column"),
+])
+def test_usage_errors_exit_2(write, args, message):
+    r = cli("compare-masks", str(write(pairs(ROWS))), *args)
+    assert r.returncode == 2
+    assert message in r.stderr and "Traceback" not in r.stderr
+
+
+def test_input_errors_exit_2(tmp_path, write):
+    bad = tmp_path / "not.parquet"
+    bad.write_text("hello")
+    good = write(pairs(ROWS))
+    truncated = tmp_path / "trunc.parquet"
+    truncated.write_bytes(good.read_bytes()[:200])
+    cols = pairs(ROWS)
+    cols["sampler_logprob"][0] = 0.5
+    positive = write(cols, "positive.parquet")
+    for path, message in ((bad, "not a Parquet file"), (truncated, "not a Parquet file, or truncated"),
+                          (positive, "positive logprob"), (tmp_path / "missing.parquet", "no such file")):
+        r = cli("report", str(path))
+        assert r.returncode == 2, (path, r.stderr)
+        assert message in r.stderr and "Traceback" not in r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_debug_variable_shows_traceback(tmp_path):
+    r = cli("report", str(tmp_path / "missing.parquet"), env={"MISMATCHSCOPE_DEBUG": "1"})
+    assert r.returncode != 0 and "Traceback" in r.stderr
+
+
+def test_nonfinite_warning_on_stderr(write):
+    cols = pairs(ROWS)
+    cols["sampler_logprob"][0] = -9999.0
+    r = cli("report", str(write(cols)), "--format", "json")
+    assert r.returncode == 0
+    assert json.loads(r.stdout)["tokens"] == 4
+    assert "non-finite" in r.stderr and "-9999" in r.stderr
