@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import pairs, random_pairs
+from tests.helpers import pairs, random_pairs
 from mismatchscope.analysis.engine import AnalysisRequest, analyse
 from mismatchscope.analysis.topk import topk_bounds
 from mismatchscope.errors import InputError

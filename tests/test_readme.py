@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from tests.helpers import REPO
 
 
 def readme_command(marker: str) -> str:

@@ -49,6 +49,7 @@ class AnalysisResult:
     warnings: list[str]
     run: dict | None
     source: Source
+    per_sequence: "PerSequence"
 
 
 def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None = None,
@@ -72,6 +73,9 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
     ops: dict[str, str] = {
         "n": "sum", "sum_l": "sum", "min_l": "min", "max_l": "max", "max_tv": "max", "sum_k3": "sum",
         "pos_min": "min", "pos_max": "max", "pos_sum": "sum", "pos_sq": "sum",
+        # per-sequence sums of the token metrics: sequence-level resampling (gate's bootstrap)
+        # and per-sequence rankings (worst sequences) need them
+        "sum_tv": "sum", "sum_abs_l": "sum", "sum_k2": "sum", "sum_krev": "sum", "sum_r": "sum", "sum_r2": "sum",
     }
     if has_adv:
         ops["sum_adv"] = "sum"
@@ -93,6 +97,8 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
             "n": np.ones(t.log_ratio_T.size), "sum_l": t.log_ratio_T, "min_l": t.log_ratio_T,
             "max_l": t.log_ratio_T, "max_tv": t.tv_T, "sum_k3": t.k3_T,
             "pos_min": pos, "pos_max": pos, "pos_sum": pos.astype(np.float64), "pos_sq": pos.astype(np.float64) ** 2,
+            "sum_tv": t.tv_T, "sum_abs_l": np.abs(t.log_ratio_T), "sum_k2": t.k2_T, "sum_krev": t.kl_reverse_k3_T,
+            "sum_r": t.ratio_T, "sum_r2": t.ratio_T * t.ratio_T,
         }
         if has_adv:
             per_tok["sum_adv"] = adv
@@ -128,7 +134,39 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
     )
     report = _report(stats, seq, agg, source, has_topk) if request.report else None
     mask_out = _masks(masks, seq, agg, n_tokens, seq_ids.size, has_adv) if masks else None
-    return AnalysisResult(n_tokens, int(seq_ids.size), report, mask_out, warnings, source.run_config, source)
+    per_seq = PerSequence(seq_ids, agg, masks.token_units if masks else [], masks.seq_verdicts if masks else {})
+    return AnalysisResult(n_tokens, int(seq_ids.size), report, mask_out, warnings, source.run_config, source, per_seq)
+
+
+@dataclass
+class PerSequence:
+    """Per-sequence aggregates, aligned with ``sequence_id_S`` (sorted).
+
+    ``sums`` holds ``n`` (tokens) and the per-sequence sums ``sum_tv``,
+    ``sum_abs_l``, ``sum_l`` (= -sum k1), ``sum_k2``, ``sum_k3``, ``sum_krev``,
+    ``sum_r``, ``sum_r2``, plus ``max_tv``, ``min_l``, ``max_l``. Token-level
+    means are ratios of sums, so resampling sequences (the gate's bootstrap)
+    needs nothing else. ``rule_rejects`` maps a rule label (hypothesis
+    "data" or "A>0"/"A<0" suffixed) to rejected tokens per sequence.
+    """
+
+    sequence_id_S: np.ndarray
+    sums: dict[str, np.ndarray]
+    token_units: list = field(default_factory=list)
+    seq_verdicts: dict = field(default_factory=dict)
+
+    def rule_rejects(self) -> dict[str, np.ndarray]:
+        out = {}
+        for i, u in enumerate(self.token_units):
+            if u.sweep is None:
+                out[_unit_key(u)] = self.sums[f"rej{i}"]
+        for u, rej in self.seq_verdicts.items():
+            out[_unit_key(u)] = np.where(rej, self.sums["n"], 0.0)
+        return out
+
+
+def _unit_key(u) -> str:
+    return u.rule.name if u.hypothesis == "data" else f"{u.rule.name}[{u.hypothesis}]"
 
 
 def _check_positions(seq_ids: np.ndarray, agg: dict) -> list[str]:

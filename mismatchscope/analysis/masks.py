@@ -20,7 +20,7 @@ from ..rules import REJECT, REWEIGHT, RuleInstance, SequenceInputs
 HYPOTHESES = {"A>0": 1.0, "A<0": -1.0}
 
 
-@dataclass
+@dataclass(eq=False)
 class Unit:
     """One rule instance under one advantage hypothesis."""
 
@@ -74,6 +74,8 @@ class MaskAccumulator:
         self.pair_counts = np.zeros((len(self.agree_token), len(self.agree_token)))
         self.n_examples = examples
         self._examples: list[tuple[float, int, dict]] = []
+        self.seq_verdicts: dict[Unit, np.ndarray] = {}
+        """sequence-rule unit -> rejected mask over sequences (filled by finish)."""
         self._tie = 0
 
     def per_token_columns(self) -> list[str]:
@@ -156,6 +158,7 @@ class MaskAccumulator:
                 }
             if u.sweep is None and u.rule.spec.acts == "reject":
                 seq_masks.append((u, rej))
+                self.seq_verdicts[u] = rej
         return {
             "agreement": self._agreement(seq_masks, per_seq, n_tok),
             "examples": [e[2] for e in sorted(self._examples, key=lambda e: -e[0])],

@@ -10,7 +10,7 @@ import sys
 import typer
 
 from .. import __version__
-from . import analyse
+from . import analyse, probe
 
 app = typer.Typer(
     name="mismatchscope",
@@ -22,6 +22,8 @@ app = typer.Typer(
 )
 app.command("compare-masks")(analyse.compare_masks)
 app.command("report")(analyse.report)
+app.command("probe")(probe.probe)
+app.command("rescore")(probe.rescore)
 
 
 def _version(value: bool) -> None:

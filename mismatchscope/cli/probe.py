@@ -1,0 +1,197 @@
+"""``probe`` and ``rescore``: parse typed options, run, then print the same
+report and compare-masks tables the analysis commands print."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from ..errors import UsageError
+from ._options import FormatOpt, RuleOpt
+from ._output import OutputFormat, emit_json, info, stdout_console, warn
+
+REPO_SAMPLE = Path(__file__).resolve().parents[2] / "sample_data"
+
+
+def _engine_args(items: list[str] | None) -> dict:
+    out = {}
+    for item in items or []:
+        key, eq, raw = item.partition("=")
+        if not eq or not key.strip():
+            raise UsageError(f"cannot parse --engine-arg {item!r}", hint="write --engine-arg KEY=VALUE (VALUE may be JSON)")
+        try:
+            out[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key.strip()] = raw
+    return out
+
+
+class _Bars:
+    """Rich progress bars on stderr for the probe's stages."""
+
+    def __init__(self, enabled: bool):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                           console=_stderr(), disable=not enabled, transient=False)
+        self._tasks: dict[str, int] = {}
+
+    def __enter__(self):
+        self._p.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._p.__exit__(*exc)
+
+    def stage(self, name: str, total: int) -> None:
+        label = {"sampling": "sampling (completions)", "scoring": "scoring (tokens)"}.get(name, name)
+        if name in self._tasks:
+            self._p.reset(self._tasks[name], total=total, description=label)
+        else:
+            self._tasks[name] = self._p.add_task(label, total=total)
+
+    def advance(self, name: str, amount: int) -> None:
+        if name in self._tasks:
+            self._p.advance(self._tasks[name], amount)
+
+    def note(self, message: str) -> None:
+        self._p.console.print(message, highlight=False)
+
+
+def _stderr():
+    from ._output import stderr_console
+
+    return stderr_console()
+
+
+def _summarise(run_dir: Path, rules: list[str] | None, format: OutputFormat) -> None:
+    from ..analysis.engine import AnalysisRequest, analyse
+    from ..rules import default_rules, parse_rule
+    from .analyse import masks_payload, report_payload
+
+    selected = [parse_rule(r) for r in rules] if rules else default_rules()
+    result = analyse(str(run_dir), AnalysisRequest(report=True, masks=True, rules=selected, examples=5))
+    for w in result.warnings:
+        warn(w)
+    if format is OutputFormat.json:
+        emit_json({"run_dir": str(run_dir), "manifest": json.loads((run_dir / "manifest.json").read_text()),
+                   "report": report_payload(result), "compare_masks": masks_payload(result)})
+        return
+    from ._render import header, masks_tables, report_tables
+
+    console = stdout_console()
+    header(console, result)
+    report_tables(console, result)
+    masks_tables(console, result, 5)
+    console.print(f"\nrun directory: {run_dir}  (mismatchscope report {run_dir}; compare-masks {run_dir})", highlight=False)
+
+
+def _cpu_engine_env() -> None:
+    """vLLM's CPU backend needs a KV-cache size; 1 GiB is plenty for a probe of a small model."""
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+
+def probe(
+    checkpoint: Optional[Path] = typer.Argument(None, help="A local checkpoint folder (config.json, *.safetensors, tokenizer). Default: the bundled sample model.", show_default=False),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", "-p", help="JSONL, one {\"prompt\": ..., \"answer\": ...} per line. Default: the bundled sample prompts."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run directory. Default: runs/probe-<time>."),
+    sampler: str = typer.Option("vllm", "--sampler", help="vllm (offline engine, in-process), vllm-server (a running OpenAI-compatible server, --url), or hf (transformers generate)."),
+    url: Optional[str] = typer.Option(None, "--url", help="Base URL of the vLLM server for --sampler vllm-server."),
+    api_key_env: str = typer.Option("MISMATCHSCOPE_API_KEY", "--api-key-env", help="Environment variable holding the server's API key (the key is never written anywhere)."),
+    sampler_dtype: str = typer.Option("float16", "--sampler-dtype", help="Sampler dtype. The default float16 vs a float32 trainer is a CPU demo pairing that shows real mismatch; pass your serving dtype."),
+    trainer_dtype: str = typer.Option("float32", "--trainer-dtype", help="Trainer forward-pass dtype."),
+    temperature: float = typer.Option(1.0, "--temperature", "-T", min=0.0),
+    top_p: float = typer.Option(1.0, "--top-p", min=0.0, max=1.0),
+    top_k: int = typer.Option(-1, "--top-k", help="-1: no top-k truncation."),
+    n: int = typer.Option(4, "-n", min=1, help="Samples per prompt (a GRPO group)."),
+    max_tokens: int = typer.Option(0, "--max-tokens", min=0, help="Tokens per completion. 0: up to 256, within the context length."),
+    top_k_logprobs: int = typer.Option(5, "--top-k-logprobs", min=0, help="The sampler's top-k logprobs recorded per position."),
+    seed: int = typer.Option(0, "--seed"),
+    logprobs_mode: str = typer.Option("processed_logprobs", "--logprobs-mode", help="processed_logprobs (after T/top-p/top-k; trainer divides by T) or raw_logprobs (compared at T = 1)."),
+    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "--tp", min=1, help="Passed to vLLM unchanged."),
+    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs"),
+    enforce_eager: bool = typer.Option(True, "--enforce-eager/--no-enforce-eager", help="vLLM eager mode (no CUDA graphs / compile)."),
+    gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization"),
+    max_model_len: Optional[int] = typer.Option(None, "--max-model-len"),
+    fp32_lm_head: bool = typer.Option(False, "--fp32-lm-head", help="fp32 lm_head on BOTH sides (one side only makes mismatch worse)."),
+    sampler_fp32_lm_head: bool = typer.Option(False, "--sampler-fp32-lm-head", help="vLLM hf_overrides head_dtype=float32."),
+    trainer_fp32_lm_head: bool = typer.Option(False, "--trainer-fp32-lm-head"),
+    engine_arg: Optional[List[str]] = typer.Option(None, "--engine-arg", metavar="KEY=VALUE", help="Any other vllm.LLM argument, passed unchanged (VALUE may be JSON). Repeatable."),
+    attn_implementation: Optional[str] = typer.Option(None, "--attn-implementation", help="Trainer attention: eager, sdpa, flash_attention_2, ..."),
+    device_map: Optional[str] = typer.Option(None, "--device-map", help="auto: shard a model larger than one GPU."),
+    trainer_device: Optional[str] = typer.Option(None, "--trainer-device"),
+    trainer_batch_tokens: int = typer.Option(8192, "--trainer-batch-tokens", min=1, help="Token budget of one scoring batch."),
+    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run the checkpoint's own Python code (off unless asked)."),
+    allow_pickle: bool = typer.Option(False, "--allow-pickle", help="Load .bin/.pt (pickle) weights; refused by default."),
+    sampler_tokenizer: Optional[Path] = typer.Option(None, "--sampler-tokenizer", help="A separate tokenizer the sampler uses; checked against the checkpoint's."),
+    reward_fn: Optional[str] = typer.Option(None, "--reward-fn", metavar="MODULE:FUNCTION", help="fn(prompt=, completion=, answer=) -> float. Default: exact match with the prompt's answer."),
+    round_prompts: int = typer.Option(0, "--round-prompts", min=0, help="Prompts per sampling round (0: all in one batch)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue a run directory that was interrupted."),
+    rule: Optional[List[str]] = RuleOpt,
+    format: OutputFormat = FormatOpt,
+) -> None:
+    """Sample with a real engine, teacher-force with a real trainer, record per-token logprob pairs, and print the report."""
+    from ..probe.run import ProbeOptions, run_probe
+    from ..probe.types import SamplerConfig, SamplingConfig, TrainerConfig
+
+    if logprobs_mode not in ("processed_logprobs", "raw_logprobs"):
+        raise UsageError(f"--logprobs-mode {logprobs_mode!r}", hint="use processed_logprobs or raw_logprobs")
+    if sampler == "vllm-server" and not url:
+        raise UsageError("--sampler vllm-server needs --url http://HOST:PORT")
+    if checkpoint is None:
+        checkpoint = REPO_SAMPLE / "tiny-qwen3"
+        if not checkpoint.is_dir():
+            raise UsageError("no CHECKPOINT given and no bundled sample model found", hint="pass a checkpoint folder")
+        info("no CHECKPOINT given: probing the bundled sample model (tiny Qwen3 trained on addition)")
+    if prompts is None:
+        prompts = REPO_SAMPLE / "prompts.jsonl"
+    out = out or Path("runs") / time.strftime("probe-%Y%m%d-%H%M%S")
+    _cpu_engine_env()
+    opts = ProbeOptions(
+        checkpoint=checkpoint, prompts=prompts, out=out,
+        sampling=SamplingConfig(temperature=temperature, top_p=top_p, top_k=top_k, n=n, max_tokens=max_tokens,
+                                top_k_logprobs=top_k_logprobs, seed=seed, logprobs_mode=logprobs_mode),  # type: ignore[arg-type]
+        sampler=SamplerConfig(kind=sampler, dtype=sampler_dtype, tensor_parallel_size=tensor_parallel_size,  # type: ignore[arg-type]
+                              max_num_seqs=max_num_seqs, enforce_eager=enforce_eager, gpu_memory_utilization=gpu_memory_utilization,
+                              max_model_len=max_model_len, fp32_lm_head=fp32_lm_head or sampler_fp32_lm_head,
+                              engine_args=_engine_args(engine_arg), url=url, api_key_env=api_key_env),
+        trainer=TrainerConfig(dtype=trainer_dtype, attn_implementation=attn_implementation,
+                              fp32_lm_head=fp32_lm_head or trainer_fp32_lm_head, device_map=device_map, device=trainer_device,
+                              batch_tokens=trainer_batch_tokens, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle),
+        reward_fn=reward_fn, resume=resume, round_prompts=round_prompts, sampler_tokenizer=sampler_tokenizer,
+    )
+    with _Bars(enabled=True) as bars:
+        run_dir = run_probe(opts, bars)
+    _summarise(run_dir, rule, format)
+
+
+def rescore(
+    run: Path = typer.Argument(..., help="A probe run directory.", show_default=False),
+    out: Path = typer.Option(..., "--out", "-o", help="New run directory for the rescored pairs."),
+    trainer_dtype: str = typer.Option("float32", "--trainer-dtype"),
+    attn_implementation: Optional[str] = typer.Option(None, "--attn-implementation"),
+    trainer_fp32_lm_head: bool = typer.Option(False, "--trainer-fp32-lm-head", "--fp32-lm-head"),
+    device_map: Optional[str] = typer.Option(None, "--device-map"),
+    trainer_device: Optional[str] = typer.Option(None, "--trainer-device"),
+    trainer_batch_tokens: int = typer.Option(8192, "--trainer-batch-tokens", min=1),
+    trust_remote_code: bool = typer.Option(False, "--trust-remote-code"),
+    allow_pickle: bool = typer.Option(False, "--allow-pickle"),
+    resume: bool = typer.Option(False, "--resume"),
+    rule: Optional[List[str]] = RuleOpt,
+    format: OutputFormat = FormatOpt,
+) -> None:
+    """Re-score a run's recorded samples with other trainer settings, without sampling again."""
+    from ..probe.run import rescore as do_rescore
+    from ..probe.types import TrainerConfig
+
+    cfg = TrainerConfig(dtype=trainer_dtype, attn_implementation=attn_implementation, fp32_lm_head=trainer_fp32_lm_head,
+                        device_map=device_map, device=trainer_device, batch_tokens=trainer_batch_tokens,
+                        trust_remote_code=trust_remote_code, allow_pickle=allow_pickle)
+    with _Bars(enabled=True) as bars:
+        run_dir = do_rescore(run, out, cfg, resume=resume, progress=bars)
+    _summarise(run_dir, rule, format)

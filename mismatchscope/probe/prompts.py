@@ -1,0 +1,58 @@
+"""The prompts file: JSON Lines, one object per prompt.
+
+``{"prompt": "123+456=", "answer": "579"}`` -- ``prompt`` is required,
+``answer`` optional (it turns on the 0/1 reward), ``id`` optional (any JSON
+scalar, kept as text). Prompts are tokenized by the trainer's tokenizer and
+sent to the sampler as token ids, so both sides see exactly the same ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import PromptError
+
+
+@dataclass(frozen=True)
+class Prompt:
+    prompt_id: int
+    text: str
+    answer: str | None = None
+    source_id: str | None = None
+
+
+def load_prompts(path: Path) -> list[Prompt]:
+    if not path.is_file():
+        raise PromptError(f"{path}: prompts file not found", hint="pass --prompts FILE.jsonl with one {\"prompt\": ...} per line")
+    prompts: list[Prompt] = []
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise PromptError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+            if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str):
+                raise PromptError(f"{path}:{lineno}: each line needs a string field \"prompt\"")
+            answer = obj.get("answer")
+            prompts.append(Prompt(
+                prompt_id=len(prompts),
+                text=obj["prompt"],
+                answer=None if answer is None else str(answer),
+                source_id=None if obj.get("id") is None else str(obj["id"]),
+            ))
+    if not prompts:
+        raise PromptError(f"{path}: the prompts file is empty")
+    return prompts
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

@@ -1,0 +1,134 @@
+"""The run directory: what a probe leaves on disk, written as work completes.
+
+    DIR/manifest.json        configuration, versions, devices, timings; "status"
+                             becomes "complete" only after the last flush
+    DIR/prompts.parquet      prompt_id, prompt_token_ids, text, answer
+    DIR/samples/round-*.parquet   the sampler's raw completions (for resume and rescore)
+    DIR/tokens/part-*.parquet     token pairs in the analysis format
+
+Every file is written to a temporary name and renamed, so a killed probe
+leaves only whole files behind, and ``--resume`` can trust what it finds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import UsageError
+from .types import Completion
+
+MANIFEST = "manifest.json"
+
+_SAMPLE_SCHEMA = pa.schema([
+    ("prompt_index", pa.int64()),
+    ("sample_index", pa.int32()),
+    ("token_ids", pa.list_(pa.int64())),
+    ("sampler_logprobs", pa.list_(pa.float64())),
+    ("topk_ids", pa.list_(pa.list_(pa.int64()))),
+    ("topk_logprobs", pa.list_(pa.list_(pa.float64()))),
+    ("finish_reason", pa.string()),
+])
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+class RunDir:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.tokens = self.path / "tokens"
+        self.samples = self.path / "samples"
+        self.prompts = self.path / "prompts.parquet"
+        self.manifest_path = self.path / MANIFEST
+
+    # ---- lifecycle -------------------------------------------------------
+
+    def exists(self) -> bool:
+        return self.manifest_path.is_file()
+
+    def open(self, fingerprint: dict[str, Any], resume: bool) -> dict[str, Any]:
+        """Create the directory, or check a resumed one was made by the same configuration."""
+        if self.exists():
+            if not resume:
+                raise UsageError(f"{self.path} already holds a probe run",
+                                 hint="pass --resume to continue it, or choose another --out")
+            manifest = self.read_manifest()
+            old = manifest.get("fingerprint", {})
+            diff = sorted(k for k in set(old) | set(fingerprint) if old.get(k) != fingerprint.get(k))
+            if diff:
+                raise UsageError(f"cannot resume {self.path}: its configuration differs in {', '.join(diff)}",
+                                 hint="resume with the same options, or start a new --out")
+            return manifest
+        if self.path.exists() and any(self.path.iterdir()):
+            raise UsageError(f"{self.path} exists and is not a probe run directory", hint="choose an empty or new --out")
+        self.tokens.mkdir(parents=True, exist_ok=True)
+        self.samples.mkdir(parents=True, exist_ok=True)
+        return {"fingerprint": fingerprint, "status": "running"}
+
+    def read_manifest(self) -> dict[str, Any]:
+        return json.loads(self.manifest_path.read_text())
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        _atomic_write_bytes(self.manifest_path, (json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n").encode())
+
+    # ---- prompts ---------------------------------------------------------
+
+    def write_prompts(self, prompt_ids: list[int], token_ids: list[list[int]], texts: list[str], answers: list[str | None]) -> None:
+        table = pa.table({
+            "prompt_id": pa.array(prompt_ids, pa.int64()),
+            "prompt_token_ids": pa.array(token_ids, pa.list_(pa.int64())),
+            "text": pa.array(texts, pa.string()),
+            "answer": pa.array(answers, pa.string()),
+        })
+        tmp = self.prompts.with_name(".prompts.parquet.tmp")
+        pq.write_table(table, tmp)
+        os.replace(tmp, self.prompts)
+
+    def read_prompts(self) -> pa.Table:
+        return pq.read_table(self.prompts)
+
+    # ---- samples ---------------------------------------------------------
+
+    def samples_path(self, round_index: int) -> Path:
+        return self.samples / f"round-{round_index:05d}.parquet"
+
+    def write_samples(self, round_index: int, completions: list[Completion]) -> None:
+        table = pa.Table.from_pylist([{
+            "prompt_index": c.prompt_index, "sample_index": c.sample_index, "token_ids": c.token_ids,
+            "sampler_logprobs": c.sampler_logprobs, "topk_ids": c.topk_ids, "topk_logprobs": c.topk_logprobs,
+            "finish_reason": c.finish_reason,
+        } for c in completions], schema=_SAMPLE_SCHEMA)
+        path = self.samples_path(round_index)
+        tmp = path.with_name(f".{path.name}.tmp")
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+
+    def read_samples(self, round_index: int | None = None) -> list[Completion]:
+        paths = [self.samples_path(round_index)] if round_index is not None else sorted(self.samples.glob("round-*.parquet"))
+        out = []
+        for p in paths:
+            for row in pq.read_table(p).to_pylist():
+                out.append(Completion(**row))
+        return out
+
+    # ---- tokens ----------------------------------------------------------
+
+    def token_shard(self, round_index: int, batch_index: int) -> Path:
+        return self.tokens / f"part-{round_index:05d}-{batch_index:05d}.parquet"
+
+    def scored_sequences(self) -> set[int]:
+        """Sequence ids already written: a resumed probe scores only the rest."""
+        done: set[int] = set()
+        for p in sorted(self.tokens.glob("part-*.parquet")):
+            done.update(pq.read_table(p, columns=["sequence_id"]).column(0).unique().to_pylist())
+        return done

@@ -1,0 +1,328 @@
+"""Orchestration of ``probe`` and ``rescore``: sample, teacher-force, record.
+
+Order of work, chosen so a killed probe loses nothing it finished:
+
+1. check the checkpoint, tokenizer and prompts (cheap, before any engine starts);
+2. per sampling round (all prompts by default: one ``generate`` batch, as a
+   serving engine would see them), sample and persist the raw completions;
+3. score completions with the trainer shard by shard, writing each token shard
+   as soon as it is scored;
+4. mark the manifest complete.
+
+``--resume`` skips rounds already sampled and sequences already scored.
+Sequence ids are ``prompt_id * n + sample_index``, so a resumed run can
+neither duplicate nor lose a sequence.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from .. import __version__
+from ..errors import UsageError
+from ..schema import write_table
+from .prompts import Prompt, file_sha256, load_prompts
+from .recorder import RunDir
+from .rewards import group_advantages, load_reward_fn
+from .types import Completion, SamplerConfig, SamplingConfig, ScoreRequest, Scored, TrainerConfig
+
+AUTO_MAX_TOKENS = 256
+SHARD_TOKENS = 200_000
+"""completion tokens per trainer call and token shard: the unit of progress a resume keeps."""
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    checkpoint: Path
+    prompts: Path
+    out: Path
+    sampling: SamplingConfig
+    sampler: SamplerConfig
+    trainer: TrainerConfig
+    reward_fn: str | None = None
+    resume: bool = False
+    round_prompts: int = 0
+    """prompts per sampling round; 0 submits all prompts as one batch."""
+    sampler_tokenizer: Path | None = None
+    """a separate tokenizer the sampler side uses, checked against the trainer's."""
+
+
+class Progress:
+    """Callbacks the CLI wires to progress bars (no-ops by default)."""
+
+    def stage(self, name: str, total: int) -> None: ...
+
+    def advance(self, name: str, amount: int) -> None: ...
+
+    def note(self, message: str) -> None: ...
+
+
+def semantics(sampling: SamplingConfig) -> dict[str, Any]:
+    """What the two logprob columns mean for this run, recorded in every shard."""
+    truncates = sampling.top_p < 1.0 or sampling.top_k > 0
+    if sampling.logprobs_mode == "processed_logprobs":
+        return {
+            "sampler_logprob": "after temperature, top-k and top-p (renormalised over the kept set)",
+            "trainer_logprob": f"logits / T (T={sampling.temperature:g})" + (", renormalised over the kept set" if truncates else ""),
+            "sampler_kept_logmass": "log of the trainer's full-vocabulary mass on the kept set" if truncates else None,
+        }
+    return {"sampler_logprob": "raw logits, before temperature and truncation (T = 1, full vocabulary)",
+            "trainer_logprob": "raw logits (T = 1, full vocabulary)", "sampler_kept_logmass": None}
+
+
+def _fingerprint(opts: ProbeOptions, ckpt_sha: str, prompts_sha: str) -> dict[str, Any]:
+    s = opts.sampler
+    return {
+        "checkpoint_sha256": ckpt_sha, "prompts_sha256": prompts_sha, "sampling": opts.sampling.to_dict(),
+        "sampler": {"kind": s.kind, "dtype": s.dtype, "fp32_lm_head": s.fp32_lm_head, "engine_args": s.engine_args,
+                    "tensor_parallel_size": s.tensor_parallel_size, "url": s.url},
+        "trainer": opts.trainer.to_dict(), "round_prompts": opts.round_prompts, "reward_fn": opts.reward_fn,
+    }
+
+
+def run_probe(opts: ProbeOptions, progress: Progress | None = None) -> Path:
+    from .checkpoint import check_tokenizer, inspect_checkpoint, load_tokenizer, tokenize_prompts
+
+    progress = progress or Progress()
+    if opts.sampling.n < 1 or opts.sampling.max_tokens < 0:
+        raise UsageError("-n must be at least 1 and --max-tokens at least 0 (0: automatic)")
+    prompts = load_prompts(opts.prompts)
+    info = inspect_checkpoint(opts.checkpoint, allow_pickle=opts.trainer.allow_pickle, trust_remote_code=opts.trainer.trust_remote_code)
+    tokenizer = load_tokenizer(info.path, trust_remote_code=opts.trainer.trust_remote_code)
+    other = load_tokenizer(opts.sampler_tokenizer, trust_remote_code=opts.trainer.trust_remote_code) if opts.sampler_tokenizer else None
+    check_tokenizer(tokenizer, info, [p.text for p in prompts], other=other)
+    max_len = opts.sampler.max_model_len or info.max_model_len
+    if opts.sampling.max_tokens == 0:  # auto: as long as the context allows, up to AUTO_MAX_TOKENS
+        prompt_ids = tokenize_prompts(tokenizer, [p.text for p in prompts], max_model_len=max_len, max_tokens=1)
+        room = max_len - max(len(p) for p in prompt_ids)
+        opts = replace(opts, sampling=replace(opts.sampling, max_tokens=min(AUTO_MAX_TOKENS, room)))
+    prompt_ids = tokenize_prompts(tokenizer, [p.text for p in prompts], max_model_len=max_len, max_tokens=opts.sampling.max_tokens)
+    reward_fn = load_reward_fn(opts.reward_fn)
+
+    run = RunDir(opts.out)
+    prompts_sha = file_sha256(opts.prompts)
+    manifest = run.open(_fingerprint(opts, info.sha256, prompts_sha), opts.resume)
+    config = {
+        "mismatchscope_version": __version__,
+        "checkpoint": {"path": str(info.path), "sha256": info.sha256, "model_type": info.model_type,
+                       "vocab_size": info.vocab_size, "max_model_len": info.max_model_len, "is_moe": info.is_moe},
+        "prompts": {"path": str(opts.prompts), "sha256": prompts_sha, "count": len(prompts)},
+        "sampling": opts.sampling.to_dict(),
+        "semantics": semantics(opts.sampling),
+        "sampler": {**opts.sampler.to_dict(), "kind": opts.sampler.kind},
+        "trainer": opts.trainer.to_dict(),
+        "reward_fn": opts.reward_fn or "exact_match(answer)",
+        "round_prompts": opts.round_prompts,
+    }
+    manifest.update({"config": config, "status": "running", "command": sys.argv[1:] if sys.argv else None})
+    manifest.setdefault("timings", {})
+    run.write_manifest(manifest)
+    if not run.prompts.exists():
+        run.write_prompts([p.prompt_id for p in prompts], prompt_ids, [p.text for p in prompts], [p.answer for p in prompts])
+
+    n = opts.sampling.n
+    round_size = opts.round_prompts or len(prompts)
+    rounds = [list(range(i, min(i + round_size, len(prompts)))) for i in range(0, len(prompts), round_size)]
+    done = run.scored_sequences() if opts.resume else set()
+    todo_rounds = [r for r in range(len(rounds)) if any(p * n + k not in done for p in rounds[r] for k in range(n))]
+    if opts.resume:
+        progress.note(f"resuming: {len(done)} sequences already scored, {len(todo_rounds)} round(s) left")
+
+    sampler = trainer = None
+    t_sample = t_score = 0.0
+    try:
+        for r in todo_rounds:
+            if run.samples_path(r).exists():
+                completions = run.read_samples(r)
+            else:
+                if sampler is None:
+                    from .samplers import make_sampler
+
+                    progress.note(f"starting sampler {opts.sampler.kind} ({opts.sampler.dtype})")
+                    sampler = make_sampler(opts.sampler, info, sampling=opts.sampling)
+                progress.stage("sampling", len(rounds[r]) * n)
+                t0 = time.perf_counter()
+                local = sampler.sample([prompt_ids[p] for p in rounds[r]], opts.sampling,
+                                       on_progress=lambda k: progress.advance("sampling", k))
+                t_sample += time.perf_counter() - t0
+                completions = [replace(c, prompt_index=rounds[r][c.prompt_index]) for c in local]
+                _check_completions(completions, rounds[r], n)
+                run.write_samples(r, completions)
+            if trainer is None:
+                from .trainer import HFTrainer
+
+                progress.note(f"loading trainer ({opts.trainer.dtype})")
+                trainer = HFTrainer(info, opts.trainer)
+            t_score += _score_round(run, r, completions, prompts, prompt_ids, tokenizer, reward_fn, trainer, opts.sampling,
+                                    done, config, progress)
+        manifest["sampler_info"] = sampler.describe() if sampler else manifest.get("sampler_info")
+        manifest["trainer_info"] = trainer.describe() if trainer else manifest.get("trainer_info")
+    finally:
+        if sampler is not None:
+            sampler.close()
+    _finish(run, manifest, t_sample, t_score)
+    return run.path
+
+
+def _check_completions(completions: list[Completion], prompt_indices: list[int], n: int) -> None:
+    got = sorted((c.prompt_index, c.sample_index) for c in completions)
+    want = sorted((p, k) for p in prompt_indices for k in range(n))
+    if got != want:
+        raise UsageError(f"the sampler returned {len(got)} completions for {len(want)} requested (prompts x n)")
+    for c in completions:
+        if not (len(c.token_ids) == len(c.sampler_logprobs) == len(c.topk_ids) == len(c.topk_logprobs)):
+            raise UsageError(f"the sampler returned misaligned lists for prompt {c.prompt_index} sample {c.sample_index}")
+
+
+def _rewards(completions: list[Completion], prompts: list[Prompt], tokenizer, reward_fn, n: int) -> dict[tuple[int, int], tuple[float, float]]:
+    """(prompt, sample) -> (reward, advantage), advantages normalised within each prompt's group."""
+    by_prompt: dict[int, list[Completion]] = {}
+    for c in completions:
+        by_prompt.setdefault(c.prompt_index, []).append(c)
+    out = {}
+    for p, group in by_prompt.items():
+        group.sort(key=lambda c: c.sample_index)
+        rewards = np.array([float(reward_fn(prompt=prompts[p].text,
+                                            completion=tokenizer.decode(c.token_ids, skip_special_tokens=True),
+                                            answer=prompts[p].answer)) for c in group])
+        adv = group_advantages(rewards)
+        for c, rw, a in zip(group, rewards, adv):
+            out[(p, c.sample_index)] = (float(rw), float(a))
+    return out
+
+
+def _score_round(run: RunDir, r: int, completions, prompts, prompt_ids, tokenizer, reward_fn, trainer, sampling: SamplingConfig,
+                 done: set[int], config: dict, progress: Progress) -> float:
+    n = sampling.n
+    has_answers = any(p.answer is not None for p in prompts) or config["reward_fn"] != "exact_match(answer)"
+    rewards = _rewards(completions, prompts, tokenizer, reward_fn, n) if has_answers else {}
+    todo = [c for c in sorted(completions, key=lambda c: (c.prompt_index, c.sample_index)) if c.prompt_index * n + c.sample_index not in done]
+    shards: list[list[Completion]] = []
+    size = SHARD_TOKENS + 1
+    for c in todo:
+        if size + len(c.token_ids) > SHARD_TOKENS and (not shards or shards[-1]):
+            shards.append([])
+            size = 0
+        shards[-1].append(c)
+        size += len(c.token_ids)
+    progress.stage("scoring", sum(len(c.token_ids) for c in todo))
+    existing = len(list(run.tokens.glob(f"part-{r:05d}-*.parquet")))
+    elapsed = 0.0
+    for b, shard in enumerate(shards):
+        reqs = [ScoreRequest(prompt_ids[c.prompt_index], c.token_ids, c.topk_ids) for c in shard]
+        t0 = time.perf_counter()
+        scored = trainer.score(reqs, sampling)
+        elapsed += time.perf_counter() - t0
+        write_table(run.token_shard(r, existing + b), token_columns(shard, scored, rewards, n), config)
+        progress.advance("scoring", sum(len(c.token_ids) for c in shard))
+    return elapsed
+
+
+def token_columns(completions: list[Completion], scored: list[Scored], rewards: dict, n: int) -> dict[str, list]:
+    """Flatten completions and their scores into analysis-format columns (strictly aligned)."""
+    if len(completions) != len(scored):
+        raise ValueError(f"{len(completions)} completions but {len(scored)} scores")
+    cols: dict[str, list] = {k: [] for k in (
+        "sequence_id", "position", "token_id", "sampler_logprob", "trainer_logprob", "prompt_id", "sample_index",
+        "sampler_topk_ids", "sampler_topk_logprobs", "trainer_logprobs_at_sampler_topk", "trainer_topk_ids",
+        "trainer_topk_logprobs", "trainer_entropy")}
+    with_rewards = bool(rewards)
+    with_kept = any(s.kept_logmass is not None for s in scored)
+    if with_rewards:
+        cols["advantage"], cols["reward"] = [], []
+    if with_kept:
+        cols["sampler_kept_logmass"] = []
+    for c, s in zip(completions, scored):
+        L = len(c.token_ids)
+        lengths = {len(c.sampler_logprobs), len(s.trainer_logprobs), len(s.logprobs_at_sampler_topk), len(s.topk_ids),
+                   len(s.topk_logprobs), len(s.entropy), len(c.topk_ids)}
+        if lengths != {L}:
+            raise ValueError(f"misaligned lengths for prompt {c.prompt_index} sample {c.sample_index}: {sorted(lengths)} vs {L}")
+        cols["sequence_id"] += [c.prompt_index * n + c.sample_index] * L
+        cols["position"] += range(L)
+        cols["token_id"] += c.token_ids
+        cols["sampler_logprob"] += c.sampler_logprobs
+        cols["trainer_logprob"] += s.trainer_logprobs
+        cols["prompt_id"] += [c.prompt_index] * L
+        cols["sample_index"] += [c.sample_index] * L
+        cols["sampler_topk_ids"] += c.topk_ids
+        cols["sampler_topk_logprobs"] += c.topk_logprobs
+        cols["trainer_logprobs_at_sampler_topk"] += s.logprobs_at_sampler_topk
+        cols["trainer_topk_ids"] += s.topk_ids
+        cols["trainer_topk_logprobs"] += s.topk_logprobs
+        cols["trainer_entropy"] += s.entropy
+        if with_rewards:
+            rw, a = rewards[(c.prompt_index, c.sample_index)]
+            cols["reward"] += [rw] * L
+            cols["advantage"] += [a] * L
+        if with_kept:
+            cols["sampler_kept_logmass"] += s.kept_logmass if s.kept_logmass is not None else [0.0] * L
+    return cols
+
+
+def _finish(run: RunDir, manifest: dict, t_sample: float, t_score: float) -> None:
+    import pyarrow.parquet as pq
+
+    tokens = sum(pq.ParquetFile(p).metadata.num_rows for p in run.tokens.glob("part-*.parquet"))
+    timings = manifest.setdefault("timings", {})
+    timings["sampling_seconds"] = timings.get("sampling_seconds", 0.0) + t_sample
+    timings["scoring_seconds"] = timings.get("scoring_seconds", 0.0) + t_score
+    timings["tokens"] = tokens
+    if timings["scoring_seconds"] > 0:
+        timings["scoring_tokens_per_second"] = tokens / timings["scoring_seconds"]
+    if timings["sampling_seconds"] > 0:
+        timings["sampling_tokens_per_second"] = tokens / timings["sampling_seconds"]
+    manifest["host"] = {"python": platform.python_version(), "platform": platform.platform()}
+    manifest["status"] = "complete"
+    run.write_manifest(manifest)
+
+
+def rescore(run_path: Path, out: Path, trainer_cfg: TrainerConfig, resume: bool = False, progress: Progress | None = None) -> Path:
+    """Score a recorded run's samples again with other trainer settings; the sampler is not touched."""
+    from .checkpoint import inspect_checkpoint, load_tokenizer
+    from .trainer import HFTrainer
+
+    progress = progress or Progress()
+    src = RunDir(run_path)
+    if not src.exists():
+        raise UsageError(f"{run_path} is not a probe run directory (no {src.manifest_path.name})")
+    old = src.read_manifest()
+    if not list(src.samples.glob("round-*.parquet")):
+        raise UsageError(f"{run_path} has no recorded samples to rescore")
+    cfg = old["config"]
+    sampling = SamplingConfig(**cfg["sampling"])
+    info = inspect_checkpoint(Path(cfg["checkpoint"]["path"]), allow_pickle=trainer_cfg.allow_pickle,
+                              trust_remote_code=trainer_cfg.trust_remote_code)
+    if info.sha256 != cfg["checkpoint"]["sha256"]:
+        raise UsageError(f"the checkpoint at {info.path} changed since {run_path} was recorded (sha256 differs)")
+    tokenizer = load_tokenizer(info.path, trust_remote_code=trainer_cfg.trust_remote_code)
+    prompts_table = src.read_prompts().to_pylist()
+    prompts = [Prompt(r["prompt_id"], r["text"], r["answer"]) for r in prompts_table]
+    prompt_ids = [r["prompt_token_ids"] for r in prompts_table]
+    dst = RunDir(out)
+    fingerprint = {**old.get("fingerprint", {}), "trainer": trainer_cfg.to_dict(), "rescored_from": str(run_path)}
+    manifest = dst.open(fingerprint, resume)
+    config = {**cfg, "trainer": trainer_cfg.to_dict(), "rescored_from": str(run_path)}
+    manifest.update({"config": config, "status": "running", "sampler_info": old.get("sampler_info")})
+    dst.write_manifest(manifest)
+    if not dst.prompts.exists():
+        dst.write_prompts([p.prompt_id for p in prompts], prompt_ids, [p.text for p in prompts], [p.answer for p in prompts])
+    reward_fn = load_reward_fn(None if cfg.get("reward_fn") in (None, "exact_match(answer)") else cfg["reward_fn"])
+    done = dst.scored_sequences() if resume else set()
+    trainer = HFTrainer(info, trainer_cfg)
+    t_score = 0.0
+    for p in sorted(src.samples.glob("round-*.parquet")):
+        r = int(p.stem.split("-")[1])
+        completions = src.read_samples(r)
+        dst.write_samples(r, completions) if not dst.samples_path(r).exists() else None
+        t_score += _score_round(dst, r, completions, prompts, prompt_ids, tokenizer, reward_fn, trainer, sampling, done, config, progress)
+    manifest["trainer_info"] = trainer.describe()
+    _finish(dst, manifest, 0.0, t_score)
+    return dst.path
