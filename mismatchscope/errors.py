@@ -87,3 +87,19 @@ class NoTrainerLogprobsError(ImportFormatError):
 
 class UntrustedPickleError(InputError):
     """A file can only be read by full unpickling, which runs code from the file."""
+
+
+class SamplerError(MismatchscopeError, RuntimeError):
+    """The sampler under test answered, but not with what the probe asked for."""
+
+
+class SamplerConnectionError(SamplerError, ConnectionError):
+    """A sampler server (``--sampler vllm-server``) cannot be reached at its URL."""
+
+
+class GateConfigError(UsageError):
+    """A gate configuration that cannot be used: malformed TOML, an unknown metric or key, a bad limit."""
+
+
+class IncomparableRunsError(InputError):
+    """Baseline and candidate differ in something other than the serving stack (checkpoint, prompts, sampling)."""

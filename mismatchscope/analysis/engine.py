@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..divergence import token_terms
+from ..divergence import TokenTerms, token_terms
 from ..errors import InputError
 from ..reader import Hygiene, Source, iter_batches, open_source
 from ..rules import RuleInstance, SequenceInputs
@@ -53,11 +53,13 @@ class AnalysisResult:
 
 
 def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None = None,
-            on_batch: Callable[[int], None] | None = None) -> AnalysisResult:
+            on_batch: Callable[[int], None] | None = None,
+            on_terms: Callable[[TokenTerms, dict], None] | None = None) -> AnalysisResult:
+    """``on_terms(terms, batch)``, when given, sees every batch's token terms (the pictures' histograms)."""
     source = open_source(path, mapping)
     has_adv = source.has("advantage")
     has_topk = all(source.has(c) for c in TOPK_COLUMNS)
-    columns = []
+    columns = ["advantage"] if has_adv else []  # the per-sequence aggregator always sums it
     if request.masks:
         columns += ["advantage"]
         if request.examples:
@@ -89,6 +91,8 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
         pos = batch["position"]
         if pos.size and pos.min() < 0:
             raise InputError(f"negative position {int(pos.min())} in {source.files[0] if len(source.files) == 1 else 'the input'}")
+        if on_terms:
+            on_terms(t, batch)
         adv = batch.get("advantage")
         if adv is not None and not np.isfinite(adv).all():
             raise InputError(f"the advantage column has {int((~np.isfinite(adv)).sum())} missing or non-finite value(s)",
@@ -281,7 +285,7 @@ def interpret(metrics: dict, run: dict | None) -> list[dict[str, Any]]:
         out.append({"metric": "ratio outside [0.5, 2]", "value": frac,
                     "reading": f"{frac:.2%} of tokens would be rejected by a [0.5, 2] token mask",
                     "source": "SkyRL/TRL token_mask defaults"})
-    if run and (run.get("source") or {}).get("semantics", {}).get("policy_lag"):
+    if run and ((run.get("source") or {}).get("semantics") or {}).get("policy_lag") is True:
         out.append({"metric": "trainer_logprob", "value": None,
                     "reading": "trainer logprobs were taken at update time by an asynchronous trainer: the gap mixes policy lag with numerical mismatch",
                     "source": "file metadata"})

@@ -10,7 +10,7 @@ import sys
 import typer
 
 from .. import __version__
-from . import analyse, probe
+from . import analyse, gate, probe, timeline, importer
 
 app = typer.Typer(
     name="mismatchscope",
@@ -24,6 +24,9 @@ app.command("compare-masks")(analyse.compare_masks)
 app.command("report")(analyse.report)
 app.command("probe")(probe.probe)
 app.command("rescore")(probe.rescore)
+app.command("timeline")(timeline.timeline)
+app.command("gate")(gate.gate)
+app.command("import")(importer.import_)
 
 
 def _version(value: bool) -> None:

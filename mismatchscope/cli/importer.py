@@ -1,0 +1,57 @@
+"""``import``: a training framework's own dumps into the token-pair format."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from ..errors import UsageError
+from ._options import FormatOpt
+from ._output import OutputFormat, emit_json, info, stdout_console, warn
+
+FORMATS = ("nemo-rl", "prime-rl", "slime", "jsonl", "parquet")
+
+
+def _mapping(items: list[str] | None) -> dict[str, str]:
+    # Not reader.parse_column_mapping: importers also take non-schema keys such as ``mask``.
+    out = {}
+    for item in items or []:
+        key, eq, src = item.partition("=")
+        if not eq or not key.strip() or not src.strip():
+            raise UsageError(f"cannot parse --column {item!r}", hint="write --column CANONICAL=NAME_IN_FILE, e.g. mask=response_mask")
+        out[key.strip()] = src.strip()
+    return out
+
+
+def import_(
+    fmt: str = typer.Argument(..., metavar="FORMAT", help=f"One of: {', '.join(FORMATS)}.", show_default=False),
+    src: Path = typer.Argument(..., help="The framework's dump folder or file (see docs/import.md).", show_default=False),
+    out: Path = typer.Option(..., "--out", "-o", help="Output directory (token shards under OUT/tokens, OUT/manifest.json)."),
+    column: Optional[List[str]] = typer.Option(None, "--column", "-c", metavar="CANONICAL=NAME",
+                                               help="Generic formats: map your list columns, e.g. sampler_logprob=rollout_log_probs, mask=response_mask. Repeatable."),
+    skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip and count malformed records instead of stopping."),
+    trust_pickle: bool = typer.Option(False, "--trust-pickle", help="slime: allow full unpickling of rollout dumps (runs code from the file)."),
+    format: OutputFormat = FormatOpt,
+) -> None:
+    """Convert what an RL run already logged (NeMo-RL, prime-rl, slime, or your own JSONL/Parquet) into token pairs."""
+    from ..importers import describe, import_run
+
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown import format {fmt!r}", hint=f"use one of {', '.join(FORMATS)}")
+    if not src.exists():
+        raise UsageError(f"{src}: no such file or directory", hint=describe(fmt))
+    result = import_run(fmt, src, out, columns=_mapping(column), skip_bad=skip_bad, trust_pickle=trust_pickle,
+                        progress=lambda done, total, path: info(f"[{done}/{total}] {path}"))
+    for w in result.warnings:
+        warn(w)
+    data = {"out": str(out), **result.to_dict()}
+    if format is OutputFormat.json:
+        emit_json(data)
+        return
+    console = stdout_console()
+    console.print(f"imported {result.tokens_written:,} tokens in {result.sequences:,} sequences from {result.files_read} file(s) "
+                  f"into {out}; {result.tokens_dropped_by_mask:,} non-generated tokens dropped by the mask"
+                  + (f"; {result.bad_records_skipped} bad record(s) skipped" if result.bad_records_skipped else ""), highlight=False)
+    console.print(f"next: mismatchscope report {out}   (or timeline / compare-masks)", highlight=False)

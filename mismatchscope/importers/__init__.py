@@ -1,0 +1,162 @@
+"""``mismatchscope import FORMAT SRC --out DIR``: a training framework's own dumps, converted.
+
+Many RL frameworks already write per-token sampler and trainer logprobs to
+disk. Each importer reads one framework's layout (module docstrings say which
+source file defines it), keeps only generated tokens, and streams them into
+the project's token-pair format: ``OUT/tokens/part-XXXXX.parquet`` shards
+(every ~1M tokens) plus ``OUT/manifest.json``, written last.
+
+Adding a format is one module with an importer class and one entry in
+:data:`IMPORTERS`.
+
+Output conventions, the same for every format:
+
+* ``sequence_id`` is unique across the whole output, numbered from 0 in
+  reading order (the generic formats keep a user's own ids); the manifest
+  gives each source file's first id, and step, rank and prompt/group ids stay
+  as columns where the source has them.
+* ``position`` is the 0-based index among the sequence's kept tokens.
+* the Parquet metadata and the manifest carry ``source``:
+  ``{"format", "files", "semantics"}``, where ``semantics`` records what the
+  framework's numbers mean (which logprob is which, alignment, temperature,
+  policy lag). A report should show ``semantics["policy_lag"]`` when it is
+  ``True`` (prime-rl): the gap then mixes policy lag with numerical mismatch.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from .. import __version__
+from ..errors import InputError, UsageError
+from ._base import ImportContext, Importer, ImportResult, Progress, SourceFile
+from .generic import GenericJsonlImporter, GenericParquetImporter
+from .nemo_rl import NemoRLImporter
+from .prime_rl import PrimeRLImporter
+from .slime import SlimeImporter
+
+__all__ = ["IMPORTERS", "ImportResult", "import_run", "describe"]
+
+IMPORTERS: dict[str, Callable[..., Importer]] = {
+    "nemo-rl": NemoRLImporter,
+    "prime-rl": PrimeRLImporter,
+    "slime": SlimeImporter,
+    "jsonl": GenericJsonlImporter,
+    "parquet": GenericParquetImporter,
+}
+"""format name -> importer class (constructed with the ``--column`` mapping)."""
+
+_LAYOUT_HINTS = {
+    "nemo-rl": "point at NeMo-RL's log directory (it holds exp_NNN/train_data_step{N}.jsonl)",
+    "prime-rl": "point at the trainer's output_dir (it holds token_exports/step_{N}/rank_{R}.jsonl) "
+                "of a run with trainer.enable_token_export = true",
+    "slime": "point at the --dump-details folder (it holds train_data/ and rollout_data/)",
+    "jsonl": "point at a .jsonl file or a folder of them",
+    "parquet": "point at a .parquet file or a folder of them",
+}
+
+
+def describe(fmt: str) -> str:
+    """One line on what SRC should be for ``fmt`` (for ``--help`` and error hints)."""
+    return _LAYOUT_HINTS[fmt]
+
+
+def import_run(fmt: str, src: Path, out: Path, *, columns: dict[str, str] | None = None,
+               skip_bad: bool = False, trust_pickle: bool = False,
+               progress: Progress | None = None, workers: int | None = None,
+               flush_tokens: int | None = None) -> ImportResult:
+    """Convert the dumps under ``src`` into token-pair shards under ``out``.
+
+    ``columns`` maps canonical names to the source's (generic formats only).
+    ``skip_bad`` skips and counts malformed records instead of stopping.
+    ``trust_pickle`` allows full unpickling where the safe loader refuses a
+    file (slime). ``progress(files_done, files_total, path)`` is called after
+    each source file. ``workers``: processes parsing JSONL (None: one per
+    core for inputs over 64 MiB on Linux, else none; 0: none). Raises
+    :class:`~mismatchscope.errors.UsageError` or
+    :class:`~mismatchscope.errors.InputError` subclasses with a one-line
+    message; shards already written stay, but no manifest marks them complete.
+    """
+    if fmt not in IMPORTERS:
+        raise UsageError(f"unknown import format {fmt!r}", hint=f"choose one of: {', '.join(IMPORTERS)}")
+    src, out = Path(src), Path(out)
+    if not src.exists():
+        raise InputError(f"{src}: no such file or directory", hint=describe(fmt))
+    importer = IMPORTERS[fmt](columns=columns)
+    files = importer.discover(src)
+    if not files:
+        raise InputError(f"{src}: no {fmt} files found", hint=describe(fmt))
+    # imported here: the writer pulls in pyarrow, the engine multiprocessing
+    from ._jsonl import import_files
+    from ._writer import FLUSH_TOKENS, ShardWriter, check_output_dir, write_manifest
+
+    check_output_dir(out)
+
+    semantics = importer.semantics()
+    base_meta = {"source": {"format": fmt, "semantics": semantics},
+                 "importer": {"mismatchscope_version": __version__}}
+    writer = ShardWriter(out, importer.columns, base_meta, flush_tokens=flush_tokens or FLUSH_TOKENS)
+    result = ImportResult(format=fmt, out=out)
+    ctx = ImportContext(writer, result, skip_bad=skip_bad, trust_pickle=trust_pickle)
+    try:
+        if hasattr(importer, "convert"):
+            import_files(importer, files, ctx, workers=workers, progress=progress)
+        else:
+            for i, f in enumerate(files, 1):
+                importer.read(f, ctx)
+                result.files_read += 1
+                if progress is not None:
+                    progress(i, len(files), f.path)
+        shards = writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+
+    result.steps = len(ctx.steps)
+    result.shards = len(shards)
+    result.warnings = list(importer.warnings) + _count_warnings(result, ctx)
+    if result.tokens_written == 0:
+        raise InputError(f"{src}: no token imported ({result.bad_records_skipped} bad record(s) skipped)",
+                         hint="run without --skip-bad to see the first bad record")
+    write_manifest(out, _manifest(fmt, src, out, files, semantics, shards, writer, result, ctx))
+    return result
+
+
+def _count_warnings(result: ImportResult, ctx: ImportContext) -> list[str]:
+    out = []
+    if result.bad_records_skipped:
+        first = ctx.bad_examples[0]
+        where = first["file"] + (f":{first['line']}" if first["line"] else
+                                 f" (record {first['record']})" if first["record"] is not None else "")
+        out.append(f"skipped {result.bad_records_skipped} bad record(s); first: {where}: {first['reason']} "
+                   "(all listed in manifest.json)")
+    if ctx.notes.get("nonfinite_logprobs"):
+        out.append(f"{ctx.notes['nonfinite_logprobs']} imported token(s) have a non-finite logprob; "
+                   "the analysis excludes them")
+    return out
+
+
+def _manifest(fmt: str, src: Path, out: Path, files: list[SourceFile], semantics: dict[str, Any],
+              shards: list[Path], writer: Any, result: ImportResult, ctx: ImportContext) -> dict[str, Any]:
+    counts = result.to_dict()
+    for key in ("out", "warnings", "format"):
+        counts.pop(key)
+    return {
+        "complete": True,
+        "source": {
+            "format": fmt,
+            "root": os.fspath(src),
+            "files": [{"path": f.rel, "step": f.step, "rank": f.rank,
+                       **ctx.file_stats.get(f.rel, {"sequences": 0, "tokens": 0, "bad_records": 0})}
+                      for f in files],
+            "semantics": semantics,
+        },
+        "counts": counts,
+        "notes": dict(ctx.notes),
+        "warnings": result.warnings,
+        "bad_records": ctx.bad_examples,
+        "columns": list(writer.columns),
+        "shards": [p.relative_to(out).as_posix() for p in shards],
+    }

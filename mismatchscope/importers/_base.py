@@ -1,0 +1,277 @@
+"""What every importer shares: the run context, counting, and list-to-array helpers.
+
+An importer is a small object with a name, the optional columns it fills, a
+``discover`` step (which files, in which order) and either ``convert`` (one
+parsed JSONL record -> one sequence; the JSONL engine in ``_jsonl`` does the
+reading, in parallel when it pays) or ``read`` (one whole file, for formats
+that are not JSONL). Bad records raise
+:class:`~mismatchscope.errors.ImportFormatError`; :meth:`ImportContext.bad`
+decides whether that stops the run or is skipped and counted (``--skip-bad``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol
+
+import numpy as np
+
+from ..errors import ImportFormatError
+
+if TYPE_CHECKING:
+    from ._writer import ShardWriter
+
+try:  # orjson is ~3x faster on float-heavy lines; the stdlib is the fallback
+    import orjson
+
+    _fast_loads: Callable[[bytes], Any] | None = orjson.loads
+except ImportError:  # pragma: no cover - exercised only without orjson
+    _fast_loads = None
+
+Progress = Callable[[int, int, Path], None]
+"""``progress(files_done, files_total, path)``, called after each source file."""
+
+MAX_BAD_EXAMPLES = 20
+
+
+@dataclass
+class ImportResult:
+    """Counts the CLI prints as the import summary."""
+
+    format: str
+    out: Path
+    sequences: int = 0
+    tokens_written: int = 0
+    tokens_dropped_by_mask: int = 0
+    """prompt, tool, observation and other non-generated tokens the source's mask excluded."""
+    bad_records_skipped: int = 0
+    files_read: int = 0
+    steps: int = 0
+    """distinct training steps in the output."""
+    shards: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["out"] = str(self.out)
+        return d
+
+
+@dataclass
+class SourceFile:
+    """One file to read, with what its path says about it."""
+
+    path: Path
+    rel: str
+    """path relative to the import root, as recorded in the metadata."""
+    step: int | None = None
+    rank: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Importer(Protocol):
+    name: ClassVar[str]
+    columns: tuple[str, ...]
+    """optional schema columns this importer fills (besides the required five); known after ``discover``."""
+    warnings: list[str]
+
+    def discover(self, src: Path) -> list[SourceFile]: ...
+
+    def semantics(self) -> dict[str, Any]: ...
+
+
+class JsonlImporter(Importer, Protocol):
+    def convert(self, f: SourceFile, line: int, rec: dict[str, Any],
+                notes: dict[str, int]) -> tuple[dict[str, Any], int]:
+        """One record -> (column values of its kept tokens, tokens dropped by the mask)."""
+        ...
+
+
+class FileImporter(Importer, Protocol):
+    def read(self, f: SourceFile, ctx: "ImportContext") -> None: ...
+
+
+class ImportContext:
+    """Counts, bad-record policy and the writer, shared by one import run."""
+
+    def __init__(self, writer: "ShardWriter", result: ImportResult, *, skip_bad: bool, trust_pickle: bool):
+        self.writer = writer
+        self.result = result
+        self.skip_bad = skip_bad
+        self.trust_pickle = trust_pickle
+        self.steps: set[int] = set()
+        self.bad_examples: list[dict[str, Any]] = []
+        self.file_stats: dict[str, dict[str, int]] = {}
+        self.notes: dict[str, int] = {}
+        """named counters an importer wants in the manifest (e.g. ``nonfinite_logprobs``)."""
+        self.seen_ids: set[int] = set()
+
+    def add(self, f: SourceFile, values: dict[str, Any], dropped: int = 0) -> int:
+        """Write one sequence's kept tokens."""
+        seq_id = self.writer.add_sequence(f.rel, values)
+        n = len(values["token_id"])
+        self._count(f, sequences=1, tokens=n, dropped=dropped, first_id=seq_id)
+        step = values.get("step")
+        if step is not None:
+            self.steps.add(int(step))
+        return seq_id
+
+    def add_batch(self, f: SourceFile, columns: dict[str, np.ndarray], sequences: int, dropped: int = 0) -> None:
+        self.writer.add_batch(f.rel, columns)
+        first_id = int(columns["sequence_id"][0]) if len(columns["sequence_id"]) else None
+        self._count(f, sequences=sequences, tokens=len(columns["token_id"]), dropped=dropped, first_id=first_id)
+        step = columns.get("step")
+        if step is not None and len(step):
+            lo, hi = int(step.min()), int(step.max())  # one step per batch is the rule: skip the sort
+            self.steps.update([lo] if lo == hi else np.unique(step).tolist())
+
+    def _count(self, f: SourceFile, *, sequences: int, tokens: int, dropped: int, first_id: int | None) -> None:
+        r = self.result
+        r.sequences += sequences
+        r.tokens_written += tokens
+        r.tokens_dropped_by_mask += dropped
+        st = self.file_stats.setdefault(f.rel, {"sequences": 0, "tokens": 0, "bad_records": 0})
+        if first_id is not None:
+            st.setdefault("first_sequence_id", first_id)
+        st["sequences"] += sequences
+        st["tokens"] += tokens
+
+    def bad(self, err: ImportFormatError, f: SourceFile | None = None) -> None:
+        """Stop on a bad record, or skip and count it with ``--skip-bad``."""
+        if not (self.skip_bad and err.skippable):
+            raise err
+        self.result.bad_records_skipped += 1
+        if f is not None:
+            self.file_stats.setdefault(f.rel, {"sequences": 0, "tokens": 0, "bad_records": 0})["bad_records"] += 1
+        if len(self.bad_examples) < MAX_BAD_EXAMPLES:
+            self.bad_examples.append({"file": str(err.file), "line": err.line, "record": err.record,
+                                      "reason": err.reason})
+
+    def note(self, key: str, count: int = 1) -> None:
+        note(self.notes, key, count)
+
+    def unique_sequence_ids(self, f: SourceFile, ids: np.ndarray, lines: np.ndarray | None = None,
+                            records: np.ndarray | None = None) -> np.ndarray:
+        """Which of a source's own sequence ids are new; a repeat is a bad record."""
+        keep = np.ones(len(ids), dtype=bool)
+        for k, sid in enumerate(ids.tolist()):
+            if sid in self.seen_ids:
+                keep[k] = False
+                self.bad(ImportFormatError(
+                    f"sequence_id {sid} appears twice; ids must be unique across the import",
+                    file=f.rel, line=None if lines is None else int(lines[k]),
+                    record=None if records is None else int(records[k])), f)
+            else:
+                self.seen_ids.add(sid)
+        return keep
+
+
+# -- JSONL ---------------------------------------------------------------------
+
+def loads(raw: bytes) -> Any:
+    """orjson first; the stdlib second, because Python's ``json.dumps`` (which
+    NeMo-RL's logger uses) writes ``NaN`` and ``-Infinity``, which orjson
+    rightly calls invalid JSON."""
+    if _fast_loads is not None:
+        try:
+            return _fast_loads(raw)
+        except ValueError:
+            pass
+    return json.loads(raw)
+
+
+def short(e: BaseException) -> str:
+    text = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return text[:160]
+
+
+def note(notes: dict[str, int], key: str, count: int = 1) -> None:
+    if count:
+        notes[key] = notes.get(key, 0) + count
+
+
+# -- lists to arrays -----------------------------------------------------------
+
+def unwrap(value: Any) -> Any:
+    """NeMo-RL logs each field of a batch of one: ``[[...]]`` -> ``[...]``.
+
+    A per-sequence scalar arrives as ``[x]``; :func:`scalar` unwraps that.
+    """
+    while isinstance(value, list) and len(value) == 1 and isinstance(value[0], list):
+        value = value[0]
+    return value
+
+
+def mask_span(mask: list, length: int) -> tuple[int, int, np.ndarray | None]:
+    """``(lo, hi, keep)``: the kept tokens are ``lo..hi-1`` filtered by ``keep``.
+
+    ``keep`` is None when every token in ``lo..hi-1`` is kept, which is the
+    common case (prompt, then one contiguous response, then padding) and lets
+    callers convert only the response slice of each list, not the padding.
+    ``lo == hi`` means the mask selects nothing.
+    """
+    try:
+        lo = mask.index(1, 0, length)  # 1 == True == 1.0
+    except ValueError:
+        return 0, 0, None
+    tail = mask[length - 1:lo:-1] if length - 1 > lo else []
+    try:
+        hi = length - tail.index(1)
+    except ValueError:
+        hi = lo + 1
+    span = mask[lo:hi]
+    if span.count(1) == hi - lo:
+        return lo, hi, None
+    return lo, hi, np.asarray(span, dtype=np.float64) != 0
+
+
+def take_floats(values: list, lo: int, hi: int, keep: np.ndarray | None) -> np.ndarray:
+    """``values[lo:hi]`` (then ``[keep]``) as float64; ``None`` (JSON null) becomes NaN."""
+    arr = np.array(values[lo:hi], dtype=np.float64)
+    return arr if keep is None else arr[keep]
+
+
+def take_floats_or_constant(values: list, lo: int, hi: int, keep: np.ndarray | None) -> np.ndarray | float:
+    """Like :func:`take_floats`, but a slice holding one repeated number comes back as that float.
+
+    Comparing is ~3x cheaper than converting, and a per-sequence advantage
+    repeated on every token is the common case.
+    """
+    first = values[lo] if hi > lo else None
+    if isinstance(first, (int, float)) and not isinstance(first, bool) and values[lo:hi].count(first) == hi - lo:
+        return float(first)
+    return take_floats(values, lo, hi, keep)
+
+
+def take_ints(values: list, lo: int, hi: int, keep: np.ndarray | None) -> np.ndarray:
+    arr = np.array(values[lo:hi], dtype=np.int64)
+    return arr if keep is None else arr[keep]
+
+
+def check_lengths(f: SourceFile, line: int | None, record: int | None, fields: dict[str, Any],
+                  expected: int) -> None:
+    """Every per-token list must be exactly ``expected`` long (the token list's length)."""
+    bad = {k: (len(v) if isinstance(v, list) else type(v).__name__) for k, v in fields.items()
+           if not isinstance(v, list) or len(v) != expected}
+    if bad:
+        shown = ", ".join(f"{k}={v}" for k, v in bad.items())
+        raise ImportFormatError(f"misaligned per-token lists: {expected} tokens but {shown}",
+                                file=f.rel, line=line, record=record)
+
+
+def require(f: SourceFile, line: int | None, record: int | None, rec: dict[str, Any], *keys: str) -> None:
+    missing = [k for k in keys if rec.get(k) is None]
+    if missing:
+        shown = ", ".join(sorted(rec)[:15])
+        raise ImportFormatError(f"missing field(s) {', '.join(missing)} (the record has: {shown})",
+                                file=f.rel, line=line, record=record)
+
+
+def scalar(value: Any, default: Any = None) -> Any:
+    """A per-sequence value that may arrive wrapped (``[r]``) or be absent."""
+    value = unwrap(value)
+    if isinstance(value, list):
+        return value[0] if value else default
+    return default if value is None else value

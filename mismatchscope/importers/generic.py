@@ -1,0 +1,317 @@
+"""A user's own dump: one row per sequence with list columns, in JSONL or Parquet.
+
+For frameworks without a dump of their own (verl, TRL, OpenRLHF: see
+``docs/import.md`` for the few lines to add). Columns are found by name,
+renamed with ``--column CANONICAL=NAME``:
+
+* per token (lists, index i = token i): ``token_id`` (default name
+  ``token_ids``), ``sampler_logprob`` (``sampler_logprobs``),
+  ``trainer_logprob`` (``trainer_logprobs``), ``mask`` (``mask``: 1 keeps a
+  generated token, 0 drops it), ``trainer_entropy`` (``trainer_entropy``);
+* per token or per sequence: ``advantage`` (``advantages``), ``reward`` (``reward``);
+* per sequence: ``sequence_id``, ``step``, ``rank``, ``prompt_id``, ``sample_index``
+  (same names).
+
+The first three are required. A renamed column must exist; a column left at
+its default name is used when the first record (JSONL) or the file schema
+(Parquet) has it. A ``sequence_id`` column keeps the user's ids (they must be
+unique across the import); without one, ids are numbered from 0.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import ImportFormatError, InputError, UsageError
+from ._base import (
+    ImportContext,
+    SourceFile,
+    check_lengths,
+    loads,
+    mask_span,
+    take_floats,
+    take_ints,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# pyarrow is imported inside the Parquet reader only: the JSONL engine's worker
+# processes import this package and need nothing beyond numpy and orjson.
+
+DEFAULT_COLUMNS = {
+    "token_id": "token_ids",
+    "sampler_logprob": "sampler_logprobs",
+    "trainer_logprob": "trainer_logprobs",
+    "mask": "mask",
+    "trainer_entropy": "trainer_entropy",
+    "advantage": "advantages",
+    "reward": "reward",
+    "sequence_id": "sequence_id",
+    "step": "step",
+    "rank": "rank",
+    "prompt_id": "prompt_id",
+    "sample_index": "sample_index",
+}
+REQUIRED = ("token_id", "sampler_logprob", "trainer_logprob")
+PER_TOKEN = ("sampler_logprob", "trainer_logprob", "mask", "trainer_entropy")
+EITHER = ("advantage", "reward")
+PER_SEQUENCE = ("sequence_id", "step", "rank", "prompt_id", "sample_index")
+_FLOAT_COLUMNS = ("sampler_logprob", "trainer_logprob", "trainer_entropy", "advantage", "reward")
+
+SEMANTICS = {
+    "layout": "one row per sequence, list columns; index i of every list refers to token i",
+    "mask": "the mapped mask column when given (1 = generated token, kept), else every token is kept",
+    "note": "semantics (temperature, policy lag) are those of the trainer that wrote the dump",
+}
+
+
+class _Generic:
+    suffixes: tuple[str, ...] = ()
+
+    def __init__(self, columns: dict[str, str] | None = None):
+        unknown = sorted(set(columns or {}) - set(DEFAULT_COLUMNS))
+        if unknown:
+            raise UsageError(f"--column {unknown[0]}=...: not a column the {self.name} importer maps",
+                             hint=f"map any of: {', '.join(DEFAULT_COLUMNS)}")
+        self.explicit = dict(columns or {})
+        self.mapping = {**DEFAULT_COLUMNS, **self.explicit}
+        self.present: dict[str, str] = {}
+        self.columns: tuple[str, ...] = ()
+        self.warnings: list[str] = []
+
+    def discover(self, src: Path) -> list[SourceFile]:
+        if src.is_file():
+            paths, root = [src], src.parent
+        else:
+            paths = sorted(p for p in src.rglob("*") if p.is_file() and p.name.endswith(self.suffixes)
+                           and not p.name.startswith("."))
+            root = src
+        files = [SourceFile(path=p, rel=p.relative_to(root).as_posix()) for p in paths]
+        if files:
+            self._resolve(self._first_names(files[0]), files[0])
+        return files
+
+    def _resolve(self, names: set[str], f: SourceFile) -> None:
+        """Decide, from the first file, which canonical columns this import carries."""
+        self.present = {c: src for c, src in self.mapping.items() if src in names}
+        missing = [c for c in self.explicit if c not in self.present]
+        missing += [c for c in REQUIRED if c not in self.present and c not in missing]
+        if missing:
+            c = missing[0]
+            shown = ", ".join(sorted(names)[:20])
+            raise InputError(f"{f.rel}: no column {self.mapping[c]!r} for {c} (it has: {shown})",
+                             hint=f"map yours with --column {c}=NAME")
+        self.columns = tuple(c for c in self.present if c not in ("token_id", "mask", "sequence_id")
+                             and c not in REQUIRED)
+
+    def semantics(self) -> dict[str, Any]:
+        return {**SEMANTICS, "columns": dict(self.present)}
+
+
+class GenericJsonlImporter(_Generic):
+    name = "jsonl"
+    suffixes = (".jsonl", ".json", ".ndjson")
+
+    def _first_names(self, f: SourceFile) -> set[str]:
+        with open(f.path, "rb") as fh:
+            for raw in fh:
+                if raw.strip():
+                    try:
+                        rec = loads(raw)
+                    except ValueError:
+                        continue  # the read reports it, with its line number
+                    if isinstance(rec, dict):
+                        return set(rec)
+        return set()
+
+    def convert(self, f: SourceFile, line: int, rec: dict[str, Any], notes: dict[str, int]) -> tuple[dict, int]:
+        src = self.present
+        missing = [src[c] for c in src if rec.get(src[c]) is None and c not in _FLOAT_COLUMNS]
+        missing += [src[c] for c in REQUIRED if rec.get(src[c]) is None and src[c] not in missing]
+        if missing:
+            raise ImportFormatError(f"missing field(s) {', '.join(missing)}", file=f.rel, line=line)
+        ids = rec[src["token_id"]]
+        n = len(ids) if isinstance(ids, list) else -1
+        lists = {c: rec[src[c]] for c in PER_TOKEN if c in src and rec.get(src[c]) is not None}
+        lists.update({c: rec[src[c]] for c in EITHER if c in src and isinstance(rec.get(src[c]), list)})
+        check_lengths(f, line, None, {src["token_id"]: ids, **{src[c]: v for c, v in lists.items()}}, n)
+        if "mask" in lists:
+            lo, hi, keep = mask_span(lists["mask"], n)
+        else:
+            lo, hi, keep = 0, n, None
+        if lo == hi:
+            raise ImportFormatError("the mask selects no token" if n else "empty sequence", file=f.rel, line=line)
+        values: dict[str, Any] = {}
+        try:
+            values["token_id"] = take_ints(ids, lo, hi, keep)
+            for c in _FLOAT_COLUMNS:
+                if c not in src:
+                    continue
+                if c in lists:
+                    values[c] = take_floats(lists[c], lo, hi, keep)
+                else:
+                    v = rec.get(src[c])
+                    values[c] = np.nan if v is None else float(v)
+            for c in PER_SEQUENCE:
+                if c in src:
+                    v = rec[src[c]]
+                    if isinstance(v, bool) or not isinstance(v, int):
+                        raise ValueError(f"{src[c]} is not an integer: {v!r}")
+                    values[c] = v
+        except (TypeError, ValueError) as e:
+            raise ImportFormatError(f"bad value ({e})", file=f.rel, line=line) from None
+        return values, n - len(values["token_id"])
+
+
+class GenericParquetImporter(_Generic):
+    name = "parquet"
+    suffixes = (".parquet",)
+    batch_rows = 8192
+
+    def _first_names(self, f: SourceFile) -> set[str]:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            return set(pq.read_schema(f.path).names)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise ImportFormatError(f"not a Parquet file, or truncated ({e})", file=f.rel) from None
+
+    def read(self, f: SourceFile, ctx: ImportContext) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            pf = pq.ParquetFile(f.path)
+            names = set(pf.schema_arrow.names)
+            lost = [self.present[c] for c in self.present if self.present[c] not in names]
+            if lost:
+                raise ImportFormatError(f"lacks column(s) {', '.join(lost)} that the first file has", file=f.rel)
+            tok_type = pf.schema_arrow.field(self.present["token_id"]).type
+            if not (pa.types.is_list(tok_type) or pa.types.is_large_list(tok_type)):
+                raise ImportFormatError(
+                    f"{self.present['token_id']} is not a list column: this looks like one row per token "
+                    "(mismatchscope's own format), not one row per sequence", file=f.rel,
+                    hint="analyse such a file directly, without import")
+            row = 0
+            for rb in pf.iter_batches(batch_size=self.batch_rows, columns=list(dict.fromkeys(self.present.values()))):
+                self._batch(f, ctx, rb, row)
+                row += rb.num_rows
+        except ImportFormatError as e:
+            ctx.bad(e, f)
+        except (pa.ArrowInvalid, OSError) as e:
+            ctx.bad(ImportFormatError(f"unreadable Parquet data ({str(e)[:160]})", file=f.rel), f)
+
+    def _batch(self, f: SourceFile, ctx: ImportContext, rb: "pa.RecordBatch", row0: int) -> None:
+        import pyarrow as pa
+
+        src = self.present
+        col = {c: rb.column(rb.schema.get_field_index(src[c])) for c in src}
+        n_rows = rb.num_rows
+        lengths = _list_lengths(col["token_id"])
+        ok = lengths > 0
+        reasons = np.where(lengths < 0, "token list is null", np.where(lengths == 0, "empty sequence", ""))
+        lists = [c for c in PER_TOKEN + EITHER if c in col and _is_list(col[c])]
+        for c in lists:
+            bad = _list_lengths(col[c]) != lengths
+            reasons = np.where(ok & bad, f"misaligned per-token lists: {src[c]} length differs from "
+                                         f"{src['token_id']}", reasons)
+            ok &= ~bad
+        keep_flat = None
+        if "mask" in lists:
+            mask = _flatten(col["mask"].filter(pa.array(ok)), np.float64) != 0
+            kept_len = (np.add.reduceat(mask.astype(np.int64), _offsets(lengths[ok])[:-1])
+                        if mask.size else np.zeros(0, np.int64))
+            selects = np.zeros(n_rows, dtype=bool)
+            selects[np.flatnonzero(ok)] = kept_len > 0
+            reasons = np.where(ok & ~selects, "the mask selects no token", reasons)
+            keep_rows = ok & selects
+            keep_flat = mask[np.repeat(selects[ok], lengths[ok])]
+        else:
+            keep_rows = ok
+        for i in np.flatnonzero(~keep_rows):
+            ctx.bad(ImportFormatError(str(reasons[i]), file=f.rel, record=row0 + int(i)), f)
+        if not keep_rows.any():
+            return
+        sel = pa.array(keep_rows)
+        lens = lengths[keep_rows]
+        seq_index = np.repeat(np.arange(len(lens)), lens)
+        if keep_flat is not None:
+            seq_index = seq_index[keep_flat]
+        kept_lens = np.bincount(seq_index, minlength=len(lens))
+        out: dict[str, np.ndarray] = {}
+        try:
+            out["token_id"] = _take(_flatten(col["token_id"].filter(sel), np.int64), keep_flat)
+            for c in _FLOAT_COLUMNS:
+                if c not in col:
+                    continue
+                if c in lists:
+                    out[c] = _take(_flatten(col[c].filter(sel), np.float64), keep_flat)
+                else:
+                    out[c] = np.repeat(_numpy(col[c].filter(sel), np.float64), kept_lens)
+            for c in PER_SEQUENCE:
+                if c in col:
+                    out[c] = np.repeat(_numpy(col[c].filter(sel), np.int64), kept_lens)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, TypeError) as e:
+            raise ImportFormatError(f"bad values in rows {row0}..{row0 + n_rows - 1} ({str(e)[:160]})",
+                                    file=f.rel) from None
+        dropped = int(lens.sum() - kept_lens.sum())
+        if "sequence_id" in out:  # the user's ids: a repeat is a bad record
+            rows = np.flatnonzero(keep_rows) + row0
+            unique = ctx.unique_sequence_ids(f, out["sequence_id"][_offsets(kept_lens)[:-1]], records=rows)
+            if not unique.all():
+                token_keep = np.repeat(unique, kept_lens)
+                out = {c: v[token_keep] for c, v in out.items()}
+                kept_lens = kept_lens[unique]
+                if not len(kept_lens):
+                    return
+        else:
+            out["sequence_id"] = np.repeat(ctx.writer.allocate_sequence_ids(len(lens)), kept_lens)
+        total = int(kept_lens.sum())
+        out["position"] = (np.arange(total) - np.repeat(_offsets(kept_lens)[:-1], kept_lens)).astype(np.int32)
+        ctx.add_batch(f, out, sequences=len(kept_lens), dropped=dropped)
+
+
+def _is_list(arr: "pa.Array") -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)
+
+
+def _list_lengths(arr: "pa.Array") -> np.ndarray:
+    """Per-row list length; -1 for a null list or a non-list column."""
+    import pyarrow.compute as pc
+
+    if not _is_list(arr):
+        return np.full(len(arr), -1, dtype=np.int64)
+    return pc.fill_null(pc.list_value_length(arr), -1).to_numpy().astype(np.int64)
+
+
+def _flatten(arr: "pa.Array", dtype: type) -> np.ndarray:
+    import pyarrow.compute as pc
+
+    flat = pc.list_flatten(arr)
+    return _numpy(flat, dtype)
+
+
+def _numpy(arr: "pa.Array", dtype: type) -> np.ndarray:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if np.dtype(dtype).kind == "f":
+        arr = pc.fill_null(arr.cast(pa.float64()), float("nan"))
+    elif arr.null_count:
+        raise ValueError(f"{arr.null_count} null integer value(s)")
+    return arr.to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+
+
+def _offsets(lengths: np.ndarray) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+
+
+def _take(values: np.ndarray, keep: np.ndarray | None) -> np.ndarray:
+    return values if keep is None else values[keep]

@@ -1,0 +1,35 @@
+"""``mismatchscope import`` through the real console script, then the analysis
+commands on its output: the path a user with NeMo-RL dumps takes."""
+
+import json
+import math
+
+from tests.helpers import cli
+from tests.importers.layouts import nemo_sample, write_nemo_step
+
+
+def test_import_nemo_rl_then_report_and_timeline(tmp_path):
+    logs = tmp_path / "logs" / "exp_001"
+    # step 1: one sample, 2 prompt tokens + 3 generated; q = [0.5, 0.2, 0.9], p = [0.2, 0.6, 0.9]
+    s1 = nemo_sample([5, 6], [7, 8, 9], [math.log(0.5), math.log(0.2), math.log(0.9)],
+                     [math.log(0.2), math.log(0.6), math.log(0.9)], adv=1.0, reward=1.0)
+    # step 2: identical logprobs on both sides
+    s2 = nemo_sample([5, 6], [7, 8], [math.log(0.5), math.log(0.5)], [math.log(0.5), math.log(0.5)], adv=-1.0, reward=0.0)
+    write_nemo_step(logs, 1, [s1])
+    write_nemo_step(logs, 2, [s2])
+    out = tmp_path / "imported"
+    r = cli("import", "nemo-rl", str(tmp_path / "logs"), "--out", str(out), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    # 5 generated tokens kept; 2 + 2 prompt tokens dropped by the loss mask
+    assert res["tokens_written"] == 5 and res["tokens_dropped_by_mask"] == 4
+    rep = json.loads(cli("report", str(out), "--format", "json").stdout)
+    # tv = [0.3, 0.4, 0, 0, 0] -> mean 0.14
+    assert rep["tokens"] == 5 and abs(rep["metrics"]["tv_token_mean"] - 0.14) < 1e-9
+    tl = cli("timeline", str(out), "--format", "json")
+    assert tl.returncode == 0, tl.stderr
+
+
+def test_import_unknown_format_exits_2(tmp_path):
+    r = cli("import", "verl", str(tmp_path), "--out", str(tmp_path / "o"))
+    assert r.returncode == 2 and "unknown import format" in r.stderr
