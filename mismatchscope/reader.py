@@ -42,6 +42,8 @@ class Source:
     available: set[str]
     """canonical names present in every file."""
     metadata: list[dict[str, Any]] = field(default_factory=list)
+    file_columns: set[str] = field(default_factory=set)
+    """raw column names (as written in the files) present in every file."""
 
     def has(self, name: str) -> bool:
         return name in self.available
@@ -110,6 +112,7 @@ def open_source(path: str | os.PathLike, mapping: Mapping[str, str] | None = Non
     files = resolve_files(path)
     mapping = dict(mapping or {})
     available: set[str] | None = None
+    common: set[str] | None = None
     metas = []
     for f in files:
         try:
@@ -135,17 +138,26 @@ def open_source(path: str | os.PathLike, mapping: Mapping[str, str] | None = Non
                 )
             metas.append(meta)
         available = present if available is None else available & present
-    return Source(files=files, mapping=mapping, available=available or set(), metadata=metas)
+        common = names if common is None else common & names
+    return Source(files=files, mapping=mapping, available=available or set(), metadata=metas, file_columns=common or set())
 
 
-def iter_batches(source: Source, columns: list[str], hygiene: Hygiene, batch_rows: int = BATCH_ROWS) -> Iterator[dict[str, Any]]:
+def iter_batches(source: Source, columns: list[str], hygiene: Hygiene, batch_rows: int = BATCH_ROWS,
+                 extra: list[str] | tuple[str, ...] = ()) -> Iterator[dict[str, Any]]:
     """Yield cleaned batches: dict of canonical name -> numpy array (lists stay Arrow).
 
     Required columns are always included. Optional columns not in the source
-    are simply absent from the dict.
+    are simply absent from the dict. ``extra`` names raw columns of the files
+    (not schema columns, e.g. ``env`` for ``timeline --by env``): they come
+    back as Arrow arrays under their own names, unconverted, with the rows
+    hygiene drops dropped from them too.
     """
     wanted = list(dict.fromkeys(list(REQUIRED_NAMES) + [c for c in columns if source.has(c)]))
     file_cols = [source.mapping.get(c, c) for c in wanted]
+    clash = [e for e in extra if e in file_cols or e in wanted]
+    if clash:
+        raise ValueError(f"extra columns {clash} are already read as mismatchscope columns")
+    file_cols += list(extra)
     for f in source.files:
         try:
             # pre_buffer off + a read buffer: pyarrow otherwise pre-reads whole row
@@ -153,12 +165,13 @@ def iter_batches(source: Source, columns: list[str], hygiene: Hygiene, batch_row
             pf = pq.ParquetFile(f, pre_buffer=False, buffer_size=1 << 20)
             for rb in pf.iter_batches(batch_size=batch_rows, columns=file_cols):
                 if rb.num_rows:
-                    yield _clean(f, rb, wanted, hygiene)
+                    yield _clean(f, rb, wanted, hygiene, extra)
         except (pa.ArrowInvalid, OSError) as e:
             raise FileFormatError(f"{f}: unreadable Parquet data ({_short(e)})") from None
 
 
-def _clean(path: Path, rb: pa.RecordBatch, wanted: list[str], hygiene: Hygiene) -> dict[str, Any]:
+def _clean(path: Path, rb: pa.RecordBatch, wanted: list[str], hygiene: Hygiene,
+           extra: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
     cols: dict[str, Any] = {}
     for i, name in enumerate(wanted):
         arr = rb.column(i)
@@ -166,6 +179,8 @@ def _clean(path: Path, rb: pa.RecordBatch, wanted: list[str], hygiene: Hygiene) 
             cols[name] = arr
         else:
             cols[name] = _to_numpy(path, name, arr)
+    for j, name in enumerate(extra):
+        cols[name] = rb.column(len(wanted) + j)
     n = rb.num_rows
     hygiene.rows_read += n
     lp, lq = cols["trainer_logprob"], cols["sampler_logprob"]

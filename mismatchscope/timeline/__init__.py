@@ -1,0 +1,91 @@
+"""``timeline``: the headline mismatch metrics per training step, and the steps where they change.
+
+:func:`timeline` reads a file (or run) with a ``step`` column once
+(``series.build_series``), then tests every series of every group for spikes,
+shifts and drifts (``changes.detect``). ``plot.plot_timeline`` draws it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..rules import RuleInstance, make_instance
+from .changes import ChangeConfig, detect, methods
+from .series import COUNTED, HEADLINE, P99, RATIO_BAND, StepSeries, build_series
+
+DEFAULT_RULES = ("icepop", "ipo")
+"""Without --rule: the two rules that need no advantage, so every file can show them."""
+
+
+def default_rules() -> list[RuleInstance]:
+    return [make_instance(name, {}) for name in DEFAULT_RULES]
+
+
+@dataclass
+class TimelineResult:
+    series: StepSeries
+    flags: list[dict]
+    """one dict per spike, shift or drift: group, metric, kind, step(s), values."""
+    skipped: list[dict]
+    config: ChangeConfig
+
+    def payload(self) -> dict[str, Any]:
+        s = self.series
+        rows = []
+        for i in range(s.step_K.size):
+            row = {"group": s.groups[int(s.group_K[i])], "step": int(s.step_K[i]), "tokens": int(s.tokens_K[i]),
+                   "sequences": int(s.sequences_K[i])}
+            row.update({m.key: float(s.values[m.key][i]) for m in s.metrics})
+            rows.append(row)
+        return {
+            "tokens": s.tokens,
+            "steps": int(np.unique(s.step_K).size),
+            "by": s.by,
+            "groups": s.groups,
+            "metrics": [{"key": m.key, "label": m.label, "unit": m.unit, "test_scale": m.scale} for m in s.metrics],
+            "rules": [{"name": u.rule.name, "params": u.rule.params, "level": u.rule.spec.level, "acts": u.rule.spec.acts,
+                       "hypothesis": u.hypothesis, "metric": u.metric.key} for u in s.units],
+            "ratio_band": list(RATIO_BAND),
+            "quantile": P99,
+            "rows": rows,
+            "changes": {"methods": methods(self.config), "flags": self.flags, "skipped": self.skipped},
+            "warnings": s.warnings,
+        }
+
+
+def timeline(path: str | os.PathLike, rules: list[RuleInstance] | None = None, by: str | None = None,
+             mapping: dict[str, str] | None = None, config: ChangeConfig = ChangeConfig(),
+             batch_rows: int | None = None) -> TimelineResult:
+    """Per-step series of ``path`` and the steps where each series spikes, shifts or drifts."""
+    kw = {"batch_rows": batch_rows} if batch_rows else {}
+    series = build_series(path, default_rules() if rules is None else rules, by, mapping, **kw)
+    flags: list[dict] = []
+    skipped: list[dict] = []
+    for g, group in enumerate(series.groups):
+        idx = series.rows_of(g)
+        for m in series.metrics:
+            values = series.values[m.key][idx]
+            counts = values * series.tokens_K[idx] if m.unit == COUNTED else None
+            ch = detect(series.step_K[idx], values, config, m.scale, counts)
+            skipped += [{"group": group, "metric": m.key, "test": test, "reason": why} for test, why in ch.skipped]
+            base = {"group": group, "metric": m.key, "scale": ch.scale}
+            flags += [{**base, "kind": "spike", **x} for x in ch.spikes]
+            flags += [{**base, "kind": "shift", **x} for x in ch.shifts]
+            flags += [{**base, "kind": "drift", **x} for x in ch.drifts]
+    return TimelineResult(series, flags, _dedupe_skips(skipped), config)
+
+
+def _dedupe_skips(skipped: list[dict]) -> list[dict]:
+    """One entry per (group, test, reason), listing the metrics it applies to."""
+    out: dict[tuple, dict] = {}
+    for s in skipped:
+        key = (repr(s["group"]), s["test"], s["reason"])
+        out.setdefault(key, {"group": s["group"], "test": s["test"], "reason": s["reason"], "metrics": []})["metrics"].append(s["metric"])
+    return list(out.values())
+
+
+__all__ = ["DEFAULT_RULES", "HEADLINE", "TimelineResult", "default_rules", "timeline"]

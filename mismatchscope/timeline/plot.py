@@ -1,0 +1,112 @@
+"""The timeline as a line chart: one panel per metric, one line per group.
+
+Flagged steps are marked on the lines: spikes circled, shifts as dashed
+vertical lines between the last step of the old level and the first of the
+new one, drifts shaded. matplotlib is imported here only (the ``plot``
+extra), and through its object API, so nothing global is touched.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import UsageError
+from .changes import methods
+
+FILENAME = "timeline.png"
+_MAX_LEGEND_GROUPS = 12
+
+
+def plot_timeline(result, out_dir: str | Path) -> Path:
+    """Write ``out_dir/timeline.png`` for a ``TimelineResult``; returns its path."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+        from matplotlib.lines import Line2D
+        from matplotlib.ticker import FuncFormatter
+    except ImportError:
+        raise UsageError("--plots needs matplotlib", hint="pip install 'mismatchscope[plot]'") from None
+
+    s = result.series
+    metrics = s.metrics
+    ncols = 2 if len(metrics) > 3 else 1
+    nrows = math.ceil(len(metrics) / ncols)
+    fig = Figure(figsize=(6.4 * ncols, 2.5 * nrows + 1.4), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows, ncols, squeeze=False, sharex=True)
+    colours = [f"C{i % 10}" for i in range(len(s.groups))]
+    fmt = FuncFormatter(lambda v, _: f"{v:.3g}")
+    by_metric: dict[str, list[dict]] = {}
+    for f in result.flags:
+        by_metric.setdefault(f["metric"], []).append(f)
+
+    for k, m in enumerate(metrics):
+        ax = axes[k // ncols][k % ncols]
+        for g, group in enumerate(s.groups):
+            idx = s.rows_of(g)
+            steps, vals = s.step_K[idx], s.values[m.key][idx]
+            ax.plot(steps, vals, color=colours[g], lw=1.3, marker="." if steps.size <= 120 else None, ms=4)
+            _mark(ax, [f for f in by_metric.get(m.key, []) if f["group"] == group], steps, vals, colours[g])
+        if ax.get_ylim()[0] < 0 <= np.nanmin(s.values[m.key]):
+            ax.set_ylim(bottom=0)  # every metric here is >= 0; an all-zero line sits on the axis
+        ax.set_title(m.label, fontsize=9.5, loc="left")
+        ax.set_ylabel(m.unit, fontsize=8.5)
+        ax.yaxis.set_major_formatter(fmt)
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.25)
+    for k in range(len(metrics), nrows * ncols):
+        axes[k // ncols][k % ncols].set_visible(False)
+    for c in range(ncols):
+        last = max(k for k in range(len(metrics)) if k % ncols == c)
+        axes[last // ncols][c].set_xlabel("training step", fontsize=8.5)
+        axes[last // ncols][c].xaxis.set_tick_params(labelbottom=True)
+
+    handles = [Line2D([], [], color=colours[g], lw=1.5, label=_label(s.by, grp))
+               for g, grp in enumerate(s.groups[:_MAX_LEGEND_GROUPS])] if s.by else []
+    handles += [
+        Line2D([], [], ls="none", marker="o", mfc="none", mec="red", ms=9, mew=1.5, label="spike"),
+        Line2D([], [], color="0.3", ls="--", lw=1, label="shift (change of level)"),
+        Line2D([], [], color="0.3", lw=6, alpha=0.12, label="drift (consecutive shifts one way)"),
+    ]
+    title = "Sampler-trainer mismatch per training step" + (f", by {s.by}" if s.by else "")
+    fig.legend(handles=handles, loc="outside upper center", ncol=min(len(handles), 6), fontsize=8, frameon=False,
+               title=title, title_fontproperties={"size": 11, "weight": "bold"})
+    fig.supxlabel(textwrap.fill(_method_note(result.config), 75 * ncols + 20), fontsize=7.5, color="0.35")
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / FILENAME
+    fig.savefig(path, dpi=120, bbox_inches="tight", pad_inches=0.15)
+    return path
+
+
+def _mark(ax, flags: list[dict], steps: np.ndarray, vals: np.ndarray, colour: str) -> None:
+    pos = {int(st): i for i, st in enumerate(steps)}
+    for f in flags:
+        if f["kind"] == "spike":
+            i = pos[f["step"]]
+            ax.plot([steps[i]], [vals[i]], ls="none", marker="o", mfc="none", mec="red", ms=9, mew=1.5, zorder=3)
+        elif f["kind"] == "shift":
+            i = pos[f["step"]]
+            x = (steps[i - 1] + steps[i]) / 2 if i > 0 else steps[i]
+            ax.axvline(x, color=colour, ls="--", lw=1, alpha=0.8)
+        elif f["kind"] == "drift":
+            a, b = pos[f["from_step"]], pos[f["to_step"]]
+            ax.axvspan((steps[a - 1] + steps[a]) / 2 if a > 0 else steps[a], (steps[b - 1] + steps[b]) / 2,
+                       color=colour, alpha=0.08, lw=0)
+
+
+def _label(by: str | None, group) -> str:
+    return f"{by}={'(null)' if group is None else group}"
+
+
+def _method_note(config) -> str:
+    m = methods(config)
+    sp, sh = m["spike"], m["shift"]
+    return (f"Spikes: Iglewicz-Hoaglin modified z-score > {sp['threshold']:g} against both the {sp['neighbours']} steps "
+            f"before and the {sp['neighbours']} after. Shifts: {sh['method']}, penalty {sh['penalty']}. "
+            "Tested on log scale (means, p99) or arcsin-sqrt scale (shares, rates).")
