@@ -1,0 +1,185 @@
+"""The ``hf`` sampler: transformers ``generate`` with its KV cache.
+
+A sampler with no vLLM in it. It separates "the inference engine differs"
+from "incremental decoding differs from a teacher-forced pass": with the same
+dtype as the trainer, its mismatch is what KV-cached decoding, left padding
+and batch shape alone cost (the tests pin it at rounding error in fp32).
+
+Logprobs follow vLLM's modes: ``raw_logprobs`` is ``log_softmax`` of the raw
+logits (``output_logits``), ``processed_logprobs`` of the scores after the
+temperature/top-k/top-p warpers (``output_scores``), which HF computes with
+the same kept-set rule as vLLM.
+
+``engine_args`` accepted here: ``attn_implementation``, ``trust_remote_code``
+and ``batch_size`` (rows per ``generate`` call; default ``max_num_seqs`` or 64).
+Sampling is seeded once per ``sample`` call with ``torch.manual_seed``, so the
+draws depend on the batch layout; the logprobs do not.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mismatchscope.errors import UsageError
+from mismatchscope.probe.checkpoint import CheckpointInfo
+from mismatchscope.probe.hf_model import load_causal_lm, model_description
+from mismatchscope.probe.samplers.base import ProgressFn, check_prompts
+from mismatchscope.probe.token_scoring import GREEDY_EPS
+from mismatchscope.probe.types import Completion, SamplerConfig, SamplingConfig
+
+ENGINE_ARGS = ("attn_implementation", "trust_remote_code", "batch_size")
+DEFAULT_BATCH = 64
+
+
+class HFGenerateSampler:
+    """Samples with ``model.generate`` from the checkpoint's transformers model."""
+
+    name = "hf"
+
+    def __init__(self, cfg: SamplerConfig, info: CheckpointInfo, *, sampling: SamplingConfig | None = None):
+        from transformers import GenerationConfig
+
+        unknown = sorted(set(cfg.engine_args) - set(ENGINE_ARGS))
+        if unknown:
+            raise UsageError(
+                f"the hf sampler does not take engine args {unknown}", hint=f"it takes {', '.join(ENGINE_ARGS)}"
+            )
+        self.cfg = cfg
+        self.info = info
+        self.batch_size = int(cfg.engine_args.get("batch_size") or cfg.max_num_seqs or DEFAULT_BATCH)
+        self.model = load_causal_lm(
+            info,
+            dtype=cfg.dtype,
+            device=cfg.device,
+            attn_implementation=cfg.engine_args.get("attn_implementation"),
+            trust_remote_code=bool(cfg.engine_args.get("trust_remote_code", False)),
+        )
+        self.eos_ids, self.pad_id = _special_ids(self.model)
+        # A fresh generation config: the checkpoint's own (repetition penalty,
+        # top_k=50 defaults, ...) must not silently change the distribution.
+        self.model.generation_config = GenerationConfig(eos_token_id=self.eos_ids, pad_token_id=self.pad_id)
+        self._device = self.model.get_input_embeddings().weight.device
+
+    def sample(
+        self,
+        prompts: list[list[int]],
+        sampling: SamplingConfig,
+        on_progress: ProgressFn | None = None,
+    ) -> list[Completion]:
+        """Each prompt repeated n times, left-padded, ``batch_size`` rows per ``generate``."""
+        import torch
+
+        check_prompts(prompts, sampling)
+        rows = [(p, s) for p in range(len(prompts)) for s in range(sampling.n)]
+        torch.manual_seed(sampling.seed)
+        completions: list[Completion] = []
+        with torch.inference_mode():
+            for start in range(0, len(rows), self.batch_size):
+                chunk = rows[start : start + self.batch_size]
+                completions += self._generate(chunk, [prompts[p] for p, _ in chunk], sampling)
+                if on_progress is not None:
+                    on_progress(len(chunk))
+        return completions
+
+    def _generate(self, rows: list[tuple[int, int]], prompts: list[list[int]], sampling: SamplingConfig):
+        import torch
+
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for r, p in enumerate(prompts):
+            ids[r, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[r, width - len(p) :] = 1
+        out = self.model.generate(
+            input_ids=ids.to(self._device),
+            attention_mask=mask.to(self._device),
+            generation_config=self._generation_config(sampling),
+        )
+        steps = out.logits if sampling.logprobs_mode == "raw_logprobs" else out.scores
+        new = out.sequences[:, width:].cpu()
+        lengths = [self._length(row) for row in new.tolist()]
+        sampled, top_ids, top_lps = _step_logprobs(steps, new, sampling.top_k_logprobs)
+        result = []
+        for r, ((p, s), (n, finish)) in enumerate(zip(rows, lengths, strict=True)):
+            result.append(
+                Completion(
+                    prompt_index=p,
+                    sample_index=s,
+                    token_ids=new[r, :n].tolist(),
+                    sampler_logprobs=sampled[r, :n].tolist(),
+                    topk_ids=top_ids[r, :n].tolist(),
+                    topk_logprobs=top_lps[r, :n].tolist(),
+                    finish_reason=finish,
+                )
+            )
+        return result
+
+    def _generation_config(self, sampling: SamplingConfig):
+        from transformers import GenerationConfig
+
+        greedy = sampling.temperature < GREEDY_EPS
+        return GenerationConfig(
+            do_sample=not greedy,
+            temperature=1.0 if greedy else sampling.temperature,
+            top_p=1.0 if greedy else sampling.top_p,
+            top_k=0 if greedy or sampling.top_k <= 0 else sampling.top_k,
+            max_new_tokens=sampling.max_tokens,
+            num_return_sequences=1,
+            eos_token_id=self.eos_ids,
+            pad_token_id=self.pad_id,
+            output_scores=sampling.logprobs_mode != "raw_logprobs",
+            output_logits=sampling.logprobs_mode == "raw_logprobs",
+            return_dict_in_generate=True,
+        )
+
+    def _length(self, tokens: list[int]) -> tuple[int, str]:
+        """Tokens up to and including the first EOS (vLLM keeps the EOS too), and why it ended."""
+        for i, t in enumerate(tokens):
+            if t in self.eos_ids:
+                return i + 1, "stop"
+        return len(tokens), "length"
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "engine": "transformers-generate",
+            **model_description(self.model),
+            "requested_dtype": self.cfg.dtype,
+            "batch_size": self.batch_size,
+            "eos_token_ids": self.eos_ids,
+        }
+
+    def close(self) -> None:
+        self.model = None
+
+
+def _step_logprobs(steps, new, k: int):
+    """Sampled logprob [B, T] and top-k ids/logprobs [B, T, k] from per-step [B, V] logits/scores.
+
+    One step at a time, so the fp32 log-softmax never spans [B, T, V].
+    """
+    import torch
+
+    k = min(k, steps[0].shape[-1])
+    sampled = torch.empty(new.shape, dtype=torch.float32)
+    top_ids = torch.empty((*new.shape, k), dtype=torch.long)
+    top_lps = torch.empty((*new.shape, k), dtype=torch.float32)
+    for t, step in enumerate(steps):
+        logprobs = step.float().log_softmax(-1).cpu()
+        sampled[:, t] = logprobs.gather(-1, new[:, t : t + 1]).squeeze(-1)
+        top = torch.topk(logprobs, k, dim=-1)
+        top_ids[:, t], top_lps[:, t] = top.indices, top.values
+    return sampled, top_ids, top_lps
+
+
+def _special_ids(model) -> tuple[list[int], int]:
+    """EOS ids (the checkpoint's generation config, else its config) and a pad id."""
+    eos = model.generation_config.eos_token_id
+    if eos is None:
+        eos = getattr(model.config, "eos_token_id", None)
+    eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
+    pad = model.generation_config.pad_token_id
+    if pad is None:
+        pad = getattr(model.config, "pad_token_id", None)
+    if pad is None:
+        pad = eos_ids[0] if eos_ids else 0
+    return eos_ids, int(pad)

@@ -1,0 +1,186 @@
+"""The ``vllm`` sampler: ``vllm.LLM`` in this process.
+
+All prompts go to vLLM in one ``generate`` call, as token ids
+(``TokensPrompt``), so vLLM schedules and batches them as it would a rollout
+step, and nothing is re-tokenised on the way.
+
+vLLM fixes ``logprobs_mode`` per engine, not per request, while the mode is
+part of :class:`SamplingConfig`. The engine is therefore started for the mode
+of the first ``sample`` call (or of ``sampling`` given to the constructor)
+and kept for later calls with the same mode; a call with another mode
+restarts it. Per-request seeds make results independent of the engine seed.
+
+Running in-process needs ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` or a
+``if __name__ == "__main__"`` guard in the calling script (vLLM spawns its
+engine process otherwise). On CPU set ``VLLM_CPU_KVCACHE_SPACE`` (GiB).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mismatchscope.errors import UsageError
+from mismatchscope.probe.checkpoint import CheckpointInfo
+from mismatchscope.probe.samplers.base import (
+    ProgressFn,
+    check_prompts,
+    manifest_safe,
+    request_layout,
+    sample_index,
+    split_topk,
+)
+from mismatchscope.probe.types import Completion, SamplerConfig, SamplingConfig
+
+DEFAULT_MAX_LOGPROBS = 20
+"""vLLM's own default cap on ``logprobs=k``; raised when a probe asks for more."""
+
+
+class VLLMOfflineSampler:
+    """Samples with an in-process ``vllm.LLM``."""
+
+    name = "vllm"
+
+    def __init__(self, cfg: SamplerConfig, info: CheckpointInfo, *, sampling: SamplingConfig | None = None):
+        self.cfg = cfg
+        self.info = info
+        self._llm = None
+        self._engine_args: dict[str, Any] | None = None
+        if sampling is not None:
+            self._engine_for(sampling)
+
+    # ------------------------------------------------------------ engine
+
+    def engine_args(self, sampling: SamplingConfig) -> dict[str, Any]:
+        """The keyword arguments given to ``vllm.LLM``: typed options that are set, then
+        ``engine_args`` unchanged on top (a user's explicit option wins)."""
+        cfg = self.cfg
+        args: dict[str, Any] = {
+            "model": str(self.info.path),
+            "dtype": cfg.dtype,
+            "tensor_parallel_size": cfg.tensor_parallel_size,
+            "enforce_eager": cfg.enforce_eager,
+            "logprobs_mode": sampling.logprobs_mode,
+            "seed": sampling.seed,
+            "max_logprobs": max(DEFAULT_MAX_LOGPROBS, sampling.top_k_logprobs),
+        }
+        optional = {
+            "max_num_seqs": cfg.max_num_seqs,
+            "gpu_memory_utilization": cfg.gpu_memory_utilization,
+            "max_model_len": cfg.max_model_len,
+        }
+        args.update({k: v for k, v in optional.items() if v is not None})
+        if cfg.fp32_lm_head:
+            args["hf_overrides"] = {"head_dtype": "float32"}
+        forced = cfg.engine_args.get("logprobs_mode", sampling.logprobs_mode)
+        if forced != sampling.logprobs_mode:
+            raise UsageError(
+                f"engine_args sets logprobs_mode={forced!r} but the probe asks for {sampling.logprobs_mode!r}",
+                hint="set the mode once, with the probe's logprobs mode option",
+            )
+        args.update(cfg.engine_args)
+        return args
+
+    def _engine_for(self, sampling: SamplingConfig):
+        """The engine for this call's logprobs mode, started (or restarted) when needed."""
+        if self._llm is not None and self._engine_args is not None:
+            same_mode = self._engine_args.get("logprobs_mode") == sampling.logprobs_mode
+            cap = self._engine_args.get("max_logprobs", DEFAULT_MAX_LOGPROBS)
+            if same_mode and (cap == -1 or sampling.top_k_logprobs <= cap):
+                return self._llm
+            self.close()
+        from vllm import LLM
+
+        args = self.engine_args(sampling)
+        model = args.pop("model")
+        self._llm = LLM(model, **args)
+        self._engine_args = {"model": model, **args}
+        return self._llm
+
+    # ------------------------------------------------------------ sampling
+
+    def sample(
+        self,
+        prompts: list[list[int]],
+        sampling: SamplingConfig,
+        on_progress: ProgressFn | None = None,
+    ) -> list[Completion]:
+        """All prompts in one ``generate`` call; completions prompt-major, samples by index."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        check_prompts(prompts, sampling)
+        llm = self._engine_for(sampling)
+        layout, per_request_n = request_layout(len(prompts), sampling)
+        params = SamplingParams(
+            n=per_request_n,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k if sampling.top_k and sampling.top_k > 0 else 0,
+            max_tokens=sampling.max_tokens,
+            seed=sampling.seed,
+            logprobs=sampling.top_k_logprobs,
+        )
+        outputs = llm.generate(
+            [TokensPrompt(prompt_token_ids=list(prompts[p])) for p in layout], params, use_tqdm=False
+        )
+        completions = []
+        for j, request in enumerate(outputs):
+            for out in sorted(request.outputs, key=lambda o: o.index):
+                index = sample_index(j, out.index, sampling, per_request_n)
+                completions.append(_completion(layout[j], index, out, sampling.top_k_logprobs))
+        if on_progress is not None:
+            on_progress(len(completions))
+        return completions
+
+    def describe(self) -> dict[str, Any]:
+        """Engine, version, dtypes, devices and the effective ``LLM(...)`` arguments."""
+        import vllm
+
+        info: dict[str, Any] = {"engine": "vllm", "version": vllm.__version__, "requested_dtype": self.cfg.dtype}
+        if self._engine_args is not None:
+            info["engine_args"] = manifest_safe(self._engine_args)
+        if self._llm is not None:
+            engine = self._llm.llm_engine
+            info["dtype"] = str(engine.model_config.dtype).removeprefix("torch.")
+            info["logprobs_mode"] = engine.model_config.logprobs_mode
+            info.update(_device_info(str(engine.vllm_config.device_config.device)))
+        return info
+
+    def close(self) -> None:
+        """Shut the engine down; the next ``sample`` starts a new one."""
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            llm.llm_engine.engine_core.shutdown()
+
+
+def _completion(prompt_index: int, index: int, out, k: int) -> Completion:
+    """One vLLM ``CompletionOutput`` as a :class:`Completion`."""
+    if out.logprobs is None or len(out.logprobs) != len(out.token_ids):
+        raise UsageError("vLLM returned no logprobs; the engine ignored logprobs=k")
+    sampled, top_ids, top_lps = [], [], []
+    for token, position in zip(out.token_ids, out.logprobs):
+        entries = [(tid, lp.logprob, lp.rank) for tid, lp in position.items()]
+        lp, ids, lps = split_topk(token, entries, k)
+        sampled.append(lp)
+        top_ids.append(ids)
+        top_lps.append(lps)
+    return Completion(
+        prompt_index=prompt_index,
+        sample_index=index,
+        token_ids=list(out.token_ids),
+        sampler_logprobs=sampled,
+        topk_ids=top_ids,
+        topk_logprobs=top_lps,
+        finish_reason=out.finish_reason,
+    )
+
+
+def _device_info(device: str) -> dict[str, Any]:
+    from mismatchscope.probe.hf_model import device_names
+
+    if device.startswith("cuda"):
+        import torch
+
+        names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        return {"device": device, "device_names": names}
+    return {"device": device, "device_names": device_names([device])}

@@ -1,0 +1,340 @@
+"""The ``vllm-server`` sampler: a running vLLM OpenAI-compatible server.
+
+This is the setup of most RL frameworks (the rollout workers are servers),
+and it adds the HTTP layer's own ways to differ: default sampling values the
+server takes from ``generation_config.json``, a ``--logprobs-mode`` fixed at
+launch, a tokenizer of its own. So before sampling, this sampler checks that
+
+* the server serves this checkpoint (``GET /v1/models``);
+* its tokenizer gives our ids for the prompts (``POST /tokenize``, when the
+  server has it);
+* its logprobs mode is the one asked for: one request with ``top_k=1``
+  returns exactly 0.0 for processed logprobs (one token kept) and a negative
+  number for raw ones;
+
+and every request spells out the neutral penalties, so server defaults
+cannot change the distribution. Prompts go as token ids; tokens come back as
+``token_id:N`` with their ids, so nothing is re-tokenised.
+
+Only the stdlib is used for HTTP. The API key is read from the environment
+variable ``cfg.api_key_env`` at each request and is never stored, logged or
+described. ``engine_args`` are added to every completion request body
+(a server's engine options are fixed at launch), except ``model`` (the
+served model name to use, skipping the name check) and ``timeout``
+(seconds per HTTP request, default 600).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from mismatchscope.errors import (
+    CheckpointError,
+    SamplerConnectionError,
+    SamplerError,
+    TokenizerMismatchError,
+    UsageError,
+)
+from mismatchscope.probe.checkpoint import CheckpointInfo
+from mismatchscope.probe.samplers.base import (
+    ProgressFn,
+    check_prompts,
+    from_sentinel,
+    manifest_safe,
+    request_layout,
+    sample_index,
+    split_topk,
+)
+from mismatchscope.probe.types import Completion, SamplerConfig, SamplingConfig
+
+DEFAULT_TIMEOUT = 600.0
+PROMPTS_PER_REQUEST = 32
+"""prompts per ``/v1/completions`` call: keeps bodies small and gives progress.
+Each prompt is its own engine request with its own seed, so the split does not
+change what is sampled."""
+NEUTRAL = {
+    "repetition_penalty": 1.0,
+    "frequency_penalty": 0.0,
+    "presence_penalty": 0.0,
+    "min_p": 0.0,
+    "min_tokens": 0,
+}
+RESERVED = ("model", "timeout")
+
+
+class VLLMServerSampler:
+    """Samples from a vLLM server at ``cfg.url``."""
+
+    name = "vllm-server"
+
+    def __init__(self, cfg: SamplerConfig, info: CheckpointInfo, *, sampling: SamplingConfig | None = None):
+        if not cfg.url:
+            raise UsageError("the vllm-server sampler needs the server's URL", hint="pass --url http://HOST:PORT")
+        self.cfg = cfg
+        self.info = info
+        self.base = _base_url(cfg.url)
+        self.timeout = float(cfg.engine_args.get("timeout", DEFAULT_TIMEOUT))
+        self.extra = {k: v for k, v in cfg.engine_args.items() if k not in RESERVED}
+        self.model_card = self._served_model(cfg.engine_args.get("model"))
+        self.model = str(self.model_card["id"])
+        self._tokenizer = None
+        self._checks: dict[str, Any] = {}
+        self._version = self._server_version()
+
+    # ------------------------------------------------------------ HTTP
+
+    def _call(self, method: str, path: str, body: dict | None = None, *, missing_ok: bool = False) -> Any:
+        """One JSON request. Connection problems -> SamplerConnectionError; HTTP errors ->
+        SamplerError (None for a 404 when ``missing_ok``)."""
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        key = os.environ.get(self.cfg.api_key_env)
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.base + path, data=data, headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                payload = resp.read()
+        except urllib.error.HTTPError as exc:
+            if missing_ok and exc.code == 404:
+                return None
+            detail = exc.read().decode(errors="replace")[:500]
+            hint = f"set the key in ${self.cfg.api_key_env}" if exc.code in (401, 403) else None
+            raise SamplerError(f"{method} {self.base}{path} failed with HTTP {exc.code}: {detail}", hint=hint) from exc
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise SamplerConnectionError(
+                f"cannot reach the vLLM server at {self.base}: {reason}",
+                hint="start it (python -m vllm.entrypoints.openai.api_server --model DIR) or fix --url",
+            ) from exc
+        try:
+            return json.loads(payload)
+        except ValueError as exc:
+            raise SamplerError(f"{method} {self.base}{path} answered with something that is not JSON") from exc
+
+    def _server_version(self) -> str | None:
+        try:
+            answer = self._call("GET", "/version", missing_ok=True)
+        except SamplerError:
+            return None
+        return answer.get("version") if isinstance(answer, dict) else None
+
+    # ------------------------------------------------------------ checks
+
+    def _served_model(self, wanted: str | None) -> dict[str, Any]:
+        """The model card to use: the one named in engine_args, else the server's only base model,
+        which must be this checkpoint (same folder name)."""
+        cards = [c for c in (self._call("GET", "/v1/models") or {}).get("data", []) if not c.get("parent")]
+        names = [c.get("id") for c in cards]
+        if wanted is not None:
+            for card in cards:
+                if card.get("id") == wanted:
+                    return card
+            raise UsageError(f"the server at {self.base} does not serve {wanted!r}; it serves {names}")
+        if len(cards) != 1:
+            raise UsageError(
+                f"the server at {self.base} serves {names}; say which one is this checkpoint",
+                hint="pass --engine-arg model=NAME",
+            )
+        card = cards[0]
+        ours = self.info.path.resolve().name
+        theirs = {Path(str(card.get(f) or "")).name for f in ("root", "id")}
+        if ours not in theirs:
+            raise CheckpointError(
+                f"the server at {self.base} serves {card.get('id')!r} (from {card.get('root')!r}), "
+                f"not the checkpoint {ours!r}",
+                hint="start the server on the same checkpoint, or pass --engine-arg model=NAME if "
+                "it is the same one under another name",
+            )
+        served_len = card.get("max_model_len")
+        if isinstance(served_len, int) and served_len > self.info.max_model_len:
+            raise UsageError(
+                f"the server's max_model_len {served_len} exceeds the checkpoint's {self.info.max_model_len}"
+            )
+        return card
+
+    def _check_tokenizer(self, prompts: list[list[int]]) -> None:
+        """The server's tokenizer must give our ids for the text of each prompt (``/tokenize``)."""
+        from mismatchscope.probe.checkpoint import load_tokenizer
+
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self.info.path)
+        tok = self._tokenizer
+        checked = 0
+        for i, ids in enumerate(prompts):
+            text = tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+            ours = tok.encode(text, add_special_tokens=False)
+            answer = self._call(
+                "POST",
+                "/tokenize",
+                {"model": self.model, "prompt": text, "add_special_tokens": False},
+                missing_ok=True,
+            )
+            if answer is None:
+                self._checks["tokenizer"] = "not checked: the server has no /tokenize"
+                return
+            theirs = answer.get("tokens")
+            if theirs != ours:
+                raise TokenizerMismatchError(
+                    f"the server tokenizes prompt {i} ({text[:60]!r}) as {theirs[:20]} but the checkpoint's "
+                    f"tokenizer gives {ours[:20]}",
+                    hint="start the server with the checkpoint's own tokenizer (--tokenizer)",
+                )
+            checked += 1
+        self._checks["tokenizer"] = f"same ids for {checked} prompts"
+
+    def _check_logprobs_mode(self, prompt: list[int], sampling: SamplingConfig) -> None:
+        """With top_k=1 a processed-logprobs server returns exactly 0.0; a raw one a negative number."""
+        answer = self._call(
+            "POST",
+            "/v1/completions",
+            {
+                "model": self.model,
+                "prompt": [prompt],
+                "max_tokens": 4,
+                "temperature": 1.0,
+                "top_k": 1,
+                "top_p": 1.0,
+                "logprobs": 0,
+                "seed": 0,
+                "return_tokens_as_token_ids": True,
+                **NEUTRAL,
+            },
+        )
+        values = [v for v in answer["choices"][0]["logprobs"]["token_logprobs"] if v is not None]
+        if any(v > 0 for v in values):
+            served = "a logits mode"
+        elif values and all(v == 0.0 for v in values):
+            served = "processed_logprobs"
+        else:
+            served = "raw_logprobs"
+        self._checks["logprobs_mode"] = served
+        if served != sampling.logprobs_mode:
+            raise UsageError(
+                f"the server returns {served} but the probe asks for {sampling.logprobs_mode}",
+                hint=f"restart the server with --logprobs-mode {sampling.logprobs_mode}, or change the probe's mode",
+            )
+
+    # ------------------------------------------------------------ sampling
+
+    def sample(
+        self,
+        prompts: list[list[int]],
+        sampling: SamplingConfig,
+        on_progress: ProgressFn | None = None,
+    ) -> list[Completion]:
+        check_prompts(prompts, sampling)
+        if "tokenizer" not in self._checks:
+            self._check_tokenizer(prompts)
+        if self._checks.get("logprobs_mode") != sampling.logprobs_mode:
+            self._check_logprobs_mode(prompts[0], sampling)
+        layout, per_request_n = request_layout(len(prompts), sampling)
+        completions: list[Completion] = []
+        for start in range(0, len(layout), PROMPTS_PER_REQUEST):
+            batch = layout[start : start + PROMPTS_PER_REQUEST]
+            body = self._body([prompts[p] for p in batch], sampling, per_request_n)
+            choices = sorted(self._call("POST", "/v1/completions", body).get("choices", []), key=lambda c: c["index"])
+            if len(choices) != len(batch) * per_request_n:
+                raise SamplerError(
+                    f"the server returned {len(choices)} choices for {len(batch)} prompts x n={per_request_n}"
+                )
+            for i, choice in enumerate(choices):  # vLLM numbers them prompt * n + sample
+                j, out = start + i // per_request_n, i % per_request_n
+                index = sample_index(j, out, sampling, per_request_n)
+                completions.append(_completion(layout[j], index, choice, sampling.top_k_logprobs))
+            if on_progress is not None:
+                on_progress(len(batch) * per_request_n)
+        return completions
+
+    def _body(self, prompts: list[list[int]], sampling: SamplingConfig, n: int) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "prompt": [list(p) for p in prompts],
+            "n": n,
+            "max_tokens": sampling.max_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "top_k": sampling.top_k if sampling.top_k and sampling.top_k > 0 else 0,
+            "seed": sampling.seed,
+            "logprobs": sampling.top_k_logprobs,
+            "return_tokens_as_token_ids": True,
+            "return_token_ids": True,
+            **NEUTRAL,
+            **self.extra,
+        }
+
+    def describe(self) -> dict[str, Any]:
+        """Server URL, version, served model and the checks that ran (no API key, ever)."""
+        return {
+            "engine": "vllm-server",
+            "version": self._version,
+            "url": _without_credentials(self.base),
+            "model": self.model,
+            "model_root": self.model_card.get("root"),
+            "max_model_len": self.model_card.get("max_model_len"),
+            "requested_dtype": self.cfg.dtype,
+            "dtype": None,  # not visible over HTTP: the server's launch flags decide it
+            "request_extras": manifest_safe(self.extra),
+            "api_key_env": self.cfg.api_key_env,
+            "api_key_set": bool(os.environ.get(self.cfg.api_key_env)),
+            "checks": dict(self._checks),
+        }
+
+    def close(self) -> None:
+        """Nothing to release: the server belongs to whoever started it."""
+
+
+def _without_credentials(url: str) -> str:
+    """The URL with any ``user:password@`` removed, for the manifest."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urllib.parse.urlunsplit(parts._replace(netloc="<redacted>@" + parts.netloc.rsplit("@", 1)[1]))
+
+
+def _base_url(url: str) -> str:
+    base = url.rstrip("/")
+    return base[: -len("/v1")] if base.endswith("/v1") else base
+
+
+def _token_id(token: str) -> int:
+    if not token.startswith("token_id:"):
+        raise SamplerError(
+            f"the server returned token {token!r}, not 'token_id:N': it ignored return_tokens_as_token_ids"
+        )
+    return int(token.split(":", 1)[1])
+
+
+def _completion(prompt_index: int, sample_index: int, choice: dict, k: int) -> Completion:
+    lp = choice.get("logprobs") or {}
+    tokens = [_token_id(t) for t in lp.get("tokens") or []]
+    ids = choice.get("token_ids")
+    if ids is not None and list(ids) != tokens:
+        raise SamplerError("the server's token_ids and logprobs tokens disagree")
+    sampled, top_ids, top_lps = [], [], []
+    values = lp.get("token_logprobs") or []
+    tops = lp.get("top_logprobs") or [None] * len(tokens)
+    for token, value, top in zip(tokens, values, tops, strict=True):
+        if top:
+            entries = [(_token_id(t), from_sentinel(v), None) for t, v in top.items()]
+        else:
+            entries = [(token, from_sentinel(value), None)]
+        _, t_ids, t_lps = split_topk(token, entries, k)
+        sampled.append(from_sentinel(value))
+        top_ids.append(t_ids)
+        top_lps.append(t_lps)
+    return Completion(
+        prompt_index=prompt_index,
+        sample_index=sample_index,
+        token_ids=tokens,
+        sampler_logprobs=sampled,
+        topk_ids=top_ids,
+        topk_logprobs=top_lps,
+        finish_reason=choice.get("finish_reason"),
+    )

@@ -1,0 +1,311 @@
+"""The trainer side: a teacher-forced transformers forward pass over the sampled ids.
+
+What an RL trainer computes for the policy loss is ``log pi(y_t | prefix)``
+for each sampled token, recomputed from the same ids the sampler produced.
+:class:`HFTrainer` does that, the way trainers do it at scale:
+
+* requests are batched by a token budget (rows x padded length), padded on
+  the right. Attention is causal, so padding after a sequence cannot change
+  it; the tests pin that scoring alone equals scoring in a batch;
+* the decoder body runs once per batch, then only the hidden states that
+  predict a completion token are kept and the lm_head is applied chunk by
+  chunk (``lm_head_chunk`` rows), each chunk's logits upcast to fp32. This
+  never builds the ``[batch, length, vocab]`` fp32 tensor (TRL's
+  ``selective_log_softmax`` and verl's ``logprobs_from_logits_v2`` bound
+  memory the same way);
+* the logprob is taken over the distribution the sampler reported
+  (:class:`~mismatchscope.probe.token_scoring.Processing`): T-scaled and
+  renormalised over the kept set for ``processed_logprobs``, raw otherwise.
+
+Models that transform their logits after the lm_head (Gemma's
+``final_logit_softcapping``, Cohere's ``logit_scale``, Granite's
+``logits_scaling``) get the same transform here; any other difference from
+the model's own ``forward`` is caught by a one-time check on the first
+request and refused rather than recorded as mismatch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from mismatchscope.errors import CheckpointError, InputError, UsageError
+from mismatchscope.probe.checkpoint import CheckpointInfo, text_config
+from mismatchscope.probe.hf_model import load_causal_lm, model_description
+from mismatchscope.probe.token_scoring import Processing, score_positions
+from mismatchscope.probe.types import SamplingConfig, ScoreRequest, Scored, TrainerConfig
+
+SELF_CHECK_TOKENS = 64
+"""length of the sequence the head path is checked on against ``model(...)``."""
+SELF_CHECK_TOL = {"float32": 1e-3}
+SELF_CHECK_TOL_LOW_PRECISION = 0.25
+
+
+@dataclass(frozen=True)
+class LogitTransform:
+    """What a model does to its logits after the lm_head, read from its config."""
+
+    softcap: float | None = None
+    scale: float = 1.0
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "LogitTransform":
+        text = text_config(config)
+        softcap = text.get("final_logit_softcapping")
+        scale = 1.0
+        if text.get("logit_scale") not in (None, 1, 1.0):  # Cohere: logits * logit_scale
+            scale *= float(text["logit_scale"])
+        if text.get("logits_scaling") not in (None, 1, 1.0):  # Granite: logits / logits_scaling
+            scale /= float(text["logits_scaling"])
+        return cls(softcap=float(softcap) if softcap else None, scale=scale)
+
+    def __call__(self, logits):
+        import torch
+
+        if self.scale != 1.0:
+            logits = logits * self.scale
+        if self.softcap:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"final_logit_softcapping": self.softcap, "logit_scale": self.scale}
+
+
+class HFTrainer:
+    """Teacher-forced logprobs of sampled completions from a transformers model."""
+
+    def __init__(self, info: CheckpointInfo, cfg: TrainerConfig):
+        import torch
+
+        self.info = info
+        self.cfg = cfg
+        if cfg.batch_tokens < 1 or cfg.lm_head_chunk < 1:
+            raise UsageError(
+                f"batch_tokens={cfg.batch_tokens} and lm_head_chunk={cfg.lm_head_chunk} must both be positive"
+            )
+        if info.pickle_weights and not cfg.allow_pickle:
+            raise CheckpointError(
+                f"{str(info.path)!r} holds only pickle weights and the trainer was not allowed to load them",
+                hint="pass --allow-pickle (allow_pickle=True) if you trust the checkpoint's source",
+            )
+        self.transform = LogitTransform.from_config(info.config)
+        self.model = load_causal_lm(
+            info,
+            dtype=cfg.dtype,
+            device=cfg.device,
+            device_map=cfg.device_map,
+            attn_implementation=cfg.attn_implementation,
+            trust_remote_code=cfg.trust_remote_code,
+        )
+        self.decoder = self.model.get_decoder()
+        self.head = self.model.get_output_embeddings()
+        if self.decoder is None or self.decoder is self.model or self.head is None:
+            raise CheckpointError(
+                f"{type(self.model).__name__} exposes no decoder/lm_head (get_decoder, "
+                "get_output_embeddings), so it cannot be scored chunk by chunk"
+            )
+        self.vocab_size = self.head.weight.shape[0]
+        self._input_device = self.model.get_input_embeddings().weight.device
+        self._head_fp32 = None
+        if cfg.fp32_lm_head:
+            self._head_fp32 = (
+                self.head.weight.detach().to(torch.float32),
+                None if getattr(self.head, "bias", None) is None else self.head.bias.detach().float(),
+            )
+        self._checked = False
+
+    # ------------------------------------------------------------ public
+
+    def score(
+        self,
+        requests: list[ScoreRequest],
+        sampling: SamplingConfig,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> list[Scored]:
+        """One :class:`Scored` per request, in order. ``on_progress(n)``: n more requests done."""
+        import torch
+
+        self._validate(requests)
+        processing = Processing.from_sampling(sampling)
+        results: list[Scored | None] = [None] * len(requests)
+        with torch.inference_mode():
+            if not self._checked and requests:
+                self._check_head_path(requests[0])
+            for batch in self._batches(requests):
+                scored = self._score_batch([requests[i] for i in batch], processing, sampling.top_k_logprobs)
+                for i, s in zip(batch, scored, strict=True):
+                    results[i] = s
+                if on_progress is not None:
+                    on_progress(len(batch))
+        return results  # type: ignore[return-value]
+
+    def describe(self) -> dict[str, Any]:
+        """Versions, device, dtype and scoring options, for the run manifest."""
+        return {
+            "engine": "transformers",
+            **model_description(self.model),
+            "requested_dtype": self.cfg.dtype,
+            "fp32_lm_head": self.cfg.fp32_lm_head,
+            "batch_tokens": self.cfg.batch_tokens,
+            "lm_head_chunk": self.cfg.lm_head_chunk,
+            "logit_transform": self.transform.to_dict(),
+        }
+
+    # ------------------------------------------------------------ batching
+
+    def _validate(self, requests: list[ScoreRequest]) -> None:
+        for i, req in enumerate(requests):
+            if not req.prompt_token_ids:
+                raise InputError(f"score request {i} has an empty prompt: nothing predicts its first token")
+            if req.sampler_topk_ids and len(req.sampler_topk_ids) != len(req.completion_token_ids):
+                raise InputError(
+                    f"score request {i}: {len(req.sampler_topk_ids)} listed-id rows for "
+                    f"{len(req.completion_token_ids)} completion tokens"
+                )
+            ids = [*req.prompt_token_ids, *req.completion_token_ids]
+            ids += [t for row in req.sampler_topk_ids for t in row]
+            bad = next((t for t in ids if not 0 <= t < self.vocab_size), None)
+            if bad is not None:
+                raise InputError(
+                    f"score request {i} holds token id {bad}, outside the model's vocabulary "
+                    f"(0..{self.vocab_size - 1})",
+                    hint="the sampler and the trainer are not using the same tokenizer/checkpoint",
+                )
+
+    def _batches(self, requests: list[ScoreRequest]) -> list[list[int]]:
+        """Indices grouped so that rows x longest length <= batch_tokens (at least one row).
+
+        Longest first, so rows of similar length share a batch and padding stays small.
+        """
+        order = sorted(range(len(requests)), key=lambda i: -_length(requests[i]))
+        batches: list[list[int]] = []
+        for i in order:
+            if batches:
+                current = batches[-1]
+                longest = _length(requests[current[0]])
+                if (len(current) + 1) * longest <= self.cfg.batch_tokens:
+                    current.append(i)
+                    continue
+            batches.append([i])
+        return batches
+
+    # ------------------------------------------------------------ scoring
+
+    def _hidden(self, rows: list[list[int]]):
+        """Final hidden states [B, L, H] of right-padded rows."""
+        import torch
+
+        width = max(len(r) for r in rows)
+        ids = torch.zeros((len(rows), width), dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for r, row in enumerate(rows):
+            ids[r, : len(row)] = torch.tensor(row, dtype=torch.long)
+            mask[r, : len(row)] = 1
+        out = self.decoder(
+            input_ids=ids.to(self._input_device), attention_mask=mask.to(self._input_device), use_cache=False
+        )
+        return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+
+    def _logits(self, hidden, *, fp32_head: bool | None = None):
+        """fp32 logits of hidden rows [N, H], after the model's own logit transform."""
+        import torch.nn.functional as F
+
+        use_fp32 = self._head_fp32 is not None if fp32_head is None else fp32_head
+        if use_fp32:
+            weight, bias = self._head_fp32
+            logits = F.linear(hidden.to(weight.device, weight.dtype), weight, bias)
+        else:
+            logits = self.head(hidden.to(self.head.weight.device)).float()
+        return self.transform(logits)
+
+    def _score_batch(self, reqs: list[ScoreRequest], processing: Processing, k: int) -> list[Scored]:
+        import torch
+
+        hidden = self._hidden([[*r.prompt_token_ids, *r.completion_token_ids] for r in reqs])
+        rows, cols, labels, listed, listed_len = [], [], [], [], []
+        for b, r in enumerate(reqs):
+            start = len(r.prompt_token_ids) - 1  # the hidden state at t predicts token t + 1
+            n = len(r.completion_token_ids)
+            rows += [b] * n
+            cols += range(start, start + n)
+            labels += r.completion_token_ids
+            topk_rows = r.sampler_topk_ids or [[] for _ in range(n)]
+            listed += topk_rows
+            listed_len += [len(x) for x in topk_rows]
+        if not labels:
+            return [_empty_scored(processing.truncates(self.vocab_size)) for _ in reqs]
+        width = max(max(listed_len), 1)
+        listed_t = torch.zeros((len(labels), width), dtype=torch.long)
+        for j, ids in enumerate(listed):
+            listed_t[j, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        picked = hidden[torch.tensor(rows, device=hidden.device), torch.tensor(cols, device=hidden.device)]
+        labels_t = torch.tensor(labels, dtype=torch.long)
+        parts = []
+        chunk = self.cfg.lm_head_chunk
+        for s in range(0, len(labels), chunk):
+            logits = self._logits(picked[s : s + chunk])
+            dev = logits.device
+            parts.append(
+                score_positions(logits, labels_t[s : s + chunk].to(dev), listed_t[s : s + chunk].to(dev), k, processing)
+            )
+        return _split(parts, [len(r.completion_token_ids) for r in reqs], listed_len, processing)
+
+    def _check_head_path(self, req: ScoreRequest) -> None:
+        """Refuse a model whose ``forward`` does something to logits that we don't.
+
+        Compares log_softmax of the model's own logits with the decoder +
+        lm_head path on one short sequence, once per trainer.
+        """
+        import torch
+
+        ids = [*req.prompt_token_ids, *req.completion_token_ids][:SELF_CHECK_TOKENS]
+        x = torch.tensor([ids], device=self._input_device)
+        reference = self.model(input_ids=x, use_cache=False).logits[0].float().log_softmax(-1)
+        ours = self._logits(self._hidden([ids])[0], fp32_head=False).log_softmax(-1)
+        diff = (reference - ours.to(reference.device)).abs().max().item()
+        tol = SELF_CHECK_TOL.get(self.cfg.dtype, SELF_CHECK_TOL_LOW_PRECISION)
+        if not diff <= tol:
+            raise CheckpointError(
+                f"{type(self.model).__name__}: the decoder + lm_head path differs from the model's own "
+                f"forward by {diff:.3g} in logprob (tolerance {tol}); the model transforms its logits in "
+                "a way mismatchscope does not reproduce",
+                hint="report the model type so the transform can be added",
+            )
+        self._checked = True
+
+
+def _length(req: ScoreRequest) -> int:
+    return len(req.prompt_token_ids) + len(req.completion_token_ids)
+
+
+def _empty_scored(truncates: bool) -> Scored:
+    return Scored([], [], [], [], [], [] if truncates else None)
+
+
+def _split(parts, lengths: list[int], listed_len: list[int], processing: Processing) -> list[Scored]:
+    """Concatenate chunk results and cut them back into one Scored per request."""
+    import torch
+
+    def cat(name):
+        return torch.cat([getattr(p, name) for p in parts]).cpu()
+
+    logprob, at_listed, top_ids, top_lp, entropy = (
+        cat(n).tolist() for n in ("logprob", "at_listed", "top_ids", "top_logprobs", "entropy")
+    )
+    kept = cat("kept_logmass").tolist() if parts[0].kept_logmass is not None else None
+    out, pos = [], 0
+    for n in lengths:
+        sl = slice(pos, pos + n)
+        out.append(
+            Scored(
+                trainer_logprobs=logprob[sl],
+                logprobs_at_sampler_topk=[row[:m] for row, m in zip(at_listed[sl], listed_len[sl])],
+                topk_ids=top_ids[sl],
+                topk_logprobs=top_lp[sl],
+                entropy=entropy[sl],
+                kept_logmass=kept[sl] if kept is not None else None,
+            )
+        )
+        pos += n
+    return out

@@ -1,0 +1,197 @@
+"""Checkpoint validation, fingerprinting, tokenizer checks and prompt tokenisation.
+
+No engine here: these run in seconds and pin the error messages a user sees.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+
+import pytest
+
+from mismatchscope.errors import CheckpointError, PromptError, TokenizerMismatchError
+from mismatchscope.probe.checkpoint import (
+    check_tokenizer,
+    inspect_checkpoint,
+    load_tokenizer,
+    tokenize_prompts,
+)
+
+
+def _copy(src, dst):
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _small_tokenizer(texts: list[str], *, lowercase: bool = False):
+    """A real byte-level BPE tokenizer trained on ``texts``: a different vocabulary from the checkpoint's."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    if lowercase:
+        tok.normalizer = normalizers.Lowercase()
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<eos>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(texts * 20, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", clean_up_tokenization_spaces=False)
+
+
+# ------------------------------------------------------------ inspect_checkpoint
+
+
+def test_inspect_reads_the_config_of_both_models(dense_info, moe_info, dense_dir):
+    config = json.loads((dense_dir / "config.json").read_text())
+    assert dense_info.model_type == "qwen3" and not dense_info.is_moe
+    assert moe_info.model_type == "qwen3_moe" and moe_info.is_moe
+    assert dense_info.vocab_size == config["vocab_size"]
+    assert dense_info.max_model_len == config["max_position_embeddings"]
+    assert dense_info.weight_files == ("model.safetensors",) and not dense_info.pickle_weights
+    assert len(dense_info.sha256) == 64 and dense_info.sha256 != moe_info.sha256
+
+
+def test_sha256_is_stable_and_sees_any_hashed_file_change(dense_dir, dense_info, tmp_path):
+    copy = _copy(dense_dir, tmp_path / "copy")
+    assert inspect_checkpoint(copy).sha256 == dense_info.sha256  # the path is not part of it
+    cfg = copy / "tokenizer_config.json"
+    cfg.write_text(cfg.read_text() + "\n")
+    assert inspect_checkpoint(copy).sha256 != dense_info.sha256
+    (copy / "notes.txt").write_text("not part of the model")
+    cfg.write_text((dense_dir / "tokenizer_config.json").read_text())
+    assert inspect_checkpoint(copy).sha256 == dense_info.sha256
+
+
+def test_missing_checkpoint_folder(tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist") as err:
+        inspect_checkpoint(tmp_path / "nope")
+    assert isinstance(err.value, OSError)  # the stdlib type it replaces
+
+
+def test_missing_config_json(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"x")
+    with pytest.raises(CheckpointError, match="no config.json"):
+        inspect_checkpoint(tmp_path)
+
+
+def test_no_weights(dense_dir, tmp_path):
+    shutil.copy(dense_dir / "config.json", tmp_path / "config.json")
+    with pytest.raises(CheckpointError, match="has no weights"):
+        inspect_checkpoint(tmp_path)
+
+
+def test_pickle_weights_are_refused_unless_allowed(dense_dir, tmp_path):
+    shutil.copy(dense_dir / "config.json", tmp_path / "config.json")
+    (tmp_path / "pytorch_model.bin").write_bytes(b"a pickle would run code")
+    with pytest.raises(CheckpointError, match="pickle") as err:
+        inspect_checkpoint(tmp_path)
+    assert "allow-pickle" in str(err.value) and "allow_pickle" in str(err.value)
+    info = inspect_checkpoint(tmp_path, allow_pickle=True)
+    assert info.pickle_weights and info.weight_files == ("pytorch_model.bin",)
+
+
+def test_safetensors_win_over_pickle_next_to_them(dense_dir, dense_info, tmp_path):
+    copy = _copy(dense_dir, tmp_path / "copy")
+    (copy / "pytorch_model.bin").write_bytes(b"stale pickle")
+    info = inspect_checkpoint(copy)
+    assert info.weight_files == ("model.safetensors",) and info.sha256 == dense_info.sha256
+
+
+def test_custom_model_code_needs_trust_remote_code(dense_dir, tmp_path):
+    config = json.loads((dense_dir / "config.json").read_text())
+    config.update(model_type="my_own_lm", auto_map={"AutoModelForCausalLM": "modeling_mine.MyLM"})
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "model.safetensors").write_bytes(b"x")
+    with pytest.raises(CheckpointError, match="trust-remote-code"):
+        inspect_checkpoint(tmp_path)
+    assert inspect_checkpoint(tmp_path, trust_remote_code=True).model_type == "my_own_lm"
+
+
+# ------------------------------------------------------------ tokenizers
+
+
+def test_own_tokenizer_passes_every_check(dense_tokenizer, dense_info, prompt_texts, moe_dir):
+    check_tokenizer(dense_tokenizer, dense_info, prompt_texts, other=load_tokenizer(moe_dir))
+
+
+def test_missing_tokenizer(dense_dir, tmp_path):
+    shutil.copy(dense_dir / "config.json", tmp_path / "config.json")
+    with pytest.raises(CheckpointError, match="cannot load a tokenizer"):
+        load_tokenizer(tmp_path)
+
+
+def test_tokenizer_larger_than_the_model_vocabulary(dense_tokenizer, dense_info, prompt_texts):
+    small = dataclasses.replace(dense_info, vocab_size=len(dense_tokenizer) - 10)
+    with pytest.raises(TokenizerMismatchError, match=f"vocab_size is {small.vocab_size}"):
+        check_tokenizer(dense_tokenizer, small, prompt_texts)
+
+
+def test_tokenizer_with_another_vocabulary_is_refused(dense_tokenizer, dense_info, prompt_texts):
+    other = _small_tokenizer(["the quick brown fox jumps over the lazy dog 0123456789+="])
+    with pytest.raises(TokenizerMismatchError, match="different vocabularies") as err:
+        check_tokenizer(dense_tokenizer, dense_info, prompt_texts, other=other)
+    assert "tokens only in" in str(err.value) or "other ids" in str(err.value)
+
+
+def test_tokenizers_that_encode_a_prompt_differently_are_refused(
+    dense_dir, dense_tokenizer, dense_info, prompt_texts, tmp_path
+):
+    """Same vocabulary, no BOS: the first differing prompt and its ids are named."""
+    copy = _copy(dense_dir, tmp_path / "nobos")
+    spec = json.loads((copy / "tokenizer.json").read_text())
+    spec["post_processor"] = None
+    (copy / "tokenizer.json").write_text(json.dumps(spec))
+    cfg = json.loads((copy / "tokenizer_config.json").read_text())
+    cfg["add_bos_token"] = False
+    (copy / "tokenizer_config.json").write_text(json.dumps(cfg))
+    other = load_tokenizer(copy)
+    if other.encode(prompt_texts[0]) == dense_tokenizer.encode(prompt_texts[0]):
+        pytest.skip("this tokenizer adds no special tokens, so removing them changes nothing")
+    with pytest.raises(TokenizerMismatchError, match="encode prompt 0") as err:
+        check_tokenizer(dense_tokenizer, dense_info, prompt_texts, other=other)
+    assert str(dense_tokenizer.encode(prompt_texts[0])[:3])[:-1] in str(err.value)
+
+
+def test_prompt_that_does_not_round_trip_is_refused(dense_info):
+    lower = _small_tokenizer(["hello world 123+456="], lowercase=True)
+    with pytest.raises(TokenizerMismatchError, match="prompt 1 does not round-trip"):
+        check_tokenizer(lower, dense_info, ["hello", "Hello"])
+
+
+# ------------------------------------------------------------ tokenize_prompts
+
+
+def test_tokenize_prompts_matches_the_tokenizer(dense_tokenizer, dense_info, prompt_texts):
+    ids = tokenize_prompts(dense_tokenizer, prompt_texts, max_model_len=dense_info.max_model_len, max_tokens=16)
+    assert ids == [dense_tokenizer.encode(t) for t in prompt_texts]
+
+
+def test_empty_prompt_list(dense_tokenizer):
+    with pytest.raises(PromptError, match="no prompts"):
+        tokenize_prompts(dense_tokenizer, [], max_model_len=64, max_tokens=16)
+
+
+def test_empty_prompt(dense_tokenizer):
+    with pytest.raises(PromptError, match="prompt 1 is empty"):
+        tokenize_prompts(dense_tokenizer, ["1+2=", ""], max_model_len=64, max_tokens=16)
+
+
+def test_prompt_longer_than_the_context(dense_tokenizer, dense_info):
+    long_prompt = "+".join(str(i) for i in range(200)) + "="
+    n = len(dense_tokenizer.encode(long_prompt))
+    limit = dense_info.max_model_len
+    with pytest.raises(PromptError) as err:
+        tokenize_prompts(dense_tokenizer, ["1+2=", long_prompt], max_model_len=limit, max_tokens=16)
+    message = str(err.value)
+    assert "prompt 1" in message and f"{n} tokens" in message and f"max_model_len={limit}" in message
+    assert "--max-tokens" in message
+
+
+def test_prompt_plus_max_tokens_over_the_context(dense_tokenizer, dense_info):
+    limit = dense_info.max_model_len
+    with pytest.raises(PromptError, match=f"max_tokens={limit} it needs"):
+        tokenize_prompts(dense_tokenizer, ["1+2="], max_model_len=limit, max_tokens=limit)
