@@ -115,7 +115,10 @@ def masks_tables(console, result, examples: int) -> None:
     has_sign = any(r["rejected_by_advantage_sign"] for r in mk["rules"])
     t = Table(title="What each rule would reject or reweight", title_justify="left")
     for col in ("rule", "params", "level", "hyp.", "tok. rejected", "%", "tok. reweighted", "%", "seq. rejected", "seq. w/ rejection"):
-        t.add_column(col, justify="right" if col not in ("rule", "params", "level", "hyp.") else "left")
+        if col == "params":
+            t.add_column(col, overflow="fold", max_width=22)
+        else:
+            t.add_column(col, justify="right" if col not in ("rule", "level", "hyp.") else "left")
     if has_sign:
         t.add_column("rejected A>0 / A<0 / A=0", justify="right")
     for r in mk["rules"]:
@@ -132,7 +135,10 @@ def masks_tables(console, result, examples: int) -> None:
         console.print("[dim]No advantage column: advantage-dependent rules are shown as hypotheses, as if every A > 0, "
                       "every A < 0, and their mean. dppo-* put A == 0 on the negative branch (reference code).[/dim]")
 
-    agree = [a for a in mk["agreement"] if (a["both"] + a["only_a"] + a["only_b"]) > 0]
+    # pairs where one rule rejects nothing carry no information about disagreement
+    agree = [a for a in mk["agreement"] if (a["both"] + a["only_a"]) > 0 and (a["both"] + a["only_b"]) > 0]
+    if not agree:
+        console.print("[dim]Agreement: fewer than two rules reject anything here, so there is no overlap to compare.[/dim]")
     if agree:
         agree.sort(key=lambda a: (a["jaccard"] if a["jaccard"] is not None else 2.0))
         shown = agree[:25]
@@ -153,7 +159,9 @@ def masks_tables(console, result, examples: int) -> None:
             s.add_row(num(p["value"]), p["hypothesis"], pct(p["token_reject_rate"]), pct(p["token_reweight_rate"]), num(p["sequences_with_rejection"]))
         console.print(s)
 
-    if examples:
+    if examples and not mk["examples"]:
+        console.print("[dim]No token on which the token-level rejecting rules disagree.[/dim]")
+    elif examples:
         e = Table(title=f"Tokens the rules disagree on most (largest |log p - log q|, top {examples})", title_justify="left")
         for col in ("sequence", "position", "token", "p", "q", "log p/q", "rejected by", "kept by"):
             e.add_column(col, justify="right" if col in ("sequence", "position", "token", "p", "q", "log p/q") else "left")

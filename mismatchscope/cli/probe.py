@@ -91,8 +91,12 @@ def _summarise(run_dir: Path, rules: list[str] | None, format: OutputFormat) -> 
     console.print(f"\nrun directory: {run_dir}  (mismatchscope report {run_dir}; compare-masks {run_dir})", highlight=False)
 
 
-def _cpu_engine_env() -> None:
-    """vLLM's CPU backend needs a KV-cache size; 1 GiB is plenty for a probe of a small model."""
+def _engine_env() -> None:
+    """Keep stdout for data: vLLM logs to stdout at INFO by default, in its worker
+    processes too (they inherit the environment). A user's own settings win.
+    vLLM's CPU backend also needs a KV-cache size: 1 GiB suits a probe."""
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 
@@ -151,7 +155,7 @@ def probe(
     if prompts is None:
         prompts = REPO_SAMPLE / "prompts.jsonl"
     out = out or Path("runs") / time.strftime("probe-%Y%m%d-%H%M%S")
-    _cpu_engine_env()
+    _engine_env()
     opts = ProbeOptions(
         checkpoint=checkpoint, prompts=prompts, out=out,
         sampling=SamplingConfig(temperature=temperature, top_p=top_p, top_k=top_k, n=n, max_tokens=max_tokens,
