@@ -52,3 +52,24 @@ def random_pairs(rng: np.random.Generator, n_seq: int, max_len: int, advantage: 
         if advantage:
             cols["advantage"] += [float(rng.choice([-1.0, 0.0, 1.5]))] * length
     return cols
+
+
+PROBE_META = {
+    "checkpoint": {"sha256": "a" * 64, "path": "ckpt"},
+    "prompts": {"sha256": "b" * 64, "count": 2},
+    "sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "n": 4, "max_tokens": 16, "top_k_logprobs": 5, "seed": 0,
+                 "logprobs_mode": "processed_logprobs"},
+    "sampler": {"kind": "vllm", "dtype": "float32", "engine_args": {}},
+    "trainer": {"dtype": "float32", "attn_implementation": None, "fp32_lm_head": False},
+}
+"""File metadata shaped like a probe run's (the parts the gate's comparability check reads)."""
+
+
+def probe_meta(**changes) -> dict:
+    """PROBE_META with sections updated: probe_meta(sampler={"dtype": "float16"})."""
+    import json
+
+    out = json.loads(json.dumps(PROBE_META))
+    for section, values in changes.items():
+        out[section] = {**out.get(section, {}), **values} if isinstance(values, dict) else values
+    return out

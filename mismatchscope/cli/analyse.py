@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import List, Optional
 
 import typer
 
 from ._options import ColumnOpt, FormatOpt, PathArg, RuleOpt, rule_help_epilog
-from ._output import OutputFormat, emit_json, stdout_console, warn
+from ..errors import UsageError
+from ._output import OutputFormat, emit_json, info, stdout_console, warn
 
 
 def _request_rules(rules: list[str] | None, sweeps: list[str] | None):
@@ -61,14 +63,36 @@ def report(
     path: str = PathArg,
     column: Optional[List[str]] = ColumnOpt,
     format: OutputFormat = FormatOpt,
+    plots: Optional[Path] = typer.Option(None, "--plots", metavar="DIR", help="Write PNG pictures into DIR (needs the plot extra: matplotlib)."),
+    html: Optional[Path] = typer.Option(None, "--html", metavar="FILE", help="Write one self-contained HTML page: pictures inline, tables, run metadata."),
+    rule: Optional[List[str]] = typer.Option(None, "--rule", "-r", metavar="NAME[:K=V,...]",
+                                             help="With --plots/--html: a rule whose thresholds the pictures draw. Repeatable; default icepop, ipo, token-mask, tis."),
+    sweep: Optional[List[str]] = typer.Option(None, "--sweep", "-s", metavar="RULE.PARAM=V1,V2,...",
+                                              help="With --plots/--html: the reject-rate curves to draw. Default: a grid for each drawn rule."),
 ) -> None:
     """TV distance, KL estimators, ratio tails, and where the mismatch sits (by probability, position, entropy)."""
     from ..analysis.engine import AnalysisRequest, analyse
     from ..reader import parse_column_mapping
 
-    result = analyse(path, AnalysisRequest(report=True, masks=False), parse_column_mapping(column))
+    pictures = plots is not None or html is not None
+    if (rule or sweep) and not pictures:
+        raise UsageError("--rule and --sweep on report choose what the pictures draw",
+                         hint="add --plots DIR or --html FILE (compare-masks prints the rules' numbers)")
+    request, hist, rules = AnalysisRequest(report=True, masks=False), None, []
+    if pictures:
+        from ..plots import require_matplotlib
+        from ..plots.data import PlotAccumulator
+        from ..plots.sweeps import default_sweeps, plot_rules
+
+        require_matplotlib()
+        rules = plot_rules(_request_rules(rule, None)[0] if rule else None)
+        sweeps = _request_rules([r.label for r in rules], sweep)[1] if sweep else default_sweeps(rules)
+        request, hist = AnalysisRequest(report=True, masks=True, rules=rules, sweeps=sweeps), PlotAccumulator()
+    result = analyse(path, request, parse_column_mapping(column), on_terms=hist.add if hist else None)
     for w in result.warnings:
         warn(w)
+    if pictures:
+        _write_pictures(result, hist, rules, plots, html)
     if format is OutputFormat.json:
         emit_json(report_payload(result))
         return
@@ -77,3 +101,17 @@ def report(
     console = stdout_console()
     header(console, result)
     report_tables(console, result)
+
+
+def _write_pictures(result, hist, rules, plots: Path | None, html: Path | None) -> None:
+    from ..plots import report_figures, write_html, write_pngs
+
+    figures = report_figures(result, hist, rules)
+    if plots:
+        for p in write_pngs(figures, plots):
+            info(f"wrote {p}")
+    if html:
+        from ..plots.html import report_page
+
+        write_html(html, report_page(result, figures))
+        info(f"wrote {html}")

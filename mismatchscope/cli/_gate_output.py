@@ -1,0 +1,77 @@
+"""The gate's verdict for people (a rich table) and for machines (JSON)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+
+def gate_payload(result) -> dict:
+    cfg = result.config
+    comp = result.comparability
+    return {
+        "verdict": result.verdict,
+        "checks": [c.to_dict() for c in result.checks],
+        "candidate": _file(result.candidate),
+        "baseline": _file(result.baseline) if result.baseline else None,
+        "comparability": None if comp is None else {
+            "checked": comp.checked,
+            "differences": [_diff(d) for d in comp.differences],
+            "serving": [_diff(d) for d in comp.serving],
+            "warning": comp.warning,
+        },
+        "config": {
+            "source": cfg.source, "bootstrap": cfg.bootstrap, "confidence": cfg.confidence, "seed": cfg.seed,
+            "allow_different": list(cfg.allow_different), "rules": cfg.rules,
+            "absolute": [asdict(a) for a in cfg.absolute], "regression": [asdict(r) for r in cfg.regression],
+        },
+        "warnings": result.warnings,
+    }
+
+
+def _file(est) -> dict:
+    return {"path": est.path, "tokens": est.tokens, "sequences": est.sequences, "values": est.point, "run": est.result.run}
+
+
+def _diff(d) -> dict:
+    from ..gate.compare import _MISSING
+
+    return {"key": d.key, "baseline": None if d.baseline is _MISSING else d.baseline,
+            "candidate": None if d.candidate is _MISSING else d.candidate, "allowed": d.allowed}
+
+
+def gate_tables(console, result) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from ..gate.markdown import estimate_text, fmt, limit_text, method_text, status_text
+
+    cfg = result.config
+    cand, base = result.candidate, result.baseline
+    line = f"candidate {cand.path} ({cand.tokens:,} tokens, {cand.sequences:,} sequences)"
+    if base:
+        line += f" vs baseline {base.path} ({base.tokens:,} tokens, {base.sequences:,} sequences)"
+    console.print(escape(line), highlight=False)
+    comp = result.comparability
+    if comp and comp.checked:
+        changed = "; ".join(d.change() for d in comp.serving) or "nothing recorded"
+        console.print(escape(f"serving stack change: {changed}"), highlight=False)
+        allowed = [d.text() for d in comp.differences]
+        if allowed:
+            console.print(escape("allowed to differ: " + "; ".join(allowed)), highlight=False)
+    t = Table(title=f"Gate ({cfg.bootstrap} bootstrap resamples of sequences, seed {cfg.seed}; limits from {cfg.source})",
+              title_justify="left")
+    for col in ("result", "check", "baseline", "candidate", f"estimate [{cfg.confidence:.0%} interval]", "limit", "method"):
+        t.add_column(col, justify="right" if col in ("baseline", "candidate") or col.startswith("estimate") else "left")
+    for ch in result.checks:
+        style = "bold red" if ch.failed else ("yellow" if ch.inconclusive else "cyan" if ch.below_floor else "green")
+        t.add_row(f"[{style}]{status_text(ch)}[/{style}]", *map(escape, (ch.name, fmt(ch.baseline), fmt(ch.candidate),
+                  estimate_text(ch), limit_text(ch), method_text(ch, cfg.confidence))))
+    console.print(t)
+    for ch in result.checks:
+        if ch.failed or ch.inconclusive or ch.below_floor:
+            console.print(escape(f"{ch.name}: {ch.explanation}"), highlight=False)
+    n, failed = len(result.checks), sum(c.failed for c in result.checks)
+    if failed:
+        console.print(f"[bold red]FAIL[/bold red]: {failed} of {n} checks failed")
+    else:
+        console.print(f"[bold green]PASS[/bold green]: all {n} checks hold")

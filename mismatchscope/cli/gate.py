@@ -1,0 +1,144 @@
+"""``gate``: did the mismatch of a candidate serving stack get worse? Exit 0 pass, 1 fail, 2 error."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from ..errors import UsageError
+from ._options import ColumnOpt, FormatOpt
+from ._output import OutputFormat, emit_json, info, stdout_console, warn
+
+
+def gate(
+    candidate: Optional[str] = typer.Argument(
+        None, metavar="CANDIDATE", show_default=False,
+        help="The run sampled by the new serving stack (file, shard directory, probe run directory or glob). "
+             "With --init: the file to write (default gate.toml)."),
+    baseline: Optional[str] = typer.Option(
+        None, "--baseline", "-b", metavar="PATH", help="The run sampled by the current serving stack. Needed by regression limits."),
+    config: Optional[Path] = typer.Option(
+        None, "--config", help="Limits file. Default: ./gate.toml when it exists, else the built-in defaults (see --init)."),
+    init: bool = typer.Option(False, "--init", help="Write a commented starter gate.toml (or CANDIDATE as the file name) and exit."),
+    limit: Optional[List[str]] = typer.Option(
+        None, "--limit", "-l", metavar="METRIC<=VALUE",
+        help="Absolute limit on the candidate, e.g. tv_token_mean<=0.005 or ess>=0.9. Repeatable; replaces the file's limit on that metric."),
+    max_increase: Optional[List[str]] = typer.Option(
+        None, "--max-increase", "-i", metavar="METRIC=PCT",
+        help="Regression limit against the baseline, e.g. k3_mean=25%. Repeatable; replaces the file's limit on that metric."),
+    rule: Optional[List[str]] = typer.Option(
+        None, "--rule", "-r", metavar="NAME[:K=V,...]", help="Parameters of a rule the limits name, e.g. icepop:alpha=0.2,beta=5."),
+    allow_different: Optional[List[str]] = typer.Option(
+        None, "--allow-different", metavar="KEY",
+        help="Compare although KEY differs: checkpoint, prompts, sampling[.KEY], n, seed, trainer[.KEY]. Repeatable."),
+    absolute_only: bool = typer.Option(False, "--absolute-only", help="Check the absolute limits alone (no baseline needed)."),
+    bootstrap: Optional[int] = typer.Option(None, "--bootstrap", min=0, help="Bootstrap resamples (default 1000; 0: point estimates only)."),
+    confidence: Optional[float] = typer.Option(None, "--confidence", help="Two-sided confidence of the intervals (default 0.95)."),
+    seed: Optional[int] = typer.Option(None, "--seed", min=0, help="Bootstrap seed (default 0): same files, same verdict."),
+    column: Optional[List[str]] = ColumnOpt,
+    format: OutputFormat = FormatOpt,
+    junit_xml: Optional[Path] = typer.Option(None, "--junit-xml", metavar="FILE", help="Write one JUnit test case per check."),
+    markdown: Optional[Path] = typer.Option(
+        None, "--markdown", metavar="FILE", help="Write the verdict as a Markdown table (also appended to $GITHUB_STEP_SUMMARY when set)."),
+    plots: Optional[Path] = typer.Option(
+        None, "--plots", metavar="DIR",
+        help="Write PNGs: the checks with their intervals, baseline and candidate overlaid (needs the plot extra)."),
+    html: Optional[Path] = typer.Option(
+        None, "--html", metavar="FILE", help="Write one self-contained HTML page: checks, pictures, run metadata."),
+    force: bool = typer.Option(False, "--force", help="With --init: overwrite an existing file."),
+) -> None:
+    """Gate a serving-stack change on the train-inference mismatch: absolute limits, and regression limits against a
+    baseline, judged with bootstrap intervals over sequences.
+
+    Exit code 0: every limit holds; 1: a limit failed; 2: a usage or input error (incomparable runs included).
+    """
+    if init:
+        _write_starter(Path(candidate or "gate.toml"), force)
+        return
+    if candidate is None:
+        raise UsageError("missing CANDIDATE", hint="mismatchscope gate CANDIDATE --baseline BASELINE (or gate --init to write a gate.toml)")
+    from ..gate.config import load_config, with_overrides
+    from ..gate.run import run_gate
+    from ..reader import parse_column_mapping
+
+    cfg = with_overrides(load_config(config), limits=limit, increases=max_increase, rules=rule, allow_different=allow_different,
+                         bootstrap=bootstrap, confidence=confidence, seed=seed, baseline=baseline, absolute_only=absolute_only)
+    want_pictures = plots is not None or html is not None
+    if want_pictures:
+        from ..plots import require_matplotlib
+
+        require_matplotlib()
+    t0 = time.perf_counter()
+    sweeps = _plot_sweeps(cfg) if want_pictures else None
+    result = run_gate(candidate, None if absolute_only else cfg.baseline, cfg, parse_column_mapping(column),
+                      plots=want_pictures, sweeps=sweeps, progress=info)
+    seconds = time.perf_counter() - t0
+    for w in result.warnings:
+        warn(w)
+    _write_outputs(result, seconds, junit_xml, markdown, plots, html)
+    if format is OutputFormat.json:
+        from ._gate_output import gate_payload
+
+        emit_json(gate_payload(result))
+    else:
+        from ._gate_output import gate_tables
+
+        gate_tables(stdout_console(), result)
+    if not result.passed:
+        raise typer.Exit(1)
+
+
+def _write_starter(path: Path, force: bool) -> None:
+    from ..gate.config import STARTER_TOML
+
+    if path.exists() and not force:
+        raise UsageError(f"{path} already exists", hint="pass --force to overwrite it, or give another file name: gate --init FILE")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(STARTER_TOML)
+    info(f"wrote {path}: edit the limits, then run mismatchscope gate CANDIDATE --baseline BASELINE")
+
+
+def _plot_sweeps(cfg):
+    from ..plots.sweeps import default_sweeps
+
+    return default_sweeps(cfg.rule_instances())
+
+
+def _write_outputs(result, seconds: float, junit_xml: Path | None, markdown: Path | None, plots: Path | None, html: Path | None) -> None:
+    if junit_xml:
+        from ..gate.junit import junit_xml as render
+
+        _write(junit_xml, render(result, seconds))
+    md = None
+    if markdown or os.environ.get("GITHUB_STEP_SUMMARY"):
+        from ..gate.markdown import markdown as render_md
+
+        md = render_md(result)
+    if markdown and md:
+        _write(markdown, md)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary and md:
+        with open(summary, "a", encoding="utf-8") as f:
+            f.write(md + "\n")
+    if plots or html:
+        from ..plots import gate_figures, write_html, write_pngs
+
+        figures = gate_figures(result)
+        if plots:
+            for p in write_pngs(figures, plots):
+                info(f"wrote {p}")
+        if html:
+            from ..plots.html import gate_page
+
+            write_html(html, gate_page(result, figures))
+            info(f"wrote {html}")
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    info(f"wrote {path}")

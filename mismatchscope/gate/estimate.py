@@ -1,0 +1,114 @@
+"""Per-file estimates: the point value of every limited metric and, where the
+metric is a function of per-sequence sums, its bootstrap replicates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError
+from .bootstrap import resample_sums
+from .metrics import Metric
+
+BASE_COLUMNS = ("n", "sum_tv", "sum_abs_l", "sum_l", "sum_k2", "sum_k3", "sum_krev", "sum_r", "sum_r2", "max_tv")
+
+
+@dataclass
+class FileEstimates:
+    role: str
+    """"baseline" or "candidate"."""
+    path: str
+    tokens: int
+    sequences: int
+    point: dict[str, float]
+    replicates: dict[str, np.ndarray] = field(default_factory=dict)
+    """metric -> its value on each bootstrap resample, shape ``[B]`` (bootstrapped metrics only)."""
+    result: Any = None
+    """the ``AnalysisResult`` (report, masks, run metadata) the numbers came from."""
+    plot_data: Any = None
+
+
+def sequence_columns(per_sequence, names: set[str]) -> dict[str, np.ndarray]:
+    """The per-sequence columns ``names`` asks for, built from ``AnalysisResult.per_sequence``.
+
+    Rules evaluated under the two advantage hypotheses (no ``advantage``
+    column) give the mean of the two, as compare-masks' "mean" row does.
+    """
+    sums = per_sequence.sums
+    n = sums["n"]
+    out: dict[str, np.ndarray] = {}
+    for name in names:
+        if name in BASE_COLUMNS:
+            out[name] = sums[name]
+        elif name == "one":
+            out[name] = np.ones_like(n)
+        elif name == "geo":
+            with np.errstate(over="ignore"):
+                out[name] = np.exp(sums["sum_l"] / n)
+        elif name == "neg_mean_l":
+            out[name] = -sums["sum_l"] / n
+        elif name.startswith("rule:"):
+            _, rule, kind = name.split(":")
+            out[name] = _rule_column(per_sequence, rule, kind)
+        else:  # pragma: no cover - the metric catalog names only the columns above
+            raise KeyError(name)
+    return out
+
+
+def _rule_column(per_sequence, rule: str, kind: str) -> np.ndarray:
+    sums = per_sequence.sums
+    n = sums["n"]
+    cols = []
+    for i, u in enumerate(per_sequence.token_units):
+        if u.sweep is None and u.rule.name == rule:
+            rej, rew = sums[f"rej{i}"], sums[f"rew{i}"]
+            cols.append({"rej": rej, "rew": rew, "with": (rej > 0).astype(np.float64)}[kind])
+    for u, rejected_S in per_sequence.seq_verdicts.items():
+        if u.rule.name == rule:
+            r = rejected_S.astype(np.float64)
+            cols.append({"rej": r * n, "seq": r, "with": r}[kind])
+    if not cols:  # pragma: no cover - the runner always asks the analysis for the limited rules
+        raise KeyError(f"rule {rule} was not evaluated")
+    return cols[0] if len(cols) == 1 else np.mean(cols, axis=0)
+
+
+def estimate(role: str, path: str, result, metrics: list[Metric], resamples: int, rng: np.random.Generator) -> FileEstimates:
+    boot = [m for m in metrics if m.bootstrapped]
+    names = sorted({c for m in boot for c in m.columns})
+    cols = sequence_columns(result.per_sequence, set(names))
+    X_SC = np.column_stack([cols[c] for c in names]) if names else np.zeros((result.sequences, 0))
+    totals = dict(zip(names, X_SC.sum(axis=0)))
+    point: dict[str, float] = {}
+    for m in metrics:
+        value = float(m.fn(totals)) if m.fn else _report_value(result, m)
+        if value is None or (isinstance(value, float) and np.isnan(value)):
+            raise InputError(f"{m.name} is not available for the {role} ({path}){_why_missing(m)}",
+                             hint="remove the limit on it, or record what it needs")
+        point[m.name] = value
+    est = FileEstimates(role, path, result.tokens, result.sequences, point, result=result)
+    if boot and resamples:
+        S_B = resample_sums(X_SC, resamples, rng)
+        sums_B = {c: S_B[:, j] for j, c in enumerate(names)}
+        est.replicates = {m.name: np.asarray(m.fn(sums_B), dtype=np.float64) for m in boot}  # type: ignore[misc]
+    return est
+
+
+def _report_value(result, m: Metric) -> float | None:
+    if m.report_path and m.report_path[0] == "masks":
+        _, rule, stat = m.report_path
+        rows = [r for r in (result.masks or {}).get("rules", []) if r["name"] == rule and r["hypothesis"] in ("data", "mean")]
+        return float(rows[0][stat]) if rows and rows[0][stat] is not None else None
+    node: Any = result.report
+    for key in m.report_path:
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return None if node is None else float(node)
+
+
+def _why_missing(m: Metric) -> str:
+    if "topk" in m.name:
+        return ": the file has no top-k columns (sampler_topk_ids, sampler_topk_logprobs, trainer_logprobs_at_sampler_topk)"
+    return ""

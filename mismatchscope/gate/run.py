@@ -1,0 +1,79 @@
+"""The gate as one library call: comparability, one analysis pass per file,
+bootstrap, checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..analysis.engine import AnalysisRequest, analyse
+from ..errors import UsageError
+from ..reader import open_source
+from .checks import Check, evaluate
+from .compare import Comparability, compare_runs
+from .config import GateConfig
+from .estimate import FileEstimates, estimate
+
+
+@dataclass
+class GateResult:
+    config: GateConfig
+    candidate: FileEstimates
+    baseline: FileEstimates | None
+    comparability: Comparability | None
+    checks: list[Check]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not any(c.failed for c in self.checks)
+
+    @property
+    def verdict(self) -> str:
+        return "pass" if self.passed else "fail"
+
+
+def run_gate(candidate: str, baseline: str | None, cfg: GateConfig, mapping: dict[str, str] | None = None, *,
+             plots: bool = False, sweeps: list | None = None, progress: Callable[[str], None] | None = None) -> GateResult:
+    """Analyse both files once each and judge every limit of ``cfg``.
+
+    ``plots`` also collects what the pictures need (the report's breakdowns,
+    histograms, sweep curves over ``sweeps``).
+    """
+    say = progress or (lambda _msg: None)
+    metrics = cfg.metrics()
+    if not metrics:
+        raise UsageError("the gate has no limits to check", hint="add [absolute] or [regression] limits, or pass --limit / --max-increase")
+    if cfg.regression and baseline is None:
+        raise UsageError(
+            f"{len(cfg.regression)} regression limit(s) ({', '.join(r.metric for r in cfg.regression)}) need a baseline",
+            hint="pass --baseline PATH (or set baseline in [gate]), or --absolute-only to check the absolute limits alone")
+    warnings: list[str] = []
+    comparability = None
+    if baseline is not None:  # metadata only: refuse before reading any token
+        comparability = compare_runs(open_source(baseline, mapping).run_config, open_source(candidate, mapping).run_config,
+                                     cfg.allow_different)
+        if comparability.warning:
+            warnings.append(comparability.warning)
+    rules = cfg.rule_instances()
+    request = AnalysisRequest(report=plots or any(m.needs_report for m in metrics), masks=bool(rules) or bool(sweeps),
+                              rules=rules, sweeps=list(sweeps or []))
+    estimates: dict[str, FileEstimates] = {}
+    for role, path, stream in (("baseline", baseline, 0), ("candidate", candidate, 1)):
+        if path is None:
+            continue
+        say(f"analysing the {role}: {path}")
+        acc = None
+        if plots:
+            from ..plots.data import PlotAccumulator
+
+            acc = PlotAccumulator()
+        result = analyse(path, request, mapping, on_terms=acc.add if acc else None)
+        warnings += [f"{role}: {w}" for w in result.warnings]
+        est = estimate(role, path, result, metrics, cfg.bootstrap, np.random.default_rng([cfg.seed, stream]))
+        est.plot_data = acc
+        estimates[role] = est
+    checks = evaluate(cfg, estimates["candidate"], estimates.get("baseline"))
+    return GateResult(cfg, estimates["candidate"], estimates.get("baseline"), comparability, checks, warnings)

@@ -1,0 +1,93 @@
+"""Pictures (PNG) and a self-contained HTML page for ``report`` and ``gate``.
+
+matplotlib (the ``plot`` extra) is imported inside :mod:`.figures` only, and
+only when a command asks for pictures: ``mismatchscope --help`` never pays
+for it. :mod:`.data` (the histograms gathered during the analysis pass) and
+:mod:`.sweeps` (thresholds, sweep grids) are numpy only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import UsageError
+
+
+@dataclass
+class Picture:
+    name: str
+    """file stem: ``log_ratio_hist`` -> ``log_ratio_hist.png``."""
+    title: str
+    caption: str
+    png: bytes
+
+
+def require_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError("--plots and --html need matplotlib", hint="install the plot extra: pip install 'mismatchscope[plot]'") from None
+
+
+def report_figures(result, hist, rules) -> list[Picture]:
+    """The report's pictures for one run; ``rules`` are the rules whose thresholds are drawn."""
+    from .figures import run_of
+
+    return _pictures([run_of("run", result, hist)], rules, checks=None)
+
+
+def gate_figures(gate_result) -> list[Picture]:
+    """The gate's pictures: its checks, then baseline and candidate overlaid."""
+    from .figures import run_of
+
+    runs = [run_of("baseline", gate_result.baseline.result, gate_result.baseline.plot_data)] if gate_result.baseline else []
+    runs.append(run_of("candidate", gate_result.candidate.result, gate_result.candidate.plot_data))
+    return _pictures(runs, gate_result.config.rule_instances(), checks=gate_result.checks)
+
+
+def _pictures(runs, rules, checks) -> list[Picture]:
+    from ..rules import make_instance
+    from . import figures as F
+
+    by_name = {r.name: r for r in rules}
+    icepop = by_name.get("icepop") or make_instance("icepop", {})
+    ipo = by_name.get("ipo") or make_instance("ipo", {})
+    out = []
+    if checks:
+        out.append(_picture("gate_checks", "Gate checks", "Each check's estimate and interval against its limit. Regression "
+                            "checks on candidate / baseline, absolute checks on candidate / limit.", F.gate_checks(checks)))
+    out.append(_picture("log_ratio_hist", "Log ratio histogram", "Counts of l = log p - log q on a symmetric log axis (log-scaled "
+                        "counts); dashed lines: the thresholds of the selected rules on r = p/q, drawn at log r.",
+                        F.log_ratio_histogram(runs, rules)))
+    out.append(_picture("prob_density", "Sampler vs trainer probability", f"Tokens by sampler probability q and trainer probability "
+                        f"p, both log-scaled. Dashed: the IcePop band ({icepop.label}); solid: the IPO band ({ipo.label}).",
+                        F.probability_density(runs, icepop, ipo)))
+    out.append(_picture("breakdowns", "Where the mismatch sits", "Mean |p - q| and mean k3 by sampler-probability bucket and by "
+                        "position in the completion (deciles of the longest completion).", F.breakdowns(runs)))
+    sweeps = F.sweep_curves(runs, rules)
+    if sweeps is not None:
+        out.append(_picture("sweeps", "Reject rate against threshold", "The share of tokens each rule rejects (or reweights) "
+                            "as its threshold moves; the dotted line is the selected value.", sweeps))
+    return out
+
+
+def _picture(name: str, title: str, caption: str, fig) -> Picture:
+    from .figures import save_png
+
+    return Picture(name, title, caption, save_png(fig))
+
+
+def write_pngs(pictures: list[Picture], directory: Path) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for p in pictures:
+        path = directory / f"{p.name}.png"
+        path.write_bytes(p.png)
+        paths.append(path)
+    return paths
+
+
+def write_html(path: Path, page: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page, encoding="utf-8")

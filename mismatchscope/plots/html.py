@@ -1,0 +1,182 @@
+"""One self-contained HTML file: inline CSS, PNGs as base64 data URLs, tables,
+run metadata. No script, no external resource: it opens from a CI artifact
+with no network."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import html
+import json
+from typing import Any, Iterable
+
+from .. import __version__
+
+_CSS = """
+body { font-family: -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; margin: 2rem auto; max-width: 1300px; box-sizing: border-box;
+       padding: 0 1rem; color: #1b1b1b; line-height: 1.45; }
+h1 { font-size: 1.6rem; margin-bottom: 0.2rem; } h2 { font-size: 1.25rem; margin-top: 2rem; border-bottom: 1px solid #ddd; }
+.sub { color: #555; margin-top: 0; }
+table { border-collapse: collapse; margin: 0.6rem 0 1rem; font-size: 0.9rem; max-width: 100%; }
+th, td { border: 1px solid #d0d0d0; padding: 0.25rem 0.55rem; text-align: left; vertical-align: top; overflow-wrap: anywhere; }
+th { background: #f3f3f3; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.pass { color: #1a7f37; font-weight: 600; } .floor { color: #0969da; font-weight: 600; } .fail { color: #cf222e; font-weight: 700; } .warn { color: #9a6700; font-weight: 600; }
+.verdict { font-size: 1.3rem; padding: 0.6rem 1rem; border-radius: 6px; display: inline-block; }
+.verdict.pass { background: #dafbe1; } .verdict.fail { background: #ffebe9; }
+figure { margin: 1rem 0 2rem; } figure img { max-width: 100%; height: auto; border: 1px solid #e5e5e5; }
+figcaption { color: #444; font-size: 0.9rem; margin-top: 0.3rem; }
+.note { background: #fff8c5; padding: 0.5rem 0.8rem; border-radius: 4px; }
+code { background: #f3f3f3; padding: 0 0.2rem; border-radius: 3px; }
+"""
+
+
+def _e(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _num(v: Any) -> str:
+    from ..gate.markdown import fmt
+
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return _e("-" if v is None else v)
+    if isinstance(v, int):
+        return f"{v:,}"
+    return _e(fmt(float(v)))
+
+
+def _table(header: Iterable[str], rows: Iterable[Iterable[str]], numeric: set[int] = frozenset()) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f'<td class="num">{c}</td>' if i in numeric else f"<td>{c}</td>" for i, c in enumerate(r)) + "</tr>"
+                   for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _figures(pictures) -> str:
+    out = []
+    for p in pictures:
+        data = base64.b64encode(p.png).decode("ascii")
+        out.append(f'<figure id="{_e(p.name)}"><h3>{_e(p.title)}</h3><img alt="{_e(p.title)}" src="data:image/png;base64,{data}">'
+                   f"<figcaption>{_e(p.caption)}</figcaption></figure>")
+    return "<h2>Pictures</h2>" + "".join(out)
+
+
+def _flatten(d: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(d, dict):
+        out = []
+        for k, v in d.items():
+            out += _flatten(v, f"{prefix}.{k}" if prefix else str(k))
+        return out
+    if isinstance(d, list) and d and any(isinstance(x, (dict, list)) for x in d):
+        return [(prefix, json.dumps(d, default=str))]
+    return [(prefix, d)]
+
+
+def _metadata(runs: list[tuple[str, dict | None]]) -> str:
+    keys: list[str] = []
+    flat = []
+    for _, run in runs:
+        f = dict(_flatten(run or {}))
+        flat.append(f)
+        keys += [k for k in f if k not in keys]
+    if not keys:
+        return "<p>No run metadata in the file(s) (not written by a probe).</p>"
+    rows = []
+    for k in keys:
+        cells = [_e(json.dumps(f[k], default=str) if k in f and not isinstance(f[k], str) else f.get(k, "-")) for f in flat]
+        differs = len(flat) > 1 and len({json.dumps(f.get(k), default=str) for f in flat}) > 1
+        rows.append([f"<code>{_e(k)}</code>", *[f"<mark>{c}</mark>" if differs else c for c in cells]])
+    note = "<p>Highlighted: the values that differ between the runs.</p>" if len(runs) > 1 else ""
+    return note + _table(["key", *[label for label, _ in runs]], rows)
+
+
+def _metrics(runs: list[tuple[str, dict]]) -> str:
+    keys = ["tv_token_mean", "tv_token_max", "abs_logprob_diff_mean", "abs_logprob_diff_max", "k1_mean", "k2_mean", "k3_mean",
+            "kl_reverse_k3_mean", "chi2_token", "ess", "ratio_min", "ratio_max", "seq_log_ratio_mean", "geo_ratio_mean",
+            "tv_topk_lower_mean", "kl_topk_lower_mean"]
+    rows = [[f"<code>{k}</code>", *[_num(rep["metrics"].get(k)) for _, rep in runs]] for k in keys]
+    for q in runs[0][1]["metrics"]["ratio_quantiles"]:
+        rows.append([f"<code>ratio_quantiles.{_e(q)}</code>", *[_num(rep["metrics"]["ratio_quantiles"][q]) for _, rep in runs]])
+    return _table(["metric", *[label for label, _ in runs]], rows, numeric=set(range(1, len(runs) + 1)))
+
+
+def _breakdown(runs: list[tuple[str, dict]], kind: str) -> str:
+    if not runs[0][1]["breakdowns"].get(kind):
+        return ""
+    header = ["bucket"]
+    for label, _ in runs:
+        header += [f"{label} tokens", f"{label} tv mean", f"{label} k3 mean"]
+    buckets = [r["bucket"] for r in runs[0][1]["breakdowns"][kind]]
+    rows = []
+    for b in buckets:
+        row = [_e(b)]
+        for _, rep in runs:
+            r = next((x for x in rep["breakdowns"][kind] if x["bucket"] == b), {})
+            row += [_num(r.get("tokens")), _num(r.get("tv_token_mean")), _num(r.get("k3_mean"))]
+        rows.append(row)
+    return _table(header, rows, numeric=set(range(1, len(header))))
+
+
+def _page(title: str, subtitle: str, body: str) -> str:
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>{_e(title)}</title><style>{_CSS}</style></head><body><h1>{_e(title)}</h1>"
+            f'<p class="sub">{_e(subtitle)} &middot; mismatchscope {_e(__version__)} &middot; {stamp}</p>{body}</body></html>\n')
+
+
+def report_page(result, pictures) -> str:
+    """``report --html``: headline metrics, breakdowns, pictures, run metadata."""
+    rep = result.report
+    runs = [("value", rep)]
+    body = [f"<p>{result.tokens:,} tokens, {result.sequences:,} sequences, {len(result.source.files)} file(s).</p>"]
+    if result.warnings:
+        body.append("".join(f'<p class="note">warning: {_e(w)}</p>' for w in result.warnings))
+    body.append("<h2>Token mismatch</h2>" + _metrics(runs))
+    body.append("<h2>Readings</h2>" + _table(["metric", "value", "reading", "source"],
+                                             [[_e(i["metric"]), _num(i["value"]), _e(i["reading"]), _e(i["source"])] for i in rep["interpretation"]]))
+    body.append(_figures(pictures))
+    body.append("<h2>By sampler probability</h2>" + _breakdown(runs, "sampler_prob"))
+    body.append("<h2>By position in the completion</h2>" + _breakdown(runs, "position"))
+    body.append("<h2>Run metadata</h2>" + _metadata([("run", result.run)]))
+    return _page("mismatchscope report", ", ".join(str(f) for f in result.source.files[:3]) + (" ..." if len(result.source.files) > 3 else ""),
+                 "".join(body))
+
+
+def gate_page(gr, pictures) -> str:
+    """``gate --html``: verdict, checks, comparability, pictures, both runs' metadata."""
+    from ..gate.markdown import estimate_text, fmt, limit_text, method_text, status_text
+
+    cfg = gr.config
+    failed = sum(c.failed for c in gr.checks)
+    verdict = (f'<p class="verdict {"pass" if gr.passed else "fail"}">{"PASS" if gr.passed else "FAIL"}: '
+               + (f"{failed} of {len(gr.checks)} checks failed" if failed else f"all {len(gr.checks)} checks hold") + "</p>")
+    rows = []
+    for c in gr.checks:
+        cls = "fail" if c.failed else ("warn" if c.inconclusive else "floor" if c.below_floor else "pass")
+        rows.append([f'<span class="{cls}">{_e(status_text(c))}</span>', f"<code>{_e(c.name)}</code>", _e(fmt(c.baseline)),
+                     _e(fmt(c.candidate)), _e(estimate_text(c)), _e(limit_text(c)), _e(method_text(c, cfg.confidence)), _e(c.explanation)])
+    body = [verdict, _table(["result", "check", "baseline", "candidate", f"estimate [{cfg.confidence:.0%} interval]", "limit", "method", "why"],
+                            rows, numeric={2, 3, 4})]
+    files = [("candidate", gr.candidate)] + ([("baseline", gr.baseline)] if gr.baseline else [])
+    body.append(_table(["run", "path", "tokens", "sequences"],
+                       [[r, f"<code>{_e(e.path)}</code>", _num(e.tokens), _num(e.sequences)] for r, e in files], numeric={2, 3}))
+    comp = gr.comparability
+    if comp is not None:
+        if comp.checked:
+            items = "".join(f"<li><code>{_e(d.change())}</code></li>" for d in comp.serving) or "<li>nothing recorded</li>"
+            body.append(f"<h2>Comparability</h2><p>Same checkpoint, prompts and sampling settings.</p><p>Serving stack change:</p><ul>{items}</ul>")
+            if comp.differences:
+                body.append("<p>Allowed to differ: " + "; ".join(_e(d.text()) for d in comp.differences) + "</p>")
+        else:
+            body.append(f'<h2>Comparability</h2><p class="note">{_e(comp.warning)}</p>')
+    body.append(f"<p>Bootstrap: {cfg.bootstrap} resamples of sequences, seed {cfg.seed}, {cfg.confidence:.0%} percentile intervals. "
+                f"Limits from {_e(cfg.source)}.</p>")
+    for w in gr.warnings:
+        body.append(f'<p class="note">warning: {_e(w)}</p>')
+    body.append(_figures(pictures))
+    reports = [(role, e.result.report) for role, e in reversed(files) if e.result.report]
+    if reports:
+        body.append("<h2>Token mismatch</h2>" + _metrics(reports))
+        body.append("<h2>By sampler probability</h2>" + _breakdown(reports, "sampler_prob"))
+    body.append("<h2>Run metadata</h2>" + _metadata([(role, e.result.run) for role, e in reversed(files)]))
+    return _page("mismatchscope gate", f"candidate {gr.candidate.path}" + (f" vs baseline {gr.baseline.path}" if gr.baseline else ""),
+                 "".join(body))

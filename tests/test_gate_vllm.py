@@ -1,0 +1,111 @@
+"""The gate end to end on real probes: real vLLM on the CPU sampling the
+bundled tiny Qwen3, the real transformers trainer, the real console script.
+
+Four probe runs for the session, all float32 trainer, 32 prompts x 4 samples:
+
+* ``fp32_s0``: float32 sampler, seed 0 (the baseline);
+* ``fp32_s0_again``: the same again (a float32 candidate: must pass);
+* ``fp16_s0``: float16 sampler, seed 0 (must fail on the divergence metrics);
+* ``fp32_s1``: float32 sampler, seed 1 (different samples: sampling noise
+  alone must not fail the gate).
+
+Measured on the tiny model: float32 against the float32 trainer gives
+|log p - log q| ~ 4e-7 and k3 ~ 2e-13; float16 gives |log p - log q| ~ 6e-4,
+TV ~ 6e-5 and k3 ~ 9e-7. With the default floors (1e-4 for TV and
+|log p - log q|, 1e-6 for k3) the float16 candidate fails on
+abs_logprob_diff_mean, while its TV and k3 rises are too small in absolute
+terms to fail; with floors scaled to this model (``TIGHT``) all three
+divergence metrics fail, and the float32 runs still pass.
+
+``MISMATCHSCOPE_SAMPLE_DATA`` points at another folder built by
+``sample_data/build_sample_models.py`` (default: the repository's own).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO, cli
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+DIVERGENCE = ("tv_token_mean", "abs_logprob_diff_mean", "k3_mean")
+TIGHT = """\
+# floors scaled to the tiny sample model, whose float16 mismatch is ~1e-4 of a real model's
+[regression]
+tv_token_mean = { max_increase = 0.25, floor = 1e-7 }
+abs_logprob_diff_mean = { max_increase = 0.25, floor = 1e-7 }
+k3_mean = { max_increase = 0.25, floor = 1e-11 }
+"icepop.token_reject_rate" = { max_increase = 0.25, floor = 1e-4 }
+"ipo.token_reject_rate" = { max_increase = 0.25, floor = 1e-4 }
+"""
+
+
+def _sample_data() -> Path:
+    return Path(os.environ.get("MISMATCHSCOPE_SAMPLE_DATA", REPO / "sample_data"))
+
+
+@pytest.fixture(scope="session")
+def probes(tmp_path_factory) -> dict[str, Path]:
+    data = _sample_data()
+    checkpoint, prompts = data / "tiny-qwen3", data / "prompts.jsonl"
+    if not (checkpoint / "config.json").is_file() or not prompts.is_file():
+        pytest.skip(f"{checkpoint} or {prompts} is missing: build them with `python sample_data/build_sample_models.py`")
+    pytest.importorskip("vllm", reason="needs real vLLM (install the cpu or vllm extra)")
+    root = tmp_path_factory.mktemp("gate_probes")
+    runs = {}
+    for name, dtype, seed in (("fp32_s0", "float32", 0), ("fp32_s0_again", "float32", 0), ("fp16_s0", "float16", 0),
+                              ("fp32_s1", "float32", 1)):
+        out = root / name
+        r = cli("probe", str(checkpoint), "--prompts", str(prompts), "--out", str(out), "--sampler-dtype", dtype,
+                "--trainer-dtype", "float32", "--seed", str(seed), "-n", "4", env={"VLLM_CPU_KVCACHE_SPACE": "1"}, timeout=1200)
+        assert r.returncode == 0, r.stderr[-3000:]
+        runs[name] = out
+    return runs
+
+
+def _gate(probes, candidate: str, *args: str) -> tuple[int, dict]:
+    r = cli("gate", str(probes[candidate]), "--baseline", str(probes["fp32_s0"]), "--format", "json", *args)
+    assert r.returncode in (0, 1), r.stderr
+    return r.returncode, json.loads(r.stdout)
+
+
+def _by_metric(data: dict) -> dict[str, dict]:
+    return {c["metric"]: c for c in data["checks"] if c["kind"] == "regression"}
+
+
+def test_fp32_candidate_passes(probes):
+    code, data = _gate(probes, "fp32_s0_again")
+    assert code == 0 and data["verdict"] == "pass", data["checks"]
+    assert data["comparability"]["checked"] and data["comparability"]["serving"] == []
+
+
+def test_fp16_candidate_fails_on_the_divergence_metrics(probes, tmp_path):
+    code, data = _gate(probes, "fp16_s0")
+    assert code == 1 and data["verdict"] == "fail"
+    assert [d["key"] for d in data["comparability"]["serving"]] == ["sampler.dtype"]
+    checks = _by_metric(data)
+    assert checks["abs_logprob_diff_mean"]["status"] == "fail"
+    for m in DIVERGENCE:  # every divergence metric rose far beyond +25%, beyond doubt
+        assert checks[m]["interval"][0] > 10, (m, checks[m])
+    tight = tmp_path / "gate.toml"
+    tight.write_text(TIGHT)
+    code, data = _gate(probes, "fp16_s0", "--config", str(tight))
+    assert code == 1
+    checks = _by_metric(data)
+    assert {m: checks[m]["status"] for m in DIVERGENCE} == {m: "fail" for m in DIVERGENCE}
+
+
+def test_fp32_runs_with_different_seeds_do_not_fail(probes, tmp_path):
+    r = cli("gate", str(probes["fp32_s1"]), "--baseline", str(probes["fp32_s0"]))
+    assert r.returncode == 2 and "sampling.seed differs (baseline 0, candidate 1)" in r.stderr  # refused unless allowed
+    code, data = _gate(probes, "fp32_s1", "--allow-different", "seed")
+    assert code == 0, data["checks"]
+    tight = tmp_path / "gate.toml"
+    tight.write_text(TIGHT)
+    code, data = _gate(probes, "fp32_s1", "--allow-different", "seed", "--config", str(tight))
+    assert code == 0, [c for c in data["checks"] if c["status"] == "fail"]  # no false alarm from sampling noise, even with tiny floors

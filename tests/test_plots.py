@@ -1,0 +1,165 @@
+"""Pictures and the HTML page: histogram bins by hand, PNGs written by the real
+console script, the HTML self-contained and opened by headless Chromium."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import struct
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mismatchscope.divergence import token_terms
+from mismatchscope.plots.data import PlotAccumulator, log_ratio_edges, prob_edges
+from mismatchscope.plots.sweeps import default_sweeps, plot_rules, ratio_thresholds
+from mismatchscope.rules import make_instance
+from tests.helpers import SAMPLE_PAIRS, cli
+from tests.helpers import probe_meta as meta
+
+pytest.importorskip("matplotlib", reason="pictures need the plot extra")
+
+CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
+
+
+def test_log_ratio_bins_by_hand():
+    # l = lp - lq for: 0, 1e-10 (both in the middle bin |l| < 1e-9), +0.5, -0.5, +200 (clipped to the last bin)
+    lq = np.log(np.full(5, 0.25))
+    lp = lq + np.array([0.0, 1e-10, 0.5, -0.5, 200.0])
+    acc = PlotAccumulator()
+    acc.add(token_terms(lp, lq))
+    edges = log_ratio_edges()
+    c = acc.log_ratio_counts
+    assert c.sum() == 5 and acc.tokens == 5
+    mid = c.size // 2
+    assert edges[mid] == pytest.approx(-1e-9) and edges[mid + 1] == pytest.approx(1e-9) and c[mid] == 2
+    for value in (0.5, -0.5):
+        i = int(np.searchsorted(edges, value, side="right")) - 1
+        assert c[i] == 1, value  # the bin whose edges hold the value
+    assert c[-1] == 1  # 200 nats: beyond 1e2, counted in the outermost bin
+
+
+def test_probability_grid_by_hand():
+    # (q, p) = (0.5, 0.5), (0.5, 0.05), (1e-12, 0.5): the last q is below 1e-8 and lands in the first column
+    lq = np.log([0.5, 0.5, 1e-12])
+    lp = np.log([0.5, 0.05, 0.5])
+    acc = PlotAccumulator()
+    acc.add(token_terms(lp, lq))
+    e = prob_edges()
+    bin_of = lambda x: max(0, int(np.searchsorted(e, x, side="right")) - 1)  # noqa: E731
+    C = acc.prob_counts_QP
+    assert C.sum() == 3
+    assert C[bin_of(0.5), bin_of(0.5)] == 1 and C[bin_of(0.5), bin_of(0.05)] == 1 and C[0, bin_of(0.5)] == 1
+
+
+def test_thresholds_and_default_sweeps():
+    assert ratio_thresholds(make_instance("icepop", {})) == [("icepop alpha=0.5", 0.5), ("icepop beta=5", 5.0)]
+    assert ratio_thresholds(make_instance("ipo", {})) == []  # |p - q|: drawn on the probability picture instead
+    assert [name for name, *_ in default_sweeps(plot_rules(None))] == ["icepop", "icepop", "ipo", "token-mask", "token-mask", "tis"]
+    (name, key, instances), = default_sweeps([make_instance("ipo", {"delta": 0.2})])
+    assert key == "delta" and [i.params["delta"] for i in instances][:3] == [0.005, 0.01, 0.02]
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_report_plots_and_html(tmp_path):
+    plots, page = tmp_path / "plots", tmp_path / "report.html"
+    r = cli("report", str(SAMPLE_PAIRS), "--plots", str(plots), "--html", str(page), "--rule", "icepop", "--rule", "ipo:delta=0.2",
+            "--sweep", "icepop.beta=1.5,2,5")
+    assert r.returncode == 0, r.stderr
+    assert "Token mismatch" in r.stdout  # the tables are printed as before
+    names = sorted(p.name for p in plots.iterdir())
+    assert names == ["breakdowns.png", "log_ratio_hist.png", "prob_density.png", "sweeps.png"]
+    for p in plots.iterdir():
+        w, h = _png_size(p)
+        assert 600 <= w <= 2000 and 400 <= h <= 1600, (p.name, w, h)
+    html = page.read_text()
+    _assert_self_contained(html, images=4)
+    assert "ipo:delta=0.2" in html and "tv_token_mean" in html and "simulated" in html  # captions, metrics, run metadata
+
+
+def test_report_rule_without_pictures_is_a_usage_error():
+    r = cli("report", str(SAMPLE_PAIRS), "--rule", "icepop")
+    assert r.returncode == 2 and "choose what the pictures draw" in r.stderr
+
+
+@pytest.fixture
+def gate_pair(write):
+    def cols(sigma, seed):
+        r = np.random.default_rng(seed)
+        lq = -r.exponential(0.8, 600)
+        return {"sequence_id": np.repeat(np.arange(30), 20), "position": np.tile(np.arange(20), 30), "token_id": np.zeros(600, int),
+                "sampler_logprob": lq, "trainer_logprob": np.minimum(lq + r.normal(0, sigma, 600), 0.0)}
+
+    return write(cols(0.002, 1), "base.parquet", meta()), write(cols(0.05, 2), "cand.parquet", meta(sampler={"dtype": "float16"}))
+
+
+def test_gate_plots_and_html(gate_pair, tmp_path):
+    base, cand = gate_pair
+    plots, page = tmp_path / "gate_plots", tmp_path / "gate.html"
+    r = cli("gate", str(cand), "--baseline", str(base), "--plots", str(plots), "--html", str(page))
+    assert r.returncode == 1, r.stderr  # sigma 0.05 against 0.002: worse by far
+    assert sorted(p.name for p in plots.iterdir()) == ["breakdowns.png", "gate_checks.png", "log_ratio_hist.png",
+                                                       "prob_density.png", "sweeps.png"]
+    html = page.read_text()
+    _assert_self_contained(html, images=5)
+    assert "FAIL:" in html and "sampler.dtype: &#x27;float32&#x27; -&gt; &#x27;float16&#x27;" in html
+    assert "baseline" in html and "candidate" in html
+
+
+def _assert_self_contained(html: str, images: int) -> None:
+    srcs = re.findall(r'(?:src|href)="([^"]*)"', html)
+    assert len(srcs) == images and all(s.startswith("data:image/png;base64,") for s in srcs)
+    assert "<script" not in html and "http://" not in html and "https://" not in html
+    assert html.count("<table>") >= 2
+
+
+# ---- headless Chromium ----------------------------------------------------------------------
+
+
+def chromium_open(page: Path, screenshot: Path) -> list[str]:
+    """Open ``page`` in headless Chromium, write a screenshot, return the console lines it logged."""
+    with tempfile.TemporaryDirectory() as profile:
+        r = subprocess.run(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}",
+             "--enable-logging=stderr", "--v=0", "--window-size=1300,2400", f"--screenshot={screenshot}", page.resolve().as_uri()],
+            capture_output=True, text=True, timeout=180)
+    assert screenshot.is_file(), r.stderr[-2000:]
+    return [line for line in r.stderr.splitlines() if ":CONSOLE" in line]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (Debian: apt-get install chromium; .ci/run does it)")
+def test_console_scan_catches_errors(tmp_path):
+    """The detector itself: a page that logs an error and throws is caught."""
+    bad = tmp_path / "bad.html"
+    bad.write_text('<!DOCTYPE html><html><body><p>x</p><script>console.error("boom"); nope();</script></body></html>')
+    lines = chromium_open(bad, tmp_path / "bad.png")
+    assert any('"boom"' in line for line in lines) and any("ReferenceError" in line for line in lines)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (Debian: apt-get install chromium; .ci/run does it)")
+def test_html_opens_in_chromium_without_console_errors(gate_pair, tmp_path):
+    base, cand = gate_pair
+    page = tmp_path / "gate.html"
+    r = cli("gate", str(cand), "--baseline", str(base), "--html", str(page))
+    assert r.returncode == 1, r.stderr
+    shot = tmp_path / "gate-screenshot.png"
+    lines = chromium_open(page, shot)
+    assert lines == [], lines  # the page has no script: any console line is a problem
+    import matplotlib.image as mpimg
+
+    pixels = mpimg.imread(str(shot))
+    w, h = _png_size(shot)
+    assert (w, h) == (1300, 2400)
+    assert float(np.std(pixels[..., :3])) > 0.05, "the screenshot is blank"
+    # the verdict banner (light red) is painted near the top: the page rendered, not an error page
+    top = pixels[: h // 8, : w // 3, :3].reshape(-1, 3)
+    assert np.any((top[:, 0] > 0.95) & (top[:, 1] < 0.95) & (top[:, 1] > 0.85)), "no FAIL banner in the screenshot"

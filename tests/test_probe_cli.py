@@ -1,0 +1,155 @@
+"""``mismatchscope probe`` and ``rescore`` end to end through the real console
+script: a real vLLM engine (CPU build) against a real transformers trainer on
+the bundled sample checkpoint. One probe costs about a minute on 2 cores, so
+runs are shared through module-scoped fixtures."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.helpers import REPO, cli
+
+SAMPLE = REPO / "sample_data"
+DENSE = SAMPLE / "tiny-qwen3"
+PROMPTS = SAMPLE / "prompts.jsonl"
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow,
+              pytest.mark.skipif(not DENSE.is_dir(), reason="sample checkpoint missing: run sample_data/build_sample_models.py")]
+
+BASE = ["--prompts", str(PROMPTS), "-n", "4", "--max-tokens", "8", "--seed", "3", "--round-prompts", "8"]
+
+
+def tokens(run: Path):
+    return pq.read_table(run / "tokens").sort_by([("sequence_id", "ascending"), ("position", "ascending")])
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("probe") / "run"
+    r = cli("probe", str(DENSE), *BASE, "--out", str(out), "--format", "json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    (out.parent / "summary.json").write_text(r.stdout)  # the printed JSON, for the tests below
+    return out
+
+
+def test_run_directory_and_summary(full_run):
+    s = json.loads((full_run.parent / "summary.json").read_text())
+    manifest = json.loads((full_run / "manifest.json").read_text())
+    assert manifest["status"] == "complete"
+    cfg = manifest["config"]
+    assert cfg["sampler"]["dtype"] == "float16" and cfg["trainer"]["dtype"] == "float32"
+    assert cfg["checkpoint"]["sha256"] and cfg["prompts"]["sha256"] and cfg["sampling"]["seed"] == 3
+    assert manifest["sampler_info"] and manifest["trainer_info"] and manifest["timings"]["tokens"] > 0
+    # 32 prompts x 4 samples, in 4 sampling rounds of 8 prompts
+    assert len(list((full_run / "samples").glob("round-*.parquet"))) == 4
+    t = tokens(full_run)
+    assert len(set(t.column("sequence_id").to_pylist())) == 128
+    meta = json.loads(pq.read_schema(next((full_run / "tokens").glob("*.parquet"))).metadata[b"mismatchscope"])
+    assert meta["schema_version"] == 1 and meta["sampler"]["dtype"] == "float16"
+    prompts = pq.read_table(full_run / "prompts.parquet")
+    assert prompts.num_rows == 32 and prompts.column("answer")[0].as_py()
+    # fp16 sampler vs fp32 trainer: a clearly nonzero, still small mismatch, visible in the report
+    m = s["report"]["metrics"]
+    assert 1e-4 < m["abs_logprob_diff_max"] < 0.1
+    assert s["report"]["tokens"] == t.num_rows and s["compare_masks"]["rules"]
+    # rewards and GRPO advantages exist, with both signs somewhere
+    adv = t.column("advantage").to_pylist()
+    assert min(adv) < 0 < max(adv)
+
+
+def test_report_and_compare_masks_accept_the_run_directory(full_run):
+    r = cli("report", str(full_run), "--format", "json")
+    assert r.returncode == 0 and json.loads(r.stdout)["run"]["sampler"]["dtype"] == "float16"
+    r = cli("compare-masks", str(full_run), "--format", "json")
+    rows = {x["name"]: x for x in json.loads(r.stdout)["rules"]}
+    assert rows["dppo-tv"]["hypothesis"] == "data"  # real advantages, no hypotheses
+
+
+def test_killed_probe_resumes_to_the_same_sequences(full_run, tmp_path):
+    out = tmp_path / "run"
+    exe = Path(sys.executable).with_name("mismatchscope")
+    env = {k: v for k, v in os.environ.items() if k != "MISMATCHSCOPE_DEBUG"}
+    proc = subprocess.Popen([str(exe), "probe", str(DENSE), *BASE, "--out", str(out)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and not list((out / "tokens").glob("part-*.parquet")):
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # the engine's worker processes too
+    proc.wait()
+    written = list((out / "tokens").glob("part-*.parquet"))
+    assert written, "the probe was not killed mid-run"
+    assert json.loads((out / "manifest.json").read_text())["status"] == "running"
+    r = cli("probe", str(DENSE), *BASE, "--out", str(out))
+    assert r.returncode == 2 and "--resume" in r.stderr  # never silently appends
+    r = cli("probe", str(DENSE), *BASE, "--out", str(out), "--resume", "--format", "json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    a, b = tokens(full_run), tokens(out)
+    assert a.column("sequence_id").to_pylist() == b.column("sequence_id").to_pylist()  # none lost, none duplicated
+    assert a.column("token_id").to_pylist() == b.column("token_id").to_pylist()  # same seeded samples
+    assert json.loads((out / "manifest.json").read_text())["status"] == "complete"
+
+
+def test_resume_refuses_other_settings(full_run, tmp_path):
+    out = tmp_path / "copy"
+    shutil.copytree(full_run, out)
+    r = cli("probe", str(DENSE), *BASE[:-2], "--round-prompts", "8", "--temperature", "0.7", "--out", str(out), "--resume")
+    assert r.returncode == 2 and "differs in sampling" in r.stderr
+
+
+def test_rescore_reproduces_and_then_changes_the_trainer_side(full_run, tmp_path):
+    same = tmp_path / "same"
+    r = cli("rescore", str(full_run), "--out", str(same), "--trainer-dtype", "float32", "--format", "json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    a, b = tokens(full_run), tokens(same)
+    assert a.column("sampler_logprob").to_pylist() == b.column("sampler_logprob").to_pylist()  # no resampling
+    diffs = [abs(x - y) for x, y in zip(a.column("trainer_logprob").to_pylist(), b.column("trainer_logprob").to_pylist())]
+    assert max(diffs) < 1e-5
+    half = tmp_path / "half"
+    r = cli("rescore", str(full_run), "--out", str(half), "--trainer-dtype", "float16", "--format", "json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    c = tokens(half)
+    assert max(abs(x - y) for x, y in zip(a.column("trainer_logprob").to_pylist(), c.column("trainer_logprob").to_pylist())) > 1e-4
+    assert json.loads((half / "manifest.json").read_text())["config"]["rescored_from"] == str(full_run)
+
+
+def _error(*args) -> subprocess.CompletedProcess:
+    r = cli("probe", *args)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+    return r
+
+
+def test_probe_input_errors(tmp_path):
+    r = _error(str(tmp_path / "nope"), "--prompts", str(PROMPTS), "--out", str(tmp_path / "o1"))
+    assert "does not exist" in r.stderr
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert "empty" in _error(str(DENSE), "--prompts", str(empty), "--out", str(tmp_path / "o2")).stderr
+    long = tmp_path / "long.jsonl"
+    long.write_text(json.dumps({"prompt": "1+1=" * 200}) + "\n")
+    assert "--max-tokens" in _error(str(DENSE), "--prompts", str(long), "--max-tokens", "8", "--out", str(tmp_path / "o3")).stderr
+    # a tokenizer with another vocabulary on the sampler side
+    other = tmp_path / "other-tok"
+    other.mkdir()
+    spec = json.loads((DENSE / "tokenizer.json").read_text())
+    vocab = spec["model"]["vocab"]
+    first, second = list(vocab)[10], list(vocab)[11]
+    vocab[first], vocab[second] = vocab[second], vocab[first]  # same tokens, two ids swapped
+    (other / "tokenizer.json").write_text(json.dumps(spec))
+    shutil.copy(DENSE / "tokenizer_config.json", other / "tokenizer_config.json")
+    r = _error(str(DENSE), "--prompts", str(PROMPTS), "--sampler-tokenizer", str(other), "--out", str(tmp_path / "o4"))
+    assert "tokenizer" in r.stderr.lower()
+    pickled = tmp_path / "pickled"
+    shutil.copytree(DENSE, pickled)
+    (pickled / "model.safetensors").rename(pickled / "pytorch_model.bin")
+    assert "--allow-pickle" in _error(str(pickled), "--prompts", str(PROMPTS), "--out", str(tmp_path / "o5")).stderr
