@@ -110,6 +110,29 @@ def report_tables(console, result) -> None:
         console.print(f"[bold]{line['metric']}[/bold]: {line['reading']}  [dim](source: {line['source']})[/dim]")
 
 
+def worst_table(console, rows: list[dict]) -> None:
+    """``report --worst``: the ranked sequences and where each one's largest gap sits."""
+    from ..analysis.worst import RANKINGS
+
+    if not rows:
+        console.print("[dim]No sequence to rank.[/dim]")
+        return
+    by = rows[0]["by"]
+    prompts = any(r["prompt_id"] is not None for r in rows)
+    t = Table(title=f"Worst sequences (by {RANKINGS[by][0]}; traces with --plots)", title_justify="left")
+    shown = by not in ("k3_sum", "tv_max")  # those two are columns anyway
+    cols = ["rank", "sequence", *(["prompt"] if prompts else []), "tokens", *([by] if shown else []), "sum k3", "max |p - q|",
+            "largest gap at", "token", "gap l there"]
+    for col in cols:
+        t.add_column(col, justify="right")
+    for r in rows:
+        ident = lambda v: "-" if v is None else str(v)  # noqa: E731  ids print as written, no thousands separator
+        t.add_row(str(r["rank"]), str(r["sequence_id"]), *([ident(r["prompt_id"])] if prompts else []), num(r["tokens"]),
+                  *([num(r["value"])] if shown else []), num(r["k3_sum"]), num(r["tv_max"]), ident(r["max_gap_position"]),
+                  ident(r["max_gap_token_id"]), num(r["max_gap_log_ratio"]))
+    console.print(t)
+
+
 def masks_tables(console, result, examples: int) -> None:
     mk = result.masks
     has_sign = any(r["rejected_by_advantage_sign"] for r in mk["rules"])

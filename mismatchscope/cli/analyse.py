@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from pathlib import Path
 from typing import List, Optional
 
@@ -22,6 +23,17 @@ def _request_rules(rules: list[str] | None, sweeps: list[str] | None):
 
 def masks_payload(result) -> dict:
     return {"tokens": result.tokens, "sequences": result.sequences, **result.masks, "warnings": result.warnings}
+
+
+class WorstBy(str, enum.Enum):
+    """``--worst-by``: the names of ``analysis.worst.RANKINGS`` (kept here so ``--help`` imports no numpy)."""
+
+    k3_sum = "k3_sum"
+    k3_mean = "k3_mean"
+    abs_logprob_diff_sum = "abs_logprob_diff_sum"
+    abs_logprob_diff_mean = "abs_logprob_diff_mean"
+    tv_max = "tv_max"
+    log_ratio_sum = "log_ratio_sum"
 
 
 def report_payload(result) -> dict:
@@ -69,6 +81,10 @@ def report(
                                              help="With --plots/--html: a rule whose thresholds the pictures draw. Repeatable; default icepop, ipo, token-mask, tis."),
     sweep: Optional[List[str]] = typer.Option(None, "--sweep", "-s", metavar="RULE.PARAM=V1,V2,...",
                                               help="With --plots/--html: the reject-rate curves to draw. Default: a grid for each drawn rule."),
+    worst: int = typer.Option(0, "--worst", "-w", min=0, metavar="N",
+                              help="List the N sequences with the largest mismatch; with --plots/--html, draw each one's trace."),
+    worst_by: WorstBy = typer.Option(WorstBy.k3_sum, "--worst-by", help="What --worst ranks by (log_ratio_sum ranks by |S|)."),
+    worst_traces: bool = typer.Option(False, "--worst-traces", help="With --worst and --format json: add each sequence's full trace."),
 ) -> None:
     """TV distance, KL estimators, ratio tails, and where the mismatch sits (by probability, position, entropy)."""
     from ..analysis.engine import AnalysisRequest, analyse
@@ -78,6 +94,8 @@ def report(
     if (rule or sweep) and not pictures:
         raise UsageError("--rule and --sweep on report choose what the pictures draw",
                          hint="add --plots DIR or --html FILE (compare-masks prints the rules' numbers)")
+    if not worst and (worst_by is not WorstBy.k3_sum or worst_traces):
+        raise UsageError("--worst-by and --worst-traces describe the --worst sequences", hint="add --worst N, e.g. --worst 5")
     request, hist, rules = AnalysisRequest(report=True, masks=False), None, []
     if pictures:
         from ..plots import require_matplotlib
@@ -91,27 +109,34 @@ def report(
     result = analyse(path, request, parse_column_mapping(column), on_terms=hist.add if hist else None)
     for w in result.warnings:
         warn(w)
+    worst_rows, traces = None, {}
+    if worst:
+        from ..analysis.worst import worst_report
+
+        worst_rows, traces = worst_report(result, worst, worst_by.value, with_traces=worst_traces)
     if pictures:
-        _write_pictures(result, hist, rules, plots, html)
+        _write_pictures(result, hist, rules, plots, html, worst_rows, traces)
     if format is OutputFormat.json:
-        emit_json(report_payload(result))
+        emit_json({**report_payload(result), **({"worst": worst_rows} if worst_rows is not None else {})})
         return
-    from ._render import header, report_tables
+    from ._render import header, report_tables, worst_table
 
     console = stdout_console()
     header(console, result)
     report_tables(console, result)
+    if worst_rows is not None:
+        worst_table(console, worst_rows)
 
 
-def _write_pictures(result, hist, rules, plots: Path | None, html: Path | None) -> None:
-    from ..plots import report_figures, write_html, write_pngs
+def _write_pictures(result, hist, rules, plots: Path | None, html: Path | None, worst_rows=None, traces=None) -> None:
+    from ..plots import report_figures, worst_figures, write_html, write_pngs
 
-    figures = report_figures(result, hist, rules)
+    figures = report_figures(result, hist, rules) + (worst_figures(worst_rows, traces) if worst_rows else [])
     if plots:
         for p in write_pngs(figures, plots):
             info(f"wrote {p}")
     if html:
         from ..plots.html import report_page
 
-        write_html(html, report_page(result, figures))
+        write_html(html, report_page(result, figures, worst_rows))
         info(f"wrote {html}")

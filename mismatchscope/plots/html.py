@@ -116,6 +116,21 @@ def _breakdown(runs: list[tuple[str, dict]], kind: str) -> str:
     return _table(header, rows, numeric=set(range(1, len(header))))
 
 
+def _worst(rows: list[dict]) -> str:
+    from ..analysis.worst import RANKINGS
+
+    by = rows[0]["by"]
+    shown = by not in ("k3_sum", "tv_max")  # those two are columns anyway
+    ident = lambda v: _e("-" if v is None else v)  # noqa: E731  ids as written, no thousands separator
+    header = ["rank", "sequence", "prompt", "tokens", *([RANKINGS[by][0]] if shown else []), "sum k3", "max |p - q|",
+              "position of the largest gap", "token there", "gap l there (nats)"]
+    body = [[_num(r["rank"]), ident(r["sequence_id"]), ident(r["prompt_id"]), _num(r["tokens"]), *([_num(r["value"])] if shown else []),
+             _num(r["k3_sum"]), _num(r["tv_max"]), ident(r["max_gap_position"]), ident(r["max_gap_token_id"]), _num(r["max_gap_log_ratio"])]
+            for r in rows]
+    return (f"<h2>Worst sequences</h2><p>Ranked by {_e(RANKINGS[by][0])}; their traces are among the pictures below.</p>"
+            + _table(header, body, numeric=set(range(len(header)))))
+
+
 def _page(title: str, subtitle: str, body: str) -> str:
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -123,8 +138,8 @@ def _page(title: str, subtitle: str, body: str) -> str:
             f'<p class="sub">{_e(subtitle)} &middot; mismatchscope {_e(__version__)} &middot; {stamp}</p>{body}</body></html>\n')
 
 
-def report_page(result, pictures) -> str:
-    """``report --html``: headline metrics, breakdowns, pictures, run metadata."""
+def report_page(result, pictures, worst: list[dict] | None = None) -> str:
+    """``report --html``: headline metrics, breakdowns, pictures, run metadata; ``worst`` (``report --worst``) adds its table."""
     rep = result.report
     runs = [("value", rep)]
     body = [f"<p>{result.tokens:,} tokens, {result.sequences:,} sequences, {len(result.source.files)} file(s).</p>"]
@@ -133,6 +148,8 @@ def report_page(result, pictures) -> str:
     body.append("<h2>Token mismatch</h2>" + _metrics(runs))
     body.append("<h2>Readings</h2>" + _table(["metric", "value", "reading", "source"],
                                              [[_e(i["metric"]), _num(i["value"]), _e(i["reading"]), _e(i["source"])] for i in rep["interpretation"]]))
+    if worst:
+        body.append(_worst(worst))
     body.append(_figures(pictures))
     body.append("<h2>By sampler probability</h2>" + _breakdown(runs, "sampler_prob"))
     body.append("<h2>By position in the completion</h2>" + _breakdown(runs, "position"))
