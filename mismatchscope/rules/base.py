@@ -108,6 +108,11 @@ class RuleInstance:
         return self.spec.fn(self.config, seq)
 
 
+def where(mask: np.ndarray, action: np.int8) -> np.ndarray:
+    """``action`` where ``mask`` holds, KEEP elsewhere: the shape every rule returns."""
+    return np.where(mask, action, KEEP).astype(np.int8)
+
+
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
         if math.isinf(v):

@@ -13,11 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import KEEP, REJECT, REWEIGHT, SequenceInputs, check_bounds, param, register
-
-
-def _where(mask: np.ndarray, action: np.int8) -> np.ndarray:
-    return np.where(mask, action, KEEP).astype(np.int8)
+from .base import REJECT, REWEIGHT, SequenceInputs, check_bounds, param, register, where
 
 
 def _log(x: float | None, default: float) -> float:
@@ -35,7 +31,7 @@ class SeqTISConfig:
           source="verl decoupled_seq_is; TRL sequence_truncate",
           summary="sequence-level truncated IS: reweight sequences whose ratio product exceeds C")
 def seq_tis(cfg: SeqTISConfig, s: SequenceInputs) -> np.ndarray:
-    return _where(s.seq_log_ratio_S > _log(cfg.C, math.inf), REWEIGHT)
+    return where(s.seq_log_ratio_S > _log(cfg.C, math.inf), REWEIGHT)
 
 
 @dataclass(frozen=True)
@@ -52,7 +48,7 @@ class SeqMISConfig:
           summary="masked IS: reject sequences whose ratio product leaves [lo, hi]")
 def seq_mis(cfg: SeqMISConfig, s: SequenceInputs) -> np.ndarray:
     S = s.seq_log_ratio_S
-    return _where((S < _log(cfg.lo, -math.inf)) | (S > _log(cfg.hi, math.inf)), REJECT)
+    return where((S < _log(cfg.lo, -math.inf)) | (S > _log(cfg.hi, math.inf)), REJECT)
 
 
 @dataclass(frozen=True)
@@ -69,7 +65,7 @@ class GeoMaskConfig:
           summary="reject sequences whose geometric-mean ratio leaves [lo, hi]")
 def geo_mask(cfg: GeoMaskConfig, s: SequenceInputs) -> np.ndarray:
     geo = np.exp(s.mean_log_ratio_S)
-    return _where((geo < cfg.lo) | (geo > cfg.hi), REJECT)
+    return where((geo < cfg.lo) | (geo > cfg.hi), REJECT)
 
 
 @dataclass(frozen=True)
@@ -81,7 +77,7 @@ class K3SeqConfig:
           source="verl decoupled_k3_rs",
           summary="reject sequences whose mean k3 (KL estimate) exceeds delta")
 def k3_seq(cfg: K3SeqConfig, s: SequenceInputs) -> np.ndarray:
-    return _where(s.mean_k3_S > cfg.delta, REJECT)
+    return where(s.mean_k3_S > cfg.delta, REJECT)
 
 
 @dataclass(frozen=True)
@@ -100,7 +96,7 @@ def veto(cfg: VetoConfig, s: SequenceInputs) -> np.ndarray:
     bad = np.exp(s.min_log_ratio_S) < cfg.lo
     if cfg.hi is not None:
         bad |= np.exp(s.max_log_ratio_S) > cfg.hi
-    return _where(bad, REJECT)
+    return where(bad, REJECT)
 
 
 @dataclass(frozen=True)
@@ -112,4 +108,4 @@ class OPSMConfig:
           source="DeepSeek-V3.2 OPSM; TRL off_policy_mask_threshold; slime compute_opsm_mask",
           summary="off-policy sequence mask: reject negative-advantage sequences the trainer finds less likely")
 def opsm(cfg: OPSMConfig, s: SequenceInputs) -> np.ndarray:
-    return _where((s.advantage_S < 0) & (-s.mean_log_ratio_S > cfg.delta), REJECT)
+    return where((s.advantage_S < 0) & (-s.mean_log_ratio_S > cfg.delta), REJECT)

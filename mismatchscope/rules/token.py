@@ -12,11 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..divergence import TokenTerms, binary_kl
-from .base import KEEP, REJECT, REWEIGHT, check_bounds, param, register
-
-
-def _where(mask: np.ndarray, action: np.int8) -> np.ndarray:
-    return np.where(mask, action, KEEP).astype(np.int8)
+from .base import REJECT, REWEIGHT, check_bounds, param, register, where
 
 
 @dataclass(frozen=True)
@@ -33,7 +29,7 @@ class IcePopConfig:
           summary="reject tokens whose ratio r = p/q leaves [alpha, beta]")
 def icepop(cfg: IcePopConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> np.ndarray:
     """IcePop: drop the gradient of tokens whose ratio falls outside the band."""
-    return _where((t.ratio_T < cfg.alpha) | (t.ratio_T > cfg.beta), REJECT)
+    return where((t.ratio_T < cfg.alpha) | (t.ratio_T > cfg.beta), REJECT)
 
 
 @dataclass(frozen=True)
@@ -49,7 +45,7 @@ class IPOConfig:
           summary="reject tokens whose probability gap |p - q| exceeds delta")
 def ipo(cfg: IPOConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> np.ndarray:
     """IPO mask: a probability-space band, blind to tiny-probability tokens."""
-    return _where(t.tv_T > cfg.delta, REJECT)
+    return where(t.tv_T > cfg.delta, REJECT)
 
 
 @dataclass(frozen=True)
@@ -64,7 +60,7 @@ class DPPOTVConfig:
 def dppo_tv(cfg: DPPOTVConfig, t: TokenTerms, advantage_T: np.ndarray) -> np.ndarray:
     diff = t.p_T - t.q_T
     pos = advantage_T > 0
-    return _where((pos & (diff > cfg.delta_high)) | (~pos & (diff < -cfg.delta_low)), REJECT)
+    return where((pos & (diff > cfg.delta_high)) | (~pos & (diff < -cfg.delta_low)), REJECT)
 
 
 @dataclass(frozen=True)
@@ -80,7 +76,7 @@ def dppo_kl(cfg: DPPOKLConfig, t: TokenTerms, advantage_T: np.ndarray) -> np.nda
     pos = advantage_T > 0
     up = t.p_T > t.q_T
     down = t.p_T < t.q_T
-    return _where(((pos & up) | (~pos & down)) & (d > cfg.delta), REJECT)
+    return where(((pos & up) | (~pos & down)) & (d > cfg.delta), REJECT)
 
 
 @dataclass(frozen=True)
@@ -92,7 +88,7 @@ class TISConfig:
           source="Yao et al., 'Your Efficient RL Framework Secretly Brings You Off-Policy RL Training'; verl #2953",
           summary="truncated importance sampling: reweight tokens with r > C")
 def tis(cfg: TISConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> np.ndarray:
-    return _where(t.ratio_T > cfg.C, REWEIGHT)
+    return where(t.ratio_T > cfg.C, REWEIGHT)
 
 
 @dataclass(frozen=True)
@@ -108,7 +104,7 @@ class TokenMaskConfig:
           source="SkyRL token_mask_is_threshold_*; TRL token_mask mode",
           summary="reject tokens whose ratio leaves [lo, hi]")
 def token_mask(cfg: TokenMaskConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> np.ndarray:
-    return _where((t.ratio_T < cfg.lo) | (t.ratio_T > cfg.hi), REJECT)
+    return where((t.ratio_T < cfg.lo) | (t.ratio_T > cfg.hi), REJECT)
 
 
 @dataclass(frozen=True)
@@ -121,7 +117,7 @@ class CISPOConfig:
           source="MiniMax-M1 (arXiv 2506.13585); ScaleRL bounds 0 and 5; SkyRL/TRL cispo",
           summary="reweight (clip) tokens whose ratio leaves [1 - eps_low, 1 + eps_high]")
 def cispo(cfg: CISPOConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> np.ndarray:
-    return _where((t.ratio_T < 1.0 - cfg.eps_low) | (t.ratio_T > 1.0 + cfg.eps_high), REWEIGHT)
+    return where((t.ratio_T < 1.0 - cfg.eps_low) | (t.ratio_T > 1.0 + cfg.eps_high), REWEIGHT)
 
 
 @dataclass(frozen=True)
@@ -135,4 +131,4 @@ class PPOClipConfig:
           summary="tokens the PPO clip would zero with the rollout as old policy (A == 0: kept)")
 def ppo_clip(cfg: PPOClipConfig, t: TokenTerms, advantage_T: np.ndarray) -> np.ndarray:
     r = t.ratio_T
-    return _where(((advantage_T > 0) & (r > 1.0 + cfg.eps_high)) | ((advantage_T < 0) & (r < 1.0 - cfg.eps_low)), REJECT)
+    return where(((advantage_T > 0) & (r > 1.0 + cfg.eps_high)) | ((advantage_T < 0) & (r < 1.0 - cfg.eps_low)), REJECT)

@@ -142,7 +142,9 @@ def test_progress_counts_requests(dense_trainer, dense_info, dense_prompt_ids):
 
 
 def test_raw_mode_topk_entropy_and_listed_ids_equal_the_full_distribution(dense_trainer, dense_info, dense_prompt_ids):
-    """Tolerances 1e-5: the trainer scores the three in one padded batch (see the batching test)."""
+    """Tolerances 1e-5 absolute, plus 2e-6 relative for listed ids deep in the tail: the trainer
+    scores the three in one padded batch (see the batching test), and the fp32 rounding of a
+    logprob near -20 is itself a few 1e-6 (float32 spacing there is 1.9e-6)."""
     reqs = _requests(dense_prompt_ids[:3], dense_info.vocab_size, seed=3)
     scored = dense_trainer.score(reqs, RAW)
     for req, s in zip(reqs, scored, strict=True):
@@ -153,7 +155,7 @@ def test_raw_mode_topk_entropy_and_listed_ids_equal_the_full_distribution(dense_
         np.testing.assert_allclose(s.topk_logprobs, top.values.numpy(), atol=1e-5)
         np.testing.assert_allclose(s.entropy, -(full.exp() * full).sum(-1).numpy(), atol=2e-5)
         listed = full.gather(-1, torch.tensor(req.sampler_topk_ids))
-        np.testing.assert_allclose(s.logprobs_at_sampler_topk, listed.numpy(), atol=1e-5)
+        np.testing.assert_allclose(s.logprobs_at_sampler_topk, listed.numpy(), atol=1e-5, rtol=2e-6)
 
 
 def _keep_by_hand(logits: np.ndarray, top_k: int, top_p: float) -> np.ndarray:
