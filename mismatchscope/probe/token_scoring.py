@@ -107,28 +107,49 @@ def score_positions(
     ``listed_ids`` [N, M] are the ids the sampler reported per row (padded
     with any valid id). Memory: a few [N, V] fp32 temporaries, so the caller
     bounds N (the lm_head chunk).
+
+    Without truncation (the common case) each row is centred once
+    (``y = x - max``) and exponentiated once; the normaliser, and the entropy
+    as ``log sum e^y - E_p[y]`` through a batched dot product, come from those
+    two buffers; labels, listed ids and the top-k are read from ``y`` and
+    shifted by ``log sum e^y``, so no [N, V] logprob tensor is built. This keeps scoring close to the cost of the lm_head matmul itself
+    (``benchmarks/bench_probe.py``).
     """
     import torch
 
     scaled = logits / processing.temperature if processing.temperature != 1.0 else logits
-    full_lse = torch.logsumexp(scaled, dim=-1)
     kept_logmass = None
     if processing.truncates(scaled.shape[-1]):
+        full_lse = torch.logsumexp(scaled, dim=-1)
         keep = kept_mask(scaled, processing.top_k, processing.top_p)
         scaled = scaled.masked_fill(~keep, float("-inf"))
         lse = torch.logsumexp(scaled, dim=-1)
         kept_logmass = lse - full_lse
+        logprobs = scaled - lse.unsqueeze(-1)
+        entropy = torch.special.entr(logprobs.exp()).sum(dim=-1)
+        source, shift = logprobs, None
     else:
-        lse = full_lse
-    logprobs = scaled - lse.unsqueeze(-1)
-    k = min(k, logprobs.shape[-1])
-    top = torch.topk(logprobs, k, dim=-1) if k > 0 else None
-    empty = logprobs.new_empty((logprobs.shape[0], 0))
+        # centred logits y = x - max <= 0 keep fp32 precision: the entropy is
+        # log(sum e^y) - E_p[y], two small terms, not lse - E_p[x] (two large ones)
+        centred = scaled - scaled.amax(dim=-1, keepdim=True)
+        unnorm = torch.exp(centred)
+        total = unnorm.sum(dim=-1)
+        log_total = torch.log(total)
+        entropy = log_total - torch.bmm(unnorm.unsqueeze(1), centred.unsqueeze(2)).reshape(-1) / total
+        source, shift = centred, log_total.unsqueeze(-1)
+
+    def logprob_of(ids: "torch.Tensor") -> "torch.Tensor":
+        picked = source.gather(-1, ids)
+        return picked if shift is None else picked - shift
+
+    k = min(k, source.shape[-1])
+    top = torch.topk(source, k, dim=-1) if k > 0 else None
+    empty = source.new_empty((source.shape[0], 0))
     return PositionScores(
-        logprob=logprobs.gather(-1, labels.unsqueeze(-1)).squeeze(-1),
+        logprob=logprob_of(labels.unsqueeze(-1)).squeeze(-1),
         kept_logmass=kept_logmass,
-        at_listed=logprobs.gather(-1, listed_ids),
+        at_listed=logprob_of(listed_ids),
         top_ids=top.indices if top is not None else empty.long(),
-        top_logprobs=top.values if top is not None else empty,
-        entropy=torch.special.entr(logprobs.exp()).sum(dim=-1),
+        top_logprobs=(top.values if shift is None else top.values - shift) if top is not None else empty,
+        entropy=entropy,
     )

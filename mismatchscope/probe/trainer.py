@@ -236,9 +236,9 @@ class HFTrainer:
         if not labels:
             return [_empty_scored(processing.truncates(self.vocab_size)) for _ in reqs]
         width = max(max(listed_len), 1)
-        listed_t = torch.zeros((len(labels), width), dtype=torch.long)
-        for j, ids in enumerate(listed):
-            listed_t[j, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        # one tensor build, not one per position (id 0 pads; padded columns are never read back)
+        listed_t = torch.tensor([ids if len(ids) == width else [*ids, *([0] * (width - len(ids)))] for ids in listed],
+                                dtype=torch.long)
         picked = hidden[torch.tensor(rows, device=hidden.device), torch.tensor(cols, device=hidden.device)]
         labels_t = torch.tensor(labels, dtype=torch.long)
         parts = []
