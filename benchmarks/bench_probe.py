@@ -141,7 +141,7 @@ def part_b() -> None:
     prompts = REPO / "sample_data" / "prompts.jsonl"
     with tempfile.TemporaryDirectory() as tmp:
         comps = Path(tmp) / "completions.json"
-        # best of two interleaved rounds: the first engine start of a session pays one-off cache warm-up
+        # best of two interleaved rounds: the first engine start after installing pays one-off cache warm-up
         runs = [[child(CHILD_B, "generate", str(SAMPLE), str(prompts), str(comps)),
                  child(CHILD_B, "score", str(SAMPLE), str(prompts), str(comps)),
                  child(CHILD_B, "probe", str(SAMPLE), str(prompts))] for _ in range(2)]
