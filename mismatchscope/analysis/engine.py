@@ -9,7 +9,6 @@ accumulator. Both commands (and ``probe``'s closing summary) call
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -60,12 +59,10 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
     has_adv = source.has("advantage")
     has_topk = all(source.has(c) for c in TOPK_COLUMNS)
     columns = ["advantage"] if has_adv else []  # the per-sequence aggregator always sums it
-    if request.masks:
-        columns += ["advantage"]
-        if request.examples:
-            columns += ["token_id"]
+    if request.masks and request.examples:
+        columns += ["token_id"]
     if request.report:
-        columns += ["trainer_entropy", "sampler_kept_logmass", "advantage"]
+        columns += ["trainer_entropy", "sampler_kept_logmass"]
         if has_topk:
             columns += ["token_id", *TOPK_COLUMNS]
 
@@ -158,19 +155,6 @@ class PerSequence:
     sums: dict[str, np.ndarray]
     token_units: list = field(default_factory=list)
     seq_verdicts: dict = field(default_factory=dict)
-
-    def rule_rejects(self) -> dict[str, np.ndarray]:
-        out = {}
-        for i, u in enumerate(self.token_units):
-            if u.sweep is None:
-                out[_unit_key(u)] = self.sums[f"rej{i}"]
-        for u, rej in self.seq_verdicts.items():
-            out[_unit_key(u)] = np.where(rej, self.sums["n"], 0.0)
-        return out
-
-
-def _unit_key(u) -> str:
-    return u.rule.name if u.hypothesis == "data" else f"{u.rule.name}[{u.hypothesis}]"
 
 
 def _check_positions(seq_ids: np.ndarray, agg: dict) -> list[str]:
@@ -290,7 +274,3 @@ def interpret(metrics: dict, run: dict | None) -> list[dict[str, Any]]:
                     "reading": "trainer logprobs were taken at update time by an asynchronous trainer: the gap mixes policy lag with numerical mismatch",
                     "source": "file metadata"})
     return out
-
-
-def finite_or_none(x: float | None) -> float | None:
-    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x

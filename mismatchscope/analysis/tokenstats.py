@@ -140,9 +140,9 @@ class TokenStats:
             "ess": s.get("ess"),
             "ratio_min": math.exp(self.log_ratio_min) if n else None,
             "ratio_max": math.exp(min(self.log_ratio_max, 709.0)) if n else None,
-            "ratio_quantiles": {_key(q): _f(v) for q, v in zip(RATIO_QUANTILES, qs)},
-            "ratio_tail_high": {_key(c): (int(k) / n if n else None) for c, k in zip(TAIL_CUTS, self.tail_high)},
-            "ratio_tail_low": {_key(c): (int(k) / n if n else None) for c, k in zip(TAIL_CUTS, self.tail_low)},
+            "ratio_quantiles": {_g(q): _f(v) for q, v in zip(RATIO_QUANTILES, qs)},
+            "ratio_tail_high": {_g(c): (int(k) / n if n else None) for c, k in zip(TAIL_CUTS, self.tail_high)},
+            "ratio_tail_low": {_g(c): (int(k) / n if n else None) for c, k in zip(TAIL_CUTS, self.tail_low)},
         }
         return m
 
@@ -182,10 +182,6 @@ class TokenStats:
 
 def _row(s: np.ndarray) -> dict:
     return {k: _f(v) for k, v in summarise_sums(s).items()}
-
-
-def _key(x: float) -> str:
-    return f"{x:g}"
 
 
 def _g(x: float) -> str:

@@ -13,7 +13,7 @@ import typer
 
 from ..errors import UsageError
 from ._options import FormatOpt, RuleOpt
-from ._output import OutputFormat, emit_json, info, stdout_console, warn
+from ._output import OutputFormat, emit_json, info, stderr_console, stdout_console, warn
 
 REPO_SAMPLE = Path(__file__).resolve().parents[2] / "sample_data"
 
@@ -38,7 +38,7 @@ class _Bars:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self._p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                           console=_stderr(), disable=not enabled, transient=False)
+                           console=stderr_console(), disable=not enabled, transient=False)
         self._tasks: dict[str, int] = {}
 
     def __enter__(self):
@@ -61,12 +61,6 @@ class _Bars:
 
     def note(self, message: str) -> None:
         self._p.console.print(message, highlight=False)
-
-
-def _stderr():
-    from ._output import stderr_console
-
-    return stderr_console()
 
 
 def _summarise(run_dir: Path, rules: list[str] | None, format: OutputFormat) -> None:

@@ -124,8 +124,7 @@ def run_probe(opts: ProbeOptions, progress: Progress | None = None) -> Path:
     manifest.update({"config": config, "status": "running", "command": sys.argv[1:] if sys.argv else None})
     manifest.setdefault("timings", {})
     run.write_manifest(manifest)
-    if not run.prompts.exists():
-        run.write_prompts([p.prompt_id for p in prompts], prompt_ids, [p.text for p in prompts], [p.answer for p in prompts])
+    _write_prompts_once(run, prompts, prompt_ids)
 
     n = opts.sampling.n
     round_size = opts.round_prompts or len(prompts)
@@ -169,6 +168,12 @@ def run_probe(opts: ProbeOptions, progress: Progress | None = None) -> Path:
             sampler.close()
     _finish(run, manifest, t_sample, t_score)
     return run.path
+
+
+def _write_prompts_once(run: RunDir, prompts: list[Prompt], prompt_ids: list[list[int]]) -> None:
+    """The prompts as token ids, written once per run directory (a resumed run keeps the first)."""
+    if not run.prompts.exists():
+        run.write_prompts([p.prompt_id for p in prompts], prompt_ids, [p.text for p in prompts], [p.answer for p in prompts])
 
 
 def _check_completions(completions: list[Completion], prompt_indices: list[int], n: int) -> None:
@@ -312,8 +317,7 @@ def rescore(run_path: Path, out: Path, trainer_cfg: TrainerConfig, resume: bool 
     config = {**cfg, "trainer": trainer_cfg.to_dict(), "rescored_from": str(run_path)}
     manifest.update({"config": config, "status": "running", "sampler_info": old.get("sampler_info")})
     dst.write_manifest(manifest)
-    if not dst.prompts.exists():
-        dst.write_prompts([p.prompt_id for p in prompts], prompt_ids, [p.text for p in prompts], [p.answer for p in prompts])
+    _write_prompts_once(dst, prompts, prompt_ids)
     reward_fn = load_reward_fn(None if cfg.get("reward_fn") in (None, "exact_match(answer)") else cfg["reward_fn"])
     done = dst.scored_sequences() if resume else set()
     trainer = HFTrainer(info, trainer_cfg)
@@ -321,7 +325,8 @@ def rescore(run_path: Path, out: Path, trainer_cfg: TrainerConfig, resume: bool 
     for p in sorted(src.samples.glob("round-*.parquet")):
         r = int(p.stem.split("-")[1])
         completions = src.read_samples(r)
-        dst.write_samples(r, completions) if not dst.samples_path(r).exists() else None
+        if not dst.samples_path(r).exists():
+            dst.write_samples(r, completions)
         t_score += _score_round(dst, r, completions, prompts, prompt_ids, tokenizer, reward_fn, trainer, sampling, done, config, progress)
     manifest["trainer_info"] = trainer.describe()
     _finish(dst, manifest, 0.0, t_score)
