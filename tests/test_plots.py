@@ -64,8 +64,15 @@ def test_thresholds_and_default_sweeps():
 
 
 def _png_size(path: Path) -> tuple[int, int]:
+    """Width and height of a PNG that has something drawn on it (not one flat colour)."""
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    from matplotlib.image import imread
+
+    image = imread(path)
+    pixels = image.reshape(-1, image.shape[-1])
+    colours = np.unique(np.round(pixels[::7] * 255).astype(int), axis=0)
+    assert len(colours) > 8, f"{path.name} is nearly blank ({len(colours)} colours)"
     return struct.unpack(">II", data[16:24])
 
 
