@@ -6,7 +6,7 @@ measures, each in a fresh subprocess so peak RSS is per command:
   (a) compare-masks with every rule  vs  pyarrow reading the columns it uses
   (b) report                         vs  pyarrow reading the columns it uses
 
-Target (issue #2): ratio <= 3 for each, peak RSS under 1.5 GB.
+Target: ratio <= 3 for each, peak RSS under 1.5 GB.
 
 Run: python benchmarks/bench_analysis.py [--tokens 10000000] [--keep DIR]
 """

@@ -10,7 +10,7 @@ in a fresh subprocess (the real CLI entry point, stdout discarded):
   (c) the same gate plus a point-estimate limit (ratio_quantiles.0.99), which
       makes the gate run the full report pass on both files
 
-Target (issue #4): (b) and (c) within 3x the time of (a).
+Target: (b) and (c) within 3x the time of (a).
 
 Run: python benchmarks/bench_gate.py [--tokens 10000000] [--keep DIR] [--results benchmarks/RESULTS.md]
 """

@@ -1,6 +1,6 @@
 """Import speed and memory: a ~2M-token NeMo-RL run vs a bare orjson parse of the same files.
 
-The claim it checks (issue: import): importing a NeMo-RL run takes at most 1.5x
+The claim it checks: importing a NeMo-RL run takes at most 1.5x
 the time a bare ``orjson.loads`` of every line takes, and peak memory stays
 flat in the number of steps.
 

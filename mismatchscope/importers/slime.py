@@ -2,8 +2,9 @@
 
 ``--dump-details DIR`` turns on ``--save-debug-train-data
 DIR/train_data/{rollout_id}_{rank}.pt`` and ``--save-debug-rollout-data
-DIR/rollout_data/{rollout_id}.pt``. (The issue says ``train_data/{rollout_id}.pt``;
-slime's code writes ``{rollout_id}_{rank}.pt``. Both names are accepted.)
+DIR/rollout_data/{rollout_id}.pt``. (slime's docs name it
+``train_data/{rollout_id}.pt``; its code writes ``{rollout_id}_{rank}.pt``. Both
+names are accepted.)
 
 Train dump, ``format_version`` 2 (``save_debug_train_data`` /
 ``_build_dump_payload`` in slime's Megatron backend): only the last pipeline
