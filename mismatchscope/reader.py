@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import glob as globmod
 import os
+import queue
+import threading
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -158,16 +162,85 @@ def iter_batches(source: Source, columns: list[str], hygiene: Hygiene, batch_row
     if clash:
         raise ValueError(f"extra columns {clash} are already read as mismatchscope columns")
     file_cols += list(extra)
-    for f in source.files:
+    for f, rb in _record_batches(source.files, file_cols, batch_rows):
+        if rb.num_rows:
+            yield _clean(f, rb, wanted, hygiene, extra)
+
+
+READ_AHEAD = max(2, min(4, os.cpu_count() or 1))
+"""Row groups decoded at once, each on its own thread."""
+QUEUED_BATCHES = 2
+"""Decoded batches a reader thread may hold before the consumer takes them."""
+_DONE = object()
+
+
+def _open(f: Path) -> pq.ParquetFile:
+    # pre_buffer off + a read buffer: pyarrow otherwise pre-reads whole row
+    # groups of list columns (1.3 GB held for a 10M-token file in our benchmark).
+    return pq.ParquetFile(f, pre_buffer=False, buffer_size=1 << 20)
+
+
+def _record_batches(files: list[Path], file_cols: list[str], batch_rows: int) -> Iterator[tuple[Path, pa.RecordBatch]]:
+    """Every batch of every row group of every file, in order, decoded ahead on threads.
+
+    Decoding Parquet (zstd, list offsets) is most of a pass's time, and
+    pyarrow releases the GIL while it decodes: ``READ_AHEAD`` row groups are
+    decoded at once, each by its own thread into a small queue, while the
+    caller analyses the batches of the oldest one. The batches still arrive in
+    file order (results stay bit-for-bit reproducible), and memory is bounded
+    by ``READ_AHEAD * QUEUED_BATCHES`` batches, whatever the row-group size.
+    """
+    groups = [(f, i) for f in files for i in range(_guard(f, lambda: _open(f).metadata).num_row_groups)]
+    stop = threading.Event()
+
+    def produce(f: Path, i: int, out: queue.Queue) -> None:
         try:
-            # pre_buffer off + a read buffer: pyarrow otherwise pre-reads whole row
-            # groups of list columns (1.3 GB held for a 10M-token file in our benchmark).
-            pf = pq.ParquetFile(f, pre_buffer=False, buffer_size=1 << 20)
-            for rb in pf.iter_batches(batch_size=batch_rows, columns=file_cols):
-                if rb.num_rows:
-                    yield _clean(f, rb, wanted, hygiene, extra)
-        except (pa.ArrowInvalid, OSError) as e:
-            raise FileFormatError(f"{f}: unreadable Parquet data ({_short(e)})") from None
+            for rb in _open(f).iter_batches(batch_size=batch_rows, columns=file_cols, row_groups=[i]):
+                while not stop.is_set():
+                    try:
+                        out.put(rb, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            out.put(_DONE)
+        except BaseException as e:  # handed to the consumer, which raises it in order
+            out.put(e)
+
+    pending: deque = deque()
+    todo = iter(groups)
+    with ThreadPoolExecutor(READ_AHEAD, thread_name_prefix="mismatchscope-read") as pool:
+        try:
+            while True:
+                while len(pending) < READ_AHEAD and (g := next(todo, None)) is not None:
+                    q: queue.Queue = queue.Queue(QUEUED_BATCHES)
+                    pool.submit(produce, g[0], g[1], q)
+                    pending.append((g[0], q))
+                if not pending:
+                    return
+                f, q = pending[0]
+                item = q.get()
+                if item is _DONE:
+                    pending.popleft()
+                elif isinstance(item, BaseException):
+                    _guard(f, lambda: _reraise(item))
+                else:
+                    yield f, item
+        finally:
+            stop.set()  # a caller that stops early (an error, a break) releases the threads
+
+
+def _reraise(e: BaseException):
+    raise e
+
+
+def _guard(f: Path, fn):
+    """Run ``fn``; a Parquet decoding failure becomes a one-line FileFormatError naming the file."""
+    try:
+        return fn()
+    except (pa.ArrowInvalid, OSError) as e:
+        raise FileFormatError(f"{f}: unreadable Parquet data ({_short(e)})") from None
 
 
 def _clean(path: Path, rb: pa.RecordBatch, wanted: list[str], hygiene: Hygiene,
