@@ -153,8 +153,10 @@ def test_the_trainer_scores_with_the_later_weights(lag_run, base_run, later_dir)
         worst = max([worst, *(abs(x - y) for x, y in zip(s["lp"], ref, strict=True))])
     # Same fp32 weights, same ops: the trainer's batched, right-padded forward and chunked
     # lm_head differ from this one-row full forward only in how the CPU BLAS blocks its
-    # matmuls (test_probe_trainer pins 1e-5 end to end). The lag itself is over 1e-2.
-    assert worst < 1e-5
+    # matmuls, about 1e-5 on this model (test_probe_trainer's chunked-scoring cases see
+    # up to ~1.2e-5). 1e-4 leaves room for that and is still 100x below the lag (> 1e-2),
+    # so scoring with the sampler's weights could not pass.
+    assert worst < 1e-4
     base = _tokens(base_run)
     assert base.column("token_id").to_pylist() == t["token_id"]  # the seeded sampler drew the same tokens
     lag = max(abs(x - y) for x, y in zip(base.column("trainer_logprob").to_pylist(), t["trainer_logprob"]))
