@@ -52,12 +52,12 @@ class TrainerCheckpoint:
         return {"path": str(self.info.path), "sha256": self.info.sha256, "model_type": self.info.model_type,
                 "vocab_size": self.info.vocab_size, "same_as_sampler": self.same_as_sampler}
 
-    def semantics(self, sampler: CheckpointInfo | dict[str, Any]) -> dict[str, Any]:
+    def semantics(self, sampler: CheckpointInfo) -> dict[str, Any]:
         """The ``policy_lag`` keys of the run's semantics, which ``report`` reads."""
         if self.same_as_sampler:
             return {"policy_lag": False, "policy_lag_note": None}
-        path, sha = (sampler.path, sampler.sha256) if isinstance(sampler, CheckpointInfo) else (sampler["path"], sampler["sha256"])
-        note = LAG_NOTE.format(trainer=self.info.path, trainer_sha=self.info.sha256[:12], sampler=path, sampler_sha=sha[:12])
+        note = LAG_NOTE.format(trainer=self.info.path, trainer_sha=self.info.sha256[:12], sampler=sampler.path,
+                               sampler_sha=sampler.sha256[:12])
         return {"policy_lag": True, "policy_lag_note": note}
 
 

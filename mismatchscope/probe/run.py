@@ -2,7 +2,8 @@
 
 Order of work, chosen so a killed probe loses nothing it finished:
 
-1. check the checkpoint, tokenizer and prompts (cheap, before any engine starts);
+1. check the checkpoint, tokenizer and prompts, and the trainer's own checkpoint
+   when it has one (cheap, before any engine starts);
 2. per sampling round (all prompts by default: one ``generate`` batch, as a
    serving engine would see them), sample and persist the raw completions;
 3. score completions with the trainer shard by shard, writing each token shard
@@ -350,7 +351,7 @@ def rescore(run_path: Path, out: Path, trainer_cfg: TrainerConfig, resume: bool 
     fingerprint.update({**_lag_fingerprint(trainer_ckpt), "trainer": trainer_cfg.to_dict(), "rescored_from": str(run_path)})
     manifest = dst.open(fingerprint, resume)
     config = {**cfg, "trainer": trainer_cfg.to_dict(), "rescored_from": str(run_path), "trainer_checkpoint": trainer_ckpt.record(),
-              "semantics": {**(cfg.get("semantics") or semantics(sampling)), **trainer_ckpt.semantics(cfg["checkpoint"])}}
+              "semantics": {**(cfg.get("semantics") or semantics(sampling)), **trainer_ckpt.semantics(info)}}
     manifest.update({"config": config, "status": "running", "sampler_info": old.get("sampler_info")})
     dst.write_manifest(manifest)
     _write_prompts_once(dst, prompts, prompt_ids)
