@@ -246,3 +246,18 @@ def test_empty_and_missing(write, tmp_path):
 def test_gaps_warn(write):
     res = run(write(pairs([(1, 0, 0.5, 0.4), (1, 2, 0.5, 0.4)])))
     assert any("gaps" in w for w in res.warnings)
+
+
+def test_policy_lag_reading_from_a_probe_or_an_import():
+    """A probe with --trainer-checkpoint says so in ``semantics``, an import in ``source.semantics``: one reading."""
+    from mismatchscope.analysis.engine import interpret
+
+    metrics = {"tv_token_mean": 0.02}
+    plain = {r["metric"]: r["reading"] for r in interpret(metrics, {"semantics": {"policy_lag": False}})}
+    assert plain == {"tv_token_mean": "high (above 0.01): points at an inference precision problem"}
+    probe = {r["metric"]: r["reading"] for r in interpret(metrics, {"semantics": {"policy_lag": True, "policy_lag_note": "lag"}})}
+    assert probe == {"tv_token_mean": "high (above 0.01); with policy lag in the gap, not a verdict on inference precision",
+                     "trainer_logprob": "lag"}
+    imported = interpret({}, {"source": {"semantics": {"policy_lag": True}}})
+    assert [r["reading"] for r in imported] == [
+        "trainer logprobs were taken at update time by an asynchronous trainer: the gap mixes policy lag with numerical mismatch"]

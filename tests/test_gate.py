@@ -298,6 +298,28 @@ def test_comparability():
     assert not foreign.checked and "comparability could not be checked" in foreign.warning
 
 
+def test_a_trainer_checkpoint_other_than_the_samplers_must_be_allowed():
+    """The trainer's weights are compared as a relation: "the sampler's", or another digest (policy lag)."""
+    sampler = PROBE_META["checkpoint"]["sha256"]
+    same = {"path": "copy", "sha256": sampler, "same_as_sampler": True}
+    later = {"path": "later", "sha256": "d" * 64, "same_as_sampler": False}
+    # runs from before the key, and runs whose trainer checkpoint has the sampler's weights, compare equal
+    assert compare_runs(meta(), meta(trainer_checkpoint=same)).differences == []
+    with pytest.raises(IncomparableRunsError) as e:
+        compare_runs(meta(), meta(trainer_checkpoint=later))
+    assert str(e.value) == ("baseline and candidate are not comparable: trainer.checkpoint differs (baseline the sampler's, "
+                            "candidate dddddddddddd...) (only the serving stack should differ; if the difference is "
+                            "intended, pass --allow-different trainer.checkpoint)")
+    for allow in (["trainer.checkpoint"], ["trainer"]):
+        ok = compare_runs(meta(trainer_checkpoint=same), meta(trainer_checkpoint=later), allow)
+        assert [d.change() for d in ok.differences] == ["trainer.checkpoint: the sampler's -> dddddddddddd..."]
+    # both lagging on the same later weights: nothing differs
+    assert compare_runs(meta(trainer_checkpoint=later), meta(trainer_checkpoint=later)).differences == []
+    # another main checkpoint without lag differs in checkpoint alone
+    other = meta(checkpoint={"sha256": "e" * 64}, trainer_checkpoint={"sha256": "e" * 64, "same_as_sampler": True})
+    assert [d.key for d in compare_runs(meta(), other, ["checkpoint"]).differences] == ["checkpoint.sha256"]
+
+
 def test_regression_without_baseline_is_a_usage_error(write):
     with pytest.raises(UsageError, match="need a baseline"):
         run_gate(str(_two_seq_file(write)), None, default_config())

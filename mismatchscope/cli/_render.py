@@ -35,6 +35,8 @@ def header(console, result) -> None:
         s = run["sampler"]
         t = run.get("trainer", {})
         bits.append(f"sampler {s.get('kind', '?')}/{s.get('dtype', '?')} vs trainer {t.get('dtype', '?')}")
+        if (run.get("trainer_checkpoint") or {}).get("same_as_sampler") is False:
+            bits.append("trainer on another checkpoint (policy lag)")
     console.print(" | ".join(bits), highlight=False)
 
 

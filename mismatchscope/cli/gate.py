@@ -34,7 +34,8 @@ def gate(
         None, "--rule", "-r", metavar="NAME[:K=V,...]", help="Parameters of a rule the limits name, e.g. icepop:alpha=0.2,beta=5."),
     allow_different: Optional[List[str]] = typer.Option(
         None, "--allow-different", metavar="KEY",
-        help="Compare although KEY differs: checkpoint, prompts, sampling[.KEY], n, seed, trainer[.KEY]. Repeatable."),
+        help="Compare although KEY differs: checkpoint, prompts, sampling[.KEY], n, seed, trainer[.KEY] "
+             "(trainer.checkpoint: the trainer scored with other weights than the sampler, --trainer-checkpoint). Repeatable."),
     absolute_only: bool = typer.Option(False, "--absolute-only", help="Check the absolute limits alone (no baseline needed)."),
     bootstrap: Optional[int] = typer.Option(None, "--bootstrap", min=0, help="Bootstrap resamples (default 1000; 0: point estimates only)."),
     confidence: Optional[float] = typer.Option(None, "--confidence", help="Two-sided confidence of the intervals (default 0.95)."),

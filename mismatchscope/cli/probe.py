@@ -17,6 +17,12 @@ from ._output import OutputFormat, emit_json, info, stderr_console, stdout_conso
 
 REPO_SAMPLE = Path(__file__).resolve().parents[2] / "sample_data"
 
+TrainerCheckpointOpt = typer.Option(
+    None, "--trainer-checkpoint", metavar="PATH",
+    help="Score with other weights of the same model (a later checkpoint: policy lag). Checked first: same "
+         "architecture, vocabulary and tokenizer as the sampler's checkpoint. Default: the sampler's checkpoint. "
+         "A --resume keeps the recorded one.")
+
 
 def _engine_args(items: list[str] | None) -> dict:
     out = {}
@@ -32,7 +38,11 @@ def _engine_args(items: list[str] | None) -> dict:
 
 
 class _Bars:
-    """Rich progress bars on stderr for the probe's stages."""
+    """Rich progress bars on stderr for the probe's stages.
+
+    Started on the first stage or note, so an error found by the checks that
+    run first stays the only line on stderr.
+    """
 
     def __init__(self, enabled: bool):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -40,15 +50,22 @@ class _Bars:
         self._p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                            console=stderr_console(), disable=not enabled, transient=False)
         self._tasks: dict[str, int] = {}
+        self._started = False
 
     def __enter__(self):
-        self._p.__enter__()
         return self
 
     def __exit__(self, *exc):
-        self._p.__exit__(*exc)
+        if self._started:
+            self._p.__exit__(*exc)
+
+    def _start(self) -> None:
+        if not self._started:
+            self._p.__enter__()
+            self._started = True
 
     def stage(self, name: str, total: int) -> None:
+        self._start()
         label = {"sampling": "sampling (completions)", "scoring": "scoring (tokens)"}.get(name, name)
         if name in self._tasks:
             self._p.reset(self._tasks[name], total=total, description=label)
@@ -60,6 +77,7 @@ class _Bars:
             self._p.advance(self._tasks[name], amount)
 
     def note(self, message: str) -> None:
+        self._start()
         self._p.console.print(message, highlight=False)
 
 
@@ -127,6 +145,7 @@ def probe(
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run the checkpoint's own Python code (off unless asked)."),
     allow_pickle: bool = typer.Option(False, "--allow-pickle", help="Load .bin/.pt (pickle) weights; refused by default."),
     sampler_tokenizer: Optional[Path] = typer.Option(None, "--sampler-tokenizer", help="A separate tokenizer the sampler uses; checked against the checkpoint's."),
+    trainer_checkpoint: Optional[Path] = TrainerCheckpointOpt,
     reward_fn: Optional[str] = typer.Option(None, "--reward-fn", metavar="MODULE:FUNCTION", help="fn(prompt=, completion=, answer=) -> float. Default: exact match with the prompt's answer."),
     round_prompts: int = typer.Option(0, "--round-prompts", min=0, help="Prompts per sampling round (0: all in one batch)."),
     resume: bool = typer.Option(False, "--resume", help="Continue a run directory that was interrupted."),
@@ -162,6 +181,7 @@ def probe(
                               fp32_lm_head=fp32_lm_head or trainer_fp32_lm_head, device_map=device_map, device=trainer_device,
                               batch_tokens=trainer_batch_tokens, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle),
         reward_fn=reward_fn, resume=resume, round_prompts=round_prompts, sampler_tokenizer=sampler_tokenizer,
+        trainer_checkpoint=trainer_checkpoint,
     )
     with _Bars(enabled=True) as bars:
         run_dir = run_probe(opts, bars)
@@ -179,6 +199,7 @@ def rescore(
     trainer_batch_tokens: int = typer.Option(8192, "--trainer-batch-tokens", min=1),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code"),
     allow_pickle: bool = typer.Option(False, "--allow-pickle"),
+    trainer_checkpoint: Optional[Path] = TrainerCheckpointOpt,
     resume: bool = typer.Option(False, "--resume"),
     rule: Optional[List[str]] = RuleOpt,
     format: OutputFormat = FormatOpt,
@@ -191,5 +212,5 @@ def rescore(
                         device_map=device_map, device=trainer_device, batch_tokens=trainer_batch_tokens,
                         trust_remote_code=trust_remote_code, allow_pickle=allow_pickle)
     with _Bars(enabled=True) as bars:
-        run_dir = do_rescore(run, out, cfg, resume=resume, progress=bars)
+        run_dir = do_rescore(run, out, cfg, resume=resume, progress=bars, trainer_checkpoint=trainer_checkpoint)
     _summarise(run_dir, rule, format)

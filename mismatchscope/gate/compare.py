@@ -18,11 +18,14 @@ from ..errors import GateConfigError, IncomparableRunsError
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "n", "max_tokens", "top_k_logprobs", "seed", "logprobs_mode")
 TRAINER_KEYS = ("dtype", "attn_implementation", "fp32_lm_head")
 """the trainer settings that change trainer logprobs; device and batch size are not compared."""
+TRAINER_CHECKPOINT = "trainer.checkpoint"
+"""the trainer's own weights when they are not the sampler's (``--trainer-checkpoint``: policy lag)."""
+SAME_AS_SAMPLER = "the sampler's"
 ALIASES = {
     "checkpoint": ("checkpoint.sha256",),
     "prompts": ("prompts.sha256",),
     "sampling": tuple(f"sampling.{k}" for k in SAMPLING_KEYS),
-    "trainer": tuple(f"trainer.{k}" for k in TRAINER_KEYS),
+    "trainer": (*(f"trainer.{k}" for k in TRAINER_KEYS), TRAINER_CHECKPOINT),
     "n": ("sampling.n",),
     "seed": ("sampling.seed",),
 }
@@ -57,7 +60,7 @@ class Comparability:
 
 def valid_keys() -> list[str]:
     return [*ALIASES, *(f"sampling.{k}" for k in SAMPLING_KEYS), *(f"trainer.{k}" for k in TRAINER_KEYS),
-            "checkpoint.sha256", "prompts.sha256"]
+            TRAINER_CHECKPOINT, "checkpoint.sha256", "prompts.sha256"]
 
 
 def check_keys(keys: tuple[str, ...] | list[str]) -> None:
@@ -99,6 +102,19 @@ def _compared(b: dict, c: dict):
         yield f"sampling.{k}", b["sampling"].get(k, _MISSING), c["sampling"].get(k, _MISSING)
     for k in TRAINER_KEYS:
         yield f"trainer.{k}", _get(b, "trainer", k), _get(c, "trainer", k)
+    yield TRAINER_CHECKPOINT, _trainer_weights(b), _trainer_weights(c)
+
+
+def _trainer_weights(run: dict) -> str:
+    """The trainer checkpoint's digest, or "the sampler's" when the trainer ran the sampler's weights.
+
+    Compared as the relation, not the raw digest: two runs of another
+    checkpoint without policy lag differ in ``checkpoint`` only.
+    """
+    rec = run.get("trainer_checkpoint")
+    if isinstance(rec, dict) and rec.get("sha256") and rec["sha256"] != run["checkpoint"]["sha256"]:
+        return rec["sha256"]
+    return SAME_AS_SAMPLER
 
 
 def _serving_differences(b: dict, c: dict) -> list[Difference]:
@@ -127,6 +143,8 @@ def _alias(key: str) -> str:
 def _short(v: Any) -> str:
     if v is _MISSING:
         return "(not recorded)"
+    if v == SAME_AS_SAMPLER:
+        return v
     if isinstance(v, str) and len(v) == 64 and all(ch in "0123456789abcdef" for ch in v):
         return v[:12] + "..."
     return repr(v) if isinstance(v, str) else str(v)

@@ -50,7 +50,8 @@ seed = 0
 # ["seed"] for two runs sampled with different seeds. Keys: checkpoint,
 # prompts, sampling (all of it) or sampling.KEY (temperature, top_p, top_k,
 # n, max_tokens, top_k_logprobs, seed, logprobs_mode), n, seed, trainer (all
-# of it) or trainer.KEY (dtype, attn_implementation, fp32_lm_head).
+# of it) or trainer.KEY (dtype, attn_implementation, fp32_lm_head, and
+# checkpoint: the trainer scored with other weights than the sampler).
 allow_different = []
 # The baseline run used when --baseline is not given (relative to the
 # current directory).

@@ -262,33 +262,64 @@ def check_tokenizer(tokenizer, info: CheckpointInfo, prompts: list[str], other=N
 
 
 def _compare_tokenizers(a, b, prompts: list[str]) -> None:
-    vocab_a, vocab_b = a.get_vocab(), b.get_vocab()
-    if vocab_a != vocab_b:
-        only_a = sorted(set(vocab_a) - set(vocab_b))
-        only_b = sorted(set(vocab_b) - set(vocab_a))
-        moved = sorted(t for t in set(vocab_a) & set(vocab_b) if vocab_a[t] != vocab_b[t])
-        parts = [f"sizes {len(vocab_a)} vs {len(vocab_b)}"]
-        if only_a:
-            parts.append(f"{len(only_a)} tokens only in the first, e.g. {only_a[0]!r}")
-        if only_b:
-            parts.append(f"{len(only_b)} tokens only in the second, e.g. {only_b[0]!r}")
-        if moved:
-            t = moved[0]
-            parts.append(f"{len(moved)} tokens with other ids, e.g. {t!r}: {vocab_a[t]} vs {vocab_b[t]}")
+    vocab = _vocab_difference(a.get_vocab(), b.get_vocab(), ("first", "second"))
+    if vocab:
         raise TokenizerMismatchError(
-            "the two tokenizers have different vocabularies: " + "; ".join(parts),
+            "the two tokenizers have different vocabularies: " + vocab,
             hint="give the sampler and the trainer the same tokenizer files",
         )
+    encoding = _encoding_difference(a, b, prompts)
+    if encoding:
+        raise TokenizerMismatchError(
+            f"the two tokenizers {encoding}",
+            hint="give the sampler and the trainer the same tokenizer files (special tokens "
+            "and add_bos_token included)",
+        )
+
+
+def tokenizer_difference(a, b, prompts: list[str], names: tuple[str, str]) -> str | None:
+    """What tells tokenizer ``a`` from ``b`` (vocabulary, then prompt encodings), or None.
+
+    ``names`` label the two sides in the text, e.g. ``("sampler's", "trainer's")``.
+    """
+    vocab = _vocab_difference(a.get_vocab(), b.get_vocab(), names)
+    if vocab:
+        return f"the vocabularies differ ({names[0]} vs {names[1]}: {vocab})"
+    encoding = _encoding_difference(a, b, prompts)
+    return f"they {encoding}" if encoding else None
+
+
+def _vocab_difference(vocab_a: dict, vocab_b: dict, names: tuple[str, str]) -> str | None:
+    if vocab_a == vocab_b:
+        return None
+    only_a = sorted(set(vocab_a) - set(vocab_b))
+    only_b = sorted(set(vocab_b) - set(vocab_a))
+    moved = sorted(t for t in set(vocab_a) & set(vocab_b) if vocab_a[t] != vocab_b[t])
+    parts = [f"sizes {len(vocab_a)} vs {len(vocab_b)}"]
+    if only_a:
+        parts.append(f"{len(only_a)} tokens only in the {names[0]}, e.g. {only_a[0]!r}")
+    if only_b:
+        parts.append(f"{len(only_b)} tokens only in the {names[1]}, e.g. {only_b[0]!r}")
+    if moved:
+        t = moved[0]
+        parts.append(f"{len(moved)} tokens with other ids, e.g. {t!r}: {vocab_a[t]} vs {vocab_b[t]}")
+    return "; ".join(parts)
+
+
+def _encoding_difference(a, b, prompts: list[str]) -> str | None:
     for i, text in enumerate(prompts):
         ids_a, ids_b = a.encode(text), b.encode(text)
         if ids_a != ids_b:
             at = next((j for j, (x, y) in enumerate(zip(ids_a, ids_b)) if x != y), min(len(ids_a), len(ids_b)))
-            raise TokenizerMismatchError(
-                f"the two tokenizers encode prompt {i} ({_short(text)}) differently from position "
-                f"{at}: {_short(ids_a)} vs {_short(ids_b)}",
-                hint="give the sampler and the trainer the same tokenizer files (special tokens "
-                "and add_bos_token included)",
-            )
+            return (f"encode prompt {i} ({_short(text)}) differently from position "
+                    f"{at}: {_short(ids_a)} vs {_short(ids_b)}")
+    return None
+
+
+def tokenizer_files_digest(root: str | Path) -> str:
+    """One digest over the tokenizer files present: equal digests, identical tokenizers."""
+    root = Path(root)
+    return _sha256_files(root, [name for name in TOKENIZER_FILES if (root / name).is_file()])
 
 
 def _short(value: Any, limit: int = 80) -> str:

@@ -2,7 +2,8 @@
 
 Order of work, chosen so a killed probe loses nothing it finished:
 
-1. check the checkpoint, tokenizer and prompts (cheap, before any engine starts);
+1. check the checkpoint, tokenizer and prompts, and the trainer's own checkpoint
+   when it has one (cheap, before any engine starts);
 2. per sampling round (all prompts by default: one ``generate`` batch, as a
    serving engine would see them), sample and persist the raw completions;
 3. score completions with the trainer shard by shard, writing each token shard
@@ -28,6 +29,7 @@ import numpy as np
 from .. import __version__
 from ..errors import UsageError
 from ..schema import write_table
+from .policy_lag import TrainerCheckpoint, check_resume, open_trainer_checkpoint, recorded_trainer_checkpoint
 from .prompts import Prompt, file_sha256, load_prompts
 from .recorder import RunDir
 from .rewards import group_advantages, load_reward_fn
@@ -52,6 +54,8 @@ class ProbeOptions:
     """prompts per sampling round; 0 submits all prompts as one batch."""
     sampler_tokenizer: Path | None = None
     """a separate tokenizer the sampler side uses, checked against the trainer's."""
+    trainer_checkpoint: Path | None = None
+    """other weights of the same model for the trainer (policy lag); None: the sampler's checkpoint."""
 
 
 class Progress:
@@ -77,14 +81,32 @@ def semantics(sampling: SamplingConfig) -> dict[str, Any]:
             "trainer_logprob": "raw logits (T = 1, full vocabulary)", "sampler_kept_logmass": None}
 
 
-def _fingerprint(opts: ProbeOptions, ckpt_sha: str, prompts_sha: str) -> dict[str, Any]:
+def _fingerprint(opts: ProbeOptions, ckpt_sha: str, prompts_sha: str, trainer_ckpt: TrainerCheckpoint) -> dict[str, Any]:
     s = opts.sampler
-    return {
+    return {**_lag_fingerprint(trainer_ckpt),
         "checkpoint_sha256": ckpt_sha, "prompts_sha256": prompts_sha, "sampling": opts.sampling.to_dict(),
         "sampler": {"kind": s.kind, "dtype": s.dtype, "fp32_lm_head": s.fp32_lm_head, "engine_args": s.engine_args,
                     "tensor_parallel_size": s.tensor_parallel_size, "url": s.url},
         "trainer": opts.trainer.to_dict(), "round_prompts": opts.round_prompts, "reward_fn": opts.reward_fn,
     }
+
+
+def _lag_fingerprint(trainer_ckpt: TrainerCheckpoint) -> dict[str, Any]:
+    """Only a run with other trainer weights carries the key, so runs recorded before it resume as before."""
+    return {} if trainer_ckpt.same_as_sampler else {"trainer_checkpoint_sha256": trainer_ckpt.info.sha256}
+
+
+def _trainer_checkpoint(path: Path | None, run: RunDir, resume: bool, info, tokenizer, texts: list[str],
+                        trainer: TrainerConfig) -> TrainerCheckpoint:
+    """The trainer's weights; a resumed run keeps the recorded ones (another choice is refused)."""
+    recorded = recorded_trainer_checkpoint(run.read_manifest().get("config") or {}) if resume and run.exists() else None
+    if path is None and recorded is not None and not recorded.get("same_as_sampler"):
+        path = Path(recorded["path"])
+    chosen = open_trainer_checkpoint(path, info, tokenizer, texts, allow_pickle=trainer.allow_pickle,
+                                     trust_remote_code=trainer.trust_remote_code)
+    if recorded is not None:
+        check_resume(recorded, chosen, run.path)
+    return chosen
 
 
 def run_probe(opts: ProbeOptions, progress: Progress | None = None) -> Path:
@@ -107,15 +129,18 @@ def run_probe(opts: ProbeOptions, progress: Progress | None = None) -> Path:
     reward_fn = load_reward_fn(opts.reward_fn)
 
     run = RunDir(opts.out)
+    trainer_ckpt = _trainer_checkpoint(opts.trainer_checkpoint, run, opts.resume, info, tokenizer, [p.text for p in prompts],
+                                       opts.trainer)
     prompts_sha = file_sha256(opts.prompts)
-    manifest = run.open(_fingerprint(opts, info.sha256, prompts_sha), opts.resume)
+    manifest = run.open(_fingerprint(opts, info.sha256, prompts_sha, trainer_ckpt), opts.resume)
     config = {
         "mismatchscope_version": __version__,
         "checkpoint": {"path": str(info.path), "sha256": info.sha256, "model_type": info.model_type,
                        "vocab_size": info.vocab_size, "max_model_len": info.max_model_len, "is_moe": info.is_moe},
+        "trainer_checkpoint": trainer_ckpt.record(),
         "prompts": {"path": str(opts.prompts), "sha256": prompts_sha, "count": len(prompts)},
         "sampling": opts.sampling.to_dict(),
-        "semantics": semantics(opts.sampling),
+        "semantics": {**semantics(opts.sampling), **trainer_ckpt.semantics(info)},
         "sampler": {**opts.sampler.to_dict(), "kind": opts.sampler.kind},
         "trainer": opts.trainer.to_dict(),
         "reward_fn": opts.reward_fn or "exact_match(answer)",
@@ -157,8 +182,8 @@ def run_probe(opts: ProbeOptions, progress: Progress | None = None) -> Path:
             if trainer is None:
                 from .trainer import HFTrainer
 
-                progress.note(f"loading trainer ({opts.trainer.dtype})")
-                trainer = HFTrainer(info, opts.trainer)
+                progress.note(f"loading trainer ({opts.trainer.dtype}{_lag_label(trainer_ckpt)})")
+                trainer = HFTrainer(trainer_ckpt.info, opts.trainer)
             t_score += _score_round(run, r, completions, prompts, prompt_ids, tokenizer, reward_fn, trainer, opts.sampling,
                                     done, config, progress)
         manifest["sampler_info"] = sampler.describe() if sampler else manifest.get("sampler_info")
@@ -168,6 +193,10 @@ def run_probe(opts: ProbeOptions, progress: Progress | None = None) -> Path:
             sampler.close()
     _finish(run, manifest, t_sample, t_score)
     return run.path
+
+
+def _lag_label(trainer_ckpt: TrainerCheckpoint) -> str:
+    return "" if trainer_ckpt.same_as_sampler else f", weights of {trainer_ckpt.info.path}"
 
 
 def _write_prompts_once(run: RunDir, prompts: list[Prompt], prompt_ids: list[list[int]]) -> None:
@@ -289,8 +318,13 @@ def _finish(run: RunDir, manifest: dict, t_sample: float, t_score: float) -> Non
     run.write_manifest(manifest)
 
 
-def rescore(run_path: Path, out: Path, trainer_cfg: TrainerConfig, resume: bool = False, progress: Progress | None = None) -> Path:
-    """Score a recorded run's samples again with other trainer settings; the sampler is not touched."""
+def rescore(run_path: Path, out: Path, trainer_cfg: TrainerConfig, resume: bool = False, progress: Progress | None = None,
+            trainer_checkpoint: Path | None = None) -> Path:
+    """Score a recorded run's samples again with other trainer settings; the sampler is not touched.
+
+    ``trainer_checkpoint`` scores them with other weights (policy lag); without
+    it the trainer runs the sampler's checkpoint, whatever the recorded run used.
+    """
     from .checkpoint import inspect_checkpoint, load_tokenizer
     from .trainer import HFTrainer
 
@@ -312,15 +346,19 @@ def rescore(run_path: Path, out: Path, trainer_cfg: TrainerConfig, resume: bool 
     prompts = [Prompt(r["prompt_id"], r["text"], r["answer"]) for r in prompts_table]
     prompt_ids = [r["prompt_token_ids"] for r in prompts_table]
     dst = RunDir(out)
-    fingerprint = {**old.get("fingerprint", {}), "trainer": trainer_cfg.to_dict(), "rescored_from": str(run_path)}
+    trainer_ckpt = _trainer_checkpoint(trainer_checkpoint, dst, resume, info, tokenizer, [p.text for p in prompts], trainer_cfg)
+    fingerprint = {k: v for k, v in old.get("fingerprint", {}).items() if k != "trainer_checkpoint_sha256"}
+    fingerprint.update({**_lag_fingerprint(trainer_ckpt), "trainer": trainer_cfg.to_dict(), "rescored_from": str(run_path)})
     manifest = dst.open(fingerprint, resume)
-    config = {**cfg, "trainer": trainer_cfg.to_dict(), "rescored_from": str(run_path)}
+    config = {**cfg, "trainer": trainer_cfg.to_dict(), "rescored_from": str(run_path), "trainer_checkpoint": trainer_ckpt.record(),
+              "semantics": {**(cfg.get("semantics") or semantics(sampling)), **trainer_ckpt.semantics(info)}}
     manifest.update({"config": config, "status": "running", "sampler_info": old.get("sampler_info")})
     dst.write_manifest(manifest)
     _write_prompts_once(dst, prompts, prompt_ids)
     reward_fn = load_reward_fn(None if cfg.get("reward_fn") in (None, "exact_match(answer)") else cfg["reward_fn"])
     done = dst.scored_sequences() if resume else set()
-    trainer = HFTrainer(info, trainer_cfg)
+    progress.note(f"loading trainer ({trainer_cfg.dtype}{_lag_label(trainer_ckpt)})")
+    trainer = HFTrainer(trainer_ckpt.info, trainer_cfg)
     t_score = 0.0
     for p in sorted(src.samples.glob("round-*.parquet")):
         r = int(p.stem.split("-")[1])
