@@ -85,8 +85,8 @@ def test_compare_masks_hand_derived(write):
     assert (ice["tokens_rejected"], ice["sequences_with_rejection"], ice["sequences_rejected"]) == (2, 2, 0)
     assert ice["token_reject_rate"] == pytest.approx(0.4)
     assert ice["rejected_by_advantage_sign"] == {"A>0": 1, "A<0": 1, "A=0": 0}
-    # ipo rejects A, B, D
-    assert rows["ipo"]["tokens_rejected"] == 3
+    # ipo (delta 0.3) rejects B, D; A's |p - q| = 0.3 sits on the bound and is kept
+    assert rows["ipo"]["tokens_rejected"] == 2
     # dppo-tv with real advantages: seq 1 (A > 0): B; seq 2 (A < 0): D -> 2
     assert rows["dppo-tv"]["tokens_rejected"] == 2
     # tis reweights B only
@@ -98,12 +98,12 @@ def test_compare_masks_hand_derived(write):
     assert rows["opsm"]["tokens_rejected"] == 2
     assert rows["opsm"]["rejected_by_advantage_sign"] == {"A>0": 0, "A<0": 2, "A=0": 0}
     agree = {(a["a"], a["b"]): a for a in res.masks["agreement"]}
-    # icepop {A, D} vs ipo {A, B, D}: both 2, only ipo 1, Jaccard 2/3
+    # icepop {A, D} vs ipo {B, D}: both 1 (D), only icepop A, only ipo B, Jaccard 1/3
     ii = agree[("icepop", "ipo")]
-    assert (ii["both"], ii["only_a"], ii["only_b"]) == (2, 0, 1) and ii["jaccard"] == pytest.approx(2 / 3)
-    # ipo {A, B, D} vs seq-mis {D, E}: both 1 (D), Jaccard 1/4
+    assert (ii["both"], ii["only_a"], ii["only_b"]) == (1, 1, 1) and ii["jaccard"] == pytest.approx(1 / 3)
+    # ipo {B, D} vs seq-mis {D, E}: both 1 (D), Jaccard 1/3
     im = agree[("ipo", "seq-mis")]
-    assert (im["both"], im["only_a"], im["only_b"]) == (1, 2, 1) and im["jaccard"] == pytest.approx(0.25)
+    assert (im["both"], im["only_a"], im["only_b"]) == (1, 1, 1) and im["jaccard"] == pytest.approx(1 / 3)
     # seq-mis {D, E} vs geo-mask {all 5}: both 2
     assert agree[("seq-mis", "geo-mask")]["both"] == 2
 
@@ -118,11 +118,12 @@ def test_hypotheses_without_advantage(write):
 def test_sweep_and_examples(write):
     path = write(pairs(ROWS))
     name, key, inst = parse_sweep("icepop.beta=2,5")
-    res = run(path, report=False, masks=True, rules=[parse_rule("icepop"), parse_rule("ipo")], sweeps=[(name, key, inst)], examples=5)
+    res = run(path, report=False, masks=True, rules=[parse_rule("icepop"), parse_rule("ipo:delta=0.1")], sweeps=[(name, key, inst)],
+              examples=5)
     sw = res.masks["sweeps"][0]
     # beta = 2 adds B (r = 3): 3 of 5; beta = 5: A, D -> 2 of 5
     assert [(p["value"], p["token_reject_rate"]) for p in sw["points"]] == [(2.0, 0.6), (5.0, 0.4)]
-    # icepop {A, D} vs ipo {A, B, D}: they split only on B
+    # icepop {A, D} vs ipo at delta 0.1 {A, B, D}: they split only on B
     ex = res.masks["examples"]
     assert [(e["sequence_id"], e["position"]) for e in ex] == [(1, 1)]
     assert ex[0]["rejected_by"] == ["ipo"] and ex[0]["kept_by"] == ["icepop"]

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..divergence import TokenTerms, token_terms
+from ..divergence import TokenTerms, clamped_k_terms, token_terms
 from ..errors import InputError
 from ..reader import Hygiene, Source, iter_batches, open_source
 from ..rules import RuleInstance, SequenceInputs
@@ -78,6 +78,9 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
     }
     if has_adv:
         ops["sum_adv"] = "sum"
+    clamped = bool(masks) and any(u.rule.spec.fixed_level is None and u.rule.level == "sequence" for u in masks.seq_units)
+    if clamped:  # verl-rs sums its estimators over l clamped to +-20
+        ops.update({"sum_ck1": "sum", "sum_ck2": "sum", "sum_ck3": "sum"})
     if masks:
         ops.update({k: "sum" for k in masks.per_token_columns()})
     seqagg = SequenceAggregator(ops)  # type: ignore[arg-type]
@@ -103,6 +106,8 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
         }
         if has_adv:
             per_tok["sum_adv"] = adv
+        if clamped:
+            per_tok["sum_ck1"], per_tok["sum_ck2"], per_tok["sum_ck3"] = clamped_k_terms(t.log_ratio_T)
         if masks:
             masks.add(t, adv, batch, per_tok)
         seqagg.add(batch["sequence_id"], per_tok)
@@ -132,6 +137,7 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
         max_log_ratio_S=agg["max_l"],
         mean_k3_S=agg["sum_k3"] / agg["n"],
         advantage_S=(agg["sum_adv"] / agg["n"]) if has_adv else None,
+        clamped_sum_k1_S=agg.get("sum_ck1"), clamped_sum_k2_S=agg.get("sum_ck2"), clamped_sum_k3_S=agg.get("sum_ck3"),
     )
     report = _report(stats, seq, agg, source, has_topk) if request.report else None
     mask_out = _masks(masks, seq, agg, n_tokens, seq_ids.size, has_adv) if masks else None
@@ -237,7 +243,7 @@ def _masks(masks: MaskAccumulator, seq: SequenceInputs, agg: dict, tokens: int, 
                 rows.append(mean_row(pending.pop(u.rule.label), row))
         else:
             name, _, param = u.sweep.partition(".")
-            sw = sweeps.setdefault(u.sweep, {"rule": name, "param": param, "level": u.rule.spec.level, "points": []})
+            sw = sweeps.setdefault(u.sweep, {"rule": name, "param": param, "level": u.rule.level, "points": []})
             sw["points"].append({"value": u.rule.params[param], "hypothesis": u.hypothesis, **{
                 k: row[k] for k in ("token_reject_rate", "token_reweight_rate", "tokens_rejected", "tokens_reweighted",
                                     "sequences_with_rejection", "sequences_rejected", "sequence_reject_rate")}})

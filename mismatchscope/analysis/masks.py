@@ -67,8 +67,8 @@ class MaskAccumulator:
 
     def __init__(self, units: list[Unit], examples: int):
         self.units = units
-        self.token_units = [u for u in units if u.rule.spec.level == "token"]
-        self.seq_units = [u for u in units if u.rule.spec.level == "sequence"]
+        self.token_units = [u for u in units if u.rule.level == "token"]
+        self.seq_units = [u for u in units if u.rule.level == "sequence"]
         # token-rejecting units that enter the agreement view (no sweeps)
         self.agree_token = [u for u in self.token_units if u.sweep is None and u.rule.spec.acts == "reject"]
         self.pair_counts = np.zeros((len(self.agree_token), len(self.agree_token)))
@@ -194,7 +194,7 @@ def unit_row(u: Unit, tokens: int, sequences: int, has_advantage: bool) -> dict:
         "name": u.rule.name,
         "params": u.rule.params,
         "label": u.rule.label,
-        "level": u.rule.spec.level,
+        "level": u.rule.level,
         "action": u.rule.spec.acts,
         "uses_advantage": u.rule.spec.uses_advantage,
         "hypothesis": u.hypothesis,

@@ -137,8 +137,12 @@ def _catalog() -> dict[str, Metric]:
 METRICS: dict[str, Metric] = _catalog()
 
 
-def rule_metric(rule: str, stat: str) -> Metric:
-    """``RULE.STAT``: a rate of what the rule (with the gate's parameters) would do."""
+def rule_metric(rule: str, stat: str, level: str | None = None) -> Metric:
+    """``RULE.STAT``: a rate of what the rule (with the gate's parameters) would do.
+
+    ``level`` is the rule's level when it depends on its parameters (``verl-rs``);
+    without it such a rule's level is checked later, by :func:`check_rule_level`.
+    """
     spec = RULES[rule]
     if stat == "token_reject_rate" and spec.acts != "reject":
         raise GateConfigError(f"{rule} reweights tokens, it never rejects them", hint=f"use {rule}.token_reweight_rate")
@@ -146,10 +150,11 @@ def rule_metric(rule: str, stat: str) -> Metric:
         raise GateConfigError(f"{rule} rejects tokens, it never reweights them", hint=f"use {rule}.token_reject_rate")
     if stat in ("sequence_reject_rate", "sequences_with_rejection_rate") and spec.acts != "reject":
         raise GateConfigError(f"{rule} reweights, it never rejects", hint=f"use {rule}.token_reweight_rate")
-    if stat == "sequence_reject_rate" and spec.level == "token":
+    level = level or spec.fixed_level
+    if stat == "sequence_reject_rate" and level == "token":
         raise GateConfigError(f"{rule} is a token rule: it rejects tokens, not whole sequences",
                               hint=f"use {rule}.token_reject_rate or {rule}.sequences_with_rejection_rate")
-    if stat == "token_reweight_rate" and spec.level == "sequence":
+    if stat == "token_reweight_rate" and level == "sequence":
         # sequence-level reweighting keeps no per-sequence verdict: the report's value, not resampled
         return Metric(f"{rule}.{stat}", f"share of tokens {rule} reweights", report_path=("masks", rule, stat),
                       rule=rule, rule_stat=stat)
@@ -162,6 +167,12 @@ def rule_metric(rule: str, stat: str) -> Metric:
     what = {"token_reject_rate": "tokens it rejects", "token_reweight_rate": "tokens it reweights",
             "sequence_reject_rate": "sequences it rejects", "sequences_with_rejection_rate": "sequences with a rejected token"}[stat]
     return Metric(f"{rule}.{stat}", f"share of {what} ({rule})", (col, den), _ratio(col, den), rule=rule, rule_stat=stat)
+
+
+def check_rule_level(metric: Metric, instance) -> None:
+    """The level checks of :func:`rule_metric` for a rule whose level comes from its parameters."""
+    if metric.rule and metric.rule_stat and RULES[metric.rule].fixed_level is None:
+        rule_metric(metric.rule, metric.rule_stat, instance.level)
 
 
 def lookup_metric(name: str) -> Metric:
