@@ -15,8 +15,8 @@ import pytest
 
 from mismatchscope.divergence import token_terms
 from mismatchscope.plots.data import PlotAccumulator, log_ratio_edges, prob_edges
-from mismatchscope.plots.sweeps import default_sweeps, plot_rules, ratio_thresholds
-from mismatchscope.rules import make_instance
+from mismatchscope.plots.sweeps import default_sweeps, plot_rules, ratio_thresholds, sweep_x
+from mismatchscope.rules import make_instance, parse_rule
 from tests.helpers import SAMPLE_PAIRS, cli
 from tests.helpers import probe_meta as meta
 
@@ -58,9 +58,19 @@ def test_probability_grid_by_hand():
 def test_thresholds_and_default_sweeps():
     assert ratio_thresholds(make_instance("icepop", {})) == [("icepop alpha=0.5", 0.5), ("icepop beta=5", 5.0)]
     assert ratio_thresholds(make_instance("ipo", {})) == []  # |p - q|: drawn on the probability picture instead
-    assert [name for name, *_ in default_sweeps(plot_rules(None))] == ["icepop", "icepop", "ipo", "token-mask", "token-mask", "tis"]
+    # the rules drawn by default and their grids come from the registrations
+    assert [name for name, *_ in default_sweeps(plot_rules(None))] == ["icepop", "icepop", "ipo", "kpop", "tis", "token-mask",
+                                                                     "token-mask"]
     (name, key, instances), = default_sweeps([make_instance("ipo", {"delta": 0.2})])
     assert key == "delta" and [i.params["delta"] for i in instances][:3] == [0.005, 0.01, 0.02]
+    # verl-rs: the threshold grid follows the option's family; token_k1 draws its band on r at 1/U and 1/L
+    (name, key, instances), = default_sweeps([parse_rule("verl-rs:option=seq_mean_k3,threshold=0.01")])
+    assert (name, key) == ("verl-rs", "threshold") and [i.params["threshold"] for i in instances] == ["0.0001", "0.001", "0.01",
+                                                                                                      "0.1", "1"]
+    assert all(i.params["option"] == "seq_mean_k3" and i.level == "sequence" for i in instances)
+    assert ratio_thresholds(parse_rule("verl-rs:option=token_k1,threshold=0.5_4")) == [("verl-rs 1/U=0.25", 0.25),
+                                                                                         ("verl-rs 1/L=2", 2.0)]
+    assert sweep_x("0.5_4") == 4.0 and sweep_x("0.01") == 0.01 and sweep_x(2.0) == 2.0
 
 
 def _png_size(path: Path) -> tuple[int, int]:
