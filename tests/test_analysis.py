@@ -247,3 +247,33 @@ def test_empty_and_missing(write, tmp_path):
 def test_gaps_warn(write):
     res = run(write(pairs([(1, 0, 0.5, 0.4), (1, 2, 0.5, 0.4)])))
     assert any("gaps" in w for w in res.warnings)
+
+
+def test_score_centering_hand_derived(write):
+    # token 1: sampled 5; sampler lists [3, 5], q = [0.6, 0.3], trainer p there [0.5, 0.3]; trainer's own top-k [3, 7]
+    #   sum_K q = 0.9, sum_K p = 0.8, rho = 0.1 / 0.2 = 0.5, overlap |{3,5} & {3,7}| / 2 = 0.5
+    # token 2: sampled 1; sampler lists [1, 2], q = [0.7, 0.3] (its tail is empty), p = [0.6, 0.2]; trainer top-k [2, 1]
+    #   sum_K q = 1 -> rho undefined (counted apart), sum_K p = 0.8, overlap 2 / 2 = 1
+    # token 3: sampled 4; sampler lists [4, 8], q = [0.5, 0.25], p = [0.5, 0.3]; trainer top-k [9, 10]
+    #   sum_K q = 0.75, sum_K p = 0.8, rho = 0.25 / 0.2 = 1.25, overlap 0
+    lq = np.log([[0.6, 0.3], [0.7, 0.3], [0.5, 0.25]])
+    lp = np.log([[0.5, 0.3], [0.6, 0.2], [0.5, 0.3]])
+    cols = {
+        "sequence_id": [1, 1, 2], "position": [0, 1, 0], "token_id": [5, 1, 4],
+        "sampler_logprob": [lq[0, 1], lq[1, 0], lq[2, 0]], "trainer_logprob": [lp[0, 1], lp[1, 0], lp[2, 0]],
+        "sampler_topk_ids": [[3, 5], [1, 2], [4, 8]], "sampler_topk_logprobs": lq.tolist(),
+        "trainer_logprobs_at_sampler_topk": lp.tolist(), "trainer_topk_ids": [[3, 7], [2, 1], [9, 10]],
+    }
+    sc = run(write(cols)).report["score_centering"]
+    assert sc["tokens"] == 3
+    assert sc["sampler_topk_mass"]["mean"] == pytest.approx((0.9 + 1.0 + 0.75) / 3, abs=1e-6)
+    assert sc["trainer_mass_on_sampler_topk"]["mean"] == pytest.approx(0.8, abs=1e-6)
+    rho = sc["tail_mass_ratio"]
+    assert (rho["tokens"], rho["undefined_tokens"], rho["empty_sampler_tail"], rho["empty_trainer_tail"]) == (2, 1, 1, 0)
+    assert rho["mean"] == pytest.approx(0.875, abs=1e-6) and rho["quantiles"]["0.5"] == pytest.approx(0.875, abs=1e-6)
+    ov = sc["topk_overlap"]
+    assert ov["tokens"] == 3 and ov["mean"] == pytest.approx(0.5) and ov["quantiles"]["0.5"] == pytest.approx(0.5)
+    # without the trainer's own top-k ids there is no overlap, the rest stays
+    del cols["trainer_topk_ids"]
+    sc2 = run(write(cols)).report["score_centering"]
+    assert sc2["topk_overlap"] is None and sc2["tail_mass_ratio"]["tokens"] == 2

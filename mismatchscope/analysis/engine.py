@@ -22,7 +22,7 @@ from ..schema import TOPK_COLUMNS
 from .grouping import SequenceAggregator
 from .masks import MaskAccumulator, build_units, mean_row, unit_row
 from .tokenstats import RATIO_QUANTILES, TokenStats, _f
-from .topk import topk_bounds
+from .topk import score_centering, topk_bounds
 
 CHI2_SEQ_CLIP = 20.0
 """verl clamps the sequence log-ratio to +-20 before exp(2 S) in chi2_seq."""
@@ -64,7 +64,7 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
     if request.report:
         columns += ["trainer_entropy", "sampler_kept_logmass"]
         if has_topk:
-            columns += ["token_id", *TOPK_COLUMNS]
+            columns += ["token_id", *TOPK_COLUMNS] + (["trainer_topk_ids"] if source.has("trainer_topk_ids") else [])
 
     units = build_units(request.rules, request.sweeps, has_adv) if request.masks else []
     masks = MaskAccumulator(units, request.examples) if request.masks else None
@@ -119,6 +119,7 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
                                 batch["sampler_topk_ids"], batch["sampler_topk_logprobs"],
                                 batch["trainer_logprobs_at_sampler_topk"], batch["sequence_id"], pos)
                 stats.add_topk(b.tv_lower_T, b.kl_lower_T, b.sampler_mass_T)
+                stats.add_centering(score_centering(b, batch["sampler_topk_ids"], batch.get("trainer_topk_ids")))
             if "sampler_kept_logmass" in batch:
                 stats.add_kept_mass(batch["sampler_kept_logmass"])
         if on_batch:
@@ -221,6 +222,7 @@ def _report(stats: TokenStats, seq: SequenceInputs, agg: dict, source: Source, h
         "metrics": metrics,
         "sequence_metrics": sequence_metrics,
         "topk": topk,
+        "score_centering": stats.score_centering(),
         "kept_mass": stats.kept_mass(),
         "breakdowns": stats.breakdowns(),
         "interpretation": interpret(metrics, source.run_config),

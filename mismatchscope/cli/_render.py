@@ -89,6 +89,29 @@ def report_tables(console, result) -> None:
     st.add_row("chi2_seq", num(s["chi2_seq"]), "", "", "")
     console.print(st)
 
+    sc = rep.get("score_centering")
+    if sc:
+        c = Table(title=f"Score centering from the top-k ({sc['tokens']:,} tokens; K = the sampler's listed ids and the sampled one)",
+                  title_justify="left")
+        for col in ("statistic", "tokens", "mean", "q0.01", "q0.5", "q0.99", "meaning"):
+            c.add_column(col, justify="left" if col in ("statistic", "meaning") else "right")
+        labels = {"sampler_topk_mass": ("sampler top-k mass", "sum_K q"),
+                  "trainer_mass_on_sampler_topk": ("trainer mass on it", "sum_K p"),
+                  "tail_mass_ratio": ("tail-mass ratio rho", "(1 - sum_K q) / (1 - sum_K p)"),
+                  "topk_overlap": ("top-k overlap", "|K_sampler & K_trainer| / k")}
+        for key, (label, meaning) in labels.items():
+            v = sc.get(key)
+            if v is None:
+                continue
+            c.add_row(label, num(v["tokens"]), num(v["mean"]), *[num(v["quantiles"][k]) for k in ("0.01", "0.5", "0.99")], meaning)
+        console.print(c)
+        rho = sc["tail_mass_ratio"]
+        if rho["undefined_tokens"]:
+            console.print(f"[dim]rho is undefined on {rho['undefined_tokens']:,} token(s) with an empty tail (sampler: "
+                          f"{rho['empty_sampler_tail']:,}, trainer: {rho['empty_trainer_tail']:,}), counted apart.[/dim]")
+        if sc.get("topk_overlap") is None:
+            console.print("[dim]No trainer_topk_ids column: no top-k overlap.[/dim]")
+
     if rep.get("kept_mass"):
         km = rep["kept_mass"]
         console.print(f"top-p/top-k truncation: mean log kept mass {num(km['kept_logmass_mean'])} (min {num(km['kept_logmass_min'])}), "

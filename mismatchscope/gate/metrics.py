@@ -126,6 +126,14 @@ def _catalog() -> dict[str, Metric]:
     for c in TAIL_CUTS:
         ms.append(_point(("metrics", "ratio_tail_high", f"{c:g}"), f"share of tokens with r > {c:g}"))
         ms.append(_point(("metrics", "ratio_tail_low", f"{c:g}"), f"share of tokens with r < 1/{c:g}"))
+    for key, worse, doc in (("sampler_topk_mass", None, "sampler's top-k mass sum_K q"),
+                            ("trainer_mass_on_sampler_topk", None, "trainer's mass on the sampler's top-k, sum_K p"),
+                            ("tail_mass_ratio", None, "tail-mass ratio (1 - sum_K q) / (1 - sum_K p), tokens with both tails non-empty"),
+                            ("topk_overlap", "lower", "overlap |K_sampler & K_trainer| / k of the two top-k id sets")):
+        ms.append(_point(("score_centering", key, "mean"), f"{doc}, mean over tokens", worse=worse))  # type: ignore[arg-type]
+        for q in RATIO_QUANTILES:
+            ms.append(_point(("score_centering", key, "quantiles", f"{q:g}"), f"{doc}, quantile {q:g} over tokens",
+                             worse=worse))  # type: ignore[arg-type]
     for key, worse, nonneg in (("seq_log_ratio", None, False), ("geo_ratio", None, True), ("max_tv", "higher", True),
                                ("log_ppl_diff", None, False)):
         for q in RATIO_QUANTILES:
@@ -188,8 +196,8 @@ def lookup_metric(name: str) -> Metric:
 
 
 def valid_names_text() -> str:
-    plain = [n for n in METRICS if "quantiles." not in n and "tail" not in n]
+    plain = [n for n in METRICS if "quantiles." not in n and "ratio_tail" not in n]
     return (", ".join(plain) + ", ratio_quantiles.Q and sequence_metrics.KEY.quantiles.Q (Q in "
             + ", ".join(f"{q:g}" for q in RATIO_QUANTILES) + "), ratio_tail_high.C and ratio_tail_low.C (C in "
-            + ", ".join(f"{c:g}" for c in TAIL_CUTS) + "), and RULE." + "|".join(RULE_STATS)
+            + ", ".join(f"{c:g}" for c in TAIL_CUTS) + "), score_centering.KEY.quantiles.Q, and RULE." + "|".join(RULE_STATS)
             + " for RULE in " + ", ".join(RULES))
