@@ -277,3 +277,29 @@ def test_score_centering_hand_derived(write):
     del cols["trainer_topk_ids"]
     sc2 = run(write(cols)).report["score_centering"]
     assert sc2["topk_overlap"] is None and sc2["tail_mass_ratio"]["tokens"] == 2
+
+
+def test_tail_breakdown_hand_derived(write):
+    # A q=.5 p=.2 (bucket [0.5, 0.9), p<q), B q=.2 p=.6 ([0.1, 0.5), p>q), C q=p=.9 ([0.9, 1], p=q),
+    # D q=.5 p=1e-5 ([0.5, 0.9), p<q), E q=p=.5 ([0.5, 0.9), p=q)
+    rules = [parse_rule("icepop"), parse_rule("ipo"), parse_rule("seq-mis"), parse_rule("tis")]
+    mk = run(write(pairs(ROWS)), report=False, masks=True, rules=rules).masks
+    assert mk["tokens_by_sampler_prob"] == {"[0, 0.001)": 0, "[0.001, 0.01)": 0, "[0.01, 0.1)": 0, "[0.1, 0.5)": 1,
+                                            "[0.5, 0.9)": 3, "[0.9, 1]": 1}
+    assert mk["tokens_by_pq_sign"] == {"p>q": 1, "p<q": 2, "p=q": 2}
+    rows = {r["name"]: r for r in mk["rules"]}
+    nz = lambda d: {k: v for k, v in d.items() if v}  # noqa: E731
+    # icepop rejects A and D: both q = 0.5, both p < q
+    assert nz(rows["icepop"]["rejected_by_sampler_prob"]) == {"[0.5, 0.9)": 2}
+    assert rows["icepop"]["rejected_by_pq_sign"] == {"p>q": 0, "p<q": 2, "p=q": 0}
+    # ipo (0.3) rejects B (q 0.2, p > q) and D (q 0.5, p < q)
+    assert nz(rows["ipo"]["rejected_by_sampler_prob"]) == {"[0.1, 0.5)": 1, "[0.5, 0.9)": 1}
+    assert rows["ipo"]["rejected_by_pq_sign"] == {"p>q": 1, "p<q": 1, "p=q": 0}
+    # seq-mis rejects sequence 2, i.e. D (p < q) and E (p = q), both in [0.5, 0.9)
+    assert nz(rows["seq-mis"]["rejected_by_sampler_prob"]) == {"[0.5, 0.9)": 2}
+    assert rows["seq-mis"]["rejected_by_pq_sign"] == {"p>q": 0, "p<q": 1, "p=q": 1}
+    # tis reweights, it rejects nothing: no tail breakdown
+    assert rows["tis"]["rejected_by_sampler_prob"] is None
+    # the reading names token rules only: icepop 2/2 in q>=0.5 and 2/2 p<q; ipo half and half
+    assert mk["tail_reading"] == ("Which tail each rule cuts: icepop rejects mostly q>=0.5 tokens (100%) with p<q (100%); "
+                                  "ipo rejects tokens across all q of both signs.")

@@ -3,6 +3,7 @@ console script, the HTML self-contained and opened by headless Chromium."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import struct
@@ -173,3 +174,29 @@ def test_html_opens_in_chromium_without_console_errors(gate_pair, tmp_path):
     # the verdict banner (light red) is painted near the top: the page rendered, not an error page
     top = pixels[: h // 8, : w // 3, :3].reshape(-1, 3)
     assert np.any((top[:, 0] > 0.95) & (top[:, 1] < 0.95) & (top[:, 1] > 0.85)), "no FAIL banner in the screenshot"
+
+
+def test_compare_masks_plots_the_tails(tmp_path):
+    plots = tmp_path / "plots"
+    r = cli("compare-masks", str(SAMPLE_PAIRS), "--plots", str(plots), "--format", "json", "--rule", "icepop", "--rule", "ipo",
+            "--rule", "kpop", "--rule", "verl-rs:option=seq_mean_k3,threshold=0.01")
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in plots.iterdir()) == ["rule_tails.png"]
+    w, h = _png_size(plots / "rule_tails.png")
+    assert 1200 <= w <= 2000 and 600 <= h <= 1400, (w, h)
+    data = json.loads(r.stdout)
+    # the picture draws what the JSON holds: every rejecting rule's tail counts, summing to its rejections
+    for row in data["rules"]:
+        assert sum(row["rejected_by_sampler_prob"].values()) == row["tokens_rejected"], row["name"]
+        assert sum(row["rejected_by_pq_sign"].values()) == row["tokens_rejected"], row["name"]
+    assert {row["name"]: row["level"] for row in data["rules"]} == {"icepop": "token", "ipo": "token", "kpop": "token",
+                                                                    "verl-rs": "sequence"}
+    assert data["tail_reading"].startswith("Which tail each rule cuts: icepop rejects")
+
+
+def test_report_pictures_draw_a_selected_verl_rs_sweep(tmp_path):
+    plots = tmp_path / "plots"
+    r = cli("report", str(SAMPLE_PAIRS), "--plots", str(plots), "--rule", "verl-rs:option=token_k1,threshold=0.5_2.0",
+            "--rule", "kpop")
+    assert r.returncode == 0, r.stderr
+    assert "sweeps.png" in {p.name for p in plots.iterdir()}

@@ -20,7 +20,7 @@ from ..reader import Hygiene, Source, iter_batches, open_source
 from ..rules import RuleInstance, SequenceInputs
 from ..schema import TOPK_COLUMNS
 from .grouping import SequenceAggregator
-from .masks import MaskAccumulator, build_units, mean_row, unit_row
+from .masks import MaskAccumulator, build_units, mean_row, tail_reading, unit_row
 from .tokenstats import RATIO_QUANTILES, TokenStats, _f
 from .topk import score_centering, topk_bounds
 
@@ -249,7 +249,9 @@ def _masks(masks: MaskAccumulator, seq: SequenceInputs, agg: dict, tokens: int, 
             sw["points"].append({"value": u.rule.params[param], "hypothesis": u.hypothesis, **{
                 k: row[k] for k in ("token_reject_rate", "token_reweight_rate", "tokens_rejected", "tokens_reweighted",
                                     "sequences_with_rejection", "sequences_rejected", "sequence_reject_rate")}})
-    return {"rules": rows, "agreement": extra["agreement"], "sweeps": list(sweeps.values()), "examples": extra["examples"]}
+    return {"rules": rows, "tokens_by_sampler_prob": extra["tokens_by_sampler_prob"],
+            "tokens_by_pq_sign": extra["tokens_by_pq_sign"], "tail_reading": tail_reading(rows),
+            "agreement": extra["agreement"], "sweeps": list(sweeps.values()), "examples": extra["examples"]}
 
 
 def interpret(metrics: dict, run: dict | None) -> list[dict[str, Any]]:

@@ -201,7 +201,7 @@ class TokenStats:
 
     def breakdowns(self) -> dict:
         out = {"sampler_prob": [], "position": [], "entropy": None}
-        labels = [f"[{_g(a)}, {_g(b)})" for a, b in zip(Q_EDGES, Q_EDGES[1:])] + [f"[{_g(Q_EDGES[-1])}, 1]"]
+        labels = q_bucket_labels()
         for j, lab in enumerate(labels):
             out["sampler_prob"].append({"bucket": lab, **_row(self.q_buckets[:, j])})
         npos = self.pos_sums.shape[1]
@@ -214,6 +214,11 @@ class TokenStats:
             labs = [f"[{_g(a)}, {_g(b)})" for a, b in zip(ENTROPY_EDGES, ENTROPY_EDGES[1:])] + [f"[{_g(ENTROPY_EDGES[-1])}, inf)"]
             out["entropy"] = [{"bucket": lab, **_row(self.ent_buckets[:, j])} for j, lab in enumerate(labs)]
         return out
+
+
+def q_bucket_labels() -> list[str]:
+    """The sampler-probability buckets' labels, shared by report's breakdowns and compare-masks' tails."""
+    return [f"[{_g(a)}, {_g(b)})" for a, b in zip(Q_EDGES, Q_EDGES[1:])] + [f"[{_g(Q_EDGES[-1])}, 1]"]
 
 
 def _row(s: np.ndarray) -> dict:

@@ -181,6 +181,8 @@ def masks_tables(console, result, examples: int) -> None:
         console.print("[dim]No advantage column: advantage-dependent rules are shown as hypotheses, as if every A > 0, "
                       "every A < 0, and their mean. dppo-* put A == 0 on the negative branch (reference code).[/dim]")
 
+    tails_table(console, mk)
+
     # pairs where one rule rejects nothing carry no information about disagreement
     agree = [a for a in mk["agreement"] if (a["both"] + a["only_a"]) > 0 and (a["both"] + a["only_b"]) > 0]
     if not agree:
@@ -215,3 +217,26 @@ def masks_tables(console, result, examples: int) -> None:
             e.add_row(str(x["sequence_id"]), str(x["position"]), str(x["token_id"]), num(x["p"]), num(x["q"]), num(x["log_ratio"]),
                       ", ".join(x["rejected_by"]), ", ".join(x["kept_by"]))
         console.print(e)
+
+
+def tails_table(console, mk: dict) -> None:
+    """Which tail each rejecting rule cuts: its rejections by sampler-probability bucket and by sign of p - q."""
+    rows = [r for r in mk["rules"] if r.get("rejected_by_sampler_prob") is not None and r["hypothesis"] != "mean"]
+    if not rows:
+        return
+    buckets = list(mk["tokens_by_sampler_prob"])
+    t = Table(title="Which tail each rule cuts: rejected tokens by sampler probability q, and by sign of p - q", title_justify="left")
+    t.add_column("rule")
+    t.add_column("hyp.")
+    for b in buckets:
+        t.add_column(f"q in {b}", justify="right")
+    t.add_column("p>q", justify="right")
+    t.add_column("p<q", justify="right")
+    t.add_row("[dim]all tokens[/dim]", "", *[f"[dim]{num(mk['tokens_by_sampler_prob'][b])}[/dim]" for b in buckets],
+              f"[dim]{num(mk['tokens_by_pq_sign']['p>q'])}[/dim]", f"[dim]{num(mk['tokens_by_pq_sign']['p<q'])}[/dim]")
+    for r in rows:
+        by_q, by_s = r["rejected_by_sampler_prob"], r["rejected_by_pq_sign"]
+        t.add_row(r["name"], r["hypothesis"], *[num(by_q[b]) for b in buckets], num(by_s["p>q"]), num(by_s["p<q"]))
+    console.print(t)
+    if mk.get("tail_reading"):
+        console.print(mk["tail_reading"], highlight=False)

@@ -48,16 +48,27 @@ def compare_masks(
     examples: int = typer.Option(0, "--examples", "-e", min=0, help="Print the N tokens the rules disagree on most (sequence, position, token, p, q)."),
     column: Optional[List[str]] = ColumnOpt,
     format: OutputFormat = FormatOpt,
+    plots: Optional[Path] = typer.Option(None, "--plots", metavar="DIR",
+                                         help="Write PNG pictures into DIR: which tail each rule cuts (needs the plot extra: matplotlib)."),
 ) -> None:
-    """How many tokens and sequences each masking rule would reject or reweight, side by side, and how much they overlap."""
+    """How many tokens and sequences each masking rule would reject or reweight, side by side, how much they overlap, and which tail (sampler probability, sign of p - q) each one cuts."""
     from ..analysis.engine import AnalysisRequest, analyse
     from ..reader import parse_column_mapping
 
+    if plots is not None:
+        from ..plots import require_matplotlib
+
+        require_matplotlib()
     rules, sweeps = _request_rules(rule, sweep)
     result = analyse(path, AnalysisRequest(report=False, masks=True, rules=rules, sweeps=sweeps, examples=examples),
                      parse_column_mapping(column))
     for w in result.warnings:
         warn(w)
+    if plots is not None:
+        from ..plots import masks_figures, write_pngs
+
+        for p in write_pngs(masks_figures(result), plots):
+            info(f"wrote {p}")
     if format is OutputFormat.json:
         emit_json(masks_payload(result))
         return
