@@ -331,3 +331,14 @@ def test_equal_distributions_reject_nothing(lps, a):
             assert (rule.token_actions(t, adv) == KEEP).all(), rule.name
         else:
             assert (rule.sequence_actions(s) == KEEP).all(), rule.name
+
+
+def test_docs_rules_md_is_the_registry():
+    from pathlib import Path
+
+    from mismatchscope.rules.reference import rules_markdown
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "rules.md").read_text()
+    assert doc == rules_markdown(), "docs/rules.md is stale: python -m mismatchscope.rules.reference > docs/rules.md"
+    for name in RULES:
+        assert f"## `{name}`" in doc

@@ -117,6 +117,8 @@ class RuleSpec:
     """what the rule thresholds, in the reference's words (docs/rules.md)."""
     drawn_by_default: bool = False
     """drawn in report's pictures when no --rule is given."""
+    notes: str = ""
+    """longer reading for docs/rules.md: choices made where the sources differ."""
 
     @property
     def fixed_level(self) -> Level | None:
@@ -152,12 +154,12 @@ RULES: dict[str, RuleSpec] = {}
 def register(name: str, *, level: Level | Callable[[Any], Level], config: type, uses_advantage: bool, acts: str,
              source: str, summary: str, quantity: str = "",
              ratio_thresholds: Callable[[Any], list[tuple[str, float | None]]] | None = None,
-             sweeps: Callable[[Any], dict[str, tuple]] | None = None, drawn_by_default: bool = False):
+             sweeps: Callable[[Any], dict[str, tuple]] | None = None, drawn_by_default: bool = False, notes: str = ""):
     """Decorator: put a rule function in the registry under ``name``."""
 
     def wrap(fn):
         RULES[name] = RuleSpec(name, level, config, fn, uses_advantage, acts, source, summary,  # type: ignore[arg-type]
-                               ratio_thresholds, sweeps, quantity, drawn_by_default)
+                               ratio_thresholds, sweeps, quantity, drawn_by_default, notes)
         return fn
 
     return wrap

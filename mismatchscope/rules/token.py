@@ -65,7 +65,11 @@ class KPopConfig:
           source="KPop (Ant Group Ring team); AReaL #1405; verl #6800 (rollout_rs=binary_kl); prime-rl #3283",
           summary="reject tokens whose two-outcome KL between p and q exceeds phi in either direction; "
                   "p and q clamped to [eps, 1 - eps] (1e-6, as prime-rl), so a logprob that rounds to 0 is not an infinite KL",
-          quantity="max(D(q||p), D(p||q)), D(a||b) = a log(a/b) + (1-a) log((1-a)/(1-b))", drawn_by_default=True)
+          quantity="max(D(q||p), D(p||q)), D(a||b) = a log(a/b) + (1-a) log((1-a)/(1-b))", drawn_by_default=True,
+          notes="p and q are clamped to [eps, 1 - eps] before the KL, eps = 1e-6 by default, as prime-rl (#3283) and verl's "
+                "binary_kl do: an fp32 logprob of exactly 0 (a near-certain token) would otherwise make D(q||p) infinite and "
+                "reject a token both sides agree on. eps=0 turns the clamp off. The KL is computed from the logprobs "
+                "(1 - q as -expm1(log q)), so tokens near 0 and 1 keep their precision and equal logprobs give exactly 0.")
 def kpop(cfg: KPopConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> np.ndarray:
     """KPop: a symmetric binary-KL trust region on each sampled token.
 

@@ -130,7 +130,7 @@ def _ratio_thresholds(cfg: VerlRSConfig) -> list[tuple[str, float | None]]:
           summary="verl's rollout_rs as configured there (l clamped to +-20; token_k1 bounds apply to -l = log(1/r), as in verl); "
                   "token or sequence level by option",
           quantity="k1 = -l, k2 = l^2/2, k3 = expm1(l) - l per token (l clamped to [-20, 20]); per token, or sum, mean or max over the sequence",
-          ratio_thresholds=_ratio_thresholds, sweeps=_sweeps)
+          ratio_thresholds=_ratio_thresholds, sweeps=_sweeps, notes=__doc__ or "")
 def verl_rs(cfg: VerlRSConfig, x: TokenTerms | SequenceInputs, advantage_T: np.ndarray | None = None) -> np.ndarray:
     """Token options get ``TokenTerms`` (and an unused advantage), sequence options ``SequenceInputs``."""
     lo, hi = cfg.bounds

@@ -136,7 +136,7 @@ def _units(rules: list[RuleInstance], has_adv: bool) -> list[RuleUnit]:
     for r in rules:
         base = r.name if names.count(r.name) == 1 else r.label
         rate = "reject rate" if r.spec.acts == "reject" else "reweight rate"
-        params = ", ".join(f"{k}={'off' if v is None else f'{v:g}'}" for k, v in r.params.items())
+        params = ", ".join(f"{k}={'off' if v is None else v if isinstance(v, str) else f'{v:g}'}" for k, v in r.params.items())
         hyps = list(HYPOTHESES) if r.spec.uses_advantage and not has_adv else ["data"]
         for h in hyps:
             tag = "" if h == "data" else f"[{h}]"
