@@ -303,3 +303,42 @@ def test_tail_breakdown_hand_derived(write):
     # the reading names token rules only: icepop 2/2 in q>=0.5 and 2/2 p<q; ipo half and half
     assert mk["tail_reading"] == ("Which tail each rule cuts: icepop rejects mostly q>=0.5 tokens (100%) with p<q (100%); "
                                   "ipo rejects tokens across all q of both signs.")
+
+
+def _verl_reference_rejections(seq_id, lq, lp, option, threshold):
+    """rollout_rs transcribed token by token from the reference's wording (a second path, not the package's code)."""
+    rejected = 0
+    for s in np.unique(seq_id):
+        l = np.clip(lp[seq_id == s] - lq[seq_id == s], -20.0, 20.0)
+        k = {"k1": -l, "k2": 0.5 * l ** 2, "k3": np.exp(l) - 1.0 - l}[option[-2:]]
+        if option.endswith("k1"):
+            lo, _, hi = threshold.partition("_")
+            lo, hi = (float(lo), float(hi)) if hi else (1 / float(lo), float(lo))
+            keep = lambda x: (x >= math.log(lo)) & (x <= math.log(hi))  # noqa: E731
+        else:
+            keep = lambda x: x <= float(threshold)  # noqa: E731
+        if option.startswith("token_"):
+            rejected += int((~keep(k)).sum())
+        else:
+            stat = {"seq_sum": k.sum(), "seq_mean": k.mean(), "seq_max": k.max()}[option.rpartition("_")[0]]
+            rejected += 0 if keep(stat) else l.size
+    return rejected
+
+
+@pytest.mark.parametrize("option, threshold", [
+    ("token_k1", "0.5_2.0"), ("token_k1", "3"), ("token_k2", "0.1"), ("token_k3", "0.05"),
+    ("seq_sum_k1", "0.2_20"), ("seq_sum_k2", "2"), ("seq_sum_k3", "1"), ("seq_mean_k1", "1.5"), ("seq_mean_k2", "0.05"),
+    ("seq_mean_k3", "0.01"), ("seq_max_k2", "1"), ("seq_max_k3", "2"),
+])
+def test_verl_rs_matches_a_token_by_token_transcription(write, option, threshold):
+    rng = np.random.default_rng(7)
+    cols = random_pairs(rng, 60, 12, advantage=False)
+    # a few tokens far past the +-20 clamp (p down to 1e-15 against q near 1)
+    for i in (3, 40, 200):
+        cols["trainer_logprob"][i] = math.log(1e-15)
+        cols["sampler_logprob"][i] = math.log(0.9)
+    res = run(write(cols), report=False, masks=True, rules=[parse_rule(f"verl-rs:option={option},threshold={threshold}")])
+    got = res.masks["rules"][0]["tokens_rejected"]
+    seq_id, lq, lp = (np.asarray(cols[c], dtype=float) for c in ("sequence_id", "sampler_logprob", "trainer_logprob"))
+    assert got == _verl_reference_rejections(seq_id, lq, lp, option, threshold)
+    assert 0 < got < lq.size  # the thresholds are chosen to cut some tokens, not all
