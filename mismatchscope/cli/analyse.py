@@ -13,6 +13,12 @@ from ..errors import UsageError
 from ._output import OutputFormat, emit_json, info, stdout_console, warn
 
 
+def _drawn_by_default() -> list[str]:
+    from ..rules import RULES
+
+    return [n for n, s in RULES.items() if s.drawn_by_default]
+
+
 def _request_rules(rules: list[str] | None, sweeps: list[str] | None):
     from ..rules import default_rules, parse_rule, parse_sweep
 
@@ -89,7 +95,8 @@ def report(
     plots: Optional[Path] = typer.Option(None, "--plots", metavar="DIR", help="Write PNG pictures into DIR (needs the plot extra: matplotlib)."),
     html: Optional[Path] = typer.Option(None, "--html", metavar="FILE", help="Write one self-contained HTML page: pictures inline, tables, run metadata."),
     rule: Optional[List[str]] = typer.Option(None, "--rule", "-r", metavar="NAME[:K=V,...]",
-                                             help="With --plots/--html: a rule whose thresholds the pictures draw. Repeatable; default icepop, ipo, token-mask, tis."),
+                                             help="With --plots/--html: a rule whose thresholds the pictures draw. Repeatable; default "
+                                                  + ", ".join(_drawn_by_default()) + "."),
     sweep: Optional[List[str]] = typer.Option(None, "--sweep", "-s", metavar="RULE.PARAM=V1,V2,...",
                                               help="With --plots/--html: the reject-rate curves to draw. Default: a grid for each drawn rule."),
     worst: int = typer.Option(0, "--worst", "-w", min=0, metavar="N",
