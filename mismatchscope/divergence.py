@@ -8,6 +8,7 @@ importance ratio and mismatch KL in one function for the same reason).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,6 +34,9 @@ class TokenTerms:
     """(r - 1) - l: unbiased for KL(sampler || trainer), >= 0."""
     kl_reverse_k3_T: np.ndarray
     """r l - (r - 1): unbiased for KL(trainer || sampler) from sampler draws, >= 0."""
+    lp_T: np.ndarray | None = None
+    """log p and log q as given (float64): the binary-KL rules work in log space near 0 and 1."""
+    lq_T: np.ndarray | None = None
 
 
 def token_terms(trainer_logprob_T: np.ndarray, sampler_logprob_T: np.ndarray) -> TokenTerms:
@@ -64,6 +68,8 @@ def token_terms(trainer_logprob_T: np.ndarray, sampler_logprob_T: np.ndarray) ->
         k2_T=0.5 * log_ratio * log_ratio,
         k3_T=np.maximum(k3, 0.0),
         kl_reverse_k3_T=np.maximum(krev, 0.0),
+        lp_T=lp,
+        lq_T=lq,
     )
 
 
@@ -80,3 +86,39 @@ def binary_kl(q_T: np.ndarray, p_T: np.ndarray) -> np.ndarray:
         q1, p1 = 1.0 - q, 1.0 - p
         b = np.where(q1 > 0, q1 * (np.log(q1) - np.log(p1)), 0.0)
     return np.maximum(a + b, 0.0)
+
+
+def binary_kl_logs(log_a_T: np.ndarray, log_b_T: np.ndarray, eps: float = 0.0) -> np.ndarray:
+    """KL(Bern(a) || Bern(b)) from log-probabilities, stable near 0 and 1 (the KPop quantity).
+
+    ``1 - a`` is ``-expm1(log a)``, exact where ``1 - exp(log a)`` would round
+    to 0 for a near-certain token. With ``eps > 0`` both probabilities are
+    clamped to ``[eps, 1 - eps]`` first (prime-rl and verl clamp at 1e-6); with
+    ``eps = 0`` a zero weight gives a zero term (0 log 0 = 0) and a zero
+    denominator under a nonzero weight gives +inf. Equal inputs give exactly 0.
+    """
+    la = np.asarray(log_a_T, dtype=np.float64)
+    lb = np.asarray(log_b_T, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        a1, b1 = -np.expm1(la), -np.expm1(lb)
+        if eps > 0:
+            lo, hi = math.log(eps), math.log1p(-eps)
+            la, lb = np.clip(la, lo, hi), np.clip(lb, lo, hi)
+            a1, b1 = np.clip(a1, eps, 1.0 - eps), np.clip(b1, eps, 1.0 - eps)
+        else:
+            la, lb = np.minimum(la, 0.0), np.minimum(lb, 0.0)
+            a1, b1 = np.maximum(a1, 0.0), np.maximum(b1, 0.0)
+        a = np.exp(la)
+        t1 = np.where(a > 0, a * (la - lb), 0.0)
+        t2 = np.where(a1 > 0, a1 * (np.log(a1) - np.log(b1)), 0.0)
+    return np.maximum(t1 + t2, 0.0)
+
+
+CLAMP_LOG_RATIO = 20.0
+"""verl's SAFETY_BOUND: the log ratio is clamped to +-20 before its rollout_rs estimators."""
+
+
+def clamped_k_terms(log_ratio_T: np.ndarray, bound: float = CLAMP_LOG_RATIO) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """k1 = -l, k2 = l^2/2, k3 = expm1(l) - l with l clamped to [-bound, bound] first, as verl's rollout_rs does."""
+    lc = np.clip(np.asarray(log_ratio_T, dtype=np.float64), -bound, bound)
+    return -lc, 0.5 * lc * lc, np.maximum(np.expm1(lc) - lc, 0.0)

@@ -85,8 +85,8 @@ def test_compare_masks_hand_derived(write):
     assert (ice["tokens_rejected"], ice["sequences_with_rejection"], ice["sequences_rejected"]) == (2, 2, 0)
     assert ice["token_reject_rate"] == pytest.approx(0.4)
     assert ice["rejected_by_advantage_sign"] == {"A>0": 1, "A<0": 1, "A=0": 0}
-    # ipo rejects A, B, D
-    assert rows["ipo"]["tokens_rejected"] == 3
+    # ipo (delta 0.3) rejects B, D; A's |p - q| = 0.3 sits on the bound and is kept
+    assert rows["ipo"]["tokens_rejected"] == 2
     # dppo-tv with real advantages: seq 1 (A > 0): B; seq 2 (A < 0): D -> 2
     assert rows["dppo-tv"]["tokens_rejected"] == 2
     # tis reweights B only
@@ -98,12 +98,12 @@ def test_compare_masks_hand_derived(write):
     assert rows["opsm"]["tokens_rejected"] == 2
     assert rows["opsm"]["rejected_by_advantage_sign"] == {"A>0": 0, "A<0": 2, "A=0": 0}
     agree = {(a["a"], a["b"]): a for a in res.masks["agreement"]}
-    # icepop {A, D} vs ipo {A, B, D}: both 2, only ipo 1, Jaccard 2/3
+    # icepop {A, D} vs ipo {B, D}: both 1 (D), only icepop A, only ipo B, Jaccard 1/3
     ii = agree[("icepop", "ipo")]
-    assert (ii["both"], ii["only_a"], ii["only_b"]) == (2, 0, 1) and ii["jaccard"] == pytest.approx(2 / 3)
-    # ipo {A, B, D} vs seq-mis {D, E}: both 1 (D), Jaccard 1/4
+    assert (ii["both"], ii["only_a"], ii["only_b"]) == (1, 1, 1) and ii["jaccard"] == pytest.approx(1 / 3)
+    # ipo {B, D} vs seq-mis {D, E}: both 1 (D), Jaccard 1/3
     im = agree[("ipo", "seq-mis")]
-    assert (im["both"], im["only_a"], im["only_b"]) == (1, 2, 1) and im["jaccard"] == pytest.approx(0.25)
+    assert (im["both"], im["only_a"], im["only_b"]) == (1, 1, 1) and im["jaccard"] == pytest.approx(1 / 3)
     # seq-mis {D, E} vs geo-mask {all 5}: both 2
     assert agree[("seq-mis", "geo-mask")]["both"] == 2
 
@@ -118,11 +118,12 @@ def test_hypotheses_without_advantage(write):
 def test_sweep_and_examples(write):
     path = write(pairs(ROWS))
     name, key, inst = parse_sweep("icepop.beta=2,5")
-    res = run(path, report=False, masks=True, rules=[parse_rule("icepop"), parse_rule("ipo")], sweeps=[(name, key, inst)], examples=5)
+    res = run(path, report=False, masks=True, rules=[parse_rule("icepop"), parse_rule("ipo:delta=0.1")], sweeps=[(name, key, inst)],
+              examples=5)
     sw = res.masks["sweeps"][0]
     # beta = 2 adds B (r = 3): 3 of 5; beta = 5: A, D -> 2 of 5
     assert [(p["value"], p["token_reject_rate"]) for p in sw["points"]] == [(2.0, 0.6), (5.0, 0.4)]
-    # icepop {A, D} vs ipo {A, B, D}: they split only on B
+    # icepop {A, D} vs ipo at delta 0.1 {A, B, D}: they split only on B
     ex = res.masks["examples"]
     assert [(e["sequence_id"], e["position"]) for e in ex] == [(1, 1)]
     assert ex[0]["rejected_by"] == ["ipo"] and ex[0]["kept_by"] == ["icepop"]
@@ -261,3 +262,98 @@ def test_policy_lag_reading_from_a_probe_or_an_import():
     imported = interpret({}, {"source": {"semantics": {"policy_lag": True}}})
     assert [r["reading"] for r in imported] == [
         "trainer logprobs were taken at update time by an asynchronous trainer: the gap mixes policy lag with numerical mismatch"]
+
+
+def test_score_centering_hand_derived(write):
+    # token 1: sampled 5; sampler lists [3, 5], q = [0.6, 0.3], trainer p there [0.5, 0.3]; trainer's own top-k [3, 7]
+    #   sum_K q = 0.9, sum_K p = 0.8, rho = 0.1 / 0.2 = 0.5, overlap |{3,5} & {3,7}| / 2 = 0.5
+    # token 2: sampled 1; sampler lists [1, 2], q = [0.7, 0.3] (its tail is empty), p = [0.6, 0.2]; trainer top-k [2, 1]
+    #   sum_K q = 1 -> rho undefined (counted apart), sum_K p = 0.8, overlap 2 / 2 = 1
+    # token 3: sampled 4; sampler lists [4, 8], q = [0.5, 0.25], p = [0.5, 0.3]; trainer top-k [9, 10]
+    #   sum_K q = 0.75, sum_K p = 0.8, rho = 0.25 / 0.2 = 1.25, overlap 0
+    lq = np.log([[0.6, 0.3], [0.7, 0.3], [0.5, 0.25]])
+    lp = np.log([[0.5, 0.3], [0.6, 0.2], [0.5, 0.3]])
+    cols = {
+        "sequence_id": [1, 1, 2], "position": [0, 1, 0], "token_id": [5, 1, 4],
+        "sampler_logprob": [lq[0, 1], lq[1, 0], lq[2, 0]], "trainer_logprob": [lp[0, 1], lp[1, 0], lp[2, 0]],
+        "sampler_topk_ids": [[3, 5], [1, 2], [4, 8]], "sampler_topk_logprobs": lq.tolist(),
+        "trainer_logprobs_at_sampler_topk": lp.tolist(), "trainer_topk_ids": [[3, 7], [2, 1], [9, 10]],
+    }
+    sc = run(write(cols)).report["score_centering"]
+    assert sc["tokens"] == 3
+    assert sc["sampler_topk_mass"]["mean"] == pytest.approx((0.9 + 1.0 + 0.75) / 3, abs=1e-6)
+    assert sc["trainer_mass_on_sampler_topk"]["mean"] == pytest.approx(0.8, abs=1e-6)
+    rho = sc["tail_mass_ratio"]
+    assert (rho["tokens"], rho["undefined_tokens"], rho["empty_sampler_tail"], rho["empty_trainer_tail"]) == (2, 1, 1, 0)
+    assert rho["mean"] == pytest.approx(0.875, abs=1e-6) and rho["quantiles"]["0.5"] == pytest.approx(0.875, abs=1e-6)
+    ov = sc["topk_overlap"]
+    assert ov["tokens"] == 3 and ov["mean"] == pytest.approx(0.5) and ov["quantiles"]["0.5"] == pytest.approx(0.5)
+    # without the trainer's own top-k ids there is no overlap, the rest stays
+    del cols["trainer_topk_ids"]
+    sc2 = run(write(cols)).report["score_centering"]
+    assert sc2["topk_overlap"] is None and sc2["tail_mass_ratio"]["tokens"] == 2
+
+
+def test_tail_breakdown_hand_derived(write):
+    # A q=.5 p=.2 (bucket [0.5, 0.9), p<q), B q=.2 p=.6 ([0.1, 0.5), p>q), C q=p=.9 ([0.9, 1], p=q),
+    # D q=.5 p=1e-5 ([0.5, 0.9), p<q), E q=p=.5 ([0.5, 0.9), p=q)
+    rules = [parse_rule("icepop"), parse_rule("ipo"), parse_rule("seq-mis"), parse_rule("tis")]
+    mk = run(write(pairs(ROWS)), report=False, masks=True, rules=rules).masks
+    assert mk["tokens_by_sampler_prob"] == {"[0, 0.001)": 0, "[0.001, 0.01)": 0, "[0.01, 0.1)": 0, "[0.1, 0.5)": 1,
+                                            "[0.5, 0.9)": 3, "[0.9, 1]": 1}
+    assert mk["tokens_by_pq_sign"] == {"p>q": 1, "p<q": 2, "p=q": 2}
+    rows = {r["name"]: r for r in mk["rules"]}
+    nz = lambda d: {k: v for k, v in d.items() if v}  # noqa: E731
+    # icepop rejects A and D: both q = 0.5, both p < q
+    assert nz(rows["icepop"]["rejected_by_sampler_prob"]) == {"[0.5, 0.9)": 2}
+    assert rows["icepop"]["rejected_by_pq_sign"] == {"p>q": 0, "p<q": 2, "p=q": 0}
+    # ipo (0.3) rejects B (q 0.2, p > q) and D (q 0.5, p < q)
+    assert nz(rows["ipo"]["rejected_by_sampler_prob"]) == {"[0.1, 0.5)": 1, "[0.5, 0.9)": 1}
+    assert rows["ipo"]["rejected_by_pq_sign"] == {"p>q": 1, "p<q": 1, "p=q": 0}
+    # seq-mis rejects sequence 2, i.e. D (p < q) and E (p = q), both in [0.5, 0.9)
+    assert nz(rows["seq-mis"]["rejected_by_sampler_prob"]) == {"[0.5, 0.9)": 2}
+    assert rows["seq-mis"]["rejected_by_pq_sign"] == {"p>q": 0, "p<q": 1, "p=q": 1}
+    # tis reweights, it rejects nothing: no tail breakdown
+    assert rows["tis"]["rejected_by_sampler_prob"] is None
+    # the reading names token rules only: icepop 2/2 in q>=0.5 and 2/2 p<q; ipo half and half
+    assert mk["tail_reading"] == ("Which tail each rule cuts: icepop rejects mostly q>=0.5 tokens (100%) with p<q (100%); "
+                                  "ipo rejects tokens across all q of both signs.")
+
+
+def _verl_reference_rejections(seq_id, lq, lp, option, threshold):
+    """rollout_rs transcribed token by token from the reference's wording (a second path, not the package's code)."""
+    rejected = 0
+    for s in np.unique(seq_id):
+        l = np.clip(lp[seq_id == s] - lq[seq_id == s], -20.0, 20.0)
+        k = {"k1": -l, "k2": 0.5 * l ** 2, "k3": np.exp(l) - 1.0 - l}[option[-2:]]
+        if option.endswith("k1"):
+            lo, _, hi = threshold.partition("_")
+            lo, hi = (float(lo), float(hi)) if hi else (1 / float(lo), float(lo))
+            keep = lambda x: (x >= math.log(lo)) & (x <= math.log(hi))  # noqa: E731
+        else:
+            keep = lambda x: x <= float(threshold)  # noqa: E731
+        if option.startswith("token_"):
+            rejected += int((~keep(k)).sum())
+        else:
+            stat = {"seq_sum": k.sum(), "seq_mean": k.mean(), "seq_max": k.max()}[option.rpartition("_")[0]]
+            rejected += 0 if keep(stat) else l.size
+    return rejected
+
+
+@pytest.mark.parametrize("option, threshold", [
+    ("token_k1", "0.5_2.0"), ("token_k1", "3"), ("token_k2", "0.1"), ("token_k3", "0.05"),
+    ("seq_sum_k1", "0.2_20"), ("seq_sum_k2", "2"), ("seq_sum_k3", "1"), ("seq_mean_k1", "1.5"), ("seq_mean_k2", "0.05"),
+    ("seq_mean_k3", "0.01"), ("seq_max_k2", "1"), ("seq_max_k3", "2"),
+])
+def test_verl_rs_matches_a_token_by_token_transcription(write, option, threshold):
+    rng = np.random.default_rng(7)
+    cols = random_pairs(rng, 60, 12, advantage=False)
+    # a few tokens far past the +-20 clamp (p down to 1e-15 against q near 1)
+    for i in (3, 40, 200):
+        cols["trainer_logprob"][i] = math.log(1e-15)
+        cols["sampler_logprob"][i] = math.log(0.9)
+    res = run(write(cols), report=False, masks=True, rules=[parse_rule(f"verl-rs:option={option},threshold={threshold}")])
+    got = res.masks["rules"][0]["tokens_rejected"]
+    seq_id, lq, lp = (np.asarray(cols[c], dtype=float) for c in ("sequence_id", "sampler_logprob", "trainer_logprob"))
+    assert got == _verl_reference_rejections(seq_id, lq, lp, option, threshold)
+    assert 0 < got < lq.size  # the thresholds are chosen to cut some tokens, not all

@@ -116,3 +116,25 @@ def test_nonfinite_warning_on_stderr(write):
     assert r.returncode == 0
     assert json.loads(r.stdout)["tokens"] == 4
     assert "non-finite" in r.stderr and "-9999" in r.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--rule", "ipo:delta=-0.1"), "error: rule 'ipo': delta=-0.1 is outside its range [0, 1]\n"),
+    (("--rule", "verl-rs:option=seq_mean_k3"),
+     "error: rule 'verl-rs' needs threshold (e.g. --rule verl-rs:option=seq_mean_k3,threshold=0.01)\n"),
+    (("--rule", "tis:C=off"), "error: rule 'tis': C cannot be off (it must be a number in [1, inf])\n"),
+])
+def test_bad_rule_parameters_are_one_line_exit_2(write, args, message):
+    r = cli("compare-masks", str(write(pairs(ROWS))), *args)
+    assert (r.returncode, r.stdout, r.stderr) == (2, "", message)
+
+
+def test_new_rules_in_compare_masks_json(write):
+    # A q=.5 p=.2 (l = -0.916291), B q=.2 p=.6 (l = 1.098612), C, E p = q, D q=.5 p=1e-5 (l = -10.819778)
+    r = cli("compare-masks", str(write(pairs(ROWS))), "--format", "json", "--rule", "kpop",
+            "--rule", "verl-rs:option=token_k1,threshold=0.5_2.0")
+    assert r.returncode == 0, r.stderr
+    rows = {row["name"]: row for row in json.loads(r.stdout)["rules"]}
+    # kpop: A (0.223), B (0.382), D (5.06) exceed phi 0.1; verl token_k1 keeps |l| <= ln 2: A, B, D out
+    assert rows["kpop"]["tokens_rejected"] == 3 and rows["kpop"]["level"] == "token"
+    assert rows["verl-rs"]["tokens_rejected"] == 3 and rows["verl-rs"]["params"] == {"option": "token_k1", "threshold": "0.5_2.0"}

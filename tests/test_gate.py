@@ -191,6 +191,41 @@ def test_sequence_rule_and_hypothesis_rules(write):
     assert ppo.estimate == pytest.approx(1 / 6)
 
 
+def test_kpop_and_verl_rs_limits(write):
+    # tokens (q, p): (0.5, 0.2) D(q||p) = 0.223144 > 0.1 -> kpop rejects; (0.5, 0.5) and (0.5, 0.5) keep; (0.5, 0.45):
+    # D(q||p) = .5 ln(.5/.45) + .5 ln(.5/.55) = 0.052680 - 0.047655 = 0.005025, D(p||q) = 0.005008 -> keep. 1 of 4.
+    path = write(seqs([[(0.5, 0.2), (0.5, 0.5)], [(0.5, 0.5), (0.5, 0.45)]]), "kv.parquet", PROBE_META)
+    cfg = cfg_from('[gate]\nbootstrap = 0\n[rules]\nverl-rs = { option = "seq_mean_k3", threshold = "0.01" }\n'
+                   '[absolute]\n"kpop.token_reject_rate" = 1\n"verl-rs.sequence_reject_rate" = 1\n')
+    kpop, verl = run_gate(str(path), None, cfg).checks
+    assert kpop.estimate == pytest.approx(0.25)
+    # seq_mean_k3: seq 1 mean k3 = (0.316291 + 0) / 2 = 0.158 > 0.01 -> rejected; seq 2: k3(ln .9) = -0.1 + 0.105361
+    # = 0.005361, mean 0.00268 -> kept. 1 of 2 sequences
+    assert verl.estimate == pytest.approx(0.5)
+    # the level of verl-rs follows its option: token_k1 is a token rule, so a sequence rate is refused
+    with pytest.raises(GateConfigError, match="^verl-rs is a token rule"):
+        with_overrides(cfg, rules=["verl-rs:option=token_k1,threshold=2"])
+    # a limit on verl-rs without its option and threshold: one line saying what to set
+    with pytest.raises(GateConfigError) as e:
+        cfg_from('[absolute]\n"verl-rs.token_reject_rate" = 1\n')
+    assert str(e.value) == ("a limit names verl-rs, which has no default for option and threshold (set them in the config "
+                            "([rules] verl-rs = { option = ..., threshold = ... }) or with --rule verl-rs:...)")
+
+
+def test_score_centering_limits(write):
+    # one token: sampled 5, sampler lists [3, 5] with q = [0.6, 0.3], trainer p = [0.5, 0.3], trainer top-k [3, 7]:
+    # rho = (1 - 0.9) / (1 - 0.8) = 0.5, overlap 1/2
+    cols = {"sequence_id": [1], "position": [0], "token_id": [5], "sampler_logprob": [math.log(0.3)],
+            "trainer_logprob": [math.log(0.3)], "sampler_topk_ids": [[3, 5]],
+            "sampler_topk_logprobs": [[math.log(0.6), math.log(0.3)]],
+            "trainer_logprobs_at_sampler_topk": [[math.log(0.5), math.log(0.3)]], "trainer_topk_ids": [[3, 7]]}
+    path = write(cols, "sc.parquet", PROBE_META)
+    cfg = cfg_from('[absolute]\n"score_centering.tail_mass_ratio.mean" = { min = 0.9 }\n'
+                   '"score_centering.topk_overlap.quantiles.0.5" = { min = 0.4 }\n')
+    rho, ov = run_gate(str(path), None, cfg).checks
+    assert (rho.estimate, rho.status) == (pytest.approx(0.5), "fail") and (ov.estimate, ov.status) == (pytest.approx(0.5), "pass")
+
+
 def test_point_metrics_say_so(write):
     path = _two_seq_file(write)
     cfg = cfg_from('[absolute]\ntv_token_max = 0.2\n"ratio_quantiles.0.5" = { min = 1.0 }\n')
@@ -268,6 +303,7 @@ def test_flags_override_the_file():
     ("[regression]\nk3_mean = { floor = 1e-6 }\n", "max_increase is missing"),
     ("[regression]\nk1_mean = 0.25\n", "no 'worse' direction"),
     ("[rules]\nicepop = { gamma = 2 }\n", "valid parameters of icepop"),
+    ("[rules]\nipo = { delta = -0.1 }\n", r"gate.toml \[rules\]: rule 'ipo': delta=-0.1 is outside its range \[0, 1\]"),
     ('[gate]\nallow_different = ["colour"]\n', "not a comparability key"),
 ])
 def test_bad_config_files(tmp_path, text, message):

@@ -3,6 +3,7 @@ console script, the HTML self-contained and opened by headless Chromium."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import struct
@@ -15,8 +16,8 @@ import pytest
 
 from mismatchscope.divergence import token_terms
 from mismatchscope.plots.data import PlotAccumulator, log_ratio_edges, prob_edges
-from mismatchscope.plots.sweeps import default_sweeps, plot_rules, ratio_thresholds
-from mismatchscope.rules import make_instance
+from mismatchscope.plots.sweeps import default_sweeps, plot_rules, ratio_thresholds, sweep_x
+from mismatchscope.rules import make_instance, parse_rule
 from tests.helpers import SAMPLE_PAIRS, cli
 from tests.helpers import probe_meta as meta
 
@@ -58,9 +59,19 @@ def test_probability_grid_by_hand():
 def test_thresholds_and_default_sweeps():
     assert ratio_thresholds(make_instance("icepop", {})) == [("icepop alpha=0.5", 0.5), ("icepop beta=5", 5.0)]
     assert ratio_thresholds(make_instance("ipo", {})) == []  # |p - q|: drawn on the probability picture instead
-    assert [name for name, *_ in default_sweeps(plot_rules(None))] == ["icepop", "icepop", "ipo", "token-mask", "token-mask", "tis"]
+    # the rules drawn by default and their grids come from the registrations
+    assert [name for name, *_ in default_sweeps(plot_rules(None))] == ["icepop", "icepop", "ipo", "kpop", "tis", "token-mask",
+                                                                     "token-mask"]
     (name, key, instances), = default_sweeps([make_instance("ipo", {"delta": 0.2})])
     assert key == "delta" and [i.params["delta"] for i in instances][:3] == [0.005, 0.01, 0.02]
+    # verl-rs: the threshold grid follows the option's family; token_k1 draws its band on r at 1/U and 1/L
+    (name, key, instances), = default_sweeps([parse_rule("verl-rs:option=seq_mean_k3,threshold=0.01")])
+    assert (name, key) == ("verl-rs", "threshold") and [i.params["threshold"] for i in instances] == ["0.0001", "0.001", "0.01",
+                                                                                                      "0.1", "1"]
+    assert all(i.params["option"] == "seq_mean_k3" and i.level == "sequence" for i in instances)
+    assert ratio_thresholds(parse_rule("verl-rs:option=token_k1,threshold=0.5_4")) == [("verl-rs 1/U=0.25", 0.25),
+                                                                                         ("verl-rs 1/L=2", 2.0)]
+    assert sweep_x("0.5_4") == 4.0 and sweep_x("0.01") == 0.01 and sweep_x(2.0) == 2.0
 
 
 def _png_size(path: Path) -> tuple[int, int]:
@@ -170,3 +181,29 @@ def test_html_opens_in_chromium_without_console_errors(gate_pair, tmp_path):
     # the verdict banner (light red) is painted near the top: the page rendered, not an error page
     top = pixels[: h // 8, : w // 3, :3].reshape(-1, 3)
     assert np.any((top[:, 0] > 0.95) & (top[:, 1] < 0.95) & (top[:, 1] > 0.85)), "no FAIL banner in the screenshot"
+
+
+def test_compare_masks_plots_the_tails(tmp_path):
+    plots = tmp_path / "plots"
+    r = cli("compare-masks", str(SAMPLE_PAIRS), "--plots", str(plots), "--format", "json", "--rule", "icepop", "--rule", "ipo",
+            "--rule", "kpop", "--rule", "verl-rs:option=seq_mean_k3,threshold=0.01")
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in plots.iterdir()) == ["rule_tails.png"]
+    w, h = _png_size(plots / "rule_tails.png")
+    assert 1200 <= w <= 2000 and 600 <= h <= 1400, (w, h)
+    data = json.loads(r.stdout)
+    # the picture draws what the JSON holds: every rejecting rule's tail counts, summing to its rejections
+    for row in data["rules"]:
+        assert sum(row["rejected_by_sampler_prob"].values()) == row["tokens_rejected"], row["name"]
+        assert sum(row["rejected_by_pq_sign"].values()) == row["tokens_rejected"], row["name"]
+    assert {row["name"]: row["level"] for row in data["rules"]} == {"icepop": "token", "ipo": "token", "kpop": "token",
+                                                                    "verl-rs": "sequence"}
+    assert data["tail_reading"].startswith("Which tail each rule cuts: icepop rejects")
+
+
+def test_report_pictures_draw_a_selected_verl_rs_sweep(tmp_path):
+    plots = tmp_path / "plots"
+    r = cli("report", str(SAMPLE_PAIRS), "--plots", str(plots), "--rule", "verl-rs:option=token_k1,threshold=0.5_2.0",
+            "--rule", "kpop")
+    assert r.returncode == 0, r.stderr
+    assert "sweeps.png" in {p.name for p in plots.iterdir()}

@@ -61,7 +61,7 @@ def rows_by_step(result, group="all") -> dict[int, dict]:
 
 @needs_ruptures
 def test_per_step_values_by_hand(write):
-    r = timeline(tiny(write), [parse_rule("icepop"), parse_rule("ipo"), parse_rule("seq-mis"), parse_rule("dppo-tv")])
+    r = timeline(tiny(write), [parse_rule("icepop"), parse_rule("ipo:delta=0.1"), parse_rule("seq-mis"), parse_rule("dppo-tv")])
     rows = rows_by_step(r)
     assert sorted(rows) == [0, 1, 2]
     # step 0, one sequence: r = 0.4 (l = ln 0.4 = -0.916291, tv 0.3, k3 = -0.6 + 0.916291 = 0.316291) and r = 1
@@ -149,7 +149,7 @@ def test_shift_and_spike_are_flagged(write):
 def test_flat_noisy_run_flags_nothing(write):
     r = timeline(write(synthetic(0)))
     assert r.flags == []
-    # ipo rejects ~1.6 tokens a step here: too few to test, and said so
+    # ipo (delta 0.3) rejects at most a few tokens a step here: too few to test, and said so
     assert any("ipo_reject_rate" in sk["metrics"] for sk in r.skipped)
 
 
@@ -249,3 +249,18 @@ def test_step_column_mapping(write, tmp_path):
     r = cli("timeline", str(path), "--column", "step=global_step", "--format", "json")
     assert r.returncode == 0, r.stderr
     assert [row["step"] for row in json.loads(r.stdout)["rows"]] == [0, 1, 2]
+
+
+def test_kpop_and_verl_rs_per_step(write):
+    r = timeline(tiny(write), [parse_rule("kpop"), parse_rule("verl-rs:option=seq_mean_k3,threshold=0.01")])
+    rows = rows_by_step(r)
+    # kpop = max(D(q||p), D(p||q)) > 0.1. step 0: (0.5, 0.2) 0.223144 -> R, (0.5, 0.5) 0 -> 1/2
+    # step 1: (0.2, 0.6) 0.381908 -> R; (0.9, 0.9) 0; (0.8, 0.1): D(q||p) = .8 ln 8 + .2 ln(.2/.9) = 1.362738 -> R: 2/3
+    # step 2: (0.5, 0.5) 0; (0.01, 0.1): D(q||p) = .01 ln .1 + .99 ln 1.1 = 0.071332, D(p||q) = .1 ln 10 + .9 ln(.9/.99)
+    #         = 0.144480 -> rejected by the reverse direction only: 1/2
+    assert [rows[s]["kpop_reject_rate"] for s in (0, 1, 2)] == pytest.approx([0.5, 2 / 3, 0.5])
+    # verl-rs seq_mean_k3 (a sequence rule here): step 0 seq 1 mean k3 (0.316291 + 0) / 2 > 0.01 -> 2/2;
+    # step 1 seq 2 mean (0.901388 + 0 + 1.204442) / 3 -> 3/3; step 2 seq 3 k3 0 kept, seq 4 k3 = 9 - ln 10 = 6.697 -> 1/2
+    assert [rows[s]["verl-rs_reject_rate"] for s in (0, 1, 2)] == pytest.approx([1.0, 1.0, 0.5])
+    levels = {u["name"]: u["level"] for u in r.payload()["rules"]}
+    assert levels == {"kpop": "token", "verl-rs": "sequence"}

@@ -14,15 +14,15 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..divergence import TokenTerms, token_terms
+from ..divergence import TokenTerms, clamped_k_terms, token_terms
 from ..errors import InputError
 from ..reader import Hygiene, Source, iter_batches, open_source
 from ..rules import RuleInstance, SequenceInputs
 from ..schema import TOPK_COLUMNS
 from .grouping import SequenceAggregator
-from .masks import MaskAccumulator, build_units, mean_row, unit_row
+from .masks import MaskAccumulator, build_units, mean_row, tail_reading, unit_row
 from .tokenstats import RATIO_QUANTILES, TokenStats, _f
-from .topk import topk_bounds
+from .topk import score_centering, topk_bounds
 
 CHI2_SEQ_CLIP = 20.0
 """verl clamps the sequence log-ratio to +-20 before exp(2 S) in chi2_seq."""
@@ -64,7 +64,7 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
     if request.report:
         columns += ["trainer_entropy", "sampler_kept_logmass"]
         if has_topk:
-            columns += ["token_id", *TOPK_COLUMNS]
+            columns += ["token_id", *TOPK_COLUMNS] + (["trainer_topk_ids"] if source.has("trainer_topk_ids") else [])
 
     units = build_units(request.rules, request.sweeps, has_adv) if request.masks else []
     masks = MaskAccumulator(units, request.examples) if request.masks else None
@@ -78,6 +78,9 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
     }
     if has_adv:
         ops["sum_adv"] = "sum"
+    clamped = bool(masks) and any(u.rule.spec.fixed_level is None and u.rule.level == "sequence" for u in masks.seq_units)
+    if clamped:  # verl-rs sums its estimators over l clamped to +-20
+        ops.update({"sum_ck1": "sum", "sum_ck2": "sum", "sum_ck3": "sum"})
     if masks:
         ops.update({k: "sum" for k in masks.per_token_columns()})
     seqagg = SequenceAggregator(ops)  # type: ignore[arg-type]
@@ -103,6 +106,8 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
         }
         if has_adv:
             per_tok["sum_adv"] = adv
+        if clamped:
+            per_tok["sum_ck1"], per_tok["sum_ck2"], per_tok["sum_ck3"] = clamped_k_terms(t.log_ratio_T)
         if masks:
             masks.add(t, adv, batch, per_tok)
         seqagg.add(batch["sequence_id"], per_tok)
@@ -114,6 +119,7 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
                                 batch["sampler_topk_ids"], batch["sampler_topk_logprobs"],
                                 batch["trainer_logprobs_at_sampler_topk"], batch["sequence_id"], pos)
                 stats.add_topk(b.tv_lower_T, b.kl_lower_T, b.sampler_mass_T)
+                stats.add_centering(score_centering(b, batch["sampler_topk_ids"], batch.get("trainer_topk_ids")))
             if "sampler_kept_logmass" in batch:
                 stats.add_kept_mass(batch["sampler_kept_logmass"])
         if on_batch:
@@ -132,6 +138,7 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
         max_log_ratio_S=agg["max_l"],
         mean_k3_S=agg["sum_k3"] / agg["n"],
         advantage_S=(agg["sum_adv"] / agg["n"]) if has_adv else None,
+        clamped_sum_k1_S=agg.get("sum_ck1"), clamped_sum_k2_S=agg.get("sum_ck2"), clamped_sum_k3_S=agg.get("sum_ck3"),
     )
     report = _report(stats, seq, agg, source, has_topk) if request.report else None
     mask_out = _masks(masks, seq, agg, n_tokens, seq_ids.size, has_adv) if masks else None
@@ -215,6 +222,7 @@ def _report(stats: TokenStats, seq: SequenceInputs, agg: dict, source: Source, h
         "metrics": metrics,
         "sequence_metrics": sequence_metrics,
         "topk": topk,
+        "score_centering": stats.score_centering(),
         "kept_mass": stats.kept_mass(),
         "breakdowns": stats.breakdowns(),
         "interpretation": interpret(metrics, source.run_config),
@@ -237,11 +245,13 @@ def _masks(masks: MaskAccumulator, seq: SequenceInputs, agg: dict, tokens: int, 
                 rows.append(mean_row(pending.pop(u.rule.label), row))
         else:
             name, _, param = u.sweep.partition(".")
-            sw = sweeps.setdefault(u.sweep, {"rule": name, "param": param, "level": u.rule.spec.level, "points": []})
+            sw = sweeps.setdefault(u.sweep, {"rule": name, "param": param, "level": u.rule.level, "points": []})
             sw["points"].append({"value": u.rule.params[param], "hypothesis": u.hypothesis, **{
                 k: row[k] for k in ("token_reject_rate", "token_reweight_rate", "tokens_rejected", "tokens_reweighted",
                                     "sequences_with_rejection", "sequences_rejected", "sequence_reject_rate")}})
-    return {"rules": rows, "agreement": extra["agreement"], "sweeps": list(sweeps.values()), "examples": extra["examples"]}
+    return {"rules": rows, "tokens_by_sampler_prob": extra["tokens_by_sampler_prob"],
+            "tokens_by_pq_sign": extra["tokens_by_pq_sign"], "tail_reading": tail_reading(rows),
+            "agreement": extra["agreement"], "sweeps": list(sweeps.values()), "examples": extra["examples"]}
 
 
 def interpret(metrics: dict, run: dict | None) -> list[dict[str, Any]]:

@@ -16,8 +16,19 @@ import numpy as np
 
 from ..divergence import TokenTerms
 from ..rules import REJECT, REWEIGHT, RuleInstance, SequenceInputs
+from .tokenstats import Q_EDGES, q_bucket_labels
 
 HYPOTHESES = {"A>0": 1.0, "A<0": -1.0}
+SIGNS = ("p>q", "p<q", "p=q")
+"""the sign of p - q of a rejected token: which way the trainer moved from the sampler."""
+N_Q = len(Q_EDGES)
+
+
+def tail_codes(t: TokenTerms) -> tuple[np.ndarray, np.ndarray]:
+    """Per token, its sampler-probability bucket (report's buckets) and its sign of p - q (index into SIGNS)."""
+    qi = np.clip(np.searchsorted(np.asarray(Q_EDGES), t.q_T, side="right") - 1, 0, N_Q - 1)
+    sign = np.where(t.p_T > t.q_T, 0, np.where(t.p_T < t.q_T, 1, 2))
+    return qi, sign
 
 
 @dataclass(eq=False)
@@ -36,6 +47,10 @@ class Unit:
     sequences_reweighted: int = 0
     sequences_with_rejection: int = 0
     sequences_with_reweight: int = 0
+    rejected_by_q: np.ndarray = field(default_factory=lambda: np.zeros(N_Q, np.int64))
+    """rejected tokens per sampler-probability bucket."""
+    rejected_by_pq_sign: np.ndarray = field(default_factory=lambda: np.zeros(len(SIGNS), np.int64))
+    """rejected tokens with p > q, p < q, p = q."""
 
     @property
     def key(self) -> str:
@@ -67,24 +82,35 @@ class MaskAccumulator:
 
     def __init__(self, units: list[Unit], examples: int):
         self.units = units
-        self.token_units = [u for u in units if u.rule.spec.level == "token"]
-        self.seq_units = [u for u in units if u.rule.spec.level == "sequence"]
+        self.token_units = [u for u in units if u.rule.level == "token"]
+        self.seq_units = [u for u in units if u.rule.level == "sequence"]
         # token-rejecting units that enter the agreement view (no sweeps)
         self.agree_token = [u for u in self.token_units if u.sweep is None and u.rule.spec.acts == "reject"]
         self.pair_counts = np.zeros((len(self.agree_token), len(self.agree_token)))
         self.n_examples = examples
         self._examples: list[tuple[float, int, dict]] = []
+        self.tokens_by_q = np.zeros(N_Q, np.int64)
+        self.tokens_by_pq_sign = np.zeros(len(SIGNS), np.int64)
         self.seq_verdicts: dict[Unit, np.ndarray] = {}
         """sequence-rule unit -> rejected mask over sequences (filled by finish)."""
         self._tie = 0
 
     def per_token_columns(self) -> list[str]:
         """Names of the per-sequence sums this accumulator adds to the sequence aggregator."""
-        return [f"rej{i}" for i in range(len(self.token_units))] + [f"rew{i}" for i in range(len(self.token_units))]
+        tails = [f"q{j}" for j in range(N_Q)] + [f"s{j}" for j in range(len(SIGNS))] if self.seq_units else []
+        return [f"rej{i}" for i in range(len(self.token_units))] + [f"rew{i}" for i in range(len(self.token_units))] + tails
 
     def add(self, t: TokenTerms, advantage_T: np.ndarray | None, batch: dict, seq_columns: dict) -> None:
         n = t.log_ratio_T.size
         rejected_rows = []
+        qi, sign = tail_codes(t)
+        self.tokens_by_q += np.bincount(qi, minlength=N_Q)
+        self.tokens_by_pq_sign += np.bincount(sign, minlength=len(SIGNS))
+        if self.seq_units:  # tokens per bucket and sign in each sequence: what a rejected sequence takes with it
+            for j in range(N_Q):
+                seq_columns[f"q{j}"] = (qi == j).astype(np.float64)
+            for j in range(len(SIGNS)):
+                seq_columns[f"s{j}"] = (sign == j).astype(np.float64)
         for i, u in enumerate(self.token_units):
             adv = advantage_T if u.hypothesis == "data" else np.full(n, HYPOTHESES[u.hypothesis])
             act = u.rule.token_actions(t, adv)
@@ -92,6 +118,9 @@ class MaskAccumulator:
             rew = act == REWEIGHT
             u.tokens_rejected += int(rej.sum())
             u.tokens_reweighted += int(rew.sum())
+            if u.rule.spec.acts == "reject":
+                u.rejected_by_q += np.bincount(qi[rej], minlength=N_Q)
+                u.rejected_by_pq_sign += np.bincount(sign[rej], minlength=len(SIGNS))
             if advantage_T is not None and u.hypothesis == "data":
                 u.rejected_by_sign["A>0"] += int((rej & (advantage_T > 0)).sum())
                 u.rejected_by_sign["A<0"] += int((rej & (advantage_T < 0)).sum())
@@ -149,6 +178,9 @@ class MaskAccumulator:
             u.sequences_reweighted = u.sequences_with_reweight = int(rew.sum())
             u.tokens_rejected = int(n_tok[rej].sum())
             u.tokens_reweighted = int(n_tok[rew].sum())
+            if u.rule.spec.acts == "reject":
+                u.rejected_by_q = np.array([int(per_seq[f"q{j}"][rej].sum()) for j in range(N_Q)])
+                u.rejected_by_pq_sign = np.array([int(per_seq[f"s{j}"][rej].sum()) for j in range(len(SIGNS))])
             if seq.advantage_S is not None and u.hypothesis == "data":
                 a = seq.advantage_S
                 u.rejected_by_sign = {
@@ -160,6 +192,8 @@ class MaskAccumulator:
                 seq_masks.append((u, rej))
                 self.seq_verdicts[u] = rej
         return {
+            "tokens_by_sampler_prob": dict(zip(q_bucket_labels(), map(int, self.tokens_by_q))),
+            "tokens_by_pq_sign": dict(zip(SIGNS, map(int, self.tokens_by_pq_sign))),
             "agreement": self._agreement(seq_masks, per_seq, n_tok),
             "examples": [e[2] for e in sorted(self._examples, key=lambda e: -e[0])],
         }
@@ -194,7 +228,7 @@ def unit_row(u: Unit, tokens: int, sequences: int, has_advantage: bool) -> dict:
         "name": u.rule.name,
         "params": u.rule.params,
         "label": u.rule.label,
-        "level": u.rule.spec.level,
+        "level": u.rule.level,
         "action": u.rule.spec.acts,
         "uses_advantage": u.rule.spec.uses_advantage,
         "hypothesis": u.hypothesis,
@@ -208,6 +242,9 @@ def unit_row(u: Unit, tokens: int, sequences: int, has_advantage: bool) -> dict:
         "sequences_with_reweight": u.sequences_with_reweight,
         "sequence_reject_rate": u.sequences_rejected / sequences if sequences else None,
         "rejected_by_advantage_sign": dict(u.rejected_by_sign) if has_advantage and u.hypothesis == "data" else None,
+        "rejected_by_sampler_prob": (dict(zip(q_bucket_labels(), map(int, u.rejected_by_q)))
+                                     if u.rule.spec.acts == "reject" else None),
+        "rejected_by_pq_sign": dict(zip(SIGNS, map(int, u.rejected_by_pq_sign))) if u.rule.spec.acts == "reject" else None,
     }
 
 
@@ -220,4 +257,36 @@ def mean_row(a: dict, b: dict) -> dict:
                  "sequences_with_rejection", "sequences_with_reweight", "token_reject_rate",
                  "token_reweight_rate", "sequence_reject_rate") and v is not None:
             out[k] = (v + b[k]) / 2
+        elif k in ("rejected_by_sampler_prob", "rejected_by_pq_sign") and v is not None:
+            out[k] = {key: (v[key] + b[k][key]) / 2 for key in v}
     return out
+
+
+_REGIONS = (("q<0.1", slice(0, 3)), ("0.1<=q<0.5", slice(3, 4)), ("q>=0.5", slice(4, N_Q)))
+"""the three tails the reading names: low-probability buckets, the middle, high-probability buckets."""
+
+
+def tail_reading(rows: list[dict]) -> str | None:
+    """One sentence on which tail each token-level rejecting rule cuts, computed from its breakdown.
+
+    Per rule: the region of q holding most of its rejections (``q<0.1``, ``0.1<=q<0.5``, ``q>=0.5``;
+    "across all q" when none holds more than half), and the sign of p - q of most of them (60% or more, else both signs).
+    """
+    parts = []
+    for r in rows:
+        if r["action"] != "reject" or r["level"] != "token" or r["hypothesis"] not in ("data", "mean"):
+            continue
+        total = r["tokens_rejected"]
+        if not total:
+            continue
+        counts = list(r["rejected_by_sampler_prob"].values())
+        shares = [(sum(counts[sl]) / total, name) for name, sl in _REGIONS]
+        share, region = max(shares)
+        signs = r["rejected_by_pq_sign"]
+        up, down = signs["p>q"] / total, signs["p<q"] / total
+        sign = f"with p>q ({up:.0%})" if up >= 0.6 else f"with p<q ({down:.0%})" if down >= 0.6 else "of both signs"
+        where = f"mostly {region} tokens ({share:.0%})" if share > 0.5 else "tokens across all q"
+        parts.append(f"{r['name']}{'' if r['hypothesis'] == 'data' else ' (mean of A>0, A<0)'} rejects {where} {sign}")
+    if not parts:
+        return None
+    return "Which tail each rule cuts: " + "; ".join(parts) + "."

@@ -71,6 +71,11 @@ class TokenStats:
     topk_kl_sum: float = 0.0
     topk_kl_max: float = 0.0
     topk_mass_sum: float = 0.0
+    _centering: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    """score-centering statistic -> its per-token values (float32, for exact quantiles; NaN: undefined)."""
+    empty_sampler_tail: int = 0
+    empty_trainer_tail: int = 0
+    empty_tails: int = 0
     kept_n: int = 0
     kept_sum: float = 0.0
     kept_min: float = 0.0
@@ -112,6 +117,37 @@ class TokenStats:
         self.topk_kl_sum += float(kl_lower_T.sum())
         self.topk_kl_max = max(self.topk_kl_max, float(kl_lower_T.max()))
         self.topk_mass_sum += float(mass_T.sum())
+
+    def add_centering(self, c) -> None:
+        """Per-token score-centering statistics (``topk.ScoreCentering``) of one batch."""
+        values = {"sampler_topk_mass": c.sampler_mass_T, "trainer_mass_on_sampler_topk": c.trainer_mass_T,
+                  "tail_mass_ratio": c.tail_ratio_T}
+        if c.overlap_T is not None:
+            values["topk_overlap"] = c.overlap_T
+        for k, v in values.items():
+            self._centering.setdefault(k, []).append(np.asarray(v, dtype=np.float32))
+        self.empty_sampler_tail += int(c.empty_sampler_tail_T.sum())
+        self.empty_trainer_tail += int(c.empty_trainer_tail_T.sum())
+        self.empty_tails += int((c.empty_sampler_tail_T | c.empty_trainer_tail_T).sum())
+
+    def score_centering(self) -> dict | None:
+        """Means and quantiles over tokens; tokens where a statistic is undefined are counted apart."""
+        if not self._centering:
+            return None
+        out: dict = {}
+        for k in ("sampler_topk_mass", "trainer_mass_on_sampler_topk", "tail_mass_ratio", "topk_overlap"):
+            if k not in self._centering:
+                out[k] = None
+                continue
+            v = np.concatenate(self._centering[k]).astype(np.float64)
+            v = v[np.isfinite(v)]
+            out[k] = {"tokens": int(v.size), "mean": _f(v.mean()) if v.size else None,
+                      "quantiles": {_g(q): (_f(x) if v.size else None)
+                                    for q, x in zip(RATIO_QUANTILES, np.quantile(v, RATIO_QUANTILES) if v.size else RATIO_QUANTILES)}}
+        out["tokens"] = out["sampler_topk_mass"]["tokens"]
+        out["tail_mass_ratio"].update({"undefined_tokens": self.empty_tails, "empty_sampler_tail": self.empty_sampler_tail,
+                                       "empty_trainer_tail": self.empty_trainer_tail})
+        return out
 
     def add_kept_mass(self, kept_logmass_T: np.ndarray) -> None:
         ok = np.isfinite(kept_logmass_T)
@@ -165,7 +201,7 @@ class TokenStats:
 
     def breakdowns(self) -> dict:
         out = {"sampler_prob": [], "position": [], "entropy": None}
-        labels = [f"[{_g(a)}, {_g(b)})" for a, b in zip(Q_EDGES, Q_EDGES[1:])] + [f"[{_g(Q_EDGES[-1])}, 1]"]
+        labels = q_bucket_labels()
         for j, lab in enumerate(labels):
             out["sampler_prob"].append({"bucket": lab, **_row(self.q_buckets[:, j])})
         npos = self.pos_sums.shape[1]
@@ -178,6 +214,11 @@ class TokenStats:
             labs = [f"[{_g(a)}, {_g(b)})" for a, b in zip(ENTROPY_EDGES, ENTROPY_EDGES[1:])] + [f"[{_g(ENTROPY_EDGES[-1])}, inf)"]
             out["entropy"] = [{"bucket": lab, **_row(self.ent_buckets[:, j])} for j, lab in enumerate(labs)]
         return out
+
+
+def q_bucket_labels() -> list[str]:
+    """The sampler-probability buckets' labels, shared by report's breakdowns and compare-masks' tails."""
+    return [f"[{_g(a)}, {_g(b)})" for a, b in zip(Q_EDGES, Q_EDGES[1:])] + [f"[{_g(Q_EDGES[-1])}, 1]"]
 
 
 def _row(s: np.ndarray) -> dict:

@@ -28,6 +28,8 @@ class TopkBounds:
     kl_lower_T: np.ndarray
     sampler_mass_T: np.ndarray
     """sum of q over K: how much of the sampler's distribution the list covers."""
+    trainer_mass_T: np.ndarray
+    """sum of p over the same K: the trainer's mass on the sampler's top-k."""
 
 
 def _flat(arr: pa.Array, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -85,4 +87,61 @@ def topk_bounds(
         q_rest = np.clip(1.0 - q_sum, 0.0, 1.0)
         p_rest = np.maximum(np.clip(1.0 - p_sum, 0.0, 1.0), REST_EPS)
         kl_rest = np.where(q_rest > REST_EPS, q_rest * (np.log(q_rest) - np.log(p_rest)), 0.0)
-    return TopkBounds(tv_lower_T=np.minimum(tv, 1.0), kl_lower_T=np.maximum(kl_in + kl_rest, 0.0), sampler_mass_T=q_sum)
+    return TopkBounds(tv_lower_T=np.minimum(tv, 1.0), kl_lower_T=np.maximum(kl_in + kl_rest, 0.0), sampler_mass_T=q_sum,
+                      trainer_mass_T=p_sum)
+
+
+TAIL_EMPTY = 1e-6
+"""A tail mass 1 - sum_K below this is empty: fp32 softmax rows sum to 1 only within ~1e-7, so a
+smaller "tail" is rounding, and a ratio of two such tails would be a ratio of noise."""
+
+
+@dataclass(frozen=True)
+class ScoreCentering:
+    """Per-token statistics a top-k-aware loss (score centering) needs (``rules-and-metrics.md``).
+
+    K is the same set as the bounds': the sampler's listed ids, plus the sampled id when the list lacks it.
+    """
+
+    sampler_mass_T: np.ndarray
+    """sum_K q."""
+    trainer_mass_T: np.ndarray
+    """sum_K p."""
+    tail_ratio_T: np.ndarray
+    """rho = (1 - sum_K q) / (1 - sum_K p) on tokens where both tails are non-empty, NaN elsewhere."""
+    empty_sampler_tail_T: np.ndarray
+    """bool: 1 - sum_K q < TAIL_EMPTY (rho undefined)."""
+    empty_trainer_tail_T: np.ndarray
+    overlap_T: np.ndarray | None
+    """|K_s & K_t| / max(|K_s|, |K_t|) between the sampler's and the trainer's own top-k ids (NaN where both lists
+    are empty); None without a trainer_topk_ids column."""
+
+
+def score_centering(bounds: TopkBounds, sampler_topk_ids: pa.Array, trainer_topk_ids: pa.Array | None) -> ScoreCentering:
+    q_tail = 1.0 - bounds.sampler_mass_T
+    p_tail = 1.0 - bounds.trainer_mass_T
+    empty_q, empty_p = q_tail < TAIL_EMPTY, p_tail < TAIL_EMPTY
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rho = np.where(empty_q | empty_p, np.nan, q_tail / p_tail)
+    overlap = None if trainer_topk_ids is None else topk_overlap(sampler_topk_ids, trainer_topk_ids)
+    return ScoreCentering(bounds.sampler_mass_T, bounds.trainer_mass_T, rho, empty_q, empty_p, overlap)
+
+
+def topk_overlap(ids_a: pa.Array, ids_b: pa.Array) -> np.ndarray:
+    """Per row, |A & B| / max(|A|, |B|) of two id lists (NaN where both are empty)."""
+    a, n_a = _flat(ids_a, "sampler_topk_ids")
+    b, n_b = _flat(ids_b, "trainer_topk_ids")
+    if n_a.size != n_b.size:  # pragma: no cover - both come from the same batch
+        raise InputError("top-k id lists of different row counts")
+    n = n_a.size
+    if a.size and (a.min() < 0 or b.size and b.min() < 0):
+        raise InputError("negative token ids in the top-k lists")
+    width = int(max(a.max(initial=0), b.max(initial=0))) + 1
+    key_a = np.repeat(np.arange(n, dtype=np.int64), n_a) * width + a.astype(np.int64)
+    key_b = np.repeat(np.arange(n, dtype=np.int64), n_b) * width + b.astype(np.int64)
+    shared = np.isin(np.unique(key_a), np.unique(key_b), assume_unique=True)
+    rows = np.unique(key_a) // width
+    both = np.bincount(rows[shared], minlength=n)[:n].astype(np.float64)
+    k = np.maximum(n_a, n_b).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(k > 0, both / k, np.nan)

@@ -91,6 +91,29 @@ def report_tables(console, result) -> None:
     st.add_row("chi2_seq", num(s["chi2_seq"]), "", "", "")
     console.print(st)
 
+    sc = rep.get("score_centering")
+    if sc:
+        c = Table(title=f"Score centering from the top-k ({sc['tokens']:,} tokens; K = the sampler's listed ids and the sampled one)",
+                  title_justify="left")
+        for col in ("statistic", "tokens", "mean", "q0.01", "q0.5", "q0.99", "meaning"):
+            c.add_column(col, justify="left" if col in ("statistic", "meaning") else "right")
+        labels = {"sampler_topk_mass": ("sampler top-k mass", "sum_K q"),
+                  "trainer_mass_on_sampler_topk": ("trainer mass on it", "sum_K p"),
+                  "tail_mass_ratio": ("tail-mass ratio rho", "(1 - sum_K q) / (1 - sum_K p)"),
+                  "topk_overlap": ("top-k overlap", "|K_sampler & K_trainer| / k")}
+        for key, (label, meaning) in labels.items():
+            v = sc.get(key)
+            if v is None:
+                continue
+            c.add_row(label, num(v["tokens"]), num(v["mean"]), *[num(v["quantiles"][k]) for k in ("0.01", "0.5", "0.99")], meaning)
+        console.print(c)
+        rho = sc["tail_mass_ratio"]
+        if rho["undefined_tokens"]:
+            console.print(f"[dim]rho is undefined on {rho['undefined_tokens']:,} token(s) with an empty tail (sampler: "
+                          f"{rho['empty_sampler_tail']:,}, trainer: {rho['empty_trainer_tail']:,}), counted apart.[/dim]")
+        if sc.get("topk_overlap") is None:
+            console.print("[dim]No trainer_topk_ids column: no top-k overlap.[/dim]")
+
     if rep.get("kept_mass"):
         km = rep["kept_mass"]
         console.print(f"top-p/top-k truncation: mean log kept mass {num(km['kept_logmass_mean'])} (min {num(km['kept_logmass_min'])}), "
@@ -160,6 +183,8 @@ def masks_tables(console, result, examples: int) -> None:
         console.print("[dim]No advantage column: advantage-dependent rules are shown as hypotheses, as if every A > 0, "
                       "every A < 0, and their mean. dppo-* put A == 0 on the negative branch (reference code).[/dim]")
 
+    tails_table(console, mk)
+
     # pairs where one rule rejects nothing carry no information about disagreement
     agree = [a for a in mk["agreement"] if (a["both"] + a["only_a"]) > 0 and (a["both"] + a["only_b"]) > 0]
     if not agree:
@@ -194,3 +219,26 @@ def masks_tables(console, result, examples: int) -> None:
             e.add_row(str(x["sequence_id"]), str(x["position"]), str(x["token_id"]), num(x["p"]), num(x["q"]), num(x["log_ratio"]),
                       ", ".join(x["rejected_by"]), ", ".join(x["kept_by"]))
         console.print(e)
+
+
+def tails_table(console, mk: dict) -> None:
+    """Which tail each rejecting rule cuts: its rejections by sampler-probability bucket and by sign of p - q."""
+    rows = [r for r in mk["rules"] if r.get("rejected_by_sampler_prob") is not None and r["hypothesis"] != "mean"]
+    if not rows:
+        return
+    buckets = list(mk["tokens_by_sampler_prob"])
+    t = Table(title="Which tail each rule cuts: rejected tokens by sampler probability q, and by sign of p - q", title_justify="left")
+    t.add_column("rule")
+    t.add_column("hyp.")
+    for b in buckets:
+        t.add_column(f"q in {b}", justify="right")
+    t.add_column("p>q", justify="right")
+    t.add_column("p<q", justify="right")
+    t.add_row("[dim]all tokens[/dim]", "", *[f"[dim]{num(mk['tokens_by_sampler_prob'][b])}[/dim]" for b in buckets],
+              f"[dim]{num(mk['tokens_by_pq_sign']['p>q'])}[/dim]", f"[dim]{num(mk['tokens_by_pq_sign']['p<q'])}[/dim]")
+    for r in rows:
+        by_q, by_s = r["rejected_by_sampler_prob"], r["rejected_by_pq_sign"]
+        t.add_row(r["name"], r["hypothesis"], *[num(by_q[b]) for b in buckets], num(by_s["p>q"]), num(by_s["p<q"]))
+    console.print(t)
+    if mk.get("tail_reading"):
+        console.print(mk["tail_reading"], highlight=False)

@@ -13,6 +13,12 @@ from ..errors import UsageError
 from ._output import OutputFormat, emit_json, info, stdout_console, warn
 
 
+def _drawn_by_default() -> list[str]:
+    from ..rules import RULES
+
+    return [n for n, s in RULES.items() if s.drawn_by_default]
+
+
 def _request_rules(rules: list[str] | None, sweeps: list[str] | None):
     from ..rules import default_rules, parse_rule, parse_sweep
 
@@ -48,16 +54,27 @@ def compare_masks(
     examples: int = typer.Option(0, "--examples", "-e", min=0, help="Print the N tokens the rules disagree on most (sequence, position, token, p, q)."),
     column: Optional[List[str]] = ColumnOpt,
     format: OutputFormat = FormatOpt,
+    plots: Optional[Path] = typer.Option(None, "--plots", metavar="DIR",
+                                         help="Write PNG pictures into DIR: which tail each rule cuts (needs the plot extra: matplotlib)."),
 ) -> None:
-    """How many tokens and sequences each masking rule would reject or reweight, side by side, and how much they overlap."""
+    """How many tokens and sequences each masking rule would reject or reweight, side by side, how much they overlap, and which tail (sampler probability, sign of p - q) each one cuts."""
     from ..analysis.engine import AnalysisRequest, analyse
     from ..reader import parse_column_mapping
 
+    if plots is not None:
+        from ..plots import require_matplotlib
+
+        require_matplotlib()
     rules, sweeps = _request_rules(rule, sweep)
     result = analyse(path, AnalysisRequest(report=False, masks=True, rules=rules, sweeps=sweeps, examples=examples),
                      parse_column_mapping(column))
     for w in result.warnings:
         warn(w)
+    if plots is not None:
+        from ..plots import masks_figures, write_pngs
+
+        for p in write_pngs(masks_figures(result), plots):
+            info(f"wrote {p}")
     if format is OutputFormat.json:
         emit_json(masks_payload(result))
         return
@@ -78,7 +95,8 @@ def report(
     plots: Optional[Path] = typer.Option(None, "--plots", metavar="DIR", help="Write PNG pictures into DIR (needs the plot extra: matplotlib)."),
     html: Optional[Path] = typer.Option(None, "--html", metavar="FILE", help="Write one self-contained HTML page: pictures inline, tables, run metadata."),
     rule: Optional[List[str]] = typer.Option(None, "--rule", "-r", metavar="NAME[:K=V,...]",
-                                             help="With --plots/--html: a rule whose thresholds the pictures draw. Repeatable; default icepop, ipo, token-mask, tis."),
+                                             help="With --plots/--html: a rule whose thresholds the pictures draw. Repeatable; default "
+                                                  + ", ".join(_drawn_by_default()) + "."),
     sweep: Optional[List[str]] = typer.Option(None, "--sweep", "-s", metavar="RULE.PARAM=V1,V2,...",
                                               help="With --plots/--html: the reject-rate curves to draw. Default: a grid for each drawn rule."),
     worst: int = typer.Option(0, "--worst", "-w", min=0, metavar="N",

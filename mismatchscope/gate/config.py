@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import GateConfigError, UsageError
 from ..rules import lookup, make_instance
-from .metrics import Metric, lookup_metric
+from .metrics import Metric, check_rule_level, lookup_metric
 
 DEFAULT_FILE = "gate.toml"
 
@@ -57,10 +57,13 @@ allow_different = []
 # current directory).
 # baseline = "runs/baseline"
 
-# Parameters of the rules named below (defaults: the reference values).
+# Parameters of the rules named below (defaults: the reference values). A verl
+# rollout_rs setting is written as it is in verl, e.g.
+# verl-rs = { option = "seq_mean_k3", threshold = "0.01" }
 [rules]
 icepop = { alpha = 0.5, beta = 5.0 }
-ipo = { delta = 0.1 }
+# ipo: prime-rl's default since PR #3586 (0.2 and 0.1 before it).
+ipo = { delta = 0.3 }
 
 # Limits on the candidate alone. `max`: fails when the interval's lower end
 # is above it; `min`: fails when the interval's upper end is below it. Loose
@@ -115,7 +118,7 @@ class RegressionLimit:
 class GateConfig:
     absolute: tuple[AbsoluteLimit, ...] = ()
     regression: tuple[RegressionLimit, ...] = ()
-    rules: dict[str, dict[str, float]] = field(default_factory=dict)
+    rules: dict[str, dict[str, float | str]] = field(default_factory=dict)
     """rule name -> parameter overrides, for the rules the limits name."""
     bootstrap: int = 1000
     confidence: float = 0.95
@@ -131,7 +134,15 @@ class GateConfig:
     def rule_instances(self):
         """The rules the limits name, with the configured parameters (reference defaults otherwise)."""
         names = [m.rule for m in self.metrics() if m.rule]
-        return [make_instance(n, self.rules.get(n, {})) for n in dict.fromkeys(names)]
+        out = []
+        for n in dict.fromkeys(names):
+            missing = [p for p in lookup(n).required if p not in self.rules.get(n, {})]
+            if missing:
+                raise GateConfigError(f"a limit names {n}, which has no default for {' and '.join(missing)}",
+                                      hint=f"set them in the config ([rules] {n} = {{ {', '.join(p + ' = ...' for p in missing)} }}) "
+                                           f"or with --rule {n}:...")
+            out.append(make_instance(n, self.rules.get(n, {})))
+        return out
 
 
 def default_config() -> GateConfig:
@@ -194,7 +205,10 @@ def validate(cfg: GateConfig) -> GateConfig:
                 hint=f"give it an absolute limit instead: [absolute] in the config, or --limit '{r.metric}<=VALUE' / '>=VALUE'")
     for a in cfg.absolute:
         lookup_metric(a.metric)
-    cfg.rule_instances()  # unknown parameters fail here, before any file is read
+    instances = {r.name: r for r in cfg.rule_instances()}  # unknown parameters fail here, before any file is read
+    for m in cfg.metrics():
+        if m.rule:
+            check_rule_level(m, instances[m.rule])
     return cfg
 
 
@@ -303,7 +317,7 @@ def _rules(section: Any, where: str) -> dict[str, dict[str, float]]:
     out = {}
     for name, params in section.items():
         _table(params, f"{where} [rules] {name}")
-        clean = {k: _number(v, f"{where} [rules] {name}.{k}") for k, v in params.items()}
+        clean = {k: v if isinstance(v, str) else _number(v, f"{where} [rules] {name}.{k}") for k, v in params.items()}
         try:
             lookup(name)
             make_instance(name, clean)  # unknown or invalid parameters fail here

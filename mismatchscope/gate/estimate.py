@@ -109,6 +109,8 @@ def _report_value(result, m: Metric) -> float | None:
 
 
 def _why_missing(m: Metric) -> str:
-    if "topk" in m.name:
+    if "topk_overlap" in m.name:
+        return ": it needs the trainer's own top-k ids (a trainer_topk_ids column) and the sampler's top-k columns"
+    if "topk" in m.name or m.name.startswith("score_centering."):
         return ": the file has no top-k columns (sampler_topk_ids, sampler_topk_logprobs, trainer_logprobs_at_sampler_topk)"
     return ""

@@ -126,6 +126,14 @@ def _catalog() -> dict[str, Metric]:
     for c in TAIL_CUTS:
         ms.append(_point(("metrics", "ratio_tail_high", f"{c:g}"), f"share of tokens with r > {c:g}"))
         ms.append(_point(("metrics", "ratio_tail_low", f"{c:g}"), f"share of tokens with r < 1/{c:g}"))
+    for key, worse, doc in (("sampler_topk_mass", None, "sampler's top-k mass sum_K q"),
+                            ("trainer_mass_on_sampler_topk", None, "trainer's mass on the sampler's top-k, sum_K p"),
+                            ("tail_mass_ratio", None, "tail-mass ratio (1 - sum_K q) / (1 - sum_K p), tokens with both tails non-empty"),
+                            ("topk_overlap", "lower", "overlap |K_sampler & K_trainer| / k of the two top-k id sets")):
+        ms.append(_point(("score_centering", key, "mean"), f"{doc}, mean over tokens", worse=worse))  # type: ignore[arg-type]
+        for q in RATIO_QUANTILES:
+            ms.append(_point(("score_centering", key, "quantiles", f"{q:g}"), f"{doc}, quantile {q:g} over tokens",
+                             worse=worse))  # type: ignore[arg-type]
     for key, worse, nonneg in (("seq_log_ratio", None, False), ("geo_ratio", None, True), ("max_tv", "higher", True),
                                ("log_ppl_diff", None, False)):
         for q in RATIO_QUANTILES:
@@ -137,8 +145,12 @@ def _catalog() -> dict[str, Metric]:
 METRICS: dict[str, Metric] = _catalog()
 
 
-def rule_metric(rule: str, stat: str) -> Metric:
-    """``RULE.STAT``: a rate of what the rule (with the gate's parameters) would do."""
+def rule_metric(rule: str, stat: str, level: str | None = None) -> Metric:
+    """``RULE.STAT``: a rate of what the rule (with the gate's parameters) would do.
+
+    ``level`` is the rule's level when it depends on its parameters (``verl-rs``);
+    without it such a rule's level is checked later, by :func:`check_rule_level`.
+    """
     spec = RULES[rule]
     if stat == "token_reject_rate" and spec.acts != "reject":
         raise GateConfigError(f"{rule} reweights tokens, it never rejects them", hint=f"use {rule}.token_reweight_rate")
@@ -146,10 +158,11 @@ def rule_metric(rule: str, stat: str) -> Metric:
         raise GateConfigError(f"{rule} rejects tokens, it never reweights them", hint=f"use {rule}.token_reject_rate")
     if stat in ("sequence_reject_rate", "sequences_with_rejection_rate") and spec.acts != "reject":
         raise GateConfigError(f"{rule} reweights, it never rejects", hint=f"use {rule}.token_reweight_rate")
-    if stat == "sequence_reject_rate" and spec.level == "token":
+    level = level or spec.fixed_level
+    if stat == "sequence_reject_rate" and level == "token":
         raise GateConfigError(f"{rule} is a token rule: it rejects tokens, not whole sequences",
                               hint=f"use {rule}.token_reject_rate or {rule}.sequences_with_rejection_rate")
-    if stat == "token_reweight_rate" and spec.level == "sequence":
+    if stat == "token_reweight_rate" and level == "sequence":
         # sequence-level reweighting keeps no per-sequence verdict: the report's value, not resampled
         return Metric(f"{rule}.{stat}", f"share of tokens {rule} reweights", report_path=("masks", rule, stat),
                       rule=rule, rule_stat=stat)
@@ -162,6 +175,12 @@ def rule_metric(rule: str, stat: str) -> Metric:
     what = {"token_reject_rate": "tokens it rejects", "token_reweight_rate": "tokens it reweights",
             "sequence_reject_rate": "sequences it rejects", "sequences_with_rejection_rate": "sequences with a rejected token"}[stat]
     return Metric(f"{rule}.{stat}", f"share of {what} ({rule})", (col, den), _ratio(col, den), rule=rule, rule_stat=stat)
+
+
+def check_rule_level(metric: Metric, instance) -> None:
+    """The level checks of :func:`rule_metric` for a rule whose level comes from its parameters."""
+    if metric.rule and metric.rule_stat and RULES[metric.rule].fixed_level is None:
+        rule_metric(metric.rule, metric.rule_stat, instance.level)
 
 
 def lookup_metric(name: str) -> Metric:
@@ -177,8 +196,8 @@ def lookup_metric(name: str) -> Metric:
 
 
 def valid_names_text() -> str:
-    plain = [n for n in METRICS if "quantiles." not in n and "tail" not in n]
+    plain = [n for n in METRICS if "quantiles." not in n and "ratio_tail" not in n]
     return (", ".join(plain) + ", ratio_quantiles.Q and sequence_metrics.KEY.quantiles.Q (Q in "
             + ", ".join(f"{q:g}" for q in RATIO_QUANTILES) + "), ratio_tail_high.C and ratio_tail_low.C (C in "
-            + ", ".join(f"{c:g}" for c in TAIL_CUTS) + "), and RULE." + "|".join(RULE_STATS)
+            + ", ".join(f"{c:g}" for c in TAIL_CUTS) + "), score_centering.KEY.quantiles.Q, and RULE." + "|".join(RULE_STATS)
             + " for RULE in " + ", ".join(RULES))

@@ -64,6 +64,18 @@ def worst_figures(rows: list[dict], traces: dict) -> list[Picture]:
     return out
 
 
+def masks_figures(result) -> list[Picture]:
+    """``compare-masks --plots``: which tail each rejecting rule cuts."""
+    from .tails import tail_breakdown
+
+    fig = tail_breakdown(result.masks)
+    if fig is None:
+        return []
+    return [_picture("rule_tails", "Which tail each rule cuts", "Left: the share of each sampler-probability bucket's tokens each "
+                     "rejecting rule rejects (hatched: sequence rules, which reject whole sequences); right: the rejected "
+                     "tokens by sign of p - q.", fig)]
+
+
 def _pictures(runs, rules, checks) -> list[Picture]:
     from ..rules import make_instance
     from . import figures as F

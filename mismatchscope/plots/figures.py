@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from .data import PlotAccumulator, log_ratio_edges, prob_edges
-from .sweeps import ratio_thresholds
+from .sweeps import ratio_thresholds, sweep_x
 
 DPI = 110
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")
@@ -243,7 +243,7 @@ def sweep_curves(runs: list[Run], rules) -> Figure | None:
                 acts = "reweight" if all(p["token_reweight_rate"] for p in sw["points"]) and not any(p["token_reject_rate"] for p in sw["points"]) else "reject"
                 for hyp in dict.fromkeys(p["hypothesis"] for p in sw["points"]):
                     pts = [p for p in sw["points"] if p["hypothesis"] == hyp]
-                    xs = [p["value"] for p in pts]
+                    xs = [sweep_x(p["value"]) for p in pts]
                     key = "token_reweight_rate" if acts == "reweight" else "token_reject_rate"
                     ys = [100 * (p[key] or 0.0) for p in pts]
                     label = f"{run.label}: {param}" + ("" if hyp == "data" else f" [{hyp}]")
@@ -252,6 +252,7 @@ def sweep_curves(runs: list[Run], rules) -> Figure | None:
         for j, param in enumerate(params):
             v = current.get(rule, {}).get(param)
             if v is not None:
+                v = sweep_x(v)
                 ax.axvline(v, color="0.5", linestyle=":", linewidth=1)
                 ax.annotate(f"{param}={v:g}", xy=(v, 1.0), xycoords=("data", "axes fraction"), xytext=(2, -3 - 11 * j),
                             textcoords="offset points", fontsize=7.5, color="0.35", va="top")
@@ -261,7 +262,7 @@ def sweep_curves(runs: list[Run], rules) -> Figure | None:
         log_labels(ax.xaxis)
         ax.set_xlabel(f"{rule} threshold ({', '.join(params)}; log scale)")
         ax.set_ylabel(f"tokens {'reweighted' if acts == 'reweight' else 'rejected'} (% of all{'; log scale' if ax.get_yscale() == 'log' else ''})")
-        ax.set_title(_RULE_TITLES.get(rule, rule), fontsize=10.5)
+        ax.set_title(_title(rule), fontsize=10.5)
         ax.grid(True, which="major", alpha=0.3)
         ax.legend(fontsize=7.5)
     for ax in axes[n:]:
@@ -277,6 +278,13 @@ _RULE_TITLES = {
     "tis": "tis: C truncates the weight of r > C",
     "cispo": "cispo: clips the weight outside [1 - eps_low, 1 + eps_high]",
 }
+
+
+def _title(rule: str) -> str:
+    from ..rules import RULES
+
+    spec = RULES.get(rule)
+    return _RULE_TITLES.get(rule) or (f"{rule}: {spec.summary}"[:90] if spec else rule)
 
 
 def _rate_axis(ax) -> None:

@@ -2,11 +2,13 @@
 
 from . import token  # noqa: F401  (registration; token rules list first)
 from . import sequence  # noqa: F401
+from . import verl  # noqa: F401
 from .base import (
     KEEP,
     REJECT,
     REWEIGHT,
     RULES,
+    Range,
     RuleInstance,
     RuleSpec,
     SequenceInputs,
@@ -17,11 +19,14 @@ from .base import (
 )
 
 __all__ = [
-    "KEEP", "REJECT", "REWEIGHT", "RULES", "RuleInstance", "RuleSpec", "SequenceInputs",
+    "KEEP", "REJECT", "REWEIGHT", "RULES", "Range", "RuleInstance", "RuleSpec", "SequenceInputs",
     "lookup", "make_instance", "parse_rule", "parse_sweep", "default_rules",
 ]
 
 
 def default_rules() -> list[RuleInstance]:
-    """Every registered rule with its reference defaults (no ``--rule`` given)."""
-    return [make_instance(name, {}) for name in RULES]
+    """Every registered rule that has reference defaults (no ``--rule`` given).
+
+    ``verl-rs`` has none (its option and threshold are the user's verl setting), so it runs only when selected.
+    """
+    return [make_instance(name, {}) for name, spec in RULES.items() if not spec.required]

@@ -5,13 +5,19 @@ action per token, or the per-sequence aggregates to one action per sequence.
 Rejected and reweighted are different actions and are counted apart.
 
 Adding a rule is one config dataclass, one function and one ``register`` call.
+Everything the rest of the tool needs to know about a rule lives here, on the
+config fields and the registration: each parameter's default, its one-line
+doc, its allowed range (checked where the rule is parsed), its sweep grid
+(the ``--sweep`` pictures), and which of its thresholds sit on the ratio
+``r`` (the log-ratio histogram). A new rule appears in every command and
+picture without edits elsewhere.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import Any, Callable, Literal
 
 import numpy as np
@@ -25,10 +31,48 @@ REWEIGHT = np.int8(2)
 
 Level = Literal["token", "sequence"]
 
+INF = math.inf
 
-def param(default: float | None, doc: str) -> Any:
-    """A rule parameter: its default and the one line ``--help`` shows for it."""
-    return dataclasses.field(default=default, metadata={"doc": doc})
+
+@dataclass(frozen=True)
+class Range:
+    """The allowed values of a numeric parameter; ``text`` is what errors and docs show."""
+
+    lo: float
+    hi: float
+    lo_open: bool = False
+    hi_open: bool = False
+
+    def contains(self, v: float) -> bool:
+        above = v > self.lo if self.lo_open else v >= self.lo
+        below = v < self.hi if self.hi_open else v <= self.hi
+        return above and below
+
+    @property
+    def text(self) -> str:
+        return f"{'(' if self.lo_open else '['}{_fmt(self.lo)}, {_fmt(self.hi)}{')' if self.hi_open else ']'}"
+
+
+UNIT = Range(0.0, 1.0)
+"""probabilities, probability gaps, clip widths below 1."""
+NONNEG = Range(0.0, INF)
+POSITIVE = Range(0.0, INF, lo_open=True)
+RATIO_LOW = Range(0.0, 1.0)
+"""a lower bound on a ratio: the kept band must contain r = 1, or every perfectly matched token would be cut
+(with RATIO_HIGH this also orders every [lo, hi] pair: lo <= 1 <= hi)."""
+RATIO_HIGH = Range(1.0, INF)
+"""an upper bound on a ratio (inf: no upper bound)."""
+
+
+def param(default: Any, doc: str, *, range: Range | None = None, optional: bool = False,
+          grid: tuple | None = None, choices: tuple[str, ...] | None = None, example: str | None = None) -> Any:
+    """A rule parameter: its default (``MISSING``: required), the one line ``--help`` shows for it,
+    its allowed ``range`` (numbers) or ``choices`` (words), whether ``off`` may switch it off
+    (``optional``: only bounds that can be absent), and the grid its ``--sweep`` picture uses."""
+    meta = {"doc": doc, "range": range, "optional": optional, "grid": grid, "choices": choices, "example": example}
+    if default is MISSING:
+        return dataclasses.field(metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
@@ -43,6 +87,11 @@ class SequenceInputs:
     mean_k3_S: np.ndarray
     advantage_S: np.ndarray | None
     """mean advantage over the sequence's tokens (None: no advantage column)."""
+    clamped_sum_k1_S: np.ndarray | None = None
+    """sum_t of k1, k2, k3 with l clamped to [-CLAMP, CLAMP] first (``divergence.clamped_k_terms``), as verl
+    sums them; None: the caller did not aggregate them (only ``verl-rs`` sequence options need them)."""
+    clamped_sum_k2_S: np.ndarray | None = None
+    clamped_sum_k3_S: np.ndarray | None = None
 
     @property
     def mean_log_ratio_S(self) -> np.ndarray:
@@ -52,30 +101,65 @@ class SequenceInputs:
 @dataclass(frozen=True)
 class RuleSpec:
     name: str
-    level: Level
+    level: Level | Callable[[Any], Level]
+    """fixed, or derived from the config (``verl-rs``: its option)."""
     config_cls: type
     fn: Callable[..., np.ndarray]
     uses_advantage: bool
     acts: Literal["reject", "reweight"]
     source: str
     summary: str
+    ratio_thresholds: Callable[[Any], list[tuple[str, float | None]]] | None = None
+    """config -> (label, value) of each threshold on r = p/q (the log-ratio histogram draws them)."""
+    sweeps: Callable[[Any], dict[str, tuple]] | None = None
+    """config -> {param: grid}; default: the ``grid`` of each parameter."""
+    quantity: str = ""
+    """what the rule thresholds, in the reference's words (docs/rules.md)."""
+    drawn_by_default: bool = False
+    """drawn in report's pictures when no --rule is given."""
+    notes: str = ""
+    """longer reading for docs/rules.md: choices made where the sources differ."""
+
+    @property
+    def fixed_level(self) -> Level | None:
+        return None if callable(self.level) else self.level  # type: ignore[return-value]
+
+    @property
+    def level_text(self) -> str:
+        return self.fixed_level or "token or sequence"
 
     def param_names(self) -> list[str]:
         return [f.name for f in fields(self.config_cls)]
 
+    def params(self) -> list[dataclasses.Field]:
+        return list(fields(self.config_cls))
+
+    @property
+    def required(self) -> list[str]:
+        return [f.name for f in fields(self.config_cls) if f.default is MISSING]
+
     def help_line(self) -> str:
-        ps = ", ".join(f"{f.name}={_fmt(f.default)}" for f in fields(self.config_cls))
-        return f"{self.name}:{ps}  [{self.level}, {self.acts}{', uses A' if self.uses_advantage else ''}] {self.summary}"
+        ps = ", ".join(f"{f.name}={'REQUIRED' if f.default is MISSING else _fmt(f.default)}" for f in fields(self.config_cls))
+        return f"{self.name}:{ps}  [{self.level_text}, {self.acts}{', uses A' if self.uses_advantage else ''}] {self.summary}"
+
+    def sweep_grids(self, config: Any) -> dict[str, tuple]:
+        if self.sweeps is not None:
+            return self.sweeps(config)
+        return {f.name: f.metadata["grid"] for f in fields(self.config_cls) if f.metadata.get("grid")}
 
 
 RULES: dict[str, RuleSpec] = {}
 
 
-def register(name: str, *, level: Level, config: type, uses_advantage: bool, acts: str, source: str, summary: str):
+def register(name: str, *, level: Level | Callable[[Any], Level], config: type, uses_advantage: bool, acts: str,
+             source: str, summary: str, quantity: str = "",
+             ratio_thresholds: Callable[[Any], list[tuple[str, float | None]]] | None = None,
+             sweeps: Callable[[Any], dict[str, tuple]] | None = None, drawn_by_default: bool = False, notes: str = ""):
     """Decorator: put a rule function in the registry under ``name``."""
 
     def wrap(fn):
-        RULES[name] = RuleSpec(name, level, config, fn, uses_advantage, acts, source, summary)  # type: ignore[arg-type]
+        RULES[name] = RuleSpec(name, level, config, fn, uses_advantage, acts, source, summary,  # type: ignore[arg-type]
+                               ratio_thresholds, sweeps, quantity, drawn_by_default, notes)
         return fn
 
     return wrap
@@ -93,6 +177,11 @@ class RuleInstance:
         return self.spec.name
 
     @property
+    def level(self) -> Level:
+        lv = self.spec.level
+        return lv(self.config) if callable(lv) else lv
+
+    @property
     def params(self) -> dict[str, Any]:
         return dataclasses.asdict(self.config)
 
@@ -107,6 +196,13 @@ class RuleInstance:
     def sequence_actions(self, seq: SequenceInputs) -> np.ndarray:
         return self.spec.fn(self.config, seq)
 
+    def ratio_thresholds(self) -> list[tuple[str, float]]:
+        """(label, r) of each finite positive threshold on the ratio, for the histogram."""
+        if self.spec.ratio_thresholds is None:
+            return []
+        pairs = self.spec.ratio_thresholds(self.config)
+        return [(f"{self.name} {k}={v:g}", v) for k, v in pairs if v is not None and v > 0 and math.isfinite(v)]
+
 
 def where(mask: np.ndarray, action: np.int8) -> np.ndarray:
     """``action`` where ``mask`` holds, KEEP elsewhere: the shape every rule returns."""
@@ -116,13 +212,11 @@ def where(mask: np.ndarray, action: np.int8) -> np.ndarray:
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
         if math.isinf(v):
-            return "inf"
+            return "inf" if v > 0 else "-inf"
         return f"{v:g}"
+    if v is None:
+        return "off"
     return str(v)
-
-
-def _valid_rules_text() -> str:
-    return "; ".join(RULES[n].help_line().split("  [")[0] for n in sorted(RULES))
 
 
 def lookup(name: str) -> RuleSpec:
@@ -132,17 +226,25 @@ def lookup(name: str) -> RuleSpec:
         raise UsageError(f"unknown rule {name!r}", hint=f"valid rules: {', '.join(sorted(RULES))}") from None
 
 
-def make_instance(name: str, overrides: dict[str, str | float]) -> RuleInstance:
+def make_instance(name: str, overrides: dict[str, Any]) -> RuleInstance:
+    """A rule instance with ``overrides`` parsed and checked against each parameter's range.
+
+    Every error names the rule, the parameter and what it allows, in one line.
+    """
     spec = lookup(name)
-    valid = spec.param_names()
-    values: dict[str, float | None] = {}
+    by_name = {f.name: f for f in spec.params()}
+    values: dict[str, Any] = {}
     for key, raw in overrides.items():
-        if key not in valid:
+        if key not in by_name:
             raise UsageError(
                 f"rule {name!r} has no parameter {key!r}",
-                hint=f"valid parameters of {name}: {', '.join(valid) or 'none'}",
+                hint=f"valid parameters of {name}: {', '.join(by_name) or 'none'}",
             )
-        values[key] = _parse_number(name, key, raw)
+        values[key] = _parse_value(name, by_name[key], raw)
+    missing = [n for n in spec.required if n not in values]
+    if missing:
+        example = ",".join(f"{n}={_example(by_name[n])}" for n in spec.required)
+        raise UsageError(f"rule {name!r} needs {' and '.join(missing)}", hint=f"e.g. --rule {name}:{example}")
     try:
         config = spec.config_cls(**values)
     except (TypeError, ValueError) as e:
@@ -150,18 +252,46 @@ def make_instance(name: str, overrides: dict[str, str | float]) -> RuleInstance:
     return RuleInstance(spec, config)
 
 
-def _parse_number(rule: str, key: str, raw: str | float) -> float | None:
-    if isinstance(raw, (int, float)):
-        return float(raw)
-    text = raw.strip().lower()
-    if text in ("none", "off"):
+def _example(f: dataclasses.Field) -> str:
+    if f.metadata.get("example"):
+        return f.metadata["example"]
+    choices = f.metadata.get("choices")
+    if choices:
+        return choices[-1]
+    grid = f.metadata.get("grid")
+    return str(grid[0]) if grid else "VALUE"
+
+
+def _parse_value(rule: str, f: dataclasses.Field, raw: Any) -> Any:
+    choices = f.metadata.get("choices")
+    rng: Range | None = f.metadata.get("range")
+    if choices is not None:
+        text = str(raw).strip()
+        if text not in choices:
+            raise UsageError(f"rule {rule!r}: {f.name}={text!r} is not one of {', '.join(choices)}")
+        return text
+    if rng is None:  # a word the config parses itself (verl-rs threshold strings)
+        text = str(raw).strip()
+        if not text:
+            raise UsageError(f"rule {rule!r}: {f.name} is empty")
+        return text
+    if raw is None or (isinstance(raw, str) and raw.strip().lower() in ("off", "none")):
+        if not f.metadata.get("optional"):
+            raise UsageError(f"rule {rule!r}: {f.name} cannot be off (it must be a number in {rng.text})")
         return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise UsageError(f"rule {rule!r}: parameter {key}={raw!r} is not a number") from None
+    if isinstance(raw, bool):
+        raise UsageError(f"rule {rule!r}: {f.name}={raw!r} is not a number")
+    if isinstance(raw, (int, float)):
+        value = float(raw)
+    else:
+        try:
+            value = float(str(raw).strip())
+        except ValueError:
+            raise UsageError(f"rule {rule!r}: parameter {f.name}={str(raw).strip()!r} is not a number") from None
     if math.isnan(value):
-        raise UsageError(f"rule {rule!r}: parameter {key} is NaN")
+        raise UsageError(f"rule {rule!r}: parameter {f.name} is NaN")
+    if not rng.contains(value):
+        raise UsageError(f"rule {rule!r}: {f.name}={_fmt(value)} is outside its range {rng.text}")
     return value
 
 
@@ -197,11 +327,3 @@ def parse_sweep(text: str, base: dict[str, RuleInstance] | None = None) -> tuple
         overrides[key] = v
         instances.append(make_instance(spec.name, overrides))
     return name, key, instances
-
-
-def check_bounds(lo: float | None, hi: float | None, lo_name: str, hi_name: str, *, positive: bool = True) -> None:
-    """Shared validation for ``[lo, hi]`` parameter pairs."""
-    if positive and lo is not None and lo < 0:
-        raise ValueError(f"{lo_name} must be >= 0, got {lo}")
-    if lo is not None and hi is not None and lo > hi:
-        raise ValueError(f"{lo_name} ({lo}) must not exceed {hi_name} ({hi})")

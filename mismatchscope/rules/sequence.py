@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import REJECT, REWEIGHT, SequenceInputs, check_bounds, param, register, where
+from .base import NONNEG, RATIO_HIGH, RATIO_LOW, REJECT, REWEIGHT, SequenceInputs, param, register, where
+from .token import R_HIGH, R_LOW
 
 
 def _log(x: float | None, default: float) -> float:
@@ -24,28 +25,25 @@ def _log(x: float | None, default: float) -> float:
 
 @dataclass(frozen=True)
 class SeqTISConfig:
-    C: float = param(2.0, "reweight the sequence when prod_t r > C (TRL uses 3.0)")
+    C: float = param(2.0, "reweight the sequence when prod_t r > C (TRL uses 3.0)", range=RATIO_HIGH, grid=R_HIGH)
 
 
 @register("seq-tis", level="sequence", config=SeqTISConfig, uses_advantage=False, acts="reweight",
           source="verl decoupled_seq_is; TRL sequence_truncate",
-          summary="sequence-level truncated IS: reweight sequences whose ratio product exceeds C")
+          summary="sequence-level truncated IS: reweight sequences whose ratio product exceeds C", quantity="prod_t r")
 def seq_tis(cfg: SeqTISConfig, s: SequenceInputs) -> np.ndarray:
     return where(s.seq_log_ratio_S > _log(cfg.C, math.inf), REWEIGHT)
 
 
 @dataclass(frozen=True)
 class SeqMISConfig:
-    lo: float = param(0.5, "reject the sequence when prod_t r < lo")
-    hi: float = param(2.0, "reject the sequence when prod_t r > hi (TRL sequence_mask: 3.0)")
-
-    def __post_init__(self):
-        check_bounds(self.lo, self.hi, "lo", "hi")
+    lo: float = param(0.5, "reject the sequence when prod_t r < lo", range=RATIO_LOW, grid=R_LOW)
+    hi: float = param(2.0, "reject the sequence when prod_t r > hi (TRL sequence_mask: 3.0)", range=RATIO_HIGH, grid=R_HIGH)
 
 
 @register("seq-mis", level="sequence", config=SeqMISConfig, uses_advantage=False, acts="reject",
           source="'When Speed Kills Stability'; verl seq_sum_k1; TRL default mode",
-          summary="masked IS: reject sequences whose ratio product leaves [lo, hi]")
+          summary="masked IS: reject sequences whose ratio product leaves [lo, hi]", quantity="prod_t r")
 def seq_mis(cfg: SeqMISConfig, s: SequenceInputs) -> np.ndarray:
     S = s.seq_log_ratio_S
     return where((S < _log(cfg.lo, -math.inf)) | (S > _log(cfg.hi, math.inf)), REJECT)
@@ -53,16 +51,13 @@ def seq_mis(cfg: SeqMISConfig, s: SequenceInputs) -> np.ndarray:
 
 @dataclass(frozen=True)
 class GeoMaskConfig:
-    lo: float = param(0.999, "reject when exp(mean_t l) < lo (SkyRL: 0.99)")
-    hi: float = param(1.001, "reject when exp(mean_t l) > hi (SkyRL: 1.01)")
-
-    def __post_init__(self):
-        check_bounds(self.lo, self.hi, "lo", "hi")
+    lo: float = param(0.999, "reject when exp(mean_t l) < lo (SkyRL: 0.99)", range=RATIO_LOW)
+    hi: float = param(1.001, "reject when exp(mean_t l) > hi (SkyRL: 1.01)", range=RATIO_HIGH, grid=(1.0001, 1.001, 1.01, 1.1))
 
 
 @register("geo-mask", level="sequence", config=GeoMaskConfig, uses_advantage=False, acts="reject",
           source="verl decoupled_geo_rs; SkyRL geometric mask",
-          summary="reject sequences whose geometric-mean ratio leaves [lo, hi]")
+          summary="reject sequences whose geometric-mean ratio leaves [lo, hi]", quantity="exp(mean_t l)")
 def geo_mask(cfg: GeoMaskConfig, s: SequenceInputs) -> np.ndarray:
     geo = np.exp(s.mean_log_ratio_S)
     return where((geo < cfg.lo) | (geo > cfg.hi), REJECT)
@@ -70,28 +65,27 @@ def geo_mask(cfg: GeoMaskConfig, s: SequenceInputs) -> np.ndarray:
 
 @dataclass(frozen=True)
 class K3SeqConfig:
-    delta: float = param(0.01, "reject when mean_t k3 > delta")
+    delta: float = param(0.01, "reject when mean_t k3 > delta", range=NONNEG, grid=(1e-4, 1e-3, 0.01, 0.1))
 
 
 @register("k3-seq", level="sequence", config=K3SeqConfig, uses_advantage=False, acts="reject",
           source="verl decoupled_k3_rs",
-          summary="reject sequences whose mean k3 (KL estimate) exceeds delta")
+          summary="reject sequences whose mean k3 (KL estimate) exceeds delta", quantity="mean_t k3")
 def k3_seq(cfg: K3SeqConfig, s: SequenceInputs) -> np.ndarray:
     return where(s.mean_k3_S > cfg.delta, REJECT)
 
 
 @dataclass(frozen=True)
 class VetoConfig:
-    lo: float = param(1e-4, "reject when any token has r < lo")
-    hi: float | None = param(None, "also reject when any token has r > hi (off by default as in verl; SkyRL's outlier mask uses 100)")
-
-    def __post_init__(self):
-        check_bounds(self.lo, self.hi, "lo", "hi")
+    lo: float = param(1e-4, "reject when any token has r < lo", range=RATIO_LOW, grid=(1e-6, 1e-5, 1e-4, 1e-3, 0.01, 0.1))
+    hi: float | None = param(None, "also reject when any token has r > hi (off by default as in verl; SkyRL's outlier mask uses 100)",
+                             range=RATIO_HIGH, optional=True)
 
 
 @register("veto", level="sequence", config=VetoConfig, uses_advantage=False, acts="reject",
           source="verl rollout_token_veto_threshold; SkyRL outlier mask",
-          summary="reject a sequence if any single token's ratio is catastrophic")
+          summary="reject a sequence if any single token's ratio is catastrophic", quantity="min_t r, max_t r",
+          ratio_thresholds=lambda c: [("lo", c.lo), ("hi", c.hi)])
 def veto(cfg: VetoConfig, s: SequenceInputs) -> np.ndarray:
     bad = np.exp(s.min_log_ratio_S) < cfg.lo
     if cfg.hi is not None:
@@ -101,11 +95,13 @@ def veto(cfg: VetoConfig, s: SequenceInputs) -> np.ndarray:
 
 @dataclass(frozen=True)
 class OPSMConfig:
-    delta: float = param(1e-4, "reject when A < 0 and mean_t (log q - log p) > delta (slime; TRL example: 0.5)")
+    delta: float = param(1e-4, "reject when A < 0 and mean_t (log q - log p) > delta (slime; TRL example: 0.5)", range=NONNEG,
+                         grid=(1e-4, 1e-3, 0.01, 0.1, 0.5))
 
 
 @register("opsm", level="sequence", config=OPSMConfig, uses_advantage=True, acts="reject",
           source="DeepSeek-V3.2 OPSM; TRL off_policy_mask_threshold; slime compute_opsm_mask",
-          summary="off-policy sequence mask: reject negative-advantage sequences the trainer finds less likely")
+          summary="off-policy sequence mask: reject negative-advantage sequences the trainer finds less likely",
+          quantity="mean_t (lq - lp)")
 def opsm(cfg: OPSMConfig, s: SequenceInputs) -> np.ndarray:
     return where((s.advantage_S < 0) & (-s.mean_log_ratio_S > cfg.delta), REJECT)

@@ -47,7 +47,7 @@ class TimelineResult:
             "by": s.by,
             "groups": s.groups,
             "metrics": [{"key": m.key, "label": m.label, "unit": m.unit, "test_scale": m.scale} for m in s.metrics],
-            "rules": [{"name": u.rule.name, "params": u.rule.params, "level": u.rule.spec.level, "acts": u.rule.spec.acts,
+            "rules": [{"name": u.rule.name, "params": u.rule.params, "level": u.rule.level, "acts": u.rule.spec.acts,
                        "hypothesis": u.hypothesis, "metric": u.metric.key} for u in s.units],
             "ratio_band": list(RATIO_BAND),
             "quantile": P99,

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..analysis.masks import HYPOTHESES
-from ..divergence import token_terms
+from ..divergence import clamped_k_terms, token_terms
 from ..errors import InputError, MissingColumnsError, UsageError
 from ..reader import BATCH_ROWS, Hygiene, Source, iter_batches, open_source
 from ..rules import REJECT, REWEIGHT, RuleInstance, SequenceInputs
@@ -136,7 +136,7 @@ def _units(rules: list[RuleInstance], has_adv: bool) -> list[RuleUnit]:
     for r in rules:
         base = r.name if names.count(r.name) == 1 else r.label
         rate = "reject rate" if r.spec.acts == "reject" else "reweight rate"
-        params = ", ".join(f"{k}={'off' if v is None else f'{v:g}'}" for k, v in r.params.items())
+        params = ", ".join(f"{k}={'off' if v is None else v if isinstance(v, str) else f'{v:g}'}" for k, v in r.params.items())
         hyps = list(HYPOTHESES) if r.spec.uses_advantage and not has_adv else ["data"]
         for h in hyps:
             tag = "" if h == "data" else f"[{h}]"
@@ -211,8 +211,8 @@ class _Accumulator:
 
     def __init__(self, units: list[RuleUnit]):
         self.units = units
-        self.token_units = [u for u in units if u.rule.spec.level == "token"]
-        self.seq_units = [u for u in units if u.rule.spec.level == "sequence"]
+        self.token_units = [u for u in units if u.rule.level == "token"]
+        self.seq_units = [u for u in units if u.rule.level == "sequence"]
         n_rows = len(self._SUMS) + 2 * len(self.token_units)
         self.sums = np.zeros((n_rows, 0))
         self.key_of: dict[int, int] = {}
@@ -255,9 +255,12 @@ class _Accumulator:
         self.sums += np.stack([np.bincount(code_T, weights=w, minlength=k) for w in weights])
         self._codes.append(code_T.astype(np.int32))
         self._abs_l.append(abs_l)
+        clamped = {}
+        if any(u.rule.spec.fixed_level is None for u in self.seq_units):  # verl-rs: estimators of l clamped to +-20
+            clamped = dict(zip(("sum_ck1", "sum_ck2", "sum_ck3"), clamped_k_terms(t.log_ratio_T)))
         self._seq_parts.append(_pair_reduce(code_T, batch["sequence_id"], {
             "n": np.ones(n), "sum_l": t.log_ratio_T, "min_l": t.log_ratio_T, "max_l": t.log_ratio_T,
-            "sum_k3": t.k3_T, **({"sum_adv": adv} if adv is not None else {})}))
+            "sum_k3": t.k3_T, **({"sum_adv": adv} if adv is not None else {}), **clamped}))
         self.tokens += n
 
     def finish(self, groups: list[Any], by: str | None) -> StepSeries:
@@ -326,7 +329,9 @@ class _Accumulator:
         else:
             adv_S = agg["sum_adv"] / n_S if "sum_adv" in agg else None
         seq = SequenceInputs(n_tokens_S=n_S, seq_log_ratio_S=agg["sum_l"], min_log_ratio_S=agg["min_l"],
-                             max_log_ratio_S=agg["max_l"], mean_k3_S=agg["sum_k3"] / n_S, advantage_S=adv_S)
+                             max_log_ratio_S=agg["max_l"], mean_k3_S=agg["sum_k3"] / n_S, advantage_S=adv_S,
+                             clamped_sum_k1_S=agg.get("sum_ck1"), clamped_sum_k2_S=agg.get("sum_ck2"),
+                             clamped_sum_k3_S=agg.get("sum_ck3"))
         act = u.rule.sequence_actions(seq)
         hit = act == (REJECT if u.rule.spec.acts == "reject" else REWEIGHT)
         return np.bincount(code_S, weights=np.where(hit, n_S, 0.0), minlength=k)

@@ -1,0 +1,69 @@
+"""compare-masks' picture: which tail each rejecting rule cuts.
+
+matplotlib is imported here only (the ``plot`` extra), and only when
+``compare-masks --plots`` asks for it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
+
+
+def tail_breakdown(masks: dict) -> Figure | None:
+    """Left: the share of each sampler-probability bucket's tokens a rule rejects; right: its rejections by sign of p - q."""
+    rows = [r for r in masks["rules"] if r.get("rejected_by_sampler_prob") is not None and r["hypothesis"] != "mean"]
+    if not rows:
+        return None
+    buckets = list(masks["tokens_by_sampler_prob"])
+    totals = np.array([masks["tokens_by_sampler_prob"][b] for b in buckets], dtype=float)
+    names = [r["name"] + ("" if r["hypothesis"] == "data" else f" [{r['hypothesis']}]") for r in rows]
+    groups = [(lv, [(r, n) for r, n in zip(rows, names) if r["level"] == lv]) for lv in ("token", "sequence")]
+    groups = [(lv, g) for lv, g in groups if g]
+    fig = Figure(figsize=(15, 4.2 + 2.8 * len(groups)), dpi=110, layout="constrained")
+    axes = fig.subplot_mosaic([[lv, "sign"] for lv, _ in groups], width_ratios=(2.2, 1))
+    cmap = __import__("matplotlib").colormaps["tab20"]
+    x = np.arange(len(buckets))
+    for k, (lv, group) in enumerate(groups):
+        ax = axes[lv]
+        width = 0.84 / len(group)
+        for i, (r, name) in enumerate(group):
+            counts = np.array([r["rejected_by_sampler_prob"][b] for b in buckets], dtype=float)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                share = np.where(totals > 0, 100 * counts / totals, np.nan)
+            ax.bar(x + (i - (len(group) - 1) / 2) * width, share, width=width * 0.95, color=cmap((i + 10 * k) % 20), label=name)
+        ax.set_xticks(x)
+        ax.set_xticklabels([f"{b}\n{int(n):,} tokens" for b, n in zip(buckets, totals)], fontsize=8.5)
+        ax.set_xlabel("sampler probability q of the sampled token (report's buckets)")
+        ax.set_ylabel("tokens of the bucket rejected\n(%, linear: no bar is 0%)")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:.3g}%"))
+        ax.set_ylim(bottom=0)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=7.5, ncol=2)
+        ax.set_title("Token rules: where on q each one rejects" if lv == "token"
+                     else "Sequence rules: the tokens of the sequences each one rejects", fontsize=11)
+
+    right = axes["sign"]
+    y = np.arange(len(rows))
+    ups = np.array([r["rejected_by_pq_sign"]["p>q"] for r in rows], dtype=float)
+    downs = np.array([r["rejected_by_pq_sign"]["p<q"] for r in rows], dtype=float)
+    tot = np.array([r["tokens_rejected"] for r in rows], dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        up_share = np.where(tot > 0, 100 * ups / tot, 0.0)
+        down_share = np.where(tot > 0, 100 * downs / tot, 0.0)
+    right.barh(y, up_share, color="#2ca02c", label="p > q (trainer above sampler)")
+    right.barh(y, down_share, left=up_share, color="#d62728", label="p < q (trainer below sampler)")
+    for j, n in enumerate(tot):
+        right.annotate(f"{int(n):,} rejected" if n else "none rejected", xy=(101, j), va="center", fontsize=7.5, color="0.3",
+                       annotation_clip=False)
+    right.set_yticks(y)
+    right.set_yticklabels(names, fontsize=8.5)
+    right.invert_yaxis()
+    right.set_xlim(0, 100)
+    right.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:.0f}%"))
+    right.set_xlabel("share of the rule's rejected tokens")
+    right.legend(fontsize=7.5, loc="lower right")
+    right.set_title("Which way the trainer moved, on the rejected tokens", fontsize=11)
+    fig.suptitle(masks.get("tail_reading") or "Which tail each rule cuts", fontsize=10, wrap=True)
+    return fig
