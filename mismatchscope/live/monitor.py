@@ -1,0 +1,168 @@
+"""``Monitor``: the mismatch of each step as a flat dict for any logger, and alerts when it changes.
+
+Per step the Monitor computes the timeline's own values
+(``timeline.series.step_metrics``: ``divergence.token_terms`` and the rule
+registry, as every command does) on the step's tokens, cleaned as the reader
+cleans them (-9999 sentinels read as -inf, non-finite pairs left out and
+counted), so what a logger shows during the run is what ``timeline`` and
+``report`` show on the written shards afterwards.
+
+Alerts: after each step the timeline's spike and shift/drift detectors
+(``timeline.changes.detect``) run over the series so far (the last
+``window`` steps), with the same scales and rare-event rule as ``timeline``;
+a flag not reported before becomes an :class:`Alert`. A spike at the newest
+step is visible at once (the detector mirrors the series at its end); a
+shift is reported once, when segmentation first places it, and not again when
+later steps move it by a step or two.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..rules import RuleInstance, parse_rule
+from ..schema import LOGPROB_SENTINEL
+from ..timeline import DEFAULT_RULES
+from ..timeline.changes import ChangeConfig, detect
+from ..timeline.series import COUNTED, Metric, step_metrics
+from .inputs import StepBatch, prepare
+
+WINDOW = 256
+"""steps the detectors look back over (their cost grows with it; see docs/recorder.md)."""
+SHIFT_SLACK = 2
+"""a shift within this many steps of one already reported is the same shift."""
+
+
+@dataclass(frozen=True)
+class Alert:
+    metric: str
+    kind: str
+    """"spike", "shift" or "drift"."""
+    step: int
+    message: str
+    detail: dict = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class StepReport(dict):
+    """The flat ``{prefix + metric: value}`` dict of one step, plus ``.alerts`` (new this step) and ``.step``."""
+
+    def __init__(self, values: dict[str, float], step: int, alerts: list[Alert]):
+        super().__init__(values)
+        self.step = step
+        self.alerts = alerts
+
+
+class Monitor:
+    """Watch a run step by step. Give it a :class:`Recorder` to record and watch with one call.
+
+    ``rules``: rule names or ``name:k=v`` strings (default: the timeline's,
+    icepop and ipo). Keys are ``prefix`` + the timeline's metric keys:
+    ``abs_logprob_diff_mean``, ``abs_logprob_diff_p99``, ``tv_token_mean``,
+    ``k3_mean``, ``ratio_outside_band`` (share of r = p/q outside [0.5, 2]),
+    ``<rule>_reject_rate`` per rule, then ``tokens``, ``nonfinite_tokens``
+    and ``alerts`` (how many new alerts this step).
+    """
+
+    def __init__(self, recorder: Any = None, *, rules: list[str | RuleInstance] | None = None, prefix: str = "mismatch/",
+                 window: int = WINDOW, changes: ChangeConfig = ChangeConfig()):
+        self.recorder = recorder
+        self.rules = [r if isinstance(r, RuleInstance) else parse_rule(r) for r in (rules or DEFAULT_RULES)]
+        self.prefix = prefix
+        self.window = window
+        self.changes = changes
+        self.metrics: list[Metric] = []
+        self.history: dict[int, dict[str, float]] = {}
+        """step -> the step's values (the timeline's keys, with ``tokens``)."""
+        self._step_parts: list[dict[str, np.ndarray]] = []
+        self._current: int | None = None
+        self._reported: set[tuple] = set()
+        self._shifts: dict[str, list[int]] = {}
+        self.alerts: list[Alert] = []
+        """every alert so far."""
+
+    def add(self, step: int, sampler_logprobs: Any, trainer_logprobs: Any, mask: Any = None, **columns: Any) -> StepReport:
+        """Record (with a Recorder) and measure one batch; the values cover every batch of ``step`` so far."""
+        if self.recorder is not None:
+            batch = self.recorder.add(step, sampler_logprobs, trainer_logprobs, mask, **columns)
+        else:
+            batch = prepare(step, sampler_logprobs, trainer_logprobs, mask, **columns)
+        return self.observe(batch)
+
+    def observe(self, batch: StepBatch) -> StepReport:
+        """Measure a batch already prepared (e.g. the return value of ``Recorder.add``)."""
+        if batch.step != self._current:
+            self._current, self._step_parts = batch.step, []
+        self._step_parts.append(_clean(batch.columns))
+        parts = self._step_parts
+        cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if len(parts) > 1 else parts[0]
+        kept = int(cols["step"].size)
+        values = {"tokens": float(kept), "nonfinite_tokens": float(sum(p["_all"].size for p in parts) - kept)}
+        if kept:
+            self.metrics, v = step_metrics({k: c for k, c in cols.items() if k != "_all"}, self.rules)
+            values = {**v, **values}
+        self.history[batch.step] = values
+        new = self._detect(batch.step) if cols["step"].size else []
+        self.alerts += new
+        flat = {self.prefix + k: v for k, v in values.items()}
+        flat[self.prefix + "alerts"] = float(len(new))
+        return StepReport(flat, batch.step, new)
+
+    def _detect(self, step: int) -> list[Alert]:
+        steps = np.array(sorted(s for s, v in self.history.items() if "tokens" in v and v["tokens"] > 0))[-self.window:]
+        if steps.size < self.changes.min_steps:
+            return []
+        tokens = np.array([self.history[s]["tokens"] for s in steps])
+        out: list[Alert] = []
+        for m in self.metrics:
+            x = np.array([self.history[s].get(m.key, np.nan) for s in steps])
+            ch = detect(steps, x, self.changes, m.scale, x * tokens if m.unit == COUNTED else None)
+            out += [a for a in (self._spike(m, s) for s in ch.spikes) if a]
+            out += [a for a in (self._shift(m, s) for s in ch.shifts) if a]
+            out += [a for a in (self._drift(m, d) for d in ch.drifts) if a]
+        return out
+
+    def _spike(self, m: Metric, s: dict) -> Alert | None:
+        if not self._first(("spike", m.key, s["step"])):
+            return None
+        return Alert(m.key, "spike", s["step"], f"mismatch alert: {m.key} spiked at step {s['step']}: "
+                     f"{s['value']:.4g} against {s['baseline']:.4g} around it", s)
+
+    def _shift(self, m: Metric, s: dict) -> Alert | None:
+        seen = self._shifts.setdefault(m.key, [])
+        if any(abs(s["step"] - t) <= SHIFT_SLACK for t in seen):
+            return None
+        seen.append(s["step"])
+        return Alert(m.key, "shift", s["step"], f"mismatch alert: {m.key} shifted at step {s['step']}: "
+                     f"mean {s['before']:.4g} before, {s['after']:.4g} since", s)
+
+    def _drift(self, m: Metric, d: dict) -> Alert | None:
+        if not self._first(("drift", m.key, d["from_step"])):
+            return None
+        return Alert(m.key, "drift", d["to_step"], f"mismatch alert: {m.key} drifted from step {d['from_step']} to "
+                     f"{d['to_step']}: {d['before']:.4g} -> {d['after']:.4g} over {d['shifts']} shifts", d)
+
+    def _first(self, key: tuple) -> bool:
+        if key in self._reported:
+            return False
+        self._reported.add(key)
+        return True
+
+
+def _clean(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The reader's hygiene on one batch: sentinels to -inf, then only pairs with both logprobs finite."""
+    lp, lq = columns["trainer_logprob"], columns["sampler_logprob"]
+    lp = np.where(lp == LOGPROB_SENTINEL, -np.inf, lp)
+    lq = np.where(lq == LOGPROB_SENTINEL, -np.inf, lq)
+    keep = np.isfinite(lp) & np.isfinite(lq)
+    out = {"trainer_logprob": lp[keep], "sampler_logprob": lq[keep], "sequence_id": columns["sequence_id"][keep],
+           "step": columns["step"][keep]}
+    if "advantage" in columns:
+        out["advantage"] = columns["advantage"][keep]
+    out["_all"] = keep
+    return out
