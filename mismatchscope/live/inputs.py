@@ -171,14 +171,15 @@ def _hash_id(value: Any) -> int:
 def _advantages(step: int, x: Any, shape: tuple[int, int], rows: np.ndarray, pos: np.ndarray) -> np.ndarray:
     a = to_host(x)
     if a.shape == shape[:1]:
-        out = a.astype(np.float64)[rows]
+        a = a.astype(np.float64)
+        checked, out = a[np.unique(rows)], a[rows]  # one value per sequence that has a token
     elif a.shape == shape:
-        out = a[rows, pos].astype(np.float64)
+        checked = out = a[rows, pos].astype(np.float64)
     else:
         raise RecorderInputError(f"advantages has shape {a.shape}, expected per sequence {shape[:1]} or per token {shape}")
-    bad = ~np.isfinite(out)
-    if bad.any():
-        raise RecorderInputError(f"step {step}: advantages has {int(bad.sum())} non-finite value(s) under the mask")
+    bad = int((~np.isfinite(checked)).sum())
+    if bad:
+        raise RecorderInputError(f"step {step}: advantages has {bad} non-finite value(s) under the mask")
     return out
 
 
