@@ -159,7 +159,13 @@ def contents_summary(files: list[Path]) -> str:
 
 
 def incomplete_message(run: str | os.PathLike, files: list[Path]) -> str | None:
-    """The one-line warning for a run without its completion record; None when complete or not a run."""
+    """The one-line warning for a run without its completion record; None when complete or not a run.
+
+    ``run`` may also be a run's ``tokens/`` folder: its run is checked.
+    """
+    p = Path(run)
+    if p.name == TOKENS and not is_run_dir(p) and is_run_dir(p.parent):
+        run = p.parent
     c = completion(run)
     if c is None or c.complete:
         return None

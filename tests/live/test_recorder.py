@@ -113,7 +113,10 @@ def test_killed_loop_leaves_finished_steps_readable_and_the_run_incomplete(tmp_p
     assert " ".join(tl.stderr.split()) == expect
     assert json.loads(tl.stdout)["steps"] == len(shards)
     rep = cli("report", str(out))
-    assert rep.returncode == 0 and "incomplete run" in rep.stderr
+    assert rep.returncode == 0 and f"warning: {out} is an incomplete run" in rep.stderr
+    assert rundir.incomplete_message(out / "tokens", shards) == expect.removeprefix("warning: ")  # its shard folder too
+    masks = cli("compare-masks", str(out))
+    assert masks.returncode == 0 and f"warning: {out} is an incomplete run" in masks.stderr
     gate = cli("gate", str(out), "--absolute-only")
     assert gate.returncode == 2
     assert " ".join(gate.stderr.split()) == " ".join(("error: " + expect.removeprefix("warning: ")
