@@ -22,6 +22,7 @@ growing memory without bound.
 
 from __future__ import annotations
 
+import atexit
 import os
 import queue
 import sys
@@ -78,7 +79,9 @@ class Recorder:
         except BaseException:
             self._lock.release()
             raise
-        self._next_seq = int(self._record.get("next_sequence_id", self.rank << SEQUENCE_ID_RANK_SHIFT))
+        self._resumed = resume
+        self._next_seq = max(int(self._record.get("next_sequence_id", 0)), self.rank << SEQUENCE_ID_RANK_SHIFT,
+                             self._max_sequence_id_on_disk() + 1 if resume else 0)
         self._parts: dict[int, int] = {}
         """step -> shards queued this session."""
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, max_pending))
@@ -89,6 +92,7 @@ class Recorder:
         """time add() spent waiting for a full queue (back-pressure)."""
         self._thread = threading.Thread(target=self._write_loop, name=f"mismatchscope-recorder-{self.rank}", daemon=True)
         self._thread.start()
+        atexit.register(self._drain_at_exit)
 
     # -- the caller's side ----------------------------------------------------------
 
@@ -137,6 +141,13 @@ class Recorder:
         finally:
             self._closed = True
             self._lock.release()
+            atexit.unregister(self._drain_at_exit)
+
+    def _drain_at_exit(self) -> None:
+        """An interpreter exiting without close(): write what is queued, leave the run incomplete."""
+        if not self._closed and self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
 
     def __enter__(self) -> "Recorder":
         return self
@@ -225,11 +236,34 @@ class Recorder:
         r["updated"] = time.time()
         rundir.atomic_write_json(self.record_path, r)
 
+    def _shards_on_disk(self, step: int | None = None) -> list[Path]:
+        head = "step-*" if step is None else f"step-{step:06d}"
+        return sorted((self.path / rundir.TOKENS).glob(f"{head}-{self._tag}*.parquet"))
+
     def _drop_earlier_shards(self, step: int) -> None:
-        """A step recorded again after a resume replaces what this rank wrote for it before."""
-        if step in self._record["steps"]:
-            for f in (self.path / rundir.TOKENS).glob(f"step-{step:06d}-{self._tag}*.parquet"):
+        """A step recorded again after a resume replaces what this rank wrote for it before.
+
+        The files on disk are the truth, not the rank record: a job killed
+        between a shard's rename and the record's update leaves a shard the
+        record does not list.
+        """
+        if self._resumed:
+            for f in self._shards_on_disk(step):
                 f.unlink()
+
+    def _max_sequence_id_on_disk(self) -> int:
+        """The largest sequence id in this rank's shards, from their footers (-1 when none)."""
+        import pyarrow.parquet as pq
+
+        top = -1
+        for f in self._shards_on_disk():
+            md = pq.ParquetFile(f).metadata
+            j = md.schema.names.index("sequence_id")
+            for g in range(md.num_row_groups):
+                st = md.row_group(g).column(j).statistics
+                if st is not None and st.has_min_max:
+                    top = max(top, int(st.max))
+        return top
 
 
 def _arrow(name: str, values: np.ndarray) -> pa.Array:

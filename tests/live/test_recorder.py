@@ -317,3 +317,29 @@ def test_importing_the_package_loads_neither_torch_nor_the_recorder():
             "from mismatchscope import Recorder, Monitor; print(a, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_resume_trusts_the_shards_on_disk_over_the_rank_record(tmp_path):
+    """Killed between a shard's rename and the record's update: the record misses step 1's shard."""
+    out = tmp_path / "run"
+    with Recorder(out) as rec:
+        rec.add(0, Q, P, MASK)
+        rec.add(1, Q, P, MASK)
+    record = rundir.read_json(out / "ranks" / "rank-0000.json")
+    rundir.atomic_write_json(out / "ranks" / "rank-0000.json", {**record, "steps": [0], "next_sequence_id": 2})
+    with Recorder(out, resume=True) as rec:
+        rec.add(1, Q, P, MASK)  # step 1 trained again after the restart
+    t = pq.read_table(out / "tokens").to_pydict()
+    assert sorted(zip(t["step"], t["sequence_id"])) == [(0, 0), (0, 0), (0, 1), (1, 4), (1, 4), (1, 5)]
+
+
+def test_exiting_without_close_writes_what_was_queued_and_leaves_the_run_incomplete(tmp_path):
+    code = ("import sys, time, numpy as np; from mismatchscope.live import recorder as m\n"
+            "real = m.write_table\n"
+            "m.write_table = lambda *a, **k: (time.sleep(0.2), real(*a, **k))[1]\n"
+            "rec = m.Recorder(sys.argv[1])\n"
+            "for s in range(3): rec.add(s, np.log([[0.5, 0.25]]), np.log([[0.25, 0.25]]))\n")
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "run")], check=True, env=env, cwd=REPO)
+    assert len(list((tmp_path / "run" / "tokens").glob("*.parquet"))) == 3
+    assert rundir.completion(tmp_path / "run") == rundir.Completion(False, "manifest.json status is 'running', not 'complete'")
