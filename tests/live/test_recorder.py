@@ -302,14 +302,30 @@ def test_a_spike_alerts_once_at_its_step():
     rng = np.random.default_rng(1)
     mon = Monitor()
     alerts_at = {}
-    for step in range(16):
-        got = mon.add(step, *_step_arrays(rng, 0.3 if step == 12 else 0.05))
+    for step in range(24):
+        got = mon.add(step, *_step_arrays(rng, 0.3 if step == 20 else 0.05))
         alerts_at[step] = [(a.metric, a.kind) for a in got.alerts]
         assert got["mismatch/alerts"] == len(got.alerts)
-    assert ("k3_mean", "spike") in alerts_at[12]
+    assert not any(alerts_at[s] for s in range(20))
+    assert ("k3_mean", "spike") in alerts_at[20]  # at once: the newest step is tested against the ones before
     spike = next(a for a in mon.alerts if a.kind == "spike" and a.metric == "k3_mean")
-    assert spike.step == 12 and spike.message.startswith("mismatch alert: k3_mean spiked at step 12: ")
-    assert all(("k3_mean", "spike") not in alerts_at[s] for s in range(13, 16))
+    assert spike.step == 20 and spike.message.startswith("mismatch alert: k3_mean spiked at step 20: ")
+    assert all(("k3_mean", "spike") not in alerts_at[s] for s in range(21, 24))
+
+
+def test_a_rise_in_level_alerts_once_a_few_steps_after_it_and_noise_does_not():
+    rng = np.random.default_rng(2)
+    mon = Monitor()
+    first_alert = {}
+    for step in range(45):
+        got = mon.add(step, *_step_arrays(rng, 0.1 if step >= 25 else 0.05))  # |l| doubles, k3 about x4
+        for a in got.alerts:
+            first_alert.setdefault((a.metric, a.kind), (step, a))
+    assert all(step >= 25 for step, _ in first_alert.values())  # nothing in the 25 steps of noise
+    when, alert = first_alert[("k3_mean", "shift")]
+    assert abs(alert.step - 25) <= 2 and when <= 25 + 5  # placed at the rise, confirmed within a few steps
+    assert alert.message.startswith(f"mismatch alert: k3_mean rose at step {alert.step}: mean ")
+    assert sum(1 for a in mon.alerts if (a.metric, a.kind) == ("k3_mean", "shift")) == 1  # reported once
 
 
 def test_importing_the_package_loads_neither_torch_nor_the_recorder():
