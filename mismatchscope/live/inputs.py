@@ -94,8 +94,8 @@ def prepare(step: int, sampler_logprobs: Any, trainer_logprobs: Any, mask: Any =
     _check_logprobs(step, cols["sampler_logprob"], cols["trainer_logprob"], rows, pos)
     cols["position"] = pos.astype(np.int32)
     cols["step"] = np.full(rows.size, step, np.int64)
-    cols["sequence_id"] = (_per_sequence("sequence_ids", sequence_ids, b, ids=True) if sequence_ids is not None
-                           else np.arange(b, dtype=np.int64))[rows]
+    seq_B = np.arange(b, dtype=np.int64) if sequence_ids is None else _sequence_ids(sequence_ids, b)
+    cols["sequence_id"] = seq_B[rows]
     cols["token_id"] = (np.full(rows.size, -1, np.int64) if token_ids is None
                         else _same_shape("token_ids", token_ids, (b, t))[rows, pos].astype(np.int64))
     if group_ids is not None:
@@ -161,6 +161,16 @@ def _per_sequence(name: str, x: Any, b: int, ids: bool = False) -> np.ndarray:
             raise RecorderInputError(f"{name} must hold integers or strings, got dtype {a.dtype}")
         return a.astype(np.int64)  # a copy
     return a.astype(np.float64)
+
+
+def _sequence_ids(x: Any, b: int) -> np.ndarray:
+    ids = _per_sequence("sequence_ids", x, b, ids=True)
+    uniq, counts = np.unique(ids, return_counts=True)
+    if (counts > 1).any():
+        raise RecorderInputError(f"sequence_ids repeat within the batch ({int((counts > 1).sum())} id(s) more than once): "
+                                 "each row is one sequence",
+                                 hint="pass a prompt's id (shared by its samples) as group_ids, or leave sequence_ids out")
+    return ids
 
 
 def _hash_id(value: Any) -> int:

@@ -200,6 +200,9 @@ def test_torch_inputs_any_dtype_and_the_callers_tensors_are_not_kept(tmp_path):
     (lambda r: r.add(0, Q, P, MASK, sampler_topk_ids=np.zeros((2, 2, 1), int)),
      "top-k columns come as a set of three; missing sampler_topk_logprobs, trainer_logprobs_at_sampler_topk"),
     (lambda r: r.add(-1, Q, P, MASK), "step must be a non-negative integer, got -1"),
+    (lambda r: r.add(0, Q, P, MASK, sequence_ids=np.array(["uid-1", "uid-1"], dtype=object)),
+     "sequence_ids repeat within the batch (1 id(s) more than once): each row is one sequence "
+     "(pass a prompt's id (shared by its samples) as group_ids, or leave sequence_ids out)"),
 ])
 def test_bad_inputs_are_one_clear_error(tmp_path, call, message):
     with Recorder(tmp_path / "run") as rec:
