@@ -362,3 +362,23 @@ def test_exiting_without_close_writes_what_was_queued_and_leaves_the_run_incompl
     subprocess.run([sys.executable, "-c", code, str(tmp_path / "run")], check=True, env=env, cwd=REPO)
     assert len(list((tmp_path / "run" / "tokens").glob("*.parquet"))) == 3
     assert rundir.completion(tmp_path / "run") == rundir.Completion(False, "manifest.json status is 'running', not 'complete'")
+
+
+def test_a_writer_failure_is_raised_at_the_next_call(tmp_path, monkeypatch):
+    from mismatchscope.live import RecorderError
+    from mismatchscope.live import recorder as recmod
+
+    def full(*_a, **_kw):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(recmod, "write_table", full)
+    rec = Recorder(tmp_path / "run")
+    rec.add(0, Q, P, MASK)
+    with pytest.raises(RecorderError) as e:
+        rec.flush()
+    assert str(e.value) == f"the Recorder could not write to {tmp_path / 'run'}: [Errno 28] No space left on device"
+    with pytest.raises(RecorderError):
+        rec.add(1, Q, P, MASK)
+    with pytest.raises(RecorderError):
+        rec.close()
+    assert rundir.completion(tmp_path / "run").complete is False
