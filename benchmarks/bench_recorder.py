@@ -115,7 +115,7 @@ def part_c(a: dict, history: int) -> dict:
         t0 = time.perf_counter()
         small.add(step, lq, lp)
         dt = time.perf_counter() - t0
-        if step + 1 in (8, 32, 128, 256, history):
+        if step + 1 in (16, 17, 32, 128, 256, history):
             by_n[step + 1] = dt
     base = statistics.median([by_n[min(by_n)]])
     return {"first_s": first, "metrics_s": statistics.median(metrics), "detect_by_n": by_n, "small_step_s": base}
