@@ -104,6 +104,18 @@ class Monitor:
         self.alerts: list[Alert] = []
         """every alert so far."""
 
+    def close(self) -> None:
+        """Close the Recorder (if any): the run is complete."""
+        if self.recorder is not None:
+            self.recorder.close()
+
+    def __enter__(self) -> "Monitor":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self.recorder is not None:
+            self.recorder.__exit__(exc_type, exc, tb)
+
     def add(self, step: int, sampler_logprobs: Any, trainer_logprobs: Any, mask: Any = None, **columns: Any) -> StepReport:
         """Record (with a Recorder) and measure one batch; the values cover every batch of ``step`` so far."""
         if self.recorder is not None:

@@ -126,8 +126,9 @@ def test_killed_loop_leaves_finished_steps_readable_and_the_run_incomplete(tmp_p
 # -- hand-derived values, NaN, top-k -----------------------------------------------------
 
 def test_monitor_values_by_hand_and_the_written_shard(tmp_path):
-    with Recorder(tmp_path / "run") as rec:
-        got = Monitor(rec, prefix="").add(7, Q, P, MASK, advantages=np.array([1.0, -1.0]))
+    with Monitor(Recorder(tmp_path / "run"), prefix="") as mon:
+        got = mon.add(7, Q, P, MASK, advantages=np.array([1.0, -1.0]))
+    assert rundir.completion(tmp_path / "run") == rundir.Completion(True, "")
     for key, want in HAND.items():
         assert got[key] == pytest.approx(want, rel=1e-12), key
     assert (got["tokens"], got["nonfinite_tokens"], got["alerts"]) == (3.0, 0.0, 0.0)
