@@ -104,7 +104,10 @@ def prepare(step: int, sampler_logprobs: Any, trainer_logprobs: Any, mask: Any =
         cols["reward"] = _per_sequence("rewards", rewards, b)[rows]
     if advantages is not None:
         cols["advantage"] = _advantages(step, advantages, (b, t), rows, pos)
-    cols.update(_topk(rows, pos, (b, t), sampler_topk_ids, sampler_topk_logprobs, trainer_logprobs_at_sampler_topk))
+    topk = _topk(rows, pos, (b, t), sampler_topk_ids, sampler_topk_logprobs, trainer_logprobs_at_sampler_topk)
+    if topk and token_ids is None:
+        raise RecorderInputError("the top-k columns need token_ids: the bounds look for the sampled token among the listed ids")
+    cols.update(topk)
     return StepBatch(step, cols, int(np.unique(rows).size), b)
 
 

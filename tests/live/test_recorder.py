@@ -201,6 +201,9 @@ def test_torch_inputs_any_dtype_and_the_callers_tensors_are_not_kept(tmp_path):
     (lambda r: r.add(0, Q, P, MASK, sampler_topk_ids=np.zeros((2, 2, 1), int)),
      "top-k columns come as a set of three; missing sampler_topk_logprobs, trainer_logprobs_at_sampler_topk"),
     (lambda r: r.add(-1, Q, P, MASK), "step must be a non-negative integer, got -1"),
+    (lambda r: r.add(0, Q, P, MASK, sampler_topk_ids=np.zeros((2, 2, 1), int), sampler_topk_logprobs=np.zeros((2, 2, 1)),
+                     trainer_logprobs_at_sampler_topk=np.zeros((2, 2, 1))),
+     "the top-k columns need token_ids: the bounds look for the sampled token among the listed ids"),
     (lambda r: r.add(0, Q, P, MASK, sequence_ids=np.array(["uid-1", "uid-1"], dtype=object)),
      "sequence_ids repeat within the batch (1 id(s) more than once): each row is one sequence "
      "(pass a prompt's id (shared by its samples) as group_ids, or leave sequence_ids out)"),
