@@ -48,6 +48,9 @@ class Source:
     metadata: list[dict[str, Any]] = field(default_factory=list)
     file_columns: set[str] = field(default_factory=set)
     """raw column names (as written in the files) present in every file."""
+    incomplete: str | None = None
+    """for a run directory without its completion record (``rundir``): the warning that says so
+    and how much is there; None for a complete run or a plain file."""
 
     def has(self, name: str) -> bool:
         return name in self.available
@@ -143,7 +146,21 @@ def open_source(path: str | os.PathLike, mapping: Mapping[str, str] | None = Non
             metas.append(meta)
         available = present if available is None else available & present
         common = names if common is None else common & names
-    return Source(files=files, mapping=mapping, available=available or set(), metadata=metas, file_columns=common or set())
+    from .rundir import incomplete_message
+
+    incomplete = incomplete_message(path, files) if Path(path).is_dir() else None
+    return Source(files=files, mapping=mapping, available=available or set(), metadata=metas, file_columns=common or set(),
+                  incomplete=incomplete)
+
+
+def require_complete(path: str | os.PathLike) -> None:
+    """Refuse a run directory without its completion record (``gate`` judges only whole runs)."""
+    from .rundir import incomplete_message
+
+    if Path(path).is_dir():
+        message = incomplete_message(path, resolve_files(path))
+        if message:
+            raise InputError(message, hint="wait for the run to finish, or point at complete shards")
 
 
 def iter_batches(source: Source, columns: list[str], hygiene: Hygiene, batch_rows: int = BATCH_ROWS,

@@ -102,8 +102,8 @@ def write_table(path: str | os.PathLike, columns: Mapping[str, Any], metadata: M
     if len(set(lengths.values())) > 1:
         raise ValueError(f"columns have different lengths: {lengths}")
     table = pa.Table.from_pydict({f.name: columns[f.name] for f in schema}, schema=schema)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, path)
+    from .rundir import atomic_path
+
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
     return path

@@ -130,7 +130,7 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
     if n_tokens == 0:
         what = "has no token rows" if hygiene.rows_read == 0 else "has no token with finite logprobs"
         raise InputError(f"{path}: the input {what}")
-    warnings = hygiene.warnings() + _check_positions(seq_ids, agg)
+    warnings = ([source.incomplete] if source.incomplete else []) + hygiene.warnings() + _check_positions(seq_ids, agg)
     seq = SequenceInputs(
         n_tokens_S=agg["n"],
         seq_log_ratio_S=agg["sum_l"],

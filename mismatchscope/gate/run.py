@@ -10,7 +10,7 @@ import numpy as np
 
 from ..analysis.engine import AnalysisRequest, analyse
 from ..errors import UsageError
-from ..reader import open_source
+from ..reader import open_source, require_complete
 from .checks import Check, evaluate
 from .compare import Comparability, compare_runs
 from .config import GateConfig
@@ -50,6 +50,9 @@ def run_gate(candidate: str, baseline: str | None, cfg: GateConfig, mapping: dic
         raise UsageError(
             f"{len(cfg.regression)} regression limit(s) ({', '.join(r.metric for r in cfg.regression)}) need a baseline",
             hint="pass --baseline PATH (or set baseline in [gate]), or --absolute-only to check the absolute limits alone")
+    for path in (candidate, baseline):  # a gate verdict on part of a run would mislead
+        if path is not None:
+            require_complete(path)
     warnings: list[str] = []
     comparability = None
     if baseline is not None:  # metadata only: refuse before reading any token

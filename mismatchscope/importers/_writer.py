@@ -7,13 +7,12 @@ every ~1M tokens. The Parquet encode and write run on one background thread
 (pyarrow releases the GIL), so parsing the next file overlaps with it; at most
 one shard is in flight, so memory stays flat in the length of the run.
 
-``OUT/manifest.json`` is written last: an output without it is incomplete.
+``OUT/manifest.json`` is written last with ``"status": "complete"`` (the
+``rundir`` completion record): an output without it is incomplete.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Mapping
@@ -186,11 +185,8 @@ def check_output_dir(out: Path) -> None:
 
 
 def write_manifest(out: Path, payload: Mapping[str, Any]) -> Path:
-    """Write ``OUT/manifest.json`` atomically; its presence marks the import complete."""
-    path = out / MANIFEST
-    body = {"schema_version": SCHEMA_VERSION, "mismatchscope_version": __version__, **payload}
-    tmp = path.with_name(f".{path.name}.tmp")
-    out.mkdir(parents=True, exist_ok=True)
-    tmp.write_text(json.dumps(body, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, path)
-    return path
+    """Write ``OUT/manifest.json`` atomically, after the last shard: its ``status`` marks the import complete."""
+    from .. import rundir
+
+    body = {"schema_version": SCHEMA_VERSION, "mismatchscope_version": __version__, **payload, "status": rundir.COMPLETE}
+    return rundir.write_manifest(out, body)

@@ -37,9 +37,9 @@ _SAMPLE_SCHEMA = pa.schema([
 
 
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    from ..rundir import atomic_write_bytes
+
+    atomic_write_bytes(path, data)
 
 
 class RunDir:

@@ -125,7 +125,7 @@ def build_series(path: str | os.PathLike, rules: list[RuleInstance], by: str | N
         what = "has no token rows" if hygiene.rows_read == 0 else "has no token with finite logprobs"
         raise InputError(f"{path}: the input {what}")
     series = acc.finish(groups.values if by is not None else ["all"], by)
-    series.warnings = hygiene.warnings() + acc.warnings
+    series.warnings = ([source.incomplete] if source.incomplete else []) + hygiene.warnings() + acc.warnings
     series.source = source
     return series
 
@@ -375,3 +375,17 @@ def grouped_quantile(code_T: np.ndarray, values_T: np.ndarray, n_codes: int, q: 
 
 def _sort_key(v: Any) -> tuple:
     return (0, v, "") if isinstance(v, (int, float, bool)) else (1, 0, str(v))
+
+
+def step_metrics(batch: dict[str, np.ndarray], rules: list[RuleInstance]) -> tuple[list[Metric], dict[str, float]]:
+    """The timeline's values for the tokens of one step, already cleaned as the reader cleans them.
+
+    ``batch`` holds ``trainer_logprob``, ``sampler_logprob``, ``sequence_id``,
+    ``step`` and optionally ``advantage``, aligned. The live ``Monitor`` calls
+    this, so what it logs during a run is what ``timeline`` shows afterwards.
+    """
+    units = _units(rules, "advantage" in batch)
+    acc = _Accumulator(units)
+    acc.add(batch, np.zeros(batch["step"].size, np.int64))
+    series = acc.finish(["all"], None)
+    return series.metrics, {m.key: float(series.values[m.key][0]) for m in series.metrics}

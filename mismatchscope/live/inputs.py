@@ -1,0 +1,221 @@
+"""A training step's tensors -> compact host columns of the token-pair format, checked.
+
+Training loops hold ``[B, T]`` padded tensors and a mask of the tokens that
+count (the response tokens, without padding or tool output). :func:`prepare`
+copies exactly those tokens to host memory (torch tensors on any device, numpy
+arrays or nested lists), checks them, and returns 1-D columns named as in
+``schema.py``. Nothing of the caller's is kept: boolean indexing copies, and
+the per-sequence arrays are copied explicitly.
+
+The checks follow the reader's, so a step ``add()`` accepts is a step every
+command can read: positive logprobs beyond ``POSITIVE_LOGPROB_TOLERANCE``
+are an error; a non-finite logprob (NaN, -inf, the -9999 sentinel) is
+recorded as given, and the reader (and the ``Monitor``) count it and leave it
+out of every number, with a warning.
+
+torch is never imported here: a tensor is recognised by its type's module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError
+from ..reader import POSITIVE_LOGPROB_TOLERANCE
+
+
+class RecorderInputError(InputError):
+    """Arrays handed to ``Recorder.add`` / ``Monitor.add`` that cannot be recorded."""
+
+
+@dataclass
+class StepBatch:
+    """One ``add()`` call's tokens, host-side, in the token-pair format."""
+
+    step: int
+    columns: dict[str, np.ndarray]
+    """1-D per-token columns (``*_topk_*``: 2-D ``[N, K]``); ``sequence_id`` and ``position`` filled in."""
+    sequences: int
+    """rows of the batch with at least one token under the mask."""
+    rows: int
+    """B, the batch size as given."""
+
+    @property
+    def tokens(self) -> int:
+        return int(self.columns["sampler_logprob"].size)
+
+
+def is_tensor(x: Any) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "detach")
+
+
+def to_host(x: Any) -> np.ndarray:
+    """A numpy view or copy of ``x`` on the host. Callers copy what they keep."""
+    if is_tensor(x):
+        t = x.detach()
+        if t.is_floating_point() and t.element_size() < 4:  # bfloat16 / float16: numpy has no bfloat16
+            t = t.float()
+        return t.cpu().numpy()
+    return np.asarray(x)
+
+
+def prepare(step: int, sampler_logprobs: Any, trainer_logprobs: Any, mask: Any = None, *,
+            advantages: Any = None, rewards: Any = None, sequence_ids: Any = None, group_ids: Any = None,
+            token_ids: Any = None, sampler_topk_ids: Any = None, sampler_topk_logprobs: Any = None,
+            trainer_logprobs_at_sampler_topk: Any = None) -> StepBatch:
+    """Check one step's arrays and copy the masked tokens out as token-pair columns.
+
+    ``sequence_ids`` left out are filled in by the caller (the Recorder numbers
+    them per rank); here they default to the row index.
+    """
+    step = _step(step)
+    lq = _floats("sampler_logprobs", sampler_logprobs)
+    lp = _floats("trainer_logprobs", trainer_logprobs)
+    if lq.ndim != 2:
+        raise RecorderInputError(f"sampler_logprobs must be [B, T] (a batch of padded sequences), got shape {lq.shape}",
+                                 hint="add a batch axis for a single sequence, e.g. x[None]")
+    if lp.shape != lq.shape:
+        raise RecorderInputError(f"sampler_logprobs has shape {lq.shape} and trainer_logprobs {lp.shape}: they must match",
+                                 hint="pass both as [B, T] over the same tokens")
+    b, t = lq.shape
+    m = np.ones((b, t), bool) if mask is None else _mask(to_host(mask), (b, t))
+    rows, pos = np.nonzero(m)
+    if rows.size == 0:
+        raise RecorderInputError(f"step {step}: the mask selects no token, nothing to record",
+                                 hint="pass the response mask (1 for each generated token that counts)")
+    cols: dict[str, np.ndarray] = {
+        "sampler_logprob": lq[rows, pos].astype(np.float64),
+        "trainer_logprob": lp[rows, pos].astype(np.float64),
+    }
+    _check_logprobs(step, cols["sampler_logprob"], cols["trainer_logprob"], rows, pos)
+    cols["position"] = pos.astype(np.int32)
+    cols["step"] = np.full(rows.size, step, np.int64)
+    seq_B = np.arange(b, dtype=np.int64) if sequence_ids is None else _sequence_ids(sequence_ids, b)
+    cols["sequence_id"] = seq_B[rows]
+    cols["token_id"] = (np.full(rows.size, -1, np.int64) if token_ids is None
+                        else _same_shape("token_ids", token_ids, (b, t))[rows, pos].astype(np.int64))
+    if group_ids is not None:
+        cols["prompt_id"] = _per_sequence("group_ids", group_ids, b, ids=True)[rows]
+    if rewards is not None:
+        cols["reward"] = _per_sequence("rewards", rewards, b)[rows]
+    if advantages is not None:
+        cols["advantage"] = _advantages(step, advantages, (b, t), rows, pos)
+    topk = _topk(rows, pos, (b, t), sampler_topk_ids, sampler_topk_logprobs, trainer_logprobs_at_sampler_topk)
+    if topk and token_ids is None:
+        raise RecorderInputError("the top-k columns need token_ids: the bounds look for the sampled token among the listed ids")
+    cols.update(topk)
+    return StepBatch(step, cols, int(np.unique(rows).size), b)
+
+
+def _step(step: Any) -> int:
+    if isinstance(step, (bool, np.bool_)) or not isinstance(step, (int, np.integer)) or step < 0:
+        raise RecorderInputError(f"step must be a non-negative integer, got {step!r}")
+    return int(step)
+
+
+def _floats(name: str, x: Any) -> np.ndarray:
+    a = to_host(x)
+    if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
+        raise RecorderInputError(f"{name} must hold numbers, got dtype {a.dtype}")
+    return a
+
+
+def _mask(m: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    if m.shape != shape:
+        raise RecorderInputError(f"mask has shape {m.shape} and the logprobs {shape}: they must match")
+    if m.dtype == bool:
+        return m
+    if not np.isin(m, (0, 1)).all():
+        raise RecorderInputError("mask must hold only 0/1 or booleans", hint="pass the response mask, not lengths or weights")
+    return m.astype(bool)
+
+
+def _same_shape(name: str, x: Any, shape: tuple[int, ...]) -> np.ndarray:
+    a = to_host(x)
+    if a.shape != shape:
+        raise RecorderInputError(f"{name} has shape {a.shape}, expected {shape}")
+    return a
+
+
+def _check_logprobs(step: int, lq: np.ndarray, lp: np.ndarray, rows: np.ndarray, pos: np.ndarray) -> None:
+    """The reader's check, on the masked tokens: clearly positive values are not logprobs."""
+    finite = np.isfinite(lq) & np.isfinite(lp)
+    too_high = finite & ((lq > POSITIVE_LOGPROB_TOLERANCE) | (lp > POSITIVE_LOGPROB_TOLERANCE))
+    if too_high.any():
+        i = int(np.flatnonzero(too_high)[0])
+        raise RecorderInputError(
+            f"step {step}: {int(too_high.sum())} positive logprob(s) beyond rounding (> {POSITIVE_LOGPROB_TOLERANCE:g}), "
+            f"e.g. sampler {lq[i]:.4g} / trainer {lp[i]:.4g} at row {int(rows[i])} position {int(pos[i])}",
+            hint="logprobs are natural logs <= 0; are these logits or probabilities?")
+
+
+def _per_sequence(name: str, x: Any, b: int, ids: bool = False) -> np.ndarray:
+    a = to_host(x)
+    if a.shape != (b,):
+        raise RecorderInputError(f"{name} has shape {a.shape}, expected one value per sequence: ({b},)")
+    if ids:
+        if a.dtype.kind in "OUS":  # string ids (verl's uid): a stable 63-bit hash, equal on every rank
+            return np.array([_hash_id(v) for v in a.tolist()], np.int64)
+        if not np.issubdtype(a.dtype, np.integer):
+            raise RecorderInputError(f"{name} must hold integers or strings, got dtype {a.dtype}")
+        return a.astype(np.int64)  # a copy
+    return a.astype(np.float64)
+
+
+def _sequence_ids(x: Any, b: int) -> np.ndarray:
+    ids = _per_sequence("sequence_ids", x, b, ids=True)
+    uniq, counts = np.unique(ids, return_counts=True)
+    if (counts > 1).any():
+        raise RecorderInputError(f"sequence_ids repeat within the batch ({int((counts > 1).sum())} id(s) more than once): "
+                                 "each row is one sequence",
+                                 hint="pass a prompt's id (shared by its samples) as group_ids, or leave sequence_ids out")
+    return ids
+
+
+def _hash_id(value: Any) -> int:
+    digest = hashlib.blake2b(str(value).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def _advantages(step: int, x: Any, shape: tuple[int, int], rows: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    a = to_host(x)
+    if a.shape == shape[:1]:
+        a = a.astype(np.float64)
+        checked, out = a[np.unique(rows)], a[rows]  # one value per sequence that has a token
+    elif a.shape == shape:
+        checked = out = a[rows, pos].astype(np.float64)
+    else:
+        raise RecorderInputError(f"advantages has shape {a.shape}, expected per sequence {shape[:1]} or per token {shape}")
+    bad = int((~np.isfinite(checked)).sum())
+    if bad:
+        raise RecorderInputError(f"step {step}: advantages has {bad} non-finite value(s) under the mask")
+    return out
+
+
+def _topk(rows: np.ndarray, pos: np.ndarray, shape: tuple[int, int], ids: Any, lq: Any, lp: Any) -> dict[str, np.ndarray]:
+    given = {"sampler_topk_ids": ids, "sampler_topk_logprobs": lq, "trainer_logprobs_at_sampler_topk": lp}
+    present = [k for k, v in given.items() if v is not None]
+    if not present:
+        return {}
+    if len(present) != 3:
+        missing = [k for k in given if k not in present]
+        raise RecorderInputError(f"top-k columns come as a set of three; missing {', '.join(missing)}")
+    arrays = {k: to_host(v) for k, v in given.items()}
+    k_shape = arrays["sampler_topk_ids"].shape
+    if len(k_shape) != 3 or k_shape[:2] != shape:
+        raise RecorderInputError(f"sampler_topk_ids has shape {k_shape}, expected [B, T, K] with [B, T] = {shape}")
+    for name, a in arrays.items():
+        if a.shape != k_shape:
+            raise RecorderInputError(f"{name} has shape {a.shape} and sampler_topk_ids {k_shape}: they must match")
+    out = {"sampler_topk_ids": arrays["sampler_topk_ids"][rows, pos].astype(np.int64)}
+    for name in ("sampler_topk_logprobs", "trainer_logprobs_at_sampler_topk"):
+        v = arrays[name][rows, pos].astype(np.float64)
+        if (np.isfinite(v) & (v > POSITIVE_LOGPROB_TOLERANCE)).any():
+            raise RecorderInputError(f"{name} holds positive logprob(s) beyond rounding (> {POSITIVE_LOGPROB_TOLERANCE:g})",
+                                     hint="logprobs are natural logs <= 0")
+        out[name] = v
+    return out

@@ -1,0 +1,282 @@
+"""``Recorder``: write a training run's logprob pairs as it trains, one shard per step and rank.
+
+    DIR/manifest.json                      written by rank 0: meta, world_size; "status"
+                                           becomes "complete" when rank 0 closes
+    DIR/ranks/rank-NNNN.json               each rank's own record: steps, rows, shards, "status"
+    DIR/ranks/rank-NNNN.lock               each rank's writer lock (flock)
+    DIR/tokens/step-SSSSSS-rank-NNNN.parquet          the first add() of a step
+    DIR/tokens/step-SSSSSS-rank-NNNN-part-PPPP.parquet further add()s of that step (micro-batches)
+
+One process per rank writes the same directory without coordination: every
+file a rank writes has its rank in the name, the lock is per rank (a second
+process with the same rank is refused; other ranks are not affected), and
+only rank 0 writes the manifest. The run is complete when the manifest and
+every rank record say ``complete`` (``rundir.completion``).
+
+``add()`` copies the masked tokens to host memory (``inputs.prepare``) and
+queues them; one background thread encodes and writes each shard atomically
+and then updates the rank record. The queue is bounded: when the writer falls
+behind, ``add()`` waits for it (and says so once) instead of dropping data or
+growing memory without bound.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import queue
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pyarrow as pa
+
+from .. import __version__, rundir
+from ..errors import MismatchscopeError, UsageError
+from ..schema import COLUMNS, SCHEMA_VERSION, write_table
+from .inputs import StepBatch, prepare
+
+SEQUENCE_ID_RANK_SHIFT = 40
+"""generated sequence ids are ``rank << 40 | n``: unique across ranks and steps of a run."""
+MAX_PENDING = 8
+"""shards queued for the writer before ``add()`` waits (64 x 1024 tokens: ~5 MB each)."""
+
+
+class RecorderError(MismatchscopeError, RuntimeError):
+    """The Recorder cannot go on: its writer failed, or it was used after close()."""
+
+
+class Recorder:
+    """Record ``(sampler, trainer)`` logprob pairs of every training step into a run directory.
+
+    ``rank`` / ``world_size`` default to the ``RANK`` / ``WORLD_SIZE``
+    variables torchrun sets (0 / unknown without them). ``meta`` (any JSON)
+    goes into the manifest and every shard's metadata. ``resume=True`` adds
+    to a rank's earlier records (a restarted job); a step recorded again
+    replaces that rank's earlier shards of the step.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, rank: int | None = None, world_size: int | None = None,
+                 meta: Mapping[str, Any] | None = None, resume: bool = False, max_pending: int = MAX_PENDING):
+        self.path = Path(path)
+        self.rank = int(os.environ.get("RANK", 0)) if rank is None else int(rank)
+        env_world = os.environ.get("WORLD_SIZE")
+        self.world_size = world_size if world_size is not None else (int(env_world) if env_world else None)
+        if self.rank < 0 or (self.world_size is not None and not 0 <= self.rank < self.world_size):
+            raise UsageError(f"rank {self.rank} is not in [0, {self.world_size})" if self.world_size else
+                             f"rank must be >= 0, got {self.rank}")
+        self.meta = dict(meta or {})
+        self._tag = f"rank-{self.rank:04d}"
+        self.record_path = self.path / rundir.RANKS / f"{self._tag}.json"
+        self._lock = rundir.WriterLock(self.path / rundir.RANKS / f"{self._tag}.lock", f"{self.path} (rank {self.rank})")
+        try:
+            self._record = self._open_record(resume)
+            if self.rank == 0:
+                self._write_manifest(rundir.RUNNING)
+        except BaseException:
+            self._lock.release()
+            raise
+        self._resumed = resume
+        self._next_seq = max(int(self._record.get("next_sequence_id", 0)), self.rank << SEQUENCE_ID_RANK_SHIFT,
+                             self._max_sequence_id_on_disk() + 1 if resume else 0)
+        self._parts: dict[int, int] = {}
+        """step -> shards queued this session."""
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, max_pending))
+        self._error: BaseException | None = None
+        self._warned_full = False
+        self._closed = False
+        self.wait_seconds = 0.0
+        """time add() spent waiting for a full queue (back-pressure)."""
+        self._thread = threading.Thread(target=self._write_loop, name=f"mismatchscope-recorder-{self.rank}", daemon=True)
+        self._thread.start()
+        atexit.register(self._drain_at_exit)
+
+    # -- the caller's side ----------------------------------------------------------
+
+    def add(self, step: int, sampler_logprobs: Any, trainer_logprobs: Any, mask: Any = None, **columns: Any) -> StepBatch:
+        """Record one batch of step ``step``: ``[B, T]`` logprobs and mask (torch on any device, or numpy).
+
+        Optional keywords: ``advantages`` ([B] or [B, T]), ``rewards`` ([B]),
+        ``sequence_ids`` ([B] ints; unique in the run, default generated),
+        ``group_ids`` ([B] ints or strings: the prompt / GRPO group),
+        ``token_ids`` ([B, T]; -1 is written without them), and the three
+        top-k columns ``sampler_topk_ids``, ``sampler_topk_logprobs``,
+        ``trainer_logprobs_at_sampler_topk`` ([B, T, K]) together.
+        Returns the host copy (the ``Monitor`` reads it).
+        """
+        self._check_usable()
+        given_ids = columns.get("sequence_ids") is not None
+        batch = prepare(step, sampler_logprobs, trainer_logprobs, mask, **columns)
+        if not given_ids:
+            rows = batch.columns["sequence_id"]
+            batch.columns["sequence_id"] = rows + self._next_seq
+            self._next_seq += batch.rows
+        part = self._parts.get(batch.step, 0)
+        self._parts[batch.step] = part + 1
+        self._put((batch, part))
+        return batch
+
+    def flush(self) -> None:
+        """Wait until every queued shard is on disk (raises the writer's error, if any)."""
+        self._check_usable()
+        while self._queue.unfinished_tasks and self._error is None:
+            time.sleep(0.005)
+        self._raise_writer_error()
+
+    def close(self, status: str = rundir.COMPLETE) -> None:
+        """Write what is queued, mark this rank's record (rank 0: the manifest) complete, release the lock."""
+        if self._closed:
+            return
+        try:
+            self._queue.put(None)
+            self._thread.join()
+            self._raise_writer_error()
+            self._record["status"] = status
+            rundir.atomic_write_json(self.record_path, self._record)
+            if self.rank == 0:
+                self._write_manifest(status)
+        finally:
+            self._closed = True
+            self._lock.release()
+            atexit.unregister(self._drain_at_exit)
+
+    def _drain_at_exit(self) -> None:
+        """An interpreter exiting without close(): write what is queued, leave the run incomplete."""
+        if not self._closed and self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
+    def __enter__(self) -> "Recorder":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        # after an exception the shards written stay, but the run is not complete
+        self.close(rundir.COMPLETE if exc_type is None else "failed")
+
+    # -- internals -------------------------------------------------------------------
+
+    def _open_record(self, resume: bool) -> dict[str, Any]:
+        old = rundir.read_json(self.record_path)
+        if old is not None and not resume:
+            raise UsageError(f"{self.path} already holds records of rank {self.rank} ({self.record_path.name})",
+                             hint="pass resume=True to add to them, or record into another directory")
+        record = old or {"rank": self.rank, "steps": [], "rows": 0, "shards": 0}
+        record.update({"status": rundir.RUNNING, "pid": os.getpid(), "started": time.time()})
+        rundir.atomic_write_json(self.record_path, record)
+        (self.path / rundir.TOKENS).mkdir(parents=True, exist_ok=True)
+        return record
+
+    def _write_manifest(self, status: str) -> None:
+        old = rundir.read_manifest(self.path) or {}
+        manifest = {**old, "writer": "recorder", "schema_version": SCHEMA_VERSION, "mismatchscope_version": __version__,
+                    "meta": self.meta, "world_size": self.world_size, "status": status,
+                    "layout": "tokens/step-SSSSSS-rank-NNNN[-part-PPPP].parquet; ranks/rank-NNNN.json per rank"}
+        manifest.setdefault("created", time.time())
+        rundir.write_manifest(self.path, manifest)
+
+    def _put(self, item: Any) -> None:
+        try:
+            self._queue.put_nowait(item)
+            return
+        except queue.Full:
+            pass
+        if not self._warned_full:
+            self._warned_full = True
+            print(f"mismatchscope: warning: the Recorder's writer is behind ({self._queue.maxsize} shards queued); "
+                  "add() waits for it rather than drop data (said once)", file=sys.stderr)
+        t0 = time.perf_counter()
+        while True:
+            self._raise_writer_error()
+            try:
+                self._queue.put(item, timeout=0.1)
+                break
+            except queue.Full:
+                continue
+        self.wait_seconds += time.perf_counter() - t0
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise RecorderError(f"the Recorder of {self.path} is closed")
+        self._raise_writer_error()
+
+    def _raise_writer_error(self) -> None:
+        if self._error is not None:
+            raise RecorderError(f"the Recorder could not write to {self.path}: {self._error}") from self._error
+
+    def _write_loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                if self._error is None:
+                    self._write(*item)
+            except BaseException as e:  # reported to the caller at its next call
+                self._error = e
+            finally:
+                self._queue.task_done()
+
+    def _write(self, batch: StepBatch, part: int) -> None:
+        name = f"step-{batch.step:06d}-{self._tag}" + (f"-part-{part:04d}" if part else "")
+        if part == 0:
+            self._drop_earlier_shards(batch.step)
+        meta = {"writer": "recorder", "rank": self.rank, "meta": self.meta, "mismatchscope_version": __version__}
+        cols = {k: _arrow(k, v) for k, v in batch.columns.items()}
+        cols["rank"] = _flat(pa.int32(), np.full(batch.tokens, self.rank, np.int32))
+        write_table(self.path / rundir.TOKENS / f"{name}.parquet", cols, meta)
+        r = self._record
+        if batch.step not in r["steps"]:
+            r["steps"].append(batch.step)
+        r["rows"] += batch.tokens
+        r["shards"] += 1
+        r["next_sequence_id"] = self._next_seq
+        r["updated"] = time.time()
+        rundir.atomic_write_json(self.record_path, r)
+
+    def _shards_on_disk(self, step: int | None = None) -> list[Path]:
+        head = "step-*" if step is None else f"step-{step:06d}"
+        return sorted((self.path / rundir.TOKENS).glob(f"{head}-{self._tag}*.parquet"))
+
+    def _drop_earlier_shards(self, step: int) -> None:
+        """A step recorded again after a resume replaces what this rank wrote for it before.
+
+        The files on disk are the truth, not the rank record: a job killed
+        between a shard's rename and the record's update leaves a shard the
+        record does not list.
+        """
+        if self._resumed:
+            for f in self._shards_on_disk(step):
+                f.unlink()
+
+    def _max_sequence_id_on_disk(self) -> int:
+        """The largest sequence id in this rank's shards, from their footers (-1 when none)."""
+        import pyarrow.parquet as pq
+
+        top = -1
+        for f in self._shards_on_disk():
+            md = pq.ParquetFile(f).metadata
+            j = md.schema.names.index("sequence_id")
+            for g in range(md.num_row_groups):
+                st = md.row_group(g).column(j).statistics
+                if st is not None and st.has_min_max:
+                    top = max(top, int(st.max))
+        return top
+
+
+def _arrow(name: str, values: np.ndarray) -> pa.Array:
+    """numpy -> Arrow without pandas; ``[N, K]`` top-k arrays become fixed-length lists."""
+    typ = COLUMNS[name].type
+    if values.ndim == 2:
+        n, k = values.shape
+        inner = _flat(typ.value_type, values.reshape(-1))
+        return pa.ListArray.from_arrays(_flat(pa.int32(), np.arange(0, n * k + 1, k, dtype=np.int32)), inner)
+    return _flat(typ, values)
+
+
+def _flat(typ: pa.DataType, values: np.ndarray) -> pa.Array:
+    # from_buffers, not pa.array(ndarray): the latter imports pandas (~0.5 s) to ask if it was given a pandas object
+    values = np.ascontiguousarray(values, dtype=typ.to_pandas_dtype())
+    return pa.Array.from_buffers(typ, len(values), [None, pa.py_buffer(values)])

@@ -1,0 +1,211 @@
+"""The run-directory contract: atomic files, the manifest, the completion record, one writer.
+
+Every writer of a run directory (``probe``, ``rescore``, ``import``, the
+training-loop :class:`~mismatchscope.Recorder`) follows the same rules, so
+every reader can trust what it finds:
+
+* **Atomic files.** A file is written to a hidden temporary name beside it
+  and renamed over its final name (:func:`atomic_path`): a killed writer
+  leaves whole files or nothing, never half a shard.
+* **One completion record.** ``DIR/manifest.json`` carries ``"status"``;
+  the run is complete only when it reads ``"complete"``, written after the
+  last shard. A run written by several processes (one per trainer rank) also
+  keeps one record per rank, ``DIR/ranks/rank-NNNN.json``, with the same
+  ``status`` key; it is complete when the manifest and every rank record say
+  ``complete`` (and, when the manifest names a ``world_size``, that many rank
+  records exist). :func:`completion` is the one reader of this record.
+* **One writer.** A writer takes an exclusive ``flock`` on a lock file in the
+  run directory (:class:`WriterLock`); a second process asking for the same
+  lock is refused with a one-line error instead of writing the same rows
+  twice. The lock goes away with the process, so a killed writer never
+  leaves a stale lock behind.
+
+Only the standard library and pyarrow's footer reader are used here: the
+readers of the light core import this module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from .errors import UsageError
+
+MANIFEST = "manifest.json"
+TOKENS = "tokens"
+RANKS = "ranks"
+LOCK = ".lock"
+COMPLETE = "complete"
+RUNNING = "running"
+
+
+class RunLockedError(UsageError):
+    """Another process is writing this run directory."""
+
+
+# -- atomic files -----------------------------------------------------------------
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success rename it over ``path``.
+
+    On an exception the temporary file is removed and ``path`` is untouched.
+    The rename is atomic on POSIX filesystems, so a reader sees the old file,
+    the new file, or no file, never a part of one.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+    return Path(path)
+
+
+def atomic_write_json(path: str | os.PathLike, payload: Mapping[str, Any]) -> Path:
+    """JSON, indented and key-sorted (diffable), written atomically."""
+    text = json.dumps(dict(payload), indent=2, sort_keys=True, default=str) + "\n"
+    return atomic_write_bytes(path, text.encode())
+
+
+# -- manifest and completion -------------------------------------------------------
+
+def read_json(path: str | os.PathLike) -> dict[str, Any] | None:
+    """A JSON object from ``path``; None when the file is absent or not a JSON object."""
+    try:
+        value = json.loads(Path(path).read_text())
+    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def read_manifest(run: str | os.PathLike) -> dict[str, Any] | None:
+    return read_json(Path(run) / MANIFEST)
+
+
+def write_manifest(run: str | os.PathLike, manifest: Mapping[str, Any]) -> Path:
+    return atomic_write_json(Path(run) / MANIFEST, manifest)
+
+
+def is_run_dir(path: str | os.PathLike) -> bool:
+    """A directory a mismatchscope writer made: it has a manifest or a ``tokens/`` folder."""
+    p = Path(path)
+    return p.is_dir() and ((p / MANIFEST).is_file() or (p / TOKENS).is_dir())
+
+
+@dataclass(frozen=True)
+class Completion:
+    complete: bool
+    reason: str
+    """why the run is incomplete ("" when complete)."""
+
+
+def completion(run: str | os.PathLike) -> Completion | None:
+    """The run's completion record read once; None when ``run`` is not a run directory."""
+    p = Path(run)
+    if not is_run_dir(p):
+        return None
+    manifest = read_manifest(p)
+    if manifest is None:
+        return Completion(False, f"no readable {MANIFEST}")
+    if manifest.get("status") != COMPLETE:
+        return Completion(False, f"{MANIFEST} status is {manifest.get('status')!r}, not {COMPLETE!r}")
+    records = {f.stem: read_json(f) or {} for f in sorted((p / RANKS).glob("rank-*.json"))}
+    open_ranks = [name.removeprefix("rank-").lstrip("0") or "0" for name, rec in records.items()
+                  if rec.get("status") != COMPLETE]
+    if open_ranks:
+        return Completion(False, f"rank(s) {', '.join(open_ranks)} did not close")
+    world = manifest.get("world_size")
+    if isinstance(world, int) and records and len(records) < world:
+        return Completion(False, f"{len(records)} of {world} ranks wrote a record")
+    return Completion(True, "")
+
+
+def contents_summary(files: list[Path]) -> str:
+    """"N shard(s), R rows, steps A-B" from the Parquet footers only (no data read)."""
+    import pyarrow.parquet as pq
+
+    rows, lo, hi = 0, None, None
+    for f in files:
+        try:
+            md = pq.ParquetFile(f).metadata
+        except Exception:  # an unreadable shard is reported by the reader itself
+            continue
+        rows += md.num_rows
+        names = [md.schema.column(i).name for i in range(md.num_columns)]
+        if "step" not in names:
+            continue
+        j = names.index("step")
+        for g in range(md.num_row_groups):
+            st = md.row_group(g).column(j).statistics
+            if st is not None and st.has_min_max:
+                lo = st.min if lo is None else min(lo, st.min)
+                hi = st.max if hi is None else max(hi, st.max)
+    steps = "" if lo is None else f", steps {lo}-{hi}" if lo != hi else f", step {lo}"
+    return f"{len(files)} shard(s), {rows:,} rows{steps}"
+
+
+def incomplete_message(run: str | os.PathLike, files: list[Path]) -> str | None:
+    """The one-line warning for a run without its completion record; None when complete or not a run.
+
+    ``run`` may also be a run's ``tokens/`` folder: its run is checked.
+    """
+    p = Path(run)
+    if p.name == TOKENS and not is_run_dir(p) and is_run_dir(p.parent):
+        run = p.parent
+    c = completion(run)
+    if c is None or c.complete:
+        return None
+    return (f"{run} is an incomplete run ({c.reason}: killed, or still being written); "
+            f"read what is there: {contents_summary(files)}")
+
+
+# -- one writer ---------------------------------------------------------------------
+
+class WriterLock:
+    """An exclusive, non-blocking ``flock`` on ``path``, held until :meth:`release`.
+
+    The lock file holds the pid of its holder, for the error message only:
+    the lock itself is the kernel's and ends with the process.
+    """
+
+    def __init__(self, path: str | os.PathLike, what: str):
+        import fcntl
+
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self._fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(self._fd)
+            self._fd = None
+            raise RunLockedError(f"{what} is being written by another process (pid {holder} holds {self.path})",
+                                 hint="wait for it to finish, or write to another directory") from None
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = None
+
+    def __enter__(self) -> "WriterLock":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
