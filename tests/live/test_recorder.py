@@ -40,8 +40,8 @@ HAND = {
     "ratio_outside_band": 1 / 3,
     # icepop (alpha 0.5, beta 5) rejects r < 0.5 or r > 5: r = 0.125 only
     "icepop_reject_rate": 1 / 3,
-    # ipo (delta 0.1) rejects tv > 0.1: 0.25 and 0.7
-    "ipo_reject_rate": 2 / 3,
+    # ipo (delta 0.3, prime-rl's default) rejects tv > 0.3: 0.7 only (0.25 is kept)
+    "ipo_reject_rate": 1 / 3,
 }
 
 
@@ -177,7 +177,7 @@ def test_torch_inputs_any_dtype_and_the_callers_tensors_are_not_kept(tmp_path):
         del q, p, m
         assert all(r() is None for r in refs)
     # bf16 holds 0.25 and 0.125 exactly, 0.1 -> 0.10009765625 (ln 0.1 rounded): p = 0.1 is now off by 1e-4
-    assert got["ipo_reject_rate"] == pytest.approx(2 / 3)
+    assert got["ipo_reject_rate"] == pytest.approx(HAND["ipo_reject_rate"])
     assert got["abs_logprob_diff_mean"] == pytest.approx(HAND["abs_logprob_diff_mean"], abs=2e-3)
 
 
