@@ -1,0 +1,382 @@
+"""Orchestration of ``diagnose``: baseline, reference, variants, determinism, cost.
+
+Order of work, cheapest checks first:
+
+1. variants, checkpoint and prompts are checked before any engine starts;
+2. the baseline samples in its own process (:mod:`.worker`), samples again
+   with the same seed and scores its own sequences by prefill;
+3. the float64 reference scores the baseline's tokens; the four pairs are
+   written as run directories and decomposed;
+4. the baseline trainer scores the same sequences alone, in the full batch
+   and shuffled;
+5. each variant runs: trainer-side ones rescore the baseline's samples
+   (no sampling, in this process), sampler-side ones sample again in their
+   own process; a variant that fails is recorded with its reason and the
+   others still run;
+6. every variant's total gap is compared with the baseline's (bootstrap over
+   sequences) and decomposed against the reference.
+
+Layout of ``OUT``: ``baseline/`` and ``variants/NAME/`` are probe run
+directories; ``pairs/CONFIG/PAIR/`` hold the reference pairs; ``diagnose.json``
+is the payload the CLI prints.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import UsageError
+from ..probe.run import Progress
+from ..probe.types import SamplerConfig, SamplingConfig, ScoreRequest, TrainerConfig
+from . import cost
+from .decompose import decompose
+from .determinism import compare, trainer_checks
+from .effects import Bootstrap, deltas
+from .pairs import load_tokens, sequence_slices, write_pair_run
+from .variants import Configuration, Variant, apply
+
+WORKER_TIMEOUT_S = 900
+
+
+@dataclass(frozen=True)
+class DiagnoseOptions:
+    checkpoint: Path
+    prompts: Path
+    out: Path
+    sampling: SamplingConfig
+    sampler: SamplerConfig
+    trainer: TrainerConfig
+    variants: list[Variant]
+    env: dict[str, str] = field(default_factory=dict)
+    bootstrap: Bootstrap = Bootstrap()
+    determinism: bool = True
+    reference_dtype: str | None = None
+    """None: float64 where it fits."""
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "variant"
+
+
+def check_options(opts: DiagnoseOptions):
+    """Everything that can be checked without an engine; returns the checkpoint info."""
+    from ..probe.checkpoint import inspect_checkpoint
+    from ..probe.prompts import load_prompts
+
+    if opts.sampler.kind != "vllm":
+        raise UsageError(f"diagnose starts its own engines; --sampler {opts.sampler.kind} is not supported",
+                         hint="use --sampler vllm")
+    if opts.out.exists() and any(opts.out.iterdir()):
+        raise UsageError(f"{opts.out} exists and is not empty", hint="choose a new --out")
+    load_prompts(opts.prompts)
+    return inspect_checkpoint(opts.checkpoint, allow_pickle=opts.trainer.allow_pickle,
+                              trust_remote_code=opts.trainer.trust_remote_code)
+
+
+def run_diagnose(opts: DiagnoseOptions, progress: Progress | None = None) -> dict[str, Any]:
+    from ..probe.trainer import HFTrainer
+    from .reference import load_reference
+
+    progress = progress or Progress()
+    info = check_options(opts)
+    t_start = time.perf_counter()
+    opts.out.mkdir(parents=True, exist_ok=True)
+    base_cfg = Configuration(opts.sampler, opts.trainer, dict(opts.env))
+
+    progress.note(f"baseline: sampler {opts.sampler.dtype}, trainer {opts.trainer.dtype} (own process)")
+    base_dir = opts.out / "baseline"
+    base = _sampler_run(opts, base_cfg, base_dir, repeat=opts.determinism, prefill=True)
+    if base["status"] != "ok":
+        raise UsageError(f"the baseline sampler failed ({base['stage']}): {base['reason']}",
+                         hint=f"see {base_dir.parent / 'baseline.log'}")
+    base_tokens = load_tokens(base_dir)
+
+    progress.note("reference forward of the baseline's tokens")
+    t0 = time.perf_counter()
+    reference = load_reference(info, trust_remote_code=opts.trainer.trust_remote_code, dtype=opts.reference_dtype)
+    prompt_ids = _prompt_ids(base_dir)
+    ref_lp = _reference_lp(reference, base_tokens, prompt_ids, opts.sampling)
+    reference_s = time.perf_counter() - t0
+
+    configs: dict[str, dict[str, Any]] = {}
+    configs["baseline"] = _config_record("baseline", None, base_dir, base_tokens, ref_lp, base, opts, paired=None)
+    decomposition = dict(configs["baseline"]["gaps"])
+    decomposition["sampler_decode_vs_prefill"] = _self_consistency(opts, base, base_tokens)
+
+    determinism: dict[str, Any] = {}
+    if opts.determinism:
+        progress.note("determinism: repeat sampling, prefill and trainer batch invariance")
+        determinism.update(_sampler_determinism(base, base_tokens))
+        trainer = HFTrainer(info, opts.trainer)
+        determinism.update(trainer_checks(trainer, _requests(base_dir, prompt_ids), opts.sampling, opts.bootstrap.seed))
+        determinism["trainer_alone_vs_batch"]["compared"] = determinism["trainer_shuffled_vs_batch"]["compared"] = \
+            f"trainer logprobs ({opts.trainer.dtype} model, fp32 log-softmax)"
+        del trainer
+
+    variants_out = []
+    for v in opts.variants:
+        if v.skip_reason:
+            variants_out.append({"name": v.name, "side": v.side, "changes": v.changes, "status": "skipped",
+                                 "reason": v.skip_reason})
+            continue
+        progress.note(f"variant {v.name} ({v.side} side)")
+        variants_out.append(_variant(opts, base_cfg, v, configs, base_tokens, ref_lp, reference, prompt_ids))
+
+    payload = {
+        "checkpoint": str(info.path),
+        "out": str(opts.out),
+        "device": _device(),
+        "reference": {"dtype": reference.dtype, "note": reference.note, "seconds": reference_s},
+        "baseline": {"sampler": opts.sampler.to_dict(), "trainer": opts.trainer.to_dict(), "env": opts.env,
+                     "sampling": opts.sampling.to_dict(), "run_dir": str(base_dir),
+                     "metrics": configs["baseline"]["metrics"], "throughput": configs["baseline"]["throughput"]},
+        "decomposition": decomposition,
+        "variants": variants_out,
+        "determinism": determinism,
+        "wall_s": time.perf_counter() - t_start,
+    }
+    _rank(payload)
+    (opts.out / "diagnose.json").write_text(json.dumps(_jsonable(payload), indent=2, allow_nan=False) + "\n")
+    return payload
+
+
+# ------------------------------------------------------------ configurations
+
+
+def _sampler_run(opts: DiagnoseOptions, cfg: Configuration, out: Path, *, repeat: bool, prefill: bool) -> dict[str, Any]:
+    """One sampler configuration in a fresh interpreter (see :mod:`.worker`)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    spec_path = out.parent / f"{out.name}.spec.json"
+    result_path = out.parent / f"{out.name}.result.json"
+    log_path = out.parent / f"{out.name}.log"
+    spec = {"checkpoint": str(opts.checkpoint), "prompts": str(opts.prompts), "out": str(out),
+            "sampling": opts.sampling.to_dict(), "sampler": cfg.sampler.to_dict(), "trainer": opts.trainer.to_dict(),
+            "env": cfg.env, "repeat": repeat, "prefill": prefill, "result": str(result_path), "seed": opts.bootstrap.seed}
+    spec_path.write_text(json.dumps(spec, indent=2))
+    t0 = time.perf_counter()
+    with open(log_path, "w") as log:
+        try:
+            proc = subprocess.run([sys.executable, "-m", "mismatchscope.diagnose.worker", str(spec_path)],
+                                  stdout=log, stderr=subprocess.STDOUT, timeout=WORKER_TIMEOUT_S)
+            code = proc.returncode
+        except subprocess.TimeoutExpired:
+            code = None
+    wall = time.perf_counter() - t0
+    if result_path.is_file():
+        result = json.loads(result_path.read_text())
+    elif code is None:
+        result = {"status": "failed", "stage": "timeout", "reason": f"no result within {WORKER_TIMEOUT_S} s"}
+    else:
+        result = {"status": "failed", "stage": "engine process",
+                  "reason": f"the sampler process died (exit code {code}): {_last_line(log_path)}"}
+    result["process_wall_s"] = wall
+    result["log"] = str(log_path)
+    return result
+
+
+def _last_line(path: Path) -> str:
+    lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else "no output"
+
+
+def _variant(opts, base_cfg, v: Variant, configs, base_tokens, base_ref_lp, reference, prompt_ids) -> dict[str, Any]:
+    from ..probe.run import rescore
+
+    cfg = apply(base_cfg, v)
+    out = opts.out / "variants" / _slug(v.name)
+    record: dict[str, Any] = {"name": v.name, "side": v.side, "changes": v.changes, "run_dir": str(out)}
+    if v.side == "trainer":
+        t0 = time.perf_counter()
+        try:
+            rescore(opts.out / "baseline", out, cfg.trainer)
+        except Exception as e:  # a trainer that cannot load this setting is a result for this variant only
+            return {**record, "status": "failed", "reason": f"{type(e).__name__}: {e}".splitlines()[0]}
+        run = {"status": "ok", "startup_s": None, "wall_s": time.perf_counter() - t0}
+        tokens = load_tokens(out)
+        ref_lp = base_ref_lp
+    else:
+        run = _sampler_run(opts, cfg, out, repeat=False, prefill=False)
+        if run["status"] != "ok":
+            return {**record, "status": "failed", "stage": run.get("stage"), "reason": run["reason"], "log": run.get("log")}
+        tokens = load_tokens(out)
+        ref_lp = _reference_lp(reference, tokens, prompt_ids, opts.sampling)
+    rec = _config_record(v.name, v, out, tokens, ref_lp, run, opts, paired=v.side == "trainer")
+    rec["delta"] = deltas(configs["baseline"]["result"], rec.pop("result"), v.side == "trainer", opts.bootstrap)
+    rec["tokens_changed_share"] = _changed_share(base_tokens, tokens, v.side)
+    configs[v.name] = rec
+    return {**record, "status": "ok", **rec}
+
+
+def _config_record(name, variant, run_dir: Path, tokens, ref_lp, run: dict, opts, paired) -> dict[str, Any]:
+    """Total gap (report metrics), the reference gaps and decomposition, and the costs of one configuration."""
+    from ..analysis.engine import AnalysisRequest, analyse
+
+    pairs_dir = opts.out / "pairs" / _slug(name)
+    lq, lp = tokens["sampler_logprob"], tokens["trainer_logprob"]
+    meta = {"diagnose_configuration": name, "reference_dtype": opts.reference_dtype or "auto"}
+    s_dir = write_pair_run(pairs_dir / "sampler_vs_reference", tokens, lq, ref_lp, {**meta, "pair": "sampler_vs_reference"})
+    t_dir = write_pair_run(pairs_dir / "trainer_vs_reference", tokens, ref_lp, lp, {**meta, "pair": "trainer_vs_reference"})
+    total = analyse(str(run_dir), AnalysisRequest(report=True))
+    gaps = {
+        "total": _gap(total, run_dir),
+        "sampler_vs_reference": _gap(analyse(str(s_dir), AnalysisRequest(report=True)), s_dir),
+        "trainer_vs_reference": _gap(analyse(str(t_dir), AnalysisRequest(report=True)), t_dir),
+    }
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    timings = manifest.get("timings", {})
+    sampling_s = timings.get("sampling_seconds") or None
+    scoring_s = timings.get("scoring_seconds") or None
+    n = int(timings.get("tokens", lq.size))
+    if paired and sampling_s is None:  # a trainer-side variant keeps the baseline's sampler, and its cost
+        sampling_s = json.loads((opts.out / "baseline" / "manifest.json").read_text())["timings"].get("sampling_seconds")
+    throughput = {
+        "tokens": n,
+        "startup_s": run.get("startup_s"),
+        "sampler_tokens_per_s": n / sampling_s if sampling_s else None,
+        "trainer_tokens_per_s": n / scoring_s if scoring_s else None,
+        "sampling_s": sampling_s,
+        "scoring_s": scoring_s,
+        "wall_s": run.get("wall_s"),
+    }
+    return {"metrics": gaps["total"]["metrics"], "gaps": gaps, "decomposition": decompose(lq, lp, ref_lp),
+            "throughput": throughput, "result": total}
+
+
+def _gap(result, path: Path) -> dict[str, Any]:
+    return {"run_dir": str(path), "tokens": result.tokens, "sequences": result.sequences, "metrics": result.report["metrics"]}
+
+
+def _self_consistency(opts: DiagnoseOptions, base: dict, tokens) -> dict[str, Any]:
+    """Decode-time logprobs against the same engine's prefill of the same sequences, like with like."""
+    from ..analysis.engine import AnalysisRequest, analyse
+
+    s = opts.sampling
+    truncates = s.top_p < 1.0 or (s.top_k or 0) > 0
+    comparable = s.logprobs_mode == "raw_logprobs" or (abs(s.temperature - 1.0) < 1e-12 and not truncates) or s.temperature < 1e-5
+    note = ("vLLM's prompt (prefill) logprobs are raw: T = 1 over the full vocabulary, in either logprobs mode; "
+            "decode-time logprobs are compared with them only when they mean the same "
+            "(raw_logprobs, or T = 1 without top-k/top-p, or greedy)")
+    if "prefill" not in base:
+        return {"status": "skipped", "reason": "the sampler has no prefill scoring", "note": note}
+    if not comparable:
+        return {"status": "skipped", "note": note,
+                "reason": f"decode logprobs here are processed at T={s.temperature:g}"
+                          f"{' with truncation' if truncates else ''}: rerun with --logprobs-mode raw_logprobs"}
+    prefill = _aligned(base["prefill"]["keys"], base["prefill"]["batch"], tokens, opts.sampling.n)
+    path = write_pair_run(opts.out / "pairs" / "baseline" / "sampler_decode_vs_prefill", tokens,
+                          tokens["sampler_logprob"], prefill, {"pair": "sampler_decode_vs_prefill"})
+    out = _gap(analyse(str(path), AnalysisRequest(report=True)), path)
+    out["note"] = note
+    return {"status": "ok", **out}
+
+
+def _aligned(keys, values, tokens, n: int) -> np.ndarray:
+    """Per-sequence lists keyed by (prompt_index, sample_index) laid out as the token rows."""
+    by_seq = {p * n + k: v for (p, k), v in zip(keys, values)}
+    out = np.empty(tokens["sequence_id"].size)
+    for sid, sl in sequence_slices(tokens["sequence_id"]):
+        out[sl] = by_seq[sid]
+    return out
+
+
+def _sampler_determinism(base: dict, tokens) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    first = [(sid, tokens["token_id"][sl].tolist(), tokens["sampler_logprob"][sl].tolist())
+             for sid, sl in sequence_slices(tokens["sequence_id"])]
+    n = max(int(tokens["sample_index"].max()) + 1, 1) if tokens["sample_index"].size else 1
+    if "repeat" in base:
+        again = {s["prompt_index"] * n + s["sample_index"]: s for s in base["repeat"]["sequences"]}
+        rows = [again[sid] for sid, _, _ in first]
+        out["sampler_repeat_same_seed"] = {**compare([f[1] for f in first], [f[2] for f in first],
+                                                     [r["token_ids"] for r in rows], [r["logprobs"] for r in rows]),
+                                           "compared": "vLLM decode logprobs (float32 from the engine)"}
+    if "prefill" in base:
+        p = base["prefill"]
+        for name, other in (("sampler_prefill_alone_vs_batch", "alone"), ("sampler_prefill_shuffled_vs_batch", "shuffled")):
+            ids = [[0] * len(x) for x in p["batch"]]
+            out[name] = {**compare(ids, p["batch"], ids, p[other]), "compared": "vLLM prompt logprobs (float32 from the engine)"}
+    return out
+
+
+def _changed_share(base, tokens, side: str) -> float | None:
+    """Share of the baseline's tokens the variant changed: the trainer logprob's bits (trainer side),
+    the token itself or its prefix (sampler side)."""
+    if side == "trainer":
+        if base["trainer_logprob"].shape != tokens["trainer_logprob"].shape:
+            return None
+        return float(np.mean(base["trainer_logprob"] != tokens["trainer_logprob"]))
+    a = {sid: base["token_id"][sl].tolist() for sid, sl in sequence_slices(base["sequence_id"])}
+    b = {sid: tokens["token_id"][sl].tolist() for sid, sl in sequence_slices(tokens["sequence_id"])}
+    keys = sorted(set(a) & set(b))
+    r = compare([a[k] for k in keys], [[0.0] * len(a[k]) for k in keys], [b[k] for k in keys], [[0.0] * len(b[k]) for k in keys])
+    return None if r["share_tokens_identical"] is None else 1.0 - r["share_tokens_identical"]
+
+
+# ------------------------------------------------------------ helpers
+
+
+def _prompt_ids(run_dir: Path) -> list[list[int]]:
+    from ..probe.recorder import RunDir
+
+    return [r["prompt_token_ids"] for r in RunDir(run_dir).read_prompts().to_pylist()]
+
+
+def _requests(run_dir: Path, prompt_ids) -> list[ScoreRequest]:
+    from ..probe.recorder import RunDir
+
+    done = sorted(RunDir(run_dir).read_samples(), key=lambda c: (c.prompt_index, c.sample_index))
+    return [ScoreRequest(prompt_ids[c.prompt_index], c.token_ids, c.topk_ids) for c in done]
+
+
+def _reference_lp(reference, tokens, prompt_ids, sampling: SamplingConfig) -> np.ndarray:
+    slices = sequence_slices(tokens["sequence_id"])
+    prompts = [prompt_ids[int(tokens["prompt_id"][sl.start])] for _, sl in slices]
+    comps = [tokens["token_id"][sl].tolist() for _, sl in slices]
+    out = np.empty(tokens["sequence_id"].size)
+    for (_, sl), lp in zip(slices, reference.score(prompts, comps, sampling)):
+        out[sl] = lp
+    return out
+
+
+def _device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _rank(payload: dict) -> None:
+    """Variants ordered by the size of their effect on the total gap; the unchanged ones listed."""
+    from .effects import PRIMARY
+
+    ok = [v for v in payload["variants"] if v["status"] == "ok"]
+    ok.sort(key=lambda v: -abs(v["delta"][PRIMARY]["estimate"]))
+    for i, v in enumerate(ok, start=1):
+        v["rank"] = i
+    base_rate = cost.pipeline_rate(payload["baseline"]["throughput"]["tokens"], payload["baseline"]["throughput"]["sampling_s"],
+                                   payload["baseline"]["throughput"]["scoring_s"])
+    for v in ok:
+        t = v["throughput"]
+        rate = cost.pipeline_rate(t["tokens"], t["sampling_s"], t["scoring_s"])
+        t["pipeline_tokens_per_s"] = rate
+        t["relative_to_baseline"] = rate / base_rate if rate and base_rate else None
+    payload["baseline"]["throughput"]["pipeline_tokens_per_s"] = base_rate
+    payload["variants"] = ok + [v for v in payload["variants"] if v["status"] != "ok"]
+    payload["no_effect"] = [v["name"] for v in ok if not any(d["significant"] for d in v["delta"].values())]
+    points = [("baseline", payload["baseline"]["metrics"]["abs_logprob_diff_mean"], base_rate or float("nan"))]
+    points += [(v["name"], v["metrics"]["abs_logprob_diff_mean"], v["throughput"]["pipeline_tokens_per_s"] or float("nan")) for v in ok]
+    payload["pareto_front"] = cost.pareto_front(points)
+
+
+def _jsonable(x):
+    from ..cli._output import _jsonable as j
+
+    return j(x)
