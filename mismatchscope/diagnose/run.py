@@ -41,6 +41,7 @@ from . import cost
 from .decompose import decompose
 from .determinism import compare, trainer_checks
 from .effects import Bootstrap, deltas
+from .output import finish
 from .pairs import load_tokens, sequence_slices, write_pair_run
 from .variants import Configuration, Variant, apply
 
@@ -111,6 +112,7 @@ def run_diagnose(opts: DiagnoseOptions, progress: Progress | None = None) -> dic
     configs["baseline"] = _config_record("baseline", None, base_dir, base_tokens, ref_lp, base, opts, paired=None)
     decomposition = dict(configs["baseline"]["gaps"])
     decomposition["sampler_decode_vs_prefill"] = _self_consistency(opts, base, base_tokens)
+    decomposition["shares"] = configs["baseline"]["decomposition"]
 
     determinism: dict[str, Any] = {}
     if opts.determinism:
@@ -145,6 +147,7 @@ def run_diagnose(opts: DiagnoseOptions, progress: Progress | None = None) -> dic
         "wall_s": time.perf_counter() - t_start,
     }
     _rank(payload)
+    finish(payload)
     (opts.out / "diagnose.json").write_text(json.dumps(_jsonable(payload), indent=2, allow_nan=False) + "\n")
     return payload
 
