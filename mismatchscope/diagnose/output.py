@@ -37,7 +37,8 @@ def reading(p: dict[str, Any]) -> str:
     worse = [v for v in ok if v["delta"][PRIMARY]["significant"] and v["delta"][PRIMARY]["estimate"] > 0]
     for v in worse[:2]:
         d = v["delta"][PRIMARY]
-        parts.append(f"{v['name']} adds {_pct(d['estimate'] / base if base > 0 else None)}")
+        factor = v["metrics"][PRIMARY] / base if base > 0 else None
+        parts.append(f"{v['name']} makes it {factor:.3g}x as large" if factor else f"{v['name']} adds to it")
     if p["no_effect"]:
         parts.append(f"{', '.join(p['no_effect'])} change{'s' if len(p['no_effect']) == 1 else ''} nothing measurable")
     failed = [v["name"] for v in p["variants"] if v["status"] == "failed"]

@@ -28,7 +28,7 @@ import re
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,9 @@ def check_options(opts: DiagnoseOptions):
     from ..probe.checkpoint import inspect_checkpoint
     from ..probe.prompts import load_prompts
 
+    if opts.sampling.max_tokens < 0 or opts.sampling.n < 1:
+        raise UsageError("-n must be at least 1 and --max-tokens at least 0 (0: automatic)")
+
     if opts.sampler.kind != "vllm":
         raise UsageError(f"diagnose starts its own engines; --sampler {opts.sampler.kind} is not supported",
                          hint="use --sampler vllm")
@@ -89,6 +92,7 @@ def run_diagnose(opts: DiagnoseOptions, progress: Progress | None = None) -> dic
 
     progress = progress or Progress()
     info = check_options(opts)
+    opts = replace(opts, sampling=replace(opts.sampling, max_tokens=_max_tokens(opts, info)))
     t_start = time.perf_counter()
     opts.out.mkdir(parents=True, exist_ok=True)
     base_cfg = Configuration(opts.sampler, opts.trainer, dict(opts.env))
@@ -212,8 +216,11 @@ def _variant(opts, base_cfg, v: Variant, configs, base_tokens, base_ref_lp, refe
             return {**record, "status": "failed", "stage": run.get("stage"), "reason": run["reason"], "log": run.get("log")}
         tokens = load_tokens(out)
         ref_lp = _reference_lp(reference, tokens, prompt_ids, opts.sampling)
+    same_tokens = _same_tokens(base_tokens, tokens)
     rec = _config_record(v.name, v, out, tokens, ref_lp, run, opts, paired=v.side == "trainer")
-    rec["delta"] = deltas(configs["baseline"]["result"], rec.pop("result"), v.side == "trainer", opts.bootstrap)
+    # paired whenever the variant scored the very tokens the baseline scored: a trainer-side variant always,
+    # a sampler-side one that happened to sample them all again
+    rec["delta"] = deltas(configs["baseline"]["result"], rec.pop("result"), same_tokens, opts.bootstrap)
     rec["tokens_changed_share"] = _changed_share(base_tokens, tokens, v.side)
     configs[v.name] = rec
     return {**record, "status": "ok", **rec}
@@ -310,6 +317,11 @@ def _sampler_determinism(base: dict, tokens) -> dict[str, Any]:
     return out
 
 
+def _same_tokens(base, tokens) -> bool:
+    return (base["sequence_id"].shape == tokens["sequence_id"].shape and np.array_equal(base["sequence_id"], tokens["sequence_id"])
+            and np.array_equal(base["token_id"], tokens["token_id"]))
+
+
 def _changed_share(base, tokens, side: str) -> float | None:
     """Share of the baseline's tokens the variant changed: the trainer logprob's bits (trainer side),
     the token itself or its prefix (sampler side)."""
@@ -325,6 +337,20 @@ def _changed_share(base, tokens, side: str) -> float | None:
 
 
 # ------------------------------------------------------------ helpers
+
+
+def _max_tokens(opts: DiagnoseOptions, info) -> int:
+    """``--max-tokens 0`` resolved once, as probe resolves it, so every configuration asks for the same length."""
+    from ..probe.checkpoint import load_tokenizer, tokenize_prompts
+    from ..probe.prompts import load_prompts
+    from ..probe.run import AUTO_MAX_TOKENS
+
+    if opts.sampling.max_tokens:
+        return opts.sampling.max_tokens
+    tokenizer = load_tokenizer(info.path, trust_remote_code=opts.trainer.trust_remote_code)
+    max_len = opts.sampler.max_model_len or info.max_model_len
+    ids = tokenize_prompts(tokenizer, [p.text for p in load_prompts(opts.prompts)], max_model_len=max_len, max_tokens=1)
+    return min(AUTO_MAX_TOKENS, max_len - max(len(p) for p in ids))
 
 
 def _prompt_ids(run_dir: Path) -> list[list[int]]:
