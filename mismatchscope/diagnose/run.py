@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import SamplerError, UsageError
 from ..probe.run import Progress
 from ..probe.types import SamplerConfig, SamplingConfig, ScoreRequest, TrainerConfig
 from . import cost
@@ -101,7 +101,7 @@ def run_diagnose(opts: DiagnoseOptions, progress: Progress | None = None) -> dic
     base_dir = opts.out / "baseline"
     base = _sampler_run(opts, base_cfg, base_dir, repeat=opts.determinism, prefill=True)
     if base["status"] != "ok":
-        raise UsageError(f"the baseline sampler failed ({base['stage']}): {base['reason']}",
+        raise SamplerError(f"the baseline sampler failed ({base['stage']}): {base['reason']}",
                          hint=f"see {base_dir.parent / 'baseline.log'}")
     base_tokens = load_tokens(base_dir)
 
@@ -113,7 +113,7 @@ def run_diagnose(opts: DiagnoseOptions, progress: Progress | None = None) -> dic
     reference_s = time.perf_counter() - t0
 
     configs: dict[str, dict[str, Any]] = {}
-    configs["baseline"] = _config_record("baseline", None, base_dir, base_tokens, ref_lp, base, opts, paired=None)
+    configs["baseline"] = _config_record("baseline", base_dir, base_tokens, ref_lp, reference.dtype, base, opts, paired=False)
     decomposition = dict(configs["baseline"]["gaps"])
     decomposition["sampler_decode_vs_prefill"] = _self_consistency(opts, base, base_tokens)
     decomposition["shares"] = configs["baseline"]["decomposition"]
@@ -217,7 +217,7 @@ def _variant(opts, base_cfg, v: Variant, configs, base_tokens, base_ref_lp, refe
         tokens = load_tokens(out)
         ref_lp = _reference_lp(reference, tokens, prompt_ids, opts.sampling)
     same_tokens = _same_tokens(base_tokens, tokens)
-    rec = _config_record(v.name, v, out, tokens, ref_lp, run, opts, paired=v.side == "trainer")
+    rec = _config_record(v.name, out, tokens, ref_lp, reference.dtype, run, opts, paired=v.side == "trainer")
     # paired whenever the variant scored the very tokens the baseline scored: a trainer-side variant always,
     # a sampler-side one that happened to sample them all again
     rec["delta"] = deltas(configs["baseline"]["result"], rec.pop("result"), same_tokens, opts.bootstrap)
@@ -226,13 +226,13 @@ def _variant(opts, base_cfg, v: Variant, configs, base_tokens, base_ref_lp, refe
     return {**record, "status": "ok", **rec}
 
 
-def _config_record(name, variant, run_dir: Path, tokens, ref_lp, run: dict, opts, paired) -> dict[str, Any]:
+def _config_record(name, run_dir: Path, tokens, ref_lp, ref_dtype: str, run: dict, opts, paired: bool) -> dict[str, Any]:
     """Total gap (report metrics), the reference gaps and decomposition, and the costs of one configuration."""
     from ..analysis.engine import AnalysisRequest, analyse
 
     pairs_dir = opts.out / "pairs" / _slug(name)
     lq, lp = tokens["sampler_logprob"], tokens["trainer_logprob"]
-    meta = {"diagnose_configuration": name, "reference_dtype": opts.reference_dtype or "auto"}
+    meta = {"diagnose_configuration": name, "reference_dtype": ref_dtype}
     s_dir = write_pair_run(pairs_dir / "sampler_vs_reference", tokens, lq, ref_lp, {**meta, "pair": "sampler_vs_reference"})
     t_dir = write_pair_run(pairs_dir / "trainer_vs_reference", tokens, ref_lp, lp, {**meta, "pair": "trainer_vs_reference"})
     total = analyse(str(run_dir), AnalysisRequest(report=True))
