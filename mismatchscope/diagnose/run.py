@@ -166,7 +166,7 @@ def _sampler_run(opts: DiagnoseOptions, cfg: Configuration, out: Path, *, repeat
     result_path = out.parent / f"{out.name}.result.json"
     log_path = out.parent / f"{out.name}.log"
     spec = {"checkpoint": str(opts.checkpoint), "prompts": str(opts.prompts), "out": str(out),
-            "sampling": opts.sampling.to_dict(), "sampler": cfg.sampler.to_dict(), "trainer": opts.trainer.to_dict(),
+            "sampling": opts.sampling.to_dict(), "sampler": cfg.sampler.to_dict(), "trainer": cfg.trainer.to_dict(),
             "env": cfg.env, "repeat": repeat, "prefill": prefill, "result": str(result_path), "seed": opts.bootstrap.seed}
     spec_path.write_text(json.dumps(spec, indent=2))
     t0 = time.perf_counter()
