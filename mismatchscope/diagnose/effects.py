@@ -69,3 +69,26 @@ def deltas(base, variant, paired: bool, boot: Bootstrap) -> dict[str, dict]:
                      "relative": float((v - b) / b) if b > 0 else None,
                      "significant": bool(lo > 0 or hi < 0), "bootstrap": kind}
     return out
+
+
+def rank(payload: dict) -> None:
+    """Variants ordered by the size of their effect on the total gap; the unchanged ones listed."""
+    from . import cost
+
+    ok = [v for v in payload["variants"] if v["status"] == "ok"]
+    ok.sort(key=lambda v: -abs(v["delta"][PRIMARY]["estimate"]))
+    for i, v in enumerate(ok, start=1):
+        v["rank"] = i
+    base_rate = cost.pipeline_rate(payload["baseline"]["throughput"]["tokens"], payload["baseline"]["throughput"]["sampling_s"],
+                                   payload["baseline"]["throughput"]["scoring_s"])
+    for v in ok:
+        t = v["throughput"]
+        rate = cost.pipeline_rate(t["tokens"], t["sampling_s"], t["scoring_s"])
+        t["pipeline_tokens_per_s"] = rate
+        t["relative_to_baseline"] = rate / base_rate if rate and base_rate else None
+    payload["baseline"]["throughput"]["pipeline_tokens_per_s"] = base_rate
+    payload["variants"] = ok + [v for v in payload["variants"] if v["status"] != "ok"]
+    payload["no_effect"] = [v["name"] for v in ok if not any(d["significant"] for d in v["delta"].values())]
+    points = [("baseline", payload["baseline"]["metrics"]["abs_logprob_diff_mean"], base_rate or float("nan"))]
+    points += [(v["name"], v["metrics"]["abs_logprob_diff_mean"], v["throughput"]["pipeline_tokens_per_s"] or float("nan")) for v in ok]
+    payload["pareto_front"] = cost.pareto_front(points)

@@ -37,10 +37,9 @@ import numpy as np
 from ..errors import SamplerError, UsageError
 from ..probe.run import Progress
 from ..probe.types import SamplerConfig, SamplingConfig, ScoreRequest, TrainerConfig
-from . import cost
 from .decompose import decompose
-from .determinism import compare, trainer_checks
-from .effects import Bootstrap, deltas
+from .determinism import changed_share, sampler_checks, same_tokens, trainer_checks
+from .effects import Bootstrap, deltas, rank
 from .output import finish
 from .pairs import load_tokens, sequence_slices, write_pair_run
 from .variants import Configuration, Variant, apply
@@ -121,7 +120,7 @@ def run_diagnose(opts: DiagnoseOptions, progress: Progress | None = None) -> dic
     determinism: dict[str, Any] = {}
     if opts.determinism:
         progress.note("determinism: repeat sampling, prefill and trainer batch invariance")
-        determinism.update(_sampler_determinism(base, base_tokens))
+        determinism.update(sampler_checks(base, base_tokens))
         trainer = HFTrainer(info, opts.trainer)
         determinism.update(trainer_checks(trainer, _requests(base_dir, prompt_ids), opts.sampling, opts.bootstrap.seed))
         determinism["trainer_alone_vs_batch"]["compared"] = determinism["trainer_shuffled_vs_batch"]["compared"] = \
@@ -150,7 +149,7 @@ def run_diagnose(opts: DiagnoseOptions, progress: Progress | None = None) -> dic
         "determinism": determinism,
         "wall_s": time.perf_counter() - t_start,
     }
-    _rank(payload)
+    rank(payload)
     finish(payload)
     (opts.out / "diagnose.json").write_text(json.dumps(_jsonable(payload), indent=2, allow_nan=False) + "\n")
     return payload
@@ -216,12 +215,12 @@ def _variant(opts, base_cfg, v: Variant, configs, base_tokens, base_ref_lp, refe
             return {**record, "status": "failed", "stage": run.get("stage"), "reason": run["reason"], "log": run.get("log")}
         tokens = load_tokens(out)
         ref_lp = _reference_lp(reference, tokens, prompt_ids, opts.sampling)
-    same_tokens = _same_tokens(base_tokens, tokens)
+    same = same_tokens(base_tokens, tokens)
     rec = _config_record(v.name, out, tokens, ref_lp, reference.dtype, run, opts, paired=v.side == "trainer")
     # paired whenever the variant scored the very tokens the baseline scored: a trainer-side variant always,
     # a sampler-side one that happened to sample them all again
-    rec["delta"] = deltas(configs["baseline"]["result"], rec.pop("result"), same_tokens, opts.bootstrap)
-    rec["tokens_changed_share"] = _changed_share(base_tokens, tokens, v.side)
+    rec["delta"] = deltas(configs["baseline"]["result"], rec.pop("result"), same, opts.bootstrap)
+    rec["tokens_changed_share"] = changed_share(base_tokens, tokens, v.side)
     configs[v.name] = rec
     return {**record, "status": "ok", **rec}
 
@@ -298,44 +297,6 @@ def _aligned(keys, values, tokens, n: int) -> np.ndarray:
     return out
 
 
-def _sampler_determinism(base: dict, tokens) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    first = [(sid, tokens["token_id"][sl].tolist(), tokens["sampler_logprob"][sl].tolist())
-             for sid, sl in sequence_slices(tokens["sequence_id"])]
-    n = max(int(tokens["sample_index"].max()) + 1, 1) if tokens["sample_index"].size else 1
-    if "repeat" in base:
-        again = {s["prompt_index"] * n + s["sample_index"]: s for s in base["repeat"]["sequences"]}
-        rows = [again[sid] for sid, _, _ in first]
-        out["sampler_repeat_same_seed"] = {**compare([f[1] for f in first], [f[2] for f in first],
-                                                     [r["token_ids"] for r in rows], [r["logprobs"] for r in rows]),
-                                           "compared": "vLLM decode logprobs (float32 from the engine)"}
-    if "prefill" in base:
-        p = base["prefill"]
-        for name, other in (("sampler_prefill_alone_vs_batch", "alone"), ("sampler_prefill_shuffled_vs_batch", "shuffled")):
-            ids = [[0] * len(x) for x in p["batch"]]
-            out[name] = {**compare(ids, p["batch"], ids, p[other]), "compared": "vLLM prompt logprobs (float32 from the engine)"}
-    return out
-
-
-def _same_tokens(base, tokens) -> bool:
-    return (base["sequence_id"].shape == tokens["sequence_id"].shape and np.array_equal(base["sequence_id"], tokens["sequence_id"])
-            and np.array_equal(base["token_id"], tokens["token_id"]))
-
-
-def _changed_share(base, tokens, side: str) -> float | None:
-    """Share of the baseline's tokens the variant changed: the trainer logprob's bits (trainer side),
-    the token itself or its prefix (sampler side)."""
-    if side == "trainer":
-        if base["trainer_logprob"].shape != tokens["trainer_logprob"].shape:
-            return None
-        return float(np.mean(base["trainer_logprob"] != tokens["trainer_logprob"]))
-    a = {sid: base["token_id"][sl].tolist() for sid, sl in sequence_slices(base["sequence_id"])}
-    b = {sid: tokens["token_id"][sl].tolist() for sid, sl in sequence_slices(tokens["sequence_id"])}
-    keys = sorted(set(a) & set(b))
-    r = compare([a[k] for k in keys], [[0.0] * len(a[k]) for k in keys], [b[k] for k in keys], [[0.0] * len(b[k]) for k in keys])
-    return None if r["share_tokens_identical"] is None else 1.0 - r["share_tokens_identical"]
-
-
 # ------------------------------------------------------------ helpers
 
 
@@ -380,29 +341,6 @@ def _device() -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _rank(payload: dict) -> None:
-    """Variants ordered by the size of their effect on the total gap; the unchanged ones listed."""
-    from .effects import PRIMARY
-
-    ok = [v for v in payload["variants"] if v["status"] == "ok"]
-    ok.sort(key=lambda v: -abs(v["delta"][PRIMARY]["estimate"]))
-    for i, v in enumerate(ok, start=1):
-        v["rank"] = i
-    base_rate = cost.pipeline_rate(payload["baseline"]["throughput"]["tokens"], payload["baseline"]["throughput"]["sampling_s"],
-                                   payload["baseline"]["throughput"]["scoring_s"])
-    for v in ok:
-        t = v["throughput"]
-        rate = cost.pipeline_rate(t["tokens"], t["sampling_s"], t["scoring_s"])
-        t["pipeline_tokens_per_s"] = rate
-        t["relative_to_baseline"] = rate / base_rate if rate and base_rate else None
-    payload["baseline"]["throughput"]["pipeline_tokens_per_s"] = base_rate
-    payload["variants"] = ok + [v for v in payload["variants"] if v["status"] != "ok"]
-    payload["no_effect"] = [v["name"] for v in ok if not any(d["significant"] for d in v["delta"].values())]
-    points = [("baseline", payload["baseline"]["metrics"]["abs_logprob_diff_mean"], base_rate or float("nan"))]
-    points += [(v["name"], v["metrics"]["abs_logprob_diff_mean"], v["throughput"]["pipeline_tokens_per_s"] or float("nan")) for v in ok]
-    payload["pareto_front"] = cost.pareto_front(points)
 
 
 def _jsonable(x):
