@@ -10,7 +10,7 @@ import sys
 import typer
 
 from .. import __version__
-from . import analyse, gate, probe, timeline, importer
+from . import analyse, diagnose, gate, probe, timeline, importer
 
 app = typer.Typer(
     name="mismatchscope",
@@ -27,6 +27,7 @@ app.command("rescore")(probe.rescore)
 app.command("timeline")(timeline.timeline)
 app.command("gate")(gate.gate)
 app.command("import")(importer.import_)
+app.command("diagnose")(diagnose.diagnose)
 
 
 def _version(value: bool) -> None:

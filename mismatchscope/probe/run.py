@@ -109,7 +109,9 @@ def _trainer_checkpoint(path: Path | None, run: RunDir, resume: bool, info, toke
     return chosen
 
 
-def run_probe(opts: ProbeOptions, progress: Progress | None = None) -> Path:
+def run_probe(opts: ProbeOptions, progress: Progress | None = None, sampler=None) -> Path:
+    """Run a probe into ``opts.out``. ``sampler``: an engine the caller already
+    started (and closes itself), for callers that use it again afterwards."""
     from .checkpoint import check_tokenizer, inspect_checkpoint, load_tokenizer, tokenize_prompts
 
     progress = progress or Progress()
@@ -159,7 +161,8 @@ def run_probe(opts: ProbeOptions, progress: Progress | None = None) -> Path:
     if opts.resume:
         progress.note(f"resuming: {len(done)} sequences already scored, {len(todo_rounds)} round(s) left")
 
-    sampler = trainer = None
+    owned = sampler is None
+    trainer = None
     t_sample = t_score = 0.0
     try:
         for r in todo_rounds:
@@ -189,7 +192,7 @@ def run_probe(opts: ProbeOptions, progress: Progress | None = None) -> Path:
         manifest["sampler_info"] = sampler.describe() if sampler else manifest.get("sampler_info")
         manifest["trainer_info"] = trainer.describe() if trainer else manifest.get("trainer_info")
     finally:
-        if sampler is not None:
+        if sampler is not None and owned:
             sampler.close()
     _finish(run, manifest, t_sample, t_score)
     return run.path

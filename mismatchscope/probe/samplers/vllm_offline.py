@@ -132,6 +132,27 @@ class VLLMOfflineSampler:
             on_progress(len(completions))
         return completions
 
+    def prefill_logprobs(self, prompts: list[list[int]], completions: list[list[int]],
+                         sampling: SamplingConfig) -> list[list[float]]:
+        """The engine's own prefill (teacher-forced) logprob of each completion token.
+
+        Each prompt + completion is sent as one prompt with ``max_tokens=1,
+        prompt_logprobs=0``, all in one ``generate`` call. vLLM's prompt
+        logprobs are raw (T = 1, full vocabulary) whatever the logprobs mode.
+        """
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        llm = self._engine_for(sampling)
+        params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0, seed=sampling.seed)
+        outputs = llm.generate([TokensPrompt(prompt_token_ids=[*p, *c]) for p, c in zip(prompts, completions)],
+                               params, use_tqdm=False)
+        out = []
+        for p, c, request in zip(prompts, completions, outputs):
+            rows = request.prompt_logprobs[len(p):len(p) + len(c)]
+            out.append([row[t].logprob for t, row in zip(c, rows)])
+        return out
+
     def describe(self) -> dict[str, Any]:
         """Engine, version, dtypes, devices and the effective ``LLM(...)`` arguments."""
         import vllm

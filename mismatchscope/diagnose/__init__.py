@@ -1,0 +1,13 @@
+"""``diagnose``: where the sampler-trainer gap comes from, and what removing it costs.
+
+Modules by concept: :mod:`.variants` (the baseline's one-change variants,
+from ``--vary``, a TOML matrix or the device's default matrix),
+:mod:`.reference` (the high-precision reference forward), :mod:`.decompose`
+(per-token error decomposition), :mod:`.pairs` (run directories for every
+compared pair), :mod:`.effects` (bootstrap deltas against the baseline),
+:mod:`.determinism` (bit-level repeatability and batch invariance),
+:mod:`.cost` (throughput and the Pareto front), :mod:`.worker` (one sampler
+configuration in its own process), :mod:`.run` (orchestration) and
+:mod:`.output` (the summary and the JSON payload). Importing this package
+imports no engine.
+"""

@@ -1,0 +1,32 @@
+"""What each configuration costs, and which ones are worth their cost.
+
+Throughput is measured apart from start-up: ``sampler_tokens_per_s`` is the
+generated tokens over the ``generate`` time of the probe's sampling round
+(the engine's start-up and one two-token warm-up generate are in
+``startup_s``); ``trainer_tokens_per_s`` the scored tokens over the trainer's
+scoring time. ``pipeline_tokens_per_s = tokens / (sampling + scoring time)``
+is the one number the picture plots: what an RL step would see from the two
+sides in series.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def pipeline_rate(tokens: int, sampling_s: float | None, scoring_s: float | None) -> float | None:
+    total = (sampling_s or 0.0) + (scoring_s or 0.0)
+    return tokens / total if tokens and total > 0 else None
+
+
+def pareto_front(points: list[tuple[str, float, float]]) -> list[str]:
+    """Names of the points no other point beats on both axes: (name, mismatch lower-better, throughput higher-better)."""
+    front = []
+    for name, m, t in points:
+        if not (math.isfinite(m) and math.isfinite(t)):
+            continue
+        dominated = any((m2 <= m and t2 >= t) and (m2 < m or t2 > t)
+                        for n2, m2, t2 in points if n2 != name and math.isfinite(m2) and math.isfinite(t2))
+        if not dominated:
+            front.append(name)
+    return front

@@ -1,0 +1,94 @@
+"""A variant's effect on the gap, with a bootstrap interval over sequences.
+
+Metrics and their per-sequence sums come from the analysis engine, so a
+number here is the number ``report`` prints for the same run directory. The
+gate's bootstrap (:func:`~mismatchscope.gate.bootstrap.resample_sums`)
+resamples sequences:
+
+* **paired** when the variant scores the same tokens (trainer-side
+  variants): one resample of sequence indices is applied to the baseline's
+  and the variant's sums at once, so what the two share cancels;
+* **independent** when the variant samples new tokens (sampler-side): each
+  run is resampled on its own, as the gate does.
+
+An effect is significant when its interval excludes zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..gate.bootstrap import interval, resample_sums
+
+METRICS = {
+    "abs_logprob_diff_mean": "sum_abs_l",
+    "tv_token_mean": "sum_tv",
+    "k3_mean": "sum_k3",
+}
+"""the token means an effect is judged on: report's name -> its per-sequence sum."""
+PRIMARY = "abs_logprob_diff_mean"
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    resamples: int = 1000
+    confidence: float = 0.95
+    seed: int = 0
+
+
+def _matrix(result) -> tuple[np.ndarray, np.ndarray]:
+    """(sequence ids, [S, 1 + M] matrix of n and the metric sums)."""
+    sums = result.per_sequence.sums
+    return result.per_sequence.sequence_id_S, np.column_stack([sums["n"], *[sums[c] for c in METRICS.values()]])
+
+
+def deltas(base, variant, paired: bool, boot: Bootstrap) -> dict[str, dict]:
+    """metric -> {baseline, variant, estimate, ci_low, ci_high, significant, bootstrap} (variant - baseline)."""
+    rng = np.random.default_rng(boot.seed)
+    ids_b, X_b = _matrix(base)
+    ids_v, X_v = _matrix(variant)
+    point_b = X_b.sum(axis=0)
+    point_v = X_v.sum(axis=0)
+    if paired and np.array_equal(ids_b, ids_v):
+        S_B = resample_sums(np.hstack([X_b, X_v]), boot.resamples, rng)
+        rep_b, rep_v = S_B[:, : X_b.shape[1]], S_B[:, X_b.shape[1]:]
+        kind = "paired"
+    else:
+        rep_b = resample_sums(X_b, boot.resamples, rng)
+        rep_v = resample_sums(X_v, boot.resamples, rng)
+        kind = "independent"
+    out = {}
+    for j, name in enumerate(METRICS, start=1):
+        b, v = point_b[j] / point_b[0], point_v[j] / point_v[0]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            d_B = rep_v[:, j] / rep_v[:, 0] - rep_b[:, j] / rep_b[:, 0]
+        lo, hi = interval(d_B, boot.confidence) if boot.resamples else (float("nan"), float("nan"))
+        out[name] = {"baseline": float(b), "variant": float(v), "estimate": float(v - b), "ci_low": lo, "ci_high": hi,
+                     "relative": float((v - b) / b) if b > 0 else None,
+                     "significant": bool(lo > 0 or hi < 0), "bootstrap": kind}
+    return out
+
+
+def rank(payload: dict) -> None:
+    """Variants ordered by the size of their effect on the total gap; the unchanged ones listed."""
+    from . import cost
+
+    ok = [v for v in payload["variants"] if v["status"] == "ok"]
+    ok.sort(key=lambda v: -abs(v["delta"][PRIMARY]["estimate"]))
+    for i, v in enumerate(ok, start=1):
+        v["rank"] = i
+    base_rate = cost.pipeline_rate(payload["baseline"]["throughput"]["tokens"], payload["baseline"]["throughput"]["sampling_s"],
+                                   payload["baseline"]["throughput"]["scoring_s"])
+    for v in ok:
+        t = v["throughput"]
+        rate = cost.pipeline_rate(t["tokens"], t["sampling_s"], t["scoring_s"])
+        t["pipeline_tokens_per_s"] = rate
+        t["relative_to_baseline"] = rate / base_rate if rate and base_rate else None
+    payload["baseline"]["throughput"]["pipeline_tokens_per_s"] = base_rate
+    payload["variants"] = ok + [v for v in payload["variants"] if v["status"] != "ok"]
+    payload["no_effect"] = [v["name"] for v in ok if not any(d["significant"] for d in v["delta"].values())]
+    points = [("baseline", payload["baseline"]["metrics"]["abs_logprob_diff_mean"], base_rate or float("nan"))]
+    points += [(v["name"], v["metrics"]["abs_logprob_diff_mean"], v["throughput"]["pipeline_tokens_per_s"] or float("nan")) for v in ok]
+    payload["pareto_front"] = cost.pareto_front(points)

@@ -1,0 +1,57 @@
+"""Every compared pair kept as an ordinary run directory.
+
+The decomposition compares four pairs on identical tokens (sampler vs
+trainer, sampler vs reference, trainer vs reference, sampler decode vs
+sampler prefill). Each is written as a run directory whose two logprob
+columns hold the pair, so ``report``, ``compare-masks`` and ``gate`` read
+it like any probe run and :func:`~mismatchscope.analysis.engine.analyse`
+gives the same metric names for every gap. The column roles are fixed so
+``trainer_logprob - sampler_logprob`` is the pair's error:
+
+* sampler vs reference: ``sampler_logprob = lq``, ``trainer_logprob = lr``;
+* trainer vs reference: ``sampler_logprob = lr``, ``trainer_logprob = lp``;
+* decode vs prefill: ``sampler_logprob`` = decode, ``trainer_logprob`` = prefill.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from ..schema import write_table
+
+KEY_COLUMNS = ("sequence_id", "position", "token_id", "prompt_id", "sample_index")
+
+
+def load_tokens(run_dir: Path) -> dict[str, np.ndarray]:
+    """A run's token rows, sorted by (sequence_id, position), as numpy columns."""
+    files = sorted((Path(run_dir) / "tokens").glob("part-*.parquet"))
+    table = pq.ParquetDataset(files).read(columns=[*KEY_COLUMNS, "sampler_logprob", "trainer_logprob"])
+    table = table.sort_by([("sequence_id", "ascending"), ("position", "ascending")])
+    return {name: table.column(name).to_numpy() for name in table.column_names}
+
+
+def sequence_slices(sequence_id: np.ndarray) -> list[tuple[int, slice]]:
+    """(sequence id, its rows) for sorted ``sequence_id``."""
+    if sequence_id.size == 0:
+        return []
+    starts = np.flatnonzero(np.r_[True, sequence_id[1:] != sequence_id[:-1]])
+    ends = np.r_[starts[1:], sequence_id.size]
+    return [(int(sequence_id[a]), slice(int(a), int(b))) for a, b in zip(starts, ends)]
+
+
+def write_pair_run(path: Path, keys: dict[str, np.ndarray], sampler_lp: np.ndarray, trainer_lp: np.ndarray,
+                   meta: dict[str, Any]) -> Path:
+    """A complete run directory holding one pair (``meta`` goes into the manifest and the shard metadata)."""
+    path = Path(path)
+    cols = {name: keys[name].tolist() for name in KEY_COLUMNS}
+    cols["sampler_logprob"] = np.asarray(sampler_lp, dtype=np.float64).tolist()
+    cols["trainer_logprob"] = np.asarray(trainer_lp, dtype=np.float64).tolist()
+    write_table(path / "tokens" / "part-00000-00000.parquet", cols, meta)
+    manifest = {"status": "complete", "config": meta, "timings": {"tokens": len(cols["token_id"])}}
+    (path / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n")
+    return path

@@ -1,0 +1,116 @@
+"""The reference: the same weights, scored in float64, on the baseline's tokens.
+
+Both sides' errors are measured against this forward pass (``e_s = lq - lr``,
+``e_t = lp - lr``), so it must be far more precise than either: float64 where
+the model fits (every tiny and small model), else float32 with an fp32 lm_head
+(the output says which). The weights are loaded as the checkpoint stores them
+(float32 here) and widened, which is exact; the logprob is taken over the same
+distribution the sampler reported (T-scaled, renormalised over the kept set
+for ``processed_logprobs``), in the reference dtype throughout. Attention runs
+``eager``: the plain matmul-softmax path, with no fused kernel of its own
+precision.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..probe.checkpoint import CheckpointInfo
+from ..probe.token_scoring import Processing, kept_mask
+from ..probe.types import SamplingConfig
+
+FIT_SHARE = 0.25
+"""float64 is used when the float64 weights take at most this share of the device's memory."""
+BATCH_TOKENS = 4096
+
+
+@dataclass
+class Reference:
+    """A loaded reference model; :meth:`score` gives float64 logprobs per sequence."""
+
+    model: object
+    dtype: str
+    transform: object
+    note: str
+
+    def score(self, prompts: list[list[int]], completions: list[list[int]], sampling: SamplingConfig) -> list[np.ndarray]:
+        """log p_ref of each completion token, one float64 array per sequence, in order."""
+        import torch
+
+        processing = Processing.from_sampling(sampling)
+        out: list[np.ndarray | None] = [None] * len(prompts)
+        lengths = [len(p) + len(c) for p, c in zip(prompts, completions)]
+        batches: list[list[int]] = []
+        for i in sorted(range(len(prompts)), key=lambda i: -lengths[i]):  # longest first: rows x longest <= budget
+            if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= BATCH_TOKENS:
+                batches[-1].append(i)
+            else:
+                batches.append([i])
+        with torch.inference_mode():
+            for batch in batches:
+                for i, lp in zip(batch, self._score_batch([prompts[i] for i in batch], [completions[i] for i in batch], processing)):
+                    out[i] = lp
+        return out  # type: ignore[return-value]
+
+    def _score_batch(self, prompts, completions, processing: Processing) -> list[np.ndarray]:
+        import torch
+
+        rows = [[*p, *c] for p, c in zip(prompts, completions)]
+        width = max(len(r) for r in rows)
+        ids = torch.zeros((len(rows), width), dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for r, row in enumerate(rows):
+            ids[r, : len(row)] = torch.tensor(row)
+            mask[r, : len(row)] = 1
+        hidden = self.model.get_decoder()(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+        head = self.model.get_output_embeddings()
+        out = []
+        for b, (p, c) in enumerate(zip(prompts, completions)):
+            if not c:
+                out.append(np.zeros(0))
+                continue
+            h = hidden[b, len(p) - 1 : len(p) - 1 + len(c)]
+            logits = self.transform(head(h.to(head.weight.dtype)))
+            logits = logits.to(torch.float64) if self.dtype == "float64" else logits.float()
+            if processing.temperature != 1.0:
+                logits = logits / processing.temperature
+            if processing.truncates(logits.shape[-1]):
+                logits = logits.masked_fill(~kept_mask(logits, processing.top_k, processing.top_p), float("-inf"))
+            lp = logits.log_softmax(-1).gather(-1, torch.tensor(c).unsqueeze(-1)).squeeze(-1)
+            out.append(lp.to(torch.float64).numpy().copy())
+        return out
+
+
+def _memory_bytes() -> int:
+    import torch
+
+    if torch.cuda.is_available():
+        return int(torch.cuda.mem_get_info()[1])
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):  # pragma: no cover - non-POSIX
+        return 0
+
+
+def load_reference(info: CheckpointInfo, *, trust_remote_code: bool = False, dtype: str | None = None) -> Reference:
+    """float64 if it fits (or ``dtype`` says so), else float32 with an fp32 lm_head."""
+    import torch
+
+    from ..probe.hf_model import load_causal_lm, resolve_device
+    from ..probe.trainer import LogitTransform
+
+    model = load_causal_lm(info, dtype="float32", attn_implementation="eager", trust_remote_code=trust_remote_code,
+                           device=resolve_device(None))
+    n_params = sum(p.numel() for p in model.parameters())
+    if dtype is None:
+        dtype = "float64" if 8 * n_params <= FIT_SHARE * _memory_bytes() else "float32"
+    if dtype == "float64":
+        model = model.to(torch.float64)
+        note = "float64 forward of the same weights (attention eager, log-softmax in float64)"
+    else:
+        note = (f"float32 forward with an fp32 lm_head: {n_params / 1e9:.2f}B parameters do not fit in float64 "
+                "on this device")
+    return Reference(model=model, dtype=dtype, transform=LogitTransform.from_config(info.config), note=note)

@@ -1,0 +1,349 @@
+"""Orchestration of ``diagnose``: baseline, reference, variants, determinism, cost.
+
+Order of work, cheapest checks first:
+
+1. variants, checkpoint and prompts are checked before any engine starts;
+2. the baseline samples in its own process (:mod:`.worker`), samples again
+   with the same seed and scores its own sequences by prefill;
+3. the float64 reference scores the baseline's tokens; the four pairs are
+   written as run directories and decomposed;
+4. the baseline trainer scores the same sequences alone, in the full batch
+   and shuffled;
+5. each variant runs: trainer-side ones rescore the baseline's samples
+   (no sampling, in this process), sampler-side ones sample again in their
+   own process; a variant that fails is recorded with its reason and the
+   others still run;
+6. every variant's total gap is compared with the baseline's (bootstrap over
+   sequences) and decomposed against the reference.
+
+Layout of ``OUT``: ``baseline/`` and ``variants/NAME/`` are probe run
+directories; ``pairs/CONFIG/PAIR/`` hold the reference pairs; ``diagnose.json``
+is the payload the CLI prints.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import SamplerError, UsageError
+from ..probe.run import Progress
+from ..probe.types import SamplerConfig, SamplingConfig, ScoreRequest, TrainerConfig
+from .decompose import decompose
+from .determinism import changed_share, sampler_checks, same_tokens, trainer_checks
+from .effects import Bootstrap, deltas, rank
+from .output import finish
+from .pairs import load_tokens, sequence_slices, write_pair_run
+from .variants import Configuration, Variant, apply
+
+WORKER_TIMEOUT_S = 900
+
+
+@dataclass(frozen=True)
+class DiagnoseOptions:
+    checkpoint: Path
+    prompts: Path
+    out: Path
+    sampling: SamplingConfig
+    sampler: SamplerConfig
+    trainer: TrainerConfig
+    variants: list[Variant]
+    env: dict[str, str] = field(default_factory=dict)
+    bootstrap: Bootstrap = Bootstrap()
+    determinism: bool = True
+    reference_dtype: str | None = None
+    """None: float64 where it fits."""
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "variant"
+
+
+def check_options(opts: DiagnoseOptions):
+    """Everything that can be checked without an engine; returns the checkpoint info."""
+    from ..probe.checkpoint import inspect_checkpoint
+    from ..probe.prompts import load_prompts
+
+    if opts.sampling.max_tokens < 0 or opts.sampling.n < 1:
+        raise UsageError("-n must be at least 1 and --max-tokens at least 0 (0: automatic)")
+
+    if opts.sampler.kind != "vllm":
+        raise UsageError(f"diagnose starts its own engines; --sampler {opts.sampler.kind} is not supported",
+                         hint="use --sampler vllm")
+    if opts.out.exists() and any(opts.out.iterdir()):
+        raise UsageError(f"{opts.out} exists and is not empty", hint="choose a new --out")
+    load_prompts(opts.prompts)
+    return inspect_checkpoint(opts.checkpoint, allow_pickle=opts.trainer.allow_pickle,
+                              trust_remote_code=opts.trainer.trust_remote_code)
+
+
+def run_diagnose(opts: DiagnoseOptions, progress: Progress | None = None) -> dict[str, Any]:
+    from ..probe.trainer import HFTrainer
+    from .reference import load_reference
+
+    progress = progress or Progress()
+    info = check_options(opts)
+    opts = replace(opts, sampling=replace(opts.sampling, max_tokens=_max_tokens(opts, info)))
+    t_start = time.perf_counter()
+    opts.out.mkdir(parents=True, exist_ok=True)
+    base_cfg = Configuration(opts.sampler, opts.trainer, dict(opts.env))
+
+    progress.note(f"baseline: sampler {opts.sampler.dtype}, trainer {opts.trainer.dtype} (own process)")
+    base_dir = opts.out / "baseline"
+    base = _sampler_run(opts, base_cfg, base_dir, repeat=opts.determinism, prefill=True)
+    if base["status"] != "ok":
+        raise SamplerError(f"the baseline sampler failed ({base['stage']}): {base['reason']}",
+                         hint=f"see {base_dir.parent / 'baseline.log'}")
+    base_tokens = load_tokens(base_dir)
+
+    progress.note("reference forward of the baseline's tokens")
+    t0 = time.perf_counter()
+    reference = load_reference(info, trust_remote_code=opts.trainer.trust_remote_code, dtype=opts.reference_dtype)
+    prompt_ids = _prompt_ids(base_dir)
+    ref_lp = _reference_lp(reference, base_tokens, prompt_ids, opts.sampling)
+    reference_s = time.perf_counter() - t0
+
+    configs: dict[str, dict[str, Any]] = {}
+    configs["baseline"] = _config_record("baseline", base_dir, base_tokens, ref_lp, reference.dtype, base, opts, paired=False)
+    decomposition = dict(configs["baseline"]["gaps"])
+    decomposition["sampler_decode_vs_prefill"] = _self_consistency(opts, base, base_tokens)
+    decomposition["shares"] = configs["baseline"]["decomposition"]
+
+    determinism: dict[str, Any] = {}
+    if opts.determinism:
+        progress.note("determinism: repeat sampling, prefill and trainer batch invariance")
+        determinism.update(sampler_checks(base, base_tokens))
+        trainer = HFTrainer(info, opts.trainer)
+        determinism.update(trainer_checks(trainer, _requests(base_dir, prompt_ids), opts.sampling, opts.bootstrap.seed))
+        determinism["trainer_alone_vs_batch"]["compared"] = determinism["trainer_shuffled_vs_batch"]["compared"] = \
+            f"trainer logprobs ({opts.trainer.dtype} model, fp32 log-softmax)"
+        del trainer
+
+    variants_out = []
+    for v in opts.variants:
+        if v.skip_reason:
+            variants_out.append({"name": v.name, "side": v.side, "changes": v.changes, "status": "skipped",
+                                 "reason": v.skip_reason})
+            continue
+        progress.note(f"variant {v.name} ({v.side} side)")
+        variants_out.append(_variant(opts, base_cfg, v, configs, base_tokens, ref_lp, reference, prompt_ids))
+
+    payload = {
+        "checkpoint": str(info.path),
+        "out": str(opts.out),
+        "device": _device(),
+        "reference": {"dtype": reference.dtype, "note": reference.note, "seconds": reference_s},
+        "baseline": {"sampler": opts.sampler.to_dict(), "trainer": opts.trainer.to_dict(), "env": opts.env,
+                     "sampling": opts.sampling.to_dict(), "run_dir": str(base_dir),
+                     "metrics": configs["baseline"]["metrics"], "throughput": configs["baseline"]["throughput"]},
+        "decomposition": decomposition,
+        "variants": variants_out,
+        "determinism": determinism,
+        "wall_s": time.perf_counter() - t_start,
+    }
+    rank(payload)
+    finish(payload)
+    (opts.out / "diagnose.json").write_text(json.dumps(_jsonable(payload), indent=2, allow_nan=False) + "\n")
+    return payload
+
+
+# ------------------------------------------------------------ configurations
+
+
+def _sampler_run(opts: DiagnoseOptions, cfg: Configuration, out: Path, *, repeat: bool, prefill: bool) -> dict[str, Any]:
+    """One sampler configuration in a fresh interpreter (see :mod:`.worker`)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    spec_path = out.parent / f"{out.name}.spec.json"
+    result_path = out.parent / f"{out.name}.result.json"
+    log_path = out.parent / f"{out.name}.log"
+    spec = {"checkpoint": str(opts.checkpoint), "prompts": str(opts.prompts), "out": str(out),
+            "sampling": opts.sampling.to_dict(), "sampler": cfg.sampler.to_dict(), "trainer": cfg.trainer.to_dict(),
+            "env": cfg.env, "repeat": repeat, "prefill": prefill, "result": str(result_path), "seed": opts.bootstrap.seed}
+    spec_path.write_text(json.dumps(spec, indent=2))
+    t0 = time.perf_counter()
+    with open(log_path, "w") as log:
+        try:
+            proc = subprocess.run([sys.executable, "-m", "mismatchscope.diagnose.worker", str(spec_path)],
+                                  stdout=log, stderr=subprocess.STDOUT, timeout=WORKER_TIMEOUT_S)
+            code = proc.returncode
+        except subprocess.TimeoutExpired:
+            code = None
+    wall = time.perf_counter() - t0
+    if result_path.is_file():
+        result = json.loads(result_path.read_text())
+    elif code is None:
+        result = {"status": "failed", "stage": "timeout", "reason": f"no result within {WORKER_TIMEOUT_S} s"}
+    else:
+        result = {"status": "failed", "stage": "engine process",
+                  "reason": f"the sampler process died (exit code {code}): {_last_line(log_path)}"}
+    result["process_wall_s"] = wall
+    result["log"] = str(log_path)
+    return result
+
+
+def _last_line(path: Path) -> str:
+    lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else "no output"
+
+
+def _variant(opts, base_cfg, v: Variant, configs, base_tokens, base_ref_lp, reference, prompt_ids) -> dict[str, Any]:
+    from ..probe.run import rescore
+
+    cfg = apply(base_cfg, v)
+    out = opts.out / "variants" / _slug(v.name)
+    record: dict[str, Any] = {"name": v.name, "side": v.side, "changes": v.changes, "run_dir": str(out)}
+    if v.side == "trainer":
+        t0 = time.perf_counter()
+        try:
+            rescore(opts.out / "baseline", out, cfg.trainer)
+        except Exception as e:  # a trainer that cannot load this setting is a result for this variant only
+            return {**record, "status": "failed", "reason": f"{type(e).__name__}: {e}".splitlines()[0]}
+        run = {"status": "ok", "startup_s": None, "wall_s": time.perf_counter() - t0}
+        tokens = load_tokens(out)
+        ref_lp = base_ref_lp
+    else:
+        run = _sampler_run(opts, cfg, out, repeat=False, prefill=False)
+        if run["status"] != "ok":
+            return {**record, "status": "failed", "stage": run.get("stage"), "reason": run["reason"], "log": run.get("log")}
+        tokens = load_tokens(out)
+        ref_lp = _reference_lp(reference, tokens, prompt_ids, opts.sampling)
+    same = same_tokens(base_tokens, tokens)
+    rec = _config_record(v.name, out, tokens, ref_lp, reference.dtype, run, opts, paired=v.side == "trainer")
+    # paired whenever the variant scored the very tokens the baseline scored: a trainer-side variant always,
+    # a sampler-side one that happened to sample them all again
+    rec["delta"] = deltas(configs["baseline"]["result"], rec.pop("result"), same, opts.bootstrap)
+    rec["tokens_changed_share"] = changed_share(base_tokens, tokens, v.side)
+    configs[v.name] = rec
+    return {**record, "status": "ok", **rec}
+
+
+def _config_record(name, run_dir: Path, tokens, ref_lp, ref_dtype: str, run: dict, opts, paired: bool) -> dict[str, Any]:
+    """Total gap (report metrics), the reference gaps and decomposition, and the costs of one configuration."""
+    from ..analysis.engine import AnalysisRequest, analyse
+
+    pairs_dir = opts.out / "pairs" / _slug(name)
+    lq, lp = tokens["sampler_logprob"], tokens["trainer_logprob"]
+    meta = {"diagnose_configuration": name, "reference_dtype": ref_dtype}
+    s_dir = write_pair_run(pairs_dir / "sampler_vs_reference", tokens, lq, ref_lp, {**meta, "pair": "sampler_vs_reference"})
+    t_dir = write_pair_run(pairs_dir / "trainer_vs_reference", tokens, ref_lp, lp, {**meta, "pair": "trainer_vs_reference"})
+    total = analyse(str(run_dir), AnalysisRequest(report=True))
+    gaps = {
+        "total": _gap(total, run_dir),
+        "sampler_vs_reference": _gap(analyse(str(s_dir), AnalysisRequest(report=True)), s_dir),
+        "trainer_vs_reference": _gap(analyse(str(t_dir), AnalysisRequest(report=True)), t_dir),
+    }
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    timings = manifest.get("timings", {})
+    sampling_s = timings.get("sampling_seconds") or None
+    scoring_s = timings.get("scoring_seconds") or None
+    n = int(timings.get("tokens", lq.size))
+    if paired and sampling_s is None:  # a trainer-side variant keeps the baseline's sampler, and its cost
+        sampling_s = json.loads((opts.out / "baseline" / "manifest.json").read_text())["timings"].get("sampling_seconds")
+    throughput = {
+        "tokens": n,
+        "startup_s": run.get("startup_s"),
+        "sampler_tokens_per_s": n / sampling_s if sampling_s else None,
+        "trainer_tokens_per_s": n / scoring_s if scoring_s else None,
+        "sampling_s": sampling_s,
+        "scoring_s": scoring_s,
+        "wall_s": run.get("wall_s"),
+    }
+    return {"metrics": gaps["total"]["metrics"], "gaps": gaps, "decomposition": decompose(lq, lp, ref_lp),
+            "throughput": throughput, "result": total}
+
+
+def _gap(result, path: Path) -> dict[str, Any]:
+    return {"run_dir": str(path), "tokens": result.tokens, "sequences": result.sequences, "metrics": result.report["metrics"]}
+
+
+def _self_consistency(opts: DiagnoseOptions, base: dict, tokens) -> dict[str, Any]:
+    """Decode-time logprobs against the same engine's prefill of the same sequences, like with like."""
+    from ..analysis.engine import AnalysisRequest, analyse
+
+    s = opts.sampling
+    truncates = s.top_p < 1.0 or (s.top_k or 0) > 0
+    comparable = s.logprobs_mode == "raw_logprobs" or (abs(s.temperature - 1.0) < 1e-12 and not truncates) or s.temperature < 1e-5
+    note = ("vLLM's prompt (prefill) logprobs are raw: T = 1 over the full vocabulary, in either logprobs mode; "
+            "decode-time logprobs are compared with them only when they mean the same "
+            "(raw_logprobs, or T = 1 without top-k/top-p, or greedy)")
+    if "prefill" not in base:
+        return {"status": "skipped", "reason": "the sampler has no prefill scoring", "note": note}
+    if not comparable:
+        return {"status": "skipped", "note": note,
+                "reason": f"decode logprobs here are processed at T={s.temperature:g}"
+                          f"{' with truncation' if truncates else ''}: rerun with --logprobs-mode raw_logprobs"}
+    prefill = _aligned(base["prefill"]["keys"], base["prefill"]["batch"], tokens, opts.sampling.n)
+    path = write_pair_run(opts.out / "pairs" / "baseline" / "sampler_decode_vs_prefill", tokens,
+                          tokens["sampler_logprob"], prefill, {"pair": "sampler_decode_vs_prefill"})
+    out = _gap(analyse(str(path), AnalysisRequest(report=True)), path)
+    out["note"] = note
+    return {"status": "ok", **out}
+
+
+def _aligned(keys, values, tokens, n: int) -> np.ndarray:
+    """Per-sequence lists keyed by (prompt_index, sample_index) laid out as the token rows."""
+    by_seq = {p * n + k: v for (p, k), v in zip(keys, values)}
+    out = np.empty(tokens["sequence_id"].size)
+    for sid, sl in sequence_slices(tokens["sequence_id"]):
+        out[sl] = by_seq[sid]
+    return out
+
+
+# ------------------------------------------------------------ helpers
+
+
+def _max_tokens(opts: DiagnoseOptions, info) -> int:
+    """``--max-tokens 0`` resolved once, as probe resolves it, so every configuration asks for the same length."""
+    from ..probe.checkpoint import load_tokenizer, tokenize_prompts
+    from ..probe.prompts import load_prompts
+    from ..probe.run import AUTO_MAX_TOKENS
+
+    if opts.sampling.max_tokens:
+        return opts.sampling.max_tokens
+    tokenizer = load_tokenizer(info.path, trust_remote_code=opts.trainer.trust_remote_code)
+    max_len = opts.sampler.max_model_len or info.max_model_len
+    ids = tokenize_prompts(tokenizer, [p.text for p in load_prompts(opts.prompts)], max_model_len=max_len, max_tokens=1)
+    return min(AUTO_MAX_TOKENS, max_len - max(len(p) for p in ids))
+
+
+def _prompt_ids(run_dir: Path) -> list[list[int]]:
+    from ..probe.recorder import RunDir
+
+    return [r["prompt_token_ids"] for r in RunDir(run_dir).read_prompts().to_pylist()]
+
+
+def _requests(run_dir: Path, prompt_ids) -> list[ScoreRequest]:
+    from ..probe.recorder import RunDir
+
+    done = sorted(RunDir(run_dir).read_samples(), key=lambda c: (c.prompt_index, c.sample_index))
+    return [ScoreRequest(prompt_ids[c.prompt_index], c.token_ids, c.topk_ids) for c in done]
+
+
+def _reference_lp(reference, tokens, prompt_ids, sampling: SamplingConfig) -> np.ndarray:
+    slices = sequence_slices(tokens["sequence_id"])
+    prompts = [prompt_ids[int(tokens["prompt_id"][sl.start])] for _, sl in slices]
+    comps = [tokens["token_id"][sl].tolist() for _, sl in slices]
+    out = np.empty(tokens["sequence_id"].size)
+    for (_, sl), lp in zip(slices, reference.score(prompts, comps, sampling)):
+        out[sl] = lp
+    return out
+
+
+def _device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _jsonable(x):
+    from ..cli._output import _jsonable as j
+
+    return j(x)

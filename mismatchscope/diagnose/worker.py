@@ -1,0 +1,118 @@
+"""One sampler configuration in its own process: start, sample, score, measure.
+
+In-process vLLM engines share global state (compilation caches, environment
+read at import, the custom-op registry), so every sampler configuration of a
+diagnose runs here, in a fresh interpreter started by :mod:`.run`, with its
+environment variables set before vLLM is imported. The engine runs inside
+this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): the process already
+isolates it, and the extra engine process would only cost start-up time.
+
+Input: a JSON spec (path as the only argument). Output: an ordinary probe run
+directory at ``spec["out"]``, and ``spec["result"]`` (JSON) with the timings,
+the optional repeat sampling and prefill scorings, or the reason it failed.
+vLLM's logs go to ``worker.log`` beside the result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+import traceback
+from pathlib import Path
+
+WARMUP_PROMPT = [1, 2, 3]
+WARMUP_TOKENS = 2
+
+
+def _configure_env(env: dict[str, str]) -> None:
+    os.environ.update(env)
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+
+def run(spec: dict) -> dict:
+    from dataclasses import replace
+
+    from ..probe.checkpoint import inspect_checkpoint
+    from ..probe.recorder import RunDir
+    from ..probe.run import ProbeOptions, run_probe
+    from ..probe.samplers import make_sampler
+    from ..probe.types import SamplerConfig, SamplingConfig, TrainerConfig
+
+    t_wall = time.perf_counter()
+    sampling = SamplingConfig(**spec["sampling"])
+    sampler_cfg = SamplerConfig(**spec["sampler"])
+    info = inspect_checkpoint(Path(spec["checkpoint"]))
+    t0 = time.perf_counter()
+    try:
+        sampler = make_sampler(sampler_cfg, info, sampling=sampling)
+        sampler.sample([WARMUP_PROMPT], replace(sampling, n=1, max_tokens=WARMUP_TOKENS))
+    except Exception as e:  # the engine refused this configuration: a result, not a crash
+        return {"status": "failed", "stage": "engine start-up", "reason": _one_line(e)}
+    startup_s = time.perf_counter() - t0
+    result: dict = {"status": "ok", "startup_s": startup_s, "sampler_info": None}
+    try:
+        opts = ProbeOptions(checkpoint=info.path, prompts=Path(spec["prompts"]), out=Path(spec["out"]), sampling=sampling,
+                            sampler=sampler_cfg, trainer=TrainerConfig(**spec["trainer"]))
+        run_probe(opts, sampler=sampler)
+        run_dir = RunDir(Path(spec["out"]))
+        prompt_ids = [r["prompt_token_ids"] for r in run_dir.read_prompts().to_pylist()]
+        completions = run_dir.read_samples()
+        result["sampler_info"] = sampler.describe()
+        if spec.get("repeat"):
+            t1 = time.perf_counter()
+            again = sampler.sample(prompt_ids, sampling)
+            result["repeat"] = {"seconds": time.perf_counter() - t1,
+                                "sequences": [{"prompt_index": c.prompt_index, "sample_index": c.sample_index,
+                                               "token_ids": c.token_ids, "logprobs": c.sampler_logprobs} for c in again]}
+        if spec.get("prefill") and hasattr(sampler, "prefill_logprobs"):
+            result["prefill"] = _prefill(sampler, prompt_ids, completions, sampling, spec.get("seed", 0))
+    finally:
+        sampler.close()
+    result["wall_s"] = time.perf_counter() - t_wall
+    return result
+
+
+def _prefill(sampler, prompt_ids, completions, sampling, seed: int) -> dict:
+    """The recorded sequences scored by the engine's prefill: all in one batch, one by one, shuffled."""
+    prompts = [prompt_ids[c.prompt_index] for c in completions]
+    tokens = [c.token_ids for c in completions]
+    t0 = time.perf_counter()
+    batch = sampler.prefill_logprobs(prompts, tokens, sampling)
+    seconds = time.perf_counter() - t0
+    alone = [sampler.prefill_logprobs([p], [t], sampling)[0] for p, t in zip(prompts, tokens)]
+    order = list(range(len(prompts)))
+    random.Random(seed).shuffle(order)
+    shuffled_out = sampler.prefill_logprobs([prompts[i] for i in order], [tokens[i] for i in order], sampling)
+    shuffled: list = [None] * len(order)
+    for j, i in enumerate(order):
+        shuffled[i] = shuffled_out[j]
+    keys = [[c.prompt_index, c.sample_index] for c in completions]
+    return {"keys": keys, "batch": batch, "alone": alone, "shuffled": shuffled, "batch_seconds": seconds}
+
+
+def _one_line(e: BaseException) -> str:
+    text = f"{type(e).__name__}: {e}".strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[0]).read_text())
+    _configure_env(spec.get("env", {}))
+    result_path = Path(spec["result"])
+    try:
+        result = run(spec)
+    except Exception as e:
+        traceback.print_exc()
+        result = {"status": "failed", "stage": "sampling", "reason": _one_line(e)}
+    result_path.write_text(json.dumps(result))
+    return 0 if result["status"] == "ok" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
