@@ -103,3 +103,7 @@ class GateConfigError(UsageError):
 
 class IncomparableRunsError(InputError):
     """Baseline and candidate differ in something other than the serving stack (checkpoint, prompts, sampling)."""
+
+
+class OutputError(MismatchscopeError, OSError):
+    """An output path that cannot be written: a directory, unwritable, a full device, or one of the inputs."""

@@ -1,6 +1,13 @@
 """Entry point: builds the typer app and turns every ``MismatchscopeError``
-into one line on stderr and exit code 2. ``MISMATCHSCOPE_DEBUG=1`` shows the
-traceback instead."""
+into one line on stderr and exit code 2. ``MISMATCHSCOPE_DEBUG=1`` (or
+``true``/``yes``) adds the traceback; it never changes the exit code.
+
+Exit codes: 0 success; 1 only where a command gives it a meaning (``gate``: a
+limit failed); 2 a usage, input or output error (one line, redacted); 3 an
+internal error (a bug: the traceback is printed so it can be reported). An
+operating-system error that escapes a command (a full disk, a permission) is
+an environment problem, not a bug: one line and exit 2.
+"""
 
 from __future__ import annotations
 
@@ -40,19 +47,43 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
     pass
 
 
+INTERNAL_ERROR = 3
+
+
+def debug_enabled() -> bool:
+    """``MISMATCHSCOPE_DEBUG`` is on only for 1/true/yes/on: ``0`` or ``false`` means off."""
+    return os.environ.get("MISMATCHSCOPE_DEBUG", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _fail(message: str, code: int, traceback_too: bool) -> None:
+    from ..redact import redact
+
+    if traceback_too:
+        import traceback
+
+        sys.stderr.write(redact(traceback.format_exc()))
+    line = " ".join(redact(message).split())  # one line, whatever the message held
+    sys.stderr.write(f"error: {line}\n")
+    sys.exit(code)
+
+
 def main(argv: list[str] | None = None) -> None:
     from ..errors import MismatchscopeError
 
     try:
         app(args=argv, standalone_mode=True)
     except MismatchscopeError as e:
-        if os.environ.get("MISMATCHSCOPE_DEBUG"):
-            raise
-        sys.stderr.write(f"error: {e}\n")
-        sys.exit(e.exit_code)
+        _fail(str(e), e.exit_code, debug_enabled())
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         sys.exit(130)
+    except OSError as e:
+        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        _fail(f"{where}{e.strerror or e}", 2, debug_enabled())
+    except RecursionError:
+        _fail("the input is nested too deeply to read", 2, debug_enabled())
+    except Exception as e:  # a bug: never exit 1, which gate reserves for a failed limit
+        _fail(f"internal error ({type(e).__name__}: {e}); please report it with the traceback above", INTERNAL_ERROR, True)
 
 
 if __name__ == "__main__":

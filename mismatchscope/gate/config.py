@@ -192,9 +192,22 @@ def validate(cfg: GateConfig) -> GateConfig:
                 + ("it has no 'worse' direction" if m.worse is None else "lower is worse" if m.worse == "lower" else "it can be negative"),
                 hint=f"give it an absolute limit instead: [absolute] in the config, or --limit '{r.metric}<=VALUE' / '>=VALUE'")
     for a in cfg.absolute:
-        lookup_metric(a.metric)
+        _satisfiable(a, lookup_metric(a.metric))
     cfg.rule_instances()  # unknown parameters fail here, before any file is read
     return cfg
+
+
+def _satisfiable(a: AbsoluteLimit, m: Metric) -> None:
+    """A limit no value can meet would fail every run: a typo, not a gate."""
+    if a.min is not None and a.max is not None and a.min > a.max:
+        raise GateConfigError(f"{a.metric}: min {a.min:g} is above max {a.max:g}, so no run can pass",
+                              hint="swap them, or drop one")
+    if m.nonnegative and a.max is not None and a.max < 0:
+        raise GateConfigError(f"{a.metric}: max {a.max:g} is below 0, but {a.metric} is never negative, so no run can pass",
+                              hint="give a limit >= 0")
+    if m.rule_stat is not None and a.min is not None and a.min > 1:
+        raise GateConfigError(f"{a.metric}: min {a.min:g} is above 1, but a rate is at most 1, so no run can pass",
+                              hint="rates are fractions: 0.01 = 1%")
 
 
 def with_overrides(cfg: GateConfig, *, limits: list[str] | None = None, increases: list[str] | None = None,
