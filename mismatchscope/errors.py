@@ -19,7 +19,7 @@ class MismatchscopeError(Exception):
         self.hint = hint
 
     def __str__(self) -> str:
-        base = super().__str__()
+        base = Exception.__str__(self)  # not KeyError's, which would repr() the message
         return f"{base} ({self.hint})" if self.hint else base
 
 
@@ -33,9 +33,6 @@ class InputError(MismatchscopeError, ValueError):
 
 class MissingColumnsError(InputError, KeyError):
     """Required columns are absent; the hint suggests ``--column``."""
-
-    def __str__(self) -> str:  # KeyError would repr() the message
-        return MismatchscopeError.__str__(self)
 
 
 class FileFormatError(InputError):

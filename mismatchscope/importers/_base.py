@@ -179,7 +179,10 @@ def loads(raw: bytes) -> Any:
             return _fast_loads(raw)
         except ValueError:
             pass
-    return json.loads(raw)
+    try:
+        return json.loads(raw)
+    except RecursionError:  # orjson stops at depth 1024; the stdlib would recurse until the stack ends
+        raise ValueError("nested too deeply") from None
 
 
 def short(e: BaseException) -> str:
@@ -246,8 +249,29 @@ def take_floats_or_constant(values: list, lo: int, hi: int, keep: np.ndarray | N
 
 
 def take_ints(values: list, lo: int, hi: int, keep: np.ndarray | None) -> np.ndarray:
-    arr = np.array(values[lo:hi], dtype=np.int64)
+    arr = exact_ints(values[lo:hi], "token ids")
     return arr if keep is None else arr[keep]
+
+
+def exact_ints(values: Any, what: str) -> np.ndarray:
+    """Integers as int64, refusing what a cast would silently change: 1.5 -> 1, NaN, text, booleans.
+
+    Integral floats (``3.0``, as some loggers write ids) are accepted.
+    """
+    arr = np.asarray(values)
+    if arr.dtype.kind in "iu":
+        return arr.astype(np.int64, copy=False).reshape(-1)
+    if arr.dtype.kind == "b":
+        raise ImportFormatError(f"{what} must be integers, got booleans")
+    try:
+        flt = arr.astype(np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise ImportFormatError(f"{what} must be integers, got {arr.dtype.name} values") from None
+    bad = ~np.isfinite(flt) | (flt != np.round(flt)) | (np.abs(flt) > 2.0 ** 62)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ImportFormatError(f"{what} must be integers, got {flt[i]!r} at index {i}")
+    return flt.astype(np.int64)
 
 
 def check_lengths(f: SourceFile, line: int | None, record: int | None, fields: dict[str, Any],

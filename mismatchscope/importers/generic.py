@@ -32,6 +32,7 @@ from ._base import (
     check_lengths,
     loads,
     mask_span,
+    exact_ints,
     take_floats,
     take_ints,
 )
@@ -306,7 +307,10 @@ def _numpy(arr: "pa.Array", dtype: type) -> np.ndarray:
         arr = pc.fill_null(arr.cast(pa.float64()), float("nan"))
     elif arr.null_count:
         raise ValueError(f"{arr.null_count} null integer value(s)")
-    return arr.to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+    values = arr.to_numpy(zero_copy_only=False)
+    if np.dtype(dtype).kind in "iu":
+        return exact_ints(values, "integer columns")
+    return values.astype(dtype, copy=False)
 
 
 def _offsets(lengths: np.ndarray) -> np.ndarray:

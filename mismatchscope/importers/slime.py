@@ -47,7 +47,7 @@ from ..errors import (
     UntrustedPickleError,
     UsageError,
 )
-from ._base import ImportContext, SourceFile, short
+from ._base import ImportContext, SourceFile, exact_ints, short
 
 FORMAT_VERSION = 2
 _TRAIN_FILE = re.compile(r"^(\d+)(?:_(\d+))?\.pt$")
@@ -250,6 +250,8 @@ def _load(path: Path, rel: str, trust_pickle: bool, rollout: bool = False) -> An
     except pickle.UnpicklingError as e:
         if "weights only" not in str(e).lower() and "weights_only" not in str(e):
             raise ImportFormatError(f"not a readable torch file ({short(e)})", file=rel) from None
+        if not _sound_pickle(path):  # torch blames every failure on weights_only, truncation included
+            raise ImportFormatError("corrupt: not a readable torch file or pickle (truncated or damaged)", file=rel) from None
         if not trust_pickle:
             what = ("slime's rollout dump stores Sample.to_dict() with free-form metadata, and this one holds "
                     "Python objects that only a full unpickle can rebuild" if rollout else
@@ -265,12 +267,43 @@ def _load(path: Path, rel: str, trust_pickle: bool, rollout: bool = False) -> An
         raise ImportFormatError(f"not a readable torch file ({short(e)})", file=rel) from None
 
 
+def _sound_pickle(path: Path) -> bool:
+    """Whether the file's pickle stream parses (read with ``pickletools``, which runs nothing).
+
+    A torch file is a zip holding ``data.pkl`` (or, in the legacy format, a pickle
+    first). A stream that does not parse is corrupt, whatever a full unpickle would do.
+    """
+    import pickletools
+    import zipfile
+
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as z:
+                names = [n for n in z.namelist() if n.endswith("data.pkl")]
+                if not names or z.testzip() is not None:
+                    return False
+                stream: Any = z.read(names[0])
+                for _ in pickletools.genops(stream):
+                    pass
+            return True
+        with open(path, "rb") as fh:
+            for _ in pickletools.genops(fh):
+                pass
+        return True
+    except Exception:  # any parse failure means the same thing here: not a sound pickle
+        return False
+
+
 def _array(value: Any, dtype: type) -> np.ndarray:
     if hasattr(value, "detach"):  # a torch tensor, possibly bf16
         value = value.detach().cpu()
-        value = value.double() if value.is_floating_point() else value.long()
-        return value.numpy().astype(dtype, copy=False).reshape(-1)
-    return np.asarray(value, dtype=dtype).reshape(-1)
+        value = value.double() if value.is_floating_point() else value
+        value = value.numpy().reshape(-1)
+    else:
+        value = np.asarray(value).reshape(-1)
+    if np.dtype(dtype).kind in "iu":
+        return exact_ints(value, "token ids")
+    return value.astype(dtype, copy=False)
 
 
 def _item(value: Any) -> Any:

@@ -27,11 +27,13 @@ import numpy as np
 
 from .. import __version__
 from ..errors import UsageError
+from ..redact import redact_obj, redact_url
 from ..schema import write_table
 from .prompts import Prompt, file_sha256, load_prompts
 from .recorder import RunDir
 from .rewards import group_advantages, load_reward_fn
 from .types import Completion, SamplerConfig, SamplingConfig, ScoreRequest, Scored, TrainerConfig
+from .validate import check_against_checkpoint, check_options, check_rescore_out, check_trainer
 
 AUTO_MAX_TOKENS = 256
 SHARD_TOKENS = 200_000
@@ -81,20 +83,27 @@ def _fingerprint(opts: ProbeOptions, ckpt_sha: str, prompts_sha: str) -> dict[st
     s = opts.sampler
     return {
         "checkpoint_sha256": ckpt_sha, "prompts_sha256": prompts_sha, "sampling": opts.sampling.to_dict(),
-        "sampler": {"kind": s.kind, "dtype": s.dtype, "fp32_lm_head": s.fp32_lm_head, "engine_args": s.engine_args,
-                    "tensor_parallel_size": s.tensor_parallel_size, "url": s.url},
+        "sampler": {"kind": s.kind, "dtype": s.dtype, "fp32_lm_head": s.fp32_lm_head, "engine_args": _safe_engine_args(s),
+                    "tensor_parallel_size": s.tensor_parallel_size, "url": redact_url(s.url)},
         "trainer": opts.trainer.to_dict(), "round_prompts": opts.round_prompts, "reward_fn": opts.reward_fn,
     }
+
+
+def _safe_engine_args(s: SamplerConfig) -> dict[str, Any]:
+    """Engine options as recorded: credential-named keys and URL credentials redacted."""
+    from .samplers.base import manifest_safe
+
+    return redact_obj(manifest_safe(s.engine_args))
 
 
 def run_probe(opts: ProbeOptions, progress: Progress | None = None) -> Path:
     from .checkpoint import check_tokenizer, inspect_checkpoint, load_tokenizer, tokenize_prompts
 
     progress = progress or Progress()
-    if opts.sampling.n < 1 or opts.sampling.max_tokens < 0:
-        raise UsageError("-n must be at least 1 and --max-tokens at least 0 (0: automatic)")
+    check_options(opts)  # before any file is written or engine started
     prompts = load_prompts(opts.prompts)
     info = inspect_checkpoint(opts.checkpoint, allow_pickle=opts.trainer.allow_pickle, trust_remote_code=opts.trainer.trust_remote_code)
+    check_against_checkpoint(opts, info)
     tokenizer = load_tokenizer(info.path, trust_remote_code=opts.trainer.trust_remote_code)
     other = load_tokenizer(opts.sampler_tokenizer, trust_remote_code=opts.trainer.trust_remote_code) if opts.sampler_tokenizer else None
     check_tokenizer(tokenizer, info, [p.text for p in prompts], other=other)
@@ -116,12 +125,13 @@ def run_probe(opts: ProbeOptions, progress: Progress | None = None) -> Path:
         "prompts": {"path": str(opts.prompts), "sha256": prompts_sha, "count": len(prompts)},
         "sampling": opts.sampling.to_dict(),
         "semantics": semantics(opts.sampling),
-        "sampler": {**opts.sampler.to_dict(), "kind": opts.sampler.kind},
+        "sampler": {**opts.sampler.to_dict(), "kind": opts.sampler.kind, "url": redact_url(opts.sampler.url),
+                    "engine_args": _safe_engine_args(opts.sampler)},
         "trainer": opts.trainer.to_dict(),
         "reward_fn": opts.reward_fn or "exact_match(answer)",
         "round_prompts": opts.round_prompts,
     }
-    manifest.update({"config": config, "status": "running", "command": sys.argv[1:] if sys.argv else None})
+    manifest.update({"config": config, "status": "running", "command": redact_obj(sys.argv[1:]) if sys.argv else None})
     manifest.setdefault("timings", {})
     run.write_manifest(manifest)
     _write_prompts_once(run, prompts, prompt_ids)
@@ -295,6 +305,8 @@ def rescore(run_path: Path, out: Path, trainer_cfg: TrainerConfig, resume: bool 
     from .trainer import HFTrainer
 
     progress = progress or Progress()
+    check_trainer(trainer_cfg)
+    check_rescore_out(run_path, out)
     src = RunDir(run_path)
     if not src.exists():
         raise UsageError(f"{run_path} is not a probe run directory (no {src.manifest_path.name})")
