@@ -479,3 +479,78 @@ def test_an_error_message_with_url_credentials_is_printed_redacted(tmp_path):
     line = error_line(r)
     assert "s3cret" not in line and "alice" not in line
     assert line == "error: http://<redacted>@example.invalid/x.parquet: no such file or directory"
+
+
+# ---- imports ------------------------------------------------------------------------
+
+
+def _jsonl(tmp_path, *records: str):
+    dump = tmp_path / "dump.jsonl"
+    dump.write_text("".join(r + "\n" for r in records))
+    return dump
+
+
+GOOD_RECORD = '{"token_ids": [5, 6], "sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.4, -1.1]}'
+
+
+@pytest.mark.parametrize("record, reason", [
+    ("[" * 100_000 + "]" * 100_000, "malformed JSON (nested too deeply)"),
+    ('{"token_ids": ' + "[" * 3000 + "1" + "]" * 3000 + ', "sampler_logprobs": [-0.5], "trainer_logprobs": [-0.4]}',
+     "malformed JSON (nested too deeply)"),
+    ('{"token_ids": [5, 6.5], "sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.4, -1.1]}',
+     "bad value (token ids must be integers, got 6.5 at index 1)"),
+    ('{"token_ids": [5, "6"], "sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.4, -1.1]}',
+     "bad value (token ids must be integers, got '6' at index 1)"),
+    ('{"token_ids": [5, null], "sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.4, -1.1]}',
+     "bad value (token ids must be integers, got None at index 1)"),
+    ('{"token_ids": [true, false], "sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.4, -1.1]}',
+     "bad value (token ids must be integers, got True at index 0)"),
+])
+def test_pathological_jsonl_records(tmp_path, record, reason):
+    dump = _jsonl(tmp_path, GOOD_RECORD, record)
+    r = cli("import", "jsonl", str(dump), "--out", str(tmp_path / "out"))
+    assert error_line(r) == f"error: dump.jsonl:2: {reason}"
+
+
+def test_integral_float_token_ids_are_read(tmp_path):
+    dump = _jsonl(tmp_path, '{"token_ids": [5.0, 6], "sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.4, -1.1]}')
+    r = cli("import", "jsonl", str(dump), "--out", str(tmp_path / "out"), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert pq.read_table(tmp_path / "out" / "tokens").column("token_id").to_pylist() == [5, 6]
+
+
+def test_fractional_token_ids_in_parquet(tmp_path):
+    dump = tmp_path / "dump.parquet"
+    pq.write_table(pa.table({"token_ids": [[5.0, 6.25]], "sampler_logprobs": [[-0.5, -1.0]],
+                             "trainer_logprobs": [[-0.4, -1.1]]}), dump)
+    r = cli("import", "parquet", str(dump), "--out", str(tmp_path / "out"))
+    assert error_line(r) == ("error: dump.parquet: bad values in rows 0..0 (integer columns must be integers, got 6.25 at "
+                             "index 1)")
+
+
+@pytest.mark.parametrize("content, reason", [
+    (b"hello, this is not a pickle" * 20, "(101)"),  # torch's own KeyError on a bad magic number
+    (b"\x80\x04\x95\x10\x00\x00\x00", "(truncated or damaged)"),  # torch blames weights_only: the stream is checked
+])
+def test_a_slime_file_that_is_not_a_pickle_is_corrupt(tmp_path, content, reason):
+    pytest.importorskip("torch")
+    train = tmp_path / "dump" / "train_data"
+    train.mkdir(parents=True)
+    (train / "0_0.pt").write_bytes(content)
+    for trust in ((), ("--trust-pickle",)):
+        r = cli("import", "slime", str(tmp_path / "dump"), "--out", str(tmp_path / "out"), *trust)
+        assert error_line(r) == f"error: train_data/0_0.pt: corrupt: not a readable torch file or pickle {reason}"
+
+
+def test_a_truncated_slime_file_is_corrupt_not_untrusted(tmp_path):
+    torch = pytest.importorskip("torch")
+    import datetime
+
+    train = tmp_path / "dump" / "train_data"
+    train.mkdir(parents=True)
+    torch.save({"format_version": 2, "when": datetime.date(2020, 1, 1)}, train / "0_0.pt", _use_new_zipfile_serialization=False)
+    data = (train / "0_0.pt").read_bytes()
+    (train / "0_0.pt").write_bytes(data[: len(data) // 3])
+    r = cli("import", "slime", str(tmp_path / "dump"), "--out", str(tmp_path / "out"))
+    line = error_line(r)
+    assert line.startswith("error: train_data/0_0.pt: corrupt: not a readable torch file or pickle ("), line

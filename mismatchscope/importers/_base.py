@@ -256,22 +256,35 @@ def take_ints(values: list, lo: int, hi: int, keep: np.ndarray | None) -> np.nda
 def exact_ints(values: Any, what: str) -> np.ndarray:
     """Integers as int64, refusing what a cast would silently change: 1.5 -> 1, NaN, text, booleans.
 
-    Integral floats (``3.0``, as some loggers write ids) are accepted.
+    Integral floats (``3.0``, as some loggers write ids) are accepted. The check
+    is vectorised; only a list that numpy cannot read as numbers is walked in
+    Python to name its first bad value (a boolean among integers is read as 0/1,
+    as numpy reads it).
     """
     arr = np.asarray(values)
     if arr.dtype.kind in "iu":
         return arr.astype(np.int64, copy=False).reshape(-1)
-    if arr.dtype.kind == "b":
-        raise ImportFormatError(f"{what} must be integers, got booleans")
+    flat = arr.reshape(-1)
+    if arr.dtype.kind in "bUSO":  # booleans, text, or a mix: find the first value that is not a number
+        for i, v in enumerate(values if isinstance(values, list) else flat.tolist()):
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ImportFormatError(f"{what} must be integers, got {_short_value(v)} at index {i}")
     try:
-        flt = arr.astype(np.float64).reshape(-1)
-    except (TypeError, ValueError):
+        flt = flat.astype(np.float64)
+    except (TypeError, ValueError, OverflowError):
         raise ImportFormatError(f"{what} must be integers, got {arr.dtype.name} values") from None
     bad = ~np.isfinite(flt) | (flt != np.round(flt)) | (np.abs(flt) > 2.0 ** 62)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise ImportFormatError(f"{what} must be integers, got {flt[i]!r} at index {i}")
+        raise ImportFormatError(f"{what} must be integers, got {float(flt[i])!r} at index {i}")
+    if arr.dtype.kind == "O":  # Python ints beyond float precision: convert them exactly
+        return np.array(flat.tolist(), dtype=np.int64)
     return flt.astype(np.int64)
+
+
+def _short_value(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 30 else text[:27] + "..."
 
 
 def check_lengths(f: SourceFile, line: int | None, record: int | None, fields: dict[str, Any],

@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 import pickle
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -246,10 +247,12 @@ def _load(path: Path, rel: str, trust_pickle: bool, rollout: bool = False) -> An
     except ImportError:
         raise InputError("reading slime dumps needs torch", hint="pip install 'mismatchscope[hf]'") from None
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's notes on pickle protocols are noise to the user
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         if "weights only" not in str(e).lower() and "weights_only" not in str(e):
-            raise ImportFormatError(f"not a readable torch file ({short(e)})", file=rel) from None
+            raise ImportFormatError(f"corrupt: not a readable torch file or pickle ({short(e)})", file=rel) from None
         if not _sound_pickle(path):  # torch blames every failure on weights_only, truncation included
             raise ImportFormatError("corrupt: not a readable torch file or pickle (truncated or damaged)", file=rel) from None
         if not trust_pickle:
@@ -260,9 +263,11 @@ def _load(path: Path, rel: str, trust_pickle: bool, rollout: bool = False) -> An
                 f"{rel}: {what}; unpickling runs code stored in the file, so it is refused by default",
                 hint="pass --trust-pickle if you produced these files yourself") from None
     except Exception as e:  # truncated or not a torch file at all
-        raise ImportFormatError(f"not a readable torch file ({short(e)})", file=rel) from None
+        raise ImportFormatError(f"corrupt: not a readable torch file or pickle ({short(e)})", file=rel) from None
     try:
-        return torch.load(path, map_location="cpu", weights_only=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:
         raise ImportFormatError(f"not a readable torch file ({short(e)})", file=rel) from None
 
