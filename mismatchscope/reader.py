@@ -24,9 +24,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .errors import FileFormatError, InputError, MissingColumnsError, UsageError
-from .schema import COLUMNS, LOGPROB_SENTINEL, REQUIRED_NAMES, SCHEMA_VERSION, decode_metadata
+from .schema import COLUMNS, LOGPROB_SENTINEL, REQUIRED_NAMES, SCHEMA_VERSION, TOPK_COLUMNS, decode_metadata
 
 BATCH_ROWS = 1 << 18
+MAX_POSITION = (1 << 24) - 1
+"""16.7M tokens in one completion: beyond every context length; a larger position is a wrong column."""
 POSITIVE_LOGPROB_TOLERANCE = 1e-4
 """log-softmax in float arithmetic can land a hair above 0 for a near-certain
 token; anything beyond this is not a logprob (logits? probabilities?)."""
@@ -168,6 +170,30 @@ def open_source(path: str | os.PathLike, mapping: Mapping[str, str] | None = Non
     return Source(files=files, mapping=mapping, available=available or set(), metadata=metas, file_columns=common or set())
 
 
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+
+
+def _numeric(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t)
+
+
+def _check_type(path: Path, canon: str, raw: str, t: pa.DataType) -> None:
+    """A column's Arrow type must fit its schema column: lists of numbers where lists belong, numbers elsewhere."""
+    want = COLUMNS[canon].type
+    name = canon if raw == canon else f"{raw} (read as {canon})"
+    if _is_list(want):
+        inner_ok = _is_list(t) and (pa.types.is_integer(t.value_type) if pa.types.is_integer(want.value_type)
+                                    else _numeric(t.value_type))
+        if not inner_ok:
+            kind = "integers" if pa.types.is_integer(want.value_type) else "numbers"
+            raise InputError(f"{path}: column {name!r} must hold lists of {kind}, found {t}",
+                             hint="top-k columns hold one list per token")
+    elif _is_list(t) or not (_numeric(t) or pa.types.is_null(t)):
+        kind = "integers" if pa.types.is_integer(want) else "numbers"
+        raise InputError(f"{path}: column {name!r} must hold {kind}, found {t}")
+
+
 METADATA_SECTIONS = ("checkpoint", "prompts", "sampling", "sampler", "trainer", "semantics", "source", "timings")
 """sections of the ``mismatchscope`` metadata that readers index into: each must be a table when present."""
 
@@ -194,9 +220,13 @@ def read_metadata(path: Path, schema_metadata: Mapping[bytes, bytes] | None) -> 
             f"{path}: schema_version {version} is newer than this mismatchscope understands ({SCHEMA_VERSION})",
             hint="upgrade mismatchscope",
         )
-    for key in METADATA_SECTIONS:
-        if meta.get(key) is not None and not isinstance(meta[key], dict):
-            raise FileFormatError(f"{path}: the 'mismatchscope' file metadata has {key!r} = {_short_repr(meta[key])}, not a table",
+    nested = [(key, meta.get(key)) for key in METADATA_SECTIONS]
+    source = meta.get("source")
+    if isinstance(source, dict):
+        nested.append(("source.semantics", source.get("semantics")))
+    for key, value in nested:
+        if value is not None and not isinstance(value, dict):
+            raise FileFormatError(f"{path}: the 'mismatchscope' file metadata has {key!r} = {_short_repr(value)}, not a table",
                                   hint="the file's metadata was damaged; rewrite it without that metadata key")
     return meta
 
@@ -228,6 +258,8 @@ def iter_batches(source: Source, columns: list[str], hygiene: Hygiene, batch_row
             # pre_buffer off + a read buffer: pyarrow otherwise pre-reads whole row
             # groups of list columns (1.3 GB held for a 10M-token file in our benchmark).
             pf = pq.ParquetFile(f, pre_buffer=False, buffer_size=1 << 20)
+            for c, raw in zip(wanted, file_cols):  # only what this pass reads: a foreign extra column may be anything
+                _check_type(f, c, raw, pf.schema_arrow.field(raw).type)
             for rb in pf.iter_batches(batch_size=batch_rows, columns=file_cols):
                 if rb.num_rows:
                     yield _clean(f, rb, wanted, hygiene, extra)
@@ -241,6 +273,9 @@ def _clean(path: Path, rb: pa.RecordBatch, wanted: list[str], hygiene: Hygiene,
     for i, name in enumerate(wanted):
         arr = rb.column(i)
         if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
+            if arr.null_count and name in TOPK_COLUMNS:
+                raise InputError(f"{path}: column {name!r} has {arr.null_count} null list(s)",
+                                 hint="write an empty list for a position without a top-k")
             cols[name] = arr
         else:
             cols[name] = _to_numpy(path, name, arr)
@@ -248,6 +283,12 @@ def _clean(path: Path, rb: pa.RecordBatch, wanted: list[str], hygiene: Hygiene,
         cols[name] = rb.column(len(wanted) + j)
     n = rb.num_rows
     hygiene.rows_read += n
+    pos = cols["position"]
+    out_of_range = (pos < 0) | (pos > MAX_POSITION)
+    if out_of_range.any():
+        i = int(np.flatnonzero(out_of_range)[0])
+        raise InputError(f"{path}: position {int(pos[i])} of sequence {int(cols['sequence_id'][i])} is outside 0..{MAX_POSITION}",
+                         hint="position is the 0-based index of the token within its completion")
     lp, lq = cols["trainer_logprob"], cols["sampler_logprob"]
     sentinel = (lq == LOGPROB_SENTINEL) | (lp == LOGPROB_SENTINEL)
     if sentinel.any():

@@ -121,6 +121,9 @@ def test_metadata_that_is_not_json_is_refused(tmp_path, raw, reason):
                                                "(the file's metadata was damaged; rewrite it without that metadata key)"),
     ({"schema_version": 1, "checkpoint": [1]}, "the 'mismatchscope' file metadata has 'checkpoint' = [1], not a table "
                                                "(the file's metadata was damaged; rewrite it without that metadata key)"),
+    ({"schema_version": 1, "source": {"semantics": "lagged"}},
+     "the 'mismatchscope' file metadata has 'source.semantics' = 'lagged', not a table (the file's metadata was damaged; "
+     "rewrite it without that metadata key)"),
 ])
 def test_metadata_of_the_wrong_shape_is_refused(tmp_path, payload, message):
     path = raw_parquet(tmp_path / "m.parquet", pairs(ROWS), {METADATA_KEY: json.dumps(payload).encode()})
@@ -134,6 +137,38 @@ def test_gate_reads_damaged_metadata_as_an_error_too(tmp_path):
     r = cli("gate", str(bad), "--baseline", str(good), "--bootstrap", "0")
     assert error_line(r) == (f"error: {bad}: the 'mismatchscope' file metadata has 'sampling' = 3, not a table "
                              "(the file's metadata was damaged; rewrite it without that metadata key)")
+
+
+# ---- column types and ranges ---------------------------------------------------
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"trainer_entropy": [[1.0], [2.0], [3.0], [1.0], [1.0]]},
+     "column 'trainer_entropy' must hold numbers, found list<element: double>"),
+    ({"sampler_topk_ids": [1, 2, 3, 4, 5], "sampler_topk_logprobs": [[-1.0]] * 5, "trainer_logprobs_at_sampler_topk": [[-1.0]] * 5},
+     "column 'sampler_topk_ids' must hold lists of integers, found int64 (top-k columns hold one list per token)"),
+    ({"sampler_topk_ids": [["a"]] * 5, "sampler_topk_logprobs": [[-1.0]] * 5, "trainer_logprobs_at_sampler_topk": [[-1.0]] * 5},
+     "column 'sampler_topk_ids' must hold lists of integers, found list<element: string> (top-k columns hold one list per token)"),
+    ({"sampler_topk_ids": [[7]] * 5, "sampler_topk_logprobs": [["x"]] * 5, "trainer_logprobs_at_sampler_topk": [[-1.0]] * 5},
+     "column 'sampler_topk_logprobs' must hold lists of numbers, found list<element: string> (top-k columns hold one list per token)"),
+    ({"sampler_topk_ids": pa.array([[7], None, [8], [9], [7]]), "sampler_topk_logprobs": [[-1.0]] * 5,
+      "trainer_logprobs_at_sampler_topk": [[-1.0]] * 5},
+     "column 'sampler_topk_ids' has 1 null list(s) (write an empty list for a position without a top-k)"),
+])
+def test_columns_of_the_wrong_kind(tmp_path, extra, message):
+    path = raw_parquet(tmp_path / "t.parquet", {**pairs(ROWS), **extra})
+    assert error_line(cli("report", str(path))) == f"error: {path}: {message}"
+
+
+@pytest.mark.parametrize("position", [-1, 1 << 24, 1 << 40])
+def test_positions_outside_any_context(tmp_path, position):
+    cols = pairs(ROWS)
+    cols["position"] = pa.array([0, 1, 2, position, 1], pa.int64())
+    path = raw_parquet(tmp_path / "p.parquet", cols)
+    for command in ("report", "compare-masks"):
+        assert error_line(cli(command, str(path))) == (
+            f"error: {path}: position {position} of sequence 2 is outside 0..16777215 (position is the 0-based index of "
+            "the token within its completion)")
 
 
 # ---- duplicate (sequence, position) rows ------------------------------------
