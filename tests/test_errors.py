@@ -438,6 +438,8 @@ def test_import_out_that_is_a_file_or_the_dump(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--limit", "tv_token_mean>=0.5", "--limit", "k3_mean<=-0.1"],
      "k3_mean: max -0.1 is below 0, but k3_mean is never negative, so no run can pass (give a limit >= 0)"),
+    (["--limit", "tv_token_mean>=inf"], "tv_token_mean: min inf leaves no value that passes (give a finite limit)"),
+    (["--limit", "k1_mean<=-inf"], "k1_mean: max -inf leaves no value that passes (give a finite limit)"),
     (["--limit", "icepop.token_reject_rate>=2"],
      "icepop.token_reject_rate: min 2 is above 1, but a rate is at most 1, so no run can pass (rates are fractions: 0.01 = 1%)"),
 ])
@@ -453,6 +455,14 @@ def test_gate_config_with_min_above_max(runs, tmp_path):
     cfg.write_text('[absolute]\ntv_token_mean = { min = 0.2, max = 0.1 }\n')
     r = cli("gate", str(cand), "--config", str(cfg), "--absolute-only", "--bootstrap", "0")
     assert error_line(r) == "error: tv_token_mean: min 0.2 is above max 0.1, so no run can pass (swap them, or drop one)"
+
+
+def test_gate_config_nested_too_deeply(runs, tmp_path):
+    base, cand = runs
+    cfg = tmp_path / "g.toml"
+    cfg.write_text("x = " + "[" * 50_000 + "]" * 50_000 + "\n")
+    r = cli("gate", str(cand), "--config", str(cfg), "--absolute-only")
+    assert error_line(r) == f"error: {cfg} is nested too deeply to be a gate configuration"
 
 
 def test_gate_baseline_that_is_the_candidate(runs, tmp_path):

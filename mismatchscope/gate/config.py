@@ -153,6 +153,8 @@ def load_config(path: Path | None, *, cwd: Path | None = None) -> GateConfig:
                               hint="fix the file, or write a fresh one with mismatchscope gate --init") from None
     except UnicodeDecodeError:
         raise GateConfigError(f"{path} is not a text file") from None
+    except RecursionError:
+        raise GateConfigError(f"{path} is nested too deeply to be a gate configuration") from None
     return parse_config(data, str(path))
 
 
@@ -199,6 +201,9 @@ def validate(cfg: GateConfig) -> GateConfig:
 
 def _satisfiable(a: AbsoluteLimit, m: Metric) -> None:
     """A limit no value can meet would fail every run: a typo, not a gate."""
+    if (a.min is not None and a.min == math.inf) or (a.max is not None and a.max == -math.inf):
+        bound = f"min {a.min:g}" if a.min == math.inf else f"max {a.max:g}"
+        raise GateConfigError(f"{a.metric}: {bound} leaves no value that passes", hint="give a finite limit")
     if a.min is not None and a.max is not None and a.min > a.max:
         raise GateConfigError(f"{a.metric}: min {a.min:g} is above max {a.max:g}, so no run can pass",
                               hint="swap them, or drop one")

@@ -33,6 +33,7 @@ from .prompts import Prompt, file_sha256, load_prompts
 from .recorder import RunDir
 from .rewards import group_advantages, load_reward_fn
 from .types import Completion, SamplerConfig, SamplingConfig, ScoreRequest, Scored, TrainerConfig
+from .samplers.base import check_prompts
 from .validate import check_against_checkpoint, check_options, check_rescore_out, check_trainer
 
 AUTO_MAX_TOKENS = 256
@@ -113,6 +114,7 @@ def run_probe(opts: ProbeOptions, progress: Progress | None = None) -> Path:
         room = max_len - max(len(p) for p in prompt_ids)
         opts = replace(opts, sampling=replace(opts.sampling, max_tokens=min(AUTO_MAX_TOKENS, room)))
     prompt_ids = tokenize_prompts(tokenizer, [p.text for p in prompts], max_model_len=max_len, max_tokens=opts.sampling.max_tokens)
+    check_prompts(prompt_ids, opts.sampling)  # what every engine would refuse, refused before the run exists
     reward_fn = load_reward_fn(opts.reward_fn)
 
     run = RunDir(opts.out)

@@ -47,9 +47,33 @@ def check_attn_implementation(name: str | None, option: str = "--attn-implementa
                      hint=f"use one of {', '.join(ATTN_IMPLEMENTATIONS)} (or a hub kernel, org/repo)")
 
 
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
+def check_device(name: str | None, option: str) -> None:
+    """A torch device that exists here: ``cuda:3`` on a machine with one GPU would fail only when the model loads."""
+    if name is None:
+        return
+    import torch
+
+    try:
+        dev = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise UsageError(f"{option} {name!r} is not a torch device", hint="e.g. cpu, cuda, cuda:1") from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count()
+        if count == 0:
+            raise UsageError(f"{option} {name}: no CUDA device is visible", hint="use cpu, or check CUDA_VISIBLE_DEVICES")
+        if dev.index is not None and dev.index >= count:
+            raise UsageError(f"{option} {name}: only {count} CUDA device(s) are visible", hint=f"use cuda:0 to cuda:{count - 1}")
+
+
 def check_trainer(cfg: TrainerConfig) -> None:
     check_dtype(cfg.dtype, "--trainer-dtype")
     check_attn_implementation(cfg.attn_implementation)
+    check_device(cfg.device, "--trainer-device")
+    if cfg.device_map is not None and cfg.device_map not in DEVICE_MAPS:
+        check_device(cfg.device_map, "--device-map")
 
 
 def check_sampler(cfg: SamplerConfig) -> None:
@@ -83,6 +107,10 @@ def check_sampling(s: SamplingConfig) -> None:
         raise UsageError(f"--top-k must be -1 (off) or at least 0, got {s.top_k}")
     if s.top_k_logprobs < 0:
         raise UsageError(f"--top-k-logprobs must be at least 0, got {s.top_k_logprobs}")
+    if not 0.0 < s.top_p <= 1.0:
+        raise UsageError(f"--top-p must be in (0, 1], got {s.top_p:g}", hint="1 keeps the whole distribution")
+    if not s.temperature >= 0.0:  # also refuses NaN
+        raise UsageError(f"--temperature must be at least 0, got {s.temperature:g}")
 
 
 def check_options(opts: "ProbeOptions") -> None:

@@ -63,9 +63,25 @@ def _probe(tmp_path: Path, *args: str, prompts: Path | None = None):
     (["--sampler", "vllm-server", "--url", "localhost:8000"], "--url 'localhost:8000' is not an http(s) URL (write --url http://HOST:PORT)"),
     (["--sampler", "vllm-server", "--url", "http://u:hunter22@h:80x"], "--url 'http://<redacted>@h:80x' has a port that is not a number"),
     (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization must be in (0, 1], got 1.5"),
+    (["--top-p", "0"], "--top-p must be in (0, 1], got 0 (1 keeps the whole distribution)"),
+    (["--trainer-device", "gpu7"], "--trainer-device 'gpu7' is not a torch device (e.g. cpu, cuda, cuda:1)"),
+    (["--trainer-device", "cuda:64"], None),
+    (["--device-map", "everywhere"], "--device-map 'everywhere' is not a torch device (e.g. cpu, cuda, cuda:1)"),
 ])
 def test_options_that_would_fail_late_fail_first(tmp_path, args, message):
+    if message is None:  # depends on the machine: no CUDA at all, or fewer than 65 devices
+        import torch
+
+        count = torch.cuda.device_count()
+        message = ("--trainer-device cuda:64: no CUDA device is visible (use cpu, or check CUDA_VISIBLE_DEVICES)" if count == 0
+                   else f"--trainer-device cuda:64: only {count} CUDA device(s) are visible (use cuda:0 to cuda:{count - 1})")
     assert error_line(_probe(tmp_path, *args)) == f"error: {message}"
+
+
+def test_an_empty_prompt_is_refused_before_the_run(tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "1+1="}\n{"prompt": ""}\n')
+    assert error_line(_probe(tmp_path, prompts=prompts)) == "error: prompt 1 is empty (remove empty lines from the prompts file)"
 
 
 def test_a_prompts_file_that_is_not_utf8(tmp_path):
