@@ -32,7 +32,9 @@ MIN_SECRET_LENGTH = 4
 def register_secret(value: str | None) -> None:
     """Remember a secret's value (an API key read from the environment) so :func:`redact` scrubs it anywhere."""
     if value and len(value) >= MIN_SECRET_LENGTH:
-        _SECRETS.add(value)
+        from urllib.parse import quote
+
+        _SECRETS.update({value, quote(value, safe="")})  # as sent, and as a server may echo it URL-encoded
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:

@@ -413,6 +413,20 @@ def test_gate_two_outputs_on_one_path(runs, tmp_path):
     assert error_line(r) == f"error: --markdown {out} is also --junit-xml (give each output its own path)"
 
 
+def test_timeline_plots_onto_a_file_or_a_full_device(tmp_path, write):
+    data = write(pairs(_seq(1, [0, 1]), step=[0, 1]))
+    notes = tmp_path / "notes.txt"
+    notes.write_text("x")
+    assert error_line(cli("timeline", str(data), "--plots", str(notes))) == (
+        f"error: --plots {notes} exists and is not a directory (give --plots a folder)")
+    assert error_line(cli("timeline", str(data), "--plots", str(data))) == (
+        f"error: --plots {data} is an input of this command ({data}); writing it would destroy the data "
+        "(choose another output path)")
+    (tmp_path / "out" / "timeline.png").mkdir(parents=True)  # the picture's own name taken by a folder
+    assert error_line(cli("timeline", str(data), "--plots", str(tmp_path / "out")), after_work=True).startswith(
+        f"error: --plots {tmp_path / 'out'}: cannot write (")
+
+
 def test_gate_init_into_a_directory(tmp_path):
     r = cli("gate", "--init", str(tmp_path), "--force")
     assert error_line(r) == f"error: gate --init {tmp_path} is a directory (give gate --init a file name, e.g. {tmp_path / 'out'})"
