@@ -613,3 +613,17 @@ def test_a_truncated_slime_file_is_corrupt_not_untrusted(tmp_path):
     r = cli("import", "slime", str(tmp_path / "dump"), "--out", str(tmp_path / "out"))
     line = error_line(r)
     assert line.startswith("error: train_data/0_0.pt: corrupt: not a readable torch file or pickle ("), line
+
+
+@pytest.mark.parametrize("columns, message", [
+    (["sampler_logprob=trainer_logprobs"],
+     "--column sampler_logprob=trainer_logprobs makes sampler_logprob and trainer_logprob both read the column "
+     "'trainer_logprobs' (map trainer_logprob to another column too)"),
+    (["sampler_logprob=lp", "trainer_logprob=lp"],
+     "--column trainer_logprob=lp makes sampler_logprob and trainer_logprob both read the column 'lp' "
+     "(map the other one to another column too)"),
+])
+def test_import_mappings_that_read_one_column_twice(tmp_path, columns, message):
+    dump = _jsonl(tmp_path, '{"token_ids": [5], "sampler_logprobs": [-0.5], "trainer_logprobs": [-0.4], "lp": [-0.1]}')
+    args = [a for c in columns for a in ("--column", c)]
+    assert error_line(cli("import", "jsonl", str(dump), "--out", str(tmp_path / "out"), *args)) == f"error: {message}"
