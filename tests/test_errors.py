@@ -627,3 +627,37 @@ def test_import_mappings_that_read_one_column_twice(tmp_path, columns, message):
     dump = _jsonl(tmp_path, '{"token_ids": [5], "sampler_logprobs": [-0.5], "trainer_logprobs": [-0.4], "lp": [-0.1]}')
     args = [a for c in columns for a in ("--column", c)]
     assert error_line(cli("import", "jsonl", str(dump), "--out", str(tmp_path / "out"), *args)) == f"error: {message}"
+
+
+# ---- exit codes for what is not a user error -------------------------------------------
+
+
+def test_a_bug_in_gate_exits_3_never_1(runs, monkeypatch, capsys):
+    """A crash must not read as 'a limit failed' in CI; the traceback stays, for the report."""
+    import mismatchscope.gate.run as gate_run
+    from mismatchscope.cli.main import main
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(gate_run, "run_gate", broken)
+    base, cand = runs
+    with pytest.raises(SystemExit) as exit_:
+        main(["gate", str(cand), "--baseline", str(base), "--bootstrap", "0"])
+    assert exit_.value.code == 3
+    err = capsys.readouterr().err
+    assert "Traceback" in err
+    assert err.strip().splitlines()[-1] == ("error: internal error (RuntimeError: boom); please report it with the "
+                                            "traceback above")
+
+
+def test_a_full_stdout_is_one_line_and_exit_2(data):
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full (Linux)")
+    import subprocess
+
+    exe = os.path.join(os.path.dirname(sys.executable), "mismatchscope")
+    env = {k: v for k, v in os.environ.items() if k != "MISMATCHSCOPE_DEBUG"}
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([exe, "report", str(data), "--format", "json"], stdout=full, stderr=subprocess.PIPE, text=True, env=env)
+    assert r.returncode == 2 and r.stderr.strip() == "error: No space left on device (free space on the device, or write elsewhere)"

@@ -78,8 +78,12 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.write("interrupted\n")
         sys.exit(130)
     except OSError as e:
+        import errno
+
         where = f"{e.filename}: " if getattr(e, "filename", None) else ""
-        _fail(f"{where}{e.strerror or e}", 2, debug_enabled())
+        hint = {errno.ENOSPC: " (free space on the device, or write elsewhere)",
+                errno.EACCES: " (check the permissions)", errno.EPERM: " (check the permissions)"}.get(e.errno, "")
+        _fail(f"{where}{e.strerror or e}{hint}", 2, debug_enabled())
     except RecursionError:
         _fail("the input is nested too deeply to read", 2, debug_enabled())
     except Exception as e:  # a bug: never exit 1, which gate reserves for a failed limit
