@@ -564,6 +564,10 @@ GOOD_RECORD = '{"token_ids": [5, 6], "sampler_logprobs": [-0.5, -1.0], "trainer_
      "bad value (token ids must be integers, got None at index 1)"),
     ('{"token_ids": [true, false], "sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.4, -1.1]}',
      "bad value (token ids must be integers, got True at index 0)"),
+    ('{"token_ids": [[5, 6]], "sampler_logprobs": [[-0.5, -1.0]], "trainer_logprobs": [[-0.4, -1.1]]}',
+     "bad value (token ids must be a flat list of integers, got nested lists)"),
+    ('{"token_ids": [5, 6], "sampler_logprobs": [[-0.5], [-1.0]], "trainer_logprobs": [-0.4, -1.1]}',
+     "bad value (a per-token list holds nested lists, not one number per token)"),
 ])
 def test_pathological_jsonl_records(tmp_path, record, reason):
     dump = _jsonl(tmp_path, GOOD_RECORD, record)

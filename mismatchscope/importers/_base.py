@@ -233,6 +233,8 @@ def mask_span(mask: list, length: int) -> tuple[int, int, np.ndarray | None]:
 def take_floats(values: list, lo: int, hi: int, keep: np.ndarray | None) -> np.ndarray:
     """``values[lo:hi]`` (then ``[keep]``) as float64; ``None`` (JSON null) becomes NaN."""
     arr = np.array(values[lo:hi], dtype=np.float64)
+    if arr.ndim != 1:
+        raise ImportFormatError("a per-token list holds nested lists, not one number per token")
     return arr if keep is None else arr[keep]
 
 
@@ -262,9 +264,11 @@ def exact_ints(values: Any, what: str) -> np.ndarray:
     as numpy reads it).
     """
     arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise ImportFormatError(f"{what} must be a flat list of integers, got {'nested lists' if arr.ndim else 'one value'}")
     if arr.dtype.kind in "iu":
-        return arr.astype(np.int64, copy=False).reshape(-1)
-    flat = arr.reshape(-1)
+        return arr.astype(np.int64, copy=False)
+    flat = arr
     if arr.dtype.kind in "bUSO":  # booleans, text, or a mix: find the first value that is not a number
         for i, v in enumerate(values if isinstance(values, list) else flat.tolist()):
             if isinstance(v, bool) or not isinstance(v, (int, float)):

@@ -116,12 +116,18 @@ class SlimeImporter:
         except ImportFormatError as e:
             ctx.bad(e, f)
             return
+        except _SHAPE_ERRORS as e:  # a field of a shape slime does not write
+            ctx.bad(ImportFormatError(f"unexpected value ({short(e)})", file=f.rel), f)
+            return
         raw_reward = data.get("raw_reward")
         for k, sample in enumerate(samples):
             try:
                 values, dropped = self._convert(f, k, sample, rollout, raw_reward)
             except ImportFormatError as e:
                 ctx.bad(e, f)
+                continue
+            except _SHAPE_ERRORS as e:
+                ctx.bad(ImportFormatError(f"unexpected value ({short(e)})", file=f.rel, record=k), f)
                 continue
             ctx.note("nonfinite_logprobs", int(len(values["token_id"]) - np.count_nonzero(
                 np.isfinite(values["sampler_logprob"]) & np.isfinite(values["trainer_logprob"]))))
@@ -240,6 +246,10 @@ class SlimeImporter:
         return result
 
 
+_SHAPE_ERRORS = (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError)
+"""what reading a field of an unexpected type raises; ImportFormatError (a ValueError) is caught before."""
+
+
 def _load(path: Path, rel: str, trust_pickle: bool, rollout: bool = False) -> Any:
     """``torch.load`` with the safe unpickler; the full one only when trusted."""
     try:
@@ -269,7 +279,7 @@ def _load(path: Path, rel: str, trust_pickle: bool, rollout: bool = False) -> An
             warnings.simplefilter("ignore")
             return torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:
-        raise ImportFormatError(f"not a readable torch file ({short(e)})", file=rel) from None
+        raise ImportFormatError(f"corrupt: not a readable torch file or pickle ({short(e)})", file=rel) from None
 
 
 def _sound_pickle(path: Path) -> bool:
