@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import numpy as np
 
 from .. import errors
-from ..errors import ImportFormatError
+from ..errors import ImportFormatError, MismatchscopeError
 from ._base import SourceFile, loads, short
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def run_unit(importer: Any, f: SourceFile, start: int, end: int, strict: bool) -
                     raise ImportFormatError(f"expected a JSON object, got {type(rec).__name__}")
                 try:
                     values, drop = importer.convert(f, lineno, rec, notes)
-                except ImportFormatError:
+                except MismatchscopeError:
                     raise
                 except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError) as e:
                     # a field of a shape the converter did not expect: the record is bad, not the program

@@ -44,6 +44,7 @@ import numpy as np
 from ..errors import (
     ImportFormatError,
     InputError,
+    MismatchscopeError,
     NoTrainerLogprobsError,
     UntrustedPickleError,
     UsageError,
@@ -116,6 +117,8 @@ class SlimeImporter:
         except ImportFormatError as e:
             ctx.bad(e, f)
             return
+        except MismatchscopeError:
+            raise
         except _SHAPE_ERRORS as e:  # a field of a shape slime does not write
             ctx.bad(ImportFormatError(f"unexpected value ({short(e)})", file=f.rel), f)
             return
@@ -126,6 +129,8 @@ class SlimeImporter:
             except ImportFormatError as e:
                 ctx.bad(e, f)
                 continue
+            except MismatchscopeError:
+                raise
             except _SHAPE_ERRORS as e:
                 ctx.bad(ImportFormatError(f"unexpected value ({short(e)})", file=f.rel, record=k), f)
                 continue
