@@ -665,3 +665,14 @@ def test_a_full_stdout_is_one_line_and_exit_2(data):
     with open("/dev/full", "w") as full:
         r = subprocess.run([exe, "report", str(data), "--format", "json"], stdout=full, stderr=subprocess.PIPE, text=True, env=env)
     assert r.returncode == 2 and r.stderr.strip() == "error: No space left on device (free space on the device, or write elsewhere)"
+
+
+def test_gate_markdown_over_its_own_config_is_refused(runs, tmp_path, monkeypatch):
+    base, cand = runs
+    cfg = tmp_path / "gate.toml"
+    cfg.write_text('[absolute]\ntv_token_mean = { max = 1 }\n')
+    monkeypatch.chdir(tmp_path)  # ./gate.toml is read without --config
+    r = cli("gate", str(cand), "--absolute-only", "--bootstrap", "0", "--markdown", "gate.toml")
+    assert error_line(r) == ("error: --markdown gate.toml is an input of this command (" + str(cfg) + "); writing it would "
+                             "destroy the data (choose another output path)")
+    assert cfg.read_text() == '[absolute]\ntv_token_mean = { max = 1 }\n'

@@ -73,8 +73,9 @@ def gate(
 
         refuse_self_baseline(candidate, cfg.baseline)
     summary = os.environ.get("GITHUB_STEP_SUMMARY") or None
+    limits_file = config or (Path(cfg.source) if Path(cfg.source).is_file() else None)  # ./gate.toml when it was read
     check_all(files=[(junit_xml, "--junit-xml"), (markdown, "--markdown"), (html, "--html"), (summary, "GITHUB_STEP_SUMMARY")],
-              dirs=[(plots, "--plots")], inputs=[candidate, None if absolute_only else cfg.baseline, config, cfg.source if cfg.source != "built-in defaults" else None])
+              dirs=[(plots, "--plots")], inputs=[candidate, None if absolute_only else cfg.baseline, limits_file])
     want_pictures = plots is not None or html is not None
     if want_pictures:
         from ..plots import require_matplotlib
