@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .errors import FileFormatError, InputError, MissingColumnsError, UsageError
+from .redact import redact_obj
 from .schema import COLUMNS, LOGPROB_SENTINEL, REQUIRED_NAMES, SCHEMA_VERSION, TOPK_COLUMNS, decode_metadata
 
 BATCH_ROWS = 1 << 18
@@ -228,7 +229,7 @@ def read_metadata(path: Path, schema_metadata: Mapping[bytes, bytes] | None) -> 
         if value is not None and not isinstance(value, dict):
             raise FileFormatError(f"{path}: the 'mismatchscope' file metadata has {key!r} = {_short_repr(value)}, not a table",
                                   hint="the file's metadata was damaged; rewrite it without that metadata key")
-    return meta
+    return redact_obj(meta)  # a file from elsewhere may carry a URL with credentials: never print it
 
 
 def _short_repr(x: Any) -> str:

@@ -676,3 +676,12 @@ def test_gate_markdown_over_its_own_config_is_refused(runs, tmp_path, monkeypatc
     assert error_line(r) == ("error: --markdown gate.toml is an input of this command (" + str(cfg) + "); writing it would "
                              "destroy the data (choose another output path)")
     assert cfg.read_text() == '[absolute]\ntv_token_mean = { max = 1 }\n'
+
+
+def test_credentials_in_a_files_metadata_are_never_printed(write):
+    meta = {"sampler": {"kind": "vllm-server", "url": "http://bob:hunter22@10.0.0.1:8000"}, "trainer": {"dtype": "float32"}}
+    path = write(pairs(ROWS), metadata=meta)
+    r = cli("report", str(path), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert "hunter22" not in r.stdout + r.stderr
+    assert json.loads(r.stdout)["run"]["sampler"]["url"] == "http://<redacted>@10.0.0.1:8000"
