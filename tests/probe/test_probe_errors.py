@@ -203,6 +203,8 @@ def _choice(**changes):
 @pytest.mark.parametrize("answer, message", [
     ({"choices": "x"}, "POST /v1/completions: choices should be a list, got str 'x'"),
     ({"data": []}, "POST /v1/completions: the answer has no field 'choices'"),
+    ({"object": "error", "message": f"bad request from Bearer {KEY}"},
+     "POST /v1/completions: the answer has no field 'choices' (the server says: bad request from Bearer <redacted>)"),
     ([1, 2], "POST /v1/completions: the answer should be an object, got list [1, 2]"),
     ({"choices": []}, "the server returned 0 choices for 1 prompts x n=1"),
     ({"choices": [GOOD_CHOICE, {**GOOD_CHOICE, "index": 1}]}, "the server returned 2 choices for 1 prompts x n=1"),

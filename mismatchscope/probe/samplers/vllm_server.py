@@ -381,7 +381,9 @@ def _require(value: Any, kind: type, where: str) -> Any:
 def _field(obj: Any, key: str, kind: type, where: str) -> Any:
     _require(obj, dict, f"{where}: the answer")
     if key not in obj:
-        raise SamplerError(f"{where}: the answer has no field {key!r}")
+        said = obj.get("message") or obj.get("error")
+        said = f" (the server says: {' '.join(redact(str(said))[:200].split())})" if said else ""
+        raise SamplerError(f"{where}: the answer has no field {key!r}{said}")
     return _require(obj[key], kind, f"{where}: {key}")
 
 
