@@ -685,3 +685,27 @@ def test_credentials_in_a_files_metadata_are_never_printed(write):
     assert r.returncode == 0, r.stderr
     assert "hunter22" not in r.stdout + r.stderr
     assert json.loads(r.stdout)["run"]["sampler"]["url"] == "http://<redacted>@10.0.0.1:8000"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["report"], "Missing argument 'path'. (see mismatchscope report --help)"),
+    (["report", "x", "--format", "yaml"],
+     "Invalid value for '--format' / '-f': Value error, 'yaml' is not one of 'table', 'json'. (see mismatchscope report --help)"),
+    (["report", "--nope"], "No such option: --nope (see mismatchscope report --help)"),
+    (["nosuchcmd"], "No such command 'nosuchcmd'. (see mismatchscope --help)"),
+])
+def test_usage_errors_are_one_line_too(args, message):
+    assert error_line(cli(*args)) == f"error: {message}"
+
+
+def test_a_closed_stdout_is_not_a_failed_gate(runs):
+    """``gate ... | head -1``: the pipe closes early; exit 1 would say a limit failed."""
+    import subprocess
+
+    base, cand = runs
+    exe = os.path.join(os.path.dirname(sys.executable), "mismatchscope")
+    proc = subprocess.Popen([exe, "gate", str(cand), "--baseline", str(base), "--bootstrap", "0", "--limit", "tv_token_mean<=1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader went away before any output
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err

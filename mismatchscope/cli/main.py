@@ -67,27 +67,64 @@ def _fail(message: str, code: int, traceback_too: bool) -> None:
     sys.exit(code)
 
 
+def _click_exceptions():
+    """click's exception module: typer >= 0.2x vendors its own copy of click."""
+    try:
+        from typer._click import exceptions
+    except ImportError:
+        from click import exceptions
+    return exceptions
+
+
+def _usage_error(e) -> None:
+    """click's own usage errors (a missing argument, a bad choice) as one line, like every other error."""
+    if isinstance(e, getattr(_click_exceptions(), "NoArgsIsHelpError", ())):  # bare command: its help, as before
+        sys.stdout.write(e.ctx.get_help() + "\n")
+        sys.exit(2)
+    ctx = getattr(e, "ctx", None)
+    hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+    _fail(f"{e.format_message()}{hint}", 2, False)
+
+
+def _os_error(e: OSError) -> None:
+    import errno
+
+    if e.errno == errno.EPIPE:  # stdout closed early (``| head``): say so once, without a second error at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        _fail("stdout was closed before the output was written", 2, debug_enabled())
+    where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+    hint = {errno.ENOSPC: " (free space on the device, or write elsewhere)",
+            errno.EACCES: " (check the permissions)", errno.EPERM: " (check the permissions)"}.get(e.errno, "")
+    _fail(f"{where}{e.strerror or e}{hint}", 2, debug_enabled())
+
+
 def main(argv: list[str] | None = None) -> None:
     from ..errors import MismatchscopeError
 
+    click_exceptions = _click_exceptions()
     try:
-        app(args=argv, standalone_mode=True)
+        code = app(args=argv, standalone_mode=False)
     except MismatchscopeError as e:
         _fail(str(e), e.exit_code, debug_enabled())
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, typer.Abort):
         sys.stderr.write("interrupted\n")
         sys.exit(130)
+    except click_exceptions.ClickException as e:
+        _usage_error(e)
+    except SystemExit as e:
+        # Outside standalone mode typer exits by itself only on a closed stdout (EPIPE, code 1):
+        # 1 is gate's "a limit failed", so a closed pipe must not say it.
+        if e.code == 1:
+            sys.exit(2)
+        raise
     except OSError as e:
-        import errno
-
-        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
-        hint = {errno.ENOSPC: " (free space on the device, or write elsewhere)",
-                errno.EACCES: " (check the permissions)", errno.EPERM: " (check the permissions)"}.get(e.errno, "")
-        _fail(f"{where}{e.strerror or e}{hint}", 2, debug_enabled())
+        _os_error(e)
     except RecursionError:
         _fail("the input is nested too deeply to read", 2, debug_enabled())
     except Exception as e:  # a bug: never exit 1, which gate reserves for a failed limit
         _fail(f"internal error ({type(e).__name__}: {e}); please report it with the traceback above", INTERNAL_ERROR, True)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":
