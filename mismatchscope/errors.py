@@ -19,7 +19,7 @@ class MismatchscopeError(Exception):
         self.hint = hint
 
     def __str__(self) -> str:
-        base = super().__str__()
+        base = Exception.__str__(self)  # not KeyError's, which would repr() the message
         return f"{base} ({self.hint})" if self.hint else base
 
 
@@ -33,9 +33,6 @@ class InputError(MismatchscopeError, ValueError):
 
 class MissingColumnsError(InputError, KeyError):
     """Required columns are absent; the hint suggests ``--column``."""
-
-    def __str__(self) -> str:  # KeyError would repr() the message
-        return MismatchscopeError.__str__(self)
 
 
 class FileFormatError(InputError):
@@ -103,3 +100,7 @@ class GateConfigError(UsageError):
 
 class IncomparableRunsError(InputError):
     """Baseline and candidate differ in something other than the serving stack (checkpoint, prompts, sampling)."""
+
+
+class OutputError(MismatchscopeError, OSError):
+    """An output path that cannot be written: a directory, unwritable, a full device, or one of the inputs."""

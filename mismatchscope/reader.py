@@ -28,9 +28,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .errors import FileFormatError, InputError, MissingColumnsError, UsageError
-from .schema import COLUMNS, LOGPROB_SENTINEL, REQUIRED_NAMES, SCHEMA_VERSION, decode_metadata
+from .redact import redact_obj
+from .schema import COLUMNS, LOGPROB_SENTINEL, REQUIRED_NAMES, SCHEMA_VERSION, TOPK_COLUMNS, decode_metadata
 
 BATCH_ROWS = 1 << 18
+MAX_POSITION = (1 << 24) - 1
+"""16.7M tokens in one completion: beyond every context length; a larger position is a wrong column."""
 POSITIVE_LOGPROB_TOLERANCE = 1e-4
 """log-softmax in float arithmetic can land a hair above 0 for a near-certain
 token; anything beyond this is not a logprob (logits? probabilities?)."""
@@ -90,8 +93,39 @@ def parse_column_mapping(items: list[str] | None) -> dict[str, str]:
             raise UsageError(f"cannot parse --column {item!r}", hint="write --column CANONICAL=NAME_IN_FILE, e.g. sampler_logprob=rollout_log_probs")
         if canon not in COLUMNS:
             raise UsageError(f"--column {item!r}: {canon!r} is not a mismatchscope column", hint=f"known columns: {', '.join(COLUMNS)}")
+        if canon in mapping and mapping[canon] != src:
+            raise UsageError(f"--column {item!r}: {canon} is already mapped to {mapping[canon]!r}", hint="map each column once")
+        twin = next((c for c, s in mapping.items() if s == src and c != canon), None)
+        if twin is not None:
+            raise UsageError(f"--column {item!r}: {src!r} is already read as {twin}", hint="map each column of the file to one mismatchscope column")
         mapping[canon] = src
     return mapping
+
+
+def check_mapping(path: Path, mapping: Mapping[str, str], names: set[str]) -> None:
+    """Every mapped source exists, and no two mismatchscope columns read one column of the file.
+
+    ``--column sampler_logprob=trainer_logprob`` on a file that has its own
+    ``trainer_logprob`` would read one column as both sides (a mismatch of
+    exactly zero); that is refused rather than guessed at.
+    """
+    for canon, src in mapping.items():
+        if src not in names:
+            shown = ", ".join(sorted(names)[:20])
+            raise MissingColumnsError(f"{path}: --column {canon}={src}: the file has no column {src!r}; it has: {shown}",
+                                      hint="check the spelling of the name in the file")
+    readers: dict[str, str] = {}
+    for canon in COLUMNS:
+        src = mapping.get(canon, canon)
+        if src not in names:
+            continue
+        if src in readers:
+            first = readers[src]
+            mapped = canon if mapping.get(canon) == src else first
+            raise UsageError(
+                f"{path}: --column {mapped}={src} makes {first} and {canon} both read the file's column {src!r}",
+                hint=f"also map the file's own {src} to another name, or map {mapped} to another column")
+        readers[src] = canon
 
 
 def resolve_files(path: str | os.PathLike) -> list[Path]:
@@ -127,6 +161,7 @@ def open_source(path: str | os.PathLike, mapping: Mapping[str, str] | None = Non
         except (pa.ArrowInvalid, OSError) as e:
             raise FileFormatError(f"{f}: not a Parquet file, or truncated ({_short(e)})") from None
         names = set(schema.names)
+        check_mapping(f, mapping, names)
         present = {c for c in COLUMNS if mapping.get(c, c) in names}
         missing = [c for c in REQUIRED_NAMES if c not in present]
         if missing:
@@ -135,14 +170,8 @@ def open_source(path: str | os.PathLike, mapping: Mapping[str, str] | None = Non
                 f"{f}: missing required column(s) {', '.join(missing)}; the file has: {shown}",
                 hint=f"map yours with --column, e.g. --column {missing[0]}=YOUR_NAME",
             )
-        meta = decode_metadata(schema.metadata)
+        meta = read_metadata(f, schema.metadata)
         if meta is not None:
-            version = meta.get("schema_version")
-            if not isinstance(version, int) or version > SCHEMA_VERSION:
-                raise FileFormatError(
-                    f"{f}: schema_version {version!r} is newer than this mismatchscope understands ({SCHEMA_VERSION})",
-                    hint="upgrade mismatchscope",
-                )
             metas.append(meta)
         available = present if available is None else available & present
         common = names if common is None else common & names
@@ -163,6 +192,72 @@ def require_complete(path: str | os.PathLike) -> None:
             raise InputError(message, hint="wait for the run to finish, or point at complete shards")
 
 
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+
+
+def _numeric(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t)
+
+
+def _check_type(path: Path, canon: str, raw: str, t: pa.DataType) -> None:
+    """A column's Arrow type must fit its schema column: lists of numbers where lists belong, numbers elsewhere."""
+    want = COLUMNS[canon].type
+    name = canon if raw == canon else f"{raw} (read as {canon})"
+    if _is_list(want):
+        inner_ok = _is_list(t) and (pa.types.is_integer(t.value_type) if pa.types.is_integer(want.value_type)
+                                    else _numeric(t.value_type))
+        if not inner_ok:
+            kind = "integers" if pa.types.is_integer(want.value_type) else "numbers"
+            raise InputError(f"{path}: column {name!r} must hold lists of {kind}, found {t}",
+                             hint="top-k columns hold one list per token")
+    elif _is_list(t) or not (_numeric(t) or pa.types.is_null(t)):
+        kind = "integers" if pa.types.is_integer(want) else "numbers"
+        raise InputError(f"{path}: column {name!r} must hold {kind}, found {t}")
+
+
+METADATA_SECTIONS = ("checkpoint", "prompts", "sampling", "sampler", "trainer", "semantics", "source", "timings")
+"""sections of the ``mismatchscope`` metadata that readers index into: each must be a table when present."""
+
+
+def read_metadata(path: Path, schema_metadata: Mapping[bytes, bytes] | None) -> dict[str, Any] | None:
+    """The file's ``mismatchscope`` metadata, checked: JSON, an object, a known schema_version, tables where tables belong."""
+    try:
+        meta = decode_metadata(schema_metadata)
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        reason = "nested too deeply" if isinstance(e, RecursionError) else "not valid JSON"
+        raise FileFormatError(f"{path}: the 'mismatchscope' file metadata is {reason}",
+                              hint="the file was not written by mismatchscope, or was damaged; rewrite it without that metadata key") from None
+    if meta is None:
+        return None
+    if not isinstance(meta, dict):
+        raise FileFormatError(f"{path}: the 'mismatchscope' file metadata is a JSON {type(meta).__name__}, not an object",
+                              hint="the file was not written by mismatchscope; rewrite it without that metadata key")
+    version = meta.get("schema_version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise FileFormatError(f"{path}: the 'mismatchscope' file metadata has schema_version {version!r}, not a version number",
+                              hint="the file was not written by mismatchscope; rewrite it without that metadata key")
+    if version > SCHEMA_VERSION:
+        raise FileFormatError(
+            f"{path}: schema_version {version} is newer than this mismatchscope understands ({SCHEMA_VERSION})",
+            hint="upgrade mismatchscope",
+        )
+    nested = [(key, meta.get(key)) for key in METADATA_SECTIONS]
+    source = meta.get("source")
+    if isinstance(source, dict):
+        nested.append(("source.semantics", source.get("semantics")))
+    for key, value in nested:
+        if value is not None and not isinstance(value, dict):
+            raise FileFormatError(f"{path}: the 'mismatchscope' file metadata has {key!r} = {_short_repr(value)}, not a table",
+                                  hint="the file's metadata was damaged; rewrite it without that metadata key")
+    return redact_obj(meta)  # a file from elsewhere may carry a URL with credentials: never print it
+
+
+def _short_repr(x: Any) -> str:
+    text = repr(x)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def iter_batches(source: Source, columns: list[str], hygiene: Hygiene, batch_rows: int = BATCH_ROWS,
                  extra: list[str] | tuple[str, ...] = ()) -> Iterator[dict[str, Any]]:
     """Yield cleaned batches: dict of canonical name -> numpy array (lists stay Arrow).
@@ -177,8 +272,13 @@ def iter_batches(source: Source, columns: list[str], hygiene: Hygiene, batch_row
     file_cols = [source.mapping.get(c, c) for c in wanted]
     clash = [e for e in extra if e in file_cols or e in wanted]
     if clash:
-        raise ValueError(f"extra columns {clash} are already read as mismatchscope columns")
+        raise UsageError(f"the column(s) {', '.join(clash)} are already read as mismatchscope columns",
+                         hint="group by another column, or map the mismatchscope column elsewhere with --column")
     file_cols += list(extra)
+    for f in source.files:  # only what this pass reads: a foreign extra column may be anything
+        schema = _guard(f, lambda: _open(f).schema_arrow)
+        for c, raw in zip(wanted, file_cols):
+            _check_type(f, c, raw, schema.field(raw).type)
     for f, rb in _record_batches(source.files, file_cols, batch_rows):
         if rb.num_rows:
             yield _clean(f, rb, wanted, hygiene, extra)
@@ -266,6 +366,9 @@ def _clean(path: Path, rb: pa.RecordBatch, wanted: list[str], hygiene: Hygiene,
     for i, name in enumerate(wanted):
         arr = rb.column(i)
         if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
+            if arr.null_count and name in TOPK_COLUMNS:
+                raise InputError(f"{path}: column {name!r} has {arr.null_count} null list(s)",
+                                 hint="write an empty list for a position without a top-k")
             cols[name] = arr
         else:
             cols[name] = _to_numpy(path, name, arr)
@@ -273,6 +376,12 @@ def _clean(path: Path, rb: pa.RecordBatch, wanted: list[str], hygiene: Hygiene,
         cols[name] = rb.column(len(wanted) + j)
     n = rb.num_rows
     hygiene.rows_read += n
+    pos = cols["position"]
+    out_of_range = (pos < 0) | (pos > MAX_POSITION)
+    if out_of_range.any():
+        i = int(np.flatnonzero(out_of_range)[0])
+        raise InputError(f"{path}: position {int(pos[i])} of sequence {int(cols['sequence_id'][i])} is outside 0..{MAX_POSITION}",
+                         hint="position is the 0-based index of the token within its completion")
     lp, lq = cols["trainer_logprob"], cols["sampler_logprob"]
     sentinel = (lq == LOGPROB_SENTINEL) | (lp == LOGPROB_SENTINEL)
     if sentinel.any():
@@ -293,7 +402,30 @@ def _clean(path: Path, rb: pa.RecordBatch, wanted: list[str], hygiene: Hygiene,
         hygiene.nonfinite_dropped += int((~finite).sum())
         keep = np.flatnonzero(finite)
         cols = {k: (v.take(pa.array(keep)) if isinstance(v, pa.Array) else v[keep]) for k, v in cols.items()}
+    for name in TOPK_LOGPROB_LISTS:
+        if name in cols:
+            _check_logprob_list(path, name, cols[name], cols)
     return cols
+
+
+TOPK_LOGPROB_LISTS = ("sampler_topk_logprobs", "trainer_logprobs_at_sampler_topk", "trainer_topk_logprobs")
+
+
+def _check_logprob_list(path: Path, name: str, arr: pa.Array, cols: dict[str, Any]) -> None:
+    """Values in a top-k logprob list are logprobs too: no NaN, nothing above the rounding tolerance (-inf is fine)."""
+    values = pc.list_flatten(arr).to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    bad = np.isnan(values) | (values > POSITIVE_LOGPROB_TOLERANCE)
+    if not bad.any():
+        return
+    flat = int(np.flatnonzero(bad)[0])
+    lens = pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False)
+    row = int(np.searchsorted(np.cumsum(lens), flat, side="right"))
+    what = "NaN" if np.isnan(values[flat]) else f"positive value {values[flat]:.4g}"
+    raise InputError(
+        f"{path}: column {name!r} holds {int(bad.sum())} NaN or positive value(s), e.g. a {what} "
+        f"at sequence {int(cols['sequence_id'][row])} position {int(cols['position'][row])}",
+        hint="top-k lists hold natural-log probabilities <= 0; is the column holding logits or probabilities?",
+    )
 
 
 _INT_COLUMNS = {"sequence_id", "position", "token_id", "prompt_id", "sample_index", "step"}

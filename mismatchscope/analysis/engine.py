@@ -21,6 +21,7 @@ from ..rules import RuleInstance, SequenceInputs
 from ..schema import TOPK_COLUMNS
 from .grouping import SequenceAggregator
 from .masks import MaskAccumulator, build_units, mean_row, tail_reading, unit_row
+from .positions import PositionRuns, PositionTracker
 from .tokenstats import RATIO_QUANTILES, TokenStats, _f
 from .topk import score_centering, topk_bounds
 
@@ -71,7 +72,6 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
     stats = TokenStats()
     ops: dict[str, str] = {
         "n": "sum", "sum_l": "sum", "min_l": "min", "max_l": "max", "max_tv": "max", "sum_k3": "sum",
-        "pos_min": "min", "pos_max": "max", "pos_sum": "sum", "pos_sq": "sum",
         # per-sequence sums of the token metrics: sequence-level resampling (gate's bootstrap)
         # and per-sequence rankings (worst sequences) need them
         "sum_tv": "sum", "sum_abs_l": "sum", "sum_k2": "sum", "sum_krev": "sum", "sum_r": "sum", "sum_r2": "sum",
@@ -85,12 +85,14 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
         ops.update({k: "sum" for k in masks.per_token_columns()})
     seqagg = SequenceAggregator(ops)  # type: ignore[arg-type]
     hygiene = Hygiene()
+    positions = PositionTracker()
 
     for batch in iter_batches(source, columns, hygiene, request.batch_rows):
         t = token_terms(batch["trainer_logprob"], batch["sampler_logprob"])
         pos = batch["position"]
         if pos.size and pos.min() < 0:
             raise InputError(f"negative position {int(pos.min())} in {source.files[0] if len(source.files) == 1 else 'the input'}")
+        positions.add(batch["sequence_id"], pos)
         if on_terms:
             on_terms(t, batch)
         adv = batch.get("advantage")
@@ -100,7 +102,6 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
         per_tok: dict[str, np.ndarray] = {
             "n": np.ones(t.log_ratio_T.size), "sum_l": t.log_ratio_T, "min_l": t.log_ratio_T,
             "max_l": t.log_ratio_T, "max_tv": t.tv_T, "sum_k3": t.k3_T,
-            "pos_min": pos, "pos_max": pos, "pos_sum": pos.astype(np.float64), "pos_sq": pos.astype(np.float64) ** 2,
             "sum_tv": t.tv_T, "sum_abs_l": np.abs(t.log_ratio_T), "sum_k2": t.k2_T, "sum_krev": t.kl_reverse_k3_T,
             "sum_r": t.ratio_T, "sum_r2": t.ratio_T * t.ratio_T,
         }
@@ -130,7 +131,7 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
     if n_tokens == 0:
         what = "has no token rows" if hygiene.rows_read == 0 else "has no token with finite logprobs"
         raise InputError(f"{path}: the input {what}")
-    warnings = ([source.incomplete] if source.incomplete else []) + hygiene.warnings() + _check_positions(seq_ids, agg)
+    warnings = ([source.incomplete] if source.incomplete else []) + hygiene.warnings() + _position_warnings(positions.finish())
     seq = SequenceInputs(
         n_tokens_S=agg["n"],
         seq_log_ratio_S=agg["sum_l"],
@@ -164,30 +165,15 @@ class PerSequence:
     seq_verdicts: dict = field(default_factory=dict)
 
 
-def _check_positions(seq_ids: np.ndarray, agg: dict) -> list[str]:
-    """Duplicates are an error; gaps a warning. Exact for contiguous positions
-    (n == max - min + 1 with the arithmetic sums of a permutation); more rows
-    than distinct slots is certainly a duplicate."""
-    n, lo, hi = agg["n"], agg["pos_min"].astype(np.float64), agg["pos_max"].astype(np.float64)
-    span = hi - lo + 1
-    dup = n > span
-    contiguous = n == span
-    exp_sum = (lo + hi) * n / 2
-    exp_sq = (hi * (hi + 1) * (2 * hi + 1) - (lo - 1) * lo * (2 * lo - 1)) / 6
-    dup |= contiguous & ((np.abs(agg["pos_sum"] - exp_sum) > 0.5) | (np.abs(agg["pos_sq"] - exp_sq) > 0.5 + 1e-9 * exp_sq))
-    if dup.any():
-        i = int(np.flatnonzero(dup)[0])
-        raise InputError(
-            f"duplicate (sequence_id, position) rows in {int(dup.sum())} sequence(s), e.g. sequence {int(seq_ids[i])}: "
-            f"{int(n[i])} rows for positions {int(lo[i])}..{int(hi[i])}",
-            hint="each generated token must appear once; was a file read twice, or do two runs share sequence ids?",
-        )
+def _position_warnings(runs: PositionRuns) -> list[str]:
+    """Duplicates were refused while reading (exactly, ``positions.py``); gaps and late starts only warn."""
     warnings = []
-    gaps = n < span
+    gaps = runs.runs_S > 1
     if gaps.any():
         warnings.append(f"{int(gaps.sum())} sequence(s) have gaps in their positions (tokens missing or masked out)")
-    if (lo > 0).any():
-        warnings.append(f"{int((lo > 0).sum())} sequence(s) do not start at position 0")
+    late = runs.first_position_S > 0
+    if late.any():
+        warnings.append(f"{int(late.sum())} sequence(s) do not start at position 0")
     return warnings
 
 

@@ -28,11 +28,19 @@ def stderr_console():
 
 
 def warn(message: str) -> None:
-    stderr_console().print(f"[yellow]warning:[/yellow] {message}", highlight=False)
+    from rich.markup import escape
+
+    from ..redact import redact
+
+    stderr_console().print(f"[yellow]warning:[/yellow] {escape(redact(message))}", highlight=False)
 
 
 def info(message: str) -> None:
-    stderr_console().print(message, highlight=False)
+    from rich.markup import escape
+
+    from ..redact import redact
+
+    stderr_console().print(escape(redact(message)), highlight=False)
 
 
 def _jsonable(x: Any) -> Any:

@@ -106,8 +106,10 @@ def report(
 ) -> None:
     """TV distance, KL estimators, ratio tails, and where the mismatch sits (by probability, position, entropy)."""
     from ..analysis.engine import AnalysisRequest, analyse
+    from ..outputs import check_all
     from ..reader import parse_column_mapping
 
+    check_all(files=[(html, "--html")], dirs=[(plots, "--plots")], inputs=[path])
     pictures = plots is not None or html is not None
     if (rule or sweep) and not pictures:
         raise UsageError("--rule and --sweep on report choose what the pictures draw",
@@ -147,14 +149,16 @@ def report(
 
 
 def _write_pictures(result, hist, rules, plots: Path | None, html: Path | None, worst_rows=None, traces=None) -> None:
-    from ..plots import report_figures, worst_figures, write_html, write_pngs
+    from ..outputs import write_text, writing
+    from ..plots import report_figures, worst_figures, write_pngs
 
     figures = report_figures(result, hist, rules) + (worst_figures(worst_rows, traces) if worst_rows else [])
     if plots:
-        for p in write_pngs(figures, plots):
-            info(f"wrote {p}")
+        with writing(plots, "--plots"):
+            for p in write_pngs(figures, plots):
+                info(f"wrote {p}")
     if html:
         from ..plots.html import report_page
 
-        write_html(html, report_page(result, figures, worst_rows))
+        write_text(html, report_page(result, figures, worst_rows), "--html")
         info(f"wrote {html}")

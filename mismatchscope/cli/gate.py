@@ -64,10 +64,19 @@ def gate(
         raise UsageError("missing CANDIDATE", hint="mismatchscope gate CANDIDATE --baseline BASELINE (or gate --init to write a gate.toml)")
     from ..gate.config import load_config, with_overrides
     from ..gate.run import run_gate
+    from ..outputs import check_all
     from ..reader import parse_column_mapping
 
     cfg = with_overrides(load_config(config), limits=limit, increases=max_increase, rules=rule, allow_different=allow_different,
                          bootstrap=bootstrap, confidence=confidence, seed=seed, baseline=baseline, absolute_only=absolute_only)
+    if not absolute_only and cfg.baseline:
+        from ..gate.run import refuse_self_baseline
+
+        refuse_self_baseline(candidate, cfg.baseline)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY") or None
+    limits_file = config or (Path(cfg.source) if Path(cfg.source).is_file() else None)  # ./gate.toml when it was read
+    check_all(files=[(junit_xml, "--junit-xml"), (markdown, "--markdown"), (html, "--html"), (summary, "GITHUB_STEP_SUMMARY")],
+              dirs=[(plots, "--plots")], inputs=[candidate, None if absolute_only else cfg.baseline, limits_file])
     want_pictures = plots is not None or html is not None
     if want_pictures:
         from ..plots import require_matplotlib
@@ -98,8 +107,9 @@ def _write_starter(path: Path, force: bool) -> None:
 
     if path.exists() and not force:
         raise UsageError(f"{path} already exists", hint="pass --force to overwrite it, or give another file name: gate --init FILE")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(STARTER_TOML)
+    from ..outputs import check_output_file, write_text
+
+    write_text(check_output_file(path, "gate --init"), STARTER_TOML, "gate --init")
     info(f"wrote {path}: edit the limits, then run mismatchscope gate CANDIDATE --baseline BASELINE")
 
 
@@ -113,33 +123,36 @@ def _write_outputs(result, seconds: float, junit_xml: Path | None, markdown: Pat
     if junit_xml:
         from ..gate.junit import junit_xml as render
 
-        _write(junit_xml, render(result, seconds))
+        _write(junit_xml, render(result, seconds), "--junit-xml")
     md = None
     if markdown or os.environ.get("GITHUB_STEP_SUMMARY"):
         from ..gate.markdown import markdown as render_md
 
         md = render_md(result)
     if markdown and md:
-        _write(markdown, md)
+        _write(markdown, md, "--markdown")
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary and md:
-        with open(summary, "a", encoding="utf-8") as f:
-            f.write(md + "\n")
+        from ..outputs import write_text
+
+        write_text(summary, md + "\n", "GITHUB_STEP_SUMMARY", append=True)
     if plots or html:
-        from ..plots import gate_figures, write_html, write_pngs
+        from ..outputs import writing
+        from ..plots import gate_figures, write_pngs
 
         figures = gate_figures(result)
         if plots:
-            for p in write_pngs(figures, plots):
-                info(f"wrote {p}")
+            with writing(plots, "--plots"):
+                for p in write_pngs(figures, plots):
+                    info(f"wrote {p}")
         if html:
             from ..plots.html import gate_page
 
-            write_html(html, gate_page(result, figures))
-            info(f"wrote {html}")
+            _write(html, gate_page(result, figures), "--html")
 
 
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+def _write(path: Path, text: str, option: str) -> None:
+    from ..outputs import write_text
+
+    write_text(path, text, option)
     info(f"wrote {path}")

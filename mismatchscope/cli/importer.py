@@ -42,6 +42,11 @@ def import_(
         raise UsageError(f"unknown import format {fmt!r}", hint=f"use one of {', '.join(FORMATS)}")
     if not src.exists():
         raise UsageError(f"{src}: no such file or directory", hint=describe(fmt))
+    from ..outputs import check_output_dir, input_files
+
+    check_output_dir(out, "--out", input_files(src))
+    if out.resolve() == src.resolve():
+        raise UsageError(f"--out {out} is the dump being imported", hint="write the token pairs to a new directory")
     result = import_run(fmt, src, out, columns=_mapping(column), skip_bad=skip_bad, trust_pickle=trust_pickle,
                         progress=lambda done, total, path: info(f"[{done}/{total}] {path}"))
     for w in result.warnings:

@@ -1,6 +1,13 @@
 """Entry point: builds the typer app and turns every ``MismatchscopeError``
-into one line on stderr and exit code 2. ``MISMATCHSCOPE_DEBUG=1`` shows the
-traceback instead."""
+into one line on stderr and exit code 2. ``MISMATCHSCOPE_DEBUG=1`` (or
+``true``/``yes``) adds the traceback; it never changes the exit code.
+
+Exit codes: 0 success; 1 only where a command gives it a meaning (``gate``: a
+limit failed); 2 a usage, input or output error (one line, redacted); 3 an
+internal error (a bug: the traceback is printed so it can be reported). An
+operating-system error that escapes a command (a full disk, a permission) is
+an environment problem, not a bug: one line and exit 2.
+"""
 
 from __future__ import annotations
 
@@ -41,19 +48,84 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
     pass
 
 
+INTERNAL_ERROR = 3
+
+
+def debug_enabled() -> bool:
+    """``MISMATCHSCOPE_DEBUG`` is on only for 1/true/yes/on: ``0`` or ``false`` means off."""
+    return os.environ.get("MISMATCHSCOPE_DEBUG", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _fail(message: str, code: int, traceback_too: bool) -> None:
+    from ..redact import redact
+
+    if traceback_too:
+        import traceback
+
+        sys.stderr.write(redact(traceback.format_exc()))
+    line = " ".join(redact(message).split())  # one line, whatever the message held
+    sys.stderr.write(f"error: {line}\n")
+    sys.exit(code)
+
+
+def _click_exceptions():
+    """click's exception module: typer >= 0.2x vendors its own copy of click."""
+    try:
+        from typer._click import exceptions
+    except ImportError:
+        from click import exceptions
+    return exceptions
+
+
+def _usage_error(e) -> None:
+    """click's own usage errors (a missing argument, a bad choice) as one line, like every other error."""
+    if isinstance(e, getattr(_click_exceptions(), "NoArgsIsHelpError", ())):  # bare command: its help, as before
+        sys.stdout.write(e.ctx.get_help() + "\n")
+        sys.exit(2)
+    ctx = getattr(e, "ctx", None)
+    hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+    _fail(f"{e.format_message()}{hint}", 2, False)
+
+
+def _os_error(e: OSError) -> None:
+    import errno
+
+    if e.errno == errno.EPIPE:  # stdout closed early (``| head``): say so once, without a second error at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        _fail("stdout was closed before the output was written", 2, debug_enabled())
+    where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+    hint = {errno.ENOSPC: " (free space on the device, or write elsewhere)",
+            errno.EACCES: " (check the permissions)", errno.EPERM: " (check the permissions)"}.get(e.errno, "")
+    _fail(f"{where}{e.strerror or e}{hint}", 2, debug_enabled())
+
+
 def main(argv: list[str] | None = None) -> None:
     from ..errors import MismatchscopeError
 
+    click_exceptions = _click_exceptions()
     try:
-        app(args=argv, standalone_mode=True)
+        code = app(args=argv, standalone_mode=False)
     except MismatchscopeError as e:
-        if os.environ.get("MISMATCHSCOPE_DEBUG"):
-            raise
-        sys.stderr.write(f"error: {e}\n")
-        sys.exit(e.exit_code)
-    except KeyboardInterrupt:
+        _fail(str(e), e.exit_code, debug_enabled())
+    except (KeyboardInterrupt, typer.Abort):
         sys.stderr.write("interrupted\n")
         sys.exit(130)
+    except click_exceptions.ClickException as e:
+        _usage_error(e)
+    except SystemExit as e:
+        # Outside standalone mode typer exits by itself only on a closed stdout (EPIPE, code 1):
+        # 1 is gate's "a limit failed", so a closed pipe must not say it.
+        if e.code == 1:
+            sys.exit(2)
+        raise
+    except OSError as e:
+        _os_error(e)
+    except RecursionError:
+        _fail("the input is nested too deeply to read", 2, debug_enabled())
+    except Exception as e:  # a bug: never exit 1, which gate reserves for a failed limit
+        _fail(f"internal error ({type(e).__name__}: {e}); please report it with the traceback above", INTERNAL_ERROR, True)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -28,19 +28,23 @@ def timeline(
     plots: Optional[Path] = typer.Option(None, "--plots", metavar="DIR", help="Also write DIR/timeline.png: one panel per metric, flagged steps marked."),
 ) -> None:
     """Headline mismatch metrics per training step (needs a step column), and the steps where a series spikes, shifts or drifts."""
+    from ..outputs import check_all
     from ..reader import parse_column_mapping
     from ..rules import parse_rule
     from ..timeline import timeline as run_timeline
 
+    check_all(dirs=[(plots, "--plots")], inputs=[path])
     rules = [parse_rule(r) for r in rule] if rule else None
     result = run_timeline(path, rules, by, parse_column_mapping(column))
     for w in result.series.warnings:
         warn(w)
     png = None
     if plots is not None:
+        from ..outputs import writing
         from ..timeline.plot import plot_timeline
 
-        png = plot_timeline(result, plots)
+        with writing(plots, "--plots"):
+            png = plot_timeline(result, plots)
         info(f"wrote {png}")
     if format is OutputFormat.json:
         payload = result.payload()

@@ -165,6 +165,8 @@ def load_config(path: Path | None, *, cwd: Path | None = None) -> GateConfig:
                               hint="fix the file, or write a fresh one with mismatchscope gate --init") from None
     except UnicodeDecodeError:
         raise GateConfigError(f"{path} is not a text file") from None
+    except RecursionError:
+        raise GateConfigError(f"{path} is nested too deeply to be a gate configuration") from None
     return parse_config(data, str(path))
 
 
@@ -204,12 +206,28 @@ def validate(cfg: GateConfig) -> GateConfig:
                 + ("it has no 'worse' direction" if m.worse is None else "lower is worse" if m.worse == "lower" else "it can be negative"),
                 hint=f"give it an absolute limit instead: [absolute] in the config, or --limit '{r.metric}<=VALUE' / '>=VALUE'")
     for a in cfg.absolute:
-        lookup_metric(a.metric)
+        _satisfiable(a, lookup_metric(a.metric))
     instances = {r.name: r for r in cfg.rule_instances()}  # unknown parameters fail here, before any file is read
     for m in cfg.metrics():
         if m.rule:
             check_rule_level(m, instances[m.rule])
     return cfg
+
+
+def _satisfiable(a: AbsoluteLimit, m: Metric) -> None:
+    """A limit no value can meet would fail every run: a typo, not a gate."""
+    if (a.min is not None and a.min == math.inf) or (a.max is not None and a.max == -math.inf):
+        bound = f"min {a.min:g}" if a.min == math.inf else f"max {a.max:g}"
+        raise GateConfigError(f"{a.metric}: {bound} leaves no value that passes", hint="give a finite limit")
+    if a.min is not None and a.max is not None and a.min > a.max:
+        raise GateConfigError(f"{a.metric}: min {a.min:g} is above max {a.max:g}, so no run can pass",
+                              hint="swap them, or drop one")
+    if m.nonnegative and a.max is not None and a.max < 0:
+        raise GateConfigError(f"{a.metric}: max {a.max:g} is below 0, but {a.metric} is never negative, so no run can pass",
+                              hint="give a limit >= 0")
+    if m.rule_stat is not None and a.min is not None and a.min > 1:
+        raise GateConfigError(f"{a.metric}: min {a.min:g} is above 1, but a rate is at most 1, so no run can pass",
+                              hint="rates are fractions: 0.01 = 1%")
 
 
 def with_overrides(cfg: GateConfig, *, limits: list[str] | None = None, increases: list[str] | None = None,

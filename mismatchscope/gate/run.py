@@ -53,6 +53,8 @@ def run_gate(candidate: str, baseline: str | None, cfg: GateConfig, mapping: dic
     for path in (candidate, baseline):  # a gate verdict on part of a run would mislead
         if path is not None:
             require_complete(path)
+    if baseline is not None:
+        refuse_self_baseline(candidate, baseline)
     warnings: list[str] = []
     comparability = None
     if baseline is not None:  # metadata only: refuse before reading any token
@@ -80,3 +82,20 @@ def run_gate(candidate: str, baseline: str | None, cfg: GateConfig, mapping: dic
         estimates[role] = est
     checks = evaluate(cfg, estimates["candidate"], estimates.get("baseline"))
     return GateResult(cfg, estimates["candidate"], estimates.get("baseline"), comparability, checks, warnings)
+
+
+def refuse_self_baseline(candidate: str, baseline: str) -> None:
+    """A baseline that is the candidate (or shares shards with it) passes every regression limit by construction."""
+    import os
+
+    from ..reader import resolve_files
+
+    def files(p: str) -> set[str]:
+        return {os.path.realpath(f) for f in resolve_files(p)}
+
+    shared = files(candidate) & files(baseline)
+    if shared:
+        same = files(candidate) == files(baseline)
+        raise UsageError(
+            f"the baseline {baseline} " + ("is the candidate itself" if same else f"shares {len(shared)} file(s) with the candidate, e.g. {min(shared)}"),
+            hint="pass as --baseline the run sampled by the current serving stack")

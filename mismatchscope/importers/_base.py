@@ -179,7 +179,10 @@ def loads(raw: bytes) -> Any:
             return _fast_loads(raw)
         except ValueError:
             pass
-    return json.loads(raw)
+    try:
+        return json.loads(raw)
+    except RecursionError:  # orjson stops at depth 1024; the stdlib would recurse until the stack ends
+        raise ValueError("nested too deeply") from None
 
 
 def short(e: BaseException) -> str:
@@ -230,6 +233,8 @@ def mask_span(mask: list, length: int) -> tuple[int, int, np.ndarray | None]:
 def take_floats(values: list, lo: int, hi: int, keep: np.ndarray | None) -> np.ndarray:
     """``values[lo:hi]`` (then ``[keep]``) as float64; ``None`` (JSON null) becomes NaN."""
     arr = np.array(values[lo:hi], dtype=np.float64)
+    if arr.ndim != 1:
+        raise ImportFormatError("a per-token list holds nested lists, not one number per token")
     return arr if keep is None else arr[keep]
 
 
@@ -246,8 +251,44 @@ def take_floats_or_constant(values: list, lo: int, hi: int, keep: np.ndarray | N
 
 
 def take_ints(values: list, lo: int, hi: int, keep: np.ndarray | None) -> np.ndarray:
-    arr = np.array(values[lo:hi], dtype=np.int64)
+    arr = exact_ints(values[lo:hi], "token ids")
     return arr if keep is None else arr[keep]
+
+
+def exact_ints(values: Any, what: str) -> np.ndarray:
+    """Integers as int64, refusing what a cast would silently change: 1.5 -> 1, NaN, text, booleans.
+
+    Integral floats (``3.0``, as some loggers write ids) are accepted. The check
+    is vectorised; only a list that numpy cannot read as numbers is walked in
+    Python to name its first bad value (a boolean among integers is read as 0/1,
+    as numpy reads it).
+    """
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise ImportFormatError(f"{what} must be a flat list of integers, got {'nested lists' if arr.ndim else 'one value'}")
+    if arr.dtype.kind in "iu":
+        return arr.astype(np.int64, copy=False)
+    flat = arr
+    if arr.dtype.kind in "bUSO":  # booleans, text, or a mix: find the first value that is not a number
+        for i, v in enumerate(values if isinstance(values, list) else flat.tolist()):
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ImportFormatError(f"{what} must be integers, got {_short_value(v)} at index {i}")
+    try:
+        flt = flat.astype(np.float64)
+    except (TypeError, ValueError, OverflowError):
+        raise ImportFormatError(f"{what} must be integers, got {arr.dtype.name} values") from None
+    bad = ~np.isfinite(flt) | (flt != np.round(flt)) | (np.abs(flt) > 2.0 ** 62)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ImportFormatError(f"{what} must be integers, got {float(flt[i])!r} at index {i}")
+    if arr.dtype.kind == "O":  # Python ints beyond float precision: convert them exactly
+        return np.array(flat.tolist(), dtype=np.int64)
+    return flt.astype(np.int64)
+
+
+def _short_value(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 30 else text[:27] + "..."
 
 
 def check_lengths(f: SourceFile, line: int | None, record: int | None, fields: dict[str, Any],

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import numpy as np
 
 from .. import errors
-from ..errors import ImportFormatError
+from ..errors import ImportFormatError, MismatchscopeError
 from ._base import SourceFile, loads, short
 
 if TYPE_CHECKING:
@@ -114,7 +114,13 @@ def run_unit(importer: Any, f: SourceFile, start: int, end: int, strict: bool) -
                     raise ImportFormatError(f"malformed JSON ({short(e)})") from None
                 if not isinstance(rec, dict):
                     raise ImportFormatError(f"expected a JSON object, got {type(rec).__name__}")
-                values, drop = importer.convert(f, lineno, rec, notes)
+                try:
+                    values, drop = importer.convert(f, lineno, rec, notes)
+                except MismatchscopeError:
+                    raise
+                except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError) as e:
+                    # a field of a shape the converter did not expect: the record is bad, not the program
+                    raise ImportFormatError(f"unexpected value ({short(e)})") from None
             except ImportFormatError as e:
                 bad.append(BadRecord(lineno, e.reason, e.hint, type(e).__name__))
                 if strict or not e.skippable:

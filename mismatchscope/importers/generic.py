@@ -32,6 +32,7 @@ from ._base import (
     check_lengths,
     loads,
     mask_span,
+    exact_ints,
     take_floats,
     take_ints,
 )
@@ -98,6 +99,13 @@ class _Generic:
     def _resolve(self, names: set[str], f: SourceFile) -> None:
         """Decide, from the first file, which canonical columns this import carries."""
         self.present = {c: src for c, src in self.mapping.items() if src in names}
+        readers: dict[str, str] = {}
+        for c, src in self.present.items():
+            if src in readers:  # two sides read from one column: a mismatch of exactly zero, or worse
+                mapped = c if c in self.explicit else readers[src]
+                raise UsageError(f"--column {mapped}={src} makes {readers[src]} and {c} both read the column {src!r}",
+                                 hint=f"map {'the other one' if mapped == c else c} to another column too")
+            readers[src] = c
         missing = [c for c in self.explicit if c not in self.present]
         missing += [c for c in REQUIRED if c not in self.present and c not in missing]
         if missing:
@@ -306,7 +314,10 @@ def _numpy(arr: "pa.Array", dtype: type) -> np.ndarray:
         arr = pc.fill_null(arr.cast(pa.float64()), float("nan"))
     elif arr.null_count:
         raise ValueError(f"{arr.null_count} null integer value(s)")
-    return arr.to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+    values = arr.to_numpy(zero_copy_only=False)
+    if np.dtype(dtype).kind in "iu":
+        return exact_ints(values, "integer columns")
+    return values.astype(dtype, copy=False)
 
 
 def _offsets(lengths: np.ndarray) -> np.ndarray:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 import pickle
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +45,12 @@ import numpy as np
 from ..errors import (
     ImportFormatError,
     InputError,
+    MismatchscopeError,
     NoTrainerLogprobsError,
     UntrustedPickleError,
     UsageError,
 )
-from ._base import ImportContext, SourceFile, short
+from ._base import ImportContext, SourceFile, exact_ints, short
 
 FORMAT_VERSION = 2
 _TRAIN_FILE = re.compile(r"^(\d+)(?:_(\d+))?\.pt$")
@@ -116,12 +118,22 @@ class SlimeImporter:
         except ImportFormatError as e:
             ctx.bad(e, f)
             return
+        except MismatchscopeError:
+            raise
+        except _SHAPE_ERRORS as e:  # a field of a shape slime does not write
+            ctx.bad(ImportFormatError(f"unexpected value ({short(e)})", file=f.rel), f)
+            return
         raw_reward = data.get("raw_reward")
         for k, sample in enumerate(samples):
             try:
                 values, dropped = self._convert(f, k, sample, rollout, raw_reward)
             except ImportFormatError as e:
                 ctx.bad(e, f)
+                continue
+            except MismatchscopeError:
+                raise
+            except _SHAPE_ERRORS as e:
+                ctx.bad(ImportFormatError(f"unexpected value ({short(e)})", file=f.rel, record=k), f)
                 continue
             ctx.note("nonfinite_logprobs", int(len(values["token_id"]) - np.count_nonzero(
                 np.isfinite(values["sampler_logprob"]) & np.isfinite(values["trainer_logprob"]))))
@@ -240,6 +252,10 @@ class SlimeImporter:
         return result
 
 
+_SHAPE_ERRORS = (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError)
+"""what reading a field of an unexpected type raises; ImportFormatError (a ValueError) is caught before."""
+
+
 def _load(path: Path, rel: str, trust_pickle: bool, rollout: bool = False) -> Any:
     """``torch.load`` with the safe unpickler; the full one only when trusted."""
     try:
@@ -247,10 +263,14 @@ def _load(path: Path, rel: str, trust_pickle: bool, rollout: bool = False) -> An
     except ImportError:
         raise InputError("reading slime dumps needs torch", hint="pip install 'mismatchscope[hf]'") from None
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's notes on pickle protocols are noise to the user
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         if "weights only" not in str(e).lower() and "weights_only" not in str(e):
-            raise ImportFormatError(f"not a readable torch file ({short(e)})", file=rel) from None
+            raise ImportFormatError(f"corrupt: not a readable torch file or pickle ({short(e)})", file=rel) from None
+        if not _sound_pickle(path):  # torch blames every failure on weights_only, truncation included
+            raise ImportFormatError("corrupt: not a readable torch file or pickle (truncated or damaged)", file=rel) from None
         if not trust_pickle:
             what = ("slime's rollout dump stores Sample.to_dict() with free-form metadata, and this one holds "
                     "Python objects that only a full unpickle can rebuild" if rollout else
@@ -259,19 +279,52 @@ def _load(path: Path, rel: str, trust_pickle: bool, rollout: bool = False) -> An
                 f"{rel}: {what}; unpickling runs code stored in the file, so it is refused by default",
                 hint="pass --trust-pickle if you produced these files yourself") from None
     except Exception as e:  # truncated or not a torch file at all
-        raise ImportFormatError(f"not a readable torch file ({short(e)})", file=rel) from None
+        raise ImportFormatError(f"corrupt: not a readable torch file or pickle ({short(e)})", file=rel) from None
     try:
-        return torch.load(path, map_location="cpu", weights_only=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:
-        raise ImportFormatError(f"not a readable torch file ({short(e)})", file=rel) from None
+        raise ImportFormatError(f"corrupt: not a readable torch file or pickle ({short(e)})", file=rel) from None
+
+
+def _sound_pickle(path: Path) -> bool:
+    """Whether the file's pickle stream parses (read with ``pickletools``, which runs nothing).
+
+    A torch file is a zip holding ``data.pkl`` (or, in the legacy format, a pickle
+    first). A stream that does not parse is corrupt, whatever a full unpickle would do.
+    """
+    import pickletools
+    import zipfile
+
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as z:
+                names = [n for n in z.namelist() if n.endswith("data.pkl")]
+                if not names or z.testzip() is not None:
+                    return False
+                stream: Any = z.read(names[0])
+                for _ in pickletools.genops(stream):
+                    pass
+            return True
+        with open(path, "rb") as fh:
+            for _ in pickletools.genops(fh):
+                pass
+        return True
+    except Exception:  # any parse failure means the same thing here: not a sound pickle
+        return False
 
 
 def _array(value: Any, dtype: type) -> np.ndarray:
     if hasattr(value, "detach"):  # a torch tensor, possibly bf16
         value = value.detach().cpu()
-        value = value.double() if value.is_floating_point() else value.long()
-        return value.numpy().astype(dtype, copy=False).reshape(-1)
-    return np.asarray(value, dtype=dtype).reshape(-1)
+        value = value.double() if value.is_floating_point() else value
+        value = value.numpy().reshape(-1)
+    else:
+        value = np.asarray(value).reshape(-1)
+    if np.dtype(dtype).kind in "iu":
+        return exact_ints(value, "token ids")
+    return value.astype(dtype, copy=False)
 
 
 def _item(value: Any) -> Any:

@@ -28,14 +28,21 @@ def load_prompts(path: Path) -> list[Prompt]:
     if not path.is_file():
         raise PromptError(f"{path}: prompts file not found", hint="pass --prompts FILE.jsonl with one {\"prompt\": ...} per line")
     prompts: list[Prompt] = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise PromptError(f"{path}:{lineno}: not UTF-8 text (byte {raw[e.start]:#04x} at column {e.start + 1})",
+                                  hint="save the prompts file as UTF-8") from None
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
                 raise PromptError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+            except RecursionError:
+                raise PromptError(f"{path}:{lineno}: JSON nested too deeply") from None
             if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str):
                 raise PromptError(f"{path}:{lineno}: each line needs a string field \"prompt\"")
             answer = obj.get("answer")

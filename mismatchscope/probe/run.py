@@ -28,12 +28,15 @@ import numpy as np
 
 from .. import __version__
 from ..errors import UsageError
+from ..redact import redact_obj, redact_url
 from ..schema import write_table
 from .policy_lag import TrainerCheckpoint, check_resume, open_trainer_checkpoint, recorded_trainer_checkpoint
 from .prompts import Prompt, file_sha256, load_prompts
 from .recorder import RunDir
 from .rewards import group_advantages, load_reward_fn
 from .types import Completion, SamplerConfig, SamplingConfig, ScoreRequest, Scored, TrainerConfig
+from .samplers.base import check_prompts
+from .validate import check_against_checkpoint, check_options, check_rescore_out, check_trainer
 
 AUTO_MAX_TOKENS = 256
 SHARD_TOKENS = 200_000
@@ -85,8 +88,8 @@ def _fingerprint(opts: ProbeOptions, ckpt_sha: str, prompts_sha: str, trainer_ck
     s = opts.sampler
     return {**_lag_fingerprint(trainer_ckpt),
         "checkpoint_sha256": ckpt_sha, "prompts_sha256": prompts_sha, "sampling": opts.sampling.to_dict(),
-        "sampler": {"kind": s.kind, "dtype": s.dtype, "fp32_lm_head": s.fp32_lm_head, "engine_args": s.engine_args,
-                    "tensor_parallel_size": s.tensor_parallel_size, "url": s.url},
+        "sampler": {"kind": s.kind, "dtype": s.dtype, "fp32_lm_head": s.fp32_lm_head, "engine_args": _safe_engine_args(s),
+                    "tensor_parallel_size": s.tensor_parallel_size, "url": redact_url(s.url)},
         "trainer": opts.trainer.to_dict(), "round_prompts": opts.round_prompts, "reward_fn": opts.reward_fn,
     }
 
@@ -109,16 +112,23 @@ def _trainer_checkpoint(path: Path | None, run: RunDir, resume: bool, info, toke
     return chosen
 
 
+def _safe_engine_args(s: SamplerConfig) -> dict[str, Any]:
+    """Engine options as recorded: credential-named keys and URL credentials redacted."""
+    from .samplers.base import manifest_safe
+
+    return redact_obj(manifest_safe(s.engine_args))
+
+
 def run_probe(opts: ProbeOptions, progress: Progress | None = None, sampler=None) -> Path:
     """Run a probe into ``opts.out``. ``sampler``: an engine the caller already
     started (and closes itself), for callers that use it again afterwards."""
     from .checkpoint import check_tokenizer, inspect_checkpoint, load_tokenizer, tokenize_prompts
 
     progress = progress or Progress()
-    if opts.sampling.n < 1 or opts.sampling.max_tokens < 0:
-        raise UsageError("-n must be at least 1 and --max-tokens at least 0 (0: automatic)")
+    check_options(opts)  # before any file is written or engine started
     prompts = load_prompts(opts.prompts)
     info = inspect_checkpoint(opts.checkpoint, allow_pickle=opts.trainer.allow_pickle, trust_remote_code=opts.trainer.trust_remote_code)
+    check_against_checkpoint(opts, info)
     tokenizer = load_tokenizer(info.path, trust_remote_code=opts.trainer.trust_remote_code)
     other = load_tokenizer(opts.sampler_tokenizer, trust_remote_code=opts.trainer.trust_remote_code) if opts.sampler_tokenizer else None
     check_tokenizer(tokenizer, info, [p.text for p in prompts], other=other)
@@ -128,6 +138,7 @@ def run_probe(opts: ProbeOptions, progress: Progress | None = None, sampler=None
         room = max_len - max(len(p) for p in prompt_ids)
         opts = replace(opts, sampling=replace(opts.sampling, max_tokens=min(AUTO_MAX_TOKENS, room)))
     prompt_ids = tokenize_prompts(tokenizer, [p.text for p in prompts], max_model_len=max_len, max_tokens=opts.sampling.max_tokens)
+    check_prompts(prompt_ids, opts.sampling)  # what every engine would refuse, refused before the run exists
     reward_fn = load_reward_fn(opts.reward_fn)
 
     run = RunDir(opts.out)
@@ -143,12 +154,13 @@ def run_probe(opts: ProbeOptions, progress: Progress | None = None, sampler=None
         "prompts": {"path": str(opts.prompts), "sha256": prompts_sha, "count": len(prompts)},
         "sampling": opts.sampling.to_dict(),
         "semantics": {**semantics(opts.sampling), **trainer_ckpt.semantics(info)},
-        "sampler": {**opts.sampler.to_dict(), "kind": opts.sampler.kind},
+        "sampler": {**opts.sampler.to_dict(), "kind": opts.sampler.kind, "url": redact_url(opts.sampler.url),
+                    "engine_args": _safe_engine_args(opts.sampler)},
         "trainer": opts.trainer.to_dict(),
         "reward_fn": opts.reward_fn or "exact_match(answer)",
         "round_prompts": opts.round_prompts,
     }
-    manifest.update({"config": config, "status": "running", "command": sys.argv[1:] if sys.argv else None})
+    manifest.update({"config": config, "status": "running", "command": redact_obj(sys.argv[1:]) if sys.argv else None})
     manifest.setdefault("timings", {})
     run.write_manifest(manifest)
     _write_prompts_once(run, prompts, prompt_ids)
@@ -332,6 +344,8 @@ def rescore(run_path: Path, out: Path, trainer_cfg: TrainerConfig, resume: bool 
     from .trainer import HFTrainer
 
     progress = progress or Progress()
+    check_trainer(trainer_cfg)
+    check_rescore_out(run_path, out)
     src = RunDir(run_path)
     if not src.exists():
         raise UsageError(f"{run_path} is not a probe run directory (no {src.manifest_path.name})")

@@ -26,6 +26,7 @@ import pyarrow as pa
 from ..analysis.masks import HYPOTHESES
 from ..divergence import clamped_k_terms, token_terms
 from ..errors import InputError, MissingColumnsError, UsageError
+from ..analysis.positions import PositionTracker
 from ..reader import BATCH_ROWS, Hygiene, Source, iter_batches, open_source
 from ..rules import REJECT, REWEIGHT, RuleInstance, SequenceInputs
 from ..schema import COLUMNS
@@ -114,13 +115,16 @@ def build_series(path: str | os.PathLike, rules: list[RuleInstance], by: str | N
     acc = _Accumulator(units)
     groups = _GroupCodes(by, by_canon)
     hygiene = Hygiene()
+    positions = PositionTracker()
     for batch in iter_batches(source, columns, hygiene, batch_rows, extra=[by_raw] if by_raw else []):
+        positions.add(batch["sequence_id"], batch["position"])
         if by is None:
             group_T = np.zeros(batch["step"].size, np.int64)
         else:
             group_T = groups.encode(batch[by_canon or by_raw])
         acc.add(batch, group_T)
 
+    positions.finish()  # a duplicated token would double its weight in its step
     if acc.tokens == 0:
         what = "has no token rows" if hygiene.rows_read == 0 else "has no token with finite logprobs"
         raise InputError(f"{path}: the input {what}")

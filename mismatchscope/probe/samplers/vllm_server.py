@@ -26,7 +26,10 @@ served model name to use, skipping the name check) and ``timeout``
 
 from __future__ import annotations
 
+import base64
+import http.client
 import json
+import math
 import os
 import urllib.error
 import urllib.parse
@@ -52,6 +55,7 @@ from mismatchscope.probe.samplers.base import (
     split_topk,
 )
 from mismatchscope.probe.types import Completion, SamplerConfig, SamplingConfig
+from mismatchscope.redact import redact, redact_url, register_secret
 
 DEFAULT_TIMEOUT = 600.0
 PROMPTS_PER_REQUEST = 32
@@ -78,7 +82,7 @@ class VLLMServerSampler:
             raise UsageError("the vllm-server sampler needs the server's URL", hint="pass --url http://HOST:PORT")
         self.cfg = cfg
         self.info = info
-        self.base = _base_url(cfg.url)
+        self.base, self._basic_auth = _split_credentials(_base_url(cfg.url))
         self.timeout = float(cfg.engine_args.get("timeout", DEFAULT_TIMEOUT))
         self.extra = {k: v for k, v in cfg.engine_args.items() if k not in RESERVED}
         self.model_card = self._served_model(cfg.engine_args.get("model"))
@@ -94,8 +98,14 @@ class VLLMServerSampler:
         SamplerError (None for a 404 when ``missing_ok``)."""
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         key = os.environ.get(self.cfg.api_key_env)
+        secrets = [key] if key else []
         if key:
+            register_secret(key)
             headers["Authorization"] = f"Bearer {key}"
+        elif self._basic_auth:
+            headers["Authorization"] = f"Basic {self._basic_auth}"
+        if self._basic_auth:
+            secrets.append(self._basic_auth)
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.base + path, data=data, headers=headers, method=method)
         try:
@@ -104,19 +114,28 @@ class VLLMServerSampler:
         except urllib.error.HTTPError as exc:
             if missing_ok and exc.code == 404:
                 return None
-            detail = exc.read().decode(errors="replace")[:500]
+            try:
+                raw = exc.read()
+            except (OSError, http.client.HTTPException):
+                raw = b""
+            # A server may echo the request (headers included): never pass its text on unscrubbed.
+            detail = " ".join(redact(raw.decode(errors="replace")[:500], secrets).split())
             hint = f"set the key in ${self.cfg.api_key_env}" if exc.code in (401, 403) else None
-            raise SamplerError(f"{method} {self.base}{path} failed with HTTP {exc.code}: {detail}", hint=hint) from exc
+            raise SamplerError(f"{method} {self.base}{path} failed with HTTP {exc.code}: {detail}", hint=hint) from None
+        except http.client.HTTPException as exc:
+            raise SamplerError(f"{method} {self.base}{path}: the server's answer was cut short or garbled "
+                               f"({type(exc).__name__})") from None
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
+            reason = redact(str(getattr(exc, "reason", exc)), secrets)
             raise SamplerConnectionError(
                 f"cannot reach the vLLM server at {self.base}: {reason}",
                 hint="start it (python -m vllm.entrypoints.openai.api_server --model DIR) or fix --url",
-            ) from exc
+            ) from None
         try:
             return json.loads(payload)
-        except ValueError as exc:
-            raise SamplerError(f"{method} {self.base}{path} answered with something that is not JSON") from exc
+        except (ValueError, RecursionError):
+            size = f"{len(payload)} bytes" if payload else "an empty body"
+            raise SamplerError(f"{method} {self.base}{path} answered with something that is not JSON ({size})") from None
 
     def _server_version(self) -> str | None:
         try:
@@ -130,7 +149,13 @@ class VLLMServerSampler:
     def _served_model(self, wanted: str | None) -> dict[str, Any]:
         """The model card to use: the one named in engine_args, else the server's only base model,
         which must be this checkpoint (same folder name)."""
-        cards = [c for c in (self._call("GET", "/v1/models") or {}).get("data", []) if not c.get("parent")]
+        answer = self._call("GET", "/v1/models")
+        data = _field(answer, "data", list, "GET /v1/models")
+        for i, c in enumerate(data):
+            _require(c, dict, f"GET /v1/models: data[{i}]")
+            if not isinstance(c.get("id"), str):
+                raise SamplerError(f"GET /v1/models: data[{i}].id is missing or not a string")
+        cards = [c for c in data if not c.get("parent")]
         names = [c.get("id") for c in cards]
         if wanted is not None:
             for card in cards:
@@ -179,7 +204,7 @@ class VLLMServerSampler:
             if answer is None:
                 self._checks["tokenizer"] = "not checked: the server has no /tokenize"
                 return
-            theirs = answer.get("tokens")
+            theirs = _int_list(_field(answer, "tokens", list, "POST /tokenize"), "POST /tokenize: tokens")
             if theirs != ours:
                 raise TokenizerMismatchError(
                     f"the server tokenizes prompt {i} ({text[:60]!r}) as {theirs[:20]} but the checkpoint's "
@@ -207,7 +232,13 @@ class VLLMServerSampler:
                 **NEUTRAL,
             },
         )
-        values = [v for v in answer["choices"][0]["logprobs"]["token_logprobs"] if v is not None]
+        where = "POST /v1/completions (logprobs-mode check)"
+        choices = _field(answer, "choices", list, where)
+        if not choices:
+            raise SamplerError(f"{where}: choices is empty")
+        lp = _field(_require(choices[0], dict, f"{where}: choices[0]"), "logprobs", dict, f"{where}: choices[0]")
+        values = [v for v in _numbers(_field(lp, "token_logprobs", list, f"{where}: choices[0].logprobs"),
+                                      f"{where}: choices[0].logprobs.token_logprobs") if v is not None]
         if any(v > 0 for v in values):
             served = "a logits mode"
         elif values and all(v == 0.0 for v in values):
@@ -239,7 +270,7 @@ class VLLMServerSampler:
         for start in range(0, len(layout), PROMPTS_PER_REQUEST):
             batch = layout[start : start + PROMPTS_PER_REQUEST]
             body = self._body([prompts[p] for p in batch], sampling, per_request_n)
-            choices = sorted(self._call("POST", "/v1/completions", body).get("choices", []), key=lambda c: c["index"])
+            choices = _choices(self._call("POST", "/v1/completions", body))
             if len(choices) != len(batch) * per_request_n:
                 raise SamplerError(
                     f"the server returned {len(choices)} choices for {len(batch)} prompts x n={per_request_n}"
@@ -274,7 +305,7 @@ class VLLMServerSampler:
         return {
             "engine": "vllm-server",
             "version": self._version,
-            "url": _without_credentials(self.base),
+            "url": redact_url(self.base),
             "model": self.model,
             "model_root": self.model_card.get("root"),
             "max_model_len": self.model_card.get("max_model_len"),
@@ -290,12 +321,24 @@ class VLLMServerSampler:
         """Nothing to release: the server belongs to whoever started it."""
 
 
-def _without_credentials(url: str) -> str:
-    """The URL with any ``user:password@`` removed, for the manifest."""
+def _split_credentials(url: str) -> tuple[str, str | None]:
+    """``http://user:pass@host`` -> (``http://host``, base64 of ``user:pass`` for a Basic header).
+
+    The credentials never stay in the URL we print or record; they are sent as a header.
+    """
     parts = urllib.parse.urlsplit(url)
     if "@" not in parts.netloc:
-        return url
-    return urllib.parse.urlunsplit(parts._replace(netloc="<redacted>@" + parts.netloc.rsplit("@", 1)[1]))
+        return url, None
+    userinfo, host = parts.netloc.rsplit("@", 1)
+    creds = base64.b64encode(urllib.parse.unquote(userinfo).encode()).decode() if userinfo else None
+    register_secret(userinfo)
+    if creds:
+        register_secret(creds)
+    return urllib.parse.urlunsplit(parts._replace(netloc=host)), creds
+
+
+_without_credentials = redact_url
+"""kept under its old name: the URL as the manifest records it."""
 
 
 def _base_url(url: str) -> str:
@@ -303,26 +346,103 @@ def _base_url(url: str) -> str:
     return base[: -len("/v1")] if base.endswith("/v1") else base
 
 
-def _token_id(token: str) -> int:
-    if not token.startswith("token_id:"):
+def _token_id(token: Any, where: str) -> int:
+    if not isinstance(token, str) or not token.startswith("token_id:"):
         raise SamplerError(
-            f"the server returned token {token!r}, not 'token_id:N': it ignored return_tokens_as_token_ids"
+            f"{where}: the server returned token {_short(token)}, not 'token_id:N': it ignored return_tokens_as_token_ids"
         )
-    return int(token.split(":", 1)[1])
+    try:
+        return int(token.split(":", 1)[1])
+    except ValueError:
+        raise SamplerError(f"{where}: {_short(token)} does not end in an integer id") from None
+
+
+# ---------------------------------------------------------------- answer shape
+# Every field of a server answer is checked before it is used, so a proxy or a
+# server of another version that answers differently stops the probe with the
+# field's name, not with a KeyError deep in the parsing.
+
+
+def _short(x: Any) -> str:
+    text = repr(x)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+_KINDS = {dict: "an object", list: "a list", str: "a string", int: "an integer"}
+
+
+def _require(value: Any, kind: type, where: str) -> Any:
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        got = "missing" if value is None else f"{type(value).__name__} {_short(value)}"
+        raise SamplerError(f"{where} should be {_KINDS.get(kind, kind.__name__)}, got {got}")
+    return value
+
+
+def _field(obj: Any, key: str, kind: type, where: str) -> Any:
+    _require(obj, dict, f"{where}: the answer")
+    if key not in obj:
+        said = obj.get("message") or obj.get("error")
+        said = f" (the server says: {' '.join(redact(str(said))[:200].split())})" if said else ""
+        raise SamplerError(f"{where}: the answer has no field {key!r}{said}")
+    return _require(obj[key], kind, f"{where}: {key}")
+
+
+def _numbers(values: list, where: str) -> list:
+    for i, v in enumerate(values):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v)):
+            raise SamplerError(f"{where}[{i}] should be a number, got {_short(v)}")
+    return values
+
+
+def _int_list(values: list, where: str) -> list[int]:
+    for i, v in enumerate(values):
+        _require(v, int, f"{where}[{i}]")
+    return values
+
+
+def _choices(answer: Any) -> list[dict]:
+    """The choices of a completions answer, in index order, each checked field by field."""
+    where = "POST /v1/completions"
+    choices = _field(answer, "choices", list, where)
+    for i, c in enumerate(choices):
+        _require(c, dict, f"{where}: choices[{i}]")
+        _require(c.get("index"), int, f"{where}: choices[{i}].index")
+        lp = _require(c.get("logprobs"), dict, f"{where}: choices[{i}].logprobs")
+        ctx = f"{where}: choices[{i}].logprobs"
+        tokens = _require(lp.get("tokens"), list, f"{ctx}.tokens")
+        values = _numbers(_require(lp.get("token_logprobs"), list, f"{ctx}.token_logprobs"), f"{ctx}.token_logprobs")
+        if len(values) != len(tokens):
+            raise SamplerError(f"{ctx}: {len(tokens)} tokens but {len(values)} token_logprobs")
+        tops = lp.get("top_logprobs")
+        if tops is not None:
+            _require(tops, list, f"{ctx}.top_logprobs")
+            if len(tops) != len(tokens):
+                raise SamplerError(f"{ctx}: {len(tokens)} tokens but {len(tops)} top_logprobs")
+            for j, top in enumerate(tops):
+                if top is not None:
+                    _require(top, dict, f"{ctx}.top_logprobs[{j}]")
+                    _numbers(list(top.values()), f"{ctx}.top_logprobs[{j}] values")
+        if c.get("token_ids") is not None:
+            _int_list(_require(c["token_ids"], list, f"{where}: choices[{i}].token_ids"), f"{where}: choices[{i}].token_ids")
+    indices = sorted(c["index"] for c in choices)
+    if indices != list(range(len(choices))):
+        raise SamplerError(f"{where}: choices[].index should number the choices 0..{len(choices) - 1}, got {indices[:10]}")
+    return sorted(choices, key=lambda c: c["index"])
 
 
 def _completion(prompt_index: int, sample_index: int, choice: dict, k: int) -> Completion:
-    lp = choice.get("logprobs") or {}
-    tokens = [_token_id(t) for t in lp.get("tokens") or []]
+    where = f"POST /v1/completions: choices[{choice['index']}]"
+    lp = choice["logprobs"]
+    tokens = [_token_id(t, f"{where}.logprobs.tokens") for t in lp["tokens"]]
     ids = choice.get("token_ids")
     if ids is not None and list(ids) != tokens:
-        raise SamplerError("the server's token_ids and logprobs tokens disagree")
+        raise SamplerError(f"{where}: token_ids and logprobs.tokens disagree")
     sampled, top_ids, top_lps = [], [], []
-    values = lp.get("token_logprobs") or []
+    values = lp["token_logprobs"]
     tops = lp.get("top_logprobs") or [None] * len(tokens)
     for token, value, top in zip(tokens, values, tops, strict=True):
         if top:
-            entries = [(_token_id(t), from_sentinel(v), None) for t, v in top.items()]
+            entries = [(_token_id(t, f"{where}.logprobs.top_logprobs"), from_sentinel(v), None) for t, v in top.items()]
         else:
             entries = [(token, from_sentinel(value), None)]
         _, t_ids, t_lps = split_topk(token, entries, k)
@@ -336,5 +456,5 @@ def _completion(prompt_index: int, sample_index: int, choice: dict, k: int) -> C
         sampler_logprobs=sampled,
         topk_ids=top_ids,
         topk_logprobs=top_lps,
-        finish_reason=choice.get("finish_reason"),
+        finish_reason=choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None,
     )
