@@ -63,8 +63,11 @@ def test_chunked_scoring_equals_full_log_softmax(dense_info, dense_trainer, dens
     Held to 1e-5, not 2e-6: the lm_head then multiplies only the rows that
     predict completion tokens, and the CPU BLAS picks another kernel for
     fewer than 16 rows; the fp32 *logits* themselves move by 1-2 ulp
-    (measured up to ~7e-6 at logits near 12). The chunking itself is exact:
-    see the next test, which holds it to 2e-6 on identical logits.
+    (measured up to ~7e-6 at logits near 12). For very unlikely tokens
+    (logprob below -8) the bound scales with |logprob|: an fp32 value near
+    -22 is 1.9e-6 per ulp, and another CPU's kernels were measured 6 ulp
+    apart there (1.1e-5). The chunking itself is exact: see the next test,
+    which holds it to 2e-6 on identical logits.
     """
     trainer = _trainer(dense_info, lm_head_chunk=chunk, batch_tokens=1)
     reqs = _requests(dense_prompt_ids, dense_info.vocab_size)
@@ -73,7 +76,7 @@ def test_chunked_scoring_equals_full_log_softmax(dense_info, dense_trainer, dens
     for req, s in zip(reqs, scored, strict=True):
         ids = [*req.prompt_token_ids, *req.completion_token_ids]
         naive = naive_logprobs(dense_trainer.model, ids, len(req.prompt_token_ids))
-        worst = max(worst, *(abs(a - b) for a, b in zip(naive, s.trainer_logprobs, strict=True)))
+        worst = max(worst, *(abs(a - b) / max(1.0, abs(a) / 8) for a, b in zip(naive, s.trainer_logprobs, strict=True)))
     assert worst < 1e-5, worst
 
 
