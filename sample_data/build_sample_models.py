@@ -29,7 +29,7 @@ by a connective and a verb drawn at random, then gives the total after
     4+7+1+5+1= then add 7: 4+7=11, next take 1: 11+1=12, now add 5: 12+5=17, so add 1: 17+1=18, #### 18
 
 Each of these choices serves the probe. The completion is long (43 to 73
-tokens, about 55 on average, against 2 or 3 for a bare sum), so position
+tokens when right, about 54 on average, against 2 or 3 for a bare sum), so position
 effects, sequence-level rules and worst-sequence traces have something to
 work on. Its tokens mix kinds: the connective (4 choices) and the verb (2)
 are genuinely random, so a model that learnt them well still has 1.4 and 0.7
@@ -46,8 +46,9 @@ is downloaded.
 
 Tokenizer. A byte-level BPE trained with ``tokenizers`` on generated
 solutions: the 256-byte alphabet, three special tokens and 61 merges (the
-words, `` ####`` and the numbers up to 63, with and without their leading
-space) give a vocabulary of 320 (a multiple of 64). The byte-level
+words, `` ####``, and the numbers 10 to 25 with and without their leading
+space; larger numbers are two digit tokens) give a vocabulary of 320 (a
+multiple of 64; the corpus has too few distinct pairs for 384). The byte-level
 pre-tokenizer splits at ``+``, ``=``, ``:``, ``,`` and spaces, so the tokens
 of a prompt are always a prefix of the tokens of prompt + completion (checked
 when building), and a completion decodes back to its text. The tokenizer
@@ -67,7 +68,7 @@ because vLLM's CPU attention only supports head sizes in {32, 64, 80, ...};
 q/k RMSNorm is part of the architecture. ``hidden_size`` 128 and two layers
 keep the files at about 2.3 MB each and a training step affordable on two
 cores. ``max_position_embeddings`` is 320: a prompt is at most 15 tokens and
-a completion at most about 75, and 320 leaves the probe's automatic
+a completion at most about 80, and 320 leaves the probe's automatic
 ``--max-tokens`` (256 new tokens within the context) its full 256; it is a
 multiple of 32 (vLLM's CPU KV block size). ``tie_word_embeddings`` is False,
 the common case for larger checkpoints and the one every loader handles
