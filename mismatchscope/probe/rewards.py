@@ -1,7 +1,10 @@
 """Rewards and GRPO-style advantages, so advantage-dependent rules see real signs.
 
-Default reward: 1.0 when the completion, decoded without special tokens and
-stripped, equals the prompt's ``answer``; else 0.0. A user reward is
+Default reward: 1.0 when the completion's final answer equals the prompt's
+``answer`` (both stripped); else 0.0. The completion is decoded without special
+tokens; its final answer is the text after its last ``####`` (the GSM8K
+convention, so a worked solution can end in a checkable answer) or, without
+that marker, the whole completion. A user reward is
 ``module:function`` called as ``fn(prompt=..., completion=..., answer=...)``
 returning a float.
 
@@ -23,8 +26,16 @@ RewardFn = Callable[..., float]
 EPS = 1e-6
 
 
+ANSWER_MARKER = "####"
+
+
+def final_answer(completion: str) -> str:
+    """The text after the last ``####``, stripped; the whole completion stripped when there is none."""
+    return completion.rpartition(ANSWER_MARKER)[2].strip()  # no marker: ("", "", completion)
+
+
 def exact_match(*, prompt: str, completion: str, answer: str | None) -> float:
-    return float(answer is not None and completion.strip() == answer.strip())
+    return float(answer is not None and final_answer(completion) == answer.strip())
 
 
 def load_reward_fn(spec: str | None) -> RewardFn:
