@@ -28,12 +28,12 @@ def pairs(rows: list[tuple[int, int, float, float]], **extra) -> dict:
 
 
 
-def cli(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+def cli(*args: str, env: dict | None = None, timeout: float = 600, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run the real console script installed next to this interpreter."""
     exe = Path(sys.executable).with_name("mismatchscope")
     full_env = {k: v for k, v in os.environ.items() if k != "MISMATCHSCOPE_DEBUG"}
     full_env.update(env or {})
-    return subprocess.run([str(exe), *args], capture_output=True, text=True, env=full_env, timeout=timeout)
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, env=full_env, timeout=timeout, cwd=cwd)
 
 
 def random_pairs(rng: np.random.Generator, n_seq: int, max_len: int, advantage: bool = True) -> dict:
