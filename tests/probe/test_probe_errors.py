@@ -53,11 +53,11 @@ def _probe(tmp_path: Path, *args: str, prompts: Path | None = None):
     (["--trainer-dtype", "bf17"], "--trainer-dtype 'bf17' is not a dtype (use one of float32, float16, bfloat16)"),
     (["--attn-implementation", "sdpaa"], "--attn-implementation 'sdpaa' is not an attention implementation (use one of eager, "
      "sdpa, flash_attention_2, flash_attention_3, flash_attention_4, flex_attention (or a hub kernel, org/repo))"),
-    (["--max-model-len", "65"], "--max-model-len 65 is beyond the model's context of 64 tokens (pass at most --max-model-len 64, "
+    (["--max-model-len", "321"], "--max-model-len 321 is beyond the model's context of 320 tokens (pass at most --max-model-len 320, "
      "or leave it out)"),
     (["--max-model-len", "0"], "--max-model-len must be at least 1, got 0"),
-    (["--top-k-logprobs", "385"], "--top-k-logprobs 385 is more than the model's 384 tokens (pass at most --top-k-logprobs 384)"),
-    (["--top-k", "1000"], "--top-k 1000 is more than the model's 384 tokens (pass -1 for no top-k truncation)"),
+    (["--top-k-logprobs", "321"], "--top-k-logprobs 321 is more than the model's 320 tokens (pass at most --top-k-logprobs 320)"),
+    (["--top-k", "1000"], "--top-k 1000 is more than the model's 320 tokens (pass -1 for no top-k truncation)"),
     (["--top-k", "-5"], "--top-k must be -1 (off) or at least 0, got -5"),
     (["--logprobs-mode", "logits"], "--logprobs-mode 'logits' (use processed_logprobs or raw_logprobs)"),
     (["--sampler", "vllm-server", "--url", "localhost:8000"], "--url 'localhost:8000' is not an http(s) URL (write --url http://HOST:PORT)"),
