@@ -59,7 +59,8 @@ def diagnose(
     from ..diagnose.run import DiagnoseOptions, check_options, run_diagnose
     from ..diagnose.variants import Configuration, default_matrix, load_matrix, parse_vary
     from ..probe.types import SamplerConfig, SamplingConfig, TrainerConfig
-    from .probe import REPO_SAMPLE, _Bars, _engine_args, _engine_env
+    from ..bundled import sample_dir
+    from .probe import _Bars, _engine_args, _engine_env
 
     if logprobs_mode not in ("processed_logprobs", "raw_logprobs"):
         raise UsageError(f"--logprobs-mode {logprobs_mode!r}", hint="use processed_logprobs or raw_logprobs")
@@ -73,9 +74,9 @@ def diagnose(
                             batch_tokens=trainer_batch_tokens, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle)
     if not variants:
         variants = default_matrix(_device(), Configuration(sampler, trainer))
-    checkpoint = checkpoint or REPO_SAMPLE / "tiny-qwen3"
+    checkpoint = checkpoint or sample_dir() / "tiny-qwen3"
     opts = DiagnoseOptions(
-        checkpoint=checkpoint, prompts=prompts or REPO_SAMPLE / "prompts.jsonl",
+        checkpoint=checkpoint, prompts=prompts or sample_dir() / "prompts.jsonl",
         out=out or Path("runs") / time.strftime("diagnose-%Y%m%d-%H%M%S"),
         sampling=SamplingConfig(temperature=temperature, top_p=top_p, top_k=top_k, n=n, max_tokens=max_tokens,
                                 top_k_logprobs=top_k_logprobs, seed=seed, logprobs_mode=logprobs_mode),  # type: ignore[arg-type]

@@ -11,11 +11,11 @@ from typing import List, Optional
 
 import typer
 
+from ..bundled import sample_dir
 from ..errors import UsageError
 from ._options import FormatOpt, RuleOpt
 from ._output import OutputFormat, emit_json, info, stderr_console, stdout_console, warn
 
-REPO_SAMPLE = Path(__file__).resolve().parents[2] / "sample_data"
 
 TrainerCheckpointOpt = typer.Option(
     None, "--trainer-checkpoint", metavar="PATH",
@@ -161,12 +161,12 @@ def probe(
     if sampler == "vllm-server" and not url:
         raise UsageError("--sampler vllm-server needs --url http://HOST:PORT")
     if checkpoint is None:
-        checkpoint = REPO_SAMPLE / "tiny-qwen3"
+        checkpoint = sample_dir() / "tiny-qwen3"
         if not checkpoint.is_dir():
             raise UsageError("no CHECKPOINT given and no bundled sample model found", hint="pass a checkpoint folder")
         info("no CHECKPOINT given: probing the bundled sample model (tiny Qwen3 trained on addition)")
     if prompts is None:
-        prompts = REPO_SAMPLE / "prompts.jsonl"
+        prompts = sample_dir() / "prompts.jsonl"
     out = out or Path("runs") / time.strftime("probe-%Y%m%d-%H%M%S")
     _engine_env()
     opts = ProbeOptions(
