@@ -26,7 +26,11 @@ def wheel(tmp_path_factory) -> Path:
         if (REPO / f).is_file():
             (root / "src" / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / f, root / "src" / f)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(root / "dist"),
+    import setuptools
+
+    # this environment's setuptools when it can build the project (pyproject needs >= 77), else pip's isolated build
+    isolation = ["--no-build-isolation"] if int(setuptools.__version__.split(".")[0]) >= 77 else []
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, "-w", str(root / "dist"),
                     str(root / "src")], check=True, capture_output=True)
     (whl,) = (root / "dist").glob("mismatchscope-*.whl")
     return whl
