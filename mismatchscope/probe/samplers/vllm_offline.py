@@ -139,12 +139,15 @@ class VLLMOfflineSampler:
         Each prompt + completion is sent as one prompt with ``max_tokens=1,
         prompt_logprobs=0``, all in one ``generate`` call. vLLM's prompt
         logprobs are raw (T = 1, full vocabulary) whatever the logprobs mode.
+        The requests carry no seed: the one sampled token is thrown away, and
+        a seeded request whose long prefill the scheduler splits into chunks
+        crashes vLLM's CPU build ("CPU Generator does not use offset").
         """
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
         llm = self._engine_for(sampling)
-        params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0, seed=sampling.seed)
+        params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
         outputs = llm.generate([TokensPrompt(prompt_token_ids=[*p, *c]) for p, c in zip(prompts, completions)],
                                params, use_tqdm=False)
         out = []
