@@ -19,8 +19,9 @@ from ..errors import InputError
 from ..reader import Hygiene, Source, iter_batches, open_source
 from ..rules import RuleInstance, SequenceInputs
 from ..schema import TOPK_COLUMNS
-from .grouping import SequenceAggregator
+from .grouping import Op, SequenceAggregator
 from .masks import MaskAccumulator, build_units, mean_row, tail_reading, unit_row
+from .table import REDUCTIONS, SequenceTable, token_values
 from .positions import PositionRuns, PositionTracker
 from .tokenstats import RATIO_QUANTILES, TokenStats, _f
 from .topk import score_centering, topk_bounds
@@ -49,7 +50,7 @@ class AnalysisResult:
     warnings: list[str]
     run: dict | None
     source: Source
-    per_sequence: "PerSequence"
+    per_sequence: SequenceTable
 
 
 def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None = None,
@@ -70,12 +71,7 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
     units = build_units(request.rules, request.sweeps, has_adv) if request.masks else []
     masks = MaskAccumulator(units, request.examples) if request.masks else None
     stats = TokenStats()
-    ops: dict[str, str] = {
-        "n": "sum", "sum_l": "sum", "min_l": "min", "max_l": "max", "max_tv": "max", "sum_k3": "sum",
-        # per-sequence sums of the token metrics: sequence-level resampling (gate's bootstrap)
-        # and per-sequence rankings (worst sequences) need them
-        "sum_tv": "sum", "sum_abs_l": "sum", "sum_k2": "sum", "sum_krev": "sum", "sum_r": "sum", "sum_r2": "sum",
-    }
+    ops: dict[str, Op] = dict(REDUCTIONS)
     if has_adv:
         ops["sum_adv"] = "sum"
     clamped = bool(masks) and any(u.rule.spec.fixed_level is None and u.rule.level == "sequence" for u in masks.seq_units)
@@ -83,7 +79,7 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
         ops.update({"sum_ck1": "sum", "sum_ck2": "sum", "sum_ck3": "sum"})
     if masks:
         ops.update({k: "sum" for k in masks.per_token_columns()})
-    seqagg = SequenceAggregator(ops)  # type: ignore[arg-type]
+    seqagg = SequenceAggregator(ops)
     hygiene = Hygiene()
     positions = PositionTracker()
 
@@ -99,12 +95,7 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
         if adv is not None and not np.isfinite(adv).all():
             raise InputError(f"the advantage column has {int((~np.isfinite(adv)).sum())} missing or non-finite value(s)",
                              hint="fill them, or drop the column with a --column mapping to another name")
-        per_tok: dict[str, np.ndarray] = {
-            "n": np.ones(t.log_ratio_T.size), "sum_l": t.log_ratio_T, "min_l": t.log_ratio_T,
-            "max_l": t.log_ratio_T, "max_tv": t.tv_T, "sum_k3": t.k3_T,
-            "sum_tv": t.tv_T, "sum_abs_l": np.abs(t.log_ratio_T), "sum_k2": t.k2_T, "sum_krev": t.kl_reverse_k3_T,
-            "sum_r": t.ratio_T, "sum_r2": t.ratio_T * t.ratio_T,
-        }
+        per_tok = token_values(t)
         if has_adv:
             per_tok["sum_adv"] = adv
         if clamped:
@@ -127,42 +118,28 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
             on_batch(t.log_ratio_T.size)
 
     seq_ids, agg = seqagg.result()
-    n_tokens = int(agg["n"].sum()) if seq_ids.size else 0
+    table = SequenceTable.from_reduced(seq_ids, agg, agg.get("sum_adv"))
+    n_tokens = int(table.n_tokens_S.sum()) if seq_ids.size else 0
     if n_tokens == 0:
         what = "has no token rows" if hygiene.rows_read == 0 else "has no token with finite logprobs"
         raise InputError(f"{path}: the input {what}")
     warnings = ([source.incomplete] if source.incomplete else []) + hygiene.warnings() + _position_warnings(positions.finish())
     seq = SequenceInputs(
-        n_tokens_S=agg["n"],
-        seq_log_ratio_S=agg["sum_l"],
-        min_log_ratio_S=agg["min_l"],
-        max_log_ratio_S=agg["max_l"],
-        mean_k3_S=agg["sum_k3"] / agg["n"],
-        advantage_S=(agg["sum_adv"] / agg["n"]) if has_adv else None,
+        n_tokens_S=table.n_tokens_S,
+        seq_log_ratio_S=table.sum_l_S,
+        min_log_ratio_S=table.min_l_S,
+        max_log_ratio_S=table.max_l_S,
+        mean_k3_S=table.sum_k3_S / table.n_tokens_S,
+        advantage_S=table.advantage_S,
         clamped_sum_k1_S=agg.get("sum_ck1"), clamped_sum_k2_S=agg.get("sum_ck2"), clamped_sum_k3_S=agg.get("sum_ck3"),
     )
-    report = _report(stats, seq, agg, source, has_topk) if request.report else None
-    mask_out = _masks(masks, seq, agg, n_tokens, seq_ids.size, has_adv) if masks else None
-    per_seq = PerSequence(seq_ids, agg, masks.token_units if masks else [], masks.seq_verdicts if masks else {})
-    return AnalysisResult(n_tokens, int(seq_ids.size), report, mask_out, warnings, source.run_config, source, per_seq)
-
-
-@dataclass
-class PerSequence:
-    """Per-sequence aggregates, aligned with ``sequence_id_S`` (sorted).
-
-    ``sums`` holds ``n`` (tokens) and the per-sequence sums ``sum_tv``,
-    ``sum_abs_l``, ``sum_l`` (= -sum k1), ``sum_k2``, ``sum_k3``, ``sum_krev``,
-    ``sum_r``, ``sum_r2``, plus ``max_tv``, ``min_l``, ``max_l``. Token-level
-    means are ratios of sums, so resampling sequences (the gate's bootstrap)
-    needs nothing else. ``rule_rejects`` maps a rule label (hypothesis
-    "data" or "A>0"/"A<0" suffixed) to rejected tokens per sequence.
-    """
-
-    sequence_id_S: np.ndarray
-    sums: dict[str, np.ndarray]
-    token_units: list = field(default_factory=list)
-    seq_verdicts: dict = field(default_factory=dict)
+    report = _report(stats, seq, table, source, has_topk) if request.report else None
+    mask_out = None
+    if masks:
+        mask_columns = {k: agg[k] for k in masks.per_token_columns()}
+        mask_out = _masks(masks, seq, mask_columns, n_tokens, seq_ids.size, has_adv)
+        table.rules = masks.rule_columns(mask_columns, table.n_tokens_S)
+    return AnalysisResult(n_tokens, int(seq_ids.size), report, mask_out, warnings, source.run_config, source, table)
 
 
 def _position_warnings(runs: PositionRuns) -> list[str]:
@@ -183,7 +160,7 @@ def _quantiles(x: np.ndarray) -> dict[str, float | None]:
     return {f"{q:g}": _f(v) for q, v in zip(RATIO_QUANTILES, np.quantile(x, RATIO_QUANTILES))}
 
 
-def _report(stats: TokenStats, seq: SequenceInputs, agg: dict, source: Source, has_topk: bool) -> dict:
+def _report(stats: TokenStats, seq: SequenceInputs, table: SequenceTable, source: Source, has_topk: bool) -> dict:
     S = seq.seq_log_ratio_S
     mean_l = seq.mean_log_ratio_S
     with np.errstate(over="ignore"):
@@ -198,7 +175,7 @@ def _report(stats: TokenStats, seq: SequenceInputs, agg: dict, source: Source, h
     sequence_metrics = {
         "seq_log_ratio": {"mean": _f(S.mean()), "quantiles": _quantiles(S)},
         "geo_ratio": {"mean": _f(geo.mean()), "quantiles": _quantiles(geo)},
-        "max_tv": {"mean": _f(agg["max_tv"].mean()), "quantiles": _quantiles(agg["max_tv"])},
+        "max_tv": {"mean": _f(table.max_tv_S.mean()), "quantiles": _quantiles(table.max_tv_S)},
         "log_ppl_diff": {"mean": _f((-mean_l).mean()), "quantiles": _quantiles(-mean_l)},
         "chi2_seq": _f(chi2_seq),
         "chi2_seq_clip": CHI2_SEQ_CLIP,
@@ -215,8 +192,8 @@ def _report(stats: TokenStats, seq: SequenceInputs, agg: dict, source: Source, h
     }
 
 
-def _masks(masks: MaskAccumulator, seq: SequenceInputs, agg: dict, tokens: int, sequences: int, has_adv: bool) -> dict:
-    per_seq = {k: agg[k] for k in masks.per_token_columns()}
+def _masks(masks: MaskAccumulator, seq: SequenceInputs, per_seq: dict[str, np.ndarray], tokens: int, sequences: int,
+           has_adv: bool) -> dict:
     extra = masks.finish(seq, per_seq)
     rows: list[dict] = []
     sweeps: dict[str, dict] = {}

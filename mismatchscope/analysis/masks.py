@@ -16,6 +16,7 @@ import numpy as np
 
 from ..divergence import TokenTerms
 from ..rules import REJECT, REWEIGHT, RuleInstance, SequenceInputs
+from .table import RuleColumn
 from .tokenstats import Q_EDGES, q_bucket_labels
 
 HYPOTHESES = {"A>0": 1.0, "A<0": -1.0}
@@ -99,6 +100,15 @@ class MaskAccumulator:
         """Names of the per-sequence sums this accumulator adds to the sequence aggregator."""
         tails = [f"q{j}" for j in range(N_Q)] + [f"s{j}" for j in range(len(SIGNS))] if self.seq_units else []
         return [f"rej{i}" for i in range(len(self.token_units))] + [f"rew{i}" for i in range(len(self.token_units))] + tails
+
+    def rule_columns(self, per_seq: dict[str, np.ndarray], n_tokens_S: np.ndarray) -> list[RuleColumn]:
+        """Every token-rule unit's rejected and reweighted tokens per sequence, and the rejecting sequence
+        rules' verdicts (after :meth:`finish`), for the per-sequence table."""
+        cols = [RuleColumn(u, per_seq[f"rej{i}"], per_seq[f"rew{i}"]) for i, u in enumerate(self.token_units)]
+        for u, rejected_S in self.seq_verdicts.items():
+            r = rejected_S.astype(np.float64)
+            cols.append(RuleColumn(u, r * n_tokens_S, np.zeros_like(r), r))
+        return cols
 
     def add(self, t: TokenTerms, advantage_T: np.ndarray | None, batch: dict, seq_columns: dict) -> None:
         n = t.log_ratio_T.size
