@@ -27,6 +27,7 @@ from ..analysis.masks import HYPOTHESES
 from ..divergence import clamped_k_terms, token_terms
 from ..errors import InputError, MissingColumnsError, UsageError
 from ..analysis.positions import PositionTracker
+from ..analysis.sums import token_means
 from ..reader import BATCH_ROWS, Hygiene, Source, iter_batches, open_source
 from ..rules import REJECT, REWEIGHT, RuleInstance, SequenceInputs
 from ..schema import COLUMNS
@@ -273,10 +274,11 @@ class _Accumulator:
         keys[list(self.key_of.values())] = list(self.key_of.keys())
         step_K, group_K = np.floor_divide(keys, _KEY_STRIDE), np.mod(keys, _KEY_STRIDE)
         n = self.sums[0]
+        means = token_means(n, tv=self.sums[1], k3=self.sums[2], abs_l=self.sums[3])
         values = {
-            "tv_token_mean": self.sums[1] / n,
-            "k3_mean": self.sums[2] / n,
-            "abs_logprob_diff_mean": self.sums[3] / n,
+            "tv_token_mean": means["tv_token_mean"],
+            "k3_mean": means["k3_mean"],
+            "abs_logprob_diff_mean": means["abs_logprob_diff_mean"],
             "abs_logprob_diff_p99": grouped_quantile(np.concatenate(self._codes), np.concatenate(self._abs_l), k, P99),
             "ratio_outside_band": self.sums[4] / n,
         }
