@@ -28,6 +28,7 @@ from ..divergence import clamped_k_terms, token_terms
 from ..errors import InputError, MissingColumnsError, UsageError
 from ..analysis.positions import PositionTracker
 from ..analysis.sums import token_means
+from ..analysis.validate import check_advantage, check_not_empty
 from ..reader import BATCH_ROWS, Hygiene, Source, iter_batches, open_source
 from ..rules import REJECT, REWEIGHT, RuleInstance, SequenceInputs
 from ..schema import COLUMNS
@@ -126,9 +127,7 @@ def build_series(path: str | os.PathLike, rules: list[RuleInstance], by: str | N
         acc.add(batch, group_T)
 
     positions.finish()  # a duplicated token would double its weight in its step
-    if acc.tokens == 0:
-        what = "has no token rows" if hygiene.rows_read == 0 else "has no token with finite logprobs"
-        raise InputError(f"{path}: the input {what}")
+    check_not_empty(str(path), acc.tokens, hygiene)
     series = acc.finish(groups.values if by is not None else ["all"], by)
     series.warnings = ([source.incomplete] if source.incomplete else []) + hygiene.warnings() + acc.warnings
     series.source = source
@@ -243,9 +242,7 @@ class _Accumulator:
         if n == 0:
             return
         adv = batch.get("advantage")
-        if adv is not None and not np.isfinite(adv).all():
-            raise InputError(f"the advantage column has {int((~np.isfinite(adv)).sum())} missing or non-finite value(s)",
-                             hint="fill them, or drop the column with a --column mapping to another name")
+        check_advantage(adv)
         code_T = self._dense(batch["step"], group_T)
         k = len(self.key_of)
         abs_l = np.abs(t.log_ratio_T)
