@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..divergence import TokenTerms
-from ..rules import REJECT, REWEIGHT, RuleInstance, SequenceInputs
+from ..rules import RuleInstance, SequenceInputs
+from .evaluate import HYPOTHESES, sequence_verdicts, token_verdicts
 from .table import RuleColumn
 from .tokenstats import Q_EDGES, q_bucket_labels
 
-HYPOTHESES = {"A>0": 1.0, "A<0": -1.0}
 SIGNS = ("p>q", "p<q", "p=q")
 """the sign of p - q of a rejected token: which way the trainer moved from the sampler."""
 N_Q = len(Q_EDGES)
@@ -122,10 +122,8 @@ class MaskAccumulator:
             for j in range(len(SIGNS)):
                 seq_columns[f"s{j}"] = (sign == j).astype(np.float64)
         for i, u in enumerate(self.token_units):
-            adv = advantage_T if u.hypothesis == "data" else np.full(n, HYPOTHESES[u.hypothesis])
-            act = u.rule.token_actions(t, adv)
-            rej = act == REJECT
-            rew = act == REWEIGHT
+            v = token_verdicts(u, t, advantage_T)
+            rej, rew = v.rejected, v.reweighted
             u.tokens_rejected += int(rej.sum())
             u.tokens_reweighted += int(rew.sum())
             if u.rule.spec.acts == "reject":
@@ -179,11 +177,8 @@ class MaskAccumulator:
             u.sequences_with_rejection = int((per_seq[f"rej{i}"] > 0).sum())
             u.sequences_with_reweight = int((per_seq[f"rew{i}"] > 0).sum())
         for u in self.seq_units:
-            inputs = seq
-            if u.hypothesis != "data":
-                inputs = SequenceInputs(**{**seq.__dict__, "advantage_S": np.full(n_tok.size, HYPOTHESES[u.hypothesis])})
-            act = u.rule.sequence_actions(inputs)
-            rej, rew = act == REJECT, act == REWEIGHT
+            v = sequence_verdicts(u, seq)
+            rej, rew = v.rejected, v.reweighted
             u.sequences_rejected = u.sequences_with_rejection = int(rej.sum())
             u.sequences_reweighted = u.sequences_with_reweight = int(rew.sum())
             u.tokens_rejected = int(n_tok[rej].sum())

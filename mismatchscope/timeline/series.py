@@ -23,14 +23,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..analysis.masks import HYPOTHESES
+from ..analysis.evaluate import HYPOTHESES, count_per_key, sequence_verdicts, token_verdicts
 from ..divergence import clamped_k_terms, token_terms
 from ..errors import InputError, MissingColumnsError, UsageError
 from ..analysis.positions import PositionTracker
 from ..analysis.sums import token_means
 from ..analysis.validate import check_advantage, check_not_empty
 from ..reader import BATCH_ROWS, Hygiene, Source, iter_batches, open_source
-from ..rules import REJECT, REWEIGHT, RuleInstance, SequenceInputs
+from ..rules import RuleInstance, SequenceInputs
 from ..schema import COLUMNS
 
 RATIO_BAND = (0.5, 2.0)
@@ -249,9 +249,8 @@ class _Accumulator:
         lo, hi = RATIO_BAND
         weights: list[np.ndarray | None] = [None, t.tv_T, t.k3_T, abs_l, ((t.ratio_T < lo) | (t.ratio_T > hi)).astype(np.float64)]
         for u in self.token_units:
-            a = adv if u.hypothesis == "data" else np.full(n, HYPOTHESES[u.hypothesis])
-            act = u.rule.token_actions(t, a)
-            weights += [(act == REJECT).astype(np.float64), (act == REWEIGHT).astype(np.float64)]
+            v = token_verdicts(u, t, adv)
+            weights += [v.rejected.astype(np.float64), v.reweighted.astype(np.float64)]
         if self.sums.shape[1] < k:
             self.sums = np.pad(self.sums, ((0, 0), (0, k - self.sums.shape[1])))
         self.sums += np.stack([np.bincount(code_T, weights=w, minlength=k) for w in weights])
@@ -327,17 +326,13 @@ class _Accumulator:
 
     def _seq_rule_rate(self, u: RuleUnit, code_S: np.ndarray, agg: dict[str, np.ndarray], k: int) -> np.ndarray:
         n_S = agg["n"]
-        if u.hypothesis != "data":
-            adv_S = np.full(n_S.size, HYPOTHESES[u.hypothesis])
-        else:
-            adv_S = agg["sum_adv"] / n_S if "sum_adv" in agg else None
         seq = SequenceInputs(n_tokens_S=n_S, seq_log_ratio_S=agg["sum_l"], min_log_ratio_S=agg["min_l"],
-                             max_log_ratio_S=agg["max_l"], mean_k3_S=agg["sum_k3"] / n_S, advantage_S=adv_S,
+                             max_log_ratio_S=agg["max_l"], mean_k3_S=agg["sum_k3"] / n_S,
+                             advantage_S=agg["sum_adv"] / n_S if "sum_adv" in agg else None,
                              clamped_sum_k1_S=agg.get("sum_ck1"), clamped_sum_k2_S=agg.get("sum_ck2"),
                              clamped_sum_k3_S=agg.get("sum_ck3"))
-        act = u.rule.sequence_actions(seq)
-        hit = act == (REJECT if u.rule.spec.acts == "reject" else REWEIGHT)
-        return np.bincount(code_S, weights=np.where(hit, n_S, 0.0), minlength=k)
+        hit = sequence_verdicts(u, seq).acted(u.rule.spec.acts)
+        return count_per_key(code_S, hit, k, weights=n_S)
 
 
 _REDUCE = {"min_l": np.minimum, "max_l": np.maximum}
