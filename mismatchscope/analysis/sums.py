@@ -22,10 +22,17 @@ TOKEN_SUMS = ("n", "tv", "abs_l", "k1", "k2", "k3", "krev", "r", "r2")
 """the rows of :func:`token_sums`, in this order."""
 
 
-def token_sums(idx: np.ndarray, nb: int, t: TokenTerms) -> np.ndarray:
-    """``[len(TOKEN_SUMS), nb]``: each sum over the tokens of each key ``idx`` (0 <= idx < nb)."""
-    l = t.log_ratio_T
-    weights = (None, t.tv_T, np.abs(l), t.k1_T, t.k2_T, t.k3_T, t.kl_reverse_k3_T, t.ratio_T, t.ratio_T * t.ratio_T)
+def token_weights(t: TokenTerms) -> tuple:
+    """The per-token values :func:`token_sums` adds up, in ``TOKEN_SUMS`` order (None: a count)."""
+    return (None, t.tv_T, np.abs(t.log_ratio_T), t.k1_T, t.k2_T, t.k3_T, t.kl_reverse_k3_T, t.ratio_T, t.ratio_T * t.ratio_T)
+
+
+def token_sums(idx: np.ndarray, nb: int, t: TokenTerms | tuple) -> np.ndarray:
+    """``[len(TOKEN_SUMS), nb]``: each sum over the tokens of each key ``idx`` (0 <= idx < nb).
+
+    ``t``: the batch's terms, or their :func:`token_weights` when one batch is summed by several keys.
+    """
+    weights = token_weights(t) if isinstance(t, TokenTerms) else t
     return np.stack([np.bincount(idx, weights=w, minlength=nb)[:nb].astype(np.float64) for w in weights])
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..divergence import TokenTerms
-from .sums import TOKEN_SUMS, summarise_sums, token_sums
+from .sums import TOKEN_SUMS, summarise_sums, token_sums, token_weights
 
 RATIO_QUANTILES = (0.001, 0.01, 0.05, 0.5, 0.95, 0.99, 0.999)
 TAIL_CUTS = (1.25, 2.0, 5.0, 10.0)
@@ -57,10 +57,10 @@ class TokenStats:
         l = t.log_ratio_T
         if l.size == 0:
             return
-        self.sums += token_sums(np.zeros(l.size, np.intp), 1, t)[:, 0]
+        w = token_weights(t)  # once per batch, for the four keyings below
+        self.sums += token_sums(np.zeros(l.size, np.intp), 1, w)[:, 0]
         self.tv_max = max(self.tv_max, float(t.tv_T.max()))
-        abs_l = np.abs(l)
-        self.abs_l_max = max(self.abs_l_max, float(abs_l.max()))
+        self.abs_l_max = max(self.abs_l_max, float(w[2].max()))
         self.log_ratio_min = min(self.log_ratio_min, float(l.min()))
         self.log_ratio_max = max(self.log_ratio_max, float(l.max()))
         for i, c in enumerate(TAIL_CUTS):
@@ -68,18 +68,18 @@ class TokenStats:
             self.tail_low[i] += int(np.count_nonzero(t.ratio_T < 1.0 / c))
         self._log_ratios.append(l)
         qi = np.searchsorted(np.asarray(Q_EDGES), t.q_T, side="right") - 1
-        self.q_buckets += token_sums(np.clip(qi, 0, len(Q_EDGES) - 1), len(Q_EDGES), t)
+        self.q_buckets += token_sums(np.clip(qi, 0, len(Q_EDGES) - 1), len(Q_EDGES), w)
         npos = int(position_T.max()) + 1
         if npos > self.pos_sums.shape[1]:
             grown = np.zeros((len(TOKEN_SUMS), npos))
             grown[:, : self.pos_sums.shape[1]] = self.pos_sums
             self.pos_sums = grown
-        self.pos_sums[:, :npos] += token_sums(position_T.astype(np.intp), npos, t)
+        self.pos_sums[:, :npos] += token_sums(position_T.astype(np.intp), npos, w)
         if entropy_T is not None:
             if self.ent_buckets is None:
                 self.ent_buckets = np.zeros((len(TOKEN_SUMS), len(ENTROPY_EDGES)))
             ei = np.searchsorted(np.asarray(ENTROPY_EDGES), entropy_T, side="right") - 1
-            self.ent_buckets += token_sums(np.clip(ei, 0, len(ENTROPY_EDGES) - 1), len(ENTROPY_EDGES), t)
+            self.ent_buckets += token_sums(np.clip(ei, 0, len(ENTROPY_EDGES) - 1), len(ENTROPY_EDGES), w)
 
     def add_topk(self, tv_lower_T: np.ndarray, kl_lower_T: np.ndarray, mass_T: np.ndarray) -> None:
         if tv_lower_T.size == 0:
