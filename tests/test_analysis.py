@@ -357,3 +357,21 @@ def test_verl_rs_matches_a_token_by_token_transcription(write, option, threshold
     seq_id, lq, lp = (np.asarray(cols[c], dtype=float) for c in ("sequence_id", "sampler_logprob", "trainer_logprob"))
     assert got == _verl_reference_rejections(seq_id, lq, lp, option, threshold)
     assert 0 < got < lq.size  # the thresholds are chosen to cut some tokens, not all
+
+
+def test_topk_bounds_same_to_the_bit_with_equal_and_ragged_list_lengths():
+    # lists of one length take the reshaped path, ragged lists the bincount path; both add a row's
+    # values to 0.0 in list order, so the rows the two batches share must agree bit for bit
+    rng = np.random.default_rng(3)
+    n, k = 200, 5
+    ids = rng.integers(0, 50, (n, k))
+    lq = np.log(rng.dirichlet(np.ones(k + 1), n)[:, :k])
+    lp = np.log(rng.dirichlet(np.ones(k + 1), n)[:, :k])
+    tok = np.where(rng.random(n) < 0.5, ids[:, 0], 99)
+    slp, tlp = np.log(rng.uniform(0.01, 0.5, n)), np.log(rng.uniform(0.01, 0.5, n))
+    same = topk_bounds(tok, slp, tlp, pa.array(ids.tolist()), pa.array(lq.tolist()), pa.array(lp.tolist()))
+    ragged = topk_bounds(np.append(tok, 7), np.append(slp, -1.0), np.append(tlp, -1.0), pa.array([*ids.tolist(), [7]]),
+                         pa.array([*lq.tolist(), [-1.0]]), pa.array([*lp.tolist(), [-1.0]]))
+    for a, b in ((same.tv_lower_T, ragged.tv_lower_T), (same.kl_lower_T, ragged.kl_lower_T),
+                 (same.sampler_mass_T, ragged.sampler_mass_T), (same.trainer_mass_T, ragged.trainer_mass_T)):
+        assert np.array_equal(a.view(np.int64), b[:n].view(np.int64))

@@ -10,23 +10,24 @@ accumulator. Both commands (and ``probe``'s closing summary) call
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
 from ..divergence import TokenTerms, clamped_k_terms, token_terms
-from ..errors import InputError
 from ..reader import Hygiene, Source, iter_batches, open_source
 from ..rules import RuleInstance, SequenceInputs
 from ..schema import TOPK_COLUMNS
-from .grouping import SequenceAggregator
-from .masks import MaskAccumulator, build_units, mean_row, tail_reading, unit_row
-from .positions import PositionRuns, PositionTracker
-from .tokenstats import RATIO_QUANTILES, TokenStats, _f
+from .comparison import assemble_masks
+from .grouping import Op, SequenceAggregator
+from .masks import MaskAccumulator, build_units
+from .positions import PositionTracker
+from .readings import interpret, policy_lag  # noqa: F401 - importable from here as before
+from .report import CHI2_SEQ_CLIP, assemble_report  # noqa: F401
+from .table import REDUCTIONS, SequenceTable, token_values
+from .tokenstats import TokenStats
 from .topk import score_centering, topk_bounds
-
-CHI2_SEQ_CLIP = 20.0
-"""verl clamps the sequence log-ratio to +-20 before exp(2 S) in chi2_seq."""
+from .validate import check_advantage, check_not_empty, check_positions, position_warnings
 
 
 @dataclass
@@ -49,7 +50,7 @@ class AnalysisResult:
     warnings: list[str]
     run: dict | None
     source: Source
-    per_sequence: "PerSequence"
+    per_sequence: SequenceTable
 
 
 def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None = None,
@@ -70,12 +71,7 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
     units = build_units(request.rules, request.sweeps, has_adv) if request.masks else []
     masks = MaskAccumulator(units, request.examples) if request.masks else None
     stats = TokenStats()
-    ops: dict[str, str] = {
-        "n": "sum", "sum_l": "sum", "min_l": "min", "max_l": "max", "max_tv": "max", "sum_k3": "sum",
-        # per-sequence sums of the token metrics: sequence-level resampling (gate's bootstrap)
-        # and per-sequence rankings (worst sequences) need them
-        "sum_tv": "sum", "sum_abs_l": "sum", "sum_k2": "sum", "sum_krev": "sum", "sum_r": "sum", "sum_r2": "sum",
-    }
+    ops: dict[str, Op] = dict(REDUCTIONS)
     if has_adv:
         ops["sum_adv"] = "sum"
     clamped = bool(masks) and any(u.rule.spec.fixed_level is None and u.rule.level == "sequence" for u in masks.seq_units)
@@ -83,28 +79,20 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
         ops.update({"sum_ck1": "sum", "sum_ck2": "sum", "sum_ck3": "sum"})
     if masks:
         ops.update({k: "sum" for k in masks.per_token_columns()})
-    seqagg = SequenceAggregator(ops)  # type: ignore[arg-type]
+    seqagg = SequenceAggregator(ops)
     hygiene = Hygiene()
     positions = PositionTracker()
 
     for batch in iter_batches(source, columns, hygiene, request.batch_rows):
         t = token_terms(batch["trainer_logprob"], batch["sampler_logprob"])
         pos = batch["position"]
-        if pos.size and pos.min() < 0:
-            raise InputError(f"negative position {int(pos.min())} in {source.files[0] if len(source.files) == 1 else 'the input'}")
+        check_positions(pos, source)
         positions.add(batch["sequence_id"], pos)
         if on_terms:
             on_terms(t, batch)
         adv = batch.get("advantage")
-        if adv is not None and not np.isfinite(adv).all():
-            raise InputError(f"the advantage column has {int((~np.isfinite(adv)).sum())} missing or non-finite value(s)",
-                             hint="fill them, or drop the column with a --column mapping to another name")
-        per_tok: dict[str, np.ndarray] = {
-            "n": np.ones(t.log_ratio_T.size), "sum_l": t.log_ratio_T, "min_l": t.log_ratio_T,
-            "max_l": t.log_ratio_T, "max_tv": t.tv_T, "sum_k3": t.k3_T,
-            "sum_tv": t.tv_T, "sum_abs_l": np.abs(t.log_ratio_T), "sum_k2": t.k2_T, "sum_krev": t.kl_reverse_k3_T,
-            "sum_r": t.ratio_T, "sum_r2": t.ratio_T * t.ratio_T,
-        }
+        check_advantage(adv)
+        per_tok = token_values(t)
         if has_adv:
             per_tok["sum_adv"] = adv
         if clamped:
@@ -127,161 +115,23 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
             on_batch(t.log_ratio_T.size)
 
     seq_ids, agg = seqagg.result()
-    n_tokens = int(agg["n"].sum()) if seq_ids.size else 0
-    if n_tokens == 0:
-        what = "has no token rows" if hygiene.rows_read == 0 else "has no token with finite logprobs"
-        raise InputError(f"{path}: the input {what}")
-    warnings = ([source.incomplete] if source.incomplete else []) + hygiene.warnings() + _position_warnings(positions.finish())
+    table = SequenceTable.from_reduced(seq_ids, agg, agg.get("sum_adv"))
+    n_tokens = int(table.n_tokens_S.sum()) if seq_ids.size else 0
+    check_not_empty(path, n_tokens, hygiene)
+    warnings = ([source.incomplete] if source.incomplete else []) + hygiene.warnings() + position_warnings(positions.finish())
     seq = SequenceInputs(
-        n_tokens_S=agg["n"],
-        seq_log_ratio_S=agg["sum_l"],
-        min_log_ratio_S=agg["min_l"],
-        max_log_ratio_S=agg["max_l"],
-        mean_k3_S=agg["sum_k3"] / agg["n"],
-        advantage_S=(agg["sum_adv"] / agg["n"]) if has_adv else None,
+        n_tokens_S=table.n_tokens_S,
+        seq_log_ratio_S=table.sum_l_S,
+        min_log_ratio_S=table.min_l_S,
+        max_log_ratio_S=table.max_l_S,
+        mean_k3_S=table.sum_k3_S / table.n_tokens_S,
+        advantage_S=table.advantage_S,
         clamped_sum_k1_S=agg.get("sum_ck1"), clamped_sum_k2_S=agg.get("sum_ck2"), clamped_sum_k3_S=agg.get("sum_ck3"),
     )
-    report = _report(stats, seq, agg, source, has_topk) if request.report else None
-    mask_out = _masks(masks, seq, agg, n_tokens, seq_ids.size, has_adv) if masks else None
-    per_seq = PerSequence(seq_ids, agg, masks.token_units if masks else [], masks.seq_verdicts if masks else {})
-    return AnalysisResult(n_tokens, int(seq_ids.size), report, mask_out, warnings, source.run_config, source, per_seq)
-
-
-@dataclass
-class PerSequence:
-    """Per-sequence aggregates, aligned with ``sequence_id_S`` (sorted).
-
-    ``sums`` holds ``n`` (tokens) and the per-sequence sums ``sum_tv``,
-    ``sum_abs_l``, ``sum_l`` (= -sum k1), ``sum_k2``, ``sum_k3``, ``sum_krev``,
-    ``sum_r``, ``sum_r2``, plus ``max_tv``, ``min_l``, ``max_l``. Token-level
-    means are ratios of sums, so resampling sequences (the gate's bootstrap)
-    needs nothing else. ``rule_rejects`` maps a rule label (hypothesis
-    "data" or "A>0"/"A<0" suffixed) to rejected tokens per sequence.
-    """
-
-    sequence_id_S: np.ndarray
-    sums: dict[str, np.ndarray]
-    token_units: list = field(default_factory=list)
-    seq_verdicts: dict = field(default_factory=dict)
-
-
-def _position_warnings(runs: PositionRuns) -> list[str]:
-    """Duplicates were refused while reading (exactly, ``positions.py``); gaps and late starts only warn."""
-    warnings = []
-    gaps = runs.runs_S > 1
-    if gaps.any():
-        warnings.append(f"{int(gaps.sum())} sequence(s) have gaps in their positions (tokens missing or masked out)")
-    late = runs.first_position_S > 0
-    if late.any():
-        warnings.append(f"{int(late.sum())} sequence(s) do not start at position 0")
-    return warnings
-
-
-def _quantiles(x: np.ndarray) -> dict[str, float | None]:
-    if x.size == 0:
-        return {f"{q:g}": None for q in RATIO_QUANTILES}
-    return {f"{q:g}": _f(v) for q, v in zip(RATIO_QUANTILES, np.quantile(x, RATIO_QUANTILES))}
-
-
-def _report(stats: TokenStats, seq: SequenceInputs, agg: dict, source: Source, has_topk: bool) -> dict:
-    S = seq.seq_log_ratio_S
-    mean_l = seq.mean_log_ratio_S
-    with np.errstate(over="ignore"):
-        geo = np.exp(mean_l)
-    chi2_seq = float(np.mean(np.exp(2 * np.clip(S, -CHI2_SEQ_CLIP, CHI2_SEQ_CLIP))) - 1.0)
-    metrics = stats.metrics()
-    topk = stats.topk()
-    metrics["seq_log_ratio_mean"] = _f(S.mean())
-    metrics["geo_ratio_mean"] = _f(geo.mean())
-    metrics["tv_topk_lower_mean"] = topk["tv_topk_lower_mean"] if topk else None
-    metrics["kl_topk_lower_mean"] = topk["kl_topk_lower_mean"] if topk else None
-    sequence_metrics = {
-        "seq_log_ratio": {"mean": _f(S.mean()), "quantiles": _quantiles(S)},
-        "geo_ratio": {"mean": _f(geo.mean()), "quantiles": _quantiles(geo)},
-        "max_tv": {"mean": _f(agg["max_tv"].mean()), "quantiles": _quantiles(agg["max_tv"])},
-        "log_ppl_diff": {"mean": _f((-mean_l).mean()), "quantiles": _quantiles(-mean_l)},
-        "chi2_seq": _f(chi2_seq),
-        "chi2_seq_clip": CHI2_SEQ_CLIP,
-        "length": {"mean": _f(seq.n_tokens_S.mean()), "max": int(seq.n_tokens_S.max())},
-    }
-    return {
-        "metrics": metrics,
-        "sequence_metrics": sequence_metrics,
-        "topk": topk,
-        "score_centering": stats.score_centering(),
-        "kept_mass": stats.kept_mass(),
-        "breakdowns": stats.breakdowns(),
-        "interpretation": interpret(metrics, source.run_config),
-    }
-
-
-def _masks(masks: MaskAccumulator, seq: SequenceInputs, agg: dict, tokens: int, sequences: int, has_adv: bool) -> dict:
-    per_seq = {k: agg[k] for k in masks.per_token_columns()}
-    extra = masks.finish(seq, per_seq)
-    rows: list[dict] = []
-    sweeps: dict[str, dict] = {}
-    pending: dict[str, dict] = {}
-    for u in masks.units:
-        row = unit_row(u, tokens, sequences, has_adv)
-        if u.sweep is None:
-            rows.append(row)
-            if u.hypothesis == "A>0":
-                pending[u.rule.label] = row
-            elif u.hypothesis == "A<0" and u.rule.label in pending:
-                rows.append(mean_row(pending.pop(u.rule.label), row))
-        else:
-            name, _, param = u.sweep.partition(".")
-            sw = sweeps.setdefault(u.sweep, {"rule": name, "param": param, "level": u.rule.level, "points": []})
-            sw["points"].append({"value": u.rule.params[param], "hypothesis": u.hypothesis, **{
-                k: row[k] for k in ("token_reject_rate", "token_reweight_rate", "tokens_rejected", "tokens_reweighted",
-                                    "sequences_with_rejection", "sequences_rejected", "sequence_reject_rate")}})
-    return {"rules": rows, "tokens_by_sampler_prob": extra["tokens_by_sampler_prob"],
-            "tokens_by_pq_sign": extra["tokens_by_pq_sign"], "tail_reading": tail_reading(rows),
-            "agreement": extra["agreement"], "sweeps": list(sweeps.values()), "examples": extra["examples"]}
-
-
-def interpret(metrics: dict, run: dict | None) -> list[dict[str, Any]]:
-    """Short readings against published yardsticks, each with its source."""
-    out = []
-    lag = policy_lag(run)
-    tv = metrics.get("tv_token_mean")
-    if tv is not None:
-        if tv < 0.005:
-            verdict = "normal (below 0.005)"
-        elif tv <= 0.01:
-            verdict = "elevated (0.005 to 0.01)"
-        elif lag is None:
-            verdict = "high (above 0.01): points at an inference precision problem"
-        else:  # the yardstick is for numerics alone; lag moves the distributions by itself
-            verdict = "high (above 0.01); with policy lag in the gap, not a verdict on inference precision"
-        out.append({"metric": "tv_token_mean", "value": tv, "reading": verdict,
-                    "source": "verl FAQ on rollout_probs_diff (<0.005 normal, >0.01 precision problem)"})
-    k3 = metrics.get("k3_mean")
-    if k3 is not None:
-        reading = "around or below the ~1e-3 typical of healthy runs" if k3 <= 2e-3 else "well above the ~1e-3 typical of healthy runs"
-        out.append({"metric": "k3_mean", "value": k3, "reading": reading,
-                    "source": "NeMo-RL gen_kl_error (~1e-3 typical)"})
-    tail = (metrics.get("ratio_tail_high") or {}).get("2")
-    low = (metrics.get("ratio_tail_low") or {}).get("2")
-    if tail is not None and low is not None:
-        frac = tail + low
-        out.append({"metric": "ratio outside [0.5, 2]", "value": frac,
-                    "reading": f"{frac:.2%} of tokens would be rejected by a [0.5, 2] token mask",
-                    "source": "SkyRL/TRL token_mask defaults"})
-    if lag is not None:
-        out.append({"metric": "trainer_logprob", "value": None, "reading": lag, "source": "file metadata"})
-    return out
-
-
-def policy_lag(run: dict | None) -> str | None:
-    """Why the trainer's weights differ from the sampler's, when the run says they do.
-
-    Imports carry it in ``source.semantics`` (an asynchronous trainer, e.g.
-    prime-rl), probes in ``semantics`` (``--trainer-checkpoint``); both set
-    ``policy_lag: true`` and may explain it in ``policy_lag_note``.
-    """
-    for sem in ((run or {}).get("semantics"), ((run or {}).get("source") or {}).get("semantics")):
-        if isinstance(sem, dict) and sem.get("policy_lag") is True:
-            return sem.get("policy_lag_note") or ("trainer logprobs were taken at update time by an asynchronous trainer: "
-                                                  "the gap mixes policy lag with numerical mismatch")
-    return None
+    report = assemble_report(stats, seq, table, source.run_config) if request.report else None
+    mask_out = None
+    if masks:
+        mask_columns = {k: agg[k] for k in masks.per_token_columns()}
+        mask_out = assemble_masks(masks, seq, mask_columns, n_tokens, seq_ids.size, has_adv)
+        table.rules = masks.rule_columns(mask_columns, table.n_tokens_S)
+    return AnalysisResult(n_tokens, int(seq_ids.size), report, mask_out, warnings, source.run_config, source, table)

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..divergence import TokenTerms
-from ..rules import REJECT, REWEIGHT, RuleInstance, SequenceInputs
+from ..rules import RuleInstance, SequenceInputs
+from .evaluate import HYPOTHESES, sequence_verdicts, token_verdicts
+from .table import RuleColumn
 from .tokenstats import Q_EDGES, q_bucket_labels
 
-HYPOTHESES = {"A>0": 1.0, "A<0": -1.0}
 SIGNS = ("p>q", "p<q", "p=q")
 """the sign of p - q of a rejected token: which way the trainer moved from the sampler."""
 N_Q = len(Q_EDGES)
@@ -100,6 +101,15 @@ class MaskAccumulator:
         tails = [f"q{j}" for j in range(N_Q)] + [f"s{j}" for j in range(len(SIGNS))] if self.seq_units else []
         return [f"rej{i}" for i in range(len(self.token_units))] + [f"rew{i}" for i in range(len(self.token_units))] + tails
 
+    def rule_columns(self, per_seq: dict[str, np.ndarray], n_tokens_S: np.ndarray) -> list[RuleColumn]:
+        """Every token-rule unit's rejected and reweighted tokens per sequence, and the rejecting sequence
+        rules' verdicts (after :meth:`finish`), for the per-sequence table."""
+        cols = [RuleColumn(u, per_seq[f"rej{i}"], per_seq[f"rew{i}"]) for i, u in enumerate(self.token_units)]
+        for u, rejected_S in self.seq_verdicts.items():
+            r = rejected_S.astype(np.float64)
+            cols.append(RuleColumn(u, r * n_tokens_S, np.zeros_like(r), r))
+        return cols
+
     def add(self, t: TokenTerms, advantage_T: np.ndarray | None, batch: dict, seq_columns: dict) -> None:
         n = t.log_ratio_T.size
         rejected_rows = []
@@ -112,10 +122,8 @@ class MaskAccumulator:
             for j in range(len(SIGNS)):
                 seq_columns[f"s{j}"] = (sign == j).astype(np.float64)
         for i, u in enumerate(self.token_units):
-            adv = advantage_T if u.hypothesis == "data" else np.full(n, HYPOTHESES[u.hypothesis])
-            act = u.rule.token_actions(t, adv)
-            rej = act == REJECT
-            rew = act == REWEIGHT
+            v = token_verdicts(u, t, advantage_T)
+            rej, rew = v.rejected, v.reweighted
             u.tokens_rejected += int(rej.sum())
             u.tokens_reweighted += int(rew.sum())
             if u.rule.spec.acts == "reject":
@@ -169,11 +177,8 @@ class MaskAccumulator:
             u.sequences_with_rejection = int((per_seq[f"rej{i}"] > 0).sum())
             u.sequences_with_reweight = int((per_seq[f"rew{i}"] > 0).sum())
         for u in self.seq_units:
-            inputs = seq
-            if u.hypothesis != "data":
-                inputs = SequenceInputs(**{**seq.__dict__, "advantage_S": np.full(n_tok.size, HYPOTHESES[u.hypothesis])})
-            act = u.rule.sequence_actions(inputs)
-            rej, rew = act == REJECT, act == REWEIGHT
+            v = sequence_verdicts(u, seq)
+            rej, rew = v.rejected, v.reweighted
             u.sequences_rejected = u.sequences_with_rejection = int(rej.sum())
             u.sequences_reweighted = u.sequences_with_reweight = int(rew.sum())
             u.tokens_rejected = int(n_tok[rej].sum())

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..divergence import TokenTerms
+from .sums import TOKEN_SUMS, summarise_sums, token_sums, token_weights
 
 RATIO_QUANTILES = (0.001, 0.01, 0.05, 0.5, 0.95, 0.99, 0.999)
 TAIL_CUTS = (1.25, 2.0, 5.0, 10.0)
@@ -22,39 +23,11 @@ Q_EDGES = (0.0, 1e-3, 1e-2, 0.1, 0.5, 0.9)
 ENTROPY_EDGES = (0.0, 0.1, 0.5, 1.0, 2.0, 4.0)
 """trainer-entropy buckets in nats: [0,0.1) [0.1,0.5) [0.5,1) [1,2) [2,4) [4,inf)."""
 
-# Per-bucket sums kept for every breakdown, in this order.
-_BUCKET_SUMS = ("n", "tv", "abs_l", "k1", "k2", "k3", "krev", "r", "r2")
-
-
-def _bucket_sums(idx: np.ndarray, nb: int, t: TokenTerms) -> np.ndarray:
-    l = t.log_ratio_T
-    weights = (None, t.tv_T, np.abs(l), t.k1_T, t.k2_T, t.k3_T, t.kl_reverse_k3_T, t.ratio_T, t.ratio_T * t.ratio_T)
-    return np.stack([np.bincount(idx, weights=w, minlength=nb)[:nb].astype(np.float64) for w in weights])
-
-
-def summarise_sums(s: np.ndarray) -> dict[str, float | int | None]:
-    """Means from one column of bucket sums (see ``_BUCKET_SUMS``)."""
-    n = s[0]
-    if n == 0:
-        return {"tokens": 0}
-    return {
-        "tokens": int(n),
-        "tv_token_mean": s[1] / n,
-        "abs_logprob_diff_mean": s[2] / n,
-        "k1_mean": s[3] / n,
-        "k2_mean": s[4] / n,
-        "k3_mean": s[5] / n,
-        "kl_reverse_k3_mean": s[6] / n,
-        "chi2_token": s[8] / n - 1.0,
-        "ess": (s[7] * s[7]) / (n * s[8]) if s[8] > 0 else None,
-    }
-
-
 @dataclass
 class TokenStats:
     """Running sums over all tokens; ``finish()`` turns them into the report's numbers."""
 
-    sums: np.ndarray = field(default_factory=lambda: np.zeros(len(_BUCKET_SUMS)))
+    sums: np.ndarray = field(default_factory=lambda: np.zeros(len(TOKEN_SUMS)))
     tv_max: float = 0.0
     abs_l_max: float = 0.0
     log_ratio_min: float = math.inf
@@ -62,8 +35,8 @@ class TokenStats:
     tail_high: np.ndarray = field(default_factory=lambda: np.zeros(len(TAIL_CUTS), np.int64))
     tail_low: np.ndarray = field(default_factory=lambda: np.zeros(len(TAIL_CUTS), np.int64))
     _log_ratios: list[np.ndarray] = field(default_factory=list)
-    q_buckets: np.ndarray = field(default_factory=lambda: np.zeros((len(_BUCKET_SUMS), len(Q_EDGES))))
-    pos_sums: np.ndarray = field(default_factory=lambda: np.zeros((len(_BUCKET_SUMS), 0)))
+    q_buckets: np.ndarray = field(default_factory=lambda: np.zeros((len(TOKEN_SUMS), len(Q_EDGES))))
+    pos_sums: np.ndarray = field(default_factory=lambda: np.zeros((len(TOKEN_SUMS), 0)))
     ent_buckets: np.ndarray | None = None
     topk_n: int = 0
     topk_tv_sum: float = 0.0
@@ -84,10 +57,10 @@ class TokenStats:
         l = t.log_ratio_T
         if l.size == 0:
             return
-        self.sums += _bucket_sums(np.zeros(l.size, np.intp), 1, t)[:, 0]
+        w = token_weights(t)  # once per batch, for the four keyings below
+        self.sums += token_sums(np.zeros(l.size, np.intp), 1, w)[:, 0]
         self.tv_max = max(self.tv_max, float(t.tv_T.max()))
-        abs_l = np.abs(l)
-        self.abs_l_max = max(self.abs_l_max, float(abs_l.max()))
+        self.abs_l_max = max(self.abs_l_max, float(w[2].max()))
         self.log_ratio_min = min(self.log_ratio_min, float(l.min()))
         self.log_ratio_max = max(self.log_ratio_max, float(l.max()))
         for i, c in enumerate(TAIL_CUTS):
@@ -95,18 +68,18 @@ class TokenStats:
             self.tail_low[i] += int(np.count_nonzero(t.ratio_T < 1.0 / c))
         self._log_ratios.append(l)
         qi = np.searchsorted(np.asarray(Q_EDGES), t.q_T, side="right") - 1
-        self.q_buckets += _bucket_sums(np.clip(qi, 0, len(Q_EDGES) - 1), len(Q_EDGES), t)
+        self.q_buckets += token_sums(np.clip(qi, 0, len(Q_EDGES) - 1), len(Q_EDGES), w)
         npos = int(position_T.max()) + 1
         if npos > self.pos_sums.shape[1]:
-            grown = np.zeros((len(_BUCKET_SUMS), npos))
+            grown = np.zeros((len(TOKEN_SUMS), npos))
             grown[:, : self.pos_sums.shape[1]] = self.pos_sums
             self.pos_sums = grown
-        self.pos_sums[:, :npos] += _bucket_sums(position_T.astype(np.intp), npos, t)
+        self.pos_sums[:, :npos] += token_sums(position_T.astype(np.intp), npos, w)
         if entropy_T is not None:
             if self.ent_buckets is None:
-                self.ent_buckets = np.zeros((len(_BUCKET_SUMS), len(ENTROPY_EDGES)))
+                self.ent_buckets = np.zeros((len(TOKEN_SUMS), len(ENTROPY_EDGES)))
             ei = np.searchsorted(np.asarray(ENTROPY_EDGES), entropy_T, side="right") - 1
-            self.ent_buckets += _bucket_sums(np.clip(ei, 0, len(ENTROPY_EDGES) - 1), len(ENTROPY_EDGES), t)
+            self.ent_buckets += token_sums(np.clip(ei, 0, len(ENTROPY_EDGES) - 1), len(ENTROPY_EDGES), w)
 
     def add_topk(self, tv_lower_T: np.ndarray, kl_lower_T: np.ndarray, mass_T: np.ndarray) -> None:
         if tv_lower_T.size == 0:

@@ -40,6 +40,36 @@ def _flat(arr: pa.Array, name: str) -> tuple[np.ndarray, np.ndarray]:
     return values, lens.astype(np.int64)
 
 
+class _RowSums:
+    """Sums of flattened list values per row, in list order (as ``np.bincount`` over the row index adds them).
+
+    When every list has the same length k (what samplers write), the values
+    reshape to ``[n, k]`` and k vectorised column additions replace the
+    scattered bincount; both add a row's values to 0.0 one by one in list
+    order, so the results are the same to the bit.
+    """
+
+    def __init__(self, n: int, lengths: np.ndarray):
+        self.n = n
+        self.k = int(lengths[0]) if n and (lengths == lengths[0]).all() else None
+        self.row = None if self.k is not None else np.repeat(np.arange(n), lengths)
+
+    def sum(self, values: np.ndarray) -> np.ndarray:
+        if self.k is None:
+            return np.bincount(self.row, weights=values, minlength=self.n)
+        out = np.zeros(self.n)
+        v = values.reshape(self.n, self.k)
+        for j in range(self.k):
+            out += v[:, j]
+        return out
+
+    def any_equal(self, values: np.ndarray, per_row_T: np.ndarray) -> np.ndarray:
+        """Per row: does its list hold the row's value of ``per_row_T``."""
+        if self.k is None:
+            return np.bincount(self.row, weights=(values == per_row_T[self.row]), minlength=self.n) > 0
+        return (values.reshape(self.n, self.k) == per_row_T[:, None]).any(axis=1)
+
+
 def topk_bounds(
     token_id_T: np.ndarray,
     sampler_logprob_T: np.ndarray,
@@ -67,22 +97,22 @@ def topk_bounds(
             f"{n_t[bad]} trainer logprobs"
         )
     n = token_id_T.shape[0]
-    row = np.repeat(np.arange(n), n_ids)
+    per_row = _RowSums(n, n_ids)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         qk = np.exp(slp.astype(np.float64))
         pk = np.exp(tlp.astype(np.float64))
-        listed = np.bincount(row, weights=(ids == token_id_T[row]), minlength=n) > 0
+        listed = per_row.any_equal(ids, token_id_T)
         q = np.exp(sampler_logprob_T)
         p = np.exp(trainer_logprob_T)
         extra_q = np.where(listed, 0.0, q)
         extra_p = np.where(listed, 0.0, p)
-        q_sum = np.bincount(row, weights=qk, minlength=n) + extra_q
-        p_sum = np.bincount(row, weights=pk, minlength=n) + extra_p
-        abs_sum = np.bincount(row, weights=np.abs(pk - qk), minlength=n) + np.abs(extra_p - extra_q)
+        q_sum = per_row.sum(qk) + extra_q
+        p_sum = per_row.sum(pk) + extra_p
+        abs_sum = per_row.sum(np.abs(pk - qk)) + np.abs(extra_p - extra_q)
         tv = 0.5 * (abs_sum + np.abs(q_sum - p_sum))
 
         kl_terms = np.where(qk > 0, qk * (slp - tlp), 0.0)
-        kl_in = np.bincount(row, weights=kl_terms, minlength=n)
+        kl_in = per_row.sum(kl_terms)
         kl_in += np.where(listed | (extra_q <= 0), 0.0, extra_q * (sampler_logprob_T - trainer_logprob_T))
         q_rest = np.clip(1.0 - q_sum, 0.0, 1.0)
         p_rest = np.maximum(np.clip(1.0 - p_sum, 0.0, 1.0), REST_EPS)

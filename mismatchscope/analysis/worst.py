@@ -17,6 +17,7 @@ import numpy as np
 from ..divergence import token_terms
 from ..errors import UsageError
 from ..reader import Hygiene, Source, iter_batches
+from .table import SequenceTable
 
 
 def _ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -24,16 +25,15 @@ def _ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return a / b
 
 
-RANKINGS: dict[str, tuple[str, Callable[[dict[str, np.ndarray]], np.ndarray]]] = {
-    "k3_sum": ("sum k3 (nats)", lambda s: s["sum_k3"]),
-    "k3_mean": ("mean k3 (nats)", lambda s: _ratio(s["sum_k3"], s["n"])),
-    "abs_logprob_diff_sum": ("sum |log p - log q| (nats)", lambda s: s["sum_abs_l"]),
-    "abs_logprob_diff_mean": ("mean |log p - log q| (nats)", lambda s: _ratio(s["sum_abs_l"], s["n"])),
-    "tv_max": ("max |p - q|", lambda s: s["max_tv"]),
-    "log_ratio_sum": ("|S| = |sum log p/q| (nats)", lambda s: np.abs(s["sum_l"])),
+RANKINGS: dict[str, tuple[str, Callable[[SequenceTable], np.ndarray]]] = {
+    "k3_sum": ("sum k3 (nats)", lambda s: s.sum_k3_S),
+    "k3_mean": ("mean k3 (nats)", lambda s: _ratio(s.sum_k3_S, s.n_tokens_S)),
+    "abs_logprob_diff_sum": ("sum |log p - log q| (nats)", lambda s: s.sum_abs_l_S),
+    "abs_logprob_diff_mean": ("mean |log p - log q| (nats)", lambda s: _ratio(s.sum_abs_l_S, s.n_tokens_S)),
+    "tv_max": ("max |p - q|", lambda s: s.max_tv_S),
+    "log_ratio_sum": ("|S| = |sum log p/q| (nats)", lambda s: np.abs(s.sum_l_S)),
 }
-"""``--worst-by`` name -> (label for people, per-sequence value from ``PerSequence.sums``)."""
-
+"""``--worst-by`` name -> (label for people, per-sequence value from the ``SequenceTable``)."""
 
 @dataclass
 class Trace:
@@ -65,11 +65,11 @@ def worst_sequences(result, n: int, by: str = "k3_sum") -> list[dict]:
     ids = ps.sequence_id_S
     if n <= 0 or ids.size == 0:
         return []
-    value_S = np.asarray(RANKINGS[by][1](ps.sums), dtype=np.float64)
+    value_S = np.asarray(RANKINGS[by][1](ps), dtype=np.float64)
     key = np.where(np.isnan(value_S), -np.inf, value_S)  # NaN ranks last
     order = np.lexsort((ids, -key))[:n]
-    return [{"rank": r + 1, "sequence_id": int(ids[i]), "tokens": int(ps.sums["n"][i]), "by": by, "value": float(value_S[i]),
-             "k3_sum": float(ps.sums["sum_k3"][i]), "tv_max": float(ps.sums["max_tv"][i])}
+    return [{"rank": r + 1, "sequence_id": int(ids[i]), "tokens": int(ps.n_tokens_S[i]), "by": by, "value": float(value_S[i]),
+             "k3_sum": float(ps.sum_k3_S[i]), "tv_max": float(ps.max_tv_S[i])}
             for r, i in enumerate(order)]
 
 

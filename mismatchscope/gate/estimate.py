@@ -8,12 +8,14 @@ from typing import Any
 
 import numpy as np
 
+from ..analysis.table import SequenceTable
 from ..errors import InputError
 from .bootstrap import resample_sums
 from .metrics import Metric
 
-BASE_COLUMNS = ("n", "sum_tv", "sum_abs_l", "sum_l", "sum_k2", "sum_k3", "sum_krev", "sum_r", "sum_r2", "max_tv")
-
+BASE_COLUMNS = {"n": "n_tokens_S", "sum_tv": "sum_tv_S", "sum_abs_l": "sum_abs_l_S", "sum_l": "sum_l_S", "sum_k2": "sum_k2_S",
+                "sum_k3": "sum_k3_S", "sum_krev": "sum_krev_S", "sum_r": "sum_r_S", "sum_r2": "sum_r2_S", "max_tv": "max_tv_S"}
+"""the limits catalog's column name -> the ``SequenceTable`` field it reads."""
 
 @dataclass
 class FileEstimates:
@@ -30,45 +32,36 @@ class FileEstimates:
     plot_data: Any = None
 
 
-def sequence_columns(per_sequence, names: set[str]) -> dict[str, np.ndarray]:
+def sequence_columns(table: SequenceTable, names: set[str]) -> dict[str, np.ndarray]:
     """The per-sequence columns ``names`` asks for, built from ``AnalysisResult.per_sequence``.
 
     Rules evaluated under the two advantage hypotheses (no ``advantage``
     column) give the mean of the two, as compare-masks' "mean" row does.
     """
-    sums = per_sequence.sums
-    n = sums["n"]
+    n = table.n_tokens_S
     out: dict[str, np.ndarray] = {}
     for name in names:
         if name in BASE_COLUMNS:
-            out[name] = sums[name]
+            out[name] = getattr(table, BASE_COLUMNS[name])
         elif name == "one":
             out[name] = np.ones_like(n)
         elif name == "geo":
             with np.errstate(over="ignore"):
-                out[name] = np.exp(sums["sum_l"] / n)
+                out[name] = np.exp(table.mean_l_S)
         elif name == "neg_mean_l":
-            out[name] = -sums["sum_l"] / n
+            out[name] = -table.sum_l_S / n
         elif name.startswith("rule:"):
             _, rule, kind = name.split(":")
-            out[name] = _rule_column(per_sequence, rule, kind)
+            out[name] = _rule_column(table, rule, kind)
         else:  # pragma: no cover - the metric catalog names only the columns above
             raise KeyError(name)
     return out
 
 
-def _rule_column(per_sequence, rule: str, kind: str) -> np.ndarray:
-    sums = per_sequence.sums
-    n = sums["n"]
-    cols = []
-    for i, u in enumerate(per_sequence.token_units):
-        if u.sweep is None and u.rule.name == rule:
-            rej, rew = sums[f"rej{i}"], sums[f"rew{i}"]
-            cols.append({"rej": rej, "rew": rew, "with": (rej > 0).astype(np.float64)}[kind])
-    for u, rejected_S in per_sequence.seq_verdicts.items():
-        if u.rule.name == rule:
-            r = rejected_S.astype(np.float64)
-            cols.append({"rej": r * n, "seq": r, "with": r}[kind])
+def _rule_column(table: SequenceTable, rule: str, kind: str) -> np.ndarray:
+    """kind: "rej" (tokens rejected), "rew" (reweighted), "with" (1 if any rejected), "seq" (sequence rejected)."""
+    cols = [{"rej": c.tokens_rejected_S, "rew": c.tokens_reweighted_S, "with": c.with_rejection_S,
+             "seq": c.sequence_rejected_S}[kind] for c in table.rule_columns(rule)]
     if not cols:  # pragma: no cover - the runner always asks the analysis for the limited rules
         raise KeyError(f"rule {rule} was not evaluated")
     return cols[0] if len(cols) == 1 else np.mean(cols, axis=0)

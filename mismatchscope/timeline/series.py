@@ -23,12 +23,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..analysis.masks import HYPOTHESES
+from ..analysis.evaluate import HYPOTHESES, count_per_key, sequence_verdicts, token_verdicts
 from ..divergence import clamped_k_terms, token_terms
 from ..errors import InputError, MissingColumnsError, UsageError
 from ..analysis.positions import PositionTracker
+from ..analysis.sums import token_means
+from ..analysis.validate import check_advantage, check_not_empty
 from ..reader import BATCH_ROWS, Hygiene, Source, iter_batches, open_source
-from ..rules import REJECT, REWEIGHT, RuleInstance, SequenceInputs
+from ..rules import RuleInstance, SequenceInputs
 from ..schema import COLUMNS
 
 RATIO_BAND = (0.5, 2.0)
@@ -125,9 +127,7 @@ def build_series(path: str | os.PathLike, rules: list[RuleInstance], by: str | N
         acc.add(batch, group_T)
 
     positions.finish()  # a duplicated token would double its weight in its step
-    if acc.tokens == 0:
-        what = "has no token rows" if hygiene.rows_read == 0 else "has no token with finite logprobs"
-        raise InputError(f"{path}: the input {what}")
+    check_not_empty(str(path), acc.tokens, hygiene)
     series = acc.finish(groups.values if by is not None else ["all"], by)
     series.warnings = ([source.incomplete] if source.incomplete else []) + hygiene.warnings() + acc.warnings
     series.source = source
@@ -242,18 +242,15 @@ class _Accumulator:
         if n == 0:
             return
         adv = batch.get("advantage")
-        if adv is not None and not np.isfinite(adv).all():
-            raise InputError(f"the advantage column has {int((~np.isfinite(adv)).sum())} missing or non-finite value(s)",
-                             hint="fill them, or drop the column with a --column mapping to another name")
+        check_advantage(adv)
         code_T = self._dense(batch["step"], group_T)
         k = len(self.key_of)
         abs_l = np.abs(t.log_ratio_T)
         lo, hi = RATIO_BAND
         weights: list[np.ndarray | None] = [None, t.tv_T, t.k3_T, abs_l, ((t.ratio_T < lo) | (t.ratio_T > hi)).astype(np.float64)]
         for u in self.token_units:
-            a = adv if u.hypothesis == "data" else np.full(n, HYPOTHESES[u.hypothesis])
-            act = u.rule.token_actions(t, a)
-            weights += [(act == REJECT).astype(np.float64), (act == REWEIGHT).astype(np.float64)]
+            v = token_verdicts(u, t, adv)
+            weights += [v.rejected.astype(np.float64), v.reweighted.astype(np.float64)]
         if self.sums.shape[1] < k:
             self.sums = np.pad(self.sums, ((0, 0), (0, k - self.sums.shape[1])))
         self.sums += np.stack([np.bincount(code_T, weights=w, minlength=k) for w in weights])
@@ -273,10 +270,11 @@ class _Accumulator:
         keys[list(self.key_of.values())] = list(self.key_of.keys())
         step_K, group_K = np.floor_divide(keys, _KEY_STRIDE), np.mod(keys, _KEY_STRIDE)
         n = self.sums[0]
+        means = token_means(n, tv=self.sums[1], k3=self.sums[2], abs_l=self.sums[3])
         values = {
-            "tv_token_mean": self.sums[1] / n,
-            "k3_mean": self.sums[2] / n,
-            "abs_logprob_diff_mean": self.sums[3] / n,
+            "tv_token_mean": means["tv_token_mean"],
+            "k3_mean": means["k3_mean"],
+            "abs_logprob_diff_mean": means["abs_logprob_diff_mean"],
             "abs_logprob_diff_p99": grouped_quantile(np.concatenate(self._codes), np.concatenate(self._abs_l), k, P99),
             "ratio_outside_band": self.sums[4] / n,
         }
@@ -328,17 +326,13 @@ class _Accumulator:
 
     def _seq_rule_rate(self, u: RuleUnit, code_S: np.ndarray, agg: dict[str, np.ndarray], k: int) -> np.ndarray:
         n_S = agg["n"]
-        if u.hypothesis != "data":
-            adv_S = np.full(n_S.size, HYPOTHESES[u.hypothesis])
-        else:
-            adv_S = agg["sum_adv"] / n_S if "sum_adv" in agg else None
         seq = SequenceInputs(n_tokens_S=n_S, seq_log_ratio_S=agg["sum_l"], min_log_ratio_S=agg["min_l"],
-                             max_log_ratio_S=agg["max_l"], mean_k3_S=agg["sum_k3"] / n_S, advantage_S=adv_S,
+                             max_log_ratio_S=agg["max_l"], mean_k3_S=agg["sum_k3"] / n_S,
+                             advantage_S=agg["sum_adv"] / n_S if "sum_adv" in agg else None,
                              clamped_sum_k1_S=agg.get("sum_ck1"), clamped_sum_k2_S=agg.get("sum_ck2"),
                              clamped_sum_k3_S=agg.get("sum_ck3"))
-        act = u.rule.sequence_actions(seq)
-        hit = act == (REJECT if u.rule.spec.acts == "reject" else REWEIGHT)
-        return np.bincount(code_S, weights=np.where(hit, n_S, 0.0), minlength=k)
+        hit = sequence_verdicts(u, seq).acted(u.rule.spec.acts)
+        return count_per_key(code_S, hit, k, weights=n_S)
 
 
 _REDUCE = {"min_l": np.minimum, "max_l": np.maximum}

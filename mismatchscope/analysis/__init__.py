@@ -1,0 +1,28 @@
+"""The analysis engine behind ``report``, ``compare-masks``, ``gate``, ``timeline`` and diagnose.
+
+One streaming pass over the token pairs, then assembly. Modules, by job:
+
+* ``engine``: the streaming pass (:func:`~.engine.analyse`): reads the
+  columns the outputs need, computes the per-token terms once per batch and
+  feeds the accumulators below; returns an ``AnalysisResult``.
+* ``validate``: what refuses an input (negative positions, non-finite
+  advantages, no token left) and what only warns (position gaps).
+* ``table``: the typed per-sequence table (``SequenceTable``: token counts,
+  sums of TV, |l|, l, k2, k3, reverse KL, r, r^2, maxima and minima, mean
+  advantage, each rule's rejections per sequence). Built once by the pass;
+  read by report, the gate's bootstrap, the worst-sequence ranking and
+  diagnose.
+* ``sums``: metrics derived from sums (TV, k1/k2/k3, reverse KL, chi2, ESS),
+  for the whole file, a bucket or a step alike; ``timeline`` and the live
+  Monitor use it too.
+* ``tokenstats``: running token sums, tails, exact quantiles, breakdowns.
+* ``grouping``: the streaming group-by over ``sequence_id``.
+* ``positions``: duplicate, gap and late-start checks on positions.
+* ``masks``: the rule accumulator (each rule under each advantage
+  hypothesis; token rules per batch, sequence rules at the end).
+* ``topk``: top-k lower bounds and score-centering statistics.
+* ``report``: assembles the ``report`` payload; ``comparison`` the
+  ``compare-masks`` payload; ``readings`` reads the headline numbers against
+  published yardsticks (and the policy-lag caveat).
+* ``worst``: the sequences with the largest mismatch, and their traces.
+"""

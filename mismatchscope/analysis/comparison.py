@@ -1,0 +1,39 @@
+"""What ``compare-masks`` prints, assembled from the rule accumulator.
+
+Runs after the streaming pass: sequence rules are evaluated here on the
+per-sequence aggregates (``MaskAccumulator.finish``), then every unit becomes a
+row; a rule evaluated under the two advantage hypotheses gets their mean row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..rules import SequenceInputs
+from .masks import MaskAccumulator, mean_row, tail_reading, unit_row
+
+
+def assemble_masks(masks: MaskAccumulator, seq: SequenceInputs, per_seq: dict[str, np.ndarray], tokens: int, sequences: int,
+                   has_adv: bool) -> dict:
+    """The ``compare-masks`` payload: a row per rule and hypothesis, sweeps, tails, agreement and examples."""
+    extra = masks.finish(seq, per_seq)
+    rows: list[dict] = []
+    sweeps: dict[str, dict] = {}
+    pending: dict[str, dict] = {}
+    for u in masks.units:
+        row = unit_row(u, tokens, sequences, has_adv)
+        if u.sweep is None:
+            rows.append(row)
+            if u.hypothesis == "A>0":
+                pending[u.rule.label] = row
+            elif u.hypothesis == "A<0" and u.rule.label in pending:
+                rows.append(mean_row(pending.pop(u.rule.label), row))
+        else:
+            name, _, param = u.sweep.partition(".")
+            sw = sweeps.setdefault(u.sweep, {"rule": name, "param": param, "level": u.rule.level, "points": []})
+            sw["points"].append({"value": u.rule.params[param], "hypothesis": u.hypothesis, **{
+                k: row[k] for k in ("token_reject_rate", "token_reweight_rate", "tokens_rejected", "tokens_reweighted",
+                                    "sequences_with_rejection", "sequences_rejected", "sequence_reject_rate")}})
+    return {"rules": rows, "tokens_by_sampler_prob": extra["tokens_by_sampler_prob"],
+            "tokens_by_pq_sign": extra["tokens_by_pq_sign"], "tail_reading": tail_reading(rows),
+            "agreement": extra["agreement"], "sweeps": list(sweeps.values()), "examples": extra["examples"]}

@@ -1,0 +1,56 @@
+"""Readings of the headline numbers against published yardsticks, each with its source.
+
+Kept apart from the arithmetic: a yardstick is an opinion with a citation,
+and the policy-lag caveat depends on the run's metadata, not on the numbers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def interpret(metrics: dict, run: dict | None) -> list[dict[str, Any]]:
+    """Short readings against published yardsticks, each with its source."""
+    out = []
+    lag = policy_lag(run)
+    tv = metrics.get("tv_token_mean")
+    if tv is not None:
+        if tv < 0.005:
+            verdict = "normal (below 0.005)"
+        elif tv <= 0.01:
+            verdict = "elevated (0.005 to 0.01)"
+        elif lag is None:
+            verdict = "high (above 0.01): points at an inference precision problem"
+        else:  # the yardstick is for numerics alone; lag moves the distributions by itself
+            verdict = "high (above 0.01); with policy lag in the gap, not a verdict on inference precision"
+        out.append({"metric": "tv_token_mean", "value": tv, "reading": verdict,
+                    "source": "verl FAQ on rollout_probs_diff (<0.005 normal, >0.01 precision problem)"})
+    k3 = metrics.get("k3_mean")
+    if k3 is not None:
+        reading = "around or below the ~1e-3 typical of healthy runs" if k3 <= 2e-3 else "well above the ~1e-3 typical of healthy runs"
+        out.append({"metric": "k3_mean", "value": k3, "reading": reading,
+                    "source": "NeMo-RL gen_kl_error (~1e-3 typical)"})
+    tail = (metrics.get("ratio_tail_high") or {}).get("2")
+    low = (metrics.get("ratio_tail_low") or {}).get("2")
+    if tail is not None and low is not None:
+        frac = tail + low
+        out.append({"metric": "ratio outside [0.5, 2]", "value": frac,
+                    "reading": f"{frac:.2%} of tokens would be rejected by a [0.5, 2] token mask",
+                    "source": "SkyRL/TRL token_mask defaults"})
+    if lag is not None:
+        out.append({"metric": "trainer_logprob", "value": None, "reading": lag, "source": "file metadata"})
+    return out
+
+
+def policy_lag(run: dict | None) -> str | None:
+    """Why the trainer's weights differ from the sampler's, when the run says they do.
+
+    Imports carry it in ``source.semantics`` (an asynchronous trainer, e.g.
+    prime-rl), probes in ``semantics`` (``--trainer-checkpoint``); both set
+    ``policy_lag: true`` and may explain it in ``policy_lag_note``.
+    """
+    for sem in ((run or {}).get("semantics"), ((run or {}).get("source") or {}).get("semantics")):
+        if isinstance(sem, dict) and sem.get("policy_lag") is True:
+            return sem.get("policy_lag_note") or ("trainer logprobs were taken at update time by an asynchronous trainer: "
+                                                  "the gap mixes policy lag with numerical mismatch")
+    return None

@@ -1,0 +1,66 @@
+"""Metrics derived from sums: the one place a token mean, chi2 or ESS is computed.
+
+Every token-level metric the tool prints is a ratio of sums over a set of
+tokens: the whole file (``report``), a sampler-probability, position or
+entropy bucket (the breakdowns), a (step, group) key (``timeline`` and the
+live Monitor). :func:`token_sums` gathers the sums per key in one pass of
+``np.bincount``; :func:`token_means` turns sums into metrics, elementwise, so
+the same arithmetic serves a scalar, a row of buckets or a row of steps.
+
+With l = log p - log q and r = exp(l) per token (rules-and-metrics
+reference): k1 = -l, k2 = l^2/2, k3 = (r-1) - l, reverse KL (k3 form) =
+r l - (r-1), chi2 = mean r^2 - 1, ESS / n = (sum r)^2 / (n sum r^2).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..divergence import TokenTerms
+
+TOKEN_SUMS = ("n", "tv", "abs_l", "k1", "k2", "k3", "krev", "r", "r2")
+"""the rows of :func:`token_sums`, in this order."""
+
+
+def token_weights(t: TokenTerms) -> tuple:
+    """The per-token values :func:`token_sums` adds up, in ``TOKEN_SUMS`` order (None: a count)."""
+    return (None, t.tv_T, np.abs(t.log_ratio_T), t.k1_T, t.k2_T, t.k3_T, t.kl_reverse_k3_T, t.ratio_T, t.ratio_T * t.ratio_T)
+
+
+def token_sums(idx: np.ndarray, nb: int, t: TokenTerms | tuple) -> np.ndarray:
+    """``[len(TOKEN_SUMS), nb]``: each sum over the tokens of each key ``idx`` (0 <= idx < nb).
+
+    ``t``: the batch's terms, or their :func:`token_weights` when one batch is summed by several keys.
+    """
+    weights = token_weights(t) if isinstance(t, TokenTerms) else t
+    return np.stack([np.bincount(idx, weights=w, minlength=nb)[:nb].astype(np.float64) for w in weights])
+
+
+def token_means(n, *, tv=None, abs_l=None, k1=None, k2=None, k3=None, krev=None, r=None, r2=None) -> dict:
+    """The report's token metrics from whichever sums are given (scalars or aligned arrays).
+
+    Names are the report's keys: ``tv_token_mean``, ``abs_logprob_diff_mean``,
+    ``k1_mean``, ``k2_mean``, ``k3_mean``, ``kl_reverse_k3_mean``,
+    ``chi2_token`` (needs r2) and ``ess`` (needs r and r2; ESS / n).
+    """
+    out = {}
+    for name, s in (("tv_token_mean", tv), ("abs_logprob_diff_mean", abs_l), ("k1_mean", k1), ("k2_mean", k2),
+                    ("k3_mean", k3), ("kl_reverse_k3_mean", krev)):
+        if s is not None:
+            out[name] = s / n
+    if r2 is not None:
+        out["chi2_token"] = r2 / n - 1.0
+        if r is not None:
+            out["ess"] = (r * r) / (n * r2)
+    return out
+
+
+def summarise_sums(s: np.ndarray) -> dict[str, float | int | None]:
+    """Means from one column of :func:`token_sums` (one key); an empty key has only its count."""
+    n = s[0]
+    if n == 0:
+        return {"tokens": 0}
+    with np.errstate(divide="ignore", invalid="ignore"):
+        m = token_means(n, **{k: s[i] for i, k in enumerate(TOKEN_SUMS) if k != "n"})
+    m["ess"] = m["ess"] if s[8] > 0 else None
+    return {"tokens": int(n), **m}

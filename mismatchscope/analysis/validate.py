@@ -1,0 +1,46 @@
+"""Input checks of the streaming pass: what makes a batch unusable, and what only warns.
+
+The reader already drops rows without finite logprobs and refuses missing
+columns; these checks need the values of a batch (negative positions,
+non-finite advantages) or the whole input (no token left, gaps in the
+positions). ``timeline`` runs the same checks, so an input refused by one
+command is refused by every command, with the same message.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import InputError
+from ..reader import Hygiene, Source
+from .positions import PositionRuns
+
+
+def check_positions(position_T: np.ndarray, source: Source) -> None:
+    if position_T.size and position_T.min() < 0:
+        where = source.files[0] if len(source.files) == 1 else "the input"
+        raise InputError(f"negative position {int(position_T.min())} in {where}")
+
+
+def check_advantage(advantage_T: np.ndarray | None) -> None:
+    if advantage_T is not None and not np.isfinite(advantage_T).all():
+        raise InputError(f"the advantage column has {int((~np.isfinite(advantage_T)).sum())} missing or non-finite value(s)",
+                         hint="fill them, or drop the column with a --column mapping to another name")
+
+
+def check_not_empty(path: str, n_tokens: int, hygiene: Hygiene) -> None:
+    if n_tokens == 0:
+        what = "has no token rows" if hygiene.rows_read == 0 else "has no token with finite logprobs"
+        raise InputError(f"{path}: the input {what}")
+
+
+def position_warnings(runs: PositionRuns) -> list[str]:
+    """Duplicates were refused while reading (exactly, ``positions.py``); gaps and late starts only warn."""
+    warnings = []
+    gaps = runs.runs_S > 1
+    if gaps.any():
+        warnings.append(f"{int(gaps.sum())} sequence(s) have gaps in their positions (tokens missing or masked out)")
+    late = runs.first_position_S > 0
+    if late.any():
+        warnings.append(f"{int(late.sum())} sequence(s) do not start at position 0")
+    return warnings
