@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import InputError
 from .bootstrap import resample_sums
-from .metrics import Metric
+from .limits import Metric
 
 BASE_COLUMNS = ("n", "sum_tv", "sum_abs_l", "sum_l", "sum_k2", "sum_k3", "sum_krev", "sum_r", "sum_r2", "max_tv")
 
