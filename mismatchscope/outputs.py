@@ -131,15 +131,11 @@ def write_bytes(path: str | os.PathLike, data: bytes, option: str, append: bool 
                 fh.write(data)
                 fh.flush()
             return path
-        tmp = path.with_name(f".{path.name}.tmp")
-        try:
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-            os.replace(tmp, path)
-        finally:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
+        from .rundir import atomic_path
+
+        with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
     return path
 
 

@@ -209,3 +209,18 @@ class WriterLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def lock_run(run: str | os.PathLike) -> WriterLock:
+    """Take the writer lock of a whole run directory (``DIR/.lock``), creating the directory.
+
+    ``probe``, ``rescore``, ``diagnose`` and ``import`` take it before they look at
+    what the directory holds, so two of them can never both decide to write the
+    same round. (The in-loop Recorder locks per rank instead, under ``ranks/``.)
+    """
+    return WriterLock(Path(run) / LOCK, str(run))
+
+
+def is_empty_dir(path: str | os.PathLike) -> bool:
+    """True for a directory holding nothing but (at most) its lock file."""
+    return all(child.name == LOCK for child in Path(path).iterdir())

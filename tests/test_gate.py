@@ -26,7 +26,7 @@ from mismatchscope.errors import GateConfigError, IncomparableRunsError, UsageEr
 from mismatchscope.gate.bootstrap import interval, resample_sums, safe_ratio
 from mismatchscope.gate.compare import compare_runs
 from mismatchscope.gate.config import STARTER_TOML, default_config, load_config, with_overrides
-from mismatchscope.gate.metrics import lookup_metric
+from mismatchscope.gate.limits import lookup_metric
 from mismatchscope.gate.run import run_gate
 from tests.helpers import PROBE_META, REPO, cli, probe_meta
 

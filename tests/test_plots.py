@@ -207,3 +207,24 @@ def test_report_pictures_draw_a_selected_verl_rs_sweep(tmp_path):
             "--rule", "kpop")
     assert r.returncode == 0, r.stderr
     assert "sweeps.png" in {p.name for p in plots.iterdir()}
+
+
+def test_sweep_picture_draws_zero_as_zero():
+    """A sweep whose largest threshold rejects nothing: its point is drawn at y = 0 on a tick labelled 0%.
+
+    Points (threshold, reject rate): (1.5, 2%), (2, 0.04%), (5, 0%). The smallest positive rate 0.04% sets
+    the linear region of the symmetric-log axis: [0, 0.01%]; decade ticks 0.01% .. 10% (2% x 2 = 4% -> 10%).
+    """
+    from mismatchscope.plots.figures import Run, sweep_curves
+
+    points = [{"value": v, "hypothesis": "data", "token_reject_rate": r, "token_reweight_rate": 0.0}
+              for v, r in ((1.5, 0.02), (2.0, 0.0004), (5.0, 0.0))]
+    masks = {"sweeps": [{"rule": "icepop", "param": "beta", "points": points}]}
+    fig = sweep_curves([Run("run", None, masks, None)], [make_instance("icepop", {})])
+    ax = fig.axes[0]
+    (line,) = ax.get_lines()[:1]
+    assert list(line.get_ydata()) == [2.0, 0.04, 0.0]  # the zero point stays at zero, not moved to an edge
+    assert ax.get_yscale() == "symlog" and ax.get_ylim()[0] < 0 < ax.get_ylim()[1]
+    fig.canvas.draw()
+    labels = {t.get_text(): t.get_position()[1] for t in ax.get_yticklabels()}
+    assert labels == {"0%": 0.0, "0.01%": 0.01, "0.1%": 0.1, "1%": 1.0, "10%": 10.0}

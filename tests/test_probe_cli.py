@@ -99,7 +99,17 @@ def test_killed_probe_resumes_to_the_same_sequences(full_run, tmp_path):
     a, b = tokens(full_run), tokens(out)
     assert a.column("sequence_id").to_pylist() == b.column("sequence_id").to_pylist()  # none lost, none duplicated
     assert a.column("token_id").to_pylist() == b.column("token_id").to_pylist()  # same seeded samples
-    assert json.loads((out / "manifest.json").read_text())["status"] == "complete"
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "complete"
+    # provenance survives the resume: engine records and every session's timings, summed
+    assert manifest["sampler_info"]["engine"] == "vllm" and manifest["sampler_info"]["version"]
+    assert manifest["sampler_info"].get("dtype") and manifest["trainer_info"]
+    first, second = manifest["sessions"]
+    assert not first["resumed"] and second["resumed"] and first["started_at"] <= second["started_at"]
+    t = manifest["timings"]
+    assert t["sessions"] == 2 and t["tokens"] == b.num_rows
+    assert t["sampling_seconds"] == first["sampling_seconds"] + second["sampling_seconds"] and first["sampling_seconds"] > 0
+    assert t["scoring_seconds"] == first["scoring_seconds"] + second["scoring_seconds"] > 0
 
 
 def test_resume_refuses_other_settings(full_run, tmp_path):

@@ -15,13 +15,13 @@ gives the same metric names for every gap. The column roles are fixed so
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
 
+from .. import rundir
 from ..schema import write_table
 
 KEY_COLUMNS = ("sequence_id", "position", "token_id", "prompt_id", "sample_index")
@@ -51,7 +51,6 @@ def write_pair_run(path: Path, keys: dict[str, np.ndarray], sampler_lp: np.ndarr
     cols = {name: keys[name].tolist() for name in KEY_COLUMNS}
     cols["sampler_logprob"] = np.asarray(sampler_lp, dtype=np.float64).tolist()
     cols["trainer_logprob"] = np.asarray(trainer_lp, dtype=np.float64).tolist()
-    write_table(path / "tokens" / "part-00000-00000.parquet", cols, meta)
-    manifest = {"status": "complete", "config": meta, "timings": {"tokens": len(cols["token_id"])}}
-    (path / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n")
+    write_table(path / rundir.TOKENS / "part-00000-00000.parquet", cols, meta)
+    rundir.write_manifest(path, {"status": rundir.COMPLETE, "config": meta, "timings": {"tokens": len(cols["token_id"])}})
     return path

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import rundir
 from ..errors import SamplerError, UsageError
 from ..probe.run import Progress
 from ..probe.types import SamplerConfig, SamplingConfig, ScoreRequest, TrainerConfig
@@ -78,22 +79,31 @@ def check_options(opts: DiagnoseOptions):
     if opts.sampler.kind != "vllm":
         raise UsageError(f"diagnose starts its own engines; --sampler {opts.sampler.kind} is not supported",
                          hint="use --sampler vllm")
-    if opts.out.exists() and any(opts.out.iterdir()):
-        raise UsageError(f"{opts.out} exists and is not empty", hint="choose a new --out")
+    _check_empty_out(opts.out)
     load_prompts(opts.prompts)
     return inspect_checkpoint(opts.checkpoint, allow_pickle=opts.trainer.allow_pickle,
                               trust_remote_code=opts.trainer.trust_remote_code)
 
 
+def _check_empty_out(out: Path) -> None:
+    if out.exists() and not rundir.is_empty_dir(out):
+        raise UsageError(f"{out} exists and is not empty", hint="choose a new --out")
+
+
 def run_diagnose(opts: DiagnoseOptions, progress: Progress | None = None) -> dict[str, Any]:
+    progress = progress or Progress()
+    info = check_options(opts)
+    with rundir.lock_run(opts.out):  # one diagnose per --out; checked again under the lock
+        _check_empty_out(opts.out)
+        return _diagnose_locked(opts, info, progress)
+
+
+def _diagnose_locked(opts: DiagnoseOptions, info, progress: Progress) -> dict[str, Any]:
     from ..probe.trainer import HFTrainer
     from .reference import load_reference
 
-    progress = progress or Progress()
-    info = check_options(opts)
     opts = replace(opts, sampling=replace(opts.sampling, max_tokens=_max_tokens(opts, info)))
     t_start = time.perf_counter()
-    opts.out.mkdir(parents=True, exist_ok=True)
     base_cfg = Configuration(opts.sampler, opts.trainer, dict(opts.env))
 
     progress.note(f"baseline: sampler {opts.sampler.dtype}, trainer {opts.trainer.dtype} (own process)")
@@ -151,7 +161,7 @@ def run_diagnose(opts: DiagnoseOptions, progress: Progress | None = None) -> dic
     }
     rank(payload)
     finish(payload)
-    (opts.out / "diagnose.json").write_text(json.dumps(_jsonable(payload), indent=2, allow_nan=False) + "\n")
+    rundir.atomic_write_bytes(opts.out / "diagnose.json", (json.dumps(_jsonable(payload), indent=2, allow_nan=False) + "\n").encode())
     return payload
 
 
@@ -167,7 +177,7 @@ def _sampler_run(opts: DiagnoseOptions, cfg: Configuration, out: Path, *, repeat
     spec = {"checkpoint": str(opts.checkpoint), "prompts": str(opts.prompts), "out": str(out),
             "sampling": opts.sampling.to_dict(), "sampler": cfg.sampler.to_dict(), "trainer": cfg.trainer.to_dict(),
             "env": cfg.env, "repeat": repeat, "prefill": prefill, "result": str(result_path), "seed": opts.bootstrap.seed}
-    spec_path.write_text(json.dumps(spec, indent=2))
+    rundir.atomic_write_bytes(spec_path, json.dumps(spec, indent=2).encode())
     t0 = time.perf_counter()
     with open(log_path, "w") as log:
         try:
@@ -240,13 +250,12 @@ def _config_record(name, run_dir: Path, tokens, ref_lp, ref_dtype: str, run: dic
         "sampler_vs_reference": _gap(analyse(str(s_dir), AnalysisRequest(report=True)), s_dir),
         "trainer_vs_reference": _gap(analyse(str(t_dir), AnalysisRequest(report=True)), t_dir),
     }
-    manifest = json.loads((run_dir / "manifest.json").read_text())
-    timings = manifest.get("timings", {})
+    timings = (rundir.read_manifest(run_dir) or {}).get("timings", {})
     sampling_s = timings.get("sampling_seconds") or None
     scoring_s = timings.get("scoring_seconds") or None
     n = int(timings.get("tokens", lq.size))
     if paired and sampling_s is None:  # a trainer-side variant keeps the baseline's sampler, and its cost
-        sampling_s = json.loads((opts.out / "baseline" / "manifest.json").read_text())["timings"].get("sampling_seconds")
+        sampling_s = (rundir.read_manifest(opts.out / "baseline") or {}).get("timings", {}).get("sampling_seconds")
     throughput = {
         "tokens": n,
         "startup_s": run.get("startup_s"),

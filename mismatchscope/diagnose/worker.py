@@ -110,7 +110,9 @@ def main(argv: list[str]) -> int:
     except Exception as e:
         traceback.print_exc()
         result = {"status": "failed", "stage": "sampling", "reason": _one_line(e)}
-    result_path.write_text(json.dumps(result))
+    from .. import rundir
+
+    rundir.atomic_write_bytes(result_path, json.dumps(result).encode())  # whole or absent, even if this process dies
     return 0 if result["status"] == "ok" else 1
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import GateConfigError, UsageError
 from ..rules import lookup, make_instance
-from .metrics import Metric, check_rule_level, lookup_metric
+from .limits import Metric, check_rule_level, lookup_metric
 
 DEFAULT_FILE = "gate.toml"
 

@@ -11,7 +11,7 @@ import numpy as np
 from ..analysis.table import SequenceTable
 from ..errors import InputError
 from .bootstrap import resample_sums
-from .metrics import Metric
+from .limits import Metric
 
 BASE_COLUMNS = {"n": "n_tokens_S", "sum_tv": "sum_tv_S", "sum_abs_l": "sum_abs_l_S", "sum_l": "sum_l_S", "sum_k2": "sum_k2_S",
                 "sum_k3": "sum_k3_S", "sum_krev": "sum_krev_S", "sum_r": "sum_r_S", "sum_r2": "sum_r2_S", "max_tv": "max_tv_S"}

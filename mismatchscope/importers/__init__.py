@@ -88,11 +88,19 @@ def import_run(fmt: str, src: Path, out: Path, *, columns: dict[str, str] | None
     files = importer.discover(src)
     if not files:
         raise InputError(f"{src}: no {fmt} files found", hint=describe(fmt))
+    from .. import rundir
+    from ._writer import check_output_dir
+
+    with rundir.lock_run(out):  # one writer per --out; what is there is checked under the lock
+        check_output_dir(out)
+        return _import_locked(importer, fmt, src, out, files, skip_bad, trust_pickle, workers, flush_tokens, progress)
+
+
+def _import_locked(importer, fmt: str, src: Path, out: Path, files, skip_bad: bool, trust_pickle: bool,
+                   workers, flush_tokens, progress) -> ImportResult:
     # imported here: the writer pulls in pyarrow, the engine multiprocessing
     from ._jsonl import import_files
-    from ._writer import FLUSH_TOKENS, ShardWriter, check_output_dir, write_manifest
-
-    check_output_dir(out)
+    from ._writer import FLUSH_TOKENS, ShardWriter, write_manifest
 
     semantics = importer.semantics()
     base_meta = {"source": {"format": fmt, "semantics": semantics},

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from .data import PlotAccumulator, log_ratio_edges, prob_edges
 from .sweeps import ratio_thresholds, sweep_x
@@ -261,13 +261,14 @@ def sweep_curves(runs: list[Run], rules) -> Figure | None:
         ax.autoscale_view()
         log_labels(ax.xaxis)
         ax.set_xlabel(f"{rule} threshold ({', '.join(params)}; log scale)")
-        ax.set_ylabel(f"tokens {'reweighted' if acts == 'reweight' else 'rejected'} (% of all{'; log scale' if ax.get_yscale() == 'log' else ''})")
+        ax.set_ylabel(f"tokens {'reweighted' if acts == 'reweight' else 'rejected'} (% of all"
+                      f"{'; log scale, linear near 0' if ax.get_yscale() == 'symlog' else ''})")
         ax.set_title(_title(rule), fontsize=10.5)
         ax.grid(True, which="major", alpha=0.3)
         ax.legend(fontsize=7.5)
     for ax in axes[n:]:
         ax.set_visible(False)
-    fig.suptitle("Reject rate against threshold (the --sweep curves; dotted: the selected value; points at 0% sit on the bottom edge)")
+    fig.suptitle("Reject rate against threshold (the --sweep curves; dotted: the selected value; 0% is drawn at 0)")
     return fig
 
 
@@ -288,6 +289,8 @@ def _title(rule: str) -> str:
 
 
 def _rate_axis(ax) -> None:
+    """The rate axis: symmetric-log, linear from 0 to the smallest positive rate's decade, so 0% is drawn at a
+    tick labelled ``0%`` (a log axis would put it at its bottom edge, labelled with some positive rate)."""
     ys = np.concatenate([ln.get_ydata() for ln in ax.get_lines() if len(ln.get_ydata()) > 2] or [np.zeros(1)])
     pos = ys[ys > 0]
     if pos.size == 0:  # nothing rejected anywhere: a linear axis, the curves lie on 0%
@@ -295,14 +298,15 @@ def _rate_axis(ax) -> None:
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:.3g}%"))
         ax.annotate("no token rejected at any threshold", xy=(0.5, 0.5), xycoords="axes fraction", ha="center", color="0.4")
         return
-    floor = max(pos.min() / 3, 1e-6) if pos.size else 1e-4
-    for ln in ax.get_lines():
-        y = np.asarray(ln.get_ydata(), dtype=float)
-        if y.size > 2:
-            ln.set_ydata(np.where(y > 0, y, floor))
-    ax.set_yscale("log")
-    ax.set_ylim(floor * 0.8, max(100.0 if pos.size and pos.max() > 20 else (pos.max() * 2 if pos.size else 1.0), floor * 10))
-    log_labels(ax.yaxis, "%")
+    lo = math.floor(math.log10(max(pos.min(), 1e-6)))
+    linthresh = 10.0 ** lo
+    top = 100.0 if pos.max() > 20 else pos.max() * 2
+    hi = max(math.ceil(math.log10(top) - 1e-9), lo + 1)
+    ax.set_yscale("symlog", linthresh=linthresh, linscale=0.3)
+    ax.set_ylim(-0.05 * linthresh, min(10.0 ** hi, 100.0))
+    ax.yaxis.set_major_locator(FixedLocator([0.0, *(10.0 ** e for e in range(lo, hi + 1) if 10.0 ** e <= 100.0)]))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: "0%" if v == 0 else f"{v:.3g}%"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def log_labels(axis, suffix: str = "") -> None:

@@ -6,24 +6,26 @@
     DIR/samples/round-*.parquet   the sampler's raw completions (for resume and rescore)
     DIR/tokens/part-*.parquet     token pairs in the analysis format
 
-Every file is written to a temporary name and renamed, so a killed probe
-leaves only whole files behind, and ``--resume`` can trust what it finds.
+    DIR/.lock                the writer lock: one process writes the directory at a time
+
+Layout, manifest and atomic writes follow :mod:`mismatchscope.rundir`: every
+file is written to a temporary name and renamed, so a killed probe leaves only
+whole files behind, and ``--resume`` can trust what it finds.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .. import rundir
 from ..errors import UsageError
 from .types import Completion
 
-MANIFEST = "manifest.json"
+MANIFEST = rundir.MANIFEST
 
 _SAMPLE_SCHEMA = pa.schema([
     ("prompt_index", pa.int64()),
@@ -36,16 +38,10 @@ _SAMPLE_SCHEMA = pa.schema([
 ])
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    from ..rundir import atomic_write_bytes
-
-    atomic_write_bytes(path, data)
-
-
 class RunDir:
     def __init__(self, path: Path):
         self.path = Path(path)
-        self.tokens = self.path / "tokens"
+        self.tokens = self.path / rundir.TOKENS
         self.samples = self.path / "samples"
         self.prompts = self.path / "prompts.parquet"
         self.manifest_path = self.path / MANIFEST
@@ -54,6 +50,10 @@ class RunDir:
 
     def exists(self) -> bool:
         return self.manifest_path.is_file()
+
+    def lock(self) -> rundir.WriterLock:
+        """The directory's writer lock; taken before :meth:`open` looks at what is there."""
+        return rundir.lock_run(self.path)
 
     def open(self, fingerprint: dict[str, Any], resume: bool) -> dict[str, Any]:
         """Create the directory, or check a resumed one was made by the same configuration."""
@@ -68,18 +68,20 @@ class RunDir:
                 raise UsageError(f"cannot resume {self.path}: its configuration differs in {', '.join(diff)}",
                                  hint="resume with the same options, or start a new --out")
             return manifest
-        if self.path.exists() and any(self.path.iterdir()):
+        if self.path.exists() and not rundir.is_empty_dir(self.path):
             raise UsageError(f"{self.path} exists and is not a probe run directory", hint="choose an empty or new --out")
         self.tokens.mkdir(parents=True, exist_ok=True)
         self.samples.mkdir(parents=True, exist_ok=True)
         return {"fingerprint": fingerprint, "status": "running"}
 
     def read_manifest(self) -> dict[str, Any]:
-        return json.loads(self.manifest_path.read_text())
+        manifest = rundir.read_manifest(self.path)
+        if manifest is None:
+            raise UsageError(f"{self.manifest_path} is not a readable JSON manifest")
+        return manifest
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
-        _atomic_write_bytes(self.manifest_path, (json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n").encode())
+        rundir.write_manifest(self.path, manifest)
 
     # ---- prompts ---------------------------------------------------------
 
@@ -90,9 +92,8 @@ class RunDir:
             "text": pa.array(texts, pa.string()),
             "answer": pa.array(answers, pa.string()),
         })
-        tmp = self.prompts.with_name(".prompts.parquet.tmp")
-        pq.write_table(table, tmp)
-        os.replace(tmp, self.prompts)
+        with rundir.atomic_path(self.prompts) as tmp:
+            pq.write_table(table, tmp)
 
     def read_prompts(self) -> pa.Table:
         return pq.read_table(self.prompts)
@@ -108,10 +109,8 @@ class RunDir:
             "sampler_logprobs": c.sampler_logprobs, "topk_ids": c.topk_ids, "topk_logprobs": c.topk_logprobs,
             "finish_reason": c.finish_reason,
         } for c in completions], schema=_SAMPLE_SCHEMA)
-        path = self.samples_path(round_index)
-        tmp = path.with_name(f".{path.name}.tmp")
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
+        with rundir.atomic_path(self.samples_path(round_index)) as tmp:
+            pq.write_table(table, tmp)
 
     def read_samples(self, round_index: int | None = None) -> list[Completion]:
         paths = [self.samples_path(round_index)] if round_index is not None else sorted(self.samples.glob("round-*.parquet"))

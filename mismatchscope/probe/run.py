@@ -20,13 +20,14 @@ from __future__ import annotations
 import platform
 import sys
 import time
+from datetime import datetime, timezone
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-from .. import __version__
+from .. import __version__, rundir
 from ..errors import UsageError
 from ..redact import redact_obj, redact_url
 from ..schema import write_table
@@ -142,6 +143,12 @@ def run_probe(opts: ProbeOptions, progress: Progress | None = None, sampler=None
     reward_fn = load_reward_fn(opts.reward_fn)
 
     run = RunDir(opts.out)
+    with run.lock():  # before anything reads what the directory holds: a second writer is refused here
+        return _probe_locked(opts, run, info, tokenizer, prompts, prompt_ids, reward_fn, progress, sampler)
+
+
+def _probe_locked(opts: ProbeOptions, run: RunDir, info, tokenizer, prompts: list[Prompt], prompt_ids: list[list[int]],
+                  reward_fn, progress: Progress, sampler) -> Path:
     trainer_ckpt = _trainer_checkpoint(opts.trainer_checkpoint, run, opts.resume, info, tokenizer, [p.text for p in prompts],
                                        opts.trainer)
     prompts_sha = file_sha256(opts.prompts)
@@ -161,7 +168,7 @@ def run_probe(opts: ProbeOptions, progress: Progress | None = None, sampler=None
         "round_prompts": opts.round_prompts,
     }
     manifest.update({"config": config, "status": "running", "command": redact_obj(sys.argv[1:]) if sys.argv else None})
-    manifest.setdefault("timings", {})
+    session = _open_session(manifest, opts.resume)
     run.write_manifest(manifest)
     _write_prompts_once(run, prompts, prompt_ids)
 
@@ -174,8 +181,9 @@ def run_probe(opts: ProbeOptions, progress: Progress | None = None, sampler=None
         progress.note(f"resuming: {len(done)} sequences already scored, {len(todo_rounds)} round(s) left")
 
     owned = sampler is None
+    if sampler is not None:  # an engine the caller started
+        manifest["sampler_info"] = sampler.describe()
     trainer = None
-    t_sample = t_score = 0.0
     try:
         for r in todo_rounds:
             if run.samples_path(r).exists():
@@ -190,23 +198,25 @@ def run_probe(opts: ProbeOptions, progress: Progress | None = None, sampler=None
                 t0 = time.perf_counter()
                 local = sampler.sample([prompt_ids[p] for p in rounds[r]], opts.sampling,
                                        on_progress=lambda k: progress.advance("sampling", k))
-                t_sample += time.perf_counter() - t0
+                session["sampling_seconds"] += time.perf_counter() - t0
                 completions = [replace(c, prompt_index=rounds[r][c.prompt_index]) for c in local]
                 _check_completions(completions, rounds[r], n)
                 run.write_samples(r, completions)
+                manifest["sampler_info"] = sampler.describe()  # saved with the round: a killed run keeps it
+                _save_progress(run, manifest)
             if trainer is None:
                 from .trainer import HFTrainer
 
                 progress.note(f"loading trainer ({opts.trainer.dtype}{_lag_label(trainer_ckpt)})")
                 trainer = HFTrainer(trainer_ckpt.info, opts.trainer)
-            t_score += _score_round(run, r, completions, prompts, prompt_ids, tokenizer, reward_fn, trainer, opts.sampling,
-                                    done, config, progress)
-        manifest["sampler_info"] = sampler.describe() if sampler else manifest.get("sampler_info")
-        manifest["trainer_info"] = trainer.describe() if trainer else manifest.get("trainer_info")
+                manifest["trainer_info"] = trainer.describe()
+            session["scoring_seconds"] += _score_round(run, r, completions, prompts, prompt_ids, tokenizer, reward_fn, trainer,
+                                                       opts.sampling, done, config, progress)
+            _save_progress(run, manifest)
     finally:
         if sampler is not None and owned:
             sampler.close()
-    _finish(run, manifest, t_sample, t_score)
+    _finish(run, manifest)
     return run.path
 
 
@@ -316,13 +326,45 @@ def token_columns(completions: list[Completion], scored: list[Scored], rewards: 
     return cols
 
 
-def _finish(run: RunDir, manifest: dict, t_sample: float, t_score: float) -> None:
+def _open_session(manifest: dict, resumed: bool) -> dict[str, Any]:
+    """Start this process's record in ``manifest["sessions"]`` and return it (its seconds grow as work is done).
+
+    A resumed run keeps every earlier session's record, so its timings cover all
+    of them. A manifest written before sessions were recorded keeps its totals as
+    one earlier session.
+    """
+    sessions = manifest.setdefault("sessions", [])
+    old = manifest.get("timings") or {}
+    if not sessions and ("sampling_seconds" in old or "scoring_seconds" in old):
+        sessions.append({"started_at": None, "resumed": False, "sampling_seconds": old.get("sampling_seconds", 0.0),
+                         "scoring_seconds": old.get("scoring_seconds", 0.0)})
+    session = {"started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "resumed": resumed,
+               "sampling_seconds": 0.0, "scoring_seconds": 0.0}
+    sessions.append(session)
+    _total_timings(manifest)
+    return session
+
+
+def _total_timings(manifest: dict) -> dict[str, Any]:
+    """``manifest["timings"]``: the sum over every session of the run."""
+    timings = manifest.setdefault("timings", {})
+    for key in ("sampling_seconds", "scoring_seconds"):
+        timings[key] = sum(s.get(key) or 0.0 for s in manifest.get("sessions", []))
+    timings["sessions"] = len(manifest.get("sessions", []))
+    return timings
+
+
+def _save_progress(run: RunDir, manifest: dict) -> None:
+    """Write the manifest after a round: a run killed later keeps this session's timings and engine records."""
+    _total_timings(manifest)
+    run.write_manifest(manifest)
+
+
+def _finish(run: RunDir, manifest: dict) -> None:
     import pyarrow.parquet as pq
 
     tokens = sum(pq.ParquetFile(p).metadata.num_rows for p in run.tokens.glob("part-*.parquet"))
-    timings = manifest.setdefault("timings", {})
-    timings["sampling_seconds"] = timings.get("sampling_seconds", 0.0) + t_sample
-    timings["scoring_seconds"] = timings.get("scoring_seconds", 0.0) + t_score
+    timings = _total_timings(manifest)
     timings["tokens"] = tokens
     if timings["scoring_seconds"] > 0:
         timings["scoring_tokens_per_second"] = tokens / timings["scoring_seconds"]
@@ -340,18 +382,35 @@ def rescore(run_path: Path, out: Path, trainer_cfg: TrainerConfig, resume: bool 
     ``trainer_checkpoint`` scores them with other weights (policy lag); without
     it the trainer runs the sampler's checkpoint, whatever the recorded run used.
     """
-    from .checkpoint import inspect_checkpoint, load_tokenizer
-    from .trainer import HFTrainer
-
     progress = progress or Progress()
     check_trainer(trainer_cfg)
     check_rescore_out(run_path, out)
     src = RunDir(run_path)
     if not src.exists():
         raise UsageError(f"{run_path} is not a probe run directory (no {src.manifest_path.name})")
+    _check_complete_source(run_path)
     old = src.read_manifest()
     if not list(src.samples.glob("round-*.parquet")):
         raise UsageError(f"{run_path} has no recorded samples to rescore")
+    dst = RunDir(out)
+    with dst.lock():
+        return _rescore_locked(src, dst, old, trainer_cfg, resume, progress, trainer_checkpoint)
+
+
+def _check_complete_source(run_path: Path) -> None:
+    """A killed or still-running probe has only some rounds: rescoring it would silently score part of a run."""
+    c = rundir.completion(run_path)
+    if c is not None and not c.complete:
+        raise UsageError(f"{run_path} is an incomplete run ({c.reason}); rescore needs a complete one",
+                         hint=f"finish it first with the same probe command and --resume --out {run_path}")
+
+
+def _rescore_locked(src: RunDir, dst: RunDir, old: dict, trainer_cfg: TrainerConfig, resume: bool, progress: Progress,
+                    trainer_checkpoint: Path | None) -> Path:
+    from .checkpoint import inspect_checkpoint, load_tokenizer
+    from .trainer import HFTrainer
+
+    run_path = src.path
     cfg = old["config"]
     sampling = SamplingConfig(**cfg["sampling"])
     info = inspect_checkpoint(Path(cfg["checkpoint"]["path"]), allow_pickle=trainer_cfg.allow_pickle,
@@ -362,7 +421,6 @@ def rescore(run_path: Path, out: Path, trainer_cfg: TrainerConfig, resume: bool 
     prompts_table = src.read_prompts().to_pylist()
     prompts = [Prompt(r["prompt_id"], r["text"], r["answer"]) for r in prompts_table]
     prompt_ids = [r["prompt_token_ids"] for r in prompts_table]
-    dst = RunDir(out)
     trainer_ckpt = _trainer_checkpoint(trainer_checkpoint, dst, resume, info, tokenizer, [p.text for p in prompts], trainer_cfg)
     fingerprint = {k: v for k, v in old.get("fingerprint", {}).items() if k != "trainer_checkpoint_sha256"}
     fingerprint.update({**_lag_fingerprint(trainer_ckpt), "trainer": trainer_cfg.to_dict(), "rescored_from": str(run_path)})
@@ -370,19 +428,21 @@ def rescore(run_path: Path, out: Path, trainer_cfg: TrainerConfig, resume: bool 
     config = {**cfg, "trainer": trainer_cfg.to_dict(), "rescored_from": str(run_path), "trainer_checkpoint": trainer_ckpt.record(),
               "semantics": {**(cfg.get("semantics") or semantics(sampling)), **trainer_ckpt.semantics(info)}}
     manifest.update({"config": config, "status": "running", "sampler_info": old.get("sampler_info")})
+    session = _open_session(manifest, resume)
     dst.write_manifest(manifest)
     _write_prompts_once(dst, prompts, prompt_ids)
     reward_fn = load_reward_fn(None if cfg.get("reward_fn") in (None, "exact_match(answer)") else cfg["reward_fn"])
     done = dst.scored_sequences() if resume else set()
     progress.note(f"loading trainer ({trainer_cfg.dtype}{_lag_label(trainer_ckpt)})")
     trainer = HFTrainer(trainer_ckpt.info, trainer_cfg)
-    t_score = 0.0
+    manifest["trainer_info"] = trainer.describe()
     for p in sorted(src.samples.glob("round-*.parquet")):
         r = int(p.stem.split("-")[1])
         completions = src.read_samples(r)
         if not dst.samples_path(r).exists():
             dst.write_samples(r, completions)
-        t_score += _score_round(dst, r, completions, prompts, prompt_ids, tokenizer, reward_fn, trainer, sampling, done, config, progress)
-    manifest["trainer_info"] = trainer.describe()
-    _finish(dst, manifest, 0.0, t_score)
+        session["scoring_seconds"] += _score_round(dst, r, completions, prompts, prompt_ids, tokenizer, reward_fn, trainer,
+                                                   sampling, done, config, progress)
+        _save_progress(dst, manifest)
+    _finish(dst, manifest)
     return dst.path
