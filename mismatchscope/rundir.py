@@ -186,6 +186,8 @@ class WriterLock:
         import fcntl
 
         self.path = Path(path)
+        # folders this lock creates, deepest first: a writer that fails before writing takes them back
+        self._created = [d for d in (self.path.parent, *self.path.parent.parents) if not d.exists()]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -207,8 +209,22 @@ class WriterLock:
     def __enter__(self) -> "WriterLock":
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         self.release()
+        if exc_type is not None:
+            self._take_back_created()
+
+    def _take_back_created(self) -> None:
+        """A writer that failed before writing anything leaves no run directory
+        behind (a bad option must not leave an empty run to trip a later --resume);
+        anything it did write stays."""
+        if not self._created:
+            return
+        with contextlib.suppress(OSError):
+            if [p.name for p in self.path.parent.iterdir()] == [self.path.name]:
+                self.path.unlink()
+            for d in self._created:
+                d.rmdir()  # refuses a folder that is not empty: then everything above stays too
 
 
 def lock_run(run: str | os.PathLike) -> WriterLock:
