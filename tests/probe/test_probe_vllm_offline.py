@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -224,3 +225,19 @@ def test_unknown_sampler_kind(dense_info):
     assert set(SAMPLERS) == {"vllm", "vllm-server", "hf"}
     with pytest.raises(UsageError, match="unknown sampler"):
         make_sampler(dataclasses.replace(SamplerConfig(), kind="sglang"), dense_info)
+
+
+@pytest.mark.vllm
+def test_prefill_scoring_longer_than_one_engine_step(dense32, dense_prompt_ids):
+    """More prefill tokens than the engine schedules in one step (48 x 300 = 14,400): vLLM
+    splits prefills into chunks, and on the CPU build a *seeded* request whose prefill is
+    chunked crashes ("CPU Generator does not use offset"), so prefill scoring must not seed.
+    A sequence scored inside that batch agrees with itself scored alone (fp32, 1e-4)."""
+    rng = np.random.default_rng(0)
+    prompt = dense_prompt_ids[0]
+    completions = [rng.integers(3, 300, 300 - len(prompt)).tolist() for _ in range(48)]
+    batch = dense32.prefill_logprobs([prompt] * len(completions), completions, PROCESSED)
+    assert [len(b) for b in batch] == [len(c) for c in completions]
+    assert all(math.isfinite(x) and x <= 0 for b in batch for x in b)
+    (alone,) = dense32.prefill_logprobs([prompt], completions[:1], PROCESSED)
+    assert max(abs(a - b) for a, b in zip(alone, batch[0])) < TOL
