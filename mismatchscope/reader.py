@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from .arrow import to_numpy
 from .errors import FileFormatError, InputError, MissingColumnsError, UsageError
 from .redact import redact_obj
 from .schema import COLUMNS, LOGPROB_SENTINEL, REQUIRED_NAMES, SCHEMA_VERSION, TOPK_COLUMNS, decode_metadata
@@ -71,6 +72,11 @@ class Hygiene:
     rows_read: int = 0
     nonfinite_dropped: int = 0
     sentinels: int = 0
+
+    def merge(self, other: "Hygiene") -> None:
+        self.rows_read += other.rows_read
+        self.nonfinite_dropped += other.nonfinite_dropped
+        self.sentinels += other.sentinels
 
     def warnings(self) -> list[str]:
         out = []
@@ -268,6 +274,31 @@ def iter_batches(source: Source, columns: list[str], hygiene: Hygiene, batch_row
     back as Arrow arrays under their own names, unconverted, with the rows
     hygiene drops dropped from them too.
     """
+    for raw in read_batches(source, columns, batch_rows, extra):
+        yield raw.clean(hygiene)
+
+
+@dataclass(frozen=True)
+class RawBatch:
+    """One decoded record batch, not yet cleaned: what a parallel pass hands to its workers.
+
+    Cleaning (sentinels, non-finite rows, range checks) is per-batch work like
+    any other, so a pass that analyses batches on threads cleans them there
+    too, each with its own :class:`Hygiene`, merged in file order.
+    """
+
+    path: Path
+    record_batch: pa.RecordBatch
+    wanted: list[str]
+    extra: tuple[str, ...] = ()
+
+    def clean(self, hygiene: Hygiene) -> dict[str, Any]:
+        return _clean(self.path, self.record_batch, self.wanted, hygiene, self.extra)
+
+
+def read_batches(source: Source, columns: list[str], batch_rows: int = BATCH_ROWS,
+                 extra: list[str] | tuple[str, ...] = ()) -> Iterator[RawBatch]:
+    """:func:`iter_batches` without the cleaning: the same checks of names and types, the same order."""
     wanted = list(dict.fromkeys(list(REQUIRED_NAMES) + [c for c in columns if source.has(c)]))
     file_cols = [source.mapping.get(c, c) for c in wanted]
     clash = [e for e in extra if e in file_cols or e in wanted]
@@ -281,7 +312,7 @@ def iter_batches(source: Source, columns: list[str], hygiene: Hygiene, batch_row
             _check_type(f, c, raw, schema.field(raw).type)
     for f, rb in _record_batches(source.files, file_cols, batch_rows):
         if rb.num_rows:
-            yield _clean(f, rb, wanted, hygiene, extra)
+            yield RawBatch(f, rb, wanted, tuple(extra))
 
 
 READ_AHEAD = max(2, min(4, os.cpu_count() or 1))
@@ -413,12 +444,12 @@ TOPK_LOGPROB_LISTS = ("sampler_topk_logprobs", "trainer_logprobs_at_sampler_topk
 
 def _check_logprob_list(path: Path, name: str, arr: pa.Array, cols: dict[str, Any]) -> None:
     """Values in a top-k logprob list are logprobs too: no NaN, nothing above the rounding tolerance (-inf is fine)."""
-    values = pc.list_flatten(arr).to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    values = to_numpy(pc.list_flatten(arr)).astype(np.float64, copy=False)
     bad = np.isnan(values) | (values > POSITIVE_LOGPROB_TOLERANCE)
     if not bad.any():
         return
     flat = int(np.flatnonzero(bad)[0])
-    lens = pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False)
+    lens = to_numpy(pc.list_value_length(arr).fill_null(0))
     row = int(np.searchsorted(np.cumsum(lens), flat, side="right"))
     what = "NaN" if np.isnan(values[flat]) else f"positive value {values[flat]:.4g}"
     raise InputError(
@@ -440,10 +471,10 @@ def _to_numpy(path: Path, name: str, arr: pa.Array) -> np.ndarray:
     if name in _INT_COLUMNS:
         if not pa.types.is_integer(arr.type):
             raise InputError(f"{path}: column {name!r} must hold integers, found {arr.type}")
-        return arr.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        return to_numpy(arr).astype(np.int64, copy=False)
     if not (pa.types.is_floating(arr.type) or pa.types.is_integer(arr.type)):
         raise InputError(f"{path}: column {name!r} must be numeric, found {arr.type}")
-    return arr.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    return to_numpy(arr).astype(np.float64, copy=False)
 
 
 def _short(e: BaseException) -> str:

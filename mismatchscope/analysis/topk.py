@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..arrow import to_numpy
 from ..errors import InputError
 
 REST_EPS = 1e-12
@@ -33,10 +34,10 @@ class TopkBounds:
 
 
 def _flat(arr: pa.Array, name: str) -> tuple[np.ndarray, np.ndarray]:
-    lens = pc.list_value_length(arr).to_numpy(zero_copy_only=False)
+    lens = to_numpy(pc.list_value_length(arr))
     if arr.null_count:
         raise InputError(f"column {name!r} has null lists")
-    values = pc.list_flatten(arr).to_numpy(zero_copy_only=False)
+    values = to_numpy(pc.list_flatten(arr))
     return values, lens.astype(np.int64)
 
 

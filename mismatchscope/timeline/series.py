@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ..arrow import to_numpy
 from ..analysis.evaluate import HYPOTHESES, count_per_key, sequence_verdicts, token_verdicts
 from ..divergence import clamped_k_terms, token_terms
 from ..errors import InputError, MissingColumnsError, UsageError
@@ -204,7 +205,7 @@ class _GroupCodes:
                                  hint="--by needs strings, integers or booleans")
             arr = arr.dictionary_encode()
         lut = np.array([self._code(v) for v in arr.dictionary.to_pylist()] + [self._code(None) if arr.null_count else 0], np.int64)
-        idx = arr.indices.fill_null(len(lut) - 1).to_numpy(zero_copy_only=False).astype(np.int64)
+        idx = to_numpy(arr.indices.fill_null(len(lut) - 1)).astype(np.int64)
         return lut[idx]
 
 
