@@ -97,21 +97,32 @@ def binary_kl_logs(log_a_T: np.ndarray, log_b_T: np.ndarray, eps: float = 0.0) -
     ``eps = 0`` a zero weight gives a zero term (0 log 0 = 0) and a zero
     denominator under a nonzero weight gives +inf. Equal inputs give exactly 0.
     """
+    return binary_kl_logs_both(log_a_T, log_b_T, eps)[0]
+
+
+def binary_kl_logs_both(log_a_T: np.ndarray, log_b_T: np.ndarray, eps: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """(KL(Bern(a) || Bern(b)), KL(Bern(b) || Bern(a))) as :func:`binary_kl_logs` computes each, sharing
+    the exponentials and logarithms both directions need (KPop takes the larger of the two)."""
     la = np.asarray(log_a_T, dtype=np.float64)
     lb = np.asarray(log_b_T, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         a1, b1 = -np.expm1(la), -np.expm1(lb)
         if eps > 0:
             lo, hi = math.log(eps), math.log1p(-eps)
-            la, lb = np.clip(la, lo, hi), np.clip(lb, lo, hi)
-            a1, b1 = np.clip(a1, eps, 1.0 - eps), np.clip(b1, eps, 1.0 - eps)
+            la, lb = np.minimum(np.maximum(la, lo), hi), np.minimum(np.maximum(lb, lo), hi)
+            a1, b1 = np.minimum(np.maximum(a1, eps), 1.0 - eps), np.minimum(np.maximum(b1, eps), 1.0 - eps)
         else:
             la, lb = np.minimum(la, 0.0), np.minimum(lb, 0.0)
             a1, b1 = np.maximum(a1, 0.0), np.maximum(b1, 0.0)
-        a = np.exp(la)
-        t1 = np.where(a > 0, a * (la - lb), 0.0)
-        t2 = np.where(a1 > 0, a1 * (np.log(a1) - np.log(b1)), 0.0)
-    return np.maximum(t1 + t2, 0.0)
+        a, b = np.exp(la), np.exp(lb)
+        dl = la - lb
+        dl1 = np.log(a1) - np.log(b1)
+        ab1, ab2 = a * dl, a1 * dl1
+        ba1, ba2 = b * -dl, b1 * -dl1
+        if eps <= 0:  # clamped probabilities are never 0; unclamped, a zero weight makes its term 0
+            ab1, ab2 = np.where(a > 0, ab1, 0.0), np.where(a1 > 0, ab2, 0.0)
+            ba1, ba2 = np.where(b > 0, ba1, 0.0), np.where(b1 > 0, ba2, 0.0)
+    return np.maximum(ab1 + ab2, 0.0), np.maximum(ba1 + ba2, 0.0)
 
 
 CLAMP_LOG_RATIO = 20.0

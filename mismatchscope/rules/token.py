@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..divergence import TokenTerms, binary_kl, binary_kl_logs
+from ..divergence import TokenTerms, binary_kl, binary_kl_logs_both
 from .base import (
     NONNEG, RATIO_HIGH, RATIO_LOW, REJECT, REWEIGHT, UNIT, Range, param, register, where,
 )
@@ -77,7 +77,7 @@ def kpop(cfg: KPopConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> np.n
     would otherwise make D(q||p) infinite and reject a token both sides agree on.
     """
     lq, lp = t.lq_T, t.lp_T
-    d = np.maximum(binary_kl_logs(lq, lp, cfg.eps), binary_kl_logs(lp, lq, cfg.eps))
+    d = np.maximum(*binary_kl_logs_both(lq, lp, cfg.eps))
     return where(d > cfg.phi, REJECT)
 
 
@@ -108,11 +108,13 @@ class DPPOKLConfig:
           summary="binary-KL variant of dppo-tv: D = q log(q/p) + (1-q) log((1-q)/(1-p)); A == 0 counts as negative",
           quantity="D(q||p) = q log(q/p) + (1-q) log((1-q)/(1-p))")
 def dppo_kl(cfg: DPPOKLConfig, t: TokenTerms, advantage_T: np.ndarray) -> np.ndarray:
-    d = binary_kl(t.q_T, t.p_T)
     pos = advantage_T > 0
     up = t.p_T > t.q_T
     down = t.p_T < t.q_T
-    return where(((pos & up) | (~pos & down)) & (d > cfg.delta), REJECT)
+    moved = np.flatnonzero((pos & up) | (~pos & down))  # the KL decides only where p moved the advantage's way
+    hit = np.zeros(t.p_T.size, bool)
+    hit[moved] = binary_kl(t.q_T[moved], t.p_T[moved]) > cfg.delta
+    return where(hit, REJECT)
 
 
 @dataclass(frozen=True)
