@@ -15,13 +15,14 @@ from typing import Callable
 import numpy as np
 
 from ..divergence import TokenTerms, clamped_k_terms, token_terms
-from ..reader import Hygiene, Source, iter_batches, open_source
+from ..reader import Hygiene, RawBatch, Source, open_source, read_batches
 from ..rules import RuleInstance, SequenceInputs
 from ..schema import TOPK_COLUMNS
 from .comparison import assemble_masks
-from .grouping import Op, SequenceAggregator
+from .grouping import Groups, Op, SequenceAggregator
 from .masks import MaskAccumulator, build_units
-from .positions import PositionTracker
+from .parallel import ordered_map
+from .positions import PositionTracker, position_runs
 from .readings import interpret, policy_lag  # noqa: F401 - importable from here as before
 from .report import CHI2_SEQ_CLIP, assemble_report  # noqa: F401
 from .table import REDUCTIONS, SequenceTable, token_values
@@ -38,7 +39,8 @@ class AnalysisRequest:
     masks: bool = False
     sweeps: list[tuple[str, str, list[RuleInstance]]] = field(default_factory=list)
     examples: int = 0
-    batch_rows: int = 1 << 18
+    batch_rows: int = 1 << 16
+    """rows a worker analyses at once: small enough that a batch's arrays stay in the core's cache."""
 
 
 @dataclass
@@ -53,10 +55,30 @@ class AnalysisResult:
     per_sequence: SequenceTable
 
 
+@dataclass
+class _Partial:
+    """What one batch contributes, computed on a worker thread and folded in file order."""
+
+    hygiene: Hygiene
+    runs: tuple | None
+    keys: np.ndarray
+    reduced: dict[str, np.ndarray]
+    stats: TokenStats | None
+    masks: MaskAccumulator | None
+    tokens: int
+    seen: tuple | None = None
+    """(terms, batch) for ``on_terms``; None when nobody asked."""
+
+
 def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None = None,
             on_batch: Callable[[int], None] | None = None,
-            on_terms: Callable[[TokenTerms, dict], None] | None = None) -> AnalysisResult:
-    """``on_terms(terms, batch)``, when given, sees every batch's token terms (the pictures' histograms)."""
+            on_terms: Callable[[TokenTerms, dict], None] | None = None,
+            workers: int | None = None) -> AnalysisResult:
+    """``on_terms(terms, batch)``, when given, sees every batch's token terms (the pictures' histograms).
+
+    Batches are analysed on ``workers`` threads (default: one per core, ``parallel.default_workers``)
+    and folded in file order, so the result does not depend on the number of threads.
+    """
     source = open_source(path, mapping)
     has_adv = source.has("advantage")
     has_topk = all(source.has(c) for c in TOPK_COLUMNS)
@@ -83,36 +105,54 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
     hygiene = Hygiene()
     positions = PositionTracker()
 
-    for batch in iter_batches(source, columns, hygiene, request.batch_rows):
+    def one_batch(raw: RawBatch) -> _Partial:
+        hyg = Hygiene()
+        batch = raw.clean(hyg)
         t = token_terms(batch["trainer_logprob"], batch["sampler_logprob"])
         pos = batch["position"]
         check_positions(pos, source)
-        positions.add(batch["sequence_id"], pos)
-        if on_terms:
-            on_terms(t, batch)
+        runs = position_runs(batch["sequence_id"], pos)
         adv = batch.get("advantage")
         check_advantage(adv)
+        groups = Groups(batch["sequence_id"])
         per_tok = token_values(t)
         if has_adv:
             per_tok["sum_adv"] = adv
         if clamped:
             per_tok["sum_ck1"], per_tok["sum_ck2"], per_tok["sum_ck3"] = clamped_k_terms(t.log_ratio_T)
+        reduced = {k: (groups.counts() if k == "n_tokens_S" else groups.reduce(v, ops[k])) for k, v in per_tok.items()}
+        part_masks = None
         if masks:
-            masks.add(t, adv, batch, per_tok)
-        seqagg.add(batch["sequence_id"], per_tok)
+            part_masks = masks.spawn()
+            reduced.update(part_masks.add(t, adv, batch, groups))
+        part_stats = None
         if request.report:
+            part_stats = TokenStats()
             ent = batch.get("trainer_entropy")
-            stats.add(t, pos, ent if ent is not None and np.isfinite(ent).all() else None)
+            part_stats.add(t, pos, ent if ent is not None and np.isfinite(ent).all() else None)
             if has_topk:
                 b = topk_bounds(batch["token_id"], batch["sampler_logprob"], batch["trainer_logprob"],
                                 batch["sampler_topk_ids"], batch["sampler_topk_logprobs"],
                                 batch["trainer_logprobs_at_sampler_topk"], batch["sequence_id"], pos)
-                stats.add_topk(b.tv_lower_T, b.kl_lower_T, b.sampler_mass_T)
-                stats.add_centering(score_centering(b, batch["sampler_topk_ids"], batch.get("trainer_topk_ids")))
+                part_stats.add_topk(b.tv_lower_T, b.kl_lower_T, b.sampler_mass_T)
+                part_stats.add_centering(score_centering(b, batch["sampler_topk_ids"], batch.get("trainer_topk_ids")))
             if "sampler_kept_logmass" in batch:
-                stats.add_kept_mass(batch["sampler_kept_logmass"])
+                part_stats.add_kept_mass(batch["sampler_kept_logmass"])
+        return _Partial(hyg, runs, groups.keys, reduced, part_stats, part_masks, t.log_ratio_T.size,
+                        (t, batch) if on_terms else None)
+
+    for part in ordered_map(one_batch, read_batches(source, columns, request.batch_rows), workers):
+        hygiene.merge(part.hygiene)
+        positions.add_runs(part.runs)
+        seqagg.add_reduced(part.keys, part.reduced)
+        if part.stats is not None:
+            stats.merge(part.stats)
+        if part.masks is not None:
+            masks.merge(part.masks)
+        if on_terms and part.seen is not None:
+            on_terms(*part.seen)
         if on_batch:
-            on_batch(t.log_ratio_T.size)
+            on_batch(part.tokens)
 
     seq_ids, agg = seqagg.result()
     table = SequenceTable.from_reduced(seq_ids, agg, agg.get("sum_adv"))

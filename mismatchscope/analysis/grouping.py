@@ -30,6 +30,65 @@ def group_reduce(keys: np.ndarray, columns: dict[str, tuple[np.ndarray, Op]]) ->
     return keys[starts], out
 
 
+class Groups:
+    """The runs of equal keys in one batch: what every per-sequence reduction of the batch shares.
+
+    Sorting (when the batch is not already in key order) and finding the run
+    starts happen once; each column is then one ``reduceat``, and a count of
+    flagged tokens per run (a rule's rejections) is a ``bincount`` over the
+    flagged tokens only, which costs nothing when few are flagged.
+    """
+
+    def __init__(self, keys: np.ndarray):
+        self.size = keys.size
+        self.order = None
+        if keys.size and np.any(keys[1:] < keys[:-1]):
+            self.order = np.argsort(keys, kind="stable")
+            keys = keys[self.order]
+        self.starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1]))) if keys.size else np.zeros(0, np.intp)
+        self.keys = keys[self.starts]
+        self._inv: np.ndarray | None = None
+
+    @property
+    def n(self) -> int:
+        """number of runs (distinct keys)."""
+        return self.keys.size
+
+    def counts(self) -> np.ndarray:
+        """tokens per run, as float64 (a sum like any other)."""
+        return np.diff(self.starts, append=self.size).astype(np.float64)
+
+    def reduce(self, values: np.ndarray, op: Op) -> np.ndarray:
+        if self.size == 0:
+            return values[:0]
+        v = values if self.order is None else values[self.order]
+        return _UFUNC[op].reduceat(v, self.starts)
+
+    @property
+    def inverse(self) -> np.ndarray:
+        """each token's run index, in the batch's own row order."""
+        if self._inv is None:
+            run = np.zeros(self.size, np.intp)
+            if self.size:
+                run[self.starts[1:]] = 1
+                np.cumsum(run, out=run)
+            if self.order is not None:
+                inv = np.empty_like(run)
+                inv[self.order] = run
+                run = inv
+            self._inv = run
+        return self._inv
+
+    def count(self, mask: np.ndarray) -> np.ndarray:
+        """per run: how many of its tokens ``mask`` flags (float64)."""
+        return np.bincount(self.inverse[mask], minlength=self.n).astype(np.float64)
+
+    def count_codes(self, code: np.ndarray, n_codes: int) -> np.ndarray:
+        """``[n_runs, n_codes]``: per run, how many of its tokens carry each code (0 <= code < n_codes)."""
+        flat = self.inverse * n_codes + code
+        return np.bincount(flat, minlength=self.n * n_codes).reshape(self.n, n_codes).astype(np.float64)
+
+
 class SequenceAggregator:
     """Accumulates per-sequence reductions of per-token columns across batches."""
 
@@ -41,7 +100,10 @@ class SequenceAggregator:
         self._compact_every = compact_every
 
     def add(self, keys: np.ndarray, values: dict[str, np.ndarray]) -> None:
-        uk, red = group_reduce(keys, {k: (values[k], op) for k, op in self.ops.items()})
+        self.add_reduced(*group_reduce(keys, {k: (values[k], op) for k, op in self.ops.items()}))
+
+    def add_reduced(self, uk: np.ndarray, red: dict[str, np.ndarray]) -> None:
+        """Take one batch already reduced per key (``Groups``): one row per distinct key, every column."""
         self._keys.append(uk)
         for k in self.ops:
             self._parts[k].append(red[k])

@@ -18,7 +18,8 @@ from ..divergence import TokenTerms
 from ..rules import RuleInstance, SequenceInputs
 from .evaluate import HYPOTHESES, sequence_verdicts, token_verdicts
 from .table import RuleColumn
-from .tokenstats import Q_EDGES, q_bucket_labels
+from .grouping import Groups
+from .tokenstats import Q_EDGES, bucket_index, q_bucket_labels
 
 SIGNS = ("p>q", "p<q", "p=q")
 """the sign of p - q of a rejected token: which way the trainer moved from the sampler."""
@@ -27,9 +28,12 @@ N_Q = len(Q_EDGES)
 
 def tail_codes(t: TokenTerms) -> tuple[np.ndarray, np.ndarray]:
     """Per token, its sampler-probability bucket (report's buckets) and its sign of p - q (index into SIGNS)."""
-    qi = np.clip(np.searchsorted(np.asarray(Q_EDGES), t.q_T, side="right") - 1, 0, N_Q - 1)
-    sign = np.where(t.p_T > t.q_T, 0, np.where(t.p_T < t.q_T, 1, 2))
-    return qi, sign
+    return bucket_index(t.q_T, Q_EDGES), sign_code(t.p_T, t.q_T)
+
+
+def sign_code(a_T: np.ndarray, b_T: np.ndarray | float) -> np.ndarray:
+    """0 where a > b, 1 where a < b, 2 where a == b (finite inputs): the index into SIGNS, or into (A>0, A<0, A=0)."""
+    return (a_T <= b_T).astype(np.intp) + (a_T == b_T)
 
 
 @dataclass(eq=False)
@@ -52,6 +56,19 @@ class Unit:
     """rejected tokens per sampler-probability bucket."""
     rejected_by_pq_sign: np.ndarray = field(default_factory=lambda: np.zeros(len(SIGNS), np.int64))
     """rejected tokens with p > q, p < q, p = q."""
+
+    def fresh(self) -> "Unit":
+        """The same rule, hypothesis and sweep with every count at zero."""
+        return Unit(self.rule, self.hypothesis, self.sweep)
+
+    def merge(self, other: "Unit") -> None:
+        """Add another pass's token counts (a batch analysed on another thread) to these."""
+        self.tokens_rejected += other.tokens_rejected
+        self.tokens_reweighted += other.tokens_reweighted
+        for k, v in other.rejected_by_sign.items():
+            self.rejected_by_sign[k] += v
+        self.rejected_by_q += other.rejected_by_q
+        self.rejected_by_pq_sign += other.rejected_by_pq_sign
 
     @property
     def key(self) -> str:
@@ -110,38 +127,61 @@ class MaskAccumulator:
             cols.append(RuleColumn(u, r * n_tokens_S, np.zeros_like(r), r))
         return cols
 
-    def add(self, t: TokenTerms, advantage_T: np.ndarray | None, batch: dict, seq_columns: dict) -> None:
-        n = t.log_ratio_T.size
+    def spawn(self) -> "MaskAccumulator":
+        """An empty accumulator over the same units, for one batch on a worker thread (:meth:`merge` folds it back)."""
+        return MaskAccumulator([u.fresh() for u in self.units], self.n_examples)
+
+    def merge(self, other: "MaskAccumulator") -> None:
+        """Fold a spawned accumulator in; folding batches in file order keeps the examples' tie-breaks reproducible."""
+        for a, b in zip(self.units, other.units):
+            a.merge(b)
+        self.pair_counts += other.pair_counts
+        self.tokens_by_q += other.tokens_by_q
+        self.tokens_by_pq_sign += other.tokens_by_pq_sign
+        for score, _, item in sorted(other._examples, key=lambda e: e[1]):  # in the order the batch offered them
+            self._offer_example(score, item)
+
+    def add(self, t: TokenTerms, advantage_T: np.ndarray | None, batch: dict, groups: Groups) -> dict[str, np.ndarray]:
+        """Count one batch; returns the per-sequence sums of :meth:`per_token_columns`, one row per run of ``groups``."""
+        per_seq: dict[str, np.ndarray] = {}
         rejected_rows = []
         qi, sign = tail_codes(t)
-        self.tokens_by_q += np.bincount(qi, minlength=N_Q)
-        self.tokens_by_pq_sign += np.bincount(sign, minlength=len(SIGNS))
+        n_tail = N_Q * len(SIGNS)
+        tail = qi * len(SIGNS) + sign  # sampler-probability bucket and sign of p - q, in one code
+        by_tail = np.bincount(tail, minlength=n_tail).reshape(N_Q, len(SIGNS))
+        self.tokens_by_q += by_tail.sum(axis=1)
+        self.tokens_by_pq_sign += by_tail.sum(axis=0)
         if self.seq_units:  # tokens per bucket and sign in each sequence: what a rejected sequence takes with it
+            per_run = groups.count_codes(tail, n_tail).reshape(groups.n, N_Q, len(SIGNS))
             for j in range(N_Q):
-                seq_columns[f"q{j}"] = (qi == j).astype(np.float64)
+                per_seq[f"q{j}"] = per_run[:, j, :].sum(axis=1)
             for j in range(len(SIGNS)):
-                seq_columns[f"s{j}"] = (sign == j).astype(np.float64)
+                per_seq[f"s{j}"] = per_run[:, :, j].sum(axis=1)
+        adv_sign = sign_code(advantage_T, 0.0) if advantage_T is not None else None
         for i, u in enumerate(self.token_units):
             v = token_verdicts(u, t, advantage_T)
             rej, rew = v.rejected, v.reweighted
-            u.tokens_rejected += int(rej.sum())
-            u.tokens_reweighted += int(rew.sum())
+            u.tokens_rejected += int(np.count_nonzero(rej))
+            u.tokens_reweighted += int(np.count_nonzero(rew))
             if u.rule.spec.acts == "reject":
-                u.rejected_by_q += np.bincount(qi[rej], minlength=N_Q)
-                u.rejected_by_pq_sign += np.bincount(sign[rej], minlength=len(SIGNS))
-            if advantage_T is not None and u.hypothesis == "data":
-                u.rejected_by_sign["A>0"] += int((rej & (advantage_T > 0)).sum())
-                u.rejected_by_sign["A<0"] += int((rej & (advantage_T < 0)).sum())
-                u.rejected_by_sign["A=0"] += int((rej & (advantage_T == 0)).sum())
-            seq_columns[f"rej{i}"] = rej.astype(np.float64)
-            seq_columns[f"rew{i}"] = rew.astype(np.float64)
+                cut = np.bincount(tail[rej], minlength=n_tail).reshape(N_Q, len(SIGNS))
+                u.rejected_by_q += cut.sum(axis=1)
+                u.rejected_by_pq_sign += cut.sum(axis=0)
+            if adv_sign is not None and u.hypothesis == "data":
+                by_sign = np.bincount(adv_sign[rej], minlength=3)
+                for k, name in enumerate(("A>0", "A<0", "A=0")):
+                    u.rejected_by_sign[name] += int(by_sign[k])
+            per_seq[f"rej{i}"] = groups.count(rej)
+            per_seq[f"rew{i}"] = groups.count(rew)
             if u in self.agree_token:
                 rejected_rows.append(rej)
         if rejected_rows:
-            m = np.stack(rejected_rows).astype(np.float32)
-            self.pair_counts += m @ m.T
+            m = np.stack(rejected_rows)
+            f = m.astype(np.float32)
+            self.pair_counts += f @ f.T
             if self.n_examples:
-                self._collect_examples(np.stack(rejected_rows), t, batch)
+                self._collect_examples(m, t, batch)
+        return per_seq
 
     def _collect_examples(self, rej: np.ndarray, t: TokenTerms, batch: dict) -> None:
         votes = rej.sum(axis=0)
@@ -163,12 +203,15 @@ class MaskAccumulator:
                 "rejected_by": [u.display for k, u in enumerate(self.agree_token) if rej[k, j]],
                 "kept_by": [u.display for k, u in enumerate(self.agree_token) if not rej[k, j]],
             }
-            self._tie += 1
-            entry = (float(s), self._tie, item)
-            if len(self._examples) < self.n_examples:
-                heapq.heappush(self._examples, entry)
-            elif entry[0] > self._examples[0][0]:
-                heapq.heapreplace(self._examples, entry)
+            self._offer_example(float(s), item)
+
+    def _offer_example(self, score: float, item: dict) -> None:
+        self._tie += 1
+        entry = (score, self._tie, item)
+        if len(self._examples) < self.n_examples:
+            heapq.heappush(self._examples, entry)
+        elif entry[0] > self._examples[0][0]:
+            heapq.heapreplace(self._examples, entry)
 
     def finish(self, seq: SequenceInputs, per_seq: dict[str, np.ndarray]) -> dict:
         n_tok = seq.n_tokens_S

@@ -37,6 +37,30 @@ class DuplicatePositionError(InputError):
             hint="each generated token must appear once; was a file read twice, or do two runs share sequence ids?")
 
 
+def position_runs(sequence_id: np.ndarray, position: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """One batch as runs of consecutive positions per sequence: (sequence, start, end) arrays; None when empty.
+
+    A duplicate inside the batch raises here; duplicates across batches are found when runs merge.
+    """
+    n = sequence_id.size
+    if n == 0:
+        return None
+    seq, pos = sequence_id.astype(np.int64, copy=False), position.astype(np.int64, copy=False)
+    ds, dp = np.diff(seq), np.diff(pos)
+    if not ((ds > 0) | ((ds == 0) & (dp > 0))).all():  # not already in (sequence, position) order
+        order = np.lexsort((pos, seq))
+        seq, pos = seq[order], pos[order]
+        ds, dp = np.diff(seq), np.diff(pos)
+    dup = (ds == 0) & (dp == 0)
+    if dup.any():
+        i = int(np.flatnonzero(dup)[0]) + 1
+        raise DuplicatePositionError(int(seq[i]), int(pos[i]))
+    brk = np.flatnonzero((ds != 0) | (dp != 1))
+    first = np.concatenate(([0], brk + 1))
+    last = np.concatenate((brk, [n - 1]))
+    return seq[first], pos[first], pos[last] + 1
+
+
 @dataclass
 class PositionRuns:
     """The merged runs: per sequence (sorted), how many runs and where the first starts."""
@@ -54,24 +78,14 @@ class PositionTracker:
         self._pending = 0
 
     def add(self, sequence_id: np.ndarray, position: np.ndarray) -> None:
-        n = sequence_id.size
-        if n == 0:
+        self.add_runs(position_runs(sequence_id, position))
+
+    def add_runs(self, runs: tuple[np.ndarray, np.ndarray, np.ndarray] | None) -> None:
+        """Take one batch's runs from :func:`position_runs` (computed wherever the batch was analysed)."""
+        if runs is None:
             return
-        seq, pos = sequence_id.astype(np.int64, copy=False), position.astype(np.int64, copy=False)
-        ds, dp = np.diff(seq), np.diff(pos)
-        if not ((ds > 0) | ((ds == 0) & (dp > 0))).all():  # not already in (sequence, position) order
-            order = np.lexsort((pos, seq))
-            seq, pos = seq[order], pos[order]
-            ds, dp = np.diff(seq), np.diff(pos)
-        dup = (ds == 0) & (dp == 0)
-        if dup.any():
-            i = int(np.flatnonzero(dup)[0]) + 1
-            raise DuplicatePositionError(int(seq[i]), int(pos[i]))
-        brk = np.flatnonzero((ds != 0) | (dp != 1))
-        first = np.concatenate(([0], brk + 1))
-        last = np.concatenate((brk, [n - 1]))
-        self._parts.append((seq[first], pos[first], pos[last] + 1))
-        self._pending += first.size
+        self._parts.append(runs)
+        self._pending += runs[0].size
         if self._pending >= COMPACT_RUNS:
             self._compact()
 

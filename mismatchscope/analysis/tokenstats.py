@@ -23,6 +23,19 @@ Q_EDGES = (0.0, 1e-3, 1e-2, 0.1, 0.5, 0.9)
 ENTROPY_EDGES = (0.0, 0.1, 0.5, 1.0, 2.0, 4.0)
 """trainer-entropy buckets in nats: [0,0.1) [0.1,0.5) [0.5,1) [1,2) [2,4) [4,inf)."""
 
+def bucket_index(values_T: np.ndarray, edges: tuple[float, ...]) -> np.ndarray:
+    """Index of the bucket ``[edges[i], edges[i+1])`` holding each value; the last bucket is open above.
+
+    Values below ``edges[0]`` land in bucket 0. For finite values this is
+    ``clip(searchsorted(edges, v, "right") - 1, 0, len(edges) - 1)``, done as one
+    comparison per edge, which for a handful of edges is several times faster.
+    """
+    idx = np.zeros(values_T.shape, np.intp)
+    for e in edges[1:]:
+        idx += values_T >= e
+    return idx
+
+
 @dataclass
 class TokenStats:
     """Running sums over all tokens; ``finish()`` turns them into the report's numbers."""
@@ -57,8 +70,21 @@ class TokenStats:
         l = t.log_ratio_T
         if l.size == 0:
             return
-        w = token_weights(t)  # once per batch, for the four keyings below
-        self.sums += token_sums(np.zeros(l.size, np.intp), 1, w)[:, 0]
+        w = token_weights(t)  # once per batch, for the keyings below
+        # One pass of bincounts keyed by (sampler-probability bucket, entropy bucket) gives both
+        # breakdowns and the totals; a second keyed by position gives the position breakdown.
+        nq, ne = len(Q_EDGES), len(ENTROPY_EDGES)
+        qi = bucket_index(t.q_T, Q_EDGES)
+        if entropy_T is not None:
+            both = token_sums(qi * ne + bucket_index(entropy_T, ENTROPY_EDGES), nq * ne, w).reshape(len(TOKEN_SUMS), nq, ne)
+            by_q = both.sum(axis=2)
+            if self.ent_buckets is None:
+                self.ent_buckets = np.zeros((len(TOKEN_SUMS), ne))
+            self.ent_buckets += both.sum(axis=1)
+        else:
+            by_q = token_sums(qi, nq, w)
+        self.q_buckets += by_q
+        self.sums += by_q.sum(axis=1)
         self.tv_max = max(self.tv_max, float(t.tv_T.max()))
         self.abs_l_max = max(self.abs_l_max, float(w[2].max()))
         self.log_ratio_min = min(self.log_ratio_min, float(l.min()))
@@ -67,19 +93,46 @@ class TokenStats:
             self.tail_high[i] += int(np.count_nonzero(t.ratio_T > c))
             self.tail_low[i] += int(np.count_nonzero(t.ratio_T < 1.0 / c))
         self._log_ratios.append(l)
-        qi = np.searchsorted(np.asarray(Q_EDGES), t.q_T, side="right") - 1
-        self.q_buckets += token_sums(np.clip(qi, 0, len(Q_EDGES) - 1), len(Q_EDGES), w)
         npos = int(position_T.max()) + 1
+        self._grow_positions(npos)
+        self.pos_sums[:, :npos] += token_sums(position_T.astype(np.intp, copy=False), npos, w)
+
+    def _grow_positions(self, npos: int) -> None:
         if npos > self.pos_sums.shape[1]:
             grown = np.zeros((len(TOKEN_SUMS), npos))
             grown[:, : self.pos_sums.shape[1]] = self.pos_sums
             self.pos_sums = grown
-        self.pos_sums[:, :npos] += token_sums(position_T.astype(np.intp), npos, w)
-        if entropy_T is not None:
-            if self.ent_buckets is None:
-                self.ent_buckets = np.zeros((len(TOKEN_SUMS), len(ENTROPY_EDGES)))
-            ei = np.searchsorted(np.asarray(ENTROPY_EDGES), entropy_T, side="right") - 1
-            self.ent_buckets += token_sums(np.clip(ei, 0, len(ENTROPY_EDGES) - 1), len(ENTROPY_EDGES), w)
+
+    def merge(self, other: "TokenStats") -> None:
+        """Add another pass's statistics (a batch analysed on another thread) to these."""
+        self.sums += other.sums
+        self.tv_max = max(self.tv_max, other.tv_max)
+        self.abs_l_max = max(self.abs_l_max, other.abs_l_max)
+        self.log_ratio_min = min(self.log_ratio_min, other.log_ratio_min)
+        self.log_ratio_max = max(self.log_ratio_max, other.log_ratio_max)
+        self.tail_high += other.tail_high
+        self.tail_low += other.tail_low
+        self._log_ratios.extend(other._log_ratios)
+        self.q_buckets += other.q_buckets
+        npos = other.pos_sums.shape[1]
+        self._grow_positions(npos)
+        self.pos_sums[:, :npos] += other.pos_sums
+        if other.ent_buckets is not None:
+            self.ent_buckets = other.ent_buckets.copy() if self.ent_buckets is None else self.ent_buckets + other.ent_buckets
+        self.topk_n += other.topk_n
+        self.topk_tv_sum += other.topk_tv_sum
+        self.topk_tv_max = max(self.topk_tv_max, other.topk_tv_max)
+        self.topk_kl_sum += other.topk_kl_sum
+        self.topk_kl_max = max(self.topk_kl_max, other.topk_kl_max)
+        self.topk_mass_sum += other.topk_mass_sum
+        for k, v in other._centering.items():
+            self._centering.setdefault(k, []).extend(v)
+        self.empty_sampler_tail += other.empty_sampler_tail
+        self.empty_trainer_tail += other.empty_trainer_tail
+        self.empty_tails += other.empty_tails
+        self.kept_n += other.kept_n
+        self.kept_sum += other.kept_sum
+        self.kept_min = min(self.kept_min, other.kept_min)
 
     def add_topk(self, tv_lower_T: np.ndarray, kl_lower_T: np.ndarray, mass_T: np.ndarray) -> None:
         if tv_lower_T.size == 0:
@@ -99,9 +152,9 @@ class TokenStats:
             values["topk_overlap"] = c.overlap_T
         for k, v in values.items():
             self._centering.setdefault(k, []).append(np.asarray(v, dtype=np.float32))
-        self.empty_sampler_tail += int(c.empty_sampler_tail_T.sum())
-        self.empty_trainer_tail += int(c.empty_trainer_tail_T.sum())
-        self.empty_tails += int((c.empty_sampler_tail_T | c.empty_trainer_tail_T).sum())
+        self.empty_sampler_tail += int(np.count_nonzero(c.empty_sampler_tail_T))
+        self.empty_trainer_tail += int(np.count_nonzero(c.empty_trainer_tail_T))
+        self.empty_tails += int(np.count_nonzero(c.empty_sampler_tail_T | c.empty_trainer_tail_T))
 
     def score_centering(self) -> dict | None:
         """Means and quantiles over tokens; tokens where a statistic is undefined are counted apart."""

@@ -1,0 +1,82 @@
+"""Run a pass's per-batch work on every core, and fold the results in file order.
+
+The analysis of a batch is numpy work on arrays of a few hundred thousand
+tokens, and numpy releases the GIL inside its loops, so threads share the
+cores without pickling a byte. Each batch is turned into a partial result by
+a pure function on a worker thread; the caller folds the partials into its
+running totals one by one, in the order the batches were read. Folding in
+order keeps every number reproducible to the bit (the same additions in the
+same order, whatever the thread timing) and makes an error surface at the
+first bad batch of the file, not at whichever a thread reached first.
+
+Memory stays bounded: at most ``workers + 1`` batches are in flight.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable, Iterable, Iterator, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def default_workers() -> int:
+    """Threads for the per-batch work: one per core, at most 8 (beyond that, decoding is the bound).
+
+    ``MISMATCHSCOPE_THREADS`` overrides it (1: everything on the calling thread).
+    """
+    env = os.environ.get("MISMATCHSCOPE_THREADS", "").strip()
+    if env.isdigit() and int(env) >= 1:
+        return int(env)
+    return max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)))
+
+
+def ordered_map(fn: Callable[[T], R], items: Iterable[T], workers: int | None = None) -> Iterator[R]:
+    """``map(fn, items)`` with ``fn`` on ``workers`` threads, results in input order.
+
+    An exception from ``fn`` is raised when its item's turn comes, after the
+    results of every earlier item; the items after it are not waited for.
+    """
+    workers = default_workers() if workers is None else workers
+    if workers <= 1:
+        yield from map(fn, items)
+        return
+    pending: deque[Future] = deque()
+    with ThreadPoolExecutor(workers, thread_name_prefix="mismatchscope-pass") as pool:
+        try:
+            for item in items:
+                pending.append(pool.submit(fn, item))
+                if len(pending) > workers:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for f in pending:  # an error or an early stop: drop what has not started
+                f.cancel()
+
+
+def keep_freed_memory() -> None:
+    """Ask glibc's allocator to reuse freed blocks instead of handing them back to the kernel.
+
+    A pass allocates and frees the same few dozen arrays of a batch over and
+    over. By default glibc maps each large block fresh and unmaps it on free,
+    so every batch pays its pages again as page faults: a third of a pass's CPU
+    time went to the kernel on two cores. Raising the mmap and trim thresholds
+    keeps those blocks in the heap; peak memory is unchanged (the same arrays
+    at the same moments), only the kernel round trips go. A command-line
+    process calls this once; the library never changes a host process's
+    allocator. Elsewhere than glibc this does nothing.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    mallopt(M_MMAP_THRESHOLD, 64 << 20)
+    mallopt(M_TRIM_THRESHOLD, 256 << 20)
