@@ -65,10 +65,17 @@ class _RowSums:
         return out
 
     def any_equal(self, values: np.ndarray, per_row_T: np.ndarray) -> np.ndarray:
-        """Per row: does its list hold the row's value of ``per_row_T``."""
+        """Per row: does its list hold the row's value of ``per_row_T``.
+
+        Equal lengths: k column comparisons or-ed together, several times faster than ``any(axis=1)``.
+        """
         if self.k is None:
             return np.bincount(self.row, weights=(values == per_row_T[self.row]), minlength=self.n) > 0
-        return (values.reshape(self.n, self.k) == per_row_T[:, None]).any(axis=1)
+        out = np.zeros(self.n, bool)
+        v = values.reshape(self.n, self.k)
+        for j in range(self.k):
+            out |= v[:, j] == per_row_T
+        return out
 
 
 def topk_bounds(
@@ -99,21 +106,29 @@ def topk_bounds(
         )
     n = token_id_T.shape[0]
     per_row = _RowSums(n, n_ids)
+    slp, tlp = slp.astype(np.float64, copy=False), tlp.astype(np.float64, copy=False)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        qk = np.exp(slp.astype(np.float64))
-        pk = np.exp(tlp.astype(np.float64))
-        listed = per_row.any_equal(ids, token_id_T)
-        q = np.exp(sampler_logprob_T)
-        p = np.exp(trainer_logprob_T)
-        extra_q = np.where(listed, 0.0, q)
-        extra_p = np.where(listed, 0.0, p)
-        q_sum = per_row.sum(qk) + extra_q
-        p_sum = per_row.sum(pk) + extra_p
-        abs_sum = per_row.sum(np.abs(pk - qk)) + np.abs(extra_p - extra_q)
-        tv = 0.5 * (abs_sum + np.abs(q_sum - p_sum))
-
-        kl_terms = np.where(qk > 0, qk * (slp - tlp), 0.0)
+        # One buffer per list-sized quantity, updated in place: these lists are k times the
+        # batch, and every temporary spared is a pass over memory spared.
+        qk = np.exp(slp)
+        pk = np.exp(tlp)
+        q_sum = per_row.sum(qk)
+        p_sum = per_row.sum(pk)
+        dk = np.subtract(pk, qk)
+        abs_sum = per_row.sum(np.abs(dk, out=dk))
+        kl_terms = np.subtract(slp, tlp, out=dk)
+        kl_terms *= qk
+        if not qk.all():  # q = 0 contributes nothing (0 log 0 = 0), whatever p is
+            kl_terms[qk == 0] = 0.0
         kl_in = per_row.sum(kl_terms)
+
+        listed = per_row.any_equal(ids, token_id_T)
+        extra_q = np.where(listed, 0.0, np.exp(sampler_logprob_T))  # the sampled id, when the list lacks it
+        extra_p = np.where(listed, 0.0, np.exp(trainer_logprob_T))
+        q_sum += extra_q
+        p_sum += extra_p
+        abs_sum += np.abs(extra_p - extra_q)
+        tv = 0.5 * (abs_sum + np.abs(q_sum - p_sum))
         kl_in += np.where(listed | (extra_q <= 0), 0.0, extra_q * (sampler_logprob_T - trainer_logprob_T))
         q_rest = np.clip(1.0 - q_sum, 0.0, 1.0)
         p_rest = np.maximum(np.clip(1.0 - p_sum, 0.0, 1.0), REST_EPS)
