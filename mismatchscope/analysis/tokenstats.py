@@ -1,9 +1,10 @@
 """Streaming token-level statistics: headline metrics, tails, exact quantiles
 and the "where is it" breakdowns.
 
-Everything is a running sum, count or maximum, except the exact ratio
-quantiles, which keep the log-ratio of every token (8 bytes a token: 80 MB at
-10 million tokens) and take quantiles once at the end.
+Everything is a running sum, count or maximum, except the exact quantiles
+(ratio and score-centering), which keep every token's value (8 bytes a token
+for the log-ratio: 80 MB at 10 million tokens) and select the order
+statistics once at the end (``quantiles.ExactQuantiles``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..divergence import TokenTerms
+from .quantiles import ExactQuantiles
 from .sums import TOKEN_SUMS, summarise_sums, token_sums, token_weights
 
 RATIO_QUANTILES = (0.001, 0.01, 0.05, 0.5, 0.95, 0.99, 0.999)
@@ -22,6 +24,9 @@ Q_EDGES = (0.0, 1e-3, 1e-2, 0.1, 0.5, 0.9)
 """sampler-probability buckets [0,1e-3) [1e-3,1e-2) [1e-2,0.1) [0.1,0.5) [0.5,0.9) [0.9,1]."""
 ENTROPY_EDGES = (0.0, 0.1, 0.5, 1.0, 2.0, 4.0)
 """trainer-entropy buckets in nats: [0,0.1) [0.1,0.5) [0.5,1) [1,2) [2,4) [4,inf)."""
+JOINT_KEYS = 1 << 15
+"""largest (bucket, position) key space summed in one keying (9 sums x 32k keys: 2 MB a batch)."""
+
 
 def bucket_index(values_T: np.ndarray, edges: tuple[float, ...]) -> np.ndarray:
     """Index of the bucket ``[edges[i], edges[i+1])`` holding each value; the last bucket is open above.
@@ -47,7 +52,8 @@ class TokenStats:
     log_ratio_max: float = -math.inf
     tail_high: np.ndarray = field(default_factory=lambda: np.zeros(len(TAIL_CUTS), np.int64))
     tail_low: np.ndarray = field(default_factory=lambda: np.zeros(len(TAIL_CUTS), np.int64))
-    _log_ratios: list[np.ndarray] = field(default_factory=list)
+    log_ratios: ExactQuantiles = field(default_factory=ExactQuantiles)
+    """every token's log-ratio, for the exact ratio quantiles."""
     q_buckets: np.ndarray = field(default_factory=lambda: np.zeros((len(TOKEN_SUMS), len(Q_EDGES))))
     pos_sums: np.ndarray = field(default_factory=lambda: np.zeros((len(TOKEN_SUMS), 0)))
     ent_buckets: np.ndarray | None = None
@@ -57,8 +63,10 @@ class TokenStats:
     topk_kl_sum: float = 0.0
     topk_kl_max: float = 0.0
     topk_mass_sum: float = 0.0
-    _centering: dict[str, list[np.ndarray]] = field(default_factory=dict)
-    """score-centering statistic -> its per-token values (float32, for exact quantiles; NaN: undefined)."""
+    _centering: dict[str, ExactQuantiles] = field(default_factory=dict)
+    """score-centering statistic -> its defined per-token values (float32, for exact quantiles)."""
+    _centering_sum: dict[str, float] = field(default_factory=dict)
+    """score-centering statistic -> the float64 sum of its defined values (for the mean)."""
     empty_sampler_tail: int = 0
     empty_trainer_tail: int = 0
     empty_tails: int = 0
@@ -71,20 +79,33 @@ class TokenStats:
         if l.size == 0:
             return
         w = token_weights(t)  # once per batch, for the keyings below
-        # One pass of bincounts keyed by (sampler-probability bucket, entropy bucket) gives both
-        # breakdowns and the totals; a second keyed by position gives the position breakdown.
+        # The three breakdowns (sampler probability, entropy, position) and the totals come from one
+        # set of bincounts keyed by (probability bucket, entropy bucket, position) when that key
+        # space is small, which is the cost of one keying instead of two.
         nq, ne = len(Q_EDGES), len(ENTROPY_EDGES)
-        qi = bucket_index(t.q_T, Q_EDGES)
+        code = bucket_index(t.q_T, Q_EDGES)
         if entropy_T is not None:
-            both = token_sums(qi * ne + bucket_index(entropy_T, ENTROPY_EDGES), nq * ne, w).reshape(len(TOKEN_SUMS), nq, ne)
+            code = code * ne + bucket_index(entropy_T, ENTROPY_EDGES)
+        nc = nq * ne if entropy_T is not None else nq
+        pos = position_T.astype(np.intp, copy=False)
+        npos = int(pos.max()) + 1
+        if nc * npos <= JOINT_KEYS:
+            joint = token_sums(code * npos + pos, nc * npos, w).reshape(len(TOKEN_SUMS), nc, npos)
+            by_code, by_pos = joint.sum(axis=2), joint.sum(axis=1)
+        else:
+            by_code, by_pos = token_sums(code, nc, w), token_sums(pos, npos, w)
+        if entropy_T is not None:
+            both = by_code.reshape(len(TOKEN_SUMS), nq, ne)
             by_q = both.sum(axis=2)
             if self.ent_buckets is None:
                 self.ent_buckets = np.zeros((len(TOKEN_SUMS), ne))
             self.ent_buckets += both.sum(axis=1)
         else:
-            by_q = token_sums(qi, nq, w)
+            by_q = by_code
         self.q_buckets += by_q
         self.sums += by_q.sum(axis=1)
+        self._grow_positions(npos)
+        self.pos_sums[:, :npos] += by_pos
         self.tv_max = max(self.tv_max, float(t.tv_T.max()))
         self.abs_l_max = max(self.abs_l_max, float(w[2].max()))
         self.log_ratio_min = min(self.log_ratio_min, float(l.min()))
@@ -92,10 +113,7 @@ class TokenStats:
         for i, c in enumerate(TAIL_CUTS):
             self.tail_high[i] += int(np.count_nonzero(t.ratio_T > c))
             self.tail_low[i] += int(np.count_nonzero(t.ratio_T < 1.0 / c))
-        self._log_ratios.append(l)
-        npos = int(position_T.max()) + 1
-        self._grow_positions(npos)
-        self.pos_sums[:, :npos] += token_sums(position_T.astype(np.intp, copy=False), npos, w)
+        self.log_ratios.add(l)
 
     def _grow_positions(self, npos: int) -> None:
         if npos > self.pos_sums.shape[1]:
@@ -112,7 +130,7 @@ class TokenStats:
         self.log_ratio_max = max(self.log_ratio_max, other.log_ratio_max)
         self.tail_high += other.tail_high
         self.tail_low += other.tail_low
-        self._log_ratios.extend(other._log_ratios)
+        self.log_ratios.merge(other.log_ratios)
         self.q_buckets += other.q_buckets
         npos = other.pos_sums.shape[1]
         self._grow_positions(npos)
@@ -126,7 +144,8 @@ class TokenStats:
         self.topk_kl_max = max(self.topk_kl_max, other.topk_kl_max)
         self.topk_mass_sum += other.topk_mass_sum
         for k, v in other._centering.items():
-            self._centering.setdefault(k, []).extend(v)
+            self._centering.setdefault(k, ExactQuantiles()).merge(v)
+            self._centering_sum[k] = self._centering_sum.get(k, 0.0) + other._centering_sum[k]
         self.empty_sampler_tail += other.empty_sampler_tail
         self.empty_trainer_tail += other.empty_trainer_tail
         self.empty_tails += other.empty_tails
@@ -151,7 +170,10 @@ class TokenStats:
         if c.overlap_T is not None:
             values["topk_overlap"] = c.overlap_T
         for k, v in values.items():
-            self._centering.setdefault(k, []).append(np.asarray(v, dtype=np.float32))
+            v32 = np.asarray(v, dtype=np.float32)
+            v32 = v32[np.isfinite(v32)]  # NaN: undefined at that token, counted apart
+            self._centering.setdefault(k, ExactQuantiles()).add(v32)
+            self._centering_sum[k] = self._centering_sum.get(k, 0.0) + float(np.sum(v32, dtype=np.float64))
         self.empty_sampler_tail += int(np.count_nonzero(c.empty_sampler_tail_T))
         self.empty_trainer_tail += int(np.count_nonzero(c.empty_trainer_tail_T))
         self.empty_tails += int(np.count_nonzero(c.empty_sampler_tail_T | c.empty_trainer_tail_T))
@@ -165,11 +187,11 @@ class TokenStats:
             if k not in self._centering:
                 out[k] = None
                 continue
-            v = np.concatenate(self._centering[k]).astype(np.float64)
-            v = v[np.isfinite(v)]
-            out[k] = {"tokens": int(v.size), "mean": _f(v.mean()) if v.size else None,
-                      "quantiles": {_g(q): (_f(x) if v.size else None)
-                                    for q, x in zip(RATIO_QUANTILES, np.quantile(v, RATIO_QUANTILES) if v.size else RATIO_QUANTILES)}}
+            v = self._centering[k]
+            n = v.n
+            qs = v.quantiles(RATIO_QUANTILES) if n else [None] * len(RATIO_QUANTILES)
+            out[k] = {"tokens": n, "mean": _f(self._centering_sum[k] / n) if n else None,
+                      "quantiles": {_g(q): _f(x) for q, x in zip(RATIO_QUANTILES, qs)}}
         out["tokens"] = out["sampler_topk_mass"]["tokens"]
         out["tail_mass_ratio"].update({"undefined_tokens": self.empty_tails, "empty_sampler_tail": self.empty_sampler_tail,
                                        "empty_trainer_tail": self.empty_trainer_tail})
@@ -187,8 +209,8 @@ class TokenStats:
     def metrics(self) -> dict:
         s = summarise_sums(self.sums)
         n = s["tokens"]
-        ratios = np.exp(np.concatenate(self._log_ratios)) if self._log_ratios else np.zeros(0)
-        qs = np.quantile(ratios, RATIO_QUANTILES) if ratios.size else [None] * len(RATIO_QUANTILES)
+        # quantiles of r = exp(l): exp is increasing, so r's order statistics are exp of l's
+        qs = self.log_ratios.quantiles(RATIO_QUANTILES, np.exp) if self.log_ratios.n else [None] * len(RATIO_QUANTILES)
         m = {
             "tv_token_mean": s.get("tv_token_mean"),
             "tv_token_max": self.tv_max if n else None,
