@@ -88,6 +88,32 @@ def binary_kl(q_T: np.ndarray, p_T: np.ndarray) -> np.ndarray:
     return np.maximum(a + b, 0.0)
 
 
+KL_SCREEN_MIN = 1e-10
+"""Below this threshold the chi-square screen is not used: rounding of the KL itself could matter."""
+
+
+def binary_kl_candidates(p_T: np.ndarray, q_T: np.ndarray, threshold: float) -> np.ndarray | None:
+    """Indices of the tokens whose two-outcome KL, in either direction, may exceed ``threshold``; None: all.
+
+    A binary KL is at most the chi-square divergence, KL(a||b) <= (a-b)^2 / (b(1-b)),
+    and clamping both probabilities into [eps, 1 - eps] only lowers it (each
+    point moves toward the other, and the KL is convex in each argument with
+    its minimum where they meet). So a token with (p-q)^2 < threshold *
+    min(p(1-p), q(1-q)) / 4 is below the threshold both ways, clamped or not,
+    and a rule need compute the logarithms only for the others: most tokens of
+    a real run. The factor 4 and the floor on p(1-p) absorb the rounding of p, q
+    and of the KL, so a screened rule reaches exactly the verdicts of the full
+    computation (tests/test_rules.py compares the two on adversarial inputs).
+    """
+    if not threshold >= KL_SCREEN_MIN:
+        return None
+    p = np.asarray(p_T, dtype=np.float64)
+    q = np.asarray(q_T, dtype=np.float64)
+    v = np.minimum(p * (1.0 - p), q * (1.0 - q))
+    d = p - q
+    return np.flatnonzero((d * d >= 0.25 * threshold * v) | (v <= 1e-12))
+
+
 def binary_kl_logs(log_a_T: np.ndarray, log_b_T: np.ndarray, eps: float = 0.0) -> np.ndarray:
     """KL(Bern(a) || Bern(b)) from log-probabilities, stable near 0 and 1 (the KPop quantity).
 

@@ -120,6 +120,45 @@ def test_kpop_clamp_and_stability():
     assert (binary_kl_logs(grid, grid, 0.0) == 0).all() and (binary_kl_logs(grid, grid, 1e-6) == 0).all()
 
 
+def _adversarial_logprobs(rng, n):
+    """Logprobs where a screen could go wrong: at 0 and just below, deep in the tail, equal, one ulp apart, and plain."""
+    edge = np.array([0.0, -1e-300, -1e-17, -1e-13, -1e-12, -1e-10, -1e-7, -1e-6, -1e-3, -0.693147, -20.0, -50.0,
+                     -700.0, -745.0])
+    lq = np.concatenate([rng.choice(edge, n), -rng.exponential(1.0, n), np.log(rng.uniform(0, 1, n))])
+    kind = rng.integers(0, 5, lq.size)
+    lp = np.select([kind == 0, kind == 1, kind == 2, kind == 3],
+                   [lq, np.nextafter(lq, -np.inf), np.minimum(lq + rng.normal(0, 1e-3, lq.size), 0.0),
+                    rng.choice(edge, lq.size)],
+                   np.minimum(lq + rng.normal(0, 0.5, lq.size), 0.0))
+    return lp, lq
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_screened_binary_kl_rules_reach_the_full_computations_verdicts(seed):
+    # kpop and dppo-kl skip the logarithms where a chi-square bound says the KL is below the threshold;
+    # the verdicts must be exactly those of computing the KL for every token
+    from mismatchscope.divergence import binary_kl, binary_kl_logs_both
+
+    rng = np.random.default_rng(seed)
+    lp, lq = _adversarial_logprobs(rng, 2000)
+    t = token_terms(lp, lq)
+    adv = rng.choice([-1.0, 0.0, 1.0], lq.size)
+    screened_somewhere = False
+    for phi in (1e-12, 1e-10, 1e-6, 1e-4, 1e-3, 0.01, 0.1, 1.0):
+        for eps in (0.0, 1e-6, 0.1):
+            full = np.maximum(*binary_kl_logs_both(t.lq_T, t.lp_T, eps)) > phi
+            got = make_instance("kpop", {"phi": phi, "eps": eps}).token_actions(t, None) == REJECT
+            assert np.array_equal(got, full), (phi, eps)
+            screened_somewhere |= 0 < full.sum() < full.size
+        pos = adv > 0
+        moved = (pos & (t.p_T > t.q_T)) | (~pos & (t.p_T < t.q_T))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            full = moved & (binary_kl(t.q_T, t.p_T) > phi)
+        got = make_instance("dppo-kl", {"delta": phi}).token_actions(t, adv) == REJECT
+        assert np.array_equal(got, full), phi
+    assert screened_somewhere
+
+
 def verl(option, threshold, x=None):
     inst = parse_rule(f"verl-rs:option={option},threshold={threshold}")
     if inst.level == "token":

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..divergence import TokenTerms, binary_kl, binary_kl_logs_both
+from ..divergence import TokenTerms, binary_kl, binary_kl_candidates, binary_kl_logs_both
 from .base import (
     NONNEG, RATIO_HIGH, RATIO_LOW, REJECT, REWEIGHT, UNIT, Range, param, register, where,
 )
@@ -77,8 +77,12 @@ def kpop(cfg: KPopConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> np.n
     would otherwise make D(q||p) infinite and reject a token both sides agree on.
     """
     lq, lp = t.lq_T, t.lp_T
-    d = np.maximum(*binary_kl_logs_both(lq, lp, cfg.eps))
-    return where(d > cfg.phi, REJECT)
+    maybe = binary_kl_candidates(t.p_T, t.q_T, cfg.phi)  # the others are surely below phi
+    if maybe is None:
+        return where(np.maximum(*binary_kl_logs_both(lq, lp, cfg.eps)) > cfg.phi, REJECT)
+    hit = np.zeros(lq.size, bool)
+    hit[maybe] = np.maximum(*binary_kl_logs_both(lq[maybe], lp[maybe], cfg.eps)) > cfg.phi
+    return where(hit, REJECT)
 
 
 @dataclass(frozen=True)
@@ -111,9 +115,14 @@ def dppo_kl(cfg: DPPOKLConfig, t: TokenTerms, advantage_T: np.ndarray) -> np.nda
     pos = advantage_T > 0
     up = t.p_T > t.q_T
     down = t.p_T < t.q_T
-    moved = np.flatnonzero((pos & up) | (~pos & down))  # the KL decides only where p moved the advantage's way
+    moved = (pos & up) | (~pos & down)  # the KL decides only where p moved the advantage's way
+    maybe = binary_kl_candidates(t.p_T, t.q_T, cfg.delta)  # and could exceed delta
+    if maybe is not None:
+        maybe = maybe[moved[maybe]]
+    else:
+        maybe = np.flatnonzero(moved)
     hit = np.zeros(t.p_T.size, bool)
-    hit[moved] = binary_kl(t.q_T[moved], t.p_T[moved]) > cfg.delta
+    hit[maybe] = binary_kl(t.q_T[maybe], t.p_T[maybe]) > cfg.delta
     return where(hit, REJECT)
 
 
