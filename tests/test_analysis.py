@@ -375,3 +375,66 @@ def test_topk_bounds_same_to_the_bit_with_equal_and_ragged_list_lengths():
     for a, b in ((same.tv_lower_T, ragged.tv_lower_T), (same.kl_lower_T, ragged.kl_lower_T),
                  (same.sampler_mass_T, ragged.sampler_mass_T), (same.trainer_mass_T, ragged.trainer_mass_T)):
         assert np.array_equal(a.view(np.int64), b[:n].view(np.int64))
+
+
+@pytest.mark.parametrize("rules, density", [(1, 0.5), (9, 0.01), (9, 0.6), (15, 0.0), (63, 0.05)])
+def test_pair_counts_by_pattern_equal_the_dense_product(rules, density):
+    # each pair's shared rejections, counted through the distinct rejection patterns, against
+    # the [R, n] @ [n, R] product it replaces (63 rules take the dense fallback)
+    from mismatchscope.analysis.masks import pair_counts
+
+    rng = np.random.default_rng(rules)
+    m = rng.random((rules, 5000)) < density
+    m[0, :7] = True  # correlated rules: the first rejects whatever the second does on a stretch
+    if rules > 1:
+        m[1, :7] = True
+    dense = m.astype(np.int64) @ m.T.astype(np.int64)
+    assert np.array_equal(pair_counts(m), dense)
+    assert pair_counts(m).dtype == np.float64
+
+
+def test_quantiles_are_numpys_to_the_bit():
+    # the binned selection must return exactly np.quantile's linear interpolation, ties and zeros included
+    from mismatchscope.analysis.quantiles import ExactQuantiles
+
+    rng = np.random.default_rng(7)
+    qs = (0.0, 0.001, 0.01, 0.05, 0.25, 0.5, 0.95, 0.99, 0.999, 1.0)
+    for trial in range(60):
+        n = int(rng.integers(1, 4000))
+        v = [rng.normal(0, 1e-3, n), np.round(rng.normal(0, 1, n), 1),
+             np.where(rng.random(n) < 0.6, 0.0, rng.normal(0, 1e-2, n)), -rng.exponential(5.0, n)][trial % 4]
+        if trial % 5 == 0:
+            v = v.astype(np.float32)
+        e = ExactQuantiles()
+        for part in np.array_split(v, int(rng.integers(1, 6))):
+            e.add(part)
+        assert np.array_equal(e.quantiles(qs), np.quantile(v.astype(np.float64), qs)), trial
+        if v.dtype == np.float64:
+            assert np.array_equal(e.quantiles(qs, np.exp), np.quantile(np.exp(v), qs)), trial
+
+
+def test_the_pass_gives_the_same_numbers_on_any_number_of_threads(tmp_path):
+    # batches are analysed on worker threads and folded in file order: one thread or four, the report,
+    # the rule counts and the chosen examples must be identical, not merely close
+    rng = np.random.default_rng(11)
+    cols = random_pairs(rng, n_seq=40, max_len=30)
+    pq.write_table(pa.table(cols), tmp_path / "p.parquet")
+    req = dict(report=True, masks=True, rules=default_rules(), sweeps=[parse_sweep("icepop.beta=1.5,3")], examples=5,
+               batch_rows=37)
+    one = analyse(str(tmp_path / "p.parquet"), AnalysisRequest(**req), workers=1)
+    four = analyse(str(tmp_path / "p.parquet"), AnalysisRequest(**req), workers=4)
+    assert one.report == four.report
+    assert one.masks == four.masks
+    assert one.warnings == four.warnings
+
+
+def test_an_error_surfaces_at_the_first_bad_batch_whatever_the_threads(tmp_path):
+    # two bad batches: the error reported is the first one's, as a one-thread pass would report it
+    cols = pairs([(s, i, 0.5, 0.4) for s in range(1, 9) for i in range(4)])
+    cols["trainer_logprob"][13] = 0.5  # sequence 4, position 1
+    cols["trainer_logprob"][29] = 0.9  # sequence 8, position 1
+    pq.write_table(pa.table(cols), tmp_path / "p.parquet")
+    for workers in (1, 4):
+        with pytest.raises(InputError, match="positive logprob") as e:
+            analyse(str(tmp_path / "p.parquet"), AnalysisRequest(batch_rows=4), workers=workers)
+        assert "trainer 0.5 at sequence 4 position 1" in str(e.value)

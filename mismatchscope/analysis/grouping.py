@@ -81,7 +81,13 @@ class Groups:
 
     def count(self, mask: np.ndarray) -> np.ndarray:
         """per run: how many of its tokens ``mask`` flags (float64)."""
-        return np.bincount(self.inverse[mask], minlength=self.n).astype(np.float64)
+        return self.count_at(np.flatnonzero(mask))
+
+    def count_at(self, rows: np.ndarray) -> np.ndarray:
+        """per run: how many of the tokens at ``rows`` (row indices of the batch) it holds (float64)."""
+        if rows.size == 0:
+            return np.zeros(self.n)
+        return np.bincount(self.inverse[rows], minlength=self.n).astype(np.float64)
 
     def count_codes(self, code: np.ndarray, n_codes: int) -> np.ndarray:
         """``[n_runs, n_codes]``: per run, how many of its tokens carry each code (0 <= code < n_codes)."""

@@ -36,6 +36,31 @@ def sign_code(a_T: np.ndarray, b_T: np.ndarray | float) -> np.ndarray:
     return (a_T <= b_T).astype(np.intp) + (a_T == b_T)
 
 
+def pair_counts(rejected: np.ndarray) -> np.ndarray:
+    """``[R, R]``: for each pair of rules, how many tokens both reject (the diagonal: each rule's own count).
+
+    ``rejected`` is ``[R, n]`` booleans. Rejections are rare and the rules
+    overlap, so the tokens any rule rejects fall into few distinct patterns
+    (which rules reject them): each pattern's count times the outer product of
+    its bits replaces a dense ``[R, n] @ [n, R]`` product over every token.
+    Integer arithmetic throughout, so the counts are exact.
+    """
+    r = rejected.shape[0]
+    hit = np.flatnonzero(np.logical_or.reduce(rejected, axis=0)) if r else np.zeros(0, np.intp)
+    if hit.size == 0:
+        return np.zeros((r, r))
+    sub = rejected[:, hit]
+    if r > 62:  # patterns no longer fit one integer
+        f = sub.astype(np.float64)
+        return f @ f.T
+    code = np.zeros(hit.size, np.int64)
+    for i in range(r):
+        code |= sub[i].astype(np.int64) << i
+    patterns, counts = np.unique(code, return_counts=True)
+    bits = (patterns[:, None] >> np.arange(r)) & 1  # [U, R]
+    return (bits.T @ (bits * counts[:, None])).astype(np.float64)
+
+
 @dataclass(eq=False)
 class Unit:
     """One rule instance under one advantage hypothesis."""
@@ -161,24 +186,25 @@ class MaskAccumulator:
         for i, u in enumerate(self.token_units):
             v = token_verdicts(u, t, advantage_T)
             rej, rew = v.rejected, v.reweighted
-            u.tokens_rejected += int(np.count_nonzero(rej))
-            u.tokens_reweighted += int(np.count_nonzero(rew))
+            # rejections and reweights are rare: count them through their indices, not over every token
+            rej_at, rew_at = np.flatnonzero(rej), np.flatnonzero(rew)
+            u.tokens_rejected += int(rej_at.size)
+            u.tokens_reweighted += int(rew_at.size)
             if u.rule.spec.acts == "reject":
-                cut = np.bincount(tail[rej], minlength=n_tail).reshape(N_Q, len(SIGNS))
+                cut = np.bincount(tail[rej_at], minlength=n_tail).reshape(N_Q, len(SIGNS))
                 u.rejected_by_q += cut.sum(axis=1)
                 u.rejected_by_pq_sign += cut.sum(axis=0)
             if adv_sign is not None and u.hypothesis == "data":
-                by_sign = np.bincount(adv_sign[rej], minlength=3)
+                by_sign = np.bincount(adv_sign[rej_at], minlength=3)
                 for k, name in enumerate(("A>0", "A<0", "A=0")):
                     u.rejected_by_sign[name] += int(by_sign[k])
-            per_seq[f"rej{i}"] = groups.count(rej)
-            per_seq[f"rew{i}"] = groups.count(rew)
+            per_seq[f"rej{i}"] = groups.count_at(rej_at)
+            per_seq[f"rew{i}"] = groups.count_at(rew_at)
             if u in self.agree_token:
                 rejected_rows.append(rej)
         if rejected_rows:
             m = np.stack(rejected_rows)
-            f = m.astype(np.float32)
-            self.pair_counts += f @ f.T
+            self.pair_counts += pair_counts(m)
             if self.n_examples:
                 self._collect_examples(m, t, batch)
         return per_seq
