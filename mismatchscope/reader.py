@@ -445,9 +445,9 @@ TOPK_LOGPROB_LISTS = ("sampler_topk_logprobs", "trainer_logprobs_at_sampler_topk
 def _check_logprob_list(path: Path, name: str, arr: pa.Array, cols: dict[str, Any]) -> None:
     """Values in a top-k logprob list are logprobs too: no NaN, nothing above the rounding tolerance (-inf is fine)."""
     values = to_numpy(pc.list_flatten(arr)).astype(np.float64, copy=False)
-    bad = np.isnan(values) | (values > POSITIVE_LOGPROB_TOLERANCE)
-    if not bad.any():
+    if (values <= POSITIVE_LOGPROB_TOLERANCE).all():  # one comparison a value: NaN compares False
         return
+    bad = np.isnan(values) | (values > POSITIVE_LOGPROB_TOLERANCE)
     flat = int(np.flatnonzero(bad)[0])
     lens = to_numpy(pc.list_value_length(arr).fill_null(0))
     row = int(np.searchsorted(np.cumsum(lens), flat, side="right"))
