@@ -438,3 +438,32 @@ def test_an_error_surfaces_at_the_first_bad_batch_whatever_the_threads(tmp_path)
         with pytest.raises(InputError, match="positive logprob") as e:
             analyse(str(tmp_path / "p.parquet"), AnalysisRequest(batch_rows=4), workers=workers)
         assert "trainer 0.5 at sequence 4 position 1" in str(e.value)
+
+
+def test_exact_quantiles_past_the_memory_cap_take_a_second_pass(tmp_path, monkeypatch):
+    # a column that outgrows its cap keeps only bin counts, and a second pass hands back the values of
+    # the bins the quantiles need: the report's quantiles must not change by one bit
+    import mismatchscope.analysis.quantiles as quantiles
+    from mismatchscope.analysis.topk import REST_EPS  # noqa: F401 - the top-k path must run too
+
+    rng = np.random.default_rng(5)
+    cols = random_pairs(rng, n_seq=60, max_len=40)
+    n = len(cols["sequence_id"])
+    k = 4
+    top = np.log(rng.dirichlet(np.ones(k + 1), n)[:, :k])
+    cols["sampler_topk_ids"] = rng.integers(0, 1000, (n, k)).tolist()
+    cols["sampler_topk_logprobs"] = top.tolist()
+    cols["trainer_logprobs_at_sampler_topk"] = np.minimum(top + rng.normal(0, 0.1, (n, k)), 0.0).tolist()
+    cols["trainer_topk_ids"] = rng.integers(0, 1000, (n, k)).tolist()
+    pq.write_table(pa.table(cols), tmp_path / "p.parquet")
+    req = AnalysisRequest(report=True, batch_rows=64)
+    kept = analyse(str(tmp_path / "p.parquet"), req).report
+    monkeypatch.setattr(quantiles, "KEEP_VALUES", 100)  # n is over 1,000 tokens: every column overflows
+    calls = []
+    real = quantiles.ExactQuantiles.refill
+    monkeypatch.setattr(quantiles.ExactQuantiles, "refill", lambda self, v: (calls.append(v.size), real(self, v)))
+    refilled = analyse(str(tmp_path / "p.parquet"), req).report
+    assert calls and sum(calls) < 5 * n  # a second pass ran, and kept only a few bins' values
+    assert refilled["metrics"]["ratio_quantiles"] == kept["metrics"]["ratio_quantiles"]
+    assert refilled["score_centering"] == kept["score_centering"]
+    assert refilled == kept

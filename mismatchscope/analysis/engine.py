@@ -23,10 +23,11 @@ from .grouping import Groups, Op, SequenceAggregator
 from .masks import MaskAccumulator, build_units
 from .parallel import ordered_map
 from .positions import PositionTracker, position_runs
+from .quantiles import select_bins
 from .readings import interpret, policy_lag  # noqa: F401 - importable from here as before
 from .report import CHI2_SEQ_CLIP, assemble_report  # noqa: F401
 from .table import REDUCTIONS, SequenceTable, token_values
-from .tokenstats import TokenStats
+from .tokenstats import RATIO_QUANTILES, TokenStats, centering_values
 from .topk import score_centering, topk_bounds
 from .validate import check_advantage, check_not_empty, check_positions, position_warnings
 
@@ -155,6 +156,8 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
         if on_batch:
             on_batch(part.tokens)
 
+    if request.report:
+        _refill_quantiles(source, columns, request.batch_rows, stats, workers)
     seq_ids, agg = seqagg.result()
     table = SequenceTable.from_reduced(seq_ids, agg, agg.get("sum_adv"))
     n_tokens = int(table.n_tokens_S.sum()) if seq_ids.size else 0
@@ -176,3 +179,35 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
         mask_out = assemble_masks(masks, seq, mask_columns, n_tokens, seq_ids.size, has_adv)
         table.rules = masks.rule_columns(mask_columns, table.n_tokens_S)
     return AnalysisResult(n_tokens, int(seq_ids.size), report, mask_out, warnings, source.run_config, source, table)
+
+
+def _refill_quantiles(source: Source, columns: list[str], batch_rows: int, stats: TokenStats, workers: int | None) -> None:
+    """A second pass for the exact quantiles of a file too large to keep every value of (``quantiles.KEEP_VALUES``).
+
+    The first pass counted every value into bins; this one reads the file
+    again and hands each column back only the values of the bins its wanted
+    order statistics fall in. The log-ratio needs only the required columns
+    (the rows hygiene drops depend on the logprobs alone); the score-centering
+    statistics need the top-k lists again.
+    """
+    todo = {name: acc for name, acc in stats.quantile_columns().items() if not acc.complete}
+    if not todo:
+        return
+    wanted = {name: acc.wanted(RATIO_QUANTILES) for name, acc in todo.items()}
+    centering = any(name != "log_ratio" for name in todo)
+    cols = columns if centering else []
+
+    def one_batch(raw: RawBatch) -> dict[str, np.ndarray]:
+        batch = raw.clean(Hygiene())
+        t = token_terms(batch["trainer_logprob"], batch["sampler_logprob"])
+        values = {"log_ratio": t.log_ratio_T}
+        if centering:
+            b = topk_bounds(batch["token_id"], batch["sampler_logprob"], batch["trainer_logprob"],
+                            batch["sampler_topk_ids"], batch["sampler_topk_logprobs"],
+                            batch["trainer_logprobs_at_sampler_topk"], batch["sequence_id"], batch["position"])
+            values.update(centering_values(score_centering(b, batch["sampler_topk_ids"], batch.get("trainer_topk_ids"))))
+        return {name: select_bins(values[name], wanted[name]) for name in todo}
+
+    for kept in ordered_map(one_batch, read_batches(source, cols, batch_rows), workers):
+        for name, values in kept.items():
+            todo[name].refill(values)

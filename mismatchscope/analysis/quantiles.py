@@ -16,8 +16,12 @@ the same number ``np.quantile`` (linear interpolation, its default) computes
 on the whole column, to the bit: the same order statistics, the same
 interpolation formula (tested against ``np.quantile``).
 
-Memory is what keeping the column costs anyway (8 bytes a float64 token, 4 a
-float32 one) plus 512 KB of counts per column.
+Memory stays flat in the number of tokens: a column keeps its values up to
+``KEEP_VALUES`` (96 MB of float64), plus 512 KB of counts. Past that it keeps
+counting but drops the values, and the caller makes a second pass over the
+file that hands back only the values of the bins the wanted order statistics
+fall in (:meth:`ExactQuantiles.wanted`, :func:`select_bins`): still
+exact, at the cost of reading the columns again, and only for files that large.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ from typing import Callable
 import numpy as np
 
 BINS = 1 << 16
+KEEP_VALUES = 12_000_000
+"""values a column keeps before it falls back to counting (and its caller to a second pass): a
+10-million-token report keeps its four columns in about 200 MB and makes one pass."""
 
 
 def _bins(values: np.ndarray) -> np.ndarray:
@@ -48,39 +55,92 @@ def _bins(values: np.ndarray) -> np.ndarray:
     raise TypeError(f"exact quantiles take float32 or float64 values, not {values.dtype}")
 
 
+def select_bins(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """The values that fall in the ``wanted`` bins (a boolean over the bins, :meth:`ExactQuantiles.wanted`)."""
+    return values[wanted[_bins(values)]] if values.size else values
+
+
 @dataclass
 class ExactQuantiles:
-    """A column's values, kept batch by batch with their bin counts; quantiles on demand.
+    """A column's bin counts, and its values while they fit; quantiles on demand.
 
     Only finite values may be added (the caller drops or counts the others).
     """
 
     parts: list[np.ndarray] = field(default_factory=list)
     counts: np.ndarray = field(default_factory=lambda: np.zeros(BINS, np.int64))
+    limit: int | None = None
+    """values kept at most (None: ``KEEP_VALUES``); beyond, only the counts (``complete`` turns False)."""
+    complete: bool = True
+    """every value is in ``parts`` (else only those :meth:`refill` handed back, or none yet)."""
+    _kept: int = 0
 
     @property
     def n(self) -> int:
-        return int(sum(p.size for p in self.parts))
+        return int(self.counts.sum())
 
     def add(self, values: np.ndarray) -> None:
         if values.size:
-            self.parts.append(values)
             self.counts += np.bincount(_bins(values), minlength=BINS)
+            self._keep([values])
 
     def merge(self, other: "ExactQuantiles") -> None:
         """Take another accumulator's values (a batch analysed on another thread)."""
-        self.parts.extend(other.parts)
         self.counts += other.counts
+        if not other.complete:
+            self._drop()
+        self._keep(other.parts)
+
+    def _keep(self, parts: list[np.ndarray]) -> None:
+        if not self.complete:
+            return
+        self.parts.extend(parts)
+        self._kept += sum(p.size for p in parts)
+        if self._kept > (KEEP_VALUES if self.limit is None else self.limit):
+            self._drop()
+
+    def _drop(self) -> None:
+        self.parts, self._kept, self.complete = [], 0, False
+
+    def _ranks(self, qs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """numpy's "linear" method, step by step: the ranks of both neighbours and the weight, per quantile."""
+        n = self.n
+        qs = np.asarray(qs, dtype=np.float64)
+        virtual = (n - 1) * qs
+        prev_f = np.floor(virtual)
+        gamma = virtual - prev_f
+        prev = prev_f.astype(np.int64)
+        nxt = prev + 1
+        top = virtual >= n - 1
+        prev[top] = nxt[top] = n - 1
+        return prev, nxt, gamma
+
+    def wanted(self, qs) -> np.ndarray:
+        """Boolean over the bins: those holding an order statistic the quantiles ``qs`` need."""
+        prev, nxt, _ = self._ranks(qs)
+        out = np.zeros(BINS, bool)
+        out[np.searchsorted(np.cumsum(self.counts), np.concatenate([prev, nxt]), side="right")] = True
+        return out
+
+    def refill(self, selected: np.ndarray) -> None:
+        """Second pass: take back one batch's values of the wanted bins (:func:`select_bins`), in file order."""
+        if selected.size:
+            self.parts.append(selected)
 
     def order_statistics(self, ranks: np.ndarray) -> np.ndarray:
-        """The values at 0-based ``ranks`` of the sorted column (float64)."""
+        """The values at 0-based ``ranks`` of the sorted column (float64).
+
+        Needs every value, or (after a second pass) every value of the bins holding these ranks.
+        """
         ranks = np.asarray(ranks, dtype=np.int64)
         cum = np.cumsum(self.counts)
         bin_of = np.searchsorted(cum, ranks, side="right")  # the first bin whose cumulative count passes the rank
         targets = np.unique(bin_of)
         wanted = np.zeros(BINS, bool)
         wanted[targets] = True
-        chosen = np.concatenate([p[wanted[_bins(p)]] for p in self.parts])
+        chosen = np.concatenate([p[wanted[_bins(p)]] for p in self.parts]) if self.parts else np.zeros(0)
+        if chosen.size != int(self.counts[targets].sum()):
+            raise RuntimeError("exact quantiles: the values of the wanted bins are not all here (a second pass is missing)")
         # ``chosen`` holds the target bins' values; a bin's values follow those of every lower target bin
         start_in_chosen = np.cumsum(self.counts[targets]) - self.counts[targets]
         start_in_all = cum[targets] - self.counts[targets]
@@ -91,21 +151,14 @@ class ExactQuantiles:
 
     def quantiles(self, qs, transform: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
         """``np.quantile(transform(column), qs)`` (linear interpolation) for an increasing ``transform``."""
-        n = self.n
-        if n == 0:
+        if self.n == 0:
             raise ValueError("no values")
-        qs = np.asarray(qs, dtype=np.float64)
-        virtual = (n - 1) * qs  # numpy's "linear" method, step by step, so the result is its result to the bit
-        prev_f = np.floor(virtual)
-        gamma = virtual - prev_f
-        prev = prev_f.astype(np.int64)
-        nxt = prev + 1
-        top = virtual >= n - 1
-        prev[top] = nxt[top] = n - 1
+        prev, nxt, gamma = self._ranks(qs)
         stats = self.order_statistics(np.concatenate([prev, nxt]))
         if transform is not None:
             stats = transform(stats)
-        a, b = stats[: qs.size], stats[qs.size:]
+        k = prev.size
+        a, b = stats[:k], stats[k:]
         diff = b - a
         out = a + diff * gamma
         high = gamma >= 0.5

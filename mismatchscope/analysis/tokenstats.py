@@ -165,18 +165,16 @@ class TokenStats:
 
     def add_centering(self, c) -> None:
         """Per-token score-centering statistics (``topk.ScoreCentering``) of one batch."""
-        values = {"sampler_topk_mass": c.sampler_mass_T, "trainer_mass_on_sampler_topk": c.trainer_mass_T,
-                  "tail_mass_ratio": c.tail_ratio_T}
-        if c.overlap_T is not None:
-            values["topk_overlap"] = c.overlap_T
-        for k, v in values.items():
-            v32 = np.asarray(v, dtype=np.float32)
-            v32 = v32[np.isfinite(v32)]  # NaN: undefined at that token, counted apart
+        for k, v32 in centering_values(c).items():
             self._centering.setdefault(k, ExactQuantiles()).add(v32)
             self._centering_sum[k] = self._centering_sum.get(k, 0.0) + float(np.sum(v32, dtype=np.float64))
         self.empty_sampler_tail += int(np.count_nonzero(c.empty_sampler_tail_T))
         self.empty_trainer_tail += int(np.count_nonzero(c.empty_trainer_tail_T))
         self.empty_tails += int(np.count_nonzero(c.empty_sampler_tail_T | c.empty_trainer_tail_T))
+
+    def quantile_columns(self) -> dict[str, ExactQuantiles]:
+        """Every column whose exact quantiles the report prints: "log_ratio" and each score-centering statistic."""
+        return {"log_ratio": self.log_ratios, **self._centering}
 
     def score_centering(self) -> dict | None:
         """Means and quantiles over tokens; tokens where a statistic is undefined are counted apart."""
@@ -262,6 +260,20 @@ class TokenStats:
             labs = [f"[{_g(a)}, {_g(b)})" for a, b in zip(ENTROPY_EDGES, ENTROPY_EDGES[1:])] + [f"[{_g(ENTROPY_EDGES[-1])}, inf)"]
             out["entropy"] = [{"bucket": lab, **_row(self.ent_buckets[:, j])} for j, lab in enumerate(labs)]
         return out
+
+
+def centering_values(c) -> dict[str, np.ndarray]:
+    """One batch's score-centering statistics as the quantiles keep them: float32, defined tokens only
+    (NaN marks a token where a statistic is undefined; those are counted apart)."""
+    values = {"sampler_topk_mass": c.sampler_mass_T, "trainer_mass_on_sampler_topk": c.trainer_mass_T,
+              "tail_mass_ratio": c.tail_ratio_T}
+    if c.overlap_T is not None:
+        values["topk_overlap"] = c.overlap_T
+    out = {}
+    for k, v in values.items():
+        v32 = np.asarray(v, dtype=np.float32)
+        out[k] = v32[np.isfinite(v32)]
+    return out
 
 
 def q_bucket_labels() -> list[str]:
