@@ -8,10 +8,11 @@ from typing import List, Optional
 import typer
 
 from ..errors import UsageError
+from ..importers import IMPORTERS
 from ._options import FormatOpt
 from ._output import OutputFormat, emit_json, info, stdout_console, warn
 
-FORMATS = ("nemo-rl", "prime-rl", "slime", "jsonl", "parquet")
+FORMATS = tuple(IMPORTERS)
 
 
 def _mapping(items: list[str] | None) -> dict[str, str]:

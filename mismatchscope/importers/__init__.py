@@ -7,7 +7,7 @@ the project's token-pair format: ``OUT/tokens/part-XXXXX.parquet`` shards
 (every ~1M tokens) plus ``OUT/manifest.json``, written last.
 
 Adding a format is one module with an importer class and one entry in
-:data:`IMPORTERS`.
+:data:`IMPORTERS` (which the command line reads for its list of formats).
 
 Output conventions, the same for every format:
 
@@ -25,6 +25,7 @@ Output conventions, the same for every format:
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 from typing import Any, Callable
@@ -32,21 +33,23 @@ from typing import Any, Callable
 from .. import __version__
 from ..errors import InputError, UsageError
 from ._base import ImportContext, Importer, ImportResult, Progress, SourceFile
-from .generic import GenericJsonlImporter, GenericParquetImporter
-from .nemo_rl import NemoRLImporter
-from .prime_rl import PrimeRLImporter
-from .slime import SlimeImporter
 
-__all__ = ["IMPORTERS", "ImportResult", "import_run", "describe"]
+__all__ = ["IMPORTERS", "ImportResult", "import_run", "describe", "importer_class"]
 
-IMPORTERS: dict[str, Callable[..., Importer]] = {
-    "nemo-rl": NemoRLImporter,
-    "prime-rl": PrimeRLImporter,
-    "slime": SlimeImporter,
-    "jsonl": GenericJsonlImporter,
-    "parquet": GenericParquetImporter,
+IMPORTERS: dict[str, str] = {
+    "nemo-rl": "nemo_rl:NemoRLImporter",
+    "prime-rl": "prime_rl:PrimeRLImporter",
+    "slime": "slime:SlimeImporter",
+    "jsonl": "generic:GenericJsonlImporter",
+    "parquet": "generic:GenericParquetImporter",
 }
-"""format name -> importer class (constructed with the ``--column`` mapping)."""
+"""format name -> ``module:Class`` of its importer (constructed with the ``--column`` mapping), loaded
+when used: every command's start-up reads this list, only ``import`` needs the classes."""
+
+
+def importer_class(fmt: str) -> Callable[..., Importer]:
+    module, name = IMPORTERS[fmt].split(":")
+    return getattr(importlib.import_module(f".{module}", __name__), name)
 
 _LAYOUT_HINTS = {
     "nemo-rl": "point at NeMo-RL's log directory (it holds exp_NNN/train_data_step{N}.jsonl)",
@@ -84,7 +87,7 @@ def import_run(fmt: str, src: Path, out: Path, *, columns: dict[str, str] | None
     src, out = Path(src), Path(out)
     if not src.exists():
         raise InputError(f"{src}: no such file or directory", hint=describe(fmt))
-    importer = IMPORTERS[fmt](columns=columns)
+    importer = importer_class(fmt)(columns=columns)
     files = importer.discover(src)
     if not files:
         raise InputError(f"{src}: no {fmt} files found", hint=describe(fmt))

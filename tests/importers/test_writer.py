@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from mismatchscope.importers import IMPORTERS, import_run
+from mismatchscope.importers import IMPORTERS, import_run, importer_class
 from mismatchscope.importers._writer import ShardWriter
 from mismatchscope.reader import Hygiene, iter_batches, open_source
 from mismatchscope.schema import decode_metadata
@@ -68,6 +68,13 @@ def test_every_registered_format_has_a_layout_hint_and_docs(tmp_path):
     for fmt in IMPORTERS:
         assert describe(fmt)
         assert f"`{fmt}`" in docs, fmt
+        assert importer_class(fmt).__name__ == IMPORTERS[fmt].split(":")[1]  # every entry loads
+
+
+def test_the_command_line_lists_exactly_the_registered_formats():
+    from mismatchscope.cli.importer import FORMATS
+
+    assert FORMATS == tuple(IMPORTERS) == ("nemo-rl", "prime-rl", "slime", "jsonl", "parquet")
 
 
 def test_manifest_counts_match_the_result(tmp_path):
