@@ -690,7 +690,7 @@ def test_credentials_in_a_files_metadata_are_never_printed(write):
 @pytest.mark.parametrize("args, message", [
     (["report"], "Missing argument 'path'. (see mismatchscope report --help)"),
     (["report", "x", "--format", "yaml"],
-     "Invalid value for '--format' / '-f': Value error, 'yaml' is not one of 'table', 'json'. (see mismatchscope report --help)"),
+     "Invalid value for '--format' / '-f': 'yaml' is not one of 'table', 'json'. (see mismatchscope report --help)"),
     (["report", "--nope"], "No such option: --nope (see mismatchscope report --help)"),
     (["nosuchcmd"], "No such command 'nosuchcmd'. (see mismatchscope --help)"),
 ])

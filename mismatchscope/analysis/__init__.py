@@ -5,6 +5,8 @@ One streaming pass over the token pairs, then assembly. Modules, by job:
 * ``engine``: the streaming pass (:func:`~.engine.analyse`): reads the
   columns the outputs need, computes the per-token terms once per batch and
   feeds the accumulators below; returns an ``AnalysisResult``.
+* ``parallel``: each batch analysed on a worker thread into a partial result,
+  the partials folded in file order (the same numbers on any number of cores).
 * ``validate``: what refuses an input (negative positions, non-finite
   advantages, no token left) and what only warns (position gaps).
 * ``table``: the typed per-sequence table (``SequenceTable``: token counts,
@@ -16,6 +18,7 @@ One streaming pass over the token pairs, then assembly. Modules, by job:
   for the whole file, a bucket or a step alike; ``timeline`` and the live
   Monitor use it too.
 * ``tokenstats``: running token sums, tails, exact quantiles, breakdowns.
+* ``quantiles``: exact quantiles by binned selection, memory flat in tokens.
 * ``grouping``: the streaming group-by over ``sequence_id``.
 * ``positions``: duplicate, gap and late-start checks on positions.
 * ``masks``: the rule accumulator (each rule under each advantage
