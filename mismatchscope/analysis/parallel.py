@@ -66,9 +66,11 @@ def keep_freed_memory() -> None:
     so every batch pays its pages again as page faults: a third of a pass's CPU
     time went to the kernel on two cores. Raising the mmap and trim thresholds
     keeps those blocks in the heap; peak memory is unchanged (the same arrays
-    at the same moments), only the kernel round trips go. A command-line
-    process calls this once; the library never changes a host process's
-    allocator. Elsewhere than glibc this does nothing.
+    at the same moments), only the kernel round trips go. The commands that
+    run the pass (report, compare-masks, gate, timeline) call this; probe and
+    diagnose, whose processes hold torch and vLLM, do not, and the library
+    never changes a host process's allocator. Elsewhere than glibc this does
+    nothing.
     """
     try:
         import ctypes

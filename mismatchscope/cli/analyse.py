@@ -11,6 +11,7 @@ import typer
 from ._options import ColumnOpt, FormatOpt, PathArg, RuleOpt, rule_help_epilog
 from ..errors import UsageError
 from ._output import OutputFormat, emit_json, info, stdout_console, warn
+from ..analysis.parallel import keep_freed_memory
 
 
 def _drawn_by_default() -> list[str]:
@@ -58,6 +59,7 @@ def compare_masks(
                                          help="Write PNG pictures into DIR: which tail each rule cuts (needs the plot extra: matplotlib)."),
 ) -> None:
     """How many tokens and sequences each masking rule would reject or reweight, side by side, how much they overlap, and which tail (sampler probability, sign of p - q) each one cuts."""
+    keep_freed_memory()
     from ..analysis.engine import AnalysisRequest, analyse
     from ..reader import parse_column_mapping
 
@@ -105,6 +107,7 @@ def report(
     worst_traces: bool = typer.Option(False, "--worst-traces", help="With --worst and --format json: add each sequence's full trace."),
 ) -> None:
     """TV distance, KL estimators, ratio tails, and where the mismatch sits (by probability, position, entropy)."""
+    keep_freed_memory()
     from ..analysis.engine import AnalysisRequest, analyse
     from ..outputs import check_all
     from ..reader import parse_column_mapping

@@ -12,6 +12,7 @@ import typer
 from ..errors import UsageError
 from ._options import ColumnOpt, FormatOpt
 from ._output import OutputFormat, emit_json, info, stdout_console, warn
+from ..analysis.parallel import keep_freed_memory
 
 
 def gate(
@@ -57,6 +58,7 @@ def gate(
 
     Exit code 0: every limit holds; 1: a limit failed; 2: a usage or input error (incomparable runs included).
     """
+    keep_freed_memory()
     if init:
         _write_starter(Path(candidate or "gate.toml"), force)
         return

@@ -103,9 +103,6 @@ def _os_error(e: OSError) -> None:
 def main(argv: list[str] | None = None) -> None:
     from ..errors import MismatchscopeError
 
-    from ..analysis.parallel import keep_freed_memory
-
-    keep_freed_memory()
     click_exceptions = _click_exceptions()
     try:
         code = app(args=argv, standalone_mode=False)

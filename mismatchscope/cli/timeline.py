@@ -9,6 +9,7 @@ import typer
 
 from ._options import ColumnOpt, FormatOpt, PathArg, rule_help_epilog
 from ._output import OutputFormat, emit_json, info, stdout_console, warn
+from ..analysis.parallel import keep_freed_memory
 
 TimelineRuleOpt = typer.Option(
     None, "--rule", "-r", metavar="NAME[:K=V,...]",
@@ -28,6 +29,7 @@ def timeline(
     plots: Optional[Path] = typer.Option(None, "--plots", metavar="DIR", help="Also write DIR/timeline.png: one panel per metric, flagged steps marked."),
 ) -> None:
     """Headline mismatch metrics per training step (needs a step column), and the steps where a series spikes, shifts or drifts."""
+    keep_freed_memory()
     from ..outputs import check_all
     from ..reader import parse_column_mapping
     from ..rules import parse_rule
