@@ -101,6 +101,14 @@ def test_report_plots_and_html(tmp_path):
     html = page.read_text()
     _assert_self_contained(html, images=4)
     assert "ipo:delta=0.2" in html and "tv_token_mean" in html and "simulated" in html  # captions, metrics, run metadata
+    # the file has top-k columns and entropies: the page carries what the terminal prints of them
+    data = json.loads(cli("report", str(SAMPLE_PAIRS), "--format", "json").stdout)
+    assert "<h2>By trainer entropy</h2>" in html and "<h2>Score centering from the top-k</h2>" in html
+    sc = data["score_centering"]
+    row = re.search(r"<tr><td>top-k overlap</td><td[^>]*>([^<]+)</td><td[^>]*>([^<]+)</td>", html)
+    assert row, "no top-k overlap row"
+    assert int(row.group(1).replace(",", "")) == sc["topk_overlap"]["tokens"]
+    assert float(row.group(2)) == pytest.approx(sc["topk_overlap"]["mean"], rel=1e-3)
 
 
 def test_report_rule_without_pictures_is_a_usage_error():

@@ -24,6 +24,15 @@ def _quantiles(x: np.ndarray) -> dict[str, float | None]:
     return {f"{q:g}": _f(v) for q, v in zip(RATIO_QUANTILES, np.quantile(x, RATIO_QUANTILES))}
 
 
+CENTERING_LABELS = {
+    "sampler_topk_mass": ("sampler top-k mass", "sum_K q"),
+    "trainer_mass_on_sampler_topk": ("trainer mass on it", "sum_K p"),
+    "tail_mass_ratio": ("tail-mass ratio rho", "(1 - sum_K q) / (1 - sum_K p)"),
+    "topk_overlap": ("top-k overlap", "|K_sampler & K_trainer| / k"),
+}
+"""score-centering statistic -> (label, formula): what the terminal table and the HTML page print."""
+
+
 def assemble_report(stats: TokenStats, seq: SequenceInputs, table: SequenceTable, run_config: dict | None) -> dict:
     """The ``report`` payload: token metrics, sequence metrics, top-k bounds, breakdowns and readings."""
     S = seq.seq_log_ratio_S

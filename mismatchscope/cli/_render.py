@@ -97,11 +97,9 @@ def report_tables(console, result) -> None:
                   title_justify="left")
         for col in ("statistic", "tokens", "mean", "q0.01", "q0.5", "q0.99", "meaning"):
             c.add_column(col, justify="left" if col in ("statistic", "meaning") else "right")
-        labels = {"sampler_topk_mass": ("sampler top-k mass", "sum_K q"),
-                  "trainer_mass_on_sampler_topk": ("trainer mass on it", "sum_K p"),
-                  "tail_mass_ratio": ("tail-mass ratio rho", "(1 - sum_K q) / (1 - sum_K p)"),
-                  "topk_overlap": ("top-k overlap", "|K_sampler & K_trainer| / k")}
-        for key, (label, meaning) in labels.items():
+        from ..analysis.report import CENTERING_LABELS
+
+        for key, (label, meaning) in CENTERING_LABELS.items():
             v = sc.get(key)
             if v is None:
                 continue

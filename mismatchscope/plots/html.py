@@ -116,6 +116,25 @@ def _breakdown(runs: list[tuple[str, dict]], kind: str) -> str:
     return _table(header, rows, numeric=set(range(1, len(header))))
 
 
+def _centering(rep: dict) -> str:
+    """The score-centering statistics (top-k columns only), as the terminal prints them."""
+    from ..analysis.report import CENTERING_LABELS
+
+    sc = rep.get("score_centering")
+    if not sc:
+        return ""
+    qs = ("0.01", "0.5", "0.99")
+    rows = [[_e(label), _num(sc[key]["tokens"]), _num(sc[key]["mean"]), *[_num(sc[key]["quantiles"][q]) for q in qs],
+             f"<code>{_e(meaning)}</code>"]
+            for key, (label, meaning) in CENTERING_LABELS.items() if sc.get(key)]
+    rho = sc["tail_mass_ratio"]
+    note = (f'<p class="note">rho is undefined on {rho["undefined_tokens"]:,} token(s) with an empty tail (sampler: '
+            f'{rho["empty_sampler_tail"]:,}, trainer: {rho["empty_trainer_tail"]:,}), counted apart.</p>'
+            if rho["undefined_tokens"] else "")
+    return (f"<h2>Score centering from the top-k</h2><p>{sc['tokens']:,} tokens; K = the sampler's listed ids and the sampled one.</p>"
+            + _table(["statistic", "tokens", "mean", *[f"q{q}" for q in qs], "meaning"], rows, numeric={1, 2, 3, 4, 5}) + note)
+
+
 def _worst(rows: list[dict]) -> str:
     from ..analysis.worst import RANKINGS
 
@@ -153,6 +172,9 @@ def report_page(result, pictures, worst: list[dict] | None = None) -> str:
     body.append(_figures(pictures))
     body.append("<h2>By sampler probability</h2>" + _breakdown(runs, "sampler_prob"))
     body.append("<h2>By position in the completion</h2>" + _breakdown(runs, "position"))
+    if rep["breakdowns"].get("entropy"):
+        body.append("<h2>By trainer entropy</h2>" + _breakdown(runs, "entropy"))
+    body.append(_centering(rep))
     body.append("<h2>Run metadata</h2>" + _metadata([("run", result.run)]))
     return _page("mismatchscope report", ", ".join(str(f) for f in result.source.files[:3]) + (" ..." if len(result.source.files) > 3 else ""),
                  "".join(body))
