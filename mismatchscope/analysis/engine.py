@@ -28,7 +28,7 @@ from .readings import interpret, policy_lag  # noqa: F401 - importable from here
 from .report import CHI2_SEQ_CLIP, assemble_report  # noqa: F401
 from .table import REDUCTIONS, SequenceTable, token_values
 from .tokenstats import RATIO_QUANTILES, TokenStats, centering_values
-from .topk import score_centering, topk_bounds
+from .topk import ScoreCentering, TopkBounds, score_centering, topk_bounds
 from .validate import check_advantage, check_not_empty, check_positions, position_warnings
 
 
@@ -133,11 +133,9 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
             ent = batch.get("trainer_entropy")
             part_stats.add(t, pos, ent if ent is not None and np.isfinite(ent).all() else None)
             if has_topk:
-                b = topk_bounds(batch["token_id"], batch["sampler_logprob"], batch["trainer_logprob"],
-                                batch["sampler_topk_ids"], batch["sampler_topk_logprobs"],
-                                batch["trainer_logprobs_at_sampler_topk"], batch["sequence_id"], pos)
+                b, centering = _topk(batch)
                 part_stats.add_topk(b.tv_lower_T, b.kl_lower_T, b.sampler_mass_T)
-                part_stats.add_centering(score_centering(b, batch["sampler_topk_ids"], batch.get("trainer_topk_ids")))
+                part_stats.add_centering(centering)
             if "sampler_kept_logmass" in batch:
                 part_stats.add_kept_mass(batch["sampler_kept_logmass"])
         return _Partial(hyg, runs, groups.keys, reduced, part_stats, part_masks, t.log_ratio_T.size,
@@ -181,6 +179,14 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
     return AnalysisResult(n_tokens, int(seq_ids.size), report, mask_out, warnings, source.run_config, source, table)
 
 
+def _topk(batch: dict) -> tuple[TopkBounds, ScoreCentering]:
+    """One batch's top-k lower bounds and score-centering statistics (the batch has the top-k columns)."""
+    b = topk_bounds(batch["token_id"], batch["sampler_logprob"], batch["trainer_logprob"], batch["sampler_topk_ids"],
+                    batch["sampler_topk_logprobs"], batch["trainer_logprobs_at_sampler_topk"], batch["sequence_id"],
+                    batch["position"])
+    return b, score_centering(b, batch["sampler_topk_ids"], batch.get("trainer_topk_ids"))
+
+
 def _refill_quantiles(source: Source, columns: list[str], batch_rows: int, stats: TokenStats, workers: int | None) -> None:
     """A second pass for the exact quantiles of a file too large to keep every value of (``quantiles.KEEP_VALUES``).
 
@@ -202,10 +208,7 @@ def _refill_quantiles(source: Source, columns: list[str], batch_rows: int, stats
         t = token_terms(batch["trainer_logprob"], batch["sampler_logprob"])
         values = {"log_ratio": t.log_ratio_T}
         if centering:
-            b = topk_bounds(batch["token_id"], batch["sampler_logprob"], batch["trainer_logprob"],
-                            batch["sampler_topk_ids"], batch["sampler_topk_logprobs"],
-                            batch["trainer_logprobs_at_sampler_topk"], batch["sequence_id"], batch["position"])
-            values.update(centering_values(score_centering(b, batch["sampler_topk_ids"], batch.get("trainer_topk_ids"))))
+            values.update(centering_values(_topk(batch)[1]))
         return {name: select_bins(values[name], wanted[name]) for name in todo}
 
     for kept in ordered_map(one_batch, read_batches(source, cols, batch_rows), workers):

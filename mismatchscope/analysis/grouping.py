@@ -19,15 +19,8 @@ _UFUNC = {"sum": np.add, "min": np.minimum, "max": np.maximum}
 
 def group_reduce(keys: np.ndarray, columns: dict[str, tuple[np.ndarray, Op]]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Reduce aligned columns by key. Returns (sorted unique keys, reduced columns)."""
-    if keys.size and np.any(keys[1:] < keys[:-1]):
-        order = np.argsort(keys, kind="stable")
-        keys = keys[order]
-        columns = {k: (v[order], op) for k, (v, op) in columns.items()}
-    if keys.size == 0:
-        return keys, {k: v[:0] for k, (v, _) in columns.items()}
-    starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
-    out = {k: _UFUNC[op].reduceat(v, starts) for k, (v, op) in columns.items()}
-    return keys[starts], out
+    g = Groups(keys)
+    return g.keys, {k: g.reduce(v, op) for k, (v, op) in columns.items()}
 
 
 class Groups:
@@ -79,10 +72,6 @@ class Groups:
             self._inv = run
         return self._inv
 
-    def count(self, mask: np.ndarray) -> np.ndarray:
-        """per run: how many of its tokens ``mask`` flags (float64)."""
-        return self.count_at(np.flatnonzero(mask))
-
     def count_at(self, rows: np.ndarray) -> np.ndarray:
         """per run: how many of the tokens at ``rows`` (row indices of the batch) it holds (float64)."""
         if rows.size == 0:
@@ -104,9 +93,6 @@ class SequenceAggregator:
         self._parts: dict[str, list[np.ndarray]] = {k: [] for k in ops}
         self._rows = 0
         self._compact_every = compact_every
-
-    def add(self, keys: np.ndarray, values: dict[str, np.ndarray]) -> None:
-        self.add_reduced(*group_reduce(keys, {k: (values[k], op) for k, op in self.ops.items()}))
 
     def add_reduced(self, uk: np.ndarray, red: dict[str, np.ndarray]) -> None:
         """Take one batch already reduced per key (``Groups``): one row per distinct key, every column."""

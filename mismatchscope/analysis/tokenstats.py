@@ -2,9 +2,9 @@
 and the "where is it" breakdowns.
 
 Everything is a running sum, count or maximum, except the exact quantiles
-(ratio and score-centering), which keep every token's value (8 bytes a token
-for the log-ratio: 80 MB at 10 million tokens) and select the order
-statistics once at the end (``quantiles.ExactQuantiles``).
+(ratio and score-centering), which keep each token's value up to a cap (8
+bytes a token for the log-ratio: 80 MB at 10 million tokens) and select the
+order statistics once at the end (``quantiles.ExactQuantiles``).
 """
 
 from __future__ import annotations
