@@ -18,41 +18,86 @@ from __future__ import annotations
 
 import contextlib
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from .errors import InputError, OutputError
 
-RUN_FILES = ("manifest.json",)
-"""files of an input run directory that an output may not replace, besides its shards."""
-
-
 def _resolve(path: str | os.PathLike) -> Path:
     return Path(os.path.abspath(Path(path).expanduser())).resolve()
 
 
-def input_files(*inputs: str | os.PathLike | None) -> dict[Path, str]:
-    """resolved path -> the input it belongs to: each input itself, its Parquet files, and a run's manifest.
+def _inode(path: str | os.PathLike) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+@dataclass
+class Inputs:
+    """What a command's outputs may not touch: its inputs, however they are spelt.
+
+    An output is refused when it resolves to an input file (symlinks, ``..``),
+    when it is the same file under another name (a hard link), or when it lies
+    in a run directory the inputs belong to and would replace one of its files
+    (the manifest, the lock, a rank record) or add a file among its shards.
+    Writing a new picture beside a run's files is allowed.
+    """
+
+    paths: dict[Path, str] = field(default_factory=dict)
+    """resolved path -> the input (as given) it belongs to."""
+    inodes: dict[tuple[int, int], str] = field(default_factory=dict)
+    runs: dict[Path, str] = field(default_factory=dict)
+    """resolved run directory -> the input it holds."""
+
+    def refuse(self, path: str | os.PathLike, option: str) -> None:
+        r = _resolve(path)
+        hit = self.paths.get(r) or self.inodes.get(_inode(path) or (-1, -1))
+        if hit is not None:
+            raise OutputError(f"{option} {path} is an input of this command ({hit}); writing it would destroy the data",
+                              hint="choose another output path")
+        for run, given in self.runs.items():
+            if r == run or run not in r.parents:
+                continue
+            from .rundir import TOKENS
+
+            if r == run / TOKENS or run / TOKENS in r.parents:
+                raise OutputError(f"{option} {path} is among the shards of the input run {given}",
+                                  hint="write outputs outside the run's tokens/ folder")
+            if r.exists() and not r.is_dir():
+                raise OutputError(f"{option} {path} would replace {r.relative_to(run)} of the input run {given}",
+                                  hint="choose another output path")
+
+
+def input_files(*inputs: str | os.PathLike | None) -> Inputs:
+    """The inputs' files, their inodes, and the run directories they belong to.
 
     An input that cannot be resolved is skipped: the command reports it with its own, better, message.
     """
     from .reader import resolve_files
+    from .rundir import is_run_dir, run_roots
 
-    out: dict[Path, str] = {}
+    out = Inputs()
     for given in inputs:
-        if given is None:
+        if given is None or not str(given).strip():
             continue
-        out[_resolve(given)] = str(given)
+        name = str(given)
+        out.paths[_resolve(given)] = name
         try:
             files = resolve_files(given)
         except InputError:
-            continue
+            files = [Path(given)] if Path(given).is_file() else []
         for f in files:
-            out[_resolve(f)] = str(given)
-        p = Path(given)
-        if p.is_dir():
-            for name in RUN_FILES:
-                out[_resolve(p / name)] = str(given)
+            out.paths[_resolve(f)] = name
+            if (ino := _inode(f)) is not None:
+                out.inodes[ino] = name
+        if Path(given).is_file() and (ino := _inode(given)) is not None:
+            out.inodes[ino] = name
+        for run in run_roots(files) + ([Path(given)] if is_run_dir(given) else []):
+            out.runs[_resolve(run)] = name
     return out
 
 
@@ -71,41 +116,67 @@ def _check_parent(path: Path, option: str) -> None:
         raise OutputError(f"{option} {path}: no permission to write in {parent}", hint="choose a writable location")
 
 
-def _check_not_input(path: Path, option: str, inputs: dict[Path, str]) -> None:
-    hit = inputs.get(_resolve(path))
-    if hit is not None:
-        raise OutputError(f"{option} {path} is an input of this command ({hit}); writing it would destroy the data",
-                          hint="choose another output path")
+def _stat_error(path: Path, option: str, e: OSError) -> OutputError:
+    return OutputError(f"{option} {path}: {e.strerror or e}", hint="choose another output path")
 
 
-def check_output_file(path: str | os.PathLike | None, option: str, inputs: dict[Path, str] | None = None) -> Path | None:
+def check_output_file(path: str | os.PathLike | None, option: str, inputs: Inputs | None = None) -> Path | None:
     """A file to be written: not a directory, not an input, in a writable folder."""
     if path is None:
         return None
     path = Path(path)
-    if path.is_dir():
-        raise OutputError(f"{option} {path} is a directory", hint=f"give {option} a file name, e.g. {path / 'out'}")
-    _check_not_input(path, option, inputs or {})
-    if path.exists() and not os.access(path, os.W_OK):
-        raise OutputError(f"{option} {path}: no permission to write this file", hint="choose a writable location")
-    _check_parent(path, option)
+    try:
+        if path.is_dir():
+            raise OutputError(f"{option} {path} is a directory", hint=f"give {option} a file name, e.g. {path / 'out'}")
+        (inputs or Inputs()).refuse(path, option)
+        if path.exists() and not os.access(path, os.W_OK):
+            raise OutputError(f"{option} {path}: no permission to write this file", hint="choose a writable location")
+        _check_parent(path, option)
+    except OutputError:
+        raise
+    except OSError as e:  # a name too long, a loop of links
+        raise _stat_error(path, option, e) from None
     return path
 
 
-def check_output_dir(path: str | os.PathLike | None, option: str, inputs: dict[Path, str] | None = None) -> Path | None:
+def check_output_dir(path: str | os.PathLike | None, option: str, inputs: Inputs | None = None) -> Path | None:
     """A folder to be written into: not a file, not an input file, writable (or creatable)."""
     if path is None:
         return None
     path = Path(path)
-    _check_not_input(path, option, {k: v for k, v in (inputs or {}).items() if not k.is_dir()})
-    if path.exists() and not path.is_dir():
-        raise OutputError(f"{option} {path} exists and is not a directory", hint=f"give {option} a folder")
-    if path.is_dir():
-        if not os.access(path, os.W_OK | os.X_OK):
-            raise OutputError(f"{option} {path}: no permission to write in this directory", hint="choose a writable location")
-        return path
-    _check_parent(path, option)
+    try:
+        if path.is_symlink() and not path.exists():
+            raise OutputError(f"{option} {path} is a link to a missing folder", hint=f"give {option} an existing or a new folder")
+        if path.exists() and not path.is_dir():
+            (inputs or Inputs()).refuse(path, option)
+            raise OutputError(f"{option} {path} exists and is not a directory", hint=f"give {option} a folder")
+        (inputs or Inputs()).refuse(path, option)
+        if path.is_dir():
+            if not os.access(path, os.W_OK | os.X_OK):
+                raise OutputError(f"{option} {path}: no permission to write in this directory", hint="choose a writable location")
+            return path
+        _check_parent(path, option)
+    except OutputError:
+        raise
+    except OSError as e:
+        raise _stat_error(path, option, e) from None
     return path
+
+
+def check_run_out(path: str | os.PathLike, option: str, inputs: Inputs | None = None) -> Path:
+    """A run directory to be written (``probe``, ``rescore``, ``import`` ``--out``): a folder as
+    :func:`check_output_dir` wants it, given by a non-empty name, and not inside another run
+    (``--out RUN/tokens`` would put a second run's shards among the first one's)."""
+    if not str(path).strip():
+        raise OutputError(f"{option} is an empty path", hint=f"give {option} a new folder, e.g. {option} runs/new")
+    out = check_output_dir(path, option, inputs)
+    from .rundir import is_run_dir
+
+    for parent in _resolve(path).parents:
+        if is_run_dir(parent):
+            raise OutputError(f"{option} {path} is inside the run directory {parent}",
+                              hint="give each run its own folder, outside other runs")
+    return out
 
 
 @contextlib.contextmanager
@@ -120,11 +191,15 @@ def writing(path: str | os.PathLike, option: str) -> Iterator[None]:
         raise OutputError(f"{option} {path}: cannot write ({reason})") from None
 
 
-def write_bytes(path: str | os.PathLike, data: bytes, option: str, append: bool = False) -> Path:
+def write_bytes(path: str | os.PathLike, data: bytes, option: str, append: bool = False, inputs: Inputs | None = None) -> Path:
     """Write (or append) ``data``. A regular file is replaced atomically (temp file, then rename), so a
-    full device leaves the old file or none, never half of one; a device or pipe is written in place."""
+    full device leaves the old file or none, never half of one, and a link in the way is replaced, never
+    followed; a device or pipe is written in place. ``inputs``: refuse a path that is one of them (for
+    files whose names are known only now, such as the pictures in a ``--plots`` folder)."""
     path = Path(path)
     with writing(path, option):
+        if inputs is not None:
+            inputs.refuse(path, option)
         path.parent.mkdir(parents=True, exist_ok=True)
         if append or (path.exists() and not path.is_file()):
             with open(path, "ab" if append else "wb") as fh:
@@ -139,13 +214,16 @@ def write_bytes(path: str | os.PathLike, data: bytes, option: str, append: bool 
     return path
 
 
-def write_text(path: str | os.PathLike, text: str, option: str, append: bool = False) -> Path:
-    return write_bytes(path, text.encode("utf-8"), option, append=append)
+def write_text(path: str | os.PathLike, text: str, option: str, append: bool = False, inputs: Inputs | None = None) -> Path:
+    return write_bytes(path, text.encode("utf-8"), option, append=append, inputs=inputs)
 
 
 def check_all(files: Iterable[tuple[str | os.PathLike | None, str]] = (), dirs: Iterable[tuple[str | os.PathLike | None, str]] = (),
-              inputs: Iterable[str | os.PathLike | None] = ()) -> None:
-    """Check every output of a command at once, before it starts working; two outputs may not share a path."""
+              inputs: Iterable[str | os.PathLike | None] = ()) -> Inputs:
+    """Check every output of a command at once, before it starts working; two outputs may not share a path.
+
+    Returns the inputs, for the writes whose file names are known only later (:func:`write_bytes`).
+    """
     known = input_files(*inputs)
     seen: dict[Path, str] = {}
     for path, option in files:
@@ -159,3 +237,4 @@ def check_all(files: Iterable[tuple[str | os.PathLike | None, str]] = (), dirs: 
         if r in seen:
             raise OutputError(f"{option} {path} is also {seen[r]}", hint="give each output its own path")
         seen[r] = option
+    return known

@@ -158,18 +158,50 @@ def contents_summary(files: list[Path]) -> str:
     return f"{len(files)} shard(s), {rows:,} rows{steps}"
 
 
-def incomplete_message(run: str | os.PathLike, files: list[Path]) -> str | None:
-    """The one-line warning for a run without its completion record; None when complete or not a run.
+def run_roots(files: list[Path]) -> list[Path]:
+    """The run directories these shards belong to, in first-seen order.
 
-    ``run`` may also be a run's ``tokens/`` folder: its run is checked.
+    A shard belongs to run ``R`` when it lies under ``R/tokens/`` and ``R`` is a
+    run directory. A folder given to a command may hold several runs, or a
+    run may be reached through its ``tokens/`` folder or a single shard: each
+    of these readings finds the same runs.
+    """
+    roots: dict[Path, None] = {}
+    seen: dict[Path, Path | None] = {}
+    for f in files:
+        d = Path(f).parent
+        if d not in seen:
+            seen[d] = None
+            # the path as given first (messages name the run as the user spelt it), then resolved:
+            # a shard given from inside its tokens/ folder has no spelt-out parents
+            for a in (d, *d.parents, *((d.resolve(), *d.resolve().parents) if not d.is_absolute() else ())):
+                if a.name == TOKENS and is_run_dir(a.parent):
+                    seen[d] = a.parent
+                    break
+        if seen[d] is not None:
+            roots[seen[d]] = None
+    return list(roots)
+
+
+def incomplete_message(run: str | os.PathLike, files: list[Path]) -> str | None:
+    """The one-line warning when a run among the input's is without its completion record; None otherwise.
+
+    ``run`` is what the user gave: a run directory, its ``tokens/`` folder, a
+    folder of runs, or shards. Every run the shards belong to is checked, and a
+    given run directory is checked even before it holds any shard.
     """
     p = Path(run)
-    if p.name == TOKENS and not is_run_dir(p) and is_run_dir(p.parent):
-        run = p.parent
-    c = completion(run)
-    if c is None or c.complete:
+    given = p.parent if p.name == TOKENS and not is_run_dir(p) and is_run_dir(p.parent) else p
+    roots = run_roots(files)
+    resolved = {r.resolve() for r in roots}
+    if is_run_dir(given) and given.resolve() not in resolved and not any(r in given.resolve().parents for r in resolved):
+        roots.insert(0, given)
+    open_runs = [(r, c) for r in roots if (c := completion(r)) is not None and not c.complete]
+    if not open_runs:
         return None
-    return (f"{run} is an incomplete run ({c.reason}: killed, or still being written); "
+    first, c = open_runs[0]
+    others = f" (and {len(open_runs) - 1} more of the {len(roots)} runs in {run})" if len(open_runs) > 1 else ""
+    return (f"{first} is an incomplete run ({c.reason}: killed, or still being written){others}; "
             f"read what is there: {contents_summary(files)}")
 
 

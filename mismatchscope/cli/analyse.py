@@ -61,8 +61,10 @@ def compare_masks(
     """How many tokens and sequences each masking rule would reject or reweight, side by side, how much they overlap, and which tail (sampler probability, sign of p - q) each one cuts."""
     keep_freed_memory()
     from ..analysis.engine import AnalysisRequest, analyse
+    from ..outputs import check_all
     from ..reader import parse_column_mapping
 
+    inputs = check_all(dirs=[(plots, "--plots")], inputs=[path])
     if plots is not None:
         from ..plots import require_matplotlib
 
@@ -75,7 +77,7 @@ def compare_masks(
     if plots is not None:
         from ..plots import masks_figures, write_pngs
 
-        for p in write_pngs(masks_figures(result), plots):
+        for p in write_pngs(masks_figures(result), plots, inputs):
             info(f"wrote {p}")
     if format is OutputFormat.json:
         emit_json(masks_payload(result))
@@ -112,7 +114,7 @@ def report(
     from ..outputs import check_all
     from ..reader import parse_column_mapping
 
-    check_all(files=[(html, "--html")], dirs=[(plots, "--plots")], inputs=[path])
+    inputs = check_all(files=[(html, "--html")], dirs=[(plots, "--plots")], inputs=[path])
     pictures = plots is not None or html is not None
     if (rule or sweep) and not pictures:
         raise UsageError("--rule and --sweep on report choose what the pictures draw",
@@ -138,7 +140,7 @@ def report(
 
         worst_rows, traces = worst_report(result, worst, worst_by.value, with_traces=worst_traces)
     if pictures:
-        _write_pictures(result, hist, rules, plots, html, worst_rows, traces)
+        _write_pictures(result, hist, rules, plots, html, inputs, worst_rows, traces)
     if format is OutputFormat.json:
         emit_json({**report_payload(result), **({"worst": worst_rows} if worst_rows is not None else {})})
         return
@@ -151,17 +153,16 @@ def report(
         worst_table(console, worst_rows)
 
 
-def _write_pictures(result, hist, rules, plots: Path | None, html: Path | None, worst_rows=None, traces=None) -> None:
-    from ..outputs import write_text, writing
+def _write_pictures(result, hist, rules, plots: Path | None, html: Path | None, inputs, worst_rows=None, traces=None) -> None:
+    from ..outputs import write_text
     from ..plots import report_figures, worst_figures, write_pngs
 
     figures = report_figures(result, hist, rules) + (worst_figures(worst_rows, traces) if worst_rows else [])
     if plots:
-        with writing(plots, "--plots"):
-            for p in write_pngs(figures, plots):
-                info(f"wrote {p}")
+        for p in write_pngs(figures, plots, inputs):
+            info(f"wrote {p}")
     if html:
         from ..plots.html import report_page
 
-        write_text(html, report_page(result, figures, worst_rows), "--html")
+        write_text(html, report_page(result, figures, worst_rows), "--html", inputs=inputs)
         info(f"wrote {html}")

@@ -35,18 +35,16 @@ def timeline(
     from ..rules import parse_rule
     from ..timeline import timeline as run_timeline
 
-    check_all(dirs=[(plots, "--plots")], inputs=[path])
+    inputs = check_all(dirs=[(plots, "--plots")], inputs=[path])
     rules = [parse_rule(r) for r in rule] if rule else None
     result = run_timeline(path, rules, by, parse_column_mapping(column))
     for w in result.series.warnings:
         warn(w)
     png = None
     if plots is not None:
-        from ..outputs import writing
         from ..timeline.plot import plot_timeline
 
-        with writing(plots, "--plots"):
-            png = plot_timeline(result, plots)
+        png = plot_timeline(result, plots, inputs)
         info(f"wrote {png}")
     if format is OutputFormat.json:
         payload = result.payload()

@@ -108,13 +108,14 @@ def _picture(name: str, title: str, caption: str, fig) -> Picture:
     return Picture(name, title, caption, save_png(fig))
 
 
-def write_pngs(pictures: list[Picture], directory: Path) -> list[Path]:
-    directory.mkdir(parents=True, exist_ok=True)
+def write_pngs(pictures: list[Picture], directory: Path, inputs=None, option: str = "--plots") -> list[Path]:
+    """Each picture as ``DIR/<name>.png``, written atomically; a name that is one of the command's
+    ``inputs`` (``outputs.Inputs``: a file of the same name, or a link to one) is refused, not replaced."""
+    from ..outputs import write_bytes
+
     paths = []
     for p in pictures:
-        path = directory / f"{p.name}.png"
-        path.write_bytes(p.png)
-        paths.append(path)
+        paths.append(write_bytes(Path(directory) / f"{p.name}.png", p.png, option, inputs=inputs))
     return paths
 
 

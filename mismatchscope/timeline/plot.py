@@ -21,8 +21,11 @@ FILENAME = "timeline.png"
 _MAX_LEGEND_GROUPS = 12
 
 
-def plot_timeline(result, out_dir: str | Path) -> Path:
-    """Write ``out_dir/timeline.png`` for a ``TimelineResult``; returns its path."""
+def plot_timeline(result, out_dir: str | Path, inputs=None) -> Path:
+    """Write ``out_dir/timeline.png`` for a ``TimelineResult``; returns its path.
+
+    ``inputs`` (``outputs.Inputs``): the command's inputs, which the picture may not replace.
+    """
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -77,11 +80,13 @@ def plot_timeline(result, out_dir: str | Path) -> Path:
                title=title, title_fontproperties={"size": 11, "weight": "bold"})
     fig.supxlabel(textwrap.fill(_method_note(result.config), 75 * ncols + 20), fontsize=7.5, color="0.35")
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / FILENAME
-    fig.savefig(path, dpi=120, bbox_inches="tight", pad_inches=0.15)
-    return path
+    import io
+
+    from ..outputs import write_bytes
+
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=120, bbox_inches="tight", pad_inches=0.15)
+    return write_bytes(Path(out_dir) / FILENAME, png.getvalue(), "--plots", inputs=inputs)
 
 
 def _mark(ax, flags: list[dict], steps: np.ndarray, vals: np.ndarray, colour: str) -> None:
