@@ -297,7 +297,8 @@ def test_flags_override_the_file():
 @pytest.mark.parametrize("text, message", [
     ("[gate\n", "is not valid TOML"),
     ("[regresion]\n", "unknown table 'regresion'"),
-    ("[gate]\nbootstrap = -1\n", "bootstrap must be an integer >= 0"),
+    ("[gate]\nbootstrap = -1\n", "bootstrap must be an integer between 0 and 100,000, got -1"),
+    ("[gate]\nbootstrap = 1000000000000\n", "bootstrap must be an integer between 0 and 100,000, got 1000000000000"),
     ("[absolute]\nbogus = 1\n", "unknown metric 'bogus'"),
     ("[absolute]\ntv_token_mean = { maximum = 1 }\n", "unknown key 'maximum'"),
     ("[regression]\nk3_mean = { floor = 1e-6 }\n", "max_increase is missing"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 from typing import List, Optional
@@ -38,7 +39,7 @@ def gate(
         help="Compare although KEY differs: checkpoint, prompts, sampling[.KEY], n, seed, trainer[.KEY] "
              "(trainer.checkpoint: the trainer scored with other weights than the sampler, --trainer-checkpoint). Repeatable."),
     absolute_only: bool = typer.Option(False, "--absolute-only", help="Check the absolute limits alone (no baseline needed)."),
-    bootstrap: Optional[int] = typer.Option(None, "--bootstrap", min=0, help="Bootstrap resamples (default 1000; 0: point estimates only)."),
+    bootstrap: Optional[int] = typer.Option(None, "--bootstrap", min=0, help="Bootstrap resamples (default 1000, at most 100,000; 0: point estimates only)."),
     confidence: Optional[float] = typer.Option(None, "--confidence", help="Two-sided confidence of the intervals (default 0.95)."),
     seed: Optional[int] = typer.Option(None, "--seed", min=0, help="Bootstrap seed (default 0): same files, same verdict."),
     column: Optional[List[str]] = ColumnOpt,
@@ -77,7 +78,7 @@ def gate(
         refuse_self_baseline(candidate, cfg.baseline)
     summary = os.environ.get("GITHUB_STEP_SUMMARY") or None
     limits_file = config or (Path(cfg.source) if Path(cfg.source).is_file() else None)  # ./gate.toml when it was read
-    check_all(files=[(junit_xml, "--junit-xml"), (markdown, "--markdown"), (html, "--html"), (summary, "GITHUB_STEP_SUMMARY")],
+    inputs = check_all(files=[(junit_xml, "--junit-xml"), (markdown, "--markdown"), (html, "--html"), (summary, "GITHUB_STEP_SUMMARY")],
               dirs=[(plots, "--plots")], inputs=[candidate, None if absolute_only else cfg.baseline, limits_file])
     want_pictures = plots is not None or html is not None
     if want_pictures:
@@ -87,11 +88,12 @@ def gate(
     t0 = time.perf_counter()
     sweeps = _plot_sweeps(cfg) if want_pictures else None
     result = run_gate(candidate, None if absolute_only else cfg.baseline, cfg, parse_column_mapping(column),
-                      plots=want_pictures, sweeps=sweeps, progress=info)
+                      plots=want_pictures, sweeps=sweeps,
+                      progress=info if sys.stderr.isatty() else None)  # progress for a person; in a log the error line stays the last
     seconds = time.perf_counter() - t0
     for w in result.warnings:
         warn(w)
-    _write_outputs(result, seconds, junit_xml, markdown, plots, html)
+    _write_outputs(result, seconds, junit_xml, markdown, plots, html, inputs)
     if format is OutputFormat.json:
         from ._gate_output import gate_payload
 
@@ -121,40 +123,39 @@ def _plot_sweeps(cfg):
     return default_sweeps(cfg.rule_instances())
 
 
-def _write_outputs(result, seconds: float, junit_xml: Path | None, markdown: Path | None, plots: Path | None, html: Path | None) -> None:
+def _write_outputs(result, seconds: float, junit_xml: Path | None, markdown: Path | None, plots: Path | None, html: Path | None,
+                   inputs) -> None:
     if junit_xml:
         from ..gate.junit import junit_xml as render
 
-        _write(junit_xml, render(result, seconds), "--junit-xml")
+        _write(junit_xml, render(result, seconds), "--junit-xml", inputs)
     md = None
     if markdown or os.environ.get("GITHUB_STEP_SUMMARY"):
         from ..gate.markdown import markdown as render_md
 
         md = render_md(result)
     if markdown and md:
-        _write(markdown, md, "--markdown")
+        _write(markdown, md, "--markdown", inputs)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary and md:
         from ..outputs import write_text
 
-        write_text(summary, md + "\n", "GITHUB_STEP_SUMMARY", append=True)
+        write_text(summary, md + "\n", "GITHUB_STEP_SUMMARY", append=True, inputs=inputs)
     if plots or html:
-        from ..outputs import writing
         from ..plots import gate_figures, write_pngs
 
         figures = gate_figures(result)
         if plots:
-            with writing(plots, "--plots"):
-                for p in write_pngs(figures, plots):
-                    info(f"wrote {p}")
+            for p in write_pngs(figures, plots, inputs):
+                info(f"wrote {p}")
         if html:
             from ..plots.html import gate_page
 
-            _write(html, gate_page(result, figures), "--html")
+            _write(html, gate_page(result, figures), "--html", inputs)
 
 
-def _write(path: Path, text: str, option: str) -> None:
+def _write(path: Path, text: str, option: str, inputs) -> None:
     from ..outputs import write_text
 
-    write_text(path, text, option)
+    write_text(path, text, option, inputs=inputs)
     info(f"wrote {path}")

@@ -94,6 +94,9 @@ k3_mean = { max_increase = 0.25, floor = 1e-6 }
 
 _TOP_KEYS = {"gate", "rules", "absolute", "regression"}
 _GATE_KEYS = {"bootstrap", "confidence", "seed", "allow_different", "baseline"}
+MAX_BOOTSTRAP = 100_000
+"""resamples at most: the interval's ends settle long before (1,000 is the default), and each resample
+costs a pass over the per-sequence sums."""
 
 
 @dataclass(frozen=True)
@@ -156,7 +159,11 @@ def load_config(path: Path | None, *, cwd: Path | None = None) -> GateConfig:
         if not local.is_file():
             return default_config()
         path = local
-    if not path.is_file():
+    if path.is_dir():
+        raise GateConfigError(f"config file {path} is a directory", hint=f"give a file, e.g. {path / DEFAULT_FILE}")
+    if path.exists() and not path.is_file():
+        raise GateConfigError(f"config file {path} is not a regular file", hint="give a gate.toml file")
+    if not path.exists():
         raise GateConfigError(f"config file {path} not found", hint="write one with mismatchscope gate --init")
     try:
         data = tomllib.loads(path.read_text())
@@ -181,7 +188,7 @@ def parse_config(data: dict[str, Any], source: str) -> GateConfig:
         absolute=tuple(_absolute(data.get("absolute", {}), where)),
         regression=tuple(_regression(data.get("regression", {}), where)),
         rules=_rules(data.get("rules", {}), where),
-        bootstrap=_int(gate.get("bootstrap", defaults.bootstrap), f"{where} [gate] bootstrap", lo=0),
+        bootstrap=_int(gate.get("bootstrap", defaults.bootstrap), f"{where} [gate] bootstrap", lo=0, hi=MAX_BOOTSTRAP),
         confidence=_number(gate.get("confidence", defaults.confidence), f"{where} [gate] confidence"),
         seed=_int(gate.get("seed", defaults.seed), f"{where} [gate] seed", lo=0),
         allow_different=tuple(_strings(gate.get("allow_different", []), f"{where} [gate] allow_different")),
@@ -222,12 +229,13 @@ def _satisfiable(a: AbsoluteLimit, m: Metric) -> None:
     if a.min is not None and a.max is not None and a.min > a.max:
         raise GateConfigError(f"{a.metric}: min {a.min:g} is above max {a.max:g}, so no run can pass",
                               hint="swap them, or drop one")
-    if m.nonnegative and a.max is not None and a.max < 0:
-        raise GateConfigError(f"{a.metric}: max {a.max:g} is below 0, but {a.metric} is never negative, so no run can pass",
-                              hint="give a limit >= 0")
-    if m.rule_stat is not None and a.min is not None and a.min > 1:
-        raise GateConfigError(f"{a.metric}: min {a.min:g} is above 1, but a rate is at most 1, so no run can pass",
-                              hint="rates are fractions: 0.01 = 1%")
+    lo, hi = m.bounds
+    if a.max is not None and a.max < lo:
+        raise GateConfigError(f"{a.metric}: max {a.max:g} is below {lo:g}, the smallest value {a.metric} can take, so no run can pass",
+                              hint=f"give a limit >= {lo:g}")
+    if a.min is not None and a.min > hi:
+        raise GateConfigError(f"{a.metric}: min {a.min:g} is above {hi:g}, the largest value {a.metric} can take, so no run can pass",
+                              hint="shares, rates and TV are fractions: 0.01 = 1%" if hi == 1 else f"give a limit <= {hi:g}")
 
 
 def with_overrides(cfg: GateConfig, *, limits: list[str] | None = None, increases: list[str] | None = None,
@@ -237,10 +245,21 @@ def with_overrides(cfg: GateConfig, *, limits: list[str] | None = None, increase
     """Flags win over the file: a flag's limit replaces the file's limit on the same metric."""
     from ..rules import parse_rule
 
-    absolute = list(cfg.absolute)
-    for text in limits or []:
+    flagged: dict[str, AbsoluteLimit] = {}
+    for text in limits or []:  # two flags on one metric: a min and a max make one limit; the same bound twice is a typo
         lim = parse_limit_flag(text)
-        absolute = [a for a in absolute if a.metric != lim.metric] + [lim]
+        prev = flagged.get(lim.metric)
+        if prev is not None:
+            side = "max" if lim.max is not None else "min"
+            if getattr(prev, side) is not None:
+                raise GateConfigError(f"--limit {text!r}: {lim.metric} already has a {side} ({getattr(prev, side):g}) from another --limit",
+                                      hint="give each bound of a metric once")
+            lim = AbsoluteLimit(lim.metric, max=prev.max if lim.max is None else lim.max, min=prev.min if lim.min is None else lim.min)
+        flagged[lim.metric] = lim
+    absolute = [a for a in cfg.absolute if a.metric not in flagged] + list(flagged.values())
+    if absolute_only and increases:
+        raise GateConfigError("--max-increase sets a regression limit against the baseline, which --absolute-only leaves out",
+                              hint="drop --absolute-only to compare with the baseline, or drop --max-increase")
     regression = [] if absolute_only else list(cfg.regression)
     for text in increases or []:
         reg = parse_increase_flag(text, {r.metric: r for r in cfg.regression})
@@ -252,7 +271,7 @@ def with_overrides(cfg: GateConfig, *, limits: list[str] | None = None, increase
     out = replace(
         cfg, absolute=tuple(absolute), regression=tuple(regression), rules=rule_params,
         allow_different=tuple(dict.fromkeys([*cfg.allow_different, *(allow_different or [])])),
-        bootstrap=cfg.bootstrap if bootstrap is None else bootstrap,
+        bootstrap=cfg.bootstrap if bootstrap is None else _int(bootstrap, "--bootstrap", lo=0, hi=MAX_BOOTSTRAP),
         confidence=cfg.confidence if confidence is None else confidence,
         seed=cfg.seed if seed is None else seed,
         baseline=baseline if baseline is not None else cfg.baseline,
@@ -366,18 +385,20 @@ def _number(x: Any, where: str) -> float:
 
 
 def _number_text(text: str, where: str) -> float:
-    try:
-        v = float(text.strip())
-    except ValueError:
-        raise GateConfigError(f"{where}: {text.strip()!r} is not a number") from None
+    from ..rules.base import parse_number
+
+    v = parse_number(text)
+    if v is None:
+        raise GateConfigError(f"{where}: {text.strip()!r} is not a number")
     if math.isnan(v):
         raise GateConfigError(f"{where}: NaN is not a limit")
     return v
 
 
-def _int(x: Any, where: str, lo: int) -> int:
-    if isinstance(x, bool) or not isinstance(x, int) or x < lo:
-        raise GateConfigError(f"{where} must be an integer >= {lo}, got {x!r}")
+def _int(x: Any, where: str, lo: int, hi: int | None = None) -> int:
+    if isinstance(x, bool) or not isinstance(x, int) or x < lo or (hi is not None and x > hi):
+        bounds = f">= {lo}" if hi is None else f"between {lo} and {hi:,}"
+        raise GateConfigError(f"{where} must be an integer {bounds}, got {x!r}")
     return x
 
 

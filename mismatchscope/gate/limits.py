@@ -18,7 +18,8 @@ Names are the report's own keys (``tv_token_mean``, ``ratio_quantiles.0.99``,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from typing import Callable, Literal
 
 import numpy as np
@@ -55,6 +56,15 @@ class Metric:
     """where the point value sits in the report payload (point metrics)."""
     rule: str | None = None
     rule_stat: str | None = None
+    upper: float = math.inf
+    """the largest value the statistic can take (1 for probabilities, shares and TV)."""
+    lower: float | None = None
+    """the smallest; None: 0 when ``nonnegative``, else unbounded."""
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """[smallest, largest] value the statistic can take: a limit outside it is a typo, not a gate."""
+        return (self.lower if self.lower is not None else 0.0 if self.nonnegative else -math.inf), self.upper
 
     @property
     def bootstrapped(self) -> bool:
@@ -139,7 +149,22 @@ def _catalog() -> dict[str, Metric]:
         for q in RATIO_QUANTILES:
             ms.append(_point(("sequence_metrics", key, "quantiles", f"{q:g}"), f"quantile {q:g} over sequences of {key}",
                              worse=worse, nonnegative=nonneg))  # type: ignore[arg-type]
-    return {m.name: m for m in ms}
+    return {m.name: _bounded(m) for m in ms}
+
+
+_UNIT = ("tv_token_mean", "ess", "sequence_metrics.max_tv.mean", "tv_token_max", "tv_topk_lower_mean")
+"""statistics that are probabilities, shares or TV distances: between 0 and 1."""
+_UNIT_PREFIXES = ("ratio_tail_high.", "ratio_tail_low.", "sequence_metrics.max_tv.quantiles.",
+                  "score_centering.sampler_topk_mass.", "score_centering.trainer_mass_on_sampler_topk.",
+                  "score_centering.topk_overlap.")
+
+
+def _bounded(m: Metric) -> Metric:
+    if m.name in _UNIT or m.name.startswith(_UNIT_PREFIXES):
+        return replace(m, upper=1.0)
+    if m.name in ("chi2_token", "sequence_metrics.chi2_seq"):  # mean r^2 - 1 >= (mean r)^2 - 1 >= -1
+        return replace(m, lower=-1.0)
+    return m
 
 
 METRICS: dict[str, Metric] = _catalog()
@@ -165,7 +190,7 @@ def rule_metric(rule: str, stat: str, level: str | None = None) -> Metric:
     if stat == "token_reweight_rate" and level == "sequence":
         # sequence-level reweighting keeps no per-sequence verdict: the report's value, not resampled
         return Metric(f"{rule}.{stat}", f"share of tokens {rule} reweights", report_path=("masks", rule, stat),
-                      rule=rule, rule_stat=stat)
+                      rule=rule, rule_stat=stat, upper=1.0)
     col, den = {
         "token_reject_rate": (f"rule:{rule}:rej", "n"),
         "token_reweight_rate": (f"rule:{rule}:rew", "n"),
@@ -174,7 +199,8 @@ def rule_metric(rule: str, stat: str, level: str | None = None) -> Metric:
     }[stat]
     what = {"token_reject_rate": "tokens it rejects", "token_reweight_rate": "tokens it reweights",
             "sequence_reject_rate": "sequences it rejects", "sequences_with_rejection_rate": "sequences with a rejected token"}[stat]
-    return Metric(f"{rule}.{stat}", f"share of {what} ({rule})", (col, den), _ratio(col, den), rule=rule, rule_stat=stat)
+    return Metric(f"{rule}.{stat}", f"share of {what} ({rule})", (col, den), _ratio(col, den), rule=rule, rule_stat=stat,
+                  upper=1.0)
 
 
 def check_rule_level(metric: Metric, instance) -> None:

@@ -3,6 +3,7 @@ bootstrap, checks."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -53,9 +54,11 @@ def run_gate(candidate: str, baseline: str | None, cfg: GateConfig, mapping: dic
     for path in (candidate, baseline):  # a gate verdict on part of a run would mislead
         if path is not None:
             require_complete(path)
+    warnings: list[str] = []
     if baseline is not None:
         refuse_self_baseline(candidate, baseline)
-    warnings: list[str] = []
+        if (same := same_data_warning(candidate, baseline)) is not None:
+            warnings.append(same)
     comparability = None
     if baseline is not None:  # metadata only: refuse before reading any token
         comparability = compare_runs(open_source(baseline, mapping).run_config, open_source(candidate, mapping).run_config,
@@ -85,17 +88,53 @@ def run_gate(candidate: str, baseline: str | None, cfg: GateConfig, mapping: dic
 
 
 def refuse_self_baseline(candidate: str, baseline: str) -> None:
-    """A baseline that is the candidate (or shares shards with it) passes every regression limit by construction."""
-    import os
+    """A baseline that is the candidate (or shares shards with it) passes every regression limit by construction.
 
+    Files are the same when their resolved paths are (symlinks, ``..``) or
+    when they are one file under two names (a hard link).
+    """
     from ..reader import resolve_files
 
-    def files(p: str) -> set[str]:
-        return {os.path.realpath(f) for f in resolve_files(p)}
+    def files(p: str) -> dict[tuple[int, int], str]:
+        out = {}
+        for f in resolve_files(p):
+            st = os.stat(f)
+            out[(st.st_dev, st.st_ino)] = os.path.realpath(f)
+        return out
 
-    shared = files(candidate) & files(baseline)
+    cand, base = files(candidate), files(baseline)
+    shared = cand.keys() & base.keys()
     if shared:
-        same = files(candidate) == files(baseline)
+        same = cand.keys() == base.keys()
         raise UsageError(
-            f"the baseline {baseline} " + ("is the candidate itself" if same else f"shares {len(shared)} file(s) with the candidate, e.g. {min(shared)}"),
+            f"the baseline {baseline} " + ("is the candidate itself" if same else
+                                           f"shares {len(shared)} file(s) with the candidate, e.g. {min(cand[k] for k in shared)}"),
             hint="pass as --baseline the run sampled by the current serving stack")
+
+
+def same_data_warning(candidate: str, baseline: str) -> str | None:
+    """A warning when the baseline's files look like copies of the candidate's: the same sizes and
+    byte-identical Parquet footers (row counts, column statistics, offsets). Not an error: a serving
+    stack that changed nothing and samples deterministically does write identical files, and then
+    passing is the right verdict; but a copy passed by mistake would pass every regression limit too.
+    Only the footers are read, so this costs nothing next to the analysis."""
+    from ..reader import resolve_files
+
+    def fingerprint(p: str) -> list[tuple[int, bytes]] | None:
+        out = []
+        for f in resolve_files(p):
+            try:
+                with open(f, "rb") as fh:
+                    fh.seek(-8, os.SEEK_END)
+                    n = int.from_bytes(fh.read(4), "little")
+                    fh.seek(-8 - n, os.SEEK_END)
+                    out.append((os.path.getsize(f), fh.read(n)))
+            except (OSError, ValueError):
+                return None
+        return out
+
+    a, b = fingerprint(candidate), fingerprint(baseline)
+    if a is None or a != b:
+        return None
+    return (f"the baseline {baseline} holds the same data as the candidate (same sizes, identical Parquet footers): "
+            "every regression limit passes by construction; is it a copy?")
