@@ -242,11 +242,14 @@ def sweep_curves(runs: list[Run], rules) -> Figure | None:
                     continue
                 acts = "reweight" if all(p["token_reweight_rate"] for p in sw["points"]) and not any(p["token_reject_rate"] for p in sw["points"]) else "reject"
                 for hyp in dict.fromkeys(p["hypothesis"] for p in sw["points"]):
-                    pts = [p for p in sw["points"] if p["hypothesis"] == hyp]
-                    xs = [sweep_x(p["value"]) for p in pts]
                     key = "token_reweight_rate" if acts == "reweight" else "token_reject_rate"
+                    pts = [p for p in sw["points"] if p["hypothesis"] == hyp]
+                    off = [100 * (p[key] or 0.0) for p in pts if sweep_x(p["value"]) is None]
+                    pts = [p for p in pts if sweep_x(p["value"]) is not None]
+                    xs = [sweep_x(p["value"]) for p in pts]
                     ys = [100 * (p[key] or 0.0) for p in pts]
-                    label = f"{run.label}: {param}" + ("" if hyp == "data" else f" [{hyp}]")
+                    label = (f"{run.label}: {param}" + ("" if hyp == "data" else f" [{hyp}]")
+                             + (f" (off: {off[0]:.3g}%)" if off else ""))
                     ax.plot(xs, ys, marker="os^v"[j % 4], color=COLORS[i % len(COLORS)],
                             linestyle=("-", "--", ":", "-.")[(j + (hyp == "A<0")) % 4], label=label)
         for j, param in enumerate(params):

@@ -35,8 +35,11 @@ def ratio_thresholds(rule: RuleInstance) -> list[tuple[str, float]]:
     return rule.ratio_thresholds()
 
 
-def sweep_x(value) -> float:
-    """A sweep point's position on the threshold axis: the number, or the upper bound U of verl's 'L_U'."""
+def sweep_x(value) -> float | None:
+    """A sweep point's position on the threshold axis: the number, or the upper bound U of verl's 'L_U';
+    None for a bound that is off (it has no place on the axis: the picture names its rate in the legend)."""
+    if value is None:
+        return None
     if isinstance(value, str):
         return float(value.rpartition("_")[2])
     return float(value)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import MISSING, dataclass, fields
 from typing import Any, Callable, Literal
 
@@ -284,15 +285,29 @@ def _parse_value(rule: str, f: dataclasses.Field, raw: Any) -> Any:
     if isinstance(raw, (int, float)):
         value = float(raw)
     else:
-        try:
-            value = float(str(raw).strip())
-        except ValueError:
+        value = parse_number(str(raw))
+        if value is None:
             raise UsageError(f"rule {rule!r}: parameter {f.name}={str(raw).strip()!r} is not a number") from None
     if math.isnan(value):
         raise UsageError(f"rule {rule!r}: parameter {f.name} is NaN")
     if not rng.contains(value):
-        raise UsageError(f"rule {rule!r}: {f.name}={_fmt(value)} is outside its range {rng.text}")
+        shown = f"{value:g}" if float(f"{value:g}") == value else repr(value)  # 1.0000001 must not print as 1
+        raise UsageError(f"rule {rule!r}: {f.name}={shown} is outside its range {rng.text}")
     return value
+
+
+_NUMBER = re.compile(r"[+-]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|inf(?:inity)?|nan)", re.ASCII | re.IGNORECASE)
+
+
+def parse_number(text: str) -> float | None:
+    """A decimal number as people write thresholds (``0.2``, ``5``, ``1e-3``, ``inf``); None otherwise.
+
+    Stricter than ``float()``: Python also reads ``1_000`` and other scripts'
+    digits, and ``_`` is verl's separator of a threshold's two bounds
+    (``0.5_2``), so ``0.5_2_3`` must not quietly become 0.5 and 23.
+    """
+    text = text.strip()
+    return float(text) if _NUMBER.fullmatch(text) else None
 
 
 def parse_rule(text: str) -> RuleInstance:
@@ -304,6 +319,8 @@ def parse_rule(text: str) -> RuleInstance:
             key, eq, value = item.partition("=")
             if not eq or not key.strip():
                 raise UsageError(f"cannot parse rule parameter {item!r} in {text!r}", hint="write --rule NAME:KEY=VALUE,KEY=VALUE")
+            if key.strip() in overrides:
+                raise UsageError(f"rule {name.strip()!r}: {key.strip()} is given twice in {text!r}", hint="give each parameter once")
             overrides[key.strip()] = value
     return make_instance(name.strip(), overrides)
 

@@ -29,7 +29,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..divergence import CLAMP_LOG_RATIO, TokenTerms, clamped_k_terms
-from .base import REJECT, SequenceInputs, param, register, where
+from .base import REJECT, SequenceInputs, param, parse_number, register, where
 
 OPTIONS = ("token_k1", "token_k2", "token_k3", "seq_sum_k1", "seq_sum_k2", "seq_sum_k3",
            "seq_mean_k1", "seq_mean_k2", "seq_mean_k3", "seq_max_k2", "seq_max_k3")
@@ -41,11 +41,10 @@ def parse_threshold(option: str, threshold: str) -> tuple[float | None, float]:
     text = threshold.strip()
     if option.endswith("k1"):
         lo_text, sep, hi_text = text.partition("_")
-        try:
-            hi = float(hi_text if sep else text)
-            lo = float(lo_text) if sep else 1.0 / hi
-        except (ValueError, ZeroDivisionError):
-            raise ValueError(f"threshold {threshold!r} for {option} is not 'L_U' or one number U (e.g. 0.5_2.0 or 2)") from None
+        hi, lo = parse_number(hi_text if sep else text), parse_number(lo_text) if sep else None
+        if hi is None or (sep and lo is None) or (not sep and hi == 0):
+            raise ValueError(f"threshold {threshold!r} for {option} is not 'L_U' or one number U (e.g. 0.5_2.0 or 2)")
+        lo = lo if sep else 1.0 / hi
         if not (lo > 0 and hi > 0) or math.isnan(lo) or math.isnan(hi):
             raise ValueError(f"threshold {threshold!r} for {option}: both bounds must be positive")
         if not lo <= 1.0 <= hi:
@@ -54,10 +53,9 @@ def parse_threshold(option: str, threshold: str) -> tuple[float | None, float]:
         return lo, hi
     if "_" in text:
         raise ValueError(f"threshold {threshold!r} for {option} takes one upper bound U, not 'L_U'")
-    try:
-        hi = float(text)
-    except ValueError:
-        raise ValueError(f"threshold {threshold!r} for {option} is not a number") from None
+    hi = parse_number(text)
+    if hi is None:
+        raise ValueError(f"threshold {threshold!r} for {option} is not a number")
     if not hi > 0:
         raise ValueError(f"threshold {threshold!r} for {option} must be a positive number")
     return None, hi
