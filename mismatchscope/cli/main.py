@@ -68,6 +68,51 @@ def _fail(message: str, code: int, traceback_too: bool) -> None:
     sys.exit(code)
 
 
+class _Tolerant:
+    """A text stream that drops what cannot be written (stderr on a full device, or closed).
+
+    Progress, warnings and errors go to stderr; when it cannot take them, the
+    command still runs and its exit code still says what happened. Without
+    this, a failed write to stderr would escape as an exception and exit 1,
+    which ``gate`` reserves for a failed limit.
+    """
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            if self._stream is not None:
+                self._stream.write(text)
+        except (OSError, ValueError):  # ValueError: the stream was closed
+            pass
+        return len(text)
+
+    def flush(self) -> None:
+        try:
+            if self._stream is not None:
+                self._stream.flush()
+        except (OSError, ValueError):
+            pass
+
+    def isatty(self) -> bool:
+        try:
+            return self._stream is not None and self._stream.isatty()
+        except (OSError, ValueError):
+            return False
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _guard_streams() -> None:
+    """stderr never fails a command; a closed stdout (``>&-``) discards the output instead of crashing."""
+    if not isinstance(sys.stderr, _Tolerant):
+        sys.stderr = _Tolerant(sys.stderr)
+    if sys.stdout is None:
+        sys.stdout = open(os.devnull, "w")
+
+
 def _click_exceptions():
     """click's exception module: typer >= 0.2x vendors its own copy of click."""
     try:
@@ -104,6 +149,7 @@ def main(argv: list[str] | None = None) -> None:
     from ..errors import MismatchscopeError
 
     click_exceptions = _click_exceptions()
+    _guard_streams()
     try:
         code = app(args=argv, standalone_mode=False)
     except MismatchscopeError as e:
@@ -117,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
         # Outside standalone mode typer exits by itself only on a closed stdout (EPIPE, code 1):
         # 1 is gate's "a limit failed", so a closed pipe must not say it.
         if e.code == 1:
-            sys.exit(2)
+            _fail("stdout was closed before the output was written", 2, False)
         raise
     except OSError as e:
         _os_error(e)
