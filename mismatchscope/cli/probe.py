@@ -115,7 +115,7 @@ def _engine_env() -> None:
 def probe(
     checkpoint: Optional[Path] = typer.Argument(None, help="A local checkpoint folder (config.json, *.safetensors, tokenizer). Default: the bundled sample model.", show_default=False),
     prompts: Optional[Path] = typer.Option(None, "--prompts", "-p", help="JSONL, one {\"prompt\": ..., \"answer\": ...} per line. Default: the bundled sample prompts."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run directory. Default: runs/probe-<time>."),
+    out: Optional[str] = typer.Option(None, "--out", "-o", metavar="<path>", help="Run directory. Default: runs/probe-<time>."),
     sampler: str = typer.Option("vllm", "--sampler", help="vllm (offline engine, in-process), vllm-server (a running OpenAI-compatible server, --url), or hf (transformers generate)."),
     url: Optional[str] = typer.Option(None, "--url", help="Base URL of the vLLM server for --sampler vllm-server."),
     api_key_env: str = typer.Option("MISMATCHSCOPE_API_KEY", "--api-key-env", help="Environment variable holding the server's API key (the key is never written anywhere)."),
@@ -137,7 +137,7 @@ def probe(
     fp32_lm_head: bool = typer.Option(False, "--fp32-lm-head", help="fp32 lm_head on BOTH sides (one side only makes mismatch worse)."),
     sampler_fp32_lm_head: bool = typer.Option(False, "--sampler-fp32-lm-head", help="vLLM hf_overrides head_dtype=float32."),
     trainer_fp32_lm_head: bool = typer.Option(False, "--trainer-fp32-lm-head"),
-    engine_arg: Optional[List[str]] = typer.Option(None, "--engine-arg", metavar="KEY=VALUE", help="Any other vllm.LLM argument, passed unchanged (VALUE may be JSON). Repeatable."),
+    engine_arg: Optional[List[str]] = typer.Option(None, "--engine-arg", metavar="KEY=VALUE", help="Any other vllm.LLM argument, passed unchanged (VALUE may be JSON). Repeatable. With --sampler vllm-server: added to every request body, except timeout=SECONDS (per HTTP request, default 600) and model=NAME (the served model). With --sampler hf: attn_implementation, batch_size, trust_remote_code."),
     attn_implementation: Optional[str] = typer.Option(None, "--attn-implementation", help="Trainer attention: eager, sdpa, flash_attention_2, ..."),
     device_map: Optional[str] = typer.Option(None, "--device-map", help="auto: shard a model larger than one GPU."),
     trainer_device: Optional[str] = typer.Option(None, "--trainer-device"),
@@ -155,22 +155,20 @@ def probe(
     """Sample with a real engine, teacher-force with a real trainer, record per-token logprob pairs, and print the report."""
     from ..probe.run import ProbeOptions, run_probe
     from ..probe.types import SamplerConfig, SamplingConfig, TrainerConfig
+    from ..probe.validate import check_options
 
     if logprobs_mode not in ("processed_logprobs", "raw_logprobs"):
         raise UsageError(f"--logprobs-mode {logprobs_mode!r}", hint="use processed_logprobs or raw_logprobs")
     if sampler == "vllm-server" and not url:
         raise UsageError("--sampler vllm-server needs --url http://HOST:PORT")
-    if checkpoint is None:
+    bundled = checkpoint is None
+    if bundled:
         checkpoint = sample_dir() / "tiny-qwen3"
-        if not checkpoint.is_dir():
-            raise UsageError("no CHECKPOINT given and no bundled sample model found", hint="pass a checkpoint folder")
-        info("no CHECKPOINT given: probing the bundled sample model (tiny Qwen3 trained on addition)")
     if prompts is None:
         prompts = sample_dir() / "prompts.jsonl"
-    out = out or Path("runs") / time.strftime("probe-%Y%m%d-%H%M%S")
     _engine_env()
     opts = ProbeOptions(
-        checkpoint=checkpoint, prompts=prompts, out=out,
+        checkpoint=checkpoint, prompts=prompts, out=_out_dir(out, "probe"),
         sampling=SamplingConfig(temperature=temperature, top_p=top_p, top_k=top_k, n=n, max_tokens=max_tokens,
                                 top_k_logprobs=top_k_logprobs, seed=seed, logprobs_mode=logprobs_mode),  # type: ignore[arg-type]
         sampler=SamplerConfig(kind=sampler, dtype=sampler_dtype, tensor_parallel_size=tensor_parallel_size,  # type: ignore[arg-type]
@@ -183,14 +181,30 @@ def probe(
         reward_fn=reward_fn, resume=resume, round_prompts=round_prompts, sampler_tokenizer=sampler_tokenizer,
         trainer_checkpoint=trainer_checkpoint,
     )
+    check_options(opts)  # run_probe checks again; here so that a bad option is reported before the note below
+    if bundled:
+        if not checkpoint.is_dir():
+            raise UsageError("no CHECKPOINT given and no bundled sample model found", hint="pass a checkpoint folder")
+        info("no CHECKPOINT given: probing the bundled sample model (tiny Qwen3 trained on addition)")
     with _Bars(enabled=True) as bars:
         run_dir = run_probe(opts, bars)
     _summarise(run_dir, rule, format)
 
 
+def _out_dir(out: str | None, command: str) -> Path:
+    """``--out`` as a path. Taken as text first: ``Path("")`` would silently be the current directory."""
+    if out is None:
+        return Path("runs") / time.strftime(f"{command}-%Y%m%d-%H%M%S")
+    if not out.strip():
+        from ..outputs import check_run_out
+
+        check_run_out(out, "--out")  # the one message for an empty run directory, as import gives it
+    return Path(out)
+
+
 def rescore(
     run: Path = typer.Argument(..., help="A probe run directory.", show_default=False),
-    out: Path = typer.Option(..., "--out", "-o", help="New run directory for the rescored pairs."),
+    out: str = typer.Option(..., "--out", "-o", metavar="<path>", help="New run directory for the rescored pairs."),
     trainer_dtype: str = typer.Option("float32", "--trainer-dtype"),
     attn_implementation: Optional[str] = typer.Option(None, "--attn-implementation"),
     trainer_fp32_lm_head: bool = typer.Option(False, "--trainer-fp32-lm-head", "--fp32-lm-head"),
@@ -212,5 +226,5 @@ def rescore(
                         device_map=device_map, device=trainer_device, batch_tokens=trainer_batch_tokens,
                         trust_remote_code=trust_remote_code, allow_pickle=allow_pickle)
     with _Bars(enabled=True) as bars:
-        run_dir = do_rescore(run, out, cfg, resume=resume, progress=bars, trainer_checkpoint=trainer_checkpoint)
+        run_dir = do_rescore(run, _out_dir(out, "rescore"), cfg, resume=resume, progress=bars, trainer_checkpoint=trainer_checkpoint)
     _summarise(run_dir, rule, format)

@@ -12,8 +12,10 @@ so the CLI can validate a run before paying for the heavy imports.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -42,6 +44,8 @@ TOKENIZER_FILES = (
 VOCAB_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
 """files that hold a vocabulary: a tokenizer folder without any of them is empty."""
 INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+SAFETENSORS_MAX_HEADER = 100_000_000
+"""safetensors' own bound on the JSON header: a larger length means a corrupt file."""
 
 _HASH_BLOCK = 1 << 20
 
@@ -73,7 +77,10 @@ def inspect_checkpoint(
 
     Raises :class:`CheckpointError` for a missing folder or ``config.json``,
     no weights, pickle weights without ``allow_pickle`` (unpickling runs
-    arbitrary code), or custom model code without ``trust_remote_code``.
+    arbitrary code), custom model code without ``trust_remote_code``, a
+    ``model_type`` transformers does not know, a malformed size in the config,
+    or a safetensors file whose header is unreadable (empty, truncated, not
+    safetensors): each would otherwise stop the run only when an engine loads it.
     """
     root = Path(path)
     if not root.is_dir():
@@ -90,6 +97,9 @@ def inspect_checkpoint(
     max_len = _required_int(
         text, ("max_position_embeddings", "max_sequence_length", "seq_length", "n_positions"), root
     )
+    if not pickled:
+        for name in weights:
+            _check_safetensors(root / name)
     hashed = _hashed_files(root, weights)
     return CheckpointInfo(
         path=root,
@@ -150,31 +160,100 @@ def _weight_files(root: Path, allow_pickle: bool) -> tuple[list[str], bool]:
 
 
 def _check_remote_code(config: dict[str, Any], model_type: str, trust_remote_code: bool) -> None:
-    """Refuse custom model code that transformers would have to import from the folder."""
-    if trust_remote_code or "auto_map" not in config:
+    """Refuse custom model code that transformers would have to import from the folder, and a
+    ``model_type`` transformers does not know (the trainer is always transformers: without this
+    it fails only when it loads, after sampling)."""
+    if trust_remote_code and "auto_map" in config:
         return
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES  # no torch import
-
-    if model_type not in CONFIG_MAPPING_NAMES:
+    try:
+        import transformers
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES  # no torch import
+    except ImportError:  # the probe extra is missing: loading the model says so
+        return
+    if "auto_map" in config:
+        if model_type not in CONFIG_MAPPING_NAMES:
+            raise CheckpointError(
+                f"model_type {model_type!r} is not built into transformers; the checkpoint ships its "
+                "own model code (config.json has auto_map)",
+                hint="read that code, then pass --trust-remote-code (trust_remote_code=True)",
+            )
+        return
+    declared = config.get("model_type")
+    if declared is not None and (not isinstance(declared, str) or declared not in CONFIG_MAPPING_NAMES):
+        # (absent, transformers guesses the type from the folder name and says so itself)
         raise CheckpointError(
-            f"model_type {model_type!r} is not built into transformers; the checkpoint ships its "
-            "own model code (config.json has auto_map)",
-            hint="read that code, then pass --trust-remote-code (trust_remote_code=True)",
+            f"config.json's model_type {_shown(declared)} is not a model transformers {transformers.__version__} knows",
+            hint="fix model_type in config.json, or upgrade transformers if the model is newer than it",
         )
 
 
 def _required_int(cfg: dict[str, Any], keys: Sequence[str], root: Path) -> int:
+    """The first of ``keys`` present; a present value that is not a positive integer
+    (``true``, ``"320"``, ``-1``) is a malformed config, not a reason to try the next key."""
     for key in keys:
         value = cfg.get(key)
-        if isinstance(value, int) and value > 0:
-            return value
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise CheckpointError(
+                f"config.json in {str(root)!r} is malformed: {key} should be a positive integer, got {_shown(value)}",
+                hint="fix config.json (save_pretrained writes it)",
+            )
+        return value
     raise CheckpointError(f"config.json in {str(root)!r} has none of {list(keys)}")
+
+
+def _shown(value: Any) -> str:
+    """A config value as JSON, cut short: ``true`` reads as JSON where Python would print ``True``."""
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _check_safetensors(path: Path) -> None:
+    """Read a safetensors file's header (8-byte length, then JSON) and check it fits the file.
+
+    Costs one small read per file; an empty, truncated or foreign file fails
+    here with its name instead of as a ``SafetensorError`` when an engine loads it.
+    """
+    problem = _safetensors_problem(path)
+    if problem:
+        raise CheckpointError(f"{str(path)!r} is not a readable safetensors file: {problem}",
+                              hint="the file is empty, truncated or not safetensors: copy or save the checkpoint again")
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    size = path.stat().st_size
+    if size < 8:
+        return f"it is {size} bytes, too short for the 8-byte header length"
+    with open(path, "rb") as f:
+        length = int.from_bytes(f.read(8), "little")
+        if length < 2 or length > SAFETENSORS_MAX_HEADER or 8 + length > size:
+            return f"its header length ({length} bytes) does not fit the file ({size} bytes)"
+        raw = f.read(length)
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return "its header is not JSON"
+    if not isinstance(header, dict):
+        return "its header is not a JSON object"
+    end = 0
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+        if (not isinstance(offsets, list) or len(offsets) != 2 or any(isinstance(o, bool) or not isinstance(o, int) for o in offsets)
+                or not 0 <= offsets[0] <= offsets[1]):
+            return f"tensor {name!r} has no valid data_offsets"
+        end = max(end, offsets[1])
+    if 8 + length + end > size:
+        return f"its tensors need {8 + length + end} bytes but the file has {size} (truncated?)"
+    return None
 
 
 def _is_moe(text: dict[str, Any], config: dict[str, Any]) -> bool:
     for key in ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"):
         value = text.get(key)
-        if isinstance(value, int) and value > 1:
+        if isinstance(value, int) and not isinstance(value, bool) and value > 1:
             return True
     archs = config.get("architectures") or []
     return any("moe" in str(a).lower() for a in archs)
@@ -236,9 +315,11 @@ def check_tokenizer(tokenizer, info: CheckpointInfo, prompts: list[str], other=N
 
     Checks, in order: every id fits the model's vocabulary; each prompt
     round-trips ``decode(encode(x)) == x`` (special tokens not added, so a
-    prepended BOS does not count as a difference); and, when ``other`` is
-    given (say, the sampler's own tokenizer), the two vocabularies and the
-    encodings of every prompt are identical.
+    prepended BOS does not count as a difference); the tokenizer's BOS and EOS
+    are the ids config.json names (a foreign tokenizer that happens to fit the
+    embedding is caught here); and, when ``other`` is given (say, the
+    sampler's own tokenizer), the two vocabularies and the encodings of every
+    prompt are identical.
     """
     n_tokens = len(tokenizer)
     if n_tokens > info.vocab_size:
@@ -248,7 +329,8 @@ def check_tokenizer(tokenizer, info: CheckpointInfo, prompts: list[str], other=N
             hint="use the tokenizer saved with this checkpoint",
         )
     for i, text in enumerate(prompts):
-        ids = tokenizer.encode(text, add_special_tokens=False)
+        with quiet_length_warning():
+            ids = tokenizer.encode(text, add_special_tokens=False)
         back = tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
         if back != text:
             raise TokenizerMismatchError(
@@ -257,8 +339,75 @@ def check_tokenizer(tokenizer, info: CheckpointInfo, prompts: list[str], other=N
                 hint="the sampler would see different text than the trainer; fix the tokenizer "
                 "(normalisation, clean_up_tokenization_spaces) or the prompt",
             )
+    _check_special_ids(tokenizer, info)
     if other is not None:
         _compare_tokenizers(tokenizer, other, prompts)
+
+
+@contextlib.contextmanager
+def quiet_length_warning():
+    """Mute transformers' "Token indices sequence length is longer than ..." warning.
+
+    The probe measures prompt lengths against the context itself and refuses a
+    long one with its own one-line error; the warning would only be an earlier,
+    second line on stderr.
+    """
+    log = logging.getLogger("transformers.tokenization_utils_base")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def _special_ids(value: Any) -> list[int]:
+    """config.json's ``bos_token_id``/``eos_token_id``: an id, a list of ids, or absent."""
+    values = value if isinstance(value, list) else [value]
+    return [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+
+
+def _check_special_ids(tokenizer, info: CheckpointInfo) -> None:
+    """The tokenizer's BOS and EOS must be the ones the model was configured with.
+
+    A foreign tokenizer with a vocabulary no larger than the embedding passes
+    every size check and round-trips the prompts, but puts other ids where the
+    model expects BOS (every prompt starts with it) and stops on another EOS.
+    EOS may be any of config.json's or generation_config.json's ids (chat
+    models list several). A tokenizer smaller than ``vocab_size`` is not
+    refused by itself: embeddings are commonly padded past the vocabulary.
+    """
+    text = text_config(info.config)
+    generation = _read_json_object(info.path / "generation_config.json")
+    n_tokens = len(tokenizer)
+    hint = "use the tokenizer saved with this checkpoint"
+    for key in ("bos_token_id", "eos_token_id"):
+        for token_id in _special_ids(text.get(key, info.config.get(key))):
+            if not 0 <= token_id < n_tokens:
+                raise TokenizerMismatchError(
+                    f"config.json's {key} {token_id} is not a token of the tokenizer ({n_tokens} tokens): "
+                    "the tokenizer is not this checkpoint's", hint=hint)
+    bos = _special_ids(text.get("bos_token_id", info.config.get("bos_token_id")))
+    eos = _special_ids(text.get("eos_token_id", info.config.get("eos_token_id")))
+    more_eos = [i for i in _special_ids(generation.get("eos_token_id")) if i not in eos]
+    checks = (("BOS", tokenizer.bos_token, tokenizer.bos_token_id, "config.json's bos_token_id", bos),
+              ("EOS", tokenizer.eos_token, tokenizer.eos_token_id,
+               "the eos_token_id of config.json and generation_config.json" if more_eos else "config.json's eos_token_id",
+               eos + more_eos))
+    for name, token, token_id, source, configured in checks:
+        if token_id is not None and configured and token_id not in configured:
+            shown = configured[0] if len(configured) == 1 else configured
+            raise TokenizerMismatchError(
+                f"the tokenizer's {name} {str(token)!r} is id {token_id}, but {source} is {shown}: "
+                "the tokenizer is not this checkpoint's", hint=hint)
+
+
+def _read_json_object(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _compare_tokenizers(a, b, prompts: list[str]) -> None:
@@ -308,7 +457,8 @@ def _vocab_difference(vocab_a: dict, vocab_b: dict, names: tuple[str, str]) -> s
 
 def _encoding_difference(a, b, prompts: list[str]) -> str | None:
     for i, text in enumerate(prompts):
-        ids_a, ids_b = a.encode(text), b.encode(text)
+        with quiet_length_warning():
+            ids_a, ids_b = a.encode(text), b.encode(text)
         if ids_a != ids_b:
             at = next((j for j, (x, y) in enumerate(zip(ids_a, ids_b)) if x != y), min(len(ids_a), len(ids_b)))
             return (f"encode prompt {i} ({_short(text)}) differently from position "
@@ -346,7 +496,8 @@ def tokenize_prompts(
     for i, text in enumerate(prompts):
         if not isinstance(text, str) or not text:
             raise PromptError(f"prompt {i} is empty", hint="remove empty lines from the prompts file")
-        ids = list(tokenizer.encode(text, add_special_tokens=add_special_tokens))
+        with quiet_length_warning():
+            ids = list(tokenizer.encode(text, add_special_tokens=add_special_tokens))
         if not ids:
             raise PromptError(f"prompt {i} ({_short(text)}) has no tokens")
         if len(ids) + max_tokens > max_model_len:

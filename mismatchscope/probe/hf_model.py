@@ -15,6 +15,13 @@ from mismatchscope.errors import CheckpointError, UsageError
 from mismatchscope.probe.checkpoint import CheckpointInfo
 
 DTYPES = ("float32", "float16", "bfloat16")
+DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16"}
+"""short names a user may type; engines get the canonical name (vLLM refuses ``bf16`` and ``fp32``)."""
+
+
+def canonical_dtype(name: str) -> str:
+    """``"bf16"`` -> ``"bfloat16"``; any other name unchanged (checking it is the caller's job)."""
+    return DTYPE_ALIASES.get(name, name)
 
 
 def torch_dtype(name: str):
@@ -22,8 +29,7 @@ def torch_dtype(name: str):
     it silently picks a different dtype per machine, so a probe must say which)."""
     import torch
 
-    aliases = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16"}
-    canonical = aliases.get(name, name)
+    canonical = canonical_dtype(name)
     if canonical not in DTYPES:
         raise UsageError(f"unknown dtype {name!r}", hint=f"use one of {', '.join(DTYPES)}")
     return getattr(torch, canonical)
@@ -67,6 +73,9 @@ def load_causal_lm(
         model = AutoModelForCausalLM.from_pretrained(str(info.path), **kwargs)
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"transformers cannot load {str(info.path)!r}: {exc}") from exc
+    except ImportError as exc:  # a kernel or package the options need; the checks before the run catch the usual ones
+        raise UsageError(f"transformers cannot load {str(info.path)!r} with attn_implementation="
+                         f"{attn_implementation!r}: {exc}") from exc
     if device_map is None:
         model = model.to(resolve_device(device))
     model.eval()

@@ -46,15 +46,30 @@ def load_prompts(path: Path) -> list[Prompt]:
             if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str):
                 raise PromptError(f"{path}:{lineno}: each line needs a string field \"prompt\"")
             answer = obj.get("answer")
-            prompts.append(Prompt(
+            prompt = Prompt(
                 prompt_id=len(prompts),
                 text=obj["prompt"],
                 answer=None if answer is None else str(answer),
                 source_id=None if obj.get("id") is None else str(obj["id"]),
-            ))
+            )
+            for field, value in (("prompt", prompt.text), ("answer", prompt.answer), ("id", prompt.source_id)):
+                _check_unicode(value, field, path, lineno)
+            prompts.append(prompt)
     if not prompts:
         raise PromptError(f"{path}: the prompts file is empty")
     return prompts
+
+
+def _check_unicode(value: str | None, field: str, path: Path, lineno: int) -> None:
+    """JSON can spell a lone UTF-16 surrogate (``"\\ud800"``), which is no character:
+    the tokenizer and Parquet would both fail on it far from this line."""
+    if value is None:
+        return
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise PromptError(f"{path}:{lineno}: \"{field}\" holds {value[e.start]!r}, a lone UTF-16 surrogate that is "
+                          "not a character", hint="write the character itself, or its escaped surrogate pair") from None
 
 
 def file_sha256(path: Path) -> str:

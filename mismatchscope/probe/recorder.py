@@ -15,6 +15,7 @@ whole files behind, and ``--resume`` can trust what it finds.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,12 @@ _SAMPLE_SCHEMA = pa.schema([
 ])
 
 
+def unstarted_run(path: Path) -> bool:
+    """A run directory with no sampled round and no scored shard (a start that failed or was killed)."""
+    path = Path(path)
+    return not any((path / "samples").glob("round-*.parquet")) and not any((path / rundir.TOKENS).glob("part-*.parquet"))
+
+
 class RunDir:
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -56,7 +63,13 @@ class RunDir:
         return rundir.lock_run(self.path)
 
     def open(self, fingerprint: dict[str, Any], resume: bool) -> dict[str, Any]:
-        """Create the directory, or check a resumed one was made by the same configuration."""
+        """Create the directory, or check a resumed one was made by the same configuration.
+
+        A run that never got to its first round (its start failed or was
+        killed) holds nothing to keep: a new run replaces it without --resume.
+        """
+        if self.exists() and not resume and self.unstarted():
+            self.discard_unstarted()
         if self.exists():
             if not resume:
                 raise UsageError(f"{self.path} already holds a probe run",
@@ -73,6 +86,28 @@ class RunDir:
         self.tokens.mkdir(parents=True, exist_ok=True)
         self.samples.mkdir(parents=True, exist_ok=True)
         return {"fingerprint": fingerprint, "status": "running"}
+
+    def unstarted(self) -> bool:
+        """Nothing sampled and nothing scored: only the manifest and prompts a start writes first."""
+        return unstarted_run(self.path)
+
+    def discard_unstarted(self) -> None:
+        """Take back what :meth:`open` and the first manifest wrote, if nothing was sampled or scored.
+
+        A probe that fails before its first round (an engine that does not
+        start, a server that refuses) would otherwise leave a "running" run
+        that a plain re-run refuses as already holding a probe run, with
+        nothing in it to resume. Anything sampled or scored stays, for
+        ``--resume``. The writer lock then takes back the folder it created.
+        """
+        if not self.unstarted():
+            return
+        for path in (self.manifest_path, self.prompts):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        for folder in (self.samples, self.tokens):
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty
 
     def read_manifest(self) -> dict[str, Any]:
         manifest = rundir.read_manifest(self.path)

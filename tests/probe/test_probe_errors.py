@@ -279,17 +279,18 @@ def test_a_server_that_echoes_the_key_does_not_leak_it(server, tmp_path):
     assert line.startswith(f"error: POST {url}/v1/completions failed with HTTP 401: ")
     assert line.endswith("(set the key in $MISMATCHSCOPE_API_KEY)")
     assert '"Authorization": "<redacted> <redacted>"' in line
-    manifest = (out / "manifest.json").read_text()
-    assert KEY not in manifest
+    assert not out.exists()  # refused before a round was sampled: the run took back what it wrote, manifest included
 
 
 def test_url_credentials_are_sent_as_a_header_and_never_recorded(server, tmp_path):
     url, handler = server
     handler.routes["completions"] = (200, json.dumps({"choices": [GOOD_CHOICE]}).encode())
     secret_url = url.replace("http://", "http://alice:s3cr3t-pw@")
-    out = tmp_path / "run"
+    out, prompts = tmp_path / "run", tmp_path / "one.jsonl"
+    prompts.write_text('{"prompt": "1+1="}\n')  # one prompt, one crafted choice: the run completes and is recorded
     r = cli("probe", str(CHECKPOINT), "--out", str(out), "--sampler", "vllm-server", "--url", secret_url, "-n", "1",
-            "--max-tokens", "2", "--top-k-logprobs", "1", "--format", "json")
+            "--max-tokens", "2", "--top-k-logprobs", "1", "--format", "json", "--prompts", str(prompts))
+    assert r.returncode == 0, r.stderr
     assert handler.seen and handler.seen[-1]["Authorization"].startswith("Basic ")
     everything = r.stdout + r.stderr + "".join(p.read_text(errors="replace") for p in out.rglob("*.json"))
     everything += "".join(str(p.read_bytes()) for p in out.rglob("*.parquet"))

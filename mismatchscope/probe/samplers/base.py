@@ -10,7 +10,6 @@ file format stores apart.
 from __future__ import annotations
 
 import math
-import re
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 from mismatchscope.probe.types import Completion, SamplingConfig
@@ -42,14 +41,13 @@ class Sampler(Protocol):
         ...
 
 
-SECRET_KEY = re.compile(r"(^|_)(token|key|secret|password)$")
-"""option names whose values are credentials (``hf_token``, ``api_key``): never recorded."""
-
-
 def manifest_safe(value: Any) -> Any:
-    """A JSON-safe copy of engine options for the run manifest, credential-like values redacted."""
+    """A JSON-safe copy of engine options for the run manifest, the values of credential-named options
+    (``hf_token``, ``api_key``, ``client_secret``: :func:`~mismatchscope.redact.is_secret_name`) redacted."""
+    from mismatchscope.redact import REDACTED, is_secret_name
+
     if isinstance(value, dict):
-        return {str(k): "<redacted>" if SECRET_KEY.search(str(k)) else manifest_safe(v) for k, v in value.items()}
+        return {str(k): REDACTED if is_secret_name(str(k)) else manifest_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [manifest_safe(v) for v in value]
     if isinstance(value, (str, int, float, bool)) or value is None:

@@ -20,14 +20,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from mismatchscope.errors import UsageError
 from mismatchscope.probe.checkpoint import CheckpointInfo
 from mismatchscope.probe.hf_model import load_causal_lm, model_description
 from mismatchscope.probe.samplers.base import ProgressFn, check_prompts
 from mismatchscope.probe.token_scoring import GREEDY_EPS
 from mismatchscope.probe.types import Completion, SamplerConfig, SamplingConfig
+from mismatchscope.probe.validate import HF_ENGINE_ARGS, check_hf_engine_args
 
-ENGINE_ARGS = ("attn_implementation", "trust_remote_code", "batch_size")
+ENGINE_ARGS = HF_ENGINE_ARGS
 DEFAULT_BATCH = 64
 
 
@@ -39,11 +39,7 @@ class HFGenerateSampler:
     def __init__(self, cfg: SamplerConfig, info: CheckpointInfo, *, sampling: SamplingConfig | None = None):
         from transformers import GenerationConfig
 
-        unknown = sorted(set(cfg.engine_args) - set(ENGINE_ARGS))
-        if unknown:
-            raise UsageError(
-                f"the hf sampler does not take engine args {unknown}", hint=f"it takes {', '.join(ENGINE_ARGS)}"
-            )
+        check_hf_engine_args(cfg.engine_args, cfg.device)  # the probe checked them already; direct callers too
         self.cfg = cfg
         self.info = info
         self.batch_size = int(cfg.engine_args.get("batch_size") or cfg.max_num_seqs or DEFAULT_BATCH)

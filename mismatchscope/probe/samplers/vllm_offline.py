@@ -17,10 +17,12 @@ engine process otherwise). On CPU set ``VLLM_CPU_KVCACHE_SPACE`` (GiB).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from mismatchscope.errors import UsageError
+from mismatchscope.errors import SamplerError, UsageError
 from mismatchscope.probe.checkpoint import CheckpointInfo
+from mismatchscope.probe.hf_model import canonical_dtype
 from mismatchscope.probe.samplers.base import (
     ProgressFn,
     check_prompts,
@@ -56,7 +58,7 @@ class VLLMOfflineSampler:
         cfg = self.cfg
         args: dict[str, Any] = {
             "model": str(self.info.path),
-            "dtype": cfg.dtype,
+            "dtype": canonical_dtype(cfg.dtype),  # vLLM refuses the short names (bf16, fp32)
             "tensor_parallel_size": cfg.tensor_parallel_size,
             "enforce_eager": cfg.enforce_eager,
             "logprobs_mode": sampling.logprobs_mode,
@@ -92,7 +94,7 @@ class VLLMOfflineSampler:
 
         args = self.engine_args(sampling)
         model = args.pop("model")
-        self._llm = LLM(model, **args)
+        self._llm = _start(model, args)
         self._engine_args = {"model": model, **args}
         return self._llm
 
@@ -177,6 +179,92 @@ class VLLMOfflineSampler:
             llm.llm_engine.engine_core.shutdown()
 
 
+def _start(model: str, args: dict[str, Any]):
+    """``vllm.LLM(model, **args)``, its refusals of the options as one-line errors.
+
+    :func:`check_engine_args` catches these before the run; this is the
+    backstop when vLLM's declarations could not be read.
+    """
+    import pydantic
+    from vllm import LLM
+
+    try:
+        return LLM(model, **args)
+    except TypeError as e:
+        if "unexpected keyword argument" not in str(e):
+            raise
+        raise UsageError(f"vllm.LLM refused the engine options: {e}", hint="check the --engine-arg names") from e
+    except pydantic.ValidationError as e:
+        first = e.errors()[0] if e.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ())) or e.title
+        raise UsageError(f"vLLM refused its configuration: {where}: {first.get('msg', e)}") from e
+
+
+def check_engine_args(engine_args: dict[str, Any]) -> None:
+    """Names and value types of ``--engine-arg``s, read from vLLM's declarations without starting it.
+
+    ``vllm.LLM`` refuses an unknown name (TypeError) or a bad value (pydantic's
+    ValidationError) only while it starts, after the run directory exists and
+    the weights are loading. The names are ``LLM.__init__``'s parameters and
+    ``EngineArgs``' fields; each value is checked against the declared type
+    with pydantic, as vLLM's own configs check it (lax: ``1`` passes for
+    ``true``). A type pydantic cannot describe is left to vLLM.
+    """
+    from mismatchscope.probe.validate import shown_arg
+
+    declared = _declared_engine_args()
+    if declared is None:  # vLLM's layout changed: _start turns its own refusal into one line
+        return
+    for name, value in engine_args.items():
+        if name not in declared:
+            import difflib
+
+            import vllm
+
+            close = difflib.get_close_matches(name, list(declared), n=1)
+            raise UsageError(f"--engine-arg {name} is not an option of vllm.LLM (vLLM {vllm.__version__})",
+                             hint=f"did you mean {close[0]}?" if close else "see vLLM's EngineArgs for its options")
+        adapter = declared[name]
+        if adapter is None:
+            continue
+        import pydantic
+
+        try:
+            adapter.validate_python(value)
+        except pydantic.ValidationError as e:
+            first = e.errors()[0] if e.errors() else {}
+            raise UsageError(f"--engine-arg {name}={shown_arg(value)}: {first.get('msg', 'not a valid value')}") from None
+
+
+@functools.lru_cache(maxsize=1)
+def _declared_engine_args() -> dict[str, Any] | None:
+    """name -> pydantic TypeAdapter of its declared type (None: not checkable), or None if unreadable."""
+    import dataclasses
+    import inspect
+    import sys
+
+    try:
+        import pydantic
+        from vllm import LLM
+        from vllm.engine.arg_utils import EngineArgs
+
+        declared: dict[str, Any] = {}
+        fields = [(f.name, f.type) for f in dataclasses.fields(EngineArgs) if f.init]
+        params = [(n, p.annotation) for n, p in inspect.signature(LLM.__init__).parameters.items()
+                  if n != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD]
+    except Exception:  # noqa: BLE001 - any change in vLLM's layout: fall back to its own errors
+        return None
+    for owner, items in ((EngineArgs, fields), (LLM.__init__, params)):  # LLM's own annotation wins (it converts)
+        namespace = vars(sys.modules[owner.__module__])
+        for name, hint in items:
+            try:
+                resolved = eval(hint, namespace) if isinstance(hint, str) else hint  # noqa: S307 - vLLM's own annotation
+                declared[name] = None if resolved is inspect.Parameter.empty else pydantic.TypeAdapter(resolved)
+            except Exception:  # noqa: BLE001 - unresolvable or not describable: vLLM checks it itself
+                declared[name] = None
+    return declared
+
+
 def _completion(prompt_index: int, index: int, out, k: int) -> Completion:
     """One vLLM ``CompletionOutput`` as a :class:`Completion`."""
     if out.logprobs is None or len(out.logprobs) != len(out.token_ids):
@@ -184,7 +272,10 @@ def _completion(prompt_index: int, index: int, out, k: int) -> Completion:
     sampled, top_ids, top_lps = [], [], []
     for token, position in zip(out.token_ids, out.logprobs):
         entries = [(tid, lp.logprob, lp.rank) for tid, lp in position.items()]
-        lp, ids, lps = split_topk(token, entries, k)
+        try:
+            lp, ids, lps = split_topk(token, entries, k)
+        except ValueError as e:
+            raise SamplerError(f"vLLM's logprobs for prompt {prompt_index} sample {index}: {e}") from None
         sampled.append(lp)
         top_ids.append(ids)
         top_lps.append(lps)

@@ -55,9 +55,11 @@ from mismatchscope.probe.samplers.base import (
     split_topk,
 )
 from mismatchscope.probe.types import Completion, SamplerConfig, SamplingConfig
-from mismatchscope.redact import redact, redact_url, register_secret
+from mismatchscope.probe.validate import SERVER_TIMEOUT_S, check_server_engine_args, server_timeout
+from mismatchscope.reader import POSITIVE_LOGPROB_TOLERANCE
+from mismatchscope.redact import excerpt, redact, redact_url, register_secret, register_userinfo, split_userinfo
 
-DEFAULT_TIMEOUT = 600.0
+DEFAULT_TIMEOUT = SERVER_TIMEOUT_S
 PROMPTS_PER_REQUEST = 32
 """prompts per ``/v1/completions`` call: keeps bodies small and gives progress.
 Each prompt is its own engine request with its own seed, so the split does not
@@ -70,6 +72,10 @@ NEUTRAL = {
     "min_tokens": 0,
 }
 RESERVED = ("model", "timeout")
+ERROR_BODY_BYTES = 64 * 1024
+"""how much of an error answer is read: enough to redact around what is shown, not a 50 MB page."""
+ERROR_DETAIL_CHARS = 500
+"""how much of an error answer is shown."""
 
 
 class VLLMServerSampler:
@@ -82,8 +88,11 @@ class VLLMServerSampler:
             raise UsageError("the vllm-server sampler needs the server's URL", hint="pass --url http://HOST:PORT")
         self.cfg = cfg
         self.info = info
-        self.base, self._basic_auth = _split_credentials(_base_url(cfg.url))
-        self.timeout = float(cfg.engine_args.get("timeout", DEFAULT_TIMEOUT))
+        bare, self._basic_auth = _split_credentials(cfg.url)  # the URL as given, for its error message
+        self.base = _base_url(bare)
+        self._opener = urllib.request.build_opener(_SameOriginRedirects)
+        check_server_engine_args(cfg.engine_args)  # the probe checked them already; direct callers too
+        self.timeout = server_timeout(cfg.engine_args)
         self.extra = {k: v for k, v in cfg.engine_args.items() if k not in RESERVED}
         self.model_card = self._served_model(cfg.engine_args.get("model"))
         self.model = str(self.model_card["id"])
@@ -109,22 +118,29 @@ class VLLMServerSampler:
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.base + path, data=data, headers=headers, method=method)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            with self._opener.open(req, timeout=self.timeout) as resp:
                 payload = resp.read()
         except urllib.error.HTTPError as exc:
             if missing_ok and exc.code == 404:
                 return None
+            if 300 <= exc.code < 400:
+                raise _not_followed(method, self.base + path, exc, secrets) from None
             try:
-                raw = exc.read()
+                raw = exc.read(ERROR_BODY_BYTES + 1)
             except (OSError, http.client.HTTPException):
                 raw = b""
             # A server may echo the request (headers included): never pass its text on unscrubbed.
-            detail = " ".join(redact(raw.decode(errors="replace")[:500], secrets).split())
+            # Redacted before it is shortened, so a key across the cut is still seen whole.
+            text = raw[:ERROR_BODY_BYTES].decode(errors="replace")
+            detail = " ".join(excerpt(text, ERROR_DETAIL_CHARS, secrets, cut=len(raw) > ERROR_BODY_BYTES).split())
             hint = f"set the key in ${self.cfg.api_key_env}" if exc.code in (401, 403) else None
             raise SamplerError(f"{method} {self.base}{path} failed with HTTP {exc.code}: {detail}", hint=hint) from None
         except http.client.HTTPException as exc:
             raise SamplerError(f"{method} {self.base}{path}: the server's answer was cut short or garbled "
                                f"({type(exc).__name__})") from None
+        except TimeoutError:  # connected, then no answer in time (a connect timeout comes inside a URLError)
+            raise SamplerError(f"{method} {self.base}{path}: the vLLM server did not answer within {self.timeout:g} s",
+                               hint="raise --engine-arg timeout=SECONDS (default 600), or check the server") from None
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
             reason = redact(str(getattr(exc, "reason", exc)), secrets)
             raise SamplerConnectionError(
@@ -278,7 +294,7 @@ class VLLMServerSampler:
             for i, choice in enumerate(choices):  # vLLM numbers them prompt * n + sample
                 j, out = start + i // per_request_n, i % per_request_n
                 index = sample_index(j, out, sampling, per_request_n)
-                completions.append(_completion(layout[j], index, choice, sampling.top_k_logprobs))
+                completions.append(_completion(layout[j], index, choice, sampling.top_k_logprobs, self.info.vocab_size))
             if on_progress is not None:
                 on_progress(len(batch) * per_request_n)
         return completions
@@ -324,17 +340,54 @@ class VLLMServerSampler:
 def _split_credentials(url: str) -> tuple[str, str | None]:
     """``http://user:pass@host`` -> (``http://host``, base64 of ``user:pass`` for a Basic header).
 
-    The credentials never stay in the URL we print or record; they are sent as a header.
+    The credentials never stay in the URL we print or record; they are sent as a header, and
+    registered (the password alone too) so a server that echoes them is scrubbed. The userinfo
+    runs to the URL's last '@' (:func:`~mismatchscope.redact.split_userinfo`); a '/', '?' or '#'
+    before that '@' is refused, since a standard parser would send the request to another host
+    and the password along as a path.
     """
-    parts = urllib.parse.urlsplit(url)
-    if "@" not in parts.netloc:
+    userinfo, bare = split_userinfo(url)
+    if userinfo is None:
         return url, None
-    userinfo, host = parts.netloc.rsplit("@", 1)
+    register_userinfo(userinfo)
+    if any(c in userinfo for c in "/?#"):
+        raise UsageError(f"--url {redact_url(url)!r} is ambiguous: an '@' comes after a '/', '?' or '#'",
+                         hint="percent-encode '/', '?', '#' and '@' inside a user name or password as %2F, %3F, %23, %40")
     creds = base64.b64encode(urllib.parse.unquote(userinfo).encode()).decode() if userinfo else None
-    register_secret(userinfo)
-    if creds:
-        register_secret(creds)
-    return urllib.parse.urlunsplit(parts._replace(netloc=host)), creds
+    return bare, creds
+
+
+class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect only for a request without a body, to the same scheme, host and port.
+
+    urllib would resend every header, ``Authorization`` included, to whatever host a server names;
+    a redirected POST would come back as a GET without its body. Anything else is not followed
+    and :func:`_not_followed` says so.
+    """
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        if req.data is not None or _origin(newurl) != _origin(req.full_url):
+            return None  # urllib then raises the 3xx as an HTTPError
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
+    except ValueError:
+        port = -1
+    return parts.scheme.lower(), (parts.hostname or "").lower(), port
+
+
+def _not_followed(method: str, url: str, exc: urllib.error.HTTPError, secrets: list[str]) -> SamplerError:
+    location = (exc.headers or {}).get("Location") or ""
+    target = excerpt(redact_url(urllib.parse.urljoin(url, location)) or "", 200, secrets) if location else "nowhere"
+    return SamplerError(
+        f"{method} {url} was redirected (HTTP {exc.code}) to {target}, which is not followed: "
+        "the credentials go only to --url",
+        hint="pass the address the server redirects to as --url",
+    )
 
 
 _without_credentials = redact_url
@@ -346,15 +399,25 @@ def _base_url(url: str) -> str:
     return base[: -len("/v1")] if base.endswith("/v1") else base
 
 
-def _token_id(token: Any, where: str) -> int:
+def _token_id(token: Any, where: str, vocab_size: int | None = None) -> int:
     if not isinstance(token, str) or not token.startswith("token_id:"):
         raise SamplerError(
             f"{where}: the server returned token {_short(token)}, not 'token_id:N': it ignored return_tokens_as_token_ids"
         )
     try:
-        return int(token.split(":", 1)[1])
+        token_id = int(token.split(":", 1)[1])
     except ValueError:
         raise SamplerError(f"{where}: {_short(token)} does not end in an integer id") from None
+    _check_id(token_id, where, vocab_size, _short(token))
+    return token_id
+
+
+def _check_id(token_id: int, where: str, vocab_size: int | None, shown: str | None = None) -> None:
+    """A token id the model has: a negative or too large one would fail far away (Parquet, the trainer)."""
+    if token_id < 0 or (vocab_size is not None and token_id >= vocab_size):
+        bound = f"0..{vocab_size - 1}" if vocab_size is not None else "non-negative"
+        raise SamplerError(f"{where}: {shown or token_id} is not a token id of the model ({bound})",
+                           hint="is the server serving another model or tokenizer?")
 
 
 # ---------------------------------------------------------------- answer shape
@@ -400,6 +463,25 @@ def _int_list(values: list, where: str) -> list[int]:
     return values
 
 
+def _logprobs(values: list, where: str, *, none_ok: bool = False) -> list:
+    """Logprobs of sampled or listed tokens: numbers <= 0 (to rounding), or -inf.
+
+    vLLM writes -inf as -9999.0 (``from_sentinel``); a literal ``-Infinity`` means
+    the same. ``Infinity``, NaN or a clearly positive value (a logit, a
+    probability above 1) cannot be a logprob and would otherwise be recorded.
+    ``None`` is accepted only where vLLM writes it (``none_ok``: top-k values).
+    """
+    for i, v in enumerate(values):
+        if v is None and none_ok:
+            continue
+        if v is None or isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v):
+            raise SamplerError(f"{where}[{i}] should be a number, got {'null' if v is None else _short(v)}")
+        if v > POSITIVE_LOGPROB_TOLERANCE:
+            raise SamplerError(f"{where}[{i}] is {v:g}, which is not a logprob (logprobs are <= 0)",
+                               hint="is the server in a logits --logprobs-mode?")
+    return values
+
+
 def _choices(answer: Any) -> list[dict]:
     """The choices of a completions answer, in index order, each checked field by field."""
     where = "POST /v1/completions"
@@ -410,7 +492,7 @@ def _choices(answer: Any) -> list[dict]:
         lp = _require(c.get("logprobs"), dict, f"{where}: choices[{i}].logprobs")
         ctx = f"{where}: choices[{i}].logprobs"
         tokens = _require(lp.get("tokens"), list, f"{ctx}.tokens")
-        values = _numbers(_require(lp.get("token_logprobs"), list, f"{ctx}.token_logprobs"), f"{ctx}.token_logprobs")
+        values = _logprobs(_require(lp.get("token_logprobs"), list, f"{ctx}.token_logprobs"), f"{ctx}.token_logprobs")
         if len(values) != len(tokens):
             raise SamplerError(f"{ctx}: {len(tokens)} tokens but {len(values)} token_logprobs")
         tops = lp.get("top_logprobs")
@@ -421,7 +503,7 @@ def _choices(answer: Any) -> list[dict]:
             for j, top in enumerate(tops):
                 if top is not None:
                     _require(top, dict, f"{ctx}.top_logprobs[{j}]")
-                    _numbers(list(top.values()), f"{ctx}.top_logprobs[{j}] values")
+                    _logprobs(list(top.values()), f"{ctx}.top_logprobs[{j}] values", none_ok=True)
         if c.get("token_ids") is not None:
             _int_list(_require(c["token_ids"], list, f"{where}: choices[{i}].token_ids"), f"{where}: choices[{i}].token_ids")
     indices = sorted(c["index"] for c in choices)
@@ -430,19 +512,23 @@ def _choices(answer: Any) -> list[dict]:
     return sorted(choices, key=lambda c: c["index"])
 
 
-def _completion(prompt_index: int, sample_index: int, choice: dict, k: int) -> Completion:
+def _completion(prompt_index: int, sample_index: int, choice: dict, k: int, vocab_size: int | None = None) -> Completion:
     where = f"POST /v1/completions: choices[{choice['index']}]"
     lp = choice["logprobs"]
-    tokens = [_token_id(t, f"{where}.logprobs.tokens") for t in lp["tokens"]]
+    tokens = [_token_id(t, f"{where}.logprobs.tokens", vocab_size) for t in lp["tokens"]]
     ids = choice.get("token_ids")
     if ids is not None and list(ids) != tokens:
         raise SamplerError(f"{where}: token_ids and logprobs.tokens disagree")
     sampled, top_ids, top_lps = [], [], []
     values = lp["token_logprobs"]
     tops = lp.get("top_logprobs") or [None] * len(tokens)
-    for token, value, top in zip(tokens, values, tops, strict=True):
+    for j, (token, value, top) in enumerate(zip(tokens, values, tops, strict=True)):
         if top:
-            entries = [(_token_id(t, f"{where}.logprobs.top_logprobs"), from_sentinel(v), None) for t, v in top.items()]
+            entries = [(_token_id(t, f"{where}.logprobs.top_logprobs[{j}]", vocab_size), from_sentinel(v), None)
+                       for t, v in top.items()]
+            if token not in {e[0] for e in entries}:  # vLLM always lists the sampled token
+                raise SamplerError(f"{where}.logprobs.top_logprobs[{j}] does not list the sampled token {token} "
+                                   f"(tokens[{j}])")
         else:
             entries = [(token, from_sentinel(value), None)]
         _, t_ids, t_lps = split_topk(token, entries, k)
