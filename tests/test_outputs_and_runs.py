@@ -1,0 +1,241 @@
+"""Outputs never touch inputs, however either is spelt; runs are judged whole; odd paths and streams fail cleanly.
+
+Each test drives the real console script, as ``test_errors`` does, and pins
+the whole one-line message. What these pin, by class:
+
+- an output onto a file of an input run reached through its ``tokens/``
+  folder (the manifest), among a run's shards, onto a hard link of an input
+  (``GITHUB_STEP_SUMMARY`` is appended in place), a picture whose name is an
+  input or a link to one;
+- a run directory written inside another run;
+- a folder that holds an unfinished run (gate refuses it, report warns);
+- empty and special paths (``''``, ``/dev/null``, a directory as config);
+- a gate baseline that is the candidate through a hard link (refused) or a
+  byte-identical copy (warned);
+- rule parameters given twice, Python-only number spellings, a range error
+  that rounding would make contradict itself, ``off`` in a drawn sweep;
+- a closed stdout, an unwritable stderr, a closed pipe.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import cli, pairs
+from tests.test_errors import ROWS, error_line
+
+EXE = str(Path(sys.executable).with_name("mismatchscope"))
+
+
+def make_run(root: Path, write, status: str = "complete") -> Path:
+    """A run directory as the writers leave it: ``RUN/tokens/*.parquet`` and ``RUN/manifest.json``."""
+    (root / "tokens").mkdir(parents=True)
+    shard = write(pairs(ROWS), "shard.parquet")
+    shard.rename(root / "tokens" / "part-00000.parquet")
+    (root / "manifest.json").write_text(json.dumps({"status": status}))
+    return root
+
+
+# ---- outputs never replace inputs ------------------------------------------------
+
+
+def test_an_output_may_not_replace_a_file_of_the_input_run(tmp_path, write):
+    run = make_run(tmp_path / "run", write)
+    manifest = run / "manifest.json"
+    before = manifest.read_bytes()
+    r = cli("report", str(run / "tokens"), "--html", str(manifest))
+    assert error_line(r) == (f"error: --html {manifest} would replace manifest.json of the input run {run / 'tokens'} "
+                             "(choose another output path)")
+    shard_dir = run / "tokens" / "x.html"
+    assert error_line(cli("report", str(run), "--html", str(shard_dir))) == (
+        f"error: --html {shard_dir} is among the shards of the input run {run} (write outputs outside the run's tokens/ folder)")
+    assert manifest.read_bytes() == before
+    r = cli("report", str(run), "--html", str(run / "report.html"), "--format", "json")  # a new file beside the run's is fine
+    assert r.returncode in (0, 2) and "would replace" not in r.stderr  # 2 only without the plot extra
+
+
+def test_the_step_summary_may_not_be_a_hard_link_to_the_candidate(tmp_path, write):
+    cand = write(pairs(ROWS), "cand.parquet")
+    link = tmp_path / "summary.md"
+    os.link(cand, link)
+    before = cand.read_bytes()
+    r = cli("gate", str(cand), "--absolute-only", "--bootstrap", "0", "--limit", "k3_mean<=1",
+            env={"GITHUB_STEP_SUMMARY": str(link)})
+    assert error_line(r) == (f"error: GITHUB_STEP_SUMMARY {link} is an input of this command ({cand}); writing it would "
+                             "destroy the data (choose another output path)")
+    assert cand.read_bytes() == before
+
+
+def test_pictures_never_replace_an_input(tmp_path, write):
+    pytest.importorskip("matplotlib", reason="pictures need the plot extra")
+    data = write(pairs(ROWS), "data.parquet")
+    pics = tmp_path / "pics"
+    pics.mkdir()
+    (pics / "log_ratio_hist.png").symlink_to(data)  # a link in the folder, named like a picture, onto the input
+    before = data.read_bytes()
+    r = cli("report", str(data), "--plots", str(pics))
+    assert error_line(r, after_work=True) == (
+        f"error: --plots {pics / 'log_ratio_hist.png'} is an input of this command ({data}); writing it would destroy "
+        "the data (choose another output path)")
+    named = pics / "prob_density.png"  # the input itself carries a picture's name
+    named.write_bytes(before)
+    r = cli("report", str(named), "--plots", str(pics))
+    assert error_line(r, after_work=True) == (
+        f"error: --plots {named} is an input of this command ({named}); writing it would destroy the data "
+        "(choose another output path)")
+    assert data.read_bytes() == before and named.read_bytes() == before
+
+
+def test_compare_masks_checks_its_plots_folder_before_the_analysis(tmp_path, write):
+    data = write(pairs(ROWS), "data.parquet")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("x")
+    assert error_line(cli("compare-masks", str(data), "--plots", str(notes))) == (
+        f"error: --plots {notes} exists and is not a directory (give --plots a folder)")
+    assert error_line(cli("compare-masks", str(data), "--plots", str(data))) == (
+        f"error: --plots {data} is an input of this command ({data}); writing it would destroy the data "
+        "(choose another output path)")
+
+
+def test_a_run_may_not_be_written_inside_another_run(tmp_path, write):
+    run = make_run(tmp_path / "run", write)
+    dump = tmp_path / "dump.jsonl"
+    dump.write_text(json.dumps({"token_ids": [5, 6], "sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.4, -1.1]}) + "\n")
+    inner = run / "tokens"
+    assert error_line(cli("import", "jsonl", str(dump), "--out", str(inner))) == (
+        f"error: --out {inner} is inside the run directory {run} (give each run its own folder, outside other runs)")
+    assert error_line(cli("import", "jsonl", str(dump), "--out", "", cwd=tmp_path)) == (
+        "error: --out is an empty path (give --out a new folder, e.g. --out runs/new)")
+    assert not (tmp_path / "tokens").exists() and not (tmp_path / "manifest.json").exists()
+
+
+# ---- runs are judged whole ---------------------------------------------------------
+
+
+def test_a_folder_holding_an_unfinished_run(tmp_path, write):
+    parent = tmp_path / "runs"
+    run = make_run(parent / "a", write, status="running")
+    r = cli("gate", str(parent), "--absolute-only", "--bootstrap", "0", "--limit", "tv_token_mean<=1")
+    expected = (f"{run} is an incomplete run (manifest.json status is 'running', not 'complete': killed, or still being "
+                "written); read what is there: 1 shard(s), 5 rows")
+    assert error_line(r) == f"error: {expected} (wait for the run to finish, or point at complete shards)"
+    r = cli("report", str(parent), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert f"warning: {expected}" in " ".join(r.stderr.split())
+
+
+# ---- empty and special paths ---------------------------------------------------------
+
+
+def test_empty_and_special_input_paths(tmp_path):
+    assert error_line(cli("report", "", cwd=tmp_path)) == (
+        "error: an empty path was given as input (give a Parquet file, a folder of shards, a run directory or a glob)")
+    assert error_line(cli("compare-masks", os.devnull)) == (
+        f"error: {os.devnull}: not a regular file or a directory (give a Parquet file, a folder of shards, a run directory "
+        "or a glob)")
+    assert error_line(cli("gate", str(tmp_path), "--config", str(tmp_path))) == (
+        f"error: config file {tmp_path} is a directory (give a file, e.g. {tmp_path / 'gate.toml'})")
+    assert error_line(cli("gate", str(tmp_path), "--config", os.devnull)) == (
+        f"error: config file {os.devnull} is not a regular file (give a gate.toml file)")
+
+
+# ---- gate baselines ---------------------------------------------------------------------
+
+
+def test_a_baseline_that_is_the_candidate_under_another_name(tmp_path, write):
+    cand = write(pairs(ROWS), "cand.parquet")
+    link = tmp_path / "base.parquet"
+    os.link(cand, link)
+    r = cli("gate", str(cand), "--baseline", str(link), "--bootstrap", "0")
+    assert error_line(r) == (f"error: the baseline {link} is the candidate itself (pass as --baseline the run sampled by "
+                             "the current serving stack)")
+
+
+def _config(tmp_path: Path, text: str) -> str:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "gate.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_byte_identical_baseline_is_warned_about(tmp_path, write):
+    cand = write(pairs(ROWS), "cand.parquet")
+    copy = tmp_path / "copy.parquet"
+    copy.write_bytes(cand.read_bytes())
+    cfg = _config(tmp_path, "[regression]\nk3_mean = { max_increase = 0.25, floor = 1e-6 }\n")
+    r = cli("gate", str(cand), "--baseline", str(copy), "--config", cfg, "--bootstrap", "0", "--format", "json")
+    assert r.returncode == 0, r.stderr  # identical data passes every limit: right for a deterministic, unchanged stack
+    assert (f"warning: the baseline {copy} holds the same data as the candidate (same sizes, identical Parquet footers): "
+            "every regression limit passes by construction; is it a copy?") in " ".join(r.stderr.split())
+    other = write(pairs(ROWS[:4]), "other.parquet")
+    r = cli("gate", str(cand), "--baseline", str(other), "--config", cfg, "--bootstrap", "0", "--format", "json")
+    assert r.returncode in (0, 1) and "same data" not in r.stderr, r.stderr
+
+
+def test_absolute_only_with_a_regression_limit(tmp_path, write):
+    cand = write(pairs(ROWS), "cand.parquet")
+    base = write(pairs(ROWS[:4]), "base.parquet")
+    r = cli("gate", str(cand), "--absolute-only", "--baseline", str(base), "--max-increase", "k3_mean=10%")
+    assert error_line(r) == ("error: --max-increase sets a regression limit against the baseline, which --absolute-only "
+                             "leaves out (drop --absolute-only to compare with the baseline, or drop --max-increase)")
+
+
+# ---- rule parameters ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rule, message", [
+    ("icepop:alpha=0.2,alpha=0.3", "rule 'icepop': alpha is given twice in 'icepop:alpha=0.2,alpha=0.3' (give each parameter once)"),
+    ("icepop:beta=1_000", "rule 'icepop': parameter beta='1_000' is not a number"),  # float() would read 1000
+    ("icepop:beta=\u0665", "rule 'icepop': parameter beta='\u0665' is not a number"),  # an Arabic-Indic 5
+    # '_' separates verl's two bounds; float() would read 0.5 and 2_3 = 23
+    ("verl-rs:option=token_k1,threshold=0.5_2_3",
+     "rule 'verl-rs': threshold '0.5_2_3' for token_k1 is not 'L_U' or one number U (e.g. 0.5_2.0 or 2)"),
+    # 1.0000001 printed as :g would read "delta=1 is outside [0, 1]"
+    ("ipo:delta=1.0000001", "rule 'ipo': delta=1.0000001 is outside its range [0, 1]"),
+])
+def test_rule_parameters_are_read_strictly(rule, message):
+    r = cli("compare-masks", str(Path(__file__).parents[1] / "sample_data" / "simulated_pairs.parquet"), "--rule", rule)
+    assert error_line(r) == f"error: {message}"
+
+
+def test_a_drawn_sweep_may_switch_a_bound_off(tmp_path):
+    pytest.importorskip("matplotlib", reason="pictures need the plot extra")
+    sample = Path(__file__).parents[1] / "sample_data" / "simulated_pairs.parquet"
+    r = cli("report", str(sample), "--plots", str(tmp_path / "p"), "--sweep", "veto.hi=off,2,5", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "p" / "sweeps.png").stat().st_size > 0
+
+
+# ---- streams ---------------------------------------------------------------------------------
+
+
+def test_a_closed_stdout_or_an_unwritable_stderr_does_not_change_the_verdict(tmp_path, write):
+    cand = write(pairs(ROWS), "cand.parquet")
+    # ROWS' k3 mean is about 2.2 (((0.4-1)-ln 0.4 + (3-1)-ln 3 + 0 + (2e-5-1)-ln 2e-5 + 0) / 5): max 10 passes, max 0.1 fails
+    passing = [EXE, "gate", str(cand), "--absolute-only", "--bootstrap", "0", "--config",
+               _config(tmp_path, "[absolute]\nk3_mean = { max = 10 }\n")]
+    failing = passing[:-1] + [_config(tmp_path / "f", "[absolute]\nk3_mean = { max = 0.1 }\n")]
+    # stdout closed outright (>&-): the tables are lost, the verdict is not
+    for argv, code in ((passing, 0), (failing, 1)):
+        r = subprocess.run(["bash", "-c", " ".join(f"'{a}'" for a in argv) + " >&-"], stderr=subprocess.PIPE, text=True)
+        assert r.returncode == code and "Traceback" not in r.stderr, r.stderr
+    with open("/dev/full", "w") as full:
+        assert subprocess.run(passing, stdout=subprocess.DEVNULL, stderr=full).returncode == 0
+        assert subprocess.run(failing, stdout=subprocess.DEVNULL, stderr=full).returncode == 1
+        # a usage error stays exit 2 even when its line cannot be printed
+        assert subprocess.run([EXE, "report", str(tmp_path / "missing.parquet")], stderr=full).returncode == 2
+
+
+def test_a_pipe_closed_early_is_one_line(tmp_path, write):
+    cand = write(pairs(ROWS), "cand.parquet")
+    proc = subprocess.Popen([EXE, "report", str(cand)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # the reader went away before the first byte, as `| head -c0` would
+    err = proc.stderr.read()
+    assert proc.wait() == 2
+    assert err.strip() == "error: stdout was closed before the output was written"
