@@ -30,7 +30,8 @@ import pyarrow.parquet as pq
 from .arrow import to_numpy
 from .errors import FileFormatError, InputError, MissingColumnsError, UsageError
 from .redact import redact_obj
-from .schema import COLUMNS, LOGPROB_SENTINEL, REQUIRED_NAMES, SCHEMA_VERSION, TOPK_COLUMNS, decode_metadata
+from .schema import (COLUMNS, LOGPROB_SENTINEL, METADATA_KEY, REQUIRED_NAMES, SCHEMA_VERSION, TOPK_COLUMNS,
+                     decode_metadata)
 
 BATCH_ROWS = 1 << 18
 MAX_POSITION = (1 << 24) - 1
@@ -99,13 +100,18 @@ def parse_column_mapping(items: list[str] | None) -> dict[str, str]:
             raise UsageError(f"cannot parse --column {item!r}", hint="write --column CANONICAL=NAME_IN_FILE, e.g. sampler_logprob=rollout_log_probs")
         if canon not in COLUMNS:
             raise UsageError(f"--column {item!r}: {canon!r} is not a mismatchscope column", hint=f"known columns: {', '.join(COLUMNS)}")
-        if canon in mapping and mapping[canon] != src:
-            raise UsageError(f"--column {item!r}: {canon} is already mapped to {mapping[canon]!r}", hint="map each column once")
+        check_mapped_once(item, canon, src, mapping)
         twin = next((c for c, s in mapping.items() if s == src and c != canon), None)
         if twin is not None:
             raise UsageError(f"--column {item!r}: {src!r} is already read as {twin}", hint="map each column of the file to one mismatchscope column")
         mapping[canon] = src
     return mapping
+
+
+def check_mapped_once(item: str, canon: str, src: str, mapping: Mapping[str, str]) -> None:
+    """A target mapped twice to two sources is refused, not settled by the last one (``import`` shares this rule)."""
+    if canon in mapping and mapping[canon] != src:
+        raise UsageError(f"--column {item!r}: {canon} is already mapped to {mapping[canon]!r}", hint="map each column once")
 
 
 def check_mapping(path: Path, mapping: Mapping[str, str], names: set[str]) -> None:
@@ -137,6 +143,8 @@ def check_mapping(path: Path, mapping: Mapping[str, str], names: set[str]) -> No
 def resolve_files(path: str | os.PathLike) -> list[Path]:
     """A file, a directory of shards (recursively; ``DIR/tokens`` for a run), or a glob."""
     text = str(path)
+    if not text.strip():
+        raise UsageError("an empty path was given as input", hint="give a Parquet file, a folder of shards, a run directory or a glob")
     p = Path(text)
     if p.is_dir():
         root = p / "tokens" if (p / "tokens").is_dir() else p
@@ -151,6 +159,8 @@ def resolve_files(path: str | os.PathLike) -> list[Path]:
         if not files:
             raise InputError(f"{text}: the pattern matches no file")
         return files
+    if p.exists():
+        raise InputError(f"{text}: not a regular file or a directory", hint="give a Parquet file, a folder of shards, a run directory or a glob")
     raise InputError(f"{text}: no such file or directory")
 
 
@@ -162,6 +172,8 @@ def open_source(path: str | os.PathLike, mapping: Mapping[str, str] | None = Non
     common: set[str] | None = None
     metas = []
     for f in files:
+        if printable(str(f)) != str(f):  # a name with bytes that are not UTF-8: pyarrow cannot open it, nor outputs print it
+            raise InputError(f"{printable(str(f))}: the file name is not valid UTF-8", hint="rename the file")
         try:
             schema = pq.read_schema(f)
         except (pa.ArrowInvalid, OSError) as e:
@@ -183,7 +195,7 @@ def open_source(path: str | os.PathLike, mapping: Mapping[str, str] | None = Non
         common = names if common is None else common & names
     from .rundir import incomplete_message
 
-    incomplete = incomplete_message(path, files) if Path(path).is_dir() else None
+    incomplete = incomplete_message(path, files)
     return Source(files=files, mapping=mapping, available=available or set(), metadata=metas, file_columns=common or set(),
                   incomplete=incomplete)
 
@@ -192,10 +204,9 @@ def require_complete(path: str | os.PathLike) -> None:
     """Refuse a run directory without its completion record (``gate`` judges only whole runs)."""
     from .rundir import incomplete_message
 
-    if Path(path).is_dir():
-        message = incomplete_message(path, resolve_files(path))
-        if message:
-            raise InputError(message, hint="wait for the run to finish, or point at complete shards")
+    message = incomplete_message(path, resolve_files(path))
+    if message:
+        raise InputError(message, hint="wait for the run to finish, or point at complete shards")
 
 
 def _is_list(t: pa.DataType) -> bool:
@@ -227,22 +238,41 @@ METADATA_SECTIONS = ("checkpoint", "prompts", "sampling", "sampler", "trainer", 
 
 
 def read_metadata(path: Path, schema_metadata: Mapping[bytes, bytes] | None) -> dict[str, Any] | None:
-    """The file's ``mismatchscope`` metadata, checked: JSON, an object, a known schema_version, tables where tables belong."""
+    """The file's ``mismatchscope`` metadata, checked: JSON, an object, a known schema_version, tables where tables belong.
+
+    Its text is made safe to print on the way in: JSON may spell an unpaired
+    surrogate (``"\\ud800"``), which no UTF-8 output (a terminal, ``--html``,
+    ``--format json``) can encode; each is kept as its escape text instead.
+    Nesting too deep to walk (or to quote in a message) is reported like
+    nesting too deep to parse, with the file's name.
+    """
+    if not schema_metadata or METADATA_KEY not in schema_metadata:
+        return None
     try:
         meta = decode_metadata(schema_metadata)
     except (ValueError, UnicodeDecodeError, RecursionError) as e:
         reason = "nested too deeply" if isinstance(e, RecursionError) else "not valid JSON"
-        raise FileFormatError(f"{path}: the 'mismatchscope' file metadata is {reason}",
-                              hint="the file was not written by mismatchscope, or was damaged; rewrite it without that metadata key") from None
-    if meta is None:
-        return None
-    if not isinstance(meta, dict):
-        raise FileFormatError(f"{path}: the 'mismatchscope' file metadata is a JSON {type(meta).__name__}, not an object",
-                              hint="the file was not written by mismatchscope; rewrite it without that metadata key")
+        raise FileFormatError(f"{path}: the 'mismatchscope' file metadata is {reason}", hint=_DAMAGED) from None
+    try:
+        meta = printable(meta)
+        _check_metadata(path, meta)
+        return redact_obj(meta)  # a file from elsewhere may carry a URL with credentials: never print it
+    except RecursionError:
+        raise FileFormatError(f"{path}: the 'mismatchscope' file metadata is nested too deeply", hint=_DAMAGED) from None
+
+
+_DAMAGED = "the file was not written by mismatchscope, or was damaged; rewrite it without that metadata key"
+_FOREIGN = "the file was not written by mismatchscope; rewrite it without that metadata key"
+
+
+def _check_metadata(path: Path, meta: Any) -> None:
+    if not isinstance(meta, dict):  # JSON null too: the key is there, so it must hold the object
+        kind = "null" if meta is None else type(meta).__name__
+        raise FileFormatError(f"{path}: the 'mismatchscope' file metadata is a JSON {kind}, not an object", hint=_FOREIGN)
     version = meta.get("schema_version")
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise FileFormatError(f"{path}: the 'mismatchscope' file metadata has schema_version {version!r}, not a version number",
-                              hint="the file was not written by mismatchscope; rewrite it without that metadata key")
+        raise FileFormatError(f"{path}: the 'mismatchscope' file metadata has schema_version {_short_repr(version)}, "
+                              "not a version number", hint=_FOREIGN)
     if version > SCHEMA_VERSION:
         raise FileFormatError(
             f"{path}: schema_version {version} is newer than this mismatchscope understands ({SCHEMA_VERSION})",
@@ -256,7 +286,26 @@ def read_metadata(path: Path, schema_metadata: Mapping[bytes, bytes] | None) -> 
         if value is not None and not isinstance(value, dict):
             raise FileFormatError(f"{path}: the 'mismatchscope' file metadata has {key!r} = {_short_repr(value)}, not a table",
                                   hint="the file's metadata was damaged; rewrite it without that metadata key")
-    return redact_obj(meta)  # a file from elsewhere may carry a URL with credentials: never print it
+
+
+def printable(obj: Any) -> Any:
+    """``obj`` with every unpaired surrogate in its strings (keys included) replaced by its escape text.
+
+    ``json.loads`` turns ``"\\ud800"`` into a lone surrogate, a ``str`` that
+    UTF-8 cannot encode: printed, or written to ``--html``, it would crash the
+    command long after the file was read, so the text is fixed where it is read.
+    """
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+            return obj
+        except UnicodeEncodeError:
+            return obj.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(obj, dict):
+        return {printable(k): printable(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [printable(v) for v in obj]
+    return obj
 
 
 def _short_repr(x: Any) -> str:
@@ -325,7 +374,9 @@ _DONE = object()
 def _open(f: Path) -> pq.ParquetFile:
     # pre_buffer off + a read buffer: pyarrow otherwise pre-reads whole row
     # groups of list columns (1.3 GB held for a 10M-token file in our benchmark).
-    return pq.ParquetFile(f, pre_buffer=False, buffer_size=1 << 20)
+    # Page checksums are verified where the writer stored them (a damaged page is
+    # an error, not silently different numbers); pages without one cost nothing.
+    return pq.ParquetFile(f, pre_buffer=False, buffer_size=1 << 20, page_checksum_verification=True)
 
 
 def _record_batches(files: list[Path], file_cols: list[str], batch_rows: int) -> Iterator[tuple[Path, pa.RecordBatch]]:
@@ -388,21 +439,39 @@ def _guard(f: Path, fn):
     try:
         return fn()
     except (pa.ArrowInvalid, OSError) as e:
-        raise FileFormatError(f"{f}: unreadable Parquet data ({_short(e)})") from None
+        damaged = "CRC" in str(e)
+        raise FileFormatError(f"{f}: {'damaged' if damaged else 'unreadable'} Parquet data ({_short(e)})",
+                              hint="the file was damaged after it was written; copy or write it again" if damaged
+                              else None) from None
+
+
+class CleanBatch(dict):
+    """A cleaned batch: canonical name -> column, as :func:`iter_batches` yields it.
+
+    ``dropped`` holds the ``(sequence_id, position)`` of the rows cleaning
+    dropped (a non-finite logprob). They are excluded from every number, but
+    they still name a token: the duplicate check must see them too, or a token
+    written twice, once with a NaN, would pass (:func:`token_keys`).
+    """
+
+    dropped: tuple[np.ndarray, np.ndarray] | None = None
+
+
+def token_keys(batch: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """``(sequence_id, position)`` of every row of the batch as read, kept or dropped (for duplicate checks)."""
+    seq, pos = batch["sequence_id"], batch["position"]
+    dropped = getattr(batch, "dropped", None)
+    if dropped is None or not dropped[0].size:
+        return seq, pos
+    return np.concatenate([seq, dropped[0]]), np.concatenate([pos, dropped[1]])
 
 
 def _clean(path: Path, rb: pa.RecordBatch, wanted: list[str], hygiene: Hygiene,
-           extra: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+           extra: list[str] | tuple[str, ...] = ()) -> CleanBatch:
     cols: dict[str, Any] = {}
     for i, name in enumerate(wanted):
         arr = rb.column(i)
-        if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
-            if arr.null_count and name in TOPK_COLUMNS:
-                raise InputError(f"{path}: column {name!r} has {arr.null_count} null list(s)",
-                                 hint="write an empty list for a position without a top-k")
-            cols[name] = arr
-        else:
-            cols[name] = _to_numpy(path, name, arr)
+        cols[name] = _topk_list(path, name, arr) if _is_list(arr.type) else _to_numpy(path, name, arr)
     for j, name in enumerate(extra):
         cols[name] = rb.column(len(wanted) + j)
     n = rb.num_rows
@@ -429,14 +498,74 @@ def _clean(path: Path, rb: pa.RecordBatch, wanted: list[str], hygiene: Hygiene,
             hint="logprobs are natural logs <= 0; is a column holding logits or probabilities?",
         )
     cols["trainer_logprob"], cols["sampler_logprob"] = lp, lq
+    dropped = None
     if not finite.all():
         hygiene.nonfinite_dropped += int((~finite).sum())
+        gone = np.flatnonzero(~finite)
+        dropped = (cols["sequence_id"][gone], cols["position"][gone])
         keep = np.flatnonzero(finite)
         cols = {k: (v.take(pa.array(keep)) if isinstance(v, pa.Array) else v[keep]) for k, v in cols.items()}
     for name in TOPK_LOGPROB_LISTS:
         if name in cols:
             _check_logprob_list(path, name, cols[name], cols)
-    return cols
+    for ids, values in TOPK_PAIRS:
+        if ids in cols and values in cols:
+            _check_aligned(path, ids, values, cols)
+    out = CleanBatch(cols)
+    out.dropped = dropped
+    return out
+
+
+TOPK_ID_LISTS = ("sampler_topk_ids", "trainer_topk_ids")
+TOPK_PAIRS = (("trainer_topk_ids", "trainer_topk_logprobs"),)
+"""an id list and the logprob list that must match it element for element (the sampler's three lists are
+checked where the top-k bounds are computed, ``analysis.topk``)."""
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+def _topk_list(path: Path, name: str, arr: pa.Array) -> pa.Array:
+    """A top-k list column, checked and in one shape: ``list<int64>`` ids or lists of floats.
+
+    A fixed-size list (what ``pa.array(..., pa.list_(t, k))`` writes) is read
+    as a plain list. A null list, or a null inside a list, has no meaning (a
+    null id would be read as some id; a null logprob as NaN): both are refused.
+    Unsigned ids beyond the int64 range would wrap to negative ids: refused.
+    """
+    if pa.types.is_fixed_size_list(arr.type):
+        arr = arr.cast(pa.list_(arr.type.value_type))
+    if arr.null_count:
+        raise InputError(f"{path}: column {name!r} has {arr.null_count} null list(s)",
+                         hint="write an empty list for a position without a top-k")
+    flat = pc.list_flatten(arr)
+    if flat.null_count:
+        what = "id" if name in TOPK_ID_LISTS else "logprob"
+        raise InputError(f"{path}: column {name!r} has {flat.null_count} null {what}(s) inside its lists",
+                         hint=f"a top-k list holds one {what} per listed token; write each list whole")
+    if pa.types.is_unsigned_integer(arr.type.value_type):
+        _check_int64_range(path, name, flat)
+        arr = arr.cast(pa.list_(pa.int64()) if pa.types.is_list(arr.type) else pa.large_list(pa.int64()))
+    return arr
+
+
+def _check_int64_range(path: Path, name: str, arr: pa.Array) -> None:
+    """Unsigned integers above 2^63 - 1 would wrap to negative int64 values (-1 for 2^64 - 1): refuse them."""
+    if pa.types.is_uint64(arr.type) and len(arr):
+        top = pc.max(arr).as_py()
+        if top is not None and top > _INT64_MAX:
+            raise InputError(f"{path}: column {name!r} holds {top}, above the largest int64 (2^63 - 1) the format stores",
+                             hint="ids are signed 64-bit integers; renumber them, or write the column as int64")
+
+
+def _check_aligned(path: Path, ids: str, values: str, cols: dict[str, Any]) -> None:
+    """An id list and its logprob list have the same length on every row."""
+    n_ids = to_numpy(pc.list_value_length(cols[ids]))
+    n_values = to_numpy(pc.list_value_length(cols[values]))
+    if not np.array_equal(n_ids, n_values):
+        row = int(np.flatnonzero(n_ids != n_values)[0])
+        raise InputError(
+            f"{path}: top-k lists are misaligned at sequence {int(cols['sequence_id'][row])} position "
+            f"{int(cols['position'][row])}: {int(n_ids[row])} {ids}, {int(n_values[row])} {values}",
+            hint=f"{values} holds the logprob of each id in {ids}, in the same order")
 
 
 TOPK_LOGPROB_LISTS = ("sampler_topk_logprobs", "trainer_logprobs_at_sampler_topk", "trainer_topk_logprobs")
@@ -460,9 +589,12 @@ def _check_logprob_list(path: Path, name: str, arr: pa.Array, cols: dict[str, An
 
 
 _INT_COLUMNS = {"sequence_id", "position", "token_id", "prompt_id", "sample_index", "step"}
+_FLOAT16_SENTINEL = float(np.float16(LOGPROB_SENTINEL))
+"""-9999 written to a float16 column: float16 cannot hold it and stores -10000 (its nearest value)."""
 
 
 def _to_numpy(path: Path, name: str, arr: pa.Array) -> np.ndarray:
+    half = pa.types.is_float16(arr.type) and name in ("sampler_logprob", "trainer_logprob")
     if arr.null_count:
         if name in ("sampler_logprob", "trainer_logprob", "advantage", "trainer_entropy", "reward", "sampler_kept_logmass"):
             arr = pc.fill_null(arr.cast(pa.float64()), float("nan"))
@@ -471,10 +603,14 @@ def _to_numpy(path: Path, name: str, arr: pa.Array) -> np.ndarray:
     if name in _INT_COLUMNS:
         if not pa.types.is_integer(arr.type):
             raise InputError(f"{path}: column {name!r} must hold integers, found {arr.type}")
+        _check_int64_range(path, name, arr)
         return to_numpy(arr).astype(np.int64, copy=False)
     if not (pa.types.is_floating(arr.type) or pa.types.is_integer(arr.type)):
         raise InputError(f"{path}: column {name!r} must be numeric, found {arr.type}")
-    return to_numpy(arr).astype(np.float64, copy=False)
+    values = to_numpy(arr).astype(np.float64, copy=False)
+    if half:  # the -9999 sentinel, as float16 stores it, is the sentinel too (and no logprob a float16 could mean)
+        values = np.where(values == _FLOAT16_SENTINEL, LOGPROB_SENTINEL, values)
+    return values
 
 
 def _short(e: BaseException) -> str:

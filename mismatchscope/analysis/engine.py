@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 
 from ..divergence import TokenTerms, clamped_k_terms, token_terms
-from ..reader import Hygiene, RawBatch, Source, open_source, read_batches
+from ..reader import Hygiene, RawBatch, Source, open_source, read_batches, token_keys
 from ..rules import RuleInstance, SequenceInputs
 from ..schema import TOPK_COLUMNS
 from .comparison import assemble_masks
@@ -90,7 +90,7 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
     if request.report:
         columns += ["trainer_entropy", "sampler_kept_logmass"]
         if has_topk:
-            columns += ["token_id", *TOPK_COLUMNS] + (["trainer_topk_ids"] if source.has("trainer_topk_ids") else [])
+            columns += ["token_id", *TOPK_COLUMNS] + [c for c in TRAINER_TOPK if source.has(c)]
 
     units = build_units(request.rules, request.sweeps, has_adv) if request.masks else []
     masks = MaskAccumulator(units, request.examples) if request.masks else None
@@ -113,7 +113,7 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
         t = token_terms(batch["trainer_logprob"], batch["sampler_logprob"])
         pos = batch["position"]
         check_positions(pos, source)
-        runs = position_runs(batch["sequence_id"], pos)
+        runs = position_runs(*token_keys(batch))  # dropped rows too: a token written twice is a duplicate
         adv = batch.get("advantage")
         check_advantage(adv)
         groups = Groups(batch["sequence_id"])
@@ -174,9 +174,16 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
     mask_out = None
     if masks:
         mask_columns = {k: agg[k] for k in masks.per_token_columns()}
-        mask_out = assemble_masks(masks, seq, mask_columns, n_tokens, seq_ids.size, has_adv)
+        with np.errstate(over="ignore"):  # a sequence's geometric ratio exp(mean l) may overflow to inf, as it should
+            mask_out = assemble_masks(masks, seq, mask_columns, n_tokens, seq_ids.size, has_adv)
         table.rules = masks.rule_columns(mask_columns, table.n_tokens_S)
     return AnalysisResult(n_tokens, int(seq_ids.size), report, mask_out, warnings, source.run_config, source, table)
+
+
+TRAINER_TOPK = ("trainer_topk_ids",)
+"""the trainer's own top-k the report reads: its ids feed the overlap. Its logprobs feed no number, so they
+are not read (decoding them would cost a probe run's report 10-15%), and what no number uses cannot
+make one wrong."""
 
 
 def _topk(batch: dict) -> tuple[TopkBounds, ScoreCentering]:

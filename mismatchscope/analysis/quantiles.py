@@ -155,12 +155,15 @@ class ExactQuantiles:
             raise ValueError("no values")
         prev, nxt, gamma = self._ranks(qs)
         stats = self.order_statistics(np.concatenate([prev, nxt]))
-        if transform is not None:
-            stats = transform(stats)
-        k = prev.size
-        a, b = stats[:k], stats[k:]
-        diff = b - a
-        out = a + diff * gamma
-        high = gamma >= 0.5
-        out[high] = (b - diff * (1 - gamma))[high]
-        return out
+        with np.errstate(over="ignore", invalid="ignore"):  # exp of a log-ratio of ~710 or more is inf: say so
+            if transform is not None:
+                stats = transform(stats)
+            k = prev.size
+            a, b = stats[:k], stats[k:]
+            diff = b - a
+            out = a + diff * gamma
+            high = gamma >= 0.5
+            out[high] = (b - diff * (1 - gamma))[high]
+        # a quantile at a rank (gamma 0), or between two equal neighbours, is that value; with an infinite
+        # neighbour the arithmetic would make it NaN (inf * 0, inf - inf). Finite values are unchanged to the bit.
+        return np.where((gamma == 0) | (a == b), a, out)

@@ -21,7 +21,13 @@ CHI2_SEQ_CLIP = 20.0
 def _quantiles(x: np.ndarray) -> dict[str, float | None]:
     if x.size == 0:
         return {f"{q:g}": None for q in RATIO_QUANTILES}
-    return {f"{q:g}": _f(v) for q, v in zip(RATIO_QUANTILES, np.quantile(x, RATIO_QUANTILES))}
+    with np.errstate(invalid="ignore"):  # two infinite neighbours (exp of a huge log-ratio): inf - inf
+        qs = np.quantile(x, RATIO_QUANTILES)
+    if np.isnan(qs).any():  # at a rank, or between two equal (infinite) values, the quantile is that value, not NaN
+        lo, hi = np.quantile(x, RATIO_QUANTILES, method="lower"), np.quantile(x, RATIO_QUANTILES, method="higher")
+        at_rank = np.asarray(RATIO_QUANTILES) * (x.size - 1) % 1 == 0
+        qs = np.where(np.isnan(qs) & (at_rank | (lo == hi)), lo, qs)
+    return {f"{q:g}": _f(v) for q, v in zip(RATIO_QUANTILES, qs)}
 
 
 CENTERING_LABELS = {

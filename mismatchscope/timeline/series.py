@@ -30,7 +30,7 @@ from ..errors import InputError, MissingColumnsError, UsageError
 from ..analysis.positions import PositionTracker
 from ..analysis.sums import token_means
 from ..analysis.validate import check_advantage, check_not_empty
-from ..reader import BATCH_ROWS, Hygiene, Source, iter_batches, open_source
+from ..reader import BATCH_ROWS, Hygiene, Source, iter_batches, open_source, token_keys
 from ..rules import RuleInstance, SequenceInputs
 from ..schema import COLUMNS
 
@@ -44,6 +44,7 @@ MAX_GROUPS = 64
 _KEY_STRIDE = 1024
 """(step, group) -> one int64 key: step * stride + group (MAX_GROUPS + a null group fit under it)."""
 _MAX_ABS_STEP = 2 ** 52
+"""|step| below this keeps step * _KEY_STRIDE + group inside int64 (and exact as a float64)."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ def build_series(path: str | os.PathLike, rules: list[RuleInstance], by: str | N
     hygiene = Hygiene()
     positions = PositionTracker()
     for batch in iter_batches(source, columns, hygiene, batch_rows, extra=[by_raw] if by_raw else []):
-        positions.add(batch["sequence_id"], batch["position"])
+        positions.add(*token_keys(batch))  # rows dropped for a non-finite logprob still name a token
         if by is None:
             group_T = np.zeros(batch["step"].size, np.int64)
         else:
@@ -229,8 +230,12 @@ class _Accumulator:
         self.warnings: list[str] = []
 
     def _dense(self, step_T: np.ndarray, group_T: np.ndarray) -> np.ndarray:
-        if step_T.size and np.abs(step_T).max() >= _MAX_ABS_STEP:
-            raise InputError(f"step values up to {int(np.abs(step_T).max())}: not a training step counter")
+        # compared, not np.abs()-ed: abs(INT64_MIN) is INT64_MIN, and a negative check would let it wrap the key
+        beyond = (step_T >= _MAX_ABS_STEP) | (step_T <= -_MAX_ABS_STEP)
+        if beyond.any():
+            bad = int(step_T[np.flatnonzero(beyond)[0]])
+            raise InputError(f"step value {bad} is beyond +-2^52: not a training step counter",
+                             hint="map the training step column with --column step=NAME")
         uk, inv = np.unique(step_T * _KEY_STRIDE + group_T, return_inverse=True)
         lut = np.empty(uk.size, np.int64)
         for i, k in enumerate(uk.tolist()):
