@@ -16,20 +16,25 @@ FORMATS = tuple(IMPORTERS)
 
 
 def _mapping(items: list[str] | None) -> dict[str, str]:
-    # Not reader.parse_column_mapping: importers also take non-schema keys such as ``mask``.
-    out = {}
+    # Not reader.parse_column_mapping: importers also take non-schema keys such as ``mask``
+    # (each importer checks its own keys). A key mapped twice is refused by the same rule.
+    from ..reader import check_mapped_once
+
+    out: dict[str, str] = {}
     for item in items or []:
         key, eq, src = item.partition("=")
-        if not eq or not key.strip() or not src.strip():
+        key, src = key.strip(), src.strip()
+        if not eq or not key or not src:
             raise UsageError(f"cannot parse --column {item!r}", hint="write --column CANONICAL=NAME_IN_FILE, e.g. mask=response_mask")
-        out[key.strip()] = src.strip()
+        check_mapped_once(item, key, src, out)
+        out[key] = src
     return out
 
 
 def import_(
     fmt: str = typer.Argument(..., metavar="FORMAT", help=f"One of: {', '.join(FORMATS)}.", show_default=False),
     src: Path = typer.Argument(..., help="The framework's dump folder or file (see docs/import.md).", show_default=False),
-    out: Path = typer.Option(..., "--out", "-o", help="Output directory (token shards under OUT/tokens, OUT/manifest.json)."),
+    out: str = typer.Option(..., "--out", "-o", help="Output directory (token shards under OUT/tokens, OUT/manifest.json)."),
     column: Optional[List[str]] = typer.Option(None, "--column", "-c", metavar="CANONICAL=NAME",
                                                help="Generic formats: map your list columns, e.g. sampler_logprob=rollout_log_probs, mask=response_mask. Repeatable."),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip and count malformed records instead of stopping."),
@@ -43,9 +48,9 @@ def import_(
         raise UsageError(f"unknown import format {fmt!r}", hint=f"use one of {', '.join(FORMATS)}")
     if not src.exists():
         raise UsageError(f"{src}: no such file or directory", hint=describe(fmt))
-    from ..outputs import check_output_dir, input_files
+    from ..outputs import check_run_out, input_files
 
-    check_output_dir(out, "--out", input_files(src))
+    out = check_run_out(out, "--out", input_files(src))
     if out.resolve() == src.resolve():
         raise UsageError(f"--out {out} is the dump being imported", hint="write the token pairs to a new directory")
     result = import_run(fmt, src, out, columns=_mapping(column), skip_bad=skip_bad, trust_pickle=trust_pickle,

@@ -129,8 +129,10 @@ def _import_locked(importer, fmt: str, src: Path, out: Path, files, skip_bad: bo
     result.shards = len(shards)
     result.warnings = list(importer.warnings) + _count_warnings(result, ctx)
     if result.tokens_written == 0:
-        raise InputError(f"{src}: no token imported ({result.bad_records_skipped} bad record(s) skipped)",
-                         hint="run without --skip-bad to see the first bad record")
+        if result.bad_records_skipped:
+            raise InputError(f"{src}: no token imported ({result.bad_records_skipped} bad record(s) skipped)",
+                             hint="run without --skip-bad to see the first bad record")
+        raise InputError(f"{src}: no token imported: the {fmt} files hold no record", hint=describe(fmt))
     write_manifest(out, _manifest(fmt, src, out, files, semantics, shards, writer, result, ctx))
     return result
 

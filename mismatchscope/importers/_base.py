@@ -185,6 +185,36 @@ def loads(raw: bytes) -> Any:
         raise ValueError("nested too deeply") from None
 
 
+def parse_record(raw: bytes) -> dict[str, Any]:
+    """One JSON Lines record: a JSON object on one line, or an ImportFormatError saying what the line is instead."""
+    try:
+        rec = loads(raw)
+    except ValueError as e:
+        raise ImportFormatError(_why_unparsable(raw, e)) from None
+    if not isinstance(rec, dict):
+        kind = {list: "list", str: "string", bool: "boolean", int: "number", float: "number"}.get(type(rec), "null")
+        raise ImportFormatError(f"expected a JSON object, got a JSON {kind} (JSON Lines hold one object per line)")
+    return rec
+
+
+def _why_unparsable(raw: bytes, e: ValueError) -> str:
+    """The cause a user can act on: another encoding, a pretty-printed file, nesting; else the parser's words."""
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")) or raw.count(b"\x00") * 3 >= len(raw):  # UTF-16 ASCII: every other byte 0
+        return "not UTF-8 text (it looks like UTF-16); JSON Lines are UTF-8, one object per line"
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as u:
+        return (f"not UTF-8 text (byte 0x{raw[u.start]:02x} at offset {u.start}); "
+                "JSON Lines are UTF-8, one object per line")
+    text = raw.strip()
+    if text.endswith((b"{", b"[")):  # '{' alone on the first line: an indented json.dump
+        return ("not one JSON object per line (this looks like JSON spread over several lines: "
+                "write each record on one line)")
+    if "nested too deeply" in str(e) or "recursion" in str(e).lower():
+        return "malformed JSON (nested too deeply)"
+    return f"malformed JSON ({short(e)})"
+
+
 def short(e: BaseException) -> str:
     text = str(e).splitlines()[0] if str(e) else type(e).__name__
     return text[:160]
@@ -230,24 +260,36 @@ def mask_span(mask: list, length: int) -> tuple[int, int, np.ndarray | None]:
     return lo, hi, np.asarray(span, dtype=np.float64) != 0
 
 
-def take_floats(values: list, lo: int, hi: int, keep: np.ndarray | None) -> np.ndarray:
-    """``values[lo:hi]`` (then ``[keep]``) as float64; ``None`` (JSON null) becomes NaN."""
+def take_floats(values: list, lo: int, hi: int, keep: np.ndarray | None, what: str = "a per-token list") -> np.ndarray:
+    """``values[lo:hi]`` (then ``[keep]``) as float64; ``None`` (JSON null) becomes NaN; booleans are refused."""
     arr = np.array(values[lo:hi], dtype=np.float64)
     if arr.ndim != 1:
         raise ImportFormatError("a per-token list holds nested lists, not one number per token")
+    if ((arr == 0) | (arr == 1)).any():  # numpy reads true/false as 1/0: only then look for them
+        refuse_booleans(values, lo, hi, f"{what} must hold numbers")
     return arr if keep is None else arr[keep]
 
 
-def take_floats_or_constant(values: list, lo: int, hi: int, keep: np.ndarray | None) -> np.ndarray | float:
+def refuse_booleans(values: list, lo: int, hi: int, what: str) -> None:
+    """Raise on the first ``True``/``False`` in ``values[lo:hi]`` (a Python-level scan: call it only on suspicion)."""
+    for i in range(lo, hi):
+        if values[i].__class__ is bool:
+            raise ImportFormatError(f"{what}, got {values[i]!r} at index {i}")
+
+
+def take_floats_or_constant(values: list, lo: int, hi: int, keep: np.ndarray | None,
+                            what: str = "a per-token list") -> np.ndarray | float:
     """Like :func:`take_floats`, but a slice holding one repeated number comes back as that float.
 
     Comparing is ~3x cheaper than converting, and a per-sequence advantage
-    repeated on every token is the common case.
+    repeated on every token is the common case. (0 and 1 take the converting
+    path: ``list.count(1)`` would count ``True`` as 1.)
     """
     first = values[lo] if hi > lo else None
-    if isinstance(first, (int, float)) and not isinstance(first, bool) and values[lo:hi].count(first) == hi - lo:
+    if (isinstance(first, (int, float)) and not isinstance(first, bool) and first != 0 and first != 1
+            and values[lo:hi].count(first) == hi - lo):
         return float(first)
-    return take_floats(values, lo, hi, keep)
+    return take_floats(values, lo, hi, keep, what)
 
 
 def take_ints(values: list, lo: int, hi: int, keep: np.ndarray | None) -> np.ndarray:
@@ -255,18 +297,26 @@ def take_ints(values: list, lo: int, hi: int, keep: np.ndarray | None) -> np.nda
     return arr if keep is None else arr[keep]
 
 
+_INT64_MAX = np.iinfo(np.int64).max
+
+
 def exact_ints(values: Any, what: str) -> np.ndarray:
-    """Integers as int64, refusing what a cast would silently change: 1.5 -> 1, NaN, text, booleans.
+    """Integers as int64, refusing what a cast would silently change: 1.5 -> 1, NaN, text, booleans, 2^64 - 1 -> -1.
 
     Integral floats (``3.0``, as some loggers write ids) are accepted. The check
-    is vectorised; only a list that numpy cannot read as numbers is walked in
-    Python to name its first bad value (a boolean among integers is read as 0/1,
-    as numpy reads it).
+    is vectorised; only a list that numpy cannot read as numbers (or one with a
+    0 or 1, which is how numpy reads a boolean among integers) is walked in
+    Python to name its first bad value.
     """
     arr = np.asarray(values)
     if arr.ndim != 1:
         raise ImportFormatError(f"{what} must be a flat list of integers, got {'nested lists' if arr.ndim else 'one value'}")
     if arr.dtype.kind in "iu":
+        if arr.dtype.kind == "u" and arr.size and arr.max() > _INT64_MAX:
+            i = int(np.flatnonzero(arr > _INT64_MAX)[0])
+            raise ImportFormatError(f"{what} must fit in a signed 64-bit integer, got {int(arr[i])} at index {i}")
+        if isinstance(values, list) and ((arr == 0) | (arr == 1)).any():
+            refuse_booleans(values, 0, len(values), f"{what} must be integers")
         return arr.astype(np.int64, copy=False)
     flat = arr
     if arr.dtype.kind in "bUSO":  # booleans, text, or a mix: find the first value that is not a number
@@ -280,6 +330,9 @@ def exact_ints(values: Any, what: str) -> np.ndarray:
     bad = ~np.isfinite(flt) | (flt != np.round(flt)) | (np.abs(flt) > 2.0 ** 62)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
+        v = values[i] if isinstance(values, list) else flt[i]
+        if isinstance(v, int) and not isinstance(v, bool) and not -2 ** 63 <= v < 2 ** 63:  # exact, beyond int64
+            raise ImportFormatError(f"{what} must fit in a signed 64-bit integer, got {v} at index {i}")
         raise ImportFormatError(f"{what} must be integers, got {float(flt[i])!r} at index {i}")
     if arr.dtype.kind == "O":  # Python ints beyond float precision: convert them exactly
         return np.array(flat.tolist(), dtype=np.int64)

@@ -30,7 +30,7 @@ import numpy as np
 
 from .. import errors
 from ..errors import ImportFormatError, MismatchscopeError
-from ._base import SourceFile, loads, short
+from ._base import SourceFile, parse_record, short
 
 if TYPE_CHECKING:
     from ._base import ImportContext, Progress
@@ -108,12 +108,7 @@ def run_unit(importer: Any, f: SourceFile, start: int, end: int, strict: bool) -
             if raw.isspace():  # stops at the first non-space byte; strip() would copy the line
                 continue
             try:
-                try:
-                    rec = loads(raw)
-                except ValueError as e:
-                    raise ImportFormatError(f"malformed JSON ({short(e)})") from None
-                if not isinstance(rec, dict):
-                    raise ImportFormatError(f"expected a JSON object, got {type(rec).__name__}")
+                rec = parse_record(raw)
                 try:
                     values, drop = importer.convert(f, lineno, rec, notes)
                 except MismatchscopeError:

@@ -30,8 +30,8 @@ from ._base import (
     ImportContext,
     SourceFile,
     check_lengths,
-    loads,
     mask_span,
+    parse_record,
     exact_ints,
     take_floats,
     take_ints,
@@ -70,6 +70,18 @@ SEMANTICS = {
 }
 
 
+_INT_BITS = {"sequence_id": 64, "step": 64, "prompt_id": 64, "rank": 32, "sample_index": 32}
+"""width of each per-sequence integer in the token-pair format (``schema.COLUMNS``, which imports pyarrow)."""
+
+
+def check_int_range(name: str, canonical: str, lo: int, hi: int) -> None:
+    """Refuse per-sequence integers the format cannot store: the writer's int32/int64 buffers would wrap them."""
+    bits = _INT_BITS[canonical]
+    if lo < -(1 << (bits - 1)) or hi >= 1 << (bits - 1):
+        bad = lo if lo < -(1 << (bits - 1)) else hi
+        raise ValueError(f"{name} {bad} does not fit in a signed {bits}-bit integer")
+
+
 class _Generic:
     suffixes: tuple[str, ...] = ()
 
@@ -92,8 +104,18 @@ class _Generic:
                            and not p.name.startswith("."))
             root = src
         files = [SourceFile(path=p, rel=p.relative_to(root).as_posix()) for p in paths]
-        if files:
-            self._resolve(self._first_names(files[0]), files[0])
+        first_bad: ImportFormatError | None = None
+        for f in files:  # the first file with a record decides the columns (an empty shard says nothing)
+            try:
+                names = self._first_names(f)
+            except ImportFormatError as e:  # the read reports (or, with --skip-bad, skips) it in its turn
+                first_bad = first_bad or e
+                continue
+            if names is not None:
+                self._resolve(names, f)
+                return files
+        if first_bad is not None:  # not one record anywhere: say why the first bad line is not one
+            raise first_bad
         return files
 
     def _resolve(self, names: set[str], f: SourceFile) -> None:
@@ -120,21 +142,37 @@ class _Generic:
         return {**SEMANTICS, "columns": dict(self.present)}
 
 
+FIRST_RECORD_WITHIN = 1000
+"""lines searched for a first record: a file with none in its first thousand lines (binary, pretty-printed
+JSON) is not JSON Lines, and is not read to its end to prove it."""
+
+
 class GenericJsonlImporter(_Generic):
     name = "jsonl"
     suffixes = (".jsonl", ".json", ".ndjson")
 
-    def _first_names(self, f: SourceFile) -> set[str]:
+    def _first_names(self, f: SourceFile) -> set[str] | None:
+        """The keys of the file's first record; None for a file without lines.
+
+        A file whose lines are all unreadable raises the reason of the first one
+        (not UTF-8, pretty-printed JSON, a list per line...), so a file of the
+        wrong kind is not reported as one that lacks a column.
+        """
+        first_bad: ImportFormatError | None = None
         with open(f.path, "rb") as fh:
-            for raw in fh:
-                if raw.strip():
-                    try:
-                        rec = loads(raw)
-                    except ValueError:
-                        continue  # the read reports it, with its line number
-                    if isinstance(rec, dict):
-                        return set(rec)
-        return set()
+            for lineno, raw in enumerate(fh, 1):
+                if raw.isspace():
+                    continue
+                try:
+                    return set(parse_record(raw))
+                except ImportFormatError as e:
+                    if first_bad is None:
+                        first_bad = ImportFormatError(e.reason, file=f.rel, line=lineno, hint=e.hint)
+                    if lineno >= FIRST_RECORD_WITHIN:
+                        break
+        if first_bad is not None:
+            raise first_bad
+        return None
 
     def convert(self, f: SourceFile, line: int, rec: dict[str, Any], notes: dict[str, int]) -> tuple[dict, int]:
         src = self.present
@@ -160,15 +198,18 @@ class GenericJsonlImporter(_Generic):
                 if c not in src:
                     continue
                 if c in lists:
-                    values[c] = take_floats(lists[c], lo, hi, keep)
+                    values[c] = take_floats(lists[c], lo, hi, keep, src[c])
                 else:
                     v = rec.get(src[c])
+                    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                        raise ValueError(f"{src[c]} is not a number: {v!r}")
                     values[c] = np.nan if v is None else float(v)
             for c in PER_SEQUENCE:
                 if c in src:
                     v = rec[src[c]]
                     if isinstance(v, bool) or not isinstance(v, int):
                         raise ValueError(f"{src[c]} is not an integer: {v!r}")
+                    check_int_range(src[c], c, v, v)
                     values[c] = v
         except (TypeError, ValueError) as e:
             raise ImportFormatError(f"bad value ({e})", file=f.rel, line=line) from None
@@ -194,17 +235,18 @@ class GenericParquetImporter(_Generic):
         import pyarrow.parquet as pq
 
         try:
-            pf = pq.ParquetFile(f.path)
+            pf = pq.ParquetFile(f.path, page_checksum_verification=True)  # a damaged page is an error, not numbers
             names = set(pf.schema_arrow.names)
             lost = [self.present[c] for c in self.present if self.present[c] not in names]
             if lost:
                 raise ImportFormatError(f"lacks column(s) {', '.join(lost)} that the first file has", file=f.rel)
             tok_type = pf.schema_arrow.field(self.present["token_id"]).type
-            if not (pa.types.is_list(tok_type) or pa.types.is_large_list(tok_type)):
+            if not _list_type(tok_type):
                 raise ImportFormatError(
                     f"{self.present['token_id']} is not a list column: this looks like one row per token "
                     "(mismatchscope's own format), not one row per sequence", file=f.rel,
                     hint="analyse such a file directly, without import")
+            self._check_types(f, pf.schema_arrow)
             row = 0
             for rb in pf.iter_batches(batch_size=self.batch_rows, columns=list(dict.fromkeys(self.present.values()))):
                 self._batch(f, ctx, rb, row)
@@ -214,11 +256,41 @@ class GenericParquetImporter(_Generic):
         except (pa.ArrowInvalid, OSError) as e:
             ctx.bad(ImportFormatError(f"unreadable Parquet data ({str(e)[:160]})", file=f.rel), f)
 
+    def _check_types(self, f: SourceFile, schema: "pa.Schema") -> None:
+        """Each mapped column must have the shape its role needs, checked once per file, before any row is read.
+
+        Per-token columns are lists of numbers (the mask may hold booleans);
+        ``advantage`` and ``reward`` are lists or one number per sequence; the
+        per-sequence columns hold one integer. Anything else (a list of lists,
+        text, a boolean read as 0/1, a number where a list belongs, which would
+        be repeated on every token) is refused with the column and its type, as
+        the JSONL importer refuses the same record.
+        """
+        for c, name in self.present.items():
+            t = schema.field(name).type
+            listed = _list_type(t)
+            inner = t.value_type if listed else t
+            kind = "integers" if c == "token_id" else "numbers"
+            if c in PER_TOKEN or c == "token_id":
+                shape_ok = listed
+                want = f"a list of {kind}, one per token"
+            elif c in EITHER:
+                shape_ok = True
+                want = "a list of numbers, one per token, or one number per sequence"
+            else:
+                shape_ok = not listed
+                want = "one integer per sequence"
+            numbers_ok = _number_type(inner) or (c == "mask" and _bool_type(inner))
+            if not (shape_ok and numbers_ok):
+                raise ImportFormatError(f"column {name!r} ({c}) holds {t}; it must hold {want}"
+                                        + (" (booleans are not read as 0/1)" if _bool_type(inner) else ""),
+                                        file=f.rel)
+
     def _batch(self, f: SourceFile, ctx: ImportContext, rb: "pa.RecordBatch", row0: int) -> None:
         import pyarrow as pa
 
         src = self.present
-        col = {c: rb.column(rb.schema.get_field_index(src[c])) for c in src}
+        col = {c: _plain_list(rb.column(rb.schema.get_field_index(src[c]))) for c in src}
         n_rows = rb.num_rows
         lengths = _list_lengths(col["token_id"])
         ok = lengths > 0
@@ -258,12 +330,15 @@ class GenericParquetImporter(_Generic):
                 if c not in col:
                     continue
                 if c in lists:
-                    out[c] = _take(_flatten(col[c].filter(sel), np.float64), keep_flat)
+                    out[c] = _take(_flatten(col[c].filter(sel), np.float64, src[c]), keep_flat)
                 else:
-                    out[c] = np.repeat(_numpy(col[c].filter(sel), np.float64), kept_lens)
+                    out[c] = np.repeat(_numpy(col[c].filter(sel), np.float64, src[c]), kept_lens)
             for c in PER_SEQUENCE:
                 if c in col:
-                    out[c] = np.repeat(_numpy(col[c].filter(sel), np.int64), kept_lens)
+                    per_seq = _numpy(col[c].filter(sel), np.int64, src[c])
+                    if per_seq.size:
+                        check_int_range(src[c], c, int(per_seq.min()), int(per_seq.max()))
+                    out[c] = np.repeat(per_seq, kept_lens)
         except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, TypeError) as e:
             raise ImportFormatError(f"bad values in rows {row0}..{row0 + n_rows - 1} ({str(e)[:160]})",
                                     file=f.rel) from None
@@ -284,6 +359,31 @@ class GenericParquetImporter(_Generic):
         ctx.add_batch(f, out, sequences=len(kept_lens), dropped=dropped)
 
 
+def _list_type(t: "pa.DataType") -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+
+
+def _number_type(t: "pa.DataType") -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_null(t)
+
+
+def _bool_type(t: "pa.DataType") -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_boolean(t)
+
+
+def _plain_list(arr: "pa.Array") -> "pa.Array":
+    """A fixed-size list column as a plain list (same values, same nulls): the rest reads one kind of list."""
+    import pyarrow as pa
+
+    return arr.cast(pa.list_(arr.type.value_type)) if pa.types.is_fixed_size_list(arr.type) else arr
+
+
 def _is_list(arr: "pa.Array") -> bool:
     import pyarrow as pa
 
@@ -299,14 +399,14 @@ def _list_lengths(arr: "pa.Array") -> np.ndarray:
     return pc.fill_null(pc.list_value_length(arr), -1).to_numpy().astype(np.int64)
 
 
-def _flatten(arr: "pa.Array", dtype: type) -> np.ndarray:
+def _flatten(arr: "pa.Array", dtype: type, what: str = "integer columns") -> np.ndarray:
     import pyarrow.compute as pc
 
     flat = pc.list_flatten(arr)
-    return _numpy(flat, dtype)
+    return _numpy(flat, dtype, what)
 
 
-def _numpy(arr: "pa.Array", dtype: type) -> np.ndarray:
+def _numpy(arr: "pa.Array", dtype: type, what: str = "integer columns") -> np.ndarray:
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -316,7 +416,7 @@ def _numpy(arr: "pa.Array", dtype: type) -> np.ndarray:
         raise ValueError(f"{arr.null_count} null integer value(s)")
     values = arr.to_numpy(zero_copy_only=False)
     if np.dtype(dtype).kind in "iu":
-        return exact_ints(values, "integer columns")
+        return exact_ints(values, what)
     return values.astype(dtype, copy=False)
 
 

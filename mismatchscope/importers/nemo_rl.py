@@ -115,14 +115,16 @@ class NemoRLImporter:
             raise ImportFormatError("token_loss_mask selects no token", file=f.rel, line=line)
         try:
             token_id = take_ints(ids, lo, hi, keep)
-            sampler = take_floats(gen, lo, hi, keep)
-            trainer = take_floats(prev, lo, hi, keep)
+            sampler = take_floats(gen, lo, hi, keep, "generation_logprobs")
+            trainer = take_floats(prev, lo, hi, keep, "prev_logprobs")
             if "advantages" in per_token:
-                advantage: Any = take_floats_or_constant(adv, lo, hi, keep)
+                advantage: Any = take_floats_or_constant(adv, lo, hi, keep, "advantages")
             else:
                 advantage = _number(scalar(adv), f, line, "advantages")
             reward = _number(scalar(rec.get("filtered_rewards", rec.get("rewards"))), f, line, "rewards")
         except (TypeError, ValueError) as e:
+            if isinstance(e, ImportFormatError) and e.file is not None:  # already says where (``_number``)
+                raise
             raise ImportFormatError(f"non-numeric value in a per-token list ({e})", file=f.rel, line=line) from None
 
         kept = len(token_id)

@@ -117,11 +117,11 @@ class PrimeRLImporter:
         try:
             values: dict[str, Any] = {
                 "token_id": take_ints(ids, lo, hi, keep),
-                "sampler_logprob": take_floats(rec["inference_logprobs"], lo, hi, keep),
-                "trainer_logprob": take_floats(rec["trainer_logprobs"], lo, hi, keep),
+                "sampler_logprob": take_floats(rec["inference_logprobs"], lo, hi, keep, "inference_logprobs"),
+                "trainer_logprob": take_floats(rec["trainer_logprobs"], lo, hi, keep, "trainer_logprobs"),
             }
             for col, key in (("advantage", "advantages"), ("reward", "rewards"), ("trainer_entropy", "entropy")):
-                values[col] = take_floats(per_token[key], lo, hi, keep) if key in per_token else np.nan
+                values[col] = take_floats(per_token[key], lo, hi, keep, key) if key in per_token else np.nan
         except (TypeError, ValueError) as e:
             raise ImportFormatError(f"non-numeric value in a per-token list ({e})", file=f.rel, line=line) from None
         kept = len(values["token_id"])

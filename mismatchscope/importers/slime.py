@@ -34,6 +34,7 @@ tokens ``[start, end)``, so ``log_probs[i]``, ``rollout_log_probs[i]``,
 from __future__ import annotations
 
 import math
+import os
 import pickle
 import re
 import warnings
@@ -173,9 +174,9 @@ class SlimeImporter:
         if missing:
             raise ImportFormatError(f"missing field(s) {', '.join(missing)} (the sample has: "
                                     f"{', '.join(sorted(s)[:15])})", file=f.rel, record=k)
+        resp = _count(s["response_lengths"], "response_lengths", f, k)
         try:
             tokens = _array(s["tokens"], np.int64)
-            resp = int(_item(s["response_lengths"]))
             per_token = {key: _array(s[key], np.float64) for key in
                          ("rollout_log_probs", "log_probs", "loss_masks", "advantages") if s.get(key) is not None}
         except (TypeError, ValueError) as e:
@@ -195,7 +196,7 @@ class SlimeImporter:
             "trainer_logprob": per_token["log_probs"][keep],
             "advantage": per_token["advantages"][keep] if "advantages" in per_token else math.nan,
             "step": f.step,
-            "rank": int(_item(s.get("data_parallel_rank", f.rank or 0))),
+            "rank": int(_item(s.get("data_parallel_rank", f.rank or 0), "data_parallel_rank")),
         }
         pos = s.get("rollout_position")
         reward = math.nan
@@ -204,7 +205,7 @@ class SlimeImporter:
         if rollout is not None:
             info = rollout["by_position"].get(int(pos)) if pos is not None else None
             if info is None and s.get("sample_index") is not None:
-                info = rollout["by_index"].get(int(_item(s["sample_index"])))
+                info = rollout["by_index"].get(int(_item(s["sample_index"], "sample_index")))
             if info is None:
                 raise ImportFormatError(f"no matching sample in rollout_data/{f.step}.pt "
                                         f"(rollout_position {pos!r}, sample_index {s.get('sample_index')!r})",
@@ -257,7 +258,13 @@ _SHAPE_ERRORS = (TypeError, ValueError, KeyError, AttributeError, IndexError, Ov
 
 
 def _load(path: Path, rel: str, trust_pickle: bool, rollout: bool = False) -> Any:
-    """``torch.load`` with the safe unpickler; the full one only when trusted."""
+    """``torch.load`` with the safe unpickler; the full one only when trusted.
+
+    torch blames every failure of the safe loader on ``weights_only``, a
+    truncated or foreign file included, so before a file is said to need
+    ``--trust-pickle`` its whole structure is checked (:func:`_torch_file_problem`):
+    only a sound torch.save file that holds Python objects gets that advice.
+    """
     try:
         import torch
     except ImportError:
@@ -269,8 +276,9 @@ def _load(path: Path, rel: str, trust_pickle: bool, rollout: bool = False) -> An
     except pickle.UnpicklingError as e:
         if "weights only" not in str(e).lower() and "weights_only" not in str(e):
             raise ImportFormatError(f"corrupt: not a readable torch file or pickle ({short(e)})", file=rel) from None
-        if not _sound_pickle(path):  # torch blames every failure on weights_only, truncation included
-            raise ImportFormatError("corrupt: not a readable torch file or pickle (truncated or damaged)", file=rel) from None
+        problem = _torch_file_problem(path)
+        if problem is not None:
+            raise ImportFormatError(f"corrupt: {problem}", file=rel) from None
         if not trust_pickle:
             what = ("slime's rollout dump stores Sample.to_dict() with free-form metadata, and this one holds "
                     "Python objects that only a full unpickle can rebuild" if rollout else
@@ -288,31 +296,144 @@ def _load(path: Path, rel: str, trust_pickle: bool, rollout: bool = False) -> An
         raise ImportFormatError(f"corrupt: not a readable torch file or pickle ({short(e)})", file=rel) from None
 
 
-def _sound_pickle(path: Path) -> bool:
-    """Whether the file's pickle stream parses (read with ``pickletools``, which runs nothing).
+_TRUNCATED = "not a readable torch file or pickle (truncated or damaged)"
+_MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
+"""``torch.serialization.MAGIC_NUMBER``: the first pickle of a legacy (non-zip) torch.save file."""
+_LEGACY_PROTOCOL = 1001
 
-    A torch file is a zip holding ``data.pkl`` (or, in the legacy format, a pickle
-    first). A stream that does not parse is corrupt, whatever a full unpickle would do.
+
+def _torch_file_problem(path: Path) -> str | None:
+    """Why the file is not a whole torch.save file, or None when it is one. Runs nothing from the file.
+
+    A zip file (torch >= 1.6) must pass its CRCs and hold ``data.pkl`` plus a
+    record for every storage it names. A legacy file is a sequence of
+    pickles, every one of which is parsed: the magic number, the protocol
+    version, the system info, the object, the storage keys; then each
+    storage's element count and bytes must be there. A plain pickle (no
+    magic number) is not a torch.save file at all.
     """
-    import pickletools
     import zipfile
 
     try:
         if zipfile.is_zipfile(path):
-            with zipfile.ZipFile(path) as z:
-                names = [n for n in z.namelist() if n.endswith("data.pkl")]
-                if not names or z.testzip() is not None:
-                    return False
-                stream: Any = z.read(names[0])
-                for _ in pickletools.genops(stream):
-                    pass
-            return True
+            return _zip_problem(path)
         with open(path, "rb") as fh:
-            for _ in pickletools.genops(fh):
-                pass
-        return True
-    except Exception:  # any parse failure means the same thing here: not a sound pickle
-        return False
+            if fh.read(4) == b"PK\x03\x04":
+                return _TRUNCATED  # a zip archive without its directory: cut short
+            fh.seek(0)
+            return _legacy_problem(fh)
+    except Exception:  # anything that does not parse is damaged
+        return _TRUNCATED
+
+
+def _zip_problem(path: Path) -> str | None:
+    import zipfile
+
+    with zipfile.ZipFile(path) as z:
+        names = z.namelist()
+        pkl = [n for n in names if n.endswith("/data.pkl") or n == "data.pkl"]
+        if not pkl or z.testzip() is not None:
+            return _TRUNCATED
+        prefix = pkl[0][: -len("data.pkl")]
+        parser = _InertUnpickler(z.open(pkl[0]))
+        parser.load()
+        if any(f"{prefix}data/{key}" not in names for key, _, _ in parser.storages):
+            return _TRUNCATED
+    return None
+
+
+def _legacy_problem(fh: Any) -> str | None:
+    try:
+        magic = _InertUnpickler(fh).load()
+    except Exception:
+        fh.seek(0)  # a pickle cut short starts with its protocol opcode; anything else is another kind of file
+        return _TRUNCATED if fh.read(1) == b"\x80" else "not a torch.save file (it does not start with a pickle)"
+    if magic != _MAGIC_NUMBER or isinstance(magic, bool):
+        return "not a torch.save file (a plain pickle, without torch.save's header)"
+    if _InertUnpickler(fh).load() != _LEGACY_PROTOCOL or not isinstance(_InertUnpickler(fh).load(), dict):
+        return _TRUNCATED
+    parser = _InertUnpickler(fh)
+    parser.load()
+    keys = _InertUnpickler(fh).load()
+    if not isinstance(keys, list):
+        return _TRUNCATED
+    sizes = {key: size for key, _, size in parser.storages}
+    end = os.fstat(fh.fileno()).st_size
+    for key in keys:  # each storage: its element count (int64), then its bytes, skipped over, not read
+        head = fh.read(8)
+        if len(head) < 8 or str(key) not in sizes:
+            return _TRUNCATED
+        want = int.from_bytes(head, "little") * sizes[str(key)]
+        if fh.tell() + want > end:
+            return _TRUNCATED
+        fh.seek(want, 1)
+    return None
+
+
+class _Inert:
+    """What every class and function of a parsed pickle becomes: accepts any construction, holds nothing."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "_Inert":
+        return object.__new__(_Inert)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __call__(self, *args: Any, **kwargs: Any) -> "_Inert":
+        return _Inert()
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
+
+    def append(self, value: Any) -> None:
+        pass
+
+    def extend(self, values: Any) -> None:
+        pass
+
+
+class _InertUnpickler(pickle.Unpickler):
+    """Parses a pickle completely while running nothing from it: every global is :class:`_Inert`.
+
+    Persistent ids (torch's storages) are recorded as ``(key, storage type, element size)``.
+    """
+
+    def __init__(self, fh: Any):
+        super().__init__(fh)
+        self.storages: list[tuple[str, str, int]] = []
+        self._names: dict[int, str] = {}
+
+    def find_class(self, module: str, name: str) -> Any:
+        stub = type(name, (_Inert,), {"__module__": "mismatchscope.inert", "qualified": f"{module}.{name}"})
+        return stub
+
+    def persistent_load(self, pid: Any) -> Any:
+        if isinstance(pid, tuple) and len(pid) >= 3 and pid[0] == "storage":
+            kind = getattr(pid[1], "qualified", "")
+            self.storages.append((str(pid[2]), kind, _element_size(kind)))
+        return _Inert()
+
+
+_ELEMENT_SIZES = {"Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
+                  "Byte": 1, "Bool": 1, "ComplexDouble": 16, "ComplexFloat": 8, "QInt8": 1, "QUInt8": 1, "QInt32": 4,
+                  "QUInt4x2": 1, "QUInt2x4": 1, "Untyped": 1}
+
+
+def _element_size(storage_type: str) -> int:
+    """Bytes per element of a storage class named in a torch file (``torch.FloatStorage``: 4; untyped: 1)."""
+    name = storage_type.rpartition(".")[2]
+    size = _ELEMENT_SIZES.get(name.removesuffix("Storage"))
+    if size is not None:
+        return size
+    import torch
+
+    with warnings.catch_warnings():  # TypedStorage classes warn that they are deprecated
+        warnings.simplefilter("ignore")
+        dtype = getattr(getattr(torch, name, None), "dtype", None)
+    return torch.empty(0, dtype=dtype).element_size() if isinstance(dtype, torch.dtype) else 1
 
 
 def _array(value: Any, dtype: type) -> np.ndarray:
@@ -327,8 +448,25 @@ def _array(value: Any, dtype: type) -> np.ndarray:
     return value.astype(dtype, copy=False)
 
 
-def _item(value: Any) -> Any:
+def _item(value: Any, name: str = "a per-sample field") -> Any:
+    """A per-sample number that may arrive as a tensor or array of one value; more values are refused (ValueError)."""
+    size = value.numel() if hasattr(value, "numel") else value.size if isinstance(value, np.ndarray) else 1
+    if size != 1:
+        raise ValueError(f"{name} holds {size} values, not one")
     return value.item() if hasattr(value, "item") else value
+
+
+def _count(value: Any, name: str, f: SourceFile, k: int) -> int:
+    """``response_lengths``: one integer (a Python int or a one-value tensor), or the sample is bad."""
+    try:
+        v = _item(value, name)
+    except ValueError as e:
+        raise ImportFormatError(f"{e}: it must be one integer per sample", file=f.rel, record=k) from None
+    if isinstance(v, float) and v.is_integer():  # a float tensor of a whole number
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise ImportFormatError(f"{name} is {v!r}, not an integer", file=f.rel, record=k)
+    return int(v)
 
 
 def _field(sample: Any, name: str) -> Any:
