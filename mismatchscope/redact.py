@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import html.entities
 import re
 from typing import Any, Iterable, Sequence
 from urllib.parse import unquote
@@ -78,9 +79,14 @@ def is_secret_name(name: str) -> bool:
 
 
 def register_secret(value: str | None) -> None:
-    """Remember a secret's value (an API key read from the environment) so :func:`redact` scrubs it anywhere."""
+    """Remember a secret's value (an API key read from the environment) so :func:`redact` scrubs it anywhere,
+    also base64-encoded (standard or URL-safe, with or without padding): a server may echo a header decoded."""
     if value and len(value) >= MIN_SECRET_LENGTH and REDACTED not in value:
         _SECRETS.add(value)
+        b64 = base64.b64encode(value.encode()).decode()
+        for form in (b64, b64.rstrip("="), base64.urlsafe_b64encode(value.encode()).decode().rstrip("=")):
+            if len(form) >= MIN_SECRET_LENGTH:
+                _SECRETS.add(form)
 
 
 def register_userinfo(userinfo: str) -> None:
@@ -91,8 +97,7 @@ def register_userinfo(userinfo: str) -> None:
         return
     user, colon, password = userinfo.partition(":")
     for value in (userinfo, unquote(userinfo), *((password, unquote(password)) if colon else ())):
-        register_secret(value)
-    register_secret(base64.b64encode(unquote(userinfo).encode()).decode())
+        register_secret(value)  # each with its base64, the user:password one being what a Basic header carries
 
 
 def split_userinfo(url: str) -> tuple[str | None, str]:
@@ -231,6 +236,11 @@ def _atom(ch: str) -> str:
              rf"&#0*{code};", rf"&#[xX]0*{_hex(code, 1)};"]  # HTML entities
     if code < 0x10000:
         forms.append(r"\\u" + _hex(code, 4))  # JSON \uXXXX (Go escapes <, >, &)
+    else:  # JSON escapes a character beyond the BMP as a surrogate pair
+        hi, lo = 0xD800 + ((code - 0x10000) >> 10), 0xDC00 + ((code - 0x10000) & 0x3FF)
+        forms.append(r"\\u" + _hex(hi, 4) + r"\\u" + _hex(lo, 4))
+    if code in html.entities.codepoint2name:  # &auml;
+        forms.append(f"&{html.entities.codepoint2name[code]};")
     forms += {"/": [r"\\/"], '"': [r"\\\"", "&quot;"], "\\": [r"\\\\"], " ": [r"\+"], "&": ["&amp;"],
               "<": ["&lt;"], ">": ["&gt;"], "'": ["&apos;"]}.get(ch, [])
     return "(?:" + "|".join(forms) + ")"
@@ -238,7 +248,8 @@ def _atom(ch: str) -> str:
 
 @functools.lru_cache(maxsize=256)
 def _secret_pattern(secret: str) -> re.Pattern:
-    return re.compile("".join(_atom(c) for c in secret))
+    """Case-insensitive: a server may echo a key upper- or lower-cased ("INVALID KEY SK-...")."""
+    return re.compile("".join(_atom(c) for c in secret), re.IGNORECASE)
 
 
 _PARTIAL_ESCAPE = r"(?:%[0-9A-Fa-f]?|\\(?:u[0-9A-Fa-f]{0,3})?|&#?[xX]?[0-9A-Fa-f]*|&[a-z]*)?"

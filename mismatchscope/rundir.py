@@ -220,6 +220,7 @@ class WriterLock:
         self.path = Path(path)
         # folders this lock creates, deepest first: a writer that fails before writing takes them back
         self._created = [d for d in (self.path.parent, *self.path.parent.parents) if not d.exists()]
+        self._made_lock_file = not self.path.exists()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -248,12 +249,10 @@ class WriterLock:
 
     def _take_back_created(self) -> None:
         """A writer that failed before writing anything leaves no run directory
-        behind (a bad option must not leave an empty run to trip a later --resume);
-        anything it did write stays."""
-        if not self._created:
-            return
+        behind (a bad option must not leave an empty run to trip a later --resume),
+        and no lock file in a folder that was there before; anything it did write stays."""
         with contextlib.suppress(OSError):
-            if [p.name for p in self.path.parent.iterdir()] == [self.path.name]:
+            if self._made_lock_file and [p.name for p in self.path.parent.iterdir()] == [self.path.name]:
                 self.path.unlink()
             for d in self._created:
                 d.rmdir()  # refuses a folder that is not empty: then everything above stays too

@@ -398,3 +398,68 @@ def test_a_slash_in_the_password_never_reaches_stderr(tmp_path):
             "--url", "http://alice:hunter2/SECRETPW@127.0.0.1:9/v1")
     assert _error_line(r).startswith("error: --url 'http://<redacted>@127.0.0.1:9/v1' ")
     assert "SECRETPW" not in r.stderr + r.stdout
+
+
+# ---- forms found by a second sweep ---------------------------------------------------------
+
+
+def test_more_forms_a_server_echoes_a_secret_in():
+    register_secret(KEY)
+    b64 = base64.b64encode(KEY.encode()).decode()
+    # the key base64-encoded (a decoded-then-re-encoded header), upper-cased, lower-cased
+    assert redact(f"token {b64} rejected") == "token <redacted> rejected"
+    assert redact(f"token {b64.rstrip('=')}!") == "token <redacted>!"
+    assert redact(f"INVALID KEY {KEY.upper()}") == "INVALID KEY <redacted>"
+    assert redact(f"key={KEY.lower()}") == "key=<redacted>"
+    # a password beyond the BMP, JSON-escaped as a surrogate pair; one with umlauts as named HTML entities
+    redact_module.register_userinfo("alice:hunter\U0001F511SECRETPW")
+    assert redact(json.dumps({"p": "xhunter\U0001F511SECRETPW"})) == '{"p": "x<redacted>"}'
+    redact_module.register_userinfo("bob:p\u00e4ssw\u00f6rd-SECRETPW")
+    assert redact("<p>wrong password p&auml;ssw&ouml;rd-SECRETPW</p>") == "<p>wrong password <redacted></p>"
+
+
+def test_engine_options_recorded_with_a_url_in_any_value():
+    from mismatchscope.probe.samplers.base import manifest_safe
+
+    recorded = manifest_safe({"callback_url": "http://bob:CBSECRETPW@h.example/x",
+                              "note": "see http://carol:NOTESECRETPW@h.example/", "max_tokens": 16})
+    assert recorded == {"callback_url": "http://<redacted>@h.example/x", "note": "see http://<redacted>@h.example/",
+                        "max_tokens": 16}
+
+
+@needs_checkpoint
+@pytest.mark.parametrize("key", ["sk-NLSECRET-0123456789\n", "sk-\u043a\u043b\u044e\u0447-NLSECRET-0123"])
+def test_an_api_key_a_header_cannot_carry_is_one_line(tmp_path, key):
+    # refused before any request is sent (port 9 would refuse the connection anyway)
+    r = cli("probe", str(CHECKPOINT), "--out", str(tmp_path / "run"), "--sampler", "vllm-server",
+            "--url", "http://127.0.0.1:9/v1", env={"MISMATCHSCOPE_API_KEY": key})
+    assert _error_line(r) == ("error: the API key in $MISMATCHSCOPE_API_KEY holds a space, a line break or a character "
+                              "outside printable ASCII, which an HTTP header cannot carry (check how the variable was "
+                              "set: a key read from a file often keeps its newline)")
+    assert "NLSECRET" not in r.stderr and not (tmp_path / "run").exists()
+
+
+def test_an_empty_top_logprobs_entry_is_refused_when_top_k_was_asked():
+    from mismatchscope.probe.samplers.vllm_server import _completion
+
+    choice = {"index": 0, "logprobs": {"tokens": ["token_id:5"], "token_logprobs": [-0.5], "top_logprobs": [{}]}}
+    with pytest.raises(SamplerError) as e:
+        _completion(0, 0, choice, k=1)
+    assert str(e.value) == ("POST /v1/completions: choices[0].logprobs.top_logprobs[0] is empty, but 1 top logprobs were "
+                            "asked for (it should list the sampled token 5, tokens[0])")
+
+
+def test_a_failed_writer_leaves_no_lock_in_a_folder_that_was_there(tmp_path):
+    from mismatchscope.rundir import lock_run
+
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(RuntimeError):
+        with lock_run(out):
+            raise RuntimeError("a start that failed")
+    assert list(out.iterdir()) == []
+    (out / ".lock").write_text("")  # a lock file that was there before stays
+    with pytest.raises(RuntimeError):
+        with lock_run(out):
+            raise RuntimeError("a start that failed")
+    assert [p.name for p in out.iterdir()] == [".lock"]

@@ -43,16 +43,19 @@ class Sampler(Protocol):
 
 def manifest_safe(value: Any) -> Any:
     """A JSON-safe copy of engine options for the run manifest, the values of credential-named options
-    (``hf_token``, ``api_key``, ``client_secret``: :func:`~mismatchscope.redact.is_secret_name`) redacted."""
-    from mismatchscope.redact import REDACTED, is_secret_name
+    (``hf_token``, ``api_key``, ``client_secret``: :func:`~mismatchscope.redact.is_secret_name`) redacted,
+    and every text through :func:`~mismatchscope.redact.redact_obj` (a URL with credentials in any value)."""
+    from mismatchscope.redact import REDACTED, is_secret_name, redact_obj
 
     if isinstance(value, dict):
         return {str(k): REDACTED if is_secret_name(str(k)) else manifest_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [manifest_safe(v) for v in value]
-    if isinstance(value, (str, int, float, bool)) or value is None:
+    if isinstance(value, str):
+        return redact_obj(value)
+    if isinstance(value, (int, float, bool)) or value is None:
         return value
-    return repr(value)
+    return redact_obj(repr(value))
 
 
 def from_sentinel(value: float | None) -> float:

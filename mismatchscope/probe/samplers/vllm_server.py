@@ -57,7 +57,7 @@ from mismatchscope.probe.samplers.base import (
 from mismatchscope.probe.types import Completion, SamplerConfig, SamplingConfig
 from mismatchscope.probe.validate import SERVER_TIMEOUT_S, check_server_engine_args, server_timeout
 from mismatchscope.reader import POSITIVE_LOGPROB_TOLERANCE
-from mismatchscope.redact import excerpt, redact, redact_url, register_secret, register_userinfo, split_userinfo
+from mismatchscope.redact import excerpt, redact, redact_obj, redact_url, register_secret, register_userinfo, split_userinfo
 
 DEFAULT_TIMEOUT = SERVER_TIMEOUT_S
 PROMPTS_PER_REQUEST = 32
@@ -110,6 +110,10 @@ class VLLMServerSampler:
         secrets = [key] if key else []
         if key:
             register_secret(key)
+            if not all(" " < c < "\x7f" for c in key):  # an HTTP header carries printable ASCII only
+                raise UsageError(f"the API key in ${self.cfg.api_key_env} holds a space, a line break or a character "
+                                 "outside printable ASCII, which an HTTP header cannot carry",
+                                 hint="check how the variable was set: a key read from a file often keeps its newline")
             headers["Authorization"] = f"Bearer {key}"
         elif self._basic_auth:
             headers["Authorization"] = f"Basic {self._basic_auth}"
@@ -317,8 +321,9 @@ class VLLMServerSampler:
         }
 
     def describe(self) -> dict[str, Any]:
-        """Server URL, version, served model and the checks that ran (no API key, ever)."""
-        return {
+        """Server URL, version, served model and the checks that ran (no API key, ever): every text the server
+        sent is recorded through ``redact_obj``, as a server may echo the key or a URL with credentials."""
+        return redact_obj({
             "engine": "vllm-server",
             "version": self._version,
             "url": redact_url(self.base),
@@ -331,7 +336,7 @@ class VLLMServerSampler:
             "api_key_env": self.cfg.api_key_env,
             "api_key_set": bool(os.environ.get(self.cfg.api_key_env)),
             "checks": dict(self._checks),
-        }
+        })
 
     def close(self) -> None:
         """Nothing to release: the server belongs to whoever started it."""
@@ -523,6 +528,9 @@ def _completion(prompt_index: int, sample_index: int, choice: dict, k: int, voca
     values = lp["token_logprobs"]
     tops = lp.get("top_logprobs") or [None] * len(tokens)
     for j, (token, value, top) in enumerate(zip(tokens, values, tops, strict=True)):
+        if top is not None and not top and k > 0:  # asked for top-k: vLLM lists at least the sampled token
+            raise SamplerError(f"{where}.logprobs.top_logprobs[{j}] is empty, but {k} top logprobs were asked for "
+                               f"(it should list the sampled token {token}, tokens[{j}])")
         if top:
             entries = [(_token_id(t, f"{where}.logprobs.top_logprobs[{j}]", vocab_size), from_sentinel(v), None)
                        for t, v in top.items()]
@@ -542,5 +550,5 @@ def _completion(prompt_index: int, sample_index: int, choice: dict, k: int, voca
         sampler_logprobs=sampled,
         topk_ids=top_ids,
         topk_logprobs=top_lps,
-        finish_reason=choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None,
+        finish_reason=redact(choice["finish_reason"]) if isinstance(choice.get("finish_reason"), str) else None,
     )
