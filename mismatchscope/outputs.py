@@ -25,7 +25,9 @@ from typing import Iterable, Iterator
 from .errors import InputError, OutputError
 
 def _resolve(path: str | os.PathLike) -> Path:
-    return Path(os.path.abspath(Path(path).expanduser())).resolve()
+    """The path with every link resolved in order: ``lnk/../x`` is ``x`` beside the link's target, not
+    beside the link (``os.path.abspath`` would drop ``lnk/..`` as text first)."""
+    return Path(os.path.realpath(os.path.join(os.getcwd(), os.path.expanduser(os.fspath(path)))))
 
 
 def _inode(path: str | os.PathLike) -> tuple[int, int] | None:
@@ -53,23 +55,25 @@ class Inputs:
     runs: dict[Path, str] = field(default_factory=dict)
     """resolved run directory -> the input it holds."""
 
-    def refuse(self, path: str | os.PathLike, option: str) -> None:
+    def refuse(self, path: str | os.PathLike, option: str, directory: bool = False) -> None:
+        """``directory``: ``path`` is a folder to write new files into, which may be an input folder."""
+        from .rundir import TOKENS
+
         r = _resolve(path)
-        hit = self.paths.get(r) or self.inodes.get(_inode(path) or (-1, -1))
+        hit = None if directory and r.is_dir() else self.paths.get(r)
+        hit = hit or self.inodes.get(_inode(path) or (-1, -1))
+        for run, given in self.runs.items():  # inside a run, the message can say which of its files
+            if r == run or run not in r.parents:
+                continue
+            if hit is None and (r == run / TOKENS or run / TOKENS in r.parents):
+                raise OutputError(f"{option} {path} is among the shards of the input run {given}",
+                                  hint="write outputs outside the run's tokens/ folder")
+            if r.exists() and not r.is_dir() and not (run / TOKENS in r.parents):
+                raise OutputError(f"{option} {path} would replace {r.relative_to(run)} of the input run {given}",
+                                  hint="choose another output path")
         if hit is not None:
             raise OutputError(f"{option} {path} is an input of this command ({hit}); writing it would destroy the data",
                               hint="choose another output path")
-        for run, given in self.runs.items():
-            if r == run or run not in r.parents:
-                continue
-            from .rundir import TOKENS
-
-            if r == run / TOKENS or run / TOKENS in r.parents:
-                raise OutputError(f"{option} {path} is among the shards of the input run {given}",
-                                  hint="write outputs outside the run's tokens/ folder")
-            if r.exists() and not r.is_dir():
-                raise OutputError(f"{option} {path} would replace {r.relative_to(run)} of the input run {given}",
-                                  hint="choose another output path")
 
 
 def input_files(*inputs: str | os.PathLike | None) -> Inputs:
@@ -98,7 +102,20 @@ def input_files(*inputs: str | os.PathLike | None) -> Inputs:
             out.inodes[ino] = name
         for run in run_roots(files) + ([Path(given)] if is_run_dir(given) else []):
             out.runs[_resolve(run)] = name
+            for f in _run_files(Path(run)):  # a hard link to the manifest or the lock, placed elsewhere
+                if (ino := _inode(f)) is not None:
+                    out.inodes[ino] = name
     return out
+
+
+def _run_files(run: Path) -> list[Path]:
+    """A run directory's own files: the manifest, the lock, the rank records."""
+    from .rundir import RANKS
+
+    try:
+        return [f for f in run.iterdir() if f.is_file()] + [f for f in (run / RANKS).glob("*") if f.is_file()]
+    except OSError:
+        return []
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -116,6 +133,12 @@ def _check_parent(path: Path, option: str) -> None:
         raise OutputError(f"{option} {path}: no permission to write in {parent}", hint="choose a writable location")
 
 
+def _not_empty(path: str | os.PathLike, option: str) -> None:
+    """An empty or blank name would be the current directory (``Path("")`` is ``.``) or a file called " "."""
+    if not os.fspath(path).strip():
+        raise OutputError(f"{option} is an empty path", hint=f"give {option} a name")
+
+
 def _stat_error(path: Path, option: str, e: OSError) -> OutputError:
     return OutputError(f"{option} {path}: {e.strerror or e}", hint="choose another output path")
 
@@ -124,6 +147,7 @@ def check_output_file(path: str | os.PathLike | None, option: str, inputs: Input
     """A file to be written: not a directory, not an input, in a writable folder."""
     if path is None:
         return None
+    _not_empty(path, option)
     path = Path(path)
     try:
         if path.is_dir():
@@ -143,6 +167,7 @@ def check_output_dir(path: str | os.PathLike | None, option: str, inputs: Inputs
     """A folder to be written into: not a file, not an input file, writable (or creatable)."""
     if path is None:
         return None
+    _not_empty(path, option)
     path = Path(path)
     try:
         if path.is_symlink() and not path.exists():
@@ -150,7 +175,7 @@ def check_output_dir(path: str | os.PathLike | None, option: str, inputs: Inputs
         if path.exists() and not path.is_dir():
             (inputs or Inputs()).refuse(path, option)
             raise OutputError(f"{option} {path} exists and is not a directory", hint=f"give {option} a folder")
-        (inputs or Inputs()).refuse(path, option)
+        (inputs or Inputs()).refuse(path, option, directory=True)
         if path.is_dir():
             if not os.access(path, os.W_OK | os.X_OK):
                 raise OutputError(f"{option} {path}: no permission to write in this directory", hint="choose a writable location")
@@ -167,7 +192,7 @@ def check_run_out(path: str | os.PathLike, option: str, inputs: Inputs | None = 
     """A run directory to be written (``probe``, ``rescore``, ``import`` ``--out``): a folder as
     :func:`check_output_dir` wants it, given by a non-empty name, and not inside another run
     (``--out RUN/tokens`` would put a second run's shards among the first one's)."""
-    if not str(path).strip():
+    if not os.fspath(path).strip():
         raise OutputError(f"{option} is an empty path", hint=f"give {option} a new folder, e.g. {option} runs/new")
     out = check_output_dir(path, option, inputs)
     from .rundir import is_run_dir

@@ -174,7 +174,8 @@ def run_roots(files: list[Path]) -> list[Path]:
             seen[d] = None
             # the path as given first (messages name the run as the user spelt it), then resolved:
             # a shard given from inside its tokens/ folder has no spelt-out parents
-            for a in (d, *d.parents, *((d.resolve(), *d.resolve().parents) if not d.is_absolute() else ())):
+            real = Path(os.path.realpath(d))  # a link to a run's tokens/ folder, or a shard given from inside it
+            for a in (d, *d.parents, real, *real.parents):
                 if a.name == TOKENS and is_run_dir(a.parent):
                     seen[d] = a.parent
                     break
@@ -191,11 +192,21 @@ def incomplete_message(run: str | os.PathLike, files: list[Path]) -> str | None:
     given run directory is checked even before it holds any shard.
     """
     p = Path(run)
+    real = Path(os.path.realpath(p))
     given = p.parent if p.name == TOKENS and not is_run_dir(p) and is_run_dir(p.parent) else p
+    if real.name == TOKENS and not is_run_dir(real) and is_run_dir(real.parent):  # a link to a run's tokens/
+        given = real.parent
     roots = run_roots(files)
     resolved = {r.resolve() for r in roots}
-    if is_run_dir(given) and given.resolve() not in resolved and not any(r in given.resolve().parents for r in resolved):
-        roots.insert(0, given)
+    candidates = [given] if is_run_dir(given) else []
+    if given.is_dir() and not is_run_dir(given):  # a folder of runs: also those without a shard yet
+        found = {m.parent for m in given.rglob(MANIFEST)} | {t.parent for t in given.rglob(TOKENS) if t.is_dir()}
+        candidates += sorted(d for d in found if is_run_dir(d) and TOKENS not in d.relative_to(given).parts)
+    for c in candidates:
+        rc = c.resolve()
+        if rc not in resolved and not any(r in rc.parents for r in resolved):
+            roots.append(c)
+            resolved.add(rc)
     open_runs = [(r, c) for r in roots if (c := completion(r)) is not None and not c.complete]
     if not open_runs:
         return None

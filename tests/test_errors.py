@@ -443,8 +443,7 @@ def test_import_out_that_is_a_file_or_the_dump(tmp_path):
         f"error: --out {dump} is an input of this command ({dump}); writing it would destroy the data "
         "(choose another output path)")
     assert error_line(cli("import", "jsonl", str(tmp_path), "--out", str(tmp_path))) == (
-        f"error: --out {tmp_path} is an input of this command ({tmp_path}); writing it would destroy the data "
-        "(choose another output path)")
+        f"error: --out {tmp_path} is the dump being imported (write the token pairs to a new directory)")
 
 
 # ---- gate configurations ------------------------------------------------------

@@ -55,7 +55,7 @@ def compare_masks(
     examples: int = typer.Option(0, "--examples", "-e", min=0, help="Print the N tokens the rules disagree on most (sequence, position, token, p, q)."),
     column: Optional[List[str]] = ColumnOpt,
     format: OutputFormat = FormatOpt,
-    plots: Optional[Path] = typer.Option(None, "--plots", metavar="DIR",
+    plots: Optional[str] = typer.Option(None, "--plots", metavar="DIR",
                                          help="Write PNG pictures into DIR: which tail each rule cuts (needs the plot extra: matplotlib)."),
 ) -> None:
     """How many tokens and sequences each masking rule would reject or reweight, side by side, how much they overlap, and which tail (sampler probability, sign of p - q) each one cuts."""
@@ -96,8 +96,8 @@ def report(
     path: str = PathArg,
     column: Optional[List[str]] = ColumnOpt,
     format: OutputFormat = FormatOpt,
-    plots: Optional[Path] = typer.Option(None, "--plots", metavar="DIR", help="Write PNG pictures into DIR (needs the plot extra: matplotlib)."),
-    html: Optional[Path] = typer.Option(None, "--html", metavar="FILE", help="Write one self-contained HTML page: pictures inline, tables, run metadata."),
+    plots: Optional[str] = typer.Option(None, "--plots", metavar="DIR", help="Write PNG pictures into DIR (needs the plot extra: matplotlib)."),
+    html: Optional[str] = typer.Option(None, "--html", metavar="FILE", help="Write one self-contained HTML page: pictures inline, tables, run metadata."),
     rule: Optional[List[str]] = typer.Option(None, "--rule", "-r", metavar="NAME[:K=V,...]",
                                              help="With --plots/--html: a rule whose thresholds the pictures draw. Repeatable; default "
                                                   + ", ".join(_drawn_by_default()) + "."),

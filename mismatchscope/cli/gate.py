@@ -23,7 +23,7 @@ def gate(
              "With --init: the file to write (default gate.toml)."),
     baseline: Optional[str] = typer.Option(
         None, "--baseline", "-b", metavar="PATH", help="The run sampled by the current serving stack. Needed by regression limits."),
-    config: Optional[Path] = typer.Option(
+    config: Optional[str] = typer.Option(
         None, "--config", help="Limits file. Default: ./gate.toml when it exists, else the built-in defaults (see --init)."),
     init: bool = typer.Option(False, "--init", help="Write a commented starter gate.toml (or CANDIDATE as the file name) and exit."),
     limit: Optional[List[str]] = typer.Option(
@@ -44,13 +44,13 @@ def gate(
     seed: Optional[int] = typer.Option(None, "--seed", min=0, help="Bootstrap seed (default 0): same files, same verdict."),
     column: Optional[List[str]] = ColumnOpt,
     format: OutputFormat = FormatOpt,
-    junit_xml: Optional[Path] = typer.Option(None, "--junit-xml", metavar="FILE", help="Write one JUnit test case per check."),
-    markdown: Optional[Path] = typer.Option(
+    junit_xml: Optional[str] = typer.Option(None, "--junit-xml", metavar="FILE", help="Write one JUnit test case per check."),
+    markdown: Optional[str] = typer.Option(
         None, "--markdown", metavar="FILE", help="Write the verdict as a Markdown table (also appended to $GITHUB_STEP_SUMMARY when set)."),
-    plots: Optional[Path] = typer.Option(
+    plots: Optional[str] = typer.Option(
         None, "--plots", metavar="DIR",
         help="Write PNGs: the checks with their intervals, baseline and candidate overlaid (needs the plot extra)."),
-    html: Optional[Path] = typer.Option(
+    html: Optional[str] = typer.Option(
         None, "--html", metavar="FILE", help="Write one self-contained HTML page: checks, pictures, run metadata."),
     force: bool = typer.Option(False, "--force", help="With --init: overwrite an existing file."),
 ) -> None:
@@ -61,7 +61,7 @@ def gate(
     """
     keep_freed_memory()
     if init:
-        _write_starter(Path(candidate or "gate.toml"), force)
+        _write_starter(candidate if candidate is not None else "gate.toml", force)
         return
     if candidate is None:
         raise UsageError("missing CANDIDATE", hint="mismatchscope gate CANDIDATE --baseline BASELINE (or gate --init to write a gate.toml)")
@@ -70,7 +70,9 @@ def gate(
     from ..outputs import check_all
     from ..reader import parse_column_mapping
 
-    cfg = with_overrides(load_config(config), limits=limit, increases=max_increase, rules=rule, allow_different=allow_different,
+    if config is not None and not config.strip():
+        raise UsageError("--config is an empty path", hint="give a gate.toml, or write one with mismatchscope gate --init")
+    cfg = with_overrides(load_config(Path(config) if config is not None else None), limits=limit, increases=max_increase, rules=rule, allow_different=allow_different,
                          bootstrap=bootstrap, confidence=confidence, seed=seed, baseline=baseline, absolute_only=absolute_only)
     if not absolute_only and cfg.baseline:
         from ..gate.run import refuse_self_baseline
@@ -106,14 +108,14 @@ def gate(
         raise typer.Exit(1)
 
 
-def _write_starter(path: Path, force: bool) -> None:
+def _write_starter(name: str, force: bool) -> None:
     from ..gate.config import STARTER_TOML
-
-    if path.exists() and not force:
-        raise UsageError(f"{path} already exists", hint="pass --force to overwrite it, or give another file name: gate --init FILE")
     from ..outputs import check_output_file, write_text
 
-    write_text(check_output_file(path, "gate --init"), STARTER_TOML, "gate --init")
+    path = check_output_file(name, "gate --init")  # an empty name first: Path("") would be the current folder
+    if path.exists() and not force:
+        raise UsageError(f"{path} already exists", hint="pass --force to overwrite it, or give another file name: gate --init FILE")
+    write_text(path, STARTER_TOML, "gate --init")
     info(f"wrote {path}: edit the limits, then run mismatchscope gate CANDIDATE --baseline BASELINE")
 
 

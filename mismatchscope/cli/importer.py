@@ -33,7 +33,7 @@ def _mapping(items: list[str] | None) -> dict[str, str]:
 
 def import_(
     fmt: str = typer.Argument(..., metavar="FORMAT", help=f"One of: {', '.join(FORMATS)}.", show_default=False),
-    src: Path = typer.Argument(..., help="The framework's dump folder or file (see docs/import.md).", show_default=False),
+    src: str = typer.Argument(..., help="The framework's dump folder or file (see docs/import.md).", show_default=False),
     out: str = typer.Option(..., "--out", "-o", help="Output directory (token shards under OUT/tokens, OUT/manifest.json)."),
     column: Optional[List[str]] = typer.Option(None, "--column", "-c", metavar="CANONICAL=NAME",
                                                help="Generic formats: map your list columns, e.g. sampler_logprob=rollout_log_probs, mask=response_mask. Repeatable."),
@@ -46,6 +46,9 @@ def import_(
 
     if fmt not in FORMATS:
         raise UsageError(f"unknown import format {fmt!r}", hint=f"use one of {', '.join(FORMATS)}")
+    if not src.strip():
+        raise UsageError("an empty path was given as the dump to import", hint=describe(fmt))
+    src = Path(src)
     if not src.exists():
         raise UsageError(f"{src}: no such file or directory", hint=describe(fmt))
     from ..outputs import check_run_out, input_files

@@ -26,7 +26,7 @@ def timeline(
     rule: Optional[List[str]] = TimelineRuleOpt,
     column: Optional[List[str]] = ColumnOpt,
     format: OutputFormat = FormatOpt,
-    plots: Optional[Path] = typer.Option(None, "--plots", metavar="DIR", help="Also write DIR/timeline.png: one panel per metric, flagged steps marked."),
+    plots: Optional[str] = typer.Option(None, "--plots", metavar="DIR", help="Also write DIR/timeline.png: one panel per metric, flagged steps marked."),
 ) -> None:
     """Headline mismatch metrics per training step (needs a step column), and the steps where a series spikes, shifts or drifts."""
     keep_freed_memory()
