@@ -239,3 +239,100 @@ def test_a_pipe_closed_early_is_one_line(tmp_path, write):
     err = proc.stderr.read()
     assert proc.wait() == 2
     assert err.strip() == "error: stdout was closed before the output was written"
+
+
+# ---- found by a second sweep ------------------------------------------------------------------
+
+
+def test_dot_dot_after_a_link_is_resolved_in_order(tmp_path, write):
+    """``lnk/../manifest.json`` with lnk -> run/tokens is run/manifest.json, not ./manifest.json."""
+    run = make_run(tmp_path / "run", write)
+    (tmp_path / "lnk").symlink_to(run / "tokens")
+    before = (run / "manifest.json").read_bytes()
+    r = cli("report", "run", "--html", "lnk/../manifest.json", cwd=tmp_path)
+    assert error_line(r) == ("error: --html lnk/../manifest.json would replace manifest.json of the input run run "
+                             "(choose another output path)")
+    dump = tmp_path / "dump.jsonl"
+    dump.write_text(json.dumps({"token_ids": [5], "sampler_logprobs": [-0.5], "trainer_logprobs": [-0.4]}) + "\n")
+    r = cli("import", "jsonl", str(dump), "--out", "lnk/../tokens/new", cwd=tmp_path)
+    assert error_line(r) == (f"error: --out lnk/../tokens/new is inside the run directory {run} "
+                             "(give each run its own folder, outside other runs)")
+    assert (run / "manifest.json").read_bytes() == before and not (run / "tokens" / "new").exists()
+
+
+def test_a_hard_link_to_a_runs_manifest_outside_the_run(tmp_path, write):
+    run = make_run(tmp_path / "run", write)
+    link = tmp_path / "summary.md"
+    os.link(run / "manifest.json", link)
+    r = cli("gate", str(run), "--absolute-only", "--bootstrap", "0", "--limit", "tv_token_mean<=1",
+            env={"GITHUB_STEP_SUMMARY": str(link)})
+    assert error_line(r) == (f"error: GITHUB_STEP_SUMMARY {link} is an input of this command ({run}); writing it would "
+                             "destroy the data (choose another output path)")
+
+
+def test_a_run_reached_through_a_link_to_its_tokens_folder(tmp_path, write):
+    run = make_run(tmp_path / "run", write, status="running")
+    link = tmp_path / "tl"
+    link.symlink_to(run / "tokens")
+    r = cli("gate", str(link), "--absolute-only", "--bootstrap", "0", "--limit", "tv_token_mean<=1")
+    assert error_line(r) == (f"error: {run} is an incomplete run (manifest.json status is 'running', not 'complete': "
+                             "killed, or still being written); read what is there: 1 shard(s), 5 rows (wait for the run "
+                             "to finish, or point at complete shards)")
+    r = cli("report", str(link), "--html", str(run / "manifest.json"))
+    assert error_line(r) == (f"error: --html {run / 'manifest.json'} would replace manifest.json of the input run {link} "
+                             "(choose another output path)")
+
+
+def test_a_folder_of_runs_where_one_was_killed_before_its_first_shard(tmp_path, write):
+    parent = tmp_path / "runs"
+    make_run(parent / "a" / "ok", write)
+    killed = parent / "b" / "killed"
+    (killed / "tokens").mkdir(parents=True)  # no manifest, no shard: killed at once
+    r = cli("gate", str(parent), "--absolute-only", "--bootstrap", "0", "--limit", "tv_token_mean<=1")
+    assert error_line(r) == (f"error: {killed} is an incomplete run (no readable manifest.json: killed, or still being "
+                             "written); read what is there: 1 shard(s), 5 rows (wait for the run to finish, or point at "
+                             "complete shards)")
+
+
+def test_pictures_may_go_into_the_input_run_folder(tmp_path, write):
+    pytest.importorskip("matplotlib", reason="pictures need the plot extra")
+    run = make_run(tmp_path / "run", write)
+    r = cli("report", str(run), "--plots", str(run), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert (run / "log_ratio_hist.png").stat().st_size > 0 and (run / "manifest.json").read_text() == '{"status": "complete"}'
+
+
+@pytest.mark.parametrize("args, message", [
+    (["report", "{data}", "--plots", ""], "--plots is an empty path (give --plots a name)"),
+    (["report", "{data}", "--html", " "], "--html is an empty path (give --html a name)"),
+    (["gate", "--init", ""], "gate --init is an empty path (give gate --init a name)"),
+    (["gate", "{data}", "--config", ""],
+     "--config is an empty path (give a gate.toml, or write one with mismatchscope gate --init)"),
+])
+def test_empty_output_names(tmp_path, write, args, message):
+    data = write(pairs(ROWS), "data.parquet")
+    r = cli(*[a.format(data=data) for a in args], cwd=tmp_path)
+    assert error_line(r) == f"error: {message}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.parquet"]
+
+
+@pytest.mark.parametrize("sweep", ["veto.hi=off", "veto.hi=inf", "veto.hi=off,inf"])
+def test_a_drawn_sweep_with_no_finite_value(tmp_path, sweep):
+    pytest.importorskip("matplotlib", reason="pictures need the plot extra")
+    sample = Path(__file__).parents[1] / "sample_data" / "simulated_pairs.parquet"
+    r = cli("report", str(sample), "--plots", str(tmp_path / "p"), "--sweep", sweep, "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "p" / "sweeps.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("record, message", [
+    ({"token_ids": [5.0, True]}, "token ids must be integers, got True at index 1"),
+    ({"sampler_logprobs": ["-0.5", -1.0]}, "sampler_logprobs must hold numbers, got '-0.5' at index 0"),
+    ({"advantages": [1.5, "2"]}, "advantages must hold numbers, got '2' at index 1"),
+])
+def test_import_refuses_text_and_booleans_among_numbers(tmp_path, record, message):
+    rec = {"token_ids": [5, 6], "sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.4, -1.1], **record}
+    dump = tmp_path / "d.jsonl"
+    dump.write_text(json.dumps(rec) + "\n")
+    r = cli("import", "jsonl", str(dump), "--out", str(tmp_path / "o"))
+    assert error_line(r, after_work=True) == f"error: d.jsonl:1: bad value ({message})"  # named relative to the dump

@@ -250,12 +250,20 @@ def sweep_curves(runs: list[Run], rules) -> Figure | None:
                     ys = [100 * (p[key] or 0.0) for p in pts]
                     label = (f"{run.label}: {param}" + ("" if hyp == "data" else f" [{hyp}]")
                              + (f" (off: {off[0]:.3g}%)" if off else ""))
-                    ax.plot(xs, ys, marker="os^v"[j % 4], color=COLORS[i % len(COLORS)],
-                            linestyle=("-", "--", ":", "-.")[(j + (hyp == "A<0")) % 4], label=label)
+                    if xs:
+                        ax.plot(xs, ys, marker="os^v"[j % 4], color=COLORS[i % len(COLORS)],
+                                linestyle=("-", "--", ":", "-.")[(j + (hyp == "A<0")) % 4], label=label)
+        if not ax.get_lines():  # every value of the sweep switches the bound off: nothing to place on the axis
+            ax.text(0.5, 0.5, "every value of this sweep is off or infinite:\nno threshold to draw (see the legend of "
+                    "compare-masks --sweep)", ha="center", va="center", transform=ax.transAxes, fontsize=8.5, color="0.35")
+            ax.set_title(_title(rule), fontsize=10.5)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            continue
         for j, param in enumerate(params):
             v = current.get(rule, {}).get(param)
+            v = sweep_x(v) if v is not None else None
             if v is not None:
-                v = sweep_x(v)
                 ax.axvline(v, color="0.5", linestyle=":", linewidth=1)
                 ax.annotate(f"{param}={v:g}", xy=(v, 1.0), xycoords=("data", "axes fraction"), xytext=(2, -3 - 11 * j),
                             textcoords="offset points", fontsize=7.5, color="0.35", va="top")

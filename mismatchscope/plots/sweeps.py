@@ -9,6 +9,8 @@ matplotlib import).
 
 from __future__ import annotations
 
+import math
+
 from ..rules import RULES, RuleInstance, make_instance
 
 
@@ -40,6 +42,5 @@ def sweep_x(value) -> float | None:
     None for a bound that is off (it has no place on the axis: the picture names its rate in the legend)."""
     if value is None:
         return None
-    if isinstance(value, str):
-        return float(value.rpartition("_")[2])
-    return float(value)
+    x = float(value.rpartition("_")[2]) if isinstance(value, str) else float(value)
+    return x if math.isfinite(x) and x > 0 else None  # inf: no bound either; the axis is logarithmic
