@@ -261,12 +261,34 @@ def mask_span(mask: list, length: int) -> tuple[int, int, np.ndarray | None]:
 
 
 def take_floats(values: list, lo: int, hi: int, keep: np.ndarray | None, what: str = "a per-token list") -> np.ndarray:
-    """``values[lo:hi]`` (then ``[keep]``) as float64; ``None`` (JSON null) becomes NaN; booleans are refused."""
-    arr = np.array(values[lo:hi], dtype=np.float64)
+    """``values[lo:hi]`` (then ``[keep]``) as float64; ``None`` (JSON null) becomes NaN; booleans and text
+    (``"-0.5"``, which a cast to float would read) are refused.
+
+    numpy infers the list's type once, as a cast would: numbers give a float or
+    integer array at the same cost; text or a null makes it walk the list in
+    Python to name the first bad value or read the nulls.
+    """
+    part = values[lo:hi]
+    try:
+        arr = np.array(part)
+    except ValueError:  # ragged: lists inside the list
+        raise ImportFormatError("a per-token list holds nested lists, not one number per token") from None
     if arr.ndim != 1:
         raise ImportFormatError("a per-token list holds nested lists, not one number per token")
-    if ((arr == 0) | (arr == 1)).any():  # numpy reads true/false as 1/0: only then look for them
-        refuse_booleans(values, lo, hi, f"{what} must hold numbers")
+    if arr.dtype.kind not in "fiu":
+        out = np.empty(len(part))
+        for i, v in enumerate(part):
+            if v is None:
+                out[i] = np.nan
+            elif isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ImportFormatError(f"{what} must hold numbers, got {_short_value(v)} at index {lo + i}")
+            else:
+                out[i] = v
+        arr = out
+    else:
+        arr = arr.astype(np.float64, copy=False)
+        if ((arr == 0) | (arr == 1)).any():  # numpy reads true/false among numbers as 1/0: only then look for them
+            refuse_booleans(values, lo, hi, f"{what} must hold numbers")
     return arr if keep is None else arr[keep]
 
 
@@ -311,6 +333,8 @@ def exact_ints(values: Any, what: str) -> np.ndarray:
     arr = np.asarray(values)
     if arr.ndim != 1:
         raise ImportFormatError(f"{what} must be a flat list of integers, got {'nested lists' if arr.ndim else 'one value'}")
+    if arr.dtype.kind == "f" and isinstance(values, list) and ((arr == 0) | (arr == 1)).any():
+        refuse_booleans(values, 0, len(values), f"{what} must be integers")  # [5.0, true] reads as [5.0, 1.0]
     if arr.dtype.kind in "iu":
         if arr.dtype.kind == "u" and arr.size and arr.max() > _INT64_MAX:
             i = int(np.flatnonzero(arr > _INT64_MAX)[0])

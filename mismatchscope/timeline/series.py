@@ -44,7 +44,7 @@ MAX_GROUPS = 64
 _KEY_STRIDE = 1024
 """(step, group) -> one int64 key: step * stride + group (MAX_GROUPS + a null group fit under it)."""
 _MAX_ABS_STEP = 2 ** 52
-"""|step| below this keeps step * _KEY_STRIDE + group inside int64 (and exact as a float64)."""
+"""|step| up to this keeps step * _KEY_STRIDE + group inside int64 (and exact as a float64)."""
 
 
 @dataclass(frozen=True)
@@ -231,7 +231,7 @@ class _Accumulator:
 
     def _dense(self, step_T: np.ndarray, group_T: np.ndarray) -> np.ndarray:
         # compared, not np.abs()-ed: abs(INT64_MIN) is INT64_MIN, and a negative check would let it wrap the key
-        beyond = (step_T >= _MAX_ABS_STEP) | (step_T <= -_MAX_ABS_STEP)
+        beyond = (step_T > _MAX_ABS_STEP) | (step_T < -_MAX_ABS_STEP)
         if beyond.any():
             bad = int(step_T[np.flatnonzero(beyond)[0]])
             raise InputError(f"step value {bad} is beyond +-2^52: not a training step counter",
