@@ -225,7 +225,7 @@ def test_unsigned_topk_ids_beyond_int64_are_refused(tmp_path):
         "stores (ids are signed 64-bit integers; renumber them, or write the column as int64)")
 
 
-@pytest.mark.parametrize("step", [INT64_MIN, -(2 ** 52), 2 ** 52, 2 ** 63 - 1])
+@pytest.mark.parametrize("step", [INT64_MIN, -(2 ** 52) - 1, 2 ** 52 + 1, 2 ** 63 - 1])
 def test_timeline_refuses_steps_beyond_its_key_range(tmp_path, step):
     """np.abs(INT64_MIN) is INT64_MIN (negative): the old check let it through, and step * 1024 wrapped into step 0."""
     path = parquet(tmp_path / "s.parquet", base(4, sequence_id=[1, 1, 2, 2], position=[0, 1, 0, 1], step=[step, step, 0, 0]))
@@ -235,8 +235,8 @@ def test_timeline_refuses_steps_beyond_its_key_range(tmp_path, step):
 
 
 def test_timeline_keeps_the_largest_steps_apart(tmp_path):
-    """Steps +-(2^52 - 1) and 0 are three steps of two tokens each, never merged."""
-    big = 2 ** 52 - 1
+    """Steps +-2^52 (the documented bound, inclusive) and 0 are three steps of two tokens each, never merged."""
+    big = 2 ** 52
     path = parquet(tmp_path / "s.parquet", base(6, sequence_id=[1, 1, 2, 2, 3, 3], position=[0, 1] * 3,
                                                 step=[-big, -big, 0, 0, big, big]))
     r = cli("timeline", str(path), "--format", "json")
