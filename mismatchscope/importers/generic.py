@@ -207,6 +207,8 @@ class GenericJsonlImporter(_Generic):
             for c in PER_SEQUENCE:
                 if c in src:
                     v = rec[src[c]]
+                    if isinstance(v, float) and v.is_integer() and abs(v) <= 2 ** 53:
+                        v = int(v)  # "step": 2.0, as some loggers write counters; token ids accept it too
                     if isinstance(v, bool) or not isinstance(v, int):
                         raise ValueError(f"{src[c]} is not an integer: {v!r}")
                     check_int_range(src[c], c, v, v)

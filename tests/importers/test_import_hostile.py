@@ -347,3 +347,18 @@ def test_the_structure_check_runs_nothing_from_the_file(tmp_path):
     path.write_bytes(pickle.dumps(Boom()))
     assert _torch_file_problem(path) == "not a torch.save file (a plain pickle, without torch.save's header)"
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_a_whole_float_step_imports_as_that_step_in_both_formats(tmp_path, fmt):
+    """Loggers write counters as 2.0; JSONL refused what Parquet accepted. A fraction stays refused in both."""
+    if fmt == "jsonl":
+        good, bad = (jsonl(tmp_path, GOOD + f', "step": {v}}}\n', f"{n}.jsonl") for n, v in (("a", "2.0"), ("b", "2.5")))
+        bad_line = "error: b.jsonl:1: bad value (step is not an integer: 2.5)"
+    else:
+        good, bad = (parquet(tmp_path, {**GOOD_COLUMNS, "step": pa.array([v])}, f"{n}.parquet")
+                     for n, v in (("a", 2.0), ("b", 2.5)))
+        bad_line = "error: b.parquet: bad values in rows 0..0 (step must be integers, got 2.5 at index 0)"
+    assert _import(fmt, good, tmp_path / "good").returncode == 0
+    assert _tokens(tmp_path / "good")["step"] == [2, 2]
+    assert error_line(_import(fmt, bad, tmp_path / "bad")) == bad_line
