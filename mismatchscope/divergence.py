@@ -58,6 +58,7 @@ def token_terms(trainer_logprob_T: np.ndarray, sampler_logprob_T: np.ndarray) ->
         q = np.exp(lq)
         k3 = rm1 - log_ratio
         krev = ratio * log_ratio - rm1
+        krev[np.isposinf(rm1)] = np.inf  # l > ~709.8: r l - (r - 1) is +inf, not inf - inf = NaN
     return TokenTerms(
         log_ratio_T=log_ratio,
         ratio_T=ratio,

@@ -29,7 +29,7 @@ from .report import CHI2_SEQ_CLIP, assemble_report  # noqa: F401
 from .table import REDUCTIONS, SequenceTable, token_values
 from .tokenstats import RATIO_QUANTILES, TokenStats, centering_values
 from .topk import ScoreCentering, TopkBounds, score_centering, topk_bounds
-from .validate import check_advantage, check_not_empty, check_positions, position_warnings
+from .validate import check_advantage, check_not_empty, check_positions, overflow_warnings, position_warnings
 
 
 @dataclass
@@ -161,6 +161,7 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
     n_tokens = int(table.n_tokens_S.sum()) if seq_ids.size else 0
     check_not_empty(path, n_tokens, hygiene)
     warnings = ([source.incomplete] if source.incomplete else []) + hygiene.warnings() + position_warnings(positions.finish())
+    warnings += overflow_warnings(table.max_l_S)
     seq = SequenceInputs(
         n_tokens_S=table.n_tokens_S,
         seq_log_ratio_S=table.sum_l_S,

@@ -164,6 +164,8 @@ class ExactQuantiles:
             out = a + diff * gamma
             high = gamma >= 0.5
             out[high] = (b - diff * (1 - gamma))[high]
+            out[np.isposinf(b) & (gamma > 0)] = np.inf  # a step of any length towards +inf: +inf
+            out[np.isneginf(a) & (gamma < 1)] = -np.inf
         # a quantile at a rank (gamma 0), or between two equal neighbours, is that value; with an infinite
         # neighbour the arithmetic would make it NaN (inf * 0, inf - inf). Finite values are unchanged to the bit.
         return np.where((gamma == 0) | (a == b), a, out)

@@ -18,13 +18,18 @@ import numpy as np
 
 from ..divergence import TokenTerms
 
+LOG_R2_OVERFLOW = float(np.log(np.finfo(np.float64).max)) / 2
+"""log p - log q above this (about 354.9) makes r^2 overflow float64: chi2 reads inf and ESS cannot be formed."""
+
 TOKEN_SUMS = ("n", "tv", "abs_l", "k1", "k2", "k3", "krev", "r", "r2")
 """the rows of :func:`token_sums`, in this order."""
 
 
 def token_weights(t: TokenTerms) -> tuple:
     """The per-token values :func:`token_sums` adds up, in ``TOKEN_SUMS`` order (None: a count)."""
-    return (None, t.tv_T, np.abs(t.log_ratio_T), t.k1_T, t.k2_T, t.k3_T, t.kl_reverse_k3_T, t.ratio_T, t.ratio_T * t.ratio_T)
+    with np.errstate(over="ignore"):  # r = e^400 squares to inf, as chi2 should read
+        r2 = t.ratio_T * t.ratio_T
+    return (None, t.tv_T, np.abs(t.log_ratio_T), t.k1_T, t.k2_T, t.k3_T, t.kl_reverse_k3_T, t.ratio_T, r2)
 
 
 def token_sums(idx: np.ndarray, nb: int, t: TokenTerms | tuple) -> np.ndarray:
@@ -51,7 +56,8 @@ def token_means(n, *, tv=None, abs_l=None, k1=None, k2=None, k3=None, krev=None,
     if r2 is not None:
         out["chi2_token"] = r2 / n - 1.0
         if r is not None:
-            out["ess"] = (r * r) / (n * r2)
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # callers read an overflow as no ESS
+                out["ess"] = (r * r) / (n * r2)
     return out
 
 
@@ -62,5 +68,5 @@ def summarise_sums(s: np.ndarray) -> dict[str, float | int | None]:
         return {"tokens": 0}
     with np.errstate(divide="ignore", invalid="ignore"):
         m = token_means(n, **{k: s[i] for i, k in enumerate(TOKEN_SUMS) if k != "n"})
-    m["ess"] = m["ess"] if s[8] > 0 else None
+    m["ess"] = m["ess"] if 0 < s[8] < np.inf else None  # sum r^2 overflowed: (inf)^2 / inf is no number
     return {"tokens": int(n), **m}

@@ -221,7 +221,7 @@ class TokenStats:
             "chi2_token": s.get("chi2_token"),
             "ess": s.get("ess"),
             "ratio_min": math.exp(self.log_ratio_min) if n else None,
-            "ratio_max": math.exp(min(self.log_ratio_max, 709.0)) if n else None,
+            "ratio_max": _exp(self.log_ratio_max) if n else None,
             "ratio_quantiles": {_g(q): _f(v) for q, v in zip(RATIO_QUANTILES, qs)},
             "ratio_tail_high": {_g(c): (int(k) / n if n else None) for c, k in zip(TAIL_CUTS, self.tail_high)},
             "ratio_tail_low": {_g(c): (int(k) / n if n else None) for c, k in zip(TAIL_CUTS, self.tail_low)},
@@ -287,6 +287,12 @@ def _row(s: np.ndarray) -> dict:
 
 def _g(x: float) -> str:
     return f"{x:g}"
+
+
+def _exp(x: float) -> float:
+    """exp(x), +inf past float64's range (a ratio of e^800 is not the largest float)."""
+    with np.errstate(over="ignore"):
+        return float(np.exp(x))
 
 
 def _f(v):

@@ -14,6 +14,7 @@ import numpy as np
 from ..errors import InputError
 from ..reader import Hygiene, Source
 from .positions import PositionRuns
+from .sums import LOG_R2_OVERFLOW
 
 
 def check_positions(position_T: np.ndarray, source: Source) -> None:
@@ -32,6 +33,17 @@ def check_not_empty(path: str, n_tokens: int, hygiene: Hygiene) -> None:
     if n_tokens == 0:
         what = "has no token rows" if hygiene.rows_read == 0 else "has no token with finite logprobs"
         raise InputError(f"{path}: the input {what}")
+
+
+def overflow_warnings(max_log_ratio_S: np.ndarray) -> list[str]:
+    """Ratios float64 cannot square: chi2 and ESS would otherwise read inf and "-" with no reason given."""
+    over = max_log_ratio_S > LOG_R2_OVERFLOW
+    if not over.any():
+        return []
+    top = float(max_log_ratio_S[over].max())
+    return [f"{int(over.sum())} sequence(s) hold a token with log p - log q above {LOG_R2_OVERFLOW:.1f} (largest {top:.4g}: "
+            "the sampler gave it almost no probability); r^2 overflows float64 there, so chi2 reads inf and ESS "
+            "is not reported"]
 
 
 def position_warnings(runs: PositionRuns) -> list[str]:

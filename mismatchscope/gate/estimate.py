@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ..analysis.sums import LOG_R2_OVERFLOW
 from ..analysis.table import SequenceTable
 from ..errors import InputError
 from .bootstrap import resample_sums
@@ -102,6 +103,8 @@ def _report_value(result, m: Metric) -> float | None:
 
 
 def _why_missing(m: Metric) -> str:
+    if m.name == "ess":
+        return f": a token's log p - log q exceeds {LOG_R2_OVERFLOW:.1f}, so r^2 overflows float64 (report warns where)"
     if "topk_overlap" in m.name:
         return ": it needs the trainer's own top-k ids (a trainer_topk_ids column) and the sampler's top-k columns"
     if "topk" in m.name or m.name.startswith("score_centering."):

@@ -181,12 +181,16 @@ def _bucket_panel(ax, runs: list[Run], kind: str, key: str) -> None:
     labels = [r["bucket"] for r in runs[0].report["breakdowns"][kind]]
     x = np.arange(len(labels))
     width = 0.8 / len(runs)
-    positive = [r.get(key) for run in runs for r in run.report["breakdowns"][kind] if r.get(key)]
-    floor = min(positive) / 5 if positive else 1e-12
+    positive = [float(r[key]) for run in runs for r in run.report["breakdowns"][kind] if r.get(key)]
+    finite = [v for v in positive if np.isfinite(v)]
+    floor = min(finite) / 5 if finite else 1e-12
+    top = max(finite) * 20 if finite else floor * 1e6  # where an infinite mean is drawn, marked "inf"
     counts = []
     for i, run in enumerate(runs):
         rows = {r["bucket"]: r for r in run.report["breakdowns"][kind]}
-        vals = np.array([(rows.get(b) or {}).get(key) or 0.0 for b in labels], dtype=float)
+        vals = np.array([float((rows.get(b) or {}).get(key) or 0.0) for b in labels], dtype=float)
+        infinite = np.isinf(vals)
+        vals[infinite] = top
         tokens = [(rows.get(b) or {}).get("tokens", 0) or 0 for b in labels]
         counts.append(tokens)
         color = COLORS[i % len(COLORS)]
@@ -196,6 +200,9 @@ def _bucket_panel(ax, runs: list[Run], kind: str, key: str) -> None:
             xs = x + (i - (len(runs) - 1) / 2) * width
             ax.bar(xs, np.where(vals > 0, vals - floor, np.where(np.array(tokens) > 0, 0.0, np.nan)), width=width * 0.95,
                    bottom=floor, color=color, label=run.label, alpha=0.9)
+        for j in np.flatnonzero(infinite):  # an overflowed ratio (r = e^800) makes k3 inf: say so, not a bar of NaN
+            xj = x[j] if kind == "position" else x[j] + (i - (len(runs) - 1) / 2) * width
+            ax.annotate("inf", (xj, top), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=8, color=color)
     ax.set_yscale("log")
     if kind == "position":
         ax.margins(y=0.15)
