@@ -201,6 +201,16 @@ def check_run_out(path: str | os.PathLike, option: str, inputs: Inputs | None = 
         if is_run_dir(parent):
             raise OutputError(f"{option} {path} is inside the run directory {parent}",
                               hint="give each run its own folder, outside other runs")
+    inner: list[str] = []
+    if out.is_dir():  # the other way round: X/sub is a run, and X would become a run holding it
+        try:
+            with os.scandir(out) as entries:
+                inner = sorted(e.name for e in entries if e.is_dir() and is_run_dir(Path(e.path)))
+        except OSError:  # unreadable: the write itself fails later with its own one-line error
+            pass
+        if inner:
+            raise OutputError(f"{option} {path} holds the run directory {Path(path) / inner[0]}",
+                              hint="give each run its own folder, outside other runs")
     return out
 
 

@@ -110,6 +110,9 @@ def test_a_run_may_not_be_written_inside_another_run(tmp_path, write):
     inner = run / "tokens"
     assert error_line(cli("import", "jsonl", str(dump), "--out", str(inner))) == (
         f"error: --out {inner} is inside the run directory {run} (give each run its own folder, outside other runs)")
+    # the other way round: a folder holding a run would become a run holding it
+    assert error_line(cli("import", "jsonl", str(dump), "--out", str(tmp_path))) == (
+        f"error: --out {tmp_path} holds the run directory {run} (give each run its own folder, outside other runs)")
     assert error_line(cli("import", "jsonl", str(dump), "--out", "", cwd=tmp_path)) == (
         "error: --out is an empty path (give --out a new folder, e.g. --out runs/new)")
     assert not (tmp_path / "tokens").exists() and not (tmp_path / "manifest.json").exists()
