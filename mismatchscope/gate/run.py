@@ -10,6 +10,7 @@ from typing import Callable
 import numpy as np
 
 from ..analysis.engine import AnalysisRequest, analyse
+from ..analysis.parallel import release_freed_memory
 from ..errors import UsageError
 from ..reader import open_source, require_complete
 from .checks import Check, evaluate
@@ -83,6 +84,8 @@ def run_gate(candidate: str, baseline: str | None, cfg: GateConfig, mapping: dic
         est = estimate(role, path, result, metrics, cfg.bootstrap, np.random.default_rng([cfg.seed, stream]))
         est.plot_data = acc
         estimates[role] = est
+        del result
+        release_freed_memory()  # the candidate's pass then peaks as the baseline's did, not on top of its leftovers
     checks = evaluate(cfg, estimates["candidate"], estimates.get("baseline"))
     return GateResult(cfg, estimates["candidate"], estimates.get("baseline"), comparability, checks, warnings)
 
