@@ -31,6 +31,10 @@ class InputError(MismatchscopeError, ValueError):
     """A data file that cannot be analysed as given."""
 
 
+class NoTokensError(InputError):
+    """Nothing left to analyse: no rows, or none with finite logprobs (a probe says why in its own words)."""
+
+
 class MissingColumnsError(InputError, KeyError):
     """Required columns are absent; the hint suggests ``--column``."""
 

@@ -166,3 +166,25 @@ def test_probe_input_errors(tmp_path):
     shutil.copytree(DENSE, pickled)
     (pickled / "model.safetensors").rename(pickled / "pytorch_model.bin")
     assert "--allow-pickle" in _error(str(pickled), "--prompts", str(PROMPTS), "--out", str(tmp_path / "o5")).stderr
+
+
+def test_a_probe_run_without_tokens_says_so_in_probe_terms(tmp_path):
+    """All completions empty: the run is written, then the summary said only "the input has no token rows"."""
+    import pyarrow as pa
+
+    from mismatchscope.cli.probe import _summarise
+    from mismatchscope.cli._output import OutputFormat
+    from mismatchscope.errors import NoTokensError
+    from mismatchscope.schema import arrow_schema
+
+    run = tmp_path / "run"
+    (run / "tokens").mkdir(parents=True)
+    schema = arrow_schema(["sequence_id", "position", "token_id", "sampler_logprob", "trainer_logprob"])
+    pq.write_table(pa.Table.from_pylist([], schema=schema), run / "tokens" / "part-00000.parquet")
+    (run / "manifest.json").write_text(json.dumps({"status": "complete"}))
+    with pytest.raises(NoTokensError) as e:
+        _summarise(run, None, OutputFormat.table)
+    assert str(e.value) == (
+        f"the run in {run} holds no generated token with finite logprobs: every completion was empty (the model "
+        "ended each one at once) or dropped (check the prompts, --max-tokens and the stop settings; the run's "
+        "samples/ folder holds what was sampled)")

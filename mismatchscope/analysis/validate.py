@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, NoTokensError
 from ..reader import Hygiene, Source
 from .positions import PositionRuns
 from .sums import LOG_R2_OVERFLOW
@@ -32,7 +32,7 @@ def check_advantage(advantage_T: np.ndarray | None) -> None:
 def check_not_empty(path: str, n_tokens: int, hygiene: Hygiene) -> None:
     if n_tokens == 0:
         what = "has no token rows" if hygiene.rows_read == 0 else "has no token with finite logprobs"
-        raise InputError(f"{path}: the input {what}")
+        raise NoTokensError(f"{path}: the input {what}")
 
 
 def overflow_warnings(max_log_ratio_S: np.ndarray) -> list[str]:

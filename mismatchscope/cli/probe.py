@@ -12,7 +12,7 @@ from typing import List, Optional
 import typer
 
 from ..bundled import sample_dir
-from ..errors import UsageError
+from ..errors import NoTokensError, UsageError
 from ._options import FormatOpt, RuleOpt
 from ._output import OutputFormat, emit_json, info, stderr_console, stdout_console, warn
 
@@ -87,7 +87,13 @@ def _summarise(run_dir: Path, rules: list[str] | None, format: OutputFormat) -> 
     from .analyse import masks_payload, report_payload
 
     selected = [parse_rule(r) for r in rules] if rules else default_rules()
-    result = analyse(str(run_dir), AnalysisRequest(report=True, masks=True, rules=selected, examples=5))
+    try:
+        result = analyse(str(run_dir), AnalysisRequest(report=True, masks=True, rules=selected, examples=5))
+    except NoTokensError:
+        raise NoTokensError(f"the run in {run_dir} holds no generated token with finite logprobs: every completion "
+                            "was empty (the model ended each one at once) or dropped",
+                            hint="check the prompts, --max-tokens and the stop settings; the run's samples/ folder "
+                                 "holds what was sampled") from None
     for w in result.warnings:
         warn(w)
     if format is OutputFormat.json:
