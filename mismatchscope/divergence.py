@@ -22,6 +22,8 @@ class TokenTerms:
     """l = log p - log q (trainer over sampler)."""
     ratio_T: np.ndarray
     """r = exp(l) = p / q (may be +inf when q underflows)."""
+    ratio_sq_T: np.ndarray
+    """r^2, for chi2 and ESS; +inf once l passes ~354.9, as chi2 should then read."""
     p_T: np.ndarray
     q_T: np.ndarray
     tv_T: np.ndarray
@@ -54,6 +56,7 @@ def token_terms(trainer_logprob_T: np.ndarray, sampler_logprob_T: np.ndarray) ->
         log_ratio = lp - lq
         rm1 = np.expm1(log_ratio)
         ratio = rm1 + 1.0
+        ratio_sq = ratio * ratio
         p = np.exp(lp)
         q = np.exp(lq)
         k3 = rm1 - log_ratio
@@ -62,6 +65,7 @@ def token_terms(trainer_logprob_T: np.ndarray, sampler_logprob_T: np.ndarray) ->
     return TokenTerms(
         log_ratio_T=log_ratio,
         ratio_T=ratio,
+        ratio_sq_T=ratio_sq,
         p_T=p,
         q_T=q,
         tv_T=np.abs(p - q),

@@ -190,8 +190,8 @@ def check_output_dir(path: str | os.PathLike | None, option: str, inputs: Inputs
 
 def check_run_out(path: str | os.PathLike, option: str, inputs: Inputs | None = None) -> Path:
     """A run directory to be written (``probe``, ``rescore``, ``import`` ``--out``): a folder as
-    :func:`check_output_dir` wants it, given by a non-empty name, and not inside another run
-    (``--out RUN/tokens`` would put a second run's shards among the first one's)."""
+    :func:`check_output_dir` wants it, given by a non-empty name, neither inside another run
+    (``--out RUN/tokens`` would put a second run's shards among the first one's) nor holding one."""
     if not os.fspath(path).strip():
         raise OutputError(f"{option} is an empty path", hint=f"give {option} a new folder, e.g. {option} runs/new")
     out = check_output_dir(path, option, inputs)
@@ -201,17 +201,23 @@ def check_run_out(path: str | os.PathLike, option: str, inputs: Inputs | None = 
         if is_run_dir(parent):
             raise OutputError(f"{option} {path} is inside the run directory {parent}",
                               hint="give each run its own folder, outside other runs")
-    inner: list[str] = []
-    if out.is_dir():  # the other way round: X/sub is a run, and X would become a run holding it
-        try:
-            with os.scandir(out) as entries:
-                inner = sorted(e.name for e in entries if e.is_dir() and is_run_dir(Path(e.path)))
-        except OSError:  # unreadable: the write itself fails later with its own one-line error
-            pass
-        if inner:
-            raise OutputError(f"{option} {path} holds the run directory {Path(path) / inner[0]}",
-                              hint="give each run its own folder, outside other runs")
+    inner = _first_run_inside(out)  # the other way round: X/sub is a run, and X would become a run holding it
+    if inner is not None:
+        raise OutputError(f"{option} {path} holds the run directory {Path(path) / inner}",
+                          hint="give each run its own folder, outside other runs")
     return out
+
+
+def _first_run_inside(folder: Path) -> str | None:
+    """The first (by name) subfolder of ``folder`` that is a run directory; None when there is none or it
+    cannot be listed (the write then fails with its own one-line error)."""
+    from .rundir import is_run_dir
+
+    try:
+        with os.scandir(folder) as entries:
+            return min((e.name for e in entries if e.is_dir() and is_run_dir(Path(e.path))), default=None)
+    except OSError:  # not a folder yet, or unreadable
+        return None
 
 
 @contextlib.contextmanager

@@ -12,6 +12,7 @@ import math
 import os
 import stat
 import sys
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -413,15 +414,22 @@ def test_gate_two_outputs_on_one_path(runs, tmp_path):
     assert error_line(r) == f"error: --markdown {out} is also --junit-xml (give each output its own path)"
 
 
-def test_timeline_plots_onto_a_file_or_a_full_device(tmp_path, write):
-    data = write(pairs(_seq(1, [0, 1]), step=[0, 1]))
+def assert_plots_folder_checked(command: str, data: Path, tmp_path: Path) -> None:
+    """``--plots`` onto a file, or onto the input itself: refused before any work, the input untouched."""
+    before = data.read_bytes()
     notes = tmp_path / "notes.txt"
     notes.write_text("x")
-    assert error_line(cli("timeline", str(data), "--plots", str(notes))) == (
+    assert error_line(cli(command, str(data), "--plots", str(notes))) == (
         f"error: --plots {notes} exists and is not a directory (give --plots a folder)")
-    assert error_line(cli("timeline", str(data), "--plots", str(data))) == (
+    assert error_line(cli(command, str(data), "--plots", str(data))) == (
         f"error: --plots {data} is an input of this command ({data}); writing it would destroy the data "
         "(choose another output path)")
+    assert data.read_bytes() == before
+
+
+def test_timeline_plots_onto_a_file_or_a_full_device(tmp_path, write):
+    data = write(pairs(_seq(1, [0, 1]), step=[0, 1]))
+    assert_plots_folder_checked("timeline", data, tmp_path)
     (tmp_path / "out" / "timeline.png").mkdir(parents=True)  # the picture's own name taken by a folder
     assert error_line(cli("timeline", str(data), "--plots", str(tmp_path / "out")), after_work=True) == (
         f"error: --plots {tmp_path / 'out' / 'timeline.png'}: cannot write (Is a directory)")

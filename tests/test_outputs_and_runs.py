@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import cli, pairs
-from tests.test_errors import ROWS, error_line
+from tests.test_errors import ROWS, assert_plots_folder_checked, error_line
 
 EXE = str(Path(sys.executable).with_name("mismatchscope"))
 
@@ -93,14 +93,7 @@ def test_pictures_never_replace_an_input(tmp_path, write):
 
 
 def test_compare_masks_checks_its_plots_folder_before_the_analysis(tmp_path, write):
-    data = write(pairs(ROWS), "data.parquet")
-    notes = tmp_path / "notes.txt"
-    notes.write_text("x")
-    assert error_line(cli("compare-masks", str(data), "--plots", str(notes))) == (
-        f"error: --plots {notes} exists and is not a directory (give --plots a folder)")
-    assert error_line(cli("compare-masks", str(data), "--plots", str(data))) == (
-        f"error: --plots {data} is an input of this command ({data}); writing it would destroy the data "
-        "(choose another output path)")
+    assert_plots_folder_checked("compare-masks", write(pairs(ROWS), "data.parquet"), tmp_path)
 
 
 def test_a_run_may_not_be_written_inside_another_run(tmp_path, write):

@@ -72,12 +72,8 @@ def keep_freed_memory() -> None:
     never changes a host process's allocator. Elsewhere than glibc this does
     nothing.
     """
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    mallopt = _glibc("mallopt")
+    if mallopt is None:
         return
     M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
     mallopt(M_MMAP_THRESHOLD, 64 << 20)
@@ -93,15 +89,19 @@ def release_freed_memory() -> None:
     each file) peaked 280 MB above one pass on 10 million tokens. Between
     passes the kept pages are returned, and the second pass peaks as the first.
     """
-    try:
-        import pyarrow as pa
+    import pyarrow as pa
 
-        pa.default_memory_pool().release_unused()
-    except Exception:  # pragma: no cover - an older pyarrow without the call
-        pass
+    pa.default_memory_pool().release_unused()
+    malloc_trim = _glibc("malloc_trim")
+    if malloc_trim is not None:
+        malloc_trim(0)
+
+
+def _glibc(name: str):
+    """A function of glibc's allocator, or None elsewhere (musl, macOS)."""
     try:
         import ctypes
 
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc
-        pass
+        return getattr(ctypes.CDLL(None), name)
+    except (OSError, AttributeError):
+        return None

@@ -27,9 +27,7 @@ TOKEN_SUMS = ("n", "tv", "abs_l", "k1", "k2", "k3", "krev", "r", "r2")
 
 def token_weights(t: TokenTerms) -> tuple:
     """The per-token values :func:`token_sums` adds up, in ``TOKEN_SUMS`` order (None: a count)."""
-    with np.errstate(over="ignore"):  # r = e^400 squares to inf, as chi2 should read
-        r2 = t.ratio_T * t.ratio_T
-    return (None, t.tv_T, np.abs(t.log_ratio_T), t.k1_T, t.k2_T, t.k3_T, t.kl_reverse_k3_T, t.ratio_T, r2)
+    return (None, t.tv_T, np.abs(t.log_ratio_T), t.k1_T, t.k2_T, t.k3_T, t.kl_reverse_k3_T, t.ratio_T, t.ratio_sq_T)
 
 
 def token_sums(idx: np.ndarray, nb: int, t: TokenTerms | tuple) -> np.ndarray:
@@ -56,9 +54,15 @@ def token_means(n, *, tv=None, abs_l=None, k1=None, k2=None, k3=None, krev=None,
     if r2 is not None:
         out["chi2_token"] = r2 / n - 1.0
         if r is not None:
-            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # callers read an overflow as no ESS
-                out["ess"] = (r * r) / (n * r2)
+            out["ess"] = ess(n, r, r2)
     return out
+
+
+def ess(n, r, r2):
+    """ESS / n = (sum r)^2 / (n sum r^2); NaN where sum r^2 overflowed (finite / inf is not an ESS of 0)."""
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        value = (r * r) / (n * r2)
+    return np.where(np.isposinf(r2), np.nan, value)[()]
 
 
 def summarise_sums(s: np.ndarray) -> dict[str, float | int | None]:
@@ -68,5 +72,5 @@ def summarise_sums(s: np.ndarray) -> dict[str, float | int | None]:
         return {"tokens": 0}
     with np.errstate(divide="ignore", invalid="ignore"):
         m = token_means(n, **{k: s[i] for i, k in enumerate(TOKEN_SUMS) if k != "n"})
-    m["ess"] = m["ess"] if 0 < s[8] < np.inf else None  # sum r^2 overflowed: (inf)^2 / inf is no number
+    m["ess"] = float(m["ess"]) if np.isfinite(m["ess"]) else None  # 0 / 0, or sum r^2 overflowed
     return {"tokens": int(n), **m}

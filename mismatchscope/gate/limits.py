@@ -24,6 +24,7 @@ from typing import Callable, Literal
 
 import numpy as np
 
+from ..analysis.sums import ess
 from ..analysis.tokenstats import RATIO_QUANTILES, TAIL_CUTS
 from ..errors import GateConfigError
 from ..rules import RULES
@@ -88,9 +89,7 @@ def _ratio(num: str, den: str, scale: float = 1.0, shift: float = 0.0) -> Callab
 
 
 def _ess(s: Sums) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        ess = s["sum_r"] * s["sum_r"] / (s["n"] * s["sum_r2"])
-    return np.where(np.isposinf(s["sum_r2"]), np.nan, ess)  # r^2 overflowed: finite / inf is not an ESS of 0
+    return ess(s["n"], s["sum_r"], s["sum_r2"])
 
 
 def _token_mean(name: str, col: str, doc: str, *, scale: float = 1.0, shift: float = 0.0, worse: Worse = "higher",

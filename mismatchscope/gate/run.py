@@ -84,7 +84,6 @@ def run_gate(candidate: str, baseline: str | None, cfg: GateConfig, mapping: dic
         est = estimate(role, path, result, metrics, cfg.bootstrap, np.random.default_rng([cfg.seed, stream]))
         est.plot_data = acc
         estimates[role] = est
-        del result
         release_freed_memory()  # the candidate's pass then peaks as the baseline's did, not on top of its leftovers
     checks = evaluate(cfg, estimates["candidate"], estimates.get("baseline"))
     return GateResult(cfg, estimates["candidate"], estimates.get("baseline"), comparability, checks, warnings)
