@@ -139,8 +139,15 @@ def _not_empty(path: str | os.PathLike, option: str) -> None:
         raise OutputError(f"{option} is an empty path", hint=f"give {option} a name")
 
 
-def _stat_error(path: Path, option: str, e: OSError) -> OutputError:
-    return OutputError(f"{option} {path}: {e.strerror or e}", hint="choose another output path")
+@contextlib.contextmanager
+def _checking(path: Path, option: str) -> Iterator[None]:
+    """An OSError while judging a path (a name too long, a loop of links) is one :class:`OutputError`."""
+    try:
+        yield
+    except OutputError:
+        raise
+    except OSError as e:
+        raise OutputError(f"{option} {path}: {e.strerror or e}", hint="choose another output path") from None
 
 
 def check_output_file(path: str | os.PathLike | None, option: str, inputs: Inputs | None = None) -> Path | None:
@@ -149,17 +156,13 @@ def check_output_file(path: str | os.PathLike | None, option: str, inputs: Input
         return None
     _not_empty(path, option)
     path = Path(path)
-    try:
+    with _checking(path, option):
         if path.is_dir():
             raise OutputError(f"{option} {path} is a directory", hint=f"give {option} a file name, e.g. {path / 'out'}")
         (inputs or Inputs()).refuse(path, option)
         if path.exists() and not os.access(path, os.W_OK):
             raise OutputError(f"{option} {path}: no permission to write this file", hint="choose a writable location")
         _check_parent(path, option)
-    except OutputError:
-        raise
-    except OSError as e:  # a name too long, a loop of links
-        raise _stat_error(path, option, e) from None
     return path
 
 
@@ -169,7 +172,7 @@ def check_output_dir(path: str | os.PathLike | None, option: str, inputs: Inputs
         return None
     _not_empty(path, option)
     path = Path(path)
-    try:
+    with _checking(path, option):
         if path.is_symlink() and not path.exists():
             raise OutputError(f"{option} {path} is a link to a missing folder", hint=f"give {option} an existing or a new folder")
         if path.exists() and not path.is_dir():
@@ -181,10 +184,6 @@ def check_output_dir(path: str | os.PathLike | None, option: str, inputs: Inputs
                 raise OutputError(f"{option} {path}: no permission to write in this directory", hint="choose a writable location")
             return path
         _check_parent(path, option)
-    except OutputError:
-        raise
-    except OSError as e:
-        raise _stat_error(path, option, e) from None
     return path
 
 
