@@ -137,7 +137,8 @@ def _adversarial_logprobs(rng, n):
 def test_screened_binary_kl_rules_reach_the_full_computations_verdicts(seed):
     # kpop and dppo-kl skip the logarithms where a chi-square bound says the KL is below the threshold;
     # the verdicts must be exactly those of computing the KL for every token
-    from mismatchscope.divergence import binary_kl, binary_kl_logs_both
+    from mismatchscope.divergence import binary_kl_logs_both
+    from mismatchscope.rules.token import dppo_binary_kl
 
     rng = np.random.default_rng(seed)
     lp, lq = _adversarial_logprobs(rng, 2000)
@@ -152,10 +153,10 @@ def test_screened_binary_kl_rules_reach_the_full_computations_verdicts(seed):
             screened_somewhere |= 0 < full.sum() < full.size
         pos = adv > 0
         moved = (pos & (t.p_T > t.q_T)) | (~pos & (t.p_T < t.q_T))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            full = moved & (binary_kl(t.q_T, t.p_T) > phi)
-        got = make_instance("dppo-kl", {"delta": phi}).token_actions(t, adv) == REJECT
-        assert np.array_equal(got, full), phi
+        for eps in (0.0, 1e-8, 1e-3):  # without an epsilon, the reference code's 1e-8 (the default), a large one
+            full = moved & (dppo_binary_kl(t.lq_T, t.lp_T, eps) > phi)
+            got = make_instance("dppo-kl", {"delta": phi, "eps": eps}).token_actions(t, adv) == REJECT
+            assert np.array_equal(got, full), (phi, eps)
     assert screened_somewhere
 
 
@@ -328,7 +329,8 @@ def test_opsm():
 def test_registry_is_complete_with_reference_defaults():
     expected = {
         "icepop": {"alpha": 0.5, "beta": 5.0}, "ipo": {"delta": 0.3}, "kpop": {"phi": 0.1, "eps": 1e-6},
-        "dppo-tv": {"delta_low": 0.15, "delta_high": 0.15}, "dppo-kl": {"delta": 0.05}, "tis": {"C": 2.0},
+        "dppo-tv": {"delta_low": 0.15, "delta_high": 0.15, "zero_advantage": "negative"},
+        "dppo-kl": {"delta": 0.05, "eps": 1e-8, "zero_advantage": "negative"}, "tis": {"C": 2.0},
         "token-mask": {"lo": 0.5, "hi": 2.0}, "seq-tis": {"C": 2.0}, "seq-mis": {"lo": 0.5, "hi": 2.0},
         "geo-mask": {"lo": 0.999, "hi": 1.001}, "k3-seq": {"delta": 0.01}, "veto": {"lo": 1e-4, "hi": None},
         "opsm": {"delta": 1e-4}, "cispo": {"eps_low": 1.0, "eps_high": 4.0}, "ppo-clip": {"eps_low": 0.2, "eps_high": 0.28},

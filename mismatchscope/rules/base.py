@@ -120,6 +120,9 @@ class RuleSpec:
     """drawn in report's pictures when no --rule is given."""
     notes: str = ""
     """longer reading for docs/rules.md: choices made where the sources differ."""
+    at_threshold: Callable[[Any, TokenTerms], np.ndarray] | None = None
+    """token rules: (config, terms) -> the tokens whose quantity sits exactly on a threshold, where a ``>`` and a
+    ``>=`` would disagree (the side-by-side view of readings names them)."""
 
     @property
     def fixed_level(self) -> Level | None:
@@ -155,12 +158,13 @@ RULES: dict[str, RuleSpec] = {}
 def register(name: str, *, level: Level | Callable[[Any], Level], config: type, uses_advantage: bool, acts: str,
              source: str, summary: str, quantity: str = "",
              ratio_thresholds: Callable[[Any], list[tuple[str, float | None]]] | None = None,
-             sweeps: Callable[[Any], dict[str, tuple]] | None = None, drawn_by_default: bool = False, notes: str = ""):
+             sweeps: Callable[[Any], dict[str, tuple]] | None = None, drawn_by_default: bool = False, notes: str = "",
+             at_threshold: Callable[[Any, TokenTerms], np.ndarray] | None = None):
     """Decorator: put a rule function in the registry under ``name``."""
 
     def wrap(fn):
         RULES[name] = RuleSpec(name, level, config, fn, uses_advantage, acts, source, summary,  # type: ignore[arg-type]
-                               ratio_thresholds, sweeps, quantity, drawn_by_default, notes)
+                               ratio_thresholds, sweeps, quantity, drawn_by_default, notes, at_threshold)
         return fn
 
     return wrap

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..divergence import TokenTerms, binary_kl, binary_kl_candidates, binary_kl_logs_both
+from ..divergence import TokenTerms, binary_kl_candidates, binary_kl_logs_both
 from .base import (
     NONNEG, RATIO_HIGH, RATIO_LOW, REJECT, REWEIGHT, UNIT, Range, param, register, where,
 )
@@ -31,7 +31,8 @@ class IcePopConfig:
 @register("icepop", level="token", config=IcePopConfig, uses_advantage=False, acts="reject",
           source="Ring-1T (arXiv 2510.18855); verl decoupled_token_icepop; slime icepop_function",
           summary="reject tokens whose ratio r = p/q leaves [alpha, beta]", quantity="r = p/q",
-          ratio_thresholds=lambda c: [("alpha", c.alpha), ("beta", c.beta)], drawn_by_default=True)
+          ratio_thresholds=lambda c: [("alpha", c.alpha), ("beta", c.beta)], drawn_by_default=True,
+          at_threshold=lambda c, t: (t.ratio_T == c.alpha) | (t.ratio_T == c.beta))
 def icepop(cfg: IcePopConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> np.ndarray:
     """IcePop: drop the gradient of tokens whose ratio falls outside the band."""
     return where((t.ratio_T < cfg.alpha) | (t.ratio_T > cfg.beta), REJECT)
@@ -47,7 +48,7 @@ class IPOConfig:
 @register("ipo", level="token", config=IPOConfig, uses_advantage=False, acts="reject",
           source="prime-rl ipo_loss_fn / IPOLossConfig (default 0.3, PR #3586; earlier 0.2, #1930, and 0.1, #2798)",
           summary="reject tokens whose probability gap |p - q| exceeds delta", quantity="p - q",
-          drawn_by_default=True)
+          drawn_by_default=True, at_threshold=lambda c, t: t.tv_T == c.delta)
 def ipo(cfg: IPOConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> np.ndarray:
     """IPO mask: a probability-space band, blind to tiny-probability tokens."""
     return where(t.tv_T > cfg.delta, REJECT)
@@ -66,6 +67,7 @@ class KPopConfig:
           summary="reject tokens whose two-outcome KL between p and q exceeds phi in either direction; "
                   "p and q clamped to [eps, 1 - eps] (1e-6, as prime-rl), so a logprob that rounds to 0 is not an infinite KL",
           quantity="max(D(q||p), D(p||q)), D(a||b) = a log(a/b) + (1-a) log((1-a)/(1-b))", drawn_by_default=True,
+          at_threshold=lambda c, t: np.maximum(*binary_kl_logs_both(t.lq_T, t.lp_T, c.eps)) == c.phi,
           notes="p and q are clamped to [eps, 1 - eps] before the KL, eps = 1e-6 by default, as prime-rl (#3283) and verl's "
                 "binary_kl do: an fp32 logprob of exactly 0 (a near-certain token) would otherwise make D(q||p) infinite and "
                 "reject a token both sides agree on. eps=0 turns the clamp off. The KL is computed from the logprobs "
@@ -85,44 +87,87 @@ def kpop(cfg: KPopConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> np.n
     return where(hit, REJECT)
 
 
+ZERO_ADVANTAGE = ("negative", "keep")
+"""where a token with A == 0 goes in the DPPO rules: the negative branch (the reference code, verl, prime-rl)
+or nowhere, never masked (SkyRL: only A < 0 takes the negative branch)."""
+
+
+def _zero_advantage_param():
+    return param("negative", "A == 0: 'negative' judges it as A < 0 (reference code); 'keep' never masks it (SkyRL)",
+                 choices=ZERO_ADVANTAGE)
+
+
+def _dppo_branches(zero_advantage: str, advantage_T: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(positive, negative) branch of each token: A > 0, and A <= 0 or A < 0 by ``zero_advantage``."""
+    pos = advantage_T > 0
+    return pos, (~pos if zero_advantage == "negative" else advantage_T < 0)
+
+
 @dataclass(frozen=True)
 class DPPOTVConfig:
-    delta_low: float = param(0.15, "A <= 0: reject when p - q < -delta_low", range=UNIT, grid=PQ)
+    delta_low: float = param(0.15, "negative branch: reject when p - q < -delta_low", range=UNIT, grid=PQ)
     delta_high: float = param(0.15, "A > 0: reject when p - q > delta_high (prime-rl uses 0.2)", range=UNIT, grid=PQ)
+    zero_advantage: str = _zero_advantage_param()
 
 
 @register("dppo-tv", level="token", config=DPPOTVConfig, uses_advantage=True, acts="reject",
           source="DPPO arXiv 2602.04879; sail-sg/Stable-RL _compute_token_mask_for_policy_loss",
-          summary="reject when p - q moves past delta in the advantage's direction (A == 0 counts as negative, as in the reference code; SkyRL uses A < 0)",
-          quantity="p - q")
+          summary="reject when p - q moves past delta in the advantage's direction (A == 0 counts as negative, as in the "
+                  "reference code; zero_advantage=keep or the skyrl reading: SkyRL's A < 0)",
+          quantity="p - q", at_threshold=lambda c, t: (t.p_T - t.q_T == c.delta_high) | (t.p_T - t.q_T == -c.delta_low))
 def dppo_tv(cfg: DPPOTVConfig, t: TokenTerms, advantage_T: np.ndarray) -> np.ndarray:
     diff = t.p_T - t.q_T
-    pos = advantage_T > 0
-    return where((pos & (diff > cfg.delta_high)) | (~pos & (diff < -cfg.delta_low)), REJECT)
+    pos, neg = _dppo_branches(cfg.zero_advantage, advantage_T)
+    return where((pos & (diff > cfg.delta_high)) | (neg & (diff < -cfg.delta_low)), REJECT)
+
+
+def dppo_binary_kl(lq_T: np.ndarray, lp_T: np.ndarray, eps: float) -> np.ndarray:
+    """D = q (log q - log p) + (1-q) log((1-q+eps) / (1-p+eps)), the DPPO reference code's binary KL.
+
+    The epsilon keeps D finite where the trainer's p is exactly 1 (an fp32
+    logprob of 0): the reference code, verl and SkyRL all add 1e-8 there.
+    Evaluated in float64 from the logprobs, 1 - p as -expm1(log p): a
+    logprob of -1e-9 is p = 1 - 1e-9 here, where an fp32 evaluation rounds
+    it to 1. ``eps = 0`` is the plain formula (+inf at p = 1 < q's side).
+    """
+    lq = np.asarray(lq_T, dtype=np.float64)
+    lp = np.asarray(lp_T, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        q = np.exp(lq)
+        q1, p1 = -np.expm1(lq), -np.expm1(lp)
+        a = np.where(q > 0, q * (lq - lp), 0.0)
+        b = np.where(q1 > 0, q1 * (np.log(q1 + eps) - np.log(p1 + eps)), 0.0)
+    return np.maximum(a + b, 0.0)
 
 
 @dataclass(frozen=True)
 class DPPOKLConfig:
     delta: float = param(0.05, "reject when the binary KL D(q || p) > delta in the advantage's direction", range=NONNEG,
                          grid=(1e-4, 1e-3, 0.01, 0.05, 0.1, 0.3))
+    eps: float = param(1e-8, "added to 1 - q and 1 - p inside the log, as the reference code, verl and SkyRL do "
+                             "(keeps D finite at p = 1; 0: the plain formula, D = inf there)",
+                       range=Range(0.0, 0.5, hi_open=True))
+    zero_advantage: str = _zero_advantage_param()
 
 
 @register("dppo-kl", level="token", config=DPPOKLConfig, uses_advantage=True, acts="reject",
-          source="DPPO arXiv 2602.04879; sail-sg/Stable-RL",
-          summary="binary-KL variant of dppo-tv: D = q log(q/p) + (1-q) log((1-q)/(1-p)); A == 0 counts as negative",
-          quantity="D(q||p) = q log(q/p) + (1-q) log((1-q)/(1-p))")
+          source="DPPO arXiv 2602.04879; sail-sg/Stable-RL _compute_token_mask_for_policy_loss",
+          summary="binary-KL variant of dppo-tv: D = q log(q/p) + (1-q) log((1-q+eps)/(1-p+eps)); A == 0 counts as negative",
+          quantity="D(q||p) = q log(q/p) + (1-q) log((1-q+eps)/(1-p+eps))",
+          at_threshold=lambda c, t: dppo_binary_kl(t.lq_T, t.lp_T, c.eps) == c.delta,
+          notes="The complement term carries the reference code's epsilon (1e-8, parameter eps): a trainer logprob of "
+                "exactly 0 (p = 1) gives a finite D instead of +inf. At q = 0.999, p = 1 the reference's D is "
+                "0.999 ln 0.999 + 0.001 ln((0.001 + 1e-8) / 1e-8) = 0.0105: kept at delta 0.05. eps=0 gives the plain "
+                "formula. D is computed in float64 from the logprobs (1 - p as -expm1(log p)).")
 def dppo_kl(cfg: DPPOKLConfig, t: TokenTerms, advantage_T: np.ndarray) -> np.ndarray:
-    pos = advantage_T > 0
-    up = t.p_T > t.q_T
-    down = t.p_T < t.q_T
-    moved = (pos & up) | (~pos & down)  # the KL decides only where p moved the advantage's way
-    maybe = binary_kl_candidates(t.p_T, t.q_T, cfg.delta)  # and could exceed delta
-    if maybe is not None:
-        maybe = maybe[moved[maybe]]
-    else:
-        maybe = np.flatnonzero(moved)
+    pos, neg = _dppo_branches(cfg.zero_advantage, advantage_T)
+    moved = (pos & (t.p_T > t.q_T)) | (neg & (t.p_T < t.q_T))  # the KL decides only where p moved the advantage's way
+    # the epsilon raises D by at most eps (where p < q), so the chi-square screen, which leaves a factor 4 of margin,
+    # still holds while eps <= 3/4 delta
+    maybe = binary_kl_candidates(t.p_T, t.q_T, cfg.delta) if cfg.eps <= 0.75 * cfg.delta else None
+    maybe = maybe[moved[maybe]] if maybe is not None else np.flatnonzero(moved)
     hit = np.zeros(t.p_T.size, bool)
-    hit[maybe] = binary_kl(t.q_T[maybe], t.p_T[maybe]) > cfg.delta
+    hit[maybe] = dppo_binary_kl(t.lq_T[maybe], t.lp_T[maybe], cfg.eps) > cfg.delta
     return where(hit, REJECT)
 
 
@@ -134,7 +179,7 @@ class TISConfig:
 @register("tis", level="token", config=TISConfig, uses_advantage=False, acts="reweight",
           source="Yao et al., 'Your Efficient RL Framework Secretly Brings You Off-Policy RL Training'; verl #2953",
           summary="truncated importance sampling: reweight tokens with r > C", quantity="r = p/q",
-          ratio_thresholds=lambda c: [("C", c.C)], drawn_by_default=True)
+          ratio_thresholds=lambda c: [("C", c.C)], drawn_by_default=True, at_threshold=lambda c, t: t.ratio_T == c.C)
 def tis(cfg: TISConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> np.ndarray:
     return where(t.ratio_T > cfg.C, REWEIGHT)
 
@@ -148,13 +193,18 @@ class TokenMaskConfig:
 @register("token-mask", level="token", config=TokenMaskConfig, uses_advantage=False, acts="reject",
           source="SkyRL token_mask_is_threshold_*; TRL token_mask mode",
           summary="reject tokens whose ratio leaves [lo, hi]", quantity="r = p/q",
-          ratio_thresholds=lambda c: [("lo", c.lo), ("hi", c.hi)], drawn_by_default=True)
+          ratio_thresholds=lambda c: [("lo", c.lo), ("hi", c.hi)], drawn_by_default=True,
+          at_threshold=lambda c, t: (t.ratio_T == c.lo) | (t.ratio_T == c.hi))
 def token_mask(cfg: TokenMaskConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> np.ndarray:
     return where((t.ratio_T < cfg.lo) | (t.ratio_T > cfg.hi), REJECT)
 
 
 def _one_pm_eps(c) -> list[tuple[str, float]]:
     return [("1-eps_low", 1 - c.eps_low), ("1+eps_high", 1 + c.eps_high)]
+
+
+def _on_one_pm_eps(c, t: TokenTerms) -> np.ndarray:
+    return (t.ratio_T == 1.0 - c.eps_low) | (t.ratio_T == 1.0 + c.eps_high)
 
 
 @dataclass(frozen=True)
@@ -167,7 +217,7 @@ class CISPOConfig:
 @register("cispo", level="token", config=CISPOConfig, uses_advantage=False, acts="reweight",
           source="MiniMax-M1 (arXiv 2506.13585); ScaleRL bounds 0 and 5; SkyRL/TRL cispo",
           summary="reweight (clip) tokens whose ratio leaves [1 - eps_low, 1 + eps_high]", quantity="r = p/q",
-          ratio_thresholds=_one_pm_eps)
+          ratio_thresholds=_one_pm_eps, at_threshold=lambda c, t: _on_one_pm_eps(c, t))
 def cispo(cfg: CISPOConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> np.ndarray:
     return where((t.ratio_T < 1.0 - cfg.eps_low) | (t.ratio_T > 1.0 + cfg.eps_high), REWEIGHT)
 
@@ -182,7 +232,8 @@ class PPOClipConfig:
 @register("ppo-clip", level="token", config=PPOClipConfig, uses_advantage=True, acts="reject",
           source="PPO; DAPO clip-higher; verl bypass mode (rollout policy as the old policy)",
           summary="tokens the PPO clip would zero with the rollout as old policy (A == 0: kept)",
-          quantity="r = p/q (rollout as old policy)", ratio_thresholds=_one_pm_eps)
+          quantity="r = p/q (rollout as old policy)", ratio_thresholds=_one_pm_eps,
+          at_threshold=lambda c, t: _on_one_pm_eps(c, t))
 def ppo_clip(cfg: PPOClipConfig, t: TokenTerms, advantage_T: np.ndarray) -> np.ndarray:
     r = t.ratio_T
     return where(((advantage_T > 0) & (r > 1.0 + cfg.eps_high)) | ((advantage_T < 0) & (r < 1.0 - cfg.eps_low)), REJECT)
