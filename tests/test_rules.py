@@ -332,7 +332,7 @@ def test_registry_is_complete_with_reference_defaults():
         "dppo-tv": {"delta_low": 0.15, "delta_high": 0.15, "zero_advantage": "negative"},
         "dppo-kl": {"delta": 0.05, "eps": 1e-8, "zero_advantage": "negative"}, "tis": {"C": 2.0},
         "token-mask": {"lo": 0.5, "hi": 2.0}, "seq-tis": {"C": 2.0}, "seq-mis": {"lo": 0.5, "hi": 2.0},
-        "geo-mask": {"lo": 0.999, "hi": 1.001}, "k3-seq": {"delta": 0.01}, "veto": {"lo": 1e-4, "hi": None},
+        "geo-mask": {"lo": 0.999, "hi": 1.001}, "k3-seq": {"delta": 0.01, "orientation": "r"}, "veto": {"lo": 1e-4, "hi": None},
         "opsm": {"delta": 1e-4}, "cispo": {"eps_low": 1.0, "eps_high": 4.0}, "ppo-clip": {"eps_low": 0.2, "eps_high": 0.28},
     }
     assert {r.name: r.params for r in default_rules()} == expected

@@ -17,6 +17,7 @@ import numpy as np
 from ..divergence import TokenTerms, clamped_k_terms, token_terms
 from ..reader import Hygiene, RawBatch, Source, open_source, read_batches, token_keys
 from ..rules import RuleInstance, SequenceInputs
+from ..rules.sequence import k3_inverse, needs_inverse_k3
 from ..schema import TOPK_COLUMNS
 from .comparison import assemble_masks
 from .grouping import Groups, Op, SequenceAggregator
@@ -99,6 +100,9 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
     if has_adv:
         ops["sum_adv"] = "sum"
     clamped = bool(masks) and any(u.rule.spec.fixed_level is None and u.rule.level == "sequence" for u in masks.seq_units)
+    inverse_k3 = bool(masks) and needs_inverse_k3([u.rule for u in masks.seq_units])
+    if inverse_k3:  # k3-seq in AReaL's orientation
+        ops["sum_k3inv"] = "sum"
     if clamped:  # verl-rs sums its estimators over l clamped to +-20
         ops.update({"sum_ck1": "sum", "sum_ck2": "sum", "sum_ck3": "sum"})
     if masks:
@@ -122,6 +126,8 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
             per_tok["sum_adv"] = adv
         if clamped:
             per_tok["sum_ck1"], per_tok["sum_ck2"], per_tok["sum_ck3"] = clamped_k_terms(t.log_ratio_T)
+        if inverse_k3:
+            per_tok["sum_k3inv"] = k3_inverse(t.log_ratio_T)
         reduced = {k: (groups.counts() if k == "n_tokens_S" else groups.reduce(v, ops[k])) for k, v in per_tok.items()}
         part_masks = None
         if masks:
@@ -170,6 +176,7 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
         mean_k3_S=table.sum_k3_S / table.n_tokens_S,
         advantage_S=table.advantage_S,
         clamped_sum_k1_S=agg.get("sum_ck1"), clamped_sum_k2_S=agg.get("sum_ck2"), clamped_sum_k3_S=agg.get("sum_ck3"),
+        mean_k3_inverse_S=agg["sum_k3inv"] / table.n_tokens_S if inverse_k3 else None,
     )
     report = assemble_report(stats, seq, table, source.run_config) if request.report else None
     mask_out = None

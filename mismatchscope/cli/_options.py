@@ -27,9 +27,15 @@ def rule_help_epilog() -> str:
 
     from ..rules import RULES
 
+    from ..rules.readings import help_lines
+
     lines = ["Rules (NAME:PARAM=DEFAULT,...):", ""]
     for name in RULES:
         lines.append(f"  {escape(RULES[name].help_line())}")
+    title = ("Readings (NAME@READING[:PARAM=VALUE,...]: the rule with that framework's defaults and conventions; "
+             "docs/rules.md lists each one's source file):")
+    lines += ["", title, ""]
+    lines += [f"  {escape(line)}" for line in help_lines()]
     return "\n\n".join(["\b\n" + "\n".join(lines)])
 
 

@@ -27,7 +27,8 @@ import numpy as np
 from ..analysis.sums import ess
 from ..analysis.tokenstats import RATIO_QUANTILES, TAIL_CUTS
 from ..errors import GateConfigError
-from ..rules import RULES
+from ..rules import RULES, lookup
+from ..rules.readings import split_name
 
 Sums = dict[str, np.ndarray]
 """column name -> resampled column sums, shape ``[B]`` (or ``[]`` at unit weights)."""
@@ -176,7 +177,7 @@ def rule_metric(rule: str, stat: str, level: str | None = None) -> Metric:
     ``level`` is the rule's level when it depends on its parameters (``verl-rs``);
     without it such a rule's level is checked later, by :func:`check_rule_level`.
     """
-    spec = RULES[rule]
+    spec = lookup(rule)
     if stat == "token_reject_rate" and spec.acts != "reject":
         raise GateConfigError(f"{rule} reweights tokens, it never rejects them", hint=f"use {rule}.token_reweight_rate")
     if stat == "token_reweight_rate" and spec.acts != "reweight":
@@ -205,7 +206,7 @@ def rule_metric(rule: str, stat: str, level: str | None = None) -> Metric:
 
 def check_rule_level(metric: Metric, instance) -> None:
     """The level checks of :func:`rule_metric` for a rule whose level comes from its parameters."""
-    if metric.rule and metric.rule_stat and RULES[metric.rule].fixed_level is None:
+    if metric.rule and metric.rule_stat and lookup(metric.rule).fixed_level is None:
         rule_metric(metric.rule, metric.rule_stat, instance.level)
 
 
@@ -214,7 +215,7 @@ def lookup_metric(name: str) -> Metric:
     if name in METRICS:
         return METRICS[name]
     rule, dot, stat = name.rpartition(".")
-    if dot and rule in RULES:
+    if dot and split_name(rule)[0] in RULES:  # RULE or RULE@READING
         if stat not in RULE_STATS:
             raise GateConfigError(f"unknown rule statistic {stat!r} in {name!r}", hint=f"valid: {', '.join(RULE_STATS)}")
         return rule_metric(rule, stat)

@@ -93,6 +93,9 @@ class SequenceInputs:
     sums them; None: the caller did not aggregate them (only ``verl-rs`` sequence options need them)."""
     clamped_sum_k2_S: np.ndarray | None = None
     clamped_sum_k3_S: np.ndarray | None = None
+    mean_k3_inverse_S: np.ndarray | None = None
+    """mean_t of k3 of 1/r, (1/r - 1) + l (AReaL's orientation); None: the caller did not aggregate it (only
+    ``k3-seq:orientation=1/r`` needs it, see ``sequence.needs_inverse_k3``)."""
 
     @property
     def mean_log_ratio_S(self) -> np.ndarray:
@@ -176,10 +179,14 @@ class RuleInstance:
 
     spec: RuleSpec
     config: Any
+    reading: str | None = None
+    """the framework reading whose defaults and conventions the config starts from (``readings.READINGS``)."""
 
     @property
     def name(self) -> str:
-        return self.spec.name
+        """``dppo-kl``, or ``dppo-kl@skyrl`` for a reading: what every output names it by, and what
+        :func:`make_instance` reads back."""
+        return f"{self.spec.name}@{self.reading}" if self.reading else self.spec.name
 
     @property
     def level(self) -> Level:
@@ -225,20 +232,31 @@ def _fmt(v: Any) -> str:
 
 
 def lookup(name: str) -> RuleSpec:
+    """The rule ``name`` (``RULE`` or ``RULE@READING``: the reading must have the rule)."""
+    from .readings import rule_reading, split_name
+
+    rule, reading = split_name(name)
     try:
-        return RULES[name]
+        spec = RULES[rule]
     except KeyError:
-        raise UsageError(f"unknown rule {name!r}", hint=f"valid rules: {', '.join(sorted(RULES))}") from None
+        raise UsageError(f"unknown rule {rule!r}", hint=f"valid rules: {', '.join(sorted(RULES))}") from None
+    if reading is not None:
+        rule_reading(rule, reading)
+    return spec
 
 
 def make_instance(name: str, overrides: dict[str, Any]) -> RuleInstance:
     """A rule instance with ``overrides`` parsed and checked against each parameter's range.
 
     Every error names the rule, the parameter and what it allows, in one line.
+    ``name`` may carry a reading (``dppo-kl@skyrl``): its parameters come first, ``overrides`` on top.
     """
+    from .readings import rule_reading, split_name
+
     spec = lookup(name)
+    name, reading = split_name(name)
     by_name = {f.name: f for f in spec.params()}
-    values: dict[str, Any] = {}
+    values: dict[str, Any] = dict(rule_reading(name, reading).params) if reading else {}
     for key, raw in overrides.items():
         if key not in by_name:
             raise UsageError(
@@ -254,7 +272,7 @@ def make_instance(name: str, overrides: dict[str, Any]) -> RuleInstance:
         config = spec.config_cls(**values)
     except (TypeError, ValueError) as e:
         raise UsageError(f"rule {name!r}: {e}") from None
-    return RuleInstance(spec, config)
+    return RuleInstance(spec, config, reading)
 
 
 def _example(f: dataclasses.Field) -> str:
@@ -315,7 +333,7 @@ def parse_number(text: str) -> float | None:
 
 
 def parse_rule(text: str) -> RuleInstance:
-    """``icepop`` or ``icepop:alpha=0.2,beta=5`` -> a rule instance."""
+    """``icepop``, ``icepop:alpha=0.2,beta=5`` or ``icepop@slime`` (a framework reading) -> a rule instance."""
     name, _, rest = text.partition(":")
     overrides: dict[str, str | float] = {}
     if rest.strip():
@@ -340,11 +358,11 @@ def parse_sweep(text: str, base: dict[str, RuleInstance] | None = None) -> tuple
     if not eq or not dot or not values.strip():
         raise UsageError(f"cannot parse sweep {text!r}", hint="write --sweep RULE.PARAM=V1,V2,V3, e.g. icepop.beta=1.5,2,3,5,8")
     name, key = name.strip(), key.strip()
-    spec = lookup(name)
+    lookup(name)  # an unknown rule or reading fails here, before any value is parsed
     fixed = dict(base[name].params) if base and name in base else {}
     instances = []
     for v in values.split(","):
         overrides = {k: val for k, val in fixed.items() if val is not None}
         overrides[key] = v
-        instances.append(make_instance(spec.name, overrides))
+        instances.append(make_instance(name, overrides))
     return name, key, instances

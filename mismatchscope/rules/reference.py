@@ -54,7 +54,61 @@ def rules_markdown() -> str:
             out.append(f"| `{f.name}` | {default} | {allowed} | {_cell(meta['doc'])} |")
         if spec.notes:
             out += ["", spec.notes.strip()]
+    out += readings_markdown()
     return "\n".join(out) + "\n"
+
+
+READINGS_HEADER = """## Framework readings
+
+A reading is a rule as one framework's own code computes it: that framework's
+defaults and conventions (where A = 0 goes, which way k3 is taken, the
+epsilon in a binary KL, the thresholds), written as the rule's parameters.
+Select one with `--rule NAME@READING` wherever a rule is named (`compare-masks`,
+`report --plots`, `timeline`, `gate`'s `--rule`, `[rules]` and metric names such
+as `dppo-kl@skyrl.token_reject_rate`, the Monitor's `rules`); parameters given
+after it win (`--rule dppo-kl@skyrl:delta=0.05` is SkyRL's code at 0.05).
+A rule a framework does not have is refused with the list of those it has.
+
+`compare-masks FILE --readings RULE` shows one rule under mismatchscope's
+defaults and every reading that has it (or `--readings RULE@R1,R2`): the
+counts, and the tokens on which each reading differs from the first, by
+category: A = 0, p or q exactly 1 (a logprob of exactly 0), exactly at a
+threshold, other.
+
+Every comparison in the frameworks read rejects strictly beyond a threshold
+(`>`, `<`) and keeps a value exactly on it, as mismatchscope does, so no
+reading below differs in its operators."""
+
+
+def readings_markdown() -> list[str]:
+    """The readings: the differences table (parameters that differ from mismatchscope's defaults), then
+    each reading's source file and snapshot per rule."""
+    from .readings import READINGS
+
+    names = list(READINGS)
+    legend = ("Each cell: the parameters the reading sets that differ from the rule's defaults (`same`: none; "
+              "blank: the framework has no such rule).")
+    out = ["", READINGS_HEADER, "", "### Differences from mismatchscope's defaults", "", legend, "",
+           "| rule | " + " | ".join(f"`{n}`" for n in names) + " |", "|---|" + "---|" * len(names)]
+    for rule, spec in RULES.items():
+        cells = []
+        for n in names:
+            rr = READINGS[n].rules.get(rule)
+            if rr is None:
+                cells.append("")
+                continue
+            defaults = {f.name: f.default for f in spec.params()}
+            diff = {k: v for k, v in rr.params.items() if defaults.get(k) != v}
+            cells.append(", ".join(f"`{k}={_fmt(v)}`" for k, v in diff.items()) or "same")
+        if any(cells):
+            out.append(f"| `{rule}` | " + " | ".join(_cell(c) for c in cells) + " |")
+    for r in READINGS.values():
+        out += ["", f"### `{r.name}`: {r.framework}", "",
+                f"Read: `{r.repository}`, {r.version}." + (f" Otherwise: {r.lacks_hint}." if r.lacks_hint else ""), "",
+                "| rule | follows | differs |", "|---|---|---|"]
+        for rule, rr in r.rules.items():
+            out.append(f"| `{rule}@{r.name}` | {_cell(rr.file)} | {_cell(rr.differs) or 'nothing'} |")
+    return out
 
 
 if __name__ == "__main__":

@@ -63,16 +63,40 @@ def geo_mask(cfg: GeoMaskConfig, s: SequenceInputs) -> np.ndarray:
     return where((geo < cfg.lo) | (geo > cfg.hi), REJECT)
 
 
+K3_ORIENTATIONS = ("r", "1/r")
+
+
 @dataclass(frozen=True)
 class K3SeqConfig:
     delta: float = param(0.01, "reject when mean_t k3 > delta", range=NONNEG, grid=(1e-4, 1e-3, 0.01, 0.1))
+    orientation: str = param("r", "k3 of r = p/q, (r - 1) - log r (verl), or of 1/r, (1/r - 1) + log r (AReaL)",
+                             choices=K3_ORIENTATIONS)
+
+
+def k3_inverse(log_ratio_T: np.ndarray) -> np.ndarray:
+    """Per token k3 of 1/r: expm1(-l) + l, >= 0 (AReaL's kl_k3 of the trainer against the sampler)."""
+    with np.errstate(over="ignore"):
+        return np.maximum(np.expm1(-log_ratio_T) + log_ratio_T, 0.0)
+
+
+def needs_inverse_k3(rules) -> bool:
+    """Whether any of these rule instances reads ``SequenceInputs.mean_k3_inverse_S`` (the aggregators add it then)."""
+    return any(r.name == "k3-seq" and r.config.orientation == "1/r" for r in rules)
 
 
 @register("k3-seq", level="sequence", config=K3SeqConfig, uses_advantage=False, acts="reject",
-          source="verl decoupled_k3_rs",
-          summary="reject sequences whose mean k3 (KL estimate) exceeds delta", quantity="mean_t k3")
+          source="verl decoupled_k3_rs; AReaL rejection sampling metric kl_k3 (orientation 1/r)",
+          summary="reject sequences whose mean k3 (KL estimate) exceeds delta", quantity="mean_t k3",
+          notes="Orientation: k3 estimates KL(sampler || trainer) as (r - 1) - log r with r = p/q (verl's k3, the default); "
+                "AReaL computes its kl_k3 from the trainer's logprob minus the sampler's with the sign flipped, "
+                "exp(lq - lp) - 1 - (lq - lp), which is k3 of 1/r: (1/r - 1) + log r. The two agree to second order "
+                "in log r and part beyond it: orientation=1/r (or the areal reading) gives AReaL's.")
 def k3_seq(cfg: K3SeqConfig, s: SequenceInputs) -> np.ndarray:
-    return where(s.mean_k3_S > cfg.delta, REJECT)
+    if cfg.orientation == "r":
+        return where(s.mean_k3_S > cfg.delta, REJECT)
+    if s.mean_k3_inverse_S is None:  # pragma: no cover - every caller in the package fills it when needed
+        raise ValueError("k3-seq:orientation=1/r needs the per-sequence mean of k3 of 1/r (SequenceInputs.mean_k3_inverse_S)")
+    return where(s.mean_k3_inverse_S > cfg.delta, REJECT)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from ..analysis.sums import token_means
 from ..analysis.validate import check_advantage, check_not_empty
 from ..reader import BATCH_ROWS, Hygiene, Source, iter_batches, open_source, token_keys
 from ..rules import RuleInstance, SequenceInputs
+from ..rules.sequence import k3_inverse, needs_inverse_k3
 from ..schema import COLUMNS
 
 RATIO_BAND = (0.5, 2.0)
@@ -265,6 +266,8 @@ class _Accumulator:
         clamped = {}
         if any(u.rule.spec.fixed_level is None for u in self.seq_units):  # verl-rs: estimators of l clamped to +-20
             clamped = dict(zip(("sum_ck1", "sum_ck2", "sum_ck3"), clamped_k_terms(t.log_ratio_T)))
+        if needs_inverse_k3([u.rule for u in self.seq_units]):  # k3-seq in AReaL's orientation
+            clamped["sum_k3inv"] = k3_inverse(t.log_ratio_T)
         self._seq_parts.append(_pair_reduce(code_T, batch["sequence_id"], {
             "n": np.ones(n), "sum_l": t.log_ratio_T, "min_l": t.log_ratio_T, "max_l": t.log_ratio_T,
             "sum_k3": t.k3_T, **({"sum_adv": adv} if adv is not None else {}), **clamped}))
@@ -336,7 +339,8 @@ class _Accumulator:
                              max_log_ratio_S=agg["max_l"], mean_k3_S=agg["sum_k3"] / n_S,
                              advantage_S=agg["sum_adv"] / n_S if "sum_adv" in agg else None,
                              clamped_sum_k1_S=agg.get("sum_ck1"), clamped_sum_k2_S=agg.get("sum_ck2"),
-                             clamped_sum_k3_S=agg.get("sum_ck3"))
+                             clamped_sum_k3_S=agg.get("sum_ck3"),
+                             mean_k3_inverse_S=agg["sum_k3inv"] / n_S if "sum_k3inv" in agg else None)
         hit = sequence_verdicts(u, seq).acted(u.rule.spec.acts)
         return count_per_key(code_S, hit, k, weights=n_S)
 
