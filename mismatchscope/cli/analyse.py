@@ -9,6 +9,7 @@ from typing import List, Optional
 import typer
 
 from ._options import ColumnOpt, FormatOpt, PathArg, RuleOpt, rule_help_epilog
+from ._readings import ReadingsOpt, run_side_by_side
 from ..errors import UsageError
 from ._output import OutputFormat, emit_json, info, stdout_console, warn
 from ..analysis.parallel import keep_freed_memory
@@ -57,9 +58,13 @@ def compare_masks(
     format: OutputFormat = FormatOpt,
     plots: Optional[str] = typer.Option(None, "--plots", metavar="DIR",
                                          help="Write PNG pictures into DIR: which tail each rule cuts (needs the plot extra: matplotlib)."),
+    readings: Optional[str] = ReadingsOpt,
 ) -> None:
     """How many tokens and sequences each masking rule would reject or reweight, side by side, how much they overlap, and which tail (sampler probability, sign of p - q) each one cuts."""
     keep_freed_memory()
+    if readings is not None:
+        return run_side_by_side(path, readings, rules=rule, sweeps=sweep, examples=examples, plots=plots, column=column,
+                                format=format)
     from ..analysis.engine import AnalysisRequest, analyse
     from ..outputs import check_all
     from ..reader import parse_column_mapping

@@ -335,6 +335,11 @@ def parse_number(text: str) -> float | None:
 def parse_rule(text: str) -> RuleInstance:
     """``icepop``, ``icepop:alpha=0.2,beta=5`` or ``icepop@slime`` (a framework reading) -> a rule instance."""
     name, _, rest = text.partition(":")
+    return make_instance(name.strip(), parse_overrides(name, rest, text))
+
+
+def parse_overrides(name: str, rest: str, text: str) -> dict[str, str | float]:
+    """``KEY=VALUE,KEY=VALUE`` (the part after ``NAME:``) -> {key: raw value}; ``text`` is what errors quote."""
     overrides: dict[str, str | float] = {}
     if rest.strip():
         for item in rest.split(","):
@@ -344,7 +349,7 @@ def parse_rule(text: str) -> RuleInstance:
             if key.strip() in overrides:
                 raise UsageError(f"rule {name.strip()!r}: {key.strip()} is given twice in {text!r}", hint="give each parameter once")
             overrides[key.strip()] = value
-    return make_instance(name.strip(), overrides)
+    return overrides
 
 
 def parse_sweep(text: str, base: dict[str, RuleInstance] | None = None) -> tuple[str, str, list[RuleInstance]]:

@@ -81,7 +81,7 @@ def k3_inverse(log_ratio_T: np.ndarray) -> np.ndarray:
 
 def needs_inverse_k3(rules) -> bool:
     """Whether any of these rule instances reads ``SequenceInputs.mean_k3_inverse_S`` (the aggregators add it then)."""
-    return any(r.name == "k3-seq" and r.config.orientation == "1/r" for r in rules)
+    return any(r.spec.name == "k3-seq" and r.config.orientation == "1/r" for r in rules)
 
 
 @register("k3-seq", level="sequence", config=K3SeqConfig, uses_advantage=False, acts="reject",
