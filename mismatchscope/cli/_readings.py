@@ -48,8 +48,9 @@ def _table(p: dict) -> None:
     verb = "rejected" if p["action"] == "reject" else "reweighted"
     t = Table(title=f"{p['rule']} under each reading ({p['level']} level); differences against {p['first']}",
               title_justify="left")
-    for col in ("reading", "A", f"tokens {verb}", "rate", f"only {p['first']}", "only this", *CATEGORIES, "parameters"):
-        t.add_column(col, justify="left" if col in ("reading", "A", "parameters") else "right")
+    for col in ("reading", "advantage", f"tokens {verb}", "rate", f"only {p['first']}", "only this", *CATEGORIES,
+                "parameters"):
+        t.add_column(col, justify="left" if col in ("reading", "advantage", "parameters") else "right")
     for r in p["readings"]:
         d = r.get("differs_from_first")
         params = ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in r["params"].items())

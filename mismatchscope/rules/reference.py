@@ -73,11 +73,18 @@ A rule a framework does not have is refused with the list of those it has.
 defaults and every reading that has it (or `--readings RULE@R1,R2`): the
 counts, and the tokens on which each reading differs from the first, by
 category: A = 0, p or q exactly 1 (a logprob of exactly 0), exactly at a
-threshold, other.
+threshold, other. `--readings RULE@R1,R2:delta=0.05` sets a parameter in
+every reading (their other choices stay).
 
 Every comparison in the frameworks read rejects strictly beyond a threshold
 (`>`, `<`) and keeps a value exactly on it, as mismatchscope does, so no
-reading below differs in its operators."""
+reading below differs in its operators. Clamps that change no verdict at
+these thresholds are not modelled: SkyRL takes its ratios with log r clamped
+to +-20 (e^-20 and e^20 lie beyond every ratio threshold here); verl's
+rollout_rs clamps l to +-20 before k1, k2, k3 (the `verl-rs` rule reproduces
+it). mismatchscope computes in float64 from the logprobs; a framework that
+computes in float32 can land differently on a token within float32 rounding
+of a threshold (`p` of a logprob of -1e-9 is 1 in float32)."""
 
 
 def readings_markdown() -> list[str]:
