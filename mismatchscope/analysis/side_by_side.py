@@ -100,7 +100,6 @@ def side_by_side(path: str, text: str, mapping: dict[str, str] | None = None) ->
     rules = parse_readings(text)
     acts = rules[0].spec.acts
     diffs = Differences()
-    state: dict = {}
 
     def on_terms(t: TokenTerms, batch: dict) -> None:
         adv = batch.get("advantage")
@@ -110,12 +109,11 @@ def side_by_side(path: str, text: str, mapping: dict[str, str] | None = None) ->
             acted = [token_verdicts(Unit(r, h), t, adv).acted(acts) for r in rules]
             for i in range(1, len(rules)):
                 diffs.add((i, h), cat, acted[0], acted[i])
-        state["hyps"] = hyps
 
     token_level = rules[0].level == "token"
     result = analyse(path, AnalysisRequest(report=False, masks=True, rules=rules), mapping,
                      on_terms=on_terms if token_level else None)
-    rows = result.masks["rules"]
+    rows = (result.masks or {}).get("rules", [])  # masks=True: always there
     if not token_level:
         _sequence_differences(result, rules, diffs)
     out_rows = []
