@@ -296,3 +296,15 @@ def test_cli_bad_routes_one_line_exit_2(dumps):
     p = cli("import", "jsonl", str(dumps / "tokens.jsonl"), "--out", str(dumps / "out"),
             "--routes", str(dumps / "routes.jsonl"))
     assert p.returncode == 2 and "routes need --routes-format, --routes-config too" in p.stderr
+
+
+def test_one_jsonl_holds_tokens_and_routes(dumps):
+    """The generic importer ignores the route fields, so one dump can serve as SRC and --routes."""
+    both = dumps / "both.jsonl"
+    with open(both, "w") as fh:
+        for sid in (5, 9):
+            n = len(SEQS[sid][1])
+            fh.write(json.dumps({**vllm_npy(sid), "token_ids": SEQS[sid][1], "sampler_logprobs": [-0.5] * n,
+                                 "trainer_logprobs": [-0.6] * n}) + "\n")
+    import_run("jsonl", both, dumps / "out", route_options=RoutesOptions(both, "vllm", dumps / "config.json"))
+    assert read_routes(dumps / "out") == expected_rows()
