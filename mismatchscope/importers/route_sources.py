@@ -8,7 +8,8 @@ against the model (``route_checks``) is the same for every source.
 
 Encodings, from each project's code (docs/import.md tabulates them):
 
-* ``sglang``: ``meta_info["routed_experts"]``: base64 of raw int32 with no
+* ``sglang``: ``meta_info["routed_experts"]`` (the OpenAI server's
+  ``choice.sglext.routed_experts``; either nesting, or the bare field): base64 of raw int32 with no
   shape, ``(len(tokens) - 1 - start, num_hidden_layers, top_k)``.
 * ``vllm``: ``CompletionOutput.routed_experts`` (an array, uint8/uint16/int32)
   or the HTTP choice's base64 ``.npy``; ``[len(tokens) - 1 - start, layers, k]``.
@@ -121,7 +122,8 @@ def _raw_int32(value: str, model: RoutesModel, what: str) -> np.ndarray:
 
 
 def decode_sglang(rec: Mapping[str, Any], model: RoutesModel, prompt_len: int) -> Decoded:
-    value = _field(rec, "routed_experts")
+    nested = [rec[k] for k in ("meta_info", "sglext") if isinstance(rec.get(k), Mapping)]  # /generate, OpenAI server
+    value = _field(next((n for n in nested if n.get("routed_experts") is not None), rec), "routed_experts")
     if not isinstance(value, str):
         raise ImportFormatError(f"routed_experts is a {type(value).__name__}; SGLang writes a base64 string")
     return Decoded(_raw_int32(value, model, "routed_experts"), _start(rec, "routed_experts_start_len", "start"),

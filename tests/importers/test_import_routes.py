@@ -308,3 +308,29 @@ def test_one_jsonl_holds_tokens_and_routes(dumps):
                                  "trainer_logprobs": [-0.6] * n}) + "\n")
     import_run("jsonl", both, dumps / "out", route_options=RoutesOptions(both, "vllm", dumps / "config.json"))
     assert read_routes(dumps / "out") == expected_rows()
+
+
+def test_sglang_meta_info_nesting_and_a_wide_expert_count(dumps):
+    """/generate's meta_info.routed_experts; 300 experts need uint16 ids (257 and over do not fit uint8)."""
+    recs = [{**base(sid), "meta_info": {"routed_experts": sglang(sid)["routed_experts"]}} for sid in (5, 9)]
+    run(dumps, "sglang", recs, config={**CONFIG, "num_experts": 300})
+    assert read_routes(dumps / "out") == expected_rows()
+    ids_type = pq.read_schema(dumps / "out" / "routes" / "part-00000.parquet").field("sampler_experts").type
+    assert ids_type.value_type.value_type == pa.uint16()
+
+
+def test_top_1_zero_is_expert_0_unless_the_whole_layer_is_zero(dumps):
+    """Top-1: sequence 5 picks expert 0 at input position 0 in layer 1 (a real choice, kept); its layer 3 is 0
+    on all 6 rows: a failed capture (6 of 30 MoE entries = 10 rows x 3 layers missing)."""
+    recs = []
+    for sid in (5, 9):
+        full = decoder_routes(sid)[:, :, :1].copy()
+        if sid == 5:
+            full[0, 1, 0] = 0
+            full[:, 3, 0] = 0
+        recs.append({**base(sid), "rollout_routed_experts": full.tolist()})
+    result = run(dumps, "slime", recs, config={**CONFIG, "num_experts_per_tok": 1})
+    rows = read_routes(dumps / "out")
+    assert rows[0]["sampler_experts"] == [None, [0], [moe_routes(5)[0, 1, 0]], None]
+    assert all(r["sampler_experts"][3] is None for r in rows[:6]) and rows[6]["sampler_experts"][3] is not None
+    assert any(w.startswith("6 of 30 MoE layer routes (20.0%)") for w in result.warnings)
