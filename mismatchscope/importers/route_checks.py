@@ -33,7 +33,7 @@ class CheckedRoutes:
     """One sequence's routes in the run's layout: absolute decoder layers, missing captures marked."""
 
     ids: np.ndarray
-    """``[rows, num_layers, top_k]`` int64; meaningful only where :attr:`present`."""
+    """``[rows, num_layers, top_k]`` int32; meaningful only where :attr:`present`."""
     present: np.ndarray
     """``[rows, num_layers]`` bool: an MoE layer whose capture is there (dense layers are False)."""
     weights: np.ndarray | None
@@ -62,8 +62,7 @@ def check_routes(d: Decoded, model: RoutesModel, prompt_len: int, completion_len
     zero = (sub == 0).all(axis=-1)
     if model.top_k == 1:  # expert 0 is a real top-1 choice: only a layer zero on every row is a failed capture
         zero = np.broadcast_to(zero.all(axis=0, keepdims=True) & (rows > 1), zero.shape)
-    ordered = np.sort(sub, axis=-1)
-    repeated = (ordered[..., 1:] == ordered[..., :-1]).any(axis=-1) & ~zero
+    repeated = _repeats(sub) & ~zero
     if repeated.any():
         r, j = (int(x[0]) for x in np.nonzero(repeated))
         raise ImportFormatError(f"input position {d.start + r}, decoder layer {moe[j]}: expert ids "
@@ -72,6 +71,21 @@ def check_routes(d: Decoded, model: RoutesModel, prompt_len: int, completion_len
     present[:, moe] = ~zero
     return CheckedRoutes(ids=ids, present=present, weights=weights, start=d.start, layer_axis=axis,
                          mtp_dropped=mtp, placeholder_dropped=placeholder, missing=int(np.count_nonzero(zero)))
+
+
+def _repeats(ids: np.ndarray) -> np.ndarray:
+    """``[rows, layers]``: whether a row names one expert twice. Pairwise for a small top-k: numpy's sort
+    of many tiny rows costs ~10x more than k(k-1)/2 whole-array comparisons."""
+    k = ids.shape[-1]
+    if k > 16:
+        ordered = np.sort(ids, axis=-1)
+        return (ordered[..., 1:] == ordered[..., :-1]).any(axis=-1)
+    by_k = np.ascontiguousarray(np.moveaxis(ids, -1, 0))  # each comparison then reads contiguous memory
+    out = np.zeros(ids.shape[:-1], dtype=bool)
+    for i in range(k):
+        for j in range(i + 1, k):
+            out |= by_k[i] == by_k[j]
+    return out
 
 
 def _check_rows(rows: int, start: int, prompt_len: int, completion_len: int) -> tuple[int, bool]:

@@ -49,7 +49,7 @@ class Decoded:
     """One sequence's routes as the source laid them out (layer axis not yet mapped)."""
 
     ids: np.ndarray
-    """``[rows, source layers, k]`` int64."""
+    """``[rows, source layers, k]`` int32 (signed: a negative id is an error to report, not to wrap)."""
     start: int
     """input position of the first row."""
     layer_axis: str | None = None
@@ -88,7 +88,7 @@ def _b64(value: str, what: str) -> bytes:
 
 
 def _ids_array(value: Any, what: str) -> np.ndarray:
-    """Nested lists or an array of integers, as a 3-D int64 array."""
+    """Nested lists or an array of integers, as a 3-D int32 array."""
     try:
         arr = np.asarray(value)
     except ValueError:
@@ -99,7 +99,16 @@ def _ids_array(value: Any, what: str) -> np.ndarray:
         raise ImportFormatError(f"{what} has {arr.ndim} axes; expected [tokens, layers, top_k]")
     if arr.dtype.kind not in "iu" and arr.size:
         raise ImportFormatError(f"{what} holds {arr.dtype.name} values, not integer expert ids")
-    return arr.astype(np.int64)
+    return _int32(arr, what)
+
+
+def _int32(arr: np.ndarray, what: str) -> np.ndarray:
+    """Ids as int32, refusing what the cast would wrap (no model has 2^31 experts)."""
+    if arr.itemsize >= 4 and arr.size:
+        lo, hi = int(arr.min()), int(arr.max())
+        if lo < -(1 << 31) or hi >= 1 << 31:
+            raise ImportFormatError(f"{what} holds expert id {hi if hi >= 1 << 31 else lo}, past any expert count")
+    return arr.astype(np.int32)
 
 
 def _npy_or_lists(value: Any, what: str) -> np.ndarray:
@@ -118,7 +127,7 @@ def _raw_int32(value: str, model: RoutesModel, what: str) -> np.ndarray:
         raise ImportFormatError(f"{what}: {len(raw)} bytes are not whole rows of {model.num_layers} layers x "
                                 f"top-{model.top_k} int32 ids", hint="check --routes-config names the model "
                                 "that recorded the routes")
-    return np.frombuffer(raw, dtype="<i4").reshape(-1, model.num_layers, model.top_k).astype(np.int64)
+    return np.frombuffer(raw, dtype="<i4").reshape(-1, model.num_layers, model.top_k)
 
 
 def decode_sglang(rec: Mapping[str, Any], model: RoutesModel, prompt_len: int) -> Decoded:
@@ -188,8 +197,8 @@ def decode_prime_rl(rec: Mapping[str, Any], model: RoutesModel, prompt_len: int)
         weights = np.ascontiguousarray(arr[:, :, model.top_k:]).view(np.float32)
         if not np.isfinite(weights).all() or (weights < 0).any() or (weights > 1).any():
             raise ImportFormatError("routed_experts: the gate weights after the ids are not all in [0, 1]")
-        return Decoded(arr[:, :, :model.top_k].astype(np.int64), start, weights=weights.astype(np.float32))
-    return Decoded(arr.astype(np.int64), start)
+        return Decoded(arr[:, :, :model.top_k].astype(np.int32), start, weights=weights.astype(np.float32))
+    return Decoded(_int32(arr, "routed_experts"), start)
 
 
 DECODERS: dict[str, Decoder] = {

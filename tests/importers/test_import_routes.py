@@ -334,3 +334,11 @@ def test_top_1_zero_is_expert_0_unless_the_whole_layer_is_zero(dumps):
     assert rows[0]["sampler_experts"] == [None, [0], [moe_routes(5)[0, 1, 0]], None]
     assert all(r["sampler_experts"][3] is None for r in rows[:6]) and rows[6]["sampler_experts"][3] is not None
     assert any(w.startswith("6 of 30 MoE layer routes (20.0%)") for w in result.warnings)
+
+
+def test_an_id_past_int32_is_refused_not_wrapped(dumps):
+    """2^32 + 3 would wrap to 3 (a valid expert) in a narrowing cast."""
+    full = decoder_routes(5).astype(np.int64)
+    full[0, 1, 0] = (1 << 32) + 3
+    with pytest.raises(ImportFormatError, match="holds expert id 4294967299, past any expert count"):
+        run(dumps, "slime", [{**base(5), "rollout_routed_experts": full.tolist()}])
