@@ -90,4 +90,8 @@ def import_(
     console.print(f"imported {result.tokens_written:,} tokens in {result.sequences:,} sequences from {result.files_read} file(s) "
                   f"into {out}; {result.tokens_dropped_by_mask:,} non-generated tokens dropped by the mask"
                   + (f"; {result.bad_records_skipped} bad record(s) skipped" if result.bad_records_skipped else ""), highlight=False)
+    if result.routes is not None:
+        r = result.routes
+        console.print(f"imported the sampler's MoE routes of {r['sequences']:,} sequences ({r['rows']:,} rows, "
+                      f"{r['format']}) into {out}/routes; {r['missing_captures']:,} missing captures", highlight=False)
     console.print(f"next: mismatchscope report {out}   (or timeline / compare-masks)", highlight=False)

@@ -149,11 +149,12 @@ def _import_locked(importer, fmt: str, src: Path, out: Path, files, skip_bad: bo
         from .routes import discard, write
 
         try:
-            entries, route_warnings = write(out, routes_plan, shards)
+            entries, route_warnings = write(out, routes_plan, shards, skip_bad=skip_bad)
         except BaseException:
             discard(out, shards)
             raise
         manifest.update(entries)
+        result.routes = entries["routes"]
         manifest["warnings"] = result.warnings = result.warnings + route_warnings
     write_manifest(out, manifest)
     return result
@@ -176,7 +177,7 @@ def _count_warnings(result: ImportResult, ctx: ImportContext) -> list[str]:
 def _manifest(fmt: str, src: Path, out: Path, files: list[SourceFile], semantics: dict[str, Any],
               shards: list[Path], writer: Any, result: ImportResult, ctx: ImportContext) -> dict[str, Any]:
     counts = result.to_dict()
-    for key in ("out", "warnings", "format"):
+    for key in ("out", "warnings", "format", "routes"):
         counts.pop(key)
     return {
         "complete": True,

@@ -66,12 +66,9 @@ class RoutesOptions:
 
 
 @dataclass
-class RoutesPlan:
-    """What the checking pass found; the writing pass fills it in the same way again."""
+class RouteCounts:
+    """What the routes of a run hold, counted the same way by both passes."""
 
-    options: RoutesOptions
-    model: RoutesModel
-    files: list[tuple[Path, str]]
     sequences: int = 0
     rows: int = 0
     missing: int = 0
@@ -82,6 +79,27 @@ class RoutesPlan:
     layer_axes: set[str] = field(default_factory=set)
     sequence_ids: set[int] = field(default_factory=set)
 
+    def add(self, sid: int, checked: CheckedRoutes, moe_layers: int) -> None:
+        self.sequence_ids.add(sid)
+        self.sequences += 1
+        self.rows += len(checked.ids)
+        self.missing += checked.missing
+        self.moe_entries += len(checked.ids) * moe_layers
+        self.mtp_dropped = max(self.mtp_dropped, checked.mtp_dropped)
+        self.placeholders += checked.placeholder_dropped
+        self.weights = self.weights or checked.weights is not None
+        self.layer_axes.add(checked.layer_axis)
+
+
+@dataclass
+class RoutesPlan:
+    """The checked routes source: what the writing pass reads again."""
+
+    options: RoutesOptions
+    model: RoutesModel
+    files: list[tuple[Path, str]]
+    counts: RouteCounts = field(default_factory=RouteCounts)
+
 
 def prepare(options: RoutesOptions) -> RoutesPlan:
     """Decode and check every routes record; nothing is written."""
@@ -90,19 +108,10 @@ def prepare(options: RoutesOptions) -> RoutesPlan:
     model = RoutesModel.load(options.config)
     plan = RoutesPlan(options, model, _discover(Path(options.src)))
     for rel, line, rec, checked in _checked(plan):
-        sid = rec["sequence_id"]
-        if sid in plan.sequence_ids:
-            raise ImportFormatError(f"sequence_id {sid} has routes twice", file=rel, line=line)
-        plan.sequence_ids.add(sid)
-        plan.sequences += 1
-        plan.rows += len(checked.ids)
-        plan.missing += checked.missing
-        plan.moe_entries += len(checked.ids) * len(model.moe_layers)
-        plan.mtp_dropped = max(plan.mtp_dropped, checked.mtp_dropped)
-        plan.placeholders += checked.placeholder_dropped
-        plan.weights = plan.weights or checked.weights is not None
-        plan.layer_axes.add(checked.layer_axis)
-    if not plan.sequences:
+        if rec["sequence_id"] in plan.counts.sequence_ids:
+            raise ImportFormatError(f"sequence_id {rec['sequence_id']} has routes twice", file=rel, line=line)
+        plan.counts.add(rec["sequence_id"], checked, len(model.moe_layers))
+    if not plan.counts.sequences:
         raise InputError(f"--routes {options.src}: no routes record", hint=_SRC_HINT)
     return plan
 
@@ -160,10 +169,13 @@ def _require(rec: Any) -> None:
 
 # -- the writing pass -----------------------------------------------------------------------------------------------
 
-def write(out: Path, plan: RoutesPlan, token_shards: list[Path]) -> tuple[dict[str, Any], list[str]]:
+def write(out: Path, plan: RoutesPlan, token_shards: list[Path],
+          skip_bad: bool = False) -> tuple[dict[str, Any], list[str]]:
     """Check each record against its imported tokens and write ``routes/`` and ``sequences.parquet``.
 
-    Returns the manifest entries (``routing`` and ``routes``) and the warnings to show.
+    With ``skip_bad``, routes of a sequence the token import skipped as bad are
+    skipped and counted too. Returns the manifest entries (``routing`` and
+    ``routes``) and the warnings to show.
     """
     model = plan.model
     kept = _imported_tokens(token_shards)
@@ -173,7 +185,12 @@ def write(out: Path, plan: RoutesPlan, token_shards: list[Path]) -> tuple[dict[s
     buffered = 0
     shards: list[Path] = []
     seqs: dict[str, list] = {name: [] for name in _SEQUENCES_SCHEMA.names}
+    counts, orphans = RouteCounts(), 0
     for rel, line, rec, checked in _checked(plan):
+        if skip_bad and rec["sequence_id"] not in kept:
+            orphans += 1
+            continue
+        counts.add(rec["sequence_id"], checked, len(model.moe_layers))
         try:
             token_pos = _token_positions(rec, kept)
         except ImportFormatError as e:
@@ -192,8 +209,8 @@ def write(out: Path, plan: RoutesPlan, token_shards: list[Path]) -> tuple[dict[s
 
     with atomic_path(out / SEQUENCES) as tmp:
         pq.write_table(pa.Table.from_pydict(seqs, schema=_SEQUENCES_SCHEMA), tmp, compression="zstd")
-    unrouted = len(set(kept) - plan.sequence_ids)
-    return _manifest(plan, shards, out, unrouted), _warnings(plan, unrouted)
+    unrouted = len(set(kept) - counts.sequence_ids)
+    return _manifest(plan, counts, shards, out, unrouted, orphans), _warnings(counts, unrouted, orphans)
 
 
 def discard(out: Path, token_shards: list[Path]) -> None:
@@ -282,42 +299,46 @@ def _write_shard(out: Path, schema: pa.Schema, batches: list[pa.RecordBatch], in
     return path
 
 
-def _manifest(plan: RoutesPlan, shards: list[Path], out: Path, unrouted: int) -> dict[str, Any]:
+def _manifest(plan: RoutesPlan, c: RouteCounts, shards: list[Path], out: Path, unrouted: int,
+              orphans: int) -> dict[str, Any]:
     m = plan.model
     meta = layout.RoutingMeta(
         family=m.family, num_layers=m.num_layers, moe_layers=m.moe_layers, num_experts=m.num_experts, top_k=m.top_k,
-        sampler=layout.SideRoutes(True, weights=plan.weights),
+        sampler=layout.SideRoutes(True, weights=c.weights),
         trainer=layout.SideRoutes(False, why="an imported run: the trainer's routes come from scoring it again"))
     return {layout.MANIFEST_KEY: meta.to_dict(), "routes": {
         "format": plan.options.encoding,
         "root": os.fspath(plan.options.src),
         "files": [rel for _, rel in plan.files],
         "config": os.fspath(plan.options.config),
-        "layer_axis": sorted(plan.layer_axes),
-        "sequences": plan.sequences,
+        "layer_axis": sorted(c.layer_axes),
+        "sequences": c.sequences,
         "sequences_without_routes": unrouted,
-        "rows": plan.rows,
-        "moe_entries": plan.moe_entries,
-        "missing_captures": plan.missing,
-        "mtp_layers_dropped": plan.mtp_dropped,
-        "placeholder_rows_dropped": plan.placeholders,
+        "routes_of_skipped_sequences": orphans,
+        "rows": c.rows,
+        "moe_entries": c.moe_entries,
+        "missing_captures": c.missing,
+        "mtp_layers_dropped": c.mtp_dropped,
+        "placeholder_rows_dropped": c.placeholders,
         "shards": [p.relative_to(out).as_posix() for p in shards],
         "sequences_file": SEQUENCES,
     }}
 
 
-def _warnings(plan: RoutesPlan, unrouted: int) -> list[str]:
+def _warnings(c: RouteCounts, unrouted: int, orphans: int) -> list[str]:
     out = []
-    if plan.missing:
-        share = plan.missing / plan.moe_entries
-        line = (f"{plan.missing:,} of {plan.moe_entries:,} MoE layer routes ({share:.1%}) are all-zero rows: "
+    if c.missing:
+        share = c.missing / c.moe_entries
+        line = (f"{c.missing:,} of {c.moe_entries:,} MoE layer routes ({share:.1%}) are all-zero rows: "
                 "failed captures, stored as null (not expert 0)")
         if share > MOSTLY_MISSING:
             line = ("MOST ROUTES ARE MISSING: " + line + "; the engine's capture failed (known with some parallel "
                     "layouts): routing numbers from this run cover only the rest")
         out.append(line)
-    if plan.mtp_dropped:
-        out.append(f"left out {plan.mtp_dropped} MTP/draft layer(s) after the model's decoder layers")
+    if c.mtp_dropped:
+        out.append(f"left out {c.mtp_dropped} MTP/draft layer(s) after the model's decoder layers")
     if unrouted:
         out.append(f"{unrouted} imported sequence(s) have no routes")
+    if orphans:
+        out.append(f"skipped the routes of {orphans} sequence(s) skipped as bad records")
     return out

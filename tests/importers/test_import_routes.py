@@ -342,3 +342,17 @@ def test_an_id_past_int32_is_refused_not_wrapped(dumps):
     full[0, 1, 0] = (1 << 32) + 3
     with pytest.raises(ImportFormatError, match="holds expert id 4294967299, past any expert count"):
         run(dumps, "slime", [{**base(5), "rollout_routed_experts": full.tolist()}])
+
+
+def test_skip_bad_skips_the_routes_of_a_skipped_sequence(dumps):
+    """Sequence 9's token record is bad (no trainer logprobs): with --skip-bad its routes are skipped, counted."""
+    write_tokens(dumps / "tokens.jsonl", sids=(5,))
+    with open(dumps / "tokens.jsonl", "a") as fh:
+        fh.write(json.dumps({"sequence_id": 9, "token_ids": SEQS[9][1], "sampler_logprobs": [-0.5] * 3}) + "\n")
+    (dumps / "routes.jsonl").write_text(json.dumps(slime(5)) + "\n" + json.dumps(slime(9)) + "\n")
+    result = import_run("jsonl", dumps / "tokens.jsonl", dumps / "out", skip_bad=True,
+                        route_options=RoutesOptions(dumps / "routes.jsonl", "slime", dumps / "config.json"))
+    assert read_routes(dumps / "out") == [r for r in expected_rows() if r["sequence_id"] == 5]
+    assert result.routes is not None and result.routes["routes_of_skipped_sequences"] == 1
+    assert result.routes["sequences"] == 1 and result.routes["rows"] == 6
+    assert "skipped the routes of 1 sequence(s) skipped as bad records" in result.warnings
