@@ -61,7 +61,8 @@ class RoutesModel:
         file = path / "config.json" if path.is_dir() else path
         if not file.is_file():
             raise UsageError(f"--routes-config {path}: no config.json there",
-                             hint="pass the checkpoint folder of the model that recorded the routes, or its config.json")
+                             hint="pass the checkpoint folder of the model that recorded the routes, "
+                                  "or its config.json")
         try:
             config = json.loads(file.read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
