@@ -43,7 +43,8 @@ from .route_sources import DECODERS
 from .routes_model import RoutesModel
 
 SEQUENCES = "sequences.parquet"
-"""per routed sequence: its prompt and completion token ids and where its routes start."""
+"""per routed sequence: its prompt and completion token ids, which completion tokens are in ``tokens/`` (the
+k-th kept one has ``position`` k), and where its routes start."""
 FLUSH_IDS = 1 << 24
 """expert ids buffered before a route shard is written (~16M: tens of MB)."""
 MOSTLY_MISSING = 0.5
@@ -52,6 +53,7 @@ _SEQUENCES_SCHEMA = pa.schema([
     pa.field("sequence_id", pa.int64(), nullable=False),
     pa.field("prompt_token_ids", pa.list_(pa.int64())),
     pa.field("completion_token_ids", pa.list_(pa.int64())),
+    pa.field("completion_kept", pa.list_(pa.bool_())),
     pa.field("routes_start", pa.int32()),
 ])
 
@@ -198,7 +200,8 @@ def write(out: Path, plan: RoutesPlan, token_shards: list[Path],
         buffer.append(_batch(schema, id_type, rec, checked, token_pos))
         buffered += checked.ids.size
         for name, value in (("sequence_id", rec["sequence_id"]), ("prompt_token_ids", rec["prompt_token_ids"]),
-                            ("completion_token_ids", rec["completion_token_ids"]), ("routes_start", checked.start)):
+                            ("completion_token_ids", rec["completion_token_ids"]),
+                            ("completion_kept", (token_pos >= 0).tolist()), ("routes_start", checked.start)):
             seqs[name].append(value)
         if buffered >= FLUSH_IDS:
             shards.append(_write_shard(out, schema, buffer, len(shards)))

@@ -270,6 +270,8 @@ def test_a_completion_the_mask_cut_maps_through_loss_mask(dumps):
     # rows predicting completion tokens: input positions 2..5 -> completion index 0..3 -> positions 0, null, 1, 2
     tps = [r["token_position"] for r in read_routes(dumps / "out2")]
     assert tps == [None, None, 0, None, 1, 2]
+    assert pq.read_table(dumps / "out2" / "sequences.parquet")["completion_kept"].to_pylist() \
+        == [[True, False, True, True]]
 
 
 def test_a_config_that_is_not_moe_is_refused(dumps):
