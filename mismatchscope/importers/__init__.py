@@ -103,7 +103,7 @@ def import_run(fmt: str, src: Path, out: Path, *, columns: dict[str, str] | None
     if route_options is not None:
         from .routes import prepare
 
-        plan = prepare(route_options)
+        plan = prepare(route_options, trust_pickle=trust_pickle)
     with rundir.lock_run(out):  # one writer per --out; what is there is checked under the lock
         check_output_dir(out)
         return _import_locked(importer, fmt, src, out, files, skip_bad, trust_pickle, workers, flush_tokens, progress,

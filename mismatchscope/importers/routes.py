@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 
 from ..errors import ImportFormatError, InputError, UsageError
 from ..routing import layout
+from . import slime_routes
 from ._base import parse_record, short
 from .route_checks import CheckedRoutes, check_routes
 from .route_sources import DECODERS
@@ -101,17 +102,19 @@ class RoutesPlan:
     model: RoutesModel
     files: list[tuple[Path, str]]
     counts: RouteCounts = field(default_factory=RouteCounts)
+    trust_pickle: bool = False
+    """slime dumps: allow full unpickling, as for the token import."""
 
 
-def prepare(options: RoutesOptions) -> RoutesPlan:
+def prepare(options: RoutesOptions, trust_pickle: bool = False) -> RoutesPlan:
     """Decode and check every routes record; nothing is written."""
     if options.encoding not in DECODERS:
         raise UsageError(f"unknown --routes-format {options.encoding!r}", hint=f"choose one of: {', '.join(DECODERS)}")
     model = RoutesModel.load(options.config)
-    plan = RoutesPlan(options, model, _discover(Path(options.src)))
-    for rel, line, rec, checked in _checked(plan):
+    plan = RoutesPlan(options, model, _discover(options), trust_pickle=trust_pickle)
+    for where, rec, checked in _checked(plan):
         if rec["sequence_id"] in plan.counts.sequence_ids:
-            raise ImportFormatError(f"sequence_id {rec['sequence_id']} has routes twice", file=rel, line=line)
+            raise ImportFormatError(f"sequence_id {rec['sequence_id']} has routes twice", **where)
         plan.counts.add(rec["sequence_id"], checked, len(model.moe_layers))
     if not plan.counts.sequences:
         raise InputError(f"--routes {options.src}: no routes record", hint=_SRC_HINT)
@@ -121,7 +124,10 @@ def prepare(options: RoutesOptions) -> RoutesPlan:
 _SRC_HINT = "pass a .jsonl file or a folder of them, one line per sequence (docs/import.md, Routes)"
 
 
-def _discover(src: Path) -> list[tuple[Path, str]]:
+def _discover(options: RoutesOptions) -> list[tuple[Path, str]]:
+    src = Path(options.src)
+    if options.encoding == "slime" and slime_routes.is_slime_dump(src):
+        return slime_routes.files(src)
     if src.is_file():
         return [(src, src.name)]
     if not src.is_dir():
@@ -129,31 +135,46 @@ def _discover(src: Path) -> list[tuple[Path, str]]:
     return [(p, p.relative_to(src).as_posix()) for p in sorted(src.rglob("*.jsonl"))]
 
 
-def _checked(plan: RoutesPlan) -> Iterator[tuple[str, int, dict[str, Any], CheckedRoutes]]:
+Checked = tuple[dict[str, Any], dict[str, Any], CheckedRoutes]
+"""``(where, record, routes)``: where is ``{"file", "line"}`` or ``{"file", "record"}``, for error messages."""
+
+
+def _checked(plan: RoutesPlan) -> Iterator[Checked]:
     decode = DECODERS[plan.options.encoding]
+    slime_dump = plan.options.encoding == "slime" and slime_routes.is_slime_dump(Path(plan.options.src))
+    next_id = 0
     for path, rel in plan.files:
         try:
-            yield from _checked_file(plan, decode, path, rel)
+            recs = (slime_routes.records(path, rel, plan.trust_pickle) if slime_dump else _jsonl_records(path, rel))
+            for where, rec in recs:
+                if slime_dump:  # the k-th sample read is the k-th sequence the slime import numbers
+                    rec["sequence_id"], next_id = next_id, next_id + 1
+                yield where, rec, _check_one(decode, plan.model, where, rec)
         except OSError as e:
             raise InputError(f"{rel}: cannot read it ({short(e)})") from None
 
 
-def _checked_file(plan: RoutesPlan, decode: Any, path: Path,
-                  rel: str) -> Iterator[tuple[str, int, dict[str, Any], CheckedRoutes]]:
+def _jsonl_records(path: Path, rel: str) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
     with open(path, "rb") as fh:
         for line, raw in enumerate(fh, 1):
             if raw.isspace():
                 continue
             try:
                 rec = parse_record(raw)
-                _require(rec)
-                checked = check_routes(decode(rec, plan.model, len(rec["prompt_token_ids"])), plan.model,
-                                       len(rec["prompt_token_ids"]), len(rec["completion_token_ids"]))
             except ImportFormatError as e:
                 raise ImportFormatError(e.reason, file=rel, line=line, hint=e.hint) from None
-            except (TypeError, ValueError, KeyError, IndexError, OverflowError) as e:
-                raise ImportFormatError(f"unexpected value ({short(e)})", file=rel, line=line) from None
-            yield rel, line, rec, checked
+            yield {"file": rel, "line": line}, rec
+
+
+def _check_one(decode: Any, model: RoutesModel, where: dict[str, Any], rec: dict[str, Any]) -> CheckedRoutes:
+    try:
+        _require(rec)
+        prompt_len, completion_len = len(rec["prompt_token_ids"]), len(rec["completion_token_ids"])
+        return check_routes(decode(rec, model, prompt_len), model, prompt_len, completion_len)
+    except ImportFormatError as e:
+        raise ImportFormatError(e.reason, hint=e.hint, **where) from None
+    except (TypeError, ValueError, KeyError, IndexError, OverflowError) as e:
+        raise ImportFormatError(f"unexpected value ({short(e)})", **where) from None
 
 
 def _require(rec: Any) -> None:
@@ -188,7 +209,7 @@ def write(out: Path, plan: RoutesPlan, token_shards: list[Path],
     shards: list[Path] = []
     seqs: dict[str, list] = {name: [] for name in _SEQUENCES_SCHEMA.names}
     counts, orphans = RouteCounts(), 0
-    for rel, line, rec, checked in _checked(plan):
+    for where, rec, checked in _checked(plan):
         if skip_bad and rec["sequence_id"] not in kept:
             orphans += 1
             continue
@@ -196,7 +217,7 @@ def write(out: Path, plan: RoutesPlan, token_shards: list[Path],
         try:
             token_pos = _token_positions(rec, kept)
         except ImportFormatError as e:
-            raise ImportFormatError(e.reason, file=rel, line=line, hint=e.hint) from None
+            raise ImportFormatError(e.reason, hint=e.hint, **where) from None
         buffer.append(_batch(schema, id_type, rec, checked, token_pos))
         buffered += checked.ids.size
         for name, value in (("sequence_id", rec["sequence_id"]), ("prompt_token_ids", rec["prompt_token_ids"]),

@@ -358,3 +358,33 @@ def test_skip_bad_skips_the_routes_of_a_skipped_sequence(dumps):
     assert result.routes is not None and result.routes["routes_of_skipped_sequences"] == 1
     assert result.routes["sequences"] == 1 and result.routes["rows"] == 6
     assert "skipped the routes of 1 sequence(s) skipped as bad records" in result.warnings
+
+
+@pytest.mark.slow
+def test_slime_train_dump_routes_read_in_place(tmp_path):
+    """A --dump-details folder whose train samples carry rollout_routed_experts (int32 tensors, as R3 keeps
+    them): no routes file; the slime import numbers sequences 5 -> 0 and 9 -> 1 in reading order."""
+    torch = pytest.importorskip("torch")
+    from .layouts import slime_rollout_sample, slime_train_sample, write_slime
+
+    train, rollout = [], []
+    for k, sid in enumerate((5, 9)):
+        prompt, completion = SEQS[sid]
+        n = len(completion)
+        sample = slime_train_sample(prompt, completion, [-0.5] * n, [-0.6] * n, 1.0, position=k, sample_index=k)
+        sample["rollout_routed_experts"] = torch.tensor(decoder_routes(sid), dtype=torch.int32)
+        train.append(sample)
+        rollout.append(slime_rollout_sample(0, k, 1.0, prompt + completion, n))
+    write_slime(tmp_path / "dump", 3, train, rollout)
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))
+    import_run("slime", tmp_path / "dump", tmp_path / "out",
+               route_options=RoutesOptions(tmp_path / "dump", "slime", tmp_path / "config.json"))
+    renumbered = [{**r, "sequence_id": {5: 0, 9: 1}[r["sequence_id"]]} for r in expected_rows()]
+    assert read_routes(tmp_path / "out") == renumbered
+
+    del train[1]["rollout_routed_experts"]
+    write_slime(tmp_path / "dump2", 3, train, rollout)
+    with pytest.raises(ImportFormatError, match=r"train_data/3_0.pt \(record 1\): the sample has no "
+                                                r"rollout_routed_experts"):
+        import_run("slime", tmp_path / "dump2", tmp_path / "out2",
+                   route_options=RoutesOptions(tmp_path / "dump2", "slime", tmp_path / "config.json"))
