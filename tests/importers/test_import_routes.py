@@ -388,3 +388,12 @@ def test_slime_train_dump_routes_read_in_place(tmp_path):
                                                 r"rollout_routed_experts"):
         import_run("slime", tmp_path / "dump2", tmp_path / "out2",
                    route_options=RoutesOptions(tmp_path / "dump2", "slime", tmp_path / "config.json"))
+
+
+def test_vllm_021_refuses_a_decoder_layer_axis(dumps):
+    """0.21 indexed MoE layers only: 4 layers on a model with 3 MoE layers is a layout mix-up, not decoder layers."""
+    prompt = SEQS[5][0]
+    full = decoder_routes(5, np.int16)
+    rec = {**base(5), "prompt_routed_experts": full[:len(prompt)].tolist(), "routed_experts": full[len(prompt):].tolist()}
+    with pytest.raises(ImportFormatError, match=r"routes have 4 layers; .* \(expected its 3 MoE layers\)"):
+        run(dumps, "vllm-0.21", [rec])
