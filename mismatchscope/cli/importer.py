@@ -31,6 +31,19 @@ def _mapping(items: list[str] | None) -> dict[str, str]:
     return out
 
 
+def _routes_options(src: str | None, encoding: str | None, config: str | None):
+    given = {"--routes": src, "--routes-format": encoding, "--routes-config": config}
+    if not any(given.values()):
+        return None
+    missing = [name for name, v in given.items() if not v]
+    if missing:
+        raise UsageError(f"routes need {', '.join(missing)} too",
+                         hint="give --routes FILE --routes-format ENCODING --routes-config CHECKPOINT together")
+    from ..importers.routes import RoutesOptions
+
+    return RoutesOptions(Path(src), encoding, Path(config))  # type: ignore[arg-type]
+
+
 def import_(
     fmt: str = typer.Argument(..., metavar="FORMAT", help=f"One of: {', '.join(FORMATS)}.", show_default=False),
     src: str = typer.Argument(..., help="The framework's dump folder or file (see docs/import.md).", show_default=False),
@@ -39,6 +52,14 @@ def import_(
                                                help="Generic formats: map your list columns, e.g. sampler_logprob=rollout_log_probs, mask=response_mask. Repeatable."),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip and count malformed records instead of stopping."),
     trust_pickle: bool = typer.Option(False, "--trust-pickle", help="slime: allow full unpickling of rollout dumps (runs code from the file)."),
+    routes: Optional[str] = typer.Option(None, "--routes", metavar="JSONL",
+                                         help="MoE routes the sampler recorded: a .jsonl file or folder, one line per sequence "
+                                              "(see docs/import.md, Routes). Needs --routes-format and --routes-config."),
+    routes_format: Optional[str] = typer.Option(None, "--routes-format", metavar="ENCODING",
+                                                help="How the routes are encoded: sglang, vllm, vllm-0.21, verl, slime or prime-rl."),
+    routes_config: Optional[str] = typer.Option(None, "--routes-config", metavar="CHECKPOINT",
+                                                help="The model that recorded the routes: its checkpoint folder or config.json "
+                                                     "(decoder layers, MoE layers, experts, top-k)."),
     format: OutputFormat = FormatOpt,
 ) -> None:
     """Convert what an RL run already logged (NeMo-RL, prime-rl, slime, or your own JSONL/Parquet) into token pairs."""
@@ -57,7 +78,8 @@ def import_(
     if out.resolve() == src.resolve():
         raise UsageError(f"--out {out} is the dump being imported", hint="write the token pairs to a new directory")
     result = import_run(fmt, src, out, columns=_mapping(column), skip_bad=skip_bad, trust_pickle=trust_pickle,
-                        progress=lambda done, total, path: info(f"[{done}/{total}] {path}"))
+                        progress=lambda done, total, path: info(f"[{done}/{total}] {path}"),
+                        route_options=_routes_options(routes, routes_format, routes_config))
     for w in result.warnings:
         warn(w)
     data = {"out": str(out), **result.to_dict()}
@@ -68,4 +90,8 @@ def import_(
     console.print(f"imported {result.tokens_written:,} tokens in {result.sequences:,} sequences from {result.files_read} file(s) "
                   f"into {out}; {result.tokens_dropped_by_mask:,} non-generated tokens dropped by the mask"
                   + (f"; {result.bad_records_skipped} bad record(s) skipped" if result.bad_records_skipped else ""), highlight=False)
+    if result.routes is not None:
+        r = result.routes
+        console.print(f"imported the sampler's MoE routes of {r['sequences']:,} sequences ({r['rows']:,} rows, "
+                      f"{r['format']}) into {out}/routes; {r['missing_captures']:,} missing captures", highlight=False)
     console.print(f"next: mismatchscope report {out}   (or timeline / compare-masks)", highlight=False)

@@ -28,11 +28,14 @@ from __future__ import annotations
 import importlib
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .. import __version__
 from ..errors import InputError, UsageError
 from ._base import ImportContext, Importer, ImportResult, Progress, SourceFile
+
+if TYPE_CHECKING:
+    from .routes import RoutesOptions
 
 __all__ = ["IMPORTERS", "ImportResult", "import_run", "describe", "importer_class"]
 
@@ -69,7 +72,7 @@ def describe(fmt: str) -> str:
 def import_run(fmt: str, src: Path, out: Path, *, columns: dict[str, str] | None = None,
                skip_bad: bool = False, trust_pickle: bool = False,
                progress: Progress | None = None, workers: int | None = None,
-               flush_tokens: int | None = None) -> ImportResult:
+               flush_tokens: int | None = None, route_options: RoutesOptions | None = None) -> ImportResult:
     """Convert the dumps under ``src`` into token-pair shards under ``out``.
 
     ``columns`` maps canonical names to the source's (generic formats only).
@@ -77,7 +80,9 @@ def import_run(fmt: str, src: Path, out: Path, *, columns: dict[str, str] | None
     ``trust_pickle`` allows full unpickling where the safe loader refuses a
     file (slime). ``progress(files_done, files_total, path)`` is called after
     each source file. ``workers``: processes parsing JSONL (None: one per
-    core for inputs over 64 MiB on Linux, else none; 0: none). Raises
+    core for inputs over 64 MiB on Linux, else none; 0: none). ``route_options``:
+    a stack's recorded MoE routes to import beside the tokens (:mod:`.routes`),
+    all checked before anything is written. Raises
     :class:`~mismatchscope.errors.UsageError` or
     :class:`~mismatchscope.errors.InputError` subclasses with a one-line
     message; shards already written stay, but no manifest marks them complete.
@@ -94,13 +99,19 @@ def import_run(fmt: str, src: Path, out: Path, *, columns: dict[str, str] | None
     from .. import rundir
     from ._writer import check_output_dir
 
+    plan = None
+    if route_options is not None:
+        from .routes import prepare
+
+        plan = prepare(route_options, trust_pickle=trust_pickle)
     with rundir.lock_run(out):  # one writer per --out; what is there is checked under the lock
         check_output_dir(out)
-        return _import_locked(importer, fmt, src, out, files, skip_bad, trust_pickle, workers, flush_tokens, progress)
+        return _import_locked(importer, fmt, src, out, files, skip_bad, trust_pickle, workers, flush_tokens, progress,
+                              plan)
 
 
 def _import_locked(importer, fmt: str, src: Path, out: Path, files, skip_bad: bool, trust_pickle: bool,
-                   workers, flush_tokens, progress) -> ImportResult:
+                   workers, flush_tokens, progress, routes_plan=None) -> ImportResult:
     # imported here: the writer pulls in pyarrow, the engine multiprocessing
     from ._jsonl import import_files
     from ._writer import FLUSH_TOKENS, ShardWriter, write_manifest
@@ -133,7 +144,19 @@ def _import_locked(importer, fmt: str, src: Path, out: Path, files, skip_bad: bo
             raise InputError(f"{src}: no token imported ({result.bad_records_skipped} bad record(s) skipped)",
                              hint="run without --skip-bad to see the first bad record")
         raise InputError(f"{src}: no token imported: the {fmt} files hold no record", hint=describe(fmt))
-    write_manifest(out, _manifest(fmt, src, out, files, semantics, shards, writer, result, ctx))
+    manifest = _manifest(fmt, src, out, files, semantics, shards, writer, result, ctx)
+    if routes_plan is not None:
+        from .routes import discard, write
+
+        try:
+            entries, route_warnings = write(out, routes_plan, shards, skip_bad=skip_bad)
+        except BaseException:
+            discard(out, shards)
+            raise
+        manifest.update(entries)
+        result.routes = entries["routes"]
+        manifest["warnings"] = result.warnings = result.warnings + route_warnings
+    write_manifest(out, manifest)
     return result
 
 
@@ -154,7 +177,7 @@ def _count_warnings(result: ImportResult, ctx: ImportContext) -> list[str]:
 def _manifest(fmt: str, src: Path, out: Path, files: list[SourceFile], semantics: dict[str, Any],
               shards: list[Path], writer: Any, result: ImportResult, ctx: ImportContext) -> dict[str, Any]:
     counts = result.to_dict()
-    for key in ("out", "warnings", "format"):
+    for key in ("out", "warnings", "format", "routes"):
         counts.pop(key)
     return {
         "complete": True,

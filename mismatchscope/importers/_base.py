@@ -52,6 +52,8 @@ class ImportResult:
     """distinct training steps in the output."""
     shards: int = 0
     warnings: list[str] = field(default_factory=list)
+    routes: dict[str, Any] | None = None
+    """the manifest's ``routes`` entry, when MoE routes were imported (``--routes``)."""
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
