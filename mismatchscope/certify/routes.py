@@ -21,7 +21,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import InputError
-from ..routing.layout import MANIFEST_KEY, ROUTES, SAMPLER_EXPERTS, TRAINER_EXPERTS, RoutingMeta
+from ..routing.layout import (
+    MANIFEST_KEY,
+    ROUTES,
+    SAMPLER_EXPERTS,
+    TRAINER_EXPERTS,
+    RoutingMeta,
+)
 from .compare import SHOW_FIRST, Tokens
 
 NOT_MOE = "not applicable (dense model)"
@@ -168,7 +174,7 @@ def _dense(col: pa.ChunkedArray, meta: RoutingMeta, side: str) -> np.ndarray:
 
 def _match(tokens: Tokens, seq: np.ndarray, pos: np.ndarray) -> np.ndarray:
     """For each token, the index of its route row among (seq, pos), or -1."""
-    all_seq, inv = np.unique(np.concatenate([tokens.sequence_id, seq]), return_inverse=True)
+    _, inv = np.unique(np.concatenate([tokens.sequence_id, seq]), return_inverse=True)
     width = int(max(tokens.position.max(initial=0), pos.max(initial=0))) + 2
     keys = inv * width + np.concatenate([tokens.position, pos])
     tok_keys, route_keys = keys[:len(tokens)], keys[len(tokens):]

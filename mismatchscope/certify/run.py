@@ -17,7 +17,14 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import UsageError
-from .compare import PAIRING_NAMES, PAIRINGS, SHOW_FIRST, Pairing, PairingResult, compare
+from .compare import (
+    PAIRING_NAMES,
+    PAIRINGS,
+    SHOW_FIRST,
+    Pairing,
+    PairingResult,
+    compare,
+)
 from .load import Loaded, load
 from .routes import RouteResult, check_routes
 from .scope import Coverage, scope_of
