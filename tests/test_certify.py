@@ -270,3 +270,12 @@ def test_moe_without_routes_does_not_certify(tmp_path):
     run = make_run(tmp_path / "run", manifest={"config": {"checkpoint": {"is_moe": True}}})
     r, out = run_json(run)
     assert r.returncode == 1 and out["routes"]["passed"] is False
+
+
+def test_certified_or_false_marks_a_run_that_cannot_be_certified(tmp_path):
+    """diagnose marks each configuration with this: a NaN run is "not certified", not an error that stops the table."""
+    from mismatchscope.certify import certified_or_false
+
+    assert certified_or_false(make_run(tmp_path / "good")) is True
+    assert certified_or_false(make_run(tmp_path / "nan", sampler=np.where(np.arange(12) == 5, np.nan, LP))) is False
+    assert certified_or_false(make_run(tmp_path / "flip", sampler=_flip_low_bit(LP, 0))) is False

@@ -96,6 +96,17 @@ def bit_equal(path: str | os.PathLike, mapping: Mapping[str, str] | None = None)
     return certify_run(path, mapping, show=0).certified
 
 
+def certified_or_false(path: str | os.PathLike) -> bool:
+    """:func:`bit_equal`, with a run that cannot be certified at all (NaN, no token) counted as not certified:
+    for tables that mark many runs, where one bad run must not stop the others."""
+    from ..errors import MismatchscopeError
+
+    try:
+        return bit_equal(path)
+    except MismatchscopeError:
+        return False
+
+
 def _chosen(names: list[str] | None) -> list[Pairing]:
     if not names:
         return list(PAIRINGS)
