@@ -279,3 +279,33 @@ def test_certified_or_false_marks_a_run_that_cannot_be_certified(tmp_path):
     assert certified_or_false(make_run(tmp_path / "good")) is True
     assert certified_or_false(make_run(tmp_path / "nan", sampler=np.where(np.arange(12) == 5, np.nan, LP))) is False
     assert certified_or_false(make_run(tmp_path / "flip", sampler=_flip_low_bit(LP, 0))) is False
+
+
+# -- probe --sampler-prefill --------------------------------------------------------------------
+
+def test_sampler_prefill_is_refused_where_prefill_logprobs_cannot_match(tmp_path):
+    r = cli("probe", "--sampler", "hf", "--sampler-prefill", "-T", "0.7", "--out", str(tmp_path / "run"))
+    assert r.returncode == 2 and "--sampler-prefill records raw prefill logprobs" in r.stderr
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_probe_records_the_samplers_prefill_and_certify_pairs_it(tmp_path):
+    from tests.helpers import REPO
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join((REPO / "sample_data" / "prompts.jsonl").read_text().splitlines(True)[:3]))
+    run = tmp_path / "run"
+    r = cli("probe", "--sampler", "hf", "--sampler-dtype", "float32", "--sampler-prefill", "--prompts", str(prompts),
+            "-n", "1", "--max-tokens", "6", "--out", str(run), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    table = pq.read_table(run / "tokens")
+    assert "sampler_prefill_logprob" in table.column_names
+    prefill = table.column("sampler_prefill_logprob").to_numpy()
+    assert np.isfinite(prefill).all() and np.array_equal(prefill.astype(np.float32), prefill)  # float32, widened
+    # same model, dtype and formula: the prefill is the decode's distribution, so close, whatever the bits say
+    assert np.abs(prefill - table.column("sampler_logprob").to_numpy()).max() < 1e-4
+    _, out = run_json(run)
+    assert [p["name"] for p in out["pairings"]] == ["trainer_vs_sampler_decode", "trainer_vs_sampler_prefill",
+                                                    "prefill_vs_decode"]
+    assert out["scope"]["sampler"] == "transformers-generate" and out["scope"]["sampler_dtype"] == "float32"
