@@ -46,7 +46,9 @@ def certify_tables(console, v) -> None:
             console.print(escape(f"  sequence {f.sequence_id} position {f.position} layer {f.layer}: "
                                  f"sampler {f.sampler}, trainer {f.trainer}"), highlight=False)
     if v.certified:
+        unchecked = [name for name, ok, _ in checks(v) if ok is None]
         console.print(f"[bold green]CERTIFIED[/bold green]: every checked pair is byte-equal "
-                      f"({', '.join(p.pairing.name for p in v.pairings)})")
+                      f"({', '.join(p.pairing.name for p in v.pairings)})"
+                      + escape(f"; not checked: {', '.join(unchecked)}" if unchecked else ""))
     else:
         console.print("[bold red]NOT CERTIFIED[/bold red]: " + escape("; ".join(v.reasons)))
