@@ -309,3 +309,23 @@ def test_probe_records_the_samplers_prefill_and_certify_pairs_it(tmp_path):
     assert [p["name"] for p in out["pairings"]] == ["trainer_vs_sampler_decode", "trainer_vs_sampler_prefill",
                                                     "prefill_vs_decode"]
     assert out["scope"]["sampler"] == "transformers-generate" and out["scope"]["sampler_dtype"] == "float32"
+
+
+def test_samples_keep_the_prefill_logprobs_for_resume_and_rescore(tmp_path):
+    """A resumed or rescored probe reads its completions back from samples/: the prefill must come back with them."""
+    from mismatchscope.probe.recorder import RunDir
+    from mismatchscope.probe.run import token_columns
+    from mismatchscope.probe.types import Completion, Scored
+
+    run = RunDir(tmp_path / "run")
+    with_prefill = Completion(0, 0, [5, 6], [-0.5, -0.25], [[5], [6]], [[-0.5], [-0.25]], "length", [-0.5, -0.125])
+    run.write_samples(0, [with_prefill])
+    back = run.read_samples(0)
+    assert back[0].sampler_prefill_logprobs == [-0.5, -0.125]
+    run.write_samples(1, [Completion(0, 1, [5], [-0.5], [[5]], [[-0.5]], "length")])
+    assert run.read_samples(1)[0].sampler_prefill_logprobs is None  # runs without the option keep their old layout
+    scored = Scored([-0.5, -0.25], [[-0.5], [-0.25]], [[5], [6]], [[-0.5], [-0.25]], [0.1, 0.2])
+    cols = token_columns(back, [scored], {}, n=1)
+    assert cols["sampler_prefill_logprob"] == [-0.5, -0.125]
+    assert "sampler_prefill_logprob" not in token_columns(run.read_samples(1), [Scored([-0.5], [[-0.5]], [[5]], [[-0.5]],
+                                                                                      [0.1])], {}, n=1)
