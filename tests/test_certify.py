@@ -230,7 +230,7 @@ def _rows(changes=None):
 
 def test_moe_equal_routes_certify_and_order_is_ignored(tmp_path):
     run = make_run(tmp_path / "run")
-    swapped = lambda n: [[None if x is None else x[::-1] for x in _row(i)] for i in range(n)]  # noqa: E731
+    swapped = lambda n: [[None if x is None else x[::-1] for x in _row(i)] for i in range(n)]
     _routes(run, _rows(), swapped)
     r, out = run_json(run)
     assert r.returncode == 0, r.stdout

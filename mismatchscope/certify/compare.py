@@ -116,7 +116,7 @@ def compare(pairing: Pairing, tokens: Tokens, show: int = SHOW_FIRST) -> Pairing
     differ = bits(left, width.dtype) != bits(right, width.dtype)
     k3 = stable_k3(left, right)
     out = PairingResult(pairing, width.dtype, width.note, len(tokens), int(differ.sum()),
-                        sequences=int(len(np.unique(tokens.sequence_id))),
+                        sequences=len(np.unique(tokens.sequence_id)),
                         k3_mean=float(k3.mean()) if len(k3) else 0.0, k3_max=float(k3.max()) if len(k3) else 0.0)
     if not out.differing:
         return out

@@ -18,7 +18,7 @@ from .run import Verdict
 
 def checks(v: Verdict) -> list[tuple[str, bool | None, str]]:
     """(name, passed, one-line detail); passed is None for a check this run cannot make."""
-    out = [(p.pairing.name, p.equal, pairing_line(p)) for p in v.pairings]
+    out: list[tuple[str, bool | None, str]] = [(p.pairing.name, p.equal, pairing_line(p)) for p in v.pairings]
     out += [(p.name, None, f"not in this run (needs {p.left} and {p.right})") for p in v.absent]
     out.append(("routes", v.routes.passed, v.routes.status))
     out.append(("policy_version", v.policy.passed, v.policy.status))
@@ -64,8 +64,8 @@ def markdown(v: Verdict) -> str:
     icon = "✅" if v.certified else "❌"
     c = v.coverage
     lines = [f"### {icon} mismatchscope certify: {v.verdict}", "",
-             f"- run: `{v.run}` ({c.tokens:,} tokens, {c.sequences:,} sequences, longest position {c.longest_position}, "
-             f"{c.share_past_512:.1%} past position 512)",
+             (f"- run: `{v.run}` ({c.tokens:,} tokens, {c.sequences:,} sequences, longest position {c.longest_position}, "
+              f"{c.share_past_512:.1%} past position 512)"),
              "- scope: " + ", ".join(f"{k} `{val}`" for k, val in v.scope.items()), "",
              "| result | check | detail |", "|---|---|---|"]
     for name, ok, detail in checks(v):
@@ -95,7 +95,7 @@ def junit_xml(v: Verdict, seconds: float = 0.0) -> str:
     root = ET.Element("testsuites", {"name": "mismatchscope certify", **counts})
     suite = ET.SubElement(root, "testsuite", {
         "name": "mismatchscope certify", **counts,
-        "timestamp": dt.datetime.now(dt.timezone.utc).replace(microsecond=0, tzinfo=None).isoformat()})
+        "timestamp": dt.datetime.now(dt.UTC).replace(microsecond=0, tzinfo=None).isoformat()})
     props = ET.SubElement(suite, "properties")
     for name, value in [("run", v.run), ("verdict", v.verdict), *((f"scope.{k}", str(x)) for k, x in v.scope.items())]:
         ET.SubElement(props, "property", {"name": name, "value": value})

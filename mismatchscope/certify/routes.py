@@ -12,9 +12,10 @@ level (``ids`` or ``ids+weights``). The routes are read with the layout of
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pyarrow as pa

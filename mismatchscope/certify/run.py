@@ -11,8 +11,9 @@ There is no threshold anywhere: a gap of one ULP fails like a gap of one nat.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 

@@ -10,8 +10,9 @@ or a Recorder run carries what its writer passed under ``scope``) and
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -36,9 +37,9 @@ class Coverage:
     """share of tokens at position >= 512."""
 
     @classmethod
-    def of(cls, tokens: Tokens) -> "Coverage":
+    def of(cls, tokens: Tokens) -> Coverage:
         n = len(tokens)
-        return cls(n, int(len(np.unique(tokens.sequence_id))), int(tokens.position.max()) if n else -1,
+        return cls(n, len(np.unique(tokens.sequence_id)), int(tokens.position.max()) if n else -1,
                    float((tokens.position >= LONG_POSITION).mean()) if n else 0.0)
 
 
