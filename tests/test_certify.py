@@ -329,3 +329,19 @@ def test_samples_keep_the_prefill_logprobs_for_resume_and_rescore(tmp_path):
     assert cols["sampler_prefill_logprob"] == [-0.5, -0.125]
     assert "sampler_prefill_logprob" not in token_columns(run.read_samples(1), [Scored([-0.5], [[-0.5]], [[5]], [[-0.5]],
                                                                                       [0.1])], {}, n=1)
+
+
+def test_a_declared_replay_is_checked_against_recorded_routes(tmp_path):
+    run = make_run(tmp_path / "run")
+    _routes(run, _rows(), _rows({9: {1: [0, 1]}}), replay="ids")  # row 9: layer 1 was {1, 4}
+    r, out = run_json(run)
+    assert r.returncode == 1
+    assert out["routes"]["replay"] == "ids" and out["routes"]["flips_by_layer"] == {"1": 1}
+    assert out["routes"]["status"].startswith("routes replayed: the trainer was given the sampler's expert ids (ids)")
+
+
+def test_an_unknown_pairing_is_a_usage_error(tmp_path):
+    r = cli("certify", str(make_run(tmp_path / "run")), "--pairing", "decode")
+    assert r.returncode == 2 and "unknown pairing 'decode'" in r.stderr
+    r = cli("certify", str(make_run(tmp_path / "run2")), "--pairing", "prefill_vs_decode")
+    assert r.returncode == 2 and "none of the pairings asked for is in this run" in r.stderr

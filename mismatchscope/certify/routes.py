@@ -84,16 +84,26 @@ def check_routes(root: Path | None, manifest: Mapping[str, Any] | None, tokens: 
     if meta.replay not in (None, "ids", "ids+weights"):
         raise InputError(f"{root}: routing replay {meta.replay!r} is none of ids, ids+weights")
     if meta.replay is not None:
-        level = "expert ids" if meta.replay == "ids" else "expert ids and gate weights"
-        result = RouteResult(f"routes replayed: the trainer was given the sampler's {level} ({meta.replay})",
-                             True, replay=meta.replay, moe_layers=list(meta.moe_layers), tokens=len(tokens))
-        return result
+        return _replayed(files, meta, tokens, show)
     missing = [s for s in ("sampler", "trainer") if not getattr(meta, s).recorded]
     if missing or not files:
         why = "; ".join(f"{s}: {getattr(meta, s).why or 'not recorded'}" for s in missing) or f"no {ROUTES}/part-*.parquet"
         return RouteResult(f"routes not recorded on both sides ({why}) and not replayed: route agreement is not shown",
                            False, moe_layers=list(meta.moe_layers))
     return _compare_routes(files, meta, tokens, show)
+
+
+def _replayed(files: list[Path], meta: RoutingMeta, tokens: Tokens, show: int) -> RouteResult:
+    """A replay is taken at its word, and checked where both sides' routes were recorded too:
+    a trainer that was given the sampler's ids cannot have chosen others."""
+    level = "expert ids" if meta.replay == "ids" else "expert ids and gate weights"
+    status = f"routes replayed: the trainer was given the sampler's {level} ({meta.replay})"
+    if files and meta.sampler.recorded and meta.trainer.recorded:
+        seen = _compare_routes(files, meta, tokens, show)
+        seen.replay = meta.replay
+        seen.status = f"{status}; recorded routes: {seen.status}"
+        return seen
+    return RouteResult(status, True, replay=meta.replay, moe_layers=list(meta.moe_layers), tokens=len(tokens))
 
 
 def _compare_routes(files: list[Path], meta: RoutingMeta, tokens: Tokens, show: int) -> RouteResult:
