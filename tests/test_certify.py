@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from mismatchscope import rundir
-from mismatchscope.certify import bit_equal
+from mismatchscope.certify import bit_equal, certify_run
 from mismatchscope.certify.bits import (
     hex_value,
     recorded_width,
@@ -345,3 +345,17 @@ def test_an_unknown_pairing_is_a_usage_error(tmp_path):
     assert r.returncode == 2 and "unknown pairing 'decode'" in r.stderr
     r = cli("certify", str(make_run(tmp_path / "run2")), "--pairing", "prefill_vs_decode")
     assert r.returncode == 2 and "none of the pairings asked for is in this run" in r.stderr
+
+
+def test_recorder_sampler_steps_feed_the_policy_version_check(tmp_path):
+    from mismatchscope import Recorder
+
+    lq = np.array([[-0.5, -1.25], [-2.0, -0.25]])
+    with Recorder(tmp_path / "run", rank=0, world_size=1) as rec:
+        rec.add(7, lq, lq, sampler_steps=[7, 7])
+    v = certify_run(tmp_path / "run")
+    assert v.certified and v.policy.passed is True
+    with Recorder(tmp_path / "lag", rank=0, world_size=1) as rec:
+        rec.add(7, lq, lq, sampler_steps=[7, 6])  # the second rollout came from the previous policy
+    v = certify_run(tmp_path / "lag")
+    assert not v.certified and "sequence" in v.policy.status and "sampler step 6, trainer step 7" in v.policy.status
