@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 DOC = Path(__file__).resolve().parent / "cli.md"
-COMMANDS = ["probe", "rescore", "diagnose", "compare-masks", "report", "gate", "timeline", "import"]
+COMMANDS = ["probe", "rescore", "diagnose", "certify", "compare-masks", "report", "gate", "timeline", "import"]
 WIDTH = "100"
 
 

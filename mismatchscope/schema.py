@@ -58,6 +58,11 @@ OPTIONAL: tuple[Column, ...] = (
            "log of the probability mass the trainer puts on the set top-p/top-k kept; "
            "0 when nothing was truncated. Already removed from trainer_logprob, reported apart"),
     Column("step", pa.int64(), "training step, for files that hold a whole run"),
+    Column("sampler_prefill_logprob", pa.float64(),
+           "the sampler's logprob of the same token once more, from a prefill of prompt + completion "
+           "(probe --sampler-prefill): where a gap starts, decode kernels or the sampler's forward"),
+    Column("sampler_step", pa.int64(), "policy version (weight-sync step) the sampler generated the token with"),
+    Column("trainer_step", pa.int64(), "policy version (optimizer step) the trainer scored the token with"),
     Column("rank", pa.int32(), "trainer rank that wrote the record in an imported run "
            "(prime-rl: file rank; slime: data-parallel rank)"),
 )

@@ -3,7 +3,7 @@ into one line on stderr and exit code 2. ``MISMATCHSCOPE_DEBUG=1`` (or
 ``true``/``yes``) adds the traceback; it never changes the exit code.
 
 Exit codes: 0 success; 1 only where a command gives it a meaning (``gate``: a
-limit failed); 2 a usage, input or output error (one line, redacted); 3 an
+limit failed; ``certify``: not certified); 2 a usage, input or output error (one line, redacted); 3 an
 internal error (a bug: the traceback is printed so it can be reported). An
 operating-system error that escapes a command (a full disk, a permission) is
 an environment problem, not a bug: one line and exit 2.
@@ -17,7 +17,7 @@ import sys
 import typer
 
 from .. import __version__
-from . import analyse, diagnose, gate, probe, timeline, importer
+from . import analyse, certify, diagnose, gate, probe, timeline, importer
 
 app = typer.Typer(
     name="mismatchscope",
@@ -35,6 +35,7 @@ app.command("timeline")(timeline.timeline)
 app.command("gate")(gate.gate)
 app.command("import")(importer.import_)
 app.command("diagnose")(diagnose.diagnose)
+app.command("certify")(certify.certify)
 
 
 def _version(value: bool) -> None:

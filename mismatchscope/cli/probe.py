@@ -155,6 +155,10 @@ def probe(
     reward_fn: Optional[str] = typer.Option(None, "--reward-fn", metavar="MODULE:FUNCTION", help="fn(prompt=, completion=, answer=) -> float. Default: exact match with the prompt's answer."),
     round_prompts: int = typer.Option(0, "--round-prompts", min=0, help="Prompts per sampling round (0: all in one batch)."),
     resume: bool = typer.Option(False, "--resume", help="Continue a run directory that was interrupted."),
+    sampler_prefill: bool = typer.Option(
+        False, "--sampler-prefill",
+        help="Also record the sampler's logprobs from a prefill of prompt + completion (column sampler_prefill_logprob; "
+             "raw logprobs: needs --logprobs-mode raw_logprobs or T=1 without top-p/top-k). certify pairs it with both sides."),
     rule: Optional[List[str]] = RuleOpt,
     format: OutputFormat = FormatOpt,
 ) -> None:
@@ -185,7 +189,7 @@ def probe(
                               fp32_lm_head=fp32_lm_head or trainer_fp32_lm_head, device_map=device_map, device=trainer_device,
                               batch_tokens=trainer_batch_tokens, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle),
         reward_fn=reward_fn, resume=resume, round_prompts=round_prompts, sampler_tokenizer=sampler_tokenizer,
-        trainer_checkpoint=trainer_checkpoint,
+        trainer_checkpoint=trainer_checkpoint, sampler_prefill=sampler_prefill,
     )
     check_options(opts)  # run_probe checks again; here so that a bad option is reported before the note below
     if bundled:

@@ -120,12 +120,14 @@ def render(console, p: dict[str, Any]) -> None:
         console.print(t)
 
     t = Table(title="Cost per configuration (start-up excluded from throughput)", title_justify="left")
-    for c in ("configuration", "sampler tok/s", "trainer tok/s", "pipeline tok/s", "start-up s", "wall s", "Pareto"):
+    for c in ("configuration", "sampler tok/s", "trainer tok/s", "pipeline tok/s", "start-up s", "wall s", "Pareto", "certified"):
         t.add_column(c, justify="left" if c == "configuration" else "right")
-    rows = [("baseline", b["throughput"])] + [(v["name"], v["throughput"]) for v in p["variants"] if v["status"] == "ok"]
-    for name, tp in rows:
+    rows = [("baseline", b)] + [(v["name"], v) for v in p["variants"] if v["status"] == "ok"]
+    for name, rec in rows:
+        tp = rec["throughput"]
         t.add_row(name, num(tp["sampler_tokens_per_s"]), num(tp["trainer_tokens_per_s"]), num(tp.get("pipeline_tokens_per_s")),
-                  num(tp["startup_s"]), num(tp["wall_s"]), "*" if name in p["pareto_front"] else "")
+                  num(tp["startup_s"]), num(tp["wall_s"]), "*" if name in p["pareto_front"] else "",
+                  {True: "yes", False: "no"}.get(rec.get("certified"), "-"))
     console.print(t)
     console.print(f"\n{p['reading']}", highlight=False)
     console.print(f"\noutput directory: {p['out']} (every run directory above works with report, compare-masks and gate)",

@@ -153,7 +153,8 @@ def _diagnose_locked(opts: DiagnoseOptions, info, progress: Progress) -> dict[st
         "reference": {"dtype": reference.dtype, "note": reference.note, "seconds": reference_s},
         "baseline": {"sampler": opts.sampler.to_dict(), "trainer": opts.trainer.to_dict(), "env": opts.env,
                      "sampling": opts.sampling.to_dict(), "run_dir": str(base_dir),
-                     "metrics": configs["baseline"]["metrics"], "throughput": configs["baseline"]["throughput"]},
+                     "metrics": configs["baseline"]["metrics"], "throughput": configs["baseline"]["throughput"],
+                     "certified": configs["baseline"]["certified"]},
         "decomposition": decomposition,
         "variants": variants_out,
         "determinism": determinism,
@@ -265,8 +266,10 @@ def _config_record(name, run_dir: Path, tokens, ref_lp, ref_dtype: str, run: dic
         "scoring_s": scoring_s,
         "wall_s": run.get("wall_s"),
     }
+    from ..certify import certified_or_false
+
     return {"metrics": gaps["total"]["metrics"], "gaps": gaps, "decomposition": decompose(lq, lp, ref_lp),
-            "throughput": throughput, "result": total}
+            "throughput": throughput, "certified": certified_or_false(run_dir), "result": total}
 
 
 def _gap(result, path: Path) -> dict[str, Any]:

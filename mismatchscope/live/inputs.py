@@ -66,7 +66,7 @@ def to_host(x: Any) -> np.ndarray:
 def prepare(step: int, sampler_logprobs: Any, trainer_logprobs: Any, mask: Any = None, *,
             advantages: Any = None, rewards: Any = None, sequence_ids: Any = None, group_ids: Any = None,
             token_ids: Any = None, sampler_topk_ids: Any = None, sampler_topk_logprobs: Any = None,
-            trainer_logprobs_at_sampler_topk: Any = None) -> StepBatch:
+            trainer_logprobs_at_sampler_topk: Any = None, sampler_steps: Any = None) -> StepBatch:
     """Check one step's arrays and copy the masked tokens out as token-pair columns.
 
     ``sequence_ids`` left out are filled in by the caller (the Recorder numbers
@@ -104,6 +104,9 @@ def prepare(step: int, sampler_logprobs: Any, trainer_logprobs: Any, mask: Any =
         cols["reward"] = _per_sequence("rewards", rewards, b)[rows]
     if advantages is not None:
         cols["advantage"] = _advantages(step, advantages, (b, t), rows, pos)
+    if sampler_steps is not None:  # the policy version each rollout was generated with, against the one scoring it
+        cols["sampler_step"] = _per_sequence("sampler_steps", sampler_steps, b, ids=True)[rows]
+        cols["trainer_step"] = np.full(rows.size, step, np.int64)
     topk = _topk(rows, pos, (b, t), sampler_topk_ids, sampler_topk_logprobs, trainer_logprobs_at_sampler_topk)
     if topk and token_ids is None:
         raise RecorderInputError("the top-k columns need token_ids: the bounds look for the sampled token among the listed ids")

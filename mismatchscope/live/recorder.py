@@ -104,7 +104,9 @@ class Recorder:
         ``group_ids`` ([B] ints or strings: the prompt / GRPO group),
         ``token_ids`` ([B, T]; -1 is written without them), and the three
         top-k columns ``sampler_topk_ids``, ``sampler_topk_logprobs``,
-        ``trainer_logprobs_at_sampler_topk`` ([B, T, K]) together.
+        ``trainer_logprobs_at_sampler_topk`` ([B, T, K]) together, and
+        ``sampler_steps`` ([B] ints: the policy version each rollout was generated with; recorded
+        beside ``step`` as ``sampler_step``/``trainer_step`` for certify's policy-version check).
         Returns the host copy (the ``Monitor`` reads it).
         """
         self._check_usable()

@@ -38,6 +38,9 @@ _SAMPLE_SCHEMA = pa.schema([
     ("finish_reason", pa.string()),
 ])
 
+_PREFILL = "sampler_prefill_logprobs"
+"""optional samples column: the engine's prefill logprobs of its own completions (``--sampler-prefill``)."""
+
 
 def unstarted_run(path: Path) -> bool:
     """A run directory with no sampled round and no scored shard (a start that failed or was killed)."""
@@ -139,11 +142,13 @@ class RunDir:
         return self.samples / f"round-{round_index:05d}.parquet"
 
     def write_samples(self, round_index: int, completions: list[Completion]) -> None:
+        prefill = any(c.sampler_prefill_logprobs is not None for c in completions)
+        schema = _SAMPLE_SCHEMA.append(pa.field(_PREFILL, pa.list_(pa.float64()))) if prefill else _SAMPLE_SCHEMA
         table = pa.Table.from_pylist([{
             "prompt_index": c.prompt_index, "sample_index": c.sample_index, "token_ids": c.token_ids,
             "sampler_logprobs": c.sampler_logprobs, "topk_ids": c.topk_ids, "topk_logprobs": c.topk_logprobs,
-            "finish_reason": c.finish_reason,
-        } for c in completions], schema=_SAMPLE_SCHEMA)
+            "finish_reason": c.finish_reason, **({_PREFILL: c.sampler_prefill_logprobs} if prefill else {}),
+        } for c in completions], schema=schema)
         with rundir.atomic_path(self.samples_path(round_index)) as tmp:
             pq.write_table(table, tmp)
 

@@ -71,6 +71,8 @@ class ProbeOptions:
     """a separate tokenizer the sampler side uses, checked against the trainer's."""
     trainer_checkpoint: Path | None = None
     """other weights of the same model for the trainer (policy lag); None: the sampler's checkpoint."""
+    sampler_prefill: bool = False
+    """also record the sampler's logprobs from a prefill of prompt + completion (:mod:`.sampler_prefill`)."""
 
 
 class Progress:
@@ -98,7 +100,7 @@ def semantics(sampling: SamplingConfig) -> dict[str, Any]:
 
 def _fingerprint(opts: ProbeOptions, ckpt_sha: str, prompts_sha: str, trainer_ckpt: TrainerCheckpoint) -> dict[str, Any]:
     s = opts.sampler
-    return {**_lag_fingerprint(trainer_ckpt),
+    return {**_lag_fingerprint(trainer_ckpt), **({"sampler_prefill": True} if opts.sampler_prefill else {}),
         "checkpoint_sha256": ckpt_sha, "prompts_sha256": prompts_sha, "sampling": opts.sampling.to_dict(),
         "sampler": {"kind": s.kind, "dtype": s.dtype, "fp32_lm_head": s.fp32_lm_head, "engine_args": _safe_engine_args(s),
                     "tensor_parallel_size": s.tensor_parallel_size, "url": redact_url(s.url)},
@@ -138,6 +140,10 @@ def run_probe(opts: ProbeOptions, progress: Progress | None = None, sampler=None
 
     progress = progress or Progress()
     check_options(opts)  # before any file is written or engine started
+    if opts.sampler_prefill:
+        from .sampler_prefill import check_sampler_prefill
+
+        check_sampler_prefill(opts.sampler.kind, opts.sampling)
     opts = canonical_options(opts)
     prompts = load_prompts(opts.prompts)
     info = inspect_checkpoint(opts.checkpoint, allow_pickle=opts.trainer.allow_pickle, trust_remote_code=opts.trainer.trust_remote_code)
@@ -252,6 +258,10 @@ def _sample_and_score(opts: ProbeOptions, run: RunDir, manifest: dict, info, tok
                                        on_progress=lambda k: progress.advance("sampling", k))
                 session["sampling_seconds"] += time.perf_counter() - t0
                 completions = [replace(c, prompt_index=rounds[r][c.prompt_index]) for c in local]
+                if opts.sampler_prefill:
+                    from .sampler_prefill import with_sampler_prefill
+
+                    completions = with_sampler_prefill(sampler, prompt_ids, completions, opts.sampling)
                 _check_completions(completions, rounds[r], n)
                 run.write_samples(r, completions)
                 manifest["sampler_info"] = sampler.describe()  # saved with the round: a killed run keeps it
@@ -346,6 +356,9 @@ def token_columns(completions: list[Completion], scored: list[Scored], rewards: 
         "trainer_topk_logprobs", "trainer_entropy")}
     with_rewards = bool(rewards)
     with_kept = any(s.kept_logmass is not None for s in scored)
+    with_prefill = any(c.sampler_prefill_logprobs is not None for c in completions)
+    if with_prefill:
+        cols["sampler_prefill_logprob"] = []
     if with_rewards:
         cols["advantage"], cols["reward"] = [], []
     if with_kept:
@@ -375,6 +388,8 @@ def token_columns(completions: list[Completion], scored: list[Scored], rewards: 
             cols["advantage"] += [a] * L
         if with_kept:
             cols["sampler_kept_logmass"] += s.kept_logmass if s.kept_logmass is not None else [0.0] * L
+        if with_prefill:
+            cols["sampler_prefill_logprob"] += c.sampler_prefill_logprobs or [float("nan")] * L
     return cols
 
 

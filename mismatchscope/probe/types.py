@@ -96,6 +96,8 @@ class Completion:
     """per position: the ids the sampler listed (its top-k; may include the sampled id)."""
     topk_logprobs: list[list[float]]
     finish_reason: str | None = None
+    sampler_prefill_logprobs: list[float] | None = None
+    """the same engine's logprob of each token from a prefill of prompt + completion (``--sampler-prefill``)."""
 
 
 @dataclass

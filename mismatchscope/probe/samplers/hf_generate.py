@@ -128,6 +128,25 @@ class HFGenerateSampler:
             return_dict_in_generate=True,
         )
 
+    def prefill_logprobs(self, prompts: list[list[int]], completions: list[list[int]],
+                         sampling: SamplingConfig) -> list[list[float]]:
+        """This model's own forward over each prompt + completion: raw logprob of each completion token.
+
+        One sequence per forward, without padding, so no batch composition
+        enters; the fp32 ``log_softmax`` of the logits is the one its decode
+        steps take (raw, T = 1, full vocabulary, as vLLM's prompt logprobs).
+        """
+        import torch
+
+        out = []
+        with torch.inference_mode():
+            for p, c in zip(prompts, completions, strict=True):
+                ids = torch.tensor([[*p, *c]], dtype=torch.long, device=self._device)
+                logits = self.model(input_ids=ids, use_cache=False).logits[0, len(p) - 1:len(p) - 1 + len(c)]
+                logprobs = logits.float().log_softmax(-1).cpu()
+                out.append(logprobs.gather(-1, torch.tensor(c, dtype=torch.long)[:, None]).squeeze(-1).tolist())
+        return out
+
     def _length(self, tokens: list[int]) -> tuple[int, str]:
         """Tokens up to and including the first EOS (vLLM keeps the EOS too), and why it ended."""
         for i, t in enumerate(tokens):

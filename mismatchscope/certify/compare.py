@@ -1,0 +1,139 @@
+"""One pairing of logprob columns compared byte for byte, and where it parts when it does.
+
+Nothing here has a threshold: a pair is equal when its bytes are, and every
+other number (the share that differ, the ULP distances, K3) describes how a
+pairing that failed failed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .bits import decimal_value, hex_value, recorded_width, stable_k3, ulp_distance
+
+ULP_BINS: tuple[tuple[int, int], ...] = ((0, 0), (1, 1), (2, 2), (3, 4), (5, 16), (17, 256), (257, 65536),
+                                         (65537, 1 << 62))
+"""ULP classes of the distance histogram; 0 ULP with differing bytes is +0 against -0."""
+SHOW_FIRST = 10
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """Two logprob columns of one token that a zero-mismatch stack must make byte-equal."""
+
+    name: str
+    left: str
+    """the side whose logprob is the numerator of the ratio (``d = left - right``)."""
+    right: str
+    title: str
+
+
+PAIRINGS: tuple[Pairing, ...] = (
+    Pairing("trainer_vs_sampler_decode", "trainer_logprob", "sampler_logprob",
+            "trainer vs sampler decode"),
+    Pairing("trainer_vs_sampler_prefill", "trainer_logprob", "sampler_prefill_logprob",
+            "trainer vs sampler prefill"),
+    Pairing("prefill_vs_decode", "sampler_prefill_logprob", "sampler_logprob",
+            "sampler prefill vs sampler decode"),
+)
+PAIRING_NAMES = tuple(p.name for p in PAIRINGS)
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """The certified tokens: their keys, in (sequence, position) order, and the logprob columns present."""
+
+    sequence_id: np.ndarray
+    position: np.ndarray
+    token_id: np.ndarray
+    logprobs: dict[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.sequence_id)
+
+
+@dataclass
+class Difference:
+    sequence_id: int
+    position: int
+    token_id: int
+    left: float
+    right: float
+    left_hex: str
+    right_hex: str
+    left_decimal: str
+    right_decimal: str
+    ulp: int
+
+
+@dataclass
+class PairingResult:
+    pairing: Pairing
+    dtype: str
+    dtype_note: str
+    tokens: int
+    differing: int
+    ulp_histogram: list[dict[str, Any]] = field(default_factory=list)
+    ulp_median: float | None = None
+    ulp_p99: float | None = None
+    ulp_max: int | None = None
+    max_abs_diff: float = 0.0
+    k3_mean: float = 0.0
+    """stable K3 in float64, mean over the pairing's tokens: a diagnostic, never a criterion."""
+    k3_max: float = 0.0
+    first: list[Difference] = field(default_factory=list)
+    sequences: int = 0
+    sequences_parting: int = 0
+    earliest: list[tuple[int, int]] = field(default_factory=list)
+    """(sequence_id, earliest differing position) for every sequence that parts."""
+
+    @property
+    def equal(self) -> bool:
+        return self.differing == 0
+
+    @property
+    def share(self) -> float:
+        return self.differing / self.tokens if self.tokens else 0.0
+
+    def earliest_summary(self) -> dict[str, Any] | None:
+        if not self.earliest:
+            return None
+        pos = np.array([p for _, p in self.earliest])
+        return {"sequences": self.sequences_parting, "of": self.sequences, "min": int(pos.min()),
+                "median": float(np.median(pos)), "max": int(pos.max()),
+                "at_position_0": int((pos == 0).sum())}
+
+
+def compare(pairing: Pairing, tokens: Tokens, show: int = SHOW_FIRST) -> PairingResult:
+    """Byte-compare ``pairing`` over ``tokens`` (finite values only: the caller refused the others)."""
+    left, right = tokens.logprobs[pairing.left], tokens.logprobs[pairing.right]
+    width = recorded_width(left, right, pairing.left, pairing.right)
+    from .bits import bits
+
+    differ = bits(left, width.dtype) != bits(right, width.dtype)
+    k3 = stable_k3(left, right)
+    out = PairingResult(pairing, width.dtype, width.note, len(tokens), int(differ.sum()),
+                        sequences=len(np.unique(tokens.sequence_id)),
+                        k3_mean=float(k3.mean()) if len(k3) else 0.0, k3_max=float(k3.max()) if len(k3) else 0.0)
+    if not out.differing:
+        return out
+    idx = np.flatnonzero(differ)
+    ulp = ulp_distance(left[idx], right[idx], width.dtype)
+    out.ulp_histogram = [{"ulp": f"{lo}" if lo == hi else f"{lo}-{hi}" if hi < 1 << 62 else f">{lo - 1}",
+                          "tokens": int(((ulp >= lo) & (ulp <= hi)).sum())} for lo, hi in ULP_BINS]
+    out.ulp_histogram = [b for b in out.ulp_histogram if b["tokens"]]
+    out.ulp_median, out.ulp_p99 = float(np.median(ulp)), float(np.quantile(ulp, 0.99))
+    out.ulp_max = int(ulp.max())
+    out.max_abs_diff = float(np.abs(left[idx] - right[idx]).max())
+    for j, i in enumerate(idx[:show]):
+        a, b = float(left[i]), float(right[i])
+        out.first.append(Difference(int(tokens.sequence_id[i]), int(tokens.position[i]), int(tokens.token_id[i]), a, b,
+                                    hex_value(a, width.dtype), hex_value(b, width.dtype),
+                                    decimal_value(a, width.dtype), decimal_value(b, width.dtype), int(ulp[j])))
+    seqs, first_at = np.unique(tokens.sequence_id[idx], return_index=True)  # idx is in (sequence, position) order
+    out.earliest = [(int(s), int(tokens.position[idx[k]])) for s, k in zip(seqs, first_at)]
+    out.sequences_parting = len(seqs)
+    return out

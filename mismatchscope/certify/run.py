@@ -1,0 +1,139 @@
+"""``certify``: does every logprob pair of a run agree byte for byte, and if not, where do they part?
+
+A run certifies when every pairing it holds (trainer vs sampler decode,
+trainer vs sampler prefill, sampler prefill vs decode) is byte-equal on every
+token in the recorded float width, every value is finite, there is at least
+one token, the routes agree (or were replayed) on an MoE model, and, where
+the run records a policy version per side, both sides used the same one.
+There is no threshold anywhere: a gap of one ULP fails like a gap of one nat.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import UsageError
+from .compare import (
+    PAIRING_NAMES,
+    PAIRINGS,
+    SHOW_FIRST,
+    Pairing,
+    PairingResult,
+    compare,
+)
+from .load import Loaded, load
+from .routes import RouteResult, check_routes
+from .scope import Coverage, scope_of
+
+
+@dataclass
+class PolicyCheck:
+    status: str
+    passed: bool | None
+    """None where the run gives no way to check it."""
+
+
+@dataclass
+class Verdict:
+    run: str
+    pairings: list[PairingResult]
+    absent: list[Pairing]
+    """pairings this run cannot show (a column it did not record)."""
+    routes: RouteResult
+    policy: PolicyCheck
+    scope: dict[str, Any]
+    coverage: Coverage
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def reasons(self) -> list[str]:
+        """Why the run does not certify: empty when it does."""
+        out = [f"{p.pairing.title}: {p.differing:,} of {p.tokens:,} pairs differ in their {p.dtype} bytes"
+               for p in self.pairings if not p.equal]
+        if self.routes.passed is False:
+            out.append(f"routes: {self.routes.status}")
+        if self.policy.passed is False:
+            out.append(f"policy version: {self.policy.status}")
+        return out
+
+    @property
+    def certified(self) -> bool:
+        return not self.reasons
+
+    @property
+    def verdict(self) -> str:
+        return "certified" if self.certified else "not certified"
+
+
+def certify_run(path: str | os.PathLike, mapping: Mapping[str, str] | None = None,
+                pairings: list[str] | None = None, show: int = SHOW_FIRST) -> Verdict:
+    """The verdict on one run (a probe run, an import, a Recorder run, or token shards)."""
+    chosen = _chosen(pairings)
+    loaded = load(path, mapping)
+    from ..rundir import read_manifest
+
+    manifest = read_manifest(loaded.root) if loaded.root is not None else None
+    have = set(loaded.tokens.logprobs)
+    present = [p for p in chosen if p.left in have and p.right in have]
+    absent = [p for p in chosen if p not in present]
+    if not present:
+        raise UsageError(f"{path}: none of the pairings asked for is in this run "
+                         f"({', '.join(p.name for p in absent)} need {sorted({c for p in absent for c in (p.left, p.right)} - have)})",
+                         hint="record the sampler's prefill logprobs with probe --sampler-prefill")
+    results = [compare(p, loaded.tokens, show) for p in present]
+    warnings = [loaded.source.incomplete] if loaded.source.incomplete else []
+    return Verdict(str(path), results, absent, check_routes(loaded.root, manifest, loaded.tokens, show),
+                   _policy(loaded, manifest), scope_of(manifest, loaded.source.run_config),
+                   Coverage.of(loaded.tokens), warnings)
+
+
+def bit_equal(path: str | os.PathLike, mapping: Mapping[str, str] | None = None) -> bool:
+    """True when the run certifies: every pairing it holds byte-equal, routes and policy version agreeing."""
+    return certify_run(path, mapping, show=0).certified
+
+
+def certified_or_false(path: str | os.PathLike) -> bool:
+    """:func:`bit_equal`, with a run that cannot be certified at all (NaN, no token) counted as not certified:
+    for tables that mark many runs, where one bad run must not stop the others."""
+    from ..errors import MismatchscopeError
+
+    try:
+        return bit_equal(path)
+    except MismatchscopeError:
+        return False
+
+
+def _chosen(names: list[str] | None) -> list[Pairing]:
+    if not names:
+        return list(PAIRINGS)
+    unknown = [n for n in names if n not in PAIRING_NAMES]
+    if unknown:
+        raise UsageError(f"unknown pairing {unknown[0]!r}", hint=f"use one of {', '.join(PAIRING_NAMES)}")
+    return [p for p in PAIRINGS if p.name in names]
+
+
+def _policy(loaded: Loaded, manifest: Mapping[str, Any] | None) -> PolicyCheck:
+    """Both sides on one policy version: per token where the run records steps, else per run from the manifest."""
+    steps = loaded.steps
+    if len(steps) == 2:
+        differ = steps["sampler_step"] != steps["trainer_step"]
+        if differ.any():
+            i = int(np.flatnonzero(differ)[0])
+            t = loaded.tokens
+            return PolicyCheck(f"{int(differ.sum())} tokens were sampled and scored at different steps "
+                               f"(first: sequence {t.sequence_id[i]} position {t.position[i]}, sampler step "
+                               f"{steps['sampler_step'][i]}, trainer step {steps['trainer_step'][i]})", False)
+        return PolicyCheck("every token's sampler_step equals its trainer_step", True)
+    ckpt = ((manifest or {}).get("config") or {}).get("trainer_checkpoint")
+    if isinstance(ckpt, dict) and "same_as_sampler" in ckpt:
+        if ckpt["same_as_sampler"]:
+            return PolicyCheck("one checkpoint on both sides (the probe scored with the sampler's weights)", True)
+        return PolicyCheck(f"the trainer scored with other weights ({ckpt.get('path')}) than the sampler "
+                           "sampled with: a policy-lag run compares two policies", False)
+    return PolicyCheck("not checked: the run records no sampler_step and trainer_step per token, "
+                       "nor which weights each side used", None)

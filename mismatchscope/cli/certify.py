@@ -1,0 +1,74 @@
+"""``certify``: are the run's logprob pairs byte-equal? Exit 0 certified, 1 not certified, 2 error."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import List, Optional
+
+import typer
+
+from ._options import ColumnOpt, FormatOpt
+from ._output import OutputFormat, emit_json, info, stdout_console, warn
+
+
+def certify(
+    run: str = typer.Argument(..., metavar="RUN", show_default=False,
+                              help="A probe run directory, an imported run, a Recorder run, or token shards."),
+    pairing: Optional[List[str]] = typer.Option(
+        None, "--pairing", "-p", metavar="NAME",
+        help="Certify only this pairing: trainer_vs_sampler_decode, trainer_vs_sampler_prefill, prefill_vs_decode. "
+             "Repeatable; default every pairing the run holds."),
+    show: int = typer.Option(10, "--show", min=0, help="How many differing tokens (and route flips) to list."),
+    column: Optional[List[str]] = ColumnOpt,
+    format: OutputFormat = FormatOpt,
+    junit_xml: Optional[str] = typer.Option(None, "--junit-xml", metavar="FILE", help="Write one JUnit test case per check."),
+    markdown: Optional[str] = typer.Option(
+        None, "--markdown", metavar="FILE", help="Write the verdict as Markdown (also appended to $GITHUB_STEP_SUMMARY when set)."),
+) -> None:
+    """Certify a zero-mismatch stack: every selected-token logprob pair byte-equal in the width both sides recorded
+    (float32 for the engines here), every value finite, MoE routes equal (or replayed), one policy version; or show
+    where the pairs first part. No threshold: a gap of one ULP fails.
+
+    Exit code 0: certified; 1: not certified; 2: a usage or input error.
+    """
+    from ..certify import certify_run
+    from ..outputs import check_all
+    from ..reader import parse_column_mapping
+
+    summary = os.environ.get("GITHUB_STEP_SUMMARY") or None
+    inputs = check_all(files=[(junit_xml, "--junit-xml"), (markdown, "--markdown"), (summary, "GITHUB_STEP_SUMMARY")],
+                       inputs=[run])
+    t0 = time.perf_counter()
+    verdict = certify_run(run, parse_column_mapping(column), pairing, show)
+    seconds = time.perf_counter() - t0
+    for w in verdict.warnings:
+        warn(w)
+    _write_outputs(verdict, seconds, junit_xml, markdown, summary, inputs)
+    if format is OutputFormat.json:
+        from ..certify.output import payload
+
+        emit_json(payload(verdict))
+    else:
+        from ._certify_output import certify_tables
+
+        certify_tables(stdout_console(), verdict)
+    if not verdict.certified:
+        raise typer.Exit(1)
+
+
+def _write_outputs(verdict, seconds: float, junit_xml: str | None, markdown: str | None, summary: str | None,
+                   inputs) -> None:
+    from ..certify import output
+    from ..outputs import write_text
+
+    if junit_xml:
+        write_text(junit_xml, output.junit_xml(verdict, seconds), "--junit-xml", inputs=inputs)
+        info(f"wrote {junit_xml}")
+    if markdown or summary:
+        md = output.markdown(verdict)
+        if markdown:
+            write_text(markdown, md, "--markdown", inputs=inputs)
+            info(f"wrote {markdown}")
+        if summary:
+            write_text(summary, md + "\n", "GITHUB_STEP_SUMMARY", append=True, inputs=inputs)
