@@ -50,7 +50,31 @@ _EXPORTS: dict[str, str] = {
 }
 """public name -> the module (under ``mismatchscope``) that declares it."""
 
-__all__ = ["__version__", *_EXPORTS]
+__all__ = [
+    "Alert",
+    "AnalysisRequest",
+    "AnalysisResult",
+    "GateConfig",
+    "GateResult",
+    "ImportResult",
+    "InputError",
+    "MismatchscopeError",
+    "Monitor",
+    "Recorder",
+    "RecorderError",
+    "RecorderInputError",
+    "StepReport",
+    "TimelineResult",
+    "UsageError",
+    "__version__",
+    "analyse",
+    "compare_masks",
+    "import_run",
+    "load_config",
+    "report",
+    "run_gate",
+]
+"""written out (not derived from _EXPORTS) so that linters and type checkers read it; a test holds the two equal."""
 
 if TYPE_CHECKING:  # what a type checker and an editor see; at run time __getattr__ imports on demand
     from .analysis.engine import AnalysisRequest, AnalysisResult, analyse

@@ -16,8 +16,9 @@ from .analysis.engine import AnalysisRequest, AnalysisResult, analyse
 from .rules import RuleInstance, default_rules, parse_rule, parse_sweep
 
 
-def report(path: str | os.PathLike, *, columns: Mapping[str, str] | None = None,
-           workers: int | None = None) -> AnalysisResult:
+def report(
+    path: str | os.PathLike, *, columns: Mapping[str, str] | None = None, workers: int | None = None
+) -> AnalysisResult:
     """The mismatch report of a file, folder or run: ``result.report`` holds what ``report --format json`` prints.
 
     ``columns`` maps the canonical column names to a file's own (``{"sampler_logprob": "old_logp"}``).
@@ -25,9 +26,15 @@ def report(path: str | os.PathLike, *, columns: Mapping[str, str] | None = None,
     return analyse(os.fspath(path), AnalysisRequest(report=True), dict(columns or {}), workers=workers)
 
 
-def compare_masks(path: str | os.PathLike, rules: Sequence[str | RuleInstance] | None = None, *,
-                  sweeps: Sequence[str] = (), examples: int = 0, columns: Mapping[str, str] | None = None,
-                  workers: int | None = None) -> AnalysisResult:
+def compare_masks(
+    path: str | os.PathLike,
+    rules: Sequence[str | RuleInstance] | None = None,
+    *,
+    sweeps: Sequence[str] = (),
+    examples: int = 0,
+    columns: Mapping[str, str] | None = None,
+    workers: int | None = None,
+) -> AnalysisResult:
     """What each masking rule would reject or reweight: ``result.masks`` holds what ``compare-masks --format json``
     prints (without its top-level ``tokens``/``sequences``/``warnings``, which are fields of the result).
 
@@ -36,6 +43,7 @@ def compare_masks(path: str | os.PathLike, rules: Sequence[str | RuleInstance] |
     """
     selected = [r if isinstance(r, RuleInstance) else parse_rule(r) for r in rules] if rules else default_rules()
     by_name = {r.name: r for r in selected}
-    request = AnalysisRequest(report=False, masks=True, rules=selected,
-                              sweeps=[parse_sweep(s, by_name) for s in sweeps], examples=examples)
+    request = AnalysisRequest(
+        report=False, masks=True, rules=selected, sweeps=[parse_sweep(s, by_name) for s in sweeps], examples=examples
+    )
     return analyse(os.fspath(path), request, dict(columns or {}), workers=workers)

@@ -15,12 +15,26 @@ import pytest
 import mismatchscope
 from tests.helpers import REPO, SAMPLE_PAIRS, cli, pairs
 
-ENTRY_POINTS = {"report", "compare_masks", "analyse", "run_gate", "import_run", "Recorder", "Monitor",
-                "AnalysisResult", "GateResult", "ImportResult", "TimelineResult", "StepReport", "MismatchscopeError"}
+ENTRY_POINTS = {
+    "report",
+    "compare_masks",
+    "analyse",
+    "run_gate",
+    "import_run",
+    "Recorder",
+    "Monitor",
+    "AnalysisResult",
+    "GateResult",
+    "ImportResult",
+    "TimelineResult",
+    "StepReport",
+    "MismatchscopeError",
+}
 
 
 def test_all_holds_the_entry_points_and_each_resolves():
     assert ENTRY_POINTS <= set(mismatchscope.__all__)
+    assert set(mismatchscope.__all__) == {"__version__", *mismatchscope._EXPORTS}
     for name in mismatchscope.__all__:
         assert getattr(mismatchscope, name) is not None, name
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
@@ -29,8 +43,10 @@ def test_all_holds_the_entry_points_and_each_resolves():
 
 def test_importing_the_package_loads_no_entry_point():
     """The CLI imports the package on every call: numpy (and the engines) wait until a name is used."""
-    code = ("import sys, mismatchscope; assert 'numpy' not in sys.modules, 'numpy'; "
-            "from mismatchscope import Recorder; assert 'numpy' in sys.modules")
+    code = (
+        "import sys, mismatchscope; assert 'numpy' not in sys.modules, 'numpy'; "
+        "from mismatchscope import Recorder; assert 'numpy' in sys.modules"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
 
@@ -52,14 +68,18 @@ def test_report_and_compare_masks_by_hand(write):
 
 
 def test_library_numbers_are_the_commands_numbers():
+    def as_json(x):
+        return json.loads(json.dumps(x))
+
     r = cli("report", str(SAMPLE_PAIRS), "--format", "json")
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["metrics"] == json.loads(json.dumps(mismatchscope.report(SAMPLE_PAIRS).report["metrics"]))
-    r = cli("compare-masks", str(SAMPLE_PAIRS), "--rule", "ipo:delta=0.2", "--sweep", "ipo.delta=0.1,0.4", "--format", "json")
+    assert json.loads(r.stdout)["metrics"] == as_json(mismatchscope.report(SAMPLE_PAIRS).report["metrics"])
+    rule, sweep = "ipo:delta=0.2", "ipo.delta=0.1,0.4"
+    r = cli("compare-masks", str(SAMPLE_PAIRS), "--rule", rule, "--sweep", sweep, "--format", "json")
     assert r.returncode == 0, r.stderr
-    lib = mismatchscope.compare_masks(SAMPLE_PAIRS, ["ipo:delta=0.2"], sweeps=["ipo.delta=0.1,0.4"]).masks
+    lib = mismatchscope.compare_masks(SAMPLE_PAIRS, [rule], sweeps=[sweep]).masks
     cmd = json.loads(r.stdout)
-    assert cmd["rules"] == json.loads(json.dumps(lib["rules"])) and cmd["sweeps"] == json.loads(json.dumps(lib["sweeps"]))
+    assert cmd["rules"] == as_json(lib["rules"]) and cmd["sweeps"] == as_json(lib["sweeps"])
 
 
 def test_a_bad_rule_is_the_commands_error():
