@@ -5,17 +5,97 @@ The analysis core (``schema``, ``reader``, ``divergence``, ``rules``,
 ``analysis``) needs only numpy and pyarrow. torch, transformers and vLLM are
 imported inside ``mismatchscope.probe`` only; ``Recorder`` and ``Monitor``
 (``mismatchscope.live``) take torch tensors without importing torch.
+
+The names in ``__all__`` are the library's entry points (docs/api.md). They
+are imported on first use, so ``import mismatchscope`` (and every CLI call)
+stays free of numpy until one of them is asked for.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-_LIVE = ("Recorder", "Monitor", "Alert", "RecorderError", "RecorderInputError")
+_EXPORTS: dict[str, str] = {
+    # analyses of a token-pair file, folder or run
+    "analyse": "analysis.engine",
+    "AnalysisRequest": "analysis.engine",
+    "AnalysisResult": "analysis.engine",
+    "report": "api",
+    "compare_masks": "api",
+    # the gate: limits on a candidate, absolute and against a baseline
+    "run_gate": "gate.run",
+    "GateResult": "gate.run",
+    "GateConfig": "gate.config",
+    "load_config": "gate.config",
+    # converting a training framework's dumps
+    "import_run": "importers",
+    "ImportResult": "importers",
+    # the per-step series and its change points (the function is ``mismatchscope.timeline.timeline``:
+    # the name ``timeline`` here is the subpackage)
+    "TimelineResult": "timeline",
+    # recording and watching from inside a training loop
+    "Recorder": "live",
+    "Monitor": "live",
+    "Alert": "live",
+    "StepReport": "live",
+    "RecorderError": "live",
+    "RecorderInputError": "live",
+    # the one exception tree
+    "MismatchscopeError": "errors",
+    "UsageError": "errors",
+    "InputError": "errors",
+}
+"""public name -> the module (under ``mismatchscope``) that declares it."""
+
+__all__ = [
+    "Alert",
+    "AnalysisRequest",
+    "AnalysisResult",
+    "GateConfig",
+    "GateResult",
+    "ImportResult",
+    "InputError",
+    "MismatchscopeError",
+    "Monitor",
+    "Recorder",
+    "RecorderError",
+    "RecorderInputError",
+    "StepReport",
+    "TimelineResult",
+    "UsageError",
+    "__version__",
+    "analyse",
+    "compare_masks",
+    "import_run",
+    "load_config",
+    "report",
+    "run_gate",
+]
+"""written out (not derived from _EXPORTS) so that linters and type checkers read it; a test holds the two equal."""
+
+if TYPE_CHECKING:  # what a type checker and an editor see; at run time __getattr__ imports on demand
+    from .analysis.engine import AnalysisRequest, AnalysisResult, analyse
+    from .api import compare_masks, report
+    from .errors import InputError, MismatchscopeError, UsageError
+    from .gate.config import GateConfig, load_config
+    from .gate.run import GateResult, run_gate
+    from .importers import ImportResult, import_run
+    from .live import Alert, Monitor, Recorder, RecorderError, RecorderInputError, StepReport
+    from .timeline import TimelineResult
 
 
-def __getattr__(name: str):
-    """``from mismatchscope import Recorder, Monitor`` without loading them (or numpy) for every CLI call."""
-    if name in _LIVE:
-        from . import live
+def __getattr__(name: str) -> Any:
+    """``from mismatchscope import Recorder, run_gate`` without loading them (or numpy) for every CLI call."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mismatchscope' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
 
-        return getattr(live, name)
-    raise AttributeError(f"module 'mismatchscope' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

@@ -588,7 +588,8 @@ def _check_logprob_list(path: Path, name: str, arr: pa.Array, cols: dict[str, An
     )
 
 
-_INT_COLUMNS = {"sequence_id", "position", "token_id", "prompt_id", "sample_index", "step"}
+_INT_COLUMNS = frozenset(name for name, col in COLUMNS.items() if pa.types.is_integer(col.type))
+"""the schema's integer columns: read as int64, and a file holding floats there is refused."""
 _FLOAT16_SENTINEL = float(np.float16(LOGPROB_SENTINEL))
 """-9999 written to a float16 column: float16 cannot hold it and stores -10000 (its nearest value)."""
 

@@ -1,10 +1,76 @@
-"""Fixtures shared by every test module (helpers live in tests/helpers.py)."""
+"""Fixtures shared by every test module (helpers live in tests/helpers.py), and how tests are sorted.
+
+* Every test that needs a real vLLM engine (marker ``vllm``) is also ``slow``: an engine takes 15-30 s to
+  start on two cores. So is every test in :data:`SLOW_TESTS` or using a fixture in :data:`SLOW_FIXTURES`
+  (measured: over ~5 s of CPU each). ``pytest -m "not slow"`` is the fast lane.
+* Under pytest-xdist with ``--dist loadgroup``, tests that share an expensive fixture stay on one worker:
+  the in-process engines and the vLLM server (``vllm_sampler``, ``vllm_server``) form one group, and a
+  module whose tests share a module-scoped fixture of its own is one group. Everything else spreads test
+  by test.
+"""
 
 from __future__ import annotations
 
 import pytest
 
 from mismatchscope.schema import write_table
+
+SLOW_TESTS = frozenset({
+    # test id without parameters -> CPU seconds measured (test, its fixtures and its child processes)
+    "tests/live/test_recorder.py::test_killed_loop_leaves_finished_steps_readable_and_the_run_incomplete",  # 15 s
+    "tests/live/test_recorder.py::test_rl_loop_recorded_every_step_and_read_back",  # 18 s
+    "tests/test_docs.py::test_cli_reference_is_generated_from_help",  # 5 s
+    "tests/test_errors.py::test_report_html_on_a_full_device",  # 6 s
+    "tests/test_hostile_data.py::test_a_lone_surrogate_in_the_metadata_is_printed_as_its_escape",  # 6 s
+    "tests/test_hostile_data.py::test_an_infinite_bucket_mean_is_drawn_and_marked",  # 6 s
+    "tests/test_outputs_and_runs.py::test_an_output_may_not_replace_a_file_of_the_input_run",  # 6 s
+    "tests/test_outputs_and_runs.py::test_pictures_may_go_into_the_input_run_folder",  # 5 s
+    "tests/test_outputs_and_runs.py::test_pictures_never_replace_an_input",  # 10 s
+    "tests/test_plots.py::test_gate_plots_and_html",  # 6 s (test_report_plots_and_html keeps the page in the fast lane)
+    "tests/test_secrets.py::test_a_run_with_a_space_in_the_password_and_credential_engine_args_records_none",  # 10 s
+    "tests/test_secrets.py::test_a_slash_in_the_user_name_is_refused_and_recorded_redacted",  # 8 s
+    "tests/test_secrets.py::test_an_api_key_a_header_cannot_carry_is_one_line",  # 8 s per parameter
+    "tests/test_wheel.py::test_the_wheel_carries_the_sample",  # builds a wheel
+    "tests/test_worst.py::test_trace_pictures",  # 7 s
+})
+"""Slow tests named here rather than marked where they stand, so the list reads as one measurement."""
+
+SLOW_FIXTURES = frozenset({
+    "base_run", "lag_run",  # tests/probe/test_policy_lag.py: two probes of the tiny checkpoint, 45 s
+})
+"""Fixtures that run a probe or train a model: every test using one is slow."""
+
+ENGINE_FIXTURES = frozenset({"vllm_sampler", "vllm_server"})
+"""Session fixtures holding real engines: one set per worker, so their tests go to one worker."""
+
+
+def _shares_a_module_fixture(item: pytest.Item) -> bool:
+    """Whether the test uses a module- or session-scoped fixture its own module declares (not a conftest's)."""
+    info = getattr(item, "_fixtureinfo", None)
+    module = getattr(item, "module", None)
+    if info is None or module is None:
+        return False
+    for defs in info.name2fixturedefs.values():
+        fixturedef = defs[-1]
+        own = getattr(fixturedef.func, "__module__", None) == module.__name__
+        if own and fixturedef.scope in ("module", "session"):
+            return True
+    return False
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        slow = (item.get_closest_marker("vllm") is not None or item.nodeid.split("[")[0] in SLOW_TESTS
+                or not SLOW_FIXTURES.isdisjoint(item.fixturenames))
+        if slow and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        if ENGINE_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.xdist_group("vllm-engines"))
+        elif _shares_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 @pytest.fixture

@@ -1,11 +1,13 @@
-"""Shared helpers: tiny token-pair tables, the real console script."""
+"""Shared helpers: tiny token-pair tables, the command line (in this process or as the real console script)."""
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -27,13 +29,61 @@ def pairs(rows: list[tuple[int, int, float, float]], **extra) -> dict:
 
 
 
+IN_PROCESS = frozenset({"report", "compare-masks", "gate", "import", "timeline"})
+"""Commands :func:`cli` runs inside the test process: they start no engine and hold no process-wide state, and
+a subprocess would spend most of its time starting Python and importing numpy, pyarrow and typer again."""
+
 
 def cli(*args: str, env: dict | None = None, timeout: float = 600, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """The command line's behaviour (exit code, stdout, stderr), as the console script gives it.
+
+    ``IN_PROCESS`` commands run through ``main()`` in this process; probe, rescore and diagnose (engines, child
+    processes, signals) and anything else run as the real console script. ``MISMATCHSCOPE_TEST_SUBPROCESS=1``
+    runs every call as a subprocess, to check that both ways agree.
+    """
+    if args and args[0] in IN_PROCESS and not os.environ.get("MISMATCHSCOPE_TEST_SUBPROCESS"):
+        return cli_in_process(*args, env=env, cwd=cwd)
+    return cli_process(*args, env=env, timeout=timeout, cwd=cwd)
+
+
+def cli_process(*args: str, env: dict | None = None, timeout: float = 600, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run the real console script installed next to this interpreter."""
     exe = Path(sys.executable).with_name("mismatchscope")
     full_env = {k: v for k, v in os.environ.items() if k != "MISMATCHSCOPE_DEBUG"}
     full_env.update(env or {})
     return subprocess.run([str(exe), *args], capture_output=True, text=True, env=full_env, timeout=timeout, cwd=cwd)
+
+
+def cli_in_process(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """``main(args)`` with its own stdout, stderr, environment, working directory and program name.
+
+    click names the program after ``__main__`` (``python -m pytest`` here): a bare ``__main__`` and
+    ``sys.argv[0] = "mismatchscope"`` make usage lines read as the console script's do.
+    """
+    from mismatchscope.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_env = dict(os.environ)
+    saved = sys.stdout, sys.stderr, sys.argv, sys.modules["__main__"], os.getcwd()
+    os.environ.pop("MISMATCHSCOPE_DEBUG", None)
+    os.environ.update(env or {})
+    sys.stdout, sys.stderr, sys.argv = out, err, ["mismatchscope", *args]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    code: int = 0
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        main(list(args))
+    except SystemExit as e:
+        if isinstance(e.code, str):  # sys.exit("message"): printed, exit 1, as the interpreter does
+            err.write(e.code + "\n")
+        code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+    finally:
+        sys.stdout, sys.stderr, sys.argv, sys.modules["__main__"], cwd_before = saved
+        os.chdir(cwd_before)
+        os.environ.clear()
+        os.environ.update(saved_env)
+    return subprocess.CompletedProcess(["mismatchscope", *args], code, out.getvalue(), err.getvalue())
 
 
 def random_pairs(rng: np.random.Generator, n_seq: int, max_len: int, advantage: bool = True) -> dict:

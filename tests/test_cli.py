@@ -6,7 +6,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.helpers import SAMPLE_PAIRS, cli, pairs
+from tests.helpers import SAMPLE_PAIRS, pairs
+from tests.helpers import cli_process as cli  # this module pins the real console script
 
 ROWS = [(1, 0, 0.5, 0.2), (1, 1, 0.2, 0.6), (1, 2, 0.9, 0.9), (2, 0, 0.5, 1e-5), (2, 1, 0.5, 0.5)]
 

@@ -191,8 +191,6 @@ class _GroupCodes:
 
     def encode(self, col: Any) -> np.ndarray:
         if isinstance(col, np.ndarray):  # a schema column, already numpy
-            if self.canonical and pa.types.is_integer(COLUMNS[self.canonical].type):
-                col = col.astype(np.int64)  # the reader hands some integer schema columns over as float64
             if not np.issubdtype(col.dtype, np.integer):
                 raise UsageError(f"--by {self.by}: the column holds {col.dtype} values, not categories",
                                  hint="--by needs strings, integers or booleans")

@@ -12,7 +12,7 @@ per session:
   started first, see there), dense fp32 processed, dense fp16 processed;
 * one vLLM server (dense, fp32, processed logprobs), spawned as soon as the
   session starts if any selected test needs it, so its start-up overlaps the
-  tests that don't.
+  tests that don't (under pytest-xdist: when a test first needs it).
 
 ``MISMATCHSCOPE_SAMPLE_DATA`` points the tests at another folder built by
 ``sample_data/build_sample_models.py`` (default: the repository's own).
@@ -248,9 +248,26 @@ class ServerProcess:
         os.unlink(self.log.name)
 
 
+class _LazyServer:
+    """The server of this test process: started at session start, or at first use under pytest-xdist."""
+
+    def __init__(self, model_dir: Path):
+        self.model_dir = model_dir
+        self.server: ServerProcess | None = None
+
+    def start(self) -> ServerProcess:
+        if self.server is None:
+            self.server = ServerProcess(self.model_dir)
+        return self.server
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _server_process(request):
-    """Start the server at session start when a selected test needs it (start-up overlaps other tests)."""
+    """Start the server at session start when a selected test needs it (start-up overlaps other tests).
+
+    Under pytest-xdist every worker collects every test, and only one of them runs the server's tests (they
+    share the ``vllm-engines`` group): a worker starts its server when a test first asks for it.
+    """
     if not any("vllm_server" in item.fixturenames for item in request.session.items):
         yield None
         return
@@ -263,9 +280,12 @@ def _server_process(request):
     if not (model_dir / "config.json").is_file():
         yield None
         return
-    server = ServerProcess(model_dir)
-    yield server
-    server.stop()
+    lazy = _LazyServer(model_dir)
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        lazy.start()
+    yield lazy
+    if lazy.server is not None:
+        lazy.server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -274,4 +294,4 @@ def vllm_server(_server_process, dense_dir) -> str:
     _need_vllm()
     if _server_process is None:
         pytest.skip("no vLLM server was started")
-    return _server_process.wait_healthy()
+    return _server_process.start().wait_healthy()

@@ -1,0 +1,236 @@
+"""The package's layers, checked on the source: which module imports which (imports inside functions count:
+a lazy import is still a dependency, only a later one).
+
+* Nothing outside ``mismatchscope/cli/`` imports from it: the command line is the top layer, and library
+  code that needs one of its helpers means the helper belongs lower down.
+* No import runs up the layers of :data:`LAYERS` (docs/architecture.md draws the same table): a package
+  imports its own layer or lower ones. A new package takes its place in the table first.
+* No circle of imports between packages (``analysis``, ``gate``, ``probe``, ...), nor between the modules of
+  one package.
+
+``KNOWN_*`` hold what the tree holds today. A new violation fails at once; the ``*_at_all`` tests are
+expected failures until the lists are empty, then the lists and the ``xfail`` marks go.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO
+
+PACKAGE = REPO / "mismatchscope"
+FACADES = {"mismatchscope", "mismatchscope.api", "mismatchscope.__main__"}
+"""The top-level names (``__init__``: lazy re-exports, ``api``, ``python -m``) sit above everything; importing
+``__version__`` from the root is not a dependency on any layer."""
+
+
+LAYERS: dict[str, int] = {
+    # 0: the vocabulary: errors, the file formats, the one divergence primitive
+    **dict.fromkeys(("errors", "redact", "rundir", "arrow", "schema", "divergence", "bundled", "routing"), 0),
+    # 1: reading inputs, judging output paths, the masking rules
+    **dict.fromkeys(("reader", "outputs", "rules"), 1),
+    # 2: the streaming analysis
+    "analysis": 2,
+    # 3: what the commands compute, each from the analysis or from an engine
+    **dict.fromkeys(("gate", "timeline", "importers", "live", "probe", "certify"), 3),
+    # 4: pictures and pages of results
+    "plots": 4,
+    # 5: experiments that drive several of the above
+    "diagnose": 5,
+    # 6: the command line
+    "cli": 6,
+}
+"""package (or top-level module) of ``mismatchscope`` -> its layer."""
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _imported(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The package's modules that ``name`` imports (``from .x import y`` is module ``x.y`` when that is one)."""
+    is_package = path.name == "__init__.py"
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = name.split(".") if is_package else name.split(".")[:-1]
+                parts = parts[: len(parts) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in modules:  # an attribute of a module: the module
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+@functools.cache
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {
+        name: {t for t in _imported(name, path, modules) if t not in FACADES}
+        for name, path in modules.items()
+        if name not in FACADES
+    }
+
+
+def _package(module: str) -> str:
+    return module.split(".")[1] if module.count(".") else module
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one member (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def cli_imports() -> set[str]:
+    """``importer -> cli module`` for every import of ``mismatchscope.cli`` from outside it."""
+    return {
+        f"{m} -> {t}" for m, ts in import_graph().items() if _package(m) != "cli" for t in ts if _package(t) == "cli"
+    }
+
+
+def package_cycles() -> list[list[str]]:
+    graph: dict[str, set[str]] = defaultdict(set)
+    for m, ts in import_graph().items():
+        graph[_package(m)] |= {_package(t) for t in ts if _package(t) != _package(m)}
+    return _cycles(graph)
+
+
+def module_cycles() -> list[list[str]]:
+    """Circles of modules inside one package (a circle across packages shows in ``package_cycles``)."""
+    graph = import_graph()
+    inside = {m: {t for t in ts if _package(t) == _package(m)} for m, ts in graph.items()}
+    return _cycles(inside)
+
+
+def upward_imports() -> set[str]:
+    """``importer -> imported`` for every import of a module in a higher layer."""
+    graph = import_graph()
+    return {
+        f"{m} -> {t}"
+        for m, ts in graph.items()
+        for t in ts
+        if LAYERS.get(_package(t), -1) > LAYERS.get(_package(m), 99)
+    }
+
+
+KNOWN_CLI_IMPORTS: set[str] = {
+    "mismatchscope.diagnose.output -> mismatchscope.cli._render",
+    "mismatchscope.diagnose.run -> mismatchscope.cli._output",
+}
+KNOWN_UPWARD_IMPORTS: set[str] = KNOWN_CLI_IMPORTS | {
+    "mismatchscope.gate.run -> mismatchscope.plots.data",
+}
+KNOWN_PACKAGE_CYCLES: list[list[str]] = [["cli", "diagnose"], ["gate", "plots"]]
+KNOWN_MODULE_CYCLES: list[list[str]] = [
+    [
+        "mismatchscope.probe.run",
+        "mismatchscope.probe.samplers",
+        "mismatchscope.probe.samplers.hf_generate",
+        "mismatchscope.probe.samplers.vllm_offline",
+        "mismatchscope.probe.samplers.vllm_server",
+        "mismatchscope.probe.validate",
+    ],
+]
+
+
+def test_the_graph_sees_the_imports():
+    """A check that reads nothing passes forever: the parser must find imports we know are there."""
+    graph = import_graph()
+    assert "mismatchscope.divergence" in graph["mismatchscope.analysis.engine"]
+    assert "mismatchscope.cli.analyse" in graph["mismatchscope.cli.main"]
+    assert "mismatchscope.rules.base" in graph["mismatchscope.rules"]
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_every_package_has_a_layer():
+    missing = {_package(m) for m in import_graph()} - set(LAYERS)
+    assert not missing, f"place {sorted(missing)} in LAYERS (and in docs/architecture.md)"
+
+
+def test_no_new_import_up_the_layers():
+    assert upward_imports() <= KNOWN_UPWARD_IMPORTS, sorted(upward_imports() - KNOWN_UPWARD_IMPORTS)
+
+
+def test_no_new_import_of_the_cli():
+    assert cli_imports() <= KNOWN_CLI_IMPORTS, sorted(cli_imports() - KNOWN_CLI_IMPORTS)
+
+
+def test_no_new_cycle_between_packages():
+    new = [c for c in package_cycles() if not any(set(c) <= set(k) for k in KNOWN_PACKAGE_CYCLES)]
+    assert not new, new
+
+
+def test_no_new_cycle_between_modules():
+    new = [c for c in module_cycles() if not any(set(c) <= set(k) for k in KNOWN_MODULE_CYCLES)]
+    assert not new, new
+
+
+@pytest.mark.xfail(bool(KNOWN_CLI_IMPORTS), reason="library modules still import cli helpers", strict=True)
+def test_nothing_outside_cli_imports_it_at_all():
+    assert not cli_imports(), sorted(cli_imports())
+
+
+@pytest.mark.xfail(bool(KNOWN_UPWARD_IMPORTS), reason="some imports still run up the layers", strict=True)
+def test_no_import_up_the_layers_at_all():
+    assert not upward_imports(), sorted(upward_imports())
+
+
+@pytest.mark.xfail(bool(KNOWN_PACKAGE_CYCLES), reason="packages still import each other in a circle", strict=True)
+def test_no_cycle_between_packages_at_all():
+    assert not package_cycles(), package_cycles()
+
+
+@pytest.mark.xfail(
+    bool(KNOWN_MODULE_CYCLES), reason="modules of a package still import each other in a circle", strict=True
+)
+def test_no_cycle_between_modules_at_all():
+    assert not module_cycles(), module_cycles()
