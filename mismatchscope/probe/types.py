@@ -78,9 +78,25 @@ class TrainerConfig:
     trust_remote_code: bool = False
     allow_pickle: bool = False
     """load ``.bin``/``.pt`` weights (pickle) instead of refusing them."""
+    replay_routes: bool = False
+    """MoE: force the trainer's expert ids to the sampler's recorded ones (gate weights from its own router)."""
+    replay_weights: bool = False
+    """MoE, with ``replay_routes``: also use the sampler's recorded gate weights."""
+
+    @property
+    def replay(self) -> str | None:
+        """``None``, ``"ids"`` or ``"ids+weights"``: the manifest's ``routing.replay``."""
+        if not self.replay_routes:
+            return None
+        return "ids+weights" if self.replay_weights else "ids"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The options; the replay switches only when on, so runs recorded without them resume as before."""
+        out = asdict(self)
+        for key in ("replay_routes", "replay_weights"):
+            if not out[key]:
+                del out[key]
+        return out
 
 
 @dataclass
@@ -96,6 +112,8 @@ class Completion:
     """per position: the ids the sampler listed (its top-k; may include the sampled id)."""
     topk_logprobs: list[list[float]]
     finish_reason: str | None = None
+    routes: Any = None
+    """MoE: the sampler's routes (:class:`~mismatchscope.routing.io.SeqRoutes`), where it can give them."""
 
 
 @dataclass
@@ -105,6 +123,8 @@ class ScoreRequest:
     prompt_token_ids: list[int]
     completion_token_ids: list[int]
     sampler_topk_ids: list[list[int]]
+    forced_routes: Any = None
+    """MoE replay: the :class:`~mismatchscope.routing.io.SeqRoutes` to force (ids, and weights where set)."""
 
 
 @dataclass
@@ -119,3 +139,5 @@ class Scored:
     entropy: list[float]
     kept_logmass: list[float] | None = None
     """log of the trainer mass on the top-p/top-k kept set (None: no truncation)."""
+    routes: Any = None
+    """MoE: the trainer's routes over every input position but the last (:class:`~mismatchscope.routing.io.SeqRoutes`)."""
