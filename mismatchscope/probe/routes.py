@@ -332,7 +332,11 @@ class RoundRoutes:
         """A rescore's routes: the recorded run's sampler side, checked against the trainer's model."""
         from mismatchscope.errors import InputError
         from mismatchscope.routing.io import read_routes, sequences_of
-        from mismatchscope.routing.layout import MANIFEST_KEY, SAMPLER_EXPERTS, SAMPLER_WEIGHTS
+        from mismatchscope.routing.layout import (
+            MANIFEST_KEY,
+            SAMPLER_EXPERTS,
+            SAMPLER_WEIGHTS,
+        )
 
         raw = old_manifest.get(MANIFEST_KEY)
         src = RoutingMeta.from_dict(raw) if raw else None

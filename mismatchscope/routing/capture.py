@@ -16,10 +16,16 @@ router (padding, the last token of a sequence).
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
-from mismatchscope.routing.families import MoELayers, RouterFamily, family_for, find_moe_layers
+from mismatchscope.routing.families import (
+    MoELayers,
+    RouterFamily,
+    family_for,
+    find_moe_layers,
+)
 
 
 @dataclass

@@ -30,12 +30,12 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from mismatchscope.probe.checkpoint import inspect_checkpoint  # noqa: E402
-from mismatchscope.probe.trainer import HFTrainer  # noqa: E402
-from mismatchscope.probe.types import SamplingConfig, ScoreRequest, TrainerConfig  # noqa: E402
-from mismatchscope.routing.io import SeqRoutes  # noqa: E402
+from mismatchscope.probe.checkpoint import inspect_checkpoint
+from mismatchscope.probe.trainer import HFTrainer
+from mismatchscope.probe.types import SamplingConfig, ScoreRequest, TrainerConfig
+from mismatchscope.routing.io import SeqRoutes
 
-from .conftest import checkpoint_dir  # noqa: E402
+from .conftest import checkpoint_dir
 
 pytestmark = pytest.mark.slow  # seven checkpoints built and loaded: about a minute
 
@@ -208,7 +208,7 @@ def test_replay_equals_an_independent_replay(family_trainer):
         for m, (i, router) in enumerate(routers.items()):
             originals[i] = router.forward
             # the last input position predicts nothing; it keeps the router's own choice
-            def forward(hidden, router=router, m=m):
+            def forward(hidden, router=router, m=m, ids=ids, full=full):
                 own = _select(name, router, hidden)
                 chosen = torch.cat([ids[:, m], own[len(full) - 1:]])
                 logits = hidden.reshape(-1, router.weight.shape[1]) @ router.weight.T
