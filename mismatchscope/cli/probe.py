@@ -30,6 +30,7 @@ ReplayRoutesOpt = typer.Option(
          "the trainer's own router at those ids).")
 ReplayWeightsOpt = typer.Option(
     False, "--replay-weights", help="With --replay-routes: also use the sampler's recorded gate weights.")
+RoutesOpt = typer.Option(True, "--routes/--no-routes", help="MoE: record both sides' expert routes in routes/.")
 
 
 def _engine_args(items: list[str] | None) -> dict:
@@ -164,6 +165,7 @@ def probe(
     round_prompts: int = typer.Option(0, "--round-prompts", min=0, help="Prompts per sampling round (0: all in one batch)."),
     replay_routes: bool = ReplayRoutesOpt,
     replay_weights: bool = ReplayWeightsOpt,
+    routes: bool = RoutesOpt,
     resume: bool = typer.Option(False, "--resume", help="Continue a run directory that was interrupted."),
     rule: Optional[List[str]] = RuleOpt,
     format: OutputFormat = FormatOpt,
@@ -194,7 +196,7 @@ def probe(
         trainer=TrainerConfig(dtype=trainer_dtype, attn_implementation=attn_implementation,
                               fp32_lm_head=fp32_lm_head or trainer_fp32_lm_head, device_map=device_map, device=trainer_device,
                               batch_tokens=trainer_batch_tokens, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle,
-                              replay_routes=replay_routes, replay_weights=replay_weights),
+                              replay_routes=replay_routes, replay_weights=replay_weights, record_routes=routes),
         reward_fn=reward_fn, resume=resume, round_prompts=round_prompts, sampler_tokenizer=sampler_tokenizer,
         trainer_checkpoint=trainer_checkpoint,
     )
@@ -233,6 +235,7 @@ def rescore(
     trainer_checkpoint: Optional[Path] = TrainerCheckpointOpt,
     replay_routes: bool = ReplayRoutesOpt,
     replay_weights: bool = ReplayWeightsOpt,
+    routes: bool = RoutesOpt,
     resume: bool = typer.Option(False, "--resume"),
     rule: Optional[List[str]] = RuleOpt,
     format: OutputFormat = FormatOpt,
@@ -244,7 +247,7 @@ def rescore(
     cfg = TrainerConfig(dtype=trainer_dtype, attn_implementation=attn_implementation, fp32_lm_head=trainer_fp32_lm_head,
                         device_map=device_map, device=trainer_device, batch_tokens=trainer_batch_tokens,
                         trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, replay_routes=replay_routes,
-                        replay_weights=replay_weights)
+                        replay_weights=replay_weights, record_routes=routes)
     with _Bars(enabled=True) as bars:
         run_dir = do_rescore(run, _out_dir(out, "rescore"), cfg, resume=resume, progress=bars, trainer_checkpoint=trainer_checkpoint)
     _summarise(run_dir, rule, format)

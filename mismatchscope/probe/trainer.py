@@ -115,7 +115,7 @@ class HFTrainer:
                 None if getattr(self.head, "bias", None) is None else self.head.bias.detach().float(),
             )
         self._checked = False
-        self.routes = TrainerRoutes.attach(self.model, info)
+        self.routes = TrainerRoutes.attach(self.model, info) if cfg.record_routes else TrainerRoutes()
 
     # ------------------------------------------------------------ public
 

@@ -82,6 +82,8 @@ class TrainerConfig:
     """MoE: force the trainer's expert ids to the sampler's recorded ones (gate weights from its own router)."""
     replay_weights: bool = False
     """MoE, with ``replay_routes``: also use the sampler's recorded gate weights."""
+    record_routes: bool = True
+    """MoE: write ``routes/`` (off: the run records no routes, as for a dense model)."""
 
     @property
     def replay(self) -> str | None:
@@ -91,10 +93,10 @@ class TrainerConfig:
         return "ids+weights" if self.replay_weights else "ids"
 
     def to_dict(self) -> dict[str, Any]:
-        """The options; the replay switches only when on, so runs recorded without them resume as before."""
+        """The options; the route switches only when not at their default, so older runs resume as before."""
         out = asdict(self)
-        for key in ("replay_routes", "replay_weights"):
-            if not out[key]:
+        for key, default in (("replay_routes", False), ("replay_weights", False), ("record_routes", True)):
+            if out[key] == default:
                 del out[key]
         return out
 

@@ -155,6 +155,9 @@ def check_trainer(cfg: TrainerConfig) -> None:
     if cfg.replay_weights and not cfg.replay_routes:
         raise UsageError("--replay-weights replays the sampler's gate weights with its expert ids",
                          hint="add --replay-routes")
+    if cfg.replay_routes and not cfg.record_routes:
+        raise UsageError("--replay-routes records the replayed routes; it cannot run with --no-routes",
+                         hint="leave out --no-routes")
 
 
 def shown_arg(value: Any) -> str:
