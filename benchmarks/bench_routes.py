@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -63,6 +64,7 @@ def main() -> None:
     for i in range(args.repeat):
         for variant in ("routes", "no-routes"):
             out = root / f"{variant}-{i}"
+            shutil.rmtree(out, ignore_errors=True)
             extra = ["--no-routes"] if variant == "no-routes" else []
             wall = _run("rescore", str(src), "--out", str(out), "--format", "json", *extra)
             results[variant]["wall"].append(wall)

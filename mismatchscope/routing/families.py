@@ -77,11 +77,14 @@ class RouterFamily:
         """
         import torch
 
-        scores = self.scores(router, logits)
         k = int(router.top_k)
-        if scores.shape[-1] <= k:
-            return torch.full(scores.shape[:-1], float("inf"), device=scores.device)
-        top = torch.topk(scores, k + 1, dim=-1).values
+        if logits.shape[-1] <= k:
+            return torch.full(logits.shape[:-1], float("inf"), device=logits.device)
+        if self.rule == SOFTMAX:  # softmax is monotone in the logits: rank them, exponentiate only k + 1
+            x = logits.float()
+            top = torch.topk(x, k + 1, dim=-1).values - torch.logsumexp(x, dim=-1, keepdim=True)
+            return top[..., k - 1].exp() - top[..., k].exp()
+        top = torch.topk(self.scores(router, logits), k + 1, dim=-1).values
         return top[..., k - 1] - top[..., k]
 
     # ------------------------------------------------------------ weights
