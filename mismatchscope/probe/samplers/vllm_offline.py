@@ -188,16 +188,35 @@ def _start(model: str, args: dict[str, Any]):
     import pydantic
     from vllm import LLM
 
+    from mismatchscope.probe.samplers.engine_start import StderrTail, root_cause
+
+    tail = StderrTail()
     try:
-        return LLM(model, **args)
+        with tail:
+            return LLM(model, **args)
     except TypeError as e:
         if "unexpected keyword argument" not in str(e):
-            raise
+            raise _start_failed(model, e, tail.lines()) from e
         raise UsageError(f"vllm.LLM refused the engine options: {e}", hint="check the --engine-arg names") from e
     except pydantic.ValidationError as e:
         first = e.errors()[0] if e.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ())) or e.title
-        raise UsageError(f"vLLM refused its configuration: {where}: {first.get('msg', e)}") from e
+        msg = str(first.get("msg", e))
+        cause = root_cause(e, tail.lines()) if "failed to be inspected" in msg else None
+        if cause:
+            raise _start_failed(model, e, tail.lines()) from e
+        raise UsageError(f"vLLM refused its configuration: {where}: {msg}") from e
+    except (RuntimeError, ValueError, KeyError, NotImplementedError, ImportError, AssertionError) as e:
+        raise _start_failed(model, e, tail.lines()) from e
+
+
+def _start_failed(model: str, exc: BaseException, lines: list[str]) -> SamplerError:
+    """The engine did not start: what vLLM refused, from its own log lines where the exception only points there."""
+    from mismatchscope.probe.samplers.engine_start import root_cause
+
+    cause = root_cause(exc, lines) or " ".join(f"{type(exc).__name__}: {exc}".split())
+    return SamplerError(f"vLLM could not start an engine for {model}: {cause}",
+                        hint="--sampler hf samples with transformers instead")
 
 
 def check_engine_args(engine_args: dict[str, Any]) -> None:
