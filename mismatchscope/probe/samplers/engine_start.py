@@ -36,6 +36,7 @@ class StderrTail:
         self._lines: collections.deque[str] = collections.deque(maxlen=keep)
         self._saved: int | None = None
         self._thread: threading.Thread | None = None
+        self._forward = True
 
     def __enter__(self) -> "StderrTail":
         try:
@@ -55,8 +56,9 @@ class StderrTail:
         pending = b""
         with os.fdopen(read, "rb", buffering=0) as pipe:
             while chunk := pipe.read(65536):
-                with contextlib.suppress(OSError):
-                    os.write(out, chunk)
+                if self._forward:
+                    with contextlib.suppress(OSError):
+                        os.write(out, chunk)
                 pending += chunk
                 *done, pending = pending.split(b"\n")
                 self._lines.extend(line.decode("utf-8", "replace") for line in done)
@@ -66,14 +68,32 @@ class StderrTail:
     def __exit__(self, *exc) -> None:
         if self._saved is None:
             return
+        if exc[1] is not None:
+            _release(exc[1])  # a half-started engine's progress bars print as they are freed: into the pipe
         with contextlib.suppress(Exception):
             sys.stderr.flush()
         os.dup2(self._saved, 2)  # this process writes to the terminal again; children keep the pipe
         if exc[0] is not None and self._thread is not None:
-            self._thread.join(timeout=5.0)  # failed children have exited: read what they wrote last
+            self._thread.join(timeout=5.0)  # read what the failed children wrote last
+            self._forward = False  # what a child still prints while it is torn down would follow the error line
 
     def lines(self) -> list[str]:
         return list(self._lines)
+
+
+def _release(exc: BaseException) -> None:
+    """Clear the locals of every frame behind ``exc`` (and its chain) and collect them now."""
+    import gc
+    import traceback
+
+    seen: BaseException | None = exc
+    for _ in range(20):
+        if seen is None:
+            break
+        if seen.__traceback__ is not None:
+            traceback.clear_frames(seen.__traceback__)
+        seen = seen.__cause__ or seen.__context__
+    gc.collect()
 
 
 def root_cause(exc: BaseException, lines: list[str]) -> str | None:
