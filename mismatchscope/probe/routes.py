@@ -257,9 +257,13 @@ def check_replay_probe(replay: str | None, info: CheckpointInfo, sampler_kind: s
         raise UsageError(f"--replay-routes needs an MoE checkpoint; {info.path} is dense")
     if family_for(model_type_of(info)) is None:
         raise UsageError(f"--replay-routes: {unknown_family(info)}")
-    if sampler_kind.startswith("vllm"):
-        why = vllm_routes_unsupported() or f"the {sampler_kind} sampler does not ask vLLM for routed experts yet"
-        raise UsageError(f"--replay-routes needs the sampler's routes: {why}", hint="use --sampler hf")
+    if sampler_kind == "vllm-server":
+        raise UsageError("--replay-routes needs the sampler's routes: the vllm-server sampler does not ask the "
+                         "server for routed experts", hint="use --sampler hf, or --sampler vllm on a GPU build")
+    if sampler_kind == "vllm":
+        why = vllm_routes_unsupported()
+        if why is not None:
+            raise UsageError(f"--replay-routes needs the sampler's routes: {why}", hint="use --sampler hf")
 
 
 def check_replay_source(run_path, manifest: dict, replay: str | None) -> RoutingMeta | None:
@@ -371,3 +375,22 @@ class RoundRoutes:
 
         path = Path(run_path) / ROUTES / f"part-{round_index:05d}-{index:05d}.parquet"
         write_route_shard(path, self.shape, shard, prompt_ids, n, self.sampler, scored)
+
+
+def moe_layers_from_config(info: CheckpointInfo) -> tuple[tuple[int, ...] | None, str | None]:
+    """(absolute MoE layer indices, None) from the checkpoint's config, without loading weights (meta device).
+
+    (None, why) for an unknown family.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from mismatchscope.routing.families import family_for, find_moe_layers
+
+    family = family_for(model_type_of(info))
+    if family is None:
+        return None, unknown_family(info)
+    config = AutoConfig.from_pretrained(str(info.path))
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return find_moe_layers(model, family).moe_layers, None

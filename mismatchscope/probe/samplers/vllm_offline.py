@@ -47,6 +47,7 @@ class VLLMOfflineSampler:
         self.info = info
         self._llm = None
         self._engine_args: dict[str, Any] | None = None
+        self._moe_layers, self._routes_why = _route_plan(info)
         if sampling is not None:
             self._engine_for(sampling)
 
@@ -71,6 +72,8 @@ class VLLMOfflineSampler:
             "max_model_len": cfg.max_model_len,
         }
         args.update({k: v for k, v in optional.items() if v is not None})
+        if self._moe_layers is not None:  # vLLM returns routes only with prefix caching on
+            args.update(enable_return_routed_experts=True, enable_prefix_caching=True)
         if cfg.fp32_lm_head:
             args["hf_overrides"] = {"head_dtype": "float32"}
         forced = cfg.engine_args.get("logprobs_mode", sampling.logprobs_mode)
@@ -129,7 +132,7 @@ class VLLMOfflineSampler:
         for j, request in enumerate(outputs):
             for out in sorted(request.outputs, key=lambda o: o.index):
                 index = sample_index(j, out.index, sampling, per_request_n)
-                completions.append(_completion(layout[j], index, out, sampling.top_k_logprobs))
+                completions.append(_completion(layout[j], index, out, sampling.top_k_logprobs, self._moe_layers))
         if on_progress is not None:
             on_progress(len(completions))
         return completions
@@ -157,6 +160,14 @@ class VLLMOfflineSampler:
             rows = request.prompt_logprobs[len(p):len(p) + len(c)]
             out.append([row[t].logprob for t, row in zip(c, rows)])
         return out
+
+    def routes_status(self):
+        """vLLM returns expert ids (never gate weights) where its build supports it."""
+        from mismatchscope.routing.layout import SideRoutes
+
+        if self._moe_layers is None:
+            return SideRoutes(False, why=self._routes_why)
+        return SideRoutes(True, weights=False)
 
     def describe(self) -> dict[str, Any]:
         """Engine, version, dtypes, devices and the effective ``LLM(...)`` arguments."""
@@ -284,7 +295,19 @@ def _declared_engine_args() -> dict[str, Any] | None:
     return declared
 
 
-def _completion(prompt_index: int, index: int, out, k: int) -> Completion:
+def _route_plan(info: CheckpointInfo) -> tuple[tuple[int, ...] | None, str | None]:
+    """(MoE layers to read from vLLM's routes, or None; why not). Dense models: (None, None)."""
+    if not info.is_moe:
+        return None, None
+    from mismatchscope.probe.routes import moe_layers_from_config, vllm_routes_unsupported
+
+    why = vllm_routes_unsupported()
+    if why is not None:
+        return None, why
+    return moe_layers_from_config(info)
+
+
+def _completion(prompt_index: int, index: int, out, k: int, moe_layers: tuple[int, ...] | None = None) -> Completion:
     """One vLLM ``CompletionOutput`` as a :class:`Completion`."""
     if out.logprobs is None or len(out.logprobs) != len(out.token_ids):
         raise UsageError("vLLM returned no logprobs; the engine ignored logprobs=k")
@@ -306,7 +329,17 @@ def _completion(prompt_index: int, index: int, out, k: int) -> Completion:
         topk_ids=top_ids,
         topk_logprobs=top_lps,
         finish_reason=out.finish_reason,
+        routes=_routes(out, moe_layers),
     )
+
+
+def _routes(out, moe_layers: tuple[int, ...] | None):
+    """vLLM's ``routed_experts`` ``[tokens - 1, all decoder layers, k]`` (prompt start 0) as MoE-layer routes."""
+    if moe_layers is None or getattr(out, "routed_experts", None) is None:
+        return None
+    from mismatchscope.probe.routes import from_engine_layout
+
+    return from_engine_layout(out.routed_experts, moe_layers)
 
 
 def _device_info(device: str) -> dict[str, Any]:
