@@ -24,6 +24,15 @@ TrainerCheckpointOpt = typer.Option(
          "A --resume keeps the recorded one.")
 
 
+ReplayRoutesOpt = typer.Option(
+    False, "--replay-routes",
+    help="MoE: score the trainer with its expert ids forced to the sampler's recorded ones (gate weights from "
+         "the trainer's own router at those ids).")
+ReplayWeightsOpt = typer.Option(
+    False, "--replay-weights", help="With --replay-routes: also use the sampler's recorded gate weights.")
+RoutesOpt = typer.Option(True, "--routes/--no-routes", help="MoE: record both sides' expert routes in routes/.")
+
+
 def _engine_args(items: list[str] | None) -> dict:
     out = {}
     for item in items or []:
@@ -154,6 +163,9 @@ def probe(
     trainer_checkpoint: Optional[Path] = TrainerCheckpointOpt,
     reward_fn: Optional[str] = typer.Option(None, "--reward-fn", metavar="MODULE:FUNCTION", help="fn(prompt=, completion=, answer=) -> float. Default: exact match with the prompt's answer."),
     round_prompts: int = typer.Option(0, "--round-prompts", min=0, help="Prompts per sampling round (0: all in one batch)."),
+    replay_routes: bool = ReplayRoutesOpt,
+    replay_weights: bool = ReplayWeightsOpt,
+    routes: bool = RoutesOpt,
     resume: bool = typer.Option(False, "--resume", help="Continue a run directory that was interrupted."),
     sampler_prefill: bool = typer.Option(
         False, "--sampler-prefill",
@@ -187,7 +199,8 @@ def probe(
                               engine_args=_engine_args(engine_arg), url=url, api_key_env=api_key_env),
         trainer=TrainerConfig(dtype=trainer_dtype, attn_implementation=attn_implementation,
                               fp32_lm_head=fp32_lm_head or trainer_fp32_lm_head, device_map=device_map, device=trainer_device,
-                              batch_tokens=trainer_batch_tokens, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle),
+                              batch_tokens=trainer_batch_tokens, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle,
+                              replay_routes=replay_routes, replay_weights=replay_weights, record_routes=routes),
         reward_fn=reward_fn, resume=resume, round_prompts=round_prompts, sampler_tokenizer=sampler_tokenizer,
         trainer_checkpoint=trainer_checkpoint, sampler_prefill=sampler_prefill,
     )
@@ -224,6 +237,9 @@ def rescore(
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code"),
     allow_pickle: bool = typer.Option(False, "--allow-pickle"),
     trainer_checkpoint: Optional[Path] = TrainerCheckpointOpt,
+    replay_routes: bool = ReplayRoutesOpt,
+    replay_weights: bool = ReplayWeightsOpt,
+    routes: bool = RoutesOpt,
     resume: bool = typer.Option(False, "--resume"),
     rule: Optional[List[str]] = RuleOpt,
     format: OutputFormat = FormatOpt,
@@ -234,7 +250,8 @@ def rescore(
 
     cfg = TrainerConfig(dtype=trainer_dtype, attn_implementation=attn_implementation, fp32_lm_head=trainer_fp32_lm_head,
                         device_map=device_map, device=trainer_device, batch_tokens=trainer_batch_tokens,
-                        trust_remote_code=trust_remote_code, allow_pickle=allow_pickle)
+                        trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, replay_routes=replay_routes,
+                        replay_weights=replay_weights, record_routes=routes)
     with _Bars(enabled=True) as bars:
         run_dir = do_rescore(run, _out_dir(out, "rescore"), cfg, resume=resume, progress=bars, trainer_checkpoint=trainer_checkpoint)
     _summarise(run_dir, rule, format)

@@ -38,6 +38,8 @@ from .policy_lag import TrainerCheckpoint, check_resume, open_trainer_checkpoint
 from .prompts import Prompt, file_sha256, load_prompts
 from .recorder import RunDir
 from .rewards import group_advantages, load_reward_fn
+from .routes import (RoundRoutes, check_replay_probe, check_replay_source, routing_manifest, sampler_side,
+                     save_sampler_round)
 from .types import Completion, SamplerConfig, SamplingConfig, ScoreRequest, Scored, TrainerConfig
 from .samplers.base import check_prompts
 from .validate import (
@@ -148,6 +150,7 @@ def run_probe(opts: ProbeOptions, progress: Progress | None = None, sampler=None
     prompts = load_prompts(opts.prompts)
     info = inspect_checkpoint(opts.checkpoint, allow_pickle=opts.trainer.allow_pickle, trust_remote_code=opts.trainer.trust_remote_code)
     check_against_checkpoint(opts, info)
+    check_replay_probe(opts.trainer.replay, info, opts.sampler.kind)
     tokenizer = load_tokenizer(info.path, trust_remote_code=opts.trainer.trust_remote_code)
     other = load_tokenizer(opts.sampler_tokenizer, trust_remote_code=opts.trainer.trust_remote_code) if opts.sampler_tokenizer else None
     check_tokenizer(tokenizer, info, [p.text for p in prompts], other=other)
@@ -263,6 +266,7 @@ def _sample_and_score(opts: ProbeOptions, run: RunDir, manifest: dict, info, tok
 
                     completions = with_sampler_prefill(sampler, prompt_ids, completions, opts.sampling)
                 _check_completions(completions, rounds[r], n)
+                save_sampler_round(run.path, r, completions, n)  # before the samples: a round's samples imply its routes
                 run.write_samples(r, completions)
                 manifest["sampler_info"] = sampler.describe()  # saved with the round: a killed run keeps it
                 _save_progress(run, manifest)
@@ -272,8 +276,11 @@ def _sample_and_score(opts: ProbeOptions, run: RunDir, manifest: dict, info, tok
                 progress.note(f"loading trainer ({opts.trainer.dtype}{_lag_label(trainer_ckpt)})")
                 trainer = HFTrainer(trainer_ckpt.info, opts.trainer)
                 manifest["trainer_info"] = trainer.describe()
+                side = sampler_side(sampler, opts.sampler.kind) if sampler is not None else None
+                shape = routing_manifest(manifest, trainer, side, opts.trainer.replay, progress.note)
+            routes = RoundRoutes.of_probe_round(shape, run.path, r, opts.trainer.replay)
             session["scoring_seconds"] += _score_round(run, r, completions, prompts, prompt_ids, tokenizer, reward_fn, trainer,
-                                                       opts.sampling, done, config, progress)
+                                                       opts.sampling, done, config, progress, routes)
             _save_progress(run, manifest)
     finally:
         if sampler is not None and owned:
@@ -320,7 +327,7 @@ def _rewards(completions: list[Completion], prompts: list[Prompt], tokenizer, re
 
 
 def _score_round(run: RunDir, r: int, completions, prompts, prompt_ids, tokenizer, reward_fn, trainer, sampling: SamplingConfig,
-                 done: set[int], config: dict, progress: Progress) -> float:
+                 done: set[int], config: dict, progress: Progress, routes: RoundRoutes | None = None) -> float:
     n = sampling.n
     has_answers = any(p.answer is not None for p in prompts) or config["reward_fn"] != "exact_match(answer)"
     rewards = _rewards(completions, prompts, tokenizer, reward_fn, n) if has_answers else {}
@@ -337,10 +344,14 @@ def _score_round(run: RunDir, r: int, completions, prompts, prompt_ids, tokenize
     existing = len(list(run.tokens.glob(f"part-{r:05d}-*.parquet")))
     elapsed = 0.0
     for b, shard in enumerate(shards):
-        reqs = [ScoreRequest(prompt_ids[c.prompt_index], c.token_ids, c.topk_ids) for c in shard]
+        reqs = [ScoreRequest(prompt_ids[c.prompt_index], c.token_ids, c.topk_ids,
+                             forced_routes=routes.forced(c.prompt_index * n + c.sample_index) if routes else None)
+                for c in shard]
         t0 = time.perf_counter()
         scored = trainer.score(reqs, sampling)
         elapsed += time.perf_counter() - t0
+        if routes is not None:  # before the token shard: a scored shard implies its routes
+            routes.write(run.path, r, existing + b, shard, prompt_ids, n, scored)
         write_table(run.token_shard(r, existing + b), token_columns(shard, scored, rewards, n), config)
         progress.advance("scoring", sum(len(c.token_ids) for c in shard))
     return elapsed
@@ -458,6 +469,7 @@ def rescore(run_path: Path, out: Path, trainer_cfg: TrainerConfig, resume: bool 
         raise UsageError(f"{run_path} is not a probe run directory (no {src.manifest_path.name})")
     _check_complete_source(run_path)
     old = src.read_manifest()
+    check_replay_source(run_path, old, trainer_cfg.replay)
     if not list(src.samples.glob("round-*.parquet")):
         raise UsageError(f"{run_path} has no recorded samples to rescore")
     dst = RunDir(out)
@@ -517,13 +529,14 @@ def _rescore_rounds(src: RunDir, dst: RunDir, manifest: dict, old: dict, trainer
     progress.note(f"loading trainer ({trainer_cfg.dtype}{_lag_label(trainer_ckpt)})")
     trainer = HFTrainer(trainer_ckpt.info, trainer_cfg)
     manifest["trainer_info"] = trainer.describe()
+    routes = RoundRoutes.of_source(src.path, old, trainer, trainer_cfg.replay, manifest, progress.note)
     for p in sorted(src.samples.glob("round-*.parquet")):
         r = int(p.stem.split("-")[1])
         completions = src.read_samples(r)
         if not dst.samples_path(r).exists():
             dst.write_samples(r, completions)
         session["scoring_seconds"] += _score_round(dst, r, completions, prompts, prompt_ids, tokenizer, reward_fn, trainer,
-                                                   sampling, done, config, progress)
+                                                   sampling, done, config, progress, routes)
         _save_progress(dst, manifest)
     _finish(dst, manifest)
     return dst.path

@@ -32,6 +32,7 @@ from typing import Any, Callable
 from mismatchscope.errors import CheckpointError, InputError, UsageError
 from mismatchscope.probe.checkpoint import CheckpointInfo, text_config
 from mismatchscope.probe.hf_model import load_causal_lm, model_description
+from mismatchscope.probe.routes import TrainerRoutes
 from mismatchscope.probe.token_scoring import Processing, score_positions
 from mismatchscope.probe.types import SamplingConfig, ScoreRequest, Scored, TrainerConfig
 
@@ -114,6 +115,7 @@ class HFTrainer:
                 None if getattr(self.head, "bias", None) is None else self.head.bias.detach().float(),
             )
         self._checked = False
+        self.routes = TrainerRoutes.attach(self.model, info) if cfg.record_routes else TrainerRoutes()
 
     # ------------------------------------------------------------ public
 
@@ -222,7 +224,11 @@ class HFTrainer:
     def _score_batch(self, reqs: list[ScoreRequest], processing: Processing, k: int) -> list[Scored]:
         import torch
 
-        hidden = self._hidden([[*r.prompt_token_ids, *r.completion_token_ids] for r in reqs])
+        seqs = [[*r.prompt_token_ids, *r.completion_token_ids] for r in reqs]
+        if self.routes.tap is not None:
+            self.routes.begin(seqs, [r.forced_routes for r in reqs])
+        hidden = self._hidden(seqs)
+        routes = self.routes.end(seqs) if self.routes.tap is not None else [None] * len(reqs)
         rows, cols, labels, listed, listed_len = [], [], [], [], []
         for b, r in enumerate(reqs):
             start = len(r.prompt_token_ids) - 1  # the hidden state at t predicts token t + 1
@@ -234,7 +240,7 @@ class HFTrainer:
             listed += topk_rows
             listed_len += [len(x) for x in topk_rows]
         if not labels:
-            return [_empty_scored(processing.truncates(self.vocab_size)) for _ in reqs]
+            return [_with_routes(_empty_scored(processing.truncates(self.vocab_size)), r) for r in routes]
         width = max(max(listed_len), 1)
         # one tensor build, not one per position (id 0 pads; padded columns are never read back)
         listed_t = torch.tensor([ids if len(ids) == width else [*ids, *([0] * (width - len(ids)))] for ids in listed],
@@ -249,7 +255,8 @@ class HFTrainer:
             parts.append(
                 score_positions(logits, labels_t[s : s + chunk].to(dev), listed_t[s : s + chunk].to(dev), k, processing)
             )
-        return _split(parts, [len(r.completion_token_ids) for r in reqs], listed_len, processing)
+        scored = _split(parts, [len(r.completion_token_ids) for r in reqs], listed_len, processing)
+        return [_with_routes(s, r) for s, r in zip(scored, routes, strict=True)]
 
     def _check_head_path(self, req: ScoreRequest) -> None:
         """Refuse a model whose ``forward`` does something to logits that we don't.
@@ -273,6 +280,11 @@ class HFTrainer:
                 hint="report the model type so the transform can be added",
             )
         self._checked = True
+
+
+def _with_routes(scored: Scored, routes) -> Scored:
+    scored.routes = routes
+    return scored
 
 
 def _length(req: ScoreRequest) -> int:

@@ -78,9 +78,27 @@ class TrainerConfig:
     trust_remote_code: bool = False
     allow_pickle: bool = False
     """load ``.bin``/``.pt`` weights (pickle) instead of refusing them."""
+    replay_routes: bool = False
+    """MoE: force the trainer's expert ids to the sampler's recorded ones (gate weights from its own router)."""
+    replay_weights: bool = False
+    """MoE, with ``replay_routes``: also use the sampler's recorded gate weights."""
+    record_routes: bool = True
+    """MoE: write ``routes/`` (off: the run records no routes, as for a dense model)."""
+
+    @property
+    def replay(self) -> str | None:
+        """``None``, ``"ids"`` or ``"ids+weights"``: the manifest's ``routing.replay``."""
+        if not self.replay_routes:
+            return None
+        return "ids+weights" if self.replay_weights else "ids"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The options; the route switches only when not at their default, so older runs resume as before."""
+        out = asdict(self)
+        for key, default in (("replay_routes", False), ("replay_weights", False), ("record_routes", True)):
+            if out[key] == default:
+                del out[key]
+        return out
 
 
 @dataclass
@@ -98,6 +116,8 @@ class Completion:
     finish_reason: str | None = None
     sampler_prefill_logprobs: list[float] | None = None
     """the same engine's logprob of each token from a prefill of prompt + completion (``--sampler-prefill``)."""
+    routes: Any = None
+    """MoE: the sampler's routes (:class:`~mismatchscope.routing.io.SeqRoutes`), where it can give them."""
 
 
 @dataclass
@@ -107,6 +127,8 @@ class ScoreRequest:
     prompt_token_ids: list[int]
     completion_token_ids: list[int]
     sampler_topk_ids: list[list[int]]
+    forced_routes: Any = None
+    """MoE replay: the :class:`~mismatchscope.routing.io.SeqRoutes` to force (ids, and weights where set)."""
 
 
 @dataclass
@@ -121,3 +143,5 @@ class Scored:
     entropy: list[float]
     kept_logmass: list[float] | None = None
     """log of the trainer mass on the top-p/top-k kept set (None: no truncation)."""
+    routes: Any = None
+    """MoE: the trainer's routes over every input position but the last (:class:`~mismatchscope.routing.io.SeqRoutes`)."""

@@ -152,6 +152,12 @@ def check_trainer(cfg: TrainerConfig) -> None:
     if cfg.device_map is not None and cfg.device_map not in DEVICE_MAPS:
         check_device(cfg.device_map, "--device-map")
     check_attn_implementation(cfg.attn_implementation, device=cfg.device if cfg.device_map is None else None)
+    if cfg.replay_weights and not cfg.replay_routes:
+        raise UsageError("--replay-weights replays the sampler's gate weights with its expert ids",
+                         hint="add --replay-routes")
+    if cfg.replay_routes and not cfg.record_routes:
+        raise UsageError("--replay-routes records the replayed routes; it cannot run with --no-routes",
+                         hint="leave out --no-routes")
 
 
 def shown_arg(value: Any) -> str:

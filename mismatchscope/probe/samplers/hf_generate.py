@@ -55,6 +55,9 @@ class HFGenerateSampler:
         # top_k=50 defaults, ...) must not silently change the distribution.
         self.model.generation_config = GenerationConfig(eos_token_id=self.eos_ids, pad_token_id=self.pad_id)
         self._device = self.model.get_input_embeddings().weight.device
+        from mismatchscope.probe.routes import attach_tap
+
+        self.tap, self.routes_why = attach_tap(self.model, info, margins=False)
 
     def sample(
         self,
@@ -86,6 +89,8 @@ class HFGenerateSampler:
         for r, p in enumerate(prompts):
             ids[r, width - len(p) :] = torch.tensor(p, dtype=torch.long)
             mask[r, width - len(p) :] = 1
+        if self.tap is not None:
+            self.tap.take()
         out = self.model.generate(
             input_ids=ids.to(self._device),
             attention_mask=mask.to(self._device),
@@ -95,6 +100,7 @@ class HFGenerateSampler:
         new = out.sequences[:, width:].cpu()
         lengths = [self._length(row) for row in new.tolist()]
         sampled, top_ids, top_lps = _step_logprobs(steps, new, sampling.top_k_logprobs)
+        routes = self._routes([len(p) for p in prompts], width, [n for n, _ in lengths])
         result = []
         for r, ((p, s), (n, finish)) in enumerate(zip(rows, lengths, strict=True)):
             result.append(
@@ -106,9 +112,30 @@ class HFGenerateSampler:
                     topk_ids=top_ids[r, :n].tolist(),
                     topk_logprobs=top_lps[r, :n].tolist(),
                     finish_reason=finish,
+                    routes=routes[r] if routes is not None else None,
                 )
             )
         return result
+
+    def _routes(self, prompt_lengths: list[int], width: int, lengths: list[int]):
+        """Each row's routes from this ``generate`` call (None: a dense model, or they could not be read)."""
+        if self.tap is None:
+            return None
+        from mismatchscope.probe.routes import generate_routes
+
+        routes = generate_routes(self.tap.take(), self.tap.layers.moe_layers, prompt_lengths, width, lengths)
+        if isinstance(routes, str):
+            self.routes_why = routes
+            return None
+        return routes
+
+    def routes_status(self):
+        """Whether this sampler's routes are recorded (ids and gate weights), and if not why."""
+        from mismatchscope.routing.layout import SideRoutes
+
+        if self.tap is None or self.routes_why:
+            return SideRoutes(False, why=self.routes_why)
+        return SideRoutes(True, weights=True)
 
     def _generation_config(self, sampling: SamplingConfig):
         from transformers import GenerationConfig
@@ -164,6 +191,8 @@ class HFGenerateSampler:
         }
 
     def close(self) -> None:
+        if self.tap is not None:
+            self.tap.close()
         self.model = None
 
 

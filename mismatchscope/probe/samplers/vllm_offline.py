@@ -47,6 +47,7 @@ class VLLMOfflineSampler:
         self.info = info
         self._llm = None
         self._engine_args: dict[str, Any] | None = None
+        self._moe_layers, self._routes_why = _route_plan(info)
         if sampling is not None:
             self._engine_for(sampling)
 
@@ -71,6 +72,8 @@ class VLLMOfflineSampler:
             "max_model_len": cfg.max_model_len,
         }
         args.update({k: v for k, v in optional.items() if v is not None})
+        if self._moe_layers is not None:  # vLLM returns routes only with prefix caching on
+            args.update(enable_return_routed_experts=True, enable_prefix_caching=True)
         if cfg.fp32_lm_head:
             args["hf_overrides"] = {"head_dtype": "float32"}
         forced = cfg.engine_args.get("logprobs_mode", sampling.logprobs_mode)
@@ -129,7 +132,7 @@ class VLLMOfflineSampler:
         for j, request in enumerate(outputs):
             for out in sorted(request.outputs, key=lambda o: o.index):
                 index = sample_index(j, out.index, sampling, per_request_n)
-                completions.append(_completion(layout[j], index, out, sampling.top_k_logprobs))
+                completions.append(_completion(layout[j], index, out, sampling.top_k_logprobs, self._moe_layers))
         if on_progress is not None:
             on_progress(len(completions))
         return completions
@@ -157,6 +160,14 @@ class VLLMOfflineSampler:
             rows = request.prompt_logprobs[len(p):len(p) + len(c)]
             out.append([row[t].logprob for t, row in zip(c, rows)])
         return out
+
+    def routes_status(self):
+        """vLLM returns expert ids (never gate weights) where its build supports it."""
+        from mismatchscope.routing.layout import SideRoutes
+
+        if self._moe_layers is None:
+            return SideRoutes(False, why=self._routes_why)
+        return SideRoutes(True, weights=False)
 
     def describe(self) -> dict[str, Any]:
         """Engine, version, dtypes, devices and the effective ``LLM(...)`` arguments."""
@@ -188,16 +199,35 @@ def _start(model: str, args: dict[str, Any]):
     import pydantic
     from vllm import LLM
 
+    from mismatchscope.probe.samplers.engine_start import StderrTail, root_cause
+
+    tail = StderrTail()
     try:
-        return LLM(model, **args)
+        with tail:
+            return LLM(model, **args)
     except TypeError as e:
         if "unexpected keyword argument" not in str(e):
-            raise
+            raise _start_failed(model, e, tail.lines()) from e
         raise UsageError(f"vllm.LLM refused the engine options: {e}", hint="check the --engine-arg names") from e
     except pydantic.ValidationError as e:
         first = e.errors()[0] if e.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ())) or e.title
-        raise UsageError(f"vLLM refused its configuration: {where}: {first.get('msg', e)}") from e
+        msg = str(first.get("msg", e))
+        cause = root_cause(e, tail.lines()) if "failed to be inspected" in msg else None
+        if cause:
+            raise _start_failed(model, e, tail.lines()) from e
+        raise UsageError(f"vLLM refused its configuration: {where}: {msg}") from e
+    except (RuntimeError, ValueError, KeyError, NotImplementedError, ImportError, AssertionError) as e:
+        raise _start_failed(model, e, tail.lines()) from e
+
+
+def _start_failed(model: str, exc: BaseException, lines: list[str]) -> SamplerError:
+    """The engine did not start: what vLLM refused, from its own log lines where the exception only points there."""
+    from mismatchscope.probe.samplers.engine_start import root_cause
+
+    cause = root_cause(exc, lines) or " ".join(f"{type(exc).__name__}: {exc}".split())
+    return SamplerError(f"vLLM could not start an engine for {model}: {cause}",
+                        hint="--sampler hf samples with transformers instead")
 
 
 def check_engine_args(engine_args: dict[str, Any]) -> None:
@@ -265,7 +295,19 @@ def _declared_engine_args() -> dict[str, Any] | None:
     return declared
 
 
-def _completion(prompt_index: int, index: int, out, k: int) -> Completion:
+def _route_plan(info: CheckpointInfo) -> tuple[tuple[int, ...] | None, str | None]:
+    """(MoE layers to read from vLLM's routes, or None; why not). Dense models: (None, None)."""
+    if not info.is_moe:
+        return None, None
+    from mismatchscope.probe.routes import moe_layers_from_config, vllm_routes_unsupported
+
+    why = vllm_routes_unsupported()
+    if why is not None:
+        return None, why
+    return moe_layers_from_config(info)
+
+
+def _completion(prompt_index: int, index: int, out, k: int, moe_layers: tuple[int, ...] | None = None) -> Completion:
     """One vLLM ``CompletionOutput`` as a :class:`Completion`."""
     if out.logprobs is None or len(out.logprobs) != len(out.token_ids):
         raise UsageError("vLLM returned no logprobs; the engine ignored logprobs=k")
@@ -287,7 +329,17 @@ def _completion(prompt_index: int, index: int, out, k: int) -> Completion:
         topk_ids=top_ids,
         topk_logprobs=top_lps,
         finish_reason=out.finish_reason,
+        routes=_routes(out, moe_layers),
     )
+
+
+def _routes(out, moe_layers: tuple[int, ...] | None):
+    """vLLM's ``routed_experts`` ``[tokens - 1, all decoder layers, k]`` (prompt start 0) as MoE-layer routes."""
+    if moe_layers is None or getattr(out, "routed_experts", None) is None:
+        return None
+    from mismatchscope.probe.routes import from_engine_layout
+
+    return from_engine_layout(out.routed_experts, moe_layers)
 
 
 def _device_info(device: str) -> dict[str, Any]:
