@@ -241,3 +241,35 @@ def test_bad_routes_on_the_command_line_exit_2_with_one_line(tmp_path):
 
 def test_the_fixture_is_written_in_the_layouts_schema():
     assert routes_table(RUN_ROWS).schema.equals(routes_schema(META.num_experts))
+
+
+def test_gate_limits_the_flip_rate(run):
+    from mismatchscope.gate.config import parse_config
+    from mismatchscope.gate.run import run_gate
+
+    import tomllib
+
+    cfg = parse_config(tomllib.loads("[absolute]\nroute_flip_rate = 0.4\nrouting_share_of_gap = { max = 0.9 }\n"), "test")
+    flip, share = run_gate(str(run), None, cfg).checks
+    # the any-layer share is 2 / 4 = 0.5 > 0.4: a point estimate (no bootstrap), so the point decides
+    assert (flip.estimate, flip.method, flip.status) == (pytest.approx(0.5), "point", "fail")
+    # routing's share of the gap 1.5 / 1.8 = 0.833 <= 0.9
+    assert (share.estimate, share.status) == (pytest.approx(1.5 / 1.8), "pass")
+
+
+def test_gate_on_a_dense_run_says_why_the_flip_rate_is_missing():
+    from mismatchscope.gate.config import parse_config
+    from mismatchscope.gate.run import run_gate
+
+    import tomllib
+
+    cfg = parse_config(tomllib.loads("[absolute]\nroute_flip_rate = 0.4\n"), "test")
+    with pytest.raises(InputError, match="route_flip_rate is not available.*routes/ with both sides' expert ids"):
+        run_gate(str(SAMPLE_PAIRS), None, cfg)
+
+
+def test_gate_cli_flip_limit(run):
+    p = cli("gate", str(run), "--limit", "route_flip_rate<=0.6", "--absolute-only", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    checks = json.loads(p.stdout)["checks"]
+    assert [(c["metric"], c["status"]) for c in checks if c["metric"] == "route_flip_rate"] == [("route_flip_rate", "pass")]
