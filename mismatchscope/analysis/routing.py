@@ -76,7 +76,7 @@ def locate_routes(files: list[Path]) -> tuple[RoutesRun | None, str | None]:
         return None, (f"{len(roots)} runs with routes/ in the input ({roots[0]}, {roots[1]}, ...): routing metrics "
                       "are per run, none are shown (give one run directory)")
     root = roots[0]
-    shards = sorted(f for f in (root / ROUTES).glob("part-*.parquet") if not f.name.startswith("."))
+    shards = sorted(f for f in (root / ROUTES).glob("*.parquet") if not f.name.startswith("."))
     if not shards:
         return None, None
     raw = (read_manifest(root) or {}).get(MANIFEST_KEY)
@@ -204,18 +204,37 @@ def side_ids(col: pa.Array, meta: RoutingMeta, name: str, where: str, rows: int)
         out = np.zeros((rows, moe.size, k), v.dtype)
         out[valid] = ids
         ids = out
+    side, repeated = sort_side(ids)
+    if repeated is not None:
+        r, j = repeated
+        raise FileFormatError(f"{where}: {name} row {r} names an expert twice in decoder layer {int(moe[j])}",
+                              hint="a layer's top-k ids are distinct experts")
+    return side
+
+
+def sort_side(ids: np.ndarray) -> tuple[SideIds, tuple[int, int] | None]:
+    """``ids`` ``[rows, moe, k]`` (>= 0; all zeros where nothing was captured) -> sorted columns and missing entries,
+    and the first ``(row, MoE-layer ordinal)`` that names an expert twice (None when none does)."""
+    rows, n_moe, k = ids.shape
     cols = sorted_columns(ids.reshape(-1, k))
     missing = cols[-1] == 0  # ids are >= 0: the largest is 0 only when all are (or nothing was written)
     dup = np.zeros_like(missing)
     for a, b in zip(cols[:-1], cols[1:]):
         dup |= a == b
     dup &= ~missing
+    first = None
     if dup.any():
-        at = int(np.flatnonzero(dup)[0])
-        r, j = divmod(at, moe.size)
-        raise FileFormatError(f"{where}: {name} row {r} names an expert twice in decoder layer {int(moe[j])}",
-                              hint="a layer's top-k ids are distinct experts")
-    return SideIds(cols, missing.reshape(rows, moe.size))
+        first = divmod(int(np.flatnonzero(dup)[0]), n_moe)
+    return SideIds(cols, missing.reshape(rows, n_moe)), first
+
+
+def compare_sides(a: SideIds, b: SideIds) -> tuple[np.ndarray, np.ndarray]:
+    """``[rows, moe]`` (compared: both sides captured; flipped: compared and the two top-k sets differ)."""
+    compared = ~(a.missing | b.missing)
+    differ = np.zeros(compared.size, bool)
+    for x, y in zip(a.cols, b.cols):
+        differ |= x != y
+    return compared, differ.reshape(compared.shape) & compared
 
 
 # -- the scan ----------------------------------------------------------------------------
@@ -298,12 +317,7 @@ def scan_routes(run: RoutesRun, batch_rows: int = ROUTE_BATCH_ROWS) -> RoutingSc
             scan.missing[s] += int(ids.missing.sum())
         if not scan.both_sides:
             continue
-        a, b = got["sampler"], got["trainer"]
-        compared = ~(a.missing | b.missing)
-        differ = np.zeros(compared.size, bool)
-        for x, y in zip(a.cols, b.cols):
-            differ |= x != y
-        flipped = differ.reshape(compared.shape) & compared
+        compared, flipped = compare_sides(got["sampler"], got["trainer"])
         scan.completion.add(compared[is_comp], flipped[is_comp])
         scan.prompt.add(compared[~is_comp], flipped[~is_comp])
         comp_seq.append(seq[is_comp])
