@@ -273,3 +273,10 @@ def test_gate_cli_flip_limit(run):
     assert p.returncode == 0, p.stderr
     checks = json.loads(p.stdout)["checks"]
     assert [(c["metric"], c["status"]) for c in checks if c["metric"] == "route_flip_rate"] == [("route_flip_rate", "pass")]
+
+
+def test_a_folder_of_runs_reads_tokens_not_route_shards(tmp_path):
+    write_run(tmp_path / "runs" / "a")
+    result = analyse(str(tmp_path / "runs"), AnalysisRequest(report=True))
+    # the six token rows of the fixture; routes/ is not read as token pairs (one run: its routing is shown)
+    assert result.tokens == 6 and result.report["routing"]["route_flip_rate"] == pytest.approx(0.5)
