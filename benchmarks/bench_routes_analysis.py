@@ -89,7 +89,8 @@ def write_run(run: Path, n_tokens: int, seed: int = 0) -> None:
         inp = np.tile(np.arange(per_seq, dtype=np.int32), ns)
         tok = pa.array(inp - (PROMPT - 1), mask=inp < PROMPT - 1)
         margin = rng.exponential(0.05, rows * LAYERS).astype(np.float32)
-        margins = pa.ListArray.from_arrays(pa.array(np.arange(0, rows * LAYERS + 1, LAYERS, dtype=np.int32)), pa.array(margin))
+        outer = pa.array(np.arange(0, rows * LAYERS + 1, LAYERS, dtype=np.int32))
+        margins = pa.ListArray.from_arrays(outer, pa.array(margin))
         cols = {
             "sequence_id": pa.array(np.repeat(np.arange(start, start + ns, dtype=np.int64), per_seq)),
             "input_position": pa.array(inp), "token_position": tok.cast(pa.int32()),
@@ -205,7 +206,8 @@ def main() -> None:
         ratio = results["routing metrics"]["wall"] / results["read"]["wall"]
         added = results["report, with routes"]["wall"] / results["report, no routes"]["wall"]
         rss = results["routing metrics"]["rss_mb"]
-        print(f"\nrouting metrics / read of the same columns: {ratio:.2f}x (target <= 1.5: {'met' if ratio <= 1.5 else 'MISSED'})")
+        print(f"\nrouting metrics / read of the same columns: {ratio:.2f}x "
+              f"(target <= 1.5: {'met' if ratio <= 1.5 else 'MISSED'})")
         print(f"routing metrics peak RSS: {rss:.0f} MiB (target < 1024: {'met' if rss < 1024 else 'MISSED'})")
         print(f"report with routes / report without: {added:.2f}x")
     finally:

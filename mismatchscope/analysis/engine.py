@@ -195,8 +195,9 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
     if masks:
         mask_columns = {k: agg[k] for k in masks.per_token_columns()}
         with np.errstate(over="ignore"):  # a sequence's geometric ratio exp(mean l) may overflow to inf, as it should
-            mask_out = assemble_masks(masks, seq, {**mask_columns, **({ROUTE_FLIPPED: agg[ROUTE_FLIPPED]} if index else {})},
-                                      n_tokens, seq_ids.size, has_adv)
+            if index is not None:
+                mask_columns[ROUTE_FLIPPED] = agg[ROUTE_FLIPPED]
+            mask_out = assemble_masks(masks, seq, mask_columns, n_tokens, seq_ids.size, has_adv)
         if index is not None:
             mask_out["route_flipped_tokens"] = gap.flipped_n
         table.rules = masks.rule_columns(mask_columns, table.n_tokens_S)

@@ -95,8 +95,9 @@ def locate_routes(files: list[Path]) -> tuple[RoutesRun | None, str | None]:
 def _check_meta(root: Path, meta: RoutingMeta) -> None:
     bad = [x for x in meta.moe_layers if not 0 <= x < meta.num_layers]
     if meta.num_layers < 1 or not meta.moe_layers or bad or len(set(meta.moe_layers)) != len(meta.moe_layers):
-        raise InputError(f"{root}: the manifest's routing entry names MoE layers {list(meta.moe_layers)} for a model of "
-                         f"{meta.num_layers} decoder layers", hint="MoE layers are distinct decoder-layer indices")
+        raise InputError(f"{root}: the manifest's routing entry names MoE layers {list(meta.moe_layers)} for a "
+                         f"model of {meta.num_layers} decoder layers",
+                         hint="MoE layers are distinct decoder-layer indices")
     if not 1 <= meta.top_k <= meta.num_experts:
         raise InputError(f"{root}: the manifest's routing entry says top_k {meta.top_k} of {meta.num_experts} experts",
                          hint="top_k is between 1 and the number of routed experts")
@@ -191,10 +192,11 @@ def side_ids(col: pa.Array, meta: RoutingMeta, name: str, where: str, rows: int)
     v = to_numpy(values)
     if v.size and (int(v.max()) >= meta.num_experts or (v.dtype.kind == "i" and int(v.min()) < 0)):
         worst = int(v.max()) if int(v.max()) >= meta.num_experts else int(v.min())
-        raise FileFormatError(f"{where}: {name} holds expert id {worst}; the model routes to ids 0..{meta.num_experts - 1}",
+        raise FileFormatError(f"{where}: {name} holds expert id {worst}; the model routes to ids "
+                              f"0..{meta.num_experts - 1}",
                               hint="routes hold logical expert ids, below the manifest's num_experts")
     dense = np.setdiff1d(np.arange(L), moe)
-    if (ilen[:, moe] == k).all() and not ilen[:, dense].any():  # the common case: values are the MoE layers' ids in order
+    if (ilen[:, moe] == k).all() and not ilen[:, dense].any():  # common: the values are the MoE layers' ids in order
         ids = v.reshape(nv, moe.size, k)
     else:
         full = np.zeros((nv * L, k), v.dtype)
@@ -461,6 +463,11 @@ def _by_layer(meta: RoutingMeta, lf: LayerFlips) -> list[dict]:
             for layer, c, f in zip(meta.moe_layers, lf.compared, lf.flipped)]
 
 
+ROUTING_COLUMNS = ("decoder layer", "completion flip rate", "flipped / compared", "prompt flip rate",
+                   "flipped / compared")
+"""the per-layer routing table's columns, in the terminal and on the HTML page."""
+
+
 def margin_labels() -> list[str]:
     edges = list(MARGIN_EDGES)
     return [f"[{lo:g}, {hi:g})" for lo, hi in zip(edges[:-1], edges[1:])] + [f">= {edges[-1]:g}"]
@@ -514,12 +521,12 @@ def routing_warnings(scan: RoutingScan) -> list[str]:
             continue
         share = n / scan.entries if scan.entries else 0.0
         if share > MOST_MISSING:
-            out.append(f"MOST {s.upper()} ROUTES ARE MISSING: {n:,} of {scan.entries:,} MoE-layer entries are null or all "
-                       f"zeros ({100 * share:.3g}%): the capture failed (an engine's parallel layout can write zeros "
-                       "silently); the flip rates below rest on the rest only")
+            out.append(f"MOST {s.upper()} ROUTES ARE MISSING: {n:,} of {scan.entries:,} MoE-layer entries are null or "
+                       f"all zeros ({100 * share:.3g}%): the capture failed (an engine's parallel layout can write "
+                       "zeros silently); the flip rates below rest on the rest only")
         else:
-            out.append(f"{n:,} of {scan.entries:,} {s} MoE-layer route entries are null or all zeros: missing captures, "
-                       "left out of the flip rates (never read as expert 0)")
+            out.append(f"{n:,} of {scan.entries:,} {s} MoE-layer route entries are null or all zeros: missing "
+                       "captures, left out of the flip rates (never read as expert 0)")
     for s in SIDES:
         side = getattr(scan.meta, s)
         if not side.recorded:

@@ -140,12 +140,15 @@ def routing_tables(console, ro: dict) -> None:
     """MoE runs: the flip rate per MoE layer (completion and prompt rows apart), and what flipped tokens cost."""
     if ro.get("route_flip_rate_by_layer") is None:
         absent = [f"{s} ({v['why'] or 'not recorded'})" for s, v in ro["sides"].items() if not v["recorded"]]
-        console.print(f"[dim]Routing: no flip rates, routes missing for the {', '.join(absent)}.[/dim]", highlight=False)
+        console.print(f"[dim]Routing: no flip rates, routes missing for the {', '.join(absent)}.[/dim]",
+                      highlight=False)
         return
     t = Table(title=f"MoE routing: top-{ro['top_k']} sets that differ between the sides ({ro['family']}, "
                     f"{ro['num_experts']} experts{', replayed ' + ro['replay'] if ro.get('replay') else ''})",
               title_justify="left")
-    for col in ("decoder layer", "completion flip rate", "flipped / compared", "prompt flip rate", "flipped / compared"):
+    from ..analysis.routing import ROUTING_COLUMNS
+
+    for col in ROUTING_COLUMNS:
         t.add_column(col, justify="right")
     for c, p in zip(ro["route_flip_rate_by_layer"], ro["prompt_route_flip_rate_by_layer"]):
         t.add_row(str(c["layer"]), pct(c["flip_rate"]), f"{c['flipped']:,} / {c['compared']:,}", pct(p["flip_rate"]),
@@ -156,8 +159,8 @@ def routing_tables(console, ro: dict) -> None:
     gap = ro.get("abs_logprob_diff")
     if gap:
         console.print(f"|log p - log q| on flipped tokens {num(gap['flipped_mean'])} ({gap['flipped_tokens']:,}), on "
-                      f"unflipped {num(gap['unflipped_mean'])} ({gap['unflipped_tokens']:,}); routing's share of the gap "
-                      f"(sum |log p - log q| on flipped / on all tokens): {pct(ro['routing_share_of_gap'])}"
+                      f"unflipped {num(gap['unflipped_mean'])} ({gap['unflipped_tokens']:,}); routing's share of the "
+                      f"gap (sum |log p - log q| on flipped / on all tokens): {pct(ro['routing_share_of_gap'])}"
                       + (f"; {gap['tokens_without_routes']:,} token(s) without a compared route"
                          if gap["tokens_without_routes"] else ""), highlight=False)
     if ro.get("by_trainer_margin"):

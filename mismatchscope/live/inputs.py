@@ -117,7 +117,8 @@ def prepare(step: int, sampler_logprobs: Any, trainer_logprobs: Any, mask: Any =
     return StepBatch(step, cols, int(np.unique(rows).size), b, experts)
 
 
-def _experts(rows: np.ndarray, pos: np.ndarray, shape: tuple[int, int], given: dict[str, Any]) -> dict[str, np.ndarray] | None:
+def _experts(rows: np.ndarray, pos: np.ndarray, shape: tuple[int, int],
+             given: dict[str, Any]) -> dict[str, np.ndarray] | None:
     """The masked tokens' expert ids of each side given, ``[N, layers, k]`` (copies); None when neither is."""
     out = {}
     for side, x in given.items():
@@ -125,7 +126,8 @@ def _experts(rows: np.ndarray, pos: np.ndarray, shape: tuple[int, int], given: d
             continue
         a = to_host(x)
         if a.ndim != 4 or a.shape[:2] != shape:
-            raise RecorderInputError(f"{side}_experts has shape {a.shape}, expected [B, T, layers, top_k] with [B, T] = {shape}",
+            raise RecorderInputError(f"{side}_experts has shape {a.shape}, expected [B, T, layers, top_k] with "
+                                     f"[B, T] = {shape}",
                                      hint="each token's expert ids per decoder layer, aligned with the logprobs")
         out[side] = a[rows, pos]
     return out or None

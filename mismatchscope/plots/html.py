@@ -137,6 +137,8 @@ def _centering(rep: dict) -> str:
 
 def _routing(rep: dict) -> str:
     """MoE runs: the flip rate per MoE layer (completion and prompt rows apart) and what flipped tokens cost."""
+    from ..analysis.routing import ROUTING_COLUMNS
+
     ro = rep.get("routing")
     if not ro:
         return ""
@@ -153,19 +155,20 @@ def _routing(rep: dict) -> str:
            f"{ro['num_experts']} experts); missing captures ({ro['missing_captures'].get('sampler', 0):,} sampler, "
            f"{ro['missing_captures'].get('trainer', 0):,} trainer of {ro['missing_captures']['entries']:,} entries) "
            "are left out.</p>"
-           + _table(["decoder layer", "completion flip rate", "flipped / compared", "prompt flip rate", "flipped / compared"],
-                    rows, numeric={0, 1, 2, 3, 4}))
+           + _table(ROUTING_COLUMNS, rows, numeric={0, 1, 2, 3, 4}))
     gap = ro.get("abs_logprob_diff")
     if gap:
         out += _table(["tokens", "count", "mean |log p - log q|"],
                       [["flipped in some layer", _num(gap["flipped_tokens"]), _num(gap["flipped_mean"])],
                        ["unflipped", _num(gap["unflipped_tokens"]), _num(gap["unflipped_mean"])],
                        ["without a compared route", _num(gap["tokens_without_routes"]), "-"]], numeric={1, 2})
-        out += f"<p>Routing's share of the gap (sum |log p - log q| on flipped / on all tokens): {pct(ro['routing_share_of_gap'])}.</p>"
+        out += ("<p>Routing's share of the gap (sum |log p - log q| on flipped / on all tokens): "
+                f"{pct(ro['routing_share_of_gap'])}.</p>")
     if ro.get("by_trainer_margin"):
         out += "<h3>Flips by the trainer's router margin</h3>" + _table(
             ["margin", "compared", "flipped", "flip rate"],
-            [[_e(r["bucket"]), _num(r["compared"]), _num(r["flipped"]), pct(r["flip_rate"])] for r in ro["by_trainer_margin"]],
+            [[_e(r["bucket"]), _num(r["compared"]), _num(r["flipped"]), pct(r["flip_rate"])]
+             for r in ro["by_trainer_margin"]],
             numeric={1, 2, 3})
     return out
 

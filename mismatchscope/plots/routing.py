@@ -30,8 +30,9 @@ def route_flips(runs: list[Run]) -> Figure:
             rows = ro[key]
             x = np.array([r["layer"] for r in rows])
             y = np.array([np.nan if r["flip_rate"] is None else 100 * r["flip_rate"] for r in rows])
-            label = f"{run.label}: {what} rows" + (f" (any layer {100 * ro['route_flip_rate']:.3g}%)"
-                                                    if what == "completion" and ro["route_flip_rate"] is not None else "")
+            label = f"{run.label}: {what} rows"
+            if what == "completion" and ro["route_flip_rate"] is not None:
+                label += f" (any layer {100 * ro['route_flip_rate']:.3g}%)"
             ax.plot(x, y, style, marker="o", markersize=3.5, color=color, label=label)
     ax.set_xlabel("decoder layer (MoE layers only)")
     ax.set_ylabel("flip rate (% of compared rows)")
