@@ -32,7 +32,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..arrow import to_numpy
 from ..errors import FileFormatError, InputError
@@ -173,13 +172,13 @@ def side_ids(col: pa.Array, meta: RoutingMeta, name: str, where: str, rows: int)
                               hint="write routes with the layout of docs/format.md")
     valid = ~to_numpy(col.is_null()).astype(bool) if col.null_count else np.ones(rows, bool)
     nv = int(valid.sum())
-    lens = to_numpy(pc.list_value_length(col).fill_null(L))
+    lens = to_numpy(col.value_lengths().fill_null(L))
     if (lens != L).any():
         r = int(np.flatnonzero(lens != L)[0])
         raise FileFormatError(f"{where}: {name} row {r} has {lens[r]} layers; the manifest says {L} decoder layers",
                               hint="routes are indexed by every decoder layer, dense layers null")
     inner = col.flatten()
-    ilen = to_numpy(pc.list_value_length(inner).fill_null(0)).reshape(nv, L)
+    ilen = to_numpy(inner.value_lengths().fill_null(0)).reshape(nv, L)
     bad = (ilen != 0) & (ilen != k)
     if bad.any():
         r, layer = (int(x[0]) for x in np.nonzero(bad))
@@ -356,7 +355,7 @@ def _add_margins(scan: RoutingScan, col: pa.Array, meta: RoutingMeta, compared: 
     L = meta.num_layers
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
-    lens = to_numpy(pc.list_value_length(col).fill_null(L))
+    lens = to_numpy(col.value_lengths().fill_null(L))
     if (lens != L).any():
         raise FileFormatError(f"{where}: {TRAINER_MARGIN} has a row of {int(lens[lens != L][0])} layers; the manifest "
                               f"says {L}", hint="margins are indexed by every decoder layer, dense layers null")

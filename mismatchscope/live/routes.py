@@ -109,4 +109,4 @@ def route_flags(ids: Mapping[str, np.ndarray | None]) -> tuple[np.ndarray, np.nd
     if a is None or b is None:
         return None
     compared, flipped = compare_sides(sort_side(a)[0], sort_side(b)[0])
-    return compared.any(axis=1), flipped.any(axis=1)
+    return np.asarray(compared.any(axis=1)), np.asarray(flipped.any(axis=1))

@@ -23,7 +23,7 @@ def route_flips(runs: list[Run]) -> Figure:
     fig = _fig(10, 4.2)
     ax = fig.subplots()
     for i, run in enumerate(r for r in runs if has_flip_rates(r)):
-        ro = run.report["routing"]
+        ro = (run.report or {})["routing"]
         color = COLORS[i % len(COLORS)]
         for key, style, what in (("route_flip_rate_by_layer", "-", "completion"),
                                  ("prompt_route_flip_rate_by_layer", "--", "prompt")):
