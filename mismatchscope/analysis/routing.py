@@ -44,6 +44,8 @@ MOST_MISSING = 0.5
 """a recorded side with more than this share of its MoE-layer entries missing is warned about loudly."""
 ROUTE_BATCH_ROWS = 1 << 15
 """route rows analysed at once: 40 layers x top-8 of them is 10 MB of ids per side."""
+EXPERT_COLUMNS = {"sampler": SAMPLER_EXPERTS, "trainer": TRAINER_EXPERTS}
+"""each side's column of expert ids."""
 _POSITION_BITS = 32
 """a completion row's join key is ``rank of its sequence id << 32 | token_position``."""
 _NETWORK_MAX_K = 32
@@ -142,7 +144,7 @@ def sorted_columns(ids: np.ndarray) -> list[np.ndarray]:
     if k > _NETWORK_MAX_K:
         s = np.sort(ids, axis=1)
         return [s[:, j] for j in range(k)]
-    cols = [np.ascontiguousarray(ids[:, j]) for j in range(k)]
+    cols = list(np.ascontiguousarray(ids.T))  # one transposing copy: each column contiguous for the min/max calls
     for i, j in sorting_network(k):
         lo = np.minimum(cols[i], cols[j])
         np.maximum(cols[i], cols[j], out=cols[j])
@@ -164,6 +166,7 @@ class SideIds:
 def side_ids(col: pa.Array, meta: RoutingMeta, name: str, where: str, rows: int) -> SideIds:
     """Decode and check one ``*_experts`` column of a batch (``where`` names the shard in errors)."""
     L, k, moe = meta.num_layers, meta.top_k, np.asarray(meta.moe_layers)
+    at = _layer_index(meta)
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
     if not (pa.types.is_list(col.type) and pa.types.is_list(col.type.value_type)
@@ -194,13 +197,12 @@ def side_ids(col: pa.Array, meta: RoutingMeta, name: str, where: str, rows: int)
         raise FileFormatError(f"{where}: {name} holds expert id {worst}; the model routes to ids "
                               f"0..{meta.num_experts - 1}",
                               hint="routes hold logical expert ids, below the manifest's num_experts")
-    dense = np.setdiff1d(np.arange(L), moe)
-    if (ilen[:, moe] == k).all() and not ilen[:, dense].any():  # common: the values are the MoE layers' ids in order
+    if v.size == nv * moe.size * k and (ilen[:, at] == k).all():  # common: the values are the MoE layers' ids in order
         ids = v.reshape(nv, moe.size, k)
     else:
         full = np.zeros((nv * L, k), v.dtype)
         full[(ilen == k).ravel()] = v.reshape(-1, k)
-        ids = full.reshape(nv, L, k)[:, moe]
+        ids = full.reshape(nv, L, k)[:, at]
     if nv < rows:
         out = np.zeros((rows, moe.size, k), v.dtype)
         out[valid] = ids
@@ -288,48 +290,88 @@ class RoutingScan:
         return self.meta.sampler.recorded and self.meta.trainer.recorded
 
 
-def scan_routes(run: RoutesRun, batch_rows: int = ROUTE_BATCH_ROWS) -> RoutingScan:
-    """Read every route shard once: per-layer flips, missing captures, margins, and the completion rows' flip index."""
+@dataclass
+class _BatchPart:
+    """What one batch of route rows contributes; computed on a worker thread, folded in file order."""
+
+    seq: np.ndarray
+    input_position: np.ndarray
+    missing: dict[str, int]
+    entries: int
+    flips: tuple | None = None
+    """(completion compared, completion flipped, prompt compared, prompt flipped): ``[rows, moe]`` each."""
+    completion_keys: tuple | None = None
+    """(sequence_id, token_position, [compared_any, flipped_any]) of the completion rows."""
+    margins: tuple | None = None
+    """(compared, flipped) counts per margin bucket."""
+
+
+def scan_routes(run: RoutesRun, batch_rows: int = ROUTE_BATCH_ROWS, workers: int | None = None) -> RoutingScan:
+    """Read every route shard once: per-layer flips, missing captures, margins, and the completion rows' flip index.
+
+    Batches are decoded ahead by the reader's threads and analysed on ``workers`` threads (numpy releases the
+    GIL), then folded in file order: the same numbers, and the first bad batch's error, on any number of cores.
+    """
     from ..reader import _record_batches
+    from .parallel import ordered_map
 
     meta = run.meta
     n_moe = len(meta.moe_layers)
     sides = [s for s in SIDES if getattr(meta, s).recorded]
     scan = RoutingScan(run, LayerFlips.zeros(n_moe), LayerFlips.zeros(n_moe), {s: 0 for s in sides})
-    names = {"sampler": SAMPLER_EXPERTS, "trainer": TRAINER_EXPERTS}
-    schema_names = _check_schemas(run, [names[s] for s in sides])
+    schema_names = _check_schemas(run, [EXPERT_COLUMNS[s] for s in sides])
     scan.has_margin = scan.both_sides and all(TRAINER_MARGIN in n for n in schema_names)
-    cols = ["sequence_id", "input_position", "token_position"] + [names[s] for s in sides]
+    cols = ["sequence_id", "input_position", "token_position"] + [EXPERT_COLUMNS[s] for s in sides]
     cols += [TRAINER_MARGIN] if scan.has_margin else []
+
+    def one_batch(item: tuple[Path, pa.RecordBatch]) -> _BatchPart:
+        return _scan_batch(item[0], item[1], meta, sides, scan.both_sides, scan.has_margin)
+
     keys_seq, keys_in, comp_seq, comp_pos, comp_flip = [], [], [], [], []
-    for f, rb in _record_batches(run.files, cols, batch_rows):
-        if not rb.num_rows:
-            continue
-        n = rb.num_rows
-        seq = to_numpy(rb.column("sequence_id")).astype(np.int64, copy=False)
-        tok = rb.column("token_position")
-        is_comp = ~to_numpy(tok.is_null()).astype(bool) if tok.null_count else np.ones(n, bool)
-        tpos = to_numpy(tok.fill_null(0)).astype(np.int64)
-        keys_seq.append(seq)
-        keys_in.append(to_numpy(rb.column("input_position")).astype(np.int64, copy=False))
-        got = {s: side_ids(rb.column(names[s]), meta, names[s], str(f), n) for s in sides}
-        scan.entries += n * n_moe
-        for s, ids in got.items():
-            scan.missing[s] += int(ids.missing.sum())
-        if not scan.both_sides:
-            continue
-        compared, flipped = compare_sides(got["sampler"], got["trainer"])
-        scan.completion.add(compared[is_comp], flipped[is_comp])
-        scan.prompt.add(compared[~is_comp], flipped[~is_comp])
-        comp_seq.append(seq[is_comp])
-        comp_pos.append(tpos[is_comp])
-        comp_flip.append(np.stack([compared[is_comp].any(axis=1), flipped[is_comp].any(axis=1)], axis=1))
-        if scan.has_margin:
-            _add_margins(scan, rb.column(TRAINER_MARGIN), meta, compared[is_comp], flipped[is_comp], is_comp, str(f))
+    batches = ((f, rb) for f, rb in _record_batches(run.files, cols, batch_rows) if rb.num_rows)
+    for part in ordered_map(one_batch, batches, workers):
+        keys_seq.append(part.seq)
+        keys_in.append(part.input_position)
+        scan.entries += part.entries
+        for s, n in part.missing.items():
+            scan.missing[s] += n
+        if part.flips is not None:
+            scan.completion.add(part.flips[0], part.flips[1])
+            scan.prompt.add(part.flips[2], part.flips[3])
+        if part.completion_keys is not None:
+            comp_seq.append(part.completion_keys[0])
+            comp_pos.append(part.completion_keys[1])
+            comp_flip.append(part.completion_keys[2])
+        if part.margins is not None:
+            scan.margin_compared += part.margins[0]
+            scan.margin_flipped += part.margins[1]
     _check_unique_rows(run, keys_seq, keys_in)
     if scan.both_sides:
         scan.index = FlipIndex.build(comp_seq, comp_pos, comp_flip)
     return scan
+
+
+def _scan_batch(f: Path, rb: pa.RecordBatch, meta: RoutingMeta, sides: list[str], both: bool,
+                margins: bool) -> _BatchPart:
+    n = rb.num_rows
+    seq = to_numpy(rb.column("sequence_id")).astype(np.int64, copy=False)
+    tok = rb.column("token_position")
+    is_comp = ~to_numpy(tok.is_null()).astype(bool) if tok.null_count else np.ones(n, bool)
+    got = {s: side_ids(rb.column(EXPERT_COLUMNS[s]), meta, EXPERT_COLUMNS[s], str(f), n) for s in sides}
+    part = _BatchPart(seq, to_numpy(rb.column("input_position")).astype(np.int64, copy=False),
+                      {s: int(ids.missing.sum()) for s, ids in got.items()}, n * len(meta.moe_layers))
+    if not both:
+        return part
+    compared, flipped = compare_sides(got["sampler"], got["trainer"])
+    all_comp = bool(is_comp.all())
+    c_cmp, c_flp = (compared, flipped) if all_comp else (compared[is_comp], flipped[is_comp])
+    part.flips = (c_cmp, c_flp, compared[~is_comp], flipped[~is_comp])
+    tpos = to_numpy(tok.fill_null(0) if tok.null_count else tok).astype(np.int64)
+    part.completion_keys = (seq if all_comp else seq[is_comp], tpos if all_comp else tpos[is_comp],
+                            np.stack([c_cmp.any(axis=1), c_flp.any(axis=1)], axis=1))
+    if margins:
+        part.margins = _margin_counts(rb.column(TRAINER_MARGIN), meta, compared & is_comp[:, None], flipped, str(f))
+    return part
 
 
 def _check_schemas(run: RoutesRun, needed: list[str]) -> list[set[str]]:
@@ -349,25 +391,52 @@ def _check_schemas(run: RoutesRun, needed: list[str]) -> list[set[str]]:
     return out
 
 
-def _add_margins(scan: RoutingScan, col: pa.Array, meta: RoutingMeta, compared: np.ndarray, flipped: np.ndarray,
-                 is_comp: np.ndarray, where: str) -> None:
-    """Completion entries compared and flipped, by bucket of the trainer's router margin at that layer."""
-    L = meta.num_layers
+def _margin_counts(col: pa.Array, meta: RoutingMeta, compared: np.ndarray, flipped: np.ndarray,
+                   where: str) -> tuple[np.ndarray, np.ndarray]:
+    """(compared, flipped) ``[rows, moe]`` entries by bucket of the trainer's router margin at that layer.
+
+    The margins are read in float32 straight from the values buffer (no float64 copy); an entry without a
+    margin (a null or NaN) is counted in no bucket. One ``bincount`` over a code per entry (bucket, flipped
+    or not, or "not counted") does both counts.
+    """
+    L, moe = meta.num_layers, _layer_index(meta)
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
     lens = to_numpy(col.value_lengths().fill_null(L))
     if (lens != L).any():
         raise FileFormatError(f"{where}: {TRAINER_MARGIN} has a row of {int(lens[lens != L][0])} layers; the manifest "
                               f"says {L}", hint="margins are indexed by every decoder layer, dense layers null")
-    valid = ~to_numpy(col.is_null()).astype(bool) if col.null_count else np.ones(len(col), bool)
-    full = np.full((len(col), L), np.nan)
-    full[valid] = to_numpy(col.flatten().cast(pa.float64())).reshape(-1, L)
-    m = full[:, np.asarray(meta.moe_layers)][is_comp]
-    ok = compared & np.isfinite(m)
-    b = np.searchsorted(np.asarray(MARGIN_EDGES), m[ok], side="right") - 1
-    b = np.clip(b, 0, len(MARGIN_EDGES) - 1)  # a negative margin (a tie read in float) goes with the smallest
-    scan.margin_compared += np.bincount(b, minlength=len(MARGIN_EDGES))
-    scan.margin_flipped += np.bincount(b[flipped[ok]], minlength=len(MARGIN_EDGES))
+    values = col.flatten()
+    flat = np.frombuffer(values.buffers()[1], np.float32, len(values), values.offset * 4).reshape(-1, L)[:, moe]
+    ok = compared
+    if col.null_count:
+        valid = ~to_numpy(col.is_null()).astype(bool)
+        m = np.zeros((len(col), flat.shape[1]), np.float32)
+        m[valid] = flat
+        ok = ok & valid[:, None]
+    else:
+        m = flat
+    if values.null_count:  # a null MoE-layer margin: no bucket
+        nulls = np.zeros(m.shape, bool)
+        nulls[~to_numpy(col.is_null()).astype(bool) if col.null_count else slice(None)] = \
+            to_numpy(values.is_null()).astype(bool).reshape(-1, L)[:, moe]
+        ok = ok & ~nulls
+    nb = len(MARGIN_EDGES)
+    code = np.zeros(m.shape, np.uint8)
+    for edge in MARGIN_EDGES[1:]:  # a negative margin (a tie read in float) goes with the smallest
+        code += m >= np.float32(edge)
+    code += flipped.view(np.uint8) * np.uint8(nb)
+    code[~(ok & np.isfinite(m))] = 2 * nb
+    counts = np.bincount(code.ravel(), minlength=2 * nb + 1)
+    return counts[:nb] + counts[nb:2 * nb], counts[nb:2 * nb]
+
+
+def _layer_index(meta: RoutingMeta) -> slice | np.ndarray:
+    """The MoE layers as a slice when they are consecutive (a view, not a copy), else as an index array."""
+    moe = np.asarray(meta.moe_layers)
+    if moe.size and (np.diff(moe) == 1).all():
+        return slice(int(moe[0]), int(moe[-1]) + 1)
+    return moe
 
 
 def _check_unique_rows(run: RoutesRun, seqs: list[np.ndarray], inputs: list[np.ndarray]) -> None:

@@ -19,11 +19,9 @@ from typing import Any, Mapping
 import numpy as np
 import pyarrow as pa
 
-from ..analysis.routing import compare_sides, sort_side
-from ..routing.layout import SAMPLER_EXPERTS, SIDES, TRAINER_EXPERTS, RoutingMeta, expert_id_type, routes_schema
+from ..analysis.routing import EXPERT_COLUMNS, compare_sides, sort_side
+from ..routing.layout import SIDES, RoutingMeta, expert_id_type, routes_schema
 from .inputs import RecorderInputError
-
-EXPERT_COLUMNS = {"sampler": SAMPLER_EXPERTS, "trainer": TRAINER_EXPERTS}
 
 
 def routing_meta(routing: RoutingMeta | Mapping[str, Any] | None) -> RoutingMeta | None:
