@@ -51,6 +51,7 @@ def test_flip_rates_per_layer_by_hand(routing):
     # the prompt row (10, input 0): L1 {1,2} vs {2,1} same; L2 {3,4} vs {3,5} flipped -> 0 and 1; any layer 1/1
     assert [(r["compared"], r["flipped"]) for r in ro["prompt_route_flip_rate_by_layer"]] == [(1, 0), (1, 1)]
     assert ro["prompt_route_flip_rate"] == pytest.approx(1.0)
+    assert (ro["prompt_rows_compared"], ro["prompt_rows_flipped"], ro["rows"]) == (1, 1, 6)
 
 
 def test_gap_on_flipped_tokens_by_hand(routing):

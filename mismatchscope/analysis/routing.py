@@ -549,7 +549,7 @@ def routing_section(scan: RoutingScan, gap: GapTally | None) -> dict:
         "family": meta.family, "num_layers": meta.num_layers, "moe_layers": list(meta.moe_layers),
         "num_experts": meta.num_experts, "top_k": meta.top_k, "replay": meta.replay,
         "sides": {s: {"recorded": getattr(meta, s).recorded, "why": getattr(meta, s).why} for s in SIDES},
-        "rows": scan.completion.rows + scan.prompt.rows if scan.both_sides else None,
+        "rows": scan.entries // len(meta.moe_layers),
         "missing_captures": {**scan.missing, "entries": scan.entries},
     }
     if not scan.both_sides:
@@ -562,6 +562,7 @@ def routing_section(scan: RoutingScan, gap: GapTally | None) -> dict:
         "route_flip_rate_by_layer": _by_layer(meta, c),
         "prompt_route_flip_rate": _rate(p.rows_flipped, p.rows_compared),
         "prompt_rows_compared": p.rows_compared,
+        "prompt_rows_flipped": p.rows_flipped,
         "prompt_route_flip_rate_by_layer": _by_layer(meta, p),
     })
     if gap is not None:

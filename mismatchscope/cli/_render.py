@@ -154,7 +154,8 @@ def routing_tables(console, ro: dict) -> None:
         t.add_row(str(c["layer"]), pct(c["flip_rate"]), f"{c['flipped']:,} / {c['compared']:,}", pct(p["flip_rate"]),
                   f"{p['flipped']:,} / {p['compared']:,}")
     t.add_row("any layer", pct(ro["route_flip_rate"]), f"{ro['tokens_flipped']:,} / {ro['tokens_compared']:,}",
-              pct(ro["prompt_route_flip_rate"]), f"- / {ro['prompt_rows_compared']:,}", style="bold")
+              pct(ro["prompt_route_flip_rate"]), f"{ro['prompt_rows_flipped']:,} / {ro['prompt_rows_compared']:,}",
+              style="bold")
     console.print(t)
     gap = ro.get("abs_logprob_diff")
     if gap:

@@ -150,7 +150,8 @@ def _routing(rep: dict) -> str:
              f"{p['flipped']:,} / {p['compared']:,}"]
             for c, p in zip(ro["route_flip_rate_by_layer"], ro["prompt_route_flip_rate_by_layer"])]
     rows.append(["any layer", pct(ro["route_flip_rate"]), f"{ro['tokens_flipped']:,} / {ro['tokens_compared']:,}",
-                 pct(ro["prompt_route_flip_rate"]), f"- / {ro['prompt_rows_compared']:,}"])
+                 pct(ro["prompt_route_flip_rate"]),
+                 f"{ro['prompt_rows_flipped']:,} / {ro['prompt_rows_compared']:,}"])
     out = (f"<h2>MoE routing</h2><p>Top-{ro['top_k']} expert sets that differ between the sides ({_e(ro['family'])}, "
            f"{ro['num_experts']} experts); missing captures ({ro['missing_captures'].get('sampler', 0):,} sampler, "
            f"{ro['missing_captures'].get('trainer', 0):,} trainer of {ro['missing_captures']['entries']:,} entries) "
