@@ -42,8 +42,9 @@ MARGIN_EDGES = (0.0, 1e-4, 1e-3, 1e-2, 1e-1)
 """lower edges of the trainer-margin buckets (the last one is open): a flip is expected where the margin is small."""
 MOST_MISSING = 0.5
 """a recorded side with more than this share of its MoE-layer entries missing is warned about loudly."""
-ROUTE_BATCH_ROWS = 1 << 15
-"""route rows analysed at once: 40 layers x top-8 of them is 10 MB of ids per side."""
+ROUTE_BATCH_ROWS = 1 << 14
+"""route rows analysed at once: 40 layers x top-8 of them is 5 MB of ids per side (the reader queues a few
+batches per row group decoded ahead, so this sets most of the memory)."""
 EXPERT_COLUMNS = {"sampler": SAMPLER_EXPERTS, "trainer": TRAINER_EXPERTS}
 """each side's column of expert ids."""
 _POSITION_BITS = 32
