@@ -26,7 +26,8 @@ from .positions import PositionTracker, position_runs
 from .quantiles import select_bins
 from .readings import interpret, policy_lag  # noqa: F401 - importable from here as before
 from .report import CHI2_SEQ_CLIP, assemble_report  # noqa: F401
-from .routing import FlipIndex, GapTally, RoutingScan, locate_routes, routing_section, routing_warnings, scan_routes
+from .routing import FlipIndex, GapTally, RoutingScan, locate_routes, scan_routes
+from .routing_report import routing_section, routing_warnings
 from .table import REDUCTIONS, SequenceTable, token_values
 from .tokenstats import RATIO_QUANTILES, TokenStats, centering_values
 from .topk import ScoreCentering, TopkBounds, score_centering, topk_bounds

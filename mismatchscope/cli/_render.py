@@ -146,7 +146,7 @@ def routing_tables(console, ro: dict) -> None:
     t = Table(title=f"MoE routing: top-{ro['top_k']} sets that differ between the sides ({ro['family']}, "
                     f"{ro['num_experts']} experts{', replayed ' + ro['replay'] if ro.get('replay') else ''})",
               title_justify="left")
-    from ..analysis.routing import ROUTING_COLUMNS
+    from ..analysis.routing_report import ROUTING_COLUMNS
 
     for col in ROUTING_COLUMNS:
         t.add_column(col, justify="right")

@@ -137,7 +137,7 @@ def _centering(rep: dict) -> str:
 
 def _routing(rep: dict) -> str:
     """MoE runs: the flip rate per MoE layer (completion and prompt rows apart) and what flipped tokens cost."""
-    from ..analysis.routing import ROUTING_COLUMNS
+    from ..analysis.routing_report import ROUTING_COLUMNS
 
     ro = rep.get("routing")
     if not ro:

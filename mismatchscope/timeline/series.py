@@ -28,7 +28,7 @@ from ..analysis.evaluate import HYPOTHESES, count_per_key, sequence_verdicts, to
 from ..divergence import clamped_k_terms, token_terms
 from ..errors import InputError, MissingColumnsError, UsageError
 from ..analysis.positions import PositionTracker
-from ..analysis.routing import routing_warnings
+from ..analysis.routing_report import routing_warnings
 from ..analysis.sums import token_means
 from ..analysis.validate import check_advantage, check_not_empty
 from ..reader import BATCH_ROWS, Hygiene, Source, iter_batches, open_source, token_keys
