@@ -281,3 +281,18 @@ def test_a_folder_of_runs_reads_tokens_not_route_shards(tmp_path):
     result = analyse(str(tmp_path / "runs"), AnalysisRequest(report=True))
     # the six token rows of the fixture; routes/ is not read as token pairs (one run: its routing is shown)
     assert result.tokens == 6 and result.report["routing"]["route_flip_rate"] == pytest.approx(0.5)
+
+
+def test_gate_without_a_routing_limit_does_not_read_the_routes(tmp_path):
+    """A gate on token metrics of an MoE run costs what it costs on a dense run: routes/ is not read
+    (here it is broken, and the gate still judges the tokens)."""
+    from mismatchscope.gate.config import parse_config
+    from mismatchscope.gate.run import run_gate
+
+    import tomllib
+
+    rows, meta, _ = _bad(BAD["id"][0])
+    write_run(tmp_path / "run", rows, meta)
+    cfg = parse_config(tomllib.loads("[absolute]\ntv_token_mean = 1.0\n"), "test")
+    (check,) = run_gate(str(tmp_path / "run"), None, cfg).checks
+    assert check.status == "pass"

@@ -42,6 +42,9 @@ class AnalysisRequest:
     masks: bool = False
     sweeps: list[tuple[str, str, list[RuleInstance]]] = field(default_factory=list)
     examples: int = 0
+    routing: bool = True
+    """read the run's ``routes/`` (MoE runs) for the report's routing entry and the rules' flipped counts; a
+    caller that needs neither (the gate without a routing limit) skips reading them."""
     batch_rows: int = 1 << 17
     """rows a worker analyses at once: large enough that numpy's per-call overhead (a rule is a dozen
     calls) stays small beside the work, small enough that a batch's temporaries stay near the cache."""
@@ -97,7 +100,8 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
 
     units = build_units(request.rules, request.sweeps, has_adv) if request.masks else []
     masks = MaskAccumulator(units, request.examples) if request.masks else None
-    scan, routes_note = _routes(source.files) if request.report or request.masks else (None, None)
+    wants_routes = request.routing and (request.report or request.masks)
+    scan, routes_note = _routes(source.files) if wants_routes else (None, None)
     index: FlipIndex | None = scan.index if scan else None
     if masks and index is not None:
         masks.routed = True
