@@ -148,7 +148,7 @@ def resolve_files(path: str | os.PathLike) -> list[Path]:
     p = Path(text)
     if p.is_dir():
         root = p / "tokens" if (p / "tokens").is_dir() else p
-        files = sorted(f for f in root.rglob("*.parquet") if not f.name.startswith("."))
+        files = sorted(f for f in root.rglob("*.parquet") if not f.name.startswith(".") and not _route_shard(f))
         if not files:
             raise InputError(f"{text}: no .parquet files in this directory")
         return files
@@ -162,6 +162,13 @@ def resolve_files(path: str | os.PathLike) -> list[Path]:
     if p.exists():
         raise InputError(f"{text}: not a regular file or a directory", hint="give a Parquet file, a folder of shards, a run directory or a glob")
     raise InputError(f"{text}: no such file or directory")
+
+
+def _route_shard(f: Path) -> bool:
+    """A shard of a run's ``routes/`` folder (MoE expert ids), not token pairs: a folder of runs skips them."""
+    from .rundir import is_run_dir
+
+    return f.parent.name == "routes" and is_run_dir(f.parent.parent)
 
 
 def open_source(path: str | os.PathLike, mapping: Mapping[str, str] | None = None) -> Source:

@@ -28,4 +28,8 @@ One streaming pass over the token pairs, then assembly. Modules, by job:
   ``compare-masks`` payload; ``readings`` reads the headline numbers against
   published yardsticks (and the policy-lag caveat).
 * ``worst``: the sequences with the largest mismatch, and their traces.
+* ``routing``: MoE runs: reads and checks ``routes/``, flip rates per MoE
+  layer (completion and prompt rows apart), the flip index the token pass
+  joins on (|log p - log q| on flipped tokens, the rules' flipped rejections);
+  ``routing_report`` turns them into the report's ``routing`` entry.
 """

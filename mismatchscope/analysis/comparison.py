@@ -21,7 +21,7 @@ def assemble_masks(masks: MaskAccumulator, seq: SequenceInputs, per_seq: dict[st
     sweeps: dict[str, dict] = {}
     pending: dict[str, dict] = {}
     for u in masks.units:
-        row = unit_row(u, tokens, sequences, has_adv)
+        row = unit_row(u, tokens, sequences, has_adv, masks.routed)
         if u.sweep is None:
             rows.append(row)
             if u.hypothesis == "A>0":

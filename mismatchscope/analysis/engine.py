@@ -21,12 +21,14 @@ from ..rules.sequence import k3_inverse, needs_inverse_k3
 from ..schema import TOPK_COLUMNS
 from .comparison import assemble_masks
 from .grouping import Groups, Op, SequenceAggregator
-from .masks import MaskAccumulator, build_units
+from .masks import ROUTE_FLIPPED, MaskAccumulator, build_units
 from .parallel import ordered_map
 from .positions import PositionTracker, position_runs
 from .quantiles import select_bins
 from .readings import interpret, policy_lag  # noqa: F401 - importable from here as before
 from .report import CHI2_SEQ_CLIP, assemble_report  # noqa: F401
+from .routing import FlipIndex, GapTally, RoutingScan, locate_routes, scan_routes
+from .routing_report import routing_section, routing_warnings
 from .table import REDUCTIONS, SequenceTable, token_values
 from .tokenstats import RATIO_QUANTILES, TokenStats, centering_values
 from .topk import ScoreCentering, TopkBounds, score_centering, topk_bounds
@@ -41,6 +43,9 @@ class AnalysisRequest:
     masks: bool = False
     sweeps: list[tuple[str, str, list[RuleInstance]]] = field(default_factory=list)
     examples: int = 0
+    routing: bool = True
+    """read the run's ``routes/`` (MoE runs) for the report's routing entry and the rules' flipped counts; a
+    caller that needs neither (the gate without a routing limit) skips reading them."""
     batch_rows: int = 1 << 17
     """rows a worker analyses at once: large enough that numpy's per-call overhead (a rule is a dozen
     calls) stays small beside the work, small enough that a batch's temporaries stay near the cache."""
@@ -71,6 +76,7 @@ class _Partial:
     tokens: int
     seen: tuple | None = None
     """(terms, batch) for ``on_terms``; None when nobody asked."""
+    gap: GapTally | None = None
 
 
 def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None = None,
@@ -95,6 +101,11 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
 
     units = build_units(request.rules, request.sweeps, has_adv) if request.masks else []
     masks = MaskAccumulator(units, request.examples) if request.masks else None
+    wants_routes = request.routing and (request.report or request.masks)
+    scan, routes_note = _routes(source.files) if wants_routes else (None, None)
+    index: FlipIndex | None = scan.index if scan else None
+    if masks and index is not None:
+        masks.routed = True
     stats = TokenStats()
     ops: dict[str, Op] = dict(REDUCTIONS)
     if has_adv:
@@ -107,9 +118,12 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
         ops.update({"sum_ck1": "sum", "sum_ck2": "sum", "sum_ck3": "sum"})
     if masks:
         ops.update({k: "sum" for k in masks.per_token_columns()})
+    if masks and index is not None:
+        ops[ROUTE_FLIPPED] = "sum"
     seqagg = SequenceAggregator(ops)
     hygiene = Hygiene()
     positions = PositionTracker()
+    gap = GapTally()
 
     def one_batch(raw: RawBatch) -> _Partial:
         hyg = Hygiene()
@@ -129,10 +143,15 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
         if inverse_k3:
             per_tok["sum_k3inv"] = k3_inverse(t.log_ratio_T)
         reduced = {k: (groups.counts() if k == "n_tokens_S" else groups.reduce(v, ops[k])) for k, v in per_tok.items()}
-        part_masks = None
+        part_masks, part_gap, flipped_T = None, None, None
+        if index is not None:
+            part_gap = GapTally()
+            flipped_T = part_gap.add(index, batch["sequence_id"], pos, np.abs(t.log_ratio_T))
         if masks:
             part_masks = masks.spawn()
-            reduced.update(part_masks.add(t, adv, batch, groups))
+            reduced.update(part_masks.add(t, adv, batch, groups, flipped_T))
+            if flipped_T is not None:
+                reduced[ROUTE_FLIPPED] = groups.count_at(np.flatnonzero(flipped_T))
         part_stats = None
         if request.report:
             part_stats = TokenStats()
@@ -145,7 +164,7 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
             if "sampler_kept_logmass" in batch:
                 part_stats.add_kept_mass(batch["sampler_kept_logmass"])
         return _Partial(hyg, runs, groups.keys, reduced, part_stats, part_masks, t.log_ratio_T.size,
-                        (t, batch) if on_terms else None)
+                        (t, batch) if on_terms else None, part_gap)
 
     for part in ordered_map(one_batch, read_batches(source, columns, request.batch_rows), workers):
         hygiene.merge(part.hygiene)
@@ -155,6 +174,8 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
             stats.merge(part.stats)
         if part.masks is not None:
             masks.merge(part.masks)
+        if part.gap is not None:
+            gap.merge(part.gap)
         if on_terms and part.seen is not None:
             on_terms(*part.seen)
         if on_batch:
@@ -168,6 +189,7 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
     check_not_empty(path, n_tokens, hygiene)
     warnings = ([source.incomplete] if source.incomplete else []) + hygiene.warnings() + position_warnings(positions.finish())
     warnings += overflow_warnings(table.max_l_S)
+    warnings += ([routes_note] if routes_note else []) + (routing_warnings(scan) if scan else [])
     seq = SequenceInputs(
         n_tokens_S=table.n_tokens_S,
         seq_log_ratio_S=table.sum_l_S,
@@ -179,13 +201,25 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
         mean_k3_inverse_S=agg["sum_k3inv"] / table.n_tokens_S if inverse_k3 else None,
     )
     report = assemble_report(stats, seq, table, source.run_config) if request.report else None
+    if report is not None and scan is not None:
+        report["routing"] = routing_section(scan, gap if index is not None else None)
     mask_out = None
     if masks:
         mask_columns = {k: agg[k] for k in masks.per_token_columns()}
         with np.errstate(over="ignore"):  # a sequence's geometric ratio exp(mean l) may overflow to inf, as it should
+            if index is not None:
+                mask_columns[ROUTE_FLIPPED] = agg[ROUTE_FLIPPED]
             mask_out = assemble_masks(masks, seq, mask_columns, n_tokens, seq_ids.size, has_adv)
+        if index is not None:
+            mask_out["route_flipped_tokens"] = gap.flipped_n
         table.rules = masks.rule_columns(mask_columns, table.n_tokens_S)
     return AnalysisResult(n_tokens, int(seq_ids.size), report, mask_out, warnings, source.run_config, source, table)
+
+
+def _routes(files) -> tuple[RoutingScan | None, str | None]:
+    """The run's routes scanned once before the token pass (the pass joins on their flip index), or why not."""
+    run, note = locate_routes(files)
+    return (scan_routes(run) if run else None), note
 
 
 TRAINER_TOPK = ("trainer_topk_ids",)

@@ -21,6 +21,8 @@ from .table import RuleColumn
 from .grouping import Groups
 from .tokenstats import Q_EDGES, bucket_index, q_bucket_labels
 
+ROUTE_FLIPPED = "route_flipped"
+"""the per-sequence sum of tokens flipped in any MoE layer, when the run has routes (the engine adds it)."""
 SIGNS = ("p>q", "p<q", "p=q")
 """the sign of p - q of a rejected token: which way the trainer moved from the sampler."""
 N_Q = len(Q_EDGES)
@@ -81,6 +83,8 @@ class Unit:
     """rejected tokens per sampler-probability bucket."""
     rejected_by_pq_sign: np.ndarray = field(default_factory=lambda: np.zeros(len(SIGNS), np.int64))
     """rejected tokens with p > q, p < q, p = q."""
+    flipped_rejected: int = 0
+    """rejected tokens whose experts differ between the sides in some MoE layer (runs with routes)."""
 
     def fresh(self) -> "Unit":
         """The same rule, hypothesis and sweep with every count at zero."""
@@ -94,6 +98,7 @@ class Unit:
             self.rejected_by_sign[k] += v
         self.rejected_by_q += other.rejected_by_q
         self.rejected_by_pq_sign += other.rejected_by_pq_sign
+        self.flipped_rejected += other.flipped_rejected
 
     @property
     def key(self) -> str:
@@ -137,6 +142,8 @@ class MaskAccumulator:
         self.seq_verdicts: dict[Unit, np.ndarray] = {}
         """sequence-rule unit -> rejected mask over sequences (filled by finish)."""
         self._tie = 0
+        self.routed = False
+        """the run has routes: count the flipped tokens each rule rejects."""
 
     def per_token_columns(self) -> list[str]:
         """Names of the per-sequence sums this accumulator adds to the sequence aggregator."""
@@ -154,7 +161,9 @@ class MaskAccumulator:
 
     def spawn(self) -> "MaskAccumulator":
         """An empty accumulator over the same units, for one batch on a worker thread (:meth:`merge` folds it back)."""
-        return MaskAccumulator([u.fresh() for u in self.units], self.n_examples)
+        spawned = MaskAccumulator([u.fresh() for u in self.units], self.n_examples)
+        spawned.routed = self.routed
+        return spawned
 
     def merge(self, other: "MaskAccumulator") -> None:
         """Fold a spawned accumulator in; folding batches in file order keeps the examples' tie-breaks reproducible."""
@@ -166,8 +175,12 @@ class MaskAccumulator:
         for score, _, item in sorted(other._examples, key=lambda e: e[1]):  # in the order the batch offered them
             self._offer_example(score, item)
 
-    def add(self, t: TokenTerms, advantage_T: np.ndarray | None, batch: dict, groups: Groups) -> dict[str, np.ndarray]:
-        """Count one batch; returns the per-sequence sums of :meth:`per_token_columns`, one row per run of ``groups``."""
+    def add(self, t: TokenTerms, advantage_T: np.ndarray | None, batch: dict, groups: Groups,
+            flipped_T: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """Count one batch; returns the per-sequence sums of :meth:`per_token_columns`, one row per run of ``groups``.
+
+        ``flipped_T`` (runs with routes): which tokens went through different experts on the two sides.
+        """
         per_seq: dict[str, np.ndarray] = {}
         rejected_rows = []
         qi, sign = tail_codes(t)
@@ -190,6 +203,8 @@ class MaskAccumulator:
             rej_at, rew_at = np.flatnonzero(rej), np.flatnonzero(rew)
             u.tokens_rejected += int(rej_at.size)
             u.tokens_reweighted += int(rew_at.size)
+            if flipped_T is not None:
+                u.flipped_rejected += int(flipped_T[rej_at].sum())
             if u.rule.spec.acts == "reject":
                 cut = np.bincount(tail[rej_at], minlength=n_tail).reshape(N_Q, len(SIGNS))
                 u.rejected_by_q += cut.sum(axis=1)
@@ -252,6 +267,8 @@ class MaskAccumulator:
             u.sequences_reweighted = u.sequences_with_reweight = int(rew.sum())
             u.tokens_rejected = int(n_tok[rej].sum())
             u.tokens_reweighted = int(n_tok[rew].sum())
+            if ROUTE_FLIPPED in per_seq:
+                u.flipped_rejected = int(per_seq[ROUTE_FLIPPED][rej].sum())
             if u.rule.spec.acts == "reject":
                 u.rejected_by_q = np.array([int(per_seq[f"q{j}"][rej].sum()) for j in range(N_Q)])
                 u.rejected_by_pq_sign = np.array([int(per_seq[f"s{j}"][rej].sum()) for j in range(len(SIGNS))])
@@ -297,8 +314,9 @@ class MaskAccumulator:
         return out
 
 
-def unit_row(u: Unit, tokens: int, sequences: int, has_advantage: bool) -> dict:
-    return {
+def unit_row(u: Unit, tokens: int, sequences: int, has_advantage: bool, routed: bool = False) -> dict:
+    """``routed`` (runs with routes) adds how many tokens flipped in some MoE layer the rule rejects."""
+    row = {
         "name": u.rule.name,
         "params": u.rule.params,
         "label": u.rule.label,
@@ -320,6 +338,9 @@ def unit_row(u: Unit, tokens: int, sequences: int, has_advantage: bool) -> dict:
                                      if u.rule.spec.acts == "reject" else None),
         "rejected_by_pq_sign": dict(zip(SIGNS, map(int, u.rejected_by_pq_sign))) if u.rule.spec.acts == "reject" else None,
     }
+    if routed:
+        row["route_flipped_rejected"] = u.flipped_rejected
+    return row
 
 
 def mean_row(a: dict, b: dict) -> dict:
@@ -329,7 +350,7 @@ def mean_row(a: dict, b: dict) -> dict:
     for k, v in a.items():
         if k in ("tokens_rejected", "tokens_reweighted", "sequences_rejected", "sequences_reweighted",
                  "sequences_with_rejection", "sequences_with_reweight", "token_reject_rate",
-                 "token_reweight_rate", "sequence_reject_rate") and v is not None:
+                 "token_reweight_rate", "sequence_reject_rate", "route_flipped_rejected") and v is not None:
             out[k] = (v + b[k]) / 2
         elif k in ("rejected_by_sampler_prob", "rejected_by_pq_sign") and v is not None:
             out[k] = {key: (v[key] + b[k][key]) / 2 for key in v}

@@ -129,8 +129,49 @@ def report_tables(console, result) -> None:
                       num(r.get("k3_mean")), num(r.get("kl_reverse_k3_mean")), num(r.get("chi2_token")))
         console.print(b)
 
+    if rep.get("routing"):
+        routing_tables(console, rep["routing"])
+
     for line in rep["interpretation"]:
         console.print(f"[bold]{line['metric']}[/bold]: {line['reading']}  [dim](source: {line['source']})[/dim]")
+
+
+def routing_tables(console, ro: dict) -> None:
+    """MoE runs: the flip rate per MoE layer (completion and prompt rows apart), and what flipped tokens cost."""
+    if ro.get("route_flip_rate_by_layer") is None:
+        absent = [f"{s} ({v['why'] or 'not recorded'})" for s, v in ro["sides"].items() if not v["recorded"]]
+        console.print(f"[dim]Routing: no flip rates, routes missing for the {', '.join(absent)}.[/dim]",
+                      highlight=False)
+        return
+    t = Table(title=f"MoE routing: top-{ro['top_k']} sets that differ between the sides ({ro['family']}, "
+                    f"{ro['num_experts']} experts{', replayed ' + ro['replay'] if ro.get('replay') else ''})",
+              title_justify="left")
+    from ..analysis.routing_report import ROUTING_COLUMNS
+
+    for col in ROUTING_COLUMNS:
+        t.add_column(col, justify="right")
+    for c, p in zip(ro["route_flip_rate_by_layer"], ro["prompt_route_flip_rate_by_layer"]):
+        t.add_row(str(c["layer"]), pct(c["flip_rate"]), f"{c['flipped']:,} / {c['compared']:,}", pct(p["flip_rate"]),
+                  f"{p['flipped']:,} / {p['compared']:,}")
+    t.add_row("any layer", pct(ro["route_flip_rate"]), f"{ro['tokens_flipped']:,} / {ro['tokens_compared']:,}",
+              pct(ro["prompt_route_flip_rate"]), f"{ro['prompt_rows_flipped']:,} / {ro['prompt_rows_compared']:,}",
+              style="bold")
+    console.print(t)
+    gap = ro.get("abs_logprob_diff")
+    if gap:
+        console.print(f"|log p - log q| on flipped tokens {num(gap['flipped_mean'])} ({gap['flipped_tokens']:,}), on "
+                      f"unflipped {num(gap['unflipped_mean'])} ({gap['unflipped_tokens']:,}); routing's share of the "
+                      f"gap (sum |log p - log q| on flipped / on all tokens): {pct(ro['routing_share_of_gap'])}"
+                      + (f"; {gap['tokens_without_routes']:,} token(s) without a compared route"
+                         if gap["tokens_without_routes"] else ""), highlight=False)
+    if ro.get("by_trainer_margin"):
+        m = Table(title="Flips by the trainer's router margin (k-th minus (k+1)-th score, completion rows, per layer)",
+                  title_justify="left")
+        for col in ("margin", "compared", "flipped", "flip rate"):
+            m.add_column(col, justify="left" if col == "margin" else "right")
+        for r in ro["by_trainer_margin"]:
+            m.add_row(r["bucket"], num(r["compared"]), num(r["flipped"]), pct(r["flip_rate"]))
+        console.print(m)
 
 
 def worst_table(console, rows: list[dict]) -> None:
@@ -167,6 +208,9 @@ def masks_tables(console, result, examples: int) -> None:
             t.add_column(col, justify="right" if col not in ("rule", "level", "hyp.") else "left")
     if has_sign:
         t.add_column("rejected A>0 / A<0 / A=0", justify="right")
+    routed = "route_flipped_tokens" in mk
+    if routed:
+        t.add_column(f"flipped rejected (of {mk['route_flipped_tokens']:,})", justify="right")
     for r in mk["rules"]:
         params = ",".join(f"{k}={num(v) if v is not None else 'off'}" for k, v in r["params"].items())
         cells = [r["name"], params, r["level"], r["hypothesis"], num(r["tokens_rejected"]), pct(r["token_reject_rate"]),
@@ -175,6 +219,8 @@ def masks_tables(console, result, examples: int) -> None:
         if has_sign:
             s = r["rejected_by_advantage_sign"]
             cells.append(f"{s['A>0']:,} / {s['A<0']:,} / {s['A=0']:,}" if s else "")
+        if routed:
+            cells.append(num(r.get("route_flipped_rejected")))
         t.add_row(*cells, style="dim" if r["hypothesis"] == "mean" else None)
     console.print(t)
     if any(r["hypothesis"] != "data" for r in mk["rules"]):

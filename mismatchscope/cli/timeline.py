@@ -68,7 +68,6 @@ def _tables(console, result) -> None:
     from rich.table import Table
 
     from ..timeline.changes import methods
-    from ..timeline.series import COUNTED
     from ._render import num, pct
 
     s = result.series
@@ -84,7 +83,7 @@ def _tables(console, result) -> None:
             cells = [str(int(s.step_K[i])), num(int(s.tokens_K[i]))]
             for m in s.metrics:
                 v = float(s.values[m.key][i])
-                cells.append(pct(v) if m.unit == COUNTED else num(v))
+                cells.append(pct(v) if m.unit.startswith("fraction") else num(v))
             cells.append(marks.get((repr(group), int(s.step_K[i])), ""))
             t.add_row(*cells)
         console.print(t)

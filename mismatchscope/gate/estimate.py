@@ -105,6 +105,9 @@ def _report_value(result, m: Metric) -> float | None:
 def _why_missing(m: Metric) -> str:
     if m.name == "ess":
         return f": a token's log p - log q exceeds {LOG_R2_OVERFLOW:.1f}, so r^2 overflows float64 (report warns where)"
+    if m.report_path[:1] == ("routing",):
+        return (": it needs routes/ with both sides' expert ids (an MoE run whose sampler and trainer routes were "
+                "recorded; report warns when a side is missing)")
     if "topk_overlap" in m.name:
         return ": it needs the trainer's own top-k ids (a trainer_topk_ids column) and the sampler's top-k columns"
     if "topk" in m.name or m.name.startswith("score_centering."):

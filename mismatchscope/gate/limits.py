@@ -132,6 +132,12 @@ def _catalog() -> dict[str, Metric]:
         _point(("metrics", "kl_topk_lower_mean"), "top-k lower bound of KL(sampler||trainer), mean (nats)", floor=FLOOR_KL),
         _point(("sequence_metrics", "chi2_seq"), "mean exp(2 clip(S)) - 1", nonnegative=False),
     ]
+    ms += [
+        Metric("route_flip_rate", "share of completion tokens whose top-k expert set differs between the sides in some "
+               "MoE layer (MoE runs with both sides' routes)", report_path=("routing", "route_flip_rate"), upper=1.0),
+        Metric("routing_share_of_gap", "share of the summed |log p - log q| that sits on tokens flipped in some "
+               "MoE layer", worse=None, report_path=("routing", "routing_share_of_gap"), upper=1.0),
+    ]
     for q in RATIO_QUANTILES:
         ms.append(_point(("metrics", "ratio_quantiles", f"{q:g}"), f"quantile {q:g} of r", worse=None))
     for c in TAIL_CUTS:

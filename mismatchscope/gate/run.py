@@ -68,7 +68,8 @@ def run_gate(candidate: str, baseline: str | None, cfg: GateConfig, mapping: dic
             warnings.append(comparability.warning)
     rules = cfg.rule_instances()
     request = AnalysisRequest(report=plots or any(m.needs_report for m in metrics), masks=bool(rules) or bool(sweeps),
-                              rules=rules, sweeps=list(sweeps or []))
+                              rules=rules, sweeps=list(sweeps or []),
+                              routing=plots or any(m.report_path[:1] == ("routing",) for m in metrics))
     estimates: dict[str, FileEstimates] = {}
     for role, path, stream in (("baseline", baseline, 0), ("candidate", candidate, 1)):
         if path is None:

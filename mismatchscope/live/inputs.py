@@ -43,6 +43,10 @@ class StepBatch:
     """rows of the batch with at least one token under the mask."""
     rows: int
     """B, the batch size as given."""
+    experts: dict[str, np.ndarray] | None = None
+    """side -> the masked tokens' expert ids ``[N, layers, k]`` (MoE runs); checked against the run's routing
+    layout and cut to the MoE layers by ``live.routes.check_experts`` (``routed`` then True)."""
+    routed: bool = False
 
     @property
     def tokens(self) -> int:
@@ -66,7 +70,8 @@ def to_host(x: Any) -> np.ndarray:
 def prepare(step: int, sampler_logprobs: Any, trainer_logprobs: Any, mask: Any = None, *,
             advantages: Any = None, rewards: Any = None, sequence_ids: Any = None, group_ids: Any = None,
             token_ids: Any = None, sampler_topk_ids: Any = None, sampler_topk_logprobs: Any = None,
-            trainer_logprobs_at_sampler_topk: Any = None, sampler_steps: Any = None) -> StepBatch:
+            trainer_logprobs_at_sampler_topk: Any = None, sampler_steps: Any = None, sampler_experts: Any = None,
+            trainer_experts: Any = None) -> StepBatch:
     """Check one step's arrays and copy the masked tokens out as token-pair columns.
 
     ``sequence_ids`` left out are filled in by the caller (the Recorder numbers
@@ -111,7 +116,24 @@ def prepare(step: int, sampler_logprobs: Any, trainer_logprobs: Any, mask: Any =
     if topk and token_ids is None:
         raise RecorderInputError("the top-k columns need token_ids: the bounds look for the sampled token among the listed ids")
     cols.update(topk)
-    return StepBatch(step, cols, int(np.unique(rows).size), b)
+    experts = _experts(rows, pos, (b, t), {"sampler": sampler_experts, "trainer": trainer_experts})
+    return StepBatch(step, cols, int(np.unique(rows).size), b, experts)
+
+
+def _experts(rows: np.ndarray, pos: np.ndarray, shape: tuple[int, int],
+             given: dict[str, Any]) -> dict[str, np.ndarray] | None:
+    """The masked tokens' expert ids of each side given, ``[N, layers, k]`` (copies); None when neither is."""
+    out = {}
+    for side, x in given.items():
+        if x is None:
+            continue
+        a = to_host(x)
+        if a.ndim != 4 or a.shape[:2] != shape:
+            raise RecorderInputError(f"{side}_experts has shape {a.shape}, expected [B, T, layers, top_k] with "
+                                     f"[B, T] = {shape}",
+                                     hint="each token's expert ids per decoder layer, aligned with the logprobs")
+        out[side] = a[rows, pos]
+    return out or None
 
 
 def _step(step: Any) -> int:

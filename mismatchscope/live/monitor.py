@@ -77,15 +77,20 @@ class Monitor:
     ``rules``: rule names or ``name:k=v`` strings (default: the timeline's,
     icepop and ipo). Keys are ``prefix`` + the timeline's metric keys:
     ``abs_logprob_diff_mean``, ``abs_logprob_diff_p99``, ``tv_token_mean``,
-    ``k3_mean``, ``ratio_outside_band`` (share of r = p/q outside [0.5, 2]),
+    ``k3_mean``, ``ratio_outside_band`` (share of r = p/q outside [0.5, 2]), ``route_flip_rate`` (MoE
+    runs given both sides' expert ids: share of tokens routed to another top-k set in some MoE layer),
     ``<rule>_reject_rate`` per rule, then ``tokens``, ``nonfinite_tokens``
     and ``alerts`` (how many new alerts this step).
     """
 
     def __init__(self, recorder: Any = None, *, rules: list[str | RuleInstance] | None = None, prefix: str = "mismatch/",
                  window: int = WINDOW, changes: ChangeConfig = ONLINE_CHANGES,
-                 min_rise: float = MIN_RISE):
+                 min_rise: float = MIN_RISE, routing: Any = None):
+        from .routes import routing_meta
+
         self.recorder = recorder
+        self.routing = routing_meta(routing) or getattr(recorder, "routing", None)
+        """the model's routing layout, for ``sampler_experts`` / ``trainer_experts`` (a Recorder's by default)."""
         self.rules = [r if isinstance(r, RuleInstance) else parse_rule(r) for r in (rules or DEFAULT_RULES)]
         self.prefix = prefix
         self.window = window
@@ -121,14 +126,25 @@ class Monitor:
         if self.recorder is not None:
             batch = self.recorder.add(step, sampler_logprobs, trainer_logprobs, mask, **columns)
         else:
+            from .routes import check_experts
+
             batch = prepare(step, sampler_logprobs, trainer_logprobs, mask, **columns)
+            check_experts(batch, self.routing)
         return self.observe(batch)
 
     def observe(self, batch: StepBatch) -> StepReport:
         """Measure a batch already prepared (e.g. the return value of ``Recorder.add``)."""
         if batch.step != self._current:
             self._current, self._step_parts = batch.step, []
-        self._step_parts.append(_clean(batch.columns))
+        columns = batch.columns
+        if batch.experts and batch.routed:
+            from ..timeline.series import ROUTE_FLAGS
+            from .routes import route_flags
+
+            flags = route_flags(batch.experts)
+            if flags is not None:
+                columns = {**columns, **dict(zip(ROUTE_FLAGS, flags))}
+        self._step_parts.append(_clean(columns))
         parts = self._step_parts
         cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if len(parts) > 1 else parts[0]
         kept = int(cols["step"].size)
@@ -210,7 +226,8 @@ def _clean(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     keep = np.isfinite(lp) & np.isfinite(lq)
     out = {"trainer_logprob": lp[keep], "sampler_logprob": lq[keep], "sequence_id": columns["sequence_id"][keep],
            "step": columns["step"][keep]}
-    if "advantage" in columns:
-        out["advantage"] = columns["advantage"][keep]
+    for name in ("advantage", "route_compared", "route_flipped"):
+        if name in columns:
+            out[name] = columns[name][keep]
     out["_all"] = keep
     return out

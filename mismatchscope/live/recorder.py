@@ -28,6 +28,7 @@ import queue
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -60,8 +61,14 @@ class Recorder:
     """
 
     def __init__(self, path: str | os.PathLike, *, rank: int | None = None, world_size: int | None = None,
-                 meta: Mapping[str, Any] | None = None, resume: bool = False, max_pending: int = MAX_PENDING):
+                 meta: Mapping[str, Any] | None = None, resume: bool = False, max_pending: int = MAX_PENDING,
+                 routing: Any = None):
+        from .routes import routing_meta
+
         self.path = Path(path)
+        self.routing = routing_meta(routing)
+        """the model's routing layout (``RoutingMeta`` or its dict): needed to record routes."""
+        self._route_sides: set[str] = set()
         self.rank = int(os.environ.get("RANK", 0)) if rank is None else int(rank)
         env_world = os.environ.get("WORLD_SIZE")
         self.world_size = world_size if world_size is not None else (int(env_world) if env_world else None)
@@ -102,16 +109,26 @@ class Recorder:
         Optional keywords: ``advantages`` ([B] or [B, T]), ``rewards`` ([B]),
         ``sequence_ids`` ([B] ints; unique in the run, default generated),
         ``group_ids`` ([B] ints or strings: the prompt / GRPO group),
-        ``token_ids`` ([B, T]; -1 is written without them), and the three
+        ``token_ids`` ([B, T]; -1 is written without them), the three
         top-k columns ``sampler_topk_ids``, ``sampler_topk_logprobs``,
-        ``trainer_logprobs_at_sampler_topk`` ([B, T, K]) together, and
+        ``trainer_logprobs_at_sampler_topk`` ([B, T, K]) together,
         ``sampler_steps`` ([B] ints: the policy version each rollout was generated with; recorded
-        beside ``step`` as ``sampler_step``/``trainer_step`` for certify's policy-version check).
+        beside ``step`` as ``sampler_step``/``trainer_step`` for certify's policy-version check), and for
+        an MoE model ``sampler_experts`` / ``trainer_experts`` ([B, T, L, k]
+        expert ids per decoder layer, or per MoE layer; needs ``routing``), written to ``routes/``.
         Returns the host copy (the ``Monitor`` reads it).
         """
+        from .routes import check_experts
+
         self._check_usable()
         given_ids = columns.get("sequence_ids") is not None
         batch = prepare(step, sampler_logprobs, trainer_logprobs, mask, **columns)
+        if batch.experts:
+            check_experts(batch, self.routing)
+            if not batch.experts.keys() <= self._route_sides:
+                self._route_sides |= batch.experts.keys()
+                if self.rank == 0:
+                    self._write_manifest(rundir.RUNNING)
         if not given_ids:
             rows = batch.columns["sequence_id"]
             batch.columns["sequence_id"] = rows + self._next_seq
@@ -177,6 +194,12 @@ class Recorder:
                     "meta": self.meta, "world_size": self.world_size, "status": status,
                     "layout": "tokens/step-SSSSSS-rank-NNNN[-part-PPPP].parquet; ranks/rank-NNNN.json per rank"}
         manifest.setdefault("created", time.time())
+        if self.routing is not None:
+            from ..routing.layout import MANIFEST_KEY, SideRoutes
+
+            sides = {s: SideRoutes(s in self._route_sides, why=None if s in self._route_sides else
+                                   f"no {s}_experts given to Recorder.add") for s in ("sampler", "trainer")}
+            manifest[MANIFEST_KEY] = replace(self.routing, **sides).to_dict()
         rundir.write_manifest(self.path, manifest)
 
     def _put(self, item: Any) -> None:
@@ -226,6 +249,8 @@ class Recorder:
         if part == 0:
             self._drop_earlier_shards(batch.step)
         meta = {"writer": "recorder", "rank": self.rank, "meta": self.meta, "mismatchscope_version": __version__}
+        if batch.experts:
+            self._write_routes(name, batch)
         cols = {k: _arrow(k, v) for k, v in batch.columns.items()}
         cols["rank"] = _flat(pa.int32(), np.full(batch.tokens, self.rank, np.int32))
         write_table(self.path / rundir.TOKENS / f"{name}.parquet", cols, meta)
@@ -237,6 +262,18 @@ class Recorder:
         r["next_sequence_id"] = self._next_seq
         r["updated"] = time.time()
         rundir.atomic_write_json(self.record_path, r)
+
+    def _write_routes(self, name: str, batch: StepBatch) -> None:
+        """The batch's routes, written before its token shard: a token shard on disk always has its routes."""
+        import pyarrow.parquet as pq
+
+        from ..routing.layout import ROUTES
+        from .routes import routes_table
+
+        assert self.routing is not None  # add() refuses routes without it
+        table = routes_table(self.routing, batch.columns["sequence_id"], batch.columns["position"], batch.experts or {})
+        with rundir.atomic_path(self.path / ROUTES / f"{name}.parquet") as tmp:
+            pq.write_table(table, tmp, compression="zstd")
 
     def _shards_on_disk(self, step: int | None = None) -> list[Path]:
         head = "step-*" if step is None else f"step-{step:06d}"
@@ -251,6 +288,8 @@ class Recorder:
         """
         if self._resumed:
             for f in self._shards_on_disk(step):
+                f.unlink()
+            for f in sorted((self.path / "routes").glob(f"step-{step:06d}-{self._tag}*.parquet")):
                 f.unlink()
 
     def _max_sequence_id_on_disk(self) -> int:

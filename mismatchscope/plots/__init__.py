@@ -79,6 +79,7 @@ def masks_figures(result) -> list[Picture]:
 def _pictures(runs, rules, checks) -> list[Picture]:
     from ..rules import make_instance
     from . import figures as F
+    from . import routing as R
 
     by_name = {r.name: r for r in rules}
     icepop = by_name.get("icepop") or make_instance("icepop", {})
@@ -95,6 +96,11 @@ def _pictures(runs, rules, checks) -> list[Picture]:
                         F.probability_density(runs, icepop, ipo)))
     out.append(_picture("breakdowns", "Where the mismatch sits", "Mean |p - q| and mean k3 by sampler-probability bucket and by "
                         "position in the completion (deciles of the longest completion).", F.breakdowns(runs)))
+    if any(R.has_flip_rates(r) for r in runs):
+        out.append(_picture("route_flips", "MoE routing flips per layer", "The share of rows whose top-k expert set "
+                            "differs between sampler and trainer, per MoE layer (named by decoder-layer index); solid: "
+                            "completion rows (the row predicting each completion token), dashed: prompt rows. Missing "
+                            "captures are left out.", R.route_flips(runs)))
     sweeps = F.sweep_curves(runs, rules)
     if sweeps is not None:
         out.append(_picture("sweeps", "Reject rate against threshold", "The share of tokens each rule rejects (or reweights) "

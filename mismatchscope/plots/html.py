@@ -135,6 +135,45 @@ def _centering(rep: dict) -> str:
             + _table(["statistic", "tokens", "mean", *[f"q{q}" for q in qs], "meaning"], rows, numeric={1, 2, 3, 4, 5}) + note)
 
 
+def _routing(rep: dict) -> str:
+    """MoE runs: the flip rate per MoE layer (completion and prompt rows apart) and what flipped tokens cost."""
+    from ..analysis.routing_report import ROUTING_COLUMNS
+
+    ro = rep.get("routing")
+    if not ro:
+        return ""
+    if ro.get("route_flip_rate_by_layer") is None:
+        absent = ", ".join(f"{s} ({v['why'] or 'not recorded'})" for s, v in ro["sides"].items() if not v["recorded"])
+        return f"<h2>MoE routing</h2><p>No flip rates: routes missing for the {_e(absent)}.</p>"
+    pct = lambda v: "-" if v is None else _e(f"{100 * v:.3g}%")  # noqa: E731
+    rows = [[_e(c["layer"]), pct(c["flip_rate"]), f"{c['flipped']:,} / {c['compared']:,}", pct(p["flip_rate"]),
+             f"{p['flipped']:,} / {p['compared']:,}"]
+            for c, p in zip(ro["route_flip_rate_by_layer"], ro["prompt_route_flip_rate_by_layer"])]
+    rows.append(["any layer", pct(ro["route_flip_rate"]), f"{ro['tokens_flipped']:,} / {ro['tokens_compared']:,}",
+                 pct(ro["prompt_route_flip_rate"]),
+                 f"{ro['prompt_rows_flipped']:,} / {ro['prompt_rows_compared']:,}"])
+    out = (f"<h2>MoE routing</h2><p>Top-{ro['top_k']} expert sets that differ between the sides ({_e(ro['family'])}, "
+           f"{ro['num_experts']} experts); missing captures ({ro['missing_captures'].get('sampler', 0):,} sampler, "
+           f"{ro['missing_captures'].get('trainer', 0):,} trainer of {ro['missing_captures']['entries']:,} entries) "
+           "are left out.</p>"
+           + _table(ROUTING_COLUMNS, rows, numeric={0, 1, 2, 3, 4}))
+    gap = ro.get("abs_logprob_diff")
+    if gap:
+        out += _table(["tokens", "count", "mean |log p - log q|"],
+                      [["flipped in some layer", _num(gap["flipped_tokens"]), _num(gap["flipped_mean"])],
+                       ["unflipped", _num(gap["unflipped_tokens"]), _num(gap["unflipped_mean"])],
+                       ["without a compared route", _num(gap["tokens_without_routes"]), "-"]], numeric={1, 2})
+        out += ("<p>Routing's share of the gap (sum |log p - log q| on flipped / on all tokens): "
+                f"{pct(ro['routing_share_of_gap'])}.</p>")
+    if ro.get("by_trainer_margin"):
+        out += "<h3>Flips by the trainer's router margin</h3>" + _table(
+            ["margin", "compared", "flipped", "flip rate"],
+            [[_e(r["bucket"]), _num(r["compared"]), _num(r["flipped"]), pct(r["flip_rate"])]
+             for r in ro["by_trainer_margin"]],
+            numeric={1, 2, 3})
+    return out
+
+
 def _worst(rows: list[dict]) -> str:
     from ..analysis.worst import RANKINGS
 
@@ -175,6 +214,7 @@ def report_page(result, pictures, worst: list[dict] | None = None) -> str:
     if rep["breakdowns"].get("entropy"):
         body.append("<h2>By trainer entropy</h2>" + _breakdown(runs, "entropy"))
     body.append(_centering(rep))
+    body.append(_routing(rep))
     body.append("<h2>Run metadata</h2>" + _metadata([("run", result.run)]))
     return _page("mismatchscope report", ", ".join(str(f) for f in result.source.files[:3]) + (" ..." if len(result.source.files) > 3 else ""),
                  "".join(body))

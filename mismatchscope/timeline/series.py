@@ -28,6 +28,7 @@ from ..analysis.evaluate import HYPOTHESES, count_per_key, sequence_verdicts, to
 from ..divergence import clamped_k_terms, token_terms
 from ..errors import InputError, MissingColumnsError, UsageError
 from ..analysis.positions import PositionTracker
+from ..analysis.routing_report import routing_warnings
 from ..analysis.sums import token_means
 from ..analysis.validate import check_advantage, check_not_empty
 from ..reader import BATCH_ROWS, Hygiene, Source, iter_batches, open_source, token_keys
@@ -67,6 +68,13 @@ HEADLINE: tuple[Metric, ...] = (
     Metric("ratio_outside_band", f"share of tokens with r = p/q outside [{RATIO_BAND[0]:g}, {RATIO_BAND[1]:g}]",
            COUNTED, f"r not in [{RATIO_BAND[0]:g},{RATIO_BAND[1]:g}]", "asin-sqrt"),
 )
+
+
+ROUTE_FLIP = Metric("route_flip_rate", "share of tokens whose top-k expert set differs between sampler and trainer "
+                    "in some MoE layer", "fraction of compared tokens", "route flips", "asin-sqrt")
+"""MoE runs with both sides' routes: over the tokens with a capture on both sides (``analysis.routing``)."""
+ROUTE_FLAGS = ("route_compared", "route_flipped")
+"""per-token booleans a batch carries when its run has routes: both sides captured, and flipped in some layer."""
 
 
 @dataclass(frozen=True)
@@ -121,8 +129,11 @@ def build_series(path: str | os.PathLike, rules: list[RuleInstance], by: str | N
     groups = _GroupCodes(by, by_canon)
     hygiene = Hygiene()
     positions = PositionTracker()
+    scan, routes_note = _routes(source)
     for batch in iter_batches(source, columns, hygiene, batch_rows, extra=[by_raw] if by_raw else []):
         positions.add(*token_keys(batch))  # rows dropped for a non-finite logprob still name a token
+        if scan is not None and scan.index is not None:
+            batch.update(zip(ROUTE_FLAGS, scan.index.lookup(batch["sequence_id"], batch["position"])))
         if by is None:
             group_T = np.zeros(batch["step"].size, np.int64)
         else:
@@ -133,8 +144,17 @@ def build_series(path: str | os.PathLike, rules: list[RuleInstance], by: str | N
     check_not_empty(str(path), acc.tokens, hygiene)
     series = acc.finish(groups.values if by is not None else ["all"], by)
     series.warnings = ([source.incomplete] if source.incomplete else []) + hygiene.warnings() + acc.warnings
+    series.warnings += ([routes_note] if routes_note else []) + (routing_warnings(scan) if scan else [])
     series.source = source
     return series
+
+
+def _routes(source: Source):
+    """The run's routes scanned once (their flip index joins the tokens' steps), or None for a dense run."""
+    from ..analysis.routing import locate_routes, scan_routes
+
+    run, note = locate_routes(source.files)
+    return (scan_routes(run) if run else None), note
 
 
 def _units(rules: list[RuleInstance], has_adv: bool) -> list[RuleUnit]:
@@ -225,6 +245,9 @@ class _Accumulator:
         self._codes: list[np.ndarray] = []
         self._abs_l: list[np.ndarray] = []
         self._seq_parts: list[tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]] = []
+        self.route_sums = np.zeros((2, 0))
+        """per key: tokens compared, tokens flipped (runs with routes)."""
+        self.routed = False
         self.tokens = 0
         self.warnings: list[str] = []
 
@@ -259,6 +282,12 @@ class _Accumulator:
         if self.sums.shape[1] < k:
             self.sums = np.pad(self.sums, ((0, 0), (0, k - self.sums.shape[1])))
         self.sums += np.stack([np.bincount(code_T, weights=w, minlength=k) for w in weights])
+        if ROUTE_FLAGS[0] in batch:
+            self.routed = True
+            if self.route_sums.shape[1] < k:
+                self.route_sums = np.pad(self.route_sums, ((0, 0), (0, k - self.route_sums.shape[1])))
+            self.route_sums += np.stack([np.bincount(code_T, weights=batch[f].astype(np.float64), minlength=k)
+                                         for f in ROUTE_FLAGS])
         self._codes.append(code_T.astype(np.int32))
         self._abs_l.append(abs_l)
         clamped = {}
@@ -289,6 +318,10 @@ class _Accumulator:
         for i, u in enumerate(self.token_units):
             row = base + 2 * i + (0 if u.rule.spec.acts == "reject" else 1)
             values[u.metric.key] = self.sums[row] / n
+        if self.routed:
+            rs = np.pad(self.route_sums, ((0, 0), (0, k - self.route_sums.shape[1])))
+            with np.errstate(invalid="ignore", divide="ignore"):
+                values[ROUTE_FLIP.key] = np.where(rs[0] > 0, rs[1] / np.maximum(rs[0], 1), np.nan)
         seq_code, seqs = self._sequences()
         sequences_K = np.bincount(seq_code, minlength=k)
         for u in self.seq_units:
@@ -298,7 +331,7 @@ class _Accumulator:
         rank = np.empty(len(groups), np.int64)
         rank[order_g] = np.arange(len(groups))
         order = np.lexsort((step_K, rank[group_K]))
-        metrics = list(HEADLINE) + [u.metric for u in self.units]
+        metrics = list(HEADLINE) + ([ROUTE_FLIP] if self.routed else []) + [u.metric for u in self.units]
         return StepSeries(
             by=by, groups=[groups[g] for g in order_g], group_K=rank[group_K][order], step_K=step_K[order],
             tokens_K=n[order].astype(np.int64), sequences_K=sequences_K[order].astype(np.int64),
