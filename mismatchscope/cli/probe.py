@@ -13,6 +13,7 @@ import typer
 
 from ..bundled import sample_dir
 from ..errors import NoTokensError, UsageError
+from ..probe.engine_log import engine_output
 from ._options import FormatOpt, RuleOpt
 from ._output import OutputFormat, emit_json, info, stderr_console, stdout_console, warn
 
@@ -22,6 +23,12 @@ TrainerCheckpointOpt = typer.Option(
     help="Score with other weights of the same model (a later checkpoint: policy lag). Checked first: same "
          "architecture, vocabulary and tokenizer as the sampler's checkpoint. Default: the sampler's checkpoint. "
          "A --resume keeps the recorded one.")
+
+
+VerboseOpt = typer.Option(
+    False, "--verbose",
+    help="Show the engines' own output (vLLM, torch, transformers) live. Default: it goes to engine.log in the run "
+         "directory, and the probe says where.")
 
 
 def _engine_args(items: list[str] | None) -> dict:
@@ -48,7 +55,8 @@ class _Bars:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self._p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                           console=stderr_console(), disable=not enabled, transient=False)
+                           console=stderr_console(), disable=not enabled, transient=False,
+                           redirect_stderr=False)  # what the engines write to stderr goes to their log
         self._tasks: dict[str, int] = {}
         self._started = False
 
@@ -155,6 +163,7 @@ def probe(
     reward_fn: Optional[str] = typer.Option(None, "--reward-fn", metavar="MODULE:FUNCTION", help="fn(prompt=, completion=, answer=) -> float. Default: exact match with the prompt's answer."),
     round_prompts: int = typer.Option(0, "--round-prompts", min=0, help="Prompts per sampling round (0: all in one batch)."),
     resume: bool = typer.Option(False, "--resume", help="Continue a run directory that was interrupted."),
+    verbose: bool = VerboseOpt,
     rule: Optional[List[str]] = RuleOpt,
     format: OutputFormat = FormatOpt,
 ) -> None:
@@ -192,7 +201,7 @@ def probe(
         if not checkpoint.is_dir():
             raise UsageError("no CHECKPOINT given and no bundled sample model found", hint="pass a checkpoint folder")
         info("no CHECKPOINT given: probing the bundled sample model (tiny Qwen3 trained on addition)")
-    with _Bars(enabled=True) as bars:
+    with engine_output(opts.out, verbose=verbose, sampler_kind=sampler), _Bars(enabled=True) as bars:
         run_dir = run_probe(opts, bars)
     _summarise(run_dir, rule, format)
 
@@ -221,6 +230,7 @@ def rescore(
     allow_pickle: bool = typer.Option(False, "--allow-pickle"),
     trainer_checkpoint: Optional[Path] = TrainerCheckpointOpt,
     resume: bool = typer.Option(False, "--resume"),
+    verbose: bool = VerboseOpt,
     rule: Optional[List[str]] = RuleOpt,
     format: OutputFormat = FormatOpt,
 ) -> None:
@@ -231,6 +241,7 @@ def rescore(
     cfg = TrainerConfig(dtype=trainer_dtype, attn_implementation=attn_implementation, fp32_lm_head=trainer_fp32_lm_head,
                         device_map=device_map, device=trainer_device, batch_tokens=trainer_batch_tokens,
                         trust_remote_code=trust_remote_code, allow_pickle=allow_pickle)
-    with _Bars(enabled=True) as bars:
-        run_dir = do_rescore(run, _out_dir(out, "rescore"), cfg, resume=resume, progress=bars, trainer_checkpoint=trainer_checkpoint)
+    out_dir = _out_dir(out, "rescore")
+    with engine_output(out_dir, verbose=verbose), _Bars(enabled=True) as bars:
+        run_dir = do_rescore(run, out_dir, cfg, resume=resume, progress=bars, trainer_checkpoint=trainer_checkpoint)
     _summarise(run_dir, rule, format)
