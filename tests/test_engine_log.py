@@ -20,7 +20,12 @@ from pathlib import Path
 import pytest
 
 from mismatchscope.errors import EngineError, UsageError
-from mismatchscope.probe.engine_log import LOG_NAME, engine_output, root_cause
+from mismatchscope.probe.engine_log import (
+    LOG_NAME,
+    cause_in_log,
+    engine_output,
+    root_cause,
+)
 from tests.helpers import REPO, cli
 
 DENSE = REPO / "sample_data" / "tiny-qwen3"
@@ -63,6 +68,16 @@ def test_without_output_the_innermost_real_exception_of_the_chain():
     except RuntimeError as e:
         assert root_cause("", e) == "KeyError: 'layers.1.mlp.gate.e_score_correction_bias'"
     assert root_cause("nothing here\n") == "no cause found in the engine's output"
+
+
+def test_a_diagnose_variant_reason_that_only_wraps_takes_the_cause_from_its_log(tmp_path):
+    log = tmp_path / "variant.log"
+    log.write_text(INSPECTION_LOG)
+    wrapped = "UsageError: vLLM refused its configuration: Model architectures ['X'] failed to be inspected."
+    assert cause_in_log(log, wrapped) == "ModuleNotFoundError: No module named 'torchvision'"
+    assert cause_in_log(log, "UsageError: --engine-arg foo is not an option") == "UsageError: --engine-arg foo is not an option"
+    log.write_text("no exception here\n")
+    assert cause_in_log(log, wrapped) == wrapped
 
 
 # ---- where the output goes -----------------------------------------------------------------------
@@ -230,3 +245,16 @@ def test_a_checkpoint_vllm_cannot_load_gets_one_line_naming_the_missing_package(
         assert not out.exists()  # the failed start takes its run directory back
     finally:
         log.unlink(missing_ok=True)
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_verbose_shows_the_engines_output_live(tmp_path):
+    pytest.importorskip("vllm")
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": "1+1="}) + "\n")
+    out = tmp_path / "run"
+    r = cli("probe", str(DENSE), "--prompts", str(prompts), "-n", "1", "--max-tokens", "4", "--out", str(out), "--verbose")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Attempted to load weight" in r.stderr  # the worker process's own lines, on screen
+    assert not (out / LOG_NAME).exists()

@@ -52,6 +52,7 @@ _WRAPPERS = ("Engine core initialization failed", "Error raised in subprocess", 
              "failed to be inspected", "Please check the logs", "See root cause above")
 """Messages that only say that something else failed: never the root cause."""
 _MISSING_PACKAGE = ("ImportError", "ModuleNotFoundError")
+NO_CAUSE = "no cause found in the engine's output"
 
 
 class _Terminal:
@@ -209,7 +210,19 @@ def root_cause(log_text: str, exc: BaseException | None = None) -> str:
         real = [ln for ln in candidates if not _is_wrapper(ln)]
         if real:
             return real[-1]
-    return chain[0] if chain else "no cause found in the engine's output"
+    return chain[0] if chain else NO_CAUSE
+
+
+def cause_in_log(log: Path, reason: str) -> str:
+    """``reason`` (a one-line failure), or the root cause in ``log`` when ``reason`` only wraps another failure.
+
+    For a process whose whole output is the log (a ``diagnose`` variant): vLLM's
+    "failed to be inspected" names no cause; the log holds it.
+    """
+    if not _is_wrapper(reason):
+        return reason
+    found = root_cause(_tail(log))
+    return reason if found == NO_CAUSE else found
 
 
 def _exception_line(line: str) -> str | None:
