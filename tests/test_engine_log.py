@@ -85,8 +85,9 @@ def test_a_diagnose_variant_reason_that_only_wraps_takes_the_cause_from_its_log(
 
 def _run_dir(tmp_path: Path) -> Path:
     run = tmp_path / "run"
-    run.mkdir()
-    (run / "manifest.json").write_text("{}")  # a run: the log is moved into it
+    (run / "tokens").mkdir(parents=True)
+    (run / "manifest.json").write_text("{}")  # a run that scored a shard: the log is moved into it
+    (run / "tokens" / "part-00000-00000.parquet").write_bytes(b"")
     return run
 
 
@@ -258,3 +259,12 @@ def test_verbose_shows_the_engines_output_live(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Attempted to load weight" in r.stderr  # the worker process's own lines, on screen
     assert not (out / LOG_NAME).exists()
+
+
+def test_a_run_that_sampled_nothing_gets_no_log_that_would_block_its_rerun(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text("{}")  # a start that failed before its first round
+    with engine_output(run):
+        _child_writes("engine noise\n")
+    assert sorted(p.name for p in run.iterdir()) == ["manifest.json"]

@@ -101,14 +101,17 @@ def engine_output(run_dir: Path, *, verbose: bool = False, sampler_kind: str | N
     hint to an engine failure. An exception raised inside vLLM leaves as an
     :class:`EngineError` naming its root cause and the log.
     """
-    if verbose or terminal._captured is not None:  # shown live, or already captured by an outer call
+    fd = -1
+    if not verbose and terminal._captured is None:  # not shown live, nor already captured by an outer call
+        with contextlib.suppress(OSError):  # no writable temporary folder: the output stays on screen
+            fd, tmp_name = tempfile.mkstemp(prefix="mismatchscope-engine-", suffix=".log")
+    if fd < 0:
         try:
             yield
         except Exception as e:
-            _raise_engine_error(e, None, sampler_kind, shown=True)
+            _raise_engine_error(e, None, sampler_kind, shown=verbose)
             raise
         return
-    fd, tmp_name = tempfile.mkstemp(prefix="mismatchscope-engine-", suffix=".log")
     tmp = Path(tmp_name)
     _flush_all()
     saved = os.dup(2)
@@ -148,14 +151,19 @@ def _restore(saved: int) -> None:
 
 
 def _place(tmp: Path, run_dir: Path, *, keep: bool) -> Path | None:
-    """Move the log into the run directory if it holds a run; otherwise keep it only when ``keep`` and not empty."""
+    """Move the log into the run directory if it holds a run; otherwise keep it only when ``keep`` and not empty.
+
+    A run that sampled nothing is replaced or taken back by the next start,
+    which a stray log in its folder would block: its log stays outside.
+    """
     from .. import rundir
+    from .recorder import unstarted_run
 
     try:
         if tmp.stat().st_size == 0:
             tmp.unlink()
             return None
-        if (Path(run_dir) / rundir.MANIFEST).is_file():
+        if (Path(run_dir) / rundir.MANIFEST).is_file() and not unstarted_run(Path(run_dir)):
             dest = Path(run_dir) / LOG_NAME
             with open(dest, "ab") as out, open(tmp, "rb") as src:  # a resumed run's log grows
                 shutil.copyfileobj(src, out)
