@@ -101,7 +101,7 @@ def engine_output(run_dir: Path, *, verbose: bool = False, sampler_kind: str | N
     hint to an engine failure. An exception raised inside vLLM leaves as an
     :class:`EngineError` naming its root cause and the log.
     """
-    fd = -1
+    fd, tmp_name = -1, ""
     if not verbose and terminal._captured is None:  # not shown live, nor already captured by an outer call
         with contextlib.suppress(OSError):  # no writable temporary folder: the output stays on screen
             fd, tmp_name = tempfile.mkstemp(prefix="mismatchscope-engine-", suffix=".log")
