@@ -261,6 +261,14 @@ def test_verbose_shows_the_engines_output_live(tmp_path):
     assert not (out / LOG_NAME).exists()
 
 
+def test_a_refusal_by_the_tool_changes_no_run_log(tmp_path):
+    run = _run_dir(tmp_path)
+    with pytest.raises(UsageError), engine_output(run):
+        _child_writes("tokenizer noise\n")
+        raise UsageError("cannot resume: its configuration differs")
+    assert not (run / LOG_NAME).exists()
+
+
 def test_a_run_that_sampled_nothing_gets_no_log_that_would_block_its_rerun(tmp_path):
     run = tmp_path / "run"
     run.mkdir()

@@ -122,6 +122,9 @@ def engine_output(run_dir: Path, *, verbose: bool = False, sampler_kind: str | N
         yield
     except BaseException as e:
         _restore(saved)
+        if isinstance(e, MismatchscopeError) and not _from_vllm(e):  # the tool's own refusal: its line says it all,
+            tmp.unlink(missing_ok=True)  # and a refused command changes nothing, not even a run's log
+            raise
         log = _place(tmp, run_dir, keep=True)
         if isinstance(e, Exception):
             _raise_engine_error(e, log, sampler_kind)
