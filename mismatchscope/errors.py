@@ -108,3 +108,12 @@ class IncomparableRunsError(InputError):
 
 class OutputError(MismatchscopeError, OSError):
     """An output path that cannot be written: a directory, unwritable, a full device, or one of the inputs."""
+
+
+class EngineError(SamplerError):
+    """vLLM refused or failed to run the checkpoint: the root cause from its own output, in one line.
+
+    Not a bug of the tool: a kernel without the asked dtype, a model class
+    that needs a package the install lacks. The hint names the engine's log
+    and ``--sampler hf`` where transformers can sample instead.
+    """

@@ -42,7 +42,21 @@ def full_run(tmp_path_factory) -> Path:
     r = cli("probe", str(DENSE), *BASE, "--out", str(out), "--format", "json")
     assert r.returncode == 0, r.stderr[-3000:]
     (out.parent / "summary.json").write_text(r.stdout)  # the printed JSON, for the tests below
+    (out.parent / "stderr.txt").write_text(r.stderr)
     return out
+
+
+ENGINE_LINE_MARKS = ("WARNING", "Triton", "LD_PRELOAD", "pid=", "Warning", "Loading safetensors", "Loading weights")
+"""What vLLM, its processes, torch and transformers print while they start."""
+
+
+def test_the_screen_shows_the_tool_and_the_run_log_holds_the_engines(full_run):
+    err = (full_run.parent / "stderr.txt").read_text()
+    assert not [ln for ln in err.splitlines() if any(m in ln for m in ENGINE_LINE_MARKS)], err
+    assert f"{full_run / 'engine.log'} (--verbose shows it live)" in err
+    log = (full_run / "engine.log").read_text()
+    # the fp16 sampler's worker process casts the checkpoint's fp32 weights, one line per weight
+    assert "Attempted to load weight" in log and "pid=" in log
 
 
 def test_run_directory_and_summary(full_run):

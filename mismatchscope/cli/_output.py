@@ -22,9 +22,12 @@ def stdout_console():
 
 
 def stderr_console():
+    """The terminal's stderr, also while the engines' output is sent to their log (see ``probe.engine_log``)."""
     from rich.console import Console
 
-    return Console(stderr=True, soft_wrap=True)
+    from ..probe.engine_log import terminal
+
+    return Console(file=terminal, soft_wrap=True)  # type: ignore[arg-type]
 
 
 def warn(message: str) -> None:

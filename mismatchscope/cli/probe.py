@@ -13,6 +13,7 @@ import typer
 
 from ..bundled import sample_dir
 from ..errors import NoTokensError, UsageError
+from ..probe.engine_log import engine_output
 from ._options import FormatOpt, RuleOpt
 from ._output import OutputFormat, emit_json, info, stderr_console, stdout_console, warn
 
@@ -31,6 +32,10 @@ ReplayRoutesOpt = typer.Option(
 ReplayWeightsOpt = typer.Option(
     False, "--replay-weights", help="With --replay-routes: also use the sampler's recorded gate weights.")
 RoutesOpt = typer.Option(True, "--routes/--no-routes", help="MoE: record both sides' expert routes in routes/.")
+VerboseOpt = typer.Option(
+    False, "--verbose",
+    help="Show the engines' own output (vLLM, torch, transformers) live. Default: it goes to engine.log in the run "
+         "directory, and the probe says where.")
 
 
 def _engine_args(items: list[str] | None) -> dict:
@@ -57,7 +62,8 @@ class _Bars:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self._p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                           console=stderr_console(), disable=not enabled, transient=False)
+                           console=stderr_console(), disable=not enabled, transient=False,
+                           redirect_stderr=False)  # what the engines write to stderr goes to their log
         self._tasks: dict[str, int] = {}
         self._started = False
 
@@ -171,6 +177,7 @@ def probe(
         False, "--sampler-prefill",
         help="Also record the sampler's logprobs from a prefill of prompt + completion (column sampler_prefill_logprob; "
              "raw logprobs: needs --logprobs-mode raw_logprobs or T=1 without top-p/top-k). certify pairs it with both sides."),
+    verbose: bool = VerboseOpt,
     rule: Optional[List[str]] = RuleOpt,
     format: OutputFormat = FormatOpt,
 ) -> None:
@@ -209,7 +216,7 @@ def probe(
         if not checkpoint.is_dir():
             raise UsageError("no CHECKPOINT given and no bundled sample model found", hint="pass a checkpoint folder")
         info("no CHECKPOINT given: probing the bundled sample model (tiny Qwen3 trained on addition)")
-    with _Bars(enabled=True) as bars:
+    with engine_output(opts.out, verbose=verbose, sampler_kind=sampler), _Bars(enabled=True) as bars:
         run_dir = run_probe(opts, bars)
     _summarise(run_dir, rule, format)
 
@@ -241,6 +248,7 @@ def rescore(
     replay_weights: bool = ReplayWeightsOpt,
     routes: bool = RoutesOpt,
     resume: bool = typer.Option(False, "--resume"),
+    verbose: bool = VerboseOpt,
     rule: Optional[List[str]] = RuleOpt,
     format: OutputFormat = FormatOpt,
 ) -> None:
@@ -252,6 +260,7 @@ def rescore(
                         device_map=device_map, device=trainer_device, batch_tokens=trainer_batch_tokens,
                         trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, replay_routes=replay_routes,
                         replay_weights=replay_weights, record_routes=routes)
-    with _Bars(enabled=True) as bars:
-        run_dir = do_rescore(run, _out_dir(out, "rescore"), cfg, resume=resume, progress=bars, trainer_checkpoint=trainer_checkpoint)
+    out_dir = _out_dir(out, "rescore")
+    with engine_output(out_dir, verbose=verbose), _Bars(enabled=True) as bars:
+        run_dir = do_rescore(run, out_dir, cfg, resume=resume, progress=bars, trainer_checkpoint=trainer_checkpoint)
     _summarise(run_dir, rule, format)

@@ -195,6 +195,10 @@ def _sampler_run(opts: DiagnoseOptions, cfg: Configuration, out: Path, *, repeat
     else:
         result = {"status": "failed", "stage": "engine process",
                   "reason": f"the sampler process died (exit code {code}): {_last_line(log_path)}"}
+    if result.get("stage") == "engine start-up":  # the worker's whole output is the log: the cause is there
+        from ..probe.engine_log import cause_in_log
+
+        result["reason"] = cause_in_log(log_path, result["reason"])
     result["process_wall_s"] = wall
     result["log"] = str(log_path)
     return result

@@ -1,0 +1,278 @@
+"""The engines' output goes to the run's log, the tool's own lines to the terminal, and an engine failure
+becomes one line naming its root cause.
+
+Pins: descriptor 2 (what a child process writes) and ``sys.stderr`` land in ``engine.log`` while the
+terminal stream still reaches the real stderr; descriptor 2 is restored after an error; the root
+cause found in vLLM-style output (a missing package first, wrappers never); an exception raised in
+vLLM's code becomes an :class:`EngineError` with the log's path and ``--sampler hf``, any other
+passes unchanged. The real-engine cases (a checkpoint vLLM's CPU build refuses, the default
+probe's screen) are at the end, marked ``vllm`` and ``slow``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mismatchscope.errors import EngineError, UsageError
+from mismatchscope.probe.engine_log import (
+    LOG_NAME,
+    cause_in_log,
+    engine_output,
+    root_cause,
+)
+from tests.helpers import REPO, cli
+
+DENSE = REPO / "sample_data" / "tiny-qwen3"
+
+ENGINE_FAILURE_LOG = """\
+(MainProcess pid=10) WARNING 12-04 14:52:17 [cpu.py:224] Triton is not installed.
+(EngineCore pid=11) ERROR 12-04 14:54:08 [core.py:900] EngineCore failed to start.
+(EngineCore pid=11) ERROR 12-04 14:54:08 [core.py:900] Traceback (most recent call last):
+(EngineCore pid=11) ERROR 12-04 14:54:08 [core.py:900]   File "x.py", line 1, in f
+(EngineCore pid=11) ERROR 12-04 14:54:08 [core.py:900] ValueError: the MLA kernel has no head size 48 on CPU
+RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}
+"""
+
+INSPECTION_LOG = """\
+(MainProcess pid=3) ERROR 12-04 14:59:44 [registry.py:1120] Error in inspecting model architecture 'X'
+(MainProcess pid=3) ERROR 12-04 14:59:44 [registry.py:1120] RuntimeError: Error raised in subprocess:
+(MainProcess pid=3) ERROR 12-04 14:59:44 [registry.py:1120] ModuleNotFoundError: No module named 'torchvision'
+(MainProcess pid=3) ERROR 12-04 14:59:44 [registry.py:1120] subprocess.CalledProcessError: Command '[...]' \
+returned non-zero exit status 1.
+"""
+
+
+# ---- the root cause ------------------------------------------------------------------------------
+
+
+def test_the_engine_process_exception_is_the_cause_not_its_wrapper():
+    assert root_cause(ENGINE_FAILURE_LOG) == "ValueError: the MLA kernel has no head size 48 on CPU"
+
+
+def test_a_missing_package_wins_over_the_exceptions_after_it():
+    assert root_cause(INSPECTION_LOG) == "ModuleNotFoundError: No module named 'torchvision'"
+
+
+def test_without_output_the_innermost_real_exception_of_the_chain():
+    try:
+        try:
+            raise KeyError("layers.1.mlp.gate.e_score_correction_bias")
+        except KeyError as inner:
+            raise RuntimeError("Engine core initialization failed. See root cause above.") from inner
+    except RuntimeError as e:
+        assert root_cause("", e) == "KeyError: 'layers.1.mlp.gate.e_score_correction_bias'"
+    assert root_cause("nothing here\n") == "no cause found in the engine's output"
+
+
+def test_a_diagnose_variant_reason_that_only_wraps_takes_the_cause_from_its_log(tmp_path):
+    log = tmp_path / "variant.log"
+    log.write_text(INSPECTION_LOG)
+    wrapped = "UsageError: vLLM refused its configuration: Model architectures ['X'] failed to be inspected."
+    assert cause_in_log(log, wrapped) == "ModuleNotFoundError: No module named 'torchvision'"
+    assert cause_in_log(log, "UsageError: --engine-arg foo is not an option") == "UsageError: --engine-arg foo is not an option"
+    log.write_text("no exception here\n")
+    assert cause_in_log(log, wrapped) == wrapped
+
+
+# ---- where the output goes -----------------------------------------------------------------------
+
+
+def _run_dir(tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    (run / "tokens").mkdir(parents=True)
+    (run / "manifest.json").write_text("{}")  # a run that scored a shard: the log is moved into it
+    (run / "tokens" / "part-00000-00000.parquet").write_bytes(b"")
+    return run
+
+
+def _child_writes(text: str) -> None:
+    subprocess.run([sys.executable, "-c", f"import sys; sys.stderr.write({text!r})"], check=True)
+
+
+CAPTURE_SCRIPT = r"""
+import logging, subprocess, sys, warnings
+from pathlib import Path
+from mismatchscope.probe.engine_log import engine_output, terminal
+handler = logging.StreamHandler(sys.stderr)  # as vLLM's logger holds it: bound to sys.stderr before the capture
+with engine_output(Path(sys.argv[1])):
+    subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write('from a child process\\n')"], check=True)
+    print("from sys.stderr", file=sys.stderr)
+    warnings.warn("a torch-style warning")
+    logging.getLogger("engine").addHandler(handler)
+    logging.getLogger("engine").warning("from a logger")
+    terminal.write("the tool's own progress\n")
+print("after the capture", file=sys.stderr)
+"""
+
+
+def _capture_in_a_fresh_process(run: Path) -> str:
+    """The script above in its own interpreter, where sys.stderr is the real descriptor 2 (not pytest's)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    r = subprocess.run([sys.executable, "-c", CAPTURE_SCRIPT, str(run)], check=False, capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stderr
+
+
+def test_child_and_python_output_go_to_the_log_the_tools_lines_to_the_terminal(tmp_path):
+    run = _run_dir(tmp_path)
+    err = _capture_in_a_fresh_process(run)
+    log = (run / LOG_NAME).read_text()
+    for line in ("from a child process", "from sys.stderr", "a torch-style warning", "from a logger"):
+        assert line in log and line not in err, (line, log, err)
+    assert "the tool's own progress" in err and "the tool's own progress" not in log
+    assert f"{run / LOG_NAME} (--verbose shows it live)" in err and "after the capture" in err
+    _capture_in_a_fresh_process(run)  # a resumed run: its log grows
+    assert (run / LOG_NAME).read_text().startswith(log) and (run / LOG_NAME).read_text().count("from a logger") == 2
+
+
+def test_verbose_leaves_the_output_on_screen(tmp_path, capfd):
+    run = _run_dir(tmp_path)
+    with engine_output(run, verbose=True):
+        _child_writes("shown live\n")
+    assert "shown live" in capfd.readouterr().err and not (run / LOG_NAME).exists()
+
+
+def test_descriptor_2_is_restored_after_an_error_and_other_errors_pass_unchanged(tmp_path, capfd):
+    before = os.fstat(2)
+    with pytest.raises(UsageError, match="^not from the engine$"), engine_output(tmp_path / "never-made"):
+        _child_writes("engine noise\n")
+        raise UsageError("not from the engine")
+    after = os.fstat(2)
+    assert (before.st_dev, before.st_ino) == (after.st_dev, after.st_ino)
+    assert "engine noise" not in capfd.readouterr().err
+    _child_writes("after the capture\n")
+    assert "after the capture" in capfd.readouterr().err
+
+
+def _vllm_function(source: str, module: str = "vllm.entrypoints.llm"):
+    """A function whose frames count as vLLM's (its module name), standing in for an engine that fails."""
+    namespace: dict = {"__name__": module}
+    exec(compile(source, f"<{module}>", "exec"), namespace)  # noqa: S102 - test code written here
+    return namespace
+
+
+def test_an_exception_raised_in_vllm_becomes_one_line_with_its_cause_and_the_log(tmp_path, capfd):
+    ns = _vllm_function(
+        "class LLM:\n"
+        "    def __init__(self):\n"
+        "        raise RuntimeError('Engine core initialization failed. See root cause above.')\n")
+    with pytest.raises(EngineError) as err, engine_output(tmp_path / "discarded", sampler_kind="vllm"):
+        _child_writes(ENGINE_FAILURE_LOG)
+        ns["LLM"]()
+    message = str(err.value)
+    assert message.startswith("vLLM could not start the engine: ValueError: the MLA kernel has no head size 48 on CPU (")
+    assert "--sampler hf samples with transformers instead" in message
+    log = Path(message.rsplit("see the engine's output: ", 1)[1].rstrip(")"))
+    try:
+        assert "Engine core initialization failed" in log.read_text()  # kept: the run directory was never made
+        assert "EngineCore" not in capfd.readouterr().err
+    finally:
+        log.unlink()
+
+
+def test_a_vllm_usage_error_keeps_its_message_and_gains_the_log(tmp_path):
+    ns = _vllm_function("def refuse():\n    raise ValueError('max_model_len 9999 is larger than the model allows')\n")
+    run = _run_dir(tmp_path)
+    with pytest.raises(UsageError) as err, engine_output(run, sampler_kind="vllm"):
+        try:
+            ns["refuse"]()
+        except ValueError as e:
+            raise UsageError(f"vLLM refused its configuration: {e}") from e
+    # nothing was written to the log: no log to name
+    assert str(err.value) == "vLLM refused its configuration: max_model_len 9999 is larger than the model allows"
+    with pytest.raises(UsageError) as err, engine_output(run, sampler_kind="vllm"):
+        _child_writes("engine noise\n")
+        try:
+            ns["refuse"]()
+        except ValueError as e:
+            raise UsageError(f"vLLM refused its configuration: {e}", hint="lower --max-model-len") from e
+    assert str(err.value).endswith(f"(lower --max-model-len; see the engine's output: {run / LOG_NAME})")
+
+
+# ---- real engines ----------------------------------------------------------------------------------
+
+
+def _qwen35_moe(folder: Path) -> Path:
+    """A tiny Qwen3.5-MoE: transformers runs it; vLLM's model module for it imports torchvision."""
+    import shutil
+
+    import torch
+    from transformers import Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig
+
+    cfg = Qwen3_5MoeTextConfig(
+        vocab_size=384, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=32,
+        moe_intermediate_size=32, shared_expert_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
+        max_position_embeddings=320, layer_types=["linear_attention", "full_attention"], linear_num_value_heads=2,
+        linear_num_key_heads=1, linear_key_head_dim=16, linear_value_head_dim=16, bos_token_id=1, eos_token_id=2,
+        pad_token_id=0)
+    torch.manual_seed(0)
+    Qwen3_5MoeForCausalLM(cfg).save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        shutil.copy(DENSE / name, folder / name)
+    return folder
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_a_checkpoint_vllm_cannot_load_gets_one_line_naming_the_missing_package(tmp_path):
+    pytest.importorskip("vllm")
+    pytest.importorskip("transformers")
+    try:
+        import torchvision  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("torchvision is installed: vLLM loads this model class")
+    ckpt = _qwen35_moe(tmp_path / "qwen35-moe")
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": "1+1="}) + "\n")
+    out = tmp_path / "run"
+    r = cli("probe", str(ckpt), "--prompts", str(prompts), "-n", "1", "--max-tokens", "4", "--out", str(out))
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr and "WARNING" not in r.stderr, r.stderr[-3000:]
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: vLLM could not start the engine: ModuleNotFoundError: No module named 'torchvision' (")
+    assert "ModuleNotFoundError: No module named 'torchvision'" in line and "--sampler hf" in line, line
+    log = Path(line.rsplit("see the engine's output: ", 1)[1].rstrip(")"))
+    try:
+        assert "Error in inspecting model architecture" in log.read_text()
+        assert not out.exists()  # the failed start takes its run directory back
+    finally:
+        log.unlink(missing_ok=True)
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_verbose_shows_the_engines_output_live(tmp_path):
+    pytest.importorskip("vllm")
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": "1+1="}) + "\n")
+    out = tmp_path / "run"
+    r = cli("probe", str(DENSE), "--prompts", str(prompts), "-n", "1", "--max-tokens", "4", "--out", str(out), "--verbose")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Attempted to load weight" in r.stderr  # the worker process's own lines, on screen
+    assert not (out / LOG_NAME).exists()
+
+
+def test_a_refusal_by_the_tool_changes_no_run_log(tmp_path):
+    run = _run_dir(tmp_path)
+    with pytest.raises(UsageError), engine_output(run):
+        _child_writes("tokenizer noise\n")
+        raise UsageError("cannot resume: its configuration differs")
+    assert not (run / LOG_NAME).exists()
+
+
+def test_a_run_that_sampled_nothing_gets_no_log_that_would_block_its_rerun(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text("{}")  # a start that failed before its first round
+    with engine_output(run):
+        _child_writes("engine noise\n")
+    assert sorted(p.name for p in run.iterdir()) == ["manifest.json"]
