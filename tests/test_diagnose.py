@@ -153,33 +153,7 @@ def test_bad_input_is_one_line_and_exit_2_before_any_engine(tmp_path, args, mess
     assert not out.exists()  # nothing was started
 
 
-# ------------------------------------------------------------ the reference forward
-
-
-@pytest.mark.slow
-@needs_sample
-@pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_reference_matches_an_independent_float64_log_softmax(temperature):
-    torch = pytest.importorskip("torch")
-    from transformers import AutoModelForCausalLM
-
-    from mismatchscope.diagnose.reference import load_reference
-    from mismatchscope.probe.checkpoint import inspect_checkpoint
-    from mismatchscope.probe.types import SamplingConfig
-
-    ref = load_reference(inspect_checkpoint(DENSE))
-    assert ref.dtype == "float64"
-    prompts = [[5, 6, 7], [8, 9], [10, 11, 12, 13, 14]]
-    comps = [[20, 21, 22, 23], [30], [40, 41]]
-    got = ref.score(prompts, comps, SamplingConfig(temperature=temperature))  # one padded batch, longest first
-    # independently: the whole model's own forward, one sequence at a time, log-softmax in float64
-    model = AutoModelForCausalLM.from_pretrained(str(DENSE), attn_implementation="eager").double().eval()
-    with torch.inference_mode():
-        for p, c, lp in zip(prompts, comps, got):
-            logits = model(torch.tensor([[*p, *c]])).logits[0].double() / temperature
-            want = logits.log_softmax(-1)[len(p) - 1: len(p) - 1 + len(c)].gather(-1, torch.tensor(c)[:, None])[:, 0]
-            assert lp.dtype == np.float64
-            np.testing.assert_allclose(lp, want.numpy(), rtol=0, atol=1e-8)
+# the reference forward: tests/test_diagnose_reference.py pins it against a float64 forward written there
 
 
 # ------------------------------------------------------------ one real diagnose run

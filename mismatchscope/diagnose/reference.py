@@ -4,11 +4,12 @@ Both sides' errors are measured against this forward pass (``e_s = lq - lr``,
 ``e_t = lp - lr``), so it must be far more precise than either: float64 where
 the model fits (every tiny and small model), else float32 with an fp32 lm_head
 (the output says which). The weights are loaded as the checkpoint stores them
-(float32 here) and widened, which is exact; the logprob is taken over the same
-distribution the sampler reported (T-scaled, renormalised over the kept set
-for ``processed_logprobs``), in the reference dtype throughout. Attention runs
-``eager``: the plain matmul-softmax path, with no fused kernel of its own
-precision.
+(float32 here) and widened, which is exact. In float64 every step runs in
+float64: embedding, RMSNorm, rotary angles, attention (eager: matmul and
+softmax, no fused kernel), MoE router and experts, lm_head and log-softmax
+(:mod:`.float64` replaces the steps transformers keeps in float32). The
+logprob is taken over the same distribution the sampler reported (T-scaled,
+renormalised over the kept set for ``processed_logprobs``).
 """
 
 from __future__ import annotations
@@ -97,8 +98,6 @@ def _memory_bytes() -> int:
 
 def load_reference(info: CheckpointInfo, *, trust_remote_code: bool = False, dtype: str | None = None) -> Reference:
     """float64 if it fits (or ``dtype`` says so), else float32 with an fp32 lm_head."""
-    import torch
-
     from ..probe.hf_model import load_causal_lm, resolve_device
     from ..probe.trainer import LogitTransform
 
@@ -108,8 +107,14 @@ def load_reference(info: CheckpointInfo, *, trust_remote_code: bool = False, dty
     if dtype is None:
         dtype = "float64" if 8 * n_params <= FIT_SHARE * _memory_bytes() else "float32"
     if dtype == "float64":
-        model = model.to(torch.float64)
-        note = "float64 forward of the same weights (attention eager, log-softmax in float64)"
+        from .float64 import widen
+
+        done = widen(model, info.model_type)
+        note = ("float64 forward of the same weights: norms, rotary angles, attention (eager), "
+                + ("router, experts, " if done.get("routers") or done.get("experts") else "")
+                + "lm_head and log-softmax in float64"
+                + ("" if done["rotary_inv_freq"] == "float64"
+                   else f"; rotary inverse frequencies {done['rotary_inv_freq']}"))
     else:
         note = (f"float32 forward with an fp32 lm_head: {n_params / 1e9:.2f}B parameters do not fit in float64 "
                 "on this device")
