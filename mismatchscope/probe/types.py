@@ -78,9 +78,15 @@ class TrainerConfig:
     trust_remote_code: bool = False
     allow_pickle: bool = False
     """load ``.bin``/``.pt`` weights (pickle) instead of refusing them."""
+    replay_routes: bool = False
+    """MoE only: score under the sampler's recorded expert ids (the run must hold the sampler's routes)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Without ``replay_routes`` when it is off: runs recorded before it existed keep their fingerprint."""
+        out = asdict(self)
+        if not self.replay_routes:
+            del out["replay_routes"]
+        return out
 
 
 @dataclass
