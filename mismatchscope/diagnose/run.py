@@ -90,19 +90,22 @@ def check_options(opts: DiagnoseOptions):
     if base.trainer.replay_routes:
         raise UsageError("the baseline trainer cannot replay routes: the baseline records them",
                          hint=f"vary it instead: --vary {REPLAY_KEY}=true")
+    configurations = [("baseline", base)] + [(v.name, apply(base, v)) for v in opts.variants
+                                             if v.skip_reason is None]  # a skipped entry is reported, never started
     _check_outputs(opts)
+    for name, cfg in configurations:  # the options alone first: the cheapest checks
+        _check_configuration(opts, cfg, name)
     load_prompts(opts.prompts)
     info = inspect_checkpoint(opts.checkpoint, allow_pickle=opts.trainer.allow_pickle,
                               trust_remote_code=opts.trainer.trust_remote_code)
-    _check_configuration(opts, base, "baseline", info)
-    for v in opts.variants:
-        if v.skip_reason is None:  # a default-matrix entry this device cannot run is reported, never started
-            _check_configuration(opts, apply(base, v), v.name, info)
+    for name, cfg in configurations:
+        _check_configuration(opts, cfg, name, info)
     return info
 
 
-def _check_configuration(opts: DiagnoseOptions, cfg: Configuration, name: str, info) -> None:
-    """The probe's checks on one configuration; a variant's refusal names the variant."""
+def _check_configuration(opts: DiagnoseOptions, cfg: Configuration, name: str, info=None) -> None:
+    """The probe's checks on one configuration: its options, or (``info`` given) what needs the checkpoint.
+    A variant's refusal names the variant."""
     from ..probe.run import ProbeOptions
     from ..probe.validate import check_against_checkpoint, check_engine_installed
     from ..probe.validate import check_options as check_probe_options
@@ -111,9 +114,11 @@ def _check_configuration(opts: DiagnoseOptions, cfg: Configuration, name: str, i
     probe = ProbeOptions(checkpoint=opts.checkpoint, prompts=opts.prompts, out=out, sampling=opts.sampling,
                          sampler=cfg.sampler, trainer=cfg.trainer)
     try:
-        check_probe_options(probe)
+        if info is None:
+            check_probe_options(probe)
+            check_engine_installed(cfg.sampler)
+            return
         check_against_checkpoint(probe, info)
-        check_engine_installed(cfg.sampler)
         if cfg.trainer.replay_routes and not info.is_moe:
             raise UsageError(f"{REPLAY_KEY} needs a mixture-of-experts checkpoint, and {info.path} is dense",
                              hint="drop the variant, or diagnose an MoE checkpoint")
