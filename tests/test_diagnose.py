@@ -13,9 +13,12 @@ variants are chosen for effects known from what they do:
   magnitude and the decomposition gives the trainer most of the budget;
 * ``trainer.fp32_lm_head=false``: the baseline's own value, so every token
   is scored bit-identically and no effect can be significant;
-* ``sampler.engine.no_such_argument=1``: ``vllm.LLM`` refuses the argument,
-  so that variant fails, is reported with its reason, the others still run
-  and the command exits 3.
+* ``sampler.engine.max_model_len=100000``: a well-typed engine argument (the
+  checks before any engine pass it), but vLLM refuses a context beyond the
+  model's 320 positions when the engine starts, so that variant fails, is
+  reported with its reason, the others still run and the command exits 3.
+  (A misspelt engine argument is refused before any engine starts:
+  tests/test_diagnose_preflight.py.)
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ DENSE = SAMPLE / "tiny-qwen3"
 
 needs_sample = pytest.mark.skipif(not DENSE.is_dir(), reason="sample checkpoint missing: run sample_data/build_sample_models.py")
 
-VARIANTS = ["sampler.dtype=float32", "trainer.dtype=bfloat16", "trainer.fp32_lm_head=false", "sampler.engine.no_such_argument=1"]
+VARIANTS = ["sampler.dtype=float32", "trainer.dtype=bfloat16", "trainer.fp32_lm_head=false", "sampler.engine.max_model_len=100000"]
 
 
 # ------------------------------------------------------------ pure parts: hand-derived numbers
@@ -183,12 +186,12 @@ def _variant(diag, name):
 @pytest.mark.slow
 @needs_sample
 def test_a_failing_engine_is_reported_and_the_others_still_run(diag):
-    failed = _variant(diag, "sampler.engine.no_such_argument=1")
+    failed = _variant(diag, "sampler.engine.max_model_len=100000")
     assert failed["status"] == "failed"
-    assert "no_such_argument" in failed["reason"]
+    assert "max_model_len" in failed["reason"]
     assert diag["rc"] == 3
     assert all(_variant(diag, v)["status"] == "ok" for v in VARIANTS[:3])
-    assert "sampler.engine.no_such_argument=1 failed to run" in diag["payload"]["reading"]
+    assert "sampler.engine.max_model_len=100000 failed to run" in diag["payload"]["reading"]
 
 
 @pytest.mark.vllm

@@ -15,7 +15,8 @@ def render(console, p: dict[str, Any]) -> None:
     ref = p["reference"]
     console.print(f"diagnose {p['checkpoint']} | device {p['device']} | reference: {ref['note']}", highlight=False)
     b = p["baseline"]
-    console.print(f"baseline: sampler vllm/{b['sampler']['dtype']}, trainer {b['trainer']['dtype']}"
+    console.print(f"baseline: sampler {b['sampler']['kind']}/{b['sampler']['dtype']}, "
+                  f"trainer {b['trainer']['dtype']}"
                   f" | {b['throughput']['tokens']:,} tokens | run {b['run_dir']}", highlight=False)
 
     t = Table(title="Decomposition (identical tokens; the metrics of `report` on each pair)", title_justify="left")
@@ -34,6 +35,7 @@ def render(console, p: dict[str, Any]) -> None:
     console.print(f"error budget: sampler share {pct(s['sampler_share'])}, trainer share {pct(s['trainer_share'])}, "
                   f"correlation {num(s['correlation'])} (mean e_s^2 {num(s['sampler_mse'])}, mean e_t^2 {num(s['trainer_mse'])})",
                   highlight=False)
+    _routes(console, p["decomposition"].get("routes") or {})
     if p["decomposition"]["sampler_decode_vs_prefill"].get("note"):
         console.print(f"[dim]{p['decomposition']['sampler_decode_vs_prefill']['note']}[/dim]")
 
@@ -77,3 +79,22 @@ def render(console, p: dict[str, Any]) -> None:
     console.print(f"\n{p['reading']}", highlight=False)
     console.print(f"\noutput directory: {p['out']} (every run directory above works with report, compare-masks and gate)",
                   highlight=False)
+
+
+def _routes(console, r: dict[str, Any]) -> None:
+    """One line per side: its route flips against the reference's routes, layer by layer (MoE only)."""
+    from ._render import pct
+
+    if not r.get("layers"):
+        return
+    if r.get("status") != "ok":
+        console.print(f"route flips against the reference: not measured ({r.get('reason')})", highlight=False)
+        return
+    for side in ("sampler", "trainer"):
+        f = r.get(side) or {}
+        if f.get("status") == "ok":
+            layers = ", ".join(f"{layer}: {pct(x)}" for layer, x in zip(r["layers"], f["flip_rate_per_layer"]))
+            console.print(f"{side} route flips against the reference: {pct(f['flipped_any_layer'])} of tokens in any "
+                          f"layer (by layer {layers})", highlight=False)
+        else:
+            console.print(f"{side} route flips against the reference: not measured ({f.get('reason')})", highlight=False)

@@ -196,7 +196,8 @@ def _diagnose_locked(opts: DiagnoseOptions, info, progress: Progress) -> dict[st
     base = _sampler_run(opts, base_cfg, base_dir, repeat=opts.determinism, prefill=True)
     if base["status"] != "ok":
         raise SamplerError(f"the baseline sampler failed ({base['stage']}): {base['reason']}",
-                         hint=f"see {base_dir.parent / 'baseline.log'}")
+                           hint="nothing was kept; `mismatchscope probe` with the same options shows the engine's "
+                                "own output")
     base_tokens = load_tokens(base_dir)
 
     progress.note("reference forward of the baseline's tokens")
@@ -382,7 +383,7 @@ def _self_consistency(opts: DiagnoseOptions, base: dict, tokens) -> dict[str, An
             "decode-time logprobs are compared with them only when they mean the same "
             "(raw_logprobs, or T = 1 without top-k/top-p, or greedy)")
     if "prefill" not in base:
-        return {"status": "skipped", "reason": "the sampler has no prefill scoring", "note": note}
+        return {"status": "skipped", "reason": "the sampler has no prefill scoring"}
     if not comparable:
         return {"status": "skipped", "note": note,
                 "reason": f"decode logprobs here are processed at T={s.temperature:g}"
