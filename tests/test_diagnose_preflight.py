@@ -47,12 +47,14 @@ def _diagnose(capsys, *args: str) -> tuple[int, str, str]:
     (["--vary", "sampler.engine.foo=1"],
      "variant 'sampler.engine.foo=1': the hf sampler does not take engine args ['foo'] "
      "(it takes attn_implementation, trust_remote_code, batch_size)"),
-    (["--vary", "trainer.batch_tokens=0"], "variant 'trainer.batch_tokens=0': --trainer-batch-tokens must be at least 1, got 0"),
+    (["--vary", "trainer.batch_tokens=0"],
+     "variant 'trainer.batch_tokens=0': --trainer-batch-tokens must be at least 1, got 0"),
     (["--vary", "trainer.batch_tokens=-5"],
      "variant 'trainer.batch_tokens=-5': --trainer-batch-tokens must be at least 1, got -5"),
     (["--vary", "trainer.lm_head_chunk=0"],
      "variant 'trainer.lm_head_chunk=0': the trainer's lm_head_chunk must be at least 1, got 0"),
-    (["--vary", "sampler.max_num_seqs=0"], "variant 'sampler.max_num_seqs=0': --max-num-seqs must be at least 1, got 0"),
+    (["--vary", "sampler.max_num_seqs=0"],
+     "variant 'sampler.max_num_seqs=0': --max-num-seqs must be at least 1, got 0"),
     (["--vary", "sampler.gpu_memory_utilization=NaN"],
      "variant 'sampler.gpu_memory_utilization=NaN': --gpu-memory-utilization must be in (0, 1], got nan"),
     (["--vary", "sampler.tensor_parallel_size=0"],
@@ -91,7 +93,8 @@ def test_variant_names_are_unique_across_vary_and_matrix_and_own_their_folder(tm
     cases = [
         (["--vary", "sampler.dtype=float32", "--matrix", str(twice)],
          "variant 'sampler.dtype=float32' is given twice (give each variant once, under one name)"),
-        (["--matrix", str(clash)], "variants 'a b' and 'a_b' would both be written to a_b/ (rename one of them in the matrix file)"),
+        (["--matrix", str(clash)],
+         "variants 'a b' and 'a_b' would both be written to a_b/ (rename one of them in the matrix file)"),
         (["--matrix", str(folded)], "variants 'Fp32' and 'fp32' would both be written to fp32/ "
                                     "(rename one of them in the matrix file)"),
         (["--matrix", str(reserved)], "variant 'baseline' would be written to baseline/, which the baseline uses "
@@ -135,7 +138,8 @@ def test_outputs_never_land_on_an_input_or_inside_a_run(tmp_path, capsys):
 def test_the_console_script_refuses_a_bad_variant_in_one_line():
     r = cli("diagnose", str(DENSE), "--sampler", "hf", "--vary", "sampler.tensor_parallel_size=0", "--out", "never")
     assert (r.returncode, r.stdout) == (2, "")
-    assert r.stderr == "error: variant 'sampler.tensor_parallel_size=0': --tensor-parallel-size must be at least 1, got 0\n"
+    assert r.stderr == ("error: variant 'sampler.tensor_parallel_size=0': --tensor-parallel-size must be at least 1, "
+                        "got 0\n")
 
 
 def test_a_diagnose_that_fails_after_its_checks_leaves_nothing_behind(tmp_path, monkeypatch):
@@ -186,7 +190,8 @@ def test_trainer_config_records_replay_only_when_asked():
 
 def test_diagnose_library_does_not_import_the_cli():
     imports_cli = re.compile(r"^\s*(from\s+(\.\.cli|mismatchscope\.cli)\b|import\s+mismatchscope\.cli\b)", re.M)
-    offenders = [p.name for p in (REPO / "mismatchscope" / "diagnose").glob("*.py") if imports_cli.search(p.read_text())]
+    offenders = [p.name for p in (REPO / "mismatchscope" / "diagnose").glob("*.py")
+                 if imports_cli.search(p.read_text())]
     assert offenders == []
 
 

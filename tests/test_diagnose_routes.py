@@ -30,9 +30,11 @@ def _run(tmp_path, rows, sampler_recorded=True, replay=None, why=None):
     (run / "manifest.json").write_text(json.dumps({"routing": meta.to_dict()}))
     schema = routes_schema(8)
     cols = {
-        "sequence_id": [r[0] for r in rows], "input_position": [r[1] for r in rows], "token_position": [r[2] for r in rows],
+        "sequence_id": [r[0] for r in rows], "input_position": [r[1] for r in rows],
+        "token_position": [r[2] for r in rows],
         "sampler_experts": [r[3] if sampler_recorded else None for r in rows], "trainer_experts": [r[4] for r in rows],
-        "sampler_weights": [None] * len(rows), "trainer_weights": [None] * len(rows), "trainer_margin": [None] * len(rows),
+        "sampler_weights": [None] * len(rows), "trainer_weights": [None] * len(rows),
+        "trainer_margin": [None] * len(rows),
     }
     pq.write_table(pa.table(cols, schema=schema), run / "routes" / "part-00000.parquet")
     return run
@@ -107,7 +109,8 @@ def test_reference_routes_are_its_float64_routers_choices():
     ref.score(prompts, comps, SamplingConfig(), routes=routes)  # one padded batch of two rows
     assert [r.shape for r in routes] == [(4, 2, 2), (2, 2, 2)]  # (prompt + completion - 1, layers, k)
     seen: dict[int, torch.Tensor] = {}
-    hooks = [ref.routers[i].register_forward_hook(lambda m, a, o, i=i: seen.__setitem__(i, a[0].clone())) for i in (0, 1)]
+    hooks = [ref.routers[i].register_forward_hook(lambda m, a, o, i=i: seen.__setitem__(i, a[0].clone()))
+             for i in (0, 1)]
     try:
         with torch.inference_mode():
             ref.model.get_decoder()(input_ids=torch.tensor([[5, 6, 7, 20, 21]]), use_cache=False)

@@ -97,4 +97,5 @@ def _routes(console, r: dict[str, Any]) -> None:
             console.print(f"{side} route flips against the reference: {pct(f['flipped_any_layer'])} of tokens in any "
                           f"layer (by layer {layers})", highlight=False)
         else:
-            console.print(f"{side} route flips against the reference: not measured ({f.get('reason')})", highlight=False)
+            console.print(f"{side} route flips against the reference: not measured ({f.get('reason')})",
+                          highlight=False)

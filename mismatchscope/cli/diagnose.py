@@ -45,14 +45,14 @@ EXIT_VARIANT_FAILED = 3
 
 
 def diagnose(
-    checkpoint: Optional[Path] = typer.Argument(None, help="A local checkpoint folder. Default: the bundled sample model.",
-                                               show_default=False),
+    checkpoint: Optional[Path] = typer.Argument(
+        None, help="A local checkpoint folder. Default: the bundled sample model.", show_default=False),
     prompts: Optional[Path] = PromptsOpt,
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output directory. Default: runs/diagnose-<time>."),
     vary: Optional[List[str]] = typer.Option(
         None, "--vary", metavar="KEY=VALUE",
-        help="One variant changing one thing from the baseline: sampler.FIELD, sampler.engine.NAME, sampler.env.NAME or "
-             "trainer.FIELD (trainer.replay_routes=true: score under the sampler's MoE routes). Repeatable."),
+        help="One variant changing one thing from the baseline: sampler.FIELD, sampler.engine.NAME, "
+             "sampler.env.NAME or trainer.FIELD (trainer.replay_routes=true: score under the sampler's MoE routes). Repeatable."),
     matrix: Optional[Path] = typer.Option(None, "--matrix",
                                           help="TOML file of named variants ([variant.NAME] tables of KEY = VALUE)."),
     sampler: str = typer.Option(

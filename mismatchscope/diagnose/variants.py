@@ -268,5 +268,6 @@ def _hf_sampler_matrix(base: Configuration) -> list[Variant]:
     attn = base.sampler.engine_args.get("attn_implementation")
     return [
         *[Variant(f"sampler.dtype={d}", {"sampler.dtype": d}) for d in dtypes],
-        *[Variant(f"sampler.attn={a}", {"sampler.engine.attn_implementation": a}) for a in ("eager", "sdpa") if a != attn],
+        *[Variant(f"sampler.attn={a}", {"sampler.engine.attn_implementation": a})
+          for a in ("eager", "sdpa") if a != attn],
     ]
