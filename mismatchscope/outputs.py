@@ -20,7 +20,7 @@ import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 from .errors import InputError, OutputError
 
@@ -278,3 +278,23 @@ def check_all(files: Iterable[tuple[str | os.PathLike | None, str]] = (), dirs: 
             raise OutputError(f"{option} {path} is also {seen[r]}", hint="give each output its own path")
         seen[r] = option
     return known
+
+
+def jsonable(x: Any) -> Any:
+    """``x`` with NaN as null, infinities as ``"inf"``/``"-inf"`` and numpy scalars as Python numbers:
+    what every JSON a command writes (stdout, ``diagnose.json``) holds, so ``allow_nan=False`` never trips."""
+    import math
+
+    if isinstance(x, float):
+        if math.isnan(x):
+            return None
+        if math.isinf(x):
+            return "inf" if x > 0 else "-inf"
+        return x
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if hasattr(x, "item") and callable(x.item):  # numpy scalars
+        return jsonable(x.item())
+    return x

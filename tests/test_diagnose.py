@@ -13,9 +13,12 @@ variants are chosen for effects known from what they do:
   magnitude and the decomposition gives the trainer most of the budget;
 * ``trainer.fp32_lm_head=false``: the baseline's own value, so every token
   is scored bit-identically and no effect can be significant;
-* ``sampler.engine.no_such_argument=1``: ``vllm.LLM`` refuses the argument,
-  so that variant fails, is reported with its reason, the others still run
-  and the command exits 3.
+* ``sampler.engine.max_model_len=100000``: a well-typed engine argument (the
+  checks before any engine pass it), but vLLM refuses a context beyond the
+  model's 320 positions when the engine starts, so that variant fails, is
+  reported with its reason, the others still run and the command exits 3.
+  (A misspelt engine argument is refused before any engine starts:
+  tests/test_diagnose_preflight.py.)
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ DENSE = SAMPLE / "tiny-qwen3"
 
 needs_sample = pytest.mark.skipif(not DENSE.is_dir(), reason="sample checkpoint missing: run sample_data/build_sample_models.py")
 
-VARIANTS = ["sampler.dtype=float32", "trainer.dtype=bfloat16", "trainer.fp32_lm_head=false", "sampler.engine.no_such_argument=1"]
+VARIANTS = ["sampler.dtype=float32", "trainer.dtype=bfloat16", "trainer.fp32_lm_head=false", "sampler.engine.max_model_len=100000"]
 
 
 # ------------------------------------------------------------ pure parts: hand-derived numbers
@@ -136,7 +139,7 @@ def test_default_matrix_on_cpu_skips_gpu_knobs_with_reasons():
     (["--vary", "sampler.dtyp=float32"],
      "error: unknown variant key 'sampler.dtyp' (use sampler.FIELD, sampler.engine.NAME, sampler.env.NAME or trainer.FIELD; "
      "fields: sampler.{dtype,fp32_lm_head,enforce_eager,max_num_seqs,max_model_len,gpu_memory_utilization,tensor_parallel_size}, "
-     "trainer.{dtype,attn_implementation,fp32_lm_head,batch_tokens,lm_head_chunk})"),
+     "trainer.{dtype,attn_implementation,fp32_lm_head,batch_tokens,lm_head_chunk,replay_routes})"),
     (["--vary", "trainer.fp32_lm_head=3"], "error: trainer.fp32_lm_head takes true or false, got 3"),
     (["--vary", "sampler.max_num_seqs=many"], 'error: sampler.max_num_seqs takes an integer, got "many"'),
     (["--matrix", "{bad}"], "error: {bad} is not valid TOML: Expected ']' at the end of a table declaration (at line 1, column 11)"),
@@ -153,33 +156,7 @@ def test_bad_input_is_one_line_and_exit_2_before_any_engine(tmp_path, args, mess
     assert not out.exists()  # nothing was started
 
 
-# ------------------------------------------------------------ the reference forward
-
-
-@pytest.mark.slow
-@needs_sample
-@pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_reference_matches_an_independent_float64_log_softmax(temperature):
-    torch = pytest.importorskip("torch")
-    from transformers import AutoModelForCausalLM
-
-    from mismatchscope.diagnose.reference import load_reference
-    from mismatchscope.probe.checkpoint import inspect_checkpoint
-    from mismatchscope.probe.types import SamplingConfig
-
-    ref = load_reference(inspect_checkpoint(DENSE))
-    assert ref.dtype == "float64"
-    prompts = [[5, 6, 7], [8, 9], [10, 11, 12, 13, 14]]
-    comps = [[20, 21, 22, 23], [30], [40, 41]]
-    got = ref.score(prompts, comps, SamplingConfig(temperature=temperature))  # one padded batch, longest first
-    # independently: the whole model's own forward, one sequence at a time, log-softmax in float64
-    model = AutoModelForCausalLM.from_pretrained(str(DENSE), attn_implementation="eager").double().eval()
-    with torch.inference_mode():
-        for p, c, lp in zip(prompts, comps, got):
-            logits = model(torch.tensor([[*p, *c]])).logits[0].double() / temperature
-            want = logits.log_softmax(-1)[len(p) - 1: len(p) - 1 + len(c)].gather(-1, torch.tensor(c)[:, None])[:, 0]
-            assert lp.dtype == np.float64
-            np.testing.assert_allclose(lp, want.numpy(), rtol=0, atol=1e-8)
+# the reference forward: tests/test_diagnose_reference.py pins it against a float64 forward written there
 
 
 # ------------------------------------------------------------ one real diagnose run
@@ -209,12 +186,12 @@ def _variant(diag, name):
 @pytest.mark.slow
 @needs_sample
 def test_a_failing_engine_is_reported_and_the_others_still_run(diag):
-    failed = _variant(diag, "sampler.engine.no_such_argument=1")
+    failed = _variant(diag, "sampler.engine.max_model_len=100000")
     assert failed["status"] == "failed"
-    assert "no_such_argument" in failed["reason"]
+    assert "max_model_len" in failed["reason"]
     assert diag["rc"] == 3
     assert all(_variant(diag, v)["status"] == "ok" for v in VARIANTS[:3])
-    assert "sampler.engine.no_such_argument=1 failed to run" in diag["payload"]["reading"]
+    assert "sampler.engine.max_model_len=100000 failed to run" in diag["payload"]["reading"]
 
 
 @pytest.mark.vllm

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import enum
 import json
-import math
 import sys
-from typing import Any
+
+from ..outputs import jsonable
 
 
 class OutputFormat(str, enum.Enum):
@@ -46,20 +46,7 @@ def info(message: str) -> None:
     stderr_console().print(escape(redact(message)), highlight=False)
 
 
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, float):
-        if math.isnan(x):
-            return None
-        if math.isinf(x):
-            return "inf" if x > 0 else "-inf"
-        return x
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if hasattr(x, "item") and callable(x.item):  # numpy scalars
-        return _jsonable(x.item())
-    return x
+_jsonable = jsonable  # the one JSON rule for NaN, infinities and numpy scalars (mismatchscope.outputs)
 
 
 def emit_json(payload: dict) -> None:

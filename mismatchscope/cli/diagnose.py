@@ -1,4 +1,4 @@
-"""``diagnose``: the baseline (every probe option), its variants, and one library call.
+"""``diagnose``: the baseline (probe's sampler, trainer and sampling options), its variants, one library call.
 
 Exit codes: 0 every variant ran; 3 the diagnose finished but at least one
 variant failed (its engine did not start, or its process died: the reason is
@@ -13,39 +13,74 @@ from typing import List, Optional
 
 import typer
 
-from ..errors import UsageError
-from ._options import FormatOpt
+from ._options import (
+    AllowPickleOpt,
+    AttnImplementationOpt,
+    EnforceEagerOpt,
+    EngineArgOpt,
+    FormatOpt,
+    GpuMemoryOpt,
+    LogprobsModeOpt,
+    MaxModelLenOpt,
+    MaxNumSeqsOpt,
+    MaxTokensOpt,
+    PromptsOpt,
+    SamplerDtypeOpt,
+    SamplerFp32HeadOpt,
+    SamplesOpt,
+    TemperatureOpt,
+    TensorParallelOpt,
+    TopKLogprobsOpt,
+    TopKOpt,
+    TopPOpt,
+    TrainerBatchTokensOpt,
+    TrainerDtypeOpt,
+    TrainerFp32HeadOpt,
+    TrustRemoteCodeOpt,
+    engine_args,
+)
 from ._output import OutputFormat, emit_json, stdout_console
 
 EXIT_VARIANT_FAILED = 3
 
 
 def diagnose(
-    checkpoint: Optional[Path] = typer.Argument(None, help="A local checkpoint folder. Default: the bundled sample model.", show_default=False),
-    prompts: Optional[Path] = typer.Option(None, "--prompts", "-p", help="JSONL prompts. Default: the bundled sample prompts."),
+    checkpoint: Optional[Path] = typer.Argument(
+        None, help="A local checkpoint folder. Default: the bundled sample model.", show_default=False),
+    prompts: Optional[Path] = PromptsOpt,
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output directory. Default: runs/diagnose-<time>."),
-    vary: Optional[List[str]] = typer.Option(None, "--vary", metavar="KEY=VALUE", help="One variant changing one thing from the baseline: sampler.FIELD, sampler.engine.NAME, sampler.env.NAME or trainer.FIELD. Repeatable."),
-    matrix: Optional[Path] = typer.Option(None, "--matrix", help="TOML file of named variants ([variant.NAME] tables of KEY = VALUE)."),
-    sampler_dtype: str = typer.Option("float16", "--sampler-dtype", help="Baseline sampler dtype."),
-    trainer_dtype: str = typer.Option("float32", "--trainer-dtype", help="Baseline trainer dtype."),
-    temperature: float = typer.Option(1.0, "--temperature", "-T", min=0.0),
-    top_p: float = typer.Option(1.0, "--top-p", min=0.0, max=1.0),
-    top_k: int = typer.Option(-1, "--top-k"),
-    n: int = typer.Option(4, "-n", min=1, help="Samples per prompt."),
-    max_tokens: int = typer.Option(0, "--max-tokens", min=0, help="Tokens per completion (0: up to 256 within the context)."),
-    top_k_logprobs: int = typer.Option(5, "--top-k-logprobs", min=0),
+    vary: Optional[List[str]] = typer.Option(
+        None, "--vary", metavar="KEY=VALUE",
+        help="One variant changing one thing from the baseline: sampler.FIELD, sampler.engine.NAME, "
+             "sampler.env.NAME or trainer.FIELD (trainer.replay_routes=true: score under the sampler's MoE routes). Repeatable."),
+    matrix: Optional[Path] = typer.Option(None, "--matrix",
+                                          help="TOML file of named variants ([variant.NAME] tables of KEY = VALUE)."),
+    sampler: str = typer.Option(
+        "vllm", "--sampler",
+        help="vllm (an offline engine per configuration) or hf (transformers generate; its MoE routes are recorded "
+             "on any machine)."),
+    sampler_dtype: str = SamplerDtypeOpt,
+    trainer_dtype: str = TrainerDtypeOpt,
+    temperature: float = TemperatureOpt,
+    top_p: float = TopPOpt,
+    top_k: int = TopKOpt,
+    n: int = SamplesOpt,
+    max_tokens: int = MaxTokensOpt,
+    top_k_logprobs: int = TopKLogprobsOpt,
     seed: int = typer.Option(0, "--seed", help="Sampling seed (and the bootstrap's)."),
-    logprobs_mode: str = typer.Option("processed_logprobs", "--logprobs-mode"),
-    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs"),
-    enforce_eager: bool = typer.Option(True, "--enforce-eager/--no-enforce-eager"),
-    max_model_len: Optional[int] = typer.Option(None, "--max-model-len"),
-    sampler_fp32_lm_head: bool = typer.Option(False, "--sampler-fp32-lm-head"),
-    trainer_fp32_lm_head: bool = typer.Option(False, "--trainer-fp32-lm-head"),
-    engine_arg: Optional[List[str]] = typer.Option(None, "--engine-arg", metavar="KEY=VALUE", help="Baseline vllm.LLM argument (VALUE may be JSON). Repeatable."),
-    attn_implementation: Optional[str] = typer.Option(None, "--attn-implementation", help="Baseline trainer attention."),
-    trainer_batch_tokens: int = typer.Option(8192, "--trainer-batch-tokens", min=1),
-    trust_remote_code: bool = typer.Option(False, "--trust-remote-code"),
-    allow_pickle: bool = typer.Option(False, "--allow-pickle"),
+    logprobs_mode: str = LogprobsModeOpt,
+    tensor_parallel_size: int = TensorParallelOpt,
+    max_num_seqs: Optional[int] = MaxNumSeqsOpt,
+    enforce_eager: bool = EnforceEagerOpt,
+    gpu_memory_utilization: Optional[float] = GpuMemoryOpt,
+    max_model_len: Optional[int] = MaxModelLenOpt,
+    sampler_fp32_lm_head: bool = SamplerFp32HeadOpt,
+    trainer_fp32_lm_head: bool = TrainerFp32HeadOpt,
+    engine_arg: Optional[List[str]] = EngineArgOpt,
+    attn_implementation: Optional[str] = AttnImplementationOpt,
+    trainer_batch_tokens: int = TrainerBatchTokensOpt,
+    trust_remote_code: bool = TrustRemoteCodeOpt,
+    allow_pickle: bool = AllowPickleOpt,
     bootstrap: int = typer.Option(1000, "--bootstrap", min=0, help="Bootstrap resamples over sequences."),
     confidence: float = typer.Option(0.95, "--confidence", min=0.5, max=0.9999),
     determinism: bool = typer.Option(True, "--determinism/--no-determinism", help="Repeat/alone/shuffled checks."),
@@ -55,42 +90,46 @@ def diagnose(
 ) -> None:
     """Where the mismatch comes from (decomposition against a float64 reference), what each change does to it
     (variants with bootstrap intervals), whether the numbers are repeatable, and what each configuration costs."""
+    from ..bundled import sample_dir
     from ..diagnose.effects import Bootstrap
     from ..diagnose.run import DiagnoseOptions, check_options, run_diagnose
     from ..diagnose.variants import Configuration, default_matrix, load_matrix, parse_vary
     from ..probe.types import SamplerConfig, SamplingConfig, TrainerConfig
-    from ..bundled import sample_dir
-    from .probe import _Bars, _engine_args, _engine_env
+    from ._progress import Bars, engine_env
 
-    if logprobs_mode not in ("processed_logprobs", "raw_logprobs"):
-        raise UsageError(f"--logprobs-mode {logprobs_mode!r}", hint="use processed_logprobs or raw_logprobs")
     variants = parse_vary(vary or [])
     if matrix is not None:
         variants += load_matrix(matrix)
-    sampler = SamplerConfig(kind="vllm", dtype=sampler_dtype, max_num_seqs=max_num_seqs, enforce_eager=enforce_eager,
-                            max_model_len=max_model_len, fp32_lm_head=sampler_fp32_lm_head,
-                            engine_args=_engine_args(engine_arg))
-    trainer = TrainerConfig(dtype=trainer_dtype, attn_implementation=attn_implementation, fp32_lm_head=trainer_fp32_lm_head,
-                            batch_tokens=trainer_batch_tokens, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle)
+    sampler_cfg = SamplerConfig(kind=sampler, dtype=sampler_dtype,  # type: ignore[arg-type]  (checked below)
+                                tensor_parallel_size=tensor_parallel_size,
+                                max_num_seqs=max_num_seqs, enforce_eager=enforce_eager,
+                                gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
+                                fp32_lm_head=sampler_fp32_lm_head, engine_args=engine_args(engine_arg))
+    trainer = TrainerConfig(dtype=trainer_dtype, attn_implementation=attn_implementation,
+                            fp32_lm_head=trainer_fp32_lm_head, batch_tokens=trainer_batch_tokens,
+                            trust_remote_code=trust_remote_code, allow_pickle=allow_pickle)
     if not variants:
-        variants = default_matrix(_device(), Configuration(sampler, trainer))
+        variants = default_matrix(_device(), Configuration(sampler_cfg, trainer))
     checkpoint = checkpoint or sample_dir() / "tiny-qwen3"
     opts = DiagnoseOptions(
         checkpoint=checkpoint, prompts=prompts or sample_dir() / "prompts.jsonl",
         out=out or Path("runs") / time.strftime("diagnose-%Y%m%d-%H%M%S"),
         sampling=SamplingConfig(temperature=temperature, top_p=top_p, top_k=top_k, n=n, max_tokens=max_tokens,
-                                top_k_logprobs=top_k_logprobs, seed=seed, logprobs_mode=logprobs_mode),  # type: ignore[arg-type]
-        sampler=sampler, trainer=trainer, variants=variants,
+                                top_k_logprobs=top_k_logprobs, seed=seed,
+                                logprobs_mode=logprobs_mode),  # type: ignore[arg-type]
+        sampler=sampler_cfg, trainer=trainer, variants=variants,
         bootstrap=Bootstrap(resamples=bootstrap, confidence=confidence, seed=seed), determinism=determinism,
+        plots=plots, html=html, matrix=matrix,
     )
-    check_options(opts)
-    _engine_env()
-    with _Bars(enabled=True) as bars:
+    check_options(opts)  # run_diagnose checks again; here so a bad option is reported before the progress bars
+    engine_env()
+    with Bars(enabled=True) as bars:
         payload = run_diagnose(opts, bars)
     if plots is not None or html is not None:
         from ..diagnose.plot import write_html, write_pareto
+        from ..outputs import input_files
 
-        png = write_pareto(payload, plots or opts.out)
+        png = write_pareto(payload, plots or opts.out, input_files(checkpoint, opts.prompts, matrix))
         payload["plots"] = {"pareto": str(png)}
         if html is not None:
             write_html(payload, html, png)
@@ -98,7 +137,7 @@ def diagnose(
     if format is OutputFormat.json:
         emit_json(payload)
     else:
-        from ..diagnose.output import render
+        from ._diagnose_output import render
 
         render(stdout_console(), payload)
     if any(v["status"] == "failed" for v in payload["variants"]):
@@ -112,6 +151,3 @@ def _device() -> str:
     except ImportError:  # pragma: no cover - the probe extra is missing; check_options will say so
         return "cpu"
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-

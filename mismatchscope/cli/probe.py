@@ -4,7 +4,6 @@ report and compare-masks tables the analysis commands print."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import List, Optional
@@ -14,9 +13,35 @@ import typer
 from ..bundled import sample_dir
 from ..errors import NoTokensError, UsageError
 from ..probe.engine_log import engine_output
-from ._options import FormatOpt, RuleOpt
-from ._output import OutputFormat, emit_json, info, stderr_console, stdout_console, warn
-
+from ._options import (
+    AllowPickleOpt,
+    AttnImplementationOpt,
+    EnforceEagerOpt,
+    EngineArgOpt,
+    FormatOpt,
+    GpuMemoryOpt,
+    LogprobsModeOpt,
+    MaxModelLenOpt,
+    MaxNumSeqsOpt,
+    MaxTokensOpt,
+    PromptsOpt,
+    RuleOpt,
+    SamplerDtypeOpt,
+    SamplerFp32HeadOpt,
+    SamplesOpt,
+    TemperatureOpt,
+    TensorParallelOpt,
+    TopKLogprobsOpt,
+    TopKOpt,
+    TopPOpt,
+    TrainerBatchTokensOpt,
+    TrainerDtypeOpt,
+    TrainerFp32HeadOpt,
+    TrustRemoteCodeOpt,
+    engine_args,
+)
+from ._output import OutputFormat, emit_json, info, stdout_console, warn
+from ._progress import Bars, engine_env
 
 TrainerCheckpointOpt = typer.Option(
     None, "--trainer-checkpoint", metavar="PATH",
@@ -36,64 +61,6 @@ VerboseOpt = typer.Option(
     False, "--verbose",
     help="Show the engines' own output (vLLM, torch, transformers) live. Default: it goes to engine.log in the run "
          "directory, and the probe says where.")
-
-
-def _engine_args(items: list[str] | None) -> dict:
-    out = {}
-    for item in items or []:
-        key, eq, raw = item.partition("=")
-        if not eq or not key.strip():
-            raise UsageError(f"cannot parse --engine-arg {item!r}", hint="write --engine-arg KEY=VALUE (VALUE may be JSON)")
-        try:
-            out[key.strip()] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key.strip()] = raw
-    return out
-
-
-class _Bars:
-    """Rich progress bars on stderr for the probe's stages.
-
-    Started on the first stage or note, so an error found by the checks that
-    run first stays the only line on stderr.
-    """
-
-    def __init__(self, enabled: bool):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self._p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                           console=stderr_console(), disable=not enabled, transient=False,
-                           redirect_stderr=False)  # what the engines write to stderr goes to their log
-        self._tasks: dict[str, int] = {}
-        self._started = False
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        if self._started:
-            self._p.__exit__(*exc)
-
-    def _start(self) -> None:
-        if not self._started:
-            self._p.__enter__()
-            self._started = True
-
-    def stage(self, name: str, total: int) -> None:
-        self._start()
-        label = {"sampling": "sampling (completions)", "scoring": "scoring (tokens)"}.get(name, name)
-        if name in self._tasks:
-            self._p.reset(self._tasks[name], total=total, description=label)
-        else:
-            self._tasks[name] = self._p.add_task(label, total=total)
-
-    def advance(self, name: str, amount: int) -> None:
-        if name in self._tasks:
-            self._p.advance(self._tasks[name], amount)
-
-    def note(self, message: str) -> None:
-        self._start()
-        self._p.console.print(message, highlight=False)
 
 
 def _summarise(run_dir: Path, rules: list[str] | None, format: OutputFormat) -> None:
@@ -124,47 +91,38 @@ def _summarise(run_dir: Path, rules: list[str] | None, format: OutputFormat) -> 
     console.print(f"\nrun directory: {run_dir}  (mismatchscope report {run_dir}; compare-masks {run_dir})", highlight=False)
 
 
-def _engine_env() -> None:
-    """Keep stdout for data: vLLM logs to stdout at INFO by default, in its worker
-    processes too (they inherit the environment). A user's own settings win.
-    vLLM's CPU backend also needs a KV-cache size: 1 GiB suits a probe."""
-    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-
-
 def probe(
     checkpoint: Optional[Path] = typer.Argument(None, help="A local checkpoint folder (config.json, *.safetensors, tokenizer). Default: the bundled sample model.", show_default=False),
-    prompts: Optional[Path] = typer.Option(None, "--prompts", "-p", help="JSONL, one {\"prompt\": ..., \"answer\": ...} per line. Default: the bundled sample prompts."),
+    prompts: Optional[Path] = PromptsOpt,
     out: Optional[str] = typer.Option(None, "--out", "-o", metavar="<path>", help="Run directory. Default: runs/probe-<time>."),
     sampler: str = typer.Option("vllm", "--sampler", help="vllm (offline engine, in-process), vllm-server (a running OpenAI-compatible server, --url), or hf (transformers generate)."),
     url: Optional[str] = typer.Option(None, "--url", help="Base URL of the vLLM server for --sampler vllm-server."),
     api_key_env: str = typer.Option("MISMATCHSCOPE_API_KEY", "--api-key-env", help="Environment variable holding the server's API key (the key is never written anywhere)."),
-    sampler_dtype: str = typer.Option("float16", "--sampler-dtype", help="Sampler dtype. The default float16 vs a float32 trainer is a CPU demo pairing that shows real mismatch; pass your serving dtype."),
-    trainer_dtype: str = typer.Option("float32", "--trainer-dtype", help="Trainer forward-pass dtype."),
-    temperature: float = typer.Option(1.0, "--temperature", "-T", min=0.0),
-    top_p: float = typer.Option(1.0, "--top-p", min=0.0, max=1.0),
-    top_k: int = typer.Option(-1, "--top-k", help="-1: no top-k truncation."),
-    n: int = typer.Option(4, "-n", min=1, help="Samples per prompt (a GRPO group)."),
-    max_tokens: int = typer.Option(0, "--max-tokens", min=0, help="Tokens per completion. 0: up to 256, within the context length."),
-    top_k_logprobs: int = typer.Option(5, "--top-k-logprobs", min=0, help="The sampler's top-k logprobs recorded per position."),
+    sampler_dtype: str = SamplerDtypeOpt,
+    trainer_dtype: str = TrainerDtypeOpt,
+    temperature: float = TemperatureOpt,
+    top_p: float = TopPOpt,
+    top_k: int = TopKOpt,
+    n: int = SamplesOpt,
+    max_tokens: int = MaxTokensOpt,
+    top_k_logprobs: int = TopKLogprobsOpt,
     seed: int = typer.Option(0, "--seed"),
-    logprobs_mode: str = typer.Option("processed_logprobs", "--logprobs-mode", help="processed_logprobs (after T/top-p/top-k; trainer divides by T) or raw_logprobs (compared at T = 1)."),
-    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "--tp", min=1, help="Passed to vLLM unchanged."),
-    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs"),
-    enforce_eager: bool = typer.Option(True, "--enforce-eager/--no-enforce-eager", help="vLLM eager mode (no CUDA graphs / compile)."),
-    gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization"),
-    max_model_len: Optional[int] = typer.Option(None, "--max-model-len"),
+    logprobs_mode: str = LogprobsModeOpt,
+    tensor_parallel_size: int = TensorParallelOpt,
+    max_num_seqs: Optional[int] = MaxNumSeqsOpt,
+    enforce_eager: bool = EnforceEagerOpt,
+    gpu_memory_utilization: Optional[float] = GpuMemoryOpt,
+    max_model_len: Optional[int] = MaxModelLenOpt,
     fp32_lm_head: bool = typer.Option(False, "--fp32-lm-head", help="fp32 lm_head on BOTH sides (one side only makes mismatch worse)."),
-    sampler_fp32_lm_head: bool = typer.Option(False, "--sampler-fp32-lm-head", help="vLLM hf_overrides head_dtype=float32."),
-    trainer_fp32_lm_head: bool = typer.Option(False, "--trainer-fp32-lm-head"),
-    engine_arg: Optional[List[str]] = typer.Option(None, "--engine-arg", metavar="KEY=VALUE", help="Any other vllm.LLM argument, passed unchanged (VALUE may be JSON). Repeatable. With --sampler vllm-server: added to every request body, except timeout=SECONDS (per HTTP request, default 600) and model=NAME (the served model). With --sampler hf: attn_implementation, batch_size, trust_remote_code."),
-    attn_implementation: Optional[str] = typer.Option(None, "--attn-implementation", help="Trainer attention: eager, sdpa, flash_attention_2, ..."),
+    sampler_fp32_lm_head: bool = SamplerFp32HeadOpt,
+    trainer_fp32_lm_head: bool = TrainerFp32HeadOpt,
+    engine_arg: Optional[List[str]] = EngineArgOpt,
+    attn_implementation: Optional[str] = AttnImplementationOpt,
     device_map: Optional[str] = typer.Option(None, "--device-map", help="auto: shard a model larger than one GPU."),
     trainer_device: Optional[str] = typer.Option(None, "--trainer-device"),
-    trainer_batch_tokens: int = typer.Option(8192, "--trainer-batch-tokens", min=1, help="Token budget of one scoring batch."),
-    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run the checkpoint's own Python code (off unless asked)."),
-    allow_pickle: bool = typer.Option(False, "--allow-pickle", help="Load .bin/.pt (pickle) weights; refused by default."),
+    trainer_batch_tokens: int = TrainerBatchTokensOpt,
+    trust_remote_code: bool = TrustRemoteCodeOpt,
+    allow_pickle: bool = AllowPickleOpt,
     sampler_tokenizer: Optional[Path] = typer.Option(None, "--sampler-tokenizer", help="A separate tokenizer the sampler uses; checked against the checkpoint's."),
     trainer_checkpoint: Optional[Path] = TrainerCheckpointOpt,
     reward_fn: Optional[str] = typer.Option(None, "--reward-fn", metavar="MODULE:FUNCTION", help="fn(prompt=, completion=, answer=) -> float. Default: exact match with the prompt's answer."),
@@ -195,7 +153,7 @@ def probe(
         checkpoint = sample_dir() / "tiny-qwen3"
     if prompts is None:
         prompts = sample_dir() / "prompts.jsonl"
-    _engine_env()
+    engine_env()
     opts = ProbeOptions(
         checkpoint=checkpoint, prompts=prompts, out=_out_dir(out, "probe"),
         sampling=SamplingConfig(temperature=temperature, top_p=top_p, top_k=top_k, n=n, max_tokens=max_tokens,
@@ -203,7 +161,7 @@ def probe(
         sampler=SamplerConfig(kind=sampler, dtype=sampler_dtype, tensor_parallel_size=tensor_parallel_size,  # type: ignore[arg-type]
                               max_num_seqs=max_num_seqs, enforce_eager=enforce_eager, gpu_memory_utilization=gpu_memory_utilization,
                               max_model_len=max_model_len, fp32_lm_head=fp32_lm_head or sampler_fp32_lm_head,
-                              engine_args=_engine_args(engine_arg), url=url, api_key_env=api_key_env),
+                              engine_args=engine_args(engine_arg), url=url, api_key_env=api_key_env),
         trainer=TrainerConfig(dtype=trainer_dtype, attn_implementation=attn_implementation,
                               fp32_lm_head=fp32_lm_head or trainer_fp32_lm_head, device_map=device_map, device=trainer_device,
                               batch_tokens=trainer_batch_tokens, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle,
@@ -216,7 +174,7 @@ def probe(
         if not checkpoint.is_dir():
             raise UsageError("no CHECKPOINT given and no bundled sample model found", hint="pass a checkpoint folder")
         info("no CHECKPOINT given: probing the bundled sample model (tiny Qwen3 trained on addition)")
-    with engine_output(opts.out, verbose=verbose, sampler_kind=sampler), _Bars(enabled=True) as bars:
+    with engine_output(opts.out, verbose=verbose, sampler_kind=sampler), Bars(enabled=True) as bars:
         run_dir = run_probe(opts, bars)
     _summarise(run_dir, rule, format)
 
@@ -235,14 +193,14 @@ def _out_dir(out: str | None, command: str) -> Path:
 def rescore(
     run: Path = typer.Argument(..., help="A probe run directory.", show_default=False),
     out: str = typer.Option(..., "--out", "-o", metavar="<path>", help="New run directory for the rescored pairs."),
-    trainer_dtype: str = typer.Option("float32", "--trainer-dtype"),
-    attn_implementation: Optional[str] = typer.Option(None, "--attn-implementation"),
+    trainer_dtype: str = TrainerDtypeOpt,
+    attn_implementation: Optional[str] = AttnImplementationOpt,
     trainer_fp32_lm_head: bool = typer.Option(False, "--trainer-fp32-lm-head", "--fp32-lm-head"),
     device_map: Optional[str] = typer.Option(None, "--device-map"),
     trainer_device: Optional[str] = typer.Option(None, "--trainer-device"),
-    trainer_batch_tokens: int = typer.Option(8192, "--trainer-batch-tokens", min=1),
-    trust_remote_code: bool = typer.Option(False, "--trust-remote-code"),
-    allow_pickle: bool = typer.Option(False, "--allow-pickle"),
+    trainer_batch_tokens: int = TrainerBatchTokensOpt,
+    trust_remote_code: bool = TrustRemoteCodeOpt,
+    allow_pickle: bool = AllowPickleOpt,
     trainer_checkpoint: Optional[Path] = TrainerCheckpointOpt,
     replay_routes: bool = ReplayRoutesOpt,
     replay_weights: bool = ReplayWeightsOpt,
@@ -261,6 +219,6 @@ def rescore(
                         trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, replay_routes=replay_routes,
                         replay_weights=replay_weights, record_routes=routes)
     out_dir = _out_dir(out, "rescore")
-    with engine_output(out_dir, verbose=verbose), _Bars(enabled=True) as bars:
+    with engine_output(out_dir, verbose=verbose), Bars(enabled=True) as bars:
         run_dir = do_rescore(run, out_dir, cfg, resume=resume, progress=bars, trainer_checkpoint=trainer_checkpoint)
     _summarise(run_dir, rule, format)

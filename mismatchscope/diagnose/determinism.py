@@ -60,9 +60,10 @@ def trainer_checks(trainer, requests, sampling, seed: int = 0) -> dict[str, dict
             "trainer_shuffled_vs_batch": compare(ids, full, ids, shuffled)}
 
 
-def sampler_checks(base: dict, tokens) -> dict[str, Any]:
+def sampler_checks(base: dict, tokens, engine: str = "vLLM") -> dict[str, Any]:
     """The sampler's checks from its worker's result: the same-seed repeat against the recorded tokens,
-    and its prefill of the recorded sequences alone and shuffled against the full batch."""
+    and its prefill of the recorded sequences alone and shuffled against the full batch. ``engine`` names
+    the sampler in the checks' descriptions."""
     out: dict[str, Any] = {}
     first = [(sid, tokens["token_id"][sl].tolist(), tokens["sampler_logprob"][sl].tolist())
              for sid, sl in sequence_slices(tokens["sequence_id"])]
@@ -72,12 +73,12 @@ def sampler_checks(base: dict, tokens) -> dict[str, Any]:
         rows = [again[sid] for sid, _, _ in first]
         out["sampler_repeat_same_seed"] = {**compare([f[1] for f in first], [f[2] for f in first],
                                                      [r["token_ids"] for r in rows], [r["logprobs"] for r in rows]),
-                                           "compared": "vLLM decode logprobs (float32 from the engine)"}
+                                           "compared": f"{engine} decode logprobs (float32 from the engine)"}
     if "prefill" in base:
         p = base["prefill"]
         for name, other in (("sampler_prefill_alone_vs_batch", "alone"), ("sampler_prefill_shuffled_vs_batch", "shuffled")):
             ids = [[0] * len(x) for x in p["batch"]]
-            out[name] = {**compare(ids, p["batch"], ids, p[other]), "compared": "vLLM prompt logprobs (float32 from the engine)"}
+            out[name] = {**compare(ids, p["batch"], ids, p[other]), "compared": f"{engine} prompt logprobs (float32 from the engine)"}
     return out
 
 

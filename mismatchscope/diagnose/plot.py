@@ -20,6 +20,10 @@ def _points(p: dict[str, Any]) -> list[tuple[str, float, float]]:
     return [(n, m, t) for n, m, t in rows if m is not None and t is not None]
 
 
+PARETO_NAME = "diagnose_pareto"
+"""the picture's file name (without ``.png``) in the ``--plots`` folder."""
+
+
 def pareto_picture(p: dict[str, Any]):
     from ..plots import _picture, require_matplotlib
 
@@ -42,15 +46,16 @@ def pareto_picture(p: dict[str, Any]):
     ax.set_xlabel("pipeline throughput (tokens/s: tokens / (sampling + scoring time))")
     ax.set_ylabel("mean |log p - log q| (total gap)")
     ax.grid(True, alpha=0.3)
-    return _picture("diagnose_pareto", "Mismatch against throughput",
+    return _picture(PARETO_NAME, "Mismatch against throughput",
                     "One point per configuration; the baseline has a black ring; red: the Pareto front "
                     "(no other configuration has both less mismatch and more throughput).", fig)
 
 
-def write_pareto(p: dict[str, Any], directory: Path) -> Path:
+def write_pareto(p: dict[str, Any], directory: Path, inputs=None) -> Path:
+    """``inputs`` (``outputs.Inputs``): files the picture may not replace."""
     from ..plots import write_pngs
 
-    return write_pngs([pareto_picture(p)], Path(directory))[0]
+    return write_pngs([pareto_picture(p)], Path(directory), inputs)[0]
 
 
 def write_html(p: dict[str, Any], path: Path, png: Path | None = None) -> Path:

@@ -4,17 +4,20 @@ Both sides' errors are measured against this forward pass (``e_s = lq - lr``,
 ``e_t = lp - lr``), so it must be far more precise than either: float64 where
 the model fits (every tiny and small model), else float32 with an fp32 lm_head
 (the output says which). The weights are loaded as the checkpoint stores them
-(float32 here) and widened, which is exact; the logprob is taken over the same
-distribution the sampler reported (T-scaled, renormalised over the kept set
-for ``processed_logprobs``), in the reference dtype throughout. Attention runs
-``eager``: the plain matmul-softmax path, with no fused kernel of its own
-precision.
+(float32 here) and widened, which is exact. In float64 every step runs in
+float64: embedding, RMSNorm, rotary angles, attention (eager: matmul and
+softmax, no fused kernel), MoE router and experts, lm_head and log-softmax
+(:mod:`.float64` replaces the steps transformers keeps in float32). The
+logprob is taken over the same distribution the sampler reported (T-scaled,
+renormalised over the kept set for ``processed_logprobs``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -25,6 +28,8 @@ from ..probe.types import SamplingConfig
 FIT_SHARE = 0.25
 """float64 is used when the float64 weights take at most this share of the device's memory."""
 BATCH_TOKENS = 4096
+LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+"""the decoder layer a module belongs to, from its qualified name (``model.layers.3.mlp.gate``)."""
 
 
 @dataclass
@@ -35,13 +40,28 @@ class Reference:
     dtype: str
     transform: object
     note: str
+    routers: dict = field(default_factory=dict)
+    """decoder layer -> its top-k router module (MoE models in float64; empty otherwise)."""
+    _batch_shape: tuple[int, int] = field(default=(0, 0), init=False, repr=False)
+    """(rows, padded width) of the batch being scored: the routers see it flattened."""
 
-    def score(self, prompts: list[list[int]], completions: list[list[int]], sampling: SamplingConfig) -> list[np.ndarray]:
-        """log p_ref of each completion token, one float64 array per sequence, in order."""
+    @property
+    def moe_layers(self) -> list[int]:
+        """absolute indices of the decoder layers whose routes :meth:`score` records."""
+        return sorted(self.routers)
+
+    def score(self, prompts: list[list[int]], completions: list[list[int]], sampling: SamplingConfig,
+              routes: list | None = None) -> list[np.ndarray]:
+        """log p_ref of each completion token, one float64 array per sequence, in order.
+
+        ``routes``, a list, receives for an MoE model one int array per sequence, in order: the expert ids
+        the reference's router chose, ``[input_position, moe layer (as in moe_layers), k]``, for every
+        input position (all tokens but the last)."""
         import torch
 
         processing = Processing.from_sampling(sampling)
         out: list[np.ndarray | None] = [None] * len(prompts)
+        chosen: list[np.ndarray | None] = [None] * len(prompts)
         lengths = [len(p) + len(c) for p, c in zip(prompts, completions)]
         batches: list[list[int]] = []
         for i in sorted(range(len(prompts)), key=lambda i: -lengths[i]):  # longest first: rows x longest <= budget
@@ -49,11 +69,34 @@ class Reference:
                 batches[-1].append(i)
             else:
                 batches.append([i])
-        with torch.inference_mode():
+        with torch.inference_mode(), self._routes_recorded() as recorded:
             for batch in batches:
-                for i, lp in zip(batch, self._score_batch([prompts[i] for i in batch], [completions[i] for i in batch], processing)):
+                recorded.clear()
+                rows = self._score_batch([prompts[i] for i in batch], [completions[i] for i in batch], processing)
+                for j, (i, lp) in enumerate(zip(batch, rows)):
                     out[i] = lp
+                    if recorded:
+                        n = len(prompts[i]) + len(completions[i]) - 1
+                        chosen[i] = np.stack([recorded[layer][j, :n] for layer in self.moe_layers], axis=1)
+        if routes is not None and self.moe_layers:
+            routes.extend(chosen)
         return out  # type: ignore[return-value]
+
+    @contextlib.contextmanager
+    def _routes_recorded(self):
+        """layer -> [rows, width, k] expert ids of the batch just scored (empty for a dense model)."""
+        recorded: dict[int, np.ndarray] = {}
+        handles = []
+        for layer, router in self.routers.items():
+            def keep(module, args, output, layer=layer):  # output: (router logits, weights, expert ids)
+                rows, width = self._batch_shape
+                recorded[layer] = output[2].reshape(rows, width, -1).cpu().numpy()
+            handles.append(router.register_forward_hook(keep))
+        try:
+            yield recorded
+        finally:
+            for h in handles:
+                h.remove()
 
     def _score_batch(self, prompts, completions, processing: Processing) -> list[np.ndarray]:
         import torch
@@ -65,6 +108,7 @@ class Reference:
         for r, row in enumerate(rows):
             ids[r, : len(row)] = torch.tensor(row)
             mask[r, : len(row)] = 1
+        self._batch_shape = (len(rows), width)
         hidden = self.model.get_decoder()(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
         head = self.model.get_output_embeddings()
         out = []
@@ -97,8 +141,6 @@ def _memory_bytes() -> int:
 
 def load_reference(info: CheckpointInfo, *, trust_remote_code: bool = False, dtype: str | None = None) -> Reference:
     """float64 if it fits (or ``dtype`` says so), else float32 with an fp32 lm_head."""
-    import torch
-
     from ..probe.hf_model import load_causal_lm, resolve_device
     from ..probe.trainer import LogitTransform
 
@@ -108,9 +150,22 @@ def load_reference(info: CheckpointInfo, *, trust_remote_code: bool = False, dty
     if dtype is None:
         dtype = "float64" if 8 * n_params <= FIT_SHARE * _memory_bytes() else "float32"
     if dtype == "float64":
-        model = model.to(torch.float64)
-        note = "float64 forward of the same weights (attention eager, log-softmax in float64)"
+        from .float64 import widen
+
+        done = widen(model, info.model_type)
+        note = ("float64 forward of the same weights: norms, rotary angles, attention (eager), "
+                + ("router, experts, " if done.get("routers") or done.get("experts") else "")
+                + "lm_head and log-softmax in float64"
+                + ("" if done["rotary_inv_freq"] == "float64"
+                   else f"; rotary inverse frequencies {done['rotary_inv_freq']}"))
     else:
         note = (f"float32 forward with an fp32 lm_head: {n_params / 1e9:.2f}B parameters do not fit in float64 "
                 "on this device")
-    return Reference(model=model, dtype=dtype, transform=LogitTransform.from_config(info.config), note=note)
+    routers = {}
+    if dtype == "float64":
+        for name, module in model.named_modules():
+            found = LAYER.search(name)
+            if found and type(module).__name__.endswith("TopKRouter"):
+                routers[int(found.group(1))] = module
+    return Reference(model=model, dtype=dtype, transform=LogitTransform.from_config(info.config), note=note,
+                     routers=routers)

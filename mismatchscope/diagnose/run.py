@@ -24,7 +24,6 @@ is the payload the CLI prints.
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 import time
@@ -35,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from .. import rundir
-from ..errors import SamplerError, UsageError
+from ..errors import MismatchscopeError, SamplerError, UsageError
 from ..probe.run import Progress
 from ..probe.types import SamplerConfig, SamplingConfig, ScoreRequest, TrainerConfig
 from .decompose import decompose
@@ -43,7 +42,8 @@ from .determinism import changed_share, sampler_checks, same_tokens, trainer_che
 from .effects import Bootstrap, deltas, rank
 from .output import finish
 from .pairs import load_tokens, sequence_slices, write_pair_run
-from .variants import Configuration, Variant, apply
+from .routes import REPLAY_KEY, flips_against_reference, replay_failed, replay_unavailable
+from .variants import Configuration, Variant, apply, check_names, directory_name
 
 WORKER_TIMEOUT_S = 900
 
@@ -58,31 +58,92 @@ class DiagnoseOptions:
     trainer: TrainerConfig
     variants: list[Variant]
     env: dict[str, str] = field(default_factory=dict)
-    bootstrap: Bootstrap = Bootstrap()
+    bootstrap: Bootstrap = field(default_factory=Bootstrap)
     determinism: bool = True
     reference_dtype: str | None = None
     """None: float64 where it fits."""
+    plots: Path | None = None
+    """the folder the CLI writes the Pareto picture into (checked here, with every other output)."""
+    html: Path | None = None
+    matrix: Path | None = None
+    """the matrix file the variants came from: an input no output may replace."""
 
 
-def _slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "variant"
+SAMPLER_KINDS = ("vllm", "hf")
+"""diagnose starts its own sampler for every configuration: an engine in-process, or transformers' generate."""
 
 
 def check_options(opts: DiagnoseOptions):
-    """Everything that can be checked without an engine; returns the checkpoint info."""
+    """Everything that can be checked without an engine, for the baseline and every variant; returns the
+    checkpoint info. The probe's own checks judge each configuration, so diagnose refuses exactly what
+    probe would refuse, before the first engine starts."""
     from ..probe.checkpoint import inspect_checkpoint
     from ..probe.prompts import load_prompts
+    from ..probe.validate import check_sampling
 
-    if opts.sampling.max_tokens < 0 or opts.sampling.n < 1:
-        raise UsageError("-n must be at least 1 and --max-tokens at least 0 (0: automatic)")
-
-    if opts.sampler.kind != "vllm":
-        raise UsageError(f"diagnose starts its own engines; --sampler {opts.sampler.kind} is not supported",
-                         hint="use --sampler vllm")
-    _check_empty_out(opts.out)
+    check_sampling(opts.sampling)
+    if opts.sampler.kind not in SAMPLER_KINDS:
+        raise UsageError(f"diagnose starts its own samplers; --sampler {opts.sampler.kind} is not one of them",
+                         hint=f"use --sampler {' or --sampler '.join(SAMPLER_KINDS)}")
+    check_names(opts.variants)
+    base = Configuration(opts.sampler, opts.trainer, dict(opts.env))
+    if base.trainer.replay_routes:
+        raise UsageError("the baseline trainer cannot replay routes: the baseline records them",
+                         hint=f"vary it instead: --vary {REPLAY_KEY}=true")
+    configurations = [("baseline", base)] + [(v.name, apply(base, v)) for v in opts.variants
+                                             if v.skip_reason is None]  # a skipped entry is reported, never started
+    _check_outputs(opts)
+    for name, cfg in configurations:  # the options alone first: the cheapest checks
+        _check_configuration(opts, cfg, name)
     load_prompts(opts.prompts)
-    return inspect_checkpoint(opts.checkpoint, allow_pickle=opts.trainer.allow_pickle,
+    info = inspect_checkpoint(opts.checkpoint, allow_pickle=opts.trainer.allow_pickle,
                               trust_remote_code=opts.trainer.trust_remote_code)
+    for name, cfg in configurations:
+        _check_configuration(opts, cfg, name, info)
+    return info
+
+
+def _check_configuration(opts: DiagnoseOptions, cfg: Configuration, name: str, info=None) -> None:
+    """The probe's checks on one configuration: its options, or (``info`` given) what needs the checkpoint.
+    A variant's refusal names the variant."""
+    from ..probe.run import ProbeOptions
+    from ..probe.validate import check_against_checkpoint, check_engine_installed
+    from ..probe.validate import check_options as check_probe_options
+
+    out = opts.out / ("baseline" if name == "baseline" else f"variants/{directory_name(name)}")
+    probe = ProbeOptions(checkpoint=opts.checkpoint, prompts=opts.prompts, out=out, sampling=opts.sampling,
+                         sampler=cfg.sampler, trainer=cfg.trainer)
+    try:
+        if info is None:
+            check_probe_options(probe)
+            check_engine_installed(cfg.sampler)
+            return
+        check_against_checkpoint(probe, info)
+        if cfg.trainer.replay_routes and not info.is_moe:
+            raise UsageError(f"{REPLAY_KEY} needs a mixture-of-experts checkpoint, and {info.path} is dense",
+                             hint="drop the variant, or diagnose an MoE checkpoint")
+    except MismatchscopeError as e:
+        if name == "baseline":
+            raise
+        raise type(e)(f"variant {name!r}: {Exception.__str__(e)}", hint=e.hint) from None
+
+
+def _check_outputs(opts: DiagnoseOptions) -> None:
+    """--out a new or empty folder outside any run; --html and --plots (and the picture's file) on no input."""
+    from ..outputs import check_all, check_run_out
+
+    inputs = [opts.checkpoint, opts.prompts, opts.matrix]
+    if Path(opts.checkpoint).is_dir():  # a checkpoint's files are inputs too: --html CKPT/config.json would replace one
+        inputs += sorted(Path(opts.checkpoint).iterdir())
+    known = check_all(files=[(opts.html, "--html")], dirs=[(opts.plots, "--plots")], inputs=inputs)
+    check_run_out(opts.out, "--out", known)
+    _check_empty_out(opts.out)
+    if opts.plots is not None or opts.html is not None:
+        from ..plots import require_matplotlib
+        from .plot import PARETO_NAME
+
+        require_matplotlib()
+        known.refuse(Path(opts.plots or opts.out) / f"{PARETO_NAME}.png", "--plots")
 
 
 def _check_empty_out(out: Path) -> None:
@@ -91,11 +152,34 @@ def _check_empty_out(out: Path) -> None:
 
 
 def run_diagnose(opts: DiagnoseOptions, progress: Progress | None = None) -> dict[str, Any]:
+    """The whole diagnose. When it stops without a result (an error, an interrupt) it removes what it wrote,
+    so the same command can run again into the same ``--out``."""
     progress = progress or Progress()
     info = check_options(opts)
-    with rundir.lock_run(opts.out):  # one diagnose per --out; checked again under the lock
-        _check_empty_out(opts.out)
-        return _diagnose_locked(opts, info, progress)
+    existed = opts.out.exists()
+    try:
+        with rundir.lock_run(opts.out):  # one diagnose per --out; checked again under the lock
+            _check_empty_out(opts.out)
+            return _diagnose_locked(opts, info, progress)
+    except BaseException:
+        _remove_partial(opts.out, existed)
+        raise
+
+
+def _remove_partial(out: Path, existed: bool) -> None:
+    """Everything this diagnose wrote under ``out`` (it was new, or empty, when it started)."""
+    import shutil
+
+    if (out / "diagnose.json").exists():
+        return
+    if not existed:
+        shutil.rmtree(out, ignore_errors=True)
+        return
+    for child in list(out.iterdir()) if out.is_dir() else []:
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
 
 
 def _diagnose_locked(opts: DiagnoseOptions, info, progress: Progress) -> dict[str, Any]:
@@ -106,31 +190,35 @@ def _diagnose_locked(opts: DiagnoseOptions, info, progress: Progress) -> dict[st
     t_start = time.perf_counter()
     base_cfg = Configuration(opts.sampler, opts.trainer, dict(opts.env))
 
-    progress.note(f"baseline: sampler {opts.sampler.dtype}, trainer {opts.trainer.dtype} (own process)")
+    progress.note(f"baseline: sampler {opts.sampler.kind}/{opts.sampler.dtype}, trainer {opts.trainer.dtype} "
+                  "(own process)")
     base_dir = opts.out / "baseline"
     base = _sampler_run(opts, base_cfg, base_dir, repeat=opts.determinism, prefill=True)
     if base["status"] != "ok":
         raise SamplerError(f"the baseline sampler failed ({base['stage']}): {base['reason']}",
-                         hint=f"see {base_dir.parent / 'baseline.log'}")
+                           hint="nothing was kept; `mismatchscope probe` with the same options shows the engine's "
+                                "own output")
     base_tokens = load_tokens(base_dir)
 
     progress.note("reference forward of the baseline's tokens")
     t0 = time.perf_counter()
     reference = load_reference(info, trust_remote_code=opts.trainer.trust_remote_code, dtype=opts.reference_dtype)
     prompt_ids = _prompt_ids(base_dir)
-    ref_lp = _reference_lp(reference, base_tokens, prompt_ids, opts.sampling)
+    ref_lp, ref_routes = _reference_lp(reference, base_tokens, prompt_ids, opts.sampling)
     reference_s = time.perf_counter() - t0
 
     configs: dict[str, dict[str, Any]] = {}
-    configs["baseline"] = _config_record("baseline", base_dir, base_tokens, ref_lp, reference.dtype, base, opts, paired=False)
+    configs["baseline"] = _config_record("baseline", base_dir, base_tokens, (ref_lp, ref_routes), reference, base,
+                                         opts, paired=False)
     decomposition = dict(configs["baseline"]["gaps"])
     decomposition["sampler_decode_vs_prefill"] = _self_consistency(opts, base, base_tokens)
     decomposition["shares"] = configs["baseline"]["decomposition"]
+    decomposition["routes"] = configs["baseline"]["routes"]
 
     determinism: dict[str, Any] = {}
     if opts.determinism:
         progress.note("determinism: repeat sampling, prefill and trainer batch invariance")
-        determinism.update(sampler_checks(base, base_tokens))
+        determinism.update(sampler_checks(base, base_tokens, _engine_name(opts.sampler)))
         trainer = HFTrainer(info, opts.trainer)
         determinism.update(trainer_checks(trainer, _requests(base_dir, prompt_ids), opts.sampling, opts.bootstrap.seed))
         determinism["trainer_alone_vs_batch"]["compared"] = determinism["trainer_shuffled_vs_batch"]["compared"] = \
@@ -144,13 +232,15 @@ def _diagnose_locked(opts: DiagnoseOptions, info, progress: Progress) -> dict[st
                                  "reason": v.skip_reason})
             continue
         progress.note(f"variant {v.name} ({v.side} side)")
-        variants_out.append(_variant(opts, base_cfg, v, configs, base_tokens, ref_lp, reference, prompt_ids))
+        variants_out.append(_variant(opts, base_cfg, v, configs, base_tokens, (ref_lp, ref_routes), reference,
+                                     prompt_ids))
 
     payload = {
         "checkpoint": str(info.path),
         "out": str(opts.out),
         "device": _device(),
-        "reference": {"dtype": reference.dtype, "note": reference.note, "seconds": reference_s},
+        "reference": {"dtype": reference.dtype, "note": reference.note, "seconds": reference_s,
+                      "moe_layers": reference.moe_layers},
         "baseline": {"sampler": opts.sampler.to_dict(), "trainer": opts.trainer.to_dict(), "env": opts.env,
                      "sampling": opts.sampling.to_dict(), "run_dir": str(base_dir),
                      "metrics": configs["baseline"]["metrics"], "throughput": configs["baseline"]["throughput"],
@@ -209,13 +299,16 @@ def _last_line(path: Path) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
-def _variant(opts, base_cfg, v: Variant, configs, base_tokens, base_ref_lp, reference, prompt_ids) -> dict[str, Any]:
+def _variant(opts, base_cfg, v: Variant, configs, base_tokens, base_ref, reference, prompt_ids) -> dict[str, Any]:
     from ..probe.run import rescore
 
     cfg = apply(base_cfg, v)
-    out = opts.out / "variants" / _slug(v.name)
+    out = opts.out / "variants" / directory_name(v.name)
     record: dict[str, Any] = {"name": v.name, "side": v.side, "changes": v.changes, "run_dir": str(out)}
     if v.side == "trainer":
+        why = replay_unavailable(opts.out / "baseline", cfg.sampler.kind) if cfg.trainer.replay_routes else None
+        if why:
+            return {**record, "status": "failed", "reason": why}
         t0 = time.perf_counter()
         try:
             rescore(opts.out / "baseline", out, cfg.trainer)
@@ -223,15 +316,18 @@ def _variant(opts, base_cfg, v: Variant, configs, base_tokens, base_ref_lp, refe
             return {**record, "status": "failed", "reason": f"{type(e).__name__}: {e}".splitlines()[0]}
         run = {"status": "ok", "startup_s": None, "wall_s": time.perf_counter() - t0}
         tokens = load_tokens(out)
-        ref_lp = base_ref_lp
+        ref = base_ref
     else:
         run = _sampler_run(opts, cfg, out, repeat=False, prefill=False)
         if run["status"] != "ok":
             return {**record, "status": "failed", "stage": run.get("stage"), "reason": run["reason"], "log": run.get("log")}
         tokens = load_tokens(out)
-        ref_lp = _reference_lp(reference, tokens, prompt_ids, opts.sampling)
+        ref = _reference_lp(reference, tokens, prompt_ids, opts.sampling)
+    why = replay_failed(out) if cfg.trainer.replay_routes else None
+    if why:  # a trainer that ignored the request would show routing owning nothing
+        return {**record, "status": "failed", "reason": why}
     same = same_tokens(base_tokens, tokens)
-    rec = _config_record(v.name, out, tokens, ref_lp, reference.dtype, run, opts, paired=v.side == "trainer")
+    rec = _config_record(v.name, out, tokens, ref, reference, run, opts, paired=v.side == "trainer")
     # paired whenever the variant scored the very tokens the baseline scored: a trainer-side variant always,
     # a sampler-side one that happened to sample them all again
     rec["delta"] = deltas(configs["baseline"]["result"], rec.pop("result"), same, opts.bootstrap)
@@ -240,13 +336,15 @@ def _variant(opts, base_cfg, v: Variant, configs, base_tokens, base_ref_lp, refe
     return {**record, "status": "ok", **rec}
 
 
-def _config_record(name, run_dir: Path, tokens, ref_lp, ref_dtype: str, run: dict, opts, paired: bool) -> dict[str, Any]:
-    """Total gap (report metrics), the reference gaps and decomposition, and the costs of one configuration."""
+def _config_record(name, run_dir: Path, tokens, ref, reference, run: dict, opts, paired: bool) -> dict[str, Any]:
+    """Total gap (report metrics), the reference gaps and decomposition, each side's route flips against the
+    reference, and the costs of one configuration. ``ref``: the reference's logprobs and routes of these tokens."""
     from ..analysis.engine import AnalysisRequest, analyse
 
-    pairs_dir = opts.out / "pairs" / _slug(name)
+    ref_lp, ref_routes = ref
+    pairs_dir = opts.out / "pairs" / directory_name(name)
     lq, lp = tokens["sampler_logprob"], tokens["trainer_logprob"]
-    meta = {"diagnose_configuration": name, "reference_dtype": ref_dtype}
+    meta = {"diagnose_configuration": name, "reference_dtype": reference.dtype}
     s_dir = write_pair_run(pairs_dir / "sampler_vs_reference", tokens, lq, ref_lp, {**meta, "pair": "sampler_vs_reference"})
     t_dir = write_pair_run(pairs_dir / "trainer_vs_reference", tokens, ref_lp, lp, {**meta, "pair": "trainer_vs_reference"})
     total = analyse(str(run_dir), AnalysisRequest(report=True))
@@ -273,6 +371,7 @@ def _config_record(name, run_dir: Path, tokens, ref_lp, ref_dtype: str, run: dic
     from ..certify import certified_or_false
 
     return {"metrics": gaps["total"]["metrics"], "gaps": gaps, "decomposition": decompose(lq, lp, ref_lp),
+            "routes": flips_against_reference(run_dir, ref_routes, reference.moe_layers),
             "throughput": throughput, "certified": certified_or_false(run_dir), "result": total}
 
 
@@ -291,7 +390,7 @@ def _self_consistency(opts: DiagnoseOptions, base: dict, tokens) -> dict[str, An
             "decode-time logprobs are compared with them only when they mean the same "
             "(raw_logprobs, or T = 1 without top-k/top-p, or greedy)")
     if "prefill" not in base:
-        return {"status": "skipped", "reason": "the sampler has no prefill scoring", "note": note}
+        return {"status": "skipped", "reason": "the sampler has no prefill scoring"}
     if not comparable:
         return {"status": "skipped", "note": note,
                 "reason": f"decode logprobs here are processed at T={s.temperature:g}"
@@ -343,14 +442,20 @@ def _requests(run_dir: Path, prompt_ids) -> list[ScoreRequest]:
     return [ScoreRequest(prompt_ids[c.prompt_index], c.token_ids, c.topk_ids) for c in done]
 
 
-def _reference_lp(reference, tokens, prompt_ids, sampling: SamplingConfig) -> np.ndarray:
+def _reference_lp(reference, tokens, prompt_ids, sampling: SamplingConfig) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+    """The reference's logprob of every token row, and (MoE) its routes: sequence id -> [input position, layer, k]."""
     slices = sequence_slices(tokens["sequence_id"])
     prompts = [prompt_ids[int(tokens["prompt_id"][sl.start])] for _, sl in slices]
     comps = [tokens["token_id"][sl].tolist() for _, sl in slices]
     out = np.empty(tokens["sequence_id"].size)
-    for (_, sl), lp in zip(slices, reference.score(prompts, comps, sampling)):
+    routes: list[np.ndarray] = []
+    for (_, sl), lp in zip(slices, reference.score(prompts, comps, sampling, routes=routes)):
         out[sl] = lp
-    return out
+    return out, {int(sid): r for (sid, _), r in zip(slices, routes)}
+
+
+def _engine_name(sampler: SamplerConfig) -> str:
+    return {"vllm": "vLLM", "hf": "transformers generate"}.get(sampler.kind, sampler.kind)
 
 
 def _device() -> str:
@@ -360,6 +465,6 @@ def _device() -> str:
 
 
 def _jsonable(x):
-    from ..cli._output import _jsonable as j
+    from ..outputs import jsonable
 
-    return j(x)
+    return jsonable(x)

@@ -9,8 +9,11 @@ A variant is a name and a set of ``KEY = VALUE`` changes. Keys address
 * ``trainer.FIELD``: a :class:`~mismatchscope.probe.types.TrainerConfig` field
   (``dtype``, ``attn_implementation``, ``fp32_lm_head``, ...).
 
-Every key and value is checked here, before any engine starts: a misspelt
-key would otherwise cost an engine start-up and then measure nothing.
+Keys and value types are checked here; the values themselves (dtype names,
+ranges, engine arguments) are checked on the whole configuration each variant
+makes, by the probe's own checks (:func:`check_configuration`), before any
+engine starts: a misspelt key or value would otherwise cost an engine
+start-up and then measure nothing.
 A variant touching only ``trainer.*`` keys rescores the baseline's samples;
 any ``sampler.*`` key makes it sample again.
 """
@@ -18,6 +21,7 @@ any ``sampler.*`` key makes it sample again.
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,8 +30,6 @@ from typing import Any, Literal
 from ..errors import UsageError
 from ..probe.types import SamplerConfig, TrainerConfig
 
-DTYPES = ("float32", "float16", "bfloat16")
-
 SAMPLER_FIELDS: dict[str, type] = {
     "dtype": str, "fp32_lm_head": bool, "enforce_eager": bool, "max_num_seqs": int, "max_model_len": int,
     "gpu_memory_utilization": float, "tensor_parallel_size": int,
@@ -35,6 +37,7 @@ SAMPLER_FIELDS: dict[str, type] = {
 """the typed sampler fields a variant may change, and the type of their values."""
 TRAINER_FIELDS: dict[str, type] = {
     "dtype": str, "attn_implementation": str, "fp32_lm_head": bool, "batch_tokens": int, "lm_head_chunk": int,
+    "replay_routes": bool,
 }
 """the typed trainer fields a variant may change."""
 
@@ -95,8 +98,6 @@ def check_value(key: str, value: Any) -> Any:
         value, ok = float(value), True
     if not ok:
         raise UsageError(f"{key} takes {_type_name(want)}, got {json.dumps(value)}")
-    if parts[1] == "dtype" and value not in DTYPES:
-        raise UsageError(f"{key} takes one of {', '.join(DTYPES)}, got {json.dumps(value)}")
     return value
 
 
@@ -168,10 +169,35 @@ def _unique(variants: list[Variant]) -> list[Variant]:
     seen = set()
     for v in variants:
         if v.name in seen:
-            raise UsageError(f"variant {v.name!r} is given twice")
+            raise UsageError(f"variant {v.name!r} is given twice", hint="give each variant once, under one name")
         seen.add(v.name)
     return variants
 
+
+RESERVED = ("baseline",)
+"""directory names the baseline's own files use (``baseline/``, ``pairs/baseline/``)."""
+
+
+def directory_name(name: str) -> str:
+    """The folder a variant's run and pairs are written to: its name with anything but ``[A-Za-z0-9._-]`` as ``_``."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_")
+    return slug if slug not in ("", ".", "..") else "variant"
+
+
+def check_names(variants: list[Variant]) -> None:
+    """Names unique over ``--vary`` and ``--matrix`` together, each with a folder of its own."""
+    _unique(variants)
+    folders: dict[str, str] = {}
+    for v in variants:
+        folder = directory_name(v.name)
+        if folder.lower() in RESERVED:
+            raise UsageError(f"variant {v.name!r} would be written to {folder}/, which the baseline uses",
+                             hint="rename the variant in the matrix file")
+        other = folders.get(folder.lower())  # case-insensitive file systems fold the two into one folder
+        if other is not None:
+            raise UsageError(f"variants {other!r} and {v.name!r} would both be written to {folder}/",
+                             hint="rename one of them in the matrix file")
+        folders[folder.lower()] = v.name
 
 def apply(base: Configuration, variant: Variant) -> Configuration:
     """The baseline with the variant's changes; engine args and env merge over the baseline's."""
@@ -195,9 +221,19 @@ def apply(base: Configuration, variant: Variant) -> Configuration:
 
 def default_matrix(device: str, base: Configuration) -> list[Variant]:
     """What this device can vary, one change each; GPU-only entries carry their skip reason on a CPU."""
-    other_dtype = "float32" if base.sampler.dtype != "float32" else "float16"
     trainer_other = "bfloat16" if base.trainer.dtype != "bfloat16" else "float32"
-    attn = ["eager", "sdpa"]
+    gpu_reason = None if device == "cuda" else "needs a GPU"
+    trainer = [
+        Variant(f"trainer.dtype={trainer_other}", {"trainer.dtype": trainer_other}),
+        *[Variant(f"trainer.attn={a}", {"trainer.attn_implementation": a})
+          for a in ("eager", "sdpa") if a != base.trainer.attn_implementation],
+        Variant("trainer.fp32_lm_head", {"trainer.fp32_lm_head": not base.trainer.fp32_lm_head}),
+    ]
+    flash = Variant("trainer.attn=flash_attention_2", {"trainer.attn_implementation": "flash_attention_2"},
+                    None if gpu_reason is None else "needs a GPU: flash_attention_2 is a CUDA kernel")
+    if base.sampler.kind == "hf":
+        return [*_hf_sampler_matrix(base), *trainer, flash]
+    other_dtype = "float32" if base.sampler.dtype != "float32" else "float16"
     cpu = [
         Variant(f"sampler.dtype={other_dtype}", {"sampler.dtype": other_dtype}),
         Variant("sampler.fp32_lm_head", {"sampler.fp32_lm_head": not base.sampler.fp32_lm_head}),
@@ -209,21 +245,29 @@ def default_matrix(device: str, base: Configuration) -> list[Variant]:
         Variant("sampler.chunked_prefill", {"sampler.engine.enable_chunked_prefill": True,
                                             "sampler.engine.max_num_batched_tokens": 32},
                 None if device == "cuda" else CHUNKED_PREFILL_CPU),
-        Variant(f"trainer.dtype={trainer_other}", {"trainer.dtype": trainer_other}),
-        *[Variant(f"trainer.attn={a}", {"trainer.attn_implementation": a}) for a in attn if a != base.trainer.attn_implementation],
-        Variant("trainer.fp32_lm_head", {"trainer.fp32_lm_head": not base.trainer.fp32_lm_head}),
+        *trainer,
     ]
-    gpu_reason = None if device == "cuda" else "needs a GPU"
     gpu = [
         Variant("sampler.dtype=bfloat16", {"sampler.dtype": "bfloat16"},
                 None if gpu_reason is None else "needs a GPU: bfloat16 kills the vLLM CPU worker (SIGILL)"),
         Variant("sampler.batch_invariant", {"sampler.env.VLLM_BATCH_INVARIANT": "1"},
-                None if gpu_reason is None else "needs a GPU: VLLM_BATCH_INVARIANT's kernels are GPU kernels (crashes on the CPU build)"),
+                None if gpu_reason is None else "needs a GPU: VLLM_BATCH_INVARIANT's kernels are GPU kernels "
+                                                "(crashes on the CPU build)"),
         Variant("sampler.attention=FLASHINFER", {"sampler.engine.attention_backend": "FLASHINFER"},
                 None if gpu_reason is None else "needs a GPU: vLLM's CPU build has one attention backend"),
-        Variant("trainer.attn=flash_attention_2", {"trainer.attn_implementation": "flash_attention_2"},
-                None if gpu_reason is None else "needs a GPU: flash_attention_2 is a CUDA kernel"),
+        flash,
     ]
     if base.sampler.dtype == "bfloat16":
         gpu = gpu[1:]
     return cpu + gpu
+
+
+def _hf_sampler_matrix(base: Configuration) -> list[Variant]:
+    """The transformers sampler's knobs: its dtype (every dtype runs on a CPU too) and its attention kernel."""
+    dtypes = [d for d in ("float32", "bfloat16") if d != base.sampler.dtype]
+    attn = base.sampler.engine_args.get("attn_implementation")
+    return [
+        *[Variant(f"sampler.dtype={d}", {"sampler.dtype": d}) for d in dtypes],
+        *[Variant(f"sampler.attn={a}", {"sampler.engine.attn_implementation": a})
+          for a in ("eager", "sdpa") if a != attn],
+    ]

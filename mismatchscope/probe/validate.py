@@ -158,6 +158,10 @@ def check_trainer(cfg: TrainerConfig) -> None:
     if cfg.replay_routes and not cfg.record_routes:
         raise UsageError("--replay-routes records the replayed routes; it cannot run with --no-routes",
                          hint="leave out --no-routes")
+    if cfg.batch_tokens < 1:
+        raise UsageError(f"--trainer-batch-tokens must be at least 1, got {cfg.batch_tokens}")
+    if cfg.lm_head_chunk < 1:
+        raise UsageError(f"the trainer's lm_head_chunk must be at least 1, got {cfg.lm_head_chunk}")
 
 
 def shown_arg(value: Any) -> str:
@@ -226,6 +230,8 @@ def check_sampler(cfg: SamplerConfig) -> None:
             raise UsageError(f"--url {redact_url(cfg.url)!r} has a port that is not a number") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise UsageError(f"--url {redact_url(cfg.url)!r} is not an http(s) URL", hint="write --url http://HOST:PORT")
+    if cfg.tensor_parallel_size < 1:
+        raise UsageError(f"--tensor-parallel-size must be at least 1, got {cfg.tensor_parallel_size}")
     if cfg.max_num_seqs is not None and cfg.max_num_seqs < 1:
         raise UsageError(f"--max-num-seqs must be at least 1, got {cfg.max_num_seqs}")
     if cfg.gpu_memory_utilization is not None and not 0.0 < cfg.gpu_memory_utilization <= 1.0:
