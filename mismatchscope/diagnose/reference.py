@@ -109,7 +109,9 @@ class Reference:
             ids[r, : len(row)] = torch.tensor(row)
             mask[r, : len(row)] = 1
         self._batch_shape = (len(rows), width)
-        hidden = self.model.get_decoder()(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+        device = self.model.get_input_embeddings().weight.device  # the reference runs on the GPU where there is one
+        hidden = self.model.get_decoder()(input_ids=ids.to(device), attention_mask=mask.to(device),
+                                          use_cache=False).last_hidden_state
         head = self.model.get_output_embeddings()
         out = []
         for b, (p, c) in enumerate(zip(prompts, completions)):
@@ -123,8 +125,8 @@ class Reference:
                 logits = logits / processing.temperature
             if processing.truncates(logits.shape[-1]):
                 logits = logits.masked_fill(~kept_mask(logits, processing.top_k, processing.top_p), float("-inf"))
-            lp = logits.log_softmax(-1).gather(-1, torch.tensor(c).unsqueeze(-1)).squeeze(-1)
-            out.append(lp.to(torch.float64).numpy().copy())
+            lp = logits.log_softmax(-1).gather(-1, torch.tensor(c, device=logits.device).unsqueeze(-1)).squeeze(-1)
+            out.append(lp.to(torch.float64).cpu().numpy().copy())
         return out
 
 
