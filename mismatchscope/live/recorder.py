@@ -4,6 +4,7 @@
                                            becomes "complete" when rank 0 closes
     DIR/ranks/rank-NNNN.json               each rank's own record: steps, rows, shards, "status"
     DIR/ranks/rank-NNNN.lock               each rank's writer lock (flock)
+    DIR/index/tokens.rank-NNNN.jsonl       each rank's shard index: name, rows, size of every shard it wrote
     DIR/tokens/step-SSSSSS-rank-NNNN.parquet          the first add() of a step
     DIR/tokens/step-SSSSSS-rank-NNNN-part-PPPP.parquet further add()s of that step (micro-batches)
 
@@ -71,6 +72,7 @@ class Recorder:
         self.meta = dict(meta or {})
         self._tag = f"rank-{self.rank:04d}"
         self.record_path = self.path / rundir.RANKS / f"{self._tag}.json"
+        self._index = rundir.ShardIndex(self.path, rundir.TOKENS, self._tag)
         self._lock = rundir.WriterLock(self.path / rundir.RANKS / f"{self._tag}.lock", f"{self.path} (rank {self.rank})")
         try:
             self._record = self._open_record(resume)
@@ -167,12 +169,15 @@ class Recorder:
         record.update({"status": rundir.RUNNING, "pid": os.getpid(), "started": time.time()})
         rundir.atomic_write_json(self.record_path, record)
         (self.path / rundir.TOKENS).mkdir(parents=True, exist_ok=True)
+        if resume:  # a shard renamed into place just before a kill (or before runs kept an index) is the run's
+            self._index.adopt(f"step-*-{self._tag}*.parquet")
         return record
 
     def _write_manifest(self, status: str) -> None:
         old = rundir.read_manifest(self.path) or {}
         manifest = {**old, "writer": "recorder", "schema_version": SCHEMA_VERSION, "mismatchscope_version": __version__,
                     "meta": self.meta, "world_size": self.world_size, "status": status,
+                    "shard_index": rundir.INDEX_VERSION,
                     "layout": "tokens/step-SSSSSS-rank-NNNN[-part-PPPP].parquet; ranks/rank-NNNN.json per rank"}
         manifest.setdefault("created", time.time())
         rundir.write_manifest(self.path, manifest)
@@ -226,7 +231,8 @@ class Recorder:
         meta = {"writer": "recorder", "rank": self.rank, "meta": self.meta, "mismatchscope_version": __version__}
         cols = {k: _arrow(k, v) for k, v in batch.columns.items()}
         cols["rank"] = _flat(pa.int32(), np.full(batch.tokens, self.rank, np.int32))
-        write_table(self.path / rundir.TOKENS / f"{name}.parquet", cols, meta)
+        shard = write_table(self.path / rundir.TOKENS / f"{name}.parquet", cols, meta)
+        self._index.commit(shard, batch.tokens)
         r = self._record
         if batch.step not in r["steps"]:
             r["steps"].append(batch.step)
@@ -249,6 +255,7 @@ class Recorder:
         """
         if self._resumed:
             for f in self._shards_on_disk(step):
+                self._index.forget(f)
                 f.unlink()
 
     def _max_sequence_id_on_disk(self) -> int:

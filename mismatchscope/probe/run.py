@@ -33,7 +33,6 @@ import numpy as np
 from .. import __version__, rundir
 from ..errors import UsageError
 from ..redact import redact_command, redact_obj, redact_url
-from ..schema import write_table
 from .policy_lag import TrainerCheckpoint, check_resume, open_trainer_checkpoint, recorded_trainer_checkpoint
 from .prompts import Prompt, file_sha256, load_prompts
 from .recorder import RunDir
@@ -331,7 +330,7 @@ def _score_round(run: RunDir, r: int, completions, prompts, prompt_ids, tokenize
         t0 = time.perf_counter()
         scored = trainer.score(reqs, sampling)
         elapsed += time.perf_counter() - t0
-        write_table(run.token_shard(r, existing + b), token_columns(shard, scored, rewards, n), config)
+        run.write_tokens(r, existing + b, token_columns(shard, scored, rewards, n), config)
         progress.advance("scoring", sum(len(c.token_ids) for c in shard))
     return elapsed
 

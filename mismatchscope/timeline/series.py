@@ -131,7 +131,7 @@ def build_series(path: str | os.PathLike, rules: list[RuleInstance], by: str | N
     positions.finish()  # a duplicated token would double its weight in its step
     check_not_empty(str(path), acc.tokens, hygiene)
     series = acc.finish(groups.values if by is not None else ["all"], by)
-    series.warnings = ([source.incomplete] if source.incomplete else []) + hygiene.warnings() + acc.warnings
+    series.warnings = source.warnings + hygiene.warnings() + acc.warnings
     series.source = source
     return series
 
