@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -209,3 +210,76 @@ def test_an_import_lists_its_shards(tmp_path):
     index = rundir.read_index(out, rundir.TOKENS)
     assert {n: e.rows for n, e in index.items()} == {"part-00000.parquet": 6}  # 3 records of 2 tokens
     assert open_source(out).notes == []
+
+
+# -- the Recorder writes only into its own run -----------------------------------------------
+
+GOLDEN = Path(__file__).resolve().parent / "data" / "golden-probe"
+
+
+def _listing(path: Path) -> dict[str, int]:
+    return {str(p.relative_to(path)): p.stat().st_mtime_ns for p in sorted(path.rglob("*"))}
+
+
+@pytest.mark.parametrize("case, message", [
+    ("probe run", "already holds a probe run, not a recorded run"),
+    ("import run", "already holds an imported run, not a recorded run"),
+    ("tokens of a run", "lies inside the run"),
+    ("folder inside a run", "lies inside the run"),
+    ("killed import", "holds files that are not a recorded run's (e.g. "),
+    ("other files", "holds files that are not a recorded run's (e.g. notes.txt)"),
+    ("a file", "is a file, not a run directory"),
+    ("unreadable manifest", "already holds an unreadable manifest.json"),
+])
+def test_the_recorder_refuses_a_directory_that_is_not_its_run(tmp_path, case, message):
+    from mismatchscope.errors import UsageError
+
+    probe = Path(shutil.copytree(GOLDEN, tmp_path / "probe"))
+    target = {"probe run": probe, "tokens of a run": probe / "tokens", "folder inside a run": probe / "sub",
+              "import run": tmp_path / "imported", "killed import": tmp_path / "killed",
+              "other files": tmp_path / "mine", "a file": tmp_path / "file", "unreadable manifest": tmp_path / "bad"}[case]
+    if case in ("import run", "killed import"):
+        src = tmp_path / "dump.jsonl"
+        src.write_text(json.dumps({"sampler_logprobs": [-0.5], "trainer_logprobs": [-0.6], "token_ids": [1]}) + "\n")
+        from mismatchscope.importers import import_run
+
+        import_run("jsonl", src, target)
+        if case == "killed import":
+            (target / "manifest.json").unlink()
+    elif case == "other files":
+        target.mkdir()
+        (target / "notes.txt").write_text("mine")
+    elif case == "a file":
+        target.write_text("x")
+    elif case == "unreadable manifest":
+        target.mkdir()
+        (target / "manifest.json").write_text("{not json")
+    before = _listing(tmp_path)
+    for resume in (False, True):  # resume reopens only a recorded run
+        with pytest.raises(UsageError, match=re.escape(message)):
+            Recorder(target, rank=0, world_size=1, resume=resume)
+    assert _listing(tmp_path) == before  # nothing written, nothing changed
+
+
+def test_the_recorder_refuses_an_empty_path(tmp_path, monkeypatch):
+    from mismatchscope.errors import UsageError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match="empty path"):
+        Recorder("", rank=0)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_recorder_reopens_its_own_run_only_as_another_rank_or_with_resume(tmp_path):
+    from mismatchscope.errors import UsageError
+
+    run = _recorded(tmp_path / "run", steps=1)
+    with pytest.raises(UsageError, match="already holds records of rank 0"):
+        Recorder(run, rank=0, world_size=1)
+    with pytest.raises(UsageError, match="recorded with world_size 1, not 2"):
+        Recorder(run, rank=1, world_size=2)
+    Recorder(run, rank=0, world_size=1, resume=True).close()
+    fresh = tmp_path / "fresh"
+    with Recorder(fresh, rank=1, world_size=2) as r1:  # rank 1 first, before rank 0 wrote the manifest
+        r1.add(0, Q, P)
+        Recorder(fresh, rank=0, world_size=2).close()  # rank 0 joins the directory rank 1 started
