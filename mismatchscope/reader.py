@@ -30,15 +30,10 @@ import pyarrow.parquet as pq
 from .arrow import to_numpy
 from .errors import FileFormatError, InputError, MissingColumnsError, UsageError
 from .redact import redact_obj
-from .schema import (COLUMNS, LOGPROB_SENTINEL, METADATA_KEY, REQUIRED_NAMES, SCHEMA_VERSION, TOPK_COLUMNS,
-                     decode_metadata)
+from .schema import (COLUMNS, LOGPROB_SENTINEL, MAX_POSITION, METADATA_KEY, POSITIVE_LOGPROB_TOLERANCE,
+                     REQUIRED_NAMES, SCHEMA_VERSION, TOPK_COLUMNS, decode_metadata)
 
 BATCH_ROWS = 1 << 18
-MAX_POSITION = (1 << 24) - 1
-"""16.7M tokens in one completion: beyond every context length; a larger position is a wrong column."""
-POSITIVE_LOGPROB_TOLERANCE = 1e-4
-"""log-softmax in float arithmetic can land a hair above 0 for a near-certain
-token; anything beyond this is not a logprob (logits? probabilities?)."""
 
 
 @dataclass

@@ -283,3 +283,67 @@ def test_the_recorder_reopens_its_own_run_only_as_another_rank_or_with_resume(tm
     with Recorder(fresh, rank=1, world_size=2) as r1:  # rank 1 first, before rank 0 wrote the manifest
         r1.add(0, Q, P)
         Recorder(fresh, rank=0, world_size=2).close()  # rank 0 joins the directory rank 1 started
+
+
+# -- writers refuse what the readers would refuse, at the call or the line ---------------------
+
+def test_the_recorder_refuses_a_sequence_id_given_again_at_a_later_step(tmp_path):
+    from mismatchscope.live import RecorderInputError
+
+    with Recorder(tmp_path / "run", rank=0, world_size=1) as rec:
+        rec.add(0, Q, P, sequence_ids=[10, 11])
+        rec.add(1, Q, P, sequence_ids=[12, 13])
+        with pytest.raises(RecorderInputError, match=r"step 2: sequence id 11 was already recorded at step 0"):
+            rec.add(2, Q, P, sequence_ids=[20, 11])
+        rec.add(2, Q, P, sequence_ids=[20, 21])  # the refused call queued nothing
+    r = cli("report", str(tmp_path / "run"), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["sequences"] == 6  # 3 steps x 2 rows
+
+
+def test_the_recorder_refuses_steps_and_positions_the_readers_refuse(tmp_path):
+    from mismatchscope.live import RecorderInputError
+
+    with Recorder(tmp_path / "run", rank=0, world_size=1) as rec:
+        with pytest.raises(RecorderInputError, match=r"step 4503599627370497 is beyond 2\^52"):
+            rec.add(2 ** 52 + 1, Q, P)
+        t = 2 ** 24 + 1  # positions 0..2^24: the last is one past the readers' 0..16777215
+        lq = np.zeros((1, t), np.float16)
+        mask = np.zeros((1, t), bool)
+        mask[0, -1] = True
+        with pytest.raises(RecorderInputError, match=r"position 16777216 is outside 0..16777215 at row 0"):
+            rec.add(0, lq, lq, mask)
+        rec.add(0, Q, P)
+    assert rundir.completion(tmp_path / "run").complete
+
+
+def _jsonl(path: Path, *records: dict) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+GOOD = {"token_ids": [1, 2, 3], "sampler_logprobs": [-0.5, -1.0, -0.1], "trainer_logprobs": [-0.6, -1.1, -0.2]}
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"trainer_logprobs": [-0.6, 0.7, -0.2]}, "dump.jsonl:2: trainer_logprob 0.7 is positive beyond rounding "
+                                              "(> 0.0001): logprobs are natural logs <= 0 at position 1"),
+    ({"advantages": float("nan")}, "dump.jsonl:2: advantage is nan (missing?)"),
+    ({"mask": [1, "1", 0]}, "dump.jsonl:2: the mask must hold 0/1 or true/false, got '1' at index 1"),
+])
+def test_an_import_refuses_at_the_line_what_report_would_refuse(tmp_path, bad, message):
+    from mismatchscope.errors import ImportFormatError
+    from mismatchscope.importers import import_run
+
+    good = {**GOOD, "advantages": 0.5, "mask": [1, 1, 1]}
+    src = _jsonl(tmp_path / "dump.jsonl", good, {**good, **bad})
+    with pytest.raises(ImportFormatError) as e:
+        import_run("jsonl", src, tmp_path / "out")
+    assert str(e.value).startswith(message), str(e.value)
+    assert not (tmp_path / "out").exists()  # nothing written
+    r = cli("import", "jsonl", str(src), "--out", str(tmp_path / "out"))
+    assert r.returncode == 2 and r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr
+    assert not (tmp_path / "out").exists()
+    skipped = import_run("jsonl", src, tmp_path / "skipped", skip_bad=True)  # --skip-bad: skipped and counted
+    assert (skipped.sequences, skipped.bad_records_skipped) == (1, 1)
+    assert cli("report", str(tmp_path / "skipped")).returncode == 0

@@ -39,7 +39,7 @@ import pyarrow as pa
 from .. import __version__, rundir
 from ..errors import MismatchscopeError, UsageError
 from ..schema import COLUMNS, SCHEMA_VERSION, write_table
-from .inputs import StepBatch, prepare
+from .inputs import RecordedIds, StepBatch, prepare
 
 SEQUENCE_ID_RANK_SHIFT = 40
 """generated sequence ids are ``rank << 40 | n``: unique across ranks and steps of a run."""
@@ -86,6 +86,8 @@ class Recorder:
         self._resumed = resume
         self._next_seq = max(int(self._record.get("next_sequence_id", 0)), self.rank << SEQUENCE_ID_RANK_SHIFT,
                              self._max_sequence_id_on_disk() + 1 if resume else 0)
+        self._given_ids = RecordedIds()
+        """sequence ids the caller passed this session (generated ones are unique by construction)."""
         self._parts: dict[int, int] = {}
         """step -> shards queued this session."""
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, max_pending))
@@ -114,7 +116,11 @@ class Recorder:
         self._check_usable()
         given_ids = columns.get("sequence_ids") is not None
         batch = prepare(step, sampler_logprobs, trainer_logprobs, mask, **columns)
-        if not given_ids:
+        if given_ids:
+            ids_B = np.unique(batch.columns["sequence_id"])
+            self._given_ids.check(batch.step, ids_B)
+            self._given_ids.add(batch.step, ids_B)
+        else:
             rows = batch.columns["sequence_id"]
             batch.columns["sequence_id"] = rows + self._next_seq
             self._next_seq += batch.rows
