@@ -133,7 +133,8 @@ def _safe_engine_args(s: SamplerConfig) -> dict[str, Any]:
 def run_probe(opts: ProbeOptions, progress: Progress | None = None, sampler=None) -> Path:
     """Run a probe into ``opts.out``. ``sampler``: an engine the caller already
     started (and closes itself), for callers that use it again afterwards."""
-    from .checkpoint import check_tokenizer, inspect_checkpoint, load_tokenizer, tokenize_prompts
+    from .checkpoint import (check_tokenizer, check_weights_cover_config, inspect_checkpoint, load_tokenizer,
+                             tokenize_prompts)
 
     progress = progress or Progress()
     check_options(opts)  # before any file is written or engine started
@@ -141,6 +142,7 @@ def run_probe(opts: ProbeOptions, progress: Progress | None = None, sampler=None
     prompts = load_prompts(opts.prompts)
     info = inspect_checkpoint(opts.checkpoint, allow_pickle=opts.trainer.allow_pickle, trust_remote_code=opts.trainer.trust_remote_code)
     check_against_checkpoint(opts, info)
+    check_weights_cover_config(info, trust_remote_code=opts.trainer.trust_remote_code)
     tokenizer = load_tokenizer(info.path, trust_remote_code=opts.trainer.trust_remote_code)
     other = load_tokenizer(opts.sampler_tokenizer, trust_remote_code=opts.trainer.trust_remote_code) if opts.sampler_tokenizer else None
     check_tokenizer(tokenizer, info, [p.text for p in prompts], other=other)
@@ -459,7 +461,7 @@ def _check_complete_source(run_path: Path) -> None:
 
 def _rescore_locked(src: RunDir, dst: RunDir, old: dict, trainer_cfg: TrainerConfig, resume: bool, progress: Progress,
                     trainer_checkpoint: Path | None) -> Path:
-    from .checkpoint import inspect_checkpoint, load_tokenizer
+    from .checkpoint import check_weights_cover_config, inspect_checkpoint, load_tokenizer
 
     run_path = src.path
     cfg = old["config"]
@@ -468,6 +470,7 @@ def _rescore_locked(src: RunDir, dst: RunDir, old: dict, trainer_cfg: TrainerCon
                               trust_remote_code=trainer_cfg.trust_remote_code)
     if info.sha256 != cfg["checkpoint"]["sha256"]:
         raise UsageError(f"the checkpoint at {info.path} changed since {run_path} was recorded (sha256 differs)")
+    check_weights_cover_config(info, trust_remote_code=trainer_cfg.trust_remote_code)
     tokenizer = load_tokenizer(info.path, trust_remote_code=trainer_cfg.trust_remote_code)
     prompts_table = src.read_prompts().to_pylist()
     prompts = [Prompt(r["prompt_id"], r["text"], r["answer"]) for r in prompts_table]
