@@ -67,6 +67,10 @@ class Recorder:
         self.rank = int(os.environ.get("RANK", 0)) if rank is None else int(rank)
         env_world = os.environ.get("WORLD_SIZE")
         self.world_size = world_size if world_size is not None else (int(env_world) if env_world else None)
+        if self.world_size is not None and (isinstance(self.world_size, bool) or not isinstance(self.world_size, int)
+                                            or self.world_size < 1):
+            raise UsageError(f"world_size must be a positive integer (the number of ranks), got {self.world_size!r}",
+                             hint="leave it out to read WORLD_SIZE, or pass the number of processes writing the run")
         if self.rank < 0 or (self.world_size is not None and not 0 <= self.rank < self.world_size):
             raise UsageError(f"rank {self.rank} is not in [0, {self.world_size})" if self.world_size else
                              f"rank must be >= 0, got {self.rank}")

@@ -84,6 +84,11 @@ def inspect_checkpoint(
     safetensors): each would otherwise stop the run only when an engine loads it.
     """
     root = Path(path)
+    if root.exists() and not root.is_dir():
+        raise CheckpointError(
+            f"{str(root)!r} is a file, not a checkpoint folder",
+            hint="pass the folder that holds config.json, *.safetensors and the tokenizer files",
+        )
     if not root.is_dir():
         raise CheckpointError(
             f"checkpoint folder {str(root)!r} does not exist",
