@@ -253,7 +253,8 @@ def _check_type(path: Path, canon: str, raw: str, t: pa.DataType) -> None:
         raise InputError(f"{path}: column {name!r} must hold {kind}, found {t}")
 
 
-METADATA_SECTIONS = ("checkpoint", "prompts", "sampling", "sampler", "trainer", "semantics", "source", "timings")
+METADATA_SECTIONS = ("checkpoint", "trainer_checkpoint", "prompts", "sampling", "sampler", "trainer", "semantics",
+                     "source", "timings")
 """sections of the ``mismatchscope`` metadata that readers index into: each must be a table when present."""
 
 

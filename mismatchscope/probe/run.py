@@ -24,7 +24,7 @@ import platform
 import sys
 import time
 from datetime import datetime, timezone
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -444,11 +444,42 @@ def rescore(run_path: Path, out: Path, trainer_cfg: TrainerConfig, resume: bool 
         raise UsageError(f"{run_path} is not a probe run directory (no {src.manifest_path.name})")
     _check_complete_source(run_path)
     old = src.read_manifest()
+    _check_recorded_config(src, old)
     if not list(src.samples.glob("round-*.parquet")):
         raise UsageError(f"{run_path} has no recorded samples to rescore")
     dst = RunDir(out)
     with dst.lock():
         return _rescore_locked(src, dst, old, trainer_cfg, resume, progress, trainer_checkpoint)
+
+
+def _check_recorded_config(src: RunDir, manifest: dict[str, Any]) -> None:
+    """The parts of a recorded manifest rescore reads, each of its type: an edited or damaged manifest is one
+    line naming the field, not a crash halfway through setting up the trainer."""
+    def bad(field: str, value: Any, want: str) -> UsageError:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        return UsageError(f"{src.manifest_path}: {field} is {shown}, not {want}",
+                          hint="the manifest was edited or damaged; restore it from a copy of the run")
+
+    cfg = manifest.get("config")
+    if not isinstance(cfg, dict):
+        raise bad("config", cfg, "a table")
+    for key in ("sampling", "checkpoint"):
+        if not isinstance(cfg.get(key), dict):
+            raise bad(f"config.{key}", cfg.get(key), "a table")
+    for f in fields(SamplingConfig):
+        value = cfg["sampling"].get(f.name, f.default)
+        want = type(f.default)
+        ok = isinstance(value, want) and not isinstance(value, bool) or (want is float and isinstance(value, int)
+                                                                           and not isinstance(value, bool))
+        if not ok:
+            raise bad(f"config.sampling.{f.name}", value, {int: "an integer", float: "a number"}.get(want, "a string"))
+    for key in ("path", "sha256"):
+        if not isinstance(cfg["checkpoint"].get(key), str):
+            raise bad(f"config.checkpoint.{key}", cfg["checkpoint"].get(key), "a string")
+    if not isinstance(manifest.get("fingerprint", {}), dict):
+        raise bad("fingerprint", manifest["fingerprint"], "a table")
+    if cfg.get("semantics") is not None and not isinstance(cfg["semantics"], dict):
+        raise bad("config.semantics", cfg["semantics"], "a table")
 
 
 def _check_complete_source(run_path: Path) -> None:
