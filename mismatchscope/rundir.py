@@ -243,11 +243,12 @@ def check_contents(run: str | os.PathLike, files: list[Path], rows: Mapping[Path
     """
     roots = input_runs(run, files)
     given = Path(os.path.realpath(run)) if Path(run).is_dir() else None
+    resolved = {f: Path(os.path.realpath(f)) for f in files} if roots else {}
     open_runs: list[tuple[Path, Completion, list[str]]] = []
     legacy: list[Path] = []
     for r in roots:
         c = completion(r)
-        problems = _run_problems(r, files, rows or {}, given)
+        problems = _run_problems(r, files, rows or {}, given, resolved)
         if problems is None:
             legacy.append(r)
             problems = []
@@ -272,13 +273,14 @@ def check_contents(run: str | os.PathLike, files: list[Path], rows: Mapping[Path
                     f"read what is there: {contents_summary(files)}{disagree}", notes)
 
 
-def _run_problems(run: Path, files: list[Path], rows: Mapping[Path, int], given: Path | None) -> list[str] | None:
+def _run_problems(run: Path, files: list[Path], rows: Mapping[Path, int], given: Path | None,
+                  resolved: Mapping[Path, Path]) -> list[str] | None:
     """The disagreements of one run's ``tokens/`` with its index; None for a run that keeps no index."""
     base = Path(os.path.realpath(run / TOKENS))
-    mine = [f for f in files if base in Path(os.path.realpath(f)).parents]
+    mine = [f for f in files if base in resolved[f].parents]
     real = Path(os.path.realpath(run))
     whole = given is not None and (given in (real, base) or given in real.parents)
-    problems = shard_problems(run, TOKENS, mine, rows, whole)
+    problems = shard_problems(run, TOKENS, mine, rows, whole, resolved)
     if problems is not None:
         return problems
     if (read_manifest(run) or {}).get("shard_index") and mine:
@@ -442,7 +444,7 @@ def not_regular(path: Path) -> str | None:
 
 
 def shard_problems(run: Path, folder: str, files: list[Path], rows: Mapping[Path, int],
-                   whole: bool) -> list[str] | None:
+                   whole: bool, resolved: Mapping[Path, Path] | None = None) -> list[str] | None:
     """How the shards of ``run/folder`` read here disagree with the run's index; None when it keeps none.
 
     ``files`` are the shards a command is about to read (with their footer's
@@ -453,12 +455,13 @@ def shard_problems(run: Path, folder: str, files: list[Path], rows: Mapping[Path
     index = read_index(run, folder)
     if index is None:
         return None
-    base = run / folder
+    base = os.path.realpath(run / folder)
     problems = []
     seen = set()
     for f in files:
         try:
-            name = Path(os.path.realpath(f)).relative_to(os.path.realpath(base)).as_posix()
+            real = resolved[f] if resolved is not None and f in resolved else Path(os.path.realpath(f))
+            name = real.relative_to(base).as_posix()
         except ValueError:
             continue
         seen.add(name)
