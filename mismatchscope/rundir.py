@@ -417,15 +417,16 @@ def _index_line(path: Path, number: int, raw: bytes) -> tuple[str, ShardEntry | 
         rec = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         rec = None
-    ok = isinstance(rec, dict) and isinstance(rec.get("shard"), str) and rec["shard"]
-    if ok and rec.get("removed") is True:
-        return rec["shard"], None
-    ints = ok and all(isinstance(rec.get(k), int) and not isinstance(rec.get(k), bool) and rec[k] >= 0
-                      for k in ("rows", "bytes"))
-    if not ints:
-        raise ShardIndexError(f"{path}:{number}: the shard index is damaged (not a shard record)",
-                              hint="the run's index was edited or damaged; restore the run from a copy")
-    return rec["shard"], ShardEntry(rec["rows"], rec["bytes"])
+    if isinstance(rec, dict) and isinstance(rec.get("shard"), str) and rec["shard"]:
+        name: str = rec["shard"]
+        if rec.get("removed") is True:
+            return name, None
+        rows, size = rec.get("rows"), rec.get("bytes")
+        if (isinstance(rows, int) and isinstance(size, int) and not isinstance(rows, bool) and not isinstance(size, bool)
+                and rows >= 0 and size >= 0):
+            return name, ShardEntry(rows, size)
+    raise ShardIndexError(f"{path}:{number}: the shard index is damaged (not a shard record)",
+                          hint="the run's index was edited or damaged; restore the run from a copy")
 
 
 def not_regular(path: Path) -> str | None:
