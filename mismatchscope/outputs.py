@@ -137,6 +137,12 @@ def _not_empty(path: str | os.PathLike, option: str) -> None:
     """An empty or blank name would be the current directory (``Path("")`` is ``.``) or a file called " "."""
     if not os.fspath(path).strip():
         raise OutputError(f"{option} is an empty path", hint=f"give {option} a name")
+    try:
+        os.fspath(path).encode("utf-8")
+    except UnicodeEncodeError:  # bytes the shell passed through that are not UTF-8: no file format can record them
+        shown = os.fspath(path).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise OutputError(f"{option} {shown}: the path is not valid UTF-8",
+                          hint="choose a name in UTF-8 (the run records its path, and Parquet metadata is UTF-8)") from None
 
 
 @contextlib.contextmanager

@@ -30,15 +30,10 @@ import pyarrow.parquet as pq
 from .arrow import to_numpy
 from .errors import FileFormatError, InputError, MissingColumnsError, UsageError
 from .redact import redact_obj
-from .schema import (COLUMNS, LOGPROB_SENTINEL, METADATA_KEY, REQUIRED_NAMES, SCHEMA_VERSION, TOPK_COLUMNS,
-                     decode_metadata)
+from .schema import (COLUMNS, LOGPROB_SENTINEL, MAX_POSITION, METADATA_KEY, POSITIVE_LOGPROB_TOLERANCE,
+                     REQUIRED_NAMES, SCHEMA_VERSION, TOPK_COLUMNS, decode_metadata)
 
 BATCH_ROWS = 1 << 18
-MAX_POSITION = (1 << 24) - 1
-"""16.7M tokens in one completion: beyond every context length; a larger position is a wrong column."""
-POSITIVE_LOGPROB_TOLERANCE = 1e-4
-"""log-softmax in float arithmetic can land a hair above 0 for a near-certain
-token; anything beyond this is not a logprob (logits? probabilities?)."""
 
 
 @dataclass
@@ -56,6 +51,13 @@ class Source:
     incomplete: str | None = None
     """for a run directory without its completion record (``rundir``): the warning that says so
     and how much is there; None for a complete run or a plain file."""
+    notes: list[str] = field(default_factory=list)
+    """runs read without a shard index to check them against (``rundir.check_contents``)."""
+
+    @property
+    def warnings(self) -> list[str]:
+        """What every command says about the input before its own warnings."""
+        return ([self.incomplete] if self.incomplete else []) + self.notes
 
     def has(self, name: str) -> bool:
         return name in self.available
@@ -141,24 +143,28 @@ def check_mapping(path: Path, mapping: Mapping[str, str], names: set[str]) -> No
 
 
 def resolve_files(path: str | os.PathLike) -> list[Path]:
-    """A file, a directory of shards (recursively; ``DIR/tokens`` for a run), or a glob."""
+    """A file, a directory of shards (recursively; ``DIR/tokens`` for a run), or a glob.
+
+    A FIFO, socket or device among the shards is refused before anything
+    opens it (opening a FIFO would wait forever for a writer).
+    """
     text = str(path)
     if not text.strip():
         raise UsageError("an empty path was given as input", hint="give a Parquet file, a folder of shards, a run directory or a glob")
     p = Path(text)
     if p.is_dir():
         root = p / "tokens" if (p / "tokens").is_dir() else p
-        files = sorted(f for f in root.rglob("*.parquet") if not f.name.startswith(".") and not _route_shard(f))
+        files = sorted(f for f in root.rglob("*.parquet") if not f.name.startswith(".") and not _route_shard(f) and not f.is_dir())
         if not files:
             raise InputError(f"{text}: no .parquet files in this directory")
-        return files
+        return _regular(files)
     if p.is_file():
         return [p]
     if any(ch in text for ch in "*?["):
-        files = sorted(Path(f) for f in globmod.glob(text, recursive=True) if Path(f).is_file())
+        files = sorted(Path(f) for f in globmod.glob(text, recursive=True) if not Path(f).is_dir())
         if not files:
             raise InputError(f"{text}: the pattern matches no file")
-        return files
+        return _regular(files)
     if p.exists():
         raise InputError(f"{text}: not a regular file or a directory", hint="give a Parquet file, a folder of shards, a run directory or a glob")
     raise InputError(f"{text}: no such file or directory")
@@ -171,6 +177,16 @@ def _route_shard(f: Path) -> bool:
     return f.parent.name == "routes" and is_run_dir(f.parent.parent)
 
 
+def _regular(files: list[Path]) -> list[Path]:
+    from .rundir import not_regular
+
+    for f in files:
+        kind = not_regular(f)
+        if kind is not None:
+            raise InputError(f"{f}: {kind}, not a Parquet file", hint="remove it from the folder; shards are regular files")
+    return files
+
+
 def open_source(path: str | os.PathLike, mapping: Mapping[str, str] | None = None) -> Source:
     """Resolve files, check every file is Parquet with the required columns."""
     files = resolve_files(path)
@@ -178,13 +194,16 @@ def open_source(path: str | os.PathLike, mapping: Mapping[str, str] | None = Non
     available: set[str] | None = None
     common: set[str] | None = None
     metas = []
+    rows: dict[Path, int] = {}
     for f in files:
         if printable(str(f)) != str(f):  # a name with bytes that are not UTF-8: pyarrow cannot open it, nor outputs print it
             raise InputError(f"{printable(str(f))}: the file name is not valid UTF-8", hint="rename the file")
         try:
-            schema = pq.read_schema(f)
+            footer = pq.read_metadata(f)
+            schema = footer.schema.to_arrow_schema()
         except (pa.ArrowInvalid, OSError) as e:
             raise FileFormatError(f"{f}: not a Parquet file, or truncated ({_short(e)})") from None
+        rows[f] = footer.num_rows
         names = set(schema.names)
         check_mapping(f, mapping, names)
         present = {c for c in COLUMNS if mapping.get(c, c) in names}
@@ -200,15 +219,16 @@ def open_source(path: str | os.PathLike, mapping: Mapping[str, str] | None = Non
             metas.append(meta)
         available = present if available is None else available & present
         common = names if common is None else common & names
-    from .rundir import incomplete_message
+    from .rundir import check_contents
 
-    incomplete = incomplete_message(path, files)
+    contents = check_contents(path, files, rows)
     return Source(files=files, mapping=mapping, available=available or set(), metadata=metas, file_columns=common or set(),
-                  incomplete=incomplete)
+                  incomplete=contents.warning, notes=contents.notes)
 
 
 def require_complete(path: str | os.PathLike) -> None:
-    """Refuse a run directory without its completion record (``gate`` judges only whole runs)."""
+    """Refuse a run directory without its completion record (``gate`` judges only whole runs), or whose
+    shards disagree with its index."""
     from .rundir import incomplete_message
 
     message = incomplete_message(path, resolve_files(path))
@@ -240,7 +260,8 @@ def _check_type(path: Path, canon: str, raw: str, t: pa.DataType) -> None:
         raise InputError(f"{path}: column {name!r} must hold {kind}, found {t}")
 
 
-METADATA_SECTIONS = ("checkpoint", "prompts", "sampling", "sampler", "trainer", "semantics", "source", "timings")
+METADATA_SECTIONS = ("checkpoint", "trainer_checkpoint", "prompts", "sampling", "sampler", "trainer", "semantics",
+                     "source", "timings")
 """sections of the ``mismatchscope`` metadata that readers index into: each must be a table when present."""
 
 

@@ -18,7 +18,8 @@ Three nets, from the most to the least exact:
   escapes, ``+`` for a space, HTML entities), since a server rarely echoes a
   value byte for byte;
 * the userinfo of any ``scheme://USERINFO@`` in text;
-* a credential-named field (``api_key=...``, ``"hf_token": "..."``) or an
+* a credential-named field (``api_key=...``, ``"hf_token": "..."``), a URL
+  query parameter named like a credential (``?token=``, ``&sig=``) or an
   HTTP auth scheme (``Bearer ...``) followed by a value we do not know.
 """
 
@@ -65,6 +66,12 @@ _KEY_FIELDS = re.compile(
     rf"|{_PREFIX}*(?i:{_STRONG_WORDS}){_END}[\"']?\s*[:=]\s*[\"']?(?!{REDACTED})))[^\s\"',}}&]+")
 """``"api_key": "..."``, ``password=...``: a named credential field and its value. After a name whose last word
 is also an ordinary word (``chi2_token``), a plain number or a short word is not taken for a credential."""
+
+_QUERY_CREDENTIAL = re.compile(
+    r"(?i)([?&;](?:[a-z0-9]+[_.-])*(?:access_token|token|api_?key|key|secrets?|password|passwd|pwd|auth"
+    r"|authorization|sig|signature|credentials?)=)(?!<redacted>)[^&#\s\"'<>]+")
+"""a URL query parameter that carries a credential (``?token=...``, ``&access_token=``, ``&sig=`` of a signed
+URL, ``X-Amz-Signature=``): in a query string even the ordinary words ``key``, ``token``, ``auth`` name one."""
 
 _SECRETS: set[str] = set()
 MIN_SECRET_LENGTH = 4
@@ -122,6 +129,8 @@ def redact_url(url: str | None) -> str | None:
     alone, or the URL split at a space, is scrubbed as well."""
     if url is None:
         return None
+    for m in _QUERY_CREDENTIAL.finditer(url):  # a server may echo the value alone
+        register_secret(unquote(m.group(0)[len(m.group(1)):]))
     userinfo, rest = split_userinfo(url)
     if userinfo is None:
         return redact(url)
@@ -137,6 +146,7 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     for s in _known(secrets):
         out = _secret_pattern(s).sub(REDACTED, out)
     out = _URL_USERINFO.sub(lambda m: m.group(1) + REDACTED + "@", out)
+    out = _QUERY_CREDENTIAL.sub(lambda m: m.group(1) + REDACTED, out)
     out = _AUTH_SCHEMES.sub(lambda m: m.group(1).split(None, 1)[0].split("%20", 1)[0] + " " + REDACTED, out)
     return _KEY_FIELDS.sub(lambda m: m.group(1) + REDACTED, out)
 

@@ -14,6 +14,15 @@ every reader can trust what it finds:
   ``status`` key; it is complete when the manifest and every rank record say
   ``complete`` (and, when the manifest names a ``world_size``, that many rank
   records exist). :func:`completion` is the one reader of this record.
+* **A record of every shard.** A writer appends one line to its shard index,
+  ``DIR/index/FOLDER[.WRITER].jsonl``, after each shard of ``DIR/FOLDER/``
+  (``tokens/``, ``routes/``) is renamed into place: its name, row count and
+  size (:class:`ShardIndex`). Every reader holds what it finds against it
+  (:func:`check_shards`): a listed shard that is missing or of another size,
+  a shard no writer listed, or a file that is not a regular file is an error
+  in a complete run and part of the incomplete-run warning otherwise. The
+  manifest's ``shard_index`` key says the run keeps one; a run written before
+  it did is read as before, with a note.
 * **One writer.** A writer takes an exclusive ``flock`` on a lock file in the
   run directory (:class:`WriterLock`); a second process asking for the same
   lock is refused with a one-line error instead of writing the same rows
@@ -29,16 +38,20 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from .errors import UsageError
+from .errors import InputError, UsageError
 
 MANIFEST = "manifest.json"
 TOKENS = "tokens"
 RANKS = "ranks"
 LOCK = ".lock"
+INDEX = "index"
+INDEX_VERSION = 1
+"""the manifest's ``shard_index`` value: the run keeps ``DIR/index/*.jsonl``."""
 COMPLETE = "complete"
 RUNNING = "running"
 
@@ -184,12 +197,12 @@ def run_roots(files: list[Path]) -> list[Path]:
     return list(roots)
 
 
-def incomplete_message(run: str | os.PathLike, files: list[Path]) -> str | None:
-    """The one-line warning when a run among the input's is without its completion record; None otherwise.
+def input_runs(run: str | os.PathLike, files: list[Path]) -> list[Path]:
+    """The run directories an input touches: those its shards belong to, and a given run (or folder of runs)
+    even before it holds any shard.
 
     ``run`` is what the user gave: a run directory, its ``tokens/`` folder, a
-    folder of runs, or shards. Every run the shards belong to is checked, and a
-    given run directory is checked even before it holds any shard.
+    folder of runs, or shards.
     """
     p = Path(run)
     real = Path(os.path.realpath(p))
@@ -207,13 +220,275 @@ def incomplete_message(run: str | os.PathLike, files: list[Path]) -> str | None:
         if rc not in resolved and not any(r in rc.parents for r in resolved):
             roots.append(c)
             resolved.add(rc)
-    open_runs = [(r, c) for r in roots if (c := completion(r)) is not None and not c.complete]
+    return roots
+
+
+@dataclass(frozen=True)
+class Contents:
+    """What a reader must say about the runs of its input before it reads them."""
+
+    warning: str | None
+    """the incomplete-run warning (None when every run is complete)."""
+    notes: list[str]
+    """runs written without a shard index: read as they are, said once."""
+
+
+def check_contents(run: str | os.PathLike, files: list[Path], rows: Mapping[Path, int] | None = None) -> Contents:
+    """Hold the shards about to be read against each run's completion record and shard index.
+
+    A complete run whose shards disagree with its index is refused
+    (:class:`ShardIndexError`); an incomplete one says how in its warning. A
+    run without an index (written before runs kept one) is read as before,
+    with a note. Only the index, sizes and (given) footer row counts are read.
+    """
+    roots = input_runs(run, files)
+    given = Path(os.path.realpath(run)) if Path(run).is_dir() else None
+    resolved = {f: Path(os.path.realpath(f)) for f in files} if roots else {}
+    open_runs: list[tuple[Path, Completion, list[str]]] = []
+    legacy: list[Path] = []
+    for r in roots:
+        c = completion(r)
+        problems = _run_problems(r, files, rows or {}, given, resolved)
+        if problems is None:
+            legacy.append(r)
+            problems = []
+        if c is not None and not c.complete:
+            open_runs.append((r, c, problems))
+        elif problems:
+            more = f" (and {len(problems) - 1} more disagreement(s))" if len(problems) > 1 else ""
+            raise ShardIndexError(f"{r}: {problems[0]}{more}; the run no longer holds what it recorded",
+                                  hint="restore the run from a copy, or move foreign files out of its "
+                                       f"{TOKENS}/ folder")
+    notes = []
+    if legacy:
+        others = f" (and {len(legacy) - 1} more run(s))" if len(legacy) > 1 else ""
+        notes.append(f"{legacy[0]}{others} has no shard index (written by an older mismatchscope, or by hand): "
+                     "its shards are read as they are, unchecked for missing or foreign ones")
     if not open_runs:
-        return None
-    first, c = open_runs[0]
+        return Contents(None, notes)
+    first, c, problems = open_runs[0]
     others = f" (and {len(open_runs) - 1} more of the {len(roots)} runs in {run})" if len(open_runs) > 1 else ""
-    return (f"{first} is an incomplete run ({c.reason}: killed, or still being written){others}; "
-            f"read what is there: {contents_summary(files)}")
+    disagree = f"; its shards disagree with its index: {'; '.join(problems[:2])}" if problems else ""
+    return Contents(f"{first} is an incomplete run ({c.reason}: killed, or still being written){others}; "
+                    f"read what is there: {contents_summary(files)}{disagree}", notes)
+
+
+def _run_problems(run: Path, files: list[Path], rows: Mapping[Path, int], given: Path | None,
+                  resolved: Mapping[Path, Path]) -> list[str] | None:
+    """The disagreements of one run's ``tokens/`` with its index; None for a run that keeps no index."""
+    base = Path(os.path.realpath(run / TOKENS))
+    mine = [f for f in files if base in resolved[f].parents]
+    real = Path(os.path.realpath(run))
+    whole = given is not None and (given in (real, base) or given in real.parents)
+    problems = shard_problems(run, TOKENS, mine, rows, whole, resolved)
+    if problems is not None:
+        return problems
+    if (read_manifest(run) or {}).get("shard_index") and mine:
+        return [f"its shard index ({INDEX}/{TOKENS}.jsonl) is missing"]
+    return None if mine else []
+
+
+def incomplete_message(run: str | os.PathLike, files: list[Path]) -> str | None:
+    """The one-line warning when a run among the input's is without its completion record; None otherwise
+    (a complete run whose shards disagree with its index is refused: :func:`check_contents`)."""
+    return check_contents(run, files).warning
+
+
+# -- the shard index ----------------------------------------------------------------
+
+class ShardIndexError(InputError):
+    """A run's shards disagree with its index: a shard lost, changed, foreign, or not a file."""
+
+
+@dataclass(frozen=True)
+class ShardEntry:
+    rows: int
+    size: int
+    """bytes on disk when the shard was committed."""
+
+
+def index_files(run: str | os.PathLike, folder: str) -> list[Path]:
+    """Every writer's index of ``DIR/folder``: ``index/folder.jsonl`` and ``index/folder.*.jsonl``."""
+    d = Path(run) / INDEX
+    return sorted({*d.glob(f"{folder}.jsonl"), *d.glob(f"{folder}.*.jsonl")})
+
+
+class ShardIndex:
+    """One writer's append-only record of the shards it committed to one folder of a run.
+
+    ``DIR/index/FOLDER.jsonl`` for a run with one writer, ``FOLDER.WRITER.jsonl``
+    for each of several (the Recorder's ranks): no two processes ever append
+    to one file. A line ``{"shard": NAME, "rows": N, "bytes": B}`` is appended
+    after a shard is renamed into place, ``{"shard": NAME, "removed": true}``
+    before one is deleted; ``NAME`` is relative to ``DIR/FOLDER``. A line is
+    one ``write`` to a file opened for appending, so a killed writer leaves at
+    most a torn last line: readers skip it, and the next writer cuts it off.
+    """
+
+    def __init__(self, run: str | os.PathLike, folder: str, writer: str = ""):
+        self.run = Path(run)
+        self.folder = folder
+        self.path = self.run / INDEX / (f"{folder}.{writer}.jsonl" if writer else f"{folder}.jsonl")
+        self._repaired = False
+
+    def commit(self, shard: str | os.PathLike, rows: int) -> None:
+        """Record a shard just renamed into ``DIR/FOLDER`` with its ``rows``; its size is read from disk."""
+        self._append({"shard": self._name(shard), "rows": int(rows), "bytes": os.stat(shard).st_size})
+
+    def forget(self, shard: str | os.PathLike) -> None:
+        """Record that a shard is about to be deleted (call before the unlink: a crash between leaves
+        an unlisted shard, which an incomplete run's warning names, never a listed one that is gone)."""
+        self._append({"shard": self._name(shard), "removed": True})
+
+    def adopt(self, pattern: str) -> int:
+        """List the shards matching ``pattern`` that are on disk but in no index; returns how many.
+
+        A writer resuming its own run calls this under its lock: a shard renamed
+        into place just before the writer was killed (or written before runs kept
+        an index) becomes part of the run, as the writer's resume already treats it.
+        """
+        import pyarrow.parquet as pq
+
+        listed = read_index(self.run, self.folder) or {}
+        adopted = 0
+        for f in sorted((self.run / self.folder).glob(pattern)):
+            if f.name.startswith(".") or self._name(f) in listed or not f.is_file():
+                continue
+            try:
+                rows = pq.read_metadata(f).num_rows
+            except Exception:  # a damaged shard stays unlisted: the readers name it
+                continue
+            self.commit(f, rows)
+            adopted += 1
+        return adopted
+
+    def _name(self, shard: str | os.PathLike) -> str:
+        return Path(shard).relative_to(self.run / self.folder).as_posix()
+
+    def _append(self, entry: Mapping[str, Any]) -> None:
+        line = (json.dumps(dict(entry), sort_keys=True) + "\n").encode()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            if not self._repaired:
+                _cut_torn_tail(fd)
+                self._repaired = True
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+
+
+def _cut_torn_tail(fd: int) -> None:
+    """Drop a last line without its newline (a writer killed mid-append) before appending after it."""
+    size = os.fstat(fd).st_size
+    if not size or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    data = os.pread(fd, size, 0)
+    os.ftruncate(fd, data.rfind(b"\n") + 1)
+
+
+def read_index(run: str | os.PathLike, folder: str) -> dict[str, ShardEntry] | None:
+    """The shards every writer of ``DIR/folder`` committed and did not remove; None when no index exists."""
+    files = index_files(run, folder)
+    if not files:
+        return None
+    entries: dict[str, ShardEntry] = {}
+    for f in files:
+        if not f.is_file():
+            raise ShardIndexError(f"{f}: the shard index is not a regular file",
+                                  hint="remove it; the run's writer keeps its index as a plain file")
+        data = f.read_bytes()
+        lines = data.split(b"\n")
+        if lines and lines[-1] == b"":
+            lines.pop()
+        elif lines:
+            lines.pop()  # a torn last line: its shard was never committed
+        for number, raw in enumerate(lines, 1):
+            name, entry = _index_line(f, number, raw)
+            if entry is None:
+                entries.pop(name, None)
+            else:
+                entries[name] = entry
+    return entries
+
+
+def _index_line(path: Path, number: int, raw: bytes) -> tuple[str, ShardEntry | None]:
+    try:
+        rec = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        rec = None
+    if isinstance(rec, dict) and isinstance(rec.get("shard"), str) and rec["shard"]:
+        name: str = rec["shard"]
+        if rec.get("removed") is True:
+            return name, None
+        rows, size = rec.get("rows"), rec.get("bytes")
+        if (isinstance(rows, int) and isinstance(size, int) and not isinstance(rows, bool) and not isinstance(size, bool)
+                and rows >= 0 and size >= 0):
+            return name, ShardEntry(rows, size)
+    raise ShardIndexError(f"{path}:{number}: the shard index is damaged (not a shard record)",
+                          hint="the run's index was edited or damaged; restore the run from a copy")
+
+
+def not_regular(path: Path) -> str | None:
+    """What ``path`` is when it is not a regular file (a FIFO would block the reader forever); None for a file."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "missing (a broken link?)"
+    if stat.S_ISREG(mode):
+        return None
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def shard_problems(run: Path, folder: str, files: list[Path], rows: Mapping[Path, int],
+                   whole: bool, resolved: Mapping[Path, Path] | None = None) -> list[str] | None:
+    """How the shards of ``run/folder`` read here disagree with the run's index; None when it keeps none.
+
+    ``files`` are the shards a command is about to read (with their footer's
+    row counts in ``rows``, when known): each must be listed, at its size and
+    row count. With ``whole`` (the command was given the run or its folder),
+    each listed shard must also be among them. Only sizes and footers are read.
+    """
+    index = read_index(run, folder)
+    if index is None:
+        return None
+    base = os.path.realpath(run / folder)
+    problems = []
+    seen = set()
+    for f in files:
+        try:
+            real = resolved[f] if resolved is not None and f in resolved else Path(os.path.realpath(f))
+            name = real.relative_to(base).as_posix()
+        except ValueError:
+            continue
+        seen.add(name)
+        entry = index.get(name)
+        shown = f"{folder}/{name}"
+        if entry is None:
+            problems.append(f"{shown} is not one of the run's shards (no writer of the run listed it)")
+            continue
+        size = os.stat(f).st_size
+        if size != entry.size:
+            problems.append(f"{shown} is {size:,} bytes, the run's index says {entry.size:,} "
+                            "(truncated or replaced after it was written)")
+        elif f in rows and rows[f] != entry.rows:
+            problems.append(f"{shown} holds {rows[f]:,} rows, the run's index says {entry.rows:,} (replaced)")
+    if whole:
+        lost = sorted(n for n in index if n not in seen)
+        if lost:
+            lost_rows = sum(index[n].rows for n in lost)
+            problems.append(f"{len(lost)} shard(s) listed in the run's index are missing ({lost_rows:,} rows), "
+                            f"e.g. {folder}/{lost[0]}")
+    return problems
+
+
+def indexed(manifest: Mapping[str, Any] | None, run: str | os.PathLike, folder: str) -> bool:
+    """Does the run keep a shard index (its manifest says so, or a writer has started one)?"""
+    return bool(manifest and manifest.get("shard_index")) or bool(index_files(run, folder))
 
 
 # -- one writer ---------------------------------------------------------------------

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -70,6 +71,66 @@ OPTIONAL: tuple[Column, ...] = (
 COLUMNS: dict[str, Column] = {c.name: c for c in REQUIRED + OPTIONAL}
 REQUIRED_NAMES: tuple[str, ...] = tuple(c.name for c in REQUIRED)
 TOPK_COLUMNS = ("sampler_topk_ids", "sampler_topk_logprobs", "trainer_logprobs_at_sampler_topk")
+
+
+# -- the limits every reader holds values to, and every writer checks before it writes ---------
+
+MAX_POSITION = (1 << 24) - 1
+"""16.7M tokens in one completion: beyond every context length; a larger position is a wrong column."""
+MAX_ABS_STEP = 1 << 52
+"""``|step|`` up to this (inclusive): ``timeline`` keys tokens by ``step * 1024 + group`` in int64, exact
+as a float64; a larger value is not a training step counter."""
+POSITIVE_LOGPROB_TOLERANCE = 1e-4
+"""log-softmax in float arithmetic can land a hair above 0 for a near-certain
+token; anything beyond this is not a logprob (logits? probabilities?)."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """The first value of a batch of token rows that the readers would refuse."""
+
+    row: int
+    """the token row (0 for a value given once for every row)."""
+    column: str
+    reason: str
+
+
+def first_refused(columns: Mapping[str, Any]) -> Refusal | None:
+    """The first value in ``columns`` (numpy arrays over token rows, or one scalar for every row) that
+    ``report`` or ``timeline`` would refuse, so a writer can refuse it at the call or the line instead.
+
+    The rules are the readers' own: a finite logprob above the rounding
+    tolerance, a non-finite advantage, a position outside
+    ``0..MAX_POSITION``, a step beyond ``+-MAX_ABS_STEP``. Non-finite
+    logprobs are not refused (readers count them and leave them out).
+    """
+    for name in ("sampler_logprob", "trainer_logprob"):
+        if name in columns:
+            v = np.asarray(columns[name], dtype=np.float64)
+            bad = np.isfinite(v) & (v > POSITIVE_LOGPROB_TOLERANCE)
+            if bad.any():
+                i = _first(bad)
+                return Refusal(i, name, f"{name} {float(v.flat[i]):.4g} is positive beyond rounding "
+                                  f"(> {POSITIVE_LOGPROB_TOLERANCE:g}): logprobs are natural logs <= 0")
+    if "advantage" in columns:
+        v = np.asarray(columns["advantage"], dtype=np.float64)
+        bad = ~np.isfinite(v)
+        if bad.any():
+            i = _first(bad)
+            return Refusal(i, "advantage", f"advantage is {float(v.flat[i])} (missing?): report and timeline need a finite "
+                              "advantage on every token")
+    for name, lo, hi in (("position", 0, MAX_POSITION), ("step", -MAX_ABS_STEP, MAX_ABS_STEP)):
+        if name in columns:
+            v = np.asarray(columns[name])
+            bad = (v < lo) | (v > hi)
+            if np.any(bad):
+                i = _first(bad)
+                return Refusal(i, name, f"{name} {int(v.flat[i])} is outside {lo}..{hi}")
+    return None
+
+
+def _first(mask: np.ndarray) -> int:
+    return int(np.flatnonzero(np.atleast_1d(mask))[0])
 
 
 def arrow_schema(names: list[str] | tuple[str, ...], metadata: Mapping[str, Any] | None = None) -> pa.Schema:

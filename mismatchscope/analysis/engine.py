@@ -187,7 +187,7 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
     table = SequenceTable.from_reduced(seq_ids, agg, agg.get("sum_adv"))
     n_tokens = int(table.n_tokens_S.sum()) if seq_ids.size else 0
     check_not_empty(path, n_tokens, hygiene)
-    warnings = ([source.incomplete] if source.incomplete else []) + hygiene.warnings() + position_warnings(positions.finish())
+    warnings = source.warnings + hygiene.warnings() + position_warnings(positions.finish())
     warnings += overflow_warnings(table.max_l_S)
     warnings += ([routes_note] if routes_note else []) + (routing_warnings(scan) if scan else [])
     seq = SequenceInputs(

@@ -51,6 +51,8 @@ def write_pair_run(path: Path, keys: dict[str, np.ndarray], sampler_lp: np.ndarr
     cols = {name: keys[name].tolist() for name in KEY_COLUMNS}
     cols["sampler_logprob"] = np.asarray(sampler_lp, dtype=np.float64).tolist()
     cols["trainer_logprob"] = np.asarray(trainer_lp, dtype=np.float64).tolist()
-    write_table(path / rundir.TOKENS / "part-00000-00000.parquet", cols, meta)
-    rundir.write_manifest(path, {"status": rundir.COMPLETE, "config": meta, "timings": {"tokens": len(cols["token_id"])}})
+    shard = write_table(path / rundir.TOKENS / "part-00000-00000.parquet", cols, meta)
+    rundir.ShardIndex(path, rundir.TOKENS).commit(shard, len(cols["token_id"]))
+    rundir.write_manifest(path, {"status": rundir.COMPLETE, "config": meta, "shard_index": rundir.INDEX_VERSION,
+                                 "timings": {"tokens": len(cols["token_id"])}})
     return path

@@ -129,9 +129,12 @@ def load_matrix(path: Path) -> list[Variant]:
     ``sampler.dtype = "float32"`` (TOML dotted keys nest) both work.
     """
     try:
-        data = tomllib.loads(Path(path).read_text())
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as e:
         raise UsageError(f"cannot read the matrix file {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})",
+                         hint="save the matrix file as UTF-8 TOML") from None
     except tomllib.TOMLDecodeError as e:
         raise UsageError(f"{path} is not valid TOML: {e}") from None
     unknown = sorted(set(data) - {"variant"})

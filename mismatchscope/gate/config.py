@@ -226,6 +226,10 @@ def _satisfiable(a: AbsoluteLimit, m: Metric) -> None:
     if (a.min is not None and a.min == math.inf) or (a.max is not None and a.max == -math.inf):
         bound = f"min {a.min:g}" if a.min == math.inf else f"max {a.max:g}"
         raise GateConfigError(f"{a.metric}: {bound} leaves no value that passes", hint="give a finite limit")
+    if (a.min is not None and a.min == -math.inf) or (a.max is not None and a.max == math.inf):
+        bound = f"min {a.min:g}" if a.min == -math.inf else f"max {a.max:g}"
+        raise GateConfigError(f"{a.metric}: {bound} is no limit (every value passes it)",
+                              hint="give a finite limit, or leave the metric out")
     if a.min is not None and a.max is not None and a.min > a.max:
         raise GateConfigError(f"{a.metric}: min {a.min:g} is above max {a.max:g}, so no run can pass",
                               hint="swap them, or drop one")

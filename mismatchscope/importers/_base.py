@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol
 import numpy as np
 
 from ..errors import ImportFormatError
+from ..schema import MAX_POSITION, first_refused
 
 if TYPE_CHECKING:
     from ._writer import ShardWriter
@@ -239,14 +240,60 @@ def unwrap(value: Any) -> Any:
     return value
 
 
+def check_record(values: dict[str, Any], *, file: object = None, line: int | None = None,
+                 record: int | None = None) -> None:
+    """Refuse one sequence's kept tokens that ``report`` or ``timeline`` would refuse later (the schema's
+    limits, ``schema.first_refused``), naming the token's position, so a bad record stops (or, with
+    ``--skip-bad``, is skipped) at its line instead of making the whole import unreadable."""
+    n = len(values["token_id"])
+    if n - 1 > MAX_POSITION:
+        raise ImportFormatError(f"{n:,} kept tokens in one sequence: positions beyond {MAX_POSITION} are refused "
+                                "by every reader", file=file, line=line, record=record)
+    refused = first_refused(values)
+    if refused is not None:
+        per_token = np.ndim(values[refused.column]) == 1
+        where = f" at position {refused.row}" if per_token else ""
+        raise ImportFormatError(f"{refused.reason}{where}", file=file, line=line, record=record)
+
+
+def refuse_sequences(ctx: "ImportContext", f: SourceFile, columns: dict[str, np.ndarray], lengths: np.ndarray,
+                     records: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """:func:`check_record` over a batch of sequences laid end to end (``lengths`` tokens each, read from
+    ``records``): each refused sequence is a bad record (stops the import, or is skipped and counted)."""
+    while len(lengths):
+        ends = np.cumsum(lengths)
+        long = np.flatnonzero(lengths - 1 > MAX_POSITION)
+        refused = first_refused(columns)
+        if long.size:
+            k = int(long[0])
+            reason = f"{int(lengths[k]):,} kept tokens in one sequence: positions beyond {MAX_POSITION} are refused"
+        elif refused is not None:
+            k = int(np.searchsorted(ends, refused.row, side="right"))
+            reason = f"{refused.reason} at position {refused.row - int(ends[k] - lengths[k])}"
+        else:
+            break
+        ctx.bad(ImportFormatError(reason, file=f.rel, record=int(records[k])), f)
+        keep = np.ones(len(lengths), dtype=bool)
+        keep[k] = False
+        token_keep = np.repeat(keep, lengths)
+        columns = {c: v[token_keep] for c, v in columns.items()}
+        lengths, records = lengths[keep], records[keep]
+    return columns, lengths, records
+
+
 def mask_span(mask: list, length: int) -> tuple[int, int, np.ndarray | None]:
     """``(lo, hi, keep)``: the kept tokens are ``lo..hi-1`` filtered by ``keep``.
 
     ``keep`` is None when every token in ``lo..hi-1`` is kept, which is the
     common case (prompt, then one contiguous response, then padding) and lets
     callers convert only the response slice of each list, not the padding.
-    ``lo == hi`` means the mask selects nothing.
+    ``lo == hi`` means the mask selects nothing. A mask holds numbers or
+    booleans: text (``"1"``) or a null is refused, never read as a number.
     """
+    if mask.count(1) + mask.count(0) != len(mask):  # C-speed: 0/1/true/false/1.0 all compare equal
+        bad = next((i for i, v in enumerate(mask) if not isinstance(v, (int, float))), None)  # bool is an int
+        if bad is not None:
+            raise ImportFormatError(f"the mask must hold 0/1 or true/false, got {_short_value(mask[bad])} at index {bad}")
     try:
         lo = mask.index(1, 0, length)  # 1 == True == 1.0
     except ValueError:

@@ -30,7 +30,7 @@ import numpy as np
 
 from .. import errors
 from ..errors import ImportFormatError, MismatchscopeError
-from ._base import SourceFile, parse_record, short
+from ._base import SourceFile, check_record, parse_record, short
 
 if TYPE_CHECKING:
     from ._base import ImportContext, Progress
@@ -111,6 +111,7 @@ def run_unit(importer: Any, f: SourceFile, start: int, end: int, strict: bool) -
                 rec = parse_record(raw)
                 try:
                     values, drop = importer.convert(f, lineno, rec, notes)
+                    check_record(values)
                 except MismatchscopeError:
                     raise
                 except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError) as e:

@@ -7,7 +7,9 @@ every ~1M tokens. The Parquet encode and write run on one background thread
 (pyarrow releases the GIL), so parsing the next file overlaps with it; at most
 one shard is in flight, so memory stays flat in the length of the run.
 
-``OUT/manifest.json`` is written last with ``"status": "complete"`` (the
+Each shard is listed in the run's shard index (``OUT/index/tokens.jsonl``:
+name, rows, size) once it is in place, so every reader can tell a lost or a
+foreign shard. ``OUT/manifest.json`` is written last with ``"status": "complete"`` (the
 ``rundir`` completion record): an output without it is incomplete.
 """
 
@@ -20,12 +22,12 @@ from typing import Any, Mapping
 import numpy as np
 import pyarrow as pa
 
-from .. import __version__
+from .. import __version__, rundir
 from ..schema import COLUMNS, REQUIRED_NAMES, SCHEMA_VERSION, write_table
 
 FLUSH_TOKENS = 1_000_000
-SHARD_DIR = "tokens"
-MANIFEST = "manifest.json"
+SHARD_DIR = rundir.TOKENS
+MANIFEST = rundir.MANIFEST
 
 _DTYPES = {name: np.dtype(col.type.to_pandas_dtype()) for name, col in COLUMNS.items()
            if not str(col.type).startswith("list")}
@@ -56,6 +58,7 @@ class ShardWriter:
         self._buf_files: dict[str, None] = {}
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mismatchscope-shard")
         self._pending: Future | None = None
+        self._index = rundir.ShardIndex(self.out, SHARD_DIR)
 
     # -- input -----------------------------------------------------------------
     def add_sequence(self, source: str, values: Mapping[str, Any]) -> int:
@@ -129,11 +132,15 @@ class ShardWriter:
         meta["source"] = {**meta.get("source", {}), "files": list(self._buf_files)}
         path = self.out / SHARD_DIR / f"part-{len(self.shards):05d}.parquet"
         self._wait()  # the other set's write: after it, that set is free to refill
-        self._pending = self._pool.submit(write_table, path, columns, meta)
+        self._pending = self._pool.submit(self._write_shard, path, columns, meta, self._filled)
         self.shards.append(path)
         self._filled = 0
         self._buf_files = {}
         self._current = 1 - self._current
+
+    def _write_shard(self, path: Path, columns: dict[str, pa.Array], meta: dict[str, Any], rows: int) -> None:
+        write_table(path, columns, meta)
+        self._index.commit(path, rows)
 
     def _wait(self) -> None:
         if self._pending is not None:
@@ -186,7 +193,6 @@ def check_output_dir(out: Path) -> None:
 
 def write_manifest(out: Path, payload: Mapping[str, Any]) -> Path:
     """Write ``OUT/manifest.json`` atomically, after the last shard: its ``status`` marks the import complete."""
-    from .. import rundir
-
-    body = {"schema_version": SCHEMA_VERSION, "mismatchscope_version": __version__, **payload, "status": rundir.COMPLETE}
+    body = {"schema_version": SCHEMA_VERSION, "mismatchscope_version": __version__, **payload,
+            "shard_index": rundir.INDEX_VERSION, "status": rundir.COMPLETE}
     return rundir.write_manifest(out, body)

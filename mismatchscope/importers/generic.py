@@ -31,6 +31,7 @@ from ._base import (
     SourceFile,
     check_lengths,
     mask_span,
+    refuse_sequences,
     parse_record,
     exact_ints,
     take_floats,
@@ -345,8 +346,10 @@ class GenericParquetImporter(_Generic):
             raise ImportFormatError(f"bad values in rows {row0}..{row0 + n_rows - 1} ({str(e)[:160]})",
                                     file=f.rel) from None
         dropped = int(lens.sum() - kept_lens.sum())
+        out, kept_lens, rows = refuse_sequences(ctx, f, out, kept_lens, np.flatnonzero(keep_rows) + row0)
+        if not len(kept_lens):
+            return
         if "sequence_id" in out:  # the user's ids: a repeat is a bad record
-            rows = np.flatnonzero(keep_rows) + row0
             unique = ctx.unique_sequence_ids(f, out["sequence_id"][_offsets(kept_lens)[:-1]], records=rows)
             if not unique.all():
                 token_keep = np.repeat(unique, kept_lens)
@@ -355,7 +358,7 @@ class GenericParquetImporter(_Generic):
                 if not len(kept_lens):
                     return
         else:
-            out["sequence_id"] = np.repeat(ctx.writer.allocate_sequence_ids(len(lens)), kept_lens)
+            out["sequence_id"] = np.repeat(ctx.writer.allocate_sequence_ids(len(kept_lens)), kept_lens)
         total = int(kept_lens.sum())
         out["position"] = (np.arange(total) - np.repeat(_offsets(kept_lens)[:-1], kept_lens)).astype(np.int32)
         ctx.add_batch(f, out, sequences=len(kept_lens), dropped=dropped)

@@ -38,6 +38,7 @@ from ._base import (
     check_lengths,
     mask_span,
     note,
+    parse_record,
     require,
     take_floats,
     take_ints,
@@ -94,7 +95,13 @@ class PrimeRLImporter:
             shown = ", ".join(sorted(d.name for d in unstable)[:5])
             self.warnings.append(f"skipped {len(unstable)} step folder(s) without a STABLE marker "
                                  f"(still being written, or the run stopped mid-step): {shown}")
-        return sorted(files, key=lambda f: (f.extra["run_dir"], f.step, f.rank, f.rel))
+        files = sorted(files, key=lambda f: (f.extra["run_dir"], f.step, f.rank, f.rel))
+        if files and not _has_advantages(files[0].path):
+            self.columns = tuple(c for c in self.columns if c != "advantage")
+            self.warnings.append("the export's first record holds no advantages (all null: no rl loss channel); "
+                                 "imported without an advantage column, so advantage-dependent rules run under "
+                                 "both signs")
+        return files
 
     def semantics(self) -> dict[str, Any]:
         return dict(SEMANTICS)
@@ -121,7 +128,8 @@ class PrimeRLImporter:
                 "trainer_logprob": take_floats(rec["trainer_logprobs"], lo, hi, keep, "trainer_logprobs"),
             }
             for col, key in (("advantage", "advantages"), ("reward", "rewards"), ("trainer_entropy", "entropy")):
-                values[col] = take_floats(per_token[key], lo, hi, keep, key) if key in per_token else np.nan
+                if col in self.columns:
+                    values[col] = take_floats(per_token[key], lo, hi, keep, key) if key in per_token else np.nan
         except (TypeError, ValueError) as e:
             raise ImportFormatError(f"non-numeric value in a per-token list ({e})", file=f.rel, line=line) from None
         kept = len(values["token_id"])
@@ -130,3 +138,19 @@ class PrimeRLImporter:
         values["step"] = f.step
         values["rank"] = f.rank
         return values, n - kept
+
+
+def _has_advantages(path: Path) -> bool:
+    """Whether the first record of an export holds an advantage (an export without an rl loss channel
+    writes every advantage as null, and a column of nulls would make every reader refuse the run)."""
+    with open(path, "rb") as fh:
+        for raw in fh:
+            if raw.isspace():
+                continue
+            try:
+                rec = parse_record(raw)
+            except ImportFormatError:
+                return True  # the engine reports the bad line in its place
+            adv = rec.get("advantages")
+            return isinstance(adv, list) and any(a is not None for a in adv) or isinstance(adv, (int, float))
+    return True

@@ -51,7 +51,7 @@ from ..errors import (
     UntrustedPickleError,
     UsageError,
 )
-from ._base import ImportContext, SourceFile, exact_ints, short
+from ._base import ImportContext, SourceFile, check_record, exact_ints, short
 
 FORMAT_VERSION = 2
 _TRAIN_FILE = re.compile(r"^(\d+)(?:_(\d+))?\.pt$")
@@ -128,6 +128,7 @@ class SlimeImporter:
         for k, sample in enumerate(samples):
             try:
                 values, dropped = self._convert(f, k, sample, rollout, raw_reward)
+                check_record(values, file=f.rel, record=k)
             except ImportFormatError as e:
                 ctx.bad(e, f)
                 continue

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
-from ..reader import POSITIVE_LOGPROB_TOLERANCE
+from ..schema import MAX_ABS_STEP, POSITIVE_LOGPROB_TOLERANCE, first_refused
 
 
 class RecorderInputError(InputError):
@@ -97,6 +97,10 @@ def prepare(step: int, sampler_logprobs: Any, trainer_logprobs: Any, mask: Any =
         "trainer_logprob": lp[rows, pos].astype(np.float64),
     }
     _check_logprobs(step, cols["sampler_logprob"], cols["trainer_logprob"], rows, pos)
+    refused = first_refused({"position": pos})  # T beyond the readers' limit: int32 would wrap it
+    if refused is not None:
+        raise RecorderInputError(f"step {step}: {refused.reason} at row {int(rows[refused.row])}",
+                                 hint="position is the index along T; no completion is 16.7M tokens long")
     cols["position"] = pos.astype(np.int32)
     cols["step"] = np.full(rows.size, step, np.int64)
     seq_B = np.arange(b, dtype=np.int64) if sequence_ids is None else _sequence_ids(sequence_ids, b)
@@ -139,6 +143,9 @@ def _experts(rows: np.ndarray, pos: np.ndarray, shape: tuple[int, int],
 def _step(step: Any) -> int:
     if isinstance(step, (bool, np.bool_)) or not isinstance(step, (int, np.integer)) or step < 0:
         raise RecorderInputError(f"step must be a non-negative integer, got {step!r}")
+    if step > MAX_ABS_STEP:
+        raise RecorderInputError(f"step {step} is beyond 2^52, where timeline stops reading steps",
+                                 hint="pass the training step counter")
     return int(step)
 
 
@@ -244,3 +251,43 @@ def _topk(rows: np.ndarray, pos: np.ndarray, shape: tuple[int, int], ids: Any, l
                                      hint="logprobs are natural logs <= 0")
         out[name] = v
     return out
+
+
+class RecordedIds:
+    """The sequence ids a Recorder was given, as disjoint ``[start, end)`` runs with the step of each.
+
+    ``report`` reads a run as one set of ``(sequence_id, position)`` rows, so
+    an id given again in a later ``add()`` (of any step) would make its tokens
+    duplicates and the whole run unreadable. Ids arrive as runs (``0..B-1``, or
+    a counter), so memory grows with the number of ``add()`` calls, not ids.
+    """
+
+    def __init__(self) -> None:
+        self.start = np.empty(0, np.int64)
+        self.end = np.empty(0, np.int64)
+        self.step = np.empty(0, np.int64)
+
+    def check(self, step: int, ids_B: np.ndarray) -> None:
+        """Refuse an id recorded before; call before the batch is queued."""
+        if not self.start.size:
+            return
+        i = np.searchsorted(self.start, ids_B, side="right") - 1
+        used = (i >= 0) & (ids_B < self.end[np.maximum(i, 0)])
+        if used.any():
+            k = int(np.flatnonzero(used)[0])
+            raise RecorderInputError(
+                f"step {step}: sequence id {int(ids_B[k])} was already recorded at step "
+                f"{int(self.step[i[k]])}: report would read both as one sequence, its tokens twice",
+                hint="pass sequence ids unique in the whole run (all steps and ranks), or leave sequence_ids out")
+
+    def add(self, step: int, ids_B: np.ndarray) -> None:
+        u = np.unique(ids_B)
+        if not u.size:
+            return
+        brk = np.flatnonzero(np.diff(u) != 1)
+        start = u[np.concatenate(([0], brk + 1))]
+        end = u[np.concatenate((brk, [u.size - 1]))] + 1
+        order = np.argsort(np.concatenate((self.start, start)), kind="stable")
+        self.start = np.concatenate((self.start, start))[order]
+        self.end = np.concatenate((self.end, end))[order]
+        self.step = np.concatenate((self.step, np.full(start.size, step, np.int64)))[order]

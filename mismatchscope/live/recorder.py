@@ -4,6 +4,7 @@
                                            becomes "complete" when rank 0 closes
     DIR/ranks/rank-NNNN.json               each rank's own record: steps, rows, shards, "status"
     DIR/ranks/rank-NNNN.lock               each rank's writer lock (flock)
+    DIR/index/tokens.rank-NNNN.jsonl       each rank's shard index: name, rows, size of every shard it wrote
     DIR/tokens/step-SSSSSS-rank-NNNN.parquet          the first add() of a step
     DIR/tokens/step-SSSSSS-rank-NNNN-part-PPPP.parquet further add()s of that step (micro-batches)
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 import atexit
 import os
 import queue
+import re
 import sys
 import threading
 import time
@@ -38,7 +40,7 @@ import pyarrow as pa
 from .. import __version__, rundir
 from ..errors import MismatchscopeError, UsageError
 from ..schema import COLUMNS, SCHEMA_VERSION, write_table
-from .inputs import StepBatch, prepare
+from .inputs import RecordedIds, StepBatch, prepare
 
 SEQUENCE_ID_RANK_SHIFT = 40
 """generated sequence ids are ``rank << 40 | n``: unique across ranks and steps of a run."""
@@ -72,12 +74,18 @@ class Recorder:
         self.rank = int(os.environ.get("RANK", 0)) if rank is None else int(rank)
         env_world = os.environ.get("WORLD_SIZE")
         self.world_size = world_size if world_size is not None else (int(env_world) if env_world else None)
+        if self.world_size is not None and (isinstance(self.world_size, bool) or not isinstance(self.world_size, int)
+                                            or self.world_size < 1):
+            raise UsageError(f"world_size must be a positive integer (the number of ranks), got {self.world_size!r}",
+                             hint="leave it out to read WORLD_SIZE, or pass the number of processes writing the run")
         if self.rank < 0 or (self.world_size is not None and not 0 <= self.rank < self.world_size):
             raise UsageError(f"rank {self.rank} is not in [0, {self.world_size})" if self.world_size else
                              f"rank must be >= 0, got {self.rank}")
+        check_recorder_directory(self.path, path, resume=resume, world_size=self.world_size)
         self.meta = dict(meta or {})
         self._tag = f"rank-{self.rank:04d}"
         self.record_path = self.path / rundir.RANKS / f"{self._tag}.json"
+        self._index = rundir.ShardIndex(self.path, rundir.TOKENS, self._tag)
         self._lock = rundir.WriterLock(self.path / rundir.RANKS / f"{self._tag}.lock", f"{self.path} (rank {self.rank})")
         try:
             self._record = self._open_record(resume)
@@ -89,6 +97,8 @@ class Recorder:
         self._resumed = resume
         self._next_seq = max(int(self._record.get("next_sequence_id", 0)), self.rank << SEQUENCE_ID_RANK_SHIFT,
                              self._max_sequence_id_on_disk() + 1 if resume else 0)
+        self._given_ids = RecordedIds()
+        """sequence ids the caller passed this session (generated ones are unique by construction)."""
         self._parts: dict[int, int] = {}
         """step -> shards queued this session."""
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, max_pending))
@@ -129,7 +139,11 @@ class Recorder:
                 self._route_sides |= batch.experts.keys()
                 if self.rank == 0:
                     self._write_manifest(rundir.RUNNING)
-        if not given_ids:
+        if given_ids:
+            ids_B = np.unique(batch.columns["sequence_id"])
+            self._given_ids.check(batch.step, ids_B)
+            self._given_ids.add(batch.step, ids_B)
+        else:
             rows = batch.columns["sequence_id"]
             batch.columns["sequence_id"] = rows + self._next_seq
             self._next_seq += batch.rows
@@ -186,12 +200,15 @@ class Recorder:
         record.update({"status": rundir.RUNNING, "pid": os.getpid(), "started": time.time()})
         rundir.atomic_write_json(self.record_path, record)
         (self.path / rundir.TOKENS).mkdir(parents=True, exist_ok=True)
+        if resume:  # a shard renamed into place just before a kill (or before runs kept an index) is the run's
+            self._index.adopt(f"step-*-{self._tag}*.parquet")
         return record
 
     def _write_manifest(self, status: str) -> None:
         old = rundir.read_manifest(self.path) or {}
         manifest = {**old, "writer": "recorder", "schema_version": SCHEMA_VERSION, "mismatchscope_version": __version__,
                     "meta": self.meta, "world_size": self.world_size, "status": status,
+                    "shard_index": rundir.INDEX_VERSION,
                     "layout": "tokens/step-SSSSSS-rank-NNNN[-part-PPPP].parquet; ranks/rank-NNNN.json per rank"}
         manifest.setdefault("created", time.time())
         if self.routing is not None:
@@ -253,7 +270,8 @@ class Recorder:
             self._write_routes(name, batch)
         cols = {k: _arrow(k, v) for k, v in batch.columns.items()}
         cols["rank"] = _flat(pa.int32(), np.full(batch.tokens, self.rank, np.int32))
-        write_table(self.path / rundir.TOKENS / f"{name}.parquet", cols, meta)
+        shard = write_table(self.path / rundir.TOKENS / f"{name}.parquet", cols, meta)
+        self._index.commit(shard, batch.tokens)
         r = self._record
         if batch.step not in r["steps"]:
             r["steps"].append(batch.step)
@@ -288,6 +306,7 @@ class Recorder:
         """
         if self._resumed:
             for f in self._shards_on_disk(step):
+                self._index.forget(f)
                 f.unlink()
             for f in sorted((self.path / "routes").glob(f"step-{step:06d}-{self._tag}*.parquet")):
                 f.unlink()
@@ -305,6 +324,75 @@ class Recorder:
                 if st is not None and st.has_min_max:
                     top = max(top, int(st.max))
         return top
+
+
+_TMP = r"(\.\d+\.tmp)?"
+"""the suffix of a file being written (``rundir.atomic_path``: ``.NAME.PID.tmp``)."""
+_OWN_FILES = re.compile(rf"\.?{re.escape(rundir.MANIFEST)}{_TMP}")
+_OWN_FOLDERS = {
+    rundir.RANKS: re.compile(rf"rank-\d{{4,}}\.lock|\.?rank-\d{{4,}}\.json{_TMP}"),
+    rundir.TOKENS: re.compile(rf"\.?step-\d{{6,}}-rank-\d{{4,}}(-part-\d{{4,}})?\.parquet{_TMP}"),
+    rundir.INDEX: re.compile(r"tokens\.rank-\d{4,}\.jsonl"),
+}
+"""what a recorded run holds: its manifest, and its folders with the names each may hold."""
+
+
+def check_recorder_directory(path: Path, given: str | os.PathLike, *, resume: bool = False,
+                             world_size: int | None = None) -> None:
+    """Refuse a directory that holds anything but a recorded run: another writer's run, a folder inside a run,
+    a file, other files, or an empty path (the working directory).
+
+    Several ranks of one job start on the same directory without coordination,
+    so a recorded run (or an empty or new directory) is always accepted here;
+    whether this rank may add to it is its rank record's business (``resume``).
+    A recorded run of another world size is reopened only with ``resume``.
+    """
+    if not str(given).strip():
+        raise UsageError("the Recorder was given an empty path (the working directory)",
+                         hint="name the run directory, e.g. Recorder('runs/my-run')")
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{path} is a file, not a run directory", hint="record into a new or empty directory")
+    for up in _ancestors(path):
+        if rundir.is_run_dir(up):
+            raise UsageError(f"{path} lies inside the run {up}",
+                             hint="record into a directory of its own, not into another run's folders")
+    if not path.is_dir():
+        return
+    manifest_path = path / rundir.MANIFEST
+    if manifest_path.exists():
+        manifest = rundir.read_manifest(path)
+        if manifest is None or manifest.get("writer") != "recorder":
+            raise UsageError(f"{path} already holds {_what_run(manifest)}, not a recorded run",
+                             hint="record into a new or empty directory")
+        old_world = manifest.get("world_size")
+        if world_size is not None and isinstance(old_world, int) and old_world != world_size and not resume:
+            raise UsageError(f"{path} holds a run recorded with world_size {old_world}, not {world_size}",
+                             hint="pass resume=True to add to it, or record into another directory")
+    for entry in sorted(path.iterdir()):
+        names = _OWN_FOLDERS.get(entry.name) if entry.is_dir() else None
+        if names is None and not (entry.is_file() and _OWN_FILES.fullmatch(entry.name)):
+            raise UsageError(f"{path} holds files that are not a recorded run's (e.g. {entry.name})",
+                             hint="record into a new or empty directory")
+        stray = next((c.name for c in entry.iterdir() if not names.fullmatch(c.name)), None) if names else None
+        if stray is not None:
+            raise UsageError(f"{path} holds files that are not a recorded run's (e.g. {entry.name}/{stray})",
+                             hint="record into a new or empty directory")
+
+
+def _ancestors(path: Path) -> list[Path]:
+    absolute = Path(os.path.abspath(path))
+    real = Path(os.path.realpath(path))
+    return list(dict.fromkeys([*absolute.parents, *(real.parents if real != absolute else [])]))
+
+
+def _what_run(manifest: Mapping[str, Any] | None) -> str:
+    if manifest is None:
+        return f"an unreadable {rundir.MANIFEST}"
+    if "fingerprint" in manifest:
+        return "a probe run"
+    if isinstance(manifest.get("source"), dict) and "format" in manifest["source"]:
+        return "an imported run"
+    return f"another writer's run ({rundir.MANIFEST})"
 
 
 def _arrow(name: str, values: np.ndarray) -> pa.Array:

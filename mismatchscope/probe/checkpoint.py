@@ -16,6 +16,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -83,6 +84,11 @@ def inspect_checkpoint(
     safetensors): each would otherwise stop the run only when an engine loads it.
     """
     root = Path(path)
+    if root.exists() and not root.is_dir():
+        raise CheckpointError(
+            f"{str(root)!r} is a file, not a checkpoint folder",
+            hint="pass the folder that holds config.json, *.safetensors and the tokenizer files",
+        )
     if not root.is_dir():
         raise CheckpointError(
             f"checkpoint folder {str(root)!r} does not exist",
@@ -248,6 +254,77 @@ def _safetensors_problem(path: Path) -> str | None:
     if 8 + length + end > size:
         return f"its tensors need {8 + length + end} bytes but the file has {size} (truncated?)"
     return None
+
+
+def check_weights_cover_config(info: CheckpointInfo, *, trust_remote_code: bool = False) -> None:
+    """Refuse a checkpoint whose safetensors tensors miss or add tensors against the model its config.json
+    describes (transformers' missing and unexpected keys), without loading a weight.
+
+    transformers fills a missing tensor (a layer the config has and the weights
+    do not) with random values and only warns; every logprob of the trainer
+    would then be noise read as mismatch. The model is built on the meta
+    device (no memory), and the tensor names of the files go through the same
+    renaming transformers applies when it loads them (fused MoE experts, prefixes).
+    Pickle weights, or a model transformers cannot build here, are left to the loader.
+    """
+    if info.pickle_weights:
+        return
+    problem = _weights_problem(info, trust_remote_code)
+    if problem:
+        raise CheckpointError(f"the weights in {str(info.path)!r} do not match its config.json: {problem}",
+                              hint="the config and the weights come from different models, or a save was cut "
+                                   "short; save the checkpoint again with save_pretrained()")
+
+
+def _weights_problem(info: CheckpointInfo, trust_remote_code: bool) -> str | None:
+    try:
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+        from transformers.conversion_mapping import get_model_conversion_mapping
+        from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
+    except ImportError:  # the probe extra is missing, or another transformers: the loader judges
+        return None
+    names = set()
+    for f in info.weight_files:
+        names |= _safetensors_names(info.path / f)
+    try:
+        config = AutoConfig.from_pretrained(info.path, trust_remote_code=trust_remote_code)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+        expected = model.state_dict()
+        transforms = get_model_conversion_mapping(model)
+        renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
+        converters = [t for t in transforms if isinstance(t, WeightConverter)]
+        got = {rename_source_key(k, renamings, converters, model.base_model_prefix, expected)[0] for k in names}
+    except Exception:  # a model transformers cannot build on the meta device: loading it will say why
+        return None
+    tied = set(getattr(model, "_tied_weights_keys", None) or ()) if _ties_embeddings(config) else set()
+    missing = _unignored(set(expected) - got - tied, getattr(model, "_keys_to_ignore_on_load_missing", None))
+    unexpected = _unignored(got - set(expected), getattr(model, "_keys_to_ignore_on_load_unexpected", None))
+    parts = []
+    if missing:
+        parts.append(f"{len(missing)} tensor(s) its model needs are not in the files (e.g. {missing[0]})")
+    if unexpected:
+        parts.append(f"{len(unexpected)} tensor(s) in the files have no place in its model (e.g. {unexpected[0]})")
+    return "; ".join(parts) or None
+
+
+def _ties_embeddings(config: Any) -> bool:
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return bool(getattr(text, "tie_word_embeddings", False) or getattr(config, "tie_word_embeddings", False))
+
+
+def _unignored(keys: set[str], patterns: Any) -> list[str]:
+    pats = [re.compile(p) for p in (patterns or ())]
+    return sorted(k for k in keys if not any(p.search(k) for p in pats))
+
+
+def _safetensors_names(path: Path) -> set[str]:
+    """The tensor names in a safetensors header (already checked readable by ``_check_safetensors``)."""
+    with open(path, "rb") as f:
+        length = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(length))
+    return {name for name in header if name != "__metadata__"}
 
 
 def _is_moe(text: dict[str, Any], config: dict[str, Any]) -> bool:

@@ -17,6 +17,7 @@ sampler's (safetensors only, no remote code unless asked).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,9 +26,11 @@ from ..errors import CheckpointError, TokenizerMismatchError, UsageError
 from .checkpoint import (
     TOKENIZER_FILES,
     CheckpointInfo,
+    check_weights_cover_config,
     inspect_checkpoint,
     load_tokenizer,
     tokenizer_difference,
+    text_config,
     tokenizer_files_digest,
 )
 
@@ -74,15 +77,37 @@ def open_trainer_checkpoint(path: str | Path | None, sampler: CheckpointInfo, sa
     if info.sha256 == sampler.sha256:
         return TrainerCheckpoint(info, True)
     check_same_architecture(sampler, info)
+    check_weights_cover_config(info, trust_remote_code=trust_remote_code)
     check_same_tokenizer(sampler, info, sampler_tokenizer, prompts, trust_remote_code=trust_remote_code)
     return TrainerCheckpoint(info, False)
 
 
+NOT_FORWARD = frozenset({
+    "transformers_version", "dtype", "torch_dtype", "use_cache", "architectures", "model_type", "vocab_size",
+    "bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id", "sep_token_id", "decoder_start_token_id",
+    "initializer_range", "output_attentions", "output_hidden_states", "output_router_logits", "return_dict",
+    "router_aux_loss_coef", "id2label", "label2id", "problem_type", "tokenizer_class", "max_position_embeddings",
+    "use_bfloat16", "gradient_checkpointing", "keys_to_ignore_at_inference", "chunk_size_feed_forward",
+})
+"""config keys that do not change the forward pass over a context the sampler allows (a training run may save
+them differently: its dtype, the generation ids the tokenizer check covers, dropout, initialisation, the context
+length, checked on its own). Every other key of the language model's config must match."""
+
+
 def check_same_architecture(sampler: CheckpointInfo, trainer: CheckpointInfo) -> None:
-    """Model type, architecture classes and vocabulary size must match: other weights, same model."""
+    """Same model type, architecture classes, vocabulary, and every config field of the forward pass
+    (layers, heads, sizes, rope, norms, experts, softcapping, sliding window, tied embeddings): other
+    weights, same model. transformers would otherwise fill a missing layer with random weights, or run
+    another rope, and the gap would read as policy lag."""
     pairs = [("model_type", sampler.model_type, trainer.model_type),
              ("architectures", sampler.config.get("architectures"), trainer.config.get("architectures")),
              ("vocab_size", sampler.vocab_size, trainer.vocab_size)]
+    a_text, b_text = text_config(sampler.config), text_config(trainer.config)
+    keys = (set(a_text) | set(b_text)) - NOT_FORWARD
+    for key in [k for k in _SHAPE_FIRST if k in keys] + sorted(keys - set(_SHAPE_FIRST)):
+        if key.startswith("_") or "dropout" in key:
+            continue
+        pairs.append((key, a_text.get(key, _ABSENT), b_text.get(key, _ABSENT)))
     for key, a, b in pairs:
         if a != b:
             raise CheckpointError(
@@ -90,6 +115,19 @@ def check_same_architecture(sampler: CheckpointInfo, trainer: CheckpointInfo) ->
                 f"{key} {_show(a)} (sampler) vs {_show(b)} (trainer)",
                 hint="--trainer-checkpoint takes a later checkpoint of the same model (same config.json "
                      "architecture and vocabulary)")
+
+
+_SHAPE_FIRST = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+                "head_dim")
+"""compared first: the cause a message should name when a layer count also changes ``layer_types``."""
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "absent"
+
+
+_ABSENT = _Absent()
 
 
 def check_same_tokenizer(sampler: CheckpointInfo, trainer: CheckpointInfo, sampler_tokenizer, prompts: list[str], *,
@@ -146,4 +184,7 @@ def check_resume(recorded: dict[str, Any], chosen: TrainerCheckpoint, run: Path)
 
 
 def _show(v: Any) -> str:
+    if isinstance(v, (dict, list)):
+        text = json.dumps(v, sort_keys=True)
+        return text if len(text) <= 80 else text[:77] + "..."
     return repr(v) if isinstance(v, str) else str(v)

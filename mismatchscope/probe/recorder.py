@@ -5,6 +5,7 @@
     DIR/prompts.parquet      prompt_id, prompt_token_ids, text, answer
     DIR/samples/round-*.parquet   the sampler's raw completions (for resume and rescore)
     DIR/tokens/part-*.parquet     token pairs in the analysis format
+    DIR/index/tokens.jsonl   the shard index: each token shard's name, rows and size
 
     DIR/.lock                the writer lock: one process writes the directory at a time
 
@@ -24,6 +25,7 @@ import pyarrow.parquet as pq
 
 from .. import rundir
 from ..errors import UsageError
+from ..schema import write_table
 from .types import Completion
 
 MANIFEST = rundir.MANIFEST
@@ -55,6 +57,7 @@ class RunDir:
         self.samples = self.path / "samples"
         self.prompts = self.path / "prompts.parquet"
         self.manifest_path = self.path / MANIFEST
+        self.token_index = rundir.ShardIndex(self.path, rundir.TOKENS)
 
     # ---- lifecycle -------------------------------------------------------
 
@@ -83,12 +86,15 @@ class RunDir:
             if diff:
                 raise UsageError(f"cannot resume {self.path}: its configuration differs in {', '.join(diff)}",
                                  hint="resume with the same options, or start a new --out")
+            # a shard renamed into place just before a kill (or written before runs kept an index) is the run's
+            self.token_index.adopt("part-*.parquet")
+            manifest["shard_index"] = rundir.INDEX_VERSION
             return manifest
         if self.path.exists() and not rundir.is_empty_dir(self.path):
             raise UsageError(f"{self.path} exists and is not a probe run directory", hint="choose an empty or new --out")
         self.tokens.mkdir(parents=True, exist_ok=True)
         self.samples.mkdir(parents=True, exist_ok=True)
-        return {"fingerprint": fingerprint, "status": "running"}
+        return {"fingerprint": fingerprint, "status": "running", "shard_index": rundir.INDEX_VERSION}
 
     def unstarted(self) -> bool:
         """Nothing sampled and nothing scored: only the manifest and prompts a start writes first."""
@@ -164,6 +170,12 @@ class RunDir:
 
     def token_shard(self, round_index: int, batch_index: int) -> Path:
         return self.tokens / f"part-{round_index:05d}-{batch_index:05d}.parquet"
+
+    def write_tokens(self, round_index: int, batch_index: int, columns: dict[str, Any], config: dict[str, Any]) -> Path:
+        """Write one token shard atomically, then list it in the run's shard index."""
+        path = write_table(self.token_shard(round_index, batch_index), columns, config)
+        self.token_index.commit(path, len(columns["sequence_id"]))
+        return path
 
     def scored_sequences(self) -> set[int]:
         """Sequence ids already written: a resumed probe scores only the rest."""

@@ -16,6 +16,8 @@ identical rewards gets advantage 0.
 from __future__ import annotations
 
 import importlib
+import inspect
+import math
 from typing import Callable
 
 import numpy as np
@@ -39,6 +41,9 @@ def exact_match(*, prompt: str, completion: str, answer: str | None) -> float:
 
 
 def load_reward_fn(spec: str | None) -> RewardFn:
+    """The reward function ``module:function``, checked to accept ``prompt=, completion=, answer=``
+    before any engine starts; it is wrapped so that what it raises or returns in a run is one line naming
+    it and the prompt (never a traceback)."""
     if not spec:
         return exact_match
     module, _, name = spec.partition(":")
@@ -46,11 +51,49 @@ def load_reward_fn(spec: str | None) -> RewardFn:
         raise UsageError(f"--reward-fn {spec!r}: write it as module:function")
     try:
         fn = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as e:
-        raise UsageError(f"--reward-fn {spec!r}: cannot load it ({e})") from None
+    except Exception as e:  # ImportError, AttributeError, or whatever the module raises when imported
+        raise UsageError(f"--reward-fn {spec!r}: cannot load it ({type(e).__name__}: {e})") from None
     if not callable(fn):
         raise UsageError(f"--reward-fn {spec!r} is not callable")
-    return fn
+    try:
+        inspect.signature(fn).bind(prompt="", completion="", answer=None)
+    except TypeError as e:
+        raise UsageError(f"--reward-fn {spec!r} cannot be called as fn(prompt=..., completion=..., answer=...) ({e})",
+                         hint="give it those three keyword parameters (or **kwargs)") from None
+    except ValueError:  # a builtin without a signature: its call says
+        pass
+    return _Checked(spec, fn)
+
+
+class _Checked:
+    """A user's reward function whose failures name it and the prompt."""
+
+    def __init__(self, spec: str, fn: RewardFn):
+        self.spec, self.fn = spec, fn
+
+    def __call__(self, *, prompt: str, completion: str, answer: str | None) -> float:
+        where = f"--reward-fn {self.spec} on the prompt {_short(prompt)}"
+        try:
+            value = self.fn(prompt=prompt, completion=completion, answer=answer)
+        except Exception as e:
+            raise UsageError(f"{where} raised {type(e).__name__}: {_short(str(e), 120, quote=False)}",
+                             hint="fix the function; the probe so far is kept, --resume continues it") from None
+        if isinstance(value, (str, bytes)) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise UsageError(f"{where} returned {_short(repr(value), 60, quote=False)}, not a number",
+                             hint="return a float")
+        try:
+            reward = float(value)
+        except OverflowError:
+            reward = float("inf")
+        if not math.isfinite(reward):
+            raise UsageError(f"{where} returned {_short(repr(value), 60, quote=False)}, not a finite float",
+                             hint="return a finite float (advantages are normalised over each prompt's rewards)")
+        return reward
+
+
+def _short(text: str, n: int = 60, quote: bool = True) -> str:
+    cut = text if len(text) <= n else text[: n - 3] + "..."
+    return repr(cut) if quote else cut
 
 
 def group_advantages(rewards_G: np.ndarray) -> np.ndarray:

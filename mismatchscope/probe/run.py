@@ -24,7 +24,7 @@ import platform
 import sys
 import time
 from datetime import datetime, timezone
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,7 +33,6 @@ import numpy as np
 from .. import __version__, rundir
 from ..errors import UsageError
 from ..redact import redact_command, redact_obj, redact_url
-from ..schema import write_table
 from .policy_lag import TrainerCheckpoint, check_resume, open_trainer_checkpoint, recorded_trainer_checkpoint
 from .prompts import Prompt, file_sha256, load_prompts
 from .recorder import RunDir
@@ -138,7 +137,8 @@ def _safe_engine_args(s: SamplerConfig) -> dict[str, Any]:
 def run_probe(opts: ProbeOptions, progress: Progress | None = None, sampler=None) -> Path:
     """Run a probe into ``opts.out``. ``sampler``: an engine the caller already
     started (and closes itself), for callers that use it again afterwards."""
-    from .checkpoint import check_tokenizer, inspect_checkpoint, load_tokenizer, tokenize_prompts
+    from .checkpoint import (check_tokenizer, check_weights_cover_config, inspect_checkpoint, load_tokenizer,
+                             tokenize_prompts)
 
     progress = progress or Progress()
     check_options(opts)  # before any file is written or engine started
@@ -151,6 +151,7 @@ def run_probe(opts: ProbeOptions, progress: Progress | None = None, sampler=None
     info = inspect_checkpoint(opts.checkpoint, allow_pickle=opts.trainer.allow_pickle, trust_remote_code=opts.trainer.trust_remote_code)
     check_against_checkpoint(opts, info)
     check_replay_probe(opts.trainer.replay, info, opts.sampler.kind)
+    check_weights_cover_config(info, trust_remote_code=opts.trainer.trust_remote_code)
     tokenizer = load_tokenizer(info.path, trust_remote_code=opts.trainer.trust_remote_code)
     other = load_tokenizer(opts.sampler_tokenizer, trust_remote_code=opts.trainer.trust_remote_code) if opts.sampler_tokenizer else None
     check_tokenizer(tokenizer, info, [p.text for p in prompts], other=other)
@@ -352,7 +353,7 @@ def _score_round(run: RunDir, r: int, completions, prompts, prompt_ids, tokenize
         elapsed += time.perf_counter() - t0
         if routes is not None:  # before the token shard: a scored shard implies its routes
             routes.write(run.path, r, existing + b, shard, prompt_ids, n, scored)
-        write_table(run.token_shard(r, existing + b), token_columns(shard, scored, rewards, n), config)
+        run.write_tokens(r, existing + b, token_columns(shard, scored, rewards, n), config)
         progress.advance("scoring", sum(len(c.token_ids) for c in shard))
     return elapsed
 
@@ -470,11 +471,42 @@ def rescore(run_path: Path, out: Path, trainer_cfg: TrainerConfig, resume: bool 
     _check_complete_source(run_path)
     old = src.read_manifest()
     check_replay_source(run_path, old, trainer_cfg.replay)
+    _check_recorded_config(src, old)
     if not list(src.samples.glob("round-*.parquet")):
         raise UsageError(f"{run_path} has no recorded samples to rescore")
     dst = RunDir(out)
     with dst.lock():
         return _rescore_locked(src, dst, old, trainer_cfg, resume, progress, trainer_checkpoint)
+
+
+def _check_recorded_config(src: RunDir, manifest: dict[str, Any]) -> None:
+    """The parts of a recorded manifest rescore reads, each of its type: an edited or damaged manifest is one
+    line naming the field, not a crash halfway through setting up the trainer."""
+    def bad(field: str, value: Any, want: str) -> UsageError:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        return UsageError(f"{src.manifest_path}: {field} is {shown}, not {want}",
+                          hint="the manifest was edited or damaged; restore it from a copy of the run")
+
+    cfg = manifest.get("config")
+    if not isinstance(cfg, dict):
+        raise bad("config", cfg, "a table")
+    for key in ("sampling", "checkpoint"):
+        if not isinstance(cfg.get(key), dict):
+            raise bad(f"config.{key}", cfg.get(key), "a table")
+    for f in fields(SamplingConfig):
+        value = cfg["sampling"].get(f.name, f.default)
+        want = type(f.default)
+        ok = isinstance(value, want) and not isinstance(value, bool) or (want is float and isinstance(value, int)
+                                                                           and not isinstance(value, bool))
+        if not ok:
+            raise bad(f"config.sampling.{f.name}", value, {int: "an integer", float: "a number"}.get(want, "a string"))
+    for key in ("path", "sha256"):
+        if not isinstance(cfg["checkpoint"].get(key), str):
+            raise bad(f"config.checkpoint.{key}", cfg["checkpoint"].get(key), "a string")
+    if not isinstance(manifest.get("fingerprint", {}), dict):
+        raise bad("fingerprint", manifest["fingerprint"], "a table")
+    if cfg.get("semantics") is not None and not isinstance(cfg["semantics"], dict):
+        raise bad("config.semantics", cfg["semantics"], "a table")
 
 
 def _check_complete_source(run_path: Path) -> None:
@@ -487,7 +519,7 @@ def _check_complete_source(run_path: Path) -> None:
 
 def _rescore_locked(src: RunDir, dst: RunDir, old: dict, trainer_cfg: TrainerConfig, resume: bool, progress: Progress,
                     trainer_checkpoint: Path | None) -> Path:
-    from .checkpoint import inspect_checkpoint, load_tokenizer
+    from .checkpoint import check_weights_cover_config, inspect_checkpoint, load_tokenizer
 
     run_path = src.path
     cfg = old["config"]
@@ -496,6 +528,7 @@ def _rescore_locked(src: RunDir, dst: RunDir, old: dict, trainer_cfg: TrainerCon
                               trust_remote_code=trainer_cfg.trust_remote_code)
     if info.sha256 != cfg["checkpoint"]["sha256"]:
         raise UsageError(f"the checkpoint at {info.path} changed since {run_path} was recorded (sha256 differs)")
+    check_weights_cover_config(info, trust_remote_code=trainer_cfg.trust_remote_code)
     tokenizer = load_tokenizer(info.path, trust_remote_code=trainer_cfg.trust_remote_code)
     prompts_table = src.read_prompts().to_pylist()
     prompts = [Prompt(r["prompt_id"], r["text"], r["answer"]) for r in prompts_table]

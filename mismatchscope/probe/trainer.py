@@ -270,6 +270,11 @@ class HFTrainer:
         x = torch.tensor([ids], device=self._input_device)
         reference = self.model(input_ids=x, use_cache=False).logits[0].float().log_softmax(-1)
         ours = self._logits(self._hidden([ids])[0], fp32_head=False).log_softmax(-1)
+        if not bool(torch.isfinite(reference).any(-1).all()):  # every logprob of a position NaN or inf
+            raise CheckpointError(
+                f"{type(self.model).__name__}: the model's own forward gives non-finite logits (NaN or inf) "
+                "on the first sequence: its weights hold non-finite values, or overflow in this dtype",
+                hint="check the checkpoint (a diverged or damaged save), or score in float32")
         diff = (reference - ours.to(reference.device)).abs().max().item()
         tol = SELF_CHECK_TOL.get(self.cfg.dtype, SELF_CHECK_TOL_LOW_PRECISION)
         if not diff <= tol:

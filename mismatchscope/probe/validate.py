@@ -223,7 +223,11 @@ def check_sampler(cfg: SamplerConfig) -> None:
         check_server_engine_args(cfg.engine_args)
         if not cfg.url:
             raise UsageError("--sampler vllm-server needs --url http://HOST:PORT")
-        parts = urllib.parse.urlsplit(cfg.url)
+        try:
+            parts = urllib.parse.urlsplit(cfg.url)
+        except ValueError as e:  # "Invalid IPv6 URL": a '[' without its ']'
+            raise UsageError(f"--url {redact_url(cfg.url)!r} is not a valid URL ({e})",
+                             hint="write --url http://HOST:PORT, an IPv6 host in brackets: http://[::1]:8000") from None
         try:
             parts.port  # noqa: B018 -- raises on a port that is not a number
         except ValueError:
@@ -253,6 +257,13 @@ def check_sampling(s: SamplingConfig) -> None:
         raise UsageError(f"--top-p must be in (0, 1], got {s.top_p:g}", hint="1 keeps the whole distribution")
     if not s.temperature >= 0.0:  # also refuses NaN
         raise UsageError(f"--temperature must be at least 0, got {s.temperature:g}")
+    if s.seed is not None and not 0 <= s.seed <= MAX_SEED:
+        raise UsageError(f"--seed must be in 0..{MAX_SEED} (2^63 - 1), got {s.seed}",
+                         hint="the engines and torch take a signed 64-bit seed")
+
+
+MAX_SEED = (1 << 63) - 1
+"""torch, numpy and vLLM all take the seed as a signed 64-bit integer."""
 
 
 def check_options(opts: "ProbeOptions") -> None:

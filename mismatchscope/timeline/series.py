@@ -34,7 +34,7 @@ from ..analysis.validate import check_advantage, check_not_empty
 from ..reader import BATCH_ROWS, Hygiene, Source, iter_batches, open_source, token_keys
 from ..rules import RuleInstance, SequenceInputs
 from ..rules.sequence import k3_inverse, needs_inverse_k3
-from ..schema import COLUMNS
+from ..schema import COLUMNS, MAX_ABS_STEP
 
 RATIO_BAND = (0.5, 2.0)
 """tokens with r = p/q outside this band are counted (the token-mask / [0.5, 2] reading of ``report``)."""
@@ -45,8 +45,6 @@ MAX_GROUPS = 64
 """``--by`` splits lines by a categorical column; more distinct values than this is an error."""
 _KEY_STRIDE = 1024
 """(step, group) -> one int64 key: step * stride + group (MAX_GROUPS + a null group fit under it)."""
-_MAX_ABS_STEP = 2 ** 52
-"""|step| up to this keeps step * _KEY_STRIDE + group inside int64 (and exact as a float64)."""
 
 
 @dataclass(frozen=True)
@@ -143,7 +141,7 @@ def build_series(path: str | os.PathLike, rules: list[RuleInstance], by: str | N
     positions.finish()  # a duplicated token would double its weight in its step
     check_not_empty(str(path), acc.tokens, hygiene)
     series = acc.finish(groups.values if by is not None else ["all"], by)
-    series.warnings = ([source.incomplete] if source.incomplete else []) + hygiene.warnings() + acc.warnings
+    series.warnings = source.warnings + hygiene.warnings() + acc.warnings
     series.warnings += ([routes_note] if routes_note else []) + (routing_warnings(scan) if scan else [])
     series.source = source
     return series
@@ -253,7 +251,7 @@ class _Accumulator:
 
     def _dense(self, step_T: np.ndarray, group_T: np.ndarray) -> np.ndarray:
         # compared, not np.abs()-ed: abs(INT64_MIN) is INT64_MIN, and a negative check would let it wrap the key
-        beyond = (step_T > _MAX_ABS_STEP) | (step_T < -_MAX_ABS_STEP)
+        beyond = (step_T > MAX_ABS_STEP) | (step_T < -MAX_ABS_STEP)
         if beyond.any():
             bad = int(step_T[np.flatnonzero(beyond)[0]])
             raise InputError(f"step value {bad} is beyond +-2^52: not a training step counter",

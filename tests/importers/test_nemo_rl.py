@@ -152,7 +152,7 @@ def test_parallel_workers_give_the_same_output_as_one_process(tmp_path, monkeypa
         r = int(rng.integers(1, 30))
         lp = (-rng.exponential(0.5, r)).tolist()
         samples.append(nemo_sample([1, 2, 3], rng.integers(0, 1000, r).tolist(), lp,
-                                   (np.asarray(lp) + rng.normal(0, 0.01, r)).tolist(), float(i), float(i % 2),
+                                   np.minimum(np.asarray(lp) + rng.normal(0, 0.01, r), 0.0).tolist(), float(i), float(i % 2),
                                    width=40))
     for step in (1, 2, 3):
         write_nemo_step(tmp_path / "logs", step, samples, raw_lines={7: "not json"})

@@ -91,7 +91,16 @@ def test_loss_mask_holes_and_all_none_advantages(tmp_path):
     import_run("prime-rl", tmp_path / "outputs", tmp_path / "out")
     t = read(tmp_path / "out")
     assert t["token_id"] == [5, 7] and t["position"] == [0, 1]
-    assert all(math.isnan(a) for a in t["advantage"])
+    assert "advantage" not in t  # a column of nulls would make every reader refuse the run
+
+
+def test_a_null_advantage_in_a_run_with_advantages_is_refused_at_its_line(tmp_path):
+    bad = rec()
+    bad["advantages"] = [0.5, 0.5, 0.5, None, 0.5]  # prompt 2 tokens, then the response: position 1 is null
+    write_prime_step(tmp_path / "outputs", 1, 0, [rec(), bad])
+    with pytest.raises(ImportFormatError, match=r"rank_0.jsonl:2: advantage is nan .* at position 1"):
+        import_run("prime-rl", tmp_path / "outputs", tmp_path / "out")
+    assert not (tmp_path / "out" / "manifest.json").exists()
 
 
 @pytest.mark.parametrize("record, reason", [

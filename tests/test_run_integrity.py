@@ -1,0 +1,349 @@
+"""A run knows its own contents: the shard index, and every reader holding the shards against it.
+
+Each writer lists every shard it commits (name, rows, size) in
+``DIR/index/``; a reader refuses a complete run whose shards disagree with
+that list (one lost, one foreign, one truncated, one that is not a file) and
+says how an incomplete run disagrees in its warning. ``gate`` refuses both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from mismatchscope import rundir
+from mismatchscope.errors import InputError
+from mismatchscope.live import Recorder
+from mismatchscope.reader import open_source
+from mismatchscope.schema import write_table
+from tests.helpers import cli, pairs
+
+Q = np.log([[0.5, 0.25], [0.8, 0.5]])
+P = np.log([[0.25, 0.25], [0.1, 0.5]])
+
+
+def _recorded(path: Path, steps: int = 3, close: bool = True) -> Path:
+    """A recorded run of ``steps`` steps, 4 tokens each (one shard a step)."""
+    rec = Recorder(path, rank=0, world_size=1)
+    for step in range(steps):
+        rec.add(step, Q, P)
+    if close:
+        rec.close()
+    else:
+        rec.flush()
+        rec._lock.release()  # a killed writer: its shards stay, its run is not complete
+    return path
+
+
+@pytest.fixture(scope="module")
+def complete_run(tmp_path_factory) -> Path:
+    return _recorded(tmp_path_factory.mktemp("runs") / "run")
+
+
+@pytest.fixture
+def run(complete_run, tmp_path) -> Path:
+    """A fresh copy of the complete run for one test to damage."""
+    return Path(shutil.copytree(complete_run, tmp_path / "run"))
+
+
+def _shards(run: Path) -> list[Path]:
+    return sorted((run / "tokens").glob("*.parquet"))
+
+
+def test_a_complete_run_lists_every_shard_with_its_rows_and_size(run):
+    index = rundir.read_index(run, rundir.TOKENS)
+    # 3 steps of a [2, 2] batch with no mask: 4 rows in each shard
+    assert {name: e.rows for name, e in index.items()} == {f.name: 4 for f in _shards(run)}
+    assert all(index[f.name].size == f.stat().st_size for f in _shards(run))
+    assert json.loads((run / "manifest.json").read_text())["shard_index"] == rundir.INDEX_VERSION
+    source = open_source(run)
+    assert source.incomplete is None and source.notes == []
+
+
+def test_a_lost_shard_is_an_error_and_gate_refuses_the_run(run):
+    _shards(run)[1].unlink()
+    with pytest.raises(InputError, match=r"1 shard\(s\) listed in the run's index are missing \(4 rows\)"):
+        open_source(run)
+    r = cli("report", str(run))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "missing" in r.stderr, r.stderr
+    g = cli("gate", str(run), "--absolute-only", "--limit", "tv_token_mean<=1")
+    assert g.returncode == 2 and "missing" in g.stderr, g.stderr
+
+
+def test_the_run_read_through_its_tokens_folder_is_checked_the_same(run):
+    _shards(run)[0].unlink()
+    with pytest.raises(InputError, match="missing"):
+        open_source(run / "tokens")
+
+
+def test_one_listed_shard_given_alone_reads_without_its_siblings(run):
+    shard = _shards(run)[0]
+    _shards(run)[2].unlink()  # not asked for: only the shards read are held against the index
+    assert open_source(shard).files == [shard]
+
+
+def test_a_foreign_shard_in_tokens_is_refused_not_merged(run):
+    write_table(run / "tokens" / "extra.parquet", pairs([(99, 0, 0.5, 0.9)]))
+    with pytest.raises(InputError, match=r"tokens/extra.parquet is not one of the run's shards"):
+        open_source(run)
+    r = cli("report", str(run))
+    assert r.returncode == 2 and "not one of the run's shards" in r.stderr
+
+
+def test_a_truncated_or_replaced_shard_is_refused(run):
+    shard = _shards(run)[0]
+    data = shard.read_bytes()
+    shard.write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputError, match="truncated"):
+        open_source(run)
+    write_table(shard, pairs([(0, 0, 0.5, 0.25)]))  # a whole Parquet file, but not the one the run wrote
+    with pytest.raises(InputError, match=r"step-000000-rank-0000.parquet is \d[\d,]* bytes, the run's index says"):
+        open_source(run)
+
+
+def test_a_fifo_named_like_a_shard_is_refused_at_once(run):
+    fifo = run / "tokens" / "step-000009-rank-0000.parquet"
+    os.mkfifo(fifo)
+    r = cli("report", str(run), timeout=60)  # a reader that opened it would wait forever
+    assert r.returncode == 2 and "a FIFO, not a Parquet file" in r.stderr, r.stderr
+    r = cli("report", str(fifo), timeout=60)
+    assert r.returncode == 2 and "not a regular file" in r.stderr, r.stderr
+
+
+def test_an_incomplete_run_says_how_it_disagrees_and_is_still_read(tmp_path):
+    run = _recorded(tmp_path / "run", close=False)
+    write_table(run / "tokens" / "step-000003-rank-0000.parquet", pairs([(99, 0, 0.5, 0.9)]))  # committed, not listed
+    source = open_source(run)
+    assert "incomplete run" in source.incomplete
+    assert "tokens/step-000003-rank-0000.parquet is not one of the run's shards" in source.incomplete
+    assert len(source.files) == 4  # read, and said: never silently
+    g = cli("gate", str(run), "--absolute-only", "--limit", "tv_token_mean<=1")
+    assert g.returncode == 2 and "incomplete run" in g.stderr
+
+
+def test_a_run_written_before_the_index_reads_as_before_with_a_note(tmp_path):
+    run = tmp_path / "old"
+    write_table(run / "tokens" / "part-00000.parquet", pairs([(0, 0, 0.5, 0.25), (0, 1, 0.5, 0.5)]))
+    rundir.write_manifest(run, {"status": "complete"})
+    source = open_source(run)
+    assert source.incomplete is None
+    assert len(source.notes) == 1 and "has no shard index" in source.notes[0]
+    r = cli("report", str(run), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert any("has no shard index" in w for w in json.loads(r.stdout)["warnings"])
+
+
+def test_a_run_whose_manifest_keeps_an_index_but_lost_it_is_refused(run):
+    shutil.rmtree(run / "index")
+    with pytest.raises(InputError, match=r"its shard index \(index/tokens.jsonl\) is missing"):
+        open_source(run)
+
+
+def test_a_damaged_index_line_is_an_error_a_torn_last_line_is_not(tmp_path):
+    run = tmp_path / "run"
+    index = rundir.ShardIndex(run, rundir.TOKENS)
+    shard = write_table(run / "tokens" / "part-0.parquet", pairs([(0, 0, 0.5, 0.25)]))
+    index.commit(shard, 1)
+    with index.path.open("ab") as fh:
+        fh.write(b'{"shard": "part-1.par')  # a writer killed mid-append
+    assert set(rundir.read_index(run, rundir.TOKENS)) == {"part-0.parquet"}
+    shard1 = write_table(run / "tokens" / "part-1.parquet", pairs([(1, 0, 0.5, 0.25)]))
+    rundir.ShardIndex(run, rundir.TOKENS).commit(shard1, 1)  # the next writer cuts the torn line off first
+    assert index.path.read_text().count("\n") == 2
+    assert {n: e.rows for n, e in rundir.read_index(run, rundir.TOKENS).items()} == {"part-0.parquet": 1,
+                                                                                       "part-1.parquet": 1}
+    index.path.write_text('{"shard": "part-0.parquet", "rows": "1", "bytes": 5}\n')
+    with pytest.raises(InputError, match=r"tokens.jsonl:1: the shard index is damaged"):
+        rundir.read_index(run, rundir.TOKENS)
+
+
+def test_the_index_is_generic_over_the_folder(tmp_path):
+    """``routes/`` (or any folder of shards) is held to its own index the same way."""
+    run = tmp_path / "run"
+    shard = write_table(run / "routes" / "part-00000.parquet", pairs([(0, 0, 0.5, 0.25), (0, 1, 0.5, 0.5)]))
+    rundir.ShardIndex(run, "routes").commit(shard, 2)
+    assert rundir.shard_problems(run, "routes", [shard], {shard: 2}, whole=True) == []
+    assert rundir.shard_problems(run, "routes", [shard], {shard: 3}, whole=True) == [
+        "routes/part-00000.parquet holds 3 rows, the run's index says 2 (replaced)"]
+    assert rundir.shard_problems(run, "routes", [], {}, whole=True) == [
+        "1 shard(s) listed in the run's index are missing (2 rows), e.g. routes/part-00000.parquet"]
+    assert rundir.shard_problems(run, "other", [], {}, whole=True) is None
+
+
+def test_a_resumed_recorder_adopts_a_shard_written_just_before_a_kill(tmp_path):
+    run = _recorded(tmp_path / "run", steps=2, close=False)
+    index = rundir.ShardIndex(run, rundir.TOKENS, "rank-0000")
+    lines = index.path.read_text().splitlines()
+    index.path.write_text(lines[0] + "\n")  # killed between the second shard's rename and its index line
+    with Recorder(run, rank=0, world_size=1, resume=True) as rec:
+        rec.add(2, Q, P)
+    source = open_source(run)  # complete, and every shard listed: the adopted one and the new one
+    assert source.incomplete is None and len(source.files) == 3
+    assert sum(pq.read_metadata(f).num_rows for f in source.files) == 12
+
+
+def test_a_resumed_step_forgets_the_shards_it_replaces(tmp_path):
+    run = _recorded(tmp_path / "run", steps=2, close=False)
+    with Recorder(run, rank=0, world_size=1, resume=True) as rec:
+        rec.add(1, Q[:1], P[:1])  # step 1 again, one row: replaces the earlier shard of step 1
+    index = rundir.read_index(run, rundir.TOKENS)
+    assert {n: e.rows for n, e in index.items()} == {"step-000000-rank-0000.parquet": 4,
+                                                     "step-000001-rank-0000.parquet": 2}
+    assert open_source(run).incomplete is None
+
+
+def test_an_import_lists_its_shards(tmp_path):
+    from mismatchscope.importers import import_run
+
+    src = tmp_path / "dump.jsonl"
+    src.write_text("\n".join(json.dumps({"sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.6, -1.1],
+                                         "token_ids": [1, 2]}) for _ in range(3)) + "\n")
+    out = tmp_path / "imported"
+    import_run("jsonl", src, out)
+    index = rundir.read_index(out, rundir.TOKENS)
+    assert {n: e.rows for n, e in index.items()} == {"part-00000.parquet": 6}  # 3 records of 2 tokens
+    assert open_source(out).notes == []
+
+
+# -- the Recorder writes only into its own run -----------------------------------------------
+
+GOLDEN = Path(__file__).resolve().parent / "data" / "golden-probe"
+
+
+def _listing(path: Path) -> dict[str, int]:
+    return {str(p.relative_to(path)): p.stat().st_mtime_ns for p in sorted(path.rglob("*"))}
+
+
+@pytest.mark.parametrize("case, message", [
+    ("probe run", "already holds a probe run, not a recorded run"),
+    ("import run", "already holds an imported run, not a recorded run"),
+    ("tokens of a run", "lies inside the run"),
+    ("folder inside a run", "lies inside the run"),
+    ("killed import", "holds files that are not a recorded run's (e.g. "),
+    ("other files", "holds files that are not a recorded run's (e.g. notes.txt)"),
+    ("a file", "is a file, not a run directory"),
+    ("unreadable manifest", "already holds an unreadable manifest.json"),
+])
+def test_the_recorder_refuses_a_directory_that_is_not_its_run(tmp_path, case, message):
+    from mismatchscope.errors import UsageError
+
+    probe = Path(shutil.copytree(GOLDEN, tmp_path / "probe"))
+    target = {"probe run": probe, "tokens of a run": probe / "tokens", "folder inside a run": probe / "sub",
+              "import run": tmp_path / "imported", "killed import": tmp_path / "killed",
+              "other files": tmp_path / "mine", "a file": tmp_path / "file", "unreadable manifest": tmp_path / "bad"}[case]
+    if case in ("import run", "killed import"):
+        src = tmp_path / "dump.jsonl"
+        src.write_text(json.dumps({"sampler_logprobs": [-0.5], "trainer_logprobs": [-0.6], "token_ids": [1]}) + "\n")
+        from mismatchscope.importers import import_run
+
+        import_run("jsonl", src, target)
+        if case == "killed import":
+            (target / "manifest.json").unlink()
+    elif case == "other files":
+        target.mkdir()
+        (target / "notes.txt").write_text("mine")
+    elif case == "a file":
+        target.write_text("x")
+    elif case == "unreadable manifest":
+        target.mkdir()
+        (target / "manifest.json").write_text("{not json")
+    before = _listing(tmp_path)
+    for resume in (False, True):  # resume reopens only a recorded run
+        with pytest.raises(UsageError, match=re.escape(message)):
+            Recorder(target, rank=0, world_size=1, resume=resume)
+    assert _listing(tmp_path) == before  # nothing written, nothing changed
+
+
+def test_the_recorder_refuses_an_empty_path(tmp_path, monkeypatch):
+    from mismatchscope.errors import UsageError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match="empty path"):
+        Recorder("", rank=0)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_recorder_reopens_its_own_run_only_as_another_rank_or_with_resume(tmp_path):
+    from mismatchscope.errors import UsageError
+
+    run = _recorded(tmp_path / "run", steps=1)
+    with pytest.raises(UsageError, match="already holds records of rank 0"):
+        Recorder(run, rank=0, world_size=1)
+    with pytest.raises(UsageError, match="recorded with world_size 1, not 2"):
+        Recorder(run, rank=1, world_size=2)
+    Recorder(run, rank=0, world_size=1, resume=True).close()
+    fresh = tmp_path / "fresh"
+    with Recorder(fresh, rank=1, world_size=2) as r1:  # rank 1 first, before rank 0 wrote the manifest
+        r1.add(0, Q, P)
+        Recorder(fresh, rank=0, world_size=2).close()  # rank 0 joins the directory rank 1 started
+
+
+# -- writers refuse what the readers would refuse, at the call or the line ---------------------
+
+def test_the_recorder_refuses_a_sequence_id_given_again_at_a_later_step(tmp_path):
+    from mismatchscope.live import RecorderInputError
+
+    with Recorder(tmp_path / "run", rank=0, world_size=1) as rec:
+        rec.add(0, Q, P, sequence_ids=[10, 11])
+        rec.add(1, Q, P, sequence_ids=[12, 13])
+        with pytest.raises(RecorderInputError, match=r"step 2: sequence id 11 was already recorded at step 0"):
+            rec.add(2, Q, P, sequence_ids=[20, 11])
+        rec.add(2, Q, P, sequence_ids=[20, 21])  # the refused call queued nothing
+    r = cli("report", str(tmp_path / "run"), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["sequences"] == 6  # 3 steps x 2 rows
+
+
+def test_the_recorder_refuses_steps_and_positions_the_readers_refuse(tmp_path):
+    from mismatchscope.live import RecorderInputError
+
+    with Recorder(tmp_path / "run", rank=0, world_size=1) as rec:
+        with pytest.raises(RecorderInputError, match=r"step 4503599627370497 is beyond 2\^52"):
+            rec.add(2 ** 52 + 1, Q, P)
+        t = 2 ** 24 + 1  # positions 0..2^24: the last is one past the readers' 0..16777215
+        lq = np.zeros((1, t), np.float16)
+        mask = np.zeros((1, t), bool)
+        mask[0, -1] = True
+        with pytest.raises(RecorderInputError, match=r"position 16777216 is outside 0..16777215 at row 0"):
+            rec.add(0, lq, lq, mask)
+        rec.add(0, Q, P)
+    assert rundir.completion(tmp_path / "run").complete
+
+
+def _jsonl(path: Path, *records: dict) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+GOOD = {"token_ids": [1, 2, 3], "sampler_logprobs": [-0.5, -1.0, -0.1], "trainer_logprobs": [-0.6, -1.1, -0.2]}
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"trainer_logprobs": [-0.6, 0.7, -0.2]}, "dump.jsonl:2: trainer_logprob 0.7 is positive beyond rounding "
+                                              "(> 0.0001): logprobs are natural logs <= 0 at position 1"),
+    ({"advantages": float("nan")}, "dump.jsonl:2: advantage is nan (missing?)"),
+    ({"mask": [1, "1", 0]}, "dump.jsonl:2: the mask must hold 0/1 or true/false, got '1' at index 1"),
+])
+def test_an_import_refuses_at_the_line_what_report_would_refuse(tmp_path, bad, message):
+    from mismatchscope.errors import ImportFormatError
+    from mismatchscope.importers import import_run
+
+    good = {**GOOD, "advantages": 0.5, "mask": [1, 1, 1]}
+    src = _jsonl(tmp_path / "dump.jsonl", good, {**good, **bad})
+    with pytest.raises(ImportFormatError) as e:
+        import_run("jsonl", src, tmp_path / "out")
+    assert str(e.value).startswith(message), str(e.value)
+    assert not (tmp_path / "out").exists()  # nothing written
+    r = cli("import", "jsonl", str(src), "--out", str(tmp_path / "out"))
+    assert r.returncode == 2 and r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr
+    assert not (tmp_path / "out").exists()
+    skipped = import_run("jsonl", src, tmp_path / "skipped", skip_bad=True)  # --skip-bad: skipped and counted
+    assert (skipped.sequences, skipped.bad_records_skipped) == (1, 1)
+    assert cli("report", str(tmp_path / "skipped")).returncode == 0
