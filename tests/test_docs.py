@@ -31,6 +31,7 @@ def _type_name(t: pa.DataType) -> str:
 
 def test_format_doc_lists_exactly_the_schema_columns():
     text = (REPO / "docs" / "format.md").read_text()
+    text = text.split("\n## MoE routes")[0]  # the routes/ files have their own columns (mismatchscope.routing.layout)
     rows = dict(re.findall(r"^\| `(\w+)` \| ([^|]+) \|", text, re.M))
     assert set(rows) == set(schema.COLUMNS), (set(rows) ^ set(schema.COLUMNS))
     for name, col in schema.COLUMNS.items():

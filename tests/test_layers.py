@@ -162,10 +162,7 @@ def upward_imports() -> set[str]:
     }
 
 
-KNOWN_CLI_IMPORTS: set[str] = {
-    "mismatchscope.diagnose.output -> mismatchscope.cli._render",
-    "mismatchscope.diagnose.run -> mismatchscope.cli._output",
-}
+KNOWN_CLI_IMPORTS: set[str] = set()
 KNOWN_UPWARD_IMPORTS: set[str] = KNOWN_CLI_IMPORTS | {
     "mismatchscope.gate.run -> mismatchscope.plots.data",
 }

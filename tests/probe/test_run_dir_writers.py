@@ -46,12 +46,13 @@ def held(run: Path):
 
 
 def _source(tmp_path: Path, status: str) -> Path:
-    """A run directory's outline: a manifest with ``status`` and one recorded round (its contents are never read here)."""
+    """A run directory's outline: a manifest with ``status`` and one recorded round (the round is never read here)."""
     src = tmp_path / "src"
     (src / "samples").mkdir(parents=True)
     (src / "tokens").mkdir()
     (src / "samples" / "round-00000.parquet").write_bytes(b"")
-    (src / "manifest.json").write_text(json.dumps({"status": status, "config": {}, "fingerprint": {}}))
+    config = {"sampling": {}, "checkpoint": {"path": "ckpt", "sha256": "0" * 64}}  # the fields rescore checks first
+    (src / "manifest.json").write_text(json.dumps({"status": status, "config": config, "fingerprint": {}}))
     return src
 
 
