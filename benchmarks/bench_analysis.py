@@ -40,7 +40,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 MASK_COLUMNS = ["sequence_id", "position", "token_id", "sampler_logprob", "trainer_logprob", "advantage"]
-REPORT_COLUMNS = MASK_COLUMNS + ["trainer_entropy", "sampler_topk_ids", "sampler_topk_logprobs", "trainer_logprobs_at_sampler_topk"]
+REPORT_COLUMNS = MASK_COLUMNS + [
+    "trainer_entropy",
+    "sampler_topk_ids",
+    "sampler_topk_logprobs",
+    "trainer_logprobs_at_sampler_topk",
+]
 
 DUCKDB_SQL = """
 WITH t AS (
@@ -108,7 +113,8 @@ def make_file(path: Path, tokens: int, seqs: int, k: int = 5, seed: int = 0) -> 
             "sampler_topk_ids": pa.ListArray.from_arrays(offsets, pa.array(rng.integers(0, 150_000, n * k))),
             "sampler_topk_logprobs": pa.ListArray.from_arrays(offsets, pa.array(top_lq.ravel())),
             "trainer_logprobs_at_sampler_topk": pa.ListArray.from_arrays(
-                offsets, pa.array(np.minimum(top_lq + rng.normal(0, 0.02, (n, k)), 0.0).ravel())),
+                offsets, pa.array(np.minimum(top_lq + rng.normal(0, 0.02, (n, k)), 0.0).ravel())
+            ),
         }
         table = pa.table(cols)
         if writer is None:
@@ -155,7 +161,9 @@ def main() -> None:
         if not path.exists():
             t0 = time.perf_counter()
             make_file(path, args.tokens, args.sequences)
-            print(f"wrote {args.tokens:,} tokens in {time.perf_counter() - t0:.1f} s ({path.stat().st_size / 1e6:.0f} MB)")
+            print(
+                f"wrote {args.tokens:,} tokens in {time.perf_counter() - t0:.1f} s ({path.stat().st_size / 1e6:.0f} MB)"
+            )
         load = os.getloadavg()[0]
         cmds = commands(path)
         runs: dict[str, list[dict]] = {name: [] for name in cmds}
@@ -171,37 +179,53 @@ def main() -> None:
 
 def _table(best: dict, runs: dict) -> list[str]:
     duck = best["duckdb"]["wall"]
-    out = ["| | wall (s) | CPU (s) | CPU / wall | peak RSS (MiB) | x DuckDB | x pyarrow read | target | all walls (s) |",
-           "|---|---:|---:|---:|---:|---:|---:|---|---|"]
-    targets = {"compare-masks": ("read (compare-masks columns)", "<= 1.5x DuckDB"), "report": ("read (report columns)", "<= 2.5x DuckDB")}
+    out = [
+        "| | wall (s) | CPU (s) | CPU / wall | peak RSS (MiB) | x DuckDB | x pyarrow read | target | all walls (s) |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---|",
+    ]
+    targets = {
+        "compare-masks": ("read (compare-masks columns)", "<= 1.5x DuckDB"),
+        "report": ("read (report columns)", "<= 2.5x DuckDB"),
+    }
     for name, r in best.items():
         read_name, target = targets.get(name, (None, ""))
         x_read = f"{r['wall'] / best[read_name]['wall']:.2f}" if read_name else ""
         walls = ", ".join(f"{x['wall']:.2f}" for x in runs[name])
-        out.append(f"| {name} | {r['wall']:.2f} | {r['cpu']:.2f} | {r['cpu'] / r['wall']:.2f} | {r['rss_mb']:.0f} | "
-                   f"{r['wall'] / duck:.2f} | {x_read} | {target} | {walls} |")
+        out.append(
+            f"| {name} | {r['wall']:.2f} | {r['cpu']:.2f} | {r['cpu'] / r['wall']:.2f} | {r['rss_mb']:.0f} | "
+            f"{r['wall'] / duck:.2f} | {x_read} | {target} | {walls} |"
+        )
     out.append("")
     for name, limit in (("compare-masks", 1.5), ("report", 2.5)):
         r = best[name]
-        checks = [(f"{r['wall'] / duck:.2f}x DuckDB", r["wall"] / duck <= limit, f"<= {limit}"),
-                  (f"CPU / wall {r['cpu'] / r['wall']:.2f}", r["cpu"] / r["wall"] >= 1.6, ">= 1.6"),
-                  (f"peak RSS {r['rss_mb']:.0f} MiB", r["rss_mb"] < 1000, "< 1 GB")]
-        out.append(f"- {name}: " + "; ".join(f"{what} (target {t}: {'met' if ok else 'NOT met'})" for what, ok, t in checks))
+        checks = [
+            (f"{r['wall'] / duck:.2f}x DuckDB", r["wall"] / duck <= limit, f"<= {limit}"),
+            (f"CPU / wall {r['cpu'] / r['wall']:.2f}", r["cpu"] / r["wall"] >= 1.6, ">= 1.6"),
+            (f"peak RSS {r['rss_mb']:.0f} MiB", r["rss_mb"] < 1000, "< 1 GB"),
+        ]
+        out.append(
+            f"- {name}: " + "; ".join(f"{what} (target {t}: {'met' if ok else 'NOT met'})" for what, ok, t in checks)
+        )
     duck_read = best["duckdb, reading report's columns"]["wall"]
     out.append(f"- report against DuckDB only reading the same columns: {best['report']['wall'] / duck_read:.2f}x")
     return out
 
 
 def _append(results: Path, tokens: int, lines: list[str], load: float) -> None:
-    import numpy, pyarrow, duckdb  # noqa: E401
+    import duckdb
+    import numpy
+    import pyarrow
 
-    text = [f"\n## analysis: compare-masks and report vs DuckDB and a bare read ({datetime.date.today()})\n",
-            f"`python benchmarks/bench_analysis.py --results benchmarks/RESULTS.md`: one file of {tokens:,} tokens "
-            "(100,000 sequences, top-k 5 columns, zstd). Every row is one fresh process as a user runs it (start-up "
-            "included), best of the interleaved repeats; CPU is user + system of the process and its threads.\n",
-            *lines, "",
-            f"Machine: {os.cpu_count()} CPU cores, 1-minute load average {load:.1f} at the start; Python "
-            f"{platform.python_version()}, numpy {numpy.__version__}, pyarrow {pyarrow.__version__}, duckdb {duckdb.__version__}.\n"]
+    text = [
+        f"\n## analysis: compare-masks and report vs DuckDB and a bare read ({datetime.date.today()})\n",
+        f"`python benchmarks/bench_analysis.py --results benchmarks/RESULTS.md`: one file of {tokens:,} tokens "
+        "(100,000 sequences, top-k 5 columns, zstd). Every row is one fresh process as a user runs it (start-up "
+        "included), best of the interleaved repeats; CPU is user + system of the process and its threads.\n",
+        *lines,
+        "",
+        f"Machine: {os.cpu_count()} CPU cores, 1-minute load average {load:.1f} at the start; Python "
+        f"{platform.python_version()}, numpy {numpy.__version__}, pyarrow {pyarrow.__version__}, duckdb {duckdb.__version__}.\n",
+    ]
     with results.open("a") as f:
         f.write("\n".join(text))
 

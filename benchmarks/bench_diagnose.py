@@ -50,8 +50,13 @@ print(time.perf_counter() - t0)
 
 def _env() -> dict:
     env = dict(os.environ)
-    env.update({"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1",
-                "PYTHONPATH": str(REPO) + os.pathsep + env.get("PYTHONPATH", "")})
+    env.update(
+        {
+            "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "PYTHONPATH": str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
+        }
+    )
     return env
 
 
@@ -102,8 +107,9 @@ def main() -> None:
             continue
         slug = v["run_dir"].rsplit("/", 1)[-1]
         if v["side"] == "sampler":
-            parts[f"probe {v['name']}"] = _timed([*exe, "probe", "--out", str(root / f"p-{slug}"), "--format", "json",
-                                                  *_probe_args(v["changes"])])
+            parts[f"probe {v['name']}"] = _timed(
+                [*exe, "probe", "--out", str(root / f"p-{slug}"), "--format", "json", *_probe_args(v["changes"])]
+            )
         else:
             t = v["changes"]
             args = []
@@ -113,18 +119,28 @@ def main() -> None:
                 args += ["--attn-implementation", t["trainer.attn_implementation"]]
             if t.get("trainer.fp32_lm_head"):
                 args += ["--trainer-fp32-lm-head"]
-            parts[f"rescore {v['name']}"] = _timed([*exe, "rescore", str(root / "p-baseline"), "--out", str(root / f"r-{slug}"),
-                                                    "--format", "json", *args])
+            parts[f"rescore {v['name']}"] = _timed(
+                [*exe, "rescore", str(root / "p-baseline"), "--out", str(root / f"r-{slug}"), "--format", "json", *args]
+            )
     parts["reference forward"] = _timed([sys.executable, "-c", REFERENCE, str(root / "p-baseline"), str(SAMPLE)])
     total = sum(parts.values())
     probe_wall = parts["probe baseline"]
-    trainer_rows = [(v["name"], v["throughput"]["wall_s"]) for v in payload["variants"]
-                    if v["status"] == "ok" and v["side"] == "trainer"]
-    result = {"load_average_start": load0, "load_average_end": os.getloadavg()[0], "diagnose_wall_s": whole,
-              "parts": parts, "parts_sum_s": total, "ratio": whole / total,
-              "trainer_variants": {n: {"wall_s": w, "vs_probe": w / probe_wall} for n, w in trainer_rows},
-              "skipped": [v["name"] for v in payload["variants"] if v["status"] == "skipped"],
-              "failed": [v["name"] for v in payload["variants"] if v["status"] == "failed"]}
+    trainer_rows = [
+        (v["name"], v["throughput"]["wall_s"])
+        for v in payload["variants"]
+        if v["status"] == "ok" and v["side"] == "trainer"
+    ]
+    result = {
+        "load_average_start": load0,
+        "load_average_end": os.getloadavg()[0],
+        "diagnose_wall_s": whole,
+        "parts": parts,
+        "parts_sum_s": total,
+        "ratio": whole / total,
+        "trainer_variants": {n: {"wall_s": w, "vs_probe": w / probe_wall} for n, w in trainer_rows},
+        "skipped": [v["name"] for v in payload["variants"] if v["status"] == "skipped"],
+        "failed": [v["name"] for v in payload["variants"] if v["status"] == "failed"],
+    }
     print(json.dumps(result, indent=2))
 
 

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_analysis import make_file  # noqa: E402
+from bench_analysis import make_file
 
 CHILD = r"""
 import contextlib, io, json, os, resource, sys, time
@@ -83,21 +83,42 @@ def main() -> None:
             if not path.exists():
                 t0 = time.perf_counter()
                 make_file(path, args.tokens, args.sequences, seed=seed)
-                print(f"wrote {path.name}: {args.tokens:,} tokens in {time.perf_counter() - t0:.1f} s ({path.stat().st_size / 1e6:.0f} MB)")
+                print(
+                    f"wrote {path.name}: {args.tokens:,} tokens in {time.perf_counter() - t0:.1f} s ({path.stat().st_size / 1e6:.0f} MB)"
+                )
         base, cand = map(str, paths)
         load = os.getloadavg()[0]
-        res = measure({
-            "report": ["report", base, "--format", "json"],
-            "gate": ["gate", cand, "--baseline", base, "--format", "json"],
-            "gate_full": ["gate", cand, "--baseline", base, "--format", "json", "--limit", "ratio_quantiles.0.99<=10"],
-        }, args.repeat)
-        rows = [("`report` on one file", res["report"], None),
-                ("`gate`, built-in limits, bootstrap 1000", res["gate"], res["gate"]["seconds"] / res["report"]["seconds"]),
-                ("`gate` + a quantile limit (full report pass on both)", res["gate_full"],
-                 res["gate_full"]["seconds"] / res["report"]["seconds"])]
+        res = measure(
+            {
+                "report": ["report", base, "--format", "json"],
+                "gate": ["gate", cand, "--baseline", base, "--format", "json"],
+                "gate_full": [
+                    "gate",
+                    cand,
+                    "--baseline",
+                    base,
+                    "--format",
+                    "json",
+                    "--limit",
+                    "ratio_quantiles.0.99<=10",
+                ],
+            },
+            args.repeat,
+        )
+        rows = [
+            ("`report` on one file", res["report"], None),
+            ("`gate`, built-in limits, bootstrap 1000", res["gate"], res["gate"]["seconds"] / res["report"]["seconds"]),
+            (
+                "`gate` + a quantile limit (full report pass on both)",
+                res["gate_full"],
+                res["gate_full"]["seconds"] / res["report"]["seconds"],
+            ),
+        ]
         for label, r, ratio in rows:
-            print(f"{label:52s} {r['seconds']:6.2f} s (CPU {r['cpu']:.2f} s)  peak RSS {r['peak_rss_mb']:.0f} MB"
-                  + (f"  ratio {ratio:.2f} (target <= 3)" if ratio else ""))
+            print(
+                f"{label:52s} {r['seconds']:6.2f} s (CPU {r['cpu']:.2f} s)  peak RSS {r['peak_rss_mb']:.0f} MB"
+                + (f"  ratio {ratio:.2f} (target <= 3)" if ratio else "")
+            )
         if args.results:
             _append(args.results, rows, args, load)
 
@@ -106,18 +127,30 @@ def _append(path: Path, rows, args, load: float) -> None:
     import numpy
     import pyarrow
 
-    lines = ["", f"## gate: two runs with bootstrap vs report on one ({time.strftime('%Y-%m-%d')})", "",
-             f"`python benchmarks/bench_gate.py --results {path}`: two files of {args.tokens:,} tokens "
-             f"({args.sequences:,} sequences each, top-k 5 columns; `bench_analysis.make_file`, seeds 0 and 1). Each command "
-             f"runs in a fresh process through the CLI entry point; best of {args.repeat} interleaved repeats. "
-             "The gate's default limits need no report pass (means and rule rates come from per-sequence sums); "
-             "a quantile limit forces the full report on both files.", "",
-             "| | wall (s) | CPU (s) | peak RSS (MiB) | ratio to report | all runs (s) |", "|---|---:|---:|---:|---:|---|"]
+    lines = [
+        "",
+        f"## gate: two runs with bootstrap vs report on one ({time.strftime('%Y-%m-%d')})",
+        "",
+        f"`python benchmarks/bench_gate.py --results {path}`: two files of {args.tokens:,} tokens "
+        f"({args.sequences:,} sequences each, top-k 5 columns; `bench_analysis.make_file`, seeds 0 and 1). Each command "
+        f"runs in a fresh process through the CLI entry point; best of {args.repeat} interleaved repeats. "
+        "The gate's default limits need no report pass (means and rule rates come from per-sequence sums); "
+        "a quantile limit forces the full report on both files.",
+        "",
+        "| | wall (s) | CPU (s) | peak RSS (MiB) | ratio to report | all runs (s) |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
     for label, r, ratio in rows:
-        lines.append(f"| {label} | {r['seconds']:.2f} | {r['cpu']:.2f} | {r['peak_rss_mb']:.0f} | "
-                     f"{'' if ratio is None else f'{ratio:.2f}'} | {', '.join(f'{x:.2f}' for x in r['runs'])} |")
-    lines += ["", f"Target: gate within 3x report. Machine: {os.cpu_count()} CPU cores, 1-minute load average {load:.1f} when the run "
-              f"started; Python {sys.version.split()[0]}, numpy {numpy.__version__}, pyarrow {pyarrow.__version__}.", ""]
+        lines.append(
+            f"| {label} | {r['seconds']:.2f} | {r['cpu']:.2f} | {r['peak_rss_mb']:.0f} | "
+            f"{'' if ratio is None else f'{ratio:.2f}'} | {', '.join(f'{x:.2f}' for x in r['runs'])} |"
+        )
+    lines += [
+        "",
+        f"Target: gate within 3x report. Machine: {os.cpu_count()} CPU cores, 1-minute load average {load:.1f} when the run "
+        f"started; Python {sys.version.split()[0]}, numpy {numpy.__version__}, pyarrow {pyarrow.__version__}.",
+        "",
+    ]
     with open(path, "a", encoding="utf-8") as f:
         f.write("\n".join(lines))
 

@@ -86,8 +86,12 @@ def generate(root: Path, tokens: int, steps: int, seed: int = 0) -> dict:
                 fh.write(json.dumps(rec) + "\n")
                 generated += rl
     files = sorted(logdir.glob("*.jsonl"))
-    return {"generated_tokens": generated, "steps": steps, "samples_per_step": samples,
-            "bytes": sum(f.stat().st_size for f in files)}
+    return {
+        "generated_tokens": generated,
+        "steps": steps,
+        "samples_per_step": samples,
+        "bytes": sum(f.stat().st_size for f in files),
+    }
 
 
 def phase_parse(logs: Path) -> None:
@@ -106,7 +110,7 @@ def phase_parse(logs: Path) -> None:
 
 
 def phase_import(logs: Path, out: Path, copies: int, workers: int | None = None) -> None:
-    import mismatchscope.importers._jsonl  # noqa: F401  (library imports before the clock)
+    import mismatchscope.importers._jsonl
     import mismatchscope.importers._writer  # noqa: F401
     from mismatchscope.importers import import_run
 
@@ -134,8 +138,11 @@ def phase_encode(shards: Path, scratch: Path) -> None:
     _cpu_start()
     t0 = time.perf_counter()
     for i, t in enumerate(tables):
-        write_table(scratch / f"part-{i:05d}.parquet", {n: t.column(n).combine_chunks() for n in t.column_names},
-                    decode_metadata(t.schema.metadata))
+        write_table(
+            scratch / f"part-{i:05d}.parquet",
+            {n: t.column(n).combine_chunks() for n in t.column_names},
+            decode_metadata(t.schema.metadata),
+        )
     _report(time.perf_counter() - t0)
 
 
@@ -150,8 +157,17 @@ def _cpu_start() -> None:
 def _report(seconds: float, **extra) -> None:
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = me.ru_utime + me.ru_stime - _CPU0[0] + kids.ru_utime + kids.ru_stime  # this phase, worker processes included
-    print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "peak_rss_mib": me.ru_maxrss / 1024,
-                      "workers_peak_rss_mib": kids.ru_maxrss / 1024, **extra}))
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "cpu_seconds": cpu,
+                "peak_rss_mib": me.ru_maxrss / 1024,
+                "workers_peak_rss_mib": kids.ru_maxrss / 1024,
+                **extra,
+            }
+        )
+    )
 
 
 def _run(*args: str) -> dict:
@@ -186,8 +202,11 @@ def main() -> None:
     try:
         t0 = time.perf_counter()
         info = generate(tmp, args.tokens, args.steps)
-        print(f"generated {info['generated_tokens']:,} tokens in {args.steps} steps "
-              f"({info['bytes'] / 2**20:.0f} MiB of JSONL) in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+        print(
+            f"generated {info['generated_tokens']:,} tokens in {args.steps} steps "
+            f"({info['bytes'] / 2**20:.0f} MiB of JSONL) in {time.perf_counter() - t0:.1f}s",
+            file=sys.stderr,
+        )
         logs = tmp / "logs"
         load = os.getloadavg()[0]
         parse, imp = [], []
@@ -242,42 +261,50 @@ def append_results(path: Path, s: dict) -> None:
 
     try:
         import orjson
+
         orjson_version = orjson.__version__
     except ImportError:  # pragma: no cover
         orjson_version = "absent"
     met = "meets" if s["ratio"] <= 1.5 else "misses"
     floor = 1 + s["encode_cpu_seconds"] / s["parse_cpu_seconds"]
-    floor_note = ("the import can meet 1.5x in wall time only by running on both cores (parse workers, Parquet "
-                  "encoding on a thread)." if floor > 1.5 else "there is room for one process to meet 1.5x.")
-    busy = ("other jobs were competing for the cores" if s["load_average_1min"] > s["cores"] - 0.5
-            else "the cores were mostly free")
+    floor_note = (
+        "the import can meet 1.5x in wall time only by running on both cores (parse workers, Parquet "
+        "encoding on a thread)."
+        if floor > 1.5
+        else "there is room for one process to meet 1.5x."
+    )
+    busy = (
+        "other jobs were competing for the cores"
+        if s["load_average_1min"] > s["cores"] - 0.5
+        else "the cores were mostly free"
+    )
     text = f"""
 ## import: NeMo-RL JSONL vs a bare orjson parse ({date.today().isoformat()})
 
 `python benchmarks/bench_import.py --results benchmarks/RESULTS.md`: a synthetic run in NeMo-RL's exact
-layout ({s['steps']} steps x {s['samples_per_step']} samples, {s['generated_tokens']:,} generated tokens, prompt
-tokens and right padding included: {s['bytes'] / 2**20:.0f} MiB of JSONL). Each phase runs in a fresh process;
-best of {s['repeats']} interleaved repeats. CPU = user + system of the process and its workers.
+layout ({s["steps"]} steps x {s["samples_per_step"]} samples, {s["generated_tokens"]:,} generated tokens, prompt
+tokens and right padding included: {s["bytes"] / 2**20:.0f} MiB of JSONL). Each phase runs in a fresh process;
+best of {s["repeats"]} interleaved repeats. CPU = user + system of the process and its workers.
 
 | | wall (s) | CPU (s) | peak RSS (MiB) |
 |---|---:|---:|---:|
-| bare `orjson.loads` of every line | {s['parse_seconds']:.2f} | {s['parse_cpu_seconds']:.2f} | {s['parse_peak_rss_mib']:.0f} |
-| `import_run("nemo-rl", ...)`, {s['shards']} shard(s) + manifest (default: parse workers) | \
-{s['import_seconds']:.2f} | {s['import_cpu_seconds']:.2f} | {s['import_peak_rss_mib']:.0f} \
-(+ {s['import_workers_peak_rss_mib']:.0f} per worker) |
-| same, `workers=0` (one process; Parquet encoding on a thread) | {s['import_serial_seconds']:.2f} | \
-{s['import_serial_cpu_seconds']:.2f} | |
-| same run twice over ({s['double_steps']} steps) | | | {s['double_peak_rss_mib']:.0f} \
-(+ {s['double_workers_peak_rss_mib']:.0f} per worker) |
-| only encoding the output: `schema.write_table` on the imported shards | {s['encode_seconds']:.2f} | \
-{s['encode_cpu_seconds']:.2f} | |
+| bare `orjson.loads` of every line | {s["parse_seconds"]:.2f} | {s["parse_cpu_seconds"]:.2f} | {s["parse_peak_rss_mib"]:.0f} |
+| `import_run("nemo-rl", ...)`, {s["shards"]} shard(s) + manifest (default: parse workers) | \
+{s["import_seconds"]:.2f} | {s["import_cpu_seconds"]:.2f} | {s["import_peak_rss_mib"]:.0f} \
+(+ {s["import_workers_peak_rss_mib"]:.0f} per worker) |
+| same, `workers=0` (one process; Parquet encoding on a thread) | {s["import_serial_seconds"]:.2f} | \
+{s["import_serial_cpu_seconds"]:.2f} | |
+| same run twice over ({s["double_steps"]} steps) | | | {s["double_peak_rss_mib"]:.0f} \
+(+ {s["double_workers_peak_rss_mib"]:.0f} per worker) |
+| only encoding the output: `schema.write_table` on the imported shards | {s["encode_seconds"]:.2f} | \
+{s["encode_cpu_seconds"]:.2f} | |
 
-**Wall-time ratio import / parse: {s['ratio']:.2f}** (best against best; {met} the 1.5 target). Ratio within each
-interleaved pair: {", ".join(f"{r:.2f}" for r in s['paired_ratios'])}. CPU-time ratio {s['cpu_ratio']:.2f}.
-Peak memory with {s['double_steps']} steps is that of {s['steps']}: flat in the number of steps.
+**Wall-time ratio import / parse: {s["ratio"]:.2f}** (best against best; {met} the 1.5 target). Ratio within each
+interleaved pair: {", ".join(f"{r:.2f}" for r in s["paired_ratios"])}. CPU-time ratio {s["cpu_ratio"]:.2f}.
+Peak memory with {s["double_steps"]} steps is that of {s["steps"]}: flat in the number of steps.
 Parsing plus encoding the output shards alone already cost {floor:.2f}x the parse in CPU: {floor_note}
 
-Machine: {s['cores']} CPU cores, 1-minute load average {s['load_average_1min']:.1f} when the run started
+Machine: {s["cores"]} CPU cores, 1-minute load average {s["load_average_1min"]:.1f} when the run started
 ({busy}); Python {platform.python_version()}, numpy {np.__version__}, pyarrow {pyarrow.__version__},
 orjson {orjson_version}.
 """

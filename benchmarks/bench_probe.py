@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -115,10 +114,17 @@ def build_random_checkpoint(dest: Path, vocab: int, length: int, hidden: int = 5
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(0)
-    cfg = Qwen3Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                      num_attention_heads=hidden // 64, num_key_value_heads=max(1, hidden // 128), head_dim=64,
-                      max_position_embeddings=length,
-                      tie_word_embeddings=False)
+    cfg = Qwen3Config(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=hidden // 64,
+        num_key_value_heads=max(1, hidden // 128),
+        head_dim=64,
+        max_position_embeddings=length,
+        tie_word_embeddings=False,
+    )
     Qwen3ForCausalLM(cfg).save_pretrained(dest, safe_serialization=True)
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(SAMPLE / f, dest / f)
@@ -130,11 +136,17 @@ def part_a(batch: int, length: int, vocab: int, hidden: int, layers: int) -> Non
         ckpt = build_random_checkpoint(Path(tmp) / "ckpt", vocab, length, hidden, layers)
         res = {m: child(CHILD_A, m, str(ckpt), str(batch), str(length)) for m in ("forward", "score", "naive")}
     full_gb = batch * length * vocab * 4 / 1e9
-    print(f"(a) batch {batch} x length {length}, vocab {vocab}, hidden {hidden}, {layers} layers ([B,T,V] fp32 = {full_gb:.1f} GB)")
+    print(
+        f"(a) batch {batch} x length {length}, vocab {vocab}, hidden {hidden}, {layers} layers ([B,T,V] fp32 = {full_gb:.1f} GB)"
+    )
     for m, r in res.items():
-        print(f"    {m:8s} {r['seconds']:7.2f} s   peak RSS {r['peak_rss_mb']:7.0f} MB (+{r['added_peak_mb']:.0f} MB during the pass)")
+        print(
+            f"    {m:8s} {r['seconds']:7.2f} s   peak RSS {r['peak_rss_mb']:7.0f} MB (+{r['added_peak_mb']:.0f} MB during the pass)"
+        )
     print(f"    scoring / plain forward = {res['score']['seconds'] / res['forward']['seconds']:.2f} (target <= 1.2)")
-    print(f"    extra peak: scoring {res['score']['added_peak_mb']:.0f} MB vs naive log-softmax {res['naive']['added_peak_mb']:.0f} MB")
+    print(
+        f"    extra peak: scoring {res['score']['added_peak_mb']:.0f} MB vs naive log-softmax {res['naive']['added_peak_mb']:.0f} MB"
+    )
 
 
 def part_b() -> None:
@@ -142,14 +154,21 @@ def part_b() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         comps = Path(tmp) / "completions.json"
         # best of two interleaved rounds: the first engine start after installing pays one-off cache warm-up
-        runs = [[child(CHILD_B, "generate", str(SAMPLE), str(prompts), str(comps)),
-                 child(CHILD_B, "score", str(SAMPLE), str(prompts), str(comps)),
-                 child(CHILD_B, "probe", str(SAMPLE), str(prompts))] for _ in range(2)]
+        runs = [
+            [
+                child(CHILD_B, "generate", str(SAMPLE), str(prompts), str(comps)),
+                child(CHILD_B, "score", str(SAMPLE), str(prompts), str(comps)),
+                child(CHILD_B, "probe", str(SAMPLE), str(prompts)),
+            ]
+            for _ in range(2)
+        ]
         gen, score, probe = (min((r[i] for r in runs), key=lambda x: x["seconds"]) for i in range(3))
     total = gen["seconds"] + score["seconds"]
-    print(f"(b) sample checkpoint, 32 prompts x n=4, fp16 vLLM vs fp32 trainer")
-    print(f"    vLLM generation alone {gen['seconds']:.1f} s + scoring alone {score['seconds']:.1f} s = {total:.1f} s; "
-          f"whole probe {probe['seconds']:.1f} s; ratio {probe['seconds'] / total:.2f} (target <= 1.15)")
+    print("(b) sample checkpoint, 32 prompts x n=4, fp16 vLLM vs fp32 trainer")
+    print(
+        f"    vLLM generation alone {gen['seconds']:.1f} s + scoring alone {score['seconds']:.1f} s = {total:.1f} s; "
+        f"whole probe {probe['seconds']:.1f} s; ratio {probe['seconds'] / total:.2f} (target <= 1.15)"
+    )
 
 
 def main() -> None:

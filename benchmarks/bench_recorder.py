@@ -88,9 +88,18 @@ def part_a_b(batch: int, length: int, steps: int) -> dict:
         t_write = time.perf_counter() - t0
         shard_mb = sum(f.stat().st_size for f in (Path(tmp) / "b" / "tokens").glob("*.parquet")) / steps / 1e6
     score_s, add_s = min(t_score), statistics.median(t_add)
-    return {"tokens": tokens, "score_s": score_s, "add_s": add_s, "add_max_s": max(t_add), "ratio": add_s / score_s,
-            "writer_steps_per_s": steps / t_write, "shard_mb": shard_mb, "sampler_lp": sampler_lp,
-            "trainer_lp": trainer_lp, "mask": mask}
+    return {
+        "tokens": tokens,
+        "score_s": score_s,
+        "add_s": add_s,
+        "add_max_s": max(t_add),
+        "ratio": add_s / score_s,
+        "writer_steps_per_s": steps / t_write,
+        "shard_mb": shard_mb,
+        "sampler_lp": sampler_lp,
+        "trainer_lp": trainer_lp,
+        "mask": mask,
+    }
 
 
 def part_c(a: dict, history: int) -> dict:
@@ -131,12 +140,18 @@ def main() -> None:
     r = part_a_b(a.batch, a.length, a.steps)
     print(f"(a) shape {a.batch} x {a.length}, {r['tokens']:,} tokens under the mask")
     print(f"    scoring (forward + log-softmax + gather), best of 3: {r['score_s']:.3f} s")
-    print(f"    Recorder.add(), median of {a.steps}: {r['add_s'] * 1e3:.2f} ms (max {r['add_max_s'] * 1e3:.2f} ms)"
-          f" = {100 * r['ratio']:.2f}% of scoring (target < 2%)")
-    print(f"(b) writer: {r['writer_steps_per_s']:.1f} steps/s sustained, {r['shard_mb']:.2f} MB per shard (target >= 1)")
+    print(
+        f"    Recorder.add(), median of {a.steps}: {r['add_s'] * 1e3:.2f} ms (max {r['add_max_s'] * 1e3:.2f} ms)"
+        f" = {100 * r['ratio']:.2f}% of scoring (target < 2%)"
+    )
+    print(
+        f"(b) writer: {r['writer_steps_per_s']:.1f} steps/s sustained, {r['shard_mb']:.2f} MB per shard (target >= 1)"
+    )
     c = part_c(r, a.history)
-    print(f"(c) Monitor at {a.batch} x {a.length}: first call {c['first_s'] * 1e3:.0f} ms (imports), then "
-          f"{c['metrics_s'] * 1e3:.1f} ms per step for the metrics")
+    print(
+        f"(c) Monitor at {a.batch} x {a.length}: first call {c['first_s'] * 1e3:.0f} ms (imports), then "
+        f"{c['metrics_s'] * 1e3:.1f} ms per step for the metrics"
+    )
     for n, dt in c["detect_by_n"].items():
         print(f"    Monitor.add on an 8 x 64 step with {n} steps of history: {dt * 1e3:.1f} ms")
 

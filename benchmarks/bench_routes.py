@@ -56,9 +56,24 @@ def main() -> None:
     prompts.write_text("\n".join(lines) + "\n")
     src = root / "probe"
     if not src.exists():
-        _run("probe", str(REPO / "sample_data" / "tiny-qwen3-moe"), "--prompts", str(prompts), "--out", str(src),
-             "--sampler", "hf", "--sampler-dtype", "bfloat16", "-n", str(args.n), "--max-tokens", str(args.max_tokens),
-             "--format", "json")
+        _run(
+            "probe",
+            str(REPO / "sample_data" / "tiny-qwen3-moe"),
+            "--prompts",
+            str(prompts),
+            "--out",
+            str(src),
+            "--sampler",
+            "hf",
+            "--sampler-dtype",
+            "bfloat16",
+            "-n",
+            str(args.n),
+            "--max-tokens",
+            str(args.max_tokens),
+            "--format",
+            "json",
+        )
     tokens = json.loads((src / "manifest.json").read_text())["timings"]["tokens"]
     results: dict[str, dict[str, list[float]]] = {v: {"wall": [], "scoring": []} for v in ("routes", "no-routes")}
     for i in range(args.repeat):
@@ -72,7 +87,9 @@ def main() -> None:
             assert (out / "routes").is_dir() == (variant == "routes")
     med = {v: {k: statistics.median(x) for k, x in r.items()} for v, r in results.items()}
     for v, m in med.items():
-        print(f"{v:10s} scoring {m['scoring']:.3f} s  wall {m['wall']:.2f} s  (median of {args.repeat}, {tokens} tokens)")
+        print(
+            f"{v:10s} scoring {m['scoring']:.3f} s  wall {m['wall']:.2f} s  (median of {args.repeat}, {tokens} tokens)"
+        )
     scoring = med["routes"]["scoring"] / med["no-routes"]["scoring"]
     wall = med["routes"]["wall"] / med["no-routes"]["wall"]
     print(f"ratio with/without routes: scoring {scoring:.3f} (target < 1.05), whole command {wall:.3f}")

@@ -93,8 +93,10 @@ def write_run(run: Path, n_tokens: int, seed: int = 0) -> None:
         margins = pa.ListArray.from_arrays(outer, pa.array(margin))
         cols = {
             "sequence_id": pa.array(np.repeat(np.arange(start, start + ns, dtype=np.int64), per_seq)),
-            "input_position": pa.array(inp), "token_position": tok.cast(pa.int32()),
-            "sampler_experts": nested(s, rows), "trainer_experts": nested(t, rows),
+            "input_position": pa.array(inp),
+            "token_position": tok.cast(pa.int32()),
+            "sampler_experts": nested(s, rows),
+            "trainer_experts": nested(t, rows),
             "sampler_weights": pa.nulls(rows, schema.field("sampler_weights").type),
             "trainer_weights": pa.nulls(rows, schema.field("trainer_weights").type),
             "trainer_margin": margins,
@@ -103,11 +105,16 @@ def write_run(run: Path, n_tokens: int, seed: int = 0) -> None:
     writer.close()
     n_comp = n_seq * COMPLETION
     lq = np.log(rng.uniform(0.01, 1.0, n_comp))
-    write_table(run / "tokens" / "part-00000.parquet", {
-        "sequence_id": np.repeat(np.arange(n_seq, dtype=np.int64), COMPLETION),
-        "position": np.tile(np.arange(COMPLETION, dtype=np.int32), n_seq),
-        "token_id": rng.integers(0, 150_000, n_comp),
-        "sampler_logprob": lq, "trainer_logprob": np.minimum(lq + rng.normal(0, 0.05, n_comp), 0.0)})
+    write_table(
+        run / "tokens" / "part-00000.parquet",
+        {
+            "sequence_id": np.repeat(np.arange(n_seq, dtype=np.int64), COMPLETION),
+            "position": np.tile(np.arange(COMPLETION, dtype=np.int32), n_seq),
+            "token_id": rng.integers(0, 150_000, n_comp),
+            "sampler_logprob": lq,
+            "trainer_logprob": np.minimum(lq + rng.normal(0, 0.05, n_comp), 0.0),
+        },
+    )
     meta = RoutingMeta("qwen3_moe", LAYERS, tuple(range(LAYERS)), EXPERTS, TOP_K, SideRoutes(True), SideRoutes(True))
     (run / "manifest.json").write_text(json.dumps({"status": "complete", "routing": meta.to_dict()}))
 
@@ -198,8 +205,10 @@ def main() -> None:
         print("| column | bytes per routed token |\n|---|---:|")
         for k, v in sorted(sizes.items()):
             print(f"| {k} | {v:.1f} |")
-        print(f"\nsampler_experts: {sizes['sampler_experts']:.1f} B per token per side "
-              f"(target <= 400: {'met' if sizes['sampler_experts'] <= 400 else 'MISSED'})\n")
+        print(
+            f"\nsampler_experts: {sizes['sampler_experts']:.1f} B per token per side "
+            f"(target <= 400: {'met' if sizes['sampler_experts'] <= 400 else 'MISSED'})\n"
+        )
         print("| | wall (s) | CPU (s) | peak RSS (MiB) | all walls (s) |\n|---|---:|---:|---:|---|")
         for k, r in results.items():
             print(f"| {k} | {r['wall']:.2f} | {r['cpu']:.2f} | {r['rss_mb']:.0f} | {r['walls']} |")
@@ -207,8 +216,10 @@ def main() -> None:
         ratio = results["routing metrics"]["wall"] / results["read"]["wall"]
         added = results["report, with routes"]["wall"] / results["report, no routes"]["wall"]
         rss = results["routing metrics"]["rss_mb"]
-        print(f"\nrouting metrics / read of the same columns: {ratio:.2f}x "
-              f"(target <= 1.5: {'met' if ratio <= 1.5 else 'MISSED'})")
+        print(
+            f"\nrouting metrics / read of the same columns: {ratio:.2f}x "
+            f"(target <= 1.5: {'met' if ratio <= 1.5 else 'MISSED'})"
+        )
         print(f"routing metrics / read, CPU time (the same on a busy machine): {cpu_ratio:.2f}x")
         print(f"routing metrics peak RSS: {rss:.0f} MiB (target < 1024: {'met' if rss < 1024 else 'MISSED'})")
         print(f"report with routes / report without: {added:.2f}x")

@@ -21,17 +21,28 @@ WIDTH = "100"
 
 
 def _help(args: list[str]) -> str:
-    env = {**os.environ, "TERMINAL_WIDTH": WIDTH, "COLUMNS": WIDTH, "NO_COLOR": "1", "_TYPER_FORCE_DISABLE_TERMINAL": "1"}
+    env = {
+        **os.environ,
+        "TERMINAL_WIDTH": WIDTH,
+        "COLUMNS": WIDTH,
+        "NO_COLOR": "1",
+        "_TYPER_FORCE_DISABLE_TERMINAL": "1",
+    }
     env.pop("FORCE_COLOR", None)
     code = "import sys; from mismatchscope.cli.main import app; app(args=sys.argv[1:], prog_name='mismatchscope')"
-    out = subprocess.run([sys.executable, "-c", code, *args, "--help"], capture_output=True, text=True,
-                         env=env, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args, "--help"], capture_output=True, text=True, env=env, check=True
+    ).stdout
     return "\n".join(line.rstrip() for line in out.splitlines()).strip("\n")
 
 
 def render() -> str:
-    parts = ["# Command reference", "",
-             "Generated from `--help` by `python docs/generate_cli.py`; do not edit by hand.", ""]
+    parts = [
+        "# Command reference",
+        "",
+        "Generated from `--help` by `python docs/generate_cli.py`; do not edit by hand.",
+        "",
+    ]
     for cmd in [None, *COMMANDS]:
         args = [] if cmd is None else [cmd]
         parts += [f"## `mismatchscope{'' if cmd is None else ' ' + cmd}`", "", "```text", _help(args), "```", ""]

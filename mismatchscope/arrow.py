@@ -13,9 +13,17 @@ import numpy as np
 import pyarrow as pa
 
 _DTYPES = {
-    pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64,
-    pa.uint8(): np.uint8, pa.uint16(): np.uint16, pa.uint32(): np.uint32, pa.uint64(): np.uint64,
-    pa.float16(): np.float16, pa.float32(): np.float32, pa.float64(): np.float64,
+    pa.int8(): np.int8,
+    pa.int16(): np.int16,
+    pa.int32(): np.int32,
+    pa.int64(): np.int64,
+    pa.uint8(): np.uint8,
+    pa.uint16(): np.uint16,
+    pa.uint32(): np.uint32,
+    pa.uint64(): np.uint64,
+    pa.float16(): np.float16,
+    pa.float32(): np.float32,
+    pa.float64(): np.float64,
 }
 
 
@@ -24,7 +32,11 @@ def to_numpy(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     if isinstance(arr, pa.ChunkedArray):
         if arr.num_chunks == 1:
             return to_numpy(arr.chunk(0))
-        return np.concatenate([to_numpy(c) for c in arr.chunks]) if arr.num_chunks else np.zeros(0, _DTYPES.get(arr.type, np.float64))
+        return (
+            np.concatenate([to_numpy(c) for c in arr.chunks])
+            if arr.num_chunks
+            else np.zeros(0, _DTYPES.get(arr.type, np.float64))
+        )
     dtype = _DTYPES.get(arr.type)
     if dtype is None or arr.null_count:
         return arr.to_numpy(zero_copy_only=False)

@@ -160,7 +160,9 @@ CLAMP_LOG_RATIO = 20.0
 """verl's SAFETY_BOUND: the log ratio is clamped to +-20 before its rollout_rs estimators."""
 
 
-def clamped_k_terms(log_ratio_T: np.ndarray, bound: float = CLAMP_LOG_RATIO) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def clamped_k_terms(
+    log_ratio_T: np.ndarray, bound: float = CLAMP_LOG_RATIO
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """k1 = -l, k2 = l^2/2, k3 = expm1(l) - l with l clamped to [-bound, bound] first, as verl's rollout_rs does."""
     lc = np.clip(np.asarray(log_ratio_T, dtype=np.float64), -bound, bound)
     return -lc, 0.5 * lc * lc, np.maximum(np.expm1(lc) - lc, 0.0)

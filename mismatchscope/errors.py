@@ -65,8 +65,15 @@ class ImportFormatError(InputError):
 
     skippable = True
 
-    def __init__(self, message: str, *, file: object = None, line: int | None = None,
-                 record: int | None = None, hint: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: object = None,
+        line: int | None = None,
+        record: int | None = None,
+        hint: str | None = None,
+    ):
         self.file, self.line, self.record = file, line, record
         self.reason = message
         where = "" if file is None else str(file)

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from .errors import InputError, OutputError
+
 
 def _resolve(path: str | os.PathLike) -> Path:
     """The path with every link resolved in order: ``lnk/../x`` is ``x`` beside the link's target, not
@@ -66,14 +68,20 @@ class Inputs:
             if r == run or run not in r.parents:
                 continue
             if hit is None and (r == run / TOKENS or run / TOKENS in r.parents):
-                raise OutputError(f"{option} {path} is among the shards of the input run {given}",
-                                  hint="write outputs outside the run's tokens/ folder")
-            if r.exists() and not r.is_dir() and not (run / TOKENS in r.parents):
-                raise OutputError(f"{option} {path} would replace {r.relative_to(run)} of the input run {given}",
-                                  hint="choose another output path")
+                raise OutputError(
+                    f"{option} {path} is among the shards of the input run {given}",
+                    hint="write outputs outside the run's tokens/ folder",
+                )
+            if r.exists() and not r.is_dir() and run / TOKENS not in r.parents:
+                raise OutputError(
+                    f"{option} {path} would replace {r.relative_to(run)} of the input run {given}",
+                    hint="choose another output path",
+                )
         if hit is not None:
-            raise OutputError(f"{option} {path} is an input of this command ({hit}); writing it would destroy the data",
-                              hint="choose another output path")
+            raise OutputError(
+                f"{option} {path} is an input of this command ({hit}); writing it would destroy the data",
+                hint="choose another output path",
+            )
 
 
 def input_files(*inputs: str | os.PathLike | None) -> Inputs:
@@ -141,8 +149,10 @@ def _not_empty(path: str | os.PathLike, option: str) -> None:
         os.fspath(path).encode("utf-8")
     except UnicodeEncodeError:  # bytes the shell passed through that are not UTF-8: no file format can record them
         shown = os.fspath(path).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-        raise OutputError(f"{option} {shown}: the path is not valid UTF-8",
-                          hint="choose a name in UTF-8 (the run records its path, and Parquet metadata is UTF-8)") from None
+        raise OutputError(
+            f"{option} {shown}: the path is not valid UTF-8",
+            hint="choose a name in UTF-8 (the run records its path, and Parquet metadata is UTF-8)",
+        ) from None
 
 
 @contextlib.contextmanager
@@ -180,14 +190,18 @@ def check_output_dir(path: str | os.PathLike | None, option: str, inputs: Inputs
     path = Path(path)
     with _checking(path, option):
         if path.is_symlink() and not path.exists():
-            raise OutputError(f"{option} {path} is a link to a missing folder", hint=f"give {option} an existing or a new folder")
+            raise OutputError(
+                f"{option} {path} is a link to a missing folder", hint=f"give {option} an existing or a new folder"
+            )
         if path.exists() and not path.is_dir():
             (inputs or Inputs()).refuse(path, option)
             raise OutputError(f"{option} {path} exists and is not a directory", hint=f"give {option} a folder")
         (inputs or Inputs()).refuse(path, option, directory=True)
         if path.is_dir():
             if not os.access(path, os.W_OK | os.X_OK):
-                raise OutputError(f"{option} {path}: no permission to write in this directory", hint="choose a writable location")
+                raise OutputError(
+                    f"{option} {path}: no permission to write in this directory", hint="choose a writable location"
+                )
             return path
         _check_parent(path, option)
     return path
@@ -204,12 +218,16 @@ def check_run_out(path: str | os.PathLike, option: str, inputs: Inputs | None = 
 
     for parent in _resolve(path).parents:
         if is_run_dir(parent):
-            raise OutputError(f"{option} {path} is inside the run directory {parent}",
-                              hint="give each run its own folder, outside other runs")
+            raise OutputError(
+                f"{option} {path} is inside the run directory {parent}",
+                hint="give each run its own folder, outside other runs",
+            )
     inner = _first_run_inside(out)  # the other way round: X/sub is a run, and X would become a run holding it
     if inner is not None:
-        raise OutputError(f"{option} {path} holds the run directory {Path(path) / inner}",
-                          hint="give each run its own folder, outside other runs")
+        raise OutputError(
+            f"{option} {path} holds the run directory {Path(path) / inner}",
+            hint="give each run its own folder, outside other runs",
+        )
     return out
 
 
@@ -237,7 +255,9 @@ def writing(path: str | os.PathLike, option: str) -> Iterator[None]:
         raise OutputError(f"{option} {path}: cannot write ({reason})") from None
 
 
-def write_bytes(path: str | os.PathLike, data: bytes, option: str, append: bool = False, inputs: Inputs | None = None) -> Path:
+def write_bytes(
+    path: str | os.PathLike, data: bytes, option: str, append: bool = False, inputs: Inputs | None = None
+) -> Path:
     """Write (or append) ``data``. A regular file is replaced atomically (temp file, then rename), so a
     full device leaves the old file or none, never half of one, and a link in the way is replaced, never
     followed; a device or pipe is written in place. ``inputs``: refuse a path that is one of them (for
@@ -260,12 +280,17 @@ def write_bytes(path: str | os.PathLike, data: bytes, option: str, append: bool 
     return path
 
 
-def write_text(path: str | os.PathLike, text: str, option: str, append: bool = False, inputs: Inputs | None = None) -> Path:
+def write_text(
+    path: str | os.PathLike, text: str, option: str, append: bool = False, inputs: Inputs | None = None
+) -> Path:
     return write_bytes(path, text.encode("utf-8"), option, append=append, inputs=inputs)
 
 
-def check_all(files: Iterable[tuple[str | os.PathLike | None, str]] = (), dirs: Iterable[tuple[str | os.PathLike | None, str]] = (),
-              inputs: Iterable[str | os.PathLike | None] = ()) -> Inputs:
+def check_all(
+    files: Iterable[tuple[str | os.PathLike | None, str]] = (),
+    dirs: Iterable[tuple[str | os.PathLike | None, str]] = (),
+    inputs: Iterable[str | os.PathLike | None] = (),
+) -> Inputs:
     """Check every output of a command at once, before it starts working; two outputs may not share a path.
 
     Returns the inputs, for the writes whose file names are known only later (:func:`write_bytes`).

@@ -17,10 +17,11 @@ import os
 import queue
 import threading
 from collections import deque
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -30,8 +31,16 @@ import pyarrow.parquet as pq
 from .arrow import to_numpy
 from .errors import FileFormatError, InputError, MissingColumnsError, UsageError
 from .redact import redact_obj
-from .schema import (COLUMNS, LOGPROB_SENTINEL, MAX_POSITION, METADATA_KEY, POSITIVE_LOGPROB_TOLERANCE,
-                     REQUIRED_NAMES, SCHEMA_VERSION, TOPK_COLUMNS, decode_metadata)
+from .schema import (
+    COLUMNS,
+    LOGPROB_SENTINEL,
+    MAX_POSITION,
+    METADATA_KEY,
+    POSITIVE_LOGPROB_TOLERANCE,
+    REQUIRED_NAMES,
+    SCHEMA_VERSION,
+    decode_metadata,
+)
 
 BATCH_ROWS = 1 << 18
 
@@ -76,7 +85,7 @@ class Hygiene:
     nonfinite_dropped: int = 0
     sentinels: int = 0
 
-    def merge(self, other: "Hygiene") -> None:
+    def merge(self, other: Hygiene) -> None:
         self.rows_read += other.rows_read
         self.nonfinite_dropped += other.nonfinite_dropped
         self.sentinels += other.sentinels
@@ -99,13 +108,22 @@ def parse_column_mapping(items: list[str] | None) -> dict[str, str]:
         canon, eq, src = item.partition("=")
         canon, src = canon.strip(), src.strip()
         if not eq or not canon or not src:
-            raise UsageError(f"cannot parse --column {item!r}", hint="write --column CANONICAL=NAME_IN_FILE, e.g. sampler_logprob=rollout_log_probs")
+            raise UsageError(
+                f"cannot parse --column {item!r}",
+                hint="write --column CANONICAL=NAME_IN_FILE, e.g. sampler_logprob=rollout_log_probs",
+            )
         if canon not in COLUMNS:
-            raise UsageError(f"--column {item!r}: {canon!r} is not a mismatchscope column", hint=f"known columns: {', '.join(COLUMNS)}")
+            raise UsageError(
+                f"--column {item!r}: {canon!r} is not a mismatchscope column",
+                hint=f"known columns: {', '.join(COLUMNS)}",
+            )
         check_mapped_once(item, canon, src, mapping)
         twin = next((c for c, s in mapping.items() if s == src and c != canon), None)
         if twin is not None:
-            raise UsageError(f"--column {item!r}: {src!r} is already read as {twin}", hint="map each column of the file to one mismatchscope column")
+            raise UsageError(
+                f"--column {item!r}: {src!r} is already read as {twin}",
+                hint="map each column of the file to one mismatchscope column",
+            )
         mapping[canon] = src
     return mapping
 
@@ -113,7 +131,9 @@ def parse_column_mapping(items: list[str] | None) -> dict[str, str]:
 def check_mapped_once(item: str, canon: str, src: str, mapping: Mapping[str, str]) -> None:
     """A target mapped twice to two sources is refused, not settled by the last one (``import`` shares this rule)."""
     if canon in mapping and mapping[canon] != src:
-        raise UsageError(f"--column {item!r}: {canon} is already mapped to {mapping[canon]!r}", hint="map each column once")
+        raise UsageError(
+            f"--column {item!r}: {canon} is already mapped to {mapping[canon]!r}", hint="map each column once"
+        )
 
 
 def check_mapping(path: Path, mapping: Mapping[str, str], names: set[str]) -> None:
@@ -126,8 +146,10 @@ def check_mapping(path: Path, mapping: Mapping[str, str], names: set[str]) -> No
     for canon, src in mapping.items():
         if src not in names:
             shown = ", ".join(sorted(names)[:20])
-            raise MissingColumnsError(f"{path}: --column {canon}={src}: the file has no column {src!r}; it has: {shown}",
-                                      hint="check the spelling of the name in the file")
+            raise MissingColumnsError(
+                f"{path}: --column {canon}={src}: the file has no column {src!r}; it has: {shown}",
+                hint="check the spelling of the name in the file",
+            )
     readers: dict[str, str] = {}
     for canon in COLUMNS:
         src = mapping.get(canon, canon)
@@ -138,7 +160,8 @@ def check_mapping(path: Path, mapping: Mapping[str, str], names: set[str]) -> No
             mapped = canon if mapping.get(canon) == src else first
             raise UsageError(
                 f"{path}: --column {mapped}={src} makes {first} and {canon} both read the file's column {src!r}",
-                hint=f"also map the file's own {src} to another name, or map {mapped} to another column")
+                hint=f"also map the file's own {src} to another name, or map {mapped} to another column",
+            )
         readers[src] = canon
 
 
@@ -150,11 +173,16 @@ def resolve_files(path: str | os.PathLike) -> list[Path]:
     """
     text = str(path)
     if not text.strip():
-        raise UsageError("an empty path was given as input", hint="give a Parquet file, a folder of shards, a run directory or a glob")
+        raise UsageError(
+            "an empty path was given as input",
+            hint="give a Parquet file, a folder of shards, a run directory or a glob",
+        )
     p = Path(text)
     if p.is_dir():
         root = p / "tokens" if (p / "tokens").is_dir() else p
-        files = sorted(f for f in root.rglob("*.parquet") if not f.name.startswith(".") and not _route_shard(f) and not f.is_dir())
+        files = sorted(
+            f for f in root.rglob("*.parquet") if not f.name.startswith(".") and not _route_shard(f) and not f.is_dir()
+        )
         if not files:
             raise InputError(f"{text}: no .parquet files in this directory")
         return _regular(files)
@@ -166,7 +194,10 @@ def resolve_files(path: str | os.PathLike) -> list[Path]:
             raise InputError(f"{text}: the pattern matches no file")
         return _regular(files)
     if p.exists():
-        raise InputError(f"{text}: not a regular file or a directory", hint="give a Parquet file, a folder of shards, a run directory or a glob")
+        raise InputError(
+            f"{text}: not a regular file or a directory",
+            hint="give a Parquet file, a folder of shards, a run directory or a glob",
+        )
     raise InputError(f"{text}: no such file or directory")
 
 
@@ -183,7 +214,9 @@ def _regular(files: list[Path]) -> list[Path]:
     for f in files:
         kind = not_regular(f)
         if kind is not None:
-            raise InputError(f"{f}: {kind}, not a Parquet file", hint="remove it from the folder; shards are regular files")
+            raise InputError(
+                f"{f}: {kind}, not a Parquet file", hint="remove it from the folder; shards are regular files"
+            )
     return files
 
 
@@ -196,7 +229,9 @@ def open_source(path: str | os.PathLike, mapping: Mapping[str, str] | None = Non
     metas = []
     rows: dict[Path, int] = {}
     for f in files:
-        if printable(str(f)) != str(f):  # a name with bytes that are not UTF-8: pyarrow cannot open it, nor outputs print it
+        if printable(str(f)) != str(
+            f
+        ):  # a name with bytes that are not UTF-8: pyarrow cannot open it, nor outputs print it
             raise InputError(f"{printable(str(f))}: the file name is not valid UTF-8", hint="rename the file")
         try:
             footer = pq.read_metadata(f)
@@ -222,8 +257,15 @@ def open_source(path: str | os.PathLike, mapping: Mapping[str, str] | None = Non
     from .rundir import check_contents
 
     contents = check_contents(path, files, rows)
-    return Source(files=files, mapping=mapping, available=available or set(), metadata=metas, file_columns=common or set(),
-                  incomplete=contents.warning, notes=contents.notes)
+    return Source(
+        files=files,
+        mapping=mapping,
+        available=available or set(),
+        metadata=metas,
+        file_columns=common or set(),
+        incomplete=contents.warning,
+        notes=contents.notes,
+    )
 
 
 def require_complete(path: str | os.PathLike) -> None:
@@ -249,19 +291,31 @@ def _check_type(path: Path, canon: str, raw: str, t: pa.DataType) -> None:
     want = COLUMNS[canon].type
     name = canon if raw == canon else f"{raw} (read as {canon})"
     if _is_list(want):
-        inner_ok = _is_list(t) and (pa.types.is_integer(t.value_type) if pa.types.is_integer(want.value_type)
-                                    else _numeric(t.value_type))
+        inner_ok = _is_list(t) and (
+            pa.types.is_integer(t.value_type) if pa.types.is_integer(want.value_type) else _numeric(t.value_type)
+        )
         if not inner_ok:
             kind = "integers" if pa.types.is_integer(want.value_type) else "numbers"
-            raise InputError(f"{path}: column {name!r} must hold lists of {kind}, found {t}",
-                             hint="top-k columns hold one list per token")
+            raise InputError(
+                f"{path}: column {name!r} must hold lists of {kind}, found {t}",
+                hint="top-k columns hold one list per token",
+            )
     elif _is_list(t) or not (_numeric(t) or pa.types.is_null(t)):
         kind = "integers" if pa.types.is_integer(want) else "numbers"
         raise InputError(f"{path}: column {name!r} must hold {kind}, found {t}")
 
 
-METADATA_SECTIONS = ("checkpoint", "trainer_checkpoint", "prompts", "sampling", "sampler", "trainer", "semantics",
-                     "source", "timings")
+METADATA_SECTIONS = (
+    "checkpoint",
+    "trainer_checkpoint",
+    "prompts",
+    "sampling",
+    "sampler",
+    "trainer",
+    "semantics",
+    "source",
+    "timings",
+)
 """sections of the ``mismatchscope`` metadata that readers index into: each must be a table when present."""
 
 
@@ -286,7 +340,9 @@ def read_metadata(path: Path, schema_metadata: Mapping[bytes, bytes] | None) -> 
         _check_metadata(path, meta)
         return redact_obj(meta)  # a file from elsewhere may carry a URL with credentials: never print it
     except RecursionError:
-        raise FileFormatError(f"{path}: the 'mismatchscope' file metadata is nested too deeply", hint=_DAMAGED) from None
+        raise FileFormatError(
+            f"{path}: the 'mismatchscope' file metadata is nested too deeply", hint=_DAMAGED
+        ) from None
 
 
 _DAMAGED = "the file was not written by mismatchscope, or was damaged; rewrite it without that metadata key"
@@ -296,11 +352,16 @@ _FOREIGN = "the file was not written by mismatchscope; rewrite it without that m
 def _check_metadata(path: Path, meta: Any) -> None:
     if not isinstance(meta, dict):  # JSON null too: the key is there, so it must hold the object
         kind = "null" if meta is None else type(meta).__name__
-        raise FileFormatError(f"{path}: the 'mismatchscope' file metadata is a JSON {kind}, not an object", hint=_FOREIGN)
+        raise FileFormatError(
+            f"{path}: the 'mismatchscope' file metadata is a JSON {kind}, not an object", hint=_FOREIGN
+        )
     version = meta.get("schema_version")
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise FileFormatError(f"{path}: the 'mismatchscope' file metadata has schema_version {_short_repr(version)}, "
-                              "not a version number", hint=_FOREIGN)
+        raise FileFormatError(
+            f"{path}: the 'mismatchscope' file metadata has schema_version {_short_repr(version)}, "
+            "not a version number",
+            hint=_FOREIGN,
+        )
     if version > SCHEMA_VERSION:
         raise FileFormatError(
             f"{path}: schema_version {version} is newer than this mismatchscope understands ({SCHEMA_VERSION})",
@@ -312,8 +373,10 @@ def _check_metadata(path: Path, meta: Any) -> None:
         nested.append(("source.semantics", source.get("semantics")))
     for key, value in nested:
         if value is not None and not isinstance(value, dict):
-            raise FileFormatError(f"{path}: the 'mismatchscope' file metadata has {key!r} = {_short_repr(value)}, not a table",
-                                  hint="the file's metadata was damaged; rewrite it without that metadata key")
+            raise FileFormatError(
+                f"{path}: the 'mismatchscope' file metadata has {key!r} = {_short_repr(value)}, not a table",
+                hint="the file's metadata was damaged; rewrite it without that metadata key",
+            )
 
 
 def printable(obj: Any) -> Any:
@@ -341,8 +404,13 @@ def _short_repr(x: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def iter_batches(source: Source, columns: list[str], hygiene: Hygiene, batch_rows: int = BATCH_ROWS,
-                 extra: list[str] | tuple[str, ...] = ()) -> Iterator[dict[str, Any]]:
+def iter_batches(
+    source: Source,
+    columns: list[str],
+    hygiene: Hygiene,
+    batch_rows: int = BATCH_ROWS,
+    extra: list[str] | tuple[str, ...] = (),
+) -> Iterator[dict[str, Any]]:
     """Yield cleaned batches: dict of canonical name -> numpy array (lists stay Arrow).
 
     Required columns are always included. Optional columns not in the source
@@ -373,15 +441,18 @@ class RawBatch:
         return _clean(self.path, self.record_batch, self.wanted, hygiene, self.extra)
 
 
-def read_batches(source: Source, columns: list[str], batch_rows: int = BATCH_ROWS,
-                 extra: list[str] | tuple[str, ...] = ()) -> Iterator[RawBatch]:
+def read_batches(
+    source: Source, columns: list[str], batch_rows: int = BATCH_ROWS, extra: list[str] | tuple[str, ...] = ()
+) -> Iterator[RawBatch]:
     """:func:`iter_batches` without the cleaning: the same checks of names and types, the same order."""
     wanted = list(dict.fromkeys(list(REQUIRED_NAMES) + [c for c in columns if source.has(c)]))
     file_cols = [source.mapping.get(c, c) for c in wanted]
     clash = [e for e in extra if e in file_cols or e in wanted]
     if clash:
-        raise UsageError(f"the column(s) {', '.join(clash)} are already read as mismatchscope columns",
-                         hint="group by another column, or map the mismatchscope column elsewhere with --column")
+        raise UsageError(
+            f"the column(s) {', '.join(clash)} are already read as mismatchscope columns",
+            hint="group by another column, or map the mismatchscope column elsewhere with --column",
+        )
     file_cols += list(extra)
     for f in source.files:  # only what this pass reads: a foreign extra column may be anything
         schema = _guard(f, lambda: _open(f).schema_arrow)
@@ -468,9 +539,10 @@ def _guard(f: Path, fn):
         return fn()
     except (pa.ArrowInvalid, OSError) as e:
         damaged = "CRC" in str(e)
-        raise FileFormatError(f"{f}: {'damaged' if damaged else 'unreadable'} Parquet data ({_short(e)})",
-                              hint="the file was damaged after it was written; copy or write it again" if damaged
-                              else None) from None
+        raise FileFormatError(
+            f"{f}: {'damaged' if damaged else 'unreadable'} Parquet data ({_short(e)})",
+            hint="the file was damaged after it was written; copy or write it again" if damaged else None,
+        ) from None
 
 
 class CleanBatch(dict):
@@ -494,8 +566,9 @@ def token_keys(batch: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate([seq, dropped[0]]), np.concatenate([pos, dropped[1]])
 
 
-def _clean(path: Path, rb: pa.RecordBatch, wanted: list[str], hygiene: Hygiene,
-           extra: list[str] | tuple[str, ...] = ()) -> CleanBatch:
+def _clean(
+    path: Path, rb: pa.RecordBatch, wanted: list[str], hygiene: Hygiene, extra: list[str] | tuple[str, ...] = ()
+) -> CleanBatch:
     cols: dict[str, Any] = {}
     for i, name in enumerate(wanted):
         arr = rb.column(i)
@@ -508,8 +581,10 @@ def _clean(path: Path, rb: pa.RecordBatch, wanted: list[str], hygiene: Hygiene,
     out_of_range = (pos < 0) | (pos > MAX_POSITION)
     if out_of_range.any():
         i = int(np.flatnonzero(out_of_range)[0])
-        raise InputError(f"{path}: position {int(pos[i])} of sequence {int(cols['sequence_id'][i])} is outside 0..{MAX_POSITION}",
-                         hint="position is the 0-based index of the token within its completion")
+        raise InputError(
+            f"{path}: position {int(pos[i])} of sequence {int(cols['sequence_id'][i])} is outside 0..{MAX_POSITION}",
+            hint="position is the 0-based index of the token within its completion",
+        )
     lp, lq = cols["trainer_logprob"], cols["sampler_logprob"]
     sentinel = (lq == LOGPROB_SENTINEL) | (lp == LOGPROB_SENTINEL)
     if sentinel.any():
@@ -562,13 +637,17 @@ def _topk_list(path: Path, name: str, arr: pa.Array) -> pa.Array:
     if pa.types.is_fixed_size_list(arr.type):
         arr = arr.cast(pa.list_(arr.type.value_type))
     if arr.null_count:
-        raise InputError(f"{path}: column {name!r} has {arr.null_count} null list(s)",
-                         hint="write an empty list for a position without a top-k")
+        raise InputError(
+            f"{path}: column {name!r} has {arr.null_count} null list(s)",
+            hint="write an empty list for a position without a top-k",
+        )
     flat = pc.list_flatten(arr)
     if flat.null_count:
         what = "id" if name in TOPK_ID_LISTS else "logprob"
-        raise InputError(f"{path}: column {name!r} has {flat.null_count} null {what}(s) inside its lists",
-                         hint=f"a top-k list holds one {what} per listed token; write each list whole")
+        raise InputError(
+            f"{path}: column {name!r} has {flat.null_count} null {what}(s) inside its lists",
+            hint=f"a top-k list holds one {what} per listed token; write each list whole",
+        )
     if pa.types.is_unsigned_integer(arr.type.value_type):
         _check_int64_range(path, name, flat)
         arr = arr.cast(pa.list_(pa.int64()) if pa.types.is_list(arr.type) else pa.large_list(pa.int64()))
@@ -580,8 +659,10 @@ def _check_int64_range(path: Path, name: str, arr: pa.Array) -> None:
     if pa.types.is_uint64(arr.type) and len(arr):
         top = pc.max(arr).as_py()
         if top is not None and top > _INT64_MAX:
-            raise InputError(f"{path}: column {name!r} holds {top}, above the largest int64 (2^63 - 1) the format stores",
-                             hint="ids are signed 64-bit integers; renumber them, or write the column as int64")
+            raise InputError(
+                f"{path}: column {name!r} holds {top}, above the largest int64 (2^63 - 1) the format stores",
+                hint="ids are signed 64-bit integers; renumber them, or write the column as int64",
+            )
 
 
 def _check_aligned(path: Path, ids: str, values: str, cols: dict[str, Any]) -> None:
@@ -593,7 +674,8 @@ def _check_aligned(path: Path, ids: str, values: str, cols: dict[str, Any]) -> N
         raise InputError(
             f"{path}: top-k lists are misaligned at sequence {int(cols['sequence_id'][row])} position "
             f"{int(cols['position'][row])}: {int(n_ids[row])} {ids}, {int(n_values[row])} {values}",
-            hint=f"{values} holds the logprob of each id in {ids}, in the same order")
+            hint=f"{values} holds the logprob of each id in {ids}, in the same order",
+        )
 
 
 TOPK_LOGPROB_LISTS = ("sampler_topk_logprobs", "trainer_logprobs_at_sampler_topk", "trainer_topk_logprobs")
@@ -625,7 +707,14 @@ _FLOAT16_SENTINEL = float(np.float16(LOGPROB_SENTINEL))
 def _to_numpy(path: Path, name: str, arr: pa.Array) -> np.ndarray:
     half = pa.types.is_float16(arr.type) and name in ("sampler_logprob", "trainer_logprob")
     if arr.null_count:
-        if name in ("sampler_logprob", "trainer_logprob", "advantage", "trainer_entropy", "reward", "sampler_kept_logmass"):
+        if name in (
+            "sampler_logprob",
+            "trainer_logprob",
+            "advantage",
+            "trainer_entropy",
+            "reward",
+            "sampler_kept_logmass",
+        ):
             arr = pc.fill_null(arr.cast(pa.float64()), float("nan"))
         else:
             raise InputError(f"{path}: column {name!r} has {arr.null_count} null value(s)")

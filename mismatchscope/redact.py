@@ -29,7 +29,8 @@ import base64
 import functools
 import html.entities
 import re
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 from urllib.parse import unquote
 
 REDACTED = "<redacted>"
@@ -63,13 +64,15 @@ _FREE_VALUE = r"(?!-?[\d.]+(?:[eE][+-]?\d+)?(?![^\s\"',}&]))(?![a-z]{1,5}(?![^\s
 error line); a known secret is still scrubbed by value, whatever it looks like."""
 _KEY_FIELDS = re.compile(
     rf"((?<![\w.-])[\"']?(?:(?={_PREFIX}+(?i:{_WEAK_WORDS}){_END}[\"']?\s*[:=])[^:=\s\"']+[\"']?\s*[:=]\s*[\"']?(?!{REDACTED}){_FREE_VALUE}"
-    rf"|{_PREFIX}*(?i:{_STRONG_WORDS}){_END}[\"']?\s*[:=]\s*[\"']?(?!{REDACTED})))[^\s\"',}}&]+")
+    rf"|{_PREFIX}*(?i:{_STRONG_WORDS}){_END}[\"']?\s*[:=]\s*[\"']?(?!{REDACTED})))[^\s\"',}}&]+"
+)
 """``"api_key": "..."``, ``password=...``: a named credential field and its value. After a name whose last word
 is also an ordinary word (``chi2_token``), a plain number or a short word is not taken for a credential."""
 
 _QUERY_CREDENTIAL = re.compile(
     r"(?i)([?&;](?:[a-z0-9]+[_.-])*(?:access_token|token|api_?key|key|secrets?|password|passwd|pwd|auth"
-    r"|authorization|sig|signature|credentials?)=)(?!<redacted>)[^&#\s\"'<>]+")
+    r"|authorization|sig|signature|credentials?)=)(?!<redacted>)[^&#\s\"'<>]+"
+)
 """a URL query parameter that carries a credential (``?token=...``, ``&access_token=``, ``&sig=`` of a signed
 URL, ``X-Amz-Signature=``): in a query string even the ordinary words ``key``, ``token``, ``auth`` name one."""
 
@@ -102,7 +105,7 @@ def register_userinfo(userinfo: str) -> None:
     Userinfo without a ':' is a token on its own and is registered whole."""
     if REDACTED in userinfo:  # already redacted: nothing left to learn
         return
-    user, colon, password = userinfo.partition(":")
+    _user, colon, password = userinfo.partition(":")
     for value in (userinfo, unquote(userinfo), *((password, unquote(password)) if colon else ())):
         register_secret(value)  # each with its base64, the user:password one being what a Basic header carries
 
@@ -130,7 +133,7 @@ def redact_url(url: str | None) -> str | None:
     if url is None:
         return None
     for m in _QUERY_CREDENTIAL.finditer(url):  # a server may echo the value alone
-        register_secret(unquote(m.group(0)[len(m.group(1)):]))
+        register_secret(unquote(m.group(0)[len(m.group(1)) :]))
     userinfo, rest = split_userinfo(url)
     if userinfo is None:
         return redact(url)
@@ -242,8 +245,12 @@ def _hex(n: int, width: int) -> str:
 def _atom(ch: str) -> str:
     """One character of a secret in any form a server may echo it in."""
     code = ord(ch)
-    forms = [re.escape(ch), "".join("%" + _hex(b, 2) for b in ch.encode()),  # as is; percent-encoded
-             rf"&#0*{code};", rf"&#[xX]0*{_hex(code, 1)};"]  # HTML entities
+    forms = [
+        re.escape(ch),
+        "".join("%" + _hex(b, 2) for b in ch.encode()),  # as is; percent-encoded
+        rf"&#0*{code};",
+        rf"&#[xX]0*{_hex(code, 1)};",
+    ]  # HTML entities
     if code < 0x10000:
         forms.append(r"\\u" + _hex(code, 4))  # JSON \uXXXX (Go escapes <, >, &)
     else:  # JSON escapes a character beyond the BMP as a surrogate pair
@@ -251,8 +258,16 @@ def _atom(ch: str) -> str:
         forms.append(r"\\u" + _hex(hi, 4) + r"\\u" + _hex(lo, 4))
     if code in html.entities.codepoint2name:  # &auml;
         forms.append(f"&{html.entities.codepoint2name[code]};")
-    forms += {"/": [r"\\/"], '"': [r"\\\"", "&quot;"], "\\": [r"\\\\"], " ": [r"\+"], "&": ["&amp;"],
-              "<": ["&lt;"], ">": ["&gt;"], "'": ["&apos;"]}.get(ch, [])
+    forms += {
+        "/": [r"\\/"],
+        '"': [r"\\\"", "&quot;"],
+        "\\": [r"\\\\"],
+        " ": [r"\+"],
+        "&": ["&amp;"],
+        "<": ["&lt;"],
+        ">": ["&gt;"],
+        "'": ["&apos;"],
+    }.get(ch, [])
     return "(?:" + "|".join(forms) + ")"
 
 

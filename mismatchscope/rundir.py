@@ -39,9 +39,10 @@ import contextlib
 import json
 import os
 import stat
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from .errors import InputError, UsageError
 
@@ -61,6 +62,7 @@ class RunLockedError(UsageError):
 
 
 # -- atomic files -----------------------------------------------------------------
+
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
@@ -95,6 +97,7 @@ def atomic_write_json(path: str | os.PathLike, payload: Mapping[str, Any]) -> Pa
 
 
 # -- manifest and completion -------------------------------------------------------
+
 
 def read_json(path: str | os.PathLike) -> dict[str, Any] | None:
     """A JSON object from ``path``; None when the file is absent or not a JSON object."""
@@ -137,8 +140,9 @@ def completion(run: str | os.PathLike) -> Completion | None:
     if manifest.get("status") != COMPLETE:
         return Completion(False, f"{MANIFEST} status is {manifest.get('status')!r}, not {COMPLETE!r}")
     records = {f.stem: read_json(f) or {} for f in sorted((p / RANKS).glob("rank-*.json"))}
-    open_ranks = [name.removeprefix("rank-").lstrip("0") or "0" for name, rec in records.items()
-                  if rec.get("status") != COMPLETE]
+    open_ranks = [
+        name.removeprefix("rank-").lstrip("0") or "0" for name, rec in records.items() if rec.get("status") != COMPLETE
+    ]
     if open_ranks:
         return Completion(False, f"rank(s) {', '.join(open_ranks)} did not close")
     world = manifest.get("world_size")
@@ -148,7 +152,7 @@ def completion(run: str | os.PathLike) -> Completion | None:
 
 
 def contents_summary(files: list[Path]) -> str:
-    """"N shard(s), R rows, steps A-B" from the Parquet footers only (no data read)."""
+    """ "N shard(s), R rows, steps A-B" from the Parquet footers only (no data read)."""
     import pyarrow.parquet as pq
 
     rows, lo, hi = 0, None, None
@@ -256,25 +260,32 @@ def check_contents(run: str | os.PathLike, files: list[Path], rows: Mapping[Path
             open_runs.append((r, c, problems))
         elif problems:
             more = f" (and {len(problems) - 1} more disagreement(s))" if len(problems) > 1 else ""
-            raise ShardIndexError(f"{r}: {problems[0]}{more}; the run no longer holds what it recorded",
-                                  hint="restore the run from a copy, or move foreign files out of its "
-                                       f"{TOKENS}/ folder")
+            raise ShardIndexError(
+                f"{r}: {problems[0]}{more}; the run no longer holds what it recorded",
+                hint=f"restore the run from a copy, or move foreign files out of its {TOKENS}/ folder",
+            )
     notes = []
     if legacy:
         others = f" (and {len(legacy) - 1} more run(s))" if len(legacy) > 1 else ""
-        notes.append(f"{legacy[0]}{others} has no shard index (written by an older mismatchscope, or by hand): "
-                     "its shards are read as they are, unchecked for missing or foreign ones")
+        notes.append(
+            f"{legacy[0]}{others} has no shard index (written by an older mismatchscope, or by hand): "
+            "its shards are read as they are, unchecked for missing or foreign ones"
+        )
     if not open_runs:
         return Contents(None, notes)
     first, c, problems = open_runs[0]
     others = f" (and {len(open_runs) - 1} more of the {len(roots)} runs in {run})" if len(open_runs) > 1 else ""
     disagree = f"; its shards disagree with its index: {'; '.join(problems[:2])}" if problems else ""
-    return Contents(f"{first} is an incomplete run ({c.reason}: killed, or still being written){others}; "
-                    f"read what is there: {contents_summary(files)}{disagree}", notes)
+    return Contents(
+        f"{first} is an incomplete run ({c.reason}: killed, or still being written){others}; "
+        f"read what is there: {contents_summary(files)}{disagree}",
+        notes,
+    )
 
 
-def _run_problems(run: Path, files: list[Path], rows: Mapping[Path, int], given: Path | None,
-                  resolved: Mapping[Path, Path]) -> list[str] | None:
+def _run_problems(
+    run: Path, files: list[Path], rows: Mapping[Path, int], given: Path | None, resolved: Mapping[Path, Path]
+) -> list[str] | None:
     """The disagreements of one run's ``tokens/`` with its index; None for a run that keeps no index."""
     base = Path(os.path.realpath(run / TOKENS))
     mine = [f for f in files if base in resolved[f].parents]
@@ -295,6 +306,7 @@ def incomplete_message(run: str | os.PathLike, files: list[Path]) -> str | None:
 
 
 # -- the shard index ----------------------------------------------------------------
+
 
 class ShardIndexError(InputError):
     """A run's shards disagree with its index: a shard lost, changed, foreign, or not a file."""
@@ -395,8 +407,10 @@ def read_index(run: str | os.PathLike, folder: str) -> dict[str, ShardEntry] | N
     entries: dict[str, ShardEntry] = {}
     for f in files:
         if not f.is_file():
-            raise ShardIndexError(f"{f}: the shard index is not a regular file",
-                                  hint="remove it; the run's writer keeps its index as a plain file")
+            raise ShardIndexError(
+                f"{f}: the shard index is not a regular file",
+                hint="remove it; the run's writer keeps its index as a plain file",
+            )
         data = f.read_bytes()
         lines = data.split(b"\n")
         if lines and lines[-1] == b"":
@@ -422,11 +436,19 @@ def _index_line(path: Path, number: int, raw: bytes) -> tuple[str, ShardEntry | 
         if rec.get("removed") is True:
             return name, None
         rows, size = rec.get("rows"), rec.get("bytes")
-        if (isinstance(rows, int) and isinstance(size, int) and not isinstance(rows, bool) and not isinstance(size, bool)
-                and rows >= 0 and size >= 0):
+        if (
+            isinstance(rows, int)
+            and isinstance(size, int)
+            and not isinstance(rows, bool)
+            and not isinstance(size, bool)
+            and rows >= 0
+            and size >= 0
+        ):
             return name, ShardEntry(rows, size)
-    raise ShardIndexError(f"{path}:{number}: the shard index is damaged (not a shard record)",
-                          hint="the run's index was edited or damaged; restore the run from a copy")
+    raise ShardIndexError(
+        f"{path}:{number}: the shard index is damaged (not a shard record)",
+        hint="the run's index was edited or damaged; restore the run from a copy",
+    )
 
 
 def not_regular(path: Path) -> str | None:
@@ -437,15 +459,26 @@ def not_regular(path: Path) -> str | None:
         return "missing (a broken link?)"
     if stat.S_ISREG(mode):
         return None
-    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory")):
+    for test, kind in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISDIR, "a directory"),
+    ):
         if test(mode):
             return kind
     return "not a regular file"
 
 
-def shard_problems(run: Path, folder: str, files: list[Path], rows: Mapping[Path, int],
-                   whole: bool, resolved: Mapping[Path, Path] | None = None) -> list[str] | None:
+def shard_problems(
+    run: Path,
+    folder: str,
+    files: list[Path],
+    rows: Mapping[Path, int],
+    whole: bool,
+    resolved: Mapping[Path, Path] | None = None,
+) -> list[str] | None:
     """How the shards of ``run/folder`` read here disagree with the run's index; None when it keeps none.
 
     ``files`` are the shards a command is about to read (with their footer's
@@ -473,16 +506,20 @@ def shard_problems(run: Path, folder: str, files: list[Path], rows: Mapping[Path
             continue
         size = os.stat(f).st_size
         if size != entry.size:
-            problems.append(f"{shown} is {size:,} bytes, the run's index says {entry.size:,} "
-                            "(truncated or replaced after it was written)")
+            problems.append(
+                f"{shown} is {size:,} bytes, the run's index says {entry.size:,} "
+                "(truncated or replaced after it was written)"
+            )
         elif f in rows and rows[f] != entry.rows:
             problems.append(f"{shown} holds {rows[f]:,} rows, the run's index says {entry.rows:,} (replaced)")
     if whole:
         lost = sorted(n for n in index if n not in seen)
         if lost:
             lost_rows = sum(index[n].rows for n in lost)
-            problems.append(f"{len(lost)} shard(s) listed in the run's index are missing ({lost_rows:,} rows), "
-                            f"e.g. {folder}/{lost[0]}")
+            problems.append(
+                f"{len(lost)} shard(s) listed in the run's index are missing ({lost_rows:,} rows), "
+                f"e.g. {folder}/{lost[0]}"
+            )
     return problems
 
 
@@ -492,6 +529,7 @@ def indexed(manifest: Mapping[str, Any] | None, run: str | os.PathLike, folder: 
 
 
 # -- one writer ---------------------------------------------------------------------
+
 
 class WriterLock:
     """An exclusive, non-blocking ``flock`` on ``path``, held until :meth:`release`.
@@ -515,8 +553,10 @@ class WriterLock:
             holder = os.pread(self._fd, 32, 0).decode(errors="replace").strip() or "?"
             os.close(self._fd)
             self._fd = None
-            raise RunLockedError(f"{what} is being written by another process (pid {holder} holds {self.path})",
-                                 hint="wait for it to finish, or write to another directory") from None
+            raise RunLockedError(
+                f"{what} is being written by another process (pid {holder} holds {self.path})",
+                hint="wait for it to finish, or write to another directory",
+            ) from None
         os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
 
@@ -525,7 +565,7 @@ class WriterLock:
             os.close(self._fd)  # closing the descriptor drops the flock
             self._fd = None
 
-    def __enter__(self) -> "WriterLock":
+    def __enter__(self) -> WriterLock:
         return self
 
     def __exit__(self, exc_type: object, *exc: object) -> None:

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -50,22 +51,34 @@ OPTIONAL: tuple[Column, ...] = (
     Column("reward", pa.float64(), "reward of the sequence, repeated on each of its tokens"),
     Column("sampler_topk_ids", pa.list_(pa.int64()), "ids the sampler listed at this position"),
     Column("sampler_topk_logprobs", pa.list_(pa.float64()), "the sampler's logprob of each listed id"),
-    Column("trainer_logprobs_at_sampler_topk", pa.list_(pa.float64()),
-           "the trainer's logprob of each id in sampler_topk_ids"),
+    Column(
+        "trainer_logprobs_at_sampler_topk",
+        pa.list_(pa.float64()),
+        "the trainer's logprob of each id in sampler_topk_ids",
+    ),
     Column("trainer_topk_ids", pa.list_(pa.int64()), "the trainer's own top-k ids"),
     Column("trainer_topk_logprobs", pa.list_(pa.float64()), "the trainer's logprob of its top-k ids"),
     Column("trainer_entropy", pa.float64(), "entropy (nats) of the trainer's distribution at this position"),
-    Column("sampler_kept_logmass", pa.float64(),
-           "log of the probability mass the trainer puts on the set top-p/top-k kept; "
-           "0 when nothing was truncated. Already removed from trainer_logprob, reported apart"),
+    Column(
+        "sampler_kept_logmass",
+        pa.float64(),
+        "log of the probability mass the trainer puts on the set top-p/top-k kept; "
+        "0 when nothing was truncated. Already removed from trainer_logprob, reported apart",
+    ),
     Column("step", pa.int64(), "training step, for files that hold a whole run"),
-    Column("sampler_prefill_logprob", pa.float64(),
-           "the sampler's logprob of the same token once more, from a prefill of prompt + completion "
-           "(probe --sampler-prefill): where a gap starts, decode kernels or the sampler's forward"),
+    Column(
+        "sampler_prefill_logprob",
+        pa.float64(),
+        "the sampler's logprob of the same token once more, from a prefill of prompt + completion "
+        "(probe --sampler-prefill): where a gap starts, decode kernels or the sampler's forward",
+    ),
     Column("sampler_step", pa.int64(), "policy version (weight-sync step) the sampler generated the token with"),
     Column("trainer_step", pa.int64(), "policy version (optimizer step) the trainer scored the token with"),
-    Column("rank", pa.int32(), "trainer rank that wrote the record in an imported run "
-           "(prime-rl: file rank; slime: data-parallel rank)"),
+    Column(
+        "rank",
+        pa.int32(),
+        "trainer rank that wrote the record in an imported run (prime-rl: file rank; slime: data-parallel rank)",
+    ),
 )
 
 COLUMNS: dict[str, Column] = {c.name: c for c in REQUIRED + OPTIONAL}
@@ -110,15 +123,23 @@ def first_refused(columns: Mapping[str, Any]) -> Refusal | None:
             bad = np.isfinite(v) & (v > POSITIVE_LOGPROB_TOLERANCE)
             if bad.any():
                 i = _first(bad)
-                return Refusal(i, name, f"{name} {float(v.flat[i]):.4g} is positive beyond rounding "
-                                  f"(> {POSITIVE_LOGPROB_TOLERANCE:g}): logprobs are natural logs <= 0")
+                return Refusal(
+                    i,
+                    name,
+                    f"{name} {float(v.flat[i]):.4g} is positive beyond rounding "
+                    f"(> {POSITIVE_LOGPROB_TOLERANCE:g}): logprobs are natural logs <= 0",
+                )
     if "advantage" in columns:
         v = np.asarray(columns["advantage"], dtype=np.float64)
         bad = ~np.isfinite(v)
         if bad.any():
             i = _first(bad)
-            return Refusal(i, "advantage", f"advantage is {float(v.flat[i])} (missing?): report and timeline need a finite "
-                              "advantage on every token")
+            return Refusal(
+                i,
+                "advantage",
+                f"advantage is {float(v.flat[i])} (missing?): report and timeline need a finite "
+                "advantage on every token",
+            )
     for name, lo, hi in (("position", 0, MAX_POSITION), ("step", -MAX_ABS_STEP, MAX_ABS_STEP)):
         if name in columns:
             v = np.asarray(columns[name])

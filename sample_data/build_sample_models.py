@@ -185,6 +185,7 @@ MOE_TRAIN = dict(steps=300, batch_size=32, lr=6e-3, warmup=30, later=0)
 
 # --- the task -----------------------------------------------------------------
 
+
 def make_terms(rng: random.Random) -> tuple[int, ...]:
     return tuple(rng.randint(0, 9) for _ in range(rng.randint(MIN_TERMS, MAX_TERMS)))
 
@@ -257,7 +258,7 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
         p = hf_tok(prompt_text(t))["input_ids"]
         full = hf_tok(prompt_text(t) + c)["input_ids"]
         assert p[0] == 1 and full[: len(p)] == p, (t, p, full)
-        assert hf_tok.decode(full[len(p):], skip_special_tokens=True) == c
+        assert hf_tok.decode(full[len(p) :], skip_special_tokens=True) == c
     return hf_tok
 
 
@@ -291,6 +292,7 @@ def pad_rows(rows, pad_id):
 
 # --- training -----------------------------------------------------------------
 
+
 def train(model, tok, cfg, seed, exclude, label, snapshot_at=None) -> tuple[dict, dict | None]:
     """Train for steps + later steps on one schedule; return stats and the state at ``snapshot_at``."""
     stream = Stream(tok, seed + 100, exclude)
@@ -319,7 +321,9 @@ def train(model, tok, cfg, seed, exclude, label, snapshot_at=None) -> tuple[dict
         opt.zero_grad(set_to_none=True)
         recent = (recent + [out.loss.item()])[-50:]
         if step % 100 == 0 or step == steps - 1:
-            print(f"[{label}] step {step:5d}  loss {out.loss.item():.3f}  ({time.perf_counter() - w0:.0f}s)", flush=True)
+            print(
+                f"[{label}] step {step:5d}  loss {out.loss.item():.3f}  ({time.perf_counter() - w0:.0f}s)", flush=True
+            )
     return {
         "steps": steps,
         "batch_size": cfg["batch_size"],
@@ -331,6 +335,7 @@ def train(model, tok, cfg, seed, exclude, label, snapshot_at=None) -> tuple[dict
 
 # --- measuring ----------------------------------------------------------------
 
+
 @torch.no_grad()
 def sample(model, tok, prompts, n, seed, max_new_tokens=200):
     """T=1, full-vocabulary samples (what the probe asks vLLM for by default): (prompt ids, completion ids) pairs."""
@@ -341,11 +346,19 @@ def sample(model, tok, prompts, n, seed, max_new_tokens=200):
     cur = torch.full((len(pids), width), tok.pad_token_id, dtype=torch.long)
     am = torch.zeros_like(cur)
     for i, p in enumerate(pids):
-        cur[i, width - len(p):] = torch.tensor(p)
-        am[i, width - len(p):] = 1
-    out = model.generate(input_ids=cur, attention_mask=am, max_new_tokens=max_new_tokens, do_sample=True,
-                         temperature=1.0, top_p=1.0, top_k=0, pad_token_id=tok.pad_token_id,
-                         eos_token_id=tok.eos_token_id)
+        cur[i, width - len(p) :] = torch.tensor(p)
+        am[i, width - len(p) :] = 1
+    out = model.generate(
+        input_ids=cur,
+        attention_mask=am,
+        max_new_tokens=max_new_tokens,
+        do_sample=True,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
     pairs = []
     for i, p in enumerate(pids):
         c = out[i, width:].tolist()
@@ -386,7 +399,7 @@ def quality(model, tok, prompts, n, seed) -> dict:
         "entropy_share_above_0.5": (ents > 0.5).float().mean().item(),
         "mean_entropy": ents.mean().item(),
         "accuracy_T1": sum(correct) / len(correct),
-        "groups_with_both_rewards": sum(0 < sum(correct[i:i + n]) < n for i in range(0, len(correct), n)),
+        "groups_with_both_rewards": sum(0 < sum(correct[i : i + n]) < n for i in range(0, len(correct), n)),
     }
 
 
@@ -396,8 +409,9 @@ def lag_rejects(sampler_model, trainer_model, tok, prompts, n, seed) -> dict:
     q_lp = [lp for lp, _ in token_logprobs(sampler_model, pairs)]
     p_lp = [lp for lp, _ in token_logprobs(trainer_model, pairs)]
     answers = [str(sum(t)) for t in prompts for _ in range(n)]
-    rewards = torch.tensor([float(final_answer(tok.decode(c, skip_special_tokens=True)) == a)
-                            for (_, c), a in zip(pairs, answers)])
+    rewards = torch.tensor(
+        [float(final_answer(tok.decode(c, skip_special_tokens=True)) == a) for (_, c), a in zip(pairs, answers)]
+    )
     g = rewards.view(-1, n)
     adv = ((g - g.mean(1, keepdim=True)) / (g.std(1, keepdim=True) + 1e-6)).view(-1)
     q = torch.cat(q_lp).exp().double()
@@ -419,12 +433,13 @@ def lag_rejects(sampler_model, trainer_model, tok, prompts, n, seed) -> dict:
     return {
         "tokens": int(q.numel()),
         "rejects": {k: int(m.sum()) for k, m in masks.items()},
-        "overlap": {f"{x}&{y}": int((masks[x] & masks[y]).sum()) for i, x in enumerate(names) for y in names[i + 1:]},
+        "overlap": {f"{x}&{y}": int((masks[x] & masks[y]).sum()) for i, x in enumerate(names) for y in names[i + 1 :]},
         "max_abs_p_minus_q": float((p - q).abs().max()),
     }
 
 
 # --- saving -------------------------------------------------------------------
+
 
 def save(model, tok, out_dir: Path) -> None:
     if out_dir.exists():
@@ -480,8 +495,14 @@ def main() -> None:
 
     report = {}
     runs = [
-        ("tiny-qwen3", Qwen3ForCausalLM, Qwen3Config, DENSE,
-         dict(DENSE_TRAIN, steps=args.dense_steps, later=args.later_steps), DENSE_SEED),
+        (
+            "tiny-qwen3",
+            Qwen3ForCausalLM,
+            Qwen3Config,
+            DENSE,
+            dict(DENSE_TRAIN, steps=args.dense_steps, later=args.later_steps),
+            DENSE_SEED,
+        ),
         ("tiny-qwen3-moe", Qwen3MoeForCausalLM, Qwen3MoeConfig, MOE, dict(MOE_TRAIN, steps=args.moe_steps), MOE_SEED),
     ]
     for name, cls, cfg_cls, arch, tcfg, seed in runs:

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from mismatchscope.schema import write_table  # noqa: E402
+from mismatchscope.schema import write_table
 
 SEED = 20261202
 VOCAB = 4096
@@ -51,10 +51,26 @@ def log_softmax(z: np.ndarray) -> np.ndarray:
 
 def simulate(seed: int = SEED) -> dict[str, list]:
     rng = np.random.default_rng(seed)
-    cols: dict[str, list] = {k: [] for k in (
-        "sequence_id", "position", "token_id", "sampler_logprob", "trainer_logprob", "prompt_id", "sample_index",
-        "advantage", "reward", "sampler_topk_ids", "sampler_topk_logprobs", "trainer_logprobs_at_sampler_topk",
-        "trainer_topk_ids", "trainer_topk_logprobs", "trainer_entropy")}
+    cols: dict[str, list] = {
+        k: []
+        for k in (
+            "sequence_id",
+            "position",
+            "token_id",
+            "sampler_logprob",
+            "trainer_logprob",
+            "prompt_id",
+            "sample_index",
+            "advantage",
+            "reward",
+            "sampler_topk_ids",
+            "sampler_topk_logprobs",
+            "trainer_logprobs_at_sampler_topk",
+            "trainer_topk_ids",
+            "trainer_topk_logprobs",
+            "trainer_entropy",
+        )
+    }
     seq = 0
     for prompt in range(PROMPTS):
         rewards = rng.binomial(1, 0.5, SAMPLES).astype(np.float64)
@@ -96,8 +112,14 @@ def simulate(seed: int = SEED) -> dict[str, list]:
 
 def main() -> None:
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).with_name("simulated_pairs.parquet")
-    meta = {"simulated": True, "generator": "sample_data/simulate_pairs.py", "seed": SEED, "vocab_size": VOCAB,
-            "sampler": {"kind": "simulated", "logits": "bf16-rounded", "routing_flip_rate": FLIP_RATE}, "trainer": {"kind": "simulated", "dtype": "float32"}}
+    meta = {
+        "simulated": True,
+        "generator": "sample_data/simulate_pairs.py",
+        "seed": SEED,
+        "vocab_size": VOCAB,
+        "sampler": {"kind": "simulated", "logits": "bf16-rounded", "routing_flip_rate": FLIP_RATE},
+        "trainer": {"kind": "simulated", "dtype": "float32"},
+    }
     cols = simulate()
     write_table(out, cols, meta)
     print(f"wrote {out}: {len(cols['sequence_id'])} tokens, {PROMPTS * SAMPLES} sequences")

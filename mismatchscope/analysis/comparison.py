@@ -13,8 +13,14 @@ from ..rules import SequenceInputs
 from .masks import MaskAccumulator, mean_row, tail_reading, unit_row
 
 
-def assemble_masks(masks: MaskAccumulator, seq: SequenceInputs, per_seq: dict[str, np.ndarray], tokens: int, sequences: int,
-                   has_adv: bool) -> dict:
+def assemble_masks(
+    masks: MaskAccumulator,
+    seq: SequenceInputs,
+    per_seq: dict[str, np.ndarray],
+    tokens: int,
+    sequences: int,
+    has_adv: bool,
+) -> dict:
     """The ``compare-masks`` payload: a row per rule and hypothesis, sweeps, tails, agreement and examples."""
     extra = masks.finish(seq, per_seq)
     rows: list[dict] = []
@@ -31,9 +37,30 @@ def assemble_masks(masks: MaskAccumulator, seq: SequenceInputs, per_seq: dict[st
         else:
             name, _, param = u.sweep.partition(".")
             sw = sweeps.setdefault(u.sweep, {"rule": name, "param": param, "level": u.rule.level, "points": []})
-            sw["points"].append({"value": u.rule.params[param], "hypothesis": u.hypothesis, **{
-                k: row[k] for k in ("token_reject_rate", "token_reweight_rate", "tokens_rejected", "tokens_reweighted",
-                                    "sequences_with_rejection", "sequences_rejected", "sequence_reject_rate")}})
-    return {"rules": rows, "tokens_by_sampler_prob": extra["tokens_by_sampler_prob"],
-            "tokens_by_pq_sign": extra["tokens_by_pq_sign"], "tail_reading": tail_reading(rows),
-            "agreement": extra["agreement"], "sweeps": list(sweeps.values()), "examples": extra["examples"]}
+            sw["points"].append(
+                {
+                    "value": u.rule.params[param],
+                    "hypothesis": u.hypothesis,
+                    **{
+                        k: row[k]
+                        for k in (
+                            "token_reject_rate",
+                            "token_reweight_rate",
+                            "tokens_rejected",
+                            "tokens_reweighted",
+                            "sequences_with_rejection",
+                            "sequences_rejected",
+                            "sequence_reject_rate",
+                        )
+                    },
+                }
+            )
+    return {
+        "rules": rows,
+        "tokens_by_sampler_prob": extra["tokens_by_sampler_prob"],
+        "tokens_by_pq_sign": extra["tokens_by_pq_sign"],
+        "tail_reading": tail_reading(rows),
+        "agreement": extra["agreement"],
+        "sweeps": list(sweeps.values()),
+        "examples": extra["examples"],
+    }

@@ -9,8 +9,8 @@ accumulator. Both commands (and ``probe``'s closing summary) call
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -79,10 +79,14 @@ class _Partial:
     gap: GapTally | None = None
 
 
-def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None = None,
-            on_batch: Callable[[int], None] | None = None,
-            on_terms: Callable[[TokenTerms, dict], None] | None = None,
-            workers: int | None = None) -> AnalysisResult:
+def analyse(
+    path: str,
+    request: AnalysisRequest,
+    mapping: dict[str, str] | None = None,
+    on_batch: Callable[[int], None] | None = None,
+    on_terms: Callable[[TokenTerms, dict], None] | None = None,
+    workers: int | None = None,
+) -> AnalysisResult:
     """``on_terms(terms, batch)``, when given, sees every batch's token terms (the pictures' histograms).
 
     Batches are analysed on ``workers`` threads (default: one per core, ``parallel.default_workers``)
@@ -110,14 +114,16 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
     ops: dict[str, Op] = dict(REDUCTIONS)
     if has_adv:
         ops["sum_adv"] = "sum"
-    clamped = bool(masks) and any(u.rule.spec.fixed_level is None and u.rule.level == "sequence" for u in masks.seq_units)
+    clamped = bool(masks) and any(
+        u.rule.spec.fixed_level is None and u.rule.level == "sequence" for u in masks.seq_units
+    )
     inverse_k3 = bool(masks) and needs_inverse_k3([u.rule for u in masks.seq_units])
     if inverse_k3:  # k3-seq in AReaL's orientation
         ops["sum_k3inv"] = "sum"
     if clamped:  # verl-rs sums its estimators over l clamped to +-20
         ops.update({"sum_ck1": "sum", "sum_ck2": "sum", "sum_ck3": "sum"})
     if masks:
-        ops.update({k: "sum" for k in masks.per_token_columns()})
+        ops.update(dict.fromkeys(masks.per_token_columns(), "sum"))
     if masks and index is not None:
         ops[ROUTE_FLIPPED] = "sum"
     seqagg = SequenceAggregator(ops)
@@ -163,8 +169,17 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
                 part_stats.add_centering(centering)
             if "sampler_kept_logmass" in batch:
                 part_stats.add_kept_mass(batch["sampler_kept_logmass"])
-        return _Partial(hyg, runs, groups.keys, reduced, part_stats, part_masks, t.log_ratio_T.size,
-                        (t, batch) if on_terms else None, part_gap)
+        return _Partial(
+            hyg,
+            runs,
+            groups.keys,
+            reduced,
+            part_stats,
+            part_masks,
+            t.log_ratio_T.size,
+            (t, batch) if on_terms else None,
+            part_gap,
+        )
 
     for part in ordered_map(one_batch, read_batches(source, columns, request.batch_rows), workers):
         hygiene.merge(part.hygiene)
@@ -197,7 +212,9 @@ def analyse(path: str, request: AnalysisRequest, mapping: dict[str, str] | None 
         max_log_ratio_S=table.max_l_S,
         mean_k3_S=table.sum_k3_S / table.n_tokens_S,
         advantage_S=table.advantage_S,
-        clamped_sum_k1_S=agg.get("sum_ck1"), clamped_sum_k2_S=agg.get("sum_ck2"), clamped_sum_k3_S=agg.get("sum_ck3"),
+        clamped_sum_k1_S=agg.get("sum_ck1"),
+        clamped_sum_k2_S=agg.get("sum_ck2"),
+        clamped_sum_k3_S=agg.get("sum_ck3"),
         mean_k3_inverse_S=agg["sum_k3inv"] / table.n_tokens_S if inverse_k3 else None,
     )
     report = assemble_report(stats, seq, table, source.run_config) if request.report else None
@@ -230,13 +247,22 @@ make one wrong."""
 
 def _topk(batch: dict) -> tuple[TopkBounds, ScoreCentering]:
     """One batch's top-k lower bounds and score-centering statistics (the batch has the top-k columns)."""
-    b = topk_bounds(batch["token_id"], batch["sampler_logprob"], batch["trainer_logprob"], batch["sampler_topk_ids"],
-                    batch["sampler_topk_logprobs"], batch["trainer_logprobs_at_sampler_topk"], batch["sequence_id"],
-                    batch["position"])
+    b = topk_bounds(
+        batch["token_id"],
+        batch["sampler_logprob"],
+        batch["trainer_logprob"],
+        batch["sampler_topk_ids"],
+        batch["sampler_topk_logprobs"],
+        batch["trainer_logprobs_at_sampler_topk"],
+        batch["sequence_id"],
+        batch["position"],
+    )
     return b, score_centering(b, batch["sampler_topk_ids"], batch.get("trainer_topk_ids"))
 
 
-def _refill_quantiles(source: Source, columns: list[str], batch_rows: int, stats: TokenStats, workers: int | None) -> None:
+def _refill_quantiles(
+    source: Source, columns: list[str], batch_rows: int, stats: TokenStats, workers: int | None
+) -> None:
     """A second pass for the exact quantiles of a file too large to keep every value of (``quantiles.KEEP_VALUES``).
 
     The first pass counted every value into bins; this one reads the file

@@ -17,7 +17,9 @@ Op = Literal["sum", "min", "max"]
 _UFUNC = {"sum": np.add, "min": np.minimum, "max": np.maximum}
 
 
-def group_reduce(keys: np.ndarray, columns: dict[str, tuple[np.ndarray, Op]]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+def group_reduce(
+    keys: np.ndarray, columns: dict[str, tuple[np.ndarray, Op]]
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Reduce aligned columns by key. Returns (sorted unique keys, reduced columns)."""
     g = Groups(keys)
     return g.keys, {k: g.reduce(v, op) for k, (v, op) in columns.items()}
@@ -38,7 +40,9 @@ class Groups:
         if keys.size and np.any(keys[1:] < keys[:-1]):
             self.order = np.argsort(keys, kind="stable")
             keys = keys[self.order]
-        self.starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1]))) if keys.size else np.zeros(0, np.intp)
+        self.starts = (
+            np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1]))) if keys.size else np.zeros(0, np.intp)
+        )
         self.keys = keys[self.starts]
         self._inv: np.ndarray | None = None
 

@@ -17,8 +17,8 @@ import numpy as np
 from ..divergence import TokenTerms
 from ..rules import RuleInstance, SequenceInputs
 from .evaluate import HYPOTHESES, sequence_verdicts, token_verdicts
-from .table import RuleColumn
 from .grouping import Groups
+from .table import RuleColumn
 from .tokenstats import Q_EDGES, bucket_index, q_bucket_labels
 
 ROUTE_FLIPPED = "route_flipped"
@@ -86,11 +86,11 @@ class Unit:
     flipped_rejected: int = 0
     """rejected tokens whose experts differ between the sides in some MoE layer (runs with routes)."""
 
-    def fresh(self) -> "Unit":
+    def fresh(self) -> Unit:
         """The same rule, hypothesis and sweep with every count at zero."""
         return Unit(self.rule, self.hypothesis, self.sweep)
 
-    def merge(self, other: "Unit") -> None:
+    def merge(self, other: Unit) -> None:
         """Add another pass's token counts (a batch analysed on another thread) to these."""
         self.tokens_rejected += other.tokens_rejected
         self.tokens_reweighted += other.tokens_reweighted
@@ -109,7 +109,9 @@ class Unit:
         return self.rule.name if self.hypothesis == "data" else f"{self.rule.name} [{self.hypothesis}]"
 
 
-def build_units(rules: list[RuleInstance], sweeps: list[tuple[str, str, list[RuleInstance]]], has_advantage: bool) -> list[Unit]:
+def build_units(
+    rules: list[RuleInstance], sweeps: list[tuple[str, str, list[RuleInstance]]], has_advantage: bool
+) -> list[Unit]:
     units = []
 
     def expand(rule: RuleInstance, sweep: str | None):
@@ -148,7 +150,11 @@ class MaskAccumulator:
     def per_token_columns(self) -> list[str]:
         """Names of the per-sequence sums this accumulator adds to the sequence aggregator."""
         tails = [f"q{j}" for j in range(N_Q)] + [f"s{j}" for j in range(len(SIGNS))] if self.seq_units else []
-        return [f"rej{i}" for i in range(len(self.token_units))] + [f"rew{i}" for i in range(len(self.token_units))] + tails
+        return (
+            [f"rej{i}" for i in range(len(self.token_units))]
+            + [f"rew{i}" for i in range(len(self.token_units))]
+            + tails
+        )
 
     def rule_columns(self, per_seq: dict[str, np.ndarray], n_tokens_S: np.ndarray) -> list[RuleColumn]:
         """Every token-rule unit's rejected and reweighted tokens per sequence, and the rejecting sequence
@@ -159,13 +165,13 @@ class MaskAccumulator:
             cols.append(RuleColumn(u, r * n_tokens_S, np.zeros_like(r), r))
         return cols
 
-    def spawn(self) -> "MaskAccumulator":
+    def spawn(self) -> MaskAccumulator:
         """An empty accumulator over the same units, for one batch on a worker thread (:meth:`merge` folds it back)."""
         spawned = MaskAccumulator([u.fresh() for u in self.units], self.n_examples)
         spawned.routed = self.routed
         return spawned
 
-    def merge(self, other: "MaskAccumulator") -> None:
+    def merge(self, other: MaskAccumulator) -> None:
         """Fold a spawned accumulator in; folding batches in file order keeps the examples' tie-breaks reproducible."""
         for a, b in zip(self.units, other.units):
             a.merge(b)
@@ -175,8 +181,14 @@ class MaskAccumulator:
         for score, _, item in sorted(other._examples, key=lambda e: e[1]):  # in the order the batch offered them
             self._offer_example(score, item)
 
-    def add(self, t: TokenTerms, advantage_T: np.ndarray | None, batch: dict, groups: Groups,
-            flipped_T: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    def add(
+        self,
+        t: TokenTerms,
+        advantage_T: np.ndarray | None,
+        batch: dict,
+        groups: Groups,
+        flipped_T: np.ndarray | None = None,
+    ) -> dict[str, np.ndarray]:
         """Count one batch; returns the per-sequence sums of :meth:`per_token_columns`, one row per run of ``groups``.
 
         ``flipped_T`` (runs with routes): which tokens went through different experts on the two sides.
@@ -290,7 +302,9 @@ class MaskAccumulator:
         }
 
     def _agreement(self, seq_masks, per_seq, n_tok) -> list[dict]:
-        members: list[tuple[Unit, int]] = [(u, u.tokens_rejected) for u in self.agree_token] + [(u, u.tokens_rejected) for u, _ in seq_masks]
+        members: list[tuple[Unit, int]] = [(u, u.tokens_rejected) for u in self.agree_token] + [
+            (u, u.tokens_rejected) for u, _ in seq_masks
+        ]
         nt = len(self.agree_token)
         tok_counts = [per_seq[f"rej{self.token_units.index(u)}"] for u in self.agree_token]
         out = []
@@ -305,12 +319,18 @@ class MaskAccumulator:
                 ua, na = members[a]
                 ub, nb = members[b]
                 union = na + nb - both
-                out.append({
-                    "a": ua.display, "b": ub.display,
-                    "a_params": ua.rule.params, "b_params": ub.rule.params,
-                    "both": both, "only_a": na - both, "only_b": nb - both,
-                    "jaccard": (both / union) if union else None,
-                })
+                out.append(
+                    {
+                        "a": ua.display,
+                        "b": ub.display,
+                        "a_params": ua.rule.params,
+                        "b_params": ub.rule.params,
+                        "both": both,
+                        "only_a": na - both,
+                        "only_b": nb - both,
+                        "jaccard": (both / union) if union else None,
+                    }
+                )
         return out
 
 
@@ -334,9 +354,12 @@ def unit_row(u: Unit, tokens: int, sequences: int, has_advantage: bool, routed: 
         "sequences_with_reweight": u.sequences_with_reweight,
         "sequence_reject_rate": u.sequences_rejected / sequences if sequences else None,
         "rejected_by_advantage_sign": dict(u.rejected_by_sign) if has_advantage and u.hypothesis == "data" else None,
-        "rejected_by_sampler_prob": (dict(zip(q_bucket_labels(), map(int, u.rejected_by_q)))
-                                     if u.rule.spec.acts == "reject" else None),
-        "rejected_by_pq_sign": dict(zip(SIGNS, map(int, u.rejected_by_pq_sign))) if u.rule.spec.acts == "reject" else None,
+        "rejected_by_sampler_prob": (
+            dict(zip(q_bucket_labels(), map(int, u.rejected_by_q))) if u.rule.spec.acts == "reject" else None
+        ),
+        "rejected_by_pq_sign": dict(zip(SIGNS, map(int, u.rejected_by_pq_sign)))
+        if u.rule.spec.acts == "reject"
+        else None,
     }
     if routed:
         row["route_flipped_rejected"] = u.flipped_rejected
@@ -348,9 +371,22 @@ def mean_row(a: dict, b: dict) -> dict:
     out = dict(a)
     out["hypothesis"] = "mean"
     for k, v in a.items():
-        if k in ("tokens_rejected", "tokens_reweighted", "sequences_rejected", "sequences_reweighted",
-                 "sequences_with_rejection", "sequences_with_reweight", "token_reject_rate",
-                 "token_reweight_rate", "sequence_reject_rate", "route_flipped_rejected") and v is not None:
+        if (
+            k
+            in (
+                "tokens_rejected",
+                "tokens_reweighted",
+                "sequences_rejected",
+                "sequences_reweighted",
+                "sequences_with_rejection",
+                "sequences_with_reweight",
+                "token_reject_rate",
+                "token_reweight_rate",
+                "sequence_reject_rate",
+                "route_flipped_rejected",
+            )
+            and v is not None
+        ):
             out[k] = (v + b[k]) / 2
         elif k in ("rejected_by_sampler_prob", "rejected_by_pq_sign") and v is not None:
             out[k] = {key: (v[key] + b[k][key]) / 2 for key in v}

@@ -34,7 +34,8 @@ class DuplicatePositionError(InputError):
         self.sequence_id, self.position = sequence_id, position
         super().__init__(
             f"duplicate (sequence_id, position) rows: sequence {sequence_id} position {position} appears more than once",
-            hint="each generated token must appear once; was a file read twice, or do two runs share sequence ids?")
+            hint="each generated token must appear once; was a file read twice, or do two runs share sequence ids?",
+        )
 
 
 def position_runs(sequence_id: np.ndarray, position: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:

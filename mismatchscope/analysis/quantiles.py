@@ -26,8 +26,8 @@ exact, at the cost of reading the columns again, and only for files that large.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -84,7 +84,7 @@ class ExactQuantiles:
             self.counts += np.bincount(_bins(values), minlength=BINS)
             self._keep([values])
 
-    def merge(self, other: "ExactQuantiles") -> None:
+    def merge(self, other: ExactQuantiles) -> None:
         """Take another accumulator's values (a batch analysed on another thread)."""
         self.counts += other.counts
         if not other.complete:
@@ -140,7 +140,9 @@ class ExactQuantiles:
         wanted[targets] = True
         chosen = np.concatenate([p[wanted[_bins(p)]] for p in self.parts]) if self.parts else np.zeros(0)
         if chosen.size != int(self.counts[targets].sum()):
-            raise RuntimeError("exact quantiles: the values of the wanted bins are not all here (a second pass is missing)")
+            raise RuntimeError(
+                "exact quantiles: the values of the wanted bins are not all here (a second pass is missing)"
+            )
         # ``chosen`` holds the target bins' values; a bin's values follow those of every lower target bin
         start_in_chosen = np.cumsum(self.counts[targets]) - self.counts[targets]
         start_in_all = cum[targets] - self.counts[targets]

@@ -23,20 +23,36 @@ def interpret(metrics: dict, run: dict | None) -> list[dict[str, Any]]:
             verdict = "high (above 0.01): points at an inference precision problem"
         else:  # the yardstick is for numerics alone; lag moves the distributions by itself
             verdict = "high (above 0.01); with policy lag in the gap, not a verdict on inference precision"
-        out.append({"metric": "tv_token_mean", "value": tv, "reading": verdict,
-                    "source": "verl FAQ on rollout_probs_diff (<0.005 normal, >0.01 precision problem)"})
+        out.append(
+            {
+                "metric": "tv_token_mean",
+                "value": tv,
+                "reading": verdict,
+                "source": "verl FAQ on rollout_probs_diff (<0.005 normal, >0.01 precision problem)",
+            }
+        )
     k3 = metrics.get("k3_mean")
     if k3 is not None:
-        reading = "around or below the ~1e-3 typical of healthy runs" if k3 <= 2e-3 else "well above the ~1e-3 typical of healthy runs"
-        out.append({"metric": "k3_mean", "value": k3, "reading": reading,
-                    "source": "NeMo-RL gen_kl_error (~1e-3 typical)"})
+        reading = (
+            "around or below the ~1e-3 typical of healthy runs"
+            if k3 <= 2e-3
+            else "well above the ~1e-3 typical of healthy runs"
+        )
+        out.append(
+            {"metric": "k3_mean", "value": k3, "reading": reading, "source": "NeMo-RL gen_kl_error (~1e-3 typical)"}
+        )
     tail = (metrics.get("ratio_tail_high") or {}).get("2")
     low = (metrics.get("ratio_tail_low") or {}).get("2")
     if tail is not None and low is not None:
         frac = tail + low
-        out.append({"metric": "ratio outside [0.5, 2]", "value": frac,
-                    "reading": f"{frac:.2%} of tokens would be rejected by a [0.5, 2] token mask",
-                    "source": "SkyRL/TRL token_mask defaults"})
+        out.append(
+            {
+                "metric": "ratio outside [0.5, 2]",
+                "value": frac,
+                "reading": f"{frac:.2%} of tokens would be rejected by a [0.5, 2] token mask",
+                "source": "SkyRL/TRL token_mask defaults",
+            }
+        )
     if lag is not None:
         out.append({"metric": "trainer_logprob", "value": None, "reading": lag, "source": "file metadata"})
     return out
@@ -51,6 +67,8 @@ def policy_lag(run: dict | None) -> str | None:
     """
     for sem in ((run or {}).get("semantics"), ((run or {}).get("source") or {}).get("semantics")):
         if isinstance(sem, dict) and sem.get("policy_lag") is True:
-            return sem.get("policy_lag_note") or ("trainer logprobs were taken at update time by an asynchronous trainer: "
-                                                  "the gap mixes policy lag with numerical mismatch")
+            return sem.get("policy_lag_note") or (
+                "trainer logprobs were taken at update time by an asynchronous trainer: "
+                "the gap mixes policy lag with numerical mismatch"
+            )
     return None

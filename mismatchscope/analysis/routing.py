@@ -27,7 +27,7 @@ vectorised min/max calls per batch instead of a per-row sort.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -35,8 +35,7 @@ import pyarrow as pa
 
 from ..arrow import to_numpy
 from ..errors import FileFormatError, InputError
-from ..routing.layout import (MANIFEST_KEY, ROUTES, SAMPLER_EXPERTS, SIDES, TRAINER_EXPERTS, TRAINER_MARGIN,
-                              RoutingMeta)
+from ..routing.layout import MANIFEST_KEY, ROUTES, SAMPLER_EXPERTS, SIDES, TRAINER_EXPERTS, TRAINER_MARGIN, RoutingMeta
 
 MARGIN_EDGES = (0.0, 1e-4, 1e-3, 1e-2, 1e-1)
 """lower edges of the trainer-margin buckets (the last one is open): a flip is expected where the margin is small."""
@@ -73,21 +72,27 @@ def locate_routes(files: list[Path]) -> tuple[RoutesRun | None, str | None]:
     if not roots:
         return None, None
     if len(roots) > 1:
-        return None, (f"{len(roots)} runs with routes/ in the input ({roots[0]}, {roots[1]}, ...): routing metrics "
-                      "are per run, none are shown (give one run directory)")
+        return None, (
+            f"{len(roots)} runs with routes/ in the input ({roots[0]}, {roots[1]}, ...): routing metrics "
+            "are per run, none are shown (give one run directory)"
+        )
     root = roots[0]
     shards = sorted(f for f in (root / ROUTES).glob("*.parquet") if not f.name.startswith("."))
     if not shards:
         return None, None
     raw = (read_manifest(root) or {}).get(MANIFEST_KEY)
     if not isinstance(raw, dict):
-        raise InputError(f"{root}: routes/ holds {len(shards)} shard(s) but the manifest has no {MANIFEST_KEY!r} entry",
-                         hint="the manifest must say which layers route and how many experts they choose from")
+        raise InputError(
+            f"{root}: routes/ holds {len(shards)} shard(s) but the manifest has no {MANIFEST_KEY!r} entry",
+            hint="the manifest must say which layers route and how many experts they choose from",
+        )
     try:
         meta = RoutingMeta.from_dict(raw)
     except (KeyError, TypeError, ValueError) as e:
-        raise InputError(f"{root}: the manifest's {MANIFEST_KEY!r} entry cannot be read ({type(e).__name__}: {e})",
-                         hint="it needs family, num_layers, moe_layers, num_experts and top_k") from None
+        raise InputError(
+            f"{root}: the manifest's {MANIFEST_KEY!r} entry cannot be read ({type(e).__name__}: {e})",
+            hint="it needs family, num_layers, moe_layers, num_experts and top_k",
+        ) from None
     _check_meta(root, meta)
     return RoutesRun(root, shards, meta), None
 
@@ -95,17 +100,22 @@ def locate_routes(files: list[Path]) -> tuple[RoutesRun | None, str | None]:
 def _check_meta(root: Path, meta: RoutingMeta) -> None:
     bad = [x for x in meta.moe_layers if not 0 <= x < meta.num_layers]
     if meta.num_layers < 1 or not meta.moe_layers or bad or len(set(meta.moe_layers)) != len(meta.moe_layers):
-        raise InputError(f"{root}: the manifest's routing entry names MoE layers {list(meta.moe_layers)} for a "
-                         f"model of {meta.num_layers} decoder layers",
-                         hint="MoE layers are distinct decoder-layer indices")
+        raise InputError(
+            f"{root}: the manifest's routing entry names MoE layers {list(meta.moe_layers)} for a "
+            f"model of {meta.num_layers} decoder layers",
+            hint="MoE layers are distinct decoder-layer indices",
+        )
     if not 1 <= meta.top_k <= meta.num_experts:
-        raise InputError(f"{root}: the manifest's routing entry says top_k {meta.top_k} of {meta.num_experts} experts",
-                         hint="top_k is between 1 and the number of routed experts")
+        raise InputError(
+            f"{root}: the manifest's routing entry says top_k {meta.top_k} of {meta.num_experts} experts",
+            hint="top_k is between 1 and the number of routed experts",
+        )
 
 
 # -- sets: sort each row's k ids ----------------------------------------------------------
 
-@lru_cache(maxsize=None)
+
+@cache
 def sorting_network(k: int) -> tuple[tuple[int, int], ...]:
     """Batcher's odd-even merge sort comparators for ``k`` inputs (the power of two above, cut to ``k``).
 
@@ -153,6 +163,7 @@ def sorted_columns(ids: np.ndarray) -> list[np.ndarray]:
 
 # -- one side of one batch ----------------------------------------------------------------
 
+
 @dataclass
 class SideIds:
     """One side's ids of a batch at the MoE layers: sorted columns ``k x [rows * moe]`` and what is missing."""
@@ -168,34 +179,46 @@ def side_ids(col: pa.Array, meta: RoutingMeta, name: str, where: str, rows: int)
     at = _layer_index(meta)
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
-    if not (pa.types.is_list(col.type) and pa.types.is_list(col.type.value_type)
-            and pa.types.is_integer(col.type.value_type.value_type)):
-        raise FileFormatError(f"{where}: column {name} is {col.type}, not list<list<int>> indexed [layer][k]",
-                              hint="write routes with the layout of docs/format.md")
+    if not (
+        pa.types.is_list(col.type)
+        and pa.types.is_list(col.type.value_type)
+        and pa.types.is_integer(col.type.value_type.value_type)
+    ):
+        raise FileFormatError(
+            f"{where}: column {name} is {col.type}, not list<list<int>> indexed [layer][k]",
+            hint="write routes with the layout of docs/format.md",
+        )
     valid = ~to_numpy(col.is_null()).astype(bool) if col.null_count else np.ones(rows, bool)
     nv = int(valid.sum())
     lens = to_numpy(col.value_lengths().fill_null(L))
     if (lens != L).any():
         r = int(np.flatnonzero(lens != L)[0])
-        raise FileFormatError(f"{where}: {name} row {r} has {lens[r]} layers; the manifest says {L} decoder layers",
-                              hint="routes are indexed by every decoder layer, dense layers null")
+        raise FileFormatError(
+            f"{where}: {name} row {r} has {lens[r]} layers; the manifest says {L} decoder layers",
+            hint="routes are indexed by every decoder layer, dense layers null",
+        )
     inner = col.flatten()
     ilen = to_numpy(inner.value_lengths().fill_null(0)).reshape(nv, L)
     bad = (ilen != 0) & (ilen != k)
     if bad.any():
         r, layer = (int(x[0]) for x in np.nonzero(bad))
-        raise FileFormatError(f"{where}: {name} layer {layer} of a row holds {ilen[r, layer]} expert ids; the manifest "
-                              f"says top_k {k}", hint="each MoE layer's entry lists the top-k ids it chose")
+        raise FileFormatError(
+            f"{where}: {name} layer {layer} of a row holds {ilen[r, layer]} expert ids; the manifest says top_k {k}",
+            hint="each MoE layer's entry lists the top-k ids it chose",
+        )
     values = inner.flatten()
     if values.null_count:
-        raise FileFormatError(f"{where}: {name} holds a null expert id inside a layer's list",
-                              hint="a side that could not record leaves the whole row (or layer) null")
+        raise FileFormatError(
+            f"{where}: {name} holds a null expert id inside a layer's list",
+            hint="a side that could not record leaves the whole row (or layer) null",
+        )
     v = to_numpy(values)
     if v.size and (int(v.max()) >= meta.num_experts or (v.dtype.kind == "i" and int(v.min()) < 0)):
         worst = int(v.max()) if int(v.max()) >= meta.num_experts else int(v.min())
-        raise FileFormatError(f"{where}: {name} holds expert id {worst}; the model routes to ids "
-                              f"0..{meta.num_experts - 1}",
-                              hint="routes hold logical expert ids, below the manifest's num_experts")
+        raise FileFormatError(
+            f"{where}: {name} holds expert id {worst}; the model routes to ids 0..{meta.num_experts - 1}",
+            hint="routes hold logical expert ids, below the manifest's num_experts",
+        )
     if v.size == nv * moe.size * k and (ilen[:, at] == k).all():  # common: the values are the MoE layers' ids in order
         ids = v.reshape(nv, moe.size, k)
     else:
@@ -209,8 +232,10 @@ def side_ids(col: pa.Array, meta: RoutingMeta, name: str, where: str, rows: int)
     side, repeated = sort_side(ids)
     if repeated is not None:
         r, j = repeated
-        raise FileFormatError(f"{where}: {name} row {r} names an expert twice in decoder layer {int(moe[j])}",
-                              hint="a layer's top-k ids are distinct experts")
+        raise FileFormatError(
+            f"{where}: {name} row {r} names an expert twice in decoder layer {int(moe[j])}",
+            hint="a layer's top-k ids are distinct experts",
+        )
     return side
 
 
@@ -241,6 +266,7 @@ def compare_sides(a: SideIds, b: SideIds) -> tuple[np.ndarray, np.ndarray]:
 
 # -- the scan ----------------------------------------------------------------------------
 
+
 @dataclass
 class LayerFlips:
     """Per MoE layer: rows where both sides have a capture, and those whose sets differ; plus the any-layer counts."""
@@ -252,7 +278,7 @@ class LayerFlips:
     rows_flipped: int = 0
 
     @classmethod
-    def zeros(cls, n: int) -> "LayerFlips":
+    def zeros(cls, n: int) -> LayerFlips:
         return cls(np.zeros(n, np.int64), np.zeros(n, np.int64))
 
     def add(self, compared: np.ndarray, flipped: np.ndarray) -> None:
@@ -278,7 +304,7 @@ class RoutingScan:
     margin_compared: np.ndarray = field(default_factory=lambda: np.zeros(len(MARGIN_EDGES), np.int64))
     margin_flipped: np.ndarray = field(default_factory=lambda: np.zeros(len(MARGIN_EDGES), np.int64))
     has_margin: bool = False
-    index: "FlipIndex | None" = None
+    index: FlipIndex | None = None
 
     @property
     def meta(self) -> RoutingMeta:
@@ -317,7 +343,7 @@ def scan_routes(run: RoutesRun, batch_rows: int = ROUTE_BATCH_ROWS, workers: int
     meta = run.meta
     n_moe = len(meta.moe_layers)
     sides = [s for s in SIDES if getattr(meta, s).recorded]
-    scan = RoutingScan(run, LayerFlips.zeros(n_moe), LayerFlips.zeros(n_moe), {s: 0 for s in sides})
+    scan = RoutingScan(run, LayerFlips.zeros(n_moe), LayerFlips.zeros(n_moe), dict.fromkeys(sides, 0))
     schema_names = _check_schemas(run, [EXPERT_COLUMNS[s] for s in sides])
     scan.has_margin = scan.both_sides and all(TRAINER_MARGIN in n for n in schema_names)
     cols = ["sequence_id", "input_position", "token_position"] + [EXPERT_COLUMNS[s] for s in sides]
@@ -350,15 +376,20 @@ def scan_routes(run: RoutesRun, batch_rows: int = ROUTE_BATCH_ROWS, workers: int
     return scan
 
 
-def _scan_batch(f: Path, rb: pa.RecordBatch, meta: RoutingMeta, sides: list[str], both: bool,
-                margins: bool) -> _BatchPart:
+def _scan_batch(
+    f: Path, rb: pa.RecordBatch, meta: RoutingMeta, sides: list[str], both: bool, margins: bool
+) -> _BatchPart:
     n = rb.num_rows
     seq = to_numpy(rb.column("sequence_id")).astype(np.int64, copy=False)
     tok = rb.column("token_position")
     is_comp = ~to_numpy(tok.is_null()).astype(bool) if tok.null_count else np.ones(n, bool)
     got = {s: side_ids(rb.column(EXPERT_COLUMNS[s]), meta, EXPERT_COLUMNS[s], str(f), n) for s in sides}
-    part = _BatchPart(seq, to_numpy(rb.column("input_position")).astype(np.int64, copy=False),
-                      {s: int(ids.missing.sum()) for s, ids in got.items()}, n * len(meta.moe_layers))
+    part = _BatchPart(
+        seq,
+        to_numpy(rb.column("input_position")).astype(np.int64, copy=False),
+        {s: int(ids.missing.sum()) for s, ids in got.items()},
+        n * len(meta.moe_layers),
+    )
     if not both:
         return part
     compared, flipped = compare_sides(got["sampler"], got["trainer"])
@@ -366,8 +397,11 @@ def _scan_batch(f: Path, rb: pa.RecordBatch, meta: RoutingMeta, sides: list[str]
     c_cmp, c_flp = (compared, flipped) if all_comp else (compared[is_comp], flipped[is_comp])
     part.flips = (c_cmp, c_flp, compared[~is_comp], flipped[~is_comp])
     tpos = to_numpy(tok.fill_null(0) if tok.null_count else tok).astype(np.int64)
-    part.completion_keys = (seq if all_comp else seq[is_comp], tpos if all_comp else tpos[is_comp],
-                            np.stack([c_cmp.any(axis=1), c_flp.any(axis=1)], axis=1))
+    part.completion_keys = (
+        seq if all_comp else seq[is_comp],
+        tpos if all_comp else tpos[is_comp],
+        np.stack([c_cmp.any(axis=1), c_flp.any(axis=1)], axis=1),
+    )
     if margins:
         part.margins = _margin_counts(rb.column(TRAINER_MARGIN), meta, compared & is_comp[:, None], flipped, str(f))
     return part
@@ -384,14 +418,17 @@ def _check_schemas(run: RoutesRun, needed: list[str]) -> list[set[str]]:
             raise FileFormatError(f"{f}: not a Parquet file, or truncated ({str(e).splitlines()[0][:160]})") from None
         miss = [c for c in ("sequence_id", "input_position", "token_position", *needed) if c not in names]
         if miss:
-            raise FileFormatError(f"{f}: route shard without column(s) {', '.join(miss)}",
-                                  hint="the manifest says these sides were recorded; see docs/format.md for the layout")
+            raise FileFormatError(
+                f"{f}: route shard without column(s) {', '.join(miss)}",
+                hint="the manifest says these sides were recorded; see docs/format.md for the layout",
+            )
         out.append(names)
     return out
 
 
-def _margin_counts(col: pa.Array, meta: RoutingMeta, compared: np.ndarray, flipped: np.ndarray,
-                   where: str) -> tuple[np.ndarray, np.ndarray]:
+def _margin_counts(
+    col: pa.Array, meta: RoutingMeta, compared: np.ndarray, flipped: np.ndarray, where: str
+) -> tuple[np.ndarray, np.ndarray]:
     """(compared, flipped) ``[rows, moe]`` entries by bucket of the trainer's router margin at that layer.
 
     The margins are read in float32 straight from the values buffer (no float64 copy); an entry without a
@@ -403,8 +440,10 @@ def _margin_counts(col: pa.Array, meta: RoutingMeta, compared: np.ndarray, flipp
         col = col.combine_chunks()
     lens = to_numpy(col.value_lengths().fill_null(L))
     if (lens != L).any():
-        raise FileFormatError(f"{where}: {TRAINER_MARGIN} has a row of {int(lens[lens != L][0])} layers; the manifest "
-                              f"says {L}", hint="margins are indexed by every decoder layer, dense layers null")
+        raise FileFormatError(
+            f"{where}: {TRAINER_MARGIN} has a row of {int(lens[lens != L][0])} layers; the manifest says {L}",
+            hint="margins are indexed by every decoder layer, dense layers null",
+        )
     values = col.flatten()
     flat = np.frombuffer(values.buffers()[1], np.float32, len(values), values.offset * 4).reshape(-1, L)[:, moe]
     ok = compared
@@ -417,8 +456,9 @@ def _margin_counts(col: pa.Array, meta: RoutingMeta, compared: np.ndarray, flipp
         m = flat
     if values.null_count:  # a null MoE-layer margin: no bucket
         nulls = np.zeros(m.shape, bool)
-        nulls[~to_numpy(col.is_null()).astype(bool) if col.null_count else slice(None)] = \
+        nulls[~to_numpy(col.is_null()).astype(bool) if col.null_count else slice(None)] = (
             to_numpy(values.is_null()).astype(bool).reshape(-1, L)[:, moe]
+        )
         ok = ok & ~nulls
     nb = len(MARGIN_EDGES)
     code = np.zeros(m.shape, np.uint8)
@@ -427,7 +467,7 @@ def _margin_counts(col: pa.Array, meta: RoutingMeta, compared: np.ndarray, flipp
     code += flipped.view(np.uint8) * np.uint8(nb)
     code[~(ok & np.isfinite(m))] = 2 * nb
     counts = np.bincount(code.ravel(), minlength=2 * nb + 1)
-    return counts[:nb] + counts[nb:2 * nb], counts[nb:2 * nb]
+    return counts[:nb] + counts[nb : 2 * nb], counts[nb : 2 * nb]
 
 
 def _layer_index(meta: RoutingMeta) -> slice | np.ndarray:
@@ -453,11 +493,14 @@ def _check_unique_rows(run: RoutesRun, seqs: list[np.ndarray], inputs: list[np.n
     same = (s[1:] == s[:-1]) & (p[1:] == p[:-1])
     if same.any():
         i = int(np.flatnonzero(same)[0])
-        raise FileFormatError(f"{run.root / ROUTES}: sequence {s[i]} input position {p[i]} has more than one route row",
-                              hint="a routed position is written once; remove the duplicate shard")
+        raise FileFormatError(
+            f"{run.root / ROUTES}: sequence {s[i]} input position {p[i]} has more than one route row",
+            hint="a routed position is written once; remove the duplicate shard",
+        )
 
 
 # -- the join with tokens/ -----------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class FlipIndex:
@@ -469,7 +512,7 @@ class FlipIndex:
     flipped_R: np.ndarray
 
     @classmethod
-    def build(cls, seqs: list[np.ndarray], pos: list[np.ndarray], flags: list[np.ndarray]) -> "FlipIndex":
+    def build(cls, seqs: list[np.ndarray], pos: list[np.ndarray], flags: list[np.ndarray]) -> FlipIndex:
         s = np.concatenate(seqs) if seqs else np.zeros(0, np.int64)
         p = np.concatenate(pos) if pos else np.zeros(0, np.int64)
         f = np.concatenate(flags) if flags else np.zeros((0, 2), bool)
@@ -514,6 +557,6 @@ class GapTally:
         self.total_abs_l += float(abs_l_T.sum())
         return flipped
 
-    def merge(self, other: "GapTally") -> None:
+    def merge(self, other: GapTally) -> None:
         for k in ("flipped_n", "flipped_abs_l", "unflipped_n", "unflipped_abs_l", "unrouted_n", "total_abs_l"):
             setattr(self, k, getattr(self, k) + getattr(other, k))

@@ -22,12 +22,19 @@ def _rate(num: int | np.integer, den: int | np.integer) -> float | None:
 
 
 def _by_layer(meta: RoutingMeta, lf: LayerFlips) -> list[dict]:
-    return [{"layer": int(layer), "flip_rate": _rate(f, c), "compared": int(c), "flipped": int(f)}
-            for layer, c, f in zip(meta.moe_layers, lf.compared, lf.flipped)]
+    return [
+        {"layer": int(layer), "flip_rate": _rate(f, c), "compared": int(c), "flipped": int(f)}
+        for layer, c, f in zip(meta.moe_layers, lf.compared, lf.flipped)
+    ]
 
 
-ROUTING_COLUMNS = ("decoder layer", "completion flip rate", "flipped / compared", "prompt flip rate",
-                   "flipped / compared")
+ROUTING_COLUMNS = (
+    "decoder layer",
+    "completion flip rate",
+    "flipped / compared",
+    "prompt flip rate",
+    "flipped / compared",
+)
 """the per-layer routing table's columns, in the terminal and on the HTML page."""
 
 
@@ -41,8 +48,12 @@ def routing_section(scan: RoutingScan, gap: GapTally | None) -> dict:
     tokens flipped in any layer, |log p - log q| on flipped vs unflipped tokens, flips by router margin."""
     meta = scan.meta
     out: dict = {
-        "family": meta.family, "num_layers": meta.num_layers, "moe_layers": list(meta.moe_layers),
-        "num_experts": meta.num_experts, "top_k": meta.top_k, "replay": meta.replay,
+        "family": meta.family,
+        "num_layers": meta.num_layers,
+        "moe_layers": list(meta.moe_layers),
+        "num_experts": meta.num_experts,
+        "top_k": meta.top_k,
+        "replay": meta.replay,
         "sides": {s: {"recorded": getattr(meta, s).recorded, "why": getattr(meta, s).why} for s in SIDES},
         "rows": scan.entries // len(meta.moe_layers),
         "missing_captures": {**scan.missing, "entries": scan.entries},
@@ -50,26 +61,32 @@ def routing_section(scan: RoutingScan, gap: GapTally | None) -> dict:
     if not scan.both_sides:
         return out
     c, p = scan.completion, scan.prompt
-    out.update({
-        "route_flip_rate": _rate(c.rows_flipped, c.rows_compared),
-        "tokens_compared": c.rows_compared,
-        "tokens_flipped": c.rows_flipped,
-        "route_flip_rate_by_layer": _by_layer(meta, c),
-        "prompt_route_flip_rate": _rate(p.rows_flipped, p.rows_compared),
-        "prompt_rows_compared": p.rows_compared,
-        "prompt_rows_flipped": p.rows_flipped,
-        "prompt_route_flip_rate_by_layer": _by_layer(meta, p),
-    })
+    out.update(
+        {
+            "route_flip_rate": _rate(c.rows_flipped, c.rows_compared),
+            "tokens_compared": c.rows_compared,
+            "tokens_flipped": c.rows_flipped,
+            "route_flip_rate_by_layer": _by_layer(meta, c),
+            "prompt_route_flip_rate": _rate(p.rows_flipped, p.rows_compared),
+            "prompt_rows_compared": p.rows_compared,
+            "prompt_rows_flipped": p.rows_flipped,
+            "prompt_route_flip_rate_by_layer": _by_layer(meta, p),
+        }
+    )
     if gap is not None:
         out["abs_logprob_diff"] = {
-            "flipped_mean": _rate_f(gap.flipped_abs_l, gap.flipped_n), "flipped_tokens": gap.flipped_n,
-            "unflipped_mean": _rate_f(gap.unflipped_abs_l, gap.unflipped_n), "unflipped_tokens": gap.unflipped_n,
+            "flipped_mean": _rate_f(gap.flipped_abs_l, gap.flipped_n),
+            "flipped_tokens": gap.flipped_n,
+            "unflipped_mean": _rate_f(gap.unflipped_abs_l, gap.unflipped_n),
+            "unflipped_tokens": gap.unflipped_n,
             "tokens_without_routes": gap.unrouted_n,
         }
         out["routing_share_of_gap"] = _rate_f(gap.flipped_abs_l, gap.total_abs_l)
     if scan.has_margin:
-        out["by_trainer_margin"] = [{"bucket": b, "compared": int(n), "flipped": int(f), "flip_rate": _rate(f, n)}
-                                    for b, n, f in zip(margin_labels(), scan.margin_compared, scan.margin_flipped)]
+        out["by_trainer_margin"] = [
+            {"bucket": b, "compared": int(n), "flipped": int(f), "flip_rate": _rate(f, n)}
+            for b, n, f in zip(margin_labels(), scan.margin_compared, scan.margin_flipped)
+        ]
     return out
 
 
@@ -85,12 +102,16 @@ def routing_warnings(scan: RoutingScan) -> list[str]:
             continue
         share = n / scan.entries if scan.entries else 0.0
         if share > MOST_MISSING:
-            out.append(f"MOST {s.upper()} ROUTES ARE MISSING: {n:,} of {scan.entries:,} MoE-layer entries are null or "
-                       f"all zeros ({100 * share:.3g}%): the capture failed (an engine's parallel layout can write "
-                       "zeros silently); the flip rates below rest on the rest only")
+            out.append(
+                f"MOST {s.upper()} ROUTES ARE MISSING: {n:,} of {scan.entries:,} MoE-layer entries are null or "
+                f"all zeros ({100 * share:.3g}%): the capture failed (an engine's parallel layout can write "
+                "zeros silently); the flip rates below rest on the rest only"
+            )
         else:
-            out.append(f"{n:,} of {scan.entries:,} {s} MoE-layer route entries are null or all zeros: missing "
-                       "captures, left out of the flip rates (never read as expert 0)")
+            out.append(
+                f"{n:,} of {scan.entries:,} {s} MoE-layer route entries are null or all zeros: missing "
+                "captures, left out of the flip rates (never read as expert 0)"
+            )
     for s in SIDES:
         side = getattr(scan.meta, s)
         if not side.recorded:

@@ -49,8 +49,10 @@ def parse_readings(text: str) -> list[RuleInstance]:
         has = list(dict.fromkeys(r for rd in READINGS.values() for r in rd.rules))
         if reading is None:
             raise UsageError(f"no framework reading has {rule!r}", hint=f"rules with readings: {', '.join(has)}")
-        raise UsageError(f"--readings {text!r} names {len(names)} reading(s); a side-by-side view needs two or more",
-                         hint=f"e.g. --readings {rule}@{DEFAULT},{','.join(readings_of(rule)[:2]) or 'skyrl'}")
+        raise UsageError(
+            f"--readings {text!r} names {len(names)} reading(s); a side-by-side view needs two or more",
+            hint=f"e.g. --readings {rule}@{DEFAULT},{','.join(readings_of(rule)[:2]) or 'skyrl'}",
+        )
     if len(set(names)) < len(names):
         raise UsageError(f"--readings {text!r} names a reading twice", hint="give each reading once")
     overrides = parse_overrides(rule, params, text)
@@ -111,8 +113,12 @@ def side_by_side(path: str, text: str, mapping: dict[str, str] | None = None) ->
                 diffs.add((i, h), cat, acted[0], acted[i])
 
     token_level = rules[0].level == "token"
-    result = analyse(path, AnalysisRequest(report=False, masks=True, rules=rules), mapping,
-                     on_terms=on_terms if token_level else None)
+    result = analyse(
+        path,
+        AnalysisRequest(report=False, masks=True, rules=rules),
+        mapping,
+        on_terms=on_terms if token_level else None,
+    )
     rows = (result.masks or {}).get("rules", [])  # masks=True: always there
     if not token_level:
         _sequence_differences(result, rules, diffs)
@@ -120,16 +126,29 @@ def side_by_side(path: str, text: str, mapping: dict[str, str] | None = None) ->
     for row in rows:
         i = next(k for k, r in enumerate(rules) if r.name == row["name"])
         key = (i, row["hypothesis"])
-        entry = {"reading": rules[i].reading or DEFAULT, "name": row["name"], "params": row["params"],
-                 "hypothesis": row["hypothesis"], "tokens_acted": row["tokens_rejected" if acts == "reject" else "tokens_reweighted"],
-                 "token_rate": row["token_reject_rate" if acts == "reject" else "token_reweight_rate"],
-                 "sequences_rejected": row["sequences_rejected"]}
+        entry = {
+            "reading": rules[i].reading or DEFAULT,
+            "name": row["name"],
+            "params": row["params"],
+            "hypothesis": row["hypothesis"],
+            "tokens_acted": row["tokens_rejected" if acts == "reject" else "tokens_reweighted"],
+            "token_rate": row["token_reject_rate" if acts == "reject" else "token_reweight_rate"],
+            "sequences_rejected": row["sequences_rejected"],
+        }
         if i and key in diffs.by_key:
             entry["differs_from_first"] = dict(zip(CATEGORIES, map(int, diffs.by_key[key])))
             entry["first_only"], entry["this_only"] = diffs.first_only[key], diffs.this_only[key]
         out_rows.append(entry)
-    return {"tokens": result.tokens, "sequences": result.sequences, "rule": rules[0].spec.name, "action": acts,
-            "level": rules[0].level, "first": rules[0].reading or DEFAULT, "readings": out_rows, "warnings": result.warnings}
+    return {
+        "tokens": result.tokens,
+        "sequences": result.sequences,
+        "rule": rules[0].spec.name,
+        "action": acts,
+        "level": rules[0].level,
+        "first": rules[0].reading or DEFAULT,
+        "readings": out_rows,
+        "warnings": result.warnings,
+    }
 
 
 def _sequence_differences(result, rules: list[RuleInstance], diffs: Differences) -> None:

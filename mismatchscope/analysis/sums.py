@@ -47,8 +47,14 @@ def token_means(n, *, tv=None, abs_l=None, k1=None, k2=None, k3=None, krev=None,
     ``chi2_token`` (needs r2) and ``ess`` (needs r and r2; ESS / n).
     """
     out = {}
-    for name, s in (("tv_token_mean", tv), ("abs_logprob_diff_mean", abs_l), ("k1_mean", k1), ("k2_mean", k2),
-                    ("k3_mean", k3), ("kl_reverse_k3_mean", krev)):
+    for name, s in (
+        ("tv_token_mean", tv),
+        ("abs_logprob_diff_mean", abs_l),
+        ("k1_mean", k1),
+        ("k2_mean", k2),
+        ("k3_mean", k3),
+        ("kl_reverse_k3_mean", krev),
+    ):
         if s is not None:
             out[name] = s / n
     if r2 is not None:

@@ -19,20 +19,45 @@ import numpy as np
 from ..divergence import TokenTerms
 from .grouping import Op
 
-SUM_FIELDS = ("n_tokens_S", "sum_tv_S", "sum_abs_l_S", "sum_l_S", "sum_k2_S", "sum_k3_S", "sum_krev_S", "sum_r_S",
-              "sum_r2_S", "max_tv_S", "min_l_S", "max_l_S")
+SUM_FIELDS = (
+    "n_tokens_S",
+    "sum_tv_S",
+    "sum_abs_l_S",
+    "sum_l_S",
+    "sum_k2_S",
+    "sum_k3_S",
+    "sum_krev_S",
+    "sum_r_S",
+    "sum_r2_S",
+    "max_tv_S",
+    "min_l_S",
+    "max_l_S",
+)
 """the per-sequence reductions every table has, in declaration order."""
 
-REDUCTIONS: dict[str, Op] = {f: ("max" if f.startswith("max") else "min" if f.startswith("min") else "sum") for f in SUM_FIELDS}
+REDUCTIONS: dict[str, Op] = {
+    f: ("max" if f.startswith("max") else "min" if f.startswith("min") else "sum") for f in SUM_FIELDS
+}
 """how each field reduces a sequence's tokens."""
 
 
 def token_values(t: TokenTerms) -> dict[str, np.ndarray]:
     """Each field's per-token value, before the per-sequence reduction."""
     l = t.log_ratio_T
-    return {"n_tokens_S": np.ones(l.size), "sum_tv_S": t.tv_T, "sum_abs_l_S": np.abs(l), "sum_l_S": l, "sum_k2_S": t.k2_T,
-            "sum_k3_S": t.k3_T, "sum_krev_S": t.kl_reverse_k3_T, "sum_r_S": t.ratio_T, "sum_r2_S": t.ratio_sq_T,
-            "max_tv_S": t.tv_T, "min_l_S": l, "max_l_S": l}
+    return {
+        "n_tokens_S": np.ones(l.size),
+        "sum_tv_S": t.tv_T,
+        "sum_abs_l_S": np.abs(l),
+        "sum_l_S": l,
+        "sum_k2_S": t.k2_T,
+        "sum_k3_S": t.k3_T,
+        "sum_krev_S": t.kl_reverse_k3_T,
+        "sum_r_S": t.ratio_T,
+        "sum_r2_S": t.ratio_sq_T,
+        "max_tv_S": t.tv_T,
+        "min_l_S": l,
+        "max_l_S": l,
+    }
 
 
 @dataclass
@@ -113,12 +138,21 @@ class SequenceTable:
         return self.sum_l_S / self.n_tokens_S
 
     @classmethod
-    def from_reduced(cls, sequence_id_S: np.ndarray, reduced: dict[str, np.ndarray], advantage_sum_S: np.ndarray | None,
-                     rules: list[RuleColumn] | None = None) -> "SequenceTable":
+    def from_reduced(
+        cls,
+        sequence_id_S: np.ndarray,
+        reduced: dict[str, np.ndarray],
+        advantage_sum_S: np.ndarray | None,
+        rules: list[RuleColumn] | None = None,
+    ) -> SequenceTable:
         """From the per-sequence reductions of :func:`token_values` (keyed by field, as :data:`REDUCTIONS`)."""
         n = reduced["n_tokens_S"]
-        return cls(sequence_id_S, **{f: reduced[f] for f in SUM_FIELDS},
-                   advantage_S=None if advantage_sum_S is None else advantage_sum_S / n, rules=list(rules or []))
+        return cls(
+            sequence_id_S,
+            **{f: reduced[f] for f in SUM_FIELDS},
+            advantage_S=None if advantage_sum_S is None else advantage_sum_S / n,
+            rules=list(rules or []),
+        )
 
     def rule_columns(self, name: str) -> list[RuleColumn]:
         """The columns of rule ``name`` outside sweeps (two under the A>0 / A<0 hypotheses, else one)."""

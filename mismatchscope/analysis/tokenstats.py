@@ -121,7 +121,7 @@ class TokenStats:
             grown[:, : self.pos_sums.shape[1]] = self.pos_sums
             self.pos_sums = grown
 
-    def merge(self, other: "TokenStats") -> None:
+    def merge(self, other: TokenStats) -> None:
         """Add another pass's statistics (a batch analysed on another thread) to these."""
         self.sums += other.sums
         self.tv_max = max(self.tv_max, other.tv_max)
@@ -136,7 +136,9 @@ class TokenStats:
         self._grow_positions(npos)
         self.pos_sums[:, :npos] += other.pos_sums
         if other.ent_buckets is not None:
-            self.ent_buckets = other.ent_buckets.copy() if self.ent_buckets is None else self.ent_buckets + other.ent_buckets
+            self.ent_buckets = (
+                other.ent_buckets.copy() if self.ent_buckets is None else self.ent_buckets + other.ent_buckets
+            )
         self.topk_n += other.topk_n
         self.topk_tv_sum += other.topk_tv_sum
         self.topk_tv_max = max(self.topk_tv_max, other.topk_tv_max)
@@ -188,11 +190,19 @@ class TokenStats:
             v = self._centering[k]
             n = v.n
             qs = v.quantiles(RATIO_QUANTILES) if n else [None] * len(RATIO_QUANTILES)
-            out[k] = {"tokens": n, "mean": _f(self._centering_sum[k] / n) if n else None,
-                      "quantiles": {_g(q): _f(x) for q, x in zip(RATIO_QUANTILES, qs)}}
+            out[k] = {
+                "tokens": n,
+                "mean": _f(self._centering_sum[k] / n) if n else None,
+                "quantiles": {_g(q): _f(x) for q, x in zip(RATIO_QUANTILES, qs)},
+            }
         out["tokens"] = out["sampler_topk_mass"]["tokens"]
-        out["tail_mass_ratio"].update({"undefined_tokens": self.empty_tails, "empty_sampler_tail": self.empty_sampler_tail,
-                                       "empty_trainer_tail": self.empty_trainer_tail})
+        out["tail_mass_ratio"].update(
+            {
+                "undefined_tokens": self.empty_tails,
+                "empty_sampler_tail": self.empty_sampler_tail,
+                "empty_trainer_tail": self.empty_trainer_tail,
+            }
+        )
         return out
 
     def add_kept_mass(self, kept_logmass_T: np.ndarray) -> None:
@@ -243,7 +253,11 @@ class TokenStats:
     def kept_mass(self) -> dict | None:
         if not self.kept_n:
             return None
-        return {"tokens": self.kept_n, "kept_logmass_mean": self.kept_sum / self.kept_n, "kept_logmass_min": self.kept_min}
+        return {
+            "tokens": self.kept_n,
+            "kept_logmass_mean": self.kept_sum / self.kept_n,
+            "kept_logmass_min": self.kept_min,
+        }
 
     def breakdowns(self) -> dict:
         out = {"sampler_prob": [], "position": [], "entropy": None}
@@ -252,12 +266,14 @@ class TokenStats:
             out["sampler_prob"].append({"bucket": lab, **_row(self.q_buckets[:, j])})
         npos = self.pos_sums.shape[1]
         if npos:
-            edges = sorted(set(int(math.ceil(x)) for x in np.linspace(0, npos, 11)))
+            edges = sorted({int(math.ceil(x)) for x in np.linspace(0, npos, 11)})
             for a, b in zip(edges, edges[1:]):
                 lab = f"{a}" if b - a == 1 else f"{a}-{b - 1}"
                 out["position"].append({"bucket": lab, **_row(self.pos_sums[:, a:b].sum(axis=1))})
         if self.ent_buckets is not None:
-            labs = [f"[{_g(a)}, {_g(b)})" for a, b in zip(ENTROPY_EDGES, ENTROPY_EDGES[1:])] + [f"[{_g(ENTROPY_EDGES[-1])}, inf)"]
+            labs = [f"[{_g(a)}, {_g(b)})" for a, b in zip(ENTROPY_EDGES, ENTROPY_EDGES[1:])] + [
+                f"[{_g(ENTROPY_EDGES[-1])}, inf)"
+            ]
             out["entropy"] = [{"bucket": lab, **_row(self.ent_buckets[:, j])} for j, lab in enumerate(labs)]
         return out
 
@@ -265,8 +281,11 @@ class TokenStats:
 def centering_values(c) -> dict[str, np.ndarray]:
     """One batch's score-centering statistics as the quantiles keep them: float32, defined tokens only
     (NaN marks a token where a statistic is undefined; those are counted apart)."""
-    values = {"sampler_topk_mass": c.sampler_mass_T, "trainer_mass_on_sampler_topk": c.trainer_mass_T,
-              "tail_mass_ratio": c.tail_ratio_T}
+    values = {
+        "sampler_topk_mass": c.sampler_mass_T,
+        "trainer_mass_on_sampler_topk": c.trainer_mass_T,
+        "tail_mass_ratio": c.tail_ratio_T,
+    }
     if c.overlap_T is not None:
         values["topk_overlap"] = c.overlap_T
     out = {}

@@ -133,8 +133,12 @@ def topk_bounds(
         q_rest = np.clip(1.0 - q_sum, 0.0, 1.0)
         p_rest = np.maximum(np.clip(1.0 - p_sum, 0.0, 1.0), REST_EPS)
         kl_rest = np.where(q_rest > REST_EPS, q_rest * (np.log(q_rest) - np.log(p_rest)), 0.0)
-    return TopkBounds(tv_lower_T=np.minimum(tv, 1.0), kl_lower_T=np.maximum(kl_in + kl_rest, 0.0), sampler_mass_T=q_sum,
-                      trainer_mass_T=p_sum)
+    return TopkBounds(
+        tv_lower_T=np.minimum(tv, 1.0),
+        kl_lower_T=np.maximum(kl_in + kl_rest, 0.0),
+        sampler_mass_T=q_sum,
+        trainer_mass_T=p_sum,
+    )
 
 
 TAIL_EMPTY = 1e-6
@@ -163,7 +167,9 @@ class ScoreCentering:
     are empty); None without a trainer_topk_ids column."""
 
 
-def score_centering(bounds: TopkBounds, sampler_topk_ids: pa.Array, trainer_topk_ids: pa.Array | None) -> ScoreCentering:
+def score_centering(
+    bounds: TopkBounds, sampler_topk_ids: pa.Array, trainer_topk_ids: pa.Array | None
+) -> ScoreCentering:
     q_tail = 1.0 - bounds.sampler_mass_T
     p_tail = 1.0 - bounds.trainer_mass_T
     empty_q, empty_p = q_tail < TAIL_EMPTY, p_tail < TAIL_EMPTY
@@ -185,7 +191,7 @@ def topk_overlap(ids_a: pa.Array, ids_b: pa.Array) -> np.ndarray:
     if n_a.size != n_b.size:  # pragma: no cover - both come from the same batch
         raise InputError("top-k id lists of different row counts")
     n = n_a.size
-    if a.size and (a.min() < 0 or b.size and b.min() < 0):
+    if a.size and (a.min() < 0 or (b.size and b.min() < 0)):
         raise InputError("negative token ids in the top-k lists")
     a, b = a.astype(np.int64, copy=False), b.astype(np.int64, copy=False)
     if n and (n_a == n_a[0]).all() and (n_b == n_b[0]).all():

@@ -25,8 +25,10 @@ def check_positions(position_T: np.ndarray, source: Source) -> None:
 
 def check_advantage(advantage_T: np.ndarray | None) -> None:
     if advantage_T is not None and not np.isfinite(advantage_T).all():
-        raise InputError(f"the advantage column has {int((~np.isfinite(advantage_T)).sum())} missing or non-finite value(s)",
-                         hint="fill them, or drop the column with a --column mapping to another name")
+        raise InputError(
+            f"the advantage column has {int((~np.isfinite(advantage_T)).sum())} missing or non-finite value(s)",
+            hint="fill them, or drop the column with a --column mapping to another name",
+        )
 
 
 def check_not_empty(path: str, n_tokens: int, hygiene: Hygiene) -> None:
@@ -41,9 +43,11 @@ def overflow_warnings(max_log_ratio_S: np.ndarray) -> list[str]:
     if not over.any():
         return []
     top = float(max_log_ratio_S[over].max())
-    return [f"{int(over.sum())} sequence(s) hold a token with log p - log q above {LOG_R2_OVERFLOW:.1f} (largest {top:.4g}: "
-            "the sampler gave it almost no probability); r^2 overflows float64 there, so chi2 reads inf and ESS "
-            "is not reported"]
+    return [
+        f"{int(over.sum())} sequence(s) hold a token with log p - log q above {LOG_R2_OVERFLOW:.1f} (largest {top:.4g}: "
+        "the sampler gave it almost no probability); r^2 overflows float64 there, so chi2 reads inf and ESS "
+        "is not reported"
+    ]
 
 
 def position_warnings(runs: PositionRuns) -> list[str]:

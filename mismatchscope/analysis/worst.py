@@ -9,8 +9,8 @@ memory grows with the chosen sequences' lengths, never with the file.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -34,6 +34,7 @@ RANKINGS: dict[str, tuple[str, Callable[[SequenceTable], np.ndarray]]] = {
     "log_ratio_sum": ("|S| = |sum log p/q| (nats)", lambda s: np.abs(s.sum_l_S)),
 }
 """``--worst-by`` name -> (label for people, per-sequence value from the ``SequenceTable``)."""
+
 
 @dataclass
 class Trace:
@@ -68,9 +69,18 @@ def worst_sequences(result, n: int, by: str = "k3_sum") -> list[dict]:
     value_S = np.asarray(RANKINGS[by][1](ps), dtype=np.float64)
     key = np.where(np.isnan(value_S), -np.inf, value_S)  # NaN ranks last
     order = np.lexsort((ids, -key))[:n]
-    return [{"rank": r + 1, "sequence_id": int(ids[i]), "tokens": int(ps.n_tokens_S[i]), "by": by, "value": float(value_S[i]),
-             "k3_sum": float(ps.sum_k3_S[i]), "tv_max": float(ps.max_tv_S[i])}
-            for r, i in enumerate(order)]
+    return [
+        {
+            "rank": r + 1,
+            "sequence_id": int(ids[i]),
+            "tokens": int(ps.n_tokens_S[i]),
+            "by": by,
+            "value": float(value_S[i]),
+            "k3_sum": float(ps.sum_k3_S[i]),
+            "tv_max": float(ps.max_tv_S[i]),
+        }
+        for r, i in enumerate(order)
+    ]
 
 
 def load_traces(source: Source, ids, batch_rows: int = 1 << 18) -> dict[int, Trace]:
@@ -101,8 +111,10 @@ def load_traces(source: Source, ids, batch_rows: int = 1 << 18) -> dict[int, Tra
     out = {}
     for a, b in zip(starts, [*starts[1:], seq.size]):
         out[int(seq[a])] = Trace(
-            position_T=cols["position"][a:b], token_id_T=cols["token_id"][a:b],
-            sampler_logprob_T=cols["sampler_logprob"][a:b], trainer_logprob_T=cols["trainer_logprob"][a:b],
+            position_T=cols["position"][a:b],
+            token_id_T=cols["token_id"][a:b],
+            sampler_logprob_T=cols["sampler_logprob"][a:b],
+            trainer_logprob_T=cols["trainer_logprob"][a:b],
             prompt_id=int(cols["prompt_id"][a]) if "prompt_id" in cols else None,
             advantage_T=cols["advantage"][a:b] if "advantage" in cols else None,
         )
@@ -119,11 +131,19 @@ def describe(rows: list[dict], traces: dict[int, Trace], with_traces: bool = Fal
         if t is not None and t.position_T.size:
             l_T = t.log_ratio_T
             i = int(np.argmax(np.abs(l_T)))
-            extra = {"prompt_id": t.prompt_id, "max_gap_position": int(t.position_T[i]), "max_gap_token_id": int(t.token_id_T[i]),
-                     "max_gap_log_ratio": float(l_T[i])}
+            extra = {
+                "prompt_id": t.prompt_id,
+                "max_gap_position": int(t.position_T[i]),
+                "max_gap_token_id": int(t.token_id_T[i]),
+                "max_gap_log_ratio": float(l_T[i]),
+            }
             if with_traces:
-                extra["trace"] = {"position": t.position_T.tolist(), "token_id": t.token_id_T.tolist(),
-                                  "sampler_logprob": t.sampler_logprob_T.tolist(), "trainer_logprob": t.trainer_logprob_T.tolist()}
+                extra["trace"] = {
+                    "position": t.position_T.tolist(),
+                    "token_id": t.token_id_T.tolist(),
+                    "sampler_logprob": t.sampler_logprob_T.tolist(),
+                    "trainer_logprob": t.trainer_logprob_T.tolist(),
+                }
         out.append({**row, **extra})
     return out
 

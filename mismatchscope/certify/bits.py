@@ -44,11 +44,15 @@ def recorded_width(left: np.ndarray, right: np.ndarray, left_name: str, right_na
     """float32 when both sides hold float32 values (the engines' width), float64 otherwise."""
     l32, r32 = narrows_exactly(left), narrows_exactly(right)
     if l32 and r32:
-        return Width(FLOAT32, "float64 columns holding float32 values (each widens exactly): "
-                              "the float32 bit patterns are compared")
+        return Width(
+            FLOAT32,
+            "float64 columns holding float32 values (each widens exactly): the float32 bit patterns are compared",
+        )
     wide = [n for n, ok in ((left_name, l32), (right_name, r32)) if not ok]
-    return Width(FLOAT64, f"{' and '.join(wide)} hold(s) values with no exact float32 form: "
-                          "the float64 bit patterns are compared")
+    return Width(
+        FLOAT64,
+        f"{' and '.join(wide)} hold(s) values with no exact float32 form: the float64 bit patterns are compared",
+    )
 
 
 def as_width(values: np.ndarray, dtype: str) -> np.ndarray:

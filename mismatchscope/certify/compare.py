@@ -14,8 +14,16 @@ import numpy as np
 
 from .bits import decimal_value, hex_value, recorded_width, stable_k3, ulp_distance
 
-ULP_BINS: tuple[tuple[int, int], ...] = ((0, 0), (1, 1), (2, 2), (3, 4), (5, 16), (17, 256), (257, 65536),
-                                         (65537, 1 << 62))
+ULP_BINS: tuple[tuple[int, int], ...] = (
+    (0, 0),
+    (1, 1),
+    (2, 2),
+    (3, 4),
+    (5, 16),
+    (17, 256),
+    (257, 65536),
+    (65537, 1 << 62),
+)
 """ULP classes of the distance histogram; 0 ULP with differing bytes is +0 against -0."""
 SHOW_FIRST = 10
 
@@ -32,12 +40,9 @@ class Pairing:
 
 
 PAIRINGS: tuple[Pairing, ...] = (
-    Pairing("trainer_vs_sampler_decode", "trainer_logprob", "sampler_logprob",
-            "trainer vs sampler decode"),
-    Pairing("trainer_vs_sampler_prefill", "trainer_logprob", "sampler_prefill_logprob",
-            "trainer vs sampler prefill"),
-    Pairing("prefill_vs_decode", "sampler_prefill_logprob", "sampler_logprob",
-            "sampler prefill vs sampler decode"),
+    Pairing("trainer_vs_sampler_decode", "trainer_logprob", "sampler_logprob", "trainer vs sampler decode"),
+    Pairing("trainer_vs_sampler_prefill", "trainer_logprob", "sampler_prefill_logprob", "trainer vs sampler prefill"),
+    Pairing("prefill_vs_decode", "sampler_prefill_logprob", "sampler_logprob", "sampler prefill vs sampler decode"),
 )
 PAIRING_NAMES = tuple(p.name for p in PAIRINGS)
 
@@ -102,9 +107,14 @@ class PairingResult:
         if not self.earliest:
             return None
         pos = np.array([p for _, p in self.earliest])
-        return {"sequences": self.sequences_parting, "of": self.sequences, "min": int(pos.min()),
-                "median": float(np.median(pos)), "max": int(pos.max()),
-                "at_position_0": int((pos == 0).sum())}
+        return {
+            "sequences": self.sequences_parting,
+            "of": self.sequences,
+            "min": int(pos.min()),
+            "median": float(np.median(pos)),
+            "max": int(pos.max()),
+            "at_position_0": int((pos == 0).sum()),
+        }
 
 
 def compare(pairing: Pairing, tokens: Tokens, show: int = SHOW_FIRST) -> PairingResult:
@@ -115,24 +125,47 @@ def compare(pairing: Pairing, tokens: Tokens, show: int = SHOW_FIRST) -> Pairing
 
     differ = bits(left, width.dtype) != bits(right, width.dtype)
     k3 = stable_k3(left, right)
-    out = PairingResult(pairing, width.dtype, width.note, len(tokens), int(differ.sum()),
-                        sequences=len(np.unique(tokens.sequence_id)),
-                        k3_mean=float(k3.mean()) if len(k3) else 0.0, k3_max=float(k3.max()) if len(k3) else 0.0)
+    out = PairingResult(
+        pairing,
+        width.dtype,
+        width.note,
+        len(tokens),
+        int(differ.sum()),
+        sequences=len(np.unique(tokens.sequence_id)),
+        k3_mean=float(k3.mean()) if len(k3) else 0.0,
+        k3_max=float(k3.max()) if len(k3) else 0.0,
+    )
     if not out.differing:
         return out
     idx = np.flatnonzero(differ)
     ulp = ulp_distance(left[idx], right[idx], width.dtype)
-    out.ulp_histogram = [{"ulp": f"{lo}" if lo == hi else f"{lo}-{hi}" if hi < 1 << 62 else f">{lo - 1}",
-                          "tokens": int(((ulp >= lo) & (ulp <= hi)).sum())} for lo, hi in ULP_BINS]
+    out.ulp_histogram = [
+        {
+            "ulp": f"{lo}" if lo == hi else f"{lo}-{hi}" if hi < 1 << 62 else f">{lo - 1}",
+            "tokens": int(((ulp >= lo) & (ulp <= hi)).sum()),
+        }
+        for lo, hi in ULP_BINS
+    ]
     out.ulp_histogram = [b for b in out.ulp_histogram if b["tokens"]]
     out.ulp_median, out.ulp_p99 = float(np.median(ulp)), float(np.quantile(ulp, 0.99))
     out.ulp_max = int(ulp.max())
     out.max_abs_diff = float(np.abs(left[idx] - right[idx]).max())
     for j, i in enumerate(idx[:show]):
         a, b = float(left[i]), float(right[i])
-        out.first.append(Difference(int(tokens.sequence_id[i]), int(tokens.position[i]), int(tokens.token_id[i]), a, b,
-                                    hex_value(a, width.dtype), hex_value(b, width.dtype),
-                                    decimal_value(a, width.dtype), decimal_value(b, width.dtype), int(ulp[j])))
+        out.first.append(
+            Difference(
+                int(tokens.sequence_id[i]),
+                int(tokens.position[i]),
+                int(tokens.token_id[i]),
+                a,
+                b,
+                hex_value(a, width.dtype),
+                hex_value(b, width.dtype),
+                decimal_value(a, width.dtype),
+                decimal_value(b, width.dtype),
+                int(ulp[j]),
+            )
+        )
     seqs, first_at = np.unique(tokens.sequence_id[idx], return_index=True)  # idx is in (sequence, position) order
     out.earliest = [(int(s), int(tokens.position[idx[k]])) for s, k in zip(seqs, first_at)]
     out.sequences_parting = len(seqs)

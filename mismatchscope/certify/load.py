@@ -49,15 +49,19 @@ def load(path: str | os.PathLike, mapping: Mapping[str, str] | None = None) -> L
         for c in wanted:
             col = table.column(source.mapping.get(c, c))
             if col.null_count and c not in LOGPROB_COLUMNS:
-                raise InputError(f"{f}: column {c!r} has {col.null_count} null value(s)",
-                                 hint="every certified token needs its sequence, position and token id")
+                raise InputError(
+                    f"{f}: column {c!r} has {col.null_count} null value(s)",
+                    hint="every certified token needs its sequence, position and token id",
+                )
             values = to_numpy(col.cast("float64") if c in LOGPROB_COLUMNS else col.cast("int64"))
             parts[c].append(np.asarray(values, dtype=np.float64 if c in LOGPROB_COLUMNS else np.int64))
     cols = {c: np.concatenate(v) if v else np.zeros(0) for c, v in parts.items()}
     n = len(cols["sequence_id"])
     if n == 0:
-        raise NoTokensError(f"{path}: the run holds no token: there is nothing to certify",
-                            hint="certify a run with at least one completion token")
+        raise NoTokensError(
+            f"{path}: the run holds no token: there is nothing to certify",
+            hint="certify a run with at least one completion token",
+        )
     order = np.lexsort((cols["position"], cols["sequence_id"]))
     cols = {c: v[order] for c, v in cols.items()}
     _refuse_duplicates(path, cols["sequence_id"], cols["position"])
@@ -72,8 +76,10 @@ def _refuse_duplicates(path: Any, seq: np.ndarray, pos: np.ndarray) -> None:
     same = (seq[1:] == seq[:-1]) & (pos[1:] == pos[:-1])
     if same.any():
         i = int(np.flatnonzero(same)[0])
-        raise InputError(f"{path}: sequence {seq[i]} position {pos[i]} is recorded {int(same.sum()) + 1} or more times",
-                         hint="a certificate pairs each token once; remove the duplicate shards")
+        raise InputError(
+            f"{path}: sequence {seq[i]} position {pos[i]} is recorded {int(same.sum()) + 1} or more times",
+            hint="a certificate pairs each token once; remove the duplicate shards",
+        )
 
 
 def _refuse_nonfinite(path: Any, column: str, values: np.ndarray, seq: np.ndarray, pos: np.ndarray) -> None:
@@ -83,7 +89,8 @@ def _refuse_nonfinite(path: Any, column: str, values: np.ndarray, seq: np.ndarra
         raise InputError(
             f"{path}: {int(bad.sum())} of {len(values)} {column} values are not finite (NaN, inf, or a -9999 sentinel; "
             f"first: sequence {seq[i]} position {pos[i]} = {values[i]}): a non-finite pair cannot be certified",
-            hint="find where the run produced it: a bit-equal NaN on both sides is still no logprob")
+            hint="find where the run produced it: a bit-equal NaN on both sides is still no logprob",
+        )
 
 
 def _root(path: str | os.PathLike, source: Source) -> Path | None:

@@ -28,28 +28,47 @@ def checks(v: Verdict) -> list[tuple[str, bool | None, str]]:
 def pairing_line(p: PairingResult) -> str:
     if p.equal:
         return f"all {p.tokens:,} pairs byte-equal in {p.dtype}"
-    return (f"{p.differing:,} of {p.tokens:,} pairs ({p.share:.2%}) differ in {p.dtype}; "
-            f"ULP median {fmt(p.ulp_median)}, max {p.ulp_max:,}; stable K3 mean {p.k3_mean:.3g} (diagnostic)")
+    return (
+        f"{p.differing:,} of {p.tokens:,} pairs ({p.share:.2%}) differ in {p.dtype}; "
+        f"ULP median {fmt(p.ulp_median)}, max {p.ulp_max:,}; stable K3 mean {p.k3_mean:.3g} (diagnostic)"
+    )
 
 
 def payload(v: Verdict) -> dict[str, Any]:
     return {
-        "run": v.run, "verdict": v.verdict, "certified": v.certified, "reasons": v.reasons,
+        "run": v.run,
+        "verdict": v.verdict,
+        "certified": v.certified,
+        "reasons": v.reasons,
         "checks": [{"name": n, "passed": ok, "detail": d} for n, ok, d in checks(v)],
         "pairings": [_pairing(p) for p in v.pairings],
         "absent_pairings": [p.name for p in v.absent],
-        "routes": asdict(v.routes), "policy_version": asdict(v.policy),
-        "scope": v.scope, "coverage": asdict(v.coverage), "warnings": v.warnings,
+        "routes": asdict(v.routes),
+        "policy_version": asdict(v.policy),
+        "scope": v.scope,
+        "coverage": asdict(v.coverage),
+        "warnings": v.warnings,
     }
 
 
 def _pairing(p: PairingResult) -> dict[str, Any]:
     return {
-        "name": p.pairing.name, "left": p.pairing.left, "right": p.pairing.right, "equal": p.equal,
-        "dtype": p.dtype, "dtype_note": p.dtype_note, "tokens": p.tokens, "differing": p.differing,
-        "share_differing": p.share, "ulp_histogram": p.ulp_histogram, "ulp_median": p.ulp_median,
-        "ulp_p99": p.ulp_p99, "ulp_max": p.ulp_max, "max_abs_diff": p.max_abs_diff,
-        "k3_stable_mean": p.k3_mean, "k3_stable_max": p.k3_max,
+        "name": p.pairing.name,
+        "left": p.pairing.left,
+        "right": p.pairing.right,
+        "equal": p.equal,
+        "dtype": p.dtype,
+        "dtype_note": p.dtype_note,
+        "tokens": p.tokens,
+        "differing": p.differing,
+        "share_differing": p.share,
+        "ulp_histogram": p.ulp_histogram,
+        "ulp_median": p.ulp_median,
+        "ulp_p99": p.ulp_p99,
+        "ulp_max": p.ulp_max,
+        "max_abs_diff": p.max_abs_diff,
+        "k3_stable_mean": p.k3_mean,
+        "k3_stable_max": p.k3_max,
         "first_differences": [asdict(d) for d in p.first],
         "earliest_position": p.earliest_summary(),
         "earliest_by_sequence": [{"sequence_id": s, "position": pos} for s, pos in p.earliest],
@@ -63,23 +82,43 @@ def _cell(text: str) -> str:
 def markdown(v: Verdict) -> str:
     icon = "✅" if v.certified else "❌"
     c = v.coverage
-    lines = [f"### {icon} mismatchscope certify: {v.verdict}", "",
-             (f"- run: `{v.run}` ({c.tokens:,} tokens, {c.sequences:,} sequences, longest position {c.longest_position}, "
-              f"{c.share_past_512:.1%} past position 512)"),
-             "- scope: " + ", ".join(f"{k} `{val}`" for k, val in v.scope.items()), "",
-             "| result | check | detail |", "|---|---|---|"]
+    lines = [
+        f"### {icon} mismatchscope certify: {v.verdict}",
+        "",
+        (
+            f"- run: `{v.run}` ({c.tokens:,} tokens, {c.sequences:,} sequences, longest position {c.longest_position}, "
+            f"{c.share_past_512:.1%} past position 512)"
+        ),
+        "- scope: " + ", ".join(f"{k} `{val}`" for k, val in v.scope.items()),
+        "",
+        "| result | check | detail |",
+        "|---|---|---|",
+    ]
     for name, ok, detail in checks(v):
         mark = "✅ pass" if ok else ("❌ FAIL" if ok is False else "➖ not checked")
         lines.append(f"| {mark} | `{name}` | {_cell(detail)} |")
     for p in v.pairings:
         if p.first:
-            lines += ["", f"First differing tokens, {p.pairing.title} ({p.dtype}):", "",
-                      f"| sequence | position | token | {p.pairing.left} | {p.pairing.right} | ULP |", "|---:|---:|---:|---|---|---:|"]
-            lines += [f"| {d.sequence_id} | {d.position} | {d.token_id} | `{d.left_hex}` {d.left_decimal} | "
-                      f"`{d.right_hex}` {d.right_decimal} | {d.ulp:,} |" for d in p.first]
+            lines += [
+                "",
+                f"First differing tokens, {p.pairing.title} ({p.dtype}):",
+                "",
+                f"| sequence | position | token | {p.pairing.left} | {p.pairing.right} | ULP |",
+                "|---:|---:|---:|---|---|---:|",
+            ]
+            lines += [
+                f"| {d.sequence_id} | {d.position} | {d.token_id} | `{d.left_hex}` {d.left_decimal} | "
+                f"`{d.right_hex}` {d.right_decimal} | {d.ulp:,} |"
+                for d in p.first
+            ]
     if v.routes.first:
-        lines += ["", f"First route flips (first layer {v.routes.first_layer}):", "",
-                  "| sequence | position | layer | sampler experts | trainer experts |", "|---:|---:|---:|---|---|"]
+        lines += [
+            "",
+            f"First route flips (first layer {v.routes.first_layer}):",
+            "",
+            "| sequence | position | layer | sampler experts | trainer experts |",
+            "|---:|---:|---:|---|---|",
+        ]
         lines += [f"| {f.sequence_id} | {f.position} | {f.layer} | {f.sampler} | {f.trainer} |" for f in v.routes.first]
     if v.warnings:
         lines += ["", *[f"> warning: {_cell(w)}" for w in v.warnings]]
@@ -90,12 +129,23 @@ def junit_xml(v: Verdict, seconds: float = 0.0) -> str:
     cases = checks(v)
     failures = sum(ok is False for _, ok, _ in cases)
     skipped = sum(ok is None for _, ok, _ in cases)
-    counts = {"tests": str(len(cases)), "failures": str(failures), "errors": "0", "skipped": str(skipped),
-              "time": f"{seconds:.3f}"}
+    counts = {
+        "tests": str(len(cases)),
+        "failures": str(failures),
+        "errors": "0",
+        "skipped": str(skipped),
+        "time": f"{seconds:.3f}",
+    }
     root = ET.Element("testsuites", {"name": "mismatchscope certify", **counts})
-    suite = ET.SubElement(root, "testsuite", {
-        "name": "mismatchscope certify", **counts,
-        "timestamp": dt.datetime.now(dt.UTC).replace(microsecond=0, tzinfo=None).isoformat()})
+    suite = ET.SubElement(
+        root,
+        "testsuite",
+        {
+            "name": "mismatchscope certify",
+            **counts,
+            "timestamp": dt.datetime.now(dt.UTC).replace(microsecond=0, tzinfo=None).isoformat(),
+        },
+    )
     props = ET.SubElement(suite, "properties")
     for name, value in [("run", v.run), ("verdict", v.verdict), *((f"scope.{k}", str(x)) for k, x in v.scope.items())]:
         ET.SubElement(props, "property", {"name": name, "value": value})

@@ -64,18 +64,22 @@ class RouteResult:
     prompt_rows_flipped: int = 0
 
 
-def check_routes(root: Path | None, manifest: Mapping[str, Any] | None, tokens: Tokens,
-                 show: int = SHOW_FIRST) -> RouteResult:
+def check_routes(
+    root: Path | None, manifest: Mapping[str, Any] | None, tokens: Tokens, show: int = SHOW_FIRST
+) -> RouteResult:
     raw = (manifest or {}).get(MANIFEST_KEY)
     is_moe = ((manifest or {}).get("config") or {}).get("checkpoint", {}).get("is_moe")
     files = sorted((root / ROUTES).glob("part-*.parquet")) if root is not None else []
     if raw is None:
         if files:
-            raise InputError(f"{root}: {ROUTES}/ holds route shards but the manifest has no {MANIFEST_KEY!r} entry",
-                             hint="the run was damaged; record it again")
+            raise InputError(
+                f"{root}: {ROUTES}/ holds route shards but the manifest has no {MANIFEST_KEY!r} entry",
+                hint="the run was damaged; record it again",
+            )
         if is_moe:
-            return RouteResult("MoE model without recorded routes and without route replay: "
-                               "route agreement is not shown", False)
+            return RouteResult(
+                "MoE model without recorded routes and without route replay: route agreement is not shown", False
+            )
         return RouteResult(NOT_MOE if is_moe is False else UNKNOWN_MOE, None)
     try:
         meta = RoutingMeta.from_dict(raw)
@@ -87,9 +91,15 @@ def check_routes(root: Path | None, manifest: Mapping[str, Any] | None, tokens: 
         return _replayed(files, meta, tokens, show)
     missing = [s for s in ("sampler", "trainer") if not getattr(meta, s).recorded]
     if missing or not files:
-        why = "; ".join(f"{s}: {getattr(meta, s).why or 'not recorded'}" for s in missing) or f"no {ROUTES}/part-*.parquet"
-        return RouteResult(f"routes not recorded on both sides ({why}) and not replayed: route agreement is not shown",
-                           False, moe_layers=list(meta.moe_layers))
+        why = (
+            "; ".join(f"{s}: {getattr(meta, s).why or 'not recorded'}" for s in missing)
+            or f"no {ROUTES}/part-*.parquet"
+        )
+        return RouteResult(
+            f"routes not recorded on both sides ({why}) and not replayed: route agreement is not shown",
+            False,
+            moe_layers=list(meta.moe_layers),
+        )
     return _compare_routes(files, meta, tokens, show)
 
 
@@ -107,12 +117,15 @@ def _replayed(files: list[Path], meta: RoutingMeta, tokens: Tokens, show: int) -
 
 
 def _compare_routes(files: list[Path], meta: RoutingMeta, tokens: Tokens, show: int) -> RouteResult:
-    table = pa.concat_tables(pq.read_table(f, columns=["sequence_id", "token_position", SAMPLER_EXPERTS,
-                                                         TRAINER_EXPERTS]) for f in files)
+    table = pa.concat_tables(
+        pq.read_table(f, columns=["sequence_id", "token_position", SAMPLER_EXPERTS, TRAINER_EXPERTS]) for f in files
+    )
     layers = np.array(meta.moe_layers, dtype=np.int64)
     out = RouteResult("", True, moe_layers=[int(x) for x in layers], tokens=len(tokens))
     prompt = table.column("token_position").is_null().to_numpy(zero_copy_only=False)
-    sides = {s: _dense(table.column(c), meta, s) for s, c in (("sampler", SAMPLER_EXPERTS), ("trainer", TRAINER_EXPERTS))}
+    sides = {
+        s: _dense(table.column(c), meta, s) for s, c in (("sampler", SAMPLER_EXPERTS), ("trainer", TRAINER_EXPERTS))
+    }
     seq = table.column("sequence_id").to_numpy()
     pos = table.column("token_position").fill_null(-1).to_numpy()
     row_of = _match(tokens, seq[~prompt], pos[~prompt])
@@ -128,8 +141,9 @@ def _compare_routes(files: list[Path], meta: RoutingMeta, tokens: Tokens, show: 
     a, b = np.sort(picked["sampler"], axis=-1), np.sort(picked["trainer"], axis=-1)
     flipped = (a != b).any(axis=-1)  # [T, M]
     prompt_ids = {s: ids[prompt][:, layers] for s, ids in sides.items()}
-    out.prompt_rows_flipped = int((np.sort(prompt_ids["sampler"], -1) != np.sort(prompt_ids["trainer"], -1))
-                                  .any(-1).any(-1).sum())
+    out.prompt_rows_flipped = int(
+        (np.sort(prompt_ids["sampler"], -1) != np.sort(prompt_ids["trainer"], -1)).any(-1).any(-1).sum()
+    )
     out.tokens_flipped = int(flipped.any(axis=1).sum())
     per_layer = flipped.sum(axis=0)
     out.flips_by_layer = {int(layers[j]): int(c) for j, c in enumerate(per_layer) if c}
@@ -140,17 +154,25 @@ def _compare_routes(files: list[Path], meta: RoutingMeta, tokens: Tokens, show: 
         if len(out.first) >= show:
             break
         i = tok_idx[t]
-        out.first.append(RouteFlip(int(tokens.sequence_id[i]), int(tokens.position[i]), int(layers[j]),
-                                   sorted(int(x) for x in picked["sampler"][t, j]),
-                                   sorted(int(x) for x in picked["trainer"][t, j])))
+        out.first.append(
+            RouteFlip(
+                int(tokens.sequence_id[i]),
+                int(tokens.position[i]),
+                int(layers[j]),
+                sorted(int(x) for x in picked["sampler"][t, j]),
+                sorted(int(x) for x in picked["trainer"][t, j]),
+            )
+        )
     out.passed = not (out.tokens_flipped or out.missing_rows or any(out.dead_rows.values()))
     out.status = _status(out)
     return out
 
 
 def _status(r: RouteResult) -> str:
-    parts = [f"{r.tokens_flipped} of {r.tokens} certified tokens flip an expert set in "
-             f"{len(r.moe_layers)} MoE layers" + (f" (first layer {r.first_layer})" if r.first_layer is not None else "")]
+    parts = [
+        f"{r.tokens_flipped} of {r.tokens} certified tokens flip an expert set in "
+        f"{len(r.moe_layers)} MoE layers" + (f" (first layer {r.first_layer})" if r.first_layer is not None else "")
+    ]
     if r.missing_rows:
         parts.append(f"{r.missing_rows} certified tokens lack a route row on a side")
     for side, n in r.dead_rows.items():
@@ -169,14 +191,19 @@ def _dense(col: pa.ChunkedArray, meta: RoutingMeta, side: str) -> np.ndarray:
         return out
     lengths = np.asarray(arr.value_lengths().fill_null(0).to_numpy(zero_copy_only=False))
     if (lengths[valid] != L).any():
-        raise InputError(f"{side} expert rows hold {sorted(set(lengths[valid].tolist()))} layers, "
-                         f"the manifest says {L}", hint="the routes and the manifest disagree: record the run again")
+        raise InputError(
+            f"{side} expert rows hold {sorted(set(lengths[valid].tolist()))} layers, the manifest says {L}",
+            hint="the routes and the manifest disagree: record the run again",
+        )
     outer = arr.flatten()
     inner_valid = outer.is_valid().to_numpy(zero_copy_only=False)
     inner_len = np.asarray(outer.value_lengths().fill_null(0).to_numpy(zero_copy_only=False))
     if (inner_len[inner_valid] != K).any():
-        raise InputError(f"{side} expert rows list {sorted(set(inner_len[inner_valid].tolist()))} experts per layer, "
-                         f"the manifest says top_k {K}", hint="the routes and the manifest disagree: record the run again")
+        raise InputError(
+            f"{side} expert rows list {sorted(set(inner_len[inner_valid].tolist()))} experts per layer, "
+            f"the manifest says top_k {K}",
+            hint="the routes and the manifest disagree: record the run again",
+        )
     block = np.full((len(outer), K), -1, dtype=np.int64)
     block[inner_valid] = np.asarray(outer.flatten().to_numpy(zero_copy_only=False), dtype=np.int64).reshape(-1, K)
     out[valid] = block.reshape(-1, L, K)
@@ -188,7 +215,7 @@ def _match(tokens: Tokens, seq: np.ndarray, pos: np.ndarray) -> np.ndarray:
     _, inv = np.unique(np.concatenate([tokens.sequence_id, seq]), return_inverse=True)
     width = int(max(tokens.position.max(initial=0), pos.max(initial=0))) + 2
     keys = inv * width + np.concatenate([tokens.position, pos])
-    tok_keys, route_keys = keys[:len(tokens)], keys[len(tokens):]
+    tok_keys, route_keys = keys[: len(tokens)], keys[len(tokens) :]
     order = np.argsort(route_keys, kind="stable")
     found = np.searchsorted(route_keys[order], tok_keys)
     found = np.minimum(found, max(len(order) - 1, 0))

@@ -53,8 +53,11 @@ class Verdict:
     @property
     def reasons(self) -> list[str]:
         """Why the run does not certify: empty when it does."""
-        out = [f"{p.pairing.title}: {p.differing:,} of {p.tokens:,} pairs differ in their {p.dtype} bytes"
-               for p in self.pairings if not p.equal]
+        out = [
+            f"{p.pairing.title}: {p.differing:,} of {p.tokens:,} pairs differ in their {p.dtype} bytes"
+            for p in self.pairings
+            if not p.equal
+        ]
         if self.routes.passed is False:
             out.append(f"routes: {self.routes.status}")
         if self.policy.passed is False:
@@ -70,8 +73,12 @@ class Verdict:
         return "certified" if self.certified else "not certified"
 
 
-def certify_run(path: str | os.PathLike, mapping: Mapping[str, str] | None = None,
-                pairings: list[str] | None = None, show: int = SHOW_FIRST) -> Verdict:
+def certify_run(
+    path: str | os.PathLike,
+    mapping: Mapping[str, str] | None = None,
+    pairings: list[str] | None = None,
+    show: int = SHOW_FIRST,
+) -> Verdict:
     """The verdict on one run (a probe run, an import, a Recorder run, or token shards)."""
     chosen = _chosen(pairings)
     loaded = load(path, mapping)
@@ -82,14 +89,23 @@ def certify_run(path: str | os.PathLike, mapping: Mapping[str, str] | None = Non
     present = [p for p in chosen if p.left in have and p.right in have]
     absent = [p for p in chosen if p not in present]
     if not present:
-        raise UsageError(f"{path}: none of the pairings asked for is in this run "
-                         f"({', '.join(p.name for p in absent)} need {sorted({c for p in absent for c in (p.left, p.right)} - have)})",
-                         hint="record the sampler's prefill logprobs with probe --sampler-prefill")
+        raise UsageError(
+            f"{path}: none of the pairings asked for is in this run "
+            f"({', '.join(p.name for p in absent)} need {sorted({c for p in absent for c in (p.left, p.right)} - have)})",
+            hint="record the sampler's prefill logprobs with probe --sampler-prefill",
+        )
     results = [compare(p, loaded.tokens, show) for p in present]
     warnings = [loaded.source.incomplete] if loaded.source.incomplete else []
-    return Verdict(str(path), results, absent, check_routes(loaded.root, manifest, loaded.tokens, show),
-                   _policy(loaded, manifest), scope_of(manifest, loaded.source.run_config),
-                   Coverage.of(loaded.tokens), warnings)
+    return Verdict(
+        str(path),
+        results,
+        absent,
+        check_routes(loaded.root, manifest, loaded.tokens, show),
+        _policy(loaded, manifest),
+        scope_of(manifest, loaded.source.run_config),
+        Coverage.of(loaded.tokens),
+        warnings,
+    )
 
 
 def bit_equal(path: str | os.PathLike, mapping: Mapping[str, str] | None = None) -> bool:
@@ -125,15 +141,23 @@ def _policy(loaded: Loaded, manifest: Mapping[str, Any] | None) -> PolicyCheck:
         if differ.any():
             i = int(np.flatnonzero(differ)[0])
             t = loaded.tokens
-            return PolicyCheck(f"{int(differ.sum())} tokens were sampled and scored at different steps "
-                               f"(first: sequence {t.sequence_id[i]} position {t.position[i]}, sampler step "
-                               f"{steps['sampler_step'][i]}, trainer step {steps['trainer_step'][i]})", False)
+            return PolicyCheck(
+                f"{int(differ.sum())} tokens were sampled and scored at different steps "
+                f"(first: sequence {t.sequence_id[i]} position {t.position[i]}, sampler step "
+                f"{steps['sampler_step'][i]}, trainer step {steps['trainer_step'][i]})",
+                False,
+            )
         return PolicyCheck("every token's sampler_step equals its trainer_step", True)
     ckpt = ((manifest or {}).get("config") or {}).get("trainer_checkpoint")
     if isinstance(ckpt, dict) and "same_as_sampler" in ckpt:
         if ckpt["same_as_sampler"]:
             return PolicyCheck("one checkpoint on both sides (the probe scored with the sampler's weights)", True)
-        return PolicyCheck(f"the trainer scored with other weights ({ckpt.get('path')}) than the sampler "
-                           "sampled with: a policy-lag run compares two policies", False)
-    return PolicyCheck("not checked: the run records no sampler_step and trainer_step per token, "
-                       "nor which weights each side used", None)
+        return PolicyCheck(
+            f"the trainer scored with other weights ({ckpt.get('path')}) than the sampler "
+            "sampled with: a policy-lag run compares two policies",
+            False,
+        )
+    return PolicyCheck(
+        "not checked: the run records no sampler_step and trainer_step per token, nor which weights each side used",
+        None,
+    )

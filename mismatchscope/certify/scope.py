@@ -21,9 +21,24 @@ from .compare import Tokens
 UNKNOWN = "unknown"
 LONG_POSITION = 512
 """positions from here on are "long": kernels switch tiling and accumulation order with length."""
-SCOPE_KEYS = ("model", "weights_sha256", "sampler", "sampler_version", "trainer", "trainer_version",
-              "sampler_dtype", "trainer_dtype", "sampler_attention", "trainer_attention", "moe_kernel",
-              "tensor_parallel_size", "expert_parallel_size", "sampler_batch", "trainer_batch", "seed")
+SCOPE_KEYS = (
+    "model",
+    "weights_sha256",
+    "sampler",
+    "sampler_version",
+    "trainer",
+    "trainer_version",
+    "sampler_dtype",
+    "trainer_dtype",
+    "sampler_attention",
+    "trainer_attention",
+    "moe_kernel",
+    "tensor_parallel_size",
+    "expert_parallel_size",
+    "sampler_batch",
+    "trainer_batch",
+    "seed",
+)
 """also the flat keys an import or a Recorder run may carry under ``scope`` in its metadata."""
 
 
@@ -39,8 +54,12 @@ class Coverage:
     @classmethod
     def of(cls, tokens: Tokens) -> Coverage:
         n = len(tokens)
-        return cls(n, len(np.unique(tokens.sequence_id)), int(tokens.position.max()) if n else -1,
-                   float((tokens.position >= LONG_POSITION).mean()) if n else 0.0)
+        return cls(
+            n,
+            len(np.unique(tokens.sequence_id)),
+            int(tokens.position.max()) if n else -1,
+            float((tokens.position >= LONG_POSITION).mean()) if n else 0.0,
+        )
 
 
 def _get(d: Any, *keys: str) -> Any:
@@ -73,17 +92,24 @@ def scope_of(manifest: Mapping[str, Any] | None, file_meta: Mapping[str, Any] | 
         "trainer_version": _first(_get(ti, "transformers")),
         "sampler_dtype": _first(_get(si, "dtype"), _get(sampler_cfg, "dtype")),
         "trainer_dtype": _first(_get(ti, "dtype"), _get(trainer_cfg, "dtype")),
-        "sampler_attention": _first(_get(si, "attn_implementation"), engine_args.get("attn_implementation"),
-                                    engine_args.get("attention_backend")),
+        "sampler_attention": _first(
+            _get(si, "attn_implementation"),
+            engine_args.get("attn_implementation"),
+            engine_args.get("attention_backend"),
+        ),
         "trainer_attention": _first(_get(ti, "attn_implementation"), _get(trainer_cfg, "attn_implementation")),
         "moe_kernel": _moe_kernel(m, cfg, engine_args),
         "tensor_parallel_size": _first(tp),
-        "expert_parallel_size": _first(engine_args.get("expert_parallel_size"),
-                                       1 if tp == 1 and not engine_args.get("enable_expert_parallel") else None),
-        "sampler_batch": _first(_get(si, "batch_size"), _get(sampler_cfg, "max_num_seqs"),
-                                engine_args.get("max_num_seqs")),
-        "trainer_batch": _first(f"{_get(trainer_cfg, 'batch_tokens')} tokens"
-                                if _get(trainer_cfg, "batch_tokens") else None),
+        "expert_parallel_size": _first(
+            engine_args.get("expert_parallel_size"),
+            1 if tp == 1 and not engine_args.get("enable_expert_parallel") else None,
+        ),
+        "sampler_batch": _first(
+            _get(si, "batch_size"), _get(sampler_cfg, "max_num_seqs"), engine_args.get("max_num_seqs")
+        ),
+        "trainer_batch": _first(
+            f"{_get(trainer_cfg, 'batch_tokens')} tokens" if _get(trainer_cfg, "batch_tokens") else None
+        ),
         "seed": _first(_get(cfg, "sampling", "seed")),
     }
     if _get(cfg, "trainer_checkpoint", "same_as_sampler") is False:

@@ -10,14 +10,21 @@ def certify_tables(console, v) -> None:
     from ..certify.output import checks
 
     c = v.coverage
-    console.print(escape(f"{v.run}: {c.tokens:,} tokens, {c.sequences:,} sequences, longest position "
-                         f"{c.longest_position}, {c.share_past_512:.1%} past position 512"), highlight=False)
+    console.print(
+        escape(
+            f"{v.run}: {c.tokens:,} tokens, {c.sequences:,} sequences, longest position "
+            f"{c.longest_position}, {c.share_past_512:.1%} past position 512"
+        ),
+        highlight=False,
+    )
     console.print(escape("scope: " + ", ".join(f"{k}={val}" for k, val in v.scope.items())), highlight=False)
     t = Table(title="Certify (byte equality, no threshold)", title_justify="left")
     for col in ("result", "check", "detail"):
         t.add_column(col)
     for name, ok, detail in checks(v):
-        mark = "[green]pass[/green]" if ok else ("[bold red]FAIL[/bold red]" if ok is False else "[dim]not checked[/dim]")
+        mark = (
+            "[green]pass[/green]" if ok else ("[bold red]FAIL[/bold red]" if ok is False else "[dim]not checked[/dim]")
+        )
         t.add_row(mark, escape(name), escape(detail))
     console.print(t)
     for p in v.pairings:
@@ -27,28 +34,48 @@ def certify_tables(console, v) -> None:
         hist = ", ".join(f"{b['ulp']} ULP: {b['tokens']:,}" for b in p.ulp_histogram)
         console.print(escape(f"  ULP distances: {hist}"), highlight=False)
         e = p.earliest_summary()
-        console.print(escape(f"  earliest differing position per sequence: {e['sequences']} of {e['of']} sequences "
-                             f"part, at position min {e['min']}, median {e['median']:g}, max {e['max']} "
-                             f"({e['at_position_0']} at position 0)"), highlight=False)
+        console.print(
+            escape(
+                f"  earliest differing position per sequence: {e['sequences']} of {e['of']} sequences "
+                f"part, at position min {e['min']}, median {e['median']:g}, max {e['max']} "
+                f"({e['at_position_0']} at position 0)"
+            ),
+            highlight=False,
+        )
         if p.first:
             ft = Table(title=f"first differing tokens ({p.pairing.title})", title_justify="left")
             for col in ("sequence", "position", "token", p.pairing.left, p.pairing.right, "ULP"):
                 ft.add_column(col, justify="right" if col in ("sequence", "position", "token", "ULP") else "left")
             for d in p.first:
-                ft.add_row(str(d.sequence_id), str(d.position), str(d.token_id), f"{d.left_hex} {d.left_decimal}",
-                           f"{d.right_hex} {d.right_decimal}", f"{d.ulp:,}")
+                ft.add_row(
+                    str(d.sequence_id),
+                    str(d.position),
+                    str(d.token_id),
+                    f"{d.left_hex} {d.left_decimal}",
+                    f"{d.right_hex} {d.right_decimal}",
+                    f"{d.ulp:,}",
+                )
             console.print(ft)
     r = v.routes
     if r.flips_by_layer:
-        console.print(escape("  route flips by layer: " + ", ".join(f"{k}: {n}" for k, n in r.flips_by_layer.items())),
-                      highlight=False)
+        console.print(
+            escape("  route flips by layer: " + ", ".join(f"{k}: {n}" for k, n in r.flips_by_layer.items())),
+            highlight=False,
+        )
         for f in r.first:
-            console.print(escape(f"  sequence {f.sequence_id} position {f.position} layer {f.layer}: "
-                                 f"sampler {f.sampler}, trainer {f.trainer}"), highlight=False)
+            console.print(
+                escape(
+                    f"  sequence {f.sequence_id} position {f.position} layer {f.layer}: "
+                    f"sampler {f.sampler}, trainer {f.trainer}"
+                ),
+                highlight=False,
+            )
     if v.certified:
         unchecked = [name for name, ok, _ in checks(v) if ok is None]
-        console.print(f"[bold green]CERTIFIED[/bold green]: every checked pair is byte-equal "
-                      f"({', '.join(p.pairing.name for p in v.pairings)})"
-                      + escape(f"; not checked: {', '.join(unchecked)}" if unchecked else ""))
+        console.print(
+            f"[bold green]CERTIFIED[/bold green]: every checked pair is byte-equal "
+            f"({', '.join(p.pairing.name for p in v.pairings)})"
+            + escape(f"; not checked: {', '.join(unchecked)}" if unchecked else "")
+        )
     else:
         console.print("[bold red]NOT CERTIFIED[/bold red]: " + escape("; ".join(v.reasons)))

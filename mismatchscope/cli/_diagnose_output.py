@@ -15,9 +15,12 @@ def render(console, p: dict[str, Any]) -> None:
     ref = p["reference"]
     console.print(f"diagnose {p['checkpoint']} | device {p['device']} | reference: {ref['note']}", highlight=False)
     b = p["baseline"]
-    console.print(f"baseline: sampler {b['sampler']['kind']}/{b['sampler']['dtype']}, "
-                  f"trainer {b['trainer']['dtype']}"
-                  f" | {b['throughput']['tokens']:,} tokens | run {b['run_dir']}", highlight=False)
+    console.print(
+        f"baseline: sampler {b['sampler']['kind']}/{b['sampler']['dtype']}, "
+        f"trainer {b['trainer']['dtype']}"
+        f" | {b['throughput']['tokens']:,} tokens | run {b['run_dir']}",
+        highlight=False,
+    )
 
     t = Table(title="Decomposition (identical tokens; the metrics of `report` on each pair)", title_justify="left")
     for c in ("gap", "|log p - log q| mean", "max", "tv_token mean", "k3 mean", "run directory"):
@@ -28,30 +31,63 @@ def render(console, p: dict[str, Any]) -> None:
             t.add_row(name, "skipped", "", "", "", g["reason"])
             continue
         m = g["metrics"]
-        t.add_row(name, num(m["abs_logprob_diff_mean"]), num(m["abs_logprob_diff_max"]), num(m["tv_token_mean"]),
-                  num(m["k3_mean"]), g["run_dir"])
+        t.add_row(
+            name,
+            num(m["abs_logprob_diff_mean"]),
+            num(m["abs_logprob_diff_max"]),
+            num(m["tv_token_mean"]),
+            num(m["k3_mean"]),
+            g["run_dir"],
+        )
     console.print(t)
     s = p["decomposition"]["shares"]
-    console.print(f"error budget: sampler share {pct(s['sampler_share'])}, trainer share {pct(s['trainer_share'])}, "
-                  f"correlation {num(s['correlation'])} (mean e_s^2 {num(s['sampler_mse'])}, mean e_t^2 {num(s['trainer_mse'])})",
-                  highlight=False)
+    console.print(
+        f"error budget: sampler share {pct(s['sampler_share'])}, trainer share {pct(s['trainer_share'])}, "
+        f"correlation {num(s['correlation'])} (mean e_s^2 {num(s['sampler_mse'])}, mean e_t^2 {num(s['trainer_mse'])})",
+        highlight=False,
+    )
     _routes(console, p["decomposition"].get("routes") or {})
     if p["decomposition"]["sampler_decode_vs_prefill"].get("note"):
         console.print(f"[dim]{p['decomposition']['sampler_decode_vs_prefill']['note']}[/dim]")
 
-    t = Table(title="Variants, ranked by effect on the total gap (|log p - log q| mean; variant - baseline)", title_justify="left")
-    for c in ("#", "variant", "side", "gap", "change", "95% interval", "signif.", "bootstrap", "tokens changed",
-              "sampler share", "throughput"):
+    t = Table(
+        title="Variants, ranked by effect on the total gap (|log p - log q| mean; variant - baseline)",
+        title_justify="left",
+    )
+    for c in (
+        "#",
+        "variant",
+        "side",
+        "gap",
+        "change",
+        "95% interval",
+        "signif.",
+        "bootstrap",
+        "tokens changed",
+        "sampler share",
+        "throughput",
+    ):
         t.add_column(c, justify="left" if c in ("variant", "side", "bootstrap", "signif.") else "right")
     for v in p["variants"]:
         if v["status"] != "ok":
             t.add_row("-", v["name"], v["side"], v["status"], "", "", "", "", "", "", "", style="dim")
             continue
         d = v["delta"][PRIMARY]
-        t.add_row(str(v["rank"]), v["name"], v["side"], num(v["metrics"][PRIMARY]), num(d["estimate"]),
-                  f"[{num(d['ci_low'])}, {num(d['ci_high'])}]", "yes" if d["significant"] else "no", d["bootstrap"],
-                  pct(v["tokens_changed_share"]), pct(v["decomposition"]["sampler_share"]),
-                  "-" if v["throughput"].get("relative_to_baseline") is None else f"{v['throughput']['relative_to_baseline']:.2f}x")
+        t.add_row(
+            str(v["rank"]),
+            v["name"],
+            v["side"],
+            num(v["metrics"][PRIMARY]),
+            num(d["estimate"]),
+            f"[{num(d['ci_low'])}, {num(d['ci_high'])}]",
+            "yes" if d["significant"] else "no",
+            d["bootstrap"],
+            pct(v["tokens_changed_share"]),
+            pct(v["decomposition"]["sampler_share"]),
+            "-"
+            if v["throughput"].get("relative_to_baseline") is None
+            else f"{v['throughput']['relative_to_baseline']:.2f}x",
+        )
     console.print(t)
     for v in p["variants"]:
         if v["status"] != "ok":
@@ -64,23 +100,47 @@ def render(console, p: dict[str, Any]) -> None:
         for c in ("check", "tokens", "tokens identical", "logprobs bit-identical", "largest |diff|", "compared"):
             t.add_column(c, justify="left" if c in ("check", "compared") else "right")
         for name, d in p["determinism"].items():
-            t.add_row(name, num(d["tokens"]), pct(d["share_tokens_identical"]), pct(d["share_logprobs_bit_identical"]),
-                      num(d["max_abs_diff"]), d.get("compared", ""))
+            t.add_row(
+                name,
+                num(d["tokens"]),
+                pct(d["share_tokens_identical"]),
+                pct(d["share_logprobs_bit_identical"]),
+                num(d["max_abs_diff"]),
+                d.get("compared", ""),
+            )
         console.print(t)
 
     t = Table(title="Cost per configuration (start-up excluded from throughput)", title_justify="left")
-    for c in ("configuration", "sampler tok/s", "trainer tok/s", "pipeline tok/s", "start-up s", "wall s", "Pareto", "certified"):
+    for c in (
+        "configuration",
+        "sampler tok/s",
+        "trainer tok/s",
+        "pipeline tok/s",
+        "start-up s",
+        "wall s",
+        "Pareto",
+        "certified",
+    ):
         t.add_column(c, justify="left" if c == "configuration" else "right")
     rows = [("baseline", b)] + [(v["name"], v) for v in p["variants"] if v["status"] == "ok"]
     for name, rec in rows:
         tp = rec["throughput"]
-        t.add_row(name, num(tp["sampler_tokens_per_s"]), num(tp["trainer_tokens_per_s"]), num(tp.get("pipeline_tokens_per_s")),
-                  num(tp["startup_s"]), num(tp["wall_s"]), "*" if name in p["pareto_front"] else "",
-                  {True: "yes", False: "no"}.get(rec.get("certified"), "-"))
+        t.add_row(
+            name,
+            num(tp["sampler_tokens_per_s"]),
+            num(tp["trainer_tokens_per_s"]),
+            num(tp.get("pipeline_tokens_per_s")),
+            num(tp["startup_s"]),
+            num(tp["wall_s"]),
+            "*" if name in p["pareto_front"] else "",
+            {True: "yes", False: "no"}.get(rec.get("certified"), "-"),
+        )
     console.print(t)
     console.print(f"\n{p['reading']}", highlight=False)
-    console.print(f"\noutput directory: {p['out']} (every run directory above works with report, compare-masks and gate)",
-                  highlight=False)
+    console.print(
+        f"\noutput directory: {p['out']} (every run directory above works with report, compare-masks and gate)",
+        highlight=False,
+    )
 
 
 def _routes(console, r: dict[str, Any]) -> None:
@@ -96,8 +156,12 @@ def _routes(console, r: dict[str, Any]) -> None:
         f = r.get(side) or {}
         if f.get("status") == "ok":
             layers = ", ".join(f"{layer}: {pct(x)}" for layer, x in zip(r["layers"], f["flip_rate_per_layer"]))
-            console.print(f"{side} route flips against the reference: {pct(f['flipped_any_layer'])} of tokens in any "
-                          f"layer (by layer {layers})", highlight=False)
+            console.print(
+                f"{side} route flips against the reference: {pct(f['flipped_any_layer'])} of tokens in any "
+                f"layer (by layer {layers})",
+                highlight=False,
+            )
         else:
-            console.print(f"{side} route flips against the reference: not measured ({f.get('reason')})",
-                          highlight=False)
+            console.print(
+                f"{side} route flips against the reference: not measured ({f.get('reason')})", highlight=False
+            )

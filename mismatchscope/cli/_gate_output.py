@@ -13,30 +13,47 @@ def gate_payload(result) -> dict:
         "checks": [c.to_dict() for c in result.checks],
         "candidate": _file(result.candidate),
         "baseline": _file(result.baseline) if result.baseline else None,
-        "comparability": None if comp is None else {
+        "comparability": None
+        if comp is None
+        else {
             "checked": comp.checked,
             "differences": [_diff(d) for d in comp.differences],
             "serving": [_diff(d) for d in comp.serving],
             "warning": comp.warning,
         },
         "config": {
-            "source": cfg.source, "bootstrap": cfg.bootstrap, "confidence": cfg.confidence, "seed": cfg.seed,
-            "allow_different": list(cfg.allow_different), "rules": cfg.rules,
-            "absolute": [asdict(a) for a in cfg.absolute], "regression": [asdict(r) for r in cfg.regression],
+            "source": cfg.source,
+            "bootstrap": cfg.bootstrap,
+            "confidence": cfg.confidence,
+            "seed": cfg.seed,
+            "allow_different": list(cfg.allow_different),
+            "rules": cfg.rules,
+            "absolute": [asdict(a) for a in cfg.absolute],
+            "regression": [asdict(r) for r in cfg.regression],
         },
         "warnings": result.warnings,
     }
 
 
 def _file(est) -> dict:
-    return {"path": est.path, "tokens": est.tokens, "sequences": est.sequences, "values": est.point, "run": est.result.run}
+    return {
+        "path": est.path,
+        "tokens": est.tokens,
+        "sequences": est.sequences,
+        "values": est.point,
+        "run": est.result.run,
+    }
 
 
 def _diff(d) -> dict:
     from ..gate.compare import _MISSING
 
-    return {"key": d.key, "baseline": None if d.baseline is _MISSING else d.baseline,
-            "candidate": None if d.candidate is _MISSING else d.candidate, "allowed": d.allowed}
+    return {
+        "key": d.key,
+        "baseline": None if d.baseline is _MISSING else d.baseline,
+        "candidate": None if d.candidate is _MISSING else d.candidate,
+        "allowed": d.allowed,
+    }
 
 
 def gate_tables(console, result) -> None:
@@ -58,14 +75,36 @@ def gate_tables(console, result) -> None:
         allowed = [d.text() for d in comp.differences]
         if allowed:
             console.print(escape("allowed to differ: " + "; ".join(allowed)), highlight=False)
-    t = Table(title=f"Gate ({cfg.bootstrap} bootstrap resamples of sequences, seed {cfg.seed}; limits from {cfg.source})",
-              title_justify="left")
-    for col in ("result", "check", "baseline", "candidate", f"estimate [{cfg.confidence:.0%} interval]", "limit", "method"):
+    t = Table(
+        title=f"Gate ({cfg.bootstrap} bootstrap resamples of sequences, seed {cfg.seed}; limits from {cfg.source})",
+        title_justify="left",
+    )
+    for col in (
+        "result",
+        "check",
+        "baseline",
+        "candidate",
+        f"estimate [{cfg.confidence:.0%} interval]",
+        "limit",
+        "method",
+    ):
         t.add_column(col, justify="right" if col in ("baseline", "candidate") or col.startswith("estimate") else "left")
     for ch in result.checks:
         style = "bold red" if ch.failed else ("yellow" if ch.inconclusive else "cyan" if ch.below_floor else "green")
-        t.add_row(f"[{style}]{status_text(ch)}[/{style}]", *map(escape, (ch.name, fmt(ch.baseline), fmt(ch.candidate),
-                  estimate_text(ch), limit_text(ch), method_text(ch, cfg.confidence))))
+        t.add_row(
+            f"[{style}]{status_text(ch)}[/{style}]",
+            *map(
+                escape,
+                (
+                    ch.name,
+                    fmt(ch.baseline),
+                    fmt(ch.candidate),
+                    estimate_text(ch),
+                    limit_text(ch),
+                    method_text(ch, cfg.confidence),
+                ),
+            ),
+        )
     console.print(t)
     for ch in result.checks:
         if ch.failed or ch.inconclusive or ch.below_floor:

@@ -2,23 +2,33 @@
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Optional
 
 import typer
 
 from ._output import OutputFormat
 
-PathArg = typer.Argument(..., help="A token-pair Parquet file, a directory of shards (or a probe run directory), or a glob.", show_default=False)
+PathArg = typer.Argument(
+    ...,
+    help="A token-pair Parquet file, a directory of shards (or a probe run directory), or a glob.",
+    show_default=False,
+)
 
 ColumnOpt = typer.Option(
-    None, "--column", "-c", metavar="CANONICAL=NAME",
+    None,
+    "--column",
+    "-c",
+    metavar="CANONICAL=NAME",
     help="Map a column of your file to a mismatchscope column, e.g. sampler_logprob=rollout_log_probs. Repeatable.",
 )
 FormatOpt = typer.Option(
-    OutputFormat.table, "--format", "-f",
-    help="table (rich, for people) or json (for machines; data only on stdout).")
+    OutputFormat.table, "--format", "-f", help="table (rich, for people) or json (for machines; data only on stdout)."
+)
 RuleOpt = typer.Option(
-    None, "--rule", "-r", metavar="NAME[:K=V,...]",
+    None,
+    "--rule",
+    "-r",
+    metavar="NAME[:K=V,...]",
     help="A rule, with optional parameters: icepop or icepop:alpha=0.2,beta=5. Repeatable; none means every rule at its defaults.",
 )
 
@@ -28,67 +38,78 @@ def rule_help_epilog() -> str:
     from rich.markup import escape
 
     from ..rules import RULES
-
     from ..rules.readings import help_lines
 
     lines = ["Rules (NAME:PARAM=DEFAULT,...):", ""]
     for name in RULES:
         lines.append(f"  {escape(RULES[name].help_line())}")
-    title = ("Readings (NAME@READING[:PARAM=VALUE,...]: the rule with that framework's defaults and conventions; "
-             "docs/rules.md lists each one's source file):")
+    title = (
+        "Readings (NAME@READING[:PARAM=VALUE,...]: the rule with that framework's defaults and conventions; "
+        "docs/rules.md lists each one's source file):"
+    )
     lines += ["", title, ""]
     lines += [f"  {escape(line)}" for line in help_lines()]
     return "\n\n".join(["\b\n" + "\n".join(lines)])
 
 
-Columns = Optional[List[str]]
-Rules = Optional[List[str]]
+Columns = Optional[list[str]]  # noqa: UP045 - an alias typer reads as an option type
+Rules = Optional[list[str]]  # noqa: UP045
 
 
 # ------------------------------------------------------------ sampler, trainer and sampling options
 # Declared once for probe, rescore and diagnose; their values are checked once, by probe.validate.
 
 PromptsOpt = typer.Option(
-    None, "--prompts", "-p",
-    help="JSONL, one {\"prompt\": ..., \"answer\": ...} per line. Default: the bundled sample prompts.")
+    None,
+    "--prompts",
+    "-p",
+    help='JSONL, one {"prompt": ..., "answer": ...} per line. Default: the bundled sample prompts.',
+)
 SamplerDtypeOpt = typer.Option(
-    "float16", "--sampler-dtype",
+    "float16",
+    "--sampler-dtype",
     help="Sampler dtype. The default float16 vs a float32 trainer is a CPU demo pairing that shows real "
-         "mismatch; pass your serving dtype.")
+    "mismatch; pass your serving dtype.",
+)
 TrainerDtypeOpt = typer.Option("float32", "--trainer-dtype", help="Trainer forward-pass dtype.")
 TemperatureOpt = typer.Option(1.0, "--temperature", "-T", min=0.0)
 TopPOpt = typer.Option(1.0, "--top-p", min=0.0, max=1.0)
 TopKOpt = typer.Option(-1, "--top-k", help="-1: no top-k truncation.")
 SamplesOpt = typer.Option(4, "-n", min=1, help="Samples per prompt (a GRPO group).")
 MaxTokensOpt = typer.Option(
-    0, "--max-tokens", min=0,
-    help="Tokens per completion. 0: up to 256, within the context length.")
+    0, "--max-tokens", min=0, help="Tokens per completion. 0: up to 256, within the context length."
+)
 TopKLogprobsOpt = typer.Option(5, "--top-k-logprobs", min=0, help="The sampler's top-k logprobs recorded per position.")
 LogprobsModeOpt = typer.Option(
-    "processed_logprobs", "--logprobs-mode",
-    help="processed_logprobs (after T/top-p/top-k; trainer divides by T) or raw_logprobs (compared at T = 1).")
+    "processed_logprobs",
+    "--logprobs-mode",
+    help="processed_logprobs (after T/top-p/top-k; trainer divides by T) or raw_logprobs (compared at T = 1).",
+)
 TensorParallelOpt = typer.Option(1, "--tensor-parallel-size", "--tp", min=1, help="Passed to vLLM unchanged.")
 MaxNumSeqsOpt = typer.Option(None, "--max-num-seqs")
 EnforceEagerOpt = typer.Option(
-    True, "--enforce-eager/--no-enforce-eager",
-    help="vLLM eager mode (no CUDA graphs / compile).")
+    True, "--enforce-eager/--no-enforce-eager", help="vLLM eager mode (no CUDA graphs / compile)."
+)
 GpuMemoryOpt = typer.Option(None, "--gpu-memory-utilization")
 MaxModelLenOpt = typer.Option(None, "--max-model-len")
 SamplerFp32HeadOpt = typer.Option(False, "--sampler-fp32-lm-head", help="vLLM hf_overrides head_dtype=float32.")
 TrainerFp32HeadOpt = typer.Option(False, "--trainer-fp32-lm-head")
 EngineArgOpt = typer.Option(
-    None, "--engine-arg", metavar="KEY=VALUE",
+    None,
+    "--engine-arg",
+    metavar="KEY=VALUE",
     help="Any other vllm.LLM argument, passed unchanged (VALUE may be JSON). Repeatable. With --sampler vllm-"
-         "server: added to every request body, except timeout=SECONDS (per HTTP request, default 600) and "
-         "model=NAME (the served model). With --sampler hf: attn_implementation, batch_size, "
-         "trust_remote_code.")
+    "server: added to every request body, except timeout=SECONDS (per HTTP request, default 600) and "
+    "model=NAME (the served model). With --sampler hf: attn_implementation, batch_size, "
+    "trust_remote_code.",
+)
 AttnImplementationOpt = typer.Option(
-    None, "--attn-implementation",
-    help="Trainer attention: eager, sdpa, flash_attention_2, ...")
+    None, "--attn-implementation", help="Trainer attention: eager, sdpa, flash_attention_2, ..."
+)
 TrainerBatchTokensOpt = typer.Option(8192, "--trainer-batch-tokens", min=1, help="Token budget of one scoring batch.")
 TrustRemoteCodeOpt = typer.Option(
-    False, "--trust-remote-code",
-    help="Run the checkpoint's own Python code (off unless asked).")
+    False, "--trust-remote-code", help="Run the checkpoint's own Python code (off unless asked)."
+)
 AllowPickleOpt = typer.Option(False, "--allow-pickle", help="Load .bin/.pt (pickle) weights; refused by default.")
 
 
@@ -102,8 +123,9 @@ def engine_args(items: list[str] | None) -> dict:
     for item in items or []:
         key, eq, raw = item.partition("=")
         if not eq or not key.strip():
-            raise UsageError(f"cannot parse --engine-arg {item!r}",
-                             hint="write --engine-arg KEY=VALUE (VALUE may be JSON)")
+            raise UsageError(
+                f"cannot parse --engine-arg {item!r}", hint="write --engine-arg KEY=VALUE (VALUE may be JSON)"
+            )
         try:
             out[key.strip()] = json.loads(raw)
         except json.JSONDecodeError:

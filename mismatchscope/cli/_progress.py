@@ -23,9 +23,16 @@ class Bars:
             TimeElapsedColumn,
         )
 
-        self._p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                           console=stderr_console(), disable=not enabled, transient=False,
-                           redirect_stderr=False)  # what the engines write to stderr goes to their log
+        self._p = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=stderr_console(),
+            disable=not enabled,
+            transient=False,
+            redirect_stderr=False,
+        )  # what the engines write to stderr goes to their log
         self._tasks: dict[str, int] = {}
         self._started = False
 

@@ -48,7 +48,11 @@ def report_tables(console, result) -> None:
     t.add_column("value", justify="right")
     t.add_column("meaning")
     rows = [
-        ("tv_token mean / max", f"{num(m['tv_token_mean'])} / {num(m['tv_token_max'])}", "|p - q| of the sampled token"),
+        (
+            "tv_token mean / max",
+            f"{num(m['tv_token_mean'])} / {num(m['tv_token_max'])}",
+            "|p - q| of the sampled token",
+        ),
         ("|log p - log q| mean / max", f"{num(m['abs_logprob_diff_mean'])} / {num(m['abs_logprob_diff_max'])}", ""),
         ("k1 mean", num(m["k1_mean"]), "-l, unbiased KL(sampler||trainer), can be < 0"),
         ("k2 mean", num(m["k2_mean"]), "l^2/2, biased, low variance"),
@@ -60,7 +64,9 @@ def report_tables(console, result) -> None:
     ]
     if m.get("tv_topk_lower_mean") is not None:
         rows.append(("TV lower bound (top-k) mean", num(m["tv_topk_lower_mean"]), "full-vocab TV >= this"))
-        rows.append(("KL lower bound (top-k) mean", num(m["kl_topk_lower_mean"]), "full-vocab KL(sampler||trainer) >= this"))
+        rows.append(
+            ("KL lower bound (top-k) mean", num(m["kl_topk_lower_mean"]), "full-vocab KL(sampler||trainer) >= this")
+        )
     for r in rows:
         t.add_row(*r)
     console.print(t)
@@ -85,7 +91,12 @@ def report_tables(console, result) -> None:
     st.add_column("mean", justify="right")
     for k in ("0.01", "0.5", "0.99"):
         st.add_column(f"q{k}", justify="right")
-    for key, label in (("seq_log_ratio", "S = sum log r"), ("geo_ratio", "exp(mean log r)"), ("max_tv", "max_t |p - q|"), ("log_ppl_diff", "mean lq - mean lp")):
+    for key, label in (
+        ("seq_log_ratio", "S = sum log r"),
+        ("geo_ratio", "exp(mean log r)"),
+        ("max_tv", "max_t |p - q|"),
+        ("log_ppl_diff", "mean lq - mean lp"),
+    ):
         v = s[key]
         st.add_row(label, num(v["mean"]), *[num(v["quantiles"][k]) for k in ("0.01", "0.5", "0.99")])
     st.add_row("chi2_seq", num(s["chi2_seq"]), "", "", "")
@@ -93,8 +104,10 @@ def report_tables(console, result) -> None:
 
     sc = rep.get("score_centering")
     if sc:
-        c = Table(title=f"Score centering from the top-k ({sc['tokens']:,} tokens; K = the sampler's listed ids and the sampled one)",
-                  title_justify="left")
+        c = Table(
+            title=f"Score centering from the top-k ({sc['tokens']:,} tokens; K = the sampler's listed ids and the sampled one)",
+            title_justify="left",
+        )
         for col in ("statistic", "tokens", "mean", "q0.01", "q0.5", "q0.99", "meaning"):
             c.add_column(col, justify="left" if col in ("statistic", "meaning") else "right")
         from ..analysis.report import CENTERING_LABELS
@@ -103,21 +116,36 @@ def report_tables(console, result) -> None:
             v = sc.get(key)
             if v is None:
                 continue
-            c.add_row(label, num(v["tokens"]), num(v["mean"]), *[num(v["quantiles"][k]) for k in ("0.01", "0.5", "0.99")], meaning)
+            c.add_row(
+                label,
+                num(v["tokens"]),
+                num(v["mean"]),
+                *[num(v["quantiles"][k]) for k in ("0.01", "0.5", "0.99")],
+                meaning,
+            )
         console.print(c)
         rho = sc["tail_mass_ratio"]
         if rho["undefined_tokens"]:
-            console.print(f"[dim]rho is undefined on {rho['undefined_tokens']:,} token(s) with an empty tail (sampler: "
-                          f"{rho['empty_sampler_tail']:,}, trainer: {rho['empty_trainer_tail']:,}), counted apart.[/dim]")
+            console.print(
+                f"[dim]rho is undefined on {rho['undefined_tokens']:,} token(s) with an empty tail (sampler: "
+                f"{rho['empty_sampler_tail']:,}, trainer: {rho['empty_trainer_tail']:,}), counted apart.[/dim]"
+            )
         if sc.get("topk_overlap") is None:
             console.print("[dim]No trainer_topk_ids column: no top-k overlap.[/dim]")
 
     if rep.get("kept_mass"):
         km = rep["kept_mass"]
-        console.print(f"top-p/top-k truncation: mean log kept mass {num(km['kept_logmass_mean'])} (min {num(km['kept_logmass_min'])}), "
-                      "reported apart from the numerical mismatch above.", highlight=False)
+        console.print(
+            f"top-p/top-k truncation: mean log kept mass {num(km['kept_logmass_mean'])} (min {num(km['kept_logmass_min'])}), "
+            "reported apart from the numerical mismatch above.",
+            highlight=False,
+        )
 
-    for key, title in (("sampler_prob", "By sampler probability q"), ("position", "By position in the completion"), ("entropy", "By trainer entropy (nats)")):
+    for key, title in (
+        ("sampler_prob", "By sampler probability q"),
+        ("position", "By position in the completion"),
+        ("entropy", "By trainer entropy (nats)"),
+    ):
         rows = rep["breakdowns"].get(key)
         if not rows:
             continue
@@ -125,8 +153,15 @@ def report_tables(console, result) -> None:
         for col in ("bucket", "tokens", "tv mean", "|l| mean", "k3 mean", "rev-k3 mean", "chi2"):
             b.add_column(col, justify="left" if col == "bucket" else "right")
         for r in rows:
-            b.add_row(r["bucket"], num(r["tokens"]), num(r.get("tv_token_mean")), num(r.get("abs_logprob_diff_mean")),
-                      num(r.get("k3_mean")), num(r.get("kl_reverse_k3_mean")), num(r.get("chi2_token")))
+            b.add_row(
+                r["bucket"],
+                num(r["tokens"]),
+                num(r.get("tv_token_mean")),
+                num(r.get("abs_logprob_diff_mean")),
+                num(r.get("k3_mean")),
+                num(r.get("kl_reverse_k3_mean")),
+                num(r.get("chi2_token")),
+            )
         console.print(b)
 
     if rep.get("routing"):
@@ -140,33 +175,54 @@ def routing_tables(console, ro: dict) -> None:
     """MoE runs: the flip rate per MoE layer (completion and prompt rows apart), and what flipped tokens cost."""
     if ro.get("route_flip_rate_by_layer") is None:
         absent = [f"{s} ({v['why'] or 'not recorded'})" for s, v in ro["sides"].items() if not v["recorded"]]
-        console.print(f"[dim]Routing: no flip rates, routes missing for the {', '.join(absent)}.[/dim]",
-                      highlight=False)
+        console.print(
+            f"[dim]Routing: no flip rates, routes missing for the {', '.join(absent)}.[/dim]", highlight=False
+        )
         return
-    t = Table(title=f"MoE routing: top-{ro['top_k']} sets that differ between the sides ({ro['family']}, "
-                    f"{ro['num_experts']} experts{', replayed ' + ro['replay'] if ro.get('replay') else ''})",
-              title_justify="left")
+    t = Table(
+        title=f"MoE routing: top-{ro['top_k']} sets that differ between the sides ({ro['family']}, "
+        f"{ro['num_experts']} experts{', replayed ' + ro['replay'] if ro.get('replay') else ''})",
+        title_justify="left",
+    )
     from ..analysis.routing_report import ROUTING_COLUMNS
 
     for col in ROUTING_COLUMNS:
         t.add_column(col, justify="right")
     for c, p in zip(ro["route_flip_rate_by_layer"], ro["prompt_route_flip_rate_by_layer"]):
-        t.add_row(str(c["layer"]), pct(c["flip_rate"]), f"{c['flipped']:,} / {c['compared']:,}", pct(p["flip_rate"]),
-                  f"{p['flipped']:,} / {p['compared']:,}")
-    t.add_row("any layer", pct(ro["route_flip_rate"]), f"{ro['tokens_flipped']:,} / {ro['tokens_compared']:,}",
-              pct(ro["prompt_route_flip_rate"]), f"{ro['prompt_rows_flipped']:,} / {ro['prompt_rows_compared']:,}",
-              style="bold")
+        t.add_row(
+            str(c["layer"]),
+            pct(c["flip_rate"]),
+            f"{c['flipped']:,} / {c['compared']:,}",
+            pct(p["flip_rate"]),
+            f"{p['flipped']:,} / {p['compared']:,}",
+        )
+    t.add_row(
+        "any layer",
+        pct(ro["route_flip_rate"]),
+        f"{ro['tokens_flipped']:,} / {ro['tokens_compared']:,}",
+        pct(ro["prompt_route_flip_rate"]),
+        f"{ro['prompt_rows_flipped']:,} / {ro['prompt_rows_compared']:,}",
+        style="bold",
+    )
     console.print(t)
     gap = ro.get("abs_logprob_diff")
     if gap:
-        console.print(f"|log p - log q| on flipped tokens {num(gap['flipped_mean'])} ({gap['flipped_tokens']:,}), on "
-                      f"unflipped {num(gap['unflipped_mean'])} ({gap['unflipped_tokens']:,}); routing's share of the "
-                      f"gap (sum |log p - log q| on flipped / on all tokens): {pct(ro['routing_share_of_gap'])}"
-                      + (f"; {gap['tokens_without_routes']:,} token(s) without a compared route"
-                         if gap["tokens_without_routes"] else ""), highlight=False)
+        console.print(
+            f"|log p - log q| on flipped tokens {num(gap['flipped_mean'])} ({gap['flipped_tokens']:,}), on "
+            f"unflipped {num(gap['unflipped_mean'])} ({gap['unflipped_tokens']:,}); routing's share of the "
+            f"gap (sum |log p - log q| on flipped / on all tokens): {pct(ro['routing_share_of_gap'])}"
+            + (
+                f"; {gap['tokens_without_routes']:,} token(s) without a compared route"
+                if gap["tokens_without_routes"]
+                else ""
+            ),
+            highlight=False,
+        )
     if ro.get("by_trainer_margin"):
-        m = Table(title="Flips by the trainer's router margin (k-th minus (k+1)-th score, completion rows, per layer)",
-                  title_justify="left")
+        m = Table(
+            title="Flips by the trainer's router margin (k-th minus (k+1)-th score, completion rows, per layer)",
+            title_justify="left",
+        )
         for col in ("margin", "compared", "flipped", "flip rate"):
             m.add_column(col, justify="left" if col == "margin" else "right")
         for r in ro["by_trainer_margin"]:
@@ -185,15 +241,34 @@ def worst_table(console, rows: list[dict]) -> None:
     prompts = any(r["prompt_id"] is not None for r in rows)
     t = Table(title=f"Worst sequences (by {RANKINGS[by][0]}; traces with --plots)", title_justify="left")
     shown = by not in ("k3_sum", "tv_max")  # those two are columns anyway
-    cols = ["rank", "sequence", *(["prompt"] if prompts else []), "tokens", *([by] if shown else []), "sum k3", "max |p - q|",
-            "largest gap at", "token", "gap l there"]
+    cols = [
+        "rank",
+        "sequence",
+        *(["prompt"] if prompts else []),
+        "tokens",
+        *([by] if shown else []),
+        "sum k3",
+        "max |p - q|",
+        "largest gap at",
+        "token",
+        "gap l there",
+    ]
     for col in cols:
         t.add_column(col, justify="right")
     for r in rows:
         ident = lambda v: "-" if v is None else str(v)  # noqa: E731  ids print as written, no thousands separator
-        t.add_row(str(r["rank"]), str(r["sequence_id"]), *([ident(r["prompt_id"])] if prompts else []), num(r["tokens"]),
-                  *([num(r["value"])] if shown else []), num(r["k3_sum"]), num(r["tv_max"]), ident(r["max_gap_position"]),
-                  ident(r["max_gap_token_id"]), num(r["max_gap_log_ratio"]))
+        t.add_row(
+            str(r["rank"]),
+            str(r["sequence_id"]),
+            *([ident(r["prompt_id"])] if prompts else []),
+            num(r["tokens"]),
+            *([num(r["value"])] if shown else []),
+            num(r["k3_sum"]),
+            num(r["tv_max"]),
+            ident(r["max_gap_position"]),
+            ident(r["max_gap_token_id"]),
+            num(r["max_gap_log_ratio"]),
+        )
     console.print(t)
 
 
@@ -201,7 +276,18 @@ def masks_tables(console, result, examples: int) -> None:
     mk = result.masks
     has_sign = any(r["rejected_by_advantage_sign"] for r in mk["rules"])
     t = Table(title="What each rule would reject or reweight", title_justify="left")
-    for col in ("rule", "params", "level", "hyp.", "tok. rejected", "%", "tok. reweighted", "%", "seq. rejected", "seq. w/ rejection"):
+    for col in (
+        "rule",
+        "params",
+        "level",
+        "hyp.",
+        "tok. rejected",
+        "%",
+        "tok. reweighted",
+        "%",
+        "seq. rejected",
+        "seq. w/ rejection",
+    ):
         if col == "params":
             t.add_column(col, overflow="fold", max_width=22)
         else:
@@ -213,9 +299,18 @@ def masks_tables(console, result, examples: int) -> None:
         t.add_column(f"flipped rejected (of {mk['route_flipped_tokens']:,})", justify="right")
     for r in mk["rules"]:
         params = ",".join(f"{k}={num(v) if v is not None else 'off'}" for k, v in r["params"].items())
-        cells = [r["name"], params, r["level"], r["hypothesis"], num(r["tokens_rejected"]), pct(r["token_reject_rate"]),
-                 num(r["tokens_reweighted"]), pct(r["token_reweight_rate"]),
-                 num(r["sequences_rejected"] if r["level"] == "sequence" else None), num(r["sequences_with_rejection"])]
+        cells = [
+            r["name"],
+            params,
+            r["level"],
+            r["hypothesis"],
+            num(r["tokens_rejected"]),
+            pct(r["token_reject_rate"]),
+            num(r["tokens_reweighted"]),
+            pct(r["token_reweight_rate"]),
+            num(r["sequences_rejected"] if r["level"] == "sequence" else None),
+            num(r["sequences_with_rejection"]),
+        ]
         if has_sign:
             s = r["rejected_by_advantage_sign"]
             cells.append(f"{s['A>0']:,} / {s['A<0']:,} / {s['A=0']:,}" if s else "")
@@ -224,17 +319,21 @@ def masks_tables(console, result, examples: int) -> None:
         t.add_row(*cells, style="dim" if r["hypothesis"] == "mean" else None)
     console.print(t)
     if any(r["hypothesis"] != "data" for r in mk["rules"]):
-        console.print("[dim]No advantage column: advantage-dependent rules are shown as hypotheses, as if every A > 0, "
-                      "every A < 0, and their mean. dppo-* put A == 0 on the negative branch (reference code).[/dim]")
+        console.print(
+            "[dim]No advantage column: advantage-dependent rules are shown as hypotheses, as if every A > 0, "
+            "every A < 0, and their mean. dppo-* put A == 0 on the negative branch (reference code).[/dim]"
+        )
 
     tails_table(console, mk)
 
     # pairs where one rule rejects nothing carry no information about disagreement
     agree = [a for a in mk["agreement"] if (a["both"] + a["only_a"]) > 0 and (a["both"] + a["only_b"]) > 0]
     if not agree:
-        console.print("[dim]Agreement: fewer than two rules reject anything here, so there is no overlap to compare.[/dim]")
+        console.print(
+            "[dim]Agreement: fewer than two rules reject anything here, so there is no overlap to compare.[/dim]"
+        )
     if agree:
-        agree.sort(key=lambda a: (a["jaccard"] if a["jaccard"] is not None else 2.0))
+        agree.sort(key=lambda a: a["jaccard"] if a["jaccard"] is not None else 2.0)
         shown = agree[:25]
         g = Table(title="Agreement between rejecting rules (token sets; most disagreement first)", title_justify="left")
         for col in ("rule a", "rule b", "both", "only a", "only b", "Jaccard"):
@@ -250,18 +349,36 @@ def masks_tables(console, result, examples: int) -> None:
         for col in (sw["param"], "hyp.", "token reject rate", "token reweight rate", "seq. w/ rejection"):
             s.add_column(col, justify="right")
         for p in sw["points"]:
-            s.add_row(num(p["value"]), p["hypothesis"], pct(p["token_reject_rate"]), pct(p["token_reweight_rate"]), num(p["sequences_with_rejection"]))
+            s.add_row(
+                num(p["value"]),
+                p["hypothesis"],
+                pct(p["token_reject_rate"]),
+                pct(p["token_reweight_rate"]),
+                num(p["sequences_with_rejection"]),
+            )
         console.print(s)
 
     if examples and not mk["examples"]:
         console.print("[dim]No token on which the token-level rejecting rules disagree.[/dim]")
     elif examples:
-        e = Table(title=f"Tokens the rules disagree on most (largest |log p - log q|, top {examples})", title_justify="left")
+        e = Table(
+            title=f"Tokens the rules disagree on most (largest |log p - log q|, top {examples})", title_justify="left"
+        )
         for col in ("sequence", "position", "token", "p", "q", "log p/q", "rejected by", "kept by"):
-            e.add_column(col, justify="right" if col in ("sequence", "position", "token", "p", "q", "log p/q") else "left")
+            e.add_column(
+                col, justify="right" if col in ("sequence", "position", "token", "p", "q", "log p/q") else "left"
+            )
         for x in mk["examples"]:
-            e.add_row(str(x["sequence_id"]), str(x["position"]), str(x["token_id"]), num(x["p"]), num(x["q"]), num(x["log_ratio"]),
-                      ", ".join(x["rejected_by"]), ", ".join(x["kept_by"]))
+            e.add_row(
+                str(x["sequence_id"]),
+                str(x["position"]),
+                str(x["token_id"]),
+                num(x["p"]),
+                num(x["q"]),
+                num(x["log_ratio"]),
+                ", ".join(x["rejected_by"]),
+                ", ".join(x["kept_by"]),
+            )
         console.print(e)
 
 
@@ -271,15 +388,23 @@ def tails_table(console, mk: dict) -> None:
     if not rows:
         return
     buckets = list(mk["tokens_by_sampler_prob"])
-    t = Table(title="Which tail each rule cuts: rejected tokens by sampler probability q, and by sign of p - q", title_justify="left")
+    t = Table(
+        title="Which tail each rule cuts: rejected tokens by sampler probability q, and by sign of p - q",
+        title_justify="left",
+    )
     t.add_column("rule")
     t.add_column("hyp.")
     for b in buckets:
         t.add_column(f"q in {b}", justify="right")
     t.add_column("p>q", justify="right")
     t.add_column("p<q", justify="right")
-    t.add_row("[dim]all tokens[/dim]", "", *[f"[dim]{num(mk['tokens_by_sampler_prob'][b])}[/dim]" for b in buckets],
-              f"[dim]{num(mk['tokens_by_pq_sign']['p>q'])}[/dim]", f"[dim]{num(mk['tokens_by_pq_sign']['p<q'])}[/dim]")
+    t.add_row(
+        "[dim]all tokens[/dim]",
+        "",
+        *[f"[dim]{num(mk['tokens_by_sampler_prob'][b])}[/dim]" for b in buckets],
+        f"[dim]{num(mk['tokens_by_pq_sign']['p>q'])}[/dim]",
+        f"[dim]{num(mk['tokens_by_pq_sign']['p<q'])}[/dim]",
+    )
     for r in rows:
         by_q, by_s = r["rejected_by_sampler_prob"], r["rejected_by_pq_sign"]
         t.add_row(r["name"], r["hypothesis"], *[num(by_q[b]) for b in buckets], num(by_s["p>q"]), num(by_s["p<q"]))

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import enum
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
-from ._options import ColumnOpt, FormatOpt, PathArg, RuleOpt, rule_help_epilog
-from ._readings import ReadingsOpt, run_side_by_side
-from ..errors import UsageError
-from ._output import OutputFormat, emit_json, info, stdout_console, warn
 from ..analysis.parallel import keep_freed_memory
+from ..errors import UsageError
+from ._options import ColumnOpt, FormatOpt, PathArg, RuleOpt, rule_help_epilog
+from ._output import OutputFormat, emit_json, info, stdout_console, warn
+from ._readings import ReadingsOpt, run_side_by_side
 
 
 def _drawn_by_default() -> list[str]:
@@ -45,26 +44,48 @@ class WorstBy(str, enum.Enum):
 
 
 def report_payload(result) -> dict:
-    return {"tokens": result.tokens, "sequences": result.sequences, **result.report, "warnings": result.warnings, "run": result.run}
+    return {
+        "tokens": result.tokens,
+        "sequences": result.sequences,
+        **result.report,
+        "warnings": result.warnings,
+        "run": result.run,
+    }
 
 
 def compare_masks(
     path: str = PathArg,
-    rule: Optional[List[str]] = RuleOpt,
-    sweep: Optional[List[str]] = typer.Option(None, "--sweep", "-s", metavar="RULE.PARAM=V1,V2,...",
-                                               help="Reject rate against threshold for one parameter, e.g. icepop.beta=1.5,2,3,5,8. Repeatable."),
-    examples: int = typer.Option(0, "--examples", "-e", min=0, help="Print the N tokens the rules disagree on most (sequence, position, token, p, q)."),
-    column: Optional[List[str]] = ColumnOpt,
+    rule: list[str] | None = RuleOpt,
+    sweep: list[str] | None = typer.Option(
+        None,
+        "--sweep",
+        "-s",
+        metavar="RULE.PARAM=V1,V2,...",
+        help="Reject rate against threshold for one parameter, e.g. icepop.beta=1.5,2,3,5,8. Repeatable.",
+    ),
+    examples: int = typer.Option(
+        0,
+        "--examples",
+        "-e",
+        min=0,
+        help="Print the N tokens the rules disagree on most (sequence, position, token, p, q).",
+    ),
+    column: list[str] | None = ColumnOpt,
     format: OutputFormat = FormatOpt,
-    plots: Optional[str] = typer.Option(None, "--plots", metavar="DIR",
-                                         help="Write PNG pictures into DIR: which tail each rule cuts (needs the plot extra: matplotlib)."),
-    readings: Optional[str] = ReadingsOpt,
+    plots: str | None = typer.Option(
+        None,
+        "--plots",
+        metavar="DIR",
+        help="Write PNG pictures into DIR: which tail each rule cuts (needs the plot extra: matplotlib).",
+    ),
+    readings: str | None = ReadingsOpt,
 ) -> None:
     """How many tokens and sequences each masking rule would reject or reweight, side by side, how much they overlap, and which tail (sampler probability, sign of p - q) each one cuts."""
     keep_freed_memory()
     if readings is not None:
-        return run_side_by_side(path, readings, rules=rule, sweeps=sweep, examples=examples, plots=plots, column=column,
-                                format=format)
+        return run_side_by_side(
+            path, readings, rules=rule, sweeps=sweep, examples=examples, plots=plots, column=column, format=format
+        )
     from ..analysis.engine import AnalysisRequest, analyse
     from ..outputs import check_all
     from ..reader import parse_column_mapping
@@ -75,8 +96,11 @@ def compare_masks(
 
         require_matplotlib()
     rules, sweeps = _request_rules(rule, sweep)
-    result = analyse(path, AnalysisRequest(report=False, masks=True, rules=rules, sweeps=sweeps, examples=examples),
-                     parse_column_mapping(column))
+    result = analyse(
+        path,
+        AnalysisRequest(report=False, masks=True, rules=rules, sweeps=sweeps, examples=examples),
+        parse_column_mapping(column),
+    )
     for w in result.warnings:
         warn(w)
     if plots is not None:
@@ -99,19 +123,47 @@ compare_masks.__doc__ = (compare_masks.__doc__ or "") + "\n\n" + rule_help_epilo
 
 def report(
     path: str = PathArg,
-    column: Optional[List[str]] = ColumnOpt,
+    column: list[str] | None = ColumnOpt,
     format: OutputFormat = FormatOpt,
-    plots: Optional[str] = typer.Option(None, "--plots", metavar="DIR", help="Write PNG pictures into DIR (needs the plot extra: matplotlib)."),
-    html: Optional[str] = typer.Option(None, "--html", metavar="FILE", help="Write one self-contained HTML page: pictures inline, tables, run metadata."),
-    rule: Optional[List[str]] = typer.Option(None, "--rule", "-r", metavar="NAME[:K=V,...]",
-                                             help="With --plots/--html: a rule whose thresholds the pictures draw. Repeatable; default "
-                                                  + ", ".join(_drawn_by_default()) + "."),
-    sweep: Optional[List[str]] = typer.Option(None, "--sweep", "-s", metavar="RULE.PARAM=V1,V2,...",
-                                              help="With --plots/--html: the reject-rate curves to draw. Default: a grid for each drawn rule."),
-    worst: int = typer.Option(0, "--worst", "-w", min=0, metavar="N",
-                              help="List the N sequences with the largest mismatch; with --plots/--html, draw each one's trace."),
-    worst_by: WorstBy = typer.Option(WorstBy.k3_sum, "--worst-by", help="What --worst ranks by (log_ratio_sum ranks by |S|)."),
-    worst_traces: bool = typer.Option(False, "--worst-traces", help="With --worst and --format json: add each sequence's full trace."),
+    plots: str | None = typer.Option(
+        None, "--plots", metavar="DIR", help="Write PNG pictures into DIR (needs the plot extra: matplotlib)."
+    ),
+    html: str | None = typer.Option(
+        None,
+        "--html",
+        metavar="FILE",
+        help="Write one self-contained HTML page: pictures inline, tables, run metadata.",
+    ),
+    rule: list[str] | None = typer.Option(
+        None,
+        "--rule",
+        "-r",
+        metavar="NAME[:K=V,...]",
+        help="With --plots/--html: a rule whose thresholds the pictures draw. Repeatable; default "
+        + ", ".join(_drawn_by_default())
+        + ".",
+    ),
+    sweep: list[str] | None = typer.Option(
+        None,
+        "--sweep",
+        "-s",
+        metavar="RULE.PARAM=V1,V2,...",
+        help="With --plots/--html: the reject-rate curves to draw. Default: a grid for each drawn rule.",
+    ),
+    worst: int = typer.Option(
+        0,
+        "--worst",
+        "-w",
+        min=0,
+        metavar="N",
+        help="List the N sequences with the largest mismatch; with --plots/--html, draw each one's trace.",
+    ),
+    worst_by: WorstBy = typer.Option(
+        WorstBy.k3_sum, "--worst-by", help="What --worst ranks by (log_ratio_sum ranks by |S|)."
+    ),
+    worst_traces: bool = typer.Option(
+        False, "--worst-traces", help="With --worst and --format json: add each sequence's full trace."
+    ),
 ) -> None:
     """TV distance, KL estimators, ratio tails, and where the mismatch sits (by probability, position, entropy)."""
     keep_freed_memory()
@@ -122,10 +174,14 @@ def report(
     inputs = check_all(files=[(html, "--html")], dirs=[(plots, "--plots")], inputs=[path])
     pictures = plots is not None or html is not None
     if (rule or sweep) and not pictures:
-        raise UsageError("--rule and --sweep on report choose what the pictures draw",
-                         hint="add --plots DIR or --html FILE (compare-masks prints the rules' numbers)")
+        raise UsageError(
+            "--rule and --sweep on report choose what the pictures draw",
+            hint="add --plots DIR or --html FILE (compare-masks prints the rules' numbers)",
+        )
     if not worst and (worst_by is not WorstBy.k3_sum or worst_traces):
-        raise UsageError("--worst-by and --worst-traces describe the --worst sequences", hint="add --worst N, e.g. --worst 5")
+        raise UsageError(
+            "--worst-by and --worst-traces describe the --worst sequences", hint="add --worst N, e.g. --worst 5"
+        )
     request, hist, rules = AnalysisRequest(report=True, masks=False), None, []
     if pictures:
         from ..plots import require_matplotlib
@@ -158,7 +214,9 @@ def report(
         worst_table(console, worst_rows)
 
 
-def _write_pictures(result, hist, rules, plots: Path | None, html: Path | None, inputs, worst_rows=None, traces=None) -> None:
+def _write_pictures(
+    result, hist, rules, plots: Path | None, html: Path | None, inputs, worst_rows=None, traces=None
+) -> None:
     from ..outputs import write_text
     from ..plots import report_figures, worst_figures, write_pngs
 

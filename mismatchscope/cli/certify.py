@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import time
-from typing import List, Optional
 
 import typer
 
@@ -13,18 +12,32 @@ from ._output import OutputFormat, emit_json, info, stdout_console, warn
 
 
 def certify(
-    run: str = typer.Argument(..., metavar="RUN", show_default=False,
-                              help="A probe run directory, an imported run, a Recorder run, or token shards."),
-    pairing: Optional[List[str]] = typer.Option(
-        None, "--pairing", "-p", metavar="NAME",
+    run: str = typer.Argument(
+        ...,
+        metavar="RUN",
+        show_default=False,
+        help="A probe run directory, an imported run, a Recorder run, or token shards.",
+    ),
+    pairing: list[str] | None = typer.Option(
+        None,
+        "--pairing",
+        "-p",
+        metavar="NAME",
         help="Certify only this pairing: trainer_vs_sampler_decode, trainer_vs_sampler_prefill, prefill_vs_decode. "
-             "Repeatable; default every pairing the run holds."),
+        "Repeatable; default every pairing the run holds.",
+    ),
     show: int = typer.Option(10, "--show", min=0, help="How many differing tokens (and route flips) to list."),
-    column: Optional[List[str]] = ColumnOpt,
+    column: list[str] | None = ColumnOpt,
     format: OutputFormat = FormatOpt,
-    junit_xml: Optional[str] = typer.Option(None, "--junit-xml", metavar="FILE", help="Write one JUnit test case per check."),
-    markdown: Optional[str] = typer.Option(
-        None, "--markdown", metavar="FILE", help="Write the verdict as Markdown (also appended to $GITHUB_STEP_SUMMARY when set)."),
+    junit_xml: str | None = typer.Option(
+        None, "--junit-xml", metavar="FILE", help="Write one JUnit test case per check."
+    ),
+    markdown: str | None = typer.Option(
+        None,
+        "--markdown",
+        metavar="FILE",
+        help="Write the verdict as Markdown (also appended to $GITHUB_STEP_SUMMARY when set).",
+    ),
 ) -> None:
     """Certify a zero-mismatch stack: every selected-token logprob pair byte-equal in the width both sides recorded
     (float32 for the engines here), every value finite, MoE routes equal (or replayed), one policy version; or show
@@ -37,8 +50,9 @@ def certify(
     from ..reader import parse_column_mapping
 
     summary = os.environ.get("GITHUB_STEP_SUMMARY") or None
-    inputs = check_all(files=[(junit_xml, "--junit-xml"), (markdown, "--markdown"), (summary, "GITHUB_STEP_SUMMARY")],
-                       inputs=[run])
+    inputs = check_all(
+        files=[(junit_xml, "--junit-xml"), (markdown, "--markdown"), (summary, "GITHUB_STEP_SUMMARY")], inputs=[run]
+    )
     t0 = time.perf_counter()
     verdict = certify_run(run, parse_column_mapping(column), pairing, show)
     seconds = time.perf_counter() - t0
@@ -57,8 +71,9 @@ def certify(
         raise typer.Exit(1)
 
 
-def _write_outputs(verdict, seconds: float, junit_xml: str | None, markdown: str | None, summary: str | None,
-                   inputs) -> None:
+def _write_outputs(
+    verdict, seconds: float, junit_xml: str | None, markdown: str | None, summary: str | None, inputs
+) -> None:
     from ..certify import output
     from ..outputs import write_text
 

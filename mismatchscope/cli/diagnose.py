@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -45,20 +44,27 @@ EXIT_VARIANT_FAILED = 3
 
 
 def diagnose(
-    checkpoint: Optional[Path] = typer.Argument(
-        None, help="A local checkpoint folder. Default: the bundled sample model.", show_default=False),
-    prompts: Optional[Path] = PromptsOpt,
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output directory. Default: runs/diagnose-<time>."),
-    vary: Optional[List[str]] = typer.Option(
-        None, "--vary", metavar="KEY=VALUE",
+    checkpoint: Path | None = typer.Argument(
+        None, help="A local checkpoint folder. Default: the bundled sample model.", show_default=False
+    ),
+    prompts: Path | None = PromptsOpt,
+    out: Path | None = typer.Option(None, "--out", "-o", help="Output directory. Default: runs/diagnose-<time>."),
+    vary: list[str] | None = typer.Option(
+        None,
+        "--vary",
+        metavar="KEY=VALUE",
         help="One variant changing one thing from the baseline: sampler.FIELD, sampler.engine.NAME, "
-             "sampler.env.NAME or trainer.FIELD (trainer.replay_routes=true: score under the sampler's MoE routes). Repeatable."),
-    matrix: Optional[Path] = typer.Option(None, "--matrix",
-                                          help="TOML file of named variants ([variant.NAME] tables of KEY = VALUE)."),
+        "sampler.env.NAME or trainer.FIELD (trainer.replay_routes=true: score under the sampler's MoE routes). Repeatable.",
+    ),
+    matrix: Path | None = typer.Option(
+        None, "--matrix", help="TOML file of named variants ([variant.NAME] tables of KEY = VALUE)."
+    ),
     sampler: str = typer.Option(
-        "vllm", "--sampler",
+        "vllm",
+        "--sampler",
         help="vllm (an offline engine per configuration) or hf (transformers generate; its MoE routes are recorded "
-             "on any machine)."),
+        "on any machine).",
+    ),
     sampler_dtype: str = SamplerDtypeOpt,
     trainer_dtype: str = TrainerDtypeOpt,
     temperature: float = TemperatureOpt,
@@ -70,22 +76,22 @@ def diagnose(
     seed: int = typer.Option(0, "--seed", help="Sampling seed (and the bootstrap's)."),
     logprobs_mode: str = LogprobsModeOpt,
     tensor_parallel_size: int = TensorParallelOpt,
-    max_num_seqs: Optional[int] = MaxNumSeqsOpt,
+    max_num_seqs: int | None = MaxNumSeqsOpt,
     enforce_eager: bool = EnforceEagerOpt,
-    gpu_memory_utilization: Optional[float] = GpuMemoryOpt,
-    max_model_len: Optional[int] = MaxModelLenOpt,
+    gpu_memory_utilization: float | None = GpuMemoryOpt,
+    max_model_len: int | None = MaxModelLenOpt,
     sampler_fp32_lm_head: bool = SamplerFp32HeadOpt,
     trainer_fp32_lm_head: bool = TrainerFp32HeadOpt,
-    engine_arg: Optional[List[str]] = EngineArgOpt,
-    attn_implementation: Optional[str] = AttnImplementationOpt,
+    engine_arg: list[str] | None = EngineArgOpt,
+    attn_implementation: str | None = AttnImplementationOpt,
     trainer_batch_tokens: int = TrainerBatchTokensOpt,
     trust_remote_code: bool = TrustRemoteCodeOpt,
     allow_pickle: bool = AllowPickleOpt,
     bootstrap: int = typer.Option(1000, "--bootstrap", min=0, help="Bootstrap resamples over sequences."),
     confidence: float = typer.Option(0.95, "--confidence", min=0.5, max=0.9999),
     determinism: bool = typer.Option(True, "--determinism/--no-determinism", help="Repeat/alone/shuffled checks."),
-    plots: Optional[Path] = typer.Option(None, "--plots", help="Write the mismatch-vs-throughput picture (PNG) here."),
-    html: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML summary here."),
+    plots: Path | None = typer.Option(None, "--plots", help="Write the mismatch-vs-throughput picture (PNG) here."),
+    html: Path | None = typer.Option(None, "--html", help="Write a self-contained HTML summary here."),
     format: OutputFormat = FormatOpt,
 ) -> None:
     """Where the mismatch comes from (decomposition against a float64 reference), what each change does to it
@@ -100,26 +106,50 @@ def diagnose(
     variants = parse_vary(vary or [])
     if matrix is not None:
         variants += load_matrix(matrix)
-    sampler_cfg = SamplerConfig(kind=sampler, dtype=sampler_dtype,  # type: ignore[arg-type]  (checked below)
-                                tensor_parallel_size=tensor_parallel_size,
-                                max_num_seqs=max_num_seqs, enforce_eager=enforce_eager,
-                                gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
-                                fp32_lm_head=sampler_fp32_lm_head, engine_args=engine_args(engine_arg))
-    trainer = TrainerConfig(dtype=trainer_dtype, attn_implementation=attn_implementation,
-                            fp32_lm_head=trainer_fp32_lm_head, batch_tokens=trainer_batch_tokens,
-                            trust_remote_code=trust_remote_code, allow_pickle=allow_pickle)
+    sampler_cfg = SamplerConfig(
+        kind=sampler,
+        dtype=sampler_dtype,  # type: ignore[arg-type]  (checked below)
+        tensor_parallel_size=tensor_parallel_size,
+        max_num_seqs=max_num_seqs,
+        enforce_eager=enforce_eager,
+        gpu_memory_utilization=gpu_memory_utilization,
+        max_model_len=max_model_len,
+        fp32_lm_head=sampler_fp32_lm_head,
+        engine_args=engine_args(engine_arg),
+    )
+    trainer = TrainerConfig(
+        dtype=trainer_dtype,
+        attn_implementation=attn_implementation,
+        fp32_lm_head=trainer_fp32_lm_head,
+        batch_tokens=trainer_batch_tokens,
+        trust_remote_code=trust_remote_code,
+        allow_pickle=allow_pickle,
+    )
     if not variants:
         variants = default_matrix(_device(), Configuration(sampler_cfg, trainer))
     checkpoint = checkpoint or sample_dir() / "tiny-qwen3"
     opts = DiagnoseOptions(
-        checkpoint=checkpoint, prompts=prompts or sample_dir() / "prompts.jsonl",
+        checkpoint=checkpoint,
+        prompts=prompts or sample_dir() / "prompts.jsonl",
         out=out or Path("runs") / time.strftime("diagnose-%Y%m%d-%H%M%S"),
-        sampling=SamplingConfig(temperature=temperature, top_p=top_p, top_k=top_k, n=n, max_tokens=max_tokens,
-                                top_k_logprobs=top_k_logprobs, seed=seed,
-                                logprobs_mode=logprobs_mode),  # type: ignore[arg-type]
-        sampler=sampler_cfg, trainer=trainer, variants=variants,
-        bootstrap=Bootstrap(resamples=bootstrap, confidence=confidence, seed=seed), determinism=determinism,
-        plots=plots, html=html, matrix=matrix,
+        sampling=SamplingConfig(
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            n=n,
+            max_tokens=max_tokens,
+            top_k_logprobs=top_k_logprobs,
+            seed=seed,
+            logprobs_mode=logprobs_mode,
+        ),  # type: ignore[arg-type]
+        sampler=sampler_cfg,
+        trainer=trainer,
+        variants=variants,
+        bootstrap=Bootstrap(resamples=bootstrap, confidence=confidence, seed=seed),
+        determinism=determinism,
+        plots=plots,
+        html=html,
+        matrix=matrix,
     )
     check_options(opts)  # run_diagnose checks again; here so a bad option is reported before the progress bars
     engine_env()

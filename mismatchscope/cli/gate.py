@@ -6,52 +6,98 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
+from ..analysis.parallel import keep_freed_memory
 from ..errors import UsageError
 from ._options import ColumnOpt, FormatOpt
 from ._output import OutputFormat, emit_json, info, stdout_console, warn
-from ..analysis.parallel import keep_freed_memory
 
 
 def gate(
-    candidate: Optional[str] = typer.Argument(
-        None, metavar="CANDIDATE", show_default=False,
+    candidate: str | None = typer.Argument(
+        None,
+        metavar="CANDIDATE",
+        show_default=False,
         help="The run sampled by the new serving stack (file, shard directory, probe run directory or glob). "
-             "With --init: the file to write (default gate.toml)."),
-    baseline: Optional[str] = typer.Option(
-        None, "--baseline", "-b", metavar="PATH", help="The run sampled by the current serving stack. Needed by regression limits."),
-    config: Optional[str] = typer.Option(
-        None, "--config", help="Limits file. Default: ./gate.toml when it exists, else the built-in defaults (see --init)."),
-    init: bool = typer.Option(False, "--init", help="Write a commented starter gate.toml (or CANDIDATE as the file name) and exit."),
-    limit: Optional[List[str]] = typer.Option(
-        None, "--limit", "-l", metavar="METRIC<=VALUE",
-        help="Absolute limit on the candidate, e.g. tv_token_mean<=0.005 or ess>=0.9. Repeatable; replaces the file's limit on that metric."),
-    max_increase: Optional[List[str]] = typer.Option(
-        None, "--max-increase", "-i", metavar="METRIC=PCT",
-        help="Regression limit against the baseline, e.g. k3_mean=25%. Repeatable; replaces the file's limit on that metric."),
-    rule: Optional[List[str]] = typer.Option(
-        None, "--rule", "-r", metavar="NAME[:K=V,...]", help="Parameters of a rule the limits name, e.g. icepop:alpha=0.2,beta=5."),
-    allow_different: Optional[List[str]] = typer.Option(
-        None, "--allow-different", metavar="KEY",
+        "With --init: the file to write (default gate.toml).",
+    ),
+    baseline: str | None = typer.Option(
+        None,
+        "--baseline",
+        "-b",
+        metavar="PATH",
+        help="The run sampled by the current serving stack. Needed by regression limits.",
+    ),
+    config: str | None = typer.Option(
+        None,
+        "--config",
+        help="Limits file. Default: ./gate.toml when it exists, else the built-in defaults (see --init).",
+    ),
+    init: bool = typer.Option(
+        False, "--init", help="Write a commented starter gate.toml (or CANDIDATE as the file name) and exit."
+    ),
+    limit: list[str] | None = typer.Option(
+        None,
+        "--limit",
+        "-l",
+        metavar="METRIC<=VALUE",
+        help="Absolute limit on the candidate, e.g. tv_token_mean<=0.005 or ess>=0.9. Repeatable; replaces the file's limit on that metric.",
+    ),
+    max_increase: list[str] | None = typer.Option(
+        None,
+        "--max-increase",
+        "-i",
+        metavar="METRIC=PCT",
+        help="Regression limit against the baseline, e.g. k3_mean=25%. Repeatable; replaces the file's limit on that metric.",
+    ),
+    rule: list[str] | None = typer.Option(
+        None,
+        "--rule",
+        "-r",
+        metavar="NAME[:K=V,...]",
+        help="Parameters of a rule the limits name, e.g. icepop:alpha=0.2,beta=5.",
+    ),
+    allow_different: list[str] | None = typer.Option(
+        None,
+        "--allow-different",
+        metavar="KEY",
         help="Compare although KEY differs: checkpoint, prompts, sampling[.KEY], n, seed, trainer[.KEY] "
-             "(trainer.checkpoint: the trainer scored with other weights than the sampler, --trainer-checkpoint). Repeatable."),
-    absolute_only: bool = typer.Option(False, "--absolute-only", help="Check the absolute limits alone (no baseline needed)."),
-    bootstrap: Optional[int] = typer.Option(None, "--bootstrap", min=0, help="Bootstrap resamples (default 1000, at most 100,000; 0: point estimates only)."),
-    confidence: Optional[float] = typer.Option(None, "--confidence", help="Two-sided confidence of the intervals (default 0.95)."),
-    seed: Optional[int] = typer.Option(None, "--seed", min=0, help="Bootstrap seed (default 0): same files, same verdict."),
-    column: Optional[List[str]] = ColumnOpt,
+        "(trainer.checkpoint: the trainer scored with other weights than the sampler, --trainer-checkpoint). Repeatable.",
+    ),
+    absolute_only: bool = typer.Option(
+        False, "--absolute-only", help="Check the absolute limits alone (no baseline needed)."
+    ),
+    bootstrap: int | None = typer.Option(
+        None, "--bootstrap", min=0, help="Bootstrap resamples (default 1000, at most 100,000; 0: point estimates only)."
+    ),
+    confidence: float | None = typer.Option(
+        None, "--confidence", help="Two-sided confidence of the intervals (default 0.95)."
+    ),
+    seed: int | None = typer.Option(
+        None, "--seed", min=0, help="Bootstrap seed (default 0): same files, same verdict."
+    ),
+    column: list[str] | None = ColumnOpt,
     format: OutputFormat = FormatOpt,
-    junit_xml: Optional[str] = typer.Option(None, "--junit-xml", metavar="FILE", help="Write one JUnit test case per check."),
-    markdown: Optional[str] = typer.Option(
-        None, "--markdown", metavar="FILE", help="Write the verdict as a Markdown table (also appended to $GITHUB_STEP_SUMMARY when set)."),
-    plots: Optional[str] = typer.Option(
-        None, "--plots", metavar="DIR",
-        help="Write PNGs: the checks with their intervals, baseline and candidate overlaid (needs the plot extra)."),
-    html: Optional[str] = typer.Option(
-        None, "--html", metavar="FILE", help="Write one self-contained HTML page: checks, pictures, run metadata."),
+    junit_xml: str | None = typer.Option(
+        None, "--junit-xml", metavar="FILE", help="Write one JUnit test case per check."
+    ),
+    markdown: str | None = typer.Option(
+        None,
+        "--markdown",
+        metavar="FILE",
+        help="Write the verdict as a Markdown table (also appended to $GITHUB_STEP_SUMMARY when set).",
+    ),
+    plots: str | None = typer.Option(
+        None,
+        "--plots",
+        metavar="DIR",
+        help="Write PNGs: the checks with their intervals, baseline and candidate overlaid (needs the plot extra).",
+    ),
+    html: str | None = typer.Option(
+        None, "--html", metavar="FILE", help="Write one self-contained HTML page: checks, pictures, run metadata."
+    ),
     force: bool = typer.Option(False, "--force", help="With --init: overwrite an existing file."),
 ) -> None:
     """Gate a serving-stack change on the train-inference mismatch: absolute limits, and regression limits against a
@@ -64,24 +110,47 @@ def gate(
         _write_starter(candidate if candidate is not None else "gate.toml", force)
         return
     if candidate is None:
-        raise UsageError("missing CANDIDATE", hint="mismatchscope gate CANDIDATE --baseline BASELINE (or gate --init to write a gate.toml)")
+        raise UsageError(
+            "missing CANDIDATE",
+            hint="mismatchscope gate CANDIDATE --baseline BASELINE (or gate --init to write a gate.toml)",
+        )
     from ..gate.config import load_config, with_overrides
     from ..gate.run import run_gate
     from ..outputs import check_all
     from ..reader import parse_column_mapping
 
     if config is not None and not config.strip():
-        raise UsageError("--config is an empty path", hint="give a gate.toml, or write one with mismatchscope gate --init")
-    cfg = with_overrides(load_config(Path(config) if config is not None else None), limits=limit, increases=max_increase, rules=rule, allow_different=allow_different,
-                         bootstrap=bootstrap, confidence=confidence, seed=seed, baseline=baseline, absolute_only=absolute_only)
+        raise UsageError(
+            "--config is an empty path", hint="give a gate.toml, or write one with mismatchscope gate --init"
+        )
+    cfg = with_overrides(
+        load_config(Path(config) if config is not None else None),
+        limits=limit,
+        increases=max_increase,
+        rules=rule,
+        allow_different=allow_different,
+        bootstrap=bootstrap,
+        confidence=confidence,
+        seed=seed,
+        baseline=baseline,
+        absolute_only=absolute_only,
+    )
     if not absolute_only and cfg.baseline:
         from ..gate.run import refuse_self_baseline
 
         refuse_self_baseline(candidate, cfg.baseline)
     summary = os.environ.get("GITHUB_STEP_SUMMARY") or None
     limits_file = config or (Path(cfg.source) if Path(cfg.source).is_file() else None)  # ./gate.toml when it was read
-    inputs = check_all(files=[(junit_xml, "--junit-xml"), (markdown, "--markdown"), (html, "--html"), (summary, "GITHUB_STEP_SUMMARY")],
-              dirs=[(plots, "--plots")], inputs=[candidate, None if absolute_only else cfg.baseline, limits_file])
+    inputs = check_all(
+        files=[
+            (junit_xml, "--junit-xml"),
+            (markdown, "--markdown"),
+            (html, "--html"),
+            (summary, "GITHUB_STEP_SUMMARY"),
+        ],
+        dirs=[(plots, "--plots")],
+        inputs=[candidate, None if absolute_only else cfg.baseline, limits_file],
+    )
     want_pictures = plots is not None or html is not None
     if want_pictures:
         from ..plots import require_matplotlib
@@ -89,9 +158,15 @@ def gate(
         require_matplotlib()
     t0 = time.perf_counter()
     sweeps = _plot_sweeps(cfg) if want_pictures else None
-    result = run_gate(candidate, None if absolute_only else cfg.baseline, cfg, parse_column_mapping(column),
-                      plots=want_pictures, sweeps=sweeps,
-                      progress=info if sys.stderr.isatty() else None)  # progress for a person; in a log the error line stays the last
+    result = run_gate(
+        candidate,
+        None if absolute_only else cfg.baseline,
+        cfg,
+        parse_column_mapping(column),
+        plots=want_pictures,
+        sweeps=sweeps,
+        progress=info if sys.stderr.isatty() else None,
+    )  # progress for a person; in a log the error line stays the last
     seconds = time.perf_counter() - t0
     for w in result.warnings:
         warn(w)
@@ -114,7 +189,9 @@ def _write_starter(name: str, force: bool) -> None:
 
     path = check_output_file(name, "gate --init")  # an empty name first: Path("") would be the current folder
     if path.exists() and not force:
-        raise UsageError(f"{path} already exists", hint="pass --force to overwrite it, or give another file name: gate --init FILE")
+        raise UsageError(
+            f"{path} already exists", hint="pass --force to overwrite it, or give another file name: gate --init FILE"
+        )
     write_text(path, STARTER_TOML, "gate --init")
     info(f"wrote {path}: edit the limits, then run mismatchscope gate CANDIDATE --baseline BASELINE")
 
@@ -125,8 +202,9 @@ def _plot_sweeps(cfg):
     return default_sweeps(cfg.rule_instances())
 
 
-def _write_outputs(result, seconds: float, junit_xml: Path | None, markdown: Path | None, plots: Path | None, html: Path | None,
-                   inputs) -> None:
+def _write_outputs(
+    result, seconds: float, junit_xml: Path | None, markdown: Path | None, plots: Path | None, html: Path | None, inputs
+) -> None:
     if junit_xml:
         from ..gate.junit import junit_xml as render
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -25,7 +24,9 @@ def _mapping(items: list[str] | None) -> dict[str, str]:
         key, eq, src = item.partition("=")
         key, src = key.strip(), src.strip()
         if not eq or not key or not src:
-            raise UsageError(f"cannot parse --column {item!r}", hint="write --column CANONICAL=NAME_IN_FILE, e.g. mask=response_mask")
+            raise UsageError(
+                f"cannot parse --column {item!r}", hint="write --column CANONICAL=NAME_IN_FILE, e.g. mask=response_mask"
+            )
         check_mapped_once(item, key, src, out)
         out[key] = src
     return out
@@ -37,8 +38,10 @@ def _routes_options(src: str | None, encoding: str | None, config: str | None):
         return None
     missing = [name for name, v in given.items() if not v]
     if missing:
-        raise UsageError(f"routes need {', '.join(missing)} too",
-                         hint="give --routes FILE --routes-format ENCODING --routes-config CHECKPOINT together")
+        raise UsageError(
+            f"routes need {', '.join(missing)} too",
+            hint="give --routes FILE --routes-format ENCODING --routes-config CHECKPOINT together",
+        )
     from ..importers.routes import RoutesOptions
 
     return RoutesOptions(Path(src), encoding, Path(config))  # type: ignore[arg-type]
@@ -46,20 +49,43 @@ def _routes_options(src: str | None, encoding: str | None, config: str | None):
 
 def import_(
     fmt: str = typer.Argument(..., metavar="FORMAT", help=f"One of: {', '.join(FORMATS)}.", show_default=False),
-    src: str = typer.Argument(..., help="The framework's dump folder or file (see docs/import.md).", show_default=False),
-    out: str = typer.Option(..., "--out", "-o", help="Output directory (token shards under OUT/tokens, OUT/manifest.json)."),
-    column: Optional[List[str]] = typer.Option(None, "--column", "-c", metavar="CANONICAL=NAME",
-                                               help="Generic formats: map your list columns, e.g. sampler_logprob=rollout_log_probs, mask=response_mask. Repeatable."),
+    src: str = typer.Argument(
+        ..., help="The framework's dump folder or file (see docs/import.md).", show_default=False
+    ),
+    out: str = typer.Option(
+        ..., "--out", "-o", help="Output directory (token shards under OUT/tokens, OUT/manifest.json)."
+    ),
+    column: list[str] | None = typer.Option(
+        None,
+        "--column",
+        "-c",
+        metavar="CANONICAL=NAME",
+        help="Generic formats: map your list columns, e.g. sampler_logprob=rollout_log_probs, mask=response_mask. Repeatable.",
+    ),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip and count malformed records instead of stopping."),
-    trust_pickle: bool = typer.Option(False, "--trust-pickle", help="slime: allow full unpickling of rollout dumps (runs code from the file)."),
-    routes: Optional[str] = typer.Option(None, "--routes", metavar="JSONL",
-                                         help="MoE routes the sampler recorded: a .jsonl file or folder, one line per sequence "
-                                              "(see docs/import.md, Routes). Needs --routes-format and --routes-config."),
-    routes_format: Optional[str] = typer.Option(None, "--routes-format", metavar="ENCODING",
-                                                help="How the routes are encoded: sglang, vllm, vllm-0.21, verl, slime or prime-rl."),
-    routes_config: Optional[str] = typer.Option(None, "--routes-config", metavar="CHECKPOINT",
-                                                help="The model that recorded the routes: its checkpoint folder or config.json "
-                                                     "(decoder layers, MoE layers, experts, top-k)."),
+    trust_pickle: bool = typer.Option(
+        False, "--trust-pickle", help="slime: allow full unpickling of rollout dumps (runs code from the file)."
+    ),
+    routes: str | None = typer.Option(
+        None,
+        "--routes",
+        metavar="JSONL",
+        help="MoE routes the sampler recorded: a .jsonl file or folder, one line per sequence "
+        "(see docs/import.md, Routes). Needs --routes-format and --routes-config.",
+    ),
+    routes_format: str | None = typer.Option(
+        None,
+        "--routes-format",
+        metavar="ENCODING",
+        help="How the routes are encoded: sglang, vllm, vllm-0.21, verl, slime or prime-rl.",
+    ),
+    routes_config: str | None = typer.Option(
+        None,
+        "--routes-config",
+        metavar="CHECKPOINT",
+        help="The model that recorded the routes: its checkpoint folder or config.json "
+        "(decoder layers, MoE layers, experts, top-k).",
+    ),
     format: OutputFormat = FormatOpt,
 ) -> None:
     """Convert what an RL run already logged (NeMo-RL, prime-rl, slime, or your own JSONL/Parquet) into token pairs."""
@@ -77,9 +103,16 @@ def import_(
     out = check_run_out(out, "--out", input_files(src))
     if out.resolve() == src.resolve():
         raise UsageError(f"--out {out} is the dump being imported", hint="write the token pairs to a new directory")
-    result = import_run(fmt, src, out, columns=_mapping(column), skip_bad=skip_bad, trust_pickle=trust_pickle,
-                        progress=lambda done, total, path: info(f"[{done}/{total}] {path}"),
-                        route_options=_routes_options(routes, routes_format, routes_config))
+    result = import_run(
+        fmt,
+        src,
+        out,
+        columns=_mapping(column),
+        skip_bad=skip_bad,
+        trust_pickle=trust_pickle,
+        progress=lambda done, total, path: info(f"[{done}/{total}] {path}"),
+        route_options=_routes_options(routes, routes_format, routes_config),
+    )
     for w in result.warnings:
         warn(w)
     data = {"out": str(out), **result.to_dict()}
@@ -87,11 +120,17 @@ def import_(
         emit_json(data)
         return
     console = stdout_console()
-    console.print(f"imported {result.tokens_written:,} tokens in {result.sequences:,} sequences from {result.files_read} file(s) "
-                  f"into {out}; {result.tokens_dropped_by_mask:,} non-generated tokens dropped by the mask"
-                  + (f"; {result.bad_records_skipped} bad record(s) skipped" if result.bad_records_skipped else ""), highlight=False)
+    console.print(
+        f"imported {result.tokens_written:,} tokens in {result.sequences:,} sequences from {result.files_read} file(s) "
+        f"into {out}; {result.tokens_dropped_by_mask:,} non-generated tokens dropped by the mask"
+        + (f"; {result.bad_records_skipped} bad record(s) skipped" if result.bad_records_skipped else ""),
+        highlight=False,
+    )
     if result.routes is not None:
         r = result.routes
-        console.print(f"imported the sampler's MoE routes of {r['sequences']:,} sequences ({r['rows']:,} rows, "
-                      f"{r['format']}) into {out}/routes; {r['missing_captures']:,} missing captures", highlight=False)
+        console.print(
+            f"imported the sampler's MoE routes of {r['sequences']:,} sequences ({r['rows']:,} rows, "
+            f"{r['format']}) into {out}/routes; {r['missing_captures']:,} missing captures",
+            highlight=False,
+        )
     console.print(f"next: mismatchscope report {out}   (or timeline / compare-masks)", highlight=False)

@@ -17,7 +17,7 @@ import sys
 import typer
 
 from .. import __version__
-from . import analyse, certify, diagnose, gate, probe, timeline, importer
+from . import analyse, certify, diagnose, gate, importer, probe, timeline
 
 app = typer.Typer(
     name="mismatchscope",
@@ -45,7 +45,11 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit.")) -> None:
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
     pass
 
 
@@ -141,8 +145,11 @@ def _os_error(e: OSError) -> None:
         os.dup2(devnull, sys.stdout.fileno())
         _fail("stdout was closed before the output was written", 2, debug_enabled())
     where = f"{e.filename}: " if getattr(e, "filename", None) else ""
-    hint = {errno.ENOSPC: " (free space on the device, or write elsewhere)",
-            errno.EACCES: " (check the permissions)", errno.EPERM: " (check the permissions)"}.get(e.errno, "")
+    hint = {
+        errno.ENOSPC: " (free space on the device, or write elsewhere)",
+        errno.EACCES: " (check the permissions)",
+        errno.EPERM: " (check the permissions)",
+    }.get(e.errno, "")
     _fail(f"{where}{e.strerror or e}{hint}", 2, debug_enabled())
 
 
@@ -171,7 +178,9 @@ def main(argv: list[str] | None = None) -> None:
     except RecursionError:
         _fail("the input is nested too deeply to read", 2, debug_enabled())
     except Exception as e:  # a bug: never exit 1, which gate reserves for a failed limit
-        _fail(f"internal error ({type(e).__name__}: {e}); please report it with the traceback above", INTERNAL_ERROR, True)
+        _fail(
+            f"internal error ({type(e).__name__}: {e}); please report it with the traceback above", INTERNAL_ERROR, True
+        )
     sys.exit(code if isinstance(code, int) else 0)
 
 

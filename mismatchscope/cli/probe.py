@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -44,23 +43,31 @@ from ._output import OutputFormat, emit_json, info, stdout_console, warn
 from ._progress import Bars, engine_env
 
 TrainerCheckpointOpt = typer.Option(
-    None, "--trainer-checkpoint", metavar="PATH",
+    None,
+    "--trainer-checkpoint",
+    metavar="PATH",
     help="Score with other weights of the same model (a later checkpoint: policy lag). Checked first: same "
-         "architecture, vocabulary and tokenizer as the sampler's checkpoint. Default: the sampler's checkpoint. "
-         "A --resume keeps the recorded one.")
+    "architecture, vocabulary and tokenizer as the sampler's checkpoint. Default: the sampler's checkpoint. "
+    "A --resume keeps the recorded one.",
+)
 
 
 ReplayRoutesOpt = typer.Option(
-    False, "--replay-routes",
+    False,
+    "--replay-routes",
     help="MoE: score the trainer with its expert ids forced to the sampler's recorded ones (gate weights from "
-         "the trainer's own router at those ids).")
+    "the trainer's own router at those ids).",
+)
 ReplayWeightsOpt = typer.Option(
-    False, "--replay-weights", help="With --replay-routes: also use the sampler's recorded gate weights.")
+    False, "--replay-weights", help="With --replay-routes: also use the sampler's recorded gate weights."
+)
 RoutesOpt = typer.Option(True, "--routes/--no-routes", help="MoE: record both sides' expert routes in routes/.")
 VerboseOpt = typer.Option(
-    False, "--verbose",
+    False,
+    "--verbose",
     help="Show the engines' own output (vLLM, torch, transformers) live. Default: it goes to engine.log in the run "
-         "directory, and the probe says where.")
+    "directory, and the probe says where.",
+)
 
 
 def _summarise(run_dir: Path, rules: list[str] | None, format: OutputFormat) -> None:
@@ -72,15 +79,23 @@ def _summarise(run_dir: Path, rules: list[str] | None, format: OutputFormat) -> 
     try:
         result = analyse(str(run_dir), AnalysisRequest(report=True, masks=True, rules=selected, examples=5))
     except NoTokensError:
-        raise NoTokensError(f"the run in {run_dir} holds no generated token with finite logprobs: every completion "
-                            "was empty (the model ended each one at once) or dropped",
-                            hint="check the prompts, --max-tokens and the stop settings; the run's samples/ folder "
-                                 "holds what was sampled") from None
+        raise NoTokensError(
+            f"the run in {run_dir} holds no generated token with finite logprobs: every completion "
+            "was empty (the model ended each one at once) or dropped",
+            hint="check the prompts, --max-tokens and the stop settings; the run's samples/ folder "
+            "holds what was sampled",
+        ) from None
     for w in result.warnings:
         warn(w)
     if format is OutputFormat.json:
-        emit_json({"run_dir": str(run_dir), "manifest": json.loads((run_dir / "manifest.json").read_text()),
-                   "report": report_payload(result), "compare_masks": masks_payload(result)})
+        emit_json(
+            {
+                "run_dir": str(run_dir),
+                "manifest": json.loads((run_dir / "manifest.json").read_text()),
+                "report": report_payload(result),
+                "compare_masks": masks_payload(result),
+            }
+        )
         return
     from ._render import header, masks_tables, report_tables
 
@@ -88,16 +103,32 @@ def _summarise(run_dir: Path, rules: list[str] | None, format: OutputFormat) -> 
     header(console, result)
     report_tables(console, result)
     masks_tables(console, result, 5)
-    console.print(f"\nrun directory: {run_dir}  (mismatchscope report {run_dir}; compare-masks {run_dir})", highlight=False)
+    console.print(
+        f"\nrun directory: {run_dir}  (mismatchscope report {run_dir}; compare-masks {run_dir})", highlight=False
+    )
 
 
 def probe(
-    checkpoint: Optional[Path] = typer.Argument(None, help="A local checkpoint folder (config.json, *.safetensors, tokenizer). Default: the bundled sample model.", show_default=False),
-    prompts: Optional[Path] = PromptsOpt,
-    out: Optional[str] = typer.Option(None, "--out", "-o", metavar="<path>", help="Run directory. Default: runs/probe-<time>."),
-    sampler: str = typer.Option("vllm", "--sampler", help="vllm (offline engine, in-process), vllm-server (a running OpenAI-compatible server, --url), or hf (transformers generate)."),
-    url: Optional[str] = typer.Option(None, "--url", help="Base URL of the vLLM server for --sampler vllm-server."),
-    api_key_env: str = typer.Option("MISMATCHSCOPE_API_KEY", "--api-key-env", help="Environment variable holding the server's API key (the key is never written anywhere)."),
+    checkpoint: Path | None = typer.Argument(
+        None,
+        help="A local checkpoint folder (config.json, *.safetensors, tokenizer). Default: the bundled sample model.",
+        show_default=False,
+    ),
+    prompts: Path | None = PromptsOpt,
+    out: str | None = typer.Option(
+        None, "--out", "-o", metavar="<path>", help="Run directory. Default: runs/probe-<time>."
+    ),
+    sampler: str = typer.Option(
+        "vllm",
+        "--sampler",
+        help="vllm (offline engine, in-process), vllm-server (a running OpenAI-compatible server, --url), or hf (transformers generate).",
+    ),
+    url: str | None = typer.Option(None, "--url", help="Base URL of the vLLM server for --sampler vllm-server."),
+    api_key_env: str = typer.Option(
+        "MISMATCHSCOPE_API_KEY",
+        "--api-key-env",
+        help="Environment variable holding the server's API key (the key is never written anywhere).",
+    ),
     sampler_dtype: str = SamplerDtypeOpt,
     trainer_dtype: str = TrainerDtypeOpt,
     temperature: float = TemperatureOpt,
@@ -109,34 +140,47 @@ def probe(
     seed: int = typer.Option(0, "--seed"),
     logprobs_mode: str = LogprobsModeOpt,
     tensor_parallel_size: int = TensorParallelOpt,
-    max_num_seqs: Optional[int] = MaxNumSeqsOpt,
+    max_num_seqs: int | None = MaxNumSeqsOpt,
     enforce_eager: bool = EnforceEagerOpt,
-    gpu_memory_utilization: Optional[float] = GpuMemoryOpt,
-    max_model_len: Optional[int] = MaxModelLenOpt,
-    fp32_lm_head: bool = typer.Option(False, "--fp32-lm-head", help="fp32 lm_head on BOTH sides (one side only makes mismatch worse)."),
+    gpu_memory_utilization: float | None = GpuMemoryOpt,
+    max_model_len: int | None = MaxModelLenOpt,
+    fp32_lm_head: bool = typer.Option(
+        False, "--fp32-lm-head", help="fp32 lm_head on BOTH sides (one side only makes mismatch worse)."
+    ),
     sampler_fp32_lm_head: bool = SamplerFp32HeadOpt,
     trainer_fp32_lm_head: bool = TrainerFp32HeadOpt,
-    engine_arg: Optional[List[str]] = EngineArgOpt,
-    attn_implementation: Optional[str] = AttnImplementationOpt,
-    device_map: Optional[str] = typer.Option(None, "--device-map", help="auto: shard a model larger than one GPU."),
-    trainer_device: Optional[str] = typer.Option(None, "--trainer-device"),
+    engine_arg: list[str] | None = EngineArgOpt,
+    attn_implementation: str | None = AttnImplementationOpt,
+    device_map: str | None = typer.Option(None, "--device-map", help="auto: shard a model larger than one GPU."),
+    trainer_device: str | None = typer.Option(None, "--trainer-device"),
     trainer_batch_tokens: int = TrainerBatchTokensOpt,
     trust_remote_code: bool = TrustRemoteCodeOpt,
     allow_pickle: bool = AllowPickleOpt,
-    sampler_tokenizer: Optional[Path] = typer.Option(None, "--sampler-tokenizer", help="A separate tokenizer the sampler uses; checked against the checkpoint's."),
-    trainer_checkpoint: Optional[Path] = TrainerCheckpointOpt,
-    reward_fn: Optional[str] = typer.Option(None, "--reward-fn", metavar="MODULE:FUNCTION", help="fn(prompt=, completion=, answer=) -> float. Default: exact match with the prompt's answer."),
-    round_prompts: int = typer.Option(0, "--round-prompts", min=0, help="Prompts per sampling round (0: all in one batch)."),
+    sampler_tokenizer: Path | None = typer.Option(
+        None, "--sampler-tokenizer", help="A separate tokenizer the sampler uses; checked against the checkpoint's."
+    ),
+    trainer_checkpoint: Path | None = TrainerCheckpointOpt,
+    reward_fn: str | None = typer.Option(
+        None,
+        "--reward-fn",
+        metavar="MODULE:FUNCTION",
+        help="fn(prompt=, completion=, answer=) -> float. Default: exact match with the prompt's answer.",
+    ),
+    round_prompts: int = typer.Option(
+        0, "--round-prompts", min=0, help="Prompts per sampling round (0: all in one batch)."
+    ),
     replay_routes: bool = ReplayRoutesOpt,
     replay_weights: bool = ReplayWeightsOpt,
     routes: bool = RoutesOpt,
     resume: bool = typer.Option(False, "--resume", help="Continue a run directory that was interrupted."),
     sampler_prefill: bool = typer.Option(
-        False, "--sampler-prefill",
+        False,
+        "--sampler-prefill",
         help="Also record the sampler's logprobs from a prefill of prompt + completion (column sampler_prefill_logprob; "
-             "raw logprobs: needs --logprobs-mode raw_logprobs or T=1 without top-p/top-k). certify pairs it with both sides."),
+        "raw logprobs: needs --logprobs-mode raw_logprobs or T=1 without top-p/top-k). certify pairs it with both sides.",
+    ),
     verbose: bool = VerboseOpt,
-    rule: Optional[List[str]] = RuleOpt,
+    rule: list[str] | None = RuleOpt,
     format: OutputFormat = FormatOpt,
 ) -> None:
     """Sample with a real engine, teacher-force with a real trainer, record per-token logprob pairs, and print the report."""
@@ -155,19 +199,51 @@ def probe(
         prompts = sample_dir() / "prompts.jsonl"
     engine_env()
     opts = ProbeOptions(
-        checkpoint=checkpoint, prompts=prompts, out=_out_dir(out, "probe"),
-        sampling=SamplingConfig(temperature=temperature, top_p=top_p, top_k=top_k, n=n, max_tokens=max_tokens,
-                                top_k_logprobs=top_k_logprobs, seed=seed, logprobs_mode=logprobs_mode),  # type: ignore[arg-type]
-        sampler=SamplerConfig(kind=sampler, dtype=sampler_dtype, tensor_parallel_size=tensor_parallel_size,  # type: ignore[arg-type]
-                              max_num_seqs=max_num_seqs, enforce_eager=enforce_eager, gpu_memory_utilization=gpu_memory_utilization,
-                              max_model_len=max_model_len, fp32_lm_head=fp32_lm_head or sampler_fp32_lm_head,
-                              engine_args=engine_args(engine_arg), url=url, api_key_env=api_key_env),
-        trainer=TrainerConfig(dtype=trainer_dtype, attn_implementation=attn_implementation,
-                              fp32_lm_head=fp32_lm_head or trainer_fp32_lm_head, device_map=device_map, device=trainer_device,
-                              batch_tokens=trainer_batch_tokens, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle,
-                              replay_routes=replay_routes, replay_weights=replay_weights, record_routes=routes),
-        reward_fn=reward_fn, resume=resume, round_prompts=round_prompts, sampler_tokenizer=sampler_tokenizer,
-        trainer_checkpoint=trainer_checkpoint, sampler_prefill=sampler_prefill,
+        checkpoint=checkpoint,
+        prompts=prompts,
+        out=_out_dir(out, "probe"),
+        sampling=SamplingConfig(
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            n=n,
+            max_tokens=max_tokens,
+            top_k_logprobs=top_k_logprobs,
+            seed=seed,
+            logprobs_mode=logprobs_mode,
+        ),  # type: ignore[arg-type]
+        sampler=SamplerConfig(
+            kind=sampler,
+            dtype=sampler_dtype,
+            tensor_parallel_size=tensor_parallel_size,  # type: ignore[arg-type]
+            max_num_seqs=max_num_seqs,
+            enforce_eager=enforce_eager,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            fp32_lm_head=fp32_lm_head or sampler_fp32_lm_head,
+            engine_args=engine_args(engine_arg),
+            url=url,
+            api_key_env=api_key_env,
+        ),
+        trainer=TrainerConfig(
+            dtype=trainer_dtype,
+            attn_implementation=attn_implementation,
+            fp32_lm_head=fp32_lm_head or trainer_fp32_lm_head,
+            device_map=device_map,
+            device=trainer_device,
+            batch_tokens=trainer_batch_tokens,
+            trust_remote_code=trust_remote_code,
+            allow_pickle=allow_pickle,
+            replay_routes=replay_routes,
+            replay_weights=replay_weights,
+            record_routes=routes,
+        ),
+        reward_fn=reward_fn,
+        resume=resume,
+        round_prompts=round_prompts,
+        sampler_tokenizer=sampler_tokenizer,
+        trainer_checkpoint=trainer_checkpoint,
+        sampler_prefill=sampler_prefill,
     )
     check_options(opts)  # run_probe checks again; here so that a bad option is reported before the note below
     if bundled:
@@ -194,30 +270,39 @@ def rescore(
     run: Path = typer.Argument(..., help="A probe run directory.", show_default=False),
     out: str = typer.Option(..., "--out", "-o", metavar="<path>", help="New run directory for the rescored pairs."),
     trainer_dtype: str = TrainerDtypeOpt,
-    attn_implementation: Optional[str] = AttnImplementationOpt,
+    attn_implementation: str | None = AttnImplementationOpt,
     trainer_fp32_lm_head: bool = typer.Option(False, "--trainer-fp32-lm-head", "--fp32-lm-head"),
-    device_map: Optional[str] = typer.Option(None, "--device-map"),
-    trainer_device: Optional[str] = typer.Option(None, "--trainer-device"),
+    device_map: str | None = typer.Option(None, "--device-map"),
+    trainer_device: str | None = typer.Option(None, "--trainer-device"),
     trainer_batch_tokens: int = TrainerBatchTokensOpt,
     trust_remote_code: bool = TrustRemoteCodeOpt,
     allow_pickle: bool = AllowPickleOpt,
-    trainer_checkpoint: Optional[Path] = TrainerCheckpointOpt,
+    trainer_checkpoint: Path | None = TrainerCheckpointOpt,
     replay_routes: bool = ReplayRoutesOpt,
     replay_weights: bool = ReplayWeightsOpt,
     routes: bool = RoutesOpt,
     resume: bool = typer.Option(False, "--resume"),
     verbose: bool = VerboseOpt,
-    rule: Optional[List[str]] = RuleOpt,
+    rule: list[str] | None = RuleOpt,
     format: OutputFormat = FormatOpt,
 ) -> None:
     """Re-score a run's recorded samples with other trainer settings, without sampling again."""
     from ..probe.run import rescore as do_rescore
     from ..probe.types import TrainerConfig
 
-    cfg = TrainerConfig(dtype=trainer_dtype, attn_implementation=attn_implementation, fp32_lm_head=trainer_fp32_lm_head,
-                        device_map=device_map, device=trainer_device, batch_tokens=trainer_batch_tokens,
-                        trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, replay_routes=replay_routes,
-                        replay_weights=replay_weights, record_routes=routes)
+    cfg = TrainerConfig(
+        dtype=trainer_dtype,
+        attn_implementation=attn_implementation,
+        fp32_lm_head=trainer_fp32_lm_head,
+        device_map=device_map,
+        device=trainer_device,
+        batch_tokens=trainer_batch_tokens,
+        trust_remote_code=trust_remote_code,
+        allow_pickle=allow_pickle,
+        replay_routes=replay_routes,
+        replay_weights=replay_weights,
+        record_routes=routes,
+    )
     out_dir = _out_dir(out, "rescore")
     with engine_output(out_dir, verbose=verbose), Bars(enabled=True) as bars:
         run_dir = do_rescore(run, out_dir, cfg, resume=resume, progress=bars, trainer_checkpoint=trainer_checkpoint)

@@ -2,31 +2,37 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import List, Optional
-
 import typer
 
+from ..analysis.parallel import keep_freed_memory
 from ._options import ColumnOpt, FormatOpt, PathArg, rule_help_epilog
 from ._output import OutputFormat, emit_json, info, stdout_console, warn
-from ..analysis.parallel import keep_freed_memory
 
 TimelineRuleOpt = typer.Option(
-    None, "--rule", "-r", metavar="NAME[:K=V,...]",
+    None,
+    "--rule",
+    "-r",
+    metavar="NAME[:K=V,...]",
     help="A rule whose reject (or reweight) rate to follow per step: icepop or icepop:alpha=0.2,beta=5. "
-         "Repeatable; none means icepop and ipo at their defaults (the two that need no advantage).",
+    "Repeatable; none means icepop and ipo at their defaults (the two that need no advantage).",
 )
 
 
 def timeline(
     path: str = PathArg,
-    by: Optional[str] = typer.Option(None, "--by", metavar="COLUMN",
-                                     help="Split the lines by a categorical column (strings or integers), e.g. env or rank; "
-                                          "any column of the file, mismatchscope's or not."),
-    rule: Optional[List[str]] = TimelineRuleOpt,
-    column: Optional[List[str]] = ColumnOpt,
+    by: str | None = typer.Option(
+        None,
+        "--by",
+        metavar="COLUMN",
+        help="Split the lines by a categorical column (strings or integers), e.g. env or rank; "
+        "any column of the file, mismatchscope's or not.",
+    ),
+    rule: list[str] | None = TimelineRuleOpt,
+    column: list[str] | None = ColumnOpt,
     format: OutputFormat = FormatOpt,
-    plots: Optional[str] = typer.Option(None, "--plots", metavar="DIR", help="Also write DIR/timeline.png: one panel per metric, flagged steps marked."),
+    plots: str | None = typer.Option(
+        None, "--plots", metavar="DIR", help="Also write DIR/timeline.png: one panel per metric, flagged steps marked."
+    ),
 ) -> None:
     """Headline mismatch metrics per training step (needs a step column), and the steps where a series spikes, shifts or drifts."""
     keep_freed_memory()
@@ -54,14 +60,16 @@ def timeline(
     _tables(stdout_console(), result)
 
 
-timeline.__doc__ = "\n\n".join([
-    timeline.__doc__ or "",
-    "Per step: mean tv_token, mean k3, mean and p99 of |log p - log q|, the share of ratios outside [0.5, 2], "
-    "and the reject (or reweight) rates of the selected rules. Spikes: Iglewicz-Hoaglin modified z-score > 3.5 "
-    "against both the 3 steps before and the 3 after. Shifts: binary segmentation (ruptures Binseg, change in mean) "
-    "with the MBIC penalty 3 sigma^2 ln(n). Drifts: consecutive shifts one way.",
-    rule_help_epilog(),
-])
+timeline.__doc__ = "\n\n".join(
+    [
+        timeline.__doc__ or "",
+        "Per step: mean tv_token, mean k3, mean and p99 of |log p - log q|, the share of ratios outside [0.5, 2], "
+        "and the reject (or reweight) rates of the selected rules. Spikes: Iglewicz-Hoaglin modified z-score > 3.5 "
+        "against both the 3 steps before and the 3 after. Shifts: binary segmentation (ruptures Binseg, change in mean) "
+        "with the MBIC penalty 3 sigma^2 ln(n). Drifts: consecutive shifts one way.",
+        rule_help_epilog(),
+    ]
+)
 
 
 def _tables(console, result) -> None:
@@ -71,8 +79,11 @@ def _tables(console, result) -> None:
     from ._render import num, pct
 
     s = result.series
-    console.print(f"{s.tokens:,} tokens | {len(set(s.step_K.tolist())):,} steps"
-                  + (f" | by {s.by}: {len(s.groups)} group(s)" if s.by else ""), highlight=False)
+    console.print(
+        f"{s.tokens:,} tokens | {len(set(s.step_K.tolist())):,} steps"
+        + (f" | by {s.by}: {len(s.groups)} group(s)" if s.by else ""),
+        highlight=False,
+    )
     marks = _step_marks(result)
     for g, group in enumerate(s.groups):
         title = "Mismatch per step" + (f", {s.by} = {group}" if s.by else "")
@@ -95,11 +106,23 @@ def _tables(console, result) -> None:
             c.add_column(col, justify="right" if col in ("step(s)", "score") else "left")
         for f in result.flags:
             if f["kind"] == "spike":
-                where, what, score = str(f["step"]), f"{num(f['value'])} (neighbours {num(f['baseline'])})", f"z {f['score']:.1f}"
+                where, what, score = (
+                    str(f["step"]),
+                    f"{num(f['value'])} (neighbours {num(f['baseline'])})",
+                    f"z {f['score']:.1f}",
+                )
             elif f["kind"] == "shift":
-                where, what, score = str(f["step"]), f"{num(f['before'])} -> {num(f['after'])}", f"{f['size_sd']:+.1f} sd"
+                where, what, score = (
+                    str(f["step"]),
+                    f"{num(f['before'])} -> {num(f['after'])}",
+                    f"{f['size_sd']:+.1f} sd",
+                )
             else:
-                where, what, score = f"{f['from_step']}..{f['to_step']}", f"{num(f['before'])} -> {num(f['after'])}", f"{f['shifts']} shifts"
+                where, what, score = (
+                    f"{f['from_step']}..{f['to_step']}",
+                    f"{num(f['before'])} -> {num(f['after'])}",
+                    f"{f['shifts']} shifts",
+                )
             c.add_row(str(f["group"]) if s.by else "all", shorts[f["metric"]], f["kind"], where, what, score)
         console.print(c)
     else:
@@ -110,10 +133,13 @@ def _tables(console, result) -> None:
         metrics = ", ".join(shorts[k] for k in sk["metrics"])
         console.print(f"[dim]{which}{where}: {metrics}: {sk['reason']}[/dim]", highlight=False)
     m = methods(result.config)
-    console.print(f"[dim]Spikes: {m['spike']['method']}, |M| > {m['spike']['threshold']:g} "
-                  f"({m['spike']['reference']}). Shifts: {m['shift']['method']}, penalty {m['shift']['penalty']}, "
-                  f"min segment {m['shift']['min_size']} steps. Drifts: {m['drift']['method']}. Means and p99 are tested "
-                  "on log scale, shares and rates on arcsin-sqrt scale.[/dim]", highlight=False)
+    console.print(
+        f"[dim]Spikes: {m['spike']['method']}, |M| > {m['spike']['threshold']:g} "
+        f"({m['spike']['reference']}). Shifts: {m['shift']['method']}, penalty {m['shift']['penalty']}, "
+        f"min segment {m['shift']['min_size']} steps. Drifts: {m['drift']['method']}. Means and p99 are tested "
+        "on log scale, shares and rates on arcsin-sqrt scale.[/dim]",
+        highlight=False,
+    )
 
 
 def _step_marks(result) -> dict[tuple[str, int], str]:

@@ -25,8 +25,11 @@ def pareto_front(points: list[tuple[str, float, float]]) -> list[str]:
     for name, m, t in points:
         if not (math.isfinite(m) and math.isfinite(t)):
             continue
-        dominated = any((m2 <= m and t2 >= t) and (m2 < m or t2 > t)
-                        for n2, m2, t2 in points if n2 != name and math.isfinite(m2) and math.isfinite(t2))
+        dominated = any(
+            (m2 <= m and t2 >= t) and (m2 < m or t2 > t)
+            for n2, m2, t2 in points
+            if n2 != name and math.isfinite(m2) and math.isfinite(t2)
+        )
         if not dominated:
             front.append(name)
     return front

@@ -29,8 +29,16 @@ def decompose(sampler_lp: np.ndarray, trainer_lp: np.ndarray, reference_lp: np.n
     e_s, e_t = lq[keep] - lr[keep], lp[keep] - lr[keep]
     n = int(keep.sum())
     if n == 0:
-        return {"tokens": 0, "sampler_mse": None, "trainer_mse": None, "cross": None, "total_mse": None,
-                "sampler_share": None, "trainer_share": None, "correlation": None}
+        return {
+            "tokens": 0,
+            "sampler_mse": None,
+            "trainer_mse": None,
+            "cross": None,
+            "total_mse": None,
+            "sampler_share": None,
+            "trainer_share": None,
+            "correlation": None,
+        }
     ms, mt, cross = float(np.mean(e_s * e_s)), float(np.mean(e_t * e_t)), float(np.mean(e_s * e_t))
     budget = ms + mt
     denom = math.sqrt(ms * mt)

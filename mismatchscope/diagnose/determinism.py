@@ -17,7 +17,9 @@ import numpy as np
 from .pairs import sequence_slices
 
 
-def compare(first: list[list[int]], first_lp: list[list[float]], second: list[list[int]], second_lp: list[list[float]]) -> dict:
+def compare(
+    first: list[list[int]], first_lp: list[list[float]], second: list[list[int]], second_lp: list[list[float]]
+) -> dict:
     """share_tokens_identical, share_logprobs_bit_identical (of the identical-prefix tokens), max_abs_diff."""
     if len(first) != len(second):
         raise ValueError(f"{len(first)} sequences against {len(second)}")
@@ -56,8 +58,10 @@ def trainer_checks(trainer, requests, sampling, seed: int = 0) -> dict[str, dict
     for j, i in enumerate(order):
         shuffled[i] = got[j].trainer_logprobs
     ids = [r.completion_token_ids for r in requests]
-    return {"trainer_alone_vs_batch": compare(ids, full, ids, alone),
-            "trainer_shuffled_vs_batch": compare(ids, full, ids, shuffled)}
+    return {
+        "trainer_alone_vs_batch": compare(ids, full, ids, alone),
+        "trainer_shuffled_vs_batch": compare(ids, full, ids, shuffled),
+    }
 
 
 def sampler_checks(base: dict, tokens, engine: str = "vLLM") -> dict[str, Any]:
@@ -65,27 +69,44 @@ def sampler_checks(base: dict, tokens, engine: str = "vLLM") -> dict[str, Any]:
     and its prefill of the recorded sequences alone and shuffled against the full batch. ``engine`` names
     the sampler in the checks' descriptions."""
     out: dict[str, Any] = {}
-    first = [(sid, tokens["token_id"][sl].tolist(), tokens["sampler_logprob"][sl].tolist())
-             for sid, sl in sequence_slices(tokens["sequence_id"])]
+    first = [
+        (sid, tokens["token_id"][sl].tolist(), tokens["sampler_logprob"][sl].tolist())
+        for sid, sl in sequence_slices(tokens["sequence_id"])
+    ]
     n = max(int(tokens["sample_index"].max()) + 1, 1) if tokens["sample_index"].size else 1
     if "repeat" in base:
         again = {s["prompt_index"] * n + s["sample_index"]: s for s in base["repeat"]["sequences"]}
         rows = [again[sid] for sid, _, _ in first]
-        out["sampler_repeat_same_seed"] = {**compare([f[1] for f in first], [f[2] for f in first],
-                                                     [r["token_ids"] for r in rows], [r["logprobs"] for r in rows]),
-                                           "compared": f"{engine} decode logprobs (float32 from the engine)"}
+        out["sampler_repeat_same_seed"] = {
+            **compare(
+                [f[1] for f in first],
+                [f[2] for f in first],
+                [r["token_ids"] for r in rows],
+                [r["logprobs"] for r in rows],
+            ),
+            "compared": f"{engine} decode logprobs (float32 from the engine)",
+        }
     if "prefill" in base:
         p = base["prefill"]
-        for name, other in (("sampler_prefill_alone_vs_batch", "alone"), ("sampler_prefill_shuffled_vs_batch", "shuffled")):
+        for name, other in (
+            ("sampler_prefill_alone_vs_batch", "alone"),
+            ("sampler_prefill_shuffled_vs_batch", "shuffled"),
+        ):
             ids = [[0] * len(x) for x in p["batch"]]
-            out[name] = {**compare(ids, p["batch"], ids, p[other]), "compared": f"{engine} prompt logprobs (float32 from the engine)"}
+            out[name] = {
+                **compare(ids, p["batch"], ids, p[other]),
+                "compared": f"{engine} prompt logprobs (float32 from the engine)",
+            }
     return out
 
 
 def same_tokens(base, tokens) -> bool:
     """Whether two runs hold the very same sequences and token ids (then their bootstrap can be paired)."""
-    return (base["sequence_id"].shape == tokens["sequence_id"].shape and np.array_equal(base["sequence_id"], tokens["sequence_id"])
-            and np.array_equal(base["token_id"], tokens["token_id"]))
+    return (
+        base["sequence_id"].shape == tokens["sequence_id"].shape
+        and np.array_equal(base["sequence_id"], tokens["sequence_id"])
+        and np.array_equal(base["token_id"], tokens["token_id"])
+    )
 
 
 def changed_share(base, tokens, side: str) -> float | None:
@@ -98,5 +119,7 @@ def changed_share(base, tokens, side: str) -> float | None:
     a = {sid: base["token_id"][sl].tolist() for sid, sl in sequence_slices(base["sequence_id"])}
     b = {sid: tokens["token_id"][sl].tolist() for sid, sl in sequence_slices(tokens["sequence_id"])}
     keys = sorted(set(a) & set(b))
-    r = compare([a[k] for k in keys], [[0.0] * len(a[k]) for k in keys], [b[k] for k in keys], [[0.0] * len(b[k]) for k in keys])
+    r = compare(
+        [a[k] for k in keys], [[0.0] * len(a[k]) for k in keys], [b[k] for k in keys], [[0.0] * len(b[k]) for k in keys]
+    )
     return None if r["share_tokens_identical"] is None else 1.0 - r["share_tokens_identical"]

@@ -53,7 +53,7 @@ def deltas(base, variant, paired: bool, boot: Bootstrap) -> dict[str, dict]:
     point_v = X_v.sum(axis=0)
     if paired and np.array_equal(ids_b, ids_v):
         S_B = resample_sums(np.hstack([X_b, X_v]), boot.resamples, rng)
-        rep_b, rep_v = S_B[:, : X_b.shape[1]], S_B[:, X_b.shape[1]:]
+        rep_b, rep_v = S_B[:, : X_b.shape[1]], S_B[:, X_b.shape[1] :]
         kind = "paired"
     else:
         rep_b = resample_sums(X_b, boot.resamples, rng)
@@ -65,9 +65,16 @@ def deltas(base, variant, paired: bool, boot: Bootstrap) -> dict[str, dict]:
         with np.errstate(divide="ignore", invalid="ignore"):
             d_B = rep_v[:, j] / rep_v[:, 0] - rep_b[:, j] / rep_b[:, 0]
         lo, hi = interval(d_B, boot.confidence) if boot.resamples else (float("nan"), float("nan"))
-        out[name] = {"baseline": float(b), "variant": float(v), "estimate": float(v - b), "ci_low": lo, "ci_high": hi,
-                     "relative": float((v - b) / b) if b > 0 else None,
-                     "significant": bool(lo > 0 or hi < 0), "bootstrap": kind}
+        out[name] = {
+            "baseline": float(b),
+            "variant": float(v),
+            "estimate": float(v - b),
+            "ci_low": lo,
+            "ci_high": hi,
+            "relative": float((v - b) / b) if b > 0 else None,
+            "significant": bool(lo > 0 or hi < 0),
+            "bootstrap": kind,
+        }
     return out
 
 
@@ -79,8 +86,11 @@ def rank(payload: dict) -> None:
     ok.sort(key=lambda v: -abs(v["delta"][PRIMARY]["estimate"]))
     for i, v in enumerate(ok, start=1):
         v["rank"] = i
-    base_rate = cost.pipeline_rate(payload["baseline"]["throughput"]["tokens"], payload["baseline"]["throughput"]["sampling_s"],
-                                   payload["baseline"]["throughput"]["scoring_s"])
+    base_rate = cost.pipeline_rate(
+        payload["baseline"]["throughput"]["tokens"],
+        payload["baseline"]["throughput"]["sampling_s"],
+        payload["baseline"]["throughput"]["scoring_s"],
+    )
     for v in ok:
         t = v["throughput"]
         rate = cost.pipeline_rate(t["tokens"], t["sampling_s"], t["scoring_s"])
@@ -90,5 +100,8 @@ def rank(payload: dict) -> None:
     payload["variants"] = ok + [v for v in payload["variants"] if v["status"] != "ok"]
     payload["no_effect"] = [v["name"] for v in ok if not any(d["significant"] for d in v["delta"].values())]
     points = [("baseline", payload["baseline"]["metrics"]["abs_logprob_diff_mean"], base_rate or float("nan"))]
-    points += [(v["name"], v["metrics"]["abs_logprob_diff_mean"], v["throughput"]["pipeline_tokens_per_s"] or float("nan")) for v in ok]
+    points += [
+        (v["name"], v["metrics"]["abs_logprob_diff_mean"], v["throughput"]["pipeline_tokens_per_s"] or float("nan"))
+        for v in ok
+    ]
     payload["pareto_front"] = cost.pareto_front(points)

@@ -133,7 +133,7 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
     import torch
 
     if scaling is None:
-        scaling = module.head_dim ** -0.5
+        scaling = module.head_dim**-0.5
     groups = query.shape[1] // key.shape[1]
     key = key.repeat_interleave(groups, dim=1)
     value = value.repeat_interleave(groups, dim=1)

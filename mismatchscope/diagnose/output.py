@@ -23,10 +23,15 @@ def reading(p: dict[str, Any]) -> str:
     base = p["baseline"]["metrics"][PRIMARY]
     dec = p["decomposition"]["shares"]
     if dec.get("sampler_share") is not None:
-        owner, share = ("sampler", dec["sampler_share"]) if dec["sampler_share"] >= 0.5 else ("trainer", dec["trainer_share"])
+        owner, share = (
+            ("sampler", dec["sampler_share"]) if dec["sampler_share"] >= 0.5 else ("trainer", dec["trainer_share"])
+        )
         corr = dec.get("correlation")
-        parts.append(f"the {owner} owns {_pct(share)} of the gap (mean |log p - log q| {base:.3g}"
-                     + (f"; error correlation {corr:.2f}" if corr is not None else "") + ")")
+        parts.append(
+            f"the {owner} owns {_pct(share)} of the gap (mean |log p - log q| {base:.3g}"
+            + (f"; error correlation {corr:.2f}" if corr is not None else "")
+            + ")"
+        )
     ok = [v for v in p["variants"] if v["status"] == "ok"]
     best = [v for v in ok if v["delta"][PRIMARY]["significant"] and v["delta"][PRIMARY]["estimate"] < 0]
     for v in best[:2]:
@@ -45,11 +50,16 @@ def reading(p: dict[str, Any]) -> str:
     if failed:
         parts.append(f"{', '.join(failed)} failed to run")
     det = p.get("determinism") or {}
-    shaky = [k for k, d in det.items() if d.get("share_logprobs_bit_identical") not in (None, 1.0)
-             or d.get("share_tokens_identical") not in (None, 1.0)]
+    shaky = [
+        k
+        for k, d in det.items()
+        if d.get("share_logprobs_bit_identical") not in (None, 1.0)
+        or d.get("share_tokens_identical") not in (None, 1.0)
+    ]
     if det:
-        parts.append("every determinism check is bit-identical" if not shaky
-                     else f"not bit-identical: {', '.join(shaky)}")
+        parts.append(
+            "every determinism check is bit-identical" if not shaky else f"not bit-identical: {', '.join(shaky)}"
+        )
     text = "; ".join(parts)
     return text[:1].upper() + text[1:] + "." if text else ""
 

@@ -44,8 +44,9 @@ def sequence_slices(sequence_id: np.ndarray) -> list[tuple[int, slice]]:
     return [(int(sequence_id[a]), slice(int(a), int(b))) for a, b in zip(starts, ends)]
 
 
-def write_pair_run(path: Path, keys: dict[str, np.ndarray], sampler_lp: np.ndarray, trainer_lp: np.ndarray,
-                   meta: dict[str, Any]) -> Path:
+def write_pair_run(
+    path: Path, keys: dict[str, np.ndarray], sampler_lp: np.ndarray, trainer_lp: np.ndarray, meta: dict[str, Any]
+) -> Path:
     """A complete run directory holding one pair (``meta`` goes into the manifest and the shard metadata)."""
     path = Path(path)
     cols = {name: keys[name].tolist() for name in KEY_COLUMNS}
@@ -53,6 +54,13 @@ def write_pair_run(path: Path, keys: dict[str, np.ndarray], sampler_lp: np.ndarr
     cols["trainer_logprob"] = np.asarray(trainer_lp, dtype=np.float64).tolist()
     shard = write_table(path / rundir.TOKENS / "part-00000-00000.parquet", cols, meta)
     rundir.ShardIndex(path, rundir.TOKENS).commit(shard, len(cols["token_id"]))
-    rundir.write_manifest(path, {"status": rundir.COMPLETE, "config": meta, "shard_index": rundir.INDEX_VERSION,
-                                 "timings": {"tokens": len(cols["token_id"])}})
+    rundir.write_manifest(
+        path,
+        {
+            "status": rundir.COMPLETE,
+            "config": meta,
+            "shard_index": rundir.INDEX_VERSION,
+            "timings": {"tokens": len(cols["token_id"])},
+        },
+    )
     return path

@@ -15,8 +15,11 @@ from .effects import PRIMARY
 
 def _points(p: dict[str, Any]) -> list[tuple[str, float, float]]:
     rows = [("baseline", p["baseline"]["metrics"][PRIMARY], p["baseline"]["throughput"].get("pipeline_tokens_per_s"))]
-    rows += [(v["name"], v["metrics"][PRIMARY], v["throughput"].get("pipeline_tokens_per_s"))
-             for v in p["variants"] if v["status"] == "ok"]
+    rows += [
+        (v["name"], v["metrics"][PRIMARY], v["throughput"].get("pipeline_tokens_per_s"))
+        for v in p["variants"]
+        if v["status"] == "ok"
+    ]
     return [(n, m, t) for n, m, t in rows if m is not None and t is not None]
 
 
@@ -35,20 +38,37 @@ def pareto_picture(p: dict[str, Any]):
     ax = fig.add_subplot()
     for name, m, t in pts:
         on_front = name in p["pareto_front"]
-        ax.scatter([t], [max(m, 1e-12)], s=60 if name == "baseline" else 36, zorder=3,
-                   color="#cf222e" if on_front else "#57606a", edgecolors="black" if name == "baseline" else "none")
+        ax.scatter(
+            [t],
+            [max(m, 1e-12)],
+            s=60 if name == "baseline" else 36,
+            zorder=3,
+            color="#cf222e" if on_front else "#57606a",
+            edgecolors="black" if name == "baseline" else "none",
+        )
         ax.annotate(name, (t, max(m, 1e-12)), textcoords="offset points", xytext=(5, 4), fontsize=7)
     front = sorted([(t, m) for n, m, t in pts if n in p["pareto_front"]])
     if len(front) > 1:
-        ax.plot([t for t, _ in front], [max(m, 1e-12) for _, m in front], color="#cf222e", lw=1, zorder=2, label="Pareto front")
+        ax.plot(
+            [t for t, _ in front],
+            [max(m, 1e-12) for _, m in front],
+            color="#cf222e",
+            lw=1,
+            zorder=2,
+            label="Pareto front",
+        )
         ax.legend(fontsize=8)
     ax.set_yscale("log")
     ax.set_xlabel("pipeline throughput (tokens/s: tokens / (sampling + scoring time))")
     ax.set_ylabel("mean |log p - log q| (total gap)")
     ax.grid(True, alpha=0.3)
-    return _picture(PARETO_NAME, "Mismatch against throughput",
-                    "One point per configuration; the baseline has a black ring; red: the Pareto front "
-                    "(no other configuration has both less mismatch and more throughput).", fig)
+    return _picture(
+        PARETO_NAME,
+        "Mismatch against throughput",
+        "One point per configuration; the baseline has a black ring; red: the Pareto front "
+        "(no other configuration has both less mismatch and more throughput).",
+        fig,
+    )
 
 
 def write_pareto(p: dict[str, Any], directory: Path, inputs=None) -> Path:
@@ -64,23 +84,45 @@ def write_html(p: dict[str, Any], path: Path, png: Path | None = None) -> Path:
     from ..plots.html import _e, _figures, _num, _page, _table
 
     dec = p["decomposition"]
-    gap_rows = [[_e(k), *(["skipped"] * 3 if dec[k].get("status") == "skipped" else
-                          [_num(dec[k]["metrics"][m]) for m in ("abs_logprob_diff_mean", "tv_token_mean", "k3_mean")])]
-                for k in ("total", "sampler_vs_reference", "trainer_vs_reference", "sampler_decode_vs_prefill")]
+    gap_rows = [
+        [
+            _e(k),
+            *(
+                ["skipped"] * 3
+                if dec[k].get("status") == "skipped"
+                else [_num(dec[k]["metrics"][m]) for m in ("abs_logprob_diff_mean", "tv_token_mean", "k3_mean")]
+            ),
+        ]
+        for k in ("total", "sampler_vs_reference", "trainer_vs_reference", "sampler_decode_vs_prefill")
+    ]
     var_rows = []
     for v in p["variants"]:
         if v["status"] != "ok":
             var_rows.append([_e(v["name"]), _e(v["side"]), _e(v["status"]), _e(v.get("reason", "")), "", ""])
             continue
         d = v["delta"][PRIMARY]
-        var_rows.append([_e(v["name"]), _e(v["side"]), _num(d["estimate"]), f"[{_num(d['ci_low'])}, {_num(d['ci_high'])}]",
-                         "yes" if d["significant"] else "no", _num(v["throughput"].get("relative_to_baseline"))])
-    det_rows = [[_e(k), _num(d["share_tokens_identical"]), _num(d["share_logprobs_bit_identical"]), _num(d["max_abs_diff"])]
-                for k, d in p["determinism"].items()]
-    body = (f"<p class='note'>{_e(p['reading'])}</p><h2>Decomposition</h2><p>{_e(p['reference']['note'])}</p>"
-            + _table(["gap", "|log p - log q| mean", "tv_token mean", "k3 mean"], gap_rows, {1, 2, 3})
-            + "<h2>Variants</h2>" + _table(["variant", "side", "change", "interval", "significant", "throughput x"], var_rows, {2, 5})
-            + "<h2>Determinism</h2>" + _table(["check", "tokens identical", "logprobs bit-identical", "largest |diff|"], det_rows, {1, 2, 3})
-            + _figures([pareto_picture(p)]))
+        var_rows.append(
+            [
+                _e(v["name"]),
+                _e(v["side"]),
+                _num(d["estimate"]),
+                f"[{_num(d['ci_low'])}, {_num(d['ci_high'])}]",
+                "yes" if d["significant"] else "no",
+                _num(v["throughput"].get("relative_to_baseline")),
+            ]
+        )
+    det_rows = [
+        [_e(k), _num(d["share_tokens_identical"]), _num(d["share_logprobs_bit_identical"]), _num(d["max_abs_diff"])]
+        for k, d in p["determinism"].items()
+    ]
+    body = (
+        f"<p class='note'>{_e(p['reading'])}</p><h2>Decomposition</h2><p>{_e(p['reference']['note'])}</p>"
+        + _table(["gap", "|log p - log q| mean", "tv_token mean", "k3 mean"], gap_rows, {1, 2, 3})
+        + "<h2>Variants</h2>"
+        + _table(["variant", "side", "change", "interval", "significant", "throughput x"], var_rows, {2, 5})
+        + "<h2>Determinism</h2>"
+        + _table(["check", "tokens identical", "logprobs bit-identical", "largest |diff|"], det_rows, {1, 2, 3})
+        + _figures([pareto_picture(p)])
+    )
     write(Path(path), _page("mismatchscope diagnose", str(p["checkpoint"]), body))
     return Path(path)

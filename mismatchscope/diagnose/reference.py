@@ -50,8 +50,13 @@ class Reference:
         """absolute indices of the decoder layers whose routes :meth:`score` records."""
         return sorted(self.routers)
 
-    def score(self, prompts: list[list[int]], completions: list[list[int]], sampling: SamplingConfig,
-              routes: list | None = None) -> list[np.ndarray]:
+    def score(
+        self,
+        prompts: list[list[int]],
+        completions: list[list[int]],
+        sampling: SamplingConfig,
+        routes: list | None = None,
+    ) -> list[np.ndarray]:
         """log p_ref of each completion token, one float64 array per sequence, in order.
 
         ``routes``, a list, receives for an MoE model one int array per sequence, in order: the expert ids
@@ -88,9 +93,11 @@ class Reference:
         recorded: dict[int, np.ndarray] = {}
         handles = []
         for layer, router in self.routers.items():
+
             def keep(module, args, output, layer=layer):  # output: (router logits, weights, expert ids)
                 rows, width = self._batch_shape
                 recorded[layer] = output[2].reshape(rows, width, -1).cpu().numpy()
+
             handles.append(router.register_forward_hook(keep))
         try:
             yield recorded
@@ -110,8 +117,9 @@ class Reference:
             mask[r, : len(row)] = 1
         self._batch_shape = (len(rows), width)
         device = self.model.get_input_embeddings().weight.device  # the reference runs on the GPU where there is one
-        hidden = self.model.get_decoder()(input_ids=ids.to(device), attention_mask=mask.to(device),
-                                          use_cache=False).last_hidden_state
+        hidden = self.model.get_decoder()(
+            input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False
+        ).last_hidden_state
         head = self.model.get_output_embeddings()
         out = []
         for b, (p, c) in enumerate(zip(prompts, completions)):
@@ -146,8 +154,13 @@ def load_reference(info: CheckpointInfo, *, trust_remote_code: bool = False, dty
     from ..probe.hf_model import load_causal_lm, resolve_device
     from ..probe.trainer import LogitTransform
 
-    model = load_causal_lm(info, dtype="float32", attn_implementation="eager", trust_remote_code=trust_remote_code,
-                           device=resolve_device(None))
+    model = load_causal_lm(
+        info,
+        dtype="float32",
+        attn_implementation="eager",
+        trust_remote_code=trust_remote_code,
+        device=resolve_device(None),
+    )
     n_params = sum(p.numel() for p in model.parameters())
     if dtype is None:
         dtype = "float64" if 8 * n_params <= FIT_SHARE * _memory_bytes() else "float32"
@@ -155,19 +168,27 @@ def load_reference(info: CheckpointInfo, *, trust_remote_code: bool = False, dty
         from .float64 import widen
 
         done = widen(model, info.model_type)
-        note = ("float64 forward of the same weights: norms, rotary angles, attention (eager), "
-                + ("router, experts, " if done.get("routers") or done.get("experts") else "")
-                + "lm_head and log-softmax in float64"
-                + ("" if done["rotary_inv_freq"] == "float64"
-                   else f"; rotary inverse frequencies {done['rotary_inv_freq']}"))
+        note = (
+            "float64 forward of the same weights: norms, rotary angles, attention (eager), "
+            + ("router, experts, " if done.get("routers") or done.get("experts") else "")
+            + "lm_head and log-softmax in float64"
+            + (
+                ""
+                if done["rotary_inv_freq"] == "float64"
+                else f"; rotary inverse frequencies {done['rotary_inv_freq']}"
+            )
+        )
     else:
-        note = (f"float32 forward with an fp32 lm_head: {n_params / 1e9:.2f}B parameters do not fit in float64 "
-                "on this device")
+        note = (
+            f"float32 forward with an fp32 lm_head: {n_params / 1e9:.2f}B parameters do not fit in float64 "
+            "on this device"
+        )
     routers = {}
     if dtype == "float64":
         for name, module in model.named_modules():
             found = LAYER.search(name)
             if found and type(module).__name__.endswith("TopKRouter"):
                 routers[int(found.group(1))] = module
-    return Reference(model=model, dtype=dtype, transform=LogitTransform.from_config(info.config), note=note,
-                     routers=routers)
+    return Reference(
+        model=model, dtype=dtype, transform=LogitTransform.from_config(info.config), note=note, routers=routers
+    )

@@ -62,8 +62,10 @@ def replay_failed(run_dir: Path) -> str | None:
     pairs = zip(table[SAMPLER_EXPERTS].to_pylist(), table[TRAINER_EXPERTS].to_pylist())
     differ = sum(_set_differs(s, t) for s, t in pairs)
     if differ:
-        return (f"{REPLAY_KEY}: the replayed trainer's routes differ from the sampler's at {differ} of "
-                f"{table.num_rows} positions")
+        return (
+            f"{REPLAY_KEY}: the replayed trainer's routes differ from the sampler's at {differ} of "
+            f"{table.num_rows} positions"
+        )
     return None
 
 
@@ -92,8 +94,11 @@ def flips_against_reference(run_dir: Path, reference: dict[int, np.ndarray], moe
     meta = routing_meta(run_dir)
     table = read_routes(run_dir, [SAMPLER_EXPERTS, TRAINER_EXPERTS]) if meta is not None else None
     if table is None:
-        return {"status": "absent", "layers": moe_layers,
-                "reason": "the run recorded no routes, so only the reference's are known"}
+        return {
+            "status": "absent",
+            "layers": moe_layers,
+            "reason": "the run recorded no routes, so only the reference's are known",
+        }
     table = table.filter(table["token_position"].is_valid())
     sids = table["sequence_id"].to_numpy()
     inputs = table["input_position"].to_numpy()
@@ -107,8 +112,9 @@ def flips_against_reference(run_dir: Path, reference: dict[int, np.ndarray], moe
     return out
 
 
-def _flip_rates(rows: list, sids: np.ndarray, inputs: np.ndarray, reference: dict[int, np.ndarray],
-                moe_layers: list[int]) -> dict[str, Any]:
+def _flip_rates(
+    rows: list, sids: np.ndarray, inputs: np.ndarray, reference: dict[int, np.ndarray], moe_layers: list[int]
+) -> dict[str, Any]:
     flips = np.zeros((len(rows), len(moe_layers)), dtype=bool)
     known = np.zeros(len(rows), dtype=bool)
     for r, (row, sid, pos) in enumerate(zip(rows, sids, inputs)):
@@ -122,5 +128,9 @@ def _flip_rates(rows: list, sids: np.ndarray, inputs: np.ndarray, reference: dic
     if n == 0:
         return {"status": "absent", "reason": "no completion position has both routes"}
     f = flips[known]
-    return {"status": "ok", "tokens": n, "flip_rate_per_layer": [float(x) for x in f.mean(axis=0)],
-            "flipped_any_layer": float(f.any(axis=1).mean())}
+    return {
+        "status": "ok",
+        "tokens": n,
+        "flip_rate_per_layer": [float(x) for x in f.mean(axis=0)],
+        "flipped_any_layer": float(f.any(axis=1).mean()),
+    }

@@ -38,7 +38,7 @@ from ..errors import MismatchscopeError, SamplerError, UsageError
 from ..probe.run import Progress
 from ..probe.types import SamplerConfig, SamplingConfig, ScoreRequest, TrainerConfig
 from .decompose import decompose
-from .determinism import changed_share, sampler_checks, same_tokens, trainer_checks
+from .determinism import changed_share, same_tokens, sampler_checks, trainer_checks
 from .effects import Bootstrap, deltas, rank
 from .output import finish
 from .pairs import load_tokens, sequence_slices, write_pair_run
@@ -83,21 +83,27 @@ def check_options(opts: DiagnoseOptions):
 
     check_sampling(opts.sampling)
     if opts.sampler.kind not in SAMPLER_KINDS:
-        raise UsageError(f"diagnose starts its own samplers; --sampler {opts.sampler.kind} is not one of them",
-                         hint=f"use --sampler {' or --sampler '.join(SAMPLER_KINDS)}")
+        raise UsageError(
+            f"diagnose starts its own samplers; --sampler {opts.sampler.kind} is not one of them",
+            hint=f"use --sampler {' or --sampler '.join(SAMPLER_KINDS)}",
+        )
     check_names(opts.variants)
     base = Configuration(opts.sampler, opts.trainer, dict(opts.env))
     if base.trainer.replay_routes:
-        raise UsageError("the baseline trainer cannot replay routes: the baseline records them",
-                         hint=f"vary it instead: --vary {REPLAY_KEY}=true")
-    configurations = [("baseline", base)] + [(v.name, apply(base, v)) for v in opts.variants
-                                             if v.skip_reason is None]  # a skipped entry is reported, never started
+        raise UsageError(
+            "the baseline trainer cannot replay routes: the baseline records them",
+            hint=f"vary it instead: --vary {REPLAY_KEY}=true",
+        )
+    configurations = [("baseline", base)] + [
+        (v.name, apply(base, v)) for v in opts.variants if v.skip_reason is None
+    ]  # a skipped entry is reported, never started
     _check_outputs(opts)
     for name, cfg in configurations:  # the options alone first: the cheapest checks
         _check_configuration(opts, cfg, name)
     load_prompts(opts.prompts)
-    info = inspect_checkpoint(opts.checkpoint, allow_pickle=opts.trainer.allow_pickle,
-                              trust_remote_code=opts.trainer.trust_remote_code)
+    info = inspect_checkpoint(
+        opts.checkpoint, allow_pickle=opts.trainer.allow_pickle, trust_remote_code=opts.trainer.trust_remote_code
+    )
     for name, cfg in configurations:
         _check_configuration(opts, cfg, name, info)
     return info
@@ -111,8 +117,14 @@ def _check_configuration(opts: DiagnoseOptions, cfg: Configuration, name: str, i
     from ..probe.validate import check_options as check_probe_options
 
     out = opts.out / ("baseline" if name == "baseline" else f"variants/{directory_name(name)}")
-    probe = ProbeOptions(checkpoint=opts.checkpoint, prompts=opts.prompts, out=out, sampling=opts.sampling,
-                         sampler=cfg.sampler, trainer=cfg.trainer)
+    probe = ProbeOptions(
+        checkpoint=opts.checkpoint,
+        prompts=opts.prompts,
+        out=out,
+        sampling=opts.sampling,
+        sampler=cfg.sampler,
+        trainer=cfg.trainer,
+    )
     try:
         if info is None:
             check_probe_options(probe)
@@ -120,8 +132,10 @@ def _check_configuration(opts: DiagnoseOptions, cfg: Configuration, name: str, i
             return
         check_against_checkpoint(probe, info)
         if cfg.trainer.replay_routes and not info.is_moe:
-            raise UsageError(f"{REPLAY_KEY} needs a mixture-of-experts checkpoint, and {info.path} is dense",
-                             hint="drop the variant, or diagnose an MoE checkpoint")
+            raise UsageError(
+                f"{REPLAY_KEY} needs a mixture-of-experts checkpoint, and {info.path} is dense",
+                hint="drop the variant, or diagnose an MoE checkpoint",
+            )
     except MismatchscopeError as e:
         if name == "baseline":
             raise
@@ -190,14 +204,16 @@ def _diagnose_locked(opts: DiagnoseOptions, info, progress: Progress) -> dict[st
     t_start = time.perf_counter()
     base_cfg = Configuration(opts.sampler, opts.trainer, dict(opts.env))
 
-    progress.note(f"baseline: sampler {opts.sampler.kind}/{opts.sampler.dtype}, trainer {opts.trainer.dtype} "
-                  "(own process)")
+    progress.note(
+        f"baseline: sampler {opts.sampler.kind}/{opts.sampler.dtype}, trainer {opts.trainer.dtype} (own process)"
+    )
     base_dir = opts.out / "baseline"
     base = _sampler_run(opts, base_cfg, base_dir, repeat=opts.determinism, prefill=True)
     if base["status"] != "ok":
-        raise SamplerError(f"the baseline sampler failed ({base['stage']}): {base['reason']}",
-                           hint="nothing was kept; `mismatchscope probe` with the same options shows the engine's "
-                                "own output")
+        raise SamplerError(
+            f"the baseline sampler failed ({base['stage']}): {base['reason']}",
+            hint="nothing was kept; `mismatchscope probe` with the same options shows the engine's own output",
+        )
     base_tokens = load_tokens(base_dir)
 
     progress.note("reference forward of the baseline's tokens")
@@ -208,8 +224,9 @@ def _diagnose_locked(opts: DiagnoseOptions, info, progress: Progress) -> dict[st
     reference_s = time.perf_counter() - t0
 
     configs: dict[str, dict[str, Any]] = {}
-    configs["baseline"] = _config_record("baseline", base_dir, base_tokens, (ref_lp, ref_routes), reference, base,
-                                         opts, paired=False)
+    configs["baseline"] = _config_record(
+        "baseline", base_dir, base_tokens, (ref_lp, ref_routes), reference, base, opts, paired=False
+    )
     decomposition = dict(configs["baseline"]["gaps"])
     decomposition["sampler_decode_vs_prefill"] = _self_consistency(opts, base, base_tokens)
     decomposition["shares"] = configs["baseline"]["decomposition"]
@@ -221,30 +238,43 @@ def _diagnose_locked(opts: DiagnoseOptions, info, progress: Progress) -> dict[st
         determinism.update(sampler_checks(base, base_tokens, _engine_name(opts.sampler)))
         trainer = HFTrainer(info, opts.trainer)
         determinism.update(trainer_checks(trainer, _requests(base_dir, prompt_ids), opts.sampling, opts.bootstrap.seed))
-        determinism["trainer_alone_vs_batch"]["compared"] = determinism["trainer_shuffled_vs_batch"]["compared"] = \
+        determinism["trainer_alone_vs_batch"]["compared"] = determinism["trainer_shuffled_vs_batch"]["compared"] = (
             f"trainer logprobs ({opts.trainer.dtype} model, fp32 log-softmax)"
+        )
         del trainer
 
     variants_out = []
     for v in opts.variants:
         if v.skip_reason:
-            variants_out.append({"name": v.name, "side": v.side, "changes": v.changes, "status": "skipped",
-                                 "reason": v.skip_reason})
+            variants_out.append(
+                {"name": v.name, "side": v.side, "changes": v.changes, "status": "skipped", "reason": v.skip_reason}
+            )
             continue
         progress.note(f"variant {v.name} ({v.side} side)")
-        variants_out.append(_variant(opts, base_cfg, v, configs, base_tokens, (ref_lp, ref_routes), reference,
-                                     prompt_ids))
+        variants_out.append(
+            _variant(opts, base_cfg, v, configs, base_tokens, (ref_lp, ref_routes), reference, prompt_ids)
+        )
 
     payload = {
         "checkpoint": str(info.path),
         "out": str(opts.out),
         "device": _device(),
-        "reference": {"dtype": reference.dtype, "note": reference.note, "seconds": reference_s,
-                      "moe_layers": reference.moe_layers},
-        "baseline": {"sampler": opts.sampler.to_dict(), "trainer": opts.trainer.to_dict(), "env": opts.env,
-                     "sampling": opts.sampling.to_dict(), "run_dir": str(base_dir),
-                     "metrics": configs["baseline"]["metrics"], "throughput": configs["baseline"]["throughput"],
-                     "certified": configs["baseline"]["certified"]},
+        "reference": {
+            "dtype": reference.dtype,
+            "note": reference.note,
+            "seconds": reference_s,
+            "moe_layers": reference.moe_layers,
+        },
+        "baseline": {
+            "sampler": opts.sampler.to_dict(),
+            "trainer": opts.trainer.to_dict(),
+            "env": opts.env,
+            "sampling": opts.sampling.to_dict(),
+            "run_dir": str(base_dir),
+            "metrics": configs["baseline"]["metrics"],
+            "throughput": configs["baseline"]["throughput"],
+            "certified": configs["baseline"]["certified"],
+        },
         "decomposition": decomposition,
         "variants": variants_out,
         "determinism": determinism,
@@ -252,28 +282,46 @@ def _diagnose_locked(opts: DiagnoseOptions, info, progress: Progress) -> dict[st
     }
     rank(payload)
     finish(payload)
-    rundir.atomic_write_bytes(opts.out / "diagnose.json", (json.dumps(_jsonable(payload), indent=2, allow_nan=False) + "\n").encode())
+    rundir.atomic_write_bytes(
+        opts.out / "diagnose.json", (json.dumps(_jsonable(payload), indent=2, allow_nan=False) + "\n").encode()
+    )
     return payload
 
 
 # ------------------------------------------------------------ configurations
 
 
-def _sampler_run(opts: DiagnoseOptions, cfg: Configuration, out: Path, *, repeat: bool, prefill: bool) -> dict[str, Any]:
+def _sampler_run(
+    opts: DiagnoseOptions, cfg: Configuration, out: Path, *, repeat: bool, prefill: bool
+) -> dict[str, Any]:
     """One sampler configuration in a fresh interpreter (see :mod:`.worker`)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     spec_path = out.parent / f"{out.name}.spec.json"
     result_path = out.parent / f"{out.name}.result.json"
     log_path = out.parent / f"{out.name}.log"
-    spec = {"checkpoint": str(opts.checkpoint), "prompts": str(opts.prompts), "out": str(out),
-            "sampling": opts.sampling.to_dict(), "sampler": cfg.sampler.to_dict(), "trainer": cfg.trainer.to_dict(),
-            "env": cfg.env, "repeat": repeat, "prefill": prefill, "result": str(result_path), "seed": opts.bootstrap.seed}
+    spec = {
+        "checkpoint": str(opts.checkpoint),
+        "prompts": str(opts.prompts),
+        "out": str(out),
+        "sampling": opts.sampling.to_dict(),
+        "sampler": cfg.sampler.to_dict(),
+        "trainer": cfg.trainer.to_dict(),
+        "env": cfg.env,
+        "repeat": repeat,
+        "prefill": prefill,
+        "result": str(result_path),
+        "seed": opts.bootstrap.seed,
+    }
     rundir.atomic_write_bytes(spec_path, json.dumps(spec, indent=2).encode())
     t0 = time.perf_counter()
     with open(log_path, "w") as log:
         try:
-            proc = subprocess.run([sys.executable, "-m", "mismatchscope.diagnose.worker", str(spec_path)],
-                                  stdout=log, stderr=subprocess.STDOUT, timeout=WORKER_TIMEOUT_S)
+            proc = subprocess.run(
+                [sys.executable, "-m", "mismatchscope.diagnose.worker", str(spec_path)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=WORKER_TIMEOUT_S,
+            )
             code = proc.returncode
         except subprocess.TimeoutExpired:
             code = None
@@ -283,8 +331,11 @@ def _sampler_run(opts: DiagnoseOptions, cfg: Configuration, out: Path, *, repeat
     elif code is None:
         result = {"status": "failed", "stage": "timeout", "reason": f"no result within {WORKER_TIMEOUT_S} s"}
     else:
-        result = {"status": "failed", "stage": "engine process",
-                  "reason": f"the sampler process died (exit code {code}): {_last_line(log_path)}"}
+        result = {
+            "status": "failed",
+            "stage": "engine process",
+            "reason": f"the sampler process died (exit code {code}): {_last_line(log_path)}",
+        }
     if result.get("stage") == "engine start-up":  # the worker's whole output is the log: the cause is there
         from ..probe.engine_log import cause_in_log
 
@@ -320,7 +371,13 @@ def _variant(opts, base_cfg, v: Variant, configs, base_tokens, base_ref, referen
     else:
         run = _sampler_run(opts, cfg, out, repeat=False, prefill=False)
         if run["status"] != "ok":
-            return {**record, "status": "failed", "stage": run.get("stage"), "reason": run["reason"], "log": run.get("log")}
+            return {
+                **record,
+                "status": "failed",
+                "stage": run.get("stage"),
+                "reason": run["reason"],
+                "log": run.get("log"),
+            }
         tokens = load_tokens(out)
         ref = _reference_lp(reference, tokens, prompt_ids, opts.sampling)
     why = replay_failed(out) if cfg.trainer.replay_routes else None
@@ -345,8 +402,12 @@ def _config_record(name, run_dir: Path, tokens, ref, reference, run: dict, opts,
     pairs_dir = opts.out / "pairs" / directory_name(name)
     lq, lp = tokens["sampler_logprob"], tokens["trainer_logprob"]
     meta = {"diagnose_configuration": name, "reference_dtype": reference.dtype}
-    s_dir = write_pair_run(pairs_dir / "sampler_vs_reference", tokens, lq, ref_lp, {**meta, "pair": "sampler_vs_reference"})
-    t_dir = write_pair_run(pairs_dir / "trainer_vs_reference", tokens, ref_lp, lp, {**meta, "pair": "trainer_vs_reference"})
+    s_dir = write_pair_run(
+        pairs_dir / "sampler_vs_reference", tokens, lq, ref_lp, {**meta, "pair": "sampler_vs_reference"}
+    )
+    t_dir = write_pair_run(
+        pairs_dir / "trainer_vs_reference", tokens, ref_lp, lp, {**meta, "pair": "trainer_vs_reference"}
+    )
     total = analyse(str(run_dir), AnalysisRequest(report=True))
     gaps = {
         "total": _gap(total, run_dir),
@@ -370,13 +431,24 @@ def _config_record(name, run_dir: Path, tokens, ref, reference, run: dict, opts,
     }
     from ..certify import certified_or_false
 
-    return {"metrics": gaps["total"]["metrics"], "gaps": gaps, "decomposition": decompose(lq, lp, ref_lp),
-            "routes": flips_against_reference(run_dir, ref_routes, reference.moe_layers),
-            "throughput": throughput, "certified": certified_or_false(run_dir), "result": total}
+    return {
+        "metrics": gaps["total"]["metrics"],
+        "gaps": gaps,
+        "decomposition": decompose(lq, lp, ref_lp),
+        "routes": flips_against_reference(run_dir, ref_routes, reference.moe_layers),
+        "throughput": throughput,
+        "certified": certified_or_false(run_dir),
+        "result": total,
+    }
 
 
 def _gap(result, path: Path) -> dict[str, Any]:
-    return {"run_dir": str(path), "tokens": result.tokens, "sequences": result.sequences, "metrics": result.report["metrics"]}
+    return {
+        "run_dir": str(path),
+        "tokens": result.tokens,
+        "sequences": result.sequences,
+        "metrics": result.report["metrics"],
+    }
 
 
 def _self_consistency(opts: DiagnoseOptions, base: dict, tokens) -> dict[str, Any]:
@@ -385,19 +457,33 @@ def _self_consistency(opts: DiagnoseOptions, base: dict, tokens) -> dict[str, An
 
     s = opts.sampling
     truncates = s.top_p < 1.0 or (s.top_k or 0) > 0
-    comparable = s.logprobs_mode == "raw_logprobs" or (abs(s.temperature - 1.0) < 1e-12 and not truncates) or s.temperature < 1e-5
-    note = ("vLLM's prompt (prefill) logprobs are raw: T = 1 over the full vocabulary, in either logprobs mode; "
-            "decode-time logprobs are compared with them only when they mean the same "
-            "(raw_logprobs, or T = 1 without top-k/top-p, or greedy)")
+    comparable = (
+        s.logprobs_mode == "raw_logprobs"
+        or (abs(s.temperature - 1.0) < 1e-12 and not truncates)
+        or s.temperature < 1e-5
+    )
+    note = (
+        "vLLM's prompt (prefill) logprobs are raw: T = 1 over the full vocabulary, in either logprobs mode; "
+        "decode-time logprobs are compared with them only when they mean the same "
+        "(raw_logprobs, or T = 1 without top-k/top-p, or greedy)"
+    )
     if "prefill" not in base:
         return {"status": "skipped", "reason": "the sampler has no prefill scoring"}
     if not comparable:
-        return {"status": "skipped", "note": note,
-                "reason": f"decode logprobs here are processed at T={s.temperature:g}"
-                          f"{' with truncation' if truncates else ''}: rerun with --logprobs-mode raw_logprobs"}
+        return {
+            "status": "skipped",
+            "note": note,
+            "reason": f"decode logprobs here are processed at T={s.temperature:g}"
+            f"{' with truncation' if truncates else ''}: rerun with --logprobs-mode raw_logprobs",
+        }
     prefill = _aligned(base["prefill"]["keys"], base["prefill"]["batch"], tokens, opts.sampling.n)
-    path = write_pair_run(opts.out / "pairs" / "baseline" / "sampler_decode_vs_prefill", tokens,
-                          tokens["sampler_logprob"], prefill, {"pair": "sampler_decode_vs_prefill"})
+    path = write_pair_run(
+        opts.out / "pairs" / "baseline" / "sampler_decode_vs_prefill",
+        tokens,
+        tokens["sampler_logprob"],
+        prefill,
+        {"pair": "sampler_decode_vs_prefill"},
+    )
     out = _gap(analyse(str(path), AnalysisRequest(report=True)), path)
     out["note"] = note
     return {"status": "ok", **out}

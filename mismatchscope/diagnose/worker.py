@@ -57,8 +57,14 @@ def run(spec: dict) -> dict:
     startup_s = time.perf_counter() - t0
     result: dict = {"status": "ok", "startup_s": startup_s, "sampler_info": None}
     try:
-        opts = ProbeOptions(checkpoint=info.path, prompts=Path(spec["prompts"]), out=Path(spec["out"]), sampling=sampling,
-                            sampler=sampler_cfg, trainer=TrainerConfig(**spec["trainer"]))
+        opts = ProbeOptions(
+            checkpoint=info.path,
+            prompts=Path(spec["prompts"]),
+            out=Path(spec["out"]),
+            sampling=sampling,
+            sampler=sampler_cfg,
+            trainer=TrainerConfig(**spec["trainer"]),
+        )
         run_probe(opts, sampler=sampler)
         run_dir = RunDir(Path(spec["out"]))
         prompt_ids = [r["prompt_token_ids"] for r in run_dir.read_prompts().to_pylist()]
@@ -67,9 +73,18 @@ def run(spec: dict) -> dict:
         if spec.get("repeat"):
             t1 = time.perf_counter()
             again = sampler.sample(prompt_ids, sampling)
-            result["repeat"] = {"seconds": time.perf_counter() - t1,
-                                "sequences": [{"prompt_index": c.prompt_index, "sample_index": c.sample_index,
-                                               "token_ids": c.token_ids, "logprobs": c.sampler_logprobs} for c in again]}
+            result["repeat"] = {
+                "seconds": time.perf_counter() - t1,
+                "sequences": [
+                    {
+                        "prompt_index": c.prompt_index,
+                        "sample_index": c.sample_index,
+                        "token_ids": c.token_ids,
+                        "logprobs": c.sampler_logprobs,
+                    }
+                    for c in again
+                ],
+            }
         if spec.get("prefill") and hasattr(sampler, "prefill_logprobs"):
             result["prefill"] = _prefill(sampler, prompt_ids, completions, sampling, spec.get("seed", 0))
     finally:

@@ -37,7 +37,7 @@ def resample_sums(X_SC: np.ndarray, resamples: int, rng: np.random.Generator) ->
         idx = rng.integers(0, S, size=(b, S))
         idx += (np.arange(b) * S)[:, None]
         counts_BS = np.bincount(idx.ravel(), minlength=b * S).reshape(b, S).astype(np.float64)
-        out[start:start + b] = counts_BS @ X_SC
+        out[start : start + b] = counts_BS @ X_SC
     return out
 
 

@@ -77,7 +77,9 @@ def evaluate(cfg: GateConfig, candidate: FileEstimates, baseline: FileEstimates 
     return checks
 
 
-def _absolute(lim: AbsoluteLimit, op: Literal["<=", ">="], bound: float, cand: FileEstimates, confidence: float) -> Check:
+def _absolute(
+    lim: AbsoluteLimit, op: Literal["<=", ">="], bound: float, cand: FileEstimates, confidence: float
+) -> Check:
     value = cand.point[lim.metric]
     reps = cand.replicates.get(lim.metric)
     ci = interval(reps, confidence) if reps is not None else None
@@ -88,8 +90,19 @@ def _absolute(lim: AbsoluteLimit, op: Literal["<=", ">="], bound: float, cand: F
         beyond = value < bound
         failed = (ci[1] < bound) if ci else beyond
     method = "bootstrap" if ci else "point"
-    check = Check(f"{lim.metric} {op} {bound:g}", lim.metric, "absolute", method, "fail" if failed else "pass", bound, op,
-                  value, ci, value, inconclusive=bool(beyond and not failed))
+    check = Check(
+        f"{lim.metric} {op} {bound:g}",
+        lim.metric,
+        "absolute",
+        method,
+        "fail" if failed else "pass",
+        bound,
+        op,
+        value,
+        ci,
+        value,
+        inconclusive=bool(beyond and not failed),
+    )
     check.explanation = _explain_absolute(check, confidence)
     return check
 
@@ -111,9 +124,24 @@ def _regression(reg: RegressionLimit, cand: FileEstimates, base: FileEstimates, 
         method = "point"
     failed = ratio_beyond and rise_beyond
     beyond = ratio > limit and diff > reg.floor
-    check = Check(f"{reg.metric} rise <= +{reg.max_increase:.0%}", reg.metric, "regression", method, "fail" if failed else "pass",
-                  limit, "<=", ratio, ratio_ci, c, b, diff, diff_ci, reg.floor, inconclusive=bool(beyond and not failed),
-                  below_floor=bool(ratio > limit and diff <= reg.floor))
+    check = Check(
+        f"{reg.metric} rise <= +{reg.max_increase:.0%}",
+        reg.metric,
+        "regression",
+        method,
+        "fail" if failed else "pass",
+        limit,
+        "<=",
+        ratio,
+        ratio_ci,
+        c,
+        b,
+        diff,
+        diff_ci,
+        reg.floor,
+        inconclusive=bool(beyond and not failed),
+        below_floor=bool(ratio > limit and diff <= reg.floor),
+    )
     check.explanation = _explain_regression(check, confidence)
     return check
 
@@ -141,12 +169,21 @@ def _explain_regression(ch: Check, confidence: float) -> str:
     rise = f"+{ch.limit - 1:.0%}"
     if ch.status == "fail":
         if ch.interval and ch.difference_interval:
-            ratio = ("the baseline is 0 in nearly every resample" if ch.interval[0] == float("inf")
-                     else f"the ratio is above x{ch.interval[0]:.3g} (limit x{ch.limit:.3g})")
-            return head + f"; by the {confidence:.0%} intervals, {ratio} and the rise above {ch.difference_interval[0]:.3g} (floor {ch.floor:g})"
+            ratio = (
+                "the baseline is 0 in nearly every resample"
+                if ch.interval[0] == float("inf")
+                else f"the ratio is above x{ch.interval[0]:.3g} (limit x{ch.limit:.3g})"
+            )
+            return (
+                head
+                + f"; by the {confidence:.0%} intervals, {ratio} and the rise above {ch.difference_interval[0]:.3g} (floor {ch.floor:g})"
+            )
         return head + f"; the rise is above {rise} and above the floor {ch.floor:g}"
     if ch.inconclusive:
-        return head + f"; above {rise} on the point estimates, but not beyond the {confidence:.0%} intervals: not a failure"
+        return (
+            head
+            + f"; above {rise} on the point estimates, but not beyond the {confidence:.0%} intervals: not a failure"
+        )
     if ch.below_floor:
         return head + f"; more than {rise}, but the rise is below the floor {ch.floor:g}: too small to fail"
     return head + f"; within {rise}"

@@ -59,29 +59,48 @@ class Comparability:
 
 
 def valid_keys() -> list[str]:
-    return [*ALIASES, *(f"sampling.{k}" for k in SAMPLING_KEYS), *(f"trainer.{k}" for k in TRAINER_KEYS),
-            TRAINER_CHECKPOINT, "checkpoint.sha256", "prompts.sha256"]
+    return [
+        *ALIASES,
+        *(f"sampling.{k}" for k in SAMPLING_KEYS),
+        *(f"trainer.{k}" for k in TRAINER_KEYS),
+        TRAINER_CHECKPOINT,
+        "checkpoint.sha256",
+        "prompts.sha256",
+    ]
 
 
 def check_keys(keys: tuple[str, ...] | list[str]) -> None:
     valid = valid_keys()
     for k in keys:
         if k not in valid:
-            raise GateConfigError(f"--allow-different {k!r} is not a comparability key", hint=f"valid keys: {', '.join(valid)}")
+            raise GateConfigError(
+                f"--allow-different {k!r} is not a comparability key", hint=f"valid keys: {', '.join(valid)}"
+            )
 
 
 def has_probe_metadata(run: dict | None) -> bool:
-    return bool(run) and isinstance(run.get("checkpoint"), dict) and "sha256" in run["checkpoint"] and isinstance(run.get("sampling"), dict)
+    return (
+        bool(run)
+        and isinstance(run.get("checkpoint"), dict)
+        and "sha256" in run["checkpoint"]
+        and isinstance(run.get("sampling"), dict)
+    )
 
 
-def compare_runs(baseline: dict | None, candidate: dict | None, allow: tuple[str, ...] | list[str] = ()) -> Comparability:
+def compare_runs(
+    baseline: dict | None, candidate: dict | None, allow: tuple[str, ...] | list[str] = ()
+) -> Comparability:
     """Raises ``IncomparableRunsError`` listing every difference not named in ``allow``."""
     missing = [name for name, run in (("baseline", baseline), ("candidate", candidate)) if not has_probe_metadata(run)]
     if missing:
-        return Comparability(False, warning=(
-            f"the {' and the '.join(missing)} carr{'y' if len(missing) > 1 else 'ies'} no probe metadata (checkpoint and prompts "
-            "hashes, sampling settings): comparability could not be checked. Make sure both were sampled from the same "
-            "checkpoint and prompts with the same sampling settings."))
+        return Comparability(
+            False,
+            warning=(
+                f"the {' and the '.join(missing)} carr{'y' if len(missing) > 1 else 'ies'} no probe metadata (checkpoint and prompts "
+                "hashes, sampling settings): comparability could not be checked. Make sure both were sampled from the same "
+                "checkpoint and prompts with the same sampling settings."
+            ),
+        )
     assert baseline is not None and candidate is not None
     allowed = {k for a in allow for k in ALIASES.get(a, (a,))}
     diffs = [Difference(k, b, c, k in allowed) for k, b, c in _compared(baseline, candidate) if b != c]
@@ -90,8 +109,11 @@ def compare_runs(baseline: dict | None, candidate: dict | None, allow: tuple[str
         keys = " ".join(f"--allow-different {_alias(d.key)}" for d in refused)
         raise IncomparableRunsError(
             "baseline and candidate are not comparable: " + "; ".join(d.text() for d in refused),
-            hint=f"only the serving stack should differ; if the difference is intended, pass {keys}")
-    return Comparability(True, diffs, _serving_differences(baseline.get("sampler") or {}, candidate.get("sampler") or {}))
+            hint=f"only the serving stack should differ; if the difference is intended, pass {keys}",
+        )
+    return Comparability(
+        True, diffs, _serving_differences(baseline.get("sampler") or {}, candidate.get("sampler") or {})
+    )
 
 
 def _compared(b: dict, c: dict):

@@ -23,7 +23,7 @@ from .limits import Metric, check_rule_level, lookup_metric
 
 DEFAULT_FILE = "gate.toml"
 
-STARTER_TOML = '''\
+STARTER_TOML = """\
 # mismatchscope gate: limits on the train-inference mismatch of a serving stack.
 #
 #   mismatchscope gate CANDIDATE --baseline BASELINE     # reads ./gate.toml
@@ -90,7 +90,7 @@ abs_logprob_diff_mean = { max_increase = 0.25, floor = 1e-4 }
 k3_mean = { max_increase = 0.25, floor = 1e-6 }
 "icepop.token_reject_rate" = { max_increase = 0.25, floor = 1e-4 }
 "ipo.token_reject_rate" = { max_increase = 0.25, floor = 1e-4 }
-'''
+"""
 
 _TOP_KEYS = {"gate", "rules", "absolute", "regression"}
 _GATE_KEYS = {"bootstrap", "confidence", "seed", "allow_different", "baseline"}
@@ -141,9 +141,11 @@ class GateConfig:
         for n in dict.fromkeys(names):
             missing = [p for p in lookup(n).required if p not in self.rules.get(n, {})]
             if missing:
-                raise GateConfigError(f"a limit names {n}, which has no default for {' and '.join(missing)}",
-                                      hint=f"set them in the config ([rules] {n} = {{ {', '.join(p + ' = ...' for p in missing)} }}) "
-                                           f"or with --rule {n}:...")
+                raise GateConfigError(
+                    f"a limit names {n}, which has no default for {' and '.join(missing)}",
+                    hint=f"set them in the config ([rules] {n} = {{ {', '.join(p + ' = ...' for p in missing)} }}) "
+                    f"or with --rule {n}:...",
+                )
             out.append(make_instance(n, self.rules.get(n, {})))
         return out
 
@@ -168,8 +170,9 @@ def load_config(path: Path | None, *, cwd: Path | None = None) -> GateConfig:
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as e:
-        raise GateConfigError(f"{path} is not valid TOML: {e}",
-                              hint="fix the file, or write a fresh one with mismatchscope gate --init") from None
+        raise GateConfigError(
+            f"{path} is not valid TOML: {e}", hint="fix the file, or write a fresh one with mismatchscope gate --init"
+        ) from None
     except UnicodeDecodeError:
         raise GateConfigError(f"{path} is not a text file") from None
     except RecursionError:
@@ -203,15 +206,24 @@ def validate(cfg: GateConfig) -> GateConfig:
     from .compare import check_keys
 
     if not 0.0 < cfg.confidence < 1.0:
-        raise GateConfigError(f"confidence must be between 0 and 1 (exclusive), got {cfg.confidence:g}", hint="e.g. 0.95")
+        raise GateConfigError(
+            f"confidence must be between 0 and 1 (exclusive), got {cfg.confidence:g}", hint="e.g. 0.95"
+        )
     check_keys(cfg.allow_different)
     for r in cfg.regression:
         m = lookup_metric(r.metric)
         if not m.regressable:
             raise GateConfigError(
                 f"{r.metric} cannot take a regression limit: "
-                + ("it has no 'worse' direction" if m.worse is None else "lower is worse" if m.worse == "lower" else "it can be negative"),
-                hint=f"give it an absolute limit instead: [absolute] in the config, or --limit '{r.metric}<=VALUE' / '>=VALUE'")
+                + (
+                    "it has no 'worse' direction"
+                    if m.worse is None
+                    else "lower is worse"
+                    if m.worse == "lower"
+                    else "it can be negative"
+                ),
+                hint=f"give it an absolute limit instead: [absolute] in the config, or --limit '{r.metric}<=VALUE' / '>=VALUE'",
+            )
     for a in cfg.absolute:
         _satisfiable(a, lookup_metric(a.metric))
     instances = {r.name: r for r in cfg.rule_instances()}  # unknown parameters fail here, before any file is read
@@ -228,24 +240,40 @@ def _satisfiable(a: AbsoluteLimit, m: Metric) -> None:
         raise GateConfigError(f"{a.metric}: {bound} leaves no value that passes", hint="give a finite limit")
     if (a.min is not None and a.min == -math.inf) or (a.max is not None and a.max == math.inf):
         bound = f"min {a.min:g}" if a.min == -math.inf else f"max {a.max:g}"
-        raise GateConfigError(f"{a.metric}: {bound} is no limit (every value passes it)",
-                              hint="give a finite limit, or leave the metric out")
+        raise GateConfigError(
+            f"{a.metric}: {bound} is no limit (every value passes it)",
+            hint="give a finite limit, or leave the metric out",
+        )
     if a.min is not None and a.max is not None and a.min > a.max:
-        raise GateConfigError(f"{a.metric}: min {a.min:g} is above max {a.max:g}, so no run can pass",
-                              hint="swap them, or drop one")
+        raise GateConfigError(
+            f"{a.metric}: min {a.min:g} is above max {a.max:g}, so no run can pass", hint="swap them, or drop one"
+        )
     lo, hi = m.bounds
     if a.max is not None and a.max < lo:
-        raise GateConfigError(f"{a.metric}: max {a.max:g} is below {lo:g}, the smallest value {a.metric} can take, so no run can pass",
-                              hint=f"give a limit >= {lo:g}")
+        raise GateConfigError(
+            f"{a.metric}: max {a.max:g} is below {lo:g}, the smallest value {a.metric} can take, so no run can pass",
+            hint=f"give a limit >= {lo:g}",
+        )
     if a.min is not None and a.min > hi:
-        raise GateConfigError(f"{a.metric}: min {a.min:g} is above {hi:g}, the largest value {a.metric} can take, so no run can pass",
-                              hint="shares, rates and TV are fractions: 0.01 = 1%" if hi == 1 else f"give a limit <= {hi:g}")
+        raise GateConfigError(
+            f"{a.metric}: min {a.min:g} is above {hi:g}, the largest value {a.metric} can take, so no run can pass",
+            hint="shares, rates and TV are fractions: 0.01 = 1%" if hi == 1 else f"give a limit <= {hi:g}",
+        )
 
 
-def with_overrides(cfg: GateConfig, *, limits: list[str] | None = None, increases: list[str] | None = None,
-                   rules: list[str] | None = None, allow_different: list[str] | None = None,
-                   bootstrap: int | None = None, confidence: float | None = None, seed: int | None = None,
-                   baseline: str | None = None, absolute_only: bool = False) -> GateConfig:
+def with_overrides(
+    cfg: GateConfig,
+    *,
+    limits: list[str] | None = None,
+    increases: list[str] | None = None,
+    rules: list[str] | None = None,
+    allow_different: list[str] | None = None,
+    bootstrap: int | None = None,
+    confidence: float | None = None,
+    seed: int | None = None,
+    baseline: str | None = None,
+    absolute_only: bool = False,
+) -> GateConfig:
     """Flags win over the file: a flag's limit replaces the file's limit on the same metric."""
     from ..rules import parse_rule
 
@@ -256,14 +284,20 @@ def with_overrides(cfg: GateConfig, *, limits: list[str] | None = None, increase
         if prev is not None:
             side = "max" if lim.max is not None else "min"
             if getattr(prev, side) is not None:
-                raise GateConfigError(f"--limit {text!r}: {lim.metric} already has a {side} ({getattr(prev, side):g}) from another --limit",
-                                      hint="give each bound of a metric once")
-            lim = AbsoluteLimit(lim.metric, max=prev.max if lim.max is None else lim.max, min=prev.min if lim.min is None else lim.min)
+                raise GateConfigError(
+                    f"--limit {text!r}: {lim.metric} already has a {side} ({getattr(prev, side):g}) from another --limit",
+                    hint="give each bound of a metric once",
+                )
+            lim = AbsoluteLimit(
+                lim.metric, max=prev.max if lim.max is None else lim.max, min=prev.min if lim.min is None else lim.min
+            )
         flagged[lim.metric] = lim
     absolute = [a for a in cfg.absolute if a.metric not in flagged] + list(flagged.values())
     if absolute_only and increases:
-        raise GateConfigError("--max-increase sets a regression limit against the baseline, which --absolute-only leaves out",
-                              hint="drop --absolute-only to compare with the baseline, or drop --max-increase")
+        raise GateConfigError(
+            "--max-increase sets a regression limit against the baseline, which --absolute-only leaves out",
+            hint="drop --absolute-only to compare with the baseline, or drop --max-increase",
+        )
     regression = [] if absolute_only else list(cfg.regression)
     for text in increases or []:
         reg = parse_increase_flag(text, {r.metric: r for r in cfg.regression})
@@ -273,7 +307,10 @@ def with_overrides(cfg: GateConfig, *, limits: list[str] | None = None, increase
         inst = parse_rule(text)
         rule_params[inst.name] = {k: v for k, v in inst.params.items() if v is not None}
     out = replace(
-        cfg, absolute=tuple(absolute), regression=tuple(regression), rules=rule_params,
+        cfg,
+        absolute=tuple(absolute),
+        regression=tuple(regression),
+        rules=rule_params,
         allow_different=tuple(dict.fromkeys([*cfg.allow_different, *(allow_different or [])])),
         bootstrap=cfg.bootstrap if bootstrap is None else _int(bootstrap, "--bootstrap", lo=0, hi=MAX_BOOTSTRAP),
         confidence=cfg.confidence if confidence is None else confidence,
@@ -291,7 +328,9 @@ def parse_limit_flag(text: str) -> AbsoluteLimit:
             v = _number_text(value, f"--limit {text}")
             lookup_metric(name.strip())
             return AbsoluteLimit(name.strip(), max=v) if op == "<=" else AbsoluteLimit(name.strip(), min=v)
-    raise GateConfigError(f"cannot parse --limit {text!r}", hint="write METRIC<=VALUE or METRIC>=VALUE, e.g. tv_token_mean<=0.005")
+    raise GateConfigError(
+        f"cannot parse --limit {text!r}", hint="write METRIC<=VALUE or METRIC>=VALUE, e.g. tv_token_mean<=0.005"
+    )
 
 
 def parse_increase_flag(text: str, known: dict[str, RegressionLimit]) -> RegressionLimit:
@@ -301,7 +340,11 @@ def parse_increase_flag(text: str, known: dict[str, RegressionLimit]) -> Regress
     if not eq or not name:
         raise GateConfigError(f"cannot parse --max-increase {text!r}", hint="write METRIC=PERCENT, e.g. k3_mean=25%")
     value = value.strip()
-    frac = _number_text(value[:-1], f"--max-increase {text}") / 100.0 if value.endswith("%") else _number_text(value, f"--max-increase {text}")
+    frac = (
+        _number_text(value[:-1], f"--max-increase {text}") / 100.0
+        if value.endswith("%")
+        else _number_text(value, f"--max-increase {text}")
+    )
     m = lookup_metric(name)
     floor = known[name].floor if name in known else m.floor
     return _regression_limit(name, frac, floor, f"--max-increase {text}")
@@ -374,7 +417,9 @@ def _rules(section: Any, where: str) -> dict[str, dict[str, float]]:
 def _no_unknown(d: dict, valid: set[str], where: str, what: str) -> None:
     unknown = sorted(set(d) - valid)
     if unknown:
-        raise GateConfigError(f"{where}: unknown {what} {', '.join(map(repr, unknown))}", hint=f"valid: {', '.join(sorted(valid))}")
+        raise GateConfigError(
+            f"{where}: unknown {what} {', '.join(map(repr, unknown))}", hint=f"valid: {', '.join(sorted(valid))}"
+        )
 
 
 def _table(x: Any, where: str) -> None:

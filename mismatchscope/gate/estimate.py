@@ -14,9 +14,20 @@ from ..errors import InputError
 from .bootstrap import resample_sums
 from .limits import Metric
 
-BASE_COLUMNS = {"n": "n_tokens_S", "sum_tv": "sum_tv_S", "sum_abs_l": "sum_abs_l_S", "sum_l": "sum_l_S", "sum_k2": "sum_k2_S",
-                "sum_k3": "sum_k3_S", "sum_krev": "sum_krev_S", "sum_r": "sum_r_S", "sum_r2": "sum_r2_S", "max_tv": "max_tv_S"}
+BASE_COLUMNS = {
+    "n": "n_tokens_S",
+    "sum_tv": "sum_tv_S",
+    "sum_abs_l": "sum_abs_l_S",
+    "sum_l": "sum_l_S",
+    "sum_k2": "sum_k2_S",
+    "sum_k3": "sum_k3_S",
+    "sum_krev": "sum_krev_S",
+    "sum_r": "sum_r_S",
+    "sum_r2": "sum_r2_S",
+    "max_tv": "max_tv_S",
+}
 """the limits catalog's column name -> the ``SequenceTable`` field it reads."""
+
 
 @dataclass
 class FileEstimates:
@@ -61,14 +72,23 @@ def sequence_columns(table: SequenceTable, names: set[str]) -> dict[str, np.ndar
 
 def _rule_column(table: SequenceTable, rule: str, kind: str) -> np.ndarray:
     """kind: "rej" (tokens rejected), "rew" (reweighted), "with" (1 if any rejected), "seq" (sequence rejected)."""
-    cols = [{"rej": c.tokens_rejected_S, "rew": c.tokens_reweighted_S, "with": c.with_rejection_S,
-             "seq": c.sequence_rejected_S}[kind] for c in table.rule_columns(rule)]
+    cols = [
+        {
+            "rej": c.tokens_rejected_S,
+            "rew": c.tokens_reweighted_S,
+            "with": c.with_rejection_S,
+            "seq": c.sequence_rejected_S,
+        }[kind]
+        for c in table.rule_columns(rule)
+    ]
     if not cols:  # pragma: no cover - the runner always asks the analysis for the limited rules
         raise KeyError(f"rule {rule} was not evaluated")
     return cols[0] if len(cols) == 1 else np.mean(cols, axis=0)
 
 
-def estimate(role: str, path: str, result, metrics: list[Metric], resamples: int, rng: np.random.Generator) -> FileEstimates:
+def estimate(
+    role: str, path: str, result, metrics: list[Metric], resamples: int, rng: np.random.Generator
+) -> FileEstimates:
     boot = [m for m in metrics if m.bootstrapped]
     names = sorted({c for m in boot for c in m.columns})
     cols = sequence_columns(result.per_sequence, set(names))
@@ -78,8 +98,10 @@ def estimate(role: str, path: str, result, metrics: list[Metric], resamples: int
     for m in metrics:
         value = float(m.fn(totals)) if m.fn else _report_value(result, m)
         if value is None or (isinstance(value, float) and np.isnan(value)):
-            raise InputError(f"{m.name} is not available for the {role} ({path}){_why_missing(m)}",
-                             hint="remove the limit on it, or record what it needs")
+            raise InputError(
+                f"{m.name} is not available for the {role} ({path}){_why_missing(m)}",
+                hint="remove the limit on it, or record what it needs",
+            )
         point[m.name] = value
     est = FileEstimates(role, path, result.tokens, result.sequences, point, result=result)
     if boot and resamples:
@@ -92,7 +114,11 @@ def estimate(role: str, path: str, result, metrics: list[Metric], resamples: int
 def _report_value(result, m: Metric) -> float | None:
     if m.report_path and m.report_path[0] == "masks":
         _, rule, stat = m.report_path
-        rows = [r for r in (result.masks or {}).get("rules", []) if r["name"] == rule and r["hypothesis"] in ("data", "mean")]
+        rows = [
+            r
+            for r in (result.masks or {}).get("rules", [])
+            if r["name"] == rule and r["hypothesis"] in ("data", "mean")
+        ]
         return float(rows[0][stat]) if rows and rows[0][stat] is not None else None
     node: Any = result.report
     for key in m.report_path:
@@ -106,8 +132,10 @@ def _why_missing(m: Metric) -> str:
     if m.name == "ess":
         return f": a token's log p - log q exceeds {LOG_R2_OVERFLOW:.1f}, so r^2 overflows float64 (report warns where)"
     if m.report_path[:1] == ("routing",):
-        return (": it needs routes/ with both sides' expert ids (an MoE run whose sampler and trainer routes were "
-                "recorded; report warns when a side is missing)")
+        return (
+            ": it needs routes/ with both sides' expert ids (an MoE run whose sampler and trainer routes were "
+            "recorded; report warns when a side is missing)"
+        )
     if "topk_overlap" in m.name:
         return ": it needs the trainer's own top-k ids (a trainer_topk_ids column) and the sampler's top-k columns"
     if "topk" in m.name or m.name.startswith("score_centering."):

@@ -14,15 +14,23 @@ def junit_xml(result, seconds: float = 0.0) -> str:
     n, failures = len(result.checks), sum(c.failed for c in result.checks)
     counts = {"tests": str(n), "failures": str(failures), "errors": "0", "skipped": "0", "time": f"{seconds:.3f}"}
     root = ET.Element("testsuites", {"name": "mismatchscope gate", **counts})
-    suite = ET.SubElement(root, "testsuite", {
-        "name": "mismatchscope gate", **counts,
-        "timestamp": dt.datetime.now(dt.timezone.utc).replace(microsecond=0, tzinfo=None).isoformat()})
+    suite = ET.SubElement(
+        root,
+        "testsuite",
+        {
+            "name": "mismatchscope gate",
+            **counts,
+            "timestamp": dt.datetime.now(dt.UTC).replace(microsecond=0, tzinfo=None).isoformat(),
+        },
+    )
     props = ET.SubElement(suite, "properties")
     for name, value in _properties(result):
         ET.SubElement(props, "property", {"name": name, "value": value})
     for ch in result.checks:
-        case = ET.SubElement(suite, "testcase", {"name": ch.name, "classname": f"mismatchscope.gate.{ch.kind}", "time": "0"})
-        summary = (f"estimate {estimate_text(ch)}, limit {limit_text(ch)} ({method_text(ch, cfg.confidence)})")
+        case = ET.SubElement(
+            suite, "testcase", {"name": ch.name, "classname": f"mismatchscope.gate.{ch.kind}", "time": "0"}
+        )
+        summary = f"estimate {estimate_text(ch)}, limit {limit_text(ch)} ({method_text(ch, cfg.confidence)})"
         if ch.failed:
             fail = ET.SubElement(case, "failure", {"message": summary, "type": f"{ch.kind}_limit"})
             fail.text = ch.explanation
@@ -36,8 +44,13 @@ def _properties(result) -> list[tuple[str, str]]:
     out = [("candidate", result.candidate.path)]
     if result.baseline:
         out.append(("baseline", result.baseline.path))
-    out += [("bootstrap", str(cfg.bootstrap)), ("confidence", f"{cfg.confidence:g}"), ("seed", str(cfg.seed)),
-            ("config", cfg.source), ("verdict", result.verdict)]
+    out += [
+        ("bootstrap", str(cfg.bootstrap)),
+        ("confidence", f"{cfg.confidence:g}"),
+        ("seed", str(cfg.seed)),
+        ("config", cfg.source),
+        ("verdict", result.verdict),
+    ]
     comp = result.comparability
     if comp is not None:
         out.append(("comparability", "checked" if comp.checked else "not checked (no probe metadata)"))

@@ -54,8 +54,11 @@ def markdown(result) -> str:
     cfg = result.config
     icon = "✅" if result.passed else "❌"
     failed = sum(c.failed for c in result.checks)
-    lines = [f"### {icon} mismatchscope gate: {result.verdict}"
-             + (f" ({failed} of {len(result.checks)} checks failed)" if failed else f" ({len(result.checks)} checks)"), ""]
+    lines = [
+        f"### {icon} mismatchscope gate: {result.verdict}"
+        + (f" ({failed} of {len(result.checks)} checks failed)" if failed else f" ({len(result.checks)} checks)"),
+        "",
+    ]
     cand = result.candidate
     lines.append(f"- candidate: `{cand.path}` ({cand.tokens:,} tokens, {cand.sequences:,} sequences)")
     if result.baseline:
@@ -66,18 +69,38 @@ def markdown(result) -> str:
         changed = "; ".join(f"`{d.change()}`" for d in comp.serving) or "nothing recorded"
         lines.append(f"- serving stack change: {changed}")
         allowed = [d for d in comp.differences if d.allowed]
-        lines.append("- comparability: same checkpoint, prompts and sampling settings"
-                     + (f" (allowed to differ: {', '.join(f'`{d.key}`' for d in allowed)})" if allowed else ""))
+        lines.append(
+            "- comparability: same checkpoint, prompts and sampling settings"
+            + (f" (allowed to differ: {', '.join(f'`{d.key}`' for d in allowed)})" if allowed else "")
+        )
     elif comp:
         lines.append(f"- comparability: **not checked**: {comp.warning}")
-    lines.append(f"- bootstrap: {cfg.bootstrap} resamples of sequences, seed {cfg.seed}, {cfg.confidence:.0%} intervals; limits from {cfg.source}")
-    lines += ["", f"| result | check | baseline | candidate | estimate [{cfg.confidence:.0%} interval] | limit | method |",
-              "|---|---|---:|---:|---:|---|---|"]
+    lines.append(
+        f"- bootstrap: {cfg.bootstrap} resamples of sequences, seed {cfg.seed}, {cfg.confidence:.0%} intervals; limits from {cfg.source}"
+    )
+    lines += [
+        "",
+        f"| result | check | baseline | candidate | estimate [{cfg.confidence:.0%} interval] | limit | method |",
+        "|---|---|---:|---:|---:|---|---|",
+    ]
     for ch in result.checks:
         mark = "❌ FAIL" if ch.failed else ("⚠️ pass (inconclusive)" if ch.inconclusive else "✅ " + status_text(ch))
-        lines.append("| " + " | ".join(_cell(x) for x in (
-            mark, f"`{ch.name}`".replace("<=", "≤").replace(">=", "≥"), fmt(ch.baseline), fmt(ch.candidate),
-            estimate_text(ch), limit_text(ch).replace("<=", "≤").replace(">=", "≥"), method_text(ch, cfg.confidence))) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                _cell(x)
+                for x in (
+                    mark,
+                    f"`{ch.name}`".replace("<=", "≤").replace(">=", "≥"),
+                    fmt(ch.baseline),
+                    fmt(ch.candidate),
+                    estimate_text(ch),
+                    limit_text(ch).replace("<=", "≤").replace(">=", "≥"),
+                    method_text(ch, cfg.confidence),
+                )
+            )
+            + " |"
+        )
     notes = [ch for ch in result.checks if ch.failed or ch.inconclusive or ch.below_floor]
     if notes:
         lines += ["", *[f"- `{ch.metric}`: {_cell(ch.explanation)}" for ch in notes]]

@@ -4,8 +4,8 @@ bootstrap, checks."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -37,8 +37,16 @@ class GateResult:
         return "pass" if self.passed else "fail"
 
 
-def run_gate(candidate: str, baseline: str | None, cfg: GateConfig, mapping: dict[str, str] | None = None, *,
-             plots: bool = False, sweeps: list | None = None, progress: Callable[[str], None] | None = None) -> GateResult:
+def run_gate(
+    candidate: str,
+    baseline: str | None,
+    cfg: GateConfig,
+    mapping: dict[str, str] | None = None,
+    *,
+    plots: bool = False,
+    sweeps: list | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> GateResult:
     """Analyse both files once each and judge every limit of ``cfg``.
 
     ``plots`` also collects what the pictures need (the report's breakdowns,
@@ -47,11 +55,15 @@ def run_gate(candidate: str, baseline: str | None, cfg: GateConfig, mapping: dic
     say = progress or (lambda _msg: None)
     metrics = cfg.metrics()
     if not metrics:
-        raise UsageError("the gate has no limits to check", hint="add [absolute] or [regression] limits, or pass --limit / --max-increase")
+        raise UsageError(
+            "the gate has no limits to check",
+            hint="add [absolute] or [regression] limits, or pass --limit / --max-increase",
+        )
     if cfg.regression and baseline is None:
         raise UsageError(
             f"{len(cfg.regression)} regression limit(s) ({', '.join(r.metric for r in cfg.regression)}) need a baseline",
-            hint="pass --baseline PATH (or set baseline in [gate]), or --absolute-only to check the absolute limits alone")
+            hint="pass --baseline PATH (or set baseline in [gate]), or --absolute-only to check the absolute limits alone",
+        )
     for path in (candidate, baseline):  # a gate verdict on part of a run would mislead
         if path is not None:
             require_complete(path)
@@ -62,14 +74,19 @@ def run_gate(candidate: str, baseline: str | None, cfg: GateConfig, mapping: dic
             warnings.append(same)
     comparability = None
     if baseline is not None:  # metadata only: refuse before reading any token
-        comparability = compare_runs(open_source(baseline, mapping).run_config, open_source(candidate, mapping).run_config,
-                                     cfg.allow_different)
+        comparability = compare_runs(
+            open_source(baseline, mapping).run_config, open_source(candidate, mapping).run_config, cfg.allow_different
+        )
         if comparability.warning:
             warnings.append(comparability.warning)
     rules = cfg.rule_instances()
-    request = AnalysisRequest(report=plots or any(m.needs_report for m in metrics), masks=bool(rules) or bool(sweeps),
-                              rules=rules, sweeps=list(sweeps or []),
-                              routing=plots or any(m.report_path[:1] == ("routing",) for m in metrics))
+    request = AnalysisRequest(
+        report=plots or any(m.needs_report for m in metrics),
+        masks=bool(rules) or bool(sweeps),
+        rules=rules,
+        sweeps=list(sweeps or []),
+        routing=plots or any(m.report_path[:1] == ("routing",) for m in metrics),
+    )
     estimates: dict[str, FileEstimates] = {}
     for role, path, stream in (("baseline", baseline, 0), ("candidate", candidate, 1)):
         if path is None:
@@ -110,9 +127,14 @@ def refuse_self_baseline(candidate: str, baseline: str) -> None:
     if shared:
         same = cand.keys() == base.keys()
         raise UsageError(
-            f"the baseline {baseline} " + ("is the candidate itself" if same else
-                                           f"shares {len(shared)} file(s) with the candidate, e.g. {min(cand[k] for k in shared)}"),
-            hint="pass as --baseline the run sampled by the current serving stack")
+            f"the baseline {baseline} "
+            + (
+                "is the candidate itself"
+                if same
+                else f"shares {len(shared)} file(s) with the candidate, e.g. {min(cand[k] for k in shared)}"
+            ),
+            hint="pass as --baseline the run sampled by the current serving stack",
+        )
 
 
 def same_data_warning(candidate: str, baseline: str) -> str | None:
@@ -139,5 +161,7 @@ def same_data_warning(candidate: str, baseline: str) -> str | None:
     a, b = fingerprint(candidate), fingerprint(baseline)
     if a is None or a != b:
         return None
-    return (f"the baseline {baseline} holds the same data as the candidate (same sizes, identical Parquet footers): "
-            "every regression limit passes by construction; is it a copy?")
+    return (
+        f"the baseline {baseline} holds the same data as the candidate (same sizes, identical Parquet footers): "
+        "every regression limit passes by construction; is it a copy?"
+    )

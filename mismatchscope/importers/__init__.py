@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..errors import InputError, UsageError
@@ -37,7 +38,7 @@ from ._base import ImportContext, Importer, ImportResult, Progress, SourceFile
 if TYPE_CHECKING:
     from .routes import RoutesOptions
 
-__all__ = ["IMPORTERS", "ImportResult", "import_run", "describe", "importer_class"]
+__all__ = ["IMPORTERS", "ImportResult", "describe", "import_run", "importer_class"]
 
 IMPORTERS: dict[str, str] = {
     "nemo-rl": "nemo_rl:NemoRLImporter",
@@ -54,10 +55,11 @@ def importer_class(fmt: str) -> Callable[..., Importer]:
     module, name = IMPORTERS[fmt].split(":")
     return getattr(importlib.import_module(f".{module}", __name__), name)
 
+
 _LAYOUT_HINTS = {
     "nemo-rl": "point at NeMo-RL's log directory (it holds exp_NNN/train_data_step{N}.jsonl)",
     "prime-rl": "point at the trainer's output_dir (it holds token_exports/step_{N}/rank_{R}.jsonl) "
-                "of a run with trainer.enable_token_export = true",
+    "of a run with trainer.enable_token_export = true",
     "slime": "point at the --dump-details folder (it holds train_data/ and rollout_data/)",
     "jsonl": "point at a .jsonl file or a folder of them",
     "parquet": "point at a .parquet file or a folder of them",
@@ -69,10 +71,19 @@ def describe(fmt: str) -> str:
     return _LAYOUT_HINTS[fmt]
 
 
-def import_run(fmt: str, src: Path, out: Path, *, columns: dict[str, str] | None = None,
-               skip_bad: bool = False, trust_pickle: bool = False,
-               progress: Progress | None = None, workers: int | None = None,
-               flush_tokens: int | None = None, route_options: RoutesOptions | None = None) -> ImportResult:
+def import_run(
+    fmt: str,
+    src: Path,
+    out: Path,
+    *,
+    columns: dict[str, str] | None = None,
+    skip_bad: bool = False,
+    trust_pickle: bool = False,
+    progress: Progress | None = None,
+    workers: int | None = None,
+    flush_tokens: int | None = None,
+    route_options: RoutesOptions | None = None,
+) -> ImportResult:
     """Convert the dumps under ``src`` into token-pair shards under ``out``.
 
     ``columns`` maps canonical names to the source's (generic formats only).
@@ -106,19 +117,30 @@ def import_run(fmt: str, src: Path, out: Path, *, columns: dict[str, str] | None
         plan = prepare(route_options, trust_pickle=trust_pickle)
     with rundir.lock_run(out):  # one writer per --out; what is there is checked under the lock
         check_output_dir(out)
-        return _import_locked(importer, fmt, src, out, files, skip_bad, trust_pickle, workers, flush_tokens, progress,
-                              plan)
+        return _import_locked(
+            importer, fmt, src, out, files, skip_bad, trust_pickle, workers, flush_tokens, progress, plan
+        )
 
 
-def _import_locked(importer, fmt: str, src: Path, out: Path, files, skip_bad: bool, trust_pickle: bool,
-                   workers, flush_tokens, progress, routes_plan=None) -> ImportResult:
+def _import_locked(
+    importer,
+    fmt: str,
+    src: Path,
+    out: Path,
+    files,
+    skip_bad: bool,
+    trust_pickle: bool,
+    workers,
+    flush_tokens,
+    progress,
+    routes_plan=None,
+) -> ImportResult:
     # imported here: the writer pulls in pyarrow, the engine multiprocessing
     from ._jsonl import import_files
     from ._writer import FLUSH_TOKENS, ShardWriter, write_manifest
 
     semantics = importer.semantics()
-    base_meta = {"source": {"format": fmt, "semantics": semantics},
-                 "importer": {"mismatchscope_version": __version__}}
+    base_meta = {"source": {"format": fmt, "semantics": semantics}, "importer": {"mismatchscope_version": __version__}}
     writer = ShardWriter(out, importer.columns, base_meta, flush_tokens=flush_tokens or FLUSH_TOKENS)
     result = ImportResult(format=fmt, out=out)
     ctx = ImportContext(writer, result, skip_bad=skip_bad, trust_pickle=trust_pickle)
@@ -141,8 +163,10 @@ def _import_locked(importer, fmt: str, src: Path, out: Path, files, skip_bad: bo
     result.warnings = list(importer.warnings) + _count_warnings(result, ctx)
     if result.tokens_written == 0:
         if result.bad_records_skipped:
-            raise InputError(f"{src}: no token imported ({result.bad_records_skipped} bad record(s) skipped)",
-                             hint="run without --skip-bad to see the first bad record")
+            raise InputError(
+                f"{src}: no token imported ({result.bad_records_skipped} bad record(s) skipped)",
+                hint="run without --skip-bad to see the first bad record",
+            )
         raise InputError(f"{src}: no token imported: the {fmt} files hold no record", hint=describe(fmt))
     manifest = _manifest(fmt, src, out, files, semantics, shards, writer, result, ctx)
     if routes_plan is not None:
@@ -164,18 +188,35 @@ def _count_warnings(result: ImportResult, ctx: ImportContext) -> list[str]:
     out = []
     if result.bad_records_skipped:
         first = ctx.bad_examples[0]
-        where = first["file"] + (f":{first['line']}" if first["line"] else
-                                 f" (record {first['record']})" if first["record"] is not None else "")
-        out.append(f"skipped {result.bad_records_skipped} bad record(s); first: {where}: {first['reason']} "
-                   "(all listed in manifest.json)")
+        where = first["file"] + (
+            f":{first['line']}"
+            if first["line"]
+            else f" (record {first['record']})"
+            if first["record"] is not None
+            else ""
+        )
+        out.append(
+            f"skipped {result.bad_records_skipped} bad record(s); first: {where}: {first['reason']} "
+            "(all listed in manifest.json)"
+        )
     if ctx.notes.get("nonfinite_logprobs"):
-        out.append(f"{ctx.notes['nonfinite_logprobs']} imported token(s) have a non-finite logprob; "
-                   "the analysis excludes them")
+        out.append(
+            f"{ctx.notes['nonfinite_logprobs']} imported token(s) have a non-finite logprob; the analysis excludes them"
+        )
     return out
 
 
-def _manifest(fmt: str, src: Path, out: Path, files: list[SourceFile], semantics: dict[str, Any],
-              shards: list[Path], writer: Any, result: ImportResult, ctx: ImportContext) -> dict[str, Any]:
+def _manifest(
+    fmt: str,
+    src: Path,
+    out: Path,
+    files: list[SourceFile],
+    semantics: dict[str, Any],
+    shards: list[Path],
+    writer: Any,
+    result: ImportResult,
+    ctx: ImportContext,
+) -> dict[str, Any]:
     counts = result.to_dict()
     for key in ("out", "warnings", "format", "routes"):
         counts.pop(key)
@@ -184,9 +225,15 @@ def _manifest(fmt: str, src: Path, out: Path, files: list[SourceFile], semantics
         "source": {
             "format": fmt,
             "root": os.fspath(src),
-            "files": [{"path": f.rel, "step": f.step, "rank": f.rank,
-                       **ctx.file_stats.get(f.rel, {"sequences": 0, "tokens": 0, "bad_records": 0})}
-                      for f in files],
+            "files": [
+                {
+                    "path": f.rel,
+                    "step": f.step,
+                    "rank": f.rank,
+                    **ctx.file_stats.get(f.rel, {"sequences": 0, "tokens": 0, "bad_records": 0}),
+                }
+                for f in files
+            ],
             "semantics": semantics,
         },
         "counts": counts,

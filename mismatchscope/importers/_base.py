@@ -12,9 +12,10 @@ decides whether that stops the run or is skipped and counted (``--skip-bad``).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -86,20 +87,21 @@ class Importer(Protocol):
 
 
 class JsonlImporter(Importer, Protocol):
-    def convert(self, f: SourceFile, line: int, rec: dict[str, Any],
-                notes: dict[str, int]) -> tuple[dict[str, Any], int]:
+    def convert(
+        self, f: SourceFile, line: int, rec: dict[str, Any], notes: dict[str, int]
+    ) -> tuple[dict[str, Any], int]:
         """One record -> (column values of its kept tokens, tokens dropped by the mask)."""
         ...
 
 
 class FileImporter(Importer, Protocol):
-    def read(self, f: SourceFile, ctx: "ImportContext") -> None: ...
+    def read(self, f: SourceFile, ctx: ImportContext) -> None: ...
 
 
 class ImportContext:
     """Counts, bad-record policy and the writer, shared by one import run."""
 
-    def __init__(self, writer: "ShardWriter", result: ImportResult, *, skip_bad: bool, trust_pickle: bool):
+    def __init__(self, writer: ShardWriter, result: ImportResult, *, skip_bad: bool, trust_pickle: bool):
         self.writer = writer
         self.result = result
         self.skip_bad = skip_bad
@@ -149,29 +151,37 @@ class ImportContext:
         if f is not None:
             self.file_stats.setdefault(f.rel, {"sequences": 0, "tokens": 0, "bad_records": 0})["bad_records"] += 1
         if len(self.bad_examples) < MAX_BAD_EXAMPLES:
-            self.bad_examples.append({"file": str(err.file), "line": err.line, "record": err.record,
-                                      "reason": err.reason})
+            self.bad_examples.append(
+                {"file": str(err.file), "line": err.line, "record": err.record, "reason": err.reason}
+            )
 
     def note(self, key: str, count: int = 1) -> None:
         note(self.notes, key, count)
 
-    def unique_sequence_ids(self, f: SourceFile, ids: np.ndarray, lines: np.ndarray | None = None,
-                            records: np.ndarray | None = None) -> np.ndarray:
+    def unique_sequence_ids(
+        self, f: SourceFile, ids: np.ndarray, lines: np.ndarray | None = None, records: np.ndarray | None = None
+    ) -> np.ndarray:
         """Which of a source's own sequence ids are new; a repeat is a bad record."""
         keep = np.ones(len(ids), dtype=bool)
         for k, sid in enumerate(ids.tolist()):
             if sid in self.seen_ids:
                 keep[k] = False
-                self.bad(ImportFormatError(
-                    f"sequence_id {sid} appears twice; ids must be unique across the import",
-                    file=f.rel, line=None if lines is None else int(lines[k]),
-                    record=None if records is None else int(records[k])), f)
+                self.bad(
+                    ImportFormatError(
+                        f"sequence_id {sid} appears twice; ids must be unique across the import",
+                        file=f.rel,
+                        line=None if lines is None else int(lines[k]),
+                        record=None if records is None else int(records[k]),
+                    ),
+                    f,
+                )
             else:
                 self.seen_ids.add(sid)
         return keep
 
 
 # -- JSONL ---------------------------------------------------------------------
+
 
 def loads(raw: bytes) -> Any:
     """orjson first; the stdlib second, because Python's ``json.dumps`` (which
@@ -202,17 +212,22 @@ def parse_record(raw: bytes) -> dict[str, Any]:
 
 def _why_unparsable(raw: bytes, e: ValueError) -> str:
     """The cause a user can act on: another encoding, a pretty-printed file, nesting; else the parser's words."""
-    if raw.startswith((b"\xff\xfe", b"\xfe\xff")) or raw.count(b"\x00") * 3 >= len(raw):  # UTF-16 ASCII: every other byte 0
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")) or raw.count(b"\x00") * 3 >= len(
+        raw
+    ):  # UTF-16 ASCII: every other byte 0
         return "not UTF-8 text (it looks like UTF-16); JSON Lines are UTF-8, one object per line"
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as u:
-        return (f"not UTF-8 text (byte 0x{raw[u.start]:02x} at offset {u.start}); "
-                "JSON Lines are UTF-8, one object per line")
+        return (
+            f"not UTF-8 text (byte 0x{raw[u.start]:02x} at offset {u.start}); JSON Lines are UTF-8, one object per line"
+        )
     text = raw.strip()
     if text.endswith((b"{", b"[")):  # '{' alone on the first line: an indented json.dump
-        return ("not one JSON object per line (this looks like JSON spread over several lines: "
-                "write each record on one line)")
+        return (
+            "not one JSON object per line (this looks like JSON spread over several lines: "
+            "write each record on one line)"
+        )
     if "nested too deeply" in str(e) or "recursion" in str(e).lower():
         return "malformed JSON (nested too deeply)"
     return f"malformed JSON ({short(e)})"
@@ -230,6 +245,7 @@ def note(notes: dict[str, int], key: str, count: int = 1) -> None:
 
 # -- lists to arrays -----------------------------------------------------------
 
+
 def unwrap(value: Any) -> Any:
     """NeMo-RL logs each field of a batch of one: ``[[...]]`` -> ``[...]``.
 
@@ -240,15 +256,20 @@ def unwrap(value: Any) -> Any:
     return value
 
 
-def check_record(values: dict[str, Any], *, file: object = None, line: int | None = None,
-                 record: int | None = None) -> None:
+def check_record(
+    values: dict[str, Any], *, file: object = None, line: int | None = None, record: int | None = None
+) -> None:
     """Refuse one sequence's kept tokens that ``report`` or ``timeline`` would refuse later (the schema's
     limits, ``schema.first_refused``), naming the token's position, so a bad record stops (or, with
     ``--skip-bad``, is skipped) at its line instead of making the whole import unreadable."""
     n = len(values["token_id"])
     if n - 1 > MAX_POSITION:
-        raise ImportFormatError(f"{n:,} kept tokens in one sequence: positions beyond {MAX_POSITION} are refused "
-                                "by every reader", file=file, line=line, record=record)
+        raise ImportFormatError(
+            f"{n:,} kept tokens in one sequence: positions beyond {MAX_POSITION} are refused by every reader",
+            file=file,
+            line=line,
+            record=record,
+        )
     refused = first_refused(values)
     if refused is not None:
         per_token = np.ndim(values[refused.column]) == 1
@@ -256,8 +277,9 @@ def check_record(values: dict[str, Any], *, file: object = None, line: int | Non
         raise ImportFormatError(f"{refused.reason}{where}", file=file, line=line, record=record)
 
 
-def refuse_sequences(ctx: "ImportContext", f: SourceFile, columns: dict[str, np.ndarray], lengths: np.ndarray,
-                     records: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+def refuse_sequences(
+    ctx: ImportContext, f: SourceFile, columns: dict[str, np.ndarray], lengths: np.ndarray, records: np.ndarray
+) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
     """:func:`check_record` over a batch of sequences laid end to end (``lengths`` tokens each, read from
     ``records``): each refused sequence is a bad record (stops the import, or is skipped and counted)."""
     while len(lengths):
@@ -293,12 +315,14 @@ def mask_span(mask: list, length: int) -> tuple[int, int, np.ndarray | None]:
     if mask.count(1) + mask.count(0) != len(mask):  # C-speed: 0/1/true/false/1.0 all compare equal
         bad = next((i for i, v in enumerate(mask) if not isinstance(v, (int, float))), None)  # bool is an int
         if bad is not None:
-            raise ImportFormatError(f"the mask must hold 0/1 or true/false, got {_short_value(mask[bad])} at index {bad}")
+            raise ImportFormatError(
+                f"the mask must hold 0/1 or true/false, got {_short_value(mask[bad])} at index {bad}"
+            )
     try:
         lo = mask.index(1, 0, length)  # 1 == True == 1.0
     except ValueError:
         return 0, 0, None
-    tail = mask[length - 1:lo:-1] if length - 1 > lo else []
+    tail = mask[length - 1 : lo : -1] if length - 1 > lo else []
     try:
         hi = length - tail.index(1)
     except ValueError:
@@ -348,8 +372,9 @@ def refuse_booleans(values: list, lo: int, hi: int, what: str) -> None:
             raise ImportFormatError(f"{what}, got {values[i]!r} at index {i}")
 
 
-def take_floats_or_constant(values: list, lo: int, hi: int, keep: np.ndarray | None,
-                            what: str = "a per-token list") -> np.ndarray | float:
+def take_floats_or_constant(
+    values: list, lo: int, hi: int, keep: np.ndarray | None, what: str = "a per-token list"
+) -> np.ndarray | float:
     """Like :func:`take_floats`, but a slice holding one repeated number comes back as that float.
 
     Comparing is ~3x cheaper than converting, and a per-sequence advantage
@@ -357,8 +382,13 @@ def take_floats_or_constant(values: list, lo: int, hi: int, keep: np.ndarray | N
     path: ``list.count(1)`` would count ``True`` as 1.)
     """
     first = values[lo] if hi > lo else None
-    if (isinstance(first, (int, float)) and not isinstance(first, bool) and first != 0 and first != 1
-            and values[lo:hi].count(first) == hi - lo):
+    if (
+        isinstance(first, (int, float))
+        and not isinstance(first, bool)
+        and first != 0
+        and first != 1
+        and values[lo:hi].count(first) == hi - lo
+    ):
         return float(first)
     return take_floats(values, lo, hi, keep, what)
 
@@ -381,7 +411,9 @@ def exact_ints(values: Any, what: str) -> np.ndarray:
     """
     arr = np.asarray(values)
     if arr.ndim != 1:
-        raise ImportFormatError(f"{what} must be a flat list of integers, got {'nested lists' if arr.ndim else 'one value'}")
+        raise ImportFormatError(
+            f"{what} must be a flat list of integers, got {'nested lists' if arr.ndim else 'one value'}"
+        )
     if arr.dtype.kind == "f" and isinstance(values, list) and ((arr == 0) | (arr == 1)).any():
         refuse_booleans(values, 0, len(values), f"{what} must be integers")  # [5.0, true] reads as [5.0, 1.0]
     if arr.dtype.kind in "iu":
@@ -400,11 +432,11 @@ def exact_ints(values: Any, what: str) -> np.ndarray:
         flt = flat.astype(np.float64)
     except (TypeError, ValueError, OverflowError):
         raise ImportFormatError(f"{what} must be integers, got {arr.dtype.name} values") from None
-    bad = ~np.isfinite(flt) | (flt != np.round(flt)) | (np.abs(flt) > 2.0 ** 62)
+    bad = ~np.isfinite(flt) | (flt != np.round(flt)) | (np.abs(flt) > 2.0**62)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         v = values[i] if isinstance(values, list) else flt[i]
-        if isinstance(v, int) and not isinstance(v, bool) and not -2 ** 63 <= v < 2 ** 63:  # exact, beyond int64
+        if isinstance(v, int) and not isinstance(v, bool) and not -(2**63) <= v < 2**63:  # exact, beyond int64
             raise ImportFormatError(f"{what} must fit in a signed 64-bit integer, got {v} at index {i}")
         raise ImportFormatError(f"{what} must be integers, got {float(flt[i])!r} at index {i}")
     if arr.dtype.kind == "O":  # Python ints beyond float precision: convert them exactly
@@ -417,23 +449,27 @@ def _short_value(v: Any) -> str:
     return text if len(text) <= 30 else text[:27] + "..."
 
 
-def check_lengths(f: SourceFile, line: int | None, record: int | None, fields: dict[str, Any],
-                  expected: int) -> None:
+def check_lengths(f: SourceFile, line: int | None, record: int | None, fields: dict[str, Any], expected: int) -> None:
     """Every per-token list must be exactly ``expected`` long (the token list's length)."""
-    bad = {k: (len(v) if isinstance(v, list) else type(v).__name__) for k, v in fields.items()
-           if not isinstance(v, list) or len(v) != expected}
+    bad = {
+        k: (len(v) if isinstance(v, list) else type(v).__name__)
+        for k, v in fields.items()
+        if not isinstance(v, list) or len(v) != expected
+    }
     if bad:
         shown = ", ".join(f"{k}={v}" for k, v in bad.items())
-        raise ImportFormatError(f"misaligned per-token lists: {expected} tokens but {shown}",
-                                file=f.rel, line=line, record=record)
+        raise ImportFormatError(
+            f"misaligned per-token lists: {expected} tokens but {shown}", file=f.rel, line=line, record=record
+        )
 
 
 def require(f: SourceFile, line: int | None, record: int | None, rec: dict[str, Any], *keys: str) -> None:
     missing = [k for k in keys if rec.get(k) is None]
     if missing:
         shown = ", ".join(sorted(rec)[:15])
-        raise ImportFormatError(f"missing field(s) {', '.join(missing)} (the record has: {shown})",
-                                file=f.rel, line=line, record=record)
+        raise ImportFormatError(
+            f"missing field(s) {', '.join(missing)} (the record has: {shown})", file=f.rel, line=line, record=record
+        )
 
 
 def scalar(value: Any, default: Any = None) -> Any:

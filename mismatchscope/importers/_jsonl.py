@@ -21,10 +21,11 @@ import multiprocessing
 import os
 import sys
 from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -134,14 +135,27 @@ def run_unit(importer: Any, f: SourceFile, start: int, end: int, strict: bool) -
     except OSError as e:
         bad.append(BadRecord(None, f"cannot read the file ({short(e)})", None, "ImportFormatError"))
     columns = {c: (np.concatenate(p) if p else np.zeros(0)) for c, p in parts.items()}
-    return UnitResult(columns=columns, lengths=np.asarray(lengths, dtype=np.int64),
-                      seq_lines=np.asarray(seq_lines, dtype=np.int64),
-                      seq_ids=np.asarray(seq_ids, dtype=np.int64) if seq_ids else None,
-                      dropped=dropped, lines=lineno, bad=bad, notes=notes)
+    return UnitResult(
+        columns=columns,
+        lengths=np.asarray(lengths, dtype=np.int64),
+        seq_lines=np.asarray(seq_lines, dtype=np.int64),
+        seq_ids=np.asarray(seq_ids, dtype=np.int64) if seq_ids else None,
+        dropped=dropped,
+        lines=lineno,
+        bad=bad,
+        notes=notes,
+    )
 
 
-def import_files(importer: Any, files: list[SourceFile], ctx: "ImportContext", *, workers: int | None,
-                 progress: "Progress | None", unit_bytes: int | None = None) -> None:
+def import_files(
+    importer: Any,
+    files: list[SourceFile],
+    ctx: ImportContext,
+    *,
+    workers: int | None,
+    progress: Progress | None,
+    unit_bytes: int | None = None,
+) -> None:
     """Read ``files`` in order into ``ctx``, with worker processes when it pays."""
     units = [(i, f, s, e) for i, f in enumerate(files) for s, e in split_units(f, unit_bytes or UNIT_BYTES)]
     last_unit = {i: k for k, (i, *_rest) in enumerate(units)}
@@ -150,8 +164,11 @@ def import_files(importer: Any, files: list[SourceFile], ctx: "ImportContext", *
         big = total >= PARALLEL_MIN_BYTES and sys.platform.startswith("linux")
         workers = min(os.cpu_count() or 1, MAX_WORKERS) if big else 0
     strict = not ctx.skip_bad
-    results = (_parallel(importer, units, strict, workers) if workers > 1 and len(units) > 1
-               else ((u, run_unit(importer, u[1], u[2], u[3], strict)) for u in units))
+    results = (
+        _parallel(importer, units, strict, workers)
+        if workers > 1 and len(units) > 1
+        else ((u, run_unit(importer, u[1], u[2], u[3], strict)) for u in units)
+    )
     line_offset: dict[int, int] = {}
     try:
         for k, ((i, f, _s, _e), res) in enumerate(results):
@@ -168,7 +185,7 @@ def import_files(importer: Any, files: list[SourceFile], ctx: "ImportContext", *
             close()
 
 
-def _consume(importer: Any, f: SourceFile, offset: int, res: UnitResult, ctx: "ImportContext") -> None:
+def _consume(importer: Any, f: SourceFile, offset: int, res: UnitResult, ctx: ImportContext) -> None:
     for b in res.bad:
         cls = getattr(errors, b.kind, ImportFormatError)
         ctx.bad(cls(b.message, file=f.rel, line=None if b.line is None else offset + b.line, hint=b.hint), f)

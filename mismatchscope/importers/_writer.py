@@ -15,9 +15,10 @@ foreign shard. ``OUT/manifest.json`` is written last with ``"status": "complete"
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -29,8 +30,9 @@ FLUSH_TOKENS = 1_000_000
 SHARD_DIR = rundir.TOKENS
 MANIFEST = rundir.MANIFEST
 
-_DTYPES = {name: np.dtype(col.type.to_pandas_dtype()) for name, col in COLUMNS.items()
-           if not str(col.type).startswith("list")}
+_DTYPES = {
+    name: np.dtype(col.type.to_pandas_dtype()) for name, col in COLUMNS.items() if not str(col.type).startswith("list")
+}
 
 
 class ShardWriter:
@@ -40,8 +42,9 @@ class ShardWriter:
     no per-sequence arrays stay alive and memory is two shards' worth at most.
     """
 
-    def __init__(self, out: Path, columns: tuple[str, ...], metadata: Mapping[str, Any],
-                 flush_tokens: int = FLUSH_TOKENS):
+    def __init__(
+        self, out: Path, columns: tuple[str, ...], metadata: Mapping[str, Any], flush_tokens: int = FLUSH_TOKENS
+    ):
         unknown = [c for c in columns if c not in _DTYPES]
         if unknown:
             raise ValueError(f"not scalar schema columns: {unknown}")
@@ -105,7 +108,7 @@ class ShardWriter:
             a = self._filled
             for name in self.columns:
                 v = cols[name]
-                buf[name][a:a + take] = v[done:done + take] if isinstance(v, np.ndarray) else v
+                buf[name][a : a + take] = v[done : done + take] if isinstance(v, np.ndarray) else v
             self._filled += take
             done += take
             if self._filled >= self.flush_tokens:
@@ -127,7 +130,7 @@ class ShardWriter:
         if not self._filled:
             return
         buf = self._buffers()
-        columns = {name: _arrow(arr[:self._filled], name) for name, arr in buf.items()}
+        columns = {name: _arrow(arr[: self._filled], name) for name, arr in buf.items()}
         meta = dict(self.metadata)
         meta["source"] = {**meta.get("source", {}), "files": list(self._buf_files)}
         path = self.out / SHARD_DIR / f"part-{len(self.shards):05d}.parquet"
@@ -187,12 +190,18 @@ def check_output_dir(out: Path) -> None:
 
     shards = out / SHARD_DIR
     if (out / MANIFEST).exists() or (shards.is_dir() and any(shards.iterdir())):
-        raise UsageError(f"{out} already holds an import (tokens/ or manifest.json)",
-                         hint="pass an empty or new --out directory")
+        raise UsageError(
+            f"{out} already holds an import (tokens/ or manifest.json)", hint="pass an empty or new --out directory"
+        )
 
 
 def write_manifest(out: Path, payload: Mapping[str, Any]) -> Path:
     """Write ``OUT/manifest.json`` atomically, after the last shard: its ``status`` marks the import complete."""
-    body = {"schema_version": SCHEMA_VERSION, "mismatchscope_version": __version__, **payload,
-            "shard_index": rundir.INDEX_VERSION, "status": rundir.COMPLETE}
+    body = {
+        "schema_version": SCHEMA_VERSION,
+        "mismatchscope_version": __version__,
+        **payload,
+        "shard_index": rundir.INDEX_VERSION,
+        "status": rundir.COMPLETE,
+    }
     return rundir.write_manifest(out, body)

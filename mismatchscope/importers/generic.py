@@ -30,10 +30,10 @@ from ._base import (
     ImportContext,
     SourceFile,
     check_lengths,
-    mask_span,
-    refuse_sequences,
-    parse_record,
     exact_ints,
+    mask_span,
+    parse_record,
+    refuse_sequences,
     take_floats,
     take_ints,
 )
@@ -89,8 +89,10 @@ class _Generic:
     def __init__(self, columns: dict[str, str] | None = None):
         unknown = sorted(set(columns or {}) - set(DEFAULT_COLUMNS))
         if unknown:
-            raise UsageError(f"--column {unknown[0]}=...: not a column the {self.name} importer maps",
-                             hint=f"map any of: {', '.join(DEFAULT_COLUMNS)}")
+            raise UsageError(
+                f"--column {unknown[0]}=...: not a column the {self.name} importer maps",
+                hint=f"map any of: {', '.join(DEFAULT_COLUMNS)}",
+            )
         self.explicit = dict(columns or {})
         self.mapping = {**DEFAULT_COLUMNS, **self.explicit}
         self.present: dict[str, str] = {}
@@ -101,8 +103,11 @@ class _Generic:
         if src.is_file():
             paths, root = [src], src.parent
         else:
-            paths = sorted(p for p in src.rglob("*") if p.is_file() and p.name.endswith(self.suffixes)
-                           and not p.name.startswith("."))
+            paths = sorted(
+                p
+                for p in src.rglob("*")
+                if p.is_file() and p.name.endswith(self.suffixes) and not p.name.startswith(".")
+            )
             root = src
         files = [SourceFile(path=p, rel=p.relative_to(root).as_posix()) for p in paths]
         first_bad: ImportFormatError | None = None
@@ -126,18 +131,23 @@ class _Generic:
         for c, src in self.present.items():
             if src in readers:  # two sides read from one column: a mismatch of exactly zero, or worse
                 mapped = c if c in self.explicit else readers[src]
-                raise UsageError(f"--column {mapped}={src} makes {readers[src]} and {c} both read the column {src!r}",
-                                 hint=f"map {'the other one' if mapped == c else c} to another column too")
+                raise UsageError(
+                    f"--column {mapped}={src} makes {readers[src]} and {c} both read the column {src!r}",
+                    hint=f"map {'the other one' if mapped == c else c} to another column too",
+                )
             readers[src] = c
         missing = [c for c in self.explicit if c not in self.present]
         missing += [c for c in REQUIRED if c not in self.present and c not in missing]
         if missing:
             c = missing[0]
             shown = ", ".join(sorted(names)[:20])
-            raise InputError(f"{f.rel}: no column {self.mapping[c]!r} for {c} (it has: {shown})",
-                             hint=f"map yours with --column {c}=NAME")
-        self.columns = tuple(c for c in self.present if c not in ("token_id", "mask", "sequence_id")
-                             and c not in REQUIRED)
+            raise InputError(
+                f"{f.rel}: no column {self.mapping[c]!r} for {c} (it has: {shown})",
+                hint=f"map yours with --column {c}=NAME",
+            )
+        self.columns = tuple(
+            c for c in self.present if c not in ("token_id", "mask", "sequence_id") and c not in REQUIRED
+        )
 
     def semantics(self) -> dict[str, Any]:
         return {**SEMANTICS, "columns": dict(self.present)}
@@ -208,7 +218,7 @@ class GenericJsonlImporter(_Generic):
             for c in PER_SEQUENCE:
                 if c in src:
                     v = rec[src[c]]
-                    if isinstance(v, float) and v.is_integer() and abs(v) <= 2 ** 53:
+                    if isinstance(v, float) and v.is_integer() and abs(v) <= 2**53:
                         v = int(v)  # "step": 2.0, as some loggers write counters; token ids accept it too
                     if isinstance(v, bool) or not isinstance(v, int):
                         raise ValueError(f"{src[c]} is not an integer: {v!r}")
@@ -247,8 +257,10 @@ class GenericParquetImporter(_Generic):
             if not _list_type(tok_type):
                 raise ImportFormatError(
                     f"{self.present['token_id']} is not a list column: this looks like one row per token "
-                    "(mismatchscope's own format), not one row per sequence", file=f.rel,
-                    hint="analyse such a file directly, without import")
+                    "(mismatchscope's own format), not one row per sequence",
+                    file=f.rel,
+                    hint="analyse such a file directly, without import",
+                )
             self._check_types(f, pf.schema_arrow)
             row = 0
             for rb in pf.iter_batches(batch_size=self.batch_rows, columns=list(dict.fromkeys(self.present.values()))):
@@ -259,7 +271,7 @@ class GenericParquetImporter(_Generic):
         except (pa.ArrowInvalid, OSError) as e:
             ctx.bad(ImportFormatError(f"unreadable Parquet data ({str(e)[:160]})", file=f.rel), f)
 
-    def _check_types(self, f: SourceFile, schema: "pa.Schema") -> None:
+    def _check_types(self, f: SourceFile, schema: pa.Schema) -> None:
         """Each mapped column must have the shape its role needs, checked once per file, before any row is read.
 
         Per-token columns are lists of numbers (the mask may hold booleans);
@@ -285,11 +297,13 @@ class GenericParquetImporter(_Generic):
                 want = "one integer per sequence"
             numbers_ok = _number_type(inner) or (c == "mask" and _bool_type(inner))
             if not (shape_ok and numbers_ok):
-                raise ImportFormatError(f"column {name!r} ({c}) holds {t}; it must hold {want}"
-                                        + (" (booleans are not read as 0/1)" if _bool_type(inner) else ""),
-                                        file=f.rel)
+                raise ImportFormatError(
+                    f"column {name!r} ({c}) holds {t}; it must hold {want}"
+                    + (" (booleans are not read as 0/1)" if _bool_type(inner) else ""),
+                    file=f.rel,
+                )
 
-    def _batch(self, f: SourceFile, ctx: ImportContext, rb: "pa.RecordBatch", row0: int) -> None:
+    def _batch(self, f: SourceFile, ctx: ImportContext, rb: pa.RecordBatch, row0: int) -> None:
         import pyarrow as pa
 
         src = self.present
@@ -301,14 +315,18 @@ class GenericParquetImporter(_Generic):
         lists = [c for c in PER_TOKEN + EITHER if c in col and _is_list(col[c])]
         for c in lists:
             bad = _list_lengths(col[c]) != lengths
-            reasons = np.where(ok & bad, f"misaligned per-token lists: {src[c]} length differs from "
-                                         f"{src['token_id']}", reasons)
+            reasons = np.where(
+                ok & bad, f"misaligned per-token lists: {src[c]} length differs from {src['token_id']}", reasons
+            )
             ok &= ~bad
         keep_flat = None
         if "mask" in lists:
             mask = _flatten(col["mask"].filter(pa.array(ok)), np.float64) != 0
-            kept_len = (np.add.reduceat(mask.astype(np.int64), _offsets(lengths[ok])[:-1])
-                        if mask.size else np.zeros(0, np.int64))
+            kept_len = (
+                np.add.reduceat(mask.astype(np.int64), _offsets(lengths[ok])[:-1])
+                if mask.size
+                else np.zeros(0, np.int64)
+            )
             selects = np.zeros(n_rows, dtype=bool)
             selects[np.flatnonzero(ok)] = kept_len > 0
             reasons = np.where(ok & ~selects, "the mask selects no token", reasons)
@@ -343,8 +361,9 @@ class GenericParquetImporter(_Generic):
                         check_int_range(src[c], c, int(per_seq.min()), int(per_seq.max()))
                     out[c] = np.repeat(per_seq, kept_lens)
         except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, TypeError) as e:
-            raise ImportFormatError(f"bad values in rows {row0}..{row0 + n_rows - 1} ({str(e)[:160]})",
-                                    file=f.rel) from None
+            raise ImportFormatError(
+                f"bad values in rows {row0}..{row0 + n_rows - 1} ({str(e)[:160]})", file=f.rel
+            ) from None
         dropped = int(lens.sum() - kept_lens.sum())
         out, kept_lens, rows = refuse_sequences(ctx, f, out, kept_lens, np.flatnonzero(keep_rows) + row0)
         if not len(kept_lens):
@@ -364,38 +383,38 @@ class GenericParquetImporter(_Generic):
         ctx.add_batch(f, out, sequences=len(kept_lens), dropped=dropped)
 
 
-def _list_type(t: "pa.DataType") -> bool:
+def _list_type(t: pa.DataType) -> bool:
     import pyarrow as pa
 
     return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
 
 
-def _number_type(t: "pa.DataType") -> bool:
+def _number_type(t: pa.DataType) -> bool:
     import pyarrow as pa
 
     return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_null(t)
 
 
-def _bool_type(t: "pa.DataType") -> bool:
+def _bool_type(t: pa.DataType) -> bool:
     import pyarrow as pa
 
     return pa.types.is_boolean(t)
 
 
-def _plain_list(arr: "pa.Array") -> "pa.Array":
+def _plain_list(arr: pa.Array) -> pa.Array:
     """A fixed-size list column as a plain list (same values, same nulls): the rest reads one kind of list."""
     import pyarrow as pa
 
     return arr.cast(pa.list_(arr.type.value_type)) if pa.types.is_fixed_size_list(arr.type) else arr
 
 
-def _is_list(arr: "pa.Array") -> bool:
+def _is_list(arr: pa.Array) -> bool:
     import pyarrow as pa
 
     return pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)
 
 
-def _list_lengths(arr: "pa.Array") -> np.ndarray:
+def _list_lengths(arr: pa.Array) -> np.ndarray:
     """Per-row list length; -1 for a null list or a non-list column."""
     import pyarrow.compute as pc
 
@@ -404,14 +423,14 @@ def _list_lengths(arr: "pa.Array") -> np.ndarray:
     return pc.fill_null(pc.list_value_length(arr), -1).to_numpy().astype(np.int64)
 
 
-def _flatten(arr: "pa.Array", dtype: type, what: str = "integer columns") -> np.ndarray:
+def _flatten(arr: pa.Array, dtype: type, what: str = "integer columns") -> np.ndarray:
     import pyarrow.compute as pc
 
     flat = pc.list_flatten(arr)
     return _numpy(flat, dtype, what)
 
 
-def _numpy(arr: "pa.Array", dtype: type, what: str = "integer columns") -> np.ndarray:
+def _numpy(arr: pa.Array, dtype: type, what: str = "integer columns") -> np.ndarray:
     import pyarrow as pa
     import pyarrow.compute as pc
 

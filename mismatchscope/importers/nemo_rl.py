@@ -49,16 +49,16 @@ _STEP_FILE = re.compile(r"^train_data_step(\d+)\.jsonl$")
 SEMANTICS = {
     "sampler_logprob": "generation_logprobs: the generation backend's (vLLM) logprob of token i",
     "trainer_logprob": "prev_logprobs: the policy's logprob of token i given tokens < i, "
-                       "recomputed before the update (policy.get_logprobs)",
+    "recomputed before the update (policy.get_logprobs)",
     "alignment": "index i of every per-token list refers to token i (position 0 holds 0); no shift applied",
     "mask": "token_loss_mask; sample_loss_mask is not applied (a sample the loss ignored still has both logprobs)",
     "advantage": "advantages as logged (per token; a per-sample value is repeated on each token)",
     "reward": "filtered_rewards when present (dynamic sampling: aligned with the trained rows), else rewards",
     "temperature": "not recorded in the dump: both sides are meant to be at policy.generation.temperature; "
-                   "check the run's config",
+    "check the run's config",
     "policy_lag": "none for synchronous GRPO (prev_logprobs use the weights that generated the batch); with "
-                  "grpo.async_grpo.enabled trajectories can be up to max_trajectory_age_steps old, and the gap "
-                  "then includes that lag",
+    "grpo.async_grpo.enabled trajectories can be up to max_trajectory_age_steps old, and the gap "
+    "then includes that lag",
     "force_on_policy_ratio": "refused: prev_logprobs are all zeros in that mode (no trainer side)",
 }
 
@@ -69,8 +69,10 @@ class NemoRLImporter:
 
     def __init__(self, columns: dict[str, str] | None = None):
         if columns:
-            raise UsageError("--column applies to the jsonl and parquet formats only",
-                             hint="nemo-rl files have a fixed layout; drop --column")
+            raise UsageError(
+                "--column applies to the jsonl and parquet formats only",
+                hint="nemo-rl files have a fixed layout; drop --column",
+            )
         self.warnings: list[str] = []
 
     def discover(self, src: Path) -> list[SourceFile]:
@@ -84,8 +86,10 @@ class NemoRLImporter:
         for p in paths:
             m = _STEP_FILE.match(p.name)
             if m is None:
-                raise InputError(f"{p}: cannot tell the step from the file name",
-                                 hint="NeMo-RL names its files train_data_step{N}.jsonl")
+                raise InputError(
+                    f"{p}: cannot tell the step from the file name",
+                    hint="NeMo-RL names its files train_data_step{N}.jsonl",
+                )
             files.append(SourceFile(path=p, rel=p.relative_to(root).as_posix(), step=int(m.group(1))))
         return sorted(files, key=lambda f: (f.step, f.rel))
 
@@ -133,13 +137,21 @@ class NemoRLImporter:
                 "prev_logprobs are all zeros on generated tokens: this run used NeMo-RL's "
                 "force_on_policy_ratio mode, which skips the trainer recompute, so there is no trainer side "
                 "to compare with",
-                file=f.rel, line=line,
-                hint="re-run with loss_fn.force_on_policy_ratio=false (or set grpo.seq_logprob_error_threshold)")
+                file=f.rel,
+                line=line,
+                hint="re-run with loss_fn.force_on_policy_ratio=false (or set grpo.seq_logprob_error_threshold)",
+            )
         note(notes, "nonfinite_logprobs", int(kept - np.count_nonzero(np.isfinite(sampler) & np.isfinite(trainer))))
         if scalar(rec.get("sample_loss_mask"), 1) == 0:
             note(notes, "sequences_with_sample_loss_mask_0")
-        values = {"token_id": token_id, "sampler_logprob": sampler, "trainer_logprob": trainer,
-                  "advantage": advantage, "reward": reward, "step": f.step}
+        values = {
+            "token_id": token_id,
+            "sampler_logprob": sampler,
+            "trainer_logprob": trainer,
+            "advantage": advantage,
+            "reward": reward,
+            "step": f.step,
+        }
         return values, length - kept
 
 

@@ -55,15 +55,15 @@ POLICY_LAG_WARNING = (
 
 SEMANTICS = {
     "sampler_logprob": "inference_logprobs: vLLM's logprob of token i (prime-rl serves with "
-                       "logprobs_mode=processed_logprobs: after temperature and top-k/top-p)",
+    "logprobs_mode=processed_logprobs: after temperature and top-k/top-p)",
     "trainer_logprob": "trainer_logprobs: the trainer's logprob of token i at update time",
     "alignment": "index i of every per-token list refers to token i (the trainer shifts its logits right); "
-                 "no shift applied",
+    "no shift applied",
     "mask": "loss_mask (the union of the loss channels' masks)",
     "policy_lag": True,
     "policy_lag_note": POLICY_LAG_WARNING,
     "non_finite": "the export writes every non-finite float as null, so -inf, +inf and NaN cannot be told "
-                  "apart; imported as NaN",
+    "apart; imported as NaN",
     "stable_only": "only step folders holding a STABLE marker are read",
 }
 
@@ -74,8 +74,10 @@ class PrimeRLImporter:
 
     def __init__(self, columns: dict[str, str] | None = None):
         if columns:
-            raise UsageError("--column applies to the jsonl and parquet formats only",
-                             hint="prime-rl token exports have a fixed layout; drop --column")
+            raise UsageError(
+                "--column applies to the jsonl and parquet formats only",
+                hint="prime-rl token exports have a fixed layout; drop --column",
+            )
         self.warnings: list[str] = [POLICY_LAG_WARNING]
 
     def discover(self, src: Path) -> list[SourceFile]:
@@ -89,18 +91,29 @@ class PrimeRLImporter:
             if not (p.parent / "STABLE").exists():
                 unstable.add(p.parent)
                 continue
-            files.append(SourceFile(path=p, rel=p.relative_to(root).as_posix(), step=int(step_m.group(1)),
-                                    rank=int(rank_m.group(1)), extra={"run_dir": p.parent.parent.parent.as_posix()}))
+            files.append(
+                SourceFile(
+                    path=p,
+                    rel=p.relative_to(root).as_posix(),
+                    step=int(step_m.group(1)),
+                    rank=int(rank_m.group(1)),
+                    extra={"run_dir": p.parent.parent.parent.as_posix()},
+                )
+            )
         if unstable:
             shown = ", ".join(sorted(d.name for d in unstable)[:5])
-            self.warnings.append(f"skipped {len(unstable)} step folder(s) without a STABLE marker "
-                                 f"(still being written, or the run stopped mid-step): {shown}")
+            self.warnings.append(
+                f"skipped {len(unstable)} step folder(s) without a STABLE marker "
+                f"(still being written, or the run stopped mid-step): {shown}"
+            )
         files = sorted(files, key=lambda f: (f.extra["run_dir"], f.step, f.rank, f.rel))
         if files and not _has_advantages(files[0].path):
             self.columns = tuple(c for c in self.columns if c != "advantage")
-            self.warnings.append("the export's first record holds no advantages (all null: no rl loss channel); "
-                                 "imported without an advantage column, so advantage-dependent rules run under "
-                                 "both signs")
+            self.warnings.append(
+                "the export's first record holds no advantages (all null: no rl loss channel); "
+                "imported without an advantage column, so advantage-dependent rules run under "
+                "both signs"
+            )
         return files
 
     def semantics(self) -> dict[str, Any]:
@@ -109,9 +122,13 @@ class PrimeRLImporter:
     def convert(self, f: SourceFile, line: int, rec: dict[str, Any], notes: dict[str, int]) -> tuple[dict, int]:
         version = rec.get("schema_version")
         if version != SCHEMA_VERSION:
-            raise ImportFormatError(f"unknown schema_version {version!r}; this importer reads "
-                                    f"prime-rl token exports of schema_version {SCHEMA_VERSION}",
-                                    file=f.rel, line=line, hint="upgrade mismatchscope")
+            raise ImportFormatError(
+                f"unknown schema_version {version!r}; this importer reads "
+                f"prime-rl token exports of schema_version {SCHEMA_VERSION}",
+                file=f.rel,
+                line=line,
+                hint="upgrade mismatchscope",
+            )
         require(f, line, None, rec, "token_ids", "loss_mask", "inference_logprobs", "trainer_logprobs")
         ids = rec["token_ids"]
         n = len(ids) if isinstance(ids, list) else -1
@@ -152,5 +169,5 @@ def _has_advantages(path: Path) -> bool:
             except ImportFormatError:
                 return True  # the engine reports the bad line in its place
             adv = rec.get("advantages")
-            return isinstance(adv, list) and any(a is not None for a in adv) or isinstance(adv, (int, float))
+            return (isinstance(adv, list) and any(a is not None for a in adv)) or isinstance(adv, (int, float))
     return True

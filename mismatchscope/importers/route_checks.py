@@ -57,20 +57,34 @@ def check_routes(d: Decoded, model: RoutesModel, prompt_len: int, completion_len
     bad = (sub < 0) | (sub >= model.num_experts)
     if bad.any():
         r, j, c = (int(x[0]) for x in np.nonzero(bad))
-        raise ImportFormatError(f"input position {d.start + r}, decoder layer {moe[j]}: expert id {int(sub[r, j, c])} "
-                                f"is not below the model's {model.num_experts} experts", hint=_CONFIG_HINT)
+        raise ImportFormatError(
+            f"input position {d.start + r}, decoder layer {moe[j]}: expert id {int(sub[r, j, c])} "
+            f"is not below the model's {model.num_experts} experts",
+            hint=_CONFIG_HINT,
+        )
     zero = (sub == 0).all(axis=-1)
     if model.top_k == 1:  # expert 0 is a real top-1 choice: only a layer zero on every row is a failed capture
         zero = np.broadcast_to(zero.all(axis=0, keepdims=True) & (rows > 1), zero.shape)
     repeated = _repeats(sub) & ~zero
     if repeated.any():
         r, j = (int(x[0]) for x in np.nonzero(repeated))
-        raise ImportFormatError(f"input position {d.start + r}, decoder layer {moe[j]}: expert ids "
-                                f"{sub[r, j].tolist()} name one expert twice", hint=_CONFIG_HINT)
+        raise ImportFormatError(
+            f"input position {d.start + r}, decoder layer {moe[j]}: expert ids "
+            f"{sub[r, j].tolist()} name one expert twice",
+            hint=_CONFIG_HINT,
+        )
     present = np.zeros(ids.shape[:2], dtype=bool)
     present[:, moe] = ~zero
-    return CheckedRoutes(ids=ids, present=present, weights=weights, start=d.start, layer_axis=axis,
-                         mtp_dropped=mtp, placeholder_dropped=placeholder, missing=int(np.count_nonzero(zero)))
+    return CheckedRoutes(
+        ids=ids,
+        present=present,
+        weights=weights,
+        start=d.start,
+        layer_axis=axis,
+        mtp_dropped=mtp,
+        placeholder_dropped=placeholder,
+        missing=int(np.count_nonzero(zero)),
+    )
 
 
 def _repeats(ids: np.ndarray) -> np.ndarray:
@@ -96,20 +110,21 @@ def _check_rows(rows: int, start: int, prompt_len: int, completion_len: int) -> 
     if rows == want + 1:
         return want, True
     if rows != want:
-        raise ImportFormatError(f"{rows} route rows; a {prompt_len}-token prompt and {completion_len}-token "
-                                f"completion starting at {start} need len(tokens) - 1 - start = {want}",
-                                hint="routes must cover every forwarded token; check prompt_token_ids, "
-                                     "completion_token_ids and the start")
+        raise ImportFormatError(
+            f"{rows} route rows; a {prompt_len}-token prompt and {completion_len}-token "
+            f"completion starting at {start} need len(tokens) - 1 - start = {want}",
+            hint="routes must cover every forwarded token; check prompt_token_ids, completion_token_ids and the start",
+        )
     return want, False
 
 
-def _map_layers(ids: np.ndarray, weights: np.ndarray | None, axis: str | None,
-                model: RoutesModel) -> tuple[np.ndarray, np.ndarray | None, str, int]:
+def _map_layers(
+    ids: np.ndarray, weights: np.ndarray | None, axis: str | None, model: RoutesModel
+) -> tuple[np.ndarray, np.ndarray | None, str, int]:
     """Onto every decoder layer: ``(ids, weights, layer axis read, MTP layers dropped)``."""
     n_src, k = ids.shape[1], ids.shape[2]
     if k != model.top_k and len(ids):
-        raise ImportFormatError(f"routes hold {k} ids per layer; the model routes top-{model.top_k}",
-                                hint=_CONFIG_HINT)
+        raise ImportFormatError(f"routes hold {k} ids per layer; the model routes top-{model.top_k}", hint=_CONFIG_HINT)
     n, m, mtp = model.num_layers, len(model.moe_layers), model.mtp_layers
     if axis != MOE_ORDINALS and n_src in (n, n + mtp):
         return ids[:, :n], None if weights is None else weights[:, :n], "decoder", n_src - n
@@ -121,6 +136,9 @@ def _map_layers(ids: np.ndarray, weights: np.ndarray | None, axis: str | None,
             w = np.zeros(full.shape, dtype=np.float32)
             w[:, list(model.moe_layers)] = weights[:, :m]
         return full, w, MOE_ORDINALS, n_src - m
-    want = (f"its {m} MoE layers" if axis == MOE_ORDINALS else f"{n} decoder layers or its {m} MoE layers")
-    raise ImportFormatError(f"routes have {n_src} layers; the model is {model.describe()} (expected {want}"
-                            f"{f', plus {mtp} MTP' if mtp else ''})", hint=_CONFIG_HINT)
+    want = f"its {m} MoE layers" if axis == MOE_ORDINALS else f"{n} decoder layers or its {m} MoE layers"
+    raise ImportFormatError(
+        f"routes have {n_src} layers; the model is {model.describe()} (expected {want}"
+        f"{f', plus {mtp} MTP' if mtp else ''})",
+        hint=_CONFIG_HINT,
+    )

@@ -66,8 +66,9 @@ def _field(rec: Mapping[str, Any], *names: str) -> Any:
     for name in names:
         if rec.get(name) is not None:
             return rec[name]
-    raise ImportFormatError(f"no {' or '.join(repr(n) for n in names)} field (the record has: "
-                            f"{', '.join(sorted(rec)[:15])})")
+    raise ImportFormatError(
+        f"no {' or '.join(repr(n) for n in names)} field (the record has: {', '.join(sorted(rec)[:15])})"
+    )
 
 
 def _start(rec: Mapping[str, Any], *names: str) -> int:
@@ -124,9 +125,10 @@ def _raw_int32(value: str, model: RoutesModel, what: str) -> np.ndarray:
     raw = _b64(value, what)
     per_row = model.num_layers * model.top_k
     if len(raw) % (4 * per_row):
-        raise ImportFormatError(f"{what}: {len(raw)} bytes are not whole rows of {model.num_layers} layers x "
-                                f"top-{model.top_k} int32 ids", hint="check --routes-config names the model "
-                                "that recorded the routes")
+        raise ImportFormatError(
+            f"{what}: {len(raw)} bytes are not whole rows of {model.num_layers} layers x top-{model.top_k} int32 ids",
+            hint="check --routes-config names the model that recorded the routes",
+        )
     return np.frombuffer(raw, dtype="<i4").reshape(-1, model.num_layers, model.top_k)
 
 
@@ -135,8 +137,9 @@ def decode_sglang(rec: Mapping[str, Any], model: RoutesModel, prompt_len: int) -
     value = _field(next((n for n in nested if n.get("routed_experts") is not None), rec), "routed_experts")
     if not isinstance(value, str):
         raise ImportFormatError(f"routed_experts is a {type(value).__name__}; SGLang writes a base64 string")
-    return Decoded(_raw_int32(value, model, "routed_experts"), _start(rec, "routed_experts_start_len", "start"),
-                   DECODER_LAYERS)
+    return Decoded(
+        _raw_int32(value, model, "routed_experts"), _start(rec, "routed_experts_start_len", "start"), DECODER_LAYERS
+    )
 
 
 def decode_vllm(rec: Mapping[str, Any], model: RoutesModel, prompt_len: int) -> Decoded:
@@ -148,8 +151,10 @@ def decode_vllm_021(rec: Mapping[str, Any], model: RoutesModel, prompt_len: int)
     prompt = _ids_array(_field(rec, "prompt_routed_experts"), "prompt_routed_experts")
     completion = _ids_array(_field(rec, "routed_experts"), "routed_experts")
     if prompt.shape[1:] != completion.shape[1:] and len(prompt) and len(completion):
-        raise ImportFormatError(f"prompt_routed_experts rows are {list(prompt.shape[1:])}, routed_experts rows "
-                                f"{list(completion.shape[1:])}: not one layout")
+        raise ImportFormatError(
+            f"prompt_routed_experts rows are {list(prompt.shape[1:])}, routed_experts rows "
+            f"{list(completion.shape[1:])}: not one layout"
+        )
     if len(prompt) != prompt_len:
         raise ImportFormatError(f"prompt_routed_experts has {len(prompt)} rows for a {prompt_len}-token prompt")
     return Decoded(np.concatenate([prompt, completion]) if len(prompt) else completion, 0, MOE_ORDINALS)
@@ -159,14 +164,18 @@ def decode_verl(rec: Mapping[str, Any], model: RoutesModel, prompt_len: int) -> 
     batch_row = _npy_or_lists(_field(rec, "routed_experts"), "routed_experts")
     pad = rec.get("prompt_pad")
     if isinstance(pad, bool) or not isinstance(pad, int) or pad < prompt_len:
-        raise ImportFormatError(f"prompt_pad is {pad!r}: verl's routes are left-padded to the batch's prompt width, "
-                                f"which the record must give (an integer >= the prompt's {prompt_len} tokens)")
+        raise ImportFormatError(
+            f"prompt_pad is {pad!r}: verl's routes are left-padded to the batch's prompt width, "
+            f"which the record must give (an integer >= the prompt's {prompt_len} tokens)"
+        )
     completion_len = len(rec["completion_token_ids"])
     end = pad + completion_len
     if len(batch_row) < end - 1:
-        raise ImportFormatError(f"routed_experts has {len(batch_row)} rows; prompt_pad {pad} plus a "
-                                f"{completion_len}-token completion needs at least {end - 1}")
-    return Decoded(batch_row[pad - prompt_len:end], 0)
+        raise ImportFormatError(
+            f"routed_experts has {len(batch_row)} rows; prompt_pad {pad} plus a "
+            f"{completion_len}-token completion needs at least {end - 1}"
+        )
+    return Decoded(batch_row[pad - prompt_len : end], 0)
 
 
 def decode_slime(rec: Mapping[str, Any], model: RoutesModel, prompt_len: int) -> Decoded:
@@ -189,15 +198,17 @@ def decode_prime_rl(rec: Mapping[str, Any], model: RoutesModel, prompt_len: int)
         raise ImportFormatError(f"routed_experts is {dtype} {shape}; expected an integer [tokens, layers, k] array")
     raw = _b64(str(value["data"]), "routed_experts.data")
     if len(raw) != dt.itemsize * int(np.prod(shape)):
-        raise ImportFormatError(f"routed_experts.data holds {len(raw)} bytes, shape {shape} of {dt.name} needs "
-                                f"{dt.itemsize * int(np.prod(shape))}")
+        raise ImportFormatError(
+            f"routed_experts.data holds {len(raw)} bytes, shape {shape} of {dt.name} needs "
+            f"{dt.itemsize * int(np.prod(shape))}"
+        )
     arr = np.frombuffer(raw, dtype=dt.newbyteorder("<") if dt.itemsize > 1 else dt).reshape(shape)
     start = _start(value, "start")
     if shape[2] == 2 * model.top_k and dt == np.int32:  # Total Router Recall: ids, then float32 weight bits
-        weights = np.ascontiguousarray(arr[:, :, model.top_k:]).view(np.float32)
+        weights = np.ascontiguousarray(arr[:, :, model.top_k :]).view(np.float32)
         if not np.isfinite(weights).all() or (weights < 0).any() or (weights > 1).any():
             raise ImportFormatError("routed_experts: the gate weights after the ids are not all in [0, 1]")
-        return Decoded(arr[:, :, :model.top_k].astype(np.int32), start, weights=weights.astype(np.float32))
+        return Decoded(arr[:, :, : model.top_k].astype(np.int32), start, weights=weights.astype(np.float32))
     return Decoded(_int32(arr, "routed_experts"), start)
 
 

@@ -50,13 +50,15 @@ FLUSH_IDS = 1 << 24
 """expert ids buffered before a route shard is written (~16M: tens of MB)."""
 MOSTLY_MISSING = 0.5
 
-_SEQUENCES_SCHEMA = pa.schema([
-    pa.field("sequence_id", pa.int64(), nullable=False),
-    pa.field("prompt_token_ids", pa.list_(pa.int64())),
-    pa.field("completion_token_ids", pa.list_(pa.int64())),
-    pa.field("completion_kept", pa.list_(pa.bool_())),
-    pa.field("routes_start", pa.int32()),
-])
+_SEQUENCES_SCHEMA = pa.schema(
+    [
+        pa.field("sequence_id", pa.int64(), nullable=False),
+        pa.field("prompt_token_ids", pa.list_(pa.int64())),
+        pa.field("completion_token_ids", pa.list_(pa.int64())),
+        pa.field("completion_kept", pa.list_(pa.bool_())),
+        pa.field("routes_start", pa.int32()),
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -145,7 +147,7 @@ def _checked(plan: RoutesPlan) -> Iterator[Checked]:
     next_id = 0
     for path, rel in plan.files:
         try:
-            recs = (slime_routes.records(path, rel, plan.trust_pickle) if slime_dump else _jsonl_records(path, rel))
+            recs = slime_routes.records(path, rel, plan.trust_pickle) if slime_dump else _jsonl_records(path, rel)
             for where, rec in recs:
                 if slime_dump:  # the k-th sample read is the k-th sequence the slime import numbers
                     rec["sequence_id"], next_id = next_id, next_id + 1
@@ -182,8 +184,9 @@ def _require(rec: Any) -> None:
         raise ImportFormatError(f"a routes record must be a JSON object, got {type(rec).__name__}")
     sid = rec.get("sequence_id")
     if isinstance(sid, bool) or not isinstance(sid, int):
-        raise ImportFormatError(f"sequence_id is {sid!r}, not an integer: routes are matched to the imported "
-                                "sequences by it")
+        raise ImportFormatError(
+            f"sequence_id is {sid!r}, not an integer: routes are matched to the imported sequences by it"
+        )
     for key in ("prompt_token_ids", "completion_token_ids"):
         v = rec.get(key)
         if not isinstance(v, list) or not v or not all(isinstance(t, int) and not isinstance(t, bool) for t in v):
@@ -192,8 +195,10 @@ def _require(rec: Any) -> None:
 
 # -- the writing pass -----------------------------------------------------------------------------------------------
 
-def write(out: Path, plan: RoutesPlan, token_shards: list[Path],
-          skip_bad: bool = False) -> tuple[dict[str, Any], list[str]]:
+
+def write(
+    out: Path, plan: RoutesPlan, token_shards: list[Path], skip_bad: bool = False
+) -> tuple[dict[str, Any], list[str]]:
     """Check each record against its imported tokens and write ``routes/`` and ``sequences.parquet``.
 
     With ``skip_bad``, routes of a sequence the token import skipped as bad are
@@ -220,9 +225,13 @@ def write(out: Path, plan: RoutesPlan, token_shards: list[Path],
             raise ImportFormatError(e.reason, hint=e.hint, **where) from None
         buffer.append(_batch(schema, id_type, rec, checked, token_pos))
         buffered += checked.ids.size
-        for name, value in (("sequence_id", rec["sequence_id"]), ("prompt_token_ids", rec["prompt_token_ids"]),
-                            ("completion_token_ids", rec["completion_token_ids"]),
-                            ("completion_kept", (token_pos >= 0).tolist()), ("routes_start", checked.start)):
+        for name, value in (
+            ("sequence_id", rec["sequence_id"]),
+            ("prompt_token_ids", rec["prompt_token_ids"]),
+            ("completion_token_ids", rec["completion_token_ids"]),
+            ("completion_kept", (token_pos >= 0).tolist()),
+            ("routes_start", checked.start),
+        ):
             seqs[name].append(value)
         if buffered >= FLUSH_IDS:
             shards.append(_write_shard(out, schema, buffer, len(shards)))
@@ -247,8 +256,9 @@ def discard(out: Path, token_shards: list[Path]) -> None:
 
 def _imported_tokens(token_shards: list[Path]) -> dict[int, np.ndarray]:
     """Each imported sequence's token ids, in position order."""
-    table = pa.concat_tables([pq.ParquetFile(p).read(columns=["sequence_id", "position", "token_id"])
-                              for p in token_shards])  # not read_table: it imports pyarrow.dataset (~2 s)
+    table = pa.concat_tables(
+        [pq.ParquetFile(p).read(columns=["sequence_id", "position", "token_id"]) for p in token_shards]
+    )  # not read_table: it imports pyarrow.dataset (~2 s)
     sid = table["sequence_id"].to_numpy()
     order = np.lexsort((table["position"].to_numpy(), sid))
     sid, tok = sid[order], table["token_id"].to_numpy()[order]
@@ -261,24 +271,28 @@ def _token_positions(rec: dict[str, Any], kept: dict[int, np.ndarray]) -> np.nda
     sid = rec["sequence_id"]
     imported = kept.get(sid)
     if imported is None:
-        raise ImportFormatError(f"sequence_id {sid} is not in the imported run",
-                                hint="use the sequence ids of the import (the manifest lists each file's first id)")
+        raise ImportFormatError(
+            f"sequence_id {sid} is not in the imported run",
+            hint="use the sequence ids of the import (the manifest lists each file's first id)",
+        )
     completion = np.asarray(rec["completion_token_ids"], dtype=np.int64)
     mask = rec.get("loss_mask")
     keep = np.ones(len(completion), dtype=bool) if mask is None else np.asarray(mask) != 0
     if len(keep) != len(completion) or not np.array_equal(completion[keep], imported):
         what = "completion_token_ids" if mask is None else "completion_token_ids where loss_mask is set"
-        raise ImportFormatError(f"sequence_id {sid}: {what} ({int(keep.sum())} tokens) differ from its "
-                                f"{len(imported)} imported tokens",
-                                hint="match routes to the right sequence_id; give loss_mask where the source's "
-                                     "mask dropped completion tokens")
+        raise ImportFormatError(
+            f"sequence_id {sid}: {what} ({int(keep.sum())} tokens) differ from its {len(imported)} imported tokens",
+            hint="match routes to the right sequence_id; give loss_mask where the source's "
+            "mask dropped completion tokens",
+        )
     positions = np.full(len(completion), -1, dtype=np.int64)
     positions[keep] = np.arange(int(keep.sum()))
     return positions
 
 
-def _batch(schema: pa.Schema, id_type: pa.DataType, rec: dict[str, Any], checked: CheckedRoutes,
-           token_pos: np.ndarray) -> pa.RecordBatch:
+def _batch(
+    schema: pa.Schema, id_type: pa.DataType, rec: dict[str, Any], checked: CheckedRoutes, token_pos: np.ndarray
+) -> pa.RecordBatch:
     rows = len(checked.ids)
     input_pos = checked.start + np.arange(rows, dtype=np.int64)
     completion_index = input_pos - (len(rec["prompt_token_ids"]) - 1)
@@ -288,8 +302,11 @@ def _batch(schema: pa.Schema, id_type: pa.DataType, rec: dict[str, Any], checked
         "input_position": _flat(input_pos, pa.int32()),
         "token_position": _flat(tp, pa.int32(), valid=tp >= 0),
         layout.SAMPLER_EXPERTS: _nested(checked.ids, checked.present, id_type),
-        layout.SAMPLER_WEIGHTS: (pa.nulls(rows, schema.field(layout.SAMPLER_WEIGHTS).type) if checked.weights is None
-                                 else _nested(checked.weights, checked.present, pa.float32())),
+        layout.SAMPLER_WEIGHTS: (
+            pa.nulls(rows, schema.field(layout.SAMPLER_WEIGHTS).type)
+            if checked.weights is None
+            else _nested(checked.weights, checked.present, pa.float32())
+        ),
     }
     return pa.RecordBatch.from_arrays([columns.get(f.name, pa.nulls(rows, f.type)) for f in schema], schema=schema)
 
@@ -300,8 +317,9 @@ def _nested(values: np.ndarray, present: np.ndarray, value_type: pa.DataType) ->
     flat_present = present.reshape(-1)
     inner_offsets = np.zeros(rows * layers + 1, dtype=np.int32)
     np.cumsum(np.where(flat_present, k, 0), out=inner_offsets[1:])
-    inner = pa.ListArray.from_arrays(_flat(inner_offsets, pa.int32()), _flat(values[present], value_type),
-                                     mask=pa.array(~flat_present))
+    inner = pa.ListArray.from_arrays(
+        _flat(inner_offsets, pa.int32()), _flat(values[present], value_type), mask=pa.array(~flat_present)
+    )
     return pa.ListArray.from_arrays(_flat(np.arange(rows + 1) * layers, pa.int32()), inner)
 
 
@@ -323,41 +341,54 @@ def _write_shard(out: Path, schema: pa.Schema, batches: list[pa.RecordBatch], in
     return path
 
 
-def _manifest(plan: RoutesPlan, c: RouteCounts, shards: list[Path], out: Path, unrouted: int,
-              orphans: int) -> dict[str, Any]:
+def _manifest(
+    plan: RoutesPlan, c: RouteCounts, shards: list[Path], out: Path, unrouted: int, orphans: int
+) -> dict[str, Any]:
     m = plan.model
     meta = layout.RoutingMeta(
-        family=m.family, num_layers=m.num_layers, moe_layers=m.moe_layers, num_experts=m.num_experts, top_k=m.top_k,
+        family=m.family,
+        num_layers=m.num_layers,
+        moe_layers=m.moe_layers,
+        num_experts=m.num_experts,
+        top_k=m.top_k,
         sampler=layout.SideRoutes(True, weights=c.weights),
-        trainer=layout.SideRoutes(False, why="an imported run: the trainer's routes come from scoring it again"))
-    return {layout.MANIFEST_KEY: meta.to_dict(), "routes": {
-        "format": plan.options.encoding,
-        "root": os.fspath(plan.options.src),
-        "files": [rel for _, rel in plan.files],
-        "config": os.fspath(plan.options.config),
-        "layer_axis": sorted(c.layer_axes),
-        "sequences": c.sequences,
-        "sequences_without_routes": unrouted,
-        "routes_of_skipped_sequences": orphans,
-        "rows": c.rows,
-        "moe_entries": c.moe_entries,
-        "missing_captures": c.missing,
-        "mtp_layers_dropped": c.mtp_dropped,
-        "placeholder_rows_dropped": c.placeholders,
-        "shards": [p.relative_to(out).as_posix() for p in shards],
-        "sequences_file": SEQUENCES,
-    }}
+        trainer=layout.SideRoutes(False, why="an imported run: the trainer's routes come from scoring it again"),
+    )
+    return {
+        layout.MANIFEST_KEY: meta.to_dict(),
+        "routes": {
+            "format": plan.options.encoding,
+            "root": os.fspath(plan.options.src),
+            "files": [rel for _, rel in plan.files],
+            "config": os.fspath(plan.options.config),
+            "layer_axis": sorted(c.layer_axes),
+            "sequences": c.sequences,
+            "sequences_without_routes": unrouted,
+            "routes_of_skipped_sequences": orphans,
+            "rows": c.rows,
+            "moe_entries": c.moe_entries,
+            "missing_captures": c.missing,
+            "mtp_layers_dropped": c.mtp_dropped,
+            "placeholder_rows_dropped": c.placeholders,
+            "shards": [p.relative_to(out).as_posix() for p in shards],
+            "sequences_file": SEQUENCES,
+        },
+    }
 
 
 def _warnings(c: RouteCounts, unrouted: int, orphans: int) -> list[str]:
     out = []
     if c.missing:
         share = c.missing / c.moe_entries
-        line = (f"{c.missing:,} of {c.moe_entries:,} MoE layer routes ({share:.1%}) are all-zero rows: "
-                "failed captures, stored as null (not expert 0)")
+        line = (
+            f"{c.missing:,} of {c.moe_entries:,} MoE layer routes ({share:.1%}) are all-zero rows: "
+            "failed captures, stored as null (not expert 0)"
+        )
         if share > MOSTLY_MISSING:
-            line = ("MOST ROUTES ARE MISSING: " + line + "; the engine's capture failed (known with some parallel "
-                    "layouts): routing numbers from this run cover only the rest")
+            line = (
+                "MOST ROUTES ARE MISSING: " + line + "; the engine's capture failed (known with some parallel "
+                "layouts): routing numbers from this run cover only the rest"
+            )
         out.append(line)
     if c.mtp_dropped:
         out.append(f"left out {c.mtp_dropped} MTP/draft layer(s) after the model's decoder layers")

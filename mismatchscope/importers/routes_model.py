@@ -47,12 +47,20 @@ class RoutesModel:
         experts = _positive(cfg, _EXPERTS_KEYS, where)
         top_k = _positive(cfg, _TOP_K_KEYS, where)
         if top_k > experts:
-            raise UsageError(f"{where}: top-k {top_k} exceeds the {experts} experts",
-                             hint="pass the config.json of the model that recorded the routes")
+            raise UsageError(
+                f"{where}: top-k {top_k} exceeds the {experts} experts",
+                hint="pass the config.json of the model that recorded the routes",
+            )
         moe = _moe_layers(cfg, num_layers, where)
         mtp = next((int(cfg[k]) for k in _MTP_KEYS if isinstance(cfg.get(k), int)), 0)
-        return cls(family=str(cfg.get("model_type") or config.get("model_type") or "unknown"),
-                   num_layers=num_layers, moe_layers=moe, num_experts=experts, top_k=top_k, mtp_layers=max(mtp, 0))
+        return cls(
+            family=str(cfg.get("model_type") or config.get("model_type") or "unknown"),
+            num_layers=num_layers,
+            moe_layers=moe,
+            num_experts=experts,
+            top_k=top_k,
+            mtp_layers=max(mtp, 0),
+        )
 
     @classmethod
     def load(cls, path: Path) -> RoutesModel:
@@ -60,9 +68,10 @@ class RoutesModel:
         path = Path(path)
         file = path / "config.json" if path.is_dir() else path
         if not file.is_file():
-            raise UsageError(f"--routes-config {path}: no config.json there",
-                             hint="pass the checkpoint folder of the model that recorded the routes, "
-                                  "or its config.json")
+            raise UsageError(
+                f"--routes-config {path}: no config.json there",
+                hint="pass the checkpoint folder of the model that recorded the routes, or its config.json",
+            )
         try:
             config = json.loads(file.read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -72,8 +81,10 @@ class RoutesModel:
         return cls.from_config(config, where=f"--routes-config {file}")
 
     def describe(self) -> str:
-        return (f"{self.family}: {self.num_layers} decoder layers, {len(self.moe_layers)} MoE, "
-                f"top-{self.top_k} of {self.num_experts} experts")
+        return (
+            f"{self.family}: {self.num_layers} decoder layers, {len(self.moe_layers)} MoE, "
+            f"top-{self.top_k} of {self.num_experts} experts"
+        )
 
 
 def _positive(cfg: Mapping[str, Any], keys: tuple[str, ...], where: str) -> int:
@@ -83,8 +94,10 @@ def _positive(cfg: Mapping[str, Any], keys: tuple[str, ...], where: str) -> int:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise UsageError(f"{where}: {k} is {v!r}, not a positive integer")
             return v
-    raise UsageError(f"{where}: no {' / '.join(keys)}: not the config of a mixture-of-experts model",
-                     hint="pass the config.json of the MoE model that recorded the routes")
+    raise UsageError(
+        f"{where}: no {' / '.join(keys)}: not the config of a mixture-of-experts model",
+        hint="pass the config.json of the MoE model that recorded the routes",
+    )
 
 
 def _moe_layers(cfg: Mapping[str, Any], num_layers: int, where: str) -> tuple[int, ...]:
@@ -99,9 +112,14 @@ def _moe_layers(cfg: Mapping[str, Any], num_layers: int, where: str) -> tuple[in
         freq = int(cfg.get("moe_layer_freq") or 1)
         step = int(cfg.get("decoder_sparse_step") or 1)  # Qwen2/3-MoE
         dense_only = {int(i) for i in cfg.get("mlp_only_layers") or []}
-        layers = tuple(i for i in range(num_layers)
-                       if i >= first_dense and i % freq == 0 and (i + 1) % step == 0 and i not in dense_only)
+        layers = tuple(
+            i
+            for i in range(num_layers)
+            if i >= first_dense and i % freq == 0 and (i + 1) % step == 0 and i not in dense_only
+        )
     if not layers:
-        raise UsageError(f"{where}: no decoder layer routes (every layer is dense)",
-                         hint="pass the config.json of the MoE model that recorded the routes")
+        raise UsageError(
+            f"{where}: no decoder layer routes (every layer is dense)",
+            hint="pass the config.json of the MoE model that recorded the routes",
+        )
     return layers

@@ -58,14 +58,13 @@ _TRAIN_FILE = re.compile(r"^(\d+)(?:_(\d+))?\.pt$")
 
 SEMANTICS = {
     "sampler_logprob": "rollout_log_probs: SGLang's logprob of response token i, as the rollout engine returned it",
-    "trainer_logprob": "log_probs: Megatron's recompute before the update, logits divided by "
-                       "--rollout-temperature",
+    "trainer_logprob": "log_probs: Megatron's recompute before the update, logits divided by --rollout-temperature",
     "alignment": "index i of the per-response-token lists refers to tokens[total_length - response_length + i]; "
-                 "no shift applied",
+    "no shift applied",
     "mask": "loss_masks over the response (0 on tool and observation tokens of multi-turn samples); "
-            "prompt tokens are outside the response and count as dropped",
+    "prompt tokens are outside the response and count as dropped",
     "policy_lag": "none with slime's synchronous train.py; with train_async.py a rollout is generated one "
-                  "step behind the weights that recompute it, and the gap includes that lag",
+    "step behind the weights that recompute it, and the gap includes that lag",
     "reward": "the rollout dump's sample reward (raw), else the train dump's raw_reward",
     "prompt_id": "group_index from the rollout dump",
     "sample_index": "order of the sample within its group in the rollout dump",
@@ -79,8 +78,10 @@ class SlimeImporter:
 
     def __init__(self, columns: dict[str, str] | None = None):
         if columns:
-            raise UsageError("--column applies to the jsonl and parquet formats only",
-                             hint="slime dumps have a fixed layout; drop --column")
+            raise UsageError(
+                "--column applies to the jsonl and parquet formats only",
+                hint="slime dumps have a fixed layout; drop --column",
+            )
         self.warnings: list[str] = []
         self.columns: tuple[str, ...] = ("advantage", "reward", "step", "rank")
         self.rollout_dir: Path | None = None
@@ -97,15 +98,22 @@ class SlimeImporter:
             m = _TRAIN_FILE.match(p.name)
             if m is None:  # eval_ dumps and others
                 continue
-            files.append(SourceFile(path=p, rel=p.relative_to(root).as_posix(), step=int(m.group(1)),
-                                    rank=int(m.group(2)) if m.group(2) else None))
+            files.append(
+                SourceFile(
+                    path=p,
+                    rel=p.relative_to(root).as_posix(),
+                    step=int(m.group(1)),
+                    rank=int(m.group(2)) if m.group(2) else None,
+                )
+            )
         rollout_dir = root / "rollout_data"
         if rollout_dir.is_dir():
             self.rollout_dir = rollout_dir
             self.columns += ("prompt_id", "sample_index")
         elif files:
-            self.warnings.append("no rollout_data/ folder beside train_data/: imported without rewards, "
-                                 "prompt ids and sample indices")
+            self.warnings.append(
+                "no rollout_data/ folder beside train_data/: imported without rewards, prompt ids and sample indices"
+            )
         return sorted(files, key=lambda f: (f.step, f.rank or 0, f.rel))
 
     def semantics(self) -> dict[str, Any]:
@@ -137,8 +145,13 @@ class SlimeImporter:
             except _SHAPE_ERRORS as e:
                 ctx.bad(ImportFormatError(f"unexpected value ({short(e)})", file=f.rel, record=k), f)
                 continue
-            ctx.note("nonfinite_logprobs", int(len(values["token_id"]) - np.count_nonzero(
-                np.isfinite(values["sampler_logprob"]) & np.isfinite(values["trainer_logprob"]))))
+            ctx.note(
+                "nonfinite_logprobs",
+                int(
+                    len(values["token_id"])
+                    - np.count_nonzero(np.isfinite(values["sampler_logprob"]) & np.isfinite(values["trainer_logprob"]))
+                ),
+            )
             ctx.add(f, values, dropped)
 
     # -- the train dump ----------------------------------------------------------
@@ -149,11 +162,15 @@ class SlimeImporter:
         if version is None and "rollout_data" in data:
             raise ImportFormatError(
                 "a train dump without format_version (one file per rank, tensor-parallel duplicates included)",
-                file=f.rel, hint=f"this importer reads format_version {FORMAT_VERSION}; dump again with a "
-                                 "slime that writes it")
+                file=f.rel,
+                hint=f"this importer reads format_version {FORMAT_VERSION}; dump again with a slime that writes it",
+            )
         if version != FORMAT_VERSION:
-            raise ImportFormatError(f"unknown format_version {version!r}; this importer reads {FORMAT_VERSION}",
-                                    file=f.rel, hint="upgrade mismatchscope")
+            raise ImportFormatError(
+                f"unknown format_version {version!r}; this importer reads {FORMAT_VERSION}",
+                file=f.rel,
+                hint="upgrade mismatchscope",
+            )
         samples = data.get("samples")
         if not isinstance(samples, list):
             raise ImportFormatError("no 'samples' list", file=f.rel)
@@ -162,37 +179,49 @@ class SlimeImporter:
             raise ImportFormatError(f"holds rollout_id {rollout_id}, its name says {f.step}", file=f.rel)
         return samples
 
-    def _convert(self, f: SourceFile, k: int, s: Any, rollout: dict[str, Any] | None,
-                 raw_reward: Any) -> tuple[dict, int]:
+    def _convert(
+        self, f: SourceFile, k: int, s: Any, rollout: dict[str, Any] | None, raw_reward: Any
+    ) -> tuple[dict, int]:
         if not isinstance(s, dict):
             raise ImportFormatError(f"sample is a {type(s).__name__}, not a dict", file=f.rel, record=k)
         if s.get("log_probs") is None and s.get("rollout_log_probs") is not None:
             raise NoTrainerLogprobsError(
                 "samples carry rollout_log_probs but no log_probs: the trainer did not recompute them "
-                "(--use-rollout-logprobs?), so there is no trainer side", file=f.rel, record=k)
-        missing = [key for key in ("tokens", "response_lengths", "rollout_log_probs", "log_probs")
-                   if s.get(key) is None]
+                "(--use-rollout-logprobs?), so there is no trainer side",
+                file=f.rel,
+                record=k,
+            )
+        missing = [
+            key for key in ("tokens", "response_lengths", "rollout_log_probs", "log_probs") if s.get(key) is None
+        ]
         if missing:
-            raise ImportFormatError(f"missing field(s) {', '.join(missing)} (the sample has: "
-                                    f"{', '.join(sorted(s)[:15])})", file=f.rel, record=k)
+            raise ImportFormatError(
+                f"missing field(s) {', '.join(missing)} (the sample has: {', '.join(sorted(s)[:15])})",
+                file=f.rel,
+                record=k,
+            )
         resp = _count(s["response_lengths"], "response_lengths", f, k)
         try:
             tokens = _array(s["tokens"], np.int64)
-            per_token = {key: _array(s[key], np.float64) for key in
-                         ("rollout_log_probs", "log_probs", "loss_masks", "advantages") if s.get(key) is not None}
+            per_token = {
+                key: _array(s[key], np.float64)
+                for key in ("rollout_log_probs", "log_probs", "loss_masks", "advantages")
+                if s.get(key) is not None
+            }
         except (TypeError, ValueError) as e:
             raise ImportFormatError(f"non-numeric value ({e})", file=f.rel, record=k) from None
         bad = {key: len(v) for key, v in per_token.items() if len(v) != resp}
         if bad or not 0 < resp <= len(tokens):
             shown = ", ".join(f"{key}={v}" for key, v in bad.items()) or f"tokens={len(tokens)}"
-            raise ImportFormatError(f"misaligned per-token lists: response_lengths {resp} but {shown}",
-                                    file=f.rel, record=k)
+            raise ImportFormatError(
+                f"misaligned per-token lists: response_lengths {resp} but {shown}", file=f.rel, record=k
+            )
         keep = per_token["loss_masks"] != 0 if "loss_masks" in per_token else np.ones(resp, dtype=bool)
         kept = int(np.count_nonzero(keep))
         if kept == 0:
             raise ImportFormatError("loss_masks selects no token", file=f.rel, record=k)
         values: dict[str, Any] = {
-            "token_id": tokens[len(tokens) - resp:][keep],
+            "token_id": tokens[len(tokens) - resp :][keep],
             "sampler_logprob": per_token["rollout_log_probs"][keep],
             "trainer_logprob": per_token["log_probs"][keep],
             "advantage": per_token["advantages"][keep] if "advantages" in per_token else math.nan,
@@ -208,9 +237,12 @@ class SlimeImporter:
             if info is None and s.get("sample_index") is not None:
                 info = rollout["by_index"].get(int(_item(s["sample_index"], "sample_index")))
             if info is None:
-                raise ImportFormatError(f"no matching sample in rollout_data/{f.step}.pt "
-                                        f"(rollout_position {pos!r}, sample_index {s.get('sample_index')!r})",
-                                        file=f.rel, record=k)
+                raise ImportFormatError(
+                    f"no matching sample in rollout_data/{f.step}.pt "
+                    f"(rollout_position {pos!r}, sample_index {s.get('sample_index')!r})",
+                    file=f.rel,
+                    record=k,
+                )
             group, ordinal, rollout_reward = info
             values["prompt_id"], values["sample_index"] = group, ordinal
             if not math.isnan(rollout_reward):
@@ -223,8 +255,9 @@ class SlimeImporter:
         if self._rollout_cache is not None and self._rollout_cache[0] == rollout_id:
             cached = self._rollout_cache[1]
             if cached is None:
-                raise ImportFormatError("its rollout dump could not be read (see above)",
-                                        file=f"rollout_data/{rollout_id}.pt")
+                raise ImportFormatError(
+                    "its rollout dump could not be read (see above)", file=f"rollout_data/{rollout_id}.pt"
+                )
             return cached
         self._rollout_cache = (rollout_id, None)
         assert self.rollout_dir is not None
@@ -281,12 +314,16 @@ def _load(path: Path, rel: str, trust_pickle: bool, rollout: bool = False) -> An
         if problem is not None:
             raise ImportFormatError(f"corrupt: {problem}", file=rel) from None
         if not trust_pickle:
-            what = ("slime's rollout dump stores Sample.to_dict() with free-form metadata, and this one holds "
-                    "Python objects that only a full unpickle can rebuild" if rollout else
-                    "this train dump holds Python objects that only a full unpickle can rebuild")
+            what = (
+                "slime's rollout dump stores Sample.to_dict() with free-form metadata, and this one holds "
+                "Python objects that only a full unpickle can rebuild"
+                if rollout
+                else "this train dump holds Python objects that only a full unpickle can rebuild"
+            )
             raise UntrustedPickleError(
                 f"{rel}: {what}; unpickling runs code stored in the file, so it is refused by default",
-                hint="pass --trust-pickle if you produced these files yourself") from None
+                hint="pass --trust-pickle if you produced these files yourself",
+            ) from None
     except Exception as e:  # truncated or not a torch file at all
         raise ImportFormatError(f"corrupt: not a readable torch file or pickle ({short(e)})", file=rel) from None
     try:
@@ -374,13 +411,13 @@ def _legacy_problem(fh: Any) -> str | None:
 class _Inert:
     """What every class and function of a parsed pickle becomes: accepts any construction, holds nothing."""
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> "_Inert":
+    def __new__(cls, *args: Any, **kwargs: Any) -> _Inert:
         return object.__new__(_Inert)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         pass
 
-    def __call__(self, *args: Any, **kwargs: Any) -> "_Inert":
+    def __call__(self, *args: Any, **kwargs: Any) -> _Inert:
         return _Inert()
 
     def __setstate__(self, state: Any) -> None:
@@ -418,9 +455,26 @@ class _InertUnpickler(pickle.Unpickler):
         return _Inert()
 
 
-_ELEMENT_SIZES = {"Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
-                  "Byte": 1, "Bool": 1, "ComplexDouble": 16, "ComplexFloat": 8, "QInt8": 1, "QUInt8": 1, "QInt32": 4,
-                  "QUInt4x2": 1, "QUInt2x4": 1, "Untyped": 1}
+_ELEMENT_SIZES = {
+    "Double": 8,
+    "Float": 4,
+    "Half": 2,
+    "BFloat16": 2,
+    "Long": 8,
+    "Int": 4,
+    "Short": 2,
+    "Char": 1,
+    "Byte": 1,
+    "Bool": 1,
+    "ComplexDouble": 16,
+    "ComplexFloat": 8,
+    "QInt8": 1,
+    "QUInt8": 1,
+    "QInt32": 4,
+    "QUInt4x2": 1,
+    "QUInt2x4": 1,
+    "Untyped": 1,
+}
 
 
 def _element_size(storage_type: str) -> int:

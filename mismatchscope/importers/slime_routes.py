@@ -46,13 +46,17 @@ def records(path: Path, rel: str, trust_pickle: bool) -> Iterator[tuple[dict[str
     for k, s in enumerate(samples):
         where = {"file": rel, "record": k}
         if not isinstance(s, dict) or s.get(ROUTES_FIELD) is None:
-            raise ImportFormatError(f"the sample has no {ROUTES_FIELD}: the run did not record routes "
-                                    "(--use-rollout-routing-replay)", **where)
+            raise ImportFormatError(
+                f"the sample has no {ROUTES_FIELD}: the run did not record routes (--use-rollout-routing-replay)",
+                **where,
+            )
         tokens = _ints(s.get("tokens"))
         resp = int(np.asarray(_numpy(s.get("response_lengths"))).reshape(-1)[0])
-        rec: dict[str, Any] = {"prompt_token_ids": tokens[:len(tokens) - resp],
-                               "completion_token_ids": tokens[len(tokens) - resp:],
-                               ROUTES_FIELD: _numpy(s[ROUTES_FIELD])}
+        rec: dict[str, Any] = {
+            "prompt_token_ids": tokens[: len(tokens) - resp],
+            "completion_token_ids": tokens[len(tokens) - resp :],
+            ROUTES_FIELD: _numpy(s[ROUTES_FIELD]),
+        }
         if s.get("loss_masks") is not None:
             rec["loss_mask"] = _ints(s["loss_masks"])
         yield where, rec

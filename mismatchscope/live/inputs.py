@@ -67,11 +67,24 @@ def to_host(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
-def prepare(step: int, sampler_logprobs: Any, trainer_logprobs: Any, mask: Any = None, *,
-            advantages: Any = None, rewards: Any = None, sequence_ids: Any = None, group_ids: Any = None,
-            token_ids: Any = None, sampler_topk_ids: Any = None, sampler_topk_logprobs: Any = None,
-            trainer_logprobs_at_sampler_topk: Any = None, sampler_steps: Any = None, sampler_experts: Any = None,
-            trainer_experts: Any = None) -> StepBatch:
+def prepare(
+    step: int,
+    sampler_logprobs: Any,
+    trainer_logprobs: Any,
+    mask: Any = None,
+    *,
+    advantages: Any = None,
+    rewards: Any = None,
+    sequence_ids: Any = None,
+    group_ids: Any = None,
+    token_ids: Any = None,
+    sampler_topk_ids: Any = None,
+    sampler_topk_logprobs: Any = None,
+    trainer_logprobs_at_sampler_topk: Any = None,
+    sampler_steps: Any = None,
+    sampler_experts: Any = None,
+    trainer_experts: Any = None,
+) -> StepBatch:
     """Check one step's arrays and copy the masked tokens out as token-pair columns.
 
     ``sequence_ids`` left out are filled in by the caller (the Recorder numbers
@@ -81,17 +94,23 @@ def prepare(step: int, sampler_logprobs: Any, trainer_logprobs: Any, mask: Any =
     lq = _floats("sampler_logprobs", sampler_logprobs)
     lp = _floats("trainer_logprobs", trainer_logprobs)
     if lq.ndim != 2:
-        raise RecorderInputError(f"sampler_logprobs must be [B, T] (a batch of padded sequences), got shape {lq.shape}",
-                                 hint="add a batch axis for a single sequence, e.g. x[None]")
+        raise RecorderInputError(
+            f"sampler_logprobs must be [B, T] (a batch of padded sequences), got shape {lq.shape}",
+            hint="add a batch axis for a single sequence, e.g. x[None]",
+        )
     if lp.shape != lq.shape:
-        raise RecorderInputError(f"sampler_logprobs has shape {lq.shape} and trainer_logprobs {lp.shape}: they must match",
-                                 hint="pass both as [B, T] over the same tokens")
+        raise RecorderInputError(
+            f"sampler_logprobs has shape {lq.shape} and trainer_logprobs {lp.shape}: they must match",
+            hint="pass both as [B, T] over the same tokens",
+        )
     b, t = lq.shape
     m = np.ones((b, t), bool) if mask is None else _mask(to_host(mask), (b, t))
     rows, pos = np.nonzero(m)
     if rows.size == 0:
-        raise RecorderInputError(f"step {step}: the mask selects no token, nothing to record",
-                                 hint="pass the response mask (1 for each generated token that counts)")
+        raise RecorderInputError(
+            f"step {step}: the mask selects no token, nothing to record",
+            hint="pass the response mask (1 for each generated token that counts)",
+        )
     cols: dict[str, np.ndarray] = {
         "sampler_logprob": lq[rows, pos].astype(np.float64),
         "trainer_logprob": lp[rows, pos].astype(np.float64),
@@ -99,14 +118,19 @@ def prepare(step: int, sampler_logprobs: Any, trainer_logprobs: Any, mask: Any =
     _check_logprobs(step, cols["sampler_logprob"], cols["trainer_logprob"], rows, pos)
     refused = first_refused({"position": pos})  # T beyond the readers' limit: int32 would wrap it
     if refused is not None:
-        raise RecorderInputError(f"step {step}: {refused.reason} at row {int(rows[refused.row])}",
-                                 hint="position is the index along T; no completion is 16.7M tokens long")
+        raise RecorderInputError(
+            f"step {step}: {refused.reason} at row {int(rows[refused.row])}",
+            hint="position is the index along T; no completion is 16.7M tokens long",
+        )
     cols["position"] = pos.astype(np.int32)
     cols["step"] = np.full(rows.size, step, np.int64)
     seq_B = np.arange(b, dtype=np.int64) if sequence_ids is None else _sequence_ids(sequence_ids, b)
     cols["sequence_id"] = seq_B[rows]
-    cols["token_id"] = (np.full(rows.size, -1, np.int64) if token_ids is None
-                        else _same_shape("token_ids", token_ids, (b, t))[rows, pos].astype(np.int64))
+    cols["token_id"] = (
+        np.full(rows.size, -1, np.int64)
+        if token_ids is None
+        else _same_shape("token_ids", token_ids, (b, t))[rows, pos].astype(np.int64)
+    )
     if group_ids is not None:
         cols["prompt_id"] = _per_sequence("group_ids", group_ids, b, ids=True)[rows]
     if rewards is not None:
@@ -118,14 +142,17 @@ def prepare(step: int, sampler_logprobs: Any, trainer_logprobs: Any, mask: Any =
         cols["trainer_step"] = np.full(rows.size, step, np.int64)
     topk = _topk(rows, pos, (b, t), sampler_topk_ids, sampler_topk_logprobs, trainer_logprobs_at_sampler_topk)
     if topk and token_ids is None:
-        raise RecorderInputError("the top-k columns need token_ids: the bounds look for the sampled token among the listed ids")
+        raise RecorderInputError(
+            "the top-k columns need token_ids: the bounds look for the sampled token among the listed ids"
+        )
     cols.update(topk)
     experts = _experts(rows, pos, (b, t), {"sampler": sampler_experts, "trainer": trainer_experts})
     return StepBatch(step, cols, int(np.unique(rows).size), b, experts)
 
 
-def _experts(rows: np.ndarray, pos: np.ndarray, shape: tuple[int, int],
-             given: dict[str, Any]) -> dict[str, np.ndarray] | None:
+def _experts(
+    rows: np.ndarray, pos: np.ndarray, shape: tuple[int, int], given: dict[str, Any]
+) -> dict[str, np.ndarray] | None:
     """The masked tokens' expert ids of each side given, ``[N, layers, k]`` (copies); None when neither is."""
     out = {}
     for side, x in given.items():
@@ -133,9 +160,10 @@ def _experts(rows: np.ndarray, pos: np.ndarray, shape: tuple[int, int],
             continue
         a = to_host(x)
         if a.ndim != 4 or a.shape[:2] != shape:
-            raise RecorderInputError(f"{side}_experts has shape {a.shape}, expected [B, T, layers, top_k] with "
-                                     f"[B, T] = {shape}",
-                                     hint="each token's expert ids per decoder layer, aligned with the logprobs")
+            raise RecorderInputError(
+                f"{side}_experts has shape {a.shape}, expected [B, T, layers, top_k] with [B, T] = {shape}",
+                hint="each token's expert ids per decoder layer, aligned with the logprobs",
+            )
         out[side] = a[rows, pos]
     return out or None
 
@@ -144,8 +172,9 @@ def _step(step: Any) -> int:
     if isinstance(step, (bool, np.bool_)) or not isinstance(step, (int, np.integer)) or step < 0:
         raise RecorderInputError(f"step must be a non-negative integer, got {step!r}")
     if step > MAX_ABS_STEP:
-        raise RecorderInputError(f"step {step} is beyond 2^52, where timeline stops reading steps",
-                                 hint="pass the training step counter")
+        raise RecorderInputError(
+            f"step {step} is beyond 2^52, where timeline stops reading steps", hint="pass the training step counter"
+        )
     return int(step)
 
 
@@ -162,7 +191,9 @@ def _mask(m: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
     if m.dtype == bool:
         return m
     if not np.isin(m, (0, 1)).all():
-        raise RecorderInputError("mask must hold only 0/1 or booleans", hint="pass the response mask, not lengths or weights")
+        raise RecorderInputError(
+            "mask must hold only 0/1 or booleans", hint="pass the response mask, not lengths or weights"
+        )
     return m.astype(bool)
 
 
@@ -182,7 +213,8 @@ def _check_logprobs(step: int, lq: np.ndarray, lp: np.ndarray, rows: np.ndarray,
         raise RecorderInputError(
             f"step {step}: {int(too_high.sum())} positive logprob(s) beyond rounding (> {POSITIVE_LOGPROB_TOLERANCE:g}), "
             f"e.g. sampler {lq[i]:.4g} / trainer {lp[i]:.4g} at row {int(rows[i])} position {int(pos[i])}",
-            hint="logprobs are natural logs <= 0; are these logits or probabilities?")
+            hint="logprobs are natural logs <= 0; are these logits or probabilities?",
+        )
 
 
 def _per_sequence(name: str, x: Any, b: int, ids: bool = False) -> np.ndarray:
@@ -200,11 +232,13 @@ def _per_sequence(name: str, x: Any, b: int, ids: bool = False) -> np.ndarray:
 
 def _sequence_ids(x: Any, b: int) -> np.ndarray:
     ids = _per_sequence("sequence_ids", x, b, ids=True)
-    uniq, counts = np.unique(ids, return_counts=True)
+    _uniq, counts = np.unique(ids, return_counts=True)
     if (counts > 1).any():
-        raise RecorderInputError(f"sequence_ids repeat within the batch ({int((counts > 1).sum())} id(s) more than once): "
-                                 "each row is one sequence",
-                                 hint="pass a prompt's id (shared by its samples) as group_ids, or leave sequence_ids out")
+        raise RecorderInputError(
+            f"sequence_ids repeat within the batch ({int((counts > 1).sum())} id(s) more than once): "
+            "each row is one sequence",
+            hint="pass a prompt's id (shared by its samples) as group_ids, or leave sequence_ids out",
+        )
     return ids
 
 
@@ -221,14 +255,18 @@ def _advantages(step: int, x: Any, shape: tuple[int, int], rows: np.ndarray, pos
     elif a.shape == shape:
         checked = out = a[rows, pos].astype(np.float64)
     else:
-        raise RecorderInputError(f"advantages has shape {a.shape}, expected per sequence {shape[:1]} or per token {shape}")
+        raise RecorderInputError(
+            f"advantages has shape {a.shape}, expected per sequence {shape[:1]} or per token {shape}"
+        )
     bad = int((~np.isfinite(checked)).sum())
     if bad:
         raise RecorderInputError(f"step {step}: advantages has {bad} non-finite value(s) under the mask")
     return out
 
 
-def _topk(rows: np.ndarray, pos: np.ndarray, shape: tuple[int, int], ids: Any, lq: Any, lp: Any) -> dict[str, np.ndarray]:
+def _topk(
+    rows: np.ndarray, pos: np.ndarray, shape: tuple[int, int], ids: Any, lq: Any, lp: Any
+) -> dict[str, np.ndarray]:
     given = {"sampler_topk_ids": ids, "sampler_topk_logprobs": lq, "trainer_logprobs_at_sampler_topk": lp}
     present = [k for k, v in given.items() if v is not None]
     if not present:
@@ -247,8 +285,10 @@ def _topk(rows: np.ndarray, pos: np.ndarray, shape: tuple[int, int], ids: Any, l
     for name in ("sampler_topk_logprobs", "trainer_logprobs_at_sampler_topk"):
         v = arrays[name][rows, pos].astype(np.float64)
         if (np.isfinite(v) & (v > POSITIVE_LOGPROB_TOLERANCE)).any():
-            raise RecorderInputError(f"{name} holds positive logprob(s) beyond rounding (> {POSITIVE_LOGPROB_TOLERANCE:g})",
-                                     hint="logprobs are natural logs <= 0")
+            raise RecorderInputError(
+                f"{name} holds positive logprob(s) beyond rounding (> {POSITIVE_LOGPROB_TOLERANCE:g})",
+                hint="logprobs are natural logs <= 0",
+            )
         out[name] = v
     return out
 
@@ -278,7 +318,8 @@ class RecordedIds:
             raise RecorderInputError(
                 f"step {step}: sequence id {int(ids_B[k])} was already recorded at step "
                 f"{int(self.step[i[k]])}: report would read both as one sequence, its tokens twice",
-                hint="pass sequence ids unique in the whole run (all steps and ranks), or leave sequence_ids out")
+                hint="pass sequence ids unique in the whole run (all steps and ranks), or leave sequence_ids out",
+            )
 
     def add(self, step: int, ids_B: np.ndarray) -> None:
         u = np.unique(ids_B)

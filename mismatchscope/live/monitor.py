@@ -83,9 +83,17 @@ class Monitor:
     and ``alerts`` (how many new alerts this step).
     """
 
-    def __init__(self, recorder: Any = None, *, rules: list[str | RuleInstance] | None = None, prefix: str = "mismatch/",
-                 window: int = WINDOW, changes: ChangeConfig = ONLINE_CHANGES,
-                 min_rise: float = MIN_RISE, routing: Any = None):
+    def __init__(
+        self,
+        recorder: Any = None,
+        *,
+        rules: list[str | RuleInstance] | None = None,
+        prefix: str = "mismatch/",
+        window: int = WINDOW,
+        changes: ChangeConfig = ONLINE_CHANGES,
+        min_rise: float = MIN_RISE,
+        routing: Any = None,
+    ):
         from .routes import routing_meta
 
         self.recorder = recorder
@@ -114,14 +122,16 @@ class Monitor:
         if self.recorder is not None:
             self.recorder.close()
 
-    def __enter__(self) -> "Monitor":
+    def __enter__(self) -> Monitor:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if self.recorder is not None:
             self.recorder.__exit__(exc_type, exc, tb)
 
-    def add(self, step: int, sampler_logprobs: Any, trainer_logprobs: Any, mask: Any = None, **columns: Any) -> StepReport:
+    def add(
+        self, step: int, sampler_logprobs: Any, trainer_logprobs: Any, mask: Any = None, **columns: Any
+    ) -> StepReport:
         """Record (with a Recorder) and measure one batch; the values cover every batch of ``step`` so far."""
         if self.recorder is not None:
             batch = self.recorder.add(step, sampler_logprobs, trainer_logprobs, mask, **columns)
@@ -160,7 +170,9 @@ class Monitor:
         return StepReport(flat, batch.step, new)
 
     def _detect(self, step: int) -> list[Alert]:
-        steps = np.array(sorted(s for s, v in self.history.items() if "tokens" in v and v["tokens"] > 0))[-self.window:]
+        steps = np.array(sorted(s for s, v in self.history.items() if "tokens" in v and v["tokens"] > 0))[
+            -self.window :
+        ]
         if steps.size < self.changes.min_steps:
             return []
         tokens = np.array([self.history[s]["tokens"] for s in steps])
@@ -168,8 +180,11 @@ class Monitor:
         for m in self.metrics:
             x = np.array([self.history[s].get(m.key, np.nan) for s in steps])
             ch = detect(steps, x, self.changes, m.scale, x * tokens if m.unit == COUNTED else None)
-            out += [self._spike(m, s) for s in ch.spikes
-                    if self._rises(s["baseline"], s["value"]) and self._first(("spike", m.key, s["step"]))]
+            out += [
+                self._spike(m, s)
+                for s in ch.spikes
+                if self._rises(s["baseline"], s["value"]) and self._first(("spike", m.key, s["step"]))
+            ]
             rising = [s for s in ch.shifts if self._rises(s["before"], s["after"])]
             out += [self._shift(m, s) for s in self._confirmed(("shift", m.key), rising, "step")]
             up = [d for d in ch.drifts if self._rises(d["before"], d["after"])]
@@ -200,16 +215,33 @@ class Monitor:
         return confirmed
 
     def _spike(self, m: Metric, s: dict) -> Alert:
-        return Alert(m.key, "spike", s["step"], f"mismatch alert: {m.key} spiked at step {s['step']}: "
-                     f"{s['value']:.4g} against {s['baseline']:.4g} around it", s)
+        return Alert(
+            m.key,
+            "spike",
+            s["step"],
+            f"mismatch alert: {m.key} spiked at step {s['step']}: "
+            f"{s['value']:.4g} against {s['baseline']:.4g} around it",
+            s,
+        )
 
     def _shift(self, m: Metric, s: dict) -> Alert:
-        return Alert(m.key, "shift", s["step"], f"mismatch alert: {m.key} rose at step {s['step']}: "
-                     f"mean {s['before']:.4g} before, {s['after']:.4g} since", s)
+        return Alert(
+            m.key,
+            "shift",
+            s["step"],
+            f"mismatch alert: {m.key} rose at step {s['step']}: mean {s['before']:.4g} before, {s['after']:.4g} since",
+            s,
+        )
 
     def _drift(self, m: Metric, d: dict) -> Alert:
-        return Alert(m.key, "drift", d["to_step"], f"mismatch alert: {m.key} crept up from step {d['from_step']} to "
-                     f"{d['to_step']}: {d['before']:.4g} -> {d['after']:.4g} over {d['shifts']} shifts", d)
+        return Alert(
+            m.key,
+            "drift",
+            d["to_step"],
+            f"mismatch alert: {m.key} crept up from step {d['from_step']} to "
+            f"{d['to_step']}: {d['before']:.4g} -> {d['after']:.4g} over {d['shifts']} shifts",
+            d,
+        )
 
     def _first(self, key: tuple) -> bool:
         if key in self._reported:
@@ -224,8 +256,12 @@ def _clean(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     lp = np.where(lp == LOGPROB_SENTINEL, -np.inf, lp)
     lq = np.where(lq == LOGPROB_SENTINEL, -np.inf, lq)
     keep = np.isfinite(lp) & np.isfinite(lq)
-    out = {"trainer_logprob": lp[keep], "sampler_logprob": lq[keep], "sequence_id": columns["sequence_id"][keep],
-           "step": columns["step"][keep]}
+    out = {
+        "trainer_logprob": lp[keep],
+        "sampler_logprob": lq[keep],
+        "sequence_id": columns["sequence_id"][keep],
+        "step": columns["step"][keep],
+    }
     for name in ("advantage", "route_compared", "route_flipped"):
         if name in columns:
             out[name] = columns[name][keep]

@@ -30,9 +30,10 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -62,9 +63,17 @@ class Recorder:
     replaces that rank's earlier shards of the step.
     """
 
-    def __init__(self, path: str | os.PathLike, *, rank: int | None = None, world_size: int | None = None,
-                 meta: Mapping[str, Any] | None = None, resume: bool = False, max_pending: int = MAX_PENDING,
-                 routing: Any = None):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+        meta: Mapping[str, Any] | None = None,
+        resume: bool = False,
+        max_pending: int = MAX_PENDING,
+        routing: Any = None,
+    ):
         from .routes import routing_meta
 
         self.path = Path(path)
@@ -74,19 +83,27 @@ class Recorder:
         self.rank = int(os.environ.get("RANK", 0)) if rank is None else int(rank)
         env_world = os.environ.get("WORLD_SIZE")
         self.world_size = world_size if world_size is not None else (int(env_world) if env_world else None)
-        if self.world_size is not None and (isinstance(self.world_size, bool) or not isinstance(self.world_size, int)
-                                            or self.world_size < 1):
-            raise UsageError(f"world_size must be a positive integer (the number of ranks), got {self.world_size!r}",
-                             hint="leave it out to read WORLD_SIZE, or pass the number of processes writing the run")
+        if self.world_size is not None and (
+            isinstance(self.world_size, bool) or not isinstance(self.world_size, int) or self.world_size < 1
+        ):
+            raise UsageError(
+                f"world_size must be a positive integer (the number of ranks), got {self.world_size!r}",
+                hint="leave it out to read WORLD_SIZE, or pass the number of processes writing the run",
+            )
         if self.rank < 0 or (self.world_size is not None and not 0 <= self.rank < self.world_size):
-            raise UsageError(f"rank {self.rank} is not in [0, {self.world_size})" if self.world_size else
-                             f"rank must be >= 0, got {self.rank}")
+            raise UsageError(
+                f"rank {self.rank} is not in [0, {self.world_size})"
+                if self.world_size
+                else f"rank must be >= 0, got {self.rank}"
+            )
         check_recorder_directory(self.path, path, resume=resume, world_size=self.world_size)
         self.meta = dict(meta or {})
         self._tag = f"rank-{self.rank:04d}"
         self.record_path = self.path / rundir.RANKS / f"{self._tag}.json"
         self._index = rundir.ShardIndex(self.path, rundir.TOKENS, self._tag)
-        self._lock = rundir.WriterLock(self.path / rundir.RANKS / f"{self._tag}.lock", f"{self.path} (rank {self.rank})")
+        self._lock = rundir.WriterLock(
+            self.path / rundir.RANKS / f"{self._tag}.lock", f"{self.path} (rank {self.rank})"
+        )
         try:
             self._record = self._open_record(resume)
             if self.rank == 0:
@@ -95,8 +112,11 @@ class Recorder:
             self._lock.release()
             raise
         self._resumed = resume
-        self._next_seq = max(int(self._record.get("next_sequence_id", 0)), self.rank << SEQUENCE_ID_RANK_SHIFT,
-                             self._max_sequence_id_on_disk() + 1 if resume else 0)
+        self._next_seq = max(
+            int(self._record.get("next_sequence_id", 0)),
+            self.rank << SEQUENCE_ID_RANK_SHIFT,
+            self._max_sequence_id_on_disk() + 1 if resume else 0,
+        )
         self._given_ids = RecordedIds()
         """sequence ids the caller passed this session (generated ones are unique by construction)."""
         self._parts: dict[int, int] = {}
@@ -107,13 +127,17 @@ class Recorder:
         self._closed = False
         self.wait_seconds = 0.0
         """time add() spent waiting for a full queue (back-pressure)."""
-        self._thread = threading.Thread(target=self._write_loop, name=f"mismatchscope-recorder-{self.rank}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._write_loop, name=f"mismatchscope-recorder-{self.rank}", daemon=True
+        )
         self._thread.start()
         atexit.register(self._drain_at_exit)
 
     # -- the caller's side ----------------------------------------------------------
 
-    def add(self, step: int, sampler_logprobs: Any, trainer_logprobs: Any, mask: Any = None, **columns: Any) -> StepBatch:
+    def add(
+        self, step: int, sampler_logprobs: Any, trainer_logprobs: Any, mask: Any = None, **columns: Any
+    ) -> StepBatch:
         """Record one batch of step ``step``: ``[B, T]`` logprobs and mask (torch on any device, or numpy).
 
         Optional keywords: ``advantages`` ([B] or [B, T]), ``rewards`` ([B]),
@@ -182,7 +206,7 @@ class Recorder:
             self._queue.put(None)
             self._thread.join()
 
-    def __enter__(self) -> "Recorder":
+    def __enter__(self) -> Recorder:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -194,8 +218,10 @@ class Recorder:
     def _open_record(self, resume: bool) -> dict[str, Any]:
         old = rundir.read_json(self.record_path)
         if old is not None and not resume:
-            raise UsageError(f"{self.path} already holds records of rank {self.rank} ({self.record_path.name})",
-                             hint="pass resume=True to add to them, or record into another directory")
+            raise UsageError(
+                f"{self.path} already holds records of rank {self.rank} ({self.record_path.name})",
+                hint="pass resume=True to add to them, or record into another directory",
+            )
         record = old or {"rank": self.rank, "steps": [], "rows": 0, "shards": 0}
         record.update({"status": rundir.RUNNING, "pid": os.getpid(), "started": time.time()})
         rundir.atomic_write_json(self.record_path, record)
@@ -206,16 +232,28 @@ class Recorder:
 
     def _write_manifest(self, status: str) -> None:
         old = rundir.read_manifest(self.path) or {}
-        manifest = {**old, "writer": "recorder", "schema_version": SCHEMA_VERSION, "mismatchscope_version": __version__,
-                    "meta": self.meta, "world_size": self.world_size, "status": status,
-                    "shard_index": rundir.INDEX_VERSION,
-                    "layout": "tokens/step-SSSSSS-rank-NNNN[-part-PPPP].parquet; ranks/rank-NNNN.json per rank"}
+        manifest = {
+            **old,
+            "writer": "recorder",
+            "schema_version": SCHEMA_VERSION,
+            "mismatchscope_version": __version__,
+            "meta": self.meta,
+            "world_size": self.world_size,
+            "status": status,
+            "shard_index": rundir.INDEX_VERSION,
+            "layout": "tokens/step-SSSSSS-rank-NNNN[-part-PPPP].parquet; ranks/rank-NNNN.json per rank",
+        }
         manifest.setdefault("created", time.time())
         if self.routing is not None:
             from ..routing.layout import MANIFEST_KEY, SideRoutes
 
-            sides = {s: SideRoutes(s in self._route_sides, why=None if s in self._route_sides else
-                                   f"no {s}_experts given to Recorder.add") for s in ("sampler", "trainer")}
+            sides = {
+                s: SideRoutes(
+                    s in self._route_sides,
+                    why=None if s in self._route_sides else f"no {s}_experts given to Recorder.add",
+                )
+                for s in ("sampler", "trainer")
+            }
             manifest[MANIFEST_KEY] = replace(self.routing, **sides).to_dict()
         rundir.write_manifest(self.path, manifest)
 
@@ -227,8 +265,11 @@ class Recorder:
             pass
         if not self._warned_full:
             self._warned_full = True
-            print(f"mismatchscope: warning: the Recorder's writer is behind ({self._queue.maxsize} shards queued); "
-                  "add() waits for it rather than drop data (said once)", file=sys.stderr)
+            print(
+                f"mismatchscope: warning: the Recorder's writer is behind ({self._queue.maxsize} shards queued); "
+                "add() waits for it rather than drop data (said once)",
+                file=sys.stderr,
+            )
         t0 = time.perf_counter()
         while True:
             self._raise_writer_error()
@@ -337,8 +378,9 @@ _OWN_FOLDERS = {
 """what a recorded run holds: its manifest, and its folders with the names each may hold."""
 
 
-def check_recorder_directory(path: Path, given: str | os.PathLike, *, resume: bool = False,
-                             world_size: int | None = None) -> None:
+def check_recorder_directory(
+    path: Path, given: str | os.PathLike, *, resume: bool = False, world_size: int | None = None
+) -> None:
     """Refuse a directory that holds anything but a recorded run: another writer's run, a folder inside a run,
     a file, other files, or an empty path (the working directory).
 
@@ -348,35 +390,47 @@ def check_recorder_directory(path: Path, given: str | os.PathLike, *, resume: bo
     A recorded run of another world size is reopened only with ``resume``.
     """
     if not str(given).strip():
-        raise UsageError("the Recorder was given an empty path (the working directory)",
-                         hint="name the run directory, e.g. Recorder('runs/my-run')")
+        raise UsageError(
+            "the Recorder was given an empty path (the working directory)",
+            hint="name the run directory, e.g. Recorder('runs/my-run')",
+        )
     if path.exists() and not path.is_dir():
         raise UsageError(f"{path} is a file, not a run directory", hint="record into a new or empty directory")
     for up in _ancestors(path):
         if rundir.is_run_dir(up):
-            raise UsageError(f"{path} lies inside the run {up}",
-                             hint="record into a directory of its own, not into another run's folders")
+            raise UsageError(
+                f"{path} lies inside the run {up}",
+                hint="record into a directory of its own, not into another run's folders",
+            )
     if not path.is_dir():
         return
     manifest_path = path / rundir.MANIFEST
     if manifest_path.exists():
         manifest = rundir.read_manifest(path)
         if manifest is None or manifest.get("writer") != "recorder":
-            raise UsageError(f"{path} already holds {_what_run(manifest)}, not a recorded run",
-                             hint="record into a new or empty directory")
+            raise UsageError(
+                f"{path} already holds {_what_run(manifest)}, not a recorded run",
+                hint="record into a new or empty directory",
+            )
         old_world = manifest.get("world_size")
         if world_size is not None and isinstance(old_world, int) and old_world != world_size and not resume:
-            raise UsageError(f"{path} holds a run recorded with world_size {old_world}, not {world_size}",
-                             hint="pass resume=True to add to it, or record into another directory")
+            raise UsageError(
+                f"{path} holds a run recorded with world_size {old_world}, not {world_size}",
+                hint="pass resume=True to add to it, or record into another directory",
+            )
     for entry in sorted(path.iterdir()):
         names = _OWN_FOLDERS.get(entry.name) if entry.is_dir() else None
         if names is None and not (entry.is_file() and _OWN_FILES.fullmatch(entry.name)):
-            raise UsageError(f"{path} holds files that are not a recorded run's (e.g. {entry.name})",
-                             hint="record into a new or empty directory")
+            raise UsageError(
+                f"{path} holds files that are not a recorded run's (e.g. {entry.name})",
+                hint="record into a new or empty directory",
+            )
         stray = next((c.name for c in entry.iterdir() if not names.fullmatch(c.name)), None) if names else None
         if stray is not None:
-            raise UsageError(f"{path} holds files that are not a recorded run's (e.g. {entry.name}/{stray})",
-                             hint="record into a new or empty directory")
+            raise UsageError(
+                f"{path} holds files that are not a recorded run's (e.g. {entry.name}/{stray})",
+                hint="record into a new or empty directory",
+            )
 
 
 def _ancestors(path: Path) -> list[Path]:

@@ -14,7 +14,8 @@ flip for the Monitor, through the analysis's own set comparison.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -31,39 +32,51 @@ def routing_meta(routing: RoutingMeta | Mapping[str, Any] | None) -> RoutingMeta
     try:
         return RoutingMeta.from_dict(routing)
     except (KeyError, TypeError, ValueError) as e:
-        raise RecorderInputError(f"routing cannot be read as RoutingMeta ({type(e).__name__}: {e})",
-                                 hint="give family, num_layers, moe_layers, num_experts and top_k") from None
+        raise RecorderInputError(
+            f"routing cannot be read as RoutingMeta ({type(e).__name__}: {e})",
+            hint="give family, num_layers, moe_layers, num_experts and top_k",
+        ) from None
 
 
 def moe_ids(meta: RoutingMeta | None, name: str, ids: np.ndarray) -> np.ndarray:
     """``[N, L or MoE layers, k]`` host ids -> ``[N, MoE layers, k]`` in the layout's id type, checked."""
     if meta is None:
-        raise RecorderInputError(f"{name} needs the model's routing layout",
-                                 hint="pass routing=RoutingMeta(family, num_layers, moe_layers, num_experts, top_k) "
-                                      "to the Recorder (or the Monitor)")
+        raise RecorderInputError(
+            f"{name} needs the model's routing layout",
+            hint="pass routing=RoutingMeta(family, num_layers, moe_layers, num_experts, top_k) "
+            "to the Recorder (or the Monitor)",
+        )
     moe = list(meta.moe_layers)
     if ids.ndim != 3 or ids.shape[2] != meta.top_k or ids.shape[1] not in (meta.num_layers, len(moe)):
-        raise RecorderInputError(f"{name} has shape {ids.shape[1:]} per token; expected [layers, top_k] with layers "
-                                 f"{meta.num_layers} (every decoder layer) or {len(moe)} (MoE layers) and top_k "
-                                 f"{meta.top_k}", hint="pass [B, T, layers, top_k], aligned with the logprobs")
+        raise RecorderInputError(
+            f"{name} has shape {ids.shape[1:]} per token; expected [layers, top_k] with layers "
+            f"{meta.num_layers} (every decoder layer) or {len(moe)} (MoE layers) and top_k "
+            f"{meta.top_k}",
+            hint="pass [B, T, layers, top_k], aligned with the logprobs",
+        )
     if not np.issubdtype(ids.dtype, np.integer):
         raise RecorderInputError(f"{name} must hold integer expert ids, got dtype {ids.dtype}")
     if ids.shape[1] == meta.num_layers and ids.shape[1] != len(moe):
         ids = ids[:, moe]
     if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= meta.num_experts):
         bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
-        raise RecorderInputError(f"{name} holds expert id {bad}; the model routes to ids 0..{meta.num_experts - 1}",
-                                 hint="pass logical expert ids (before any expert-parallel remapping)")
+        raise RecorderInputError(
+            f"{name} holds expert id {bad}; the model routes to ids 0..{meta.num_experts - 1}",
+            hint="pass logical expert ids (before any expert-parallel remapping)",
+        )
     out = np.ascontiguousarray(ids, dtype=expert_id_type(meta.num_experts).to_pandas_dtype())
     _, repeated = sort_side(out)
     if repeated is not None:
-        raise RecorderInputError(f"{name} names an expert twice in decoder layer {moe[repeated[1]]} "
-                                 f"(token {repeated[0]} of the batch)", hint="a layer's top-k ids are distinct experts")
+        raise RecorderInputError(
+            f"{name} names an expert twice in decoder layer {moe[repeated[1]]} (token {repeated[0]} of the batch)",
+            hint="a layer's top-k ids are distinct experts",
+        )
     return out
 
 
-def routes_table(meta: RoutingMeta, sequence_id: np.ndarray, position: np.ndarray,
-                 ids: Mapping[str, np.ndarray | None]) -> pa.Table:
+def routes_table(
+    meta: RoutingMeta, sequence_id: np.ndarray, position: np.ndarray, ids: Mapping[str, np.ndarray | None]
+) -> pa.Table:
     """One shard of ``routes/``: a row per recorded token; ``ids[side]`` is ``[N, MoE layers, k]`` or None.
 
     The loop hands over the completion's tokens only: ``token_position`` is the

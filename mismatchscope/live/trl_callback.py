@@ -47,7 +47,7 @@ class MismatchscopeCallback(TrainerCallback):
         """generation batches without both logprob tensors (see the module docstring)."""
         self._trainer: Any = None
 
-    def attach(self, trainer: Any) -> "MismatchscopeCallback":
+    def attach(self, trainer: Any) -> MismatchscopeCallback:
         """Wrap ``trainer._generate_and_score_completions`` so each batch it returns is recorded."""
         inner = trainer._generate_and_score_completions
         self._trainer = trainer
@@ -62,8 +62,9 @@ class MismatchscopeCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         meta = {"framework": "trl", "trainer": type(self._trainer).__name__, **(self.meta or {})}
-        self.recorder = Recorder(self.out, rank=args.process_index, world_size=args.world_size, meta=meta,
-                                 resume=state.global_step > 0)
+        self.recorder = Recorder(
+            self.out, rank=args.process_index, world_size=args.world_size, meta=meta, resume=state.global_step > 0
+        )
         self.monitor = Monitor(self.recorder, rules=self.rules)
 
     def on_train_end(self, args, state, control, **kwargs):

@@ -29,13 +29,18 @@ def verl_step(batch: Any) -> dict[str, Any]:
     b = batch.batch
     keys = set(b.keys())
     if "rollout_log_probs" not in keys:
-        raise RecorderInputError("the verl batch has no rollout_log_probs",
-                                 hint="set actor_rollout_ref.rollout.calculate_log_probs=True")
+        raise RecorderInputError(
+            "the verl batch has no rollout_log_probs", hint="set actor_rollout_ref.rollout.calculate_log_probs=True"
+        )
     if "old_log_probs" not in keys:
-        raise RecorderInputError("the verl batch has no old_log_probs yet",
-                                 hint="record after the actor's compute_log_prob (after batch.union(old_log_prob))")
+        raise RecorderInputError(
+            "the verl batch has no old_log_probs yet",
+            hint="record after the actor's compute_log_prob (after batch.union(old_log_prob))",
+        )
     if b["old_log_probs"] is b["rollout_log_probs"]:
-        raise RecorderInputError("old_log_probs is rollout_log_probs (bypass mode): there is no trainer recompute to compare")
+        raise RecorderInputError(
+            "old_log_probs is rollout_log_probs (bypass mode): there is no trainer recompute to compare"
+        )
     out: dict[str, Any] = {
         "sampler_logprobs": b["rollout_log_probs"],
         "trainer_logprobs": b["old_log_probs"],

@@ -27,7 +27,9 @@ def require_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise UsageError("--plots and --html need matplotlib", hint="install the plot extra: pip install 'mismatchscope[plot]'") from None
+        raise UsageError(
+            "--plots and --html need matplotlib", hint="install the plot extra: pip install 'mismatchscope[plot]'"
+        ) from None
 
 
 def report_figures(result, hist, rules) -> list[Picture]:
@@ -41,7 +43,11 @@ def gate_figures(gate_result) -> list[Picture]:
     """The gate's pictures: its checks, then baseline and candidate overlaid."""
     from .figures import run_of
 
-    runs = [run_of("baseline", gate_result.baseline.result, gate_result.baseline.plot_data)] if gate_result.baseline else []
+    runs = (
+        [run_of("baseline", gate_result.baseline.result, gate_result.baseline.plot_data)]
+        if gate_result.baseline
+        else []
+    )
     runs.append(run_of("candidate", gate_result.candidate.result, gate_result.candidate.plot_data))
     return _pictures(runs, gate_result.config.rule_instances(), checks=gate_result.checks)
 
@@ -57,10 +63,15 @@ def worst_figures(rows: list[dict], traces: dict) -> list[Picture]:
         if trace is None:
             continue
         label = RANKINGS[row["by"]][0]
-        out.append(_picture(f"worst-{row['rank']}-seq{row['sequence_id']}", f"Worst sequence #{row['rank']}: sequence {row['sequence_id']}",
-                            f"Ranked by {label} = {row['value']:.4g}. Top: sampler log q and trainer log p of each sampled token "
-                            "along the completion; bottom: the gap l = log p - log q, the largest |log p - log q| marked (dotted line).",
-                            sequence_trace(trace, row, label)))
+        out.append(
+            _picture(
+                f"worst-{row['rank']}-seq{row['sequence_id']}",
+                f"Worst sequence #{row['rank']}: sequence {row['sequence_id']}",
+                f"Ranked by {label} = {row['value']:.4g}. Top: sampler log q and trainer log p of each sampled token "
+                "along the completion; bottom: the gap l = log p - log q, the largest |log p - log q| marked (dotted line).",
+                sequence_trace(trace, row, label),
+            )
+        )
     return out
 
 
@@ -71,9 +82,16 @@ def masks_figures(result) -> list[Picture]:
     fig = tail_breakdown(result.masks)
     if fig is None:
         return []
-    return [_picture("rule_tails", "Which tail each rule cuts", "Left: the share of each sampler-probability bucket's tokens each "
-                     "rejecting rule rejects (hatched: sequence rules, which reject whole sequences); right: the rejected "
-                     "tokens by sign of p - q.", fig)]
+    return [
+        _picture(
+            "rule_tails",
+            "Which tail each rule cuts",
+            "Left: the share of each sampler-probability bucket's tokens each "
+            "rejecting rule rejects (hatched: sequence rules, which reject whole sequences); right: the rejected "
+            "tokens by sign of p - q.",
+            fig,
+        )
+    ]
 
 
 def _pictures(runs, rules, checks) -> list[Picture]:
@@ -86,25 +104,65 @@ def _pictures(runs, rules, checks) -> list[Picture]:
     ipo = by_name.get("ipo") or make_instance("ipo", {})
     out = []
     if checks:
-        out.append(_picture("gate_checks", "Gate checks", "Each check's estimate and interval against its limit. Regression "
-                            "checks on candidate / baseline, absolute checks on candidate / limit.", F.gate_checks(checks)))
-    out.append(_picture("log_ratio_hist", "Log ratio histogram", "Counts of l = log p - log q on a symmetric log axis (log-scaled "
-                        "counts); dashed lines: the thresholds of the selected rules on r = p/q, drawn at log r.",
-                        F.log_ratio_histogram(runs, rules)))
-    out.append(_picture("prob_density", "Sampler vs trainer probability", f"Tokens by sampler probability q and trainer probability "
-                        f"p, both log-scaled. Dashed: the IcePop band ({icepop.label}); solid: the IPO band ({ipo.label}).",
-                        F.probability_density(runs, icepop, ipo)))
-    out.append(_picture("breakdowns", "Where the mismatch sits", "Mean |p - q| and mean k3 by sampler-probability bucket and by "
-                        "position in the completion (deciles of the longest completion).", F.breakdowns(runs)))
+        out.append(
+            _picture(
+                "gate_checks",
+                "Gate checks",
+                "Each check's estimate and interval against its limit. Regression "
+                "checks on candidate / baseline, absolute checks on candidate / limit.",
+                F.gate_checks(checks),
+            )
+        )
+    out.append(
+        _picture(
+            "log_ratio_hist",
+            "Log ratio histogram",
+            "Counts of l = log p - log q on a symmetric log axis (log-scaled "
+            "counts); dashed lines: the thresholds of the selected rules on r = p/q, drawn at log r.",
+            F.log_ratio_histogram(runs, rules),
+        )
+    )
+    out.append(
+        _picture(
+            "prob_density",
+            "Sampler vs trainer probability",
+            f"Tokens by sampler probability q and trainer probability "
+            f"p, both log-scaled. Dashed: the IcePop band ({icepop.label}); solid: the IPO band ({ipo.label}).",
+            F.probability_density(runs, icepop, ipo),
+        )
+    )
+    out.append(
+        _picture(
+            "breakdowns",
+            "Where the mismatch sits",
+            "Mean |p - q| and mean k3 by sampler-probability bucket and by "
+            "position in the completion (deciles of the longest completion).",
+            F.breakdowns(runs),
+        )
+    )
     if any(R.has_flip_rates(r) for r in runs):
-        out.append(_picture("route_flips", "MoE routing flips per layer", "The share of rows whose top-k expert set "
-                            "differs between sampler and trainer, per MoE layer (named by decoder-layer index); solid: "
-                            "completion rows (the row predicting each completion token), dashed: prompt rows. Missing "
-                            "captures are left out.", R.route_flips(runs)))
+        out.append(
+            _picture(
+                "route_flips",
+                "MoE routing flips per layer",
+                "The share of rows whose top-k expert set "
+                "differs between sampler and trainer, per MoE layer (named by decoder-layer index); solid: "
+                "completion rows (the row predicting each completion token), dashed: prompt rows. Missing "
+                "captures are left out.",
+                R.route_flips(runs),
+            )
+        )
     sweeps = F.sweep_curves(runs, rules)
     if sweeps is not None:
-        out.append(_picture("sweeps", "Reject rate against threshold", "The share of tokens each rule rejects (or reweights) "
-                            "as its threshold moves; the dotted line is the selected value.", sweeps))
+        out.append(
+            _picture(
+                "sweeps",
+                "Reject rate against threshold",
+                "The share of tokens each rule rejects (or reweights) "
+                "as its threshold moves; the dotted line is the selected value.",
+                sweeps,
+            )
+        )
     return out
 
 

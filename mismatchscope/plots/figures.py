@@ -56,8 +56,15 @@ def log_ratio_histogram(runs: list[Run], rules) -> Figure:
         if nz.size:
             lo_i, hi_i = min(lo_i, nz[0]), max(hi_i, nz[-1] + 1)
             ymax = max(ymax, c.max())
-        ax.stairs(np.where(c > 0, c, np.nan), edges, color=COLORS[i % len(COLORS)], linewidth=1.6,
-                  label=f"{run.label} ({run.hist.tokens:,} tokens)", fill=len(runs) == 1, alpha=0.85 if len(runs) == 1 else 1.0)
+        ax.stairs(
+            np.where(c > 0, c, np.nan),
+            edges,
+            color=COLORS[i % len(COLORS)],
+            linewidth=1.6,
+            label=f"{run.label} ({run.hist.tokens:,} tokens)",
+            fill=len(runs) == 1,
+            alpha=0.85 if len(runs) == 1 else 1.0,
+        )
     ax.set_yscale("log")
     ax.set_xscale("symlog", linthresh=1e-9, linscale=0.5)
     thresholds = [(lab, math.log(r)) for rule in rules for lab, r in ratio_thresholds(rule)]
@@ -66,8 +73,13 @@ def log_ratio_histogram(runs: list[Run], rules) -> Figure:
     ax.set_xlim(_decade_floor(left), _decade_ceil(right))
     ax.set_ylim(0.7, ymax * 3)
     for j, (lab, x) in enumerate(thresholds):
-        ax.axvline(x, color=RULE_COLORS[j % len(RULE_COLORS)], linestyle=("--", "-.", ":")[j // len(RULE_COLORS) % 3],
-                   linewidth=1.3, label=f"{lab} (l = {x:+.3g})")
+        ax.axvline(
+            x,
+            color=RULE_COLORS[j % len(RULE_COLORS)],
+            linestyle=("--", "-.", ":")[j // len(RULE_COLORS) % 3],
+            linewidth=1.3,
+            label=f"{lab} (l = {x:+.3g})",
+        )
     ax.set_xticks(_symlog_ticks(*ax.get_xlim()))
     ax.xaxis.set_major_formatter(FuncFormatter(_signed_pow10))
     ax.xaxis.set_minor_formatter(NullFormatter())
@@ -100,7 +112,7 @@ def _symlog_ticks(lo: float, hi: float) -> list[float]:
         top = int(round(math.log10(end)))
         decades = list(range(-8, top + 1))  # +-1e-9 would sit on top of the 0 label
         step = max(1, math.ceil(len(decades) / 6))
-        ticks += [sign * 10.0 ** d for d in decades[::-1][::step]]
+        ticks += [sign * 10.0**d for d in decades[::-1][::step]]
     return sorted(ticks)
 
 
@@ -127,8 +139,15 @@ def probability_density(runs: list[Run], icepop, ipo) -> Figure:
     mesh = None
     for ax, run in zip(axes, runs):
         c = run.hist.prob_counts_QP.T.astype(float)  # rows: p (y), columns: q (x)
-        mesh = ax.pcolormesh(edges, edges, np.where(c > 0, c, np.nan), norm=LogNorm(vmin=1, vmax=vmax), cmap="viridis",
-                             shading="flat", rasterized=True)
+        mesh = ax.pcolormesh(
+            edges,
+            edges,
+            np.where(c > 0, c, np.nan),
+            norm=LogNorm(vmin=1, vmax=vmax),
+            cmap="viridis",
+            shading="flat",
+            rasterized=True,
+        )
         ax.set_xscale("log")
         ax.set_yscale("log")
         q = np.logspace(-8, 0, 400)
@@ -151,8 +170,10 @@ def probability_density(runs: list[Run], icepop, ipo) -> Figure:
     axes[0].set_ylabel("trainer probability p of the same token (log scale)")
     axes[0].legend(loc="upper left", fontsize=8.5, framealpha=0.9)
     fig.colorbar(mesh, ax=list(axes), label="tokens per cell (log scale)", shrink=0.85)
-    fig.suptitle("Sampler vs trainer probability\noff the diagonal: mismatch; outside a band: the rule acts (below 1e-8: first row/column)",
-                 fontsize=11)
+    fig.suptitle(
+        "Sampler vs trainer probability\noff the diagonal: mismatch; outside a band: the rule acts (below 1e-8: first row/column)",
+        fontsize=11,
+    )
     return fig
 
 
@@ -163,17 +184,34 @@ def breakdowns(runs: list[Run]) -> Figure:
     """Mean |p - q| and mean k3 by sampler-probability bucket and by position in the completion."""
     fig = _fig(12, 8.4)
     axes = fig.subplots(2, 2)
-    specs = (("sampler_prob", "tv_token_mean", "mean |p - q| (probability; log scale)", "Mean |p - q| by sampler probability q"),
-             ("sampler_prob", "k3_mean", "mean k3 (nats; log scale)", "Mean k3 by sampler probability q"),
-             ("position", "tv_token_mean", "mean |p - q| (probability; log scale)", "Mean |p - q| by position in the completion"),
-             ("position", "k3_mean", "mean k3 (nats; log scale)", "Mean k3 by position in the completion"))
+    specs = (
+        (
+            "sampler_prob",
+            "tv_token_mean",
+            "mean |p - q| (probability; log scale)",
+            "Mean |p - q| by sampler probability q",
+        ),
+        ("sampler_prob", "k3_mean", "mean k3 (nats; log scale)", "Mean k3 by sampler probability q"),
+        (
+            "position",
+            "tv_token_mean",
+            "mean |p - q| (probability; log scale)",
+            "Mean |p - q| by position in the completion",
+        ),
+        ("position", "k3_mean", "mean k3 (nats; log scale)", "Mean k3 by position in the completion"),
+    )
     for ax, (kind, key, ylabel, title) in zip(axes.ravel(), specs):
         _bucket_panel(ax, runs, kind, key)
         ax.set_ylabel(ylabel)
         ax.set_title(title, fontsize=11)
-        ax.set_xlabel("sampler probability bucket of the sampled token (and tokens in it)" if kind == "sampler_prob"
-                      else "position in the completion (tokens; deciles of the longest)")
-    fig.suptitle("Where the mismatch sits (buckets without tokens are left empty; a bar on the bottom edge is exactly 0)")
+        ax.set_xlabel(
+            "sampler probability bucket of the sampled token (and tokens in it)"
+            if kind == "sampler_prob"
+            else "position in the completion (tokens; deciles of the longest)"
+        )
+    fig.suptitle(
+        "Where the mismatch sits (buckets without tokens are left empty; a bar on the bottom edge is exactly 0)"
+    )
     return fig
 
 
@@ -198,11 +236,20 @@ def _bucket_panel(ax, runs: list[Run], kind: str, key: str) -> None:
             ax.plot(x, np.where(vals > 0, vals, np.nan), marker="o", color=color, label=run.label)
         else:
             xs = x + (i - (len(runs) - 1) / 2) * width
-            ax.bar(xs, np.where(vals > 0, vals - floor, np.where(np.array(tokens) > 0, 0.0, np.nan)), width=width * 0.95,
-                   bottom=floor, color=color, label=run.label, alpha=0.9)
+            ax.bar(
+                xs,
+                np.where(vals > 0, vals - floor, np.where(np.array(tokens) > 0, 0.0, np.nan)),
+                width=width * 0.95,
+                bottom=floor,
+                color=color,
+                label=run.label,
+                alpha=0.9,
+            )
         for j in np.flatnonzero(infinite):  # an overflowed ratio (r = e^800) makes k3 inf: say so, not a bar of NaN
             xj = x[j] if kind == "position" else x[j] + (i - (len(runs) - 1) / 2) * width
-            ax.annotate("inf", (xj, top), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=8, color=color)
+            ax.annotate(
+                "inf", (xj, top), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=8, color=color
+            )
     ax.set_yscale("log")
     if kind == "position":
         ax.margins(y=0.15)
@@ -247,7 +294,12 @@ def sweep_curves(runs: list[Run], rules) -> Figure | None:
                 sw = next((s for s in run.masks["sweeps"] if s["rule"] == rule and s["param"] == param), None)
                 if sw is None:
                     continue
-                acts = "reweight" if all(p["token_reweight_rate"] for p in sw["points"]) and not any(p["token_reject_rate"] for p in sw["points"]) else "reject"
+                acts = (
+                    "reweight"
+                    if all(p["token_reweight_rate"] for p in sw["points"])
+                    and not any(p["token_reject_rate"] for p in sw["points"])
+                    else "reject"
+                )
                 for hyp in dict.fromkeys(p["hypothesis"] for p in sw["points"]):
                     key = "token_reweight_rate" if acts == "reweight" else "token_reject_rate"
                     pts = [p for p in sw["points"] if p["hypothesis"] == hyp]
@@ -255,14 +307,32 @@ def sweep_curves(runs: list[Run], rules) -> Figure | None:
                     pts = [p for p in pts if sweep_x(p["value"]) is not None]
                     xs = [sweep_x(p["value"]) for p in pts]
                     ys = [100 * (p[key] or 0.0) for p in pts]
-                    label = (f"{run.label}: {param}" + ("" if hyp == "data" else f" [{hyp}]")
-                             + (f" (off: {off[0]:.3g}%)" if off else ""))
+                    label = (
+                        f"{run.label}: {param}"
+                        + ("" if hyp == "data" else f" [{hyp}]")
+                        + (f" (off: {off[0]:.3g}%)" if off else "")
+                    )
                     if xs:
-                        ax.plot(xs, ys, marker="os^v"[j % 4], color=COLORS[i % len(COLORS)],
-                                linestyle=("-", "--", ":", "-.")[(j + (hyp == "A<0")) % 4], label=label)
+                        ax.plot(
+                            xs,
+                            ys,
+                            marker="os^v"[j % 4],
+                            color=COLORS[i % len(COLORS)],
+                            linestyle=("-", "--", ":", "-.")[(j + (hyp == "A<0")) % 4],
+                            label=label,
+                        )
         if not ax.get_lines():  # every value of the sweep switches the bound off: nothing to place on the axis
-            ax.text(0.5, 0.5, "every value of this sweep is off or infinite:\nno threshold to draw (see the legend of "
-                    "compare-masks --sweep)", ha="center", va="center", transform=ax.transAxes, fontsize=8.5, color="0.35")
+            ax.text(
+                0.5,
+                0.5,
+                "every value of this sweep is off or infinite:\nno threshold to draw (see the legend of "
+                "compare-masks --sweep)",
+                ha="center",
+                va="center",
+                transform=ax.transAxes,
+                fontsize=8.5,
+                color="0.35",
+            )
             ax.set_title(_title(rule), fontsize=10.5)
             ax.set_xticks([])
             ax.set_yticks([])
@@ -272,15 +342,25 @@ def sweep_curves(runs: list[Run], rules) -> Figure | None:
             v = sweep_x(v) if v is not None else None
             if v is not None:
                 ax.axvline(v, color="0.5", linestyle=":", linewidth=1)
-                ax.annotate(f"{param}={v:g}", xy=(v, 1.0), xycoords=("data", "axes fraction"), xytext=(2, -3 - 11 * j),
-                            textcoords="offset points", fontsize=7.5, color="0.35", va="top")
+                ax.annotate(
+                    f"{param}={v:g}",
+                    xy=(v, 1.0),
+                    xycoords=("data", "axes fraction"),
+                    xytext=(2, -3 - 11 * j),
+                    textcoords="offset points",
+                    fontsize=7.5,
+                    color="0.35",
+                    va="top",
+                )
         _rate_axis(ax)
         ax.set_xscale("log")
         ax.autoscale_view()
         log_labels(ax.xaxis)
         ax.set_xlabel(f"{rule} threshold ({', '.join(params)}; log scale)")
-        ax.set_ylabel(f"tokens {'reweighted' if acts == 'reweight' else 'rejected'} (% of all"
-                      f"{'; log scale, linear near 0' if ax.get_yscale() == 'symlog' else ''})")
+        ax.set_ylabel(
+            f"tokens {'reweighted' if acts == 'reweight' else 'rejected'} (% of all"
+            f"{'; log scale, linear near 0' if ax.get_yscale() == 'symlog' else ''})"
+        )
         ax.set_title(_title(rule), fontsize=10.5)
         ax.grid(True, which="major", alpha=0.3)
         ax.legend(fontsize=7.5)
@@ -314,15 +394,17 @@ def _rate_axis(ax) -> None:
     if pos.size == 0:  # nothing rejected anywhere: a linear axis, the curves lie on 0%
         ax.set_ylim(-0.05, 1.0)
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:.3g}%"))
-        ax.annotate("no token rejected at any threshold", xy=(0.5, 0.5), xycoords="axes fraction", ha="center", color="0.4")
+        ax.annotate(
+            "no token rejected at any threshold", xy=(0.5, 0.5), xycoords="axes fraction", ha="center", color="0.4"
+        )
         return
     lo = math.floor(math.log10(max(pos.min(), 1e-6)))
-    linthresh = 10.0 ** lo
+    linthresh = 10.0**lo
     top = 100.0 if pos.max() > 20 else pos.max() * 2
     hi = max(math.ceil(math.log10(top) - 1e-9), lo + 1)
     ax.set_yscale("symlog", linthresh=linthresh, linscale=0.3)
-    ax.set_ylim(-0.05 * linthresh, min(10.0 ** hi, 100.0))
-    ax.yaxis.set_major_locator(FixedLocator([0.0, *(10.0 ** e for e in range(lo, hi + 1) if 10.0 ** e <= 100.0)]))
+    ax.set_ylim(-0.05 * linthresh, min(10.0**hi, 100.0))
+    ax.yaxis.set_major_locator(FixedLocator([0.0, *(10.0**e for e in range(lo, hi + 1) if 10.0**e <= 100.0)]))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: "0%" if v == 0 else f"{v:.3g}%"))
     ax.yaxis.set_minor_formatter(NullFormatter())
 
@@ -351,8 +433,10 @@ def gate_checks(checks) -> Figure:
     """
     reg = [c for c in checks if c.kind == "regression"]
     ab = [c for c in checks if c.kind == "absolute"]
-    panels = [(reg, "candidate / baseline (log scale; | = the largest allowed ratio)"),
-              (ab, "candidate / limit (log scale; | = the limit)")]
+    panels = [
+        (reg, "candidate / baseline (log scale; | = the largest allowed ratio)"),
+        (ab, "candidate / limit (log scale; | = the limit)"),
+    ]
     panels = [p for p in panels if p[0]]
     fig = _fig(10.5, 1.3 + 0.5 * sum(len(p[0]) for p in panels) + 1.0 * len(panels))
     axes = fig.subplots(len(panels), 1, squeeze=False, height_ratios=[len(p[0]) + 1 for p in panels])[:, 0]
@@ -361,7 +445,9 @@ def gate_checks(checks) -> Figure:
         ys = np.arange(len(cs))[::-1]
         for y, c in zip(ys, cs):
             scale = 1.0 if c.kind == "regression" else abs(c.limit) or 1.0
-            color = "#d62728" if c.failed else ("#ff7f0e" if c.inconclusive else "#1f77b4" if c.below_floor else "#2ca02c")
+            color = (
+                "#d62728" if c.failed else ("#ff7f0e" if c.inconclusive else "#1f77b4" if c.below_floor else "#2ca02c")
+            )
             if c.interval:
                 lo, hi = (_clamp(v / scale, left, right) for v in c.interval)
                 ax.plot([lo, hi], [y, y], color=color, linewidth=4, solid_capstyle="butt", alpha=0.55)
@@ -371,9 +457,18 @@ def gate_checks(checks) -> Figure:
             ax.plot([x], [y], marker=marker, color=color, markersize=8, linestyle="none", clip_on=False, zorder=3)
             if marker != "o":
                 note = "0" if est <= 0 else ("inf: baseline 0" if math.isinf(est) else f"{est:.3g}")
-                ax.annotate(note, (x, y), xytext=(-6 if marker == ">" else 6, 7), textcoords="offset points", fontsize=8,
-                            ha="right" if marker == ">" else "left", color=color)
-            ax.plot([c.limit / scale], [y], marker="|", color="black", markersize=18, markeredgewidth=2, linestyle="none")
+                ax.annotate(
+                    note,
+                    (x, y),
+                    xytext=(-6 if marker == ">" else 6, 7),
+                    textcoords="offset points",
+                    fontsize=8,
+                    ha="right" if marker == ">" else "left",
+                    color=color,
+                )
+            ax.plot(
+                [c.limit / scale], [y], marker="|", color="black", markersize=18, markeredgewidth=2, linestyle="none"
+            )
         ax.set_yticks(ys)
         ax.set_yticklabels([f"{c.name}  [{_status(c)}]" for c in cs], fontsize=9)
         ax.set_xscale("log")
@@ -383,8 +478,11 @@ def gate_checks(checks) -> Figure:
         ax.grid(True, axis="x", which="major", alpha=0.3)
         ax.set_ylim(-0.7, len(cs) - 0.3)
         log_labels(ax.xaxis)
-    fig.suptitle("Gate checks: estimate (dot) and interval (bar) against the limit (|)\n"
-                 "red: fails; orange: inconclusive; blue: beyond the ratio but the rise is below the floor; green: passes", fontsize=11)
+    fig.suptitle(
+        "Gate checks: estimate (dot) and interval (bar) against the limit (|)\n"
+        "red: fails; orange: inconclusive; blue: beyond the ratio but the rise is below the floor; green: passes",
+        fontsize=11,
+    )
     return fig
 
 
@@ -430,7 +528,9 @@ def sequence_trace(trace, row: dict, by_label: str) -> Figure:
     top.plot(pos, lp, color=COLORS[1], linewidth=1.1, linestyle="--", label="trainer log p", **mk)
     top.set_ylabel("logprob of the sampled token (nats)")
     top.grid(True, alpha=0.3)
-    top.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, fontsize=8.5, borderaxespad=0.2)  # above the axes: hides no point
+    top.legend(
+        loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, fontsize=8.5, borderaxespad=0.2
+    )  # above the axes: hides no point
     colors = np.where(l_T >= 0, COLORS[1], COLORS[0])
     if pos.size <= TRACE_BARS_UP_TO:
         bottom.bar(pos, l_T, width=0.8, color=colors)
@@ -441,8 +541,11 @@ def sequence_trace(trace, row: dict, by_label: str) -> Figure:
         i = int(np.argmax(np.abs(l_T)))
         for ax in (top, bottom):
             ax.axvline(pos[i], color="0.45", linewidth=0.9, linestyle=":", zorder=0)
-        bottom.set_title(f"largest gap: l = {l_T[i]:+.3g} nats at position {int(pos[i])} (token id {int(trace.token_id_T[i])}; dotted line)",
-                         fontsize=9.5, loc="left")
+        bottom.set_title(
+            f"largest gap: l = {l_T[i]:+.3g} nats at position {int(pos[i])} (token id {int(trace.token_id_T[i])}; dotted line)",
+            fontsize=9.5,
+            loc="left",
+        )
         lim = float(np.abs(l_T).max()) or 1e-12
         bottom.set_ylim(-lim * 1.25, lim * 1.25)
     bottom.set_ylabel("l = log p - log q (nats)")
@@ -454,10 +557,12 @@ def sequence_trace(trace, row: dict, by_label: str) -> Figure:
         bottom.set_xlim(left, max(pos.max() + pad, left + 8))  # at least ~8 positions wide: ticks stay on whole tokens
     bottom.xaxis.set_major_locator(MaxNLocator(integer=True))  # positions are whole tokens
     prompt = "" if row.get("prompt_id") is None else f", prompt {row['prompt_id']}"
-    fig.suptitle(f"Worst sequence #{row['rank']}: sequence {row['sequence_id']}{prompt}, {row['tokens']:,} token{'s' if row['tokens'] != 1 else ''}; "
-                 f"ranked by {by_label}: {row['value']:.4g}\n"
-                 "top: both sides' logprob of each sampled token; bottom: the gap (red: trainer above sampler, blue: below)",
-                 fontsize=11)
+    fig.suptitle(
+        f"Worst sequence #{row['rank']}: sequence {row['sequence_id']}{prompt}, {row['tokens']:,} token{'s' if row['tokens'] != 1 else ''}; "
+        f"ranked by {by_label}: {row['value']:.4g}\n"
+        "top: both sides' logprob of each sampled token; bottom: the gap (red: trainer above sampler, blue: below)",
+        fontsize=11,
+    )
     return fig
 
 
@@ -465,7 +570,9 @@ def save_png(fig: Figure) -> bytes:
     import io
 
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight", pad_inches=0.15)  # nothing clipped, whatever the labels
+    fig.savefig(
+        buf, format="png", dpi=DPI, bbox_inches="tight", pad_inches=0.15
+    )  # nothing clipped, whatever the labels
     return buf.getvalue()
 
 

@@ -8,7 +8,8 @@ import base64
 import datetime as dt
 import html
 import json
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from .. import __version__
 
@@ -46,8 +47,12 @@ def _num(v: Any) -> str:
 
 def _table(header: Iterable[str], rows: Iterable[Iterable[str]], numeric: set[int] = frozenset()) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f'<td class="num">{c}</td>' if i in numeric else f"<td>{c}</td>" for i, c in enumerate(r)) + "</tr>"
-                   for r in rows)
+    body = "".join(
+        "<tr>"
+        + "".join(f'<td class="num">{c}</td>' if i in numeric else f"<td>{c}</td>" for i, c in enumerate(r))
+        + "</tr>"
+        for r in rows
+    )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -55,8 +60,10 @@ def _figures(pictures) -> str:
     out = []
     for p in pictures:
         data = base64.b64encode(p.png).decode("ascii")
-        out.append(f'<figure id="{_e(p.name)}"><h3>{_e(p.title)}</h3><img alt="{_e(p.title)}" src="data:image/png;base64,{data}">'
-                   f"<figcaption>{_e(p.caption)}</figcaption></figure>")
+        out.append(
+            f'<figure id="{_e(p.name)}"><h3>{_e(p.title)}</h3><img alt="{_e(p.title)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{_e(p.caption)}</figcaption></figure>"
+        )
     return "<h2>Pictures</h2>" + "".join(out)
 
 
@@ -82,7 +89,9 @@ def _metadata(runs: list[tuple[str, dict | None]]) -> str:
         return "<p>No run metadata in the file(s) (not written by a probe).</p>"
     rows = []
     for k in keys:
-        cells = [_e(json.dumps(f[k], default=str) if k in f and not isinstance(f[k], str) else f.get(k, "-")) for f in flat]
+        cells = [
+            _e(json.dumps(f[k], default=str) if k in f and not isinstance(f[k], str) else f.get(k, "-")) for f in flat
+        ]
         differs = len(flat) > 1 and len({json.dumps(f.get(k), default=str) for f in flat}) > 1
         rows.append([f"<code>{_e(k)}</code>", *[f"<mark>{c}</mark>" if differs else c for c in cells]])
     note = "<p>Highlighted: the values that differ between the runs.</p>" if len(runs) > 1 else ""
@@ -90,12 +99,29 @@ def _metadata(runs: list[tuple[str, dict | None]]) -> str:
 
 
 def _metrics(runs: list[tuple[str, dict]]) -> str:
-    keys = ["tv_token_mean", "tv_token_max", "abs_logprob_diff_mean", "abs_logprob_diff_max", "k1_mean", "k2_mean", "k3_mean",
-            "kl_reverse_k3_mean", "chi2_token", "ess", "ratio_min", "ratio_max", "seq_log_ratio_mean", "geo_ratio_mean",
-            "tv_topk_lower_mean", "kl_topk_lower_mean"]
+    keys = [
+        "tv_token_mean",
+        "tv_token_max",
+        "abs_logprob_diff_mean",
+        "abs_logprob_diff_max",
+        "k1_mean",
+        "k2_mean",
+        "k3_mean",
+        "kl_reverse_k3_mean",
+        "chi2_token",
+        "ess",
+        "ratio_min",
+        "ratio_max",
+        "seq_log_ratio_mean",
+        "geo_ratio_mean",
+        "tv_topk_lower_mean",
+        "kl_topk_lower_mean",
+    ]
     rows = [[f"<code>{k}</code>", *[_num(rep["metrics"].get(k)) for _, rep in runs]] for k in keys]
     for q in runs[0][1]["metrics"]["ratio_quantiles"]:
-        rows.append([f"<code>ratio_quantiles.{_e(q)}</code>", *[_num(rep["metrics"]["ratio_quantiles"][q]) for _, rep in runs]])
+        rows.append(
+            [f"<code>ratio_quantiles.{_e(q)}</code>", *[_num(rep["metrics"]["ratio_quantiles"][q]) for _, rep in runs]]
+        )
     return _table(["metric", *[label for label, _ in runs]], rows, numeric=set(range(1, len(runs) + 1)))
 
 
@@ -124,15 +150,29 @@ def _centering(rep: dict) -> str:
     if not sc:
         return ""
     qs = ("0.01", "0.5", "0.99")
-    rows = [[_e(label), _num(sc[key]["tokens"]), _num(sc[key]["mean"]), *[_num(sc[key]["quantiles"][q]) for q in qs],
-             f"<code>{_e(meaning)}</code>"]
-            for key, (label, meaning) in CENTERING_LABELS.items() if sc.get(key)]
+    rows = [
+        [
+            _e(label),
+            _num(sc[key]["tokens"]),
+            _num(sc[key]["mean"]),
+            *[_num(sc[key]["quantiles"][q]) for q in qs],
+            f"<code>{_e(meaning)}</code>",
+        ]
+        for key, (label, meaning) in CENTERING_LABELS.items()
+        if sc.get(key)
+    ]
     rho = sc["tail_mass_ratio"]
-    note = (f'<p class="note">rho is undefined on {rho["undefined_tokens"]:,} token(s) with an empty tail (sampler: '
-            f'{rho["empty_sampler_tail"]:,}, trainer: {rho["empty_trainer_tail"]:,}), counted apart.</p>'
-            if rho["undefined_tokens"] else "")
-    return (f"<h2>Score centering from the top-k</h2><p>{sc['tokens']:,} tokens; K = the sampler's listed ids and the sampled one.</p>"
-            + _table(["statistic", "tokens", "mean", *[f"q{q}" for q in qs], "meaning"], rows, numeric={1, 2, 3, 4, 5}) + note)
+    note = (
+        f'<p class="note">rho is undefined on {rho["undefined_tokens"]:,} token(s) with an empty tail (sampler: '
+        f"{rho['empty_sampler_tail']:,}, trainer: {rho['empty_trainer_tail']:,}), counted apart.</p>"
+        if rho["undefined_tokens"]
+        else ""
+    )
+    return (
+        f"<h2>Score centering from the top-k</h2><p>{sc['tokens']:,} tokens; K = the sampler's listed ids and the sampled one.</p>"
+        + _table(["statistic", "tokens", "mean", *[f"q{q}" for q in qs], "meaning"], rows, numeric={1, 2, 3, 4, 5})
+        + note
+    )
 
 
 def _routing(rep: dict) -> str:
@@ -146,31 +186,55 @@ def _routing(rep: dict) -> str:
         absent = ", ".join(f"{s} ({v['why'] or 'not recorded'})" for s, v in ro["sides"].items() if not v["recorded"])
         return f"<h2>MoE routing</h2><p>No flip rates: routes missing for the {_e(absent)}.</p>"
     pct = lambda v: "-" if v is None else _e(f"{100 * v:.3g}%")  # noqa: E731
-    rows = [[_e(c["layer"]), pct(c["flip_rate"]), f"{c['flipped']:,} / {c['compared']:,}", pct(p["flip_rate"]),
-             f"{p['flipped']:,} / {p['compared']:,}"]
-            for c, p in zip(ro["route_flip_rate_by_layer"], ro["prompt_route_flip_rate_by_layer"])]
-    rows.append(["any layer", pct(ro["route_flip_rate"]), f"{ro['tokens_flipped']:,} / {ro['tokens_compared']:,}",
-                 pct(ro["prompt_route_flip_rate"]),
-                 f"{ro['prompt_rows_flipped']:,} / {ro['prompt_rows_compared']:,}"])
-    out = (f"<h2>MoE routing</h2><p>Top-{ro['top_k']} expert sets that differ between the sides ({_e(ro['family'])}, "
-           f"{ro['num_experts']} experts); missing captures ({ro['missing_captures'].get('sampler', 0):,} sampler, "
-           f"{ro['missing_captures'].get('trainer', 0):,} trainer of {ro['missing_captures']['entries']:,} entries) "
-           "are left out.</p>"
-           + _table(ROUTING_COLUMNS, rows, numeric={0, 1, 2, 3, 4}))
+    rows = [
+        [
+            _e(c["layer"]),
+            pct(c["flip_rate"]),
+            f"{c['flipped']:,} / {c['compared']:,}",
+            pct(p["flip_rate"]),
+            f"{p['flipped']:,} / {p['compared']:,}",
+        ]
+        for c, p in zip(ro["route_flip_rate_by_layer"], ro["prompt_route_flip_rate_by_layer"])
+    ]
+    rows.append(
+        [
+            "any layer",
+            pct(ro["route_flip_rate"]),
+            f"{ro['tokens_flipped']:,} / {ro['tokens_compared']:,}",
+            pct(ro["prompt_route_flip_rate"]),
+            f"{ro['prompt_rows_flipped']:,} / {ro['prompt_rows_compared']:,}",
+        ]
+    )
+    out = (
+        f"<h2>MoE routing</h2><p>Top-{ro['top_k']} expert sets that differ between the sides ({_e(ro['family'])}, "
+        f"{ro['num_experts']} experts); missing captures ({ro['missing_captures'].get('sampler', 0):,} sampler, "
+        f"{ro['missing_captures'].get('trainer', 0):,} trainer of {ro['missing_captures']['entries']:,} entries) "
+        "are left out.</p>" + _table(ROUTING_COLUMNS, rows, numeric={0, 1, 2, 3, 4})
+    )
     gap = ro.get("abs_logprob_diff")
     if gap:
-        out += _table(["tokens", "count", "mean |log p - log q|"],
-                      [["flipped in some layer", _num(gap["flipped_tokens"]), _num(gap["flipped_mean"])],
-                       ["unflipped", _num(gap["unflipped_tokens"]), _num(gap["unflipped_mean"])],
-                       ["without a compared route", _num(gap["tokens_without_routes"]), "-"]], numeric={1, 2})
-        out += ("<p>Routing's share of the gap (sum |log p - log q| on flipped / on all tokens): "
-                f"{pct(ro['routing_share_of_gap'])}.</p>")
+        out += _table(
+            ["tokens", "count", "mean |log p - log q|"],
+            [
+                ["flipped in some layer", _num(gap["flipped_tokens"]), _num(gap["flipped_mean"])],
+                ["unflipped", _num(gap["unflipped_tokens"]), _num(gap["unflipped_mean"])],
+                ["without a compared route", _num(gap["tokens_without_routes"]), "-"],
+            ],
+            numeric={1, 2},
+        )
+        out += (
+            "<p>Routing's share of the gap (sum |log p - log q| on flipped / on all tokens): "
+            f"{pct(ro['routing_share_of_gap'])}.</p>"
+        )
     if ro.get("by_trainer_margin"):
         out += "<h3>Flips by the trainer's router margin</h3>" + _table(
             ["margin", "compared", "flipped", "flip rate"],
-            [[_e(r["bucket"]), _num(r["compared"]), _num(r["flipped"]), pct(r["flip_rate"])]
-             for r in ro["by_trainer_margin"]],
-            numeric={1, 2, 3})
+            [
+                [_e(r["bucket"]), _num(r["compared"]), _num(r["flipped"]), pct(r["flip_rate"])]
+                for r in ro["by_trainer_margin"]
+            ],
+            numeric={1, 2, 3},
+        )
     return out
 
 
@@ -180,20 +244,46 @@ def _worst(rows: list[dict]) -> str:
     by = rows[0]["by"]
     shown = by not in ("k3_sum", "tv_max")  # those two are columns anyway
     ident = lambda v: _e("-" if v is None else v)  # noqa: E731  ids as written, no thousands separator
-    header = ["rank", "sequence", "prompt", "tokens", *([RANKINGS[by][0]] if shown else []), "sum k3", "max |p - q|",
-              "position of the largest gap", "token there", "gap l there (nats)"]
-    body = [[_num(r["rank"]), ident(r["sequence_id"]), ident(r["prompt_id"]), _num(r["tokens"]), *([_num(r["value"])] if shown else []),
-             _num(r["k3_sum"]), _num(r["tv_max"]), ident(r["max_gap_position"]), ident(r["max_gap_token_id"]), _num(r["max_gap_log_ratio"])]
-            for r in rows]
-    return (f"<h2>Worst sequences</h2><p>Ranked by {_e(RANKINGS[by][0])}; their traces are among the pictures below.</p>"
-            + _table(header, body, numeric=set(range(len(header)))))
+    header = [
+        "rank",
+        "sequence",
+        "prompt",
+        "tokens",
+        *([RANKINGS[by][0]] if shown else []),
+        "sum k3",
+        "max |p - q|",
+        "position of the largest gap",
+        "token there",
+        "gap l there (nats)",
+    ]
+    body = [
+        [
+            _num(r["rank"]),
+            ident(r["sequence_id"]),
+            ident(r["prompt_id"]),
+            _num(r["tokens"]),
+            *([_num(r["value"])] if shown else []),
+            _num(r["k3_sum"]),
+            _num(r["tv_max"]),
+            ident(r["max_gap_position"]),
+            ident(r["max_gap_token_id"]),
+            _num(r["max_gap_log_ratio"]),
+        ]
+        for r in rows
+    ]
+    return (
+        f"<h2>Worst sequences</h2><p>Ranked by {_e(RANKINGS[by][0])}; their traces are among the pictures below.</p>"
+        + _table(header, body, numeric=set(range(len(header))))
+    )
 
 
 def _page(title: str, subtitle: str, body: str) -> str:
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{_e(title)}</title><style>{_CSS}</style></head><body><h1>{_e(title)}</h1>"
-            f'<p class="sub">{_e(subtitle)} &middot; mismatchscope {_e(__version__)} &middot; {stamp}</p>{body}</body></html>\n')
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body><h1>{_e(title)}</h1>"
+        f'<p class="sub">{_e(subtitle)} &middot; mismatchscope {_e(__version__)} &middot; {stamp}</p>{body}</body></html>\n'
+    )
 
 
 def report_page(result, pictures, worst: list[dict] | None = None) -> str:
@@ -204,8 +294,13 @@ def report_page(result, pictures, worst: list[dict] | None = None) -> str:
     if result.warnings:
         body.append("".join(f'<p class="note">warning: {_e(w)}</p>' for w in result.warnings))
     body.append("<h2>Token mismatch</h2>" + _metrics(runs))
-    body.append("<h2>Readings</h2>" + _table(["metric", "value", "reading", "source"],
-                                             [[_e(i["metric"]), _num(i["value"]), _e(i["reading"]), _e(i["source"])] for i in rep["interpretation"]]))
+    body.append(
+        "<h2>Readings</h2>"
+        + _table(
+            ["metric", "value", "reading", "source"],
+            [[_e(i["metric"]), _num(i["value"]), _e(i["reading"]), _e(i["source"])] for i in rep["interpretation"]],
+        )
+    )
     if worst:
         body.append(_worst(worst))
     body.append(_figures(pictures))
@@ -216,8 +311,11 @@ def report_page(result, pictures, worst: list[dict] | None = None) -> str:
     body.append(_centering(rep))
     body.append(_routing(rep))
     body.append("<h2>Run metadata</h2>" + _metadata([("run", result.run)]))
-    return _page("mismatchscope report", ", ".join(str(f) for f in result.source.files[:3]) + (" ..." if len(result.source.files) > 3 else ""),
-                 "".join(body))
+    return _page(
+        "mismatchscope report",
+        ", ".join(str(f) for f in result.source.files[:3]) + (" ..." if len(result.source.files) > 3 else ""),
+        "".join(body),
+    )
 
 
 def gate_page(gr, pictures) -> str:
@@ -226,29 +324,68 @@ def gate_page(gr, pictures) -> str:
 
     cfg = gr.config
     failed = sum(c.failed for c in gr.checks)
-    verdict = (f'<p class="verdict {"pass" if gr.passed else "fail"}">{"PASS" if gr.passed else "FAIL"}: '
-               + (f"{failed} of {len(gr.checks)} checks failed" if failed else f"all {len(gr.checks)} checks hold") + "</p>")
+    verdict = (
+        f'<p class="verdict {"pass" if gr.passed else "fail"}">{"PASS" if gr.passed else "FAIL"}: '
+        + (f"{failed} of {len(gr.checks)} checks failed" if failed else f"all {len(gr.checks)} checks hold")
+        + "</p>"
+    )
     rows = []
     for c in gr.checks:
         cls = "fail" if c.failed else ("warn" if c.inconclusive else "floor" if c.below_floor else "pass")
-        rows.append([f'<span class="{cls}">{_e(status_text(c))}</span>', f"<code>{_e(c.name)}</code>", _e(fmt(c.baseline)),
-                     _e(fmt(c.candidate)), _e(estimate_text(c)), _e(limit_text(c)), _e(method_text(c, cfg.confidence)), _e(c.explanation)])
-    body = [verdict, _table(["result", "check", "baseline", "candidate", f"estimate [{cfg.confidence:.0%} interval]", "limit", "method", "why"],
-                            rows, numeric={2, 3, 4})]
+        rows.append(
+            [
+                f'<span class="{cls}">{_e(status_text(c))}</span>',
+                f"<code>{_e(c.name)}</code>",
+                _e(fmt(c.baseline)),
+                _e(fmt(c.candidate)),
+                _e(estimate_text(c)),
+                _e(limit_text(c)),
+                _e(method_text(c, cfg.confidence)),
+                _e(c.explanation),
+            ]
+        )
+    body = [
+        verdict,
+        _table(
+            [
+                "result",
+                "check",
+                "baseline",
+                "candidate",
+                f"estimate [{cfg.confidence:.0%} interval]",
+                "limit",
+                "method",
+                "why",
+            ],
+            rows,
+            numeric={2, 3, 4},
+        ),
+    ]
     files = [("candidate", gr.candidate)] + ([("baseline", gr.baseline)] if gr.baseline else [])
-    body.append(_table(["run", "path", "tokens", "sequences"],
-                       [[r, f"<code>{_e(e.path)}</code>", _num(e.tokens), _num(e.sequences)] for r, e in files], numeric={2, 3}))
+    body.append(
+        _table(
+            ["run", "path", "tokens", "sequences"],
+            [[r, f"<code>{_e(e.path)}</code>", _num(e.tokens), _num(e.sequences)] for r, e in files],
+            numeric={2, 3},
+        )
+    )
     comp = gr.comparability
     if comp is not None:
         if comp.checked:
-            items = "".join(f"<li><code>{_e(d.change())}</code></li>" for d in comp.serving) or "<li>nothing recorded</li>"
-            body.append(f"<h2>Comparability</h2><p>Same checkpoint, prompts and sampling settings.</p><p>Serving stack change:</p><ul>{items}</ul>")
+            items = (
+                "".join(f"<li><code>{_e(d.change())}</code></li>" for d in comp.serving) or "<li>nothing recorded</li>"
+            )
+            body.append(
+                f"<h2>Comparability</h2><p>Same checkpoint, prompts and sampling settings.</p><p>Serving stack change:</p><ul>{items}</ul>"
+            )
             if comp.differences:
                 body.append("<p>Allowed to differ: " + "; ".join(_e(d.text()) for d in comp.differences) + "</p>")
         else:
             body.append(f'<h2>Comparability</h2><p class="note">{_e(comp.warning)}</p>')
-    body.append(f"<p>Bootstrap: {cfg.bootstrap} resamples of sequences, seed {cfg.seed}, {cfg.confidence:.0%} percentile intervals. "
-                f"Limits from {_e(cfg.source)}.</p>")
+    body.append(
+        f"<p>Bootstrap: {cfg.bootstrap} resamples of sequences, seed {cfg.seed}, {cfg.confidence:.0%} percentile intervals. "
+        f"Limits from {_e(cfg.source)}.</p>"
+    )
     for w in gr.warnings:
         body.append(f'<p class="note">warning: {_e(w)}</p>')
     body.append(_figures(pictures))
@@ -257,5 +394,8 @@ def gate_page(gr, pictures) -> str:
         body.append("<h2>Token mismatch</h2>" + _metrics(reports))
         body.append("<h2>By sampler probability</h2>" + _breakdown(reports, "sampler_prob"))
     body.append("<h2>Run metadata</h2>" + _metadata([(role, e.result.run) for role, e in reversed(files)]))
-    return _page("mismatchscope gate", f"candidate {gr.candidate.path}" + (f" vs baseline {gr.baseline.path}" if gr.baseline else ""),
-                 "".join(body))
+    return _page(
+        "mismatchscope gate",
+        f"candidate {gr.candidate.path}" + (f" vs baseline {gr.baseline.path}" if gr.baseline else ""),
+        "".join(body),
+    )

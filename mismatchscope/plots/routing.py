@@ -25,8 +25,10 @@ def route_flips(runs: list[Run]) -> Figure:
     for i, run in enumerate(r for r in runs if has_flip_rates(r)):
         ro = (run.report or {})["routing"]
         color = COLORS[i % len(COLORS)]
-        for key, style, what in (("route_flip_rate_by_layer", "-", "completion"),
-                                 ("prompt_route_flip_rate_by_layer", "--", "prompt")):
+        for key, style, what in (
+            ("route_flip_rate_by_layer", "-", "completion"),
+            ("prompt_route_flip_rate_by_layer", "--", "prompt"),
+        ):
             rows = ro[key]
             x = np.array([r["layer"] for r in rows])
             y = np.array([np.nan if r["flip_rate"] is None else 100 * r["flip_rate"] for r in rows])

@@ -32,7 +32,13 @@ def tail_breakdown(masks: dict) -> Figure | None:
             counts = np.array([r["rejected_by_sampler_prob"][b] for b in buckets], dtype=float)
             with np.errstate(divide="ignore", invalid="ignore"):
                 share = np.where(totals > 0, 100 * counts / totals, np.nan)
-            ax.bar(x + (i - (len(group) - 1) / 2) * width, share, width=width * 0.95, color=cmap((i + 10 * k) % 20), label=name)
+            ax.bar(
+                x + (i - (len(group) - 1) / 2) * width,
+                share,
+                width=width * 0.95,
+                color=cmap((i + 10 * k) % 20),
+                label=name,
+            )
         ax.set_xticks(x)
         ax.set_xticklabels([f"{b}\n{int(n):,} tokens" for b, n in zip(buckets, totals)], fontsize=8.5)
         ax.set_xlabel("sampler probability q of the sampled token (report's buckets)")
@@ -41,8 +47,12 @@ def tail_breakdown(masks: dict) -> Figure | None:
         ax.set_ylim(bottom=0)
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize=7.5, ncol=2)
-        ax.set_title("Token rules: where on q each one rejects" if lv == "token"
-                     else "Sequence rules: the tokens of the sequences each one rejects", fontsize=11)
+        ax.set_title(
+            "Token rules: where on q each one rejects"
+            if lv == "token"
+            else "Sequence rules: the tokens of the sequences each one rejects",
+            fontsize=11,
+        )
 
     right = axes["sign"]
     y = np.arange(len(rows))
@@ -55,8 +65,14 @@ def tail_breakdown(masks: dict) -> Figure | None:
     right.barh(y, up_share, color="#2ca02c", label="p > q (trainer above sampler)")
     right.barh(y, down_share, left=up_share, color="#d62728", label="p < q (trainer below sampler)")
     for j, n in enumerate(tot):
-        right.annotate(f"{int(n):,} rejected" if n else "none rejected", xy=(101, j), va="center", fontsize=7.5, color="0.3",
-                       annotation_clip=False)
+        right.annotate(
+            f"{int(n):,} rejected" if n else "none rejected",
+            xy=(101, j),
+            va="center",
+            fontsize=7.5,
+            color="0.3",
+            annotation_clip=False,
+        )
     right.set_yticks(y)
     right.set_yticklabels(names, fontsize=8.5)
     right.invert_yaxis()

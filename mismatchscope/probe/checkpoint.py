@@ -17,9 +17,10 @@ import hashlib
 import json
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from mismatchscope.errors import CheckpointError, PromptError, TokenizerMismatchError
 
@@ -100,9 +101,7 @@ def inspect_checkpoint(
     model_type = str(text.get("model_type") or config.get("model_type") or "unknown")
     _check_remote_code(config, model_type, trust_remote_code)
     vocab_size = _required_int(text, ("vocab_size",), root)
-    max_len = _required_int(
-        text, ("max_position_embeddings", "max_sequence_length", "seq_length", "n_positions"), root
-    )
+    max_len = _required_int(text, ("max_position_embeddings", "max_sequence_length", "seq_length", "n_positions"), root)
     if not pickled:
         for name in weights:
             _check_safetensors(root / name)
@@ -147,9 +146,7 @@ def _weight_files(root: Path, allow_pickle: bool) -> tuple[list[str], bool]:
     safe = sorted({p.name for pat in SAFE_WEIGHTS for p in root.glob(pat) if p.is_file()})
     if safe:
         return safe, False
-    pickled = sorted(
-        {p.name for pat in PICKLE_WEIGHTS for p in root.glob(pat) if p.is_file()} - NOT_WEIGHTS
-    )
+    pickled = sorted({p.name for pat in PICKLE_WEIGHTS for p in root.glob(pat) if p.is_file()} - NOT_WEIGHTS)
     if not pickled:
         raise CheckpointError(
             f"{str(root)!r} has no weights (*.safetensors, or *.bin/*.pt)",
@@ -223,8 +220,10 @@ def _check_safetensors(path: Path) -> None:
     """
     problem = _safetensors_problem(path)
     if problem:
-        raise CheckpointError(f"{str(path)!r} is not a readable safetensors file: {problem}",
-                              hint="the file is empty, truncated or not safetensors: copy or save the checkpoint again")
+        raise CheckpointError(
+            f"{str(path)!r} is not a readable safetensors file: {problem}",
+            hint="the file is empty, truncated or not safetensors: copy or save the checkpoint again",
+        )
 
 
 def _safetensors_problem(path: Path) -> str | None:
@@ -247,8 +246,12 @@ def _safetensors_problem(path: Path) -> str | None:
         if name == "__metadata__":
             continue
         offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
-        if (not isinstance(offsets, list) or len(offsets) != 2 or any(isinstance(o, bool) or not isinstance(o, int) for o in offsets)
-                or not 0 <= offsets[0] <= offsets[1]):
+        if (
+            not isinstance(offsets, list)
+            or len(offsets) != 2
+            or any(isinstance(o, bool) or not isinstance(o, int) for o in offsets)
+            or not 0 <= offsets[0] <= offsets[1]
+        ):
             return f"tensor {name!r} has no valid data_offsets"
         end = max(end, offsets[1])
     if 8 + length + end > size:
@@ -271,9 +274,11 @@ def check_weights_cover_config(info: CheckpointInfo, *, trust_remote_code: bool 
         return
     problem = _weights_problem(info, trust_remote_code)
     if problem:
-        raise CheckpointError(f"the weights in {str(info.path)!r} do not match its config.json: {problem}",
-                              hint="the config and the weights come from different models, or a save was cut "
-                                   "short; save the checkpoint again with save_pretrained()")
+        raise CheckpointError(
+            f"the weights in {str(info.path)!r} do not match its config.json: {problem}",
+            hint="the config and the weights come from different models, or a save was cut "
+            "short; save the checkpoint again with save_pretrained()",
+        )
 
 
 def _weights_problem(info: CheckpointInfo, trust_remote_code: bool) -> str | None:
@@ -463,20 +468,30 @@ def _check_special_ids(tokenizer, info: CheckpointInfo) -> None:
             if not 0 <= token_id < n_tokens:
                 raise TokenizerMismatchError(
                     f"config.json's {key} {token_id} is not a token of the tokenizer ({n_tokens} tokens): "
-                    "the tokenizer is not this checkpoint's", hint=hint)
+                    "the tokenizer is not this checkpoint's",
+                    hint=hint,
+                )
     bos = _special_ids(text.get("bos_token_id", info.config.get("bos_token_id")))
     eos = _special_ids(text.get("eos_token_id", info.config.get("eos_token_id")))
     more_eos = [i for i in _special_ids(generation.get("eos_token_id")) if i not in eos]
-    checks = (("BOS", tokenizer.bos_token, tokenizer.bos_token_id, "config.json's bos_token_id", bos),
-              ("EOS", tokenizer.eos_token, tokenizer.eos_token_id,
-               "the eos_token_id of config.json and generation_config.json" if more_eos else "config.json's eos_token_id",
-               eos + more_eos))
+    checks = (
+        ("BOS", tokenizer.bos_token, tokenizer.bos_token_id, "config.json's bos_token_id", bos),
+        (
+            "EOS",
+            tokenizer.eos_token,
+            tokenizer.eos_token_id,
+            "the eos_token_id of config.json and generation_config.json" if more_eos else "config.json's eos_token_id",
+            eos + more_eos,
+        ),
+    )
     for name, token, token_id, source, configured in checks:
         if token_id is not None and configured and token_id not in configured:
             shown = configured[0] if len(configured) == 1 else configured
             raise TokenizerMismatchError(
                 f"the tokenizer's {name} {str(token)!r} is id {token_id}, but {source} is {shown}: "
-                "the tokenizer is not this checkpoint's", hint=hint)
+                "the tokenizer is not this checkpoint's",
+                hint=hint,
+            )
 
 
 def _read_json_object(path: Path) -> dict[str, Any]:
@@ -538,8 +553,9 @@ def _encoding_difference(a, b, prompts: list[str]) -> str | None:
             ids_a, ids_b = a.encode(text), b.encode(text)
         if ids_a != ids_b:
             at = next((j for j, (x, y) in enumerate(zip(ids_a, ids_b)) if x != y), min(len(ids_a), len(ids_b)))
-            return (f"encode prompt {i} ({_short(text)}) differently from position "
-                    f"{at}: {_short(ids_a)} vs {_short(ids_b)}")
+            return (
+                f"encode prompt {i} ({_short(text)}) differently from position {at}: {_short(ids_a)} vs {_short(ids_b)}"
+            )
     return None
 
 

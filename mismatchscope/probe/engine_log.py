@@ -48,8 +48,14 @@ _LOG_RECORD = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d
 """vLLM's log record header: ``ERROR 12-04 14:59:44 [registry.py:1120] ``."""
 _EXCEPTION_LINE = re.compile(r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception))(?:: (.*\S))?\s*$")
 """The last line of a Python traceback: ``ModuleNotFoundError: No module named 'torchvision'``."""
-_WRAPPERS = ("Engine core initialization failed", "Error raised in subprocess", "returned non-zero exit status",
-             "failed to be inspected", "Please check the logs", "See root cause above")
+_WRAPPERS = (
+    "Engine core initialization failed",
+    "Error raised in subprocess",
+    "returned non-zero exit status",
+    "failed to be inspected",
+    "Please check the logs",
+    "See root cause above",
+)
 """Messages that only say that something else failed: never the root cause."""
 _MISSING_PACKAGE = ("ImportError", "ModuleNotFoundError")
 NO_CAUSE = "no cause found in the engine's output"
@@ -191,8 +197,7 @@ def _raise_engine_error(e: Exception, log: Path | None, sampler_kind: str | None
     if not _from_vllm(e):
         return
     text = _tail(log) if log is not None else ""
-    where = (f"see the engine's output: {log}" if log is not None
-             else "see the engine's output above" if shown else None)
+    where = f"see the engine's output: {log}" if log is not None else "see the engine's output above" if shown else None
     if isinstance(e, MismatchscopeError) and not _is_wrapper(str(e)):  # already one clear line: add the log only
         if where is not None:
             e.hint = f"{e.hint}; {where}" if e.hint else where
@@ -273,8 +278,9 @@ def _from_vllm(exc: BaseException) -> bool:
 
 def _in_start(exc: BaseException) -> bool:
     """Raised while ``vllm.LLM(...)`` was being built."""
-    return any(f.f_code.co_name == "__init__" and f.f_globals.get("__name__") == "vllm.entrypoints.llm"
-               for f in _frames(exc))
+    return any(
+        f.f_code.co_name == "__init__" and f.f_globals.get("__name__") == "vllm.entrypoints.llm" for f in _frames(exc)
+    )
 
 
 def _tail(log: Path) -> str:

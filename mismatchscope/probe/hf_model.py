@@ -74,8 +74,9 @@ def load_causal_lm(
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"transformers cannot load {str(info.path)!r}: {exc}") from exc
     except ImportError as exc:  # a kernel or package the options need; the checks before the run catch the usual ones
-        raise UsageError(f"transformers cannot load {str(info.path)!r} with attn_implementation="
-                         f"{attn_implementation!r}: {exc}") from exc
+        raise UsageError(
+            f"transformers cannot load {str(info.path)!r} with attn_implementation={attn_implementation!r}: {exc}"
+        ) from exc
     if device_map is None:
         model = model.to(resolve_device(device))
     model.eval()

@@ -29,14 +29,16 @@ from .checkpoint import (
     check_weights_cover_config,
     inspect_checkpoint,
     load_tokenizer,
-    tokenizer_difference,
     text_config,
+    tokenizer_difference,
     tokenizer_files_digest,
 )
 
-LAG_NOTE = ("the trainer scored the sampled tokens with another checkpoint than the sampler's "
-            "({trainer}, sha256 {trainer_sha}; sampler {sampler}, sha256 {sampler_sha}): "
-            "the gap mixes policy lag with numerical mismatch")
+LAG_NOTE = (
+    "the trainer scored the sampled tokens with another checkpoint than the sampler's "
+    "({trainer}, sha256 {trainer_sha}; sampler {sampler}, sha256 {sampler_sha}): "
+    "the gap mixes policy lag with numerical mismatch"
+)
 """the reading ``report`` prints for such a run (``semantics["policy_lag_note"]``)."""
 
 _SPECIAL = ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id")
@@ -52,20 +54,36 @@ class TrainerCheckpoint:
 
     def record(self) -> dict[str, Any]:
         """``config["trainer_checkpoint"]`` in the manifest and in every shard's metadata."""
-        return {"path": str(self.info.path), "sha256": self.info.sha256, "model_type": self.info.model_type,
-                "vocab_size": self.info.vocab_size, "same_as_sampler": self.same_as_sampler}
+        return {
+            "path": str(self.info.path),
+            "sha256": self.info.sha256,
+            "model_type": self.info.model_type,
+            "vocab_size": self.info.vocab_size,
+            "same_as_sampler": self.same_as_sampler,
+        }
 
     def semantics(self, sampler: CheckpointInfo) -> dict[str, Any]:
         """The ``policy_lag`` keys of the run's semantics, which ``report`` reads."""
         if self.same_as_sampler:
             return {"policy_lag": False, "policy_lag_note": None}
-        note = LAG_NOTE.format(trainer=self.info.path, trainer_sha=self.info.sha256[:12], sampler=sampler.path,
-                               sampler_sha=sampler.sha256[:12])
+        note = LAG_NOTE.format(
+            trainer=self.info.path,
+            trainer_sha=self.info.sha256[:12],
+            sampler=sampler.path,
+            sampler_sha=sampler.sha256[:12],
+        )
         return {"policy_lag": True, "policy_lag_note": note}
 
 
-def open_trainer_checkpoint(path: str | Path | None, sampler: CheckpointInfo, sampler_tokenizer, prompts: list[str], *,
-                            allow_pickle: bool = False, trust_remote_code: bool = False) -> TrainerCheckpoint:
+def open_trainer_checkpoint(
+    path: str | Path | None,
+    sampler: CheckpointInfo,
+    sampler_tokenizer,
+    prompts: list[str],
+    *,
+    allow_pickle: bool = False,
+    trust_remote_code: bool = False,
+) -> TrainerCheckpoint:
     """The trainer's checkpoint (the sampler's when ``path`` is None), checked against the sampler's.
 
     Raises :class:`CheckpointError` for another model type, architecture or
@@ -82,13 +100,38 @@ def open_trainer_checkpoint(path: str | Path | None, sampler: CheckpointInfo, sa
     return TrainerCheckpoint(info, False)
 
 
-NOT_FORWARD = frozenset({
-    "transformers_version", "dtype", "torch_dtype", "use_cache", "architectures", "model_type", "vocab_size",
-    "bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id", "sep_token_id", "decoder_start_token_id",
-    "initializer_range", "output_attentions", "output_hidden_states", "output_router_logits", "return_dict",
-    "router_aux_loss_coef", "id2label", "label2id", "problem_type", "tokenizer_class", "max_position_embeddings",
-    "use_bfloat16", "gradient_checkpointing", "keys_to_ignore_at_inference", "chunk_size_feed_forward",
-})
+NOT_FORWARD = frozenset(
+    {
+        "transformers_version",
+        "dtype",
+        "torch_dtype",
+        "use_cache",
+        "architectures",
+        "model_type",
+        "vocab_size",
+        "bos_token_id",
+        "eos_token_id",
+        "pad_token_id",
+        "unk_token_id",
+        "sep_token_id",
+        "decoder_start_token_id",
+        "initializer_range",
+        "output_attentions",
+        "output_hidden_states",
+        "output_router_logits",
+        "return_dict",
+        "router_aux_loss_coef",
+        "id2label",
+        "label2id",
+        "problem_type",
+        "tokenizer_class",
+        "max_position_embeddings",
+        "use_bfloat16",
+        "gradient_checkpointing",
+        "keys_to_ignore_at_inference",
+        "chunk_size_feed_forward",
+    }
+)
 """config keys that do not change the forward pass over a context the sampler allows (a training run may save
 them differently: its dtype, the generation ids the tokenizer check covers, dropout, initialisation, the context
 length, checked on its own). Every other key of the language model's config must match."""
@@ -99,9 +142,11 @@ def check_same_architecture(sampler: CheckpointInfo, trainer: CheckpointInfo) ->
     (layers, heads, sizes, rope, norms, experts, softcapping, sliding window, tied embeddings): other
     weights, same model. transformers would otherwise fill a missing layer with random weights, or run
     another rope, and the gap would read as policy lag."""
-    pairs = [("model_type", sampler.model_type, trainer.model_type),
-             ("architectures", sampler.config.get("architectures"), trainer.config.get("architectures")),
-             ("vocab_size", sampler.vocab_size, trainer.vocab_size)]
+    pairs = [
+        ("model_type", sampler.model_type, trainer.model_type),
+        ("architectures", sampler.config.get("architectures"), trainer.config.get("architectures")),
+        ("vocab_size", sampler.vocab_size, trainer.vocab_size),
+    ]
     a_text, b_text = text_config(sampler.config), text_config(trainer.config)
     keys = (set(a_text) | set(b_text)) - NOT_FORWARD
     for key in [k for k in _SHAPE_FIRST if k in keys] + sorted(keys - set(_SHAPE_FIRST)):
@@ -114,11 +159,18 @@ def check_same_architecture(sampler: CheckpointInfo, trainer: CheckpointInfo) ->
                 f"the trainer checkpoint {str(trainer.path)!r} is not the same model as the sampler's: "
                 f"{key} {_show(a)} (sampler) vs {_show(b)} (trainer)",
                 hint="--trainer-checkpoint takes a later checkpoint of the same model (same config.json "
-                     "architecture and vocabulary)")
+                "architecture and vocabulary)",
+            )
 
 
-_SHAPE_FIRST = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
-                "head_dim")
+_SHAPE_FIRST = (
+    "num_hidden_layers",
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+)
 """compared first: the cause a message should name when a layer count also changes ``layer_types``."""
 
 
@@ -130,8 +182,14 @@ class _Absent:
 _ABSENT = _Absent()
 
 
-def check_same_tokenizer(sampler: CheckpointInfo, trainer: CheckpointInfo, sampler_tokenizer, prompts: list[str], *,
-                         trust_remote_code: bool = False) -> None:
+def check_same_tokenizer(
+    sampler: CheckpointInfo,
+    trainer: CheckpointInfo,
+    sampler_tokenizer,
+    prompts: list[str],
+    *,
+    trust_remote_code: bool = False,
+) -> None:
     """Identical tokenizer files pass at once; otherwise vocabulary, special tokens and prompt ids must agree."""
     if tokenizer_files_digest(sampler.path) == tokenizer_files_digest(trainer.path):
         return
@@ -139,14 +197,17 @@ def check_same_tokenizer(sampler: CheckpointInfo, trainer: CheckpointInfo, sampl
         raise TokenizerMismatchError(
             f"the trainer checkpoint {str(trainer.path)!r} holds no tokenizer files, so it cannot be checked "
             "against the sampler's",
-            hint="copy the tokenizer files of the sampler's checkpoint next to its weights")
+            hint="copy the tokenizer files of the sampler's checkpoint next to its weights",
+        )
     other = load_tokenizer(trainer.path, trust_remote_code=trust_remote_code)
     what = tokenizer_difference(sampler_tokenizer, other, prompts, ("sampler's", "trainer's")) or _special_difference(
-        sampler_tokenizer, other)
+        sampler_tokenizer, other
+    )
     if what:
         raise TokenizerMismatchError(
             f"the trainer checkpoint {str(trainer.path)!r} has another tokenizer than the sampler's: {what}",
-            hint="--trainer-checkpoint must use the sampler checkpoint's tokenizer")
+            hint="--trainer-checkpoint must use the sampler checkpoint's tokenizer",
+        )
 
 
 def _special_difference(a, b) -> str | None:
@@ -175,12 +236,15 @@ def check_resume(recorded: dict[str, Any], chosen: TrainerCheckpoint, run: Path)
         return
     old, new = recorded.get("path"), str(chosen.info.path)
     if old is not None and Path(old).resolve() == chosen.info.path.resolve():
-        raise UsageError(f"cannot resume {run}: the trainer checkpoint {old!r} changed since the run was recorded "
-                         "(sha256 differs)", hint="restore that checkpoint, or start a new --out")
+        raise UsageError(
+            f"cannot resume {run}: the trainer checkpoint {old!r} changed since the run was recorded (sha256 differs)",
+            hint="restore that checkpoint, or start a new --out",
+        )
     raise UsageError(
         f"cannot resume {run}: it was scored with trainer checkpoint {old!r} "
         f"(sha256 {str(recorded.get('sha256'))[:12]}...), not {new!r} (sha256 {chosen.info.sha256[:12]}...)",
-        hint="leave --trainer-checkpoint out to keep the recorded one, or start a new --out")
+        hint="leave --trainer-checkpoint out to keep the recorded one, or start a new --out",
+    )
 
 
 def _show(v: Any) -> str:

@@ -26,15 +26,19 @@ class Prompt:
 
 def load_prompts(path: Path) -> list[Prompt]:
     if not path.is_file():
-        raise PromptError(f"{path}: prompts file not found", hint="pass --prompts FILE.jsonl with one {\"prompt\": ...} per line")
+        raise PromptError(
+            f"{path}: prompts file not found", hint='pass --prompts FILE.jsonl with one {"prompt": ...} per line'
+        )
     prompts: list[Prompt] = []
     with path.open("rb") as fh:
         for lineno, raw in enumerate(fh, 1):
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise PromptError(f"{path}:{lineno}: not UTF-8 text (byte {raw[e.start]:#04x} at column {e.start + 1})",
-                                  hint="save the prompts file as UTF-8") from None
+                raise PromptError(
+                    f"{path}:{lineno}: not UTF-8 text (byte {raw[e.start]:#04x} at column {e.start + 1})",
+                    hint="save the prompts file as UTF-8",
+                ) from None
             if not line.strip():
                 continue
             try:
@@ -44,7 +48,7 @@ def load_prompts(path: Path) -> list[Prompt]:
             except RecursionError:
                 raise PromptError(f"{path}:{lineno}: JSON nested too deeply") from None
             if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str):
-                raise PromptError(f"{path}:{lineno}: each line needs a string field \"prompt\"")
+                raise PromptError(f'{path}:{lineno}: each line needs a string field "prompt"')
             answer = obj.get("answer")
             prompt = Prompt(
                 prompt_id=len(prompts),
@@ -68,8 +72,10 @@ def _check_unicode(value: str | None, field: str, path: Path, lineno: int) -> No
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise PromptError(f"{path}:{lineno}: \"{field}\" holds {value[e.start]!r}, a lone UTF-16 surrogate that is "
-                          "not a character", hint="write the character itself, or its escaped surrogate pair") from None
+        raise PromptError(
+            f'{path}:{lineno}: "{field}" holds {value[e.start]!r}, a lone UTF-16 surrogate that is not a character',
+            hint="write the character itself, or its escaped surrogate pair",
+        ) from None
 
 
 def file_sha256(path: Path) -> str:

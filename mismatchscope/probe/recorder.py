@@ -30,15 +30,17 @@ from .types import Completion
 
 MANIFEST = rundir.MANIFEST
 
-_SAMPLE_SCHEMA = pa.schema([
-    ("prompt_index", pa.int64()),
-    ("sample_index", pa.int32()),
-    ("token_ids", pa.list_(pa.int64())),
-    ("sampler_logprobs", pa.list_(pa.float64())),
-    ("topk_ids", pa.list_(pa.list_(pa.int64()))),
-    ("topk_logprobs", pa.list_(pa.list_(pa.float64()))),
-    ("finish_reason", pa.string()),
-])
+_SAMPLE_SCHEMA = pa.schema(
+    [
+        ("prompt_index", pa.int64()),
+        ("sample_index", pa.int32()),
+        ("token_ids", pa.list_(pa.int64())),
+        ("sampler_logprobs", pa.list_(pa.float64())),
+        ("topk_ids", pa.list_(pa.list_(pa.int64()))),
+        ("topk_logprobs", pa.list_(pa.list_(pa.float64()))),
+        ("finish_reason", pa.string()),
+    ]
+)
 
 _PREFILL = "sampler_prefill_logprobs"
 """optional samples column: the engine's prefill logprobs of its own completions (``--sampler-prefill``)."""
@@ -47,7 +49,9 @@ _PREFILL = "sampler_prefill_logprobs"
 def unstarted_run(path: Path) -> bool:
     """A run directory with no sampled round and no scored shard (a start that failed or was killed)."""
     path = Path(path)
-    return not any((path / "samples").glob("round-*.parquet")) and not any((path / rundir.TOKENS).glob("part-*.parquet"))
+    return not any((path / "samples").glob("round-*.parquet")) and not any(
+        (path / rundir.TOKENS).glob("part-*.parquet")
+    )
 
 
 class RunDir:
@@ -78,20 +82,26 @@ class RunDir:
             self.discard_unstarted()
         if self.exists():
             if not resume:
-                raise UsageError(f"{self.path} already holds a probe run",
-                                 hint="pass --resume to continue it, or choose another --out")
+                raise UsageError(
+                    f"{self.path} already holds a probe run",
+                    hint="pass --resume to continue it, or choose another --out",
+                )
             manifest = self.read_manifest()
             old = manifest.get("fingerprint", {})
             diff = sorted(k for k in set(old) | set(fingerprint) if old.get(k) != fingerprint.get(k))
             if diff:
-                raise UsageError(f"cannot resume {self.path}: its configuration differs in {', '.join(diff)}",
-                                 hint="resume with the same options, or start a new --out")
+                raise UsageError(
+                    f"cannot resume {self.path}: its configuration differs in {', '.join(diff)}",
+                    hint="resume with the same options, or start a new --out",
+                )
             # a shard renamed into place just before a kill (or written before runs kept an index) is the run's
             self.token_index.adopt("part-*.parquet")
             manifest["shard_index"] = rundir.INDEX_VERSION
             return manifest
         if self.path.exists() and not rundir.is_empty_dir(self.path):
-            raise UsageError(f"{self.path} exists and is not a probe run directory", hint="choose an empty or new --out")
+            raise UsageError(
+                f"{self.path} exists and is not a probe run directory", hint="choose an empty or new --out"
+            )
         self.tokens.mkdir(parents=True, exist_ok=True)
         self.samples.mkdir(parents=True, exist_ok=True)
         return {"fingerprint": fingerprint, "status": "running", "shard_index": rundir.INDEX_VERSION}
@@ -129,13 +139,17 @@ class RunDir:
 
     # ---- prompts ---------------------------------------------------------
 
-    def write_prompts(self, prompt_ids: list[int], token_ids: list[list[int]], texts: list[str], answers: list[str | None]) -> None:
-        table = pa.table({
-            "prompt_id": pa.array(prompt_ids, pa.int64()),
-            "prompt_token_ids": pa.array(token_ids, pa.list_(pa.int64())),
-            "text": pa.array(texts, pa.string()),
-            "answer": pa.array(answers, pa.string()),
-        })
+    def write_prompts(
+        self, prompt_ids: list[int], token_ids: list[list[int]], texts: list[str], answers: list[str | None]
+    ) -> None:
+        table = pa.table(
+            {
+                "prompt_id": pa.array(prompt_ids, pa.int64()),
+                "prompt_token_ids": pa.array(token_ids, pa.list_(pa.int64())),
+                "text": pa.array(texts, pa.string()),
+                "answer": pa.array(answers, pa.string()),
+            }
+        )
         with rundir.atomic_path(self.prompts) as tmp:
             pq.write_table(table, tmp)
 
@@ -150,16 +164,31 @@ class RunDir:
     def write_samples(self, round_index: int, completions: list[Completion]) -> None:
         prefill = any(c.sampler_prefill_logprobs is not None for c in completions)
         schema = _SAMPLE_SCHEMA.append(pa.field(_PREFILL, pa.list_(pa.float64()))) if prefill else _SAMPLE_SCHEMA
-        table = pa.Table.from_pylist([{
-            "prompt_index": c.prompt_index, "sample_index": c.sample_index, "token_ids": c.token_ids,
-            "sampler_logprobs": c.sampler_logprobs, "topk_ids": c.topk_ids, "topk_logprobs": c.topk_logprobs,
-            "finish_reason": c.finish_reason, **({_PREFILL: c.sampler_prefill_logprobs} if prefill else {}),
-        } for c in completions], schema=schema)
+        table = pa.Table.from_pylist(
+            [
+                {
+                    "prompt_index": c.prompt_index,
+                    "sample_index": c.sample_index,
+                    "token_ids": c.token_ids,
+                    "sampler_logprobs": c.sampler_logprobs,
+                    "topk_ids": c.topk_ids,
+                    "topk_logprobs": c.topk_logprobs,
+                    "finish_reason": c.finish_reason,
+                    **({_PREFILL: c.sampler_prefill_logprobs} if prefill else {}),
+                }
+                for c in completions
+            ],
+            schema=schema,
+        )
         with rundir.atomic_path(self.samples_path(round_index)) as tmp:
             pq.write_table(table, tmp)
 
     def read_samples(self, round_index: int | None = None) -> list[Completion]:
-        paths = [self.samples_path(round_index)] if round_index is not None else sorted(self.samples.glob("round-*.parquet"))
+        paths = (
+            [self.samples_path(round_index)]
+            if round_index is not None
+            else sorted(self.samples.glob("round-*.parquet"))
+        )
         out = []
         for p in paths:
             for row in pq.read_table(p).to_pylist():

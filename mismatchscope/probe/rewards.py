@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -58,8 +58,10 @@ def load_reward_fn(spec: str | None) -> RewardFn:
     try:
         inspect.signature(fn).bind(prompt="", completion="", answer=None)
     except TypeError as e:
-        raise UsageError(f"--reward-fn {spec!r} cannot be called as fn(prompt=..., completion=..., answer=...) ({e})",
-                         hint="give it those three keyword parameters (or **kwargs)") from None
+        raise UsageError(
+            f"--reward-fn {spec!r} cannot be called as fn(prompt=..., completion=..., answer=...) ({e})",
+            hint="give it those three keyword parameters (or **kwargs)",
+        ) from None
     except ValueError:  # a builtin without a signature: its call says
         pass
     return _Checked(spec, fn)
@@ -76,18 +78,23 @@ class _Checked:
         try:
             value = self.fn(prompt=prompt, completion=completion, answer=answer)
         except Exception as e:
-            raise UsageError(f"{where} raised {type(e).__name__}: {_short(str(e), 120, quote=False)}",
-                             hint="fix the function; the probe so far is kept, --resume continues it") from None
+            raise UsageError(
+                f"{where} raised {type(e).__name__}: {_short(str(e), 120, quote=False)}",
+                hint="fix the function; the probe so far is kept, --resume continues it",
+            ) from None
         if isinstance(value, (str, bytes)) or not isinstance(value, (int, float, np.integer, np.floating)):
-            raise UsageError(f"{where} returned {_short(repr(value), 60, quote=False)}, not a number",
-                             hint="return a float")
+            raise UsageError(
+                f"{where} returned {_short(repr(value), 60, quote=False)}, not a number", hint="return a float"
+            )
         try:
             reward = float(value)
         except OverflowError:
             reward = float("inf")
         if not math.isfinite(reward):
-            raise UsageError(f"{where} returned {_short(repr(value), 60, quote=False)}, not a finite float",
-                             hint="return a finite float (advantages are normalised over each prompt's rewards)")
+            raise UsageError(
+                f"{where} returned {_short(repr(value), 60, quote=False)}, not a finite float",
+                hint="return a finite float (advantages are normalised over each prompt's rewards)",
+            )
         return reward
 
 

@@ -35,8 +35,10 @@ def unknown_family(info: CheckpointInfo) -> str:
     from mismatchscope.routing.families import FAMILIES
 
     known = ", ".join(sorted({t for f in FAMILIES for t in f.model_types}))
-    return (f"model type {model_type_of(info)!r} is an MoE whose router family mismatchscope does not know "
-            f"(known: {known}); routes are not recorded")
+    return (
+        f"model type {model_type_of(info)!r} is an MoE whose router family mismatchscope does not know "
+        f"(known: {known}); routes are not recorded"
+    )
 
 
 def attach_tap(model, info: CheckpointInfo, *, margins: bool):
@@ -69,7 +71,7 @@ class TrainerRoutes:
     _width: int = 0
 
     @classmethod
-    def attach(cls, model, info: CheckpointInfo) -> "TrainerRoutes":
+    def attach(cls, model, info: CheckpointInfo) -> TrainerRoutes:
         tap, why = attach_tap(model, info, margins=True)
         return cls(tap, why)
 
@@ -86,7 +88,8 @@ class TrainerRoutes:
         k = self.tap.layers.top_k
         ids = np.full((len(moe), len(seqs), self._width, k), -1, dtype=np.int64)
         with_weights = all(f is None or f.weights is not None for f in forced) and any(
-            f is not None and f.weights is not None for f in forced)
+            f is not None and f.weights is not None for f in forced
+        )
         weights = np.zeros((len(moe), len(seqs), self._width, k), dtype=np.float32) if with_weights else None
         for b, f in enumerate(forced):
             if f is None:
@@ -96,9 +99,15 @@ class TrainerRoutes:
             if weights is not None:
                 weights[:, b, :rows] = f.weights.transpose(1, 0, 2)
         n = len(seqs) * self._width
-        self.tap.force({layer: (torch.from_numpy(ids[m].reshape(n, k)),
-                                None if weights is None else torch.from_numpy(weights[m].reshape(n, k)))
-                        for m, layer in enumerate(moe)})
+        self.tap.force(
+            {
+                layer: (
+                    torch.from_numpy(ids[m].reshape(n, k)),
+                    None if weights is None else torch.from_numpy(weights[m].reshape(n, k)),
+                )
+                for m, layer in enumerate(moe)
+            }
+        )
 
     def end(self, seqs: list[list[int]]) -> list[SeqRoutes]:
         """After the forward: each sequence's routes over its input positions but the last."""
@@ -122,8 +131,9 @@ class TrainerRoutes:
 # ------------------------------------------------------------------ transformers sampler
 
 
-def generate_routes(captures, moe_layers: tuple[int, ...], prompt_lengths: list[int], width: int,
-                    lengths: list[int]) -> list[SeqRoutes] | str:
+def generate_routes(
+    captures, moe_layers: tuple[int, ...], prompt_lengths: list[int], width: int, lengths: list[int]
+) -> list[SeqRoutes] | str:
     """Each row's routes from one ``generate`` call's router captures, or why they cannot be read.
 
     Rows are left-padded to ``width``. Call 0 is the prefill ``[rows x width]``;
@@ -135,16 +145,18 @@ def generate_routes(captures, moe_layers: tuple[int, ...], prompt_lengths: list[
     B = len(prompt_lengths)
     steps = max(lengths, default=0)
     if any(len(c) < max(steps, 1) for c in calls):
-        return (f"generate made {min(len(c) for c in calls)} router calls for {steps} generated tokens; "
-                "its routes cannot be placed")
+        return (
+            f"generate made {min(len(c) for c in calls)} router calls for {steps} generated tokens; "
+            "its routes cannot be placed"
+        )
     prefill = np.stack([c[0].ids.numpy().reshape(B, width, -1) for c in calls], axis=2)
     prefill_w = np.stack([c[0].weights.numpy().reshape(B, width, -1) for c in calls], axis=2)
     decode = [np.stack([c[t].ids.numpy().reshape(B, -1) for c in calls], axis=1) for t in range(1, steps)]
     decode_w = [np.stack([c[t].weights.numpy().reshape(B, -1) for c in calls], axis=1) for t in range(1, steps)]
     out = []
     for r, (p, n) in enumerate(zip(prompt_lengths, lengths, strict=True)):
-        ids = [prefill[r, width - p:]] + [decode[t - 1][r][None] for t in range(1, n)]
-        w = [prefill_w[r, width - p:]] + [decode_w[t - 1][r][None] for t in range(1, n)]
+        ids = [prefill[r, width - p :]] + [decode[t - 1][r][None] for t in range(1, n)]
+        w = [prefill_w[r, width - p :]] + [decode_w[t - 1][r][None] for t in range(1, n)]
         out.append(SeqRoutes(np.concatenate(ids), np.concatenate(w).astype(np.float32)))
     return out
 
@@ -171,11 +183,13 @@ def vllm_routes_unsupported() -> str | None:
         from vllm.platforms import current_platform
 
         gpu = current_platform.is_cuda() or current_platform.is_rocm()
-    except Exception:  # noqa: BLE001 - an unreadable platform is not one that returns routes
+    except Exception:
         gpu = False
     if not gpu:
-        return (f"vLLM {vllm.__version__} on this CPU build cannot return routed experts "
-                "(enable_return_routed_experts needs Model Runner V2, which runs on GPUs only)")
+        return (
+            f"vLLM {vllm.__version__} on this CPU build cannot return routed experts "
+            "(enable_return_routed_experts needs Model Runner V2, which runs on GPUs only)"
+        )
     return None
 
 
@@ -190,9 +204,16 @@ def from_engine_layout(array, moe_layers: tuple[int, ...], start: int = 0) -> Se
 
 def routing_meta(tap, sampler: SideRoutes, trainer: SideRoutes, replay: str | None) -> RoutingMeta:
     layers = tap.layers
-    return RoutingMeta(family=layers.family.name, num_layers=layers.num_layers, moe_layers=layers.moe_layers,
-                       num_experts=layers.num_experts, top_k=layers.top_k, sampler=sampler, trainer=trainer,
-                       replay=replay)
+    return RoutingMeta(
+        family=layers.family.name,
+        num_layers=layers.num_layers,
+        moe_layers=layers.moe_layers,
+        num_experts=layers.num_experts,
+        top_k=layers.top_k,
+        sampler=sampler,
+        trainer=trainer,
+        replay=replay,
+    )
 
 
 # ------------------------------------------------------------------ run directory
@@ -212,8 +233,11 @@ def save_sampler_round(run_path, round_index: int, completions, n: int) -> None:
 
     with_routes = [c for c in completions if c.routes is not None]
     if with_routes:
-        write_sampler_round(sampler_round_path(run_path, round_index),
-                            [c.prompt_index * n + c.sample_index for c in with_routes], [c.routes for c in with_routes])
+        write_sampler_round(
+            sampler_round_path(run_path, round_index),
+            [c.prompt_index * n + c.sample_index for c in with_routes],
+            [c.routes for c in with_routes],
+        )
 
 
 def sampler_side(sampler, kind: str) -> SideRoutes:
@@ -227,8 +251,9 @@ def sampler_side(sampler, kind: str) -> SideRoutes:
     return SideRoutes(False, why=f"the {kind} sampler does not return routes")
 
 
-def write_route_shard(path, shape: Shape, completions, prompt_ids: list[list[int]], n: int,
-                      sampler_routes: dict[int, SeqRoutes], scored) -> None:
+def write_route_shard(
+    path, shape: Shape, completions, prompt_ids: list[list[int]], n: int, sampler_routes: dict[int, SeqRoutes], scored
+) -> None:
     """One ``routes/part-*`` shard for a token shard's sequences: the sampler's recorded and the trainer's routes."""
     from mismatchscope.routing.io import routes_table, write_shard
 
@@ -258,8 +283,11 @@ def check_replay_probe(replay: str | None, info: CheckpointInfo, sampler_kind: s
     if family_for(model_type_of(info)) is None:
         raise UsageError(f"--replay-routes: {unknown_family(info)}")
     if sampler_kind == "vllm-server":
-        raise UsageError("--replay-routes needs the sampler's routes: the vllm-server sampler does not ask the "
-                         "server for routed experts", hint="use --sampler hf, or --sampler vllm on a GPU build")
+        raise UsageError(
+            "--replay-routes needs the sampler's routes: the vllm-server sampler does not ask the "
+            "server for routed experts",
+            hint="use --sampler hf, or --sampler vllm on a GPU build",
+        )
     if sampler_kind == "vllm":
         why = vllm_routes_unsupported()
         if why is not None:
@@ -277,15 +305,22 @@ def check_replay_source(run_path, manifest: dict, replay: str | None) -> Routing
         return meta
     if meta is None:
         dense = not (manifest.get("config") or {}).get("checkpoint", {}).get("is_moe")
-        what = "is a dense run: it has no routes" if dense else \
-            f"holds no routes ({manifest.get('routing_unavailable') or 'none were recorded'})"
+        what = (
+            "is a dense run: it has no routes"
+            if dense
+            else f"holds no routes ({manifest.get('routing_unavailable') or 'none were recorded'})"
+        )
         raise UsageError(f"--replay-routes: {run_path} {what}")
     if not meta.sampler.recorded:
-        raise UsageError(f"--replay-routes: {run_path} has no sampler routes to replay ({meta.sampler.why})",
-                         hint="record them with --sampler hf")
+        raise UsageError(
+            f"--replay-routes: {run_path} has no sampler routes to replay ({meta.sampler.why})",
+            hint="record them with --sampler hf",
+        )
     if replay == "ids+weights" and not meta.sampler.weights:
-        raise UsageError(f"--replay-weights: {run_path} recorded the sampler's expert ids but not its gate weights",
-                         hint="replay the ids alone with --replay-routes")
+        raise UsageError(
+            f"--replay-weights: {run_path} recorded the sampler's expert ids but not its gate weights",
+            hint="replay the ids alone with --replay-routes",
+        )
     return meta
 
 
@@ -323,7 +358,9 @@ class RoundRoutes:
     replay: str | None = None
 
     @classmethod
-    def of_probe_round(cls, shape: Shape | None, run_path, round_index: int, replay: str | None) -> "RoundRoutes | None":
+    def of_probe_round(
+        cls, shape: Shape | None, run_path, round_index: int, replay: str | None
+    ) -> RoundRoutes | None:
         from mismatchscope.routing.io import read_sampler_round
 
         if shape is None:
@@ -331,8 +368,9 @@ class RoundRoutes:
         return cls(shape, read_sampler_round(sampler_round_path(run_path, round_index)), replay)
 
     @classmethod
-    def of_source(cls, src_path, old_manifest: dict, trainer, replay: str | None, manifest: dict,
-                  note) -> "RoundRoutes | None":
+    def of_source(
+        cls, src_path, old_manifest: dict, trainer, replay: str | None, manifest: dict, note
+    ) -> RoundRoutes | None:
         """A rescore's routes: the recorded run's sampler side, checked against the trainer's model."""
         from mismatchscope.errors import InputError
         from mismatchscope.routing.io import read_routes, sequences_of
@@ -349,11 +387,16 @@ class RoundRoutes:
         if shape is None or src is None or not src.sampler.recorded:
             return None if shape is None else cls(shape, {}, replay)
         if Shape.of(src) != shape:
-            raise InputError(f"{src_path}'s routes were recorded for {src.num_layers} layers (MoE layers "
-                             f"{list(src.moe_layers)}), {src.num_experts} experts, top-{src.top_k}; the checkpoint "
-                             f"has {shape.num_layers}, {list(shape.moe_layers)}, {shape.num_experts}, "
-                             f"top-{shape.top_k}", hint="rescore with the checkpoint the routes came from")
-        columns = ["sequence_id", "input_position", SAMPLER_EXPERTS] + ([SAMPLER_WEIGHTS] if src.sampler.weights else [])
+            raise InputError(
+                f"{src_path}'s routes were recorded for {src.num_layers} layers (MoE layers "
+                f"{list(src.moe_layers)}), {src.num_experts} experts, top-{src.top_k}; the checkpoint "
+                f"has {shape.num_layers}, {list(shape.moe_layers)}, {shape.num_experts}, "
+                f"top-{shape.top_k}",
+                hint="rescore with the checkpoint the routes came from",
+            )
+        columns = ["sequence_id", "input_position", SAMPLER_EXPERTS] + (
+            [SAMPLER_WEIGHTS] if src.sampler.weights else []
+        )
         sampler = sequences_of(read_routes(src_path, columns=columns), "sampler", shape, weights=src.sampler.weights)
         return cls(shape, sampler, replay)
 

@@ -23,10 +23,10 @@ from __future__ import annotations
 import platform
 import sys
 import time
-from datetime import datetime, timezone
 from dataclasses import dataclass, fields, replace
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -37,10 +37,16 @@ from .policy_lag import TrainerCheckpoint, check_resume, open_trainer_checkpoint
 from .prompts import Prompt, file_sha256, load_prompts
 from .recorder import RunDir
 from .rewards import group_advantages, load_reward_fn
-from .routes import (RoundRoutes, check_replay_probe, check_replay_source, routing_manifest, sampler_side,
-                     save_sampler_round)
-from .types import Completion, SamplerConfig, SamplingConfig, ScoreRequest, Scored, TrainerConfig
+from .routes import (
+    RoundRoutes,
+    check_replay_probe,
+    check_replay_source,
+    routing_manifest,
+    sampler_side,
+    save_sampler_round,
+)
 from .samplers.base import check_prompts
+from .types import Completion, SamplerConfig, SamplingConfig, Scored, ScoreRequest, TrainerConfig
 from .validate import (
     canonical_options,
     canonical_trainer,
@@ -92,20 +98,38 @@ def semantics(sampling: SamplingConfig) -> dict[str, Any]:
     if sampling.logprobs_mode == "processed_logprobs":
         return {
             "sampler_logprob": "after temperature, top-k and top-p (renormalised over the kept set)",
-            "trainer_logprob": f"logits / T (T={sampling.temperature:g})" + (", renormalised over the kept set" if truncates else ""),
+            "trainer_logprob": f"logits / T (T={sampling.temperature:g})"
+            + (", renormalised over the kept set" if truncates else ""),
             "sampler_kept_logmass": "log of the trainer's full-vocabulary mass on the kept set" if truncates else None,
         }
-    return {"sampler_logprob": "raw logits, before temperature and truncation (T = 1, full vocabulary)",
-            "trainer_logprob": "raw logits (T = 1, full vocabulary)", "sampler_kept_logmass": None}
+    return {
+        "sampler_logprob": "raw logits, before temperature and truncation (T = 1, full vocabulary)",
+        "trainer_logprob": "raw logits (T = 1, full vocabulary)",
+        "sampler_kept_logmass": None,
+    }
 
 
-def _fingerprint(opts: ProbeOptions, ckpt_sha: str, prompts_sha: str, trainer_ckpt: TrainerCheckpoint) -> dict[str, Any]:
+def _fingerprint(
+    opts: ProbeOptions, ckpt_sha: str, prompts_sha: str, trainer_ckpt: TrainerCheckpoint
+) -> dict[str, Any]:
     s = opts.sampler
-    return {**_lag_fingerprint(trainer_ckpt), **({"sampler_prefill": True} if opts.sampler_prefill else {}),
-        "checkpoint_sha256": ckpt_sha, "prompts_sha256": prompts_sha, "sampling": opts.sampling.to_dict(),
-        "sampler": {"kind": s.kind, "dtype": s.dtype, "fp32_lm_head": s.fp32_lm_head, "engine_args": _safe_engine_args(s),
-                    "tensor_parallel_size": s.tensor_parallel_size, "url": redact_url(s.url)},
-        "trainer": opts.trainer.to_dict(), "round_prompts": opts.round_prompts, "reward_fn": opts.reward_fn,
+    return {
+        **_lag_fingerprint(trainer_ckpt),
+        **({"sampler_prefill": True} if opts.sampler_prefill else {}),
+        "checkpoint_sha256": ckpt_sha,
+        "prompts_sha256": prompts_sha,
+        "sampling": opts.sampling.to_dict(),
+        "sampler": {
+            "kind": s.kind,
+            "dtype": s.dtype,
+            "fp32_lm_head": s.fp32_lm_head,
+            "engine_args": _safe_engine_args(s),
+            "tensor_parallel_size": s.tensor_parallel_size,
+            "url": redact_url(s.url),
+        },
+        "trainer": opts.trainer.to_dict(),
+        "round_prompts": opts.round_prompts,
+        "reward_fn": opts.reward_fn,
     }
 
 
@@ -114,14 +138,16 @@ def _lag_fingerprint(trainer_ckpt: TrainerCheckpoint) -> dict[str, Any]:
     return {} if trainer_ckpt.same_as_sampler else {"trainer_checkpoint_sha256": trainer_ckpt.info.sha256}
 
 
-def _trainer_checkpoint(path: Path | None, run: RunDir, resume: bool, info, tokenizer, texts: list[str],
-                        trainer: TrainerConfig) -> TrainerCheckpoint:
+def _trainer_checkpoint(
+    path: Path | None, run: RunDir, resume: bool, info, tokenizer, texts: list[str], trainer: TrainerConfig
+) -> TrainerCheckpoint:
     """The trainer's weights; a resumed run keeps the recorded ones (another choice is refused)."""
     recorded = recorded_trainer_checkpoint(run.read_manifest().get("config") or {}) if resume and run.exists() else None
     if path is None and recorded is not None and not recorded.get("same_as_sampler"):
         path = Path(recorded["path"])
-    chosen = open_trainer_checkpoint(path, info, tokenizer, texts, allow_pickle=trainer.allow_pickle,
-                                     trust_remote_code=trainer.trust_remote_code)
+    chosen = open_trainer_checkpoint(
+        path, info, tokenizer, texts, allow_pickle=trainer.allow_pickle, trust_remote_code=trainer.trust_remote_code
+    )
     if recorded is not None:
         check_resume(recorded, chosen, run.path)
     return chosen
@@ -137,8 +163,13 @@ def _safe_engine_args(s: SamplerConfig) -> dict[str, Any]:
 def run_probe(opts: ProbeOptions, progress: Progress | None = None, sampler=None) -> Path:
     """Run a probe into ``opts.out``. ``sampler``: an engine the caller already
     started (and closes itself), for callers that use it again afterwards."""
-    from .checkpoint import (check_tokenizer, check_weights_cover_config, inspect_checkpoint, load_tokenizer,
-                             tokenize_prompts)
+    from .checkpoint import (
+        check_tokenizer,
+        check_weights_cover_config,
+        inspect_checkpoint,
+        load_tokenizer,
+        tokenize_prompts,
+    )
 
     progress = progress or Progress()
     check_options(opts)  # before any file is written or engine started
@@ -148,19 +179,27 @@ def run_probe(opts: ProbeOptions, progress: Progress | None = None, sampler=None
         check_sampler_prefill(opts.sampler.kind, opts.sampling)
     opts = canonical_options(opts)
     prompts = load_prompts(opts.prompts)
-    info = inspect_checkpoint(opts.checkpoint, allow_pickle=opts.trainer.allow_pickle, trust_remote_code=opts.trainer.trust_remote_code)
+    info = inspect_checkpoint(
+        opts.checkpoint, allow_pickle=opts.trainer.allow_pickle, trust_remote_code=opts.trainer.trust_remote_code
+    )
     check_against_checkpoint(opts, info)
     check_replay_probe(opts.trainer.replay, info, opts.sampler.kind)
     check_weights_cover_config(info, trust_remote_code=opts.trainer.trust_remote_code)
     tokenizer = load_tokenizer(info.path, trust_remote_code=opts.trainer.trust_remote_code)
-    other = load_tokenizer(opts.sampler_tokenizer, trust_remote_code=opts.trainer.trust_remote_code) if opts.sampler_tokenizer else None
+    other = (
+        load_tokenizer(opts.sampler_tokenizer, trust_remote_code=opts.trainer.trust_remote_code)
+        if opts.sampler_tokenizer
+        else None
+    )
     check_tokenizer(tokenizer, info, [p.text for p in prompts], other=other)
     max_len = opts.sampler.max_model_len or info.max_model_len
     if opts.sampling.max_tokens == 0:  # auto: as long as the context allows, up to AUTO_MAX_TOKENS
         prompt_ids = tokenize_prompts(tokenizer, [p.text for p in prompts], max_model_len=max_len, max_tokens=1)
         room = max_len - max(len(p) for p in prompt_ids)
         opts = replace(opts, sampling=replace(opts.sampling, max_tokens=min(AUTO_MAX_TOKENS, room)))
-    prompt_ids = tokenize_prompts(tokenizer, [p.text for p in prompts], max_model_len=max_len, max_tokens=opts.sampling.max_tokens)
+    prompt_ids = tokenize_prompts(
+        tokenizer, [p.text for p in prompts], max_model_len=max_len, max_tokens=opts.sampling.max_tokens
+    )
     check_prompts(prompt_ids, opts.sampling)  # what every engine would refuse, refused before the run exists
     reward_fn = load_reward_fn(opts.reward_fn)
     check_engine_installed(opts.sampler)
@@ -200,38 +239,86 @@ def _server_first(opts: ProbeOptions, run: RunDir, n_prompts: int) -> bool:
     return not all(run.samples_path(r).exists() for r in range(len(_rounds(n_prompts, opts.round_prompts))))
 
 
-def _probe_locked(opts: ProbeOptions, run: RunDir, info, tokenizer, prompts: list[Prompt], prompt_ids: list[list[int]],
-                  reward_fn, progress: Progress, sampler, owned: bool) -> Path:
-    trainer_ckpt = _trainer_checkpoint(opts.trainer_checkpoint, run, opts.resume, info, tokenizer, [p.text for p in prompts],
-                                       opts.trainer)
+def _probe_locked(
+    opts: ProbeOptions,
+    run: RunDir,
+    info,
+    tokenizer,
+    prompts: list[Prompt],
+    prompt_ids: list[list[int]],
+    reward_fn,
+    progress: Progress,
+    sampler,
+    owned: bool,
+) -> Path:
+    trainer_ckpt = _trainer_checkpoint(
+        opts.trainer_checkpoint, run, opts.resume, info, tokenizer, [p.text for p in prompts], opts.trainer
+    )
     prompts_sha = file_sha256(opts.prompts)
     manifest = run.open(_fingerprint(opts, info.sha256, prompts_sha, trainer_ckpt), opts.resume)
     try:
-        return _sample_and_score(opts, run, manifest, info, tokenizer, prompts, prompt_ids, reward_fn, progress, sampler,
-                                 owned, trainer_ckpt, prompts_sha)
+        return _sample_and_score(
+            opts,
+            run,
+            manifest,
+            info,
+            tokenizer,
+            prompts,
+            prompt_ids,
+            reward_fn,
+            progress,
+            sampler,
+            owned,
+            trainer_ckpt,
+            prompts_sha,
+        )
     except BaseException:
         run.discard_unstarted()  # failed before a round was sampled: nothing to keep, nothing to block a re-run
         raise
 
 
-def _sample_and_score(opts: ProbeOptions, run: RunDir, manifest: dict, info, tokenizer, prompts: list[Prompt],
-                      prompt_ids: list[list[int]], reward_fn, progress: Progress, sampler, owned: bool,
-                      trainer_ckpt: TrainerCheckpoint, prompts_sha: str) -> Path:
+def _sample_and_score(
+    opts: ProbeOptions,
+    run: RunDir,
+    manifest: dict,
+    info,
+    tokenizer,
+    prompts: list[Prompt],
+    prompt_ids: list[list[int]],
+    reward_fn,
+    progress: Progress,
+    sampler,
+    owned: bool,
+    trainer_ckpt: TrainerCheckpoint,
+    prompts_sha: str,
+) -> Path:
     config = {
         "mismatchscope_version": __version__,
-        "checkpoint": {"path": str(info.path), "sha256": info.sha256, "model_type": info.model_type,
-                       "vocab_size": info.vocab_size, "max_model_len": info.max_model_len, "is_moe": info.is_moe},
+        "checkpoint": {
+            "path": str(info.path),
+            "sha256": info.sha256,
+            "model_type": info.model_type,
+            "vocab_size": info.vocab_size,
+            "max_model_len": info.max_model_len,
+            "is_moe": info.is_moe,
+        },
         "trainer_checkpoint": trainer_ckpt.record(),
         "prompts": {"path": str(opts.prompts), "sha256": prompts_sha, "count": len(prompts)},
         "sampling": opts.sampling.to_dict(),
         "semantics": {**semantics(opts.sampling), **trainer_ckpt.semantics(info)},
-        "sampler": {**opts.sampler.to_dict(), "kind": opts.sampler.kind, "url": redact_url(opts.sampler.url),
-                    "engine_args": _safe_engine_args(opts.sampler)},
+        "sampler": {
+            **opts.sampler.to_dict(),
+            "kind": opts.sampler.kind,
+            "url": redact_url(opts.sampler.url),
+            "engine_args": _safe_engine_args(opts.sampler),
+        },
         "trainer": opts.trainer.to_dict(),
         "reward_fn": opts.reward_fn or "exact_match(answer)",
         "round_prompts": opts.round_prompts,
     }
-    manifest.update({"config": config, "status": "running", "command": redact_command(sys.argv[1:]) if sys.argv else None})
+    manifest.update(
+        {"config": config, "status": "running", "command": redact_command(sys.argv[1:]) if sys.argv else None}
+    )
     session = _open_session(manifest, opts.resume)
     run.write_manifest(manifest)
     _write_prompts_once(run, prompts, prompt_ids)
@@ -258,8 +345,11 @@ def _sample_and_score(opts: ProbeOptions, run: RunDir, manifest: dict, info, tok
                     sampler = make_sampler(opts.sampler, info, sampling=opts.sampling)
                 progress.stage("sampling", len(rounds[r]) * n)
                 t0 = time.perf_counter()
-                local = sampler.sample([prompt_ids[p] for p in rounds[r]], opts.sampling,
-                                       on_progress=lambda k: progress.advance("sampling", k))
+                local = sampler.sample(
+                    [prompt_ids[p] for p in rounds[r]],
+                    opts.sampling,
+                    on_progress=lambda k: progress.advance("sampling", k),
+                )
                 session["sampling_seconds"] += time.perf_counter() - t0
                 completions = [replace(c, prompt_index=rounds[r][c.prompt_index]) for c in local]
                 if opts.sampler_prefill:
@@ -267,7 +357,9 @@ def _sample_and_score(opts: ProbeOptions, run: RunDir, manifest: dict, info, tok
 
                     completions = with_sampler_prefill(sampler, prompt_ids, completions, opts.sampling)
                 _check_completions(completions, rounds[r], n)
-                save_sampler_round(run.path, r, completions, n)  # before the samples: a round's samples imply its routes
+                save_sampler_round(
+                    run.path, r, completions, n
+                )  # before the samples: a round's samples imply its routes
                 run.write_samples(r, completions)
                 manifest["sampler_info"] = sampler.describe()  # saved with the round: a killed run keeps it
                 _save_progress(run, manifest)
@@ -280,8 +372,21 @@ def _sample_and_score(opts: ProbeOptions, run: RunDir, manifest: dict, info, tok
                 side = sampler_side(sampler, opts.sampler.kind) if sampler is not None else None
                 shape = routing_manifest(manifest, trainer, side, opts.trainer.replay, progress.note)
             routes = RoundRoutes.of_probe_round(shape, run.path, r, opts.trainer.replay)
-            session["scoring_seconds"] += _score_round(run, r, completions, prompts, prompt_ids, tokenizer, reward_fn, trainer,
-                                                       opts.sampling, done, config, progress, routes)
+            session["scoring_seconds"] += _score_round(
+                run,
+                r,
+                completions,
+                prompts,
+                prompt_ids,
+                tokenizer,
+                reward_fn,
+                trainer,
+                opts.sampling,
+                done,
+                config,
+                progress,
+                routes,
+            )
             _save_progress(run, manifest)
     finally:
         if sampler is not None and owned:
@@ -297,7 +402,9 @@ def _lag_label(trainer_ckpt: TrainerCheckpoint) -> str:
 def _write_prompts_once(run: RunDir, prompts: list[Prompt], prompt_ids: list[list[int]]) -> None:
     """The prompts as token ids, written once per run directory (a resumed run keeps the first)."""
     if not run.prompts.exists():
-        run.write_prompts([p.prompt_id for p in prompts], prompt_ids, [p.text for p in prompts], [p.answer for p in prompts])
+        run.write_prompts(
+            [p.prompt_id for p in prompts], prompt_ids, [p.text for p in prompts], [p.answer for p in prompts]
+        )
 
 
 def _check_completions(completions: list[Completion], prompt_indices: list[int], n: int) -> None:
@@ -307,10 +414,14 @@ def _check_completions(completions: list[Completion], prompt_indices: list[int],
         raise UsageError(f"the sampler returned {len(got)} completions for {len(want)} requested (prompts x n)")
     for c in completions:
         if not (len(c.token_ids) == len(c.sampler_logprobs) == len(c.topk_ids) == len(c.topk_logprobs)):
-            raise UsageError(f"the sampler returned misaligned lists for prompt {c.prompt_index} sample {c.sample_index}")
+            raise UsageError(
+                f"the sampler returned misaligned lists for prompt {c.prompt_index} sample {c.sample_index}"
+            )
 
 
-def _rewards(completions: list[Completion], prompts: list[Prompt], tokenizer, reward_fn, n: int) -> dict[tuple[int, int], tuple[float, float]]:
+def _rewards(
+    completions: list[Completion], prompts: list[Prompt], tokenizer, reward_fn, n: int
+) -> dict[tuple[int, int], tuple[float, float]]:
     """(prompt, sample) -> (reward, advantage), advantages normalised within each prompt's group."""
     by_prompt: dict[int, list[Completion]] = {}
     for c in completions:
@@ -318,21 +429,47 @@ def _rewards(completions: list[Completion], prompts: list[Prompt], tokenizer, re
     out = {}
     for p, group in by_prompt.items():
         group.sort(key=lambda c: c.sample_index)
-        rewards = np.array([float(reward_fn(prompt=prompts[p].text,
-                                            completion=tokenizer.decode(c.token_ids, skip_special_tokens=True),
-                                            answer=prompts[p].answer)) for c in group])
+        rewards = np.array(
+            [
+                float(
+                    reward_fn(
+                        prompt=prompts[p].text,
+                        completion=tokenizer.decode(c.token_ids, skip_special_tokens=True),
+                        answer=prompts[p].answer,
+                    )
+                )
+                for c in group
+            ]
+        )
         adv = group_advantages(rewards)
         for c, rw, a in zip(group, rewards, adv):
             out[(p, c.sample_index)] = (float(rw), float(a))
     return out
 
 
-def _score_round(run: RunDir, r: int, completions, prompts, prompt_ids, tokenizer, reward_fn, trainer, sampling: SamplingConfig,
-                 done: set[int], config: dict, progress: Progress, routes: RoundRoutes | None = None) -> float:
+def _score_round(
+    run: RunDir,
+    r: int,
+    completions,
+    prompts,
+    prompt_ids,
+    tokenizer,
+    reward_fn,
+    trainer,
+    sampling: SamplingConfig,
+    done: set[int],
+    config: dict,
+    progress: Progress,
+    routes: RoundRoutes | None = None,
+) -> float:
     n = sampling.n
     has_answers = any(p.answer is not None for p in prompts) or config["reward_fn"] != "exact_match(answer)"
     rewards = _rewards(completions, prompts, tokenizer, reward_fn, n) if has_answers else {}
-    todo = [c for c in sorted(completions, key=lambda c: (c.prompt_index, c.sample_index)) if c.prompt_index * n + c.sample_index not in done]
+    todo = [
+        c
+        for c in sorted(completions, key=lambda c: (c.prompt_index, c.sample_index))
+        if c.prompt_index * n + c.sample_index not in done
+    ]
     shards: list[list[Completion]] = []
     size = SHARD_TOKENS + 1
     for c in todo:
@@ -345,9 +482,15 @@ def _score_round(run: RunDir, r: int, completions, prompts, prompt_ids, tokenize
     existing = len(list(run.tokens.glob(f"part-{r:05d}-*.parquet")))
     elapsed = 0.0
     for b, shard in enumerate(shards):
-        reqs = [ScoreRequest(prompt_ids[c.prompt_index], c.token_ids, c.topk_ids,
-                             forced_routes=routes.forced(c.prompt_index * n + c.sample_index) if routes else None)
-                for c in shard]
+        reqs = [
+            ScoreRequest(
+                prompt_ids[c.prompt_index],
+                c.token_ids,
+                c.topk_ids,
+                forced_routes=routes.forced(c.prompt_index * n + c.sample_index) if routes else None,
+            )
+            for c in shard
+        ]
         t0 = time.perf_counter()
         scored = trainer.score(reqs, sampling)
         elapsed += time.perf_counter() - t0
@@ -362,10 +505,24 @@ def token_columns(completions: list[Completion], scored: list[Scored], rewards: 
     """Flatten completions and their scores into analysis-format columns (strictly aligned)."""
     if len(completions) != len(scored):
         raise ValueError(f"{len(completions)} completions but {len(scored)} scores")
-    cols: dict[str, list] = {k: [] for k in (
-        "sequence_id", "position", "token_id", "sampler_logprob", "trainer_logprob", "prompt_id", "sample_index",
-        "sampler_topk_ids", "sampler_topk_logprobs", "trainer_logprobs_at_sampler_topk", "trainer_topk_ids",
-        "trainer_topk_logprobs", "trainer_entropy")}
+    cols: dict[str, list] = {
+        k: []
+        for k in (
+            "sequence_id",
+            "position",
+            "token_id",
+            "sampler_logprob",
+            "trainer_logprob",
+            "prompt_id",
+            "sample_index",
+            "sampler_topk_ids",
+            "sampler_topk_logprobs",
+            "trainer_logprobs_at_sampler_topk",
+            "trainer_topk_ids",
+            "trainer_topk_logprobs",
+            "trainer_entropy",
+        )
+    }
     with_rewards = bool(rewards)
     with_kept = any(s.kept_logmass is not None for s in scored)
     with_prefill = any(c.sampler_prefill_logprobs is not None for c in completions)
@@ -377,10 +534,19 @@ def token_columns(completions: list[Completion], scored: list[Scored], rewards: 
         cols["sampler_kept_logmass"] = []
     for c, s in zip(completions, scored):
         L = len(c.token_ids)
-        lengths = {len(c.sampler_logprobs), len(s.trainer_logprobs), len(s.logprobs_at_sampler_topk), len(s.topk_ids),
-                   len(s.topk_logprobs), len(s.entropy), len(c.topk_ids)}
+        lengths = {
+            len(c.sampler_logprobs),
+            len(s.trainer_logprobs),
+            len(s.logprobs_at_sampler_topk),
+            len(s.topk_ids),
+            len(s.topk_logprobs),
+            len(s.entropy),
+            len(c.topk_ids),
+        }
         if lengths != {L}:
-            raise ValueError(f"misaligned lengths for prompt {c.prompt_index} sample {c.sample_index}: {sorted(lengths)} vs {L}")
+            raise ValueError(
+                f"misaligned lengths for prompt {c.prompt_index} sample {c.sample_index}: {sorted(lengths)} vs {L}"
+            )
         cols["sequence_id"] += [c.prompt_index * n + c.sample_index] * L
         cols["position"] += range(L)
         cols["token_id"] += c.token_ids
@@ -415,10 +581,20 @@ def _open_session(manifest: dict, resumed: bool) -> dict[str, Any]:
     sessions = manifest.setdefault("sessions", [])
     old = manifest.get("timings") or {}
     if not sessions and ("sampling_seconds" in old or "scoring_seconds" in old):
-        sessions.append({"started_at": None, "resumed": False, "sampling_seconds": old.get("sampling_seconds", 0.0),
-                         "scoring_seconds": old.get("scoring_seconds", 0.0)})
-    session = {"started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "resumed": resumed,
-               "sampling_seconds": 0.0, "scoring_seconds": 0.0}
+        sessions.append(
+            {
+                "started_at": None,
+                "resumed": False,
+                "sampling_seconds": old.get("sampling_seconds", 0.0),
+                "scoring_seconds": old.get("scoring_seconds", 0.0),
+            }
+        )
+    session = {
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "resumed": resumed,
+        "sampling_seconds": 0.0,
+        "scoring_seconds": 0.0,
+    }
     sessions.append(session)
     _total_timings(manifest)
     return session
@@ -454,8 +630,14 @@ def _finish(run: RunDir, manifest: dict) -> None:
     run.write_manifest(manifest)
 
 
-def rescore(run_path: Path, out: Path, trainer_cfg: TrainerConfig, resume: bool = False, progress: Progress | None = None,
-            trainer_checkpoint: Path | None = None) -> Path:
+def rescore(
+    run_path: Path,
+    out: Path,
+    trainer_cfg: TrainerConfig,
+    resume: bool = False,
+    progress: Progress | None = None,
+    trainer_checkpoint: Path | None = None,
+) -> Path:
     """Score a recorded run's samples again with other trainer settings; the sampler is not touched.
 
     ``trainer_checkpoint`` scores them with other weights (policy lag); without
@@ -482,10 +664,13 @@ def rescore(run_path: Path, out: Path, trainer_cfg: TrainerConfig, resume: bool 
 def _check_recorded_config(src: RunDir, manifest: dict[str, Any]) -> None:
     """The parts of a recorded manifest rescore reads, each of its type: an edited or damaged manifest is one
     line naming the field, not a crash halfway through setting up the trainer."""
+
     def bad(field: str, value: Any, want: str) -> UsageError:
         shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-        return UsageError(f"{src.manifest_path}: {field} is {shown}, not {want}",
-                          hint="the manifest was edited or damaged; restore it from a copy of the run")
+        return UsageError(
+            f"{src.manifest_path}: {field} is {shown}, not {want}",
+            hint="the manifest was edited or damaged; restore it from a copy of the run",
+        )
 
     cfg = manifest.get("config")
     if not isinstance(cfg, dict):
@@ -496,8 +681,11 @@ def _check_recorded_config(src: RunDir, manifest: dict[str, Any]) -> None:
     for f in fields(SamplingConfig):
         value = cfg["sampling"].get(f.name, f.default)
         want = type(f.default)
-        ok = isinstance(value, want) and not isinstance(value, bool) or (want is float and isinstance(value, int)
-                                                                           and not isinstance(value, bool))
+        ok = (
+            (isinstance(value, want)
+            and not isinstance(value, bool))
+            or (want is float and isinstance(value, int) and not isinstance(value, bool))
+        )
         if not ok:
             raise bad(f"config.sampling.{f.name}", value, {int: "an integer", float: "a number"}.get(want, "a string"))
     for key in ("path", "sha256"):
@@ -513,19 +701,31 @@ def _check_complete_source(run_path: Path) -> None:
     """A killed or still-running probe has only some rounds: rescoring it would silently score part of a run."""
     c = rundir.completion(run_path)
     if c is not None and not c.complete:
-        raise UsageError(f"{run_path} is an incomplete run ({c.reason}); rescore needs a complete one",
-                         hint=f"finish it first with the same probe command and --resume --out {run_path}")
+        raise UsageError(
+            f"{run_path} is an incomplete run ({c.reason}); rescore needs a complete one",
+            hint=f"finish it first with the same probe command and --resume --out {run_path}",
+        )
 
 
-def _rescore_locked(src: RunDir, dst: RunDir, old: dict, trainer_cfg: TrainerConfig, resume: bool, progress: Progress,
-                    trainer_checkpoint: Path | None) -> Path:
+def _rescore_locked(
+    src: RunDir,
+    dst: RunDir,
+    old: dict,
+    trainer_cfg: TrainerConfig,
+    resume: bool,
+    progress: Progress,
+    trainer_checkpoint: Path | None,
+) -> Path:
     from .checkpoint import check_weights_cover_config, inspect_checkpoint, load_tokenizer
 
     run_path = src.path
     cfg = old["config"]
     sampling = SamplingConfig(**cfg["sampling"])
-    info = inspect_checkpoint(Path(cfg["checkpoint"]["path"]), allow_pickle=trainer_cfg.allow_pickle,
-                              trust_remote_code=trainer_cfg.trust_remote_code)
+    info = inspect_checkpoint(
+        Path(cfg["checkpoint"]["path"]),
+        allow_pickle=trainer_cfg.allow_pickle,
+        trust_remote_code=trainer_cfg.trust_remote_code,
+    )
     if info.sha256 != cfg["checkpoint"]["sha256"]:
         raise UsageError(f"the checkpoint at {info.path} changed since {run_path} was recorded (sha256 differs)")
     check_weights_cover_config(info, trust_remote_code=trainer_cfg.trust_remote_code)
@@ -533,26 +733,60 @@ def _rescore_locked(src: RunDir, dst: RunDir, old: dict, trainer_cfg: TrainerCon
     prompts_table = src.read_prompts().to_pylist()
     prompts = [Prompt(r["prompt_id"], r["text"], r["answer"]) for r in prompts_table]
     prompt_ids = [r["prompt_token_ids"] for r in prompts_table]
-    trainer_ckpt = _trainer_checkpoint(trainer_checkpoint, dst, resume, info, tokenizer, [p.text for p in prompts], trainer_cfg)
+    trainer_ckpt = _trainer_checkpoint(
+        trainer_checkpoint, dst, resume, info, tokenizer, [p.text for p in prompts], trainer_cfg
+    )
     fingerprint = {k: v for k, v in old.get("fingerprint", {}).items() if k != "trainer_checkpoint_sha256"}
-    fingerprint.update({**_lag_fingerprint(trainer_ckpt), "trainer": trainer_cfg.to_dict(), "rescored_from": str(run_path)})
+    fingerprint.update(
+        {**_lag_fingerprint(trainer_ckpt), "trainer": trainer_cfg.to_dict(), "rescored_from": str(run_path)}
+    )
     manifest = dst.open(fingerprint, resume)
     try:
-        return _rescore_rounds(src, dst, manifest, old, trainer_cfg, resume, progress, info, tokenizer, prompts, prompt_ids,
-                               trainer_ckpt, sampling)
+        return _rescore_rounds(
+            src,
+            dst,
+            manifest,
+            old,
+            trainer_cfg,
+            resume,
+            progress,
+            info,
+            tokenizer,
+            prompts,
+            prompt_ids,
+            trainer_ckpt,
+            sampling,
+        )
     except BaseException:
         dst.discard_unstarted()  # the trainer did not load: nothing to keep, nothing to block a re-run
         raise
 
 
-def _rescore_rounds(src: RunDir, dst: RunDir, manifest: dict, old: dict, trainer_cfg: TrainerConfig, resume: bool,
-                    progress: Progress, info, tokenizer, prompts: list[Prompt], prompt_ids: list[list[int]],
-                    trainer_ckpt: TrainerCheckpoint, sampling: SamplingConfig) -> Path:
+def _rescore_rounds(
+    src: RunDir,
+    dst: RunDir,
+    manifest: dict,
+    old: dict,
+    trainer_cfg: TrainerConfig,
+    resume: bool,
+    progress: Progress,
+    info,
+    tokenizer,
+    prompts: list[Prompt],
+    prompt_ids: list[list[int]],
+    trainer_ckpt: TrainerCheckpoint,
+    sampling: SamplingConfig,
+) -> Path:
     from .trainer import HFTrainer
 
     run_path, cfg = src.path, old["config"]
-    config = {**cfg, "trainer": trainer_cfg.to_dict(), "rescored_from": str(run_path), "trainer_checkpoint": trainer_ckpt.record(),
-              "semantics": {**(cfg.get("semantics") or semantics(sampling)), **trainer_ckpt.semantics(info)}}
+    config = {
+        **cfg,
+        "trainer": trainer_cfg.to_dict(),
+        "rescored_from": str(run_path),
+        "trainer_checkpoint": trainer_ckpt.record(),
+        "semantics": {**(cfg.get("semantics") or semantics(sampling)), **trainer_ckpt.semantics(info)},
+    }
     manifest.update({"config": config, "status": "running", "sampler_info": old.get("sampler_info")})
     session = _open_session(manifest, resume)
     dst.write_manifest(manifest)
@@ -568,8 +802,21 @@ def _rescore_rounds(src: RunDir, dst: RunDir, manifest: dict, old: dict, trainer
         completions = src.read_samples(r)
         if not dst.samples_path(r).exists():
             dst.write_samples(r, completions)
-        session["scoring_seconds"] += _score_round(dst, r, completions, prompts, prompt_ids, tokenizer, reward_fn, trainer,
-                                                   sampling, done, config, progress, routes)
+        session["scoring_seconds"] += _score_round(
+            dst,
+            r,
+            completions,
+            prompts,
+            prompt_ids,
+            tokenizer,
+            reward_fn,
+            trainer,
+            sampling,
+            done,
+            config,
+            progress,
+            routes,
+        )
         _save_progress(dst, manifest)
     _finish(dst, manifest)
     return dst.path

@@ -30,29 +30,42 @@ ENGINES = ("vllm", "hf")
 def check_sampler_prefill(kind: str, sampling: SamplingConfig) -> None:
     """Refuse ``--sampler-prefill`` where it cannot give a logprob of the same distribution."""
     if kind not in ENGINES:
-        raise UsageError(f"--sampler-prefill is not available with --sampler {kind}",
-                         hint=f"use --sampler {' or --sampler '.join(ENGINES)}")
-    raw = (sampling.logprobs_mode == "raw_logprobs" or sampling.temperature < GREEDY_EPS
-           or (sampling.temperature == 1.0 and sampling.top_p >= 1.0 and not (sampling.top_k and sampling.top_k > 0)))
+        raise UsageError(
+            f"--sampler-prefill is not available with --sampler {kind}",
+            hint=f"use --sampler {' or --sampler '.join(ENGINES)}",
+        )
+    raw = (
+        sampling.logprobs_mode == "raw_logprobs"
+        or sampling.temperature < GREEDY_EPS
+        or (sampling.temperature == 1.0 and sampling.top_p >= 1.0 and not (sampling.top_k and sampling.top_k > 0))
+    )
     if not raw:
-        raise UsageError("--sampler-prefill records raw prefill logprobs (T = 1, full vocabulary), which the "
-                         f"sampling settings (T={sampling.temperature:g}, top-p {sampling.top_p:g}, "
-                         f"top-k {sampling.top_k}) do not report",
-                         hint="add --logprobs-mode raw_logprobs, or sample at T=1 without --top-p/--top-k")
+        raise UsageError(
+            "--sampler-prefill records raw prefill logprobs (T = 1, full vocabulary), which the "
+            f"sampling settings (T={sampling.temperature:g}, top-p {sampling.top_p:g}, "
+            f"top-k {sampling.top_k}) do not report",
+            hint="add --logprobs-mode raw_logprobs, or sample at T=1 without --top-p/--top-k",
+        )
 
 
-def with_sampler_prefill(sampler, prompt_ids: list[list[int]], completions: list[Completion],
-                         sampling: SamplingConfig) -> list[Completion]:
+def with_sampler_prefill(
+    sampler, prompt_ids: list[list[int]], completions: list[Completion], sampling: SamplingConfig
+) -> list[Completion]:
     """The completions with ``sampler_prefill_logprobs`` filled in by the sampler's own prefill."""
     todo = [c for c in completions if c.token_ids]
-    scored = sampler.prefill_logprobs([prompt_ids[c.prompt_index] for c in todo], [c.token_ids for c in todo],
-                                      sampling) if todo else []
+    scored = (
+        sampler.prefill_logprobs([prompt_ids[c.prompt_index] for c in todo], [c.token_ids for c in todo], sampling)
+        if todo
+        else []
+    )
     by_key = {(c.prompt_index, c.sample_index): lps for c, lps in zip(todo, scored, strict=True)}
     out = []
     for c in completions:
         lps = by_key.get((c.prompt_index, c.sample_index), [])
         if len(lps) != len(c.token_ids):
-            raise UsageError(f"the sampler's prefill returned {len(lps)} logprobs for the {len(c.token_ids)} "
-                             f"tokens of prompt {c.prompt_index} sample {c.sample_index}")
+            raise UsageError(
+                f"the sampler's prefill returned {len(lps)} logprobs for the {len(c.token_ids)} "
+                f"tokens of prompt {c.prompt_index} sample {c.sample_index}"
+            )
         out.append(replace(c, sampler_prefill_logprobs=[float(x) for x in lps]))
     return out

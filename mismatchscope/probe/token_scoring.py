@@ -42,7 +42,7 @@ class Processing:
     """keep the smallest top set with mass >= p (1.0: all)."""
 
     @classmethod
-    def from_sampling(cls, sampling: SamplingConfig) -> "Processing":
+    def from_sampling(cls, sampling: SamplingConfig) -> Processing:
         """``raw_logprobs`` -> T=1, full vocabulary; ``processed_logprobs`` -> T and the kept set.
 
         Greedy sampling (T < 1e-5) is compared at T=1 over the full
@@ -62,21 +62,21 @@ class Processing:
 class PositionScores:
     """Per-row results of :func:`score_positions` (fp32 tensors on the logits' device)."""
 
-    logprob: "torch.Tensor"
+    logprob: torch.Tensor
     """[N] log p of the label under the processed distribution (-inf if not kept)."""
-    kept_logmass: "torch.Tensor | None"
+    kept_logmass: torch.Tensor | None
     """[N] log of the full-vocabulary (T-scaled) mass on the kept set; None without truncation."""
-    at_listed: "torch.Tensor"
+    at_listed: torch.Tensor
     """[N, M] log p of each listed id (meaningless where the listed mask is False)."""
-    top_ids: "torch.Tensor"
+    top_ids: torch.Tensor
     """[N, k] the trainer's own top-k ids."""
-    top_logprobs: "torch.Tensor"
+    top_logprobs: torch.Tensor
     """[N, k]."""
-    entropy: "torch.Tensor"
+    entropy: torch.Tensor
     """[N] entropy in nats of the same processed distribution."""
 
 
-def kept_mask(logits: "torch.Tensor", top_k: int, top_p: float) -> "torch.Tensor":
+def kept_mask(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
     """Boolean [N, V]: the tokens vLLM's top-k then top-p would keep (logits already divided by T)."""
     import torch
 
@@ -96,9 +96,9 @@ def kept_mask(logits: "torch.Tensor", top_k: int, top_p: float) -> "torch.Tensor
 
 
 def score_positions(
-    logits: "torch.Tensor",
-    labels: "torch.Tensor",
-    listed_ids: "torch.Tensor",
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    listed_ids: torch.Tensor,
     k: int,
     processing: Processing,
 ) -> PositionScores:
@@ -138,7 +138,7 @@ def score_positions(
         entropy = log_total - torch.bmm(unnorm.unsqueeze(1), centred.unsqueeze(2)).reshape(-1) / total
         source, shift = centred, log_total.unsqueeze(-1)
 
-    def logprob_of(ids: "torch.Tensor") -> "torch.Tensor":
+    def logprob_of(ids: torch.Tensor) -> torch.Tensor:
         picked = source.gather(-1, ids)
         return picked if shift is None else picked - shift
 

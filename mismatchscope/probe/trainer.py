@@ -26,15 +26,16 @@ request and refused rather than recorded as mismatch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from mismatchscope.errors import CheckpointError, InputError, UsageError
 from mismatchscope.probe.checkpoint import CheckpointInfo, text_config
 from mismatchscope.probe.hf_model import load_causal_lm, model_description
 from mismatchscope.probe.routes import TrainerRoutes
 from mismatchscope.probe.token_scoring import Processing, score_positions
-from mismatchscope.probe.types import SamplingConfig, ScoreRequest, Scored, TrainerConfig
+from mismatchscope.probe.types import SamplingConfig, Scored, ScoreRequest, TrainerConfig
 
 SELF_CHECK_TOKENS = 64
 """length of the sequence the head path is checked on against ``model(...)``."""
@@ -50,7 +51,7 @@ class LogitTransform:
     scale: float = 1.0
 
     @classmethod
-    def from_config(cls, config: dict[str, Any]) -> "LogitTransform":
+    def from_config(cls, config: dict[str, Any]) -> LogitTransform:
         text = text_config(config)
         softcap = text.get("final_logit_softcapping")
         scale = 1.0
@@ -243,8 +244,9 @@ class HFTrainer:
             return [_with_routes(_empty_scored(processing.truncates(self.vocab_size)), r) for r in routes]
         width = max(max(listed_len), 1)
         # one tensor build, not one per position (id 0 pads; padded columns are never read back)
-        listed_t = torch.tensor([ids if len(ids) == width else [*ids, *([0] * (width - len(ids)))] for ids in listed],
-                                dtype=torch.long)
+        listed_t = torch.tensor(
+            [ids if len(ids) == width else [*ids, *([0] * (width - len(ids)))] for ids in listed], dtype=torch.long
+        )
         picked = hidden[torch.tensor(rows, device=hidden.device), torch.tensor(cols, device=hidden.device)]
         labels_t = torch.tensor(labels, dtype=torch.long)
         parts = []
@@ -274,7 +276,8 @@ class HFTrainer:
             raise CheckpointError(
                 f"{type(self.model).__name__}: the model's own forward gives non-finite logits (NaN or inf) "
                 "on the first sequence: its weights hold non-finite values, or overflow in this dtype",
-                hint="check the checkpoint (a diverged or damaged save), or score in float32")
+                hint="check the checkpoint (a diverged or damaged save), or score in float32",
+            )
         diff = (reference - ours.to(reference.device)).abs().max().item()
         tol = SELF_CHECK_TOL.get(self.cfg.dtype, SELF_CHECK_TOL_LOW_PRECISION)
         if not diff <= tol:

@@ -5,7 +5,7 @@ torch or vLLM are needed at all.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, asdict
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 LogprobsMode = Literal["raw_logprobs", "processed_logprobs"]

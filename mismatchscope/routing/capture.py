@@ -110,8 +110,14 @@ def moe_layers_of(model, model_type: str | None) -> MoELayers | None:
 
 
 @contextlib.contextmanager
-def replay_context(model, family: RouterFamily, forced_ids: dict[int, Any],
-                   forced_weights: dict[int, Any] | None = None, *, record: bool = False) -> Iterator[RouteTap]:
+def replay_context(
+    model,
+    family: RouterFamily,
+    forced_ids: dict[int, Any],
+    forced_weights: dict[int, Any] | None = None,
+    *,
+    record: bool = False,
+) -> Iterator[RouteTap]:
     """Run ``model`` with its MoE layers' expert ids forced.
 
     ``forced_ids``: MoE layer index -> ids ``[N, k]`` (long; a row of ``-1``

@@ -122,8 +122,9 @@ def _group_mask(router, scores):
 FAMILIES: tuple[RouterFamily, ...] = (
     RouterFamily("qwen3_moe", ("qwen3_moe",), "Qwen3MoeTopKRouter", SOFTMAX),
     RouterFamily("qwen2_moe", ("qwen2_moe",), "Qwen2MoeTopKRouter", SOFTMAX),
-    RouterFamily("qwen3_5_moe", ("qwen3_5_moe", "qwen3_5_moe_text"), "Qwen3_5MoeTopKRouter", SOFTMAX,
-                 always_renormalise=True),
+    RouterFamily(
+        "qwen3_5_moe", ("qwen3_5_moe", "qwen3_5_moe_text"), "Qwen3_5MoeTopKRouter", SOFTMAX, always_renormalise=True
+    ),
     RouterFamily("mixtral", ("mixtral",), "MixtralTopKRouter", SOFTMAX, always_renormalise=True),
     RouterFamily("olmoe", ("olmoe",), "OlmoeTopKRouter", SOFTMAX),
     RouterFamily("deepseek_v3", ("deepseek_v3",), "DeepseekV3TopkRouter", SIGMOID_GROUPS),
@@ -170,12 +171,16 @@ def find_moe_layers(model, family: RouterFamily) -> MoELayers:
     for index, layer in enumerate(layers):
         found = [m for m in layer.modules() if type(m).__name__ == family.router_class]
         if len(found) > 1:
-            raise CheckpointError(f"decoder layer {index} holds {len(found)} {family.router_class} modules; "
-                                  "mismatchscope reads one router per layer")
+            raise CheckpointError(
+                f"decoder layer {index} holds {len(found)} {family.router_class} modules; "
+                "mismatchscope reads one router per layer"
+            )
         if found:
             routers[index] = found[0]
     if not routers:
-        raise CheckpointError(f"{type(model).__name__}: no {family.router_class} module in any decoder layer "
-                              f"(router family {family.name})")
+        raise CheckpointError(
+            f"{type(model).__name__}: no {family.router_class} module in any decoder layer "
+            f"(router family {family.name})"
+        )
     first = routers[min(routers)]
     return MoELayers(family, len(layers), routers, int(first.num_experts), int(first.top_k))

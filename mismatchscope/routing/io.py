@@ -50,15 +50,21 @@ class Shape:
     top_k: int
 
     @classmethod
-    def of(cls, meta: RoutingMeta) -> "Shape":
+    def of(cls, meta: RoutingMeta) -> Shape:
         return cls(meta.num_layers, tuple(meta.moe_layers), meta.num_experts, meta.top_k)
 
 
 # ------------------------------------------------------------------ writing
 
 
-def routes_table(shape: Shape, sequence_ids: list[int], prompt_lengths: list[int], rows: list[int],
-                 sampler: list[SeqRoutes | None] | None, trainer: list[SeqRoutes | None] | None) -> pa.Table:
+def routes_table(
+    shape: Shape,
+    sequence_ids: list[int],
+    prompt_lengths: list[int],
+    rows: list[int],
+    sampler: list[SeqRoutes | None] | None,
+    trainer: list[SeqRoutes | None] | None,
+) -> pa.Table:
     """One shard's table: ``rows[i]`` input positions of sequence ``sequence_ids[i]``, both sides.
 
     A side given as None (or a None entry) is null in those rows.
@@ -69,8 +75,11 @@ def routes_table(shape: Shape, sequence_ids: list[int], prompt_lengths: list[int
     first = np.repeat(np.asarray(prompt_lengths, dtype=np.int32) - 1, rows)
     token = pos - first
     schema = layout.routes_schema(shape.num_experts)
-    cols = {"sequence_id": pa.array(seq), "input_position": pa.array(pos),
-            "token_position": pa.array(token, mask=token < 0)}
+    cols = {
+        "sequence_id": pa.array(seq),
+        "input_position": pa.array(pos),
+        "token_position": pa.array(token, mask=token < 0),
+    }
     total = int(seq.size)
     for side, block in (("sampler", sampler), ("trainer", trainer)):
         block = block if block is not None else [None] * n
@@ -98,8 +107,9 @@ def _nested(parts: list[np.ndarray | None], rows: list[int], shape: Shape, typ: 
     inner_off = np.concatenate([[0], np.cumsum(inner_len)]).astype(np.int32)
     inner_mask = np.tile(~moe, n_present)
     value_type = typ.value_type.value_type
-    inner = pa.ListArray.from_arrays(pa.array(inner_off), pa.array(values.astype(value_type.to_pandas_dtype())),
-                                     mask=pa.array(inner_mask))
+    inner = pa.ListArray.from_arrays(
+        pa.array(inner_off), pa.array(values.astype(value_type.to_pandas_dtype())), mask=pa.array(inner_mask)
+    )
     outer_off = np.concatenate([[0], np.cumsum(np.where(present, L, 0))]).astype(np.int32)
     return pa.ListArray.from_arrays(pa.array(outer_off), inner, mask=pa.array(~present), type=typ)
 
@@ -167,20 +177,26 @@ def side_block(table: pa.Table, side: str, shape: Shape, *, weights: bool = Fals
     lengths = col.value_lengths().to_numpy(zero_copy_only=False)[present]
     if (lengths != L).any():
         bad = int(lengths[lengths != L][0])
-        raise InputError(f"{name} rows hold {bad} layers but the checkpoint has {L} decoder layers",
-                         hint="the routes were recorded for another model")
+        raise InputError(
+            f"{name} rows hold {bad} layers but the checkpoint has {L} decoder layers",
+            hint="the routes were recorded for another model",
+        )
     inner = col.flatten()
     index = (np.arange(int(present.sum()))[:, None] * L + np.asarray(shape.moe_layers)[None, :]).reshape(-1)
     picked = inner.take(pa.array(index))
     widths = picked.value_lengths().fill_null(0).to_numpy(zero_copy_only=False)
     if (widths != k).any():
         bad = int(widths[widths != k][0])
-        raise InputError(f"{name} has {bad} experts per MoE layer where the checkpoint routes top-{k}",
-                         hint="the routes were recorded for another model or top-k")
+        raise InputError(
+            f"{name} has {bad} experts per MoE layer where the checkpoint routes top-{k}",
+            hint="the routes were recorded for another model or top-k",
+        )
     values = picked.flatten().to_numpy(zero_copy_only=False).reshape(-1, M, k)
     if not weights and values.size and int(values.max()) >= shape.num_experts:
-        raise InputError(f"{name} holds expert id {int(values.max())} but the checkpoint has "
-                         f"{shape.num_experts} experts", hint="the routes were recorded for another model")
+        raise InputError(
+            f"{name} holds expert id {int(values.max())} but the checkpoint has {shape.num_experts} experts",
+            hint="the routes were recorded for another model",
+        )
     return present, values
 
 
@@ -189,8 +205,14 @@ def write_sampler_round(path: Path, sequence_ids: list[int], routes: list[SeqRou
     ids = [r.ids.astype(np.int32).reshape(-1).tolist() for r in routes]
     shapes = [list(r.ids.shape) for r in routes]
     w = [None if r.weights is None else r.weights.astype(np.float32).reshape(-1).tolist() for r in routes]
-    table = pa.table({"sequence_id": pa.array(sequence_ids, pa.int64()), "shape": pa.array(shapes, pa.list_(pa.int32())),
-                      "ids": pa.array(ids, pa.list_(pa.int32())), "weights": pa.array(w, pa.list_(pa.float32()))})
+    table = pa.table(
+        {
+            "sequence_id": pa.array(sequence_ids, pa.int64()),
+            "shape": pa.array(shapes, pa.list_(pa.int32())),
+            "ids": pa.array(ids, pa.list_(pa.int32())),
+            "weights": pa.array(w, pa.list_(pa.float32())),
+        }
+    )
     with rundir.atomic_path(path) as tmp:
         pq.write_table(table, tmp, compression="zstd")
 
@@ -204,7 +226,6 @@ def read_sampler_round(path: Path) -> dict[int, SeqRoutes]:
         w = None if row["weights"] is None else np.asarray(row["weights"], np.float32).reshape(shp)
         out[row["sequence_id"]] = SeqRoutes(np.asarray(row["ids"], np.int64).reshape(shp), w)
     return out
-
 
 
 def sequences_of(table: pa.Table, side: str, shape: Shape, *, weights: bool = False) -> dict[int, SeqRoutes]:
@@ -227,7 +248,9 @@ def sequences_of(table: pa.Table, side: str, shape: Shape, *, weights: bool = Fa
             continue
         s = int(seq[part[0]])
         if not np.array_equal(pos[part], np.arange(part.size)):
-            raise InputError(f"{side} routes of sequence {s} do not cover input positions 0..{part.size - 1} "
-                             "one row each", hint="the routes file is incomplete or holds duplicate rows")
+            raise InputError(
+                f"{side} routes of sequence {s} do not cover input positions 0..{part.size - 1} one row each",
+                hint="the routes file is incomplete or holds duplicate rows",
+            )
         out[s] = SeqRoutes(ids[part].astype(np.int64), None if w is None else w[part].astype(np.float32))
     return out

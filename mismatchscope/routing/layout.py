@@ -28,8 +28,9 @@ Version history:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import pyarrow as pa
 
@@ -62,16 +63,18 @@ def routes_schema(num_experts: int) -> pa.Schema:
     """The Arrow schema of a route shard for a model with ``num_experts`` routed experts."""
     ids = pa.list_(pa.list_(expert_id_type(num_experts)))
     weights = pa.list_(pa.list_(pa.float32()))
-    return pa.schema([
-        pa.field("sequence_id", pa.int64(), nullable=False),
-        pa.field("input_position", pa.int32(), nullable=False),
-        pa.field("token_position", pa.int32()),
-        pa.field(SAMPLER_EXPERTS, ids),
-        pa.field(TRAINER_EXPERTS, ids),
-        pa.field(SAMPLER_WEIGHTS, weights),
-        pa.field(TRAINER_WEIGHTS, weights),
-        pa.field(TRAINER_MARGIN, pa.list_(pa.float32())),
-    ])
+    return pa.schema(
+        [
+            pa.field("sequence_id", pa.int64(), nullable=False),
+            pa.field("input_position", pa.int32(), nullable=False),
+            pa.field("token_position", pa.int32()),
+            pa.field(SAMPLER_EXPERTS, ids),
+            pa.field(TRAINER_EXPERTS, ids),
+            pa.field(SAMPLER_WEIGHTS, weights),
+            pa.field(TRAINER_WEIGHTS, weights),
+            pa.field(TRAINER_MARGIN, pa.list_(pa.float32())),
+        ]
+    )
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,7 @@ class RoutingMeta:
         return out
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> "RoutingMeta":
+    def from_dict(cls, raw: Mapping[str, Any]) -> RoutingMeta:
         sides = {s: SideRoutes(**raw.get(s, {"recorded": False})) for s in SIDES}
         return cls(
             family=str(raw["family"]),

@@ -1,8 +1,10 @@
 """Masking and correction rules behind one registry (see ``base.RULES``)."""
 
-from . import token  # noqa: F401  (registration; token rules list first)
-from . import sequence  # noqa: F401
-from . import verl  # noqa: F401
+from . import (
+    sequence,  # noqa: F401
+    token,  # noqa: F401  (registration; token rules list first)
+    verl,  # noqa: F401
+)
 from .base import (
     KEEP,
     REJECT,
@@ -19,8 +21,19 @@ from .base import (
 )
 
 __all__ = [
-    "KEEP", "REJECT", "REWEIGHT", "RULES", "Range", "RuleInstance", "RuleSpec", "SequenceInputs",
-    "lookup", "make_instance", "parse_rule", "parse_sweep", "default_rules",
+    "KEEP",
+    "REJECT",
+    "REWEIGHT",
+    "RULES",
+    "Range",
+    "RuleInstance",
+    "RuleSpec",
+    "SequenceInputs",
+    "default_rules",
+    "lookup",
+    "make_instance",
+    "parse_rule",
+    "parse_sweep",
 ]
 
 

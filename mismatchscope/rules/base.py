@@ -18,8 +18,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections.abc import Callable
 from dataclasses import MISSING, dataclass, fields
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -65,8 +66,16 @@ RATIO_HIGH = Range(1.0, INF)
 """an upper bound on a ratio (inf: no upper bound)."""
 
 
-def param(default: Any, doc: str, *, range: Range | None = None, optional: bool = False,
-          grid: tuple | None = None, choices: tuple[str, ...] | None = None, example: str | None = None) -> Any:
+def param(
+    default: Any,
+    doc: str,
+    *,
+    range: Range | None = None,
+    optional: bool = False,
+    grid: tuple | None = None,
+    choices: tuple[str, ...] | None = None,
+    example: str | None = None,
+) -> Any:
     """A rule parameter: its default (``MISSING``: required), the one line ``--help`` shows for it,
     its allowed ``range`` (numbers) or ``choices`` (words), whether ``off`` may switch it off
     (``optional``: only bounds that can be absent), and the grid its ``--sweep`` picture uses."""
@@ -146,7 +155,9 @@ class RuleSpec:
         return [f.name for f in fields(self.config_cls) if f.default is MISSING]
 
     def help_line(self) -> str:
-        ps = ", ".join(f"{f.name}={'REQUIRED' if f.default is MISSING else _fmt(f.default)}" for f in fields(self.config_cls))
+        ps = ", ".join(
+            f"{f.name}={'REQUIRED' if f.default is MISSING else _fmt(f.default)}" for f in fields(self.config_cls)
+        )
         return f"{self.name}:{ps}  [{self.level_text}, {self.acts}{', uses A' if self.uses_advantage else ''}] {self.summary}"
 
     def sweep_grids(self, config: Any) -> dict[str, tuple]:
@@ -158,16 +169,41 @@ class RuleSpec:
 RULES: dict[str, RuleSpec] = {}
 
 
-def register(name: str, *, level: Level | Callable[[Any], Level], config: type, uses_advantage: bool, acts: str,
-             source: str, summary: str, quantity: str = "",
-             ratio_thresholds: Callable[[Any], list[tuple[str, float | None]]] | None = None,
-             sweeps: Callable[[Any], dict[str, tuple]] | None = None, drawn_by_default: bool = False, notes: str = "",
-             at_threshold: Callable[[Any, TokenTerms], np.ndarray] | None = None):
+def register(
+    name: str,
+    *,
+    level: Level | Callable[[Any], Level],
+    config: type,
+    uses_advantage: bool,
+    acts: str,
+    source: str,
+    summary: str,
+    quantity: str = "",
+    ratio_thresholds: Callable[[Any], list[tuple[str, float | None]]] | None = None,
+    sweeps: Callable[[Any], dict[str, tuple]] | None = None,
+    drawn_by_default: bool = False,
+    notes: str = "",
+    at_threshold: Callable[[Any, TokenTerms], np.ndarray] | None = None,
+):
     """Decorator: put a rule function in the registry under ``name``."""
 
     def wrap(fn):
-        RULES[name] = RuleSpec(name, level, config, fn, uses_advantage, acts, source, summary,  # type: ignore[arg-type]
-                               ratio_thresholds, sweeps, quantity, drawn_by_default, notes, at_threshold)
+        RULES[name] = RuleSpec(
+            name,
+            level,
+            config,
+            fn,
+            uses_advantage,
+            acts,
+            source,
+            summary,  # type: ignore[arg-type]
+            ratio_thresholds,
+            sweeps,
+            quantity,
+            drawn_by_default,
+            notes,
+            at_threshold,
+        )
         return fn
 
     return wrap
@@ -345,9 +381,13 @@ def parse_overrides(name: str, rest: str, text: str) -> dict[str, str | float]:
         for item in rest.split(","):
             key, eq, value = item.partition("=")
             if not eq or not key.strip():
-                raise UsageError(f"cannot parse rule parameter {item!r} in {text!r}", hint="write --rule NAME:KEY=VALUE,KEY=VALUE")
+                raise UsageError(
+                    f"cannot parse rule parameter {item!r} in {text!r}", hint="write --rule NAME:KEY=VALUE,KEY=VALUE"
+                )
             if key.strip() in overrides:
-                raise UsageError(f"rule {name.strip()!r}: {key.strip()} is given twice in {text!r}", hint="give each parameter once")
+                raise UsageError(
+                    f"rule {name.strip()!r}: {key.strip()} is given twice in {text!r}", hint="give each parameter once"
+                )
             overrides[key.strip()] = value
     return overrides
 
@@ -361,7 +401,9 @@ def parse_sweep(text: str, base: dict[str, RuleInstance] | None = None) -> tuple
     head, eq, values = text.partition("=")
     name, dot, key = head.partition(".")
     if not eq or not dot or not values.strip():
-        raise UsageError(f"cannot parse sweep {text!r}", hint="write --sweep RULE.PARAM=V1,V2,V3, e.g. icepop.beta=1.5,2,3,5,8")
+        raise UsageError(
+            f"cannot parse sweep {text!r}", hint="write --sweep RULE.PARAM=V1,V2,V3, e.g. icepop.beta=1.5,2,3,5,8"
+        )
     name, key = name.strip(), key.strip()
     lookup(name)  # an unknown rule or reading fails here, before any value is parsed
     fixed = dict(base[name].params) if base and name in base else {}

@@ -1,6 +1,6 @@
 """``docs/rules.md``, written from the registry (a test checks the file against it, so it cannot drift).
 
-    python -m mismatchscope.rules.reference > docs/rules.md
+python -m mismatchscope.rules.reference > docs/rules.md
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from .base import RULES, _fmt
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
+
 
 HEADER = """# Masking and correction rules
 
@@ -37,11 +38,22 @@ A > 0 and A < 0.
 def rules_markdown() -> str:
     out = [HEADER, "| rule | level | action | uses A | quantity |", "|---|---|---|---|---|"]
     for name, spec in RULES.items():
-        out.append(f"| `{name}` | {spec.level_text} | {spec.acts} | {'yes' if spec.uses_advantage else 'no'} | {_cell(spec.quantity)} |")
+        out.append(
+            f"| `{name}` | {spec.level_text} | {spec.acts} | {'yes' if spec.uses_advantage else 'no'} | {_cell(spec.quantity)} |"
+        )
     for name, spec in RULES.items():
-        out += ["", f"## `{name}`", "", spec.summary + ".", "",
-                f"Level: {spec.level_text}; action: {spec.acts}; uses the advantage: {'yes' if spec.uses_advantage else 'no'}.",
-                f"Source: {spec.source}.", "", "| parameter | default | allowed | meaning |", "|---|---|---|---|"]
+        out += [
+            "",
+            f"## `{name}`",
+            "",
+            spec.summary + ".",
+            "",
+            f"Level: {spec.level_text}; action: {spec.acts}; uses the advantage: {'yes' if spec.uses_advantage else 'no'}.",
+            f"Source: {spec.source}.",
+            "",
+            "| parameter | default | allowed | meaning |",
+            "|---|---|---|---|",
+        ]
         for f in spec.params():
             meta = f.metadata
             default = "required" if f.default is MISSING else f"`{_fmt(f.default)}`"
@@ -93,10 +105,21 @@ def readings_markdown() -> list[str]:
     from .readings import READINGS
 
     names = list(READINGS)
-    legend = ("Each cell: the parameters the reading sets that differ from the rule's defaults (`same`: none; "
-              "blank: the framework has no such rule).")
-    out = ["", READINGS_HEADER, "", "### Differences from mismatchscope's defaults", "", legend, "",
-           "| rule | " + " | ".join(f"`{n}`" for n in names) + " |", "|---|" + "---|" * len(names)]
+    legend = (
+        "Each cell: the parameters the reading sets that differ from the rule's defaults (`same`: none; "
+        "blank: the framework has no such rule)."
+    )
+    out = [
+        "",
+        READINGS_HEADER,
+        "",
+        "### Differences from mismatchscope's defaults",
+        "",
+        legend,
+        "",
+        "| rule | " + " | ".join(f"`{n}`" for n in names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
     for rule, spec in RULES.items():
         cells = []
         for n in names:
@@ -110,9 +133,15 @@ def readings_markdown() -> list[str]:
         if any(cells):
             out.append(f"| `{rule}` | " + " | ".join(_cell(c) for c in cells) + " |")
     for r in READINGS.values():
-        out += ["", f"### `{r.name}`: {r.framework}", "",
-                f"Read: `{r.repository}`, {r.version}." + (f" Otherwise: {r.lacks_hint}." if r.lacks_hint else ""), "",
-                "| rule | follows | differs |", "|---|---|---|"]
+        out += [
+            "",
+            f"### `{r.name}`: {r.framework}",
+            "",
+            f"Read: `{r.repository}`, {r.version}." + (f" Otherwise: {r.lacks_hint}." if r.lacks_hint else ""),
+            "",
+            "| rule | follows | differs |",
+            "|---|---|---|",
+        ]
         for rule, rr in r.rules.items():
             out.append(f"| `{rule}@{r.name}` | {_cell(rr.file)} | {_cell(rr.differs) or 'nothing'} |")
     return out

@@ -13,7 +13,16 @@ import numpy as np
 
 from ..divergence import TokenTerms, binary_kl_candidates, binary_kl_logs_both
 from .base import (
-    NONNEG, RATIO_HIGH, RATIO_LOW, REJECT, REWEIGHT, UNIT, Range, param, register, where,
+    NONNEG,
+    RATIO_HIGH,
+    RATIO_LOW,
+    REJECT,
+    REWEIGHT,
+    UNIT,
+    Range,
+    param,
+    register,
+    where,
 )
 
 R_LOW = (0.1, 0.2, 0.3, 0.5, 0.7, 0.8, 0.9)
@@ -28,11 +37,19 @@ class IcePopConfig:
     beta: float = param(5.0, "reject when r > beta", range=RATIO_HIGH, grid=R_HIGH)
 
 
-@register("icepop", level="token", config=IcePopConfig, uses_advantage=False, acts="reject",
-          source="Ring-1T (arXiv 2510.18855); verl decoupled_token_icepop; slime icepop_function",
-          summary="reject tokens whose ratio r = p/q leaves [alpha, beta]", quantity="r = p/q",
-          ratio_thresholds=lambda c: [("alpha", c.alpha), ("beta", c.beta)], drawn_by_default=True,
-          at_threshold=lambda c, t: (t.ratio_T == c.alpha) | (t.ratio_T == c.beta))
+@register(
+    "icepop",
+    level="token",
+    config=IcePopConfig,
+    uses_advantage=False,
+    acts="reject",
+    source="Ring-1T (arXiv 2510.18855); verl decoupled_token_icepop; slime icepop_function",
+    summary="reject tokens whose ratio r = p/q leaves [alpha, beta]",
+    quantity="r = p/q",
+    ratio_thresholds=lambda c: [("alpha", c.alpha), ("beta", c.beta)],
+    drawn_by_default=True,
+    at_threshold=lambda c, t: (t.ratio_T == c.alpha) | (t.ratio_T == c.beta),
+)
 def icepop(cfg: IcePopConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> np.ndarray:
     """IcePop: drop the gradient of tokens whose ratio falls outside the band."""
     return where((t.ratio_T < cfg.alpha) | (t.ratio_T > cfg.beta), REJECT)
@@ -40,15 +57,27 @@ def icepop(cfg: IcePopConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> 
 
 @dataclass(frozen=True)
 class IPOConfig:
-    delta: float = param(0.3, "reject when |p - q| > delta (prime-rl's default since PR #3586; "
-                              "0.2 at IPO's first release, then 0.1: pass --rule ipo:delta=0.2 or 0.1)",
-                         range=UNIT, grid=PQ)
+    delta: float = param(
+        0.3,
+        "reject when |p - q| > delta (prime-rl's default since PR #3586; "
+        "0.2 at IPO's first release, then 0.1: pass --rule ipo:delta=0.2 or 0.1)",
+        range=UNIT,
+        grid=PQ,
+    )
 
 
-@register("ipo", level="token", config=IPOConfig, uses_advantage=False, acts="reject",
-          source="prime-rl ipo_loss_fn / IPOLossConfig (default 0.3, PR #3586; earlier 0.2, #1930, and 0.1, #2798)",
-          summary="reject tokens whose probability gap |p - q| exceeds delta", quantity="p - q",
-          drawn_by_default=True, at_threshold=lambda c, t: t.tv_T == c.delta)
+@register(
+    "ipo",
+    level="token",
+    config=IPOConfig,
+    uses_advantage=False,
+    acts="reject",
+    source="prime-rl ipo_loss_fn / IPOLossConfig (default 0.3, PR #3586; earlier 0.2, #1930, and 0.1, #2798)",
+    summary="reject tokens whose probability gap |p - q| exceeds delta",
+    quantity="p - q",
+    drawn_by_default=True,
+    at_threshold=lambda c, t: t.tv_T == c.delta,
+)
 def ipo(cfg: IPOConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> np.ndarray:
     """IPO mask: a probability-space band, blind to tiny-probability tokens."""
     return where(t.tv_T > cfg.delta, REJECT)
@@ -56,22 +85,36 @@ def ipo(cfg: IPOConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> np.nda
 
 @dataclass(frozen=True)
 class KPopConfig:
-    phi: float = param(0.1, "reject when max(D(q||p), D(p||q)) > phi (binary KL, nats)", range=NONNEG,
-                       grid=(1e-4, 1e-3, 0.01, 0.05, 0.1, 0.3, 1.0))
-    eps: float = param(1e-6, "clamp p and q to [eps, 1 - eps] first, as prime-rl and verl do (0: no clamp)",
-                       range=Range(0.0, 0.5, hi_open=True))
+    phi: float = param(
+        0.1,
+        "reject when max(D(q||p), D(p||q)) > phi (binary KL, nats)",
+        range=NONNEG,
+        grid=(1e-4, 1e-3, 0.01, 0.05, 0.1, 0.3, 1.0),
+    )
+    eps: float = param(
+        1e-6,
+        "clamp p and q to [eps, 1 - eps] first, as prime-rl and verl do (0: no clamp)",
+        range=Range(0.0, 0.5, hi_open=True),
+    )
 
 
-@register("kpop", level="token", config=KPopConfig, uses_advantage=False, acts="reject",
-          source="KPop (Ant Group Ring team); AReaL #1405; verl #6800 (rollout_rs=binary_kl); prime-rl #3283",
-          summary="reject tokens whose two-outcome KL between p and q exceeds phi in either direction; "
-                  "p and q clamped to [eps, 1 - eps] (1e-6, as prime-rl), so a logprob that rounds to 0 is not an infinite KL",
-          quantity="max(D(q||p), D(p||q)), D(a||b) = a log(a/b) + (1-a) log((1-a)/(1-b))", drawn_by_default=True,
-          at_threshold=lambda c, t: np.maximum(*binary_kl_logs_both(t.lq_T, t.lp_T, c.eps)) == c.phi,
-          notes="p and q are clamped to [eps, 1 - eps] before the KL, eps = 1e-6 by default, as prime-rl (#3283) and verl's "
-                "binary_kl do: an fp32 logprob of exactly 0 (a near-certain token) would otherwise make D(q||p) infinite and "
-                "reject a token both sides agree on. eps=0 turns the clamp off. The KL is computed from the logprobs "
-                "(1 - q as -expm1(log q)), so tokens near 0 and 1 keep their precision and equal logprobs give exactly 0.")
+@register(
+    "kpop",
+    level="token",
+    config=KPopConfig,
+    uses_advantage=False,
+    acts="reject",
+    source="KPop (Ant Group Ring team); AReaL #1405; verl #6800 (rollout_rs=binary_kl); prime-rl #3283",
+    summary="reject tokens whose two-outcome KL between p and q exceeds phi in either direction; "
+    "p and q clamped to [eps, 1 - eps] (1e-6, as prime-rl), so a logprob that rounds to 0 is not an infinite KL",
+    quantity="max(D(q||p), D(p||q)), D(a||b) = a log(a/b) + (1-a) log((1-a)/(1-b))",
+    drawn_by_default=True,
+    at_threshold=lambda c, t: np.maximum(*binary_kl_logs_both(t.lq_T, t.lp_T, c.eps)) == c.phi,
+    notes="p and q are clamped to [eps, 1 - eps] before the KL, eps = 1e-6 by default, as prime-rl (#3283) and verl's "
+    "binary_kl do: an fp32 logprob of exactly 0 (a near-certain token) would otherwise make D(q||p) infinite and "
+    "reject a token both sides agree on. eps=0 turns the clamp off. The KL is computed from the logprobs "
+    "(1 - q as -expm1(log q)), so tokens near 0 and 1 keep their precision and equal logprobs give exactly 0.",
+)
 def kpop(cfg: KPopConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> np.ndarray:
     """KPop: a symmetric binary-KL trust region on each sampled token.
 
@@ -93,8 +136,11 @@ or nowhere, never masked (SkyRL: only A < 0 takes the negative branch)."""
 
 
 def _zero_advantage_param():
-    return param("negative", "A == 0: 'negative' judges it as A < 0 (reference code); 'keep' never masks it (SkyRL)",
-                 choices=ZERO_ADVANTAGE)
+    return param(
+        "negative",
+        "A == 0: 'negative' judges it as A < 0 (reference code); 'keep' never masks it (SkyRL)",
+        choices=ZERO_ADVANTAGE,
+    )
 
 
 def _dppo_branches(zero_advantage: str, advantage_T: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -110,11 +156,18 @@ class DPPOTVConfig:
     zero_advantage: str = _zero_advantage_param()
 
 
-@register("dppo-tv", level="token", config=DPPOTVConfig, uses_advantage=True, acts="reject",
-          source="DPPO arXiv 2602.04879; sail-sg/Stable-RL _compute_token_mask_for_policy_loss",
-          summary="reject when p - q moves past delta in the advantage's direction (A == 0 counts as negative, as in the "
-                  "reference code; zero_advantage=keep or the skyrl reading: SkyRL's A < 0)",
-          quantity="p - q", at_threshold=lambda c, t: (t.p_T - t.q_T == c.delta_high) | (t.p_T - t.q_T == -c.delta_low))
+@register(
+    "dppo-tv",
+    level="token",
+    config=DPPOTVConfig,
+    uses_advantage=True,
+    acts="reject",
+    source="DPPO arXiv 2602.04879; sail-sg/Stable-RL _compute_token_mask_for_policy_loss",
+    summary="reject when p - q moves past delta in the advantage's direction (A == 0 counts as negative, as in the "
+    "reference code; zero_advantage=keep or the skyrl reading: SkyRL's A < 0)",
+    quantity="p - q",
+    at_threshold=lambda c, t: (t.p_T - t.q_T == c.delta_high) | (t.p_T - t.q_T == -c.delta_low),
+)
 def dppo_tv(cfg: DPPOTVConfig, t: TokenTerms, advantage_T: np.ndarray) -> np.ndarray:
     diff = t.p_T - t.q_T
     pos, neg = _dppo_branches(cfg.zero_advantage, advantage_T)
@@ -142,23 +195,36 @@ def dppo_binary_kl(lq_T: np.ndarray, lp_T: np.ndarray, eps: float) -> np.ndarray
 
 @dataclass(frozen=True)
 class DPPOKLConfig:
-    delta: float = param(0.05, "reject when the binary KL D(q || p) > delta in the advantage's direction", range=NONNEG,
-                         grid=(1e-4, 1e-3, 0.01, 0.05, 0.1, 0.3))
-    eps: float = param(1e-8, "added to 1 - q and 1 - p inside the log, as the reference code, verl and SkyRL do "
-                             "(keeps D finite at p = 1; 0: the plain formula, D = inf there)",
-                       range=Range(0.0, 0.5, hi_open=True))
+    delta: float = param(
+        0.05,
+        "reject when the binary KL D(q || p) > delta in the advantage's direction",
+        range=NONNEG,
+        grid=(1e-4, 1e-3, 0.01, 0.05, 0.1, 0.3),
+    )
+    eps: float = param(
+        1e-8,
+        "added to 1 - q and 1 - p inside the log, as the reference code, verl and SkyRL do "
+        "(keeps D finite at p = 1; 0: the plain formula, D = inf there)",
+        range=Range(0.0, 0.5, hi_open=True),
+    )
     zero_advantage: str = _zero_advantage_param()
 
 
-@register("dppo-kl", level="token", config=DPPOKLConfig, uses_advantage=True, acts="reject",
-          source="DPPO arXiv 2602.04879; sail-sg/Stable-RL _compute_token_mask_for_policy_loss",
-          summary="binary-KL variant of dppo-tv: D = q log(q/p) + (1-q) log((1-q+eps)/(1-p+eps)); A == 0 counts as negative",
-          quantity="D(q||p) = q log(q/p) + (1-q) log((1-q+eps)/(1-p+eps))",
-          at_threshold=lambda c, t: dppo_binary_kl(t.lq_T, t.lp_T, c.eps) == c.delta,
-          notes="The complement term carries the reference code's epsilon (1e-8, parameter eps): a trainer logprob of "
-                "exactly 0 (p = 1) gives a finite D instead of +inf. At q = 0.999, p = 1 the reference's D is "
-                "0.999 ln 0.999 + 0.001 ln((0.001 + 1e-8) / 1e-8) = 0.0105: kept at delta 0.05. eps=0 gives the plain "
-                "formula. D is computed in float64 from the logprobs (1 - p as -expm1(log p)).")
+@register(
+    "dppo-kl",
+    level="token",
+    config=DPPOKLConfig,
+    uses_advantage=True,
+    acts="reject",
+    source="DPPO arXiv 2602.04879; sail-sg/Stable-RL _compute_token_mask_for_policy_loss",
+    summary="binary-KL variant of dppo-tv: D = q log(q/p) + (1-q) log((1-q+eps)/(1-p+eps)); A == 0 counts as negative",
+    quantity="D(q||p) = q log(q/p) + (1-q) log((1-q+eps)/(1-p+eps))",
+    at_threshold=lambda c, t: dppo_binary_kl(t.lq_T, t.lp_T, c.eps) == c.delta,
+    notes="The complement term carries the reference code's epsilon (1e-8, parameter eps): a trainer logprob of "
+    "exactly 0 (p = 1) gives a finite D instead of +inf. At q = 0.999, p = 1 the reference's D is "
+    "0.999 ln 0.999 + 0.001 ln((0.001 + 1e-8) / 1e-8) = 0.0105: kept at delta 0.05. eps=0 gives the plain "
+    "formula. D is computed in float64 from the logprobs (1 - p as -expm1(log p)).",
+)
 def dppo_kl(cfg: DPPOKLConfig, t: TokenTerms, advantage_T: np.ndarray) -> np.ndarray:
     pos, neg = _dppo_branches(cfg.zero_advantage, advantage_T)
     moved = (pos & (t.p_T > t.q_T)) | (neg & (t.p_T < t.q_T))  # the KL decides only where p moved the advantage's way
@@ -176,10 +242,19 @@ class TISConfig:
     C: float = param(2.0, "truncate the importance weight to C when r > C", range=RATIO_HIGH, grid=R_HIGH)
 
 
-@register("tis", level="token", config=TISConfig, uses_advantage=False, acts="reweight",
-          source="Yao et al., 'Your Efficient RL Framework Secretly Brings You Off-Policy RL Training'; verl #2953",
-          summary="truncated importance sampling: reweight tokens with r > C", quantity="r = p/q",
-          ratio_thresholds=lambda c: [("C", c.C)], drawn_by_default=True, at_threshold=lambda c, t: t.ratio_T == c.C)
+@register(
+    "tis",
+    level="token",
+    config=TISConfig,
+    uses_advantage=False,
+    acts="reweight",
+    source="Yao et al., 'Your Efficient RL Framework Secretly Brings You Off-Policy RL Training'; verl #2953",
+    summary="truncated importance sampling: reweight tokens with r > C",
+    quantity="r = p/q",
+    ratio_thresholds=lambda c: [("C", c.C)],
+    drawn_by_default=True,
+    at_threshold=lambda c, t: t.ratio_T == c.C,
+)
 def tis(cfg: TISConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> np.ndarray:
     return where(t.ratio_T > cfg.C, REWEIGHT)
 
@@ -190,11 +265,19 @@ class TokenMaskConfig:
     hi: float = param(2.0, "reject when r > hi", range=RATIO_HIGH, grid=R_HIGH)
 
 
-@register("token-mask", level="token", config=TokenMaskConfig, uses_advantage=False, acts="reject",
-          source="SkyRL token_mask_is_threshold_*; TRL token_mask mode",
-          summary="reject tokens whose ratio leaves [lo, hi]", quantity="r = p/q",
-          ratio_thresholds=lambda c: [("lo", c.lo), ("hi", c.hi)], drawn_by_default=True,
-          at_threshold=lambda c, t: (t.ratio_T == c.lo) | (t.ratio_T == c.hi))
+@register(
+    "token-mask",
+    level="token",
+    config=TokenMaskConfig,
+    uses_advantage=False,
+    acts="reject",
+    source="SkyRL token_mask_is_threshold_*; TRL token_mask mode",
+    summary="reject tokens whose ratio leaves [lo, hi]",
+    quantity="r = p/q",
+    ratio_thresholds=lambda c: [("lo", c.lo), ("hi", c.hi)],
+    drawn_by_default=True,
+    at_threshold=lambda c, t: (t.ratio_T == c.lo) | (t.ratio_T == c.hi),
+)
 def token_mask(cfg: TokenMaskConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> np.ndarray:
     return where((t.ratio_T < cfg.lo) | (t.ratio_T > cfg.hi), REJECT)
 
@@ -210,30 +293,52 @@ def _on_one_pm_eps(c, t: TokenTerms) -> np.ndarray:
 @dataclass(frozen=True)
 class CISPOConfig:
     eps_low: float = param(1.0, "clip the weight when r < 1 - eps_low", range=UNIT)
-    eps_high: float = param(4.0, "clip the weight when r > 1 + eps_high", range=NONNEG,
-                            grid=(0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 9.0))
+    eps_high: float = param(
+        4.0, "clip the weight when r > 1 + eps_high", range=NONNEG, grid=(0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 9.0)
+    )
 
 
-@register("cispo", level="token", config=CISPOConfig, uses_advantage=False, acts="reweight",
-          source="MiniMax-M1 (arXiv 2506.13585); ScaleRL bounds 0 and 5; SkyRL/TRL cispo",
-          summary="reweight (clip) tokens whose ratio leaves [1 - eps_low, 1 + eps_high]", quantity="r = p/q",
-          ratio_thresholds=_one_pm_eps, at_threshold=lambda c, t: _on_one_pm_eps(c, t))
+@register(
+    "cispo",
+    level="token",
+    config=CISPOConfig,
+    uses_advantage=False,
+    acts="reweight",
+    source="MiniMax-M1 (arXiv 2506.13585); ScaleRL bounds 0 and 5; SkyRL/TRL cispo",
+    summary="reweight (clip) tokens whose ratio leaves [1 - eps_low, 1 + eps_high]",
+    quantity="r = p/q",
+    ratio_thresholds=_one_pm_eps,
+    at_threshold=lambda c, t: _on_one_pm_eps(c, t),
+)
 def cispo(cfg: CISPOConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> np.ndarray:
     return where((t.ratio_T < 1.0 - cfg.eps_low) | (t.ratio_T > 1.0 + cfg.eps_high), REWEIGHT)
 
 
 @dataclass(frozen=True)
 class PPOClipConfig:
-    eps_low: float = param(0.2, "A < 0: zero gradient when r < 1 - eps_low", range=UNIT, grid=(0.05, 0.1, 0.2, 0.3, 0.5))
-    eps_high: float = param(0.28, "A > 0: zero gradient when r > 1 + eps_high (DAPO clip-higher)", range=NONNEG,
-                            grid=(0.05, 0.1, 0.2, 0.28, 0.5, 1.0))
+    eps_low: float = param(
+        0.2, "A < 0: zero gradient when r < 1 - eps_low", range=UNIT, grid=(0.05, 0.1, 0.2, 0.3, 0.5)
+    )
+    eps_high: float = param(
+        0.28,
+        "A > 0: zero gradient when r > 1 + eps_high (DAPO clip-higher)",
+        range=NONNEG,
+        grid=(0.05, 0.1, 0.2, 0.28, 0.5, 1.0),
+    )
 
 
-@register("ppo-clip", level="token", config=PPOClipConfig, uses_advantage=True, acts="reject",
-          source="PPO; DAPO clip-higher; verl bypass mode (rollout policy as the old policy)",
-          summary="tokens the PPO clip would zero with the rollout as old policy (A == 0: kept)",
-          quantity="r = p/q (rollout as old policy)", ratio_thresholds=_one_pm_eps,
-          at_threshold=lambda c, t: _on_one_pm_eps(c, t))
+@register(
+    "ppo-clip",
+    level="token",
+    config=PPOClipConfig,
+    uses_advantage=True,
+    acts="reject",
+    source="PPO; DAPO clip-higher; verl bypass mode (rollout policy as the old policy)",
+    summary="tokens the PPO clip would zero with the rollout as old policy (A == 0: kept)",
+    quantity="r = p/q (rollout as old policy)",
+    ratio_thresholds=_one_pm_eps,
+    at_threshold=lambda c, t: _on_one_pm_eps(c, t),
+)
 def ppo_clip(cfg: PPOClipConfig, t: TokenTerms, advantage_T: np.ndarray) -> np.ndarray:
     r = t.ratio_T
     return where(((advantage_T > 0) & (r > 1.0 + cfg.eps_high)) | ((advantage_T < 0) & (r < 1.0 - cfg.eps_low)), REJECT)

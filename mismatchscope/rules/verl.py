@@ -31,8 +31,19 @@ import numpy as np
 from ..divergence import CLAMP_LOG_RATIO, TokenTerms, clamped_k_terms
 from .base import REJECT, SequenceInputs, param, parse_number, register, where
 
-OPTIONS = ("token_k1", "token_k2", "token_k3", "seq_sum_k1", "seq_sum_k2", "seq_sum_k3",
-           "seq_mean_k1", "seq_mean_k2", "seq_mean_k3", "seq_max_k2", "seq_max_k3")
+OPTIONS = (
+    "token_k1",
+    "token_k2",
+    "token_k3",
+    "seq_sum_k1",
+    "seq_sum_k2",
+    "seq_sum_k3",
+    "seq_mean_k1",
+    "seq_mean_k2",
+    "seq_mean_k3",
+    "seq_max_k2",
+    "seq_max_k3",
+)
 
 
 @lru_cache(maxsize=256)
@@ -48,8 +59,10 @@ def parse_threshold(option: str, threshold: str) -> tuple[float | None, float]:
         if not (lo > 0 and hi > 0) or math.isnan(lo) or math.isnan(hi):
             raise ValueError(f"threshold {threshold!r} for {option}: both bounds must be positive")
         if not lo <= 1.0 <= hi:
-            raise ValueError(f"threshold {threshold!r} for {option} means the band [{lo:g}, {hi:g}], which leaves out r = 1 "
-                             f"(give U >= 1, or L_U with L <= 1 <= U)")
+            raise ValueError(
+                f"threshold {threshold!r} for {option} means the band [{lo:g}, {hi:g}], which leaves out r = 1 "
+                f"(give U >= 1, or L_U with L <= 1 <= U)"
+            )
         return lo, hi
     if "_" in text:
         raise ValueError(f"threshold {threshold!r} for {option} takes one upper bound U, not 'L_U'")
@@ -63,10 +76,15 @@ def parse_threshold(option: str, threshold: str) -> tuple[float | None, float]:
 
 @dataclass(frozen=True)
 class VerlRSConfig:
-    option: str = param(MISSING, "verl's rollout_rs option: " + ", ".join(OPTIONS), choices=OPTIONS,
-                        example="seq_mean_k3")
-    threshold: str = param(MISSING, "verl's rollout_rs_threshold: 'L_U' or one number U for k1 options "
-                                    "(U alone means L = 1/U), one number U for k2/k3", example="0.01")
+    option: str = param(
+        MISSING, "verl's rollout_rs option: " + ", ".join(OPTIONS), choices=OPTIONS, example="seq_mean_k3"
+    )
+    threshold: str = param(
+        MISSING,
+        "verl's rollout_rs_threshold: 'L_U' or one number U for k1 options "
+        "(U alone means L = 1/U), one number U for k2/k3",
+        example="0.01",
+    )
 
     def __post_init__(self):
         parse_threshold(self.option, self.threshold)
@@ -108,8 +126,12 @@ def _sweeps(cfg: VerlRSConfig) -> dict[str, tuple]:
     if k == "k1":
         grid = (1.0001, 1.001, 1.01, 1.1, 1.5, 2.0) if kind == "seq_mean" else (1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0)
     else:
-        grid = {"token": (1e-4, 1e-3, 0.01, 0.1, 0.5, 1.0, 2.0), "seq_sum": (1e-3, 0.01, 0.1, 1.0, 10.0),
-                "seq_mean": (1e-4, 1e-3, 0.01, 0.1, 1.0), "seq_max": (1e-3, 0.01, 0.1, 0.5, 1.0, 2.0, 5.0)}[kind]
+        grid = {
+            "token": (1e-4, 1e-3, 0.01, 0.1, 0.5, 1.0, 2.0),
+            "seq_sum": (1e-3, 0.01, 0.1, 1.0, 10.0),
+            "seq_mean": (1e-4, 1e-3, 0.01, 0.1, 1.0),
+            "seq_max": (1e-3, 0.01, 0.1, 0.5, 1.0, 2.0, 5.0),
+        }[kind]
     return {"threshold": tuple(f"{v:g}" for v in grid)}
 
 
@@ -123,12 +145,20 @@ def _ratio_thresholds(cfg: VerlRSConfig) -> list[tuple[str, float | None]]:
     return []
 
 
-@register("verl-rs", level=_level, config=VerlRSConfig, uses_advantage=False, acts="reject",
-          source="verl verl/trainer/ppo/rollout_corr_helper.py (rollout_rs, rollout_rs_threshold)",
-          summary="verl's rollout_rs as configured there (l clamped to +-20; token_k1 bounds apply to -l = log(1/r), as in verl); "
-                  "token or sequence level by option",
-          quantity="k1 = -l, k2 = l^2/2, k3 = expm1(l) - l per token (l clamped to [-20, 20]); per token, or sum, mean or max over the sequence",
-          ratio_thresholds=_ratio_thresholds, sweeps=_sweeps, notes=__doc__ or "")
+@register(
+    "verl-rs",
+    level=_level,
+    config=VerlRSConfig,
+    uses_advantage=False,
+    acts="reject",
+    source="verl verl/trainer/ppo/rollout_corr_helper.py (rollout_rs, rollout_rs_threshold)",
+    summary="verl's rollout_rs as configured there (l clamped to +-20; token_k1 bounds apply to -l = log(1/r), as in verl); "
+    "token or sequence level by option",
+    quantity="k1 = -l, k2 = l^2/2, k3 = expm1(l) - l per token (l clamped to [-20, 20]); per token, or sum, mean or max over the sequence",
+    ratio_thresholds=_ratio_thresholds,
+    sweeps=_sweeps,
+    notes=__doc__ or "",
+)
 def verl_rs(cfg: VerlRSConfig, x: TokenTerms | SequenceInputs, advantage_T: np.ndarray | None = None) -> np.ndarray:
     """Token options get ``TokenTerms`` (and an unused advantage), sequence options ``SequenceInputs``."""
     lo, hi = cfg.bounds

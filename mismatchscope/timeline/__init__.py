@@ -37,8 +37,12 @@ class TimelineResult:
         s = self.series
         rows = []
         for i in range(s.step_K.size):
-            row = {"group": s.groups[int(s.group_K[i])], "step": int(s.step_K[i]), "tokens": int(s.tokens_K[i]),
-                   "sequences": int(s.sequences_K[i])}
+            row = {
+                "group": s.groups[int(s.group_K[i])],
+                "step": int(s.step_K[i]),
+                "tokens": int(s.tokens_K[i]),
+                "sequences": int(s.sequences_K[i]),
+            }
             row.update({m.key: float(s.values[m.key][i]) for m in s.metrics})
             rows.append(row)
         return {
@@ -47,8 +51,17 @@ class TimelineResult:
             "by": s.by,
             "groups": s.groups,
             "metrics": [{"key": m.key, "label": m.label, "unit": m.unit, "test_scale": m.scale} for m in s.metrics],
-            "rules": [{"name": u.rule.name, "params": u.rule.params, "level": u.rule.level, "acts": u.rule.spec.acts,
-                       "hypothesis": u.hypothesis, "metric": u.metric.key} for u in s.units],
+            "rules": [
+                {
+                    "name": u.rule.name,
+                    "params": u.rule.params,
+                    "level": u.rule.level,
+                    "acts": u.rule.spec.acts,
+                    "hypothesis": u.hypothesis,
+                    "metric": u.metric.key,
+                }
+                for u in s.units
+            ],
             "ratio_band": list(RATIO_BAND),
             "quantile": P99,
             "rows": rows,
@@ -57,9 +70,14 @@ class TimelineResult:
         }
 
 
-def timeline(path: str | os.PathLike, rules: list[RuleInstance] | None = None, by: str | None = None,
-             mapping: dict[str, str] | None = None, config: ChangeConfig = ChangeConfig(),
-             batch_rows: int | None = None) -> TimelineResult:
+def timeline(
+    path: str | os.PathLike,
+    rules: list[RuleInstance] | None = None,
+    by: str | None = None,
+    mapping: dict[str, str] | None = None,
+    config: ChangeConfig = ChangeConfig(),
+    batch_rows: int | None = None,
+) -> TimelineResult:
     """Per-step series of ``path`` and the steps where each series spikes, shifts or drifts."""
     kw = {"batch_rows": batch_rows} if batch_rows else {}
     series = build_series(path, default_rules() if rules is None else rules, by, mapping, **kw)
@@ -84,7 +102,9 @@ def _dedupe_skips(skipped: list[dict]) -> list[dict]:
     out: dict[tuple, dict] = {}
     for s in skipped:
         key = (repr(s["group"]), s["test"], s["reason"])
-        out.setdefault(key, {"group": s["group"], "test": s["test"], "reason": s["reason"], "metrics": []})["metrics"].append(s["metric"])
+        out.setdefault(key, {"group": s["group"], "test": s["test"], "reason": s["reason"], "metrics": []})[
+            "metrics"
+        ].append(s["metric"])
     return list(out.values())
 
 

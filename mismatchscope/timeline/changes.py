@@ -85,9 +85,9 @@ class ChangeConfig:
 SCALES = {
     "linear": "the values as they are",
     "log": "log x: for means and quantiles of |p - q|, k3, |l|, whose noise grows with their level "
-           "(falls back to linear when a value is <= 0)",
+    "(falls back to linear when a value is <= 0)",
     "asin-sqrt": "arcsin(sqrt x): the variance-stabilising transform of a binomial proportion, for token shares and "
-                 "reject rates (0 is fine)",
+    "reject rates (0 is fine)",
 }
 
 
@@ -98,8 +98,8 @@ def methods(cfg: ChangeConfig) -> dict:
         "spike": {
             "method": "Iglewicz-Hoaglin modified z-score of the residuals from the preceding and the following steps",
             "statistic": f"M = {MAD_TO_Z} (r - median r) / MAD(r), for r = x - median of the {h} steps before and for "
-                         f"r = x - median of the {h} steps after; a spike when both |M| > threshold with one sign; "
-                         "not tested when MAD = 0",
+            f"r = x - median of the {h} steps after; a spike when both |M| > threshold with one sign; "
+            "not tested when MAD = 0",
             "threshold": cfg.spike_threshold,
             "neighbours": h,
             "reference": "Iglewicz & Hoaglin (1993), How to Detect and Handle Outliers",
@@ -142,8 +142,13 @@ def to_scale(x: np.ndarray, scale: str) -> tuple[np.ndarray, str]:
     return x, "linear"
 
 
-def detect(step_N: np.ndarray, value_N: np.ndarray, cfg: ChangeConfig = ChangeConfig(),
-           scale: str = "linear", count_N: np.ndarray | None = None) -> SeriesChanges:
+def detect(
+    step_N: np.ndarray,
+    value_N: np.ndarray,
+    cfg: ChangeConfig = ChangeConfig(),
+    scale: str = "linear",
+    count_N: np.ndarray | None = None,
+) -> SeriesChanges:
     """Spikes, shifts and drifts of one series (steps ascending). Non-finite values are left out.
 
     The tests run on ``scale`` (see ``SCALES``); values, baselines and
@@ -156,8 +161,15 @@ def detect(step_N: np.ndarray, value_N: np.ndarray, cfg: ChangeConfig = ChangeCo
     if n < max(cfg.min_steps, 2 * cfg.spike_neighbours + 1):
         return SeriesChanges(skipped=[("all", f"{n} step(s) with a value; the tests need {cfg.min_steps}")])
     if count_N is not None and np.asarray(count_N)[ok].mean() < cfg.min_mean_count:
-        return SeriesChanges(skipped=[("all", f"fewer than {cfg.min_mean_count:g} counted tokens per step on average: "
-                                              "too few for tests that assume normal noise")])
+        return SeriesChanges(
+            skipped=[
+                (
+                    "all",
+                    f"fewer than {cfg.min_mean_count:g} counted tokens per step on average: "
+                    "too few for tests that assume normal noise",
+                )
+            ]
+        )
     if np.all(x == x[0]):
         return SeriesChanges(skipped=[("all", "constant series")])
     y, used = to_scale(x, scale)
@@ -171,8 +183,14 @@ def detect(step_N: np.ndarray, value_N: np.ndarray, cfg: ChangeConfig = ChangeCo
         bkps = _binseg(y_clean, cfg.shift_penalty * sigma * sigma * math.log(n), cfg.shift_min_size)
         edges = [0, *bkps, n]
         for a, b, c in zip(edges, edges[1:], edges[2:]):
-            out.shifts.append({"step": int(steps[b]), "before": float(x_clean[a:b].mean()), "after": float(x_clean[b:c].mean()),
-                               "size_sd": float(y_clean[b:c].mean() - y_clean[a:b].mean()) / sigma})
+            out.shifts.append(
+                {
+                    "step": int(steps[b]),
+                    "before": float(x_clean[a:b].mean()),
+                    "after": float(x_clean[b:c].mean()),
+                    "size_sd": float(y_clean[b:c].mean() - y_clean[a:b].mean()) / sigma,
+                }
+            )
     out.drifts = drifts(out.shifts)
     return out
 
@@ -187,8 +205,10 @@ def _spikes(steps: np.ndarray, x: np.ndarray, y: np.ndarray, cfg: ChangeConfig, 
     score = np.where(np.abs(z_before) < np.abs(z_after), z_before, z_after)
     idx = np.flatnonzero((np.abs(score) > cfg.spike_threshold) & (np.sign(z_before) == np.sign(z_after)))
     baseline_x = neighbour_medians(x, cfg.spike_neighbours)[2]
-    out.spikes = [{"step": int(steps[i]), "value": float(x[i]), "baseline": float(baseline_x[i]), "score": float(score[i])}
-                  for i in idx]
+    out.spikes = [
+        {"step": int(steps[i]), "value": float(x[i]), "baseline": float(baseline_x[i]), "score": float(score[i])}
+        for i in idx
+    ]
     return idx, around
 
 
@@ -201,8 +221,11 @@ def neighbour_medians(x: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray, np
     from numpy.lib.stride_tricks import sliding_window_view
 
     window = sliding_window_view(np.pad(x, h, mode="reflect"), 2 * h + 1)
-    return (np.median(window[:, :h], axis=1), np.median(window[:, h + 1:], axis=1),
-            np.median(np.delete(window, h, axis=1), axis=1))
+    return (
+        np.median(window[:, :h], axis=1),
+        np.median(window[:, h + 1 :], axis=1),
+        np.median(np.delete(window, h, axis=1), axis=1),
+    )
 
 
 def modified_z(r: np.ndarray) -> np.ndarray | None:
@@ -231,8 +254,15 @@ def drifts(shifts: list[dict]) -> list[dict]:
             run.append(s)
             continue
         if len(run) >= 2:
-            out.append({"from_step": run[0]["step"], "to_step": run[-1]["step"], "before": run[0]["before"],
-                        "after": run[-1]["after"], "shifts": len(run)})
+            out.append(
+                {
+                    "from_step": run[0]["step"],
+                    "to_step": run[-1]["step"],
+                    "before": run[0]["before"],
+                    "after": run[-1]["after"],
+                    "shifts": len(run),
+                }
+            )
         run = [s] if s is not None else []
     return out
 
@@ -241,6 +271,7 @@ def _binseg(x: np.ndarray, pen: float, min_size: int) -> list[int]:
     try:
         import ruptures as rpt
     except ImportError:
-        raise MissingDependencyError("timeline's change detection needs the ruptures package",
-                                     hint="pip install ruptures") from None
+        raise MissingDependencyError(
+            "timeline's change detection needs the ruptures package", hint="pip install ruptures"
+        ) from None
     return rpt.Binseg(model="l2", min_size=min_size, jump=1).fit(x.reshape(-1, 1)).predict(pen=pen)[:-1]

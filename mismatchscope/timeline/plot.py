@@ -68,16 +68,29 @@ def plot_timeline(result, out_dir: str | Path, inputs=None) -> Path:
         axes[last // ncols][c].set_xlabel("training step", fontsize=8.5)
         axes[last // ncols][c].xaxis.set_tick_params(labelbottom=True)
 
-    handles = [Line2D([], [], color=colours[g], lw=1.5, label=_label(s.by, grp))
-               for g, grp in enumerate(s.groups[:_MAX_LEGEND_GROUPS])] if s.by else []
+    handles = (
+        [
+            Line2D([], [], color=colours[g], lw=1.5, label=_label(s.by, grp))
+            for g, grp in enumerate(s.groups[:_MAX_LEGEND_GROUPS])
+        ]
+        if s.by
+        else []
+    )
     handles += [
         Line2D([], [], ls="none", marker="o", mfc="none", mec="red", ms=9, mew=1.5, label="spike"),
         Line2D([], [], color="0.3", ls="--", lw=1, label="shift (change of level)"),
         Line2D([], [], color="0.3", lw=6, alpha=0.12, label="drift (consecutive shifts one way)"),
     ]
     title = "Sampler-trainer mismatch per training step" + (f", by {s.by}" if s.by else "")
-    fig.legend(handles=handles, loc="outside upper center", ncol=min(len(handles), 6), fontsize=8, frameon=False,
-               title=title, title_fontproperties={"size": 11, "weight": "bold"})
+    fig.legend(
+        handles=handles,
+        loc="outside upper center",
+        ncol=min(len(handles), 6),
+        fontsize=8,
+        frameon=False,
+        title=title,
+        title_fontproperties={"size": 11, "weight": "bold"},
+    )
     fig.supxlabel(textwrap.fill(_method_note(result.config), 75 * ncols + 20), fontsize=7.5, color="0.35")
 
     import io
@@ -101,8 +114,13 @@ def _mark(ax, flags: list[dict], steps: np.ndarray, vals: np.ndarray, colour: st
             ax.axvline(x, color=colour, ls="--", lw=1, alpha=0.8)
         elif f["kind"] == "drift":
             a, b = pos[f["from_step"]], pos[f["to_step"]]
-            ax.axvspan((steps[a - 1] + steps[a]) / 2 if a > 0 else steps[a], (steps[b - 1] + steps[b]) / 2,
-                       color=colour, alpha=0.08, lw=0)
+            ax.axvspan(
+                (steps[a - 1] + steps[a]) / 2 if a > 0 else steps[a],
+                (steps[b - 1] + steps[b]) / 2,
+                color=colour,
+                alpha=0.08,
+                lw=0,
+            )
 
 
 def _label(by: str | None, group) -> str:
@@ -112,6 +130,8 @@ def _label(by: str | None, group) -> str:
 def _method_note(config) -> str:
     m = methods(config)
     sp, sh = m["spike"], m["shift"]
-    return (f"Spikes: Iglewicz-Hoaglin modified z-score > {sp['threshold']:g} against both the {sp['neighbours']} steps "
-            f"before and the {sp['neighbours']} after. Shifts: {sh['method']}, penalty {sh['penalty']}. "
-            "Tested on log scale (means, p99) or arcsin-sqrt scale (shares, rates).")
+    return (
+        f"Spikes: Iglewicz-Hoaglin modified z-score > {sp['threshold']:g} against both the {sp['neighbours']} steps "
+        f"before and the {sp['neighbours']} after. Shifts: {sh['method']}, penalty {sh['penalty']}. "
+        "Tested on log scale (means, p99) or arcsin-sqrt scale (shares, rates)."
+    )

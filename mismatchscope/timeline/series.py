@@ -23,14 +23,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..arrow import to_numpy
 from ..analysis.evaluate import HYPOTHESES, count_per_key, sequence_verdicts, token_verdicts
-from ..divergence import clamped_k_terms, token_terms
-from ..errors import InputError, MissingColumnsError, UsageError
 from ..analysis.positions import PositionTracker
 from ..analysis.routing_report import routing_warnings
 from ..analysis.sums import token_means
 from ..analysis.validate import check_advantage, check_not_empty
+from ..arrow import to_numpy
+from ..divergence import clamped_k_terms, token_terms
+from ..errors import InputError, MissingColumnsError, UsageError
 from ..reader import BATCH_ROWS, Hygiene, Source, iter_batches, open_source, token_keys
 from ..rules import RuleInstance, SequenceInputs
 from ..rules.sequence import k3_inverse, needs_inverse_k3
@@ -63,13 +63,23 @@ HEADLINE: tuple[Metric, ...] = (
     Metric("k3_mean", "mean k3 = (r - 1) - log r, KL(sampler || trainer)", "nats", "k3 mean"),
     Metric("abs_logprob_diff_mean", "mean |log p - log q|", "nats", "|l| mean"),
     Metric("abs_logprob_diff_p99", "p99 of |log p - log q|", "nats", "|l| p99"),
-    Metric("ratio_outside_band", f"share of tokens with r = p/q outside [{RATIO_BAND[0]:g}, {RATIO_BAND[1]:g}]",
-           COUNTED, f"r not in [{RATIO_BAND[0]:g},{RATIO_BAND[1]:g}]", "asin-sqrt"),
+    Metric(
+        "ratio_outside_band",
+        f"share of tokens with r = p/q outside [{RATIO_BAND[0]:g}, {RATIO_BAND[1]:g}]",
+        COUNTED,
+        f"r not in [{RATIO_BAND[0]:g},{RATIO_BAND[1]:g}]",
+        "asin-sqrt",
+    ),
 )
 
 
-ROUTE_FLIP = Metric("route_flip_rate", "share of tokens whose top-k expert set differs between sampler and trainer "
-                    "in some MoE layer", "fraction of compared tokens", "route flips", "asin-sqrt")
+ROUTE_FLIP = Metric(
+    "route_flip_rate",
+    "share of tokens whose top-k expert set differs between sampler and trainer in some MoE layer",
+    "fraction of compared tokens",
+    "route flips",
+    "asin-sqrt",
+)
 """MoE runs with both sides' routes: over the tokens with a capture on both sides (``analysis.routing``)."""
 ROUTE_FLAGS = ("route_compared", "route_flipped")
 """per-token booleans a batch carries when its run has routes: both sides captured, and flipped in some layer."""
@@ -108,8 +118,13 @@ class StepSeries:
         return np.flatnonzero(self.group_K == g)
 
 
-def build_series(path: str | os.PathLike, rules: list[RuleInstance], by: str | None = None,
-                 mapping: dict[str, str] | None = None, batch_rows: int = BATCH_ROWS) -> StepSeries:
+def build_series(
+    path: str | os.PathLike,
+    rules: list[RuleInstance],
+    by: str | None = None,
+    mapping: dict[str, str] | None = None,
+    batch_rows: int = BATCH_ROWS,
+) -> StepSeries:
     """Read ``path`` once and return the per-step headline metrics and rule rates."""
     source = open_source(path, mapping)
     if not source.has("step"):
@@ -120,7 +135,9 @@ def build_series(path: str | os.PathLike, rules: list[RuleInstance], by: str | N
     has_adv = source.has("advantage")
     units = _units(rules, has_adv)
     by_canon, by_raw = _resolve_by(source, by)
-    columns = ["step"] + (["advantage"] if has_adv and any(u.hypothesis == "data" and u.rule.spec.uses_advantage for u in units) else [])
+    columns = ["step"] + (
+        ["advantage"] if has_adv and any(u.hypothesis == "data" and u.rule.spec.uses_advantage for u in units) else []
+    )
     columns += [by_canon] if by_canon else []
 
     acc = _Accumulator(units)
@@ -161,7 +178,9 @@ def _units(rules: list[RuleInstance], has_adv: bool) -> list[RuleUnit]:
     for r in rules:
         base = r.name if names.count(r.name) == 1 else r.label
         rate = "reject rate" if r.spec.acts == "reject" else "reweight rate"
-        params = ", ".join(f"{k}={'off' if v is None else v if isinstance(v, str) else f'{v:g}'}" for k, v in r.params.items())
+        params = ", ".join(
+            f"{k}={'off' if v is None else v if isinstance(v, str) else f'{v:g}'}" for k, v in r.params.items()
+        )
         hyps = list(HYPOTHESES) if r.spec.uses_advantage and not has_adv else ["data"]
         for h in hyps:
             tag = "" if h == "data" else f"[{h}]"
@@ -184,8 +203,10 @@ def _resolve_by(source: Source, by: str | None) -> tuple[str | None, str | None]
     if by in source.file_columns and by not in COLUMNS:
         return None, by
     shown = ", ".join(sorted(source.file_columns)[:30])
-    raise UsageError(f"--by {by}: no column {by!r} in every input file; the files have: {shown}",
-                     hint="name a categorical column of the file, e.g. --by env or --by rank")
+    raise UsageError(
+        f"--by {by}: no column {by!r} in every input file; the files have: {shown}",
+        hint="name a categorical column of the file, e.g. --by env or --by rank",
+    )
 
 
 class _GroupCodes:
@@ -200,9 +221,11 @@ class _GroupCodes:
     def _code(self, value: Any) -> int:
         if value not in self._index:
             if len(self.values) >= MAX_GROUPS:
-                raise UsageError(f"--by {self.by}: more than {MAX_GROUPS} distinct values",
-                                 hint="--by splits the lines by a categorical column (an env name, a rank); "
-                                      "pick one with few values")
+                raise UsageError(
+                    f"--by {self.by}: more than {MAX_GROUPS} distinct values",
+                    hint="--by splits the lines by a categorical column (an env name, a rank); "
+                    "pick one with few values",
+                )
             self._index[value] = len(self.values)
             self.values.append(value)
         return self._index[value]
@@ -210,19 +233,27 @@ class _GroupCodes:
     def encode(self, col: Any) -> np.ndarray:
         if isinstance(col, np.ndarray):  # a schema column, already numpy
             if not np.issubdtype(col.dtype, np.integer):
-                raise UsageError(f"--by {self.by}: the column holds {col.dtype} values, not categories",
-                                 hint="--by needs strings, integers or booleans")
+                raise UsageError(
+                    f"--by {self.by}: the column holds {col.dtype} values, not categories",
+                    hint="--by needs strings, integers or booleans",
+                )
             uniq, inv = np.unique(col, return_inverse=True)
             lut = np.array([self._code(int(v)) for v in uniq], np.int64)
             return lut[inv.reshape(-1)]
         arr: pa.Array = col
         if not pa.types.is_dictionary(arr.type):
             t = arr.type
-            if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t) or pa.types.is_boolean(t)):
-                raise UsageError(f"--by {self.by}: the column holds {t} values, not categories",
-                                 hint="--by needs strings, integers or booleans")
+            if not (
+                pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t) or pa.types.is_boolean(t)
+            ):
+                raise UsageError(
+                    f"--by {self.by}: the column holds {t} values, not categories",
+                    hint="--by needs strings, integers or booleans",
+                )
             arr = arr.dictionary_encode()
-        lut = np.array([self._code(v) for v in arr.dictionary.to_pylist()] + [self._code(None) if arr.null_count else 0], np.int64)
+        lut = np.array(
+            [self._code(v) for v in arr.dictionary.to_pylist()] + [self._code(None) if arr.null_count else 0], np.int64
+        )
         idx = to_numpy(arr.indices.fill_null(len(lut) - 1)).astype(np.int64)
         return lut[idx]
 
@@ -254,8 +285,10 @@ class _Accumulator:
         beyond = (step_T > MAX_ABS_STEP) | (step_T < -MAX_ABS_STEP)
         if beyond.any():
             bad = int(step_T[np.flatnonzero(beyond)[0]])
-            raise InputError(f"step value {bad} is beyond +-2^52: not a training step counter",
-                             hint="map the training step column with --column step=NAME")
+            raise InputError(
+                f"step value {bad} is beyond +-2^52: not a training step counter",
+                hint="map the training step column with --column step=NAME",
+            )
         uk, inv = np.unique(step_T * _KEY_STRIDE + group_T, return_inverse=True)
         lut = np.empty(uk.size, np.int64)
         for i, k in enumerate(uk.tolist()):
@@ -273,7 +306,13 @@ class _Accumulator:
         k = len(self.key_of)
         abs_l = np.abs(t.log_ratio_T)
         lo, hi = RATIO_BAND
-        weights: list[np.ndarray | None] = [None, t.tv_T, t.k3_T, abs_l, ((t.ratio_T < lo) | (t.ratio_T > hi)).astype(np.float64)]
+        weights: list[np.ndarray | None] = [
+            None,
+            t.tv_T,
+            t.k3_T,
+            abs_l,
+            ((t.ratio_T < lo) | (t.ratio_T > hi)).astype(np.float64),
+        ]
         for u in self.token_units:
             v = token_verdicts(u, t, adv)
             weights += [v.rejected.astype(np.float64), v.reweighted.astype(np.float64)]
@@ -284,8 +323,9 @@ class _Accumulator:
             self.routed = True
             if self.route_sums.shape[1] < k:
                 self.route_sums = np.pad(self.route_sums, ((0, 0), (0, k - self.route_sums.shape[1])))
-            self.route_sums += np.stack([np.bincount(code_T, weights=batch[f].astype(np.float64), minlength=k)
-                                         for f in ROUTE_FLAGS])
+            self.route_sums += np.stack(
+                [np.bincount(code_T, weights=batch[f].astype(np.float64), minlength=k) for f in ROUTE_FLAGS]
+            )
         self._codes.append(code_T.astype(np.int32))
         self._abs_l.append(abs_l)
         clamped = {}
@@ -293,9 +333,21 @@ class _Accumulator:
             clamped = dict(zip(("sum_ck1", "sum_ck2", "sum_ck3"), clamped_k_terms(t.log_ratio_T)))
         if needs_inverse_k3([u.rule for u in self.seq_units]):  # k3-seq in AReaL's orientation
             clamped["sum_k3inv"] = k3_inverse(t.log_ratio_T)
-        self._seq_parts.append(_pair_reduce(code_T, batch["sequence_id"], {
-            "n": np.ones(n), "sum_l": t.log_ratio_T, "min_l": t.log_ratio_T, "max_l": t.log_ratio_T,
-            "sum_k3": t.k3_T, **({"sum_adv": adv} if adv is not None else {}), **clamped}))
+        self._seq_parts.append(
+            _pair_reduce(
+                code_T,
+                batch["sequence_id"],
+                {
+                    "n": np.ones(n),
+                    "sum_l": t.log_ratio_T,
+                    "min_l": t.log_ratio_T,
+                    "max_l": t.log_ratio_T,
+                    "sum_k3": t.k3_T,
+                    **({"sum_adv": adv} if adv is not None else {}),
+                    **clamped,
+                },
+            )
+        )
         self.tokens += n
 
     def finish(self, groups: list[Any], by: str | None) -> StepSeries:
@@ -331,9 +383,16 @@ class _Accumulator:
         order = np.lexsort((step_K, rank[group_K]))
         metrics = list(HEADLINE) + ([ROUTE_FLIP] if self.routed else []) + [u.metric for u in self.units]
         return StepSeries(
-            by=by, groups=[groups[g] for g in order_g], group_K=rank[group_K][order], step_K=step_K[order],
-            tokens_K=n[order].astype(np.int64), sequences_K=sequences_K[order].astype(np.int64),
-            values={m.key: values[m.key][order] for m in metrics}, metrics=metrics, units=self.units, tokens=self.tokens,
+            by=by,
+            groups=[groups[g] for g in order_g],
+            group_K=rank[group_K][order],
+            step_K=step_K[order],
+            tokens_K=n[order].astype(np.int64),
+            sequences_K=sequences_K[order].astype(np.int64),
+            values={m.key: values[m.key][order] for m in metrics},
+            metrics=metrics,
+            units=self.units,
+            tokens=self.tokens,
         )
 
     def _sequences(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -355,21 +414,32 @@ class _Accumulator:
         split = same_seq & (st[1:] == st[:-1])
         if split.any():
             i = int(np.flatnonzero(split)[0])
-            raise InputError(f"sequence {int(s[i])} at step {int(st[i])} spans several --by groups: sequence rules "
-                             "need each sequence in one group", hint="drop the sequence rules, or --by a per-sequence column")
+            raise InputError(
+                f"sequence {int(s[i])} at step {int(st[i])} spans several --by groups: sequence rules "
+                "need each sequence in one group",
+                hint="drop the sequence rules, or --by a per-sequence column",
+            )
         reused = np.unique(s[1:][same_seq & (st[1:] != st[:-1])])
         if reused.size:
-            self.warnings.append(f"{reused.size} sequence id(s) appear at more than one step; sequence rules treat "
-                                 "each (step, sequence) as its own sequence")
+            self.warnings.append(
+                f"{reused.size} sequence id(s) appear at more than one step; sequence rules treat "
+                "each (step, sequence) as its own sequence"
+            )
 
     def _seq_rule_rate(self, u: RuleUnit, code_S: np.ndarray, agg: dict[str, np.ndarray], k: int) -> np.ndarray:
         n_S = agg["n"]
-        seq = SequenceInputs(n_tokens_S=n_S, seq_log_ratio_S=agg["sum_l"], min_log_ratio_S=agg["min_l"],
-                             max_log_ratio_S=agg["max_l"], mean_k3_S=agg["sum_k3"] / n_S,
-                             advantage_S=agg["sum_adv"] / n_S if "sum_adv" in agg else None,
-                             clamped_sum_k1_S=agg.get("sum_ck1"), clamped_sum_k2_S=agg.get("sum_ck2"),
-                             clamped_sum_k3_S=agg.get("sum_ck3"),
-                             mean_k3_inverse_S=agg["sum_k3inv"] / n_S if "sum_k3inv" in agg else None)
+        seq = SequenceInputs(
+            n_tokens_S=n_S,
+            seq_log_ratio_S=agg["sum_l"],
+            min_log_ratio_S=agg["min_l"],
+            max_log_ratio_S=agg["max_l"],
+            mean_k3_S=agg["sum_k3"] / n_S,
+            advantage_S=agg["sum_adv"] / n_S if "sum_adv" in agg else None,
+            clamped_sum_k1_S=agg.get("sum_ck1"),
+            clamped_sum_k2_S=agg.get("sum_ck2"),
+            clamped_sum_k3_S=agg.get("sum_ck3"),
+            mean_k3_inverse_S=agg["sum_k3inv"] / n_S if "sum_k3inv" in agg else None,
+        )
         hit = sequence_verdicts(u, seq).acted(u.rule.spec.acts)
         return count_per_key(code_S, hit, k, weights=n_S)
 
@@ -400,7 +470,7 @@ def grouped_quantile(code_T: np.ndarray, values_T: np.ndarray, n_codes: int, q: 
     out = np.full(n_codes, np.nan)
     for c in np.flatnonzero(counts):
         m = int(counts[c])
-        seg = v[ends[c] - m: ends[c]]
+        seg = v[ends[c] - m : ends[c]]
         pos = q * (m - 1)
         j = int(np.floor(pos))
         k = min(j + 1, m - 1)

@@ -8,7 +8,7 @@ imports vLLM/torch inside the code that needs it.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from mismatchscope.errors import UsageError
 from mismatchscope.probe.checkpoint import CheckpointInfo

@@ -10,7 +10,8 @@ file format stores apart.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from mismatchscope.probe.types import Completion, SamplingConfig
 from mismatchscope.schema import LOGPROB_SENTINEL

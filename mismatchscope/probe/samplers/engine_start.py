@@ -21,8 +21,12 @@ import threading
 
 TAIL_LINES = 400
 _EXCEPTION = re.compile(r"((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)): (.+)$")
-_WRAPPERS = ("Engine core initialization failed", "See root cause above", "failed to be inspected",
-             "Please check the logs")
+_WRAPPERS = (
+    "Engine core initialization failed",
+    "See root cause above",
+    "failed to be inspected",
+    "Please check the logs",
+)
 
 
 class StderrTail:
@@ -38,7 +42,7 @@ class StderrTail:
         self._thread: threading.Thread | None = None
         self._forward = True
 
-    def __enter__(self) -> "StderrTail":
+    def __enter__(self) -> StderrTail:
         try:
             sys.stderr.flush()
             self._saved = os.dup(2)

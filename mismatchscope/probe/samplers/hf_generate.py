@@ -155,8 +155,9 @@ class HFGenerateSampler:
             return_dict_in_generate=True,
         )
 
-    def prefill_logprobs(self, prompts: list[list[int]], completions: list[list[int]],
-                         sampling: SamplingConfig) -> list[list[float]]:
+    def prefill_logprobs(
+        self, prompts: list[list[int]], completions: list[list[int]], sampling: SamplingConfig
+    ) -> list[list[float]]:
         """This model's own forward over each prompt + completion: raw logprob of each completion token.
 
         One sequence per forward, without padding, so no batch composition
@@ -169,7 +170,7 @@ class HFGenerateSampler:
         with torch.inference_mode():
             for p, c in zip(prompts, completions, strict=True):
                 ids = torch.tensor([[*p, *c]], dtype=torch.long, device=self._device)
-                logits = self.model(input_ids=ids, use_cache=False).logits[0, len(p) - 1:len(p) - 1 + len(c)]
+                logits = self.model(input_ids=ids, use_cache=False).logits[0, len(p) - 1 : len(p) - 1 + len(c)]
                 logprobs = logits.float().log_softmax(-1).cpu()
                 out.append(logprobs.gather(-1, torch.tensor(c, dtype=torch.long)[:, None]).squeeze(-1).tolist())
         return out

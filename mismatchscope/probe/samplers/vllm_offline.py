@@ -93,7 +93,6 @@ class VLLMOfflineSampler:
             if same_mode and (cap == -1 or sampling.top_k_logprobs <= cap):
                 return self._llm
             self.close()
-        from vllm import LLM
 
         args = self.engine_args(sampling)
         model = args.pop("model")
@@ -137,8 +136,9 @@ class VLLMOfflineSampler:
             on_progress(len(completions))
         return completions
 
-    def prefill_logprobs(self, prompts: list[list[int]], completions: list[list[int]],
-                         sampling: SamplingConfig) -> list[list[float]]:
+    def prefill_logprobs(
+        self, prompts: list[list[int]], completions: list[list[int]], sampling: SamplingConfig
+    ) -> list[list[float]]:
         """The engine's own prefill (teacher-forced) logprob of each completion token.
 
         Each prompt + completion is sent as one prompt with ``max_tokens=1,
@@ -153,11 +153,12 @@ class VLLMOfflineSampler:
 
         llm = self._engine_for(sampling)
         params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
-        outputs = llm.generate([TokensPrompt(prompt_token_ids=[*p, *c]) for p, c in zip(prompts, completions)],
-                               params, use_tqdm=False)
+        outputs = llm.generate(
+            [TokensPrompt(prompt_token_ids=[*p, *c]) for p, c in zip(prompts, completions)], params, use_tqdm=False
+        )
         out = []
         for p, c, request in zip(prompts, completions, outputs):
-            rows = request.prompt_logprobs[len(p):len(p) + len(c)]
+            rows = request.prompt_logprobs[len(p) : len(p) + len(c)]
             out.append([row[t].logprob for t, row in zip(c, rows)])
         return out
 
@@ -226,8 +227,9 @@ def _start_failed(model: str, exc: BaseException, lines: list[str]) -> SamplerEr
     from mismatchscope.probe.samplers.engine_start import root_cause
 
     cause = root_cause(exc, lines) or " ".join(f"{type(exc).__name__}: {exc}".split())
-    return SamplerError(f"vLLM could not start an engine for {model}: {cause}",
-                        hint="--sampler hf samples with transformers instead")
+    return SamplerError(
+        f"vLLM could not start an engine for {model}: {cause}", hint="--sampler hf samples with transformers instead"
+    )
 
 
 def check_engine_args(engine_args: dict[str, Any]) -> None:
@@ -252,8 +254,10 @@ def check_engine_args(engine_args: dict[str, Any]) -> None:
             import vllm
 
             close = difflib.get_close_matches(name, list(declared), n=1)
-            raise UsageError(f"--engine-arg {name} is not an option of vllm.LLM (vLLM {vllm.__version__})",
-                             hint=f"did you mean {close[0]}?" if close else "see vLLM's EngineArgs for its options")
+            raise UsageError(
+                f"--engine-arg {name} is not an option of vllm.LLM (vLLM {vllm.__version__})",
+                hint=f"did you mean {close[0]}?" if close else "see vLLM's EngineArgs for its options",
+            )
         adapter = declared[name]
         if adapter is None:
             continue
@@ -263,7 +267,9 @@ def check_engine_args(engine_args: dict[str, Any]) -> None:
             adapter.validate_python(value)
         except pydantic.ValidationError as e:
             first = e.errors()[0] if e.errors() else {}
-            raise UsageError(f"--engine-arg {name}={shown_arg(value)}: {first.get('msg', 'not a valid value')}") from None
+            raise UsageError(
+                f"--engine-arg {name}={shown_arg(value)}: {first.get('msg', 'not a valid value')}"
+            ) from None
 
 
 @functools.lru_cache(maxsize=1)
@@ -280,17 +286,20 @@ def _declared_engine_args() -> dict[str, Any] | None:
 
         declared: dict[str, Any] = {}
         fields = [(f.name, f.type) for f in dataclasses.fields(EngineArgs) if f.init]
-        params = [(n, p.annotation) for n, p in inspect.signature(LLM.__init__).parameters.items()
-                  if n != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD]
-    except Exception:  # noqa: BLE001 - any change in vLLM's layout: fall back to its own errors
+        params = [
+            (n, p.annotation)
+            for n, p in inspect.signature(LLM.__init__).parameters.items()
+            if n != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD
+        ]
+    except Exception:
         return None
     for owner, items in ((EngineArgs, fields), (LLM.__init__, params)):  # LLM's own annotation wins (it converts)
         namespace = vars(sys.modules[owner.__module__])
         for name, hint in items:
             try:
-                resolved = eval(hint, namespace) if isinstance(hint, str) else hint  # noqa: S307 - vLLM's own annotation
+                resolved = eval(hint, namespace) if isinstance(hint, str) else hint
                 declared[name] = None if resolved is inspect.Parameter.empty else pydantic.TypeAdapter(resolved)
-            except Exception:  # noqa: BLE001 - unresolvable or not describable: vLLM checks it itself
+            except Exception:
                 declared[name] = None
     return declared
 

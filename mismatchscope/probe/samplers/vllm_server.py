@@ -57,7 +57,15 @@ from mismatchscope.probe.samplers.base import (
 from mismatchscope.probe.types import Completion, SamplerConfig, SamplingConfig
 from mismatchscope.probe.validate import SERVER_TIMEOUT_S, check_server_engine_args, server_timeout
 from mismatchscope.reader import POSITIVE_LOGPROB_TOLERANCE
-from mismatchscope.redact import excerpt, redact, redact_obj, redact_url, register_secret, register_userinfo, split_userinfo
+from mismatchscope.redact import (
+    excerpt,
+    redact,
+    redact_obj,
+    redact_url,
+    register_secret,
+    register_userinfo,
+    split_userinfo,
+)
 
 DEFAULT_TIMEOUT = SERVER_TIMEOUT_S
 PROMPTS_PER_REQUEST = 32
@@ -111,9 +119,11 @@ class VLLMServerSampler:
         if key:
             register_secret(key)
             if not all(" " < c < "\x7f" for c in key):  # an HTTP header carries printable ASCII only
-                raise UsageError(f"the API key in ${self.cfg.api_key_env} holds a space, a line break or a character "
-                                 "outside printable ASCII, which an HTTP header cannot carry",
-                                 hint="check how the variable was set: a key read from a file often keeps its newline")
+                raise UsageError(
+                    f"the API key in ${self.cfg.api_key_env} holds a space, a line break or a character "
+                    "outside printable ASCII, which an HTTP header cannot carry",
+                    hint="check how the variable was set: a key read from a file often keeps its newline",
+                )
             headers["Authorization"] = f"Bearer {key}"
         elif self._basic_auth:
             headers["Authorization"] = f"Basic {self._basic_auth}"
@@ -140,12 +150,15 @@ class VLLMServerSampler:
             hint = f"set the key in ${self.cfg.api_key_env}" if exc.code in (401, 403) else None
             raise SamplerError(f"{method} {self.base}{path} failed with HTTP {exc.code}: {detail}", hint=hint) from None
         except http.client.HTTPException as exc:
-            raise SamplerError(f"{method} {self.base}{path}: the server's answer was cut short or garbled "
-                               f"({type(exc).__name__})") from None
+            raise SamplerError(
+                f"{method} {self.base}{path}: the server's answer was cut short or garbled ({type(exc).__name__})"
+            ) from None
         except TimeoutError:  # connected, then no answer in time (a connect timeout comes inside a URLError)
-            raise SamplerError(f"{method} {self.base}{path}: the vLLM server did not answer within {self.timeout:g} s",
-                               hint="raise --engine-arg timeout=SECONDS (default 600), or check the server") from None
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
+            raise SamplerError(
+                f"{method} {self.base}{path}: the vLLM server did not answer within {self.timeout:g} s",
+                hint="raise --engine-arg timeout=SECONDS (default 600), or check the server",
+            ) from None
+        except (urllib.error.URLError, ConnectionError, OSError) as exc:
             reason = redact(str(getattr(exc, "reason", exc)), secrets)
             raise SamplerConnectionError(
                 f"cannot reach the vLLM server at {self.base}: {reason}",
@@ -155,7 +168,9 @@ class VLLMServerSampler:
             return json.loads(payload)
         except (ValueError, RecursionError):
             size = f"{len(payload)} bytes" if payload else "an empty body"
-            raise SamplerError(f"{method} {self.base}{path} answered with something that is not JSON ({size})") from None
+            raise SamplerError(
+                f"{method} {self.base}{path} answered with something that is not JSON ({size})"
+            ) from None
 
     def _server_version(self) -> str | None:
         try:
@@ -257,8 +272,14 @@ class VLLMServerSampler:
         if not choices:
             raise SamplerError(f"{where}: choices is empty")
         lp = _field(_require(choices[0], dict, f"{where}: choices[0]"), "logprobs", dict, f"{where}: choices[0]")
-        values = [v for v in _numbers(_field(lp, "token_logprobs", list, f"{where}: choices[0].logprobs"),
-                                      f"{where}: choices[0].logprobs.token_logprobs") if v is not None]
+        values = [
+            v
+            for v in _numbers(
+                _field(lp, "token_logprobs", list, f"{where}: choices[0].logprobs"),
+                f"{where}: choices[0].logprobs.token_logprobs",
+            )
+            if v is not None
+        ]
         if any(v > 0 for v in values):
             served = "a logits mode"
         elif values and all(v == 0.0 for v in values):
@@ -323,20 +344,22 @@ class VLLMServerSampler:
     def describe(self) -> dict[str, Any]:
         """Server URL, version, served model and the checks that ran (no API key, ever): every text the server
         sent is recorded through ``redact_obj``, as a server may echo the key or a URL with credentials."""
-        return redact_obj({
-            "engine": "vllm-server",
-            "version": self._version,
-            "url": redact_url(self.base),
-            "model": self.model,
-            "model_root": self.model_card.get("root"),
-            "max_model_len": self.model_card.get("max_model_len"),
-            "requested_dtype": self.cfg.dtype,
-            "dtype": None,  # not visible over HTTP: the server's launch flags decide it
-            "request_extras": manifest_safe(self.extra),
-            "api_key_env": self.cfg.api_key_env,
-            "api_key_set": bool(os.environ.get(self.cfg.api_key_env)),
-            "checks": dict(self._checks),
-        })
+        return redact_obj(
+            {
+                "engine": "vllm-server",
+                "version": self._version,
+                "url": redact_url(self.base),
+                "model": self.model,
+                "model_root": self.model_card.get("root"),
+                "max_model_len": self.model_card.get("max_model_len"),
+                "requested_dtype": self.cfg.dtype,
+                "dtype": None,  # not visible over HTTP: the server's launch flags decide it
+                "request_extras": manifest_safe(self.extra),
+                "api_key_env": self.cfg.api_key_env,
+                "api_key_set": bool(os.environ.get(self.cfg.api_key_env)),
+                "checks": dict(self._checks),
+            }
+        )
 
     def close(self) -> None:
         """Nothing to release: the server belongs to whoever started it."""
@@ -356,8 +379,10 @@ def _split_credentials(url: str) -> tuple[str, str | None]:
         return url, None
     register_userinfo(userinfo)
     if any(c in userinfo for c in "/?#"):
-        raise UsageError(f"--url {redact_url(url)!r} is ambiguous: an '@' comes after a '/', '?' or '#'",
-                         hint="percent-encode '/', '?', '#' and '@' inside a user name or password as %2F, %3F, %23, %40")
+        raise UsageError(
+            f"--url {redact_url(url)!r} is ambiguous: an '@' comes after a '/', '?' or '#'",
+            hint="percent-encode '/', '?', '#' and '@' inside a user name or password as %2F, %3F, %23, %40",
+        )
     creds = base64.b64encode(urllib.parse.unquote(userinfo).encode()).decode() if userinfo else None
     return bare, creds
 
@@ -421,8 +446,10 @@ def _check_id(token_id: int, where: str, vocab_size: int | None, shown: str | No
     """A token id the model has: a negative or too large one would fail far away (Parquet, the trainer)."""
     if token_id < 0 or (vocab_size is not None and token_id >= vocab_size):
         bound = f"0..{vocab_size - 1}" if vocab_size is not None else "non-negative"
-        raise SamplerError(f"{where}: {shown or token_id} is not a token id of the model ({bound})",
-                           hint="is the server serving another model or tokenizer?")
+        raise SamplerError(
+            f"{where}: {shown or token_id} is not a token id of the model ({bound})",
+            hint="is the server serving another model or tokenizer?",
+        )
 
 
 # ---------------------------------------------------------------- answer shape
@@ -482,8 +509,10 @@ def _logprobs(values: list, where: str, *, none_ok: bool = False) -> list:
         if v is None or isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v):
             raise SamplerError(f"{where}[{i}] should be a number, got {'null' if v is None else _short(v)}")
         if v > POSITIVE_LOGPROB_TOLERANCE:
-            raise SamplerError(f"{where}[{i}] is {v:g}, which is not a logprob (logprobs are <= 0)",
-                               hint="is the server in a logits --logprobs-mode?")
+            raise SamplerError(
+                f"{where}[{i}] is {v:g}, which is not a logprob (logprobs are <= 0)",
+                hint="is the server in a logits --logprobs-mode?",
+            )
     return values
 
 
@@ -510,14 +539,20 @@ def _choices(answer: Any) -> list[dict]:
                     _require(top, dict, f"{ctx}.top_logprobs[{j}]")
                     _logprobs(list(top.values()), f"{ctx}.top_logprobs[{j}] values", none_ok=True)
         if c.get("token_ids") is not None:
-            _int_list(_require(c["token_ids"], list, f"{where}: choices[{i}].token_ids"), f"{where}: choices[{i}].token_ids")
+            _int_list(
+                _require(c["token_ids"], list, f"{where}: choices[{i}].token_ids"), f"{where}: choices[{i}].token_ids"
+            )
     indices = sorted(c["index"] for c in choices)
     if indices != list(range(len(choices))):
-        raise SamplerError(f"{where}: choices[].index should number the choices 0..{len(choices) - 1}, got {indices[:10]}")
+        raise SamplerError(
+            f"{where}: choices[].index should number the choices 0..{len(choices) - 1}, got {indices[:10]}"
+        )
     return sorted(choices, key=lambda c: c["index"])
 
 
-def _completion(prompt_index: int, sample_index: int, choice: dict, k: int, vocab_size: int | None = None) -> Completion:
+def _completion(
+    prompt_index: int, sample_index: int, choice: dict, k: int, vocab_size: int | None = None
+) -> Completion:
     where = f"POST /v1/completions: choices[{choice['index']}]"
     lp = choice["logprobs"]
     tokens = [_token_id(t, f"{where}.logprobs.tokens", vocab_size) for t in lp["tokens"]]
@@ -529,14 +564,19 @@ def _completion(prompt_index: int, sample_index: int, choice: dict, k: int, voca
     tops = lp.get("top_logprobs") or [None] * len(tokens)
     for j, (token, value, top) in enumerate(zip(tokens, values, tops, strict=True)):
         if top is not None and not top and k > 0:  # asked for top-k: vLLM lists at least the sampled token
-            raise SamplerError(f"{where}.logprobs.top_logprobs[{j}] is empty, but {k} top logprobs were asked for "
-                               f"(it should list the sampled token {token}, tokens[{j}])")
+            raise SamplerError(
+                f"{where}.logprobs.top_logprobs[{j}] is empty, but {k} top logprobs were asked for "
+                f"(it should list the sampled token {token}, tokens[{j}])"
+            )
         if top:
-            entries = [(_token_id(t, f"{where}.logprobs.top_logprobs[{j}]", vocab_size), from_sentinel(v), None)
-                       for t, v in top.items()]
+            entries = [
+                (_token_id(t, f"{where}.logprobs.top_logprobs[{j}]", vocab_size), from_sentinel(v), None)
+                for t, v in top.items()
+            ]
             if token not in {e[0] for e in entries}:  # vLLM always lists the sampled token
-                raise SamplerError(f"{where}.logprobs.top_logprobs[{j}] does not list the sampled token {token} "
-                                   f"(tokens[{j}])")
+                raise SamplerError(
+                    f"{where}.logprobs.top_logprobs[{j}] does not list the sampled token {token} (tokens[{j}])"
+                )
         else:
             entries = [(token, from_sentinel(value), None)]
         _, t_ids, t_lps = split_topk(token, entries, k)
