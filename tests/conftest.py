@@ -16,9 +16,17 @@ import pytest
 from mismatchscope.schema import write_table
 
 SLOW_TESTS = frozenset({
-    # test id without parameters -> CPU seconds measured (test, its fixtures and its child processes)
+    # a test id, with or without its parameters; CPU seconds measured (test, its fixtures, its child processes)
     "tests/live/test_recorder.py::test_killed_loop_leaves_finished_steps_readable_and_the_run_incomplete",  # 15 s
     "tests/live/test_recorder.py::test_rl_loop_recorded_every_step_and_read_back",  # 18 s
+    "tests/probe/test_probe_errors.py::test_an_empty_prompt_is_refused_before_the_run",  # 9 s
+    "tests/probe/test_probe_errors.py::test_a_server_that_echoes_the_key_does_not_leak_it",  # 9 s
+    "tests/probe/test_probe_errors.py::test_url_credentials_are_sent_as_a_header_and_never_recorded",  # 10 s
+    "tests/probe/test_probe_errors.py::test_options_that_would_fail_late_fail_first[args5-message5]",  # 5 s
+    "tests/probe/test_probe_hostile.py::test_an_hf_probe_with_aliases_records_the_canonical_dtypes",  # 10 s
+    "tests/probe/test_probe_hostile.py::test_an_unknown_model_type_is_refused_before_the_run",  # 5 s
+    "tests/probe/test_probe_hostile.py::test_vllm_engine_args_are_checked_against_vllm",  # 23 s
+    "tests/probe/test_probe_hostile.py::test_a_bad_answer_through_the_cli_leaves_no_run",  # 8 s
     "tests/test_docs.py::test_cli_reference_is_generated_from_help",  # 5 s
     "tests/test_errors.py::test_report_html_on_a_full_device",  # 6 s
     "tests/test_hostile_data.py::test_a_lone_surrogate_in_the_metadata_is_printed_as_its_escape",  # 6 s
@@ -61,8 +69,9 @@ def _shares_a_module_fixture(item: pytest.Item) -> bool:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        slow = (item.get_closest_marker("vllm") is not None or item.nodeid.split("[")[0] in SLOW_TESTS
-                or not SLOW_FIXTURES.isdisjoint(item.fixturenames))
+        listed = not SLOW_TESTS.isdisjoint((item.nodeid, item.nodeid.split("[")[0]))
+        uses_slow = not SLOW_FIXTURES.isdisjoint(item.fixturenames)
+        slow = item.get_closest_marker("vllm") is not None or listed or uses_slow
         if slow and item.get_closest_marker("slow") is None:
             item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("xdist_group") is not None:
