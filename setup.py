@@ -13,7 +13,14 @@ from pathlib import Path
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-SAMPLE_FILES = ("tiny-qwen3", "tiny-qwen3-later", "tiny-qwen3-moe", "prompts.jsonl", "simulated_pairs.parquet", "README.md")
+SAMPLE_FILES = (
+    "tiny-qwen3",
+    "tiny-qwen3-later",
+    "tiny-qwen3-moe",
+    "prompts.jsonl",
+    "simulated_pairs.parquet",
+    "README.md",
+)
 
 
 class BuildWithSample(build_py):

@@ -28,13 +28,14 @@ def pairs(rows: list[tuple[int, int, float, float]], **extra) -> dict:
     }
 
 
-
 IN_PROCESS = frozenset({"report", "compare-masks", "gate", "import", "timeline"})
 """Commands :func:`cli` runs inside the test process: they start no engine and hold no process-wide state, and
 a subprocess would spend most of its time starting Python and importing numpy, pyarrow and typer again."""
 
 
-def cli(*args: str, env: dict | None = None, timeout: float = 600, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def cli(
+    *args: str, env: dict | None = None, timeout: float = 600, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
     """The command line's behaviour (exit code, stdout, stderr), as the console script gives it.
 
     ``IN_PROCESS`` commands run through ``main()`` in this process; probe, rescore and diagnose (engines, child
@@ -46,7 +47,9 @@ def cli(*args: str, env: dict | None = None, timeout: float = 600, cwd: Path | N
     return cli_process(*args, env=env, timeout=timeout, cwd=cwd)
 
 
-def cli_process(*args: str, env: dict | None = None, timeout: float = 600, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def cli_process(
+    *args: str, env: dict | None = None, timeout: float = 600, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
     """Run the real console script installed next to this interpreter."""
     exe = Path(sys.executable).with_name("mismatchscope")
     full_env = {k: v for k, v in os.environ.items() if k != "MISMATCHSCOPE_DEBUG"}
@@ -87,7 +90,9 @@ def cli_in_process(*args: str, env: dict | None = None, cwd: Path | None = None)
 
 
 def random_pairs(rng: np.random.Generator, n_seq: int, max_len: int, advantage: bool = True) -> dict:
-    cols: dict[str, list] = {k: [] for k in ("sequence_id", "position", "token_id", "sampler_logprob", "trainer_logprob")}
+    cols: dict[str, list] = {
+        k: [] for k in ("sequence_id", "position", "token_id", "sampler_logprob", "trainer_logprob")
+    }
     if advantage:
         cols["advantage"] = []
     for s in range(n_seq):
@@ -107,8 +112,16 @@ def random_pairs(rng: np.random.Generator, n_seq: int, max_len: int, advantage: 
 PROBE_META = {
     "checkpoint": {"sha256": "a" * 64, "path": "ckpt"},
     "prompts": {"sha256": "b" * 64, "count": 2},
-    "sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "n": 4, "max_tokens": 16, "top_k_logprobs": 5, "seed": 0,
-                 "logprobs_mode": "processed_logprobs"},
+    "sampling": {
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": -1,
+        "n": 4,
+        "max_tokens": 16,
+        "top_k_logprobs": 5,
+        "seed": 0,
+        "logprobs_mode": "processed_logprobs",
+    },
     "sampler": {"kind": "vllm", "dtype": "float32", "engine_args": {}},
     "trainer": {"dtype": "float32", "attn_implementation": None, "fp32_lm_head": False},
 }

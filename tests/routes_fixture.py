@@ -26,8 +26,15 @@ import pyarrow.parquet as pq
 from mismatchscope.routing.layout import ROUTES, RoutingMeta, SideRoutes, routes_schema
 from mismatchscope.schema import write_table
 
-META = RoutingMeta(family="qwen3_moe", num_layers=3, moe_layers=(1, 2), num_experts=8, top_k=2,
-                   sampler=SideRoutes(True), trainer=SideRoutes(True))
+META = RoutingMeta(
+    family="qwen3_moe",
+    num_layers=3,
+    moe_layers=(1, 2),
+    num_experts=8,
+    top_k=2,
+    sampler=SideRoutes(True),
+    trainer=SideRoutes(True),
+)
 
 N = None
 RUN_ROWS = [
@@ -42,36 +49,50 @@ RUN_ROWS = [
 
 TOKENS = {
     # (sequence_id, position): (sampler_logprob, trainer_logprob); |l| = |lp - lq| in the comment
-    (10, 0): (-1.0, -1.0),   # 0.0, unflipped
-    (10, 1): (-1.0, -1.5),   # 0.5, flipped (L1)
-    (10, 2): (-0.5, -0.7),   # 0.2, unflipped (L2 not compared)
-    (20, 0): (-2.0, -1.0),   # 1.0, flipped (L1, L2)
-    (20, 1): (-0.3, -0.4),   # 0.1, no compared route (sampler row null)
-    (30, 0): (-0.2, -0.2),   # 0.0, no route row at all
+    (10, 0): (-1.0, -1.0),  # 0.0, unflipped
+    (10, 1): (-1.0, -1.5),  # 0.5, flipped (L1)
+    (10, 2): (-0.5, -0.7),  # 0.2, unflipped (L2 not compared)
+    (20, 0): (-2.0, -1.0),  # 1.0, flipped (L1, L2)
+    (20, 1): (-0.3, -0.4),  # 0.1, no compared route (sampler row null)
+    (30, 0): (-0.2, -0.2),  # 0.0, no route row at all
 }
 
 
 def write_tokens(run: Path, tokens: dict = TOKENS) -> None:
     keys = sorted(tokens)
-    cols = {"sequence_id": [k[0] for k in keys], "position": [k[1] for k in keys],
-            "token_id": [5 + i for i in range(len(keys))],
-            "sampler_logprob": [tokens[k][0] for k in keys], "trainer_logprob": [tokens[k][1] for k in keys]}
+    cols = {
+        "sequence_id": [k[0] for k in keys],
+        "position": [k[1] for k in keys],
+        "token_id": [5 + i for i in range(len(keys))],
+        "sampler_logprob": [tokens[k][0] for k in keys],
+        "trainer_logprob": [tokens[k][1] for k in keys],
+    }
     write_table(run / "tokens" / "part-00000.parquet", cols)
 
 
 def routes_table(rows: list, meta: RoutingMeta = META, margin: bool = True) -> pa.Table:
     schema = routes_schema(meta.num_experts)
     cols = {
-        "sequence_id": [r[0] for r in rows], "input_position": [r[1] for r in rows], "token_position": [r[2] for r in rows],
-        "sampler_experts": [r[3] for r in rows], "trainer_experts": [r[4] for r in rows],
-        "sampler_weights": [None] * len(rows), "trainer_weights": [None] * len(rows),
+        "sequence_id": [r[0] for r in rows],
+        "input_position": [r[1] for r in rows],
+        "token_position": [r[2] for r in rows],
+        "sampler_experts": [r[3] for r in rows],
+        "trainer_experts": [r[4] for r in rows],
+        "sampler_weights": [None] * len(rows),
+        "trainer_weights": [None] * len(rows),
         "trainer_margin": [r[5] if margin else None for r in rows],
     }
     return pa.table({f.name: pa.array(cols[f.name], f.type) for f in schema}, schema=schema)
 
 
-def write_run(run: Path, rows: list = RUN_ROWS, meta: RoutingMeta | None = META, tokens: dict = TOKENS,
-              shards: int = 1, table: pa.Table | None = None) -> Path:
+def write_run(
+    run: Path,
+    rows: list = RUN_ROWS,
+    meta: RoutingMeta | None = META,
+    tokens: dict = TOKENS,
+    shards: int = 1,
+    table: pa.Table | None = None,
+) -> Path:
     """A complete run directory: tokens/, routes/part-*.parquet (``rows`` split into ``shards``), the manifest."""
     run.mkdir(parents=True, exist_ok=True)
     write_tokens(run, tokens)

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers import pairs, random_pairs
 from mismatchscope.analysis.engine import AnalysisRequest, analyse
 from mismatchscope.analysis.topk import topk_bounds
 from mismatchscope.errors import InputError
 from mismatchscope.rules import default_rules, parse_rule, parse_sweep
+from tests.helpers import pairs, random_pairs
 
 # seq 1: A q=0.5 p=0.2 (r 0.4), B q=0.2 p=0.6 (r 3), C q=p=0.9; seq 2: D q=0.5 p=1e-5 (r 2e-5), E q=p=0.5
 ROWS = [(1, 0, 0.5, 0.2), (1, 1, 0.2, 0.6), (1, 2, 0.9, 0.9), (2, 0, 0.5, 1e-5), (2, 1, 0.5, 0.5)]
@@ -118,8 +118,14 @@ def test_hypotheses_without_advantage(write):
 def test_sweep_and_examples(write):
     path = write(pairs(ROWS))
     name, key, inst = parse_sweep("icepop.beta=2,5")
-    res = run(path, report=False, masks=True, rules=[parse_rule("icepop"), parse_rule("ipo:delta=0.1")], sweeps=[(name, key, inst)],
-              examples=5)
+    res = run(
+        path,
+        report=False,
+        masks=True,
+        rules=[parse_rule("icepop"), parse_rule("ipo:delta=0.1")],
+        sweeps=[(name, key, inst)],
+        examples=5,
+    )
     sw = res.masks["sweeps"][0]
     # beta = 2 adds B (r = 3): 3 of 5; beta = 5: A, D -> 2 of 5
     assert [(p["value"], p["token_reject_rate"]) for p in sw["points"]] == [(2.0, 0.6), (5.0, 0.4)]
@@ -134,14 +140,26 @@ def test_topk_bounds_hand_derived():
     # TV = 0.5 * (|0.5-0.6| + |0.3-0.3| + |(1-0.8) - (1-0.9)|) = 0.5 * (0.1 + 0 + 0.1) = 0.1
     # KL = 0.6 log(0.6/0.5) + 0.3 log(1) + 0.1 log(0.1/0.2) = 0.109393 - 0.069315 = 0.040078
     ids = pa.array([[3, 5]])
-    b = topk_bounds(np.array([5]), np.log([0.3]), np.log([0.3]), ids, pa.array([np.log([0.6, 0.3]).tolist()]),
-                    pa.array([np.log([0.5, 0.3]).tolist()]))
+    b = topk_bounds(
+        np.array([5]),
+        np.log([0.3]),
+        np.log([0.3]),
+        ids,
+        pa.array([np.log([0.6, 0.3]).tolist()]),
+        pa.array([np.log([0.5, 0.3]).tolist()]),
+    )
     assert b.tv_lower_T[0] == pytest.approx(0.1, abs=1e-12)
     assert b.kl_lower_T[0] == pytest.approx(0.040078, abs=1e-6)
     # sampled id 9 not listed: it joins K with its own q = 0.05, p = 0.1
     # TV = 0.5 * (0.1 + 0 + 0.05 + |(1 - 0.9) - (1 - 0.95)|) = 0.5 * 0.2 = 0.1
-    b2 = topk_bounds(np.array([9]), np.log([0.05]), np.log([0.1]), ids, pa.array([np.log([0.6, 0.3]).tolist()]),
-                     pa.array([np.log([0.5, 0.3]).tolist()]))
+    b2 = topk_bounds(
+        np.array([9]),
+        np.log([0.05]),
+        np.log([0.1]),
+        ids,
+        pa.array([np.log([0.6, 0.3]).tolist()]),
+        pa.array([np.log([0.5, 0.3]).tolist()]),
+    )
     assert b2.tv_lower_T[0] == pytest.approx(0.1, abs=1e-12)
 
 
@@ -158,8 +176,14 @@ def test_topk_bounds_never_exceed_full_divergence(seed, vocab, k, noise):
     tok = np.array([rng.choice(vocab, p=row) for row in q])
     top = np.argsort(-lq, axis=1)[:, :k]
     rows = np.arange(20)
-    b = topk_bounds(tok, lq[rows, tok], lp[rows, tok], pa.array(top.tolist()),
-                    pa.array(np.take_along_axis(lq, top, 1).tolist()), pa.array(np.take_along_axis(lp, top, 1).tolist()))
+    b = topk_bounds(
+        tok,
+        lq[rows, tok],
+        lp[rows, tok],
+        pa.array(top.tolist()),
+        pa.array(np.take_along_axis(lq, top, 1).tolist()),
+        pa.array(np.take_along_axis(lp, top, 1).tolist()),
+    )
     tv_full = 0.5 * np.abs(p - q).sum(1)
     kl_full = (q * (lq - lp)).sum(1)
     assert np.all(b.tv_lower_T <= tv_full + 1e-12)
@@ -201,7 +225,9 @@ def test_streaming_equals_one_shot(tmp_path_factory, seed, shards, batch_rows):
     rules = default_rules()
     sweeps = [parse_sweep("icepop.beta=1.5,3")]
     one = analyse(str(d / "one.parquet"), AnalysisRequest(report=True, masks=True, rules=rules, sweeps=sweeps))
-    many = analyse(str(shard_dir), AnalysisRequest(report=True, masks=True, rules=rules, sweeps=sweeps, batch_rows=batch_rows))
+    many = analyse(
+        str(shard_dir), AnalysisRequest(report=True, masks=True, rules=rules, sweeps=sweeps, batch_rows=batch_rows)
+    )
     assert (one.tokens, one.sequences) == (many.tokens, many.sequences)
     _approx_equal(one.report, many.report)
     _approx_equal(one.masks, many.masks)
@@ -216,10 +242,13 @@ def test_nonfinite_and_sentinels_are_counted_and_excluded(write):
     assert any("2 of 5 tokens have a non-finite logprob" in w and "1 of them -9999" in w for w in res.warnings)
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda c: c["trainer_logprob"].__setitem__(0, 0.7), "positive logprob"),
-    (lambda c: c["position"].__setitem__(1, 0), "duplicate \\(sequence_id, position\\)"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda c: c["trainer_logprob"].__setitem__(0, 0.7), "positive logprob"),
+        (lambda c: c["position"].__setitem__(1, 0), "duplicate \\(sequence_id, position\\)"),
+    ],
+)
 def test_bad_values_are_errors(write, mutate, message):
     cols = pairs(ROWS)
     mutate(cols)
@@ -256,12 +285,18 @@ def test_policy_lag_reading_from_a_probe_or_an_import():
     metrics = {"tv_token_mean": 0.02}
     plain = {r["metric"]: r["reading"] for r in interpret(metrics, {"semantics": {"policy_lag": False}})}
     assert plain == {"tv_token_mean": "high (above 0.01): points at an inference precision problem"}
-    probe = {r["metric"]: r["reading"] for r in interpret(metrics, {"semantics": {"policy_lag": True, "policy_lag_note": "lag"}})}
-    assert probe == {"tv_token_mean": "high (above 0.01); with policy lag in the gap, not a verdict on inference precision",
-                     "trainer_logprob": "lag"}
+    probe = {
+        r["metric"]: r["reading"]
+        for r in interpret(metrics, {"semantics": {"policy_lag": True, "policy_lag_note": "lag"}})
+    }
+    assert probe == {
+        "tv_token_mean": "high (above 0.01); with policy lag in the gap, not a verdict on inference precision",
+        "trainer_logprob": "lag",
+    }
     imported = interpret({}, {"source": {"semantics": {"policy_lag": True}}})
     assert [r["reading"] for r in imported] == [
-        "trainer logprobs were taken at update time by an asynchronous trainer: the gap mixes policy lag with numerical mismatch"]
+        "trainer logprobs were taken at update time by an asynchronous trainer: the gap mixes policy lag with numerical mismatch"
+    ]
 
 
 def test_score_centering_hand_derived(write):
@@ -274,17 +309,27 @@ def test_score_centering_hand_derived(write):
     lq = np.log([[0.6, 0.3], [0.7, 0.3], [0.5, 0.25]])
     lp = np.log([[0.5, 0.3], [0.6, 0.2], [0.5, 0.3]])
     cols = {
-        "sequence_id": [1, 1, 2], "position": [0, 1, 0], "token_id": [5, 1, 4],
-        "sampler_logprob": [lq[0, 1], lq[1, 0], lq[2, 0]], "trainer_logprob": [lp[0, 1], lp[1, 0], lp[2, 0]],
-        "sampler_topk_ids": [[3, 5], [1, 2], [4, 8]], "sampler_topk_logprobs": lq.tolist(),
-        "trainer_logprobs_at_sampler_topk": lp.tolist(), "trainer_topk_ids": [[3, 7], [2, 1], [9, 10]],
+        "sequence_id": [1, 1, 2],
+        "position": [0, 1, 0],
+        "token_id": [5, 1, 4],
+        "sampler_logprob": [lq[0, 1], lq[1, 0], lq[2, 0]],
+        "trainer_logprob": [lp[0, 1], lp[1, 0], lp[2, 0]],
+        "sampler_topk_ids": [[3, 5], [1, 2], [4, 8]],
+        "sampler_topk_logprobs": lq.tolist(),
+        "trainer_logprobs_at_sampler_topk": lp.tolist(),
+        "trainer_topk_ids": [[3, 7], [2, 1], [9, 10]],
     }
     sc = run(write(cols)).report["score_centering"]
     assert sc["tokens"] == 3
     assert sc["sampler_topk_mass"]["mean"] == pytest.approx((0.9 + 1.0 + 0.75) / 3, abs=1e-6)
     assert sc["trainer_mass_on_sampler_topk"]["mean"] == pytest.approx(0.8, abs=1e-6)
     rho = sc["tail_mass_ratio"]
-    assert (rho["tokens"], rho["undefined_tokens"], rho["empty_sampler_tail"], rho["empty_trainer_tail"]) == (2, 1, 1, 0)
+    assert (rho["tokens"], rho["undefined_tokens"], rho["empty_sampler_tail"], rho["empty_trainer_tail"]) == (
+        2,
+        1,
+        1,
+        0,
+    )
     assert rho["mean"] == pytest.approx(0.875, abs=1e-6) and rho["quantiles"]["0.5"] == pytest.approx(0.875, abs=1e-6)
     ov = sc["topk_overlap"]
     assert ov["tokens"] == 3 and ov["mean"] == pytest.approx(0.5) and ov["quantiles"]["0.5"] == pytest.approx(0.5)
@@ -299,11 +344,17 @@ def test_tail_breakdown_hand_derived(write):
     # D q=.5 p=1e-5 ([0.5, 0.9), p<q), E q=p=.5 ([0.5, 0.9), p=q)
     rules = [parse_rule("icepop"), parse_rule("ipo"), parse_rule("seq-mis"), parse_rule("tis")]
     mk = run(write(pairs(ROWS)), report=False, masks=True, rules=rules).masks
-    assert mk["tokens_by_sampler_prob"] == {"[0, 0.001)": 0, "[0.001, 0.01)": 0, "[0.01, 0.1)": 0, "[0.1, 0.5)": 1,
-                                            "[0.5, 0.9)": 3, "[0.9, 1]": 1}
+    assert mk["tokens_by_sampler_prob"] == {
+        "[0, 0.001)": 0,
+        "[0.001, 0.01)": 0,
+        "[0.01, 0.1)": 0,
+        "[0.1, 0.5)": 1,
+        "[0.5, 0.9)": 3,
+        "[0.9, 1]": 1,
+    }
     assert mk["tokens_by_pq_sign"] == {"p>q": 1, "p<q": 2, "p=q": 2}
     rows = {r["name"]: r for r in mk["rules"]}
-    nz = lambda d: {k: v for k, v in d.items() if v}  # noqa: E731
+    nz = lambda d: {k: v for k, v in d.items() if v}
     # icepop rejects A and D: both q = 0.5, both p < q
     assert nz(rows["icepop"]["rejected_by_sampler_prob"]) == {"[0.5, 0.9)": 2}
     assert rows["icepop"]["rejected_by_pq_sign"] == {"p>q": 0, "p<q": 2, "p=q": 0}
@@ -316,8 +367,10 @@ def test_tail_breakdown_hand_derived(write):
     # tis reweights, it rejects nothing: no tail breakdown
     assert rows["tis"]["rejected_by_sampler_prob"] is None
     # the reading names token rules only: icepop 2/2 in q>=0.5 and 2/2 p<q; ipo half and half
-    assert mk["tail_reading"] == ("Which tail each rule cuts: icepop rejects mostly q>=0.5 tokens (100%) with p<q (100%); "
-                                  "ipo rejects tokens across all q of both signs.")
+    assert mk["tail_reading"] == (
+        "Which tail each rule cuts: icepop rejects mostly q>=0.5 tokens (100%) with p<q (100%); "
+        "ipo rejects tokens across all q of both signs."
+    )
 
 
 def _verl_reference_rejections(seq_id, lq, lp, option, threshold):
@@ -325,13 +378,13 @@ def _verl_reference_rejections(seq_id, lq, lp, option, threshold):
     rejected = 0
     for s in np.unique(seq_id):
         l = np.clip(lp[seq_id == s] - lq[seq_id == s], -20.0, 20.0)
-        k = {"k1": -l, "k2": 0.5 * l ** 2, "k3": np.exp(l) - 1.0 - l}[option[-2:]]
+        k = {"k1": -l, "k2": 0.5 * l**2, "k3": np.exp(l) - 1.0 - l}[option[-2:]]
         if option.endswith("k1"):
             lo, _, hi = threshold.partition("_")
             lo, hi = (float(lo), float(hi)) if hi else (1 / float(lo), float(lo))
-            keep = lambda x: (x >= math.log(lo)) & (x <= math.log(hi))  # noqa: E731
+            keep = lambda x: (x >= math.log(lo)) & (x <= math.log(hi))
         else:
-            keep = lambda x: x <= float(threshold)  # noqa: E731
+            keep = lambda x: x <= float(threshold)
         if option.startswith("token_"):
             rejected += int((~keep(k)).sum())
         else:
@@ -340,11 +393,23 @@ def _verl_reference_rejections(seq_id, lq, lp, option, threshold):
     return rejected
 
 
-@pytest.mark.parametrize("option, threshold", [
-    ("token_k1", "0.5_2.0"), ("token_k1", "3"), ("token_k2", "0.1"), ("token_k3", "0.05"),
-    ("seq_sum_k1", "0.2_20"), ("seq_sum_k2", "2"), ("seq_sum_k3", "1"), ("seq_mean_k1", "1.5"), ("seq_mean_k2", "0.05"),
-    ("seq_mean_k3", "0.01"), ("seq_max_k2", "1"), ("seq_max_k3", "2"),
-])
+@pytest.mark.parametrize(
+    "option, threshold",
+    [
+        ("token_k1", "0.5_2.0"),
+        ("token_k1", "3"),
+        ("token_k2", "0.1"),
+        ("token_k3", "0.05"),
+        ("seq_sum_k1", "0.2_20"),
+        ("seq_sum_k2", "2"),
+        ("seq_sum_k3", "1"),
+        ("seq_mean_k1", "1.5"),
+        ("seq_mean_k2", "0.05"),
+        ("seq_mean_k3", "0.01"),
+        ("seq_max_k2", "1"),
+        ("seq_max_k3", "2"),
+    ],
+)
 def test_verl_rs_matches_a_token_by_token_transcription(write, option, threshold):
     rng = np.random.default_rng(7)
     cols = random_pairs(rng, 60, 12, advantage=False)
@@ -352,7 +417,9 @@ def test_verl_rs_matches_a_token_by_token_transcription(write, option, threshold
     for i in (3, 40, 200):
         cols["trainer_logprob"][i] = math.log(1e-15)
         cols["sampler_logprob"][i] = math.log(0.9)
-    res = run(write(cols), report=False, masks=True, rules=[parse_rule(f"verl-rs:option={option},threshold={threshold}")])
+    res = run(
+        write(cols), report=False, masks=True, rules=[parse_rule(f"verl-rs:option={option},threshold={threshold}")]
+    )
     got = res.masks["rules"][0]["tokens_rejected"]
     seq_id, lq, lp = (np.asarray(cols[c], dtype=float) for c in ("sequence_id", "sampler_logprob", "trainer_logprob"))
     assert got == _verl_reference_rejections(seq_id, lq, lp, option, threshold)
@@ -370,10 +437,20 @@ def test_topk_bounds_same_to_the_bit_with_equal_and_ragged_list_lengths():
     tok = np.where(rng.random(n) < 0.5, ids[:, 0], 99)
     slp, tlp = np.log(rng.uniform(0.01, 0.5, n)), np.log(rng.uniform(0.01, 0.5, n))
     same = topk_bounds(tok, slp, tlp, pa.array(ids.tolist()), pa.array(lq.tolist()), pa.array(lp.tolist()))
-    ragged = topk_bounds(np.append(tok, 7), np.append(slp, -1.0), np.append(tlp, -1.0), pa.array([*ids.tolist(), [7]]),
-                         pa.array([*lq.tolist(), [-1.0]]), pa.array([*lp.tolist(), [-1.0]]))
-    for a, b in ((same.tv_lower_T, ragged.tv_lower_T), (same.kl_lower_T, ragged.kl_lower_T),
-                 (same.sampler_mass_T, ragged.sampler_mass_T), (same.trainer_mass_T, ragged.trainer_mass_T)):
+    ragged = topk_bounds(
+        np.append(tok, 7),
+        np.append(slp, -1.0),
+        np.append(tlp, -1.0),
+        pa.array([*ids.tolist(), [7]]),
+        pa.array([*lq.tolist(), [-1.0]]),
+        pa.array([*lp.tolist(), [-1.0]]),
+    )
+    for a, b in (
+        (same.tv_lower_T, ragged.tv_lower_T),
+        (same.kl_lower_T, ragged.kl_lower_T),
+        (same.sampler_mass_T, ragged.sampler_mass_T),
+        (same.trainer_mass_T, ragged.trainer_mass_T),
+    ):
         assert np.array_equal(a.view(np.int64), b[:n].view(np.int64))
 
 
@@ -401,8 +478,12 @@ def test_quantiles_are_numpys_to_the_bit():
     qs = (0.0, 0.001, 0.01, 0.05, 0.25, 0.5, 0.95, 0.99, 0.999, 1.0)
     for trial in range(60):
         n = int(rng.integers(1, 4000))
-        v = [rng.normal(0, 1e-3, n), np.round(rng.normal(0, 1, n), 1),
-             np.where(rng.random(n) < 0.6, 0.0, rng.normal(0, 1e-2, n)), -rng.exponential(5.0, n)][trial % 4]
+        v = [
+            rng.normal(0, 1e-3, n),
+            np.round(rng.normal(0, 1, n), 1),
+            np.where(rng.random(n) < 0.6, 0.0, rng.normal(0, 1e-2, n)),
+            -rng.exponential(5.0, n),
+        ][trial % 4]
         if trial % 5 == 0:
             v = v.astype(np.float32)
         e = ExactQuantiles()
@@ -419,8 +500,14 @@ def test_the_pass_gives_the_same_numbers_on_any_number_of_threads(tmp_path):
     rng = np.random.default_rng(11)
     cols = random_pairs(rng, n_seq=40, max_len=30)
     pq.write_table(pa.table(cols), tmp_path / "p.parquet")
-    req = dict(report=True, masks=True, rules=default_rules(), sweeps=[parse_sweep("icepop.beta=1.5,3")], examples=5,
-               batch_rows=37)
+    req = dict(
+        report=True,
+        masks=True,
+        rules=default_rules(),
+        sweeps=[parse_sweep("icepop.beta=1.5,3")],
+        examples=5,
+        batch_rows=37,
+    )
     one = analyse(str(tmp_path / "p.parquet"), AnalysisRequest(**req), workers=1)
     four = analyse(str(tmp_path / "p.parquet"), AnalysisRequest(**req), workers=4)
     assert one.report == four.report

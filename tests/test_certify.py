@@ -42,8 +42,14 @@ def _flip_low_bit(values: np.ndarray, i: int) -> np.ndarray:
 
 
 def make_run(path, sampler=LP, trainer=LP, prefill=None, manifest=None, **extra):
-    cols = {"sequence_id": SEQ, "position": POS, "token_id": [11 + i for i in range(len(SEQ))],
-            "sampler_logprob": list(sampler), "trainer_logprob": list(trainer), **extra}
+    cols = {
+        "sequence_id": SEQ,
+        "position": POS,
+        "token_id": [11 + i for i in range(len(SEQ))],
+        "sampler_logprob": list(sampler),
+        "trainer_logprob": list(trainer),
+        **extra,
+    }
     if prefill is not None:
         cols["sampler_prefill_logprob"] = list(prefill)
     write_table(path / "tokens" / "part-00000.parquet", cols)
@@ -57,6 +63,7 @@ def run_json(path, *args):
 
 
 # -- the float primitives ---------------------------------------------------------------
+
 
 def test_ulp_distance_counts_representable_values_between():
     one = np.array([1.0])
@@ -84,13 +91,17 @@ def test_stable_k3_does_not_round_a_tiny_gap_to_zero():
 
 # -- verdicts -----------------------------------------------------------------------------
 
+
 def test_bit_equal_pairs_certify(tmp_path):
     run = make_run(tmp_path / "run", prefill=LP)
     r, out = run_json(run)
     assert r.returncode == 0, r.stderr
     assert out["certified"] is True and out["reasons"] == []
-    assert [p["name"] for p in out["pairings"]] == ["trainer_vs_sampler_decode", "trainer_vs_sampler_prefill",
-                                                    "prefill_vs_decode"]
+    assert [p["name"] for p in out["pairings"]] == [
+        "trainer_vs_sampler_decode",
+        "trainer_vs_sampler_prefill",
+        "prefill_vs_decode",
+    ]
     assert all(p["equal"] and p["dtype"] == "float32" and p["k3_stable_mean"] == 0.0 for p in out["pairings"])
     assert out["coverage"] == {"tokens": 12, "sequences": 3, "longest_position": 3, "share_past_512": 0.0}
     assert out["policy_version"]["passed"] is None  # no steps, no checkpoint record: said, not assumed
@@ -153,21 +164,28 @@ def test_policy_steps_must_agree(tmp_path):
     assert "sequence 2 position 3" in out["policy_version"]["status"]
 
 
-@pytest.mark.parametrize("case, needle", [
-    ("empty", "no token"),
-    ("nan", "not finite"),
-    ("missing", "missing required column(s) trainer_logprob"),
-])
+@pytest.mark.parametrize(
+    "case, needle",
+    [
+        ("empty", "no token"),
+        ("nan", "not finite"),
+        ("missing", "missing required column(s) trainer_logprob"),
+    ],
+)
 def test_bad_runs_are_one_line_and_exit_2(tmp_path, case, needle):
     run = tmp_path / "run"
     if case == "empty":
-        write_table(run / "tokens" / "part-00000.parquet",
-                    {c: [] for c in ("sequence_id", "position", "token_id", "sampler_logprob", "trainer_logprob")})
+        write_table(
+            run / "tokens" / "part-00000.parquet",
+            {c: [] for c in ("sequence_id", "position", "token_id", "sampler_logprob", "trainer_logprob")},
+        )
     elif case == "nan":
         make_run(run, sampler=np.where(np.arange(12) == 5, np.nan, LP))
     else:
-        write_table(run / "tokens" / "part-00000.parquet",
-                    {"sequence_id": SEQ, "position": POS, "token_id": SEQ, "sampler_logprob": list(LP)})
+        write_table(
+            run / "tokens" / "part-00000.parquet",
+            {"sequence_id": SEQ, "position": POS, "token_id": SEQ, "sampler_logprob": list(LP)},
+        )
     r = cli("certify", str(run))
     assert r.returncode == 2, r.stdout + r.stderr
     lines = r.stderr.strip().splitlines()
@@ -197,8 +215,16 @@ PROMPT_LEN = 3
 
 def _routes(run, sampler_rows, trainer_rows, replay=None, recorded=True):
     """One route row per input position; completion token t is predicted at input PROMPT_LEN - 1 + t."""
-    meta = RoutingMeta("qwen3_moe", NUM_LAYERS, MOE_LAYERS, NUM_EXPERTS, TOP_K, SideRoutes(recorded),
-                       SideRoutes(recorded), replay=replay)
+    meta = RoutingMeta(
+        "qwen3_moe",
+        NUM_LAYERS,
+        MOE_LAYERS,
+        NUM_EXPERTS,
+        TOP_K,
+        SideRoutes(recorded),
+        SideRoutes(recorded),
+        replay=replay,
+    )
     seqs, inputs, tokpos = [], [], []
     for s in sorted(set(SEQ)):
         for ip in range(PROMPT_LEN - 1 + 4):
@@ -206,10 +232,19 @@ def _routes(run, sampler_rows, trainer_rows, replay=None, recorded=True):
             inputs.append(ip)
             tokpos.append(ip - (PROMPT_LEN - 1) if ip >= PROMPT_LEN - 1 else None)
     n = len(seqs)
-    table = pa.table({"sequence_id": seqs, "input_position": inputs, "token_position": tokpos,
-                      "sampler_experts": sampler_rows(n), "trainer_experts": trainer_rows(n),
-                      "sampler_weights": [None] * n, "trainer_weights": [None] * n, "trainer_margin": [None] * n},
-                     schema=routes_schema(NUM_EXPERTS))
+    table = pa.table(
+        {
+            "sequence_id": seqs,
+            "input_position": inputs,
+            "token_position": tokpos,
+            "sampler_experts": sampler_rows(n),
+            "trainer_experts": trainer_rows(n),
+            "sampler_weights": [None] * n,
+            "trainer_weights": [None] * n,
+            "trainer_margin": [None] * n,
+        },
+        schema=routes_schema(NUM_EXPERTS),
+    )
     (run / ROUTES).mkdir(parents=True, exist_ok=True)
     pq.write_table(table, run / ROUTES / "part-00000.parquet")
     m = rundir.read_manifest(run)
@@ -283,6 +318,7 @@ def test_certified_or_false_marks_a_run_that_cannot_be_certified(tmp_path):
 
 # -- probe --sampler-prefill --------------------------------------------------------------------
 
+
 def test_sampler_prefill_is_refused_where_prefill_logprobs_cannot_match(tmp_path):
     r = cli("probe", "--sampler", "hf", "--sampler-prefill", "-T", "0.7", "--out", str(tmp_path / "run"))
     assert r.returncode == 2 and "--sampler-prefill records raw prefill logprobs" in r.stderr
@@ -296,8 +332,24 @@ def test_probe_records_the_samplers_prefill_and_certify_pairs_it(tmp_path):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join((REPO / "sample_data" / "prompts.jsonl").read_text().splitlines(True)[:3]))
     run = tmp_path / "run"
-    r = cli("probe", "--sampler", "hf", "--sampler-dtype", "float32", "--sampler-prefill", "--prompts", str(prompts),
-            "-n", "1", "--max-tokens", "6", "--out", str(run), "--format", "json")
+    r = cli(
+        "probe",
+        "--sampler",
+        "hf",
+        "--sampler-dtype",
+        "float32",
+        "--sampler-prefill",
+        "--prompts",
+        str(prompts),
+        "-n",
+        "1",
+        "--max-tokens",
+        "6",
+        "--out",
+        str(run),
+        "--format",
+        "json",
+    )
     assert r.returncode == 0, r.stderr
     table = pq.read_table(run / "tokens")
     assert "sampler_prefill_logprob" in table.column_names
@@ -306,8 +358,11 @@ def test_probe_records_the_samplers_prefill_and_certify_pairs_it(tmp_path):
     # same model, dtype and formula: the prefill is the decode's distribution, so close, whatever the bits say
     assert np.abs(prefill - table.column("sampler_logprob").to_numpy()).max() < 1e-4
     _, out = run_json(run)
-    assert [p["name"] for p in out["pairings"]] == ["trainer_vs_sampler_decode", "trainer_vs_sampler_prefill",
-                                                    "prefill_vs_decode"]
+    assert [p["name"] for p in out["pairings"]] == [
+        "trainer_vs_sampler_decode",
+        "trainer_vs_sampler_prefill",
+        "prefill_vs_decode",
+    ]
     assert out["scope"]["sampler"] == "transformers-generate" and out["scope"]["sampler_dtype"] == "float32"
 
 
@@ -327,8 +382,9 @@ def test_samples_keep_the_prefill_logprobs_for_resume_and_rescore(tmp_path):
     scored = Scored([-0.5, -0.25], [[-0.5], [-0.25]], [[5], [6]], [[-0.5], [-0.25]], [0.1, 0.2])
     cols = token_columns(back, [scored], {}, n=1)
     assert cols["sampler_prefill_logprob"] == [-0.5, -0.125]
-    assert "sampler_prefill_logprob" not in token_columns(run.read_samples(1), [Scored([-0.5], [[-0.5]], [[5]], [[-0.5]],
-                                                                                      [0.1])], {}, n=1)
+    assert "sampler_prefill_logprob" not in token_columns(
+        run.read_samples(1), [Scored([-0.5], [[-0.5]], [[5]], [[-0.5]], [0.1])], {}, n=1
+    )
 
 
 def test_a_declared_replay_is_checked_against_recorded_routes(tmp_path):

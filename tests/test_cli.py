@@ -28,9 +28,23 @@ def test_report_json_contract():
     data = json.loads(r.stdout)  # nothing but JSON on stdout
     assert data["tokens"] > 10_000 and data["sequences"] == 192
     m = data["metrics"]
-    for key in ("tv_token_mean", "tv_token_max", "abs_logprob_diff_mean", "abs_logprob_diff_max", "k1_mean", "k2_mean",
-                "k3_mean", "kl_reverse_k3_mean", "chi2_token", "ess", "ratio_min", "ratio_max", "seq_log_ratio_mean",
-                "geo_ratio_mean", "tv_topk_lower_mean"):
+    for key in (
+        "tv_token_mean",
+        "tv_token_max",
+        "abs_logprob_diff_mean",
+        "abs_logprob_diff_max",
+        "k1_mean",
+        "k2_mean",
+        "k3_mean",
+        "kl_reverse_k3_mean",
+        "chi2_token",
+        "ess",
+        "ratio_min",
+        "ratio_max",
+        "seq_log_ratio_mean",
+        "geo_ratio_mean",
+        "tv_topk_lower_mean",
+    ):
         assert isinstance(m[key], float), key
     assert list(m["ratio_quantiles"]) == ["0.001", "0.01", "0.05", "0.5", "0.95", "0.99", "0.999"]
     assert list(m["ratio_tail_high"]) == ["1.25", "2", "5", "10"] == list(m["ratio_tail_low"])
@@ -40,15 +54,41 @@ def test_report_json_contract():
 
 
 def test_compare_masks_json_contract():
-    r = cli("compare-masks", str(SAMPLE_PAIRS), "--format", "json", "--sweep", "icepop.beta=1.5,2,3,5,8", "--examples", "3")
+    r = cli(
+        "compare-masks", str(SAMPLE_PAIRS), "--format", "json", "--sweep", "icepop.beta=1.5,2,3,5,8", "--examples", "3"
+    )
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
     row = data["rules"][0]
-    for key in ("name", "params", "level", "uses_advantage", "hypothesis", "tokens_rejected", "tokens_reweighted",
-                "token_reject_rate", "sequences_rejected", "sequences_with_rejection"):
+    for key in (
+        "name",
+        "params",
+        "level",
+        "uses_advantage",
+        "hypothesis",
+        "tokens_rejected",
+        "tokens_reweighted",
+        "token_reject_rate",
+        "sequences_rejected",
+        "sequences_with_rejection",
+    ):
         assert key in row
-    assert {r["name"] for r in data["rules"]} >= {"icepop", "ipo", "dppo-tv", "dppo-kl", "tis", "token-mask", "seq-tis",
-                                                  "seq-mis", "geo-mask", "k3-seq", "veto", "opsm", "cispo", "ppo-clip"}
+    assert {r["name"] for r in data["rules"]} >= {
+        "icepop",
+        "ipo",
+        "dppo-tv",
+        "dppo-kl",
+        "tis",
+        "token-mask",
+        "seq-tis",
+        "seq-mis",
+        "geo-mask",
+        "k3-seq",
+        "veto",
+        "opsm",
+        "cispo",
+        "ppo-clip",
+    }
     assert {"a", "b", "both", "only_a", "only_b", "jaccard"} <= set(data["agreement"][0])
     assert [p["value"] for p in data["sweeps"][0]["points"]] == [1.5, 2, 3, 5, 8]
     assert len(data["examples"]) == 3
@@ -76,12 +116,15 @@ def test_column_mapping(write):
     assert json.loads(r.stdout)["tokens"] == 5
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--rule", "nope"], "unknown rule 'nope'"),
-    (["--rule", "icepop:gamma=2"], "valid parameters of icepop: alpha, beta"),
-    (["--sweep", "icepop=2"], "cannot parse sweep"),
-    (["--column", "bogus=x"], "not a mismatchscope column"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--rule", "nope"], "unknown rule 'nope'"),
+        (["--rule", "icepop:gamma=2"], "valid parameters of icepop: alpha, beta"),
+        (["--sweep", "icepop=2"], "cannot parse sweep"),
+        (["--column", "bogus=x"], "not a mismatchscope column"),
+    ],
+)
 def test_usage_errors_exit_2(write, args, message):
     r = cli("compare-masks", str(write(pairs(ROWS))), *args)
     assert r.returncode == 2
@@ -97,8 +140,12 @@ def test_input_errors_exit_2(tmp_path, write):
     cols = pairs(ROWS)
     cols["sampler_logprob"][0] = 0.5
     positive = write(cols, "positive.parquet")
-    for path, message in ((bad, "not a Parquet file"), (truncated, "not a Parquet file, or truncated"),
-                          (positive, "positive logprob"), (tmp_path / "missing.parquet", "no such file")):
+    for path, message in (
+        (bad, "not a Parquet file"),
+        (truncated, "not a Parquet file, or truncated"),
+        (positive, "positive logprob"),
+        (tmp_path / "missing.parquet", "no such file"),
+    ):
         r = cli("report", str(path))
         assert r.returncode == 2, (path, r.stderr)
         assert message in r.stderr and "Traceback" not in r.stderr
@@ -119,12 +166,17 @@ def test_nonfinite_warning_on_stderr(write):
     assert "non-finite" in r.stderr and "-9999" in r.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (("--rule", "ipo:delta=-0.1"), "error: rule 'ipo': delta=-0.1 is outside its range [0, 1]\n"),
-    (("--rule", "verl-rs:option=seq_mean_k3"),
-     "error: rule 'verl-rs' needs threshold (e.g. --rule verl-rs:option=seq_mean_k3,threshold=0.01)\n"),
-    (("--rule", "tis:C=off"), "error: rule 'tis': C cannot be off (it must be a number in [1, inf])\n"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--rule", "ipo:delta=-0.1"), "error: rule 'ipo': delta=-0.1 is outside its range [0, 1]\n"),
+        (
+            ("--rule", "verl-rs:option=seq_mean_k3"),
+            "error: rule 'verl-rs' needs threshold (e.g. --rule verl-rs:option=seq_mean_k3,threshold=0.01)\n",
+        ),
+        (("--rule", "tis:C=off"), "error: rule 'tis': C cannot be off (it must be a number in [1, inf])\n"),
+    ],
+)
 def test_bad_rule_parameters_are_one_line_exit_2(write, args, message):
     r = cli("compare-masks", str(write(pairs(ROWS))), *args)
     assert (r.returncode, r.stdout, r.stderr) == (2, "", message)
@@ -132,10 +184,21 @@ def test_bad_rule_parameters_are_one_line_exit_2(write, args, message):
 
 def test_new_rules_in_compare_masks_json(write):
     # A q=.5 p=.2 (l = -0.916291), B q=.2 p=.6 (l = 1.098612), C, E p = q, D q=.5 p=1e-5 (l = -10.819778)
-    r = cli("compare-masks", str(write(pairs(ROWS))), "--format", "json", "--rule", "kpop",
-            "--rule", "verl-rs:option=token_k1,threshold=0.5_2.0")
+    r = cli(
+        "compare-masks",
+        str(write(pairs(ROWS))),
+        "--format",
+        "json",
+        "--rule",
+        "kpop",
+        "--rule",
+        "verl-rs:option=token_k1,threshold=0.5_2.0",
+    )
     assert r.returncode == 0, r.stderr
     rows = {row["name"]: row for row in json.loads(r.stdout)["rules"]}
     # kpop: A (0.223), B (0.382), D (5.06) exceed phi 0.1; verl token_k1 keeps |l| <= ln 2: A, B, D out
     assert rows["kpop"]["tokens_rejected"] == 3 and rows["kpop"]["level"] == "token"
-    assert rows["verl-rs"]["tokens_rejected"] == 3 and rows["verl-rs"]["params"] == {"option": "token_k1", "threshold": "0.5_2.0"}
+    assert rows["verl-rs"]["tokens_rejected"] == 3 and rows["verl-rs"]["params"] == {
+        "option": "token_k1",
+        "threshold": "0.5_2.0",
+    }

@@ -35,9 +35,16 @@ from tests.helpers import REPO, cli
 SAMPLE = REPO / "sample_data"
 DENSE = SAMPLE / "tiny-qwen3"
 
-needs_sample = pytest.mark.skipif(not DENSE.is_dir(), reason="sample checkpoint missing: run sample_data/build_sample_models.py")
+needs_sample = pytest.mark.skipif(
+    not DENSE.is_dir(), reason="sample checkpoint missing: run sample_data/build_sample_models.py"
+)
 
-VARIANTS = ["sampler.dtype=float32", "trainer.dtype=bfloat16", "trainer.fp32_lm_head=false", "sampler.engine.max_model_len=100000"]
+VARIANTS = [
+    "sampler.dtype=float32",
+    "trainer.dtype=bfloat16",
+    "trainer.fp32_lm_head=false",
+    "sampler.engine.max_model_len=100000",
+]
 
 
 # ------------------------------------------------------------ pure parts: hand-derived numbers
@@ -71,7 +78,12 @@ def test_determinism_compare_by_hand():
     # sequence 2: [7] vs [7], -2.0 == -2.0
     # tokens: 4 in the first run, 3 identical -> 0.75; of those 3, 2 bit-identical -> 2/3; max diff 0.25
     r = compare([[1, 2, 3], [7]], [[-0.5, -1.0, -3.0], [-2.0]], [[1, 2, 4], [7]], [[-0.5, -1.25, -9.0], [-2.0]])
-    assert r == {"tokens": 4, "share_tokens_identical": 0.75, "share_logprobs_bit_identical": 2 / 3, "max_abs_diff": 0.25}
+    assert r == {
+        "tokens": 4,
+        "share_tokens_identical": 0.75,
+        "share_logprobs_bit_identical": 2 / 3,
+        "max_abs_diff": 0.25,
+    }
 
 
 def test_pareto_front_by_hand():
@@ -87,13 +99,23 @@ def test_paired_bootstrap_of_an_unchanged_variant_is_exactly_zero():
 
     from mismatchscope.diagnose.effects import Bootstrap, deltas
 
-    sums = {"n": np.array([3.0, 2.0, 5.0]), "sum_abs_l": np.array([0.3, 0.1, 0.2]),
-            "sum_tv": np.array([0.03, 0.01, 0.02]), "sum_k3": np.array([1e-3, 2e-3, 3e-3])}
+    sums = {
+        "n": np.array([3.0, 2.0, 5.0]),
+        "sum_abs_l": np.array([0.3, 0.1, 0.2]),
+        "sum_tv": np.array([0.03, 0.01, 0.02]),
+        "sum_k3": np.array([1e-3, 2e-3, 3e-3]),
+    }
     r = SimpleNamespace(per_sequence=SimpleNamespace(sequence_id_S=np.array([0, 1, 2]), sums=sums))
     d = deltas(r, r, paired=True, boot=Bootstrap(resamples=200))
     # the same resample applies to both sides, so every replicate of the difference is 0
     for m in d.values():
-        assert (m["estimate"], m["ci_low"], m["ci_high"], m["significant"], m["bootstrap"]) == (0.0, 0.0, 0.0, False, "paired")
+        assert (m["estimate"], m["ci_low"], m["ci_high"], m["significant"], m["bootstrap"]) == (
+            0.0,
+            0.0,
+            0.0,
+            False,
+            "paired",
+        )
     # mean |l| = (0.3 + 0.1 + 0.2) / 10 = 0.06
     assert d["abs_logprob_diff_mean"]["baseline"] == pytest.approx(0.06)
 
@@ -103,12 +125,17 @@ def test_matrix_file_groups_keys_and_apply_merges_engine_args(tmp_path):
     from mismatchscope.probe.types import SamplerConfig, TrainerConfig
 
     path = tmp_path / "m.toml"
-    path.write_text('[variant.fp32_everything]\nsampler.dtype = "float32"\nsampler.engine.hf_overrides = {head_dtype = "float32"}\n'
-                    '"trainer.fp32_lm_head" = true\n\n[variant.invariant]\nsampler.env.VLLM_BATCH_INVARIANT = 1\n')
+    path.write_text(
+        '[variant.fp32_everything]\nsampler.dtype = "float32"\nsampler.engine.hf_overrides = {head_dtype = "float32"}\n'
+        '"trainer.fp32_lm_head" = true\n\n[variant.invariant]\nsampler.env.VLLM_BATCH_INVARIANT = 1\n'
+    )
     a, b = load_matrix(path)
     assert (a.name, a.side, b.side) == ("fp32_everything", "sampler", "sampler")
-    assert a.changes == {"sampler.dtype": "float32", "sampler.engine.hf_overrides": {"head_dtype": "float32"},
-                         "trainer.fp32_lm_head": True}
+    assert a.changes == {
+        "sampler.dtype": "float32",
+        "sampler.engine.hf_overrides": {"head_dtype": "float32"},
+        "trainer.fp32_lm_head": True,
+    }
     base = Configuration(SamplerConfig(dtype="float16", engine_args={"seed": 1}), TrainerConfig())
     cfg = apply(base, a)
     assert cfg.sampler.dtype == "float32" and cfg.trainer.fp32_lm_head is True
@@ -123,11 +150,25 @@ def test_default_matrix_on_cpu_skips_gpu_knobs_with_reasons():
     m = default_matrix("cpu", Configuration(SamplerConfig(dtype="float16"), TrainerConfig()))
     run = {v.name: v for v in m if v.skip_reason is None}
     skipped = {v.name: v.skip_reason for v in m if v.skip_reason}
-    assert set(run) == {"sampler.dtype=float32", "sampler.fp32_lm_head", "sampler.kv_cache_dtype=fp8", "sampler.compile",
-                        "sampler.max_num_seqs=1", "sampler.prefix_caching",
-                        "trainer.dtype=bfloat16", "trainer.attn=eager", "trainer.attn=sdpa", "trainer.fp32_lm_head"}
-    assert set(skipped) == {"sampler.dtype=bfloat16", "sampler.batch_invariant", "sampler.attention=FLASHINFER", "sampler.chunked_prefill",
-                            "trainer.attn=flash_attention_2"}
+    assert set(run) == {
+        "sampler.dtype=float32",
+        "sampler.fp32_lm_head",
+        "sampler.kv_cache_dtype=fp8",
+        "sampler.compile",
+        "sampler.max_num_seqs=1",
+        "sampler.prefix_caching",
+        "trainer.dtype=bfloat16",
+        "trainer.attn=eager",
+        "trainer.attn=sdpa",
+        "trainer.fp32_lm_head",
+    }
+    assert set(skipped) == {
+        "sampler.dtype=bfloat16",
+        "sampler.batch_invariant",
+        "sampler.attention=FLASHINFER",
+        "sampler.chunked_prefill",
+        "trainer.attn=flash_attention_2",
+    }
     assert all(r.startswith("needs a GPU") for k, r in skipped.items() if k != "sampler.chunked_prefill")
     assert "CPU Generator does not use offset" in skipped["sampler.chunked_prefill"]
 
@@ -135,15 +176,23 @@ def test_default_matrix_on_cpu_skips_gpu_knobs_with_reasons():
 # ------------------------------------------------------------ bad input: one line, exit 2, no engine
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--vary", "sampler.dtyp=float32"],
-     "error: unknown variant key 'sampler.dtyp' (use sampler.FIELD, sampler.engine.NAME, sampler.env.NAME or trainer.FIELD; "
-     "fields: sampler.{dtype,fp32_lm_head,enforce_eager,max_num_seqs,max_model_len,gpu_memory_utilization,tensor_parallel_size}, "
-     "trainer.{dtype,attn_implementation,fp32_lm_head,batch_tokens,lm_head_chunk,replay_routes})"),
-    (["--vary", "trainer.fp32_lm_head=3"], "error: trainer.fp32_lm_head takes true or false, got 3"),
-    (["--vary", "sampler.max_num_seqs=many"], 'error: sampler.max_num_seqs takes an integer, got "many"'),
-    (["--matrix", "{bad}"], "error: {bad} is not valid TOML: Expected ']' at the end of a table declaration (at line 1, column 11)"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--vary", "sampler.dtyp=float32"],
+            "error: unknown variant key 'sampler.dtyp' (use sampler.FIELD, sampler.engine.NAME, sampler.env.NAME or trainer.FIELD; "
+            "fields: sampler.{dtype,fp32_lm_head,enforce_eager,max_num_seqs,max_model_len,gpu_memory_utilization,tensor_parallel_size}, "
+            "trainer.{dtype,attn_implementation,fp32_lm_head,batch_tokens,lm_head_chunk,replay_routes})",
+        ),
+        (["--vary", "trainer.fp32_lm_head=3"], "error: trainer.fp32_lm_head takes true or false, got 3"),
+        (["--vary", "sampler.max_num_seqs=many"], 'error: sampler.max_num_seqs takes an integer, got "many"'),
+        (
+            ["--matrix", "{bad}"],
+            "error: {bad} is not valid TOML: Expected ']' at the end of a table declaration (at line 1, column 11)",
+        ),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2_before_any_engine(tmp_path, args, message):
     bad = tmp_path / "bad.toml"
     bad.write_text("[variant.x\nsampler.dtype = 1\n")
@@ -168,9 +217,28 @@ def diag(tmp_path_factory):
     prompts = tmp / "prompts.jsonl"
     prompts.write_text("".join((SAMPLE / "prompts.jsonl").read_text().splitlines(keepends=True)[:4]))
     out = tmp / "out"
-    args = ["diagnose", str(DENSE), "--prompts", str(prompts), "--out", str(out), "-n", "2", "--max-tokens", "8",
-            "--sampler-dtype", "float16", "--trainer-dtype", "float32", "--bootstrap", "500", "--format", "json",
-            "--plots", str(tmp / "plots")]
+    args = [
+        "diagnose",
+        str(DENSE),
+        "--prompts",
+        str(prompts),
+        "--out",
+        str(out),
+        "-n",
+        "2",
+        "--max-tokens",
+        "8",
+        "--sampler-dtype",
+        "float16",
+        "--trainer-dtype",
+        "float32",
+        "--bootstrap",
+        "500",
+        "--format",
+        "json",
+        "--plots",
+        str(tmp / "plots"),
+    ]
     for v in VARIANTS:
         args += ["--vary", v]
     r = cli(*args, timeout=900)
@@ -255,8 +323,13 @@ def test_resetting_the_baselines_own_value_changes_nothing(diag):
 @needs_sample
 def test_determinism_and_self_consistency_are_measured(diag):
     det = diag["payload"]["determinism"]
-    assert set(det) == {"sampler_repeat_same_seed", "sampler_prefill_alone_vs_batch", "sampler_prefill_shuffled_vs_batch",
-                        "trainer_alone_vs_batch", "trainer_shuffled_vs_batch"}
+    assert set(det) == {
+        "sampler_repeat_same_seed",
+        "sampler_prefill_alone_vs_batch",
+        "sampler_prefill_shuffled_vs_batch",
+        "trainer_alone_vs_batch",
+        "trainer_shuffled_vs_batch",
+    }
     for d in det.values():
         assert d["tokens"] > 0 and 0 <= d["share_logprobs_bit_identical"] <= 1 and d["max_abs_diff"] >= 0
     # the same engine, prompts, batch and per-request seeds: the same tokens
@@ -272,8 +345,10 @@ def test_every_pair_is_an_ordinary_run_directory(diag, capsys):
     from mismatchscope.cli.main import main
 
     p = diag["payload"]
-    dirs = [p["decomposition"][k]["run_dir"] for k in ("total", "sampler_vs_reference", "trainer_vs_reference",
-                                                         "sampler_decode_vs_prefill")]
+    dirs = [
+        p["decomposition"][k]["run_dir"]
+        for k in ("total", "sampler_vs_reference", "trainer_vs_reference", "sampler_decode_vs_prefill")
+    ]
     dirs += [_variant(diag, v)["run_dir"] for v in VARIANTS[:3]]
     for d in dirs:
         with pytest.raises(SystemExit) as e:

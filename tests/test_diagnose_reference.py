@@ -55,8 +55,9 @@ def _gelu_tanh(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))
 
 
-def independent_logprobs(cfg: dict, w: dict, prompt: list[int], completion: list[int],
-                         temperature: float = 1.0) -> np.ndarray:
+def independent_logprobs(
+    cfg: dict, w: dict, prompt: list[int], completion: list[int], temperature: float = 1.0
+) -> np.ndarray:
     """log p of each completion token, from the weights ``w`` (float64 tensors) and the config dict.
 
     Covers the decoder families the project supports: Qwen3 (q/k norms), Qwen3-MoE (top-k router,
@@ -76,8 +77,8 @@ def independent_logprobs(cfg: dict, w: dict, prompt: list[int], completion: list
     pos = torch.arange(T)
     h = w["model.embed_tokens.weight"][ids]
     if gemma:
-        h = h * torch.tensor(H ** 0.5, dtype=torch.float64)
-    scale = (cfg["query_pre_attn_scalar"] ** -0.5) if gemma else d ** -0.5
+        h = h * torch.tensor(H**0.5, dtype=torch.float64)
+    scale = (cfg["query_pre_attn_scalar"] ** -0.5) if gemma else d**-0.5
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         x = _rms(h, w[p + "input_layernorm.weight"], eps, off)
@@ -128,7 +129,7 @@ def independent_logprobs(cfg: dict, w: dict, prompt: list[int], completion: list
         h = h + m
     h = _rms(h, w["model.norm.weight"], eps, off)
     head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
-    logits = h[len(prompt) - 1: T - 1] @ head.T
+    logits = h[len(prompt) - 1 : T - 1] @ head.T
     if gemma and cfg.get("final_logit_softcapping"):
         cap = cfg["final_logit_softcapping"]
         logits = torch.tanh(logits / cap) * cap
@@ -167,11 +168,26 @@ def _random_checkpoint(tmp_path, model_type: str):
     """A tiny random checkpoint of another supported family (weights scaled up so float32 rounding shows)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    common = {"vocab_size": 96, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
-              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 64,
-              "rms_norm_eps": 1e-6}
-    extra = {"gemma2": {"query_pre_attn_scalar": 16, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
-                        "sliding_window": 4, "hidden_activation": "gelu_pytorch_tanh"}}.get(model_type, {})
+    common = {
+        "vocab_size": 96,
+        "hidden_size": 64,
+        "intermediate_size": 96,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "max_position_embeddings": 64,
+        "rms_norm_eps": 1e-6,
+    }
+    extra = {
+        "gemma2": {
+            "query_pre_attn_scalar": 16,
+            "attn_logit_softcapping": 50.0,
+            "final_logit_softcapping": 30.0,
+            "sliding_window": 4,
+            "hidden_activation": "gelu_pytorch_tanh",
+        }
+    }.get(model_type, {})
     config = AutoConfig.for_model(model_type, **common, **extra)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config)
@@ -219,5 +235,5 @@ def test_the_independent_forward_matches_transformers_in_float32():
     p, c = PROMPTS[2], COMPLETIONS[2]
     with torch.inference_mode():
         logits = model(torch.tensor([[*p, *c]])).logits[0].double()
-    hf = logits.log_softmax(-1)[len(p) - 1: len(p) - 1 + len(c)].gather(-1, torch.tensor(c)[:, None])[:, 0].numpy()
+    hf = logits.log_softmax(-1)[len(p) - 1 : len(p) - 1 + len(c)].gather(-1, torch.tensor(c)[:, None])[:, 0].numpy()
     assert np.max(np.abs(hf - independent_logprobs(cfg, w, p, c))) < 1e-4

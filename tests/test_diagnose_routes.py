@@ -25,15 +25,26 @@ def _run(tmp_path, rows, sampler_recorded=True, replay=None, why=None):
     (sequence_id, input_position, token_position, sampler [layer][k], trainer [layer][k])."""
     run = tmp_path / "run"
     (run / "routes").mkdir(parents=True)
-    meta = RoutingMeta(family="qwen3_moe", num_layers=2, moe_layers=(0, 1), num_experts=8, top_k=2,
-                       sampler=SideRoutes(sampler_recorded, why=why), trainer=SideRoutes(True), replay=replay)
+    meta = RoutingMeta(
+        family="qwen3_moe",
+        num_layers=2,
+        moe_layers=(0, 1),
+        num_experts=8,
+        top_k=2,
+        sampler=SideRoutes(sampler_recorded, why=why),
+        trainer=SideRoutes(True),
+        replay=replay,
+    )
     (run / "manifest.json").write_text(json.dumps({"routing": meta.to_dict()}))
     schema = routes_schema(8)
     cols = {
-        "sequence_id": [r[0] for r in rows], "input_position": [r[1] for r in rows],
+        "sequence_id": [r[0] for r in rows],
+        "input_position": [r[1] for r in rows],
         "token_position": [r[2] for r in rows],
-        "sampler_experts": [r[3] if sampler_recorded else None for r in rows], "trainer_experts": [r[4] for r in rows],
-        "sampler_weights": [None] * len(rows), "trainer_weights": [None] * len(rows),
+        "sampler_experts": [r[3] if sampler_recorded else None for r in rows],
+        "trainer_experts": [r[4] for r in rows],
+        "sampler_weights": [None] * len(rows),
+        "trainer_weights": [None] * len(rows),
         "trainer_margin": [None] * len(rows),
     }
     pq.write_table(pa.table(cols, schema=schema), run / "routes" / "part-00000.parquet")
@@ -41,15 +52,21 @@ def _run(tmp_path, rows, sampler_recorded=True, replay=None, why=None):
 
 
 # prompt of 2 tokens, completion of 3: input positions 0..3, completion tokens predicted at 1, 2, 3
-REFERENCE = {7: np.array([[[0, 1], [2, 3]],    # position 0: predicts a prompt token, not counted
-                          [[0, 1], [2, 3]],    # position 1
-                          [[4, 5], [6, 7]],    # position 2
-                          [[1, 0], [3, 2]]])}  # position 3
+REFERENCE = {
+    7: np.array(
+        [
+            [[0, 1], [2, 3]],  # position 0: predicts a prompt token, not counted
+            [[0, 1], [2, 3]],  # position 1
+            [[4, 5], [6, 7]],  # position 2
+            [[1, 0], [3, 2]],
+        ]
+    )
+}  # position 3
 ROWS = [
     (7, 0, None, [[5, 6], [5, 6]], [[5, 6], [5, 6]]),  # differs everywhere, but predicts a prompt token
-    (7, 1, 0, [[1, 0], [2, 3]], [[0, 1], [2, 3]]),     # sampler: same sets (order ignored); trainer: same
-    (7, 2, 1, [[4, 5], [6, 0]], [[4, 5], [6, 7]]),     # sampler flips in layer 1
-    (7, 3, 2, [[1, 2], [3, 0]], [[0, 1], [3, 2]]),     # sampler flips in both layers
+    (7, 1, 0, [[1, 0], [2, 3]], [[0, 1], [2, 3]]),  # sampler: same sets (order ignored); trainer: same
+    (7, 2, 1, [[4, 5], [6, 0]], [[4, 5], [6, 7]]),  # sampler flips in layer 1
+    (7, 3, 2, [[1, 2], [3, 0]], [[0, 1], [3, 2]]),  # sampler flips in both layers
 ]
 
 
@@ -75,10 +92,13 @@ def test_a_side_without_routes_says_why(tmp_path):
 def test_replay_needs_the_samplers_routes_and_must_have_happened(tmp_path):
     assert replay_unavailable(tmp_path / "no-routes", "vllm") == (
         "trainer.replay_routes needs the sampler's routes, and the baseline run recorded no routes "
-        "(use --sampler hf, whose routes are recorded on any machine)")
+        "(use --sampler hf, whose routes are recorded on any machine)"
+    )
     none = _run(tmp_path, ROWS, sampler_recorded=False, why="no routes from this engine")
-    assert replay_unavailable(none, "hf") == ("trainer.replay_routes needs the sampler's routes, and the baseline's "
-                                              "sampler recorded none: no routes from this engine")
+    assert replay_unavailable(none, "hf") == (
+        "trainer.replay_routes needs the sampler's routes, and the baseline's "
+        "sampler recorded none: no routes from this engine"
+    )
     assert replay_failed(none).endswith("the trainer did not replay the sampler's routes (its run records no replay)")
 
 
@@ -88,8 +108,9 @@ def test_a_replay_whose_trainer_routes_differ_is_refused(tmp_path):
     assert replay_unavailable(ok, "hf") is None
     assert replay_failed(ok) is None
     bad = _run(tmp_path / "b", ROWS, replay="ids")  # rows 0 and 1 hold the same sets, 2 and 3 differ
-    assert replay_failed(bad) == ("trainer.replay_routes: the replayed trainer's routes differ from the sampler's "
-                                  "at 2 of 4 positions")
+    assert replay_failed(bad) == (
+        "trainer.replay_routes: the replayed trainer's routes differ from the sampler's at 2 of 4 positions"
+    )
 
 
 @pytest.mark.slow
@@ -109,8 +130,9 @@ def test_reference_routes_are_its_float64_routers_choices():
     ref.score(prompts, comps, SamplingConfig(), routes=routes)  # one padded batch of two rows
     assert [r.shape for r in routes] == [(4, 2, 2), (2, 2, 2)]  # (prompt + completion - 1, layers, k)
     seen: dict[int, torch.Tensor] = {}
-    hooks = [ref.routers[i].register_forward_hook(lambda m, a, o, i=i: seen.__setitem__(i, a[0].clone()))
-             for i in (0, 1)]
+    hooks = [
+        ref.routers[i].register_forward_hook(lambda m, a, o, i=i: seen.__setitem__(i, a[0].clone())) for i in (0, 1)
+    ]
     try:
         with torch.inference_mode():
             ref.model.get_decoder()(input_ids=torch.tensor([[5, 6, 7, 20, 21]]), use_cache=False)
@@ -134,9 +156,32 @@ def test_diagnose_on_the_moe_sample_with_the_transformers_sampler_and_the_replay
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join((REPO / "sample_data" / "prompts.jsonl").read_text().splitlines(keepends=True)[:2]))
     out = tmp_path / "out"
-    r = cli("diagnose", str(MOE), "--sampler", "hf", "--sampler-dtype", "bfloat16", "--trainer-dtype", "float32",
-            "--prompts", str(prompts), "-n", "2", "--max-tokens", "6", "--bootstrap", "100", "--no-determinism",
-            "--out", str(out), "--format", "json", "--vary", "trainer.replay_routes=true", timeout=900)
+    r = cli(
+        "diagnose",
+        str(MOE),
+        "--sampler",
+        "hf",
+        "--sampler-dtype",
+        "bfloat16",
+        "--trainer-dtype",
+        "float32",
+        "--prompts",
+        str(prompts),
+        "-n",
+        "2",
+        "--max-tokens",
+        "6",
+        "--bootstrap",
+        "100",
+        "--no-determinism",
+        "--out",
+        str(out),
+        "--format",
+        "json",
+        "--vary",
+        "trainer.replay_routes=true",
+        timeout=900,
+    )
     assert r.returncode in (0, 3), r.stderr[-2000:]
     p = json.loads(r.stdout)
     assert p["reference"]["dtype"] == "float64" and p["reference"]["moe_layers"] == [0, 1]
@@ -151,6 +196,7 @@ def test_diagnose_on_the_moe_sample_with_the_transformers_sampler_and_the_replay
         assert p["decomposition"]["routes"]["status"] == "ok"
     else:
         assert r.returncode == 3 and replay["status"] == "failed"
-        assert replay["reason"] == ("trainer.replay_routes needs the sampler's routes, and the baseline run recorded "
-                                    "no routes")
+        assert replay["reason"] == (
+            "trainer.replay_routes needs the sampler's routes, and the baseline run recorded no routes"
+        )
         assert p["decomposition"]["routes"]["status"] == "absent"

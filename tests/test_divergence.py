@@ -37,8 +37,9 @@ def test_binary_kl_hand_derived():
     # q = 0.5, p = 0.2: 0.5 log(0.5/0.2) + 0.5 log(0.5/0.8) = 0.458145 - 0.235002 = 0.223144
     # q = 0.2, p = 0.6: 0.2 log(1/3) + 0.8 log(2) = -0.219722 + 0.554518 = 0.334795
     # q = 1, p = 0.5: 1 * log 2 + 0 = 0.693147 (0 log 0 = 0)
-    np.testing.assert_allclose(binary_kl(np.array([0.5, 0.2, 1.0]), np.array([0.2, 0.6, 0.5])),
-                               [0.223144, 0.334795, math.log(2)], atol=1e-6)
+    np.testing.assert_allclose(
+        binary_kl(np.array([0.5, 0.2, 1.0]), np.array([0.2, 0.6, 0.5])), [0.223144, 0.334795, math.log(2)], atol=1e-6
+    )
 
 
 logprob = st.floats(min_value=-30.0, max_value=0.0, allow_nan=False)

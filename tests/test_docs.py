@@ -18,11 +18,19 @@ from tests.helpers import REPO, cli
 
 
 def test_cli_reference_is_generated_from_help():
-    r = subprocess.run([sys.executable, str(REPO / "docs" / "generate_cli.py"), "--check"], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, str(REPO / "docs" / "generate_cli.py"), "--check"], capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stderr
 
 
-_NAMES = {pa.float64(): "float64", pa.float32(): "float32", pa.int64(): "int64", pa.int32(): "int32", pa.string(): "string"}
+_NAMES = {
+    pa.float64(): "float64",
+    pa.float32(): "float32",
+    pa.int64(): "int64",
+    pa.int32(): "int32",
+    pa.string(): "string",
+}
 
 
 def _type_name(t: pa.DataType) -> str:
@@ -33,7 +41,7 @@ def test_format_doc_lists_exactly_the_schema_columns():
     text = (REPO / "docs" / "format.md").read_text()
     text = text.split("\n## MoE routes")[0]  # the routes/ files have their own columns (mismatchscope.routing.layout)
     rows = dict(re.findall(r"^\| `(\w+)` \| ([^|]+) \|", text, re.M))
-    assert set(rows) == set(schema.COLUMNS), (set(rows) ^ set(schema.COLUMNS))
+    assert set(rows) == set(schema.COLUMNS), set(rows) ^ set(schema.COLUMNS)
     for name, col in schema.COLUMNS.items():
         if name in schema.REQUIRED_NAMES and pa.types.is_floating(col.type):
             assert rows[name].strip() == "float32/float64", name  # readers accept both widths
@@ -86,6 +94,9 @@ def test_readme_policy_lag_claims_hold(readme_run):
         data = json.loads(r.stdout)
         rejected = {row["name"]: row["tokens_rejected"] for row in data["rules"]}
         assert set(rejected) == {"icepop", "ipo", "dppo-tv", "kpop"}
-        assert all(v > 0 for v in rejected.values()) if nonzero else all(v == 0 for v in rejected.values()), (run, rejected)
+        assert all(v > 0 for v in rejected.values()) if nonzero else all(v == 0 for v in rejected.values()), (
+            run,
+            rejected,
+        )
         if nonzero:
             assert all(pair["jaccard"] < 0.9 for pair in data["agreement"]), data["agreement"]

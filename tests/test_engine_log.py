@@ -75,7 +75,10 @@ def test_a_diagnose_variant_reason_that_only_wraps_takes_the_cause_from_its_log(
     log.write_text(INSPECTION_LOG)
     wrapped = "UsageError: vLLM refused its configuration: Model architectures ['X'] failed to be inspected."
     assert cause_in_log(log, wrapped) == "ModuleNotFoundError: No module named 'torchvision'"
-    assert cause_in_log(log, "UsageError: --engine-arg foo is not an option") == "UsageError: --engine-arg foo is not an option"
+    assert (
+        cause_in_log(log, "UsageError: --engine-arg foo is not an option")
+        == "UsageError: --engine-arg foo is not an option"
+    )
     log.write_text("no exception here\n")
     assert cause_in_log(log, wrapped) == wrapped
 
@@ -114,8 +117,14 @@ print("after the capture", file=sys.stderr)
 def _capture_in_a_fresh_process(run: Path) -> str:
     """The script above in its own interpreter, where sys.stderr is the real descriptor 2 (not pytest's)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    r = subprocess.run([sys.executable, "-c", CAPTURE_SCRIPT, str(run)], check=False, capture_output=True, text=True, env=env,
-                       timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", CAPTURE_SCRIPT, str(run)],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     return r.stderr
 
@@ -154,7 +163,7 @@ def test_descriptor_2_is_restored_after_an_error_and_other_errors_pass_unchanged
 def _vllm_function(source: str, module: str = "vllm.entrypoints.llm"):
     """A function whose frames count as vLLM's (its module name), standing in for an engine that fails."""
     namespace: dict = {"__name__": module}
-    exec(compile(source, f"<{module}>", "exec"), namespace)  # noqa: S102 - test code written here
+    exec(compile(source, f"<{module}>", "exec"), namespace)
     return namespace
 
 
@@ -162,12 +171,15 @@ def test_an_exception_raised_in_vllm_becomes_one_line_with_its_cause_and_the_log
     ns = _vllm_function(
         "class LLM:\n"
         "    def __init__(self):\n"
-        "        raise RuntimeError('Engine core initialization failed. See root cause above.')\n")
+        "        raise RuntimeError('Engine core initialization failed. See root cause above.')\n"
+    )
     with pytest.raises(EngineError) as err, engine_output(tmp_path / "discarded", sampler_kind="vllm"):
         _child_writes(ENGINE_FAILURE_LOG)
         ns["LLM"]()
     message = str(err.value)
-    assert message.startswith("vLLM could not start the engine: ValueError: the MLA kernel has no head size 48 on CPU (")
+    assert message.startswith(
+        "vLLM could not start the engine: ValueError: the MLA kernel has no head size 48 on CPU ("
+    )
     assert "--sampler hf samples with transformers instead" in message
     log = Path(message.rsplit("see the engine's output: ", 1)[1].rstrip(")"))
     try:
@@ -207,11 +219,26 @@ def _qwen35_moe(folder: Path) -> Path:
     from transformers import Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig
 
     cfg = Qwen3_5MoeTextConfig(
-        vocab_size=384, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=32,
-        moe_intermediate_size=32, shared_expert_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
-        max_position_embeddings=320, layer_types=["linear_attention", "full_attention"], linear_num_value_heads=2,
-        linear_num_key_heads=1, linear_key_head_dim=16, linear_value_head_dim=16, bos_token_id=1, eos_token_id=2,
-        pad_token_id=0)
+        vocab_size=384,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        moe_intermediate_size=32,
+        shared_expert_intermediate_size=32,
+        num_experts=4,
+        num_experts_per_tok=2,
+        max_position_embeddings=320,
+        layer_types=["linear_attention", "full_attention"],
+        linear_num_value_heads=2,
+        linear_num_key_heads=1,
+        linear_key_head_dim=16,
+        linear_value_head_dim=16,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
     torch.manual_seed(0)
     Qwen3_5MoeForCausalLM(cfg).save_pretrained(folder)
     for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
@@ -238,7 +265,9 @@ def test_a_checkpoint_vllm_cannot_load_gets_one_line_naming_the_missing_package(
     assert r.returncode == 2, r.stderr[-3000:]
     assert "Traceback" not in r.stderr and "WARNING" not in r.stderr, r.stderr[-3000:]
     line = r.stderr.strip().splitlines()[-1]
-    assert line.startswith("error: vLLM could not start the engine: ModuleNotFoundError: No module named 'torchvision' (")
+    assert line.startswith(
+        "error: vLLM could not start the engine: ModuleNotFoundError: No module named 'torchvision' ("
+    )
     assert "ModuleNotFoundError: No module named 'torchvision'" in line and "--sampler hf" in line, line
     log = Path(line.rsplit("see the engine's output: ", 1)[1].rstrip(")"))
     try:
@@ -255,7 +284,9 @@ def test_verbose_shows_the_engines_output_live(tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(json.dumps({"prompt": "1+1="}) + "\n")
     out = tmp_path / "run"
-    r = cli("probe", str(DENSE), "--prompts", str(prompts), "-n", "1", "--max-tokens", "4", "--out", str(out), "--verbose")
+    r = cli(
+        "probe", str(DENSE), "--prompts", str(prompts), "-n", "1", "--max-tokens", "4", "--out", str(out), "--verbose"
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Attempted to load weight" in r.stderr  # the worker process's own lines, on screen
     assert not (out / LOG_NAME).exists()

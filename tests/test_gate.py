@@ -37,7 +37,9 @@ meta = probe_meta
 
 def seqs(spec: list[list[tuple[float, float]]], first_id: int = 1) -> dict:
     """Columns from sequences of (q, p) probability pairs."""
-    cols: dict[str, list] = {k: [] for k in ("sequence_id", "position", "token_id", "sampler_logprob", "trainer_logprob")}
+    cols: dict[str, list] = {
+        k: [] for k in ("sequence_id", "position", "token_id", "sampler_logprob", "trainer_logprob")
+    }
     for s, tokens in enumerate(spec):
         for pos, (q, p) in enumerate(tokens):
             cols["sequence_id"].append(first_id + s)
@@ -75,7 +77,11 @@ def test_two_sequence_bootstrap_by_hand():
     #   (B, B) with probability 1/4 -> 1.8 / 6 = 0.3
     X = np.array([[1.0, 0.1], [3.0, 0.9]])
     S_B = resample_sums(X, 4000, np.random.default_rng(1))
-    assert set(np.round(S_B[:, 0])) == {2.0, 4.0, 6.0}  # always 2 draws: n = 2, 4 or 6 tokens, each seen in 4000 resamples
+    assert set(np.round(S_B[:, 0])) == {
+        2.0,
+        4.0,
+        6.0,
+    }  # always 2 draws: n = 2, 4 or 6 tokens, each seen in 4000 resamples
     means = S_B[:, 1] / S_B[:, 0]
     values, counts = np.unique(np.round(means, 12), return_counts=True)
     assert values.tolist() == [0.1, 0.25, 0.3]
@@ -110,11 +116,14 @@ def _two_seq_file(write, name="two.parquet", metadata=None):
     return write(seqs([[(0.5, 0.6)], [(0.5, 0.8)] * 3]), name, metadata)
 
 
-@pytest.mark.parametrize("limit, status, inconclusive", [
-    (0.09, "fail", False),   # interval [0.1, 0.3]: even its lower end is above 0.09
-    (0.2, "pass", True),     # point estimate 1.0 / 4 = 0.25 is above 0.2, but the interval reaches 0.1
-    (0.35, "pass", False),   # everything below 0.35
-])
+@pytest.mark.parametrize(
+    "limit, status, inconclusive",
+    [
+        (0.09, "fail", False),  # interval [0.1, 0.3]: even its lower end is above 0.09
+        (0.2, "pass", True),  # point estimate 1.0 / 4 = 0.25 is above 0.2, but the interval reaches 0.1
+        (0.35, "pass", False),  # everything below 0.35
+    ],
+)
 def test_absolute_limit_judged_on_the_interval(write, limit, status, inconclusive):
     path = _two_seq_file(write)
     cfg = cfg_from(f"[gate]\nbootstrap = 2000\n[absolute]\ntv_token_mean = {{ max = {limit} }}\n")
@@ -167,7 +176,9 @@ def test_fp32_noise_level_rise_does_not_fail(write):
 def test_rule_rates_and_rule_parameters(write):
     # r = p/q per token: 0.4 (icepop alpha=0.5 rejects), 1.0, 6.0 (beta=5 rejects), 1.0 -> 2 of 4 tokens
     path = write(seqs([[(0.5, 0.2), (0.5, 0.5)], [(0.1, 0.6), (0.5, 0.5)]]), "r.parquet", PROBE_META)
-    cfg = cfg_from('[gate]\nbootstrap = 0\n[absolute]\n"icepop.token_reject_rate" = 1\n"icepop.sequences_with_rejection_rate" = 1\n')
+    cfg = cfg_from(
+        '[gate]\nbootstrap = 0\n[absolute]\n"icepop.token_reject_rate" = 1\n"icepop.sequences_with_rejection_rate" = 1\n'
+    )
     r = run_gate(str(path), None, cfg)
     assert [c.estimate for c in r.checks] == pytest.approx([0.5, 1.0])  # both sequences have a rejected token
     assert all(c.method == "point" for c in r.checks)  # bootstrap = 0
@@ -183,7 +194,9 @@ def test_sequence_rule_and_hypothesis_rules(write):
     # k3-seq (delta 0.01) rejects a sequence whose mean k3 exceeds 0.01. Sequence 1: r = 2 -> k3 = 1 - log 2 = 0.307;
     # sequence 2: r = 1 -> k3 = 0. One of two sequences, 1 of 3 tokens.
     path = write(seqs([[(0.2, 0.4)], [(0.5, 0.5), (0.5, 0.5)]]), "k.parquet", PROBE_META)
-    cfg = cfg_from('[absolute]\n"k3-seq.sequence_reject_rate" = 1\n"k3-seq.token_reject_rate" = 1\n"ppo-clip.token_reject_rate" = 1\n')
+    cfg = cfg_from(
+        '[absolute]\n"k3-seq.sequence_reject_rate" = 1\n"k3-seq.token_reject_rate" = 1\n"ppo-clip.token_reject_rate" = 1\n'
+    )
     seq_rate, tok_rate, ppo = run_gate(str(path), None, cfg).checks
     assert seq_rate.estimate == pytest.approx(0.5) and tok_rate.estimate == pytest.approx(1 / 3)
     # ppo-clip (eps_high 0.28, no advantage column): under A>0 the r=2 token is rejected (1 of 3), under A<0
@@ -195,8 +208,10 @@ def test_kpop_and_verl_rs_limits(write):
     # tokens (q, p): (0.5, 0.2) D(q||p) = 0.223144 > 0.1 -> kpop rejects; (0.5, 0.5) and (0.5, 0.5) keep; (0.5, 0.45):
     # D(q||p) = .5 ln(.5/.45) + .5 ln(.5/.55) = 0.052680 - 0.047655 = 0.005025, D(p||q) = 0.005008 -> keep. 1 of 4.
     path = write(seqs([[(0.5, 0.2), (0.5, 0.5)], [(0.5, 0.5), (0.5, 0.45)]]), "kv.parquet", PROBE_META)
-    cfg = cfg_from('[gate]\nbootstrap = 0\n[rules]\nverl-rs = { option = "seq_mean_k3", threshold = "0.01" }\n'
-                   '[absolute]\n"kpop.token_reject_rate" = 1\n"verl-rs.sequence_reject_rate" = 1\n')
+    cfg = cfg_from(
+        '[gate]\nbootstrap = 0\n[rules]\nverl-rs = { option = "seq_mean_k3", threshold = "0.01" }\n'
+        '[absolute]\n"kpop.token_reject_rate" = 1\n"verl-rs.sequence_reject_rate" = 1\n'
+    )
     kpop, verl = run_gate(str(path), None, cfg).checks
     assert kpop.estimate == pytest.approx(0.25)
     # seq_mean_k3: seq 1 mean k3 = (0.316291 + 0) / 2 = 0.158 > 0.01 -> rejected; seq 2: k3(ln .9) = -0.1 + 0.105361
@@ -208,22 +223,36 @@ def test_kpop_and_verl_rs_limits(write):
     # a limit on verl-rs without its option and threshold: one line saying what to set
     with pytest.raises(GateConfigError) as e:
         cfg_from('[absolute]\n"verl-rs.token_reject_rate" = 1\n')
-    assert str(e.value) == ("a limit names verl-rs, which has no default for option and threshold (set them in the config "
-                            "([rules] verl-rs = { option = ..., threshold = ... }) or with --rule verl-rs:...)")
+    assert str(e.value) == (
+        "a limit names verl-rs, which has no default for option and threshold (set them in the config "
+        "([rules] verl-rs = { option = ..., threshold = ... }) or with --rule verl-rs:...)"
+    )
 
 
 def test_score_centering_limits(write):
     # one token: sampled 5, sampler lists [3, 5] with q = [0.6, 0.3], trainer p = [0.5, 0.3], trainer top-k [3, 7]:
     # rho = (1 - 0.9) / (1 - 0.8) = 0.5, overlap 1/2
-    cols = {"sequence_id": [1], "position": [0], "token_id": [5], "sampler_logprob": [math.log(0.3)],
-            "trainer_logprob": [math.log(0.3)], "sampler_topk_ids": [[3, 5]],
-            "sampler_topk_logprobs": [[math.log(0.6), math.log(0.3)]],
-            "trainer_logprobs_at_sampler_topk": [[math.log(0.5), math.log(0.3)]], "trainer_topk_ids": [[3, 7]]}
+    cols = {
+        "sequence_id": [1],
+        "position": [0],
+        "token_id": [5],
+        "sampler_logprob": [math.log(0.3)],
+        "trainer_logprob": [math.log(0.3)],
+        "sampler_topk_ids": [[3, 5]],
+        "sampler_topk_logprobs": [[math.log(0.6), math.log(0.3)]],
+        "trainer_logprobs_at_sampler_topk": [[math.log(0.5), math.log(0.3)]],
+        "trainer_topk_ids": [[3, 7]],
+    }
     path = write(cols, "sc.parquet", PROBE_META)
-    cfg = cfg_from('[absolute]\n"score_centering.tail_mass_ratio.mean" = { min = 0.9 }\n'
-                   '"score_centering.topk_overlap.quantiles.0.5" = { min = 0.4 }\n')
+    cfg = cfg_from(
+        '[absolute]\n"score_centering.tail_mass_ratio.mean" = { min = 0.9 }\n'
+        '"score_centering.topk_overlap.quantiles.0.5" = { min = 0.4 }\n'
+    )
     rho, ov = run_gate(str(path), None, cfg).checks
-    assert (rho.estimate, rho.status) == (pytest.approx(0.5), "fail") and (ov.estimate, ov.status) == (pytest.approx(0.5), "pass")
+    assert (rho.estimate, rho.status) == (pytest.approx(0.5), "fail") and (ov.estimate, ov.status) == (
+        pytest.approx(0.5),
+        "pass",
+    )
 
 
 def test_point_metrics_say_so(write):
@@ -231,7 +260,12 @@ def test_point_metrics_say_so(write):
     cfg = cfg_from('[absolute]\ntv_token_max = 0.2\n"ratio_quantiles.0.5" = { min = 1.0 }\n')
     tv_max, q50 = run_gate(str(path), None, cfg).checks
     # max |p - q| = 0.3 > 0.2: no interval for a max, so the point estimate decides
-    assert (tv_max.estimate, tv_max.method, tv_max.status, tv_max.interval) == (pytest.approx(0.3), "point", "fail", None)
+    assert (tv_max.estimate, tv_max.method, tv_max.status, tv_max.interval) == (
+        pytest.approx(0.3),
+        "point",
+        "fail",
+        None,
+    )
     assert "no per-sequence bootstrap" in tv_max.explanation
     # r = 1.2, 1.6, 1.6, 1.6: the median 1.6 >= 1.0
     assert q50.estimate == pytest.approx(1.6) and q50.status == "pass"
@@ -270,16 +304,26 @@ def test_starter_file_is_the_default(tmp_path):
     defaults = default_config()
     assert from_file.absolute == defaults.absolute and from_file.regression == defaults.regression
     assert (defaults.bootstrap, defaults.confidence, defaults.seed) == (1000, 0.95, 0)
-    assert {r.metric for r in defaults.regression} == {"tv_token_mean", "abs_logprob_diff_mean", "k3_mean",
-                                                        "icepop.token_reject_rate", "ipo.token_reject_rate"}
+    assert {r.metric for r in defaults.regression} == {
+        "tv_token_mean",
+        "abs_logprob_diff_mean",
+        "k3_mean",
+        "icepop.token_reject_rate",
+        "ipo.token_reject_rate",
+    }
     assert dict((a.metric, a.max) for a in defaults.absolute)["tv_token_mean"] == 0.01  # verl's yardstick
     assert load_config(None, cwd=tmp_path / "nowhere").source == "built-in defaults"
 
 
 def test_flags_override_the_file():
     cfg = default_config()
-    out = with_overrides(cfg, limits=["tv_token_mean<=0.005", "ess>=0.9"], increases=["k3_mean=50%"], bootstrap=10,
-                         allow_different=["seed"])
+    out = with_overrides(
+        cfg,
+        limits=["tv_token_mean<=0.005", "ess>=0.9"],
+        increases=["k3_mean=50%"],
+        bootstrap=10,
+        allow_different=["seed"],
+    )
     ab = {a.metric: a for a in out.absolute}
     assert ab["tv_token_mean"].max == 0.005 and ab["ess"].min == 0.9 and len(out.absolute) == len(cfg.absolute) + 1
     k3 = next(r for r in out.regression if r.metric == "k3_mean")
@@ -294,19 +338,28 @@ def test_flags_override_the_file():
         with_overrides(cfg, confidence=1.5)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("[gate\n", "is not valid TOML"),
-    ("[regresion]\n", "unknown table 'regresion'"),
-    ("[gate]\nbootstrap = -1\n", "bootstrap must be an integer between 0 and 100,000, got -1"),
-    ("[gate]\nbootstrap = 1000000000000\n", "bootstrap must be an integer between 0 and 100,000, got 1000000000000"),
-    ("[absolute]\nbogus = 1\n", "unknown metric 'bogus'"),
-    ("[absolute]\ntv_token_mean = { maximum = 1 }\n", "unknown key 'maximum'"),
-    ("[regression]\nk3_mean = { floor = 1e-6 }\n", "max_increase is missing"),
-    ("[regression]\nk1_mean = 0.25\n", "no 'worse' direction"),
-    ("[rules]\nicepop = { gamma = 2 }\n", "valid parameters of icepop"),
-    ("[rules]\nipo = { delta = -0.1 }\n", r"gate.toml \[rules\]: rule 'ipo': delta=-0.1 is outside its range \[0, 1\]"),
-    ('[gate]\nallow_different = ["colour"]\n', "not a comparability key"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[gate\n", "is not valid TOML"),
+        ("[regresion]\n", "unknown table 'regresion'"),
+        ("[gate]\nbootstrap = -1\n", "bootstrap must be an integer between 0 and 100,000, got -1"),
+        (
+            "[gate]\nbootstrap = 1000000000000\n",
+            "bootstrap must be an integer between 0 and 100,000, got 1000000000000",
+        ),
+        ("[absolute]\nbogus = 1\n", "unknown metric 'bogus'"),
+        ("[absolute]\ntv_token_mean = { maximum = 1 }\n", "unknown key 'maximum'"),
+        ("[regression]\nk3_mean = { floor = 1e-6 }\n", "max_increase is missing"),
+        ("[regression]\nk1_mean = 0.25\n", "no 'worse' direction"),
+        ("[rules]\nicepop = { gamma = 2 }\n", "valid parameters of icepop"),
+        (
+            "[rules]\nipo = { delta = -0.1 }\n",
+            r"gate.toml \[rules\]: rule 'ipo': delta=-0.1 is outside its range \[0, 1\]",
+        ),
+        ('[gate]\nallow_different = ["colour"]\n', "not a comparability key"),
+    ],
+)
 def test_bad_config_files(tmp_path, text, message):
     path = tmp_path / "gate.toml"
     path.write_text(text)
@@ -323,8 +376,14 @@ def test_comparability():
     with pytest.raises(IncomparableRunsError) as e:
         compare_runs(meta(), meta(checkpoint={"sha256": "c" * 64}, sampling={"seed": 1, "temperature": 0.7}))
     text = str(e.value)
-    for bit in ("checkpoint.sha256 differs", "sampling.seed differs (baseline 0, candidate 1)", "sampling.temperature differs",
-                "--allow-different checkpoint", "--allow-different seed", "--allow-different sampling.temperature"):
+    for bit in (
+        "checkpoint.sha256 differs",
+        "sampling.seed differs (baseline 0, candidate 1)",
+        "sampling.temperature differs",
+        "--allow-different checkpoint",
+        "--allow-different seed",
+        "--allow-different sampling.temperature",
+    ):
         assert bit in text
     allowed = compare_runs(meta(), meta(sampling={"seed": 1}), ["seed"])
     assert [d.key for d in allowed.differences] == ["sampling.seed"]
@@ -344,9 +403,11 @@ def test_a_trainer_checkpoint_other_than_the_samplers_must_be_allowed():
     assert compare_runs(meta(), meta(trainer_checkpoint=same)).differences == []
     with pytest.raises(IncomparableRunsError) as e:
         compare_runs(meta(), meta(trainer_checkpoint=later))
-    assert str(e.value) == ("baseline and candidate are not comparable: trainer.checkpoint differs (baseline the sampler's, "
-                            "candidate dddddddddddd...) (only the serving stack should differ; if the difference is "
-                            "intended, pass --allow-different trainer.checkpoint)")
+    assert str(e.value) == (
+        "baseline and candidate are not comparable: trainer.checkpoint differs (baseline the sampler's, "
+        "candidate dddddddddddd...) (only the serving stack should differ; if the difference is "
+        "intended, pass --allow-different trainer.checkpoint)"
+    )
     for allow in (["trainer.checkpoint"], ["trainer"]):
         ok = compare_runs(meta(trainer_checkpoint=same), meta(trainer_checkpoint=later), allow)
         assert [d.change() for d in ok.differences] == ["trainer.checkpoint: the sampler's -> dddddddddddd..."]
@@ -375,8 +436,13 @@ def pair(write):
         n_seq, length = 60, 20
         lq = -r.exponential(0.8, n_seq * length)
         lp = np.minimum(lq + r.normal(0, sigma, lq.size), 0.0)
-        return {"sequence_id": np.repeat(np.arange(n_seq), length), "position": np.tile(np.arange(length), n_seq),
-                "token_id": rng.integers(0, 100, lq.size), "sampler_logprob": lq, "trainer_logprob": lp}
+        return {
+            "sequence_id": np.repeat(np.arange(n_seq), length),
+            "position": np.tile(np.arange(length), n_seq),
+            "token_id": rng.integers(0, 100, lq.size),
+            "sampler_logprob": lq,
+            "trainer_logprob": lp,
+        }
 
     base = write(cols(0.002, 1), "base.parquet", meta())
     same = write(cols(0.002, 2), "same.parquet", meta())
@@ -390,7 +456,9 @@ def test_cli_exit_codes_and_table(pair, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "PASS: all 8 checks hold" in r.stdout
     # each bootstrapped check prints its interval around the estimate: a real interval of nonzero width
-    est, lo, hi = map(float, re.search(r"tv_token_mean <= 0\.01 .*?│ +([\d.e-]+) \[([\d.e-]+), ([\d.e-]+)\]", r.stdout).groups())
+    est, lo, hi = map(
+        float, re.search(r"tv_token_mean <= 0\.01 .*?│ +([\d.e-]+) \[([\d.e-]+), ([\d.e-]+)\]", r.stdout).groups()
+    )
     assert lo < est < hi
     r = cli("gate", str(worse), "--baseline", str(base))
     assert r.returncode == 1, r.stderr
@@ -398,22 +466,30 @@ def test_cli_exit_codes_and_table(pair, tmp_path):
     assert "sampler.dtype: 'float32' -> 'float16'" in r.stdout
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--limit", "nope<=1"], "unknown metric 'nope'"),
-    (["--config", "{bad}"], "is not valid TOML"),
-    (["--config", "{missing}"], "not found"),
-    (["--baseline", "{incomparable}"], "not comparable: sampling.seed differs"),
-    (["--baseline", "{nofile}"], "no such file"),
-    ([], "need a baseline"),
-    (["--allow-different", "colour", "--baseline", "{base}"], "not a comparability key"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--limit", "nope<=1"], "unknown metric 'nope'"),
+        (["--config", "{bad}"], "is not valid TOML"),
+        (["--config", "{missing}"], "not found"),
+        (["--baseline", "{incomparable}"], "not comparable: sampling.seed differs"),
+        (["--baseline", "{nofile}"], "no such file"),
+        ([], "need a baseline"),
+        (["--allow-different", "colour", "--baseline", "{base}"], "not a comparability key"),
+    ],
+)
 def test_cli_errors_exit_2(pair, tmp_path, write, args, message):
     base, same, worse = pair
     bad = tmp_path / "bad.toml"
     bad.write_text("[gate\nseed = 1\n")
     incomparable = write(pq.read_table(same).to_pydict(), "other_seed.parquet", meta(sampling={"seed": 1}))
-    subs = {"{bad}": str(bad), "{missing}": str(tmp_path / "missing.toml"), "{incomparable}": str(incomparable),
-            "{nofile}": str(tmp_path / "nofile.parquet"), "{base}": str(base)}
+    subs = {
+        "{bad}": str(bad),
+        "{missing}": str(tmp_path / "missing.toml"),
+        "{incomparable}": str(incomparable),
+        "{nofile}": str(tmp_path / "nofile.parquet"),
+        "{base}": str(base),
+    }
     r = cli("gate", str(same), *[subs.get(a, a) for a in args])
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert message in r.stderr and "Traceback" not in r.stderr
@@ -437,16 +513,32 @@ def test_cli_reads_gate_toml_from_the_current_directory(pair, tmp_path):
     base, same, _ = pair
     work = tmp_path / "work"
     work.mkdir()
-    r = subprocess.run([str(Path(sys.executable).with_name("mismatchscope")), "gate", "--init"], cwd=work, capture_output=True, text=True)
+    r = subprocess.run(
+        [str(Path(sys.executable).with_name("mismatchscope")), "gate", "--init"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0 and (work / "gate.toml").read_text() == STARTER_TOML
-    r = subprocess.run([str(Path(sys.executable).with_name("mismatchscope")), "gate", "--init"], cwd=work, capture_output=True, text=True)
+    r = subprocess.run(
+        [str(Path(sys.executable).with_name("mismatchscope")), "gate", "--init"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2 and "already exists" in r.stderr
     (work / "gate.toml").write_text("[absolute]\ntv_token_mean = 1e-9\n")  # certain to fail
-    r = subprocess.run([str(Path(sys.executable).with_name("mismatchscope")), "gate", str(same), "--format", "json"],
-                       cwd=work, capture_output=True, text=True)
+    r = subprocess.run(
+        [str(Path(sys.executable).with_name("mismatchscope")), "gate", str(same), "--format", "json"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 1, r.stderr
     data = json.loads(r.stdout)
-    assert data["config"]["source"].endswith("gate.toml") and [c["name"] for c in data["checks"]] == ["tv_token_mean <= 1e-09"]
+    assert data["config"]["source"].endswith("gate.toml") and [c["name"] for c in data["checks"]] == [
+        "tv_token_mean <= 1e-09"
+    ]
 
 
 def test_cli_json_is_reproducible(pair):
@@ -456,13 +548,30 @@ def test_cli_json_is_reproducible(pair):
     a, b = (json.loads(r.stdout) for r in runs)
     assert a["checks"] == b["checks"]
     check = a["checks"][0]
-    for key in ("name", "metric", "kind", "method", "status", "limit", "op", "estimate", "interval", "candidate", "baseline",
-                "difference", "difference_interval", "floor", "inconclusive", "explanation"):
+    for key in (
+        "name",
+        "metric",
+        "kind",
+        "method",
+        "status",
+        "limit",
+        "op",
+        "estimate",
+        "interval",
+        "candidate",
+        "baseline",
+        "difference",
+        "difference_interval",
+        "floor",
+        "inconclusive",
+        "explanation",
+    ):
         assert key in check
     assert a["verdict"] == "pass" and a["comparability"]["checked"] is True
     assert a["candidate"]["run"]["sampling"]["seed"] == 0
-    other = json.loads(cli("gate", str(same), "--baseline", str(base), "--format", "json", "--bootstrap", "300",
-                           "--seed", "5").stdout)
+    other = json.loads(
+        cli("gate", str(same), "--baseline", str(base), "--format", "json", "--bootstrap", "300", "--seed", "5").stdout
+    )
     assert other["checks"][0]["estimate"] == check["estimate"]  # the point estimate does not depend on the seed
 
 
@@ -470,8 +579,17 @@ def test_junit_markdown_and_step_summary(pair, tmp_path):
     base, _, worse = pair
     junit, md, summary = tmp_path / "out" / "gate.xml", tmp_path / "out" / "gate.md", tmp_path / "summary.md"
     summary.write_text("# earlier step\n")
-    r = cli("gate", str(worse), "--baseline", str(base), "--junit-xml", str(junit), "--markdown", str(md),
-            env={"GITHUB_STEP_SUMMARY": str(summary)})
+    r = cli(
+        "gate",
+        str(worse),
+        "--baseline",
+        str(base),
+        "--junit-xml",
+        str(junit),
+        "--markdown",
+        str(md),
+        env={"GITHUB_STEP_SUMMARY": str(summary)},
+    )
     assert r.returncode == 1, r.stderr
     _validate_junit(junit)
     root = ET.parse(junit).getroot()
@@ -491,7 +609,9 @@ def _validate_junit(path: Path) -> None:
     """Against tests/data/junit.xsd (the structure Jenkins, GitLab and GitHub reporters read) when xmllint exists,
     and by hand always."""
     if shutil.which("xmllint"):
-        r = subprocess.run(["xmllint", "--noout", "--schema", str(JUNIT_XSD), str(path)], capture_output=True, text=True)
+        r = subprocess.run(
+            ["xmllint", "--noout", "--schema", str(JUNIT_XSD), str(path)], capture_output=True, text=True
+        )
         assert r.returncode == 0, r.stderr
     root = ET.parse(path).getroot()
     assert root.tag == "testsuites"
@@ -524,8 +644,22 @@ def test_help_stays_light():
 
 def test_readme_documents_the_starter_keys():
     readme = (REPO / "docs" / "gate.md").read_text()
-    for key in ("bootstrap", "confidence", "seed", "allow_different", "max_increase", "floor", "[absolute]", "[regression]",
-                "[rules]", "--allow-different", "--junit-xml", "--markdown", "GITHUB_STEP_SUMMARY", "examples/gate-workflow.yml"):
+    for key in (
+        "bootstrap",
+        "confidence",
+        "seed",
+        "allow_different",
+        "max_increase",
+        "floor",
+        "[absolute]",
+        "[regression]",
+        "[rules]",
+        "--allow-different",
+        "--junit-xml",
+        "--markdown",
+        "GITHUB_STEP_SUMMARY",
+        "examples/gate-workflow.yml",
+    ):
         assert key in readme, key
     assert (REPO / "examples" / "gate-workflow.yml").is_file()
     assert os.path.getsize(REPO / "examples" / "gate-workflow.yml") > 500

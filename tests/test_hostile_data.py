@@ -19,12 +19,17 @@ from mismatchscope.schema import METADATA_KEY
 from tests.helpers import cli
 from tests.test_errors import DUP_HINT, error_line
 
-INT64_MIN = -(2 ** 63)
+INT64_MIN = -(2**63)
 
 
 def base(n: int = 5, **changes) -> dict:
-    cols = {"sequence_id": [1] * n, "position": list(range(n)), "token_id": list(range(7, 7 + n)),
-            "sampler_logprob": [-0.5] * n, "trainer_logprob": [-0.6] * n}
+    cols = {
+        "sequence_id": [1] * n,
+        "position": list(range(n)),
+        "token_id": list(range(7, 7 + n)),
+        "sampler_logprob": [-0.5] * n,
+        "trainer_logprob": [-0.6] * n,
+    }
     cols.update(changes)
     return cols
 
@@ -68,14 +73,15 @@ def test_printable_keeps_good_text_and_escapes_only_lone_surrogates():
 
     # a surrogate pair decoded by json is one astral character: kept; the lone one becomes its escape text
     meta = json.loads('{"a": ["\\ud83d\\ude00", "x\\ud800y"], "caf\\u00e9": 1}')
-    assert printable(meta) == {"a": ["\U0001F600", "x\\ud800y"], "café": 1}
+    assert printable(meta) == {"a": ["\U0001f600", "x\\ud800y"], "café": 1}
 
 
 def test_metadata_that_is_json_null_is_refused(tmp_path):
     path = parquet(tmp_path / "n.parquet", base(), {METADATA_KEY: b"null"})
     assert error_line(cli("report", str(path))) == (
         f"error: {path}: the 'mismatchscope' file metadata is a JSON null, not an object (the file was not written by "
-        "mismatchscope; rewrite it without that metadata key)")
+        "mismatchscope; rewrite it without that metadata key)"
+    )
 
 
 def test_metadata_nested_too_deeply_to_walk_names_the_file(tmp_path):
@@ -84,7 +90,8 @@ def test_metadata_nested_too_deeply_to_walk_names_the_file(tmp_path):
     path = parquet(tmp_path / "d.parquet", base(), {METADATA_KEY: raw})
     assert error_line(cli("report", str(path))) == (
         f"error: {path}: the 'mismatchscope' file metadata is nested too deeply (the file was not written by "
-        "mismatchscope, or was damaged; rewrite it without that metadata key)")
+        "mismatchscope, or was damaged; rewrite it without that metadata key)"
+    )
 
 
 def test_a_file_name_that_is_not_utf8_is_refused(tmp_path):
@@ -95,7 +102,8 @@ def test_a_file_name_that_is_not_utf8_is_refused(tmp_path):
     os.link(os.fsencode(tmp_path / "good.parquet"), bad)
     # the byte 0xff reaches Python as the surrogate escape U+DCFF, printed as its escape text
     assert error_line(cli("report", os.fsdecode(bad))) == (
-        f"error: {tmp_path}/\\udcffbad.parquet: the file name is not valid UTF-8 (rename the file)")
+        f"error: {tmp_path}/\\udcffbad.parquet: the file name is not valid UTF-8 (rename the file)"
+    )
 
 
 # ---- Parquet integrity -----------------------------------------------------------------------------
@@ -104,9 +112,13 @@ def test_a_file_name_that_is_not_utf8_is_refused(tmp_path):
 def _crc_file(tmp_path):
     """200 tokens, uncompressed, with page checksums; |log p - log q| = 0.1 everywhere."""
     n = 200
-    return parquet(tmp_path / "crc.parquet", base(n, sequence_id=[i // 20 for i in range(n)],
-                                                  position=[i % 20 for i in range(n)]),
-                   compression="none", use_dictionary=False, write_page_checksum=True)
+    return parquet(
+        tmp_path / "crc.parquet",
+        base(n, sequence_id=[i // 20 for i in range(n)], position=[i % 20 for i in range(n)]),
+        compression="none",
+        use_dictionary=False,
+        write_page_checksum=True,
+    )
 
 
 def test_a_file_with_sound_page_checksums_reads(tmp_path):
@@ -124,7 +136,8 @@ def test_a_data_page_that_fails_its_checksum_is_refused(tmp_path):
     # without the check pyarrow decodes the flipped value and the mean moves; with it the page is refused
     assert error_line(cli("report", str(path))) == (
         f"error: {path}: damaged Parquet data (could not verify page integrity, CRC checksum verification failed for "
-        "page_ordinal 0) (the file was damaged after it was written; copy or write it again)")
+        "page_ordinal 0) (the file was damaged after it was written; copy or write it again)"
+    )
 
 
 # ---- values ----------------------------------------------------------------------------------------
@@ -133,16 +146,20 @@ def test_a_data_page_that_fails_its_checksum_is_refused(tmp_path):
 @pytest.mark.parametrize("command", ["report", "compare-masks", "timeline"])
 def test_a_duplicate_hidden_behind_a_non_finite_logprob_is_refused(tmp_path, command):
     """Position 2 twice, one copy with a NaN: the NaN row is dropped from the numbers but still names the token."""
-    path = parquet(tmp_path / "d.parquet", base(4, position=[0, 1, 2, 2], sampler_logprob=[-0.5, -0.5, -0.5, math.nan],
-                                                step=[0, 0, 0, 0]))
+    path = parquet(
+        tmp_path / "d.parquet",
+        base(4, position=[0, 1, 2, 2], sampler_logprob=[-0.5, -0.5, -0.5, math.nan], step=[0, 0, 0, 0]),
+    )
     assert error_line(cli(command, str(path))) == (
-        f"error: duplicate (sequence_id, position) rows: sequence 1 position 2 appears more than once {DUP_HINT}")
+        f"error: duplicate (sequence_id, position) rows: sequence 1 position 2 appears more than once {DUP_HINT}"
+    )
 
 
 def test_a_duplicate_hidden_behind_a_sentinel_is_refused(tmp_path):
     path = parquet(tmp_path / "d.parquet", base(4, position=[0, 1, 2, 2], trainer_logprob=[-0.6, -0.6, -0.6, -9999.0]))
     assert error_line(cli("compare-masks", str(path))) == (
-        f"error: duplicate (sequence_id, position) rows: sequence 1 position 2 appears more than once {DUP_HINT}")
+        f"error: duplicate (sequence_id, position) rows: sequence 1 position 2 appears more than once {DUP_HINT}"
+    )
 
 
 def test_a_dropped_token_is_not_a_gap(tmp_path):
@@ -150,27 +167,33 @@ def test_a_dropped_token_is_not_a_gap(tmp_path):
     path = parquet(tmp_path / "g.parquet", base(sampler_logprob=[-0.5, -0.5, math.nan, -0.5, -0.5]))
     payload = report_json(path)
     assert payload["tokens"] == 4
-    assert payload["warnings"] == ["1 of 5 tokens have a non-finite logprob (NaN or inf) and were excluded from every "
-                                   "number below"]
+    assert payload["warnings"] == [
+        "1 of 5 tokens have a non-finite logprob (NaN or inf) and were excluded from every number below"
+    ]
 
 
 def test_the_sentinel_in_a_float16_column_is_the_sentinel(tmp_path):
     """float16 cannot hold -9999 and stores -10000; read as the -inf sentinel, the token is dropped:
     4 tokens left, each with |log p - log q| = |-0.6 - (-0.5)| = 0.1 (not 9999.4)."""
-    path = parquet(tmp_path / "h.parquet", base(sampler_logprob=pa.array([-0.5, -9999.0, -0.5, -0.5, -0.5], pa.float16())))
+    path = parquet(
+        tmp_path / "h.parquet", base(sampler_logprob=pa.array([-0.5, -9999.0, -0.5, -0.5, -0.5], pa.float16()))
+    )
     assert pq.read_table(path).column("sampler_logprob").to_pylist()[1] == -10000.0
     r = cli("report", str(path), "--format", "json")
     assert r.returncode == 0 and r.stderr.splitlines() == [
         "warning: 1 of 5 tokens have a non-finite logprob (NaN or inf, 1 of them -9999 sentinels read as -inf) and were "
-        "excluded from every number below"]
+        "excluded from every number below"
+    ]
     payload = json.loads(r.stdout)
     assert payload["tokens"] == 4
     assert payload["metrics"]["abs_logprob_diff_max"] == pytest.approx(0.1)
 
 
 def _overflow_warning(sequences: int, largest: float) -> str:
-    return (f"warning: {sequences} sequence(s) hold a token with log p - log q above 354.9 (largest {largest}: the sampler "
-            "gave it almost no probability); r^2 overflows float64 there, so chi2 reads inf and ESS is not reported\n")
+    return (
+        f"warning: {sequences} sequence(s) hold a token with log p - log q above 354.9 (largest {largest}: the sampler "
+        "gave it almost no probability); r^2 overflows float64 there, so chi2 reads inf and ESS is not reported\n"
+    )
 
 
 def test_huge_log_ratios_print_inf_and_no_numpy_warning(tmp_path):
@@ -206,45 +229,59 @@ def test_infinite_geometric_ratios_have_infinite_quantiles(tmp_path):
 # ---- integer ranges ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("column, values, shown", [
-    ("sequence_id", pa.array([2 ** 64 - 1] * 2, pa.uint64()), 2 ** 64 - 1),
-    ("token_id", pa.array([2 ** 63, 5], pa.uint64()), 2 ** 63),
-])
+@pytest.mark.parametrize(
+    "column, values, shown",
+    [
+        ("sequence_id", pa.array([2**64 - 1] * 2, pa.uint64()), 2**64 - 1),
+        ("token_id", pa.array([2**63, 5], pa.uint64()), 2**63),
+    ],
+)
 def test_unsigned_ids_beyond_int64_are_refused(tmp_path, column, values, shown):
     """2^64 - 1 cast to int64 is -1: report --worst printed sequence -1."""
     path = parquet(tmp_path / "u.parquet", base(2, **{column: values}))
     assert error_line(cli("report", str(path), "--worst", "1")) == (
         f"error: {path}: column {column!r} holds {shown}, above the largest int64 (2^63 - 1) the format stores "
-        "(ids are signed 64-bit integers; renumber them, or write the column as int64)")
+        "(ids are signed 64-bit integers; renumber them, or write the column as int64)"
+    )
 
 
 def test_unsigned_ids_within_int64_are_read(tmp_path):
-    path = parquet(tmp_path / "u.parquet", base(2, sequence_id=pa.array([2 ** 63 - 1] * 2, pa.uint64()),
-                                                token_id=pa.array([3, 4], pa.uint64())))
+    path = parquet(
+        tmp_path / "u.parquet",
+        base(2, sequence_id=pa.array([2**63 - 1] * 2, pa.uint64()), token_id=pa.array([3, 4], pa.uint64())),
+    )
     assert report_json(path)["tokens"] == 2
 
 
 def test_unsigned_topk_ids_beyond_int64_are_refused(tmp_path):
-    path = parquet(tmp_path / "u.parquet", base(2, **_topk(ids=pa.array([[2 ** 64 - 1, 9], [8, 3]], pa.list_(pa.uint64())))))
+    path = parquet(
+        tmp_path / "u.parquet", base(2, **_topk(ids=pa.array([[2**64 - 1, 9], [8, 3]], pa.list_(pa.uint64()))))
+    )
     assert error_line(cli("report", str(path))) == (
-        f"error: {path}: column 'sampler_topk_ids' holds {2 ** 64 - 1}, above the largest int64 (2^63 - 1) the format "
-        "stores (ids are signed 64-bit integers; renumber them, or write the column as int64)")
+        f"error: {path}: column 'sampler_topk_ids' holds {2**64 - 1}, above the largest int64 (2^63 - 1) the format "
+        "stores (ids are signed 64-bit integers; renumber them, or write the column as int64)"
+    )
 
 
-@pytest.mark.parametrize("step", [INT64_MIN, -(2 ** 52) - 1, 2 ** 52 + 1, 2 ** 63 - 1])
+@pytest.mark.parametrize("step", [INT64_MIN, -(2**52) - 1, 2**52 + 1, 2**63 - 1])
 def test_timeline_refuses_steps_beyond_its_key_range(tmp_path, step):
     """np.abs(INT64_MIN) is INT64_MIN (negative): the old check let it through, and step * 1024 wrapped into step 0."""
-    path = parquet(tmp_path / "s.parquet", base(4, sequence_id=[1, 1, 2, 2], position=[0, 1, 0, 1], step=[step, step, 0, 0]))
+    path = parquet(
+        tmp_path / "s.parquet", base(4, sequence_id=[1, 1, 2, 2], position=[0, 1, 0, 1], step=[step, step, 0, 0])
+    )
     assert error_line(cli("timeline", str(path))) == (
         f"error: step value {step} is beyond +-2^52: not a training step counter "
-        "(map the training step column with --column step=NAME)")
+        "(map the training step column with --column step=NAME)"
+    )
 
 
 def test_timeline_keeps_the_largest_steps_apart(tmp_path):
     """Steps +-2^52 (the documented bound, inclusive) and 0 are three steps of two tokens each, never merged."""
-    big = 2 ** 52
-    path = parquet(tmp_path / "s.parquet", base(6, sequence_id=[1, 1, 2, 2, 3, 3], position=[0, 1] * 3,
-                                                step=[-big, -big, 0, 0, big, big]))
+    big = 2**52
+    path = parquet(
+        tmp_path / "s.parquet",
+        base(6, sequence_id=[1, 1, 2, 2, 3, 3], position=[0, 1] * 3, step=[-big, -big, 0, 0, big, big]),
+    )
     r = cli("timeline", str(path), "--format", "json")
     assert r.returncode == 0, r.stderr
     assert [(row["step"], row["tokens"]) for row in json.loads(r.stdout)["rows"]] == [(-big, 2), (0, 2), (big, 2)]
@@ -255,9 +292,11 @@ def test_timeline_keeps_the_largest_steps_apart(tmp_path):
 
 def _topk(ids=None, logprobs=None, at=None, trainer_ids=None, trainer_logprobs=None) -> dict:
     """Two tokens' top-2 lists (the base table's token ids are 7 and 8)."""
-    cols = {"sampler_topk_ids": [[7, 9], [8, 3]] if ids is None else ids,
-            "sampler_topk_logprobs": [[-0.7, -1.0]] * 2 if logprobs is None else logprobs,
-            "trainer_logprobs_at_sampler_topk": [[-0.7, -1.0]] * 2 if at is None else at}
+    cols = {
+        "sampler_topk_ids": [[7, 9], [8, 3]] if ids is None else ids,
+        "sampler_topk_logprobs": [[-0.7, -1.0]] * 2 if logprobs is None else logprobs,
+        "trainer_logprobs_at_sampler_topk": [[-0.7, -1.0]] * 2 if at is None else at,
+    }
     if trainer_ids is not None:
         cols["trainer_topk_ids"] = trainer_ids
         cols["trainer_topk_logprobs"] = [[-0.7, -1.0]] * 2 if trainer_logprobs is None else trainer_logprobs
@@ -267,9 +306,10 @@ def _topk(ids=None, logprobs=None, at=None, trainer_ids=None, trainer_logprobs=N
 def test_topk_overlap_with_ids_near_two_to_the_63(tmp_path):
     """Row 0: both lists hold {2^62, 9}: 2 of 2 shared. Row 1: {8, 2^62 + 1} against {2^62 + 1, 5}: 1 of 2.
     Mean overlap (1 + 0.5) / 2 = 0.75. (row * width + id overflowed int64 for the shared 2^62 + 1 of row 1.)"""
-    big = 2 ** 62
-    path = parquet(tmp_path / "o.parquet", base(2, **_topk(ids=[[big, 9], [8, big + 1]],
-                                                           trainer_ids=[[big, 9], [big + 1, 5]])))
+    big = 2**62
+    path = parquet(
+        tmp_path / "o.parquet", base(2, **_topk(ids=[[big, 9], [8, big + 1]], trainer_ids=[[big, 9], [big + 1, 5]]))
+    )
     overlap = report_json(path)["score_centering"]["topk_overlap"]
     assert overlap["tokens"] == 2 and overlap["mean"] == pytest.approx(0.75)
 
@@ -277,7 +317,7 @@ def test_topk_overlap_with_ids_near_two_to_the_63(tmp_path):
 def test_topk_overlap_of_huge_ids_by_hand():
     from mismatchscope.analysis.topk import topk_overlap
 
-    top = 2 ** 63 - 1
+    top = 2**63 - 1
     # equal lengths: row 0 shares {0, top}: 2/2; row 1: A = {7} (7 twice counts once), B = {7, 1}: 1/2
     a = pa.array([[top, 0], [7, 7]], pa.list_(pa.int64()))
     b = pa.array([[0, top], [7, 1]], pa.list_(pa.int64()))
@@ -293,23 +333,42 @@ def test_topk_overlap_of_huge_ids_by_hand():
 def test_fixed_size_topk_lists_read_like_lists(tmp_path):
     """pa.list_(t, 2) columns give the numbers of the same lists written as plain lists."""
     plain = parquet(tmp_path / "plain.parquet", base(2, **_topk(trainer_ids=[[7, 9], [8, 5]])))
-    fixed = parquet(tmp_path / "fixed.parquet", base(2, **{
-        name: pa.array(values, pa.list_(pa.int64() if name.endswith("ids") else pa.float64(), 2))
-        for name, values in _topk(trainer_ids=[[7, 9], [8, 5]]).items()}))
+    fixed = parquet(
+        tmp_path / "fixed.parquet",
+        base(
+            2,
+            **{
+                name: pa.array(values, pa.list_(pa.int64() if name.endswith("ids") else pa.float64(), 2))
+                for name, values in _topk(trainer_ids=[[7, 9], [8, 5]]).items()
+            },
+        ),
+    )
     want, got = report_json(plain), report_json(fixed)
     assert got["topk"] == want["topk"] and got["score_centering"] == want["score_centering"]
     assert got["score_centering"]["topk_overlap"]["mean"] == pytest.approx(0.75)  # rows: 2/2 and 1/2
 
 
-@pytest.mark.parametrize("columns, message", [
-    (_topk(ids=[[7, None], [8, 3]]), "column 'sampler_topk_ids' has 1 null id(s) inside its lists (a top-k list holds "
-                                     "one id per listed token; write each list whole)"),
-    (_topk(trainer_ids=[[7, 9], [None, 3]]), "column 'trainer_topk_ids' has 1 null id(s) inside its lists (a top-k list "
-                                             "holds one id per listed token; write each list whole)"),
-    (_topk(logprobs=[[-0.7, None], [-0.7, -1.0]]), "column 'sampler_topk_logprobs' has 1 null logprob(s) inside its "
-                                                   "lists (a top-k list holds one logprob per listed token; write each "
-                                                   "list whole)"),
-])
+@pytest.mark.parametrize(
+    "columns, message",
+    [
+        (
+            _topk(ids=[[7, None], [8, 3]]),
+            "column 'sampler_topk_ids' has 1 null id(s) inside its lists (a top-k list holds "
+            "one id per listed token; write each list whole)",
+        ),
+        (
+            _topk(trainer_ids=[[7, 9], [None, 3]]),
+            "column 'trainer_topk_ids' has 1 null id(s) inside its lists (a top-k list "
+            "holds one id per listed token; write each list whole)",
+        ),
+        (
+            _topk(logprobs=[[-0.7, None], [-0.7, -1.0]]),
+            "column 'sampler_topk_logprobs' has 1 null logprob(s) inside its "
+            "lists (a top-k list holds one logprob per listed token; write each "
+            "list whole)",
+        ),
+    ],
+)
 def test_bad_topk_lists_are_refused(tmp_path, columns, message):
     path = parquet(tmp_path / "t.parquet", base(2, **columns))
     assert error_line(cli("report", str(path))) == f"error: {path}: {message}"
@@ -348,26 +407,47 @@ def test_a_ratio_beyond_float64_reads_inf_and_says_why(tmp_path, monkeypatch):
     - quantiles, numpy's linear method over r = (1, 1, 1, inf): q0.5 at virtual rank 1.5 is 1; q0.99 at 2.97 lies
       between 1 and inf, so inf (was NaN, from inf - inf * 0.03).
     """
-    path = parquet(tmp_path / "o.parquet", base(4, sequence_id=[1, 1, 2, 2], position=[0, 1, 0, 1],
-                                                sampler_logprob=[-800.0, -1.0, -0.5, -0.5],
-                                                trainer_logprob=[-0.1, -1.0, -0.5, -0.5]))
+    path = parquet(
+        tmp_path / "o.parquet",
+        base(
+            4,
+            sequence_id=[1, 1, 2, 2],
+            position=[0, 1, 0, 1],
+            sampler_logprob=[-800.0, -1.0, -0.5, -0.5],
+            trainer_logprob=[-0.1, -1.0, -0.5, -0.5],
+        ),
+    )
     out = report_json(path)
     m = out["metrics"]
-    assert (m["k3_mean"], m["kl_reverse_k3_mean"], m["chi2_token"], m["ess"], m["ratio_max"]) == ("inf", "inf", "inf", None, "inf")
+    assert (m["k3_mean"], m["kl_reverse_k3_mean"], m["chi2_token"], m["ess"], m["ratio_max"]) == (
+        "inf",
+        "inf",
+        "inf",
+        None,
+        "inf",
+    )
     assert m["ratio_min"] == 1.0
     assert m["ratio_quantiles"]["0.5"] == 1.0 and m["ratio_quantiles"]["0.99"] == "inf"
     assert m["k1_mean"] == pytest.approx(-799.9 / 4)
     assert out["warnings"] == [
         "1 sequence(s) hold a token with log p - log q above 354.9 (largest 799.9: the sampler gave it almost no "
-        "probability); r^2 overflows float64 there, so chi2 reads inf and ESS is not reported"]
+        "probability); r^2 overflows float64 there, so chi2 reads inf and ESS is not reported"
+    ]
 
 
 def test_a_ratio_whose_square_overflows_leaves_ess_unreported(tmp_path):
     """l = 400: r = e^400 is finite but r^2 = e^800 is not; ESS = (e^400 + 3)^2 / (4 * inf) would read 0, a wrong
     number (the true ESS / n is about 1/4: one token carries all the weight). It is not reported."""
-    path = parquet(tmp_path / "o.parquet", base(4, sequence_id=[1, 1, 2, 2], position=[0, 1, 0, 1],
-                                                sampler_logprob=[-400.5, -1.0, -0.5, -0.5],
-                                                trainer_logprob=[-0.5, -1.0, -0.5, -0.5]))
+    path = parquet(
+        tmp_path / "o.parquet",
+        base(
+            4,
+            sequence_id=[1, 1, 2, 2],
+            position=[0, 1, 0, 1],
+            sampler_logprob=[-400.5, -1.0, -0.5, -0.5],
+            trainer_logprob=[-0.5, -1.0, -0.5, -0.5],
+        ),
+    )
     m = report_json(path)["metrics"]
     assert m["ess"] is None and m["chi2_token"] == "inf"
     assert m["ratio_max"] == pytest.approx(math.exp(400.0))
@@ -376,9 +456,16 @@ def test_a_ratio_whose_square_overflows_leaves_ess_unreported(tmp_path):
 def test_an_infinite_bucket_mean_is_drawn_and_marked(tmp_path):
     """The k3 panels got a NaN bar and matplotlib's RuntimeWarning; the bar now reaches the top, marked inf."""
     pytest.importorskip("matplotlib")
-    path = parquet(tmp_path / "o.parquet", base(4, sequence_id=[1, 1, 2, 2], position=[0, 1, 0, 1],
-                                                sampler_logprob=[-800.0, -1.0, -0.5, -0.5],
-                                                trainer_logprob=[-0.1, -1.0, -0.5, -0.5]))
+    path = parquet(
+        tmp_path / "o.parquet",
+        base(
+            4,
+            sequence_id=[1, 1, 2, 2],
+            position=[0, 1, 0, 1],
+            sampler_logprob=[-800.0, -1.0, -0.5, -0.5],
+            trainer_logprob=[-0.1, -1.0, -0.5, -0.5],
+        ),
+    )
     r = cli("report", str(path), "--plots", str(tmp_path / "p"), "--format", "json")
     assert r.returncode == 0 and "RuntimeWarning" not in r.stderr, r.stderr
     assert (tmp_path / "p" / "breakdowns.png").stat().st_size > 0
@@ -386,9 +473,17 @@ def test_an_infinite_bucket_mean_is_drawn_and_marked(tmp_path):
 
 def test_gate_does_not_read_an_overflowed_ess_as_zero(tmp_path):
     """With r = e^400, (sum r)^2 / (n * inf) was an ESS of 0, failing an ess limit on a number the data does not hold."""
-    path = parquet(tmp_path / "o.parquet", base(4, sequence_id=[1, 1, 2, 2], position=[0, 1, 0, 1],
-                                                sampler_logprob=[-400.5, -1.0, -0.5, -0.5],
-                                                trainer_logprob=[-0.5, -1.0, -0.5, -0.5]))
+    path = parquet(
+        tmp_path / "o.parquet",
+        base(
+            4,
+            sequence_id=[1, 1, 2, 2],
+            position=[0, 1, 0, 1],
+            sampler_logprob=[-400.5, -1.0, -0.5, -0.5],
+            trainer_logprob=[-0.5, -1.0, -0.5, -0.5],
+        ),
+    )
     assert error_line(cli("gate", str(path), "--limit", "ess>=0.5", "--absolute-only")) == (
         f"error: ess is not available for the candidate ({path}): a token's log p - log q exceeds 354.9, so r^2 "
-        "overflows float64 (report warns where) (remove the limit on it, or record what it needs)")
+        "overflows float64 (report warns where) (remove the limit on it, or record what it needs)"
+    )

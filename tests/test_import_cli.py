@@ -11,10 +11,18 @@ from tests.importers.layouts import nemo_sample, write_nemo_step
 def test_import_nemo_rl_then_report_and_timeline(tmp_path):
     logs = tmp_path / "logs" / "exp_001"
     # step 1: one sample, 2 prompt tokens + 3 generated; q = [0.5, 0.2, 0.9], p = [0.2, 0.6, 0.9]
-    s1 = nemo_sample([5, 6], [7, 8, 9], [math.log(0.5), math.log(0.2), math.log(0.9)],
-                     [math.log(0.2), math.log(0.6), math.log(0.9)], adv=1.0, reward=1.0)
+    s1 = nemo_sample(
+        [5, 6],
+        [7, 8, 9],
+        [math.log(0.5), math.log(0.2), math.log(0.9)],
+        [math.log(0.2), math.log(0.6), math.log(0.9)],
+        adv=1.0,
+        reward=1.0,
+    )
     # step 2: identical logprobs on both sides
-    s2 = nemo_sample([5, 6], [7, 8], [math.log(0.5), math.log(0.5)], [math.log(0.5), math.log(0.5)], adv=-1.0, reward=0.0)
+    s2 = nemo_sample(
+        [5, 6], [7, 8], [math.log(0.5), math.log(0.5)], [math.log(0.5), math.log(0.5)], adv=-1.0, reward=0.0
+    )
     write_nemo_step(logs, 1, [s1])
     write_nemo_step(logs, 2, [s2])
     out = tmp_path / "imported"

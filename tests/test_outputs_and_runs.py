@@ -50,13 +50,18 @@ def test_an_output_may_not_replace_a_file_of_the_input_run(tmp_path, write):
     manifest = run / "manifest.json"
     before = manifest.read_bytes()
     r = cli("report", str(run / "tokens"), "--html", str(manifest))
-    assert error_line(r) == (f"error: --html {manifest} would replace manifest.json of the input run {run / 'tokens'} "
-                             "(choose another output path)")
+    assert error_line(r) == (
+        f"error: --html {manifest} would replace manifest.json of the input run {run / 'tokens'} "
+        "(choose another output path)"
+    )
     shard_dir = run / "tokens" / "x.html"
     assert error_line(cli("report", str(run), "--html", str(shard_dir))) == (
-        f"error: --html {shard_dir} is among the shards of the input run {run} (write outputs outside the run's tokens/ folder)")
+        f"error: --html {shard_dir} is among the shards of the input run {run} (write outputs outside the run's tokens/ folder)"
+    )
     assert manifest.read_bytes() == before
-    r = cli("report", str(run), "--html", str(run / "report.html"), "--format", "json")  # a new file beside the run's is fine
+    r = cli(
+        "report", str(run), "--html", str(run / "report.html"), "--format", "json"
+    )  # a new file beside the run's is fine
     assert r.returncode in (0, 2) and "would replace" not in r.stderr  # 2 only without the plot extra
 
 
@@ -65,10 +70,20 @@ def test_the_step_summary_may_not_be_a_hard_link_to_the_candidate(tmp_path, writ
     link = tmp_path / "summary.md"
     os.link(cand, link)
     before = cand.read_bytes()
-    r = cli("gate", str(cand), "--absolute-only", "--bootstrap", "0", "--limit", "k3_mean<=1",
-            env={"GITHUB_STEP_SUMMARY": str(link)})
-    assert error_line(r) == (f"error: GITHUB_STEP_SUMMARY {link} is an input of this command ({cand}); writing it would "
-                             "destroy the data (choose another output path)")
+    r = cli(
+        "gate",
+        str(cand),
+        "--absolute-only",
+        "--bootstrap",
+        "0",
+        "--limit",
+        "k3_mean<=1",
+        env={"GITHUB_STEP_SUMMARY": str(link)},
+    )
+    assert error_line(r) == (
+        f"error: GITHUB_STEP_SUMMARY {link} is an input of this command ({cand}); writing it would "
+        "destroy the data (choose another output path)"
+    )
     assert cand.read_bytes() == before
 
 
@@ -82,13 +97,15 @@ def test_pictures_never_replace_an_input(tmp_path, write):
     r = cli("report", str(data), "--plots", str(pics))
     assert error_line(r, after_work=True) == (
         f"error: --plots {pics / 'log_ratio_hist.png'} is an input of this command ({data}); writing it would destroy "
-        "the data (choose another output path)")
+        "the data (choose another output path)"
+    )
     named = pics / "prob_density.png"  # the input itself carries a picture's name
     named.write_bytes(before)
     r = cli("report", str(named), "--plots", str(pics))
     assert error_line(r, after_work=True) == (
         f"error: --plots {named} is an input of this command ({named}); writing it would destroy the data "
-        "(choose another output path)")
+        "(choose another output path)"
+    )
     assert data.read_bytes() == before and named.read_bytes() == before
 
 
@@ -99,15 +116,20 @@ def test_compare_masks_checks_its_plots_folder_before_the_analysis(tmp_path, wri
 def test_a_run_may_not_be_written_inside_another_run(tmp_path, write):
     run = make_run(tmp_path / "run", write)
     dump = tmp_path / "dump.jsonl"
-    dump.write_text(json.dumps({"token_ids": [5, 6], "sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.4, -1.1]}) + "\n")
+    dump.write_text(
+        json.dumps({"token_ids": [5, 6], "sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.4, -1.1]}) + "\n"
+    )
     inner = run / "tokens"
     assert error_line(cli("import", "jsonl", str(dump), "--out", str(inner))) == (
-        f"error: --out {inner} is inside the run directory {run} (give each run its own folder, outside other runs)")
+        f"error: --out {inner} is inside the run directory {run} (give each run its own folder, outside other runs)"
+    )
     # the other way round: a folder holding a run would become a run holding it
     assert error_line(cli("import", "jsonl", str(dump), "--out", str(tmp_path))) == (
-        f"error: --out {tmp_path} holds the run directory {run} (give each run its own folder, outside other runs)")
+        f"error: --out {tmp_path} holds the run directory {run} (give each run its own folder, outside other runs)"
+    )
     assert error_line(cli("import", "jsonl", str(dump), "--out", "", cwd=tmp_path)) == (
-        "error: --out is an empty path (give --out a new folder, e.g. --out runs/new)")
+        "error: --out is an empty path (give --out a new folder, e.g. --out runs/new)"
+    )
     assert not (tmp_path / "tokens").exists() and not (tmp_path / "manifest.json").exists()
 
 
@@ -118,8 +140,10 @@ def test_a_folder_holding_an_unfinished_run(tmp_path, write):
     parent = tmp_path / "runs"
     run = make_run(parent / "a", write, status="running")
     r = cli("gate", str(parent), "--absolute-only", "--bootstrap", "0", "--limit", "tv_token_mean<=1")
-    expected = (f"{run} is an incomplete run (manifest.json status is 'running', not 'complete': killed, or still being "
-                "written); read what is there: 1 shard(s), 5 rows")
+    expected = (
+        f"{run} is an incomplete run (manifest.json status is 'running', not 'complete': killed, or still being "
+        "written); read what is there: 1 shard(s), 5 rows"
+    )
     assert error_line(r) == f"error: {expected} (wait for the run to finish, or point at complete shards)"
     r = cli("report", str(parent), "--format", "json")
     assert r.returncode == 0, r.stderr
@@ -131,14 +155,18 @@ def test_a_folder_holding_an_unfinished_run(tmp_path, write):
 
 def test_empty_and_special_input_paths(tmp_path):
     assert error_line(cli("report", "", cwd=tmp_path)) == (
-        "error: an empty path was given as input (give a Parquet file, a folder of shards, a run directory or a glob)")
+        "error: an empty path was given as input (give a Parquet file, a folder of shards, a run directory or a glob)"
+    )
     assert error_line(cli("compare-masks", os.devnull)) == (
         f"error: {os.devnull}: not a regular file or a directory (give a Parquet file, a folder of shards, a run directory "
-        "or a glob)")
+        "or a glob)"
+    )
     assert error_line(cli("gate", str(tmp_path), "--config", str(tmp_path))) == (
-        f"error: config file {tmp_path} is a directory (give a file, e.g. {tmp_path / 'gate.toml'})")
+        f"error: config file {tmp_path} is a directory (give a file, e.g. {tmp_path / 'gate.toml'})"
+    )
     assert error_line(cli("gate", str(tmp_path), "--config", os.devnull)) == (
-        f"error: config file {os.devnull} is not a regular file (give a gate.toml file)")
+        f"error: config file {os.devnull} is not a regular file (give a gate.toml file)"
+    )
 
 
 # ---- gate baselines ---------------------------------------------------------------------
@@ -149,8 +177,10 @@ def test_a_baseline_that_is_the_candidate_under_another_name(tmp_path, write):
     link = tmp_path / "base.parquet"
     os.link(cand, link)
     r = cli("gate", str(cand), "--baseline", str(link), "--bootstrap", "0")
-    assert error_line(r) == (f"error: the baseline {link} is the candidate itself (pass as --baseline the run sampled by "
-                             "the current serving stack)")
+    assert error_line(r) == (
+        f"error: the baseline {link} is the candidate itself (pass as --baseline the run sampled by "
+        "the current serving stack)"
+    )
 
 
 def _config(tmp_path: Path, text: str) -> str:
@@ -167,8 +197,10 @@ def test_a_byte_identical_baseline_is_warned_about(tmp_path, write):
     cfg = _config(tmp_path, "[regression]\nk3_mean = { max_increase = 0.25, floor = 1e-6 }\n")
     r = cli("gate", str(cand), "--baseline", str(copy), "--config", cfg, "--bootstrap", "0", "--format", "json")
     assert r.returncode == 0, r.stderr  # identical data passes every limit: right for a deterministic, unchanged stack
-    assert (f"warning: the baseline {copy} holds the same data as the candidate (same sizes, identical Parquet footers): "
-            "every regression limit passes by construction; is it a copy?") in " ".join(r.stderr.split())
+    assert (
+        f"warning: the baseline {copy} holds the same data as the candidate (same sizes, identical Parquet footers): "
+        "every regression limit passes by construction; is it a copy?"
+    ) in " ".join(r.stderr.split())
     other = write(pairs(ROWS[:4]), "other.parquet")
     r = cli("gate", str(cand), "--baseline", str(other), "--config", cfg, "--bootstrap", "0", "--format", "json")
     assert r.returncode in (0, 1) and "same data" not in r.stderr, r.stderr
@@ -178,23 +210,33 @@ def test_absolute_only_with_a_regression_limit(tmp_path, write):
     cand = write(pairs(ROWS), "cand.parquet")
     base = write(pairs(ROWS[:4]), "base.parquet")
     r = cli("gate", str(cand), "--absolute-only", "--baseline", str(base), "--max-increase", "k3_mean=10%")
-    assert error_line(r) == ("error: --max-increase sets a regression limit against the baseline, which --absolute-only "
-                             "leaves out (drop --absolute-only to compare with the baseline, or drop --max-increase)")
+    assert error_line(r) == (
+        "error: --max-increase sets a regression limit against the baseline, which --absolute-only "
+        "leaves out (drop --absolute-only to compare with the baseline, or drop --max-increase)"
+    )
 
 
 # ---- rule parameters ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("rule, message", [
-    ("icepop:alpha=0.2,alpha=0.3", "rule 'icepop': alpha is given twice in 'icepop:alpha=0.2,alpha=0.3' (give each parameter once)"),
-    ("icepop:beta=1_000", "rule 'icepop': parameter beta='1_000' is not a number"),  # float() would read 1000
-    ("icepop:beta=\u0665", "rule 'icepop': parameter beta='\u0665' is not a number"),  # an Arabic-Indic 5
-    # '_' separates verl's two bounds; float() would read 0.5 and 2_3 = 23
-    ("verl-rs:option=token_k1,threshold=0.5_2_3",
-     "rule 'verl-rs': threshold '0.5_2_3' for token_k1 is not 'L_U' or one number U (e.g. 0.5_2.0 or 2)"),
-    # 1.0000001 printed as :g would read "delta=1 is outside [0, 1]"
-    ("ipo:delta=1.0000001", "rule 'ipo': delta=1.0000001 is outside its range [0, 1]"),
-])
+@pytest.mark.parametrize(
+    "rule, message",
+    [
+        (
+            "icepop:alpha=0.2,alpha=0.3",
+            "rule 'icepop': alpha is given twice in 'icepop:alpha=0.2,alpha=0.3' (give each parameter once)",
+        ),
+        ("icepop:beta=1_000", "rule 'icepop': parameter beta='1_000' is not a number"),  # float() would read 1000
+        ("icepop:beta=\u0665", "rule 'icepop': parameter beta='\u0665' is not a number"),  # an Arabic-Indic 5
+        # '_' separates verl's two bounds; float() would read 0.5 and 2_3 = 23
+        (
+            "verl-rs:option=token_k1,threshold=0.5_2_3",
+            "rule 'verl-rs': threshold '0.5_2_3' for token_k1 is not 'L_U' or one number U (e.g. 0.5_2.0 or 2)",
+        ),
+        # 1.0000001 printed as :g would read "delta=1 is outside [0, 1]"
+        ("ipo:delta=1.0000001", "rule 'ipo': delta=1.0000001 is outside its range [0, 1]"),
+    ],
+)
 def test_rule_parameters_are_read_strictly(rule, message):
     r = cli("compare-masks", str(Path(__file__).parents[1] / "sample_data" / "simulated_pairs.parquet"), "--rule", rule)
     assert error_line(r) == f"error: {message}"
@@ -214,8 +256,16 @@ def test_a_drawn_sweep_may_switch_a_bound_off(tmp_path):
 def test_a_closed_stdout_or_an_unwritable_stderr_does_not_change_the_verdict(tmp_path, write):
     cand = write(pairs(ROWS), "cand.parquet")
     # ROWS' k3 mean is about 2.2 (((0.4-1)-ln 0.4 + (3-1)-ln 3 + 0 + (2e-5-1)-ln 2e-5 + 0) / 5): max 10 passes, max 0.1 fails
-    passing = [EXE, "gate", str(cand), "--absolute-only", "--bootstrap", "0", "--config",
-               _config(tmp_path, "[absolute]\nk3_mean = { max = 10 }\n")]
+    passing = [
+        EXE,
+        "gate",
+        str(cand),
+        "--absolute-only",
+        "--bootstrap",
+        "0",
+        "--config",
+        _config(tmp_path, "[absolute]\nk3_mean = { max = 10 }\n"),
+    ]
     failing = passing[:-1] + [_config(tmp_path / "f", "[absolute]\nk3_mean = { max = 0.1 }\n")]
     # stdout closed outright (>&-): the tables are lost, the verdict is not
     for argv, code in ((passing, 0), (failing, 1)):
@@ -246,13 +296,17 @@ def test_dot_dot_after_a_link_is_resolved_in_order(tmp_path, write):
     (tmp_path / "lnk").symlink_to(run / "tokens")
     before = (run / "manifest.json").read_bytes()
     r = cli("report", "run", "--html", "lnk/../manifest.json", cwd=tmp_path)
-    assert error_line(r) == ("error: --html lnk/../manifest.json would replace manifest.json of the input run run "
-                             "(choose another output path)")
+    assert error_line(r) == (
+        "error: --html lnk/../manifest.json would replace manifest.json of the input run run "
+        "(choose another output path)"
+    )
     dump = tmp_path / "dump.jsonl"
     dump.write_text(json.dumps({"token_ids": [5], "sampler_logprobs": [-0.5], "trainer_logprobs": [-0.4]}) + "\n")
     r = cli("import", "jsonl", str(dump), "--out", "lnk/../tokens/new", cwd=tmp_path)
-    assert error_line(r) == (f"error: --out lnk/../tokens/new is inside the run directory {run} "
-                             "(give each run its own folder, outside other runs)")
+    assert error_line(r) == (
+        f"error: --out lnk/../tokens/new is inside the run directory {run} "
+        "(give each run its own folder, outside other runs)"
+    )
     assert (run / "manifest.json").read_bytes() == before and not (run / "tokens" / "new").exists()
 
 
@@ -260,10 +314,20 @@ def test_a_hard_link_to_a_runs_manifest_outside_the_run(tmp_path, write):
     run = make_run(tmp_path / "run", write)
     link = tmp_path / "summary.md"
     os.link(run / "manifest.json", link)
-    r = cli("gate", str(run), "--absolute-only", "--bootstrap", "0", "--limit", "tv_token_mean<=1",
-            env={"GITHUB_STEP_SUMMARY": str(link)})
-    assert error_line(r) == (f"error: GITHUB_STEP_SUMMARY {link} is an input of this command ({run}); writing it would "
-                             "destroy the data (choose another output path)")
+    r = cli(
+        "gate",
+        str(run),
+        "--absolute-only",
+        "--bootstrap",
+        "0",
+        "--limit",
+        "tv_token_mean<=1",
+        env={"GITHUB_STEP_SUMMARY": str(link)},
+    )
+    assert error_line(r) == (
+        f"error: GITHUB_STEP_SUMMARY {link} is an input of this command ({run}); writing it would "
+        "destroy the data (choose another output path)"
+    )
 
 
 def test_a_run_reached_through_a_link_to_its_tokens_folder(tmp_path, write):
@@ -271,12 +335,16 @@ def test_a_run_reached_through_a_link_to_its_tokens_folder(tmp_path, write):
     link = tmp_path / "tl"
     link.symlink_to(run / "tokens")
     r = cli("gate", str(link), "--absolute-only", "--bootstrap", "0", "--limit", "tv_token_mean<=1")
-    assert error_line(r) == (f"error: {run} is an incomplete run (manifest.json status is 'running', not 'complete': "
-                             "killed, or still being written); read what is there: 1 shard(s), 5 rows (wait for the run "
-                             "to finish, or point at complete shards)")
+    assert error_line(r) == (
+        f"error: {run} is an incomplete run (manifest.json status is 'running', not 'complete': "
+        "killed, or still being written); read what is there: 1 shard(s), 5 rows (wait for the run "
+        "to finish, or point at complete shards)"
+    )
     r = cli("report", str(link), "--html", str(run / "manifest.json"))
-    assert error_line(r) == (f"error: --html {run / 'manifest.json'} would replace manifest.json of the input run {link} "
-                             "(choose another output path)")
+    assert error_line(r) == (
+        f"error: --html {run / 'manifest.json'} would replace manifest.json of the input run {link} "
+        "(choose another output path)"
+    )
 
 
 def test_a_folder_of_runs_where_one_was_killed_before_its_first_shard(tmp_path, write):
@@ -285,9 +353,11 @@ def test_a_folder_of_runs_where_one_was_killed_before_its_first_shard(tmp_path, 
     killed = parent / "b" / "killed"
     (killed / "tokens").mkdir(parents=True)  # no manifest, no shard: killed at once
     r = cli("gate", str(parent), "--absolute-only", "--bootstrap", "0", "--limit", "tv_token_mean<=1")
-    assert error_line(r) == (f"error: {killed} is an incomplete run (no readable manifest.json: killed, or still being "
-                             "written); read what is there: 1 shard(s), 5 rows (wait for the run to finish, or point at "
-                             "complete shards)")
+    assert error_line(r) == (
+        f"error: {killed} is an incomplete run (no readable manifest.json: killed, or still being "
+        "written); read what is there: 1 shard(s), 5 rows (wait for the run to finish, or point at "
+        "complete shards)"
+    )
 
 
 def test_pictures_may_go_into_the_input_run_folder(tmp_path, write):
@@ -295,16 +365,23 @@ def test_pictures_may_go_into_the_input_run_folder(tmp_path, write):
     run = make_run(tmp_path / "run", write)
     r = cli("report", str(run), "--plots", str(run), "--format", "json")
     assert r.returncode == 0, r.stderr
-    assert (run / "log_ratio_hist.png").stat().st_size > 0 and (run / "manifest.json").read_text() == '{"status": "complete"}'
+    assert (run / "log_ratio_hist.png").stat().st_size > 0 and (
+        run / "manifest.json"
+    ).read_text() == '{"status": "complete"}'
 
 
-@pytest.mark.parametrize("args, message", [
-    (["report", "{data}", "--plots", ""], "--plots is an empty path (give --plots a name)"),
-    (["report", "{data}", "--html", " "], "--html is an empty path (give --html a name)"),
-    (["gate", "--init", ""], "gate --init is an empty path (give gate --init a name)"),
-    (["gate", "{data}", "--config", ""],
-     "--config is an empty path (give a gate.toml, or write one with mismatchscope gate --init)"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["report", "{data}", "--plots", ""], "--plots is an empty path (give --plots a name)"),
+        (["report", "{data}", "--html", " "], "--html is an empty path (give --html a name)"),
+        (["gate", "--init", ""], "gate --init is an empty path (give gate --init a name)"),
+        (
+            ["gate", "{data}", "--config", ""],
+            "--config is an empty path (give a gate.toml, or write one with mismatchscope gate --init)",
+        ),
+    ],
+)
 def test_empty_output_names(tmp_path, write, args, message):
     data = write(pairs(ROWS), "data.parquet")
     r = cli(*[a.format(data=data) for a in args], cwd=tmp_path)
@@ -321,11 +398,14 @@ def test_a_drawn_sweep_with_no_finite_value(tmp_path, sweep):
     assert (tmp_path / "p" / "sweeps.png").stat().st_size > 0
 
 
-@pytest.mark.parametrize("record, message", [
-    ({"token_ids": [5.0, True]}, "token ids must be integers, got True at index 1"),
-    ({"sampler_logprobs": ["-0.5", -1.0]}, "sampler_logprobs must hold numbers, got '-0.5' at index 0"),
-    ({"advantages": [1.5, "2"]}, "advantages must hold numbers, got '2' at index 1"),
-])
+@pytest.mark.parametrize(
+    "record, message",
+    [
+        ({"token_ids": [5.0, True]}, "token ids must be integers, got True at index 1"),
+        ({"sampler_logprobs": ["-0.5", -1.0]}, "sampler_logprobs must hold numbers, got '-0.5' at index 0"),
+        ({"advantages": [1.5, "2"]}, "advantages must hold numbers, got '2' at index 1"),
+    ],
+)
 def test_import_refuses_text_and_booleans_among_numbers(tmp_path, record, message):
     rec = {"token_ids": [5, 6], "sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.4, -1.1], **record}
     dump = tmp_path / "d.jsonl"

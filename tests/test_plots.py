@@ -50,7 +50,7 @@ def test_probability_grid_by_hand():
     acc = PlotAccumulator()
     acc.add(token_terms(lp, lq))
     e = prob_edges()
-    bin_of = lambda x: max(0, int(np.searchsorted(e, x, side="right")) - 1)  # noqa: E731
+    bin_of = lambda x: max(0, int(np.searchsorted(e, x, side="right")) - 1)
     C = acc.prob_counts_QP
     assert C.sum() == 3
     assert C[bin_of(0.5), bin_of(0.5)] == 1 and C[bin_of(0.5), bin_of(0.05)] == 1 and C[0, bin_of(0.5)] == 1
@@ -60,17 +60,31 @@ def test_thresholds_and_default_sweeps():
     assert ratio_thresholds(make_instance("icepop", {})) == [("icepop alpha=0.5", 0.5), ("icepop beta=5", 5.0)]
     assert ratio_thresholds(make_instance("ipo", {})) == []  # |p - q|: drawn on the probability picture instead
     # the rules drawn by default and their grids come from the registrations
-    assert [name for name, *_ in default_sweeps(plot_rules(None))] == ["icepop", "icepop", "ipo", "kpop", "tis", "token-mask",
-                                                                     "token-mask"]
-    (name, key, instances), = default_sweeps([make_instance("ipo", {"delta": 0.2})])
+    assert [name for name, *_ in default_sweeps(plot_rules(None))] == [
+        "icepop",
+        "icepop",
+        "ipo",
+        "kpop",
+        "tis",
+        "token-mask",
+        "token-mask",
+    ]
+    ((name, key, instances),) = default_sweeps([make_instance("ipo", {"delta": 0.2})])
     assert key == "delta" and [i.params["delta"] for i in instances][:3] == [0.005, 0.01, 0.02]
     # verl-rs: the threshold grid follows the option's family; token_k1 draws its band on r at 1/U and 1/L
-    (name, key, instances), = default_sweeps([parse_rule("verl-rs:option=seq_mean_k3,threshold=0.01")])
-    assert (name, key) == ("verl-rs", "threshold") and [i.params["threshold"] for i in instances] == ["0.0001", "0.001", "0.01",
-                                                                                                      "0.1", "1"]
+    ((name, key, instances),) = default_sweeps([parse_rule("verl-rs:option=seq_mean_k3,threshold=0.01")])
+    assert (name, key) == ("verl-rs", "threshold") and [i.params["threshold"] for i in instances] == [
+        "0.0001",
+        "0.001",
+        "0.01",
+        "0.1",
+        "1",
+    ]
     assert all(i.params["option"] == "seq_mean_k3" and i.level == "sequence" for i in instances)
-    assert ratio_thresholds(parse_rule("verl-rs:option=token_k1,threshold=0.5_4")) == [("verl-rs 1/U=0.25", 0.25),
-                                                                                         ("verl-rs 1/L=2", 2.0)]
+    assert ratio_thresholds(parse_rule("verl-rs:option=token_k1,threshold=0.5_4")) == [
+        ("verl-rs 1/U=0.25", 0.25),
+        ("verl-rs 1/L=2", 2.0),
+    ]
     assert sweep_x("0.5_4") == 4.0 and sweep_x("0.01") == 0.01 and sweep_x(2.0) == 2.0
 
 
@@ -89,8 +103,20 @@ def _png_size(path: Path) -> tuple[int, int]:
 
 def test_report_plots_and_html(tmp_path):
     plots, page = tmp_path / "plots", tmp_path / "report.html"
-    r = cli("report", str(SAMPLE_PAIRS), "--plots", str(plots), "--html", str(page), "--rule", "icepop", "--rule", "ipo:delta=0.2",
-            "--sweep", "icepop.beta=1.5,2,5")
+    r = cli(
+        "report",
+        str(SAMPLE_PAIRS),
+        "--plots",
+        str(plots),
+        "--html",
+        str(page),
+        "--rule",
+        "icepop",
+        "--rule",
+        "ipo:delta=0.2",
+        "--sweep",
+        "icepop.beta=1.5,2,5",
+    )
     assert r.returncode == 0, r.stderr
     assert "Token mismatch" in r.stdout  # the tables are printed as before
     names = sorted(p.name for p in plots.iterdir())
@@ -100,7 +126,9 @@ def test_report_plots_and_html(tmp_path):
         assert 600 <= w <= 2000 and 400 <= h <= 1600, (p.name, w, h)
     html = page.read_text()
     _assert_self_contained(html, images=4)
-    assert "ipo:delta=0.2" in html and "tv_token_mean" in html and "simulated" in html  # captions, metrics, run metadata
+    assert (
+        "ipo:delta=0.2" in html and "tv_token_mean" in html and "simulated" in html
+    )  # captions, metrics, run metadata
     # the file has top-k columns and entropies: the page carries what the terminal prints of them
     data = json.loads(cli("report", str(SAMPLE_PAIRS), "--format", "json").stdout)
     assert "<h2>By trainer entropy</h2>" in html and "<h2>Score centering from the top-k</h2>" in html
@@ -121,10 +149,17 @@ def gate_pair(write):
     def cols(sigma, seed):
         r = np.random.default_rng(seed)
         lq = -r.exponential(0.8, 600)
-        return {"sequence_id": np.repeat(np.arange(30), 20), "position": np.tile(np.arange(20), 30), "token_id": np.zeros(600, int),
-                "sampler_logprob": lq, "trainer_logprob": np.minimum(lq + r.normal(0, sigma, 600), 0.0)}
+        return {
+            "sequence_id": np.repeat(np.arange(30), 20),
+            "position": np.tile(np.arange(20), 30),
+            "token_id": np.zeros(600, int),
+            "sampler_logprob": lq,
+            "trainer_logprob": np.minimum(lq + r.normal(0, sigma, 600), 0.0),
+        }
 
-    return write(cols(0.002, 1), "base.parquet", meta()), write(cols(0.05, 2), "cand.parquet", meta(sampler={"dtype": "float16"}))
+    return write(cols(0.002, 1), "base.parquet", meta()), write(
+        cols(0.05, 2), "cand.parquet", meta(sampler={"dtype": "float16"})
+    )
 
 
 def test_gate_plots_and_html(gate_pair, tmp_path):
@@ -132,8 +167,13 @@ def test_gate_plots_and_html(gate_pair, tmp_path):
     plots, page = tmp_path / "gate_plots", tmp_path / "gate.html"
     r = cli("gate", str(cand), "--baseline", str(base), "--plots", str(plots), "--html", str(page))
     assert r.returncode == 1, r.stderr  # sigma 0.05 against 0.002: worse by far
-    assert sorted(p.name for p in plots.iterdir()) == ["breakdowns.png", "gate_checks.png", "log_ratio_hist.png",
-                                                       "prob_density.png", "sweeps.png"]
+    assert sorted(p.name for p in plots.iterdir()) == [
+        "breakdowns.png",
+        "gate_checks.png",
+        "log_ratio_hist.png",
+        "prob_density.png",
+        "sweeps.png",
+    ]
     html = page.read_text()
     _assert_self_contained(html, images=5)
     assert "FAIL:" in html and "sampler.dtype: &#x27;float32&#x27; -&gt; &#x27;float16&#x27;" in html
@@ -154,15 +194,34 @@ def chromium_open(page: Path, screenshot: Path) -> list[str]:
     """Open ``page`` in headless Chromium, write a screenshot, return the console lines it logged."""
     with tempfile.TemporaryDirectory() as profile:
         r = subprocess.run(
-            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}",
-             "--enable-logging=stderr", "--v=0", "--window-size=1300,2400", f"--screenshot={screenshot}", page.resolve().as_uri()],
-            capture_output=True, text=True, timeout=180)
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={profile}",
+                "--enable-logging=stderr",
+                "--v=0",
+                "--window-size=1300,2400",
+                f"--screenshot={screenshot}",
+                page.resolve().as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
     assert screenshot.is_file(), r.stderr[-2000:]
     return [line for line in r.stderr.splitlines() if ":CONSOLE" in line]
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (Debian: apt-get install chromium; .ci/run does it)")
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="headless Chromium is not installed (Debian: apt-get install chromium; .ci/run does it)"
+)
 def test_console_scan_catches_errors(tmp_path):
     """The detector itself: a page that logs an error and throws is caught."""
     bad = tmp_path / "bad.html"
@@ -171,7 +230,9 @@ def test_console_scan_catches_errors(tmp_path):
     assert any('"boom"' in line for line in lines) and any("ReferenceError" in line for line in lines)
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (Debian: apt-get install chromium; .ci/run does it)")
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="headless Chromium is not installed (Debian: apt-get install chromium; .ci/run does it)"
+)
 def test_html_opens_in_chromium_without_console_errors(gate_pair, tmp_path):
     base, cand = gate_pair
     page = tmp_path / "gate.html"
@@ -193,8 +254,22 @@ def test_html_opens_in_chromium_without_console_errors(gate_pair, tmp_path):
 
 def test_compare_masks_plots_the_tails(tmp_path):
     plots = tmp_path / "plots"
-    r = cli("compare-masks", str(SAMPLE_PAIRS), "--plots", str(plots), "--format", "json", "--rule", "icepop", "--rule", "ipo",
-            "--rule", "kpop", "--rule", "verl-rs:option=seq_mean_k3,threshold=0.01")
+    r = cli(
+        "compare-masks",
+        str(SAMPLE_PAIRS),
+        "--plots",
+        str(plots),
+        "--format",
+        "json",
+        "--rule",
+        "icepop",
+        "--rule",
+        "ipo",
+        "--rule",
+        "kpop",
+        "--rule",
+        "verl-rs:option=seq_mean_k3,threshold=0.01",
+    )
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in plots.iterdir()) == ["rule_tails.png"]
     w, h = _png_size(plots / "rule_tails.png")
@@ -204,15 +279,27 @@ def test_compare_masks_plots_the_tails(tmp_path):
     for row in data["rules"]:
         assert sum(row["rejected_by_sampler_prob"].values()) == row["tokens_rejected"], row["name"]
         assert sum(row["rejected_by_pq_sign"].values()) == row["tokens_rejected"], row["name"]
-    assert {row["name"]: row["level"] for row in data["rules"]} == {"icepop": "token", "ipo": "token", "kpop": "token",
-                                                                    "verl-rs": "sequence"}
+    assert {row["name"]: row["level"] for row in data["rules"]} == {
+        "icepop": "token",
+        "ipo": "token",
+        "kpop": "token",
+        "verl-rs": "sequence",
+    }
     assert data["tail_reading"].startswith("Which tail each rule cuts: icepop rejects")
 
 
 def test_report_pictures_draw_a_selected_verl_rs_sweep(tmp_path):
     plots = tmp_path / "plots"
-    r = cli("report", str(SAMPLE_PAIRS), "--plots", str(plots), "--rule", "verl-rs:option=token_k1,threshold=0.5_2.0",
-            "--rule", "kpop")
+    r = cli(
+        "report",
+        str(SAMPLE_PAIRS),
+        "--plots",
+        str(plots),
+        "--rule",
+        "verl-rs:option=token_k1,threshold=0.5_2.0",
+        "--rule",
+        "kpop",
+    )
     assert r.returncode == 0, r.stderr
     assert "sweeps.png" in {p.name for p in plots.iterdir()}
 
@@ -225,8 +312,10 @@ def test_sweep_picture_draws_zero_as_zero():
     """
     from mismatchscope.plots.figures import Run, sweep_curves
 
-    points = [{"value": v, "hypothesis": "data", "token_reject_rate": r, "token_reweight_rate": 0.0}
-              for v, r in ((1.5, 0.02), (2.0, 0.0004), (5.0, 0.0))]
+    points = [
+        {"value": v, "hypothesis": "data", "token_reject_rate": r, "token_reweight_rate": 0.0}
+        for v, r in ((1.5, 0.02), (2.0, 0.0004), (5.0, 0.0))
+    ]
     masks = {"sweeps": [{"rule": "icepop", "param": "beta", "points": points}]}
     fig = sweep_curves([Run("run", None, masks, None)], [make_instance("icepop", {})])
     ax = fig.axes[0]

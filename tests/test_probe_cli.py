@@ -23,8 +23,11 @@ SAMPLE = REPO / "sample_data"
 DENSE = SAMPLE / "tiny-qwen3"
 PROMPTS = SAMPLE / "prompts.jsonl"
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow,
-              pytest.mark.skipif(not DENSE.is_dir(), reason="sample checkpoint missing: run sample_data/build_sample_models.py")]
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.slow,
+    pytest.mark.skipif(not DENSE.is_dir(), reason="sample checkpoint missing: run sample_data/build_sample_models.py"),
+]
 
 # --max-tokens 80: the sample task's worked solutions are about 55 tokens (at most
 # about 75) and only a finished one reaches its "####" answer, so the rewards
@@ -96,8 +99,13 @@ def test_killed_probe_resumes_to_the_same_sequences(full_run, tmp_path):
     out = tmp_path / "run"
     exe = Path(sys.executable).with_name("mismatchscope")
     env = {k: v for k, v in os.environ.items() if k != "MISMATCHSCOPE_DEBUG"}
-    proc = subprocess.Popen([str(exe), "probe", str(DENSE), *BASE, "--out", str(out)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(exe), "probe", str(DENSE), *BASE, "--out", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+    )
     deadline = time.time() + 300
     while time.time() < deadline and not list((out / "tokens").glob("part-*.parquet")):
         time.sleep(0.2)
@@ -122,14 +130,19 @@ def test_killed_probe_resumes_to_the_same_sequences(full_run, tmp_path):
     assert not first["resumed"] and second["resumed"] and first["started_at"] <= second["started_at"]
     t = manifest["timings"]
     assert t["sessions"] == 2 and t["tokens"] == b.num_rows
-    assert t["sampling_seconds"] == first["sampling_seconds"] + second["sampling_seconds"] and first["sampling_seconds"] > 0
+    assert (
+        t["sampling_seconds"] == first["sampling_seconds"] + second["sampling_seconds"]
+        and first["sampling_seconds"] > 0
+    )
     assert t["scoring_seconds"] == first["scoring_seconds"] + second["scoring_seconds"] > 0
 
 
 def test_resume_refuses_other_settings(full_run, tmp_path):
     out = tmp_path / "copy"
     shutil.copytree(full_run, out)
-    r = cli("probe", str(DENSE), *BASE[:-2], "--round-prompts", "8", "--temperature", "0.7", "--out", str(out), "--resume")
+    r = cli(
+        "probe", str(DENSE), *BASE[:-2], "--round-prompts", "8", "--temperature", "0.7", "--out", str(out), "--resume"
+    )
     assert r.returncode == 2 and "differs in sampling" in r.stderr
 
 
@@ -139,13 +152,20 @@ def test_rescore_reproduces_and_then_changes_the_trainer_side(full_run, tmp_path
     assert r.returncode == 0, r.stderr[-3000:]
     a, b = tokens(full_run), tokens(same)
     assert a.column("sampler_logprob").to_pylist() == b.column("sampler_logprob").to_pylist()  # no resampling
-    diffs = [abs(x - y) for x, y in zip(a.column("trainer_logprob").to_pylist(), b.column("trainer_logprob").to_pylist())]
+    diffs = [
+        abs(x - y) for x, y in zip(a.column("trainer_logprob").to_pylist(), b.column("trainer_logprob").to_pylist())
+    ]
     assert max(diffs) < 1e-5
     half = tmp_path / "half"
     r = cli("rescore", str(full_run), "--out", str(half), "--trainer-dtype", "float16", "--format", "json")
     assert r.returncode == 0, r.stderr[-3000:]
     c = tokens(half)
-    assert max(abs(x - y) for x, y in zip(a.column("trainer_logprob").to_pylist(), c.column("trainer_logprob").to_pylist())) > 1e-4
+    assert (
+        max(
+            abs(x - y) for x, y in zip(a.column("trainer_logprob").to_pylist(), c.column("trainer_logprob").to_pylist())
+        )
+        > 1e-4
+    )
     assert json.loads((half / "manifest.json").read_text())["config"]["rescored_from"] == str(full_run)
 
 
@@ -164,7 +184,10 @@ def test_probe_input_errors(tmp_path):
     assert "empty" in _error(str(DENSE), "--prompts", str(empty), "--out", str(tmp_path / "o2")).stderr
     long = tmp_path / "long.jsonl"
     long.write_text(json.dumps({"prompt": "1+1=" * 200}) + "\n")
-    assert "--max-tokens" in _error(str(DENSE), "--prompts", str(long), "--max-tokens", "8", "--out", str(tmp_path / "o3")).stderr
+    assert (
+        "--max-tokens"
+        in _error(str(DENSE), "--prompts", str(long), "--max-tokens", "8", "--out", str(tmp_path / "o3")).stderr
+    )
     # a tokenizer with another vocabulary on the sampler side
     other = tmp_path / "other-tok"
     other.mkdir()
@@ -186,8 +209,8 @@ def test_a_probe_run_without_tokens_says_so_in_probe_terms(tmp_path):
     """All completions empty: the run is written, then the summary said only "the input has no token rows"."""
     import pyarrow as pa
 
-    from mismatchscope.cli.probe import _summarise
     from mismatchscope.cli._output import OutputFormat
+    from mismatchscope.cli.probe import _summarise
     from mismatchscope.errors import NoTokensError
     from mismatchscope.schema import arrow_schema
 
@@ -201,4 +224,5 @@ def test_a_probe_run_without_tokens_says_so_in_probe_terms(tmp_path):
     assert str(e.value) == (
         f"the run in {run} holds no generated token with finite logprobs: every completion was empty (the model "
         "ended each one at once) or dropped (check the prompts, --max-tokens and the stop settings; the run's "
-        "samples/ folder holds what was sampled)")
+        "samples/ folder holds what was sampled)"
+    )

@@ -25,9 +25,17 @@ from tests.helpers import cli
 #   T7 q = 0.3, p = 0.15, A < 0: p - q is exactly -0.15
 #   T8 q = 0.2, p = 0.4, A > 0: p - q exactly 0.2, r exactly 2
 #   T9 q = 0.25, p = 0.75, A > 0: r = 3
-TABLE = [(math.log(0.999), 0.0, 1.0), (0.0, math.log(0.5), -1.0), (0.0, 0.0, 1.0), (math.log(0.999), -1e-9, 1.0),
-         (math.log(0.5), math.log(0.25), 0.0), (math.log(0.3), math.log(0.5), 1.0), (math.log(0.3), math.log(0.15), -1.0),
-         (math.log(0.2), math.log(0.4), 1.0), (math.log(0.25), math.log(0.75), 1.0)]
+TABLE = [
+    (math.log(0.999), 0.0, 1.0),
+    (0.0, math.log(0.5), -1.0),
+    (0.0, 0.0, 1.0),
+    (math.log(0.999), -1e-9, 1.0),
+    (math.log(0.5), math.log(0.25), 0.0),
+    (math.log(0.3), math.log(0.5), 1.0),
+    (math.log(0.3), math.log(0.15), -1.0),
+    (math.log(0.2), math.log(0.4), 1.0),
+    (math.log(0.25), math.log(0.75), 1.0),
+]
 LQ = np.array([r[0] for r in TABLE])
 LP = np.array([r[1] for r in TABLE])
 ADV = np.array([r[2] for r in TABLE])
@@ -112,8 +120,16 @@ def test_ipo_icepop_and_kpop_readings_on_the_table():
 def test_k3_seq_in_areal_orientation(write):
     from mismatchscope.analysis.engine import AnalysisRequest, analyse
 
-    path = write({"sequence_id": list(range(len(TABLE))), "position": [0] * len(TABLE), "token_id": [7] * len(TABLE),
-                  "sampler_logprob": LQ.tolist(), "trainer_logprob": LP.tolist(), "advantage": ADV.tolist()})
+    path = write(
+        {
+            "sequence_id": list(range(len(TABLE))),
+            "position": [0] * len(TABLE),
+            "token_id": [7] * len(TABLE),
+            "sampler_logprob": LQ.tolist(),
+            "trainer_logprob": LP.tolist(),
+            "advantage": ADV.tolist(),
+        }
+    )
     # one token per sequence, so the sequence mean is the token's value; l = ln r
     # k3 of r, (r-1) - l:     T2/T5/T7 (r = 0.5) 0.1931, T6 (r = 5/3) 0.1558, T8 (r = 2) 0.3069, T9 (r = 3) 0.9014
     # k3 of 1/r, (1/r-1) + l: T2/T5/T7 0.3069, T6 0.1108, T8 0.1931, T9 0.4319
@@ -125,13 +141,26 @@ def test_k3_seq_in_areal_orientation(write):
 
 @pytest.mark.slow
 def test_side_by_side_counts_and_categories(write):
-    path = write({"sequence_id": list(range(len(TABLE))), "position": [0] * len(TABLE), "token_id": [7] * len(TABLE),
-                  "sampler_logprob": LQ.tolist(), "trainer_logprob": LP.tolist(), "advantage": ADV.tolist()})
+    path = write(
+        {
+            "sequence_id": list(range(len(TABLE))),
+            "position": [0] * len(TABLE),
+            "token_id": [7] * len(TABLE),
+            "sampler_logprob": LQ.tolist(),
+            "trainer_logprob": LP.tolist(),
+            "advantage": ADV.tolist(),
+        }
+    )
     r = cli("compare-masks", str(path), "--readings", "dppo-tv", "--format", "json")
     assert r.returncode == 0, r.stderr
     rows = {row["reading"]: row for row in json.loads(r.stdout)["readings"]}
-    assert {k: v["tokens_acted"] for k, v in rows.items()} == {"mismatchscope": 5, "reference": 5, "verl": 5, "skyrl": 2,
-                                                              "prime-rl": 3}
+    assert {k: v["tokens_acted"] for k, v in rows.items()} == {
+        "mismatchscope": 5,
+        "reference": 5,
+        "verl": 5,
+        "skyrl": 2,
+        "prime-rl": 3,
+    }
     # skyrl parts from the defaults on T5 (A = 0) and T6, T8 (p - q exactly on its 0.2)
     assert rows["skyrl"]["differs_from_first"] == {"A = 0": 1, "p or q = 1": 0, "at threshold": 2, "other": 0}
     assert (rows["skyrl"]["first_only"], rows["skyrl"]["this_only"]) == (3, 0)
@@ -152,8 +181,12 @@ def test_a_trainer_logprob_of_0_is_its_own_category():
     acted = [r.token_actions(T, ADV) == REJECT for r in rules]
     d.add((1, "data"), categories(T, ADV, rules), acted[0], acted[1])
     # only T1 differs (D = 0.0105 with the epsilon, +inf without), and its p is exactly 1
-    assert dict(zip(CATEGORIES, d.by_key[(1, "data")].tolist())) == {"A = 0": 0, "p or q = 1": 1, "at threshold": 0,
-                                                                    "other": 0}
+    assert dict(zip(CATEGORIES, d.by_key[(1, "data")].tolist())) == {
+        "A = 0": 0,
+        "p or q = 1": 1,
+        "at threshold": 0,
+        "other": 0,
+    }
 
 
 @pytest.mark.slow
@@ -166,7 +199,8 @@ def test_a_rule_a_framework_lacks_names_the_rules_it_has():
         parse_rule("icepop@nope")
     r = cli("compare-masks", "unused.parquet", "--rule", "k3-seq@slime")
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
-        "error: slime has no k3-seq (reading 'slime') (slime's reading has icepop, opsm)"]
+        "error: slime has no k3-seq (reading 'slime') (slime's reading has icepop, opsm)"
+    ]
 
 
 def test_every_reading_is_a_valid_instance_of_its_rule():
@@ -191,8 +225,12 @@ def test_gate_and_monitor_take_readings():
     from mismatchscope.gate.config import default_config, with_overrides
     from mismatchscope.live.monitor import Monitor
 
-    cfg = with_overrides(default_config(), limits=["dppo-kl@skyrl.token_reject_rate<=0.5"],
-                         rules=["dppo-kl@skyrl:delta=0.05"], absolute_only=True)
+    cfg = with_overrides(
+        default_config(),
+        limits=["dppo-kl@skyrl.token_reject_rate<=0.5"],
+        rules=["dppo-kl@skyrl:delta=0.05"],
+        absolute_only=True,
+    )
     (inst,) = [i for i in cfg.rule_instances() if i.name == "dppo-kl@skyrl"]
     assert inst.params == {"delta": 0.05, "eps": 1e-8, "zero_advantage": "keep"}
     m = Monitor(rules=["dppo-tv@skyrl", "icepop@slime"])

@@ -79,8 +79,10 @@ def test_missing_captures_and_margins_by_hand(routing):
 
 
 def test_compare_masks_counts_flipped_tokens_each_rule_rejects(run):
-    result = analyse(str(run), AnalysisRequest(report=False, masks=True,
-                                               rules=[parse_rule("token-mask:lo=0.7,hi=2"), parse_rule("seq-mis")]))
+    result = analyse(
+        str(run),
+        AnalysisRequest(report=False, masks=True, rules=[parse_rule("token-mask:lo=0.7,hi=2"), parse_rule("seq-mis")]),
+    )
     rows = {r["name"]: r for r in result.masks["rules"]}
     # r = exp(lp - lq): 10/1 e^-0.5 = 0.607 < 0.7 (flipped), 20/0 e^1 = 2.72 > 2 (flipped), the others in [0.7, 2]
     assert (rows["token-mask"]["tokens_rejected"], rows["token-mask"]["route_flipped_rejected"]) == (2, 2)
@@ -147,8 +149,15 @@ def _random_rows(rng, meta: RoutingMeta, n_seq: int = 6) -> tuple[list, dict]:
 
 def test_report_flip_rates_equal_a_recount_of_the_routes(tmp_path):
     """The CLI's JSON per-layer flip rates equal a plain recount of routes/ (to 1e-6), over three shards."""
-    meta = RoutingMeta(family="deepseek_v3", num_layers=5, moe_layers=(1, 2, 4), num_experts=300, top_k=6,
-                       sampler=SideRoutes(True), trainer=SideRoutes(True))
+    meta = RoutingMeta(
+        family="deepseek_v3",
+        num_layers=5,
+        moe_layers=(1, 2, 4),
+        num_experts=300,
+        top_k=6,
+        sampler=SideRoutes(True),
+        trainer=SideRoutes(True),
+    )
     rows, tokens = _random_rows(np.random.default_rng(3), meta)
     write_run(tmp_path / "run", rows, meta, tokens, shards=3)
     p = cli("report", str(tmp_path / "run"), "--format", "json")
@@ -166,7 +175,9 @@ def test_report_flip_rates_equal_a_recount_of_the_routes(tmp_path):
 
 def test_dense_layers_written_as_zeros_are_ignored(tmp_path):
     """Engines zero-fill dense layers; a row with ids at a dense layer reads them as nothing."""
-    rows = [(r[0], r[1], r[2], None if r[3] is None else [[0, 0], *r[3][1:]], [[0, 0], *r[4][1:]], r[5]) for r in RUN_ROWS]
+    rows = [
+        (r[0], r[1], r[2], None if r[3] is None else [[0, 0], *r[3][1:]], [[0, 0], *r[4][1:]], r[5]) for r in RUN_ROWS
+    ]
     write_run(tmp_path / "run", rows)
     ro = analyse(str(tmp_path / "run"), AnalysisRequest(report=True)).report["routing"]
     assert [(r["compared"], r["flipped"]) for r in ro["route_flip_rate_by_layer"]] == [(4, 2), (3, 1)]  # as above
@@ -201,7 +212,10 @@ def _bad(rows_fn=None, meta=META, table=None):
 
 BAD = {
     "layers": (lambda rows: rows[1].__setitem__(3, [None, [0, 1]]), "has 2 layers; the manifest says 3"),
-    "k": (lambda rows: rows[1].__setitem__(4, [None, [1, 0, 2], [2, 3]]), "holds 3 expert ids; the manifest says top_k 2"),
+    "k": (
+        lambda rows: rows[1].__setitem__(4, [None, [1, 0, 2], [2, 3]]),
+        "holds 3 expert ids; the manifest says top_k 2",
+    ),
     "id": (lambda rows: rows[2].__setitem__(3, [None, [4, 8], [6, 7]]), "expert id 8; the model routes to ids 0..7"),
     "repeat": (lambda rows: rows[2].__setitem__(4, [None, [4, 4], [7, 6]]), "names an expert twice in decoder layer 1"),
     "row twice": (lambda rows: rows.append(rows[2]), "sequence 10 input position 2 has more than one route row"),
@@ -245,12 +259,14 @@ def test_the_fixture_is_written_in_the_layouts_schema():
 
 
 def test_gate_limits_the_flip_rate(run):
+    import tomllib
+
     from mismatchscope.gate.config import parse_config
     from mismatchscope.gate.run import run_gate
 
-    import tomllib
-
-    cfg = parse_config(tomllib.loads("[absolute]\nroute_flip_rate = 0.4\nrouting_share_of_gap = { max = 0.9 }\n"), "test")
+    cfg = parse_config(
+        tomllib.loads("[absolute]\nroute_flip_rate = 0.4\nrouting_share_of_gap = { max = 0.9 }\n"), "test"
+    )
     flip, share = run_gate(str(run), None, cfg).checks
     # the any-layer share is 2 / 4 = 0.5 > 0.4: a point estimate (no bootstrap), so the point decides
     assert (flip.estimate, flip.method, flip.status) == (pytest.approx(0.5), "point", "fail")
@@ -259,10 +275,10 @@ def test_gate_limits_the_flip_rate(run):
 
 
 def test_gate_on_a_dense_run_says_why_the_flip_rate_is_missing():
+    import tomllib
+
     from mismatchscope.gate.config import parse_config
     from mismatchscope.gate.run import run_gate
-
-    import tomllib
 
     cfg = parse_config(tomllib.loads("[absolute]\nroute_flip_rate = 0.4\n"), "test")
     with pytest.raises(InputError, match="route_flip_rate is not available.*routes/ with both sides' expert ids"):
@@ -273,7 +289,9 @@ def test_gate_cli_flip_limit(run):
     p = cli("gate", str(run), "--limit", "route_flip_rate<=0.6", "--absolute-only", "--format", "json")
     assert p.returncode == 0, p.stderr
     checks = json.loads(p.stdout)["checks"]
-    assert [(c["metric"], c["status"]) for c in checks if c["metric"] == "route_flip_rate"] == [("route_flip_rate", "pass")]
+    assert [(c["metric"], c["status"]) for c in checks if c["metric"] == "route_flip_rate"] == [
+        ("route_flip_rate", "pass")
+    ]
 
 
 def test_a_folder_of_runs_reads_tokens_not_route_shards(tmp_path):
@@ -286,10 +304,10 @@ def test_a_folder_of_runs_reads_tokens_not_route_shards(tmp_path):
 def test_gate_without_a_routing_limit_does_not_read_the_routes(tmp_path):
     """A gate on token metrics of an MoE run costs what it costs on a dense run: routes/ is not read
     (here it is broken, and the gate still judges the tokens)."""
+    import tomllib
+
     from mismatchscope.gate.config import parse_config
     from mismatchscope.gate.run import run_gate
-
-    import tomllib
 
     rows, meta, _ = _bad(BAD["id"][0])
     write_run(tmp_path / "run", rows, meta)

@@ -19,7 +19,15 @@ from hypothesis import strategies as st
 from mismatchscope.divergence import token_terms
 from mismatchscope.errors import UsageError
 from mismatchscope.rules import (
-    KEEP, REJECT, REWEIGHT, RULES, SequenceInputs, default_rules, make_instance, parse_rule, parse_sweep,
+    KEEP,
+    REJECT,
+    REWEIGHT,
+    RULES,
+    SequenceInputs,
+    default_rules,
+    make_instance,
+    parse_rule,
+    parse_sweep,
 )
 
 Q = np.array([0.5, 0.2, 0.9, 0.5, 0.5])
@@ -122,14 +130,16 @@ def test_kpop_clamp_and_stability():
 
 def _adversarial_logprobs(rng, n):
     """Logprobs where a screen could go wrong: at 0 and just below, deep in the tail, equal, one ulp apart, and plain."""
-    edge = np.array([0.0, -1e-300, -1e-17, -1e-13, -1e-12, -1e-10, -1e-7, -1e-6, -1e-3, -0.693147, -20.0, -50.0,
-                     -700.0, -745.0])
+    edge = np.array(
+        [0.0, -1e-300, -1e-17, -1e-13, -1e-12, -1e-10, -1e-7, -1e-6, -1e-3, -0.693147, -20.0, -50.0, -700.0, -745.0]
+    )
     lq = np.concatenate([rng.choice(edge, n), -rng.exponential(1.0, n), np.log(rng.uniform(0, 1, n))])
     kind = rng.integers(0, 5, lq.size)
-    lp = np.select([kind == 0, kind == 1, kind == 2, kind == 3],
-                   [lq, np.nextafter(lq, -np.inf), np.minimum(lq + rng.normal(0, 1e-3, lq.size), 0.0),
-                    rng.choice(edge, lq.size)],
-                   np.minimum(lq + rng.normal(0, 0.5, lq.size), 0.0))
+    lp = np.select(
+        [kind == 0, kind == 1, kind == 2, kind == 3],
+        [lq, np.nextafter(lq, -np.inf), np.minimum(lq + rng.normal(0, 1e-3, lq.size), 0.0), rng.choice(edge, lq.size)],
+        np.minimum(lq + rng.normal(0, 0.5, lq.size), 0.0),
+    )
     return lp, lq
 
 
@@ -190,8 +200,17 @@ def test_verl_rs_clamps_the_log_ratio_first():
     # token_k1 with ln U = 25: the clamped k1 (20) is inside, the raw one (30) would not be
     assert verl("token_k1", f"1e-11_{math.exp(25):.6g}", t) == [K]
     # seq_max_k3 takes k3 at the clamped extreme: k3(-20) = 19.0
-    s = SequenceInputs(np.array([1.0]), np.array([-30.0]), np.array([-30.0]), np.array([-30.0]), np.array([29.0]), None,
-                       np.array([20.0]), np.array([200.0]), np.array([19.0]))
+    s = SequenceInputs(
+        np.array([1.0]),
+        np.array([-30.0]),
+        np.array([-30.0]),
+        np.array([-30.0]),
+        np.array([29.0]),
+        None,
+        np.array([20.0]),
+        np.array([200.0]),
+        np.array([19.0]),
+    )
     assert verl("seq_max_k3", "19.5", s) == [K]
     assert verl("seq_sum_k3", "19.5", s) == [K]
     assert verl("seq_sum_k1", f"1e-9_{math.exp(21):.6g}", s) == [K]
@@ -200,14 +219,14 @@ def test_verl_rs_clamps_the_log_ratio_first():
 def test_verl_rs_sequence_options():
     # seq 1: sum k1 = -0.182322 (mean -0.060774); sum k2 = 1.023269; sum k3 = 1.217679; max k2 0.603474, max k3 0.901388
     # seq 2: sum k1 = 10.819778 (mean 5.409889); sum k2 = 58.533; sum k3 = 9.819798 (mean 4.909899)
-    assert verl("seq_sum_k1", "2") == [K, R]        # [ln .5, ln 2] = [-0.693, 0.693]
-    assert verl("seq_mean_k1", "1.1") == [K, R]     # [-0.09531, 0.09531]: -0.060774 inside
-    assert verl("seq_mean_k1", "1.05") == [R, R]    # [-0.04879, 0.04879]: -0.060774 outside
+    assert verl("seq_sum_k1", "2") == [K, R]  # [ln .5, ln 2] = [-0.693, 0.693]
+    assert verl("seq_mean_k1", "1.1") == [K, R]  # [-0.09531, 0.09531]: -0.060774 inside
+    assert verl("seq_mean_k1", "1.05") == [R, R]  # [-0.04879, 0.04879]: -0.060774 outside
     assert verl("seq_mean_k3", "0.01") == [R, R]
     assert verl("seq_mean_k3", "1") == [K, R]
-    assert verl("seq_sum_k2", "1") == [R, R]        # 1.023269 > 1
+    assert verl("seq_sum_k2", "1") == [R, R]  # 1.023269 > 1
     assert verl("seq_sum_k2", "1.1") == [K, R]
-    assert verl("seq_sum_k3", "1.2") == [R, R]      # 1.217679 > 1.2
+    assert verl("seq_sum_k3", "1.2") == [R, R]  # 1.217679 > 1.2
     assert verl("seq_max_k2", "0.5") == [R, R]
     assert verl("seq_max_k2", "0.61") == [K, R]
     assert verl("seq_max_k3", "0.95") == [K, R]
@@ -220,31 +239,71 @@ def test_verl_rs_level_follows_the_option():
     assert RULES["verl-rs"].fixed_level is None and RULES["icepop"].fixed_level == "token"
 
 
-@pytest.mark.parametrize("text, message", [
-    ("ipo:delta=-0.1", "rule 'ipo': delta=-0.1 is outside its range [0, 1]"),
-    ("tis:C=-1", "rule 'tis': C=-1 is outside its range [1, inf]"),
-    ("cispo:eps_low=-0.5", "rule 'cispo': eps_low=-0.5 is outside its range [0, 1]"),
-    ("ppo-clip:eps_high=-0.2", "rule 'ppo-clip': eps_high=-0.2 is outside its range [0, inf]"),
-    ("kpop:phi=-1", "rule 'kpop': phi=-1 is outside its range [0, inf]"),
-    ("kpop:eps=0.5", "rule 'kpop': eps=0.5 is outside its range [0, 0.5)"),
-    ("icepop:alpha=1.5", "rule 'icepop': alpha=1.5 is outside its range [0, 1]"),
-    ("seq-mis:hi=0.9", "rule 'seq-mis': hi=0.9 is outside its range [1, inf]"),
-    ("opsm:delta=-1e-4", "rule 'opsm': delta=-0.0001 is outside its range [0, inf]"),
-    ("ipo:delta=off", "rule 'ipo': delta cannot be off (it must be a number in [0, 1])"),
-    ("ipo:delta=abc", "rule 'ipo': parameter delta='abc' is not a number"),
-    ("verl-rs", "rule 'verl-rs' needs option and threshold (e.g. --rule verl-rs:option=seq_mean_k3,threshold=0.01)"),
-    ("verl-rs:option=token_k1", "rule 'verl-rs' needs threshold (e.g. --rule verl-rs:option=seq_mean_k3,threshold=0.01)"),
-    ("verl-rs:option=token_k4,threshold=1", "rule 'verl-rs': option='token_k4' is not one of " + ", ".join(
-        ["token_k1", "token_k2", "token_k3", "seq_sum_k1", "seq_sum_k2", "seq_sum_k3", "seq_mean_k1", "seq_mean_k2",
-         "seq_mean_k3", "seq_max_k2", "seq_max_k3"])),
-    ("verl-rs:option=seq_mean_k3,threshold=abc", "rule 'verl-rs': threshold 'abc' for seq_mean_k3 is not a number"),
-    ("verl-rs:option=token_k2,threshold=0.5_2", "rule 'verl-rs': threshold '0.5_2' for token_k2 takes one upper bound U, not 'L_U'"),
-    ("verl-rs:option=token_k3,threshold=-1", "rule 'verl-rs': threshold '-1' for token_k3 must be a positive number"),
-    ("verl-rs:option=token_k1,threshold=x_2", "rule 'verl-rs': threshold 'x_2' for token_k1 is not 'L_U' or one number U (e.g. 0.5_2.0 or 2)"),
-    ("verl-rs:option=token_k1,threshold=0.5", "rule 'verl-rs': threshold '0.5' for token_k1 means the band [2, 0.5], "
-     "which leaves out r = 1 (give U >= 1, or L_U with L <= 1 <= U)"),
-    ("verl-rs:option=seq_sum_k1,threshold=-2_3", "rule 'verl-rs': threshold '-2_3' for seq_sum_k1: both bounds must be positive"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("ipo:delta=-0.1", "rule 'ipo': delta=-0.1 is outside its range [0, 1]"),
+        ("tis:C=-1", "rule 'tis': C=-1 is outside its range [1, inf]"),
+        ("cispo:eps_low=-0.5", "rule 'cispo': eps_low=-0.5 is outside its range [0, 1]"),
+        ("ppo-clip:eps_high=-0.2", "rule 'ppo-clip': eps_high=-0.2 is outside its range [0, inf]"),
+        ("kpop:phi=-1", "rule 'kpop': phi=-1 is outside its range [0, inf]"),
+        ("kpop:eps=0.5", "rule 'kpop': eps=0.5 is outside its range [0, 0.5)"),
+        ("icepop:alpha=1.5", "rule 'icepop': alpha=1.5 is outside its range [0, 1]"),
+        ("seq-mis:hi=0.9", "rule 'seq-mis': hi=0.9 is outside its range [1, inf]"),
+        ("opsm:delta=-1e-4", "rule 'opsm': delta=-0.0001 is outside its range [0, inf]"),
+        ("ipo:delta=off", "rule 'ipo': delta cannot be off (it must be a number in [0, 1])"),
+        ("ipo:delta=abc", "rule 'ipo': parameter delta='abc' is not a number"),
+        (
+            "verl-rs",
+            "rule 'verl-rs' needs option and threshold (e.g. --rule verl-rs:option=seq_mean_k3,threshold=0.01)",
+        ),
+        (
+            "verl-rs:option=token_k1",
+            "rule 'verl-rs' needs threshold (e.g. --rule verl-rs:option=seq_mean_k3,threshold=0.01)",
+        ),
+        (
+            "verl-rs:option=token_k4,threshold=1",
+            "rule 'verl-rs': option='token_k4' is not one of "
+            + ", ".join(
+                [
+                    "token_k1",
+                    "token_k2",
+                    "token_k3",
+                    "seq_sum_k1",
+                    "seq_sum_k2",
+                    "seq_sum_k3",
+                    "seq_mean_k1",
+                    "seq_mean_k2",
+                    "seq_mean_k3",
+                    "seq_max_k2",
+                    "seq_max_k3",
+                ]
+            ),
+        ),
+        ("verl-rs:option=seq_mean_k3,threshold=abc", "rule 'verl-rs': threshold 'abc' for seq_mean_k3 is not a number"),
+        (
+            "verl-rs:option=token_k2,threshold=0.5_2",
+            "rule 'verl-rs': threshold '0.5_2' for token_k2 takes one upper bound U, not 'L_U'",
+        ),
+        (
+            "verl-rs:option=token_k3,threshold=-1",
+            "rule 'verl-rs': threshold '-1' for token_k3 must be a positive number",
+        ),
+        (
+            "verl-rs:option=token_k1,threshold=x_2",
+            "rule 'verl-rs': threshold 'x_2' for token_k1 is not 'L_U' or one number U (e.g. 0.5_2.0 or 2)",
+        ),
+        (
+            "verl-rs:option=token_k1,threshold=0.5",
+            "rule 'verl-rs': threshold '0.5' for token_k1 means the band [2, 0.5], "
+            "which leaves out r = 1 (give U >= 1, or L_U with L <= 1 <= U)",
+        ),
+        (
+            "verl-rs:option=seq_sum_k1,threshold=-2_3",
+            "rule 'verl-rs': threshold '-2_3' for seq_sum_k1: both bounds must be positive",
+        ),
+    ],
+)
 def test_parameter_errors_are_one_line(text, message):
     with pytest.raises(UsageError) as e:
         parse_rule(text)
@@ -328,12 +387,21 @@ def test_opsm():
 
 def test_registry_is_complete_with_reference_defaults():
     expected = {
-        "icepop": {"alpha": 0.5, "beta": 5.0}, "ipo": {"delta": 0.3}, "kpop": {"phi": 0.1, "eps": 1e-6},
+        "icepop": {"alpha": 0.5, "beta": 5.0},
+        "ipo": {"delta": 0.3},
+        "kpop": {"phi": 0.1, "eps": 1e-6},
         "dppo-tv": {"delta_low": 0.15, "delta_high": 0.15, "zero_advantage": "negative"},
-        "dppo-kl": {"delta": 0.05, "eps": 1e-8, "zero_advantage": "negative"}, "tis": {"C": 2.0},
-        "token-mask": {"lo": 0.5, "hi": 2.0}, "seq-tis": {"C": 2.0}, "seq-mis": {"lo": 0.5, "hi": 2.0},
-        "geo-mask": {"lo": 0.999, "hi": 1.001}, "k3-seq": {"delta": 0.01, "orientation": "r"}, "veto": {"lo": 1e-4, "hi": None},
-        "opsm": {"delta": 1e-4}, "cispo": {"eps_low": 1.0, "eps_high": 4.0}, "ppo-clip": {"eps_low": 0.2, "eps_high": 0.28},
+        "dppo-kl": {"delta": 0.05, "eps": 1e-8, "zero_advantage": "negative"},
+        "tis": {"C": 2.0},
+        "token-mask": {"lo": 0.5, "hi": 2.0},
+        "seq-tis": {"C": 2.0},
+        "seq-mis": {"lo": 0.5, "hi": 2.0},
+        "geo-mask": {"lo": 0.999, "hi": 1.001},
+        "k3-seq": {"delta": 0.01, "orientation": "r"},
+        "veto": {"lo": 1e-4, "hi": None},
+        "opsm": {"delta": 1e-4},
+        "cispo": {"eps_low": 1.0, "eps_high": 4.0},
+        "ppo-clip": {"eps_low": 0.2, "eps_high": 0.28},
     }
     assert {r.name: r.params for r in default_rules()} == expected
     assert {n for n, s in RULES.items() if s.uses_advantage} == {"dppo-tv", "dppo-kl", "opsm", "ppo-clip"}
@@ -366,7 +434,9 @@ def test_equal_distributions_reject_nothing(lps, a):
     lp = np.array(lps)
     t = token_terms(lp, lp)
     adv = np.full(lp.size, a)
-    s = SequenceInputs(np.array([float(lp.size)]), np.array([0.0]), np.array([0.0]), np.array([0.0]), np.array([0.0]), np.array([a]))
+    s = SequenceInputs(
+        np.array([float(lp.size)]), np.array([0.0]), np.array([0.0]), np.array([0.0]), np.array([0.0]), np.array([a])
+    )
     for rule in default_rules():
         if rule.level == "token":
             assert (rule.token_actions(t, adv) == KEEP).all(), rule.name

@@ -157,8 +157,10 @@ def test_a_damaged_index_line_is_an_error_a_torn_last_line_is_not(tmp_path):
     shard1 = write_table(run / "tokens" / "part-1.parquet", pairs([(1, 0, 0.5, 0.25)]))
     rundir.ShardIndex(run, rundir.TOKENS).commit(shard1, 1)  # the next writer cuts the torn line off first
     assert index.path.read_text().count("\n") == 2
-    assert {n: e.rows for n, e in rundir.read_index(run, rundir.TOKENS).items()} == {"part-0.parquet": 1,
-                                                                                       "part-1.parquet": 1}
+    assert {n: e.rows for n, e in rundir.read_index(run, rundir.TOKENS).items()} == {
+        "part-0.parquet": 1,
+        "part-1.parquet": 1,
+    }
     index.path.write_text('{"shard": "part-0.parquet", "rows": "1", "bytes": 5}\n')
     with pytest.raises(InputError, match=r"tokens.jsonl:1: the shard index is damaged"):
         rundir.read_index(run, rundir.TOKENS)
@@ -171,9 +173,11 @@ def test_the_index_is_generic_over_the_folder(tmp_path):
     rundir.ShardIndex(run, "routes").commit(shard, 2)
     assert rundir.shard_problems(run, "routes", [shard], {shard: 2}, whole=True) == []
     assert rundir.shard_problems(run, "routes", [shard], {shard: 3}, whole=True) == [
-        "routes/part-00000.parquet holds 3 rows, the run's index says 2 (replaced)"]
+        "routes/part-00000.parquet holds 3 rows, the run's index says 2 (replaced)"
+    ]
     assert rundir.shard_problems(run, "routes", [], {}, whole=True) == [
-        "1 shard(s) listed in the run's index are missing (2 rows), e.g. routes/part-00000.parquet"]
+        "1 shard(s) listed in the run's index are missing (2 rows), e.g. routes/part-00000.parquet"
+    ]
     assert rundir.shard_problems(run, "other", [], {}, whole=True) is None
 
 
@@ -194,8 +198,10 @@ def test_a_resumed_step_forgets_the_shards_it_replaces(tmp_path):
     with Recorder(run, rank=0, world_size=1, resume=True) as rec:
         rec.add(1, Q[:1], P[:1])  # step 1 again, one row: replaces the earlier shard of step 1
     index = rundir.read_index(run, rundir.TOKENS)
-    assert {n: e.rows for n, e in index.items()} == {"step-000000-rank-0000.parquet": 4,
-                                                     "step-000001-rank-0000.parquet": 2}
+    assert {n: e.rows for n, e in index.items()} == {
+        "step-000000-rank-0000.parquet": 4,
+        "step-000001-rank-0000.parquet": 2,
+    }
     assert open_source(run).incomplete is None
 
 
@@ -203,8 +209,13 @@ def test_an_import_lists_its_shards(tmp_path):
     from mismatchscope.importers import import_run
 
     src = tmp_path / "dump.jsonl"
-    src.write_text("\n".join(json.dumps({"sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.6, -1.1],
-                                         "token_ids": [1, 2]}) for _ in range(3)) + "\n")
+    src.write_text(
+        "\n".join(
+            json.dumps({"sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.6, -1.1], "token_ids": [1, 2]})
+            for _ in range(3)
+        )
+        + "\n"
+    )
     out = tmp_path / "imported"
     import_run("jsonl", src, out)
     index = rundir.read_index(out, rundir.TOKENS)
@@ -221,23 +232,33 @@ def _listing(path: Path) -> dict[str, int]:
     return {str(p.relative_to(path)): p.stat().st_mtime_ns for p in sorted(path.rglob("*"))}
 
 
-@pytest.mark.parametrize("case, message", [
-    ("probe run", "already holds a probe run, not a recorded run"),
-    ("import run", "already holds an imported run, not a recorded run"),
-    ("tokens of a run", "lies inside the run"),
-    ("folder inside a run", "lies inside the run"),
-    ("killed import", "holds files that are not a recorded run's (e.g. "),
-    ("other files", "holds files that are not a recorded run's (e.g. notes.txt)"),
-    ("a file", "is a file, not a run directory"),
-    ("unreadable manifest", "already holds an unreadable manifest.json"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("probe run", "already holds a probe run, not a recorded run"),
+        ("import run", "already holds an imported run, not a recorded run"),
+        ("tokens of a run", "lies inside the run"),
+        ("folder inside a run", "lies inside the run"),
+        ("killed import", "holds files that are not a recorded run's (e.g. "),
+        ("other files", "holds files that are not a recorded run's (e.g. notes.txt)"),
+        ("a file", "is a file, not a run directory"),
+        ("unreadable manifest", "already holds an unreadable manifest.json"),
+    ],
+)
 def test_the_recorder_refuses_a_directory_that_is_not_its_run(tmp_path, case, message):
     from mismatchscope.errors import UsageError
 
     probe = Path(shutil.copytree(GOLDEN, tmp_path / "probe"))
-    target = {"probe run": probe, "tokens of a run": probe / "tokens", "folder inside a run": probe / "sub",
-              "import run": tmp_path / "imported", "killed import": tmp_path / "killed",
-              "other files": tmp_path / "mine", "a file": tmp_path / "file", "unreadable manifest": tmp_path / "bad"}[case]
+    target = {
+        "probe run": probe,
+        "tokens of a run": probe / "tokens",
+        "folder inside a run": probe / "sub",
+        "import run": tmp_path / "imported",
+        "killed import": tmp_path / "killed",
+        "other files": tmp_path / "mine",
+        "a file": tmp_path / "file",
+        "unreadable manifest": tmp_path / "bad",
+    }[case]
     if case in ("import run", "killed import"):
         src = tmp_path / "dump.jsonl"
         src.write_text(json.dumps({"sampler_logprobs": [-0.5], "trainer_logprobs": [-0.6], "token_ids": [1]}) + "\n")
@@ -287,6 +308,7 @@ def test_the_recorder_reopens_its_own_run_only_as_another_rank_or_with_resume(tm
 
 # -- writers refuse what the readers would refuse, at the call or the line ---------------------
 
+
 def test_the_recorder_refuses_a_sequence_id_given_again_at_a_later_step(tmp_path):
     from mismatchscope.live import RecorderInputError
 
@@ -306,8 +328,8 @@ def test_the_recorder_refuses_steps_and_positions_the_readers_refuse(tmp_path):
 
     with Recorder(tmp_path / "run", rank=0, world_size=1) as rec:
         with pytest.raises(RecorderInputError, match=r"step 4503599627370497 is beyond 2\^52"):
-            rec.add(2 ** 52 + 1, Q, P)
-        t = 2 ** 24 + 1  # positions 0..2^24: the last is one past the readers' 0..16777215
+            rec.add(2**52 + 1, Q, P)
+        t = 2**24 + 1  # positions 0..2^24: the last is one past the readers' 0..16777215
         lq = np.zeros((1, t), np.float16)
         mask = np.zeros((1, t), bool)
         mask[0, -1] = True
@@ -325,12 +347,18 @@ def _jsonl(path: Path, *records: dict) -> Path:
 GOOD = {"token_ids": [1, 2, 3], "sampler_logprobs": [-0.5, -1.0, -0.1], "trainer_logprobs": [-0.6, -1.1, -0.2]}
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({"trainer_logprobs": [-0.6, 0.7, -0.2]}, "dump.jsonl:2: trainer_logprob 0.7 is positive beyond rounding "
-                                              "(> 0.0001): logprobs are natural logs <= 0 at position 1"),
-    ({"advantages": float("nan")}, "dump.jsonl:2: advantage is nan (missing?)"),
-    ({"mask": [1, "1", 0]}, "dump.jsonl:2: the mask must hold 0/1 or true/false, got '1' at index 1"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (
+            {"trainer_logprobs": [-0.6, 0.7, -0.2]},
+            "dump.jsonl:2: trainer_logprob 0.7 is positive beyond rounding "
+            "(> 0.0001): logprobs are natural logs <= 0 at position 1",
+        ),
+        ({"advantages": float("nan")}, "dump.jsonl:2: advantage is nan (missing?)"),
+        ({"mask": [1, "1", 0]}, "dump.jsonl:2: the mask must hold 0/1 or true/false, got '1' at index 1"),
+    ],
+)
 def test_an_import_refuses_at_the_line_what_report_would_refuse(tmp_path, bad, message):
     from mismatchscope.errors import ImportFormatError
     from mismatchscope.importers import import_run

@@ -96,21 +96,24 @@ def test_a_url_password_is_scrubbed_alone_once_the_url_is_redacted():
     assert redact(f"header {basic}") == "header <redacted>"
 
 
-@pytest.mark.parametrize("url, userinfo, bare", [
-    ("http://alice:hunter2/SECRETPW@127.0.0.1:8000/v1", "alice:hunter2/SECRETPW", "http://127.0.0.1:8000/v1"),
-    ("http://alice/x:SECRETPW@127.0.0.1:8000/v1", "alice/x:SECRETPW", "http://127.0.0.1:8000/v1"),
-    ("http://alice:hunter2 SECRETPW@127.0.0.1:8000/v1", "alice:hunter2 SECRETPW", "http://127.0.0.1:8000/v1"),
-    ("http://u:p@w@h:1/v1", "u:p@w", "http://h:1/v1"),  # the userinfo runs to the LAST '@'
-    ("alice:SECRETPW@h:8000", "alice:SECRETPW", "h:8000"),  # no scheme
-    ("http://127.0.0.1:8000/v1", None, "http://127.0.0.1:8000/v1"),
-])
+@pytest.mark.parametrize(
+    "url, userinfo, bare",
+    [
+        ("http://alice:hunter2/SECRETPW@127.0.0.1:8000/v1", "alice:hunter2/SECRETPW", "http://127.0.0.1:8000/v1"),
+        ("http://alice/x:SECRETPW@127.0.0.1:8000/v1", "alice/x:SECRETPW", "http://127.0.0.1:8000/v1"),
+        ("http://alice:hunter2 SECRETPW@127.0.0.1:8000/v1", "alice:hunter2 SECRETPW", "http://127.0.0.1:8000/v1"),
+        ("http://u:p@w@h:1/v1", "u:p@w", "http://h:1/v1"),  # the userinfo runs to the LAST '@'
+        ("alice:SECRETPW@h:8000", "alice:SECRETPW", "h:8000"),  # no scheme
+        ("http://127.0.0.1:8000/v1", None, "http://127.0.0.1:8000/v1"),
+    ],
+)
 def test_the_userinfo_of_a_url_runs_to_its_last_at(url, userinfo, bare):
     assert split_userinfo(url) == (userinfo, bare)
     shown = redact_url(url)
     assert "SECRETPW" not in shown
     if userinfo is not None:
         scheme = "http://" if url.startswith("http://") else ""
-        assert shown == scheme + "<redacted>@" + bare[len(scheme):]
+        assert shown == scheme + "<redacted>@" + bare[len(scheme) :]
 
 
 def test_free_text_urls_with_a_slash_in_the_password():
@@ -120,55 +123,148 @@ def test_free_text_urls_with_a_slash_in_the_password():
     assert redact("see http://h/p?a=b@c") == "see http://h/p?a=b@c"
 
 
-@pytest.mark.parametrize("name", ["hf_token", "client_secret", "api_key", "x-api-key", "apiKey", "password", "passwd",
-                                  "auth", "Authorization", "bearer", "credential", "access_token", "--hf-token", "token"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "hf_token",
+        "client_secret",
+        "api_key",
+        "x-api-key",
+        "apiKey",
+        "password",
+        "passwd",
+        "auth",
+        "Authorization",
+        "bearer",
+        "credential",
+        "access_token",
+        "--hf-token",
+        "token",
+    ],
+)
 def test_credential_names(name):
     assert is_secret_name(name)
 
 
-@pytest.mark.parametrize("name", ["max_tokens", "top_k", "num_tokens", "min_tokens", "max_num_batched_tokens", "tokenizer",
-                                  "allowed_token_ids", "api_key_env", "token_budget", "KeyError", "timeout", "model"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "max_tokens",
+        "top_k",
+        "num_tokens",
+        "min_tokens",
+        "max_num_batched_tokens",
+        "tokenizer",
+        "allowed_token_ids",
+        "api_key_env",
+        "token_budget",
+        "KeyError",
+        "timeout",
+        "model",
+    ],
+)
 def test_harmless_names(name):
     assert not is_secret_name(name)
 
 
 def test_the_recorded_command_hides_credentials_and_keeps_the_rest():
-    argv = ["probe", "ckpt", "--url", "http://alice:hunter2 SECRETPW@127.0.0.1:8000/v1",
-            "--engine-arg", "hf_token=hf_SECRETTOKxyz", "--engine-arg", "client_secret=cs_SECRETCS123",
-            "--engine-arg", "max_tokens=16", "--engine-arg", "top_k=5", "--engine-arg", "num_tokens=3",
-            "--engine-arg=token=zz_SECRET", "--hf-token", "hf_SECRET2", "--api-key-env", "MY_API_KEY",
-            "--url=http://alice/x:SECRETPW@h:1/v1"]
+    argv = [
+        "probe",
+        "ckpt",
+        "--url",
+        "http://alice:hunter2 SECRETPW@127.0.0.1:8000/v1",
+        "--engine-arg",
+        "hf_token=hf_SECRETTOKxyz",
+        "--engine-arg",
+        "client_secret=cs_SECRETCS123",
+        "--engine-arg",
+        "max_tokens=16",
+        "--engine-arg",
+        "top_k=5",
+        "--engine-arg",
+        "num_tokens=3",
+        "--engine-arg=token=zz_SECRET",
+        "--hf-token",
+        "hf_SECRET2",
+        "--api-key-env",
+        "MY_API_KEY",
+        "--url=http://alice/x:SECRETPW@h:1/v1",
+    ]
     assert redact_command(argv) == [
-        "probe", "ckpt", "--url", "http://<redacted>@127.0.0.1:8000/v1",
-        "--engine-arg", "hf_token=<redacted>", "--engine-arg", "client_secret=<redacted>",
-        "--engine-arg", "max_tokens=16", "--engine-arg", "top_k=5", "--engine-arg", "num_tokens=3",
-        "--engine-arg=token=<redacted>", "--hf-token", "<redacted>", "--api-key-env", "MY_API_KEY",
-        "--url=http://<redacted>@h:1/v1"]
+        "probe",
+        "ckpt",
+        "--url",
+        "http://<redacted>@127.0.0.1:8000/v1",
+        "--engine-arg",
+        "hf_token=<redacted>",
+        "--engine-arg",
+        "client_secret=<redacted>",
+        "--engine-arg",
+        "max_tokens=16",
+        "--engine-arg",
+        "top_k=5",
+        "--engine-arg",
+        "num_tokens=3",
+        "--engine-arg=token=<redacted>",
+        "--hf-token",
+        "<redacted>",
+        "--api-key-env",
+        "MY_API_KEY",
+        "--url=http://<redacted>@h:1/v1",
+    ]
 
 
 def test_free_text_fields_and_recorded_objects():
     text = "HF_TOKEN=hf_abc x-api-key: zzz1 https://h/x?api_key=abc1&b=1 max_tokens=16 key=lambda token: 17"
-    assert redact(text) == ("HF_TOKEN=<redacted> x-api-key: <redacted> https://h/x?api_key=<redacted>&b=1 "
-                            "max_tokens=16 key=lambda token: 17")
+    assert redact(text) == (
+        "HF_TOKEN=<redacted> x-api-key: <redacted> https://h/x?api_key=<redacted>&b=1 "
+        "max_tokens=16 key=lambda token: 17"
+    )
     # a metric whose name ends in a credential word, in an error line: a number or a short word is no credential;
     # after a strong credential word (password, secret) every value is hidden
-    assert redact("chi2_token: max -2 is below -1; chi2_token: 0.0012") == "chi2_token: max -2 is below -1; chi2_token: 0.0012"
-    assert redact("password=abc client_secret: x hf_token: hf_q1") == "password=<redacted> client_secret: <redacted> hf_token: <redacted>"
-    recorded = {"url": "http://a:hunter2 SECRETPW@h/v1", "sampler": {"callback_url": "https://u:p w@x"},
-                "hf_token": "hf_abc", "max_tokens": 16}
-    assert redact_obj(recorded) == {"url": "http://<redacted>@h/v1", "sampler": {"callback_url": "https://<redacted>@x"},
-                                    "hf_token": "<redacted>", "max_tokens": 16}
+    assert (
+        redact("chi2_token: max -2 is below -1; chi2_token: 0.0012")
+        == "chi2_token: max -2 is below -1; chi2_token: 0.0012"
+    )
+    assert (
+        redact("password=abc client_secret: x hf_token: hf_q1")
+        == "password=<redacted> client_secret: <redacted> hf_token: <redacted>"
+    )
+    recorded = {
+        "url": "http://a:hunter2 SECRETPW@h/v1",
+        "sampler": {"callback_url": "https://u:p w@x"},
+        "hf_token": "hf_abc",
+        "max_tokens": 16,
+    }
+    assert redact_obj(recorded) == {
+        "url": "http://<redacted>@h/v1",
+        "sampler": {"callback_url": "https://<redacted>@x"},
+        "hf_token": "<redacted>",
+        "max_tokens": 16,
+    }
 
 
 # ---- the vllm-server sampler against a crafted server ----------------------------------
 
 
 MODEL_CARD = {"object": "list", "data": [{"id": "tiny-qwen3", "root": str(CHECKPOINT), "max_model_len": 64}]}
-MODE_ANSWER = {"choices": [{"index": 0, "logprobs": {"tokens": ["token_id:5"], "token_logprobs": [0.0],
-                                                     "top_logprobs": [{"token_id:5": 0.0}]}}]}
-CHOICE = {"token_ids": [5, 6], "finish_reason": "length",
-          "logprobs": {"tokens": ["token_id:5", "token_id:6"], "token_logprobs": [-0.5, -1.0],
-                       "top_logprobs": [{"token_id:5": -0.5}, {"token_id:6": -1.0}]}}
+MODE_ANSWER = {
+    "choices": [
+        {
+            "index": 0,
+            "logprobs": {"tokens": ["token_id:5"], "token_logprobs": [0.0], "top_logprobs": [{"token_id:5": 0.0}]},
+        }
+    ]
+}
+CHOICE = {
+    "token_ids": [5, 6],
+    "finish_reason": "length",
+    "logprobs": {
+        "tokens": ["token_id:5", "token_id:6"],
+        "token_logprobs": [-0.5, -1.0],
+        "top_logprobs": [{"token_id:5": -0.5}, {"token_id:6": -1.0}],
+    },
+}
 
 
 class _Crafted(BaseHTTPRequestHandler):
@@ -267,12 +363,15 @@ def test_a_key_echoed_json_escaped(servers, monkeypatch):
     handler.routes[("GET", "/v1/models")] = (401, {}, body.encode())
     with pytest.raises(SamplerError) as err:
         _sampler(url)
-    assert str(err.value) == (f'GET {url}/v1/models failed with HTTP 401: '
-                              f'{{"error": "invalid key", "received": "<redacted>"}}{HINT}')
+    assert str(err.value) == (
+        f'GET {url}/v1/models failed with HTTP 401: {{"error": "invalid key", "received": "<redacted>"}}{HINT}'
+    )
 
 
 @needs_checkpoint
-@pytest.mark.parametrize("password, echoed", [("hunter2-SECRETPW", "hunter2-SECRETPW"), ("hunter%40SECRETPW", "hunter@SECRETPW")])
+@pytest.mark.parametrize(
+    "password, echoed", [("hunter2-SECRETPW", "hunter2-SECRETPW"), ("hunter%40SECRETPW", "hunter@SECRETPW")]
+)
 def test_a_url_password_echoed_alone(servers, monkeypatch, password, echoed):
     monkeypatch.delenv("MISMATCHSCOPE_API_KEY", raising=False)
     url, handler = servers()
@@ -285,17 +384,28 @@ def test_a_url_password_echoed_alone(servers, monkeypatch, password, echoed):
     with pytest.raises(SamplerError) as err:
         _sampler(url.replace("http://", f"http://alice:{password}@"))
     assert handler.seen[-1][2]["Authorization"] == "Basic " + base64.b64encode(f"alice:{echoed}".encode()).decode()
-    assert str(err.value) == f"GET {url}/v1/models failed with HTTP 401: bad credentials for alice, password <redacted>{HINT}"
+    assert (
+        str(err.value)
+        == f"GET {url}/v1/models failed with HTTP 401: bad credentials for alice, password <redacted>{HINT}"
+    )
 
 
 @needs_checkpoint
-@pytest.mark.parametrize("url", ["http://alice/x:SECRETPW@127.0.0.1:9/v1", "http://alice:hunter2/SECRETPW@127.0.0.1:9/v1",
-                                 "http://alice:hunter2?SECRETPW@127.0.0.1:9/v1"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://alice/x:SECRETPW@127.0.0.1:9/v1",
+        "http://alice:hunter2/SECRETPW@127.0.0.1:9/v1",
+        "http://alice:hunter2?SECRETPW@127.0.0.1:9/v1",
+    ],
+)
 def test_a_url_whose_credentials_hold_a_slash_is_refused_redacted(url):
     with pytest.raises(UsageError) as err:
         _sampler(url)
-    assert str(err.value) == ("--url 'http://<redacted>@127.0.0.1:9/v1' is ambiguous: an '@' comes after a '/', '?' or '#' "
-                              "(percent-encode '/', '?', '#' and '@' inside a user name or password as %2F, %3F, %23, %40)")
+    assert str(err.value) == (
+        "--url 'http://<redacted>@127.0.0.1:9/v1' is ambiguous: an '@' comes after a '/', '?' or '#' "
+        "(percent-encode '/', '?', '#' and '@' inside a user name or password as %2F, %3F, %23, %40)"
+    )
 
 
 @needs_checkpoint
@@ -307,8 +417,10 @@ def test_a_redirect_to_another_server_is_not_followed(servers, monkeypatch):
     with pytest.raises(SamplerError) as err:
         _sampler(url)
     assert other.seen == []  # not one request, so not the key either
-    assert str(err.value) == (f"GET {url}/v1/models was redirected (HTTP 302) to {elsewhere}/v1/models, which is not "
-                              "followed: the credentials go only to --url (pass the address the server redirects to as --url)")
+    assert str(err.value) == (
+        f"GET {url}/v1/models was redirected (HTTP 302) to {elsewhere}/v1/models, which is not "
+        "followed: the credentials go only to --url (pass the address the server redirects to as --url)"
+    )
 
 
 @needs_checkpoint
@@ -320,7 +432,9 @@ def test_a_redirect_on_the_same_server_is_followed_but_not_for_a_post(servers, m
     sampler = _sampler(url)
     assert sampler.model == "tiny-qwen3"
     assert [(m, p, h.get("Authorization")) for m, p, h in handler.seen[:2]] == [
-        ("GET", "/v1/models", f"Bearer {KEY}"), ("GET", "/v2/models", f"Bearer {KEY}")]
+        ("GET", "/v1/models", f"Bearer {KEY}"),
+        ("GET", "/v2/models", f"Bearer {KEY}"),
+    ]
     # a POST redirected would lose its body (urllib resends it as a GET): refused too
     handler.routes[("POST", "/v1/completions")] = (307, {"Location": "/v2/completions"}, b"")
     with pytest.raises(SamplerError) as err:
@@ -356,10 +470,30 @@ def test_a_run_with_a_space_in_the_password_and_credential_engine_args_records_n
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": "1+1=", "answer": "2"}\n')
     out = tmp_path / "run"
-    r = cli("probe", str(CHECKPOINT), "--out", str(out), "--sampler", "vllm-server", "--url", secret_url,
-            "--prompts", str(prompts), "-n", "1", "--max-tokens", "2", "--top-k-logprobs", "1",
-            "--engine-arg", "hf_token=hf_SECRETTOKxyz", "--engine-arg", "client_secret=cs_SECRETCS123",
-            "--engine-arg", "timeout=30")
+    r = cli(
+        "probe",
+        str(CHECKPOINT),
+        "--out",
+        str(out),
+        "--sampler",
+        "vllm-server",
+        "--url",
+        secret_url,
+        "--prompts",
+        str(prompts),
+        "-n",
+        "1",
+        "--max-tokens",
+        "2",
+        "--top-k-logprobs",
+        "1",
+        "--engine-arg",
+        "hf_token=hf_SECRETTOKxyz",
+        "--engine-arg",
+        "client_secret=cs_SECRETCS123",
+        "--engine-arg",
+        "timeout=30",
+    )
     assert r.returncode == 0, r.stderr
     assert handler.seen[-1][2]["Authorization"] == "Basic " + base64.b64encode(b"alice:hunter2 SECRETPW").decode()
     everything = _everything(r, out)
@@ -370,8 +504,11 @@ def test_a_run_with_a_space_in_the_password_and_credential_engine_args_records_n
     assert manifest["config"]["sampler"]["url"] == manifest["fingerprint"]["sampler"]["url"] == shown
     assert manifest["command"][manifest["command"].index("--url") + 1] == shown
     assert {"hf_token=<redacted>", "client_secret=<redacted>", "timeout=30"} <= set(manifest["command"])
-    assert manifest["config"]["sampler"]["engine_args"] == {"hf_token": "<redacted>", "client_secret": "<redacted>",
-                                                             "timeout": 30}
+    assert manifest["config"]["sampler"]["engine_args"] == {
+        "hf_token": "<redacted>",
+        "client_secret": "<redacted>",
+        "timeout": 30,
+    }
     (shard,) = (out / "tokens").glob("*.parquet")
     meta = json.loads(pq.read_schema(shard).metadata[b"mismatchscope"])
     assert meta["sampler"]["url"] == shown
@@ -383,8 +520,20 @@ def test_a_slash_in_the_user_name_is_refused_and_recorded_redacted(servers, tmp_
     url, handler = servers()
     secret_url = url.replace("http://", "http://alice/x:SECRETPW@") + "/v1"
     out = tmp_path / "run"
-    r = cli("probe", str(CHECKPOINT), "--out", str(out), "--sampler", "vllm-server", "--url", secret_url, "-n", "1",
-            "--max-tokens", "2")
+    r = cli(
+        "probe",
+        str(CHECKPOINT),
+        "--out",
+        str(out),
+        "--sampler",
+        "vllm-server",
+        "--url",
+        secret_url,
+        "-n",
+        "1",
+        "--max-tokens",
+        "2",
+    )
     shown = url.replace("http://", "http://<redacted>@") + "/v1"
     assert _error_line(r).startswith(f"error: --url '{shown}' is ambiguous")
     assert "SECRETPW" not in _everything(r, out)
@@ -394,8 +543,16 @@ def test_a_slash_in_the_user_name_is_refused_and_recorded_redacted(servers, tmp_
 @needs_checkpoint
 def test_a_slash_in_the_password_never_reaches_stderr(tmp_path):
     # urlsplit reads "hunter2" as the port: whatever the message says of it, the URL in it is redacted
-    r = cli("probe", str(CHECKPOINT), "--out", str(tmp_path / "run"), "--sampler", "vllm-server",
-            "--url", "http://alice:hunter2/SECRETPW@127.0.0.1:9/v1")
+    r = cli(
+        "probe",
+        str(CHECKPOINT),
+        "--out",
+        str(tmp_path / "run"),
+        "--sampler",
+        "vllm-server",
+        "--url",
+        "http://alice:hunter2/SECRETPW@127.0.0.1:9/v1",
+    )
     assert _error_line(r).startswith("error: --url 'http://<redacted>@127.0.0.1:9/v1' ")
     assert "SECRETPW" not in r.stderr + r.stdout
 
@@ -412,8 +569,8 @@ def test_more_forms_a_server_echoes_a_secret_in():
     assert redact(f"INVALID KEY {KEY.upper()}") == "INVALID KEY <redacted>"
     assert redact(f"key={KEY.lower()}") == "key=<redacted>"
     # a password beyond the BMP, JSON-escaped as a surrogate pair; one with umlauts as named HTML entities
-    redact_module.register_userinfo("alice:hunter\U0001F511SECRETPW")
-    assert redact(json.dumps({"p": "xhunter\U0001F511SECRETPW"})) == '{"p": "x<redacted>"}'
+    redact_module.register_userinfo("alice:hunter\U0001f511SECRETPW")
+    assert redact(json.dumps({"p": "xhunter\U0001f511SECRETPW"})) == '{"p": "x<redacted>"}'
     redact_module.register_userinfo("bob:p\u00e4ssw\u00f6rd-SECRETPW")
     assert redact("<p>wrong password p&auml;ssw&ouml;rd-SECRETPW</p>") == "<p>wrong password <redacted></p>"
 
@@ -421,21 +578,40 @@ def test_more_forms_a_server_echoes_a_secret_in():
 def test_engine_options_recorded_with_a_url_in_any_value():
     from mismatchscope.probe.samplers.base import manifest_safe
 
-    recorded = manifest_safe({"callback_url": "http://bob:CBSECRETPW@h.example/x",
-                              "note": "see http://carol:NOTESECRETPW@h.example/", "max_tokens": 16})
-    assert recorded == {"callback_url": "http://<redacted>@h.example/x", "note": "see http://<redacted>@h.example/",
-                        "max_tokens": 16}
+    recorded = manifest_safe(
+        {
+            "callback_url": "http://bob:CBSECRETPW@h.example/x",
+            "note": "see http://carol:NOTESECRETPW@h.example/",
+            "max_tokens": 16,
+        }
+    )
+    assert recorded == {
+        "callback_url": "http://<redacted>@h.example/x",
+        "note": "see http://<redacted>@h.example/",
+        "max_tokens": 16,
+    }
 
 
 @needs_checkpoint
 @pytest.mark.parametrize("key", ["sk-NLSECRET-0123456789\n", "sk-\u043a\u043b\u044e\u0447-NLSECRET-0123"])
 def test_an_api_key_a_header_cannot_carry_is_one_line(tmp_path, key):
     # refused before any request is sent (port 9 would refuse the connection anyway)
-    r = cli("probe", str(CHECKPOINT), "--out", str(tmp_path / "run"), "--sampler", "vllm-server",
-            "--url", "http://127.0.0.1:9/v1", env={"MISMATCHSCOPE_API_KEY": key})
-    assert _error_line(r) == ("error: the API key in $MISMATCHSCOPE_API_KEY holds a space, a line break or a character "
-                              "outside printable ASCII, which an HTTP header cannot carry (check how the variable was "
-                              "set: a key read from a file often keeps its newline)")
+    r = cli(
+        "probe",
+        str(CHECKPOINT),
+        "--out",
+        str(tmp_path / "run"),
+        "--sampler",
+        "vllm-server",
+        "--url",
+        "http://127.0.0.1:9/v1",
+        env={"MISMATCHSCOPE_API_KEY": key},
+    )
+    assert _error_line(r) == (
+        "error: the API key in $MISMATCHSCOPE_API_KEY holds a space, a line break or a character "
+        "outside printable ASCII, which an HTTP header cannot carry (check how the variable was "
+        "set: a key read from a file often keeps its newline)"
+    )
     assert "NLSECRET" not in r.stderr and not (tmp_path / "run").exists()
 
 
@@ -445,8 +621,10 @@ def test_an_empty_top_logprobs_entry_is_refused_when_top_k_was_asked():
     choice = {"index": 0, "logprobs": {"tokens": ["token_id:5"], "token_logprobs": [-0.5], "top_logprobs": [{}]}}
     with pytest.raises(SamplerError) as e:
         _completion(0, 0, choice, k=1)
-    assert str(e.value) == ("POST /v1/completions: choices[0].logprobs.top_logprobs[0] is empty, but 1 top logprobs were "
-                            "asked for (it should list the sampled token 5, tokens[0])")
+    assert str(e.value) == (
+        "POST /v1/completions: choices[0].logprobs.top_logprobs[0] is empty, but 1 top logprobs were "
+        "asked for (it should list the sampled token 5, tokens[0])"
+    )
 
 
 def test_a_failed_writer_leaves_no_lock_in_a_folder_that_was_there(tmp_path):

@@ -21,8 +21,10 @@ from mismatchscope.timeline.changes import ChangeConfig, detect
 from mismatchscope.timeline.series import grouped_quantile
 from tests.helpers import cli, pairs
 
-needs_ruptures = pytest.mark.skipif(importlib.util.find_spec("ruptures") is None,
-                                    reason="timeline's change detection needs ruptures (pip install ruptures)")
+needs_ruptures = pytest.mark.skipif(
+    importlib.util.find_spec("ruptures") is None,
+    reason="timeline's change detection needs ruptures (pip install ruptures)",
+)
 
 # (sequence_id, position, q, p) per step; rows are written step 2 first, to check the grouping.
 STEP0 = [(1, 0, 0.5, 0.2), (1, 1, 0.5, 0.5)]
@@ -39,7 +41,9 @@ def tiny(write):
     return write(pairs(ROWS, step=STEPS))
 
 
-def synthetic(seed: int, steps: int = 60, per_step: int = 400, shift_at: int | None = None, spike_at: int | None = None) -> dict:
+def synthetic(
+    seed: int, steps: int = 60, per_step: int = 400, shift_at: int | None = None, spike_at: int | None = None
+) -> dict:
     """A run whose per-token log-ratio noise is 0.05 nats, 0.08 from ``shift_at`` on, 0.2 at ``spike_at``."""
     rng = np.random.default_rng(seed)
     sd = np.full(steps, 0.05)
@@ -51,8 +55,14 @@ def synthetic(seed: int, steps: int = 60, per_step: int = 400, shift_at: int | N
     step = np.repeat(np.arange(steps), per_step)
     lq = np.log(rng.uniform(0.05, 1.0, n))
     lp = np.minimum(lq + rng.normal(0, sd[step]), 0.0)
-    return {"sequence_id": np.arange(n) // 20, "position": np.arange(n) % 20, "token_id": np.zeros(n, np.int64),
-            "sampler_logprob": lq, "trainer_logprob": lp, "step": step}
+    return {
+        "sequence_id": np.arange(n) // 20,
+        "position": np.arange(n) % 20,
+        "token_id": np.zeros(n, np.int64),
+        "sampler_logprob": lq,
+        "trainer_logprob": lp,
+        "step": step,
+    }
 
 
 def rows_by_step(result, group="all") -> dict[int, dict]:
@@ -61,7 +71,9 @@ def rows_by_step(result, group="all") -> dict[int, dict]:
 
 @needs_ruptures
 def test_per_step_values_by_hand(write):
-    r = timeline(tiny(write), [parse_rule("icepop"), parse_rule("ipo:delta=0.1"), parse_rule("seq-mis"), parse_rule("dppo-tv")])
+    r = timeline(
+        tiny(write), [parse_rule("icepop"), parse_rule("ipo:delta=0.1"), parse_rule("seq-mis"), parse_rule("dppo-tv")]
+    )
     rows = rows_by_step(r)
     assert sorted(rows) == [0, 1, 2]
     # step 0, one sequence: r = 0.4 (l = ln 0.4 = -0.916291, tv 0.3, k3 = -0.6 + 0.916291 = 0.316291) and r = 1
@@ -71,12 +83,12 @@ def test_per_step_values_by_hand(write):
     assert s0["k3_mean"] == pytest.approx(0.316291 / 2, abs=1e-6)
     assert s0["abs_logprob_diff_mean"] == pytest.approx(0.916291 / 2, abs=1e-6)
     assert s0["abs_logprob_diff_p99"] == pytest.approx(0.99 * 0.916291, abs=1e-6)  # sorted [0, .916]: 0 + 0.99 * .916
-    assert s0["ratio_outside_band"] == 0.5                  # 0.4 < 0.5
-    assert s0["icepop_reject_rate"] == 0.5                  # 0.4 < alpha 0.5
-    assert s0["ipo_reject_rate"] == 0.5                     # |p - q| 0.3 > 0.1
-    assert s0["seq-mis_reject_rate"] == 1.0                 # prod r = 0.4 < 0.5: both tokens
-    assert s0["dppo-tv[A>0]_reject_rate"] == 0.0            # p - q = -0.3, 0: never > 0.15
-    assert s0["dppo-tv[A<0]_reject_rate"] == 0.5            # -0.3 < -0.15
+    assert s0["ratio_outside_band"] == 0.5  # 0.4 < 0.5
+    assert s0["icepop_reject_rate"] == 0.5  # 0.4 < alpha 0.5
+    assert s0["ipo_reject_rate"] == 0.5  # |p - q| 0.3 > 0.1
+    assert s0["seq-mis_reject_rate"] == 1.0  # prod r = 0.4 < 0.5: both tokens
+    assert s0["dppo-tv[A>0]_reject_rate"] == 0.0  # p - q = -0.3, 0: never > 0.15
+    assert s0["dppo-tv[A<0]_reject_rate"] == 0.5  # -0.3 < -0.15
     # step 1: r = 3 (l = 1.098612, tv 0.4, k3 = 2 - 1.098612 = 0.901388), r = 1, r = 0.125 (l = -2.079442,
     # tv 0.7, k3 = -0.875 + 2.079442 = 1.204442)
     s1 = rows[1]
@@ -86,10 +98,10 @@ def test_per_step_values_by_hand(write):
     assert s1["abs_logprob_diff_mean"] == pytest.approx((1.098612 + 2.079442) / 3, abs=1e-6)
     # sorted [0, 1.098612, 2.079442]: position 0.99 * 2 = 1.98 -> 1.098612 + 0.98 * 0.980830
     assert s1["abs_logprob_diff_p99"] == pytest.approx(1.098612 + 0.98 * 0.980830, abs=1e-6)
-    assert s1["ratio_outside_band"] == pytest.approx(2 / 3)     # 3 > 2 and 0.125 < 0.5
-    assert s1["icepop_reject_rate"] == pytest.approx(1 / 3)     # only 0.125 leaves [0.5, 5]
-    assert s1["ipo_reject_rate"] == pytest.approx(2 / 3)        # 0.4 and 0.7 > 0.1
-    assert s1["seq-mis_reject_rate"] == 1.0                     # prod r = 3 * 0.125 = 0.375 < 0.5
+    assert s1["ratio_outside_band"] == pytest.approx(2 / 3)  # 3 > 2 and 0.125 < 0.5
+    assert s1["icepop_reject_rate"] == pytest.approx(1 / 3)  # only 0.125 leaves [0.5, 5]
+    assert s1["ipo_reject_rate"] == pytest.approx(2 / 3)  # 0.4 and 0.7 > 0.1
+    assert s1["seq-mis_reject_rate"] == 1.0  # prod r = 3 * 0.125 = 0.375 < 0.5
     assert s1["dppo-tv[A>0]_reject_rate"] == pytest.approx(1 / 3)  # 0.4 > 0.15
     assert s1["dppo-tv[A<0]_reject_rate"] == pytest.approx(1 / 3)  # -0.7 < -0.15
     # step 2, two sequences: r = 1 and r = 10 (l = 2.302585, tv 0.09, k3 = 9 - 2.302585 = 6.697415)
@@ -99,8 +111,8 @@ def test_per_step_values_by_hand(write):
     assert s2["k3_mean"] == pytest.approx(6.697415 / 2, abs=1e-6)
     assert s2["abs_logprob_diff_p99"] == pytest.approx(0.99 * 2.302585, abs=1e-6)
     assert s2["ratio_outside_band"] == 0.5 and s2["icepop_reject_rate"] == 0.5  # 10 > 2 and > beta 5
-    assert s2["ipo_reject_rate"] == 0.0                                            # 0.09 <= 0.1
-    assert s2["seq-mis_reject_rate"] == 0.5                                        # sequence 4: prod r = 10 > 2
+    assert s2["ipo_reject_rate"] == 0.0  # 0.09 <= 0.1
+    assert s2["seq-mis_reject_rate"] == 0.5  # sequence 4: prod r = 10 > 2
     # three steps are too few to test for changes: said, not silently skipped
     assert r.flags == [] and r.skipped and all("need 8" in s["reason"] for s in r.skipped)
 
@@ -158,8 +170,8 @@ def test_detect_on_plain_series():
     rng = np.random.default_rng(3)
     steps = np.arange(100, 700, 10)  # logged every 10 steps
     x = np.exp(rng.normal(0, 0.05, 60)) * 1e-3
-    x[0] *= 3          # a spike on the first step, right after a resume
-    x[30:] *= 1.5      # a sustained shift
+    x[0] *= 3  # a spike on the first step, right after a resume
+    x[30:] *= 1.5  # a sustained shift
     ch = detect(steps, x, ChangeConfig(), "log")
     assert [s["step"] for s in ch.spikes] == [100]
     assert [s["step"] for s in ch.shifts] == [400]
@@ -203,7 +215,18 @@ def test_by_errors(write, tmp_path):
 @needs_ruptures
 def test_json_contract_and_plot(write, tmp_path):
     path = write(synthetic(0, shift_at=40, spike_at=15))
-    r = cli("timeline", str(path), "--format", "json", "--plots", str(tmp_path / "plots"), "--rule", "icepop", "--rule", "tis")
+    r = cli(
+        "timeline",
+        str(path),
+        "--format",
+        "json",
+        "--plots",
+        str(tmp_path / "plots"),
+        "--rule",
+        "icepop",
+        "--rule",
+        "tis",
+    )
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)  # nothing but JSON on stdout
     assert data["tokens"] == 24_000 and data["steps"] == 60 and data["by"] is None and data["groups"] == ["all"]

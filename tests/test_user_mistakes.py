@@ -26,7 +26,7 @@ def _one_line(r, *parts: str) -> None:
 
 # -- the reward function -----------------------------------------------------------------------
 
-REWARDS = '''
+REWARDS = """
 def raises(*, prompt, completion, answer):
     raise KeyError("score")
 
@@ -41,7 +41,7 @@ def positional(prompt):
 
 def fine(*, prompt, completion, answer):
     return 0.5
-'''
+"""
 
 
 @pytest.fixture
@@ -52,11 +52,14 @@ def rewards_module(tmp_path, monkeypatch):
     sys.modules.pop("my_rewards", None)
 
 
-@pytest.mark.parametrize("name, message", [
-    ("raises", "--reward-fn my_rewards:raises on the prompt 'What is 2+2?' raised KeyError: 'score'"),
-    ("text", "--reward-fn my_rewards:text on the prompt 'What is 2+2?' returned '1.0', not a number"),
-    ("huge", "--reward-fn my_rewards:huge on the prompt 'What is 2+2?' returned 1000000000"),
-])
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("raises", "--reward-fn my_rewards:raises on the prompt 'What is 2+2?' raised KeyError: 'score'"),
+        ("text", "--reward-fn my_rewards:text on the prompt 'What is 2+2?' returned '1.0', not a number"),
+        ("huge", "--reward-fn my_rewards:huge on the prompt 'What is 2+2?' returned 1000000000"),
+    ],
+)
 def test_a_reward_function_that_fails_is_named_with_the_prompt(rewards_module, name, message):
     from mismatchscope.probe.rewards import load_reward_fn
 
@@ -76,12 +79,13 @@ def test_a_reward_function_with_the_wrong_signature_is_refused_when_loaded(rewar
 
 # -- options and inputs ------------------------------------------------------------------------
 
+
 def test_a_seed_beyond_64_bits_and_a_malformed_ipv6_url_are_option_errors():
     from mismatchscope.probe.types import SamplerConfig, SamplingConfig
     from mismatchscope.probe.validate import check_sampler, check_sampling
 
     with pytest.raises(UsageError, match=r"--seed must be in 0..9223372036854775807"):
-        check_sampling(SamplingConfig(seed=2 ** 64))
+        check_sampling(SamplingConfig(seed=2**64))
     with pytest.raises(UsageError, match=r"is not a valid URL \(Invalid IPv6 URL\)") as e:
         check_sampler(SamplerConfig(kind="vllm-server", url="http://[::1:8000/v1?token=s3cr3tvalue"))
     assert "s3cr3tvalue" not in str(e.value)
@@ -89,8 +93,9 @@ def test_a_seed_beyond_64_bits_and_a_malformed_ipv6_url_are_option_errors():
 
 def test_a_non_utf8_out_is_refused_before_anything_is_written(tmp_path):
     out = os.fsdecode(os.fsencode(str(tmp_path)) + b"/run-\xff")
-    r = cli("probe", str(TINY), "--prompts", str(REPO / "sample_data" / "prompts.jsonl"), "--sampler", "hf",
-            "--out", out)
+    r = cli(
+        "probe", str(TINY), "--prompts", str(REPO / "sample_data" / "prompts.jsonl"), "--sampler", "hf", "--out", out
+    )
     _one_line(r, "the path is not valid UTF-8")
     assert list(tmp_path.iterdir()) == []
 
@@ -110,16 +115,28 @@ def test_a_world_size_of_zero_is_named_as_such(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("url", [
-    "http://h:8000/v1?token=SECRETVALUE", "http://h/v1?x=1&access_token=SECRETVALUE", "http://h/?key=SECRETVALUE",
-    "http://h/?secret=SECRETVALUE", "http://h/?password=SECRETVALUE", "http://h/?auth=SECRETVALUE#x",
-    "https://bucket/o?X-Amz-Signature=SECRETVALUE&max_tokens=3", "https://h/?sig=SECRETVALUE",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://h:8000/v1?token=SECRETVALUE",
+        "http://h/v1?x=1&access_token=SECRETVALUE",
+        "http://h/?key=SECRETVALUE",
+        "http://h/?secret=SECRETVALUE",
+        "http://h/?password=SECRETVALUE",
+        "http://h/?auth=SECRETVALUE#x",
+        "https://bucket/o?X-Amz-Signature=SECRETVALUE&max_tokens=3",
+        "https://h/?sig=SECRETVALUE",
+    ],
+)
 def test_credential_query_parameters_are_redacted_everywhere(url):
     from mismatchscope.redact import redact, redact_command, redact_obj, redact_url
 
-    for shown in (redact_url(url), redact(f"cannot reach {url}: refused"), " ".join(redact_command(["--url", url])),
-                  json.dumps(redact_obj({"sampler": {"url": url}}))):
+    for shown in (
+        redact_url(url),
+        redact(f"cannot reach {url}: refused"),
+        " ".join(redact_command(["--url", url])),
+        json.dumps(redact_obj({"sampler": {"url": url}})),
+    ):
         assert "SECRETVALUE" not in shown and "<redacted>" in shown, shown
     assert redact("the server said SECRETVALUE") == "the server said <redacted>"  # the value alone, once seen
 
@@ -129,12 +146,20 @@ def test_a_limit_at_infinity_is_refused():
     _one_line(r, "tv_token_mean: max inf is no limit")
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda m: m.update(config=[1]), "manifest.json: config is [1], not a table"),
-    (lambda m: m["config"]["sampling"].update(temperature="hot"),
-     "manifest.json: config.sampling.temperature is 'hot', not a number"),
-    (lambda m: m["config"]["checkpoint"].update(path=5), "manifest.json: config.checkpoint.path is 5, not a string"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda m: m.update(config=[1]), "manifest.json: config is [1], not a table"),
+        (
+            lambda m: m["config"]["sampling"].update(temperature="hot"),
+            "manifest.json: config.sampling.temperature is 'hot', not a number",
+        ),
+        (
+            lambda m: m["config"]["checkpoint"].update(path=5),
+            "manifest.json: config.checkpoint.path is 5, not a string",
+        ),
+    ],
+)
 def test_rescore_of_a_manifest_with_a_wrongly_typed_field(tmp_path, edit, message):
     run = Path(shutil.copytree(GOLDEN, tmp_path / "run"))
     manifest = json.loads((run / "manifest.json").read_text())

@@ -20,8 +20,9 @@ from tests.helpers import REPO
 def wheel(tmp_path_factory) -> Path:
     """Build the wheel from a copy of the checkout's files (the checkout itself stays clean)."""
     root = tmp_path_factory.mktemp("wheel")
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True, text=True,
-                           check=True).stdout.split()
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
     for f in files:
         if (REPO / f).is_file():
             (root / "src" / f).parent.mkdir(parents=True, exist_ok=True)
@@ -30,16 +31,36 @@ def wheel(tmp_path_factory) -> Path:
 
     # this environment's setuptools when it can build the project (pyproject needs >= 77), else pip's isolated build
     isolation = ["--no-build-isolation"] if int(setuptools.__version__.split(".")[0]) >= 77 else []
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, "-w", str(root / "dist"),
-                    str(root / "src")], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            *isolation,
+            "-w",
+            str(root / "dist"),
+            str(root / "src"),
+        ],
+        check=True,
+        capture_output=True,
+    )
     (whl,) = (root / "dist").glob("mismatchscope-*.whl")
     return whl
 
 
 def test_the_wheel_carries_the_sample(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    for f in ("tiny-qwen3/model.safetensors", "tiny-qwen3/tokenizer.json", "tiny-qwen3-later/model.safetensors",
-              "tiny-qwen3-moe/config.json", "prompts.jsonl", "simulated_pairs.parquet"):
+    for f in (
+        "tiny-qwen3/model.safetensors",
+        "tiny-qwen3/tokenizer.json",
+        "tiny-qwen3-later/model.safetensors",
+        "tiny-qwen3-moe/config.json",
+        "prompts.jsonl",
+        "simulated_pairs.parquet",
+    ):
         assert f"mismatchscope/_sample_data/{f}" in names, f
     assert not any(n.startswith(("tests/", "sample_data/")) for n in names)
 
@@ -49,18 +70,33 @@ def test_the_wheel_carries_the_sample(wheel):
 def test_probe_with_no_arguments_from_an_installed_wheel(wheel, tmp_path):
     pytest.importorskip("vllm", reason="probe samples with real vLLM")
     site = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
+        check=True,
+        capture_output=True,
+    )
     # the installed package first, then this environment's dependencies; no checkout anywhere near
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), sysconfig.get_paths()["purelib"]])}
     env.pop("MISMATCHSCOPE_DEBUG", None)
     work = tmp_path / "work"
     work.mkdir()
-    where = subprocess.run([sys.executable, "-c", "import mismatchscope; print(mismatchscope.__file__)"], cwd=work, env=env,
-                           capture_output=True, text=True, check=True).stdout.strip()
+    where = subprocess.run(
+        [sys.executable, "-c", "import mismatchscope; print(mismatchscope.__file__)"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert Path(where).is_relative_to(site), where
-    r = subprocess.run([sys.executable, "-m", "mismatchscope", "probe", "--out", "runs/p"], cwd=work, env=env,
-                       capture_output=True, text=True, timeout=900)
+    r = subprocess.run(
+        [sys.executable, "-m", "mismatchscope", "probe", "--out", "runs/p"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "What each rule would reject" in r.stdout
     assert (work / "runs" / "p" / "manifest.json").is_file()

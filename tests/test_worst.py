@@ -22,8 +22,13 @@ from tests.helpers import cli
 #   seq 5 and seq 7 (identical, 2 tokens): (0.5, 0.05): r = 0.1, k3 = -0.9 + ln 10 = 1.402585, l = -2.302585, tv 0.45;
 #       and (0.5, 0.5): 0. sum k3 1.402585, mean 0.701293, sum |l| 2.302585, mean 1.151293, S = -2.302585
 # Equal values rank the smaller sequence id first, so 5 always precedes 7.
-ROWS = ([(9, i, 0.5, 0.5, 30) for i in range(8) if i != 3] + [(9, 3, 0.1, 0.4, 30)] + [(2, 0, 0.2, 0.6, 10)]
-        + [(s, 0, 0.5, 0.05, 20) for s in (5, 7)] + [(s, 1, 0.5, 0.5, 20) for s in (5, 7)])
+ROWS = (
+    [(9, i, 0.5, 0.5, 30) for i in range(8) if i != 3]
+    + [(9, 3, 0.1, 0.4, 30)]
+    + [(2, 0, 0.2, 0.6, 10)]
+    + [(s, 0, 0.5, 0.05, 20) for s in (5, 7)]
+    + [(s, 1, 0.5, 0.5, 20) for s in (5, 7)]
+)
 
 EXPECTED = {  # by -> (order, value of the first)
     "k3_sum": ([9, 5, 7, 2], 3 - math.log(4)),
@@ -36,9 +41,14 @@ EXPECTED = {  # by -> (order, value of the first)
 
 
 def cols(rows) -> dict:
-    return {"sequence_id": [r[0] for r in rows], "position": [r[1] for r in rows], "token_id": [100 * r[0] + r[1] for r in rows],
-            "sampler_logprob": [math.log(r[2]) for r in rows], "trainer_logprob": [math.log(r[3]) for r in rows],
-            "prompt_id": [r[4] for r in rows]}
+    return {
+        "sequence_id": [r[0] for r in rows],
+        "position": [r[1] for r in rows],
+        "token_id": [100 * r[0] + r[1] for r in rows],
+        "sampler_logprob": [math.log(r[2]) for r in rows],
+        "trainer_logprob": [math.log(r[3]) for r in rows],
+        "prompt_id": [r[4] for r in rows],
+    }
 
 
 @pytest.fixture
@@ -60,8 +70,15 @@ def test_ranking_by_hand(table, by):
 
 def test_default_row_values(table):
     top, second = worst_sequences(analyse(str(table), AnalysisRequest()), 2)
-    assert top == {"rank": 1, "sequence_id": 9, "tokens": 8, "by": "k3_sum", "value": pytest.approx(1.613706, abs=1e-6),
-                   "k3_sum": pytest.approx(1.613706, abs=1e-6), "tv_max": pytest.approx(0.3)}
+    assert top == {
+        "rank": 1,
+        "sequence_id": 9,
+        "tokens": 8,
+        "by": "k3_sum",
+        "value": pytest.approx(1.613706, abs=1e-6),
+        "k3_sum": pytest.approx(1.613706, abs=1e-6),
+        "tv_max": pytest.approx(0.3),
+    }
     assert second["sequence_id"] == 5 and second["k3_sum"] == pytest.approx(1.402585, abs=1e-6)
 
 
@@ -95,8 +112,19 @@ def test_cli_json_contract(table):
     data = json.loads(r.stdout)
     assert "metrics" in data  # the report is all still there
     five, seven = data["worst"]
-    assert set(five) == {"rank", "sequence_id", "prompt_id", "tokens", "by", "value", "k3_sum", "tv_max",
-                         "max_gap_position", "max_gap_token_id", "max_gap_log_ratio"}
+    assert set(five) == {
+        "rank",
+        "sequence_id",
+        "prompt_id",
+        "tokens",
+        "by",
+        "value",
+        "k3_sum",
+        "tv_max",
+        "max_gap_position",
+        "max_gap_token_id",
+        "max_gap_log_ratio",
+    }
     assert (five["sequence_id"], seven["sequence_id"], five["prompt_id"], five["tokens"]) == (5, 7, 20, 2)
     assert five["by"] == "tv_max" and five["value"] == pytest.approx(0.45)
     assert (five["max_gap_position"], five["max_gap_token_id"]) == (0, 500)
@@ -104,7 +132,9 @@ def test_cli_json_contract(table):
 
     r = cli("report", str(table), "--worst", "1", "--worst-traces", "--format", "json")
     (nine,) = json.loads(r.stdout)["worst"]
-    assert nine["trace"]["position"] == list(range(8)) and nine["trace"]["sampler_logprob"][3] == pytest.approx(math.log(0.1))
+    assert nine["trace"]["position"] == list(range(8)) and nine["trace"]["sampler_logprob"][3] == pytest.approx(
+        math.log(0.1)
+    )
     assert "worst" not in json.loads(cli("report", str(table), "--format", "json").stdout)  # unchanged without --worst
 
 
@@ -132,4 +162,6 @@ def test_trace_pictures(table, tmp_path):
         w, h = struct.unpack(">II", data[16:24])
         assert 800 <= w <= 2000 and 500 <= h <= 1200, (name, w, h)
     html = page.read_text()
-    assert "Worst sequences" in html and html.count("data:image/png;base64,") == 6  # four report pictures and two traces
+    assert (
+        "Worst sequences" in html and html.count("data:image/png;base64,") == 6
+    )  # four report pictures and two traces

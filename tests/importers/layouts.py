@@ -15,9 +15,19 @@ import numpy as np
 
 # -- NeMo-RL -----------------------------------------------------------------
 
-def nemo_sample(prompt: list[int], response: list[int], gen_lp: list[float], prev_lp: list[float],
-                adv: float | list[float], reward: float, *, width: int | None = None,
-                prompt_prev: list[float] | None = None, mask: list[int] | None = None) -> dict[str, Any]:
+
+def nemo_sample(
+    prompt: list[int],
+    response: list[int],
+    gen_lp: list[float],
+    prev_lp: list[float],
+    adv: float | list[float],
+    reward: float,
+    *,
+    width: int | None = None,
+    prompt_prev: list[float] | None = None,
+    mask: list[int] | None = None,
+) -> dict[str, Any]:
     """One training sample as the GRPO loop holds it: the whole sequence, right-padded to ``width``.
 
     ``prev_lp`` covers the response; prompt positions get ``prompt_prev`` (the
@@ -44,8 +54,9 @@ def nemo_sample(prompt: list[int], response: list[int], gen_lp: list[float], pre
     }
 
 
-def write_nemo_step(logdir: Path, step: int, samples: list[dict[str, Any]],
-                    raw_lines: dict[int, str] | None = None) -> Path:
+def write_nemo_step(
+    logdir: Path, step: int, samples: list[dict[str, Any]], raw_lines: dict[int, str] | None = None
+) -> Path:
     """``logdir/train_data_step{step}.jsonl`` as ``Logger.log_batched_dict_as_jsonl`` writes it:
     each field sliced as a batch of one (``[value]``), plus ``idx``, via ``json.dumps``."""
     logdir.mkdir(parents=True, exist_ok=True)
@@ -59,16 +70,35 @@ def write_nemo_step(logdir: Path, step: int, samples: list[dict[str, Any]],
 
 # -- prime-rl ----------------------------------------------------------------
 
-def prime_record(prompt: list[int], response: list[int], inf_lp: list[float | None], tr_lp: list[float | None],
-                 adv: float, reward: float, *, step: int, rank: int, idx: int, mask: list[bool] | None = None,
-                 entropy: list[float] | None = None, schema_version: int = 1) -> dict[str, Any]:
+
+def prime_record(
+    prompt: list[int],
+    response: list[int],
+    inf_lp: list[float | None],
+    tr_lp: list[float | None],
+    adv: float,
+    reward: float,
+    *,
+    step: int,
+    rank: int,
+    idx: int,
+    mask: list[bool] | None = None,
+    entropy: list[float] | None = None,
+    schema_version: int = 1,
+) -> dict[str, Any]:
     """One exported sequence, as ``TokenExporter.export`` slices it (None = a non-finite value)."""
     n = len(prompt) + len(response)
     resp_mask = mask if mask is not None else [True] * len(response)
     loss_mask = [False] * len(prompt) + resp_mask
     return {
-        "schema_version": schema_version, "step": step, "export_step": step, "rank": rank,
-        "micro_step": 0, "micro_sequence_idx": idx, "export_sequence_idx": idx, "run_id": None,
+        "schema_version": schema_version,
+        "step": step,
+        "export_step": step,
+        "rank": rank,
+        "micro_step": 0,
+        "micro_sequence_idx": idx,
+        "export_sequence_idx": idx,
+        "run_id": None,
         "env_name": "math",
         "token_ids": prompt + response,
         "position_ids": list(range(n)),
@@ -89,8 +119,16 @@ def prime_record(prompt: list[int], response: list[int], inf_lp: list[float | No
     }
 
 
-def write_prime_step(out_dir: Path, step: int, rank: int, records: list[dict[str, Any]], *, stable: bool = True,
-                     run_id: str | None = None, raw_lines: dict[int, str] | None = None) -> Path:
+def write_prime_step(
+    out_dir: Path,
+    step: int,
+    rank: int,
+    records: list[dict[str, Any]],
+    *,
+    stable: bool = True,
+    run_id: str | None = None,
+    raw_lines: dict[int, str] | None = None,
+) -> Path:
     """``OUTPUT_DIR[/run_id]/token_exports/step_{N}/rank_{R}.jsonl``, compact JSON, allow_nan=False."""
     base = out_dir / run_id if run_id else out_dir
     step_dir = base / "token_exports" / f"step_{step}"
@@ -107,9 +145,19 @@ def write_prime_step(out_dir: Path, step: int, rank: int, records: list[dict[str
 
 # -- slime -------------------------------------------------------------------
 
-def slime_train_sample(prompt: list[int], response: list[int], rollout_lp: list[float], lp: list[float],
-                       adv: float, *, loss_mask: list[int] | None = None, position: int, sample_index: int,
-                       dp_rank: int = 0) -> dict[str, Any]:
+
+def slime_train_sample(
+    prompt: list[int],
+    response: list[int],
+    rollout_lp: list[float],
+    lp: list[float],
+    adv: float,
+    *,
+    loss_mask: list[int] | None = None,
+    position: int,
+    sample_index: int,
+    dp_rank: int = 0,
+) -> dict[str, Any]:
     """One entry of the format_version 2 ``samples`` list (tensors as slime keeps them)."""
     import torch
 
@@ -132,19 +180,36 @@ def slime_train_sample(prompt: list[int], response: list[int], rollout_lp: list[
     }
 
 
-def write_slime(dump: Path, rollout_id: int, samples: list[dict[str, Any]],
-                rollout_samples: list[dict[str, Any]] | None, *, rank: int = 0,
-                raw_reward: list[float] | None = None, format_version: int | None = 2) -> Path:
+def write_slime(
+    dump: Path,
+    rollout_id: int,
+    samples: list[dict[str, Any]],
+    rollout_samples: list[dict[str, Any]] | None,
+    *,
+    rank: int = 0,
+    raw_reward: list[float] | None = None,
+    format_version: int | None = 2,
+) -> Path:
     """``DIR/train_data/{rollout_id}_{rank}.pt`` and ``DIR/rollout_data/{rollout_id}.pt``."""
     import torch
 
     (dump / "train_data").mkdir(parents=True, exist_ok=True)
-    payload: dict[str, Any] = {"rollout_id": rollout_id, "rank": rank, "samples": samples,
-                               "dp_shards": [{"rank": rank, "data_parallel_rank": 0,
-                                              "sample_indices": [s["sample_index"] for s in samples],
-                                              "partition": [s["rollout_position"] for s in samples],
-                                              "micro_batch_indices": [[0]], "num_microbatches": [1],
-                                              "global_batch_sizes": [len(samples)]}]}
+    payload: dict[str, Any] = {
+        "rollout_id": rollout_id,
+        "rank": rank,
+        "samples": samples,
+        "dp_shards": [
+            {
+                "rank": rank,
+                "data_parallel_rank": 0,
+                "sample_indices": [s["sample_index"] for s in samples],
+                "partition": [s["rollout_position"] for s in samples],
+                "micro_batch_indices": [[0]],
+                "num_microbatches": [1],
+                "global_batch_sizes": [len(samples)],
+            }
+        ],
+    }
     if format_version is not None:
         payload["format_version"] = format_version
     if raw_reward is not None:
@@ -157,19 +222,39 @@ def write_slime(dump: Path, rollout_id: int, samples: list[dict[str, Any]],
     return path
 
 
-def slime_rollout_sample(group_index: int, index: int, reward: Any, tokens: list[int], response_length: int,
-                         metadata: Any = None) -> dict[str, Any]:
+def slime_rollout_sample(
+    group_index: int, index: int, reward: Any, tokens: list[int], response_length: int, metadata: Any = None
+) -> dict[str, Any]:
     """``Sample.to_dict()``: the dataclass fields, status as its value."""
     return {
-        "group_index": group_index, "index": index, "prompt": "question", "tokens": tokens,
-        "multimodal_inputs": None, "multimodal_train_inputs": None, "response": "answer",
-        "response_length": response_length, "label": "42", "reward": reward, "loss_mask": None,
-        "weight_versions": ["3"], "rollout_log_probs": None, "rollout_routed_experts": None,
-        "remove_sample": False, "teacher_log_probs": None, "status": "completed",
-        "metadata": metadata if metadata is not None else {}, "generate_function_path": None,
-        "train_metadata": None, "session_id": None, "non_generation_time": 0.0,
-        "spec_info": {"spec_accept_token_num": 0, "spec_draft_token_num": 0, "spec_verify_ct": 0,
-                      "completion_token_num": 0},
+        "group_index": group_index,
+        "index": index,
+        "prompt": "question",
+        "tokens": tokens,
+        "multimodal_inputs": None,
+        "multimodal_train_inputs": None,
+        "response": "answer",
+        "response_length": response_length,
+        "label": "42",
+        "reward": reward,
+        "loss_mask": None,
+        "weight_versions": ["3"],
+        "rollout_log_probs": None,
+        "rollout_routed_experts": None,
+        "remove_sample": False,
+        "teacher_log_probs": None,
+        "status": "completed",
+        "metadata": metadata if metadata is not None else {},
+        "generate_function_path": None,
+        "train_metadata": None,
+        "session_id": None,
+        "non_generation_time": 0.0,
+        "spec_info": {
+            "spec_accept_token_num": 0,
+            "spec_draft_token_num": 0,
+            "spec_verify_ct": 0,
+            "completion_token_num": 0,
+        },
         "prefix_cache_info": {"cached_tokens": 0, "total_prompt_tokens": 0},
     }
 

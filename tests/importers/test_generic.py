@@ -56,8 +56,17 @@ def to_sequences(table: pa.Table) -> list[dict]:
     t = table.to_pydict()
     rows: dict[int, dict] = {}
     for i, sid in enumerate(t["sequence_id"]):
-        row = rows.setdefault(sid, {"sequence_id": sid, "token_ids": [], "sampler_logprobs": [],
-                                    "trainer_logprobs": [], "advantages": [], "reward": t["reward"][i]})
+        row = rows.setdefault(
+            sid,
+            {
+                "sequence_id": sid,
+                "token_ids": [],
+                "sampler_logprobs": [],
+                "trainer_logprobs": [],
+                "advantages": [],
+                "reward": t["reward"][i],
+            },
+        )
         row["token_ids"].append(t["token_id"][i])
         row["sampler_logprobs"].append(t["sampler_logprob"][i])
         row["trainer_logprobs"].append(t["trainer_logprob"][i])
@@ -95,13 +104,30 @@ def test_probe_pairs_round_trip_through_generic_parquet_bit_for_bit(tmp_path):
 
 VERL_ROWS = [
     # verl-style names; response_mask 0 on the padding at the end
-    {"responses": [5, 6, 7, 0], "response_mask": [1, 1, 1, 0], "rollout_log_probs": [-0.5, -0.25, -1.0, 0.0],
-     "old_log_probs": [-0.5, -0.3, -0.9, 0.0], "advantages": [0.5, 0.5, 0.5, 0.0], "global_step": 12},
-    {"responses": [8, 0, 0, 0], "response_mask": [1, 0, 0, 0], "rollout_log_probs": [-2.0, 0.0, 0.0, 0.0],
-     "old_log_probs": [-2.5, 0.0, 0.0, 0.0], "advantages": [-1.0, 0.0, 0.0, 0.0], "global_step": 12},
+    {
+        "responses": [5, 6, 7, 0],
+        "response_mask": [1, 1, 1, 0],
+        "rollout_log_probs": [-0.5, -0.25, -1.0, 0.0],
+        "old_log_probs": [-0.5, -0.3, -0.9, 0.0],
+        "advantages": [0.5, 0.5, 0.5, 0.0],
+        "global_step": 12,
+    },
+    {
+        "responses": [8, 0, 0, 0],
+        "response_mask": [1, 0, 0, 0],
+        "rollout_log_probs": [-2.0, 0.0, 0.0, 0.0],
+        "old_log_probs": [-2.5, 0.0, 0.0, 0.0],
+        "advantages": [-1.0, 0.0, 0.0, 0.0],
+        "global_step": 12,
+    },
 ]
-VERL_MAP = {"token_id": "responses", "mask": "response_mask", "sampler_logprob": "rollout_log_probs",
-            "trainer_logprob": "old_log_probs", "step": "global_step"}
+VERL_MAP = {
+    "token_id": "responses",
+    "mask": "response_mask",
+    "sampler_logprob": "rollout_log_probs",
+    "trainer_logprob": "old_log_probs",
+    "step": "global_step",
+}
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
@@ -126,8 +152,12 @@ def test_column_mapping_and_mask(tmp_path, fmt):
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
 def test_bad_rows_are_named_or_skipped(tmp_path, fmt):
-    rows = [VERL_ROWS[0], {**VERL_ROWS[1], "old_log_probs": [-1.0]}, {**VERL_ROWS[1], "response_mask": [0, 0, 0, 0]},
-            VERL_ROWS[1]]
+    rows = [
+        VERL_ROWS[0],
+        {**VERL_ROWS[1], "old_log_probs": [-1.0]},
+        {**VERL_ROWS[1], "response_mask": [0, 0, 0, 0]},
+        VERL_ROWS[1],
+    ]
     if fmt == "jsonl":
         src = tmp_path / "verl.jsonl"
         src.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -171,14 +201,23 @@ def test_unknown_mapping_key_and_missing_mapped_column(tmp_path):
 def test_a_token_pair_file_is_not_a_generic_dump(tmp_path):
     probe_pairs(tmp_path / "probe.parquet")
     with pytest.raises(ImportFormatError, match="one row per token"):
-        import_run("parquet", tmp_path / "probe.parquet", tmp_path / "out",
-                   columns={"token_id": "token_id", "sampler_logprob": "sampler_logprob",
-                            "trainer_logprob": "trainer_logprob"})
+        import_run(
+            "parquet",
+            tmp_path / "probe.parquet",
+            tmp_path / "out",
+            columns={
+                "token_id": "token_id",
+                "sampler_logprob": "sampler_logprob",
+                "trainer_logprob": "trainer_logprob",
+            },
+        )
 
 
 def test_per_sequence_reward_and_missing_optional_floats(tmp_path):
-    rows = [{"token_ids": [1, 2], "sampler_logprobs": [-0.1, -0.2], "trainer_logprobs": [-0.1, -0.2], "reward": 1.0},
-            {"token_ids": [3], "sampler_logprobs": [-0.3], "trainer_logprobs": [-0.3]}]
+    rows = [
+        {"token_ids": [1, 2], "sampler_logprobs": [-0.1, -0.2], "trainer_logprobs": [-0.1, -0.2], "reward": 1.0},
+        {"token_ids": [3], "sampler_logprobs": [-0.3], "trainer_logprobs": [-0.3]},
+    ]
     src = tmp_path / "d.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     import_run("jsonl", src, tmp_path / "out")

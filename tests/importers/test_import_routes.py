@@ -23,8 +23,13 @@ from mismatchscope.importers.routes import RoutesOptions
 from mismatchscope.routing.layout import RoutingMeta
 from tests.helpers import cli
 
-CONFIG = {"model_type": "qwen3_moe", "num_hidden_layers": 4, "mlp_only_layers": [0], "num_experts": 16,
-          "num_experts_per_tok": 2}
+CONFIG = {
+    "model_type": "qwen3_moe",
+    "num_hidden_layers": 4,
+    "mlp_only_layers": [0],
+    "num_experts": 16,
+    "num_experts_per_tok": 2,
+}
 MOE = (1, 2, 3)
 SEQS = {5: ([11, 12, 13], [21, 22, 23, 24]), 9: ([31, 32], [41, 42, 43])}
 
@@ -71,15 +76,15 @@ def vllm_lists(sid):  # the offline CompletionOutput array, written as lists
 def vllm_021(sid):  # prompt rows and completion rows apart, MoE ordinals, int16 lists; a placeholder last row
     prompt = SEQS[sid][0]
     moe = moe_routes(sid).astype(np.int16)
-    completion = np.concatenate([moe[len(prompt):], np.zeros((1, 3, 2), np.int16)])
-    return {**base(sid), "prompt_routed_experts": moe[:len(prompt)].tolist(), "routed_experts": completion.tolist()}
+    completion = np.concatenate([moe[len(prompt) :], np.zeros((1, 3, 2), np.int16)])
+    return {**base(sid), "prompt_routed_experts": moe[: len(prompt)].tolist(), "routed_experts": completion.tolist()}
 
 
 def verl(sid):  # one sample of the left-padded int16 batch: prompt padded to 5, response to 4, placeholder row
     prompt = SEQS[sid][0]
     batch_row = np.zeros((5 + 4, 4, 2), np.int16)
     full = decoder_routes(sid, np.int16)
-    batch_row[5 - len(prompt):5 - len(prompt) + len(full)] = full
+    batch_row[5 - len(prompt) : 5 - len(prompt) + len(full)] = full
     return {**base(sid), "routed_experts": batch_row.tolist(), "prompt_pad": 5}
 
 
@@ -89,12 +94,26 @@ def slime(sid):  # Sample.rollout_routed_experts: (len(tokens) - 1, layers, k) i
 
 def prime_rl(sid):
     full = decoder_routes(sid, np.uint8)
-    return {**base(sid), "routed_experts": {"data": base64.b64encode(full.tobytes()).decode(),
-                                            "shape": list(full.shape), "start": 0, "dtype": "uint8"}}
+    return {
+        **base(sid),
+        "routed_experts": {
+            "data": base64.b64encode(full.tobytes()).decode(),
+            "shape": list(full.shape),
+            "start": 0,
+            "dtype": "uint8",
+        },
+    }
 
 
-SOURCES = {"sglang": sglang, "vllm": vllm_npy, "vllm-lists": vllm_lists, "vllm-0.21": vllm_021, "verl": verl,
-           "slime": slime, "prime-rl": prime_rl}
+SOURCES = {
+    "sglang": sglang,
+    "vllm": vllm_npy,
+    "vllm-lists": vllm_lists,
+    "vllm-0.21": vllm_021,
+    "verl": verl,
+    "slime": slime,
+    "prime-rl": prime_rl,
+}
 
 
 def encoding(name: str) -> str:
@@ -105,8 +124,17 @@ def write_tokens(path, sids=(5, 9)):
     with open(path, "w") as fh:
         for sid in sids:
             n = len(SEQS[sid][1])
-            fh.write(json.dumps({"sequence_id": sid, "token_ids": SEQS[sid][1], "sampler_logprobs": [-0.5] * n,
-                                 "trainer_logprobs": [-0.6] * n}) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "sequence_id": sid,
+                        "token_ids": SEQS[sid][1],
+                        "sampler_logprobs": [-0.5] * n,
+                        "trainer_logprobs": [-0.6] * n,
+                    }
+                )
+                + "\n"
+            )
 
 
 @pytest.fixture
@@ -122,8 +150,9 @@ def run(dumps, fmt: str, records: list[dict], out: str = "out", config=None):
     if config is not None:
         cfg = dumps / "other-config.json"
         cfg.write_text(json.dumps(config))
-    return import_run("jsonl", dumps / "tokens.jsonl", dumps / out,
-                      route_options=RoutesOptions(dumps / "routes.jsonl", fmt, cfg))
+    return import_run(
+        "jsonl", dumps / "tokens.jsonl", dumps / out, route_options=RoutesOptions(dumps / "routes.jsonl", fmt, cfg)
+    )
 
 
 def expected_rows() -> list[dict]:
@@ -133,15 +162,23 @@ def expected_rows() -> list[dict]:
         prompt, _ = SEQS[sid]
         for ip, moe in enumerate(moe_routes(sid).tolist()):
             tp = ip - (len(prompt) - 1)
-            rows.append({"sequence_id": sid, "input_position": ip, "token_position": tp if tp >= 0 else None,
-                         "sampler_experts": [None, *moe], "trainer_experts": None})
+            rows.append(
+                {
+                    "sequence_id": sid,
+                    "input_position": ip,
+                    "token_position": tp if tp >= 0 else None,
+                    "sampler_experts": [None, *moe],
+                    "trainer_experts": None,
+                }
+            )
     return rows
 
 
 def read_routes(out) -> list[dict]:
     t = pq.read_table(out / "routes")
-    return t.select(["sequence_id", "input_position", "token_position", "sampler_experts",
-                     "trainer_experts"]).to_pylist()
+    return t.select(
+        ["sequence_id", "input_position", "token_position", "sampler_experts", "trainer_experts"]
+    ).to_pylist()
 
 
 @pytest.mark.parametrize("name", SOURCES)
@@ -161,8 +198,9 @@ def test_every_source_imports_to_the_same_rows(dumps, name):
     assert manifest["routes"]["placeholder_rows_dropped"] == (2 if name in ("vllm-0.21", "verl") else 0)
     # what scoring the run again needs: every prompt and completion token id per sequence
     seqs = pq.read_table(out / "sequences.parquet").to_pylist()
-    assert [(s["sequence_id"], s["prompt_token_ids"], s["completion_token_ids"]) for s in seqs] \
-        == [(sid, *SEQS[sid]) for sid in (5, 9)]
+    assert [(s["sequence_id"], s["prompt_token_ids"], s["completion_token_ids"]) for s in seqs] == [
+        (sid, *SEQS[sid]) for sid in (5, 9)
+    ]
 
 
 def test_moe_ordinal_layer_axis_maps_onto_decoder_layers(dumps):
@@ -175,8 +213,11 @@ def test_moe_ordinal_layer_axis_maps_onto_decoder_layers(dumps):
 def test_routes_starting_past_the_prompt_start(dumps):
     """SGLang's routed_experts_start_len 2: sequence 5's rows cover input positions 2..5 only."""
     full = decoder_routes(5)[2:]
-    rec = {**base(5), "routed_experts": base64.b64encode(full.astype("<i4").tobytes()).decode(),
-           "routed_experts_start_len": 2}
+    rec = {
+        **base(5),
+        "routed_experts": base64.b64encode(full.astype("<i4").tobytes()).decode(),
+        "routed_experts_start_len": 2,
+    }
     run(dumps, "sglang", [rec, sglang(9)])
     rows = [r for r in read_routes(dumps / "out") if r["sequence_id"] == 5]
     assert rows == [r for r in expected_rows() if r["sequence_id"] == 5 and r["input_position"] >= 2]
@@ -190,8 +231,17 @@ def test_prime_rl_total_router_recall_imports_the_weights(dumps):
         w = np.zeros(ids.shape, np.float32)
         w[:, list(MOE)] = [0.75, 0.25]
         packed = np.concatenate([ids, w.view(np.int32)], axis=-1)
-        recs.append({**base(sid), "routed_experts": {"data": base64.b64encode(packed.tobytes()).decode(),
-                                                     "shape": list(packed.shape), "start": 0, "dtype": "int32"}})
+        recs.append(
+            {
+                **base(sid),
+                "routed_experts": {
+                    "data": base64.b64encode(packed.tobytes()).decode(),
+                    "shape": list(packed.shape),
+                    "start": 0,
+                    "dtype": "int32",
+                },
+            }
+        )
     run(dumps, "prime-rl", recs)
     t = pq.read_table(dumps / "out" / "routes").to_pylist()
     assert [r["sampler_experts"] for r in t] == [r["sampler_experts"] for r in expected_rows()]
@@ -231,16 +281,21 @@ def test_a_run_with_most_routes_missing_says_so_loudly(dumps):
     assert all(r["sampler_experts"] == [None] * 4 for r in read_routes(dumps / "out"))
 
 
-@pytest.mark.parametrize("change, message", [
-    # 3 layers where the model has 4 decoder and 3 MoE layers would be read as MoE ordinals; 2 fits neither
-    (lambda a: a[:, :2], "routes have 2 layers; the model is qwen3_moe: 4 decoder layers, 3 MoE"),
-    (lambda a: np.where(a == 9, 16, a), "expert id 16 is not below the model's 16 experts"),
-    (lambda a: a[:-1], ("5 route rows; a 3-token prompt and 4-token completion starting at 0 need "
-                        "len(tokens) - 1 - start = 6")),
-    (lambda a: np.concatenate([a, a[:2]]), "8 route rows"),
-    (lambda a: np.where(a == a[0, 1, 1], a[0, 1, 0], a), "name one expert twice"),
-    (lambda a: a[:, :, :1], "routes hold 1 ids per layer; the model routes top-2"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        # 3 layers where the model has 4 decoder and 3 MoE layers would be read as MoE ordinals; 2 fits neither
+        (lambda a: a[:, :2], "routes have 2 layers; the model is qwen3_moe: 4 decoder layers, 3 MoE"),
+        (lambda a: np.where(a == 9, 16, a), "expert id 16 is not below the model's 16 experts"),
+        (
+            lambda a: a[:-1],
+            ("5 route rows; a 3-token prompt and 4-token completion starting at 0 need len(tokens) - 1 - start = 6"),
+        ),
+        (lambda a: np.concatenate([a, a[:2]]), "8 route rows"),
+        (lambda a: np.where(a == a[0, 1, 1], a[0, 1, 0], a), "name one expert twice"),
+        (lambda a: a[:, :, :1], "routes hold 1 ids per layer; the model routes top-2"),
+    ],
+)
 def test_bad_routes_stop_the_import_before_anything_is_written(dumps, change, message):
     rec = {**base(5), "rollout_routed_experts": change(decoder_routes(5)).tolist()}
     with pytest.raises(ImportFormatError, match=message.replace("(", r"\(").replace(")", r"\)")) as e:
@@ -262,16 +317,27 @@ def test_a_completion_the_mask_cut_maps_through_loss_mask(dumps):
     """Sequence 5's token 22 was masked out at import: completion index 2 -> tokens/ position 1, 22 -> null."""
     completion = SEQS[5][1]
     with open(dumps / "tokens.jsonl", "w") as fh:
-        fh.write(json.dumps({"sequence_id": 5, "token_ids": completion, "mask": [1, 0, 1, 1],
-                             "sampler_logprobs": [-0.5] * 4, "trainer_logprobs": [-0.6] * 4}) + "\n")
+        fh.write(
+            json.dumps(
+                {
+                    "sequence_id": 5,
+                    "token_ids": completion,
+                    "mask": [1, 0, 1, 1],
+                    "sampler_logprobs": [-0.5] * 4,
+                    "trainer_logprobs": [-0.6] * 4,
+                }
+            )
+            + "\n"
+        )
     with pytest.raises(ImportFormatError, match="differ from its 3 imported tokens"):
         run(dumps, "slime", [slime(5)])
     run(dumps, "slime", [{**slime(5), "loss_mask": [1, 0, 1, 1]}], out="out2")
     # rows predicting completion tokens: input positions 2..5 -> completion index 0..3 -> positions 0, null, 1, 2
     tps = [r["token_position"] for r in read_routes(dumps / "out2")]
     assert tps == [None, None, 0, None, 1, 2]
-    assert pq.read_table(dumps / "out2" / "sequences.parquet")["completion_kept"].to_pylist() \
-        == [[True, False, True, True]]
+    assert pq.read_table(dumps / "out2" / "sequences.parquet")["completion_kept"].to_pylist() == [
+        [True, False, True, True]
+    ]
 
 
 def test_a_config_that_is_not_moe_is_refused(dumps):
@@ -281,8 +347,13 @@ def test_a_config_that_is_not_moe_is_refused(dumps):
 
 def test_deepseek_style_dense_first_layers(dumps):
     """first_k_dense_replace 1 and n_routed_experts: the same MoE layers 1-3."""
-    config = {"model_type": "deepseek_v3", "num_hidden_layers": 4, "first_k_dense_replace": 1,
-              "n_routed_experts": 16, "num_experts_per_tok": 2}
+    config = {
+        "model_type": "deepseek_v3",
+        "num_hidden_layers": 4,
+        "first_k_dense_replace": 1,
+        "n_routed_experts": 16,
+        "num_experts_per_tok": 2,
+    }
     run(dumps, "sglang", [sglang(5), sglang(9)], config=config)
     assert read_routes(dumps / "out") == expected_rows()
 
@@ -290,13 +361,31 @@ def test_deepseek_style_dense_first_layers(dumps):
 @pytest.mark.slow
 def test_cli_bad_routes_one_line_exit_2(dumps):
     (dumps / "routes.jsonl").write_text(json.dumps({**base(5), "routed_experts": "not base64!"}) + "\n")
-    p = cli("import", "jsonl", str(dumps / "tokens.jsonl"), "--out", str(dumps / "out"),
-            "--routes", str(dumps / "routes.jsonl"), "--routes-format", "sglang", "--routes-config", str(dumps))
+    p = cli(
+        "import",
+        "jsonl",
+        str(dumps / "tokens.jsonl"),
+        "--out",
+        str(dumps / "out"),
+        "--routes",
+        str(dumps / "routes.jsonl"),
+        "--routes-format",
+        "sglang",
+        "--routes-config",
+        str(dumps),
+    )
     assert p.returncode == 2
     assert p.stderr.strip().count("\n") == 0 and "routes.jsonl:1: routed_experts is not valid base64" in p.stderr
     assert not (dumps / "out" / "manifest.json").exists()
-    p = cli("import", "jsonl", str(dumps / "tokens.jsonl"), "--out", str(dumps / "out"),
-            "--routes", str(dumps / "routes.jsonl"))
+    p = cli(
+        "import",
+        "jsonl",
+        str(dumps / "tokens.jsonl"),
+        "--out",
+        str(dumps / "out"),
+        "--routes",
+        str(dumps / "routes.jsonl"),
+    )
     assert p.returncode == 2 and "routes need --routes-format, --routes-config too" in p.stderr
 
 
@@ -306,8 +395,17 @@ def test_one_jsonl_holds_tokens_and_routes(dumps):
     with open(both, "w") as fh:
         for sid in (5, 9):
             n = len(SEQS[sid][1])
-            fh.write(json.dumps({**vllm_npy(sid), "token_ids": SEQS[sid][1], "sampler_logprobs": [-0.5] * n,
-                                 "trainer_logprobs": [-0.6] * n}) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        **vllm_npy(sid),
+                        "token_ids": SEQS[sid][1],
+                        "sampler_logprobs": [-0.5] * n,
+                        "trainer_logprobs": [-0.6] * n,
+                    }
+                )
+                + "\n"
+            )
     import_run("jsonl", both, dumps / "out", route_options=RoutesOptions(both, "vllm", dumps / "config.json"))
     assert read_routes(dumps / "out") == expected_rows()
 
@@ -352,8 +450,13 @@ def test_skip_bad_skips_the_routes_of_a_skipped_sequence(dumps):
     with open(dumps / "tokens.jsonl", "a") as fh:
         fh.write(json.dumps({"sequence_id": 9, "token_ids": SEQS[9][1], "sampler_logprobs": [-0.5] * 3}) + "\n")
     (dumps / "routes.jsonl").write_text(json.dumps(slime(5)) + "\n" + json.dumps(slime(9)) + "\n")
-    result = import_run("jsonl", dumps / "tokens.jsonl", dumps / "out", skip_bad=True,
-                        route_options=RoutesOptions(dumps / "routes.jsonl", "slime", dumps / "config.json"))
+    result = import_run(
+        "jsonl",
+        dumps / "tokens.jsonl",
+        dumps / "out",
+        skip_bad=True,
+        route_options=RoutesOptions(dumps / "routes.jsonl", "slime", dumps / "config.json"),
+    )
     assert read_routes(dumps / "out") == [r for r in expected_rows() if r["sequence_id"] == 5]
     assert result.routes is not None and result.routes["routes_of_skipped_sequences"] == 1
     assert result.routes["sequences"] == 1 and result.routes["rows"] == 6
@@ -377,23 +480,38 @@ def test_slime_train_dump_routes_read_in_place(tmp_path):
         rollout.append(slime_rollout_sample(0, k, 1.0, prompt + completion, n))
     write_slime(tmp_path / "dump", 3, train, rollout)
     (tmp_path / "config.json").write_text(json.dumps(CONFIG))
-    import_run("slime", tmp_path / "dump", tmp_path / "out",
-               route_options=RoutesOptions(tmp_path / "dump", "slime", tmp_path / "config.json"))
+    import_run(
+        "slime",
+        tmp_path / "dump",
+        tmp_path / "out",
+        route_options=RoutesOptions(tmp_path / "dump", "slime", tmp_path / "config.json"),
+    )
     renumbered = [{**r, "sequence_id": {5: 0, 9: 1}[r["sequence_id"]]} for r in expected_rows()]
     assert read_routes(tmp_path / "out") == renumbered
 
     del train[1]["rollout_routed_experts"]
     write_slime(tmp_path / "dump2", 3, train, rollout)
-    with pytest.raises(ImportFormatError, match=r"train_data/3_0.pt \(record 1\): the sample has no "
-                                                r"rollout_routed_experts"):
-        import_run("slime", tmp_path / "dump2", tmp_path / "out2",
-                   route_options=RoutesOptions(tmp_path / "dump2", "slime", tmp_path / "config.json"))
+    with pytest.raises(
+        ImportFormatError,
+        match=r"train_data/3_0.pt \(record 1\): the sample has no "
+        r"rollout_routed_experts",
+    ):
+        import_run(
+            "slime",
+            tmp_path / "dump2",
+            tmp_path / "out2",
+            route_options=RoutesOptions(tmp_path / "dump2", "slime", tmp_path / "config.json"),
+        )
 
 
 def test_vllm_021_refuses_a_decoder_layer_axis(dumps):
     """0.21 indexed MoE layers only: 4 layers on a model with 3 MoE layers is a layout mix-up, not decoder layers."""
     prompt = SEQS[5][0]
     full = decoder_routes(5, np.int16)
-    rec = {**base(5), "prompt_routed_experts": full[:len(prompt)].tolist(), "routed_experts": full[len(prompt):].tolist()}
+    rec = {
+        **base(5),
+        "prompt_routed_experts": full[: len(prompt)].tolist(),
+        "routed_experts": full[len(prompt) :].tolist(),
+    }
     with pytest.raises(ImportFormatError, match=r"routes have 4 layers; .* \(expected its 3 MoE layers\)"):
         run(dumps, "vllm-0.21", [rec])

@@ -24,8 +24,15 @@ def read(out):
 def test_prompt_and_padding_dropped_response_kept_exactly(tmp_path):
     # 3 prompt tokens, 4 generated tokens, 2 padding tokens (a longer sample sets the width).
     logs = tmp_path / "logs" / "exp_001"
-    s = nemo_sample([101, 102, 103], [7, 8, 9, 2], [-0.5, -0.25, -1.0, -0.125],
-                    [-0.51, -0.24, -1.02, -0.125], adv=[0.75, 0.75, 0.75, 0.75], reward=1.0, width=9)
+    s = nemo_sample(
+        [101, 102, 103],
+        [7, 8, 9, 2],
+        [-0.5, -0.25, -1.0, -0.125],
+        [-0.51, -0.24, -1.02, -0.125],
+        adv=[0.75, 0.75, 0.75, 0.75],
+        reward=1.0,
+        width=9,
+    )
     write_nemo_step(logs, 3, [s])
     result = import_run("nemo-rl", tmp_path / "logs", tmp_path / "out")
 
@@ -45,8 +52,15 @@ def test_prompt_and_padding_dropped_response_kept_exactly(tmp_path):
 
 def test_tool_tokens_inside_the_response_are_dropped_and_positions_stay_dense(tmp_path):
     # multi-turn: generated, generated, tool output (mask 0), generated
-    s = nemo_sample([1, 2], [10, 11, 50, 12], [-0.1, -0.2, 0.0, -0.3], [-0.1, -0.2, -4.0, -0.3],
-                    adv=[1.0, 1.0, 0.0, 1.0], reward=0.0, mask=[1, 1, 0, 1])
+    s = nemo_sample(
+        [1, 2],
+        [10, 11, 50, 12],
+        [-0.1, -0.2, 0.0, -0.3],
+        [-0.1, -0.2, -4.0, -0.3],
+        adv=[1.0, 1.0, 0.0, 1.0],
+        reward=0.0,
+        mask=[1, 1, 0, 1],
+    )
     write_nemo_step(tmp_path / "logs", 1, [s])
     result = import_run("nemo-rl", tmp_path / "logs", tmp_path / "out")
     t = read(tmp_path / "out")
@@ -75,7 +89,10 @@ def test_steps_sort_numerically_and_ids_are_unique_across_the_run(tmp_path):
     assert result.steps == 3
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert [f["path"] for f in manifest["source"]["files"]] == [
-        "exp_001/train_data_step1.jsonl", "exp_001/train_data_step2.jsonl", "exp_001/train_data_step10.jsonl"]
+        "exp_001/train_data_step1.jsonl",
+        "exp_001/train_data_step2.jsonl",
+        "exp_001/train_data_step10.jsonl",
+    ]
     assert [f["first_sequence_id"] for f in manifest["source"]["files"]] == [0, 2, 4]
 
 
@@ -114,12 +131,18 @@ def test_force_on_policy_ratio_zeros_are_refused_even_with_skip_bad(tmp_path):
 GOOD = nemo_sample([1], [5, 6], [-0.2, -0.3], [-0.2, -0.3], 0.0, 1.0)
 
 
-@pytest.mark.parametrize("bad_line, reason", [
-    ('{"token_ids": [[1, 2, 3]], "token_loss_mask": [[0, 1', "malformed JSON"),
-    (json.dumps({**{k: [v] for k, v in GOOD.items()}, "prev_logprobs": [[0.0, -0.1]]}), "misaligned per-token lists"),
-    (json.dumps({k: [v] for k, v in {**GOOD, "token_loss_mask": [0, 0, 0]}.items()}), "selects no token"),
-    (json.dumps({"idx": 3}), "missing field"),
-])
+@pytest.mark.parametrize(
+    "bad_line, reason",
+    [
+        ('{"token_ids": [[1, 2, 3]], "token_loss_mask": [[0, 1', "malformed JSON"),
+        (
+            json.dumps({**{k: [v] for k, v in GOOD.items()}, "prev_logprobs": [[0.0, -0.1]]}),
+            "misaligned per-token lists",
+        ),
+        (json.dumps({k: [v] for k, v in {**GOOD, "token_loss_mask": [0, 0, 0]}.items()}), "selects no token"),
+        (json.dumps({"idx": 3}), "missing field"),
+    ],
+)
 def test_bad_lines_name_file_and_line_or_are_skipped_and_counted(tmp_path, bad_line, reason):
     write_nemo_step(tmp_path / "logs" / "exp_002", 2, [GOOD, GOOD], raw_lines={2: bad_line})
     with pytest.raises(ImportFormatError, match=reason) as err:
@@ -151,9 +174,17 @@ def test_parallel_workers_give_the_same_output_as_one_process(tmp_path, monkeypa
     for i in range(40):
         r = int(rng.integers(1, 30))
         lp = (-rng.exponential(0.5, r)).tolist()
-        samples.append(nemo_sample([1, 2, 3], rng.integers(0, 1000, r).tolist(), lp,
-                                   np.minimum(np.asarray(lp) + rng.normal(0, 0.01, r), 0.0).tolist(), float(i), float(i % 2),
-                                   width=40))
+        samples.append(
+            nemo_sample(
+                [1, 2, 3],
+                rng.integers(0, 1000, r).tolist(),
+                lp,
+                np.minimum(np.asarray(lp) + rng.normal(0, 0.01, r), 0.0).tolist(),
+                float(i),
+                float(i % 2),
+                width=40,
+            )
+        )
     for step in (1, 2, 3):
         write_nemo_step(tmp_path / "logs", step, samples, raw_lines={7: "not json"})
     monkeypatch.setattr(engine, "UNIT_BYTES", 5000)  # several units per file

@@ -21,11 +21,27 @@ def read(out):
 
 
 def rec(step=1, rank=0, idx=0, **kw):
-    base = dict(prompt=[100, 101], response=[5, 6, 7], inf_lp=[-0.5, -0.25, -2.0], tr_lp=[-0.75, -0.25, -1.5],
-                adv=0.5, reward=1.0)
+    base = dict(
+        prompt=[100, 101],
+        response=[5, 6, 7],
+        inf_lp=[-0.5, -0.25, -2.0],
+        tr_lp=[-0.75, -0.25, -1.5],
+        adv=0.5,
+        reward=1.0,
+    )
     base.update(kw)
-    return prime_record(base.pop("prompt"), base.pop("response"), base.pop("inf_lp"), base.pop("tr_lp"),
-                        base.pop("adv"), base.pop("reward"), step=step, rank=rank, idx=idx, **base)
+    return prime_record(
+        base.pop("prompt"),
+        base.pop("response"),
+        base.pop("inf_lp"),
+        base.pop("tr_lp"),
+        base.pop("adv"),
+        base.pop("reward"),
+        step=step,
+        rank=rank,
+        idx=idx,
+        **base,
+    )
 
 
 def test_generated_tokens_with_their_logprobs_rank_and_step(tmp_path):
@@ -73,7 +89,9 @@ def test_multi_run_layout(tmp_path):
     assert result.sequences == 2
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert [f["path"] for f in manifest["source"]["files"]] == [
-        "run_a/token_exports/step_3/rank_0.jsonl", "run_b/token_exports/step_3/rank_0.jsonl"]
+        "run_a/token_exports/step_3/rank_0.jsonl",
+        "run_b/token_exports/step_3/rank_0.jsonl",
+    ]
 
 
 def test_nulls_for_non_finite_values_become_nan_and_are_counted(tmp_path):
@@ -103,11 +121,14 @@ def test_a_null_advantage_in_a_run_with_advantages_is_refused_at_its_line(tmp_pa
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
-@pytest.mark.parametrize("record, reason", [
-    (rec(schema_version=2), "unknown schema_version 2"),
-    ({**rec(), "trainer_logprobs": [-1.0, -2.0]}, "misaligned"),
-    (rec(mask=[False, False, False]), "selects no token"),
-])
+@pytest.mark.parametrize(
+    "record, reason",
+    [
+        (rec(schema_version=2), "unknown schema_version 2"),
+        ({**rec(), "trainer_logprobs": [-1.0, -2.0]}, "misaligned"),
+        (rec(mask=[False, False, False]), "selects no token"),
+    ],
+)
 def test_bad_records_name_file_and_line(tmp_path, record, reason):
     write_prime_step(tmp_path / "outputs", 5, 2, [rec(), record])
     with pytest.raises(ImportFormatError, match=reason) as err:

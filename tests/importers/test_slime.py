@@ -9,14 +9,14 @@ import pytest
 
 pytest.importorskip("torch")
 
-from mismatchscope.errors import (  # noqa: E402
+from mismatchscope.errors import (
     ImportFormatError,
     NoTrainerLogprobsError,
     UntrustedPickleError,
 )
-from mismatchscope.importers import import_run  # noqa: E402
+from mismatchscope.importers import import_run
 
-from .layouts import (  # noqa: E402
+from .layouts import (
     ToolTrace,
     f32,
     slime_rollout_sample,
@@ -33,8 +33,17 @@ def two_samples():
     """Group 0 holds two samples; the second has a tool-output token (loss mask 0) in its response."""
     train = [
         slime_train_sample([1, 2, 3], [40, 41], [-0.5, -0.25], [-0.5, -0.3], 1.5, position=0, sample_index=10),
-        slime_train_sample([1, 2, 3], [50, 51, 52], [-0.125, -1.0, -0.75], [-0.1, -7.0, -0.7], -1.5,
-                           loss_mask=[1, 0, 1], position=1, sample_index=11, dp_rank=1),
+        slime_train_sample(
+            [1, 2, 3],
+            [50, 51, 52],
+            [-0.125, -1.0, -0.75],
+            [-0.1, -7.0, -0.7],
+            -1.5,
+            loss_mask=[1, 0, 1],
+            position=1,
+            sample_index=11,
+            dp_rank=1,
+        ),
     ]
     rollout = [
         slime_rollout_sample(0, 10, 1.0, [1, 2, 3, 40, 41], 2),

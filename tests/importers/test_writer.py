@@ -8,18 +8,22 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from mismatchscope.errors import ImportFormatError
 from mismatchscope.importers import IMPORTERS, import_run, importer_class
 from mismatchscope.importers._writer import ShardWriter
 from mismatchscope.reader import Hygiene, iter_batches, open_source
 from mismatchscope.schema import decode_metadata
-from mismatchscope.errors import ImportFormatError
 
 from .layouts import nemo_sample, prime_record, write_nemo_step, write_prime_step
 
 
 def seq(n, start=0.0):
-    return {"token_id": np.arange(n), "sampler_logprob": np.full(n, start - 0.5),
-            "trainer_logprob": np.full(n, start - 0.25), "step": 1}
+    return {
+        "token_id": np.arange(n),
+        "sampler_logprob": np.full(n, start - 0.5),
+        "trainer_logprob": np.full(n, start - 0.25),
+        "step": 1,
+    }
 
 
 def test_shards_flush_at_the_budget_and_sequences_may_straddle_them(tmp_path):
@@ -47,10 +51,15 @@ def test_a_failed_import_leaves_no_manifest(tmp_path):
 
 
 def test_imported_output_reads_back_through_the_project_reader(tmp_path):
-    write_nemo_step(tmp_path / "nemo", 1, [nemo_sample([1, 2], [5, 6, 7], [-0.1, -0.2, -0.3],
-                                                       [-0.1, -0.25, -0.3], 0.5, 1.0)])
-    write_prime_step(tmp_path / "prime", 1, 0, [prime_record([1], [5, 6], [-0.1, -0.2], [-0.1, -0.3], 0.5, 1.0,
-                                                             step=1, rank=0, idx=0)])
+    write_nemo_step(
+        tmp_path / "nemo", 1, [nemo_sample([1, 2], [5, 6, 7], [-0.1, -0.2, -0.3], [-0.1, -0.25, -0.3], 0.5, 1.0)]
+    )
+    write_prime_step(
+        tmp_path / "prime",
+        1,
+        0,
+        [prime_record([1], [5, 6], [-0.1, -0.2], [-0.1, -0.3], 0.5, 1.0, step=1, rank=0, idx=0)],
+    )
     # nemo: 3 response tokens, all in the loss mask; prime: 2 response tokens
     for fmt, src, n_tokens in (("nemo-rl", "nemo", 3), ("prime-rl", "prime", 2)):
         import_run(fmt, tmp_path / src, tmp_path / f"out-{fmt}")
@@ -81,8 +90,15 @@ def test_manifest_counts_match_the_result(tmp_path):
     write_nemo_step(tmp_path / "logs", 1, [nemo_sample([1], [5, 6], [-0.2, -0.3], [-0.2, -0.3], 0.0, 1.0)] * 2)
     result = import_run("nemo-rl", tmp_path / "logs", tmp_path / "out")
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
-    for key in ("sequences", "tokens_written", "tokens_dropped_by_mask", "bad_records_skipped", "files_read",
-                "steps", "shards"):
+    for key in (
+        "sequences",
+        "tokens_written",
+        "tokens_dropped_by_mask",
+        "bad_records_skipped",
+        "files_read",
+        "steps",
+        "shards",
+    ):
         assert manifest["counts"][key] == getattr(result, key)
     assert result.to_dict()["out"] == str(tmp_path / "out")
 
@@ -106,7 +122,14 @@ def test_progress_is_called_once_per_file_in_order(tmp_path):
     for step in (1, 2, 3):
         write_nemo_step(tmp_path / "logs", step, [good])
     calls = []
-    import_run("nemo-rl", tmp_path / "logs", tmp_path / "out", progress=lambda done, total, path: calls.append(
-        (done, total, path.name)))
-    assert calls == [(1, 3, "train_data_step1.jsonl"), (2, 3, "train_data_step2.jsonl"),
-                     (3, 3, "train_data_step3.jsonl")]
+    import_run(
+        "nemo-rl",
+        tmp_path / "logs",
+        tmp_path / "out",
+        progress=lambda done, total, path: calls.append((done, total, path.name)),
+    )
+    assert calls == [
+        (1, 3, "train_data_step1.jsonl"),
+        (2, 3, "train_data_step2.jsonl"),
+        (3, 3, "train_data_step3.jsonl"),
+    ]

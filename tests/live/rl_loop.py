@@ -51,9 +51,19 @@ def run(out: Path, steps: int, sleep: float = 0.0, on_step=None) -> list:
         mon = Monitor(rec)
         for step in range(steps):
             with torch.no_grad():
-                gen = sampler.generate(prompt_ids, attention_mask=prompt_mask, do_sample=True, max_new_tokens=NEW_TOKENS,
-                                       min_new_tokens=NEW_TOKENS // 2, top_k=0, top_p=1.0, temperature=1.0,
-                                       output_logits=True, return_dict_in_generate=True, pad_token_id=tok.pad_token_id)
+                gen = sampler.generate(
+                    prompt_ids,
+                    attention_mask=prompt_mask,
+                    do_sample=True,
+                    max_new_tokens=NEW_TOKENS,
+                    min_new_tokens=NEW_TOKENS // 2,
+                    top_k=0,
+                    top_p=1.0,
+                    temperature=1.0,
+                    output_logits=True,
+                    return_dict_in_generate=True,
+                    pad_token_id=tok.pad_token_id,
+                )
             completion = gen.sequences[:, lp_len:]
             width = completion.shape[1]
             logits = torch.stack(gen.logits, 1)[:, :width].float()
@@ -64,7 +74,7 @@ def run(out: Path, steps: int, sleep: float = 0.0, on_step=None) -> list:
             full = gen.sequences
             attn = torch.cat([prompt_mask, mask.long()], 1)
             pos = (attn.cumsum(1) - 1).clamp(min=0)
-            out_logits = trainer(full, attention_mask=attn, position_ids=pos).logits[:, lp_len - 1:-1]
+            out_logits = trainer(full, attention_mask=attn, position_ids=pos).logits[:, lp_len - 1 : -1]
             trainer_lp = torch.log_softmax(out_logits.float(), -1).gather(-1, completion[..., None])[..., 0]
 
             reward = ((completion < 100) & mask).float().sum(1) / mask.sum(1)
@@ -75,8 +85,16 @@ def run(out: Path, steps: int, sleep: float = 0.0, on_step=None) -> list:
             loss.backward()
             opt.step()
 
-            metrics = mon.add(step, sampler_lp, trainer_lp, mask, advantages=adv, group_ids=group,
-                              rewards=reward, token_ids=completion)
+            metrics = mon.add(
+                step,
+                sampler_lp,
+                trainer_lp,
+                mask,
+                advantages=adv,
+                group_ids=group,
+                rewards=reward,
+                token_ids=completion,
+            )
             reports.append(metrics)
             with torch.no_grad():
                 sampler.load_state_dict({k: v.float() for k, v in trainer.state_dict().items()})

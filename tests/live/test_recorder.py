@@ -52,6 +52,7 @@ def _ok(p: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
 
 # -- the miniature RL loop ---------------------------------------------------------------
 
+
 def test_rl_loop_recorded_every_step_and_read_back(tmp_path):
     """Sample (fp32 generate), score (bf16), update, record: timeline and report agree with the Monitor."""
     pytest.importorskip("torch")
@@ -71,8 +72,15 @@ def test_rl_loop_recorded_every_step_and_read_back(tmp_path):
     for rep, row in zip(reports, rows):
         assert rep.step == row["step"]
         assert rep["mismatch/tokens"] == row["tokens"]
-        for key in ("tv_token_mean", "k3_mean", "abs_logprob_diff_mean", "abs_logprob_diff_p99", "ratio_outside_band",
-                    "icepop_reject_rate", "ipo_reject_rate"):
+        for key in (
+            "tv_token_mean",
+            "k3_mean",
+            "abs_logprob_diff_mean",
+            "abs_logprob_diff_p99",
+            "ratio_outside_band",
+            "icepop_reject_rate",
+            "ipo_reject_rate",
+        ):
             assert rep["mismatch/" + key] == pytest.approx(row[key], rel=1e-9, abs=1e-15), key
     for rep, shard in zip(reports, shards):
         m = json.loads(_ok(cli("report", str(shard), "--format", "json")).stdout)["metrics"]
@@ -89,8 +97,14 @@ def test_killed_loop_leaves_finished_steps_readable_and_the_run_incomplete(tmp_p
     pytest.importorskip("torch")
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    proc = subprocess.Popen([sys.executable, "-m", "tests.live.rl_loop", str(out), "--steps", "100", "--sleep", "0.3"],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.live.rl_loop", str(out), "--steps", "100", "--sleep", "0.3"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         for line in proc.stdout:
@@ -108,8 +122,10 @@ def test_killed_loop_leaves_finished_steps_readable_and_the_run_incomplete(tmp_p
 
     tl = _ok(cli("timeline", str(out), "--format", "json"))
     rows = sum(pq.read_metadata(s).num_rows for s in shards)
-    expect = (f"warning: {out} is an incomplete run (manifest.json status is 'running', not 'complete': killed, or "
-              f"still being written); read what is there: {len(shards)} shard(s), {rows:,} rows, steps 0-{len(shards) - 1}")
+    expect = (
+        f"warning: {out} is an incomplete run (manifest.json status is 'running', not 'complete': killed, or "
+        f"still being written); read what is there: {len(shards)} shard(s), {rows:,} rows, steps 0-{len(shards) - 1}"
+    )
     assert " ".join(tl.stderr.split()) == expect
     assert json.loads(tl.stdout)["steps"] == len(shards)
     rep = cli("report", str(out))
@@ -119,11 +135,15 @@ def test_killed_loop_leaves_finished_steps_readable_and_the_run_incomplete(tmp_p
     assert masks.returncode == 0 and f"warning: {out} is an incomplete run" in masks.stderr
     gate = cli("gate", str(out), "--absolute-only")
     assert gate.returncode == 2
-    assert " ".join(gate.stderr.split()) == " ".join(("error: " + expect.removeprefix("warning: ")
-                                                     + " (wait for the run to finish, or point at complete shards)").split())
+    assert " ".join(gate.stderr.split()) == " ".join(
+        (
+            "error: " + expect.removeprefix("warning: ") + " (wait for the run to finish, or point at complete shards)"
+        ).split()
+    )
 
 
 # -- hand-derived values, NaN, top-k -----------------------------------------------------
+
 
 def test_monitor_values_by_hand_and_the_written_shard(tmp_path):
     with Monitor(Recorder(tmp_path / "run"), prefix="") as mon:
@@ -155,8 +175,16 @@ def test_topk_columns_round_trip(tmp_path):
     lq = np.log(np.full((2, 2, 2), 0.25))
     lp = np.log(np.full((2, 2, 2), 0.2))
     with Recorder(tmp_path / "run") as rec:
-        rec.add(0, Q, P, MASK, token_ids=ids[..., 0], sampler_topk_ids=ids, sampler_topk_logprobs=lq,
-                trainer_logprobs_at_sampler_topk=lp)
+        rec.add(
+            0,
+            Q,
+            P,
+            MASK,
+            token_ids=ids[..., 0],
+            sampler_topk_ids=ids,
+            sampler_topk_logprobs=lq,
+            trainer_logprobs_at_sampler_topk=lp,
+        )
     t = pq.read_table(tmp_path / "run" / "tokens").to_pydict()
     assert t["sampler_topk_ids"] == [[3, 4], [5, 6], [7, 8]] and t["token_id"] == [3, 5, 7]
     assert t["trainer_logprobs_at_sampler_topk"][2] == pytest.approx([math.log(0.2)] * 2)
@@ -183,31 +211,60 @@ def test_torch_inputs_any_dtype_and_the_callers_tensors_are_not_kept(tmp_path):
 
 # -- checks: every message whole ---------------------------------------------------------
 
-@pytest.mark.parametrize("call, message", [
-    (lambda r: r.add(3, Q, P, np.zeros((2, 2))),
-     "step 3: the mask selects no token, nothing to record (pass the response mask (1 for each generated token that counts))"),
-    (lambda r: r.add(0, Q, P[:, :1], MASK),
-     "sampler_logprobs has shape (2, 2) and trainer_logprobs (2, 1): they must match (pass both as [B, T] over the same tokens)"),
-    (lambda r: r.add(0, Q[0], P[0]),
-     "sampler_logprobs must be [B, T] (a batch of padded sequences), got shape (2,) (add a batch axis for a single sequence, e.g. x[None])"),
-    (lambda r: r.add(0, Q, P, MASK[:1]), "mask has shape (1, 2) and the logprobs (2, 2): they must match"),
-    (lambda r: r.add(2, Q, -P, MASK),
-     "step 2: 3 positive logprob(s) beyond rounding (> 0.0001), e.g. sampler -0.6931 / trainer 1.386 at row 0 position 0 "
-     "(logprobs are natural logs <= 0; are these logits or probabilities?)"),
-    (lambda r: r.add(0, Q, P, MASK, advantages=np.ones(3)),
-     "advantages has shape (3,), expected per sequence (2,) or per token (2, 2)"),
-    (lambda r: r.add(0, Q, P, MASK, advantages=np.array([np.nan, 1.0])),
-     "step 0: advantages has 1 non-finite value(s) under the mask"),
-    (lambda r: r.add(0, Q, P, MASK, sampler_topk_ids=np.zeros((2, 2, 1), int)),
-     "top-k columns come as a set of three; missing sampler_topk_logprobs, trainer_logprobs_at_sampler_topk"),
-    (lambda r: r.add(-1, Q, P, MASK), "step must be a non-negative integer, got -1"),
-    (lambda r: r.add(0, Q, P, MASK, sampler_topk_ids=np.zeros((2, 2, 1), int), sampler_topk_logprobs=np.zeros((2, 2, 1)),
-                     trainer_logprobs_at_sampler_topk=np.zeros((2, 2, 1))),
-     "the top-k columns need token_ids: the bounds look for the sampled token among the listed ids"),
-    (lambda r: r.add(0, Q, P, MASK, sequence_ids=np.array(["uid-1", "uid-1"], dtype=object)),
-     "sequence_ids repeat within the batch (1 id(s) more than once): each row is one sequence "
-     "(pass a prompt's id (shared by its samples) as group_ids, or leave sequence_ids out)"),
-])
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            lambda r: r.add(3, Q, P, np.zeros((2, 2))),
+            "step 3: the mask selects no token, nothing to record (pass the response mask (1 for each generated token that counts))",
+        ),
+        (
+            lambda r: r.add(0, Q, P[:, :1], MASK),
+            "sampler_logprobs has shape (2, 2) and trainer_logprobs (2, 1): they must match (pass both as [B, T] over the same tokens)",
+        ),
+        (
+            lambda r: r.add(0, Q[0], P[0]),
+            "sampler_logprobs must be [B, T] (a batch of padded sequences), got shape (2,) (add a batch axis for a single sequence, e.g. x[None])",
+        ),
+        (lambda r: r.add(0, Q, P, MASK[:1]), "mask has shape (1, 2) and the logprobs (2, 2): they must match"),
+        (
+            lambda r: r.add(2, Q, -P, MASK),
+            "step 2: 3 positive logprob(s) beyond rounding (> 0.0001), e.g. sampler -0.6931 / trainer 1.386 at row 0 position 0 "
+            "(logprobs are natural logs <= 0; are these logits or probabilities?)",
+        ),
+        (
+            lambda r: r.add(0, Q, P, MASK, advantages=np.ones(3)),
+            "advantages has shape (3,), expected per sequence (2,) or per token (2, 2)",
+        ),
+        (
+            lambda r: r.add(0, Q, P, MASK, advantages=np.array([np.nan, 1.0])),
+            "step 0: advantages has 1 non-finite value(s) under the mask",
+        ),
+        (
+            lambda r: r.add(0, Q, P, MASK, sampler_topk_ids=np.zeros((2, 2, 1), int)),
+            "top-k columns come as a set of three; missing sampler_topk_logprobs, trainer_logprobs_at_sampler_topk",
+        ),
+        (lambda r: r.add(-1, Q, P, MASK), "step must be a non-negative integer, got -1"),
+        (
+            lambda r: r.add(
+                0,
+                Q,
+                P,
+                MASK,
+                sampler_topk_ids=np.zeros((2, 2, 1), int),
+                sampler_topk_logprobs=np.zeros((2, 2, 1)),
+                trainer_logprobs_at_sampler_topk=np.zeros((2, 2, 1)),
+            ),
+            "the top-k columns need token_ids: the bounds look for the sampled token among the listed ids",
+        ),
+        (
+            lambda r: r.add(0, Q, P, MASK, sequence_ids=np.array(["uid-1", "uid-1"], dtype=object)),
+            "sequence_ids repeat within the batch (1 id(s) more than once): each row is one sequence "
+            "(pass a prompt's id (shared by its samples) as group_ids, or leave sequence_ids out)",
+        ),
+    ],
+)
 def test_bad_inputs_are_one_clear_error(tmp_path, call, message):
     with Recorder(tmp_path / "run") as rec:
         with pytest.raises(RecorderInputError) as e:
@@ -222,13 +279,16 @@ def test_a_positive_value_within_rounding_is_a_logprob(tmp_path):
 
 # -- the run directory: locks, ranks, resume, back-pressure ----------------------------
 
+
 def test_second_writer_of_a_rank_is_refused(tmp_path):
     out = tmp_path / "run"
     with Recorder(out):
         with pytest.raises(UsageError) as e:
             Recorder(out)
-        assert str(e.value) == (f"{out} (rank 0) is being written by another process (pid {os.getpid()} holds "
-                                f"{out}/ranks/rank-0000.lock) (wait for it to finish, or write to another directory)")
+        assert str(e.value) == (
+            f"{out} (rank 0) is being written by another process (pid {os.getpid()} holds "
+            f"{out}/ranks/rank-0000.lock) (wait for it to finish, or write to another directory)"
+        )
         Recorder(out, rank=1).close()  # another rank is not another writer of the same files
 
 
@@ -257,11 +317,16 @@ def test_only_resume_adds_to_a_rank_and_a_step_recorded_again_replaces_it(tmp_pa
         rec.add(1, Q, P, MASK)
         rec.add(1, Q, P, MASK)  # a second micro-batch of step 1
     assert sorted(f.name for f in (out / "tokens").iterdir()) == [
-        "step-000000-rank-0000.parquet", "step-000001-rank-0000-part-0001.parquet", "step-000001-rank-0000.parquet"]
+        "step-000000-rank-0000.parquet",
+        "step-000001-rank-0000-part-0001.parquet",
+        "step-000001-rank-0000.parquet",
+    ]
     with pytest.raises(UsageError) as e:
         Recorder(out)
-    assert str(e.value) == (f"{out} already holds records of rank 0 (rank-0000.json) "
-                            "(pass resume=True to add to them, or record into another directory)")
+    assert str(e.value) == (
+        f"{out} already holds records of rank 0 (rank-0000.json) "
+        "(pass resume=True to add to them, or record into another directory)"
+    )
     with Recorder(out, resume=True) as rec:
         rec.add(1, Q[:1], P[:1], MASK[:1])
     t = pq.read_table(out / "tokens").to_pydict()
@@ -284,8 +349,10 @@ def test_a_full_queue_waits_says_so_once_and_drops_nothing(tmp_path, monkeypatch
             rec.add(step, Q, P, MASK)
         assert rec.wait_seconds > 0
     assert len(list((tmp_path / "run" / "tokens").glob("*.parquet"))) == 6
-    assert capsys.readouterr().err == ("mismatchscope: warning: the Recorder's writer is behind (1 shards queued); "
-                                       "add() waits for it rather than drop data (said once)\n")
+    assert capsys.readouterr().err == (
+        "mismatchscope: warning: the Recorder's writer is behind (1 shards queued); "
+        "add() waits for it rather than drop data (said once)\n"
+    )
 
 
 def test_an_exception_in_the_with_block_leaves_the_run_incomplete(tmp_path):
@@ -293,11 +360,14 @@ def test_an_exception_in_the_with_block_leaves_the_run_incomplete(tmp_path):
         with Recorder(tmp_path / "run") as rec:
             rec.add(0, Q, P, MASK)
             raise KeyError("boom")
-    assert rundir.completion(tmp_path / "run") == rundir.Completion(False, "manifest.json status is 'failed', not 'complete'")
+    assert rundir.completion(tmp_path / "run") == rundir.Completion(
+        False, "manifest.json status is 'failed', not 'complete'"
+    )
     assert pq.read_table(tmp_path / "run" / "tokens").num_rows == 3
 
 
 # -- alerts ------------------------------------------------------------------------------
+
 
 def _step_arrays(rng, scale: float):
     lq = np.log(rng.uniform(0.05, 1.0, (8, 64)))
@@ -336,8 +406,10 @@ def test_a_rise_in_level_alerts_once_a_few_steps_after_it_and_noise_does_not():
 
 
 def test_importing_the_package_loads_neither_torch_nor_the_recorder():
-    code = ("import sys, mismatchscope; a = 'mismatchscope.live' in sys.modules; "
-            "from mismatchscope import Recorder, Monitor; print(a, 'torch' in sys.modules)")
+    code = (
+        "import sys, mismatchscope; a = 'mismatchscope.live' in sys.modules; "
+        "from mismatchscope import Recorder, Monitor; print(a, 'torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert out.stdout.split() == ["False", "False"]
 
@@ -357,15 +429,19 @@ def test_resume_trusts_the_shards_on_disk_over_the_rank_record(tmp_path):
 
 
 def test_exiting_without_close_writes_what_was_queued_and_leaves_the_run_incomplete(tmp_path):
-    code = ("import sys, time, numpy as np; from mismatchscope.live import recorder as m\n"
-            "real = m.write_table\n"
-            "m.write_table = lambda *a, **k: (time.sleep(0.2), real(*a, **k))[1]\n"
-            "rec = m.Recorder(sys.argv[1])\n"
-            "for s in range(3): rec.add(s, np.log([[0.5, 0.25]]), np.log([[0.25, 0.25]]))\n")
+    code = (
+        "import sys, time, numpy as np; from mismatchscope.live import recorder as m\n"
+        "real = m.write_table\n"
+        "m.write_table = lambda *a, **k: (time.sleep(0.2), real(*a, **k))[1]\n"
+        "rec = m.Recorder(sys.argv[1])\n"
+        "for s in range(3): rec.add(s, np.log([[0.5, 0.25]]), np.log([[0.25, 0.25]]))\n"
+    )
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     subprocess.run([sys.executable, "-c", code, str(tmp_path / "run")], check=True, env=env, cwd=REPO)
     assert len(list((tmp_path / "run" / "tokens").glob("*.parquet"))) == 3
-    assert rundir.completion(tmp_path / "run") == rundir.Completion(False, "manifest.json status is 'running', not 'complete'")
+    assert rundir.completion(tmp_path / "run") == rundir.Completion(
+        False, "manifest.json status is 'running', not 'complete'"
+    )
 
 
 def test_a_writer_failure_is_raised_at_the_next_call(tmp_path, monkeypatch):

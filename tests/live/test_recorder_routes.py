@@ -21,8 +21,9 @@ from mismatchscope.timeline.series import build_series
 META = RoutingMeta("qwen3_moe", 3, (1, 2), 8, 2)
 
 # [B=2, T=2, layers=3, k=2]; layer 0 is dense (what an engine leaves there: zeros, ignored)
-SAMPLER = np.array([[[[0, 0], [1, 2], [3, 4]], [[0, 0], [1, 2], [3, 4]]],
-                    [[[0, 0], [5, 6], [7, 0]], [[0, 0], [1, 2], [3, 4]]]])
+SAMPLER = np.array(
+    [[[[0, 0], [1, 2], [3, 4]], [[0, 0], [1, 2], [3, 4]]], [[[0, 0], [5, 6], [7, 0]], [[0, 0], [1, 2], [3, 4]]]]
+)
 TRAINER = SAMPLER.copy()
 TRAINER[0, 1, 1] = [2, 1]  # token (0, 1): the same set in another order, no flip
 TRAINER[1, 0, 2] = [7, 1]  # token (1, 0): layer 2 {0, 7} vs {1, 7}, a flip ([7, 0] is not all zero: expert 0 is real)
@@ -52,8 +53,10 @@ def test_recorded_routes_are_the_layout_and_report_reads_them(recorded):
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["routing"]["moe_layers"] == [1, 2]
     assert manifest["routing"]["sampler"]["recorded"] and manifest["routing"]["trainer"]["recorded"]
-    assert sorted(p.name for p in (run / "routes").iterdir()) == ["step-000000-rank-0000.parquet",
-                                                                  "step-000001-rank-0000.parquet"]
+    assert sorted(p.name for p in (run / "routes").iterdir()) == [
+        "step-000000-rank-0000.parquet",
+        "step-000001-rank-0000.parquet",
+    ]
     ro = analyse(str(run), AnalysisRequest(report=True)).report["routing"]
     # 8 tokens over both steps, each compared at both MoE layers; layer 1 flipped once (1, 1), layer 2 once (1, 0)
     assert [(r["layer"], r["compared"], r["flipped"]) for r in ro["route_flip_rate_by_layer"]] == [(1, 8, 1), (2, 8, 1)]
@@ -76,12 +79,15 @@ def test_dense_timelines_have_no_flip_rate(tmp_path):
     assert "route_flip_rate" not in build_series(str(tmp_path / "run"), []).values
 
 
-@pytest.mark.parametrize("bad, text", [
-    (dict(sampler_experts=SAMPLER[:, :, :, :1]), "expected [layers, top_k] with layers 3"),
-    (dict(sampler_experts=SAMPLER + 6), "expert id 13; the model routes to ids 0..7"),
-    (dict(sampler_experts=np.where(SAMPLER == 2, 1, SAMPLER)), "names an expert twice in decoder layer 1"),
-    (dict(sampler_experts=SAMPLER[:1]), "expected [B, T, layers, top_k] with [B, T] = (2, 2)"),
-])
+@pytest.mark.parametrize(
+    "bad, text",
+    [
+        (dict(sampler_experts=SAMPLER[:, :, :, :1]), "expected [layers, top_k] with layers 3"),
+        (dict(sampler_experts=SAMPLER + 6), "expert id 13; the model routes to ids 0..7"),
+        (dict(sampler_experts=np.where(SAMPLER == 2, 1, SAMPLER)), "names an expert twice in decoder layer 1"),
+        (dict(sampler_experts=SAMPLER[:1]), "expected [B, T, layers, top_k] with [B, T] = (2, 2)"),
+    ],
+)
 def test_bad_routes_are_refused_at_add(tmp_path, bad, text):
     rec = Recorder(tmp_path / "run", routing=META)
     with pytest.raises(RecorderInputError) as e:

@@ -11,7 +11,6 @@ does whenever vLLM importance-sampling correction is on.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -35,10 +34,19 @@ def _rollout(tok, sampler):
             synced[0] = trainer.state.global_step
         enc = tok(list(prompts), return_tensors="pt", padding=True)
         with torch.no_grad():
-            g = sampler.generate(**enc, do_sample=True, max_new_tokens=8, min_new_tokens=3, top_k=0, top_p=1.0,
-                                 temperature=1.0, output_logits=True, return_dict_in_generate=True,
-                                 pad_token_id=tok.pad_token_id)
-        comp = g.sequences[:, enc.input_ids.shape[1]:]
+            g = sampler.generate(
+                **enc,
+                do_sample=True,
+                max_new_tokens=8,
+                min_new_tokens=3,
+                top_k=0,
+                top_p=1.0,
+                temperature=1.0,
+                output_logits=True,
+                return_dict_in_generate=True,
+                pad_token_id=tok.pad_token_id,
+            )
+        comp = g.sequences[:, enc.input_ids.shape[1] :]
         lp = torch.log_softmax(torch.stack(g.logits, 1).float(), -1).gather(-1, comp[..., None])[..., 0]
         out = {"prompt_ids": [], "completion_ids": [], "logprobs": []}
         for i in range(len(prompts)):
@@ -72,11 +80,29 @@ def test_grpo_steps_recorded_and_read_by_timeline(tmp_path, monkeypatch):
     def reward(completions, **_kw):  # digits are rewarded: a signal the policy can move
         return [float(sum(ch.isdigit() for ch in c)) for c in completions]
 
-    args = GRPOConfig(output_dir=str(tmp_path / "trl"), per_device_train_batch_size=4, num_generations=2,
-                      max_completion_length=8, max_steps=4, num_iterations=2, logging_steps=1, report_to=[],
-                      use_cpu=True, bf16=False, save_strategy="no", learning_rate=1e-3, disable_tqdm=True)
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data, processing_class=tok,
-                          rollout_func=_rollout(tok, sampler))
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "trl"),
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=8,
+        max_steps=4,
+        num_iterations=2,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        save_strategy="no",
+        learning_rate=1e-3,
+        disable_tqdm=True,
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=args,
+        train_dataset=data,
+        processing_class=tok,
+        rollout_func=_rollout(tok, sampler),
+    )
     out = tmp_path / "run"
     cb = MismatchscopeCallback(out, meta={"sampler": "generate fp32"}).attach(trainer)
     trainer.add_callback(cb)

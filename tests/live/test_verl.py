@@ -47,11 +47,20 @@ def test_a_verl_batch_is_recorded_with_its_groups(tmp_path):
     assert len(set(t["prompt_id"])) == 1  # one uid: one GRPO group, as an int64 hash of the string
 
 
-@pytest.mark.parametrize("drop, message", [
-    ("rollout_log_probs", "the verl batch has no rollout_log_probs (set actor_rollout_ref.rollout.calculate_log_probs=True)"),
-    ("old_log_probs", "the verl batch has no old_log_probs yet (record after the actor's compute_log_prob "
-                      "(after batch.union(old_log_prob)))"),
-])
+@pytest.mark.parametrize(
+    "drop, message",
+    [
+        (
+            "rollout_log_probs",
+            "the verl batch has no rollout_log_probs (set actor_rollout_ref.rollout.calculate_log_probs=True)",
+        ),
+        (
+            "old_log_probs",
+            "the verl batch has no old_log_probs yet (record after the actor's compute_log_prob "
+            "(after batch.union(old_log_prob)))",
+        ),
+    ],
+)
 def test_a_verl_batch_without_both_logprobs_is_a_clear_error(drop, message):
     with pytest.raises(RecorderInputError) as e:
         verl_step(_batch(**{drop: True}))

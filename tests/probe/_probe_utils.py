@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from mismatchscope.probe.types import Completion, ScoreRequest, Scored
+from mismatchscope.probe.types import Completion, Scored, ScoreRequest
 
 
 def requests_for(completions: list[Completion], prompt_ids: list[list[int]]) -> list[ScoreRequest]:

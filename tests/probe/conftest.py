@@ -214,9 +214,7 @@ class ServerProcess:
             "--max-logprobs", "20",
         ]  # fmt: skip
         # Own process group, so the engine process it spawns is stopped with it.
-        self.proc = subprocess.Popen(
-            cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
     def wait_healthy(self, timeout: float = SERVER_START_TIMEOUT) -> str:
         deadline = time.monotonic() + timeout

@@ -17,7 +17,7 @@ from mismatchscope.probe.samplers.engine_start import StderrTail, root_cause
 
 VLLM_LOG = [
     "(EngineCore pid=11) INFO 12-04 14:59:30 [core.py:101] Initializing a V1 LLM engine",
-    "(Worker pid=3256) ERROR 12-04 14:59:35 [multiproc_executor.py:953]   File \"x.py\", line 3, in load",
+    '(Worker pid=3256) ERROR 12-04 14:59:35 [multiproc_executor.py:953]   File "x.py", line 3, in load',
     "(Worker pid=3256) ERROR 12-04 14:59:35 [multiproc_executor.py:953] KeyError: 'layers.1.mlp.gate.e_score_correction_bias'",
     "Traceback (most recent call last):",
     "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {'EngineCore': 1}",
@@ -30,10 +30,14 @@ def test_the_cause_is_read_from_the_engine_log_past_the_pointer_line():
 
 
 def test_an_inspection_failure_names_the_missing_package():
-    lines = ["ERROR 12-04 [registry.py:600] Error in inspecting model architecture 'Qwen3_5MoeForConditionalGeneration'",
-             "ERROR 12-04 [registry.py:600] ModuleNotFoundError: No module named 'torchvision'"]
-    exc = ValueError("Model architectures ['Qwen3_5MoeForConditionalGeneration'] failed to be inspected. "
-                     "Please check the logs for more details.")
+    lines = [
+        "ERROR 12-04 [registry.py:600] Error in inspecting model architecture 'Qwen3_5MoeForConditionalGeneration'",
+        "ERROR 12-04 [registry.py:600] ModuleNotFoundError: No module named 'torchvision'",
+    ]
+    exc = ValueError(
+        "Model architectures ['Qwen3_5MoeForConditionalGeneration'] failed to be inspected. "
+        "Please check the logs for more details."
+    )
     assert root_cause(exc, lines) == "ModuleNotFoundError: No module named 'torchvision'"
 
 
@@ -44,8 +48,9 @@ def test_the_exception_chain_wins_over_the_log():
         except NotImplementedError as inner:
             raise RuntimeError("Engine core initialization failed. See root cause above.") from inner
     except RuntimeError as exc:
-        assert root_cause(exc, VLLM_LOG) == ("NotImplementedError: MLA head size 24 is not supported by the "
-                                             "CPU attention backend")
+        assert root_cause(exc, VLLM_LOG) == (
+            "NotImplementedError: MLA head size 24 is not supported by the CPU attention backend"
+        )
 
 
 def test_no_cause_found_is_none():
@@ -55,8 +60,10 @@ def test_no_cause_found_is_none():
 def test_stderr_tail_keeps_what_a_child_wrote_and_passes_it_on(capfd):
     tail = StderrTail()
     with tail:
-        subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write('ValueError: float32 is not supported\\n')"],
-                       check=True)
+        subprocess.run(
+            [sys.executable, "-c", "import sys; sys.stderr.write('ValueError: float32 is not supported\\n')"],
+            check=True,
+        )
     import time
 
     for _ in range(50):  # the forwarding thread reads the pipe asynchronously
@@ -80,8 +87,22 @@ def test_a_refused_engine_start_is_one_line_naming_the_cause(tmp_path):
     ckpt = _build("deepseek_v3", tmp_path)
     prompts = tmp_path / "p.jsonl"
     prompts.write_text((sample_data_dir() / "prompts.jsonl").read_text().splitlines()[0] + "\n")
-    r = cli("probe", str(ckpt), "--prompts", str(prompts), "--out", str(tmp_path / "run"), "--sampler", "vllm",
-            "--sampler-dtype", "float32", "-n", "1", "--max-tokens", "2")
+    r = cli(
+        "probe",
+        str(ckpt),
+        "--prompts",
+        str(prompts),
+        "--out",
+        str(tmp_path / "run"),
+        "--sampler",
+        "vllm",
+        "--sampler-dtype",
+        "float32",
+        "-n",
+        "1",
+        "--max-tokens",
+        "2",
+    )
     assert r.returncode == 2, r.stderr[-3000:]
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("error: vLLM could not start an engine for "), last

@@ -36,8 +36,22 @@ distributions visibly (|log p - log q| ~ 0.1 at high entropy), not enough to bre
 
 
 def _args(prompts: Path) -> list[str]:
-    return ["--prompts", str(prompts), "--sampler", "hf", "--sampler-dtype", "float32", "-n", "2",
-            "--max-tokens", "8", "--seed", "3", "--round-prompts", "8"]
+    return [
+        "--prompts",
+        str(prompts),
+        "--sampler",
+        "hf",
+        "--sampler-dtype",
+        "float32",
+        "-n",
+        "2",
+        "--max-tokens",
+        "8",
+        "--seed",
+        "3",
+        "--round-prompts",
+        "8",
+    ]
 
 
 def _tokens(run: Path):
@@ -65,7 +79,9 @@ def perturbed_copy(src: Path, dst: Path, noise: float, seed: int = 0) -> Path:
     out = {}
     for name in sorted(weights):
         w = weights[name]
-        out[name] = (w + noise * w.float().std() * torch.randn(w.shape, generator=gen)).to(w.dtype) if w.numel() > 1 else w
+        out[name] = (
+            (w + noise * w.float().std() * torch.randn(w.shape, generator=gen)).to(w.dtype) if w.numel() > 1 else w
+        )
     save_file(out, dst / "model.safetensors", metadata={"format": "pt"})
     return dst
 
@@ -113,8 +129,17 @@ def base_run(dense_dir, prompts_file, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def lag_run(dense_dir, later_dir, prompts_file, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("lag") / "lag"
-    _ok("probe", str(dense_dir), *_args(prompts_file), "--trainer-checkpoint", str(later_dir), "--out", str(out),
-        "--format", "json")
+    _ok(
+        "probe",
+        str(dense_dir),
+        *_args(prompts_file),
+        "--trainer-checkpoint",
+        str(later_dir),
+        "--out",
+        str(out),
+        "--format",
+        "json",
+    )
     return out
 
 
@@ -126,7 +151,13 @@ def test_the_sampler_weights_as_trainer_checkpoint_change_nothing(base_run, same
     _ok("rescore", str(base_run), "--out", str(plain), "--format", "json")
     _ok("rescore", str(base_run), "--out", str(same), "--trainer-checkpoint", str(same_weights_dir), "--format", "json")
     a, b = _tokens(plain), _tokens(same)
-    for col in ("token_id", "sampler_logprob", "trainer_logprob", "trainer_logprobs_at_sampler_topk", "trainer_entropy"):
+    for col in (
+        "token_id",
+        "sampler_logprob",
+        "trainer_logprob",
+        "trainer_logprobs_at_sampler_topk",
+        "trainer_entropy",
+    ):
         assert a.column(col).to_pylist() == b.column(col).to_pylist(), col  # same weights, same code: bit-identical
     cfg = _manifest(same)["config"]
     assert cfg["trainer_checkpoint"]["same_as_sampler"] is True
@@ -198,7 +229,8 @@ def test_report_reads_the_gap_as_policy_lag_and_numerics(lag_run, base_run, dens
     assert readings["trainer_logprob"]["reading"] == (
         f"the trainer scored the sampled tokens with another checkpoint than the sampler's ({later_dir}, sha256 "
         f"{trainer_sha[:12]}; sampler {dense_dir}, sha256 {sampler_sha[:12]}): the gap mixes policy lag with "
-        "numerical mismatch")
+        "numerical mismatch"
+    )
     text = _ok("report", str(lag_run)).stdout
     assert "the gap mixes policy lag with numerical mismatch" in " ".join(text.split())
     assert "trainer on another checkpoint (policy lag)" in text
@@ -213,7 +245,8 @@ def test_gate_needs_the_trainer_checkpoint_allowed(base_run, lag_run, later_dir)
     assert r.stderr == (
         "error: baseline and candidate are not comparable: trainer.checkpoint differs (baseline the sampler's, "
         f"candidate {trainer_sha[:12]}...) (only the serving stack should differ; if the difference is intended, "
-        "pass --allow-different trainer.checkpoint)\n")
+        "pass --allow-different trainer.checkpoint)\n"
+    )
     for key in ("trainer.checkpoint", "trainer"):
         r = cli("gate", str(lag_run), "--baseline", str(base_run), "--bootstrap", "0", "--allow-different", key)
         assert r.returncode in (0, 1), r.stderr[-2000:]  # a verdict, whichever it is
@@ -237,12 +270,22 @@ def test_a_resumed_run_keeps_its_trainer_checkpoint(lag_run, dense_dir, prompts_
 def test_resume_with_another_trainer_checkpoint_is_refused(lag_run, dense_dir, later_dir, prompts_file, tmp_path):
     out = Path(shutil.copytree(lag_run, tmp_path / "run"))
     sampler_sha, trainer_sha = inspect_checkpoint(dense_dir).sha256, inspect_checkpoint(later_dir).sha256
-    r = cli("probe", str(dense_dir), *_args(prompts_file), "--out", str(out), "--resume", "--trainer-checkpoint", str(dense_dir))
+    r = cli(
+        "probe",
+        str(dense_dir),
+        *_args(prompts_file),
+        "--out",
+        str(out),
+        "--resume",
+        "--trainer-checkpoint",
+        str(dense_dir),
+    )
     assert r.returncode == 2
     assert r.stderr == (
         f"error: cannot resume {out}: it was scored with trainer checkpoint {str(later_dir)!r} (sha256 "
         f"{trainer_sha[:12]}...), not {str(dense_dir)!r} (sha256 {sampler_sha[:12]}...) (leave --trainer-checkpoint "
-        "out to keep the recorded one, or start a new --out)\n")
+        "out to keep the recorded one, or start a new --out)\n"
+    )
 
 
 # ------------------------------------------------------------ refusals
@@ -257,11 +300,14 @@ def test_another_tokenizer_is_a_one_line_error(base_run, dense_dir, other_vocab_
         f"error: the trainer checkpoint {str(other_vocab_dir)!r} has another tokenizer than the sampler's: the "
         f"vocabularies differ (sampler's vs trainer's: sizes {len(vocab)} vs {len(vocab)}; 2 tokens with other ids, "
         f"e.g. {first!r}: {vocab[first]} vs {vocab[other]}) (--trainer-checkpoint must use the sampler checkpoint's "
-        "tokenizer)\n")
+        "tokenizer)\n"
+    )
     r = cli("rescore", str(base_run), "--out", str(tmp_path / "r"), "--trainer-checkpoint", str(other_vocab_dir))
     assert (r.returncode, r.stderr) == (2, expected)
     out = tmp_path / "p"
-    r = cli("probe", str(dense_dir), *_args(prompts_file), "--out", str(out), "--trainer-checkpoint", str(other_vocab_dir))
+    r = cli(
+        "probe", str(dense_dir), *_args(prompts_file), "--out", str(out), "--trainer-checkpoint", str(other_vocab_dir)
+    )
     assert (r.returncode, r.stderr) == (2, expected)
     assert not out.exists()  # refused before the run directory or any engine
 
@@ -272,7 +318,8 @@ def test_another_architecture_is_refused(dense_info, dense_tokenizer, moe_dir, p
     assert str(err.value) == (
         f"the trainer checkpoint {str(moe_dir)!r} is not the same model as the sampler's: model_type 'qwen3' (sampler) "
         "vs 'qwen3_moe' (trainer) (--trainer-checkpoint takes a later checkpoint of the same model (same config.json "
-        "architecture and vocabulary))")
+        "architecture and vocabulary))"
+    )
 
 
 def test_another_vocabulary_size_is_refused(dense_info, dense_tokenizer, later_dir, prompt_texts, tmp_path):
@@ -280,12 +327,16 @@ def test_another_vocabulary_size_is_refused(dense_info, dense_tokenizer, later_d
     cfg = json.loads((bigger / "config.json").read_text())
     cfg["vocab_size"] = dense_info.vocab_size + 64
     (bigger / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(CheckpointError, match=f"vocab_size {dense_info.vocab_size} \\(sampler\\) vs "
-                                              f"{dense_info.vocab_size + 64} \\(trainer\\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=f"vocab_size {dense_info.vocab_size} \\(sampler\\) vs {dense_info.vocab_size + 64} \\(trainer\\)",
+    ):
         open_trainer_checkpoint(bigger, dense_info, dense_tokenizer, prompt_texts)
 
 
-def test_the_trainer_checkpoint_gets_the_same_safety_checks(dense_info, dense_tokenizer, later_dir, prompt_texts, tmp_path):
+def test_the_trainer_checkpoint_gets_the_same_safety_checks(
+    dense_info, dense_tokenizer, later_dir, prompt_texts, tmp_path
+):
     pickled = Path(shutil.copytree(later_dir, tmp_path / "pickled"))
     (pickled / "model.safetensors").rename(pickled / "pytorch_model.bin")
     with pytest.raises(CheckpointError, match="--allow-pickle"):

@@ -39,38 +39,115 @@ from .conftest import checkpoint_dir
 
 pytestmark = pytest.mark.slow  # seven checkpoints built and loaded: about a minute
 
-COMMON = dict(vocab_size=320, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-              max_position_embeddings=128, bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False)
+COMMON = dict(
+    vocab_size=320,
+    hidden_size=64,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=128,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=0,
+    tie_word_embeddings=False,
+)
 
 CONFIGS = {
-    "qwen2_moe": ("Qwen2MoeConfig", dict(num_hidden_layers=2, intermediate_size=64, moe_intermediate_size=32,
-                                         shared_expert_intermediate_size=32, num_experts=8, num_experts_per_tok=2,
-                                         norm_topk_prob=False)),
-    "mixtral": ("MixtralConfig", dict(num_hidden_layers=2, intermediate_size=32, num_local_experts=8,
-                                      num_experts_per_tok=2)),
-    "olmoe": ("OlmoeConfig", dict(num_hidden_layers=2, intermediate_size=32, num_experts=8, num_experts_per_tok=2,
-                                  norm_topk_prob=True)),
-    "deepseek_v3": ("DeepseekV3Config", dict(num_hidden_layers=3, intermediate_size=64, moe_intermediate_size=32,
-                                             n_routed_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2,
-                                             n_shared_experts=1, first_k_dense_replace=1, routed_scaling_factor=2.5,
-                                             norm_topk_prob=True, q_lora_rank=None, kv_lora_rank=16,
-                                             qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, head_dim=8, num_key_value_heads=4)),
-    "glm4_moe": ("Glm4MoeConfig", dict(num_hidden_layers=3, intermediate_size=64, moe_intermediate_size=32,
-                                       n_routed_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1,
-                                       n_shared_experts=1, first_k_dense_replace=1, routed_scaling_factor=1.5,
-                                       norm_topk_prob=True)),
-    "gpt_oss": ("GptOssConfig", dict(num_hidden_layers=2, intermediate_size=32, num_local_experts=8,
-                                     num_experts_per_tok=2, layer_types=["sliding_attention", "full_attention"],
-                                     sliding_window=16)),
-    "qwen3_5_moe": ("Qwen3_5MoeTextConfig", dict(num_hidden_layers=2, moe_intermediate_size=32,
-                                                 shared_expert_intermediate_size=32, num_experts=8,
-                                                 num_experts_per_tok=2,
-                                                 layer_types=["linear_attention", "full_attention"],
-                                                 linear_num_key_heads=2, linear_num_value_heads=2,
-                                                 linear_key_head_dim=16, linear_value_head_dim=16)),
+    "qwen2_moe": (
+        "Qwen2MoeConfig",
+        dict(
+            num_hidden_layers=2,
+            intermediate_size=64,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=32,
+            num_experts=8,
+            num_experts_per_tok=2,
+            norm_topk_prob=False,
+        ),
+    ),
+    "mixtral": (
+        "MixtralConfig",
+        dict(num_hidden_layers=2, intermediate_size=32, num_local_experts=8, num_experts_per_tok=2),
+    ),
+    "olmoe": (
+        "OlmoeConfig",
+        dict(num_hidden_layers=2, intermediate_size=32, num_experts=8, num_experts_per_tok=2, norm_topk_prob=True),
+    ),
+    "deepseek_v3": (
+        "DeepseekV3Config",
+        dict(
+            num_hidden_layers=3,
+            intermediate_size=64,
+            moe_intermediate_size=32,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            n_group=4,
+            topk_group=2,
+            n_shared_experts=1,
+            first_k_dense_replace=1,
+            routed_scaling_factor=2.5,
+            norm_topk_prob=True,
+            q_lora_rank=None,
+            kv_lora_rank=16,
+            qk_rope_head_dim=8,
+            qk_nope_head_dim=8,
+            v_head_dim=16,
+            head_dim=8,
+            num_key_value_heads=4,
+        ),
+    ),
+    "glm4_moe": (
+        "Glm4MoeConfig",
+        dict(
+            num_hidden_layers=3,
+            intermediate_size=64,
+            moe_intermediate_size=32,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            n_group=2,
+            topk_group=1,
+            n_shared_experts=1,
+            first_k_dense_replace=1,
+            routed_scaling_factor=1.5,
+            norm_topk_prob=True,
+        ),
+    ),
+    "gpt_oss": (
+        "GptOssConfig",
+        dict(
+            num_hidden_layers=2,
+            intermediate_size=32,
+            num_local_experts=8,
+            num_experts_per_tok=2,
+            layer_types=["sliding_attention", "full_attention"],
+            sliding_window=16,
+        ),
+    ),
+    "qwen3_5_moe": (
+        "Qwen3_5MoeTextConfig",
+        dict(
+            num_hidden_layers=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=32,
+            num_experts=8,
+            num_experts_per_tok=2,
+            layer_types=["linear_attention", "full_attention"],
+            linear_num_key_heads=2,
+            linear_num_value_heads=2,
+            linear_key_head_dim=16,
+            linear_value_head_dim=16,
+        ),
+    ),
 }
-ROUTER = {"qwen2_moe": "gate", "mixtral": "gate", "olmoe": "gate", "deepseek_v3": "gate", "glm4_moe": "gate",
-          "gpt_oss": "router", "qwen3_5_moe": "gate"}
+ROUTER = {
+    "qwen2_moe": "gate",
+    "mixtral": "gate",
+    "olmoe": "gate",
+    "deepseek_v3": "gate",
+    "glm4_moe": "gate",
+    "gpt_oss": "router",
+    "qwen3_5_moe": "gate",
+}
 
 
 def _build(name: str, root: Path) -> Path:
@@ -154,8 +231,7 @@ def _weigh(name: str, router, hidden, ids):
 
 def _routers(model, name):
     layers = model.model.layers
-    return {i: getattr(layer.mlp, ROUTER[name]) for i, layer in enumerate(layers)
-            if hasattr(layer.mlp, ROUTER[name])}
+    return {i: getattr(layer.mlp, ROUTER[name]) for i, layer in enumerate(layers) if hasattr(layer.mlp, ROUTER[name])}
 
 
 # ------------------------------------------------------------ tests
@@ -170,8 +246,10 @@ def test_recorded_routes_equal_the_family_rule(family_trainer):
     if name in ("deepseek_v3", "glm4_moe"):
         assert 0 not in routers  # first_k_dense_replace=1: layer 0 is dense
     inputs: dict[int, list] = {}
-    handles = [r.register_forward_pre_hook(lambda m, a, i=i: inputs.setdefault(i, []).append(a[0].detach()))
-               for i, r in routers.items()]
+    handles = [
+        r.register_forward_pre_hook(lambda m, a, i=i: inputs.setdefault(i, []).append(a[0].detach()))
+        for i, r in routers.items()
+    ]
     try:
         for req in reqs:
             inputs.clear()
@@ -196,8 +274,9 @@ def test_replay_equals_an_independent_replay(family_trainer):
     forced = []
     for req in reqs:
         rows = len(req.prompt_token_ids) + len(req.completion_token_ids) - 1
-        ids = torch.stack([torch.stack([torch.randperm(8, generator=g)[:2] for _ in range(rows)])
-                           for _ in routers], dim=1)  # [rows, moe layers, k], distinct ids per row
+        ids = torch.stack(
+            [torch.stack([torch.randperm(8, generator=g)[:2] for _ in range(rows)]) for _ in routers], dim=1
+        )  # [rows, moe layers, k], distinct ids per row
         forced.append(ids)
         req.forced_routes = SeqRoutes(ids.numpy().astype(np.int64))
     scored = trainer.score(reqs, SamplingConfig(temperature=1.0))
@@ -207,12 +286,14 @@ def test_replay_equals_an_independent_replay(family_trainer):
         originals = {}
         for m, (i, router) in enumerate(routers.items()):
             originals[i] = router.forward
+
             # the last input position predicts nothing; it keeps the router's own choice
             def forward(hidden, router=router, m=m, ids=ids, full=full):
                 own = _select(name, router, hidden)
-                chosen = torch.cat([ids[:, m], own[len(full) - 1:]])
+                chosen = torch.cat([ids[:, m], own[len(full) - 1 :]])
                 logits = hidden.reshape(-1, router.weight.shape[1]) @ router.weight.T
                 return logits, _weigh(name, router, hidden, chosen), chosen
+
             router.forward = forward
         try:
             with torch.inference_mode():
@@ -231,7 +312,8 @@ def test_unknown_family_probes_without_routes(tmp_path):
     from mismatchscope.probe.routes import unknown_family
 
     info = inspect_checkpoint(checkpoint_dir("tiny-qwen3-moe"))
-    info = type(info)(**{**info.__dict__, "model_type": "brand_new_moe",
-                         "config": {**info.config, "model_type": "brand_new_moe"}})
+    info = type(info)(
+        **{**info.__dict__, "model_type": "brand_new_moe", "config": {**info.config, "model_type": "brand_new_moe"}}
+    )
     line = unknown_family(info)
     assert "'brand_new_moe'" in line and "\n" not in line and "not recorded" in line

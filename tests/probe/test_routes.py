@@ -44,9 +44,28 @@ def moe_run(tmp_path_factory) -> Path:
     lines = (sample_data_dir() / "prompts.jsonl").read_text().splitlines()[:6]
     prompts.write_text("\n".join(lines) + "\n")
     out = root / "run"
-    _ok(cli("probe", str(checkpoint_dir("tiny-qwen3-moe")), "--prompts", str(prompts), "--out", str(out),
-            "--sampler", "hf", "--sampler-dtype", "bfloat16", "--trainer-dtype", "float32", "-n", "2",
-            "--max-tokens", "24", "--format", "json"))
+    _ok(
+        cli(
+            "probe",
+            str(checkpoint_dir("tiny-qwen3-moe")),
+            "--prompts",
+            str(prompts),
+            "--out",
+            str(out),
+            "--sampler",
+            "hf",
+            "--sampler-dtype",
+            "bfloat16",
+            "--trainer-dtype",
+            "float32",
+            "-n",
+            "2",
+            "--max-tokens",
+            "24",
+            "--format",
+            "json",
+        )
+    )
     return out
 
 
@@ -86,7 +105,13 @@ def _sets_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def test_manifest_names_the_routing(moe_run):
     meta = read_meta(moe_run)
-    assert (meta.family, meta.num_layers, meta.moe_layers, meta.num_experts, meta.top_k) == ("qwen3_moe", 2, (0, 1), 8, 2)
+    assert (meta.family, meta.num_layers, meta.moe_layers, meta.num_experts, meta.top_k) == (
+        "qwen3_moe",
+        2,
+        (0, 1),
+        8,
+        2,
+    )
     assert meta.sampler.recorded and meta.sampler.weights and meta.trainer.recorded and meta.replay is None
     assert read_routes(moe_run).schema.field("trainer_experts").type == pa.list_(pa.list_(pa.uint8()))
 
@@ -94,7 +119,9 @@ def test_manifest_names_the_routing(moe_run):
 def test_every_routed_position_has_one_row(moe_run):
     seqs = _sequences(moe_run)
     table = read_routes(moe_run).sort_by([("sequence_id", "ascending"), ("input_position", "ascending")])
-    prompts = {s: len(p["prompt_token_ids"]) for s, p in enumerate(pq.read_table(moe_run / "prompts.parquet").to_pylist())}
+    prompts = {
+        s: len(p["prompt_token_ids"]) for s, p in enumerate(pq.read_table(moe_run / "prompts.parquet").to_pylist())
+    }
     n = 2
     for s, ids in seqs.items():
         rows = table.filter(pa.compute.equal(table["sequence_id"], s))
@@ -134,14 +161,16 @@ def _replayed_logprobs(model, ids: list[int], forced: np.ndarray, prompt_len: in
     blocks = [layer.mlp for layer in model.model.layers]
     saved = []
     for m, block in enumerate(blocks):
+
         def forward(hidden, block=block, m=m):
             b, t, h = hidden.shape
             x = hidden.reshape(-1, h)
             probs = F.softmax(F.linear(x, block.gate.weight).float(), dim=-1)
-            chosen = torch.cat([torch.from_numpy(forced[:, m]).long(), torch.topk(probs, 2).indices[t - 1:]])
+            chosen = torch.cat([torch.from_numpy(forced[:, m]).long(), torch.topk(probs, 2).indices[t - 1 :]])
             w = probs.gather(-1, chosen)
             w = (w / w.sum(-1, keepdim=True)).to(x.dtype)
             return block.experts(x, chosen, w).reshape(b, t, h)
+
         saved.append(block)
         block.forward = forward
     try:
@@ -215,8 +244,11 @@ def _copy(moe_run: Path, tmp_path: Path, edit_manifest=None, edit_routes=None) -
             table = pq.read_table(part)
             rows = table["sampler_experts"].to_pylist()
             typ = table.schema.field("sampler_experts").type
-            table = table.set_column(table.schema.get_field_index("sampler_experts"), "sampler_experts",
-                                     pa.array([edit_routes(r) for r in rows], typ))
+            table = table.set_column(
+                table.schema.get_field_index("sampler_experts"),
+                "sampler_experts",
+                pa.array([edit_routes(r) for r in rows], typ),
+            )
             pq.write_table(table, part)
     return dst
 
@@ -249,11 +281,17 @@ def test_replay_weights_refuses_a_run_without_sampler_weights(moe_run, tmp_path)
     assert "recorded the sampler's expert ids but not its gate weights" in line
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda r: [[*layer, (layer[0] + 1) % 8] for layer in r], "has 3 experts per MoE layer where the checkpoint routes top-2"),
-    (lambda r: [*r, r[0]], "rows hold 3 layers but the checkpoint has 2 decoder layers"),
-    (lambda r: [[9, layer[1]] for layer in r], "holds expert id 9 but the checkpoint has 8 experts"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda r: [[*layer, (layer[0] + 1) % 8] for layer in r],
+            "has 3 experts per MoE layer where the checkpoint routes top-2",
+        ),
+        (lambda r: [*r, r[0]], "rows hold 3 layers but the checkpoint has 2 decoder layers"),
+        (lambda r: [[9, layer[1]] for layer in r], "holds expert id 9 but the checkpoint has 8 experts"),
+    ],
+)
 def test_replay_refuses_routes_that_do_not_fit_the_checkpoint(moe_run, tmp_path, edit, message):
     line = _refused(_copy(moe_run, tmp_path, edit_routes=edit), tmp_path)
     assert message in line

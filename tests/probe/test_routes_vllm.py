@@ -34,9 +34,14 @@ def test_vllm_probe_records_trainer_routes_and_says_why_not_the_samplers(vllm_sa
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("\n".join((sample_data_dir() / "prompts.jsonl").read_text().splitlines()[:3]) + "\n")
     notes = Notes()
-    opts = ProbeOptions(checkpoint=Path(moe_info.path), prompts=prompts, out=tmp_path / "run",
-                        sampling=SamplingConfig(n=2, max_tokens=8, logprobs_mode="raw_logprobs"),
-                        sampler=SamplerConfig(kind="vllm", dtype="float32"), trainer=TrainerConfig(dtype="float32"))
+    opts = ProbeOptions(
+        checkpoint=Path(moe_info.path),
+        prompts=prompts,
+        out=tmp_path / "run",
+        sampling=SamplingConfig(n=2, max_tokens=8, logprobs_mode="raw_logprobs"),
+        sampler=SamplerConfig(kind="vllm", dtype="float32"),
+        trainer=TrainerConfig(dtype="float32"),
+    )
     run = run_probe(opts, notes, sampler=engine)
     meta = read_meta(run)
     assert meta.trainer.recorded and not meta.sampler.recorded

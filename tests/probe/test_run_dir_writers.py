@@ -36,7 +36,9 @@ sys.stdin.read()  # held until the test closes our stdin
 @contextmanager
 def held(run: Path):
     """Another process holding ``run``'s writer lock; yields its pid."""
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(run)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(run)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout.readline().strip() == "locked"
         yield proc.pid
@@ -59,10 +61,25 @@ def _source(tmp_path: Path, status: str) -> Path:
 def test_a_second_probe_resume_is_refused_while_another_writes(tmp_path):
     run = tmp_path / "run"
     with held(run) as pid:
-        r = cli("probe", str(CHECKPOINT), "--prompts", str(PROMPTS), "--sampler", "hf", "-n", "1", "--max-tokens", "2",
-                "--out", str(run), "--resume")
-        assert error_line(r) == (f"error: {run} is being written by another process (pid {pid} holds {run / '.lock'}) "
-                                 "(wait for it to finish, or write to another directory)")
+        r = cli(
+            "probe",
+            str(CHECKPOINT),
+            "--prompts",
+            str(PROMPTS),
+            "--sampler",
+            "hf",
+            "-n",
+            "1",
+            "--max-tokens",
+            "2",
+            "--out",
+            str(run),
+            "--resume",
+        )
+        assert error_line(r) == (
+            f"error: {run} is being written by another process (pid {pid} holds {run / '.lock'}) "
+            "(wait for it to finish, or write to another directory)"
+        )
     assert [p.name for p in run.iterdir()] == [".lock"]  # nothing else was written
 
 
@@ -70,8 +87,10 @@ def test_rescore_into_a_directory_another_process_writes_is_refused(tmp_path):
     src, out = _source(tmp_path, "complete"), tmp_path / "out"
     with held(out) as pid:
         r = cli("rescore", str(src), "--out", str(out), "--resume")
-        assert error_line(r) == (f"error: {out} is being written by another process (pid {pid} holds {out / '.lock'}) "
-                                 "(wait for it to finish, or write to another directory)")
+        assert error_line(r) == (
+            f"error: {out} is being written by another process (pid {pid} holds {out / '.lock'}) "
+            "(wait for it to finish, or write to another directory)"
+        )
 
 
 def test_the_lock_ends_with_its_holder(tmp_path):
@@ -88,9 +107,11 @@ def test_the_lock_ends_with_its_holder(tmp_path):
 def test_rescore_refuses_an_incomplete_source(tmp_path):
     src, out = _source(tmp_path, "running"), tmp_path / "out"
     r = cli("rescore", str(src), "--out", str(out))
-    assert error_line(r) == (f"error: {src} is an incomplete run (manifest.json status is 'running', not 'complete'); "
-                             f"rescore needs a complete one (finish it first with the same probe command and "
-                             f"--resume --out {src})")
+    assert error_line(r) == (
+        f"error: {src} is an incomplete run (manifest.json status is 'running', not 'complete'); "
+        f"rescore needs a complete one (finish it first with the same probe command and "
+        f"--resume --out {src})"
+    )
     assert not out.exists()
 
 
@@ -99,11 +120,17 @@ def test_import_into_a_directory_another_process_writes_is_refused(tmp_path):
 
     from tests.importers.layouts import nemo_sample, write_nemo_step
 
-    write_nemo_step(tmp_path / "logs" / "exp", 1, [nemo_sample([5], [7], [math.log(0.5)], [math.log(0.4)], adv=1.0, reward=1.0)])
+    write_nemo_step(
+        tmp_path / "logs" / "exp", 1, [nemo_sample([5], [7], [math.log(0.5)], [math.log(0.4)], adv=1.0, reward=1.0)]
+    )
     out = tmp_path / "imported"
     with held(out) as pid:
         r = cli("import", "nemo-rl", str(tmp_path / "logs"), "--out", str(out))
-        assert error_line(r) == (f"error: {out} is being written by another process (pid {pid} holds {out / '.lock'}) "
-                                 "(wait for it to finish, or write to another directory)")
+        assert error_line(r) == (
+            f"error: {out} is being written by another process (pid {pid} holds {out / '.lock'}) "
+            "(wait for it to finish, or write to another directory)"
+        )
     assert [p.name for p in out.iterdir()] == [".lock"]
-    assert cli("import", "nemo-rl", str(tmp_path / "logs"), "--out", str(out)).returncode == 0  # once the holder is gone
+    assert (
+        cli("import", "nemo-rl", str(tmp_path / "logs"), "--out", str(out)).returncode == 0
+    )  # once the holder is gone

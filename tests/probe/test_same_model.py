@@ -1,4 +1,4 @@
-""""Same model" means the same architecture, and a checkpoint's weights cover its config.
+""" "Same model" means the same architecture, and a checkpoint's weights cover its config.
 
 A trainer checkpoint that differs from the sampler's in any config field of
 the forward pass is refused (its gap would read as policy lag); a checkpoint
@@ -37,18 +37,27 @@ def later(tmp_path_factory) -> Path:
     return checkpoint_dir("tiny-qwen3-later")
 
 
-@pytest.mark.parametrize("change, shown", [
-    ({"num_hidden_layers": 3, "layer_types": ["full_attention"] * 3}, "num_hidden_layers 2 (sampler) vs 3 (trainer)"),
-    ({"rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}},
-     'rope_parameters {"rope_theta": 10000.0, "rope_type": "default"} (sampler) vs '
-     '{"rope_theta": 1000000.0, "rope_type": "default"} (trainer)'),
-    ({"rms_norm_eps": 1e-5}, "rms_norm_eps 1e-06 (sampler) vs 1e-05 (trainer)"),
-    ({"tie_word_embeddings": True}, "tie_word_embeddings False (sampler) vs True (trainer)"),
-    ({"sliding_window": 64, "use_sliding_window": True}, "sliding_window None (sampler) vs 64 (trainer)"),
-    ({"final_logit_softcapping": 30.0}, "final_logit_softcapping absent (sampler) vs 30.0 (trainer)"),
-])
-def test_a_trainer_checkpoint_of_another_architecture_is_refused(later, dense_info, dense_tokenizer, prompt_texts,
-                                                                 tmp_path, change, shown):
+@pytest.mark.parametrize(
+    "change, shown",
+    [
+        (
+            {"num_hidden_layers": 3, "layer_types": ["full_attention"] * 3},
+            "num_hidden_layers 2 (sampler) vs 3 (trainer)",
+        ),
+        (
+            {"rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}},
+            'rope_parameters {"rope_theta": 10000.0, "rope_type": "default"} (sampler) vs '
+            '{"rope_theta": 1000000.0, "rope_type": "default"} (trainer)',
+        ),
+        ({"rms_norm_eps": 1e-5}, "rms_norm_eps 1e-06 (sampler) vs 1e-05 (trainer)"),
+        ({"tie_word_embeddings": True}, "tie_word_embeddings False (sampler) vs True (trainer)"),
+        ({"sliding_window": 64, "use_sliding_window": True}, "sliding_window None (sampler) vs 64 (trainer)"),
+        ({"final_logit_softcapping": 30.0}, "final_logit_softcapping absent (sampler) vs 30.0 (trainer)"),
+    ],
+)
+def test_a_trainer_checkpoint_of_another_architecture_is_refused(
+    later, dense_info, dense_tokenizer, prompt_texts, tmp_path, change, shown
+):
     from mismatchscope.probe.policy_lag import open_trainer_checkpoint
 
     other = _copy(later, tmp_path / "other", **change)
@@ -60,8 +69,14 @@ def test_a_trainer_checkpoint_of_another_architecture_is_refused(later, dense_in
 def test_fields_outside_the_forward_pass_may_differ(later, dense_info, dense_tokenizer, prompt_texts, tmp_path):
     from mismatchscope.probe.policy_lag import open_trainer_checkpoint
 
-    other = _copy(later, tmp_path / "other", transformers_version="5.0.0", use_cache=False, attention_dropout=0.1,
-                  initializer_range=0.01)
+    other = _copy(
+        later,
+        tmp_path / "other",
+        transformers_version="5.0.0",
+        use_cache=False,
+        attention_dropout=0.1,
+        initializer_range=0.01,
+    )
     assert open_trainer_checkpoint(other, dense_info, dense_tokenizer, prompt_texts).same_as_sampler is False
 
 
@@ -69,8 +84,11 @@ def test_weights_that_miss_a_layer_of_their_config_are_refused(dense_dir, tmp_pa
     from mismatchscope.probe.checkpoint import check_weights_cover_config, inspect_checkpoint
 
     three = _copy(dense_dir, tmp_path / "three", num_hidden_layers=3, layer_types=["full_attention"] * 3)
-    with pytest.raises(CheckpointError, match=r"do not match its config.json: \d+ tensor\(s\) its model needs are "
-                                              r"not in the files \(e.g. model.layers.2."):
+    with pytest.raises(
+        CheckpointError,
+        match=r"do not match its config.json: \d+ tensor\(s\) its model needs are "
+        r"not in the files \(e.g. model.layers.2.",
+    ):
         check_weights_cover_config(inspect_checkpoint(three))
 
 
@@ -80,8 +98,11 @@ def test_weights_with_a_tensor_the_model_has_no_place_for_are_refused(dense_dir,
     from mismatchscope.probe.checkpoint import check_weights_cover_config, inspect_checkpoint
 
     one = _copy(dense_dir, tmp_path / "one", num_hidden_layers=1, layer_types=["full_attention"])
-    with pytest.raises(CheckpointError, match=r"tensor\(s\) in the files have no place in its model "
-                                              r"\(e.g. model.layers.1."):
+    with pytest.raises(
+        CheckpointError,
+        match=r"tensor\(s\) in the files have no place in its model "
+        r"\(e.g. model.layers.1.",
+    ):
         check_weights_cover_config(inspect_checkpoint(one))
     extra = Path(shutil.copytree(dense_dir, tmp_path / "extra"))
     tensors = load_file(extra / "model.safetensors")
