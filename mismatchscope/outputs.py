@@ -214,6 +214,7 @@ def check_run_out(path: str | os.PathLike, option: str, inputs: Inputs | None = 
     if not os.fspath(path).strip():
         raise OutputError(f"{option} is an empty path", hint=f"give {option} a new folder, e.g. {option} runs/new")
     out = check_output_dir(path, option, inputs)
+    assert out is not None  # None only for a None path
     from .rundir import is_run_dir
 
     for parent in _resolve(path).parents:

@@ -196,8 +196,9 @@ def run_roots(files: list[Path]) -> list[Path]:
                 if a.name == TOKENS and is_run_dir(a.parent):
                     seen[d] = a.parent
                     break
-        if seen[d] is not None:
-            roots[seen[d]] = None
+        root = seen[d]
+        if root is not None:
+            roots[root] = None
     return list(roots)
 
 

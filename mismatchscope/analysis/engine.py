@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
@@ -143,7 +144,7 @@ def analyse(
         groups = Groups(batch["sequence_id"])
         per_tok = token_values(t)
         if has_adv:
-            per_tok["sum_adv"] = adv
+            per_tok["sum_adv"] = cast(np.ndarray, adv)  # has_adv: the column was read
         if clamped:
             per_tok["sum_ck1"], per_tok["sum_ck2"], per_tok["sum_ck3"] = clamped_k_terms(t.log_ratio_T)
         if inverse_k3:
@@ -188,6 +189,7 @@ def analyse(
         if part.stats is not None:
             stats.merge(part.stats)
         if part.masks is not None:
+            assert masks is not None  # a part only carries masks when masks were asked for
             masks.merge(part.masks)
         if part.gap is not None:
             gap.merge(part.gap)

@@ -110,7 +110,9 @@ class SequenceAggregator:
 
     def _compact(self) -> None:
         keys = np.concatenate(self._keys) if self._keys else np.zeros(0, np.int64)
-        cols = {k: (np.concatenate(self._parts[k]), op) for k, op in self.ops.items()} if self._keys else {}
+        cols: dict[str, tuple[np.ndarray, Op]] = (
+            {k: (np.concatenate(self._parts[k]), op) for k, op in self.ops.items()} if self._keys else {}
+        )
         uk, red = group_reduce(keys, cols) if self._keys else (keys, {k: np.zeros(0) for k in self.ops})
         self._keys = [uk]
         self._parts = {k: [red[k]] for k in self.ops}

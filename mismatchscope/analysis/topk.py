@@ -34,10 +34,10 @@ class TopkBounds:
 
 
 def _flat(arr: pa.Array, name: str) -> tuple[np.ndarray, np.ndarray]:
-    lens = to_numpy(pc.list_value_length(arr))
+    lens = to_numpy(pc.list_value_length(arr))  # pyright: ignore[reportAttributeAccessIssue] - generated kernel, not in the stubs
     if arr.null_count:
         raise InputError(f"column {name!r} has null lists")
-    values = to_numpy(pc.list_flatten(arr))
+    values = to_numpy(pc.list_flatten(arr))  # pyright: ignore[reportAttributeAccessIssue] - generated kernel, not in the stubs
     return values, lens.astype(np.int64)
 
 
@@ -57,6 +57,7 @@ class _RowSums:
 
     def sum(self, values: np.ndarray) -> np.ndarray:
         if self.k is None:
+            assert self.row is not None  # set whenever k is None
             return np.bincount(self.row, weights=values, minlength=self.n)
         out = np.zeros(self.n)
         v = values.reshape(self.n, self.k)
@@ -70,6 +71,7 @@ class _RowSums:
         Equal lengths: k column comparisons or-ed together, several times faster than ``any(axis=1)``.
         """
         if self.k is None:
+            assert self.row is not None  # set whenever k is None
             return np.bincount(self.row, weights=(values == per_row_T[self.row]), minlength=self.n) > 0
         out = np.zeros(self.n, bool)
         v = values.reshape(self.n, self.k)

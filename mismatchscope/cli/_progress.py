@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from ._output import stderr_console
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 
 class Bars:
@@ -33,7 +37,7 @@ class Bars:
             transient=False,
             redirect_stderr=False,
         )  # what the engines write to stderr goes to their log
-        self._tasks: dict[str, int] = {}
+        self._tasks: dict[str, TaskID] = {}
         self._started = False
 
     def __enter__(self):

@@ -106,7 +106,7 @@ def compare_masks(
     if plots is not None:
         from ..plots import masks_figures, write_pngs
 
-        for p in write_pngs(masks_figures(result), plots, inputs):
+        for p in write_pngs(masks_figures(result), Path(plots), inputs):
             info(f"wrote {p}")
     if format is OutputFormat.json:
         emit_json(masks_payload(result))
@@ -215,14 +215,23 @@ def report(
 
 
 def _write_pictures(
-    result, hist, rules, plots: Path | None, html: Path | None, inputs, worst_rows=None, traces=None
+    result,
+    hist,
+    rules,
+    plots: str | None,
+    html: str | None,
+    inputs,
+    worst_rows: list[dict] | None = None,
+    traces: dict | None = None,
 ) -> None:
     from ..outputs import write_text
     from ..plots import report_figures, worst_figures, write_pngs
 
-    figures = report_figures(result, hist, rules) + (worst_figures(worst_rows, traces) if worst_rows else [])
+    figures = report_figures(result, hist, rules) + (
+        worst_figures(worst_rows, traces if traces is not None else {}) if worst_rows else []
+    )
     if plots:
-        for p in write_pngs(figures, plots, inputs):
+        for p in write_pngs(figures, Path(plots), inputs):
             info(f"wrote {p}")
     if html:
         from ..plots.html import report_page

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal, cast
 
 import typer
 
@@ -39,6 +40,10 @@ from ._options import (
     engine_args,
 )
 from ._output import OutputFormat, emit_json, stdout_console
+
+if TYPE_CHECKING:
+    from ..probe.run import Progress
+    from ..probe.types import LogprobsMode
 
 EXIT_VARIANT_FAILED = 3
 
@@ -107,7 +112,7 @@ def diagnose(
     if matrix is not None:
         variants += load_matrix(matrix)
     sampler_cfg = SamplerConfig(
-        kind=sampler,
+        kind=cast(Literal["vllm", "vllm-server", "hf"], sampler),  # check_options checks it
         dtype=sampler_dtype,  # type: ignore[arg-type]  (checked below)
         tensor_parallel_size=tensor_parallel_size,
         max_num_seqs=max_num_seqs,
@@ -140,7 +145,7 @@ def diagnose(
             max_tokens=max_tokens,
             top_k_logprobs=top_k_logprobs,
             seed=seed,
-            logprobs_mode=logprobs_mode,
+            logprobs_mode=cast("LogprobsMode", logprobs_mode),
         ),  # type: ignore[arg-type]
         sampler=sampler_cfg,
         trainer=trainer,
@@ -154,7 +159,7 @@ def diagnose(
     check_options(opts)  # run_diagnose checks again; here so a bad option is reported before the progress bars
     engine_env()
     with Bars(enabled=True) as bars:
-        payload = run_diagnose(opts, bars)
+        payload = run_diagnose(opts, cast("Progress", bars))  # Bars has Progress's methods
     if plots is not None or html is not None:
         from ..diagnose.plot import write_html, write_pareto
         from ..outputs import input_files

@@ -188,6 +188,7 @@ def _write_starter(name: str, force: bool) -> None:
     from ..outputs import check_output_file, write_text
 
     path = check_output_file(name, "gate --init")  # an empty name first: Path("") would be the current folder
+    assert path is not None  # None only for a None name
     if path.exists() and not force:
         raise UsageError(
             f"{path} already exists", hint="pass --force to overwrite it, or give another file name: gate --init FILE"
@@ -203,7 +204,7 @@ def _plot_sweeps(cfg):
 
 
 def _write_outputs(
-    result, seconds: float, junit_xml: Path | None, markdown: Path | None, plots: Path | None, html: Path | None, inputs
+    result, seconds: float, junit_xml: str | None, markdown: str | None, plots: str | None, html: str | None, inputs
 ) -> None:
     if junit_xml:
         from ..gate.junit import junit_xml as render
@@ -226,7 +227,7 @@ def _write_outputs(
 
         figures = gate_figures(result)
         if plots:
-            for p in write_pngs(figures, plots, inputs):
+            for p in write_pngs(figures, Path(plots), inputs):
                 info(f"wrote {p}")
         if html:
             from ..plots.html import gate_page
@@ -234,7 +235,7 @@ def _write_outputs(
             _write(html, gate_page(result, figures), "--html", inputs)
 
 
-def _write(path: Path, text: str, option: str, inputs) -> None:
+def _write(path: str | os.PathLike[str], text: str, option: str, inputs) -> None:
     from ..outputs import write_text
 
     write_text(path, text, option, inputs=inputs)

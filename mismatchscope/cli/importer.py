@@ -95,18 +95,18 @@ def import_(
         raise UsageError(f"unknown import format {fmt!r}", hint=f"use one of {', '.join(FORMATS)}")
     if not src.strip():
         raise UsageError("an empty path was given as the dump to import", hint=describe(fmt))
-    src = Path(src)
-    if not src.exists():
-        raise UsageError(f"{src}: no such file or directory", hint=describe(fmt))
+    src_path = Path(src)
+    if not src_path.exists():
+        raise UsageError(f"{src_path}: no such file or directory", hint=describe(fmt))
     from ..outputs import check_run_out, input_files
 
-    out = check_run_out(out, "--out", input_files(src))
-    if out.resolve() == src.resolve():
-        raise UsageError(f"--out {out} is the dump being imported", hint="write the token pairs to a new directory")
+    out_dir = check_run_out(out, "--out", input_files(src_path))
+    if out_dir.resolve() == src_path.resolve():
+        raise UsageError(f"--out {out_dir} is the dump being imported", hint="write the token pairs to a new directory")
     result = import_run(
         fmt,
-        src,
-        out,
+        src_path,
+        out_dir,
         columns=_mapping(column),
         skip_bad=skip_bad,
         trust_pickle=trust_pickle,
@@ -115,14 +115,14 @@ def import_(
     )
     for w in result.warnings:
         warn(w)
-    data = {"out": str(out), **result.to_dict()}
+    data = {"out": str(out_dir), **result.to_dict()}
     if format is OutputFormat.json:
         emit_json(data)
         return
     console = stdout_console()
     console.print(
         f"imported {result.tokens_written:,} tokens in {result.sequences:,} sequences from {result.files_read} file(s) "
-        f"into {out}; {result.tokens_dropped_by_mask:,} non-generated tokens dropped by the mask"
+        f"into {out_dir}; {result.tokens_dropped_by_mask:,} non-generated tokens dropped by the mask"
         + (f"; {result.bad_records_skipped} bad record(s) skipped" if result.bad_records_skipped else ""),
         highlight=False,
     )
@@ -130,7 +130,7 @@ def import_(
         r = result.routes
         console.print(
             f"imported the sampler's MoE routes of {r['sequences']:,} sequences ({r['rows']:,} rows, "
-            f"{r['format']}) into {out}/routes; {r['missing_captures']:,} missing captures",
+            f"{r['format']}) into {out_dir}/routes; {r['missing_captures']:,} missing captures",
             highlight=False,
         )
-    console.print(f"next: mismatchscope report {out}   (or timeline / compare-masks)", highlight=False)
+    console.print(f"next: mismatchscope report {out_dir}   (or timeline / compare-masks)", highlight=False)

@@ -145,11 +145,12 @@ def _os_error(e: OSError) -> None:
         os.dup2(devnull, sys.stdout.fileno())
         _fail("stdout was closed before the output was written", 2, debug_enabled())
     where = f"{e.filename}: " if getattr(e, "filename", None) else ""
-    hint = {
+    hints: dict[int | None, str] = {
         errno.ENOSPC: " (free space on the device, or write elsewhere)",
         errno.EACCES: " (check the permissions)",
         errno.EPERM: " (check the permissions)",
-    }.get(e.errno, "")
+    }
+    hint = hints.get(e.errno, "")
     _fail(f"{where}{e.strerror or e}{hint}", 2, debug_enabled())
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal, cast
 
 import typer
 
@@ -68,6 +69,10 @@ VerboseOpt = typer.Option(
     help="Show the engines' own output (vLLM, torch, transformers) live. Default: it goes to engine.log in the run "
     "directory, and the probe says where.",
 )
+
+if TYPE_CHECKING:
+    from ..probe.run import Progress
+    from ..probe.types import LogprobsMode
 
 
 def _summarise(run_dir: Path, rules: list[str] | None, format: OutputFormat) -> None:
@@ -210,10 +215,10 @@ def probe(
             max_tokens=max_tokens,
             top_k_logprobs=top_k_logprobs,
             seed=seed,
-            logprobs_mode=logprobs_mode,
+            logprobs_mode=cast("LogprobsMode", logprobs_mode),
         ),  # type: ignore[arg-type]
         sampler=SamplerConfig(
-            kind=sampler,
+            kind=cast(Literal["vllm", "vllm-server", "hf"], sampler),  # check_options checks it
             dtype=sampler_dtype,
             tensor_parallel_size=tensor_parallel_size,  # type: ignore[arg-type]
             max_num_seqs=max_num_seqs,
@@ -251,7 +256,7 @@ def probe(
             raise UsageError("no CHECKPOINT given and no bundled sample model found", hint="pass a checkpoint folder")
         info("no CHECKPOINT given: probing the bundled sample model (tiny Qwen3 trained on addition)")
     with engine_output(opts.out, verbose=verbose, sampler_kind=sampler), Bars(enabled=True) as bars:
-        run_dir = run_probe(opts, bars)
+        run_dir = run_probe(opts, cast("Progress", bars))  # Bars has Progress's methods
     _summarise(run_dir, rule, format)
 
 
@@ -305,5 +310,7 @@ def rescore(
     )
     out_dir = _out_dir(out, "rescore")
     with engine_output(out_dir, verbose=verbose), Bars(enabled=True) as bars:
-        run_dir = do_rescore(run, out_dir, cfg, resume=resume, progress=bars, trainer_checkpoint=trainer_checkpoint)
+        run_dir = do_rescore(
+            run, out_dir, cfg, resume=resume, progress=cast("Progress", bars), trainer_checkpoint=trainer_checkpoint
+        )
     _summarise(run_dir, rule, format)

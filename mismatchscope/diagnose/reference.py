@@ -18,12 +18,16 @@ import contextlib
 import os
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..probe.checkpoint import CheckpointInfo
 from ..probe.token_scoring import Processing, kept_mask
 from ..probe.types import SamplingConfig
+
+if TYPE_CHECKING:
+    from ..probe.trainer import LogitTransform
 
 FIT_SHARE = 0.25
 """float64 is used when the float64 weights take at most this share of the device's memory."""
@@ -36,9 +40,9 @@ LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 class Reference:
     """A loaded reference model; :meth:`score` gives float64 logprobs per sequence."""
 
-    model: object
+    model: Any  # a transformers causal LM, loaded lazily
     dtype: str
-    transform: object
+    transform: LogitTransform
     note: str
     routers: dict = field(default_factory=dict)
     """decoder layer -> its top-k router module (MoE models in float64; empty otherwise)."""

@@ -326,6 +326,7 @@ def _sampler_run(
         except subprocess.TimeoutExpired:
             code = None
     wall = time.perf_counter() - t0
+    result: dict[str, Any]
     if result_path.is_file():
         result = json.loads(result_path.read_text())
     elif code is None:

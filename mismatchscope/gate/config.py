@@ -15,7 +15,7 @@ import math
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..errors import GateConfigError, UsageError
 from ..rules import lookup, make_instance
@@ -361,6 +361,7 @@ def _absolute(section: Any, where: str) -> list[AbsoluteLimit]:
         if isinstance(spec, (int, float)) and not isinstance(spec, bool):
             spec = {"max": spec}
         _table(spec, ctx)
+        spec = cast("dict[str, Any]", spec)  # _table raised unless it is a dict
         _no_unknown(spec, {"max", "min"}, ctx, "key")
         if not spec:
             raise GateConfigError(f"{ctx}: give max and/or min", hint=f'e.g. "{name}" = {{ max = 0.01 }}')
@@ -379,6 +380,7 @@ def _regression(section: Any, where: str) -> list[RegressionLimit]:
         if isinstance(spec, (int, float)) and not isinstance(spec, bool):
             spec = {"max_increase": spec}
         _table(spec, ctx)
+        spec = cast("dict[str, Any]", spec)  # _table raised unless it is a dict
         _no_unknown(spec, {"max_increase", "floor"}, ctx, "key")
         if "max_increase" not in spec:
             raise GateConfigError(f"{ctx}: max_increase is missing", hint=f'e.g. "{name}" = {{ max_increase = 0.25 }}')
@@ -396,7 +398,7 @@ def _regression_limit(name: str, frac: float, floor: float, ctx: str) -> Regress
     return RegressionLimit(name, frac, floor)
 
 
-def _rules(section: Any, where: str) -> dict[str, dict[str, float]]:
+def _rules(section: Any, where: str) -> dict[str, dict[str, float | str]]:
     _table(section, f"{where} [rules]")
     out = {}
     for name, params in section.items():

@@ -177,25 +177,27 @@ def _catalog() -> dict[str, Metric]:
     for c in TAIL_CUTS:
         ms.append(_point(("metrics", "ratio_tail_high", f"{c:g}"), f"share of tokens with r > {c:g}"))
         ms.append(_point(("metrics", "ratio_tail_low", f"{c:g}"), f"share of tokens with r < 1/{c:g}"))
-    for key, worse, doc in (
+    centering: tuple[tuple[str, Worse, str], ...] = (
         ("sampler_topk_mass", None, "sampler's top-k mass sum_K q"),
         ("trainer_mass_on_sampler_topk", None, "trainer's mass on the sampler's top-k, sum_K p"),
         ("tail_mass_ratio", None, "tail-mass ratio (1 - sum_K q) / (1 - sum_K p), tokens with both tails non-empty"),
         ("topk_overlap", "lower", "overlap |K_sampler & K_trainer| / k of the two top-k id sets"),
-    ):
-        ms.append(_point(("score_centering", key, "mean"), f"{doc}, mean over tokens", worse=worse))  # type: ignore[arg-type]
+    )
+    for key, worse, doc in centering:
+        ms.append(_point(("score_centering", key, "mean"), f"{doc}, mean over tokens", worse=worse))
         for q in RATIO_QUANTILES:
             ms.append(
                 _point(
                     ("score_centering", key, "quantiles", f"{q:g}"), f"{doc}, quantile {q:g} over tokens", worse=worse
                 )
-            )  # type: ignore[arg-type]
-    for key, worse, nonneg in (
+            )
+    sequence: tuple[tuple[str, Worse, bool], ...] = (
         ("seq_log_ratio", None, False),
         ("geo_ratio", None, True),
         ("max_tv", "higher", True),
         ("log_ppl_diff", None, False),
-    ):
+    )
+    for key, worse, nonneg in sequence:
         for q in RATIO_QUANTILES:
             ms.append(
                 _point(
@@ -204,7 +206,7 @@ def _catalog() -> dict[str, Metric]:
                     worse=worse,
                     nonnegative=nonneg,
                 )
-            )  # type: ignore[arg-type]
+            )
     return {m.name: _bounded(m) for m in ms}
 
 

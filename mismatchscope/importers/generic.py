@@ -85,6 +85,10 @@ def check_int_range(name: str, canonical: str, lo: int, hi: int) -> None:
 
 class _Generic:
     suffixes: tuple[str, ...] = ()
+    if TYPE_CHECKING:  # each format's subclass defines these
+        name: str
+
+        def _first_names(self, f: SourceFile) -> set[str] | None: ...
 
     def __init__(self, columns: dict[str, str] | None = None):
         unknown = sorted(set(columns or {}) - set(DEFAULT_COLUMNS))
@@ -420,13 +424,14 @@ def _list_lengths(arr: pa.Array) -> np.ndarray:
 
     if not _is_list(arr):
         return np.full(len(arr), -1, dtype=np.int64)
-    return pc.fill_null(pc.list_value_length(arr), -1).to_numpy().astype(np.int64)
+    lengths = pc.list_value_length(arr)  # pyright: ignore[reportAttributeAccessIssue]  (pyarrow stubs lack it)
+    return pc.fill_null(lengths, -1).to_numpy().astype(np.int64)
 
 
 def _flatten(arr: pa.Array, dtype: type, what: str = "integer columns") -> np.ndarray:
     import pyarrow.compute as pc
 
-    flat = pc.list_flatten(arr)
+    flat = pc.list_flatten(arr)  # pyright: ignore[reportAttributeAccessIssue]  (pyarrow stubs lack it)
     return _numpy(flat, dtype, what)
 
 

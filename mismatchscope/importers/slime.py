@@ -120,6 +120,7 @@ class SlimeImporter:
         return dict(SEMANTICS)
 
     def read(self, f: SourceFile, ctx: ImportContext) -> None:
+        assert f.step is not None  # discover names every file by its rollout step
         try:
             data = _load(f.path, f.rel, ctx.trust_pickle)
             samples = self._check_train(f, data)

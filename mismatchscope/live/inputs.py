@@ -281,7 +281,7 @@ def _topk(
     for name, a in arrays.items():
         if a.shape != k_shape:
             raise RecorderInputError(f"{name} has shape {a.shape} and sampler_topk_ids {k_shape}: they must match")
-    out = {"sampler_topk_ids": arrays["sampler_topk_ids"][rows, pos].astype(np.int64)}
+    out: dict[str, np.ndarray] = {"sampler_topk_ids": arrays["sampler_topk_ids"][rows, pos].astype(np.int64)}
     for name in ("sampler_topk_logprobs", "trainer_logprobs_at_sampler_topk"):
         v = arrays[name][rows, pos].astype(np.float64)
         if (np.isfinite(v) & (v > POSITIVE_LOGPROB_TOLERANCE)).any():

@@ -23,6 +23,7 @@ steps). Each change is reported once.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,7 +88,7 @@ class Monitor:
         self,
         recorder: Any = None,
         *,
-        rules: list[str | RuleInstance] | None = None,
+        rules: Sequence[str | RuleInstance] | None = None,
         prefix: str = "mismatch/",
         window: int = WINDOW,
         changes: ChangeConfig = ONLINE_CHANGES,

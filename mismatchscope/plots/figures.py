@@ -35,6 +35,21 @@ class Run:
     hist: PlotAccumulator | None
 
 
+def _hist(run: Run) -> PlotAccumulator:
+    assert run.hist is not None  # the figures that read it are drawn only for runs read with their histograms
+    return run.hist
+
+
+def _report(run: Run) -> dict:
+    assert run.report is not None  # the figures that read it are drawn only for runs with a report
+    return run.report
+
+
+def _masks(run: Run) -> dict:
+    assert run.masks is not None  # the figures that read it are drawn only for runs with masks
+    return run.masks
+
+
 def _fig(w: float, h: float) -> Figure:
     fig = Figure(figsize=(w, h), dpi=DPI, layout="constrained")
     return fig
@@ -51,7 +66,7 @@ def log_ratio_histogram(runs: list[Run], rules) -> Figure:
     lo_i, hi_i = len(edges), 0
     ymax = 1.0
     for i, run in enumerate(runs):
-        c = run.hist.log_ratio_counts.astype(float)
+        c = _hist(run).log_ratio_counts.astype(float)
         nz = np.flatnonzero(c)
         if nz.size:
             lo_i, hi_i = min(lo_i, nz[0]), max(hi_i, nz[-1] + 1)
@@ -61,7 +76,7 @@ def log_ratio_histogram(runs: list[Run], rules) -> Figure:
             edges,
             color=COLORS[i % len(COLORS)],
             linewidth=1.6,
-            label=f"{run.label} ({run.hist.tokens:,} tokens)",
+            label=f"{run.label} ({_hist(run).tokens:,} tokens)",
             fill=len(runs) == 1,
             alpha=0.85 if len(runs) == 1 else 1.0,
         )
@@ -133,12 +148,12 @@ def probability_density(runs: list[Run], icepop, ipo) -> Figure:
     fig = _fig(5.4 * len(runs) + 2.2, 6.2)
     axes = fig.subplots(1, len(runs), sharex=True, sharey=True, squeeze=False)[0]
     edges = prob_edges()
-    vmax = max(int(r.hist.prob_counts_QP.max()) for r in runs) or 1
+    vmax = max(int(_hist(r).prob_counts_QP.max()) for r in runs) or 1
     from matplotlib.colors import LogNorm
 
     mesh = None
     for ax, run in zip(axes, runs):
-        c = run.hist.prob_counts_QP.T.astype(float)  # rows: p (y), columns: q (x)
+        c = _hist(run).prob_counts_QP.T.astype(float)  # rows: p (y), columns: q (x)
         mesh = ax.pcolormesh(
             edges,
             edges,
@@ -162,13 +177,14 @@ def probability_density(runs: list[Run], icepop, ipo) -> Figure:
         ax.set_xlim(1e-8, 1.0)
         ax.set_ylim(1e-8, 1.0)
         ax.set_aspect("equal")
-        ax.set_title(f"{run.label}: {run.hist.tokens:,} tokens")
+        ax.set_title(f"{run.label}: {_hist(run).tokens:,} tokens")
         ax.set_xlabel("sampler probability q of the sampled token (log scale)")
         ax.grid(True, which="major", alpha=0.25)
         ax.xaxis.set_major_locator(LogLocator(numticks=10))
         ax.yaxis.set_major_locator(LogLocator(numticks=10))
     axes[0].set_ylabel("trainer probability p of the same token (log scale)")
     axes[0].legend(loc="upper left", fontsize=8.5, framealpha=0.9)
+    assert mesh is not None  # runs is not empty
     fig.colorbar(mesh, ax=list(axes), label="tokens per cell (log scale)", shrink=0.85)
     fig.suptitle(
         "Sampler vs trainer probability\noff the diagonal: mismatch; outside a band: the rule acts (below 1e-8: first row/column)",
@@ -216,16 +232,16 @@ def breakdowns(runs: list[Run]) -> Figure:
 
 
 def _bucket_panel(ax, runs: list[Run], kind: str, key: str) -> None:
-    labels = [r["bucket"] for r in runs[0].report["breakdowns"][kind]]
+    labels = [r["bucket"] for r in _report(runs[0])["breakdowns"][kind]]
     x = np.arange(len(labels))
     width = 0.8 / len(runs)
-    positive = [float(r[key]) for run in runs for r in run.report["breakdowns"][kind] if r.get(key)]
+    positive = [float(r[key]) for run in runs for r in _report(run)["breakdowns"][kind] if r.get(key)]
     finite = [v for v in positive if np.isfinite(v)]
     floor = min(finite) / 5 if finite else 1e-12
     top = max(finite) * 20 if finite else floor * 1e6  # where an infinite mean is drawn, marked "inf"
     counts = []
     for i, run in enumerate(runs):
-        rows = {r["bucket"]: r for r in run.report["breakdowns"][kind]}
+        rows = {r["bucket"]: r for r in _report(run)["breakdowns"][kind]}
         vals = np.array([float((rows.get(b) or {}).get(key) or 0.0) for b in labels], dtype=float)
         infinite = np.isinf(vals)
         vals[infinite] = top
@@ -291,7 +307,7 @@ def sweep_curves(runs: list[Run], rules) -> Figure | None:
         acts = "reweight"
         for i, run in enumerate(runs):
             for j, param in enumerate(params):
-                sw = next((s for s in run.masks["sweeps"] if s["rule"] == rule and s["param"] == param), None)
+                sw = next((s for s in _masks(run)["sweeps"] if s["rule"] == rule and s["param"] == param), None)
                 if sw is None:
                     continue
                 acts = (

@@ -45,7 +45,9 @@ def _num(v: Any) -> str:
     return _e(fmt(float(v)))
 
 
-def _table(header: Iterable[str], rows: Iterable[Iterable[str]], numeric: set[int] = frozenset()) -> str:
+def _table(
+    header: Iterable[str], rows: Iterable[Iterable[str]], numeric: set[int] | frozenset[int] = frozenset()
+) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in header)
     body = "".join(
         "<tr>"

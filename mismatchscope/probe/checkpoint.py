@@ -170,7 +170,9 @@ def _check_remote_code(config: dict[str, Any], model_type: str, trust_remote_cod
         return
     try:
         import transformers
-        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES  # no torch import
+        from transformers.models.auto.configuration_auto import (  # no torch import
+            CONFIG_MAPPING_NAMES,  # pyright: ignore[reportPrivateImportUsage]  # public in practice, not in __all__
+        )
     except ImportError:  # the probe extra is missing: loading the model says so
         return
     if "auto_map" in config:

@@ -78,7 +78,7 @@ def load_causal_lm(
             f"transformers cannot load {str(info.path)!r} with attn_implementation={attn_implementation!r}: {exc}"
         ) from exc
     if device_map is None:
-        model = model.to(resolve_device(device))
+        model = model.to(resolve_device(device))  # pyright: ignore[reportArgumentType]  # transformers stubs mistype to()
     model.eval()
     model.requires_grad_(False)
     return model

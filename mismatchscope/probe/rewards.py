@@ -19,6 +19,7 @@ import importlib
 import inspect
 import math
 from collections.abc import Callable
+from typing import cast
 
 import numpy as np
 
@@ -64,7 +65,7 @@ def load_reward_fn(spec: str | None) -> RewardFn:
         ) from None
     except ValueError:  # a builtin without a signature: its call says
         pass
-    return _Checked(spec, fn)
+    return _Checked(spec, cast(RewardFn, fn))
 
 
 class _Checked:

@@ -97,6 +97,7 @@ class TrainerRoutes:
             rows = f.ids.shape[0]
             ids[:, b, :rows] = f.ids.transpose(1, 0, 2)
             if weights is not None:
+                assert f.weights is not None  # with_weights: every forced row has them
                 weights[:, b, :rows] = f.weights.transpose(1, 0, 2)
         n = len(seqs) * self._width
         self.tap.force(
@@ -358,9 +359,7 @@ class RoundRoutes:
     replay: str | None = None
 
     @classmethod
-    def of_probe_round(
-        cls, shape: Shape | None, run_path, round_index: int, replay: str | None
-    ) -> RoundRoutes | None:
+    def of_probe_round(cls, shape: Shape | None, run_path, round_index: int, replay: str | None) -> RoundRoutes | None:
         from mismatchscope.routing.io import read_sampler_round
 
         if shape is None:

@@ -681,10 +681,8 @@ def _check_recorded_config(src: RunDir, manifest: dict[str, Any]) -> None:
     for f in fields(SamplingConfig):
         value = cfg["sampling"].get(f.name, f.default)
         want = type(f.default)
-        ok = (
-            (isinstance(value, want)
-            and not isinstance(value, bool))
-            or (want is float and isinstance(value, int) and not isinstance(value, bool))
+        ok = (isinstance(value, want) and not isinstance(value, bool)) or (
+            want is float and isinstance(value, int) and not isinstance(value, bool)
         )
         if not ok:
             raise bad(f"config.sampling.{f.name}", value, {int: "an integer", float: "a number"}.get(want, "a string"))

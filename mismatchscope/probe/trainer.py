@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from mismatchscope.errors import CheckpointError, InputError, UsageError
 from mismatchscope.probe.checkpoint import CheckpointInfo, text_config
@@ -36,6 +36,9 @@ from mismatchscope.probe.hf_model import load_causal_lm, model_description
 from mismatchscope.probe.routes import TrainerRoutes
 from mismatchscope.probe.token_scoring import Processing, score_positions
 from mismatchscope.probe.types import SamplingConfig, Scored, ScoreRequest, TrainerConfig
+
+if TYPE_CHECKING:
+    import torch
 
 SELF_CHECK_TOKENS = 64
 """length of the sequence the head path is checked on against ``model(...)``."""
@@ -100,16 +103,18 @@ class HFTrainer:
             attn_implementation=cfg.attn_implementation,
             trust_remote_code=cfg.trust_remote_code,
         )
-        self.decoder = self.model.get_decoder()
-        self.head = self.model.get_output_embeddings()
-        if self.decoder is None or self.decoder is self.model or self.head is None:
+        decoder = self.model.get_decoder()
+        head = self.model.get_output_embeddings()
+        if decoder is None or decoder is self.model or head is None:
             raise CheckpointError(
                 f"{type(self.model).__name__} exposes no decoder/lm_head (get_decoder, "
                 "get_output_embeddings), so it cannot be scored chunk by chunk"
             )
+        self.decoder = decoder
+        self.head = head
         self.vocab_size = self.head.weight.shape[0]
-        self._input_device = self.model.get_input_embeddings().weight.device
-        self._head_fp32 = None
+        self._input_device = cast("torch.Tensor", self.model.get_input_embeddings().weight).device
+        self._head_fp32: tuple[torch.Tensor, torch.Tensor | None] | None = None
         if cfg.fp32_lm_head:
             self._head_fp32 = (
                 self.head.weight.detach().to(torch.float32),
@@ -216,6 +221,7 @@ class HFTrainer:
 
         use_fp32 = self._head_fp32 is not None if fp32_head is None else fp32_head
         if use_fp32:
+            assert self._head_fp32 is not None  # no caller asks for the fp32 head without one
             weight, bias = self._head_fp32
             logits = F.linear(hidden.to(weight.device, weight.dtype), weight, bias)
         else:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import MISSING, dataclass, fields
 from typing import Any, Literal
 
@@ -122,7 +122,7 @@ class RuleSpec:
     acts: Literal["reject", "reweight"]
     source: str
     summary: str
-    ratio_thresholds: Callable[[Any], list[tuple[str, float | None]]] | None = None
+    ratio_thresholds: Callable[[Any], Sequence[tuple[str, float | None]]] | None = None
     """config -> (label, value) of each threshold on r = p/q (the log-ratio histogram draws them)."""
     sweeps: Callable[[Any], dict[str, tuple]] | None = None
     """config -> {param: grid}; default: the ``grid`` of each parameter."""
@@ -175,11 +175,11 @@ def register(
     level: Level | Callable[[Any], Level],
     config: type,
     uses_advantage: bool,
-    acts: str,
+    acts: Literal["reject", "reweight"],
     source: str,
     summary: str,
     quantity: str = "",
-    ratio_thresholds: Callable[[Any], list[tuple[str, float | None]]] | None = None,
+    ratio_thresholds: Callable[[Any], Sequence[tuple[str, float | None]]] | None = None,
     sweeps: Callable[[Any], dict[str, tuple]] | None = None,
     drawn_by_default: bool = False,
     notes: str = "",

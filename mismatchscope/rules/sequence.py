@@ -186,4 +186,5 @@ class OPSMConfig:
     quantity="mean_t (lq - lp)",
 )
 def opsm(cfg: OPSMConfig, s: SequenceInputs) -> np.ndarray:
+    assert s.advantage_S is not None  # uses_advantage: the runner passes it
     return where((s.advantage_S < 0) & (-s.mean_log_ratio_S > cfg.delta), REJECT)

@@ -8,6 +8,7 @@ exactly as the sources state them, so thresholds mean what users expect.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -29,6 +30,11 @@ R_LOW = (0.1, 0.2, 0.3, 0.5, 0.7, 0.8, 0.9)
 R_HIGH = (1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0)
 PQ = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
 """sweep grids: lower and upper ratio bounds, probability gaps."""
+
+
+def _logs(t: TokenTerms) -> tuple[np.ndarray, np.ndarray]:
+    """(log q, log p): ``token_terms`` always fills them; the annotation allows None for hand-built terms."""
+    return cast(np.ndarray, t.lq_T), cast(np.ndarray, t.lp_T)
 
 
 @dataclass(frozen=True)
@@ -109,7 +115,7 @@ class KPopConfig:
     "p and q clamped to [eps, 1 - eps] (1e-6, as prime-rl), so a logprob that rounds to 0 is not an infinite KL",
     quantity="max(D(q||p), D(p||q)), D(a||b) = a log(a/b) + (1-a) log((1-a)/(1-b))",
     drawn_by_default=True,
-    at_threshold=lambda c, t: np.maximum(*binary_kl_logs_both(t.lq_T, t.lp_T, c.eps)) == c.phi,
+    at_threshold=lambda c, t: np.maximum(*binary_kl_logs_both(*_logs(t), c.eps)) == c.phi,
     notes="p and q are clamped to [eps, 1 - eps] before the KL, eps = 1e-6 by default, as prime-rl (#3283) and verl's "
     "binary_kl do: an fp32 logprob of exactly 0 (a near-certain token) would otherwise make D(q||p) infinite and "
     "reject a token both sides agree on. eps=0 turns the clamp off. The KL is computed from the logprobs "
@@ -121,7 +127,7 @@ def kpop(cfg: KPopConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> np.n
     Clamped by default: an fp32 logprob of exactly 0 (a near-certain token)
     would otherwise make D(q||p) infinite and reject a token both sides agree on.
     """
-    lq, lp = t.lq_T, t.lp_T
+    lq, lp = _logs(t)
     maybe = binary_kl_candidates(t.p_T, t.q_T, cfg.phi)  # the others are surely below phi
     if maybe is None:
         return where(np.maximum(*binary_kl_logs_both(lq, lp, cfg.eps)) > cfg.phi, REJECT)
@@ -219,7 +225,7 @@ class DPPOKLConfig:
     source="DPPO arXiv 2602.04879; sail-sg/Stable-RL _compute_token_mask_for_policy_loss",
     summary="binary-KL variant of dppo-tv: D = q log(q/p) + (1-q) log((1-q+eps)/(1-p+eps)); A == 0 counts as negative",
     quantity="D(q||p) = q log(q/p) + (1-q) log((1-q+eps)/(1-p+eps))",
-    at_threshold=lambda c, t: dppo_binary_kl(t.lq_T, t.lp_T, c.eps) == c.delta,
+    at_threshold=lambda c, t: dppo_binary_kl(*_logs(t), c.eps) == c.delta,
     notes="The complement term carries the reference code's epsilon (1e-8, parameter eps): a trainer logprob of "
     "exactly 0 (p = 1) gives a finite D instead of +inf. At q = 0.999, p = 1 the reference's D is "
     "0.999 ln 0.999 + 0.001 ln((0.001 + 1e-8) / 1e-8) = 0.0105: kept at delta 0.05. eps=0 gives the plain "
@@ -233,7 +239,8 @@ def dppo_kl(cfg: DPPOKLConfig, t: TokenTerms, advantage_T: np.ndarray) -> np.nda
     maybe = binary_kl_candidates(t.p_T, t.q_T, cfg.delta) if cfg.eps <= 0.75 * cfg.delta else None
     maybe = maybe[moved[maybe]] if maybe is not None else np.flatnonzero(moved)
     hit = np.zeros(t.p_T.size, bool)
-    hit[maybe] = dppo_binary_kl(t.lq_T[maybe], t.lp_T[maybe], cfg.eps) > cfg.delta
+    lq, lp = _logs(t)
+    hit[maybe] = dppo_binary_kl(lq[maybe], lp[maybe], cfg.eps) > cfg.delta
     return where(hit, REJECT)
 
 

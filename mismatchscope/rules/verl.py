@@ -29,7 +29,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..divergence import CLAMP_LOG_RATIO, TokenTerms, clamped_k_terms
-from .base import REJECT, SequenceInputs, param, parse_number, register, where
+from .base import REJECT, Level, SequenceInputs, param, parse_number, register, where
 
 OPTIONS = (
     "token_k1",
@@ -55,7 +55,7 @@ def parse_threshold(option: str, threshold: str) -> tuple[float | None, float]:
         hi, lo = parse_number(hi_text if sep else text), parse_number(lo_text) if sep else None
         if hi is None or (sep and lo is None) or (not sep and hi == 0):
             raise ValueError(f"threshold {threshold!r} for {option} is not 'L_U' or one number U (e.g. 0.5_2.0 or 2)")
-        lo = lo if sep else 1.0 / hi
+        lo = lo if lo is not None else 1.0 / hi  # lo is None exactly when there is no separator
         if not (lo > 0 and hi > 0) or math.isnan(lo) or math.isnan(hi):
             raise ValueError(f"threshold {threshold!r} for {option}: both bounds must be positive")
         if not lo <= 1.0 <= hi:
@@ -94,7 +94,7 @@ class VerlRSConfig:
         return parse_threshold(self.option, self.threshold)
 
 
-def _level(cfg: VerlRSConfig) -> str:
+def _level(cfg: VerlRSConfig) -> Level:
     return "token" if cfg.option.startswith("token_") else "sequence"
 
 

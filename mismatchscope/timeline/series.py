@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -152,7 +152,7 @@ def build_series(
         if by is None:
             group_T = np.zeros(batch["step"].size, np.int64)
         else:
-            group_T = groups.encode(batch[by_canon or by_raw])
+            group_T = groups.encode(batch[cast(str, by_canon or by_raw)])  # _resolve_by names one for a given by
         acc.add(batch, group_T)
 
     positions.finish()  # a duplicated token would double its weight in its step
@@ -328,7 +328,7 @@ class _Accumulator:
             )
         self._codes.append(code_T.astype(np.int32))
         self._abs_l.append(abs_l)
-        clamped = {}
+        clamped: dict[str, np.ndarray] = {}
         if any(u.rule.spec.fixed_level is None for u in self.seq_units):  # verl-rs: estimators of l clamped to +-20
             clamped = dict(zip(("sum_ck1", "sum_ck2", "sum_ck3"), clamped_k_terms(t.log_ratio_T)))
         if needs_inverse_k3([u.rule for u in self.seq_units]):  # k3-seq in AReaL's orientation

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from mismatchscope.probe.types import Completion, SamplingConfig
 from mismatchscope.schema import LOGPROB_SENTINEL
@@ -87,7 +87,7 @@ def split_topk(
     if len(listed) > k and listed and listed[0][0] == sampled_id:
         listed = listed[1:]
     if all(rank is not None for _, _, rank in listed):
-        listed.sort(key=lambda e: e[2])
+        listed.sort(key=lambda e: cast(int, e[2]))  # every rank is known here
     else:
         listed.sort(key=lambda e: -e[1])
     listed = listed[:k]

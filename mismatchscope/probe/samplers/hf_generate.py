@@ -43,7 +43,8 @@ class HFGenerateSampler:
         self.cfg = cfg
         self.info = info
         self.batch_size = int(cfg.engine_args.get("batch_size") or cfg.max_num_seqs or DEFAULT_BATCH)
-        self.model = load_causal_lm(
+        # Any: transformers' stubs type the loaded model without ``generate``; close() sets it to None
+        self.model: Any = load_causal_lm(
             info,
             dtype=cfg.dtype,
             device=cfg.device,

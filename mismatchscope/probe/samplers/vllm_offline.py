@@ -158,8 +158,10 @@ class VLLMOfflineSampler:
         )
         out = []
         for p, c, request in zip(prompts, completions, outputs):
+            assert request.prompt_logprobs is not None  # asked for with prompt_logprobs=0
             rows = request.prompt_logprobs[len(p) : len(p) + len(c)]
-            out.append([row[t].logprob for t, row in zip(c, rows)])
+            # only the first prompt position has no row (None), and p is never empty
+            out.append([row[t].logprob for t, row in zip(c, rows)])  # pyright: ignore[reportOptionalSubscript]
         return out
 
     def routes_status(self):

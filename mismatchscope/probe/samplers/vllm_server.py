@@ -561,7 +561,7 @@ def _completion(
         raise SamplerError(f"{where}: token_ids and logprobs.tokens disagree")
     sampled, top_ids, top_lps = [], [], []
     values = lp["token_logprobs"]
-    tops = lp.get("top_logprobs") or [None] * len(tokens)
+    tops: list[dict[str, Any] | None] = lp.get("top_logprobs") or [None] * len(tokens)
     for j, (token, value, top) in enumerate(zip(tokens, values, tops, strict=True)):
         if top is not None and not top and k > 0:  # asked for top-k: vLLM lists at least the sampled token
             raise SamplerError(
