@@ -265,9 +265,7 @@ def test_a_checkpoint_vllm_cannot_load_gets_one_line_naming_the_missing_package(
     assert r.returncode == 2, r.stderr[-3000:]
     assert "Traceback" not in r.stderr and "WARNING" not in r.stderr, r.stderr[-3000:]
     line = r.stderr.strip().splitlines()[-1]
-    assert line.startswith(
-        "error: vLLM could not start the engine: ModuleNotFoundError: No module named 'torchvision' ("
-    )
+    assert line.startswith("error: vLLM could not start an engine for "), line  # the sampler names its checkpoint
     assert "ModuleNotFoundError: No module named 'torchvision'" in line and "--sampler hf" in line, line
     log = Path(line.rsplit("see the engine's output: ", 1)[1].rstrip(")"))
     try:
