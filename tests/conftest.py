@@ -81,7 +81,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("xdist_group") is not None:
             continue
-        if ENGINE_FIXTURES & set(item.fixturenames):
+        if ENGINE_FIXTURES & set(item.fixturenames) or item.get_closest_marker("vllm") is not None:
+            # every real engine on one worker: two CPU engines started at once starve each other's workers
             item.add_marker(pytest.mark.xdist_group("vllm-engines"))
         elif _shares_a_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
