@@ -283,7 +283,18 @@ def test_verbose_shows_the_engines_output_live(tmp_path):
     prompts.write_text(json.dumps({"prompt": "1+1="}) + "\n")
     out = tmp_path / "run"
     r = cli(
-        "probe", str(DENSE), "--prompts", str(prompts), "-n", "1", "--max-tokens", "4", "--out", str(out), "--verbose"
+        "probe",
+        str(DENSE),
+        "--prompts",
+        str(prompts),
+        "-n",
+        "1",
+        "--max-tokens",
+        "4",
+        "--out",
+        str(out),
+        "--verbose",
+        env={"VLLM_ENABLE_V1_MULTIPROCESSING": "1"},  # the engine's own process, as a user's shell has it
     )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Attempted to load weight" in r.stderr  # the worker process's own lines, on screen

@@ -39,10 +39,14 @@ def tokens(run: Path):
     return pq.read_table(run / "tokens").sort_by([("sequence_id", "ascending"), ("position", "ascending")])
 
 
+ENGINE_PROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+
+
 @pytest.fixture(scope="module")
 def full_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("probe") / "run"
-    r = cli("probe", str(DENSE), *BASE, "--out", str(out), "--format", "json")
+    # vLLM's default engine process, as a user's shell has it (the in-process engine tests switch it off here)
+    r = cli("probe", str(DENSE), *BASE, "--out", str(out), "--format", "json", env=ENGINE_PROCESS)
     assert r.returncode == 0, r.stderr[-3000:]
     (out.parent / "summary.json").write_text(r.stdout)  # the printed JSON, for the tests below
     (out.parent / "stderr.txt").write_text(r.stderr)
