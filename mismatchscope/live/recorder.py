@@ -118,7 +118,7 @@ class Recorder:
             self._max_sequence_id_on_disk() + 1 if resume else 0,
         )
         self._given_ids = RecordedIds()
-        """sequence ids the caller passed this session (generated ones are unique by construction)."""
+        """sequence ids the caller passed since this Recorder opened (generated ones are unique by construction)."""
         self._parts: dict[int, int] = {}
         """step -> shards queued this session."""
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, max_pending))
