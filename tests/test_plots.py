@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mismatchscope.analysis.histograms import PlotAccumulator, log_ratio_edges, prob_edges
 from mismatchscope.divergence import token_terms
-from mismatchscope.plots.data import PlotAccumulator, log_ratio_edges, prob_edges
-from mismatchscope.plots.sweeps import default_sweeps, plot_rules, ratio_thresholds, sweep_x
+from mismatchscope.render.plots.sweeps import default_sweeps, plot_rules, ratio_thresholds, sweep_x
 from mismatchscope.rules import make_instance, parse_rule
 from tests.helpers import SAMPLE_PAIRS, cli
 from tests.helpers import probe_meta as meta
@@ -310,7 +310,7 @@ def test_sweep_picture_draws_zero_as_zero():
     Points (threshold, reject rate): (1.5, 2%), (2, 0.04%), (5, 0%). The smallest positive rate 0.04% sets
     the linear region of the symmetric-log axis: [0, 0.01%]; decade ticks 0.01% .. 10% (2% x 2 = 4% -> 10%).
     """
-    from mismatchscope.plots.figures import Run, sweep_curves
+    from mismatchscope.render.plots.figures import Run, sweep_curves
 
     points = [
         {"value": v, "hypothesis": "data", "token_reject_rate": r, "token_reweight_rate": 0.0}

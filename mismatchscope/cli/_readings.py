@@ -49,53 +49,6 @@ def run_side_by_side(
     if format is OutputFormat.json:
         emit_json(payload)
         return
-    _table(payload)
+    from ..render.readings_table import readings_table
 
-
-def _table(p: dict) -> None:
-    from rich.table import Table
-
-    from ..analysis.side_by_side import CATEGORIES
-    from ._render import num, pct
-
-    console = stdout_console()
-    console.print(f"{p['tokens']:,} tokens | {p['sequences']:,} sequences", highlight=False)
-    verb = "rejected" if p["action"] == "reject" else "reweighted"
-    t = Table(
-        title=f"{p['rule']} under each reading ({p['level']} level); differences against {p['first']}",
-        title_justify="left",
-    )
-    for col in (
-        "reading",
-        "advantage",
-        f"tokens {verb}",
-        "rate",
-        f"only {p['first']}",
-        "only this",
-        *CATEGORIES,
-        "parameters",
-    ):
-        t.add_column(col, justify="left" if col in ("reading", "advantage", "parameters") else "right")
-    for r in p["readings"]:
-        d = r.get("differs_from_first")
-        params = ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in r["params"].items())
-        cells = [num(d[c]) for c in CATEGORIES] if d else ["-"] * len(CATEGORIES)
-        hyp = "file" if r["hypothesis"] == "data" else r["hypothesis"]
-        t.add_row(
-            r["reading"],
-            hyp,
-            num(r["tokens_acted"]),
-            pct(r["token_rate"]),
-            num(r.get("first_only")),
-            num(r.get("this_only")),
-            *cells,
-            params,
-        )
-    console.print(t)
-    console.print(
-        "Categories: each differing token in the first that holds. A = 0: its advantage is exactly 0; "
-        "p or q = 1: a logprob of exactly 0 on either side; at threshold: its quantity equals a threshold "
-        "of either reading; other: the rest (thresholds, k3's orientation). Sequence rules part whole "
-        "sequences (A = 0 or other).",
-        highlight=False,
-    )
+    readings_table(stdout_console(), payload)

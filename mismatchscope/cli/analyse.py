@@ -92,7 +92,7 @@ def compare_masks(
 
     inputs = check_all(dirs=[(plots, "--plots")], inputs=[path])
     if plots is not None:
-        from ..plots import require_matplotlib
+        from ..render.plots import require_matplotlib
 
         require_matplotlib()
     rules, sweeps = _request_rules(rule, sweep)
@@ -104,14 +104,14 @@ def compare_masks(
     for w in result.warnings:
         warn(w)
     if plots is not None:
-        from ..plots import masks_figures, write_pngs
+        from ..render.plots import masks_figures, write_pngs
 
         for p in write_pngs(masks_figures(result), Path(plots), inputs):
             info(f"wrote {p}")
     if format is OutputFormat.json:
         emit_json(masks_payload(result))
         return
-    from ._render import header, masks_tables
+    from ..render.tables import header, masks_tables
 
     console = stdout_console()
     header(console, result)
@@ -184,9 +184,9 @@ def report(
         )
     request, hist, rules = AnalysisRequest(report=True, masks=False), None, []
     if pictures:
-        from ..plots import require_matplotlib
-        from ..plots.data import PlotAccumulator
-        from ..plots.sweeps import default_sweeps, plot_rules
+        from ..analysis.histograms import PlotAccumulator
+        from ..render.plots import require_matplotlib
+        from ..render.plots.sweeps import default_sweeps, plot_rules
 
         require_matplotlib()
         rules = plot_rules(_request_rules(rule, None)[0] if rule else None)
@@ -205,7 +205,7 @@ def report(
     if format is OutputFormat.json:
         emit_json({**report_payload(result), **({"worst": worst_rows} if worst_rows is not None else {})})
         return
-    from ._render import header, report_tables, worst_table
+    from ..render.tables import header, report_tables, worst_table
 
     console = stdout_console()
     header(console, result)
@@ -225,7 +225,7 @@ def _write_pictures(
     traces: dict | None = None,
 ) -> None:
     from ..outputs import write_text
-    from ..plots import report_figures, worst_figures, write_pngs
+    from ..render.plots import report_figures, worst_figures, write_pngs
 
     figures = report_figures(result, hist, rules) + (
         worst_figures(worst_rows, traces if traces is not None else {}) if worst_rows else []
@@ -234,7 +234,7 @@ def _write_pictures(
         for p in write_pngs(figures, Path(plots), inputs):
             info(f"wrote {p}")
     if html:
-        from ..plots.html import report_page
+        from ..render.plots.html import report_page
 
         write_text(html, report_page(result, figures, worst_rows), "--html", inputs=inputs)
         info(f"wrote {html}")

@@ -60,11 +60,11 @@ def certify(
         warn(w)
     _write_outputs(verdict, seconds, junit_xml, markdown, summary, inputs)
     if format is OutputFormat.json:
-        from ..certify.output import payload
+        from ..render.certify_reports import payload
 
         emit_json(payload(verdict))
     else:
-        from ._certify_output import certify_tables
+        from ..render.certify_tables import certify_tables
 
         certify_tables(stdout_console(), verdict)
     if not verdict.certified:
@@ -74,8 +74,8 @@ def certify(
 def _write_outputs(
     verdict, seconds: float, junit_xml: str | None, markdown: str | None, summary: str | None, inputs
 ) -> None:
-    from ..certify import output
     from ..outputs import write_text
+    from ..render import certify_reports as output
 
     if junit_xml:
         write_text(junit_xml, output.junit_xml(verdict, seconds), "--junit-xml", inputs=inputs)

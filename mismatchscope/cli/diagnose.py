@@ -161,8 +161,8 @@ def diagnose(
     with Bars(enabled=True) as bars:
         payload = run_diagnose(opts, cast("Progress", bars))  # Bars has Progress's methods
     if plots is not None or html is not None:
-        from ..diagnose.plot import write_html, write_pareto
         from ..outputs import input_files
+        from ..render.plots.diagnose import write_html, write_pareto
 
         png = write_pareto(payload, plots or opts.out, input_files(checkpoint, opts.prompts, matrix))
         payload["plots"] = {"pareto": str(png)}
@@ -172,7 +172,7 @@ def diagnose(
     if format is OutputFormat.json:
         emit_json(payload)
     else:
-        from ._diagnose_output import render
+        from ..render.diagnose_tables import render
 
         render(stdout_console(), payload)
     if any(v["status"] == "failed" for v in payload["variants"]):

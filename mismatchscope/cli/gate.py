@@ -153,7 +153,7 @@ def gate(
     )
     want_pictures = plots is not None or html is not None
     if want_pictures:
-        from ..plots import require_matplotlib
+        from ..render.plots import require_matplotlib
 
         require_matplotlib()
     t0 = time.perf_counter()
@@ -172,11 +172,11 @@ def gate(
         warn(w)
     _write_outputs(result, seconds, junit_xml, markdown, plots, html, inputs)
     if format is OutputFormat.json:
-        from ._gate_output import gate_payload
+        from ..render.gate_tables import gate_payload
 
         emit_json(gate_payload(result))
     else:
-        from ._gate_output import gate_tables
+        from ..render.gate_tables import gate_tables
 
         gate_tables(stdout_console(), result)
     if not result.passed:
@@ -198,7 +198,7 @@ def _write_starter(name: str, force: bool) -> None:
 
 
 def _plot_sweeps(cfg):
-    from ..plots.sweeps import default_sweeps
+    from ..render.plots.sweeps import default_sweeps
 
     return default_sweeps(cfg.rule_instances())
 
@@ -207,12 +207,12 @@ def _write_outputs(
     result, seconds: float, junit_xml: str | None, markdown: str | None, plots: str | None, html: str | None, inputs
 ) -> None:
     if junit_xml:
-        from ..gate.junit import junit_xml as render
+        from ..render.gate_junit import junit_xml as render
 
         _write(junit_xml, render(result, seconds), "--junit-xml", inputs)
     md = None
     if markdown or os.environ.get("GITHUB_STEP_SUMMARY"):
-        from ..gate.markdown import markdown as render_md
+        from ..render.gate_markdown import markdown as render_md
 
         md = render_md(result)
     if markdown and md:
@@ -223,14 +223,14 @@ def _write_outputs(
 
         write_text(summary, md + "\n", "GITHUB_STEP_SUMMARY", append=True, inputs=inputs)
     if plots or html:
-        from ..plots import gate_figures, write_pngs
+        from ..render.plots import gate_figures, write_pngs
 
         figures = gate_figures(result)
         if plots:
             for p in write_pngs(figures, Path(plots), inputs):
                 info(f"wrote {p}")
         if html:
-            from ..plots.html import gate_page
+            from ..render.plots.html import gate_page
 
             _write(html, gate_page(result, figures), "--html", inputs)
 

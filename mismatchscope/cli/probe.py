@@ -102,7 +102,7 @@ def _summarise(run_dir: Path, rules: list[str] | None, format: OutputFormat) -> 
             }
         )
         return
-    from ._render import header, masks_tables, report_tables
+    from ..render.tables import header, masks_tables, report_tables
 
     console = stdout_console()
     header(console, result)

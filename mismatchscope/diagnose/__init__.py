@@ -8,6 +8,6 @@ compared pair), :mod:`.effects` (bootstrap deltas against the baseline),
 :mod:`.determinism` (bit-level repeatability and batch invariance),
 :mod:`.cost` (throughput and the Pareto front), :mod:`.worker` (one sampler
 configuration in its own process), :mod:`.run` (orchestration) and
-:mod:`.output` (the summary and the JSON payload). Importing this package
+:mod:`.reading` (the payload's one-paragraph reading). Importing this package
 imports no engine.
 """

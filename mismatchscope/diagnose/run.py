@@ -40,8 +40,8 @@ from ..probe.types import SamplerConfig, SamplingConfig, ScoreRequest, TrainerCo
 from .decompose import decompose
 from .determinism import changed_share, same_tokens, sampler_checks, trainer_checks
 from .effects import Bootstrap, deltas, rank
-from .output import finish
 from .pairs import load_tokens, sequence_slices, write_pair_run
+from .reading import finish
 from .routes import REPLAY_KEY, flips_against_reference, replay_failed, replay_unavailable
 from .variants import Configuration, Variant, apply, check_names, directory_name
 
@@ -153,8 +153,8 @@ def _check_outputs(opts: DiagnoseOptions) -> None:
     check_run_out(opts.out, "--out", known)
     _check_empty_out(opts.out)
     if opts.plots is not None or opts.html is not None:
-        from ..plots import require_matplotlib
-        from .plot import PARETO_NAME
+        from ..render.plots import require_matplotlib
+        from ..render.plots.diagnose import PARETO_NAME
 
         require_matplotlib()
         known.refuse(Path(opts.plots or opts.out) / f"{PARETO_NAME}.png", "--plots")

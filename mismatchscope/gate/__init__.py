@@ -4,7 +4,7 @@ absolute and against a baseline, judged with bootstrap intervals.
 Modules: ``config`` (typed limits, TOML, the starter file), ``metrics`` (what a
 limit can name), ``compare`` (are the two runs comparable?), ``bootstrap``
 (resampling sequences as matrix products), ``estimate`` (per-file values and
-replicates), ``checks`` (verdicts), ``run`` (the one library call), and the
-outputs ``markdown`` and ``junit``. numpy only; the pictures live in
-``mismatchscope.plots``.
+replicates), ``checks`` (verdicts) and ``run`` (the one library call). numpy
+only; the verdict's tables, Markdown, JUnit and pictures live in
+``mismatchscope.render``.
 """

@@ -94,7 +94,7 @@ def run_gate(
         say(f"analysing the {role}: {path}")
         acc = None
         if plots:
-            from ..plots.data import PlotAccumulator
+            from ..analysis.histograms import PlotAccumulator
 
             acc = PlotAccumulator()
         result = analyse(path, request, mapping, on_terms=acc.add if acc else None)

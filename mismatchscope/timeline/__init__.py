@@ -2,7 +2,7 @@
 
 :func:`timeline` reads a file (or run) with a ``step`` column once
 (``series.build_series``), then tests every series of every group for spikes,
-shifts and drifts (``changes.detect``). ``plot.plot_timeline`` draws it.
+shifts and drifts (``changes.detect``). ``mismatchscope.render.plots.timeline`` draws it.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import xml.etree.ElementTree as ET
 
-from .markdown import estimate_text, limit_text, method_text
+from .gate_markdown import estimate_text, limit_text, method_text
 
 
 def junit_xml(result, seconds: float = 0.0) -> str:

@@ -10,7 +10,7 @@ from ..diagnose.effects import PRIMARY
 def render(console, p: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from ._render import num, pct
+    from .tables import num, pct
 
     ref = p["reference"]
     console.print(f"diagnose {p['checkpoint']} | device {p['device']} | reference: {ref['note']}", highlight=False)
@@ -145,7 +145,7 @@ def render(console, p: dict[str, Any]) -> None:
 
 def _routes(console, r: dict[str, Any]) -> None:
     """One line per side: its route flips against the reference's routes, layer by layer (MoE only)."""
-    from ._render import pct
+    from .tables import pct
 
     if not r.get("layers"):
         return

@@ -16,7 +16,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
-from .data import PlotAccumulator, log_ratio_edges, prob_edges
+from ...analysis.histograms import PlotAccumulator, log_ratio_edges, prob_edges
 from .sweeps import ratio_thresholds, sweep_x
 
 DPI = 110
@@ -396,7 +396,7 @@ _RULE_TITLES = {
 
 
 def _title(rule: str) -> str:
-    from ..rules import RULES
+    from ...rules import RULES
 
     spec = RULES.get(rule)
     return _RULE_TITLES.get(rule) or (f"{rule}: {spec.summary}"[:90] if spec else rule)

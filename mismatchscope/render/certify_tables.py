@@ -7,7 +7,7 @@ def certify_tables(console, v) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from ..certify.output import checks
+    from .certify_reports import checks
 
     c = v.coverage
     console.print(

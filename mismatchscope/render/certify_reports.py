@@ -11,9 +11,9 @@ import xml.etree.ElementTree as ET
 from dataclasses import asdict
 from typing import Any
 
-from ..gate.markdown import fmt
-from .compare import PairingResult
-from .run import Verdict
+from ..certify.compare import PairingResult
+from ..certify.run import Verdict
+from .gate_markdown import fmt
 
 
 def checks(v: Verdict) -> list[tuple[str, bool | None, str]]:

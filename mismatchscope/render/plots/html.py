@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from .. import __version__
+from ... import __version__
 
 _CSS = """
 body { font-family: -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; margin: 2rem auto; max-width: 1300px; box-sizing: border-box;
@@ -36,7 +36,7 @@ def _e(x: Any) -> str:
 
 
 def _num(v: Any) -> str:
-    from ..gate.markdown import fmt
+    from ..gate_markdown import fmt
 
     if isinstance(v, bool) or v is None or isinstance(v, str):
         return _e("-" if v is None else v)
@@ -146,7 +146,7 @@ def _breakdown(runs: list[tuple[str, dict]], kind: str) -> str:
 
 def _centering(rep: dict) -> str:
     """The score-centering statistics (top-k columns only), as the terminal prints them."""
-    from ..analysis.report import CENTERING_LABELS
+    from ...analysis.report import CENTERING_LABELS
 
     sc = rep.get("score_centering")
     if not sc:
@@ -179,7 +179,7 @@ def _centering(rep: dict) -> str:
 
 def _routing(rep: dict) -> str:
     """MoE runs: the flip rate per MoE layer (completion and prompt rows apart) and what flipped tokens cost."""
-    from ..analysis.routing_report import ROUTING_COLUMNS
+    from ...analysis.routing_report import ROUTING_COLUMNS
 
     ro = rep.get("routing")
     if not ro:
@@ -241,7 +241,7 @@ def _routing(rep: dict) -> str:
 
 
 def _worst(rows: list[dict]) -> str:
-    from ..analysis.worst import RANKINGS
+    from ...analysis.worst import RANKINGS
 
     by = rows[0]["by"]
     shown = by not in ("k3_sum", "tv_max")  # those two are columns anyway
@@ -322,7 +322,7 @@ def report_page(result, pictures, worst: list[dict] | None = None) -> str:
 
 def gate_page(gr, pictures) -> str:
     """``gate --html``: verdict, checks, comparability, pictures, both runs' metadata."""
-    from ..gate.markdown import estimate_text, fmt, limit_text, method_text, status_text
+    from ..gate_markdown import estimate_text, fmt, limit_text, method_text, status_text
 
     cfg = gr.config
     failed = sum(c.failed for c in gr.checks)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from .checks import Check
+from ..gate.checks import Check
 
 
 def fmt(v: float | None) -> str:

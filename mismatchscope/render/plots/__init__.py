@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import UsageError
+from ...errors import UsageError
 
 
 @dataclass
@@ -54,7 +54,7 @@ def gate_figures(gate_result) -> list[Picture]:
 
 def worst_figures(rows: list[dict], traces: dict) -> list[Picture]:
     """``report --worst``: one trace picture per ranked sequence, ``worst-<rank>-seq<id>``."""
-    from ..analysis.worst import RANKINGS
+    from ...analysis.worst import RANKINGS
     from .figures import sequence_trace
 
     out = []
@@ -95,7 +95,7 @@ def masks_figures(result) -> list[Picture]:
 
 
 def _pictures(runs, rules, checks) -> list[Picture]:
-    from ..rules import make_instance
+    from ...rules import make_instance
     from . import figures as F
     from . import routing as R
 
@@ -175,7 +175,7 @@ def _picture(name: str, title: str, caption: str, fig) -> Picture:
 def write_pngs(pictures: list[Picture], directory: Path, inputs=None, option: str = "--plots") -> list[Path]:
     """Each picture as ``DIR/<name>.png``, written atomically; a name that is one of the command's
     ``inputs`` (``outputs.Inputs``: a file of the same name, or a link to one) is refused, not replaced."""
-    from ..outputs import write_bytes
+    from ...outputs import write_bytes
 
     paths = []
     for p in pictures:

@@ -2,8 +2,7 @@
 
 The payload is built by :func:`~mismatchscope.diagnose.run.run_diagnose`;
 :func:`reading` is the one-paragraph interpretation, computed from the
-numbers only. The terminal tables are drawn by the CLI
-(``mismatchscope.cli._diagnose_output``).
+numbers only. The tables and pictures are drawn by ``mismatchscope.render``.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .effects import PRIMARY
+from ...diagnose.effects import PRIMARY
 
 
 def _points(p: dict[str, Any]) -> list[tuple[str, float, float]]:
@@ -28,10 +28,10 @@ PARETO_NAME = "diagnose_pareto"
 
 
 def pareto_picture(p: dict[str, Any]):
-    from ..plots import _picture, require_matplotlib
+    from . import _picture, require_matplotlib
 
     require_matplotlib()
-    from ..plots.figures import _fig
+    from .figures import _fig
 
     pts = _points(p)
     fig = _fig(7.5, 4.8)
@@ -73,15 +73,15 @@ def pareto_picture(p: dict[str, Any]):
 
 def write_pareto(p: dict[str, Any], directory: Path, inputs=None) -> Path:
     """``inputs`` (``outputs.Inputs``): files the picture may not replace."""
-    from ..plots import write_pngs
+    from . import write_pngs
 
     return write_pngs([pareto_picture(p)], Path(directory), inputs)[0]
 
 
 def write_html(p: dict[str, Any], path: Path, png: Path | None = None) -> Path:
     """A self-contained page: the reading, the decomposition, the variants, determinism, the picture."""
-    from ..plots import write_html as write
-    from ..plots.html import _e, _figures, _num, _page, _table
+    from . import write_html as write
+    from .html import _e, _figures, _num, _page, _table
 
     dec = p["decomposition"]
     gap_rows = [

@@ -60,7 +60,7 @@ def gate_tables(console, result) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from ..gate.markdown import estimate_text, fmt, limit_text, method_text, status_text
+    from .gate_markdown import estimate_text, fmt, limit_text, method_text, status_text
 
     cfg = result.config
     cand, base = result.candidate, result.baseline

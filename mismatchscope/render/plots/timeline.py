@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import UsageError
-from .changes import methods
+from ...errors import UsageError
+from ...timeline.changes import methods
 
 FILENAME = "timeline.png"
 _MAX_LEGEND_GROUPS = 12
@@ -95,7 +95,7 @@ def plot_timeline(result, out_dir: str | Path, inputs=None) -> Path:
 
     import io
 
-    from ..outputs import write_bytes
+    from ...outputs import write_bytes
 
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=120, bbox_inches="tight", pad_inches=0.15)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from ..rules import RULES, RuleInstance, make_instance
+from ...rules import RULES, RuleInstance, make_instance
 
 
 def plot_rules(selected: list[RuleInstance] | None) -> list[RuleInstance]:
