@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError, OutputError
+from .errors import InputError, OutputError, UsageError
 
 
 def _resolve(path: str | os.PathLike) -> Path:
@@ -310,6 +310,16 @@ def check_all(
             raise OutputError(f"{option} {path} is also {seen[r]}", hint="give each output its own path")
         seen[r] = option
     return known
+
+
+def require_matplotlib() -> None:
+    """--plots and --html need the ``plot`` extra: checked with the output paths, before any work."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError(
+            "--plots and --html need matplotlib", hint="install the plot extra: pip install 'mismatchscope[plot]'"
+        ) from None
 
 
 def jsonable(x: Any) -> Any:

@@ -163,11 +163,8 @@ def upward_imports() -> set[str]:
 
 
 KNOWN_CLI_IMPORTS: set[str] = set()
-KNOWN_UPWARD_IMPORTS: set[str] = KNOWN_CLI_IMPORTS | {
-    "mismatchscope.diagnose.run -> mismatchscope.render.plots",
-    "mismatchscope.diagnose.run -> mismatchscope.render.plots.diagnose",
-}
-KNOWN_PACKAGE_CYCLES: list[list[str]] = [["diagnose", "render"]]
+KNOWN_UPWARD_IMPORTS: set[str] = KNOWN_CLI_IMPORTS
+KNOWN_PACKAGE_CYCLES: list[list[str]] = []
 KNOWN_MODULE_CYCLES: list[list[str]] = [
     [
         "mismatchscope.probe.run",

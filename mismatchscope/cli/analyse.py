@@ -92,7 +92,7 @@ def compare_masks(
 
     inputs = check_all(dirs=[(plots, "--plots")], inputs=[path])
     if plots is not None:
-        from ..render.plots import require_matplotlib
+        from ..outputs import require_matplotlib
 
         require_matplotlib()
     rules, sweeps = _request_rules(rule, sweep)
@@ -185,7 +185,7 @@ def report(
     request, hist, rules = AnalysisRequest(report=True, masks=False), None, []
     if pictures:
         from ..analysis.histograms import PlotAccumulator
-        from ..render.plots import require_matplotlib
+        from ..outputs import require_matplotlib
         from ..render.plots.sweeps import default_sweeps, plot_rules
 
         require_matplotlib()

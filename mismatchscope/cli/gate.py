@@ -153,7 +153,7 @@ def gate(
     )
     want_pictures = plots is not None or html is not None
     if want_pictures:
-        from ..render.plots import require_matplotlib
+        from ..outputs import require_matplotlib
 
         require_matplotlib()
     t0 = time.perf_counter()

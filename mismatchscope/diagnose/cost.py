@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import math
 
+PARETO_NAME = "diagnose_pareto"
+"""the Pareto picture's file name (without ``.png``) in the ``--plots`` folder, checked before any work."""
+
 
 def pipeline_rate(tokens: int, sampling_s: float | None, scoring_s: float | None) -> float | None:
     total = (sampling_s or 0.0) + (scoring_s or 0.0)

@@ -153,8 +153,8 @@ def _check_outputs(opts: DiagnoseOptions) -> None:
     check_run_out(opts.out, "--out", known)
     _check_empty_out(opts.out)
     if opts.plots is not None or opts.html is not None:
-        from ..render.plots import require_matplotlib
-        from ..render.plots.diagnose import PARETO_NAME
+        from ..outputs import require_matplotlib
+        from .cost import PARETO_NAME
 
         require_matplotlib()
         known.refuse(Path(opts.plots or opts.out) / f"{PARETO_NAME}.png", "--plots")

@@ -1,17 +1,17 @@
-"""Pictures (PNG) and a self-contained HTML page for ``report`` and ``gate``.
+"""Pictures (PNG) and self-contained HTML pages for ``report``, ``compare-masks``, ``gate``, ``timeline`` and
+``diagnose``.
 
-matplotlib (the ``plot`` extra) is imported inside :mod:`.figures` only, and
-only when a command asks for pictures: ``mismatchscope --help`` never pays
-for it. :mod:`.data` (the histograms gathered during the analysis pass) and
-:mod:`.sweeps` (thresholds, sweep grids) are numpy only.
+matplotlib (the ``plot`` extra) is imported inside the modules that draw
+only, and only when a command asks for pictures: ``mismatchscope --help``
+never pays for it. The histograms they draw are gathered during the analysis
+pass (``mismatchscope.analysis.histograms``); :mod:`.sweeps` (thresholds,
+sweep grids) is numpy only.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-
-from ...errors import UsageError
 
 
 @dataclass
@@ -21,15 +21,6 @@ class Picture:
     title: str
     caption: str
     png: bytes
-
-
-def require_matplotlib() -> None:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise UsageError(
-            "--plots and --html need matplotlib", hint="install the plot extra: pip install 'mismatchscope[plot]'"
-        ) from None
 
 
 def report_figures(result, hist, rules) -> list[Picture]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ...diagnose.cost import PARETO_NAME
 from ...diagnose.effects import PRIMARY
 
 
@@ -23,12 +24,9 @@ def _points(p: dict[str, Any]) -> list[tuple[str, float, float]]:
     return [(n, m, t) for n, m, t in rows if m is not None and t is not None]
 
 
-PARETO_NAME = "diagnose_pareto"
-"""the picture's file name (without ``.png``) in the ``--plots`` folder."""
-
-
 def pareto_picture(p: dict[str, Any]):
-    from . import _picture, require_matplotlib
+    from ...outputs import require_matplotlib
+    from . import _picture
 
     require_matplotlib()
     from .figures import _fig
