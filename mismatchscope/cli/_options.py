@@ -57,7 +57,7 @@ Rules = Optional[list[str]]  # noqa: UP045
 
 
 # ------------------------------------------------------------ sampler, trainer and sampling options
-# Declared once for probe, rescore and diagnose; their values are checked once, by probe.validate.
+# Declared once for probe, rescore and diagnose; their values are checked once, by probe.options.
 
 PromptsOpt = typer.Option(
     None,

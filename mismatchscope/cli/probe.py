@@ -189,9 +189,9 @@ def probe(
     format: OutputFormat = FormatOpt,
 ) -> None:
     """Sample with a real engine, teacher-force with a real trainer, record per-token logprob pairs, and print the report."""
-    from ..probe.run import ProbeOptions, run_probe
+    from ..probe.options import ProbeOptions, check_options
+    from ..probe.run import run_probe
     from ..probe.types import SamplerConfig, SamplingConfig, TrainerConfig
-    from ..probe.validate import check_options
 
     if logprobs_mode not in ("processed_logprobs", "raw_logprobs"):
         raise UsageError(f"--logprobs-mode {logprobs_mode!r}", hint="use processed_logprobs or raw_logprobs")

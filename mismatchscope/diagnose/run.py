@@ -78,8 +78,8 @@ def check_options(opts: DiagnoseOptions):
     checkpoint info. The probe's own checks judge each configuration, so diagnose refuses exactly what
     probe would refuse, before the first engine starts."""
     from ..probe.checkpoint import inspect_checkpoint
+    from ..probe.options import check_sampling
     from ..probe.prompts import load_prompts
-    from ..probe.validate import check_sampling
 
     check_sampling(opts.sampling)
     if opts.sampler.kind not in SAMPLER_KINDS:
@@ -112,9 +112,8 @@ def check_options(opts: DiagnoseOptions):
 def _check_configuration(opts: DiagnoseOptions, cfg: Configuration, name: str, info=None) -> None:
     """The probe's checks on one configuration: its options, or (``info`` given) what needs the checkpoint.
     A variant's refusal names the variant."""
-    from ..probe.run import ProbeOptions
-    from ..probe.validate import check_against_checkpoint, check_engine_installed
-    from ..probe.validate import check_options as check_probe_options
+    from ..probe.options import ProbeOptions, check_against_checkpoint, check_engine_installed
+    from ..probe.options import check_options as check_probe_options
 
     out = opts.out / ("baseline" if name == "baseline" else f"variants/{directory_name(name)}")
     probe = ProbeOptions(

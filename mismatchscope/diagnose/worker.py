@@ -39,8 +39,9 @@ def run(spec: dict) -> dict:
     from dataclasses import replace
 
     from ..probe.checkpoint import inspect_checkpoint
+    from ..probe.options import ProbeOptions
     from ..probe.recorder import RunDir
-    from ..probe.run import ProbeOptions, run_probe
+    from ..probe.run import run_probe
     from ..probe.samplers import make_sampler
     from ..probe.types import SamplerConfig, SamplingConfig, TrainerConfig
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import platform
 import sys
 import time
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,16 @@ import numpy as np
 from .. import __version__, rundir
 from ..errors import UsageError
 from ..redact import redact_command, redact_obj, redact_url
+from .options import (
+    ProbeOptions,
+    canonical_options,
+    canonical_trainer,
+    check_against_checkpoint,
+    check_engine_installed,
+    check_options,
+    check_rescore_out,
+    check_trainer,
+)
 from .policy_lag import TrainerCheckpoint, check_resume, open_trainer_checkpoint, recorded_trainer_checkpoint
 from .prompts import Prompt, file_sha256, load_prompts
 from .recorder import RunDir
@@ -47,39 +57,10 @@ from .routes import (
 )
 from .samplers.base import check_prompts
 from .types import Completion, SamplerConfig, SamplingConfig, Scored, ScoreRequest, TrainerConfig
-from .validate import (
-    canonical_options,
-    canonical_trainer,
-    check_against_checkpoint,
-    check_engine_installed,
-    check_options,
-    check_rescore_out,
-    check_trainer,
-)
 
 AUTO_MAX_TOKENS = 256
 SHARD_TOKENS = 200_000
 """completion tokens per trainer call and token shard: the unit of progress a resume keeps."""
-
-
-@dataclass(frozen=True)
-class ProbeOptions:
-    checkpoint: Path
-    prompts: Path
-    out: Path
-    sampling: SamplingConfig
-    sampler: SamplerConfig
-    trainer: TrainerConfig
-    reward_fn: str | None = None
-    resume: bool = False
-    round_prompts: int = 0
-    """prompts per sampling round; 0 submits all prompts as one batch."""
-    sampler_tokenizer: Path | None = None
-    """a separate tokenizer the sampler side uses, checked against the trainer's."""
-    trainer_checkpoint: Path | None = None
-    """other weights of the same model for the trainer (policy lag); None: the sampler's checkpoint."""
-    sampler_prefill: bool = False
-    """also record the sampler's logprobs from a prefill of prompt + completion (:mod:`.sampler_prefill`)."""
 
 
 class Progress:

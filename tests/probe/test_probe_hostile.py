@@ -24,8 +24,8 @@ import pytest
 
 from mismatchscope.errors import CheckpointError, SamplerError, TokenizerMismatchError, UsageError
 from mismatchscope.probe.checkpoint import check_tokenizer, inspect_checkpoint, load_tokenizer
+from mismatchscope.probe.options import check_attn_implementation, server_timeout
 from mismatchscope.probe.types import SamplerConfig, SamplingConfig, TrainerConfig
-from mismatchscope.probe.validate import check_attn_implementation, server_timeout
 from tests.helpers import cli
 from tests.probe.test_probe_errors import CHECKPOINT, GOOD_CHOICE, _choice, _sample, error_line, server  # noqa: F401
 
@@ -85,9 +85,8 @@ def test_an_escaped_surrogate_pair_is_one_character(tmp_path):
 
 
 def test_dtype_aliases_reach_engines_and_manifest_spelled_out(tmp_path):
-    from mismatchscope.probe.run import ProbeOptions
+    from mismatchscope.probe.options import ProbeOptions, canonical_options
     from mismatchscope.probe.samplers.vllm_offline import VLLMOfflineSampler
-    from mismatchscope.probe.validate import canonical_options
 
     opts = ProbeOptions(
         checkpoint=CHECKPOINT,
@@ -160,9 +159,9 @@ def test_flash_attention_without_its_package(tmp_path, kernel, module, package):
 def test_flash_attention_installed_but_no_cuda(monkeypatch):
     import torch
 
-    from mismatchscope.probe import validate
+    from mismatchscope.probe import options
 
-    monkeypatch.setattr(validate, "_installed", lambda module: True)
+    monkeypatch.setattr(options, "_installed", lambda module: True)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(UsageError) as err:
         check_attn_implementation("flash_attention_2")
@@ -384,7 +383,7 @@ def test_vllm_engine_args_are_checked_against_vllm(tmp_path):
     pytest.importorskip("vllm", reason="needs vLLM's declarations")
     import vllm
 
-    from mismatchscope.probe.samplers.vllm_offline import check_engine_args
+    from mismatchscope.probe.options import check_vllm_engine_args
 
     for args, message in [
         (
@@ -407,9 +406,9 @@ def test_vllm_engine_args_are_checked_against_vllm(tmp_path):
         ),
     ]:
         with pytest.raises(UsageError) as err:
-            check_engine_args(args)
+            check_vllm_engine_args(args)
         assert str(err.value) == message
-    check_engine_args(
+    check_vllm_engine_args(
         {"max_num_seqs": 2, "kv_cache_dtype": "auto", "compilation_config": 0, "enable_prefix_caching": True}
     )
     assert _refused(tmp_path, "--engine-arg", "bogus_option=1").startswith(

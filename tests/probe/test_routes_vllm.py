@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from mismatchscope.probe.run import ProbeOptions, Progress, run_probe
+from mismatchscope.probe.options import ProbeOptions
+from mismatchscope.probe.run import Progress, run_probe
 from mismatchscope.probe.types import SamplerConfig, SamplingConfig, TrainerConfig
 from mismatchscope.routing.io import read_meta, read_routes
 

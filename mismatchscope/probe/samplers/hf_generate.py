@@ -22,10 +22,10 @@ from typing import Any
 
 from mismatchscope.probe.checkpoint import CheckpointInfo
 from mismatchscope.probe.hf_model import load_causal_lm, model_description
+from mismatchscope.probe.options import HF_ENGINE_ARGS, check_hf_engine_args
 from mismatchscope.probe.samplers.base import ProgressFn, check_prompts
 from mismatchscope.probe.token_scoring import GREEDY_EPS
 from mismatchscope.probe.types import Completion, SamplerConfig, SamplingConfig
-from mismatchscope.probe.validate import HF_ENGINE_ARGS, check_hf_engine_args
 
 ENGINE_ARGS = HF_ENGINE_ARGS
 DEFAULT_BATCH = 64

@@ -17,7 +17,6 @@ engine process otherwise). On CPU set ``VLLM_CPU_KVCACHE_SPACE`` (GiB).
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from mismatchscope.errors import SamplerError, UsageError
@@ -196,7 +195,7 @@ class VLLMOfflineSampler:
 def _start(model: str, args: dict[str, Any]):
     """``vllm.LLM(model, **args)``, its refusals of the options as one-line errors.
 
-    :func:`check_engine_args` catches these before the run; this is the
+    :func:`mismatchscope.probe.options.check_vllm_engine_args` catches these before the run; this is the
     backstop when vLLM's declarations could not be read.
     """
     import pydantic
@@ -232,78 +231,6 @@ def _start_failed(model: str, exc: BaseException, lines: list[str]) -> SamplerEr
     return SamplerError(
         f"vLLM could not start an engine for {model}: {cause}", hint="--sampler hf samples with transformers instead"
     )
-
-
-def check_engine_args(engine_args: dict[str, Any]) -> None:
-    """Names and value types of ``--engine-arg``s, read from vLLM's declarations without starting it.
-
-    ``vllm.LLM`` refuses an unknown name (TypeError) or a bad value (pydantic's
-    ValidationError) only while it starts, after the run directory exists and
-    the weights are loading. The names are ``LLM.__init__``'s parameters and
-    ``EngineArgs``' fields; each value is checked against the declared type
-    with pydantic, as vLLM's own configs check it (lax: ``1`` passes for
-    ``true``). A type pydantic cannot describe is left to vLLM.
-    """
-    from mismatchscope.probe.validate import shown_arg
-
-    declared = _declared_engine_args()
-    if declared is None:  # vLLM's layout changed: _start turns its own refusal into one line
-        return
-    for name, value in engine_args.items():
-        if name not in declared:
-            import difflib
-
-            import vllm
-
-            close = difflib.get_close_matches(name, list(declared), n=1)
-            raise UsageError(
-                f"--engine-arg {name} is not an option of vllm.LLM (vLLM {vllm.__version__})",
-                hint=f"did you mean {close[0]}?" if close else "see vLLM's EngineArgs for its options",
-            )
-        adapter = declared[name]
-        if adapter is None:
-            continue
-        import pydantic
-
-        try:
-            adapter.validate_python(value)
-        except pydantic.ValidationError as e:
-            first = e.errors()[0] if e.errors() else {}
-            raise UsageError(
-                f"--engine-arg {name}={shown_arg(value)}: {first.get('msg', 'not a valid value')}"
-            ) from None
-
-
-@functools.lru_cache(maxsize=1)
-def _declared_engine_args() -> dict[str, Any] | None:
-    """name -> pydantic TypeAdapter of its declared type (None: not checkable), or None if unreadable."""
-    import dataclasses
-    import inspect
-    import sys
-
-    try:
-        import pydantic
-        from vllm import LLM
-        from vllm.engine.arg_utils import EngineArgs
-
-        declared: dict[str, Any] = {}
-        fields = [(f.name, f.type) for f in dataclasses.fields(EngineArgs) if f.init]
-        params = [
-            (n, p.annotation)
-            for n, p in inspect.signature(LLM.__init__).parameters.items()
-            if n != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD
-        ]
-    except Exception:
-        return None
-    for owner, items in ((EngineArgs, fields), (LLM.__init__, params)):  # LLM's own annotation wins (it converts)
-        namespace = vars(sys.modules[owner.__module__])
-        for name, hint in items:
-            try:
-                resolved = eval(hint, namespace) if isinstance(hint, str) else hint
-                declared[name] = None if resolved is inspect.Parameter.empty else pydantic.TypeAdapter(resolved)
-            except Exception:
-                declared[name] = None
-    return declared
 
 
 def _route_plan(info: CheckpointInfo) -> tuple[tuple[int, ...] | None, str | None]:

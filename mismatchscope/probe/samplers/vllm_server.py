@@ -45,6 +45,7 @@ from mismatchscope.errors import (
     UsageError,
 )
 from mismatchscope.probe.checkpoint import CheckpointInfo
+from mismatchscope.probe.options import SERVER_TIMEOUT_S, check_server_engine_args, server_timeout
 from mismatchscope.probe.samplers.base import (
     ProgressFn,
     check_prompts,
@@ -55,7 +56,6 @@ from mismatchscope.probe.samplers.base import (
     split_topk,
 )
 from mismatchscope.probe.types import Completion, SamplerConfig, SamplingConfig
-from mismatchscope.probe.validate import SERVER_TIMEOUT_S, check_server_engine_args, server_timeout
 from mismatchscope.reader import POSITIVE_LOGPROB_TOLERANCE
 from mismatchscope.redact import (
     excerpt,

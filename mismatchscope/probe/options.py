@@ -1,4 +1,7 @@
-"""Probe options checked before anything is created or started.
+"""The probe's options (:class:`ProbeOptions`) and their checks, made before anything is created or started.
+
+The run (:mod:`.run`), the samplers, ``rescore`` and ``diagnose`` all read
+these; this module imports none of them, so each can import it.
 
 A misspelt dtype or attention kernel would otherwise surface minutes later,
 when vLLM or transformers first reads it, after the run directory exists and
@@ -10,13 +13,14 @@ half-made run directory behind.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import math
 import os
 import re
 import urllib.parse
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +34,6 @@ from .types import SamplerConfig, SamplingConfig, TrainerConfig
 
 if TYPE_CHECKING:
     from .checkpoint import CheckpointInfo
-    from .run import ProbeOptions
 
 SAMPLER_KINDS = ("vllm", "vllm-server", "hf")
 """the names of ``samplers.SAMPLERS`` (kept here so checking a name imports no sampler module)."""
@@ -58,6 +61,26 @@ HF_ENGINE_ARGS = ("attn_implementation", "trust_remote_code", "batch_size")
 """what ``--engine-arg`` may set for ``--sampler hf``."""
 SERVER_TIMEOUT_S = 600.0
 """seconds one HTTP request to a ``vllm-server`` may take (``--engine-arg timeout=...``): a big batch of long completions is slow."""
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    checkpoint: Path
+    prompts: Path
+    out: Path
+    sampling: SamplingConfig
+    sampler: SamplerConfig
+    trainer: TrainerConfig
+    reward_fn: str | None = None
+    resume: bool = False
+    round_prompts: int = 0
+    """prompts per sampling round; 0 submits all prompts as one batch."""
+    sampler_tokenizer: Path | None = None
+    """a separate tokenizer the sampler side uses, checked against the trainer's."""
+    trainer_checkpoint: Path | None = None
+    """other weights of the same model for the trainer (policy lag); None: the sampler's checkpoint."""
+    sampler_prefill: bool = False
+    """also record the sampler's logprobs from a prefill of prompt + completion (:mod:`.sampler_prefill`)."""
 
 
 def check_dtype(name: str, option: str, extra: tuple[str, ...] = ()) -> None:
@@ -256,9 +279,7 @@ def check_sampler(cfg: SamplerConfig) -> None:
     if cfg.kind == "hf":
         check_hf_engine_args(cfg.engine_args, cfg.device)
     if cfg.kind == "vllm" and cfg.engine_args and _installed("vllm"):  # without vLLM, check_engine_installed says so
-        from .samplers.vllm_offline import check_engine_args
-
-        check_engine_args(cfg.engine_args)
+        check_vllm_engine_args(cfg.engine_args)
     if cfg.kind == "vllm-server":
         check_server_engine_args(cfg.engine_args)
         if not cfg.url:
@@ -387,3 +408,73 @@ def check_rescore_out(run: os.PathLike[str] | str, out: os.PathLike[str] | str, 
     if str(out) and os.path.realpath(out) == os.path.realpath(run):
         raise UsageError(f"--out {out} is the run being rescored", hint="give the rescored run a new directory")
     check_run_out(out, resume)
+
+
+def check_vllm_engine_args(engine_args: dict[str, Any]) -> None:
+    """Names and value types of ``--engine-arg``s, read from vLLM's declarations without starting it.
+
+    ``vllm.LLM`` refuses an unknown name (TypeError) or a bad value (pydantic's
+    ValidationError) only while it starts, after the run directory exists and
+    the weights are loading. The names are ``LLM.__init__``'s parameters and
+    ``EngineArgs``' fields; each value is checked against the declared type
+    with pydantic, as vLLM's own configs check it (lax: ``1`` passes for
+    ``true``). A type pydantic cannot describe is left to vLLM.
+    """
+    declared = _declared_vllm_engine_args()
+    if declared is None:  # vLLM's layout changed: the sampler's start turns its own refusal into one line
+        return
+    for name, value in engine_args.items():
+        if name not in declared:
+            import difflib
+
+            import vllm
+
+            close = difflib.get_close_matches(name, list(declared), n=1)
+            raise UsageError(
+                f"--engine-arg {name} is not an option of vllm.LLM (vLLM {vllm.__version__})",
+                hint=f"did you mean {close[0]}?" if close else "see vLLM's EngineArgs for its options",
+            )
+        adapter = declared[name]
+        if adapter is None:
+            continue
+        import pydantic
+
+        try:
+            adapter.validate_python(value)
+        except pydantic.ValidationError as e:
+            first = e.errors()[0] if e.errors() else {}
+            raise UsageError(
+                f"--engine-arg {name}={shown_arg(value)}: {first.get('msg', 'not a valid value')}"
+            ) from None
+
+
+@functools.lru_cache(maxsize=1)
+def _declared_vllm_engine_args() -> dict[str, Any] | None:
+    """name -> pydantic TypeAdapter of its declared type (None: not checkable), or None if unreadable."""
+    import dataclasses
+    import inspect
+    import sys
+
+    try:
+        import pydantic
+        from vllm import LLM
+        from vllm.engine.arg_utils import EngineArgs
+
+        declared: dict[str, Any] = {}
+        fields = [(f.name, f.type) for f in dataclasses.fields(EngineArgs) if f.init]
+        params = [
+            (n, p.annotation)
+            for n, p in inspect.signature(LLM.__init__).parameters.items()
+            if n != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD
+        ]
+    except Exception:
+        return None
+    for owner, items in ((EngineArgs, fields), (LLM.__init__, params)):  # LLM's own annotation wins (it converts)
+        namespace = vars(sys.modules[owner.__module__])
+        for name, hint in items:
+            try:
+                resolved = eval(hint, namespace) if isinstance(hint, str) else hint
+                declared[name] = None if resolved is inspect.Parameter.empty else pydantic.TypeAdapter(resolved)
+            except Exception:
+                declared[name] = None
+    return declared
