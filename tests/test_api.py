@@ -13,6 +13,7 @@ import sys
 import pytest
 
 import mismatchscope
+from mismatchscope.documents import to_json
 from tests.helpers import REPO, SAMPLE_PAIRS, cli, pairs
 
 ENTRY_POINTS = {
@@ -58,12 +59,12 @@ def test_report_and_compare_masks_by_hand(write):
     # token 2: l = 0, every term 0, r = 1 is kept.
     # means over 2 tokens: TV 0.15, k1 0.458145, k3 0.158145; icepop rejects 1 of 2 tokens.
     path = write(pairs([(1, 0, 0.5, 0.2), (1, 1, 0.8, 0.8)]))
-    m = mismatchscope.report(path).report["metrics"]
-    assert m["tv_token_mean"] == pytest.approx(0.15)
-    assert m["k1_mean"] == pytest.approx(0.458145, abs=1e-6)
-    assert m["k3_mean"] == pytest.approx(0.158145, abs=1e-6)
+    m = mismatchscope.report(path).report.metrics
+    assert m.tv_token_mean == pytest.approx(0.15)
+    assert m.k1_mean == pytest.approx(0.458145, abs=1e-6)
+    assert m.k3_mean == pytest.approx(0.158145, abs=1e-6)
     masks = mismatchscope.compare_masks(path, ["icepop"]).masks
-    (icepop,) = masks["rules"]
+    (icepop,) = masks.rules
     assert (icepop["name"], icepop["tokens_rejected"], icepop["token_reject_rate"]) == ("icepop", 1, 0.5)
 
 
@@ -73,13 +74,13 @@ def test_library_numbers_are_the_commands_numbers():
 
     r = cli("report", str(SAMPLE_PAIRS), "--format", "json")
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["metrics"] == as_json(mismatchscope.report(SAMPLE_PAIRS).report["metrics"])
+    assert json.loads(r.stdout)["metrics"] == as_json(to_json(mismatchscope.report(SAMPLE_PAIRS).report.metrics))
     rule, sweep = "ipo:delta=0.2", "ipo.delta=0.1,0.4"
     r = cli("compare-masks", str(SAMPLE_PAIRS), "--rule", rule, "--sweep", sweep, "--format", "json")
     assert r.returncode == 0, r.stderr
     lib = mismatchscope.compare_masks(SAMPLE_PAIRS, [rule], sweeps=[sweep]).masks
     cmd = json.loads(r.stdout)
-    assert cmd["rules"] == as_json(lib["rules"]) and cmd["sweeps"] == as_json(lib["sweeps"])
+    assert cmd["rules"] == as_json(lib.rules) and cmd["sweeps"] == as_json(lib.sweeps)
 
 
 def test_a_bad_rule_is_the_commands_error():

@@ -26,7 +26,9 @@ FACADES = {"mismatchscope", "mismatchscope.api", "mismatchscope.__main__"}
 
 LAYERS: dict[str, int] = {
     # 0: the vocabulary: errors, the file formats, the one divergence primitive
-    **dict.fromkeys(("errors", "redact", "rundir", "arrow", "schema", "divergence", "bundled", "routing"), 0),
+    **dict.fromkeys(
+        ("errors", "redact", "rundir", "arrow", "schema", "divergence", "bundled", "routing", "metrics", "documents"), 0
+    ),
     # 1: reading inputs, judging output paths, the masking rules
     **dict.fromkeys(("reader", "outputs", "rules"), 1),
     # 2: the streaming analysis

@@ -31,7 +31,7 @@ def run(tmp_path_factory):
 @pytest.fixture(scope="module")
 def routing(run):
     result = analyse(str(run), AnalysisRequest(report=True))
-    return result.report["routing"], result.warnings
+    return result.report.routing, result.warnings
 
 
 def test_flip_rates_per_layer_by_hand(routing):
@@ -83,19 +83,19 @@ def test_compare_masks_counts_flipped_tokens_each_rule_rejects(run):
         str(run),
         AnalysisRequest(report=False, masks=True, rules=[parse_rule("token-mask:lo=0.7,hi=2"), parse_rule("seq-mis")]),
     )
-    rows = {r["name"]: r for r in result.masks["rules"]}
+    rows = {r["name"]: r for r in result.masks.rules}
     # r = exp(lp - lq): 10/1 e^-0.5 = 0.607 < 0.7 (flipped), 20/0 e^1 = 2.72 > 2 (flipped), the others in [0.7, 2]
     assert (rows["token-mask"]["tokens_rejected"], rows["token-mask"]["route_flipped_rejected"]) == (2, 2)
     # seq-mis [0.5, 2] on prod r: seq 10 e^-0.7 = 0.497 and seq 20 e^0.9 = 2.46 rejected, each with one flipped token
     assert (rows["seq-mis"]["tokens_rejected"], rows["seq-mis"]["route_flipped_rejected"]) == (5, 2)
-    assert result.masks["route_flipped_tokens"] == 2
+    assert result.masks.route_flipped_tokens == 2
 
 
 def test_dense_runs_have_no_routing_entry():
     result = analyse(str(SAMPLE_PAIRS), AnalysisRequest(report=True, masks=True, rules=[parse_rule("icepop")]))
-    assert "routing" not in result.report
-    assert "route_flipped_tokens" not in result.masks
-    assert all("route_flipped_rejected" not in r for r in result.masks["rules"])
+    assert result.report is not None and result.report.routing is None
+    assert result.masks is not None and result.masks.route_flipped_tokens is None
+    assert all("route_flipped_rejected" not in r for r in result.masks.rules)
 
 
 def test_sorting_network_sorts_every_k():
@@ -179,7 +179,7 @@ def test_dense_layers_written_as_zeros_are_ignored(tmp_path):
         (r[0], r[1], r[2], None if r[3] is None else [[0, 0], *r[3][1:]], [[0, 0], *r[4][1:]], r[5]) for r in RUN_ROWS
     ]
     write_run(tmp_path / "run", rows)
-    ro = analyse(str(tmp_path / "run"), AnalysisRequest(report=True)).report["routing"]
+    ro = analyse(str(tmp_path / "run"), AnalysisRequest(report=True)).report.routing
     assert [(r["compared"], r["flipped"]) for r in ro["route_flip_rate_by_layer"]] == [(4, 2), (3, 1)]  # as above
 
 
@@ -188,8 +188,8 @@ def test_most_missing_is_loud(tmp_path):
     write_run(tmp_path / "run", rows)
     result = analyse(str(tmp_path / "run"), AnalysisRequest(report=True))
     # every sampler MoE entry is all zeros: 12 of 12 missing; nothing compared, no rate
-    assert result.report["routing"]["missing_captures"]["sampler"] == 12
-    assert result.report["routing"]["route_flip_rate"] is None
+    assert result.report.routing["missing_captures"]["sampler"] == 12
+    assert result.report.routing["route_flip_rate"] is None
     assert any(w.startswith("MOST SAMPLER ROUTES ARE MISSING") for w in result.warnings)
 
 
@@ -198,7 +198,7 @@ def test_a_side_not_recorded_gives_no_flip_rates(tmp_path):
     rows = [(r[0], r[1], r[2], None, r[4], r[5]) for r in RUN_ROWS]
     write_run(tmp_path / "run", rows, meta)
     result = analyse(str(tmp_path / "run"), AnalysisRequest(report=True))
-    ro = result.report["routing"]
+    ro = result.report.routing
     assert "route_flip_rate_by_layer" not in ro and ro["sides"]["sampler"]["recorded"] is False
     assert any("no sampler routes" in w and "cannot return" in w for w in result.warnings)
 
@@ -298,7 +298,7 @@ def test_a_folder_of_runs_reads_tokens_not_route_shards(tmp_path):
     write_run(tmp_path / "runs" / "a")
     result = analyse(str(tmp_path / "runs"), AnalysisRequest(report=True))
     # the six token rows of the fixture; routes/ is not read as token pairs (one run: its routing is shown)
-    assert result.tokens == 6 and result.report["routing"]["route_flip_rate"] == pytest.approx(0.5)
+    assert result.tokens == 6 and result.report.routing["route_flip_rate"] == pytest.approx(0.5)
 
 
 def test_gate_without_a_routing_limit_does_not_read_the_routes(tmp_path):

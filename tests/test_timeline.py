@@ -124,11 +124,11 @@ def test_same_numbers_as_report_on_one_step(write):
 
     path = write(pairs(STEP1, step=[7, 7, 7]))
     row = rows_by_step(timeline(path))[7]
-    m = analyse(str(path), AnalysisRequest(report=True)).report["metrics"]
-    assert row["tv_token_mean"] == pytest.approx(m["tv_token_mean"], rel=1e-12)
-    assert row["k3_mean"] == pytest.approx(m["k3_mean"], rel=1e-12)
-    assert row["abs_logprob_diff_mean"] == pytest.approx(m["abs_logprob_diff_mean"], rel=1e-12)
-    assert row["ratio_outside_band"] == pytest.approx(m["ratio_tail_high"]["2"] + m["ratio_tail_low"]["2"])
+    m = analyse(str(path), AnalysisRequest(report=True)).report.metrics
+    assert row["tv_token_mean"] == pytest.approx(m.tv_token_mean, rel=1e-12)
+    assert row["k3_mean"] == pytest.approx(m.k3_mean, rel=1e-12)
+    assert row["abs_logprob_diff_mean"] == pytest.approx(m.abs_logprob_diff_mean, rel=1e-12)
+    assert row["ratio_outside_band"] == pytest.approx(m.ratio_tail_high["2"] + m.ratio_tail_low["2"])
 
 
 @settings(max_examples=50, deadline=None)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..metrics import SEQUENCE_REJECT_RATE, TOKEN_REJECT_RATE, TOKEN_REWEIGHT_RATE
 from ..rules import SequenceInputs
 from .masks import MaskAccumulator, mean_row, tail_reading, unit_row
+from .results import MasksResult
 
 
 def assemble_masks(
@@ -20,8 +22,9 @@ def assemble_masks(
     tokens: int,
     sequences: int,
     has_adv: bool,
-) -> dict:
-    """The ``compare-masks`` payload: a row per rule and hypothesis, sweeps, tails, agreement and examples."""
+    warnings: list[str],
+) -> MasksResult:
+    """The ``compare-masks`` result: a row per rule and hypothesis, sweeps, tails, agreement and examples."""
     extra = masks.finish(seq, per_seq)
     rows: list[dict] = []
     sweeps: dict[str, dict] = {}
@@ -44,23 +47,26 @@ def assemble_masks(
                     **{
                         k: row[k]
                         for k in (
-                            "token_reject_rate",
-                            "token_reweight_rate",
+                            TOKEN_REJECT_RATE.name,
+                            TOKEN_REWEIGHT_RATE.name,
                             "tokens_rejected",
                             "tokens_reweighted",
                             "sequences_with_rejection",
                             "sequences_rejected",
-                            "sequence_reject_rate",
+                            SEQUENCE_REJECT_RATE.name,
                         )
                     },
                 }
             )
-    return {
-        "rules": rows,
-        "tokens_by_sampler_prob": extra["tokens_by_sampler_prob"],
-        "tokens_by_pq_sign": extra["tokens_by_pq_sign"],
-        "tail_reading": tail_reading(rows),
-        "agreement": extra["agreement"],
-        "sweeps": list(sweeps.values()),
-        "examples": extra["examples"],
-    }
+    return MasksResult(
+        tokens=tokens,
+        sequences=int(sequences),
+        rules=rows,
+        tokens_by_sampler_prob=extra["tokens_by_sampler_prob"],
+        tokens_by_pq_sign=extra["tokens_by_pq_sign"],
+        tail_reading=tail_reading(rows),
+        agreement=extra["agreement"],
+        sweeps=list(sweeps.values()),
+        examples=extra["examples"],
+        warnings=warnings,
+    )

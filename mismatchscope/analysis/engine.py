@@ -28,6 +28,7 @@ from .positions import PositionTracker, position_runs
 from .quantiles import select_bins
 from .readings import interpret, policy_lag  # noqa: F401 - importable from here as before
 from .report import CHI2_SEQ_CLIP, assemble_report  # noqa: F401
+from .results import MasksResult, Report
 from .routing import FlipIndex, GapTally, RoutingScan, locate_routes, scan_routes
 from .routing_report import routing_section, routing_warnings
 from .table import REDUCTIONS, SequenceTable, token_values
@@ -56,8 +57,8 @@ class AnalysisRequest:
 class AnalysisResult:
     tokens: int
     sequences: int
-    report: dict | None
-    masks: dict | None
+    report: Report | None
+    masks: MasksResult | None
     warnings: list[str]
     run: dict | None
     source: Source
@@ -219,18 +220,19 @@ def analyse(
         clamped_sum_k3_S=agg.get("sum_ck3"),
         mean_k3_inverse_S=agg["sum_k3inv"] / table.n_tokens_S if inverse_k3 else None,
     )
-    report = assemble_report(stats, seq, table, source.run_config) if request.report else None
-    if report is not None and scan is not None:
-        report["routing"] = routing_section(scan, gap if index is not None else None)
+    report = None
+    if request.report:
+        routing = routing_section(scan, gap if index is not None else None) if scan is not None else None
+        report = assemble_report(stats, seq, table, source.run_config, n_tokens, warnings, routing)
     mask_out = None
     if masks:
         mask_columns = {k: agg[k] for k in masks.per_token_columns()}
         with np.errstate(over="ignore"):  # a sequence's geometric ratio exp(mean l) may overflow to inf, as it should
             if index is not None:
                 mask_columns[ROUTE_FLIPPED] = agg[ROUTE_FLIPPED]
-            mask_out = assemble_masks(masks, seq, mask_columns, n_tokens, seq_ids.size, has_adv)
+            mask_out = assemble_masks(masks, seq, mask_columns, n_tokens, seq_ids.size, has_adv, warnings)
         if index is not None:
-            mask_out["route_flipped_tokens"] = gap.flipped_n
+            mask_out.route_flipped_tokens = gap.flipped_n
         table.rules = masks.rule_columns(mask_columns, table.n_tokens_S)
     return AnalysisResult(n_tokens, int(seq_ids.size), report, mask_out, warnings, source.run_config, source, table)
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..divergence import TokenTerms
+from ..metrics import SEQUENCE_REJECT_RATE, TOKEN_REJECT_RATE, TOKEN_REWEIGHT_RATE
 from ..rules import RuleInstance, SequenceInputs
 from .evaluate import HYPOTHESES, sequence_verdicts, token_verdicts
 from .grouping import Groups
@@ -346,13 +347,13 @@ def unit_row(u: Unit, tokens: int, sequences: int, has_advantage: bool, routed: 
         "hypothesis": u.hypothesis,
         "tokens_rejected": u.tokens_rejected,
         "tokens_reweighted": u.tokens_reweighted,
-        "token_reject_rate": u.tokens_rejected / tokens if tokens else None,
-        "token_reweight_rate": u.tokens_reweighted / tokens if tokens else None,
+        TOKEN_REJECT_RATE.name: u.tokens_rejected / tokens if tokens else None,
+        TOKEN_REWEIGHT_RATE.name: u.tokens_reweighted / tokens if tokens else None,
         "sequences_rejected": u.sequences_rejected,
         "sequences_reweighted": u.sequences_reweighted,
         "sequences_with_rejection": u.sequences_with_rejection,
         "sequences_with_reweight": u.sequences_with_reweight,
-        "sequence_reject_rate": u.sequences_rejected / sequences if sequences else None,
+        SEQUENCE_REJECT_RATE.name: u.sequences_rejected / sequences if sequences else None,
         "rejected_by_advantage_sign": dict(u.rejected_by_sign) if has_advantage and u.hypothesis == "data" else None,
         "rejected_by_sampler_prob": (
             dict(zip(q_bucket_labels(), map(int, u.rejected_by_q))) if u.rule.spec.acts == "reject" else None
@@ -380,9 +381,9 @@ def mean_row(a: dict, b: dict) -> dict:
                 "sequences_reweighted",
                 "sequences_with_rejection",
                 "sequences_with_reweight",
-                "token_reject_rate",
-                "token_reweight_rate",
-                "sequence_reject_rate",
+                TOKEN_REJECT_RATE.name,
+                TOKEN_REWEIGHT_RATE.name,
+                SEQUENCE_REJECT_RATE.name,
                 "route_flipped_rejected",
             )
             and v is not None

@@ -6,14 +6,15 @@ and the policy-lag caveat depends on the run's metadata, not on the numbers.
 
 from __future__ import annotations
 
-from typing import Any
+from ..metrics import K3_MEAN, RATIO_BAND, TV_TOKEN_MEAN
+from .results import Reading, TokenMetrics
 
 
-def interpret(metrics: dict, run: dict | None) -> list[dict[str, Any]]:
+def interpret(metrics: TokenMetrics, run: dict | None) -> list[Reading]:
     """Short readings against published yardsticks, each with its source."""
     out = []
     lag = policy_lag(run)
-    tv = metrics.get("tv_token_mean")
+    tv = metrics.tv_token_mean
     if tv is not None:
         if tv < 0.005:
             verdict = "normal (below 0.005)"
@@ -24,37 +25,37 @@ def interpret(metrics: dict, run: dict | None) -> list[dict[str, Any]]:
         else:  # the yardstick is for numerics alone; lag moves the distributions by itself
             verdict = "high (above 0.01); with policy lag in the gap, not a verdict on inference precision"
         out.append(
-            {
-                "metric": "tv_token_mean",
-                "value": tv,
-                "reading": verdict,
-                "source": "verl FAQ on rollout_probs_diff (<0.005 normal, >0.01 precision problem)",
-            }
+            Reading(
+                TV_TOKEN_MEAN.name,
+                tv,
+                verdict,
+                "verl FAQ on rollout_probs_diff (<0.005 normal, >0.01 precision problem)",
+            )
         )
-    k3 = metrics.get("k3_mean")
+    k3 = metrics.k3_mean
     if k3 is not None:
         reading = (
             "around or below the ~1e-3 typical of healthy runs"
             if k3 <= 2e-3
             else "well above the ~1e-3 typical of healthy runs"
         )
-        out.append(
-            {"metric": "k3_mean", "value": k3, "reading": reading, "source": "NeMo-RL gen_kl_error (~1e-3 typical)"}
-        )
-    tail = (metrics.get("ratio_tail_high") or {}).get("2")
-    low = (metrics.get("ratio_tail_low") or {}).get("2")
+        out.append(Reading(K3_MEAN.name, k3, reading, "NeMo-RL gen_kl_error (~1e-3 typical)"))
+    cut = f"{RATIO_BAND[1]:g}"  # r > 2 or r < 1/2
+    tail = metrics.ratio_tail_high.get(cut)
+    low = metrics.ratio_tail_low.get(cut)
     if tail is not None and low is not None:
         frac = tail + low
+        band = f"[{RATIO_BAND[0]:g}, {RATIO_BAND[1]:g}]"
         out.append(
-            {
-                "metric": "ratio outside [0.5, 2]",
-                "value": frac,
-                "reading": f"{frac:.2%} of tokens would be rejected by a [0.5, 2] token mask",
-                "source": "SkyRL/TRL token_mask defaults",
-            }
+            Reading(
+                f"ratio outside {band}",
+                frac,
+                f"{frac:.2%} of tokens would be rejected by a {band} token mask",
+                "SkyRL/TRL token_mask defaults",
+            )
         )
     if lag is not None:
-        out.append({"metric": "trainer_logprob", "value": None, "reading": lag, "source": "file metadata"})
+        out.append(Reading("trainer_logprob", None, lag, "file metadata"))
     return out
 
 

@@ -1,8 +1,8 @@
 """What ``report`` prints, assembled from the streaming pass's accumulators.
 
 The pass (``engine.py``) fills :class:`~.tokenstats.TokenStats` and the
-per-sequence table; this module turns them into the report dict the CLI
-renders (text, JSON, HTML) and the gate reads its point values from.
+per-sequence table; this module turns them into the typed :class:`~.results.Report`
+the CLI renders (text, JSON, HTML) and the gate reads its point values from.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import numpy as np
 
 from ..rules import SequenceInputs
 from .readings import interpret
+from .results import Distribution, Lengths, Report, SequenceMetrics
 from .table import SequenceTable
 from .tokenstats import RATIO_QUANTILES, TokenStats, _f
 
@@ -30,17 +31,16 @@ def _quantiles(x: np.ndarray) -> dict[str, float | None]:
     return {f"{q:g}": _f(v) for q, v in zip(RATIO_QUANTILES, qs)}
 
 
-CENTERING_LABELS = {
-    "sampler_topk_mass": ("sampler top-k mass", "sum_K q"),
-    "trainer_mass_on_sampler_topk": ("trainer mass on it", "sum_K p"),
-    "tail_mass_ratio": ("tail-mass ratio rho", "(1 - sum_K q) / (1 - sum_K p)"),
-    "topk_overlap": ("top-k overlap", "|K_sampler & K_trainer| / k"),
-}
-"""score-centering statistic -> (label, formula): what the terminal table and the HTML page print."""
-
-
-def assemble_report(stats: TokenStats, seq: SequenceInputs, table: SequenceTable, run_config: dict | None) -> dict:
-    """The ``report`` payload: token metrics, sequence metrics, top-k bounds, breakdowns and readings."""
+def assemble_report(
+    stats: TokenStats,
+    seq: SequenceInputs,
+    table: SequenceTable,
+    run_config: dict | None,
+    tokens: int,
+    warnings: list[str],
+    routing: dict | None = None,
+) -> Report:
+    """The ``report`` result: token metrics, sequence metrics, top-k bounds, breakdowns and readings."""
     S = seq.seq_log_ratio_S
     mean_l = seq.mean_log_ratio_S
     with np.errstate(over="ignore"):
@@ -48,25 +48,30 @@ def assemble_report(stats: TokenStats, seq: SequenceInputs, table: SequenceTable
     chi2_seq = float(np.mean(np.exp(2 * np.clip(S, -CHI2_SEQ_CLIP, CHI2_SEQ_CLIP))) - 1.0)
     metrics = stats.metrics()
     topk = stats.topk()
-    metrics["seq_log_ratio_mean"] = _f(S.mean())
-    metrics["geo_ratio_mean"] = _f(geo.mean())
-    metrics["tv_topk_lower_mean"] = topk["tv_topk_lower_mean"] if topk else None
-    metrics["kl_topk_lower_mean"] = topk["kl_topk_lower_mean"] if topk else None
-    sequence_metrics = {
-        "seq_log_ratio": {"mean": _f(S.mean()), "quantiles": _quantiles(S)},
-        "geo_ratio": {"mean": _f(geo.mean()), "quantiles": _quantiles(geo)},
-        "max_tv": {"mean": _f(table.max_tv_S.mean()), "quantiles": _quantiles(table.max_tv_S)},
-        "log_ppl_diff": {"mean": _f((-mean_l).mean()), "quantiles": _quantiles(-mean_l)},
-        "chi2_seq": _f(chi2_seq),
-        "chi2_seq_clip": CHI2_SEQ_CLIP,
-        "length": {"mean": _f(seq.n_tokens_S.mean()), "max": int(seq.n_tokens_S.max())},
-    }
-    return {
-        "metrics": metrics,
-        "sequence_metrics": sequence_metrics,
-        "topk": topk,
-        "score_centering": stats.score_centering(),
-        "kept_mass": stats.kept_mass(),
-        "breakdowns": stats.breakdowns(),
-        "interpretation": interpret(metrics, run_config),
-    }
+    metrics.seq_log_ratio_mean = _f(S.mean())
+    metrics.geo_ratio_mean = _f(geo.mean())
+    metrics.tv_topk_lower_mean = topk.tv_topk_lower_mean if topk else None
+    metrics.kl_topk_lower_mean = topk.kl_topk_lower_mean if topk else None
+    sequence_metrics = SequenceMetrics(
+        seq_log_ratio=Distribution(_f(S.mean()), _quantiles(S)),
+        geo_ratio=Distribution(_f(geo.mean()), _quantiles(geo)),
+        max_tv=Distribution(_f(table.max_tv_S.mean()), _quantiles(table.max_tv_S)),
+        log_ppl_diff=Distribution(_f((-mean_l).mean()), _quantiles(-mean_l)),
+        chi2_seq=_f(chi2_seq),
+        chi2_seq_clip=CHI2_SEQ_CLIP,
+        length=Lengths(_f(seq.n_tokens_S.mean()), int(seq.n_tokens_S.max())),
+    )
+    return Report(
+        tokens=tokens,
+        sequences=int(S.size),
+        metrics=metrics,
+        sequence_metrics=sequence_metrics,
+        topk=topk,
+        score_centering=stats.score_centering(),
+        kept_mass=stats.kept_mass(),
+        breakdowns=stats.breakdowns(),
+        interpretation=interpret(metrics, run_config),
+        routing=routing,
+        warnings=warnings,
+        run=run_config,
+    )

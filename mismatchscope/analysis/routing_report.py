@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..metrics import PROMPT_ROUTE_FLIP_RATE, ROUTE_FLIP_RATE, ROUTING_SHARE_OF_GAP
 from ..routing.layout import SIDES, RoutingMeta
 from .routing import MARGIN_EDGES, GapTally, LayerFlips, RoutingScan
 
@@ -63,11 +64,11 @@ def routing_section(scan: RoutingScan, gap: GapTally | None) -> dict:
     c, p = scan.completion, scan.prompt
     out.update(
         {
-            "route_flip_rate": _rate(c.rows_flipped, c.rows_compared),
+            ROUTE_FLIP_RATE.name: _rate(c.rows_flipped, c.rows_compared),
             "tokens_compared": c.rows_compared,
             "tokens_flipped": c.rows_flipped,
             "route_flip_rate_by_layer": _by_layer(meta, c),
-            "prompt_route_flip_rate": _rate(p.rows_flipped, p.rows_compared),
+            PROMPT_ROUTE_FLIP_RATE.name: _rate(p.rows_flipped, p.rows_compared),
             "prompt_rows_compared": p.rows_compared,
             "prompt_rows_flipped": p.rows_flipped,
             "prompt_route_flip_rate_by_layer": _by_layer(meta, p),
@@ -81,7 +82,7 @@ def routing_section(scan: RoutingScan, gap: GapTally | None) -> dict:
             "unflipped_tokens": gap.unflipped_n,
             "tokens_without_routes": gap.unrouted_n,
         }
-        out["routing_share_of_gap"] = _rate_f(gap.flipped_abs_l, gap.total_abs_l)
+        out[ROUTING_SHARE_OF_GAP.name] = _rate_f(gap.flipped_abs_l, gap.total_abs_l)
     if scan.has_margin:
         out["by_trainer_margin"] = [
             {"bucket": b, "compared": int(n), "flipped": int(f), "flip_rate": _rate(f, n)}

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..divergence import TokenTerms
 from ..errors import UsageError
+from ..metrics import TOKEN_REJECT_RATE, TOKEN_REWEIGHT_RATE
 from ..rules import RuleInstance, make_instance
 from ..rules.base import parse_overrides
 from ..rules.readings import DEFAULT, READINGS, readings_of, split_name
@@ -119,7 +120,8 @@ def side_by_side(path: str, text: str, mapping: dict[str, str] | None = None) ->
         mapping,
         on_terms=on_terms if token_level else None,
     )
-    rows = (result.masks or {}).get("rules", [])  # masks=True: always there
+    assert result.masks is not None  # masks=True
+    rows = result.masks.rules
     if not token_level:
         _sequence_differences(result, rules, diffs)
     out_rows = []
@@ -132,7 +134,7 @@ def side_by_side(path: str, text: str, mapping: dict[str, str] | None = None) ->
             "params": row["params"],
             "hypothesis": row["hypothesis"],
             "tokens_acted": row["tokens_rejected" if acts == "reject" else "tokens_reweighted"],
-            "token_rate": row["token_reject_rate" if acts == "reject" else "token_reweight_rate"],
+            "token_rate": row[(TOKEN_REJECT_RATE if acts == "reject" else TOKEN_REWEIGHT_RATE).name],
             "sequences_rejected": row["sequences_rejected"],
         }
         if i and key in diffs.by_key:

@@ -17,6 +17,16 @@ from __future__ import annotations
 import numpy as np
 
 from ..divergence import TokenTerms
+from ..metrics import (
+    ABS_LOGPROB_DIFF_MEAN,
+    CHI2_TOKEN,
+    ESS,
+    K1_MEAN,
+    K2_MEAN,
+    K3_MEAN,
+    KL_REVERSE_K3_MEAN,
+    TV_TOKEN_MEAN,
+)
 
 LOG_R2_OVERFLOW = float(np.log(np.finfo(np.float64).max)) / 2
 """log p - log q above this (about 354.9) makes r^2 overflow float64: chi2 reads inf and ESS cannot be formed."""
@@ -42,25 +52,25 @@ def token_sums(idx: np.ndarray, nb: int, t: TokenTerms | tuple) -> np.ndarray:
 def token_means(n, *, tv=None, abs_l=None, k1=None, k2=None, k3=None, krev=None, r=None, r2=None) -> dict:
     """The report's token metrics from whichever sums are given (scalars or aligned arrays).
 
-    Names are the report's keys: ``tv_token_mean``, ``abs_logprob_diff_mean``,
-    ``k1_mean``, ``k2_mean``, ``k3_mean``, ``kl_reverse_k3_mean``,
-    ``chi2_token`` (needs r2) and ``ess`` (needs r and r2; ESS / n).
+    Keys are the catalog's names (``metrics.CATALOG``): the means of tv, |l|,
+    k1, k2, k3 and reverse k3, ``chi2_token`` (needs r2) and ``ess`` (needs r
+    and r2; ESS / n).
     """
     out = {}
-    for name, s in (
-        ("tv_token_mean", tv),
-        ("abs_logprob_diff_mean", abs_l),
-        ("k1_mean", k1),
-        ("k2_mean", k2),
-        ("k3_mean", k3),
-        ("kl_reverse_k3_mean", krev),
+    for m, s in (
+        (TV_TOKEN_MEAN, tv),
+        (ABS_LOGPROB_DIFF_MEAN, abs_l),
+        (K1_MEAN, k1),
+        (K2_MEAN, k2),
+        (K3_MEAN, k3),
+        (KL_REVERSE_K3_MEAN, krev),
     ):
         if s is not None:
-            out[name] = s / n
+            out[m.name] = s / n
     if r2 is not None:
-        out["chi2_token"] = r2 / n - 1.0
+        out[CHI2_TOKEN.name] = r2 / n - 1.0
         if r is not None:
-            out["ess"] = ess(n, r, r2)
+            out[ESS.name] = ess(n, r, r2)
     return out
 
 
@@ -78,5 +88,5 @@ def summarise_sums(s: np.ndarray) -> dict[str, float | int | None]:
         return {"tokens": 0}
     with np.errstate(divide="ignore", invalid="ignore"):
         m = token_means(n, **{k: s[i] for i, k in enumerate(TOKEN_SUMS) if k != "n"})
-    m["ess"] = float(m["ess"]) if np.isfinite(m["ess"]) else None  # 0 / 0, or sum r^2 overflowed
+    m[ESS.name] = float(m[ESS.name]) if np.isfinite(m[ESS.name]) else None  # 0 / 0, or sum r^2 overflowed
     return {"tokens": int(n), **m}

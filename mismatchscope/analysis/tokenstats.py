@@ -15,7 +15,20 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..divergence import TokenTerms
+from ..metrics import (
+    ABS_LOGPROB_DIFF_MEAN,
+    CHI2_TOKEN,
+    ESS,
+    K1_MEAN,
+    K2_MEAN,
+    K3_MEAN,
+    KL_REVERSE_K3_MEAN,
+    SCORE_CENTERING,
+    TAIL_MASS_RATIO,
+    TV_TOKEN_MEAN,
+)
 from .quantiles import ExactQuantiles
+from .results import Breakdowns, CenteringStat, KeptMass, ScoreCentering, TailMassRatio, TokenMetrics, TopK
 from .sums import TOKEN_SUMS, summarise_sums, token_sums, token_weights
 
 RATIO_QUANTILES = (0.001, 0.01, 0.05, 0.5, 0.95, 0.99, 0.999)
@@ -178,32 +191,30 @@ class TokenStats:
         """Every column whose exact quantiles the report prints: "log_ratio" and each score-centering statistic."""
         return {"log_ratio": self.log_ratios, **self._centering}
 
-    def score_centering(self) -> dict | None:
+    def score_centering(self) -> ScoreCentering | None:
         """Means and quantiles over tokens; tokens where a statistic is undefined are counted apart."""
         if not self._centering:
             return None
-        out: dict = {}
-        for k in ("sampler_topk_mass", "trainer_mass_on_sampler_topk", "tail_mass_ratio", "topk_overlap"):
-            if k not in self._centering:
-                out[k] = None
+        stats: dict[str, CenteringStat | None] = {}
+        for m in SCORE_CENTERING:
+            if m.name not in self._centering:
+                stats[m.name] = None
                 continue
-            v = self._centering[k]
+            v = self._centering[m.name]
             n = v.n
             qs = v.quantiles(RATIO_QUANTILES) if n else [None] * len(RATIO_QUANTILES)
-            out[k] = {
-                "tokens": n,
-                "mean": _f(self._centering_sum[k] / n) if n else None,
-                "quantiles": {_g(q): _f(x) for q, x in zip(RATIO_QUANTILES, qs)},
-            }
-        out["tokens"] = out["sampler_topk_mass"]["tokens"]
-        out["tail_mass_ratio"].update(
-            {
-                "undefined_tokens": self.empty_tails,
-                "empty_sampler_tail": self.empty_sampler_tail,
-                "empty_trainer_tail": self.empty_trainer_tail,
-            }
-        )
-        return out
+            kind = TailMassRatio if m is TAIL_MASS_RATIO else CenteringStat
+            stats[m.name] = kind(
+                tokens=n,
+                mean=_f(self._centering_sum[m.name] / n) if n else None,
+                quantiles={_g(q): _f(x) for q, x in zip(RATIO_QUANTILES, qs)},
+            )
+        sampler, trainer, rho, overlap = stats.values()
+        assert sampler is not None and trainer is not None and isinstance(rho, TailMassRatio)  # every top-k batch
+        rho.undefined_tokens = self.empty_tails
+        rho.empty_sampler_tail = self.empty_sampler_tail
+        rho.empty_trainer_tail = self.empty_trainer_tail
+        return ScoreCentering(sampler, trainer, rho, overlap, tokens=sampler.tokens)
 
     def add_kept_mass(self, kept_logmass_T: np.ndarray) -> None:
         ok = np.isfinite(kept_logmass_T)
@@ -214,80 +225,74 @@ class TokenStats:
 
     # ---- results -------------------------------------------------------
 
-    def metrics(self) -> dict:
+    def metrics(self) -> TokenMetrics:
         s = summarise_sums(self.sums)
         n = s["tokens"]
         # quantiles of r = exp(l): exp is increasing, so r's order statistics are exp of l's
         qs = self.log_ratios.quantiles(RATIO_QUANTILES, np.exp) if self.log_ratios.n else [None] * len(RATIO_QUANTILES)
-        m = {
-            "tv_token_mean": s.get("tv_token_mean"),
-            "tv_token_max": self.tv_max if n else None,
-            "abs_logprob_diff_mean": s.get("abs_logprob_diff_mean"),
-            "abs_logprob_diff_max": self.abs_l_max if n else None,
-            "k1_mean": s.get("k1_mean"),
-            "k2_mean": s.get("k2_mean"),
-            "k3_mean": s.get("k3_mean"),
-            "kl_reverse_k3_mean": s.get("kl_reverse_k3_mean"),
-            "chi2_token": s.get("chi2_token"),
-            "ess": s.get("ess"),
-            "ratio_min": math.exp(self.log_ratio_min) if n else None,
-            "ratio_max": _exp(self.log_ratio_max) if n else None,
-            "ratio_quantiles": {_g(q): _f(v) for q, v in zip(RATIO_QUANTILES, qs)},
-            "ratio_tail_high": {_g(c): (int(k) / n if n else None) for c, k in zip(TAIL_CUTS, self.tail_high)},
-            "ratio_tail_low": {_g(c): (int(k) / n if n else None) for c, k in zip(TAIL_CUTS, self.tail_low)},
-        }
-        return m
+        return TokenMetrics(
+            tv_token_mean=s.get(TV_TOKEN_MEAN.name),
+            tv_token_max=self.tv_max if n else None,
+            abs_logprob_diff_mean=s.get(ABS_LOGPROB_DIFF_MEAN.name),
+            abs_logprob_diff_max=self.abs_l_max if n else None,
+            k1_mean=s.get(K1_MEAN.name),
+            k2_mean=s.get(K2_MEAN.name),
+            k3_mean=s.get(K3_MEAN.name),
+            kl_reverse_k3_mean=s.get(KL_REVERSE_K3_MEAN.name),
+            chi2_token=s.get(CHI2_TOKEN.name),
+            ess=s.get(ESS.name),
+            ratio_min=math.exp(self.log_ratio_min) if n else None,
+            ratio_max=_exp(self.log_ratio_max) if n else None,
+            ratio_quantiles={_g(q): _f(v) for q, v in zip(RATIO_QUANTILES, qs)},
+            ratio_tail_high={_g(c): (int(k) / n if n else None) for c, k in zip(TAIL_CUTS, self.tail_high)},
+            ratio_tail_low={_g(c): (int(k) / n if n else None) for c, k in zip(TAIL_CUTS, self.tail_low)},
+        )
 
-    def topk(self) -> dict | None:
+    def topk(self) -> TopK | None:
         if not self.topk_n:
             return None
-        return {
-            "tokens": self.topk_n,
-            "tv_topk_lower_mean": self.topk_tv_sum / self.topk_n,
-            "tv_topk_lower_max": self.topk_tv_max,
-            "kl_topk_lower_mean": self.topk_kl_sum / self.topk_n,
-            "kl_topk_lower_max": self.topk_kl_max,
-            "sampler_topk_mass_mean": self.topk_mass_sum / self.topk_n,
-        }
+        return TopK(
+            tokens=self.topk_n,
+            tv_topk_lower_mean=self.topk_tv_sum / self.topk_n,
+            tv_topk_lower_max=self.topk_tv_max,
+            kl_topk_lower_mean=self.topk_kl_sum / self.topk_n,
+            kl_topk_lower_max=self.topk_kl_max,
+            sampler_topk_mass_mean=self.topk_mass_sum / self.topk_n,
+        )
 
-    def kept_mass(self) -> dict | None:
+    def kept_mass(self) -> KeptMass | None:
         if not self.kept_n:
             return None
-        return {
-            "tokens": self.kept_n,
-            "kept_logmass_mean": self.kept_sum / self.kept_n,
-            "kept_logmass_min": self.kept_min,
-        }
+        return KeptMass(
+            tokens=self.kept_n, kept_logmass_mean=self.kept_sum / self.kept_n, kept_logmass_min=self.kept_min
+        )
 
-    def breakdowns(self) -> dict:
-        out = {"sampler_prob": [], "position": [], "entropy": None}
+    def breakdowns(self) -> Breakdowns:
+        out = Breakdowns(sampler_prob=[], position=[], entropy=None)
         labels = q_bucket_labels()
         for j, lab in enumerate(labels):
-            out["sampler_prob"].append({"bucket": lab, **_row(self.q_buckets[:, j])})
+            out.sampler_prob.append({"bucket": lab, **_row(self.q_buckets[:, j])})
         npos = self.pos_sums.shape[1]
         if npos:
             edges = sorted({int(math.ceil(x)) for x in np.linspace(0, npos, 11)})
             for a, b in zip(edges, edges[1:]):
                 lab = f"{a}" if b - a == 1 else f"{a}-{b - 1}"
-                out["position"].append({"bucket": lab, **_row(self.pos_sums[:, a:b].sum(axis=1))})
+                out.position.append({"bucket": lab, **_row(self.pos_sums[:, a:b].sum(axis=1))})
         if self.ent_buckets is not None:
             labs = [f"[{_g(a)}, {_g(b)})" for a, b in zip(ENTROPY_EDGES, ENTROPY_EDGES[1:])] + [
                 f"[{_g(ENTROPY_EDGES[-1])}, inf)"
             ]
-            out["entropy"] = [{"bucket": lab, **_row(self.ent_buckets[:, j])} for j, lab in enumerate(labs)]
+            out.entropy = [{"bucket": lab, **_row(self.ent_buckets[:, j])} for j, lab in enumerate(labs)]
         return out
 
 
 def centering_values(c) -> dict[str, np.ndarray]:
     """One batch's score-centering statistics as the quantiles keep them: float32, defined tokens only
     (NaN marks a token where a statistic is undefined; those are counted apart)."""
-    values = {
-        "sampler_topk_mass": c.sampler_mass_T,
-        "trainer_mass_on_sampler_topk": c.trainer_mass_T,
-        "tail_mass_ratio": c.tail_ratio_T,
-    }
+    sampler, trainer, rho, overlap = SCORE_CENTERING
+    values = {sampler.name: c.sampler_mass_T, trainer.name: c.trainer_mass_T, rho.name: c.tail_ratio_T}
     if c.overlap_T is not None:
-        values["topk_overlap"] = c.overlap_T
+        values[overlap.name] = c.overlap_T
     out = {}
     for k, v in values.items():
         v32 = np.asarray(v, dtype=np.float32)

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..divergence import token_terms
 from ..errors import UsageError
+from ..metrics import ABS_LOGPROB_DIFF_MEAN, K3_MEAN
 from ..reader import Hygiene, Source, iter_batches
 from .table import SequenceTable
 
@@ -27,9 +28,9 @@ def _ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 RANKINGS: dict[str, tuple[str, Callable[[SequenceTable], np.ndarray]]] = {
     "k3_sum": ("sum k3 (nats)", lambda s: s.sum_k3_S),
-    "k3_mean": ("mean k3 (nats)", lambda s: _ratio(s.sum_k3_S, s.n_tokens_S)),
+    K3_MEAN.name: ("mean k3 (nats)", lambda s: _ratio(s.sum_k3_S, s.n_tokens_S)),
     "abs_logprob_diff_sum": ("sum |log p - log q| (nats)", lambda s: s.sum_abs_l_S),
-    "abs_logprob_diff_mean": ("mean |log p - log q| (nats)", lambda s: _ratio(s.sum_abs_l_S, s.n_tokens_S)),
+    ABS_LOGPROB_DIFF_MEAN.name: ("mean |log p - log q| (nats)", lambda s: _ratio(s.sum_abs_l_S, s.n_tokens_S)),
     "tv_max": ("max |p - q|", lambda s: s.max_tv_S),
     "log_ratio_sum": ("|S| = |sum log p/q| (nats)", lambda s: np.abs(s.sum_l_S)),
 }

@@ -9,6 +9,7 @@ import typer
 
 from ..analysis.parallel import keep_freed_memory
 from ..errors import UsageError
+from ..metrics import ABS_LOGPROB_DIFF_MEAN, K3_MEAN
 from ._options import ColumnOpt, FormatOpt, PathArg, RuleOpt, rule_help_epilog
 from ._output import OutputFormat, emit_json, info, stdout_console, warn
 from ._readings import ReadingsOpt, run_side_by_side
@@ -29,28 +30,28 @@ def _request_rules(rules: list[str] | None, sweeps: list[str] | None):
 
 
 def masks_payload(result) -> dict:
-    return {"tokens": result.tokens, "sequences": result.sequences, **result.masks, "warnings": result.warnings}
+    from ..documents import document
+
+    return document(result.masks)
 
 
 class WorstBy(str, enum.Enum):
     """``--worst-by``: the names of ``analysis.worst.RANKINGS`` (kept here so ``--help`` imports no numpy)."""
 
     k3_sum = "k3_sum"
-    k3_mean = "k3_mean"
+    k3_mean = K3_MEAN.name
     abs_logprob_diff_sum = "abs_logprob_diff_sum"
-    abs_logprob_diff_mean = "abs_logprob_diff_mean"
+    abs_logprob_diff_mean = ABS_LOGPROB_DIFF_MEAN.name
     tv_max = "tv_max"
     log_ratio_sum = "log_ratio_sum"
 
 
-def report_payload(result) -> dict:
-    return {
-        "tokens": result.tokens,
-        "sequences": result.sequences,
-        **result.report,
-        "warnings": result.warnings,
-        "run": result.run,
-    }
+def report_payload(result, worst: list[dict] | None = None) -> dict:
+    from dataclasses import replace
+
+    from ..documents import document
+
+    return document(replace(result.report, worst=worst))
 
 
 def compare_masks(
@@ -203,7 +204,7 @@ def report(
     if pictures:
         _write_pictures(result, hist, rules, plots, html, inputs, worst_rows, traces)
     if format is OutputFormat.json:
-        emit_json({**report_payload(result), **({"worst": worst_rows} if worst_rows is not None else {})})
+        emit_json(report_payload(result, worst_rows))
         return
     from ..render.tables import header, report_tables, worst_table
 

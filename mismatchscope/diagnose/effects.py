@@ -21,14 +21,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..gate.bootstrap import interval, resample_sums
+from ..metrics import ABS_LOGPROB_DIFF_MEAN, K3_MEAN, TV_TOKEN_MEAN
 
 METRICS = {
-    "abs_logprob_diff_mean": "sum_abs_l",
-    "tv_token_mean": "sum_tv",
-    "k3_mean": "sum_k3",
+    ABS_LOGPROB_DIFF_MEAN.name: "sum_abs_l",
+    TV_TOKEN_MEAN.name: "sum_tv",
+    K3_MEAN.name: "sum_k3",
 }
 """the token means an effect is judged on: report's name -> its per-sequence sum."""
-PRIMARY = "abs_logprob_diff_mean"
+PRIMARY = ABS_LOGPROB_DIFF_MEAN.name
 
 
 @dataclass(frozen=True)
@@ -99,9 +100,6 @@ def rank(payload: dict) -> None:
     payload["baseline"]["throughput"]["pipeline_tokens_per_s"] = base_rate
     payload["variants"] = ok + [v for v in payload["variants"] if v["status"] != "ok"]
     payload["no_effect"] = [v["name"] for v in ok if not any(d["significant"] for d in v["delta"].values())]
-    points = [("baseline", payload["baseline"]["metrics"]["abs_logprob_diff_mean"], base_rate or float("nan"))]
-    points += [
-        (v["name"], v["metrics"]["abs_logprob_diff_mean"], v["throughput"]["pipeline_tokens_per_s"] or float("nan"))
-        for v in ok
-    ]
+    points = [("baseline", payload["baseline"]["metrics"][PRIMARY], base_rate or float("nan"))]
+    points += [(v["name"], v["metrics"][PRIMARY], v["throughput"]["pipeline_tokens_per_s"] or float("nan")) for v in ok]
     payload["pareto_front"] = cost.pareto_front(points)

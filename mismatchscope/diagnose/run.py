@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from .. import rundir
+from ..documents import to_json
 from ..errors import MismatchscopeError, SamplerError, UsageError
 from ..probe.run import Progress
 from ..probe.types import SamplerConfig, SamplingConfig, ScoreRequest, TrainerConfig
@@ -447,7 +448,7 @@ def _gap(result, path: Path) -> dict[str, Any]:
         "run_dir": str(path),
         "tokens": result.tokens,
         "sequences": result.sequences,
-        "metrics": result.report["metrics"],
+        "metrics": to_json(result.report.metrics),
     }
 
 

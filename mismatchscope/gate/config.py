@@ -19,7 +19,7 @@ from typing import Any, cast
 
 from ..errors import GateConfigError, UsageError
 from ..rules import lookup, make_instance
-from .limits import Metric, check_rule_level, lookup_metric
+from .limits import Statistic, check_rule_level, lookup_metric
 
 DEFAULT_FILE = "gate.toml"
 
@@ -130,7 +130,7 @@ class GateConfig:
     baseline: str | None = None
     source: str = "built-in defaults"
 
-    def metrics(self) -> list[Metric]:
+    def metrics(self) -> list[Statistic]:
         names = [a.metric for a in self.absolute] + [r.metric for r in self.regression]
         return [lookup_metric(n) for n in dict.fromkeys(names)]
 
@@ -233,7 +233,7 @@ def validate(cfg: GateConfig) -> GateConfig:
     return cfg
 
 
-def _satisfiable(a: AbsoluteLimit, m: Metric) -> None:
+def _satisfiable(a: AbsoluteLimit, m: Statistic) -> None:
     """A limit no value can meet would fail every run: a typo, not a gate."""
     if (a.min is not None and a.min == math.inf) or (a.max is not None and a.max == -math.inf):
         bound = f"min {a.min:g}" if a.min == math.inf else f"max {a.max:g}"

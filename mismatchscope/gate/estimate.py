@@ -11,8 +11,9 @@ import numpy as np
 from ..analysis.sums import LOG_R2_OVERFLOW
 from ..analysis.table import SequenceTable
 from ..errors import InputError
+from ..metrics import ESS, MAX_TV, TOPK_OVERLAP
 from .bootstrap import resample_sums
-from .limits import Metric
+from .limits import CENTERING_SECTION, Statistic
 
 BASE_COLUMNS = {
     "n": "n_tokens_S",
@@ -24,7 +25,7 @@ BASE_COLUMNS = {
     "sum_krev": "sum_krev_S",
     "sum_r": "sum_r_S",
     "sum_r2": "sum_r2_S",
-    "max_tv": "max_tv_S",
+    MAX_TV.name: "max_tv_S",
 }
 """the limits catalog's column name -> the ``SequenceTable`` field it reads."""
 
@@ -87,7 +88,7 @@ def _rule_column(table: SequenceTable, rule: str, kind: str) -> np.ndarray:
 
 
 def estimate(
-    role: str, path: str, result, metrics: list[Metric], resamples: int, rng: np.random.Generator
+    role: str, path: str, result, metrics: list[Statistic], resamples: int, rng: np.random.Generator
 ) -> FileEstimates:
     boot = [m for m in metrics if m.bootstrapped]
     names = sorted({c for m in boot for c in m.columns})
@@ -96,7 +97,7 @@ def estimate(
     totals = dict(zip(names, X_SC.sum(axis=0)))
     point: dict[str, float] = {}
     for m in metrics:
-        value = float(m.fn(totals)) if m.fn else _report_value(result, m)
+        value = float(m.fn(totals)) if m.fn else _point(result, m)
         if value is None or (isinstance(value, float) and np.isnan(value)):
             raise InputError(
                 f"{m.name} is not available for the {role} ({path}){_why_missing(m)}",
@@ -111,33 +112,22 @@ def estimate(
     return est
 
 
-def _report_value(result, m: Metric) -> float | None:
-    if m.report_path and m.report_path[0] == "masks":
-        _, rule, stat = m.report_path
-        rows = [
-            r
-            for r in (result.masks or {}).get("rules", [])
-            if r["name"] == rule and r["hypothesis"] in ("data", "mean")
-        ]
-        return float(rows[0][stat]) if rows and rows[0][stat] is not None else None
-    node: Any = result.report
-    for key in m.report_path:
-        if not isinstance(node, dict) or key not in node:
-            return None
-        node = node[key]
-    return None if node is None else float(node)
+def _point(result, m: Statistic) -> float | None:
+    assert m.read is not None  # a statistic that is not bootstrapped reads its point value
+    value = m.read(result)
+    return None if value is None else float(value)
 
 
-def _why_missing(m: Metric) -> str:
-    if m.name == "ess":
+def _why_missing(m: Statistic) -> str:
+    if m.metric is ESS:
         return f": a token's log p - log q exceeds {LOG_R2_OVERFLOW:.1f}, so r^2 overflows float64 (report warns where)"
-    if m.report_path[:1] == ("routing",):
+    if m.routing:
         return (
             ": it needs routes/ with both sides' expert ids (an MoE run whose sampler and trainer routes were "
             "recorded; report warns when a side is missing)"
         )
-    if "topk_overlap" in m.name:
+    if TOPK_OVERLAP.name in m.name:
         return ": it needs the trainer's own top-k ids (a trainer_topk_ids column) and the sampler's top-k columns"
-    if "topk" in m.name or m.name.startswith("score_centering."):
+    if "topk" in m.name or m.name.startswith(f"{CENTERING_SECTION}."):
         return ": the file has no top-k columns (sampler_topk_ids, sampler_topk_logprobs, trainer_logprobs_at_sampler_topk)"
     return ""

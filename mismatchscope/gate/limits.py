@@ -1,6 +1,10 @@
 """The statistics a gate limit can name, and how each one is estimated.
 
-Two kinds, told apart in every output:
+Every statistic is a metric of the catalog (``metrics.CATALOG``: its unit,
+the direction that is worse, its bounds and regression floor), or one entry
+of one (``ratio_quantiles.0.99``, ``sequence_metrics.max_tv.mean``), or a
+masking rule's rate ``RULE.STAT`` (``icepop.token_reject_rate``). Two kinds,
+told apart in every output:
 
 * **bootstrapped**: a function of per-sequence sums. Every token mean is a
   ratio of sums (``tv_token_mean = sum_s sum_tv_s / sum_s n_s``), every
@@ -8,75 +12,86 @@ Two kinds, told apart in every output:
   the per-sequence sums the analysis pass already keeps
   (``PerSequence``). The point estimate is the same function at unit weights.
 * **point**: maxima, quantiles, ratio tails and top-k bounds cannot be
-  rebuilt from per-sequence sums; the gate compares the report's value and
+  rebuilt from per-sequence sums; the gate reads the report's field and
   says so.
 
-Names are the report's own keys (``tv_token_mean``, ``ratio_quantiles.0.99``,
-``sequence_metrics.max_tv.mean``) and ``RULE.STAT`` for masking rules
-(``icepop.token_reject_rate``).
+Names are the report's own (``tv_token_mean``, ``ratio_quantiles.0.99``,
+``sequence_metrics.max_tv.mean``), as ``report --format json`` nests them.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .. import metrics as M
 from ..analysis.sums import ess
 from ..analysis.tokenstats import RATIO_QUANTILES, TAIL_CUTS
 from ..errors import GateConfigError
+from ..metrics import FLOOR_KL, FLOOR_PROB, RULE_STATS, Metric
 from ..rules import RULES, lookup
 from ..rules.readings import split_name
 
+if TYPE_CHECKING:
+    from ..analysis.engine import AnalysisResult
+
+__all__ = ["FLOOR_KL", "FLOOR_PROB", "METRICS", "Statistic", "lookup_metric", "rule_metric", "valid_names_text"]
+
 Sums = dict[str, np.ndarray]
 """column name -> resampled column sums, shape ``[B]`` (or ``[]`` at unit weights)."""
+Read = Callable[["AnalysisResult"], "float | None"]
+"""a point value from an analysis result's typed fields; None where the run lacks what it needs."""
 
-Worse = Literal["higher", "lower"] | None
-
-FLOOR_PROB = 1e-4
-"""default regression floor for probabilities, |log p - log q| (nats) and rates: 0.01 percentage points."""
-FLOOR_KL = 1e-6
-"""default regression floor for the KL-type estimators (nats)."""
-
-RULE_STATS = ("token_reject_rate", "token_reweight_rate", "sequence_reject_rate", "sequences_with_rejection_rate")
+SEQUENCE_SECTION = "sequence_metrics"
+"""the report's section of per-sequence metrics: names under it read ``sequence_metrics.KEY.mean``."""
+CENTERING_SECTION = "score_centering"
 
 
 @dataclass(frozen=True)
-class Metric:
-    name: str
-    doc: str
+class Statistic:
+    """What a limit names: a metric of the catalog, and how the gate estimates it."""
+
+    metric: Metric
     columns: tuple[str, ...] = ()
-    """per-sequence columns the statistic needs; empty: a point estimate from the report."""
+    """per-sequence columns the statistic needs; empty: a point estimate read from the result."""
     fn: Callable[[Sums], np.ndarray] | None = None
-    worse: Worse = "higher"
-    """which direction is a regression; None for signed metrics (k1, log ratios)."""
-    nonnegative: bool = True
-    floor: float = FLOOR_PROB
-    report_path: tuple[str, ...] = ()
-    """where the point value sits in the report payload (point metrics)."""
+    read: Read | None = None
+    """the point value, for statistics that are not bootstrapped."""
     rule: str | None = None
     rule_stat: str | None = None
-    upper: float = math.inf
-    """the largest value the statistic can take (1 for probabilities, shares and TV)."""
-    lower: float | None = None
-    """the smallest; None: 0 when ``nonnegative``, else unbounded."""
+    routing: bool = False
+    """read from the report's routing entry (the run's routes/ must be read)."""
+
+    @property
+    def name(self) -> str:
+        return self.metric.name
+
+    @property
+    def doc(self) -> str:
+        return self.metric.meaning
+
+    @property
+    def worse(self) -> M.Worse:
+        return self.metric.worse
+
+    @property
+    def floor(self) -> float:
+        return self.metric.floor
 
     @property
     def bounds(self) -> tuple[float, float]:
-        """[smallest, largest] value the statistic can take: a limit outside it is a typo, not a gate."""
-        return (self.lower if self.lower is not None else 0.0 if self.nonnegative else -math.inf), self.upper
+        return self.metric.bounds
+
+    @property
+    def regressable(self) -> bool:
+        return self.metric.regressable
 
     @property
     def bootstrapped(self) -> bool:
         return self.fn is not None
-
-    @property
-    def regressable(self) -> bool:
-        """A "may not rise by X%" limit needs a direction and a value that cannot go negative."""
-        return self.worse == "higher" and self.nonnegative
 
     @property
     def needs_report(self) -> bool:
@@ -95,226 +110,183 @@ def _ess(s: Sums) -> np.ndarray:
     return ess(s["n"], s["sum_r"], s["sum_r2"])
 
 
-def _token_mean(
-    name: str,
-    col: str,
-    doc: str,
-    *,
-    scale: float = 1.0,
-    shift: float = 0.0,
-    worse: Worse = "higher",
-    nonnegative: bool = True,
-    floor: float = FLOOR_PROB,
-) -> Metric:
-    return Metric(name, doc, (col, "n"), _ratio(col, "n", scale, shift), worse, nonnegative, floor)
+def _token_mean(m: Metric, col: str, *, scale: float = 1.0, shift: float = 0.0) -> Statistic:
+    return Statistic(m, (col, "n"), _ratio(col, "n", scale, shift))
 
 
-def _seq_mean(name: str, col: str, doc: str, *, worse: Worse = "higher", nonnegative: bool = True) -> Metric:
-    return Metric(name, doc, (col, "one"), _ratio(col, "one"), worse, nonnegative)
+def _seq_mean(m: Metric, col: str) -> Statistic:
+    return Statistic(m, (col, "one"), _ratio(col, "one"))
 
 
-def _point(
-    path: tuple[str, ...], doc: str, *, worse: Worse = "higher", nonnegative: bool = True, floor: float = FLOOR_PROB
-) -> Metric:
-    name = ".".join(path[1:]) if path[0] == "metrics" else ".".join(path)
-    return Metric(name, doc, worse=worse, nonnegative=nonnegative, floor=floor, report_path=path)
+def _report(m: Metric, read: Callable) -> Statistic:
+    """A point statistic read from the typed report (None when the file has no report entry for it)."""
+
+    def value(result: AnalysisResult) -> float | None:
+        return None if result.report is None else read(result.report)
+
+    return Statistic(m, read=value)
 
 
-def _catalog() -> dict[str, Metric]:
-    ms = [
-        _token_mean("tv_token_mean", "sum_tv", "mean |p - q| of the sampled token"),
-        _token_mean("abs_logprob_diff_mean", "sum_abs_l", "mean |log p - log q| (nats)"),
-        _token_mean(
-            "k1_mean", "sum_l", "mean -l, KL(sampler||trainer), can be < 0", scale=-1.0, worse=None, nonnegative=False
-        ),
-        _token_mean("k2_mean", "sum_k2", "mean l^2/2 (nats)", floor=FLOOR_KL),
-        _token_mean("k3_mean", "sum_k3", "mean (r-1)-l, KL(sampler||trainer) (nats)", floor=FLOOR_KL),
-        _token_mean("kl_reverse_k3_mean", "sum_krev", "mean r l-(r-1), KL(trainer||sampler) (nats)", floor=FLOOR_KL),
-        _token_mean("chi2_token", "sum_r2", "mean r^2 - 1", shift=-1.0, nonnegative=False, floor=FLOOR_KL),
-        Metric("ess", "effective sample size / n", ("sum_r", "sum_r2", "n"), _ess, worse="lower"),
-        _seq_mean("seq_log_ratio_mean", "sum_l", "mean over sequences of S = sum_t l", worse=None, nonnegative=False),
-        _seq_mean("geo_ratio_mean", "geo", "mean over sequences of exp(mean_t l)", worse=None),
-        _seq_mean(
-            "sequence_metrics.seq_log_ratio.mean", "sum_l", "= seq_log_ratio_mean", worse=None, nonnegative=False
-        ),
-        _seq_mean("sequence_metrics.geo_ratio.mean", "geo", "= geo_ratio_mean", worse=None),
-        _seq_mean("sequence_metrics.max_tv.mean", "max_tv", "mean over sequences of max_t |p - q|"),
-        _seq_mean(
-            "sequence_metrics.log_ppl_diff.mean",
-            "neg_mean_l",
-            "mean over sequences of mean_t (lq - lp)",
-            worse=None,
-            nonnegative=False,
-        ),
-        _point(("metrics", "tv_token_max"), "max |p - q|"),
-        _point(("metrics", "abs_logprob_diff_max"), "max |log p - log q| (nats)"),
-        _point(("metrics", "ratio_min"), "min r", worse="lower"),
-        _point(("metrics", "ratio_max"), "max r"),
-        _point(("metrics", "tv_topk_lower_mean"), "top-k lower bound of the full-vocabulary TV, mean"),
-        _point(
-            ("metrics", "kl_topk_lower_mean"), "top-k lower bound of KL(sampler||trainer), mean (nats)", floor=FLOOR_KL
-        ),
-        _point(("sequence_metrics", "chi2_seq"), "mean exp(2 clip(S)) - 1", nonnegative=False),
+def _field(m: Metric) -> Statistic:
+    return _report(m, lambda rep: getattr(rep.metrics, m.name))
+
+
+def _routing(m: Metric) -> Statistic:
+    return replace(_report(m, lambda rep: None if rep.routing is None else rep.routing.get(m.name)), routing=True)
+
+
+def _catalog() -> dict[str, Statistic]:
+    stats = [
+        _token_mean(M.TV_TOKEN_MEAN, "sum_tv"),
+        _token_mean(M.ABS_LOGPROB_DIFF_MEAN, "sum_abs_l"),
+        _token_mean(M.K1_MEAN, "sum_l", scale=-1.0),
+        _token_mean(M.K2_MEAN, "sum_k2"),
+        _token_mean(M.K3_MEAN, "sum_k3"),
+        _token_mean(M.KL_REVERSE_K3_MEAN, "sum_krev"),
+        _token_mean(M.CHI2_TOKEN, "sum_r2", shift=-1.0),
+        Statistic(M.ESS, ("sum_r", "sum_r2", "n"), _ess),
+        _seq_mean(M.SEQ_LOG_RATIO_MEAN, "sum_l"),
+        _seq_mean(M.GEO_RATIO_MEAN, "geo"),
     ]
-    ms += [
-        Metric(
-            "route_flip_rate",
-            "share of completion tokens whose top-k expert set differs between the sides in some "
-            "MoE layer (MoE runs with both sides' routes)",
-            report_path=("routing", "route_flip_rate"),
-            upper=1.0,
+    seq_columns = {M.SEQ_LOG_RATIO: "sum_l", M.GEO_RATIO: "geo", M.MAX_TV: "max_tv", M.LOG_PPL_DIFF: "neg_mean_l"}
+    for m, col in seq_columns.items():
+        named = replace(m, name=f"{SEQUENCE_SECTION}.{m.name}")
+        stats.append(_seq_mean(named.part("mean", f"mean over sequences of {m.formula}"), col))
+    stats += [
+        _field(M.TV_TOKEN_MAX),
+        _field(M.ABS_LOGPROB_DIFF_MAX),
+        _field(M.RATIO_MIN),
+        _field(M.RATIO_MAX),
+        _field(M.TV_TOPK_LOWER_MEAN),
+        _field(M.KL_TOPK_LOWER_MEAN),
+        _report(
+            replace(M.CHI2_SEQ, name=f"{SEQUENCE_SECTION}.{M.CHI2_SEQ.name}"), lambda rep: rep.sequence_metrics.chi2_seq
         ),
-        Metric(
-            "routing_share_of_gap",
-            "share of the summed |log p - log q| that sits on tokens flipped in some MoE layer",
-            worse=None,
-            report_path=("routing", "routing_share_of_gap"),
-            upper=1.0,
-        ),
+        _routing(M.ROUTE_FLIP_RATE),
+        _routing(M.ROUTING_SHARE_OF_GAP),
     ]
     for q in RATIO_QUANTILES:
-        ms.append(_point(("metrics", "ratio_quantiles", f"{q:g}"), f"quantile {q:g} of r", worse=None))
+        key = f"{q:g}"
+        m = M.RATIO_QUANTILES.part(key, f"quantile {key} of r")
+        stats.append(_report(m, lambda rep, key=key: rep.metrics.ratio_quantiles.get(key)))
     for c in TAIL_CUTS:
-        ms.append(_point(("metrics", "ratio_tail_high", f"{c:g}"), f"share of tokens with r > {c:g}"))
-        ms.append(_point(("metrics", "ratio_tail_low", f"{c:g}"), f"share of tokens with r < 1/{c:g}"))
-    centering: tuple[tuple[str, Worse, str], ...] = (
-        ("sampler_topk_mass", None, "sampler's top-k mass sum_K q"),
-        ("trainer_mass_on_sampler_topk", None, "trainer's mass on the sampler's top-k, sum_K p"),
-        ("tail_mass_ratio", None, "tail-mass ratio (1 - sum_K q) / (1 - sum_K p), tokens with both tails non-empty"),
-        ("topk_overlap", "lower", "overlap |K_sampler & K_trainer| / k of the two top-k id sets"),
-    )
-    for key, worse, doc in centering:
-        ms.append(_point(("score_centering", key, "mean"), f"{doc}, mean over tokens", worse=worse))
+        key = f"{c:g}"
+        high = M.RATIO_TAIL_HIGH.part(key, f"share of tokens with r > {key}")
+        low = M.RATIO_TAIL_LOW.part(key, f"share of tokens with r < 1/{key}")
+        stats.append(_report(high, lambda rep, key=key: rep.metrics.ratio_tail_high.get(key)))
+        stats.append(_report(low, lambda rep, key=key: rep.metrics.ratio_tail_low.get(key)))
+    for m in M.SCORE_CENTERING:
+        named = replace(m, name=f"{CENTERING_SECTION}.{m.name}")
+        what = m.title or m.meaning
+
+        def stat(rep, m=m):
+            return None if rep.score_centering is None else getattr(rep.score_centering, m.name)
+
+        stats.append(
+            _report(named.part("mean", f"{what}, mean over tokens"), lambda rep, stat=stat: _attr(stat(rep), "mean"))
+        )
         for q in RATIO_QUANTILES:
-            ms.append(
-                _point(
-                    ("score_centering", key, "quantiles", f"{q:g}"), f"{doc}, quantile {q:g} over tokens", worse=worse
-                )
-            )
-    sequence: tuple[tuple[str, Worse, bool], ...] = (
-        ("seq_log_ratio", None, False),
-        ("geo_ratio", None, True),
-        ("max_tv", "higher", True),
-        ("log_ppl_diff", None, False),
-    )
-    for key, worse, nonneg in sequence:
+            key = f"{q:g}"
+            part = named.part(f"quantiles.{key}", f"{what}, quantile {key} over tokens")
+            stats.append(_report(part, lambda rep, stat=stat, key=key: _quantile(stat(rep), key)))
+    for m in M.SEQUENCE_DISTRIBUTIONS:
+        named = replace(m, name=f"{SEQUENCE_SECTION}.{m.name}")
         for q in RATIO_QUANTILES:
-            ms.append(
-                _point(
-                    ("sequence_metrics", key, "quantiles", f"{q:g}"),
-                    f"quantile {q:g} over sequences of {key}",
-                    worse=worse,
-                    nonnegative=nonneg,
-                )
-            )
-    return {m.name: _bounded(m) for m in ms}
+            key = f"{q:g}"
+            part = named.part(f"quantiles.{key}", f"quantile {key} over sequences of {m.name}")
+            read = lambda rep, m=m, key=key: getattr(rep.sequence_metrics, m.name).quantiles.get(key)  # noqa: E731
+            stats.append(_report(part, read))
+    return {s.name: s for s in stats}
 
 
-_UNIT = ("tv_token_mean", "ess", "sequence_metrics.max_tv.mean", "tv_token_max", "tv_topk_lower_mean")
-"""statistics that are probabilities, shares or TV distances: between 0 and 1."""
-_UNIT_PREFIXES = (
-    "ratio_tail_high.",
-    "ratio_tail_low.",
-    "sequence_metrics.max_tv.quantiles.",
-    "score_centering.sampler_topk_mass.",
-    "score_centering.trainer_mass_on_sampler_topk.",
-    "score_centering.topk_overlap.",
-)
+def _attr(obj, name: str) -> float | None:
+    return None if obj is None else getattr(obj, name)
 
 
-def _bounded(m: Metric) -> Metric:
-    if m.name in _UNIT or m.name.startswith(_UNIT_PREFIXES):
-        return replace(m, upper=1.0)
-    if m.name in ("chi2_token", "sequence_metrics.chi2_seq"):  # mean r^2 - 1 >= (mean r)^2 - 1 >= -1
-        return replace(m, lower=-1.0)
-    return m
+def _quantile(obj, key: str) -> float | None:
+    return None if obj is None else obj.quantiles.get(key)
 
 
-METRICS: dict[str, Metric] = _catalog()
+METRICS: dict[str, Statistic] = _catalog()
+"""every name a limit may take, except the rules' ``RULE.STAT``."""
 
 
-def rule_metric(rule: str, stat: str, level: str | None = None) -> Metric:
+def rule_metric(rule: str, stat: str, level: str | None = None) -> Statistic:
     """``RULE.STAT``: a rate of what the rule (with the gate's parameters) would do.
 
     ``level`` is the rule's level when it depends on its parameters (``verl-rs``);
     without it such a rule's level is checked later, by :func:`check_rule_level`.
     """
+    token_reject, token_reweight, sequence_reject, with_rejection = (m.name for m in RULE_STATS)
     spec = lookup(rule)
-    if stat == "token_reject_rate" and spec.acts != "reject":
-        raise GateConfigError(f"{rule} reweights tokens, it never rejects them", hint=f"use {rule}.token_reweight_rate")
-    if stat == "token_reweight_rate" and spec.acts != "reweight":
-        raise GateConfigError(f"{rule} rejects tokens, it never reweights them", hint=f"use {rule}.token_reject_rate")
-    if stat in ("sequence_reject_rate", "sequences_with_rejection_rate") and spec.acts != "reject":
-        raise GateConfigError(f"{rule} reweights, it never rejects", hint=f"use {rule}.token_reweight_rate")
+    if stat == token_reject and spec.acts != "reject":
+        raise GateConfigError(f"{rule} reweights tokens, it never rejects them", hint=f"use {rule}.{token_reweight}")
+    if stat == token_reweight and spec.acts != "reweight":
+        raise GateConfigError(f"{rule} rejects tokens, it never reweights them", hint=f"use {rule}.{token_reject}")
+    if stat in (sequence_reject, with_rejection) and spec.acts != "reject":
+        raise GateConfigError(f"{rule} reweights, it never rejects", hint=f"use {rule}.{token_reweight}")
     level = level or spec.fixed_level
-    if stat == "sequence_reject_rate" and level == "token":
+    if stat == sequence_reject and level == "token":
         raise GateConfigError(
             f"{rule} is a token rule: it rejects tokens, not whole sequences",
-            hint=f"use {rule}.token_reject_rate or {rule}.sequences_with_rejection_rate",
+            hint=f"use {rule}.{token_reject} or {rule}.{with_rejection}",
         )
-    if stat == "token_reweight_rate" and level == "sequence":
-        # sequence-level reweighting keeps no per-sequence verdict: the report's value, not resampled
-        return Metric(
-            f"{rule}.{stat}",
-            f"share of tokens {rule} reweights",
-            report_path=("masks", rule, stat),
-            rule=rule,
-            rule_stat=stat,
-            upper=1.0,
-        )
+    base = M.metric(stat)
+    metric = replace(base, name=f"{rule}.{stat}", meaning=f"share of {base.meaning} ({rule})")
+    if stat == token_reweight and level == "sequence":
+        # sequence-level reweighting keeps no per-sequence verdict: the compare-masks value, not resampled
+        return Statistic(metric, read=lambda result: _rule_row_value(result, rule, stat), rule=rule, rule_stat=stat)
     col, den = {
-        "token_reject_rate": (f"rule:{rule}:rej", "n"),
-        "token_reweight_rate": (f"rule:{rule}:rew", "n"),
-        "sequence_reject_rate": (f"rule:{rule}:seq", "one"),
-        "sequences_with_rejection_rate": (f"rule:{rule}:with", "one"),
+        token_reject: (f"rule:{rule}:rej", "n"),
+        token_reweight: (f"rule:{rule}:rew", "n"),
+        sequence_reject: (f"rule:{rule}:seq", "one"),
+        with_rejection: (f"rule:{rule}:with", "one"),
     }[stat]
-    what = {
-        "token_reject_rate": "tokens it rejects",
-        "token_reweight_rate": "tokens it reweights",
-        "sequence_reject_rate": "sequences it rejects",
-        "sequences_with_rejection_rate": "sequences with a rejected token",
-    }[stat]
-    return Metric(
-        f"{rule}.{stat}",
-        f"share of {what} ({rule})",
-        (col, den),
-        _ratio(col, den),
-        rule=rule,
-        rule_stat=stat,
-        upper=1.0,
-    )
+    return Statistic(metric, (col, den), _ratio(col, den), rule=rule, rule_stat=stat)
 
 
-def check_rule_level(metric: Metric, instance) -> None:
+def _rule_row_value(result: AnalysisResult, rule: str, stat: str) -> float | None:
+    """The rule's row in compare-masks (real advantages, or the mean of the two hypotheses)."""
+    rows = [r for r in (result.masks.rules if result.masks else []) if r["name"] == rule]
+    rows = [r for r in rows if r["hypothesis"] in ("data", "mean")]
+    return float(rows[0][stat]) if rows and rows[0][stat] is not None else None
+
+
+def check_rule_level(metric: Statistic, instance) -> None:
     """The level checks of :func:`rule_metric` for a rule whose level comes from its parameters."""
     if metric.rule and metric.rule_stat and lookup(metric.rule).fixed_level is None:
         rule_metric(metric.rule, metric.rule_stat, instance.level)
 
 
-def lookup_metric(name: str) -> Metric:
-    """A metric by name, or a ``GateConfigError`` that lists the valid names."""
+def lookup_metric(name: str) -> Statistic:
+    """A statistic by name, or a ``GateConfigError`` that lists the valid names."""
     if name in METRICS:
         return METRICS[name]
     rule, dot, stat = name.rpartition(".")
+    stat_names = [m.name for m in RULE_STATS]
     if dot and split_name(rule)[0] in RULES:  # RULE or RULE@READING
-        if stat not in RULE_STATS:
+        if stat not in stat_names:
             raise GateConfigError(
-                f"unknown rule statistic {stat!r} in {name!r}", hint=f"valid: {', '.join(RULE_STATS)}"
+                f"unknown rule statistic {stat!r} in {name!r}", hint=f"valid: {', '.join(stat_names)}"
             )
         return rule_metric(rule, stat)
     raise GateConfigError(f"unknown metric {name!r}", hint=f"valid metrics: {valid_names_text()}")
 
 
 def valid_names_text() -> str:
-    plain = [n for n in METRICS if "quantiles." not in n and "ratio_tail" not in n]
+    plain = [
+        n
+        for n in METRICS
+        if "quantiles." not in n and not n.startswith((M.RATIO_TAIL_HIGH.name, M.RATIO_TAIL_LOW.name))
+    ]
     return (
         ", ".join(plain)
-        + ", ratio_quantiles.Q and sequence_metrics.KEY.quantiles.Q (Q in "
+        + f", {M.RATIO_QUANTILES.name}.Q and {SEQUENCE_SECTION}.KEY.quantiles.Q (Q in "
         + ", ".join(f"{q:g}" for q in RATIO_QUANTILES)
-        + "), ratio_tail_high.C and ratio_tail_low.C (C in "
+        + f"), {M.RATIO_TAIL_HIGH.name}.C and {M.RATIO_TAIL_LOW.name}.C (C in "
         + ", ".join(f"{c:g}" for c in TAIL_CUTS)
-        + "), score_centering.KEY.quantiles.Q, and RULE."
-        + "|".join(RULE_STATS)
+        + f"), {CENTERING_SECTION}.KEY.quantiles.Q, and RULE."
+        + "|".join(m.name for m in RULE_STATS)
         + " for RULE in "
         + ", ".join(RULES)
     )

@@ -85,7 +85,7 @@ def run_gate(
         masks=bool(rules) or bool(sweeps),
         rules=rules,
         sweeps=list(sweeps or []),
-        routing=plots or any(m.report_path[:1] == ("routing",) for m in metrics),
+        routing=plots or any(m.routing for m in metrics),
     )
     estimates: dict[str, FileEstimates] = {}
     for role, path, stream in (("baseline", baseline, 0), ("candidate", candidate, 1)):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..diagnose.effects import PRIMARY
+from ..metrics import ABS_LOGPROB_DIFF_MAX, ABS_LOGPROB_DIFF_MEAN, K3_MEAN, TV_TOKEN_MEAN
 
 
 def render(console, p: dict[str, Any]) -> None:
@@ -33,10 +34,7 @@ def render(console, p: dict[str, Any]) -> None:
         m = g["metrics"]
         t.add_row(
             name,
-            num(m["abs_logprob_diff_mean"]),
-            num(m["abs_logprob_diff_max"]),
-            num(m["tv_token_mean"]),
-            num(m["k3_mean"]),
+            *(num(m[k.name]) for k in (ABS_LOGPROB_DIFF_MEAN, ABS_LOGPROB_DIFF_MAX, TV_TOKEN_MEAN, K3_MEAN)),
             g["run_dir"],
         )
     console.print(t)

@@ -6,6 +6,28 @@ from typing import Any
 
 from rich.table import Table
 
+from ..analysis.results import MasksResult
+from ..metrics import (
+    ABS_LOGPROB_DIFF_MEAN,
+    CHI2_SEQ,
+    CHI2_TOKEN,
+    ESS,
+    K1_MEAN,
+    K2_MEAN,
+    K3_MEAN,
+    KL_REVERSE_K3_MEAN,
+    KL_TOPK_LOWER_MEAN,
+    PROMPT_ROUTE_FLIP_RATE,
+    ROUTE_FLIP_RATE,
+    ROUTING_SHARE_OF_GAP,
+    SCORE_CENTERING,
+    SEQUENCE_DISTRIBUTIONS,
+    TOKEN_REJECT_RATE,
+    TOKEN_REWEIGHT_RATE,
+    TV_TOKEN_MEAN,
+    TV_TOPK_LOWER_MEAN,
+)
+
 
 def num(v: Any, digits: int = 4) -> str:
     if v is None:
@@ -42,101 +64,88 @@ def header(console, result) -> None:
 
 def report_tables(console, result) -> None:
     rep = result.report
-    m = rep["metrics"]
+    m = rep.metrics
     t = Table(title="Token mismatch (trainer p vs sampler q, over sampled tokens)", title_justify="left")
     t.add_column("metric")
     t.add_column("value", justify="right")
     t.add_column("meaning")
     rows = [
-        (
-            "tv_token mean / max",
-            f"{num(m['tv_token_mean'])} / {num(m['tv_token_max'])}",
-            "|p - q| of the sampled token",
-        ),
-        ("|log p - log q| mean / max", f"{num(m['abs_logprob_diff_mean'])} / {num(m['abs_logprob_diff_max'])}", ""),
-        ("k1 mean", num(m["k1_mean"]), "-l, unbiased KL(sampler||trainer), can be < 0"),
-        ("k2 mean", num(m["k2_mean"]), "l^2/2, biased, low variance"),
-        ("k3 mean", num(m["k3_mean"]), "(r-1)-l, unbiased KL(sampler||trainer)"),
-        ("reverse-KL k3 mean", num(m["kl_reverse_k3_mean"]), "r l-(r-1), KL(trainer||sampler)"),
-        ("chi2_token", num(m["chi2_token"]), "mean(r^2) - 1"),
-        ("ESS", num(m["ess"]), "effective sample size / n"),
-        ("ratio min / max", f"{num(m['ratio_min'])} / {num(m['ratio_max'])}", "r = p/q"),
+        ("tv_token mean / max", f"{num(m.tv_token_mean)} / {num(m.tv_token_max)}", TV_TOKEN_MEAN.meaning),
+        ("|log p - log q| mean / max", f"{num(m.abs_logprob_diff_mean)} / {num(m.abs_logprob_diff_max)}", ""),
+        (K1_MEAN.label, num(m.k1_mean), K1_MEAN.meaning),
+        (K2_MEAN.label, num(m.k2_mean), K2_MEAN.meaning),
+        (K3_MEAN.label, num(m.k3_mean), K3_MEAN.meaning),
+        ("reverse-KL k3 mean", num(m.kl_reverse_k3_mean), KL_REVERSE_K3_MEAN.meaning),
+        (CHI2_TOKEN.name, num(m.chi2_token), CHI2_TOKEN.meaning),
+        (ESS.label, num(m.ess), ESS.meaning),
+        ("ratio min / max", f"{num(m.ratio_min)} / {num(m.ratio_max)}", "r = p/q"),
     ]
-    if m.get("tv_topk_lower_mean") is not None:
-        rows.append(("TV lower bound (top-k) mean", num(m["tv_topk_lower_mean"]), "full-vocab TV >= this"))
-        rows.append(
-            ("KL lower bound (top-k) mean", num(m["kl_topk_lower_mean"]), "full-vocab KL(sampler||trainer) >= this")
-        )
+    if m.tv_topk_lower_mean is not None:
+        rows.append(("TV lower bound (top-k) mean", num(m.tv_topk_lower_mean), TV_TOPK_LOWER_MEAN.meaning))
+        rows.append(("KL lower bound (top-k) mean", num(m.kl_topk_lower_mean), KL_TOPK_LOWER_MEAN.meaning))
     for r in rows:
         t.add_row(*r)
     console.print(t)
 
     q = Table(title="Ratio r = p/q: quantiles and tails", title_justify="left")
     q.add_column("quantile")
-    for k in m["ratio_quantiles"]:
+    for k in m.ratio_quantiles:
         q.add_column(k, justify="right")
-    q.add_row("r", *[num(v) for v in m["ratio_quantiles"].values()])
+    q.add_row("r", *[num(v) for v in m.ratio_quantiles.values()])
     console.print(q)
     tails = Table(show_header=True)
     tails.add_column("c")
     tails.add_column("share r > c", justify="right")
     tails.add_column("share r < 1/c", justify="right")
-    for c in m["ratio_tail_high"]:
-        tails.add_row(c, pct(m["ratio_tail_high"][c]), pct(m["ratio_tail_low"][c]))
+    for c in m.ratio_tail_high:
+        tails.add_row(c, pct(m.ratio_tail_high[c]), pct(m.ratio_tail_low[c]))
     console.print(tails)
 
-    s = rep["sequence_metrics"]
-    st = Table(title=f"Sequences (chi2_seq clamps S to +-{s['chi2_seq_clip']:g}, as verl does)", title_justify="left")
+    s = rep.sequence_metrics
+    st = Table(title=f"Sequences (chi2_seq clamps S to +-{s.chi2_seq_clip:g}, as verl does)", title_justify="left")
     st.add_column("metric")
     st.add_column("mean", justify="right")
     for k in ("0.01", "0.5", "0.99"):
         st.add_column(f"q{k}", justify="right")
-    for key, label in (
-        ("seq_log_ratio", "S = sum log r"),
-        ("geo_ratio", "exp(mean log r)"),
-        ("max_tv", "max_t |p - q|"),
-        ("log_ppl_diff", "mean lq - mean lp"),
-    ):
-        v = s[key]
-        st.add_row(label, num(v["mean"]), *[num(v["quantiles"][k]) for k in ("0.01", "0.5", "0.99")])
-    st.add_row("chi2_seq", num(s["chi2_seq"]), "", "", "")
+    for metric in SEQUENCE_DISTRIBUTIONS:
+        v = getattr(s, metric.name)
+        st.add_row(metric.meaning, num(v.mean), *[num(v.quantiles[k]) for k in ("0.01", "0.5", "0.99")])
+    st.add_row(CHI2_SEQ.name, num(s.chi2_seq), "", "", "")
     console.print(st)
 
-    sc = rep.get("score_centering")
+    sc = rep.score_centering
     if sc:
         c = Table(
-            title=f"Score centering from the top-k ({sc['tokens']:,} tokens; K = the sampler's listed ids and the sampled one)",
+            title=f"Score centering from the top-k ({sc.tokens:,} tokens; K = the sampler's listed ids and the sampled one)",
             title_justify="left",
         )
         for col in ("statistic", "tokens", "mean", "q0.01", "q0.5", "q0.99", "meaning"):
             c.add_column(col, justify="left" if col in ("statistic", "meaning") else "right")
-        from ..analysis.report import CENTERING_LABELS
-
-        for key, (label, meaning) in CENTERING_LABELS.items():
-            v = sc.get(key)
+        for metric in SCORE_CENTERING:
+            v = getattr(sc, metric.name)
             if v is None:
                 continue
             c.add_row(
-                label,
-                num(v["tokens"]),
-                num(v["mean"]),
-                *[num(v["quantiles"][k]) for k in ("0.01", "0.5", "0.99")],
-                meaning,
+                metric.label,
+                num(v.tokens),
+                num(v.mean),
+                *[num(v.quantiles[k]) for k in ("0.01", "0.5", "0.99")],
+                metric.meaning,
             )
         console.print(c)
-        rho = sc["tail_mass_ratio"]
-        if rho["undefined_tokens"]:
+        rho = sc.tail_mass_ratio
+        if rho.undefined_tokens:
             console.print(
-                f"[dim]rho is undefined on {rho['undefined_tokens']:,} token(s) with an empty tail (sampler: "
-                f"{rho['empty_sampler_tail']:,}, trainer: {rho['empty_trainer_tail']:,}), counted apart.[/dim]"
+                f"[dim]rho is undefined on {rho.undefined_tokens:,} token(s) with an empty tail (sampler: "
+                f"{rho.empty_sampler_tail:,}, trainer: {rho.empty_trainer_tail:,}), counted apart.[/dim]"
             )
-        if sc.get("topk_overlap") is None:
+        if sc.topk_overlap is None:
             console.print("[dim]No trainer_topk_ids column: no top-k overlap.[/dim]")
 
-    if rep.get("kept_mass"):
-        km = rep["kept_mass"]
+    if rep.kept_mass:
+        km = rep.kept_mass
         console.print(
-            f"top-p/top-k truncation: mean log kept mass {num(km['kept_logmass_mean'])} (min {num(km['kept_logmass_min'])}), "
+            f"top-p/top-k truncation: mean log kept mass {num(km.kept_logmass_mean)} (min {num(km.kept_logmass_min)}), "
             "reported apart from the numerical mismatch above.",
             highlight=False,
         )
@@ -146,29 +155,22 @@ def report_tables(console, result) -> None:
         ("position", "By position in the completion"),
         ("entropy", "By trainer entropy (nats)"),
     ):
-        rows = rep["breakdowns"].get(key)
+        rows = getattr(rep.breakdowns, key)
         if not rows:
             continue
         b = Table(title=title, title_justify="left")
-        for col in ("bucket", "tokens", "tv mean", "|l| mean", "k3 mean", "rev-k3 mean", "chi2"):
+        columns = (TV_TOKEN_MEAN, ABS_LOGPROB_DIFF_MEAN, K3_MEAN, KL_REVERSE_K3_MEAN, CHI2_TOKEN)
+        for col in ("bucket", "tokens", *(c.label for c in columns)):
             b.add_column(col, justify="left" if col == "bucket" else "right")
         for r in rows:
-            b.add_row(
-                r["bucket"],
-                num(r["tokens"]),
-                num(r.get("tv_token_mean")),
-                num(r.get("abs_logprob_diff_mean")),
-                num(r.get("k3_mean")),
-                num(r.get("kl_reverse_k3_mean")),
-                num(r.get("chi2_token")),
-            )
+            b.add_row(r["bucket"], num(r["tokens"]), *(num(r.get(c.name)) for c in columns))
         console.print(b)
 
-    if rep.get("routing"):
-        routing_tables(console, rep["routing"])
+    if rep.routing:
+        routing_tables(console, rep.routing)
 
-    for line in rep["interpretation"]:
-        console.print(f"[bold]{line['metric']}[/bold]: {line['reading']}  [dim](source: {line['source']})[/dim]")
+    for line in rep.interpretation:
+        console.print(f"[bold]{line.metric}[/bold]: {line.reading}  [dim](source: {line.source})[/dim]")
 
 
 def routing_tables(console, ro: dict) -> None:
@@ -198,9 +200,9 @@ def routing_tables(console, ro: dict) -> None:
         )
     t.add_row(
         "any layer",
-        pct(ro["route_flip_rate"]),
+        pct(ro[ROUTE_FLIP_RATE.name]),
         f"{ro['tokens_flipped']:,} / {ro['tokens_compared']:,}",
-        pct(ro["prompt_route_flip_rate"]),
+        pct(ro[PROMPT_ROUTE_FLIP_RATE.name]),
         f"{ro['prompt_rows_flipped']:,} / {ro['prompt_rows_compared']:,}",
         style="bold",
     )
@@ -210,7 +212,7 @@ def routing_tables(console, ro: dict) -> None:
         console.print(
             f"|log p - log q| on flipped tokens {num(gap['flipped_mean'])} ({gap['flipped_tokens']:,}), on "
             f"unflipped {num(gap['unflipped_mean'])} ({gap['unflipped_tokens']:,}); routing's share of the "
-            f"gap (sum |log p - log q| on flipped / on all tokens): {pct(ro['routing_share_of_gap'])}"
+            f"gap (sum |log p - log q| on flipped / on all tokens): {pct(ro[ROUTING_SHARE_OF_GAP.name])}"
             + (
                 f"; {gap['tokens_without_routes']:,} token(s) without a compared route"
                 if gap["tokens_without_routes"]
@@ -274,7 +276,7 @@ def worst_table(console, rows: list[dict]) -> None:
 
 def masks_tables(console, result, examples: int) -> None:
     mk = result.masks
-    has_sign = any(r["rejected_by_advantage_sign"] for r in mk["rules"])
+    has_sign = any(r["rejected_by_advantage_sign"] for r in mk.rules)
     t = Table(title="What each rule would reject or reweight", title_justify="left")
     for col in (
         "rule",
@@ -294,10 +296,10 @@ def masks_tables(console, result, examples: int) -> None:
             t.add_column(col, justify="right" if col not in ("rule", "level", "hyp.") else "left")
     if has_sign:
         t.add_column("rejected A>0 / A<0 / A=0", justify="right")
-    routed = "route_flipped_tokens" in mk
+    routed = mk.route_flipped_tokens is not None
     if routed:
-        t.add_column(f"flipped rejected (of {mk['route_flipped_tokens']:,})", justify="right")
-    for r in mk["rules"]:
+        t.add_column(f"flipped rejected (of {mk.route_flipped_tokens:,})", justify="right")
+    for r in mk.rules:
         params = ",".join(f"{k}={num(v) if v is not None else 'off'}" for k, v in r["params"].items())
         cells = [
             r["name"],
@@ -305,9 +307,9 @@ def masks_tables(console, result, examples: int) -> None:
             r["level"],
             r["hypothesis"],
             num(r["tokens_rejected"]),
-            pct(r["token_reject_rate"]),
+            pct(r[TOKEN_REJECT_RATE.name]),
             num(r["tokens_reweighted"]),
-            pct(r["token_reweight_rate"]),
+            pct(r[TOKEN_REWEIGHT_RATE.name]),
             num(r["sequences_rejected"] if r["level"] == "sequence" else None),
             num(r["sequences_with_rejection"]),
         ]
@@ -318,7 +320,7 @@ def masks_tables(console, result, examples: int) -> None:
             cells.append(num(r.get("route_flipped_rejected")))
         t.add_row(*cells, style="dim" if r["hypothesis"] == "mean" else None)
     console.print(t)
-    if any(r["hypothesis"] != "data" for r in mk["rules"]):
+    if any(r["hypothesis"] != "data" for r in mk.rules):
         console.print(
             "[dim]No advantage column: advantage-dependent rules are shown as hypotheses, as if every A > 0, "
             "every A < 0, and their mean. dppo-* put A == 0 on the negative branch (reference code).[/dim]"
@@ -327,7 +329,7 @@ def masks_tables(console, result, examples: int) -> None:
     tails_table(console, mk)
 
     # pairs where one rule rejects nothing carry no information about disagreement
-    agree = [a for a in mk["agreement"] if (a["both"] + a["only_a"]) > 0 and (a["both"] + a["only_b"]) > 0]
+    agree = [a for a in mk.agreement if (a["both"] + a["only_a"]) > 0 and (a["both"] + a["only_b"]) > 0]
     if not agree:
         console.print(
             "[dim]Agreement: fewer than two rules reject anything here, so there is no overlap to compare.[/dim]"
@@ -344,7 +346,7 @@ def masks_tables(console, result, examples: int) -> None:
         if len(agree) > len(shown):
             console.print(f"[dim]{len(agree) - len(shown)} more pairs in --format json[/dim]")
 
-    for sw in mk["sweeps"]:
+    for sw in mk.sweeps:
         s = Table(title=f"Sweep {sw['rule']}.{sw['param']} ({sw['level']} level)", title_justify="left")
         for col in (sw["param"], "hyp.", "token reject rate", "token reweight rate", "seq. w/ rejection"):
             s.add_column(col, justify="right")
@@ -352,13 +354,13 @@ def masks_tables(console, result, examples: int) -> None:
             s.add_row(
                 num(p["value"]),
                 p["hypothesis"],
-                pct(p["token_reject_rate"]),
-                pct(p["token_reweight_rate"]),
+                pct(p[TOKEN_REJECT_RATE.name]),
+                pct(p[TOKEN_REWEIGHT_RATE.name]),
                 num(p["sequences_with_rejection"]),
             )
         console.print(s)
 
-    if examples and not mk["examples"]:
+    if examples and not mk.examples:
         console.print("[dim]No token on which the token-level rejecting rules disagree.[/dim]")
     elif examples:
         e = Table(
@@ -368,7 +370,7 @@ def masks_tables(console, result, examples: int) -> None:
             e.add_column(
                 col, justify="right" if col in ("sequence", "position", "token", "p", "q", "log p/q") else "left"
             )
-        for x in mk["examples"]:
+        for x in mk.examples:
             e.add_row(
                 str(x["sequence_id"]),
                 str(x["position"]),
@@ -382,12 +384,12 @@ def masks_tables(console, result, examples: int) -> None:
         console.print(e)
 
 
-def tails_table(console, mk: dict) -> None:
+def tails_table(console, mk: MasksResult) -> None:
     """Which tail each rejecting rule cuts: its rejections by sampler-probability bucket and by sign of p - q."""
-    rows = [r for r in mk["rules"] if r.get("rejected_by_sampler_prob") is not None and r["hypothesis"] != "mean"]
+    rows = [r for r in mk.rules if r.get("rejected_by_sampler_prob") is not None and r["hypothesis"] != "mean"]
     if not rows:
         return
-    buckets = list(mk["tokens_by_sampler_prob"])
+    buckets = list(mk.tokens_by_sampler_prob)
     t = Table(
         title="Which tail each rule cuts: rejected tokens by sampler probability q, and by sign of p - q",
         title_justify="left",
@@ -401,13 +403,13 @@ def tails_table(console, mk: dict) -> None:
     t.add_row(
         "[dim]all tokens[/dim]",
         "",
-        *[f"[dim]{num(mk['tokens_by_sampler_prob'][b])}[/dim]" for b in buckets],
-        f"[dim]{num(mk['tokens_by_pq_sign']['p>q'])}[/dim]",
-        f"[dim]{num(mk['tokens_by_pq_sign']['p<q'])}[/dim]",
+        *[f"[dim]{num(mk.tokens_by_sampler_prob[b])}[/dim]" for b in buckets],
+        f"[dim]{num(mk.tokens_by_pq_sign['p>q'])}[/dim]",
+        f"[dim]{num(mk.tokens_by_pq_sign['p<q'])}[/dim]",
     )
     for r in rows:
         by_q, by_s = r["rejected_by_sampler_prob"], r["rejected_by_pq_sign"]
         t.add_row(r["name"], r["hypothesis"], *[num(by_q[b]) for b in buckets], num(by_s["p>q"]), num(by_s["p<q"]))
     console.print(t)
-    if mk.get("tail_reading"):
-        console.print(mk["tail_reading"], highlight=False)
+    if mk.tail_reading:
+        console.print(mk.tail_reading, highlight=False)

@@ -57,7 +57,7 @@ def test_recorded_routes_are_the_layout_and_report_reads_them(recorded):
         "step-000000-rank-0000.parquet",
         "step-000001-rank-0000.parquet",
     ]
-    ro = analyse(str(run), AnalysisRequest(report=True)).report["routing"]
+    ro = analyse(str(run), AnalysisRequest(report=True)).report.routing
     # 8 tokens over both steps, each compared at both MoE layers; layer 1 flipped once (1, 1), layer 2 once (1, 0)
     assert [(r["layer"], r["compared"], r["flipped"]) for r in ro["route_flip_rate_by_layer"]] == [(1, 8, 1), (2, 8, 1)]
     assert ro["route_flip_rate"] == pytest.approx(2 / 8)

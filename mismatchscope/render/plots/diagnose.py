@@ -12,6 +12,7 @@ from typing import Any
 
 from ...diagnose.cost import PARETO_NAME
 from ...diagnose.effects import PRIMARY
+from ...metrics import ABS_LOGPROB_DIFF_MEAN, K3_MEAN, TV_TOKEN_MEAN
 
 
 def _points(p: dict[str, Any]) -> list[tuple[str, float, float]]:
@@ -88,7 +89,7 @@ def write_html(p: dict[str, Any], path: Path, png: Path | None = None) -> Path:
             *(
                 ["skipped"] * 3
                 if dec[k].get("status") == "skipped"
-                else [_num(dec[k]["metrics"][m]) for m in ("abs_logprob_diff_mean", "tv_token_mean", "k3_mean")]
+                else [_num(dec[k]["metrics"][m.name]) for m in (ABS_LOGPROB_DIFF_MEAN, TV_TOKEN_MEAN, K3_MEAN)]
             ),
         ]
         for k in ("total", "sampler_vs_reference", "trainer_vs_reference", "sampler_decode_vs_prefill")

@@ -17,6 +17,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from ...analysis.histograms import PlotAccumulator, log_ratio_edges, prob_edges
+from ...analysis.results import MasksResult, Report
+from ...metrics import K3_MEAN, TOKEN_REJECT_RATE, TOKEN_REWEIGHT_RATE, TV_TOKEN_MEAN
 from .sweeps import ratio_thresholds, sweep_x
 
 DPI = 110
@@ -30,8 +32,8 @@ class Run:
     """One labelled run: what the figures read."""
 
     label: str
-    report: dict | None
-    masks: dict | None
+    report: Report | None
+    masks: MasksResult | None
     hist: PlotAccumulator | None
 
 
@@ -40,12 +42,12 @@ def _hist(run: Run) -> PlotAccumulator:
     return run.hist
 
 
-def _report(run: Run) -> dict:
+def _report(run: Run) -> Report:
     assert run.report is not None  # the figures that read it are drawn only for runs with a report
     return run.report
 
 
-def _masks(run: Run) -> dict:
+def _masks(run: Run) -> MasksResult:
     assert run.masks is not None  # the figures that read it are drawn only for runs with masks
     return run.masks
 
@@ -203,18 +205,18 @@ def breakdowns(runs: list[Run]) -> Figure:
     specs = (
         (
             "sampler_prob",
-            "tv_token_mean",
+            TV_TOKEN_MEAN.name,
             "mean |p - q| (probability; log scale)",
             "Mean |p - q| by sampler probability q",
         ),
-        ("sampler_prob", "k3_mean", "mean k3 (nats; log scale)", "Mean k3 by sampler probability q"),
+        ("sampler_prob", K3_MEAN.name, "mean k3 (nats; log scale)", "Mean k3 by sampler probability q"),
         (
             "position",
-            "tv_token_mean",
+            TV_TOKEN_MEAN.name,
             "mean |p - q| (probability; log scale)",
             "Mean |p - q| by position in the completion",
         ),
-        ("position", "k3_mean", "mean k3 (nats; log scale)", "Mean k3 by position in the completion"),
+        ("position", K3_MEAN.name, "mean k3 (nats; log scale)", "Mean k3 by position in the completion"),
     )
     for ax, (kind, key, ylabel, title) in zip(axes.ravel(), specs):
         _bucket_panel(ax, runs, kind, key)
@@ -232,16 +234,16 @@ def breakdowns(runs: list[Run]) -> Figure:
 
 
 def _bucket_panel(ax, runs: list[Run], kind: str, key: str) -> None:
-    labels = [r["bucket"] for r in _report(runs[0])["breakdowns"][kind]]
+    labels = [r["bucket"] for r in getattr(_report(runs[0]).breakdowns, kind)]
     x = np.arange(len(labels))
     width = 0.8 / len(runs)
-    positive = [float(r[key]) for run in runs for r in _report(run)["breakdowns"][kind] if r.get(key)]
+    positive = [float(r[key]) for run in runs for r in getattr(_report(run).breakdowns, kind) if r.get(key)]
     finite = [v for v in positive if np.isfinite(v)]
     floor = min(finite) / 5 if finite else 1e-12
     top = max(finite) * 20 if finite else floor * 1e6  # where an infinite mean is drawn, marked "inf"
     counts = []
     for i, run in enumerate(runs):
-        rows = {r["bucket"]: r for r in _report(run)["breakdowns"][kind]}
+        rows = {r["bucket"]: r for r in getattr(_report(run).breakdowns, kind)}
         vals = np.array([float((rows.get(b) or {}).get(key) or 0.0) for b in labels], dtype=float)
         infinite = np.isinf(vals)
         vals[infinite] = top
@@ -291,7 +293,7 @@ def sweep_curves(runs: list[Run], rules) -> Figure | None:
     """Reject (or reweight) rate against threshold: one panel per rule, one line per swept parameter."""
     by_rule: dict[str, list[str]] = {}
     for run in runs:
-        for sw in (run.masks or {}).get("sweeps", []):
+        for sw in run.masks.sweeps if run.masks else []:
             by_rule.setdefault(sw["rule"], [])
             if sw["param"] not in by_rule[sw["rule"]]:
                 by_rule[sw["rule"]].append(sw["param"])
@@ -307,17 +309,17 @@ def sweep_curves(runs: list[Run], rules) -> Figure | None:
         acts = "reweight"
         for i, run in enumerate(runs):
             for j, param in enumerate(params):
-                sw = next((s for s in _masks(run)["sweeps"] if s["rule"] == rule and s["param"] == param), None)
+                sw = next((s for s in _masks(run).sweeps if s["rule"] == rule and s["param"] == param), None)
                 if sw is None:
                     continue
                 acts = (
                     "reweight"
-                    if all(p["token_reweight_rate"] for p in sw["points"])
-                    and not any(p["token_reject_rate"] for p in sw["points"])
+                    if all(p[TOKEN_REWEIGHT_RATE.name] for p in sw["points"])
+                    and not any(p[TOKEN_REJECT_RATE.name] for p in sw["points"])
                     else "reject"
                 )
                 for hyp in dict.fromkeys(p["hypothesis"] for p in sw["points"]):
-                    key = "token_reweight_rate" if acts == "reweight" else "token_reject_rate"
+                    key = (TOKEN_REWEIGHT_RATE if acts == "reweight" else TOKEN_REJECT_RATE).name
                     pts = [p for p in sw["points"] if p["hypothesis"] == hyp]
                     off = [100 * (p[key] or 0.0) for p in pts if sweep_x(p["value"]) is None]
                     pts = [p for p in pts if sweep_x(p["value"]) is not None]

@@ -12,6 +12,30 @@ from collections.abc import Iterable
 from typing import Any
 
 from ... import __version__
+from ...analysis.results import Report
+from ...metrics import (
+    ABS_LOGPROB_DIFF_MAX,
+    ABS_LOGPROB_DIFF_MEAN,
+    CHI2_TOKEN,
+    ESS,
+    GEO_RATIO_MEAN,
+    K1_MEAN,
+    K2_MEAN,
+    K3_MEAN,
+    KL_REVERSE_K3_MEAN,
+    KL_TOPK_LOWER_MEAN,
+    PROMPT_ROUTE_FLIP_RATE,
+    RATIO_MAX,
+    RATIO_MIN,
+    RATIO_QUANTILES,
+    ROUTE_FLIP_RATE,
+    ROUTING_SHARE_OF_GAP,
+    SCORE_CENTERING,
+    SEQ_LOG_RATIO_MEAN,
+    TV_TOKEN_MAX,
+    TV_TOKEN_MEAN,
+    TV_TOPK_LOWER_MEAN,
+)
 
 _CSS = """
 body { font-family: -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; margin: 2rem auto; max-width: 1300px; box-sizing: border-box;
@@ -100,88 +124,89 @@ def _metadata(runs: list[tuple[str, dict | None]]) -> str:
     return note + _table(["key", *[label for label, _ in runs]], rows)
 
 
-def _metrics(runs: list[tuple[str, dict]]) -> str:
-    keys = [
-        "tv_token_mean",
-        "tv_token_max",
-        "abs_logprob_diff_mean",
-        "abs_logprob_diff_max",
-        "k1_mean",
-        "k2_mean",
-        "k3_mean",
-        "kl_reverse_k3_mean",
-        "chi2_token",
-        "ess",
-        "ratio_min",
-        "ratio_max",
-        "seq_log_ratio_mean",
-        "geo_ratio_mean",
-        "tv_topk_lower_mean",
-        "kl_topk_lower_mean",
-    ]
-    rows = [[f"<code>{k}</code>", *[_num(rep["metrics"].get(k)) for _, rep in runs]] for k in keys]
-    for q in runs[0][1]["metrics"]["ratio_quantiles"]:
+def _metrics(runs: list[tuple[str, Report]]) -> str:
+    shown = (
+        TV_TOKEN_MEAN,
+        TV_TOKEN_MAX,
+        ABS_LOGPROB_DIFF_MEAN,
+        ABS_LOGPROB_DIFF_MAX,
+        K1_MEAN,
+        K2_MEAN,
+        K3_MEAN,
+        KL_REVERSE_K3_MEAN,
+        CHI2_TOKEN,
+        ESS,
+        RATIO_MIN,
+        RATIO_MAX,
+        SEQ_LOG_RATIO_MEAN,
+        GEO_RATIO_MEAN,
+        TV_TOPK_LOWER_MEAN,
+        KL_TOPK_LOWER_MEAN,
+    )
+    rows = [[f"<code>{m.name}</code>", *[_num(getattr(rep.metrics, m.name)) for _, rep in runs]] for m in shown]
+    for q in runs[0][1].metrics.ratio_quantiles:
         rows.append(
-            [f"<code>ratio_quantiles.{_e(q)}</code>", *[_num(rep["metrics"]["ratio_quantiles"][q]) for _, rep in runs]]
+            [
+                f"<code>{RATIO_QUANTILES.name}.{_e(q)}</code>",
+                *[_num(rep.metrics.ratio_quantiles[q]) for _, rep in runs],
+            ]
         )
     return _table(["metric", *[label for label, _ in runs]], rows, numeric=set(range(1, len(runs) + 1)))
 
 
-def _breakdown(runs: list[tuple[str, dict]], kind: str) -> str:
-    if not runs[0][1]["breakdowns"].get(kind):
+def _breakdown(runs: list[tuple[str, Report]], kind: str) -> str:
+    if not getattr(runs[0][1].breakdowns, kind):
         return ""
     header = ["bucket"]
     for label, _ in runs:
-        header += [f"{label} tokens", f"{label} tv mean", f"{label} k3 mean"]
-    buckets = [r["bucket"] for r in runs[0][1]["breakdowns"][kind]]
+        header += [f"{label} tokens", f"{label} {TV_TOKEN_MEAN.label}", f"{label} {K3_MEAN.label}"]
+    buckets = [r["bucket"] for r in getattr(runs[0][1].breakdowns, kind)]
     rows = []
     for b in buckets:
         row = [_e(b)]
         for _, rep in runs:
-            r = next((x for x in rep["breakdowns"][kind] if x["bucket"] == b), {})
-            row += [_num(r.get("tokens")), _num(r.get("tv_token_mean")), _num(r.get("k3_mean"))]
+            r = next((x for x in getattr(rep.breakdowns, kind) if x["bucket"] == b), {})
+            row += [_num(r.get("tokens")), _num(r.get(TV_TOKEN_MEAN.name)), _num(r.get(K3_MEAN.name))]
         rows.append(row)
     return _table(header, rows, numeric=set(range(1, len(header))))
 
 
-def _centering(rep: dict) -> str:
+def _centering(rep: Report) -> str:
     """The score-centering statistics (top-k columns only), as the terminal prints them."""
-    from ...analysis.report import CENTERING_LABELS
-
-    sc = rep.get("score_centering")
+    sc = rep.score_centering
     if not sc:
         return ""
     qs = ("0.01", "0.5", "0.99")
     rows = [
         [
-            _e(label),
-            _num(sc[key]["tokens"]),
-            _num(sc[key]["mean"]),
-            *[_num(sc[key]["quantiles"][q]) for q in qs],
-            f"<code>{_e(meaning)}</code>",
+            _e(m.label),
+            _num(v.tokens),
+            _num(v.mean),
+            *[_num(v.quantiles[q]) for q in qs],
+            f"<code>{_e(m.meaning)}</code>",
         ]
-        for key, (label, meaning) in CENTERING_LABELS.items()
-        if sc.get(key)
+        for m in SCORE_CENTERING
+        if (v := getattr(sc, m.name))
     ]
-    rho = sc["tail_mass_ratio"]
+    rho = sc.tail_mass_ratio
     note = (
-        f'<p class="note">rho is undefined on {rho["undefined_tokens"]:,} token(s) with an empty tail (sampler: '
-        f"{rho['empty_sampler_tail']:,}, trainer: {rho['empty_trainer_tail']:,}), counted apart.</p>"
-        if rho["undefined_tokens"]
+        f'<p class="note">rho is undefined on {rho.undefined_tokens:,} token(s) with an empty tail (sampler: '
+        f"{rho.empty_sampler_tail:,}, trainer: {rho.empty_trainer_tail:,}), counted apart.</p>"
+        if rho.undefined_tokens
         else ""
     )
     return (
-        f"<h2>Score centering from the top-k</h2><p>{sc['tokens']:,} tokens; K = the sampler's listed ids and the sampled one.</p>"
+        f"<h2>Score centering from the top-k</h2><p>{sc.tokens:,} tokens; K = the sampler's listed ids and the sampled one.</p>"
         + _table(["statistic", "tokens", "mean", *[f"q{q}" for q in qs], "meaning"], rows, numeric={1, 2, 3, 4, 5})
         + note
     )
 
 
-def _routing(rep: dict) -> str:
+def _routing(rep: Report) -> str:
     """MoE runs: the flip rate per MoE layer (completion and prompt rows apart) and what flipped tokens cost."""
     from ...analysis.routing_report import ROUTING_COLUMNS
 
-    ro = rep.get("routing")
+    ro = rep.routing
     if not ro:
         return ""
     if ro.get("route_flip_rate_by_layer") is None:
@@ -201,9 +226,9 @@ def _routing(rep: dict) -> str:
     rows.append(
         [
             "any layer",
-            pct(ro["route_flip_rate"]),
+            pct(ro[ROUTE_FLIP_RATE.name]),
             f"{ro['tokens_flipped']:,} / {ro['tokens_compared']:,}",
-            pct(ro["prompt_route_flip_rate"]),
+            pct(ro[PROMPT_ROUTE_FLIP_RATE.name]),
             f"{ro['prompt_rows_flipped']:,} / {ro['prompt_rows_compared']:,}",
         ]
     )
@@ -226,7 +251,7 @@ def _routing(rep: dict) -> str:
         )
         out += (
             "<p>Routing's share of the gap (sum |log p - log q| on flipped / on all tokens): "
-            f"{pct(ro['routing_share_of_gap'])}.</p>"
+            f"{pct(ro[ROUTING_SHARE_OF_GAP.name])}.</p>"
         )
     if ro.get("by_trainer_margin"):
         out += "<h3>Flips by the trainer's router margin</h3>" + _table(
@@ -300,7 +325,7 @@ def report_page(result, pictures, worst: list[dict] | None = None) -> str:
         "<h2>Readings</h2>"
         + _table(
             ["metric", "value", "reading", "source"],
-            [[_e(i["metric"]), _num(i["value"]), _e(i["reading"]), _e(i["source"])] for i in rep["interpretation"]],
+            [[_e(i.metric), _num(i.value), _e(i.reading), _e(i.source)] for i in rep.interpretation],
         )
     )
     if worst:
@@ -308,7 +333,7 @@ def report_page(result, pictures, worst: list[dict] | None = None) -> str:
     body.append(_figures(pictures))
     body.append("<h2>By sampler probability</h2>" + _breakdown(runs, "sampler_prob"))
     body.append("<h2>By position in the completion</h2>" + _breakdown(runs, "position"))
-    if rep["breakdowns"].get("entropy"):
+    if rep.breakdowns.entropy:
         body.append("<h2>By trainer entropy</h2>" + _breakdown(runs, "entropy"))
     body.append(_centering(rep))
     body.append(_routing(rep))

@@ -10,14 +10,16 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
+from ...analysis.results import MasksResult
 
-def tail_breakdown(masks: dict) -> Figure | None:
+
+def tail_breakdown(masks: MasksResult) -> Figure | None:
     """Left: the share of each sampler-probability bucket's tokens a rule rejects; right: its rejections by sign of p - q."""
-    rows = [r for r in masks["rules"] if r.get("rejected_by_sampler_prob") is not None and r["hypothesis"] != "mean"]
+    rows = [r for r in masks.rules if r.get("rejected_by_sampler_prob") is not None and r["hypothesis"] != "mean"]
     if not rows:
         return None
-    buckets = list(masks["tokens_by_sampler_prob"])
-    totals = np.array([masks["tokens_by_sampler_prob"][b] for b in buckets], dtype=float)
+    buckets = list(masks.tokens_by_sampler_prob)
+    totals = np.array([masks.tokens_by_sampler_prob[b] for b in buckets], dtype=float)
     names = [r["name"] + ("" if r["hypothesis"] == "data" else f" [{r['hypothesis']}]") for r in rows]
     groups = [(lv, [(r, n) for r, n in zip(rows, names) if r["level"] == lv]) for lv in ("token", "sequence")]
     groups = [(lv, g) for lv, g in groups if g]
@@ -81,5 +83,5 @@ def tail_breakdown(masks: dict) -> Figure | None:
     right.set_xlabel("share of the rule's rejected tokens")
     right.legend(fontsize=7.5, loc="lower right")
     right.set_title("Which way the trainer moved, on the rejected tokens", fontsize=11)
-    fig.suptitle(masks.get("tail_reading") or "Which tail each rule cuts", fontsize=10, wrap=True)
+    fig.suptitle(masks.tail_reading or "Which tail each rule cuts", fontsize=10, wrap=True)
     return fig
