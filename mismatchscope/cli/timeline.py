@@ -53,9 +53,7 @@ def timeline(
         png = plot_timeline(result, plots, inputs)
         info(f"wrote {png}")
     if format is OutputFormat.json:
-        payload = result.payload()
-        payload["plot"] = str(png) if png else None
-        emit_json(payload)
+        emit_json(result.payload(str(png) if png else None))
         return
     from ..render.timeline_tables import timeline_tables
 

@@ -10,7 +10,7 @@ counted), so what a logger shows during the run is what ``timeline`` and
 Alerts: after each step the timeline's spike and shift/drift detectors
 (``timeline.changes.detect``) run over the series so far (the last
 ``window`` steps), with the same scales and rare-event rule as ``timeline``.
-Every metric here is worse when higher, so only rises alert, and only by
+Every metric here is worse when higher (``metrics.CATALOG``), so only rises alert, and only by
 at least ``min_rise`` (25%) over the level before: the detectors see a 5%
 rise over a long run, which ``timeline`` shows but is no reason to alert. A rising spike
 at the newest step is an alert at once (the detector mirrors the series at
@@ -29,11 +29,12 @@ from typing import Any
 
 import numpy as np
 
+from ..metrics import COUNTED, Metric
 from ..rules import RuleInstance, parse_rule
 from ..schema import LOGPROB_SENTINEL
 from ..timeline import DEFAULT_RULES
 from ..timeline.changes import ChangeConfig, detect
-from ..timeline.series import COUNTED, Metric, step_metrics
+from ..timeline.series import step_metrics
 from .inputs import StepBatch, prepare
 
 ONLINE_CHANGES = ChangeConfig(min_steps=16)
@@ -179,17 +180,19 @@ class Monitor:
         tokens = np.array([self.history[s]["tokens"] for s in steps])
         out: list[Alert] = []
         for m in self.metrics:
-            x = np.array([self.history[s].get(m.key, np.nan) for s in steps])
+            if m.worse != "higher":  # only a rise is an alert (the catalog says which way is worse)
+                continue
+            x = np.array([self.history[s].get(m.name, np.nan) for s in steps])
             ch = detect(steps, x, self.changes, m.scale, x * tokens if m.unit == COUNTED else None)
             out += [
                 self._spike(m, s)
                 for s in ch.spikes
-                if self._rises(s["baseline"], s["value"]) and self._first(("spike", m.key, s["step"]))
+                if self._rises(s["baseline"], s["value"]) and self._first(("spike", m.name, s["step"]))
             ]
             rising = [s for s in ch.shifts if self._rises(s["before"], s["after"])]
-            out += [self._shift(m, s) for s in self._confirmed(("shift", m.key), rising, "step")]
+            out += [self._shift(m, s) for s in self._confirmed(("shift", m.name), rising, "step")]
             up = [d for d in ch.drifts if self._rises(d["before"], d["after"])]
-            out += [self._drift(m, d) for d in self._confirmed(("drift", m.key), up, "from_step")]
+            out += [self._drift(m, d) for d in self._confirmed(("drift", m.name), up, "from_step")]
         return out
 
     def _rises(self, old: float, new: float) -> bool:
@@ -217,29 +220,29 @@ class Monitor:
 
     def _spike(self, m: Metric, s: dict) -> Alert:
         return Alert(
-            m.key,
+            m.name,
             "spike",
             s["step"],
-            f"mismatch alert: {m.key} spiked at step {s['step']}: "
+            f"mismatch alert: {m.name} spiked at step {s['step']}: "
             f"{s['value']:.4g} against {s['baseline']:.4g} around it",
             s,
         )
 
     def _shift(self, m: Metric, s: dict) -> Alert:
         return Alert(
-            m.key,
+            m.name,
             "shift",
             s["step"],
-            f"mismatch alert: {m.key} rose at step {s['step']}: mean {s['before']:.4g} before, {s['after']:.4g} since",
+            f"mismatch alert: {m.name} rose at step {s['step']}: mean {s['before']:.4g} before, {s['after']:.4g} since",
             s,
         )
 
     def _drift(self, m: Metric, d: dict) -> Alert:
         return Alert(
-            m.key,
+            m.name,
             "drift",
             d["to_step"],
-            f"mismatch alert: {m.key} crept up from step {d['from_step']} to "
+            f"mismatch alert: {m.name} crept up from step {d['from_step']} to "
             f"{d['to_step']}: {d['before']:.4g} -> {d['after']:.4g} over {d['shifts']} shifts",
             d,
         )

@@ -19,18 +19,18 @@ def timeline_tables(console, result) -> None:
     for g, group in enumerate(s.groups):
         title = "Mismatch per step" + (f", {s.by} = {group}" if s.by else "")
         t = Table(title=title, title_justify="left")
-        for col in ["step", "tokens", *[m.short for m in s.metrics], "flags"]:
+        for col in ["step", "tokens", *[m.label for m in s.metrics], "flags"]:
             t.add_column(col, justify="left" if col == "flags" else "right")
         for i in s.rows_of(g):
             cells = [str(int(s.step_K[i])), num(int(s.tokens_K[i]))]
             for m in s.metrics:
-                v = float(s.values[m.key][i])
+                v = float(s.values[m.name][i])
                 cells.append(pct(v) if m.unit.startswith("fraction") else num(v))
             cells.append(marks.get((repr(group), int(s.step_K[i])), ""))
             t.add_row(*cells)
         console.print(t)
 
-    shorts = {m.key: m.short for m in s.metrics}
+    shorts = {m.name: m.label for m in s.metrics}
     if result.flags:
         c = Table(title="Flagged changes", title_justify="left")
         for col in ("group", "metric", "kind", "step(s)", "value / level", "score"):
@@ -75,7 +75,7 @@ def timeline_tables(console, result) -> None:
 
 def _step_marks(result) -> dict[tuple[str, int], str]:
     """(group, step) -> "spike: tv mean, k3 mean; shift: ..." for the table's flags column."""
-    shorts = {m.key: m.short for m in result.series.metrics}
+    shorts = {m.name: m.label for m in result.series.metrics}
     acc: dict[tuple[str, int], dict[str, list[str]]] = {}
     for f in result.flags:
         if f["kind"] == "drift":

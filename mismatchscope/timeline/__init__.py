@@ -8,14 +8,16 @@ shifts and drifts (``changes.detect``). ``mismatchscope.render.plots.timeline`` 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from ..documents import document
+from ..metrics import COUNTED, RATIO_BAND
 from ..rules import RuleInstance, make_instance
 from .changes import ChangeConfig, detect, methods
-from .series import COUNTED, HEADLINE, P99, RATIO_BAND, StepSeries, build_series
+from .series import HEADLINE, P99, StepSeries, build_series
 
 DEFAULT_RULES = ("icepop", "ipo")
 """Without --rule: the two rules that need no advantage, so every file can show them."""
@@ -26,6 +28,54 @@ def default_rules() -> list[RuleInstance]:
 
 
 @dataclass
+class SeriesInfo:
+    """One series of the table: a metric of the catalog (``metrics.CATALOG``) or a rule's rate."""
+
+    key: str
+    label: str
+    unit: str
+    test_scale: str
+    """the scale the change tests run on: log, or asin-sqrt for shares."""
+
+
+@dataclass
+class RuleSeries:
+    name: str
+    params: dict[str, Any]
+    level: str
+    acts: str
+    hypothesis: str
+    """"data" (real advantages, or none needed), or "A>0" / "A<0" without an advantage column."""
+    metric: str
+    """the key of its series."""
+
+
+@dataclass
+class Changes:
+    methods: dict[str, Any]
+    flags: list[dict[str, Any]]
+    skipped: list[dict[str, Any]]
+
+
+@dataclass
+class TimelineDocument:
+    """What ``timeline --format json`` prints, after ``schema_version``."""
+
+    tokens: int
+    steps: int
+    by: str | None
+    groups: list[Any]
+    metrics: list[SeriesInfo]
+    rules: list[RuleSeries]
+    ratio_band: tuple[float, float]
+    quantile: float
+    rows: list[dict[str, Any]] = field(metadata={"doc": "one per (group, step): tokens, sequences and every series"})
+    changes: Changes
+    warnings: list[str]
+    plot: str | None = field(default=None, metadata={"doc": "the picture --plots wrote"})
+
+
+@dataclass
 class TimelineResult:
     series: StepSeries
     flags: list[dict]
@@ -33,7 +83,7 @@ class TimelineResult:
     skipped: list[dict]
     config: ChangeConfig
 
-    def payload(self) -> dict[str, Any]:
+    def document(self, plot: str | None = None) -> TimelineDocument:
         s = self.series
         rows = []
         for i in range(s.step_K.size):
@@ -43,31 +93,29 @@ class TimelineResult:
                 "tokens": int(s.tokens_K[i]),
                 "sequences": int(s.sequences_K[i]),
             }
-            row.update({m.key: float(s.values[m.key][i]) for m in s.metrics})
+            row.update({m.name: float(s.values[m.name][i]) for m in s.metrics})
             rows.append(row)
-        return {
-            "tokens": s.tokens,
-            "steps": int(np.unique(s.step_K).size),
-            "by": s.by,
-            "groups": s.groups,
-            "metrics": [{"key": m.key, "label": m.label, "unit": m.unit, "test_scale": m.scale} for m in s.metrics],
-            "rules": [
-                {
-                    "name": u.rule.name,
-                    "params": u.rule.params,
-                    "level": u.rule.level,
-                    "acts": u.rule.spec.acts,
-                    "hypothesis": u.hypothesis,
-                    "metric": u.metric.key,
-                }
+        return TimelineDocument(
+            tokens=s.tokens,
+            steps=int(np.unique(s.step_K).size),
+            by=s.by,
+            groups=s.groups,
+            metrics=[SeriesInfo(m.name, m.heading, m.unit, m.scale) for m in s.metrics],
+            rules=[
+                RuleSeries(u.rule.name, u.rule.params, u.rule.level, u.rule.spec.acts, u.hypothesis, u.metric.name)
                 for u in s.units
             ],
-            "ratio_band": list(RATIO_BAND),
-            "quantile": P99,
-            "rows": rows,
-            "changes": {"methods": methods(self.config), "flags": self.flags, "skipped": self.skipped},
-            "warnings": s.warnings,
-        }
+            ratio_band=RATIO_BAND,
+            quantile=P99,
+            rows=rows,
+            changes=Changes(methods(self.config), self.flags, self.skipped),
+            warnings=s.warnings,
+            plot=plot,
+        )
+
+    def payload(self, plot: str | None = None) -> dict[str, Any]:
+        """The JSON document (``schema_version`` first)."""
+        return document(self.document(plot))
 
 
 def timeline(
@@ -86,11 +134,11 @@ def timeline(
     for g, group in enumerate(series.groups):
         idx = series.rows_of(g)
         for m in series.metrics:
-            values = series.values[m.key][idx]
+            values = series.values[m.name][idx]
             counts = values * series.tokens_K[idx] if m.unit == COUNTED else None
             ch = detect(series.step_K[idx], values, config, m.scale, counts)
-            skipped += [{"group": group, "metric": m.key, "test": test, "reason": why} for test, why in ch.skipped]
-            base = {"group": group, "metric": m.key, "scale": ch.scale}
+            skipped += [{"group": group, "metric": m.name, "test": test, "reason": why} for test, why in ch.skipped]
+            base = {"group": group, "metric": m.name, "scale": ch.scale}
             flags += [{**base, "kind": "spike", **x} for x in ch.spikes]
             flags += [{**base, "kind": "shift", **x} for x in ch.shifts]
             flags += [{**base, "kind": "drift", **x} for x in ch.drifts]

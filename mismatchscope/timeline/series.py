@@ -17,7 +17,7 @@ another step counts as another sequence. Advantage-dependent rules without an
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import numpy as np
@@ -31,56 +31,34 @@ from ..analysis.validate import check_advantage, check_not_empty
 from ..arrow import to_numpy
 from ..divergence import clamped_k_terms, token_terms
 from ..errors import InputError, MissingColumnsError, UsageError
+from ..metrics import (
+    ABS_LOGPROB_DIFF_MEAN,
+    ABS_LOGPROB_DIFF_P99,
+    K3_MEAN,
+    RATIO_BAND,
+    RATIO_OUTSIDE_BAND,
+    ROUTE_FLIP_RATE,
+    TOKEN_REJECT_RATE,
+    TOKEN_REWEIGHT_RATE,
+    TV_TOKEN_MEAN,
+    Metric,
+)
 from ..reader import BATCH_ROWS, Hygiene, Source, iter_batches, open_source, token_keys
 from ..rules import RuleInstance, SequenceInputs
 from ..rules.sequence import k3_inverse, needs_inverse_k3
 from ..schema import COLUMNS, MAX_ABS_STEP
 
-RATIO_BAND = (0.5, 2.0)
-"""tokens with r = p/q outside this band are counted (the token-mask / [0.5, 2] reading of ``report``)."""
 P99 = 0.99
-COUNTED = "fraction of tokens"
-"""the unit of shares and rates: value x tokens is a count of tokens."""
 MAX_GROUPS = 64
 """``--by`` splits lines by a categorical column; more distinct values than this is an error."""
 _KEY_STRIDE = 1024
 """(step, group) -> one int64 key: step * stride + group (MAX_GROUPS + a null group fit under it)."""
 
 
-@dataclass(frozen=True)
-class Metric:
-    key: str
-    label: str
-    unit: str
-    short: str
-    """column header in the table."""
-    scale: str = "log"
-    """scale the change tests run on (``changes.SCALES``)."""
-
-
-HEADLINE: tuple[Metric, ...] = (
-    Metric("tv_token_mean", "mean tv_token = |p - q|", "probability", "tv mean"),
-    Metric("k3_mean", "mean k3 = (r - 1) - log r, KL(sampler || trainer)", "nats", "k3 mean"),
-    Metric("abs_logprob_diff_mean", "mean |log p - log q|", "nats", "|l| mean"),
-    Metric("abs_logprob_diff_p99", "p99 of |log p - log q|", "nats", "|l| p99"),
-    Metric(
-        "ratio_outside_band",
-        f"share of tokens with r = p/q outside [{RATIO_BAND[0]:g}, {RATIO_BAND[1]:g}]",
-        COUNTED,
-        f"r not in [{RATIO_BAND[0]:g},{RATIO_BAND[1]:g}]",
-        "asin-sqrt",
-    ),
-)
-
-
-ROUTE_FLIP = Metric(
-    "route_flip_rate",
-    "share of tokens whose top-k expert set differs between sampler and trainer in some MoE layer",
-    "fraction of compared tokens",
-    "route flips",
-    "asin-sqrt",
-)
-"""MoE runs with both sides' routes: over the tokens with a capture on both sides (``analysis.routing``)."""
+HEADLINE: tuple[Metric, ...] = (TV_TOKEN_MEAN, K3_MEAN, ABS_LOGPROB_DIFF_MEAN, ABS_LOGPROB_DIFF_P99, RATIO_OUTSIDE_BAND)
+"""the series of every timeline; MoE runs with both sides' routes add ``ROUTE_FLIP_RATE`` (over the tokens
+with a capture on both sides, ``analysis.routing``), and each rule its rate."""
+ROUTE_FLIP = ROUTE_FLIP_RATE
 ROUTE_FLAGS = ("route_compared", "route_flipped")
 """per-token booleans a batch carries when its run has routes: both sides captured, and flipped in some layer."""
 
@@ -186,8 +164,9 @@ def _units(rules: list[RuleInstance], has_adv: bool) -> list[RuleUnit]:
             tag = "" if h == "data" else f"[{h}]"
             label = f"{r.name}{' ' + tag if tag else ''} {rate}" + (f" ({params})" if params else "")
             key = f"{base}{tag}_{rate.replace(' ', '_')}"
-            short = f"{r.name}{tag} {'rej.' if r.spec.acts == 'reject' else 'rew.'}"
-            out.append(RuleUnit(r, h, Metric(key, label, COUNTED, short, "asin-sqrt")))
+            short = f"{r.name}{tag} {(TOKEN_REJECT_RATE if r.spec.acts == 'reject' else TOKEN_REWEIGHT_RATE).label}"
+            rate_metric = TOKEN_REJECT_RATE if r.spec.acts == "reject" else TOKEN_REWEIGHT_RATE
+            out.append(RuleUnit(r, h, replace(rate_metric, name=key, title=label, label=short)))
     return out
 
 
@@ -357,25 +336,23 @@ class _Accumulator:
         step_K, group_K = np.floor_divide(keys, _KEY_STRIDE), np.mod(keys, _KEY_STRIDE)
         n = self.sums[0]
         means = token_means(n, tv=self.sums[1], k3=self.sums[2], abs_l=self.sums[3])
-        values = {
-            "tv_token_mean": means["tv_token_mean"],
-            "k3_mean": means["k3_mean"],
-            "abs_logprob_diff_mean": means["abs_logprob_diff_mean"],
-            "abs_logprob_diff_p99": grouped_quantile(np.concatenate(self._codes), np.concatenate(self._abs_l), k, P99),
-            "ratio_outside_band": self.sums[4] / n,
-        }
+        values = {m.name: means[m.name] for m in (TV_TOKEN_MEAN, K3_MEAN, ABS_LOGPROB_DIFF_MEAN)}
+        values[ABS_LOGPROB_DIFF_P99.name] = grouped_quantile(
+            np.concatenate(self._codes), np.concatenate(self._abs_l), k, P99
+        )
+        values[RATIO_OUTSIDE_BAND.name] = self.sums[4] / n
         base = len(self._SUMS)
         for i, u in enumerate(self.token_units):
             row = base + 2 * i + (0 if u.rule.spec.acts == "reject" else 1)
-            values[u.metric.key] = self.sums[row] / n
+            values[u.metric.name] = self.sums[row] / n
         if self.routed:
             rs = np.pad(self.route_sums, ((0, 0), (0, k - self.route_sums.shape[1])))
             with np.errstate(invalid="ignore", divide="ignore"):
-                values[ROUTE_FLIP.key] = np.where(rs[0] > 0, rs[1] / np.maximum(rs[0], 1), np.nan)
+                values[ROUTE_FLIP.name] = np.where(rs[0] > 0, rs[1] / np.maximum(rs[0], 1), np.nan)
         seq_code, seqs = self._sequences()
         sequences_K = np.bincount(seq_code, minlength=k)
         for u in self.seq_units:
-            values[u.metric.key] = self._seq_rule_rate(u, seq_code, seqs, k) / n
+            values[u.metric.name] = self._seq_rule_rate(u, seq_code, seqs, k) / n
         # groups in order of their value (None last), steps ascending within each
         order_g = sorted(range(len(groups)), key=lambda g: (groups[g] is None, _sort_key(groups[g])))
         rank = np.empty(len(groups), np.int64)
@@ -389,7 +366,7 @@ class _Accumulator:
             step_K=step_K[order],
             tokens_K=n[order].astype(np.int64),
             sequences_K=sequences_K[order].astype(np.int64),
-            values={m.key: values[m.key][order] for m in metrics},
+            values={m.name: values[m.name][order] for m in metrics},
             metrics=metrics,
             units=self.units,
             tokens=self.tokens,
@@ -495,4 +472,4 @@ def step_metrics(batch: dict[str, np.ndarray], rules: list[RuleInstance]) -> tup
     acc = _Accumulator(units)
     acc.add(batch, np.zeros(batch["step"].size, np.int64))
     series = acc.finish(["all"], None)
-    return series.metrics, {m.key: float(series.values[m.key][0]) for m in series.metrics}
+    return series.metrics, {m.name: float(series.values[m.name][0]) for m in series.metrics}

@@ -70,7 +70,7 @@ def test_timeline_has_the_flip_rate_per_step(recorded):
     # the same as the Monitor's: step 0 2/4, step 1 0/4
     assert list(series.step_K) == [0, 1]
     assert series.values["route_flip_rate"].tolist() == [pytest.approx(0.5), 0.0]
-    assert "route_flip_rate" in [m.key for m in series.metrics]
+    assert "route_flip_rate" in [m.name for m in series.metrics]
 
 
 def test_dense_timelines_have_no_flip_rate(tmp_path):

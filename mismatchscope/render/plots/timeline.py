@@ -51,12 +51,12 @@ def plot_timeline(result, out_dir: str | Path, inputs=None) -> Path:
         ax = axes[k // ncols][k % ncols]
         for g, group in enumerate(s.groups):
             idx = s.rows_of(g)
-            steps, vals = s.step_K[idx], s.values[m.key][idx]
+            steps, vals = s.step_K[idx], s.values[m.name][idx]
             ax.plot(steps, vals, color=colours[g], lw=1.3, marker="." if steps.size <= 120 else None, ms=4)
-            _mark(ax, [f for f in by_metric.get(m.key, []) if f["group"] == group], steps, vals, colours[g])
-        if ax.get_ylim()[0] < 0 <= np.nanmin(s.values[m.key]):
+            _mark(ax, [f for f in by_metric.get(m.name, []) if f["group"] == group], steps, vals, colours[g])
+        if ax.get_ylim()[0] < 0 <= np.nanmin(s.values[m.name]):
             ax.set_ylim(bottom=0)  # every metric here is >= 0; an all-zero line sits on the axis
-        ax.set_title(m.label, fontsize=9.5, loc="left")
+        ax.set_title(m.heading, fontsize=9.5, loc="left")
         ax.set_ylabel(m.unit, fontsize=8.5)
         ax.yaxis.set_major_formatter(fmt)
         ax.tick_params(labelsize=8)
