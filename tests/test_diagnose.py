@@ -27,6 +27,7 @@ import json
 import math
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pytest
 
@@ -357,7 +358,9 @@ def test_every_pair_is_an_ordinary_run_directory(diag, capsys):
         report = json.loads(capsys.readouterr().out)
         assert report["tokens"] > 0 and report["metrics"]["abs_logprob_diff_mean"] is not None
     # the numbers diagnose printed are report's numbers
-    total = json.loads(Path(diag["out"] / "diagnose.json").read_text())["decomposition"]["total"]["metrics"]
+    written = json.loads(Path(diag["out"] / "diagnose.json").read_text())
+    jsonschema.validate(written, json.loads((REPO / "docs" / "schemas" / "diagnose.json").read_text()))
+    total = written["decomposition"]["total"]["metrics"]
     assert total["abs_logprob_diff_mean"] == p["baseline"]["metrics"]["abs_logprob_diff_mean"]
     assert (diag["tmp"] / "plots" / "diagnose_pareto.png").stat().st_size > 1000
     assert "baseline" in p["pareto_front"] or any(v["name"] in p["pareto_front"] for v in p["variants"])

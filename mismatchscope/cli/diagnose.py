@@ -170,7 +170,10 @@ def diagnose(
             write_html(payload, html, png)
             payload["html"] = str(html)
     if format is OutputFormat.json:
-        emit_json(payload)
+        from ..diagnose.document import DiagnoseDocument
+        from ..documents import document
+
+        emit_json(document(DiagnoseDocument.of(payload)))
     else:
         from ..render.diagnose_tables import render
 

@@ -282,10 +282,17 @@ def _diagnose_locked(opts: DiagnoseOptions, info, progress: Progress) -> dict[st
     }
     rank(payload)
     finish(payload)
-    rundir.atomic_write_bytes(
-        opts.out / "diagnose.json", (json.dumps(_jsonable(payload), indent=2, allow_nan=False) + "\n").encode()
-    )
+    write_document(opts.out, payload)
     return payload
+
+
+def write_document(out: Path, payload: dict[str, Any]) -> None:
+    """``OUT/diagnose.json``: the typed document of ``payload``, as ``--format json`` prints it."""
+    from ..documents import document
+    from .document import DiagnoseDocument
+
+    text = json.dumps(_jsonable(document(DiagnoseDocument.of(payload))), indent=2, allow_nan=False) + "\n"
+    rundir.atomic_write_bytes(out / "diagnose.json", text.encode())
 
 
 # ------------------------------------------------------------ configurations

@@ -148,7 +148,7 @@ def _catalog() -> dict[str, Statistic]:
         _seq_mean(M.SEQ_LOG_RATIO_MEAN, "sum_l"),
         _seq_mean(M.GEO_RATIO_MEAN, "geo"),
     ]
-    seq_columns = {M.SEQ_LOG_RATIO: "sum_l", M.GEO_RATIO: "geo", M.MAX_TV: "max_tv", M.LOG_PPL_DIFF: "neg_mean_l"}
+    seq_columns = {M.SEQ_LOG_RATIO: "sum_l", M.GEO_RATIO: "geo", M.MAX_TV: M.MAX_TV.name, M.LOG_PPL_DIFF: "neg_mean_l"}
     for m, col in seq_columns.items():
         named = replace(m, name=f"{SEQUENCE_SECTION}.{m.name}")
         stats.append(_seq_mean(named.part("mean", f"mean over sequences of {m.formula}"), col))

@@ -2,58 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 
 def gate_payload(result) -> dict:
-    cfg = result.config
-    comp = result.comparability
-    return {
-        "verdict": result.verdict,
-        "checks": [c.to_dict() for c in result.checks],
-        "candidate": _file(result.candidate),
-        "baseline": _file(result.baseline) if result.baseline else None,
-        "comparability": None
-        if comp is None
-        else {
-            "checked": comp.checked,
-            "differences": [_diff(d) for d in comp.differences],
-            "serving": [_diff(d) for d in comp.serving],
-            "warning": comp.warning,
-        },
-        "config": {
-            "source": cfg.source,
-            "bootstrap": cfg.bootstrap,
-            "confidence": cfg.confidence,
-            "seed": cfg.seed,
-            "allow_different": list(cfg.allow_different),
-            "rules": cfg.rules,
-            "absolute": [asdict(a) for a in cfg.absolute],
-            "regression": [asdict(r) for r in cfg.regression],
-        },
-        "warnings": result.warnings,
-    }
+    from ..documents import document
+    from ..gate.document import GateDocument
 
-
-def _file(est) -> dict:
-    return {
-        "path": est.path,
-        "tokens": est.tokens,
-        "sequences": est.sequences,
-        "values": est.point,
-        "run": est.result.run,
-    }
-
-
-def _diff(d) -> dict:
-    from ..gate.compare import _MISSING
-
-    return {
-        "key": d.key,
-        "baseline": None if d.baseline is _MISSING else d.baseline,
-        "candidate": None if d.candidate is _MISSING else d.candidate,
-        "allowed": d.allowed,
-    }
+    return document(GateDocument.of(result))
 
 
 def gate_tables(console, result) -> None:

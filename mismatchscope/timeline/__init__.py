@@ -156,4 +156,4 @@ def _dedupe_skips(skipped: list[dict]) -> list[dict]:
     return list(out.values())
 
 
-__all__ = ["DEFAULT_RULES", "HEADLINE", "TimelineResult", "default_rules", "timeline"]
+__all__ = ["DEFAULT_RULES", "HEADLINE", "TimelineDocument", "TimelineResult", "default_rules", "timeline"]
