@@ -254,8 +254,10 @@ def sampler_side(sampler, kind: str) -> SideRoutes:
 
 def write_route_shard(
     path, shape: Shape, completions, prompt_ids: list[list[int]], n: int, sampler_routes: dict[int, SeqRoutes], scored
-) -> None:
-    """One ``routes/part-*`` shard for a token shard's sequences: the sampler's recorded and the trainer's routes."""
+) -> int:
+    """One ``routes/part-*`` shard for a token shard's sequences: the sampler's recorded and the trainer's routes.
+
+    Returns its row count (for the shard index)."""
     from mismatchscope.routing.io import routes_table, write_shard
 
     seq_ids = [c.prompt_index * n + c.sample_index for c in completions]
@@ -266,7 +268,9 @@ def write_route_shard(
         if got is not None and got.ids.shape[0] != want:
             raise ValueError(f"sampler routes of sequence {s}: {got.ids.shape[0]} rows for {want} input positions")
     trainer = [s.routes for s in scored]
-    write_shard(path, routes_table(shape, seq_ids, prompt_lengths, rows, sampler, trainer))
+    table = routes_table(shape, seq_ids, prompt_lengths, rows, sampler, trainer)
+    write_shard(path, table)
+    return table.num_rows
 
 
 # ------------------------------------------------------------------ replay checks
@@ -415,8 +419,11 @@ class RoundRoutes:
 
         from mismatchscope.routing.layout import ROUTES
 
+        from mismatchscope import rundir
+
         path = Path(run_path) / ROUTES / f"part-{round_index:05d}-{index:05d}.parquet"
-        write_route_shard(path, self.shape, shard, prompt_ids, n, self.sampler, scored)
+        rows = write_route_shard(path, self.shape, shard, prompt_ids, n, self.sampler, scored)
+        rundir.ShardIndex(run_path, ROUTES).commit(path, rows)
 
 
 def moe_layers_from_config(info: CheckpointInfo) -> tuple[tuple[int, ...] | None, str | None]:
