@@ -417,9 +417,8 @@ class RoundRoutes:
     def write(self, run_path, round_index: int, index: int, shard, prompt_ids, n: int, scored) -> None:
         from pathlib import Path
 
-        from mismatchscope.routing.layout import ROUTES
-
         from mismatchscope import rundir
+        from mismatchscope.routing.layout import ROUTES
 
         path = Path(run_path) / ROUTES / f"part-{round_index:05d}-{index:05d}.parquet"
         rows = write_route_shard(path, self.shape, shard, prompt_ids, n, self.sampler, scored)
