@@ -307,8 +307,7 @@ def rescore(
     rule: list[str] | None = RuleOpt,
     format: OutputFormat = FormatOpt,
 ) -> None:
-    """Re-score a run's recorded samples with other trainer settings, without sampling again; or score an
-    imported run's tokens with a checkpoint (its routes beside the stack's: flip rates for your own stack)."""
+    """Re-score a run's samples with other trainer settings, or score an imported run with a checkpoint."""
     from ..probe.run import rescore as do_rescore
     from ..probe.types import TrainerConfig
 
