@@ -247,7 +247,7 @@ def sampler_side(sampler, kind: str) -> SideRoutes:
     if status is not None:
         return status()
     if kind.startswith("vllm"):
-        why = vllm_routes_unsupported() or f"the {kind} sampler does not ask vLLM for routed experts yet"
+        why = vllm_routes_unsupported() or f"the {kind} sampler returned no routes"
         return SideRoutes(False, why=why)
     return SideRoutes(False, why=f"the {kind} sampler does not return routes")
 
@@ -289,9 +289,10 @@ def check_replay_probe(replay: str | None, info: CheckpointInfo, sampler_kind: s
         raise UsageError(f"--replay-routes: {unknown_family(info)}")
     if sampler_kind == "vllm-server":
         raise UsageError(
-            "--replay-routes needs the sampler's routes: the vllm-server sampler does not ask the "
-            "server for routed experts",
-            hint="use --sampler hf, or --sampler vllm on a GPU build",
+            "--replay-routes in a probe needs the sampler's routes before it samples; a vllm-server "
+            "returns them only if it was started with --enable-return-routed-experts",
+            hint="probe without it (the server's routes are recorded where it returns them), then "
+            "rescore --replay-routes; or use --sampler hf",
         )
     if sampler_kind == "vllm":
         why = vllm_routes_unsupported()
