@@ -51,8 +51,11 @@ TOKENS = "tokens"
 RANKS = "ranks"
 LOCK = ".lock"
 INDEX = "index"
-INDEX_VERSION = 1
-"""the manifest's ``shard_index`` value: the run keeps ``DIR/index/*.jsonl``."""
+INDEX_VERSION = 2
+"""the manifest's ``shard_index`` value: the run keeps ``DIR/index/*.jsonl``. 1: ``tokens/`` only; 2: ``routes/``
+too, so a reader of a version-2 run with route shards and no route index knows the index was lost."""
+ROUTES = "routes"
+"""the folder of MoE route shards (its layout: :mod:`mismatchscope.routing.layout`)."""
 COMPLETE = "complete"
 RUNNING = "running"
 
@@ -521,6 +524,42 @@ def shard_problems(
                 f"{len(lost)} shard(s) listed in the run's index are missing ({lost_rows:,} rows), "
                 f"e.g. {folder}/{lost[0]}"
             )
+    return problems
+
+
+def check_folder(run: str | os.PathLike, folder: str, files: list[Path]) -> list[str]:
+    """Hold every shard of ``DIR/folder`` (all of them, ``files``) against the run's index before a reader uses them.
+
+    A complete run that disagrees is refused (:class:`ShardIndexError`); an
+    incomplete one returns the disagreements for its warning (a writer killed
+    between a rename and its index line leaves an unlisted shard). A run that
+    keeps no index of the folder (written before it did) is read as before.
+    Only sizes and Parquet footers are read.
+    """
+    import pyarrow.parquet as pq
+
+    run = Path(run)
+    manifest = read_manifest(run)
+    version = (manifest or {}).get("shard_index")
+    since = INDEX_VERSION if folder == ROUTES else 1
+    if not index_files(run, folder):
+        if files and isinstance(version, int) and not isinstance(version, bool) and version >= since:
+            problems = [f"its shard index ({INDEX}/{folder}.jsonl) is missing"]
+        else:
+            return []
+    else:
+        rows: dict[Path, int] = {}
+        for f in files:
+            with contextlib.suppress(Exception):  # an unreadable shard: its size disagrees, or its reader names it
+                rows[f] = pq.read_metadata(f).num_rows
+        problems = shard_problems(run, folder, files, rows, whole=True) or []
+    c = completion(run)
+    if problems and (c is None or c.complete):
+        more = f" (and {len(problems) - 1} more disagreement(s))" if len(problems) > 1 else ""
+        raise ShardIndexError(
+            f"{run}: {problems[0]}{more}; the run no longer holds what it recorded",
+            hint=f"restore the run from a copy, or move foreign files out of its {folder}/ folder",
+        )
     return problems
 
 

@@ -375,3 +375,68 @@ def test_an_import_refuses_at_the_line_what_report_would_refuse(tmp_path, bad, m
     skipped = import_run("jsonl", src, tmp_path / "skipped", skip_bad=True)  # --skip-bad: skipped and counted
     assert (skipped.sequences, skipped.bad_records_skipped) == (1, 1)
     assert cli("report", str(tmp_path / "skipped")).returncode == 0
+
+
+# -- routes/: the same index, written by import, probe and rescore ---------------------------------------------------
+
+
+@pytest.fixture
+def routed_import(tmp_path) -> Path:
+    """An import with the sampler's routes (sequences 5 and 9: 6 + 4 = 10 route rows in one shard)."""
+    from tests.importers.test_import_routes import CONFIG, vllm_lists, write_tokens
+
+    write_tokens(tmp_path / "tokens.jsonl")
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))
+    (tmp_path / "routes.jsonl").write_text("".join(json.dumps(vllm_lists(s)) + "\n" for s in (5, 9)))
+    out = tmp_path / "out"
+    r = cli(
+        "import", "jsonl", str(tmp_path / "tokens.jsonl"), "--out", str(out),
+        "--routes", str(tmp_path / "routes.jsonl"), "--routes-format", "vllm", "--routes-config", str(tmp_path / "config.json"),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def test_an_import_lists_its_route_shards(routed_import):
+    shard = routed_import / "routes" / "part-00000.parquet"
+    index = rundir.read_index(routed_import, rundir.ROUTES)
+    assert index == {"part-00000.parquet": rundir.ShardEntry(10, shard.stat().st_size)}
+    r = cli("report", str(routed_import), "--format", "json")
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("truncate", r"routes/part-00000.parquet is [\d,]+ bytes, the run's index says [\d,]+ \(truncated"),
+        ("remove", r"1 shard\(s\) listed in the run's index are missing \(10 rows\), e.g. routes/part-00000"),
+        ("foreign", r"routes/extra.parquet is not one of the run's shards"),
+        ("lose the index", r"its shard index \(index/routes.jsonl\) is missing"),
+    ],
+)
+def test_a_damaged_routes_folder_is_refused_not_read_as_fewer_routes(routed_import, damage, message):
+    from mismatchscope.routing.io import read_routes
+
+    shard = routed_import / "routes" / "part-00000.parquet"
+    if damage == "truncate":
+        shard.write_bytes(shard.read_bytes()[:-100])
+    elif damage == "remove":
+        shard.unlink()
+    elif damage == "foreign":
+        shutil.copy(shard, shard.with_name("extra.parquet"))
+    else:
+        (routed_import / "index" / "routes.jsonl").unlink()
+    with pytest.raises(InputError, match=message):
+        read_routes(routed_import)
+    r = cli("report", str(routed_import))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and re.search(message, r.stderr), r.stderr
+
+
+def test_routes_of_a_run_written_before_routes_were_indexed_read_as_before(routed_import):
+    """``shard_index`` 1 listed tokens/ only: such a run's routes have no index and are read unchecked."""
+    from mismatchscope.routing.io import read_routes
+
+    (routed_import / "index" / "routes.jsonl").unlink()
+    manifest = json.loads((routed_import / "manifest.json").read_text())
+    rundir.write_manifest(routed_import, {**manifest, "shard_index": 1})
+    assert read_routes(routed_import).num_rows == 10

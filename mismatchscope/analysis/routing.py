@@ -77,7 +77,9 @@ def locate_routes(files: list[Path]) -> tuple[RoutesRun | None, str | None]:
             "are per run, none are shown (give one run directory)"
         )
     root = roots[0]
-    shards = sorted(f for f in (root / ROUTES).glob("*.parquet") if not f.name.startswith("."))
+    from ..routing.io import route_shards
+
+    shards = route_shards(root)
     if not shards:
         return None, None
     raw = (read_manifest(root) or {}).get(MANIFEST_KEY)

@@ -69,7 +69,9 @@ def check_routes(
 ) -> RouteResult:
     raw = (manifest or {}).get(MANIFEST_KEY)
     is_moe = ((manifest or {}).get("config") or {}).get("checkpoint", {}).get("is_moe")
-    files = sorted((root / ROUTES).glob("part-*.parquet")) if root is not None else []
+    from ..routing.io import route_shards
+
+    files = route_shards(root) if root is not None else []
     if raw is None:
         if files:
             raise InputError(

@@ -272,7 +272,9 @@ def _out_dir(out: str | None, command: str) -> Path:
 
 
 def rescore(
-    run: Path = typer.Argument(..., help="A probe run directory.", show_default=False),
+    run: Path = typer.Argument(
+        ..., help="A probe run directory, or an import with --routes (docs/import.md).", show_default=False
+    ),
     out: str = typer.Option(..., "--out", "-o", metavar="<path>", help="New run directory for the rescored pairs."),
     trainer_dtype: str = TrainerDtypeOpt,
     attn_implementation: str | None = AttnImplementationOpt,
@@ -282,7 +284,21 @@ def rescore(
     trainer_batch_tokens: int = TrainerBatchTokensOpt,
     trust_remote_code: bool = TrustRemoteCodeOpt,
     allow_pickle: bool = AllowPickleOpt,
-    trainer_checkpoint: Path | None = TrainerCheckpointOpt,
+    trainer_checkpoint: Path | None = typer.Option(
+        None,
+        "--trainer-checkpoint",
+        metavar="PATH",
+        help="Score with other weights of the same model (policy lag), checked against the recorded checkpoint. "
+        "An imported run: the checkpoint to score it with (required; its vocabulary, context and router must fit "
+        "the imported tokens and routes).",
+    ),
+    temperature: float | None = typer.Option(
+        None,
+        "--temperature",
+        help="An imported run: the temperature its sampler ran at (required: no stack's dump records it; the "
+        "trainer divides its logits by it). A probe run keeps its own.",
+        show_default=False,
+    ),
     replay_routes: bool = ReplayRoutesOpt,
     replay_weights: bool = ReplayWeightsOpt,
     routes: bool = RoutesOpt,
@@ -291,7 +307,7 @@ def rescore(
     rule: list[str] | None = RuleOpt,
     format: OutputFormat = FormatOpt,
 ) -> None:
-    """Re-score a run's recorded samples with other trainer settings, without sampling again."""
+    """Re-score a run's samples with other trainer settings, or score an imported run with a checkpoint."""
     from ..probe.run import rescore as do_rescore
     from ..probe.types import TrainerConfig
 
@@ -311,6 +327,12 @@ def rescore(
     out_dir = _out_dir(out, "rescore")
     with engine_output(out_dir, verbose=verbose), Bars(enabled=True) as bars:
         run_dir = do_rescore(
-            run, out_dir, cfg, resume=resume, progress=cast("Progress", bars), trainer_checkpoint=trainer_checkpoint
+            run,
+            out_dir,
+            cfg,
+            resume=resume,
+            progress=cast("Progress", bars),
+            trainer_checkpoint=trainer_checkpoint,
+            temperature=temperature,
         )
     _summarise(run_dir, rule, format)

@@ -80,7 +80,9 @@ def read_routes(run_dir: Path, columns: list[str]):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    files = sorted((run_dir / ROUTES).glob("part-*.parquet"))
+    from ..routing.io import route_shards
+
+    files = route_shards(run_dir)
     tables = [pq.read_table(f, columns=["sequence_id", "input_position", "token_position", *columns]) for f in files]
     return pa.concat_tables(tables) if tables else None
 

@@ -247,10 +247,17 @@ def write(
 
 
 def discard(out: Path, token_shards: list[Path]) -> None:
-    """Remove what a failed routes import wrote, and the import's token shards: nothing half-done stays."""
+    """Remove what a failed routes import wrote, and the import's token shards: nothing half-done stays
+    (their index lines too, so an import into the same --out starts from an empty index)."""
+    from ..rundir import TOKENS, ShardIndex, index_files
+
+    tokens = ShardIndex(out, TOKENS)
     for p in token_shards:
+        tokens.forget(p)
         p.unlink(missing_ok=True)
     shutil.rmtree(out / layout.ROUTES, ignore_errors=True)
+    for f in index_files(out, layout.ROUTES):
+        f.unlink(missing_ok=True)
     (out / SEQUENCES).unlink(missing_ok=True)
 
 
@@ -331,13 +338,15 @@ def _flat(values: np.ndarray, value_type: pa.DataType, valid: np.ndarray | None 
 
 
 def _write_shard(out: Path, schema: pa.Schema, batches: list[pa.RecordBatch], index: int) -> Path:
-    from ..rundir import atomic_path
+    from ..rundir import ShardIndex, atomic_path
 
     path = out / layout.ROUTES / f"part-{index:05d}.parquet"
     path.parent.mkdir(parents=True, exist_ok=True)
     meta = {b"mismatchscope": json.dumps({"routes_version": layout.ROUTES_VERSION}).encode()}
+    table = pa.Table.from_batches(batches, schema=schema.with_metadata(meta))
     with atomic_path(path) as tmp:
-        pq.write_table(pa.Table.from_batches(batches, schema=schema.with_metadata(meta)), tmp, compression="zstd")
+        pq.write_table(table, tmp, compression="zstd")
+    ShardIndex(out, layout.ROUTES).commit(path, table.num_rows)
     return path
 
 

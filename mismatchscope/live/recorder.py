@@ -228,6 +228,7 @@ class Recorder:
         (self.path / rundir.TOKENS).mkdir(parents=True, exist_ok=True)
         if resume:  # a shard renamed into place just before a kill (or before runs kept an index) is the run's
             self._index.adopt(f"step-*-{self._tag}*.parquet")
+            rundir.ShardIndex(self.path, rundir.ROUTES, self._tag).adopt(f"step-*-{self._tag}*.parquet")
         return record
 
     def _write_manifest(self, status: str) -> None:
@@ -331,8 +332,10 @@ class Recorder:
 
         assert self.routing is not None  # add() refuses routes without it
         table = routes_table(self.routing, batch.columns["sequence_id"], batch.columns["position"], batch.experts or {})
-        with rundir.atomic_path(self.path / ROUTES / f"{name}.parquet") as tmp:
+        path = self.path / ROUTES / f"{name}.parquet"
+        with rundir.atomic_path(path) as tmp:
             pq.write_table(table, tmp, compression="zstd")
+        rundir.ShardIndex(self.path, ROUTES, self._tag).commit(path, table.num_rows)
 
     def _shards_on_disk(self, step: int | None = None) -> list[Path]:
         head = "step-*" if step is None else f"step-{step:06d}"
@@ -349,7 +352,9 @@ class Recorder:
             for f in self._shards_on_disk(step):
                 self._index.forget(f)
                 f.unlink()
-            for f in sorted((self.path / "routes").glob(f"step-{step:06d}-{self._tag}*.parquet")):
+            routes = rundir.ShardIndex(self.path, rundir.ROUTES, self._tag)
+            for f in sorted((self.path / rundir.ROUTES).glob(f"step-{step:06d}-{self._tag}*.parquet")):
+                routes.forget(f)
                 f.unlink()
 
     def _max_sequence_id_on_disk(self) -> int:

@@ -5,7 +5,8 @@
     DIR/prompts.parquet      prompt_id, prompt_token_ids, text, answer
     DIR/samples/round-*.parquet   the sampler's raw completions (for resume and rescore)
     DIR/tokens/part-*.parquet     token pairs in the analysis format
-    DIR/index/tokens.jsonl   the shard index: each token shard's name, rows and size
+    DIR/routes/part-*.parquet     MoE routes of both sides (mismatchscope.routing.layout)
+    DIR/index/tokens.jsonl   the shard index: each token shard's name, rows and size (routes.jsonl: route shards)
 
     DIR/.lock                the writer lock: one process writes the directory at a time
 
@@ -96,6 +97,7 @@ class RunDir:
                 )
             # a shard renamed into place just before a kill (or written before runs kept an index) is the run's
             self.token_index.adopt("part-*.parquet")
+            rundir.ShardIndex(self.path, rundir.ROUTES).adopt("part-*.parquet")
             manifest["shard_index"] = rundir.INDEX_VERSION
             return manifest
         if self.path.exists() and not rundir.is_empty_dir(self.path):

@@ -247,15 +247,17 @@ def sampler_side(sampler, kind: str) -> SideRoutes:
     if status is not None:
         return status()
     if kind.startswith("vllm"):
-        why = vllm_routes_unsupported() or f"the {kind} sampler does not ask vLLM for routed experts yet"
+        why = vllm_routes_unsupported() or f"the {kind} sampler returned no routes"
         return SideRoutes(False, why=why)
     return SideRoutes(False, why=f"the {kind} sampler does not return routes")
 
 
 def write_route_shard(
     path, shape: Shape, completions, prompt_ids: list[list[int]], n: int, sampler_routes: dict[int, SeqRoutes], scored
-) -> None:
-    """One ``routes/part-*`` shard for a token shard's sequences: the sampler's recorded and the trainer's routes."""
+) -> int:
+    """One ``routes/part-*`` shard for a token shard's sequences: the sampler's recorded and the trainer's routes.
+
+    Returns its row count (for the shard index)."""
     from mismatchscope.routing.io import routes_table, write_shard
 
     seq_ids = [c.prompt_index * n + c.sample_index for c in completions]
@@ -266,7 +268,9 @@ def write_route_shard(
         if got is not None and got.ids.shape[0] != want:
             raise ValueError(f"sampler routes of sequence {s}: {got.ids.shape[0]} rows for {want} input positions")
     trainer = [s.routes for s in scored]
-    write_shard(path, routes_table(shape, seq_ids, prompt_lengths, rows, sampler, trainer))
+    table = routes_table(shape, seq_ids, prompt_lengths, rows, sampler, trainer)
+    write_shard(path, table)
+    return table.num_rows
 
 
 # ------------------------------------------------------------------ replay checks
@@ -285,9 +289,10 @@ def check_replay_probe(replay: str | None, info: CheckpointInfo, sampler_kind: s
         raise UsageError(f"--replay-routes: {unknown_family(info)}")
     if sampler_kind == "vllm-server":
         raise UsageError(
-            "--replay-routes needs the sampler's routes: the vllm-server sampler does not ask the "
-            "server for routed experts",
-            hint="use --sampler hf, or --sampler vllm on a GPU build",
+            "--replay-routes in a probe needs the sampler's routes before it samples; a vllm-server "
+            "returns them only if it was started with --enable-return-routed-experts",
+            hint="probe without it (the server's routes are recorded where it returns them), then "
+            "rescore --replay-routes; or use --sampler hf",
         )
     if sampler_kind == "vllm":
         why = vllm_routes_unsupported()
@@ -413,10 +418,12 @@ class RoundRoutes:
     def write(self, run_path, round_index: int, index: int, shard, prompt_ids, n: int, scored) -> None:
         from pathlib import Path
 
+        from mismatchscope import rundir
         from mismatchscope.routing.layout import ROUTES
 
         path = Path(run_path) / ROUTES / f"part-{round_index:05d}-{index:05d}.parquet"
-        write_route_shard(path, self.shape, shard, prompt_ids, n, self.sampler, scored)
+        rows = write_route_shard(path, self.shape, shard, prompt_ids, n, self.sampler, scored)
+        rundir.ShardIndex(run_path, ROUTES).commit(path, rows)
 
 
 def moe_layers_from_config(info: CheckpointInfo) -> tuple[tuple[int, ...] | None, str | None]:

@@ -618,16 +618,28 @@ def rescore(
     resume: bool = False,
     progress: Progress | None = None,
     trainer_checkpoint: Path | None = None,
+    temperature: float | None = None,
 ) -> Path:
     """Score a recorded run's samples again with other trainer settings; the sampler is not touched.
 
     ``trainer_checkpoint`` scores them with other weights (policy lag); without
     it the trainer runs the sampler's checkpoint, whatever the recorded run used.
+    An imported run (:mod:`.rescore_import`) is scored with ``trainer_checkpoint``
+    at ``temperature``, the sampler's, which its dump does not record.
     """
+    from .rescore_import import is_imported, rescore_imported
+
     progress = progress or Progress()
     check_trainer(trainer_cfg)
     trainer_cfg = canonical_trainer(trainer_cfg)
     check_rescore_out(run_path, out, resume)
+    if is_imported(run_path):
+        return rescore_imported(run_path, out, trainer_cfg, trainer_checkpoint, temperature, resume, progress)
+    if temperature is not None:
+        raise UsageError(
+            f"--temperature: {run_path} is a probe run; a rescore keeps the sampling it recorded",
+            hint="--temperature is for imported runs, whose dumps do not record it",
+        )
     src = RunDir(run_path)
     if not src.exists():
         raise UsageError(f"{run_path} is not a probe run directory (no {src.manifest_path.name})")

@@ -152,9 +152,17 @@ def read_meta(run_dir: Path) -> RoutingMeta | None:
     return RoutingMeta.from_dict(raw) if raw else None
 
 
+def route_shards(run_dir: Path) -> list[Path]:
+    """The run's route shards, held against its shard index first (:func:`mismatchscope.rundir.check_folder`):
+    a lost, truncated or foreign shard of a complete run is refused, never read as fewer routes."""
+    paths = sorted(p for p in routes_dir(run_dir).glob("*.parquet") if not p.name.startswith("."))
+    rundir.check_folder(run_dir, layout.ROUTES, paths)
+    return paths
+
+
 def read_routes(run_dir: Path, columns: list[str] | None = None) -> pa.Table:
     """All of a run's route shards as one table (empty with the layout's columns when there are none)."""
-    paths = sorted(routes_dir(run_dir).glob("part-*.parquet"))
+    paths = route_shards(run_dir)
     if not paths:
         meta = read_meta(run_dir)
         schema = layout.routes_schema(meta.num_experts if meta else 2)

@@ -34,8 +34,8 @@ from typing import Any
 
 import pyarrow as pa
 
-ROUTES = "routes"
-"""the run-directory folder holding ``part-*.parquet`` route shards."""
+from mismatchscope.rundir import ROUTES as ROUTES  # the run-directory folder of route shards, listed in the shard index
+
 ROUTES_VERSION = 1
 MANIFEST_KEY = "routing"
 """the run manifest's key for :class:`RoutingMeta`."""

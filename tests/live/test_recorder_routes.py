@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 
-from mismatchscope import Recorder
+from mismatchscope import Recorder, rundir
 from mismatchscope.analysis.engine import AnalysisRequest, analyse
 from mismatchscope.live.inputs import RecorderInputError
 from mismatchscope.live.monitor import Monitor
@@ -57,6 +57,12 @@ def test_recorded_routes_are_the_layout_and_report_reads_them(recorded):
         "step-000000-rank-0000.parquet",
         "step-000001-rank-0000.parquet",
     ]
+    # each rank lists its route shards in its own index, as it does its token shards: 2 sequences x 2 tokens a step
+    index = rundir.read_index(run, rundir.ROUTES)
+    assert index is not None and {name: e.rows for name, e in index.items()} == {
+        "step-000000-rank-0000.parquet": 4,
+        "step-000001-rank-0000.parquet": 4,
+    }
     ro = analyse(str(run), AnalysisRequest(report=True)).report.routing
     # 8 tokens over both steps, each compared at both MoE layers; layer 1 flipped once (1, 1), layer 2 once (1, 0)
     assert [(r["layer"], r["compared"], r["flipped"]) for r in ro["route_flip_rate_by_layer"]] == [(1, 8, 1), (2, 8, 1)]

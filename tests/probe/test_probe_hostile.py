@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from mismatchscope import rundir
 from mismatchscope.errors import CheckpointError, SamplerError, TokenizerMismatchError, UsageError
 from mismatchscope.probe.checkpoint import check_tokenizer, inspect_checkpoint, load_tokenizer
 from mismatchscope.probe.options import check_attn_implementation, server_timeout
@@ -605,7 +606,7 @@ def test_an_unstarted_run_is_replaced_and_a_sampled_one_is_kept(tmp_path):
     run.open({"a": 1}, resume=False)
     run.write_manifest({"fingerprint": {"a": 1}, "status": "running"})  # what a killed start leaves
     manifest = run.open({"a": 2}, resume=False)  # another configuration, no --resume: replaced, not refused
-    assert manifest == {"fingerprint": {"a": 2}, "status": "running", "shard_index": 1}
+    assert manifest == {"fingerprint": {"a": 2}, "status": "running", "shard_index": rundir.INDEX_VERSION}
     run.write_manifest(manifest)
     (run.samples / "round-00000.parquet").write_bytes(b"a sampled round")
     run.discard_unstarted()

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from mismatchscope import rundir
 from mismatchscope.routing.io import Shape, read_meta, read_routes, sequences_of
 from tests.helpers import cli
 
@@ -250,6 +251,7 @@ def _copy(moe_run: Path, tmp_path: Path, edit_manifest=None, edit_routes=None) -
                 pa.array([edit_routes(r) for r in rows], typ),
             )
             pq.write_table(table, part)
+            rundir.ShardIndex(dst, rundir.ROUTES).commit(part, table.num_rows)  # as its writer would list it
     return dst
 
 

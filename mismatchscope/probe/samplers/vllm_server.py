@@ -16,6 +16,14 @@ and every request spells out the neutral penalties, so server defaults
 cannot change the distribution. Prompts go as token ids; tokens come back as
 ``token_id:N`` with their ids, so nothing is re-tokenised.
 
+MoE routes: a server started with ``--enable-return-routed-experts`` (vLLM
+0.22 and later) puts ``routed_experts`` on every choice, a base64 ``.npy``
+array ``[prompt + completion - 1, decoder layers, top_k]`` (the request's
+``routed_experts_prompt_start`` is left at 0: every prompt row). Nothing in
+the request turns it on; the sampler reads it where the server sends it,
+decodes and checks it as ``import --routes-format vllm`` does, and says in
+one line why where the server sends none.
+
 Only the stdlib is used for HTTP. The API key is read from the environment
 variable ``cfg.api_key_env`` at each request and is never stored, logged or
 described. ``engine_args`` are added to every completion request body
@@ -36,6 +44,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from mismatchscope.errors import (
     CheckpointError,
@@ -107,6 +117,7 @@ class VLLMServerSampler:
         self._tokenizer = None
         self._checks: dict[str, Any] = {}
         self._version = self._server_version()
+        self._routes = _ServerRoutes.plan(info)
 
     # ------------------------------------------------------------ HTTP
 
@@ -319,7 +330,9 @@ class VLLMServerSampler:
             for i, choice in enumerate(choices):  # vLLM numbers them prompt * n + sample
                 j, out = start + i // per_request_n, i % per_request_n
                 index = sample_index(j, out, sampling, per_request_n)
-                completions.append(_completion(layout[j], index, choice, sampling.top_k_logprobs, self.info.vocab_size))
+                c = _completion(layout[j], index, choice, sampling.top_k_logprobs, self.info.vocab_size)
+                c.routes = self._routes.read(choice, len(prompts[layout[j]]), len(c.token_ids))
+                completions.append(c)
             if on_progress is not None:
                 on_progress(len(batch) * per_request_n)
         return completions
@@ -340,6 +353,10 @@ class VLLMServerSampler:
             **NEUTRAL,
             **self.extra,
         }
+
+    def routes_status(self):
+        """The server's expert ids (never gate weights) where it returned them; else why not."""
+        return self._routes.status()
 
     def describe(self) -> dict[str, Any]:
         """Server URL, version, served model and the checks that ran (no API key, ever): every text the server
@@ -363,6 +380,76 @@ class VLLMServerSampler:
 
     def close(self) -> None:
         """Nothing to release: the server belongs to whoever started it."""
+
+
+class _ServerRoutes:
+    """Reads each choice's ``routed_experts`` for an MoE checkpoint whose router family is known."""
+
+    NOT_RETURNED = (
+        "the vLLM server returned no routed_experts: start it (vLLM 0.22 or later) with "
+        "--enable-return-routed-experts, which needs Model Runner V2 and prefix caching (GPU builds)"
+    )
+
+    def __init__(self, model: Any = None, moe_layers: tuple[int, ...] = (), why: str | None = None):
+        self.model = model
+        self.moe_layers = moe_layers
+        self.why = why
+        self.returned = 0
+        self.missing = 0
+
+    @classmethod
+    def plan(cls, info: CheckpointInfo) -> _ServerRoutes:
+        if not info.is_moe:
+            return cls()
+        from mismatchscope.importers.routes_model import RoutesModel
+        from mismatchscope.probe.routes import model_type_of, unknown_family
+        from mismatchscope.routing.families import family_for
+
+        if family_for(model_type_of(info)) is None:
+            return cls(why=unknown_family(info))
+        try:
+            model = RoutesModel.from_config(info.config, where=str(info.path / "config.json"))
+        except UsageError as e:
+            return cls(why=f"its config does not say how it routes ({e})")
+        return cls(model, model.moe_layers)
+
+    def read(self, choice: dict, prompt_len: int, completion_len: int):
+        """The choice's routes over the MoE layers (:class:`~mismatchscope.routing.io.SeqRoutes`), or None."""
+        if self.model is None:
+            return None
+        value = choice.get("routed_experts")
+        if value is None:
+            self.missing += 1
+            return None
+        from mismatchscope.errors import ImportFormatError
+        from mismatchscope.importers.route_checks import check_routes
+        from mismatchscope.importers.route_sources import DECODERS
+        from mismatchscope.routing.io import SeqRoutes
+
+        where = f"POST /v1/completions: choices[{choice['index']}].routed_experts"
+        if not isinstance(value, str):
+            raise SamplerError(f"{where} should be a base64 .npy string, got {_short(value)}")
+        try:
+            decoded = DECODERS["vllm"]({"routed_experts": value}, self.model, prompt_len)
+            checked = check_routes(decoded, self.model, prompt_len, completion_len)
+        except ImportFormatError as e:  # the decoder names the field itself: its reason follows ours alone
+            reason = e.reason.removeprefix("routed_experts: ").removeprefix("routed_experts ")
+            raise SamplerError(f"{where}: {reason}", hint="is the server serving another model?") from None
+        if checked.start != 0:
+            raise SamplerError(f"{where}: routes start at input position {checked.start}, not 0")
+        self.returned += 1
+        # a failed capture stays all zeros, which every reader counts as missing (never expert 0)
+        ids = np.where(checked.present[:, :, None], checked.ids, 0)[:, list(self.moe_layers)]
+        return SeqRoutes(ids.astype(np.int64))
+
+    def status(self):
+        from mismatchscope.routing.layout import SideRoutes
+
+        if self.model is None:
+            return SideRoutes(False, why=self.why)
+        if not self.returned:
+            return SideRoutes(False, why=self.NOT_RETURNED)
+        return SideRoutes(True, weights=False)
 
 
 def _split_credentials(url: str) -> tuple[str, str | None]:

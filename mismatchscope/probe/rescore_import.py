@@ -1,0 +1,416 @@
+"""``rescore`` of an imported run: a checkpoint scores the stack's own tokens and records its routes.
+
+An import with ``--routes`` holds, per routed sequence, every prompt and
+completion token id (``sequences.parquet``), the stack's sampler logprobs
+(``tokens/``) and the sampler's routes (``routes/``, trainer side null). A
+rescore with ``--trainer-checkpoint`` feeds each sequence through that
+checkpoint once, as a probe's trainer does, and writes a new run:
+
+* ``tokens/``: the imported tokens (and their columns: step, advantage,
+  reward, ...) with ``trainer_logprob`` and the trainer's top-k and entropy
+  from the checkpoint, at the positions the import kept;
+* ``routes/``: one row per input position, the imported sampler ids as they
+  were (null where the stack did not capture them) beside the trainer's own,
+  so ``report``'s ``routing`` section gives flip rates and routing's share of
+  the gap for the stack's own routes;
+* ``sequences.parquet``, copied: the rescored run can be rescored again.
+
+The sampler's temperature is not in any stack's dump. The trainer divides its
+logits by it, and a wrong one would fold a temperature gap into every
+logprob difference, so an imported run needs ``--temperature`` (a rescored
+import keeps the one it was given). Everything that can be checked without
+loading the model is checked before the new run exists: the checkpoint's
+weights against its config, every token id against its vocabulary, every
+sequence against its context length, and the imported routes' layers,
+experts and top-k against its router.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .. import __version__, rundir
+from ..errors import InputError, UsageError
+from ..importers.routes import SEQUENCES
+from ..redact import redact_command
+from ..routing import layout
+from .recorder import RunDir
+from .types import SamplingConfig, Scored, ScoreRequest, TrainerConfig
+
+TRAINER_COLUMNS = ("trainer_logprob", "trainer_topk_ids", "trainer_topk_logprobs", "trainer_entropy")
+"""what the checkpoint gives each kept token; the imported values of these (the stack's trainer's) are replaced."""
+DROPPED_COLUMNS = (*TRAINER_COLUMNS, "trainer_logprobs_at_sampler_topk", "sampler_kept_logmass", "trainer_step")
+"""imported columns that describe the stack's trainer, not this checkpoint: not carried into the rescored run."""
+
+
+def is_imported(run_path: Path) -> bool:
+    """A run whose tokens came from ``import`` (sequences, no sampled rounds), or a rescore of one."""
+    run = Path(run_path)
+    return (run / SEQUENCES).is_file() and not any((run / "samples").glob("round-*.parquet"))
+
+
+@dataclass(frozen=True)
+class ImportedRun:
+    """What a rescore reads from an imported run, checked once."""
+
+    path: Path
+    manifest: dict[str, Any]
+    sequences: pa.Table
+    """sorted by sequence id."""
+    meta: layout.RoutingMeta | None
+    temperature: float | None
+    """the temperature a rescore of this import was given (None: the import's own manifest, which has none)."""
+
+
+def open_imported(run_path: Path) -> ImportedRun:
+    run = Path(run_path)
+    c = rundir.completion(run)
+    if c is not None and not c.complete:
+        raise UsageError(f"{run} is an incomplete run ({c.reason}); rescore needs a complete one")
+    manifest = rundir.read_manifest(run)
+    if manifest is None:
+        raise UsageError(f"{run / rundir.MANIFEST} is not a readable JSON manifest")
+    try:
+        sequences = pq.read_table(run / SEQUENCES)
+    except (OSError, pa.ArrowInvalid) as e:
+        raise InputError(f"{run / SEQUENCES}: cannot read it ({e})") from None
+    need = {"sequence_id", "prompt_token_ids", "completion_token_ids", "completion_kept"}
+    if not need <= set(sequences.column_names):
+        raise InputError(
+            f"{run / SEQUENCES} lacks {', '.join(sorted(need - set(sequences.column_names)))}",
+            hint="import the run again with --routes",
+        )
+    raw = manifest.get(layout.MANIFEST_KEY)
+    try:
+        meta = layout.RoutingMeta.from_dict(raw) if isinstance(raw, dict) else None
+    except (KeyError, TypeError, ValueError) as e:
+        raise InputError(f"{run}: the manifest's routing entry cannot be read ({e})") from None
+    t = ((manifest.get("config") or {}).get("sampling") or {}).get("temperature")
+    temperature = float(t) if isinstance(t, int | float) and not isinstance(t, bool) else None
+    return ImportedRun(run, manifest, sequences.sort_by("sequence_id"), meta, temperature)
+
+
+def sampling_for(src: ImportedRun, temperature: float | None) -> SamplingConfig:
+    """The trainer's processing: logits / T over the full vocabulary (the stack's top-p/top-k are not known)."""
+    if temperature is None:
+        temperature = src.temperature
+    elif src.temperature is not None and temperature != src.temperature:
+        raise UsageError(
+            f"--temperature {temperature:g}: {src.path} was scored at temperature {src.temperature:g}",
+            hint="leave --temperature out: a rescore keeps the temperature the run was scored at",
+        )
+    if temperature is None:
+        raise UsageError(
+            f"{src.path} is an imported run and its dump does not record the sampler's temperature: "
+            "pass --temperature T, the temperature its sampler ran at",
+            hint="the trainer divides its logits by T: a wrong T would be counted as mismatch",
+        )
+    if not temperature > 0:
+        raise UsageError(f"--temperature {temperature:g} must be positive")
+    longest = max((len(c) for c in src.sequences["completion_token_ids"].to_pylist()), default=1)
+    return SamplingConfig(temperature=temperature, n=1, max_tokens=max(longest, 1))
+
+
+def check_checkpoint_fits(src: ImportedRun, info, trainer_cfg: TrainerConfig) -> None:
+    """Every id inside the vocabulary, every sequence inside the context, the routes the checkpoint's shape."""
+    prompts, completions = src.sequences["prompt_token_ids"], src.sequences["completion_token_ids"]
+    sids = src.sequences["sequence_id"].to_numpy()
+    flat = [np.asarray(col.combine_chunks().flatten()) for col in (prompts, completions)]
+    top = max((int(a.max()) for a in flat if a.size), default=0)
+    if top >= info.vocab_size:
+        where = next(
+            int(s)
+            for s, p, c in zip(sids, prompts.to_pylist(), completions.to_pylist(), strict=True)
+            if max(p + c) >= info.vocab_size
+        )
+        raise InputError(
+            f"sequence {where} of {src.path} holds token id {top}, outside the vocabulary of {info.path} "
+            f"(0..{info.vocab_size - 1})",
+            hint="rescore with the checkpoint (and tokenizer) the run was sampled with",
+        )
+    p_len, c_len = (np.asarray(col.combine_chunks().value_lengths(), dtype=np.int64) for col in (prompts, completions))
+    lengths = p_len + c_len
+    if lengths.size and int(lengths.max()) > info.max_model_len:
+        i = int(np.argmax(lengths))
+        raise InputError(
+            f"sequence {int(sids[i])} of {src.path} is {int(lengths[i])} tokens long, more than the "
+            f"{info.max_model_len} positions of {info.path}",
+            hint="rescore with the checkpoint the run was sampled with (its context is long enough)",
+        )
+    if src.meta is None or not trainer_cfg.record_routes:
+        return
+    if not info.is_moe:
+        raise InputError(
+            f"{src.path} holds routes of an MoE model ({src.meta.family}) but {info.path} is dense",
+            hint="rescore with the checkpoint the routes came from",
+        )
+    from ..importers.routes_model import RoutesModel
+    from ..routing.families import family_for
+    from .routes import model_type_of, unknown_family
+
+    if family_for(model_type_of(info)) is None:
+        raise UsageError(f"cannot record the trainer's routes: {unknown_family(info)}")
+    model = RoutesModel.from_config(info.config, where=str(info.path / "config.json"))
+    want = (model.family, model.num_layers, model.moe_layers, model.num_experts, model.top_k)
+    got = (src.meta.family, src.meta.num_layers, tuple(src.meta.moe_layers), src.meta.num_experts, src.meta.top_k)
+    if want != got:
+        raise InputError(
+            f"{src.path}'s routes are of {got[0]}: {got[1]} decoder layers (MoE layers {list(got[2])}), "
+            f"top-{got[4]} of {got[3]} experts; {info.path} is {want[0]}: {want[1]} layers (MoE layers "
+            f"{list(want[2])}), top-{want[4]} of {want[3]} experts",
+            hint="rescore with the checkpoint the routes came from",
+        )
+
+
+def check_replay(src: ImportedRun, trainer_cfg: TrainerConfig) -> None:
+    if trainer_cfg.replay is not None:
+        raise UsageError(
+            f"--replay-routes: {src.path} is an imported run; replaying imported routes is not supported "
+            "(their rows may start past the prompt or miss captures)",
+            hint="rescore it without --replay-routes for its flip rates",
+        )
+
+
+# ------------------------------------------------------------------ the rescore
+
+
+def rescore_imported(
+    run_path: Path,
+    out: Path,
+    trainer_cfg: TrainerConfig,
+    checkpoint: Path | None,
+    temperature: float | None,
+    resume: bool,
+    progress,
+) -> Path:
+    """Score an imported run's sequences with ``checkpoint`` into ``out`` (checks first, then the run)."""
+    from .checkpoint import check_tokenizer, check_weights_cover_config, inspect_checkpoint, load_tokenizer
+
+    src = open_imported(run_path)
+    check_replay(src, trainer_cfg)
+    sampling = sampling_for(src, temperature)
+    recorded = ((src.manifest.get("config") or {}).get("checkpoint") or {}).get("path")
+    if checkpoint is None and isinstance(recorded, str):
+        checkpoint = Path(recorded)  # a rescored import: scored again with the checkpoint it was scored with
+    if checkpoint is None:
+        raise UsageError(
+            f"{run_path} is an imported run: it records no checkpoint to score it with",
+            hint="pass --trainer-checkpoint CHECKPOINT, the model (same tokenizer) the stack trained",
+        )
+    info = inspect_checkpoint(
+        checkpoint, allow_pickle=trainer_cfg.allow_pickle, trust_remote_code=trainer_cfg.trust_remote_code
+    )
+    check_weights_cover_config(info, trust_remote_code=trainer_cfg.trust_remote_code)
+    check_tokenizer(load_tokenizer(info.path, trust_remote_code=trainer_cfg.trust_remote_code), info, [])
+    check_checkpoint_fits(src, info, trainer_cfg)
+    sampler_routes = _sampler_routes(src) if trainer_cfg.record_routes and src.meta is not None else None
+    dst = RunDir(out)
+    fingerprint = {
+        "rescored_from": str(src.path),
+        "checkpoint_sha256": info.sha256,
+        "sampling": sampling.to_dict(),
+        "trainer": trainer_cfg.to_dict(),
+    }
+    with dst.lock():
+        manifest = dst.open(fingerprint, resume)
+        try:
+            return _score(src, dst, manifest, info, trainer_cfg, sampling, sampler_routes, resume, progress)
+        except BaseException:
+            dst.discard_unstarted()
+            raise
+
+
+def _config(src: ImportedRun, info, trainer_cfg: TrainerConfig, sampling: SamplingConfig) -> dict[str, Any]:
+    source = src.manifest.get("source") or {}
+    return {
+        "mismatchscope_version": __version__,
+        "checkpoint": {
+            "path": str(info.path),
+            "sha256": info.sha256,
+            "model_type": info.model_type,
+            "vocab_size": info.vocab_size,
+            "max_model_len": info.max_model_len,
+            "is_moe": info.is_moe,
+        },
+        "imported": {"format": source.get("format"), "semantics": source.get("semantics")},
+        "sampling": sampling.to_dict(),
+        "semantics": {
+            "sampler_logprob": "the imported stack's sampler logprobs, as its dump holds them",
+            "trainer_logprob": f"the checkpoint's logits / T (T={sampling.temperature:g}), full vocabulary",
+            "sampler_kept_logmass": None,
+        },
+        "sampler": {"kind": "imported", "format": source.get("format")},
+        "trainer": trainer_cfg.to_dict(),
+        "rescored_from": str(src.path),
+    }
+
+
+def _score(
+    src: ImportedRun,
+    dst: RunDir,
+    manifest: dict[str, Any],
+    info,
+    trainer_cfg: TrainerConfig,
+    sampling: SamplingConfig,
+    sampler_routes: pa.Table | None,
+    resume: bool,
+    progress,
+) -> Path:
+    from .routes import routing_manifest
+    from .run import SHARD_TOKENS, _finish, _open_session, _save_progress
+    from .trainer import HFTrainer
+
+    config = _config(src, info, trainer_cfg, sampling)
+    manifest.update(
+        {
+            "config": config,
+            "status": "running",
+            "command": redact_command(sys.argv[1:]) if sys.argv else None,
+            "source": src.manifest.get("source"),
+        }
+    )
+    session = _open_session(manifest, resume)
+    dst.write_manifest(manifest)
+    if not (dst.path / SEQUENCES).exists():
+        with rundir.atomic_path(dst.path / SEQUENCES) as tmp:
+            shutil.copyfile(src.path / SEQUENCES, tmp)
+    progress.note(f"loading trainer ({trainer_cfg.dtype}, weights of {info.path})")
+    trainer = HFTrainer(info, trainer_cfg)
+    manifest["trainer_info"] = trainer.describe()
+    shape = None
+    if src.meta is not None and trainer_cfg.record_routes:
+        shape = routing_manifest(manifest, trainer, src.meta.sampler, None, progress.note)
+    tokens = _imported_tokens(src)
+    done = dst.scored_sequences() if resume else set()
+    rows = [r for r in src.sequences.to_pylist() if r["sequence_id"] not in done]
+    shards: list[list[dict[str, Any]]] = []
+    size = SHARD_TOKENS + 1
+    for r in rows:
+        n = len(r["completion_token_ids"])
+        if size + n > SHARD_TOKENS and (not shards or shards[-1]):
+            shards.append([])
+            size = 0
+        shards[-1].append(r)
+        size += n
+    progress.stage("scoring", sum(len(r["completion_token_ids"]) for s in shards for r in s))
+    existing = len(list(dst.tokens.glob("part-*.parquet")))
+    for b, shard in enumerate(shards):
+        reqs = [ScoreRequest(r["prompt_token_ids"], r["completion_token_ids"], []) for r in shard]
+        t0 = time.perf_counter()
+        scored = trainer.score(reqs, sampling)
+        session["scoring_seconds"] += time.perf_counter() - t0
+        name = f"part-00000-{existing + b:05d}.parquet"
+        if shape is not None and sampler_routes is not None:  # before the token shard: scored tokens imply routes
+            _write_routes(dst, name, shape, shard, scored, sampler_routes)
+        cols = _token_columns(tokens, shard, scored)
+        from ..schema import write_table
+
+        path = write_table(dst.tokens / name, cols, config)
+        dst.token_index.commit(path, len(cols["sequence_id"]))
+        progress.advance("scoring", sum(len(r["completion_token_ids"]) for r in shard))
+        _save_progress(dst, manifest)
+    _finish(dst, manifest)
+    return dst.path
+
+
+def _imported_tokens(src: ImportedRun) -> pa.Table:
+    """The imported token rows (integrity-checked against the run's index), sorted by sequence and position."""
+    files = sorted(p for p in (src.path / rundir.TOKENS).glob("*.parquet") if not p.name.startswith("."))
+    rundir.check_folder(src.path, rundir.TOKENS, files)
+    if not files:
+        raise InputError(f"{src.path} holds no token shard to rescore")
+    tables = [pq.ParquetFile(f).read() for f in files]
+    table = pa.concat_tables([t.replace_schema_metadata(None) for t in tables], promote_options="permissive")
+    keep = [c for c in table.column_names if c not in DROPPED_COLUMNS]
+    return table.select(keep).sort_by([("sequence_id", "ascending"), ("position", "ascending")])
+
+
+def _token_columns(tokens: pa.Table, shard: list[dict[str, Any]], scored: list[Scored]) -> dict[str, Any]:
+    """The shard's imported token rows, each given the checkpoint's numbers at its completion index."""
+    sids = [r["sequence_id"] for r in shard]
+    part = tokens.filter(pa.array(np.isin(tokens["sequence_id"].to_numpy(), sids)))
+    by_sid = {s: i for i, s in enumerate(sids)}
+    out: dict[str, Any] = {name: [] for name in TRAINER_COLUMNS}
+    order: list[int] = []
+    seq = part["sequence_id"].to_numpy()
+    for sid in sids:
+        r, s = shard[by_sid[sid]], scored[by_sid[sid]]
+        kept = np.flatnonzero(np.asarray(r["completion_kept"], dtype=bool))
+        count = int(np.searchsorted(seq, sid, side="right") - np.searchsorted(seq, sid, side="left"))
+        first = int(np.searchsorted(seq, sid, side="left"))
+        if count != len(kept):
+            raise InputError(
+                f"sequence {sid}: the import holds {count} tokens but its sequences file keeps {len(kept)}",
+                hint="the imported run was damaged; import it again",
+            )
+        order += range(first, first + count)
+        out["trainer_logprob"] += [s.trainer_logprobs[j] for j in kept]
+        out["trainer_topk_ids"] += [s.topk_ids[j] for j in kept]
+        out["trainer_topk_logprobs"] += [s.topk_logprobs[j] for j in kept]
+        out["trainer_entropy"] += [s.entropy[j] for j in kept]
+    part = part.take(pa.array(order, pa.int64()))
+    cols: dict[str, Any] = {name: part[name] for name in part.column_names}
+    cols.update(out)
+    return cols
+
+
+# ------------------------------------------------------------------ routes
+
+
+def _sampler_routes(src: ImportedRun) -> pa.Table:
+    """The imported sampler side (ids, and weights where recorded), keyed by ``(sequence_id, input_position)``."""
+    from ..routing.io import read_routes
+
+    columns = ["sequence_id", "input_position", layout.SAMPLER_EXPERTS, layout.SAMPLER_WEIGHTS]
+    table = read_routes(src.path, columns=columns)
+    return table.sort_by([("sequence_id", "ascending"), ("input_position", "ascending")])
+
+
+def _write_routes(
+    dst: RunDir, name: str, shape, shard: list[dict[str, Any]], scored: list[Scored], sampler: pa.Table
+) -> None:
+    """One route shard: the trainer's rows over every input position, the imported sampler's beside them."""
+    from ..routing.io import routes_table, write_shard
+
+    sids = [r["sequence_id"] for r in shard]
+    prompt_lengths = [len(r["prompt_token_ids"]) for r in shard]
+    rows = [p + len(r["completion_token_ids"]) - 1 for p, r in zip(prompt_lengths, shard, strict=True)]
+    table = routes_table(shape, sids, prompt_lengths, rows, None, [s.routes for s in scored])
+    seq, ip = sampler["sequence_id"].to_numpy(), sampler["input_position"].to_numpy()
+    take, token = [], []
+    for sid, p, n, r in zip(sids, prompt_lengths, rows, shard, strict=True):
+        lo, hi = int(np.searchsorted(seq, sid, side="left")), int(np.searchsorted(seq, sid, side="right"))
+        idx = np.full(n, -1, dtype=np.int64)
+        pos = ip[lo:hi]
+        if pos.size and (pos.max() >= n or pos.min() < 0):
+            raise InputError(f"sequence {sid}: imported routes at input position {int(pos.max())} past its {n} rows")
+        idx[pos] = np.arange(lo, hi)
+        take.append(idx)
+        kept = np.asarray(r["completion_kept"], dtype=bool)
+        rank = np.where(kept, np.cumsum(kept) - 1, -1)  # the k-th kept completion token has position k
+        c = np.arange(n) - (p - 1)
+        token.append(np.where(c >= 0, rank[np.clip(c, 0, None)], -1))
+    idx = np.concatenate(take) if take else np.zeros(0, np.int64)
+    tp = np.concatenate(token) if token else np.zeros(0, np.int64)
+    indices = pa.array(idx, mask=idx < 0)
+    schema = table.schema
+    columns = {
+        "token_position": pa.array(tp.astype(np.int32), mask=tp < 0),
+        layout.SAMPLER_EXPERTS: sampler[layout.SAMPLER_EXPERTS].take(indices),
+        layout.SAMPLER_WEIGHTS: sampler[layout.SAMPLER_WEIGHTS].take(indices),
+    }
+    table = pa.table(
+        [columns[f.name].cast(f.type) if f.name in columns else table[f.name] for f in schema], schema=schema
+    )
+    path = dst.path / layout.ROUTES / name
+    write_shard(path, table)
+    rundir.ShardIndex(dst.path, layout.ROUTES).commit(path, table.num_rows)
