@@ -1,5 +1,5 @@
 """The one primitive every command uses: per-token log-ratio, ratio, TV and
-the k1/k2/k3 KL estimators (``rules-and-metrics.md``, "Token metrics").
+the k1/k2/k3 KL estimators (docs/metrics.md).
 
 ``report``, ``compare-masks``, ``gate`` and the probe recorder all call
 :func:`token_terms`, so their numbers cannot drift apart (prime-rl computes its

@@ -7,8 +7,7 @@ live Monitor). :func:`token_sums` gathers the sums per key in one pass of
 ``np.bincount``; :func:`token_means` turns sums into metrics, elementwise, so
 the same arithmetic serves a scalar, a row of buckets or a row of steps.
 
-With l = log p - log q and r = exp(l) per token (rules-and-metrics
-reference): k1 = -l, k2 = l^2/2, k3 = (r-1) - l, reverse KL (k3 form) =
+With l = log p - log q and r = exp(l) per token (docs/metrics.md): k1 = -l, k2 = l^2/2, k3 = (r-1) - l, reverse KL (k3 form) =
 r l - (r-1), chi2 = mean r^2 - 1, ESS / n = (sum r)^2 / (n sum r^2).
 """
 

@@ -1,4 +1,4 @@
-"""Full-distribution lower bounds from the sampler's top-k (``rules-and-metrics.md``).
+"""Full-distribution lower bounds from the sampler's top-k (docs/analysis.md).
 
 Coarsen the vocabulary into the ids the sampler listed (K, the sampled id
 included) plus one "rest" bucket. TV and KL on that partition never exceed
@@ -150,7 +150,7 @@ smaller "tail" is rounding, and a ratio of two such tails would be a ratio of no
 
 @dataclass(frozen=True)
 class ScoreCentering:
-    """Per-token statistics a top-k-aware loss (score centering) needs (``rules-and-metrics.md``).
+    """Per-token statistics a top-k-aware loss (score centering) needs (docs/analysis.md).
 
     K is the same set as the bounds': the sampler's listed ids, plus the sampled id when the list lacks it.
     """

@@ -4,8 +4,7 @@ The sampler reports logprobs of *some* distribution: with vLLM's
 ``raw_logprobs`` that is ``softmax(logits)``; with ``processed_logprobs`` it is
 ``softmax(logits / T)`` renormalised over the tokens top-k/top-p kept. The
 trainer side must compute the same distribution from its own logits, or the
-probe reports a definition difference as numerical mismatch (rules-and-metrics,
-"Probe semantics that change the numbers"). :class:`Processing` says which
+probe reports a definition difference as numerical mismatch (docs/probe.md). :class:`Processing` says which
 distribution; :func:`score_positions` computes it for a chunk of rows.
 
 The kept set follows vLLM's reference implementation

@@ -1,4 +1,4 @@
-"""Token-level masking and correction rules (``rules-and-metrics.md``).
+"""Token-level masking and correction rules (docs/rules.md).
 
 Each function is pure: ``(config, terms, advantage_T) -> action_T`` with
 actions KEEP / REJECT / REWEIGHT. Comparisons use the ratio ``r`` or ``p - q``
