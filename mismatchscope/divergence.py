@@ -1,7 +1,7 @@
 """The one primitive every command uses: per-token log-ratio, ratio, TV and
 the k1/k2/k3 KL estimators (docs/metrics.md).
 
-``report``, ``compare-masks``, ``gate`` and the probe recorder all call
+``report``, ``compare-masks``, ``gate`` and the probe run writer all call
 :func:`token_terms`, so their numbers cannot drift apart (prime-rl computes its
 importance ratio and mismatch KL in one function for the same reason).
 """

@@ -368,8 +368,8 @@ def test_probe_records_the_samplers_prefill_and_certify_pairs_it(tmp_path):
 
 def test_samples_keep_the_prefill_logprobs_for_resume_and_rescore(tmp_path):
     """A resumed or rescored probe reads its completions back from samples/: the prefill must come back with them."""
-    from mismatchscope.probe.recorder import RunDir
     from mismatchscope.probe.run import token_columns
+    from mismatchscope.probe.run_dir import RunDir
     from mismatchscope.probe.types import Completion, Scored
 
     run = RunDir(tmp_path / "run")

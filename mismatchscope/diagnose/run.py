@@ -524,13 +524,13 @@ def _max_tokens(opts: DiagnoseOptions, info) -> int:
 
 
 def _prompt_ids(run_dir: Path) -> list[list[int]]:
-    from ..probe.recorder import RunDir
+    from ..probe.run_dir import RunDir
 
     return [r["prompt_token_ids"] for r in RunDir(run_dir).read_prompts().to_pylist()]
 
 
 def _requests(run_dir: Path, prompt_ids) -> list[ScoreRequest]:
-    from ..probe.recorder import RunDir
+    from ..probe.run_dir import RunDir
 
     done = sorted(RunDir(run_dir).read_samples(), key=lambda c: (c.prompt_index, c.sample_index))
     return [ScoreRequest(prompt_ids[c.prompt_index], c.token_ids, c.topk_ids) for c in done]

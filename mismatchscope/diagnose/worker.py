@@ -40,8 +40,8 @@ def run(spec: dict) -> dict:
 
     from ..probe.checkpoint import inspect_checkpoint
     from ..probe.options import ProbeOptions
-    from ..probe.recorder import RunDir
     from ..probe.run import run_probe
+    from ..probe.run_dir import RunDir
     from ..probe.samplers import make_sampler
     from ..probe.types import SamplerConfig, SamplingConfig, TrainerConfig
 

@@ -166,7 +166,7 @@ def _place(tmp: Path, run_dir: Path, *, keep: bool) -> Path | None:
     which a stray log in its folder would block: its log stays outside.
     """
     from .. import rundir
-    from .recorder import unstarted_run
+    from .run_dir import unstarted_run
 
     try:
         if tmp.stat().st_size == 0:

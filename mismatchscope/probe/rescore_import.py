@@ -43,7 +43,7 @@ from ..errors import InputError, UsageError
 from ..importers.routes import SEQUENCES
 from ..redact import redact_command
 from ..routing import layout
-from .recorder import RunDir
+from .run_dir import SHARD_TOKENS, RunDir, finish, open_session, save_progress
 from .types import SamplingConfig, Scored, ScoreRequest, TrainerConfig
 
 TRAINER_COLUMNS = ("trainer_logprob", "trainer_topk_ids", "trainer_topk_logprobs", "trainer_entropy")
@@ -266,7 +266,6 @@ def _score(
     progress,
 ) -> Path:
     from .routes import routing_manifest
-    from .run import SHARD_TOKENS, _finish, _open_session, _save_progress
     from .trainer import HFTrainer
 
     config = _config(src, info, trainer_cfg, sampling)
@@ -278,7 +277,7 @@ def _score(
             "source": src.manifest.get("source"),
         }
     )
-    session = _open_session(manifest, resume)
+    session = open_session(manifest, resume)
     dst.write_manifest(manifest)
     if not (dst.path / SEQUENCES).exists():
         with rundir.atomic_path(dst.path / SEQUENCES) as tmp:
@@ -317,8 +316,8 @@ def _score(
         path = write_table(dst.tokens / name, cols, config)
         dst.token_index.commit(path, len(cols["sequence_id"]))
         progress.advance("scoring", sum(len(r["completion_token_ids"]) for r in shard))
-        _save_progress(dst, manifest)
-    _finish(dst, manifest)
+        save_progress(dst, manifest)
+    finish(dst, manifest)
     return dst.path
 
 

@@ -20,11 +20,9 @@ neither duplicate nor lose a sequence.
 
 from __future__ import annotations
 
-import platform
 import sys
 import time
 from dataclasses import fields, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +43,6 @@ from .options import (
 )
 from .policy_lag import TrainerCheckpoint, check_resume, open_trainer_checkpoint, recorded_trainer_checkpoint
 from .prompts import Prompt, file_sha256, load_prompts
-from .recorder import RunDir
 from .rewards import group_advantages, load_reward_fn
 from .routes import (
     RoundRoutes,
@@ -55,11 +52,11 @@ from .routes import (
     sampler_side,
     save_sampler_round,
 )
+from .run_dir import SHARD_TOKENS, RunDir, finish, open_session, save_progress
 from .samplers.base import check_prompts
 from .types import Completion, SamplerConfig, SamplingConfig, Scored, ScoreRequest, TrainerConfig
 
 AUTO_MAX_TOKENS = 256
-SHARD_TOKENS = 200_000
 """completion tokens per trainer call and token shard: the unit of progress a resume keeps."""
 
 
@@ -300,7 +297,7 @@ def _sample_and_score(
     manifest.update(
         {"config": config, "status": "running", "command": redact_command(sys.argv[1:]) if sys.argv else None}
     )
-    session = _open_session(manifest, opts.resume)
+    session = open_session(manifest, opts.resume)
     run.write_manifest(manifest)
     _write_prompts_once(run, prompts, prompt_ids)
 
@@ -343,7 +340,7 @@ def _sample_and_score(
                 )  # before the samples: a round's samples imply its routes
                 run.write_samples(r, completions)
                 manifest["sampler_info"] = sampler.describe()  # saved with the round: a killed run keeps it
-                _save_progress(run, manifest)
+                save_progress(run, manifest)
             if trainer is None:
                 from .trainer import HFTrainer
 
@@ -368,11 +365,11 @@ def _sample_and_score(
                 progress,
                 routes,
             )
-            _save_progress(run, manifest)
+            save_progress(run, manifest)
     finally:
         if sampler is not None and owned:
             sampler.close()
-    _finish(run, manifest)
+    finish(run, manifest)
     return run.path
 
 
@@ -552,65 +549,6 @@ def token_columns(completions: list[Completion], scored: list[Scored], rewards: 
     return cols
 
 
-def _open_session(manifest: dict, resumed: bool) -> dict[str, Any]:
-    """Start this process's record in ``manifest["sessions"]`` and return it (its seconds grow as work is done).
-
-    A resumed run keeps every earlier session's record, so its timings cover all
-    of them. A manifest written before sessions were recorded keeps its totals as
-    one earlier session.
-    """
-    sessions = manifest.setdefault("sessions", [])
-    old = manifest.get("timings") or {}
-    if not sessions and ("sampling_seconds" in old or "scoring_seconds" in old):
-        sessions.append(
-            {
-                "started_at": None,
-                "resumed": False,
-                "sampling_seconds": old.get("sampling_seconds", 0.0),
-                "scoring_seconds": old.get("scoring_seconds", 0.0),
-            }
-        )
-    session = {
-        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "resumed": resumed,
-        "sampling_seconds": 0.0,
-        "scoring_seconds": 0.0,
-    }
-    sessions.append(session)
-    _total_timings(manifest)
-    return session
-
-
-def _total_timings(manifest: dict) -> dict[str, Any]:
-    """``manifest["timings"]``: the sum over every session of the run."""
-    timings = manifest.setdefault("timings", {})
-    for key in ("sampling_seconds", "scoring_seconds"):
-        timings[key] = sum(s.get(key) or 0.0 for s in manifest.get("sessions", []))
-    timings["sessions"] = len(manifest.get("sessions", []))
-    return timings
-
-
-def _save_progress(run: RunDir, manifest: dict) -> None:
-    """Write the manifest after a round: a run killed later keeps this session's timings and engine records."""
-    _total_timings(manifest)
-    run.write_manifest(manifest)
-
-
-def _finish(run: RunDir, manifest: dict) -> None:
-    import pyarrow.parquet as pq
-
-    tokens = sum(pq.ParquetFile(p).metadata.num_rows for p in run.tokens.glob("part-*.parquet"))
-    timings = _total_timings(manifest)
-    timings["tokens"] = tokens
-    if timings["scoring_seconds"] > 0:
-        timings["scoring_tokens_per_second"] = tokens / timings["scoring_seconds"]
-    if timings["sampling_seconds"] > 0:
-        timings["sampling_tokens_per_second"] = tokens / timings["sampling_seconds"]
-    manifest["host"] = {"python": platform.python_version(), "platform": platform.platform()}
-    manifest["status"] = "complete"
-    run.write_manifest(manifest)
-
-
 def rescore(
     run_path: Path,
     out: Path,
@@ -779,7 +717,7 @@ def _rescore_rounds(
         "semantics": {**(cfg.get("semantics") or semantics(sampling)), **trainer_ckpt.semantics(info)},
     }
     manifest.update({"config": config, "status": "running", "sampler_info": old.get("sampler_info")})
-    session = _open_session(manifest, resume)
+    session = open_session(manifest, resume)
     dst.write_manifest(manifest)
     _write_prompts_once(dst, prompts, prompt_ids)
     reward_fn = load_reward_fn(None if cfg.get("reward_fn") in (None, "exact_match(answer)") else cfg["reward_fn"])
@@ -808,6 +746,6 @@ def _rescore_rounds(
             progress,
             routes,
         )
-        _save_progress(dst, manifest)
-    _finish(dst, manifest)
+        save_progress(dst, manifest)
+    finish(dst, manifest)
     return dst.path

@@ -18,6 +18,8 @@ whole files behind, and ``--resume`` can trust what it finds.
 from __future__ import annotations
 
 import contextlib
+import platform
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ from ..schema import write_table
 from .types import Completion
 
 MANIFEST = rundir.MANIFEST
+SHARD_TOKENS = 200_000  # token pairs per tokens/ shard, the unit a run writes and resumes from
 
 _SAMPLE_SCHEMA = pa.schema(
     [
@@ -214,3 +217,60 @@ class RunDir:
         for p in sorted(self.tokens.glob("part-*.parquet")):
             done.update(pq.read_table(p, columns=["sequence_id"]).column(0).unique().to_pylist())
         return done
+
+
+def open_session(manifest: dict, resumed: bool) -> dict[str, Any]:
+    """Start this process's record in ``manifest["sessions"]`` and return it (its seconds grow as work is done).
+
+    A resumed run keeps every earlier session's record, so its timings cover all
+    of them. A manifest written before sessions were recorded keeps its totals as
+    one earlier session.
+    """
+    sessions = manifest.setdefault("sessions", [])
+    old = manifest.get("timings") or {}
+    if not sessions and ("sampling_seconds" in old or "scoring_seconds" in old):
+        sessions.append(
+            {
+                "started_at": None,
+                "resumed": False,
+                "sampling_seconds": old.get("sampling_seconds", 0.0),
+                "scoring_seconds": old.get("scoring_seconds", 0.0),
+            }
+        )
+    session = {
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "resumed": resumed,
+        "sampling_seconds": 0.0,
+        "scoring_seconds": 0.0,
+    }
+    sessions.append(session)
+    total_timings(manifest)
+    return session
+
+
+def total_timings(manifest: dict) -> dict[str, Any]:
+    """``manifest["timings"]``: the sum over every session of the run."""
+    timings = manifest.setdefault("timings", {})
+    for key in ("sampling_seconds", "scoring_seconds"):
+        timings[key] = sum(s.get(key) or 0.0 for s in manifest.get("sessions", []))
+    timings["sessions"] = len(manifest.get("sessions", []))
+    return timings
+
+
+def save_progress(run: RunDir, manifest: dict) -> None:
+    """Write the manifest after a round: a run killed later keeps this session's timings and engine records."""
+    total_timings(manifest)
+    run.write_manifest(manifest)
+
+
+def finish(run: RunDir, manifest: dict) -> None:
+    tokens = sum(pq.ParquetFile(p).metadata.num_rows for p in run.tokens.glob("part-*.parquet"))
+    timings = total_timings(manifest)
+    timings["tokens"] = tokens
+    if timings["scoring_seconds"] > 0:
+        timings["scoring_tokens_per_second"] = tokens / timings["scoring_seconds"]
+    if timings["sampling_seconds"] > 0:
+        timings["sampling_tokens_per_second"] = tokens / timings["sampling_seconds"]
+    manifest["host"] = {"python": platform.python_version(), "platform": platform.platform()}
+    manifest["status"] = "complete"
+    run.write_manifest(manifest)
