@@ -218,7 +218,7 @@ def test_a_probe_run_without_tokens_says_so_in_probe_terms(tmp_path):
     """All completions empty: the run is written, then the summary said only "the input has no token rows"."""
     import pyarrow as pa
 
-    from mismatchscope.cli._output import OutputFormat
+    from mismatchscope.cli._streams import OutputFormat
     from mismatchscope.cli.probe import _summarise
     from mismatchscope.errors import NoTokensError
     from mismatchscope.schema import arrow_schema

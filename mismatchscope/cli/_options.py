@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from ._output import OutputFormat
+from ._streams import OutputFormat
 
 PathArg = typer.Argument(
     ...,

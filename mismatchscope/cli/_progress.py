@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from ._output import stderr_console
+from ._streams import stderr_console
 
 if TYPE_CHECKING:
     from rich.progress import TaskID

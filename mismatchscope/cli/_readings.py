@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from ._output import OutputFormat, emit_json, stdout_console, warn
+from ._streams import OutputFormat, emit_json, stdout_console, warn
 
 ReadingsOpt = typer.Option(
     None,

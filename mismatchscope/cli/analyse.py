@@ -11,8 +11,8 @@ from ..analysis.parallel import keep_freed_memory
 from ..errors import UsageError
 from ..metrics import ABS_LOGPROB_DIFF_MEAN, K3_MEAN
 from ._options import ColumnOpt, FormatOpt, PathArg, RuleOpt, rule_help_epilog
-from ._output import OutputFormat, emit_json, info, stdout_console, warn
 from ._readings import ReadingsOpt, run_side_by_side
+from ._streams import OutputFormat, emit_json, info, stdout_console, warn
 
 
 def _drawn_by_default() -> list[str]:

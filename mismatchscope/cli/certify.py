@@ -8,7 +8,7 @@ import time
 import typer
 
 from ._options import ColumnOpt, FormatOpt
-from ._output import OutputFormat, emit_json, info, stdout_console, warn
+from ._streams import OutputFormat, emit_json, info, stdout_console, warn
 
 
 def certify(

@@ -39,7 +39,7 @@ from ._options import (
     TrustRemoteCodeOpt,
     engine_args,
 )
-from ._output import OutputFormat, emit_json, stdout_console
+from ._streams import OutputFormat, emit_json, stdout_console
 
 if TYPE_CHECKING:
     from ..probe.run import Progress

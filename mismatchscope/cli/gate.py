@@ -12,7 +12,7 @@ import typer
 from ..analysis.parallel import keep_freed_memory
 from ..errors import UsageError
 from ._options import ColumnOpt, FormatOpt
-from ._output import OutputFormat, emit_json, info, stdout_console, warn
+from ._streams import OutputFormat, emit_json, info, stdout_console, warn
 
 
 def gate(

@@ -9,7 +9,7 @@ import typer
 from ..errors import UsageError
 from ..importers import IMPORTERS
 from ._options import FormatOpt
-from ._output import OutputFormat, emit_json, info, stdout_console, warn
+from ._streams import OutputFormat, emit_json, info, stdout_console, warn
 
 FORMATS = tuple(IMPORTERS)
 

@@ -40,8 +40,8 @@ from ._options import (
     TrustRemoteCodeOpt,
     engine_args,
 )
-from ._output import OutputFormat, emit_json, info, stdout_console, warn
 from ._progress import Bars, engine_env
+from ._streams import OutputFormat, emit_json, info, stdout_console, warn
 
 TrainerCheckpointOpt = typer.Option(
     None,

@@ -6,7 +6,7 @@ import typer
 
 from ..analysis.parallel import keep_freed_memory
 from ._options import ColumnOpt, FormatOpt, PathArg, rule_help_epilog
-from ._output import OutputFormat, emit_json, info, stdout_console, warn
+from ._streams import OutputFormat, emit_json, info, stdout_console, warn
 
 TimelineRuleOpt = typer.Option(
     None,
