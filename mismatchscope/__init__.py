@@ -25,6 +25,14 @@ _EXPORTS: dict[str, str] = {
     "AnalysisResult": "analysis.engine",
     "report": "api",
     "compare_masks": "api",
+    # the typed results their JSON serialises (docs/schemas/), and the metric catalog they name
+    "Report": "analysis.results",
+    "MasksResult": "analysis.results",
+    "GateDocument": "gate.document",
+    "TimelineDocument": "timeline",
+    "DiagnoseDocument": "diagnose.document",
+    "Metric": "metrics",
+    "CATALOG": "metrics",
     # the gate: limits on a candidate, absolute and against a baseline
     "run_gate": "gate.run",
     "GateResult": "gate.run",
@@ -51,19 +59,26 @@ _EXPORTS: dict[str, str] = {
 """public name -> the module (under ``mismatchscope``) that declares it."""
 
 __all__ = [
+    "CATALOG",
     "Alert",
     "AnalysisRequest",
     "AnalysisResult",
+    "DiagnoseDocument",
     "GateConfig",
+    "GateDocument",
     "GateResult",
     "ImportResult",
     "InputError",
+    "MasksResult",
+    "Metric",
     "MismatchscopeError",
     "Monitor",
     "Recorder",
     "RecorderError",
     "RecorderInputError",
+    "Report",
     "StepReport",
+    "TimelineDocument",
     "TimelineResult",
     "UsageError",
     "__version__",
@@ -78,13 +93,17 @@ __all__ = [
 
 if TYPE_CHECKING:  # what a type checker and an editor see; at run time __getattr__ imports on demand
     from .analysis.engine import AnalysisRequest, AnalysisResult, analyse
+    from .analysis.results import MasksResult, Report
     from .api import compare_masks, report
+    from .diagnose.document import DiagnoseDocument
     from .errors import InputError, MismatchscopeError, UsageError
     from .gate.config import GateConfig, load_config
+    from .gate.document import GateDocument
     from .gate.run import GateResult, run_gate
     from .importers import ImportResult, import_run
     from .live import Alert, Monitor, Recorder, RecorderError, RecorderInputError, StepReport
-    from .timeline import TimelineResult
+    from .metrics import CATALOG, Metric
+    from .timeline import TimelineDocument, TimelineResult
 
 
 def __getattr__(name: str) -> Any:
