@@ -31,7 +31,8 @@ from mismatchscope.redact import (
     register_secret,
     split_userinfo,
 )
-from tests.helpers import REPO, cli
+from tests.helpers import REPO
+from tests.helpers import cli_no_engine as cli
 
 CHECKPOINT = REPO / "sample_data" / "tiny-qwen3"
 needs_checkpoint = pytest.mark.skipif(not (CHECKPOINT / "config.json").is_file(), reason="needs the bundled tiny-qwen3")

@@ -19,7 +19,8 @@ from mismatchscope.errors import SamplerError
 from mismatchscope.probe.checkpoint import inspect_checkpoint
 from mismatchscope.probe.samplers import make_sampler
 from mismatchscope.probe.types import SamplerConfig, SamplingConfig
-from tests.helpers import REPO, cli
+from tests.helpers import REPO
+from tests.helpers import cli_no_engine as cli
 
 CHECKPOINT = REPO / "sample_data" / "tiny-qwen3"
 KEY = "sk-test-0123456789"
