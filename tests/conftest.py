@@ -74,9 +74,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         if ENGINE_FIXTURES & set(item.fixturenames) or item.get_closest_marker("vllm") is not None:
             # every real engine on one worker: two CPU engines started at once starve each other's workers
-            item.add_marker(pytest.mark.xdist_group("vllm-engines"))
+            _group(config, item, "vllm-engines")
         elif _shares_a_module_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+            _group(config, item, item.nodeid.split("::")[0])
+
+
+def _group(config: pytest.Config, item: pytest.Item, name: str) -> None:
+    """Mark ``item`` for the ``name`` group, and give it the id pytest-xdist's scheduler reads the group from.
+
+    pytest-xdist appends ``@name`` to ``item._nodeid``; pytest 9.2 reads an item's id from ``item._id``
+    instead, so the scheduler saw no group at all and spread a group's tests over the workers, each
+    building the group's engines and runs again. The id is set here where pytest keeps it.
+    """
+    item.add_marker(pytest.mark.xdist_group(name))
+    if not getattr(config.option, "loadgroup", False) or "@" in item.nodeid or not hasattr(item, "_id"):
+        return
+    from _pytest.nodeid import NodeId
+
+    item._id = NodeId.parse(f"{item.nodeid}@{name}")  # type: ignore[attr-defined]
 
 
 @pytest.fixture
