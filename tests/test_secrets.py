@@ -314,6 +314,7 @@ def servers():
     def start():
         handler = type("Handler", (_Crafted,), {"routes": {}, "seen": []})
         httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        httpd.daemon_threads = False  # server_close() waits for them: no stray write during a later test
         thread = threading.Thread(target=httpd.serve_forever, daemon=True)
         thread.start()
         started.append((httpd, thread))

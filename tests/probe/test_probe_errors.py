@@ -210,6 +210,9 @@ def server():
     """(url, set_routes): a real HTTP server on 127.0.0.1 answering what the test crafts."""
     handler = type("Handler", (_Crafted,), {"routes": {}, "seen": []})
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    # server_close() waits for the request threads: an answer the client gave up on (a timeout test) is not
+    # written, nor its broken pipe reported, while a later test runs the command line in this process
+    httpd.daemon_threads = False
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     try:
