@@ -47,6 +47,19 @@ def cli(
     return cli_process(*args, env=env, timeout=timeout, cwd=cwd)
 
 
+def cli_no_engine(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """:func:`cli` for a call that starts no vLLM engine: probe and rescore too run in this process.
+
+    For refusals before any engine starts, the ``hf`` sampler and a ``vllm-server`` sampler: a subprocess would
+    spend seconds importing torch, transformers and vLLM again for each call. An in-process vLLM engine is kept
+    out of it: it would set up process-wide state the engine fixtures own (``tests/probe/conftest.py``).
+    ``MISMATCHSCOPE_TEST_SUBPROCESS=1`` runs these as subprocesses too.
+    """
+    if os.environ.get("MISMATCHSCOPE_TEST_SUBPROCESS"):
+        return cli_process(*args, env=env, cwd=cwd)
+    return cli_in_process(*args, env=env, cwd=cwd)
+
+
 def cli_process(
     *args: str, env: dict | None = None, timeout: float = 600, cwd: Path | None = None
 ) -> subprocess.CompletedProcess:

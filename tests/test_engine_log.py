@@ -277,11 +277,6 @@ def test_a_checkpoint_vllm_cannot_load_gets_one_line_naming_the_missing_package(
 
 @pytest.mark.vllm
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=False,
-    reason="in the whole suite vLLM's per-weight warnings are missing from the engine's output (alone it passes); "
-    "the cause is not found yet",
-)
 def test_verbose_shows_the_engines_output_live(tmp_path):
     pytest.importorskip("vllm")
     prompts = tmp_path / "prompts.jsonl"

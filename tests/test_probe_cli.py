@@ -57,11 +57,6 @@ ENGINE_LINE_MARKS = ("WARNING", "Triton", "LD_PRELOAD", "pid=", "Warning", "Load
 """What vLLM, its processes, torch and transformers print while they start."""
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="in the whole suite vLLM's per-weight warnings are missing from the engine's output (alone it passes); "
-    "the cause is not found yet",
-)
 def test_the_screen_shows_the_tool_and_the_run_log_holds_the_engines(full_run):
     err = (full_run.parent / "stderr.txt").read_text()
     assert not [ln for ln in err.splitlines() if any(m in ln for m in ENGINE_LINE_MARKS)], err

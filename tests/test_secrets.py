@@ -31,7 +31,8 @@ from mismatchscope.redact import (
     register_secret,
     split_userinfo,
 )
-from tests.helpers import REPO, cli
+from tests.helpers import REPO
+from tests.helpers import cli_no_engine as cli
 
 CHECKPOINT = REPO / "sample_data" / "tiny-qwen3"
 needs_checkpoint = pytest.mark.skipif(not (CHECKPOINT / "config.json").is_file(), reason="needs the bundled tiny-qwen3")
@@ -313,6 +314,7 @@ def servers():
     def start():
         handler = type("Handler", (_Crafted,), {"routes": {}, "seen": []})
         httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        httpd.daemon_threads = False  # server_close() waits for them: no stray write during a later test
         thread = threading.Thread(target=httpd.serve_forever, daemon=True)
         thread.start()
         started.append((httpd, thread))

@@ -98,6 +98,15 @@ terminal = _Terminal()
 """Where the tool's progress, notes and warnings go: the terminal, whatever descriptor 2 points at."""
 
 
+class _Capture:
+    """The log :func:`engine_output` writes while it runs: a failed engine start reads its cause there."""
+
+    log: Path | None = None
+
+
+_capture = _Capture()
+
+
 @contextlib.contextmanager
 def engine_output(run_dir: Path, *, verbose: bool = False, sampler_kind: str | None = None) -> Iterator[None]:
     """Send the engines' output (descriptor 2 and everything written to it) to a log; ``verbose`` leaves it on screen.
@@ -124,9 +133,12 @@ def engine_output(run_dir: Path, *, verbose: bool = False, sampler_kind: str | N
     os.dup2(fd, 2)
     os.close(fd)
     terminal._captured = os.fdopen(os.dup(saved), "w", buffering=1, encoding="utf-8", errors="replace")
+    _capture.log = tmp
     try:
         yield
     except BaseException as e:
+        if _from_vllm(e):
+            _release(e)  # a half-started engine's progress bars print as they are freed: into the log
         _restore(saved)
         if isinstance(e, MismatchscopeError) and not _from_vllm(e):  # the tool's own refusal: its line says it all,
             tmp.unlink(missing_ok=True)  # and a refused command changes nothing, not even a run's log
@@ -152,6 +164,7 @@ def _flush_all() -> None:
 def _restore(saved: int) -> None:
     """Descriptor 2 back to the terminal; the tool's messages back on ``sys.stderr``."""
     _flush_all()
+    _capture.log = None
     captured, terminal._captured = terminal._captured, None
     with contextlib.suppress(Exception):
         captured.close()  # type: ignore[attr-defined]
@@ -229,6 +242,18 @@ def root_cause(log_text: str, exc: BaseException | None = None) -> str:
     return chain[0] if chain else NO_CAUSE
 
 
+def start_cause(exc: BaseException) -> str | None:
+    """Why vLLM did not start: the root cause in the output captured so far and ``exc``'s chain; None if none.
+
+    vLLM inspects model classes and runs its engine core in child processes:
+    the exception the caller gets says only that they failed ("See root cause
+    above"), their output in the log (while :func:`engine_output` captures it)
+    says why.
+    """
+    cause = root_cause(_tail(_capture.log) if _capture.log is not None else "", exc)
+    return None if cause == NO_CAUSE or _is_wrapper(cause) else cause
+
+
 def cause_in_log(log: Path, reason: str) -> str:
     """``reason`` (a one-line failure), or the root cause in ``log`` when ``reason`` only wraps another failure.
 
@@ -269,6 +294,17 @@ def _frames(exc: BaseException) -> Iterator[types.FrameType]:
         while tb is not None:
             yield tb.tb_frame
             tb = tb.tb_next
+
+
+def _release(exc: BaseException) -> None:
+    """Clear the locals of the finished frames behind ``exc`` (and its chain) and collect them now."""
+    import gc
+    import traceback
+
+    for c in _chain(exc):
+        if c.__traceback__ is not None:
+            traceback.clear_frames(c.__traceback__)
+    gc.collect()
 
 
 def _from_vllm(exc: BaseException) -> bool:

@@ -11,6 +11,7 @@ does whenever vLLM importance-sampling correction is on.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,25 @@ import pytest
 from mismatchscope import rundir
 from tests.helpers import cli
 
-pytest.importorskip("trl", reason="needs TRL (the trl extra)")
+
+def _import_trl() -> None:
+    """Import TRL, leaving ``VLLM_LOGGING_LEVEL`` as it was.
+
+    TRL's import sets ``VLLM_LOGGING_LEVEL=ERROR`` in ``os.environ`` when it is unset, to quiet vLLM. Collection
+    imports this module into every test process: every vLLM engine its tests start afterwards, in the process or
+    in a command it runs, would hide its warnings, which the tests of the engine's output read.
+    """
+    before = os.environ.get("VLLM_LOGGING_LEVEL")
+    try:
+        pytest.importorskip("trl", reason="needs TRL (the trl extra)")
+    finally:
+        if before is None:
+            os.environ.pop("VLLM_LOGGING_LEVEL", None)
+        else:
+            os.environ["VLLM_LOGGING_LEVEL"] = before
+
+
+_import_trl()
 torch = pytest.importorskip("torch")
 
 REPO = Path(__file__).resolve().parents[2]

@@ -26,7 +26,7 @@ import pytest
 from mismatchscope.errors import CheckpointError
 from mismatchscope.probe.checkpoint import inspect_checkpoint, load_tokenizer
 from mismatchscope.probe.policy_lag import open_trainer_checkpoint
-from tests.helpers import cli
+from tests.helpers import cli_no_engine as cli
 
 from ._probe_utils import naive_logprobs
 

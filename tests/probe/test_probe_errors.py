@@ -19,7 +19,8 @@ from mismatchscope.errors import SamplerError
 from mismatchscope.probe.checkpoint import inspect_checkpoint
 from mismatchscope.probe.samplers import make_sampler
 from mismatchscope.probe.types import SamplerConfig, SamplingConfig
-from tests.helpers import REPO, cli
+from tests.helpers import REPO
+from tests.helpers import cli_no_engine as cli
 
 CHECKPOINT = REPO / "sample_data" / "tiny-qwen3"
 KEY = "sk-test-0123456789"
@@ -209,6 +210,9 @@ def server():
     """(url, set_routes): a real HTTP server on 127.0.0.1 answering what the test crafts."""
     handler = type("Handler", (_Crafted,), {"routes": {}, "seen": []})
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    # server_close() waits for the request threads: an answer the client gave up on (a timeout test) is not
+    # written, nor its broken pipe reported, while a later test runs the command line in this process
+    httpd.daemon_threads = False
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     try:

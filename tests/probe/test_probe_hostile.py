@@ -27,7 +27,7 @@ from mismatchscope.errors import CheckpointError, SamplerError, TokenizerMismatc
 from mismatchscope.probe.checkpoint import check_tokenizer, inspect_checkpoint, load_tokenizer
 from mismatchscope.probe.options import check_attn_implementation, server_timeout
 from mismatchscope.probe.types import SamplerConfig, SamplingConfig, TrainerConfig
-from tests.helpers import cli
+from tests.helpers import cli_no_engine as cli
 from tests.probe.test_probe_errors import CHECKPOINT, GOOD_CHOICE, _choice, _sample, error_line, server  # noqa: F401
 
 pytestmark = pytest.mark.skipif(not (CHECKPOINT / "config.json").is_file(), reason="needs the bundled tiny-qwen3")

@@ -24,7 +24,7 @@ import pytest
 
 from mismatchscope import rundir
 from mismatchscope.routing.io import Shape, read_meta, read_routes, sequences_of
-from tests.helpers import cli
+from tests.helpers import cli_no_engine as cli
 
 from .conftest import checkpoint_dir, sample_data_dir
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import cli
+from tests.helpers import cli_no_engine as cli
 
 from .conftest import checkpoint_dir, sample_data_dir
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from mismatchscope.errors import CheckpointError
-from tests.helpers import cli
+from tests.helpers import cli_no_engine as cli
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")

@@ -201,33 +201,30 @@ def _start(model: str, args: dict[str, Any]):
     import pydantic
     from vllm import LLM
 
-    from mismatchscope.probe.samplers.engine_start import StderrTail, root_cause
+    from mismatchscope.probe.engine_log import start_cause
 
-    tail = StderrTail()
     try:
-        with tail:
-            return LLM(model, **args)
+        return LLM(model, **args)
     except TypeError as e:
         if "unexpected keyword argument" not in str(e):
-            raise _start_failed(model, e, tail.lines()) from e
+            raise _start_failed(model, e) from e
         raise UsageError(f"vllm.LLM refused the engine options: {e}", hint="check the --engine-arg names") from e
     except pydantic.ValidationError as e:
         first = e.errors()[0] if e.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ())) or e.title
         msg = str(first.get("msg", e))
-        cause = root_cause(e, tail.lines()) if "failed to be inspected" in msg else None
-        if cause:
-            raise _start_failed(model, e, tail.lines()) from e
+        if "failed to be inspected" in msg and start_cause(e) is not None:
+            raise _start_failed(model, e) from e
         raise UsageError(f"vLLM refused its configuration: {where}: {msg}") from e
     except (RuntimeError, ValueError, KeyError, NotImplementedError, ImportError, AssertionError) as e:
-        raise _start_failed(model, e, tail.lines()) from e
+        raise _start_failed(model, e) from e
 
 
-def _start_failed(model: str, exc: BaseException, lines: list[str]) -> SamplerError:
-    """The engine did not start: what vLLM refused, from its own log lines where the exception only points there."""
-    from mismatchscope.probe.samplers.engine_start import root_cause
+def _start_failed(model: str, exc: BaseException) -> SamplerError:
+    """The engine did not start: what vLLM refused, from the engine's output where the exception only points there."""
+    from mismatchscope.probe.engine_log import start_cause
 
-    cause = root_cause(exc, lines) or " ".join(f"{type(exc).__name__}: {exc}".split())
+    cause = start_cause(exc) or " ".join(f"{type(exc).__name__}: {exc}".split())
     return SamplerError(
         f"vLLM could not start an engine for {model}: {cause}", hint="--sampler hf samples with transformers instead"
     )
