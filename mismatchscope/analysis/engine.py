@@ -165,7 +165,7 @@ def analyse(
             ent = batch.get("trainer_entropy")
             part_stats.add(t, pos, ent if ent is not None and np.isfinite(ent).all() else None)
             if has_topk:
-                b, centering = _topk(batch)
+                b, centering = _topk(batch, t)
                 part_stats.add_topk(b.tv_lower_T, b.kl_lower_T, b.sampler_mass_T)
                 part_stats.add_centering(centering)
             if "sampler_kept_logmass" in batch:
@@ -247,8 +247,11 @@ are not read (decoding them would cost a probe run's report 10-15%), and what no
 make one wrong."""
 
 
-def _topk(batch: dict) -> tuple[TopkBounds, ScoreCentering]:
-    """One batch's top-k lower bounds and score-centering statistics (the batch has the top-k columns)."""
+def _topk(batch: dict, t: TokenTerms) -> tuple[TopkBounds, ScoreCentering]:
+    """One batch's top-k lower bounds and score-centering statistics (the batch has the top-k columns).
+
+    ``t``: the batch's token terms, whose probabilities the bounds reuse.
+    """
     b = topk_bounds(
         batch["token_id"],
         batch["sampler_logprob"],
@@ -258,6 +261,7 @@ def _topk(batch: dict) -> tuple[TopkBounds, ScoreCentering]:
         batch["trainer_logprobs_at_sampler_topk"],
         batch["sequence_id"],
         batch["position"],
+        (t.q_T, t.p_T),
     )
     return b, score_centering(b, batch["sampler_topk_ids"], batch.get("trainer_topk_ids"))
 
@@ -285,7 +289,7 @@ def _refill_quantiles(
         t = token_terms(batch["trainer_logprob"], batch["sampler_logprob"])
         values = {"log_ratio": t.log_ratio_T}
         if centering:
-            values.update(centering_values(_topk(batch)[1]))
+            values.update(centering_values(_topk(batch, t)[1]))
         return {name: select_bins(values[name], wanted[name]) for name in todo}
 
     for kept in ordered_map(one_batch, read_batches(source, cols, batch_rows), workers):
