@@ -161,7 +161,7 @@ def analyse(
                 reduced[ROUTE_FLIPPED] = groups.count_at(np.flatnonzero(flipped_T))
         part_stats = None
         if request.report:
-            part_stats = TokenStats()
+            part_stats = stats.spawn()
             ent = batch.get("trainer_entropy")
             part_stats.add(t, pos, ent if ent is not None and np.isfinite(ent).all() else None)
             if has_topk:
@@ -269,18 +269,23 @@ def _topk(batch: dict, t: TokenTerms) -> tuple[TopkBounds, ScoreCentering]:
 def _refill_quantiles(
     source: Source, columns: list[str], batch_rows: int, stats: TokenStats, workers: int | None
 ) -> None:
-    """A second pass for the exact quantiles of a file too large to keep every value of (``quantiles.KEEP_VALUES``).
+    """A second pass for the exact quantiles a column's first pass could not answer from what it kept.
 
-    The first pass counted every value into bins; this one reads the file
+    A file too large to keep every value of (``quantiles.KEEP_VALUES``)
+    keeps a window around the expected quantiles; when a wanted order
+    statistic fell outside it (``ExactQuantiles.covers``), or the window
+    outgrew its cap, the first pass counted every value into bins and this one reads the file
     again and hands each column back only the values of the bins its wanted
     order statistics fall in. The log-ratio needs only the required columns
     (the rows hygiene drops depend on the logprobs alone); the score-centering
     statistics need the top-k lists again.
     """
-    todo = {name: acc for name, acc in stats.quantile_columns().items() if not acc.complete}
+    todo = {name: acc for name, acc in stats.quantile_columns().items() if not acc.covers(RATIO_QUANTILES)}
     if not todo:
         return
     wanted = {name: acc.wanted(RATIO_QUANTILES) for name, acc in todo.items()}
+    for acc in todo.values():
+        acc.start_refill()
     centering = any(name != "log_ratio" for name in todo)
     cols = columns if centering else []
 
