@@ -162,11 +162,11 @@ def analyse(
                 reduced[ROUTE_FLIPPED] = groups.count_at(np.flatnonzero(flipped_T))
         part_stats = None
         if request.report:
-            part_stats = TokenStats()
+            part_stats = stats.spawn()
             ent = batch.get("trainer_entropy")
             part_stats.add(t, pos, ent if ent is not None and np.isfinite(ent).all() else None)
             if has_topk:
-                b, centering = _topk(batch)
+                b, centering = _topk(batch, t)
                 part_stats.add_topk(b.tv_lower_T, b.kl_lower_T, b.sampler_mass_T)
                 part_stats.add_centering(centering)
             if "sampler_kept_logmass" in batch:
@@ -249,8 +249,11 @@ are not read (decoding them would cost a probe run's report 10-15%), and what no
 make one wrong."""
 
 
-def _topk(batch: dict) -> tuple[TopkBounds, ScoreCentering]:
-    """One batch's top-k lower bounds and score-centering statistics (the batch has the top-k columns)."""
+def _topk(batch: dict, t: TokenTerms) -> tuple[TopkBounds, ScoreCentering]:
+    """One batch's top-k lower bounds and score-centering statistics (the batch has the top-k columns).
+
+    ``t``: the batch's token terms, whose probabilities the bounds reuse.
+    """
     b = topk_bounds(
         batch["token_id"],
         batch["sampler_logprob"],
@@ -260,6 +263,7 @@ def _topk(batch: dict) -> tuple[TopkBounds, ScoreCentering]:
         batch["trainer_logprobs_at_sampler_topk"],
         batch["sequence_id"],
         batch["position"],
+        (t.q_T, t.p_T),
     )
     return b, score_centering(b, batch["sampler_topk_ids"], batch.get("trainer_topk_ids"))
 
@@ -267,18 +271,23 @@ def _topk(batch: dict) -> tuple[TopkBounds, ScoreCentering]:
 def _refill_quantiles(
     source: Source, columns: list[str], batch_rows: int, stats: TokenStats, workers: int | None
 ) -> None:
-    """A second pass for the exact quantiles of a file too large to keep every value of (``quantiles.KEEP_VALUES``).
+    """A second pass for the exact quantiles a column's first pass could not answer from what it kept.
 
-    The first pass counted every value into bins; this one reads the file
+    A file too large to keep every value of (``quantiles.KEEP_VALUES``)
+    keeps a window around the expected quantiles; when a wanted order
+    statistic fell outside it (``ExactQuantiles.covers``), or the window
+    outgrew its cap, the first pass counted every value into bins and this one reads the file
     again and hands each column back only the values of the bins its wanted
     order statistics fall in. The log-ratio needs only the required columns
     (the rows hygiene drops depend on the logprobs alone); the score-centering
     statistics need the top-k lists again.
     """
-    todo = {name: acc for name, acc in stats.quantile_columns().items() if not acc.complete}
+    todo = {name: acc for name, acc in stats.quantile_columns().items() if not acc.covers(RATIO_QUANTILES)}
     if not todo:
         return
     wanted = {name: acc.wanted(RATIO_QUANTILES) for name, acc in todo.items()}
+    for acc in todo.values():
+        acc.start_refill()
     centering = any(name != "log_ratio" for name in todo)
     cols = columns if centering else []
 
@@ -287,7 +296,7 @@ def _refill_quantiles(
         t = token_terms(batch["trainer_logprob"], batch["sampler_logprob"])
         values = {"log_ratio": t.log_ratio_T}
         if centering:
-            values.update(centering_values(_topk(batch)[1]))
+            values.update(centering_values(_topk(batch, t)[1]))
         return {name: select_bins(values[name], wanted[name]) for name in todo}
 
     for kept in ordered_map(one_batch, read_batches(source, cols, batch_rows), workers):

@@ -17,11 +17,19 @@ on the whole column, to the bit: the same order statistics, the same
 interpolation formula (tested against ``np.quantile``).
 
 Memory stays flat in the number of tokens: a column keeps its values up to
-``KEEP_VALUES`` (96 MB of float64), plus 512 KB of counts. Past that it keeps
-counting but drops the values, and the caller makes a second pass over the
-file that hands back only the values of the bins the wanted order statistics
-fall in (:meth:`ExactQuantiles.wanted`, :func:`select_bins`): still
-exact, at the cost of reading the columns again, and only for files that large.
+``KEEP_VALUES`` (96 MB of float64), plus 512 KB of counts. Past that, a
+column that knows which quantiles will be asked (``expect``) narrows to a
+window: the bins whose share of the values seen so far lies within
+``WINDOW`` of a wanted quantile. It keeps those bins' values, and from then on
+only values that fall in them. At the end, when every wanted order statistic
+lies in a window bin, the window holds every value of those bins and the
+selection above is exact in one pass. Otherwise (the distribution drifted
+after the first ``KEEP_VALUES`` values, or the window outgrew
+``KEEP_VALUES // 2``) the column keeps only counts, and the caller makes a
+second pass over the file that hands back only the values of the bins the
+wanted order statistics fall in (:meth:`ExactQuantiles.covers`,
+:meth:`ExactQuantiles.wanted`, :func:`select_bins`): still exact, at the cost
+of reading the columns again.
 """
 
 from __future__ import annotations
@@ -33,12 +41,15 @@ import numpy as np
 
 BINS = 1 << 16
 KEEP_VALUES = 12_000_000
-"""values a column keeps before it falls back to counting (and its caller to a second pass): a
-10-million-token report keeps its four columns in about 200 MB and makes one pass."""
+"""values a column keeps before it narrows to its window: a 10-million-token report keeps its four columns in
+about 200 MB."""
+WINDOW = 0.004
+"""half-width, in quantile terms, of the window kept around each expected quantile: 7 quantiles keep about
+5% of a column, so 100 million tokens keep about 5 million values a column (``KEEP_VALUES // 2`` bounds it)."""
 
 
 def _bins(values: np.ndarray) -> np.ndarray:
-    """Each value's bin: the top 16 bits of a signed integer key that orders like the floats do.
+    """Each value's bin (uint16): the top 16 bits of a signed integer key that orders like the floats do.
 
     Flipping the magnitude bits of negative floats makes their two's-complement
     order match their numeric order; +0.0 and -0.0 land in neighbouring bins,
@@ -47,11 +58,11 @@ def _bins(values: np.ndarray) -> np.ndarray:
     if values.dtype == np.float64:
         bits = values.view(np.int64)
         key = bits ^ ((bits >> 63) & np.int64(0x7FFF_FFFF_FFFF_FFFF))
-        return (key >> 48).astype(np.intp) + (BINS >> 1)
+        return ((key >> 48) + (BINS >> 1)).astype(np.uint16)
     if values.dtype == np.float32:
         bits = values.view(np.int32)
         key = bits ^ ((bits >> 31) & np.int32(0x7FFF_FFFF))
-        return (key >> 16).astype(np.intp) + (BINS >> 1)
+        return ((key >> 16) + (BINS >> 1)).astype(np.uint16)
     raise TypeError(f"exact quantiles take float32 or float64 values, not {values.dtype}")
 
 
@@ -70,37 +81,96 @@ class ExactQuantiles:
     parts: list[np.ndarray] = field(default_factory=list)
     counts: np.ndarray = field(default_factory=lambda: np.zeros(BINS, np.int64))
     limit: int | None = None
-    """values kept at most (None: ``KEEP_VALUES``); beyond, only the counts (``complete`` turns False)."""
+    """values kept at most (None: ``KEEP_VALUES``); beyond, only a window's (or only the counts)."""
     complete: bool = True
-    """every value is in ``parts`` (else only those :meth:`refill` handed back, or none yet)."""
+    """every value is in ``parts`` (else only the window's, or those :meth:`refill` handed back, or none yet)."""
+    expect: tuple[float, ...] = ()
+    """the quantiles that will be asked: past ``limit`` the column keeps a window around them (none: counts only)."""
+    window: np.ndarray | None = None
+    """boolean over the bins whose values are all kept, once the column narrowed (None before, or never)."""
     _kept: int = 0
+    _part_bins: list[np.ndarray] = field(default_factory=list)
+    """the bins of ``parts``, while this accumulator holds one batch (dropped when merged: they are rebuilt
+    only once, where a column narrows)."""
 
     @property
     def n(self) -> int:
         return int(self.counts.sum())
 
+    def spawn(self) -> ExactQuantiles:
+        """An empty accumulator for one batch, on another thread: it keeps only this column's window, if any.
+
+        Filtering there instead of where batches are folded keeps that work on the threads; the folded
+        values are the same either way (:meth:`merge` filters a batch that was read before the window).
+        """
+        return ExactQuantiles(limit=self.limit, complete=self.window is None, expect=self.expect, window=self.window)
+
     def add(self, values: np.ndarray) -> None:
         if values.size:
-            self.counts += np.bincount(_bins(values), minlength=BINS)
-            self._keep([values])
+            bins = _bins(values)
+            self.counts += np.bincount(bins, minlength=BINS)
+            if self.window is not None:
+                inside = self.window[bins]
+                values, bins = values[inside], bins[inside]
+            self._keep([values], [bins])
 
     def merge(self, other: ExactQuantiles) -> None:
         """Take another accumulator's values (a batch analysed on another thread)."""
         self.counts += other.counts
-        if not other.complete:
+        if other.complete:
+            bins = other._part_bins if len(other._part_bins) == len(other.parts) else [_bins(p) for p in other.parts]
+            if self.window is not None:
+                window = self.window
+                self._keep([p[window[b]] for p, b in zip(other.parts, bins)], None)
+            else:
+                self._keep(other.parts, bins)
+        elif other.window is not None and other.window is self.window:
+            self._keep(other.parts, None)  # already this column's window
+        else:
             self._drop()
-        self._keep(other.parts)
 
-    def _keep(self, parts: list[np.ndarray]) -> None:
-        if not self.complete:
+    def _keep(self, parts: list[np.ndarray], bins: list[np.ndarray] | None) -> None:
+        """Append values (of the window's bins, once there is a window); narrow or drop past the limits."""
+        if not self.complete and self.window is None:
             return
+        if self.window is None and bins is not None and len(self._part_bins) == len(self.parts):
+            self._part_bins.extend(bins)  # one batch's accumulator: its bins go with it to the fold
         self.parts.extend(parts)
         self._kept += sum(p.size for p in parts)
-        if self._kept > (KEEP_VALUES if self.limit is None else self.limit):
+        limit = KEEP_VALUES if self.limit is None else self.limit
+        if self.window is None and self._kept > limit:
+            self._narrow()
+        elif self.window is not None and self._kept > limit // 2:
+            self._drop()
+
+    def _narrow(self) -> None:
+        """Keep only the values of the bins near the expected quantiles (or none, when none are expected)."""
+        if not self.expect:
+            self._drop()
+            return
+        cum = np.cumsum(self.counts) / self.counts.sum()
+        below = np.concatenate([[0.0], cum[:-1]])  # the share of values in lower bins
+        window = np.zeros(BINS, bool)
+        for q in self.expect:
+            window |= (cum >= q - WINDOW) & (below <= q + WINDOW)  # empty bins too: later values may land there
+        self.parts = [p[window[_bins(p)]] for p in self.parts]
+        self.window, self.complete, self._part_bins = window, False, []
+        self._kept = sum(p.size for p in self.parts)
+        if self._kept > (KEEP_VALUES if self.limit is None else self.limit) // 2:
             self._drop()
 
     def _drop(self) -> None:
-        self.parts, self._kept, self.complete = [], 0, False
+        self.parts, self._part_bins, self._kept, self.complete, self.window = [], [], 0, False, None
+
+    def covers(self, qs) -> bool:
+        """Whether the values kept answer the quantiles ``qs`` exactly, without a second pass."""
+        if self.complete:
+            return True
+        return self.window is not None and not (self.wanted(qs) & ~self.window).any()
+
+    def start_refill(self) -> None:
+        """Before a second pass: forget what was kept (:meth:`refill` hands back every value needed)."""
+        self._drop()
 
     def _ranks(self, qs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """numpy's "linear" method, step by step: the ranks of both neighbours and the weight, per quantile."""

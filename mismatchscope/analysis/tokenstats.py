@@ -65,7 +65,7 @@ class TokenStats:
     log_ratio_max: float = -math.inf
     tail_high: np.ndarray = field(default_factory=lambda: np.zeros(len(TAIL_CUTS), np.int64))
     tail_low: np.ndarray = field(default_factory=lambda: np.zeros(len(TAIL_CUTS), np.int64))
-    log_ratios: ExactQuantiles = field(default_factory=ExactQuantiles)
+    log_ratios: ExactQuantiles = field(default_factory=lambda: ExactQuantiles(expect=RATIO_QUANTILES))
     """every token's log-ratio, for the exact ratio quantiles."""
     q_buckets: np.ndarray = field(default_factory=lambda: np.zeros((len(TOKEN_SUMS), len(Q_EDGES))))
     pos_sums: np.ndarray = field(default_factory=lambda: np.zeros((len(TOKEN_SUMS), 0)))
@@ -134,6 +134,12 @@ class TokenStats:
             grown[:, : self.pos_sums.shape[1]] = self.pos_sums
             self.pos_sums = grown
 
+    def spawn(self) -> TokenStats:
+        """Empty statistics for one batch on another thread, whose exact quantiles keep what these keep
+        (``ExactQuantiles.spawn``). The fold may add a column meanwhile: its items are copied at once."""
+        columns = list(self._centering.items())  # one step under the GIL, unlike a loop over the dict
+        return TokenStats(log_ratios=self.log_ratios.spawn(), _centering={k: v.spawn() for k, v in columns})
+
     def merge(self, other: TokenStats) -> None:
         """Add another pass's statistics (a batch analysed on another thread) to these."""
         self.sums += other.sums
@@ -159,7 +165,7 @@ class TokenStats:
         self.topk_kl_max = max(self.topk_kl_max, other.topk_kl_max)
         self.topk_mass_sum += other.topk_mass_sum
         for k, v in other._centering.items():
-            self._centering.setdefault(k, ExactQuantiles()).merge(v)
+            self._centering.setdefault(k, ExactQuantiles(expect=RATIO_QUANTILES)).merge(v)
             self._centering_sum[k] = self._centering_sum.get(k, 0.0) + other._centering_sum[k]
         self.empty_sampler_tail += other.empty_sampler_tail
         self.empty_trainer_tail += other.empty_trainer_tail
@@ -181,7 +187,7 @@ class TokenStats:
     def add_centering(self, c) -> None:
         """Per-token score-centering statistics (``topk.ScoreCentering``) of one batch."""
         for k, v32 in centering_values(c).items():
-            self._centering.setdefault(k, ExactQuantiles()).add(v32)
+            self._centering.setdefault(k, ExactQuantiles(expect=RATIO_QUANTILES)).add(v32)
             self._centering_sum[k] = self._centering_sum.get(k, 0.0) + float(np.sum(v32, dtype=np.float64))
         self.empty_sampler_tail += int(np.count_nonzero(c.empty_sampler_tail_T))
         self.empty_trainer_tail += int(np.count_nonzero(c.empty_trainer_tail_T))

@@ -89,10 +89,13 @@ def topk_bounds(
     topk_trainer_lp: pa.Array,
     sequence_id_T: np.ndarray | None = None,
     position_T: np.ndarray | None = None,
+    probs: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> TopkBounds:
     """Per-token TV and KL(sampler || trainer) lower bounds on the K + rest partition.
 
     The sampled id is added to K when the list does not already hold it.
+    ``probs``: (exp of the sampler logprobs, exp of the trainer logprobs) when
+    the caller has them already (``divergence.token_terms``), not computed twice.
     """
     ids, n_ids = _flat(topk_ids, "sampler_topk_ids")
     slp, n_s = _flat(topk_sampler_lp, "sampler_topk_logprobs")
@@ -107,7 +110,52 @@ def topk_bounds(
             f"{n_t[bad]} trainer logprobs"
         )
     n = token_id_T.shape[0]
-    per_row = _RowSums(n, n_ids)
+    if probs is None:
+        with np.errstate(over="ignore"):
+            probs = (np.exp(sampler_logprob_T), np.exp(trainer_logprob_T))
+    q_T, p_T = probs
+    out = TopkBounds(np.empty(n), np.empty(n), np.empty(n), np.empty(n))
+    ends = np.zeros(n + 1, np.int64)
+    np.cumsum(n_ids, out=ends[1:])
+    for a in range(0, n, BLOCK_ROWS):
+        b = min(n, a + BLOCK_ROWS)
+        lo, hi = int(ends[a]), int(ends[b])
+        _bounds_block(
+            out,
+            slice(a, b),
+            token_id_T[a:b],
+            sampler_logprob_T[a:b],
+            trainer_logprob_T[a:b],
+            q_T[a:b],
+            p_T[a:b],
+            ids[lo:hi],
+            slp[lo:hi],
+            tlp[lo:hi],
+            n_ids[a:b],
+        )
+    return out
+
+
+BLOCK_ROWS = 8192
+"""rows whose list values are bounded at once: their dozen list-sized temporaries (5 values a row, 8 bytes
+each) then stay in a core's cache, where a whole batch's would go to memory and back for every operation."""
+
+
+def _bounds_block(
+    out: TopkBounds,
+    rows: slice,
+    token_id_T: np.ndarray,
+    sampler_logprob_T: np.ndarray,
+    trainer_logprob_T: np.ndarray,
+    q_T: np.ndarray,
+    p_T: np.ndarray,
+    ids: np.ndarray,
+    slp: np.ndarray,
+    tlp: np.ndarray,
+    n_ids: np.ndarray,
+) -> None:
+    """:func:`topk_bounds` on the rows ``rows`` of a batch (their flat list values given), written into ``out``."""
+    per_row = _RowSums(token_id_T.shape[0], n_ids)
     slp, tlp = slp.astype(np.float64, copy=False), tlp.astype(np.float64, copy=False)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         # One buffer per list-sized quantity, updated in place: these lists are k times the
@@ -125,8 +173,8 @@ def topk_bounds(
         kl_in = per_row.sum(kl_terms)
 
         listed = per_row.any_equal(ids, token_id_T)
-        extra_q = np.where(listed, 0.0, np.exp(sampler_logprob_T))  # the sampled id, when the list lacks it
-        extra_p = np.where(listed, 0.0, np.exp(trainer_logprob_T))
+        extra_q = np.where(listed, 0.0, q_T)  # the sampled id, when the list lacks it
+        extra_p = np.where(listed, 0.0, p_T)
         q_sum += extra_q
         p_sum += extra_p
         abs_sum += np.abs(extra_p - extra_q)
@@ -135,12 +183,10 @@ def topk_bounds(
         q_rest = np.clip(1.0 - q_sum, 0.0, 1.0)
         p_rest = np.maximum(np.clip(1.0 - p_sum, 0.0, 1.0), REST_EPS)
         kl_rest = np.where(q_rest > REST_EPS, q_rest * (np.log(q_rest) - np.log(p_rest)), 0.0)
-    return TopkBounds(
-        tv_lower_T=np.minimum(tv, 1.0),
-        kl_lower_T=np.maximum(kl_in + kl_rest, 0.0),
-        sampler_mass_T=q_sum,
-        trainer_mass_T=p_sum,
-    )
+    np.minimum(tv, 1.0, out=out.tv_lower_T[rows])
+    np.maximum(kl_in + kl_rest, 0.0, out=out.kl_lower_T[rows])
+    out.sampler_mass_T[rows] = q_sum
+    out.trainer_mass_T[rows] = p_sum
 
 
 TAIL_EMPTY = 1e-6
