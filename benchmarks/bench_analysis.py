@@ -111,7 +111,7 @@ READ_CHILD = r"""
 import json, sys, time
 import pyarrow.parquet as pq
 t0 = time.perf_counter()
-for batch in pq.ParquetFile(sys.argv[1]).iter_batches(batch_size=1 << 17, columns=json.loads(sys.argv[2])):
+for batch in pq.ParquetFile(sys.argv[1], pre_buffer=False, buffer_size=1 << 20).iter_batches(batch_size=1 << 17, columns=json.loads(sys.argv[2])):
     pass
 print(json.dumps({"timed": time.perf_counter() - t0}))
 """

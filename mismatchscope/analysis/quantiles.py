@@ -25,7 +25,7 @@ only values that fall in them. At the end, when every wanted order statistic
 lies in a window bin, the window holds every value of those bins and the
 selection above is exact in one pass. Otherwise (the distribution drifted
 after the first ``KEEP_VALUES`` values, or the window outgrew
-``KEEP_VALUES // 2``) the column keeps only counts, and the caller makes a
+``KEEP_VALUES``) the column keeps only counts, and the caller makes a
 second pass over the file that hands back only the values of the bins the
 wanted order statistics fall in (:meth:`ExactQuantiles.covers`,
 :meth:`ExactQuantiles.wanted`, :func:`select_bins`): still exact, at the cost
@@ -45,7 +45,8 @@ KEEP_VALUES = 12_000_000
 about 200 MB."""
 WINDOW = 0.004
 """half-width, in quantile terms, of the window kept around each expected quantile: 7 quantiles keep about
-5% of a column, so 100 million tokens keep about 5 million values a column (``KEEP_VALUES // 2`` bounds it)."""
+5-10% of a column (their bins' edges add some), so 100 million tokens keep 5-10 million values a column
+(``KEEP_VALUES`` bounds it, as it bounds the values kept before)."""
 
 
 def _bins(values: np.ndarray) -> np.ndarray:
@@ -140,7 +141,7 @@ class ExactQuantiles:
         limit = KEEP_VALUES if self.limit is None else self.limit
         if self.window is None and self._kept > limit:
             self._narrow()
-        elif self.window is not None and self._kept > limit // 2:
+        elif self.window is not None and self._kept > limit:
             self._drop()
 
     def _narrow(self) -> None:
@@ -156,7 +157,7 @@ class ExactQuantiles:
         self.parts = [p[window[_bins(p)]] for p in self.parts]
         self.window, self.complete, self._part_bins = window, False, []
         self._kept = sum(p.size for p in self.parts)
-        if self._kept > (KEEP_VALUES if self.limit is None else self.limit) // 2:
+        if self._kept > (KEEP_VALUES if self.limit is None else self.limit):
             self._drop()
 
     def _drop(self) -> None:
