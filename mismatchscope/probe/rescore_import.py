@@ -43,7 +43,7 @@ from ..errors import InputError, UsageError
 from ..importers.routes import SEQUENCES
 from ..redact import redact_command
 from ..routing import layout
-from .run_dir import SHARD_TOKENS, RunDir, finish, open_session, save_progress
+from .run_dir import RunDir, finish, open_session, save_progress, token_shards
 from .types import SamplingConfig, Scored, ScoreRequest, TrainerConfig
 
 TRAINER_COLUMNS = ("trainer_logprob", "trainer_topk_ids", "trainer_topk_logprobs", "trainer_entropy")
@@ -291,15 +291,7 @@ def _score(
     tokens = _imported_tokens(src)
     done = dst.scored_sequences() if resume else set()
     rows = [r for r in src.sequences.to_pylist() if r["sequence_id"] not in done]
-    shards: list[list[dict[str, Any]]] = []
-    size = SHARD_TOKENS + 1
-    for r in rows:
-        n = len(r["completion_token_ids"])
-        if size + n > SHARD_TOKENS and (not shards or shards[-1]):
-            shards.append([])
-            size = 0
-        shards[-1].append(r)
-        size += n
+    shards = token_shards(rows, lambda r: len(r["completion_token_ids"]))
     progress.stage("scoring", sum(len(r["completion_token_ids"]) for s in shards for r in s))
     existing = len(list(dst.tokens.glob("part-*.parquet")))
     for b, shard in enumerate(shards):

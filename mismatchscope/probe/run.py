@@ -52,12 +52,11 @@ from .routes import (
     sampler_side,
     save_sampler_round,
 )
-from .run_dir import SHARD_TOKENS, RunDir, finish, open_session, save_progress
+from .run_dir import RunDir, finish, open_session, save_progress, token_shards
 from .samplers.base import check_prompts
 from .types import Completion, SamplerConfig, SamplingConfig, Scored, ScoreRequest, TrainerConfig
 
 AUTO_MAX_TOKENS = 256
-"""completion tokens per trainer call and token shard: the unit of progress a resume keeps."""
 
 
 class Progress:
@@ -448,14 +447,7 @@ def _score_round(
         for c in sorted(completions, key=lambda c: (c.prompt_index, c.sample_index))
         if c.prompt_index * n + c.sample_index not in done
     ]
-    shards: list[list[Completion]] = []
-    size = SHARD_TOKENS + 1
-    for c in todo:
-        if size + len(c.token_ids) > SHARD_TOKENS and (not shards or shards[-1]):
-            shards.append([])
-            size = 0
-        shards[-1].append(c)
-        size += len(c.token_ids)
+    shards = token_shards(todo, lambda c: len(c.token_ids))
     progress.stage("scoring", sum(len(c.token_ids) for c in todo))
     existing = len(list(run.tokens.glob(f"part-{r:05d}-*.parquet")))
     elapsed = 0.0

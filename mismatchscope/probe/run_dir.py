@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import platform
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -32,7 +33,9 @@ from ..schema import write_table
 from .types import Completion
 
 MANIFEST = rundir.MANIFEST
-SHARD_TOKENS = 200_000  # token pairs per tokens/ shard, the unit a run writes and resumes from
+T = TypeVar("T")
+SHARD_TOKENS = 200_000
+"""completion tokens per trainer call and token shard: the unit of progress a resume keeps."""
 
 _SAMPLE_SCHEMA = pa.schema(
     [
@@ -258,7 +261,7 @@ def total_timings(manifest: dict) -> dict[str, Any]:
 
 
 def save_progress(run: RunDir, manifest: dict) -> None:
-    """Write the manifest after a round: a run killed later keeps this session's timings and engine records."""
+    """Write the manifest after a round: a run killed later keeps this process's timings and engine records."""
     total_timings(manifest)
     run.write_manifest(manifest)
 
@@ -274,3 +277,18 @@ def finish(run: RunDir, manifest: dict) -> None:
     manifest["host"] = {"python": platform.python_version(), "platform": platform.platform()}
     manifest["status"] = "complete"
     run.write_manifest(manifest)
+
+
+def token_shards(items: Sequence[T], tokens: Callable[[T], int]) -> list[list[T]]:
+    """Split ``items`` in order into shards of at most :data:`SHARD_TOKENS` completion tokens (a longer item
+    gets a shard of its own), so probe, rescore and an imported run's rescore resume from the same unit."""
+    shards: list[list[T]] = []
+    size = SHARD_TOKENS + 1
+    for item in items:
+        n = tokens(item)
+        if size + n > SHARD_TOKENS and (not shards or shards[-1]):
+            shards.append([])
+            size = 0
+        shards[-1].append(item)
+        size += n
+    return shards
