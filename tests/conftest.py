@@ -6,7 +6,9 @@
 * Under pytest-xdist with ``--dist loadgroup``, tests that share an expensive fixture stay on one worker:
   the in-process engines and the vLLM server (``vllm_sampler``, ``vllm_server``) form one group, and a
   module whose tests share a module-scoped fixture of its own is one group. Everything else spreads test
-  by test.
+  by test, the command-line probes too: each starts its own engine process, and two of them on two cores
+  finish sooner side by side than one after the other (measured: 60 s against 87 s for two probes of the
+  sample).
 """
 
 from __future__ import annotations
@@ -72,8 +74,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("xdist_group") is not None:
             continue
-        if ENGINE_FIXTURES & set(item.fixturenames) or item.get_closest_marker("vllm") is not None:
-            # every real engine on one worker: two CPU engines started at once starve each other's workers
+        if ENGINE_FIXTURES & set(item.fixturenames):
+            # the in-process engines are per worker: their tests on two workers would start every engine twice
             _group(config, item, "vllm-engines")
         elif _shares_a_module_fixture(item):
             _group(config, item, item.nodeid.split("::")[0])
