@@ -173,42 +173,6 @@ def test_rescore_reproduces_and_then_changes_the_trainer_side(full_run, tmp_path
     assert json.loads((half / "manifest.json").read_text())["config"]["rescored_from"] == str(full_run)
 
 
-def _error(*args) -> subprocess.CompletedProcess:
-    r = cli("probe", *args)
-    assert r.returncode == 2, r.stderr[-2000:]
-    assert "Traceback" not in r.stderr
-    return r
-
-
-def test_probe_input_errors(tmp_path):
-    r = _error(str(tmp_path / "nope"), "--prompts", str(PROMPTS), "--out", str(tmp_path / "o1"))
-    assert "does not exist" in r.stderr
-    empty = tmp_path / "empty.jsonl"
-    empty.write_text("")
-    assert "empty" in _error(str(DENSE), "--prompts", str(empty), "--out", str(tmp_path / "o2")).stderr
-    long = tmp_path / "long.jsonl"
-    long.write_text(json.dumps({"prompt": "1+1=" * 200}) + "\n")
-    assert (
-        "--max-tokens"
-        in _error(str(DENSE), "--prompts", str(long), "--max-tokens", "8", "--out", str(tmp_path / "o3")).stderr
-    )
-    # a tokenizer with another vocabulary on the sampler side
-    other = tmp_path / "other-tok"
-    other.mkdir()
-    spec = json.loads((DENSE / "tokenizer.json").read_text())
-    vocab = spec["model"]["vocab"]
-    first, second = list(vocab)[10], list(vocab)[11]
-    vocab[first], vocab[second] = vocab[second], vocab[first]  # same tokens, two ids swapped
-    (other / "tokenizer.json").write_text(json.dumps(spec))
-    shutil.copy(DENSE / "tokenizer_config.json", other / "tokenizer_config.json")
-    r = _error(str(DENSE), "--prompts", str(PROMPTS), "--sampler-tokenizer", str(other), "--out", str(tmp_path / "o4"))
-    assert "tokenizer" in r.stderr.lower()
-    pickled = tmp_path / "pickled"
-    shutil.copytree(DENSE, pickled)
-    (pickled / "model.safetensors").rename(pickled / "pytorch_model.bin")
-    assert "--allow-pickle" in _error(str(pickled), "--prompts", str(PROMPTS), "--out", str(tmp_path / "o5")).stderr
-
-
 def test_a_probe_run_without_tokens_says_so_in_probe_terms(tmp_path):
     """All completions empty: the run is written, then the summary said only "the input has no token rows"."""
     import pyarrow as pa

@@ -9,6 +9,7 @@ broken one could send. No vLLM engine starts in this module.
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -23,6 +24,7 @@ from tests.helpers import REPO
 from tests.helpers import cli_no_engine as cli
 
 CHECKPOINT = REPO / "sample_data" / "tiny-qwen3"
+PROMPTS = REPO / "sample_data" / "prompts.jsonl"
 KEY = "sk-test-0123456789"
 SAMPLING = SamplingConfig(n=1, max_tokens=2, top_k_logprobs=1, seed=0)
 
@@ -135,6 +137,44 @@ def test_an_out_that_is_a_file(tmp_path):
     r = cli("probe", str(CHECKPOINT), "--out", str(out), "--sampler", "hf")
     assert error_line(r) == f"error: --out {out} exists and is not a directory (give --out a folder)"
     assert out.read_text() == "x"
+
+
+def _refused(*args: str):
+    r = cli("probe", *args)
+    error_line(r)
+    return r
+
+
+def test_inputs_refused_before_the_vllm_engine_starts(tmp_path):
+    """The default sampler (vLLM): each refusal comes before an engine would start, so none starts here."""
+    r = _refused(str(tmp_path / "nope"), "--prompts", str(PROMPTS), "--out", str(tmp_path / "o1"))
+    assert "does not exist" in r.stderr
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert "empty" in _refused(str(CHECKPOINT), "--prompts", str(empty), "--out", str(tmp_path / "o2")).stderr
+    long = tmp_path / "long.jsonl"
+    long.write_text(json.dumps({"prompt": "1+1=" * 200}) + "\n")
+    assert (
+        "--max-tokens"
+        in _refused(str(CHECKPOINT), "--prompts", str(long), "--max-tokens", "8", "--out", str(tmp_path / "o3")).stderr
+    )
+    # a tokenizer with another vocabulary on the sampler side
+    other = tmp_path / "other-tok"
+    other.mkdir()
+    spec = json.loads((CHECKPOINT / "tokenizer.json").read_text())
+    vocab = spec["model"]["vocab"]
+    first, second = list(vocab)[10], list(vocab)[11]
+    vocab[first], vocab[second] = vocab[second], vocab[first]  # same tokens, two ids swapped
+    (other / "tokenizer.json").write_text(json.dumps(spec))
+    shutil.copy(CHECKPOINT / "tokenizer_config.json", other / "tokenizer_config.json")
+    r = _refused(
+        str(CHECKPOINT), "--prompts", str(PROMPTS), "--sampler-tokenizer", str(other), "--out", str(tmp_path / "o4")
+    )
+    assert "tokenizer" in r.stderr.lower()
+    pickled = tmp_path / "pickled"
+    shutil.copytree(CHECKPOINT, pickled)
+    (pickled / "model.safetensors").rename(pickled / "pytorch_model.bin")
+    assert "--allow-pickle" in _refused(str(pickled), "--prompts", str(PROMPTS), "--out", str(tmp_path / "o5")).stderr
 
 
 def test_rescore_checks_trainer_options_before_creating_its_run(tmp_path):
