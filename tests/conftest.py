@@ -79,6 +79,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             _group(config, item, "vllm-engines")
         elif _shares_a_module_fixture(item):
             _group(config, item, item.nodeid.split("::")[0])
+    # Modules that start engines first, the rest after them, each in its own order: the longest pieces of work
+    # then start at once, and the quick tests fill the gaps on both workers instead of one engine module
+    # running alone at the end.
+    engine_modules = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("vllm") is not None}
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in engine_modules)
 
 
 def _group(config: pytest.Config, item: pytest.Item, name: str) -> None:
