@@ -83,9 +83,11 @@ def build_app(names: tuple[str, ...] = COMMANDS) -> typer.Typer:
 
 
 def _invoked(argv: list[str]) -> tuple[str, ...]:
-    """The one command ``argv`` runs (its first word not an option), or every command when it names none."""
-    first = next((a for a in argv if not a.startswith("-")), None)
-    return (first,) if first in COMMANDS else COMMANDS
+    """The one command ``argv`` runs (its first word), or every command when it starts otherwise.
+
+    A line that starts with an option (``--help``, ``--version``) is the top level's, whatever follows.
+    """
+    return (argv[0],) if argv and argv[0] in COMMANDS else COMMANDS
 
 
 def _version(value: bool) -> None:
