@@ -29,7 +29,7 @@ def _help(args: list[str]) -> str:
         "_TYPER_FORCE_DISABLE_TERMINAL": "1",
     }
     env.pop("FORCE_COLOR", None)
-    code = "import sys; from mismatchscope.cli.main import app; app(args=sys.argv[1:], prog_name='mismatchscope')"
+    code = "import sys; from mismatchscope.cli.main import build_app; build_app()(args=sys.argv[1:], prog_name='mismatchscope')"
     out = subprocess.run(
         [sys.executable, "-c", code, *args, "--help"], capture_output=True, text=True, env=env, check=True
     ).stdout

@@ -43,3 +43,19 @@ def to_numpy(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     if len(arr) == 0:
         return np.zeros(0, dtype)
     return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * np.dtype(dtype).itemsize)
+
+
+def list_parts(arr: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, np.ndarray]:
+    """The values of a list array without null lists, flattened, and the length of each list.
+
+    What ``pyarrow.compute.list_flatten`` and ``list_value_length`` return, read from the array's
+    offsets instead: importing ``pyarrow.compute`` costs a command about 40 ms of start-up. The offsets
+    of a sliced array start at the slice; its ``values`` are the whole child, sliced here to match.
+    """
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    offsets = to_numpy(arr.offsets)  # pyright: ignore[reportAttributeAccessIssue] - a list array
+    if not offsets.size:  # an empty array may come without an offsets buffer
+        return arr.values.slice(0, 0), np.zeros(0, offsets.dtype)  # pyright: ignore[reportAttributeAccessIssue]
+    start, end = int(offsets[0]), int(offsets[-1])
+    return arr.values.slice(start, end - start), np.diff(offsets)  # pyright: ignore[reportAttributeAccessIssue]

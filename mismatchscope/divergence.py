@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -39,6 +40,15 @@ class TokenTerms:
     lp_T: np.ndarray | None = None
     """log p and log q as given (float64): the binary-KL rules work in log space near 0 and 1."""
     lq_T: np.ndarray | None = None
+
+    @cached_property
+    def chi2_screen(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``((p - q)^2, min(p(1-p), q(1-q)), min(...) <= 1e-12)``: what :func:`binary_kl_candidates` compares,
+        whatever the threshold, computed once for every rule that screens the same tokens."""
+        p, q = np.asarray(self.p_T, dtype=np.float64), np.asarray(self.q_T, dtype=np.float64)
+        v = np.minimum(p * (1.0 - p), q * (1.0 - q))
+        d = p - q
+        return d * d, v, v <= 1e-12
 
 
 def token_terms(trainer_logprob_T: np.ndarray, sampler_logprob_T: np.ndarray) -> TokenTerms:
@@ -97,7 +107,7 @@ KL_SCREEN_MIN = 1e-10
 """Below this threshold the chi-square screen is not used: rounding of the KL itself could matter."""
 
 
-def binary_kl_candidates(p_T: np.ndarray, q_T: np.ndarray, threshold: float) -> np.ndarray | None:
+def binary_kl_candidates(t: TokenTerms, threshold: float) -> np.ndarray | None:
     """Indices of the tokens whose two-outcome KL, in either direction, may exceed ``threshold``; None: all.
 
     A binary KL is at most the chi-square divergence, KL(a||b) <= (a-b)^2 / (b(1-b)),
@@ -112,11 +122,8 @@ def binary_kl_candidates(p_T: np.ndarray, q_T: np.ndarray, threshold: float) -> 
     """
     if not threshold >= KL_SCREEN_MIN:
         return None
-    p = np.asarray(p_T, dtype=np.float64)
-    q = np.asarray(q_T, dtype=np.float64)
-    v = np.minimum(p * (1.0 - p), q * (1.0 - q))
-    d = p - q
-    return np.flatnonzero((d * d >= 0.25 * threshold * v) | (v <= 1e-12))
+    d2, v, tiny = t.chi2_screen
+    return np.flatnonzero((d2 >= 0.25 * threshold * v) | tiny)
 
 
 def binary_kl_logs(log_a_T: np.ndarray, log_b_T: np.ndarray, eps: float = 0.0) -> np.ndarray:

@@ -25,10 +25,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .arrow import to_numpy
+from .arrow import list_parts, to_numpy
 from .errors import FileFormatError, InputError, MissingColumnsError, UsageError
 from .redact import redact_obj
 from .schema import (
@@ -641,7 +640,7 @@ def _topk_list(path: Path, name: str, arr: pa.Array) -> pa.Array:
             f"{path}: column {name!r} has {arr.null_count} null list(s)",
             hint="write an empty list for a position without a top-k",
         )
-    flat = pc.list_flatten(arr)  # pyright: ignore[reportAttributeAccessIssue] - generated kernel, not in the stubs
+    flat = list_parts(arr)[0]
     if flat.null_count:
         what = "id" if name in TOPK_ID_LISTS else "logprob"
         raise InputError(
@@ -657,6 +656,8 @@ def _topk_list(path: Path, name: str, arr: pa.Array) -> pa.Array:
 def _check_int64_range(path: Path, name: str, arr: pa.Array) -> None:
     """Unsigned integers above 2^63 - 1 would wrap to negative int64 values (-1 for 2^64 - 1): refuse them."""
     if pa.types.is_uint64(arr.type) and len(arr):
+        import pyarrow.compute as pc
+
         top = pc.max(arr).as_py()  # pyright: ignore[reportAttributeAccessIssue] - generated kernel, not in the stubs
         if top is not None and top > _INT64_MAX:
             raise InputError(
@@ -667,8 +668,7 @@ def _check_int64_range(path: Path, name: str, arr: pa.Array) -> None:
 
 def _check_aligned(path: Path, ids: str, values: str, cols: dict[str, Any]) -> None:
     """An id list and its logprob list have the same length on every row."""
-    n_ids = to_numpy(pc.list_value_length(cols[ids]))  # pyright: ignore[reportAttributeAccessIssue] - generated kernel, not in the stubs
-    n_values = to_numpy(pc.list_value_length(cols[values]))  # pyright: ignore[reportAttributeAccessIssue] - generated kernel, not in the stubs
+    n_ids, n_values = list_parts(cols[ids])[1], list_parts(cols[values])[1]
     if not np.array_equal(n_ids, n_values):
         row = int(np.flatnonzero(n_ids != n_values)[0])
         raise InputError(
@@ -683,12 +683,12 @@ TOPK_LOGPROB_LISTS = ("sampler_topk_logprobs", "trainer_logprobs_at_sampler_topk
 
 def _check_logprob_list(path: Path, name: str, arr: pa.Array, cols: dict[str, Any]) -> None:
     """Values in a top-k logprob list are logprobs too: no NaN, nothing above the rounding tolerance (-inf is fine)."""
-    values = to_numpy(pc.list_flatten(arr)).astype(np.float64, copy=False)  # pyright: ignore[reportAttributeAccessIssue] - generated kernel, not in the stubs
+    flat, lens = list_parts(arr)
+    values = to_numpy(flat).astype(np.float64, copy=False)
     if (values <= POSITIVE_LOGPROB_TOLERANCE).all():  # one comparison a value: NaN compares False
         return
     bad = np.isnan(values) | (values > POSITIVE_LOGPROB_TOLERANCE)
     flat = int(np.flatnonzero(bad)[0])
-    lens = to_numpy(pc.list_value_length(arr).fill_null(0))  # pyright: ignore[reportAttributeAccessIssue] - generated kernel, not in the stubs
     row = int(np.searchsorted(np.cumsum(lens), flat, side="right"))
     what = "NaN" if np.isnan(values[flat]) else f"positive value {values[flat]:.4g}"
     raise InputError(
@@ -715,6 +715,8 @@ def _to_numpy(path: Path, name: str, arr: pa.Array) -> np.ndarray:
             "reward",
             "sampler_kept_logmass",
         ):
+            import pyarrow.compute as pc
+
             arr = pc.fill_null(arr.cast(pa.float64()), float("nan"))
         else:
             raise InputError(f"{path}: column {name!r} has {arr.null_count} null value(s)")

@@ -22,6 +22,26 @@ def test_help_lists_every_registered_rule():
     assert "A == 0 counts as negative" in r.stdout
 
 
+def test_an_analysis_command_imports_only_what_it_uses():
+    # compare-masks with --format json needs neither the other commands' modules (probe's options, the
+    # importers), nor rich (tables), nor pyarrow.compute (its top-k lists are read from their offsets)
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from mismatchscope.cli.main import main\n"
+        f"sys.argv = ['mismatchscope', 'compare-masks', {str(SAMPLE_PAIRS)!r}, '--format', 'json']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'rich' or m == 'pyarrow.compute' or "
+        "m.startswith(('mismatchscope.cli.probe', 'mismatchscope.cli.gate', 'mismatchscope.importers'))), "
+        "file=sys.stderr)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(r.stdout)["tokens"] > 10_000
+    assert r.stderr.strip().splitlines()[-1] == "[]"
+
+
 def test_report_json_contract():
     r = cli("report", str(SAMPLE_PAIRS), "--format", "json")
     assert r.returncode == 0, r.stderr

@@ -13,6 +13,8 @@ from typing import Literal
 
 import numpy as np
 
+from .parallel import trim_heap
+
 Op = Literal["sum", "min", "max"]
 _UFUNC = {"sum": np.add, "min": np.minimum, "max": np.maximum}
 
@@ -89,20 +91,35 @@ class Groups:
 
 
 class SequenceAggregator:
-    """Accumulates per-sequence reductions of per-token columns across batches."""
+    """Accumulates per-sequence reductions of per-token columns across batches.
+
+    Each batch arrives reduced to one row per sequence it touches (``Groups``); its columns are kept
+    as one block ``[column, row]``, grouped by reduction, so a pass holds about one float per sequence
+    and column in a few hundred large allocations. The final reduction (and one whenever the rows pile
+    up past ``compact_every``) is the same ``reduceat`` over the same runs of equal keys as one call
+    over everything, so the numbers do not depend on how it is split. When the keys arrive in order
+    (a file sorted by sequence, as every writer of the format writes it) it goes through the blocks a
+    chunk of runs at a time, freeing each chunk's blocks and handing their pages back to the kernel
+    before the next, so the peak is the result plus one chunk, not the result twice.
+    """
 
     def __init__(self, ops: dict[str, Op], compact_every: int = 4_000_000):
         self.ops = dict(ops)
+        self._names = [k for op in _UFUNC for k, o in self.ops.items() if o == op]
+        bounds = np.cumsum([0] + [sum(o == op for o in self.ops.values()) for op in _UFUNC])
+        self._rows_of = {op: slice(int(lo), int(hi)) for op, lo, hi in zip(_UFUNC, bounds[:-1], bounds[1:]) if hi > lo}
         self._keys: list[np.ndarray] = []
-        self._parts: dict[str, list[np.ndarray]] = {k: [] for k in ops}
+        self._blocks: list[np.ndarray] = []
         self._rows = 0
         self._compact_every = compact_every
 
     def add_reduced(self, uk: np.ndarray, red: dict[str, np.ndarray]) -> None:
         """Take one batch already reduced per key (``Groups``): one row per distinct key, every column."""
+        block = np.empty((len(self._names), uk.size))
+        for i, k in enumerate(self._names):
+            block[i] = red[k]
         self._keys.append(uk)
-        for k in self.ops:
-            self._parts[k].append(red[k])
+        self._blocks.append(block)
         self._rows += uk.size
         if self._rows > self._compact_every:
             self._compact()
@@ -110,15 +127,69 @@ class SequenceAggregator:
 
     def _compact(self) -> None:
         keys = np.concatenate(self._keys) if self._keys else np.zeros(0, np.int64)
-        cols: dict[str, tuple[np.ndarray, Op]] = (
-            {k: (np.concatenate(self._parts[k]), op) for k, op in self.ops.items()} if self._keys else {}
-        )
-        uk, red = group_reduce(keys, cols) if self._keys else (keys, {k: np.zeros(0) for k in self.ops})
-        self._keys = [uk]
-        self._parts = {k: [red[k]] for k in self.ops}
-        self._rows = uk.size
+        self._keys = []
+        if keys.size and np.any(keys[1:] < keys[:-1]):
+            g = Groups(keys)
+            values = np.concatenate(self._blocks, axis=1)
+            self._blocks = []
+            out = self._reduce(values[:, g.order], g.starts)
+            keys = g.keys
+        else:
+            starts = _run_starts(keys)
+            out = self._reduce_in_order(starts, keys.size)
+            keys = keys[starts]
+        self._keys, self._blocks, self._rows = [keys], [out], keys.size
+
+    def _reduce(self, values: np.ndarray, starts: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """Each row of ``values`` reduced over the runs beginning at ``starts`` by its column's reduction."""
+        if out is None:
+            out = np.empty((len(self._names), starts.size))
+        if starts.size:
+            for op, rows in self._rows_of.items():
+                _UFUNC[op].reduceat(values[rows], starts, axis=1, out=out[rows])
+        return out
+
+    def _reduce_in_order(self, starts: np.ndarray, n_rows: int) -> np.ndarray:
+        """:meth:`_reduce` of the blocks in order, whose keys never decrease, a chunk of whole runs at a time."""
+        out = np.empty((len(self._names), starts.size))
+        pending: list[np.ndarray] = []
+        first, end = 0, 0  # the rows of ``pending``: [first, end), ``first`` a run start
+        blocks, self._blocks = self._blocks, []
+        blocks.reverse()  # popped from the end in file order, so each block is freed once reduced
+        while blocks:
+            block = blocks.pop()
+            pending.append(block)
+            end += block.shape[1]
+            del block
+            if end - first < CHUNK_ROWS and blocks:
+                continue
+            cut = end if not blocks else int(starts[np.searchsorted(starts, end, side="right") - 1])
+            if cut <= first:  # one run spans every pending row: it goes on
+                continue
+            values = pending[0] if len(pending) == 1 else np.concatenate(pending, axis=1)
+            pending.clear()
+            lo, hi = np.searchsorted(starts, [first, cut])
+            self._reduce(values[:, : cut - first], starts[lo:hi] - first, out[:, lo:hi])
+            if cut < end:
+                pending.append(values[:, cut - first :].copy())
+            del values
+            first = cut
+            trim_heap()
+        return out
 
     def result(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Sorted sequence ids and one reduced value per sequence for each column."""
         self._compact()
-        return self._keys[0], {k: self._parts[k][0] for k in self.ops}
+        out, row = self._blocks[0], {k: i for i, k in enumerate(self._names)}
+        return self._keys[0], {k: out[row[k]] for k in self.ops}
+
+
+CHUNK_ROWS = 1 << 16
+"""rows of per-batch partials the in-order final reduction takes at a time (2 MB a column)."""
+
+
+def _run_starts(keys: np.ndarray) -> np.ndarray:
+    """Where each run of equal keys begins, in keys that never decrease."""
+    if not keys.size:
+        return np.zeros(0, np.intp)
+    return np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))

@@ -93,6 +93,16 @@ def release_freed_memory() -> None:
     import pyarrow as pa
 
     pa.default_memory_pool().release_unused()
+    trim_heap()
+
+
+def trim_heap() -> None:
+    """Hand the free pages inside glibc's heap back to the kernel now (``malloc_trim``; elsewhere nothing).
+
+    With :func:`keep_freed_memory`'s thresholds the heap never shrinks by itself: a step that frees
+    one large structure while it builds the next (the per-sequence reduction at the end of a pass)
+    calls this between chunks, so the two do not add up in memory.
+    """
     malloc_trim = _glibc("malloc_trim")
     if malloc_trim is not None:
         malloc_trim(0)

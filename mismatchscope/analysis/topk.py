@@ -12,9 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from ..arrow import to_numpy
+from ..arrow import list_parts, to_numpy
 from ..errors import InputError
 
 REST_EPS = 1e-12
@@ -34,10 +33,10 @@ class TopkBounds:
 
 
 def _flat(arr: pa.Array, name: str) -> tuple[np.ndarray, np.ndarray]:
-    lens = to_numpy(pc.list_value_length(arr))  # pyright: ignore[reportAttributeAccessIssue] - generated kernel, not in the stubs
     if arr.null_count:
         raise InputError(f"column {name!r} has null lists")
-    values = to_numpy(pc.list_flatten(arr))  # pyright: ignore[reportAttributeAccessIssue] - generated kernel, not in the stubs
+    flat, lens = list_parts(arr)
+    values = to_numpy(flat)
     return values, lens.astype(np.int64)
 
 

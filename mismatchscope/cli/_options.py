@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
+from typer.core import TyperCommand
 
 from ._streams import OutputFormat
 
@@ -50,6 +51,20 @@ def rule_help_epilog() -> str:
     lines += ["", title, ""]
     lines += [f"  {escape(line)}" for line in help_lines()]
     return "\n\n".join(["\b\n" + "\n".join(lines)])
+
+
+class RulesInHelp(TyperCommand):
+    """A command whose ``--help`` ends with the list of rules (``rule_help_epilog``).
+
+    The list is added when the help is shown, not when the command is built: it needs the rule
+    registry and rich's markup escaping, which a run with ``--format json`` never uses otherwise.
+    """
+
+    def format_help(self, ctx, formatter) -> None:
+        if not getattr(self, "_rules_listed", False):
+            self.help = f"{self.help or ''}\n\n{rule_help_epilog()}"
+            self._rules_listed = True
+        super().format_help(ctx, formatter)
 
 
 Columns = Optional[list[str]]  # noqa: UP045 - an alias typer reads as an option type

@@ -10,7 +10,7 @@ import typer
 from ..analysis.parallel import keep_freed_memory
 from ..errors import UsageError
 from ..metrics import ABS_LOGPROB_DIFF_MEAN, K3_MEAN
-from ._options import ColumnOpt, FormatOpt, PathArg, RuleOpt, rule_help_epilog
+from ._options import ColumnOpt, FormatOpt, PathArg, RuleOpt
 from ._readings import ReadingsOpt, run_side_by_side
 from ._streams import OutputFormat, emit_json, info, stdout_console, warn
 
@@ -117,9 +117,6 @@ def compare_masks(
     console = stdout_console()
     header(console, result)
     masks_tables(console, result, examples)
-
-
-compare_masks.__doc__ = (compare_masks.__doc__ or "") + "\n\n" + rule_help_epilog()
 
 
 def report(

@@ -17,25 +17,77 @@ import sys
 import typer
 
 from .. import __version__
-from . import analyse, certify, diagnose, gate, importer, probe, timeline
+from ._options import RulesInHelp
 
-app = typer.Typer(
-    name="mismatchscope",
-    help="How far apart are the RL sampler and the trainer, where, and what would each masking rule throw away?",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-app.command("compare-masks")(analyse.compare_masks)
-app.command("report")(analyse.report)
-app.command("probe")(probe.probe)
-app.command("rescore")(probe.rescore)
-app.command("timeline")(timeline.timeline)
-app.command("gate")(gate.gate)
-app.command("import")(importer.import_)
-app.command("diagnose")(diagnose.diagnose)
-app.command("certify")(certify.certify)
+COMMANDS = ("compare-masks", "report", "probe", "rescore", "timeline", "gate", "import", "diagnose", "certify")
+"""every command, in the order ``--help`` lists them."""
+RULE_LISTING = ("compare-masks", "timeline")
+"""the commands whose ``--help`` ends with the list of rules."""
+ONE_BLAS_THREAD = ("compare-masks", "report")
+"""commands whose only matrix products are tiny (the rules' agreement counts). OpenBLAS starts a thread per
+core when numpy is imported, about 60 ms of their start-up on two cores, for nothing: they run with one
+(an ``OPENBLAS_NUM_THREADS`` the user set is kept). Their matrix products hold counts, exact in any order."""
+
+
+def _command(name: str):
+    """The function behind command ``name``. Its module is imported only here, so a command pays for its own
+    imports and nobody else's (``probe`` needs none of the analysis, ``report`` none of vLLM's options)."""
+    if name in ("compare-masks", "report"):
+        from . import analyse
+
+        return analyse.compare_masks if name == "compare-masks" else analyse.report
+    if name in ("probe", "rescore"):
+        from . import probe
+
+        return probe.probe if name == "probe" else probe.rescore
+    if name == "timeline":
+        from .timeline import timeline
+
+        return timeline
+    if name == "gate":
+        from .gate import gate
+
+        return gate
+    if name == "import":
+        from .importer import import_
+
+        return import_
+    if name == "diagnose":
+        from .diagnose import diagnose
+
+        return diagnose
+    from .certify import certify
+
+    return certify
+
+
+def build_app(names: tuple[str, ...] = COMMANDS) -> typer.Typer:
+    """The typer app with the commands ``names`` (all of them unless asked otherwise).
+
+    A command line that names one command gets an app with that command alone (``_invoked``): the
+    others' modules stay unimported. Anything else (the top-level ``--help``, a misspelt command) gets
+    all of them, so the listing and click's "no such command" stay what they are.
+    """
+    app = typer.Typer(
+        name="mismatchscope",
+        help="How far apart are the RL sampler and the trainer, where, and what would each masking rule throw away?",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    for name in names:
+        app.command(name, cls=RulesInHelp if name in RULE_LISTING else None)(_command(name))
+    app.callback()(_root)
+    return app
+
+
+def _invoked(argv: list[str]) -> tuple[str, ...]:
+    """The one command ``argv`` runs (its first word), or every command when it starts otherwise.
+
+    A line that starts with an option (``--help``, ``--version``) is the top level's, whatever follows.
+    """
+    return (argv[0],) if argv and argv[0] in COMMANDS else COMMANDS
 
 
 def _version(value: bool) -> None:
@@ -44,7 +96,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
@@ -159,8 +210,12 @@ def main(argv: list[str] | None = None) -> None:
 
     click_exceptions = _click_exceptions()
     _guard_streams()
+    args = sys.argv[1:] if argv is None else argv
+    names = _invoked(args)
+    if len(names) == 1 and names[0] in ONE_BLAS_THREAD and "numpy" not in sys.modules:  # read once, at import
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
-        code = app(args=argv, standalone_mode=False)
+        code = build_app(names)(args=args, standalone_mode=False)
     except MismatchscopeError as e:
         _fail(str(e), e.exit_code, debug_enabled())
     except (KeyboardInterrupt, typer.Abort):

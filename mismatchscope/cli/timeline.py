@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from ..analysis.parallel import keep_freed_memory
-from ._options import ColumnOpt, FormatOpt, PathArg, rule_help_epilog
+from ._options import ColumnOpt, FormatOpt, PathArg
 from ._streams import OutputFormat, emit_json, info, stdout_console, warn
 
 TimelineRuleOpt = typer.Option(
@@ -67,6 +67,5 @@ timeline.__doc__ = "\n\n".join(
         "and the reject (or reweight) rates of the selected rules. Spikes: Iglewicz-Hoaglin modified z-score > 3.5 "
         "against both the 3 steps before and the 3 after. Shifts: binary segmentation (ruptures Binseg, change in mean) "
         "with the MBIC penalty 3 sigma^2 ln(n). Drifts: consecutive shifts one way.",
-        rule_help_epilog(),
     ]
 )

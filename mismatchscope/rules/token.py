@@ -128,7 +128,7 @@ def kpop(cfg: KPopConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> np.n
     would otherwise make D(q||p) infinite and reject a token both sides agree on.
     """
     lq, lp = _logs(t)
-    maybe = binary_kl_candidates(t.p_T, t.q_T, cfg.phi)  # the others are surely below phi
+    maybe = binary_kl_candidates(t, cfg.phi)  # the others are surely below phi
     if maybe is None:
         return where(np.maximum(*binary_kl_logs_both(lq, lp, cfg.eps)) > cfg.phi, REJECT)
     hit = np.zeros(lq.size, bool)
@@ -236,7 +236,7 @@ def dppo_kl(cfg: DPPOKLConfig, t: TokenTerms, advantage_T: np.ndarray) -> np.nda
     moved = (pos & (t.p_T > t.q_T)) | (neg & (t.p_T < t.q_T))  # the KL decides only where p moved the advantage's way
     # the epsilon raises D by at most eps (where p < q), so the chi-square screen, which leaves a factor 4 of margin,
     # still holds while eps <= 3/4 delta
-    maybe = binary_kl_candidates(t.p_T, t.q_T, cfg.delta) if cfg.eps <= 0.75 * cfg.delta else None
+    maybe = binary_kl_candidates(t, cfg.delta) if cfg.eps <= 0.75 * cfg.delta else None
     maybe = maybe[moved[maybe]] if maybe is not None else np.flatnonzero(moved)
     hit = np.zeros(t.p_T.size, bool)
     lq, lp = _logs(t)
