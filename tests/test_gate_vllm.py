@@ -1,13 +1,14 @@
 """The gate end to end on real probes: real vLLM on the CPU sampling the
 bundled tiny Qwen3, the real transformers trainer, the real console script.
 
-Four probe runs for the session, all float32 trainer, 32 prompts x 4 samples:
+Three probe runs for the session, all float32 trainer, 32 prompts x 4 samples:
 
 * ``fp32_s0``: float32 sampler, seed 0 (the baseline);
-* ``fp32_s0_again``: the same again (a float32 candidate: must pass);
 * ``fp16_s0``: float16 sampler, seed 0 (must fail on the divergence metrics);
-* ``fp32_s1``: float32 sampler, seed 1 (different samples: sampling noise
-  alone must not fail the gate).
+* ``fp32_s1``: float32 sampler, seed 1 (a float32 candidate with other
+  samples: sampling noise alone must not fail the gate). A rerun with the
+  same seed would be a weaker check: float32 vLLM on the CPU samples the
+  same tokens again.
 
 Measured on the tiny model: float32 against the float32 trainer gives
 |log p - log q| ~ 4e-7 and k3 ~ 2e-13; float16 gives |log p - log q| ~ 6e-4,
@@ -62,7 +63,6 @@ def probes(tmp_path_factory) -> dict[str, Path]:
     runs = {}
     for name, dtype, seed in (
         ("fp32_s0", "float32", 0),
-        ("fp32_s0_again", "float32", 0),
         ("fp16_s0", "float16", 0),
         ("fp32_s1", "float32", 1),
     ):
@@ -100,12 +100,6 @@ def _by_metric(data: dict) -> dict[str, dict]:
     return {c["metric"]: c for c in data["checks"] if c["kind"] == "regression"}
 
 
-def test_fp32_candidate_passes(probes):
-    code, data = _gate(probes, "fp32_s0_again")
-    assert code == 0 and data["verdict"] == "pass", data["checks"]
-    assert data["comparability"]["checked"] and data["comparability"]["serving"] == []
-
-
 def test_fp16_candidate_fails_on_the_divergence_metrics(probes, tmp_path):
     code, data = _gate(probes, "fp16_s0")
     assert code == 1 and data["verdict"] == "fail"
@@ -126,7 +120,8 @@ def test_fp32_runs_with_different_seeds_do_not_fail(probes, tmp_path):
     r = cli("gate", str(probes["fp32_s1"]), "--baseline", str(probes["fp32_s0"]))
     assert r.returncode == 2 and "sampling.seed differs (baseline 0, candidate 1)" in r.stderr  # refused unless allowed
     code, data = _gate(probes, "fp32_s1", "--allow-different", "seed")
-    assert code == 0, data["checks"]
+    assert code == 0 and data["verdict"] == "pass", data["checks"]
+    assert data["comparability"]["checked"] and data["comparability"]["serving"] == []  # the seed is sampling's
     tight = tmp_path / "gate.toml"
     tight.write_text(TIGHT)
     code, data = _gate(probes, "fp32_s1", "--allow-different", "seed", "--config", str(tight))

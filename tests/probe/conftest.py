@@ -33,10 +33,7 @@ from pathlib import Path
 
 import pytest
 
-# vLLM reads these when an engine starts. In-process engines need no
-# __main__ guard and share the test process; 1 GiB of KV cache is plenty.
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+# vLLM's engine settings for every test: tests/conftest.py.
 
 # Without the hf extra there is no trainer to test: skip this folder whole,
 # cleanly, instead of failing on the test modules' ``import torch``.
