@@ -309,8 +309,9 @@ def centering_values(c) -> dict[str, np.ndarray]:
         values[overlap.name] = c.overlap_T
     out = {}
     for k, v in values.items():
-        v32 = np.asarray(v, dtype=np.float32)
-        out[k] = v32[np.isfinite(v32)]
+        v32 = np.array(v, dtype=np.float32)  # a copy of its own: the quantiles keep it
+        finite = np.isfinite(v32)
+        out[k] = v32 if finite.all() else v32[finite]  # the masses are finite on every token: no second copy
     return out
 
 
