@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .arrow import list_parts, to_numpy
+from .arrow import list_offsets, list_parts, to_numpy
 from .errors import FileFormatError, InputError, MissingColumnsError, UsageError
 from .redact import redact_obj
 from .schema import (
@@ -648,7 +648,7 @@ def _topk_list(path: Path, name: str, arr: pa.Array) -> pa.Array:
             f"{path}: column {name!r} has {arr.null_count} null list(s)",
             hint="write an empty list for a position without a top-k",
         )
-    flat = list_parts(arr)[0]
+    flat = list_offsets(arr)[0]
     if flat.null_count:
         what = "id" if name in TOPK_ID_LISTS else "logprob"
         raise InputError(
@@ -691,13 +691,13 @@ TOPK_LOGPROB_LISTS = ("sampler_topk_logprobs", "trainer_logprobs_at_sampler_topk
 
 def _check_logprob_list(path: Path, name: str, arr: pa.Array, cols: dict[str, Any]) -> None:
     """Values in a top-k logprob list are logprobs too: no NaN, nothing above the rounding tolerance (-inf is fine)."""
-    flat, lens = list_parts(arr)
+    flat, offsets = list_offsets(arr)
     values = to_numpy(flat).astype(np.float64, copy=False)
     if not values.size or values.max() <= POSITIVE_LOGPROB_TOLERANCE:  # one reduction: a NaN max compares False
         return
     bad = np.isnan(values) | (values > POSITIVE_LOGPROB_TOLERANCE)
     flat = int(np.flatnonzero(bad)[0])
-    row = int(np.searchsorted(np.cumsum(lens), flat, side="right"))
+    row = int(np.searchsorted(offsets[1:], flat, side="right"))
     what = "NaN" if np.isnan(values[flat]) else f"positive value {values[flat]:.4g}"
     raise InputError(
         f"{path}: column {name!r} holds {int(bad.sum())} NaN or positive value(s), e.g. a {what} "

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from ..arrow import list_parts, to_numpy
+from ..arrow import list_offsets, to_numpy
 from ..errors import InputError
 
 REST_EPS = 1e-12
@@ -33,11 +33,11 @@ class TopkBounds:
 
 
 def _flat(arr: pa.Array, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """The list values, flattened, and the n + 1 offsets from 0 where each row's list starts in them."""
     if arr.null_count:
         raise InputError(f"column {name!r} has null lists")
-    flat, lens = list_parts(arr)
-    values = to_numpy(flat)
-    return values, lens.astype(np.int64)
+    flat, offsets = list_offsets(arr)
+    return to_numpy(flat), offsets
 
 
 def topk_bounds(
@@ -57,10 +57,12 @@ def topk_bounds(
     ``probs``: (exp of the sampler logprobs, exp of the trainer logprobs) when
     the caller has them already (``divergence.token_terms``), not computed twice.
     """
-    ids, n_ids = _flat(topk_ids, "sampler_topk_ids")
-    slp, n_s = _flat(topk_sampler_lp, "sampler_topk_logprobs")
-    tlp, n_t = _flat(topk_trainer_lp, "trainer_logprobs_at_sampler_topk")
-    if not (np.array_equal(n_ids, n_s) and np.array_equal(n_ids, n_t)):
+    ids, ends = _flat(topk_ids, "sampler_topk_ids")
+    slp, ends_s = _flat(topk_sampler_lp, "sampler_topk_logprobs")
+    tlp, ends_t = _flat(topk_trainer_lp, "trainer_logprobs_at_sampler_topk")
+    n_ids = np.diff(ends)
+    if not (np.array_equal(ends, ends_s) and np.array_equal(ends, ends_t)):  # offsets from 0: the same lengths
+        n_s, n_t = np.diff(ends_s), np.diff(ends_t)
         bad = int(np.flatnonzero((n_ids != n_s) | (n_ids != n_t))[0])
         where = ""
         if sequence_id_T is not None and position_T is not None:
@@ -75,8 +77,6 @@ def topk_bounds(
             probs = (np.exp(sampler_logprob_T), np.exp(trainer_logprob_T))
     q_T, p_T = probs
     out = TopkBounds(np.empty(n), np.empty(n), np.empty(n), np.empty(n))
-    ends = np.zeros(n + 1, np.int64)
-    np.cumsum(n_ids, out=ends[1:])
     for a in range(0, n, BLOCK_ROWS):
         b = min(n, a + BLOCK_ROWS)
         lo, hi = int(ends[a]), int(ends[b])
@@ -229,8 +229,9 @@ def topk_overlap(ids_a: pa.Array, ids_b: pa.Array) -> np.ndarray:
     key (``row * width + id`` overflows int64 once ids come near 2^63). A list
     may name an id twice; it counts once.
     """
-    a, n_a = _flat(ids_a, "sampler_topk_ids")
-    b, n_b = _flat(ids_b, "trainer_topk_ids")
+    a, ends_a = _flat(ids_a, "sampler_topk_ids")
+    b, ends_b = _flat(ids_b, "trainer_topk_ids")
+    n_a, n_b = np.diff(ends_a), np.diff(ends_b)
     if n_a.size != n_b.size:  # pragma: no cover - both come from the same batch
         raise InputError("top-k id lists of different row counts")
     n = n_a.size
