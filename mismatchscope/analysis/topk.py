@@ -157,8 +157,8 @@ def _list_sums(
         row = np.repeat(np.arange(n), n_ids)
         qk, pk = np.exp(slp), np.exp(tlp)
         terms = (qk, pk, np.abs(pk - qk), _kl_terms(slp, tlp, qk, np.empty(qk.shape)))
-        sums = [np.bincount(row, weights=w, minlength=n) for w in terms]
-        return (*sums, np.bincount(row, weights=(ids == token_id_T[row]), minlength=n) > 0)
+        q_sum, p_sum, abs_sum, kl_in = (np.bincount(row, weights=w, minlength=n) for w in terms)
+        return q_sum, p_sum, abs_sum, kl_in, np.bincount(row, weights=(ids == token_id_T[row]), minlength=n) > 0
     k = int(n_ids[0])
     q_sum, p_sum, abs_sum, kl_in = np.zeros((4, n))
     listed = np.zeros(n, bool)
