@@ -49,13 +49,24 @@ def list_parts(arr: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, np.ndarray]:
     """The values of a list array without null lists, flattened, and the length of each list.
 
     What ``pyarrow.compute.list_flatten`` and ``list_value_length`` return, read from the array's
-    offsets instead: importing ``pyarrow.compute`` costs a command about 40 ms of start-up. The offsets
-    of a sliced array start at the slice; its ``values`` are the whole child, sliced here to match.
+    offsets instead: importing ``pyarrow.compute`` costs a command about 40 ms of start-up.
+    """
+    flat, offsets = list_offsets(arr)
+    return flat, np.diff(offsets)
+
+
+def list_offsets(arr: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, np.ndarray]:
+    """The values of a list array without null lists, flattened, and where each list starts in them: n + 1
+    offsets from 0 (list i is ``flat[offsets[i]:offsets[i + 1]]``), in the array's own integer type.
+
+    The offsets of a sliced array start at the slice; its ``values`` are the whole child, sliced here to
+    match. A caller that needs only the values, or the lists' ends, skips :func:`list_parts`' differences.
     """
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     offsets = to_numpy(arr.offsets)  # pyright: ignore[reportAttributeAccessIssue] - a list array
     if not offsets.size:  # an empty array may come without an offsets buffer
-        return arr.values.slice(0, 0), np.zeros(0, offsets.dtype)  # pyright: ignore[reportAttributeAccessIssue]
+        return arr.values.slice(0, 0), np.zeros(1, offsets.dtype)  # pyright: ignore[reportAttributeAccessIssue]
     start, end = int(offsets[0]), int(offsets[-1])
-    return arr.values.slice(start, end - start), np.diff(offsets)  # pyright: ignore[reportAttributeAccessIssue]
+    flat = arr.values.slice(start, end - start)  # pyright: ignore[reportAttributeAccessIssue]
+    return flat, (offsets - offsets[0] if start else offsets)

@@ -69,20 +69,30 @@ def token_terms(trainer_logprob_T: np.ndarray, sampler_logprob_T: np.ndarray) ->
         ratio_sq = ratio * ratio
         p = np.exp(lp)
         q = np.exp(lq)
-        k3 = rm1 - log_ratio
-        krev = ratio * log_ratio - rm1
-        krev[np.isposinf(rm1)] = np.inf  # l > ~709.8: r l - (r - 1) is +inf, not inf - inf = NaN
+        # the rest in place: each result is the same expression's value, without a temporary a step
+        k3 = np.subtract(rm1, log_ratio)
+        np.maximum(k3, 0.0, out=k3)
+        krev = np.multiply(ratio, log_ratio)
+        krev -= rm1
+        overflow = rm1 == np.inf  # l > ~709.8: r l - (r - 1) is +inf, not inf - inf = NaN
+        if overflow.any():
+            krev[overflow] = np.inf
+        np.maximum(krev, 0.0, out=krev)
+        tv = np.subtract(p, q)
+        np.abs(tv, out=tv)
+        k2 = np.multiply(0.5, log_ratio)
+        k2 *= log_ratio
     return TokenTerms(
         log_ratio_T=log_ratio,
         ratio_T=ratio,
         ratio_sq_T=ratio_sq,
         p_T=p,
         q_T=q,
-        tv_T=np.abs(p - q),
+        tv_T=tv,
         k1_T=-log_ratio,
-        k2_T=0.5 * log_ratio * log_ratio,
-        k3_T=np.maximum(k3, 0.0),
-        kl_reverse_k3_T=np.maximum(krev, 0.0),
+        k2_T=k2,
+        k3_T=k3,
+        kl_reverse_k3_T=krev,
         lp_T=lp,
         lq_T=lq,
     )

@@ -497,6 +497,20 @@ def test_quantiles_are_numpys_to_the_bit():
             assert np.array_equal(e.quantiles(qs, np.exp), np.quantile(np.exp(v), qs)), trial
 
 
+def test_quantile_bins_by_hand():
+    # a value's bin is the top 16 bits of its order-preserving key plus 2^15: 1.0 is 0x3FF0..., a
+    # non-negative float keeps its bits (0x3FF0 + 0x8000 = 0xBFF0); -1.0 is 0xBFF0... and a negative
+    # float flips its magnitude bits (0xBFF0 ^ 0x7FFF = 0xC00F, i.e. -16369, + 32768 = 0x400F)
+    from mismatchscope.analysis.quantiles import _bins
+
+    v = np.array([1.0, -1.0, 0.0, -0.0, np.inf, -np.inf, 2.0, -2.0])
+    assert _bins(v).tolist() == [0xBFF0, 0x400F, 0x8000, 0x7FFF, 0xFFF0, 0x000F, 0xC000, 0x3FFF]
+    assert _bins(v.astype(np.float32)).tolist() == [0xBF80, 0x407F, 0x8000, 0x7FFF, 0xFF80, 0x007F, 0xC000, 0x3FFF]
+    assert _bins(v[::2]).tolist() == [0xBFF0, 0x8000, 0xFFF0, 0xC000]  # a strided view: the same bins
+    s = np.sort(np.random.default_rng(0).normal(0, 1e3, 5000))
+    assert (np.diff(_bins(s).astype(np.int64)) >= 0).all()  # bins order like the values
+
+
 def test_the_pass_gives_the_same_numbers_on_any_number_of_threads(tmp_path):
     # batches are analysed on worker threads and folded in file order: one thread or four, the report,
     # the rule counts and the chosen examples must be identical, not merely close

@@ -34,6 +34,7 @@ of reading the columns again.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -49,22 +50,33 @@ WINDOW = 0.004
 (``KEEP_VALUES`` bounds it, as it bounds the values kept before)."""
 
 
+_TOP_WORD = sys.byteorder == "little"
+"""the top 16 bits of a float (sign, exponent, leading mantissa) are its last 16-bit word in memory on a
+little-endian machine, its first on a big-endian one."""
+
+
 def _bins(values: np.ndarray) -> np.ndarray:
     """Each value's bin (uint16): the top 16 bits of a signed integer key that orders like the floats do.
 
     Flipping the magnitude bits of negative floats makes their two's-complement
     order match their numeric order; +0.0 and -0.0 land in neighbouring bins,
-    which is harmless (their order statistics are equal numbers).
+    which is harmless (their order statistics are equal numbers). The top 16
+    bits of that key, offset by 2^15, come from the float's own top 16 bits h
+    alone: h xor 0xFFFF for a negative float, h xor 0x8000 otherwise. So the
+    key is formed on one 16-bit word a value, not on the whole float.
     """
     if values.dtype == np.float64:
-        bits = values.view(np.int64)
-        key = bits ^ ((bits >> 63) & np.int64(0x7FFF_FFFF_FFFF_FFFF))
-        return ((key >> 48) + (BINS >> 1)).astype(np.uint16)
-    if values.dtype == np.float32:
-        bits = values.view(np.int32)
-        key = bits ^ ((bits >> 31) & np.int32(0x7FFF_FFFF))
-        return ((key >> 16) + (BINS >> 1)).astype(np.uint16)
-    raise TypeError(f"exact quantiles take float32 or float64 values, not {values.dtype}")
+        words = 4
+    elif values.dtype == np.float32:
+        words = 2
+    else:
+        raise TypeError(f"exact quantiles take float32 or float64 values, not {values.dtype}")
+    flat = np.ascontiguousarray(values).reshape(-1).view(np.int16)
+    top = (flat[words - 1 :: words] if _TOP_WORD else flat[::words]).copy()  # contiguous: vectorised below
+    key = top >> 15  # -1 for a negative float, 0 otherwise
+    key |= np.int16(-0x8000)
+    key ^= top
+    return key.view(np.uint16).reshape(values.shape)
 
 
 def select_bins(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
@@ -91,8 +103,8 @@ class ExactQuantiles:
     """boolean over the bins whose values are all kept, once the column narrowed (None before, or never)."""
     _kept: int = 0
     _part_bins: list[np.ndarray] = field(default_factory=list)
-    """the bins of ``parts``, while this accumulator holds one batch (dropped when merged: they are rebuilt
-    only once, where a column narrows)."""
+    """the bins of ``parts`` (2 bytes a value), while the column keeps every value: a batch's go with it to the
+    fold, and the column's serve :meth:`order_statistics` at the end; dropped where the column narrows."""
 
     @property
     def n(self) -> int:
@@ -209,7 +221,11 @@ class ExactQuantiles:
         targets = np.unique(bin_of)
         wanted = np.zeros(BINS, bool)
         wanted[targets] = True
-        chosen = np.concatenate([p[wanted[_bins(p)]] for p in self.parts]) if self.parts else np.zeros(0)
+        bins = self._part_bins if len(self._part_bins) == len(self.parts) else [_bins(p) for p in self.parts]
+        # np.take gathers from the small table about twice as fast as indexing with the bins does
+        chosen = (
+            np.concatenate([p[np.take(wanted, b)] for p, b in zip(self.parts, bins)]) if self.parts else np.zeros(0)
+        )
         if chosen.size != int(self.counts[targets].sum()):
             raise RuntimeError(
                 "exact quantiles: the values of the wanted bins are not all here (a second pass is missing)"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from ..arrow import list_parts, to_numpy
+from ..arrow import list_offsets, to_numpy
 from ..errors import InputError
 
 REST_EPS = 1e-12
@@ -33,50 +33,11 @@ class TopkBounds:
 
 
 def _flat(arr: pa.Array, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """The list values, flattened, and the n + 1 offsets from 0 where each row's list starts in them."""
     if arr.null_count:
         raise InputError(f"column {name!r} has null lists")
-    flat, lens = list_parts(arr)
-    values = to_numpy(flat)
-    return values, lens.astype(np.int64)
-
-
-class _RowSums:
-    """Sums of flattened list values per row, in list order (as ``np.bincount`` over the row index adds them).
-
-    When every list has the same length k (what samplers write), the values
-    reshape to ``[n, k]`` and k vectorised column additions replace the
-    scattered bincount; both add a row's values to 0.0 one by one in list
-    order, so the results are the same to the bit.
-    """
-
-    def __init__(self, n: int, lengths: np.ndarray):
-        self.n = n
-        self.k = int(lengths[0]) if n and (lengths == lengths[0]).all() else None
-        self.row = None if self.k is not None else np.repeat(np.arange(n), lengths)
-
-    def sum(self, values: np.ndarray) -> np.ndarray:
-        if self.k is None:
-            assert self.row is not None  # set whenever k is None
-            return np.bincount(self.row, weights=values, minlength=self.n)
-        out = np.zeros(self.n)
-        v = values.reshape(self.n, self.k)
-        for j in range(self.k):
-            out += v[:, j]
-        return out
-
-    def any_equal(self, values: np.ndarray, per_row_T: np.ndarray) -> np.ndarray:
-        """Per row: does its list hold the row's value of ``per_row_T``.
-
-        Equal lengths: k column comparisons or-ed together, several times faster than ``any(axis=1)``.
-        """
-        if self.k is None:
-            assert self.row is not None  # set whenever k is None
-            return np.bincount(self.row, weights=(values == per_row_T[self.row]), minlength=self.n) > 0
-        out = np.zeros(self.n, bool)
-        v = values.reshape(self.n, self.k)
-        for j in range(self.k):
-            out |= v[:, j] == per_row_T
-        return out
+    flat, offsets = list_offsets(arr)
+    return to_numpy(flat), offsets
 
 
 def topk_bounds(
@@ -96,10 +57,12 @@ def topk_bounds(
     ``probs``: (exp of the sampler logprobs, exp of the trainer logprobs) when
     the caller has them already (``divergence.token_terms``), not computed twice.
     """
-    ids, n_ids = _flat(topk_ids, "sampler_topk_ids")
-    slp, n_s = _flat(topk_sampler_lp, "sampler_topk_logprobs")
-    tlp, n_t = _flat(topk_trainer_lp, "trainer_logprobs_at_sampler_topk")
-    if not (np.array_equal(n_ids, n_s) and np.array_equal(n_ids, n_t)):
+    ids, ends = _flat(topk_ids, "sampler_topk_ids")
+    slp, ends_s = _flat(topk_sampler_lp, "sampler_topk_logprobs")
+    tlp, ends_t = _flat(topk_trainer_lp, "trainer_logprobs_at_sampler_topk")
+    n_ids = np.diff(ends)
+    if not (np.array_equal(ends, ends_s) and np.array_equal(ends, ends_t)):  # offsets from 0: the same lengths
+        n_s, n_t = np.diff(ends_s), np.diff(ends_t)
         bad = int(np.flatnonzero((n_ids != n_s) | (n_ids != n_t))[0])
         where = ""
         if sequence_id_T is not None and position_T is not None:
@@ -114,8 +77,6 @@ def topk_bounds(
             probs = (np.exp(sampler_logprob_T), np.exp(trainer_logprob_T))
     q_T, p_T = probs
     out = TopkBounds(np.empty(n), np.empty(n), np.empty(n), np.empty(n))
-    ends = np.zeros(n + 1, np.int64)
-    np.cumsum(n_ids, out=ends[1:])
     for a in range(0, n, BLOCK_ROWS):
         b = min(n, a + BLOCK_ROWS)
         lo, hi = int(ends[a]), int(ends[b])
@@ -135,9 +96,10 @@ def topk_bounds(
     return out
 
 
-BLOCK_ROWS = 8192
-"""rows whose list values are bounded at once: their dozen list-sized temporaries (5 values a row, 8 bytes
-each) then stay in a core's cache, where a whole batch's would go to memory and back for every operation."""
+BLOCK_ROWS = 16384
+"""rows bounded at once: their row-sized temporaries (8 bytes a row) then stay in a core's cache, where a
+whole batch's would go to memory and back for every operation, while each numpy call still covers enough
+rows that its fixed cost stays small."""
 
 
 def _bounds_block(
@@ -154,24 +116,9 @@ def _bounds_block(
     n_ids: np.ndarray,
 ) -> None:
     """:func:`topk_bounds` on the rows ``rows`` of a batch (their flat list values given), written into ``out``."""
-    per_row = _RowSums(token_id_T.shape[0], n_ids)
     slp, tlp = slp.astype(np.float64, copy=False), tlp.astype(np.float64, copy=False)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        # One buffer per list-sized quantity, updated in place: these lists are k times the
-        # batch, and every temporary spared is a pass over memory spared.
-        qk = np.exp(slp)
-        pk = np.exp(tlp)
-        q_sum = per_row.sum(qk)
-        p_sum = per_row.sum(pk)
-        dk = np.subtract(pk, qk)
-        abs_sum = per_row.sum(np.abs(dk, out=dk))
-        kl_terms = np.subtract(slp, tlp, out=dk)
-        kl_terms *= qk
-        if not qk.all():  # q = 0 contributes nothing (0 log 0 = 0), whatever p is
-            kl_terms[qk == 0] = 0.0
-        kl_in = per_row.sum(kl_terms)
-
-        listed = per_row.any_equal(ids, token_id_T)
+        q_sum, p_sum, abs_sum, kl_in, listed = _list_sums(token_id_T, ids, slp, tlp, n_ids)
         extra_q = np.where(listed, 0.0, q_T)  # the sampled id, when the list lacks it
         extra_p = np.where(listed, 0.0, p_T)
         q_sum += extra_q
@@ -179,13 +126,62 @@ def _bounds_block(
         abs_sum += np.abs(extra_p - extra_q)
         tv = 0.5 * (abs_sum + np.abs(q_sum - p_sum))
         kl_in += np.where(listed | (extra_q <= 0), 0.0, extra_q * (sampler_logprob_T - trainer_logprob_T))
-        q_rest = np.clip(1.0 - q_sum, 0.0, 1.0)
-        p_rest = np.maximum(np.clip(1.0 - p_sum, 0.0, 1.0), REST_EPS)
-        kl_rest = np.where(q_rest > REST_EPS, q_rest * (np.log(q_rest) - np.log(p_rest)), 0.0)
+        # sums of probabilities are >= 0, so 1 - sum <= 1: only the floors can clip
+        q_rest = np.maximum(1.0 - q_sum, 0.0)
+        p_rest = np.maximum(1.0 - p_sum, REST_EPS)
+        kl_rest = np.zeros(q_rest.shape)
+        rest = np.flatnonzero(q_rest > REST_EPS)  # logarithms only where the rest bucket holds sampler mass
+        q_rest = q_rest[rest]
+        kl_rest[rest] = q_rest * (np.log(q_rest) - np.log(p_rest[rest]))
     np.minimum(tv, 1.0, out=out.tv_lower_T[rows])
     np.maximum(kl_in + kl_rest, 0.0, out=out.kl_lower_T[rows])
     out.sampler_mass_T[rows] = q_sum
     out.trainer_mass_T[rows] = p_sum
+
+
+def _list_sums(
+    token_id_T: np.ndarray, ids: np.ndarray, slp: np.ndarray, tlp: np.ndarray, n_ids: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per row, over its list: the sums of q, p, |p - q| and q (log q - log p), and whether it holds the row's
+    sampled id.
+
+    Each row's values are added to 0.0 one by one in list order. When every
+    list has the same length k (what samplers write), the lists are a ``[n, k]``
+    table, taken a column at a time: each step is a handful of row-sized
+    operations on data in cache. Ragged lists are flattened and summed by
+    ``np.bincount`` over their row index, which adds in the same order, so both
+    give the same bits.
+    """
+    n = token_id_T.shape[0]
+    if not (n and (n_ids == n_ids[0]).all()):
+        row = np.repeat(np.arange(n), n_ids)
+        qk, pk = np.exp(slp), np.exp(tlp)
+        terms = (qk, pk, np.abs(pk - qk), _kl_terms(slp, tlp, qk, np.empty(qk.shape)))
+        q_sum, p_sum, abs_sum, kl_in = (np.bincount(row, weights=w, minlength=n) for w in terms)
+        return q_sum, p_sum, abs_sum, kl_in, np.bincount(row, weights=(ids == token_id_T[row]), minlength=n) > 0
+    k = int(n_ids[0])
+    q_sum, p_sum, abs_sum, kl_in = np.zeros((4, n))
+    listed = np.zeros(n, bool)
+    qj, pj, dj, hit = np.empty(n), np.empty(n), np.empty(n), np.empty(n, bool)
+    ids_nk, slp_nk, tlp_nk = ids.reshape(n, k), slp.reshape(n, k), tlp.reshape(n, k)
+    for j in range(k):
+        np.exp(slp_nk[:, j], out=qj)
+        np.exp(tlp_nk[:, j], out=pj)
+        q_sum += qj
+        p_sum += pj
+        abs_sum += np.abs(np.subtract(pj, qj, out=dj), out=dj)
+        kl_in += _kl_terms(slp_nk[:, j], tlp_nk[:, j], qj, dj)
+        listed |= np.equal(ids_nk[:, j], token_id_T, out=hit)
+    return q_sum, p_sum, abs_sum, kl_in, listed
+
+
+def _kl_terms(slp: np.ndarray, tlp: np.ndarray, q: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """q (log q - log p) per list value, into ``out``; q = 0 contributes nothing (0 log 0 = 0), whatever p is."""
+    np.subtract(slp, tlp, out=out)
+    out *= q
+    if not q.all():
+        out[q == 0] = 0.0
+    return out
 
 
 TAIL_EMPTY = 1e-6
@@ -233,8 +229,9 @@ def topk_overlap(ids_a: pa.Array, ids_b: pa.Array) -> np.ndarray:
     key (``row * width + id`` overflows int64 once ids come near 2^63). A list
     may name an id twice; it counts once.
     """
-    a, n_a = _flat(ids_a, "sampler_topk_ids")
-    b, n_b = _flat(ids_b, "trainer_topk_ids")
+    a, ends_a = _flat(ids_a, "sampler_topk_ids")
+    b, ends_b = _flat(ids_b, "trainer_topk_ids")
+    n_a, n_b = np.diff(ends_a), np.diff(ends_b)
     if n_a.size != n_b.size:  # pragma: no cover - both come from the same batch
         raise InputError("top-k id lists of different row counts")
     n = n_a.size
