@@ -83,11 +83,11 @@ def test_compare_masks_counts_flipped_tokens_each_rule_rejects(run):
         str(run),
         AnalysisRequest(report=False, masks=True, rules=[parse_rule("token-mask:lo=0.7,hi=2"), parse_rule("seq-mis")]),
     )
-    rows = {r["name"]: r for r in result.masks.rules}
+    rows = {r.name: r for r in result.masks.rules}
     # r = exp(lp - lq): 10/1 e^-0.5 = 0.607 < 0.7 (flipped), 20/0 e^1 = 2.72 > 2 (flipped), the others in [0.7, 2]
-    assert (rows["token-mask"]["tokens_rejected"], rows["token-mask"]["route_flipped_rejected"]) == (2, 2)
+    assert (rows["token-mask"].tokens_rejected, rows["token-mask"].route_flipped_rejected) == (2, 2)
     # seq-mis [0.5, 2] on prod r: seq 10 e^-0.7 = 0.497 and seq 20 e^0.9 = 2.46 rejected, each with one flipped token
-    assert (rows["seq-mis"]["tokens_rejected"], rows["seq-mis"]["route_flipped_rejected"]) == (5, 2)
+    assert (rows["seq-mis"].tokens_rejected, rows["seq-mis"].route_flipped_rejected) == (5, 2)
     assert result.masks.route_flipped_tokens == 2
 
 
@@ -95,7 +95,7 @@ def test_dense_runs_have_no_routing_entry():
     result = analyse(str(SAMPLE_PAIRS), AnalysisRequest(report=True, masks=True, rules=[parse_rule("icepop")]))
     assert result.report is not None and result.report.routing is None
     assert result.masks is not None and result.masks.route_flipped_tokens is None
-    assert all("route_flipped_rejected" not in r for r in result.masks.rules)
+    assert all(r.route_flipped_rejected is None for r in result.masks.rules)
 
 
 def test_sorting_network_sorts_every_k():

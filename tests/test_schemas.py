@@ -56,6 +56,15 @@ def test_compare_masks_output_validates(path):
     _validate("compare-masks.json", "compare-masks", str(path), "--sweep", "icepop.beta=2,5", "--examples", "3")
 
 
+def test_compare_masks_of_a_moe_run_without_advantages_validates(tmp_path):
+    # no advantage column: dppo-tv is counted as if every A > 0, every A < 0, and their mean; the routes add
+    # each row's flipped rejections
+    run = write_run(tmp_path / "run")
+    doc = _validate("compare-masks.json", "compare-masks", str(run), "--rule", "dppo-tv", "--rule", "seq-mis")
+    assert [r["hypothesis"] for r in doc["rules"]] == ["A>0", "A<0", "mean", "data"]
+    assert all("route_flipped_rejected" in r for r in doc["rules"])
+
+
 def test_gate_output_validates(tmp_path):
     baseline = tmp_path / "baseline"
     shutil.copytree(GOLDEN, baseline)

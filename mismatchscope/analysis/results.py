@@ -9,7 +9,7 @@ type hints. Tables, pages and the gate read the fields.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ..documents import optional
 
@@ -157,19 +157,132 @@ class Report:
     )
 
 
+Hypothesis = Literal["data", "A>0", "A<0", "mean"]
+"""which advantages a rule's row assumes: the file's own ("data"), every A > 0, every A < 0, or the mean of the
+two (rules that read the advantage, on a file without one)."""
+
+RuleParams = dict[str, float | str | None]
+"""a rule's parameters by name (its config's fields); None is a bound set to "off"."""
+
+
+@dataclass
+class RuleRow:
+    """One rule under one advantage hypothesis: how many tokens and sequences it rejects or reweights.
+
+    Counts are whole numbers except on the "mean" row, where each is the average of the A>0 and A<0 rows'.
+    """
+
+    name: str = field(metadata={"doc": "the rule (with @READING for a framework reading), as --rule spells it"})
+    params: RuleParams = field(metadata={"doc": "its parameters by name; null is a bound set to off"})
+    label: str = field(metadata={"doc": "name:param=value,...: one string that tells two instances apart"})
+    level: Literal["token", "sequence"] = field(metadata={"doc": "whether it acts on single tokens or whole sequences"})
+    action: Literal["reject", "reweight"] = field(metadata={"doc": "what it does to what it acts on"})
+    uses_advantage: bool = field(metadata={"doc": "its verdict depends on the sign of the advantage"})
+    hypothesis: Hypothesis = field(
+        metadata={"doc": "data: the file's advantages (or none needed); A>0, A<0: every advantage so; mean: of the two"}
+    )
+    tokens_rejected: float = field(metadata={"doc": "tokens it rejects (a sequence rule: its sequences' tokens)"})
+    tokens_reweighted: float = field(metadata={"doc": "tokens it reweights"})
+    token_reject_rate: float | None
+    token_reweight_rate: float | None
+    sequences_rejected: float = field(metadata={"doc": "sequences a sequence rule rejects (0 for a token rule)"})
+    sequences_reweighted: float = field(metadata={"doc": "sequences a sequence rule reweights (0 for a token rule)"})
+    sequences_with_rejection: float = field(metadata={"doc": "sequences with at least one rejected token"})
+    sequences_with_reweight: float = field(metadata={"doc": "sequences with at least one reweighted token"})
+    sequence_reject_rate: float | None
+    rejected_by_advantage_sign: dict[str, int] | None = field(
+        metadata={
+            "doc": "rejected tokens by the sign of their advantage (A>0, A<0, A=0: keys no identifier spells); "
+            "null without an advantage column"
+        }
+    )
+    rejected_by_sampler_prob: dict[str, float] | None = field(
+        metadata={
+            "doc": "rejected tokens per sampler-probability bucket, keyed by the bucket's interval (as "
+            "tokens_by_sampler_prob); null for a reweighting rule"
+        }
+    )
+    rejected_by_pq_sign: dict[str, float] | None = field(
+        metadata={"doc": "rejected tokens with p>q, p<q, p=q (keys as tokens_by_pq_sign); null for a reweighting rule"}
+    )
+    route_flipped_rejected: float | None = field(
+        default=None, metadata=optional("runs with routes: rejected tokens flipped in some MoE layer")
+    )
+
+    @property
+    def display(self) -> str:
+        """The rule's name, with its hypothesis where it is one (``dppo-tv [A>0]``)."""
+        return self.name if self.hypothesis == "data" else f"{self.name} [{self.hypothesis}]"
+
+
+@dataclass
+class RuleAgreement:
+    """How two rejecting rules' token sets overlap (no sweeps; a sequence rule counts its sequences' tokens)."""
+
+    a: str = field(metadata={"doc": "the first rule, with its hypothesis in brackets where it is one"})
+    b: str = field(metadata={"doc": "the second rule, likewise"})
+    a_params: RuleParams = field(metadata={"doc": "the first rule's parameters"})
+    b_params: RuleParams = field(metadata={"doc": "the second rule's parameters"})
+    both: int = field(metadata={"doc": "tokens both reject"})
+    only_a: int = field(metadata={"doc": "tokens only the first rejects"})
+    only_b: int = field(metadata={"doc": "tokens only the second rejects"})
+    jaccard: float | None = field(metadata={"doc": "both / (tokens either rejects); null when neither rejects any"})
+
+
+@dataclass
+class SweepPoint:
+    """One value of a swept parameter under one hypothesis: the counts of the rule's row at that value."""
+
+    value: float | str | None = field(metadata={"doc": "the parameter's value (null: off)"})
+    hypothesis: Hypothesis = field(metadata={"doc": "data, A>0 or A<0 (sweeps have no mean row)"})
+    token_reject_rate: float | None
+    token_reweight_rate: float | None
+    tokens_rejected: float = field(metadata={"doc": "tokens the rule rejects at this value"})
+    tokens_reweighted: float = field(metadata={"doc": "tokens it reweights"})
+    sequences_with_rejection: float = field(metadata={"doc": "sequences with at least one rejected token"})
+    sequences_rejected: float = field(metadata={"doc": "sequences a sequence rule rejects"})
+    sequence_reject_rate: float | None
+
+
+@dataclass
+class Sweep:
+    """``--sweep RULE.PARAM=V1,V2,...``: the rule's counts at each value, the other parameters at theirs."""
+
+    rule: str
+    param: str = field(metadata={"doc": "the swept parameter"})
+    level: Literal["token", "sequence"] = field(metadata={"doc": "the rule's level"})
+    points: list[SweepPoint] = field(metadata={"doc": "a point per value and hypothesis, in the order given"})
+
+
+@dataclass
+class DisagreementExample:
+    """A token some token-level rejecting rules reject and others keep (``--examples N``: the largest |l| first)."""
+
+    sequence_id: int
+    position: int
+    token_id: int
+    p: float = field(metadata={"doc": "the trainer's probability of the token"})
+    q: float = field(metadata={"doc": "the sampler's probability of the token"})
+    log_ratio: float = field(metadata={"doc": "l = log p - log q"})
+    rejected_by: list[str] = field(metadata={"doc": "the rules that reject it (hypotheses in brackets)"})
+    kept_by: list[str] = field(metadata={"doc": "the rules that keep it"})
+
+
 @dataclass
 class MasksResult:
     """What ``compare-masks`` prints (``--format json``: these fields after ``schema_version``)."""
 
     tokens: int
     sequences: int
-    rules: list[dict[str, Any]] = field(metadata={"doc": "a row per rule and advantage hypothesis"})
+    rules: list[RuleRow] = field(
+        metadata={"doc": "a row per rule and advantage hypothesis; a hypothesis pair is followed by its mean row"}
+    )
     tokens_by_sampler_prob: dict[str, int]
     tokens_by_pq_sign: dict[str, int]
     tail_reading: str | None
-    agreement: list[dict[str, Any]]
-    sweeps: list[dict[str, Any]]
-    examples: list[dict[str, Any]]
+    agreement: list[RuleAgreement] = field(metadata={"doc": "a row per pair of rejecting rules (no sweeps)"})
+    sweeps: list[Sweep] = field(metadata={"doc": "a sweep per --sweep option"})
+    examples: list[DisagreementExample] = field(metadata={"doc": "--examples N: tokens the rules disagree on"})
     route_flipped_tokens: int | None = field(
         default=None, metadata=optional("runs with routes: tokens flipped in some MoE layer")
     )

@@ -22,8 +22,6 @@ from ..metrics import (
     ROUTING_SHARE_OF_GAP,
     SCORE_CENTERING,
     SEQUENCE_DISTRIBUTIONS,
-    TOKEN_REJECT_RATE,
-    TOKEN_REWEIGHT_RATE,
     TV_TOKEN_MEAN,
     TV_TOPK_LOWER_MEAN,
 )
@@ -276,7 +274,7 @@ def worst_table(console, rows: list[dict]) -> None:
 
 def masks_tables(console, result, examples: int) -> None:
     mk = result.masks
-    has_sign = any(r["rejected_by_advantage_sign"] for r in mk.rules)
+    has_sign = any(r.rejected_by_advantage_sign for r in mk.rules)
     t = Table(title="What each rule would reject or reweight", title_justify="left")
     for col in (
         "rule",
@@ -300,27 +298,27 @@ def masks_tables(console, result, examples: int) -> None:
     if routed:
         t.add_column(f"flipped rejected (of {mk.route_flipped_tokens:,})", justify="right")
     for r in mk.rules:
-        params = ",".join(f"{k}={num(v) if v is not None else 'off'}" for k, v in r["params"].items())
+        params = ",".join(f"{k}={num(v) if v is not None else 'off'}" for k, v in r.params.items())
         cells = [
-            r["name"],
+            r.name,
             params,
-            r["level"],
-            r["hypothesis"],
-            num(r["tokens_rejected"]),
-            pct(r[TOKEN_REJECT_RATE.name]),
-            num(r["tokens_reweighted"]),
-            pct(r[TOKEN_REWEIGHT_RATE.name]),
-            num(r["sequences_rejected"] if r["level"] == "sequence" else None),
-            num(r["sequences_with_rejection"]),
+            r.level,
+            r.hypothesis,
+            num(r.tokens_rejected),
+            pct(r.token_reject_rate),
+            num(r.tokens_reweighted),
+            pct(r.token_reweight_rate),
+            num(r.sequences_rejected if r.level == "sequence" else None),
+            num(r.sequences_with_rejection),
         ]
         if has_sign:
-            s = r["rejected_by_advantage_sign"]
+            s = r.rejected_by_advantage_sign
             cells.append(f"{s['A>0']:,} / {s['A<0']:,} / {s['A=0']:,}" if s else "")
         if routed:
-            cells.append(num(r.get("route_flipped_rejected")))
-        t.add_row(*cells, style="dim" if r["hypothesis"] == "mean" else None)
+            cells.append(num(r.route_flipped_rejected))
+        t.add_row(*cells, style="dim" if r.hypothesis == "mean" else None)
     console.print(t)
-    if any(r["hypothesis"] != "data" for r in mk.rules):
+    if any(r.hypothesis != "data" for r in mk.rules):
         console.print(
             "[dim]No advantage column: advantage-dependent rules are shown as hypotheses, as if every A > 0, "
             "every A < 0, and their mean. dppo-* put A == 0 on the negative branch (reference code).[/dim]"
@@ -329,34 +327,34 @@ def masks_tables(console, result, examples: int) -> None:
     tails_table(console, mk)
 
     # pairs where one rule rejects nothing carry no information about disagreement
-    agree = [a for a in mk.agreement if (a["both"] + a["only_a"]) > 0 and (a["both"] + a["only_b"]) > 0]
+    agree = [a for a in mk.agreement if (a.both + a.only_a) > 0 and (a.both + a.only_b) > 0]
     if not agree:
         console.print(
             "[dim]Agreement: fewer than two rules reject anything here, so there is no overlap to compare.[/dim]"
         )
     if agree:
-        agree.sort(key=lambda a: a["jaccard"] if a["jaccard"] is not None else 2.0)
+        agree.sort(key=lambda a: a.jaccard if a.jaccard is not None else 2.0)
         shown = agree[:25]
         g = Table(title="Agreement between rejecting rules (token sets; most disagreement first)", title_justify="left")
         for col in ("rule a", "rule b", "both", "only a", "only b", "Jaccard"):
             g.add_column(col, justify="left" if col.startswith("rule") else "right")
         for a in shown:
-            g.add_row(a["a"], a["b"], num(a["both"]), num(a["only_a"]), num(a["only_b"]), num(a["jaccard"], 3))
+            g.add_row(a.a, a.b, num(a.both), num(a.only_a), num(a.only_b), num(a.jaccard, 3))
         console.print(g)
         if len(agree) > len(shown):
             console.print(f"[dim]{len(agree) - len(shown)} more pairs in --format json[/dim]")
 
     for sw in mk.sweeps:
-        s = Table(title=f"Sweep {sw['rule']}.{sw['param']} ({sw['level']} level)", title_justify="left")
-        for col in (sw["param"], "hyp.", "token reject rate", "token reweight rate", "seq. w/ rejection"):
+        s = Table(title=f"Sweep {sw.rule}.{sw.param} ({sw.level} level)", title_justify="left")
+        for col in (sw.param, "hyp.", "token reject rate", "token reweight rate", "seq. w/ rejection"):
             s.add_column(col, justify="right")
-        for p in sw["points"]:
+        for p in sw.points:
             s.add_row(
-                num(p["value"]),
-                p["hypothesis"],
-                pct(p[TOKEN_REJECT_RATE.name]),
-                pct(p[TOKEN_REWEIGHT_RATE.name]),
-                num(p["sequences_with_rejection"]),
+                num(p.value),
+                p.hypothesis,
+                pct(p.token_reject_rate),
+                pct(p.token_reweight_rate),
+                num(p.sequences_with_rejection),
             )
         console.print(s)
 
@@ -372,21 +370,21 @@ def masks_tables(console, result, examples: int) -> None:
             )
         for x in mk.examples:
             e.add_row(
-                str(x["sequence_id"]),
-                str(x["position"]),
-                str(x["token_id"]),
-                num(x["p"]),
-                num(x["q"]),
-                num(x["log_ratio"]),
-                ", ".join(x["rejected_by"]),
-                ", ".join(x["kept_by"]),
+                str(x.sequence_id),
+                str(x.position),
+                str(x.token_id),
+                num(x.p),
+                num(x.q),
+                num(x.log_ratio),
+                ", ".join(x.rejected_by),
+                ", ".join(x.kept_by),
             )
         console.print(e)
 
 
 def tails_table(console, mk: MasksResult) -> None:
     """Which tail each rejecting rule cuts: its rejections by sampler-probability bucket and by sign of p - q."""
-    rows = [r for r in mk.rules if r.get("rejected_by_sampler_prob") is not None and r["hypothesis"] != "mean"]
+    rows = [r for r in mk.rules if r.rejected_by_sampler_prob is not None and r.hypothesis != "mean"]
     if not rows:
         return
     buckets = list(mk.tokens_by_sampler_prob)
@@ -408,8 +406,8 @@ def tails_table(console, mk: MasksResult) -> None:
         f"[dim]{num(mk.tokens_by_pq_sign['p<q'])}[/dim]",
     )
     for r in rows:
-        by_q, by_s = r["rejected_by_sampler_prob"], r["rejected_by_pq_sign"]
-        t.add_row(r["name"], r["hypothesis"], *[num(by_q[b]) for b in buckets], num(by_s["p>q"]), num(by_s["p<q"]))
+        by_q, by_s = r.rejected_by_sampler_prob or {}, r.rejected_by_pq_sign or {}
+        t.add_row(r.name, r.hypothesis, *[num(by_q[b]) for b in buckets], num(by_s["p>q"]), num(by_s["p<q"]))
     console.print(t)
     if mk.tail_reading:
         console.print(mk.tail_reading, highlight=False)

@@ -17,8 +17,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from ...analysis.histograms import PlotAccumulator, log_ratio_edges, prob_edges
-from ...analysis.results import MasksResult, Report
-from ...metrics import K3_MEAN, TOKEN_REJECT_RATE, TOKEN_REWEIGHT_RATE, TV_TOKEN_MEAN
+from ...analysis.results import MasksResult, Report, SweepPoint
+from ...metrics import K3_MEAN, TV_TOKEN_MEAN
 from .sweeps import ratio_thresholds, sweep_x
 
 DPI = 110
@@ -294,9 +294,9 @@ def sweep_curves(runs: list[Run], rules) -> Figure | None:
     by_rule: dict[str, list[str]] = {}
     for run in runs:
         for sw in run.masks.sweeps if run.masks else []:
-            by_rule.setdefault(sw["rule"], [])
-            if sw["param"] not in by_rule[sw["rule"]]:
-                by_rule[sw["rule"]].append(sw["param"])
+            by_rule.setdefault(sw.rule, [])
+            if sw.param not in by_rule[sw.rule]:
+                by_rule[sw.rule].append(sw.param)
     if not by_rule:
         return None
     n = len(by_rule)
@@ -309,22 +309,20 @@ def sweep_curves(runs: list[Run], rules) -> Figure | None:
         acts = "reweight"
         for i, run in enumerate(runs):
             for j, param in enumerate(params):
-                sw = next((s for s in _masks(run).sweeps if s["rule"] == rule and s["param"] == param), None)
+                sw = next((s for s in _masks(run).sweeps if s.rule == rule and s.param == param), None)
                 if sw is None:
                     continue
                 acts = (
                     "reweight"
-                    if all(p[TOKEN_REWEIGHT_RATE.name] for p in sw["points"])
-                    and not any(p[TOKEN_REJECT_RATE.name] for p in sw["points"])
+                    if all(p.token_reweight_rate for p in sw.points) and not any(p.token_reject_rate for p in sw.points)
                     else "reject"
                 )
-                for hyp in dict.fromkeys(p["hypothesis"] for p in sw["points"]):
-                    key = (TOKEN_REWEIGHT_RATE if acts == "reweight" else TOKEN_REJECT_RATE).name
-                    pts = [p for p in sw["points"] if p["hypothesis"] == hyp]
-                    off = [100 * (p[key] or 0.0) for p in pts if sweep_x(p["value"]) is None]
-                    pts = [p for p in pts if sweep_x(p["value"]) is not None]
-                    xs = [sweep_x(p["value"]) for p in pts]
-                    ys = [100 * (p[key] or 0.0) for p in pts]
+                for hyp in dict.fromkeys(p.hypothesis for p in sw.points):
+                    pts = [p for p in sw.points if p.hypothesis == hyp]
+                    off = [_percent(p, acts) for p in pts if sweep_x(p.value) is None]
+                    pts = [p for p in pts if sweep_x(p.value) is not None]
+                    xs = [sweep_x(p.value) for p in pts]
+                    ys = [_percent(p, acts) for p in pts]
                     label = (
                         f"{run.label}: {param}"
                         + ("" if hyp == "data" else f" [{hyp}]")
@@ -386,6 +384,11 @@ def sweep_curves(runs: list[Run], rules) -> Figure | None:
         ax.set_visible(False)
     fig.suptitle("Reject rate against threshold (the --sweep curves; dotted: the selected value; 0% is drawn at 0)")
     return fig
+
+
+def _percent(p: SweepPoint, acts: str) -> float:
+    """The point's reweight or reject rate, in percent (0 where there are no tokens)."""
+    return 100 * ((p.token_reweight_rate if acts == "reweight" else p.token_reject_rate) or 0.0)
 
 
 _RULE_TITLES = {
