@@ -135,6 +135,36 @@ class Reading:
 
 
 @dataclass
+class WorstTrace:
+    """A ranked sequence's tokens in position order (``--worst-traces``): aligned lists, one entry per token."""
+
+    position: list[int]
+    token_id: list[int]
+    sampler_logprob: list[float]
+    trainer_logprob: list[float]
+
+
+@dataclass
+class WorstSequence:
+    """One of the sequences with the largest mismatch (``report --worst N``), and where its largest gap sits."""
+
+    rank: int = field(metadata={"doc": "1 for the largest value; ties go to the smaller sequence id"})
+    sequence_id: int
+    tokens: int = field(metadata={"doc": "the sequence's sampled tokens"})
+    by: str = field(metadata={"doc": "what the sequences are ranked by (--worst-by)"})
+    value: float = field(metadata={"doc": "the sequence's value of that ranking"})
+    k3_sum: float = field(metadata={"doc": "the sum of k3 over the sequence's tokens (nats)"})
+    tv_max: float = field(metadata={"doc": "the largest |p - q| of its tokens"})
+    prompt_id: int | None = field(default=None, metadata={"doc": "its prompt, where the file has prompt ids"})
+    max_gap_position: int | None = field(
+        default=None, metadata={"doc": "the position of its largest |log p - log q| (the first on ties)"}
+    )
+    max_gap_token_id: int | None = field(default=None, metadata={"doc": "the token sampled there"})
+    max_gap_log_ratio: float | None = field(default=None, metadata={"doc": "l = log p - log q there"})
+    trace: WorstTrace | None = field(default=None, metadata=optional("--worst-traces: the whole sequence"))
+
+
+@dataclass
 class Report:
     """What ``report`` prints (``--format json``: these fields after ``schema_version``)."""
 
@@ -152,7 +182,7 @@ class Report:
     )
     warnings: list[str] = field(default_factory=list)
     run: dict[str, Any] | None = field(default=None, metadata={"doc": "the run's metadata (manifest, file metadata)"})
-    worst: list[dict[str, Any]] | None = field(
+    worst: list[WorstSequence] | None = field(
         default=None, metadata=optional("report --worst N: the sequences with the largest mismatch")
     )
 

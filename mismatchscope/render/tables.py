@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
-from ..analysis.results import MasksResult
+from ..analysis.results import MasksResult, WorstSequence
 from ..metrics import (
     ABS_LOGPROB_DIFF_MEAN,
     CHI2_SEQ,
@@ -230,15 +230,15 @@ def routing_tables(console, ro: dict) -> None:
         console.print(m)
 
 
-def worst_table(console, rows: list[dict]) -> None:
+def worst_table(console, rows: list[WorstSequence]) -> None:
     """``report --worst``: the ranked sequences and where each one's largest gap sits."""
     from ..analysis.worst import RANKINGS
 
     if not rows:
         console.print("[dim]No sequence to rank.[/dim]")
         return
-    by = rows[0]["by"]
-    prompts = any(r["prompt_id"] is not None for r in rows)
+    by = rows[0].by
+    prompts = any(r.prompt_id is not None for r in rows)
     t = Table(title=f"Worst sequences (by {RANKINGS[by][0]}; traces with --plots)", title_justify="left")
     shown = by not in ("k3_sum", "tv_max")  # those two are columns anyway
     cols = [
@@ -258,16 +258,16 @@ def worst_table(console, rows: list[dict]) -> None:
     for r in rows:
         ident = lambda v: "-" if v is None else str(v)  # noqa: E731  ids print as written, no thousands separator
         t.add_row(
-            str(r["rank"]),
-            str(r["sequence_id"]),
-            *([ident(r["prompt_id"])] if prompts else []),
-            num(r["tokens"]),
-            *([num(r["value"])] if shown else []),
-            num(r["k3_sum"]),
-            num(r["tv_max"]),
-            ident(r["max_gap_position"]),
-            ident(r["max_gap_token_id"]),
-            num(r["max_gap_log_ratio"]),
+            str(r.rank),
+            str(r.sequence_id),
+            *([ident(r.prompt_id)] if prompts else []),
+            num(r.tokens),
+            *([num(r.value)] if shown else []),
+            num(r.k3_sum),
+            num(r.tv_max),
+            ident(r.max_gap_position),
+            ident(r.max_gap_token_id),
+            num(r.max_gap_log_ratio),
         )
     console.print(t)
 

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from ...analysis.histograms import PlotAccumulator, log_ratio_edges, prob_edges
-from ...analysis.results import MasksResult, Report, SweepPoint
+from ...analysis.results import MasksResult, Report, SweepPoint, WorstSequence
 from ...metrics import K3_MEAN, TV_TOKEN_MEAN
 from .sweeps import ratio_thresholds, sweep_x
 
@@ -536,7 +536,7 @@ TRACE_BARS_UP_TO = 400
 """draw the gap as bars up to this many tokens; longer sequences get one thin stem per token."""
 
 
-def sequence_trace(trace, row: dict, by_label: str) -> Figure:
+def sequence_trace(trace, row: WorstSequence, by_label: str) -> Figure:
     """Sampler and trainer logprob along one completion, and the gap l = log p - log q beneath."""
     pos = np.asarray(trace.position_T)
     lq, lp = np.asarray(trace.sampler_logprob_T), np.asarray(trace.trainer_logprob_T)
@@ -558,7 +558,7 @@ def sequence_trace(trace, row: dict, by_label: str) -> Figure:
     else:
         bottom.vlines(pos, 0.0, l_T, colors=colors, linewidth=0.8)
     bottom.axhline(0.0, color="0.3", linewidth=0.8)
-    if row.get("max_gap_position") is not None:
+    if row.max_gap_position is not None:
         i = int(np.argmax(np.abs(l_T)))
         for ax in (top, bottom):
             ax.axvline(pos[i], color="0.45", linewidth=0.9, linestyle=":", zorder=0)
@@ -577,10 +577,10 @@ def sequence_trace(trace, row: dict, by_label: str) -> Figure:
         left = pos.min() - pad
         bottom.set_xlim(left, max(pos.max() + pad, left + 8))  # at least ~8 positions wide: ticks stay on whole tokens
     bottom.xaxis.set_major_locator(MaxNLocator(integer=True))  # positions are whole tokens
-    prompt = "" if row.get("prompt_id") is None else f", prompt {row['prompt_id']}"
+    prompt = "" if row.prompt_id is None else f", prompt {row.prompt_id}"
     fig.suptitle(
-        f"Worst sequence #{row['rank']}: sequence {row['sequence_id']}{prompt}, {row['tokens']:,} token{'s' if row['tokens'] != 1 else ''}; "
-        f"ranked by {by_label}: {row['value']:.4g}\n"
+        f"Worst sequence #{row.rank}: sequence {row.sequence_id}{prompt}, {row.tokens:,} token{'s' if row.tokens != 1 else ''}; "
+        f"ranked by {by_label}: {row.value:.4g}\n"
         "top: both sides' logprob of each sampled token; bottom: the gap (red: trainer above sampler, blue: below)",
         fontsize=11,
     )

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ... import __version__
-from ...analysis.results import Report
+from ...analysis.results import Report, WorstSequence
 from ...metrics import (
     ABS_LOGPROB_DIFF_MAX,
     ABS_LOGPROB_DIFF_MEAN,
@@ -265,10 +265,10 @@ def _routing(rep: Report) -> str:
     return out
 
 
-def _worst(rows: list[dict]) -> str:
+def _worst(rows: list[WorstSequence]) -> str:
     from ...analysis.worst import RANKINGS
 
-    by = rows[0]["by"]
+    by = rows[0].by
     shown = by not in ("k3_sum", "tv_max")  # those two are columns anyway
     ident = lambda v: _e("-" if v is None else v)  # noqa: E731  ids as written, no thousands separator
     header = [
@@ -285,16 +285,16 @@ def _worst(rows: list[dict]) -> str:
     ]
     body = [
         [
-            _num(r["rank"]),
-            ident(r["sequence_id"]),
-            ident(r["prompt_id"]),
-            _num(r["tokens"]),
-            *([_num(r["value"])] if shown else []),
-            _num(r["k3_sum"]),
-            _num(r["tv_max"]),
-            ident(r["max_gap_position"]),
-            ident(r["max_gap_token_id"]),
-            _num(r["max_gap_log_ratio"]),
+            _num(r.rank),
+            ident(r.sequence_id),
+            ident(r.prompt_id),
+            _num(r.tokens),
+            *([_num(r.value)] if shown else []),
+            _num(r.k3_sum),
+            _num(r.tv_max),
+            ident(r.max_gap_position),
+            ident(r.max_gap_token_id),
+            _num(r.max_gap_log_ratio),
         ]
         for r in rows
     ]
@@ -313,7 +313,7 @@ def _page(title: str, subtitle: str, body: str) -> str:
     )
 
 
-def report_page(result, pictures, worst: list[dict] | None = None) -> str:
+def report_page(result, pictures, worst: list[WorstSequence] | None = None) -> str:
     """``report --html``: headline metrics, breakdowns, pictures, run metadata; ``worst`` (``report --worst``) adds its table."""
     rep = result.report
     runs = [("value", rep)]
