@@ -165,6 +165,120 @@ class WorstSequence:
 
 
 @dataclass
+class RouteSide:
+    """Whether one side's routes are in the run, and if not, why."""
+
+    recorded: bool
+    why: str | None = field(metadata={"doc": "one line for the user where the side has no routes"})
+
+
+@dataclass
+class RouteSides:
+    sampler: RouteSide
+    trainer: RouteSide
+
+    def absent(self) -> list[str]:
+        """``"sampler (why)"`` for each side without routes, as the tables name it."""
+        sides = (("sampler", self.sampler), ("trainer", self.trainer))
+        return [f"{name} ({side.why or 'not recorded'})" for name, side in sides if not side.recorded]
+
+
+@dataclass
+class MissingCaptures:
+    """MoE-layer entries null or all zeros (a capture that failed), per recorded side, out of every entry."""
+
+    sampler: int | None = field(default=None, metadata=optional("the sampler's, where its routes are recorded"))
+    trainer: int | None = field(default=None, metadata=optional("the trainer's, where its routes are recorded"))
+    entries: int = field(default=0, metadata={"doc": "route rows x MoE layers"})
+
+
+@dataclass
+class LayerFlipRate:
+    """One MoE layer: the rows whose top-k expert sets differ between the sides, of those both captured."""
+
+    layer: int = field(metadata={"doc": "the decoder layer's index"})
+    flip_rate: float | None = field(metadata={"doc": "flipped / compared; null when nothing was compared"})
+    compared: int = field(metadata={"doc": "rows with a capture on both sides"})
+    flipped: int = field(metadata={"doc": "of those, rows whose expert sets differ"})
+
+
+@dataclass
+class FlipGap:
+    """|log p - log q| on the tokens flipped in some MoE layer against the compared, unflipped ones."""
+
+    flipped_mean: float | None = field(metadata={"doc": "mean |log p - log q| over flipped tokens"})
+    flipped_tokens: int
+    unflipped_mean: float | None = field(metadata={"doc": "mean |log p - log q| over compared, unflipped tokens"})
+    unflipped_tokens: int
+    tokens_without_routes: int = field(metadata={"doc": "tokens with no compared route in any layer"})
+
+
+@dataclass
+class MarginBucket:
+    """The rows whose trainer router margin (the score gap at the top-k boundary) falls in one interval."""
+
+    bucket: str = field(metadata={"doc": "the margin's interval"})
+    compared: int
+    flipped: int
+    flip_rate: float | None
+
+
+_BOTH = "runs with both sides' routes"
+
+
+@dataclass
+class Routing:
+    """The report's MoE routing section (runs with ``routes/``): flip rates per layer, what flipped tokens cost.
+
+    The flip rates appear only when both sides recorded routes, the gap on flipped tokens only when the
+    tokens were joined to them, the margin buckets only when the trainer's router margin was recorded.
+    """
+
+    family: str = field(metadata={"doc": "the router family both sides were read with"})
+    num_layers: int = field(metadata={"doc": "decoder layers"})
+    moe_layers: list[int] = field(metadata={"doc": "the decoder layers that route"})
+    num_experts: int
+    top_k: int
+    replay: str | None = field(
+        metadata={"doc": 'null, "ids" or "ids+weights": the sampler\'s routing forced on the trainer'}
+    )
+    sides: RouteSides
+    rows: int = field(metadata={"doc": "route rows, prompt and completion"})
+    missing_captures: MissingCaptures
+    route_flip_rate: float | None = field(default=None, metadata=optional(_BOTH, with_field="tokens_compared"))
+    tokens_compared: int | None = field(
+        default=None, metadata=optional(f"{_BOTH}: completion tokens with a capture on both sides in some layer")
+    )
+    tokens_flipped: int | None = field(
+        default=None, metadata=optional(f"{_BOTH}: of those, tokens flipped in some layer")
+    )
+    route_flip_rate_by_layer: list[LayerFlipRate] | None = field(
+        default=None, metadata=optional(f"{_BOTH}: completion rows, per MoE layer")
+    )
+    prompt_route_flip_rate: float | None = field(
+        default=None, metadata=optional(_BOTH, with_field="prompt_rows_compared")
+    )
+    prompt_rows_compared: int | None = field(
+        default=None, metadata=optional(f"{_BOTH}: prompt rows with a capture on both sides in some layer")
+    )
+    prompt_rows_flipped: int | None = field(
+        default=None, metadata=optional(f"{_BOTH}: of those, rows flipped in some layer")
+    )
+    prompt_route_flip_rate_by_layer: list[LayerFlipRate] | None = field(
+        default=None, metadata=optional(f"{_BOTH}: prompt rows, per MoE layer")
+    )
+    abs_logprob_diff: FlipGap | None = field(
+        default=None, metadata=optional("the tokens joined to the routes: |log p - log q| flipped against unflipped")
+    )
+    routing_share_of_gap: float | None = field(
+        default=None, metadata=optional("the tokens joined to the routes", with_field="abs_logprob_diff")
+    )
+    by_trainer_margin: list[MarginBucket] | None = field(
+        default=None, metadata=optional("runs with the trainer's router margin: flips per margin interval")
+    )
+
+
+@dataclass
 class Report:
     """What ``report`` prints (``--format json``: these fields after ``schema_version``)."""
 
@@ -177,7 +291,7 @@ class Report:
     kept_mass: KeptMass | None
     breakdowns: Breakdowns
     interpretation: list[Reading]
-    routing: dict[str, Any] | None = field(
+    routing: Routing | None = field(
         default=None, metadata=optional("MoE runs with routes/: flip rates per layer, what flipped tokens cost")
     )
     warnings: list[str] = field(default_factory=list)

@@ -132,7 +132,7 @@ def _field(m: Metric) -> Statistic:
 
 
 def _routing(m: Metric) -> Statistic:
-    return replace(_report(m, lambda rep: None if rep.routing is None else rep.routing.get(m.name)), routing=True)
+    return replace(_report(m, lambda rep: None if rep.routing is None else getattr(rep.routing, m.name)), routing=True)
 
 
 def _catalog() -> dict[str, Statistic]:

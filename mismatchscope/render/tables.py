@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
-from ..analysis.results import MasksResult, WorstSequence
+from ..analysis.results import MasksResult, Routing, WorstSequence
 from ..metrics import (
     ABS_LOGPROB_DIFF_MEAN,
     CHI2_SEQ,
@@ -17,9 +17,6 @@ from ..metrics import (
     K3_MEAN,
     KL_REVERSE_K3_MEAN,
     KL_TOPK_LOWER_MEAN,
-    PROMPT_ROUTE_FLIP_RATE,
-    ROUTE_FLIP_RATE,
-    ROUTING_SHARE_OF_GAP,
     SCORE_CENTERING,
     SEQUENCE_DISTRIBUTIONS,
     TV_TOKEN_MEAN,
@@ -171,62 +168,62 @@ def report_tables(console, result) -> None:
         console.print(f"[bold]{line.metric}[/bold]: {line.reading}  [dim](source: {line.source})[/dim]")
 
 
-def routing_tables(console, ro: dict) -> None:
+def routing_tables(console, ro: Routing) -> None:
     """MoE runs: the flip rate per MoE layer (completion and prompt rows apart), and what flipped tokens cost."""
-    if ro.get("route_flip_rate_by_layer") is None:
-        absent = [f"{s} ({v['why'] or 'not recorded'})" for s, v in ro["sides"].items() if not v["recorded"]]
+    if ro.route_flip_rate_by_layer is None:
+        absent = ro.sides.absent()
         console.print(
             f"[dim]Routing: no flip rates, routes missing for the {', '.join(absent)}.[/dim]", highlight=False
         )
         return
     t = Table(
-        title=f"MoE routing: top-{ro['top_k']} sets that differ between the sides ({ro['family']}, "
-        f"{ro['num_experts']} experts{', replayed ' + ro['replay'] if ro.get('replay') else ''})",
+        title=f"MoE routing: top-{ro.top_k} sets that differ between the sides ({ro.family}, "
+        f"{ro.num_experts} experts{', replayed ' + ro.replay if ro.replay else ''})",
         title_justify="left",
     )
     from ..analysis.routing_report import ROUTING_COLUMNS
 
     for col in ROUTING_COLUMNS:
         t.add_column(col, justify="right")
-    for c, p in zip(ro["route_flip_rate_by_layer"], ro["prompt_route_flip_rate_by_layer"]):
+    for c, p in zip(ro.route_flip_rate_by_layer, ro.prompt_route_flip_rate_by_layer or []):
         t.add_row(
-            str(c["layer"]),
-            pct(c["flip_rate"]),
-            f"{c['flipped']:,} / {c['compared']:,}",
-            pct(p["flip_rate"]),
-            f"{p['flipped']:,} / {p['compared']:,}",
+            str(c.layer),
+            pct(c.flip_rate),
+            f"{c.flipped:,} / {c.compared:,}",
+            pct(p.flip_rate),
+            f"{p.flipped:,} / {p.compared:,}",
         )
     t.add_row(
         "any layer",
-        pct(ro[ROUTE_FLIP_RATE.name]),
-        f"{ro['tokens_flipped']:,} / {ro['tokens_compared']:,}",
-        pct(ro[PROMPT_ROUTE_FLIP_RATE.name]),
-        f"{ro['prompt_rows_flipped']:,} / {ro['prompt_rows_compared']:,}",
+        pct(ro.route_flip_rate),
+        f"{ro.tokens_flipped:,} / {ro.tokens_compared:,}",
+        pct(ro.prompt_route_flip_rate),
+        f"{ro.prompt_rows_flipped:,} / {ro.prompt_rows_compared:,}",
         style="bold",
     )
     console.print(t)
-    gap = ro.get("abs_logprob_diff")
+    gap = ro.abs_logprob_diff
     if gap:
         console.print(
-            f"|log p - log q| on flipped tokens {num(gap['flipped_mean'])} ({gap['flipped_tokens']:,}), on "
-            f"unflipped {num(gap['unflipped_mean'])} ({gap['unflipped_tokens']:,}); routing's share of the "
-            f"gap (sum |log p - log q| on flipped / on all tokens): {pct(ro[ROUTING_SHARE_OF_GAP.name])}"
+            f"|log p - log q| on flipped tokens {num(gap.flipped_mean)} ({gap.flipped_tokens:,}), on "
+            f"unflipped {num(gap.unflipped_mean)} ({gap.unflipped_tokens:,}); routing's share of the "
+            f"gap (sum |log p - log q| on flipped / on all tokens): {pct(ro.routing_share_of_gap)}"
             + (
-                f"; {gap['tokens_without_routes']:,} token(s) without a compared route"
-                if gap["tokens_without_routes"]
+                f"; {gap.tokens_without_routes:,} token(s) without a compared route"
+                if gap.tokens_without_routes
                 else ""
             ),
             highlight=False,
         )
-    if ro.get("by_trainer_margin"):
+    if ro.by_trainer_margin:
         m = Table(
             title="Flips by the trainer's router margin (k-th minus (k+1)-th score, completion rows, per layer)",
             title_justify="left",
         )
         for col in ("margin", "compared", "flipped", "flip rate"):
             m.add_column(col, justify="left" if col == "margin" else "right")
-        for r in ro["by_trainer_margin"]:
-            m.add_row(r["bucket"], num(r["compared"]), num(r["flipped"]), pct(r["flip_rate"]))
+        for r in ro.by_trainer_margin:
+            m.add_row(r.bucket, num(r.compared), num(r.flipped), pct(r.flip_rate))
         console.print(m)
 
 
