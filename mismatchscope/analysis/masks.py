@@ -18,7 +18,7 @@ from ..divergence import TokenTerms
 from ..rules import RuleInstance, SequenceInputs
 from .evaluate import HYPOTHESES, sequence_verdicts, token_verdicts
 from .grouping import Groups
-from .results import DisagreementExample, Hypothesis, RuleAgreement, RuleRow
+from .results import DisagreementExample, Hypothesis, RuleAgreement, RuleRow, display_name
 from .table import RuleColumn
 from .tokenstats import Q_EDGES, bucket_index, q_bucket_labels
 
@@ -107,7 +107,7 @@ class Unit:
 
     @property
     def display(self) -> str:
-        return self.rule.name if self.hypothesis == "data" else f"{self.rule.name} [{self.hypothesis}]"
+        return display_name(self.rule.name, self.hypothesis)
 
 
 def build_units(

@@ -305,6 +305,12 @@ Hypothesis = Literal["data", "A>0", "A<0", "mean"]
 """which advantages a rule's row assumes: the file's own ("data"), every A > 0, every A < 0, or the mean of the
 two (rules that read the advantage, on a file without one)."""
 
+
+def display_name(rule: str, hypothesis: Hypothesis) -> str:
+    """The rule's name, with its hypothesis where it is one (``dppo-tv [A>0]``): how tables and agreement name it."""
+    return rule if hypothesis == "data" else f"{rule} [{hypothesis}]"
+
+
 RuleParams = dict[str, float | str | None]
 """a rule's parameters by name (its config's fields); None is a bound set to "off"."""
 
@@ -355,8 +361,7 @@ class RuleRow:
 
     @property
     def display(self) -> str:
-        """The rule's name, with its hypothesis where it is one (``dppo-tv [A>0]``)."""
-        return self.name if self.hypothesis == "data" else f"{self.name} [{self.hypothesis}]"
+        return display_name(self.name, self.hypothesis)
 
 
 @dataclass
