@@ -12,10 +12,12 @@ import json
 import math
 import runpy
 import shutil
+from dataclasses import dataclass, field
 
 import jsonschema
 import pytest
 
+from mismatchscope.documents import json_schema, optional, to_json
 from tests.helpers import REPO, SAMPLE_PAIRS, cli, pairs
 from tests.routes_fixture import write_run
 
@@ -32,6 +34,20 @@ def _validate(name: str, *args: str) -> dict:
     jsonschema.validate(doc, schema, cls=jsonschema.Draft202012Validator)
     assert doc["schema_version"] == 1
     return doc
+
+
+@dataclass
+class _Section:
+    compared: int | None = field(default=None, metadata=optional("rows compared"))
+    rate: float | None = field(default=None, metadata=optional("flipped / compared", with_field="compared"))
+
+
+def test_an_optional_field_can_appear_with_another():
+    # the rate of nothing compared is written as null, but only where the section it belongs to is
+    assert to_json(_Section()) == {}
+    assert to_json(_Section(compared=0)) == {"compared": 0, "rate": None}
+    assert to_json(_Section(compared=4, rate=0.5)) == {"compared": 4, "rate": 0.5}
+    assert json_schema(_Section, "t", "d")["required"] == ["schema_version"]
 
 
 def test_the_committed_schemas_and_metric_table_are_current():
