@@ -11,8 +11,8 @@ raises it.
 Conventions the schemas encode: a float may be ``null`` only where its type
 says ``| None``; infinities are written as the strings ``"inf"`` and
 ``"-inf"`` (``outputs.jsonable``), NaN as ``null``. Field docstrings are not
-available at run time, so a field's description comes from its metadata or,
-for a field named after a metric, from the metric catalog.
+available at run time, so a field's description comes from its metadata and,
+for a field named after a metric, from the metric catalog (its meaning first).
 """
 
 from __future__ import annotations
@@ -34,13 +34,14 @@ def to_json(obj: Any) -> Any:
     """Plain data (dicts, lists, numbers, strings) from a typed result: dataclasses in field order.
 
     A field with ``metadata={"json": False}`` is left out (a handle the library keeps, not data); one
-    with ``OPTIONAL`` metadata only when it holds a value (an entry a run or an option adds).
+    with :func:`optional` metadata only when it holds a value (an entry a run or an option adds), or,
+    given ``with_field``, when that field does.
     """
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         out = {}
         for f in dataclasses.fields(obj):
             value = getattr(obj, f.name)
-            if f.metadata.get("json", True) and not (value is None and f.metadata.get("optional")):
+            if f.metadata.get("json", True) and not _absent(obj, f):
                 out[f.name] = to_json(value)
         return out
     if isinstance(obj, dict):
@@ -50,14 +51,23 @@ def to_json(obj: Any) -> Any:
     return obj
 
 
+def _absent(obj: Any, f: dataclasses.Field) -> bool:
+    """An optional field left out: it, or the field it appears with, is None."""
+    return bool(f.metadata.get("optional")) and getattr(obj, f.metadata.get("with") or f.name) is None
+
+
 def document(obj: Any) -> dict[str, Any]:
     """A command's JSON document: ``schema_version`` first, then the result's fields."""
     return {"schema_version": SCHEMA_VERSION, **to_json(obj)}
 
 
-def optional(doc: str) -> dict[str, Any]:
-    """Field metadata: the field is left out of the JSON while it is None (and not required by its schema)."""
-    return {"optional": True, "doc": doc}
+def optional(doc: str, with_field: str | None = None) -> dict[str, Any]:
+    """Field metadata: the field is left out of the JSON while it is None (and not required by its schema).
+
+    ``with_field``: left out while that field is None instead, so a value that may be null itself (a rate
+    over nothing) appears exactly when the section it belongs to does.
+    """
+    return {"optional": True, "doc": doc, "with": with_field}
 
 
 _FLOAT = {"anyOf": [{"type": "number"}, {"enum": ["inf", "-inf"]}]}
@@ -86,7 +96,8 @@ def _object(cls: type, defs: dict[str, Any]) -> dict[str, Any]:
         if not f.metadata.get("json", True):
             continue
         s = dict(_schema(hints[f.name], defs))
-        doc = f.metadata.get("doc") or (CATALOG[f.name].meaning if f.name in CATALOG else None)
+        meaning = CATALOG[f.name].meaning if f.name in CATALOG else None
+        doc = "; ".join(d for d in (meaning, f.metadata.get("doc")) if d)
         if doc:
             s["description"] = doc
         props[f.name] = s

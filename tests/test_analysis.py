@@ -79,39 +79,39 @@ def test_sequence_metrics_and_breakdowns(write):
 def test_compare_masks_hand_derived(write):
     adv = [1.0, 1.0, 1.0, -1.0, -1.0]
     res = run(write(pairs(ROWS, advantage=adv)), report=False, masks=True, rules=default_rules())
-    rows = {r["name"]: r for r in res.masks.rules}
-    assert all(r["hypothesis"] == "data" for r in rows.values())
+    rows = {r.name: r for r in res.masks.rules}
+    assert all(r.hypothesis == "data" for r in rows.values())
     # icepop rejects A (seq 1, A > 0) and D (seq 2, A < 0)
     ice = rows["icepop"]
-    assert (ice["tokens_rejected"], ice["sequences_with_rejection"], ice["sequences_rejected"]) == (2, 2, 0)
-    assert ice["token_reject_rate"] == pytest.approx(0.4)
-    assert ice["rejected_by_advantage_sign"] == {"A>0": 1, "A<0": 1, "A=0": 0}
+    assert (ice.tokens_rejected, ice.sequences_with_rejection, ice.sequences_rejected) == (2, 2, 0)
+    assert ice.token_reject_rate == pytest.approx(0.4)
+    assert ice.rejected_by_advantage_sign == {"A>0": 1, "A<0": 1, "A=0": 0}
     # ipo (delta 0.3) rejects B, D; A's |p - q| = 0.3 sits on the bound and is kept
-    assert rows["ipo"]["tokens_rejected"] == 2
+    assert rows["ipo"].tokens_rejected == 2
     # dppo-tv with real advantages: seq 1 (A > 0): B; seq 2 (A < 0): D -> 2
-    assert rows["dppo-tv"]["tokens_rejected"] == 2
+    assert rows["dppo-tv"].tokens_rejected == 2
     # tis reweights B only
-    assert (rows["tis"]["tokens_rejected"], rows["tis"]["tokens_reweighted"]) == (0, 1)
+    assert (rows["tis"].tokens_rejected, rows["tis"].tokens_reweighted) == (0, 1)
     # seq-mis rejects seq 2: 2 tokens, 1 sequence; veto the same; geo-mask both sequences
-    assert (rows["seq-mis"]["tokens_rejected"], rows["seq-mis"]["sequences_rejected"]) == (2, 1)
-    assert rows["geo-mask"]["tokens_rejected"] == 5
+    assert (rows["seq-mis"].tokens_rejected, rows["seq-mis"].sequences_rejected) == (2, 1)
+    assert rows["geo-mask"].tokens_rejected == 5
     # opsm: seq 2 has A < 0 and mean(lq - lp) = 5.41 > 1e-4
-    assert rows["opsm"]["tokens_rejected"] == 2
-    assert rows["opsm"]["rejected_by_advantage_sign"] == {"A>0": 0, "A<0": 2, "A=0": 0}
-    agree = {(a["a"], a["b"]): a for a in res.masks.agreement}
+    assert rows["opsm"].tokens_rejected == 2
+    assert rows["opsm"].rejected_by_advantage_sign == {"A>0": 0, "A<0": 2, "A=0": 0}
+    agree = {(a.a, a.b): a for a in res.masks.agreement}
     # icepop {A, D} vs ipo {B, D}: both 1 (D), only icepop A, only ipo B, Jaccard 1/3
     ii = agree[("icepop", "ipo")]
-    assert (ii["both"], ii["only_a"], ii["only_b"]) == (1, 1, 1) and ii["jaccard"] == pytest.approx(1 / 3)
+    assert (ii.both, ii.only_a, ii.only_b) == (1, 1, 1) and ii.jaccard == pytest.approx(1 / 3)
     # ipo {B, D} vs seq-mis {D, E}: both 1 (D), Jaccard 1/3
     im = agree[("ipo", "seq-mis")]
-    assert (im["both"], im["only_a"], im["only_b"]) == (1, 1, 1) and im["jaccard"] == pytest.approx(1 / 3)
+    assert (im.both, im.only_a, im.only_b) == (1, 1, 1) and im.jaccard == pytest.approx(1 / 3)
     # seq-mis {D, E} vs geo-mask {all 5}: both 2
-    assert agree[("seq-mis", "geo-mask")]["both"] == 2
+    assert agree[("seq-mis", "geo-mask")].both == 2
 
 
 def test_hypotheses_without_advantage(write):
     res = run(write(pairs(ROWS)), report=False, masks=True, rules=[parse_rule("dppo-tv"), parse_rule("icepop")])
-    rows = [(r["name"], r["hypothesis"], r["tokens_rejected"]) for r in res.masks.rules]
+    rows = [(r.name, r.hypothesis, r.tokens_rejected) for r in res.masks.rules]
     # if A > 0: B only (1); if A < 0: A, D (2); mean 1.5. icepop needs no advantage.
     assert rows == [("dppo-tv", "A>0", 1), ("dppo-tv", "A<0", 2), ("dppo-tv", "mean", 1.5), ("icepop", "data", 2)]
 
@@ -129,11 +129,11 @@ def test_sweep_and_examples(write):
     )
     sw = res.masks.sweeps[0]
     # beta = 2 adds B (r = 3): 3 of 5; beta = 5: A, D -> 2 of 5
-    assert [(p["value"], p["token_reject_rate"]) for p in sw["points"]] == [(2.0, 0.6), (5.0, 0.4)]
+    assert [(p.value, p.token_reject_rate) for p in sw.points] == [(2.0, 0.6), (5.0, 0.4)]
     # icepop {A, D} vs ipo at delta 0.1 {A, B, D}: they split only on B
     ex = res.masks.examples
-    assert [(e["sequence_id"], e["position"]) for e in ex] == [(1, 1)]
-    assert ex[0]["rejected_by"] == ["ipo"] and ex[0]["kept_by"] == ["icepop"]
+    assert [(e.sequence_id, e.position) for e in ex] == [(1, 1)]
+    assert ex[0].rejected_by == ["ipo"] and ex[0].kept_by == ["icepop"]
 
 
 def test_topk_bounds_hand_derived():
@@ -356,19 +356,19 @@ def test_tail_breakdown_hand_derived(write):
         "[0.9, 1]": 1,
     }
     assert mk.tokens_by_pq_sign == {"p>q": 1, "p<q": 2, "p=q": 2}
-    rows = {r["name"]: r for r in mk.rules}
+    rows = {r.name: r for r in mk.rules}
     nz = lambda d: {k: v for k, v in d.items() if v}
     # icepop rejects A and D: both q = 0.5, both p < q
-    assert nz(rows["icepop"]["rejected_by_sampler_prob"]) == {"[0.5, 0.9)": 2}
-    assert rows["icepop"]["rejected_by_pq_sign"] == {"p>q": 0, "p<q": 2, "p=q": 0}
+    assert nz(rows["icepop"].rejected_by_sampler_prob) == {"[0.5, 0.9)": 2}
+    assert rows["icepop"].rejected_by_pq_sign == {"p>q": 0, "p<q": 2, "p=q": 0}
     # ipo (0.3) rejects B (q 0.2, p > q) and D (q 0.5, p < q)
-    assert nz(rows["ipo"]["rejected_by_sampler_prob"]) == {"[0.1, 0.5)": 1, "[0.5, 0.9)": 1}
-    assert rows["ipo"]["rejected_by_pq_sign"] == {"p>q": 1, "p<q": 1, "p=q": 0}
+    assert nz(rows["ipo"].rejected_by_sampler_prob) == {"[0.1, 0.5)": 1, "[0.5, 0.9)": 1}
+    assert rows["ipo"].rejected_by_pq_sign == {"p>q": 1, "p<q": 1, "p=q": 0}
     # seq-mis rejects sequence 2, i.e. D (p < q) and E (p = q), both in [0.5, 0.9)
-    assert nz(rows["seq-mis"]["rejected_by_sampler_prob"]) == {"[0.5, 0.9)": 2}
-    assert rows["seq-mis"]["rejected_by_pq_sign"] == {"p>q": 0, "p<q": 1, "p=q": 1}
+    assert nz(rows["seq-mis"].rejected_by_sampler_prob) == {"[0.5, 0.9)": 2}
+    assert rows["seq-mis"].rejected_by_pq_sign == {"p>q": 0, "p<q": 1, "p=q": 1}
     # tis reweights, it rejects nothing: no tail breakdown
-    assert rows["tis"]["rejected_by_sampler_prob"] is None
+    assert rows["tis"].rejected_by_sampler_prob is None
     # the reading names token rules only: icepop 2/2 in q>=0.5 and 2/2 p<q; ipo half and half
     assert mk.tail_reading == (
         "Which tail each rule cuts: icepop rejects mostly q>=0.5 tokens (100%) with p<q (100%); "
@@ -423,7 +423,7 @@ def test_verl_rs_matches_a_token_by_token_transcription(write, option, threshold
     res = run(
         write(cols), report=False, masks=True, rules=[parse_rule(f"verl-rs:option={option},threshold={threshold}")]
     )
-    got = res.masks.rules[0]["tokens_rejected"]
+    got = res.masks.rules[0].tokens_rejected
     seq_id, lq, lp = (np.asarray(cols[c], dtype=float) for c in ("sequence_id", "sampler_logprob", "trainer_logprob"))
     assert got == _verl_reference_rejections(seq_id, lq, lp, option, threshold)
     assert 0 < got < lq.size  # the thresholds are chosen to cut some tokens, not all

@@ -65,7 +65,7 @@ def test_report_and_compare_masks_by_hand(write):
     assert m.k3_mean == pytest.approx(0.158145, abs=1e-6)
     masks = mismatchscope.compare_masks(path, ["icepop"]).masks
     (icepop,) = masks.rules
-    assert (icepop["name"], icepop["tokens_rejected"], icepop["token_reject_rate"]) == ("icepop", 1, 0.5)
+    assert (icepop.name, icepop.tokens_rejected, icepop.token_reject_rate) == ("icepop", 1, 0.5)
 
 
 def test_library_numbers_are_the_commands_numbers():
@@ -80,7 +80,7 @@ def test_library_numbers_are_the_commands_numbers():
     assert r.returncode == 0, r.stderr
     lib = mismatchscope.compare_masks(SAMPLE_PAIRS, [rule], sweeps=[sweep]).masks
     cmd = json.loads(r.stdout)
-    assert cmd["rules"] == as_json(lib.rules) and cmd["sweeps"] == as_json(lib.sweeps)
+    assert cmd["rules"] == as_json(to_json(lib.rules)) and cmd["sweeps"] == as_json(to_json(lib.sweeps))
 
 
 def test_a_bad_rule_is_the_commands_error():

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from mismatchscope.analysis.histograms import PlotAccumulator, log_ratio_edges, prob_edges
-from mismatchscope.analysis.results import MasksResult
+from mismatchscope.analysis.results import MasksResult, Sweep, SweepPoint
 from mismatchscope.divergence import token_terms
 from mismatchscope.render.plots.sweeps import default_sweeps, plot_rules, ratio_thresholds, sweep_x
 from mismatchscope.rules import make_instance, parse_rule
@@ -313,11 +313,8 @@ def test_sweep_picture_draws_zero_as_zero():
     """
     from mismatchscope.render.plots.figures import Run, sweep_curves
 
-    points = [
-        {"value": v, "hypothesis": "data", "token_reject_rate": r, "token_reweight_rate": 0.0}
-        for v, r in ((1.5, 0.02), (2.0, 0.0004), (5.0, 0.0))
-    ]
-    masks = MasksResult(0, 0, [], {}, {}, None, [], [{"rule": "icepop", "param": "beta", "points": points}], [])
+    points = [SweepPoint(v, "data", r, 0.0, 0, 0, 0, 0, None) for v, r in ((1.5, 0.02), (2.0, 0.0004), (5.0, 0.0))]
+    masks = MasksResult(0, 0, [], {}, {}, None, [], [Sweep("icepop", "beta", "token", points)], [])
     fig = sweep_curves([Run("run", None, masks, None)], [make_instance("icepop", {})])
     ax = fig.axes[0]
     (line,) = ax.get_lines()[:1]

@@ -136,7 +136,7 @@ def test_k3_seq_in_areal_orientation(write):
     # at delta 0.2: r rejects T8, T9 -> 2 tokens; 1/r rejects T2, T5, T7, T9 -> 4 tokens
     rules = [parse_rule("k3-seq:delta=0.2"), parse_rule("k3-seq@areal:delta=0.2")]
     rows = analyse(str(path), AnalysisRequest(report=False, masks=True, rules=rules)).masks.rules
-    assert {r["name"]: r["tokens_rejected"] for r in rows} == {"k3-seq": 2, "k3-seq@areal": 4}
+    assert {r.name: r.tokens_rejected for r in rows} == {"k3-seq": 2, "k3-seq@areal": 4}
 
 
 @pytest.mark.slow

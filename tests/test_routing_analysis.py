@@ -14,7 +14,9 @@ import pyarrow as pa
 import pytest
 
 from mismatchscope.analysis.engine import AnalysisRequest, analyse
+from mismatchscope.analysis.results import MissingCaptures
 from mismatchscope.analysis.routing import sorted_columns, sorting_network
+from mismatchscope.documents import to_json
 from mismatchscope.errors import InputError
 from mismatchscope.routing.layout import RoutingMeta, SideRoutes, routes_schema
 from mismatchscope.rules import parse_rule
@@ -40,42 +42,42 @@ def test_flip_rates_per_layer_by_hand(routing):
     #   L1: compared 10/0, 10/1, 10/2, 20/0 (20/1: sampler row null) = 4; flipped 10/1 ({4,5} vs {4,6}),
     #       20/0 ({2,3} vs {2,7}) = 2 -> 0.5. 10/0 has {0,1} vs {1,0}: the same set, not a flip.
     #   L2: compared 10/0, 10/1, 20/0 (10/2's sampler L2 is all zeros: missing, never expert 0) = 3; flipped 20/0 -> 1/3
-    assert ro["moe_layers"] == [1, 2]
-    assert [r["layer"] for r in ro["route_flip_rate_by_layer"]] == [1, 2]
-    assert [(r["compared"], r["flipped"]) for r in ro["route_flip_rate_by_layer"]] == [(4, 2), (3, 1)]
-    assert ro["route_flip_rate_by_layer"][0]["flip_rate"] == pytest.approx(0.5)
-    assert ro["route_flip_rate_by_layer"][1]["flip_rate"] == pytest.approx(1 / 3)
+    assert ro.moe_layers == [1, 2]
+    assert [r.layer for r in ro.route_flip_rate_by_layer] == [1, 2]
+    assert [(r.compared, r.flipped) for r in ro.route_flip_rate_by_layer] == [(4, 2), (3, 1)]
+    assert ro.route_flip_rate_by_layer[0].flip_rate == pytest.approx(0.5)
+    assert ro.route_flip_rate_by_layer[1].flip_rate == pytest.approx(1 / 3)
     # any layer: tokens with a compared layer 10/0, 10/1, 10/2, 20/0 = 4; flipped 10/1, 20/0 -> 0.5
-    assert (ro["tokens_compared"], ro["tokens_flipped"]) == (4, 2)
-    assert ro["route_flip_rate"] == pytest.approx(0.5)
+    assert (ro.tokens_compared, ro.tokens_flipped) == (4, 2)
+    assert ro.route_flip_rate == pytest.approx(0.5)
     # the prompt row (10, input 0): L1 {1,2} vs {2,1} same; L2 {3,4} vs {3,5} flipped -> 0 and 1; any layer 1/1
-    assert [(r["compared"], r["flipped"]) for r in ro["prompt_route_flip_rate_by_layer"]] == [(1, 0), (1, 1)]
-    assert ro["prompt_route_flip_rate"] == pytest.approx(1.0)
-    assert (ro["prompt_rows_compared"], ro["prompt_rows_flipped"], ro["rows"]) == (1, 1, 6)
+    assert [(r.compared, r.flipped) for r in ro.prompt_route_flip_rate_by_layer] == [(1, 0), (1, 1)]
+    assert ro.prompt_route_flip_rate == pytest.approx(1.0)
+    assert (ro.prompt_rows_compared, ro.prompt_rows_flipped, ro.rows) == (1, 1, 6)
 
 
 def test_gap_on_flipped_tokens_by_hand(routing):
     ro, _ = routing
-    g = ro["abs_logprob_diff"]
+    g = ro.abs_logprob_diff
     # flipped 10/1 |(-1.5) - (-1.0)| = 0.5 and 20/0 |(-1.0) - (-2.0)| = 1.0 -> mean 0.75
     # unflipped 10/0 0.0 and 10/2 |(-0.7) - (-0.5)| = 0.2 -> mean 0.1
     # without a compared route: 20/1 (sampler row null) and 30/0 (no row) -> 2
-    assert (g["flipped_tokens"], g["unflipped_tokens"], g["tokens_without_routes"]) == (2, 2, 2)
-    assert g["flipped_mean"] == pytest.approx(0.75)
-    assert g["unflipped_mean"] == pytest.approx(0.1)
+    assert (g.flipped_tokens, g.unflipped_tokens, g.tokens_without_routes) == (2, 2, 2)
+    assert g.flipped_mean == pytest.approx(0.75)
+    assert g.unflipped_mean == pytest.approx(0.1)
     # share: (0.5 + 1.0) / (0 + 0.5 + 0.2 + 1.0 + 0.1 + 0) = 1.5 / 1.8
-    assert ro["routing_share_of_gap"] == pytest.approx(1.5 / 1.8)
+    assert ro.routing_share_of_gap == pytest.approx(1.5 / 1.8)
 
 
 def test_missing_captures_and_margins_by_hand(routing):
     ro, warnings = routing
     # sampler: 10/2 L2 all zeros (1) + 20/1 null row (2 MoE layers) = 3 of 6 rows x 2 MoE layers = 12; trainer none
-    assert ro["missing_captures"] == {"sampler": 3, "trainer": 0, "entries": 12}
+    assert ro.missing_captures == MissingCaptures(sampler=3, trainer=0, entries=12)
     assert any("3 of 12 sampler" in w and "never read as expert 0" in w for w in warnings)
     # completion entries compared, by trainer margin: 10/1 L1 5e-5 (flip) -> [0, 1e-4); 20/0 L1 5e-4 (flip) -> [1e-4, 1e-3);
     # 10/2 L1 5e-3 -> [1e-3, 1e-2); 10/0 L2 0.05 and 20/0 L2 0.02 (flip) -> [1e-2, 0.1); 10/0 L1 0.5, 10/1 L2 0.2 -> >= 0.1.
     # The prompt row's 0.0 margins are not completion rows; 10/2 L2 and 20/1 are not compared.
-    assert [(r["compared"], r["flipped"]) for r in ro["by_trainer_margin"]] == [(1, 1), (1, 1), (1, 0), (2, 1), (2, 0)]
+    assert [(r.compared, r.flipped) for r in ro.by_trainer_margin] == [(1, 1), (1, 1), (1, 0), (2, 1), (2, 0)]
 
 
 def test_compare_masks_counts_flipped_tokens_each_rule_rejects(run):
@@ -83,11 +85,11 @@ def test_compare_masks_counts_flipped_tokens_each_rule_rejects(run):
         str(run),
         AnalysisRequest(report=False, masks=True, rules=[parse_rule("token-mask:lo=0.7,hi=2"), parse_rule("seq-mis")]),
     )
-    rows = {r["name"]: r for r in result.masks.rules}
+    rows = {r.name: r for r in result.masks.rules}
     # r = exp(lp - lq): 10/1 e^-0.5 = 0.607 < 0.7 (flipped), 20/0 e^1 = 2.72 > 2 (flipped), the others in [0.7, 2]
-    assert (rows["token-mask"]["tokens_rejected"], rows["token-mask"]["route_flipped_rejected"]) == (2, 2)
+    assert (rows["token-mask"].tokens_rejected, rows["token-mask"].route_flipped_rejected) == (2, 2)
     # seq-mis [0.5, 2] on prod r: seq 10 e^-0.7 = 0.497 and seq 20 e^0.9 = 2.46 rejected, each with one flipped token
-    assert (rows["seq-mis"]["tokens_rejected"], rows["seq-mis"]["route_flipped_rejected"]) == (5, 2)
+    assert (rows["seq-mis"].tokens_rejected, rows["seq-mis"].route_flipped_rejected) == (5, 2)
     assert result.masks.route_flipped_tokens == 2
 
 
@@ -95,7 +97,7 @@ def test_dense_runs_have_no_routing_entry():
     result = analyse(str(SAMPLE_PAIRS), AnalysisRequest(report=True, masks=True, rules=[parse_rule("icepop")]))
     assert result.report is not None and result.report.routing is None
     assert result.masks is not None and result.masks.route_flipped_tokens is None
-    assert all("route_flipped_rejected" not in r for r in result.masks.rules)
+    assert all(r.route_flipped_rejected is None for r in result.masks.rules)
 
 
 def test_sorting_network_sorts_every_k():
@@ -180,7 +182,7 @@ def test_dense_layers_written_as_zeros_are_ignored(tmp_path):
     ]
     write_run(tmp_path / "run", rows)
     ro = analyse(str(tmp_path / "run"), AnalysisRequest(report=True)).report.routing
-    assert [(r["compared"], r["flipped"]) for r in ro["route_flip_rate_by_layer"]] == [(4, 2), (3, 1)]  # as above
+    assert [(r.compared, r.flipped) for r in ro.route_flip_rate_by_layer] == [(4, 2), (3, 1)]  # as above
 
 
 def test_most_missing_is_loud(tmp_path):
@@ -188,8 +190,9 @@ def test_most_missing_is_loud(tmp_path):
     write_run(tmp_path / "run", rows)
     result = analyse(str(tmp_path / "run"), AnalysisRequest(report=True))
     # every sampler MoE entry is all zeros: 12 of 12 missing; nothing compared, no rate
-    assert result.report.routing["missing_captures"]["sampler"] == 12
-    assert result.report.routing["route_flip_rate"] is None
+    assert result.report.routing.missing_captures.sampler == 12
+    assert result.report.routing.route_flip_rate is None
+    assert to_json(result.report.routing)["route_flip_rate"] is None  # written as null: both sides were recorded
     assert any(w.startswith("MOST SAMPLER ROUTES ARE MISSING") for w in result.warnings)
 
 
@@ -199,7 +202,8 @@ def test_a_side_not_recorded_gives_no_flip_rates(tmp_path):
     write_run(tmp_path / "run", rows, meta)
     result = analyse(str(tmp_path / "run"), AnalysisRequest(report=True))
     ro = result.report.routing
-    assert "route_flip_rate_by_layer" not in ro and ro["sides"]["sampler"]["recorded"] is False
+    assert ro.route_flip_rate_by_layer is None and ro.sides.sampler.recorded is False
+    assert not {"route_flip_rate", "tokens_compared", "route_flip_rate_by_layer"} & set(to_json(ro))  # left out
     assert any("no sampler routes" in w and "cannot return" in w for w in result.warnings)
 
 
@@ -298,7 +302,7 @@ def test_a_folder_of_runs_reads_tokens_not_route_shards(tmp_path):
     write_run(tmp_path / "runs" / "a")
     result = analyse(str(tmp_path / "runs"), AnalysisRequest(report=True))
     # the six token rows of the fixture; routes/ is not read as token pairs (one run: its routing is shown)
-    assert result.tokens == 6 and result.report.routing["route_flip_rate"] == pytest.approx(0.5)
+    assert result.tokens == 6 and result.report.routing.route_flip_rate == pytest.approx(0.5)
 
 
 def test_gate_without_a_routing_limit_does_not_read_the_routes(tmp_path):

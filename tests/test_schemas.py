@@ -12,10 +12,12 @@ import json
 import math
 import runpy
 import shutil
+from dataclasses import dataclass, field
 
 import jsonschema
 import pytest
 
+from mismatchscope.documents import json_schema, optional, to_json
 from tests.helpers import REPO, SAMPLE_PAIRS, cli, pairs
 from tests.routes_fixture import write_run
 
@@ -32,6 +34,20 @@ def _validate(name: str, *args: str) -> dict:
     jsonschema.validate(doc, schema, cls=jsonschema.Draft202012Validator)
     assert doc["schema_version"] == 1
     return doc
+
+
+@dataclass
+class _Section:
+    compared: int | None = field(default=None, metadata=optional("rows compared"))
+    rate: float | None = field(default=None, metadata=optional("flipped / compared", with_field="compared"))
+
+
+def test_an_optional_field_can_appear_with_another():
+    # the rate of nothing compared is written as null, but only where the section it belongs to is
+    assert to_json(_Section()) == {}
+    assert to_json(_Section(compared=0)) == {"compared": 0, "rate": None}
+    assert to_json(_Section(compared=4, rate=0.5)) == {"compared": 4, "rate": 0.5}
+    assert json_schema(_Section, "t", "d")["required"] == ["schema_version"]
 
 
 def test_the_committed_schemas_and_metric_table_are_current():
@@ -54,6 +70,15 @@ def test_report_of_a_moe_run_validates(tmp_path):
 @pytest.mark.parametrize("path", [SAMPLE_PAIRS, GOLDEN], ids=["plain", "probe-run"])
 def test_compare_masks_output_validates(path):
     _validate("compare-masks.json", "compare-masks", str(path), "--sweep", "icepop.beta=2,5", "--examples", "3")
+
+
+def test_compare_masks_of_a_moe_run_without_advantages_validates(tmp_path):
+    # no advantage column: dppo-tv is counted as if every A > 0, every A < 0, and their mean; the routes add
+    # each row's flipped rejections
+    run = write_run(tmp_path / "run")
+    doc = _validate("compare-masks.json", "compare-masks", str(run), "--rule", "dppo-tv", "--rule", "seq-mis")
+    assert [r["hypothesis"] for r in doc["rules"]] == ["A>0", "A<0", "mean", "data"]
+    assert all("route_flipped_rejected" in r for r in doc["rules"])
 
 
 def test_gate_output_validates(tmp_path):

@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 from mismatchscope.analysis.engine import AnalysisRequest, analyse
+from mismatchscope.analysis.results import WorstSequence
 from mismatchscope.analysis.worst import RANKINGS, describe, load_traces, worst_sequences
 from mismatchscope.cli.analyse import WorstBy
+from mismatchscope.documents import to_json
 from mismatchscope.reader import open_source
 from tests.helpers import cli
 
@@ -64,13 +66,13 @@ def test_rankings_match_the_cli_choices():
 def test_ranking_by_hand(table, by):
     order, first = EXPECTED[by]
     rows = worst_sequences(analyse(str(table), AnalysisRequest()), 10, by)  # n beyond the 4 sequences: all of them
-    assert [r["sequence_id"] for r in rows] == order and [r["rank"] for r in rows] == [1, 2, 3, 4]
-    assert rows[0]["value"] == pytest.approx(first, rel=1e-12) and rows[0]["by"] == by
+    assert [r.sequence_id for r in rows] == order and [r.rank for r in rows] == [1, 2, 3, 4]
+    assert rows[0].value == pytest.approx(first, rel=1e-12) and rows[0].by == by
 
 
 def test_default_row_values(table):
     top, second = worst_sequences(analyse(str(table), AnalysisRequest()), 2)
-    assert top == {
+    assert to_json(top) == {
         "rank": 1,
         "sequence_id": 9,
         "tokens": 8,
@@ -78,8 +80,13 @@ def test_default_row_values(table):
         "value": pytest.approx(1.613706, abs=1e-6),
         "k3_sum": pytest.approx(1.613706, abs=1e-6),
         "tv_max": pytest.approx(0.3),
+        # what the trace knows comes from describe
+        "prompt_id": None,
+        "max_gap_position": None,
+        "max_gap_token_id": None,
+        "max_gap_log_ratio": None,
     }
-    assert second["sequence_id"] == 5 and second["k3_sum"] == pytest.approx(1.402585, abs=1e-6)
+    assert second.sequence_id == 5 and second.k3_sum == pytest.approx(1.402585, abs=1e-6)
 
 
 def test_traces_across_shards_out_of_order(tmp_path, write):
@@ -100,9 +107,11 @@ def test_traces_across_shards_out_of_order(tmp_path, write):
     assert np.array_equal(t.sampler_logprob_T, np.log(q)) and np.array_equal(t.trainer_logprob_T, np.log(p))
     assert traces[7].position_T.tolist() == [0, 1] and traces[7].prompt_id == 20
     # the largest |l| of seq 9 is at position 3 (token 903), l = ln 4
-    (row,) = describe([{"sequence_id": 9}], traces)
-    assert (row["max_gap_position"], row["max_gap_token_id"], row["prompt_id"]) == (3, 903, 30)
-    assert row["max_gap_log_ratio"] == pytest.approx(math.log(4))
+    (row,) = describe(
+        [WorstSequence(rank=1, sequence_id=9, tokens=8, by="k3_sum", value=0, k3_sum=0, tv_max=0)], traces
+    )
+    assert (row.max_gap_position, row.max_gap_token_id, row.prompt_id) == (3, 903, 30)
+    assert row.max_gap_log_ratio == pytest.approx(math.log(4)) and row.trace is None
     assert load_traces(source, []) == {}
 
 

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..metrics import SEQUENCE_REJECT_RATE, TOKEN_REJECT_RATE, TOKEN_REWEIGHT_RATE
 from ..rules import SequenceInputs
 from .masks import MaskAccumulator, mean_row, tail_reading, unit_row
-from .results import MasksResult
+from .results import MasksResult, RuleRow, Sweep, SweepPoint
 
 
 def assemble_masks(
@@ -26,9 +25,9 @@ def assemble_masks(
 ) -> MasksResult:
     """The ``compare-masks`` result: a row per rule and hypothesis, sweeps, tails, agreement and examples."""
     extra = masks.finish(seq, per_seq)
-    rows: list[dict] = []
-    sweeps: dict[str, dict] = {}
-    pending: dict[str, dict] = {}
+    rows: list[RuleRow] = []
+    sweeps: dict[str, Sweep] = {}
+    pending: dict[str, RuleRow] = {}
     for u in masks.units:
         row = unit_row(u, tokens, sequences, has_adv, masks.routed)
         if u.sweep is None:
@@ -39,24 +38,19 @@ def assemble_masks(
                 rows.append(mean_row(pending.pop(u.rule.label), row))
         else:
             name, _, param = u.sweep.partition(".")
-            sw = sweeps.setdefault(u.sweep, {"rule": name, "param": param, "level": u.rule.level, "points": []})
-            sw["points"].append(
-                {
-                    "value": u.rule.params[param],
-                    "hypothesis": u.hypothesis,
-                    **{
-                        k: row[k]
-                        for k in (
-                            TOKEN_REJECT_RATE.name,
-                            TOKEN_REWEIGHT_RATE.name,
-                            "tokens_rejected",
-                            "tokens_reweighted",
-                            "sequences_with_rejection",
-                            "sequences_rejected",
-                            SEQUENCE_REJECT_RATE.name,
-                        )
-                    },
-                }
+            sw = sweeps.setdefault(u.sweep, Sweep(rule=name, param=param, level=u.rule.level, points=[]))
+            sw.points.append(
+                SweepPoint(
+                    value=u.rule.params[param],
+                    hypothesis=row.hypothesis,
+                    token_reject_rate=row.token_reject_rate,
+                    token_reweight_rate=row.token_reweight_rate,
+                    tokens_rejected=row.tokens_rejected,
+                    tokens_reweighted=row.tokens_reweighted,
+                    sequences_with_rejection=row.sequences_with_rejection,
+                    sequences_rejected=row.sequences_rejected,
+                    sequence_reject_rate=row.sequence_reject_rate,
+                )
             )
     return MasksResult(
         tokens=tokens,

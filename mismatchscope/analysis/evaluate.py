@@ -12,13 +12,15 @@ they count by: the whole file and each sequence, or each (step, group).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Literal
 
 import numpy as np
 
 from ..divergence import TokenTerms
 from ..rules import REJECT, REWEIGHT, SequenceInputs
 
-HYPOTHESES = {"A>0": 1.0, "A<0": -1.0}
+HYPOTHESES: dict[Literal["A>0", "A<0"], float] = {"A>0": 1.0, "A<0": -1.0}
+"""the two signs a rule that reads the advantage is evaluated under on a file without one, and the advantage each puts."""
 
 
 @dataclass(frozen=True)

@@ -10,15 +10,15 @@ hypotheses, never a silent assumption of the sign.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ..divergence import TokenTerms
-from ..metrics import SEQUENCE_REJECT_RATE, TOKEN_REJECT_RATE, TOKEN_REWEIGHT_RATE
 from ..rules import RuleInstance, SequenceInputs
 from .evaluate import HYPOTHESES, sequence_verdicts, token_verdicts
 from .grouping import Groups
+from .results import DisagreementExample, Hypothesis, RuleAgreement, RuleRow, display_name
 from .table import RuleColumn
 from .tokenstats import Q_EDGES, bucket_index, q_bucket_labels
 
@@ -69,7 +69,7 @@ class Unit:
     """One rule instance under one advantage hypothesis."""
 
     rule: RuleInstance
-    hypothesis: str
+    hypothesis: Hypothesis
     """"data" (real advantages or none needed), "A>0" or "A<0"."""
     sweep: str | None = None
     """"rule.param" when the unit belongs to a --sweep, else None."""
@@ -107,7 +107,7 @@ class Unit:
 
     @property
     def display(self) -> str:
-        return self.rule.name if self.hypothesis == "data" else f"{self.rule.name} [{self.hypothesis}]"
+        return display_name(self.rule.name, self.hypothesis)
 
 
 def build_units(
@@ -139,7 +139,7 @@ class MaskAccumulator:
         self.agree_token = [u for u in self.token_units if u.sweep is None and u.rule.spec.acts == "reject"]
         self.pair_counts = np.zeros((len(self.agree_token), len(self.agree_token)))
         self.n_examples = examples
-        self._examples: list[tuple[float, int, dict]] = []
+        self._examples: list[tuple[float, int, DisagreementExample]] = []
         self.tokens_by_q = np.zeros(N_Q, np.int64)
         self.tokens_by_pq_sign = np.zeros(len(SIGNS), np.int64)
         self.seq_verdicts: dict[Unit, np.ndarray] = {}
@@ -247,19 +247,19 @@ class MaskAccumulator:
             top = np.argpartition(-score, self.n_examples - 1)[: self.n_examples]
             split, score = split[top], score[top]
         for j, s in zip(split, score):
-            item = {
-                "sequence_id": int(batch["sequence_id"][j]),
-                "position": int(batch["position"][j]),
-                "token_id": int(batch["token_id"][j]),
-                "p": float(t.p_T[j]),
-                "q": float(t.q_T[j]),
-                "log_ratio": float(t.log_ratio_T[j]),
-                "rejected_by": [u.display for k, u in enumerate(self.agree_token) if rej[k, j]],
-                "kept_by": [u.display for k, u in enumerate(self.agree_token) if not rej[k, j]],
-            }
+            item = DisagreementExample(
+                sequence_id=int(batch["sequence_id"][j]),
+                position=int(batch["position"][j]),
+                token_id=int(batch["token_id"][j]),
+                p=float(t.p_T[j]),
+                q=float(t.q_T[j]),
+                log_ratio=float(t.log_ratio_T[j]),
+                rejected_by=[u.display for k, u in enumerate(self.agree_token) if rej[k, j]],
+                kept_by=[u.display for k, u in enumerate(self.agree_token) if not rej[k, j]],
+            )
             self._offer_example(float(s), item)
 
-    def _offer_example(self, score: float, item: dict) -> None:
+    def _offer_example(self, score: float, item: DisagreementExample) -> None:
         self._tie += 1
         entry = (score, self._tie, item)
         if len(self._examples) < self.n_examples:
@@ -302,7 +302,7 @@ class MaskAccumulator:
             "examples": [e[2] for e in sorted(self._examples, key=lambda e: -e[0])],
         }
 
-    def _agreement(self, seq_masks, per_seq, n_tok) -> list[dict]:
+    def _agreement(self, seq_masks, per_seq, n_tok) -> list[RuleAgreement]:
         members: list[tuple[Unit, int]] = [(u, u.tokens_rejected) for u in self.agree_token] + [
             (u, u.tokens_rejected) for u, _ in seq_masks
         ]
@@ -321,84 +321,79 @@ class MaskAccumulator:
                 ub, nb = members[b]
                 union = na + nb - both
                 out.append(
-                    {
-                        "a": ua.display,
-                        "b": ub.display,
-                        "a_params": ua.rule.params,
-                        "b_params": ub.rule.params,
-                        "both": both,
-                        "only_a": na - both,
-                        "only_b": nb - both,
-                        "jaccard": (both / union) if union else None,
-                    }
+                    RuleAgreement(
+                        a=ua.display,
+                        b=ub.display,
+                        a_params=ua.rule.params,
+                        b_params=ub.rule.params,
+                        both=both,
+                        only_a=na - both,
+                        only_b=nb - both,
+                        jaccard=(both / union) if union else None,
+                    )
                 )
         return out
 
 
-def unit_row(u: Unit, tokens: int, sequences: int, has_advantage: bool, routed: bool = False) -> dict:
+def unit_row(u: Unit, tokens: int, sequences: int, has_advantage: bool, routed: bool = False) -> RuleRow:
     """``routed`` (runs with routes) adds how many tokens flipped in some MoE layer the rule rejects."""
-    row = {
-        "name": u.rule.name,
-        "params": u.rule.params,
-        "label": u.rule.label,
-        "level": u.rule.level,
-        "action": u.rule.spec.acts,
-        "uses_advantage": u.rule.spec.uses_advantage,
-        "hypothesis": u.hypothesis,
-        "tokens_rejected": u.tokens_rejected,
-        "tokens_reweighted": u.tokens_reweighted,
-        TOKEN_REJECT_RATE.name: u.tokens_rejected / tokens if tokens else None,
-        TOKEN_REWEIGHT_RATE.name: u.tokens_reweighted / tokens if tokens else None,
-        "sequences_rejected": u.sequences_rejected,
-        "sequences_reweighted": u.sequences_reweighted,
-        "sequences_with_rejection": u.sequences_with_rejection,
-        "sequences_with_reweight": u.sequences_with_reweight,
-        SEQUENCE_REJECT_RATE.name: u.sequences_rejected / sequences if sequences else None,
-        "rejected_by_advantage_sign": dict(u.rejected_by_sign) if has_advantage and u.hypothesis == "data" else None,
-        "rejected_by_sampler_prob": (
-            dict(zip(q_bucket_labels(), map(int, u.rejected_by_q))) if u.rule.spec.acts == "reject" else None
-        ),
-        "rejected_by_pq_sign": dict(zip(SIGNS, map(int, u.rejected_by_pq_sign)))
-        if u.rule.spec.acts == "reject"
-        else None,
-    }
-    if routed:
-        row["route_flipped_rejected"] = u.flipped_rejected
-    return row
+    rejects = u.rule.spec.acts == "reject"
+    return RuleRow(
+        name=u.rule.name,
+        params=u.rule.params,
+        label=u.rule.label,
+        level=u.rule.level,
+        action=u.rule.spec.acts,
+        uses_advantage=u.rule.spec.uses_advantage,
+        hypothesis=u.hypothesis,
+        tokens_rejected=u.tokens_rejected,
+        tokens_reweighted=u.tokens_reweighted,
+        token_reject_rate=u.tokens_rejected / tokens if tokens else None,
+        token_reweight_rate=u.tokens_reweighted / tokens if tokens else None,
+        sequences_rejected=u.sequences_rejected,
+        sequences_reweighted=u.sequences_reweighted,
+        sequences_with_rejection=u.sequences_with_rejection,
+        sequences_with_reweight=u.sequences_with_reweight,
+        sequence_reject_rate=u.sequences_rejected / sequences if sequences else None,
+        rejected_by_advantage_sign=dict(u.rejected_by_sign) if has_advantage and u.hypothesis == "data" else None,
+        rejected_by_sampler_prob=dict(zip(q_bucket_labels(), map(int, u.rejected_by_q))) if rejects else None,
+        rejected_by_pq_sign=dict(zip(SIGNS, map(int, u.rejected_by_pq_sign))) if rejects else None,
+        route_flipped_rejected=u.flipped_rejected if routed else None,
+    )
 
 
-def mean_row(a: dict, b: dict) -> dict:
-    """The "mean" hypothesis row: the average of the A>0 and A<0 rows."""
-    out = dict(a)
-    out["hypothesis"] = "mean"
-    for k, v in a.items():
-        if (
-            k
-            in (
-                "tokens_rejected",
-                "tokens_reweighted",
-                "sequences_rejected",
-                "sequences_reweighted",
-                "sequences_with_rejection",
-                "sequences_with_reweight",
-                TOKEN_REJECT_RATE.name,
-                TOKEN_REWEIGHT_RATE.name,
-                SEQUENCE_REJECT_RATE.name,
-                "route_flipped_rejected",
-            )
-            and v is not None
-        ):
-            out[k] = (v + b[k]) / 2
-        elif k in ("rejected_by_sampler_prob", "rejected_by_pq_sign") and v is not None:
-            out[k] = {key: (v[key] + b[k][key]) / 2 for key in v}
-    return out
+def mean_row(a: RuleRow, b: RuleRow) -> RuleRow:
+    """The "mean" hypothesis row: the average of the A>0 and A<0 rows (a count or rate that is None stays None)."""
+
+    def avg(x: float | None, y: float | None) -> float | None:
+        return None if x is None or y is None else (x + y) / 2
+
+    def avg_map(x: dict[str, float] | None, y: dict[str, float] | None) -> dict[str, float] | None:
+        return None if x is None or y is None else {k: (x[k] + y[k]) / 2 for k in x}
+
+    return replace(
+        a,
+        hypothesis="mean",
+        tokens_rejected=(a.tokens_rejected + b.tokens_rejected) / 2,
+        tokens_reweighted=(a.tokens_reweighted + b.tokens_reweighted) / 2,
+        token_reject_rate=avg(a.token_reject_rate, b.token_reject_rate),
+        token_reweight_rate=avg(a.token_reweight_rate, b.token_reweight_rate),
+        sequences_rejected=(a.sequences_rejected + b.sequences_rejected) / 2,
+        sequences_reweighted=(a.sequences_reweighted + b.sequences_reweighted) / 2,
+        sequences_with_rejection=(a.sequences_with_rejection + b.sequences_with_rejection) / 2,
+        sequences_with_reweight=(a.sequences_with_reweight + b.sequences_with_reweight) / 2,
+        sequence_reject_rate=avg(a.sequence_reject_rate, b.sequence_reject_rate),
+        route_flipped_rejected=avg(a.route_flipped_rejected, b.route_flipped_rejected),
+        rejected_by_sampler_prob=avg_map(a.rejected_by_sampler_prob, b.rejected_by_sampler_prob),
+        rejected_by_pq_sign=avg_map(a.rejected_by_pq_sign, b.rejected_by_pq_sign),
+    )
 
 
 _REGIONS = (("q<0.1", slice(0, 3)), ("0.1<=q<0.5", slice(3, 4)), ("q>=0.5", slice(4, N_Q)))
 """the three tails the reading names: low-probability buckets, the middle, high-probability buckets."""
 
 
-def tail_reading(rows: list[dict]) -> str | None:
+def tail_reading(rows: list[RuleRow]) -> str | None:
     """One sentence on which tail each token-level rejecting rule cuts, computed from its breakdown.
 
     Per rule: the region of q holding most of its rejections (``q<0.1``, ``0.1<=q<0.5``, ``q>=0.5``;
@@ -406,19 +401,19 @@ def tail_reading(rows: list[dict]) -> str | None:
     """
     parts = []
     for r in rows:
-        if r["action"] != "reject" or r["level"] != "token" or r["hypothesis"] not in ("data", "mean"):
+        if r.action != "reject" or r.level != "token" or r.hypothesis not in ("data", "mean"):
             continue
-        total = r["tokens_rejected"]
-        if not total:
-            continue
-        counts = list(r["rejected_by_sampler_prob"].values())
+        total = r.tokens_rejected
+        if not total or r.rejected_by_sampler_prob is None or r.rejected_by_pq_sign is None:
+            continue  # a rejecting rule always has both breakdowns
+        counts = list(r.rejected_by_sampler_prob.values())
         shares = [(sum(counts[sl]) / total, name) for name, sl in _REGIONS]
         share, region = max(shares)
-        signs = r["rejected_by_pq_sign"]
+        signs = r.rejected_by_pq_sign
         up, down = signs["p>q"] / total, signs["p<q"] / total
         sign = f"with p>q ({up:.0%})" if up >= 0.6 else f"with p<q ({down:.0%})" if down >= 0.6 else "of both signs"
         where = f"mostly {region} tokens ({share:.0%})" if share > 0.5 else "tokens across all q"
-        parts.append(f"{r['name']}{'' if r['hypothesis'] == 'data' else ' (mean of A>0, A<0)'} rejects {where} {sign}")
+        parts.append(f"{r.name}{'' if r.hypothesis == 'data' else ' (mean of A>0, A<0)'} rejects {where} {sign}")
     if not parts:
         return None
     return "Which tail each rule cuts: " + "; ".join(parts) + "."

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..rules import SequenceInputs
 from .readings import interpret
-from .results import Distribution, Lengths, Report, SequenceMetrics
+from .results import Distribution, Lengths, Report, Routing, SequenceMetrics
 from .table import SequenceTable
 from .tokenstats import RATIO_QUANTILES, TokenStats, _f
 
@@ -38,7 +38,7 @@ def assemble_report(
     run_config: dict | None,
     tokens: int,
     warnings: list[str],
-    routing: dict | None = None,
+    routing: Routing | None = None,
 ) -> Report:
     """The ``report`` result: token metrics, sequence metrics, top-k bounds, breakdowns and readings."""
     S = seq.seq_log_ratio_S

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..metrics import PROMPT_ROUTE_FLIP_RATE, ROUTE_FLIP_RATE, ROUTING_SHARE_OF_GAP
 from ..routing.layout import SIDES, RoutingMeta
+from .results import FlipGap, LayerFlipRate, MarginBucket, MissingCaptures, RouteSide, RouteSides, Routing
 from .routing import MARGIN_EDGES, GapTally, LayerFlips, RoutingScan
 
 MOST_MISSING = 0.5
@@ -22,9 +22,9 @@ def _rate(num: int | np.integer, den: int | np.integer) -> float | None:
     return float(num) / float(den) if den else None
 
 
-def _by_layer(meta: RoutingMeta, lf: LayerFlips) -> list[dict]:
+def _by_layer(meta: RoutingMeta, lf: LayerFlips) -> list[LayerFlipRate]:
     return [
-        {"layer": int(layer), "flip_rate": _rate(f, c), "compared": int(c), "flipped": int(f)}
+        LayerFlipRate(layer=int(layer), flip_rate=_rate(f, c), compared=int(c), flipped=int(f))
         for layer, c, f in zip(meta.moe_layers, lf.compared, lf.flipped)
     ]
 
@@ -44,48 +44,45 @@ def margin_labels() -> list[str]:
     return [f"[{lo:g}, {hi:g})" for lo, hi in zip(edges[:-1], edges[1:])] + [f">= {edges[-1]:g}"]
 
 
-def routing_section(scan: RoutingScan, gap: GapTally | None) -> dict:
+def routing_section(scan: RoutingScan, gap: GapTally | None) -> Routing:
     """The report's ``routing`` entry: flip rates per MoE layer (completion and prompt rows apart), the share of
     tokens flipped in any layer, |log p - log q| on flipped vs unflipped tokens, flips by router margin."""
     meta = scan.meta
-    out: dict = {
-        "family": meta.family,
-        "num_layers": meta.num_layers,
-        "moe_layers": list(meta.moe_layers),
-        "num_experts": meta.num_experts,
-        "top_k": meta.top_k,
-        "replay": meta.replay,
-        "sides": {s: {"recorded": getattr(meta, s).recorded, "why": getattr(meta, s).why} for s in SIDES},
-        "rows": scan.entries // len(meta.moe_layers),
-        "missing_captures": {**scan.missing, "entries": scan.entries},
-    }
+    sides = {s: RouteSide(recorded=getattr(meta, s).recorded, why=getattr(meta, s).why) for s in SIDES}
+    out = Routing(
+        family=meta.family,
+        num_layers=meta.num_layers,
+        moe_layers=list(meta.moe_layers),
+        num_experts=meta.num_experts,
+        top_k=meta.top_k,
+        replay=meta.replay,
+        sides=RouteSides(**sides),
+        rows=scan.entries // len(meta.moe_layers),
+        missing_captures=MissingCaptures(**scan.missing, entries=scan.entries),
+    )
     if not scan.both_sides:
         return out
     c, p = scan.completion, scan.prompt
-    out.update(
-        {
-            ROUTE_FLIP_RATE.name: _rate(c.rows_flipped, c.rows_compared),
-            "tokens_compared": c.rows_compared,
-            "tokens_flipped": c.rows_flipped,
-            "route_flip_rate_by_layer": _by_layer(meta, c),
-            PROMPT_ROUTE_FLIP_RATE.name: _rate(p.rows_flipped, p.rows_compared),
-            "prompt_rows_compared": p.rows_compared,
-            "prompt_rows_flipped": p.rows_flipped,
-            "prompt_route_flip_rate_by_layer": _by_layer(meta, p),
-        }
-    )
+    out.route_flip_rate = _rate(c.rows_flipped, c.rows_compared)
+    out.tokens_compared = c.rows_compared
+    out.tokens_flipped = c.rows_flipped
+    out.route_flip_rate_by_layer = _by_layer(meta, c)
+    out.prompt_route_flip_rate = _rate(p.rows_flipped, p.rows_compared)
+    out.prompt_rows_compared = p.rows_compared
+    out.prompt_rows_flipped = p.rows_flipped
+    out.prompt_route_flip_rate_by_layer = _by_layer(meta, p)
     if gap is not None:
-        out["abs_logprob_diff"] = {
-            "flipped_mean": _rate_f(gap.flipped_abs_l, gap.flipped_n),
-            "flipped_tokens": gap.flipped_n,
-            "unflipped_mean": _rate_f(gap.unflipped_abs_l, gap.unflipped_n),
-            "unflipped_tokens": gap.unflipped_n,
-            "tokens_without_routes": gap.unrouted_n,
-        }
-        out[ROUTING_SHARE_OF_GAP.name] = _rate_f(gap.flipped_abs_l, gap.total_abs_l)
+        out.abs_logprob_diff = FlipGap(
+            flipped_mean=_rate_f(gap.flipped_abs_l, gap.flipped_n),
+            flipped_tokens=gap.flipped_n,
+            unflipped_mean=_rate_f(gap.unflipped_abs_l, gap.unflipped_n),
+            unflipped_tokens=gap.unflipped_n,
+            tokens_without_routes=gap.unrouted_n,
+        )
+        out.routing_share_of_gap = _rate_f(gap.flipped_abs_l, gap.total_abs_l)
     if scan.has_margin:
-        out["by_trainer_margin"] = [
-            {"bucket": b, "compared": int(n), "flipped": int(f), "flip_rate": _rate(f, n)}
+        out.by_trainer_margin = [
+            MarginBucket(bucket=b, compared=int(n), flipped=int(f), flip_rate=_rate(f, n))
             for b, n, f in zip(margin_labels(), scan.margin_compared, scan.margin_flipped)
         ]
     return out

@@ -26,12 +26,12 @@ import numpy as np
 
 from ..divergence import TokenTerms
 from ..errors import UsageError
-from ..metrics import TOKEN_REJECT_RATE, TOKEN_REWEIGHT_RATE
 from ..rules import RuleInstance, make_instance
 from ..rules.base import parse_overrides
 from ..rules.readings import DEFAULT, READINGS, readings_of, split_name
 from .evaluate import HYPOTHESES, token_verdicts
 from .masks import Unit
+from .results import Hypothesis
 
 CATEGORIES = ("A = 0", "p or q = 1", "at threshold", "other")
 
@@ -92,7 +92,7 @@ def categories(t: TokenTerms, advantage_T: np.ndarray | None, rules: list[RuleIn
     return np.select([zero, one, at], [0, 1, 2], 3).astype(np.intp)
 
 
-def hypotheses(rule: RuleInstance, has_advantage: bool) -> list[str]:
+def hypotheses(rule: RuleInstance, has_advantage: bool) -> list[Hypothesis]:
     return list(HYPOTHESES) if rule.spec.uses_advantage and not has_advantage else ["data"]
 
 
@@ -126,16 +126,16 @@ def side_by_side(path: str, text: str, mapping: dict[str, str] | None = None) ->
         _sequence_differences(result, rules, diffs)
     out_rows = []
     for row in rows:
-        i = next(k for k, r in enumerate(rules) if r.name == row["name"])
-        key = (i, row["hypothesis"])
+        i = next(k for k, r in enumerate(rules) if r.name == row.name)
+        key = (i, row.hypothesis)
         entry = {
             "reading": rules[i].reading or DEFAULT,
-            "name": row["name"],
-            "params": row["params"],
-            "hypothesis": row["hypothesis"],
-            "tokens_acted": row["tokens_rejected" if acts == "reject" else "tokens_reweighted"],
-            "token_rate": row[(TOKEN_REJECT_RATE if acts == "reject" else TOKEN_REWEIGHT_RATE).name],
-            "sequences_rejected": row["sequences_rejected"],
+            "name": row.name,
+            "params": row.params,
+            "hypothesis": row.hypothesis,
+            "tokens_acted": row.tokens_rejected if acts == "reject" else row.tokens_reweighted,
+            "token_rate": row.token_reject_rate if acts == "reject" else row.token_reweight_rate,
+            "sequences_rejected": row.sequences_rejected,
         }
         if i and key in diffs.by_key:
             entry["differs_from_first"] = dict(zip(CATEGORIES, map(int, diffs.by_key[key])))

@@ -10,7 +10,7 @@ memory grows with the chosen sequences' lengths, never with the file.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -18,6 +18,7 @@ from ..divergence import token_terms
 from ..errors import UsageError
 from ..metrics import ABS_LOGPROB_DIFF_MEAN, K3_MEAN
 from ..reader import Hygiene, Source, iter_batches
+from .results import WorstSequence, WorstTrace
 from .table import SequenceTable
 
 
@@ -54,7 +55,7 @@ class Trace:
         return token_terms(self.trainer_logprob_T, self.sampler_logprob_T).log_ratio_T
 
 
-def worst_sequences(result, n: int, by: str = "k3_sum") -> list[dict]:
+def worst_sequences(result, n: int, by: str = "k3_sum") -> list[WorstSequence]:
     """The ``n`` sequences with the largest ``by`` value, largest first (ties: smaller sequence id first).
 
     Each row holds what the per-sequence sums know: rank, sequence_id, tokens,
@@ -71,15 +72,15 @@ def worst_sequences(result, n: int, by: str = "k3_sum") -> list[dict]:
     key = np.where(np.isnan(value_S), -np.inf, value_S)  # NaN ranks last
     order = np.lexsort((ids, -key))[:n]
     return [
-        {
-            "rank": r + 1,
-            "sequence_id": int(ids[i]),
-            "tokens": int(ps.n_tokens_S[i]),
-            "by": by,
-            "value": float(value_S[i]),
-            "k3_sum": float(ps.sum_k3_S[i]),
-            "tv_max": float(ps.max_tv_S[i]),
-        }
+        WorstSequence(
+            rank=r + 1,
+            sequence_id=int(ids[i]),
+            tokens=int(ps.n_tokens_S[i]),
+            by=by,
+            value=float(value_S[i]),
+            k3_sum=float(ps.sum_k3_S[i]),
+            tv_max=float(ps.max_tv_S[i]),
+        )
         for r, i in enumerate(order)
     ]
 
@@ -122,35 +123,42 @@ def load_traces(source: Source, ids, batch_rows: int = 1 << 18) -> dict[int, Tra
     return out
 
 
-def describe(rows: list[dict], traces: dict[int, Trace], with_traces: bool = False) -> list[dict]:
+def describe(rows: list[WorstSequence], traces: dict[int, Trace], with_traces: bool = False) -> list[WorstSequence]:
     """Add each row's prompt_id, the position and token id of its largest |log p - log q| (first on ties)
-    and that gap; with ``with_traces``, the whole trace as lists."""
+    and that gap; with ``with_traces``, the whole trace as lists. A row without a trace keeps them None."""
     out = []
     for row in rows:
-        t = traces.get(row["sequence_id"])
-        extra: dict = {"prompt_id": None, "max_gap_position": None, "max_gap_token_id": None, "max_gap_log_ratio": None}
-        if t is not None and t.position_T.size:
-            l_T = t.log_ratio_T
-            i = int(np.argmax(np.abs(l_T)))
-            extra = {
-                "prompt_id": t.prompt_id,
-                "max_gap_position": int(t.position_T[i]),
-                "max_gap_token_id": int(t.token_id_T[i]),
-                "max_gap_log_ratio": float(l_T[i]),
-            }
-            if with_traces:
-                extra["trace"] = {
-                    "position": t.position_T.tolist(),
-                    "token_id": t.token_id_T.tolist(),
-                    "sampler_logprob": t.sampler_logprob_T.tolist(),
-                    "trainer_logprob": t.trainer_logprob_T.tolist(),
-                }
-        out.append({**row, **extra})
+        t = traces.get(row.sequence_id)
+        if t is None or not t.position_T.size:
+            out.append(row)
+            continue
+        l_T = t.log_ratio_T
+        i = int(np.argmax(np.abs(l_T)))
+        trace = None
+        if with_traces:
+            trace = WorstTrace(
+                position=t.position_T.tolist(),
+                token_id=t.token_id_T.tolist(),
+                sampler_logprob=t.sampler_logprob_T.tolist(),
+                trainer_logprob=t.trainer_logprob_T.tolist(),
+            )
+        out.append(
+            replace(
+                row,
+                prompt_id=t.prompt_id,
+                max_gap_position=int(t.position_T[i]),
+                max_gap_token_id=int(t.token_id_T[i]),
+                max_gap_log_ratio=float(l_T[i]),
+                trace=trace,
+            )
+        )
     return out
 
 
-def worst_report(result, n: int, by: str = "k3_sum", with_traces: bool = False) -> tuple[list[dict], dict[int, Trace]]:
+def worst_report(
+    result, n: int, by: str = "k3_sum", with_traces: bool = False
+) -> tuple[list[WorstSequence], dict[int, Trace]]:
     """Rank, load the chosen traces, describe: what ``report --worst`` prints, and the traces it draws."""
     rows = worst_sequences(result, n, by)
-    traces = load_traces(result.source, [r["sequence_id"] for r in rows])
+    traces = load_traces(result.source, [r.sequence_id for r in rows])
     return describe(rows, traces, with_traces), traces

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -13,6 +14,9 @@ from ..metrics import ABS_LOGPROB_DIFF_MEAN, K3_MEAN
 from ._options import ColumnOpt, FormatOpt, PathArg, RuleOpt
 from ._readings import ReadingsOpt, run_side_by_side
 from ._streams import OutputFormat, emit_json, info, stdout_console, warn
+
+if TYPE_CHECKING:
+    from ..analysis.results import WorstSequence
 
 
 def _drawn_by_default() -> list[str]:
@@ -46,7 +50,7 @@ class WorstBy(str, enum.Enum):
     log_ratio_sum = "log_ratio_sum"
 
 
-def report_payload(result, worst: list[dict] | None = None) -> dict:
+def report_payload(result, worst: list[WorstSequence] | None = None) -> dict:
     from dataclasses import replace
 
     from ..documents import document
@@ -219,7 +223,7 @@ def _write_pictures(
     plots: str | None,
     html: str | None,
     inputs,
-    worst_rows: list[dict] | None = None,
+    worst_rows: list[WorstSequence] | None = None,
     traces: dict | None = None,
 ) -> None:
     from ..outputs import write_text

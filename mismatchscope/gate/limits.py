@@ -132,7 +132,7 @@ def _field(m: Metric) -> Statistic:
 
 
 def _routing(m: Metric) -> Statistic:
-    return replace(_report(m, lambda rep: None if rep.routing is None else rep.routing.get(m.name)), routing=True)
+    return replace(_report(m, lambda rep: None if rep.routing is None else getattr(rep.routing, m.name)), routing=True)
 
 
 def _catalog() -> dict[str, Statistic]:
@@ -247,9 +247,10 @@ def rule_metric(rule: str, stat: str, level: str | None = None) -> Statistic:
 
 def _rule_row_value(result: AnalysisResult, rule: str, stat: str) -> float | None:
     """The rule's row in compare-masks (real advantages, or the mean of the two hypotheses)."""
-    rows = [r for r in (result.masks.rules if result.masks else []) if r["name"] == rule]
-    rows = [r for r in rows if r["hypothesis"] in ("data", "mean")]
-    return float(rows[0][stat]) if rows and rows[0][stat] is not None else None
+    rows = [r for r in (result.masks.rules if result.masks else []) if r.name == rule]
+    rows = [r for r in rows if r.hypothesis in ("data", "mean")]
+    value = getattr(rows[0], stat) if rows else None  # stat: a rule statistic, a field of the row
+    return float(value) if value is not None else None
 
 
 def check_rule_level(metric: Statistic, instance) -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
-from ..analysis.results import MasksResult
+from ..analysis.results import MasksResult, Routing, WorstSequence
 from ..metrics import (
     ABS_LOGPROB_DIFF_MEAN,
     CHI2_SEQ,
@@ -17,13 +17,8 @@ from ..metrics import (
     K3_MEAN,
     KL_REVERSE_K3_MEAN,
     KL_TOPK_LOWER_MEAN,
-    PROMPT_ROUTE_FLIP_RATE,
-    ROUTE_FLIP_RATE,
-    ROUTING_SHARE_OF_GAP,
     SCORE_CENTERING,
     SEQUENCE_DISTRIBUTIONS,
-    TOKEN_REJECT_RATE,
-    TOKEN_REWEIGHT_RATE,
     TV_TOKEN_MEAN,
     TV_TOPK_LOWER_MEAN,
 )
@@ -173,74 +168,74 @@ def report_tables(console, result) -> None:
         console.print(f"[bold]{line.metric}[/bold]: {line.reading}  [dim](source: {line.source})[/dim]")
 
 
-def routing_tables(console, ro: dict) -> None:
+def routing_tables(console, ro: Routing) -> None:
     """MoE runs: the flip rate per MoE layer (completion and prompt rows apart), and what flipped tokens cost."""
-    if ro.get("route_flip_rate_by_layer") is None:
-        absent = [f"{s} ({v['why'] or 'not recorded'})" for s, v in ro["sides"].items() if not v["recorded"]]
+    if ro.route_flip_rate_by_layer is None:
+        absent = ro.sides.absent()
         console.print(
             f"[dim]Routing: no flip rates, routes missing for the {', '.join(absent)}.[/dim]", highlight=False
         )
         return
     t = Table(
-        title=f"MoE routing: top-{ro['top_k']} sets that differ between the sides ({ro['family']}, "
-        f"{ro['num_experts']} experts{', replayed ' + ro['replay'] if ro.get('replay') else ''})",
+        title=f"MoE routing: top-{ro.top_k} sets that differ between the sides ({ro.family}, "
+        f"{ro.num_experts} experts{', replayed ' + ro.replay if ro.replay else ''})",
         title_justify="left",
     )
     from ..analysis.routing_report import ROUTING_COLUMNS
 
     for col in ROUTING_COLUMNS:
         t.add_column(col, justify="right")
-    for c, p in zip(ro["route_flip_rate_by_layer"], ro["prompt_route_flip_rate_by_layer"]):
+    for c, p in zip(ro.route_flip_rate_by_layer, ro.prompt_route_flip_rate_by_layer or []):
         t.add_row(
-            str(c["layer"]),
-            pct(c["flip_rate"]),
-            f"{c['flipped']:,} / {c['compared']:,}",
-            pct(p["flip_rate"]),
-            f"{p['flipped']:,} / {p['compared']:,}",
+            str(c.layer),
+            pct(c.flip_rate),
+            f"{c.flipped:,} / {c.compared:,}",
+            pct(p.flip_rate),
+            f"{p.flipped:,} / {p.compared:,}",
         )
     t.add_row(
         "any layer",
-        pct(ro[ROUTE_FLIP_RATE.name]),
-        f"{ro['tokens_flipped']:,} / {ro['tokens_compared']:,}",
-        pct(ro[PROMPT_ROUTE_FLIP_RATE.name]),
-        f"{ro['prompt_rows_flipped']:,} / {ro['prompt_rows_compared']:,}",
+        pct(ro.route_flip_rate),
+        f"{ro.tokens_flipped:,} / {ro.tokens_compared:,}",
+        pct(ro.prompt_route_flip_rate),
+        f"{ro.prompt_rows_flipped:,} / {ro.prompt_rows_compared:,}",
         style="bold",
     )
     console.print(t)
-    gap = ro.get("abs_logprob_diff")
+    gap = ro.abs_logprob_diff
     if gap:
         console.print(
-            f"|log p - log q| on flipped tokens {num(gap['flipped_mean'])} ({gap['flipped_tokens']:,}), on "
-            f"unflipped {num(gap['unflipped_mean'])} ({gap['unflipped_tokens']:,}); routing's share of the "
-            f"gap (sum |log p - log q| on flipped / on all tokens): {pct(ro[ROUTING_SHARE_OF_GAP.name])}"
+            f"|log p - log q| on flipped tokens {num(gap.flipped_mean)} ({gap.flipped_tokens:,}), on "
+            f"unflipped {num(gap.unflipped_mean)} ({gap.unflipped_tokens:,}); routing's share of the "
+            f"gap (sum |log p - log q| on flipped / on all tokens): {pct(ro.routing_share_of_gap)}"
             + (
-                f"; {gap['tokens_without_routes']:,} token(s) without a compared route"
-                if gap["tokens_without_routes"]
+                f"; {gap.tokens_without_routes:,} token(s) without a compared route"
+                if gap.tokens_without_routes
                 else ""
             ),
             highlight=False,
         )
-    if ro.get("by_trainer_margin"):
+    if ro.by_trainer_margin:
         m = Table(
             title="Flips by the trainer's router margin (k-th minus (k+1)-th score, completion rows, per layer)",
             title_justify="left",
         )
         for col in ("margin", "compared", "flipped", "flip rate"):
             m.add_column(col, justify="left" if col == "margin" else "right")
-        for r in ro["by_trainer_margin"]:
-            m.add_row(r["bucket"], num(r["compared"]), num(r["flipped"]), pct(r["flip_rate"]))
+        for r in ro.by_trainer_margin:
+            m.add_row(r.bucket, num(r.compared), num(r.flipped), pct(r.flip_rate))
         console.print(m)
 
 
-def worst_table(console, rows: list[dict]) -> None:
+def worst_table(console, rows: list[WorstSequence]) -> None:
     """``report --worst``: the ranked sequences and where each one's largest gap sits."""
     from ..analysis.worst import RANKINGS
 
     if not rows:
         console.print("[dim]No sequence to rank.[/dim]")
         return
-    by = rows[0]["by"]
-    prompts = any(r["prompt_id"] is not None for r in rows)
+    by = rows[0].by
+    prompts = any(r.prompt_id is not None for r in rows)
     t = Table(title=f"Worst sequences (by {RANKINGS[by][0]}; traces with --plots)", title_justify="left")
     shown = by not in ("k3_sum", "tv_max")  # those two are columns anyway
     cols = [
@@ -260,23 +255,23 @@ def worst_table(console, rows: list[dict]) -> None:
     for r in rows:
         ident = lambda v: "-" if v is None else str(v)  # noqa: E731  ids print as written, no thousands separator
         t.add_row(
-            str(r["rank"]),
-            str(r["sequence_id"]),
-            *([ident(r["prompt_id"])] if prompts else []),
-            num(r["tokens"]),
-            *([num(r["value"])] if shown else []),
-            num(r["k3_sum"]),
-            num(r["tv_max"]),
-            ident(r["max_gap_position"]),
-            ident(r["max_gap_token_id"]),
-            num(r["max_gap_log_ratio"]),
+            str(r.rank),
+            str(r.sequence_id),
+            *([ident(r.prompt_id)] if prompts else []),
+            num(r.tokens),
+            *([num(r.value)] if shown else []),
+            num(r.k3_sum),
+            num(r.tv_max),
+            ident(r.max_gap_position),
+            ident(r.max_gap_token_id),
+            num(r.max_gap_log_ratio),
         )
     console.print(t)
 
 
 def masks_tables(console, result, examples: int) -> None:
     mk = result.masks
-    has_sign = any(r["rejected_by_advantage_sign"] for r in mk.rules)
+    has_sign = any(r.rejected_by_advantage_sign for r in mk.rules)
     t = Table(title="What each rule would reject or reweight", title_justify="left")
     for col in (
         "rule",
@@ -300,27 +295,27 @@ def masks_tables(console, result, examples: int) -> None:
     if routed:
         t.add_column(f"flipped rejected (of {mk.route_flipped_tokens:,})", justify="right")
     for r in mk.rules:
-        params = ",".join(f"{k}={num(v) if v is not None else 'off'}" for k, v in r["params"].items())
+        params = ",".join(f"{k}={num(v) if v is not None else 'off'}" for k, v in r.params.items())
         cells = [
-            r["name"],
+            r.name,
             params,
-            r["level"],
-            r["hypothesis"],
-            num(r["tokens_rejected"]),
-            pct(r[TOKEN_REJECT_RATE.name]),
-            num(r["tokens_reweighted"]),
-            pct(r[TOKEN_REWEIGHT_RATE.name]),
-            num(r["sequences_rejected"] if r["level"] == "sequence" else None),
-            num(r["sequences_with_rejection"]),
+            r.level,
+            r.hypothesis,
+            num(r.tokens_rejected),
+            pct(r.token_reject_rate),
+            num(r.tokens_reweighted),
+            pct(r.token_reweight_rate),
+            num(r.sequences_rejected if r.level == "sequence" else None),
+            num(r.sequences_with_rejection),
         ]
         if has_sign:
-            s = r["rejected_by_advantage_sign"]
+            s = r.rejected_by_advantage_sign
             cells.append(f"{s['A>0']:,} / {s['A<0']:,} / {s['A=0']:,}" if s else "")
         if routed:
-            cells.append(num(r.get("route_flipped_rejected")))
-        t.add_row(*cells, style="dim" if r["hypothesis"] == "mean" else None)
+            cells.append(num(r.route_flipped_rejected))
+        t.add_row(*cells, style="dim" if r.hypothesis == "mean" else None)
     console.print(t)
-    if any(r["hypothesis"] != "data" for r in mk.rules):
+    if any(r.hypothesis != "data" for r in mk.rules):
         console.print(
             "[dim]No advantage column: advantage-dependent rules are shown as hypotheses, as if every A > 0, "
             "every A < 0, and their mean. dppo-* put A == 0 on the negative branch (reference code).[/dim]"
@@ -329,34 +324,34 @@ def masks_tables(console, result, examples: int) -> None:
     tails_table(console, mk)
 
     # pairs where one rule rejects nothing carry no information about disagreement
-    agree = [a for a in mk.agreement if (a["both"] + a["only_a"]) > 0 and (a["both"] + a["only_b"]) > 0]
+    agree = [a for a in mk.agreement if (a.both + a.only_a) > 0 and (a.both + a.only_b) > 0]
     if not agree:
         console.print(
             "[dim]Agreement: fewer than two rules reject anything here, so there is no overlap to compare.[/dim]"
         )
     if agree:
-        agree.sort(key=lambda a: a["jaccard"] if a["jaccard"] is not None else 2.0)
+        agree.sort(key=lambda a: a.jaccard if a.jaccard is not None else 2.0)
         shown = agree[:25]
         g = Table(title="Agreement between rejecting rules (token sets; most disagreement first)", title_justify="left")
         for col in ("rule a", "rule b", "both", "only a", "only b", "Jaccard"):
             g.add_column(col, justify="left" if col.startswith("rule") else "right")
         for a in shown:
-            g.add_row(a["a"], a["b"], num(a["both"]), num(a["only_a"]), num(a["only_b"]), num(a["jaccard"], 3))
+            g.add_row(a.a, a.b, num(a.both), num(a.only_a), num(a.only_b), num(a.jaccard, 3))
         console.print(g)
         if len(agree) > len(shown):
             console.print(f"[dim]{len(agree) - len(shown)} more pairs in --format json[/dim]")
 
     for sw in mk.sweeps:
-        s = Table(title=f"Sweep {sw['rule']}.{sw['param']} ({sw['level']} level)", title_justify="left")
-        for col in (sw["param"], "hyp.", "token reject rate", "token reweight rate", "seq. w/ rejection"):
+        s = Table(title=f"Sweep {sw.rule}.{sw.param} ({sw.level} level)", title_justify="left")
+        for col in (sw.param, "hyp.", "token reject rate", "token reweight rate", "seq. w/ rejection"):
             s.add_column(col, justify="right")
-        for p in sw["points"]:
+        for p in sw.points:
             s.add_row(
-                num(p["value"]),
-                p["hypothesis"],
-                pct(p[TOKEN_REJECT_RATE.name]),
-                pct(p[TOKEN_REWEIGHT_RATE.name]),
-                num(p["sequences_with_rejection"]),
+                num(p.value),
+                p.hypothesis,
+                pct(p.token_reject_rate),
+                pct(p.token_reweight_rate),
+                num(p.sequences_with_rejection),
             )
         console.print(s)
 
@@ -372,21 +367,21 @@ def masks_tables(console, result, examples: int) -> None:
             )
         for x in mk.examples:
             e.add_row(
-                str(x["sequence_id"]),
-                str(x["position"]),
-                str(x["token_id"]),
-                num(x["p"]),
-                num(x["q"]),
-                num(x["log_ratio"]),
-                ", ".join(x["rejected_by"]),
-                ", ".join(x["kept_by"]),
+                str(x.sequence_id),
+                str(x.position),
+                str(x.token_id),
+                num(x.p),
+                num(x.q),
+                num(x.log_ratio),
+                ", ".join(x.rejected_by),
+                ", ".join(x.kept_by),
             )
         console.print(e)
 
 
 def tails_table(console, mk: MasksResult) -> None:
     """Which tail each rejecting rule cuts: its rejections by sampler-probability bucket and by sign of p - q."""
-    rows = [r for r in mk.rules if r.get("rejected_by_sampler_prob") is not None and r["hypothesis"] != "mean"]
+    rows = [r for r in mk.rules if r.rejected_by_sampler_prob is not None and r.hypothesis != "mean"]
     if not rows:
         return
     buckets = list(mk.tokens_by_sampler_prob)
@@ -408,8 +403,8 @@ def tails_table(console, mk: MasksResult) -> None:
         f"[dim]{num(mk.tokens_by_pq_sign['p<q'])}[/dim]",
     )
     for r in rows:
-        by_q, by_s = r["rejected_by_sampler_prob"], r["rejected_by_pq_sign"]
-        t.add_row(r["name"], r["hypothesis"], *[num(by_q[b]) for b in buckets], num(by_s["p>q"]), num(by_s["p<q"]))
+        by_q, by_s = r.rejected_by_sampler_prob or {}, r.rejected_by_pq_sign or {}
+        t.add_row(r.name, r.hypothesis, *[num(by_q[b]) for b in buckets], num(by_s["p>q"]), num(by_s["p<q"]))
     console.print(t)
     if mk.tail_reading:
         console.print(mk.tail_reading, highlight=False)

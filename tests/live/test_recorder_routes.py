@@ -13,6 +13,7 @@ import pytest
 
 from mismatchscope import Recorder, rundir
 from mismatchscope.analysis.engine import AnalysisRequest, analyse
+from mismatchscope.analysis.results import MissingCaptures
 from mismatchscope.live.inputs import RecorderInputError
 from mismatchscope.live.monitor import Monitor
 from mismatchscope.routing.layout import RoutingMeta
@@ -65,9 +66,9 @@ def test_recorded_routes_are_the_layout_and_report_reads_them(recorded):
     }
     ro = analyse(str(run), AnalysisRequest(report=True)).report.routing
     # 8 tokens over both steps, each compared at both MoE layers; layer 1 flipped once (1, 1), layer 2 once (1, 0)
-    assert [(r["layer"], r["compared"], r["flipped"]) for r in ro["route_flip_rate_by_layer"]] == [(1, 8, 1), (2, 8, 1)]
-    assert ro["route_flip_rate"] == pytest.approx(2 / 8)
-    assert ro["missing_captures"] == {"sampler": 0, "trainer": 0, "entries": 16}
+    assert [(r.layer, r.compared, r.flipped) for r in ro.route_flip_rate_by_layer] == [(1, 8, 1), (2, 8, 1)]
+    assert ro.route_flip_rate == pytest.approx(2 / 8)
+    assert ro.missing_captures == MissingCaptures(sampler=0, trainer=0, entries=16)
 
 
 def test_timeline_has_the_flip_rate_per_step(recorded):

@@ -12,6 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ...analysis.results import WorstSequence
 
 
 @dataclass
@@ -43,22 +47,22 @@ def gate_figures(gate_result) -> list[Picture]:
     return _pictures(runs, gate_result.config.rule_instances(), checks=gate_result.checks)
 
 
-def worst_figures(rows: list[dict], traces: dict) -> list[Picture]:
+def worst_figures(rows: list[WorstSequence], traces: dict) -> list[Picture]:
     """``report --worst``: one trace picture per ranked sequence, ``worst-<rank>-seq<id>``."""
     from ...analysis.worst import RANKINGS
     from .figures import sequence_trace
 
     out = []
     for row in rows:
-        trace = traces.get(row["sequence_id"])
+        trace = traces.get(row.sequence_id)
         if trace is None:
             continue
-        label = RANKINGS[row["by"]][0]
+        label = RANKINGS[row.by][0]
         out.append(
             _picture(
-                f"worst-{row['rank']}-seq{row['sequence_id']}",
-                f"Worst sequence #{row['rank']}: sequence {row['sequence_id']}",
-                f"Ranked by {label} = {row['value']:.4g}. Top: sampler log q and trainer log p of each sampled token "
+                f"worst-{row.rank}-seq{row.sequence_id}",
+                f"Worst sequence #{row.rank}: sequence {row.sequence_id}",
+                f"Ranked by {label} = {row.value:.4g}. Top: sampler log q and trainer log p of each sampled token "
                 "along the completion; bottom: the gap l = log p - log q, the largest |log p - log q| marked (dotted line).",
                 sequence_trace(trace, row, label),
             )

@@ -17,8 +17,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from ...analysis.histograms import PlotAccumulator, log_ratio_edges, prob_edges
-from ...analysis.results import MasksResult, Report
-from ...metrics import K3_MEAN, TOKEN_REJECT_RATE, TOKEN_REWEIGHT_RATE, TV_TOKEN_MEAN
+from ...analysis.results import MasksResult, Report, SweepPoint, WorstSequence
+from ...metrics import K3_MEAN, TV_TOKEN_MEAN
 from .sweeps import ratio_thresholds, sweep_x
 
 DPI = 110
@@ -294,9 +294,9 @@ def sweep_curves(runs: list[Run], rules) -> Figure | None:
     by_rule: dict[str, list[str]] = {}
     for run in runs:
         for sw in run.masks.sweeps if run.masks else []:
-            by_rule.setdefault(sw["rule"], [])
-            if sw["param"] not in by_rule[sw["rule"]]:
-                by_rule[sw["rule"]].append(sw["param"])
+            by_rule.setdefault(sw.rule, [])
+            if sw.param not in by_rule[sw.rule]:
+                by_rule[sw.rule].append(sw.param)
     if not by_rule:
         return None
     n = len(by_rule)
@@ -309,22 +309,20 @@ def sweep_curves(runs: list[Run], rules) -> Figure | None:
         acts = "reweight"
         for i, run in enumerate(runs):
             for j, param in enumerate(params):
-                sw = next((s for s in _masks(run).sweeps if s["rule"] == rule and s["param"] == param), None)
+                sw = next((s for s in _masks(run).sweeps if s.rule == rule and s.param == param), None)
                 if sw is None:
                     continue
                 acts = (
                     "reweight"
-                    if all(p[TOKEN_REWEIGHT_RATE.name] for p in sw["points"])
-                    and not any(p[TOKEN_REJECT_RATE.name] for p in sw["points"])
+                    if all(p.token_reweight_rate for p in sw.points) and not any(p.token_reject_rate for p in sw.points)
                     else "reject"
                 )
-                for hyp in dict.fromkeys(p["hypothesis"] for p in sw["points"]):
-                    key = (TOKEN_REWEIGHT_RATE if acts == "reweight" else TOKEN_REJECT_RATE).name
-                    pts = [p for p in sw["points"] if p["hypothesis"] == hyp]
-                    off = [100 * (p[key] or 0.0) for p in pts if sweep_x(p["value"]) is None]
-                    pts = [p for p in pts if sweep_x(p["value"]) is not None]
-                    xs = [sweep_x(p["value"]) for p in pts]
-                    ys = [100 * (p[key] or 0.0) for p in pts]
+                for hyp in dict.fromkeys(p.hypothesis for p in sw.points):
+                    pts = [p for p in sw.points if p.hypothesis == hyp]
+                    off = [_percent(p, acts) for p in pts if sweep_x(p.value) is None]
+                    pts = [p for p in pts if sweep_x(p.value) is not None]
+                    xs = [sweep_x(p.value) for p in pts]
+                    ys = [_percent(p, acts) for p in pts]
                     label = (
                         f"{run.label}: {param}"
                         + ("" if hyp == "data" else f" [{hyp}]")
@@ -386,6 +384,11 @@ def sweep_curves(runs: list[Run], rules) -> Figure | None:
         ax.set_visible(False)
     fig.suptitle("Reject rate against threshold (the --sweep curves; dotted: the selected value; 0% is drawn at 0)")
     return fig
+
+
+def _percent(p: SweepPoint, acts: str) -> float:
+    """The point's reweight or reject rate, in percent (0 where there are no tokens)."""
+    return 100 * ((p.token_reweight_rate if acts == "reweight" else p.token_reject_rate) or 0.0)
 
 
 _RULE_TITLES = {
@@ -533,7 +536,7 @@ TRACE_BARS_UP_TO = 400
 """draw the gap as bars up to this many tokens; longer sequences get one thin stem per token."""
 
 
-def sequence_trace(trace, row: dict, by_label: str) -> Figure:
+def sequence_trace(trace, row: WorstSequence, by_label: str) -> Figure:
     """Sampler and trainer logprob along one completion, and the gap l = log p - log q beneath."""
     pos = np.asarray(trace.position_T)
     lq, lp = np.asarray(trace.sampler_logprob_T), np.asarray(trace.trainer_logprob_T)
@@ -555,7 +558,7 @@ def sequence_trace(trace, row: dict, by_label: str) -> Figure:
     else:
         bottom.vlines(pos, 0.0, l_T, colors=colors, linewidth=0.8)
     bottom.axhline(0.0, color="0.3", linewidth=0.8)
-    if row.get("max_gap_position") is not None:
+    if row.max_gap_position is not None:
         i = int(np.argmax(np.abs(l_T)))
         for ax in (top, bottom):
             ax.axvline(pos[i], color="0.45", linewidth=0.9, linestyle=":", zorder=0)
@@ -574,10 +577,10 @@ def sequence_trace(trace, row: dict, by_label: str) -> Figure:
         left = pos.min() - pad
         bottom.set_xlim(left, max(pos.max() + pad, left + 8))  # at least ~8 positions wide: ticks stay on whole tokens
     bottom.xaxis.set_major_locator(MaxNLocator(integer=True))  # positions are whole tokens
-    prompt = "" if row.get("prompt_id") is None else f", prompt {row['prompt_id']}"
+    prompt = "" if row.prompt_id is None else f", prompt {row.prompt_id}"
     fig.suptitle(
-        f"Worst sequence #{row['rank']}: sequence {row['sequence_id']}{prompt}, {row['tokens']:,} token{'s' if row['tokens'] != 1 else ''}; "
-        f"ranked by {by_label}: {row['value']:.4g}\n"
+        f"Worst sequence #{row.rank}: sequence {row.sequence_id}{prompt}, {row.tokens:,} token{'s' if row.tokens != 1 else ''}; "
+        f"ranked by {by_label}: {row.value:.4g}\n"
         "top: both sides' logprob of each sampled token; bottom: the gap (red: trainer above sampler, blue: below)",
         fontsize=11,
     )

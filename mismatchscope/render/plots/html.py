@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ... import __version__
-from ...analysis.results import Report
+from ...analysis.results import Report, WorstSequence
 from ...metrics import (
     ABS_LOGPROB_DIFF_MAX,
     ABS_LOGPROB_DIFF_MEAN,
@@ -24,12 +24,9 @@ from ...metrics import (
     K3_MEAN,
     KL_REVERSE_K3_MEAN,
     KL_TOPK_LOWER_MEAN,
-    PROMPT_ROUTE_FLIP_RATE,
     RATIO_MAX,
     RATIO_MIN,
     RATIO_QUANTILES,
-    ROUTE_FLIP_RATE,
-    ROUTING_SHARE_OF_GAP,
     SCORE_CENTERING,
     SEQ_LOG_RATIO_MEAN,
     TV_TOKEN_MAX,
@@ -209,66 +206,63 @@ def _routing(rep: Report) -> str:
     ro = rep.routing
     if not ro:
         return ""
-    if ro.get("route_flip_rate_by_layer") is None:
-        absent = ", ".join(f"{s} ({v['why'] or 'not recorded'})" for s, v in ro["sides"].items() if not v["recorded"])
+    if ro.route_flip_rate_by_layer is None:
+        absent = ", ".join(ro.sides.absent())
         return f"<h2>MoE routing</h2><p>No flip rates: routes missing for the {_e(absent)}.</p>"
     pct = lambda v: "-" if v is None else _e(f"{100 * v:.3g}%")  # noqa: E731
     rows = [
         [
-            _e(c["layer"]),
-            pct(c["flip_rate"]),
-            f"{c['flipped']:,} / {c['compared']:,}",
-            pct(p["flip_rate"]),
-            f"{p['flipped']:,} / {p['compared']:,}",
+            _e(c.layer),
+            pct(c.flip_rate),
+            f"{c.flipped:,} / {c.compared:,}",
+            pct(p.flip_rate),
+            f"{p.flipped:,} / {p.compared:,}",
         ]
-        for c, p in zip(ro["route_flip_rate_by_layer"], ro["prompt_route_flip_rate_by_layer"])
+        for c, p in zip(ro.route_flip_rate_by_layer, ro.prompt_route_flip_rate_by_layer or [])
     ]
     rows.append(
         [
             "any layer",
-            pct(ro[ROUTE_FLIP_RATE.name]),
-            f"{ro['tokens_flipped']:,} / {ro['tokens_compared']:,}",
-            pct(ro[PROMPT_ROUTE_FLIP_RATE.name]),
-            f"{ro['prompt_rows_flipped']:,} / {ro['prompt_rows_compared']:,}",
+            pct(ro.route_flip_rate),
+            f"{ro.tokens_flipped:,} / {ro.tokens_compared:,}",
+            pct(ro.prompt_route_flip_rate),
+            f"{ro.prompt_rows_flipped:,} / {ro.prompt_rows_compared:,}",
         ]
     )
     out = (
-        f"<h2>MoE routing</h2><p>Top-{ro['top_k']} expert sets that differ between the sides ({_e(ro['family'])}, "
-        f"{ro['num_experts']} experts); missing captures ({ro['missing_captures'].get('sampler', 0):,} sampler, "
-        f"{ro['missing_captures'].get('trainer', 0):,} trainer of {ro['missing_captures']['entries']:,} entries) "
+        f"<h2>MoE routing</h2><p>Top-{ro.top_k} expert sets that differ between the sides ({_e(ro.family)}, "
+        f"{ro.num_experts} experts); missing captures ({ro.missing_captures.sampler or 0:,} sampler, "
+        f"{ro.missing_captures.trainer or 0:,} trainer of {ro.missing_captures.entries:,} entries) "
         "are left out.</p>" + _table(ROUTING_COLUMNS, rows, numeric={0, 1, 2, 3, 4})
     )
-    gap = ro.get("abs_logprob_diff")
+    gap = ro.abs_logprob_diff
     if gap:
         out += _table(
             ["tokens", "count", "mean |log p - log q|"],
             [
-                ["flipped in some layer", _num(gap["flipped_tokens"]), _num(gap["flipped_mean"])],
-                ["unflipped", _num(gap["unflipped_tokens"]), _num(gap["unflipped_mean"])],
-                ["without a compared route", _num(gap["tokens_without_routes"]), "-"],
+                ["flipped in some layer", _num(gap.flipped_tokens), _num(gap.flipped_mean)],
+                ["unflipped", _num(gap.unflipped_tokens), _num(gap.unflipped_mean)],
+                ["without a compared route", _num(gap.tokens_without_routes), "-"],
             ],
             numeric={1, 2},
         )
         out += (
             "<p>Routing's share of the gap (sum |log p - log q| on flipped / on all tokens): "
-            f"{pct(ro[ROUTING_SHARE_OF_GAP.name])}.</p>"
+            f"{pct(ro.routing_share_of_gap)}.</p>"
         )
-    if ro.get("by_trainer_margin"):
+    if ro.by_trainer_margin:
         out += "<h3>Flips by the trainer's router margin</h3>" + _table(
             ["margin", "compared", "flipped", "flip rate"],
-            [
-                [_e(r["bucket"]), _num(r["compared"]), _num(r["flipped"]), pct(r["flip_rate"])]
-                for r in ro["by_trainer_margin"]
-            ],
+            [[_e(r.bucket), _num(r.compared), _num(r.flipped), pct(r.flip_rate)] for r in ro.by_trainer_margin],
             numeric={1, 2, 3},
         )
     return out
 
 
-def _worst(rows: list[dict]) -> str:
+def _worst(rows: list[WorstSequence]) -> str:
     from ...analysis.worst import RANKINGS
 
-    by = rows[0]["by"]
+    by = rows[0].by
     shown = by not in ("k3_sum", "tv_max")  # those two are columns anyway
     ident = lambda v: _e("-" if v is None else v)  # noqa: E731  ids as written, no thousands separator
     header = [
@@ -285,16 +279,16 @@ def _worst(rows: list[dict]) -> str:
     ]
     body = [
         [
-            _num(r["rank"]),
-            ident(r["sequence_id"]),
-            ident(r["prompt_id"]),
-            _num(r["tokens"]),
-            *([_num(r["value"])] if shown else []),
-            _num(r["k3_sum"]),
-            _num(r["tv_max"]),
-            ident(r["max_gap_position"]),
-            ident(r["max_gap_token_id"]),
-            _num(r["max_gap_log_ratio"]),
+            _num(r.rank),
+            ident(r.sequence_id),
+            ident(r.prompt_id),
+            _num(r.tokens),
+            *([_num(r.value)] if shown else []),
+            _num(r.k3_sum),
+            _num(r.tv_max),
+            ident(r.max_gap_position),
+            ident(r.max_gap_token_id),
+            _num(r.max_gap_log_ratio),
         ]
         for r in rows
     ]
@@ -313,7 +307,7 @@ def _page(title: str, subtitle: str, body: str) -> str:
     )
 
 
-def report_page(result, pictures, worst: list[dict] | None = None) -> str:
+def report_page(result, pictures, worst: list[WorstSequence] | None = None) -> str:
     """``report --html``: headline metrics, breakdowns, pictures, run metadata; ``worst`` (``report --worst``) adds its table."""
     rep = result.report
     runs = [("value", rep)]

@@ -10,13 +10,12 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from ...metrics import ROUTE_FLIP_RATE
 from .figures import COLORS, Run, _fig
 
 
 def has_flip_rates(run: Run) -> bool:
-    ro = (run.report.routing if run.report else None) or {}
-    return ro.get("route_flip_rate_by_layer") is not None
+    ro = run.report.routing if run.report else None
+    return ro is not None and ro.route_flip_rate_by_layer is not None
 
 
 def route_flips(runs: list[Run]) -> Figure:
@@ -27,16 +26,15 @@ def route_flips(runs: list[Run]) -> Figure:
         ro = run.report.routing if run.report else None
         assert ro is not None  # drawn only for runs with a routing entry
         color = COLORS[i % len(COLORS)]
-        for key, style, what in (
-            ("route_flip_rate_by_layer", "-", "completion"),
-            ("prompt_route_flip_rate_by_layer", "--", "prompt"),
+        for rows, style, what in (
+            (ro.route_flip_rate_by_layer or [], "-", "completion"),
+            (ro.prompt_route_flip_rate_by_layer or [], "--", "prompt"),
         ):
-            rows = ro[key]
-            x = np.array([r["layer"] for r in rows])
-            y = np.array([np.nan if r["flip_rate"] is None else 100 * r["flip_rate"] for r in rows])
+            x = np.array([r.layer for r in rows])
+            y = np.array([np.nan if r.flip_rate is None else 100 * r.flip_rate for r in rows])
             label = f"{run.label}: {what} rows"
-            if what == "completion" and ro[ROUTE_FLIP_RATE.name] is not None:
-                label += f" (any layer {100 * ro[ROUTE_FLIP_RATE.name]:.3g}%)"
+            if what == "completion" and ro.route_flip_rate is not None:
+                label += f" (any layer {100 * ro.route_flip_rate:.3g}%)"
             ax.plot(x, y, style, marker="o", markersize=3.5, color=color, label=label)
     ax.set_xlabel("decoder layer (MoE layers only)")
     ax.set_ylabel("flip rate (% of compared rows)")

@@ -15,13 +15,13 @@ from ...analysis.results import MasksResult
 
 def tail_breakdown(masks: MasksResult) -> Figure | None:
     """Left: the share of each sampler-probability bucket's tokens a rule rejects; right: its rejections by sign of p - q."""
-    rows = [r for r in masks.rules if r.get("rejected_by_sampler_prob") is not None and r["hypothesis"] != "mean"]
+    rows = [r for r in masks.rules if r.rejected_by_sampler_prob is not None and r.hypothesis != "mean"]
     if not rows:
         return None
     buckets = list(masks.tokens_by_sampler_prob)
     totals = np.array([masks.tokens_by_sampler_prob[b] for b in buckets], dtype=float)
-    names = [r["name"] + ("" if r["hypothesis"] == "data" else f" [{r['hypothesis']}]") for r in rows]
-    groups = [(lv, [(r, n) for r, n in zip(rows, names) if r["level"] == lv]) for lv in ("token", "sequence")]
+    names = [r.display for r in rows]
+    groups = [(lv, [(r, n) for r, n in zip(rows, names) if r.level == lv]) for lv in ("token", "sequence")]
     groups = [(lv, g) for lv, g in groups if g]
     fig = Figure(figsize=(15, 4.2 + 2.8 * len(groups)), dpi=110, layout="constrained")
     axes = fig.subplot_mosaic([[lv, "sign"] for lv, _ in groups], width_ratios=(2.2, 1))
@@ -31,7 +31,7 @@ def tail_breakdown(masks: MasksResult) -> Figure | None:
         ax = axes[lv]
         width = 0.84 / len(group)
         for i, (r, name) in enumerate(group):
-            counts = np.array([r["rejected_by_sampler_prob"][b] for b in buckets], dtype=float)
+            counts = np.array([(r.rejected_by_sampler_prob or {})[b] for b in buckets], dtype=float)
             with np.errstate(divide="ignore", invalid="ignore"):
                 share = np.where(totals > 0, 100 * counts / totals, np.nan)
             ax.bar(
@@ -58,9 +58,9 @@ def tail_breakdown(masks: MasksResult) -> Figure | None:
 
     right = axes["sign"]
     y = np.arange(len(rows))
-    ups = np.array([r["rejected_by_pq_sign"]["p>q"] for r in rows], dtype=float)
-    downs = np.array([r["rejected_by_pq_sign"]["p<q"] for r in rows], dtype=float)
-    tot = np.array([r["tokens_rejected"] for r in rows], dtype=float)
+    ups = np.array([(r.rejected_by_pq_sign or {})["p>q"] for r in rows], dtype=float)
+    downs = np.array([(r.rejected_by_pq_sign or {})["p<q"] for r in rows], dtype=float)
+    tot = np.array([r.tokens_rejected for r in rows], dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         up_share = np.where(tot > 0, 100 * ups / tot, 0.0)
         down_share = np.where(tot > 0, 100 * downs / tot, 0.0)
