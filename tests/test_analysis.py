@@ -65,13 +65,13 @@ def test_sequence_metrics_and_breakdowns(write):
     assert s.log_ppl_diff.mean == pytest.approx(2.674557, abs=1e-6)
     # chi2_seq = mean(exp(2 S)) - 1 = (1.44 + 4e-10) / 2 - 1 = -0.28
     assert s.chi2_seq == pytest.approx(-0.28, abs=1e-9)
-    by_q = {r["bucket"]: r for r in rep.breakdowns.sampler_prob}
+    by_q = {r.bucket: r for r in rep.breakdowns.sampler_prob}
     # q buckets: 0.2 -> [0.1, 0.5); 0.5, 0.5, 0.5 -> [0.5, 0.9); 0.9 -> [0.9, 1]
-    assert by_q["[0.1, 0.5)"]["tokens"] == 1 and by_q["[0.5, 0.9)"]["tokens"] == 3 and by_q["[0.9, 1]"]["tokens"] == 1
+    assert by_q["[0.1, 0.5)"].tokens == 1 and by_q["[0.5, 0.9)"].tokens == 3 and by_q["[0.9, 1]"].tokens == 1
     # tv in [0.5, 0.9): (0.3 + 0.49999 + 0) / 3
-    assert by_q["[0.5, 0.9)"]["tv_token_mean"] == pytest.approx(0.79999 / 3)
+    assert by_q["[0.5, 0.9)"].tv_token_mean == pytest.approx(0.79999 / 3)
     # positions 0..2: longest completion has 3 tokens -> one bucket per position
-    by_pos = {r["bucket"]: r["tokens"] for r in rep.breakdowns.position}
+    by_pos = {r.bucket: r.tokens for r in rep.breakdowns.position}
     assert by_pos == {"0": 2, "1": 2, "2": 1}
     assert rep.breakdowns.entropy is None
 

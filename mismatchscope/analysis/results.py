@@ -115,13 +115,42 @@ class KeptMass:
     kept_logmass_min: float
 
 
+_BUCKET_MEAN = "over the bucket's tokens; absent on a bucket without tokens"
+
+
+@dataclass
+class BucketRow:
+    """One bucket of a breakdown: its tokens and the token metrics' means over them.
+
+    A bucket without tokens has only ``bucket`` and ``tokens``; on the others every mean is written, ``null``
+    where it is undefined (``ess`` when the sum of r^2 overflowed).
+    """
+
+    bucket: str
+    tokens: int
+    tv_token_mean: float | None = field(default=None, metadata=optional(_BUCKET_MEAN, with_field="measured"))
+    abs_logprob_diff_mean: float | None = field(default=None, metadata=optional(_BUCKET_MEAN, with_field="measured"))
+    k1_mean: float | None = field(default=None, metadata=optional(_BUCKET_MEAN, with_field="measured"))
+    k2_mean: float | None = field(default=None, metadata=optional(_BUCKET_MEAN, with_field="measured"))
+    k3_mean: float | None = field(default=None, metadata=optional(_BUCKET_MEAN, with_field="measured"))
+    kl_reverse_k3_mean: float | None = field(default=None, metadata=optional(_BUCKET_MEAN, with_field="measured"))
+    chi2_token: float | None = field(default=None, metadata=optional(_BUCKET_MEAN, with_field="measured"))
+    ess: float | None = field(default=None, metadata=optional(_BUCKET_MEAN, with_field="measured"))
+    measured: bool | None = field(default=None, metadata={"json": False})
+    """True when the bucket holds tokens (its means are written), None when it holds none."""
+
+    def mean(self, name: str) -> float | None:
+        """The mean named ``name`` (a catalog name, as the tables and pictures pick their columns)."""
+        return getattr(self, name)
+
+
 @dataclass
 class Breakdowns:
-    """Where the mismatch sits: rows of ``bucket``, ``tokens`` and the token metrics over the bucket's tokens."""
+    """Where the mismatch sits: a row per bucket, its tokens and the token metrics over them."""
 
-    sampler_prob: list[dict[str, Any]]
-    position: list[dict[str, Any]]
-    entropy: list[dict[str, Any]] | None
+    sampler_prob: list[BucketRow]
+    position: list[BucketRow]
+    entropy: list[BucketRow] | None
 
 
 @dataclass

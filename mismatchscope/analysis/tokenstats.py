@@ -28,7 +28,7 @@ from ..metrics import (
     TV_TOKEN_MEAN,
 )
 from .quantiles import ExactQuantiles
-from .results import Breakdowns, CenteringStat, KeptMass, ScoreCentering, TailMassRatio, TokenMetrics, TopK
+from .results import Breakdowns, BucketRow, CenteringStat, KeptMass, ScoreCentering, TailMassRatio, TokenMetrics, TopK
 from .sums import TOKEN_SUMS, summarise_sums, token_sums, token_weights
 
 RATIO_QUANTILES = (0.001, 0.01, 0.05, 0.5, 0.95, 0.99, 0.999)
@@ -285,18 +285,18 @@ class TokenStats:
         out = Breakdowns(sampler_prob=[], position=[], entropy=None)
         labels = q_bucket_labels()
         for j, lab in enumerate(labels):
-            out.sampler_prob.append({"bucket": lab, **_row(self.q_buckets[:, j])})
+            out.sampler_prob.append(_row(lab, self.q_buckets[:, j]))
         npos = self.pos_sums.shape[1]
         if npos:
             edges = sorted({int(math.ceil(x)) for x in np.linspace(0, npos, 11)})
             for a, b in zip(edges, edges[1:]):
                 lab = f"{a}" if b - a == 1 else f"{a}-{b - 1}"
-                out.position.append({"bucket": lab, **_row(self.pos_sums[:, a:b].sum(axis=1))})
+                out.position.append(_row(lab, self.pos_sums[:, a:b].sum(axis=1)))
         if self.ent_buckets is not None:
             labs = [f"[{_g(a)}, {_g(b)})" for a, b in zip(ENTROPY_EDGES, ENTROPY_EDGES[1:])] + [
                 f"[{_g(ENTROPY_EDGES[-1])}, inf)"
             ]
-            out.entropy = [{"bucket": lab, **_row(self.ent_buckets[:, j])} for j, lab in enumerate(labs)]
+            out.entropy = [_row(lab, self.ent_buckets[:, j]) for j, lab in enumerate(labs)]
         return out
 
 
@@ -320,8 +320,10 @@ def q_bucket_labels() -> list[str]:
     return [f"[{_g(a)}, {_g(b)})" for a, b in zip(Q_EDGES, Q_EDGES[1:])] + [f"[{_g(Q_EDGES[-1])}, 1]"]
 
 
-def _row(s: np.ndarray) -> dict:
-    return {k: _f(v) for k, v in summarise_sums(s).items()}
+def _row(bucket: str, s: np.ndarray) -> BucketRow:
+    values = {k: _f(v) for k, v in summarise_sums(s).items()}
+    tokens = int(values.pop("tokens") or 0)
+    return BucketRow(bucket, tokens, **values, measured=True if tokens else None)
 
 
 def _g(x: float) -> str:

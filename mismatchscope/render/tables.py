@@ -158,7 +158,7 @@ def report_tables(console, result) -> None:
         for col in ("bucket", "tokens", *(c.label for c in columns)):
             b.add_column(col, justify="left" if col == "bucket" else "right")
         for r in rows:
-            b.add_row(r["bucket"], num(r["tokens"]), *(num(r.get(c.name)) for c in columns))
+            b.add_row(r.bucket, num(r.tokens), *(num(r.mean(c.name)) for c in columns))
         console.print(b)
 
     if rep.routing:

@@ -234,20 +234,20 @@ def breakdowns(runs: list[Run]) -> Figure:
 
 
 def _bucket_panel(ax, runs: list[Run], kind: str, key: str) -> None:
-    labels = [r["bucket"] for r in getattr(_report(runs[0]).breakdowns, kind)]
+    labels = [r.bucket for r in getattr(_report(runs[0]).breakdowns, kind)]
     x = np.arange(len(labels))
     width = 0.8 / len(runs)
-    positive = [float(r[key]) for run in runs for r in getattr(_report(run).breakdowns, kind) if r.get(key)]
+    positive = [float(v) for run in runs for r in getattr(_report(run).breakdowns, kind) if (v := r.mean(key))]
     finite = [v for v in positive if np.isfinite(v)]
     floor = min(finite) / 5 if finite else 1e-12
     top = max(finite) * 20 if finite else floor * 1e6  # where an infinite mean is drawn, marked "inf"
     counts = []
     for i, run in enumerate(runs):
-        rows = {r["bucket"]: r for r in getattr(_report(run).breakdowns, kind)}
-        vals = np.array([float((rows.get(b) or {}).get(key) or 0.0) for b in labels], dtype=float)
+        rows = {r.bucket: r for r in getattr(_report(run).breakdowns, kind)}
+        vals = np.array([float((r.mean(key) if (r := rows.get(b)) else None) or 0.0) for b in labels], dtype=float)
         infinite = np.isinf(vals)
         vals[infinite] = top
-        tokens = [(rows.get(b) or {}).get("tokens", 0) or 0 for b in labels]
+        tokens = [r.tokens if (r := rows.get(b)) else 0 for b in labels]
         counts.append(tokens)
         color = COLORS[i % len(COLORS)]
         if kind == "position":

@@ -157,13 +157,16 @@ def _breakdown(runs: list[tuple[str, Report]], kind: str) -> str:
     header = ["bucket"]
     for label, _ in runs:
         header += [f"{label} tokens", f"{label} {TV_TOKEN_MEAN.label}", f"{label} {K3_MEAN.label}"]
-    buckets = [r["bucket"] for r in getattr(runs[0][1].breakdowns, kind)]
+    buckets = [r.bucket for r in getattr(runs[0][1].breakdowns, kind)]
     rows = []
     for b in buckets:
         row = [_e(b)]
         for _, rep in runs:
-            r = next((x for x in getattr(rep.breakdowns, kind) if x["bucket"] == b), {})
-            row += [_num(r.get("tokens")), _num(r.get(TV_TOKEN_MEAN.name)), _num(r.get(K3_MEAN.name))]
+            r = next((x for x in getattr(rep.breakdowns, kind) if x.bucket == b), None)
+            if r is None:
+                row += [_num(None)] * 3
+            else:
+                row += [_num(r.tokens), _num(r.tv_token_mean), _num(r.k3_mean)]
         rows.append(row)
     return _table(header, rows, numeric=set(range(1, len(header))))
 
