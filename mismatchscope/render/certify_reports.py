@@ -6,7 +6,6 @@ same list in every format, so a CI shows the same failures a person reads.
 
 from __future__ import annotations
 
-import datetime as dt
 import xml.etree.ElementTree as ET
 from dataclasses import asdict
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 from ..certify.compare import PairingResult
 from ..certify.run import Verdict
 from .gate_markdown import fmt
+from .junit import junit_suite, junit_text
 
 
 def checks(v: Verdict) -> list[tuple[str, bool | None, str]]:
@@ -129,26 +129,15 @@ def junit_xml(v: Verdict, seconds: float = 0.0) -> str:
     cases = checks(v)
     failures = sum(ok is False for _, ok, _ in cases)
     skipped = sum(ok is None for _, ok, _ in cases)
-    counts = {
-        "tests": str(len(cases)),
-        "failures": str(failures),
-        "errors": "0",
-        "skipped": str(skipped),
-        "time": f"{seconds:.3f}",
-    }
-    root = ET.Element("testsuites", {"name": "mismatchscope certify", **counts})
-    suite = ET.SubElement(
-        root,
-        "testsuite",
-        {
-            "name": "mismatchscope certify",
-            **counts,
-            "timestamp": dt.datetime.now(dt.UTC).replace(microsecond=0, tzinfo=None).isoformat(),
-        },
+    scope = ((f"scope.{k}", str(x)) for k, x in v.scope.items())
+    root, suite = junit_suite(
+        "mismatchscope certify",
+        [("run", v.run), ("verdict", v.verdict), *scope],
+        len(cases),
+        failures,
+        skipped,
+        seconds,
     )
-    props = ET.SubElement(suite, "properties")
-    for name, value in [("run", v.run), ("verdict", v.verdict), *((f"scope.{k}", str(x)) for k, x in v.scope.items())]:
-        ET.SubElement(props, "property", {"name": name, "value": value})
     for name, ok, detail in cases:
         case = ET.SubElement(suite, "testcase", {"name": name, "classname": "mismatchscope.certify", "time": "0"})
         if ok is False:
@@ -156,5 +145,4 @@ def junit_xml(v: Verdict, seconds: float = 0.0) -> str:
         elif ok is None:
             ET.SubElement(case, "skipped", {"message": detail})
         ET.SubElement(case, "system-out").text = detail
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    return junit_text(root)

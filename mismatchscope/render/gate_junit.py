@@ -3,29 +3,16 @@ element for each failed one, so any CI that reads test reports lists them."""
 
 from __future__ import annotations
 
-import datetime as dt
 import xml.etree.ElementTree as ET
 
 from .gate_markdown import estimate_text, limit_text, method_text
+from .junit import junit_suite, junit_text
 
 
 def junit_xml(result, seconds: float = 0.0) -> str:
     cfg = result.config
     n, failures = len(result.checks), sum(c.failed for c in result.checks)
-    counts = {"tests": str(n), "failures": str(failures), "errors": "0", "skipped": "0", "time": f"{seconds:.3f}"}
-    root = ET.Element("testsuites", {"name": "mismatchscope gate", **counts})
-    suite = ET.SubElement(
-        root,
-        "testsuite",
-        {
-            "name": "mismatchscope gate",
-            **counts,
-            "timestamp": dt.datetime.now(dt.UTC).replace(microsecond=0, tzinfo=None).isoformat(),
-        },
-    )
-    props = ET.SubElement(suite, "properties")
-    for name, value in _properties(result):
-        ET.SubElement(props, "property", {"name": name, "value": value})
+    root, suite = junit_suite("mismatchscope gate", _properties(result), n, failures, 0, seconds)
     for ch in result.checks:
         case = ET.SubElement(
             suite, "testcase", {"name": ch.name, "classname": f"mismatchscope.gate.{ch.kind}", "time": "0"}
@@ -35,8 +22,7 @@ def junit_xml(result, seconds: float = 0.0) -> str:
             fail = ET.SubElement(case, "failure", {"message": summary, "type": f"{ch.kind}_limit"})
             fail.text = ch.explanation
         ET.SubElement(case, "system-out").text = f"{summary}\n{ch.explanation}"
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    return junit_text(root)
 
 
 def _properties(result) -> list[tuple[str, str]]:
