@@ -71,6 +71,17 @@ class CheckpointInfo:
     pickle_weights: bool = False
     """True when the weights are ``.bin``/``.pt`` (only accepted with ``allow_pickle``)."""
 
+    def record(self) -> dict:
+        """What a run's manifest records of the checkpoint (``config.checkpoint``)."""
+        return {
+            "path": str(self.path),
+            "sha256": self.sha256,
+            "model_type": self.model_type,
+            "vocab_size": self.vocab_size,
+            "max_model_len": self.max_model_len,
+            "is_moe": self.is_moe,
+        }
+
 
 def inspect_checkpoint(
     path: str | Path, *, allow_pickle: bool = False, trust_remote_code: bool = False

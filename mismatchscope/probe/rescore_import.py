@@ -233,14 +233,7 @@ def _config(src: ImportedRun, info, trainer_cfg: TrainerConfig, sampling: Sampli
     source = src.manifest.get("source") or {}
     return {
         "mismatchscope_version": __version__,
-        "checkpoint": {
-            "path": str(info.path),
-            "sha256": info.sha256,
-            "model_type": info.model_type,
-            "vocab_size": info.vocab_size,
-            "max_model_len": info.max_model_len,
-            "is_moe": info.is_moe,
-        },
+        "checkpoint": info.record(),
         "imported": {"format": source.get("format"), "semantics": source.get("semantics")},
         "sampling": sampling.to_dict(),
         "semantics": {

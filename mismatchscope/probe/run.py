@@ -271,14 +271,7 @@ def _sample_and_score(
 ) -> Path:
     config = {
         "mismatchscope_version": __version__,
-        "checkpoint": {
-            "path": str(info.path),
-            "sha256": info.sha256,
-            "model_type": info.model_type,
-            "vocab_size": info.vocab_size,
-            "max_model_len": info.max_model_len,
-            "is_moe": info.is_moe,
-        },
+        "checkpoint": info.record(),
         "trainer_checkpoint": trainer_ckpt.record(),
         "prompts": {"path": str(opts.prompts), "sha256": prompts_sha, "count": len(prompts)},
         "sampling": opts.sampling.to_dict(),
