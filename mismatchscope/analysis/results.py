@@ -115,7 +115,7 @@ class KeptMass:
     kept_logmass_min: float
 
 
-_BUCKET_MEAN = "over the bucket's tokens; absent on a bucket without tokens"
+_BUCKET_MEAN = optional("over the bucket's tokens; absent on a bucket without tokens", with_field="measured")
 
 
 @dataclass
@@ -128,16 +128,19 @@ class BucketRow:
 
     bucket: str
     tokens: int
-    tv_token_mean: float | None = field(default=None, metadata=optional(_BUCKET_MEAN, with_field="measured"))
-    abs_logprob_diff_mean: float | None = field(default=None, metadata=optional(_BUCKET_MEAN, with_field="measured"))
-    k1_mean: float | None = field(default=None, metadata=optional(_BUCKET_MEAN, with_field="measured"))
-    k2_mean: float | None = field(default=None, metadata=optional(_BUCKET_MEAN, with_field="measured"))
-    k3_mean: float | None = field(default=None, metadata=optional(_BUCKET_MEAN, with_field="measured"))
-    kl_reverse_k3_mean: float | None = field(default=None, metadata=optional(_BUCKET_MEAN, with_field="measured"))
-    chi2_token: float | None = field(default=None, metadata=optional(_BUCKET_MEAN, with_field="measured"))
-    ess: float | None = field(default=None, metadata=optional(_BUCKET_MEAN, with_field="measured"))
-    measured: bool | None = field(default=None, metadata={"json": False})
+    tv_token_mean: float | None = field(default=None, metadata=_BUCKET_MEAN)
+    abs_logprob_diff_mean: float | None = field(default=None, metadata=_BUCKET_MEAN)
+    k1_mean: float | None = field(default=None, metadata=_BUCKET_MEAN)
+    k2_mean: float | None = field(default=None, metadata=_BUCKET_MEAN)
+    k3_mean: float | None = field(default=None, metadata=_BUCKET_MEAN)
+    kl_reverse_k3_mean: float | None = field(default=None, metadata=_BUCKET_MEAN)
+    chi2_token: float | None = field(default=None, metadata=_BUCKET_MEAN)
+    ess: float | None = field(default=None, metadata=_BUCKET_MEAN)
+    measured: bool | None = field(default=None, init=False, metadata={"json": False})
     """True when the bucket holds tokens (its means are written), None when it holds none."""
+
+    def __post_init__(self) -> None:
+        self.measured = True if self.tokens else None
 
     def mean(self, name: str) -> float | None:
         """The mean named ``name`` (a catalog name, as the tables and pictures pick their columns)."""

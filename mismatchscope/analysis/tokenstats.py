@@ -323,7 +323,7 @@ def q_bucket_labels() -> list[str]:
 def _row(bucket: str, s: np.ndarray) -> BucketRow:
     values = {k: _f(v) for k, v in summarise_sums(s).items()}
     tokens = int(values.pop("tokens") or 0)
-    return BucketRow(bucket, tokens, **values, measured=True if tokens else None)
+    return BucketRow(bucket, tokens, **values)
 
 
 def _g(x: float) -> str:
