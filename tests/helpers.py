@@ -70,6 +70,77 @@ def cli_process(
     return subprocess.run([str(exe), *args], capture_output=True, text=True, env=full_env, timeout=timeout, cwd=cwd)
 
 
+CALLS_RUNNER = r"""
+import json, os, sys
+from mismatchscope.cli.main import main
+for call in json.loads(sys.argv[1]):
+    sys.stdout.flush()
+    sys.stderr.flush()
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        f = os.open(call[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(f, fd)
+        os.close(f)
+    sys.argv = ["mismatchscope", *call["args"]]
+    code = 0
+    try:
+        main(call["args"])
+    except SystemExit as e:
+        if isinstance(e.code, str):
+            sys.stderr.write(e.code + "\n")
+        code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with open(call["code"], "w") as f:
+        f.write(str(code))
+"""
+
+
+def cli_calls(
+    calls: list[list[str]], scratch: Path, env: dict | None = None, timeout: float = 1800, cwd: Path | None = None
+) -> list[subprocess.CompletedProcess]:
+    """Several command lines, one after the other, in ONE fresh interpreter: each as :func:`cli_process` gives it.
+
+    For probes whose engines are the test's input, not its subject: a probe process spends about 15 s of its
+    20 importing vLLM, torch and transformers, which the calls after the first then find imported. Each call
+    gets its own stdout and stderr (descriptors 1 and 2, which the engines' child processes inherit) and its
+    own exit code; ``scratch`` holds them.
+    """
+    import json
+
+    scratch.mkdir(parents=True, exist_ok=True)
+    spec = [
+        {"args": list(args), **{k: str(scratch / f"call-{i}.{k}") for k in ("stdout", "stderr", "code")}}
+        for i, args in enumerate(calls)
+    ]
+    full_env = {k: v for k, v in os.environ.items() if k != "MISMATCHSCOPE_DEBUG"}
+    full_env.update(env or {})
+    runner = subprocess.run(
+        [sys.executable, "-c", CALLS_RUNNER, json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+        cwd=cwd,
+    )
+    done = []
+    for call in spec:
+        code = Path(call["code"])
+        if not code.is_file():
+            raise AssertionError(
+                f"the calls' process ended (exit {runner.returncode}) before {call['args']}: "
+                f"{Path(call['stderr']).read_text()[-3000:] if Path(call['stderr']).is_file() else runner.stderr[-3000:]}"
+            )
+        done.append(
+            subprocess.CompletedProcess(
+                ["mismatchscope", *call["args"]],
+                int(code.read_text()),
+                Path(call["stdout"]).read_text(),
+                Path(call["stderr"]).read_text(),
+            )
+        )
+    return done
+
+
 def cli_in_process(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """``main(args)`` with its own stdout, stderr, environment, working directory and program name.
 
