@@ -5,8 +5,9 @@ Pins: descriptor 2 (what a child process writes) and ``sys.stderr`` land in ``en
 terminal stream still reaches the real stderr; descriptor 2 is restored after an error; the root
 cause found in vLLM-style output (a missing package first, wrappers never); an exception raised in
 vLLM's code becomes an :class:`EngineError` with the log's path and ``--sampler hf``, any other
-passes unchanged. The real-engine cases (a checkpoint vLLM's CPU build refuses, the default
-probe's screen) are at the end, marked ``vllm`` and ``slow``.
+passes unchanged. The real-engine cases (checkpoints vLLM's CPU build refuses) are at the end, marked
+``vllm`` and ``slow``; a real engine's output on screen under ``--verbose`` is checked on a resumed probe
+(tests/test_probe_cli.py).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from mismatchscope.probe.engine_log import (
     engine_output,
     root_cause,
 )
-from tests.helpers import REPO, cli
+from tests.helpers import REPO, cli_calls
 
 DENSE = REPO / "sample_data" / "tiny-qwen3"
 
@@ -246,27 +247,52 @@ def _qwen35_moe(folder: Path) -> Path:
     return folder
 
 
-@pytest.mark.vllm
-@pytest.mark.slow
-def test_a_checkpoint_vllm_cannot_load_gets_one_line_naming_the_missing_package(tmp_path):
+@pytest.fixture(scope="module")
+def refused_starts(tmp_path_factory) -> dict:
+    """Two checkpoints vLLM's CPU build does not start, probed one after the other in one process (one vLLM
+    import for both): a tiny Qwen3.5-MoE (its model module imports torchvision, which the install removes) and
+    a tiny DeepSeek-V3 in float32 (the engine core refuses it)."""
     pytest.importorskip("vllm")
     pytest.importorskip("transformers")
+    from tests.probe.test_route_families import _build
+
+    tmp = tmp_path_factory.mktemp("refused")
+    prompts = tmp / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": "1+1="}) + "\n")
     try:
         import torchvision  # noqa: F401
     except ImportError:
-        pass
+        checkpoints = {"qwen35_moe": _qwen35_moe(tmp / "qwen35-moe")}
     else:
-        pytest.skip("torchvision is installed: vLLM loads this model class")
-    ckpt = _qwen35_moe(tmp_path / "qwen35-moe")
-    prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text(json.dumps({"prompt": "1+1="}) + "\n")
-    out = tmp_path / "run"
-    r = cli("probe", str(ckpt), "--prompts", str(prompts), "-n", "1", "--max-tokens", "4", "--out", str(out))
+        checkpoints = {}  # torchvision is installed: vLLM loads that model class
+    checkpoints["deepseek_v3"] = _build("deepseek_v3", tmp)
+    calls = [
+        ["probe", str(ckpt), "--prompts", str(prompts), "--out", str(tmp / f"run-{name}")]
+        + ["--sampler", "vllm", "--sampler-dtype", "float32", "-n", "1", "--max-tokens", "2"]
+        for name, ckpt in checkpoints.items()
+    ]
+    done = cli_calls(calls, tmp / "calls")
+    return {name: (r, tmp / f"run-{name}") for name, r in zip(checkpoints, done)}
+
+
+def _one_line_refusal(r) -> str:
+    """The refused start's last line, after checking that nothing of the engine's reached the screen."""
     assert r.returncode == 2, r.stderr[-3000:]
     assert "Traceback" not in r.stderr and "WARNING" not in r.stderr, r.stderr[-3000:]
     line = r.stderr.strip().splitlines()[-1]
     assert line.startswith("error: vLLM could not start an engine for "), line  # the sampler names its checkpoint
-    assert "ModuleNotFoundError: No module named 'torchvision'" in line and "--sampler hf" in line, line
+    assert "See root cause above" not in line and "--sampler hf" in line, line
+    return line
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_a_checkpoint_vllm_cannot_load_gets_one_line_naming_the_missing_package(refused_starts):
+    if "qwen35_moe" not in refused_starts:
+        pytest.skip("torchvision is installed: vLLM loads this model class")
+    r, out = refused_starts["qwen35_moe"]
+    line = _one_line_refusal(r)
+    assert "ModuleNotFoundError: No module named 'torchvision'" in line, line
     log = Path(line.rsplit("see the engine's output: ", 1)[1].rstrip(")"))
     try:
         assert "Error in inspecting model architecture" in log.read_text()
@@ -277,28 +303,11 @@ def test_a_checkpoint_vllm_cannot_load_gets_one_line_naming_the_missing_package(
 
 @pytest.mark.vllm
 @pytest.mark.slow
-def test_verbose_shows_the_engines_output_live(tmp_path):
-    pytest.importorskip("vllm")
-    prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text(json.dumps({"prompt": "1+1="}) + "\n")
-    out = tmp_path / "run"
-    r = cli(
-        "probe",
-        str(DENSE),
-        "--prompts",
-        str(prompts),
-        "-n",
-        "1",
-        "--max-tokens",
-        "4",
-        "--out",
-        str(out),
-        "--verbose",
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    # the engine's own lines, on screen (its engine processes' capture is tests/test_probe_cli.py's full_run)
-    assert "Attempted to load weight" in r.stderr
-    assert not (out / LOG_NAME).exists()
+def test_a_refused_engine_start_is_one_line_naming_the_cause(refused_starts):
+    """A DeepSeek-V3 checkpoint in float32: the engine core refuses it; the line says why, not where to look."""
+    r, out = refused_starts["deepseek_v3"]
+    _one_line_refusal(r)
+    assert not out.exists()
 
 
 def test_a_refusal_by_the_tool_changes_no_run_log(tmp_path):

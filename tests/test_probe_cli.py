@@ -120,8 +120,14 @@ def test_killed_probe_resumes_to_the_same_sequences(full_run, tmp_path):
     assert json.loads((out / "manifest.json").read_text())["status"] == "running"
     r = cli("probe", str(DENSE), *BASE, "--out", str(out))
     assert r.returncode == 2 and "--resume" in r.stderr  # never silently appends
-    r = cli("probe", str(DENSE), *BASE, "--out", str(out), "--resume", "--format", "json")
+    log = out / "engine.log"
+    killed_log = log.read_bytes() if log.exists() else None
+    r = cli("probe", str(DENSE), *BASE, "--out", str(out), "--resume", "--format", "json", "--verbose")
     assert r.returncode == 0, r.stderr[-3000:]
+    # --verbose: the engine's own lines on screen (the float16 sampler casting the float32 weights),
+    # none added to the run's log
+    assert "Attempted to load weight" in r.stderr
+    assert (log.read_bytes() if log.exists() else None) == killed_log
     a, b = tokens(full_run), tokens(out)
     assert a.column("sequence_id").to_pylist() == b.column("sequence_id").to_pylist()  # none lost, none duplicated
     assert a.column("token_id").to_pylist() == b.column("token_id").to_pylist()  # same seeded samples
