@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from mismatchscope import schema
-from tests.helpers import REPO, cli
+from tests.helpers import REPO, cli, cli_calls
 
 
 def test_cli_reference_is_generated_from_help():
@@ -62,14 +62,18 @@ def test_readme_has_examples():
 
 @pytest.fixture(scope="module")
 def readme_run(tmp_path_factory):
-    """Every README example, in order, in one scratch folder (later lines read what earlier ones wrote)."""
+    """Every README example, in order, in one scratch folder (later lines read what earlier ones wrote).
+
+    Each line is split as a shell splits it and run through the console script's entry point, all in one
+    process: the probes and rescores would otherwise import torch, transformers and vLLM once a line.
+    """
     pytest.importorskip("vllm", reason="the policy-lag example probes with real vLLM")
     cwd = tmp_path_factory.mktemp("readme")
-    results = []
-    for line in _readme_examples():
-        args = [str(REPO / a) if "/" in a and (REPO / a).exists() else a for a in shlex.split(line)[1:]]
-        results.append((line, cli(*args, cwd=cwd)))
-    return cwd, results
+    lines = _readme_examples()
+    calls = [
+        [str(REPO / a) if "/" in a and (REPO / a).exists() else a for a in shlex.split(line)[1:]] for line in lines
+    ]
+    return cwd, list(zip(lines, cli_calls(calls, cwd.parent / f"{cwd.name}-calls", cwd=cwd)))
 
 
 @pytest.mark.vllm
