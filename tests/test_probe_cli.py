@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.helpers import REPO, cli
+from tests.helpers import REPO, cli, cli_calls, cli_no_engine
 
 SAMPLE = REPO / "sample_data"
 DENSE = SAMPLE / "tiny-qwen3"
@@ -150,25 +150,26 @@ def test_killed_probe_resumes_to_the_same_sequences(full_run, tmp_path):
 def test_resume_refuses_other_settings(full_run, tmp_path):
     out = tmp_path / "copy"
     shutil.copytree(full_run, out)
-    r = cli(
+    r = cli_no_engine(  # refused before any engine starts
         "probe", str(DENSE), *BASE[:-2], "--round-prompts", "8", "--temperature", "0.7", "--out", str(out), "--resume"
     )
     assert r.returncode == 2 and "differs in sampling" in r.stderr
 
 
 def test_rescore_reproduces_and_then_changes_the_trainer_side(full_run, tmp_path):
-    same = tmp_path / "same"
-    r = cli("rescore", str(full_run), "--out", str(same), "--trainer-dtype", "float32", "--format", "json")
-    assert r.returncode == 0, r.stderr[-3000:]
+    same, half = tmp_path / "same", tmp_path / "half"
+    calls = [
+        ["rescore", str(full_run), "--out", str(out), "--trainer-dtype", dtype, "--format", "json"]
+        for out, dtype in ((same, "float32"), (half, "float16"))
+    ]
+    for r in cli_calls(calls, tmp_path / "calls"):  # one process: torch and transformers imported once
+        assert r.returncode == 0, r.stderr[-3000:]
     a, b = tokens(full_run), tokens(same)
     assert a.column("sampler_logprob").to_pylist() == b.column("sampler_logprob").to_pylist()  # no resampling
     diffs = [
         abs(x - y) for x, y in zip(a.column("trainer_logprob").to_pylist(), b.column("trainer_logprob").to_pylist())
     ]
     assert max(diffs) < 1e-5
-    half = tmp_path / "half"
-    r = cli("rescore", str(full_run), "--out", str(half), "--trainer-dtype", "float16", "--format", "json")
-    assert r.returncode == 0, r.stderr[-3000:]
     c = tokens(half)
     assert (
         max(
