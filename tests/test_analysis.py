@@ -430,8 +430,8 @@ def test_verl_rs_matches_a_token_by_token_transcription(write, option, threshold
 
 
 def test_topk_bounds_same_to_the_bit_with_equal_and_ragged_list_lengths():
-    # a row's bounds depend on its own list alone: the rows a batch of equal lists shares with a batch
-    # that ends in a shorter list must agree bit for bit
+    # lists of one length take the reshaped path, ragged lists the bincount path; both add a row's
+    # values to 0.0 in list order, so the rows the two batches share must agree bit for bit
     rng = np.random.default_rng(3)
     n, k = 200, 5
     ids = rng.integers(0, 50, (n, k))

@@ -15,7 +15,6 @@ import pyarrow as pa
 
 from ..arrow import list_offsets, to_numpy
 from ..errors import InputError
-from .kernels import bounds_rows
 
 REST_EPS = 1e-12
 """Rest-bucket masses below this are rounding noise (fp32 softmax sums to 1
@@ -54,23 +53,16 @@ def topk_bounds(
 ) -> TopkBounds:
     """Per-token TV and KL(sampler || trainer) lower bounds on the K + rest partition.
 
-    The sampled id is added to K when the list does not already hold it. Per
-    row, with q = exp(sampler logprob) and p = exp(trainer logprob) over K:
-    TV = min(1, (sum_K |p - q| + |sum_K q - sum_K p|) / 2) and
-    KL = max(0, sum_K q (log q - log p) + q_rest (log q_rest - log p_rest)),
-    q_rest = max(1 - sum_K q, 0), p_rest = max(1 - sum_K p, REST_EPS), where a
-    zero q contributes 0 and the rest term is taken only when q_rest > REST_EPS.
-    Each row's sums add its list entries to 0.0 one by one in list order, then
-    the sampled id's terms (``kernels.bounds_rows``: one compiled loop for fixed
-    and ragged lists alike).
+    The sampled id is added to K when the list does not already hold it.
     ``probs``: (exp of the sampler logprobs, exp of the trainer logprobs) when
     the caller has them already (``divergence.token_terms``), not computed twice.
     """
     ids, ends = _flat(topk_ids, "sampler_topk_ids")
     slp, ends_s = _flat(topk_sampler_lp, "sampler_topk_logprobs")
     tlp, ends_t = _flat(topk_trainer_lp, "trainer_logprobs_at_sampler_topk")
+    n_ids = np.diff(ends)
     if not (np.array_equal(ends, ends_s) and np.array_equal(ends, ends_t)):  # offsets from 0: the same lengths
-        n_ids, n_s, n_t = np.diff(ends), np.diff(ends_s), np.diff(ends_t)
+        n_s, n_t = np.diff(ends_s), np.diff(ends_t)
         bad = int(np.flatnonzero((n_ids != n_s) | (n_ids != n_t))[0])
         where = ""
         if sequence_id_T is not None and position_T is not None:
@@ -79,13 +71,117 @@ def topk_bounds(
             f"top-k lists are misaligned{where}: {n_ids[bad]} ids, {n_s[bad]} sampler logprobs, "
             f"{n_t[bad]} trainer logprobs"
         )
+    n = token_id_T.shape[0]
     if probs is None:
         with np.errstate(over="ignore"):
             probs = (np.exp(sampler_logprob_T), np.exp(trainer_logprob_T))
-    tv, kl, q_mass, p_mass = bounds_rows(
-        ends, token_id_T, sampler_logprob_T, trainer_logprob_T, *probs, ids, slp, tlp, REST_EPS
-    )
-    return TopkBounds(tv, kl, q_mass, p_mass)
+    q_T, p_T = probs
+    out = TopkBounds(np.empty(n), np.empty(n), np.empty(n), np.empty(n))
+    for a in range(0, n, BLOCK_ROWS):
+        b = min(n, a + BLOCK_ROWS)
+        lo, hi = int(ends[a]), int(ends[b])
+        _bounds_block(
+            out,
+            slice(a, b),
+            token_id_T[a:b],
+            sampler_logprob_T[a:b],
+            trainer_logprob_T[a:b],
+            q_T[a:b],
+            p_T[a:b],
+            ids[lo:hi],
+            slp[lo:hi],
+            tlp[lo:hi],
+            n_ids[a:b],
+        )
+    return out
+
+
+BLOCK_ROWS = 16384
+"""rows bounded at once: their row-sized temporaries (8 bytes a row) then stay in a core's cache, where a
+whole batch's would go to memory and back for every operation, while each numpy call still covers enough
+rows that its fixed cost stays small."""
+
+
+def _bounds_block(
+    out: TopkBounds,
+    rows: slice,
+    token_id_T: np.ndarray,
+    sampler_logprob_T: np.ndarray,
+    trainer_logprob_T: np.ndarray,
+    q_T: np.ndarray,
+    p_T: np.ndarray,
+    ids: np.ndarray,
+    slp: np.ndarray,
+    tlp: np.ndarray,
+    n_ids: np.ndarray,
+) -> None:
+    """:func:`topk_bounds` on the rows ``rows`` of a batch (their flat list values given), written into ``out``."""
+    slp, tlp = slp.astype(np.float64, copy=False), tlp.astype(np.float64, copy=False)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        q_sum, p_sum, abs_sum, kl_in, listed = _list_sums(token_id_T, ids, slp, tlp, n_ids)
+        extra_q = np.where(listed, 0.0, q_T)  # the sampled id, when the list lacks it
+        extra_p = np.where(listed, 0.0, p_T)
+        q_sum += extra_q
+        p_sum += extra_p
+        abs_sum += np.abs(extra_p - extra_q)
+        tv = 0.5 * (abs_sum + np.abs(q_sum - p_sum))
+        kl_in += np.where(listed | (extra_q <= 0), 0.0, extra_q * (sampler_logprob_T - trainer_logprob_T))
+        # sums of probabilities are >= 0, so 1 - sum <= 1: only the floors can clip
+        q_rest = np.maximum(1.0 - q_sum, 0.0)
+        p_rest = np.maximum(1.0 - p_sum, REST_EPS)
+        kl_rest = np.zeros(q_rest.shape)
+        rest = np.flatnonzero(q_rest > REST_EPS)  # logarithms only where the rest bucket holds sampler mass
+        q_rest = q_rest[rest]
+        kl_rest[rest] = q_rest * (np.log(q_rest) - np.log(p_rest[rest]))
+    np.minimum(tv, 1.0, out=out.tv_lower_T[rows])
+    np.maximum(kl_in + kl_rest, 0.0, out=out.kl_lower_T[rows])
+    out.sampler_mass_T[rows] = q_sum
+    out.trainer_mass_T[rows] = p_sum
+
+
+def _list_sums(
+    token_id_T: np.ndarray, ids: np.ndarray, slp: np.ndarray, tlp: np.ndarray, n_ids: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per row, over its list: the sums of q, p, |p - q| and q (log q - log p), and whether it holds the row's
+    sampled id.
+
+    Each row's values are added to 0.0 one by one in list order. When every
+    list has the same length k (what samplers write), the lists are a ``[n, k]``
+    table, taken a column at a time: each step is a handful of row-sized
+    operations on data in cache. Ragged lists are flattened and summed by
+    ``np.bincount`` over their row index, which adds in the same order, so both
+    give the same bits.
+    """
+    n = token_id_T.shape[0]
+    if not (n and (n_ids == n_ids[0]).all()):
+        row = np.repeat(np.arange(n), n_ids)
+        qk, pk = np.exp(slp), np.exp(tlp)
+        terms = (qk, pk, np.abs(pk - qk), _kl_terms(slp, tlp, qk, np.empty(qk.shape)))
+        q_sum, p_sum, abs_sum, kl_in = (np.bincount(row, weights=w, minlength=n) for w in terms)
+        return q_sum, p_sum, abs_sum, kl_in, np.bincount(row, weights=(ids == token_id_T[row]), minlength=n) > 0
+    k = int(n_ids[0])
+    q_sum, p_sum, abs_sum, kl_in = np.zeros((4, n))
+    listed = np.zeros(n, bool)
+    qj, pj, dj, hit = np.empty(n), np.empty(n), np.empty(n), np.empty(n, bool)
+    ids_nk, slp_nk, tlp_nk = ids.reshape(n, k), slp.reshape(n, k), tlp.reshape(n, k)
+    for j in range(k):
+        np.exp(slp_nk[:, j], out=qj)
+        np.exp(tlp_nk[:, j], out=pj)
+        q_sum += qj
+        p_sum += pj
+        abs_sum += np.abs(np.subtract(pj, qj, out=dj), out=dj)
+        kl_in += _kl_terms(slp_nk[:, j], tlp_nk[:, j], qj, dj)
+        listed |= np.equal(ids_nk[:, j], token_id_T, out=hit)
+    return q_sum, p_sum, abs_sum, kl_in, listed
+
+
+def _kl_terms(slp: np.ndarray, tlp: np.ndarray, q: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """q (log q - log p) per list value, into ``out``; q = 0 contributes nothing (0 log 0 = 0), whatever p is."""
+    np.subtract(slp, tlp, out=out)
+    out *= q
+    if not q.all():
+        out[q == 0] = 0.0
+    return out
 
 
 TAIL_EMPTY = 1e-6
