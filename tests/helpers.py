@@ -73,6 +73,8 @@ def cli_process(
 CALLS_RUNNER = r"""
 import json, os, sys
 from mismatchscope.cli.main import main
+terminal = os.dup(1), os.dup(2)
+env, cwd = dict(os.environ), os.getcwd()
 for call in json.loads(sys.argv[1]):
     sys.stdout.flush()
     sys.stderr.flush()
@@ -80,6 +82,9 @@ for call in json.loads(sys.argv[1]):
         f = os.open(call[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(f, fd)
         os.close(f)
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
     sys.argv = ["mismatchscope", *call["args"]]
     code = 0
     try:
@@ -92,18 +97,23 @@ for call in json.loads(sys.argv[1]):
     sys.stderr.flush()
     with open(call["code"], "w") as f:
         f.write(str(code))
+os.dup2(terminal[0], 1)
+os.dup2(terminal[1], 2)
 """
 
 
 def cli_calls(
-    calls: list[list[str]], scratch: Path, env: dict | None = None, timeout: float = 1800, cwd: Path | None = None
+    calls: list[list[str]], scratch: Path, env: dict | None = None, cwd: Path | None = None
 ) -> list[subprocess.CompletedProcess]:
-    """Several command lines, one after the other, in ONE fresh interpreter: each as :func:`cli_process` gives it.
+    """Several command lines, one after the other, in ONE fresh interpreter, each with its own stdout, stderr
+    (descriptors 1 and 2, which the engines' child processes inherit) and exit code; ``scratch`` holds them.
 
     For probes whose engines are the test's input, not its subject: a probe process spends about 15 s of its
     20 importing vLLM, torch and transformers, which the calls after the first then find imported. Each call
-    gets its own stdout and stderr (descriptors 1 and 2, which the engines' child processes inherit) and its
-    own exit code; ``scratch`` holds them.
+    starts from the same environment variables and working directory; what a process keeps beyond those (its
+    imports, loggers, warnings already shown) carries over, so a call's own behaviour is checked through
+    :func:`cli_process`. A child process a call leaves running (a resource tracker) keeps writing to that
+    call's files. The interpreter's exit (its teardown) must succeed too.
     """
     import json
 
@@ -114,30 +124,35 @@ def cli_calls(
     ]
     full_env = {k: v for k, v in os.environ.items() if k != "MISMATCHSCOPE_DEBUG"}
     full_env.update(env or {})
-    runner = subprocess.run(
-        [sys.executable, "-c", CALLS_RUNNER, json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=timeout,
-        cwd=cwd,
-    )
+    try:
+        runner = subprocess.run(
+            [sys.executable, "-P", "-c", CALLS_RUNNER, json.dumps(spec)],  # -P: no working folder on sys.path
+            capture_output=True,
+            text=True,
+            env=full_env,
+            timeout=600 * len(calls),
+            cwd=cwd,
+        )
+    except subprocess.TimeoutExpired:
+        hung = next(c["args"] for c in spec if not Path(c["code"]).is_file())
+        raise AssertionError(f"no exit within {600 * len(calls)} s; the call still running: {hung}") from None
     done = []
     for call in spec:
-        code = Path(call["code"])
+        code, err = Path(call["code"]), Path(call["stderr"])
         if not code.is_file():
             raise AssertionError(
-                f"the calls' process ended (exit {runner.returncode}) before {call['args']}: "
-                f"{Path(call['stderr']).read_text()[-3000:] if Path(call['stderr']).is_file() else runner.stderr[-3000:]}"
+                f"the calls' process ended (exit {runner.returncode}) during {call['args']}: "
+                f"{(err.read_text() if err.is_file() else runner.stderr)[-3000:]}"
             )
         done.append(
             subprocess.CompletedProcess(
                 ["mismatchscope", *call["args"]],
                 int(code.read_text()),
                 Path(call["stdout"]).read_text(),
-                Path(call["stderr"]).read_text(),
+                err.read_text(),
             )
         )
+    assert runner.returncode == 0, f"the calls' process failed at exit ({runner.returncode}): {runner.stderr[-3000:]}"
     return done
 
 

@@ -222,3 +222,17 @@ def test_new_rules_in_compare_masks_json(write):
         "option": "token_k1",
         "threshold": "0.5_2.0",
     }
+
+
+def test_calls_in_one_process_keep_their_own_output_exit_code_environment_and_folder(tmp_path):
+    """tests.helpers.cli_calls, which the engine tests rely on: a report (exit 0, JSON on its stdout), a missing
+    file (exit 2, its one line on its own stderr only), then a report again: the failure left nothing behind."""
+    from tests.helpers import cli_calls
+
+    missing = tmp_path / "missing.parquet"
+    ok = ["report", str(SAMPLE_PAIRS), "--format", "json"]
+    done = cli_calls([ok, ["report", str(missing)], ok], tmp_path / "calls", cwd=tmp_path)
+    assert [r.returncode for r in done] == [0, 2, 0]
+    assert json.loads(done[0].stdout)["tokens"] == json.loads(done[2].stdout)["tokens"] > 0
+    assert done[1].stdout == "" and done[1].stderr.strip() == f"error: {missing}: no such file or directory"
+    assert "error" not in done[0].stderr + done[2].stderr

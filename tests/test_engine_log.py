@@ -259,13 +259,16 @@ def refused_starts(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("refused")
     prompts = tmp / "prompts.jsonl"
     prompts.write_text(json.dumps({"prompt": "1+1="}) + "\n")
+    checkpoints = {}
     try:
         import torchvision  # noqa: F401
     except ImportError:
-        checkpoints = {"qwen35_moe": _qwen35_moe(tmp / "qwen35-moe")}
-    else:
-        checkpoints = {}  # torchvision is installed: vLLM loads that model class
-    checkpoints["deepseek_v3"] = _build("deepseek_v3", tmp)
+        checkpoints["qwen35_moe"] = _qwen35_moe(tmp / "qwen35-moe")
+    # else torchvision is installed: vLLM loads that model class
+    try:
+        checkpoints["deepseek_v3"] = _build("deepseek_v3", tmp)
+    except pytest.skip.Exception:
+        pass  # this transformers has no DeepSeek-V3: the Qwen3.5-MoE case still runs
     calls = [
         ["probe", str(ckpt), "--prompts", str(prompts), "--out", str(tmp / f"run-{name}")]
         + ["--sampler", "vllm", "--sampler-dtype", "float32", "-n", "1", "--max-tokens", "2"]
@@ -305,9 +308,17 @@ def test_a_checkpoint_vllm_cannot_load_gets_one_line_naming_the_missing_package(
 @pytest.mark.slow
 def test_a_refused_engine_start_is_one_line_naming_the_cause(refused_starts):
     """A DeepSeek-V3 checkpoint in float32: the engine core refuses it; the line says why, not where to look."""
+    if "deepseek_v3" not in refused_starts:
+        pytest.skip("this transformers has no DeepSeek-V3")
     r, out = refused_starts["deepseek_v3"]
-    _one_line_refusal(r)
-    assert not out.exists()
+    line = _one_line_refusal(r)
+    log = Path(line.rsplit("see the engine's output: ", 1)[1].rstrip(")"))
+    try:
+        # vLLM's CPU build loads no e_score_correction_bias for it: the engine core's own exception, named
+        assert "KeyError: 'layers.1.mlp.gate.e_score_correction_bias'" in line, line
+        assert not out.exists()
+    finally:
+        log.unlink(missing_ok=True)
 
 
 def test_a_refusal_by_the_tool_changes_no_run_log(tmp_path):

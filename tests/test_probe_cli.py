@@ -17,6 +17,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from mismatchscope.probe.engine_log import LOG_NAME
 from tests.helpers import REPO, cli, cli_calls, cli_no_engine
 
 SAMPLE = REPO / "sample_data"
@@ -60,8 +61,8 @@ ENGINE_LINE_MARKS = ("WARNING", "Triton", "LD_PRELOAD", "pid=", "Warning", "Load
 def test_the_screen_shows_the_tool_and_the_run_log_holds_the_engines(full_run):
     err = (full_run.parent / "stderr.txt").read_text()
     assert not [ln for ln in err.splitlines() if any(m in ln for m in ENGINE_LINE_MARKS)], err
-    assert f"{full_run / 'engine.log'} (--verbose shows it live)" in err
-    log = (full_run / "engine.log").read_text()
+    assert f"{full_run / LOG_NAME} (--verbose shows it live)" in err
+    log = (full_run / LOG_NAME).read_text()
     # the fp16 sampler's worker process casts the checkpoint's fp32 weights, one line per weight
     assert "Attempted to load weight" in log and "pid=" in log
 
@@ -120,7 +121,7 @@ def test_killed_probe_resumes_to_the_same_sequences(full_run, tmp_path):
     assert json.loads((out / "manifest.json").read_text())["status"] == "running"
     r = cli("probe", str(DENSE), *BASE, "--out", str(out))
     assert r.returncode == 2 and "--resume" in r.stderr  # never silently appends
-    log = out / "engine.log"
+    log = out / LOG_NAME
     killed_log = log.read_bytes() if log.exists() else None
     r = cli("probe", str(DENSE), *BASE, "--out", str(out), "--resume", "--format", "json", "--verbose")
     assert r.returncode == 0, r.stderr[-3000:]
