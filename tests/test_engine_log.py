@@ -278,14 +278,15 @@ def refused_starts(tmp_path_factory) -> dict:
     return {name: (r, tmp / f"run-{name}") for name, r in zip(checkpoints, done)}
 
 
-def _one_line_refusal(r) -> str:
-    """The refused start's last line, after checking that nothing of the engine's reached the screen."""
+def _one_line_refusal(r) -> tuple[str, Path]:
+    """The refused start's last line and the engine log it names, after checking that nothing of the engine's
+    reached the screen."""
     assert r.returncode == 2, r.stderr[-3000:]
     assert "Traceback" not in r.stderr and "WARNING" not in r.stderr, r.stderr[-3000:]
     line = r.stderr.strip().splitlines()[-1]
     assert line.startswith("error: vLLM could not start an engine for "), line  # the sampler names its checkpoint
     assert "See root cause above" not in line and "--sampler hf" in line, line
-    return line
+    return line, Path(line.rsplit("see the engine's output: ", 1)[1].rstrip(")"))
 
 
 @pytest.mark.vllm
@@ -294,9 +295,8 @@ def test_a_checkpoint_vllm_cannot_load_gets_one_line_naming_the_missing_package(
     if "qwen35_moe" not in refused_starts:
         pytest.skip("torchvision is installed: vLLM loads this model class")
     r, out = refused_starts["qwen35_moe"]
-    line = _one_line_refusal(r)
+    line, log = _one_line_refusal(r)
     assert "ModuleNotFoundError: No module named 'torchvision'" in line, line
-    log = Path(line.rsplit("see the engine's output: ", 1)[1].rstrip(")"))
     try:
         assert "Error in inspecting model architecture" in log.read_text()
         assert not out.exists()  # the failed start takes its run directory back
@@ -311,8 +311,7 @@ def test_a_refused_engine_start_is_one_line_naming_the_cause(refused_starts):
     if "deepseek_v3" not in refused_starts:
         pytest.skip("this transformers has no DeepSeek-V3")
     r, out = refused_starts["deepseek_v3"]
-    line = _one_line_refusal(r)
-    log = Path(line.rsplit("see the engine's output: ", 1)[1].rstrip(")"))
+    line, log = _one_line_refusal(r)
     try:
         # vLLM's CPU build loads no e_score_correction_bias for it: the engine core's own exception, named
         assert "KeyError: 'layers.1.mlp.gate.e_score_correction_bias'" in line, line
