@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mismatchscope.analysis.engine import AnalysisRequest, analyse
-from mismatchscope.analysis.topk import topk_bounds
+from mismatchscope.analysis.topk import COMPILED_ENV, topk_bounds
 from mismatchscope.documents import to_json
 from mismatchscope.errors import InputError
 from mismatchscope.rules import default_rules, parse_rule, parse_sweep
@@ -136,7 +136,13 @@ def test_sweep_and_examples(write):
     assert ex[0].rejected_by == ["ipo"] and ex[0].kept_by == ["icepop"]
 
 
-def test_topk_bounds_hand_derived():
+TOPK_PATHS = pytest.mark.parametrize("compiled", ["1", "0"], ids=["compiled", "numpy"])
+"""the top-k bounds' two implementations (the compiled per-row loop and numpy's), each held to the same values."""
+
+
+@TOPK_PATHS
+def test_topk_bounds_hand_derived(compiled, monkeypatch):
+    monkeypatch.setenv(COMPILED_ENV, compiled)
     # sampler lists ids [3, 5] with q = [0.6, 0.3]; trainer p = [0.5, 0.3]; sampled id 5.
     # TV = 0.5 * (|0.5-0.6| + |0.3-0.3| + |(1-0.8) - (1-0.9)|) = 0.5 * (0.1 + 0 + 0.1) = 0.1
     # KL = 0.6 log(0.6/0.5) + 0.3 log(1) + 0.1 log(0.1/0.2) = 0.109393 - 0.069315 = 0.040078
@@ -164,9 +170,16 @@ def test_topk_bounds_hand_derived():
     assert b2.tv_lower_T[0] == pytest.approx(0.1, abs=1e-12)
 
 
+@TOPK_PATHS
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 2**32 - 1), st.integers(2, 60), st.integers(1, 8), st.floats(0.01, 3.0))
-def test_topk_bounds_never_exceed_full_divergence(seed, vocab, k, noise):
+def test_topk_bounds_never_exceed_full_divergence(compiled, seed, vocab, k, noise):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(COMPILED_ENV, compiled)
+        _check_never_exceed(seed, vocab, k, noise)
+
+
+def _check_never_exceed(seed, vocab, k, noise):
     rng = np.random.default_rng(seed)
     k = min(k, vocab)
     z = rng.normal(0, 3, (20, vocab))
@@ -429,9 +442,12 @@ def test_verl_rs_matches_a_token_by_token_transcription(write, option, threshold
     assert 0 < got < lq.size  # the thresholds are chosen to cut some tokens, not all
 
 
-def test_topk_bounds_same_to_the_bit_with_equal_and_ragged_list_lengths():
-    # lists of one length take the reshaped path, ragged lists the bincount path; both add a row's
-    # values to 0.0 in list order, so the rows the two batches share must agree bit for bit
+@TOPK_PATHS
+def test_topk_bounds_same_to_the_bit_with_equal_and_ragged_list_lengths(compiled, monkeypatch):
+    # numpy takes lists of one length as a [n, k] table and ragged lists by bincount, the compiled loop
+    # reads both by their offsets; every way adds a row's values to 0.0 in list order, so the rows the
+    # two batches share must agree bit for bit
+    monkeypatch.setenv(COMPILED_ENV, compiled)
     rng = np.random.default_rng(3)
     n, k = 200, 5
     ids = rng.integers(0, 50, (n, k))

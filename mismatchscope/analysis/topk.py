@@ -8,7 +8,9 @@ lower bounds; with the full vocabulary listed they are exact.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 import pyarrow as pa
@@ -21,6 +23,24 @@ REST_EPS = 1e-12
 within ~1e-7): a zero sampler mass contributes 0 to the KL, and a trainer mass
 is floored here rather than turning a rounding error into an infinite bound."""
 
+TAIL_EMPTY = 1e-6
+"""A tail mass 1 - sum_K below this is empty: fp32 softmax rows sum to 1 only within ~1e-7, so a
+smaller "tail" is rounding, and a ratio of two such tails would be a ratio of noise."""
+
+
+try:
+    from . import _topk_rows
+except ImportError:  # installed without a C compiler: the numpy code below, with the same numbers
+    _topk_rows = None
+
+COMPILED_ENV = "MISMATCHSCOPE_COMPILED"
+"""``0`` runs the numpy code even where the compiled loop is built (to rule it out, or to compare)."""
+
+
+def compiled_rows() -> ModuleType | None:
+    """The compiled per-row loop (``_topk_rows.c``), or None: not built, or turned off by ``COMPILED_ENV``."""
+    return None if os.environ.get(COMPILED_ENV, "").strip() == "0" else _topk_rows
+
 
 @dataclass(frozen=True)
 class TopkBounds:
@@ -30,6 +50,11 @@ class TopkBounds:
     """sum of q over K: how much of the sampler's distribution the list covers."""
     trainer_mass_T: np.ndarray
     """sum of p over the same K: the trainer's mass on the sampler's top-k."""
+    tail_ratio_T: np.ndarray
+    """rho = (1 - sum_K q) / (1 - sum_K p), the rest buckets' ratio, where both are non-empty; NaN elsewhere."""
+    empty_sampler_tail_T: np.ndarray
+    """bool: 1 - sum_K q < TAIL_EMPTY (rho undefined)."""
+    empty_trainer_tail_T: np.ndarray
 
 
 def _flat(arr: pa.Array, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -76,7 +101,11 @@ def topk_bounds(
         with np.errstate(over="ignore"):
             probs = (np.exp(sampler_logprob_T), np.exp(trainer_logprob_T))
     q_T, p_T = probs
-    out = TopkBounds(np.empty(n), np.empty(n), np.empty(n), np.empty(n))
+    f64, flag = (lambda: np.empty(n)), (lambda: np.empty(n, bool))
+    out = TopkBounds(f64(), f64(), f64(), f64(), f64(), flag(), flag())
+    if (rows := compiled_rows()) is not None:
+        _bounds_compiled(rows, out, ends, ids, slp, tlp, token_id_T, sampler_logprob_T, trainer_logprob_T, q_T, p_T)
+        return out
     for a in range(0, n, BLOCK_ROWS):
         b = min(n, a + BLOCK_ROWS)
         lo, hi = int(ends[a]), int(ends[b])
@@ -94,6 +123,48 @@ def topk_bounds(
             n_ids[a:b],
         )
     return out
+
+
+_ROW_VALUE_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
+"""list value types the compiled loop reads as they are (others are cast to float64 first, as numpy does)."""
+
+
+def _bounds_compiled(
+    rows: ModuleType,
+    out: TopkBounds,
+    ends: np.ndarray,
+    ids: np.ndarray,
+    slp: np.ndarray,
+    tlp: np.ndarray,
+    token_id_T: np.ndarray,
+    sampler_logprob_T: np.ndarray,
+    trainer_logprob_T: np.ndarray,
+    q_T: np.ndarray,
+    p_T: np.ndarray,
+) -> None:
+    """:func:`topk_bounds`' arithmetic in one compiled pass over the rows, written into ``out``: the same
+    operations in the same order as :func:`_bounds_block`, so the same bits, without a dozen passes over
+    row-sized arrays per list column."""
+    if slp.dtype not in _ROW_VALUE_TYPES:
+        slp, tlp = slp.astype(np.float64), tlp.astype(np.float64)
+    f64 = [np.ascontiguousarray(x, dtype=np.float64) for x in (sampler_logprob_T, trainer_logprob_T, q_T, p_T)]
+    rows.bounds(
+        np.ascontiguousarray(ends),
+        np.ascontiguousarray(ids, dtype=np.int64),
+        np.ascontiguousarray(slp),
+        np.ascontiguousarray(tlp),
+        np.ascontiguousarray(token_id_T, dtype=np.int64),
+        *f64,
+        out.tv_lower_T,
+        out.kl_lower_T,
+        out.sampler_mass_T,
+        out.trainer_mass_T,
+        out.tail_ratio_T,
+        out.empty_sampler_tail_T,
+        out.empty_trainer_tail_T,
+        REST_EPS,
+        TAIL_EMPTY,
+    )
 
 
 BLOCK_ROWS = 16384
@@ -137,6 +208,12 @@ def _bounds_block(
     np.maximum(kl_in + kl_rest, 0.0, out=out.kl_lower_T[rows])
     out.sampler_mass_T[rows] = q_sum
     out.trainer_mass_T[rows] = p_sum
+    q_tail, p_tail = 1.0 - q_sum, 1.0 - p_sum
+    empty_q, empty_p = q_tail < TAIL_EMPTY, p_tail < TAIL_EMPTY
+    out.empty_sampler_tail_T[rows] = empty_q
+    out.empty_trainer_tail_T[rows] = empty_p
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out.tail_ratio_T[rows] = np.where(empty_q | empty_p, np.nan, q_tail / p_tail)
 
 
 def _list_sums(
@@ -184,11 +261,6 @@ def _kl_terms(slp: np.ndarray, tlp: np.ndarray, q: np.ndarray, out: np.ndarray) 
     return out
 
 
-TAIL_EMPTY = 1e-6
-"""A tail mass 1 - sum_K below this is empty: fp32 softmax rows sum to 1 only within ~1e-7, so a
-smaller "tail" is rounding, and a ratio of two such tails would be a ratio of noise."""
-
-
 @dataclass(frozen=True)
 class ScoreCentering:
     """Per-token statistics a top-k-aware loss (score centering) needs (docs/analysis.md).
@@ -213,13 +285,12 @@ class ScoreCentering:
 def score_centering(
     bounds: TopkBounds, sampler_topk_ids: pa.Array, trainer_topk_ids: pa.Array | None
 ) -> ScoreCentering:
-    q_tail = 1.0 - bounds.sampler_mass_T
-    p_tail = 1.0 - bounds.trainer_mass_T
-    empty_q, empty_p = q_tail < TAIL_EMPTY, p_tail < TAIL_EMPTY
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rho = np.where(empty_q | empty_p, np.nan, q_tail / p_tail)
+    """The bounds' masses and tails (computed with them, in the same pass), and the two top-k sets' overlap."""
     overlap = None if trainer_topk_ids is None else topk_overlap(sampler_topk_ids, trainer_topk_ids)
-    return ScoreCentering(bounds.sampler_mass_T, bounds.trainer_mass_T, rho, empty_q, empty_p, overlap)
+    b = bounds
+    return ScoreCentering(
+        b.sampler_mass_T, b.trainer_mass_T, b.tail_ratio_T, b.empty_sampler_tail_T, b.empty_trainer_tail_T, overlap
+    )
 
 
 def topk_overlap(ids_a: pa.Array, ids_b: pa.Array) -> np.ndarray:

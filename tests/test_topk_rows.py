@@ -1,0 +1,192 @@
+"""The top-k bounds' compiled per-row loop (``analysis/_topk_rows.c``) against a reference written out in
+Python, and against the numpy code it stands in for, bit for bit.
+
+The reference does the arithmetic of docs/analysis.md ("Top-k lower bounds") one row at a time with
+Python floats: ``math.exp`` and ``math.log`` are the C library's, as the compiled loop's are, and every
+``+``, ``*`` and ``abs`` is one IEEE double operation in the order written. So the loop must equal it
+exactly, on lists chosen to hit every branch: the sampled id listed or not, zero probabilities, an
+infinite KL term, list masses above 1, empty and ragged lists, float32 values and 64-bit offsets.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from mismatchscope.analysis import topk
+from mismatchscope.analysis.topk import COMPILED_ENV, REST_EPS, TAIL_EMPTY, topk_bounds
+from tests.helpers import REPO, cli_no_engine
+
+
+def _np_max(a: float, b: float) -> float:
+    return a if (a >= b or math.isnan(a)) else b  # numpy's maximum: a NaN wins
+
+
+def _np_min(a: float, b: float) -> float:
+    return a if (a <= b or math.isnan(a)) else b
+
+
+def reference_row(tok, lq, lp, q, p, ids, slp, tlp) -> tuple[float, ...]:
+    """(TV bound, KL bound, sum_K q, sum_K p, tail ratio, empty sampler tail, empty trainer tail) of one row,
+    K = the listed ids plus the sampled id if unlisted."""
+    q_sum = p_sum = abs_sum = kl_in = 0.0
+    listed = False
+    for i, s, t in zip(ids, slp, tlp):
+        qi, pi = math.exp(s), math.exp(t)
+        q_sum += qi
+        p_sum += pi
+        abs_sum += abs(pi - qi)
+        kl_in += 0.0 if qi == 0.0 else (s - t) * qi  # 0 log 0 = 0, whatever p is
+        listed = listed or i == tok
+    extra_q, extra_p = (0.0, 0.0) if listed else (q, p)
+    q_sum += extra_q
+    p_sum += extra_p
+    abs_sum += abs(extra_p - extra_q)
+    tv = 0.5 * (abs_sum + abs(q_sum - p_sum))
+    kl_in += 0.0 if (listed or extra_q <= 0.0) else extra_q * (lq - lp)
+    q_rest, p_rest = _np_max(1.0 - q_sum, 0.0), _np_max(1.0 - p_sum, REST_EPS)
+    kl_rest = q_rest * (math.log(q_rest) - math.log(p_rest)) if q_rest > REST_EPS else 0.0
+    q_tail, p_tail = 1.0 - q_sum, 1.0 - p_sum
+    empty_q, empty_p = q_tail < TAIL_EMPTY, p_tail < TAIL_EMPTY
+    rho = math.nan if (empty_q or empty_p) else q_tail / p_tail
+    return _np_min(tv, 1.0), _np_max(kl_in + kl_rest, 0.0), q_sum, p_sum, rho, float(empty_q), float(empty_p)
+
+
+INF = float("inf")
+ROWS = [
+    # (sampled id, its sampler and trainer logprob, listed ids, sampler list, trainer list)
+    (5, math.log(0.3), math.log(0.3), [3, 5], [math.log(0.6), math.log(0.3)], [math.log(0.5), math.log(0.3)]),
+    (9, math.log(0.05), math.log(0.1), [3, 5], [math.log(0.6), math.log(0.3)], [math.log(0.5), math.log(0.3)]),
+    (1, -0.1, -0.2, [1, 2, 3], [-0.1, -0.5, -0.7], [-0.2, -0.4, -0.9]),  # masses above 1: the rest clips
+    (4, -2.0, -2.5, [1, 2], [-INF, -1.0], [-INF, -1.2]),  # q = 0 with p = 0: no KL term, no NaN
+    (4, -2.0, -2.5, [1, 2], [-1.0, -3.0], [-INF, -3.1]),  # p = 0 under q > 0: the KL is infinite
+    (4, -INF, -1.0, [1, 2], [-1.0, -3.0], [-1.1, -2.0]),  # an unlisted sampled token of q = 0 adds nothing
+    (7, -0.7, -0.6, [], [], []),  # an empty list: K is the sampled id alone
+    (2, -1e-9, -2e-9, [2, 2], [-1e-9, -1e-9], [-2e-9, -2e-9]),  # an id listed twice counts twice, as written
+    (8, -30.0, -29.0, [1, 2, 3, 4, 5, 6], [-0.3, -1.9, -2.0, -3.3, -7.0, -29.5], [-0.31, -1.8, -2.1, -3.0, -8.0, -30]),
+]
+
+
+def _batch(rows, value_type=pa.float64(), list_type=pa.list_):
+    tok = np.array([r[0] for r in rows], np.int64)
+    lq, lp = np.array([r[1] for r in rows]), np.array([r[2] for r in rows])
+    ids = pa.array([r[3] for r in rows], list_type(pa.int64()))
+    slp = pa.array([r[4] for r in rows], list_type(value_type))
+    tlp = pa.array([r[5] for r in rows], list_type(value_type))
+    return tok, lq, lp, ids, slp, tlp
+
+
+def _bounds(compiled: str, tok, lq, lp, ids, slp, tlp):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(COMPILED_ENV, compiled)
+        with np.errstate(divide="ignore"):
+            b = topk_bounds(tok, lq, lp, ids, slp, tlp)
+    return np.stack(
+        [
+            b.tv_lower_T,
+            b.kl_lower_T,
+            b.sampler_mass_T,
+            b.trainer_mass_T,
+            b.tail_ratio_T,
+            b.empty_sampler_tail_T,
+            b.empty_trainer_tail_T,
+        ],
+        axis=1,
+    )
+
+
+def _bits(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x, dtype=np.float64).view(np.int64)
+
+
+def test_the_install_built_the_compiled_loop():
+    # the extension is optional (a machine without a C compiler installs without it): a build that failed
+    # silently would leave every report on the slower numpy path
+    assert topk.compiled_rows() is topk._topk_rows is not None
+
+
+@pytest.mark.parametrize("value_type", [pa.float64(), pa.float32()], ids=["float64", "float32"])
+@pytest.mark.parametrize("list_type", [pa.list_, pa.large_list], ids=["offsets32", "offsets64"])
+def test_the_compiled_loop_equals_the_reference_bit_for_bit(value_type, list_type):
+    tok, lq, lp, ids, slp, tlp = _batch(ROWS, value_type, list_type)
+    got = _bounds("1", tok, lq, lp, ids, slp, tlp)
+    q, p = np.exp(lq), np.exp(lp)
+    with np.errstate(divide="ignore"):
+        values = [(slp[i].values.to_numpy(), tlp[i].values.to_numpy()) for i in range(len(ROWS))]
+    want = np.array(
+        [
+            reference_row(r[0], r[1], r[2], float(q[i]), float(p[i]), r[3], map(float, s), map(float, t))
+            for i, (r, (s, t)) in enumerate(zip(ROWS, values))
+        ]
+    )
+    assert np.array_equal(_bits(got), _bits(want))  # NaN rhos too: both are numpy's quiet NaN
+    # and the rows say what the comments above them say
+    assert math.isinf(got[4, 1]) and got[4, 1] > 0
+    assert got[6, 2] == math.exp(-0.7) and got[6, 3] == math.exp(-0.6)  # K = {sampled id}
+    assert got[2, 2] > 1.0 and got[2, 0] <= 1.0
+    assert got[2, 5] == 1.0 and math.isnan(got[2, 4])  # no sampler tail: rho undefined
+    assert not math.isnan(got[0, 4]) and got[0, 4] == pytest.approx(0.1 / 0.2)  # (1 - 0.9) / (1 - 0.8)
+
+
+def test_the_numpy_code_equals_the_compiled_loop_bit_for_bit():
+    rng = np.random.default_rng(11)
+    n = 3000
+    lengths = rng.integers(0, 7, n)
+    rows = []
+    for i in range(n):
+        k = int(lengths[i])
+        ids = rng.integers(0, 20, k).tolist()
+        slp = np.log(rng.dirichlet(np.ones(k + 2))[:k]).tolist()
+        tlp = (np.array(slp) + rng.normal(0, 0.3, k)).clip(max=0.0).tolist()
+        rows.append(
+            (int(rng.integers(0, 20)), float(np.log(rng.uniform(1e-6, 1))), -float(rng.exponential()), ids, slp, tlp)
+        )
+    for value_type in (pa.float64(), pa.float32()):
+        batch = _batch(rows, value_type)
+        x = np.concatenate(
+            [batch[4].values.to_numpy().astype(np.float64), batch[5].values.to_numpy().astype(np.float64)]
+        )
+        if not np.array_equal(np.exp(x), [math.exp(v) for v in x]):  # pragma: no cover - CPUs with AVX-512
+            pytest.skip("numpy's exp is not the C library's on this CPU: the two paths may differ in the last bit")
+        assert np.array_equal(_bits(_bounds("0", *batch)), _bits(_bounds("1", *batch)))
+        fixed = _batch([r for r in rows if len(r[3]) == 5], value_type)  # numpy's [n, k] table path
+        assert np.array_equal(_bits(_bounds("0", *fixed)), _bits(_bounds("1", *fixed)))
+
+
+def test_report_is_the_same_with_and_without_the_compiled_loop(tmp_path):
+    path = str(REPO / "sample_data" / "simulated_pairs.parquet")
+    outs = []
+    for compiled in ("1", "0"):
+        r = cli_no_engine("report", path, "--format", "json", env={COMPILED_ENV: compiled})
+        assert r.returncode == 0, r.stderr
+        outs.append(json.loads(r.stdout))
+    assert outs[0]["topk"]["tokens"] > 0
+    assert outs[0] == outs[1]
+
+
+def test_the_compiled_loop_refuses_what_it_cannot_read():
+    rows = topk._topk_rows
+    assert rows is not None
+    n = 2
+    f = [np.zeros(n) for _ in range(9)] + [np.zeros(n, bool), np.zeros(n, bool)]
+    ok = (np.array([0, 1, 2], np.int32), np.array([1, 2]), np.zeros(2), np.zeros(2), np.array([1, 2]))
+    eps = (REST_EPS, TAIL_EMPTY)
+    rows.bounds(*ok, *f, *eps)  # the shapes it reads
+    with pytest.raises(TypeError, match="token_id"):
+        rows.bounds(*ok[:4], np.array([1.0, 2.0]), *f, *eps)
+    with pytest.raises(TypeError, match="empty_q_out"):
+        rows.bounds(*ok, *f[:9], np.zeros(n), f[10], *eps)
+    with pytest.raises(ValueError, match="do not match"):
+        rows.bounds(np.array([0, 1], np.int32), *ok[1:], *f, *eps)
+    with pytest.raises(ValueError, match="not increasing"):
+        rows.bounds(np.array([0, 2, 1], np.int32), *ok[1:], *f, *eps)
+    with pytest.raises(ValueError, match="kl_out"):
+        rows.bounds(*ok, *f[:5], np.zeros(3), *f[6:], *eps)
+    read_only = np.zeros(n)
+    read_only.flags.writeable = False
+    with pytest.raises((BufferError, ValueError)):  # an output it may not write
+        rows.bounds(*ok, *f[:4], read_only, *f[5:], *eps)
