@@ -4,7 +4,7 @@ arguments works from an installed package too.
 The sample lives at the repository root (``sample_data/``: tests, docs and
 its builder refer to it there); the wheel build copies the checkpoints, the
 prompts and the simulated pairs into ``mismatchscope/_sample_data``.
-It also compiles the top-k bounds' per-row loop (``mismatchscope/analysis/_topk_rows.c``),
+It also compiles the analysis pass's loops (``mismatchscope/analysis/_loops.c``),
 a C extension without dependencies. It is optional: where no C compiler is
 found the package installs without it and runs the same arithmetic in numpy,
 with the same numbers, more slowly (docs/analysis.md, "Speed and memory").
@@ -41,12 +41,12 @@ class BuildWithSample(build_py):
                 shutil.copy2(src / name, dst / name)
 
 
-TOPK_ROWS = Extension(
-    "mismatchscope.analysis._topk_rows",
-    ["mismatchscope/analysis/_topk_rows.c"],
+LOOPS = Extension(
+    "mismatchscope.analysis._loops",
+    ["mismatchscope/analysis/_loops.c"],
     # No fused multiply-add: a * b + c rounds as two operations, as numpy's separate passes do.
     extra_compile_args=[] if sys.platform == "win32" else ["-O2", "-ffp-contract=off"],
     optional=True,
 )
 
-setup(cmdclass={"build_py": BuildWithSample}, ext_modules=[TOPK_ROWS])
+setup(cmdclass={"build_py": BuildWithSample}, ext_modules=[LOOPS])

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mismatchscope.analysis.compiled import COMPILED_ENV
 from mismatchscope.analysis.engine import AnalysisRequest, analyse
-from mismatchscope.analysis.topk import COMPILED_ENV, topk_bounds
+from mismatchscope.analysis.topk import topk_bounds
 from mismatchscope.documents import to_json
 from mismatchscope.errors import InputError
 from mismatchscope.rules import default_rules, parse_rule, parse_sweep

@@ -8,7 +8,6 @@ lower bounds; with the full vocabulary listed they are exact.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -17,6 +16,7 @@ import pyarrow as pa
 
 from ..arrow import list_offsets, to_numpy
 from ..errors import InputError
+from .compiled import loops
 
 REST_EPS = 1e-12
 """Rest-bucket masses below this are rounding noise (fp32 softmax sums to 1
@@ -26,20 +26,6 @@ is floored here rather than turning a rounding error into an infinite bound."""
 TAIL_EMPTY = 1e-6
 """A tail mass 1 - sum_K below this is empty: fp32 softmax rows sum to 1 only within ~1e-7, so a
 smaller "tail" is rounding, and a ratio of two such tails would be a ratio of noise."""
-
-
-try:
-    from . import _topk_rows
-except ImportError:  # installed without a C compiler: the numpy code below, with the same numbers
-    _topk_rows = None
-
-COMPILED_ENV = "MISMATCHSCOPE_COMPILED"
-"""``0`` runs the numpy code even where the compiled loop is built (to rule it out, or to compare)."""
-
-
-def compiled_rows() -> ModuleType | None:
-    """The compiled per-row loop (``_topk_rows.c``), or None: not built, or turned off by ``COMPILED_ENV``."""
-    return None if os.environ.get(COMPILED_ENV, "").strip() == "0" else _topk_rows
 
 
 @dataclass(frozen=True)
@@ -103,8 +89,8 @@ def topk_bounds(
     q_T, p_T = probs
     f64, flag = (lambda: np.empty(n)), (lambda: np.empty(n, bool))
     out = TopkBounds(f64(), f64(), f64(), f64(), f64(), flag(), flag())
-    if (rows := compiled_rows()) is not None:
-        _bounds_compiled(rows, out, ends, ids, slp, tlp, token_id_T, sampler_logprob_T, trainer_logprob_T, q_T, p_T)
+    if (compiled := loops()) is not None:
+        _bounds_compiled(compiled, out, ends, ids, slp, tlp, token_id_T, sampler_logprob_T, trainer_logprob_T, q_T, p_T)
         return out
     for a in range(0, n, BLOCK_ROWS):
         b = min(n, a + BLOCK_ROWS)
@@ -130,7 +116,7 @@ _ROW_VALUE_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _bounds_compiled(
-    rows: ModuleType,
+    compiled: ModuleType,
     out: TopkBounds,
     ends: np.ndarray,
     ids: np.ndarray,
@@ -148,7 +134,7 @@ def _bounds_compiled(
     if slp.dtype not in _ROW_VALUE_TYPES:
         slp, tlp = slp.astype(np.float64), tlp.astype(np.float64)
     f64 = [np.ascontiguousarray(x, dtype=np.float64) for x in (sampler_logprob_T, trainer_logprob_T, q_T, p_T)]
-    rows.bounds(
+    compiled.topk_bounds(
         np.ascontiguousarray(ends),
         np.ascontiguousarray(ids, dtype=np.int64),
         np.ascontiguousarray(slp),

@@ -1,24 +1,21 @@
-/* The top-k bounds' per-row loop (mismatchscope.analysis.topk), compiled.
+/* The analysis pass's compiled loops (mismatchscope/analysis/compiled.py says when they run).
  *
- * numpy computes the bounds a column of the [n, k] table at a time: a dozen
- * passes over row-sized arrays for each of the k columns, two libm exp calls
- * per list value among them. This loop makes one pass over the rows and does
- * exactly the same floating-point operations in exactly the same order, so
- * its results are the numpy code's bit for bit (tests/analysis/test_topk_rows.py
- * holds the two against each other and against a math.exp reference):
+ * topk_bounds   the top-k bounds' per-row loop (analysis/topk.py). numpy computes the bounds a column of
+ *               the [n, k] table at a time: a dozen passes over row-sized arrays for each of the k columns.
  *
- *   - every sum starts at 0.0 and adds the row's values in list order;
- *   - exp and log are the C library's, which is what numpy calls for float64
- *     on CPUs without AVX-512 (on those with it, numpy's own vector exp can
- *     differ from the C library's in the last bit; this loop stays with libm);
+ * Each makes one pass and does exactly the floating-point operations of the numpy code, in the same order,
+ * so its results are numpy's bit for bit (tests/test_compiled_loops.py holds them to each other and to a
+ * reference in Python):
+ *
+ *   - every sum starts at 0.0 and adds its values in list order;
+ *   - exp and log are the C library's, which is what numpy calls for float64 on CPUs without AVX-512 (on
+ *     those with it, numpy's own vector exp can differ from the C library's in the last bit; these loops
+ *     stay with libm);
  *   - maximum and minimum propagate NaN as numpy's do;
- *   - the build turns off floating-point contraction (-ffp-contract=off), so
- *     no a * b + c becomes one fused multiply-add with a different rounding.
+ *   - the build turns off floating-point contraction (-ffp-contract=off), so no a * b + c becomes one fused
+ *     multiply-add with a different rounding.
  *
- * The module is optional: without a C compiler the package installs without
- * it and topk.py runs its numpy code, with the same numbers.
- *
- * The GIL is released for the loop, so the analysis threads run it side by side.
+ * The GIL is released inside the loops, so the analysis threads run them side by side.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -97,7 +94,7 @@ static char kind(const Py_buffer *b)
 #define N_ARGS 16
 #define FIRST_OUT 9
 
-static PyObject *bounds(PyObject *self, PyObject *args)
+static PyObject *topk_bounds(PyObject *self, PyObject *args)
 {
     (void)self;
     static const char *names[N_ARGS] = {"offsets",   "ids",       "slp",        "tlp",       "token_id", "lq_T",
@@ -105,7 +102,7 @@ static PyObject *bounds(PyObject *self, PyObject *args)
                                         "pmass_out", "rho_out",   "empty_q_out", "empty_p_out"};
     PyObject *obj[N_ARGS];
     double rest_eps, tail_empty;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOOdd:bounds", &obj[0], &obj[1], &obj[2], &obj[3], &obj[4], &obj[5],
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOOdd:topk_bounds", &obj[0], &obj[1], &obj[2], &obj[3], &obj[4], &obj[5],
                           &obj[6], &obj[7], &obj[8], &obj[9], &obj[10], &obj[11], &obj[12], &obj[13], &obj[14],
                           &obj[15], &rest_eps, &tail_empty))
         return NULL;
@@ -122,7 +119,7 @@ static PyObject *bounds(PyObject *self, PyObject *args)
     for (int a = 0; a < N_ARGS; a++) {
         Py_ssize_t size = b[a].itemsize;
         if (kind(&b[a]) != want_kind[a] || (want_size[a] ? size != want_size[a] : (size != 4 && size != 8))) {
-            PyErr_Format(PyExc_TypeError, "bounds: %s has element format %s", names[a],
+            PyErr_Format(PyExc_TypeError, "topk_bounds: %s has element format %s", names[a],
                          b[a].format ? b[a].format : "B");
             goto done;
         }
@@ -131,12 +128,12 @@ static PyObject *bounds(PyObject *self, PyObject *args)
     const Py_ssize_t n_values = b[1].len / 8;
     if (b[0].len / b[0].itemsize != n + 1 || b[2].len / b[2].itemsize != n_values ||
         b[3].len / b[3].itemsize != n_values || b[2].itemsize != b[3].itemsize) {
-        PyErr_SetString(PyExc_ValueError, "bounds: the offsets and the list values do not match the rows");
+        PyErr_SetString(PyExc_ValueError, "topk_bounds: the offsets and the list values do not match the rows");
         goto done;
     }
     for (int a = 5; a < N_ARGS; a++) {
         if (b[a].len / b[a].itemsize != n) {
-            PyErr_Format(PyExc_ValueError, "bounds: %s has %zd values for %zd rows", names[a],
+            PyErr_Format(PyExc_ValueError, "topk_bounds: %s has %zd values for %zd rows", names[a],
                          b[a].len / b[a].itemsize, n);
             goto done;
         }
@@ -157,7 +154,7 @@ static PyObject *bounds(PyObject *self, PyObject *args)
 #undef ROWS_ARGS
     Py_END_ALLOW_THREADS
     if (rc < 0) {
-        PyErr_SetString(PyExc_ValueError, "bounds: the list offsets are not increasing within the list values");
+        PyErr_SetString(PyExc_ValueError, "topk_bounds: the list offsets are not increasing within the list values");
         goto done;
     }
     result = Py_NewRef(Py_None);
@@ -166,14 +163,15 @@ done:
     return result;
 }
 
+
 static PyMethodDef methods[] = {
-    {"bounds", bounds, METH_VARARGS,
-     "bounds(offsets, ids, slp, tlp, token_id, lq_T, lp_T, q_T, p_T, tv_out, kl_out, qmass_out, pmass_out, "
+    {"topk_bounds", topk_bounds, METH_VARARGS,
+     "topk_bounds(offsets, ids, slp, tlp, token_id, lq_T, lp_T, q_T, p_T, tv_out, kl_out, qmass_out, pmass_out, "
      "rho_out, empty_q_out, empty_p_out, rest_eps, tail_empty): the top-k bounds and tails of every row, written "
      "into the seven output arrays."},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_topk_rows", NULL, 0, methods, NULL, NULL, NULL, NULL};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_loops", NULL, 0, methods, NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__topk_rows(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__loops(void) { return PyModule_Create(&module); }

@@ -1,5 +1,5 @@
-"""The top-k bounds' compiled per-row loop (``analysis/_topk_rows.c``) against a reference written out in
-Python, and against the numpy code it stands in for, bit for bit.
+"""The analysis pass's compiled loops (``analysis/_loops.c``): the top-k bounds' per-row loop against a
+reference written out in Python, and against the numpy code it stands in for, bit for bit.
 
 The reference does the arithmetic of docs/analysis.md ("Top-k lower bounds") one row at a time with
 Python floats: ``math.exp`` and ``math.log`` are the C library's, as the compiled loop's are, and every
@@ -17,8 +17,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from mismatchscope.analysis import topk
-from mismatchscope.analysis.topk import COMPILED_ENV, REST_EPS, TAIL_EMPTY, topk_bounds
+from mismatchscope.analysis import compiled
+from mismatchscope.analysis.compiled import COMPILED_ENV
+from mismatchscope.analysis.topk import REST_EPS, TAIL_EMPTY, topk_bounds
 from tests.helpers import REPO, cli_no_engine
 
 
@@ -103,10 +104,11 @@ def _bits(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=np.float64).view(np.int64)
 
 
-def test_the_install_built_the_compiled_loop():
+def test_the_install_built_the_compiled_loops():
     # the extension is optional (a machine without a C compiler installs without it): a build that failed
     # silently would leave every report on the slower numpy path
-    assert topk.compiled_rows() is topk._topk_rows is not None
+    assert compiled.built()
+    assert compiled.loops() is compiled._loops
 
 
 @pytest.mark.parametrize("value_type", [pa.float64(), pa.float32()], ids=["float64", "float32"])
@@ -160,33 +162,33 @@ def test_the_numpy_code_equals_the_compiled_loop_bit_for_bit():
 def test_report_is_the_same_with_and_without_the_compiled_loop(tmp_path):
     path = str(REPO / "sample_data" / "simulated_pairs.parquet")
     outs = []
-    for compiled in ("1", "0"):
-        r = cli_no_engine("report", path, "--format", "json", env={COMPILED_ENV: compiled})
+    for switch in ("1", "0"):
+        r = cli_no_engine("report", path, "--format", "json", env={COMPILED_ENV: switch})
         assert r.returncode == 0, r.stderr
         outs.append(json.loads(r.stdout))
     assert outs[0]["topk"]["tokens"] > 0
     assert outs[0] == outs[1]
 
 
-def test_the_compiled_loop_refuses_what_it_cannot_read():
-    rows = topk._topk_rows
+def test_the_compiled_topk_loop_refuses_what_it_cannot_read():
+    rows = compiled._loops
     assert rows is not None
     n = 2
     f = [np.zeros(n) for _ in range(9)] + [np.zeros(n, bool), np.zeros(n, bool)]
     ok = (np.array([0, 1, 2], np.int32), np.array([1, 2]), np.zeros(2), np.zeros(2), np.array([1, 2]))
     eps = (REST_EPS, TAIL_EMPTY)
-    rows.bounds(*ok, *f, *eps)  # the shapes it reads
+    rows.topk_bounds(*ok, *f, *eps)  # the shapes it reads
     with pytest.raises(TypeError, match="token_id"):
-        rows.bounds(*ok[:4], np.array([1.0, 2.0]), *f, *eps)
+        rows.topk_bounds(*ok[:4], np.array([1.0, 2.0]), *f, *eps)
     with pytest.raises(TypeError, match="empty_q_out"):
-        rows.bounds(*ok, *f[:9], np.zeros(n), f[10], *eps)
+        rows.topk_bounds(*ok, *f[:9], np.zeros(n), f[10], *eps)
     with pytest.raises(ValueError, match="do not match"):
-        rows.bounds(np.array([0, 1], np.int32), *ok[1:], *f, *eps)
+        rows.topk_bounds(np.array([0, 1], np.int32), *ok[1:], *f, *eps)
     with pytest.raises(ValueError, match="not increasing"):
-        rows.bounds(np.array([0, 2, 1], np.int32), *ok[1:], *f, *eps)
+        rows.topk_bounds(np.array([0, 2, 1], np.int32), *ok[1:], *f, *eps)
     with pytest.raises(ValueError, match="kl_out"):
-        rows.bounds(*ok, *f[:5], np.zeros(3), *f[6:], *eps)
+        rows.topk_bounds(*ok, *f[:5], np.zeros(3), *f[6:], *eps)
     read_only = np.zeros(n)
     read_only.flags.writeable = False
     with pytest.raises((BufferError, ValueError)):  # an output it may not write
-        rows.bounds(*ok, *f[:4], read_only, *f[5:], *eps)
+        rows.topk_bounds(*ok, *f[:4], read_only, *f[5:], *eps)

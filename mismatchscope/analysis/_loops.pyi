@@ -1,6 +1,6 @@
-"""The compiled per-row loop of the top-k bounds (``_topk_rows.c``)."""
+"""The analysis pass's compiled loops (``_loops.c``; ``compiled.py``)."""
 
-def bounds(
+def topk_bounds(
     offsets: object,
     ids: object,
     slp: object,
