@@ -65,6 +65,12 @@ def test_the_wheel_carries_the_sample(wheel):
     assert not any(n.startswith(("tests/", "sample_data/")) for n in names)
 
 
+def test_the_wheel_carries_the_compiled_loops(wheel):
+    # built from the C source at wheel time (a compiler is there wherever the checkout's tests run)
+    names = zipfile.ZipFile(wheel).namelist()
+    assert [n for n in names if n.startswith("mismatchscope/analysis/_loops.") and n.endswith((".so", ".pyd"))]
+
+
 @pytest.mark.slow
 def test_probe_with_no_model_arguments_from_an_installed_wheel(wheel, tmp_path):
     pytest.importorskip("transformers", reason="probe scores with transformers (the hf extra)")
