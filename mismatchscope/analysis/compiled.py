@@ -6,7 +6,8 @@ those passes compete with the Parquet decode for memory bandwidth, and they
 were the largest share of a report's analysis. A small C extension (no
 dependencies: the buffer protocol, the GIL released) runs them as one pass
 over the rows, doing the same floating-point operations in the same order as
-the numpy code, so every number is the same to the bit either way.
+the numpy code, so every number is the same to the bit either way (where numpy's
+float64 exp and log are the C library's: every CPU without AVX-512).
 
 The extension is optional: without a C compiler the package installs without
 it and the numpy code runs, more slowly. ``MISMATCHSCOPE_COMPILED=0`` runs the

@@ -131,7 +131,7 @@ def _bounds_compiled(
     """:func:`topk_bounds`' arithmetic in one compiled pass over the rows, written into ``out``: the same
     operations in the same order as :func:`_bounds_block`, so the same bits, without a dozen passes over
     row-sized arrays per list column."""
-    if slp.dtype not in _ROW_VALUE_TYPES:
+    if slp.dtype != tlp.dtype or slp.dtype not in _ROW_VALUE_TYPES:  # numpy's own cast: the same values
         slp, tlp = slp.astype(np.float64), tlp.astype(np.float64)
     f64 = [np.ascontiguousarray(x, dtype=np.float64) for x in (sampler_logprob_T, trainer_logprob_T, q_T, p_T)]
     compiled.topk_bounds(
