@@ -3,19 +3,19 @@
  * topk_bounds   the top-k bounds' per-row loop (analysis/topk.py). numpy computes the bounds a column of
  *               the [n, k] table at a time: a dozen passes over row-sized arrays for each of the k columns.
  *
- * Each makes one pass and does exactly the floating-point operations of the numpy code, in the same order,
+ * It makes one pass and does exactly the floating-point operations of the numpy code, in the same order,
  * so its results are numpy's bit for bit (tests/test_compiled_loops.py holds them to each other and to a
  * reference in Python):
  *
  *   - every sum starts at 0.0 and adds its values in list order;
  *   - exp and log are the C library's, which is what numpy calls for float64 on CPUs without AVX-512 (on
- *     those with it, numpy's own vector exp can differ from the C library's in the last bit; these loops
- *     stay with libm);
+ *     those with it, numpy's own vector exp can differ from the C library's in the last bit; this loop
+ *     stays with libm);
  *   - maximum and minimum propagate NaN as numpy's do;
  *   - the build turns off floating-point contraction (-ffp-contract=off), so no a * b + c becomes one fused
  *     multiply-add with a different rounding.
  *
- * The GIL is released inside the loops, so the analysis threads run them side by side.
+ * The GIL is released inside the loop, so the analysis threads run them side by side.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

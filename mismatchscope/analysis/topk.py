@@ -87,8 +87,8 @@ def topk_bounds(
         with np.errstate(over="ignore"):
             probs = (np.exp(sampler_logprob_T), np.exp(trainer_logprob_T))
     q_T, p_T = probs
-    f64, flag = (lambda: np.empty(n)), (lambda: np.empty(n, bool))
-    out = TopkBounds(f64(), f64(), f64(), f64(), f64(), flag(), flag())
+    e = np.empty
+    out = TopkBounds(e(n), e(n), e(n), e(n), e(n), e(n, bool), e(n, bool))
     if (compiled := loops()) is not None:
         _bounds_compiled(compiled, out, ends, ids, slp, tlp, token_id_T, sampler_logprob_T, trainer_logprob_T, q_T, p_T)
         return out
