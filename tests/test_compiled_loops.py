@@ -24,11 +24,23 @@ from tests.helpers import REPO, cli_no_engine
 
 
 def _np_max(a: float, b: float) -> float:
-    return a if (a >= b or math.isnan(a)) else b  # numpy's maximum: a NaN wins
+    return a if (a > b or math.isnan(a)) else b  # numpy's maximum: a NaN wins; of equal values, the second
 
 
 def _np_min(a: float, b: float) -> float:
-    return a if (a <= b or math.isnan(a)) else b
+    return a if (a < b or math.isnan(a)) else b
+
+
+def test_the_reference_maximum_and_minimum_are_numpys():
+    # the loop's np_max and np_min follow these: of 0.0 and -0.0 numpy returns the second, and a NaN wins
+    nan = float("nan")
+    for a, b in [(0.0, -0.0), (-0.0, 0.0), (nan, 1.0), (1.0, nan), (2.0, 1.0), (1.0, 2.0)]:
+        for ours, theirs in ((_np_max, np.maximum), (_np_min, np.minimum)):
+            want = float(theirs(np.float64(a), np.float64(b)))
+            got = ours(a, b)
+            assert (math.isnan(got) and math.isnan(want)) or (
+                got == want and math.copysign(1, got) == math.copysign(1, want)
+            )
 
 
 def reference_row(tok, lq, lp, q, p, ids, slp, tlp) -> tuple[float, ...]:
@@ -147,14 +159,22 @@ def test_the_numpy_code_equals_the_compiled_loop_bit_for_bit():
         rows.append(
             (int(rng.integers(0, 20)), float(np.log(rng.uniform(1e-6, 1))), -float(rng.exponential()), ids, slp, tlp)
         )
+    nan = float("nan")
+    rows += [  # NaN values (the reader refuses them in a file; the Recorder's callers may still pass them)
+        (3, -0.5, -0.6, [3, 4], [nan, -1.0], [-0.4, -1.1]),
+        (3, -0.5, -0.6, [1, 4], [-0.9, -1.0], [-0.4, nan]),
+        (3, nan, -0.6, [1, 4], [-0.9, -1.0], [-0.4, -1.2]),
+    ]
     for value_type in (pa.float64(), pa.float32()):
         batch = _batch(rows, value_type)
         x = np.concatenate(
             [batch[4].values.to_numpy().astype(np.float64), batch[5].values.to_numpy().astype(np.float64)]
         )
-        if not np.array_equal(np.exp(x), [math.exp(v) for v in x]):  # pragma: no cover - CPUs with AVX-512
+        if not np.array_equal(np.exp(x), [math.exp(v) for v in x], equal_nan=True):  # pragma: no cover - AVX-512
             pytest.skip("numpy's exp is not the C library's on this CPU: the two paths may differ in the last bit")
-        assert np.array_equal(_bits(_bounds("0", *batch)), _bits(_bounds("1", *batch)))
+        got = _bounds("1", *batch)
+        assert np.isnan(got[-3:, 0]).all()  # a NaN anywhere in a row's K makes its TV bound NaN, both ways
+        assert np.array_equal(_bits(_bounds("0", *batch)), _bits(got))
         fixed = _batch([r for r in rows if len(r[3]) == 5], value_type)  # numpy's [n, k] table path
         assert np.array_equal(_bits(_bounds("0", *fixed)), _bits(_bounds("1", *fixed)))
 
@@ -193,6 +213,10 @@ def test_the_compiled_topk_loop_refuses_what_it_cannot_read():
         rows.topk_bounds(np.array([0, 1], np.int32), *ok[1:], *f, *eps)
     with pytest.raises(ValueError, match="not increasing"):
         rows.topk_bounds(np.array([0, 2, 1], np.int32), *ok[1:], *f, *eps)
+    with pytest.raises(ValueError, match="not increasing"):  # an offset beyond the values it indexes
+        rows.topk_bounds(np.array([0, 1, 3], np.int32), *ok[1:], *f, *eps)
+    with pytest.raises(ValueError, match="not increasing"):
+        rows.topk_bounds(np.array([-1, 1, 2], np.int32), *ok[1:], *f, *eps)
     with pytest.raises(ValueError, match="kl_out"):
         rows.topk_bounds(*ok, *f[:5], np.zeros(3), *f[6:], *eps)
     read_only = np.zeros(n)
@@ -210,3 +234,55 @@ def test_lists_of_two_float_types_take_both_paths_alike():
         assert np.array_equal(
             _bits(_bounds("1", tok, lq, lp, ids, narrow, tlp)), _bits(_bounds("0", tok, lq, lp, ids, narrow, tlp))
         )
+
+
+@pytest.mark.parametrize("code_type", [np.uint8, np.uint16])
+def test_count_codes_adds_what_bincount_counts(code_type):
+    rng = np.random.default_rng(5)
+    top = np.iinfo(code_type).max + 1
+    codes = rng.integers(0, top, 10_000).astype(code_type)
+    codes[:3] = [0, top - 1, top - 1]  # both ends of the range
+    counts = rng.integers(0, 100, top)  # added to, not overwritten
+    want = counts + np.bincount(codes, minlength=top)
+    compiled._loops.count_codes(codes, counts)
+    assert np.array_equal(counts, want)
+    compiled._loops.count_codes(codes[:0], counts)  # no codes: nothing added
+    assert np.array_equal(counts, want)
+
+
+def test_count_codes_refuses_what_it_cannot_count():
+    c = compiled._loops
+    counts = np.zeros(4, np.int64)
+    with pytest.raises(ValueError, match="beyond the 4 counts"):
+        c.count_codes(np.array([1, 4], np.uint8), counts)
+    for codes in (np.array([1], np.int16), np.array([1], np.uint32), np.array([1.0])):
+        with pytest.raises(TypeError, match="codes has element format"):
+            c.count_codes(codes, counts)
+    with pytest.raises(TypeError, match="counts has element format"):
+        c.count_codes(np.array([1], np.uint8), np.zeros(4))
+
+
+def test_exact_quantiles_count_the_same_bins_both_ways(monkeypatch):
+    from mismatchscope.analysis.quantiles import ExactQuantiles
+
+    rng = np.random.default_rng(2)
+    values = [rng.normal(0, 0.1, 5000), rng.standard_normal(3000).astype(np.float32), np.array([-0.0, 0.0, 1e-300])]
+    got = {}
+    for switch in ("1", "off"):
+        monkeypatch.setenv(COMPILED_ENV, switch)
+        q = ExactQuantiles()
+        for v in values[:2]:
+            q.add(v.astype(np.float64))
+        q.add(values[2])
+        got[switch] = (q.counts.copy(), q.quantiles([0.0, 0.001, 0.5, 0.999, 1.0]))
+    assert compiled.loops() is None  # "off" turned the loops off
+    assert np.array_equal(got["1"][0], got["off"][0]) and got["1"][0].sum() == 8003
+    assert np.array_equal(got["1"][1], got["off"][1])
+
+
+@pytest.mark.parametrize("value", ["0", "false", "No", " OFF "])
+def test_the_switch_turns_the_loops_off(monkeypatch, value):
+    monkeypatch.setenv(COMPILED_ENV, value)
+    assert compiled.loops() is None
+    monkeypatch.setenv(COMPILED_ENV, "1")
+    assert compiled.loops() is compiled._loops

@@ -2,28 +2,36 @@
  *
  * topk_bounds   the top-k bounds' per-row loop (analysis/topk.py). numpy computes the bounds a column of
  *               the [n, k] table at a time: a dozen passes over row-sized arrays for each of the k columns.
+ * count_codes   counts of small integer codes (the exact quantiles' bins): np.bincount would first copy
+ *               the codes to a 64-bit array and the counts to a fresh one, every batch.
  *
- * It makes one pass and does exactly the floating-point operations of the numpy code, in the same order,
- * so its results are numpy's bit for bit (tests/test_compiled_loops.py holds them to each other and to a
+ * The top-k loop does exactly the floating-point operations of the numpy code, in the same order, so its
+ * results are numpy's bit for bit (tests/test_compiled_loops.py holds them to each other and to a
  * reference in Python):
  *
  *   - every sum starts at 0.0 and adds its values in list order;
  *   - exp and log are the C library's, which is what numpy calls for float64 on CPUs without AVX-512 (on
  *     those with it, numpy's own vector exp can differ from the C library's in the last bit; this loop
  *     stays with libm);
- *   - maximum and minimum propagate NaN as numpy's do;
+ *   - maximum and minimum are numpy's: a NaN in either wins, and of two equal values (0.0 and -0.0) the
+ *     second is returned;
  *   - the build turns off floating-point contraction (-ffp-contract=off), so no a * b + c becomes one fused
- *     multiply-add with a different rounding.
+ *     multiply-add with a different rounding, and a build that allows value-changing optimisations
+ *     (-ffast-math) is refused below.
  *
- * The GIL is released inside the loop, so the analysis threads run them side by side.
+ * The GIL is released inside the loops, so the analysis threads run them side by side.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
 
-static inline double np_max(double a, double b) { return (a >= b || isnan(a)) ? a : b; }
-static inline double np_min(double a, double b) { return (a <= b || isnan(a)) ? a : b; }
+#if defined(__FAST_MATH__) || __FINITE_MATH_ONLY__
+#error "the analysis loops must round as numpy does: build them without -ffast-math or -ffinite-math-only"
+#endif
+
+static inline double np_max(double a, double b) { return (a > b || isnan(a)) ? a : b; }
+static inline double np_min(double a, double b) { return (a < b || isnan(a)) ? a : b; }
 
 /* One row's list: the sums of q, p, |p - q| and q (log q - log p), and whether it names the sampled id;
  * then the row's bounds and the rest bucket's tail ratio, as topk._bounds_block computes them. */
@@ -76,68 +84,117 @@ DEFINE_ROWS(rows_i32_f32, int32_t, float)
 DEFINE_ROWS(rows_i64_f64, int64_t, double)
 DEFINE_ROWS(rows_i64_f32, int64_t, float)
 
-/* The element kind of a buffer from its struct format: 'i' for a signed integer, 'f' for a float, 'b' for
- * a bool, 0 for anything else (the item size is checked apart). */
+/* Add each code's occurrences to counts[code]; -1 where a code is beyond the counts. */
+#define DEFINE_COUNT(NAME, CODE_T)                                                                          \
+    static int NAME(Py_ssize_t n, const CODE_T *codes, int64_t *counts, Py_ssize_t n_counts)                \
+    {                                                                                                        \
+        for (Py_ssize_t i = 0; i < n; i++) {                                                                 \
+            if ((Py_ssize_t)codes[i] >= n_counts) return -1;                                                 \
+            counts[codes[i]]++;                                                                              \
+        }                                                                                                    \
+        return 0;                                                                                            \
+    }
+
+DEFINE_COUNT(count_u8, uint8_t)
+DEFINE_COUNT(count_u16, uint16_t)
+
+/* The element kind of a buffer from its struct format: 'i' for a signed integer, 'u' for an unsigned one,
+ * 'f' for a float, 'b' for a bool, 0 for anything else (the item size is checked apart). */
 static char kind(const Py_buffer *b)
 {
     const char *f = b->format ? b->format : "B";
     if (*f == '@' || *f == '=' || *f == '<') f++;
     if (f[0] == '\0' || f[1] != '\0') return 0;
     switch (f[0]) {
-    case 'i': case 'l': case 'q': return 'i';
+    case 'b': case 'h': case 'i': case 'l': case 'q': return 'i';
+    case 'B': case 'H': case 'I': case 'L': case 'Q': return 'u';
     case 'f': case 'd': return 'f';
     case '?': return 'b';
     default: return 0;
     }
 }
 
-#define N_ARGS 16
-#define FIRST_OUT 9
+/* What a function takes in one argument: its name, element kind, the element sizes it reads (a bit per size
+ * in bytes), and whether it is written. */
+typedef struct {
+    const char *name;
+    char kind;
+    unsigned sizes;
+    int out;
+} Arg;
+
+#define B1 (1u << 1)
+#define B2 (1u << 2)
+#define B4 (1u << 4)
+#define B8 (1u << 8)
+
+/* Take the buffers of n arguments, checked against their specs; on failure, release those taken, set the
+ * error and return -1. */
+static int take(const char *fn, const Arg *spec, PyObject *const *obj, Py_buffer *b, int n)
+{
+    for (int a = 0; a < n; a++) {
+        int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (spec[a].out ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(obj[a], &b[a], flags) < 0) {
+            for (int r = 0; r < a; r++) PyBuffer_Release(&b[r]);
+            return -1;
+        }
+        const Py_ssize_t size = b[a].itemsize;
+        if (kind(&b[a]) != spec[a].kind || size < 1 || size > 8 || !(spec[a].sizes & (1u << size))) {
+            PyErr_Format(PyExc_TypeError, "%s: %s has element format %s", fn, spec[a].name,
+                         b[a].format ? b[a].format : "B");
+            for (int r = 0; r <= a; r++) PyBuffer_Release(&b[r]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void release(Py_buffer *b, int n)
+{
+    for (int a = 0; a < n; a++) PyBuffer_Release(&b[a]);
+}
+
+static Py_ssize_t items(const Py_buffer *b) { return b->len / b->itemsize; }
+
+/* Whether buffers [from, to) all hold n items; else the error is set. */
+static int all_hold(const char *fn, const Arg *spec, const Py_buffer *b, int from, int to, Py_ssize_t n)
+{
+    for (int a = from; a < to; a++) {
+        if (items(&b[a]) != n) {
+            PyErr_Format(PyExc_ValueError, "%s: %s has %zd values for %zd rows", fn, spec[a].name, items(&b[a]), n);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+#define TOPK_ARGS 16
+static const Arg topk_spec[TOPK_ARGS] = {
+    {"offsets", 'i', B4 | B8, 0}, {"ids", 'i', B8, 0},      {"slp", 'f', B4 | B8, 0},  {"tlp", 'f', B4 | B8, 0},
+    {"token_id", 'i', B8, 0},     {"lq_T", 'f', B8, 0},     {"lp_T", 'f', B8, 0},      {"q_T", 'f', B8, 0},
+    {"p_T", 'f', B8, 0},          {"tv_out", 'f', B8, 1},   {"kl_out", 'f', B8, 1},    {"qmass_out", 'f', B8, 1},
+    {"pmass_out", 'f', B8, 1},    {"rho_out", 'f', B8, 1},  {"empty_q_out", 'b', B1, 1}, {"empty_p_out", 'b', B1, 1},
+};
 
 static PyObject *topk_bounds(PyObject *self, PyObject *args)
 {
     (void)self;
-    static const char *names[N_ARGS] = {"offsets",   "ids",       "slp",        "tlp",       "token_id", "lq_T",
-                                        "lp_T",      "q_T",       "p_T",        "tv_out",    "kl_out",   "qmass_out",
-                                        "pmass_out", "rho_out",   "empty_q_out", "empty_p_out"};
-    PyObject *obj[N_ARGS];
+    PyObject *obj[TOPK_ARGS];
     double rest_eps, tail_empty;
     if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOOdd:topk_bounds", &obj[0], &obj[1], &obj[2], &obj[3], &obj[4], &obj[5],
                           &obj[6], &obj[7], &obj[8], &obj[9], &obj[10], &obj[11], &obj[12], &obj[13], &obj[14],
                           &obj[15], &rest_eps, &tail_empty))
         return NULL;
-    Py_buffer b[N_ARGS];
-    int got = 0;
+    Py_buffer b[TOPK_ARGS];
+    if (take("topk_bounds", topk_spec, obj, b, TOPK_ARGS) < 0) return NULL;
     PyObject *result = NULL;
-    for (; got < N_ARGS; got++) {
-        int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (got >= FIRST_OUT ? PyBUF_WRITABLE : 0);
-        if (PyObject_GetBuffer(obj[got], &b[got], flags) < 0) goto done;
-    }
-    /* expected (kind, item size; 0: 4 or 8) of each argument */
-    static const char want_kind[N_ARGS] = {'i', 'i', 'f', 'f', 'i', 'f', 'f', 'f', 'f', 'f', 'f', 'f', 'f', 'f', 'b', 'b'};
-    static const int want_size[N_ARGS] = {0, 8, 0, 0, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 1, 1};
-    for (int a = 0; a < N_ARGS; a++) {
-        Py_ssize_t size = b[a].itemsize;
-        if (kind(&b[a]) != want_kind[a] || (want_size[a] ? size != want_size[a] : (size != 4 && size != 8))) {
-            PyErr_Format(PyExc_TypeError, "topk_bounds: %s has element format %s", names[a],
-                         b[a].format ? b[a].format : "B");
-            goto done;
-        }
-    }
-    const Py_ssize_t n = b[4].len / 8;
-    const Py_ssize_t n_values = b[1].len / 8;
-    if (b[0].len / b[0].itemsize != n + 1 || b[2].len / b[2].itemsize != n_values ||
-        b[3].len / b[3].itemsize != n_values || b[2].itemsize != b[3].itemsize) {
+    const Py_ssize_t n = items(&b[4]), n_values = items(&b[1]);
+    if (items(&b[0]) != n + 1 || items(&b[2]) != n_values || items(&b[3]) != n_values ||
+        b[2].itemsize != b[3].itemsize) {
         PyErr_SetString(PyExc_ValueError, "topk_bounds: the offsets and the list values do not match the rows");
         goto done;
     }
-    for (int a = 5; a < N_ARGS; a++) {
-        if (b[a].len / b[a].itemsize != n) {
-            PyErr_Format(PyExc_ValueError, "topk_bounds: %s has %zd values for %zd rows", names[a],
-                         b[a].len / b[a].itemsize, n);
-            goto done;
-        }
-    }
+    if (!all_hold("topk_bounds", topk_spec, b, 5, TOPK_ARGS, n)) goto done;
     const int wide_off = b[0].itemsize == 8, wide_val = b[2].itemsize == 8;
     const void *off = b[0].buf, *slp = b[2].buf, *tlp = b[3].buf;
     const int64_t *ids = b[1].buf, *tok = b[4].buf;
@@ -159,16 +216,40 @@ static PyObject *topk_bounds(PyObject *self, PyObject *args)
     }
     result = Py_NewRef(Py_None);
 done:
-    for (int a = 0; a < got; a++) PyBuffer_Release(&b[a]);
+    release(b, TOPK_ARGS);
     return result;
 }
 
+static const Arg count_spec[2] = {{"codes", 'u', B1 | B2, 0}, {"counts", 'i', B8, 1}};
+
+static PyObject *count_codes(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *obj[2];
+    if (!PyArg_ParseTuple(args, "OO:count_codes", &obj[0], &obj[1])) return NULL;
+    Py_buffer b[2];
+    if (take("count_codes", count_spec, obj, b, 2) < 0) return NULL;
+    const Py_ssize_t n = items(&b[0]), n_counts = items(&b[1]);
+    int64_t *counts = b[1].buf;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = b[0].itemsize == 1 ? count_u8(n, b[0].buf, counts, n_counts) : count_u16(n, b[0].buf, counts, n_counts);
+    Py_END_ALLOW_THREADS
+    release(b, 2);
+    if (rc < 0) {
+        PyErr_Format(PyExc_ValueError, "count_codes: a code is beyond the %zd counts", n_counts);
+        return NULL;
+    }
+    return Py_NewRef(Py_None);
+}
 
 static PyMethodDef methods[] = {
     {"topk_bounds", topk_bounds, METH_VARARGS,
      "topk_bounds(offsets, ids, slp, tlp, token_id, lq_T, lp_T, q_T, p_T, tv_out, kl_out, qmass_out, pmass_out, "
      "rho_out, empty_q_out, empty_p_out, rest_eps, tail_empty): the top-k bounds and tails of every row, written "
      "into the seven output arrays."},
+    {"count_codes", count_codes, METH_VARARGS,
+     "count_codes(codes, counts): add each code's occurrences (uint8 or uint16 codes) to the int64 counts."},
     {NULL, NULL, 0, NULL},
 };
 
