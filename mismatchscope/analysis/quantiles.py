@@ -82,9 +82,19 @@ def _bins(values: np.ndarray) -> np.ndarray:
     return key.view(np.uint16).reshape(values.shape)
 
 
+def _in_bins(values: np.ndarray, bins: np.ndarray, chosen: np.ndarray) -> np.ndarray:
+    """The values whose bin is ``chosen`` (a boolean over the bins), in their order.
+
+    ``np.take`` reads the small table about twice as fast as indexing it with the bins does, and
+    ``np.compress`` keeps the few values of a window or of the wanted bins (a tenth or less) twice as fast
+    as a boolean index.
+    """
+    return np.compress(np.take(chosen, bins), values)
+
+
 def select_bins(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """The values that fall in the ``wanted`` bins (a boolean over the bins, :meth:`ExactQuantiles.wanted`)."""
-    return values[wanted[_bins(values)]] if values.size else values
+    return _in_bins(values, _bins(values), wanted) if values.size else values
 
 
 @dataclass
@@ -129,8 +139,8 @@ class ExactQuantiles:
             else:
                 self.counts += np.bincount(bins, minlength=BINS)
             if self.window is not None:
-                inside = self.window[bins]
-                values, bins = values[inside], bins[inside]
+                inside = np.take(self.window, bins)
+                values, bins = np.compress(inside, values), np.compress(inside, bins)
             self._keep([values], [bins])
 
     def merge(self, other: ExactQuantiles) -> None:
@@ -140,7 +150,7 @@ class ExactQuantiles:
             bins = other._part_bins if len(other._part_bins) == len(other.parts) else [_bins(p) for p in other.parts]
             if self.window is not None:
                 window = self.window
-                self._keep([p[window[b]] for p, b in zip(other.parts, bins)], None)
+                self._keep([_in_bins(p, b, window) for p, b in zip(other.parts, bins)], None)
             else:
                 self._keep(other.parts, bins)
         elif other.window is not None and other.window is self.window:
@@ -172,7 +182,7 @@ class ExactQuantiles:
         window = np.zeros(BINS, bool)
         for q in self.expect:
             window |= (cum >= q - WINDOW) & (below <= q + WINDOW)  # empty bins too: later values may land there
-        self.parts = [p[window[_bins(p)]] for p in self.parts]
+        self.parts = [_in_bins(p, _bins(p), window) for p in self.parts]
         self.window, self.complete, self._part_bins = window, False, []
         self._kept = sum(p.size for p in self.parts)
         if self._kept > (KEEP_VALUES if self.limit is None else self.limit):
@@ -230,10 +240,8 @@ class ExactQuantiles:
         bins = self._part_bins if len(self._part_bins) == len(self.parts) else [None] * len(self.parts)
 
         def gather(part: tuple[np.ndarray, np.ndarray | None]) -> np.ndarray:
-            # np.take reads the small table about twice as fast as indexing it with the bins does, and
-            # np.compress keeps the few values wanted twice as fast as a boolean index
             values, b = part
-            return np.compress(np.take(wanted, _bins(values) if b is None else b), values)
+            return _in_bins(values, _bins(values) if b is None else b, wanted)
 
         # the gather reads every value kept (tens of millions) after the pass, when a core is otherwise idle
         chosen = np.concatenate(list(ordered_map(gather, zip(self.parts, bins)))) if self.parts else np.zeros(0)
