@@ -45,7 +45,7 @@ LOOPS = Extension(
     "mismatchscope.analysis._loops",
     ["mismatchscope/analysis/_loops.c"],
     # No fused multiply-add: a * b + c rounds as two operations, as numpy's separate passes do.
-    extra_compile_args=[] if sys.platform == "win32" else ["-O2", "-ffp-contract=off"],
+    extra_compile_args=["/fp:precise"] if sys.platform == "win32" else ["-O2", "-ffp-contract=off"],
     optional=True,
 )
 

@@ -13,11 +13,14 @@
  *   - exp and log are the C library's, which is what numpy calls for float64 on CPUs without AVX-512 (on
  *     those with it, numpy's own vector exp can differ from the C library's in the last bit; this loop
  *     stays with libm);
- *   - maximum and minimum are numpy's: a NaN in either wins, and of two equal values (0.0 and -0.0) the
- *     second is returned;
+ *   - maximum and minimum propagate NaN as numpy's do, and of two equal values return the second, as
+ *     numpy's do on x86-64 (no operand of theirs here can be -0.0, so the sign of a zero never depends on
+ *     it);
  *   - the build turns off floating-point contraction (-ffp-contract=off), so no a * b + c becomes one fused
  *     multiply-add with a different rounding, and a build that allows value-changing optimisations
- *     (-ffast-math) is refused below.
+ *     (-ffast-math, -funsafe-math-optimizations, -ffinite-math-only) is refused below.
+ *
+ * count_codes checks every code before it counts any, so a refused call leaves the counts as they were.
  *
  * The GIL is released inside the loops, so the analysis threads run them side by side.
  */
@@ -26,8 +29,8 @@
 #include <math.h>
 #include <stdint.h>
 
-#if defined(__FAST_MATH__) || __FINITE_MATH_ONLY__
-#error "the analysis loops must round as numpy does: build them without -ffast-math or -ffinite-math-only"
+#if defined(__FAST_MATH__) || __FINITE_MATH_ONLY__ || defined(__NO_SIGNED_ZEROS__)
+#error "the analysis loops must round as numpy does: build them without -ffast-math or its parts"
 #endif
 
 static inline double np_max(double a, double b) { return (a > b || isnan(a)) ? a : b; }
@@ -84,14 +87,14 @@ DEFINE_ROWS(rows_i32_f32, int32_t, float)
 DEFINE_ROWS(rows_i64_f64, int64_t, double)
 DEFINE_ROWS(rows_i64_f32, int64_t, float)
 
-/* Add each code's occurrences to counts[code]; -1 where a code is beyond the counts. */
+/* Add each code's occurrences to counts[code]; -1, with nothing counted, where a code is beyond the counts. */
 #define DEFINE_COUNT(NAME, CODE_T)                                                                          \
     static int NAME(Py_ssize_t n, const CODE_T *codes, int64_t *counts, Py_ssize_t n_counts)                \
     {                                                                                                        \
-        for (Py_ssize_t i = 0; i < n; i++) {                                                                 \
-            if ((Py_ssize_t)codes[i] >= n_counts) return -1;                                                 \
-            counts[codes[i]]++;                                                                              \
-        }                                                                                                    \
+        CODE_T top = 0;                                                                                      \
+        for (Py_ssize_t i = 0; i < n; i++) top = codes[i] > top ? codes[i] : top;                           \
+        if (n && (Py_ssize_t)top >= n_counts) return -1;                                                     \
+        for (Py_ssize_t i = 0; i < n; i++) counts[codes[i]]++;                                               \
         return 0;                                                                                            \
     }
 

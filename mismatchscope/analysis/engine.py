@@ -201,6 +201,7 @@ def analyse(
 
     if request.report:
         _refill_quantiles(source, columns, request.batch_rows, stats, workers)
+        stats.gather_on(workers)
     seq_ids, agg = seqagg.result()
     table = SequenceTable.from_reduced(seq_ids, agg, agg.get("sum_adv"))
     n_tokens = int(table.n_tokens_S.sum()) if seq_ids.size else 0

@@ -83,13 +83,13 @@ def _bins(values: np.ndarray) -> np.ndarray:
 
 
 def _in_bins(values: np.ndarray, bins: np.ndarray, chosen: np.ndarray) -> np.ndarray:
-    """The values whose bin is ``chosen`` (a boolean over the bins), in their order.
+    """The values whose bin is ``chosen`` (a boolean over the bins), in their order, as one flat array.
 
     ``np.take`` reads the small table about twice as fast as indexing it with the bins does, and
     ``np.compress`` keeps the few values of a window or of the wanted bins (a tenth or less) twice as fast
     as a boolean index.
     """
-    return np.compress(np.take(chosen, bins), values)
+    return np.compress(np.take(chosen, bins).ravel(), values.ravel())
 
 
 def select_bins(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
@@ -114,6 +114,9 @@ class ExactQuantiles:
     """the quantiles that will be asked: past ``limit`` the column keeps a window around them (none: counts only)."""
     window: np.ndarray | None = None
     """boolean over the bins whose values are all kept, once the column narrowed (None before, or never)."""
+    workers: int | None = None
+    """threads for the gather of :meth:`order_statistics` (None: ``parallel.default_workers``); the pass that
+    filled the column sets its own."""
     _kept: int = 0
     _part_bins: list[np.ndarray] = field(default_factory=list)
     """the bins of ``parts`` (2 bytes a value), while the column keeps every value: a batch's go with it to the
@@ -139,8 +142,8 @@ class ExactQuantiles:
             else:
                 self.counts += np.bincount(bins, minlength=BINS)
             if self.window is not None:
-                inside = np.take(self.window, bins)
-                values, bins = np.compress(inside, values), np.compress(inside, bins)
+                inside = np.take(self.window, bins).ravel()
+                values, bins = np.compress(inside, values.ravel()), np.compress(inside, bins.ravel())
             self._keep([values], [bins])
 
     def merge(self, other: ExactQuantiles) -> None:
@@ -244,7 +247,8 @@ class ExactQuantiles:
             return _in_bins(values, _bins(values) if b is None else b, wanted)
 
         # the gather reads every value kept (tens of millions) after the pass, when a core is otherwise idle
-        chosen = np.concatenate(list(ordered_map(gather, zip(self.parts, bins)))) if self.parts else np.zeros(0)
+        parts = zip(self.parts, bins)
+        chosen = np.concatenate(list(ordered_map(gather, parts, self.workers))) if self.parts else np.zeros(0)
         if chosen.size != int(self.counts[targets].sum()):
             raise RuntimeError(
                 "exact quantiles: the values of the wanted bins are not all here (a second pass is missing)"

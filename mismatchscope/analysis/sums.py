@@ -45,7 +45,9 @@ def token_sums(idx: np.ndarray, nb: int, t: TokenTerms | tuple) -> np.ndarray:
     ``t``: the batch's terms, or their :func:`token_weights` when one batch is summed by several keys.
     """
     weights = token_weights(t) if isinstance(t, TokenTerms) else t
-    idx = np.asarray(idx, dtype=np.intp)  # bincount's own index type: cast once, not once a sum
+    idx = np.asarray(idx).astype(
+        np.intp, casting="safe", copy=False
+    )  # bincount's index type: cast once, not once a sum
     return np.stack([np.bincount(idx, weights=w, minlength=nb)[:nb].astype(np.float64) for w in weights])
 
 

@@ -142,6 +142,11 @@ class TokenStats:
             grown[:, : self.pos_sums.shape[1]] = self.pos_sums
             self.pos_sums = grown
 
+    def gather_on(self, workers: int | None) -> None:
+        """Gather the exact quantiles' values on ``workers`` threads, as the pass that filled them ran."""
+        for q in [self.log_ratios, *self._centering.values()]:
+            q.workers = workers
+
     def spawn(self) -> TokenStats:
         """Empty statistics for one batch on another thread, whose exact quantiles keep what these keep
         (``ExactQuantiles.spawn``). The fold may add a column meanwhile: its items are copied at once."""
