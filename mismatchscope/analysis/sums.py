@@ -45,9 +45,8 @@ def token_sums(idx: np.ndarray, nb: int, t: TokenTerms | tuple) -> np.ndarray:
     ``t``: the batch's terms, or their :func:`token_weights` when one batch is summed by several keys.
     """
     weights = token_weights(t) if isinstance(t, TokenTerms) else t
-    idx = np.asarray(idx).astype(
-        np.intp, casting="safe", copy=False
-    )  # bincount's index type: cast once, not once a sum
+    # bincount's own index type, cast once rather than once a sum (safe casts only: a float key is refused)
+    idx = np.asarray(idx).astype(np.intp, casting="safe", copy=False)
     return np.stack([np.bincount(idx, weights=w, minlength=nb)[:nb].astype(np.float64) for w in weights])
 
 
