@@ -133,4 +133,9 @@ def import_(
             f"{r['format']}) into {out_dir}/routes; {r['missing_captures']:,} missing captures",
             highlight=False,
         )
+    if (out_dir / "sequences.parquet").is_file() and result.routes is None:  # a sampler-only dump (verl, ROLL)
+        console.print(
+            f"next: mismatchscope rescore {out_dir} --trainer-checkpoint CHECKPOINT --temperature T", highlight=False
+        )
+        return
     console.print(f"next: mismatchscope report {out_dir}   (or timeline / compare-masks)", highlight=False)

@@ -44,6 +44,9 @@ IMPORTERS: dict[str, str] = {
     "nemo-rl": "nemo_rl:NemoRLImporter",
     "prime-rl": "prime_rl:PrimeRLImporter",
     "slime": "slime:SlimeImporter",
+    "skyrl": "skyrl:SkyRLImporter",
+    "verl": "verl:VerlImporter",
+    "roll": "roll:RollImporter",
     "jsonl": "generic:GenericJsonlImporter",
     "parquet": "generic:GenericParquetImporter",
 }
@@ -61,6 +64,11 @@ _LAYOUT_HINTS = {
     "prime-rl": "point at the trainer's output_dir (it holds token_exports/step_{N}/rank_{R}.jsonl) "
     "of a run with trainer.enable_token_export = true",
     "slime": "point at the --dump-details folder (it holds train_data/ and rollout_data/)",
+    "skyrl": "point at the trainer's export_path (it holds dumped_data/global_step_{N}_training_input.pkl) "
+    "of a run with trainer.dump_data_batch=true",
+    "verl": "point at skip.rollout's dump_dir (it holds .../{step}/gen_batch.dp) of a run with skip.rollout.enable=true",
+    "roll": "point at rollout_mock's dump_dir (it holds train/step_{N:06d}.pkl) of a run with rollout_mock "
+    "enable=true, mode=dump",
     "jsonl": "point at a .jsonl file or a folder of them",
     "parquet": "point at a .parquet file or a folder of them",
 }
@@ -169,6 +177,9 @@ def _import_locked(
             )
         raise InputError(f"{src}: no token imported: the {fmt} files hold no record", hint=describe(fmt))
     manifest = _manifest(fmt, src, out, files, semantics, shards, writer, result, ctx)
+    sequence_rows = getattr(importer, "sequence_rows", None)
+    if sequence_rows is not None:  # a sampler-only dump: the sequences rescore scores for the trainer's side
+        _write_sequences(out, shards, sequence_rows, fmt, result, manifest)
     if routes_plan is not None:
         from .routes import discard, write
 
@@ -182,6 +193,20 @@ def _import_locked(
         manifest["warnings"] = result.warnings = result.warnings + route_warnings
     write_manifest(out, manifest)
     return result
+
+
+def _write_sequences(out: Path, shards: list[Path], rows: Any, fmt: str, result: ImportResult, manifest: dict) -> None:
+    from .dataproto import NO_TRAINER_WARNING
+    from .routes import discard
+
+    try:
+        rows.write(out)
+    except BaseException:
+        discard(out, shards)
+        raise
+    line = NO_TRAINER_WARNING.format(stack=fmt, out=out)
+    manifest["warnings"] = result.warnings = [*result.warnings, line]
+    manifest["sequences_file"] = "sequences.parquet"
 
 
 def _count_warnings(result: ImportResult, ctx: ImportContext) -> list[str]:

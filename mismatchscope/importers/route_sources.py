@@ -21,6 +21,9 @@ Encodings, from each project's code (docs/import.md tabulates them):
   gives ``prompt_pad``, the batch's padded prompt width.
 * ``slime``: ``Sample.rollout_routed_experts``, ``(len(tokens) - 1, layers, k)``
   int32 (lists, or the SGLang base64 string before slime decoded it).
+* ``skyrl``: one batch row of ``rollout_expert_indices`` over its real tokens,
+  ``[len(tokens), layers, k]`` (uint8/int16/int32), rows SkyRL did not
+  capture zeroed from ``router_padding_mask`` (read in place, :mod:`.skyrl_routes`).
 * ``prime-rl``: ``{"data": base64, "shape", "start", "dtype"}``; a last axis
   of ``2 * top_k`` int32 is Total Router Recall: ids, then the float32 bits
   of the gate weights.
@@ -185,6 +188,10 @@ def decode_slime(rec: Mapping[str, Any], model: RoutesModel, prompt_len: int) ->
     return Decoded(_ids_array(value, "rollout_routed_experts"), 0)
 
 
+def decode_skyrl(rec: Mapping[str, Any], model: RoutesModel, prompt_len: int) -> Decoded:
+    return Decoded(_ids_array(_field(rec, "rollout_expert_indices"), "rollout_expert_indices"), 0)
+
+
 def decode_prime_rl(rec: Mapping[str, Any], model: RoutesModel, prompt_len: int) -> Decoded:
     value = _field(rec, "routed_experts")
     if not isinstance(value, Mapping) or not {"data", "shape", "dtype"} <= set(value):
@@ -219,5 +226,6 @@ DECODERS: dict[str, Decoder] = {
     "verl": decode_verl,
     "slime": decode_slime,
     "prime-rl": decode_prime_rl,
+    "skyrl": decode_skyrl,
 }
 """``--routes-format`` name -> its decoder."""

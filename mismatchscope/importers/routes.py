@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 
 from ..errors import ImportFormatError, InputError, UsageError
 from ..routing import layout
-from . import slime_routes
+from . import skyrl_routes, slime_routes
 from ._base import parse_record, short
 from .route_checks import CheckedRoutes, check_routes
 from .route_sources import DECODERS
@@ -126,10 +126,20 @@ def prepare(options: RoutesOptions, trust_pickle: bool = False) -> RoutesPlan:
 _SRC_HINT = "pass a .jsonl file or a folder of them, one line per sequence (docs/import.md, Routes)"
 
 
+def _dump_reader(encoding: str, src: Path) -> Any:
+    """The module that reads routes in place from a stack's own dump (slime, SkyRL), or None for a routes JSONL."""
+    if encoding == "slime" and slime_routes.is_slime_dump(src):
+        return slime_routes
+    if encoding == "skyrl" and skyrl_routes.is_dump(src):
+        return skyrl_routes
+    return None
+
+
 def _discover(options: RoutesOptions) -> list[tuple[Path, str]]:
     src = Path(options.src)
-    if options.encoding == "slime" and slime_routes.is_slime_dump(src):
-        return slime_routes.files(src)
+    reader = _dump_reader(options.encoding, src)
+    if reader is not None:
+        return reader.files(src)
     if src.is_file():
         return [(src, src.name)]
     if not src.is_dir():
@@ -143,13 +153,13 @@ Checked = tuple[dict[str, Any], dict[str, Any], CheckedRoutes]
 
 def _checked(plan: RoutesPlan) -> Iterator[Checked]:
     decode = DECODERS[plan.options.encoding]
-    slime_dump = plan.options.encoding == "slime" and slime_routes.is_slime_dump(Path(plan.options.src))
+    reader = _dump_reader(plan.options.encoding, Path(plan.options.src))
     next_id = 0
     for path, rel in plan.files:
         try:
-            recs = slime_routes.records(path, rel, plan.trust_pickle) if slime_dump else _jsonl_records(path, rel)
+            recs = reader.records(path, rel, plan.trust_pickle) if reader is not None else _jsonl_records(path, rel)
             for where, rec in recs:
-                if slime_dump:  # the k-th sample read is the k-th sequence the slime import numbers
+                if reader is not None:  # the k-th sample read is the k-th sequence the stack's import numbers
                     rec["sequence_id"], next_id = next_id, next_id + 1
                 yield where, rec, _check_one(decode, plan.model, where, rec)
         except OSError as e:

@@ -420,7 +420,7 @@ def test_a_sound_legacy_file_with_python_objects_still_asks_for_trust(tmp_path):
 def test_the_structure_check_runs_nothing_from_the_file(tmp_path):
     """A pickle whose load would call os.system: the check parses it, with every global an inert stub."""
     pytest.importorskip("torch")
-    from mismatchscope.importers.slime import _torch_file_problem
+    from mismatchscope.importers.safe_load import torch_file_problem as _torch_file_problem
 
     marker = tmp_path / "ran"
 

@@ -1,0 +1,137 @@
+"""What verl's and ROLL's rollout dumps share: a pickled DataProto holding only the sampler's side.
+
+Both stacks dump the rollout's output, before the trainer recomputes
+anything: the token ids, the masks and the inference engine's logprobs. An
+import of them is the sampler's half of a token-pair run plus every
+sequence's prompt and completion ids (``sequences.parquet``), so that
+``rescore IMPORTED --trainer-checkpoint CKPT --temperature T`` adds the
+trainer's side with the checkpoint the stack trained. Until then
+``trainer_logprob`` is empty (NaN) on every token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import ImportFormatError
+from ._base import ImportContext, SourceFile, check_record, exact_ints
+from .stack_pickle import DataProtoState, PickledBytesIO, load_stack_pickle, load_tensordict
+
+NO_TRAINER_WARNING = (
+    "the {stack} dump holds the sampler's side only: trainer_logprob is empty until "
+    "`mismatchscope rescore {out} --trainer-checkpoint CHECKPOINT --temperature T` scores it"
+)
+
+
+@dataclass
+class Batch:
+    """One DataProto: its tensors (numpy), its ``non_tensor_batch`` and ``meta_info``."""
+
+    tensors: dict[str, np.ndarray]
+    non_tensor: dict[str, Any]
+    meta: dict[str, Any]
+
+
+def read(f: SourceFile, trust_pickle: bool, stack: str) -> Batch:
+    """The DataProto at ``f`` through the allow-list (:mod:`.stack_pickle`)."""
+    obj = load_stack_pickle(f.path, f.rel, trust_pickle, stack)
+    if isinstance(obj, DataProtoState):
+        state = obj.state
+        if not isinstance(state, tuple) or len(state) not in (3, 4):
+            raise ImportFormatError(
+                "the DataProto's state is not the stack's (batch, non_tensor_batch, ...)", file=f.rel
+            )
+        blob = state[0].value if isinstance(state[0], PickledBytesIO) else state[0]
+        if blob is not None and not isinstance(blob, bytes):
+            raise ImportFormatError(
+                f"the DataProto's batch is a {type(blob).__name__}, not torch.save bytes", file=f.rel
+            )
+        tensors = load_tensordict(blob, f.rel, trust_pickle) if blob else {}
+        non_tensor, meta = state[1], state[-1]
+    elif hasattr(obj, "batch") and hasattr(obj, "non_tensor_batch"):  # a full unpickle: the stack's own DataProto
+        tensors = {k: obj.batch[k] for k in obj.batch.keys()} if obj.batch is not None else {}
+        non_tensor, meta = obj.non_tensor_batch, obj.meta_info
+    else:
+        raise ImportFormatError(f"expected {stack}'s DataProto, got {type(obj).__name__}", file=f.rel)
+    return Batch({str(k): _numpy(v) for k, v in tensors.items()}, dict(non_tensor or {}), dict(meta or {}))
+
+
+def _numpy(value: Any) -> np.ndarray:
+    if hasattr(value, "detach"):
+        value = value.detach().cpu()
+        return (value.double() if value.is_floating_point() else value).numpy()
+    return np.asarray(value)
+
+
+def require(batch: Batch, f: SourceFile, *names: str) -> None:
+    missing = [n for n in names if n not in batch.tensors]
+    if missing:
+        shown = ", ".join(sorted(batch.tensors)[:15])
+        raise ImportFormatError(f"missing tensor(s) {', '.join(missing)} (the batch has: {shown})", file=f.rel)
+
+
+def ids(value: np.ndarray) -> np.ndarray:
+    return exact_ints(np.asarray(value).reshape(-1), "token ids").reshape(np.shape(value))
+
+
+@dataclass
+class SequenceRows:
+    """Each imported sequence's prompt and completion ids: ``sequences.parquet``, what ``rescore`` scores."""
+
+    rows: dict[str, list] = field(
+        default_factory=lambda: {
+            "sequence_id": [],
+            "prompt_token_ids": [],
+            "completion_token_ids": [],
+            "completion_kept": [],
+            "routes_start": [],
+        }
+    )
+
+    def add(self, seq_id: int, prompt: np.ndarray, completion: np.ndarray, kept: np.ndarray) -> None:
+        for name, value in zip(
+            self.rows, (seq_id, prompt.tolist(), completion.tolist(), kept.astype(bool).tolist(), None), strict=True
+        ):
+            self.rows[name].append(value)
+
+    def write(self, out: Path) -> None:
+        from ..rundir import atomic_path
+        from .routes import _SEQUENCES_SCHEMA, SEQUENCES
+
+        with atomic_path(out / SEQUENCES) as tmp:
+            pq.write_table(pa.Table.from_pydict(self.rows, schema=_SEQUENCES_SCHEMA), tmp, compression="zstd")
+
+
+def add_sequence(
+    ctx: ImportContext,
+    f: SourceFile,
+    k: int,
+    seqs: SequenceRows,
+    parts: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+) -> None:
+    """One row: ``(prompt ids, completion ids, kept mask over the completion, sampler logprobs of the kept)``."""
+    prompt, completion, kept, sampler = parts
+    try:
+        if not kept.any():
+            raise ImportFormatError("the response mask selects no token", file=f.rel, record=k)
+        if not len(prompt):
+            raise ImportFormatError("no prompt token: the trainer has nothing to condition on", file=f.rel, record=k)
+        values = {
+            "token_id": completion[kept],
+            "sampler_logprob": sampler,
+            "trainer_logprob": np.full(len(sampler), np.nan),
+            "step": f.step,
+        }
+        check_record(values, file=f.rel, record=k)
+    except ImportFormatError as e:
+        ctx.bad(e, f)
+        return
+    ctx.note("nonfinite_logprobs", int(len(sampler) - np.count_nonzero(np.isfinite(sampler))))
+    seq_id = ctx.add(f, values, len(prompt) + len(completion) - int(kept.sum()))
+    seqs.add(seq_id, prompt, completion, kept)

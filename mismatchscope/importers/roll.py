@@ -1,0 +1,128 @@
+"""ROLL: the rollout batches its dump mode writes (``rollout_mock``), the sampler's side.
+
+Layout, read from ROLL at commit 8eb27cc2dc34c4d1310b169d9b86d339004d811a
+(``roll/distributed/scheduler/rollout_mock_mixin.py`` ``_dump_batch``,
+``roll/distributed/scheduler/protocol.py`` ``DataProto.__getstate__``,
+``roll/pipeline/agentic/env_manager/traj_env_manager.py``): with
+``rollout_mock: {enable: true, mode: dump, dump_dir: DIR}`` the rollout
+scheduler pickles each step's batch (``pickle.HIGHEST_PROTOCOL``) to
+``DIR/{train,val}/step_{N:06d}.pkl``. The DataProto's state is
+``(BytesIO of torch.save(consolidated TensorDict), non_tensor_batch,
+remote_batch, meta_info)``, read through the allow-list of :mod:`.stack_pickle`.
+
+Tensors (agentic pipeline): ``input_ids``, ``attention_mask`` and
+``response_mask`` ``[batch, sequence_length]`` (padded to
+``sequence_length``; ``attention_mask`` marks the real tokens, wherever the
+padding is), and ``infer_logprobs`` ``[batch, sequence_length - 1]``:
+the engine's logprobs laid over the tokens (0 on prompt tokens) and then
+shifted by one, ``infer_logprobs[:, 1:]``, so that column ``j - 1`` holds the
+logprob of token ``j``, as a trainer's ``log_probs`` of the next token do.
+The import undoes the shift: token ``j``'s sampler logprob is
+``infer_logprobs[:, j - 1]``.
+
+The dump is taken before the trainer recomputes anything: it holds no
+trainer logprob (see :mod:`.dataproto`).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ImportFormatError, UsageError
+from ._base import ImportContext, SourceFile
+from .dataproto import SequenceRows, add_sequence, ids, read, require
+
+_STEP_FILE = re.compile(r"^step_(\d+)\.pkl$")
+
+SEMANTICS = {
+    "sampler_logprob": "infer_logprobs: the inference engine's logprob of token j, read at column j - 1",
+    "trainer_logprob": "none in the dump (it is taken before the trainer's forward): filled by rescore",
+    "alignment": "infer_logprobs is shifted by one ([:, 1:]): column j - 1 holds token j; the import undoes it",
+    "mask": "response_mask over the real tokens (attention_mask); prompt tokens and observation tokens of "
+    "later turns count as dropped",
+    "temperature": "not recorded in the dump: rescore needs --temperature (the rollout's generating config)",
+    "policy_lag": "none: rescore scores every token with the one checkpoint it is given",
+    "step": "N of step_{N:06d}.pkl",
+}
+
+
+class RollImporter:
+    name = "roll"
+    columns: tuple[str, ...] = ("step",)
+
+    def __init__(self, columns: dict[str, str] | None = None):
+        if columns:
+            raise UsageError(
+                "--column applies to the jsonl and parquet formats only",
+                hint="ROLL dumps have a fixed layout; drop --column",
+            )
+        self.warnings: list[str] = []
+        self.sequence_rows = SequenceRows()
+
+    def discover(self, src: Path) -> list[SourceFile]:
+        if src.is_file():
+            root, paths = src.parent, [src]
+        else:
+            root = src
+            paths = sorted(src.glob("step_*.pkl")) + sorted(src.glob("*/step_*.pkl"))
+        files = []
+        for p in paths:
+            m = _STEP_FILE.match(p.name)
+            if m is not None:
+                files.append(SourceFile(path=p, rel=p.relative_to(root).as_posix(), step=int(m.group(1))))
+        return sorted(files, key=lambda f: (f.path.parent.as_posix(), f.step or 0))
+
+    def semantics(self) -> dict[str, Any]:
+        return dict(SEMANTICS)
+
+    def read(self, f: SourceFile, ctx: ImportContext) -> None:
+        try:
+            batch = read(f, ctx.trust_pickle, "ROLL")
+            require(batch, f, "input_ids", "attention_mask", "response_mask")
+            if "infer_logprobs" not in batch.tensors:
+                raise ImportFormatError(
+                    "no infer_logprobs: the engine's logprobs were not returned",
+                    file=f.rel,
+                    hint="run the rollout with logprobs on (generating_args.logprobs)",
+                )
+            rows = _rows(batch.tensors, f)
+        except ImportFormatError as e:
+            ctx.bad(e, f)
+            return
+        for k, parts in enumerate(rows):
+            add_sequence(ctx, f, k, self.sequence_rows, parts)
+
+
+def _rows(t: dict[str, np.ndarray], f: SourceFile) -> list[tuple[np.ndarray, ...]]:
+    tokens = ids(t["input_ids"])
+    attn = np.asarray(t["attention_mask"]) != 0
+    resp = np.asarray(t["response_mask"]) != 0
+    infer = np.asarray(t["infer_logprobs"], dtype=np.float64)
+    if tokens.ndim != 2 or attn.shape != tokens.shape or resp.shape != tokens.shape:
+        raise ImportFormatError(
+            f"misaligned tensors: input_ids {list(tokens.shape)}, attention_mask {list(attn.shape)}, "
+            f"response_mask {list(resp.shape)}",
+            file=f.rel,
+        )
+    if infer.shape != (tokens.shape[0], tokens.shape[1] - 1):
+        raise ImportFormatError(
+            f"infer_logprobs is {list(infer.shape)}; ROLL's agentic dump shifts it by one "
+            f"([:, 1:]) to {[tokens.shape[0], tokens.shape[1] - 1]}",
+            file=f.rel,
+        )
+    out = []
+    for i in range(tokens.shape[0]):
+        real = np.flatnonzero(attn[i])
+        answer = np.flatnonzero(resp[i] & attn[i])
+        if not len(answer) or answer[0] == 0 or not np.array_equal(real, np.arange(real[0], real[-1] + 1)):
+            out.append((tokens[i, :0], tokens[i, :0], np.zeros(0, dtype=bool), np.zeros(0)))  # refused when added
+            continue
+        first, last = int(answer[0]), int(real[-1])
+        kept = resp[i, first : last + 1]
+        cols = np.arange(first, last + 1)[kept] - 1  # undo the shift: token j is column j - 1
+        out.append((tokens[i, real[0] : first], tokens[i, first : last + 1], kept, infer[i, cols]))
+    return out
