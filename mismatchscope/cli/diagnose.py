@@ -112,7 +112,7 @@ def diagnose(
     if matrix is not None:
         variants += load_matrix(matrix)
     sampler_cfg = SamplerConfig(
-        kind=cast(Literal["vllm", "vllm-server", "hf"], sampler),  # check_options checks it
+        kind=cast(Literal["vllm", "vllm-server", "trl-server", "hf"], sampler),  # check_options checks it
         dtype=sampler_dtype,  # type: ignore[arg-type]  (checked below)
         tensor_parallel_size=tensor_parallel_size,
         max_num_seqs=max_num_seqs,

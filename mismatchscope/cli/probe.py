@@ -126,9 +126,11 @@ def probe(
     sampler: str = typer.Option(
         "vllm",
         "--sampler",
-        help="vllm (offline engine, in-process), vllm-server (a running OpenAI-compatible server, --url), or hf (transformers generate).",
+        help="vllm (offline engine, in-process), vllm-server (a running OpenAI-compatible server, --url), trl-server (a running trl vllm-serve, --url), or hf (transformers generate).",
     ),
-    url: str | None = typer.Option(None, "--url", help="Base URL of the vLLM server for --sampler vllm-server."),
+    url: str | None = typer.Option(
+        None, "--url", help="Base URL of the server for --sampler vllm-server or trl-server."
+    ),
     api_key_env: str = typer.Option(
         "MISMATCHSCOPE_API_KEY",
         "--api-key-env",
@@ -195,8 +197,8 @@ def probe(
 
     if logprobs_mode not in ("processed_logprobs", "raw_logprobs"):
         raise UsageError(f"--logprobs-mode {logprobs_mode!r}", hint="use processed_logprobs or raw_logprobs")
-    if sampler == "vllm-server" and not url:
-        raise UsageError("--sampler vllm-server needs --url http://HOST:PORT")
+    if sampler in ("vllm-server", "trl-server") and not url:
+        raise UsageError(f"--sampler {sampler} needs --url http://HOST:PORT")
     bundled = checkpoint is None
     if bundled:
         checkpoint = sample_dir() / "tiny-qwen3"
@@ -218,7 +220,7 @@ def probe(
             logprobs_mode=cast("LogprobsMode", logprobs_mode),
         ),  # type: ignore[arg-type]
         sampler=SamplerConfig(
-            kind=cast(Literal["vllm", "vllm-server", "hf"], sampler),  # check_options checks it
+            kind=cast(Literal["vllm", "vllm-server", "trl-server", "hf"], sampler),  # check_options checks it
             dtype=sampler_dtype,
             tensor_parallel_size=tensor_parallel_size,  # type: ignore[arg-type]
             max_num_seqs=max_num_seqs,

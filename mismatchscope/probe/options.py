@@ -35,7 +35,9 @@ from .types import SamplerConfig, SamplingConfig, TrainerConfig
 if TYPE_CHECKING:
     from .checkpoint import CheckpointInfo
 
-SAMPLER_KINDS = ("vllm", "vllm-server", "hf")
+SAMPLER_KINDS = ("vllm", "vllm-server", "trl-server", "hf")
+SERVER_KINDS = ("vllm-server", "trl-server")
+"""the samplers that are a running server at ``--url``."""
 """the names of ``samplers.SAMPLERS`` (kept here so checking a name imports no sampler module)."""
 VLLM_ONLY_DTYPES = ("auto",)
 """vLLM takes ``auto``; the transformers side refuses it (it picks a different dtype per machine)."""
@@ -280,10 +282,10 @@ def check_sampler(cfg: SamplerConfig) -> None:
         check_hf_engine_args(cfg.engine_args, cfg.device)
     if cfg.kind == "vllm" and cfg.engine_args and _installed("vllm"):  # without vLLM, check_engine_installed says so
         check_vllm_engine_args(cfg.engine_args)
-    if cfg.kind == "vllm-server":
+    if cfg.kind in SERVER_KINDS:
         check_server_engine_args(cfg.engine_args)
         if not cfg.url:
-            raise UsageError("--sampler vllm-server needs --url http://HOST:PORT")
+            raise UsageError(f"--sampler {cfg.kind} needs --url http://HOST:PORT")
         try:
             parts = urllib.parse.urlsplit(cfg.url)
         except ValueError as e:  # "Invalid IPv6 URL": a '[' without its ']'

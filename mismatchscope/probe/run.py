@@ -32,6 +32,7 @@ from .. import __version__, rundir
 from ..errors import UsageError
 from ..redact import redact_command, redact_obj, redact_url
 from .options import (
+    SERVER_KINDS,
     ProbeOptions,
     canonical_options,
     canonical_trainer,
@@ -209,7 +210,7 @@ def _server_first(opts: ProbeOptions, run: RunDir, n_prompts: int) -> bool:
     another served model stop the probe before anything is written. A resumed
     run whose rounds are all sampled does not need the server at all.
     """
-    if opts.sampler.kind != "vllm-server":
+    if opts.sampler.kind not in SERVER_KINDS:
         return False
     if not opts.resume:
         return True

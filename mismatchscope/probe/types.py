@@ -38,7 +38,7 @@ class SamplingConfig:
 class SamplerConfig:
     """Which sampler, and the engine options a user needs to reproduce a serving setup."""
 
-    kind: Literal["vllm", "vllm-server", "hf"] = "vllm"
+    kind: Literal["vllm", "vllm-server", "trl-server", "hf"] = "vllm"
     dtype: str = "float16"
     tensor_parallel_size: int = 1
     max_num_seqs: int | None = None
@@ -50,7 +50,7 @@ class SamplerConfig:
     engine_args: dict[str, Any] = field(default_factory=dict)
     """free-form ``--engine-arg key=value`` passed to ``vllm.LLM`` unchanged."""
     url: str | None = None
-    """base URL of a running vLLM OpenAI-compatible server (vllm-server)."""
+    """base URL of a running vLLM OpenAI-compatible server (vllm-server) or ``trl vllm-serve`` (trl-server)."""
     api_key_env: str = "MISMATCHSCOPE_API_KEY"
     """name of the environment variable holding the server's API key; the key itself is never recorded."""
     device: str | None = None

@@ -14,6 +14,7 @@ from mismatchscope.errors import UsageError
 from mismatchscope.probe.checkpoint import CheckpointInfo
 from mismatchscope.probe.samplers.base import Sampler
 from mismatchscope.probe.samplers.hf_generate import HFGenerateSampler
+from mismatchscope.probe.samplers.trl_server import TRLServerSampler
 from mismatchscope.probe.samplers.vllm_offline import VLLMOfflineSampler
 from mismatchscope.probe.samplers.vllm_server import VLLMServerSampler
 from mismatchscope.probe.types import SamplerConfig, SamplingConfig
@@ -21,6 +22,7 @@ from mismatchscope.probe.types import SamplerConfig, SamplingConfig
 SAMPLERS: dict[str, Callable[..., Sampler]] = {
     "vllm": VLLMOfflineSampler,
     "vllm-server": VLLMServerSampler,
+    "trl-server": TRLServerSampler,
     "hf": HFGenerateSampler,
 }
 
