@@ -29,6 +29,10 @@ NO_TRAINER_WARNING = (
 )
 
 
+Row = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+"""one sequence: prompt ids, completion ids, kept mask over the completion, sampler logprobs of the kept tokens."""
+
+
 @dataclass
 class Batch:
     """One DataProto: its tensors (numpy), its ``non_tensor_batch`` and ``meta_info``."""
@@ -113,7 +117,7 @@ def add_sequence(
     f: SourceFile,
     k: int,
     seqs: SequenceRows,
-    parts: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    parts: Row,
 ) -> None:
     """One row: ``(prompt ids, completion ids, kept mask over the completion, sampler logprobs of the kept)``."""
     prompt, completion, kept, sampler = parts

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..errors import ImportFormatError, UsageError
 from ._base import ImportContext, SourceFile
-from .dataproto import SequenceRows, add_sequence, ids, read, require
+from .dataproto import Row, SequenceRows, add_sequence, ids, read, require
 
 _STEP_FILE = re.compile(r"^step_(\d+)\.pkl$")
 
@@ -97,7 +97,7 @@ class RollImporter:
             add_sequence(ctx, f, k, self.sequence_rows, parts)
 
 
-def _rows(t: dict[str, np.ndarray], f: SourceFile) -> list[tuple[np.ndarray, ...]]:
+def _rows(t: dict[str, np.ndarray], f: SourceFile) -> list[Row]:
     tokens = ids(t["input_ids"])
     attn = np.asarray(t["attention_mask"]) != 0
     resp = np.asarray(t["response_mask"]) != 0
@@ -114,7 +114,7 @@ def _rows(t: dict[str, np.ndarray], f: SourceFile) -> list[tuple[np.ndarray, ...
             f"([:, 1:]) to {[tokens.shape[0], tokens.shape[1] - 1]}",
             file=f.rel,
         )
-    out = []
+    out: list[Row] = []
     for i in range(tokens.shape[0]):
         real = np.flatnonzero(attn[i])
         answer = np.flatnonzero(resp[i] & attn[i])

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -152,8 +153,11 @@ def _as_numpy(value: Any) -> Any:
     return value
 
 
-def sequences(f: SourceFile, batch: dict[str, Any]):
-    """``(row, values, dropped)`` for each row of the batch."""
+PER_TOKEN = ("rollout_logprobs", "action_log_probs", "loss_mask", "advantages")
+
+
+def _arrays(f: SourceFile, batch: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The fields a row needs, checked present and of one layout."""
     need = ("sequences", "attention_mask", "response_mask", "action_log_probs", "advantages")
     missing = [k for k in need if batch.get(k) is None]
     if missing:
@@ -164,35 +168,45 @@ def sequences(f: SourceFile, batch: dict[str, Any]):
             file=f.rel,
             hint="turn on generator.sampling_params.logprobs (0) so the engine returns them",
         )
-    seq = exact_ints(np.asarray(batch["sequences"]).reshape(-1), "token ids").reshape(np.shape(batch["sequences"]))
-    resp_mask = np.asarray(batch["response_mask"]) != 0
-    width = resp_mask.shape[-1] if resp_mask.ndim == 2 else -1
-    per_token = {k: batch.get(k) for k in ("rollout_logprobs", "action_log_probs", "loss_mask", "advantages")}
-    shapes = {k: np.shape(v) for k, v in per_token.items() if v is not None}
-    if seq.ndim != 2 or any(s != resp_mask.shape for s in shapes.values()) or width > seq.shape[1]:
+    out = {k: np.asarray(batch[k]) for k in (*need, *PER_TOKEN) if batch.get(k) is not None}
+    out["sequences"] = exact_ints(out["sequences"].reshape(-1), "token ids").reshape(out["sequences"].shape)
+    seq, resp = out["sequences"], out["response_mask"]
+    if "loss_mask" not in out:
+        out["loss_mask"] = np.ones(resp.shape)
+    shapes = {k: out[k].shape for k in PER_TOKEN}
+    seq_shape: tuple[int, ...] = tuple(seq.shape)
+    resp_shape: tuple[int, ...] = tuple(resp.shape)
+    wide = len(resp_shape) == 2 and len(seq_shape) == 2 and resp_shape[1] > seq_shape[1]
+    if seq.ndim != 2 or resp.ndim != 2 or any(s != resp.shape for s in shapes.values()) or wide:
         shown = ", ".join(f"{k}={list(s)}" for k, s in shapes.items())
         raise ImportFormatError(
-            f"misaligned tensors: sequences {list(seq.shape)}, response_mask {list(resp_mask.shape)}, {shown}",
-            file=f.rel,
+            f"misaligned tensors: sequences {list(seq.shape)}, response_mask {list(resp.shape)}, {shown}", file=f.rel
         )
+    return out
+
+
+def sequences(f: SourceFile, batch: dict[str, Any]) -> Iterator[tuple[int, dict[str, Any] | ImportFormatError, int]]:
+    """``(row, values or why the row is bad, dropped)`` for each row of the batch."""
+    a = _arrays(f, batch)
+    seq, resp_mask = a["sequences"], a["response_mask"] != 0
+    width = resp_mask.shape[1]
     for row in range(seq.shape[0]):
         r = int(resp_mask[row].sum())
         if r == 0 or not resp_mask[row, width - r :].all():
             raise ImportFormatError("response_mask is not right-aligned", file=f.rel, record=row)
         cols = slice(width - r, width)
-        keep = np.ones(r, dtype=bool) if per_token["loss_mask"] is None else per_token["loss_mask"][row, cols] != 0
-        real = int(np.count_nonzero(np.asarray(batch["attention_mask"])[row]))
-        values = {
-            "token_id": seq[row, seq.shape[1] - r :][keep],
-            "sampler_logprob": np.asarray(per_token["rollout_logprobs"][row, cols], dtype=np.float64)[keep],
-            "trainer_logprob": np.asarray(per_token["action_log_probs"][row, cols], dtype=np.float64)[keep],
-            "step": f.step,
-        }
-        values["advantage"] = np.asarray(per_token["advantages"][row, cols], dtype=np.float64)[keep]
+        keep = a["loss_mask"][row, cols] != 0
         if not keep.any():
             yield row, ImportFormatError("loss_mask selects no token", file=f.rel, record=row), 0
             continue
-        yield row, values, real - int(keep.sum())
+        values = {"token_id": seq[row, seq.shape[1] - r :][keep], "step": f.step}
+        for name, key in (
+            ("sampler_logprob", "rollout_logprobs"),
+            ("trainer_logprob", "action_log_probs"),
+            ("advantage", "advantages"),
+        ):
+            values[name] = a[key][row, cols].astype(np.float64)[keep]
+        yield row, values, int(np.count_nonzero(a["attention_mask"][row])) - int(keep.sum())
 
 
 def _names(batch: dict[str, Any]) -> str:

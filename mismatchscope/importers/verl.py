@@ -34,7 +34,7 @@ import numpy as np
 
 from ..errors import ImportFormatError, InputError, UsageError
 from ._base import ImportContext, SourceFile, short
-from .dataproto import SequenceRows, add_sequence, ids, read, require
+from .dataproto import Row, SequenceRows, add_sequence, ids, read, require
 
 DUMP_NAME = "gen_batch.dp"
 
@@ -116,7 +116,7 @@ def _check_step(f: SourceFile) -> None:
             raise ImportFormatError(f"meta.json says global_steps {recorded}, the folder says {f.step}", file=f.rel)
 
 
-def _rows(t: dict[str, np.ndarray], f: SourceFile) -> list[tuple[np.ndarray, ...]]:
+def _rows(t: dict[str, np.ndarray], f: SourceFile) -> list[Row]:
     prompts, responses = ids(t["prompts"]), ids(t["responses"])
     attn = np.asarray(t["attention_mask"]) != 0
     resp_mask = np.asarray(t["response_mask"]) != 0
@@ -134,7 +134,7 @@ def _rows(t: dict[str, np.ndarray], f: SourceFile) -> list[tuple[np.ndarray, ...
             f"{list(resp_mask.shape)}, rollout_log_probs {list(logprobs.shape)}, attention_mask {list(attn.shape)}",
             file=f.rel,
         )
-    out = []
+    out: list[Row] = []
     for i in range(b):
         n = int(attn[i, p:].sum())  # right-padded: the first n response tokens are real
         kept = resp_mask[i, :n]

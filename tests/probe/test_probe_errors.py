@@ -52,7 +52,7 @@ def _probe(tmp_path: Path, *args: str, prompts: Path | None = None):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--sampler", "vlm"], "--sampler 'vlm' is not a sampler (use one of vllm, vllm-server, hf)"),
+        (["--sampler", "vlm"], "--sampler 'vlm' is not a sampler (use one of vllm, vllm-server, trl-server, hf)"),
         (
             ["--sampler-dtype", "float33"],
             "--sampler-dtype 'float33' is not a dtype (use one of float32, float16, bfloat16, auto)",
