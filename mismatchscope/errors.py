@@ -93,6 +93,13 @@ class NoTrainerLogprobsError(ImportFormatError):
     skippable = False
 
 
+class NoSamplerLogprobsError(ImportFormatError):
+    """The dump holds no sampler logprobs (the engine was not asked for them): a property of the whole run,
+    which ``--skip-bad`` does not skip."""
+
+    skippable = False
+
+
 class UntrustedPickleError(InputError):
     """A file can only be read by full unpickling, which runs code from the file."""
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ImportFormatError, UsageError
+from ..errors import ImportFormatError, NoSamplerLogprobsError, UsageError
 from ._base import ImportContext, SourceFile
 from .dataproto import Row, SequenceRows, add_sequence, ids, read, require
 
@@ -84,7 +84,7 @@ class RollImporter:
             batch = read(f, ctx.trust_pickle, "ROLL")
             require(batch, f, "input_ids", "attention_mask", "response_mask")
             if "infer_logprobs" not in batch.tensors:
-                raise ImportFormatError(
+                raise NoSamplerLogprobsError(
                     "no infer_logprobs: the engine's logprobs were not returned",
                     file=f.rel,
                     hint="run the rollout with logprobs on (generating_args.logprobs)",
@@ -94,10 +94,13 @@ class RollImporter:
             ctx.bad(e, f)
             return
         for k, parts in enumerate(rows):
+            if isinstance(parts, ImportFormatError):
+                ctx.bad(parts, f)
+                continue
             add_sequence(ctx, f, k, self.sequence_rows, parts)
 
 
-def _rows(t: dict[str, np.ndarray], f: SourceFile) -> list[Row]:
+def _rows(t: dict[str, np.ndarray], f: SourceFile) -> list[Row | ImportFormatError]:
     tokens = ids(t["input_ids"])
     attn = np.asarray(t["attention_mask"]) != 0
     resp = np.asarray(t["response_mask"]) != 0
@@ -114,12 +117,15 @@ def _rows(t: dict[str, np.ndarray], f: SourceFile) -> list[Row]:
             f"([:, 1:]) to {[tokens.shape[0], tokens.shape[1] - 1]}",
             file=f.rel,
         )
-    out: list[Row] = []
+    out: list[Row | ImportFormatError] = []
     for i in range(tokens.shape[0]):
         real = np.flatnonzero(attn[i])
         answer = np.flatnonzero(resp[i] & attn[i])
         if not len(answer) or answer[0] == 0 or not np.array_equal(real, np.arange(real[0], real[-1] + 1)):
-            out.append((tokens[i, :0], tokens[i, :0], np.zeros(0, dtype=bool), np.zeros(0)))  # refused when added
+            why = (
+                "no generated token after a prompt" if len(answer) == 0 or answer[0] == 0 else "gaps in attention_mask"
+            )
+            out.append(ImportFormatError(why, file=f.rel, record=i))
             continue
         first, last = int(answer[0]), int(real[-1])
         kept = resp[i, first : last + 1]

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ImportFormatError, NoTrainerLogprobsError, UsageError
+from ..errors import ImportFormatError, NoSamplerLogprobsError, UsageError
 from ._base import ImportContext, SourceFile, check_record, exact_ints, short
 from .stack_pickle import StackBatch, load_stack_pickle
 
@@ -163,7 +163,7 @@ def _arrays(f: SourceFile, batch: dict[str, Any]) -> dict[str, np.ndarray]:
     if missing:
         raise ImportFormatError(f"missing field(s) {', '.join(missing)} (the batch has: {_names(batch)})", file=f.rel)
     if batch.get("rollout_logprobs") is None:
-        raise NoTrainerLogprobsError(
+        raise NoSamplerLogprobsError(
             "the batch has no rollout_logprobs: the generator returned no logprobs, so there is no sampler side",
             file=f.rel,
             hint="turn on generator.sampling_params.logprobs (0) so the engine returns them",

@@ -30,6 +30,7 @@ from __future__ import annotations
 import io
 import pickle
 import warnings
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,7 @@ def _allowed(module: str, name: str) -> Any:
     if (module, name) == ("torch", "device"):
         return _device
     if module in ("numpy.core.multiarray", "numpy._core.multiarray") and name in ("_reconstruct", "scalar"):
-        return getattr(np.core.multiarray if module == "numpy.core.multiarray" else np._core.multiarray, name)  # type: ignore[attr-defined]
+        return getattr(np._core.multiarray, name)  # type: ignore[attr-defined]  (numpy 1.x names it numpy.core)
     if module in ("numpy.core.numeric", "numpy._core.numeric") and name == "_frombuffer":
         return np._core.numeric._frombuffer  # type: ignore[attr-defined]
     if (module, name) in (("numpy", "ndarray"), ("numpy", "dtype")):
@@ -124,8 +125,7 @@ _BUILTINS: dict[tuple[str, str], Any] = {
     ("builtins", "complex"): complex,
     ("builtins", "slice"): slice,
     ("builtins", "range"): range,
-    ("collections", "OrderedDict"): __import__("collections").OrderedDict,
-    ("copyreg", "_reconstructor"): None,  # replaced below: only for allow-listed classes
+    ("collections", "OrderedDict"): OrderedDict,
 }
 
 
@@ -140,9 +140,6 @@ class _AllowList(pickle.Unpickler):
 
     def persistent_load(self, pid: Any) -> Any:
         raise pickle.UnpicklingError("a persistent id (a torch storage outside torch.save)")
-
-
-_BUILTINS.pop(("copyreg", "_reconstructor"))
 
 
 def load_stack_pickle(path: Path, rel: str, trust_pickle: bool, stack: str) -> Any:

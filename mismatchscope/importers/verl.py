@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ImportFormatError, InputError, UsageError
+from ..errors import ImportFormatError, InputError, NoSamplerLogprobsError, UsageError
 from ._base import ImportContext, SourceFile, short
 from .dataproto import Row, SequenceRows, add_sequence, ids, read, require
 
@@ -90,7 +90,7 @@ class VerlImporter:
             batch = read(f, ctx.trust_pickle, "verl")
             require(batch, f, "prompts", "responses", "response_mask", "attention_mask")
             if "rollout_log_probs" not in batch.tensors:
-                raise ImportFormatError(
+                raise NoSamplerLogprobsError(
                     "no rollout_log_probs: the engine's logprobs were not kept",
                     file=f.rel,
                     hint="run with actor_rollout_ref.rollout.calculate_log_probs=true",
