@@ -17,7 +17,10 @@ left-padded (prompt then response, right-aligned); ``response_mask``,
 ``rollout_logprobs`` (the inference engine's), ``advantages``
 ``[batch, max_response]``, right-aligned: response token j of a row with
 ``r`` response tokens is column ``max_response - r + j``, and the token itself
-is ``sequences[row, seq - r + j]``. No shift. MoE routes
+is ``sequences[row, seq - r + j]``. (SkyRL before its change #1285 of March 2026
+left-padded the prompts and right-padded the responses: response token j is
+then column j and ``sequences[row, seq - max_response + j]``; both layouts are
+read, told apart by where ``response_mask`` sits.) No shift. MoE routes
 (``rollout_expert_indices``, with ``router_padding_mask``) are read by
 :mod:`.skyrl_routes`.
 """
@@ -192,14 +195,18 @@ def sequences(f: SourceFile, batch: dict[str, Any]) -> Iterator[tuple[int, dict[
     width = resp_mask.shape[1]
     for row in range(seq.shape[0]):
         r = int(resp_mask[row].sum())
-        if r == 0 or not resp_mask[row, width - r :].all():
-            raise ImportFormatError("response_mask is not right-aligned", file=f.rel, record=row)
-        cols = slice(width - r, width)
+        if r and resp_mask[row, width - r :].all():  # one left-padded block: responses right-aligned
+            cols, toks = slice(width - r, width), slice(seq.shape[1] - r, seq.shape[1])
+        elif r and resp_mask[row, :r].all():  # before SkyRL's #1285: prompts left-, responses right-padded
+            cols, toks = slice(0, r), slice(seq.shape[1] - width, seq.shape[1] - width + r)
+        else:
+            yield row, ImportFormatError("response_mask is not one block at either end", file=f.rel, record=row), 0
+            continue
         keep = a["loss_mask"][row, cols] != 0
         if not keep.any():
             yield row, ImportFormatError("loss_mask selects no token", file=f.rel, record=row), 0
             continue
-        values = {"token_id": seq[row, seq.shape[1] - r :][keep], "step": f.step}
+        values = {"token_id": seq[row, toks][keep], "step": f.step}
         for name, key in (
             ("sampler_logprob", "rollout_logprobs"),
             ("trainer_logprob", "action_log_probs"),

@@ -81,6 +81,38 @@ def test_the_allow_list_runs_nothing_and_refuses_other_classes(tmp_path):
     assert r.returncode == 2 and "--trust-pickle" in r.stderr and "Traceback" not in r.stderr
 
 
+def _field(a) -> dict:
+    a = np.asarray(a)
+    return {"format": "numpy", "data": a.tobytes(), "shape": a.shape, "dtype": str(a.dtype)}
+
+
+def test_skyrl_before_its_left_padding_change(tmp_path):
+    """SkyRL before March 2026 padded prompts left and responses right (response token j at column j).
+    Row 0: prompt [7, 8, 9], response [21, 22]; row 1: prompt [5], response [31, 32, 33], loss mask 1 0 1.
+    max prompt 3, max response 3: sequences [[7 8 9 21 22 0], [0 0 5 31 32 33]]."""
+    f32 = np.float32
+    batch = {
+        "sequences": [[7, 8, 9, 21, 22, 0], [0, 0, 5, 31, 32, 33]],
+        "attention_mask": [[1, 1, 1, 1, 1, 0], [0, 0, 1, 1, 1, 1]],
+        "response_mask": [[1, 1, 0], [1, 1, 1]],
+        "loss_mask": np.array([[1, 1, 0], [1, 0, 1]], dtype=f32),
+        "rollout_logprobs": np.array([[-0.1, -0.2, 0], [-0.3, -0.4, -0.5]], dtype=f32),
+        "action_log_probs": np.array([[-0.15, -0.25, 0], [-0.35, -0.45, -0.55]], dtype=f32),
+        "advantages": np.array([[1, 1, 0], [-1, -1, -1]], dtype=f32),
+    }
+    src = tmp_path / "dumped_data"
+    src.mkdir()
+    state = {"batch_dict": {k: _field(v) for k, v in batch.items()}, "batch_size": 2, "metadata": {}}
+    (src / "global_step_7_training_input.pkl").write_bytes(pickle.dumps(state))
+    result = import_run("skyrl", tmp_path, tmp_path / "out")
+    t = _tokens(tmp_path / "out")
+    assert t["token_id"] == [21, 22, 31, 33]
+    np.testing.assert_allclose(t["sampler_logprob"], [-0.1, -0.2, -0.3, -0.5], rtol=1e-6)
+    np.testing.assert_allclose(t["trainer_logprob"], [-0.15, -0.25, -0.35, -0.55], rtol=1e-6)
+    assert t["advantage"] == [1, 1, -1, -1] and set(t["step"]) == {7}
+    assert result.tokens_dropped_by_mask == 5 + 4 - 4  # real tokens minus kept
+
+
 def _dataproto_module(name: str):
     """A class of the stack's qualified name, pickling the stack's DataProto state (the builder's pattern)."""
     parts = name.split(".")
