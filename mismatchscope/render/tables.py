@@ -52,6 +52,9 @@ def header(console, result) -> None:
         s = run["sampler"]
         t = run.get("trainer", {})
         bits.append(f"sampler {s.get('kind', '?')}/{s.get('dtype', '?')} vs trainer {t.get('dtype', '?')}")
+        if s.get("kind") == "trl-server":  # TRL's server returns processed logprobs only: say what both sides are
+            temperature = (run.get("sampling") or {}).get("temperature", "?")
+            bits.append(f"trl vllm-serve: processed logprobs, trainer scored the same way at T={temperature}")
         if (run.get("trainer_checkpoint") or {}).get("same_as_sampler") is False:
             bits.append("trainer on another checkpoint (policy lag)")
     console.print(" | ".join(bits), highlight=False)
