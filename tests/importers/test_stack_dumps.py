@@ -227,7 +227,8 @@ def _rescore(imported: Path, out: Path) -> dict:
 def test_skyrl_routes_show_flip_rates_after_rescore(tmp_path):
     """The routes in the dump are the checkpoint's own top-2 (the builder's forward): rescored by it, no token
     flips. Rows: 10 + 7 + 8 = 25 captured (the last token of each is never fed forward), 2 MoE layers each;
-    prompt rows predicting a prompt token: 4 + 2 + 5 = 11. An off-by-one in the left padding or the packed
+    rows predicting no kept token: 4 + 2 + 5 predict prompt tokens, 1 the masked completion token: 12.
+    An off-by-one in the left padding or the packed
     offsets would compare other tokens' routes and flip."""
     out = tmp_path / "imported"
     r = cli(
@@ -239,7 +240,7 @@ def test_skyrl_routes_show_flip_rates_after_rescore(tmp_path):
     assert (manifest["routes"]["rows"], manifest["routes"]["missing_captures"]) == (25, 0)
     routing = _rescore(out, tmp_path / "rescored")["routing"]
     assert (routing["tokens_compared"], routing["tokens_flipped"]) == (13, 0)
-    assert (routing["prompt_rows_compared"], routing["prompt_rows_flipped"]) == (11, 0)
+    assert (routing["prompt_rows_compared"], routing["prompt_rows_flipped"]) == (12, 0)
 
 
 @pytest.mark.slow

@@ -135,3 +135,5 @@ def test_a_probe_against_the_server_records_and_reports_a_run(vllm_server, tmp_p
     assert '"trl-server"' in sampler and "processed_logprobs" in sampler
     rep = cli_no_engine("report", str(out), "--format", "json")
     assert rep.returncode == 0 and json.loads(rep.stdout)["tokens"] > 0
+    text = cli_no_engine("report", str(out), env={"COLUMNS": "200"}).stdout
+    assert "trl vllm-serve: processed logprobs, trainer scored the same way at T=" in text
