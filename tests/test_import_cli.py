@@ -39,5 +39,5 @@ def test_import_nemo_rl_then_report_and_timeline(tmp_path):
 
 
 def test_import_unknown_format_exits_2(tmp_path):
-    r = cli("import", "verl", str(tmp_path), "--out", str(tmp_path / "o"))
+    r = cli("import", "openrlhf", str(tmp_path), "--out", str(tmp_path / "o"))
     assert r.returncode == 2 and "unknown import format" in r.stderr
