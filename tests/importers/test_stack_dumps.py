@@ -252,3 +252,10 @@ def test_a_verl_import_gets_its_trainer_side_from_rescore(tmp_path):
     metrics = _rescore(out, tmp_path / "rescored")["metrics"]
     assert metrics["abs_logprob_diff_mean"] == pytest.approx(2.1 / 13, abs=1e-4)
     assert metrics["abs_logprob_diff_max"] == pytest.approx(0.5, abs=1e-4)
+
+
+def test_a_sampler_only_import_points_at_rescore(tmp_path):
+    r = cli("import", "roll", str(SRC["roll"]), "--out", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    assert "next: mismatchscope rescore" in r.stdout and "--temperature T" in r.stdout
+    assert "sampler's side only" in r.stderr
