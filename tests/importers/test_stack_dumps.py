@@ -113,11 +113,13 @@ def test_skyrl_before_its_left_padding_change(tmp_path):
     assert result.tokens_dropped_by_mask == 5 + 4 - 4  # real tokens minus kept
 
 
-def _dataproto_module(name: str):
-    """A class of the stack's qualified name, pickling the stack's DataProto state (the builder's pattern)."""
+def _dataproto_module(name: str, monkeypatch):
+    """A class of the stack's qualified name, pickling the stack's DataProto state (the builder's pattern);
+    the stand-in modules leave ``sys.modules`` with the test."""
     parts = name.split(".")
     for i in range(1, len(parts)):
-        sys.modules.setdefault(".".join(parts[:i]), types.ModuleType(".".join(parts[:i])))
+        if ".".join(parts[:i]) not in sys.modules:
+            monkeypatch.setitem(sys.modules, ".".join(parts[:i]), types.ModuleType(".".join(parts[:i])))
     mod = types.ModuleType(name)
 
     class DataProto:
@@ -128,12 +130,12 @@ def _dataproto_module(name: str):
             return self.state
 
     DataProto.__module__, DataProto.__qualname__ = name, "DataProto"
-    mod.DataProto = DataProto
-    sys.modules[name] = mod
+    setattr(mod, "DataProto", DataProto)  # noqa: B010  (a module made here)
+    monkeypatch.setitem(sys.modules, name, mod)
     return DataProto
 
 
-def _verl_dump(tmp_path: Path, drop: str) -> Path:
+def _verl_dump(tmp_path: Path, drop: str, monkeypatch) -> Path:
     """verl's own file with one tensor left out: its consolidated TensorDict bytes rebuilt without ``drop``."""
     from mismatchscope.importers.stack_pickle import load_stack_pickle, load_tensordict
 
@@ -146,16 +148,16 @@ def _verl_dump(tmp_path: Path, drop: str) -> Path:
 
     buf = io.BytesIO()
     torch.save(tensors, buf)  # a plain dict of tensors: the safe loader reads it too
-    cls = _dataproto_module("verl.protocol")
+    cls = _dataproto_module("verl.protocol", monkeypatch)
     step = tmp_path / "dump" / "e_p" / "GBS2_N2_in8_out7" / "4"
     step.mkdir(parents=True)
     (step / "gen_batch.dp").write_bytes(pickle.dumps(cls((buf.getvalue(), state[1], state[2]))))
     return tmp_path / "dump"
 
 
-def test_verl_without_rollout_log_probs_names_the_setting(tmp_path):
+def test_verl_without_rollout_log_probs_names_the_setting(tmp_path, monkeypatch):
     with pytest.raises(ImportFormatError, match="calculate_log_probs=true"):
-        import_run("verl", _verl_dump(tmp_path, "rollout_log_probs"), tmp_path / "out")
+        import_run("verl", _verl_dump(tmp_path, "rollout_log_probs", monkeypatch), tmp_path / "out")
 
 
 def test_verl_rollout_data_dir_jsonl_is_text_and_scores_only(tmp_path):
@@ -166,7 +168,7 @@ def test_verl_rollout_data_dir_jsonl_is_text_and_scores_only(tmp_path):
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) <= 2 and "Traceback" not in r.stderr
 
 
-def test_roll_shift_is_undone_not_repeated(tmp_path):
+def test_roll_shift_is_undone_not_repeated(tmp_path, monkeypatch):
     """Token j reads column j - 1. Reading column j instead would give sequence 0's first kept token the
     logprob of its second (-0.5 offset, SHIFTED) and the last token 0: the exact match in the first test
     fails; here an unshifted (full-width) infer_logprobs is refused by name."""
@@ -182,7 +184,7 @@ def test_roll_shift_is_undone_not_repeated(tmp_path):
     tensors["infer_logprobs"] = torch.zeros(3, 20)
     buf = io.BytesIO()
     torch.save(tensors, buf)
-    cls = _dataproto_module("roll.distributed.scheduler.protocol")
+    cls = _dataproto_module("roll.distributed.scheduler.protocol", monkeypatch)
     (tmp_path / "train").mkdir()
     (tmp_path / "train" / "step_000002.pkl").write_bytes(
         pickle.dumps(cls((io.BytesIO(buf.getvalue()), state[1], state[2], state[3])), protocol=5)

@@ -189,7 +189,7 @@ def roll(ref):
         sys.modules.setdefault(parent, types.ModuleType(parent))
     mod = types.ModuleType("roll.distributed.scheduler.protocol")
     DataProto.__module__, DataProto.__qualname__ = mod.__name__, "DataProto"
-    mod.DataProto = DataProto
+    setattr(mod, "DataProto", DataProto)  # noqa: B010  (a module made here)
     sys.modules[mod.__name__] = mod
     length = 20  # pipeline_config.sequence_length
     b = len(SEQS)
