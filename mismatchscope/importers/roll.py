@@ -68,7 +68,9 @@ class RollImporter:
             root, paths = src.parent, [src]
         else:
             root = src
-            paths = sorted(src.glob("step_*.pkl")) + sorted(src.glob("*/step_*.pkl"))
+            paths = sorted(src.glob("step_*.pkl")) + sorted(src.glob("train/step_*.pkl"))
+            if any(src.glob("val/step_*.pkl")):  # validation rollouts: not what the trainer trained on
+                self.warnings.append("left out val/: validation rollouts (point at val/ to import them)")
         files = []
         for p in paths:
             m = _STEP_FILE.match(p.name)
