@@ -80,6 +80,17 @@ def require(batch: Batch, f: SourceFile, *names: str) -> None:
         raise ImportFormatError(f"missing tensor(s) {', '.join(missing)} (the batch has: {shown})", file=f.rel)
 
 
+def rewards(values: Any, rows: int) -> np.ndarray:
+    """One reward per row from a per-row array (NaN where a value is not a number, or none was given)."""
+    out = np.full(rows, np.nan)
+    if values is None or len(values) != rows:
+        return out
+    for i, v in enumerate(np.asarray(values, dtype=object).reshape(rows, -1)):
+        if v.size == 1 and isinstance(v[0], (int, float, np.number)) and not isinstance(v[0], bool):
+            out[i] = float(v[0])
+    return out
+
+
 def ids(value: np.ndarray) -> np.ndarray:
     return exact_ints(np.asarray(value).reshape(-1), "token ids").reshape(np.shape(value))
 
@@ -118,6 +129,7 @@ def add_sequence(
     k: int,
     seqs: SequenceRows,
     parts: Row,
+    reward: float = float("nan"),
 ) -> None:
     """One row: ``(prompt ids, completion ids, kept mask over the completion, sampler logprobs of the kept)``."""
     prompt, completion, kept, sampler = parts
@@ -131,6 +143,7 @@ def add_sequence(
             "sampler_logprob": sampler,
             "trainer_logprob": np.full(len(sampler), np.nan),
             "step": f.step,
+            "reward": reward,
         }
         check_record(values, file=f.rel, record=k)
     except ImportFormatError as e:

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..errors import ImportFormatError, NoSamplerLogprobsError, UsageError
 from ._base import ImportContext, SourceFile
-from .dataproto import Row, SequenceRows, add_sequence, ids, read, require
+from .dataproto import Row, SequenceRows, add_sequence, ids, read, require, rewards
 
 _STEP_FILE = re.compile(r"^step_(\d+)\.pkl$")
 
@@ -47,12 +47,13 @@ SEMANTICS = {
     "temperature": "not recorded in the dump: rescore needs --temperature (the rollout's generating config)",
     "policy_lag": "none: rescore scores every token with the one checkpoint it is given",
     "step": "N of step_{N:06d}.pkl",
+    "reward": "non_tensor_batch episode_scores",
 }
 
 
 class RollImporter:
     name = "roll"
-    columns: tuple[str, ...] = ("step",)
+    columns: tuple[str, ...] = ("step", "reward")
 
     def __init__(self, columns: dict[str, str] | None = None):
         if columns:
@@ -95,11 +96,12 @@ class RollImporter:
         except ImportFormatError as e:
             ctx.bad(e, f)
             return
+        reward = rewards(batch.non_tensor.get("episode_scores"), len(rows))
         for k, parts in enumerate(rows):
             if isinstance(parts, ImportFormatError):
                 ctx.bad(parts, f)
                 continue
-            add_sequence(ctx, f, k, self.sequence_rows, parts)
+            add_sequence(ctx, f, k, self.sequence_rows, parts, float(reward[k]))
 
 
 def _rows(t: dict[str, np.ndarray], f: SourceFile) -> list[Row | ImportFormatError]:

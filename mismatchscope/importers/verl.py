@@ -34,7 +34,7 @@ import numpy as np
 
 from ..errors import ImportFormatError, InputError, NoSamplerLogprobsError, UsageError
 from ._base import ImportContext, SourceFile, short
-from .dataproto import Row, SequenceRows, add_sequence, ids, read, require
+from .dataproto import Row, SequenceRows, add_sequence, ids, read, require, rewards
 
 DUMP_NAME = "gen_batch.dp"
 
@@ -47,12 +47,13 @@ SEMANTICS = {
     "temperature": "not recorded in the dump: rescore needs --temperature (actor_rollout_ref.rollout.temperature)",
     "policy_lag": "none: rescore scores every token with the one checkpoint it is given",
     "step": "the {step} folder name (meta.json global_steps)",
+    "reward": "rm_scores summed over the response (the agent loop's score on its last token), where present",
 }
 
 
 class VerlImporter:
     name = "verl"
-    columns: tuple[str, ...] = ("step",)
+    columns: tuple[str, ...] = ("step", "reward")
 
     def __init__(self, columns: dict[str, str] | None = None):
         if columns:
@@ -99,8 +100,10 @@ class VerlImporter:
         except ImportFormatError as e:
             ctx.bad(e, f)
             return
+        scores = batch.tensors.get("rm_scores")  # the score on the last response token, 0 elsewhere
+        reward = rewards(None if scores is None else np.asarray(scores, dtype=np.float64).sum(-1), len(rows))
         for k, parts in enumerate(rows):
-            add_sequence(ctx, f, k, self.sequence_rows, parts)
+            add_sequence(ctx, f, k, self.sequence_rows, parts, float(reward[k]))
 
 
 def _check_step(f: SourceFile) -> None:

@@ -67,6 +67,8 @@ def test_each_stack_dump_imports_its_own_numbers(fmt, tmp_path):
         assert seqs["completion_token_ids"] == COMPLETIONS
         assert seqs["completion_kept"] == [[bool(k) for k in m] for m in MASKS]
         assert any("sampler's side only" in w for w in result.warnings)
+        rewards = [1.0] * 6 + [0.0] * 4 + [1.0] * 3  # ROLL's episode_scores; verl's dump has no rm_scores
+        assert t["reward"] == rewards if fmt == "roll" else np.isnan(t["reward"]).all()
 
 
 def test_the_allow_list_runs_nothing_and_refuses_other_classes(tmp_path):
