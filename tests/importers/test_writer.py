@@ -83,7 +83,20 @@ def test_every_registered_format_has_a_layout_hint_and_docs(tmp_path):
 def test_the_command_line_lists_exactly_the_registered_formats():
     from mismatchscope.cli.importer import FORMATS
 
-    assert FORMATS == tuple(IMPORTERS) == ("nemo-rl", "prime-rl", "slime", "jsonl", "parquet")
+    assert (
+        FORMATS
+        == tuple(IMPORTERS)
+        == (
+            "nemo-rl",
+            "prime-rl",
+            "slime",
+            "skyrl",
+            "verl",
+            "roll",
+            "jsonl",
+            "parquet",
+        )
+    )
 
 
 def test_manifest_counts_match_the_result(tmp_path):
