@@ -88,7 +88,7 @@ def import_(
     ),
     format: OutputFormat = FormatOpt,
 ) -> None:
-    """Convert what an RL run already logged (NeMo-RL, prime-rl, slime, or your own JSONL/Parquet) into token pairs."""
+    """Convert what an RL run already logged (NeMo-RL, prime-rl, slime, SkyRL, verl, ROLL, or your own JSONL/Parquet) into token pairs."""
     from ..importers import describe, import_run
 
     if fmt not in FORMATS:

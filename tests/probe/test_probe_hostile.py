@@ -661,7 +661,7 @@ def test_an_empty_out_is_refused(tmp_path):
 
 def test_a_bad_option_is_reported_before_the_bundled_model_note(tmp_path):
     r = cli("probe", "--sampler", "vlm", "--out", str(tmp_path / "run"))
-    assert r.stderr == "error: --sampler 'vlm' is not a sampler (use one of vllm, vllm-server, hf)\n"
+    assert r.stderr == "error: --sampler 'vlm' is not a sampler (use one of vllm, vllm-server, trl-server, hf)\n"
 
 
 def test_a_long_prompt_gets_our_error_only(tmp_path, dense_tokenizer):

@@ -222,7 +222,7 @@ def test_engine_args_pass_user_options_unchanged_and_omit_unset_ones(dense_info)
 def test_unknown_sampler_kind(dense_info):
     from mismatchscope.errors import UsageError
 
-    assert set(SAMPLERS) == {"vllm", "vllm-server", "hf"}
+    assert set(SAMPLERS) == {"vllm", "vllm-server", "trl-server", "hf"}
     with pytest.raises(UsageError, match="unknown sampler"):
         make_sampler(dataclasses.replace(SamplerConfig(), kind="sglang"), dense_info)
 
