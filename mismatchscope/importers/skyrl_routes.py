@@ -8,7 +8,8 @@ row over its real (unpadded) tokens, or, in earlier releases, a dense
 ``[batch, seq, layers, top_k]`` tensor left-padded like ``sequences``; and
 ``router_padding_mask`` ``[batch, seq]``, True on left padding and on tokens
 whose route the engine did not capture (the last token, which is never fed
-forward, and anything after it). Those rows hold SkyRL's dummy route
+forward, and anything after it; a release without the mask has every row
+read as captured). Those rows hold SkyRL's dummy route
 (experts ``0..k-1``), not a capture: they are stored as missing.
 
 Rows are read in the order the SkyRL importer reads them, so the k-th row
@@ -48,10 +49,9 @@ def records(path: Path, rel: str, trust_pickle: bool) -> Iterator[tuple[dict[str
 
     batch = read_batch(SourceFile(path=path, rel=rel), trust_pickle)
     routes, pad = batch.get(ROUTES_FIELD), batch.get("router_padding_mask")
-    if routes is None or pad is None:
+    if routes is None:
         raise ImportFormatError(
-            f"the batch has no {ROUTES_FIELD} / router_padding_mask: the run did not record routes (router replay off)",
-            file=rel,
+            f"the batch has no {ROUTES_FIELD}: the run did not record routes (router replay off)", file=rel
         )
     seq = np.asarray(batch["sequences"])
     attn = np.asarray(batch["attention_mask"]) != 0
@@ -63,7 +63,7 @@ def records(path: Path, rel: str, trust_pickle: bool) -> Iterator[tuple[dict[str
         real = int(attn[k].sum())
         start = seq.shape[1] - real  # left-padded: the real tokens are the last `real`
         rows = _rows(routes, k, start, seq.shape[1], rel)
-        uncaptured = np.asarray(pad[k, start:], dtype=bool)
+        uncaptured = np.zeros(real, dtype=bool) if pad is None else np.asarray(pad[k, start:], dtype=bool)
         if len(rows) != real or len(uncaptured) != real:
             raise ImportFormatError(f"{len(rows)} route rows for {real} real tokens", **where)
         rows = np.where(uncaptured[:, None, None], 0, rows)  # SkyRL's dummy route: a missing capture
