@@ -137,3 +137,11 @@ def test_a_probe_against_the_server_records_and_reports_a_run(vllm_server, tmp_p
     assert rep.returncode == 0 and json.loads(rep.stdout)["tokens"] > 0
     text = cli_no_engine("report", str(out), env={"COLUMNS": "200"}).stdout
     assert "trl vllm-serve: processed logprobs, trainer scored the same way at T=" in text
+
+
+def test_the_trl_server_sampler_needs_a_url(tmp_path):
+    from tests.helpers import cli_no_engine
+
+    r = cli_no_engine("probe", str(CHECKPOINT), "--sampler", "trl-server", "--out", str(tmp_path / "run"))
+    assert r.returncode == 2 and "--sampler trl-server needs --url" in r.stderr
+    assert not (tmp_path / "run").exists()
