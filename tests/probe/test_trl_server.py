@@ -27,7 +27,6 @@ from mismatchscope.probe.samplers import make_sampler
 from mismatchscope.probe.types import SamplerConfig, SamplingConfig
 
 from .test_probe_errors import CHECKPOINT, GOOD_CHOICE, SAMPLING, _Crafted
-from .test_probe_errors import server as _plain_server  # noqa: F401  (the fixture below builds on its class)
 
 
 def _trl_sampler(url: str, info=None):
