@@ -38,6 +38,7 @@ SAMPLER_FIELDS: dict[str, type] = {
     "max_model_len": int,
     "gpu_memory_utilization": float,
     "tensor_parallel_size": int,
+    "zero": bool,
 }
 """the typed sampler fields a variant may change, and the type of their values."""
 TRAINER_FIELDS: dict[str, type] = {
@@ -47,6 +48,7 @@ TRAINER_FIELDS: dict[str, type] = {
     "batch_tokens": int,
     "lm_head_chunk": int,
     "replay_routes": bool,
+    "zero": bool,
 }
 """the typed trainer fields a variant may change."""
 

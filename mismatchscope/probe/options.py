@@ -344,6 +344,9 @@ def check_options(opts: ProbeOptions) -> None:
             hint="set the mode once, with --logprobs-mode",
         )
     check_trainer(opts.trainer)
+    from .zero import check_zero
+
+    check_zero(opts.sampler, opts.trainer)
     check_run_out(opts.out, opts.resume)
 
 

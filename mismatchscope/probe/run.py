@@ -103,6 +103,7 @@ def _fingerprint(
             "engine_args": _safe_engine_args(s),
             "tensor_parallel_size": s.tensor_parallel_size,
             "url": redact_url(s.url),
+            **({"zero": True} if s.zero else {}),
         },
         "trainer": opts.trainer.to_dict(),
         "round_prompts": opts.round_prompts,

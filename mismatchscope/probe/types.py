@@ -55,6 +55,8 @@ class SamplerConfig:
     """name of the environment variable holding the server's API key; the key itself is never recorded."""
     device: str | None = None
     """hf sampler only: torch device (default: cuda if available, else cpu)."""
+    zero: bool = False
+    """hf sampler only: the zero-mismatch profile (:mod:`~mismatchscope.probe.zero`), decoding by recomputation."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -84,6 +86,8 @@ class TrainerConfig:
     """MoE, with ``replay_routes``: also use the sampler's recorded gate weights."""
     record_routes: bool = True
     """MoE: write ``routes/`` (off: the run records no routes, as for a dense model)."""
+    zero: bool = False
+    """the zero-mismatch profile: score with the sampler's own program (:mod:`~mismatchscope.probe.zero`)."""
 
     @property
     def replay(self) -> str | None:
@@ -95,7 +99,12 @@ class TrainerConfig:
     def to_dict(self) -> dict[str, Any]:
         """The options; the route switches only when not at their default, so older runs resume as before."""
         out = asdict(self)
-        for key, default in (("replay_routes", False), ("replay_weights", False), ("record_routes", True)):
+        for key, default in (
+            ("replay_routes", False),
+            ("replay_weights", False),
+            ("record_routes", True),
+            ("zero", False),
+        ):
             if out[key] == default:
                 del out[key]
         return out

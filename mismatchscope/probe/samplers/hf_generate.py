@@ -26,6 +26,7 @@ from mismatchscope.probe.options import HF_ENGINE_ARGS, check_hf_engine_args
 from mismatchscope.probe.samplers.base import ProgressFn, check_prompts
 from mismatchscope.probe.token_scoring import GREEDY_EPS
 from mismatchscope.probe.types import Completion, SamplerConfig, SamplingConfig
+from mismatchscope.probe.zero import experts_implementation
 
 ENGINE_ARGS = HF_ENGINE_ARGS
 DEFAULT_BATCH = 64
@@ -50,6 +51,7 @@ class HFGenerateSampler:
             device=cfg.device,
             attn_implementation=cfg.engine_args.get("attn_implementation"),
             trust_remote_code=bool(cfg.engine_args.get("trust_remote_code", False)),
+            experts_implementation=experts_implementation(info, cfg.zero),
         )
         self.eos_ids, self.pad_id = _special_ids(self.model)
         # A fresh generation config: the checkpoint's own (repetition penalty,
