@@ -281,6 +281,9 @@ def _diagnose_locked(opts: DiagnoseOptions, info, progress: Progress) -> dict[st
         "wall_s": time.perf_counter() - t_start,
     }
     rank(payload)
+    from .price import zero_price
+
+    payload["zero_price"] = zero_price(payload)
     finish(payload)
     write_document(opts.out, payload)
     return payload
