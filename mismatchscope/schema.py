@@ -74,6 +74,11 @@ OPTIONAL: tuple[Column, ...] = (
     ),
     Column("sampler_step", pa.int64(), "policy version (weight-sync step) the sampler generated the token with"),
     Column("trainer_step", pa.int64(), "policy version (optimizer step) the trainer scored the token with"),
+    Column("wall_time", pa.float64(), "Unix time (seconds) at which the step that holds the token was recorded"),
+    Column("step_sampling_seconds", pa.float64(), "seconds the token's step spent sampling, where the loop says"),
+    Column("step_training_seconds", pa.float64(), "seconds the token's step spent training, where the loop says"),
+    Column("step_sampling_tokens", pa.int64(), "tokens the token's step sampled, where the loop says"),
+    Column("step_training_tokens", pa.int64(), "tokens the token's step trained on, where the loop says"),
     Column(
         "rank",
         pa.int32(),
