@@ -6,7 +6,8 @@ Each run samples with the transformers sampler, recomputes the sampled
 tokens' logprobs with the transformers trainer, takes one GRPO-style policy
 gradient step (advantage: reward minus the group's mean) and copies the new
 weights into both engines, recording every step with the ``Recorder``: the
-two logprobs, the rewards, and the step's sampling and training seconds.
+three logprobs (rollout, trainer recompute, the loss's own forward), the
+rewards, and the step's sampling and training seconds.
 
 * ``default``: ``generate`` with its KV cache, a batch at a time; the trainer
   scores in token-budget batches. Same weights, same dtype (float32): the
@@ -59,23 +60,47 @@ def _padded(rows: list[list[float]] | list[list[int]], fill: float = 0.0):
     return out, mask
 
 
-def _update(policy, optimizer, prompts: list[list[int]], comps, advantages) -> None:
+def _forward_logprobs(policy, prompts: list[list[int]], comps, zero: bool, width: int):
+    """The loss's own forward: each sampled token's logprob, with gradients (one tensor per completion).
+
+    Under the zero profile the training forward is the same program as the
+    sampler's and the trainer's (one sequence, fixed width, the trainer's
+    log-softmax), so the third value equals the other two as well.
+    """
+    import torch
+
+    from mismatchscope.probe.token_scoring import Processing, row_logprobs
+    from mismatchscope.probe.trainer import LogitTransform
+    from mismatchscope.probe.zero import zero_logits
+
+    seqs = [[*prompts[c.prompt_index], *c.token_ids] for c in comps]
+    starts = [len(prompts[c.prompt_index]) - 1 for c in comps]
+    if zero:
+        transform = LogitTransform.from_config(policy.config.to_dict())
+        out = []
+        for s, st, c in zip(seqs, starts, comps, strict=True):
+            rows = row_logprobs(zero_logits(policy, transform, s, st + 1 + width), Processing())
+            out.append(rows[torch.arange(st, st + len(c.token_ids)), torch.tensor(c.token_ids)])
+        return out
+    size = max(len(s) for s in seqs)
+    ids = torch.zeros((len(seqs), size), dtype=torch.long)
+    attn = torch.zeros((len(seqs), size), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s)
+        attn[i, : len(s)] = 1
+    logp = policy(input_ids=ids, attention_mask=attn).logits.float().log_softmax(-1)
+    return [
+        logp[i, st : st + len(c.token_ids)].gather(-1, torch.tensor(c.token_ids)[:, None]).squeeze(-1)
+        for i, (st, c) in enumerate(zip(starts, comps, strict=True))
+    ]
+
+
+def _update(policy, optimizer, picked, advantages) -> None:
     """One policy-gradient step: -(advantage x log p) over the sampled tokens, mean over tokens."""
     import torch
 
-    seqs = [[*prompts[c.prompt_index], *c.token_ids] for c in comps]
-    width = max(len(s) for s in seqs)
-    ids = torch.zeros((len(seqs), width), dtype=torch.long)
-    attn = torch.zeros((len(seqs), width), dtype=torch.long)
-    weight = torch.zeros((len(seqs), width - 1))
-    for i, (s, c) in enumerate(zip(seqs, comps, strict=True)):
-        ids[i, : len(s)] = torch.tensor(s)
-        attn[i, : len(s)] = 1
-        start = len(prompts[c.prompt_index]) - 1
-        weight[i, start : start + len(c.token_ids)] = float(advantages[i])
-    logp = policy(input_ids=ids, attention_mask=attn).logits[:, :-1].float().log_softmax(-1)
-    picked = logp.gather(-1, ids[:, 1:, None]).squeeze(-1)
-    loss = -(picked * weight).sum() / max(1, sum(len(c.token_ids) for c in comps))
+    total = torch.stack([-(lp * float(a)).sum() for lp, a in zip(picked, advantages, strict=True)]).sum()
+    loss = total / max(1, sum(int(lp.numel()) for lp in picked))
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
@@ -123,16 +148,20 @@ def run_loop(profile: str, out: Path, *, steps: int = 8, prompts: int = 4, n: in
             )
             groups = np.array([c.prompt_index for c in comps])
             adv = rewards - np.array([rewards[groups == g].mean() for g in groups])
-            _update(policy, optimizer, prompt_ids, comps, adv)
+            picked = _forward_logprobs(policy, prompt_ids, comps, profile == "zero", max_tokens)
+            forward = [lp.detach().tolist() for lp in picked]
+            _update(policy, optimizer, picked, adv)
             _sync(policy, sampler, trainer)
             t2 = time.perf_counter()
             lq, mask = _padded([c.sampler_logprobs for c in comps])
             lp, _ = _padded([s.trainer_logprobs for s in scored])
             tokens, _ = _padded([c.token_ids for c in comps], fill=-1)
+            first_forward, _ = _padded(forward)
             ntok = int(mask.sum())
             rec.add(
                 step, lq, lp, mask, rewards=rewards, group_ids=groups + step * prompts, token_ids=tokens.astype(int),
                 sampling_seconds=t1 - t0, training_seconds=t2 - t1, sampling_tokens=ntok, training_tokens=ntok,
+                training_forward_logprobs=first_forward,
             )  # fmt: skip
     sampler.close()
     return out

@@ -72,6 +72,12 @@ OPTIONAL: tuple[Column, ...] = (
         "the sampler's logprob of the same token once more, from a prefill of prompt + completion "
         "(probe --sampler-prefill): where a gap starts, decode kernels or the sampler's forward",
     ),
+    Column(
+        "trainer_forward_logprob",
+        pa.float64(),
+        "the logprob of the token in the first training forward (the loss's own forward, before any update): "
+        "with trainer_logprob and sampler_logprob, the third value a zero-mismatch stack keeps equal",
+    ),
     Column("sampler_step", pa.int64(), "policy version (weight-sync step) the sampler generated the token with"),
     Column("trainer_step", pa.int64(), "policy version (optimizer step) the trainer scored the token with"),
     Column("wall_time", pa.float64(), "Unix time (seconds) at which the step that holds the token was recorded"),

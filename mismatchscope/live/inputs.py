@@ -122,6 +122,7 @@ def prepare(
     sampler_experts: Any = None,
     trainer_experts: Any = None,
     timing: StepTiming | None = None,
+    training_forward_logprobs: Any = None,
 ) -> StepBatch:
     """Check one step's arrays and copy the masked tokens out as token-pair columns.
 
@@ -187,6 +188,10 @@ def prepare(
     experts = _experts(rows, pos, (b, t), {"sampler": sampler_experts, "trainer": trainer_experts})
     if timing is not None:
         cols.update(timing.columns(rows.size))
+    if training_forward_logprobs is not None:  # the loss's own forward: the third value certify pairs
+        forward = _floats("training_forward_logprobs", training_forward_logprobs)
+        forward = _same_shape("training_forward_logprobs", forward, (b, t))
+        cols["trainer_forward_logprob"] = forward[rows, pos].astype(np.float64)
     return StepBatch(step, cols, int(np.unique(rows).size), b, experts)
 
 

@@ -157,7 +157,8 @@ class Recorder:
         Every call stamps its tokens with the wall clock (``wall_time``, Unix seconds, taken here, when
         the step hands its batch over); ``sampling_seconds``, ``training_seconds``, ``sampling_tokens``
         and ``training_tokens`` (the step's own measurements) are recorded beside it where given,
-        for ``timeline --x wall``.
+        for ``timeline --x wall``. ``training_forward_logprobs`` ([B, T]): the logprobs of the first
+        training forward (the loss's own), the third value ``certify`` pairs with the other two.
         Returns the host copy (the ``Monitor`` reads it).
         """
         from .inputs import StepTiming
