@@ -76,3 +76,11 @@ def test_the_json_document_has_its_version_and_the_table_reads_at_80_columns(tmp
 def test_step_timings_must_be_non_negative_numbers(tmp_path):
     with Recorder(tmp_path / "r") as rec, pytest.raises(RecorderInputError, match="sampling_seconds"):
         rec.add(0, np.zeros((1, 2)) - 1, np.zeros((1, 2)) - 1, sampling_seconds=-1.0)
+
+
+def test_one_run_options_are_refused_in_a_comparison(tmp_path):
+    a, b = _run(tmp_path / "a", 2.0, 0.1), _run(tmp_path / "b", 2.0, 0.1)
+    r = cli("timeline", a, b, "--by", "rank")
+    assert r.returncode == 2 and r.stderr.startswith("error: --by applies to one run's timeline")
+    r = cli("timeline", a, "--x", "hours")
+    assert r.returncode == 2 and "--x 'hours'" in r.stderr

@@ -62,6 +62,14 @@ def timeline(
 
     inputs = check_all(dirs=[(plots, "--plots")], inputs=list(paths))
     if len(paths) > 1 or x is not None:
+        given = [name for name, v in (("--by", by), ("--rule", rule), ("--column", column)) if v]
+        if given:
+            from ..errors import UsageError
+
+            raise UsageError(
+                f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to one run's timeline, not to a comparison",
+                hint="compare the runs without it, or run timeline on one run",
+            )
         _compare(paths, x or "step", format, plots, inputs)
         return
     path = paths[0]
