@@ -29,7 +29,7 @@ def test_the_slower_runs_cost_per_step_and_hours_from_its_own_clock(tmp_path):
     c = compare([fast, slow], "wall")
     # recorded seconds: 1 + 1 = 2 s and 3 + 3 = 6 s per step, so the slow run costs 6 / 2 = 3x
     assert c.fastest == fast and c.cost_per_step == {fast: 1.0, slow: 3.0}
-    assert c.statement.startswith(f"{slow} costs 3.00x per step: 6 s against 2 s")
+    assert c.statement.startswith(f"{slow} costs 3.00x per step: a median 6 s against 2 s")
     first = c.runs[1].steps[0]
     # the run starts its first step's own 6 s before that step's stamp
     assert first.hours == pytest.approx(6.0 / 3600)
@@ -84,3 +84,20 @@ def test_one_run_options_are_refused_in_a_comparison(tmp_path):
     assert r.returncode == 2 and r.stderr.startswith("error: --by applies to one run's timeline")
     r = cli("timeline", a, "--x", "hours")
     assert r.returncode == 2 and "--x 'hours'" in r.stderr
+
+
+def test_the_bundled_runs_compare_against_wall_clock_and_only_the_zero_run_certifies():
+    from mismatchscope.bundled import sample_dir
+    from mismatchscope.certify import certify_run
+
+    runs = sample_dir() / "runs"
+    default, zero = str(runs / "rl-default"), str(runs / "rl-zero")
+    c = compare([default, zero], "wall")
+    assert [len(line.steps) for line in c.runs] == [8, 8] and all(line.seconds_source == "recorded" for line in c.runs)
+    assert c.fastest == default and c.cost_per_step[zero] > 1  # recomputing every step costs time
+    assert all(p.abs_logprob_diff_mean == 0 and p.unequal_share == 0 for p in c.runs[1].steps)
+    assert all(p.unequal_share > 0 for p in c.runs[0].steps)
+    verdict = certify_run(zero)
+    assert verdict.certified and len(verdict.pairings) == 3  # rollout, recompute and the loss's forward: all equal
+    assert not certify_run(default).certified
+    assert cli("report", default).returncode == 0

@@ -27,7 +27,7 @@ def compare_table(console, c: Comparison) -> None:
             t.add_row(
                 name,
                 str(p.step),
-                _num(p.hours, ".4f"),
+                _num(p.hours),
                 _num(p.reward_mean),
                 _num(p.abs_logprob_diff_mean),
                 f"{100 * p.unequal_share:.1f}%",
@@ -35,7 +35,11 @@ def compare_table(console, c: Comparison) -> None:
             name = ""
     console.print(t)
     for i, line in enumerate(c.runs):
-        per = "-" if line.seconds_per_step is None else f"{line.seconds_per_step:.3g} s/step ({line.seconds_source})"
+        per = (
+            "-"
+            if line.seconds_per_step is None
+            else f"{line.seconds_per_step:.3g} s/step, median ({line.seconds_source})"
+        )
         console.print(f"{i + 1}: {line.run}: {per}", highlight=False)
     console.print(c.statement, highlight=False)
 

@@ -10,9 +10,11 @@ reward and mismatch, against its step or against the hours since it started.
   sampling and training seconds where the loop recorded them (else the
   first stamp itself: the first step then sits at 0 h). ``--x wall`` with a
   run that has no ``wall_time`` is a usage error naming the runs.
-* **Cost per step**: the mean of ``step_sampling_seconds + step_training_seconds``
-  where the loop recorded them, else the mean gap between consecutive
-  stamps. The slower run's cost is stated against the fastest one.
+* **Cost per step**: the median of ``step_sampling_seconds + step_training_seconds``
+  where the loop recorded them, else the median gap between consecutive
+  stamps: the median, because a first step that warms its engines up (or a
+  step stalled by a checkpoint) is not what each further step costs. The
+  slower run's cost is stated against the fastest one.
 * **Reward**: the mean over the step's sequences of their reward (the
   column repeats it on every token, so each sequence counts once);
   **mismatch**: the mean ``|log p - log q|`` over the step's tokens, and the
@@ -49,7 +51,7 @@ class RunLine:
     steps: list[StepPoint]
     has_wall_time: bool
     seconds_per_step: float | None = field(
-        metadata={"doc": "mean recorded sampling + training seconds per step, else the mean gap between stamps"}
+        metadata={"doc": "median recorded sampling + training seconds per step, else the median gap between stamps"}
     )
     seconds_source: str = field(metadata={"doc": "recorded (the loop's own seconds), stamps, or none"})
 
@@ -118,9 +120,9 @@ def run_line(path: str) -> RunLine:
             )
         )
     if step_s:
-        per_step, source = float(np.mean(step_s)), "recorded"
+        per_step, source = float(np.median(step_s)), "recorded"
     elif len(stamps) > 1:
-        per_step, source = float(np.mean(np.diff(stamps))), "stamps"
+        per_step, source = float(np.median(np.diff(stamps))), "stamps"
     else:
         per_step, source = None, "none"
     return RunLine(os.fspath(path), points, has_wall, per_step, source)
@@ -146,7 +148,7 @@ def compare(paths: list[str], x: XAxis) -> Comparison:
     cost = {line.run: (line.seconds_per_step or 0.0) / base for line in timed}
     slowest = max(timed, key=lambda line: line.seconds_per_step or 0.0)
     statement = (
-        f"{slowest.run} costs {cost[slowest.run]:.2f}x per step: {slowest.seconds_per_step:.3g} s against "
+        f"{slowest.run} costs {cost[slowest.run]:.2f}x per step: a median {slowest.seconds_per_step:.3g} s against "
         f"{fastest.seconds_per_step:.3g} s for {fastest.run} ({slowest.seconds_source} seconds)"
     )
     return Comparison(x, lines, fastest.run, cost, statement)
