@@ -85,17 +85,17 @@ def check_zero(sampler: SamplerConfig, trainer: TrainerConfig) -> None:
     if not (sampler.zero and trainer.zero):
         raise UsageError(
             "the zero profile needs both sides: sampler.zero and trainer.zero together",
-            hint="use probe --zero, or vary sampler.zero=true and trainer.zero=true in one variant",
+            hint="use probe --zero, or diagnose --vary zero",
         )
     if sampler.kind != "hf":
         raise UsageError(
             f"--zero runs on the transformers engines, not --sampler {sampler.kind}",
-            hint="use --sampler hf (vLLM's kernels are another program than the trainer's)",
+            hint="use --sampler hf: vLLM's kernels are another program than the trainer's",
         )
     if sampler.dtype != trainer.dtype:
         raise UsageError(
             f"--zero needs one dtype on both sides, got sampler {sampler.dtype} and trainer {trainer.dtype}",
-            hint="pass the same --sampler-dtype and --trainer-dtype (float32 on a CPU)",
+            hint="pass the same --sampler-dtype and --trainer-dtype, float32 on a CPU",
         )
     engine_attn = sampler.engine_args.get("attn_implementation")
     if engine_attn != trainer.attn_implementation:
@@ -107,5 +107,5 @@ def check_zero(sampler: SamplerConfig, trainer: TrainerConfig) -> None:
     if sampler.fp32_lm_head or trainer.fp32_lm_head:
         raise UsageError(
             "--zero runs the model's own lm_head on both sides; --fp32-lm-head would make it another program",
-            hint="leave out --fp32-lm-head (score in float32 instead)",
+            hint="leave out --fp32-lm-head and score in float32 instead",
         )
