@@ -194,6 +194,12 @@ def probe(
         "own forward and log-softmax (one sequence, fixed width, no KV cache), in the trainer's dtype "
         "(--trainer-dtype), with its prefill recorded. certify should pass all three pairings.",
     ),
+    full_vocab: bool = typer.Option(
+        False,
+        "--full-vocab",
+        help="Also record, per position, a digest of each side's whole log-prob row (float32 bytes) and the largest "
+        "difference and its id (--sampler hf): certify --full-vocab compares whole distributions.",
+    ),
     verbose: bool = VerboseOpt,
     rule: list[str] | None = RuleOpt,
     format: OutputFormat = FormatOpt,
@@ -264,6 +270,7 @@ def probe(
         sampler_tokenizer=sampler_tokenizer,
         trainer_checkpoint=trainer_checkpoint,
         sampler_prefill=sampler_prefill or zero,
+        full_vocab=full_vocab,
     )
     check_options(opts)  # run_probe checks again; here so that a bad option is reported before the note below
     if bundled:

@@ -262,15 +262,22 @@ class HFTrainer:
         )
         picked = hidden[torch.tensor(rows, device=hidden.device), torch.tensor(cols, device=hidden.device)]
         labels_t = torch.tensor(labels, dtype=torch.long)
-        parts = []
+        parts, full = [], []
         chunk = self.cfg.lm_head_chunk
+        keep = any(r.sampler_rows is not None for r in reqs)
         for s in range(0, len(labels), chunk):
             logits = self._logits(picked[s : s + chunk])
             dev = logits.device
             parts.append(
                 score_positions(logits, labels_t[s : s + chunk].to(dev), listed_t[s : s + chunk].to(dev), k, processing)
             )
+            if keep:  # --full-vocab: this side's whole rows, compared below with the sampler's
+                from mismatchscope.probe.token_scoring import row_logprobs
+
+                full.append(row_logprobs(logits, processing).cpu().numpy())
         scored = _split(parts, [len(r.completion_token_ids) for r in reqs], listed_len, processing)
+        if keep:
+            _add_row_columns(reqs, scored, full)
         return [_with_routes(s, r) for s, r in zip(scored, routes, strict=True)]
 
     def _score_zero(self, req: ScoreRequest, processing: Processing, sampling: SamplingConfig) -> Scored:
@@ -302,9 +309,14 @@ class HFTrainer:
             listed[start + i, : len(row)] = torch.tensor(row, dtype=torch.long)
         dev = logits.device
         part = score_positions(logits, labels.to(dev), listed.to(dev), sampling.top_k_logprobs, processing)
-        return _with_routes(
-            _split([part.rows(start, start + n)], [n], [len(x) for x in listed_rows], processing)[0], routes
-        )
+        scored = _split([part.rows(start, start + n)], [n], [len(x) for x in listed_rows], processing)[0]
+        if req.sampler_rows is not None:
+            from mismatchscope.probe.full_rows import row_columns
+            from mismatchscope.probe.token_scoring import row_logprobs
+
+            mine = row_logprobs(logits[start : start + n], processing).cpu().numpy()
+            scored.row_columns = row_columns(req.sampler_rows, mine)
+        return _with_routes(scored, routes)
 
     def _check_head_path(self, req: ScoreRequest) -> None:
         """Refuse a model whose ``forward`` does something to logits that we don't.
@@ -339,6 +351,20 @@ class HFTrainer:
 def _with_routes(scored: Scored, routes) -> Scored:
     scored.routes = routes
     return scored
+
+
+def _add_row_columns(reqs: list[ScoreRequest], scored: list[Scored], full: list) -> None:
+    """``--full-vocab``: each completion's row columns from the trainer's rows (in request order) and the sampler's."""
+    import numpy as np
+
+    from mismatchscope.probe.full_rows import row_columns
+
+    rows, pos = np.concatenate(full), 0
+    for req, s in zip(reqs, scored, strict=True):
+        n = len(req.completion_token_ids)
+        if req.sampler_rows is not None:
+            s.row_columns = row_columns(req.sampler_rows, rows[pos : pos + n])
+        pos += n
 
 
 def _first_rows(routes, rows: int):

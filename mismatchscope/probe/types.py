@@ -127,6 +127,8 @@ class Completion:
     """the same engine's logprob of each token from a prefill of prompt + completion (``--sampler-prefill``)."""
     routes: Any = None
     """MoE: the sampler's routes (:class:`~mismatchscope.routing.io.SeqRoutes`), where it can give them."""
+    rows: Any = None
+    """``--full-vocab``: the sampler's whole float32 log-prob row per position ``[n, vocab]`` (memory only)."""
 
 
 @dataclass
@@ -138,6 +140,8 @@ class ScoreRequest:
     sampler_topk_ids: list[list[int]]
     forced_routes: Any = None
     """MoE replay: the :class:`~mismatchscope.routing.io.SeqRoutes` to force (ids, and weights where set)."""
+    sampler_rows: Any = None
+    """``--full-vocab``: the sampler's whole rows ``[n, vocab]`` to compare the trainer's with."""
 
 
 @dataclass
@@ -152,5 +156,7 @@ class Scored:
     entropy: list[float]
     kept_logmass: list[float] | None = None
     """log of the trainer mass on the top-p/top-k kept set (None: no truncation)."""
+    row_columns: dict[str, Any] | None = None
+    """``--full-vocab``: the four row columns of :mod:`~mismatchscope.probe.full_rows` for this completion."""
     routes: Any = None
     """MoE: the trainer's routes over every input position but the last (:class:`~mismatchscope.routing.io.SeqRoutes`)."""

@@ -22,7 +22,7 @@ from mismatchscope.probe.zero import check_zero
 PAIRINGS = {"trainer_vs_sampler_decode", "trainer_vs_sampler_prefill", "prefill_vs_decode"}
 
 
-def _zero_probe(tmp_path, model: str, max_tokens: int):
+def _zero_probe(tmp_path, model: str, max_tokens: int, full_vocab: bool = False):
     prompts = tmp_path / "p.jsonl"
     lines = (sample_dir() / "prompts.jsonl").read_text().splitlines()[:2]
     prompts.write_text("\n".join(lines) + "\n")
@@ -34,12 +34,13 @@ def _zero_probe(tmp_path, model: str, max_tokens: int):
         sampler=SamplerConfig(kind="hf", dtype="float32", device="cpu", zero=True),
         trainer=TrainerConfig(dtype="float32", device="cpu", zero=True),
         sampler_prefill=True,
+        full_vocab=full_vocab,
     )
     return certify_run(run_probe(opts))
 
 
 def test_a_fresh_zero_probe_of_the_dense_model_certifies_all_three_pairings(tmp_path):
-    verdict = _zero_probe(tmp_path, "tiny-qwen3", 12)
+    verdict = _zero_probe(tmp_path, "tiny-qwen3", 12, full_vocab=True)
     assert {p.pairing.name for p in verdict.pairings} == PAIRINGS
     assert {p.name for p in verdict.absent} == {"trainer_vs_training_forward", "sampler_vs_training_forward"}
     # 2 prompts x 2 samples x at most 12 tokens, each pair byte-equal
@@ -47,6 +48,10 @@ def test_a_fresh_zero_probe_of_the_dense_model_certifies_all_three_pairings(tmp_
     assert 4 <= verdict.coverage.tokens <= 48 and verdict.certified, verdict.reasons
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert '"zero": true' in json.dumps(manifest)
+    from mismatchscope.certify.rows import full_vocab_check
+
+    rows = full_vocab_check(tmp_path / "run")  # the whole distributions too, not only the sampled tokens
+    assert rows.equal and rows.rows == verdict.coverage.tokens and rows.first is None
 
 
 def test_a_fresh_zero_probe_of_the_moe_model_certifies_logprobs_and_routes(tmp_path):

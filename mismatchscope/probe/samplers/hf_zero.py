@@ -55,7 +55,7 @@ class HFZeroSampler(HFGenerateSampler):
         import torch
 
         size = width(len(prompt), sampling)
-        ids, lps, top_ids, top_lps, route_rows = list(prompt), [], [], [], []
+        ids, lps, top_ids, top_lps, route_rows, kept = list(prompt), [], [], [], [], []
         finish = "length"
         k = sampling.top_k_logprobs
         for _ in range(sampling.max_tokens):
@@ -67,6 +67,8 @@ class HFZeroSampler(HFGenerateSampler):
                 route_rows.append(self._step_routes(len(ids), size, first=not lps))
             token = self._draw(row, sampling, generator)
             lps.append(float(row[token]))
+            if self.keep_rows:
+                kept.append(row.numpy().copy())
             top = torch.topk(row, min(k, row.shape[-1]))
             top_ids.append(top.indices.tolist())
             top_lps.append(top.values.tolist())
@@ -83,6 +85,7 @@ class HFZeroSampler(HFGenerateSampler):
             topk_logprobs=top_lps,
             finish_reason=finish,
             routes=self._seq_routes(route_rows),
+            rows=np.stack(kept) if kept else None,
         )
 
     @staticmethod
