@@ -147,6 +147,9 @@ def compare(paths: list[str], x: XAxis) -> Comparison:
     base = fastest.seconds_per_step or 1.0
     cost = {line.run: (line.seconds_per_step or 0.0) / base for line in timed}
     slowest = max(timed, key=lambda line: line.seconds_per_step or 0.0)
+    if len(timed) == 1:
+        only = f"{fastest.run}: a median {fastest.seconds_per_step:.3g} s per step ({fastest.seconds_source} seconds)"
+        return Comparison(x, lines, fastest.run, cost, only)
     statement = (
         f"{slowest.run} costs {cost[slowest.run]:.2f}x per step: a median {slowest.seconds_per_step:.3g} s against "
         f"{fastest.seconds_per_step:.3g} s for {fastest.run} ({slowest.seconds_source} seconds)"
