@@ -152,7 +152,7 @@ def run_probe(opts: ProbeOptions, progress: Progress | None = None, sampler=None
 
     progress = progress or Progress()
     check_options(opts)  # before any file is written or engine started
-    if opts.sampler_prefill:
+    if opts.sampler_prefill and not opts.sampler.zero:  # the zero profile's prefill is its decode's own program
         from .sampler_prefill import check_sampler_prefill
 
         check_sampler_prefill(opts.sampler.kind, opts.sampling)
