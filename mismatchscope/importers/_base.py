@@ -21,6 +21,7 @@ import numpy as np
 
 from ..errors import ImportFormatError
 from ..schema import MAX_POSITION, first_refused
+from ._mask import first_bad_mask_value
 
 if TYPE_CHECKING:
     from ._writer import ShardWriter
@@ -303,21 +304,18 @@ def refuse_sequences(
     return columns, lengths, records
 
 
-def mask_span(mask: list, length: int) -> tuple[int, int, np.ndarray | None]:
+def mask_span(mask: list, length: int, what: str = "the mask") -> tuple[int, int, np.ndarray | None]:
     """``(lo, hi, keep)``: the kept tokens are ``lo..hi-1`` filtered by ``keep``.
 
     ``keep`` is None when every token in ``lo..hi-1`` is kept, which is the
     common case (prompt, then one contiguous response, then padding) and lets
     callers convert only the response slice of each list, not the padding.
-    ``lo == hi`` means the mask selects nothing. A mask holds numbers or
-    booleans: text (``"1"``) or a null is refused, never read as a number.
+    ``lo == hi`` means the mask selects nothing. A mask holds 0/1 or
+    booleans: anything else (text, a null, 2, 0.5, -1) is refused
+    (:mod:`._mask`), never read as keep or drop. ``what`` names the field.
     """
     if mask.count(1) + mask.count(0) != len(mask):  # C-speed: 0/1/true/false/1.0 all compare equal
-        bad = next((i for i, v in enumerate(mask) if not isinstance(v, (int, float))), None)  # bool is an int
-        if bad is not None:
-            raise ImportFormatError(
-                f"the mask must hold 0/1 or true/false, got {_short_value(mask[bad])} at index {bad}"
-            )
+        first_bad_mask_value(mask, what)
     try:
         lo = mask.index(1, 0, length)  # 1 == True == 1.0
     except ValueError:

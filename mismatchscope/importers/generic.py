@@ -37,6 +37,7 @@ from ._base import (
     take_floats,
     take_ints,
 )
+from ._mask import MASK_HINT, bad_mask_rows, mask_error
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -201,7 +202,7 @@ class GenericJsonlImporter(_Generic):
         lists.update({c: rec[src[c]] for c in EITHER if c in src and isinstance(rec.get(src[c]), list)})
         check_lengths(f, line, None, {src["token_id"]: ids, **{src[c]: v for c, v in lists.items()}}, n)
         if "mask" in lists:
-            lo, hi, keep = mask_span(lists["mask"], n)
+            lo, hi, keep = mask_span(lists["mask"], n, _mask_name(src["mask"]))
         else:
             lo, hi, keep = 0, n, None
         if lo == hi:
@@ -325,7 +326,18 @@ class GenericParquetImporter(_Generic):
             ok &= ~bad
         keep_flat = None
         if "mask" in lists:
-            mask = _flatten(col["mask"].filter(pa.array(ok)), np.float64) != 0
+            values = _flatten(col["mask"].filter(pa.array(ok)), np.float64)
+            bad_rows = bad_mask_rows(values, lengths[ok])
+            if bad_rows:  # refused rows leave ok, and their values the flat mask
+                reasons = reasons.astype(object)
+                rows_ok = np.flatnonzero(ok)
+                still = np.ones(rows_ok.size, bool)
+                for k, (value, at) in bad_rows.items():
+                    reasons[rows_ok[k]] = mask_error(_mask_name(src["mask"]), value, at).reason
+                    still[k] = False
+                values = values[np.repeat(still, lengths[ok])]
+                ok[rows_ok[~still]] = False
+            mask = values != 0
             kept_len = (
                 np.add.reduceat(mask.astype(np.int64), _offsets(lengths[ok])[:-1])
                 if mask.size
@@ -339,7 +351,8 @@ class GenericParquetImporter(_Generic):
         else:
             keep_rows = ok
         for i in np.flatnonzero(~keep_rows):
-            ctx.bad(ImportFormatError(str(reasons[i]), file=f.rel, record=row0 + int(i)), f)
+            hint = MASK_HINT if str(reasons[i]).startswith("the mask") and "0/1" in str(reasons[i]) else None
+            ctx.bad(ImportFormatError(str(reasons[i]), file=f.rel, record=row0 + int(i), hint=hint), f)
         if not keep_rows.any():
             return
         sel = pa.array(keep_rows)
@@ -385,6 +398,11 @@ class GenericParquetImporter(_Generic):
         total = int(kept_lens.sum())
         out["position"] = (np.arange(total) - np.repeat(_offsets(kept_lens)[:-1], kept_lens)).astype(np.int32)
         ctx.add_batch(f, out, sequences=len(kept_lens), dropped=dropped)
+
+
+def _mask_name(column: str) -> str:
+    """How a refusal names the mask: ``the mask``, or ``the mask (response_mask)`` for a mapped column."""
+    return "the mask" if column == "mask" else f"the mask ({column})"
 
 
 def _list_type(t: pa.DataType) -> bool:

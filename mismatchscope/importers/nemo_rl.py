@@ -114,7 +114,7 @@ class NemoRLImporter:
         if not isinstance(length, int) or not 0 < length <= n:
             raise ImportFormatError(f"input_lengths {length!r} does not fit {n} token_ids", file=f.rel, line=line)
 
-        lo, hi, keep = mask_span(mask, length)
+        lo, hi, keep = mask_span(mask, length, "token_loss_mask")
         if lo == hi:
             raise ImportFormatError("token_loss_mask selects no token", file=f.rel, line=line)
         try:

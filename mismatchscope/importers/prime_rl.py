@@ -135,7 +135,7 @@ class PrimeRLImporter:
         per_token = {k: rec[k] for k in ("loss_mask", "inference_logprobs", "trainer_logprobs")}
         per_token.update({k: rec[k] for k in ("advantages", "rewards", "entropy") if rec.get(k) is not None})
         check_lengths(f, line, None, {"token_ids": ids, **per_token}, n)
-        lo, hi, keep = mask_span(rec["loss_mask"], n)
+        lo, hi, keep = mask_span(rec["loss_mask"], n, "loss_mask")
         if lo == hi:
             raise ImportFormatError("loss_mask selects no token", file=f.rel, line=line)
         try:

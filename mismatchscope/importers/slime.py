@@ -52,6 +52,7 @@ from ..errors import (
     UsageError,
 )
 from ._base import ImportContext, SourceFile, check_record, exact_ints, short
+from ._mask import refuse_mask_values
 
 FORMAT_VERSION = 2
 _TRAIN_FILE = re.compile(r"^(\d+)(?:_(\d+))?\.pt$")
@@ -217,6 +218,11 @@ class SlimeImporter:
             raise ImportFormatError(
                 f"misaligned per-token lists: response_lengths {resp} but {shown}", file=f.rel, record=k
             )
+        if "loss_masks" in per_token:
+            try:
+                refuse_mask_values(per_token["loss_masks"], "loss_masks")
+            except ImportFormatError as e:
+                raise ImportFormatError(e.reason, file=f.rel, record=k, hint=e.hint) from None
         keep = per_token["loss_masks"] != 0 if "loss_masks" in per_token else np.ones(resp, dtype=bool)
         kept = int(np.count_nonzero(keep))
         if kept == 0:

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, UsageError
 from ..schema import MAX_ABS_STEP, POSITIVE_LOGPROB_TOLERANCE, first_refused
 
 
@@ -176,6 +176,46 @@ def _step(step: Any) -> int:
             f"step {step} is beyond 2^52, where timeline stops reading steps", hint="pass the training step counter"
         )
     return int(step)
+
+
+def strict_meta(meta: Any) -> dict[str, Any]:
+    """``Recorder(meta=...)`` as a copy that strict JSON can hold, or a one-line error naming the first bad entry.
+
+    The manifest and every shard's metadata carry it. Python's json writes NaN and infinities as bare
+    ``NaN``/``Infinity``, which no strict JSON reader (jq, JavaScript, Go, Rust) accepts, so a ``meta`` holding
+    one is refused rather than written or silently rewritten (null would lose the value, a string would change
+    its type); so is anything json cannot write at all (a tensor, a set, a non-text key).
+    """
+    import math
+
+    if meta is None:
+        return {}
+    if not isinstance(meta, dict):
+        raise UsageError(f"meta must be a dict of JSON values, got {type(meta).__name__}")
+
+    def walk(x: Any, where: str) -> Any:
+        if isinstance(x, np.generic):  # a numpy scalar: its Python value
+            x = x.item()
+        if isinstance(x, float) and not math.isfinite(x):
+            raise UsageError(
+                f"meta{where} is {x}, which strict JSON cannot hold",
+                hint="record it as null or as a string such as 'nan', or leave it out",
+            )
+        if isinstance(x, dict):
+            bad = next((k for k in x if not isinstance(k, str)), None)
+            if bad is not None:
+                raise UsageError(f"meta{where} has the key {bad!r}; JSON keys are strings", hint="use str keys")
+            return {k: walk(v, f"{where}[{k!r}]") for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [walk(v, f"{where}[{i}]") for i, v in enumerate(x)]
+        if not (x is None or isinstance(x, (str, int, float))):
+            raise UsageError(
+                f"meta{where} is a {type(x).__name__}, not a JSON value",
+                hint="pass numbers, strings, booleans, None, lists and dicts (e.g. float(x) for a tensor)",
+            )
+        return x
+
+    return walk(meta, "")
 
 
 def _floats(name: str, x: Any) -> np.ndarray:

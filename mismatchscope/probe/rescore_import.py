@@ -101,6 +101,10 @@ def open_imported(run_path: Path) -> ImportedRun:
 
 def sampling_for(src: ImportedRun, temperature: float | None) -> SamplingConfig:
     """The trainer's processing: logits / T over the full vocabulary (the stack's top-p/top-k are not known)."""
+    from .options import check_temperature
+
+    if temperature is not None:
+        check_temperature(temperature, greedy=False)
     if temperature is None:
         temperature = src.temperature
     elif src.temperature is not None and temperature != src.temperature:
@@ -114,8 +118,7 @@ def sampling_for(src: ImportedRun, temperature: float | None) -> SamplingConfig:
             "pass --temperature T, the temperature its sampler ran at",
             hint="the trainer divides its logits by T: a wrong T would be counted as mismatch",
         )
-    if not temperature > 0:
-        raise UsageError(f"--temperature {temperature:g} must be positive")
+    check_temperature(temperature, greedy=False)
     longest = max((len(c) for c in src.sequences["completion_token_ids"].to_pylist()), default=1)
     return SamplingConfig(temperature=temperature, n=1, max_tokens=max(longest, 1))
 
