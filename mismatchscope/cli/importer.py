@@ -115,9 +115,11 @@ def import_(
     )
     for w in result.warnings:
         warn(w)
-    data = {"out": str(out_dir), **result.to_dict()}
     if format is OutputFormat.json:
-        emit_json(data)
+        from ..documents import document
+        from ..importers.document import ImportDocument
+
+        emit_json(document(ImportDocument.of(result, out_dir)))
         return
     console = stdout_console()
     console.print(

@@ -7,7 +7,6 @@ same list in every format, so a CI shows the same failures a person reads.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from dataclasses import asdict
 from typing import Any
 
 from ..certify.compare import PairingResult
@@ -35,44 +34,11 @@ def pairing_line(p: PairingResult) -> str:
 
 
 def payload(v: Verdict) -> dict[str, Any]:
-    return {
-        "run": v.run,
-        "verdict": v.verdict,
-        "certified": v.certified,
-        "reasons": v.reasons,
-        "checks": [{"name": n, "passed": ok, "detail": d} for n, ok, d in checks(v)],
-        "pairings": [_pairing(p) for p in v.pairings],
-        "absent_pairings": [p.name for p in v.absent],
-        "routes": asdict(v.routes),
-        "policy_version": asdict(v.policy),
-        "scope": v.scope,
-        "coverage": asdict(v.coverage),
-        "warnings": v.warnings,
-    }
+    """``certify --format json``: the typed document (``certify/document.py``), ``schema_version`` first."""
+    from ..certify.document import CertifyDocument
+    from ..documents import document
 
-
-def _pairing(p: PairingResult) -> dict[str, Any]:
-    return {
-        "name": p.pairing.name,
-        "left": p.pairing.left,
-        "right": p.pairing.right,
-        "equal": p.equal,
-        "dtype": p.dtype,
-        "dtype_note": p.dtype_note,
-        "tokens": p.tokens,
-        "differing": p.differing,
-        "share_differing": p.share,
-        "ulp_histogram": p.ulp_histogram,
-        "ulp_median": p.ulp_median,
-        "ulp_p99": p.ulp_p99,
-        "ulp_max": p.ulp_max,
-        "max_abs_diff": p.max_abs_diff,
-        "k3_stable_mean": p.k3_mean,
-        "k3_stable_max": p.k3_max,
-        "first_differences": [asdict(d) for d in p.first],
-        "earliest_position": p.earliest_summary(),
-        "earliest_by_sequence": [{"sequence_id": s, "position": pos} for s, pos in p.earliest],
-    }
+    return document(CertifyDocument.of(v))
 
 
 def _cell(text: str) -> str:

@@ -137,13 +137,15 @@ def readings_markdown() -> list[str]:
             "",
             f"### `{r.name}`: {r.framework}",
             "",
-            f"Read: `{r.repository}`, {r.version}." + (f" Otherwise: {r.lacks_hint}." if r.lacks_hint else ""),
+            f"Read: `{r.repository}`, {r.version}; files and commits below are of that snapshot unless named."
+            + (f" Otherwise: {r.lacks_hint}." if r.lacks_hint else ""),
             "",
-            "| rule | follows | differs |",
-            "|---|---|---|",
+            "| rule | follows | differs | numbers from |",
+            "|---|---|---|---|",
         ]
         for rule, rr in r.rules.items():
-            out.append(f"| `{rule}@{r.name}` | {_cell(rr.file)} | {_cell(rr.differs) or 'nothing'} |")
+            numbers = _cell(rr.numbers) or "the rule's own defaults"
+            out.append(f"| `{rule}@{r.name}` | {_cell(rr.file)} | {_cell(rr.differs) or 'nothing'} | {numbers} |")
     return out
 
 
