@@ -248,3 +248,12 @@ def test_gate_and_monitor_take_readings():
     # the step's rates are the table's counts over its 9 tokens: dppo-tv@skyrl 2, icepop@slime 1
     assert out["mismatch/dppo-tv@skyrl_reject_rate"] == pytest.approx(2 / 9)
     assert out["mismatch/icepop@slime_reject_rate"] == pytest.approx(1 / 9)
+
+
+def test_readings_without_a_rule_say_so():
+    from mismatchscope.analysis.side_by_side import parse_readings
+
+    # once "names 1 reading(s) ... (e.g. --readings @mismatchscope,skyrl)": a hint that repeats the mistake
+    with pytest.raises(UsageError, match=r"--readings '@skyrl' names no rule") as e:
+        parse_readings("@skyrl")
+    assert "dppo-kl" in e.value.hint

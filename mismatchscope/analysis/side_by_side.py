@@ -84,13 +84,16 @@ def parse_readings(text: str) -> list[RuleInstance]:
     ``...:delta=0.05`` -> that parameter set in every reading (a reading's other choices stay)."""
     head, _, params = text.partition(":")
     rule, reading = split_name(head)
+    if not rule:
+        has = ", ".join(dict.fromkeys(r for rd in READINGS.values() for r in rd.rules))
+        raise UsageError(f"--readings {text!r} names no rule", hint=f"start with a rule that has readings: {has}")
     names = [n.strip() for n in reading.split(",")] if reading else [DEFAULT, *readings_of(rule)]
     if len(names) == 1 and names[0] != DEFAULT:  # one reading: against mismatchscope's defaults
         names = [DEFAULT, *names]
     if len(names) < 2 or not all(names):
         has = list(dict.fromkeys(r for rd in READINGS.values() for r in rd.rules))
         if reading is None:
-            raise UsageError(f"no framework reading has {rule!r}", hint=f"rules with readings: {', '.join(has)}")
+            raise UsageError(f"no framework reading has a rule {rule!r}", hint=f"rules with readings: {', '.join(has)}")
         raise UsageError(
             f"--readings {text!r} names {len(names)} reading(s); a side-by-side view needs two or more",
             hint=f"e.g. --readings {rule}@{DEFAULT},{','.join(readings_of(rule)[:2]) or 'skyrl'}",

@@ -12,6 +12,7 @@ decides whether that stops the run or is skipped and counted (``--skip-bad``).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -392,7 +393,15 @@ def take_floats_or_constant(
 
 
 def take_ints(values: list, lo: int, hi: int, keep: np.ndarray | None) -> np.ndarray:
-    arr = exact_ints(values[lo:hi], "token ids")
+    """``values[lo:hi]`` (then ``[keep]``) as exact int64 token ids; a refusal names the value's index in the whole
+    list, as the record holds it (the slice's index once sent users to the wrong token)."""
+    try:
+        arr = exact_ints(values[lo:hi], "token ids")
+    except ImportFormatError as e:
+        if not lo:
+            raise
+        reason = re.sub(r"at index (\d+)$", lambda m: f"at index {int(m[1]) + lo}", e.reason)
+        raise ImportFormatError(reason, hint=e.hint) from None
     return arr if keep is None else arr[keep]
 
 
@@ -461,13 +470,29 @@ def check_lengths(f: SourceFile, line: int | None, record: int | None, fields: d
         )
 
 
-def require(f: SourceFile, line: int | None, record: int | None, rec: dict[str, Any], *keys: str) -> None:
-    missing = [k for k in keys if rec.get(k) is None]
-    if missing:
-        shown = ", ".join(sorted(rec)[:15])
-        raise ImportFormatError(
-            f"missing field(s) {', '.join(missing)} (the record has: {shown})", file=f.rel, line=line, record=record
-        )
+def require(
+    f: SourceFile, line: int | None, record: int | None, rec: dict[str, Any], *keys: str, what: str = "record"
+) -> None:
+    """Raise when a needed field is absent or null; the message tells the two apart, and lists only the fields
+    that hold a value (a null one listed as present while called missing sent users to the wrong fix)."""
+    reason = missing_fields(rec, keys, what)
+    if reason:
+        raise ImportFormatError(reason, file=f.rel, line=line, record=record)
+
+
+def missing_fields(rec: dict[str, Any], keys: Any, what: str = "record") -> str | None:
+    """One line naming the fields of ``keys`` that ``rec`` lacks and those it holds as null; None when all hold
+    a value."""
+    absent = [k for k in keys if k not in rec]
+    null = [k for k in keys if k in rec and rec[k] is None]
+    if not absent and not null:
+        return None
+    parts = ([f"missing field(s) {', '.join(absent)}"] if absent else []) + (
+        [f"null field(s) {', '.join(null)}"] if null else []
+    )
+    held = sorted(k for k, v in rec.items() if v is not None)
+    shown = ", ".join(held[:15]) + (", ..." if len(held) > 15 else "")
+    return f"{'; '.join(parts)} (the {what}'s fields with a value: {shown or 'none'})"
 
 
 def scalar(value: Any, default: Any = None) -> Any:

@@ -32,6 +32,7 @@ from ._base import (
     check_lengths,
     exact_ints,
     mask_span,
+    missing_fields,
     parse_record,
     refuse_sequences,
     take_floats,
@@ -192,10 +193,11 @@ class GenericJsonlImporter(_Generic):
 
     def convert(self, f: SourceFile, line: int, rec: dict[str, Any], notes: dict[str, int]) -> tuple[dict, int]:
         src = self.present
-        missing = [src[c] for c in src if rec.get(src[c]) is None and c not in _FLOAT_COLUMNS]
-        missing += [src[c] for c in REQUIRED if rec.get(src[c]) is None and src[c] not in missing]
+        needed = [src[c] for c in src if c not in _FLOAT_COLUMNS]
+        needed += [src[c] for c in REQUIRED if src[c] not in needed]
+        missing = missing_fields(rec, needed)
         if missing:
-            raise ImportFormatError(f"missing field(s) {', '.join(missing)}", file=f.rel, line=line)
+            raise ImportFormatError(missing, file=f.rel, line=line)
         ids = rec[src["token_id"]]
         n = len(ids) if isinstance(ids, list) else -1
         lists = {c: rec[src[c]] for c in PER_TOKEN if c in src and rec.get(src[c]) is not None}

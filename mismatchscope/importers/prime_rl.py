@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ImportFormatError, UsageError
+from ..errors import ImportFormatError, InputError, UsageError
 from ._base import (
     SourceFile,
     check_lengths,
@@ -99,6 +99,14 @@ class PrimeRLImporter:
                     rank=int(rank_m.group(1)),
                     extra={"run_dir": p.parent.parent.parent.as_posix()},
                 )
+            )
+        if unstable and not files:
+            shown = ", ".join(sorted(d.name for d in unstable)[:5])
+            raise InputError(
+                f"{root}: every step folder with token exports lacks its STABLE marker ({shown}): each is still being "
+                "written, or the run stopped mid-step",
+                hint="import once the trainer has finished a step (it writes STABLE last), or create STABLE in a "
+                "step folder you know is complete",
             )
         if unstable:
             shown = ", ".join(sorted(d.name for d in unstable)[:5])

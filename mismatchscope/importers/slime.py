@@ -51,7 +51,7 @@ from ..errors import (
     UntrustedPickleError,
     UsageError,
 )
-from ._base import ImportContext, SourceFile, check_record, exact_ints, short
+from ._base import ImportContext, SourceFile, check_record, exact_ints, missing_fields, short
 from ._mask import refuse_mask_values
 
 FORMAT_VERSION = 2
@@ -193,15 +193,9 @@ class SlimeImporter:
                 file=f.rel,
                 record=k,
             )
-        missing = [
-            key for key in ("tokens", "response_lengths", "rollout_log_probs", "log_probs") if s.get(key) is None
-        ]
+        missing = missing_fields(s, ("tokens", "response_lengths", "rollout_log_probs", "log_probs"), "sample")
         if missing:
-            raise ImportFormatError(
-                f"missing field(s) {', '.join(missing)} (the sample has: {', '.join(sorted(s)[:15])})",
-                file=f.rel,
-                record=k,
-            )
+            raise ImportFormatError(missing, file=f.rel, record=k)
         resp = _count(s["response_lengths"], "response_lengths", f, k)
         try:
             tokens = _array(s["tokens"], np.int64)

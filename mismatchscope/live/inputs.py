@@ -84,12 +84,21 @@ def prepare(
     sampler_steps: Any = None,
     sampler_experts: Any = None,
     trainer_experts: Any = None,
+    **unknown: Any,
 ) -> StepBatch:
     """Check one step's arrays and copy the masked tokens out as token-pair columns.
 
     ``sequence_ids`` left out are filled in by the caller (the Recorder numbers
     them per rank); here they default to the row index.
     """
+    if unknown:
+        import inspect
+
+        known = [n for n, p in inspect.signature(prepare).parameters.items() if p.kind is p.KEYWORD_ONLY]
+        raise UsageError(
+            f"add() got {', '.join(map(repr, unknown))}, which is not a column it records",
+            hint=f"its keywords: {', '.join(known)}",
+        )
     step = _step(step)
     lq = _floats("sampler_logprobs", sampler_logprobs)
     lp = _floats("trainer_logprobs", trainer_logprobs)
@@ -129,7 +138,7 @@ def prepare(
     cols["token_id"] = (
         np.full(rows.size, -1, np.int64)
         if token_ids is None
-        else _same_shape("token_ids", token_ids, (b, t))[rows, pos].astype(np.int64)
+        else _token_ids(_same_shape("token_ids", token_ids, (b, t))[rows, pos])
     )
     if group_ids is not None:
         cols["prompt_id"] = _per_sequence("group_ids", group_ids, b, ids=True)[rows]
@@ -235,6 +244,22 @@ def _mask(m: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
             "mask must hold only 0/1 or booleans", hint="pass the response mask, not lengths or weights"
         )
     return m.astype(bool)
+
+
+def _token_ids(ids: np.ndarray) -> np.ndarray:
+    """The recorded tokens' ids as int64; a fractional, non-finite or non-numeric id is refused (a cast would
+    write 1.5 as token 1 without a word)."""
+    if ids.dtype.kind in "iu":
+        return ids.astype(np.int64)
+    if ids.dtype.kind != "f":
+        raise RecorderInputError(f"token_ids must hold integers, got dtype {ids.dtype}")
+    bad = np.flatnonzero(~np.isfinite(ids) | (ids != np.round(ids)))
+    if bad.size:
+        raise RecorderInputError(
+            f"token_ids must hold integers, got {float(ids[bad[0]])!r} among the recorded tokens",
+            hint="pass the sampled token ids (an integer tensor), not logits or probabilities",
+        )
+    return ids.astype(np.int64)
 
 
 def _same_shape(name: str, x: Any, shape: tuple[int, ...]) -> np.ndarray:
