@@ -80,7 +80,9 @@ def check_routes(
             )
         if is_moe:
             return RouteResult(
-                "MoE model without recorded routes and without route replay: route agreement is not shown", False
+                "MoE model without recorded routes and without route replay: route agreement is not shown "
+                "(record both sides' routes: probe --routes, or Recorder.add's sampler_experts and trainer_experts)",
+                False,
             )
         return RouteResult(NOT_MOE if is_moe is False else UNKNOWN_MOE, None)
     try:

@@ -82,3 +82,12 @@ def test_a_routes_record_without_its_sequence_id_says_so(tmp_path):
     del rec["sequence_id"]  # once "sequence_id is None, not an integer"
     line = _routes_import(tmp_path, [rec, sglang(9)], "sglang")
     assert "routes.jsonl:1: the record has no sequence_id: routes are matched to the imported sequences by it" in line
+
+
+def test_trust_pickle_outside_slime_is_refused(tmp_path):
+    # once accepted without a word on formats that hold no pickle, as if it had changed something
+    path = jsonl(tmp_path, '{"token_ids": [5], "sampler_logprobs": [-0.5], "trainer_logprobs": [-0.4]}\n')
+    r = cli("import", "jsonl", str(path), "--out", str(tmp_path / "out"), "--trust-pickle")
+    assert error_line(r) == (
+        "error: --trust-pickle applies to slime's pickled dumps; jsonl files hold no pickle (drop --trust-pickle)"
+    )
