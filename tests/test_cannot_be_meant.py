@@ -127,3 +127,20 @@ def test_recorder_refuses_fractional_token_ids_and_unknown_columns(tmp_path):
         assert rec.add(0, [[-0.5, -1.0]], [[-0.4, -1.0]], token_ids=np.array([[1.0, 2.0]])).columns[
             "token_id"
         ].tolist() == [1, 2]
+
+
+@pytest.mark.parametrize(
+    "kwargs, says",
+    [
+        # window 0 once meant "every step" and 8 "never an alert" (the detectors need 16 steps), both silently
+        ({"window": 8}, "window must be an integer of at least 16 steps, got 8"),
+        ({"min_rise": math.nan}, "min_rise must be a finite number >= 0 (0.25: +25%), got nan"),
+        ({"rules": "icepop"}, "rules must be a list of rule names, got the string 'icepop'"),  # once "unknown rule 'i'"
+        ({"recorder": "runs/x"}, "recorder must be a Recorder, got str"),  # once an AttributeError at the first add
+    ],
+)
+def test_monitor_options_that_cannot_be_meant(kwargs, says):
+    from mismatchscope.live.monitor import Monitor
+
+    with pytest.raises(UsageError, match=re_escape(says)):
+        Monitor(**kwargs)
