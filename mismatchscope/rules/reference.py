@@ -95,8 +95,13 @@ these thresholds are not modelled: SkyRL takes its ratios with log r clamped
 to +-20 (e^-20 and e^20 lie beyond every ratio threshold here); verl's
 rollout_rs clamps l to +-20 before k1, k2, k3 (the `verl-rs` rule reproduces
 it). mismatchscope computes in float64 from the logprobs; a framework that
-computes in float32 can land differently on a token within float32 rounding
-of a threshold (`p` of a logprob of -1e-9 is 1 in float32)."""
+computes in float32 (SkyRL's and AReaL's ratios are float32) can land
+differently on a token within float32 rounding of a threshold (`p` of a
+logprob of -1e-9 is 1 in float32).
+
+Each reading below says where its numbers come from: the framework's config
+default, an example script's value, or a suggestion in a docstring, with the
+file; the commit is the reading's snapshot unless another is named."""
 
 
 def readings_markdown() -> list[str]:
