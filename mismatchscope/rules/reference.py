@@ -86,7 +86,9 @@ defaults and every reading that has it (or `--readings RULE@R1,R2`): the
 counts, and the tokens on which each reading differs from the first, by
 category: A = 0, p or q exactly 1 (a logprob of exactly 0), exactly at a
 threshold, other. `--readings RULE@R1,R2:delta=0.05` sets a parameter in
-every reading (their other choices stay).
+every reading (their other choices stay). With `--format json` it prints a
+document with `schema_version` first
+([schemas/compare-masks-readings.json](schemas/compare-masks-readings.json)).
 
 Every comparison in the frameworks read rejects strictly beyond a threshold
 (`>`, `<`) and keeps a value exactly on it, as mismatchscope does, so no
