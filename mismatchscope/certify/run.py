@@ -89,9 +89,11 @@ def certify_run(
     present = [p for p in chosen if p.left in have and p.right in have]
     absent = [p for p in chosen if p not in present]
     if not present:
+        lacking = sorted({c for p in absent for c in (p.left, p.right)} - have)
         raise UsageError(
-            f"{path}: none of the pairings asked for is in this run "
-            f"({', '.join(p.name for p in absent)} need {sorted({c for p in absent for c in (p.left, p.right)} - have)})",
+            f"{path}: none of the pairings asked for is in this run: "
+            f"{', '.join(p.name for p in absent)} need{'s' if len(absent) == 1 else ''} the column "
+            f"{', '.join(lacking)}, which it does not hold",
             hint="record the sampler's prefill logprobs with probe --sampler-prefill",
         )
     results = [compare(p, loaded.tokens, show) for p in present]
