@@ -22,7 +22,6 @@ import numpy as np
 
 from ..errors import ImportFormatError
 from ..schema import MAX_POSITION, first_refused
-from ._mask import first_bad_mask_value
 
 if TYPE_CHECKING:
     from ._writer import ShardWriter
@@ -303,33 +302,6 @@ def refuse_sequences(
         columns = {c: v[token_keep] for c, v in columns.items()}
         lengths, records = lengths[keep], records[keep]
     return columns, lengths, records
-
-
-def mask_span(mask: list, length: int, what: str = "the mask") -> tuple[int, int, np.ndarray | None]:
-    """``(lo, hi, keep)``: the kept tokens are ``lo..hi-1`` filtered by ``keep``.
-
-    ``keep`` is None when every token in ``lo..hi-1`` is kept, which is the
-    common case (prompt, then one contiguous response, then padding) and lets
-    callers convert only the response slice of each list, not the padding.
-    ``lo == hi`` means the mask selects nothing. A mask holds 0/1 or
-    booleans: anything else (text, a null, 2, 0.5, -1) is refused
-    (:mod:`._mask`), never read as keep or drop. ``what`` names the field.
-    """
-    if mask.count(1) + mask.count(0) != len(mask):  # C-speed: 0/1/true/false/1.0 all compare equal
-        first_bad_mask_value(mask, what)
-    try:
-        lo = mask.index(1, 0, length)  # 1 == True == 1.0
-    except ValueError:
-        return 0, 0, None
-    tail = mask[length - 1 : lo : -1] if length - 1 > lo else []
-    try:
-        hi = length - tail.index(1)
-    except ValueError:
-        hi = lo + 1
-    span = mask[lo:hi]
-    if span.count(1) == hi - lo:
-        return lo, hi, None
-    return lo, hi, np.asarray(span, dtype=np.float64) != 0
 
 
 def take_floats(values: list, lo: int, hi: int, keep: np.ndarray | None, what: str = "a per-token list") -> np.ndarray:

@@ -31,14 +31,13 @@ from ._base import (
     SourceFile,
     check_lengths,
     exact_ints,
-    mask_span,
     missing_fields,
     parse_record,
     refuse_sequences,
     take_floats,
     take_ints,
 )
-from ._mask import MASK_HINT, bad_mask_rows, mask_error
+from ._mask import MASK_HINT, bad_mask_rows, mask_error, mask_span
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -329,16 +328,7 @@ class GenericParquetImporter(_Generic):
         keep_flat = None
         if "mask" in lists:
             values = _flatten(col["mask"].filter(pa.array(ok)), np.float64)
-            bad_rows = bad_mask_rows(values, lengths[ok])
-            if bad_rows:  # refused rows leave ok, and their values the flat mask
-                reasons = reasons.astype(object)
-                rows_ok = np.flatnonzero(ok)
-                still = np.ones(rows_ok.size, bool)
-                for k, (value, at) in bad_rows.items():
-                    reasons[rows_ok[k]] = mask_error(_mask_name(src["mask"]), value, at).reason
-                    still[k] = False
-                values = values[np.repeat(still, lengths[ok])]
-                ok[rows_ok[~still]] = False
+            values, reasons = _refuse_masks(values, lengths, ok, reasons, _mask_name(src["mask"]))
             mask = values != 0
             kept_len = (
                 np.add.reduceat(mask.astype(np.int64), _offsets(lengths[ok])[:-1])
@@ -400,6 +390,25 @@ class GenericParquetImporter(_Generic):
         total = int(kept_lens.sum())
         out["position"] = (np.arange(total) - np.repeat(_offsets(kept_lens)[:-1], kept_lens)).astype(np.int32)
         ctx.add_batch(f, out, sequences=len(kept_lens), dropped=dropped)
+
+
+def _refuse_masks(
+    values: np.ndarray, lengths: np.ndarray, ok: np.ndarray, reasons: np.ndarray, name: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """The rows (of those ``ok``) whose mask holds a value other than 0/1 leave ``ok`` (in place) with the reason;
+    their values leave the flat mask. Returns the mask values left and the reasons."""
+    bad_rows = bad_mask_rows(values, lengths[ok])
+    if not bad_rows:
+        return values, reasons
+    reasons = reasons.astype(object)
+    rows_ok = np.flatnonzero(ok)
+    still = np.ones(rows_ok.size, bool)
+    for k, (value, at) in bad_rows.items():
+        reasons[rows_ok[k]] = mask_error(name, value, at).reason
+        still[k] = False
+    values = values[np.repeat(still, lengths[ok])]
+    ok[rows_ok[~still]] = False
+    return values, reasons
 
 
 def _mask_name(column: str) -> str:

@@ -34,7 +34,6 @@ from ..errors import ImportFormatError, InputError, NoTrainerLogprobsError, Usag
 from ._base import (
     SourceFile,
     check_lengths,
-    mask_span,
     note,
     require,
     scalar,
@@ -43,6 +42,7 @@ from ._base import (
     take_ints,
     unwrap,
 )
+from ._mask import mask_span
 
 _STEP_FILE = re.compile(r"^train_data_step(\d+)\.jsonl$")
 

@@ -36,13 +36,13 @@ from ..errors import ImportFormatError, InputError, UsageError
 from ._base import (
     SourceFile,
     check_lengths,
-    mask_span,
     note,
     parse_record,
     require,
     take_floats,
     take_ints,
 )
+from ._mask import mask_span
 
 SCHEMA_VERSION = 1
 _STEP_DIR = re.compile(r"^step_(\d+)$")
