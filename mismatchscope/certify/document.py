@@ -17,6 +17,29 @@ from .run import PolicyCheck, Verdict
 from .scope import Coverage
 
 
+def checks(v: Verdict) -> list[tuple[str, bool | None, str]]:
+    """(name, passed, one-line detail); passed is None for a check this run cannot make."""
+    out: list[tuple[str, bool | None, str]] = [(p.pairing.name, p.equal, pairing_line(p)) for p in v.pairings]
+    out += [(p.name, None, f"not in this run (needs {p.left} and {p.right})") for p in v.absent]
+    out.append(("routes", v.routes.passed, v.routes.status))
+    out.append(("policy_version", v.policy.passed, v.policy.status))
+    return out
+
+
+def pairing_line(p: PairingResult) -> str:
+    if p.equal:
+        return f"all {p.tokens:,} pairs byte-equal in {p.dtype}"
+    return (
+        f"{p.differing:,} of {p.tokens:,} pairs ({p.share:.2%}) differ in {p.dtype}; "
+        f"ULP median {_g4(p.ulp_median)}, max {p.ulp_max:,}; stable K3 mean {p.k3_mean:.3g} (diagnostic)"
+    )
+
+
+def _g4(v: float | None) -> str:
+    """4 significant digits, ``-`` for none (as the gate's tables write numbers)."""
+    return "-" if v is None else f"{v:.4g}"
+
+
 @dataclass(frozen=True)
 class CheckEntry:
     name: str
@@ -113,8 +136,6 @@ class CertifyDocument:
 
     @classmethod
     def of(cls, v: Verdict) -> CertifyDocument:
-        from ..render.certify_reports import checks
-
         return cls(
             v.run,
             "certified" if v.certified else "not certified",

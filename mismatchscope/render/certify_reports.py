@@ -9,28 +9,9 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from ..certify.compare import PairingResult
+from ..certify.document import checks
 from ..certify.run import Verdict
-from .gate_markdown import fmt
 from .junit import junit_suite, junit_text
-
-
-def checks(v: Verdict) -> list[tuple[str, bool | None, str]]:
-    """(name, passed, one-line detail); passed is None for a check this run cannot make."""
-    out: list[tuple[str, bool | None, str]] = [(p.pairing.name, p.equal, pairing_line(p)) for p in v.pairings]
-    out += [(p.name, None, f"not in this run (needs {p.left} and {p.right})") for p in v.absent]
-    out.append(("routes", v.routes.passed, v.routes.status))
-    out.append(("policy_version", v.policy.passed, v.policy.status))
-    return out
-
-
-def pairing_line(p: PairingResult) -> str:
-    if p.equal:
-        return f"all {p.tokens:,} pairs byte-equal in {p.dtype}"
-    return (
-        f"{p.differing:,} of {p.tokens:,} pairs ({p.share:.2%}) differ in {p.dtype}; "
-        f"ULP median {fmt(p.ulp_median)}, max {p.ulp_max:,}; stable K3 mean {p.k3_mean:.3g} (diagnostic)"
-    )
 
 
 def payload(v: Verdict) -> dict[str, Any]:

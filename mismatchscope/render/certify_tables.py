@@ -7,7 +7,7 @@ def certify_tables(console, v) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from .certify_reports import checks
+    from ..certify.document import checks
 
     c = v.coverage
     console.print(
