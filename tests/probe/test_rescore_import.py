@@ -259,6 +259,13 @@ def test_ids_past_the_vocabulary_and_sequences_past_the_context_are_refused(tmp_
     imported = _dump(tmp_path / "wide", {2: (experts, made_up[2][1])}, sequences=wide)
     with pytest.raises(InputError, match=r"sequence 2 of .* holds token id 325, outside the vocabulary .*0\.\.319"):
         _rescore_fn(imported, tmp_path / "wide" / "out", checkpoint=_moe(), temperature=T)
+    # two sequences past it: the first is named with its own id (321), not the run's largest (325, in sequence 2)
+    p1, c1, m1 = SEQS[1]
+    both = {**wide, 1: (p1, [VOCAB + 1, *c1[1:]], m1)}
+    routes = {s: (made_up[s][0], made_up[s][1]) for s in (1, 2)}
+    imported = _dump(tmp_path / "both", routes, sequences=both)
+    with pytest.raises(InputError, match=r"sequence 1 of .* holds token id 321, .*; the largest id in the run is 325"):
+        _rescore_fn(imported, tmp_path / "both" / "out", checkpoint=_moe(), temperature=T)
     n = 320  # prompt 5 + 320 completion tokens: 325 positions, the checkpoint has 320
     long_experts = np.stack([np.arange(n + 4) % 8, (np.arange(n + 4) + 1) % 8], -1)[:, None].repeat(2, 1)
     long = {2: (prompt, (list(range(3, 300)) * 2)[:n], [1] * n)}
