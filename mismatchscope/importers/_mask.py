@@ -5,8 +5,10 @@ as keep-or-drop without guessing: 2 or 0.5 is a loss weight (kept? halved?),
 -1 a padding marker in some stacks, a null a hole in the dump. Read with
 ``!= 0`` they would be kept, read with ``== 1`` dropped, and either way the
 import would count tokens the stack did not count, without a word. So every
-importer refuses them through :func:`refuse_mask_values` (numbers) or
-:func:`first_bad_mask_value` (a JSON list), with the same message.
+importer refuses them with the same message (:func:`mask_error`): a JSON
+list through :func:`mask_span` (NeMo-RL, prime-rl, the generic JSONL), an
+array through :func:`refuse_mask_values` (slime), a Parquet batch through
+:func:`bad_mask_rows` (each row refused alone, so ``--skip-bad`` skips it).
 """
 
 from __future__ import annotations
