@@ -257,6 +257,10 @@ def unwrap(value: Any) -> Any:
     return value
 
 
+KEPT = " (its index among the sequence's kept tokens, not in the record's lists)"
+"""what a refusal's position counts: a mask that drops the prompt shifts it from the record's own index."""
+
+
 def check_record(
     values: dict[str, Any], *, file: object = None, line: int | None = None, record: int | None = None
 ) -> None:
@@ -274,7 +278,7 @@ def check_record(
     refused = first_refused(values)
     if refused is not None:
         per_token = np.ndim(values[refused.column]) == 1
-        where = f" at position {refused.row}" if per_token else ""
+        where = f" at position {refused.row}{KEPT}" if per_token else ""
         raise ImportFormatError(f"{refused.reason}{where}", file=file, line=line, record=record)
 
 
@@ -292,7 +296,7 @@ def refuse_sequences(
             reason = f"{int(lengths[k]):,} kept tokens in one sequence: positions beyond {MAX_POSITION} are refused"
         elif refused is not None:
             k = int(np.searchsorted(ends, refused.row, side="right"))
-            reason = f"{refused.reason} at position {refused.row - int(ends[k] - lengths[k])}"
+            reason = f"{refused.reason} at position {refused.row - int(ends[k] - lengths[k])}{KEPT}"
         else:
             break
         ctx.bad(ImportFormatError(reason, file=f.rel, record=int(records[k])), f)
