@@ -663,3 +663,35 @@ def test_readme_documents_the_starter_keys():
         assert key in readme, key
     assert (REPO / "examples" / "gate-workflow.yml").is_file()
     assert os.path.getsize(REPO / "examples" / "gate-workflow.yml") > 500
+
+
+def test_same_data_is_a_deterministic_rerun_unless_the_run_records_are_the_same(tmp_path):
+    """Two probes of one stack at one seed write the same bytes: the expected case of a determinism check.
+
+    The golden probe copied twice is a copy (the same manifest, start time and timings); the same data with
+    the second run's own manifest (another session start, other measured seconds) is two runs that agree to
+    the bit, which the gate says in a note, not a warning."""
+    golden = REPO / "tests" / "data" / "golden-probe"
+    base = shutil.copytree(golden, tmp_path / "base")
+    copy = shutil.copytree(golden, tmp_path / "copy")
+    rerun = shutil.copytree(golden, tmp_path / "rerun")
+    manifest = json.loads((rerun / "manifest.json").read_text())
+    manifest["sessions"] = [{"started_at": "2030-01-01T00:00:00+00:00", "resumed": False, "sampling_seconds": 4.9}]
+    (rerun / "manifest.json").write_text(json.dumps(manifest))
+    lenient = ["--format", "json", "--bootstrap", "50", "--limit", "tv_token_mean<=1"]
+
+    r = cli("gate", str(copy), "--baseline", str(base), *lenient)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["notes"] == [] and any(w.endswith("is it a copy?") for w in doc["warnings"]), doc["warnings"]
+    assert "the same run records" in r.stderr
+
+    r = cli("gate", str(rerun), "--baseline", str(base), *lenient)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert not any("copy" in w for w in doc["warnings"]) and "warning: the baseline" not in r.stderr
+    assert doc["notes"] == [
+        f"the baseline {base} holds the same data as the candidate (same sizes, identical Parquet footers), from "
+        "two runs (their run records differ): the two runs are bit-identical: the stack is deterministic at seed 0"
+    ]
+    assert "deterministic at seed 0" in r.stderr
