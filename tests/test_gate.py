@@ -695,3 +695,20 @@ def test_same_data_is_a_deterministic_rerun_unless_the_run_records_are_the_same(
         "two runs (their run records differ): the two runs are bit-identical: the stack is deterministic at seed 0"
     ]
     assert "deterministic at seed 0" in r.stderr
+
+
+def test_bootstrap_leaves_an_infinite_sequence_out_of_the_resamples_that_did_not_draw_it():
+    """X = [1, inf] over two sequences: a resample draws 2 indices of {0, 1}; counts (2, 0) sum to 2 * 1 = 2
+    (finite: sequence 1 was not drawn), any count of sequence 1 gives inf. The product alone gave
+    2 * 1 + 0 * inf = NaN there, with numpy's "invalid value" warning on stderr."""
+    import warnings
+
+    X = np.array([[1.0, 1.0], [np.inf, 3.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sums = resample_sums(X, 200, np.random.default_rng(0))
+    left_out = sums[:, 1] == 2.0  # column 1 is finite: its sum 2 means both draws were sequence 0
+    assert left_out.any() and (~left_out).any()
+    assert np.array_equal(sums[left_out, 0], np.full(left_out.sum(), 2.0))
+    assert np.isinf(sums[~left_out, 0]).all()
+    assert not np.isnan(sums).any()

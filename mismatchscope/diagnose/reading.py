@@ -45,6 +45,14 @@ def reading(p: dict[str, Any]) -> str:
         parts.append(f"{v['name']} makes it {factor:.3g}x as large" if factor else f"{v['name']} adds to it")
     if p["no_effect"]:
         parts.append(f"{', '.join(p['no_effect'])} change{'s' if len(p['no_effect']) == 1 else ''} nothing measurable")
+    from .timing import SPREAD_LIMIT, too_wide
+
+    wide = too_wide(p)
+    if wide:
+        parts.append(
+            f"throughput of {', '.join(wide)} not ranked: its rounds against the baseline spread over more "
+            f"than {SPREAD_LIMIT:g}x (the machine's load varied; run again on a quieter machine)"
+        )
     failed = [v["name"] for v in p["variants"] if v["status"] == "failed"]
     if failed:
         parts.append(f"{', '.join(failed)} failed to run")

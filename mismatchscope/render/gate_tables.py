@@ -15,6 +15,7 @@ def gate_tables(console, result) -> None:
     from rich.table import Table
 
     from .gate_markdown import estimate_text, fmt, limit_text, method_text, status_text
+    from .layout import print_table
 
     cfg = result.config
     cand, base = result.candidate, result.baseline
@@ -59,7 +60,7 @@ def gate_tables(console, result) -> None:
                 ),
             ),
         )
-    console.print(t)
+    print_table(console, t)
     for ch in result.checks:
         if ch.failed or ch.inconclusive or ch.below_floor:
             console.print(escape(f"{ch.name}: {ch.explanation}"), highlight=False)
