@@ -452,12 +452,12 @@ def pair(write):
 
 def test_cli_exit_codes_and_table(pair, tmp_path):
     base, same, worse = pair
-    r = cli("gate", str(same), "--baseline", str(base))
+    r = cli("gate", str(same), "--baseline", str(base), env={"COLUMNS": "200"})  # wide: one table, one row a check
     assert r.returncode == 0, r.stderr
     assert "PASS: all 8 checks hold" in r.stdout
     # each bootstrapped check prints its interval around the estimate: a real interval of nonzero width
     est, lo, hi = map(
-        float, re.search(r"tv_token_mean <= 0\.01 .*?│ +([\d.e-]+) \[([\d.e-]+), ([\d.e-]+)\]", r.stdout).groups()
+        float, re.search(r"tv_token_mean <= 0\.01 .*?│ +([\d.e-]+) │ +\[([\d.e-]+), ([\d.e-]+)\]", r.stdout).groups()
     )
     assert lo < est < hi
     r = cli("gate", str(worse), "--baseline", str(base))

@@ -10,8 +10,9 @@ serves rounds for every sampler-side variant; trainer-side variants score
 the same sequences as the baseline's trainer, in this process). Load that
 lasts longer than a round slows both sides of a pair alike and cancels in
 their ratio; what varies faster shows as spread between rounds, so each
-ratio carries the median and the range of its rounds, and a range wider than
-``SPREAD_LIMIT`` is reported as too wide to rank the configurations by.
+ratio carries the median of its rounds and a bootstrap interval of that
+median, and an interval wider than ``SPREAD_LIMIT`` is reported as too wide
+to rank the configurations by.
 
 A ratio is of pipeline throughput, tokens / (sampling + scoring time): the
 side the variant changes is timed in the rounds, the other side is the
@@ -31,11 +32,14 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 TIMING_PROMPTS = 4
-"""prompts per timed round (each with the run's samples per prompt): a few seconds a round on 2 cores"""
+"""prompts per timed round (each with the run's samples per prompt): a few seconds a round on 2 busy cores"""
 MIN_ROUNDS = 3
-MAX_ROUNDS = 7
-ROUND_BUDGET_S = 40.0
-"""more rounds while a pair's rounds so far took less than this (a slow variant, max_num_seqs=1, gets fewer)"""
+MAX_ROUNDS = 30
+ROUND_BUDGET_S = 12.0
+"""more rounds while a pair's rounds so far took less than this: many short rounds on a fast machine, the
+minimum on a slow one (max_num_seqs=1 samples one sequence at a time)"""
+CONFIDENCE = 0.95
+"""the interval: a percentile bootstrap of the rounds' median"""
 SPREAD_LIMIT = 1.25
 """an interval whose high end exceeds its low end by more than this cannot rank configurations"""
 
@@ -70,7 +74,7 @@ def summarize(pairs: list[tuple[Round, Round]], side: str, other_per_token: floa
     ``side``: which side the rounds timed ("sampler" or "trainer"); ``other_per_token``: the baseline's
     seconds per token on the other side, added to both."""
     ratios = [(b.per_token + other_per_token) / (v.per_token + other_per_token) for b, v in pairs]
-    low, high = min(ratios), max(ratios)
+    low, high = median_interval(ratios)
     return {
         "side_timed": side,
         "rounds": len(ratios),
@@ -82,6 +86,17 @@ def summarize(pairs: list[tuple[Round, Round]], side: str, other_per_token: floa
         "baseline_seconds": [b.seconds for b, _ in pairs],
         "variant_seconds": [v.seconds for _, v in pairs],
     }
+
+
+def median_interval(values: list[float], resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """A percentile bootstrap interval of the median of ``values`` (seeded: the same rounds, the same interval)."""
+    import numpy as np
+
+    x = np.asarray(values, dtype=np.float64)
+    idx = np.random.default_rng(seed).integers(0, x.size, size=(resamples, x.size))
+    medians = np.median(x[idx], axis=1)
+    alpha = (1 - CONFIDENCE) / 2
+    return float(np.quantile(medians, alpha)), float(np.quantile(medians, 1 - alpha))
 
 
 def too_wide(payload: dict[str, Any]) -> list[str]:
