@@ -400,7 +400,7 @@ def test_timing_ratios_by_hand():
 @pytest.mark.vllm
 @pytest.mark.slow
 def test_throughput_ratios_come_from_interleaved_rounds(diag):
-    from mismatchscope.diagnose.timing import MIN_ROUNDS, MAX_ROUNDS
+    from mismatchscope.diagnose.timing import MAX_ROUNDS, MIN_ROUNDS
 
     timed = [v for v in diag["payload"]["variants"] if v["status"] == "ok"]
     assert timed
