@@ -244,7 +244,7 @@ def diag(tmp_path_factory):
         args += ["--vary", v]
     r = cli(*args, timeout=900)
     assert r.returncode in (0, 3), r.stderr[-3000:]
-    return {"rc": r.returncode, "payload": json.loads(r.stdout), "out": out, "tmp": tmp}
+    return {"rc": r.returncode, "payload": json.loads(r.stdout), "out": out, "tmp": tmp, "stderr": r.stderr}
 
 
 def _variant(diag, name):
@@ -424,3 +424,13 @@ def test_diagnose_tables_fit_80_columns_and_agree_with_the_json(diag):
     buf = StringIO()
     render(Console(file=buf, width=WIDTH, soft_wrap=False), diag["payload"])
     assert_readable(buf.getvalue(), diag["payload"])
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_diagnose_prints_only_its_own_lines(diag):
+    """Its progress notes, its warnings and the line naming the log: no loading bars, no torch notices."""
+    own = ("baseline: ", "reference forward", "determinism: ", "variant ", "warning: ", "the engines' output")
+    lines = [line for line in diag["stderr"].splitlines() if line.strip()]
+    assert lines and all(line.startswith(own) for line in lines), diag["stderr"]
+    assert (diag["out"] / "engine.log").is_file()
