@@ -35,7 +35,7 @@ TIMING_PROMPTS = 4
 """prompts per timed round (each with the run's samples per prompt): a few seconds a round on 2 busy cores"""
 MIN_ROUNDS = 3
 MAX_ROUNDS = 30
-ROUND_BUDGET_S = 12.0
+ROUND_BUDGET_S = 6.0
 """more rounds while a pair's rounds so far took less than this: many short rounds on a fast machine, the
 minimum on a slow one (max_num_seqs=1 samples one sequence at a time)"""
 CONFIDENCE = 0.95
