@@ -37,7 +37,11 @@ def reading(p: dict[str, Any]) -> str:
         d = v["delta"][PRIMARY]
         rel = v["throughput"].get("relative_to_baseline")
         removed = -d["estimate"] / base if base > 0 else None
-        parts.append(f"{v['name']} removes {_pct(removed)} of it" + (f" at {rel:.2f}x throughput" if rel else ""))
+        timing = v["throughput"].get("timing")
+        interval = f" ({timing['low']:.2f}-{timing['high']:.2f}x)" if timing else ""
+        parts.append(
+            f"{v['name']} removes {_pct(removed)} of it" + (f" at {rel:.2f}x throughput{interval}" if rel else "")
+        )
     worse = [v for v in ok if v["delta"][PRIMARY]["significant"] and v["delta"][PRIMARY]["estimate"] > 0]
     for v in worse[:2]:
         d = v["delta"][PRIMARY]
