@@ -372,7 +372,7 @@ def test_timing_ratios_by_hand():
     a resample's median is 1 when at least two of its three draws are (3 (1/3)^2 (2/3) + (1/3)^3 = 7/27 of
     resamples, above 2.5%), 1.667 likewise: so 1 to 1.667, wider than 1.25x: not rankable. Rounds alternate
     baseline, variant, baseline, ..."""
-    from mismatchscope.diagnose.timing import MIN_ROUNDS, Round, interleave, summarize
+    from mismatchscope.diagnose.timing import MIN_ROUNDS, SLOW_MIN_ROUNDS, Round, interleave, summarize
 
     s = summarize(
         [(Round(2, 100), Round(1, 100)), (Round(4, 100), Round(2, 100)), (Round(2, 100), Round(2, 100))],
@@ -393,20 +393,25 @@ def test_timing_ratios_by_hand():
 
         return one
 
-    pairs = interleave(side("b", 30.0), side("v", 30.0))  # over the budget at once: the minimum of rounds
+    pairs = interleave(side("b", 1.0), side("v", 2.0))  # 3 s a pair, over the 6 s budget after 2: the minimum
     assert len(pairs) == MIN_ROUNDS and calls == ["b", "v"] * MIN_ROUNDS
+    calls.clear()
+    pairs = interleave(side("b", 1.0), side("v", 30.0))  # a variant this slow: the smaller minimum
+    assert len(pairs) == SLOW_MIN_ROUNDS and calls == ["b", "v"] * SLOW_MIN_ROUNDS
+    calls.clear()
+    assert len(interleave(side("b", 0.1), side("v", 0.1))) == 30  # short rounds: up to the most rounds
 
 
 @pytest.mark.vllm
 @pytest.mark.slow
 def test_throughput_ratios_come_from_interleaved_rounds(diag):
-    from mismatchscope.diagnose.timing import MAX_ROUNDS, MIN_ROUNDS
+    from mismatchscope.diagnose.timing import MAX_ROUNDS, SLOW_MIN_ROUNDS
 
     timed = [v for v in diag["payload"]["variants"] if v["status"] == "ok"]
     assert timed
     for v in timed:
         t = v["throughput"]["timing"]
-        assert MIN_ROUNDS <= t["rounds"] <= MAX_ROUNDS and len(t["ratios"]) == t["rounds"]
+        assert SLOW_MIN_ROUNDS <= t["rounds"] <= MAX_ROUNDS and len(t["ratios"]) == t["rounds"]
         assert t["low"] <= t["median"] <= t["high"] and v["throughput"]["relative_to_baseline"] == t["median"]
         assert t["side_timed"] == v["side"]
 

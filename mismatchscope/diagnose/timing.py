@@ -31,9 +31,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
 
-TIMING_PROMPTS = 4
-"""prompts per timed round (each with the run's samples per prompt): a few seconds a round on 2 busy cores"""
-MIN_ROUNDS = 3
+TIMING_PROMPTS = 8
+"""prompts per timed sampling round (each with the run's samples per prompt): a quarter of the bundled
+prompts, a fraction of a second to a few seconds a round on 2 cores (trainer rounds score every sequence)"""
+MIN_ROUNDS = 5
+SLOW_MIN_ROUNDS = 3
+"""the minimum for a variant whose first round alone takes half the budget (max_num_seqs=1)"""
 MAX_ROUNDS = 30
 ROUND_BUDGET_S = 6.0
 """more rounds while a pair's rounds so far took less than this: many short rounds on a fast machine, the
@@ -57,14 +60,18 @@ class Round:
 
 
 def interleave(baseline: Callable[[], Round], variant: Callable[[], Round]) -> list[tuple[Round, Round]]:
-    """Alternate baseline and variant rounds (B V B V ...): MIN_ROUNDS to MAX_ROUNDS pairs, within budget."""
+    """Alternate baseline and variant rounds (B V B V ...): MIN_ROUNDS (SLOW_MIN_ROUNDS for a variant whose first
+    round takes half the budget) to MAX_ROUNDS pairs, more while the pairs so far took under the budget."""
     pairs: list[tuple[Round, Round]] = []
     spent = 0.0
-    while len(pairs) < MIN_ROUNDS or (len(pairs) < MAX_ROUNDS and spent < ROUND_BUDGET_S):
+    least = MIN_ROUNDS
+    while len(pairs) < least or (len(pairs) < MAX_ROUNDS and spent < ROUND_BUDGET_S):
         b = baseline()
         v = variant()
         pairs.append((b, v))
         spent += b.seconds + v.seconds
+        if len(pairs) == 1 and v.seconds > ROUND_BUDGET_S / 2:
+            least = SLOW_MIN_ROUNDS
     return pairs
 
 
@@ -181,7 +188,7 @@ def serve(sampler, prompt_ids: list, sampling, reply_fd: int, stdin: IO[str]) ->
 
 def time_trainers(baseline, variant, requests: list, sampling) -> list[tuple[Round, Round]]:
     """Interleaved scoring rounds of the same requests by the baseline's and the variant's trainer."""
-    subset = requests[: TIMING_PROMPTS * max(sampling.n, 1)]
+    subset = requests  # scoring is fast: every sequence, so a round is long enough to time
     tokens = sum(len(r.completion_token_ids) for r in subset)
 
     def timed(trainer) -> Callable[[], Round]:
