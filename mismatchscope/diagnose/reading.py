@@ -54,7 +54,8 @@ def reading(p: dict[str, Any]) -> str:
     wide = too_wide(p)
     if wide:
         parts.append(
-            f"throughput of {', '.join(wide)} not ranked: its rounds against the baseline spread over more "
+            f"throughput of {', '.join(wide)} not ranked: {'its' if len(wide) == 1 else 'their'} rounds against the "
+            "baseline spread over more "
             f"than {SPREAD_LIMIT:g}x (the machine's load varied; run again on a quieter machine)"
         )
     failed = [v["name"] for v in p["variants"] if v["status"] == "failed"]
