@@ -25,10 +25,12 @@ def output_width() -> int:
     ``COLUMNS`` lets a wider log ask for more.
     """
     import os
-    import shutil
 
     if sys.stdout.isatty():
-        return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
+        try:
+            return os.get_terminal_size(sys.stdout.fileno()).columns or DEFAULT_WIDTH
+        except (OSError, ValueError):  # a terminal that cannot say its size
+            pass
     columns = os.environ.get("COLUMNS", "").strip()
     return int(columns) if columns.isdigit() and int(columns) > 0 else DEFAULT_WIDTH
 
