@@ -146,3 +146,15 @@ def test_a_pipe_without_columns_is_80_wide(tmp_path):
     r = cli_no_engine("compare-masks", str(GOLDEN), env={"COLUMNS": ""})
     assert r.returncode == 0, r.stderr
     assert max(len(line) for line in r.stdout.splitlines()) == WIDTH  # the widest table fills, and no more
+
+
+def test_moe_routing_tables_fit_and_agree_with_the_json(tmp_path):
+    """report on a run with routes/ (tests/routes_fixture.py: flip rates derived by hand there)."""
+    from tests.routes_fixture import write_run
+
+    run = tmp_path / "moe"
+    run.mkdir()
+    write_run(run)
+    text, doc = both("report", str(run))
+    assert "MoE routing" in text
+    assert_readable(text, doc)
