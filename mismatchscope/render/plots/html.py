@@ -413,6 +413,8 @@ def gate_page(gr, pictures) -> str:
     )
     for w in gr.warnings:
         body.append(f'<p class="note">warning: {_e(w)}</p>')
+    for n in gr.notes:
+        body.append(f"<p>note: {_e(n)}</p>")
     body.append(_figures(pictures))
     reports = [(role, e.result.report) for role, e in reversed(files) if e.result.report]
     if reports:
