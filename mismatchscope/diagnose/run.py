@@ -199,7 +199,8 @@ def _remove_partial(out: Path, existed: bool) -> None:
 
 
 def _diagnose_locked(opts: DiagnoseOptions, info, progress: Progress) -> dict[str, Any]:
-
+    """Sample the baseline in a process that stays up to serve timing rounds, then the rest; the process is
+    closed whatever happens."""
     opts = replace(opts, sampling=replace(opts.sampling, max_tokens=_max_tokens(opts, info)))
     t_start = time.perf_counter()
     base_cfg = Configuration(opts.sampler, opts.trainer, dict(opts.env))
