@@ -31,12 +31,9 @@ class RowPart:
 class FullVocabResult:
     rows: int
     differing: int
+    equal: bool
     first: RowPart | None
     """the first position (by sequence, then position) whose rows part; None when every row is equal."""
-
-    @property
-    def equal(self) -> bool:
-        return self.differing == 0
 
     def detail(self) -> str:
         if self.first is None:
@@ -75,4 +72,4 @@ def full_vocab_check(path: str | os.PathLike) -> FullVocabResult:
             int(cols["row_max_diff_id"][i]),
             float(cols["row_max_abs_diff"][i]),
         )
-    return FullVocabResult(int(cols["sequence_id"].size), int(differ.size), first)
+    return FullVocabResult(int(cols["sequence_id"].size), int(differ.size), differ.size == 0, first)

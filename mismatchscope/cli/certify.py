@@ -93,13 +93,17 @@ def _rows_line(verdict, rows) -> str:
 
 
 def _with_rows(doc: dict, verdict, rows) -> dict:
+    """The document with the whole-row result; a run whose rows part is not certified."""
     if rows is None:
         return doc
-    from dataclasses import asdict
+    from ..documents import to_json
 
-    first = None if rows.first is None else asdict(rows.first)
-    full = {"rows": rows.rows, "differing": rows.differing, "equal": rows.equal, "first": first}
-    return {**doc, "certified": verdict.certified and rows.equal, "full_vocab": full}
+    out = {**doc, "full_vocab": to_json(rows)}
+    if not rows.equal:
+        out.update(
+            certified=False, verdict="not certified", reasons=[*doc["reasons"], f"full vocabulary: {rows.detail()}"]
+        )
+    return out
 
 
 def _write_outputs(
