@@ -38,7 +38,7 @@ from ._base import ImportContext, Importer, ImportResult, Progress, SourceFile
 if TYPE_CHECKING:
     from .routes import RoutesOptions
 
-__all__ = ["IMPORTERS", "ImportResult", "describe", "import_run", "importer_class"]
+__all__ = ["IMPORTERS", "PICKLED_FORMATS", "ImportResult", "describe", "import_run", "importer_class"]
 
 IMPORTERS: dict[str, str] = {
     "nemo-rl": "nemo_rl:NemoRLImporter",
@@ -52,6 +52,9 @@ IMPORTERS: dict[str, str] = {
 }
 """format name -> ``module:Class`` of its importer (constructed with the ``--column`` mapping), loaded
 when used: every command's start-up reads this list, only ``import`` needs the classes."""
+
+PICKLED_FORMATS = ("slime", "skyrl", "verl", "roll")
+"""the formats whose dumps are pickles: ``--trust-pickle`` means something only for these."""
 
 
 def importer_class(fmt: str) -> Callable[..., Importer]:

@@ -41,7 +41,7 @@ import pyarrow as pa
 from .. import __version__, rundir
 from ..errors import MismatchscopeError, UsageError
 from ..schema import COLUMNS, SCHEMA_VERSION, write_table
-from .inputs import RecordedIds, StepBatch, prepare
+from .inputs import RecordedIds, StepBatch, prepare, strict_meta
 
 SEQUENCE_ID_RANK_SHIFT = 40
 """generated sequence ids are ``rank << 40 | n``: unique across ranks and steps of a run."""
@@ -96,8 +96,8 @@ class Recorder:
                 if self.world_size
                 else f"rank must be >= 0, got {self.rank}"
             )
+        self.meta = strict_meta(meta)
         check_recorder_directory(self.path, path, resume=resume, world_size=self.world_size)
-        self.meta = dict(meta or {})
         self._tag = f"rank-{self.rank:04d}"
         self.record_path = self.path / rundir.RANKS / f"{self._tag}.json"
         self._index = rundir.ShardIndex(self.path, rundir.TOKENS, self._tag)
@@ -150,13 +150,20 @@ class Recorder:
         beside ``step`` as ``sampler_step``/``trainer_step`` for certify's policy-version check), and for
         an MoE model ``sampler_experts`` / ``trainer_experts`` ([B, T, L, k]
         expert ids per decoder layer, or per MoE layer; needs ``routing``), written to ``routes/``.
+        Every call stamps its tokens with the wall clock (``wall_time``, Unix seconds, taken here, when
+        the step hands its batch over); ``sampling_seconds``, ``training_seconds``, ``sampling_tokens``
+        and ``training_tokens`` (the step's own measurements) are recorded beside it where given,
+        for ``timeline --x wall``. ``training_forward_logprobs`` ([B, T]): the logprobs of the first
+        training forward (the loss's own), the third value ``certify`` pairs with the other two.
         Returns the host copy (the ``Monitor`` reads it).
         """
+        from .inputs import STEP_TIMING_KEYS, StepTiming
         from .routes import check_experts
 
         self._check_usable()
         given_ids = columns.get("sequence_ids") is not None
-        batch = prepare(step, sampler_logprobs, trainer_logprobs, mask, **columns)
+        timing = StepTiming(time.time(), *(columns.pop(k, None) for k in STEP_TIMING_KEYS))
+        batch = prepare(step, sampler_logprobs, trainer_logprobs, mask, timing=timing, **columns)
         if batch.experts:
             check_experts(batch, self.routing)
             if not batch.experts.keys() <= self._route_sides:

@@ -94,6 +94,7 @@ def _fingerprint(
     return {
         **_lag_fingerprint(trainer_ckpt),
         **({"sampler_prefill": True} if opts.sampler_prefill else {}),
+        **({"full_vocab": True} if opts.full_vocab else {}),
         "checkpoint_sha256": ckpt_sha,
         "prompts_sha256": prompts_sha,
         "sampling": opts.sampling.to_dict(),
@@ -104,6 +105,7 @@ def _fingerprint(
             "engine_args": _safe_engine_args(s),
             "tensor_parallel_size": s.tensor_parallel_size,
             "url": redact_url(s.url),
+            **({"zero": True} if s.zero else {}),
         },
         "trainer": opts.trainer.to_dict(),
         "round_prompts": opts.round_prompts,
@@ -151,7 +153,7 @@ def run_probe(opts: ProbeOptions, progress: Progress | None = None, sampler=None
 
     progress = progress or Progress()
     check_options(opts)  # before any file is written or engine started
-    if opts.sampler_prefill:
+    if opts.sampler_prefill and not opts.sampler.zero:  # the zero profile's prefill is its decode's own program
         from .sampler_prefill import check_sampler_prefill
 
         check_sampler_prefill(opts.sampler.kind, opts.sampling)
@@ -315,6 +317,8 @@ def _sample_and_score(
                     progress.note(f"starting sampler {opts.sampler.kind} ({opts.sampler.dtype})")
                     sampler = make_sampler(opts.sampler, info, sampling=opts.sampling)
                 progress.stage("sampling", len(rounds[r]) * n)
+                if opts.full_vocab:
+                    sampler.keep_rows = True  # type: ignore[attr-defined]  # the hf samplers; checked before the run
                 t0 = time.perf_counter()
                 local = sampler.sample(
                     [prompt_ids[p] for p in rounds[r]],
@@ -452,6 +456,7 @@ def _score_round(
                 c.token_ids,
                 c.topk_ids,
                 forced_routes=routes.forced(c.prompt_index * n + c.sample_index) if routes else None,
+                sampler_rows=c.rows,
             )
             for c in shard
         ]
@@ -460,7 +465,13 @@ def _score_round(
         elapsed += time.perf_counter() - t0
         if routes is not None:  # before the token shard: a scored shard implies its routes
             routes.write(run.path, r, existing + b, shard, prompt_ids, n, scored)
-        run.write_tokens(r, existing + b, token_columns(shard, scored, rewards, n), config)
+        cols = token_columns(shard, scored, rewards, n)
+        if any(sc.row_columns is not None for sc in scored):
+            from .full_rows import COLUMNS as ROW_COLUMNS
+
+            for name in ROW_COLUMNS:  # --full-vocab: each completion's rows, in the shard's order
+                cols[name] = [v for sc in scored for v in (sc.row_columns or {}).get(name, [])]
+        run.write_tokens(r, existing + b, cols, config)
         progress.advance("scoring", sum(len(c.token_ids) for c in shard))
     return elapsed
 
@@ -559,6 +570,7 @@ def rescore(
     check_rescore_out(run_path, out, resume)
     if is_imported(run_path):
         return rescore_imported(run_path, out, trainer_cfg, trainer_checkpoint, temperature, resume, progress)
+    _refuse_other_runs(run_path)
     if temperature is not None:
         raise UsageError(
             f"--temperature: {run_path} is a probe run; a rescore keeps the sampling it recorded",
@@ -610,6 +622,22 @@ def _check_recorded_config(src: RunDir, manifest: dict[str, Any]) -> None:
         raise bad("fingerprint", manifest["fingerprint"], "a table")
     if cfg.get("semantics") is not None and not isinstance(cfg["semantics"], dict):
         raise bad("config.semantics", cfg["semantics"], "a table")
+
+
+def _refuse_other_runs(run_path: Path) -> None:
+    """An import without routes or a Recorder run holds no prompts to score again: say so, not that its
+    manifest looks damaged (it lacks a probe's ``config`` because it is not a probe run)."""
+    manifest = rundir.read_manifest(run_path) or {}
+    if isinstance(manifest.get("source"), dict):
+        raise UsageError(
+            f"{run_path} is an import without its prompt tokens, which a rescore needs",
+            hint="import the dump again with --routes (it records each sequence's prompt and completion ids)",
+        )
+    if manifest.get("writer") == "recorder":
+        raise UsageError(
+            f"{run_path} is a Recorder run: it holds logprob pairs, not the prompts a rescore scores again",
+            hint="rescore runs of probe, or imports made with --routes",
+        )
 
 
 def _check_complete_source(run_path: Path) -> None:
