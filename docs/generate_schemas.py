@@ -25,6 +25,7 @@ def schemas() -> dict[str, dict]:
     """file name -> schema, one per command that prints a JSON document."""
     from mismatchscope.analysis.results import MasksResult, Report
     from mismatchscope.diagnose.document import DiagnoseDocument
+    from mismatchscope.doctor.document import DoctorDocument
     from mismatchscope.documents import json_schema
     from mismatchscope.gate.document import GateDocument
     from mismatchscope.timeline import TimelineDocument
@@ -37,6 +38,9 @@ def schemas() -> dict[str, dict]:
         "gate.json": json_schema(GateDocument, "mismatchscope gate", "gate --format json: the verdict and its checks"),
         "timeline.json": json_schema(
             TimelineDocument, "mismatchscope timeline", "timeline --format json: the per-step series and their changes"
+        ),
+        "doctor.json": json_schema(
+            DoctorDocument, "mismatchscope doctor", "doctor --format json: the causes of the gap, ranked"
         ),
         "diagnose.json": json_schema(
             DiagnoseDocument, "mismatchscope diagnose", "diagnose --format json (and OUT/diagnose.json)"
