@@ -16,7 +16,7 @@ from ..reader import open_source
 from .document import DoctorDocument, Evidence, Finding, Placement
 from .figures import place
 from .findings import clear, detected
-from .runlevel import policy_lag, routing_replay, step_jump
+from .runlevel import jumped_steps, policy_lag, routing_replay, step_jump
 from .sample import OPTIONAL_SCALARS, TOPK, Sample, SampleCollector
 from .structure import misaligned_sequences, padding, prompt_boundary, shifted
 from .values import log_base, low_precision, temperature, truncation
@@ -45,14 +45,15 @@ def findings(result: AnalysisResult, sample: Sample) -> list[Finding]:
     report, run = result.report, result.run
     assert report is not None  # doctor asks for the report
     kept_logmass = result.source.has("sampler_kept_logmass")
-    temp = temperature(sample, run)
+    base = log_base(sample)
+    temp = temperature(sample, run, base.status == "detected")
     out = [
         shifted(sample),
         temp,
-        truncation(sample, temp.status == "detected", kept_logmass),
-        log_base(sample),
+        truncation(sample, temp.status == "detected" or base.status == "detected", kept_logmass),
+        base,
         policy_lag(sample, report, result.per_sequence, run),
-        misaligned_sequences(sample),
+        misaligned_sequences(sample, jumped_steps(sample)),
         padding(sample),
         prompt_boundary(sample),
         low_precision(sample),

@@ -95,18 +95,38 @@ def policy_lag(s: Sample, report: Report, table: SequenceTable, run: dict | None
     )
 
 
+def _per_step(s: Sample) -> tuple[np.ndarray, np.ndarray] | None:
+    """The run's steps and each one's k3 mean (None without a step column or with too few steps)."""
+    if not s.has("step"):
+        return None
+    steps, inverse = np.unique(s.columns["step"], return_inverse=True)
+    if steps.size < STEP_MIN:
+        return None
+    l = s.columns["trainer_logprob"] - s.columns["sampler_logprob"]
+    k3 = np.maximum(np.expm1(l) - l, 0.0)
+    return steps, np.bincount(inverse, weights=k3) / np.bincount(inverse)
+
+
+def jumped_steps(s: Sample) -> np.ndarray:
+    """The steps whose k3 mean is STEP_FACTOR times the median step's (empty when none, or no steps)."""
+    per = _per_step(s)
+    if per is None:
+        return np.zeros(0, dtype=np.int64)
+    steps, k3 = per
+    return steps[k3 > STEP_FACTOR * max(float(np.median(k3)), 1e-12)]
+
+
 def step_jump(s: Sample) -> Finding:
     if not s.has("step"):
         return not_checked("step_jump", ["step"])
-    steps, inverse = np.unique(s.columns["step"], return_inverse=True)
-    if steps.size < STEP_MIN:
-        return not_checked("step_jump", [f"{STEP_MIN}+ steps"], f"not checked: {steps.size} step(s), needs {STEP_MIN}")
-    l = s.columns["trainer_logprob"] - s.columns["sampler_logprob"]
-    k3 = np.maximum(np.expm1(l) - l, 0.0)
-    per_step = np.bincount(inverse, weights=k3) / np.bincount(inverse)
-    med = float(np.median(per_step))
-    jumped = np.flatnonzero(per_step > STEP_FACTOR * max(med, 1e-12))
-    ev = [Evidence("largest step k3 mean over the median step's", float(per_step.max() / max(med, 1e-12)), "below 3")]
+    per = _per_step(s)
+    if per is None:
+        n = np.unique(s.columns["step"]).size
+        return not_checked("step_jump", [f"{STEP_MIN}+ steps"], f"not checked: {n} step(s), needs {STEP_MIN}")
+    steps, per_step = per
+    med = max(float(np.median(per_step)), 1e-12)
+    jumped = np.flatnonzero(per_step > STEP_FACTOR * med)
+    ev = [Evidence("largest step k3 mean over the median step's", float(per_step.max() / med), "below 3")]
     if not jumped.size:
         return clear("step_jump", "no step where the whole distribution jumps", ev)
     first, factor = int(steps[jumped[0]]), float(per_step[jumped[0]] / med)

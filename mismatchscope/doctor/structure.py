@@ -17,8 +17,11 @@ SHIFT_GAIN = 0.5
 """shifted: another alignment's mean |gap| below this fraction of the recorded one (clean: 100x above it)."""
 MISJOIN_TOKEN = 0.1
 """misaligned_sequences: a token 'disagrees' when |log p - log q| is above this and 10x the run's median."""
-MISJOIN_SHARE = 0.25
-"""a sequence is misjoined when at least this share of its tokens disagree (clean runs: none above 0.05)."""
+MISJOIN_SHARE = 0.05
+MISJOIN_EXCESS = 5.0
+"""a sequence is misjoined when at least MISJOIN_SHARE of its tokens (2 or more) disagree, and MISJOIN_EXCESS
+times the run's overall share: a bad join stands out against the run's own tail. A near-deterministic model
+(most tokens certain in every sample) leaves only its few uncertain tokens to tell two samples apart."""
 MISJOIN_MIN_TOKENS = 4
 BOUNDARY_RATIO = 10.0
 """prompt_boundary: a leading position's mean |gap| at least this multiple of what tokens of the same sampler
@@ -70,18 +73,24 @@ def _segments(seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return starts, np.r_[starts[1:], seq.size]
 
 
-def misaligned_sequences(s: Sample) -> Finding:
+def misaligned_sequences(s: Sample, skip_steps: np.ndarray | None = None) -> Finding:
+    """``skip_steps``: steps found to jump as a whole; their sequences are off alike, which is not a join."""
     seq, d = s.columns["sequence_id"], np.abs(_gap(s))
+    if skip_steps is not None and skip_steps.size:
+        keep = ~np.isin(s.columns["step"], skip_steps)
+        seq, d = seq[keep], d[keep]
     if d.size < MIN_TOKENS:
         return too_few("misaligned_sequences", int(d.size))
     cut = max(MISJOIN_TOKEN, 10 * float(np.median(d)))
     starts, ends = _segments(seq)
     n = ends - starts
-    share = np.add.reduceat((d > cut).astype(np.float64), starts) / n
-    bad = (share >= MISJOIN_SHARE) & (n >= MISJOIN_MIN_TOKENS)
+    off = np.add.reduceat((d > cut).astype(np.float64), starts)
+    share = off / n
+    overall = float(np.mean(d > cut))
+    bad = (share >= max(MISJOIN_SHARE, MISJOIN_EXCESS * overall)) & (off >= 2) & (n >= MISJOIN_MIN_TOKENS)
     frac = float(bad.mean())
     ev = [
-        Evidence(f"share of sequences with >= {MISJOIN_SHARE:.0%} of tokens off by > {g(cut)} nats", frac, "0"),
+        Evidence(f"share of sequences whose tokens are off by > {g(cut)} nats far more than the run's", frac, "0"),
         Evidence("largest share of such tokens in one sequence", fnum(share.max()), "below 0.05"),
     ]
     if not bad.any() or frac > 0.5:

@@ -125,7 +125,10 @@ def within_position_slope(s: Sample, rows: np.ndarray) -> tuple[float, float]:
     return sxy / sxx, sxy * sxy / (sxx * syy)
 
 
-def temperature(s: Sample, run: dict | None) -> Finding:
+def temperature(s: Sample, run: dict | None, scaled: bool = False) -> Finding:
+    """``scaled``: a log base was found, which scales the within-position differences too."""
+    if scaled:
+        return not_checked("temperature", ["no log_base finding"], "not checked apart: a log base scales every value")
     rows = _topk_rows(s)
     if rows is None or rows.size < MIN_TOKENS:
         return _temperature_scalar(s)
@@ -178,6 +181,7 @@ def _temperature_scalar(s: Sample) -> Finding:
 
 
 def truncation(s: Sample, tempered: bool, kept_logmass: bool) -> Finding:
+    """``tempered``: a temperature or log base was found; either moves every offset, so truncation is not read."""
     if kept_logmass:
         return clear("truncation", "truncation is declared (sampler_kept_logmass) and removed from the gap")
     if tempered:
