@@ -362,3 +362,28 @@ def test_the_command_exits_by_verdict_and_its_json_validates(golden, tmp_path):
     assert table.returncode == 0 and "numerics" in table.stdout
     missing = cli("doctor", str(tmp_path / "nothing.parquet"))
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "Traceback" not in missing.stderr
+
+
+def test_the_golden_pairs_imported_from_a_nemo_rl_dump_read_as_numerics(golden, tmp_path):
+    from mismatchscope.importers import import_run
+    from tests.importers.layouts import nemo_sample, write_nemo_step
+
+    seq = golden["sequence_id"]
+    samples = []
+    for s in np.unique(seq):
+        rows = np.flatnonzero(seq == s)
+        samples.append(
+            nemo_sample(
+                [1, 2, 3],
+                golden["token_id"][rows].tolist(),
+                golden["sampler_logprob"][rows].tolist(),
+                golden["trainer_logprob"][rows].tolist(),
+                float(golden["advantage"][rows[0]]),
+                0.0,
+            )
+        )
+    write_nemo_step(tmp_path / "logs", 7, samples)
+    import_run("nemo-rl", tmp_path / "logs", tmp_path / "run")
+    doc = doctor(str(tmp_path / "run"))
+    assert doc.verdict == "numerics" and doc.top.cause == "numerics"
+    assert _finding(doc, "step_jump").status == "not_checked"  # one step: a jump needs 5

@@ -17,7 +17,7 @@ from .document import DoctorDocument, Evidence, Finding, Placement
 from .figures import place
 from .findings import clear, detected
 from .runlevel import jumped_steps, policy_lag, routing_replay, step_jump
-from .sample import OPTIONAL_SCALARS, TOPK, Sample, SampleCollector
+from .sample import OPTIONAL_SCALARS, SAMPLE_ROWS, TOPK, Sample, SampleCollector
 from .structure import misaligned_sequences, padding, prompt_boundary, shifted
 from .values import log_base, low_precision, temperature, truncation
 
@@ -26,10 +26,10 @@ ALSO_READ = ("token_id", *OPTIONAL_SCALARS, *TOPK)
 _RANK = {"high": 0, "medium": 1, "low": 2}
 
 
-def collector_for(path: str, mapping: dict[str, str] | None) -> SampleCollector:
+def collector_for(path: str, mapping: dict[str, str] | None, cap: int = SAMPLE_ROWS) -> SampleCollector:
     """A sample collector sized to the input's rows (read from the Parquet footers)."""
     source = open_source(path, mapping)
-    return SampleCollector(sum(pq.ParquetFile(f).metadata.num_rows for f in source.files))
+    return SampleCollector(sum(pq.ParquetFile(f).metadata.num_rows for f in source.files), cap)
 
 
 def doctor(path: str, mapping: dict[str, str] | None = None, workers: int | None = None) -> DoctorDocument:

@@ -34,11 +34,15 @@ and the sampler's (y) logprobs, of x^2, x*y and y^2; and ``k_cut``, the listed i
 and the trainer a finite logprob (a truncated set)."""
 
 
-def keep_threshold(total_rows: int) -> int:
-    """Sequences whose 32-bit hash is below this are kept: all of them up to :data:`SAMPLE_ROWS` rows."""
-    if total_rows <= SAMPLE_ROWS:
+REPORT_SAMPLE_ROWS = 1 << 18
+"""the smaller sample ``report`` uses for its one line, so the line costs it a fraction of a second."""
+
+
+def keep_threshold(total_rows: int, cap: int = SAMPLE_ROWS) -> int:
+    """Sequences whose 32-bit hash is below this are kept: all of them up to ``cap`` rows."""
+    if total_rows <= cap:
         return 1 << 32
-    return max(1, int((1 << 32) * SAMPLE_ROWS / total_rows))
+    return max(1, int((1 << 32) * cap / total_rows))
 
 
 def kept(sequence_id: np.ndarray, threshold: int) -> np.ndarray:
@@ -98,8 +102,8 @@ class Sample:
 class SampleCollector:
     """``on_terms`` of report's pass: keeps the sample's rows, in any batch order, sorted at the end."""
 
-    def __init__(self, total_rows: int) -> None:
-        self.threshold = keep_threshold(total_rows)
+    def __init__(self, total_rows: int, cap: int = SAMPLE_ROWS) -> None:
+        self.threshold = keep_threshold(total_rows, cap)
         self.parts: list[dict[str, np.ndarray]] = []
         self.rows_seen = 0
 

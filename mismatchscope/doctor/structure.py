@@ -6,6 +6,8 @@ neighbours are its sequence's neighbouring tokens.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .document import Evidence, Finding
@@ -23,6 +25,9 @@ MISJOIN_EXCESS = 5.0
 times the run's overall share: a bad join stands out against the run's own tail. A near-deterministic model
 (most tokens certain in every sample) leaves only its few uncertain tokens to tell two samples apart."""
 MISJOIN_MIN_TOKENS = 4
+MISJOIN_ALPHA = 0.01
+"""and the sequence's count of such tokens is improbable at the run's share: binomial tail below
+MISJOIN_ALPHA / sequences (Bonferroni), so a clean run of any size flags a sequence about once in 100 runs."""
 BOUNDARY_RATIO = 10.0
 """prompt_boundary: a leading position's mean |gap| at least this multiple of what tokens of the same sampler
 probability give later in the sequences (clean: below 3)."""
@@ -88,6 +93,8 @@ def misaligned_sequences(s: Sample, skip_steps: np.ndarray | None = None) -> Fin
     share = off / n
     overall = float(np.mean(d > cut))
     bad = (share >= max(MISJOIN_SHARE, MISJOIN_EXCESS * overall)) & (off >= 2) & (n >= MISJOIN_MIN_TOKENS)
+    for i in np.flatnonzero(bad):  # the few candidates only
+        bad[i] = _binomial_tail(int(off[i]), int(n[i]), overall) < MISJOIN_ALPHA / n.size
     frac = float(bad.mean())
     ev = [
         Evidence(f"share of sequences whose tokens are off by > {g(cut)} nats far more than the run's", frac, "0"),
@@ -99,12 +106,26 @@ def misaligned_sequences(s: Sample, skip_steps: np.ndarray | None = None) -> Fin
     ids = [int(x) for x in seq[starts[bad]][:5]]
     return detected(
         "misaligned_sequences",
-        f"{frac:.1%} of sequences pair logprobs of different samples (first ids {', '.join(map(str, ids))})",
+        f"{frac:.2%} of sequences pair logprobs of different samples (first ids {', '.join(map(str, ids))})",
         ev,
         {"share": frac, "sequences": float(bad.sum()), "first_ids": ", ".join(map(str, ids))},
         "high",
         "join the two sides on a per-sample key (prompt and sample index), not on row order",
     )
+
+
+def _binomial_tail(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p), summed in log space."""
+    if p <= 0:
+        return 0.0 if k > 0 else 1.0
+    if p >= 1:
+        return 1.0
+    terms = [
+        math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1) + j * math.log(p) + (n - j) * math.log1p(-p)
+        for j in range(k, n + 1)
+    ]
+    top = max(terms)
+    return min(1.0, math.exp(top) * sum(math.exp(t - top) for t in terms))
 
 
 def padding(s: Sample) -> Finding:

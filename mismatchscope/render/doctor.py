@@ -39,9 +39,7 @@ def finding_text(f: Finding, detail: bool) -> str:
 
 def top_line(doc: DoctorDocument) -> str:
     """The one line ``report`` prints: the top finding."""
-    f = doc.top
-    what = "pipeline problem likely" if doc.verdict == "pipeline" else "no pipeline problem seen"
-    return f"doctor: {what}: {f.cause}: {f.sentence}"
+    return f"doctor: {doc.top.cause}: {doc.top.sentence}"
 
 
 def doctor_tables(console, doc: DoctorDocument, path: str) -> None:
