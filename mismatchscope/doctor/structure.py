@@ -98,7 +98,9 @@ def misaligned_sequences(s: Sample, skip_steps: np.ndarray | None = None) -> Fin
     frac = float(bad.mean())
     ev = [
         Evidence(f"share of sequences whose tokens are off by > {g(cut)} nats far more than the run's", frac, "0"),
-        Evidence("largest share of such tokens in one sequence", fnum(share.max()), "below 0.05"),
+        Evidence(
+            "largest share of such tokens in one sequence", fnum(share.max()), "up to 0.10 on the bundled clean runs"
+        ),
     ]
     if not bad.any() or frac > 0.5:
         why = "every sequence is off alike (not a join)" if bad.any() else "every sequence's pairs agree"
@@ -177,7 +179,13 @@ def prompt_boundary(s: Sample) -> Finding:
             break
         affected += 1
     r0 = ratios[0][0] / max(ratios[0][1], 1e-12)
-    ev = [Evidence("position 0's mean |gap| over what its tokens' probabilities give later", r0, "below 3")]
+    ev = [
+        Evidence(
+            "position 0's mean |gap| over what its tokens' probabilities give later",
+            r0,
+            "0.8 to 1.0 on the bundled clean runs",
+        )
+    ]
     if not affected:
         return clear("prompt_boundary", "the first completion positions are as close as the rest", ev)
     return detected(

@@ -32,7 +32,7 @@ GRID_SHARE = 0.99
 """low_precision: this share of a side's nonzero values on the grid (clean float32 values: 2^-13 on fp16's)."""
 GRIDS = ((7, "bfloat16"), (10, "float16"))
 TEMPERATURE_AWAY = 0.05
-"""temperature: the within-position slope at least this far from 1 (clean runs: within 0.002)."""
+"""temperature: the within-position slope at least this far from 1 (bundled clean runs: within 0.013)."""
 TEMPERATURE_FIT = 0.95
 """temperature: the within-position fit explains at least this share of the sampler's variance (R^2)."""
 SCALAR_SLOPE_AWAY = 0.15
@@ -52,8 +52,16 @@ def log_base(s: Sample) -> Finding:
     c = float(np.median(ratio))
     share = float(np.mean(np.abs(ratio / c - 1) < RATIO_SPREAD))
     ev = [
-        Evidence("median of sampler / trainer logprob (|logprob| > 0.05)", c, "1 (within 0.005)"),
-        Evidence(f"share of those ratios within {RATIO_SPREAD:.0%} of the median", share, "varies"),
+        Evidence(
+            "median of sampler / trainer logprob (|logprob| > 0.05)",
+            c,
+            "1 (1.0000 to 1.0003 on the bundled clean runs)",
+        ),
+        Evidence(
+            f"share of those ratios within {RATIO_SPREAD:.0%} of the median",
+            share,
+            "0.55 to 0.95 on the bundled clean runs",
+        ),
     ]
     if share < RATIO_SHARE or abs(c - 1) < RATIO_AWAY:
         return clear("log_base", f"both sides in the same log base (ratio {c:.4f})", ev)
@@ -135,9 +143,11 @@ def temperature(s: Sample, run: dict | None, scaled: bool = False) -> Finding:
     b, r2 = within_position_slope(s, rows)
     ev = [
         Evidence(
-            "slope of the sampler's on the trainer's top-k logprobs, within positions", fnum(b), "1 (within 0.002)"
+            "slope of the sampler's on the trainer's top-k logprobs, within positions",
+            fnum(b),
+            "about 1 (0.988 to 1.0000 on the bundled clean runs)",
         ),
-        Evidence("share of the sampler's within-position variance the fit explains (R^2)", fnum(r2), "above 0.999"),
+        Evidence("share of the sampler's within-position variance the fit explains (R^2)", fnum(r2), "above 0.98"),
     ]
     if not np.isfinite(b) or abs(b - 1) < TEMPERATURE_AWAY or r2 < TEMPERATURE_FIT:
         return clear("temperature", f"both sides at the same temperature (within-position slope {g(b, 4)})", ev)
