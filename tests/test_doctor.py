@@ -3,7 +3,7 @@ with one pipeline bug injected each.
 
 Causes that change a whole distribution (a temperature, a top-p kept set, other weights) need the full
 distribution at every position: one float32 forward of the bundled tiny model (and of its later checkpoint)
-over the golden run's prompts and completions gives it (the module fixture ``forward``). Each injected file
+over the golden run's prompts and completions gives it (the module fixture ``full_distributions``). Each injected file
 keeps the run's own numerical gap: the sampler's value is the transformed trainer value plus the recorded
 sampler - trainer difference.
 """
@@ -72,7 +72,7 @@ def _log_softmax_rows(checkpoint: Path, golden: dict) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def forward(golden) -> dict[str, np.ndarray]:
+def full_distributions(golden) -> dict[str, np.ndarray]:
     """Full log-distributions of the sampler's checkpoint and of the later one, at every golden row."""
     return {
         "base": _log_softmax_rows(REPO / "sample_data" / "tiny-qwen3", golden),
@@ -152,10 +152,10 @@ def test_a_one_position_shift_is_found_with_k_and_the_realigned_gap(golden, tmp_
     )
 
 
-def _tempered(golden: dict, forward: dict, t: float) -> dict:
+def _tempered(golden: dict, full_distributions: dict, t: float) -> dict:
     """The sampler's logprobs of the distribution at temperature ``t`` (tokens and lists), numerics kept."""
     c = _copy(golden)
-    z = forward["base"] / t
+    z = full_distributions["base"] / t
     lt = z - np.log(np.exp(z).sum(1, keepdims=True))
     rows = np.arange(lt.shape[0])
     noise = golden["sampler_logprob"] - golden["trainer_logprob"]
@@ -170,17 +170,17 @@ def _tempered(golden: dict, forward: dict, t: float) -> dict:
 
 
 @pytest.mark.parametrize("t", [0.7, 1.3])
-def test_a_sampler_temperature_is_found_with_t(golden, forward, tmp_path, t):
-    doc = doctor(_write(tmp_path, _tempered(golden, forward, t)))
+def test_a_sampler_temperature_is_found_with_t(golden, full_distributions, tmp_path, t):
+    doc = doctor(_write(tmp_path, _tempered(golden, full_distributions, t)))
     _only(doc, "temperature")
     est = _finding(doc, "temperature").estimate
     # within a position the sampler's top-k logprobs are the trainer's / T: the slope is 1/T (1.43 or 0.77)
     assert est["side"] == "sampler" and est["temperature"] == pytest.approx(t, rel=0.1)
 
 
-def test_top_p_truncation_is_found_with_the_kept_mass(golden, forward, tmp_path):
+def test_top_p_truncation_is_found_with_the_kept_mass(golden, full_distributions, tmp_path):
     c = _copy(golden)
-    p = np.exp(forward["base"])
+    p = np.exp(full_distributions["base"])
     order = np.argsort(-p, axis=1)
     sorted_p = np.take_along_axis(p, order, 1)
     before = np.cumsum(sorted_p, 1) - sorted_p
@@ -282,18 +282,18 @@ def test_misjoined_sequences_are_found_with_their_share_and_ids(golden, tmp_path
     assert est["share"] == pytest.approx(2 / 40, rel=0.1) and est["first_ids"] == "0, 1004"
 
 
-def _later(golden: dict, forward: dict) -> dict:
+def _later(golden: dict, full_distributions: dict) -> dict:
     c = _copy(golden)
     rows = np.arange(golden["sequence_id"].size)
-    c["trainer_logprob"] = forward["later"][rows, golden["token_id"]]
+    c["trainer_logprob"] = full_distributions["later"][rows, golden["token_id"]]
     c["trainer_logprobs_at_sampler_topk"] = [
-        forward["later"][i, ids] for i, ids in enumerate(golden["sampler_topk_ids"])
+        full_distributions["later"][i, ids] for i, ids in enumerate(golden["sampler_topk_ids"])
     ]
     return c
 
 
-def test_the_later_checkpoint_as_trainer_reads_as_policy_lag(golden, forward, tmp_path):
-    c = _later(golden, forward)
+def test_the_later_checkpoint_as_trainer_reads_as_policy_lag(golden, full_distributions, tmp_path):
+    c = _later(golden, full_distributions)
     meta = dict(golden["meta"], semantics={"policy_lag": True, "policy_lag_note": "trainer: tiny-qwen3-later"})
     doc = doctor(_write(tmp_path, c, meta=meta))
     assert doc.top.cause == "policy_lag" and doc.top.status == "detected"
@@ -301,11 +301,13 @@ def test_the_later_checkpoint_as_trainer_reads_as_policy_lag(golden, forward, tm
     assert not [f.cause for f in doc.findings if f.status == "detected" and f.pipeline]
 
 
-def test_a_step_with_other_weights_is_found_as_a_jump(golden, forward, tmp_path):
+def test_a_step_with_other_weights_is_found_as_a_jump(golden, full_distributions, tmp_path):
     c = _copies(golden, 6)
     rows = golden["sequence_id"].size
     c["step"] = np.repeat(np.arange(6), rows)
-    c["trainer_logprob"][4 * rows : 5 * rows] = _later(golden, forward)["trainer_logprob"]  # a bad sync at step 4
+    c["trainer_logprob"][4 * rows : 5 * rows] = _later(golden, full_distributions)[
+        "trainer_logprob"
+    ]  # a bad sync at step 4
     doc = doctor(_write(tmp_path, c))
     _only(doc, "step_jump")
     assert _finding(doc, "step_jump").estimate["first_step"] == 4

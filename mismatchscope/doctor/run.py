@@ -123,6 +123,7 @@ def numerics(report: Report, placements: list[Placement], pipeline: bool) -> Fin
         ev,
         {"k3_mean": k3, "where": "; ".join(where) or None, "published": placed},
         "medium",
-        "nothing in the pipeline; to shrink the gap, see the precision options in docs/doctor.md",
+        "nothing in the pipeline; to shrink the gap: an fp32 lm_head, fp16 rather than bf16, or batch-invariant "
+        "kernels (mismatchscope diagnose measures each)",
         pipeline=False,
     )
