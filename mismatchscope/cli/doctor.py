@@ -12,8 +12,9 @@ from ._streams import OutputFormat, emit_json, stdout_console, warn
 def doctor(path: str = PathArg, column: list[str] | None = ColumnOpt, format: OutputFormat = FormatOpt) -> None:
     """From the number to its cause: pipeline bugs (shifted logprobs, a temperature or truncation on one side, a log base, misjoined sequences, padding, the prompt boundary, rounded logprobs, a replay that did nothing, a step that jumps), policy lag, or plain numerics, and how the number compares with published figures.
 
-    Exit code 0: the gap reads as numerics (or there is none); 1: a pipeline problem is likely; 2: a usage or
-    input error. Every detector's statistic and threshold: docs/doctor.md.
+    Exit code 0: the gap reads as numerics (or there is none); 1: a pipeline problem is likely; 2: an error.
+
+    Every detector's statistic, threshold and false-alarm rate: docs/doctor.md.
     """
     keep_freed_memory()
     from ..doctor import doctor as run_doctor

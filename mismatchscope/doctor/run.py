@@ -69,7 +69,8 @@ def diagnose_result(result: AnalysisResult, sample: Sample) -> DoctorDocument:
     found = findings(result, sample)
     placements = place(report, result.run)
     pipeline = any(f.status == "detected" and f.pipeline for f in found)
-    found.append(numerics(report, placements, pipeline))
+    unchecked = sum(f.status == "not_checked" for f in found)
+    found.append(numerics(report, placements, pipeline, unchecked))
     ranked = rank(found)
     return DoctorDocument(
         verdict="pipeline" if pipeline else "numerics",
@@ -106,7 +107,8 @@ def _heaviest(rows: list[BucketRow] | None) -> tuple[str, float] | None:
     return bucket, m / total
 
 
-def numerics(report: Report, placements: list[Placement], pipeline: bool) -> Finding:
+def numerics(report: Report, placements: list[Placement], pipeline: bool, unchecked: int = 0) -> Finding:
+    """``unchecked``: detectors that could not look; with more than three the reading is only a low-confidence one."""
     k3 = report.metrics.k3_mean
     where = []
     for name, rows in (("entropy", report.breakdowns.entropy), ("position", report.breakdowns.position)):
@@ -122,7 +124,7 @@ def numerics(report: Report, placements: list[Placement], pipeline: bool) -> Fin
         "no pipeline cause seen: the gap reads as numerics (rounding)",
         ev,
         {"k3_mean": k3, "where": "; ".join(where) or None, "published": placed},
-        "medium",
+        "low" if unchecked > 3 else "medium",
         "nothing in the pipeline; to shrink the gap: an fp32 lm_head, fp16 rather than bf16, or batch-invariant "
         "kernels (mismatchscope diagnose measures each)",
         pipeline=False,
