@@ -389,3 +389,15 @@ def test_the_golden_pairs_imported_from_a_nemo_rl_dump_read_as_numerics(golden, 
     doc = doctor(str(tmp_path / "run"))
     assert doc.verdict == "numerics" and doc.top.cause == "numerics"
     assert _finding(doc, "step_jump").status == "not_checked"  # one step: a jump needs 5
+
+
+def test_report_prints_the_top_finding_in_one_line_and_keeps_its_json():
+    from tests.helpers import cli
+
+    table = cli("report", str(GOLDEN))
+    assert table.returncode == 0, table.stderr
+    line = next(x for x in table.stdout.splitlines() if x.startswith("doctor:"))
+    # the golden run: numerics, and its k3 mean placed among the fp16 rows (8.3e-7 against 1.25e-4: 150x below)
+    assert line.startswith("doctor: numerics:") and "150x below" in table.stdout
+    assert "mismatchscope doctor" in table.stdout
+    assert "doctor" not in json.loads(cli("report", str(GOLDEN), "--format", "json").stdout)

@@ -39,7 +39,10 @@ def finding_text(f: Finding, detail: bool) -> str:
 
 def top_line(doc: DoctorDocument) -> str:
     """The one line ``report`` prints: the top finding."""
-    return f"doctor: {doc.top.cause}: {doc.top.sentence}"
+    line = f"doctor: {doc.top.cause}: {doc.top.sentence}"
+    if doc.top.cause == "numerics":  # is the number normal? the k3 mean among comparable published figures
+        line += "".join(f"; {p.sentence}" for p in doc.placements if p.metric == "k3_mean")
+    return line
 
 
 def doctor_tables(console, doc: DoctorDocument, path: str) -> None:
