@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 
 from ..analysis.engine import AnalysisRequest, AnalysisResult, analyse
 from ..analysis.results import BucketRow, Report
+from ..metrics import K3_MEAN
 from ..reader import open_source
 from .document import DoctorDocument, Evidence, Finding, Placement
 from .figures import place
@@ -115,7 +116,7 @@ def numerics(report: Report, placements: list[Placement], pipeline: bool, unchec
         h = _heaviest(rows)
         if h:
             where.append(f"{h[1]:.0%} of the summed k3 at {name} {h[0]}")
-    placed = next((p.sentence for p in placements if p.metric == "k3_mean"), None)
+    placed = next((p.sentence for p in placements if p.metric == K3_MEAN.name), None)
     ev = [Evidence("k3 mean", k3, "1e-4 to 1e-3 published for healthy runs")]
     if pipeline:
         return clear("numerics", "not read as numerics: a pipeline cause above explains the gap first", ev)
@@ -123,7 +124,7 @@ def numerics(report: Report, placements: list[Placement], pipeline: bool, unchec
         "numerics",
         "no pipeline cause seen: the gap reads as numerics (rounding)",
         ev,
-        {"k3_mean": k3, "where": "; ".join(where) or None, "published": placed},
+        {K3_MEAN.name: k3, "where": "; ".join(where) or None, "published": placed},
         "low" if unchecked > 3 else "medium",
         "nothing in the pipeline; to shrink the gap: an fp32 lm_head, fp16 rather than bf16, or batch-invariant "
         "kernels (mismatchscope diagnose measures each)",

@@ -8,6 +8,7 @@ import numpy as np
 from ..analysis.readings import policy_lag as declared_lag
 from ..analysis.results import Report
 from ..analysis.table import SequenceTable
+from ..metrics import K3_MEAN, ROUTE_FLIP_RATE
 from .document import Evidence, Finding
 from .findings import Z_999, clear, detected, g, not_checked, welch
 from .sample import Sample
@@ -77,7 +78,7 @@ def policy_lag(s: Sample, report: Report, table: SequenceTable, run: dict | None
         return clear("policy_lag", sentence, ev)
     why = signs + ([f"k3 mean {g(k3)} is beyond numerics"] if big else [])
     why += [f"the run says so: {note}"] if note else []
-    estimate: dict[str, float | str | None] = {"k3_mean": k3}
+    estimate: dict[str, float | str | None] = {K3_MEAN.name: k3}
     effect = adv if adv is not None else steps
     if effect is not None:
         estimate.update(effect=effect[0], effect_low=effect[1], effect_high=effect[2])
@@ -157,7 +158,7 @@ def routing_replay(report: Report) -> Finding:
         f"the run says routes were replayed ({r.replay}), yet {r.route_flip_rate:.1%} of tokens route "
         "differently: the replay did nothing, or not everywhere",
         ev,
-        {"route_flip_rate": r.route_flip_rate},
+        {ROUTE_FLIP_RATE.name: r.route_flip_rate},
         "high",
         "check that the trainer's MoE layers take the replayed routes (the hook is installed, on every layer)",
     )

@@ -39,9 +39,11 @@ def finding_text(f: Finding, detail: bool) -> str:
 
 def top_line(doc: DoctorDocument) -> str:
     """The one line ``report`` prints: the top finding."""
+    from ..metrics import K3_MEAN
+
     line = f"doctor: {doc.top.cause}: {doc.top.sentence}"
     if doc.top.cause == "numerics":  # is the number normal? the k3 mean among comparable published figures
-        line += "".join(f"; {p.sentence}" for p in doc.placements if p.metric == "k3_mean")
+        line += "".join(f"; {p.sentence}" for p in doc.placements if p.metric == K3_MEAN.name)
     return line
 
 
