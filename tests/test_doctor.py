@@ -401,3 +401,22 @@ def test_report_prints_the_top_finding_in_one_line_and_keeps_its_json():
     assert line.startswith("doctor: numerics:") and "150x below" in table.stdout
     assert "mismatchscope doctor" in table.stdout
     assert "doctor" not in json.loads(cli("report", str(GOLDEN), "--format", "json").stdout)
+
+
+def test_a_gap_that_grows_with_the_step_lag_reads_as_policy_lag(golden, full_distributions, tmp_path):
+    c = _copies(golden, 6)  # 48 sequences: copies 0-2 scored with the sampler's weights (lag 0), 3-5 a step later
+    rows = golden["sequence_id"].size
+    lag = np.repeat([0, 0, 0, 1, 1, 1], rows)
+    c["sampler_step"], c["trainer_step"] = np.full(lag.size, 10), 10 + lag
+    later = _later(golden, full_distributions)["trainer_logprob"]
+    c["trainer_logprob"] = np.where(lag == 1, np.tile(later, 6), c["trainer_logprob"])
+    doc = doctor(_write(tmp_path, c))
+    f = _finding(doc, "policy_lag")
+    assert doc.top.cause == "policy_lag" and f.status == "detected" and f.confidence == "high"
+    # the step columns record the lag: asynchronous by design, not a pipeline problem
+    assert not f.pipeline and doc.verdict == "numerics"
+    # two lags: the slope is the lag-1 sequences' mean |gap| minus the lag-0 ones', per step
+    mean_gap = [np.mean(np.abs(lp - golden["sampler_logprob"])) for lp in (golden["trainer_logprob"], later)]
+    assert f.estimate["effect_of"] == "step lag (nats per step)"
+    assert f.estimate["effect"] == pytest.approx(mean_gap[1] - mean_gap[0], rel=0.1)
+    assert f.estimate["effect_low"] > 0

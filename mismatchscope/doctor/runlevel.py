@@ -54,8 +54,18 @@ def _step_lag_effect(s: Sample) -> tuple[float, float, float] | None:
     return slope, slope - Z_999 * se, slope + Z_999 * se
 
 
+def _lag_in_columns(s: Sample) -> str | None:
+    """The lag the step columns record (an asynchronous trainer by design), or None."""
+    if not (s.has("sampler_step") and s.has("trainer_step")):
+        return None
+    lag = s.columns["trainer_step"] - s.columns["sampler_step"]
+    if not np.any(lag != 0):
+        return None
+    return f"trainer_step - sampler_step is {int(lag.min())} to {int(lag.max())} (asynchronous training)"
+
+
 def policy_lag(s: Sample, report: Report, table: SequenceTable, run: dict | None) -> Finding:
-    note = declared_lag(run)
+    note = declared_lag(run) or _lag_in_columns(s)
     k3 = report.metrics.k3_mean
     adv, steps = _advantage_effect(table), _step_lag_effect(s)
     ev = [Evidence("k3 mean", k3, f"below {LAG_K3:g} for numerics (published: 1e-4 to 1e-3)")]
@@ -79,10 +89,10 @@ def policy_lag(s: Sample, report: Report, table: SequenceTable, run: dict | None
     why = signs + ([f"k3 mean {g(k3)} is beyond numerics"] if big else [])
     why += [f"the run says so: {note}"] if note else []
     estimate: dict[str, float | str | None] = {K3_MEAN.name: k3}
-    effect = adv if adv is not None else steps
+    effect = steps if steps is not None else adv  # the lag itself, where the run records it
     if effect is not None:
         estimate.update(effect=effect[0], effect_low=effect[1], effect_high=effect[2])
-        estimate["effect_of"] = "advantage sign (nats)" if adv is not None else "step lag (nats per step)"
+        estimate["effect_of"] = "step lag (nats per step)" if steps is not None else "advantage sign (nats)"
     confidence = "high" if signs or big else "low"
     return detected(
         "policy_lag",
