@@ -33,6 +33,7 @@ def schemas() -> dict[str, dict]:
     from mismatchscope.importers.document import ImportDocument
     from mismatchscope.probe.document import ProbeDocument
     from mismatchscope.timeline import TimelineDocument
+    from mismatchscope.timeline.compare import Comparison
 
     return {
         "report.json": json_schema(Report, "mismatchscope report", "report --format json: the mismatch of one run"),
@@ -45,6 +46,11 @@ def schemas() -> dict[str, dict]:
         ),
         "doctor.json": json_schema(
             DoctorDocument, "mismatchscope doctor", "doctor --format json: the causes of the gap, ranked"
+        ),
+        "timeline-compare.json": json_schema(
+            Comparison,
+            "mismatchscope timeline (two or more runs, or --x)",
+            "timeline RUN_A RUN_B --x step|wall --format json: the runs side by side",
         ),
         "diagnose.json": json_schema(
             DiagnoseDocument, "mismatchscope diagnose", "diagnose --format json (and OUT/diagnose.json)"
