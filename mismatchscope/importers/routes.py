@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 
 from ..errors import ImportFormatError, InputError, UsageError
 from ..routing import layout
+from ..schema import WRITE_OPTIONS
 from . import slime_routes
 from ._base import parse_record, short
 from .route_checks import CheckedRoutes, check_routes
@@ -241,7 +242,7 @@ def write(
     from ..rundir import atomic_path
 
     with atomic_path(out / SEQUENCES) as tmp:
-        pq.write_table(pa.Table.from_pydict(seqs, schema=_SEQUENCES_SCHEMA), tmp, compression="zstd")
+        pq.write_table(pa.Table.from_pydict(seqs, schema=_SEQUENCES_SCHEMA), tmp, **WRITE_OPTIONS)
     unrouted = len(set(kept) - counts.sequence_ids)
     return _manifest(plan, counts, shards, out, unrouted, orphans), _warnings(counts, unrouted, orphans)
 
@@ -345,7 +346,7 @@ def _write_shard(out: Path, schema: pa.Schema, batches: list[pa.RecordBatch], in
     meta = {b"mismatchscope": json.dumps({"routes_version": layout.ROUTES_VERSION}).encode()}
     table = pa.Table.from_batches(batches, schema=schema.with_metadata(meta))
     with atomic_path(path) as tmp:
-        pq.write_table(table, tmp, compression="zstd")
+        pq.write_table(table, tmp, **WRITE_OPTIONS)
     ShardIndex(out, layout.ROUTES).commit(path, table.num_rows)
     return path
 

@@ -40,7 +40,7 @@ import pyarrow as pa
 
 from .. import __version__, rundir
 from ..errors import MismatchscopeError, UsageError
-from ..schema import COLUMNS, SCHEMA_VERSION, write_table
+from ..schema import COLUMNS, SCHEMA_VERSION, WRITE_OPTIONS, write_table
 from .inputs import RecordedIds, StepBatch, prepare
 
 SEQUENCE_ID_RANK_SHIFT = 40
@@ -334,7 +334,7 @@ class Recorder:
         table = routes_table(self.routing, batch.columns["sequence_id"], batch.columns["position"], batch.experts or {})
         path = self.path / ROUTES / f"{name}.parquet"
         with rundir.atomic_path(path) as tmp:
-            pq.write_table(table, tmp, compression="zstd")
+            pq.write_table(table, tmp, **WRITE_OPTIONS)
         rundir.ShardIndex(self.path, ROUTES, self._tag).commit(path, table.num_rows)
 
     def _shards_on_disk(self, step: int | None = None) -> list[Path]:

@@ -159,7 +159,7 @@ class RunDir:
             }
         )
         with rundir.atomic_path(self.prompts) as tmp:
-            pq.write_table(table, tmp)
+            pq.write_table(table, tmp, write_page_checksum=True)
 
     def read_prompts(self) -> pa.Table:
         return pq.read_table(self.prompts)
@@ -189,7 +189,7 @@ class RunDir:
             schema=schema,
         )
         with rundir.atomic_path(self.samples_path(round_index)) as tmp:
-            pq.write_table(table, tmp)
+            pq.write_table(table, tmp, write_page_checksum=True)
 
     def read_samples(self, round_index: int | None = None) -> list[Completion]:
         paths = (
