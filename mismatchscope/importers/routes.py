@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -245,21 +244,6 @@ def write(
         pq.write_table(pa.Table.from_pydict(seqs, schema=_SEQUENCES_SCHEMA), tmp, **WRITE_OPTIONS)
     unrouted = len(set(kept) - counts.sequence_ids)
     return _manifest(plan, counts, shards, out, unrouted, orphans), _warnings(counts, unrouted, orphans)
-
-
-def discard(out: Path, token_shards: list[Path]) -> None:
-    """Remove what a failed routes import wrote, and the import's token shards: nothing half-done stays
-    (their index lines too, so an import into the same --out starts from an empty index)."""
-    from ..rundir import TOKENS, ShardIndex, index_files
-
-    tokens = ShardIndex(out, TOKENS)
-    for p in token_shards:
-        tokens.forget(p)
-        p.unlink(missing_ok=True)
-    shutil.rmtree(out / layout.ROUTES, ignore_errors=True)
-    for f in index_files(out, layout.ROUTES):
-        f.unlink(missing_ok=True)
-    (out / SEQUENCES).unlink(missing_ok=True)
 
 
 def _imported_tokens(token_shards: list[Path]) -> dict[int, np.ndarray]:

@@ -24,6 +24,7 @@ growing memory without bound.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import queue
 import re
@@ -216,6 +217,7 @@ class Recorder:
     # -- internals -------------------------------------------------------------------
 
     def _open_record(self, resume: bool) -> dict[str, Any]:
+        self._remove_own_temporaries()
         old = rundir.read_json(self.record_path)
         if old is not None and not resume:
             raise UsageError(
@@ -230,6 +232,20 @@ class Recorder:
             self._index.adopt(f"step-*-{self._tag}*.parquet")
             rundir.ShardIndex(self.path, rundir.ROUTES, self._tag).adopt(f"step-*-{self._tag}*.parquet")
         return record
+
+    def _remove_own_temporaries(self) -> None:
+        """Remove the half-written files a killed writer of this rank left (``rundir.atomic_path``'s
+        ``.NAME.PID.tmp``). This rank holds its lock, so no live writer owns them; other ranks' are theirs
+        (the manifest is rank 0's)."""
+        own = rf"step-\d{{6,}}-{self._tag}(-part-\d{{4,}})?\.parquet|{self._tag}\.json"
+        if self.rank == 0:
+            own += rf"|{re.escape(rundir.MANIFEST)}"
+        pattern = re.compile(rf"\.({own})\.\d+\.tmp")
+        for folder in (self.path, *(self.path / f for f in (rundir.TOKENS, rundir.ROUTES, rundir.RANKS))):
+            with contextlib.suppress(FileNotFoundError):
+                for f in folder.iterdir():
+                    if pattern.fullmatch(f.name) and f.is_file():
+                        f.unlink(missing_ok=True)
 
     def _write_manifest(self, status: str) -> None:
         old = rundir.read_manifest(self.path) or {}
