@@ -436,7 +436,7 @@ class RawBatch:
     wanted: list[str]
     extra: tuple[str, ...] = ()
 
-    def clean(self, hygiene: Hygiene) -> dict[str, Any]:
+    def clean(self, hygiene: Hygiene) -> CleanBatch:
         return _clean(self.path, self.record_batch, self.wanted, hygiene, self.extra)
 
 

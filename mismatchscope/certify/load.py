@@ -68,7 +68,7 @@ def load(path: str | os.PathLike, mapping: Mapping[str, str] | None = None) -> L
         )
     seq_all, pos_all = np.concatenate(keys[0]), np.concatenate(keys[1])
     order = np.lexsort((pos_all, seq_all))
-    _refuse_duplicates(path, seq_all[order], pos_all[order])
+    _refuse_duplicates(seq_all[order], pos_all[order])
     if hygiene.nonfinite_dropped:
         _refuse_dropped(path, hygiene, np.concatenate(dropped[0]), np.concatenate(dropped[1]))
     order = np.lexsort((cols["position"], cols["sequence_id"]))
@@ -91,14 +91,14 @@ def _refuse_dropped(path: Any, hygiene: Hygiene, seq: np.ndarray, pos: np.ndarra
     )
 
 
-def _refuse_duplicates(path: Any, seq: np.ndarray, pos: np.ndarray) -> None:
+def _refuse_duplicates(seq: np.ndarray, pos: np.ndarray) -> None:
+    """A token on two rows: the same error as every other command's (``report``'s, ``timeline``'s)."""
+    from ..analysis.positions import DuplicatePositionError
+
     same = (seq[1:] == seq[:-1]) & (pos[1:] == pos[:-1])
     if same.any():
         i = int(np.flatnonzero(same)[0])
-        raise InputError(
-            f"{path}: sequence {seq[i]} position {pos[i]} is recorded {int(same.sum()) + 1} or more times",
-            hint="a certificate pairs each token once; remove the duplicate shards",
-        )
+        raise DuplicatePositionError(int(seq[i]), int(pos[i]))
 
 
 def _refuse_nonfinite(path: Any, column: str, values: np.ndarray, seq: np.ndarray, pos: np.ndarray) -> None:
