@@ -120,3 +120,20 @@ def test_a_resumed_recorder_removes_the_temporary_files_its_killed_writer_left(t
     other_rank.unlink()
     r = cli("report", str(out), "--format", "json")
     assert r.returncode == 0, r.stderr
+
+
+def test_a_recorder_run_with_routes_resumes_and_cleans_its_route_temporaries(tmp_path):
+    from tests.live.test_recorder_routes import LQ, META, SAMPLER, TRAINER
+
+    out = tmp_path / "run"
+    with Recorder(out, routing=META) as rec:
+        rec.add(0, LQ, LQ, sampler_experts=SAMPLER, trainer_experts=TRAINER)
+    half = out / "routes" / ".step-000001-rank-0000.parquet.4242.tmp"
+    half.write_bytes(b"PAR1")
+    with Recorder(out, routing=META, resume=True) as rec:  # its routes/ and index/routes.* are the run's own
+        assert not half.exists()
+        rec.add(1, LQ, LQ, sampler_experts=SAMPLER, trainer_experts=TRAINER)
+    assert sorted(p.name for p in (out / "routes").iterdir()) == [
+        "step-000000-rank-0000.parquet",
+        "step-000001-rank-0000.parquet",
+    ]

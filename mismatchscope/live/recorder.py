@@ -394,7 +394,8 @@ _OWN_FILES = re.compile(rf"\.?{re.escape(rundir.MANIFEST)}{_TMP}")
 _OWN_FOLDERS = {
     rundir.RANKS: re.compile(rf"rank-\d{{4,}}\.lock|\.?rank-\d{{4,}}\.json{_TMP}"),
     rundir.TOKENS: re.compile(rf"\.?step-\d{{6,}}-rank-\d{{4,}}(-part-\d{{4,}})?\.parquet{_TMP}"),
-    rundir.INDEX: re.compile(r"tokens\.rank-\d{4,}\.jsonl"),
+    rundir.ROUTES: re.compile(rf"\.?step-\d{{6,}}-rank-\d{{4,}}(-part-\d{{4,}})?\.parquet{_TMP}"),
+    rundir.INDEX: re.compile(r"(tokens|routes)\.rank-\d{4,}\.jsonl"),
 }
 """what a recorded run holds: its manifest, and its folders with the names each may hold."""
 
