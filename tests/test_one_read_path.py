@@ -80,7 +80,7 @@ def _current_golden(tmp_path):
     table = pq.read_table(shard)
     pq.write_table(table, shard, **WRITE_OPTIONS)
     rundir.ShardIndex(run, rundir.TOKENS).commit(shard, table.num_rows)
-    rundir.write_manifest(run, {**rundir.read_manifest(run), "shard_index": rundir.INDEX_VERSION})
+    rundir.write_manifest(run, {**(rundir.read_manifest(run) or {}), "shard_index": rundir.INDEX_VERSION})
     return run, shard
 
 
