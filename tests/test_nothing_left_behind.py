@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -137,3 +139,21 @@ def test_a_recorder_run_with_routes_resumes_and_cleans_its_route_temporaries(tmp
         "step-000000-rank-0000.parquet",
         "step-000001-rank-0000.parquet",
     ]
+
+
+def test_a_plots_folder_that_fails_midway_keeps_none_of_the_new_pictures(tmp_path):
+    """The third picture cannot be written (a folder holds its name): the two written before it go again."""
+    from tests.helpers import pairs
+
+    data = tmp_path / "pairs.parquet"
+    pq.write_table(pa.Table.from_pydict(pairs([(1, 0, 0.5, 0.6), (1, 1, 0.8, 0.75), (2, 0, 0.3, 0.4)])), data)
+    plots = tmp_path / "plots"
+    ok = cli("report", str(data), "--plots", str(plots))
+    assert ok.returncode == 0, ok.stderr
+    names = sorted(p.name for p in plots.iterdir())
+    assert len(names) >= 3
+    shutil.rmtree(plots)
+    (plots / names[2]).mkdir(parents=True)  # in the way of the third picture
+    r = cli("report", str(data), "--plots", str(plots))
+    assert error_line(r, after_work=True).startswith(f"error: --plots {plots / names[2]}: cannot write")
+    assert [p.name for p in plots.iterdir()] == [names[2]]
