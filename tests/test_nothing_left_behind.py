@@ -88,7 +88,7 @@ def test_a_failed_import_into_a_folder_of_the_users_keeps_the_folder_and_its_fil
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
 
 
-def test_refused_routes_take_back_the_tokens_and_a_later_rescore_finds_no_run(tmp_path):
+def test_refused_routes_take_back_the_tokens_and_the_same_out_takes_a_good_import(tmp_path):
     write_tokens(tmp_path / "tokens.jsonl")
     (tmp_path / "config.json").write_text(
         '{"model_type": "qwen3_moe", "num_hidden_layers": 4, "mlp_only_layers": [0], "num_experts": 16, '
