@@ -10,7 +10,9 @@ isolates it, and the extra engine process would only cost start-up time.
 Input: a JSON spec (path as the only argument). Output: an ordinary probe run
 directory at ``spec["out"]``, and ``spec["result"]`` (JSON) with the timings,
 the optional repeat sampling and prefill scorings, or the reason it failed.
-vLLM's logs go to ``worker.log`` beside the result.
+vLLM's logs go to ``worker.log`` beside the result. With ``spec["reply_fd"]``
+the process then stays up, its engine warm, and times sampling rounds on
+request (:mod:`.timing`), so rounds of two configurations can alternate.
 """
 
 from __future__ import annotations
@@ -88,9 +90,15 @@ def run(spec: dict) -> dict:
             }
         if spec.get("prefill") and hasattr(sampler, "prefill_logprobs"):
             result["prefill"] = _prefill(sampler, prompt_ids, completions, sampling, spec.get("seed", 0))
+        result["wall_s"] = time.perf_counter() - t_wall
+        if spec.get("reply_fd") is not None:  # kept warm to time sampling rounds against other configurations
+            from .. import rundir
+            from .timing import serve
+
+            rundir.atomic_write_bytes(Path(spec["result"]), json.dumps(result).encode())
+            serve(sampler, prompt_ids, sampling, int(spec["reply_fd"]), sys.stdin)
     finally:
         sampler.close()
-    result["wall_s"] = time.perf_counter() - t_wall
     return result
 
 
