@@ -32,6 +32,7 @@ def schemas() -> dict[str, dict]:
     from mismatchscope.importers.document import ImportDocument
     from mismatchscope.probe.document import ProbeDocument
     from mismatchscope.timeline import TimelineDocument
+    from mismatchscope.timeline.compare import Comparison
 
     return {
         "report.json": json_schema(Report, "mismatchscope report", "report --format json: the mismatch of one run"),
@@ -41,6 +42,11 @@ def schemas() -> dict[str, dict]:
         "gate.json": json_schema(GateDocument, "mismatchscope gate", "gate --format json: the verdict and its checks"),
         "timeline.json": json_schema(
             TimelineDocument, "mismatchscope timeline", "timeline --format json: the per-step series and their changes"
+        ),
+        "timeline-compare.json": json_schema(
+            Comparison,
+            "mismatchscope timeline (two or more runs, or --x)",
+            "timeline RUN_A RUN_B --x step|wall --format json: the runs side by side",
         ),
         "diagnose.json": json_schema(
             DiagnoseDocument, "mismatchscope diagnose", "diagnose --format json (and OUT/diagnose.json)"

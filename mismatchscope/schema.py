@@ -72,8 +72,23 @@ OPTIONAL: tuple[Column, ...] = (
         "the sampler's logprob of the same token once more, from a prefill of prompt + completion "
         "(probe --sampler-prefill): where a gap starts, decode kernels or the sampler's forward",
     ),
+    Column(
+        "trainer_forward_logprob",
+        pa.float64(),
+        "the logprob of the token in the first training forward (the loss's own forward, before any update): "
+        "with trainer_logprob and sampler_logprob, the third value a zero-mismatch stack keeps equal",
+    ),
+    Column("sampler_row_digest", pa.int64(), "64-bit digest of the sampler's whole log-prob row, float32 bytes"),
+    Column("trainer_row_digest", pa.int64(), "64-bit digest of the trainer's whole log-prob row, float32 bytes"),
+    Column("row_max_abs_diff", pa.float64(), "the largest |difference| between the two sides' whole rows"),
+    Column("row_max_diff_id", pa.int64(), "the vocabulary id where the two whole rows differ most"),
     Column("sampler_step", pa.int64(), "policy version (weight-sync step) the sampler generated the token with"),
     Column("trainer_step", pa.int64(), "policy version (optimizer step) the trainer scored the token with"),
+    Column("wall_time", pa.float64(), "Unix time (seconds) at which the step that holds the token was recorded"),
+    Column("step_sampling_seconds", pa.float64(), "seconds the token's step spent sampling, where the loop says"),
+    Column("step_training_seconds", pa.float64(), "seconds the token's step spent training, where the loop says"),
+    Column("step_sampling_tokens", pa.int64(), "tokens the token's step sampled, where the loop says"),
+    Column("step_training_tokens", pa.int64(), "tokens the token's step trained on, where the loop says"),
     Column(
         "rank",
         pa.int32(),

@@ -297,6 +297,9 @@ def _diagnose_served(opts, info, progress: Progress, base, base_server, t_start:
         "wall_s": time.perf_counter() - t_start,
     }
     rank(payload)
+    from .price import zero_price
+
+    payload["zero_price"] = zero_price(payload)
     finish(payload)
     write_document(opts.out, payload)
     return payload

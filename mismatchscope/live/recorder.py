@@ -151,13 +151,20 @@ class Recorder:
         beside ``step`` as ``sampler_step``/``trainer_step`` for certify's policy-version check), and for
         an MoE model ``sampler_experts`` / ``trainer_experts`` ([B, T, L, k]
         expert ids per decoder layer, or per MoE layer; needs ``routing``), written to ``routes/``.
+        Every call stamps its tokens with the wall clock (``wall_time``, Unix seconds, taken here, when
+        the step hands its batch over); ``sampling_seconds``, ``training_seconds``, ``sampling_tokens``
+        and ``training_tokens`` (the step's own measurements) are recorded beside it where given,
+        for ``timeline --x wall``. ``training_forward_logprobs`` ([B, T]): the logprobs of the first
+        training forward (the loss's own), the third value ``certify`` pairs with the other two.
         Returns the host copy (the ``Monitor`` reads it).
         """
+        from .inputs import STEP_TIMING_KEYS, StepTiming
         from .routes import check_experts
 
         self._check_usable()
         given_ids = columns.get("sequence_ids") is not None
-        batch = prepare(step, sampler_logprobs, trainer_logprobs, mask, **columns)
+        timing = StepTiming(time.time(), *(columns.pop(k, None) for k in STEP_TIMING_KEYS))
+        batch = prepare(step, sampler_logprobs, trainer_logprobs, mask, timing=timing, **columns)
         if batch.experts:
             check_experts(batch, self.routing)
             if not batch.experts.keys() <= self._route_sides:
