@@ -27,6 +27,7 @@ def schemas() -> dict[str, dict]:
     from mismatchscope.analysis.side_by_side import SideBySide
     from mismatchscope.certify.document import CertifyDocument
     from mismatchscope.diagnose.document import DiagnoseDocument
+    from mismatchscope.doctor.document import DoctorDocument
     from mismatchscope.documents import json_schema
     from mismatchscope.gate.document import GateDocument
     from mismatchscope.importers.document import ImportDocument
@@ -42,6 +43,9 @@ def schemas() -> dict[str, dict]:
         "gate.json": json_schema(GateDocument, "mismatchscope gate", "gate --format json: the verdict and its checks"),
         "timeline.json": json_schema(
             TimelineDocument, "mismatchscope timeline", "timeline --format json: the per-step series and their changes"
+        ),
+        "doctor.json": json_schema(
+            DoctorDocument, "mismatchscope doctor", "doctor --format json: the causes of the gap, ranked"
         ),
         "timeline-compare.json": json_schema(
             Comparison,

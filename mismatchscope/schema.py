@@ -101,6 +101,14 @@ REQUIRED_NAMES: tuple[str, ...] = tuple(c.name for c in REQUIRED)
 TOPK_COLUMNS = ("sampler_topk_ids", "sampler_topk_logprobs", "trainer_logprobs_at_sampler_topk")
 
 
+WRITE_OPTIONS: dict[str, Any] = {"compression": "zstd", "write_page_checksum": True}
+"""How every Parquet file of a run is written: zstd, and a CRC on every page, dictionary pages included.
+
+The readers open files with ``page_checksum_verification`` on, so a byte that
+changes inside a page after the writer closed the file is an error naming the
+row group, not a silently different number (``docs/errors.md``)."""
+
+
 # -- the limits every reader holds values to, and every writer checks before it writes ---------
 
 MAX_POSITION = (1 << 24) - 1
@@ -207,5 +215,5 @@ def write_table(path: str | os.PathLike, columns: Mapping[str, Any], metadata: M
     from .rundir import atomic_path
 
     with atomic_path(path) as tmp:
-        pq.write_table(table, tmp, compression="zstd")
+        pq.write_table(table, tmp, **WRITE_OPTIONS)
     return path

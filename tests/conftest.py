@@ -54,6 +54,7 @@ SLOW_FIXTURES = frozenset(
     {
         "base_run",
         "lag_run",  # tests/probe/test_policy_lag.py: two probes of the tiny checkpoint, 10 s in this process
+        "full_distributions",  # tests/test_doctor.py: torch, transformers and two float32 forwards, 8-10 s
     }
 )
 """Fixtures that run a probe or train a model: every test using one is slow."""

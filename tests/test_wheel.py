@@ -64,6 +64,7 @@ def test_the_wheel_carries_the_sample(wheel):
         "runs/rl-default/tokens/step-000007-rank-0000.parquet",
     ):
         assert f"mismatchscope/_sample_data/{f}" in names, f
+    assert "mismatchscope/doctor/figures.json" in names  # doctor's published figures, package data
     assert not any(n.startswith(("tests/", "sample_data/")) for n in names)
 
 

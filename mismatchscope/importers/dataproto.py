@@ -117,10 +117,11 @@ class SequenceRows:
 
     def write(self, out: Path) -> None:
         from ..rundir import atomic_path
+        from ..schema import WRITE_OPTIONS
         from .routes import _SEQUENCES_SCHEMA, SEQUENCES
 
         with atomic_path(out / SEQUENCES) as tmp:
-            pq.write_table(pa.Table.from_pydict(self.rows, schema=_SEQUENCES_SCHEMA), tmp, compression="zstd")
+            pq.write_table(pa.Table.from_pydict(self.rows, schema=_SEQUENCES_SCHEMA), tmp, **WRITE_OPTIONS)
 
 
 def add_sequence(
