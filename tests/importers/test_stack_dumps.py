@@ -263,3 +263,11 @@ def test_a_sampler_only_import_points_at_rescore(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "next: mismatchscope rescore" in r.stdout and "--temperature T" in r.stdout
     assert "sampler's side only" in r.stderr
+
+
+def test_doctor_runs_on_a_skyrl_import(tmp_path):
+    out = tmp_path / "out"
+    assert cli("import", "skyrl", str(SRC["skyrl"]), "--out", str(out)).returncode == 0
+    r = cli("doctor", str(out))
+    assert r.returncode in (0, 1), r.stderr  # 1: a pipeline problem is likely; 2 would be an error
+    assert "policy_lag" in r.stdout
