@@ -183,7 +183,7 @@ def _import_locked(
     manifest = _manifest(fmt, src, out, files, semantics, shards, writer, result, ctx)
     sequence_rows = getattr(importer, "sequence_rows", None)
     if sequence_rows is not None:  # a sampler-only dump: the sequences rescore scores for the trainer's side
-        _write_sequences(out, shards, None if routes_plan else sequence_rows, fmt, result, manifest)
+        _write_sequences(out, None if routes_plan else sequence_rows, fmt, result, manifest)
     if routes_plan is not None:
         from .routes import write
 
@@ -195,16 +195,11 @@ def _import_locked(
     return result
 
 
-def _write_sequences(out: Path, shards: list[Path], rows: Any, fmt: str, result: ImportResult, manifest: dict) -> None:
+def _write_sequences(out: Path, rows: Any, fmt: str, result: ImportResult, manifest: dict) -> None:
     from .dataproto import NO_TRAINER_WARNING
-    from .routes import discard
 
     if rows is not None:  # with --routes, the routes' own sequences.parquet is written instead
-        try:
-            rows.write(out)
-        except BaseException:
-            discard(out, shards)
-            raise
+        rows.write(out)  # refused: the lock takes all back
     line = NO_TRAINER_WARNING.format(stack=fmt, out=out)
     manifest["warnings"] = result.warnings = [*result.warnings, line]
     manifest["sequences_file"] = "sequences.parquet"
