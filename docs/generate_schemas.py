@@ -25,6 +25,7 @@ def schemas() -> dict[str, dict]:
     """file name -> schema, one per command that prints a JSON document."""
     from mismatchscope.analysis.results import MasksResult, Report
     from mismatchscope.diagnose.document import DiagnoseDocument
+    from mismatchscope.diagnose.locate.document import LocateResult
     from mismatchscope.documents import json_schema
     from mismatchscope.gate.document import GateDocument
     from mismatchscope.timeline import TimelineDocument
@@ -40,6 +41,11 @@ def schemas() -> dict[str, dict]:
         ),
         "diagnose.json": json_schema(
             DiagnoseDocument, "mismatchscope diagnose", "diagnose --format json (and OUT/diagnose.json)"
+        ),
+        "locate.json": json_schema(
+            LocateResult,
+            "mismatchscope locate",
+            "rescore --locate (OUT/locate/locate.json); each entry of diagnose's locate adds configuration and status",
         ),
     }
 

@@ -20,6 +20,8 @@ from ._options import (
     EngineArgOpt,
     FormatOpt,
     GpuMemoryOpt,
+    LocateOpt,
+    LocateSequencesOpt,
     LogprobsModeOpt,
     MaxModelLenOpt,
     MaxNumSeqsOpt,
@@ -305,6 +307,8 @@ def rescore(
     resume: bool = typer.Option(False, "--resume"),
     verbose: bool = VerboseOpt,
     rule: list[str] | None = RuleOpt,
+    locate: bool = LocateOpt,
+    locate_sequences: int = LocateSequencesOpt,
     format: OutputFormat = FormatOpt,
 ) -> None:
     """Re-score a run's samples with other trainer settings, or score an imported run with a checkpoint."""
@@ -325,6 +329,11 @@ def rescore(
         record_routes=routes,
     )
     out_dir = _out_dir(out, "rescore")
+    located, entry = None, None
+    if locate:  # refused before any rescoring when the run's sampler cannot start again here
+        from ..diagnose.locate.rescore import check_locatable
+
+        located = check_locatable(run)
     with engine_output(out_dir, verbose=verbose), Bars(enabled=True) as bars:
         run_dir = do_rescore(
             run,
@@ -335,4 +344,16 @@ def rescore(
             trainer_checkpoint=trainer_checkpoint,
             temperature=temperature,
         )
+    if located is not None:  # after the rescore, which it changes in nothing
+        from ..diagnose.locate.rescore import locate_rescored
+        from ..diagnose.locate.run import LocateOptions
+
+        with Bars(enabled=True) as bars:
+            entry = locate_rescored(
+                run, run_dir, cfg, trainer_checkpoint, LocateOptions(sequences=locate_sequences), located, bars
+            )
     _summarise(run_dir, rule, format)
+    if entry is not None and format is not OutputFormat.json:
+        from ..render.locate_tables import render_locate
+
+        render_locate(stdout_console(), entry, title="locate")

@@ -41,6 +41,7 @@ from ..probe.types import SamplerConfig, SamplingConfig, ScoreRequest, TrainerCo
 from .decompose import decompose
 from .determinism import changed_share, same_tokens, sampler_checks, trainer_checks
 from .effects import Bootstrap, deltas, rank
+from .locate.run import LocateOptions
 from .pairs import load_tokens, sequence_slices, write_pair_run
 from .reading import finish
 from .routes import REPLAY_KEY, flips_against_reference, replay_failed, replay_unavailable
@@ -68,6 +69,8 @@ class DiagnoseOptions:
     html: Path | None = None
     matrix: Path | None = None
     """the matrix file the variants came from: an input no output may replace."""
+    locate: LocateOptions | None = None
+    """``--locate``: localise the gap of every configuration, after everything else (:mod:`.locate`)."""
 
 
 SAMPLER_KINDS = ("vllm", "hf")
@@ -280,6 +283,10 @@ def _diagnose_locked(opts: DiagnoseOptions, info, progress: Progress) -> dict[st
         "determinism": determinism,
         "wall_s": time.perf_counter() - t_start,
     }
+    if opts.locate is not None:  # last: it changes no number computed above
+        from .locate.configurations import locate_all
+
+        payload["locate"] = locate_all(opts, info, reference, variants_out, progress)
     rank(payload)
     finish(payload)
     write_document(opts.out, payload)
@@ -319,6 +326,9 @@ def _sampler_run(
         "result": str(result_path),
         "seed": opts.bootstrap.seed,
     }
+    if opts.locate is not None:
+        budget, n = opts.locate.budget, opts.locate.sequences
+        spec["locate"] = {"sequences": n, "budget": budget, "path": str(out.parent / f"{out.name}.locate.npz")}
     rundir.atomic_write_bytes(spec_path, json.dumps(spec, indent=2).encode())
     t0 = time.perf_counter()
     with open(log_path, "w") as log:

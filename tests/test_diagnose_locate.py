@@ -1,0 +1,208 @@
+"""``--locate``: the capture points, the differences, the verdict, on real transformers models.
+
+The pins the feature is judged by: a checkpoint that differs from the sampler's in one tensor is located at that
+layer and op with every earlier point byte-equal; a float16 side against a float32 one starts at the embeddings;
+eager attention against sdpa starts at the first attention; the float64 reference against itself is 0
+everywhere. Each runs the real models (tiny, a few seconds together); the vLLM side is pinned in
+tests/probe/test_locate_vllm.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from mismatchscope.diagnose.locate.compare import compare, locate_result, token_differences, verdict
+from mismatchscope.diagnose.locate.points import (
+    Sequence,
+    SideCapture,
+    point_names,
+    sample_positions,
+    source,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+DENSE = REPO / "sample_data" / "tiny-qwen3"
+MOE = REPO / "sample_data" / "tiny-qwen3-moe"
+SEQUENCES = [
+    Sequence(list(range(3, 15)), list(range(20, 36)), "a"),
+    Sequence(list(range(5, 9)), list(range(50, 70)), "b"),
+]
+META = dict(
+    sampler="s",
+    trainer="t",
+    reference="r",
+    sampler_note="",
+    sampler_closure=None,
+    token_budget=64,
+    seconds=0.0,
+    measure="",
+)
+
+
+def _capture(info, dtype: str, attn: str | None = None, label: str = "side") -> SideCapture:
+    from mismatchscope.diagnose.locate.run import trainer_capture
+    from mismatchscope.probe.trainer import HFTrainer
+    from mismatchscope.probe.types import TrainerConfig
+
+    return trainer_capture(HFTrainer(info, TrainerConfig(dtype=dtype, attn_implementation=attn)), info, SEQUENCES, 64)
+
+
+def _locate(info, s: SideCapture, t: SideCapture, ref):
+    from mismatchscope.routing.capture import moe_layers_of
+
+    reference, r = ref
+    moe = moe_layers_of(reference.model, info.model_type)
+    names = point_names(info.config["num_hidden_layers"], set(moe.routers) if moe else set())
+    return locate_result(s, t, r, names, SEQUENCES, 64, info.config.get("num_experts_per_tok"), META)
+
+
+def _reference(info):
+    from mismatchscope.diagnose.locate.run import reference_capture
+    from mismatchscope.diagnose.reference import load_reference
+
+    reference = load_reference(info, dtype="float64")
+    return reference, reference_capture(reference, info, SEQUENCES, 64)
+
+
+@pytest.fixture(scope="module")
+def dense():
+    from mismatchscope.probe.checkpoint import inspect_checkpoint
+
+    if not DENSE.is_dir():
+        pytest.skip("sample checkpoint missing")
+    info = inspect_checkpoint(DENSE)
+    return info, _reference(info), _capture(info, "float32", "sdpa")
+
+
+def _one_bit_changed(tmp_path: Path, tensor: str) -> Path:
+    """A copy of the dense sample whose ``tensor`` has the last mantissa bit of every element flipped."""
+    from safetensors.torch import load_file, save_file
+
+    out = tmp_path / "one-tensor"
+    shutil.copytree(DENSE, out)
+    [path] = out.glob("*.safetensors")
+    weights = load_file(path)
+    bits = weights[tensor].clone().view(torch.int32)
+    weights[tensor] = (bits ^ 1).view(torch.float32)
+    save_file(weights, path, metadata={"format": "pt"})
+    return out
+
+
+def test_a_checkpoint_differing_in_one_tensor_is_located_at_that_layer_and_op(dense, tmp_path):
+    from mismatchscope.probe.checkpoint import inspect_checkpoint
+
+    info, ref, sampler = dense
+    other = inspect_checkpoint(_one_bit_changed(tmp_path, "model.layers.1.mlp.down_proj.weight"))
+    result = _locate(info, sampler, _capture(other, "float32", "sdpa"), ref)
+    assert result.verdict.first_difference == "layers.1.mlp"
+    names = [p.point for p in result.points]
+    before = names[: names.index("layers.1.mlp")]
+    assert before and all(p.bit_equal and p.sides.max == 0.0 for p in result.points if p.point in before)
+    assert result.points[names.index("layers.1.mlp")].growth == float("inf")  # from exactly 0
+
+
+def test_float16_against_float32_starts_at_the_embeddings(dense):
+    info, ref, trainer = dense
+    result = _locate(info, _capture(info, "float16", "sdpa"), trainer, ref)
+    assert result.verdict.first_difference == result.verdict.first_parting == "embed"
+    embed = result.points[0]
+    # the float32 embedding widens to float64 exactly: the trainer equals the reference there
+    assert embed.trainer_vs_reference.max == 0.0 and embed.noise_floor == 0.0
+    # float16 rounds each element to 11 significant bits: relative error per element <= 2^-11, so the norm ratio too
+    assert 0 < embed.sides.max <= 2.0**-11
+
+
+def test_eager_attention_against_sdpa_starts_at_the_first_attention(dense):
+    info, ref, sdpa = dense
+    result = _locate(info, sdpa, _capture(info, "float32", "eager"), ref)
+    assert result.verdict.first_difference == "layers.0.attn"
+    assert [p.bit_equal for p in result.points[:2]] == [True, True]  # embed, layers.0.input_norm
+
+
+def test_the_float64_reference_against_itself_is_zero_everywhere(dense):
+    info, ref, _ = dense
+    result = _locate(info, ref[1], ref[1], ref)
+    assert all(p.sides.max == 0.0 and p.bit_equal for p in result.points)
+    assert result.verdict.first_difference is None and result.verdict.first_parting is None
+    assert not result.missing and len(result.points) == 1 + 6 * 2 + 3  # six ops a dense layer: no router
+
+
+@pytest.mark.slow
+def test_the_moe_sample_has_router_points_and_route_flips():
+    from mismatchscope.probe.checkpoint import inspect_checkpoint
+
+    if not MOE.is_dir():
+        pytest.skip("sample checkpoint missing")
+    info = inspect_checkpoint(MOE)
+    ref = _reference(info)
+    result = _locate(info, _capture(info, "float16"), _capture(info, "float32"), ref)
+    routers = [p for p in result.points if p.op == "router"]
+    assert [p.layer for p in routers] == [0, 1] and all(p.route_flips is not None for p in routers)
+    assert all(p.route_flips.k == 2 for p in routers)  # pyright: ignore[reportOptionalMemberAccess]
+    assert result.verdict.first_difference == "embed" and not result.missing
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", ["llama", "mistral", "gemma2"])
+def test_held_out_families_locate_eager_against_sdpa_at_the_first_attention(tmp_path, model_type):
+    from mismatchscope.probe.checkpoint import inspect_checkpoint
+    from tests.test_diagnose_reference import _random_checkpoint
+
+    info = inspect_checkpoint(_random_checkpoint(tmp_path, model_type))
+    result = _locate(info, _capture(info, "float32", "sdpa"), _capture(info, "float32", "eager"), _reference(info))
+    assert not result.missing and len(result.points) == 1 + 6 * 2 + 3
+    assert result.verdict.first_difference == "layers.0.attn"
+
+
+# ------------------------------------------------------------ the arithmetic, by hand
+
+
+def test_token_differences_are_relative_to_the_reference_and_absolute_for_logprobs():
+    a = np.array([[3.0, 4.0], [1.0, 1.0]])
+    b = np.array([[0.0, 0.0], [1.0, 1.0]])
+    ref = np.array([[0.0, 10.0], [2.0, 0.0]])
+    # row 0: ||(3,4)|| / ||(0,10)|| = 5/10; row 1: 0 / 2 = 0
+    assert token_differences(a, b, ref, "layers.0.attn").tolist() == [0.5, 0.0]
+    # logprob: |a - b| in nats, whatever the reference
+    assert token_differences(np.array([[-1.5]]), np.array([[-1.25]]), np.array([[-9.0]]), "logprob").tolist() == [0.25]
+
+
+def test_the_token_sample_keeps_the_budget_spread_over_all_completions():
+    seqs = [Sequence([1, 2, 3], [4] * 10, "a"), Sequence([1], [5] * 30, "b")]
+    full = sample_positions(seqs, 100)
+    assert full[0].tolist() == list(range(2, 12)) and full[1].tolist() == list(range(30))  # all 40 fit
+    kept = sample_positions(seqs, 8)
+    # 8 of 40 evenly: concatenated indices round(linspace(0, 39, 8)) = 0, 6, 11, 17, 22, 28, 33, 39
+    assert kept[0].tolist() == [2, 8] and kept[1].tolist() == [1, 7, 12, 18, 23, 29]
+
+
+def test_growth_sources_follow_the_hidden_state_path():
+    names = point_names(2, {1})
+    assert source("layers.0.input_norm", names) == "embed"
+    assert source("layers.1.mlp", names) == "layers.1.mlp_norm"
+    assert source("layers.1.router", names) == "layers.1.mlp_norm"
+    assert source("layers.1.output", names) == "layers.1.mlp"
+    assert source("final_norm", names) == "layers.1.output"
+
+
+def test_the_verdict_names_the_first_parting_above_the_noise_floor():
+    rng = np.random.default_rng(0)
+    ref = SideCapture("r")
+    s, t = SideCapture("s"), SideCapture("t")
+    names = ["embed", "layers.0.input_norm", "final_norm"]
+    base = rng.normal(size=(4, 8))
+    for n, (ds, dt) in zip(names, [(0.0, 0.0), (1e-3, 1e-3), (1e-3, 1e-1)]):
+        ref.add(n, 0, base)
+        s.add(n, 0, base + ds)
+        t.add(n, 0, base + dt)
+    points, missing = compare(s, t, ref, names, 1)
+    v = verdict(points)
+    assert not missing and v.first_difference == "final_norm" and v.first_parting == "final_norm"
+    # embed and input_norm: s and t both moved by the same constant, so byte-equal to each other
+    assert [p.bit_equal for p in points] == [True, True, False]
