@@ -206,3 +206,91 @@ def test_the_verdict_names_the_first_parting_above_the_noise_floor():
     assert not missing and v.first_difference == "final_norm" and v.first_parting == "final_norm"
     # embed and input_norm: s and t both moved by the same constant, so byte-equal to each other
     assert [p.bit_equal for p in points] == [True, True, False]
+
+
+# ------------------------------------------------------------ the command line and the table
+
+
+def test_rescore_locate_refuses_a_run_whose_sampler_cannot_start_again(tmp_path):
+    import json
+
+    from tests.helpers import cli_no_engine
+
+    run = tmp_path / "served"
+    shutil.copytree(REPO / "tests" / "data" / "golden-probe", run)
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["config"]["sampler"]["kind"] = "vllm-server"
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    out = tmp_path / "out"
+    r = cli_no_engine("rescore", str(run), "--out", str(out), "--locate")
+    assert r.returncode == 2, r.stderr
+    assert "--locate starts the run's sampler again" in r.stderr and "--sampler vllm-server" in r.stderr
+    assert "Traceback" not in r.stderr and not out.exists()  # refused before any rescoring
+
+
+def _entry(layers: int) -> dict:
+    """A localisation of ``layers`` MoE layers with the widest numbers the table prints."""
+    names = point_names(layers, set(range(layers)))
+    spread = {"median": 1.234e-05, "max": 1.234e-05}  # the widest a difference prints
+    points = []
+    for n in names:
+        layer, op = n.split(".")[1:] if n.startswith("layers.") else (None, n)
+        points.append(
+            {
+                "point": n,
+                "layer": None if layer is None else int(layer),
+                "op": op,
+                "width": 128,
+                "sides": spread,
+                "sampler_vs_reference": spread,
+                "trainer_vs_reference": spread,
+                "noise_floor": 1e-7,
+                "bit_equal": False,
+                "growth": 123.456,
+                **(
+                    {"route_flips": {"k": 8, "sides": 0.123, "sampler_vs_reference": 0.5, "trainer_vs_reference": 1.0}}
+                    if op == "router"
+                    else {}
+                ),
+            }
+        )
+    verdict_ = {"first_difference": "embed", "first_parting": "embed", "largest_growth": ["embed"], "reading": "r"}
+    return {
+        "configuration": "baseline",
+        "status": "ok",
+        "sampler": "vllm float16",
+        "trainer": "transformers float32",
+        "reference": "float64",
+        "sampler_note": "n",
+        "sampler_closure": 0.0,
+        "tokens": 256,
+        "sequences": ["a"],
+        "points": points,
+        "missing": {},
+        "verdict": verdict_,
+    }
+
+
+def test_the_table_reads_whole_at_80_columns_for_a_40_layer_model():
+    import io
+
+    from rich.console import Console
+
+    from mismatchscope.render.locate_tables import render_locate
+
+    buf = io.StringIO()
+    render_locate(Console(file=buf, width=80, color_system=None), _entry(40))
+    text = buf.getvalue()
+    rows = [line for line in text.splitlines() if "attn_residual" in line]
+    assert len(rows) == 40 and all(len(line) <= 80 for line in text.splitlines())
+    assert "layers" not in rows[-1] and "39" in rows[-1] and rows[-1].count("1.23e-05") == 4  # no number cut
+
+
+def test_locate_sequences_without_locate_is_refused(tmp_path):
+    from tests.helpers import cli_no_engine
+
+    out = tmp_path / "out"
+    r = cli_no_engine(
+        "rescore", str(REPO / "tests" / "data" / "golden-probe"), "--out", str(out), "--locate-sequences", "2"
+    )
+    assert r.returncode == 2 and "--locate-sequences needs --locate" in r.stderr and not out.exists()

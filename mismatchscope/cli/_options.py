@@ -133,7 +133,11 @@ LocateOpt = typer.Option(
     "float64 reference, on the run's worst sequences (docs/diagnose.md).",
 )
 LocateSequencesOpt = typer.Option(
-    4, "--locate-sequences", min=1, help="--locate: the worst N sequences by the report's ranking (k3_sum)."
+    None,
+    "--locate-sequences",
+    min=1,
+    help="--locate: the worst N sequences by the report's ranking (k3_sum). Default: 4.",
+    show_default=False,
 )
 
 

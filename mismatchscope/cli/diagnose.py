@@ -100,14 +100,14 @@ def diagnose(
     plots: Path | None = typer.Option(None, "--plots", help="Write the mismatch-vs-throughput picture (PNG) here."),
     html: Path | None = typer.Option(None, "--html", help="Write a self-contained HTML summary here."),
     locate: bool = LocateOpt,
-    locate_sequences: int = LocateSequencesOpt,
+    locate_sequences: int | None = LocateSequencesOpt,
     format: OutputFormat = FormatOpt,
 ) -> None:
     """Where the mismatch comes from (decomposition against a float64 reference), what each change does to it
     (variants with bootstrap intervals), whether the numbers are repeatable, and what each configuration costs."""
     from ..bundled import sample_dir
     from ..diagnose.effects import Bootstrap
-    from ..diagnose.locate.run import LocateOptions
+    from ..diagnose.locate.run import locate_options
     from ..diagnose.run import DiagnoseOptions, check_options, run_diagnose
     from ..diagnose.variants import Configuration, default_matrix, load_matrix, parse_vary
     from ..probe.types import SamplerConfig, SamplingConfig, TrainerConfig
@@ -160,7 +160,7 @@ def diagnose(
         plots=plots,
         html=html,
         matrix=matrix,
-        locate=LocateOptions(sequences=locate_sequences) if locate else None,
+        locate=locate_options(locate, locate_sequences),
     )
     check_options(opts)  # run_diagnose checks again; here so a bad option is reported before the progress bars
     engine_env()

@@ -308,7 +308,7 @@ def rescore(
     verbose: bool = VerboseOpt,
     rule: list[str] | None = RuleOpt,
     locate: bool = LocateOpt,
-    locate_sequences: int = LocateSequencesOpt,
+    locate_sequences: int | None = LocateSequencesOpt,
     format: OutputFormat = FormatOpt,
 ) -> None:
     """Re-score a run's samples with other trainer settings, or score an imported run with a checkpoint."""
@@ -329,8 +329,10 @@ def rescore(
         record_routes=routes,
     )
     out_dir = _out_dir(out, "rescore")
-    located, entry = None, None
-    if locate:  # refused before any rescoring when the run's sampler cannot start again here
+    from ..diagnose.locate.run import locate_options
+
+    located, entry, locate_opts = None, None, locate_options(locate, locate_sequences)
+    if locate_opts is not None:  # refused before any rescoring when the run's sampler cannot start again here
         from ..diagnose.locate.rescore import check_locatable
 
         located = check_locatable(run)
@@ -344,14 +346,11 @@ def rescore(
             trainer_checkpoint=trainer_checkpoint,
             temperature=temperature,
         )
-    if located is not None:  # after the rescore, which it changes in nothing
+    if located is not None and locate_opts is not None:  # after the rescore, which it changes in nothing
         from ..diagnose.locate.rescore import locate_rescored
-        from ..diagnose.locate.run import LocateOptions
 
         with Bars(enabled=True) as bars:
-            entry = locate_rescored(
-                run, run_dir, cfg, trainer_checkpoint, LocateOptions(sequences=locate_sequences), located, bars
-            )
+            entry = locate_rescored(run, run_dir, cfg, trainer_checkpoint, locate_opts, located, bars)
     _summarise(run_dir, rule, format)
     if entry is not None and format is not OutputFormat.json:
         from ..render.locate_tables import render_locate

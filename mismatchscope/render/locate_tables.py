@@ -50,7 +50,7 @@ def render_locate(console, entry: dict[str, Any], *, title: str | None = None) -
         f"{entry['reference']} | {entry['tokens']} tokens of {len(entry['sequences'])} sequences",
         highlight=False,
     )
-    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True)
     for c in ("layer", "op", "s-t", "s-t max", "s-ref", "t-ref", "growth", ""):
         t.add_column(c, justify="left" if c in ("op", "") else "right", no_wrap=True)
     v = entry["verdict"]

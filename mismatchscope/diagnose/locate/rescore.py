@@ -54,6 +54,18 @@ def locate_rescored(
     progress,
 ) -> dict[str, Any]:
     """Capture, compare, write ``OUT/locate/locate.json``; returns the entry the table renders."""
+    folder = out / "locate"
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        return _locate(run, out, folder, trainer_cfg, trainer_checkpoint, opts, config, progress)
+    except BaseException:  # the rescored run stays (it is complete); a half localisation does not
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+
+
+def _locate(run, out, folder, trainer_cfg, trainer_checkpoint, opts, config, progress) -> dict[str, Any]:
     from ... import rundir
     from ...documents import document, to_json
     from ...outputs import jsonable
@@ -63,8 +75,6 @@ def locate_rescored(
     from .run import locate, reference_capture, select_sequences, to_spec, trainer_capture
 
     t0 = time.perf_counter()
-    folder = out / "locate"
-    folder.mkdir(parents=True, exist_ok=True)
     sequences = select_sequences(out, opts.sequences)
     progress.note(f"locate: the run's sampler on its {len(sequences)} worst sequences (own process)")
     sampler = _sampler_side(

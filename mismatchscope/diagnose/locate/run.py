@@ -36,6 +36,15 @@ class LocateOptions:
             raise UsageError(f"--locate-sequences must be at least 1 (got {self.sequences})")
 
 
+def locate_options(locate: bool, sequences: int | None) -> LocateOptions | None:
+    """The command line's ``--locate [--locate-sequences N]``; N alone is refused, not silently dropped."""
+    if not locate:
+        if sequences is not None:
+            raise UsageError("--locate-sequences needs --locate", hint="add --locate, or drop --locate-sequences")
+        return None
+    return LocateOptions(sequences=DEFAULT_SEQUENCES if sequences is None else sequences)
+
+
 def select_sequences(run_dir: Path, n: int) -> list[Sequence]:
     """The run's ``n`` worst sequences (largest first), with their prompt and completion ids."""
     from ...analysis.engine import AnalysisRequest, analyse
