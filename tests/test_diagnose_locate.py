@@ -294,3 +294,19 @@ def test_locate_sequences_without_locate_is_refused(tmp_path):
         "rescore", str(REPO / "tests" / "data" / "golden-probe"), "--out", str(out), "--locate-sequences", "2"
     )
     assert r.returncode == 2 and "--locate-sequences needs --locate" in r.stderr and not out.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["mixtral", "olmoe", "qwen2_moe", "deepseek_v3"])
+def test_moe_families_locate_with_their_routers(tmp_path, family):
+    from mismatchscope.probe.checkpoint import inspect_checkpoint
+    from mismatchscope.routing.capture import moe_layers_of
+    from tests.probe.test_route_families import _build
+
+    info = inspect_checkpoint(_build(family, tmp_path))
+    ref = _reference(info)
+    result = _locate(info, _capture(info, "float32", "sdpa"), _capture(info, "float32", "eager"), ref)
+    moe = moe_layers_of(ref[0].model, info.model_type)
+    assert moe is not None and [p.layer for p in result.points if p.op == "router"] == sorted(moe.routers)
+    assert not result.missing and all(p.route_flips is not None for p in result.points if p.op == "router")
+    assert result.verdict.first_difference == "layers.0.attn"
