@@ -48,6 +48,12 @@ def _hooks(model, model_type: str | None, state: dict, capture: SideCapture) -> 
     from ...routing.capture import moe_layers_of
 
     decoder = model.get_decoder()
+    if not hasattr(decoder, "layers") or not hasattr(decoder, "norm"):
+        from ...errors import CheckpointError
+
+        raise CheckpointError(
+            f"--locate: {type(decoder).__name__} has no decoder layers and final norm to hook (layers, norm)"
+        )
     moe = moe_layers_of(model, model_type)
     routers = moe.routers if moe is not None else {}
     handles = []

@@ -53,7 +53,9 @@ def select_sequences(run_dir: Path, n: int) -> list[Sequence]:
     from ..pairs import load_tokens, sequence_slices
 
     result = analyse(str(run_dir), AnalysisRequest(report=True, routing=False))
-    rows = worst_sequences(result, n, RANKING)
+    rows = [r for r in worst_sequences(result, result.sequences, RANKING) if r.tokens > 0][:n]
+    if not rows:
+        raise UsageError(f"--locate: {run_dir} has no completion tokens to localise")
     tokens = load_tokens(run_dir)
     slices = dict(sequence_slices(tokens["sequence_id"]))
     prompts = [r["prompt_token_ids"] for r in RunDir(run_dir).read_prompts().to_pylist()]

@@ -104,6 +104,13 @@ def capture_vllm(llm, sequences: list[Sequence], positions: list[np.ndarray], la
             "--locate needs the vLLM engine in eager mode: forward hooks do not run inside a compiled graph",
             hint="locate this configuration with sampler.enforce_eager=true",
         )
+    tp = llm.llm_engine.vllm_config.parallel_config.tensor_parallel_size
+    if tp > 1:
+        raise SamplerError(
+            f"--locate hooks the engine's model in this process, and tensor_parallel_size={tp} splits it over "
+            "worker processes",
+            hint="localise with --tensor-parallel-size 1 (the same kernels, one shard)",
+        )
     state: dict[str, Any] = {"raw": {}}
     handles = llm.apply_model(lambda model: _register(model, state))[0]
     capture, worst = SideCapture(label, missing={}), 0.0
