@@ -310,3 +310,14 @@ def test_moe_families_locate_with_their_routers(tmp_path, family):
     assert moe is not None and [p.layer for p in result.points if p.op == "router"] == sorted(moe.routers)
     assert not result.missing and all(p.route_flips is not None for p in result.points if p.op == "router")
     assert result.verdict.first_difference == "layers.0.attn"
+
+
+def test_the_token_budget_shrinks_to_keep_the_captures_under_a_gibibyte():
+    from mismatchscope.diagnose.locate.run import LocateOptions, fit_budget
+
+    # 40 layers of width 4096, vocabulary 152,064: per token 40 x 6 x 4096 + 2 x 4096 + 152,064 + 1 = 1,143,297
+    # numbers at 16 bytes (float32 on each side, float64 in the reference) = 18,292,752 bytes; 2^30 / that = 58.7
+    wide = {"hidden_size": 4096, "num_hidden_layers": 40, "vocab_size": 152064}
+    assert fit_budget(LocateOptions(), wide).budget == 58
+    # the bundled size keeps the default: 16 x (2 x 6 x 128 + 256 + 320 + 1) = 33,808 bytes a token, 256 fit
+    assert fit_budget(LocateOptions(), {"hidden_size": 128, "num_hidden_layers": 2, "vocab_size": 320}).budget == 256

@@ -204,6 +204,10 @@ def _diagnose_locked(opts: DiagnoseOptions, info, progress: Progress) -> dict[st
     from .reference import load_reference
 
     opts = replace(opts, sampling=replace(opts.sampling, max_tokens=_max_tokens(opts, info)))
+    if opts.locate is not None:
+        from .locate.run import fit_budget
+
+        opts = replace(opts, locate=fit_budget(opts.locate, info.config))
     t_start = time.perf_counter()
     base_cfg = Configuration(opts.sampler, opts.trainer, dict(opts.env))
 

@@ -72,15 +72,16 @@ def _locate(run, out, folder, trainer_cfg, trainer_checkpoint, opts, config, pro
     from ...probe.checkpoint import inspect_checkpoint
     from ...probe.trainer import HFTrainer
     from ..reference import load_reference
-    from .run import locate, reference_capture, select_sequences, to_spec, trainer_capture
+    from .run import fit_budget, locate, reference_capture, select_sequences, to_spec, trainer_capture
 
     t0 = time.perf_counter()
+    info = inspect_checkpoint(Path(config["checkpoint"]["path"]))
+    opts = fit_budget(opts, info.config)
     sequences = select_sequences(out, opts.sequences)
     progress.note(f"locate: the run's sampler on its {len(sequences)} worst sequences (own process)")
     sampler = _sampler_side(
         config, out, folder, {"chosen": to_spec(sequences), "budget": opts.budget, "path": str(folder / "sampler.npz")}
     )
-    info = inspect_checkpoint(Path(config["checkpoint"]["path"]))
     progress.note("locate: the float64 reference and the trainer")
     reference = load_reference(info, trust_remote_code=trainer_cfg.trust_remote_code)
     ref = reference_capture(reference, info, sequences, opts.budget)

@@ -11,7 +11,7 @@ same token positions (:func:`.points.sample_positions` is deterministic).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,8 @@ from .document import MEASURE, LocateResult
 from .points import DEFAULT_BUDGET, Sequence, SideCapture, point_names, sample_positions
 
 DEFAULT_SEQUENCES = 4
+MEMORY_CAP = 1 << 30
+"""bytes the three captures may hold together: the token sample shrinks below its default to stay under it."""
 RANKING = "k3_sum"
 HF_NOTE = "transformers generate's model: the same hooks as the trainer's"
 
@@ -34,6 +36,21 @@ class LocateOptions:
     def __post_init__(self):
         if self.sequences < 1 or self.budget < 1:
             raise UsageError(f"--locate-sequences must be at least 1 (got {self.sequences})")
+
+
+def fit_budget(opts: LocateOptions, config: dict[str, Any]) -> LocateOptions:
+    """``opts`` with its token budget cut so the three captures stay under :data:`MEMORY_CAP`.
+
+    A token holds, per side, six hidden-width vectors per layer, a router's logits per MoE layer, the embedding
+    and the final norm, the logits and one logprob: float32 on each side (4 + 4 bytes) and float64 in the
+    reference (8), 16 bytes a number in all."""
+    from ...probe.checkpoint import text_config
+
+    text = text_config(config)
+    hidden, layers, vocab = int(text["hidden_size"]), int(text["num_hidden_layers"]), int(text["vocab_size"])
+    experts = int(text.get("num_experts") or text.get("num_local_experts") or text.get("n_routed_experts") or 0)
+    per_token = 16 * (layers * (6 * hidden + experts) + 2 * hidden + vocab + 1)
+    return replace(opts, budget=max(1, min(opts.budget, MEMORY_CAP // per_token)))
 
 
 def locate_options(locate: bool, sequences: int | None) -> LocateOptions | None:
