@@ -321,3 +321,21 @@ def test_the_token_budget_shrinks_to_keep_the_captures_under_a_gibibyte():
     assert fit_budget(LocateOptions(), wide).budget == 58
     # the bundled size keeps the default: 16 x (2 x 6 x 128 + 256 + 320 + 1) = 33,808 bytes a token, 256 fit
     assert fit_budget(LocateOptions(), {"hidden_size": 128, "num_hidden_layers": 2, "vocab_size": 320}).budget == 256
+
+
+def test_the_document_matches_its_generated_schema(dense):
+    import json
+    import sys
+
+    jsonschema = pytest.importorskip("jsonschema")
+    from mismatchscope.documents import document
+    from mismatchscope.outputs import jsonable
+
+    sys.path.insert(0, str(REPO / "docs"))
+    from generate_schemas import schemas
+
+    info, ref, sdpa = dense
+    result = _locate(info, sdpa, _capture(info, "float32", "eager"), ref)  # growth "new" at layers.0.attn: inf
+    doc = json.loads(json.dumps(jsonable(document(result)), allow_nan=False))
+    jsonschema.validate(doc, schemas()["locate.json"])
+    assert next(p["growth"] for p in doc["points"] if p["point"] == "layers.0.attn") == "inf"
