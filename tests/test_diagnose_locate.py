@@ -335,3 +335,17 @@ def test_the_document_matches_its_generated_schema(dense):
     doc = json.loads(json.dumps(jsonable(document(result)), allow_nan=False))
     jsonschema.validate(doc, json.loads((REPO / "docs" / "schemas" / "locate.json").read_text()))
     assert next(p["growth"] for p in doc["points"] if p["point"] == "layers.0.attn") == "inf"
+
+
+def test_the_hf_sampler_is_captured_by_the_same_hooks_and_equals_a_like_trainer(dense, tmp_path):
+    from mismatchscope.diagnose.locate.run import capture_sampler
+    from mismatchscope.probe.samplers import make_sampler
+    from mismatchscope.probe.types import SamplerConfig, SamplingConfig
+
+    info, ref, sdpa = dense
+    sampler = make_sampler(SamplerConfig(kind="hf", dtype="float32"), info)
+    got = capture_sampler(sampler, SamplingConfig(), SEQUENCES, 64, tmp_path / "s.npz")
+    assert got["closure"] is None and "transformers" in got["note"]
+    result = _locate(info, SideCapture.load(tmp_path / "s.npz"), sdpa, ref)
+    # the same transformers code on the same weights, one sequence at a time on each side: equal to the bit
+    assert result.verdict.first_difference is None and all(p.bit_equal for p in result.points)
