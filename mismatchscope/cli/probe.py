@@ -352,7 +352,9 @@ def rescore(
         with Bars(enabled=True) as bars:
             entry = locate_rescored(run, run_dir, cfg, trainer_checkpoint, locate_opts, located, bars)
     _summarise(run_dir, rule, format)
-    if entry is not None and format is not OutputFormat.json:
+    if entry is not None and format is OutputFormat.json:  # stdout holds the one JSON document
+        info(f"the localisation: {run_dir / 'locate' / 'locate.json'}")
+    elif entry is not None:
         from ..render.locate_tables import render_locate
 
         render_locate(stdout_console(), entry, title="locate")
