@@ -349,3 +349,18 @@ def test_the_hf_sampler_is_captured_by_the_same_hooks_and_equals_a_like_trainer(
     result = _locate(info, SideCapture.load(tmp_path / "s.npz"), sdpa, ref)
     # the same transformers code on the same weights, one sequence at a time on each side: equal to the bit
     assert result.verdict.first_difference is None and all(p.bit_equal for p in result.points)
+
+
+def test_a_variant_name_with_brackets_is_printed_as_written():
+    import io
+
+    from rich.console import Console
+
+    from mismatchscope.render.locate_tables import render_all
+
+    entry = {**_entry(1), "configuration": "sampler.engine.x=[1, 2]"}
+    failed = {"configuration": "sampler.env.A=[red]", "status": "failed", "reason": "why [b]"}
+    buf = io.StringIO()
+    render_all(Console(file=buf, width=80, color_system=None), [entry, failed])
+    assert "locate sampler.engine.x=[1, 2]: r" in buf.getvalue()
+    assert "locate sampler.env.A=[red]: failed: why [b]" in buf.getvalue()

@@ -36,36 +36,20 @@ def growth_text(g) -> str:
 
 def render_locate(console, entry: dict[str, Any], *, title: str | None = None) -> None:
     """One localisation: its table, its route flips, its verdict (a failed or skipped one: its reason)."""
-    from rich import box
-    from rich.table import Table
-
     from .tables import num
 
     name = title or entry.get("configuration", "locate")
     if entry.get("status", "ok") != "ok":
-        console.print(f"locate {name}: {entry['status']}: {entry.get('reason')}", highlight=False)
+        console.print(f"locate {name}: {entry['status']}: {entry.get('reason')}", highlight=False, markup=False)
         return
     console.print(
         f"Where the gap enters ({name}): sampler {entry['sampler']} vs trainer {entry['trainer']}, reference "
         f"{entry['reference']} | {entry['tokens']} tokens of {len(entry['sequences'])} sequences",
         highlight=False,
+        markup=False,
     )
-    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True)
-    for c in ("layer", "op", "s-t", "s-t max", "s-ref", "t-ref", "growth", ""):
-        t.add_column(c, justify="left" if c in ("op", "") else "right", no_wrap=True)
     v = entry["verdict"]
-    for p in entry["points"]:
-        t.add_row(
-            "" if p["layer"] is None else str(p["layer"]),
-            p["op"],
-            num(p["sides"]["median"], 3),
-            num(p["sides"]["max"], 3),
-            num(p["sampler_vs_reference"]["median"], 3),
-            num(p["trainer_vs_reference"]["median"], 3),
-            growth_text(p["growth"]),
-            _mark(p["point"], v),
-        )
-    console.print(t)
+    console.print(_table(entry["points"], v))
     for p in entry["points"]:
         f = p.get("route_flips")
         if f:
@@ -74,14 +58,36 @@ def render_locate(console, entry: dict[str, Any], *, title: str | None = None) -
                 f"sampler vs ref {100 * f['sampler_vs_reference']:.3g}%, trainer vs ref "
                 f"{100 * f['trainer_vs_reference']:.3g}%",
                 highlight=False,
+                markup=False,
             )
     for point, why in entry["missing"].items():
-        console.print(f"not compared: {point}: {why}", highlight=False)
-    console.print(f"[dim]{LEGEND}[/dim]")
+        console.print(f"not compared: {point}: {why}", highlight=False, markup=False)
+    console.print(LEGEND, style="dim", highlight=False, markup=False)
     closure = entry.get("sampler_closure")
     closes = "" if closure is None else f"; its logprob point against the engine's own prompt logprobs: {num(closure)}"
-    console.print(f"[dim]sampler side: {entry['sampler_note']}{closes}[/dim]")
-    console.print(f"verdict: {v['reading']}", highlight=False)
+    console.print(f"sampler side: {entry['sampler_note']}{closes}", style="dim", highlight=False, markup=False)
+    console.print(f"verdict: {v['reading']}", highlight=False, markup=False)
+
+
+def _table(points: list[dict[str, Any]], verdict: dict[str, Any]):
+    from rich import box
+    from rich.table import Table
+
+    from .tables import num
+
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True)
+    for c in ("layer", "op", "s-t", "s-t max", "s-ref", "t-ref", "growth", ""):
+        t.add_column(c, justify="left" if c in ("op", "") else "right", no_wrap=True)
+    for p in points:
+        t.add_row(
+            "" if p["layer"] is None else str(p["layer"]),
+            p["op"],
+            *(num(x, 3) for x in (p["sides"]["median"], p["sides"]["max"])),
+            *(num(p[k]["median"], 3) for k in ("sampler_vs_reference", "trainer_vs_reference")),
+            growth_text(p["growth"]),
+            _mark(p["point"], verdict),
+        )
+    return t
 
 
 def render_all(console, entries: list[dict[str, Any]]) -> None:
@@ -90,4 +96,4 @@ def render_all(console, entries: list[dict[str, Any]]) -> None:
         if e["configuration"] == "baseline" or e.get("status") != "ok":
             render_locate(console, e)
         else:
-            console.print(f"locate {e['configuration']}: {e['verdict']['reading']}", highlight=False)
+            console.print(f"locate {e['configuration']}: {e['verdict']['reading']}", highlight=False, markup=False)

@@ -73,20 +73,28 @@ def _hooks(model, model_type: str | None, state: dict, capture: SideCapture) -> 
 
     handles.append(model.get_input_embeddings().register_forward_hook(out_hook("embed")))
     for i, layer in enumerate(decoder.layers):
-        roles = layer_roles(layer)
-        for op in ("input_norm", "attn", "mlp_norm", "mlp"):
-            if roles[op] is None:
-                capture.missing[f"layers.{i}.{op}"] = f"{type(layer).__name__} has no {op} module"
-            else:
-                handles.append(roles[op].register_forward_hook(out_hook(f"layers.{i}.{op}")))
-        if roles["mlp_norm"] is not None:
-            handles.append(
-                roles["mlp_norm"].register_forward_pre_hook(in_hook(f"layers.{i}.attn_residual"), with_kwargs=True)
-            )
-        if i in routers:
-            handles.append(routers[i].register_forward_hook(out_hook(f"layers.{i}.router")))
-        handles.append(layer.register_forward_hook(out_hook(f"layers.{i}.output")))
+        handles += _layer_hooks(layer, i, routers.get(i), out_hook, in_hook, capture)
     handles.append(decoder.norm.register_forward_hook(out_hook("final_norm")))
+    return handles
+
+
+def _layer_hooks(layer, i: int, router, out_hook, in_hook, capture: SideCapture) -> list:
+    """One decoder layer's hooks: its ops' outputs, the MLP-side norm's input (the residual after attention),
+    the router's logits (MoE) and the layer's output."""
+    roles = layer_roles(layer)
+    handles = []
+    for op in ("input_norm", "attn", "mlp_norm", "mlp"):
+        if roles[op] is None:
+            capture.missing[f"layers.{i}.{op}"] = f"{type(layer).__name__} has no {op} module"
+        else:
+            handles.append(roles[op].register_forward_hook(out_hook(f"layers.{i}.{op}")))
+    if roles["mlp_norm"] is not None:
+        handles.append(
+            roles["mlp_norm"].register_forward_pre_hook(in_hook(f"layers.{i}.attn_residual"), with_kwargs=True)
+        )
+    if router is not None:
+        handles.append(router.register_forward_hook(out_hook(f"layers.{i}.router")))
+    handles.append(layer.register_forward_hook(out_hook(f"layers.{i}.output")))
     return handles
 
 

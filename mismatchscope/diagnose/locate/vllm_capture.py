@@ -45,50 +45,59 @@ def _register(model, state: dict) -> list:
     """Hooks on the engine's model, writing into ``state['raw']`` (point -> tensor rows)."""
     inner = model.model
     layers = list(inner.layers)
-    handles = []
 
     def keep(point, value):
         if state.get("on"):
             state["raw"][point] = _rows(value, state["pos"])
             state["rows"][point] = value.shape[-2]
 
-    def hook(fn):
-        return lambda module, args, output: fn(output)
-
-    handles.append(inner.embed_tokens.register_forward_hook(hook(lambda o: keep("embed", o))))
-    for i, layer in enumerate(layers):
-        roles = layer_roles(layer)
-
-        def in_norm(o, i=i):
-            keep(f"layers.{i}.input_norm", _first(o))
-            if isinstance(o, tuple):
-                keep(f"layers.{i - 1}.output", o[1])
-
-        def mlp_norm(o, i=i):
-            keep(f"layers.{i}.mlp_norm", _first(o))
-            if isinstance(o, tuple):
-                keep(f"layers.{i}.attn_residual", o[1])
-
-        handles.append(roles["input_norm"].register_forward_hook(hook(in_norm)))
-        handles.append(roles["attn"].register_forward_hook(hook(lambda o, i=i: keep(f"layers.{i}.attn", _first(o)))))
-        handles.append(roles["mlp_norm"].register_forward_hook(hook(mlp_norm)))
-        handles.append(roles["mlp"].register_forward_hook(hook(lambda o, i=i: keep(f"layers.{i}.mlp", _first(o)))))
-        gate = getattr(roles["mlp"], "gate", None)
-        if gate is not None and hasattr(gate, "register_forward_hook"):
-            handles.append(gate.register_forward_hook(hook(lambda o, i=i: keep(f"layers.{i}.router", _first(o)))))
-
     def final(o, last=len(layers) - 1):
         keep("final_norm", _first(o))
         if isinstance(o, tuple):
             keep(f"layers.{last}.output", o[1])
 
-    handles.append(inner.norm.register_forward_hook(hook(final)))
-
     def logits(o):  # every call in a step: the prompt rows' call is the last
-        if state.get("on") and o.shape[0] > int(state["pos"].max()):
-            state["logits"] = o[state["pos"]].detach().clone()
+        pos = state["pos"]
+        if state.get("on") and (pos.numel() == 0 or o.shape[0] > int(pos.max())):
+            state["logits"] = o[pos].detach().clone()
 
-    handles.append(model.logits_processor.register_forward_hook(hook(logits)))
+    handles = [inner.embed_tokens.register_forward_hook(_hook(lambda o: keep("embed", o)))]
+    for i, layer in enumerate(layers):
+        handles += _layer_hooks(layer, i, keep)
+    handles.append(inner.norm.register_forward_hook(_hook(final)))
+    handles.append(model.logits_processor.register_forward_hook(_hook(logits)))
+    return handles
+
+
+def _hook(fn):
+    return lambda module, args, output: fn(output)
+
+
+def _layer_hooks(layer, i: int, keep) -> list:
+    """One decoder layer's hooks; a fused norm's second output is the residual sum (see the module's docstring).
+    A module the layer lacks is skipped: its points are reported as not captured on this side."""
+
+    def in_norm(o):
+        keep(f"layers.{i}.input_norm", _first(o))
+        if isinstance(o, tuple):
+            keep(f"layers.{i - 1}.output", o[1])
+
+    def mlp_norm(o):
+        keep(f"layers.{i}.mlp_norm", _first(o))
+        if isinstance(o, tuple):
+            keep(f"layers.{i}.attn_residual", o[1])
+
+    roles = layer_roles(layer)
+    gate = getattr(roles["mlp"], "gate", None)
+    fns = {
+        "input_norm": in_norm,
+        "attn": lambda o: keep(f"layers.{i}.attn", _first(o)),
+        "mlp_norm": mlp_norm,
+        "mlp": lambda o: keep(f"layers.{i}.mlp", _first(o)),
+    }
+    handles = [roles[r].register_forward_hook(_hook(fn)) for r, fn in fns.items() if roles[r] is not None]
+    if gate is not None and hasattr(gate, "register_forward_hook"):
+        handles.append(gate.register_forward_hook(_hook(lambda o: keep(f"layers.{i}.router", _first(o)))))
     return handles
 
 
