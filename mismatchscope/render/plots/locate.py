@@ -34,7 +34,7 @@ def locate_picture(entry: dict[str, Any], name: str = LOCATE_NAME):
     fig = _fig(max(7.5, 0.12 * len(points)), 4.4)
     ax = fig.add_subplot()
     style = {"sampler vs reference": "#0969da", "trainer vs reference": "#1a7f37", "sampler vs trainer": "#cf222e"}
-    for label, vals in series.items():
+    for label, vals in series.items():  # the pair's line dashed: it often lies on one side's line
         ax.plot(
             range(len(points)),
             [max(v or 0.0, floor) for v in vals],
@@ -42,8 +42,9 @@ def locate_picture(entry: dict[str, Any], name: str = LOCATE_NAME):
             lw=1.2,
             color=style[label],
             label=label,
+            ls="--" if label == "sampler vs trainer" else "-",
         )
-    ticks = [i for i, p in enumerate(points) if p["op"] in ("embed", "output", "final_norm", "logits")]
+    ticks = [i for i, p in enumerate(points) if p["op"] in ("embed", "input_norm", "final_norm", "logits")]
     ax.set_xticks(ticks, [_tick(points[i]) for i in ticks], rotation=90, fontsize=7)
     ax.set_yscale("log")
     ax.set_ylabel("median relative difference over tokens")
@@ -60,7 +61,7 @@ def locate_picture(entry: dict[str, Any], name: str = LOCATE_NAME):
 
 
 def _tick(p: dict[str, Any]) -> str:
-    return f"layer {p['layer']}" if p["op"] == "output" else p["op"]
+    return f"layer {p['layer']}" if p["op"] == "input_norm" else p["op"]  # a layer's first point
 
 
 def write_locate(entries: list[dict[str, Any]], directory: Path, inputs=None) -> list[Path]:
