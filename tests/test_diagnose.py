@@ -239,6 +239,9 @@ def diag(tmp_path_factory):
         "json",
         "--plots",
         str(tmp / "plots"),
+        "--locate",
+        "--locate-sequences",
+        "2",
     ]
     for v in VARIANTS:
         args += ["--vary", v]
@@ -249,6 +252,24 @@ def diag(tmp_path_factory):
 
 def _variant(diag, name):
     return next(v for v in diag["payload"]["variants"] if v["name"] == name)
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@needs_sample
+def test_locate_runs_inside_each_engine_and_its_chain_closes(diag):
+    """--locate on the real run (docs/diagnose.md): the float16 engine parts from the float32 trainer at the
+    embeddings; the float32 engine's embedding equals the trainer's to the bit; every vLLM capture's logprob
+    point equals that engine's own prompt logprobs; a failed variant has no localisation."""
+    entries = {e["configuration"]: e for e in diag["payload"]["locate"]}
+    assert set(entries) == {"baseline", "sampler.dtype=float32", "trainer.dtype=bfloat16", "trainer.fp32_lm_head=false"}
+    base, f32 = entries["baseline"], entries["sampler.dtype=float32"]
+    assert base["status"] == f32["status"] == "ok"
+    assert base["verdict"]["first_difference"] == base["verdict"]["first_parting"] == "embed"
+    assert f32["points"][0]["bit_equal"] and f32["verdict"]["first_difference"] != "embed"
+    assert base["sampler_closure"] == f32["sampler_closure"] == 0.0
+    assert entries["trainer.dtype=bfloat16"]["sequences"] == base["sequences"]  # the baseline's tokens, reused
+    assert (diag["tmp"] / "plots" / "diagnose_locate.png").is_file()
 
 
 @pytest.mark.vllm
