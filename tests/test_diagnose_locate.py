@@ -364,3 +364,15 @@ def test_a_variant_name_with_brackets_is_printed_as_written():
     render_all(Console(file=buf, width=80, color_system=None), [entry, failed])
     assert "locate sampler.engine.x=[1, 2]: r" in buf.getvalue()
     assert "locate sampler.env.A=[red]: failed: why [b]" in buf.getvalue()
+
+
+def test_the_html_section_and_the_picture_of_a_localisation(tmp_path):
+    pytest.importorskip("matplotlib")
+    from mismatchscope.render.plots.locate import html_section, write_locate
+
+    entry = _entry(2)
+    failed = {"configuration": "sampler.compile", "status": "failed", "reason": "needs eager <mode>"}
+    html = html_section([entry, failed])
+    assert "Where the gap enters" in html and "needs eager &lt;mode&gt;" in html and "<img" in html
+    [png] = write_locate([entry, failed], tmp_path)  # a failed entry draws nothing
+    assert png.name == "diagnose_locate.png" and png.read_bytes()[:4] == b"\x89PNG"
