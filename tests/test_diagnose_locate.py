@@ -376,3 +376,10 @@ def test_the_html_section_and_the_picture_of_a_localisation(tmp_path):
     assert "Where the gap enters" in html and "needs eager &lt;mode&gt;" in html and "<img" in html
     [png] = write_locate([entry, failed], tmp_path)  # a failed entry draws nothing
     assert png.name == "diagnose_locate.png" and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_rescore_locate_of_no_run_says_what_rescore_says(tmp_path):
+    from tests.helpers import cli_no_engine
+
+    r = cli_no_engine("rescore", str(tmp_path / "nothing"), "--out", str(tmp_path / "out"), "--locate")
+    assert r.returncode == 2 and "is not a probe run directory" in r.stderr and "--locate" not in r.stderr

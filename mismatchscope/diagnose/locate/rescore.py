@@ -26,12 +26,16 @@ KINDS = ("vllm", "hf")
 TIMEOUT_S = 900
 
 
-def check_locatable(run: Path) -> dict[str, Any]:
+def check_locatable(run: Path) -> dict[str, Any] | None:
     """The run's recorded configuration, refused (one line, before any rescoring) when its sampler cannot be
-    started again here."""
+    started again here; None when ``run`` is no run (rescore refuses it next)."""
     from ... import rundir
+    from ...probe.rescore_import import is_imported
 
-    config = (rundir.read_manifest(run) or {}).get("config") or {}
+    manifest = rundir.read_manifest(run)
+    if manifest is None and not is_imported(run):  # not a run at all: rescore's own check says so, in its words
+        return None
+    config = {} if is_imported(run) else (manifest or {}).get("config") or {}
     kind = (config.get("sampler") or {}).get("kind")
     if kind not in KINDS:
         shown = f"--sampler {kind}" if kind else "another stack (an import)"
