@@ -24,10 +24,14 @@ METRICS_DOC = DOCS / "metrics.md"
 def schemas() -> dict[str, dict]:
     """file name -> schema, one per command that prints a JSON document."""
     from mismatchscope.analysis.results import MasksResult, Report
+    from mismatchscope.analysis.side_by_side import SideBySide
+    from mismatchscope.certify.document import CertifyDocument
     from mismatchscope.diagnose.document import DiagnoseDocument
     from mismatchscope.diagnose.locate.document import LocateResult
     from mismatchscope.documents import json_schema
     from mismatchscope.gate.document import GateDocument
+    from mismatchscope.importers.document import ImportDocument
+    from mismatchscope.probe.document import ProbeDocument
     from mismatchscope.timeline import TimelineDocument
 
     return {
@@ -46,6 +50,22 @@ def schemas() -> dict[str, dict]:
             LocateResult,
             "mismatchscope locate",
             "rescore --locate (OUT/locate/locate.json); each entry of diagnose's locate adds configuration and status",
+        ),
+        "certify.json": json_schema(
+            CertifyDocument, "mismatchscope certify", "certify --format json: the verdict, its checks and its scope"
+        ),
+        "compare-masks-readings.json": json_schema(
+            SideBySide,
+            "mismatchscope compare-masks --readings",
+            "compare-masks --readings --format json: one rule under several framework readings",
+        ),
+        "import.json": json_schema(
+            ImportDocument, "mismatchscope import", "import --format json: what was imported, and its routes"
+        ),
+        "probe.json": json_schema(
+            ProbeDocument,
+            "mismatchscope probe",
+            "probe and rescore --format json: the run written, its report and compare-masks",
         ),
     }
 

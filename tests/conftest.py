@@ -31,6 +31,7 @@ SLOW_TESTS = frozenset(
         # a test id, with or without its parameters; CPU seconds measured (test, its fixtures, its child processes)
         "tests/live/test_recorder.py::test_killed_loop_leaves_finished_steps_readable_and_the_run_incomplete",  # 15 s
         "tests/live/test_recorder.py::test_rl_loop_recorded_every_step_and_read_back",  # 18 s
+        "tests/test_engine_log.py::test_diagnoses_model_loading_prints_only_the_tools_line",  # 8 s, torch's import
         "tests/probe/test_probe_hostile.py::test_an_hf_probe_with_aliases_records_the_canonical_dtypes",  # 4 s, in this process
         "tests/probe/test_probe_hostile.py::test_vllm_engine_args_are_checked_against_vllm",  # 5 s, in this process
         "tests/test_docs.py::test_cli_reference_is_generated_from_help",  # 5 s
@@ -118,3 +119,46 @@ def write(tmp_path):
         return write_table(tmp_path / name, columns, metadata)
 
     return _write
+
+
+REQUIRED_IN_CI = ("torch", "transformers", "vllm", "trl", "matplotlib", "jsonschema", "ruptures")
+"""What the README's test command installs: under ``CI=true`` a missing or broken one fails the run instead of
+skipping the tests that need it (hundreds of them would skip and the run would still pass)."""
+
+REQUIRED_FILES_IN_CI = ("sample_data/tiny-qwen3/config.json", "sample_data/tiny-qwen3-moe/config.json")
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() == "true"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under ``CI=true``, import every required engine once (in the controller, not in each worker) and stop
+    the run with the first one missing or broken, before any test starts."""
+    if not _in_ci() or hasattr(config, "workerinput"):
+        return
+    import importlib
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    missing = [name for name in REQUIRED_FILES_IN_CI if not (repo / name).is_file()]
+    for name in REQUIRED_IN_CI:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # an import that breaks (not only a missing one) skips tests just the same
+            missing.append(f"{name} ({type(exc).__name__}: {exc})")
+    if missing:
+        pytest.exit(f"CI=true but the test command's install is incomplete: {'; '.join(missing)}", returncode=1)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Under ``CI=true`` a test skipped because a required module could not be imported fails instead."""
+    outcome = yield
+    report = outcome.get_result()
+    if not (_in_ci() and report.skipped and isinstance(report.longrepr, tuple)):
+        return
+    reason = str(report.longrepr[2])
+    if any(f"could not import '{name}'" in reason for name in REQUIRED_IN_CI):
+        report.outcome = "failed"
+        report.longrepr = f"CI=true: {reason}"

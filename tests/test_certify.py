@@ -281,6 +281,8 @@ def test_moe_one_expert_flip_names_token_and_layer(tmp_path):
     assert r.returncode == 1
     routes = out["routes"]
     assert routes["tokens_flipped"] == 1 and routes["flips_by_layer"] == {"3": 1} and routes["first_layer"] == 3
+    # the layers that flipped, out of the model's two MoE layers (once "in 2 MoE layers", the model's count)
+    assert routes["status"] == "1 of 12 certified tokens flip an expert set, in 1 of the 2 MoE layers (layer 3)"
     f = routes["first"][0]
     assert (f["sequence_id"], f["position"], f["layer"]) == (1, 1, 3)
     assert f["sampler"] == sorted([2, 6]) and f["trainer"] == [2, 7]

@@ -247,7 +247,7 @@ def diag(tmp_path_factory):
         args += ["--vary", v]
     r = cli(*args, timeout=900)
     assert r.returncode in (0, 3), r.stderr[-3000:]
-    return {"rc": r.returncode, "payload": json.loads(r.stdout), "out": out, "tmp": tmp}
+    return {"rc": r.returncode, "payload": json.loads(r.stdout), "out": out, "tmp": tmp, "stderr": r.stderr}
 
 
 def _variant(diag, name):
@@ -385,3 +385,78 @@ def test_every_pair_is_an_ordinary_run_directory(diag, capsys):
     assert total["abs_logprob_diff_mean"] == p["baseline"]["metrics"]["abs_logprob_diff_mean"]
     assert (diag["tmp"] / "plots" / "diagnose_pareto.png").stat().st_size > 1000
     assert "baseline" in p["pareto_front"] or any(v["name"] in p["pareto_front"] for v in p["variants"])
+
+
+def test_timing_ratios_by_hand():
+    """Rounds of 100 tokens; the other side costs 0.01 s a token on both. Baseline 2 s, variant 1 s: (0.02 + 0.01)
+    / (0.01 + 0.01) = 1.5; 4 s and 2 s: 0.05 / 0.03 = 1.667; 2 s and 2 s: 1. Median 1.5. Its bootstrap interval:
+    a resample's median is 1 when at least two of its three draws are (3 (1/3)^2 (2/3) + (1/3)^3 = 7/27 of
+    resamples, above 2.5%), 1.667 likewise: so 1 to 1.667, wider than 1.25x: not rankable. Rounds alternate
+    baseline, variant, baseline, ..."""
+    from mismatchscope.diagnose.timing import MIN_ROUNDS, SLOW_MIN_ROUNDS, Round, interleave, summarize
+
+    s = summarize(
+        [(Round(2, 100), Round(1, 100)), (Round(4, 100), Round(2, 100)), (Round(2, 100), Round(2, 100))],
+        "sampler",
+        0.01,
+    )
+    assert s["ratios"] == pytest.approx([1.5, 5 / 3, 1.0])
+    assert (s["median"], s["low"], s["high"]) == pytest.approx((1.5, 1.0, 5 / 3))
+    assert s["rankable"] is False and s["rounds"] == 3
+    steady = summarize([(Round(2, 100), Round(1, 100))] * 3, "sampler", 0.0)
+    assert steady["median"] == pytest.approx(2.0) and steady["rankable"] is True
+    calls = []
+
+    def side(name, seconds):
+        def one():
+            calls.append(name)
+            return Round(seconds, 10)
+
+        return one
+
+    pairs = interleave(side("b", 1.0), side("v", 2.0))  # 3 s a pair, over the 6 s budget after 2: the minimum
+    assert len(pairs) == MIN_ROUNDS and calls == ["b", "v"] * MIN_ROUNDS
+    calls.clear()
+    pairs = interleave(side("b", 1.0), side("v", 30.0))  # a variant this slow: the smaller minimum
+    assert len(pairs) == SLOW_MIN_ROUNDS and calls == ["b", "v"] * SLOW_MIN_ROUNDS
+    calls.clear()
+    assert len(interleave(side("b", 0.1), side("v", 0.1))) == 30  # short rounds: up to the most rounds
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_throughput_ratios_come_from_interleaved_rounds(diag):
+    from mismatchscope.diagnose.timing import MAX_ROUNDS, SLOW_MIN_ROUNDS
+
+    timed = [v for v in diag["payload"]["variants"] if v["status"] == "ok"]
+    assert timed
+    for v in timed:
+        t = v["throughput"]["timing"]
+        assert SLOW_MIN_ROUNDS <= t["rounds"] <= MAX_ROUNDS and len(t["ratios"]) == t["rounds"]
+        assert t["low"] <= t["median"] <= t["high"] and v["throughput"]["relative_to_baseline"] == t["median"]
+        assert t["side_timed"] == v["side"]
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_diagnose_tables_fit_80_columns_and_agree_with_the_json(diag):
+    from io import StringIO
+
+    from rich.console import Console
+
+    from mismatchscope.render.diagnose_tables import render
+    from tests.test_tables_at_80_columns import WIDTH, assert_readable
+
+    buf = StringIO()
+    render(Console(file=buf, width=WIDTH, soft_wrap=False), diag["payload"])
+    assert_readable(buf.getvalue(), diag["payload"])
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_diagnose_prints_only_its_own_lines(diag):
+    """Its progress notes, its warnings and the line naming the log: no loading bars, no torch notices."""
+    own = ("baseline: ", "reference forward", "determinism: ", "variant ", "warning: ", "the engines' output")
+    lines = [line for line in diag["stderr"].splitlines() if line.strip()]
+    assert lines and all(line.startswith(own) for line in lines), diag["stderr"]
+    assert (diag["out"] / "engine.log").is_file()

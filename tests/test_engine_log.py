@@ -335,3 +335,69 @@ def test_a_run_that_sampled_nothing_gets_no_log_that_would_block_its_rerun(tmp_p
     with engine_output(run):
         _child_writes("engine noise\n")
     assert sorted(p.name for p in run.iterdir()) == ["manifest.json"]
+
+
+DIAGNOSE_LOADING = r"""
+import sys
+from pathlib import Path
+from mismatchscope.probe.checkpoint import inspect_checkpoint
+from mismatchscope.probe.engine_log import engine_output
+from mismatchscope.probe.trainer import HFTrainer
+from mismatchscope.probe.types import TrainerConfig
+with engine_output(Path(sys.argv[1]), any_dir=True):  # as the diagnose command holds it around its work
+    HFTrainer(inspect_checkpoint(Path(sys.argv[2])), TrainerConfig())
+"""
+
+
+def test_diagnoses_model_loading_prints_only_the_tools_line(tmp_path):
+    """diagnose loads transformers models in its own process (the reference, the trainers); transformers draws
+    a "Loading weights" bar on stderr for each. Under the capture diagnose holds, the one line on stderr is the
+    tool's, naming the log in diagnose's output folder (no --verbose there), and the bar is in the log."""
+    out = tmp_path / "diag"
+    out.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    r = subprocess.run(
+        [sys.executable, "-c", DIAGNOSE_LOADING, str(out), str(DENSE)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == f"the engines' output (vLLM, torch, transformers): {out / LOG_NAME}\n", r.stderr
+    assert "Loading weights" in (out / LOG_NAME).read_text()
+
+
+def test_commands_on_hostile_data_print_only_their_own_lines(tmp_path):
+    """Ratios that overflow (log q = -1000) and a -inf logprob, through every command that reads pairs: stderr
+    holds the tool's warnings and nothing else (numpy's RuntimeWarnings were leaking from the gate's
+    bootstrap: a sequence drawn 0 times times its infinite sum)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.helpers import cli
+
+    path = tmp_path / "hostile.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "sequence_id": [1, 1, 2, 2, 3, 3],
+                "position": [0, 1, 0, 1, 0, 1],
+                "token_id": [5, 6, 7, 8, 9, 10],
+                "sampler_logprob": [-0.5, -1000.0, -0.5, float("-inf"), -0.5, -0.4],
+                "trainer_logprob": [-0.6, -0.6, -0.6, -0.6, -0.6, -0.6],
+                "step": [0, 0, 1, 1, 2, 2],
+            }
+        ),
+        path,
+    )
+    for args in (
+        ("report", "--worst", "2"),
+        ("compare-masks", "--sweep", "icepop.beta=1.5,2"),
+        ("compare-masks", "--readings", "dppo-kl"),
+        ("gate", "--absolute-only", "--bootstrap", "200"),
+        ("timeline",),
+    ):
+        r = cli(args[0], str(path), *args[1:])
+        assert r.returncode in (0, 1), (args, r.stderr)
+        assert r.stderr and all(line.startswith("warning: ") for line in r.stderr.splitlines()), (args, r.stderr)

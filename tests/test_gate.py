@@ -452,12 +452,12 @@ def pair(write):
 
 def test_cli_exit_codes_and_table(pair, tmp_path):
     base, same, worse = pair
-    r = cli("gate", str(same), "--baseline", str(base))
+    r = cli("gate", str(same), "--baseline", str(base), env={"COLUMNS": "200"})  # wide: one table, one row a check
     assert r.returncode == 0, r.stderr
     assert "PASS: all 8 checks hold" in r.stdout
     # each bootstrapped check prints its interval around the estimate: a real interval of nonzero width
     est, lo, hi = map(
-        float, re.search(r"tv_token_mean <= 0\.01 .*?│ +([\d.e-]+) \[([\d.e-]+), ([\d.e-]+)\]", r.stdout).groups()
+        float, re.search(r"tv_token_mean <= 0\.01 .*?│ +([\d.e-]+) │ +\[([\d.e-]+), ([\d.e-]+)\]", r.stdout).groups()
     )
     assert lo < est < hi
     r = cli("gate", str(worse), "--baseline", str(base))
@@ -663,3 +663,52 @@ def test_readme_documents_the_starter_keys():
         assert key in readme, key
     assert (REPO / "examples" / "gate-workflow.yml").is_file()
     assert os.path.getsize(REPO / "examples" / "gate-workflow.yml") > 500
+
+
+def test_same_data_is_a_deterministic_rerun_unless_the_run_records_are_the_same(tmp_path):
+    """Two probes of one stack at one seed write the same bytes: the expected case of a determinism check.
+
+    The golden probe copied twice is a copy (the same manifest, start time and timings); the same data with
+    the second run's own manifest (another session start, other measured seconds) is two runs that agree to
+    the bit, which the gate says in a note, not a warning."""
+    golden = REPO / "tests" / "data" / "golden-probe"
+    base = shutil.copytree(golden, tmp_path / "base")
+    copy = shutil.copytree(golden, tmp_path / "copy")
+    rerun = shutil.copytree(golden, tmp_path / "rerun")
+    manifest = json.loads((rerun / "manifest.json").read_text())
+    manifest["sessions"] = [{"started_at": "2030-01-01T00:00:00+00:00", "resumed": False, "sampling_seconds": 4.9}]
+    (rerun / "manifest.json").write_text(json.dumps(manifest))
+    lenient = ["--format", "json", "--bootstrap", "50", "--limit", "tv_token_mean<=1"]
+
+    r = cli("gate", str(copy), "--baseline", str(base), *lenient)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["notes"] == [] and any(w.endswith("is it a copy?") for w in doc["warnings"]), doc["warnings"]
+    assert "the same run records" in r.stderr
+
+    r = cli("gate", str(rerun), "--baseline", str(base), *lenient)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert not any("copy" in w for w in doc["warnings"]) and "warning: the baseline" not in r.stderr
+    assert doc["notes"] == [
+        f"the baseline {base} holds the same data as the candidate (same sizes, identical Parquet footers), from "
+        "two runs (their run records differ): the two runs are bit-identical: the stack is deterministic at seed 0"
+    ]
+    assert "deterministic at seed 0" in r.stderr
+
+
+def test_bootstrap_leaves_an_infinite_sequence_out_of_the_resamples_that_did_not_draw_it():
+    """X = [1, inf] over two sequences: a resample draws 2 indices of {0, 1}; counts (2, 0) sum to 2 * 1 = 2
+    (finite: sequence 1 was not drawn), any count of sequence 1 gives inf. The product alone gave
+    2 * 1 + 0 * inf = NaN there, with numpy's "invalid value" warning on stderr."""
+    import warnings
+
+    X = np.array([[1.0, 1.0], [np.inf, 3.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sums = resample_sums(X, 200, np.random.default_rng(0))
+    left_out = sums[:, 1] == 2.0  # column 1 is finite: its sum 2 means both draws were sequence 0
+    assert left_out.any() and (~left_out).any()
+    assert np.array_equal(sums[left_out, 0], np.full(left_out.sum(), 2.0))
+    assert np.isinf(sums[~left_out, 0]).all()
+    assert not np.isnan(sums).any()

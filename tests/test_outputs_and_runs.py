@@ -198,8 +198,8 @@ def test_a_byte_identical_baseline_is_warned_about(tmp_path, write):
     r = cli("gate", str(cand), "--baseline", str(copy), "--config", cfg, "--bootstrap", "0", "--format", "json")
     assert r.returncode == 0, r.stderr  # identical data passes every limit: right for a deterministic, unchanged stack
     assert (
-        f"warning: the baseline {copy} holds the same data as the candidate (same sizes, identical Parquet footers): "
-        "every regression limit passes by construction; is it a copy?"
+        f"warning: the baseline {copy} holds the same data as the candidate (same sizes, identical Parquet footers) "
+        "and no run records to tell two runs apart: every regression limit passes by construction; is it a copy?"
     ) in " ".join(r.stderr.split())
     other = write(pairs(ROWS[:4]), "other.parquet")
     r = cli("gate", str(cand), "--baseline", str(other), "--config", cfg, "--bootstrap", "0", "--format", "json")

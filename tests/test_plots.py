@@ -138,6 +138,11 @@ def test_report_plots_and_html(tmp_path):
     assert row, "no top-k overlap row"
     assert int(row.group(1).replace(",", "")) == sc["topk_overlap"]["tokens"]
     assert float(row.group(2)) == pytest.approx(sc["topk_overlap"]["mean"], rel=1e-3)
+    # numbers never wrap mid-digit, headers never mid-word ("valu" / "e"); the readings' values are numbers too
+    css = re.search(r"<style>(.*?)</style>", html, re.S).group(1)
+    assert re.search(r"td\.num \{[^}]*white-space: nowrap", css) and re.search(r"th \{[^}]*overflow-wrap: normal", css)
+    readings = html.split("<h2>Readings</h2>")[1].split("</table>")[0]
+    assert readings.count('<td class="num">') == readings.count("<tr>") - 1  # one value a row, header aside
 
 
 def test_report_rule_without_pictures_is_a_usage_error():

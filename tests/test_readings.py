@@ -80,9 +80,11 @@ def test_dppo_kl_readings_on_the_table():
     # T1 0.0105, T2 0.6931 (A<0, p<q), T4 0.0104, T5 0.1438 (A=0, p<q), T6 0.3 ln 0.6 + 0.7 ln 1.4 = 0.0823,
     # T7 0.3 ln 2 + 0.7 ln(0.7/0.85) = 0.0720 (A<0, p<q), T8 0.2 ln 0.5 + 0.8 ln(0.8/0.6) = 0.0915,
     # T9 0.25 ln(1/3) + 0.75 ln 3 = 0.5493
-    # mismatchscope = reference = verl (delta 0.05, A = 0 negative): T2, T5, T6, T7, T8, T9 -> 6
-    for name in ("dppo-kl", "dppo-kl@reference", "dppo-kl@verl"):
+    # mismatchscope = verl (delta 0.05, A = 0 negative): T2, T5, T6, T7, T8, T9 -> 6
+    for name in ("dppo-kl", "dppo-kl@verl"):
         assert rejected(name) == [2, 5, 6, 7, 8, 9], name
+    # reference (its config default 0.2, A = 0 negative): T2 0.69, T9 0.55; T5's 0.1438 is kept -> 2
+    assert rejected("dppo-kl@reference") == [2, 9]
     # skyrl (delta 0.2, A = 0 never masked): T2 0.69, T9 0.55 -> 2
     assert rejected("dppo-kl@skyrl") == [2, 9]
     # skyrl at mismatchscope's delta: the only difference left is A = 0 (T5) -> 5
@@ -93,10 +95,12 @@ def test_dppo_kl_readings_on_the_table():
 
 def test_dppo_tv_readings_on_the_table():
     # p - q: T1 0.001, T2 -0.5, T3 0, T4 0.001, T5 -0.25 (A=0), T6 0.2, T7 -0.15, T8 0.2, T9 0.5
-    # mismatchscope = reference = verl (0.15 both ways, A = 0 negative): T2, T5 (-0.25 < -0.15), T6, T8 (0.2 > 0.15),
+    # mismatchscope = verl (0.15 both ways, A = 0 negative): T2, T5 (-0.25 < -0.15), T6, T8 (0.2 > 0.15),
     # T9; T7 sits exactly on -0.15 and is kept (strict <) -> 5
-    for name in ("dppo-tv", "dppo-tv@reference", "dppo-tv@verl"):
+    for name in ("dppo-tv", "dppo-tv@verl"):
         assert rejected(name) == [2, 5, 6, 8, 9], name
+    # reference = prime-rl (0.2 both ways, A = 0 negative): T2, T5 (-0.25 < -0.2), T9; T6, T8 on 0.2 kept -> 3
+    assert rejected("dppo-tv@reference") == [2, 5, 9]
     # skyrl (0.2, A = 0 never masked): T2, T9; T6 and T8 sit exactly on 0.2 (kept) -> 2
     assert rejected("dppo-tv@skyrl") == [2, 9]
     # prime-rl (0.2, A = 0 negative): T2, T5 (-0.25 < -0.2), T9 -> 3
@@ -115,6 +119,11 @@ def test_ipo_icepop_and_kpop_readings_on_the_table():
     # 1 - 1e-6: 0.5 ln(0.5/(1-1e-6)) + 0.5 ln(0.5/1e-6) = -0.34657 + 6.56118 = 6.2146 > 2 -> T2 only;
     # T9: D(0.75||0.25) = 0.75 ln 3 + 0.25 ln(1/3) = 0.5493 < 2
     assert rejected("kpop@verl") == [2]
+    # kpop@areal (phi 5, p and q clamped to [1e-8, 1 - 1e-8]): T2's D(p||q) = 0.5 ln(0.5/(1-1e-8)) + 0.5 ln(0.5/1e-8)
+    # = -0.34657 + 8.86374 = 8.5172 > 5; every other token's larger D stays below 0.55 (T9) -> T2 only
+    assert rejected("kpop@areal") == [2]
+    # the clamp decides at phi 7: AReaL's 1e-8 gives 8.5172 (rejected), prime-rl's 1e-6 gives 6.2146 (kept)
+    assert rejected("kpop@areal", phi=7.0) == [2] and rejected("kpop@prime-rl", phi=7.0) == []
 
 
 def test_k3_seq_in_areal_orientation(write):
@@ -156,7 +165,7 @@ def test_side_by_side_counts_and_categories(write):
     rows = {row["reading"]: row for row in json.loads(r.stdout)["readings"]}
     assert {k: v["tokens_acted"] for k, v in rows.items()} == {
         "mismatchscope": 5,
-        "reference": 5,
+        "reference": 3,
         "verl": 5,
         "skyrl": 2,
         "prime-rl": 3,
@@ -239,3 +248,12 @@ def test_gate_and_monitor_take_readings():
     # the step's rates are the table's counts over its 9 tokens: dppo-tv@skyrl 2, icepop@slime 1
     assert out["mismatch/dppo-tv@skyrl_reject_rate"] == pytest.approx(2 / 9)
     assert out["mismatch/icepop@slime_reject_rate"] == pytest.approx(1 / 9)
+
+
+def test_readings_without_a_rule_say_so():
+    from mismatchscope.analysis.side_by_side import parse_readings
+
+    # once "names 1 reading(s) ... (e.g. --readings @mismatchscope,skyrl)": a hint that repeats the mistake
+    with pytest.raises(UsageError, match=r"--readings '@skyrl' names no rule") as e:
+        parse_readings("@skyrl")
+    assert "dppo-kl" in e.value.hint

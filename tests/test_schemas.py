@@ -107,3 +107,63 @@ def test_timeline_output_validates(write):
     path = write(pairs(rows, step=[r[0] // 10 for r in rows]))
     doc = _validate("timeline.json", "timeline", str(path))
     assert doc["steps"] == 3 and not math.isnan(doc["rows"][0]["k3_mean"])
+
+
+# -- certify, compare-masks --readings, import, probe ----------------------------------------------------------------
+
+
+def test_certify_output_validates(tmp_path):
+    from tests.test_certify import LP, _flip_low_bit, make_run
+
+    equal = _validate("certify.json", "certify", str(make_run(tmp_path / "equal")))
+    assert equal["certified"] is True and equal["pairings"][0]["earliest_position"] is None
+    # one token 1 ULP apart, and a prefill column: the differing pairing fills the histogram and first differences
+    run = make_run(tmp_path / "differ", sampler=_flip_low_bit(LP, 6), prefill=LP)
+    doc = _validate("certify.json", "certify", str(run), "--show", "3")
+    differs = next(p for p in doc["pairings"] if not p["equal"])
+    assert differs["ulp_histogram"] == [{"ulp": "1", "tokens": 1}] and len(differs["first_differences"]) == 1
+    assert doc["verdict"] == "not certified"
+
+
+def test_certify_of_a_moe_run_validates(tmp_path):
+    doc = _validate("certify.json", "certify", str(write_run(tmp_path / "run")))
+    assert doc["routes"]["moe_layers"]
+
+
+@pytest.mark.parametrize("rule", ["dppo-kl", "icepop@mismatchscope,slime,areal", "k3-seq@mismatchscope,areal"])
+def test_compare_masks_readings_output_validates(rule):
+    doc = _validate("compare-masks-readings.json", "compare-masks", str(GOLDEN), "--readings", rule)
+    assert all("differs_from_first" in r for r in doc["readings"][1:]) and "first_only" not in doc["readings"][0]
+
+
+def test_import_output_validates(tmp_path):
+    (tmp_path / "d.jsonl").write_text(
+        '{"token_ids": [5, 6], "sampler_logprobs": [-0.5, -1], "trainer_logprobs": [-0.4, -1]}\n'
+    )
+    doc = _validate("import.json", "import", "jsonl", str(tmp_path / "d.jsonl"), "--out", str(tmp_path / "out"))
+    assert doc["tokens_written"] == 2 and doc["routes"] is None
+
+
+def test_import_with_routes_output_validates(tmp_path):
+    from tests.importers.test_import_routes import CONFIG, sglang, write_tokens
+
+    write_tokens(tmp_path / "tokens.jsonl")
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))
+    (tmp_path / "routes.jsonl").write_text("".join(json.dumps(sglang(s)) + "\n" for s in (5, 9)))
+    doc = _validate(
+        "import.json", "import", "jsonl", str(tmp_path / "tokens.jsonl"), "--out", str(tmp_path / "out"),
+        "--routes", str(tmp_path / "routes.jsonl"), "--routes-format", "sglang", "--routes-config", str(tmp_path / "config.json"),
+    )  # fmt: skip
+    assert doc["routes"]["sequences"] == 2
+
+
+def test_probe_output_validates(capsys):
+    # what probe and rescore print after writing a run, here for the golden probe run (no engine started)
+    from mismatchscope.cli._streams import OutputFormat
+    from mismatchscope.cli.probe import _summarise
+
+    _summarise(GOLDEN, None, OutputFormat.json)
+    doc = json.loads(capsys.readouterr().out)
+    schema = json.loads((SCHEMAS / "probe.json").read_text())
+    jsonschema.validate(doc, schema, cls=jsonschema.Draft202012Validator)
+    assert doc["schema_version"] == 1 and "schema_version" not in doc["report"]

@@ -21,19 +21,60 @@ the rule reads the advantage and the sequence's is 0, else under ``other``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
 from ..divergence import TokenTerms
+from ..documents import optional
 from ..errors import UsageError
 from ..rules import RuleInstance, make_instance
 from ..rules.base import parse_overrides
 from ..rules.readings import DEFAULT, READINGS, readings_of, split_name
 from .evaluate import HYPOTHESES, token_verdicts
 from .masks import Unit
-from .results import Hypothesis
+from .results import Hypothesis, RuleParams
 
 CATEGORIES = ("A = 0", "p or q = 1", "at threshold", "other")
+
+
+@dataclass(frozen=True)
+class ReadingRow:
+    """One reading of the rule under one advantage hypothesis: its count, and where it parts from the first."""
+
+    reading: str = field(metadata={"doc": "the framework reading ('mismatchscope': the rule's own defaults)"})
+    name: str = field(metadata={"doc": "the rule as --rule spells it (RULE@READING)"})
+    params: RuleParams
+    hypothesis: Hypothesis
+    tokens_acted: float = field(metadata={"doc": "tokens the reading rejects (or reweights, for a reweighting rule)"})
+    token_rate: float | None = field(metadata={"doc": "tokens_acted / tokens; null over no token"})
+    sequences_rejected: float
+    differs_from_first: dict[str, int] | None = field(
+        default=None,
+        metadata=optional(
+            "tokens on which this reading and the first part, by category (every reading after the first)"
+        ),
+    )
+    first_only: int | None = field(
+        default=None, metadata=optional("tokens the first reading acts on and this one does not", "differs_from_first")
+    )
+    this_only: int | None = field(
+        default=None, metadata=optional("tokens this reading acts on and the first does not", "differs_from_first")
+    )
+
+
+@dataclass(frozen=True)
+class SideBySide:
+    """What ``compare-masks --readings`` prints (``docs/schemas/compare-masks-readings.json``)."""
+
+    tokens: int
+    sequences: int
+    rule: str
+    action: Literal["reject", "reweight"]
+    level: Literal["token", "sequence"]
+    first: str = field(metadata={"doc": "the reading every other one is compared with"})
+    readings: list[ReadingRow]
+    warnings: list[str]
 
 
 def parse_readings(text: str) -> list[RuleInstance]:
@@ -43,13 +84,16 @@ def parse_readings(text: str) -> list[RuleInstance]:
     ``...:delta=0.05`` -> that parameter set in every reading (a reading's other choices stay)."""
     head, _, params = text.partition(":")
     rule, reading = split_name(head)
+    if not rule:
+        has = ", ".join(dict.fromkeys(r for rd in READINGS.values() for r in rd.rules))
+        raise UsageError(f"--readings {text!r} names no rule", hint=f"start with a rule that has readings: {has}")
     names = [n.strip() for n in reading.split(",")] if reading else [DEFAULT, *readings_of(rule)]
     if len(names) == 1 and names[0] != DEFAULT:  # one reading: against mismatchscope's defaults
         names = [DEFAULT, *names]
     if len(names) < 2 or not all(names):
         has = list(dict.fromkeys(r for rd in READINGS.values() for r in rd.rules))
         if reading is None:
-            raise UsageError(f"no framework reading has {rule!r}", hint=f"rules with readings: {', '.join(has)}")
+            raise UsageError(f"no framework reading has a rule {rule!r}", hint=f"rules with readings: {', '.join(has)}")
         raise UsageError(
             f"--readings {text!r} names {len(names)} reading(s); a side-by-side view needs two or more",
             hint=f"e.g. --readings {rule}@{DEFAULT},{','.join(readings_of(rule)[:2]) or 'skyrl'}",
@@ -96,8 +140,8 @@ def hypotheses(rule: RuleInstance, has_advantage: bool) -> list[Hypothesis]:
     return list(HYPOTHESES) if rule.spec.uses_advantage and not has_advantage else ["data"]
 
 
-def side_by_side(path: str, text: str, mapping: dict[str, str] | None = None) -> dict:
-    """The payload of ``compare-masks --readings``: the rule, a row per reading and hypothesis, the differences."""
+def side_by_side(path: str, text: str, mapping: dict[str, str] | None = None) -> SideBySide:
+    """``compare-masks --readings``: the rule, a row per reading and hypothesis, the differences."""
     from .engine import AnalysisRequest, analyse
 
     rules = parse_readings(text)
@@ -128,29 +172,31 @@ def side_by_side(path: str, text: str, mapping: dict[str, str] | None = None) ->
     for row in rows:
         i = next(k for k, r in enumerate(rules) if r.name == row.name)
         key = (i, row.hypothesis)
-        entry = {
-            "reading": rules[i].reading or DEFAULT,
-            "name": row.name,
-            "params": row.params,
-            "hypothesis": row.hypothesis,
-            "tokens_acted": row.tokens_rejected if acts == "reject" else row.tokens_reweighted,
-            "token_rate": row.token_reject_rate if acts == "reject" else row.token_reweight_rate,
-            "sequences_rejected": row.sequences_rejected,
-        }
-        if i and key in diffs.by_key:
-            entry["differs_from_first"] = dict(zip(CATEGORIES, map(int, diffs.by_key[key])))
-            entry["first_only"], entry["this_only"] = diffs.first_only[key], diffs.this_only[key]
-        out_rows.append(entry)
-    return {
-        "tokens": result.tokens,
-        "sequences": result.sequences,
-        "rule": rules[0].spec.name,
-        "action": acts,
-        "level": rules[0].level,
-        "first": rules[0].reading or DEFAULT,
-        "readings": out_rows,
-        "warnings": result.warnings,
-    }
+        parted = i > 0 and key in diffs.by_key
+        out_rows.append(
+            ReadingRow(
+                rules[i].reading or DEFAULT,
+                row.name,
+                row.params,
+                row.hypothesis,
+                row.tokens_rejected if acts == "reject" else row.tokens_reweighted,
+                row.token_reject_rate if acts == "reject" else row.token_reweight_rate,
+                row.sequences_rejected,
+                dict(zip(CATEGORIES, map(int, diffs.by_key[key]))) if parted else None,
+                diffs.first_only[key] if parted else None,
+                diffs.this_only[key] if parted else None,
+            )
+        )
+    return SideBySide(
+        result.tokens,
+        result.sequences,
+        rules[0].spec.name,
+        acts,
+        rules[0].level,
+        rules[0].reading or DEFAULT,
+        out_rows,
+        result.warnings,
+    )
 
 
 def _sequence_differences(result, rules: list[RuleInstance], diffs: Differences) -> None:

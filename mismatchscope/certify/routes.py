@@ -80,7 +80,9 @@ def check_routes(
             )
         if is_moe:
             return RouteResult(
-                "MoE model without recorded routes and without route replay: route agreement is not shown", False
+                "MoE model without recorded routes and without route replay: route agreement is not shown "
+                "(record both sides' routes: probe --routes, or Recorder.add's sampler_experts and trainer_experts)",
+                False,
             )
         return RouteResult(NOT_MOE if is_moe is False else UNKNOWN_MOE, None)
     try:
@@ -171,10 +173,16 @@ def _compare_routes(files: list[Path], meta: RoutingMeta, tokens: Tokens, show: 
 
 
 def _status(r: RouteResult) -> str:
-    parts = [
-        f"{r.tokens_flipped} of {r.tokens} certified tokens flip an expert set in "
-        f"{len(r.moe_layers)} MoE layers" + (f" (first layer {r.first_layer})" if r.first_layer is not None else "")
-    ]
+    flipped = sorted(layer for layer, n in r.flips_by_layer.items() if n)
+    if r.tokens_flipped:
+        shown = ", ".join(map(str, flipped[:8])) + (", ..." if len(flipped) > 8 else "")
+        head = (
+            f"{r.tokens_flipped} of {r.tokens} certified tokens flip an expert set, in {len(flipped)} of the "
+            f"{len(r.moe_layers)} MoE layers (layer{'s' if len(flipped) != 1 else ''} {shown})"
+        )
+    else:
+        head = f"0 of {r.tokens} certified tokens flip an expert set in the {len(r.moe_layers)} MoE layers"
+    parts = [head]
     if r.missing_rows:
         parts.append(f"{r.missing_rows} certified tokens lack a route row on a side")
     for side, n in r.dead_rows.items():

@@ -89,9 +89,11 @@ def certify_run(
     present = [p for p in chosen if p.left in have and p.right in have]
     absent = [p for p in chosen if p not in present]
     if not present:
+        lacking = sorted({c for p in absent for c in (p.left, p.right)} - have)
         raise UsageError(
-            f"{path}: none of the pairings asked for is in this run "
-            f"({', '.join(p.name for p in absent)} need {sorted({c for p in absent for c in (p.left, p.right)} - have)})",
+            f"{path}: none of the pairings asked for is in this run: "
+            f"{', '.join(p.name for p in absent)} need{'s' if len(absent) == 1 else ''} the column "
+            f"{', '.join(lacking)}, which it does not hold",
             hint="record the sampler's prefill logprobs with probe --sampler-prefill",
         )
     results = [compare(p, loaded.tokens, show) for p in present]
@@ -157,7 +159,29 @@ def _policy(loaded: Loaded, manifest: Mapping[str, Any] | None) -> PolicyCheck:
             "sampled with: a policy-lag run compares two policies",
             False,
         )
+    lag = declared_lag(manifest, loaded.source.run_config)
+    if lag is not None:
+        return PolicyCheck(f"the run records policy lag: {lag}", False)
     return PolicyCheck(
         "not checked: the run records no sampler_step and trainer_step per token, nor which weights each side used",
         None,
     )
+
+
+def declared_lag(manifest: Mapping[str, Any] | None, file_meta: Mapping[str, Any] | None) -> str | None:
+    """Why the trainer's weights were not the sampler's, where the run says so and gives no per-token steps to
+    check it: an import of an asynchronous trainer (prime-rl's semantics), a rescore of one (its ``imported``
+    semantics), a probe scored with ``--trainer-checkpoint``. Byte-equal pairs of two policies prove nothing
+    about one stack, so such a run cannot certify."""
+    from ..analysis.readings import policy_lag
+
+    for doc in (manifest, file_meta):
+        if not isinstance(doc, Mapping):
+            continue
+        cfg = doc.get("config")
+        imported = cfg.get("imported") if isinstance(cfg, Mapping) else None
+        for part in (doc, cfg, imported):
+            note = policy_lag(dict(part)) if isinstance(part, Mapping) else None
+            if note:
+                return note
+    return None

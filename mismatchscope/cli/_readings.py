@@ -43,12 +43,14 @@ def run_side_by_side(
             hint="run compare-masks twice, or name the readings as rules: --rule dppo-kl@skyrl --rule dppo-kl",
         )
     check_all(inputs=[path])
-    payload = side_by_side(path, readings, parse_column_mapping(column))
-    for w in payload["warnings"]:
+    from ..documents import document, to_json
+
+    result = side_by_side(path, readings, parse_column_mapping(column))
+    for w in result.warnings:
         warn(w)
     if format is OutputFormat.json:
-        emit_json(payload)
+        emit_json(document(result))
         return
     from ..render.readings_table import readings_table
 
-    readings_table(stdout_console(), payload)
+    readings_table(stdout_console(), to_json(result))

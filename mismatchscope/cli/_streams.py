@@ -15,10 +15,30 @@ class OutputFormat(str, enum.Enum):
     json = "json"
 
 
+DEFAULT_WIDTH = 80
+
+
+def output_width() -> int:
+    """The width tables are laid out for: the real terminal's when stdout is one, else ``COLUMNS``, else 80.
+
+    A pipe or a file has no width of its own; 80 is what a reader's pager or editor shows whole, and
+    ``COLUMNS`` lets a wider log ask for more.
+    """
+    import os
+
+    if sys.stdout.isatty():
+        try:
+            return os.get_terminal_size(sys.stdout.fileno()).columns or DEFAULT_WIDTH
+        except (OSError, ValueError):  # a terminal that cannot say its size
+            pass
+    columns = os.environ.get("COLUMNS", "").strip()
+    return int(columns) if columns.isdigit() and int(columns) > 0 else DEFAULT_WIDTH
+
+
 def stdout_console():
     from rich.console import Console
 
-    return Console(soft_wrap=False, width=None if sys.stdout.isatty() else 160)
+    return Console(soft_wrap=False, width=output_width())
 
 
 def stderr_console():

@@ -110,6 +110,7 @@ def diagnose(
     from ..diagnose.locate.run import locate_options
     from ..diagnose.run import DiagnoseOptions, check_options, run_diagnose
     from ..diagnose.variants import Configuration, default_matrix, load_matrix, parse_vary
+    from ..probe.engine_log import engine_output
     from ..probe.types import SamplerConfig, SamplingConfig, TrainerConfig
     from ._progress import Bars, engine_env
 
@@ -135,37 +136,41 @@ def diagnose(
         trust_remote_code=trust_remote_code,
         allow_pickle=allow_pickle,
     )
-    if not variants:
-        variants = default_matrix(_device(), Configuration(sampler_cfg, trainer))
-    checkpoint = checkpoint or sample_dir() / "tiny-qwen3"
-    opts = DiagnoseOptions(
-        checkpoint=checkpoint,
-        prompts=prompts or sample_dir() / "prompts.jsonl",
-        out=out or Path("runs") / time.strftime("diagnose-%Y%m%d-%H%M%S"),
-        sampling=SamplingConfig(
-            temperature=temperature,
-            top_p=top_p,
-            top_k=top_k,
-            n=n,
-            max_tokens=max_tokens,
-            top_k_logprobs=top_k_logprobs,
-            seed=seed,
-            logprobs_mode=cast("LogprobsMode", logprobs_mode),
-        ),  # type: ignore[arg-type]
-        sampler=sampler_cfg,
-        trainer=trainer,
-        variants=variants,
-        bootstrap=Bootstrap(resamples=bootstrap, confidence=confidence, seed=seed),
-        determinism=determinism,
-        plots=plots,
-        html=html,
-        matrix=matrix,
-        locate=locate_options(locate, locate_sequences),
-    )
-    check_options(opts)  # run_diagnose checks again; here so a bad option is reported before the progress bars
-    engine_env()
-    with Bars(enabled=True) as bars:
-        payload = run_diagnose(opts, cast("Progress", bars))  # Bars has Progress's methods
+    out_dir = out or Path("runs") / time.strftime("diagnose-%Y%m%d-%H%M%S")
+    # torch's import notices, transformers' loading bars: into OUT/engine.log, as probe does (the samplers'
+    # own processes write theirs beside their runs)
+    with engine_output(out_dir, sampler_kind=sampler, any_dir=True):
+        if not variants:
+            variants = default_matrix(_device(), Configuration(sampler_cfg, trainer))
+        checkpoint = checkpoint or sample_dir() / "tiny-qwen3"
+        opts = DiagnoseOptions(
+            checkpoint=checkpoint,
+            prompts=prompts or sample_dir() / "prompts.jsonl",
+            out=out_dir,
+            sampling=SamplingConfig(
+                temperature=temperature,
+                top_p=top_p,
+                top_k=top_k,
+                n=n,
+                max_tokens=max_tokens,
+                top_k_logprobs=top_k_logprobs,
+                seed=seed,
+                logprobs_mode=cast("LogprobsMode", logprobs_mode),
+            ),  # type: ignore[arg-type]
+            sampler=sampler_cfg,
+            trainer=trainer,
+            variants=variants,
+            bootstrap=Bootstrap(resamples=bootstrap, confidence=confidence, seed=seed),
+            determinism=determinism,
+            plots=plots,
+            html=html,
+            matrix=matrix,
+            locate=locate_options(locate, locate_sequences),
+        )
+        check_options(opts)  # run_diagnose checks again; here so a bad option is reported before the progress bars
+        engine_env()
+        with Bars(enabled=True) as bars:
+            payload = run_diagnose(opts, cast("Progress", bars))  # Bars has Progress's methods
     if plots is not None or html is not None:
         from ..outputs import input_files
         from ..render.plots.diagnose import write_html, write_pareto

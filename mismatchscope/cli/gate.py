@@ -170,6 +170,8 @@ def gate(
     seconds = time.perf_counter() - t0
     for w in result.warnings:
         warn(w)
+    for n in result.notes:
+        info(n)
     _write_outputs(result, seconds, junit_xml, markdown, plots, html, inputs)
     if format is OutputFormat.json:
         from ..render.gate_tables import gate_payload

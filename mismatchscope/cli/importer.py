@@ -93,6 +93,11 @@ def import_(
 
     if fmt not in FORMATS:
         raise UsageError(f"unknown import format {fmt!r}", hint=f"use one of {', '.join(FORMATS)}")
+    if trust_pickle and "slime" not in (fmt, routes_format):
+        raise UsageError(
+            f"--trust-pickle applies to slime's pickled dumps; {fmt} files hold no pickle",
+            hint="drop --trust-pickle",
+        )
     if not src.strip():
         raise UsageError("an empty path was given as the dump to import", hint=describe(fmt))
     src_path = Path(src)
@@ -115,9 +120,11 @@ def import_(
     )
     for w in result.warnings:
         warn(w)
-    data = {"out": str(out_dir), **result.to_dict()}
     if format is OutputFormat.json:
-        emit_json(data)
+        from ..documents import document
+        from ..importers.document import ImportDocument
+
+        emit_json(document(ImportDocument.of(result, out_dir)))
         return
     console = stdout_console()
     console.print(

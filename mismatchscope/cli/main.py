@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
         _usage_error(e)
     except SystemExit as e:
         # Outside standalone mode typer exits by itself only on a closed stdout (EPIPE, code 1):
-        # 1 is gate's "a limit failed", so a closed pipe must not say it.
+        # 1 is the verdict of gate and certify ("a limit failed", "not certified"), so a closed pipe must not say it.
         if e.code == 1:
             _fail("stdout was closed before the output was written", 2, False)
         raise
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> None:
         _os_error(e)
     except RecursionError:
         _fail("the input is nested too deeply to read", 2, debug_enabled())
-    except Exception as e:  # a bug: never exit 1, which gate reserves for a failed limit
+    except Exception as e:  # a bug: never exit 1, which gate and certify keep for their verdicts
         _fail(
             f"internal error ({type(e).__name__}: {e}); please report it with the traceback above", INTERNAL_ERROR, True
         )

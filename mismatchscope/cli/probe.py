@@ -80,7 +80,6 @@ if TYPE_CHECKING:
 def _summarise(run_dir: Path, rules: list[str] | None, format: OutputFormat) -> None:
     from ..analysis.engine import AnalysisRequest, analyse
     from ..rules import default_rules, parse_rule
-    from .analyse import masks_payload, report_payload
 
     selected = [parse_rule(r) for r in rules] if rules else default_rules()
     try:
@@ -95,14 +94,15 @@ def _summarise(run_dir: Path, rules: list[str] | None, format: OutputFormat) -> 
     for w in result.warnings:
         warn(w)
     if format is OutputFormat.json:
-        emit_json(
-            {
-                "run_dir": str(run_dir),
-                "manifest": json.loads((run_dir / "manifest.json").read_text()),
-                "report": report_payload(result),
-                "compare_masks": masks_payload(result),
-            }
-        )
+        from ..documents import document
+        from ..probe.document import ProbeDocument
+
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        assert result.report is not None and result.masks is not None  # report=True, masks=True
+        from dataclasses import replace
+
+        report = replace(result.report, worst=None)  # as report prints it without --worst
+        emit_json(document(ProbeDocument(str(run_dir), manifest, report, result.masks)))
         return
     from ..render.tables import header, masks_tables, report_tables
 

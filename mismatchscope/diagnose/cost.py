@@ -5,8 +5,11 @@ generated tokens over the ``generate`` time of the probe's sampling round
 (the engine's start-up and one two-token warm-up generate are in
 ``startup_s``); ``trainer_tokens_per_s`` the scored tokens over the trainer's
 scoring time. ``pipeline_tokens_per_s = tokens / (sampling + scoring time)``
-is the one number the picture plots: what an RL step would see from the two
-sides in series.
+is what an RL step would see from the two sides in series. Measured once per
+configuration, minutes apart, it follows the machine's load; so a variant's
+``relative_to_baseline`` (and the rate the picture plots, the baseline's
+times it) comes from interleaved rounds against the baseline
+(:mod:`.timing`): a median, with the rounds' range.
 """
 
 from __future__ import annotations
@@ -15,6 +18,16 @@ import math
 
 PARETO_NAME = "diagnose_pareto"
 """the Pareto picture's file name (without ``.png``) in the ``--plots`` folder, checked before any work."""
+
+
+def relative_rate(throughput: dict, base_rate: float | None) -> float | None:
+    """A variant's pipeline throughput relative to the baseline's: the median of its interleaved timing
+    rounds (:mod:`.timing`) when it has them, else its single measurement over the baseline's."""
+    timing = throughput.get("timing")
+    if timing:
+        return timing["median"]
+    rate = throughput.get("pipeline_tokens_per_s")
+    return rate / base_rate if rate and base_rate else None
 
 
 def pipeline_rate(tokens: int, sampling_s: float | None, scoring_s: float | None) -> float | None:

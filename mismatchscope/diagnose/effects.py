@@ -94,9 +94,10 @@ def rank(payload: dict) -> None:
     )
     for v in ok:
         t = v["throughput"]
-        rate = cost.pipeline_rate(t["tokens"], t["sampling_s"], t["scoring_s"])
-        t["pipeline_tokens_per_s"] = rate
-        t["relative_to_baseline"] = rate / base_rate if rate and base_rate else None
+        t["pipeline_tokens_per_s"] = cost.pipeline_rate(t["tokens"], t["sampling_s"], t["scoring_s"])
+        t["relative_to_baseline"] = cost.relative_rate(t, base_rate)
+        if t.get("timing") and base_rate:  # the load-robust rate: the baseline's, times the interleaved ratio
+            t["pipeline_tokens_per_s"] = base_rate * t["relative_to_baseline"]
     payload["baseline"]["throughput"]["pipeline_tokens_per_s"] = base_rate
     payload["variants"] = ok + [v for v in payload["variants"] if v["status"] != "ok"]
     payload["no_effect"] = [v["name"] for v in ok if not any(d["significant"] for d in v["delta"].values())]

@@ -37,7 +37,11 @@ def reading(p: dict[str, Any]) -> str:
         d = v["delta"][PRIMARY]
         rel = v["throughput"].get("relative_to_baseline")
         removed = -d["estimate"] / base if base > 0 else None
-        parts.append(f"{v['name']} removes {_pct(removed)} of it" + (f" at {rel:.2f}x throughput" if rel else ""))
+        timing = v["throughput"].get("timing")
+        interval = f" ({timing['low']:.2f}-{timing['high']:.2f}x)" if timing else ""
+        parts.append(
+            f"{v['name']} removes {_pct(removed)} of it" + (f" at {rel:.2f}x throughput{interval}" if rel else "")
+        )
     worse = [v for v in ok if v["delta"][PRIMARY]["significant"] and v["delta"][PRIMARY]["estimate"] > 0]
     for v in worse[:2]:
         d = v["delta"][PRIMARY]
@@ -45,6 +49,15 @@ def reading(p: dict[str, Any]) -> str:
         parts.append(f"{v['name']} makes it {factor:.3g}x as large" if factor else f"{v['name']} adds to it")
     if p["no_effect"]:
         parts.append(f"{', '.join(p['no_effect'])} change{'s' if len(p['no_effect']) == 1 else ''} nothing measurable")
+    from .timing import SPREAD_LIMIT, too_wide
+
+    wide = too_wide(p)
+    if wide:
+        parts.append(
+            f"throughput of {', '.join(wide)} not ranked: {'its' if len(wide) == 1 else 'their'} rounds against the "
+            "baseline spread over more "
+            f"than {SPREAD_LIMIT:g}x (the machine's load varied; run again on a quieter machine)"
+        )
     failed = [v["name"] for v in p["variants"] if v["status"] == "failed"]
     if failed:
         parts.append(f"{', '.join(failed)} failed to run")

@@ -24,6 +24,7 @@ is the payload the CLI prints.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -45,6 +46,7 @@ from .locate.run import LocateOptions
 from .pairs import load_tokens, sequence_slices, write_pair_run
 from .reading import finish
 from .routes import REPLAY_KEY, flips_against_reference, replay_failed, replay_unavailable
+from .timing import SamplerServer, Timer
 from .variants import Configuration, Variant, apply, check_names, directory_name
 
 WORKER_TIMEOUT_S = 900
@@ -200,9 +202,8 @@ def _remove_partial(out: Path, existed: bool) -> None:
 
 
 def _diagnose_locked(opts: DiagnoseOptions, info, progress: Progress) -> dict[str, Any]:
-    from ..probe.trainer import HFTrainer
-    from .reference import load_reference
-
+    """Sample the baseline in a process that stays up to serve timing rounds, then the rest; the process is
+    closed whatever happens."""
     opts = replace(opts, sampling=replace(opts.sampling, max_tokens=_max_tokens(opts, info)))
     if opts.locate is not None:
         from .locate.run import fit_budget
@@ -215,7 +216,21 @@ def _diagnose_locked(opts: DiagnoseOptions, info, progress: Progress) -> dict[st
         f"baseline: sampler {opts.sampler.kind}/{opts.sampler.dtype}, trainer {opts.trainer.dtype} (own process)"
     )
     base_dir = opts.out / "baseline"
-    base = _sampler_run(opts, base_cfg, base_dir, repeat=opts.determinism, prefill=True)
+    base, base_server = _sampler_run(opts, base_cfg, base_dir, repeat=opts.determinism, prefill=True, serve=True)
+    try:
+        return _diagnose_served(opts, info, progress, base, base_server, t_start)
+    finally:
+        if base_server is not None:
+            base_server.close()
+
+
+def _diagnose_served(opts, info, progress: Progress, base, base_server, t_start: float) -> dict[str, Any]:
+    """The diagnose past the baseline's sampling, while its sampler process serves timing rounds."""
+    from ..probe.trainer import HFTrainer
+    from .reference import load_reference
+
+    base_cfg = Configuration(opts.sampler, opts.trainer, dict(opts.env))
+    base_dir = opts.out / "baseline"
     if base["status"] != "ok":
         raise SamplerError(
             f"the baseline sampler failed ({base['stage']}): {base['reason']}",
@@ -251,6 +266,7 @@ def _diagnose_locked(opts: DiagnoseOptions, info, progress: Progress) -> dict[st
         del trainer
 
     variants_out = []
+    timer = Timer(base_server, info, opts.trainer, _requests(base_dir, prompt_ids), opts.sampling)
     for v in opts.variants:
         if v.skip_reason:
             variants_out.append(
@@ -259,7 +275,7 @@ def _diagnose_locked(opts: DiagnoseOptions, info, progress: Progress) -> dict[st
             continue
         progress.note(f"variant {v.name} ({v.side} side)")
         variants_out.append(
-            _variant(opts, base_cfg, v, configs, base_tokens, (ref_lp, ref_routes), reference, prompt_ids)
+            _variant(opts, base_cfg, v, configs, base_tokens, (ref_lp, ref_routes), reference, prompt_ids, timer)
         )
 
     payload = {
@@ -310,9 +326,10 @@ def write_document(out: Path, payload: dict[str, Any]) -> None:
 
 
 def _sampler_run(
-    opts: DiagnoseOptions, cfg: Configuration, out: Path, *, repeat: bool, prefill: bool
-) -> dict[str, Any]:
-    """One sampler configuration in a fresh interpreter (see :mod:`.worker`)."""
+    opts: DiagnoseOptions, cfg: Configuration, out: Path, *, repeat: bool, prefill: bool, serve: bool = False
+) -> tuple[dict[str, Any], SamplerServer | None]:
+    """One sampler configuration in a fresh interpreter (see :mod:`.worker`); with ``serve``, the process is
+    kept up, its engine warm, to time sampling rounds (:mod:`.timing`), and returned when it started."""
     out.parent.mkdir(parents=True, exist_ok=True)
     spec_path = out.parent / f"{out.name}.spec.json"
     result_path = out.parent / f"{out.name}.result.json"
@@ -333,19 +350,23 @@ def _sampler_run(
     if opts.locate is not None:
         budget, n = opts.locate.budget, opts.locate.sequences
         spec["locate"] = {"sequences": n, "budget": budget, "path": str(out.parent / f"{out.name}.locate.npz")}
-    rundir.atomic_write_bytes(spec_path, json.dumps(spec, indent=2).encode())
     t0 = time.perf_counter()
+    server = None
     with open(log_path, "w") as log:
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-m", "mismatchscope.diagnose.worker", str(spec_path)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                timeout=WORKER_TIMEOUT_S,
-            )
-            code = proc.returncode
-        except subprocess.TimeoutExpired:
-            code = None
+        if serve:
+            server, code = _start_server(spec, spec_path, log)
+        else:
+            rundir.atomic_write_bytes(spec_path, json.dumps(spec, indent=2).encode())
+            try:
+                proc = subprocess.run(
+                    [sys.executable, "-m", "mismatchscope.diagnose.worker", str(spec_path)],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    timeout=WORKER_TIMEOUT_S,
+                )
+                code = proc.returncode
+            except subprocess.TimeoutExpired:
+                code = None
     wall = time.perf_counter() - t0
     result: dict[str, Any]
     if result_path.is_file():
@@ -364,7 +385,28 @@ def _sampler_run(
         result["reason"] = cause_in_log(log_path, result["reason"])
     result["process_wall_s"] = wall
     result["log"] = str(log_path)
-    return result
+    return result, server
+
+
+def _start_server(spec: dict, spec_path: Path, log) -> tuple[SamplerServer | None, int | None]:
+    """Start the worker as a timing server; wait until it has written its result (or ended)."""
+    read_end, write_end = SamplerServer.pipe()
+    spec["reply_fd"] = write_end
+    rundir.atomic_write_bytes(spec_path, json.dumps(spec, indent=2).encode())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mismatchscope.diagnose.worker", str(spec_path)],
+        stdin=subprocess.PIPE,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        pass_fds=(write_end,),
+        text=True,
+    )
+    os.close(write_end)
+    server = SamplerServer(proc, os.fdopen(read_end))
+    if server.wait_ready(WORKER_TIMEOUT_S):
+        return server, 0
+    server.close()
+    return None, proc.returncode
 
 
 def _last_line(path: Path) -> str:
@@ -372,7 +414,9 @@ def _last_line(path: Path) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
-def _variant(opts, base_cfg, v: Variant, configs, base_tokens, base_ref, reference, prompt_ids) -> dict[str, Any]:
+def _variant(
+    opts, base_cfg, v: Variant, configs, base_tokens, base_ref, reference, prompt_ids, timer: Timer
+) -> dict[str, Any]:
     from ..probe.run import rescore
 
     cfg = apply(base_cfg, v)
@@ -388,10 +432,12 @@ def _variant(opts, base_cfg, v: Variant, configs, base_tokens, base_ref, referen
         except Exception as e:  # a trainer that cannot load this setting is a result for this variant only
             return {**record, "status": "failed", "reason": f"{type(e).__name__}: {e}".splitlines()[0]}
         run = {"status": "ok", "startup_s": None, "wall_s": time.perf_counter() - t0}
+        timing = timer.trainer(cfg.trainer, configs["baseline"]["throughput"])
         tokens = load_tokens(out)
         ref = base_ref
     else:
-        run = _sampler_run(opts, cfg, out, repeat=False, prefill=False)
+        run, server = _sampler_run(opts, cfg, out, repeat=False, prefill=False, serve=timer.server is not None)
+        timing = timer.sampler(server, configs["baseline"]["throughput"])
         if run["status"] != "ok":
             return {
                 **record,
@@ -409,6 +455,7 @@ def _variant(opts, base_cfg, v: Variant, configs, base_tokens, base_ref, referen
     rec = _config_record(v.name, out, tokens, ref, reference, run, opts, paired=v.side == "trainer")
     # paired whenever the variant scored the very tokens the baseline scored: a trainer-side variant always,
     # a sampler-side one that happened to sample them all again
+    rec["throughput"]["timing"] = timing
     rec["delta"] = deltas(configs["baseline"]["result"], rec.pop("result"), same, opts.bootstrap)
     rec["tokens_changed_share"] = changed_share(base_tokens, tokens, v.side)
     configs[v.name] = rec

@@ -10,7 +10,9 @@ isolates it, and the extra engine process would only cost start-up time.
 Input: a JSON spec (path as the only argument). Output: an ordinary probe run
 directory at ``spec["out"]``, and ``spec["result"]`` (JSON) with the timings,
 the optional repeat sampling and prefill scorings, or the reason it failed.
-vLLM's logs go to ``worker.log`` beside the result.
+vLLM's logs go to ``worker.log`` beside the result. With ``spec["reply_fd"]``
+the process then stays up, its engine warm, and times sampling rounds on
+request (:mod:`.timing`), so rounds of two configurations can alternate.
 """
 
 from __future__ import annotations
@@ -94,9 +96,15 @@ def run(spec: dict) -> dict:
             t_locate = time.perf_counter()
             result["locate"] = in_worker(sampler, sampling, Path(spec["out"]), spec["locate"])
             t_wall += time.perf_counter() - t_locate
+        result["wall_s"] = time.perf_counter() - t_wall
+        if spec.get("reply_fd") is not None:  # kept warm to time sampling rounds against other configurations
+            from .. import rundir
+            from .timing import serve
+
+            rundir.atomic_write_bytes(Path(spec["result"]), json.dumps(result).encode())
+            serve(sampler, prompt_ids, sampling, int(spec["reply_fd"]), sys.stdin)
     finally:
         sampler.close()
-    result["wall_s"] = time.perf_counter() - t_wall
     return result
 
 

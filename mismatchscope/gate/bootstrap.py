@@ -31,14 +31,32 @@ def resample_sums(X_SC: np.ndarray, resamples: int, rng: np.random.Generator) ->
     if S == 0:
         out.fill(0.0)
         return out
+    bad_SC = ~np.isfinite(X_SC)
+    finite_SC = np.where(bad_SC, 0.0, X_SC) if bad_SC.any() else X_SC
     rows = max(1, min(resamples, _BLOCK_CELLS // S))
     for start in range(0, resamples, rows):
         b = min(rows, resamples - start)
         idx = rng.integers(0, S, size=(b, S))
         idx += (np.arange(b) * S)[:, None]
         counts_BS = np.bincount(idx.ravel(), minlength=b * S).reshape(b, S).astype(np.float64)
-        out[start : start + b] = counts_BS @ X_SC
+        out[start : start + b] = counts_BS @ finite_SC
+        if finite_SC is not X_SC:
+            _add_non_finite(out[start : start + b], counts_BS, X_SC, bad_SC)
     return out
+
+
+def _add_non_finite(out_BC: np.ndarray, counts_BS: np.ndarray, X_SC: np.ndarray, bad_SC: np.ndarray) -> None:
+    """Add each non-finite cell to the resamples that drew its sequence, and only those.
+
+    In the product a sequence drawn 0 times would add 0 * inf = NaN to every resample that left it out,
+    turning finite sums into NaN (and numpy warns); a resample that drew it gets the infinity (or NaN) it
+    holds. A resample that draws both +inf and -inf in one column has no sum: NaN, which ``interval``
+    drops as it drops 0/0."""
+    for s in np.flatnonzero(bad_SC.any(axis=1)):
+        drawn_B = counts_BS[:, s] > 0
+        cols = np.flatnonzero(bad_SC[s])
+        with np.errstate(invalid="ignore"):  # inf + -inf: the NaN described above, on purpose
+            out_BC[np.ix_(drawn_B, cols)] += X_SC[s, cols]
 
 
 def interval(replicates_B: np.ndarray, confidence: float) -> tuple[float, float]:

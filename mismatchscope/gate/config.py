@@ -62,7 +62,7 @@ allow_different = []
 # verl-rs = { option = "seq_mean_k3", threshold = "0.01" }
 [rules]
 icepop = { alpha = 0.5, beta = 5.0 }
-# ipo: prime-rl's default since PR #3586 (0.2 and 0.1 before it).
+# ipo: 0.3 as in prime-rl's pending PR #3586 (its main defaults to 0.1: ipo@prime-rl).
 ipo = { delta = 0.3 }
 
 # Limits on the candidate alone. `max`: fails when the interval's lower end

@@ -99,6 +99,7 @@ class GateDocument:
     comparability: ComparabilitySummary | None
     config: ConfigSummary
     warnings: list[str]
+    notes: list[str] = field(metadata={"doc": "findings that are not warnings, e.g. two runs bit-identical"})
 
     @classmethod
     def of(cls, result: GateResult) -> GateDocument:
@@ -110,4 +111,5 @@ class GateDocument:
             ComparabilitySummary.of(result.comparability) if result.comparability else None,
             ConfigSummary.of(result.config),
             result.warnings,
+            result.notes,
         )

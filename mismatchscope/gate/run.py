@@ -17,6 +17,7 @@ from .checks import Check, evaluate
 from .compare import Comparability, compare_runs
 from .config import GateConfig
 from .estimate import FileEstimates, estimate
+from .identical import same_data
 
 
 @dataclass
@@ -27,6 +28,7 @@ class GateResult:
     comparability: Comparability | None
     checks: list[Check]
     warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # findings that are not warnings (a deterministic rerun)
 
     @property
     def passed(self) -> bool:
@@ -68,10 +70,11 @@ def run_gate(
         if path is not None:
             require_complete(path)
     warnings: list[str] = []
+    notes: list[str] = []
     if baseline is not None:
         refuse_self_baseline(candidate, baseline)
-        if (same := same_data_warning(candidate, baseline)) is not None:
-            warnings.append(same)
+        if (same := same_data(candidate, baseline)) is not None:
+            (warnings if same.copy else notes).append(same.message)
     comparability = None
     if baseline is not None:  # metadata only: refuse before reading any token
         comparability = compare_runs(
@@ -104,7 +107,7 @@ def run_gate(
         estimates[role] = est
         release_freed_memory()  # the candidate's pass then peaks as the baseline's did, not on top of its leftovers
     checks = evaluate(cfg, estimates["candidate"], estimates.get("baseline"))
-    return GateResult(cfg, estimates["candidate"], estimates.get("baseline"), comparability, checks, warnings)
+    return GateResult(cfg, estimates["candidate"], estimates.get("baseline"), comparability, checks, warnings, notes)
 
 
 def refuse_self_baseline(candidate: str, baseline: str) -> None:
@@ -135,33 +138,3 @@ def refuse_self_baseline(candidate: str, baseline: str) -> None:
             ),
             hint="pass as --baseline the run sampled by the current serving stack",
         )
-
-
-def same_data_warning(candidate: str, baseline: str) -> str | None:
-    """A warning when the baseline's files look like copies of the candidate's: the same sizes and
-    byte-identical Parquet footers (row counts, column statistics, offsets). Not an error: a serving
-    stack that changed nothing and samples deterministically does write identical files, and then
-    passing is the right verdict; but a copy passed by mistake would pass every regression limit too.
-    Only the footers are read, so this costs nothing next to the analysis."""
-    from ..reader import resolve_files
-
-    def fingerprint(p: str) -> list[tuple[int, bytes]] | None:
-        out = []
-        for f in resolve_files(p):
-            try:
-                with open(f, "rb") as fh:
-                    fh.seek(-8, os.SEEK_END)
-                    n = int.from_bytes(fh.read(4), "little")
-                    fh.seek(-8 - n, os.SEEK_END)
-                    out.append((os.path.getsize(f), fh.read(n)))
-            except (OSError, ValueError):
-                return None
-        return out
-
-    a, b = fingerprint(candidate), fingerprint(baseline)
-    if a is None or a != b:
-        return None
-    return (
-        f"the baseline {baseline} holds the same data as the candidate (same sizes, identical Parquet footers): "
-        "every regression limit passes by construction; is it a copy?"
-    )

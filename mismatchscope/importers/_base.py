@@ -12,6 +12,7 @@ decides whether that stops the run or is skipped and counted (``--skip-bad``).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -256,6 +257,10 @@ def unwrap(value: Any) -> Any:
     return value
 
 
+KEPT = " (its index among the sequence's kept tokens, not in the record's lists)"
+"""what a refusal's position counts: a mask that drops the prompt shifts it from the record's own index."""
+
+
 def check_record(
     values: dict[str, Any], *, file: object = None, line: int | None = None, record: int | None = None
 ) -> None:
@@ -273,7 +278,7 @@ def check_record(
     refused = first_refused(values)
     if refused is not None:
         per_token = np.ndim(values[refused.column]) == 1
-        where = f" at position {refused.row}" if per_token else ""
+        where = f" at position {refused.row}{KEPT}" if per_token else ""
         raise ImportFormatError(f"{refused.reason}{where}", file=file, line=line, record=record)
 
 
@@ -291,7 +296,7 @@ def refuse_sequences(
             reason = f"{int(lengths[k]):,} kept tokens in one sequence: positions beyond {MAX_POSITION} are refused"
         elif refused is not None:
             k = int(np.searchsorted(ends, refused.row, side="right"))
-            reason = f"{refused.reason} at position {refused.row - int(ends[k] - lengths[k])}"
+            reason = f"{refused.reason} at position {refused.row - int(ends[k] - lengths[k])}{KEPT}"
         else:
             break
         ctx.bad(ImportFormatError(reason, file=f.rel, record=int(records[k])), f)
@@ -301,36 +306,6 @@ def refuse_sequences(
         columns = {c: v[token_keep] for c, v in columns.items()}
         lengths, records = lengths[keep], records[keep]
     return columns, lengths, records
-
-
-def mask_span(mask: list, length: int) -> tuple[int, int, np.ndarray | None]:
-    """``(lo, hi, keep)``: the kept tokens are ``lo..hi-1`` filtered by ``keep``.
-
-    ``keep`` is None when every token in ``lo..hi-1`` is kept, which is the
-    common case (prompt, then one contiguous response, then padding) and lets
-    callers convert only the response slice of each list, not the padding.
-    ``lo == hi`` means the mask selects nothing. A mask holds numbers or
-    booleans: text (``"1"``) or a null is refused, never read as a number.
-    """
-    if mask.count(1) + mask.count(0) != len(mask):  # C-speed: 0/1/true/false/1.0 all compare equal
-        bad = next((i for i, v in enumerate(mask) if not isinstance(v, (int, float))), None)  # bool is an int
-        if bad is not None:
-            raise ImportFormatError(
-                f"the mask must hold 0/1 or true/false, got {_short_value(mask[bad])} at index {bad}"
-            )
-    try:
-        lo = mask.index(1, 0, length)  # 1 == True == 1.0
-    except ValueError:
-        return 0, 0, None
-    tail = mask[length - 1 : lo : -1] if length - 1 > lo else []
-    try:
-        hi = length - tail.index(1)
-    except ValueError:
-        hi = lo + 1
-    span = mask[lo:hi]
-    if span.count(1) == hi - lo:
-        return lo, hi, None
-    return lo, hi, np.asarray(span, dtype=np.float64) != 0
 
 
 def take_floats(values: list, lo: int, hi: int, keep: np.ndarray | None, what: str = "a per-token list") -> np.ndarray:
@@ -394,7 +369,15 @@ def take_floats_or_constant(
 
 
 def take_ints(values: list, lo: int, hi: int, keep: np.ndarray | None) -> np.ndarray:
-    arr = exact_ints(values[lo:hi], "token ids")
+    """``values[lo:hi]`` (then ``[keep]``) as exact int64 token ids; a refusal names the value's index in the whole
+    list, as the record holds it (the slice's index once sent users to the wrong token)."""
+    try:
+        arr = exact_ints(values[lo:hi], "token ids")
+    except ImportFormatError as e:
+        if not lo:
+            raise
+        reason = re.sub(r"at index (\d+)$", lambda m: f"at index {int(m[1]) + lo}", e.reason)
+        raise ImportFormatError(reason, hint=e.hint) from None
     return arr if keep is None else arr[keep]
 
 
@@ -463,13 +446,29 @@ def check_lengths(f: SourceFile, line: int | None, record: int | None, fields: d
         )
 
 
-def require(f: SourceFile, line: int | None, record: int | None, rec: dict[str, Any], *keys: str) -> None:
-    missing = [k for k in keys if rec.get(k) is None]
-    if missing:
-        shown = ", ".join(sorted(rec)[:15])
-        raise ImportFormatError(
-            f"missing field(s) {', '.join(missing)} (the record has: {shown})", file=f.rel, line=line, record=record
-        )
+def require(
+    f: SourceFile, line: int | None, record: int | None, rec: dict[str, Any], *keys: str, what: str = "record"
+) -> None:
+    """Raise when a needed field is absent or null; the message tells the two apart, and lists only the fields
+    that hold a value (a null one listed as present while called missing sent users to the wrong fix)."""
+    reason = missing_fields(rec, keys, what)
+    if reason:
+        raise ImportFormatError(reason, file=f.rel, line=line, record=record)
+
+
+def missing_fields(rec: dict[str, Any], keys: Any, what: str = "record") -> str | None:
+    """One line naming the fields of ``keys`` that ``rec`` lacks and those it holds as null; None when all hold
+    a value."""
+    absent = [k for k in keys if k not in rec]
+    null = [k for k in keys if k in rec and rec[k] is None]
+    if not absent and not null:
+        return None
+    parts = ([f"missing field(s) {', '.join(absent)}"] if absent else []) + (
+        [f"null field(s) {', '.join(null)}"] if null else []
+    )
+    held = sorted(k for k, v in rec.items() if v is not None)
+    shown = ", ".join(held[:15]) + (", ..." if len(held) > 15 else "")
+    return f"{'; '.join(parts)} (the {what}'s fields with a value: {shown or 'none'})"
 
 
 def scalar(value: Any, default: Any = None) -> Any:

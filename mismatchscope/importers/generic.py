@@ -31,12 +31,13 @@ from ._base import (
     SourceFile,
     check_lengths,
     exact_ints,
-    mask_span,
+    missing_fields,
     parse_record,
     refuse_sequences,
     take_floats,
     take_ints,
 )
+from ._mask import MASK_HINT, bad_mask_rows, mask_error, mask_span
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -191,17 +192,18 @@ class GenericJsonlImporter(_Generic):
 
     def convert(self, f: SourceFile, line: int, rec: dict[str, Any], notes: dict[str, int]) -> tuple[dict, int]:
         src = self.present
-        missing = [src[c] for c in src if rec.get(src[c]) is None and c not in _FLOAT_COLUMNS]
-        missing += [src[c] for c in REQUIRED if rec.get(src[c]) is None and src[c] not in missing]
+        needed = [src[c] for c in src if c not in _FLOAT_COLUMNS]
+        needed += [src[c] for c in REQUIRED if src[c] not in needed]
+        missing = missing_fields(rec, needed)
         if missing:
-            raise ImportFormatError(f"missing field(s) {', '.join(missing)}", file=f.rel, line=line)
+            raise ImportFormatError(missing, file=f.rel, line=line)
         ids = rec[src["token_id"]]
         n = len(ids) if isinstance(ids, list) else -1
         lists = {c: rec[src[c]] for c in PER_TOKEN if c in src and rec.get(src[c]) is not None}
         lists.update({c: rec[src[c]] for c in EITHER if c in src and isinstance(rec.get(src[c]), list)})
         check_lengths(f, line, None, {src["token_id"]: ids, **{src[c]: v for c, v in lists.items()}}, n)
         if "mask" in lists:
-            lo, hi, keep = mask_span(lists["mask"], n)
+            lo, hi, keep = mask_span(lists["mask"], n, _mask_name(src["mask"]))
         else:
             lo, hi, keep = 0, n, None
         if lo == hi:
@@ -325,7 +327,9 @@ class GenericParquetImporter(_Generic):
             ok &= ~bad
         keep_flat = None
         if "mask" in lists:
-            mask = _flatten(col["mask"].filter(pa.array(ok)), np.float64) != 0
+            values = _flatten(col["mask"].filter(pa.array(ok)), np.float64)
+            values, reasons = _refuse_masks(values, lengths, ok, reasons, _mask_name(src["mask"]))
+            mask = values != 0
             kept_len = (
                 np.add.reduceat(mask.astype(np.int64), _offsets(lengths[ok])[:-1])
                 if mask.size
@@ -339,7 +343,8 @@ class GenericParquetImporter(_Generic):
         else:
             keep_rows = ok
         for i in np.flatnonzero(~keep_rows):
-            ctx.bad(ImportFormatError(str(reasons[i]), file=f.rel, record=row0 + int(i)), f)
+            hint = MASK_HINT if str(reasons[i]).startswith("the mask") and "0/1" in str(reasons[i]) else None
+            ctx.bad(ImportFormatError(str(reasons[i]), file=f.rel, record=row0 + int(i), hint=hint), f)
         if not keep_rows.any():
             return
         sel = pa.array(keep_rows)
@@ -385,6 +390,30 @@ class GenericParquetImporter(_Generic):
         total = int(kept_lens.sum())
         out["position"] = (np.arange(total) - np.repeat(_offsets(kept_lens)[:-1], kept_lens)).astype(np.int32)
         ctx.add_batch(f, out, sequences=len(kept_lens), dropped=dropped)
+
+
+def _refuse_masks(
+    values: np.ndarray, lengths: np.ndarray, ok: np.ndarray, reasons: np.ndarray, name: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """The rows (of those ``ok``) whose mask holds a value other than 0/1 leave ``ok`` (in place) with the reason;
+    their values leave the flat mask. Returns the mask values left and the reasons."""
+    bad_rows = bad_mask_rows(values, lengths[ok])
+    if not bad_rows:
+        return values, reasons
+    reasons = reasons.astype(object)
+    rows_ok = np.flatnonzero(ok)
+    still = np.ones(rows_ok.size, bool)
+    for k, (value, at) in bad_rows.items():
+        reasons[rows_ok[k]] = mask_error(name, value, at).reason
+        still[k] = False
+    values = values[np.repeat(still, lengths[ok])]
+    ok[rows_ok[~still]] = False
+    return values, reasons
+
+
+def _mask_name(column: str) -> str:
+    """How a refusal names the mask: ``the mask``, or ``the mask (response_mask)`` for a mapped column."""
+    return "the mask" if column == "mask" else f"the mask ({column})"
 
 
 def _list_type(t: pa.DataType) -> bool:

@@ -34,7 +34,6 @@ from ..errors import ImportFormatError, InputError, NoTrainerLogprobsError, Usag
 from ._base import (
     SourceFile,
     check_lengths,
-    mask_span,
     note,
     require,
     scalar,
@@ -43,6 +42,7 @@ from ._base import (
     take_ints,
     unwrap,
 )
+from ._mask import mask_span
 
 _STEP_FILE = re.compile(r"^train_data_step(\d+)\.jsonl$")
 
@@ -114,7 +114,7 @@ class NemoRLImporter:
         if not isinstance(length, int) or not 0 < length <= n:
             raise ImportFormatError(f"input_lengths {length!r} does not fit {n} token_ids", file=f.rel, line=line)
 
-        lo, hi, keep = mask_span(mask, length)
+        lo, hi, keep = mask_span(mask, length, "token_loss_mask")
         if lo == hi:
             raise ImportFormatError("token_loss_mask selects no token", file=f.rel, line=line)
         try:

@@ -32,17 +32,17 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ImportFormatError, UsageError
+from ..errors import ImportFormatError, InputError, UsageError
 from ._base import (
     SourceFile,
     check_lengths,
-    mask_span,
     note,
     parse_record,
     require,
     take_floats,
     take_ints,
 )
+from ._mask import mask_span
 
 SCHEMA_VERSION = 1
 _STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -100,6 +100,14 @@ class PrimeRLImporter:
                     extra={"run_dir": p.parent.parent.parent.as_posix()},
                 )
             )
+        if unstable and not files:
+            shown = ", ".join(sorted(d.name for d in unstable)[:5])
+            raise InputError(
+                f"{root}: every step folder with token exports lacks its STABLE marker ({shown}): each is still being "
+                "written, or the run stopped mid-step",
+                hint="import once the trainer has finished a step (it writes STABLE last), or create STABLE in a "
+                "step folder you know is complete",
+            )
         if unstable:
             shown = ", ".join(sorted(d.name for d in unstable)[:5])
             self.warnings.append(
@@ -135,7 +143,7 @@ class PrimeRLImporter:
         per_token = {k: rec[k] for k in ("loss_mask", "inference_logprobs", "trainer_logprobs")}
         per_token.update({k: rec[k] for k in ("advantages", "rewards", "entropy") if rec.get(k) is not None})
         check_lengths(f, line, None, {"token_ids": ids, **per_token}, n)
-        lo, hi, keep = mask_span(rec["loss_mask"], n)
+        lo, hi, keep = mask_span(rec["loss_mask"], n, "loss_mask")
         if lo == hi:
             raise ImportFormatError("loss_mask selects no token", file=f.rel, line=line)
         try:

@@ -115,9 +115,17 @@ def _int32(arr: np.ndarray, what: str) -> np.ndarray:
 def _npy_or_lists(value: Any, what: str) -> np.ndarray:
     if isinstance(value, str):
         try:
-            value = np.load(io.BytesIO(_b64(value, what)), allow_pickle=False)
-        except (ValueError, OSError, EOFError) as e:
-            raise ImportFormatError(f"{what}: not a base64 .npy array ({e})") from None
+            raw = _b64(value, what)
+        except ImportFormatError as e:
+            raise ImportFormatError(f"{what}: not a base64 .npy array ({e.reason})") from None
+        try:
+            value = np.load(io.BytesIO(raw), allow_pickle=False)
+        except (ValueError, OSError, EOFError):
+            # numpy's own reason would advise allow_pickle, which is never the fix for a routes file
+            raise ImportFormatError(
+                f"{what} is base64 but not of a .npy array, as --routes-format vllm reads it",
+                hint="check --routes-format: sglang writes raw int32 bytes, vllm a .npy file or lists",
+            ) from None
     return _ids_array(value, what)
 
 

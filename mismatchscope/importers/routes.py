@@ -183,6 +183,11 @@ def _require(rec: Any) -> None:
     if not isinstance(rec, dict):
         raise ImportFormatError(f"a routes record must be a JSON object, got {type(rec).__name__}")
     sid = rec.get("sequence_id")
+    if "sequence_id" not in rec:
+        raise ImportFormatError(
+            "the record has no sequence_id: routes are matched to the imported sequences by it",
+            hint="write each routes line with the sequence_id of its sequence in the import",
+        )
     if isinstance(sid, bool) or not isinstance(sid, int):
         raise ImportFormatError(
             f"sequence_id is {sid!r}, not an integer: routes are matched to the imported sequences by it"

@@ -51,7 +51,8 @@ from ..errors import (
     UntrustedPickleError,
     UsageError,
 )
-from ._base import ImportContext, SourceFile, check_record, exact_ints, short
+from ._base import ImportContext, SourceFile, check_record, exact_ints, missing_fields, short
+from ._mask import refuse_mask_values
 
 FORMAT_VERSION = 2
 _TRAIN_FILE = re.compile(r"^(\d+)(?:_(\d+))?\.pt$")
@@ -192,15 +193,9 @@ class SlimeImporter:
                 file=f.rel,
                 record=k,
             )
-        missing = [
-            key for key in ("tokens", "response_lengths", "rollout_log_probs", "log_probs") if s.get(key) is None
-        ]
+        missing = missing_fields(s, ("tokens", "response_lengths", "rollout_log_probs", "log_probs"), "sample")
         if missing:
-            raise ImportFormatError(
-                f"missing field(s) {', '.join(missing)} (the sample has: {', '.join(sorted(s)[:15])})",
-                file=f.rel,
-                record=k,
-            )
+            raise ImportFormatError(missing, file=f.rel, record=k)
         resp = _count(s["response_lengths"], "response_lengths", f, k)
         try:
             tokens = _array(s["tokens"], np.int64)
@@ -217,6 +212,11 @@ class SlimeImporter:
             raise ImportFormatError(
                 f"misaligned per-token lists: response_lengths {resp} but {shown}", file=f.rel, record=k
             )
+        if "loss_masks" in per_token:
+            try:
+                refuse_mask_values(per_token["loss_masks"], "loss_masks")
+            except ImportFormatError as e:
+                raise ImportFormatError(e.reason, file=f.rel, record=k, hint=e.hint) from None
         keep = per_token["loss_masks"] != 0 if "loss_masks" in per_token else np.ones(resp, dtype=bool)
         kept = int(np.count_nonzero(keep))
         if kept == 0:

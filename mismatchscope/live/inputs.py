@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, UsageError
 from ..schema import MAX_ABS_STEP, POSITIVE_LOGPROB_TOLERANCE, first_refused
 
 
@@ -84,12 +84,21 @@ def prepare(
     sampler_steps: Any = None,
     sampler_experts: Any = None,
     trainer_experts: Any = None,
+    **unknown: Any,
 ) -> StepBatch:
     """Check one step's arrays and copy the masked tokens out as token-pair columns.
 
     ``sequence_ids`` left out are filled in by the caller (the Recorder numbers
     them per rank); here they default to the row index.
     """
+    if unknown:
+        import inspect
+
+        known = [n for n, p in inspect.signature(prepare).parameters.items() if p.kind is p.KEYWORD_ONLY]
+        raise UsageError(
+            f"add() got {', '.join(map(repr, unknown))}, which is not a column it records",
+            hint=f"its keywords: {', '.join(known)}",
+        )
     step = _step(step)
     lq = _floats("sampler_logprobs", sampler_logprobs)
     lp = _floats("trainer_logprobs", trainer_logprobs)
@@ -129,7 +138,7 @@ def prepare(
     cols["token_id"] = (
         np.full(rows.size, -1, np.int64)
         if token_ids is None
-        else _same_shape("token_ids", token_ids, (b, t))[rows, pos].astype(np.int64)
+        else _token_ids(_same_shape("token_ids", token_ids, (b, t))[rows, pos])
     )
     if group_ids is not None:
         cols["prompt_id"] = _per_sequence("group_ids", group_ids, b, ids=True)[rows]
@@ -178,6 +187,46 @@ def _step(step: Any) -> int:
     return int(step)
 
 
+def strict_meta(meta: Any) -> dict[str, Any]:
+    """``Recorder(meta=...)`` as a copy that strict JSON can hold, or a one-line error naming the first bad entry.
+
+    The manifest and every shard's metadata carry it. Python's json writes NaN and infinities as bare
+    ``NaN``/``Infinity``, which no strict JSON reader (jq, JavaScript, Go, Rust) accepts, so a ``meta`` holding
+    one is refused rather than written or silently rewritten (null would lose the value, a string would change
+    its type); so is anything json cannot write at all (a tensor, a set, a non-text key).
+    """
+    import math
+
+    if meta is None:
+        return {}
+    if not isinstance(meta, dict):
+        raise UsageError(f"meta must be a dict of JSON values, got {type(meta).__name__}")
+
+    def walk(x: Any, where: str) -> Any:
+        if isinstance(x, np.generic):  # a numpy scalar: its Python value
+            x = x.item()
+        if isinstance(x, float) and not math.isfinite(x):
+            raise UsageError(
+                f"meta{where} is {x}, which strict JSON cannot hold",
+                hint="record it as null or as a string such as 'nan', or leave it out",
+            )
+        if isinstance(x, dict):
+            bad = next((k for k in x if not isinstance(k, str)), None)
+            if bad is not None:
+                raise UsageError(f"meta{where} has the key {bad!r}; JSON keys are strings", hint="use str keys")
+            return {k: walk(v, f"{where}[{k!r}]") for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [walk(v, f"{where}[{i}]") for i, v in enumerate(x)]
+        if not (x is None or isinstance(x, (str, int, float))):
+            raise UsageError(
+                f"meta{where} is a {type(x).__name__}, not a JSON value",
+                hint="pass numbers, strings, booleans, None, lists and dicts (e.g. float(x) for a tensor)",
+            )
+        return x
+
+    return walk(meta, "")
+
+
 def _floats(name: str, x: Any) -> np.ndarray:
     a = to_host(x)
     if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
@@ -195,6 +244,22 @@ def _mask(m: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
             "mask must hold only 0/1 or booleans", hint="pass the response mask, not lengths or weights"
         )
     return m.astype(bool)
+
+
+def _token_ids(ids: np.ndarray) -> np.ndarray:
+    """The recorded tokens' ids as int64; a fractional, non-finite or non-numeric id is refused (a cast would
+    write 1.5 as token 1 without a word)."""
+    if ids.dtype.kind in "iu":
+        return ids.astype(np.int64)
+    if ids.dtype.kind != "f":
+        raise RecorderInputError(f"token_ids must hold integers, got dtype {ids.dtype}")
+    bad = np.flatnonzero(~np.isfinite(ids) | (ids != np.round(ids)))
+    if bad.size:
+        raise RecorderInputError(
+            f"token_ids must hold integers, got {float(ids[bad[0]])!r} among the recorded tokens",
+            hint="pass the sampled token ids (an integer tensor), not logits or probabilities",
+        )
+    return ids.astype(np.int64)
 
 
 def _same_shape(name: str, x: Any, shape: tuple[int, ...]) -> np.ndarray:

@@ -73,6 +73,36 @@ class StepReport(dict):
         self.alerts = alerts
 
 
+def _check_options(recorder: Any, rules: Any, prefix: Any, window: Any, changes: ChangeConfig, min_rise: Any) -> None:
+    """Options that would otherwise fail at the first ``add()`` with an error of an inner function, or never:
+    a window shorter than the detectors' minimum means no alert can ever fire, without a word."""
+    import math
+
+    from ..errors import UsageError
+
+    if recorder is not None and not callable(getattr(recorder, "add", None)):
+        raise UsageError(
+            f"recorder must be a Recorder, got {type(recorder).__name__}", hint="pass Monitor(Recorder(path))"
+        )
+    if isinstance(rules, str):
+        raise UsageError(
+            f"rules must be a list of rule names, got the string {rules!r}", hint=f"write rules=[{rules!r}]"
+        )
+    if not isinstance(prefix, str):
+        raise UsageError(f"prefix must be a string, got {type(prefix).__name__}", hint="e.g. prefix='mismatch/'")
+    if isinstance(window, bool) or not isinstance(window, int) or window < changes.min_steps:
+        raise UsageError(
+            f"window must be an integer of at least {changes.min_steps} steps, got {window!r}",
+            hint=f"the change detectors need {changes.min_steps} steps before the first alert; default {WINDOW}",
+        )
+    if (
+        isinstance(min_rise, bool)
+        or not isinstance(min_rise, (int, float))
+        or not (math.isfinite(min_rise) and min_rise >= 0)
+    ):
+        raise UsageError(f"min_rise must be a finite number >= 0 (0.25: +25%), got {min_rise!r}")
+
+
 class Monitor:
     """Watch a run step by step. Give it a :class:`Recorder` to record and watch with one call.
 
@@ -98,6 +128,7 @@ class Monitor:
     ):
         from .routes import routing_meta
 
+        _check_options(recorder, rules, prefix, window, changes, min_rise)
         self.recorder = recorder
         self.routing = routing_meta(routing) or getattr(recorder, "routing", None)
         """the model's routing layout, for ``sampler_experts`` / ``trainer_experts`` (a Recorder's by default)."""

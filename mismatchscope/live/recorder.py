@@ -41,7 +41,7 @@ import pyarrow as pa
 from .. import __version__, rundir
 from ..errors import MismatchscopeError, UsageError
 from ..schema import COLUMNS, SCHEMA_VERSION, write_table
-from .inputs import RecordedIds, StepBatch, prepare
+from .inputs import RecordedIds, StepBatch, prepare, strict_meta
 
 SEQUENCE_ID_RANK_SHIFT = 40
 """generated sequence ids are ``rank << 40 | n``: unique across ranks and steps of a run."""
@@ -96,8 +96,8 @@ class Recorder:
                 if self.world_size
                 else f"rank must be >= 0, got {self.rank}"
             )
+        self.meta = strict_meta(meta)
         check_recorder_directory(self.path, path, resume=resume, world_size=self.world_size)
-        self.meta = dict(meta or {})
         self._tag = f"rank-{self.rank:04d}"
         self.record_path = self.path / rundir.RANKS / f"{self._tag}.json"
         self._index = rundir.ShardIndex(self.path, rundir.TOKENS, self._tag)

@@ -108,10 +108,13 @@ _capture = _Capture()
 
 
 @contextlib.contextmanager
-def engine_output(run_dir: Path, *, verbose: bool = False, sampler_kind: str | None = None) -> Iterator[None]:
+def engine_output(
+    run_dir: Path, *, verbose: bool = False, sampler_kind: str | None = None, any_dir: bool = False
+) -> Iterator[None]:
     """Send the engines' output (descriptor 2 and everything written to it) to a log; ``verbose`` leaves it on screen.
 
-    ``run_dir``: where the log ends up if the run directory holds a run on exit.
+    ``run_dir``: where the log ends up if the run directory holds a run on exit
+    (``any_dir``: if it is a folder at all, as diagnose's output folder is).
     ``sampler_kind``: the probe's sampler; ``vllm`` adds the ``--sampler hf``
     hint to an engine failure. An exception raised inside vLLM leaves as an
     :class:`EngineError` naming its root cause and the log.
@@ -143,16 +146,17 @@ def engine_output(run_dir: Path, *, verbose: bool = False, sampler_kind: str | N
         if isinstance(e, MismatchscopeError) and not _from_vllm(e):  # the tool's own refusal: its line says it all,
             tmp.unlink(missing_ok=True)  # and a refused command changes nothing, not even a run's log
             raise
-        log = _place(tmp, run_dir, keep=True)
+        log = _place(tmp, run_dir, keep=True, any_dir=any_dir)
         if isinstance(e, Exception):
             _raise_engine_error(e, log, sampler_kind)
         if log is not None and not isinstance(e, MismatchscopeError):
             terminal.write(f"the engines' output up to the failure: {log}\n")
         raise
     _restore(saved)
-    log = _place(tmp, run_dir, keep=False)
+    log = _place(tmp, run_dir, keep=False, any_dir=any_dir)
     if log is not None:
-        terminal.write(f"the engines' output (vLLM, torch, transformers): {log} (--verbose shows it live)\n")
+        live = "" if any_dir else " (--verbose shows it live)"
+        terminal.write(f"the engines' output (vLLM, torch, transformers): {log}{live}\n")
 
 
 def _flush_all() -> None:
@@ -172,7 +176,7 @@ def _restore(saved: int) -> None:
     os.close(saved)
 
 
-def _place(tmp: Path, run_dir: Path, *, keep: bool) -> Path | None:
+def _place(tmp: Path, run_dir: Path, *, keep: bool, any_dir: bool = False) -> Path | None:
     """Move the log into the run directory if it holds a run; otherwise keep it only when ``keep`` and not empty.
 
     A run that sampled nothing is replaced or taken back by the next start,
@@ -185,7 +189,8 @@ def _place(tmp: Path, run_dir: Path, *, keep: bool) -> Path | None:
         if tmp.stat().st_size == 0:
             tmp.unlink()
             return None
-        if (Path(run_dir) / rundir.MANIFEST).is_file() and not unstarted_run(Path(run_dir)):
+        holds_run = (Path(run_dir) / rundir.MANIFEST).is_file() and not unstarted_run(Path(run_dir))
+        if holds_run or (any_dir and Path(run_dir).is_dir() and not keep):
             dest = Path(run_dir) / LOG_NAME
             with open(dest, "ab") as out, open(tmp, "rb") as src:  # a resumed run's log grows
                 shutil.copyfileobj(src, out)

@@ -30,6 +30,7 @@ from ..outputs import check_output_dir
 from ..outputs import check_run_out as check_new_run
 from ..redact import redact_url
 from .hf_model import DTYPES, canonical_dtype
+from .token_scoring import GREEDY_EPS
 from .types import SamplerConfig, SamplingConfig, TrainerConfig
 
 if TYPE_CHECKING:
@@ -320,12 +321,42 @@ def check_sampling(s: SamplingConfig) -> None:
         raise UsageError(f"--top-k-logprobs must be at least 0, got {s.top_k_logprobs}")
     if not 0.0 < s.top_p <= 1.0:
         raise UsageError(f"--top-p must be in (0, 1], got {s.top_p:g}", hint="1 keeps the whole distribution")
-    if not s.temperature >= 0.0:  # also refuses NaN
-        raise UsageError(f"--temperature must be at least 0, got {s.temperature:g}")
+    check_temperature(s.temperature, greedy=True)
     if s.seed is not None and not 0 <= s.seed <= MAX_SEED:
         raise UsageError(
             f"--seed must be in 0..{MAX_SEED} (2^63 - 1), got {s.seed}",
             hint="the engines and torch take a signed 64-bit seed",
+        )
+
+
+def check_temperature(t: float, *, greedy: bool) -> None:
+    """The one temperature check of probe, diagnose and rescore: a finite T, 0 (greedy, where ``greedy``) or at
+    least :data:`GREEDY_EPS`.
+
+    Why these bounds: the trainer divides its logits by T, so an infinite T scores every token as uniform and a
+    NaN scores nothing, and either would be reported as mismatch. Below 1e-5 vLLM does not divide at all: it
+    samples greedily and ignores T (its ``_SAMPLING_EPS``), so 1e-30 would silently mean greedy while the
+    trainer scored logits / 1e-30. There is no upper bound short of infinity: a large finite T is a flat but
+    well-defined distribution on both sides.
+    """
+    shown = f"--temperature {t:g}"
+    if not math.isfinite(t):
+        raise UsageError(
+            f"{shown} is not a temperature the trainer can divide its logits by",
+            hint="pass the finite temperature the sampler ran at (1 for plain sampling)",
+        )
+    if t < 0:
+        raise UsageError(f"{shown} is negative", hint="a temperature is 0 (greedy) or positive")
+    if t == 0 and not greedy:
+        raise UsageError(
+            f"{shown}: a rescore scores logits / T, which greedy sampling (T = 0) does not define",
+            hint="pass the positive temperature the sampler ran at",
+        )
+    if 0 < t < GREEDY_EPS:
+        raise UsageError(
+            f"{shown} is below {GREEDY_EPS:g}, where vLLM ignores the temperature and samples greedily",
+            hint=("pass 0 for greedy sampling, or " if greedy else "pass ")
+            + f"a temperature of at least {GREEDY_EPS:g}",
         )
 
 

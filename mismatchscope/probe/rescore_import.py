@@ -75,10 +75,16 @@ def open_imported(run_path: Path) -> ImportedRun:
     run = Path(run_path)
     c = rundir.completion(run)
     if c is not None and not c.complete:
-        raise UsageError(f"{run} is an incomplete run ({c.reason}); rescore needs a complete one")
+        raise UsageError(
+            f"{run} is an incomplete run ({c.reason}); rescore needs a complete one",
+            hint="import the dump again into a new folder (or finish the interrupted rescore with --resume)",
+        )
     manifest = rundir.read_manifest(run)
     if manifest is None:
-        raise UsageError(f"{run / rundir.MANIFEST} is not a readable JSON manifest")
+        raise UsageError(
+            f"{run / rundir.MANIFEST} is not a readable JSON manifest",
+            hint="the run was damaged: import the dump again",
+        )
     try:
         sequences = pq.read_table(run / SEQUENCES)
     except (OSError, pa.ArrowInvalid) as e:
@@ -101,6 +107,10 @@ def open_imported(run_path: Path) -> ImportedRun:
 
 def sampling_for(src: ImportedRun, temperature: float | None) -> SamplingConfig:
     """The trainer's processing: logits / T over the full vocabulary (the stack's top-p/top-k are not known)."""
+    from .options import check_temperature
+
+    if temperature is not None:
+        check_temperature(temperature, greedy=False)
     if temperature is None:
         temperature = src.temperature
     elif src.temperature is not None and temperature != src.temperature:
@@ -114,8 +124,7 @@ def sampling_for(src: ImportedRun, temperature: float | None) -> SamplingConfig:
             "pass --temperature T, the temperature its sampler ran at",
             hint="the trainer divides its logits by T: a wrong T would be counted as mismatch",
         )
-    if not temperature > 0:
-        raise UsageError(f"--temperature {temperature:g} must be positive")
+    check_temperature(temperature, greedy=False)
     longest = max((len(c) for c in src.sequences["completion_token_ids"].to_pylist()), default=1)
     return SamplingConfig(temperature=temperature, n=1, max_tokens=max(longest, 1))
 
@@ -127,14 +136,14 @@ def check_checkpoint_fits(src: ImportedRun, info, trainer_cfg: TrainerConfig) ->
     flat = [np.asarray(col.combine_chunks().flatten()) for col in (prompts, completions)]
     top = max((int(a.max()) for a in flat if a.size), default=0)
     if top >= info.vocab_size:
-        where = next(
-            int(s)
+        where, bad = next(  # the first such sequence, and its own first id past the vocabulary (not the run's max)
+            (int(s), next(t for t in p + c if t >= info.vocab_size))
             for s, p, c in zip(sids, prompts.to_pylist(), completions.to_pylist(), strict=True)
             if max(p + c) >= info.vocab_size
         )
         raise InputError(
-            f"sequence {where} of {src.path} holds token id {top}, outside the vocabulary of {info.path} "
-            f"(0..{info.vocab_size - 1})",
+            f"sequence {where} of {src.path} holds token id {bad}, outside the vocabulary of {info.path} "
+            f"(0..{info.vocab_size - 1}); the largest id in the run is {top}",
             hint="rescore with the checkpoint (and tokenizer) the run was sampled with",
         )
     p_len, c_len = (np.asarray(col.combine_chunks().value_lengths(), dtype=np.int64) for col in (prompts, completions))

@@ -558,6 +558,7 @@ def rescore(
     check_rescore_out(run_path, out, resume)
     if is_imported(run_path):
         return rescore_imported(run_path, out, trainer_cfg, trainer_checkpoint, temperature, resume, progress)
+    _refuse_other_runs(run_path)
     if temperature is not None:
         raise UsageError(
             f"--temperature: {run_path} is a probe run; a rescore keeps the sampling it recorded",
@@ -609,6 +610,22 @@ def _check_recorded_config(src: RunDir, manifest: dict[str, Any]) -> None:
         raise bad("fingerprint", manifest["fingerprint"], "a table")
     if cfg.get("semantics") is not None and not isinstance(cfg["semantics"], dict):
         raise bad("config.semantics", cfg["semantics"], "a table")
+
+
+def _refuse_other_runs(run_path: Path) -> None:
+    """An import without routes or a Recorder run holds no prompts to score again: say so, not that its
+    manifest looks damaged (it lacks a probe's ``config`` because it is not a probe run)."""
+    manifest = rundir.read_manifest(run_path) or {}
+    if isinstance(manifest.get("source"), dict):
+        raise UsageError(
+            f"{run_path} is an import without its prompt tokens, which a rescore needs",
+            hint="import the dump again with --routes (it records each sequence's prompt and completion ids)",
+        )
+    if manifest.get("writer") == "recorder":
+        raise UsageError(
+            f"{run_path} is a Recorder run: it holds logprob pairs, not the prompts a rescore scores again",
+            hint="rescore runs of probe, or imports made with --routes",
+        )
 
 
 def _check_complete_source(run_path: Path) -> None:

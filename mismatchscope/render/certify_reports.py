@@ -7,72 +7,19 @@ same list in every format, so a CI shows the same failures a person reads.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from dataclasses import asdict
 from typing import Any
 
-from ..certify.compare import PairingResult
+from ..certify.document import checks
 from ..certify.run import Verdict
-from .gate_markdown import fmt
 from .junit import junit_suite, junit_text
 
 
-def checks(v: Verdict) -> list[tuple[str, bool | None, str]]:
-    """(name, passed, one-line detail); passed is None for a check this run cannot make."""
-    out: list[tuple[str, bool | None, str]] = [(p.pairing.name, p.equal, pairing_line(p)) for p in v.pairings]
-    out += [(p.name, None, f"not in this run (needs {p.left} and {p.right})") for p in v.absent]
-    out.append(("routes", v.routes.passed, v.routes.status))
-    out.append(("policy_version", v.policy.passed, v.policy.status))
-    return out
-
-
-def pairing_line(p: PairingResult) -> str:
-    if p.equal:
-        return f"all {p.tokens:,} pairs byte-equal in {p.dtype}"
-    return (
-        f"{p.differing:,} of {p.tokens:,} pairs ({p.share:.2%}) differ in {p.dtype}; "
-        f"ULP median {fmt(p.ulp_median)}, max {p.ulp_max:,}; stable K3 mean {p.k3_mean:.3g} (diagnostic)"
-    )
-
-
 def payload(v: Verdict) -> dict[str, Any]:
-    return {
-        "run": v.run,
-        "verdict": v.verdict,
-        "certified": v.certified,
-        "reasons": v.reasons,
-        "checks": [{"name": n, "passed": ok, "detail": d} for n, ok, d in checks(v)],
-        "pairings": [_pairing(p) for p in v.pairings],
-        "absent_pairings": [p.name for p in v.absent],
-        "routes": asdict(v.routes),
-        "policy_version": asdict(v.policy),
-        "scope": v.scope,
-        "coverage": asdict(v.coverage),
-        "warnings": v.warnings,
-    }
+    """``certify --format json``: the typed document (``certify/document.py``), ``schema_version`` first."""
+    from ..certify.document import CertifyDocument
+    from ..documents import document
 
-
-def _pairing(p: PairingResult) -> dict[str, Any]:
-    return {
-        "name": p.pairing.name,
-        "left": p.pairing.left,
-        "right": p.pairing.right,
-        "equal": p.equal,
-        "dtype": p.dtype,
-        "dtype_note": p.dtype_note,
-        "tokens": p.tokens,
-        "differing": p.differing,
-        "share_differing": p.share,
-        "ulp_histogram": p.ulp_histogram,
-        "ulp_median": p.ulp_median,
-        "ulp_p99": p.ulp_p99,
-        "ulp_max": p.ulp_max,
-        "max_abs_diff": p.max_abs_diff,
-        "k3_stable_mean": p.k3_mean,
-        "k3_stable_max": p.k3_max,
-        "first_differences": [asdict(d) for d in p.first],
-        "earliest_position": p.earliest_summary(),
-        "earliest_by_sequence": [{"sequence_id": s, "position": pos} for s, pos in p.earliest],
-    }
+    return document(CertifyDocument.of(v))
 
 
 def _cell(text: str) -> str:

@@ -7,7 +7,8 @@ def certify_tables(console, v) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from .certify_reports import checks
+    from ..certify.document import checks
+    from .layout import print_table
 
     c = v.coverage
     console.print(
@@ -26,7 +27,7 @@ def certify_tables(console, v) -> None:
             "[green]pass[/green]" if ok else ("[bold red]FAIL[/bold red]" if ok is False else "[dim]not checked[/dim]")
         )
         t.add_row(mark, escape(name), escape(detail))
-    console.print(t)
+    print_table(console, t)
     for p in v.pairings:
         console.print(escape(f"{p.pairing.title}: {p.dtype_note}"), highlight=False)
         if p.equal:
@@ -55,7 +56,7 @@ def certify_tables(console, v) -> None:
                     f"{d.right_hex} {d.right_decimal}",
                     f"{d.ulp:,}",
                 )
-            console.print(ft)
+            print_table(console, ft)
     r = v.routes
     if r.flips_by_layer:
         console.print(

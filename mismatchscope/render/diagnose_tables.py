@@ -11,6 +11,7 @@ from ..metrics import ABS_LOGPROB_DIFF_MAX, ABS_LOGPROB_DIFF_MEAN, K3_MEAN, TV_T
 def render(console, p: dict[str, Any]) -> None:
     from rich.table import Table
 
+    from .layout import print_table
     from .tables import num, pct
 
     ref = p["reference"]
@@ -24,20 +25,22 @@ def render(console, p: dict[str, Any]) -> None:
     )
 
     t = Table(title="Decomposition (identical tokens; the metrics of `report` on each pair)", title_justify="left")
-    for c in ("gap", "|log p - log q| mean", "max", "tv_token mean", "k3 mean", "run directory"):
-        t.add_column(c, justify="left" if c in ("gap", "run directory") else "right")
+    for c in ("gap", "|log p - log q| mean", "max", "tv_token mean", "k3 mean"):
+        t.add_column(c, justify="left" if c == "gap" else "right")
+    dirs = []
     for name in ("total", "sampler_vs_reference", "trainer_vs_reference", "sampler_decode_vs_prefill"):
         g = p["decomposition"][name]
         if g.get("status") == "skipped":
-            t.add_row(name, "skipped", "", "", "", g["reason"])
+            t.add_row(name, "skipped", "", "", "")
+            dirs.append(f"  {name}: skipped ({g['reason']})")
             continue
         m = g["metrics"]
         t.add_row(
-            name,
-            *(num(m[k.name]) for k in (ABS_LOGPROB_DIFF_MEAN, ABS_LOGPROB_DIFF_MAX, TV_TOKEN_MEAN, K3_MEAN)),
-            g["run_dir"],
+            name, *(num(m[k.name]) for k in (ABS_LOGPROB_DIFF_MEAN, ABS_LOGPROB_DIFF_MAX, TV_TOKEN_MEAN, K3_MEAN))
         )
-    console.print(t)
+        dirs.append(f"  {name}: {g['run_dir']}")
+    print_table(console, t)
+    console.print("run directories:\n" + "\n".join(dirs), highlight=False)
     s = p["decomposition"]["shares"]
     console.print(
         f"error budget: sampler share {pct(s['sampler_share'])}, trainer share {pct(s['trainer_share'])}, "
@@ -53,7 +56,6 @@ def render(console, p: dict[str, Any]) -> None:
         title_justify="left",
     )
     for c in (
-        "#",
         "variant",
         "side",
         "gap",
@@ -68,11 +70,10 @@ def render(console, p: dict[str, Any]) -> None:
         t.add_column(c, justify="left" if c in ("variant", "side", "bootstrap", "signif.") else "right")
     for v in p["variants"]:
         if v["status"] != "ok":
-            t.add_row("-", v["name"], v["side"], v["status"], "", "", "", "", "", "", "", style="dim")
+            t.add_row(v["name"], v["side"], v["status"], "", "", "", "", "", "", "", style="dim")
             continue
         d = v["delta"][PRIMARY]
         t.add_row(
-            str(v["rank"]),
             v["name"],
             v["side"],
             num(v["metrics"][PRIMARY]),
@@ -82,11 +83,9 @@ def render(console, p: dict[str, Any]) -> None:
             d["bootstrap"],
             pct(v["tokens_changed_share"]),
             pct(v["decomposition"]["sampler_share"]),
-            "-"
-            if v["throughput"].get("relative_to_baseline") is None
-            else f"{v['throughput']['relative_to_baseline']:.2f}x",
+            _ratio(v["throughput"]),
         )
-    console.print(t)
+    print_table(console, t)
     for v in p["variants"]:
         if v["status"] != "ok":
             console.print(f"  {v['name']}: {v['status']}: {v['reason']}", highlight=False)
@@ -106,7 +105,7 @@ def render(console, p: dict[str, Any]) -> None:
                 num(d["max_abs_diff"]),
                 d.get("compared", ""),
             )
-        console.print(t)
+        print_table(console, t)
 
     t = Table(title="Cost per configuration (start-up excluded from throughput)", title_justify="left")
     for c in (
@@ -114,6 +113,8 @@ def render(console, p: dict[str, Any]) -> None:
         "sampler tok/s",
         "trainer tok/s",
         "pipeline tok/s",
+        "x baseline",
+        "rounds",
         "start-up s",
         "wall s",
         "Pareto",
@@ -128,17 +129,39 @@ def render(console, p: dict[str, Any]) -> None:
             num(tp["sampler_tokens_per_s"]),
             num(tp["trainer_tokens_per_s"]),
             num(tp.get("pipeline_tokens_per_s")),
+            "1x" if name == "baseline" else _ratio(tp),
+            _rounds(tp.get("timing")),
             num(tp["startup_s"]),
             num(tp["wall_s"]),
             "*" if name in p["pareto_front"] else "",
             {True: "yes", False: "no"}.get(rec.get("certified"), "-"),
         )
-    console.print(t)
+    print_table(console, t)
+    console.print(
+        "x baseline: pipeline throughput over the baseline's, the median of interleaved rounds (baseline, "
+        "variant, ...) of the same work; rounds: their number and range. Throughput columns are one "
+        "measurement each, minutes apart.",
+        highlight=False,
+    )
     console.print(f"\n{p['reading']}", highlight=False)
     console.print(
         f"\noutput directory: {p['out']} (every run directory above works with report, compare-masks and gate)",
         highlight=False,
     )
+
+
+def _ratio(tp: dict[str, Any]) -> str:
+    rel = tp.get("relative_to_baseline")
+    if rel is None:
+        return "-"
+    timing = tp.get("timing") or {}
+    return f"{rel:.2f}x" + ("" if timing.get("rankable", True) else " (!)")
+
+
+def _rounds(timing: dict[str, Any] | None) -> str:
+    if not timing:
+        return "-"
+    return f"{timing['rounds']}: {timing['low']:.2f}-{timing['high']:.2f}x"
 
 
 def _routes(console, r: dict[str, Any]) -> None:

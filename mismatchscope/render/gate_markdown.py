@@ -106,4 +106,6 @@ def markdown(result) -> str:
         lines += ["", *[f"- `{ch.metric}`: {_cell(ch.explanation)}" for ch in notes]]
     if result.warnings:
         lines += ["", *[f"> warning: {_cell(w)}" for w in result.warnings]]
+    if result.notes:
+        lines += ["", *[f"> note: {_cell(n)}" for n in result.notes]]
     return "\n".join(lines) + "\n"

@@ -14,7 +14,8 @@ def gate_tables(console, result) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from .gate_markdown import estimate_text, fmt, limit_text, method_text, status_text
+    from .gate_markdown import fmt, limit_text, method_text, status_text
+    from .layout import print_table
 
     cfg = result.config
     cand, base = result.candidate, result.baseline
@@ -33,33 +34,23 @@ def gate_tables(console, result) -> None:
         title=f"Gate ({cfg.bootstrap} bootstrap resamples of sequences, seed {cfg.seed}; limits from {cfg.source})",
         title_justify="left",
     )
-    for col in (
-        "result",
-        "check",
-        "baseline",
-        "candidate",
-        f"estimate [{cfg.confidence:.0%} interval]",
-        "limit",
-        "method",
-    ):
-        t.add_column(col, justify="right" if col in ("baseline", "candidate") or col.startswith("estimate") else "left")
+    for col in ("check", "result", "baseline", "candidate", "estimate", f"{cfg.confidence:.0%} interval", "limit"):
+        t.add_column(col, justify="left" if col in ("check", "result", "limit") else "right")
     for ch in result.checks:
         style = "bold red" if ch.failed else ("yellow" if ch.inconclusive else "cyan" if ch.below_floor else "green")
+        x = "x" if ch.kind == "regression" else ""
         t.add_row(
+            escape(ch.name),
             f"[{style}]{status_text(ch)}[/{style}]",
-            *map(
-                escape,
-                (
-                    ch.name,
-                    fmt(ch.baseline),
-                    fmt(ch.candidate),
-                    estimate_text(ch),
-                    limit_text(ch),
-                    method_text(ch, cfg.confidence),
-                ),
-            ),
+            fmt(ch.baseline),
+            fmt(ch.candidate),
+            f"{x}{fmt(ch.estimate)}",
+            escape(f"[{x}{fmt(ch.interval[0])}, {x}{fmt(ch.interval[1])}]") if ch.interval else "-",
+            escape(limit_text(ch)),
         )
-    console.print(t)
+    print_table(console, t)
+    methods = sorted({method_text(ch, cfg.confidence) for ch in result.checks})
+    console.print(f"method: {'; '.join(methods)}", highlight=False)
     for ch in result.checks:
         if ch.failed or ch.inconclusive or ch.below_floor:
             console.print(escape(f"{ch.name}: {ch.explanation}"), highlight=False)

@@ -7,7 +7,8 @@ def readings_table(console, p: dict) -> None:
     from rich.table import Table
 
     from ..analysis.side_by_side import CATEGORIES
-    from .tables import num, pct
+    from .layout import print_table
+    from .tables import num, parameters, pct
 
     console.print(f"{p['tokens']:,} tokens | {p['sequences']:,} sequences", highlight=False)
     verb = "rejected" if p["action"] == "reject" else "reweighted"
@@ -23,12 +24,10 @@ def readings_table(console, p: dict) -> None:
         f"only {p['first']}",
         "only this",
         *CATEGORIES,
-        "parameters",
     ):
-        t.add_column(col, justify="left" if col in ("reading", "advantage", "parameters") else "right")
+        t.add_column(col, justify="left" if col in ("reading", "advantage") else "right")
     for r in p["readings"]:
         d = r.get("differs_from_first")
-        params = ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in r["params"].items())
         cells = [num(d[c]) for c in CATEGORIES] if d else ["-"] * len(CATEGORIES)
         hyp = "file" if r["hypothesis"] == "data" else r["hypothesis"]
         t.add_row(
@@ -39,9 +38,9 @@ def readings_table(console, p: dict) -> None:
             num(r.get("first_only")),
             num(r.get("this_only")),
             *cells,
-            params,
         )
-    console.print(t)
+    print_table(console, t)
+    parameters(console, {r["reading"]: r["params"] for r in p["readings"]})
     console.print(
         "Categories: each differing token in the first that holds. A = 0: its advantage is exactly 0; "
         "p or q = 1: a logprob of exactly 0 on either side; at threshold: its quantity equals a threshold "

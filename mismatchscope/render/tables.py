@@ -22,6 +22,7 @@ from ..metrics import (
     TV_TOKEN_MEAN,
     TV_TOPK_LOWER_MEAN,
 )
+from .layout import print_table
 
 
 def num(v: Any, digits: int = 4) -> str:
@@ -34,8 +35,10 @@ def num(v: Any, digits: int = 4) -> str:
     v = float(v)
     if v == 0:
         return "0"
-    if abs(v) >= 1e4 or abs(v) < 1e-3:
-        return f"{v:.{digits - 1}e}"
+    if 1e4 <= abs(v) < 1e9:  # 47,650 tokens/s reads at a glance; 4.765e4 makes the reader count
+        return f"{v:,.0f}"
+    if abs(v) >= 1e4 or abs(v) < 1e-3:  # 8.442e-5, not 8.442e-05: a column's character saved
+        return f"{v:.{digits - 1}e}".replace("e-0", "e-").replace("e+0", "e").replace("e+", "e")
     return f"{v:.{digits}g}"
 
 
@@ -80,21 +83,21 @@ def report_tables(console, result) -> None:
         rows.append(("KL lower bound (top-k) mean", num(m.kl_topk_lower_mean), KL_TOPK_LOWER_MEAN.meaning))
     for r in rows:
         t.add_row(*r)
-    console.print(t)
+    print_table(console, t)
 
     q = Table(title="Ratio r = p/q: quantiles and tails", title_justify="left")
     q.add_column("quantile")
     for k in m.ratio_quantiles:
         q.add_column(k, justify="right")
     q.add_row("r", *[num(v) for v in m.ratio_quantiles.values()])
-    console.print(q)
+    print_table(console, q)
     tails = Table(show_header=True)
     tails.add_column("c")
     tails.add_column("share r > c", justify="right")
     tails.add_column("share r < 1/c", justify="right")
     for c in m.ratio_tail_high:
         tails.add_row(c, pct(m.ratio_tail_high[c]), pct(m.ratio_tail_low[c]))
-    console.print(tails)
+    print_table(console, tails)
 
     s = rep.sequence_metrics
     st = Table(title=f"Sequences (chi2_seq clamps S to +-{s.chi2_seq_clip:g}, as verl does)", title_justify="left")
@@ -106,7 +109,7 @@ def report_tables(console, result) -> None:
         v = getattr(s, metric.name)
         st.add_row(metric.meaning, num(v.mean), *[num(v.quantiles[k]) for k in ("0.01", "0.5", "0.99")])
     st.add_row(CHI2_SEQ.name, num(s.chi2_seq), "", "", "")
-    console.print(st)
+    print_table(console, st)
 
     sc = rep.score_centering
     if sc:
@@ -127,7 +130,7 @@ def report_tables(console, result) -> None:
                 *[num(v.quantiles[k]) for k in ("0.01", "0.5", "0.99")],
                 metric.meaning,
             )
-        console.print(c)
+        print_table(console, c)
         rho = sc.tail_mass_ratio
         if rho.undefined_tokens:
             console.print(
@@ -159,7 +162,7 @@ def report_tables(console, result) -> None:
             b.add_column(col, justify="left" if col == "bucket" else "right")
         for r in rows:
             b.add_row(r.bucket, num(r.tokens), *(num(r.mean(c.name)) for c in columns))
-        console.print(b)
+        print_table(console, b)
 
     if rep.routing:
         routing_tables(console, rep.routing)
@@ -201,7 +204,7 @@ def routing_tables(console, ro: Routing) -> None:
         f"{ro.prompt_rows_flipped:,} / {ro.prompt_rows_compared:,}",
         style="bold",
     )
-    console.print(t)
+    print_table(console, t)
     gap = ro.abs_logprob_diff
     if gap:
         console.print(
@@ -224,7 +227,7 @@ def routing_tables(console, ro: Routing) -> None:
             m.add_column(col, justify="left" if col == "margin" else "right")
         for r in ro.by_trainer_margin:
             m.add_row(r.bucket, num(r.compared), num(r.flipped), pct(r.flip_rate))
-        console.print(m)
+        print_table(console, m)
 
 
 def worst_table(console, rows: list[WorstSequence]) -> None:
@@ -266,7 +269,7 @@ def worst_table(console, rows: list[WorstSequence]) -> None:
             ident(r.max_gap_token_id),
             num(r.max_gap_log_ratio),
         )
-    console.print(t)
+    print_table(console, t)
 
 
 def masks_tables(console, result, examples: int) -> None:
@@ -275,7 +278,6 @@ def masks_tables(console, result, examples: int) -> None:
     t = Table(title="What each rule would reject or reweight", title_justify="left")
     for col in (
         "rule",
-        "params",
         "level",
         "hyp.",
         "tok. rejected",
@@ -285,20 +287,15 @@ def masks_tables(console, result, examples: int) -> None:
         "seq. rejected",
         "seq. w/ rejection",
     ):
-        if col == "params":
-            t.add_column(col, overflow="fold", max_width=22)
-        else:
-            t.add_column(col, justify="right" if col not in ("rule", "level", "hyp.") else "left")
+        t.add_column(col, justify="right" if col not in ("rule", "level", "hyp.") else "left")
     if has_sign:
         t.add_column("rejected A>0 / A<0 / A=0", justify="right")
     routed = mk.route_flipped_tokens is not None
     if routed:
         t.add_column(f"flipped rejected (of {mk.route_flipped_tokens:,})", justify="right")
     for r in mk.rules:
-        params = ",".join(f"{k}={num(v) if v is not None else 'off'}" for k, v in r.params.items())
         cells = [
             r.name,
-            params,
             r.level,
             r.hypothesis,
             num(r.tokens_rejected),
@@ -314,7 +311,8 @@ def masks_tables(console, result, examples: int) -> None:
         if routed:
             cells.append(num(r.route_flipped_rejected))
         t.add_row(*cells, style="dim" if r.hypothesis == "mean" else None)
-    console.print(t)
+    print_table(console, t)
+    parameters(console, {r.name: r.params for r in mk.rules})
     if any(r.hypothesis != "data" for r in mk.rules):
         console.print(
             "[dim]No advantage column: advantage-dependent rules are shown as hypotheses, as if every A > 0, "
@@ -337,7 +335,7 @@ def masks_tables(console, result, examples: int) -> None:
             g.add_column(col, justify="left" if col.startswith("rule") else "right")
         for a in shown:
             g.add_row(a.a, a.b, num(a.both), num(a.only_a), num(a.only_b), num(a.jaccard, 3))
-        console.print(g)
+        print_table(console, g)
         if len(agree) > len(shown):
             console.print(f"[dim]{len(agree) - len(shown)} more pairs in --format json[/dim]")
 
@@ -353,7 +351,7 @@ def masks_tables(console, result, examples: int) -> None:
                 pct(p.token_reweight_rate),
                 num(p.sequences_with_rejection),
             )
-        console.print(s)
+        print_table(console, s)
 
     if examples and not mk.examples:
         console.print("[dim]No token on which the token-level rejecting rules disagree.[/dim]")
@@ -376,7 +374,16 @@ def masks_tables(console, result, examples: int) -> None:
                 ", ".join(x.rejected_by),
                 ", ".join(x.kept_by),
             )
-        console.print(e)
+        print_table(console, e)
+
+
+def parameters(console, params: dict[str, dict[str, Any]]) -> None:
+    """Each rule's parameters once, under its table: one line a rule, aligned after its name."""
+    width = max(map(len, params), default=0)
+    console.print("parameters:", highlight=False)
+    for name, ps in params.items():
+        text = ", ".join(f"{k}={num(v) if v is not None else 'off'}" for k, v in ps.items())
+        console.print(f"  {name:<{width}}  {text}", highlight=False)
 
 
 def tails_table(console, mk: MasksResult) -> None:
@@ -405,6 +412,6 @@ def tails_table(console, mk: MasksResult) -> None:
     for r in rows:
         by_q, by_s = r.rejected_by_sampler_prob or {}, r.rejected_by_pq_sign or {}
         t.add_row(r.name, r.hypothesis, *[num(by_q[b]) for b in buckets], num(by_s["p>q"]), num(by_s["p<q"]))
-    console.print(t)
+    print_table(console, t)
     if mk.tail_reading:
         console.print(mk.tail_reading, highlight=False)

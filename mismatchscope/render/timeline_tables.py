@@ -7,6 +7,7 @@ def timeline_tables(console, result) -> None:
     from rich.table import Table
 
     from ..timeline.changes import methods
+    from .layout import print_table
     from .tables import num, pct
 
     s = result.series
@@ -28,7 +29,7 @@ def timeline_tables(console, result) -> None:
                 cells.append(pct(v) if m.unit.startswith("fraction") else num(v))
             cells.append(marks.get((repr(group), int(s.step_K[i])), ""))
             t.add_row(*cells)
-        console.print(t)
+        print_table(console, t)
 
     shorts = {m.name: m.label for m in s.metrics}
     if result.flags:
@@ -55,7 +56,7 @@ def timeline_tables(console, result) -> None:
                     f"{f['shifts']} shifts",
                 )
             c.add_row(str(f["group"]) if s.by else "all", shorts[f["metric"]], f["kind"], where, what, score)
-        console.print(c)
+        print_table(console, c)
     else:
         console.print("No spike, shift or drift flagged.")
     for sk in result.skipped:

@@ -35,6 +35,9 @@ class RuleReading:
     """where the framework computes it (path in the repository, and the function or setting)."""
     differs: str = ""
     """what differs from mismatchscope's defaults, in words; empty: nothing."""
+    numbers: str = ""
+    """where the reading's numbers come from: the framework's config default or an example script's, with the
+    file (in the reading's snapshot unless another commit is named)."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,10 @@ def _reading(r: Reading) -> None:
 
 
 _SRL = "verl/trainer/ppo/core_algos.py (_compute_token_mask_for_policy_loss)"
+_SRL_CFG = (
+    "config default: verl/trainer/config/actor/actor.yaml (clip_ratio_low/high 0.2); the repository holds no "
+    "DPPO script (0.15 and 0.05 are verl's example script's: the verl reading)"
+)
 _reading(
     Reading(
         "reference",
@@ -64,13 +71,27 @@ _reading(
         "sail-sg/Stable-RL",
         "main at c6af1d1 (2026-03-02)",
         {
-            "dppo-tv": RuleReading({}, _SRL + "; thresholds from the paper's scripts (clip_ratio_low/high)"),
-            "dppo-kl": RuleReading({}, _SRL + " (loss_mode dppo_binary_kl); thresholds from the paper's scripts"),
+            "dppo-tv": RuleReading(
+                {"delta_low": 0.2, "delta_high": 0.2},
+                _SRL + " (loss_mode dppo_binary_tv)",
+                "delta 0.2 (the repository's config default)",
+                _SRL_CFG,
+            ),
+            "dppo-kl": RuleReading(
+                {"delta": 0.2},
+                _SRL + " (loss_mode dppo_binary_kl)",
+                "delta 0.2 (the repository's config default)",
+                _SRL_CFG,
+            ),
         },
     )
 )
 
 _VERL = "verl/trainer/ppo/core_algos.py"
+_VERL_DPPO_SCRIPT = (
+    "example script: examples/dppo_trainer/run_qwen3_30b_a3b_megatron.sh (CLIP_DEFAULT {0} for {1}); verl's "
+    "config default is clip_ratio_low/high 0.2 (verl/trainer/config/actor/actor.yaml): pass delta=0.2 for it"
+)
 _reading(
     Reading(
         "verl",
@@ -80,21 +101,25 @@ _reading(
         {
             "dppo-tv": RuleReading(
                 {},
-                _VERL + " (compute_policy_loss_dppo_tv); 0.15 from examples/dppo_trainer/run_qwen3_30b_a3b_megatron.sh",
+                _VERL + " (compute_policy_loss_dppo_tv)",
+                numbers=_VERL_DPPO_SCRIPT.format("0.15", "dppo_tv"),
             ),
             "dppo-kl": RuleReading(
                 {},
-                _VERL + " (compute_policy_loss_dppo_kl); 0.05 from examples/dppo_trainer/run_qwen3_30b_a3b_megatron.sh",
+                _VERL + " (compute_policy_loss_dppo_kl)",
+                numbers=_VERL_DPPO_SCRIPT.format("0.05", "dppo_kl"),
             ),
             "icepop": RuleReading(
                 {},
-                "verl/trainer/ppo/rollout_corr_helper.py (rollout_is threshold 'lower_upper'); "
-                "defaults from verl/trainer/config/algorithm.py (decoupled_token_icepop)",
+                "verl/trainer/ppo/rollout_corr_helper.py (rollout_is threshold 'lower_upper')",
+                numbers="config default: verl/trainer/config/algorithm.py (decoupled_token_icepop: threshold_lower "
+                "0.5, threshold 5.0)",
             ),
             "kpop": RuleReading(
                 {"phi": 2.0},
                 "pull request #6800 (rollout_rs=binary_kl, decoupled token KPop); not in main at this snapshot",
                 "phi 2.0",
+                numbers="the pull request's default (phi 2.0); not in main at this snapshot",
             ),
         },
         lacks_hint="verl's rollout_rs family (geometric, k1/k2/k3 bounds per token or sequence) is the verl-rs rule, "
@@ -103,6 +128,8 @@ _reading(
 )
 
 _SKY_OPC = "skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py"
+_SKY_CFG = "skyrl/train/config/config.py"
+_SKY_F32 = "ratios in float32 (safe_exp_delta casts log r to float32, clamped to +-20)"
 _SKY_DPPO = (
     "skyrl/backends/skyrl_train/utils/ppo_utils.py (dppo_policy_loss); defaults in "
     "skyrl/train/config/config.py (DPPOConfig)"
@@ -118,27 +145,38 @@ _reading(
                 {"delta_low": 0.2, "delta_high": 0.2, "zero_advantage": "keep"},
                 _SKY_DPPO,
                 "A = 0 never masked (only A < 0 takes the negative branch); delta 0.2",
+                f"config default: {_SKY_CFG} (DPPOConfig.delta_low/high 0.2)",
             ),
             "dppo-kl": RuleReading(
                 {"delta": 0.2, "zero_advantage": "keep"},
                 _SKY_DPPO,
                 "A = 0 never masked (only A < 0 takes the negative branch); delta 0.2",
+                f"config default: {_SKY_CFG} (DPPOConfig.delta_low/high 0.2; its docstring recommends 0.05 for KL)",
             ),
             "token-mask": RuleReading(
                 {},
                 _SKY_OPC + " (token_mask_is_threshold_low/high)",
-                "SkyRL sets no default (off until given): mismatchscope's 0.5, 2",
+                "SkyRL sets no default (off until given): mismatchscope's 0.5, 2; " + _SKY_F32,
+                f"none: {_SKY_CFG} (OffPolicyCorrectionConfig.token_mask_is_threshold_low/high None, off)",
             ),
-            "seq-mis": RuleReading({}, _SKY_OPC + " (sequence_mask_metric=product; product_mask_low/high)"),
+            "seq-mis": RuleReading(
+                {},
+                _SKY_OPC + " (sequence_mask_metric=product; product_mask_low/high)",
+                _SKY_F32,
+                f"config default: {_SKY_CFG} (OffPolicyCorrectionConfig.product_mask_low 0.5, product_mask_high 2.0)",
+            ),
             "geo-mask": RuleReading(
                 {"lo": 0.99, "hi": 1.01},
                 _SKY_OPC + " (sequence_mask_metric=geometric; geo_mask_low/high)",
-                "bounds 0.99, 1.01",
+                "bounds 0.99, 1.01; " + _SKY_F32,
+                f"config default: {_SKY_CFG} (OffPolicyCorrectionConfig.geo_mask_low 0.99, geo_mask_high 1.01)",
             ),
             "veto": RuleReading(
                 {"hi": 100.0},
                 _SKY_OPC + " (outlier_token_is_threshold_low/high)",
-                "upper bound 100 (SkyRL's suggested values; both off until given)",
+                "upper bound 100 (SkyRL's suggested values; both off until given); " + _SKY_F32,
+                f"suggested, not defaults: {_SKY_CFG} (OffPolicyCorrectionConfig.outlier_token_is_threshold_low/high "
+                "docstrings suggest 1e-4 and 100; both default to None, off)",
             ),
         },
     )
@@ -155,16 +193,20 @@ _reading(
         {
             "ipo": RuleReading(
                 {"delta": 0.1},
-                f"{_PRL_LOSS} (ipo_loss_fn); {_PRL_CFG} (IPOLossConfig.ipo_threshold)",
+                f"{_PRL_LOSS} (ipo_loss_fn)",
                 "delta 0.1 (0.3 is in a pending change)",
+                f"config default: {_PRL_CFG} (IPOLossConfig.ipo_threshold 0.1)",
             ),
             "dppo-tv": RuleReading(
                 {"delta_low": 0.2, "delta_high": 0.2},
-                f"{_PRL_LOSS} (default_loss_fn); {_PRL_CFG} (DefaultLossConfig.dppo_mask_low/high)",
+                f"{_PRL_LOSS} (default_loss_fn)",
                 "delta 0.2",
+                f"config default: {_PRL_CFG} (DefaultLossConfig.dppo_mask_low/high 0.2)",
             ),
             "kpop": RuleReading(
-                {}, "pull request #3283 (p and q clamped to [1e-6, 1 - 1e-6]); not in main at this snapshot"
+                {},
+                "pull request #3283 (p and q clamped to [1e-6, 1 - 1e-6]); not in main at this snapshot",
+                numbers="the pull request's clamp (1e-6); not in main at this snapshot",
             ),
         },
     )
@@ -179,35 +221,49 @@ _reading(
         {
             "icepop": RuleReading(
                 {"alpha": 0.0, "beta": 2.0},
-                "slime/backends/megatron_utils/loss.py (icepop_function); "
-                "slime/utils/arguments.py (--tis-clip-low 0, --tis-clip 2.0)",
+                "slime/backends/megatron_utils/loss.py (icepop_function)",
                 "bounds [0, 2]: no lower cut, upper 2",
+                "config default: slime/utils/arguments.py (--tis-clip-low 0, --tis-clip 2.0)",
             ),
             "opsm": RuleReading(
-                {}, "slime/utils/ppo_utils.py (compute_opsm_mask); slime/utils/arguments.py (--opsm-delta)"
+                {},
+                "slime/utils/ppo_utils.py (compute_opsm_mask)",
+                numbers="config default: slime/utils/arguments.py (--opsm-delta 1e-4)",
             ),
         },
     )
 )
 
+_AREAL_RS = "areal/utils/functional/functional.py (apply_rejection_sampling"
+_AREAL_UPPER = "config default: areal/api/cli_args.py (RejectionSamplingConfig.upper 5.0 for every metric, lower None)"
 _reading(
     Reading(
         "areal",
         "AReaL",
-        "inclusionAI/AReaL",
-        "main at 4aef98d (2026-05-21)",
+        "areal-project/AReaL (formerly inclusionAI/AReaL)",
+        "main at cbff54d (2026-08-22)",
         {
             "k3-seq": RuleReading(
-                {"orientation": "1/r"},
-                "areal/utils/functional/functional.py (apply_rejection_sampling, metric kl_k3, level "
-                "sequence, agg mean); areal/utils/data.py (KLEstimator._compute_approx_kl)",
-                "k3 of 1/r: exp(lq - lp) - 1 - (lq - lp); AReaL has no k3 default threshold",
+                {"orientation": "1/r", "delta": 5.0},
+                f"{_AREAL_RS}, metric kl_k3, level sequence, agg mean); "
+                "areal/utils/data.py (KLEstimator._compute_approx_kl)",
+                "k3 of 1/r: exp(lq - lp) - 1 - (lq - lp); delta 5 (the upper default every metric shares; the "
+                "option's help suggests 0.5-2.0 for k3); in float32",
+                _AREAL_UPPER,
             ),
             "icepop": RuleReading(
                 {"alpha": 0.0},
-                "areal/utils/functional/functional.py (apply_rejection_sampling, metric "
-                "ratio, level token); areal/api/cli_args.py (upper 5.0, lower None)",
-                "no lower bound (lower None); upper 5",
+                f"{_AREAL_RS}, metric ratio, level token)",
+                "no lower bound (lower None); upper 5; r in float32, a non-finite log r read as 0 (kept)",
+                _AREAL_UPPER,
+            ),
+            "kpop": RuleReading(
+                {"phi": 5.0, "eps": 1e-8},
+                f"{_AREAL_RS}, metric binary_kl, level token; compute_binary_kl_divergence), since #1405",
+                "phi 5 (the shared upper default), p and q clamped to [1e-8, 1 - 1e-8]; at this snapshot "
+                "RejectionSamplingConfig refuses metric binary_kl in __post_init__ (its _VALID_METRICS omits it), "
+                "so only a config built without that check reaches it",
+                _AREAL_UPPER + "; eps 1e-8 is compute_binary_kl_divergence's default",
             ),
         },
     )

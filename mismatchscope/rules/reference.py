@@ -86,7 +86,9 @@ defaults and every reading that has it (or `--readings RULE@R1,R2`): the
 counts, and the tokens on which each reading differs from the first, by
 category: A = 0, p or q exactly 1 (a logprob of exactly 0), exactly at a
 threshold, other. `--readings RULE@R1,R2:delta=0.05` sets a parameter in
-every reading (their other choices stay).
+every reading (their other choices stay). With `--format json` it prints a
+document with `schema_version` first
+([schemas/compare-masks-readings.json](schemas/compare-masks-readings.json)).
 
 Every comparison in the frameworks read rejects strictly beyond a threshold
 (`>`, `<`) and keeps a value exactly on it, as mismatchscope does, so no
@@ -95,8 +97,13 @@ these thresholds are not modelled: SkyRL takes its ratios with log r clamped
 to +-20 (e^-20 and e^20 lie beyond every ratio threshold here); verl's
 rollout_rs clamps l to +-20 before k1, k2, k3 (the `verl-rs` rule reproduces
 it). mismatchscope computes in float64 from the logprobs; a framework that
-computes in float32 can land differently on a token within float32 rounding
-of a threshold (`p` of a logprob of -1e-9 is 1 in float32)."""
+computes in float32 (SkyRL's and AReaL's ratios are float32) can land
+differently on a token within float32 rounding of a threshold (`p` of a
+logprob of -1e-9 is 1 in float32).
+
+Each reading below says where its numbers come from: the framework's config
+default, an example script's value, or a suggestion in a docstring, with the
+file; the commit is the reading's snapshot unless another is named."""
 
 
 def readings_markdown() -> list[str]:
@@ -137,13 +144,15 @@ def readings_markdown() -> list[str]:
             "",
             f"### `{r.name}`: {r.framework}",
             "",
-            f"Read: `{r.repository}`, {r.version}." + (f" Otherwise: {r.lacks_hint}." if r.lacks_hint else ""),
+            f"Read: `{r.repository}`, {r.version}; files and commits below are of that snapshot unless named."
+            + (f" Otherwise: {r.lacks_hint}." if r.lacks_hint else ""),
             "",
-            "| rule | follows | differs |",
-            "|---|---|---|",
+            "| rule | follows | differs | numbers from |",
+            "|---|---|---|---|",
         ]
         for rule, rr in r.rules.items():
-            out.append(f"| `{rule}@{r.name}` | {_cell(rr.file)} | {_cell(rr.differs) or 'nothing'} |")
+            numbers = _cell(rr.numbers) or "the rule's own defaults"
+            out.append(f"| `{rule}@{r.name}` | {_cell(rr.file)} | {_cell(rr.differs) or 'nothing'} | {numbers} |")
     return out
 
 

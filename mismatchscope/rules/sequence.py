@@ -153,7 +153,8 @@ class VetoConfig:
     config=VetoConfig,
     uses_advantage=False,
     acts="reject",
-    source="verl rollout_token_veto_threshold; SkyRL outlier mask",
+    source="SkyRL outlier mask (outlier_token_is_threshold_low/high); verl's rollout_token_veto_threshold up to "
+    "v0.7.0 (removed by #4544, 97eac90)",
     summary="reject a sequence if any single token's ratio is catastrophic",
     quantity="min_t r, max_t r",
     ratio_thresholds=lambda c: [("lo", c.lo), ("hi", c.hi)],

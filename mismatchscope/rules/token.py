@@ -65,8 +65,8 @@ def icepop(cfg: IcePopConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> 
 class IPOConfig:
     delta: float = param(
         0.3,
-        "reject when |p - q| > delta (prime-rl's default since PR #3586; "
-        "0.2 at IPO's first release, then 0.1: pass --rule ipo:delta=0.2 or 0.1)",
+        "reject when |p - q| > delta (prime-rl's pending PR #3586; its main still defaults to 0.1, "
+        "ipo@prime-rl; 0.2 at IPO's first release: pass --rule ipo:delta=0.2)",
         range=UNIT,
         grid=PQ,
     )
@@ -78,7 +78,8 @@ class IPOConfig:
     config=IPOConfig,
     uses_advantage=False,
     acts="reject",
-    source="prime-rl ipo_loss_fn / IPOLossConfig (default 0.3, PR #3586; earlier 0.2, #1930, and 0.1, #2798)",
+    source="prime-rl ipo_loss_fn / IPOLossConfig (0.3 in the pending PR #3586; main's default is 0.1, since #2798; "
+    "0.2 at #1930)",
     summary="reject tokens whose probability gap |p - q| exceeds delta",
     quantity="p - q",
     drawn_by_default=True,

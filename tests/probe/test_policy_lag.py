@@ -233,7 +233,7 @@ def test_report_reads_the_gap_as_policy_lag_and_numerics(lag_run, base_run, dens
     )
     text = _ok("report", str(lag_run)).stdout
     assert "the gap mixes policy lag with numerical mismatch" in " ".join(text.split())
-    assert "trainer on another checkpoint (policy lag)" in text
+    assert "trainer on another checkpoint (policy lag)" in " ".join(text.split())  # the header wraps at 80
     base = json.loads(_ok("report", str(base_run), "--format", "json").stdout)
     assert "trainer_logprob" not in {x["metric"] for x in base["interpretation"]}
 
@@ -250,7 +250,7 @@ def test_gate_needs_the_trainer_checkpoint_allowed(base_run, lag_run, later_dir)
     for key in ("trainer.checkpoint", "trainer"):
         r = cli("gate", str(lag_run), "--baseline", str(base_run), "--bootstrap", "0", "--allow-different", key)
         assert r.returncode in (0, 1), r.stderr[-2000:]  # a verdict, whichever it is
-        assert "trainer.checkpoint differs" in r.stdout
+        assert "trainer.checkpoint differs" in " ".join(r.stdout.split())  # the line wraps at the width
 
 
 # ------------------------------------------------------------ resume

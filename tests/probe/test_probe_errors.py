@@ -90,6 +90,16 @@ def _probe(tmp_path: Path, *args: str, prompts: Path | None = None):
         ),
         (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization must be in (0, 1], got 1.5"),
         (["--top-p", "0"], "--top-p must be in (0, 1], got 0 (1 keeps the whole distribution)"),
+        (
+            ["--temperature", "inf"],
+            "--temperature inf is not a temperature the trainer can divide its logits by (pass the finite "
+            "temperature the sampler ran at (1 for plain sampling))",
+        ),
+        (
+            ["--temperature", "1e-30"],  # vLLM samples greedily below 1e-5: once silently greedy while 0 was greedy too
+            "--temperature 1e-30 is below 1e-05, where vLLM ignores the temperature and samples greedily (pass 0 "
+            "for greedy sampling, or a temperature of at least 1e-05)",
+        ),
         (["--trainer-device", "gpu7"], "--trainer-device 'gpu7' is not a torch device (e.g. cpu, cuda, cuda:1)"),
         (["--trainer-device", "cuda:64"], None),
         (["--device-map", "everywhere"], "--device-map 'everywhere' is not a torch device (e.g. cpu, cuda, cuda:1)"),

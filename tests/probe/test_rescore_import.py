@@ -15,6 +15,8 @@ sampler's: no flip. A second import alters chosen rows (counted by hand in
 from __future__ import annotations
 
 import json
+import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -257,9 +259,49 @@ def test_ids_past_the_vocabulary_and_sequences_past_the_context_are_refused(tmp_
     imported = _dump(tmp_path / "wide", {2: (experts, made_up[2][1])}, sequences=wide)
     with pytest.raises(InputError, match=r"sequence 2 of .* holds token id 325, outside the vocabulary .*0\.\.319"):
         _rescore_fn(imported, tmp_path / "wide" / "out", checkpoint=_moe(), temperature=T)
+    # two sequences past it: the first is named with its own id (321), not the run's largest (325, in sequence 2)
+    p1, c1, m1 = SEQS[1]
+    both = {**wide, 1: (p1, [VOCAB + 1, *c1[1:]], m1)}
+    routes = {s: (made_up[s][0], made_up[s][1]) for s in (1, 2)}
+    imported = _dump(tmp_path / "both", routes, sequences=both)
+    with pytest.raises(InputError, match=r"sequence 1 of .* holds token id 321, .*; the largest id in the run is 325"):
+        _rescore_fn(imported, tmp_path / "both" / "out", checkpoint=_moe(), temperature=T)
     n = 320  # prompt 5 + 320 completion tokens: 325 positions, the checkpoint has 320
     long_experts = np.stack([np.arange(n + 4) % 8, (np.arange(n + 4) + 1) % 8], -1)[:, None].repeat(2, 1)
     long = {2: (prompt, (list(range(3, 300)) * 2)[:n], [1] * n)}
     imported = _dump(tmp_path / "long", {2: (long_experts, np.zeros(n))}, sequences=long)
     with pytest.raises(InputError, match=r"sequence 2 of .* is 325 tokens long, more than the 320 positions"):
         _rescore_fn(imported, tmp_path / "long" / "out", checkpoint=_moe(), temperature=T)
+
+
+@pytest.mark.parametrize(
+    "temperature, says",
+    [
+        (math.inf, "--temperature inf is not a temperature the trainer can divide its logits by"),
+        (math.nan, "--temperature nan is not a temperature the trainer can divide its logits by"),
+        (-1.0, "--temperature -1 is negative"),
+        (1e-30, "--temperature 1e-30 is below 1e-05, where vLLM ignores the temperature and samples greedily"),
+        (0.0, "--temperature 0: a rescore scores logits / T, which greedy sampling (T = 0) does not define"),
+    ],
+)
+def test_a_temperature_that_cannot_be_meant_is_refused_before_anything_is_written(
+    good_import, tmp_path, temperature, says
+):
+    # inf scored every token as uniform and 1e-30 as greedy (vLLM ignores T < 1e-5): both were reported as mismatch
+    with pytest.raises(UsageError, match=re.escape(says)):
+        _rescore_fn(good_import, tmp_path / "out", checkpoint=_moe(), temperature=temperature)
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_import_without_routes_and_a_recorder_run_say_what_they_are(tmp_path):
+    # once "config is None, not a table (the manifest was edited or damaged ...)", or "is a probe run"
+    from mismatchscope import Recorder
+
+    (tmp_path / "d.jsonl").write_text('{"token_ids": [5], "sampler_logprobs": [-0.5], "trainer_logprobs": [-0.4]}\n')
+    assert cli("import", "jsonl", str(tmp_path / "d.jsonl"), "--out", str(tmp_path / "imp")).returncode == 0
+    with pytest.raises(UsageError, match="is an import without its prompt tokens, which a rescore needs"):
+        _rescore_fn(tmp_path / "imp", tmp_path / "a", checkpoint=_moe(), temperature=1.0)
+    with Recorder(tmp_path / "rec") as rec:
+        rec.add(step=0, sampler_logprobs=[[-0.5]], trainer_logprobs=[[-0.4]], token_ids=[[5]])
+    with pytest.raises(UsageError, match="is a Recorder run: it holds logprob pairs, not the prompts"):
+        _rescore_fn(tmp_path / "rec", tmp_path / "b", checkpoint=None, temperature=None)

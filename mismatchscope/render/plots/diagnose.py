@@ -97,7 +97,7 @@ def write_html(p: dict[str, Any], path: Path, png: Path | None = None) -> Path:
     var_rows = []
     for v in p["variants"]:
         if v["status"] != "ok":
-            var_rows.append([_e(v["name"]), _e(v["side"]), _e(v["status"]), _e(v.get("reason", "")), "", ""])
+            var_rows.append([_e(v["name"]), _e(v["side"]), _e(v["status"]), _e(v.get("reason", "")), "", "", ""])
             continue
         d = v["delta"][PRIMARY]
         var_rows.append(
@@ -108,6 +108,7 @@ def write_html(p: dict[str, Any], path: Path, png: Path | None = None) -> Path:
                 f"[{_num(d['ci_low'])}, {_num(d['ci_high'])}]",
                 "yes" if d["significant"] else "no",
                 _num(v["throughput"].get("relative_to_baseline")),
+                _rounds(v["throughput"].get("timing")),
             ]
         )
     det_rows = [
@@ -118,7 +119,11 @@ def write_html(p: dict[str, Any], path: Path, png: Path | None = None) -> Path:
         f"<p class='note'>{_e(p['reading'])}</p><h2>Decomposition</h2><p>{_e(p['reference']['note'])}</p>"
         + _table(["gap", "|log p - log q| mean", "tv_token mean", "k3 mean"], gap_rows, {1, 2, 3})
         + "<h2>Variants</h2>"
-        + _table(["variant", "side", "change", "interval", "significant", "throughput x"], var_rows, {2, 5})
+        + _table(
+            ["variant", "side", "change", "interval", "significant", "throughput x", "timing rounds: 95% interval"],
+            var_rows,
+            {2, 5, 6},
+        )
         + "<h2>Determinism</h2>"
         + _table(["check", "tokens identical", "logprobs bit-identical", "largest |diff|"], det_rows, {1, 2, 3})
         + _figures([pareto_picture(p)])
@@ -129,3 +134,13 @@ def write_html(p: dict[str, Any], path: Path, png: Path | None = None) -> Path:
         body += html_section(p["locate"])
     write(Path(path), _page("mismatchscope diagnose", str(p["checkpoint"]), body))
     return Path(path)
+
+
+def _rounds(timing: dict | None) -> str:
+    """The interleaved timing rounds behind a throughput ratio: how many, and the median's interval."""
+    from .html import _num
+
+    if not timing:
+        return "-"
+    mark = "" if timing["rankable"] else " (too wide to rank)"
+    return f"{timing['rounds']}: {_num(timing['low'])} to {_num(timing['high'])}{mark}"

@@ -41,7 +41,7 @@ h1 { font-size: 1.6rem; margin-bottom: 0.2rem; } h2 { font-size: 1.25rem; margin
 .sub { color: #555; margin-top: 0; }
 table { border-collapse: collapse; margin: 0.6rem 0 1rem; font-size: 0.9rem; max-width: 100%; }
 th, td { border: 1px solid #d0d0d0; padding: 0.25rem 0.55rem; text-align: left; vertical-align: top; overflow-wrap: anywhere; }
-th { background: #f3f3f3; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+th { background: #f3f3f3; overflow-wrap: normal; } td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; overflow-wrap: normal; }
 .pass { color: #1a7f37; font-weight: 600; } .floor { color: #0969da; font-weight: 600; } .fail { color: #cf222e; font-weight: 700; } .warn { color: #9a6700; font-weight: 600; }
 .verdict { font-size: 1.3rem; padding: 0.6rem 1rem; border-radius: 6px; display: inline-block; }
 .verdict.pass { background: #dafbe1; } .verdict.fail { background: #ffebe9; }
@@ -323,6 +323,7 @@ def report_page(result, pictures, worst: list[WorstSequence] | None = None) -> s
         + _table(
             ["metric", "value", "reading", "source"],
             [[_e(i.metric), _num(i.value), _e(i.reading), _e(i.source)] for i in rep.interpretation],
+            numeric={1},
         )
     )
     if worst:
@@ -412,6 +413,8 @@ def gate_page(gr, pictures) -> str:
     )
     for w in gr.warnings:
         body.append(f'<p class="note">warning: {_e(w)}</p>')
+    for n in gr.notes:
+        body.append(f"<p>note: {_e(n)}</p>")
     body.append(_figures(pictures))
     reports = [(role, e.result.report) for role, e in reversed(files) if e.result.report]
     if reports:

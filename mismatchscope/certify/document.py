@@ -1,0 +1,152 @@
+"""What ``certify --format json`` prints: the :class:`~.run.Verdict` as a typed document.
+
+The same checks the Markdown and JUnit reports list (one per pairing, routes,
+policy version), then each pairing's numbers, the routes and policy checks as
+the library holds them, the scope the certificate holds for and the tokens it
+covered. Its schema is ``docs/schemas/certify.json``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .compare import Difference, PairingResult
+from .routes import RouteResult
+from .run import PolicyCheck, Verdict
+from .scope import Coverage
+
+
+def checks(v: Verdict) -> list[tuple[str, bool | None, str]]:
+    """(name, passed, one-line detail); passed is None for a check this run cannot make."""
+    out: list[tuple[str, bool | None, str]] = [(p.pairing.name, p.equal, pairing_line(p)) for p in v.pairings]
+    out += [(p.name, None, f"not in this run (needs {p.left} and {p.right})") for p in v.absent]
+    out.append(("routes", v.routes.passed, v.routes.status))
+    out.append(("policy_version", v.policy.passed, v.policy.status))
+    return out
+
+
+def pairing_line(p: PairingResult) -> str:
+    if p.equal:
+        return f"all {p.tokens:,} pairs byte-equal in {p.dtype}"
+    return (
+        f"{p.differing:,} of {p.tokens:,} pairs ({p.share:.2%}) differ in {p.dtype}; "
+        f"ULP median {_g4(p.ulp_median)}, max {p.ulp_max:,}; stable K3 mean {p.k3_mean:.3g} (diagnostic)"
+    )
+
+
+def _g4(v: float | None) -> str:
+    """4 significant digits, ``-`` for none (as the gate's tables write numbers)."""
+    return "-" if v is None else f"{v:.4g}"
+
+
+@dataclass(frozen=True)
+class CheckEntry:
+    name: str
+    passed: bool | None = field(metadata={"doc": "null: a check this run cannot make (a column or record it lacks)"})
+    detail: str
+
+
+@dataclass(frozen=True)
+class UlpBin:
+    ulp: str = field(metadata={"doc": "a distance in units in the last place, or a range of them (lo-hi, >N)"})
+    tokens: int
+
+
+@dataclass(frozen=True)
+class EarliestSummary:
+    sequences: int = field(metadata={"doc": "sequences in which the pairing parts somewhere"})
+    of: int = field(metadata={"doc": "sequences compared"})
+    min: int
+    median: float
+    max: int
+    at_position_0: int
+
+
+@dataclass(frozen=True)
+class EarliestEntry:
+    sequence_id: int
+    position: int = field(metadata={"doc": "the sequence's first differing completion position"})
+
+
+@dataclass(frozen=True)
+class PairingEntry:
+    name: str
+    left: str
+    right: str
+    equal: bool
+    dtype: str = field(metadata={"doc": "the float width both sides recorded, whose bytes are compared"})
+    dtype_note: str
+    tokens: int
+    differing: int
+    share_differing: float
+    ulp_histogram: list[UlpBin]
+    ulp_median: float | None
+    ulp_p99: float | None
+    ulp_max: int | None
+    max_abs_diff: float
+    k3_stable_mean: float = field(metadata={"doc": "stable K3 in float64, mean over the tokens: a diagnostic only"})
+    k3_stable_max: float
+    first_differences: list[Difference]
+    earliest_position: EarliestSummary | None
+    earliest_by_sequence: list[EarliestEntry]
+
+    @classmethod
+    def of(cls, p: PairingResult) -> PairingEntry:
+        early = p.earliest_summary()
+        return cls(
+            p.pairing.name,
+            p.pairing.left,
+            p.pairing.right,
+            p.equal,
+            p.dtype,
+            p.dtype_note,
+            p.tokens,
+            p.differing,
+            p.share,
+            [UlpBin(b["ulp"], b["tokens"]) for b in p.ulp_histogram],
+            p.ulp_median,
+            p.ulp_p99,
+            p.ulp_max,
+            p.max_abs_diff,
+            p.k3_mean,
+            p.k3_max,
+            list(p.first),
+            EarliestSummary(**early) if early else None,
+            [EarliestEntry(s, pos) for s, pos in p.earliest],
+        )
+
+
+@dataclass(frozen=True)
+class CertifyDocument:
+    run: str
+    verdict: Literal["certified", "not certified"]
+    certified: bool
+    reasons: list[str] = field(metadata={"doc": "why the run does not certify, one line each; empty when it does"})
+    checks: list[CheckEntry]
+    pairings: list[PairingEntry]
+    absent_pairings: list[str]
+    routes: RouteResult
+    policy_version: PolicyCheck
+    scope: dict[str, Any] = field(
+        metadata={"doc": "the stack the verdict holds for; 'unknown' where the run is silent"}
+    )
+    coverage: Coverage
+    warnings: list[str]
+
+    @classmethod
+    def of(cls, v: Verdict) -> CertifyDocument:
+        return cls(
+            v.run,
+            "certified" if v.certified else "not certified",
+            v.certified,
+            v.reasons,
+            [CheckEntry(n, ok, d) for n, ok, d in checks(v)],
+            [PairingEntry.of(p) for p in v.pairings],
+            [p.name for p in v.absent],
+            v.routes,
+            v.policy,
+            v.scope,
+            v.coverage,
+            v.warnings,
+        )
