@@ -456,7 +456,15 @@ def test_diagnose_tables_fit_80_columns_and_agree_with_the_json(diag):
 @pytest.mark.slow
 def test_diagnose_prints_only_its_own_lines(diag):
     """Its progress notes, its warnings and the line naming the log: no loading bars, no torch notices."""
-    own = ("baseline: ", "reference forward", "determinism: ", "variant ", "warning: ", "the engines' output")
+    own = (
+        "baseline: ",
+        "reference forward",
+        "determinism: ",
+        "variant ",
+        "locate: ",
+        "warning: ",
+        "the engines' output",
+    )
     lines = [line for line in diag["stderr"].splitlines() if line.strip()]
     assert lines and all(line.startswith(own) for line in lines), diag["stderr"]
     assert (diag["out"] / "engine.log").is_file()
