@@ -24,6 +24,7 @@ SAMPLE_FILES = (
     "tiny-qwen3-moe",
     "prompts.jsonl",
     "simulated_pairs.parquet",
+    "runs",
     "README.md",
 )
 

@@ -28,11 +28,13 @@ def schemas() -> dict[str, dict]:
     from mismatchscope.certify.document import CertifyDocument
     from mismatchscope.diagnose.document import DiagnoseDocument
     from mismatchscope.diagnose.locate.document import LocateResult
+    from mismatchscope.doctor.document import DoctorDocument
     from mismatchscope.documents import json_schema
     from mismatchscope.gate.document import GateDocument
     from mismatchscope.importers.document import ImportDocument
     from mismatchscope.probe.document import ProbeDocument
     from mismatchscope.timeline import TimelineDocument
+    from mismatchscope.timeline.compare import Comparison
 
     return {
         "report.json": json_schema(Report, "mismatchscope report", "report --format json: the mismatch of one run"),
@@ -42,6 +44,14 @@ def schemas() -> dict[str, dict]:
         "gate.json": json_schema(GateDocument, "mismatchscope gate", "gate --format json: the verdict and its checks"),
         "timeline.json": json_schema(
             TimelineDocument, "mismatchscope timeline", "timeline --format json: the per-step series and their changes"
+        ),
+        "doctor.json": json_schema(
+            DoctorDocument, "mismatchscope doctor", "doctor --format json: the causes of the gap, ranked"
+        ),
+        "timeline-compare.json": json_schema(
+            Comparison,
+            "mismatchscope timeline (two or more runs, or --x)",
+            "timeline RUN_A RUN_B --x step|wall --format json: the runs side by side",
         ),
         "diagnose.json": json_schema(
             DiagnoseDocument, "mismatchscope diagnose", "diagnose --format json (and OUT/diagnose.json)"

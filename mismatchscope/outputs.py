@@ -256,6 +256,31 @@ def writing(path: str | os.PathLike, option: str) -> Iterator[None]:
         raise OutputError(f"{option} {path}: cannot write ({reason})") from None
 
 
+@contextlib.contextmanager
+def taken_back_on_failure(directory: str | os.PathLike) -> Iterator[list[Path]]:
+    """Collect the new files a command writes into ``directory``; if it fails before the last one, remove
+    them, and the folders it created for them: a failed ``--plots`` leaves no half set of pictures.
+
+    Append each path that did not exist before it was written to the yielded list (a picture that
+    replaced one of an earlier run stays: its old bytes are gone either way).
+    """
+    directory = Path(directory)
+    made = [d for d in (directory, *directory.parents) if not d.exists()]
+    written: list[Path] = []
+    try:
+        yield written
+    except BaseException:
+        for f in written:
+            with contextlib.suppress(OSError):
+                f.unlink()
+        for d in made:  # deepest first; a folder that holds something else stays, and so do those above it
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        raise
+
+
 def write_bytes(
     path: str | os.PathLike, data: bytes, option: str, append: bool = False, inputs: Inputs | None = None
 ) -> Path:

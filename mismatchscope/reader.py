@@ -436,7 +436,7 @@ class RawBatch:
     wanted: list[str]
     extra: tuple[str, ...] = ()
 
-    def clean(self, hygiene: Hygiene) -> dict[str, Any]:
+    def clean(self, hygiene: Hygiene) -> CleanBatch:
         return _clean(self.path, self.record_batch, self.wanted, hygiene, self.extra)
 
 
@@ -513,15 +513,15 @@ def _record_batches(files: list[Path], file_cols: list[str], batch_rows: int) ->
                 while len(pending) < READ_AHEAD and (g := next(todo, None)) is not None:
                     q: queue.Queue = queue.Queue(QUEUED_BATCHES)
                     pool.submit(produce, g[0], g[1], q)
-                    pending.append((g[0], q))
+                    pending.append((g[0], g[1], q))
                 if not pending:
                     return
-                f, q = pending[0]
+                f, group, q = pending[0]
                 item = q.get()
                 if item is _DONE:
                     pending.popleft()
                 elif isinstance(item, BaseException):
-                    _guard(f, lambda: _reraise(item))
+                    _guard(f, lambda: _reraise(item), group)
                 else:
                     yield f, item
         finally:
@@ -532,16 +532,25 @@ def _reraise(e: BaseException):
     raise e
 
 
-def _guard(f: Path, fn):
-    """Run ``fn``; a Parquet decoding failure becomes a one-line FileFormatError naming the file."""
+def _guard(f: Path, fn, group: int | None = None):
+    """Run ``fn``; a Parquet decoding failure becomes a one-line FileFormatError naming the file (and the row
+    group being read: the first damaged one, as row groups are reported in file order)."""
     try:
         return fn()
     except (pa.ArrowInvalid, OSError) as e:
-        damaged = "CRC" in str(e)
-        raise FileFormatError(
-            f"{f}: {'damaged' if damaged else 'unreadable'} Parquet data ({_short(e)})",
-            hint="the file was damaged after it was written; copy or write it again" if damaged else None,
-        ) from None
+        raise damaged_error(f, e, group) from None
+
+
+def damaged_error(f: Path, e: BaseException, group: int | None = None) -> FileFormatError:
+    """The one-line error for a shard whose pages fail to decode, or fail their CRC (``damaged``)."""
+    damaged = "CRC" in str(e)
+    where = f" in row group {group}" if group is not None else ""
+    if damaged:
+        return FileFormatError(
+            f"{f}: damaged{where}: a page's checksum does not match its bytes ({_short(e)})",
+            hint="the file changed after it was written; restore it from a copy or write it again",
+        )
+    return FileFormatError(f"{f}: unreadable Parquet data{where} ({_short(e)})")
 
 
 class CleanBatch(dict):

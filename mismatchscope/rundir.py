@@ -16,8 +16,9 @@ every reader can trust what it finds:
   records exist). :func:`completion` is the one reader of this record.
 * **A record of every shard.** A writer appends one line to its shard index,
   ``DIR/index/FOLDER[.WRITER].jsonl``, after each shard of ``DIR/FOLDER/``
-  (``tokens/``, ``routes/``) is renamed into place: its name, row count and
-  size (:class:`ShardIndex`). Every reader holds what it finds against it
+  (``tokens/``, ``routes/``) is renamed into place: its name, row count,
+  size and footer hash (:class:`ShardIndex`; every page of the shard carries
+  its own CRC, :data:`mismatchscope.schema.WRITE_OPTIONS`). Every reader holds what it finds against it
   (:func:`check_shards`): a listed shard that is missing or of another size,
   a shard no writer listed, or a file that is not a regular file is an error
   in a complete run and part of the incomplete-run warning otherwise. The
@@ -51,9 +52,10 @@ TOKENS = "tokens"
 RANKS = "ranks"
 LOCK = ".lock"
 INDEX = "index"
-INDEX_VERSION = 2
+INDEX_VERSION = 3
 """the manifest's ``shard_index`` value: the run keeps ``DIR/index/*.jsonl``. 1: ``tokens/`` only; 2: ``routes/``
-too, so a reader of a version-2 run with route shards and no route index knows the index was lost."""
+too, so a reader of a version-2 run with route shards and no route index knows the index was lost; 3: each
+entry carries its shard's footer hash, and every page of the shard its CRC (:func:`footer_hash`)."""
 ROUTES = "routes"
 """the folder of MoE route shards (its layout: :mod:`mismatchscope.routing.layout`)."""
 COMPLETE = "complete"
@@ -254,12 +256,15 @@ def check_contents(run: str | os.PathLike, files: list[Path], rows: Mapping[Path
     resolved = {f: Path(os.path.realpath(f)) for f in files} if roots else {}
     open_runs: list[tuple[Path, Completion, list[str]]] = []
     legacy: list[Path] = []
+    unhashed: list[Path] = []
     for r in roots:
         c = completion(r)
         problems = _run_problems(r, files, rows or {}, given, resolved)
         if problems is None:
             legacy.append(r)
             problems = []
+        elif not hashed(r, TOKENS):
+            unhashed.append(r)
         if c is not None and not c.complete:
             open_runs.append((r, c, problems))
         elif problems:
@@ -274,6 +279,12 @@ def check_contents(run: str | os.PathLike, files: list[Path], rows: Mapping[Path
         notes.append(
             f"{legacy[0]}{others} has no shard index (written by an older mismatchscope, or by hand): "
             "its shards are read as they are, unchecked for missing or foreign ones"
+        )
+    if unhashed:
+        others = f" (and {len(unhashed) - 1} more run(s))" if len(unhashed) > 1 else ""
+        notes.append(
+            f"{unhashed[0]}{others} was written before runs recorded their shards' checksums: "
+            "a shard damaged in place is not detected"
         )
     if not open_runs:
         return Contents(None, notes)
@@ -321,6 +332,37 @@ class ShardEntry:
     rows: int
     size: int
     """bytes on disk when the shard was committed."""
+    footer: str | None = None
+    """:func:`footer_hash` of the shard when it was committed; None in an index written before entries had one."""
+
+
+FOOTER_HASH = "blake2b-128"
+"""how :func:`footer_hash` digests a footer (named in each index entry, so a later change is told apart)."""
+
+
+def footer_hash(path: str | os.PathLike) -> str:
+    """The hash of a Parquet file's footer: its last ``8 + length`` bytes (metadata, length, ``PAR1``).
+
+    Why the footer and not the whole file: a reader would pay for hashing
+    every byte again on every read (1.2 GB for 10 million tokens, about half
+    of ``report``'s time). The pages already carry a CRC each, which the
+    reader verifies as it decodes them; what no page CRC covers is the footer
+    (schema, metadata, row-group offsets, statistics), and that is a few
+    kilobytes. Size, footer hash and page CRCs together cover every byte that
+    decides a value. A file too short to hold a footer hashes its whole self.
+    """
+    import hashlib
+
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        length = 0
+        if size >= 12:
+            f.seek(size - 8)
+            tail = f.read(8)
+            length = int.from_bytes(tail[:4], "little") if tail[4:] == b"PAR1" else 0
+        start = size - 8 - length if 0 < length <= size - 12 else 0
+        f.seek(start)
+        return hashlib.blake2b(f.read(size - start), digest_size=16).hexdigest()
 
 
 def index_files(run: str | os.PathLike, folder: str) -> list[Path]:
@@ -349,7 +391,8 @@ class ShardIndex:
 
     def commit(self, shard: str | os.PathLike, rows: int) -> None:
         """Record a shard just renamed into ``DIR/FOLDER`` with its ``rows``; its size is read from disk."""
-        self._append({"shard": self._name(shard), "rows": int(rows), "bytes": os.stat(shard).st_size})
+        entry = {"shard": self._name(shard), "rows": int(rows), "bytes": os.stat(shard).st_size}
+        self._append({**entry, "footer": footer_hash(shard), "hash": FOOTER_HASH})
 
     def forget(self, shard: str | os.PathLike) -> None:
         """Record that a shard is about to be deleted (call before the unlink: a crash between leaves
@@ -447,12 +490,19 @@ def _index_line(path: Path, number: int, raw: bytes) -> tuple[str, ShardEntry | 
             and not isinstance(size, bool)
             and rows >= 0
             and size >= 0
+            and (rec.get("footer") is None or (isinstance(rec["footer"], str) and rec.get("hash") == FOOTER_HASH))
         ):
-            return name, ShardEntry(rows, size)
+            return name, ShardEntry(rows, size, rec.get("footer"))
     raise ShardIndexError(
         f"{path}:{number}: the shard index is damaged (not a shard record)",
         hint="the run's index was edited or damaged; restore the run from a copy",
     )
+
+
+def hashed(run: str | os.PathLike, folder: str) -> bool:
+    """Every shard the run's index of ``folder`` lists carries its footer hash (true of a run without an index
+    too: it gets its own note)."""
+    return all(e.footer is not None for e in (read_index(run, folder) or {}).values())
 
 
 def not_regular(path: Path) -> str | None:
@@ -516,6 +566,12 @@ def shard_problems(
             )
         elif f in rows and rows[f] != entry.rows:
             problems.append(f"{shown} holds {rows[f]:,} rows, the run's index says {entry.rows:,} (replaced)")
+        elif entry.footer is not None and footer_hash(f) != entry.footer:
+            raise ShardIndexError(
+                f"{f}: damaged: its Parquet footer (schema, row groups, statistics) is not the one its writer "
+                f"recorded in {INDEX}/{folder}",
+                hint="the shard changed after it was written; restore the run from a copy",
+            )
     if whole:
         lost = sorted(n for n in index if n not in seen)
         if lost:
@@ -578,10 +634,13 @@ class WriterLock:
     the lock itself is the kernel's and ends with the process.
     """
 
-    def __init__(self, path: str | os.PathLike, what: str):
+    def __init__(self, path: str | os.PathLike, what: str, discard: bool = False):
         import fcntl
 
         self.path = Path(path)
+        # what the folder held before: a writer that cannot resume (``discard``) takes back all the rest on failure
+        self._before = _listing(self.path.parent) if discard and self.path.parent.is_dir() else {}
+        self._discard = discard
         # folders this lock creates, deepest first: a writer that fails before writing takes them back
         self._created = [d for d in (self.path.parent, *self.path.parent.parents) if not d.exists()]
         self._made_lock_file = not self.path.exists()
@@ -609,6 +668,8 @@ class WriterLock:
         return self
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is not None and self._discard and self._fd is not None:
+            _remove_new(self.path.parent, self._before, keep=self.path.name)  # still under the lock
         self.release()
         if exc_type is not None:
             self._take_back_created()
@@ -618,20 +679,59 @@ class WriterLock:
         behind (a bad option must not leave an empty run to trip a later --resume),
         and no lock file in a folder that was there before; anything it did write stays."""
         with contextlib.suppress(OSError):
-            if self._made_lock_file and [p.name for p in self.path.parent.iterdir()] == [self.path.name]:
+            alone = [p.name for p in self.path.parent.iterdir()] == [self.path.name]
+            if self._made_lock_file and (alone or self._discard):
                 self.path.unlink()
             for d in self._created:
                 d.rmdir()  # refuses a folder that is not empty: then everything above stays too
 
 
-def lock_run(run: str | os.PathLike) -> WriterLock:
+def lock_run(run: str | os.PathLike, discard: bool = False) -> WriterLock:
     """Take the writer lock of a whole run directory (``DIR/.lock``), creating the directory.
 
     ``probe``, ``rescore``, ``diagnose`` and ``import`` take it before they look at
     what the directory holds, so two of them can never both decide to write the
     same round. (The in-loop Recorder locks per rank instead, under ``ranks/``.)
+
+    ``discard``: the writer cannot resume what it leaves (``import``), so a
+    failure of any kind (an input error, a full disk, refused routes, an
+    interrupt) removes everything it created in the directory, and the
+    directory itself when it created that: nothing half-written is left for a
+    later command to mistake for a run. A writer that can resume (``probe``,
+    ``rescore``) keeps its run instead, marked ``running`` in its manifest,
+    which every reader reports as incomplete and ``--resume`` continues.
     """
-    return WriterLock(Path(run) / LOCK, str(run))
+    return WriterLock(Path(run) / LOCK, str(run), discard=discard)
+
+
+_RUN_FOLDERS = (TOKENS, INDEX, ROUTES)
+"""the run's own folders: a writer adds files inside them even when they were there before."""
+
+
+def _listing(folder: Path) -> dict[str, set[str]]:
+    """The names in ``folder`` (key ``""``) and in each of its run folders, before a writer starts."""
+    out = {"": {p.name for p in folder.iterdir()}}
+    for sub in _RUN_FOLDERS:
+        if (folder / sub).is_dir():
+            out[sub] = {p.name for p in (folder / sub).iterdir()}
+    return out
+
+
+def _remove_new(folder: Path, before: Mapping[str, set[str]], keep: str) -> None:
+    """Remove what is in ``folder`` now and was not in ``before`` (:func:`_listing`), except ``keep``."""
+    import shutil
+
+    for sub, names in [("", before.get("", set())), *((s, before[s]) for s in _RUN_FOLDERS if s in before)]:
+        d = folder / sub if sub else folder
+        with contextlib.suppress(FileNotFoundError):
+            for p in list(d.iterdir()):
+                if p.name in names or (not sub and p.name == keep):
+                    continue
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p, ignore_errors=True)
+                else:
+                    with contextlib.suppress(FileNotFoundError):
+                        p.unlink()
 
 
 def is_empty_dir(path: str | os.PathLike) -> bool:

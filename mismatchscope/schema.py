@@ -72,8 +72,23 @@ OPTIONAL: tuple[Column, ...] = (
         "the sampler's logprob of the same token once more, from a prefill of prompt + completion "
         "(probe --sampler-prefill): where a gap starts, decode kernels or the sampler's forward",
     ),
+    Column(
+        "trainer_forward_logprob",
+        pa.float64(),
+        "the logprob of the token in the first training forward (the loss's own forward, before any update): "
+        "with trainer_logprob and sampler_logprob, the third value a zero-mismatch stack keeps equal",
+    ),
+    Column("sampler_row_digest", pa.int64(), "64-bit digest of the sampler's whole log-prob row, float32 bytes"),
+    Column("trainer_row_digest", pa.int64(), "64-bit digest of the trainer's whole log-prob row, float32 bytes"),
+    Column("row_max_abs_diff", pa.float64(), "the largest |difference| between the two sides' whole rows"),
+    Column("row_max_diff_id", pa.int64(), "the vocabulary id where the two whole rows differ most"),
     Column("sampler_step", pa.int64(), "policy version (weight-sync step) the sampler generated the token with"),
     Column("trainer_step", pa.int64(), "policy version (optimizer step) the trainer scored the token with"),
+    Column("wall_time", pa.float64(), "Unix time (seconds) at which the step that holds the token was recorded"),
+    Column("step_sampling_seconds", pa.float64(), "seconds the token's step spent sampling, where the loop says"),
+    Column("step_training_seconds", pa.float64(), "seconds the token's step spent training, where the loop says"),
+    Column("step_sampling_tokens", pa.int64(), "tokens the token's step sampled, where the loop says"),
+    Column("step_training_tokens", pa.int64(), "tokens the token's step trained on, where the loop says"),
     Column(
         "rank",
         pa.int32(),
@@ -84,6 +99,14 @@ OPTIONAL: tuple[Column, ...] = (
 COLUMNS: dict[str, Column] = {c.name: c for c in REQUIRED + OPTIONAL}
 REQUIRED_NAMES: tuple[str, ...] = tuple(c.name for c in REQUIRED)
 TOPK_COLUMNS = ("sampler_topk_ids", "sampler_topk_logprobs", "trainer_logprobs_at_sampler_topk")
+
+
+WRITE_OPTIONS: dict[str, Any] = {"compression": "zstd", "write_page_checksum": True}
+"""How every Parquet file of a run is written: zstd, and a CRC on every page, dictionary pages included.
+
+The readers open files with ``page_checksum_verification`` on, so a byte that
+changes inside a page after the writer closed the file is an error naming the
+row group, not a silently different number (``docs/errors.md``)."""
 
 
 # -- the limits every reader holds values to, and every writer checks before it writes ---------
@@ -192,5 +215,5 @@ def write_table(path: str | os.PathLike, columns: Mapping[str, Any], metadata: M
     from .rundir import atomic_path
 
     with atomic_path(path) as tmp:
-        pq.write_table(table, tmp, compression="zstd")
+        pq.write_table(table, tmp, **WRITE_OPTIONS)
     return path

@@ -162,6 +162,7 @@ def test_default_matrix_on_cpu_skips_gpu_knobs_with_reasons():
         "trainer.attn=eager",
         "trainer.attn=sdpa",
         "trainer.fp32_lm_head",
+        "zero",
     }
     assert set(skipped) == {
         "sampler.dtype=bfloat16",
@@ -183,8 +184,9 @@ def test_default_matrix_on_cpu_skips_gpu_knobs_with_reasons():
         (
             ["--vary", "sampler.dtyp=float32"],
             "error: unknown variant key 'sampler.dtyp' (use sampler.FIELD, sampler.engine.NAME, sampler.env.NAME or trainer.FIELD; "
-            "fields: sampler.{dtype,fp32_lm_head,enforce_eager,max_num_seqs,max_model_len,gpu_memory_utilization,tensor_parallel_size}, "
-            "trainer.{dtype,attn_implementation,fp32_lm_head,batch_tokens,lm_head_chunk,replay_routes})",
+            "fields: sampler.{kind,dtype,fp32_lm_head,enforce_eager,max_num_seqs,max_model_len,gpu_memory_utilization,"
+            "tensor_parallel_size,zero}, trainer.{dtype,attn_implementation,fp32_lm_head,batch_tokens,lm_head_chunk,"
+            "replay_routes,zero})",
         ),
         (["--vary", "trainer.fp32_lm_head=3"], "error: trainer.fp32_lm_head takes true or false, got 3"),
         (["--vary", "sampler.max_num_seqs=many"], 'error: sampler.max_num_seqs takes an integer, got "many"'),

@@ -241,6 +241,7 @@ def test_hf_default_matrix_varies_what_the_transformers_sampler_has():
         "trainer.attn=sdpa": None,
         "trainer.fp32_lm_head": None,
         "trainer.attn=flash_attention_2": "needs a GPU: flash_attention_2 is a CUDA kernel",
+        "zero": None,
     }
 
 

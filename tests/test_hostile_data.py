@@ -135,8 +135,9 @@ def test_a_data_page_that_fails_its_checksum_is_refused(tmp_path):
     path.write_bytes(bytes(data))
     # without the check pyarrow decodes the flipped value and the mean moves; with it the page is refused
     assert error_line(cli("report", str(path))) == (
-        f"error: {path}: damaged Parquet data (could not verify page integrity, CRC checksum verification failed for "
-        "page_ordinal 0) (the file was damaged after it was written; copy or write it again)"
+        f"error: {path}: damaged in row group 0: a page's checksum does not match its bytes (could not verify page "
+        "integrity, CRC checksum verification failed for page_ordinal 0) (the file changed after it was written; "
+        "restore it from a copy or write it again)"
     )
 
 

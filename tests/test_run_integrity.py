@@ -400,7 +400,7 @@ def routed_import(tmp_path) -> Path:
 def test_an_import_lists_its_route_shards(routed_import):
     shard = routed_import / "routes" / "part-00000.parquet"
     index = rundir.read_index(routed_import, rundir.ROUTES)
-    assert index == {"part-00000.parquet": rundir.ShardEntry(10, shard.stat().st_size)}
+    assert index == {"part-00000.parquet": rundir.ShardEntry(10, shard.stat().st_size, rundir.footer_hash(shard))}
     r = cli("report", str(routed_import), "--format", "json")
     assert r.returncode == 0, r.stderr
 

@@ -60,8 +60,11 @@ def test_the_wheel_carries_the_sample(wheel):
         "tiny-qwen3-moe/config.json",
         "prompts.jsonl",
         "simulated_pairs.parquet",
+        "runs/rl-zero/manifest.json",
+        "runs/rl-default/tokens/step-000007-rank-0000.parquet",
     ):
         assert f"mismatchscope/_sample_data/{f}" in names, f
+    assert "mismatchscope/doctor/figures.json" in names  # doctor's published figures, package data
     assert not any(n.startswith(("tests/", "sample_data/")) for n in names)
 
 

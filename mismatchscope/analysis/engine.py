@@ -48,6 +48,9 @@ class AnalysisRequest:
     routing: bool = True
     """read the run's ``routes/`` (MoE runs) for the report's routing entry and the rules' flipped counts; a
     caller that needs neither (the gate without a routing limit) skips reading them."""
+    also_read: tuple[str, ...] = ()
+    """schema columns read besides the outputs' own, when the file has them, so an ``on_terms`` caller
+    (``doctor``) sees them in its batches without a pass of its own."""
     batch_rows: int = 1 << 17
     """rows a worker analyses at once: large enough that numpy's per-call overhead (a rule is a dozen
     calls) stays small beside the work, small enough that a batch's temporaries stay near the cache."""
@@ -105,6 +108,7 @@ def analyse(
         if has_topk:
             columns += ["token_id", *TOPK_COLUMNS] + [c for c in TRAINER_TOPK if source.has(c)]
 
+    columns += [c for c in request.also_read if source.has(c) and c not in columns]
     units = build_units(request.rules, request.sweeps, has_adv) if request.masks else []
     masks = MaskAccumulator(units, request.examples) if request.masks else None
     wants_routes = request.routing and (request.report or request.masks)

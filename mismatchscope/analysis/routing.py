@@ -481,24 +481,9 @@ def _layer_index(meta: RoutingMeta) -> slice | np.ndarray:
 
 
 def _check_unique_rows(run: RoutesRun, seqs: list[np.ndarray], inputs: list[np.ndarray]) -> None:
-    """Each ``(sequence_id, input_position)`` once: writers write rows in order, so order is checked first (O(n))."""
-    if not seqs:
-        return
-    s, p = np.concatenate(seqs), np.concatenate(inputs)
-    if s.size < 2:
-        return
-    ds, dp = np.diff(s), np.diff(p)
-    if ((ds > 0) | ((ds == 0) & (dp > 0))).all():
-        return
-    order = np.lexsort((p, s))
-    s, p = s[order], p[order]
-    same = (s[1:] == s[:-1]) & (p[1:] == p[:-1])
-    if same.any():
-        i = int(np.flatnonzero(same)[0])
-        raise FileFormatError(
-            f"{run.root / ROUTES}: sequence {s[i]} input position {p[i]} has more than one route row",
-            hint="a routed position is written once; remove the duplicate shard",
-        )
+    from ..routing.io import check_unique_rows
+
+    check_unique_rows(run.root / ROUTES, seqs, inputs)
 
 
 # -- the join with tokens/ -----------------------------------------------------------------

@@ -43,6 +43,8 @@ PAIRINGS: tuple[Pairing, ...] = (
     Pairing("trainer_vs_sampler_decode", "trainer_logprob", "sampler_logprob", "trainer vs sampler decode"),
     Pairing("trainer_vs_sampler_prefill", "trainer_logprob", "sampler_prefill_logprob", "trainer vs sampler prefill"),
     Pairing("prefill_vs_decode", "sampler_prefill_logprob", "sampler_logprob", "sampler prefill vs sampler decode"),
+    Pairing("trainer_vs_training_forward", "trainer_logprob", "trainer_forward_logprob", "trainer vs training forward"),
+    Pairing("sampler_vs_training_forward", "sampler_logprob", "trainer_forward_logprob", "sampler vs training forward"),
 )
 PAIRING_NAMES = tuple(p.name for p in PAIRINGS)
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..documents import optional
 from .compare import Difference, PairingResult
 from .routes import RouteResult
+from .rows import FullVocabResult
 from .run import PolicyCheck, Verdict
 from .scope import Coverage
 
@@ -133,6 +135,12 @@ class CertifyDocument:
     )
     coverage: Coverage
     warnings: list[str]
+    full_vocab: FullVocabResult | None = field(
+        default=None,
+        metadata=optional(
+            "certify --full-vocab: whole log-prob rows compared through their digests, and where they part"
+        ),
+    )
 
     @classmethod
     def of(cls, v: Verdict) -> CertifyDocument:

@@ -1,10 +1,14 @@
 """The certified tokens of a run, read as recorded: no row dropped, no value cleaned away.
 
-The analysis reader drops non-finite rows with a warning, which is right for
-statistics and wrong here: a certificate over "every token except the NaNs"
-would claim more than it holds. So the values are read raw, and a run with a
-non-finite logprob, no token, or a token recorded twice is refused with the
-first offending token named.
+The tokens are read by the same reader as ``report``'s (:func:`mismatchscope.reader.read_batches`):
+the same checks of types, ranges and damaged pages, the same one-line errors,
+and no cast of its own (a column of text or booleans cast to float64 would
+make numbers no side recorded). The reader widens float32 logprobs to float64
+exactly, so the bytes compared are the bytes recorded. Where the reader leaves
+rows out of the statistics (a non-finite logprob), a certificate over "every
+token except the NaNs" would claim more than it holds: such a run, one with no
+token, or one with a token recorded twice is refused with the first offending
+token named.
 """
 
 from __future__ import annotations
@@ -16,12 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 
-from ..arrow import to_numpy
 from ..errors import InputError, NoTokensError
-from ..reader import Source, open_source
-from ..schema import LOGPROB_SENTINEL
+from ..reader import Hygiene, Source, open_source, read_batches, token_keys
+from ..schema import LOGPROB_SENTINEL, REQUIRED_NAMES
 from .compare import PAIRINGS, Tokens
 
 LOGPROB_COLUMNS = tuple(dict.fromkeys(c for p in PAIRINGS for c in (p.left, p.right)))
@@ -40,31 +42,37 @@ class Loaded:
 
 def load(path: str | os.PathLike, mapping: Mapping[str, str] | None = None) -> Loaded:
     source = open_source(path, mapping)
-    wanted = ["sequence_id", "position", "token_id", *(c for c in LOGPROB_COLUMNS if source.has(c))]
     steps = [c for c in STEP_COLUMNS if source.has(c)]
-    wanted += steps if len(steps) == len(STEP_COLUMNS) else []
+    extra = [c for c in LOGPROB_COLUMNS if c not in REQUIRED_NAMES and source.has(c)]
+    extra += steps if len(steps) == len(STEP_COLUMNS) else []
+    wanted = ["sequence_id", "position", "token_id", *(c for c in LOGPROB_COLUMNS if source.has(c))]
+    wanted += [c for c in extra if c not in wanted]
     parts: dict[str, list[np.ndarray]] = {c: [] for c in wanted}
-    for f in source.files:
-        table = pq.read_table(f, columns=[source.mapping.get(c, c) for c in wanted])
+    keys: tuple[list[np.ndarray], list[np.ndarray]] = ([], [])
+    dropped: tuple[list[np.ndarray], list[np.ndarray]] = ([], [])
+    hygiene = Hygiene()
+    for raw in read_batches(source, extra):
+        batch = raw.clean(hygiene)
         for c in wanted:
-            col = table.column(source.mapping.get(c, c))
-            if col.null_count and c not in LOGPROB_COLUMNS:
-                raise InputError(
-                    f"{f}: column {c!r} has {col.null_count} null value(s)",
-                    hint="every certified token needs its sequence, position and token id",
-                )
-            values = to_numpy(col.cast("float64") if c in LOGPROB_COLUMNS else col.cast("int64"))
-            parts[c].append(np.asarray(values, dtype=np.float64 if c in LOGPROB_COLUMNS else np.int64))
+            parts[c].append(np.asarray(batch[c]))
+        for into, values in zip(keys, token_keys(batch)):
+            into.append(values)
+        if batch.dropped is not None:
+            dropped[0].append(batch.dropped[0])
+            dropped[1].append(batch.dropped[1])
     cols = {c: np.concatenate(v) if v else np.zeros(0) for c, v in parts.items()}
-    n = len(cols["sequence_id"])
-    if n == 0:
+    if not keys[0]:
         raise NoTokensError(
             f"{path}: the run holds no token: there is nothing to certify",
             hint="certify a run with at least one completion token",
         )
+    seq_all, pos_all = np.concatenate(keys[0]), np.concatenate(keys[1])
+    order = np.lexsort((pos_all, seq_all))
+    _refuse_duplicates(seq_all[order], pos_all[order])
+    if hygiene.nonfinite_dropped:
+        _refuse_dropped(path, hygiene, np.concatenate(dropped[0]), np.concatenate(dropped[1]))
     order = np.lexsort((cols["position"], cols["sequence_id"]))
     cols = {c: v[order] for c, v in cols.items()}
-    _refuse_duplicates(path, cols["sequence_id"], cols["position"])
     logprobs = {c: np.where(cols[c] == LOGPROB_SENTINEL, -np.inf, cols[c]) for c in LOGPROB_COLUMNS if c in cols}
     for c, v in logprobs.items():
         _refuse_nonfinite(path, c, v, cols["sequence_id"], cols["position"])
@@ -72,14 +80,25 @@ def load(path: str | os.PathLike, mapping: Mapping[str, str] | None = None) -> L
     return Loaded(source, tokens, {c: cols[c] for c in steps if c in cols}, _root(path, source))
 
 
-def _refuse_duplicates(path: Any, seq: np.ndarray, pos: np.ndarray) -> None:
+def _refuse_dropped(path: Any, hygiene: Hygiene, seq: np.ndarray, pos: np.ndarray) -> None:
+    """The rows the reader left out of the statistics: a non-finite sampler or trainer logprob."""
+    i = int(np.lexsort((pos, seq))[0])
+    raise InputError(
+        f"{path}: {hygiene.nonfinite_dropped} of {hygiene.rows_read} tokens have a sampler or trainer logprob that "
+        f"is not finite (NaN, inf, or a -9999 sentinel; first: sequence {seq[i]} position {pos[i]}): "
+        "a non-finite pair cannot be certified",
+        hint="find where the run produced it: a bit-equal NaN on both sides is still no logprob",
+    )
+
+
+def _refuse_duplicates(seq: np.ndarray, pos: np.ndarray) -> None:
+    """A token on two rows: the same error as every other command's (``report``'s, ``timeline``'s)."""
+    from ..analysis.positions import DuplicatePositionError
+
     same = (seq[1:] == seq[:-1]) & (pos[1:] == pos[:-1])
     if same.any():
         i = int(np.flatnonzero(same)[0])
-        raise InputError(
-            f"{path}: sequence {seq[i]} position {pos[i]} is recorded {int(same.sum()) + 1} or more times",
-            hint="a certificate pairs each token once; remove the duplicate shards",
-        )
+        raise DuplicatePositionError(int(seq[i]), int(pos[i]))
 
 
 def _refuse_nonfinite(path: Any, column: str, values: np.ndarray, seq: np.ndarray, pos: np.ndarray) -> None:

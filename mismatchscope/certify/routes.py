@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..errors import InputError
 from ..routing.layout import (
@@ -92,7 +91,7 @@ def check_routes(
     if meta.replay not in (None, "ids", "ids+weights"):
         raise InputError(f"{root}: routing replay {meta.replay!r} is none of ids, ids+weights")
     if meta.replay is not None:
-        return _replayed(files, meta, tokens, show)
+        return _replayed(root, files, meta, tokens, show)
     missing = [s for s in ("sampler", "trainer") if not getattr(meta, s).recorded]
     if missing or not files:
         why = (
@@ -104,26 +103,27 @@ def check_routes(
             False,
             moe_layers=list(meta.moe_layers),
         )
-    return _compare_routes(files, meta, tokens, show)
+    assert root is not None  # files are found in a run directory only
+    return _compare_routes(root, meta, tokens, show)
 
 
-def _replayed(files: list[Path], meta: RoutingMeta, tokens: Tokens, show: int) -> RouteResult:
+def _replayed(root: Path | None, files: list[Path], meta: RoutingMeta, tokens: Tokens, show: int) -> RouteResult:
     """A replay is taken at its word, and checked where both sides' routes were recorded too:
     a trainer that was given the sampler's ids cannot have chosen others."""
     level = "expert ids" if meta.replay == "ids" else "expert ids and gate weights"
     status = f"routes replayed: the trainer was given the sampler's {level} ({meta.replay})"
-    if files and meta.sampler.recorded and meta.trainer.recorded:
-        seen = _compare_routes(files, meta, tokens, show)
+    if root is not None and files and meta.sampler.recorded and meta.trainer.recorded:
+        seen = _compare_routes(root, meta, tokens, show)
         seen.replay = meta.replay
         seen.status = f"{status}; recorded routes: {seen.status}"
         return seen
     return RouteResult(status, True, replay=meta.replay, moe_layers=list(meta.moe_layers), tokens=len(tokens))
 
 
-def _compare_routes(files: list[Path], meta: RoutingMeta, tokens: Tokens, show: int) -> RouteResult:
-    table = pa.concat_tables(
-        pq.read_table(f, columns=["sequence_id", "token_position", SAMPLER_EXPERTS, TRAINER_EXPERTS]) for f in files
-    )
+def _compare_routes(root: Path, meta: RoutingMeta, tokens: Tokens, show: int) -> RouteResult:
+    from ..routing.io import read_routes
+
+    table = read_routes(root, ["sequence_id", "token_position", SAMPLER_EXPERTS, TRAINER_EXPERTS])
     layers = np.array(meta.moe_layers, dtype=np.int64)
     out = RouteResult("", True, moe_layers=[int(x) for x in layers], tokens=len(tokens))
     prompt = table.column("token_position").is_null().to_numpy(zero_copy_only=False)

@@ -97,7 +97,7 @@ def certify_run(
             hint="record the sampler's prefill logprobs with probe --sampler-prefill",
         )
     results = [compare(p, loaded.tokens, show) for p in present]
-    warnings = [loaded.source.incomplete] if loaded.source.incomplete else []
+    warnings = list(loaded.source.warnings)  # an incomplete run, a run read unchecked: as report says them
     return Verdict(
         str(path),
         results,

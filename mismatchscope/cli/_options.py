@@ -80,8 +80,9 @@ PromptsOpt = typer.Option(
     "-p",
     help='JSONL, one {"prompt": ..., "answer": ...} per line. Default: the bundled sample prompts.',
 )
+DEFAULT_SAMPLER_DTYPE = "float16"
 SamplerDtypeOpt = typer.Option(
-    "float16",
+    DEFAULT_SAMPLER_DTYPE,
     "--sampler-dtype",
     help="Sampler dtype. The default float16 vs a float32 trainer is a CPU demo pairing that shows real "
     "mismatch; pass your serving dtype.",

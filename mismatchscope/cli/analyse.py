@@ -194,7 +194,9 @@ def report(
         rules = plot_rules(_request_rules(rule, None)[0] if rule else None)
         sweeps = _request_rules([r.label for r in rules], sweep)[1] if sweep else default_sweeps(rules)
         request, hist = AnalysisRequest(report=True, masks=True, rules=rules, sweeps=sweeps), PlotAccumulator()
-    result = analyse(path, request, parse_column_mapping(column), on_terms=hist.add if hist else None)
+    mapping = parse_column_mapping(column)
+    collector = _doctor_collector(path, mapping, request) if format is not OutputFormat.json else None
+    result = analyse(path, request, mapping, on_terms=_each(hist.add if hist else None, collector))
     for w in result.warnings:
         warn(w)
     worst_rows, traces = None, {}
@@ -214,6 +216,42 @@ def report(
     report_tables(console, result)
     if worst_rows is not None:
         worst_table(console, worst_rows)
+    if collector is not None:
+        _doctor_line(console, result, collector, path)
+
+
+def _doctor_collector(path: str, mapping: dict[str, str], request):
+    """doctor's sample, gathered in report's own pass (a small one: the line costs a fraction of a second)."""
+    from ..doctor.run import ALSO_READ, collector_for
+    from ..doctor.sample import REPORT_SAMPLE_ROWS
+
+    request.also_read = ALSO_READ
+    return collector_for(path, mapping, REPORT_SAMPLE_ROWS)
+
+
+def _each(hist_add, collector):
+    """One ``on_terms`` for the pictures' histograms and doctor's sample, either or both."""
+    if collector is None:
+        return hist_add
+    if hist_add is None:
+        return collector.add
+
+    def both(terms, batch) -> None:
+        hist_add(terms, batch)
+        collector.add(terms, batch)
+
+    return both
+
+
+def _doctor_line(console, result, collector, path: str) -> None:
+    """The top finding of ``doctor`` in one line (the table output only: report's JSON stays as it was)."""
+    from rich.markup import escape
+
+    from ..doctor.run import diagnose_result
+    from ..render.doctor import top_line
+
+    line = top_line(diagnose_result(result, collector.finish()))
+    console.print(escape(f"{line} (evidence: mismatchscope doctor {path})"), highlight=False, overflow="fold")
 
 
 def _write_pictures(

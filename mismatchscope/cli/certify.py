@@ -38,6 +38,12 @@ def certify(
         metavar="FILE",
         help="Write the verdict as Markdown (also appended to $GITHUB_STEP_SUMMARY when set).",
     ),
+    full_vocab: bool = typer.Option(
+        False,
+        "--full-vocab",
+        help="Also compare every position's whole log-prob row (the digests probe --full-vocab records) and name "
+        "the first position and vocabulary id where rows part.",
+    ),
 ) -> None:
     """Certify a zero-mismatch stack: every selected-token logprob pair byte-equal in the width both sides recorded
     (float32 for the engines here), every value finite, MoE routes equal (or replayed), one policy version; or show
@@ -55,6 +61,11 @@ def certify(
     )
     t0 = time.perf_counter()
     verdict = certify_run(run, parse_column_mapping(column), pairing, show)
+    rows = None
+    if full_vocab:
+        from ..certify.rows import full_vocab_check
+
+        rows = full_vocab_check(run)
     seconds = time.perf_counter() - t0
     for w in verdict.warnings:
         warn(w)
@@ -62,13 +73,37 @@ def certify(
     if format is OutputFormat.json:
         from ..render.certify_reports import payload
 
-        emit_json(payload(verdict))
+        emit_json(_with_rows(payload(verdict), verdict, rows))
     else:
         from ..render.certify_tables import certify_tables
 
         certify_tables(stdout_console(), verdict)
-    if not verdict.certified:
+        if rows is not None:
+            stdout_console().print(_rows_line(verdict, rows), highlight=False)
+    if not verdict.certified or (rows is not None and not rows.equal):
         raise typer.Exit(1)
+
+
+def _rows_line(verdict, rows) -> str:
+    """The whole-row verdict in one line; it says so when the sampled tokens certify and the rows do not."""
+    if rows.equal:
+        return f"full vocabulary: {rows.detail()}"
+    also = "; the run certifies on sampled tokens but not on full rows" if verdict.certified else ""
+    return f"full vocabulary: NOT CERTIFIED: {rows.detail()}{also}"
+
+
+def _with_rows(doc: dict, verdict, rows) -> dict:
+    """The document with the whole-row result; a run whose rows part is not certified."""
+    if rows is None:
+        return doc
+    from ..documents import to_json
+
+    out = {**doc, "full_vocab": to_json(rows)}
+    if not rows.equal:
+        out.update(
+            certified=False, verdict="not certified", reasons=[*doc["reasons"], f"full vocabulary: {rows.detail()}"]
+        )
+    return out
 
 
 def _write_outputs(

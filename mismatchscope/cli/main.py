@@ -3,7 +3,7 @@ into one line on stderr and exit code 2. ``MISMATCHSCOPE_DEBUG=1`` (or
 ``true``/``yes``) adds the traceback; it never changes the exit code.
 
 Exit codes: 0 success; 1 only where a command gives it a meaning (``gate``: a
-limit failed; ``certify``: not certified); 2 a usage, input or output error (one line, redacted); 3 an
+limit failed; ``certify``: not certified; ``doctor``: a pipeline problem is likely); 2 a usage, input or output error (one line, redacted); 3 an
 internal error (a bug: the traceback is printed so it can be reported). An
 operating-system error that escapes a command (a full disk, a permission) is
 an environment problem, not a bug: one line and exit 2.
@@ -19,11 +19,22 @@ import typer
 from .. import __version__
 from ._options import RulesInHelp
 
-COMMANDS = ("compare-masks", "report", "probe", "rescore", "timeline", "gate", "import", "diagnose", "certify")
+COMMANDS = (
+    "compare-masks",
+    "report",
+    "doctor",
+    "probe",
+    "rescore",
+    "timeline",
+    "gate",
+    "import",
+    "diagnose",
+    "certify",
+)
 """every command, in the order ``--help`` lists them."""
 RULE_LISTING = ("compare-masks", "timeline")
 """the commands whose ``--help`` ends with the list of rules."""
-ONE_BLAS_THREAD = ("compare-masks", "report")
+ONE_BLAS_THREAD = ("compare-masks", "report", "doctor")
 """commands whose only matrix products are tiny (the rules' agreement counts). OpenBLAS starts a thread per
 core when numpy is imported, about 60 ms of their start-up on two cores, for nothing: they run with one
 (an ``OPENBLAS_NUM_THREADS`` the user set is kept). Their matrix products hold counts, exact in any order."""
@@ -40,6 +51,10 @@ def _command(name: str):
         from . import probe
 
         return probe.probe if name == "probe" else probe.rescore
+    if name == "doctor":
+        from .doctor import doctor
+
+        return doctor
     if name == "timeline":
         from .timeline import timeline
 

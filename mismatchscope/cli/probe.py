@@ -14,6 +14,7 @@ from ..bundled import sample_dir
 from ..errors import NoTokensError, UsageError
 from ..probe.engine_log import engine_output
 from ._options import (
+    DEFAULT_SAMPLER_DTYPE,
     AllowPickleOpt,
     AttnImplementationOpt,
     EnforceEagerOpt,
@@ -125,10 +126,12 @@ def probe(
     out: str | None = typer.Option(
         None, "--out", "-o", metavar="<path>", help="Run directory. Default: runs/probe-<time>."
     ),
-    sampler: str = typer.Option(
-        "vllm",
+    sampler: str | None = typer.Option(
+        None,
         "--sampler",
-        help="vllm (offline engine, in-process), vllm-server (a running OpenAI-compatible server, --url), or hf (transformers generate).",
+        help="vllm (offline engine, in-process; the default), vllm-server (a running OpenAI-compatible server, --url), "
+        "or hf (transformers generate; the default with --zero).",
+        show_default=False,
     ),
     url: str | None = typer.Option(None, "--url", help="Base URL of the vLLM server for --sampler vllm-server."),
     api_key_env: str = typer.Option(
@@ -186,6 +189,19 @@ def probe(
         help="Also record the sampler's logprobs from a prefill of prompt + completion (column sampler_prefill_logprob; "
         "raw logprobs: needs --logprobs-mode raw_logprobs or T=1 without top-p/top-k). certify pairs it with both sides.",
     ),
+    zero: bool = typer.Option(
+        False,
+        "--zero",
+        help="The zero-mismatch profile: the transformers sampler decodes by recomputing each step with the trainer's "
+        "own forward and log-softmax (one sequence, fixed width, no KV cache), in the trainer's dtype "
+        "(--trainer-dtype), with its prefill recorded. certify should pass all three pairings.",
+    ),
+    full_vocab: bool = typer.Option(
+        False,
+        "--full-vocab",
+        help="Also record, per position, a digest of each side's whole log-prob row (float32 bytes) and the largest "
+        "difference and its id (--sampler hf): certify --full-vocab compares whole distributions.",
+    ),
     verbose: bool = VerboseOpt,
     rule: list[str] | None = RuleOpt,
     format: OutputFormat = FormatOpt,
@@ -197,6 +213,9 @@ def probe(
 
     if logprobs_mode not in ("processed_logprobs", "raw_logprobs"):
         raise UsageError(f"--logprobs-mode {logprobs_mode!r}", hint="use processed_logprobs or raw_logprobs")
+    sampler = sampler or ("hf" if zero else "vllm")
+    if zero and sampler_dtype == DEFAULT_SAMPLER_DTYPE:
+        sampler_dtype = trainer_dtype  # the profile runs one dtype on both sides; an explicit other one is refused
     if sampler == "vllm-server" and not url:
         raise UsageError("--sampler vllm-server needs --url http://HOST:PORT")
     bundled = checkpoint is None
@@ -231,6 +250,7 @@ def probe(
             engine_args=engine_args(engine_arg),
             url=url,
             api_key_env=api_key_env,
+            zero=zero,
         ),
         trainer=TrainerConfig(
             dtype=trainer_dtype,
@@ -244,13 +264,15 @@ def probe(
             replay_routes=replay_routes,
             replay_weights=replay_weights,
             record_routes=routes,
+            zero=zero,
         ),
         reward_fn=reward_fn,
         resume=resume,
         round_prompts=round_prompts,
         sampler_tokenizer=sampler_tokenizer,
         trainer_checkpoint=trainer_checkpoint,
-        sampler_prefill=sampler_prefill,
+        sampler_prefill=sampler_prefill or zero,
+        full_vocab=full_vocab,
     )
     check_options(opts)  # run_probe checks again; here so that a bad option is reported before the note below
     if bundled:

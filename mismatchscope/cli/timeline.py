@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from ..analysis.parallel import keep_freed_memory
-from ._options import ColumnOpt, FormatOpt, PathArg
+from ._options import ColumnOpt, FormatOpt
 from ._streams import OutputFormat, emit_json, info, stdout_console, warn
 
 TimelineRuleOpt = typer.Option(
@@ -18,8 +18,16 @@ TimelineRuleOpt = typer.Option(
 )
 
 
+RunsArg = typer.Argument(
+    ...,
+    help="A token-pair Parquet file, a directory of shards (or a run directory), or a glob; two or more runs "
+    "are compared side by side.",
+    show_default=False,
+)
+
+
 def timeline(
-    path: str = PathArg,
+    paths: list[str] = RunsArg,
     by: str | None = typer.Option(
         None,
         "--by",
@@ -31,7 +39,18 @@ def timeline(
     column: list[str] | None = ColumnOpt,
     format: OutputFormat = FormatOpt,
     plots: str | None = typer.Option(
-        None, "--plots", metavar="DIR", help="Also write DIR/timeline.png: one panel per metric, flagged steps marked."
+        None,
+        "--plots",
+        metavar="DIR",
+        help="Also write DIR/timeline.png: one panel per metric, flagged steps marked "
+        "(with two or more runs or --x: DIR/timeline_compare.png).",
+    ),
+    x: str | None = typer.Option(
+        None,
+        "--x",
+        metavar="step|wall",
+        help="Compare the runs against training steps or wall-clock hours (the Recorder's wall_time): reward and "
+        "mismatch per run, and the slower run's cost per step. Default with two or more runs: step.",
     ),
 ) -> None:
     """Headline mismatch metrics per training step (needs a step column), and the steps where a series spikes, shifts or drifts."""
@@ -41,7 +60,19 @@ def timeline(
     from ..rules import parse_rule
     from ..timeline import timeline as run_timeline
 
-    inputs = check_all(dirs=[(plots, "--plots")], inputs=[path])
+    inputs = check_all(dirs=[(plots, "--plots")], inputs=list(paths))
+    if len(paths) > 1 or x is not None:
+        given = [name for name, v in (("--by", by), ("--rule", rule), ("--column", column)) if v]
+        if given:
+            from ..errors import UsageError
+
+            raise UsageError(
+                f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to one run's timeline, not to a comparison",
+                hint="compare the runs without it, or run timeline on one run",
+            )
+        _compare(paths, x or "step", format, plots, inputs)
+        return
+    path = paths[0]
     rules = [parse_rule(r) for r in rule] if rule else None
     result = run_timeline(path, rules, by, parse_column_mapping(column))
     for w in result.series.warnings:
@@ -58,6 +89,28 @@ def timeline(
     from ..render.timeline_tables import timeline_tables
 
     timeline_tables(stdout_console(), result)
+
+
+def _compare(paths: list[str], x: str, format: OutputFormat, plots: str | None, inputs) -> None:
+    from ..timeline.compare import compare
+
+    if x not in ("step", "wall"):
+        from ..errors import UsageError
+
+        raise UsageError(f"--x {x!r}", hint="use --x step or --x wall")
+    result = compare(paths, x)  # type: ignore[arg-type]  # checked above
+    if plots is not None:
+        from ..render.timeline_compare import write_compare
+
+        info(f"wrote {write_compare(result, plots, inputs)}")
+    if format is OutputFormat.json:
+        from ..documents import document
+
+        emit_json(document(result))
+        return
+    from ..render.timeline_compare import compare_table
+
+    compare_table(stdout_console(), result)
 
 
 timeline.__doc__ = "\n\n".join(

@@ -29,6 +29,13 @@ class DiagnoseDocument:
     no_effect: list[str]
     pareto_front: list[str]
     reading: str
+    zero_price: list[dict[str, Any]] = field(
+        default_factory=list,
+        metadata={
+            "doc": "each certified configuration's throughput against the fastest uncertified one "
+            "(cost_x: how many times slower; empty when none certifies)"
+        },
+    )
     plots: dict[str, str] | None = field(default=None, metadata=optional("the pictures --plots or --html wrote"))
     html: str | None = field(default=None, metadata=optional("the page --html wrote"))
     locate: list[dict[str, Any]] | None = field(

@@ -77,14 +77,12 @@ def _set_differs(a, b) -> bool:
 
 def read_routes(run_dir: Path, columns: list[str]):
     """The run's route rows (``sequence_id``, ``input_position``, ``token_position`` and ``columns``)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
+    from ..routing.io import read_routes as read_checked
     from ..routing.io import route_shards
 
-    files = route_shards(run_dir)
-    tables = [pq.read_table(f, columns=["sequence_id", "input_position", "token_position", *columns]) for f in files]
-    return pa.concat_tables(tables) if tables else None
+    if not route_shards(run_dir):
+        return None
+    return read_checked(run_dir, ["sequence_id", "input_position", "token_position", *columns])
 
 
 def flips_against_reference(run_dir: Path, reference: dict[int, np.ndarray], moe_layers: list[int]) -> dict[str, Any]:

@@ -308,6 +308,9 @@ def _diagnose_served(opts, info, progress: Progress, base, base_server, t_start:
 
         payload["locate"] = locate_all(opts, info, reference, variants_out, progress)
     rank(payload)
+    from .price import zero_price
+
+    payload["zero_price"] = zero_price(payload)
     finish(payload)
     write_document(opts.out, payload)
     return payload

@@ -31,6 +31,7 @@ from ..errors import UsageError
 from ..probe.types import SamplerConfig, TrainerConfig
 
 SAMPLER_FIELDS: dict[str, type] = {
+    "kind": str,
     "dtype": str,
     "fp32_lm_head": bool,
     "enforce_eager": bool,
@@ -38,6 +39,7 @@ SAMPLER_FIELDS: dict[str, type] = {
     "max_model_len": int,
     "gpu_memory_utilization": float,
     "tensor_parallel_size": int,
+    "zero": bool,
 }
 """the typed sampler fields a variant may change, and the type of their values."""
 TRAINER_FIELDS: dict[str, type] = {
@@ -47,6 +49,7 @@ TRAINER_FIELDS: dict[str, type] = {
     "batch_tokens": int,
     "lm_head_chunk": int,
     "replay_routes": bool,
+    "zero": bool,
 }
 """the typed trainer fields a variant may change."""
 
@@ -122,10 +125,24 @@ def parse_value(raw: str) -> Any:
         return raw
 
 
+ZERO = "zero"
+"""the named variant of the zero-mismatch profile (``--vary zero``; :mod:`mismatchscope.probe.zero`)."""
+ZERO_CHANGES: dict[str, Any] = {"sampler.kind": "hf", "sampler.zero": True, "trainer.zero": True}
+"""what the zero variant changes; :func:`apply` gives it the trainer's dtype and attention kernel on the sampler."""
+
+
+def zero_variant() -> Variant:
+    """The zero-mismatch profile as a variant: its price in the cost table is the price of zero mismatch."""
+    return Variant(ZERO, dict(ZERO_CHANGES))
+
+
 def parse_vary(items: list[str]) -> list[Variant]:
-    """One variant per ``--vary KEY=VALUE``, named after it."""
+    """One variant per ``--vary KEY=VALUE``, named after it; ``--vary zero`` is the zero-mismatch profile."""
     out = []
     for item in items:
+        if item.strip() == ZERO:
+            out.append(zero_variant())
+            continue
         key, eq, raw = item.partition("=")
         key = key.strip()
         if not eq or not key:
@@ -242,9 +259,25 @@ def apply(base: Configuration, variant: Variant) -> Configuration:
             sampler_changes[parts[1]] = value
         else:
             trainer_changes[parts[1]] = value
-    return Configuration(
+    cfg = Configuration(
         replace(base.sampler, engine_args=engine, **sampler_changes), replace(base.trainer, **trainer_changes), env
     )
+    return _zero_sampler(cfg, variant) if cfg.sampler.zero else cfg
+
+
+def _zero_sampler(cfg: Configuration, variant: Variant) -> Configuration:
+    """The zero profile's sampler runs the trainer's program: its dtype and attention kernel unless the variant
+    sets them, and none of a vLLM baseline's engine arguments (the transformers sampler takes only its own)."""
+    from ..probe.options import HF_ENGINE_ARGS
+
+    engine = {k: v for k, v in cfg.sampler.engine_args.items() if k in HF_ENGINE_ARGS}
+    if "sampler.engine.attn_implementation" not in variant.changes:
+        engine.pop("attn_implementation", None)
+        if cfg.trainer.attn_implementation is not None:
+            engine["attn_implementation"] = cfg.trainer.attn_implementation
+    dtype = cfg.sampler.dtype if "sampler.dtype" in variant.changes else cfg.trainer.dtype
+    sampler = replace(cfg.sampler, dtype=dtype, engine_args=engine, fp32_lm_head=False)
+    return Configuration(sampler, replace(cfg.trainer, fp32_lm_head=False), cfg.env)
 
 
 def default_matrix(device: str, base: Configuration) -> list[Variant]:
@@ -266,7 +299,7 @@ def default_matrix(device: str, base: Configuration) -> list[Variant]:
         None if gpu_reason is None else "needs a GPU: flash_attention_2 is a CUDA kernel",
     )
     if base.sampler.kind == "hf":
-        return [*_hf_sampler_matrix(base), *trainer, flash]
+        return [*_hf_sampler_matrix(base), *trainer, flash, zero_variant()]
     other_dtype = "float32" if base.sampler.dtype != "float32" else "float16"
     cpu = [
         Variant(f"sampler.dtype={other_dtype}", {"sampler.dtype": other_dtype}),
@@ -284,6 +317,7 @@ def default_matrix(device: str, base: Configuration) -> list[Variant]:
             None if device == "cuda" else CHUNKED_PREFILL_CPU,
         ),
         *trainer,
+        zero_variant(),
     ]
     gpu = [
         Variant(

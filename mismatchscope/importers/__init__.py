@@ -96,7 +96,7 @@ def import_run(
     all checked before anything is written. Raises
     :class:`~mismatchscope.errors.UsageError` or
     :class:`~mismatchscope.errors.InputError` subclasses with a one-line
-    message; shards already written stay, but no manifest marks them complete.
+    message, and nothing of the import is left in ``out`` (:func:`mismatchscope.rundir.lock_run`).
     """
     if fmt not in IMPORTERS:
         raise UsageError(f"unknown import format {fmt!r}", hint=f"choose one of: {', '.join(IMPORTERS)}")
@@ -115,7 +115,8 @@ def import_run(
         from .routes import prepare
 
         plan = prepare(route_options, trust_pickle=trust_pickle)
-    with rundir.lock_run(out):  # one writer per --out; what is there is checked under the lock
+    # one writer per --out, what is there checked under the lock; a failure takes back all the import wrote
+    with rundir.lock_run(out, discard=True):
         check_output_dir(out)
         return _import_locked(
             importer, fmt, src, out, files, skip_bad, trust_pickle, workers, flush_tokens, progress, plan
@@ -170,13 +171,9 @@ def _import_locked(
         raise InputError(f"{src}: no token imported: the {fmt} files hold no record", hint=describe(fmt))
     manifest = _manifest(fmt, src, out, files, semantics, shards, writer, result, ctx)
     if routes_plan is not None:
-        from .routes import discard, write
+        from .routes import write
 
-        try:
-            entries, route_warnings = write(out, routes_plan, shards, skip_bad=skip_bad)
-        except BaseException:
-            discard(out, shards)
-            raise
+        entries, route_warnings = write(out, routes_plan, shards, skip_bad=skip_bad)  # refused: the lock takes all back
         manifest.update(entries)
         result.routes = entries["routes"]
         manifest["warnings"] = result.warnings = result.warnings + route_warnings

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +36,7 @@ import pyarrow.parquet as pq
 
 from ..errors import ImportFormatError, InputError, UsageError
 from ..routing import layout
+from ..schema import WRITE_OPTIONS
 from . import slime_routes
 from ._base import parse_record, short
 from .route_checks import CheckedRoutes, check_routes
@@ -246,24 +246,9 @@ def write(
     from ..rundir import atomic_path
 
     with atomic_path(out / SEQUENCES) as tmp:
-        pq.write_table(pa.Table.from_pydict(seqs, schema=_SEQUENCES_SCHEMA), tmp, compression="zstd")
+        pq.write_table(pa.Table.from_pydict(seqs, schema=_SEQUENCES_SCHEMA), tmp, **WRITE_OPTIONS)
     unrouted = len(set(kept) - counts.sequence_ids)
     return _manifest(plan, counts, shards, out, unrouted, orphans), _warnings(counts, unrouted, orphans)
-
-
-def discard(out: Path, token_shards: list[Path]) -> None:
-    """Remove what a failed routes import wrote, and the import's token shards: nothing half-done stays
-    (their index lines too, so an import into the same --out starts from an empty index)."""
-    from ..rundir import TOKENS, ShardIndex, index_files
-
-    tokens = ShardIndex(out, TOKENS)
-    for p in token_shards:
-        tokens.forget(p)
-        p.unlink(missing_ok=True)
-    shutil.rmtree(out / layout.ROUTES, ignore_errors=True)
-    for f in index_files(out, layout.ROUTES):
-        f.unlink(missing_ok=True)
-    (out / SEQUENCES).unlink(missing_ok=True)
 
 
 def _imported_tokens(token_shards: list[Path]) -> dict[int, np.ndarray]:
@@ -350,7 +335,7 @@ def _write_shard(out: Path, schema: pa.Schema, batches: list[pa.RecordBatch], in
     meta = {b"mismatchscope": json.dumps({"routes_version": layout.ROUTES_VERSION}).encode()}
     table = pa.Table.from_batches(batches, schema=schema.with_metadata(meta))
     with atomic_path(path) as tmp:
-        pq.write_table(table, tmp, compression="zstd")
+        pq.write_table(table, tmp, **WRITE_OPTIONS)
     ShardIndex(out, layout.ROUTES).commit(path, table.num_rows)
     return path
 

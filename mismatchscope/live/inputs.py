@@ -67,6 +67,47 @@ def to_host(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
+STEP_TIMING_KEYS = ("sampling_seconds", "training_seconds", "sampling_tokens", "training_tokens")
+"""``Recorder.add()``'s optional per-step measurements, in :class:`StepTiming`'s order."""
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """A step's clock: when it was recorded, and where the loop says, its sampling and training cost.
+
+    Written as per-token columns (constant over the step's tokens), so every
+    reader that groups tokens by step reads them with no second file; the
+    repeated values compress to almost nothing in Parquet.
+    """
+
+    wall_time: float
+    sampling_seconds: float | None = None
+    training_seconds: float | None = None
+    sampling_tokens: int | None = None
+    training_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("wall_time", "sampling_seconds", "training_seconds", "sampling_tokens", "training_tokens"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0):
+                raise RecorderInputError(f"{name} must be a number >= 0, got {v!r}")
+            if v is not None and name.endswith("tokens") and v != int(v):
+                raise RecorderInputError(f"{name} must be a whole number of tokens, got {v!r}")
+
+    def columns(self, rows: int) -> dict[str, np.ndarray]:
+        cols: dict[str, np.ndarray] = {"wall_time": np.full(rows, float(self.wall_time), np.float64)}
+        for name, dtype in (
+            ("sampling_seconds", np.float64),
+            ("training_seconds", np.float64),
+            ("sampling_tokens", np.int64),
+            ("training_tokens", np.int64),
+        ):
+            v = getattr(self, name)
+            if v is not None:
+                cols[f"step_{name}"] = np.full(rows, v, dtype)
+        return cols
+
+
 def prepare(
     step: int,
     sampler_logprobs: Any,
@@ -84,6 +125,8 @@ def prepare(
     sampler_steps: Any = None,
     sampler_experts: Any = None,
     trainer_experts: Any = None,
+    timing: StepTiming | None = None,
+    training_forward_logprobs: Any = None,
     **unknown: Any,
 ) -> StepBatch:
     """Check one step's arrays and copy the masked tokens out as token-pair columns.
@@ -95,6 +138,7 @@ def prepare(
         import inspect
 
         known = [n for n, p in inspect.signature(prepare).parameters.items() if p.kind is p.KEYWORD_ONLY]
+        known = [n for n in known if n != "timing"] + list(STEP_TIMING_KEYS)  # the Recorder turns those into timing
         raise UsageError(
             f"add() got {', '.join(map(repr, unknown))}, which is not a column it records",
             hint=f"its keywords: {', '.join(known)}",
@@ -156,6 +200,12 @@ def prepare(
         )
     cols.update(topk)
     experts = _experts(rows, pos, (b, t), {"sampler": sampler_experts, "trainer": trainer_experts})
+    if timing is not None:
+        cols.update(timing.columns(rows.size))
+    if training_forward_logprobs is not None:  # the loss's own forward: the third value certify pairs
+        forward = _floats("training_forward_logprobs", training_forward_logprobs)
+        forward = _same_shape("training_forward_logprobs", forward, (b, t))
+        cols["trainer_forward_logprob"] = forward[rows, pos].astype(np.float64)
     return StepBatch(step, cols, int(np.unique(rows).size), b, experts)
 
 

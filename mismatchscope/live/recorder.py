@@ -24,6 +24,7 @@ growing memory without bound.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import queue
 import re
@@ -40,7 +41,7 @@ import pyarrow as pa
 
 from .. import __version__, rundir
 from ..errors import MismatchscopeError, UsageError
-from ..schema import COLUMNS, SCHEMA_VERSION, write_table
+from ..schema import COLUMNS, SCHEMA_VERSION, WRITE_OPTIONS, write_table
 from .inputs import RecordedIds, StepBatch, prepare, strict_meta
 
 SEQUENCE_ID_RANK_SHIFT = 40
@@ -150,13 +151,20 @@ class Recorder:
         beside ``step`` as ``sampler_step``/``trainer_step`` for certify's policy-version check), and for
         an MoE model ``sampler_experts`` / ``trainer_experts`` ([B, T, L, k]
         expert ids per decoder layer, or per MoE layer; needs ``routing``), written to ``routes/``.
+        Every call stamps its tokens with the wall clock (``wall_time``, Unix seconds, taken here, when
+        the step hands its batch over); ``sampling_seconds``, ``training_seconds``, ``sampling_tokens``
+        and ``training_tokens`` (the step's own measurements) are recorded beside it where given,
+        for ``timeline --x wall``. ``training_forward_logprobs`` ([B, T]): the logprobs of the first
+        training forward (the loss's own), the third value ``certify`` pairs with the other two.
         Returns the host copy (the ``Monitor`` reads it).
         """
+        from .inputs import STEP_TIMING_KEYS, StepTiming
         from .routes import check_experts
 
         self._check_usable()
         given_ids = columns.get("sequence_ids") is not None
-        batch = prepare(step, sampler_logprobs, trainer_logprobs, mask, **columns)
+        timing = StepTiming(time.time(), *(columns.pop(k, None) for k in STEP_TIMING_KEYS))
+        batch = prepare(step, sampler_logprobs, trainer_logprobs, mask, timing=timing, **columns)
         if batch.experts:
             check_experts(batch, self.routing)
             if not batch.experts.keys() <= self._route_sides:
@@ -216,6 +224,7 @@ class Recorder:
     # -- internals -------------------------------------------------------------------
 
     def _open_record(self, resume: bool) -> dict[str, Any]:
+        self._remove_own_temporaries()
         old = rundir.read_json(self.record_path)
         if old is not None and not resume:
             raise UsageError(
@@ -230,6 +239,20 @@ class Recorder:
             self._index.adopt(f"step-*-{self._tag}*.parquet")
             rundir.ShardIndex(self.path, rundir.ROUTES, self._tag).adopt(f"step-*-{self._tag}*.parquet")
         return record
+
+    def _remove_own_temporaries(self) -> None:
+        """Remove the half-written files a killed writer of this rank left (``rundir.atomic_path``'s
+        ``.NAME.PID.tmp``). This rank holds its lock, so no live writer owns them; other ranks' are theirs
+        (the manifest is rank 0's)."""
+        own = rf"step-\d{{6,}}-{self._tag}(-part-\d{{4,}})?\.parquet|{self._tag}\.json"
+        if self.rank == 0:
+            own += rf"|{re.escape(rundir.MANIFEST)}"
+        pattern = re.compile(rf"\.({own})\.\d+\.tmp")
+        for folder in (self.path, *(self.path / f for f in (rundir.TOKENS, rundir.ROUTES, rundir.RANKS))):
+            with contextlib.suppress(FileNotFoundError):
+                for f in folder.iterdir():
+                    if pattern.fullmatch(f.name) and f.is_file():
+                        f.unlink(missing_ok=True)
 
     def _write_manifest(self, status: str) -> None:
         old = rundir.read_manifest(self.path) or {}
@@ -334,7 +357,7 @@ class Recorder:
         table = routes_table(self.routing, batch.columns["sequence_id"], batch.columns["position"], batch.experts or {})
         path = self.path / ROUTES / f"{name}.parquet"
         with rundir.atomic_path(path) as tmp:
-            pq.write_table(table, tmp, compression="zstd")
+            pq.write_table(table, tmp, **WRITE_OPTIONS)
         rundir.ShardIndex(self.path, ROUTES, self._tag).commit(path, table.num_rows)
 
     def _shards_on_disk(self, step: int | None = None) -> list[Path]:
@@ -378,7 +401,8 @@ _OWN_FILES = re.compile(rf"\.?{re.escape(rundir.MANIFEST)}{_TMP}")
 _OWN_FOLDERS = {
     rundir.RANKS: re.compile(rf"rank-\d{{4,}}\.lock|\.?rank-\d{{4,}}\.json{_TMP}"),
     rundir.TOKENS: re.compile(rf"\.?step-\d{{6,}}-rank-\d{{4,}}(-part-\d{{4,}})?\.parquet{_TMP}"),
-    rundir.INDEX: re.compile(r"tokens\.rank-\d{4,}\.jsonl"),
+    rundir.ROUTES: re.compile(rf"\.?step-\d{{6,}}-rank-\d{{4,}}(-part-\d{{4,}})?\.parquet{_TMP}"),
+    rundir.INDEX: re.compile(r"(tokens|routes)\.rank-\d{4,}\.jsonl"),
 }
 """what a recorded run holds: its manifest, and its folders with the names each may hold."""
 

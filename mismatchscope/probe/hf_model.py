@@ -52,6 +52,7 @@ def load_causal_lm(
     device_map: str | None = None,
     attn_implementation: str | None = None,
     trust_remote_code: bool = False,
+    experts_implementation: str | None = None,
 ):
     """``AutoModelForCausalLM`` in eval mode, in ``dtype``, on ``device`` (or spread by ``device_map``).
 
@@ -69,6 +70,8 @@ def load_causal_lm(
         kwargs["attn_implementation"] = attn_implementation
     if device_map is not None:
         kwargs["device_map"] = device_map
+    if experts_implementation is not None:  # MoE under the zero profile (probe/zero.py)
+        kwargs["experts_implementation"] = experts_implementation
     try:
         model = AutoModelForCausalLM.from_pretrained(str(info.path), **kwargs)
     except (OSError, ValueError) as exc:

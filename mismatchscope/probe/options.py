@@ -82,6 +82,8 @@ class ProbeOptions:
     """other weights of the same model for the trainer (policy lag); None: the sampler's checkpoint."""
     sampler_prefill: bool = False
     """also record the sampler's logprobs from a prefill of prompt + completion (:mod:`.sampler_prefill`)."""
+    full_vocab: bool = False
+    """also record each side's whole log-prob row as a digest and the largest difference (:mod:`.full_rows`)."""
 
 
 def check_dtype(name: str, option: str, extra: tuple[str, ...] = ()) -> None:
@@ -375,6 +377,17 @@ def check_options(opts: ProbeOptions) -> None:
             hint="set the mode once, with --logprobs-mode",
         )
     check_trainer(opts.trainer)
+    from .zero import check_zero
+
+    check_zero(opts.sampler, opts.trainer)
+    if opts.full_vocab and opts.sampler.kind != "hf":
+        raise UsageError(
+            f"--full-vocab is not available with --sampler {opts.sampler.kind}",
+            hint="vLLM gives whole rows only as logprobs=-1 lists of (id, logprob) objects, not wired here; "
+            "use --sampler hf",
+        )
+    if opts.full_vocab and opts.resume:
+        raise UsageError("--full-vocab cannot resume a run: the rows are held in memory, never written")
     check_run_out(opts.out, opts.resume)
 
 

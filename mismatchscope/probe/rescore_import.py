@@ -317,14 +317,21 @@ def _score(
 
 def _imported_tokens(src: ImportedRun) -> pa.Table:
     """The imported token rows (integrity-checked against the run's index), sorted by sequence and position."""
-    files = sorted(p for p in (src.path / rundir.TOKENS).glob("*.parquet") if not p.name.startswith("."))
-    rundir.check_folder(src.path, rundir.TOKENS, files)
-    if not files:
+    from ..reader import Hygiene, open_source, read_batches
+    from ..schema import COLUMNS
+
+    if not any(p for p in (src.path / rundir.TOKENS).glob("*.parquet") if not p.name.startswith(".")):
         raise InputError(f"{src.path} holds no token shard to rescore")
-    tables = [pq.ParquetFile(f).read() for f in files]
-    table = pa.concat_tables([t.replace_schema_metadata(None) for t in tables], promote_options="permissive")
-    keep = [c for c in table.column_names if c not in DROPPED_COLUMNS]
-    return table.select(keep).sort_by([("sequence_id", "ascending"), ("position", "ascending")])
+    source = open_source(src.path)  # the run's index, footer hashes and every shard's columns, as report checks them
+    keep = [c for c in COLUMNS if source.has(c) and c not in DROPPED_COLUMNS]
+    batches = []
+    for raw in read_batches(source, keep):  # types, ranges, damaged pages: report's checks, report's errors
+        raw.clean(Hygiene())
+        batches.append(raw.record_batch.select(keep))
+    if not batches:
+        raise InputError(f"{src.path} holds no token to rescore")
+    table = pa.Table.from_batches([b.replace_schema_metadata(None) for b in batches])
+    return table.sort_by([("sequence_id", "ascending"), ("position", "ascending")])
 
 
 def _token_columns(tokens: pa.Table, shard: list[dict[str, Any]], scored: list[Scored]) -> dict[str, Any]:

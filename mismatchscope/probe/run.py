@@ -93,6 +93,7 @@ def _fingerprint(
     return {
         **_lag_fingerprint(trainer_ckpt),
         **({"sampler_prefill": True} if opts.sampler_prefill else {}),
+        **({"full_vocab": True} if opts.full_vocab else {}),
         "checkpoint_sha256": ckpt_sha,
         "prompts_sha256": prompts_sha,
         "sampling": opts.sampling.to_dict(),
@@ -103,6 +104,7 @@ def _fingerprint(
             "engine_args": _safe_engine_args(s),
             "tensor_parallel_size": s.tensor_parallel_size,
             "url": redact_url(s.url),
+            **({"zero": True} if s.zero else {}),
         },
         "trainer": opts.trainer.to_dict(),
         "round_prompts": opts.round_prompts,
@@ -150,7 +152,7 @@ def run_probe(opts: ProbeOptions, progress: Progress | None = None, sampler=None
 
     progress = progress or Progress()
     check_options(opts)  # before any file is written or engine started
-    if opts.sampler_prefill:
+    if opts.sampler_prefill and not opts.sampler.zero:  # the zero profile's prefill is its decode's own program
         from .sampler_prefill import check_sampler_prefill
 
         check_sampler_prefill(opts.sampler.kind, opts.sampling)
@@ -314,6 +316,8 @@ def _sample_and_score(
                     progress.note(f"starting sampler {opts.sampler.kind} ({opts.sampler.dtype})")
                     sampler = make_sampler(opts.sampler, info, sampling=opts.sampling)
                 progress.stage("sampling", len(rounds[r]) * n)
+                if opts.full_vocab:
+                    sampler.keep_rows = True  # type: ignore[attr-defined]  # the hf samplers; checked before the run
                 t0 = time.perf_counter()
                 local = sampler.sample(
                     [prompt_ids[p] for p in rounds[r]],
@@ -451,6 +455,7 @@ def _score_round(
                 c.token_ids,
                 c.topk_ids,
                 forced_routes=routes.forced(c.prompt_index * n + c.sample_index) if routes else None,
+                sampler_rows=c.rows,
             )
             for c in shard
         ]
@@ -459,7 +464,13 @@ def _score_round(
         elapsed += time.perf_counter() - t0
         if routes is not None:  # before the token shard: a scored shard implies its routes
             routes.write(run.path, r, existing + b, shard, prompt_ids, n, scored)
-        run.write_tokens(r, existing + b, token_columns(shard, scored, rewards, n), config)
+        cols = token_columns(shard, scored, rewards, n)
+        if any(sc.row_columns is not None for sc in scored):
+            from .full_rows import COLUMNS as ROW_COLUMNS
+
+            for name in ROW_COLUMNS:  # --full-vocab: each completion's rows, in the shard's order
+                cols[name] = [v for sc in scored for v in (sc.row_columns or {}).get(name, [])]
+        run.write_tokens(r, existing + b, cols, config)
         progress.advance("scoring", sum(len(c.token_ids) for c in shard))
     return elapsed
 

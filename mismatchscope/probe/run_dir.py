@@ -159,7 +159,7 @@ class RunDir:
             }
         )
         with rundir.atomic_path(self.prompts) as tmp:
-            pq.write_table(table, tmp)
+            pq.write_table(table, tmp, write_page_checksum=True)
 
     def read_prompts(self) -> pa.Table:
         return pq.read_table(self.prompts)
@@ -189,7 +189,7 @@ class RunDir:
             schema=schema,
         )
         with rundir.atomic_path(self.samples_path(round_index)) as tmp:
-            pq.write_table(table, tmp)
+            pq.write_table(table, tmp, write_page_checksum=True)
 
     def read_samples(self, round_index: int | None = None) -> list[Completion]:
         paths = (
@@ -216,9 +216,12 @@ class RunDir:
 
     def scored_sequences(self) -> set[int]:
         """Sequence ids already written: a resumed probe scores only the rest."""
+        from ..reader import _guard, _open
+
         done: set[int] = set()
-        for p in sorted(self.tokens.glob("part-*.parquet")):
-            done.update(pq.read_table(p, columns=["sequence_id"]).column(0).unique().to_pylist())
+        for p in sorted(self.tokens.glob("part-*.parquet")):  # the reader's way: pages verified, errors one line
+            ids = _guard(p, lambda p=p: _open(p).read(columns=["sequence_id"]).column(0))
+            done.update(ids.unique().to_pylist())
         return done
 
 

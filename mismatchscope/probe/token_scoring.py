@@ -74,6 +74,13 @@ class PositionScores:
     entropy: torch.Tensor
     """[N] entropy in nats of the same processed distribution."""
 
+    def rows(self, start: int, stop: int) -> PositionScores:
+        """The scores of rows ``start .. stop - 1`` only."""
+        kept = None if self.kept_logmass is None else self.kept_logmass[start:stop]
+        cut = (self.logprob, self.at_listed, self.top_ids, self.top_logprobs, self.entropy)
+        logprob, at_listed, top_ids, top_logprobs, entropy = (t[start:stop] for t in cut)
+        return PositionScores(logprob, kept, at_listed, top_ids, top_logprobs, entropy)
+
 
 def kept_mask(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
     """Boolean [N, V]: the tokens vLLM's top-k then top-p would keep (logits already divided by T)."""
@@ -116,26 +123,7 @@ def score_positions(
     """
     import torch
 
-    scaled = logits / processing.temperature if processing.temperature != 1.0 else logits
-    kept_logmass = None
-    if processing.truncates(scaled.shape[-1]):
-        full_lse = torch.logsumexp(scaled, dim=-1)
-        keep = kept_mask(scaled, processing.top_k, processing.top_p)
-        scaled = scaled.masked_fill(~keep, float("-inf"))
-        lse = torch.logsumexp(scaled, dim=-1)
-        kept_logmass = lse - full_lse
-        logprobs = scaled - lse.unsqueeze(-1)
-        entropy = torch.special.entr(logprobs.exp()).sum(dim=-1)
-        source, shift = logprobs, None
-    else:
-        # centred logits y = x - max <= 0 keep fp32 precision: the entropy is
-        # log(sum e^y) - E_p[y], two small terms, not lse - E_p[x] (two large ones)
-        centred = scaled - scaled.amax(dim=-1, keepdim=True)
-        unnorm = torch.exp(centred)
-        total = unnorm.sum(dim=-1)
-        log_total = torch.log(total)
-        entropy = log_total - torch.bmm(unnorm.unsqueeze(1), centred.unsqueeze(2)).reshape(-1) / total
-        source, shift = centred, log_total.unsqueeze(-1)
+    source, shift, kept_logmass, entropy = _normalise(logits, processing)
 
     def logprob_of(ids: torch.Tensor) -> torch.Tensor:
         picked = source.gather(-1, ids)
@@ -152,3 +140,39 @@ def score_positions(
         top_logprobs=(top.values if shift is None else top.values - shift) if top is not None else empty,
         entropy=entropy,
     )
+
+
+def _normalise(logits: torch.Tensor, processing: Processing):
+    """(source, shift, kept_logmass, entropy): the logprob of id ``i`` in a row is ``source[i] - shift``
+    (``shift`` None: ``source`` already holds logprobs). One function, so that :func:`score_positions`
+    and :func:`row_logprobs` run the same float operations on the same row."""
+    import torch
+
+    scaled = logits / processing.temperature if processing.temperature != 1.0 else logits
+    if processing.truncates(scaled.shape[-1]):
+        full_lse = torch.logsumexp(scaled, dim=-1)
+        keep = kept_mask(scaled, processing.top_k, processing.top_p)
+        scaled = scaled.masked_fill(~keep, float("-inf"))
+        lse = torch.logsumexp(scaled, dim=-1)
+        logprobs = scaled - lse.unsqueeze(-1)
+        entropy = torch.special.entr(logprobs.exp()).sum(dim=-1)
+        return logprobs, None, lse - full_lse, entropy
+    # centred logits y = x - max <= 0 keep fp32 precision: the entropy is
+    # log(sum e^y) - E_p[y], two small terms, not lse - E_p[x] (two large ones)
+    centred = scaled - scaled.amax(dim=-1, keepdim=True)
+    unnorm = torch.exp(centred)
+    total = unnorm.sum(dim=-1)
+    log_total = torch.log(total)
+    entropy = log_total - torch.bmm(unnorm.unsqueeze(1), centred.unsqueeze(2)).reshape(-1) / total
+    return centred, log_total.unsqueeze(-1), None, entropy
+
+
+def row_logprobs(logits: torch.Tensor, processing: Processing) -> torch.Tensor:
+    """[N, V] logprob rows of fp32 logits, each element the bytes :func:`score_positions` gives that id.
+
+    A sampler that draws from these rows and reports ``row[token]`` reports
+    what the trainer computes for the same logits: ``source[i] - shift`` is one
+    rounded subtraction whether it is taken before or after the gather.
+    """
+    source, shift, _, _ = _normalise(logits, processing)
+    return source if shift is None else source - shift

@@ -36,6 +36,7 @@ from mismatchscope.probe.hf_model import load_causal_lm, model_description
 from mismatchscope.probe.routes import TrainerRoutes
 from mismatchscope.probe.token_scoring import Processing, score_positions
 from mismatchscope.probe.types import SamplingConfig, Scored, ScoreRequest, TrainerConfig
+from mismatchscope.probe.zero import experts_implementation
 
 if TYPE_CHECKING:
     import torch
@@ -102,6 +103,7 @@ class HFTrainer:
             device_map=cfg.device_map,
             attn_implementation=cfg.attn_implementation,
             trust_remote_code=cfg.trust_remote_code,
+            experts_implementation=experts_implementation(info, cfg.zero),
         )
         decoder = self.model.get_decoder()
         head = self.model.get_output_embeddings()
@@ -140,8 +142,13 @@ class HFTrainer:
         with torch.inference_mode():
             if not self._checked and requests:
                 self._check_head_path(requests[0])
-            for batch in self._batches(requests):
-                scored = self._score_batch([requests[i] for i in batch], processing, sampling.top_k_logprobs)
+            for batch in self._batches(requests) if not self.cfg.zero else [[i] for i in range(len(requests))]:
+                reqs = [requests[i] for i in batch]
+                scored = (
+                    [self._score_zero(reqs[0], processing, sampling)]
+                    if self.cfg.zero
+                    else self._score_batch(reqs, processing, sampling.top_k_logprobs)
+                )
                 for i, s in zip(batch, scored, strict=True):
                     results[i] = s
                 if on_progress is not None:
@@ -255,16 +262,61 @@ class HFTrainer:
         )
         picked = hidden[torch.tensor(rows, device=hidden.device), torch.tensor(cols, device=hidden.device)]
         labels_t = torch.tensor(labels, dtype=torch.long)
-        parts = []
+        parts, full = [], []
         chunk = self.cfg.lm_head_chunk
+        keep = any(r.sampler_rows is not None for r in reqs)
         for s in range(0, len(labels), chunk):
             logits = self._logits(picked[s : s + chunk])
             dev = logits.device
             parts.append(
                 score_positions(logits, labels_t[s : s + chunk].to(dev), listed_t[s : s + chunk].to(dev), k, processing)
             )
+            if keep:  # --full-vocab: this side's whole rows, compared below with the sampler's
+                from mismatchscope.probe.token_scoring import row_logprobs
+
+                full.append(row_logprobs(logits, processing).cpu().numpy())
         scored = _split(parts, [len(r.completion_token_ids) for r in reqs], listed_len, processing)
+        if keep:
+            _add_row_columns(reqs, scored, full)
         return [_with_routes(s, r) for s, r in zip(scored, routes, strict=True)]
+
+    def _score_zero(self, req: ScoreRequest, processing: Processing, sampling: SamplingConfig) -> Scored:
+        """The zero profile: the sequence alone at its fixed width, through the sampler's own program
+        (:func:`~mismatchscope.probe.zero.zero_logits`), every row scored, the completion's rows kept."""
+        import torch
+
+        from mismatchscope.probe.zero import width, zero_logits
+
+        seq = [*req.prompt_token_ids, *req.completion_token_ids]
+        size = width(len(req.prompt_token_ids), sampling)
+        if len(seq) > size:
+            raise InputError(
+                f"a completion of {len(req.completion_token_ids)} tokens is longer than max_tokens "
+                f"({sampling.max_tokens}): the zero profile scores at the width the sampler decoded at"
+            )
+        padded = seq + [0] * (size - len(seq))
+        if self.routes.tap is not None:
+            self.routes.begin([padded], [req.forced_routes])
+        logits = zero_logits(self.model, self.transform, seq, size)
+        routes = _first_rows(self.routes.end([padded])[0], len(seq) - 1) if self.routes.tap is not None else None
+        start, n = len(req.prompt_token_ids) - 1, len(req.completion_token_ids)
+        labels = torch.zeros(size, dtype=torch.long)
+        labels[start : start + n] = torch.tensor(req.completion_token_ids, dtype=torch.long)
+        listed_rows = req.sampler_topk_ids or [[] for _ in range(n)]
+        m = max([len(x) for x in listed_rows] + [1])
+        listed = torch.zeros((size, m), dtype=torch.long)
+        for i, row in enumerate(listed_rows):
+            listed[start + i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        dev = logits.device
+        part = score_positions(logits, labels.to(dev), listed.to(dev), sampling.top_k_logprobs, processing)
+        scored = _split([part.rows(start, start + n)], [n], [len(x) for x in listed_rows], processing)[0]
+        if req.sampler_rows is not None:
+            from mismatchscope.probe.full_rows import row_columns
+            from mismatchscope.probe.token_scoring import row_logprobs
+
+            mine = row_logprobs(logits[start : start + n], processing).cpu().numpy()
+            scored.row_columns = row_columns(req.sampler_rows, mine)
+        return _with_routes(scored, routes)
 
     def _check_head_path(self, req: ScoreRequest) -> None:
         """Refuse a model whose ``forward`` does something to logits that we don't.
@@ -299,6 +351,30 @@ class HFTrainer:
 def _with_routes(scored: Scored, routes) -> Scored:
     scored.routes = routes
     return scored
+
+
+def _add_row_columns(reqs: list[ScoreRequest], scored: list[Scored], full: list) -> None:
+    """``--full-vocab``: each completion's row columns from the trainer's rows (in request order) and the sampler's."""
+    import numpy as np
+
+    from mismatchscope.probe.full_rows import row_columns
+
+    rows, pos = np.concatenate(full), 0
+    for req, s in zip(reqs, scored, strict=True):
+        n = len(req.completion_token_ids)
+        if req.sampler_rows is not None:
+            s.row_columns = row_columns(req.sampler_rows, rows[pos : pos + n])
+        pos += n
+
+
+def _first_rows(routes, rows: int):
+    """A sequence's routes over its own input positions, not the padding after it."""
+    from mismatchscope.routing.io import SeqRoutes
+
+    def cut(a):
+        return None if a is None else a[:rows]
+
+    return SeqRoutes(routes.ids[:rows], cut(routes.weights), cut(routes.margin))
 
 
 def _length(req: ScoreRequest) -> int:

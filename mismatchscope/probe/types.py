@@ -55,6 +55,8 @@ class SamplerConfig:
     """name of the environment variable holding the server's API key; the key itself is never recorded."""
     device: str | None = None
     """hf sampler only: torch device (default: cuda if available, else cpu)."""
+    zero: bool = False
+    """hf sampler only: the zero-mismatch profile (:mod:`~mismatchscope.probe.zero`), decoding by recomputation."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -84,6 +86,8 @@ class TrainerConfig:
     """MoE, with ``replay_routes``: also use the sampler's recorded gate weights."""
     record_routes: bool = True
     """MoE: write ``routes/`` (off: the run records no routes, as for a dense model)."""
+    zero: bool = False
+    """the zero-mismatch profile: score with the sampler's own program (:mod:`~mismatchscope.probe.zero`)."""
 
     @property
     def replay(self) -> str | None:
@@ -95,7 +99,12 @@ class TrainerConfig:
     def to_dict(self) -> dict[str, Any]:
         """The options; the route switches only when not at their default, so older runs resume as before."""
         out = asdict(self)
-        for key, default in (("replay_routes", False), ("replay_weights", False), ("record_routes", True)):
+        for key, default in (
+            ("replay_routes", False),
+            ("replay_weights", False),
+            ("record_routes", True),
+            ("zero", False),
+        ):
             if out[key] == default:
                 del out[key]
         return out
@@ -118,6 +127,8 @@ class Completion:
     """the same engine's logprob of each token from a prefill of prompt + completion (``--sampler-prefill``)."""
     routes: Any = None
     """MoE: the sampler's routes (:class:`~mismatchscope.routing.io.SeqRoutes`), where it can give them."""
+    rows: Any = None
+    """``--full-vocab``: the sampler's whole float32 log-prob row per position ``[n, vocab]`` (memory only)."""
 
 
 @dataclass
@@ -129,6 +140,8 @@ class ScoreRequest:
     sampler_topk_ids: list[list[int]]
     forced_routes: Any = None
     """MoE replay: the :class:`~mismatchscope.routing.io.SeqRoutes` to force (ids, and weights where set)."""
+    sampler_rows: Any = None
+    """``--full-vocab``: the sampler's whole rows ``[n, vocab]`` to compare the trainer's with."""
 
 
 @dataclass
@@ -143,5 +156,7 @@ class Scored:
     entropy: list[float]
     kept_logmass: list[float] | None = None
     """log of the trainer mass on the top-p/top-k kept set (None: no truncation)."""
+    row_columns: dict[str, Any] | None = None
+    """``--full-vocab``: the four row columns of :mod:`~mismatchscope.probe.full_rows` for this completion."""
     routes: Any = None
     """MoE: the trainer's routes over every input position but the last (:class:`~mismatchscope.routing.io.SeqRoutes`)."""

@@ -143,6 +143,10 @@ def render(console, p: dict[str, Any]) -> None:
         "measurement each, minutes apart.",
         highlight=False,
     )
+    from ..diagnose.price import price_line
+
+    for entry in p.get("zero_price") or []:  # the price of zero mismatch, one line per certified configuration
+        console.print(price_line(entry), highlight=False)
     console.print(f"\n{p['reading']}", highlight=False)
     console.print(
         f"\noutput directory: {p['out']} (every run directory above works with report, compare-masks and gate)",

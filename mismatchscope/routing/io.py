@@ -23,6 +23,7 @@ from mismatchscope import rundir
 from mismatchscope.errors import InputError
 from mismatchscope.routing import layout
 from mismatchscope.routing.layout import RoutingMeta
+from mismatchscope.schema import WRITE_OPTIONS
 
 SAMPLER_ROUTES_PREFIX = "routes-"
 """``samples/routes-NNNNN.parquet``: a sampling round's sampler routes, kept until its tokens are scored."""
@@ -134,7 +135,7 @@ def write_shard(path: Path, table: pa.Table) -> Path:
     """Write a route shard atomically, its layout version in the Parquet metadata."""
     meta = {b"mismatchscope.routes_version": str(layout.ROUTES_VERSION).encode()}
     with rundir.atomic_path(path) as tmp:
-        pq.write_table(table.replace_schema_metadata(meta), tmp, compression="zstd")
+        pq.write_table(table.replace_schema_metadata(meta), tmp, **WRITE_OPTIONS)
     return path
 
 
@@ -160,14 +161,72 @@ def route_shards(run_dir: Path) -> list[Path]:
     return paths
 
 
+KEY_COLUMNS = ["sequence_id", "input_position"]
+"""what names a route row: each routed input position of a sequence is written once."""
+
+
 def read_routes(run_dir: Path, columns: list[str] | None = None) -> pa.Table:
-    """All of a run's route shards as one table (empty with the layout's columns when there are none)."""
+    """All of a run's route shards as one table (empty with the layout's columns when there are none).
+
+    Read the way every command reads them: held against the run's index
+    (:func:`route_shards`), each page's checksum verified, a damaged page an
+    error naming the shard and its row group, and a route row written twice
+    refused (:func:`check_unique_rows`), never counted twice or settled by the last copy.
+    """
+    from ..reader import _record_batches
+
     paths = route_shards(run_dir)
     if not paths:
         meta = read_meta(run_dir)
         schema = layout.routes_schema(meta.num_experts if meta else 2)
         return schema.empty_table() if columns is None else schema.empty_table().select(columns)
-    return pa.concat_tables([pq.read_table(p, columns=columns) for p in paths])
+    names = columns if columns is not None else _shard_columns(paths[0])
+    read = list(dict.fromkeys([*KEY_COLUMNS, *names]))
+    batches = [rb for _, rb in _record_batches(paths, read, 1 << 16)]
+    if not batches:  # shards without a row: their own (empty) columns
+        return _empty(paths[0], read).select(names)
+    table = pa.Table.from_batches(batches)
+    check_unique_rows(
+        Path(run_dir) / layout.ROUTES,
+        [table.column("sequence_id").to_numpy()],
+        [table.column("input_position").to_numpy()],
+    )
+    return table.select(names)
+
+
+def _empty(path: Path, columns: list[str]) -> pa.Table:
+    from ..reader import _guard
+
+    return _guard(path, lambda: pq.read_schema(path)).empty_table().select(columns)
+
+
+def _shard_columns(path: Path) -> list[str]:
+    from ..reader import _guard
+
+    return _guard(path, lambda: pq.read_schema(path)).names
+
+
+def check_unique_rows(where: Path, seqs: list[np.ndarray], inputs: list[np.ndarray]) -> None:
+    """Each ``(sequence_id, input_position)`` once: writers write rows in order, so order is checked first (O(n))."""
+    from ..errors import FileFormatError
+
+    if not seqs:
+        return
+    s, p = np.concatenate(seqs).astype(np.int64, copy=False), np.concatenate(inputs).astype(np.int64, copy=False)
+    if s.size < 2:
+        return
+    ds, dp = np.diff(s), np.diff(p)
+    if ((ds > 0) | ((ds == 0) & (dp > 0))).all():
+        return
+    order = np.lexsort((p, s))
+    s, p = s[order], p[order]
+    same = (s[1:] == s[:-1]) & (p[1:] == p[:-1])
+    if same.any():
+        i = int(np.flatnonzero(same)[0])
+        raise FileFormatError(
+            f"{where}: sequence {s[i]} input position {p[i]} has more than one route row",
+            hint="a routed position is written once; remove the duplicate shard",
+        )
 
 
 def side_block(table: pa.Table, side: str, shape: Shape, *, weights: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -222,7 +281,7 @@ def write_sampler_round(path: Path, sequence_ids: list[int], routes: list[SeqRou
         }
     )
     with rundir.atomic_path(path) as tmp:
-        pq.write_table(table, tmp, compression="zstd")
+        pq.write_table(table, tmp, **WRITE_OPTIONS)
 
 
 def read_sampler_round(path: Path) -> dict[int, SeqRoutes]:

@@ -14,6 +14,7 @@ from mismatchscope.errors import UsageError
 from mismatchscope.probe.checkpoint import CheckpointInfo
 from mismatchscope.probe.samplers.base import Sampler
 from mismatchscope.probe.samplers.hf_generate import HFGenerateSampler
+from mismatchscope.probe.samplers.hf_zero import HFZeroSampler
 from mismatchscope.probe.samplers.vllm_offline import VLLMOfflineSampler
 from mismatchscope.probe.samplers.vllm_server import VLLMServerSampler
 from mismatchscope.probe.types import SamplerConfig, SamplingConfig
@@ -36,6 +37,8 @@ def make_sampler(cfg: SamplerConfig, info: CheckpointInfo, *, sampling: Sampling
         factory = SAMPLERS[cfg.kind]
     except KeyError:
         raise UsageError(f"unknown sampler {cfg.kind!r}", hint=f"use one of {', '.join(SAMPLERS)}") from None
+    if cfg.kind == "hf" and cfg.zero:
+        factory = HFZeroSampler  # the zero-mismatch profile (probe/zero.py)
     return factory(cfg, info, sampling=sampling)
 
 

@@ -26,6 +26,7 @@ from mismatchscope.probe.options import HF_ENGINE_ARGS, check_hf_engine_args
 from mismatchscope.probe.samplers.base import ProgressFn, check_prompts
 from mismatchscope.probe.token_scoring import GREEDY_EPS
 from mismatchscope.probe.types import Completion, SamplerConfig, SamplingConfig
+from mismatchscope.probe.zero import experts_implementation
 
 ENGINE_ARGS = HF_ENGINE_ARGS
 DEFAULT_BATCH = 64
@@ -50,6 +51,7 @@ class HFGenerateSampler:
             device=cfg.device,
             attn_implementation=cfg.engine_args.get("attn_implementation"),
             trust_remote_code=bool(cfg.engine_args.get("trust_remote_code", False)),
+            experts_implementation=experts_implementation(info, cfg.zero),
         )
         self.eos_ids, self.pad_id = _special_ids(self.model)
         # A fresh generation config: the checkpoint's own (repetition penalty,
@@ -59,6 +61,8 @@ class HFGenerateSampler:
         from mismatchscope.probe.routes import attach_tap
 
         self.tap, self.routes_why = attach_tap(self.model, info, margins=False)
+        self.keep_rows = False
+        """``probe --full-vocab``: keep each decode step's whole float32 log-prob row on the completions."""
 
     def sample(
         self,
@@ -100,7 +104,7 @@ class HFGenerateSampler:
         steps = out.logits if sampling.logprobs_mode == "raw_logprobs" else out.scores
         new = out.sequences[:, width:].cpu()
         lengths = [self._length(row) for row in new.tolist()]
-        sampled, top_ids, top_lps = _step_logprobs(steps, new, sampling.top_k_logprobs)
+        sampled, top_ids, top_lps, full = _step_logprobs(steps, new, sampling.top_k_logprobs, self.keep_rows)
         routes = self._routes([len(p) for p in prompts], width, [n for n, _ in lengths])
         result = []
         for r, ((p, s), (n, finish)) in enumerate(zip(rows, lengths, strict=True)):
@@ -114,6 +118,7 @@ class HFGenerateSampler:
                     topk_logprobs=top_lps[r, :n].tolist(),
                     finish_reason=finish,
                     routes=routes[r] if routes is not None else None,
+                    rows=full[r, :n].numpy() if full is not None else None,
                 )
             )
         return result
@@ -198,10 +203,11 @@ class HFGenerateSampler:
         self.model = None
 
 
-def _step_logprobs(steps, new, k: int):
-    """Sampled logprob [B, T] and top-k ids/logprobs [B, T, k] from per-step [B, V] logits/scores.
+def _step_logprobs(steps, new, k: int, keep_rows: bool = False):
+    """Sampled logprob [B, T] and top-k ids/logprobs [B, T, k] from per-step [B, V] logits/scores,
+    and with ``keep_rows`` the whole rows [B, T, V] (``--full-vocab``; else None).
 
-    One step at a time, so the fp32 log-softmax never spans [B, T, V].
+    One step at a time, so the fp32 log-softmax spans [B, T, V] only when the rows are asked for.
     """
     import torch
 
@@ -209,12 +215,15 @@ def _step_logprobs(steps, new, k: int):
     sampled = torch.empty(new.shape, dtype=torch.float32)
     top_ids = torch.empty((*new.shape, k), dtype=torch.long)
     top_lps = torch.empty((*new.shape, k), dtype=torch.float32)
+    rows = torch.empty((*new.shape, steps[0].shape[-1]), dtype=torch.float32) if keep_rows else None
     for t, step in enumerate(steps):
         logprobs = step.float().log_softmax(-1).cpu()
+        if rows is not None:
+            rows[:, t] = logprobs
         sampled[:, t] = logprobs.gather(-1, new[:, t : t + 1]).squeeze(-1)
         top = torch.topk(logprobs, k, dim=-1)
         top_ids[:, t], top_lps[:, t] = top.indices, top.values
-    return sampled, top_ids, top_lps
+    return sampled, top_ids, top_lps, rows
 
 
 def _special_ids(model) -> tuple[list[int], int]:

@@ -10,6 +10,7 @@ sweep grids) is numpy only.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -170,11 +171,16 @@ def _picture(name: str, title: str, caption: str, fig) -> Picture:
 def write_pngs(pictures: list[Picture], directory: Path, inputs=None, option: str = "--plots") -> list[Path]:
     """Each picture as ``DIR/<name>.png``, written atomically; a name that is one of the command's
     ``inputs`` (``outputs.Inputs``: a file of the same name, or a link to one) is refused, not replaced."""
-    from ...outputs import write_bytes
+    from ...outputs import taken_back_on_failure, write_bytes
 
     paths = []
-    for p in pictures:
-        paths.append(write_bytes(Path(directory) / f"{p.name}.png", p.png, option, inputs=inputs))
+    with taken_back_on_failure(directory) as written:  # a failure leaves none of this set of pictures
+        for p in pictures:
+            path = Path(directory) / f"{p.name}.png"
+            new = not os.path.lexists(path)
+            paths.append(write_bytes(path, p.png, option, inputs=inputs))
+            if new:
+                written.append(path)
     return paths
 
 

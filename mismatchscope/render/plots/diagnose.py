@@ -25,6 +25,18 @@ def _points(p: dict[str, Any]) -> list[tuple[str, float, float]]:
     return [(n, m, t) for n, m, t in rows if m is not None and t is not None]
 
 
+def _mark_certified(ax, p: dict[str, Any], pts) -> None:
+    """A star on each certified configuration, labelled with its price against the fastest uncertified one."""
+    price = {e["configuration"]: e["cost_x"] for e in p.get("zero_price") or []}
+    certified = {"baseline"} if p["baseline"].get("certified") else set()
+    certified |= {v["name"] for v in p["variants"] if v.get("certified")}
+    for name, m, t in pts:
+        if name in certified:
+            ax.scatter([t], [max(m, 1e-12)], marker="*", s=160, zorder=4, color="#1a7f37")
+            label = "certified" + (f", costs {price[name]:.2f}x" if price.get(name) else "")
+            ax.annotate(label, (t, max(m, 1e-12)), textcoords="offset points", xytext=(5, -10), fontsize=7)
+
+
 def pareto_picture(p: dict[str, Any]):
     from ...outputs import require_matplotlib
     from . import _picture
@@ -46,6 +58,7 @@ def pareto_picture(p: dict[str, Any]):
             edgecolors="black" if name == "baseline" else "none",
         )
         ax.annotate(name, (t, max(m, 1e-12)), textcoords="offset points", xytext=(5, 4), fontsize=7)
+    _mark_certified(ax, p, pts)
     front = sorted([(t, m) for n, m, t in pts if n in p["pareto_front"]])
     if len(front) > 1:
         ax.plot(

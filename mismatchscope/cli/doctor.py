@@ -1,0 +1,37 @@
+"""``doctor``: a thin command over ``mismatchscope.doctor.doctor``. Exit 0 numerics, 1 pipeline problem, 2 error."""
+
+from __future__ import annotations
+
+import typer
+
+from ..analysis.parallel import keep_freed_memory
+from ._options import ColumnOpt, FormatOpt, PathArg
+from ._streams import OutputFormat, emit_json, stdout_console, warn
+
+
+def doctor(path: str = PathArg, column: list[str] | None = ColumnOpt, format: OutputFormat = FormatOpt) -> None:
+    """From the number to its cause: pipeline bugs (shifted logprobs, a temperature or truncation on one side, a log base, misjoined sequences, padding, the prompt boundary, rounded logprobs, a replay that did nothing, a step that jumps), policy lag, or plain numerics, and how the number compares with published figures.
+
+    Exit code 0: the gap reads as numerics (or there is none); 1: a pipeline problem is likely; 2: an error.
+
+    Every detector's statistic, threshold and false-alarm rate: docs/doctor.md.
+    """
+    keep_freed_memory()
+    from ..doctor import doctor as run_doctor
+    from ..outputs import check_all
+    from ..reader import parse_column_mapping
+
+    check_all(inputs=[path])
+    doc = run_doctor(path, parse_column_mapping(column))
+    for w in doc.warnings:
+        warn(w)
+    if format is OutputFormat.json:
+        from ..render.doctor import doctor_payload
+
+        emit_json(doctor_payload(doc))
+    else:
+        from ..render.doctor import doctor_tables
+
+        doctor_tables(stdout_console(), doc, path)
+    if doc.verdict == "pipeline":
+        raise typer.Exit(1)

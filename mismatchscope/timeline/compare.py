@@ -1,0 +1,157 @@
+"""``timeline RUN_A RUN_B --x step|wall``: two or more runs side by side, per step or against wall-clock hours.
+
+The question a zero-mismatch run answers is not "is it slower per step" but
+"does it reach the same reward sooner or later": so each run is one line of
+reward and mismatch, against its step or against the hours since it started.
+
+* **Hours** come from the ``wall_time`` column the Recorder stamps on every
+  step (the clock of the step that produced it, never a clock of this
+  reader). A run's start is its first step's stamp less that step's own
+  sampling and training seconds where the loop recorded them (else the
+  first stamp itself: the first step then sits at 0 h). ``--x wall`` with a
+  run that has no ``wall_time`` is a usage error naming the runs.
+* **Cost per step**: the median of ``step_sampling_seconds + step_training_seconds``
+  where the loop recorded them, else the median gap between consecutive
+  stamps: the median, because a first step that warms its engines up (or a
+  step stalled by a checkpoint) is not what each further step costs. The
+  slower run's cost is stated against the fastest one.
+* **Reward**: the mean over the step's sequences of their reward (the
+  column repeats it on every token, so each sequence counts once);
+  **mismatch**: the mean ``|log p - log q|`` over the step's tokens, and the
+  share of tokens whose two logprobs are not equal at all.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from ..errors import UsageError
+
+XAxis = Literal["step", "wall"]
+COLUMNS = ["step", "reward", "wall_time", "step_sampling_seconds", "step_training_seconds"]
+
+
+@dataclass(frozen=True)
+class StepPoint:
+    step: int
+    hours: float | None = field(metadata={"doc": "hours since the run started (None without wall_time)"})
+    reward_mean: float | None = field(metadata={"doc": "mean reward over the step's sequences (None: no reward)"})
+    abs_logprob_diff_mean: float = field(metadata={"doc": "mean |log p - log q| over the step's tokens"})
+    unequal_share: float = field(metadata={"doc": "share of the step's tokens whose two logprobs differ at all"})
+    tokens: int
+
+
+@dataclass(frozen=True)
+class RunLine:
+    run: str
+    steps: list[StepPoint]
+    has_wall_time: bool
+    seconds_per_step: float | None = field(
+        metadata={"doc": "median recorded sampling + training seconds per step, else the median gap between stamps"}
+    )
+    seconds_source: str = field(metadata={"doc": "recorded (the loop's own seconds), stamps, or none"})
+
+
+@dataclass(frozen=True)
+class Comparison:
+    x: str = field(metadata={"doc": "step or wall"})
+    runs: list[RunLine]
+    fastest: str | None = field(metadata={"doc": "the run with the lowest cost per step"})
+    cost_per_step: dict[str, float] = field(
+        metadata={"doc": "each run's seconds per step over the fastest run's (1.0 for the fastest)"}
+    )
+    statement: str
+
+
+def _per_step(path: str) -> tuple[dict[str, np.ndarray], bool]:
+    """Per-token columns of a run (step, reward, wall_time, the step's seconds, |log p - log q|)."""
+    from ..reader import Hygiene, iter_batches, open_source
+
+    source = open_source(path)
+    if not source.has("step"):
+        raise UsageError(f"{path}: no step column: the runs are compared step by step", hint="record with a step")
+    parts: dict[str, list[np.ndarray]] = {}
+    for b in iter_batches(source, COLUMNS, Hygiene()):
+        parts.setdefault("diff", []).append(np.abs(b["trainer_logprob"] - b["sampler_logprob"]))
+        parts.setdefault("seq", []).append(b["sequence_id"])
+        for c in COLUMNS:
+            if c in b:
+                parts.setdefault(c, []).append(np.asarray(b[c]))
+    cols = {k: np.concatenate(v) for k, v in parts.items()}
+    return cols, "wall_time" in cols
+
+
+def _mean_reward(cols: dict[str, np.ndarray], sel: np.ndarray) -> float | None:
+    if "reward" not in cols:
+        return None
+    _, first = np.unique(cols["seq"][sel], return_index=True)
+    return float(np.mean(cols["reward"][sel][first]))
+
+
+def run_line(path: str) -> RunLine:
+    """One run's per-step points and its cost per step."""
+    cols, has_wall = _per_step(path)
+    steps = np.unique(cols["step"])
+    recorded = "step_sampling_seconds" in cols and "step_training_seconds" in cols
+    step_s, stamps = [], []
+    for s in steps:
+        sel = np.flatnonzero(cols["step"] == s)
+        if recorded:
+            step_s.append(float(cols["step_sampling_seconds"][sel[0]] + cols["step_training_seconds"][sel[0]]))
+        if has_wall:
+            stamps.append(float(cols["wall_time"][sel].max()))
+    start = (stamps[0] - (step_s[0] if step_s else 0.0)) if stamps else None
+    points = []
+    for i, s in enumerate(steps):
+        sel = np.flatnonzero(cols["step"] == s)
+        diff = cols["diff"][sel]
+        points.append(
+            StepPoint(
+                step=int(s),
+                hours=(stamps[i] - start) / 3600 if start is not None else None,
+                reward_mean=_mean_reward(cols, sel),
+                abs_logprob_diff_mean=float(diff.mean()),
+                unequal_share=float(np.mean(diff != 0)),
+                tokens=int(sel.size),
+            )
+        )
+    if step_s:
+        per_step, source = float(np.median(step_s)), "recorded"
+    elif len(stamps) > 1:
+        per_step, source = float(np.median(np.diff(stamps))), "stamps"
+    else:
+        per_step, source = None, "none"
+    return RunLine(os.fspath(path), points, has_wall, per_step, source)
+
+
+def compare(paths: list[str], x: XAxis) -> Comparison:
+    """The runs side by side; ``--x wall`` needs every run's wall times."""
+    if x not in ("step", "wall"):
+        raise UsageError(f"--x {x!r}", hint="use --x step or --x wall")
+    lines = [run_line(p) for p in paths]
+    lacking = [line.run for line in lines if not line.has_wall_time]
+    if x == "wall" and lacking:
+        raise UsageError(
+            f"--x wall needs wall times, and {', '.join(lacking)} {'has' if len(lacking) == 1 else 'have'} none "
+            "(no wall_time column)",
+            hint="record with mismatchscope's Recorder (it stamps every step), or use --x step",
+        )
+    timed = [line for line in lines if line.seconds_per_step]
+    if not timed:
+        return Comparison(x, lines, None, {}, "no run says how long its steps took")
+    fastest = min(timed, key=lambda line: line.seconds_per_step or 0.0)
+    base = fastest.seconds_per_step or 1.0
+    cost = {line.run: (line.seconds_per_step or 0.0) / base for line in timed}
+    slowest = max(timed, key=lambda line: line.seconds_per_step or 0.0)
+    if len(timed) == 1:
+        only = f"{fastest.run}: a median {fastest.seconds_per_step:.3g} s per step ({fastest.seconds_source} seconds)"
+        return Comparison(x, lines, fastest.run, cost, only)
+    statement = (
+        f"{slowest.run} costs {cost[slowest.run]:.2f}x per step: a median {slowest.seconds_per_step:.3g} s against "
+        f"{fastest.seconds_per_step:.3g} s for {fastest.run} ({slowest.seconds_source} seconds)"
+    )
+    return Comparison(x, lines, fastest.run, cost, statement)

@@ -1,0 +1,67 @@
+"""``certify --full-vocab``: whole rows through their digests; one ULP anywhere in a row fails and is named."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from mismatchscope.probe.full_rows import row_columns, row_digest
+from tests.helpers import cli
+
+V = 16
+
+
+def _rows(n: int, seed: int) -> np.ndarray:
+    logits = np.random.default_rng(seed).normal(size=(n, V)).astype(np.float32)
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    return (shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))).astype(np.float32)
+
+
+def _write(path, sampler_rows, trainer_rows, tokens):
+    """Two sequences of 3 tokens; the sampled logprobs are each side's row at the token (float32, widened)."""
+    n = len(tokens)
+    cols = {
+        "sequence_id": [0, 0, 0, 1, 1, 1],
+        "position": pa.array([0, 1, 2, 0, 1, 2], pa.int32()),
+        "token_id": tokens,
+        "sampler_logprob": sampler_rows[np.arange(n), tokens].astype(np.float64),
+        "trainer_logprob": trainer_rows[np.arange(n), tokens].astype(np.float64),
+        **row_columns(sampler_rows, trainer_rows),
+    }
+    (path / "tokens").mkdir(parents=True)
+    pq.write_table(pa.table(cols), path / "tokens" / "part-00000.parquet")
+    return path
+
+
+def test_one_ulp_in_one_row_fails_and_names_the_position_and_id(tmp_path):
+    trainer = _rows(6, 0)
+    sampler = trainer.copy()
+    # one float32 ULP at sequence 1, position 2 (row 5), vocabulary id 7: never the sampled token (3)
+    sampler[5, 7] = np.nextafter(sampler[5, 7], np.float32(0))
+    run = _write(tmp_path / "run", sampler, trainer, [3] * 6)
+    assert (row_digest(sampler) != row_digest(trainer)).tolist() == [False] * 5 + [True]
+    r = cli("certify", str(run), "--full-vocab")
+    assert r.returncode == 1, r.stderr
+    out = " ".join(r.stdout.split())
+    assert "1 of 6 whole rows differ; first at sequence 1 position 2 (token 3): vocabulary id 7" in out
+    assert "the run certifies on sampled tokens but not on full rows" in out
+    ok = cli("certify", str(run))  # the sampled tokens alone certify: the gap is elsewhere in the row
+    assert ok.returncode == 0
+
+
+def test_equal_rows_certify_and_a_run_without_rows_is_an_input_error(tmp_path):
+    rows = _rows(6, 1)
+    run = _write(tmp_path / "run", rows, rows.copy(), [1, 2, 3, 4, 5, 6])
+    r = cli("certify", str(run), "--full-vocab", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    import json
+
+    doc = json.loads(r.stdout)
+    assert doc["full_vocab"] == {"rows": 6, "differing": 0, "equal": True, "first": None} and doc["certified"]
+    bare = tmp_path / "bare"
+    (bare / "tokens").mkdir(parents=True)
+    table = pq.read_table(run / "tokens" / "part-00000.parquet").drop(["sampler_row_digest"])
+    pq.write_table(table, bare / "tokens" / "part-00000.parquet")
+    r = cli("certify", str(bare), "--full-vocab")
+    assert r.returncode == 2 and r.stderr.startswith("error:") and "sampler_row_digest" in r.stderr

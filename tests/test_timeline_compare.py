@@ -1,0 +1,103 @@
+"""``timeline RUN_A RUN_B --x step|wall``: runs side by side, against steps or the Recorder's wall clock."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from mismatchscope.errors import UsageError
+from mismatchscope.live import Recorder, RecorderInputError
+from mismatchscope.timeline.compare import compare
+from tests.helpers import cli
+
+
+def _run(path, seconds: float, diff: float, steps: int = 3):
+    """A Recorder run: 2 sequences x 4 tokens per step, rewards 1 and 0, |log p - log q| = diff on every token."""
+    with Recorder(path) as rec:
+        for s in range(steps):
+            lq = np.full((2, 4), -0.5)
+            rec.add(s, lq, lq - diff, rewards=[1.0, 0.0], sampling_seconds=seconds / 2, training_seconds=seconds / 2)
+    return str(path)
+
+
+def test_the_slower_runs_cost_per_step_and_hours_from_its_own_clock(tmp_path):
+    fast, slow = _run(tmp_path / "fast", 2.0, 0.25), _run(tmp_path / "slow", 6.0, 0.0)
+    c = compare([fast, slow], "wall")
+    # recorded seconds: 1 + 1 = 2 s and 3 + 3 = 6 s per step, so the slow run costs 6 / 2 = 3x
+    assert c.fastest == fast and c.cost_per_step == {fast: 1.0, slow: 3.0}
+    assert c.statement.startswith(f"{slow} costs 3.00x per step: a median 6 s against 2 s")
+    first = c.runs[1].steps[0]
+    # the run starts its first step's own 6 s before that step's stamp
+    assert first.hours == pytest.approx(6.0 / 3600)
+    # reward: sequences 1 and 0 count once each (not once per token): 0.5
+    assert first.reward_mean == 0.5 and first.abs_logprob_diff_mean == 0.0 and first.unequal_share == 0.0
+    assert c.runs[0].steps[2].abs_logprob_diff_mean == pytest.approx(0.25) and c.runs[0].steps[2].unequal_share == 1
+    hours = [p.hours or 0.0 for p in c.runs[1].steps]
+    assert hours == sorted(hours) and hours[0] > 0
+
+
+def test_wall_without_wall_times_names_the_runs_that_lack_them(tmp_path):
+    timed = _run(tmp_path / "timed", 2.0, 0.1)
+    bare = tmp_path / "bare.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "sequence_id": [0, 0],
+                "position": pa.array([0, 1], pa.int32()),
+                "token_id": [5, 6],
+                "sampler_logprob": [-0.5, -0.4],
+                "trainer_logprob": [-0.5, -0.3],
+                "step": [0, 1],
+            }
+        ),
+        bare,
+    )
+    with pytest.raises(UsageError, match=f"{bare} has none"):
+        compare([timed, str(bare)], "wall")
+    assert compare([timed, str(bare)], "step").runs[1].seconds_source == "none"
+    r = cli("timeline", timed, str(bare), "--x", "wall")
+    assert r.returncode == 2 and r.stderr.startswith("error: --x wall needs wall times") and "Traceback" not in r.stderr
+
+
+def test_the_json_document_has_its_version_and_the_table_reads_at_80_columns(tmp_path):
+    a, b = _run(tmp_path / "a", 2.0, 0.1), _run(tmp_path / "b", 4.0, 0.0)
+    doc = json.loads(cli("timeline", a, b, "--x", "wall", "--format", "json").stdout)
+    assert doc["schema_version"] == 1 and doc["x"] == "wall" and len(doc["runs"]) == 2
+    assert doc["cost_per_step"][b] == 2.0
+    out = cli("timeline", a, b, "--x", "step", env={"COLUMNS": "80"}).stdout
+    assert all(len(line) <= 80 for line in out.splitlines() if line.startswith(("┃", "│")))
+    assert "costs 2.00x per step" in " ".join(out.split())  # the statement wraps at 80 columns
+
+
+def test_step_timings_must_be_non_negative_numbers(tmp_path):
+    with Recorder(tmp_path / "r") as rec, pytest.raises(RecorderInputError, match="sampling_seconds"):
+        rec.add(0, np.zeros((1, 2)) - 1, np.zeros((1, 2)) - 1, sampling_seconds=-1.0)
+
+
+def test_one_run_options_are_refused_in_a_comparison(tmp_path):
+    a, b = _run(tmp_path / "a", 2.0, 0.1), _run(tmp_path / "b", 2.0, 0.1)
+    r = cli("timeline", a, b, "--by", "rank")
+    assert r.returncode == 2 and r.stderr.startswith("error: --by applies to one run's timeline")
+    r = cli("timeline", a, "--x", "hours")
+    assert r.returncode == 2 and "--x 'hours'" in r.stderr
+
+
+def test_the_bundled_runs_compare_against_wall_clock_and_only_the_zero_run_certifies():
+    from mismatchscope.bundled import sample_dir
+    from mismatchscope.certify import certify_run
+
+    runs = sample_dir() / "runs"
+    default, zero = str(runs / "rl-default"), str(runs / "rl-zero")
+    c = compare([default, zero], "wall")
+    assert [len(line.steps) for line in c.runs] == [8, 8] and all(line.seconds_source == "recorded" for line in c.runs)
+    assert c.fastest == default and c.cost_per_step[zero] > 1  # recomputing every step costs time
+    assert all(p.abs_logprob_diff_mean == 0 and p.unequal_share == 0 for p in c.runs[1].steps)
+    assert all(p.unequal_share > 0 for p in c.runs[0].steps)
+    verdict = certify_run(zero)
+    assert verdict.certified and len(verdict.pairings) == 3  # rollout, recompute and the loss's forward: all equal
+    assert not certify_run(default).certified
+    assert cli("report", default).returncode == 0
