@@ -27,6 +27,7 @@ def schemas() -> dict[str, dict]:
     from mismatchscope.analysis.side_by_side import SideBySide
     from mismatchscope.certify.document import CertifyDocument
     from mismatchscope.diagnose.document import DiagnoseDocument
+    from mismatchscope.diagnose.locate.document import LocateResult
     from mismatchscope.doctor.document import DoctorDocument
     from mismatchscope.documents import json_schema
     from mismatchscope.gate.document import GateDocument
@@ -54,6 +55,11 @@ def schemas() -> dict[str, dict]:
         ),
         "diagnose.json": json_schema(
             DiagnoseDocument, "mismatchscope diagnose", "diagnose --format json (and OUT/diagnose.json)"
+        ),
+        "locate.json": json_schema(
+            LocateResult,
+            "mismatchscope locate",
+            "rescore --locate (OUT/locate/locate.json); each entry of diagnose's locate adds configuration and status",
         ),
         "certify.json": json_schema(
             CertifyDocument, "mismatchscope certify", "certify --format json: the verdict, its checks and its scope"

@@ -130,7 +130,15 @@ def run_loop(profile: str, out: Path, *, steps: int = 8, prompts: int = 4, n: in
     optimizer = torch.optim.AdamW(policy.parameters(), lr=3e-4)
     tok = load_tokenizer(MODEL)
     rows = load_prompts(PROMPTS)
-    with Recorder(out, meta={"profile": profile, "model": MODEL.name}) as rec:
+    with Recorder(
+        out,
+        meta={
+            "profile": profile,
+            "model": MODEL.name,
+            "sampler": {"engine": "hf", "dtype": "float32"},
+            "trainer": {"dtype": "float32"},
+        },
+    ) as rec:
         for step in range(steps):
             batch = [rows[(step * prompts + i) % len(rows)] for i in range(prompts)]
             prompt_ids = [tok.encode(p.text, add_special_tokens=False) for p in batch]

@@ -241,6 +241,9 @@ def diag(tmp_path_factory):
         "json",
         "--plots",
         str(tmp / "plots"),
+        "--locate",
+        "--locate-sequences",
+        "2",
     ]
     for v in VARIANTS:
         args += ["--vary", v]
@@ -251,6 +254,24 @@ def diag(tmp_path_factory):
 
 def _variant(diag, name):
     return next(v for v in diag["payload"]["variants"] if v["name"] == name)
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@needs_sample
+def test_locate_runs_inside_each_engine_and_its_chain_closes(diag):
+    """--locate on the real run (docs/diagnose.md): the float16 engine parts from the float32 trainer at the
+    embeddings; the float32 engine's embedding equals the trainer's to the bit; every vLLM capture's logprob
+    point equals that engine's own prompt logprobs; a failed variant has no localisation."""
+    entries = {e["configuration"]: e for e in diag["payload"]["locate"]}
+    assert set(entries) == {"baseline", "sampler.dtype=float32", "trainer.dtype=bfloat16", "trainer.fp32_lm_head=false"}
+    base, f32 = entries["baseline"], entries["sampler.dtype=float32"]
+    assert base["status"] == f32["status"] == "ok"
+    assert base["verdict"]["first_difference"] == base["verdict"]["first_parting"] == "embed"
+    assert f32["points"][0]["bit_equal"] and f32["verdict"]["first_difference"] != "embed"
+    assert base["sampler_closure"] == f32["sampler_closure"] == 0.0
+    assert entries["trainer.dtype=bfloat16"]["sequences"] == base["sequences"]  # the baseline's tokens, reused
+    assert (diag["tmp"] / "plots" / "diagnose_locate.png").is_file()
 
 
 @pytest.mark.vllm
@@ -437,7 +458,15 @@ def test_diagnose_tables_fit_80_columns_and_agree_with_the_json(diag):
 @pytest.mark.slow
 def test_diagnose_prints_only_its_own_lines(diag):
     """Its progress notes, its warnings and the line naming the log: no loading bars, no torch notices."""
-    own = ("baseline: ", "reference forward", "determinism: ", "variant ", "warning: ", "the engines' output")
+    own = (
+        "baseline: ",
+        "reference forward",
+        "determinism: ",
+        "variant ",
+        "locate: ",
+        "warning: ",
+        "the engines' output",
+    )
     lines = [line for line in diag["stderr"].splitlines() if line.strip()]
     assert lines and all(line.startswith(own) for line in lines), diag["stderr"]
     assert (diag["out"] / "engine.log").is_file()

@@ -127,6 +127,19 @@ TrustRemoteCodeOpt = typer.Option(
     False, "--trust-remote-code", help="Run the checkpoint's own Python code (off unless asked)."
 )
 AllowPickleOpt = typer.Option(False, "--allow-pickle", help="Load .bin/.pt (pickle) weights; refused by default.")
+LocateOpt = typer.Option(
+    False,
+    "--locate",
+    help="Where in the forward pass the sampler and the trainer part: per layer and op, each side against the "
+    "float64 reference, on the run's worst sequences (docs/diagnose.md).",
+)
+LocateSequencesOpt = typer.Option(
+    None,
+    "--locate-sequences",
+    min=1,
+    help="--locate: the worst N sequences by the report's ranking (k3_sum). Default: 4.",
+    show_default=False,
+)
 
 
 def engine_args(items: list[str] | None) -> dict:

@@ -20,6 +20,8 @@ from ._options import (
     EngineArgOpt,
     FormatOpt,
     GpuMemoryOpt,
+    LocateOpt,
+    LocateSequencesOpt,
     LogprobsModeOpt,
     MaxModelLenOpt,
     MaxNumSeqsOpt,
@@ -97,12 +99,15 @@ def diagnose(
     determinism: bool = typer.Option(True, "--determinism/--no-determinism", help="Repeat/alone/shuffled checks."),
     plots: Path | None = typer.Option(None, "--plots", help="Write the mismatch-vs-throughput picture (PNG) here."),
     html: Path | None = typer.Option(None, "--html", help="Write a self-contained HTML summary here."),
+    locate: bool = LocateOpt,
+    locate_sequences: int | None = LocateSequencesOpt,
     format: OutputFormat = FormatOpt,
 ) -> None:
     """Where the mismatch comes from (decomposition against a float64 reference), what each change does to it
     (variants with bootstrap intervals), whether the numbers are repeatable, and what each configuration costs."""
     from ..bundled import sample_dir
     from ..diagnose.effects import Bootstrap
+    from ..diagnose.locate.run import locate_options
     from ..diagnose.run import DiagnoseOptions, check_options, run_diagnose
     from ..diagnose.variants import Configuration, default_matrix, load_matrix, parse_vary
     from ..probe.engine_log import engine_output
@@ -160,6 +165,7 @@ def diagnose(
             plots=plots,
             html=html,
             matrix=matrix,
+            locate=locate_options(locate, locate_sequences),
         )
         check_options(opts)  # run_diagnose checks again; here so a bad option is reported before the progress bars
         engine_env()
@@ -171,6 +177,13 @@ def diagnose(
 
         png = write_pareto(payload, plots or opts.out, input_files(checkpoint, opts.prompts, matrix))
         payload["plots"] = {"pareto": str(png)}
+        if payload.get("locate"):
+            from ..render.plots.locate import write_locate
+
+            for path in write_locate(
+                payload["locate"], plots or opts.out, input_files(checkpoint, opts.prompts, matrix)
+            ):
+                payload["plots"][path.stem.removeprefix("diagnose_")] = str(path)
         if html is not None:
             write_html(payload, html, png)
             payload["html"] = str(html)
@@ -183,6 +196,10 @@ def diagnose(
         from ..render.diagnose_tables import render
 
         render(stdout_console(), payload)
+        if payload.get("locate"):
+            from ..render.locate_tables import render_all
+
+            render_all(stdout_console(), payload["locate"])
     if any(v["status"] == "failed" for v in payload["variants"]):
         raise typer.Exit(EXIT_VARIANT_FAILED)
 

@@ -21,6 +21,8 @@ from ._options import (
     EngineArgOpt,
     FormatOpt,
     GpuMemoryOpt,
+    LocateOpt,
+    LocateSequencesOpt,
     LogprobsModeOpt,
     MaxModelLenOpt,
     MaxNumSeqsOpt,
@@ -329,6 +331,8 @@ def rescore(
     resume: bool = typer.Option(False, "--resume"),
     verbose: bool = VerboseOpt,
     rule: list[str] | None = RuleOpt,
+    locate: bool = LocateOpt,
+    locate_sequences: int | None = LocateSequencesOpt,
     format: OutputFormat = FormatOpt,
 ) -> None:
     """Re-score a run's samples with other trainer settings, or score an imported run with a checkpoint."""
@@ -349,6 +353,13 @@ def rescore(
         record_routes=routes,
     )
     out_dir = _out_dir(out, "rescore")
+    from ..diagnose.locate.run import locate_options
+
+    located, entry, locate_opts = None, None, locate_options(locate, locate_sequences)
+    if locate_opts is not None:  # refused before any rescoring when the run's sampler cannot start again here
+        from ..diagnose.locate.rescore import check_locatable
+
+        located = check_locatable(run)
     with engine_output(out_dir, verbose=verbose), Bars(enabled=True) as bars:
         run_dir = do_rescore(
             run,
@@ -359,4 +370,15 @@ def rescore(
             trainer_checkpoint=trainer_checkpoint,
             temperature=temperature,
         )
+    if located is not None and locate_opts is not None:  # after the rescore, which it changes in nothing
+        from ..diagnose.locate.rescore import locate_rescored
+
+        with Bars(enabled=True) as bars:
+            entry = locate_rescored(run, run_dir, cfg, trainer_checkpoint, locate_opts, located, bars)
     _summarise(run_dir, rule, format)
+    if entry is not None and format is OutputFormat.json:  # stdout holds the one JSON document
+        info(f"the localisation: {run_dir / 'locate' / 'locate.json'}")
+    elif entry is not None:
+        from ..render.locate_tables import render_locate
+
+        render_locate(stdout_console(), entry, title="locate")

@@ -38,6 +38,10 @@ class DiagnoseDocument:
     )
     plots: dict[str, str] | None = field(default=None, metadata=optional("the pictures --plots or --html wrote"))
     html: str | None = field(default=None, metadata=optional("the page --html wrote"))
+    locate: list[dict[str, Any]] | None = field(
+        default=None,
+        metadata=optional("--locate: per configuration, where the gap enters (docs/schemas/locate.json, each entry)"),
+    )
 
     @classmethod
     def of(cls, payload: dict[str, Any]) -> DiagnoseDocument:

@@ -42,6 +42,7 @@ from ..probe.types import SamplerConfig, SamplingConfig, ScoreRequest, TrainerCo
 from .decompose import decompose
 from .determinism import changed_share, same_tokens, sampler_checks, trainer_checks
 from .effects import Bootstrap, deltas, rank
+from .locate.run import LocateOptions
 from .pairs import load_tokens, sequence_slices, write_pair_run
 from .reading import finish
 from .routes import REPLAY_KEY, flips_against_reference, replay_failed, replay_unavailable
@@ -70,6 +71,8 @@ class DiagnoseOptions:
     html: Path | None = None
     matrix: Path | None = None
     """the matrix file the variants came from: an input no output may replace."""
+    locate: LocateOptions | None = None
+    """``--locate``: localise the gap of every configuration, after everything else (:mod:`.locate`)."""
 
 
 SAMPLER_KINDS = ("vllm", "hf")
@@ -202,6 +205,10 @@ def _diagnose_locked(opts: DiagnoseOptions, info, progress: Progress) -> dict[st
     """Sample the baseline in a process that stays up to serve timing rounds, then the rest; the process is
     closed whatever happens."""
     opts = replace(opts, sampling=replace(opts.sampling, max_tokens=_max_tokens(opts, info)))
+    if opts.locate is not None:
+        from .locate.run import fit_budget
+
+        opts = replace(opts, locate=fit_budget(opts.locate, info.config))
     t_start = time.perf_counter()
     base_cfg = Configuration(opts.sampler, opts.trainer, dict(opts.env))
 
@@ -296,6 +303,10 @@ def _diagnose_served(opts, info, progress: Progress, base, base_server, t_start:
         "determinism": determinism,
         "wall_s": time.perf_counter() - t_start,
     }
+    if opts.locate is not None:  # last: it changes no number computed above
+        from .locate.configurations import locate_all
+
+        payload["locate"] = locate_all(opts, info, reference, variants_out, progress)
     rank(payload)
     from .price import zero_price
 
@@ -339,6 +350,9 @@ def _sampler_run(
         "result": str(result_path),
         "seed": opts.bootstrap.seed,
     }
+    if opts.locate is not None:
+        budget, n = opts.locate.budget, opts.locate.sequences
+        spec["locate"] = {"sequences": n, "budget": budget, "path": str(out.parent / f"{out.name}.locate.npz")}
     t0 = time.perf_counter()
     server = None
     with open(log_path, "w") as log:

@@ -90,6 +90,12 @@ def run(spec: dict) -> dict:
             }
         if spec.get("prefill") and hasattr(sampler, "prefill_logprobs"):
             result["prefill"] = _prefill(sampler, prompt_ids, completions, sampling, spec.get("seed", 0))
+        if spec.get("locate"):  # after everything the run measures; its time is not the configuration's
+            from .locate.worker import in_worker
+
+            t_locate = time.perf_counter()
+            result["locate"] = in_worker(sampler, sampling, Path(spec["out"]), spec["locate"])
+            t_wall += time.perf_counter() - t_locate
         result["wall_s"] = time.perf_counter() - t_wall
         if spec.get("reply_fd") is not None:  # kept warm to time sampling rounds against other configurations
             from .. import rundir

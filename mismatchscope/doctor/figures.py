@@ -41,11 +41,16 @@ def _side_dtype(section: object) -> str | None:
 
 def run_dtype(run: dict | None) -> str | None:
     """The coarser precision of the run's two sides, as its metadata records them (an import's under
-    ``source``); None when either side's is unknown, since that side may be the coarser one."""
+    ``source``, a Recorder run's under ``meta``: ``{"sampler": {"dtype": ...}, "trainer": {...}}``); None when either side's is unknown, since that side may be the coarser one."""
     run = run or {}
     source = run.get("source")
     source = source if isinstance(source, dict) else {}
-    sides = [_side_dtype(run.get(k)) or _side_dtype(source.get(k)) for k in ("sampler", "trainer")]
+    meta = run.get("meta")  # a Recorder run's own description of its sides
+    meta = meta if isinstance(meta, dict) else {}
+    sides = [
+        _side_dtype(run.get(k)) or _side_dtype(source.get(k)) or _side_dtype(meta.get(k))
+        for k in ("sampler", "trainer")
+    ]
     if None in sides:
         return None
     return min(sides, key=lambda d: _ORDER.index(d or "fp64"))

@@ -116,15 +116,16 @@ def numerics(report: Report, placements: list[Placement], pipeline: bool, unchec
         h = _heaviest(rows)
         if h:
             where.append(f"{h[1]:.0%} of the summed k3 at {name} {h[0]}")
-    placed = next((p.sentence for p in placements if p.metric == K3_MEAN.name), None)
-    ev = [Evidence("k3 mean", k3, "1e-4 to 1e-3 published for healthy runs")]
+    placed = next((p for p in placements if p.metric == K3_MEAN.name), None)
+    clean = "no comparable published figure (below)" if placed is None or not placed.comparable else placed.sentence
+    ev = [Evidence("k3 mean", k3, clean)]
     if pipeline:
         return clear("numerics", "not read as numerics: a pipeline cause above explains the gap first", ev)
     return detected(
         "numerics",
         "no pipeline cause seen: the gap reads as numerics (rounding)",
         ev,
-        {K3_MEAN.name: k3, "where": "; ".join(where) or None, "published": placed},
+        {K3_MEAN.name: k3, "where": "; ".join(where) or None},
         "low" if unchecked > 3 else "medium",
         "nothing in the pipeline; to shrink the gap: an fp32 lm_head, fp16 rather than bf16, or batch-invariant "
         "kernels (mismatchscope diagnose measures each)",

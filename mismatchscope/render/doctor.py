@@ -28,7 +28,7 @@ def finding_text(f: Finding, detail: bool) -> str:
     lines = [f.sentence]
     if detail and f.status == "detected":
         if f.estimate:
-            lines.append("estimate: " + ", ".join(f"{k} {_value(v)}" for k, v in f.estimate.items()))
+            lines.append("estimate: " + "; ".join(f"{k}: {_value(v)}" for k, v in f.estimate.items()))
         for e in f.evidence:
             lines.append(f"- {e.statistic}: {_value(e.value)} (clean: {e.clean})")
         lines.append(f"confidence: {f.confidence}")

@@ -141,6 +141,10 @@ def write_html(p: dict[str, Any], path: Path, png: Path | None = None) -> Path:
         + _table(["check", "tokens identical", "logprobs bit-identical", "largest |diff|"], det_rows, {1, 2, 3})
         + _figures([pareto_picture(p)])
     )
+    if p.get("locate"):
+        from .locate import html_section
+
+        body += html_section(p["locate"])
     write(Path(path), _page("mismatchscope diagnose", str(p["checkpoint"]), body))
     return Path(path)
 

@@ -1,0 +1,63 @@
+"""The sampler side of ``--locate`` in the sampler's own process.
+
+``diagnose`` captures inside the process that already holds each sampler
+configuration's engine (:func:`in_worker`, called by :mod:`..worker` after
+the run), so ``--locate`` starts no engine of its own there. ``rescore
+--locate`` has no engine yet: ``python -m mismatchscope.diagnose.locate.worker
+SPEC`` starts the recorded run's sampler in a fresh process (its environment
+set before vLLM is imported, the engine in-process so its model can be
+hooked), captures, and writes the result file.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+
+def in_worker(sampler, sampling, run_dir: Path, spec: dict[str, Any]) -> dict[str, Any]:
+    """Capture the run's worst ``spec['sequences']`` sequences; a failure is a result with its reason."""
+    from ..worker import _one_line
+    from .run import capture_sampler, from_spec, select_sequences, to_spec
+
+    try:
+        chosen = from_spec(spec["chosen"]) if spec.get("chosen") else select_sequences(run_dir, spec["sequences"])
+        out = capture_sampler(sampler, sampling, chosen, spec["budget"], Path(spec["path"]))
+        return {"status": "ok", "sequences": to_spec(chosen), **out}
+    except Exception as e:
+        traceback.print_exc()
+        return {"status": "failed", "reason": _one_line(e)}
+
+
+def main(argv: list[str]) -> int:
+    """A locate-only sampler process (``rescore --locate``): start, capture, write ``spec['result']``."""
+    from ... import rundir
+    from ..worker import _configure_env, _one_line
+
+    spec = json.loads(Path(argv[0]).read_text())
+    _configure_env(spec.get("env", {}))
+    from ...probe.checkpoint import inspect_checkpoint
+    from ...probe.samplers import make_sampler
+    from ...probe.types import SamplerConfig, SamplingConfig
+
+    try:
+        sampling = SamplingConfig(**spec["sampling"])
+        sampler = make_sampler(
+            SamplerConfig(**spec["sampler"]), inspect_checkpoint(Path(spec["checkpoint"])), sampling=sampling
+        )
+        try:
+            result = in_worker(sampler, sampling, Path(spec["run"]), spec["locate"])
+        finally:
+            sampler.close()
+    except Exception as e:
+        traceback.print_exc()
+        result = {"status": "failed", "reason": f"the sampler did not start: {_one_line(e)}"}
+    rundir.atomic_write_bytes(Path(spec["result"]), json.dumps(result).encode())
+    return 0 if result["status"] == "ok" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,116 @@
+"""``--locate --plots``: the error along the forward pass, on a log scale.
+
+One line per pair, medians over the sampled tokens at every vector point in
+forward order (the ``logprob`` point is in nats and left out): the sampler
+against the reference, the trainer against the reference, and the two sides
+against each other. Where the side-vs-side line leaves the lower of the two
+reference lines, the sides part above the noise floor. Exact zeros are drawn
+at the bottom edge (a log axis has no 0).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+LOCATE_NAME = "diagnose_locate"
+
+
+def locate_picture(entry: dict[str, Any], name: str = LOCATE_NAME):
+    from ...outputs import require_matplotlib
+    from . import _picture
+
+    require_matplotlib()
+    from .figures import _fig
+
+    points = [p for p in entry["points"] if p["op"] != "logprob"]
+    series = {
+        "sampler vs reference": [p["sampler_vs_reference"]["median"] for p in points],
+        "trainer vs reference": [p["trainer_vs_reference"]["median"] for p in points],
+        "sampler vs trainer": [p["sides"]["median"] for p in points],
+    }
+    positive = [v for vals in series.values() for v in vals if v and v > 0]
+    floor = min(positive) / 10 if positive else 1e-18
+    fig = _fig(max(7.5, 0.12 * len(points)), 4.4)
+    ax = fig.add_subplot()
+    style = {"sampler vs reference": "#0969da", "trainer vs reference": "#1a7f37", "sampler vs trainer": "#cf222e"}
+    for label, vals in series.items():  # the pair's line dashed: it often lies on one side's line
+        ax.plot(
+            range(len(points)),
+            [max(v or 0.0, floor) for v in vals],
+            marker=".",
+            lw=1.2,
+            color=style[label],
+            label=label,
+            ls="--" if label == "sampler vs trainer" else "-",
+        )
+    ticks = [i for i, p in enumerate(points) if p["op"] in ("embed", "input_norm", "final_norm", "logits")]
+    ax.set_xticks(ticks, [_tick(points[i]) for i in ticks], rotation=90, fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel("median relative difference over tokens")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    first = entry["verdict"]["first_parting"]
+    return _picture(
+        name,
+        f"Where the gap enters: {entry.get('configuration', '')}",
+        f"{entry['verdict']['reading']}. Red: the sides against each other; blue, green: each side against the "
+        f"float64 reference" + (f"; they part above the noise floor at {first}." if first else "."),
+        fig,
+    )
+
+
+def _tick(p: dict[str, Any]) -> str:
+    return f"layer {p['layer']}" if p["op"] == "input_norm" else p["op"]  # a layer's first point
+
+
+def write_locate(entries: list[dict[str, Any]], directory: Path, inputs=None) -> list[Path]:
+    """One picture per configuration localised: ``diagnose_locate.png`` for the baseline, ``diagnose_locate_NAME``
+    for a variant."""
+    from ...diagnose.variants import directory_name
+    from . import write_pngs
+
+    pics = [
+        locate_picture(
+            e,
+            LOCATE_NAME if e["configuration"] == "baseline" else f"{LOCATE_NAME}_{directory_name(e['configuration'])}",
+        )
+        for e in entries
+        if e.get("status") == "ok"
+    ]
+    return write_pngs(pics, Path(directory), inputs)
+
+
+def html_section(entries: list[dict[str, Any]]) -> str:
+    """The locate part of diagnose's page: per configuration its verdict, its table and its picture."""
+    from ..locate_tables import growth_text
+    from .html import _e, _figures, _num, _table
+
+    out = "<h2>Where the gap enters (--locate)</h2>"
+    for e in entries:
+        out += f"<h3>{_e(e['configuration'])}</h3>"
+        if e.get("status") != "ok":
+            out += f"<p>{_e(e.get('status', ''))}: {_e(e.get('reason') or '')}</p>"
+            continue
+        rows = [
+            [
+                _e("" if p["layer"] is None else str(p["layer"])),
+                _e(p["op"]),
+                _num(p["sides"]["median"]),
+                _num(p["sides"]["max"]),
+                _num(p["sampler_vs_reference"]["median"]),
+                _num(p["trainer_vs_reference"]["median"]),
+                _e(growth_text(p["growth"])),
+            ]
+            for p in e["points"]
+        ]
+        out += (
+            f"<p class='note'>{_e(e['verdict']['reading'])}</p>"
+            + _table(
+                ["layer", "op", "sampler vs trainer", "max", "sampler vs ref", "trainer vs ref", "growth"],
+                rows,
+                {2, 3, 4, 5, 6},
+            )
+            + _figures([locate_picture(e)])
+        )
+    return out
