@@ -415,7 +415,7 @@ def test_an_import_lists_its_route_shards(routed_import):
     ],
 )
 def test_a_damaged_routes_folder_is_refused_not_read_as_fewer_routes(routed_import, damage, message):
-    from mismatchscope.routing.io import read_routes
+    from mismatchscope.reader import read_routes
 
     shard = routed_import / "routes" / "part-00000.parquet"
     if damage == "truncate":
@@ -434,7 +434,7 @@ def test_a_damaged_routes_folder_is_refused_not_read_as_fewer_routes(routed_impo
 
 def test_routes_of_a_run_written_before_routes_were_indexed_read_as_before(routed_import):
     """``shard_index`` 1 listed tokens/ only: such a run's routes have no index and are read unchecked."""
-    from mismatchscope.routing.io import read_routes
+    from mismatchscope.reader import read_routes
 
     (routed_import / "index" / "routes.jsonl").unlink()
     manifest = json.loads((routed_import / "manifest.json").read_text())

@@ -121,7 +121,7 @@ def _replayed(root: Path | None, files: list[Path], meta: RoutingMeta, tokens: T
 
 
 def _compare_routes(root: Path, meta: RoutingMeta, tokens: Tokens, show: int) -> RouteResult:
-    from ..routing.io import read_routes
+    from ..reader import read_routes
 
     table = read_routes(root, ["sequence_id", "token_position", SAMPLER_EXPERTS, TRAINER_EXPERTS])
     layers = np.array(meta.moe_layers, dtype=np.int64)

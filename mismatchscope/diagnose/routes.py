@@ -77,7 +77,7 @@ def _set_differs(a, b) -> bool:
 
 def read_routes(run_dir: Path, columns: list[str]):
     """The run's route rows (``sequence_id``, ``input_position``, ``token_position`` and ``columns``)."""
-    from ..routing.io import read_routes as read_checked
+    from ..reader import read_routes as read_checked
     from ..routing.io import route_shards
 
     if not route_shards(run_dir):

@@ -18,23 +18,16 @@ request (:mod:`.timing`), so rounds of two configurations can alternate.
 from __future__ import annotations
 
 import json
-import os
 import random
 import sys
 import time
 import traceback
 from pathlib import Path
 
+from .worker_env import configure_env, one_line
+
 WARMUP_PROMPT = [1, 2, 3]
 WARMUP_TOKENS = 2
-
-
-def _configure_env(env: dict[str, str]) -> None:
-    os.environ.update(env)
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 
 def run(spec: dict) -> dict:
@@ -56,7 +49,7 @@ def run(spec: dict) -> dict:
         sampler = make_sampler(sampler_cfg, info, sampling=sampling)
         sampler.sample([WARMUP_PROMPT], replace(sampling, n=1, max_tokens=WARMUP_TOKENS))
     except Exception as e:  # the engine refused this configuration: a result, not a crash
-        return {"status": "failed", "stage": "engine start-up", "reason": _one_line(e)}
+        return {"status": "failed", "stage": "engine start-up", "reason": one_line(e)}
     startup_s = time.perf_counter() - t0
     result: dict = {"status": "ok", "startup_s": startup_s, "sampler_info": None}
     try:
@@ -126,20 +119,15 @@ def _prefill(sampler, prompt_ids, completions, sampling, seed: int) -> dict:
     return {"keys": keys, "batch": batch, "alone": alone, "shuffled": shuffled, "batch_seconds": seconds}
 
 
-def _one_line(e: BaseException) -> str:
-    text = f"{type(e).__name__}: {e}".strip().splitlines()
-    return text[0] if text else type(e).__name__
-
-
 def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[0]).read_text())
-    _configure_env(spec.get("env", {}))
+    configure_env(spec.get("env", {}))
     result_path = Path(spec["result"])
     try:
         result = run(spec)
     except Exception as e:
         traceback.print_exc()
-        result = {"status": "failed", "stage": "sampling", "reason": _one_line(e)}
+        result = {"status": "failed", "stage": "sampling", "reason": one_line(e)}
     from .. import rundir
 
     rundir.atomic_write_bytes(result_path, json.dumps(result).encode())  # whole or absent, even if this process dies

@@ -368,7 +368,7 @@ def _token_columns(tokens: pa.Table, shard: list[dict[str, Any]], scored: list[S
 
 def _sampler_routes(src: ImportedRun) -> pa.Table:
     """The imported sampler side (ids, and weights where recorded), keyed by ``(sequence_id, input_position)``."""
-    from ..routing.io import read_routes
+    from ..reader import read_routes
 
     columns = ["sequence_id", "input_position", layout.SAMPLER_EXPERTS, layout.SAMPLER_WEIGHTS]
     table = read_routes(src.path, columns=columns)

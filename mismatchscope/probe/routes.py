@@ -378,7 +378,8 @@ class RoundRoutes:
     ) -> RoundRoutes | None:
         """A rescore's routes: the recorded run's sampler side, checked against the trainer's model."""
         from mismatchscope.errors import InputError
-        from mismatchscope.routing.io import read_routes, sequences_of
+        from mismatchscope.reader import read_routes
+        from mismatchscope.routing.io import sequences_of
         from mismatchscope.routing.layout import (
             MANIFEST_KEY,
             SAMPLER_EXPERTS,

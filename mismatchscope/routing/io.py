@@ -6,7 +6,8 @@ input position. The shards hold the engines' layout (every decoder layer,
 dense layers null); :func:`routes_table` and :func:`side_block` convert
 between the two without a Python loop per element, so recording stays cheap.
 
-Readers for other code: :func:`read_routes` (the shards as one Arrow table)
+Readers for other code: ``reader.read_routes`` (the shards as one Arrow table, read the way every
+command reads shards)
 and :func:`read_meta` (the manifest's :class:`~.layout.RoutingMeta`).
 """
 
@@ -163,47 +164,6 @@ def route_shards(run_dir: Path) -> list[Path]:
 
 KEY_COLUMNS = ["sequence_id", "input_position"]
 """what names a route row: each routed input position of a sequence is written once."""
-
-
-def read_routes(run_dir: Path, columns: list[str] | None = None) -> pa.Table:
-    """All of a run's route shards as one table (empty with the layout's columns when there are none).
-
-    Read the way every command reads them: held against the run's index
-    (:func:`route_shards`), each page's checksum verified, a damaged page an
-    error naming the shard and its row group, and a route row written twice
-    refused (:func:`check_unique_rows`), never counted twice or settled by the last copy.
-    """
-    from ..reader import _record_batches
-
-    paths = route_shards(run_dir)
-    if not paths:
-        meta = read_meta(run_dir)
-        schema = layout.routes_schema(meta.num_experts if meta else 2)
-        return schema.empty_table() if columns is None else schema.empty_table().select(columns)
-    names = columns if columns is not None else _shard_columns(paths[0])
-    read = list(dict.fromkeys([*KEY_COLUMNS, *names]))
-    batches = [rb for _, rb in _record_batches(paths, read, 1 << 16)]
-    if not batches:  # shards without a row: their own (empty) columns
-        return _empty(paths[0], read).select(names)
-    table = pa.Table.from_batches(batches)
-    check_unique_rows(
-        Path(run_dir) / layout.ROUTES,
-        [table.column("sequence_id").to_numpy()],
-        [table.column("input_position").to_numpy()],
-    )
-    return table.select(names)
-
-
-def _empty(path: Path, columns: list[str]) -> pa.Table:
-    from ..reader import _guard
-
-    return _guard(path, lambda: pq.read_schema(path)).empty_table().select(columns)
-
-
-def _shard_columns(path: Path) -> list[str]:
-    from ..reader import _guard
-
-    return _guard(path, lambda: pq.read_schema(path)).names
 
 
 def check_unique_rows(where: Path, seqs: list[np.ndarray], inputs: list[np.ndarray]) -> None:

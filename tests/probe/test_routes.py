@@ -23,7 +23,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from mismatchscope import rundir
-from mismatchscope.routing.io import Shape, read_meta, read_routes, sequences_of
+from mismatchscope.reader import read_routes
+from mismatchscope.routing.io import Shape, read_meta, sequences_of
 from tests.helpers import cli_no_engine as cli
 
 from .conftest import checkpoint_dir, sample_data_dir

@@ -15,7 +15,8 @@ import pytest
 from mismatchscope.probe.options import ProbeOptions
 from mismatchscope.probe.run import Progress, run_probe
 from mismatchscope.probe.types import SamplerConfig, SamplingConfig, TrainerConfig
-from mismatchscope.routing.io import read_meta, read_routes
+from mismatchscope.reader import read_routes
+from mismatchscope.routing.io import read_meta
 
 from .conftest import sample_data_dir
 

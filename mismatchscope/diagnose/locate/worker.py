@@ -20,7 +20,7 @@ from typing import Any
 
 def in_worker(sampler, sampling, run_dir: Path, spec: dict[str, Any]) -> dict[str, Any]:
     """Capture the run's worst ``spec['sequences']`` sequences; a failure is a result with its reason."""
-    from ..worker import _one_line
+    from ..worker_env import one_line
     from .run import capture_sampler, from_spec, select_sequences, to_spec
 
     try:
@@ -29,16 +29,16 @@ def in_worker(sampler, sampling, run_dir: Path, spec: dict[str, Any]) -> dict[st
         return {"status": "ok", "sequences": to_spec(chosen), **out}
     except Exception as e:
         traceback.print_exc()
-        return {"status": "failed", "reason": _one_line(e)}
+        return {"status": "failed", "reason": one_line(e)}
 
 
 def main(argv: list[str]) -> int:
     """A locate-only sampler process (``rescore --locate``): start, capture, write ``spec['result']``."""
     from ... import rundir
-    from ..worker import _configure_env, _one_line
+    from ..worker_env import configure_env, one_line
 
     spec = json.loads(Path(argv[0]).read_text())
-    _configure_env(spec.get("env", {}))
+    configure_env(spec.get("env", {}))
     from ...probe.checkpoint import inspect_checkpoint
     from ...probe.samplers import make_sampler
     from ...probe.types import SamplerConfig, SamplingConfig
@@ -54,7 +54,7 @@ def main(argv: list[str]) -> int:
             sampler.close()
     except Exception as e:
         traceback.print_exc()
-        result = {"status": "failed", "reason": f"the sampler did not start: {_one_line(e)}"}
+        result = {"status": "failed", "reason": f"the sampler did not start: {one_line(e)}"}
     rundir.atomic_write_bytes(Path(spec["result"]), json.dumps(result).encode())
     return 0 if result["status"] == "ok" else 1
 
