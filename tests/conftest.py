@@ -145,11 +145,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
     repo = Path(__file__).resolve().parent.parent
     missing = [name for name in REQUIRED_FILES_IN_CI if not (repo / name).is_file()]
-    for name in REQUIRED_IN_CI:
+    environ = dict(os.environ)  # importing trl sets VLLM_LOGGING_LEVEL=ERROR (and torch a few of its own):
+    for name in REQUIRED_IN_CI:  # the workers and every engine they start must not inherit that
         try:
             importlib.import_module(name)
         except Exception as exc:  # an import that breaks (not only a missing one) skips tests just the same
             missing.append(f"{name} ({type(exc).__name__}: {exc})")
+    os.environ.clear()
+    os.environ.update(environ)
     if missing:
         pytest.exit(f"CI=true but the test command's install is incomplete: {'; '.join(missing)}", returncode=1)
 
