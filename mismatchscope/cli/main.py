@@ -16,7 +16,7 @@ import sys
 
 import typer
 
-from .. import __version__
+from .._version import __version__
 from ._options import RulesInHelp
 
 COMMANDS = (

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import __version__
+from .._version import __version__
 from ..errors import InputError, UsageError
 from ._base import ImportContext, Importer, ImportResult, Progress, SourceFile
 

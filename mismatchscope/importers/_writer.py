@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .. import __version__, rundir
+from .. import rundir
+from .._version import __version__
 from ..schema import COLUMNS, REQUIRED_NAMES, SCHEMA_VERSION, write_table
 
 FLUSH_TOKENS = 1_000_000

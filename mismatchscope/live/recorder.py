@@ -39,7 +39,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .. import __version__, rundir
+from .. import rundir
+from .._version import __version__
 from ..errors import MismatchscopeError, UsageError
 from ..schema import COLUMNS, SCHEMA_VERSION, WRITE_OPTIONS, write_table
 from .inputs import RecordedIds, StepBatch, prepare, strict_meta

@@ -38,7 +38,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .. import __version__, rundir
+from .. import rundir
+from .._version import __version__
 from ..errors import InputError, UsageError
 from ..importers.routes import SEQUENCES
 from ..redact import redact_command

@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import __version__, rundir
+from .. import rundir
+from .._version import __version__
 from ..errors import UsageError
 from ..redact import redact_command, redact_obj, redact_url
 from .options import (

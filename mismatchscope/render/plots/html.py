@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from ... import __version__
+from ..._version import __version__
 from ...analysis.results import Report, WorstSequence
 from ...metrics import (
     ABS_LOGPROB_DIFF_MAX,
