@@ -186,6 +186,41 @@ def test_nonfinite_warning_on_stderr(write):
     assert "non-finite" in r.stderr and "-9999" in r.stderr
 
 
+def test_a_terminal_gets_errors_and_warnings_broken_between_words(tmp_path, write):
+    # On a 40-column terminal the terminal's own wrap would cut words and numbers; the tool breaks its
+    # error and warning lines between words instead. (To a pipe each stays one line: the tests above.)
+    import os
+    import pty
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    cols = pairs(ROWS)
+    cols["sampler_logprob"][0] = -9999.0
+    exe = Path(sys.executable).with_name("mismatchscope")
+    for args in (("report", str(tmp_path / "missing.parquet")), ("report", str(write(cols)), "--format", "json")):
+        leader, follower = pty.openpty()
+        env = {k: v for k, v in os.environ.items() if k != "MISMATCHSCOPE_DEBUG"} | {"COLUMNS": "40"}
+        r = subprocess.run([str(exe), *args], stdout=subprocess.DEVNULL, stderr=follower, env=env, timeout=120)
+        os.close(follower)
+        text = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the follower closed: all read
+                break
+            if not chunk:
+                break
+            text += chunk
+        os.close(leader)
+        lines = re.sub(r"\x1b\[[0-9;]*m", "", text.decode()).replace("\r", "").splitlines()  # no colours
+        assert r.returncode in (0, 2) and len(lines) > 1, lines
+        assert all(len(line) <= 40 for line in lines if "/" not in line), lines  # a path is never split
+        joined = " ".join(line.strip() for line in lines)
+        assert "no such file" in joined or "1 of them -9999 sentinels" in joined, joined
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -42,12 +42,16 @@ def stdout_console():
 
 
 def stderr_console():
-    """The terminal's stderr, also while the engines' output is sent to their log (see ``probe.engine_log``)."""
+    """The terminal's stderr, also while the engines' output is sent to their log (see ``probe.engine_log``).
+
+    On a terminal a long warning is wrapped between words at its width (the terminal's own wrap would cut
+    words and paths); to a pipe or a file each message stays one line, whole for ``grep``.
+    """
     from rich.console import Console
 
     from ..probe.engine_log import terminal
 
-    return Console(file=terminal, soft_wrap=True)  # type: ignore[arg-type]
+    return Console(file=terminal, soft_wrap=not terminal.isatty())  # type: ignore[arg-type]
 
 
 def warn(message: str) -> None:

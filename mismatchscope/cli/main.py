@@ -135,8 +135,20 @@ def _fail(message: str, code: int, traceback_too: bool) -> None:
 
         sys.stderr.write(redact(traceback.format_exc()))
     line = " ".join(redact(message).split())  # one line, whatever the message held
-    sys.stderr.write(f"error: {line}\n")
+    sys.stderr.write(_for_terminal(f"error: {line}") + "\n")
     sys.exit(code)
+
+
+def _for_terminal(line: str) -> str:
+    """On a terminal, the line broken between words at its width: the terminal's own wrap cuts words,
+    numbers and paths. To a pipe or a file it stays one line, whole for ``grep`` and CI logs."""
+    import shutil
+    import textwrap
+
+    if not sys.stderr.isatty():
+        return line
+    width = shutil.get_terminal_size().columns
+    return "\n".join(textwrap.wrap(line, width, break_long_words=False, break_on_hyphens=False)) or line
 
 
 class _Tolerant:

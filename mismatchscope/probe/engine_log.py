@@ -156,7 +156,7 @@ def engine_output(
     log = _place(tmp, run_dir, keep=False, any_dir=any_dir)
     if log is not None:
         live = "" if any_dir else " (--verbose shows it live)"
-        terminal.write(f"the engines' output (vLLM, torch, transformers): {log}{live}\n")
+        terminal.write(f"the engines' output: {log}{live}\n")  # one line of 80 columns for a run under runs/
 
 
 def _flush_all() -> None:
