@@ -142,12 +142,15 @@ def _fail(message: str, code: int, traceback_too: bool) -> None:
 def _for_terminal(line: str) -> str:
     """On a terminal, the line broken between words at its width: the terminal's own wrap cuts words,
     numbers and paths. To a pipe or a file it stays one line, whole for ``grep`` and CI logs."""
-    import shutil
     import textwrap
 
     if not sys.stderr.isatty():
         return line
-    width = shutil.get_terminal_size().columns
+    columns = os.environ.get("COLUMNS", "").strip()
+    try:  # stderr's own terminal: stdout may be a pipe (``| cat``) while errors still reach the screen
+        width = int(columns) if columns.isdigit() and int(columns) > 0 else os.get_terminal_size(2).columns
+    except OSError:
+        width = 80
     return "\n".join(textwrap.wrap(line, width, break_long_words=False, break_on_hyphens=False)) or line
 
 
