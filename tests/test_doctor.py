@@ -329,6 +329,15 @@ def test_a_file_with_the_required_columns_only_says_what_each_detector_needs(gol
     assert all("does not record its precision" in p.sentence for p in doc.placements)
 
 
+def test_a_clear_shift_check_shows_the_best_other_alignment():
+    doc = doctor(str(GOLDEN))
+    f = _finding(doc, "shifted")
+    assert f.status == "clear"
+    recorded, other = f.evidence  # the recorded gap, then the best k != 0: never the recorded one again
+    assert recorded.value is not None and other.value is not None
+    assert "moved 0" not in other.statistic and other.value > 2 * recorded.value, other
+
+
 def test_a_routing_replay_that_did_nothing_is_found(tmp_path):
     from dataclasses import replace
 
