@@ -173,7 +173,9 @@ def _temperature_side(b: float, run: dict | None) -> tuple[str, float]:
 
 def _temperature_scalar(s: Sample) -> Finding:
     lp, lq = s.columns["trainer_logprob"], s.columns["sampler_logprob"]
-    if lp.size < MIN_TOKENS or np.var(lp) == 0:
+    if lp.size < MIN_TOKENS:  # top-k would not help: too few tokens for either fit
+        return too_few("temperature", int(lp.size))
+    if np.var(lp) == 0:
         return not_checked("temperature", ["sampler top-k with the trainer's logprobs at those ids"])
     slope = float(np.cov(lp, lq)[0, 1] / np.var(lp, ddof=1))
     ev = [Evidence("slope of the sampler's on the trainer's logprob (sampled tokens; no top-k)", slope, "about 1")]
