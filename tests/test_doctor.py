@@ -120,6 +120,9 @@ def test_the_golden_probe_run_reads_as_numerics():
     # a file without steps or routes says what it would need, never a silent pass
     assert _finding(doc, "step_jump").status == "not_checked" and _finding(doc, "step_jump").needs == ["step"]
     assert _finding(doc, "routing_replay").status == "not_checked"
+    # no advantage, no steps, but the probe declares one policy (semantics.policy_lag false): clear on its word
+    lag = _finding(doc, "policy_lag")
+    assert lag.status == "clear" and lag.sentence.startswith("the run declares no lag"), lag.sentence
 
 
 def test_the_simulated_pairs_read_as_numerics():
@@ -324,7 +327,8 @@ def test_a_file_with_the_required_columns_only_says_what_each_detector_needs(gol
     assert by["step_jump"].needs == ["step"] and by["routing_replay"].status == "not_checked"
     # no top-k: the temperature fit falls back to the sampled tokens' slope and says an exact fit needs top-k
     assert by["temperature"].status == "clear" and "top-k" in by["temperature"].sentence
-    assert "not tested" in by["policy_lag"].sentence  # no advantage, no steps
+    # no advantage, no steps, no declaration: nothing looked for a lag, so it says what it needs
+    assert by["policy_lag"].status == "not_checked" and "semantics.policy_lag" in by["policy_lag"].needs
     # no dtype recorded: no published row is compared
     assert all("does not record its precision" in p.sentence for p in doc.placements)
 
