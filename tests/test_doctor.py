@@ -223,6 +223,19 @@ def _bf16(x: np.ndarray) -> np.ndarray:
     return b.astype(np.uint32).view(np.float32).astype(np.float64)
 
 
+def test_scattered_ratios_off_one_are_not_called_the_same_log_base(tmp_path):
+    # 200 tokens, trainer -0.1 to -5; the sampler 1.44x it, every other token 5% over or under: the median
+    # ratio is 1.44 * 1.05 or 1.44 * 0.95 (1.368 or 1.512, the midpoint by numpy's median: 1.44), and no ratio
+    # lies within 1% of it, so no one factor and no log base; but "the same log base" would be false
+    lp = -np.linspace(0.1, 5, 200)
+    lq = lp * 1.44 * np.where(np.arange(200) % 2 == 0, 1.05, 0.95)
+    cols = {"sequence_id": np.repeat(np.arange(4), 50), "position": np.tile(np.arange(50), 4)}
+    cols.update(token_id=np.arange(200) + 5, sampler_logprob=lq, trainer_logprob=lp, meta={})
+    f = _finding(doctor(_write(tmp_path, cols)), "log_base")
+    assert f.status == "clear" and "same log base" not in f.sentence, f.sentence
+    assert "median ratio 1.4400, 0% of ratios" in f.sentence
+
+
 def test_bf16_rounded_sampler_logprobs_are_found_with_the_mantissa_bits(golden, tmp_path):
     c = _copy(golden)
     c["sampler_logprob"] = _bf16(golden["sampler_logprob"])
