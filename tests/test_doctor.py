@@ -135,6 +135,16 @@ def test_the_simulated_pairs_read_as_numerics():
 # -- one injected cause each --------------------------------------------------------------------------------
 
 
+def test_a_run_without_a_gap_says_so_rather_than_rounding():
+    # sample_data/runs/rl-zero scores both sides with one model: every pair bit-equal, k3 mean 0
+    doc = doctor(str(REPO / "sample_data" / "runs" / "rl-zero"))
+    assert doc.top.cause == "numerics" and doc.top.sentence == "no gap: every pair is equal"
+    assert doc.top.change == "nothing" and "rounding" not in doc.top.sentence
+    # no position has the sampler above the trainer (0%): not what noise gives, and not said to be
+    trunc = _finding(doc, "truncation")
+    assert trunc.status == "clear" and "0% of positions" in trunc.sentence and "noise" not in trunc.sentence
+
+
 def test_a_one_position_shift_is_found_with_k_and_the_realigned_gap(golden, tmp_path):
     c = _copy(golden)
     seq, lq = c["sequence_id"], c["sampler_logprob"]

@@ -222,7 +222,11 @@ def truncation(s: Sample, tempered: bool, kept_logmass: bool) -> Finding:
         Evidence("share of positions whose sampler top-k holds ids at -inf", share_cut, "0"),
     ]
     if share_cut < TRUNCATION_CUT and (above < TRUNCATION_SHARE or np.median(offset) <= 0):
-        return clear("truncation", f"no renormalised kept set ({above:.0%} of positions above, as noise gives)", ev)
+        return clear(
+            "truncation",
+            f"no renormalised kept set (the sampler above at {above:.0%} of positions, not nearly all)",
+            ev,
+        )
     neg = -offset[offset < 0]
     tau = 3 * 1.4826 * float(np.median(neg)) if neg.size >= 20 else 0.0
     truncated = cut | (offset > tau)
