@@ -246,6 +246,16 @@ def test_scattered_ratios_off_one_are_not_called_the_same_log_base(tmp_path):
     assert "median ratio 1.4400, 0% of ratios" in f.sentence
 
 
+def test_a_rough_temperature_that_a_log_base_also_explains_names_both(tmp_path):
+    # the simulated pairs (noise too wide for log_base's 90% rule) with the sampler in log2 and no top-k: the
+    # sampled-token slope is the clean one (~0.99) / ln 2 = ~1.43, within 2% of log2's 1.4427
+    t = pq.read_table(SIMULATED).select(["sequence_id", "position", "token_id", "sampler_logprob", "trainer_logprob"])
+    cols = {c: t[c].to_numpy() for c in t.column_names}
+    cols.update(sampler_logprob=cols["sampler_logprob"] / math.log(2), meta={})
+    f = _finding(doctor(_write(tmp_path, cols)), "temperature")
+    assert f.status == "detected" and "or the sampler's are in log2 (factor 1.4427)" in f.sentence, f.sentence
+
+
 def test_bf16_rounded_sampler_logprobs_are_found_with_the_mantissa_bits(golden, tmp_path):
     c = _copy(golden)
     c["sampler_logprob"] = _bf16(golden["sampler_logprob"])

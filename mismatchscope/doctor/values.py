@@ -188,9 +188,19 @@ def _temperature_scalar(s: Sample) -> Finding:
     ev = [Evidence("slope of the sampler's on the trainer's logprob (sampled tokens; no top-k)", slope, "about 1")]
     if abs(slope - 1) < SCALAR_SLOPE_AWAY:
         return clear("temperature", f"no sign of a temperature (slope {slope:.3f}; an exact fit needs top-k)", ev)
+    # without top-k a log base reads the same (lq = f lp exactly): name it where the slope matches one
+    alt = next(
+        (
+            f", or the {side}'s are in {b} (factor {x:.4f})"
+            for b, f in LOG_BASES.items()
+            for side, x in (("sampler", f), ("trainer", 1 / f))
+            if abs(slope / x - 1) < 0.02
+        ),
+        "",
+    )
     return detected(
         "temperature",
-        f"the sampler's logprobs look tempered (T about {1 / slope:.2g}); rough without top-k on both sides",
+        f"the sampler's logprobs look tempered (T about {1 / slope:.2g}){alt}; rough without top-k on both sides",
         ev,
         {"temperature": 1 / slope, "side": "sampler", "slope": slope},
         "low",
