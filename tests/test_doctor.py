@@ -120,6 +120,9 @@ def test_the_golden_probe_run_reads_as_numerics():
     # a file without steps or routes says what it would need, never a silent pass
     assert _finding(doc, "step_jump").status == "not_checked" and _finding(doc, "step_jump").needs == ["step"]
     assert _finding(doc, "routing_replay").status == "not_checked"
+    # no advantage, no steps, but the probe declares one policy (semantics.policy_lag false): clear on its word
+    lag = _finding(doc, "policy_lag")
+    assert lag.status == "clear" and lag.sentence.startswith("the run declares no lag"), lag.sentence
 
 
 def test_the_simulated_pairs_read_as_numerics():
@@ -130,6 +133,16 @@ def test_the_simulated_pairs_read_as_numerics():
 
 
 # -- one injected cause each --------------------------------------------------------------------------------
+
+
+def test_a_run_without_a_gap_says_so_rather_than_rounding():
+    # sample_data/runs/rl-zero scores both sides with one model: every pair bit-equal, k3 mean 0
+    doc = doctor(str(REPO / "sample_data" / "runs" / "rl-zero"))
+    assert doc.top.cause == "numerics" and doc.top.sentence == "no gap: every pair is equal"
+    assert doc.top.change == "nothing" and "rounding" not in doc.top.sentence
+    # no position has the sampler above the trainer (0%): not what noise gives, and not said to be
+    trunc = _finding(doc, "truncation")
+    assert trunc.status == "clear" and "0% of positions" in trunc.sentence and "noise" not in trunc.sentence
 
 
 def test_a_one_position_shift_is_found_with_k_and_the_realigned_gap(golden, tmp_path):
@@ -218,6 +231,29 @@ def _bf16(x: np.ndarray) -> np.ndarray:
     b = x.astype(np.float32).view(np.uint32).astype(np.uint64)
     b = (b + 0x7FFF + ((b >> 16) & 1)) >> 16 << 16
     return b.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def test_scattered_ratios_off_one_are_not_called_the_same_log_base(tmp_path):
+    # 200 tokens, trainer -0.1 to -5; the sampler 1.44x it, every other token 5% over or under: the median
+    # ratio is 1.44 * 1.05 or 1.44 * 0.95 (1.368 or 1.512, the midpoint by numpy's median: 1.44), and no ratio
+    # lies within 1% of it, so no one factor and no log base; but "the same log base" would be false
+    lp = -np.linspace(0.1, 5, 200)
+    lq = lp * 1.44 * np.where(np.arange(200) % 2 == 0, 1.05, 0.95)
+    cols = {"sequence_id": np.repeat(np.arange(4), 50), "position": np.tile(np.arange(50), 4)}
+    cols.update(token_id=np.arange(200) + 5, sampler_logprob=lq, trainer_logprob=lp, meta={})
+    f = _finding(doctor(_write(tmp_path, cols)), "log_base")
+    assert f.status == "clear" and "same log base" not in f.sentence, f.sentence
+    assert "median ratio 1.4400, 0% of ratios" in f.sentence
+
+
+def test_a_rough_temperature_that_a_log_base_also_explains_names_both(tmp_path):
+    # the simulated pairs (noise too wide for log_base's 90% rule) with the sampler in log2 and no top-k: the
+    # sampled-token slope is the clean one (~0.99) / ln 2 = ~1.43, within 2% of log2's 1.4427
+    t = pq.read_table(SIMULATED).select(["sequence_id", "position", "token_id", "sampler_logprob", "trainer_logprob"])
+    cols = {c: t[c].to_numpy() for c in t.column_names}
+    cols.update(sampler_logprob=cols["sampler_logprob"] / math.log(2), meta={})
+    f = _finding(doctor(_write(tmp_path, cols)), "temperature")
+    assert f.status == "detected" and "or the sampler's are in log2 (factor 1.4427)" in f.sentence, f.sentence
 
 
 def test_bf16_rounded_sampler_logprobs_are_found_with_the_mantissa_bits(golden, tmp_path):
@@ -324,9 +360,35 @@ def test_a_file_with_the_required_columns_only_says_what_each_detector_needs(gol
     assert by["step_jump"].needs == ["step"] and by["routing_replay"].status == "not_checked"
     # no top-k: the temperature fit falls back to the sampled tokens' slope and says an exact fit needs top-k
     assert by["temperature"].status == "clear" and "top-k" in by["temperature"].sentence
-    assert "not tested" in by["policy_lag"].sentence  # no advantage, no steps
+    # no advantage, no steps, no declaration: nothing looked for a lag, so it says what it needs
+    assert by["policy_lag"].status == "not_checked" and "semantics.policy_lag" in by["policy_lag"].needs
     # no dtype recorded: no published row is compared
     assert all("does not record its precision" in p.sentence for p in doc.placements)
+
+
+def test_a_run_too_small_for_any_fit_says_so_and_report_counts_the_checks_not_run(golden, tmp_path):
+    from mismatchscope.render.doctor import top_line
+
+    keep = np.flatnonzero(golden["sequence_id"] == golden["sequence_id"][0])[:30]  # 30 rows < the 50 a fit needs
+    c = {k: ([v[i] for i in keep] if isinstance(v, list) else v[keep]) if k != "meta" else v for k, v in golden.items()}
+    doc = doctor(_write(tmp_path, c))
+    # the file has top-k: what the temperature fit lacks is tokens, not the lists
+    t = _finding(doc, "temperature")
+    assert t.status == "not_checked" and t.needs == ["at least 50 tokens"], t.sentence
+    # "no pipeline cause seen" with most checks not run: report's line says how many (all 11 but policy_lag,
+    # which reads the run's declaration)
+    skipped = [f.cause for f in doc.findings if f.status == "not_checked"]
+    assert doc.top.cause == "numerics" and len(skipped) == 10
+    assert "(10 of 11 checks not run)" in top_line(doc)
+
+
+def test_a_clear_shift_check_shows_the_best_other_alignment():
+    doc = doctor(str(GOLDEN))
+    f = _finding(doc, "shifted")
+    assert f.status == "clear"
+    recorded, other = f.evidence  # the recorded gap, then the best k != 0: never the recorded one again
+    assert recorded.value is not None and other.value is not None
+    assert "moved 0" not in other.statistic and other.value > 2 * recorded.value, other
 
 
 def test_a_routing_replay_that_did_nothing_is_found(tmp_path):
@@ -399,6 +461,8 @@ def test_report_prints_the_top_finding_in_one_line_and_keeps_its_json():
     line = next(x for x in table.stdout.splitlines() if x.startswith("doctor:"))
     # the golden run: numerics, and its k3 mean placed among the fp16 rows (8.3e-7 against 1.25e-4: 150x below)
     assert line.startswith("doctor: numerics:") and "150x below" in table.stdout
+    # routing_replay (no routes) and step_jump (no step column) could not run: the line says so
+    assert "(2 of 11 checks not run)" in " ".join(table.stdout.split())
     assert "mismatchscope doctor" in table.stdout
     assert "doctor" not in json.loads(cli("report", str(GOLDEN), "--format", "json").stdout)
 

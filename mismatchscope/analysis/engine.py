@@ -209,7 +209,7 @@ def analyse(
     seq_ids, agg = seqagg.result()
     table = SequenceTable.from_reduced(seq_ids, agg, agg.get("sum_adv"))
     n_tokens = int(table.n_tokens_S.sum()) if seq_ids.size else 0
-    check_not_empty(path, n_tokens, hygiene)
+    check_not_empty(path, n_tokens, hygiene, source)
     warnings = source.warnings + hygiene.warnings() + position_warnings(positions.finish())
     warnings += overflow_warnings(table.max_l_S)
     warnings += ([routes_note] if routes_note else []) + (routing_warnings(scan) if scan else [])

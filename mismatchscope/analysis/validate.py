@@ -31,10 +31,25 @@ def check_advantage(advantage_T: np.ndarray | None) -> None:
         )
 
 
-def check_not_empty(path: str, n_tokens: int, hygiene: Hygiene) -> None:
+SAMPLER_SIDE_ONLY = ("verl", "roll")
+"""import formats whose dumps are taken before the trainer's forward: their trainer_logprob waits for rescore."""
+
+
+def rescore_hint(path: object, source: Source | None) -> str | None:
+    """Why a sampler-side import has no finite pair, and the command that gives it one."""
+    fmt = (((source.run_config if source else None) or {}).get("source") or {}).get("format")
+    if fmt not in SAMPLER_SIDE_ONLY:
+        return None
+    return (
+        f"a {fmt} import holds the sampler's side only: `mismatchscope rescore {path} --trainer-checkpoint "
+        "CHECKPOINT --temperature T` scores the trainer's"
+    )
+
+
+def check_not_empty(path: str, n_tokens: int, hygiene: Hygiene, source: Source | None = None) -> None:
     if n_tokens == 0:
         what = "has no token rows" if hygiene.rows_read == 0 else "has no token with finite logprobs"
-        raise NoTokensError(f"{path}: the input {what}")
+        raise NoTokensError(f"{path}: the input {what}", hint=rescore_hint(path, source) if hygiene.rows_read else None)
 
 
 def overflow_warnings(max_log_ratio_S: np.ndarray) -> list[str]:

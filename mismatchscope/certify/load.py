@@ -70,7 +70,7 @@ def load(path: str | os.PathLike, mapping: Mapping[str, str] | None = None) -> L
     order = np.lexsort((pos_all, seq_all))
     _refuse_duplicates(seq_all[order], pos_all[order])
     if hygiene.nonfinite_dropped:
-        _refuse_dropped(path, hygiene, np.concatenate(dropped[0]), np.concatenate(dropped[1]))
+        _refuse_dropped(path, hygiene, np.concatenate(dropped[0]), np.concatenate(dropped[1]), source)
     order = np.lexsort((cols["position"], cols["sequence_id"]))
     cols = {c: v[order] for c, v in cols.items()}
     logprobs = {c: np.where(cols[c] == LOGPROB_SENTINEL, -np.inf, cols[c]) for c in LOGPROB_COLUMNS if c in cols}
@@ -80,14 +80,17 @@ def load(path: str | os.PathLike, mapping: Mapping[str, str] | None = None) -> L
     return Loaded(source, tokens, {c: cols[c] for c in steps if c in cols}, _root(path, source))
 
 
-def _refuse_dropped(path: Any, hygiene: Hygiene, seq: np.ndarray, pos: np.ndarray) -> None:
+def _refuse_dropped(path: Any, hygiene: Hygiene, seq: np.ndarray, pos: np.ndarray, source: Source) -> None:
     """The rows the reader left out of the statistics: a non-finite sampler or trainer logprob."""
+    from ..analysis.validate import rescore_hint
+
     i = int(np.lexsort((pos, seq))[0])
     raise InputError(
         f"{path}: {hygiene.nonfinite_dropped} of {hygiene.rows_read} tokens have a sampler or trainer logprob that "
         f"is not finite (NaN, inf, or a -9999 sentinel; first: sequence {seq[i]} position {pos[i]}): "
         "a non-finite pair cannot be certified",
-        hint="find where the run produced it: a bit-equal NaN on both sides is still no logprob",
+        hint=rescore_hint(path, source)
+        or "find where the run produced it: a bit-equal NaN on both sides is still no logprob",
     )
 
 

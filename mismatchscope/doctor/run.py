@@ -121,13 +121,16 @@ def numerics(report: Report, placements: list[Placement], pipeline: bool, unchec
     ev = [Evidence("k3 mean", k3, clean)]
     if pipeline:
         return clear("numerics", "not read as numerics: a pipeline cause above explains the gap first", ev)
+    none = report.metrics.abs_logprob_diff_max == 0  # bit-equal pairs: no gap for rounding to explain
     return detected(
         "numerics",
-        "no pipeline cause seen: the gap reads as numerics (rounding)",
+        "no gap: every pair is equal" if none else "no pipeline cause seen: the gap reads as numerics (rounding)",
         ev,
         {K3_MEAN.name: k3, "where": "; ".join(where) or None},
         "low" if unchecked > 3 else "medium",
-        "nothing in the pipeline; to shrink the gap: an fp32 lm_head, fp16 rather than bf16, or batch-invariant "
-        "kernels (mismatchscope diagnose measures each)",
+        "nothing"
+        if none
+        else "nothing in the pipeline; to shrink the gap: an fp32 lm_head, fp16 rather than bf16, or "
+        "batch-invariant kernels (mismatchscope diagnose measures each)",
         pipeline=False,
     )

@@ -64,6 +64,12 @@ def _lag_in_columns(s: Sample) -> str | None:
     return f"trainer_step - sampler_step is {int(lag.min())} to {int(lag.max())} (asynchronous training)"
 
 
+def _declares_no_lag(run: dict | None) -> bool:
+    """The run says its trainer scored with the sampler's weights (a probe without --trainer-checkpoint)."""
+    sem = (run or {}).get("semantics")
+    return isinstance(sem, dict) and sem.get("policy_lag") is False
+
+
 def policy_lag(s: Sample, report: Report, table: SequenceTable, run: dict | None) -> Finding:
     note = declared_lag(run) or _lag_in_columns(s)
     k3 = report.metrics.k3_mean
@@ -84,7 +90,12 @@ def policy_lag(s: Sample, report: Report, table: SequenceTable, run: dict | None
     if not (signs or note):
         missing = [] if adv is not None else ["advantage (with 5+ sequences of each sign)"]
         missing += [] if steps is not None else ["sampler_step and trainer_step"]
-        sentence = "no sign of policy lag" + (f" (not tested: {'; '.join(missing)})" if missing else "")
+        declared = _declares_no_lag(run)
+        if len(missing) == 2 and not declared:  # nothing looked: never a silent pass
+            why = f"not checked: needs {' or '.join(missing)}, or the run's own semantics.policy_lag"
+            return not_checked("policy_lag", [*missing, "semantics.policy_lag"], why)
+        sentence = "the run declares no lag" if declared and len(missing) == 2 else "no sign of policy lag"
+        sentence += f" (not tested: {'; '.join(missing)})" if missing else ""
         return clear("policy_lag", sentence, ev)
     why = signs + ([f"k3 mean {g(k3)} is beyond numerics"] if big else [])
     why += [f"the run says so: {note}"] if note else []

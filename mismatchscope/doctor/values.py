@@ -63,8 +63,15 @@ def log_base(s: Sample) -> Finding:
             "0.55 to 0.95 on the bundled clean runs",
         ),
     ]
-    if share < RATIO_SHARE or abs(c - 1) < RATIO_AWAY:
+    if abs(c - 1) < RATIO_AWAY:
         return clear("log_base", f"both sides in the same log base (ratio {c:.4f})", ev)
+    if share < RATIO_SHARE:  # the median is off 1 but the ratios scatter: no one factor, so no log base
+        return clear(
+            "log_base",
+            f"no one factor between the sides (median ratio {c:.4f}, {share:.0%} of ratios within "
+            f"{RATIO_SPREAD:.0%} of it): not a log base",
+            ev,
+        )
     factor, side = (c, "sampler") if c > 1 else (1 / c, "trainer")
     base = next((b for b, f in LOG_BASES.items() if abs(factor / f - 1) < 0.02), None)
     what = f"in {base}" if base else f"scaled by {factor:.4f} (log2 gives 1.4427, log10 0.4343)"
@@ -173,15 +180,27 @@ def _temperature_side(b: float, run: dict | None) -> tuple[str, float]:
 
 def _temperature_scalar(s: Sample) -> Finding:
     lp, lq = s.columns["trainer_logprob"], s.columns["sampler_logprob"]
-    if lp.size < MIN_TOKENS or np.var(lp) == 0:
+    if lp.size < MIN_TOKENS:  # top-k would not help: too few tokens for either fit
+        return too_few("temperature", int(lp.size))
+    if np.var(lp) == 0:
         return not_checked("temperature", ["sampler top-k with the trainer's logprobs at those ids"])
     slope = float(np.cov(lp, lq)[0, 1] / np.var(lp, ddof=1))
     ev = [Evidence("slope of the sampler's on the trainer's logprob (sampled tokens; no top-k)", slope, "about 1")]
     if abs(slope - 1) < SCALAR_SLOPE_AWAY:
         return clear("temperature", f"no sign of a temperature (slope {slope:.3f}; an exact fit needs top-k)", ev)
+    # without top-k a log base reads the same (lq = f lp exactly): name it where the slope matches one
+    alt = next(
+        (
+            f", or the {side}'s are in {b} (factor {x:.4f})"
+            for b, f in LOG_BASES.items()
+            for side, x in (("sampler", f), ("trainer", 1 / f))
+            if abs(slope / x - 1) < 0.02
+        ),
+        "",
+    )
     return detected(
         "temperature",
-        f"the sampler's logprobs look tempered (T about {1 / slope:.2g}); rough without top-k on both sides",
+        f"the sampler's logprobs look tempered (T about {1 / slope:.2g}){alt}; rough without top-k on both sides",
         ev,
         {"temperature": 1 / slope, "side": "sampler", "slope": slope},
         "low",
@@ -213,7 +232,11 @@ def truncation(s: Sample, tempered: bool, kept_logmass: bool) -> Finding:
         Evidence("share of positions whose sampler top-k holds ids at -inf", share_cut, "0"),
     ]
     if share_cut < TRUNCATION_CUT and (above < TRUNCATION_SHARE or np.median(offset) <= 0):
-        return clear("truncation", f"no renormalised kept set ({above:.0%} of positions above, as noise gives)", ev)
+        return clear(
+            "truncation",
+            f"no renormalised kept set (the sampler above at {above:.0%} of positions, not nearly all)",
+            ev,
+        )
     neg = -offset[offset < 0]
     tau = 3 * 1.4826 * float(np.median(neg)) if neg.size >= 20 else 0.0
     truncated = cut | (offset > tau)

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ImportFormatError, NoSamplerLogprobsError, UsageError
+from ..errors import ImportFormatError, InputError, NoSamplerLogprobsError, UsageError
 from ._base import ImportContext, SourceFile
 from .dataproto import Row, SequenceRows, add_sequence, ids, read, require, rewards
 
@@ -71,6 +71,11 @@ class RollImporter:
             root = src
             paths = sorted(src.glob("step_*.pkl")) + sorted(src.glob("train/step_*.pkl"))
             if any(src.glob("val/step_*.pkl")):  # validation rollouts: not what the trainer trained on
+                if not paths:  # "no roll files found" would send the user looking for a dump that is there
+                    raise InputError(
+                        f"{src}: only val/ holds step files (validation rollouts, not the trained batches)",
+                        hint=f"point at {src / 'val'} to import them",
+                    )
                 self.warnings.append("left out val/: validation rollouts (point at val/ to import them)")
         files = []
         for p in paths:

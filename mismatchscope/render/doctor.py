@@ -43,6 +43,10 @@ def top_line(doc: DoctorDocument) -> str:
 
     line = f"doctor: {doc.top.cause}: {doc.top.sentence}"
     if doc.top.cause == "numerics":  # is the number normal? the k3 mean among comparable published figures
+        # "no pipeline cause seen" is only as strong as the checks that ran: say how many could not
+        checks = [f for f in doc.findings if f.cause != "numerics"]
+        skipped = sum(f.status == "not_checked" for f in checks)
+        line += f" ({skipped} of {len(checks)} checks not run)" if skipped else ""
         line += "".join(f"; {p.sentence}" for p in doc.placements if p.metric == K3_MEAN.name)
     return line
 

@@ -134,7 +134,7 @@ def build_series(
         acc.add(batch, group_T)
 
     positions.finish()  # a duplicated token would double its weight in its step
-    check_not_empty(str(path), acc.tokens, hygiene)
+    check_not_empty(str(path), acc.tokens, hygiene, source)
     series = acc.finish(groups.values if by is not None else ["all"], by)
     series.warnings = source.warnings + hygiene.warnings() + acc.warnings
     series.warnings += ([routes_note] if routes_note else []) + (routing_warnings(scan) if scan else [])

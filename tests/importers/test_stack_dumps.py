@@ -265,6 +265,34 @@ def test_a_sampler_only_import_points_at_rescore(tmp_path):
     assert "sampler's side only" in r.stderr
 
 
+def test_report_and_certify_on_a_sampler_only_import_name_rescore(tmp_path):
+    """Before rescore every trainer logprob is empty: the refusal says why and what to run, not 'find where
+    the run produced' a NaN it never produced."""
+    from mismatchscope.api import report
+    from mismatchscope.certify.load import load
+    from mismatchscope.errors import NoTokensError
+
+    out = tmp_path / "out"
+    import_run("roll", SRC["roll"], out)
+    with pytest.raises(NoTokensError, match="finite logprobs") as e:
+        report(out)
+    assert e.value.hint is not None and f"mismatchscope rescore {out}" in e.value.hint
+    with pytest.raises(InputError, match="13 of 13 tokens") as e:
+        load(out)
+    assert e.value.hint is not None and "sampler's side only" in e.value.hint
+
+
+def test_a_roll_dump_with_only_val_says_where_the_steps_are(tmp_path):
+    (tmp_path / "dump" / "val").mkdir(parents=True)
+    (tmp_path / "dump" / "val" / "step_000002.pkl").write_bytes(
+        (SRC["roll"] / "train" / "step_000002.pkl").read_bytes()
+    )
+    with pytest.raises(InputError, match="only val/ holds step files") as e:
+        import_run("roll", tmp_path / "dump", tmp_path / "out")
+    assert e.value.hint == f"point at {tmp_path / 'dump' / 'val'} to import them"
+    assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
 def test_doctor_runs_on_a_skyrl_import(tmp_path):
     out = tmp_path / "out"
     assert cli("import", "skyrl", str(SRC["skyrl"]), "--out", str(out)).returncode == 0
