@@ -235,7 +235,7 @@ def open_source(path: str | os.PathLike, mapping: Mapping[str, str] | None = Non
         try:
             footer = pq.read_metadata(f)
             schema = footer.schema.to_arrow_schema()
-        except (pa.ArrowInvalid, OSError) as e:
+        except (pa.ArrowException, OSError) as e:  # a damaged footer also raises ArrowNotImplementedError
             raise FileFormatError(f"{f}: not a Parquet file, or truncated ({_short(e)})") from None
         rows[f] = footer.num_rows
         names = set(schema.names)
@@ -537,7 +537,7 @@ def _guard(f: Path, fn, group: int | None = None):
     group being read: the first damaged one, as row groups are reported in file order)."""
     try:
         return fn()
-    except (pa.ArrowInvalid, OSError) as e:
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as e:
         raise damaged_error(f, e, group) from None
 
 
