@@ -128,10 +128,24 @@ def run_line(path: str) -> RunLine:
     return RunLine(os.fspath(path), points, has_wall, per_step, source)
 
 
+def _refuse_repeats(paths: list[str]) -> None:
+    """A run given twice (however spelled) would be "compared" with itself: 1.00x per step, equal lines."""
+    seen: dict[str, str] = {}
+    for p in paths:
+        key = os.path.realpath(p)
+        if key in seen:
+            raise UsageError(
+                f"{p} is given twice (also as {seen[key]}): a run compared with itself",
+                hint="give each run once",
+            )
+        seen[key] = p
+
+
 def compare(paths: list[str], x: XAxis) -> Comparison:
     """The runs side by side; ``--x wall`` needs every run's wall times."""
     if x not in ("step", "wall"):
         raise UsageError(f"--x {x!r}", hint="use --x step or --x wall")
+    _refuse_repeats(paths)
     lines = [run_line(p) for p in paths]
     lacking = [line.run for line in lines if not line.has_wall_time]
     if x == "wall" and lacking:
