@@ -950,6 +950,7 @@ def test_a_closed_stdout_is_not_a_failed_gate(runs):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
+    assert proc.stdout is not None
     proc.stdout.close()  # the reader went away before any output
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 2, err
