@@ -162,6 +162,8 @@ def test_policy_steps_must_agree(tmp_path):
     assert r.returncode == 1
     assert out["policy_version"]["passed"] is False
     assert "sequence 2 position 3" in out["policy_version"]["status"]
+    # one token of the 12 differs: counted against the whole ("1 of 12", not "1 tokens")
+    assert out["policy_version"]["status"].startswith("1 of 12 tokens were sampled and scored at different steps")
 
 
 @pytest.mark.parametrize(
