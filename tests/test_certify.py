@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -57,7 +58,7 @@ def make_run(path, sampler=LP, trainer=LP, prefill=None, manifest=None, **extra)
     return path
 
 
-def run_json(path, *args):
+def run_json(path, *args) -> tuple[Any, Any]:
     r = cli("certify", str(path), "--format", "json", *args)
     return r, (json.loads(r.stdout) if r.stdout.strip() else None)
 
