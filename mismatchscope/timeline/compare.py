@@ -129,16 +129,20 @@ def run_line(path: str) -> RunLine:
 
 
 def _refuse_repeats(paths: list[str]) -> None:
-    """A run given twice (however spelled) would be "compared" with itself: 1.00x per step, equal lines."""
+    """A run given twice (however spelled: ``RUN/``, ``RUN/tokens``, a shard of it) would be "compared" with
+    itself: 1.00x per step, equal lines. Two inputs that share a shard are one run."""
+    from ..reader import resolve_files
+
     seen: dict[str, str] = {}
     for p in paths:
-        key = os.path.realpath(p)
-        if key in seen:
-            raise UsageError(
-                f"{p} is given twice (also as {seen[key]}): a run compared with itself",
-                hint="give each run once",
-            )
-        seen[key] = p
+        shards = {os.path.realpath(f) for f in resolve_files(p)}
+        for f in shards:
+            if f in seen:
+                raise UsageError(
+                    f"{seen[f]} and {p} are one run (they share its shards): it would be compared with itself",
+                    hint="give each run once",
+                )
+        seen.update(dict.fromkeys(shards, p))
 
 
 def compare(paths: list[str], x: XAxis) -> Comparison:
