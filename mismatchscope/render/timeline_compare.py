@@ -79,7 +79,7 @@ def compare_picture(c: Comparison):
     axes[1].set_xlabel(f"{unit} since the run started" if c.x == "wall" else "training step")
     axes[0].legend(fontsize=8)
     return _picture(
-        FILENAME, f"Reward and mismatch against {'wall-clock hours' if c.x == 'wall' else 'steps'}", c.statement, fig
+        FILENAME, f"Reward and mismatch against {'wall-clock time' if c.x == 'wall' else 'steps'}", c.statement, fig
     )
 
 
