@@ -235,7 +235,7 @@ def open_source(path: str | os.PathLike, mapping: Mapping[str, str] | None = Non
         try:
             footer = pq.read_metadata(f)
             schema = footer.schema.to_arrow_schema()
-        except (pa.ArrowInvalid, OSError) as e:
+        except (pa.ArrowException, OSError) as e:  # a damaged footer also raises ArrowNotImplementedError
             raise FileFormatError(f"{f}: not a Parquet file, or truncated ({_short(e)})") from None
         rows[f] = footer.num_rows
         names = set(schema.names)
@@ -492,7 +492,9 @@ def _record_batches(files: list[Path], file_cols: list[str], batch_rows: int) ->
 
     def produce(f: Path, i: int, out: queue.Queue) -> None:
         try:
-            for rb in _open(f).iter_batches(batch_size=batch_rows, columns=file_cols, row_groups=[i]):
+            pf, decoded = _open(f), 0
+            for rb in pf.iter_batches(batch_size=batch_rows, columns=file_cols, row_groups=[i]):
+                decoded += rb.num_rows
                 while not stop.is_set():
                     try:
                         out.put(rb, timeout=0.1)
@@ -501,6 +503,9 @@ def _record_batches(files: list[Path], file_cols: list[str], batch_rows: int) ->
                         continue
                 if stop.is_set():
                     return
+            listed = pf.metadata.row_group(i).num_rows
+            if decoded != listed:  # a damaged page header (its value count) that no page CRC covers
+                raise pa.ArrowInvalid(f"{decoded:,} rows decode where the footer lists {listed:,}")
             out.put(_DONE)
         except BaseException as e:  # handed to the consumer, which raises it in order
             out.put(e)
@@ -537,7 +542,7 @@ def _guard(f: Path, fn, group: int | None = None):
     group being read: the first damaged one, as row groups are reported in file order)."""
     try:
         return fn()
-    except (pa.ArrowInvalid, OSError) as e:
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as e:
         raise damaged_error(f, e, group) from None
 
 

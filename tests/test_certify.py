@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -57,7 +58,7 @@ def make_run(path, sampler=LP, trainer=LP, prefill=None, manifest=None, **extra)
     return path
 
 
-def run_json(path, *args):
+def run_json(path, *args) -> tuple[Any, Any]:
     r = cli("certify", str(path), "--format", "json", *args)
     return r, (json.loads(r.stdout) if r.stdout.strip() else None)
 
@@ -162,6 +163,8 @@ def test_policy_steps_must_agree(tmp_path):
     assert r.returncode == 1
     assert out["policy_version"]["passed"] is False
     assert "sequence 2 position 3" in out["policy_version"]["status"]
+    # one token of the 12 differs: counted against the whole ("1 of 12", not "1 tokens")
+    assert out["policy_version"]["status"].startswith("1 of 12 tokens were sampled and scored at different steps")
 
 
 @pytest.mark.parametrize(

@@ -65,3 +65,24 @@ def test_equal_rows_certify_and_a_run_without_rows_is_an_input_error(tmp_path):
     pq.write_table(table, bare / "tokens" / "part-00000.parquet")
     r = cli("certify", str(bare), "--full-vocab")
     assert r.returncode == 2 and r.stderr.startswith("error:") and "sampler_row_digest" in r.stderr
+
+
+def test_markdown_and_junit_carry_the_whole_row_verdict(tmp_path):
+    """The Markdown and JUnit reports once said "certified" (no full_vocab case) for a run whose rows part."""
+    trainer = _rows(6, 0)
+    sampler = trainer.copy()
+    sampler[5, 7] = np.nextafter(sampler[5, 7], np.float32(0))  # one ULP, off the sampled token: tokens certify
+    run = _write(tmp_path / "run", sampler, trainer, [3] * 6)
+    md, xml = tmp_path / "v.md", tmp_path / "v.xml"
+    r = cli("certify", str(run), "--full-vocab", "--markdown", str(md), "--junit-xml", str(xml))
+    assert r.returncode == 1, r.stderr
+    text = md.read_text()
+    assert text.startswith("### ❌ mismatchscope certify: not certified")
+    assert "| ❌ FAIL | `full_vocab` | 1 of 6 whole rows differ; first at sequence 1 position 2" in text
+    import xml.etree.ElementTree as ET
+
+    root = ET.parse(xml).getroot()
+    assert root.get("failures") == "1"  # the five token checks pass or are not checked; the rows fail
+    case = next(c for c in root.iter("testcase") if c.get("name") == "full_vocab")
+    assert case.find("failure") is not None
+    assert {p.get("name"): p.get("value") for p in root.iter("property")}["verdict"] == "not certified"

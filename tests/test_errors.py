@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from mismatchscope.schema import METADATA_KEY
-from tests.helpers import cli, pairs
+from tests.helpers import REPO, cli, pairs
 
 ROWS = [(1, 0, 0.5, 0.2), (1, 1, 0.2, 0.6), (1, 2, 0.9, 0.9), (2, 0, 0.5, 1e-5), (2, 1, 0.5, 0.5)]
 DUP_HINT = "(each generated token must appear once; was a file read twice, or do two runs share sequence ids?)"
@@ -950,6 +950,25 @@ def test_a_closed_stdout_is_not_a_failed_gate(runs):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
+    assert proc.stdout is not None
     proc.stdout.close()  # the reader went away before any output
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 2, err
+
+
+def test_the_exit_code_table_names_every_command_that_exits_1_and_every_command():
+    """docs/errors.md once said only gate and certify exit 1, while doctor exits 1 on a likely pipeline
+    problem: the commands whose module raises ``typer.Exit(1)`` (certify, doctor, gate) must be the ones the
+    table's row for 1 names, and the per-command sentence must name every command."""
+    import re
+
+    from mismatchscope.cli.main import COMMANDS
+
+    cli_dir = REPO / "mismatchscope" / "cli"
+    verdicts = {p.stem for p in cli_dir.glob("*.py") if "typer.Exit(1)" in p.read_text()}
+    assert verdicts == {"certify", "doctor", "gate"}
+    text = (REPO / "docs" / "errors.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| 1 |"))
+    assert set(re.findall(r"`([a-z-]+)`,", row)) == verdicts, row
+    sentence = text.split("Per command:", 1)[1].split("The library", 1)[0]
+    assert set(COMMANDS) <= set(re.findall(r"`([a-z-]+)`", sentence)), sentence

@@ -11,7 +11,8 @@ import pytest
 
 from mismatchscope.errors import UsageError
 from mismatchscope.live import Recorder, RecorderInputError
-from mismatchscope.timeline.compare import compare
+from mismatchscope.render.timeline_compare import time_unit
+from mismatchscope.timeline.compare import Comparison, RunLine, StepPoint, compare
 from tests.helpers import cli
 
 
@@ -101,3 +102,33 @@ def test_the_bundled_runs_compare_against_wall_clock_and_only_the_zero_run_certi
     assert verdict.certified and len(verdict.pairings) == 3  # rollout, recompute and the loss's forward: all equal
     assert not certify_run(default).certified
     assert cli("report", default).returncode == 0
+
+
+def _spanning(hours: float) -> Comparison:
+    line = RunLine("r", [StepPoint(0, 0.0, None, 0.0, 0.0, 1), StepPoint(1, hours, None, 0.0, 0.0, 1)], True, 1.0, "")
+    return Comparison("wall", [line], None, {}, "")
+
+
+def test_the_table_shows_time_in_the_unit_its_span_reads_in(tmp_path):
+    # a span of 119 s reads in seconds, 3600 s = 60 min in minutes, 3 h in hours (hours' factors 3600, 60, 1)
+    assert time_unit(_spanning(119 / 3600)) == ("seconds", 3600.0)
+    assert time_unit(_spanning(1.0)) == ("minutes", 60.0)
+    assert time_unit(_spanning(3.0)) == ("hours", 1.0)
+    a, b = _run(tmp_path / "a", 2.0, 0.1), _run(tmp_path / "b", 4.0, 0.0)
+    out = cli("timeline", a, b, "--x", "wall", env={"COLUMNS": "80"}).stdout
+    header = next(line for line in out.splitlines() if "step" in line and line.startswith("┃"))
+    assert "seconds" in header and "hours" not in header
+    # run b: its first step's own 2 + 2 s before its stamp, so step 0 sits at 4 s (not 0.00111 h)
+    row = next(line for line in out.splitlines() if line.startswith("│ 2: b"))
+    assert row.split("│")[3].strip() == "4"
+    doc = json.loads(cli("timeline", a, b, "--x", "wall", "--format", "json").stdout)
+    assert doc["runs"][1]["steps"][0]["hours"] == pytest.approx(4 / 3600)  # the JSON keeps hours
+
+
+def test_a_run_given_twice_is_refused_however_spelled(tmp_path):
+    a = _run(tmp_path / "a", 2.0, 0.1)
+    for other in (a + "/", a + "/tokens"):  # the run's tokens folder holds the same shards
+        r = cli("timeline", a, other, "--x", "step")
+        assert r.returncode == 2 and r.stderr.startswith(
+            f"error: {a} and {other} are one run (they share its shards)"
+        ), r.stderr

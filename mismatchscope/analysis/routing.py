@@ -416,7 +416,7 @@ def _check_schemas(run: RoutesRun, needed: list[str]) -> list[set[str]]:
     for f in run.files:
         try:
             names = set(pq.read_schema(f).names)
-        except (pa.ArrowInvalid, OSError) as e:
+        except (pa.ArrowException, OSError) as e:
             raise FileFormatError(f"{f}: not a Parquet file, or truncated ({str(e).splitlines()[0][:160]})") from None
         miss = [c for c in ("sequence_id", "input_position", "token_position", *needed) if c not in names]
         if miss:

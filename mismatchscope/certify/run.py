@@ -144,7 +144,7 @@ def _policy(loaded: Loaded, manifest: Mapping[str, Any] | None) -> PolicyCheck:
             i = int(np.flatnonzero(differ)[0])
             t = loaded.tokens
             return PolicyCheck(
-                f"{int(differ.sum())} tokens were sampled and scored at different steps "
+                f"{int(differ.sum()):,} of {differ.size:,} tokens were sampled and scored at different steps "
                 f"(first: sequence {t.sequence_id[i]} position {t.position[i]}, sampler step "
                 f"{steps['sampler_step'][i]}, trainer step {steps['trainer_step'][i]})",
                 False,

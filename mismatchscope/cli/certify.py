@@ -69,7 +69,7 @@ def certify(
     seconds = time.perf_counter() - t0
     for w in verdict.warnings:
         warn(w)
-    _write_outputs(verdict, seconds, junit_xml, markdown, summary, inputs)
+    _write_outputs(verdict, rows, seconds, junit_xml, markdown, summary, inputs)
     if format is OutputFormat.json:
         from ..render.certify_reports import payload
 
@@ -107,16 +107,16 @@ def _with_rows(doc: dict, verdict, rows) -> dict:
 
 
 def _write_outputs(
-    verdict, seconds: float, junit_xml: str | None, markdown: str | None, summary: str | None, inputs
+    verdict, rows, seconds: float, junit_xml: str | None, markdown: str | None, summary: str | None, inputs
 ) -> None:
     from ..outputs import write_text
     from ..render import certify_reports as output
 
     if junit_xml:
-        write_text(junit_xml, output.junit_xml(verdict, seconds), "--junit-xml", inputs=inputs)
+        write_text(junit_xml, output.junit_xml(verdict, seconds, rows), "--junit-xml", inputs=inputs)
         info(f"wrote {junit_xml}")
     if markdown or summary:
-        md = output.markdown(verdict)
+        md = output.markdown(verdict, rows)
         if markdown:
             write_text(markdown, md, "--markdown", inputs=inputs)
             info(f"wrote {markdown}")

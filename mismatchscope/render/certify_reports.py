@@ -10,6 +10,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from ..certify.document import checks
+from ..certify.rows import FullVocabResult
 from ..certify.run import Verdict
 from .junit import junit_suite, junit_text
 
@@ -26,11 +27,22 @@ def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def markdown(v: Verdict) -> str:
-    icon = "✅" if v.certified else "❌"
+def _cases(v: Verdict, rows: FullVocabResult | None) -> list[tuple[str, bool | None, str]]:
+    """The checks, and with ``--full-vocab`` the whole-row check: it decides the verdict like the others."""
+    extra = [] if rows is None else [("full_vocab", rows.equal, rows.detail())]
+    return [*checks(v), *extra]
+
+
+def _certified(v: Verdict, rows: FullVocabResult | None) -> bool:
+    return v.certified and (rows is None or rows.equal)
+
+
+def markdown(v: Verdict, rows: FullVocabResult | None = None) -> str:
+    certified = _certified(v, rows)
+    icon = "✅" if certified else "❌"
     c = v.coverage
     lines = [
-        f"### {icon} mismatchscope certify: {v.verdict}",
+        f"### {icon} mismatchscope certify: {'certified' if certified else 'not certified'}",
         "",
         (
             f"- run: `{v.run}` ({c.tokens:,} tokens, {c.sequences:,} sequences, longest position {c.longest_position}, "
@@ -41,7 +53,7 @@ def markdown(v: Verdict) -> str:
         "| result | check | detail |",
         "|---|---|---|",
     ]
-    for name, ok, detail in checks(v):
+    for name, ok, detail in _cases(v, rows):
         mark = "✅ pass" if ok else ("❌ FAIL" if ok is False else "➖ not checked")
         lines.append(f"| {mark} | `{name}` | {_cell(detail)} |")
     for p in v.pairings:
@@ -72,14 +84,14 @@ def markdown(v: Verdict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def junit_xml(v: Verdict, seconds: float = 0.0) -> str:
-    cases = checks(v)
+def junit_xml(v: Verdict, seconds: float = 0.0, rows: FullVocabResult | None = None) -> str:
+    cases = _cases(v, rows)
     failures = sum(ok is False for _, ok, _ in cases)
     skipped = sum(ok is None for _, ok, _ in cases)
     scope = ((f"scope.{k}", str(x)) for k, x in v.scope.items())
     root, suite = junit_suite(
         "mismatchscope certify",
-        [("run", v.run), ("verdict", v.verdict), *scope],
+        [("run", v.run), ("verdict", "certified" if _certified(v, rows) else "not certified"), *scope],
         len(cases),
         failures,
         skipped,

@@ -128,10 +128,28 @@ def run_line(path: str) -> RunLine:
     return RunLine(os.fspath(path), points, has_wall, per_step, source)
 
 
+def _refuse_repeats(paths: list[str]) -> None:
+    """A run given twice (however spelled: ``RUN/``, ``RUN/tokens``, a shard of it) would be "compared" with
+    itself: 1.00x per step, equal lines. Two inputs that share a shard are one run."""
+    from ..reader import resolve_files
+
+    seen: dict[str, str] = {}
+    for p in paths:
+        shards = {os.path.realpath(f) for f in resolve_files(p)}
+        for f in shards:
+            if f in seen:
+                raise UsageError(
+                    f"{seen[f]} and {p} are one run (they share its shards): it would be compared with itself",
+                    hint="give each run once",
+                )
+        seen.update(dict.fromkeys(shards, p))
+
+
 def compare(paths: list[str], x: XAxis) -> Comparison:
     """The runs side by side; ``--x wall`` needs every run's wall times."""
     if x not in ("step", "wall"):
         raise UsageError(f"--x {x!r}", hint="use --x step or --x wall")
+    _refuse_repeats(paths)
     lines = [run_line(p) for p in paths]
     lacking = [line.run for line in lines if not line.has_wall_time]
     if x == "wall" and lacking:
