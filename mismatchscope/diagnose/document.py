@@ -21,7 +21,7 @@ from .locate.document import LocateResult
 
 
 @dataclass(frozen=True)
-class Reference:
+class ReferenceForward:
     dtype: str = field(metadata={"doc": "the reference forward's dtype (float64 where it fits)"})
     note: str
     seconds: float
@@ -163,7 +163,7 @@ class AbsentRoutes:
 
 
 @dataclass(frozen=True)
-class RouteFlips:
+class RoutesAgainstReference:
     """Each side's route flips against the reference's routers, over completion tokens."""
 
     status: Literal["ok"]
@@ -173,7 +173,7 @@ class RouteFlips:
     trainer: SideFlips | Absent
 
 
-Routes = RouteFlips | Absent | AbsentRoutes
+Routes = RoutesAgainstReference | Absent | AbsentRoutes
 
 
 @dataclass(frozen=True)
@@ -310,7 +310,7 @@ class DiagnoseDocument:
     checkpoint: str
     out: str
     device: str = field(metadata={"doc": "cuda or cpu"})
-    reference: Reference = field(metadata={"doc": "the float64 reference forward"})
+    reference: ReferenceForward = field(metadata={"doc": "the float64 reference forward"})
     baseline: Baseline = field(metadata={"doc": "the configuration as given: settings, metrics, throughput"})
     decomposition: Decomposition = field(
         metadata={"doc": "the gap split by the reference: total, sampler and trainer sides, their shares"}

@@ -17,7 +17,7 @@ from ..documents import document, from_json
 from ..metrics import COUNTED, RATIO_BAND
 from ..rules import RuleInstance, make_instance
 from .changes import ChangeConfig, detect, methods
-from .json_document import Changes, Flag, Methods, Row, RuleSeries, SeriesInfo, SkippedTest, TimelineDocument
+from .json_document import Changes, Flag, Methods, RuleSeries, SeriesInfo, SkippedTest, StepRow, TimelineDocument
 from .series import HEADLINE, P99, StepSeries, build_series
 
 DEFAULT_RULES = ("icepop", "ipo")
@@ -60,10 +60,10 @@ class TimelineResult:
             plot=plot,
         )
 
-    def _rows(self) -> list[Row]:
+    def _rows(self) -> list[StepRow]:
         s = self.series
         return [
-            Row(
+            StepRow(
                 s.groups[int(s.group_K[i])],
                 int(s.step_K[i]),
                 int(s.tokens_K[i]),

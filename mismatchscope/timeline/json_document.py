@@ -39,7 +39,7 @@ class RuleSeries:
 
 
 @dataclass(frozen=True)
-class Row:
+class StepRow:
     """One (group, step): its tokens and sequences, then one entry per series (``metrics``' keys)."""
 
     group: Any = field(metadata={"doc": "the --by value (null: the null group), or all"})
@@ -152,7 +152,7 @@ class TimelineDocument:
     rules: list[RuleSeries]
     ratio_band: tuple[float, float]
     quantile: float
-    rows: list[Row] = field(metadata={"doc": "one per (group, step): tokens, sequences and every series"})
+    rows: list[StepRow] = field(metadata={"doc": "one per (group, step): tokens, sequences and every series"})
     changes: Changes
     warnings: list[str]
     plot: str | None = field(default=None, metadata={"doc": "the picture --plots wrote"})
