@@ -86,7 +86,7 @@ def timeline(
     if format is OutputFormat.json:
         emit_json(result.payload(str(png) if png else None))
         return
-    from ..render.timeline_tables import timeline_tables
+    from ..render.timeline import timeline_tables
 
     timeline_tables(stdout_console(), result)
 
@@ -100,7 +100,7 @@ def _compare(paths: list[str], x: str, format: OutputFormat, plots: str | None, 
         raise UsageError(f"--x {x!r}", hint="use --x step or --x wall")
     result = compare(paths, x)  # type: ignore[arg-type]  # checked above
     if plots is not None:
-        from ..render.timeline_compare import write_compare
+        from ..render.plots.timeline import write_compare
 
         info(f"wrote {write_compare(result, plots, inputs)}")
     if format is OutputFormat.json:
@@ -108,7 +108,7 @@ def _compare(paths: list[str], x: str, format: OutputFormat, plots: str | None, 
 
         emit_json(document(result))
         return
-    from ..render.timeline_compare import compare_table
+    from ..render.timeline import compare_table
 
     compare_table(stdout_console(), result)
 
