@@ -179,9 +179,21 @@ def from_json(tp: Any, data: Any) -> Any:
     A union takes its first member that gives the data back.
     """
     out = _from_json(tp, data)
-    if _dumps(to_json(out)) != _dumps(data):
-        raise TypeError(f"{_name(tp)}: the data's keys are not in the order its fields declare")
+    where = _first_difference(to_json(out), data)
+    if where is not None:
+        raise TypeError(f"{_name(tp)}: the data differs from what its type writes at {where or 'the top'}")
     return out
+
+
+def _first_difference(a: Any, b: Any, path: str = "") -> str | None:
+    """The path of the first place two plain values differ (a key, its order, a value), None where they do not."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        if list(a) != list(b):
+            return f"{path or '/'} (keys {list(a)} against {list(b)})"
+        return next((d for k in a if (d := _first_difference(a[k], b[k], f"{path}/{k}")) is not None), None)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b):
+        return next((d for i, (x, y) in enumerate(zip(a, b)) if (d := _first_difference(x, y, f"{path}/{i}"))), None)
+    return None if _dumps(a) == _dumps(b) else path
 
 
 def _from_json(tp: Any, data: Any) -> Any:

@@ -108,7 +108,8 @@ def diagnose(
     from ..bundled import sample_dir
     from ..diagnose.effects import Bootstrap
     from ..diagnose.locate.run import locate_options
-    from ..diagnose.run import DiagnoseOptions, check_options, run_diagnose
+    from ..diagnose.options import DiagnoseOptions, check_options
+    from ..diagnose.run import run_diagnose
     from ..diagnose.variants import Configuration, default_matrix, load_matrix, parse_vary
     from ..probe.engine_log import engine_output
     from ..probe.types import SamplerConfig, SamplingConfig, TrainerConfig

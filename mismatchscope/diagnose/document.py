@@ -11,7 +11,7 @@ A gap's ``metrics`` are the report's token metrics (``metrics.CATALOG``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from ..analysis.results import TokenMetrics
@@ -337,4 +337,8 @@ class DiagnoseDocument:
     @classmethod
     def of(cls, payload: dict[str, Any]) -> DiagnoseDocument:
         """The document of a finished run's payload (every section filled, ``rank`` and ``finish`` applied)."""
-        return from_json(cls, payload)  # a key the document does not declare is a TypeError, not a silent drop
+        unknown = set(payload) - {f.name for f in fields(cls)}
+        if unknown:  # a section the document does not declare is a TypeError, not a silent drop
+            raise TypeError(f"DiagnoseDocument declares no {', '.join(sorted(unknown))}")
+        # the sections in the document's order (the run adds them as it goes); within each, as assembled
+        return from_json(cls, {f.name: payload[f.name] for f in fields(cls) if f.name in payload})

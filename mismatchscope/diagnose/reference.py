@@ -196,3 +196,19 @@ def load_reference(info: CheckpointInfo, *, trust_remote_code: bool = False, dty
     return Reference(
         model=model, dtype=dtype, transform=LogitTransform.from_config(info.config), note=note, routers=routers
     )
+
+
+def reference_rows(
+    reference: Reference, tokens, prompt_ids, sampling: SamplingConfig
+) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+    """The reference's logprob of every token row, and (MoE) its routes: sequence id -> [input position, layer, k]."""
+    from .pairs import sequence_slices
+
+    slices = sequence_slices(tokens["sequence_id"])
+    prompts = [prompt_ids[int(tokens["prompt_id"][sl.start])] for _, sl in slices]
+    comps = [tokens["token_id"][sl].tolist() for _, sl in slices]
+    out = np.empty(tokens["sequence_id"].size)
+    routes: list[np.ndarray] = []
+    for (_, sl), lp in zip(slices, reference.score(prompts, comps, sampling, routes=routes)):
+        out[sl] = lp
+    return out, {int(sid): r for (sid, _), r in zip(slices, routes)}
