@@ -150,3 +150,12 @@ def resolve_max_tokens(opts: DiagnoseOptions, info) -> int:
     max_len = opts.sampler.max_model_len or info.max_model_len
     ids = tokenize_prompts(tokenizer, [p.text for p in load_prompts(opts.prompts)], max_model_len=max_len, max_tokens=1)
     return min(AUTO_MAX_TOKENS, max_len - max(len(p) for p in ids))
+
+
+def device() -> str:
+    """cuda when torch sees a GPU, else cpu (torch is imported here only, when it is asked)."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - the probe extra is missing; check_options will say so
+        return "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"

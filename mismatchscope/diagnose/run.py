@@ -37,7 +37,7 @@ from ..probe.run import Progress
 from ..probe.types import SamplerConfig
 from .determinism import sampler_checks, trainer_checks
 from .effects import rank
-from .options import DiagnoseOptions, check_empty_out, check_options, resolve_max_tokens
+from .options import DiagnoseOptions, check_empty_out, check_options, device, resolve_max_tokens
 from .pairs import load_tokens, prompt_ids, score_requests
 from .reading import finish
 from .records import BaselineRun, config_record, run_variant, self_consistency
@@ -191,7 +191,7 @@ def _payload(
     return {
         "checkpoint": str(info.path),
         "out": str(opts.out),
-        "device": _device(),
+        "device": device(),
         "reference": {
             "dtype": reference.dtype,
             "note": reference.note,
@@ -239,9 +239,3 @@ def _base_configuration(opts: DiagnoseOptions) -> Configuration:
 
 def _engine_name(sampler: SamplerConfig) -> str:
     return {"vllm": "vLLM", "hf": "transformers generate"}.get(sampler.kind, sampler.kind)
-
-
-def _device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"

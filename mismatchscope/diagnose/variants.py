@@ -154,6 +154,11 @@ def parse_vary(items: list[str]) -> list[Variant]:
     return _unique(out)
 
 
+def given_variants(vary: list[str], matrix: Path | None) -> list[Variant]:
+    """The variants asked for: each ``--vary``, then the ``--matrix`` file's (none: the default matrix)."""
+    return parse_vary(vary) + (load_matrix(matrix) if matrix is not None else [])
+
+
 def load_matrix(path: Path) -> list[Variant]:
     """Named variants from TOML: one table per variant, its keys dotted or nested.
 
