@@ -29,7 +29,7 @@ class ReferenceForward:
 
 
 @dataclass(frozen=True)
-class Throughput:
+class Costs:
     """A configuration's costs, from its run's timings (rates: tokens over seconds; null where not timed)."""
 
     tokens: int
@@ -39,7 +39,15 @@ class Throughput:
     sampling_s: float | None
     scoring_s: float | None
     wall_s: float | None
-    pipeline_tokens_per_s: float | None = field(metadata={"doc": "tokens over sampling and scoring seconds together"})
+
+
+_PIPELINE = "tokens over sampling and scoring seconds together"
+
+
+@dataclass(frozen=True)
+class Throughput:
+    costs: Costs = field(metadata=flatten())
+    pipeline_tokens_per_s: float | None = field(metadata={"doc": _PIPELINE})
 
 
 @dataclass(frozen=True)
@@ -59,15 +67,9 @@ class Timing:
 
 @dataclass(frozen=True)
 class VariantThroughput:
-    tokens: int
-    startup_s: float | None
-    sampler_tokens_per_s: float | None
-    trainer_tokens_per_s: float | None
-    sampling_s: float | None
-    scoring_s: float | None
-    wall_s: float | None
+    costs: Costs = field(metadata=flatten())
     timing: Timing | None = field(metadata={"doc": "null where the variant's side could not be timed in rounds"})
-    pipeline_tokens_per_s: float | None
+    pipeline_tokens_per_s: float | None = field(metadata={"doc": _PIPELINE})
     relative_to_baseline: float | None = field(metadata={"doc": "pipeline throughput over the baseline's"})
 
 
@@ -121,10 +123,7 @@ class SelfConsistency:
     """The sampler's decode-time logprobs against its own prefill of the same sequences."""
 
     status: Literal["ok"]
-    run_dir: str
-    tokens: int
-    sequences: int
-    metrics: TokenMetrics
+    gap: Gap = field(metadata=flatten())
     note: str
 
 

@@ -21,16 +21,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import numpy as np
-import pyarrow as pa
 
 from ..analysis.evaluate import HYPOTHESES, count_per_key, sequence_verdicts, token_verdicts
 from ..analysis.positions import PositionTracker
 from ..analysis.routing_report import routing_warnings
 from ..analysis.sums import token_means
 from ..analysis.validate import check_advantage, check_not_empty
-from ..arrow import to_numpy
 from ..divergence import clamped_k_terms, token_terms
-from ..errors import InputError, MissingColumnsError, UsageError
+from ..errors import InputError, MissingColumnsError
 from ..metrics import (
     ABS_LOGPROB_DIFF_MEAN,
     ABS_LOGPROB_DIFF_P99,
@@ -46,11 +44,10 @@ from ..metrics import (
 from ..reader import BATCH_ROWS, Hygiene, Source, iter_batches, open_source, token_keys
 from ..rules import RuleInstance, SequenceInputs
 from ..rules.sequence import k3_inverse, needs_inverse_k3
-from ..schema import COLUMNS, MAX_ABS_STEP
+from ..schema import MAX_ABS_STEP
+from .groups import GroupCodes, resolve_by
 
 P99 = 0.99
-MAX_GROUPS = 64
-"""``--by`` splits lines by a categorical column; more distinct values than this is an error."""
 _KEY_STRIDE = 1024
 """(step, group) -> one int64 key: step * stride + group (MAX_GROUPS + a null group fit under it)."""
 
@@ -112,14 +109,14 @@ def build_series(
         )
     has_adv = source.has("advantage")
     units = _units(rules, has_adv)
-    by_canon, by_raw = _resolve_by(source, by)
+    by_canon, by_raw = resolve_by(source, by)
     columns = ["step"] + (
         ["advantage"] if has_adv and any(u.hypothesis == "data" and u.rule.spec.uses_advantage for u in units) else []
     )
     columns += [by_canon] if by_canon else []
 
     acc = _Accumulator(units)
-    groups = _GroupCodes(by, by_canon)
+    groups = GroupCodes(by, by_canon)
     hygiene = Hygiene()
     positions = PositionTracker()
     scan, routes_note = _routes(source)
@@ -170,73 +167,6 @@ def _units(rules: list[RuleInstance], has_adv: bool) -> list[RuleUnit]:
     return out
 
 
-def _resolve_by(source: Source, by: str | None) -> tuple[str | None, str | None]:
-    """(canonical column, raw column): which way ``--by`` is read; at most one is set."""
-    if by is None:
-        return None, None
-    if by in COLUMNS and source.has(by):
-        return by, None
-    mapped = [c for c, src in source.mapping.items() if src == by and source.has(c)]
-    if mapped:
-        return mapped[0], None
-    if by in source.file_columns and by not in COLUMNS:
-        return None, by
-    shown = ", ".join(sorted(source.file_columns)[:30])
-    raise UsageError(
-        f"--by {by}: no column {by!r} in every input file; the files have: {shown}",
-        hint="name a categorical column of the file, e.g. --by env or --by rank",
-    )
-
-
-class _GroupCodes:
-    """Values of the ``--by`` column -> small dense group indices, stable across batches."""
-
-    def __init__(self, by: str | None, canonical: str | None = None):
-        self.by = by
-        self.canonical = canonical
-        self.values: list[Any] = []
-        self._index: dict[Any, int] = {}
-
-    def _code(self, value: Any) -> int:
-        if value not in self._index:
-            if len(self.values) >= MAX_GROUPS:
-                raise UsageError(
-                    f"--by {self.by}: more than {MAX_GROUPS} distinct values",
-                    hint="--by splits the lines by a categorical column (an env name, a rank); "
-                    "pick one with few values",
-                )
-            self._index[value] = len(self.values)
-            self.values.append(value)
-        return self._index[value]
-
-    def encode(self, col: Any) -> np.ndarray:
-        if isinstance(col, np.ndarray):  # a schema column, already numpy
-            if not np.issubdtype(col.dtype, np.integer):
-                raise UsageError(
-                    f"--by {self.by}: the column holds {col.dtype} values, not categories",
-                    hint="--by needs strings, integers or booleans",
-                )
-            uniq, inv = np.unique(col, return_inverse=True)
-            lut = np.array([self._code(int(v)) for v in uniq], np.int64)
-            return lut[inv.reshape(-1)]
-        arr: pa.Array = col
-        if not pa.types.is_dictionary(arr.type):
-            t = arr.type
-            if not (
-                pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t) or pa.types.is_boolean(t)
-            ):
-                raise UsageError(
-                    f"--by {self.by}: the column holds {t} values, not categories",
-                    hint="--by needs strings, integers or booleans",
-                )
-            arr = arr.dictionary_encode()
-        lut = np.array(
-            [self._code(v) for v in arr.dictionary.to_pylist()] + [self._code(None) if arr.null_count else 0], np.int64
-        )
-        idx = to_numpy(arr.indices.fill_null(len(lut) - 1)).astype(np.int64)
-        return lut[idx]
-
-
 class _Accumulator:
     """Per-(step, group) sums, |l| per token, and per-(step, sequence) partials."""
 
@@ -284,6 +214,22 @@ class _Accumulator:
         code_T = self._dense(batch["step"], group_T)
         k = len(self.key_of)
         abs_l = np.abs(t.log_ratio_T)
+        self.sums = _pad(self.sums, k) + np.stack(
+            [np.bincount(code_T, weights=w, minlength=k) for w in self._weights(t, abs_l, adv)]
+        )
+        if ROUTE_FLAGS[0] in batch:
+            self.routed = True
+            self.route_sums = _pad(self.route_sums, k) + np.stack(
+                [np.bincount(code_T, weights=batch[f].astype(np.float64), minlength=k) for f in ROUTE_FLAGS]
+            )
+        self._codes.append(code_T.astype(np.int32))
+        self._abs_l.append(abs_l)
+        self._seq_parts.append(_pair_reduce(code_T, batch["sequence_id"], self._sequence_terms(t, adv)))
+        self.tokens += n
+
+    def _weights(self, t, abs_l: np.ndarray, adv: np.ndarray | None) -> list[np.ndarray | None]:
+        """Per token, what each row of ``sums`` adds up (None: a count): ``_SUMS``, then each token rule's
+        rejected and reweighted."""
         lo, hi = RATIO_BAND
         weights: list[np.ndarray | None] = [
             None,
@@ -295,39 +241,24 @@ class _Accumulator:
         for u in self.token_units:
             v = token_verdicts(u, t, adv)
             weights += [v.rejected.astype(np.float64), v.reweighted.astype(np.float64)]
-        if self.sums.shape[1] < k:
-            self.sums = np.pad(self.sums, ((0, 0), (0, k - self.sums.shape[1])))
-        self.sums += np.stack([np.bincount(code_T, weights=w, minlength=k) for w in weights])
-        if ROUTE_FLAGS[0] in batch:
-            self.routed = True
-            if self.route_sums.shape[1] < k:
-                self.route_sums = np.pad(self.route_sums, ((0, 0), (0, k - self.route_sums.shape[1])))
-            self.route_sums += np.stack(
-                [np.bincount(code_T, weights=batch[f].astype(np.float64), minlength=k) for f in ROUTE_FLAGS]
-            )
-        self._codes.append(code_T.astype(np.int32))
-        self._abs_l.append(abs_l)
+        return weights
+
+    def _sequence_terms(self, t, adv: np.ndarray | None) -> dict[str, np.ndarray]:
+        """Per token, what the sequence rules reduce per (step, sequence)."""
         clamped: dict[str, np.ndarray] = {}
         if any(u.rule.spec.fixed_level is None for u in self.seq_units):  # verl-rs: estimators of l clamped to +-20
             clamped = dict(zip(("sum_ck1", "sum_ck2", "sum_ck3"), clamped_k_terms(t.log_ratio_T)))
         if needs_inverse_k3([u.rule for u in self.seq_units]):  # k3-seq in AReaL's orientation
             clamped["sum_k3inv"] = k3_inverse(t.log_ratio_T)
-        self._seq_parts.append(
-            _pair_reduce(
-                code_T,
-                batch["sequence_id"],
-                {
-                    "n": np.ones(n),
-                    "sum_l": t.log_ratio_T,
-                    "min_l": t.log_ratio_T,
-                    "max_l": t.log_ratio_T,
-                    "sum_k3": t.k3_T,
-                    **({"sum_adv": adv} if adv is not None else {}),
-                    **clamped,
-                },
-            )
-        )
-        self.tokens += n
+        return {
+            "n": np.ones(t.log_ratio_T.size),
+            "sum_l": t.log_ratio_T,
+            "min_l": t.log_ratio_T,
+            "max_l": t.log_ratio_T,
+            "sum_k3": t.k3_T,
+            **({"sum_adv": adv} if adv is not None else {}),
+            **clamped,
+        }
 
     def finish(self, groups: list[Any], by: str | None) -> StepSeries:
         k = len(self.key_of)
@@ -419,6 +350,11 @@ class _Accumulator:
         )
         hit = sequence_verdicts(u, seq).acted(u.rule.spec.acts)
         return count_per_key(code_S, hit, k, weights=n_S)
+
+
+def _pad(sums: np.ndarray, k: int) -> np.ndarray:
+    """``sums`` widened with zero columns to ``k`` keys (new keys appear batch by batch)."""
+    return np.pad(sums, ((0, 0), (0, k - sums.shape[1]))) if sums.shape[1] < k else sums
 
 
 _REDUCE = {"min_l": np.minimum, "max_l": np.maximum}
