@@ -1,7 +1,7 @@
 """One streaming pass that turns a token-pair file into per-step series.
 
 Every token is keyed by its ``(step, group)`` (group: the value of the
-``--by`` column, or one group for the whole file) and reduced into per-key
+``--by`` column, :mod:`.groups`, or one group for the whole file) and reduced into per-key
 sums with ``np.bincount``; the per-token terms come from
 ``divergence.token_terms`` like every other command's. The p99 of
 ``|log p - log q|`` is exact: the pass keeps ``|l|`` of every token (8 bytes)
@@ -127,7 +127,7 @@ def build_series(
         if by is None:
             group_T = np.zeros(batch["step"].size, np.int64)
         else:
-            group_T = groups.encode(batch[cast(str, by_canon or by_raw)])  # _resolve_by names one for a given by
+            group_T = groups.encode(batch[cast(str, by_canon or by_raw)])  # resolve_by names one for a given by
         acc.add(batch, group_T)
 
     positions.finish()  # a duplicated token would double its weight in its step
