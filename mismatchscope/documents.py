@@ -18,9 +18,12 @@ for a field named after a metric, from the metric catalog (its meaning first).
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import types
 import typing
 from typing import Any
+
+import numpy as np
 
 from .metrics import CATALOG
 
@@ -208,7 +211,7 @@ def _from_json(tp: Any, data: Any) -> Any:
     if origin in (typing.Union, types.UnionType):
         return _from_union(args, data)
     if origin in (list, tuple) or tp in (list, tuple):
-        _expect(isinstance(data, list), tp, data)
+        _expect(isinstance(data, (list, tuple)), tp, data)
         item = args[0] if args else Any
         return [_from_json(item, x) for x in data]
     if origin is dict or tp is dict:
@@ -220,15 +223,22 @@ def _from_json(tp: Any, data: Any) -> Any:
 
 
 def _is_scalar(tp: Any, data: Any) -> bool:
+    """Whether ``data`` is a value of ``tp``; numpy's scalars count (``outputs.jsonable`` writes them as numbers)."""
     if tp is type(None):
         return data is None
     if tp is float:
-        return (isinstance(data, (int, float)) and not isinstance(data, bool)) or data in ("inf", "-inf")
+        return (isinstance(data, numbers.Real) and not _is_bool(data)) or data in ("inf", "-inf")
     if tp is int:
-        return isinstance(data, int) and not isinstance(data, bool)
-    if tp in (bool, str):
-        return isinstance(data, tp)
+        return isinstance(data, numbers.Integral) and not _is_bool(data)
+    if tp is bool:
+        return _is_bool(data)
+    if tp is str:
+        return isinstance(data, str)
     raise TypeError(f"no rule to read a {tp!r} from JSON")  # pragma: no cover - a new field type needs a rule
+
+
+def _is_bool(data: Any) -> bool:
+    return isinstance(data, (bool, np.bool_))
 
 
 def _from_union(options: tuple, data: Any) -> Any:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import jsonschema
+import numpy as np
 import pytest
 
 from mismatchscope.documents import flatten, from_json, json_schema, optional, to_json
@@ -83,6 +84,8 @@ def test_a_flattened_mapping_writes_its_entries_beside_the_fixed_keys():
 def test_from_json_reads_back_exactly_or_refuses():
     assert from_json(_Up | _Down, {"kind": "down", "by": 2}) == _Down("down", 2)  # the member whose literal fits
     assert from_json(list[_Row], [{"step": 1}]) == [_Row(1, {})]
+    # what outputs.jsonable writes as numbers: numpy scalars, tuples
+    assert from_json(list[_Up], ({"kind": "up", "by": np.float32(0.5)},)) == [_Up("up", 0.5)]
     for bad in (
         {"kind": "down", "by": 2, "extra": 1},  # a key the type does not declare
         {"by": 2, "kind": "down"},  # another order: the document would not be byte-identical
