@@ -59,17 +59,7 @@ def pareto_picture(p: dict[str, Any]):
         )
         ax.annotate(name, (t, max(m, 1e-12)), textcoords="offset points", xytext=(5, 4), fontsize=7)
     _mark_certified(ax, p, pts)
-    front = sorted([(t, m) for n, m, t in pts if n in p["pareto_front"]])
-    if len(front) > 1:
-        ax.plot(
-            [t for t, _ in front],
-            [max(m, 1e-12) for _, m in front],
-            color="#cf222e",
-            lw=1,
-            zorder=2,
-            label="Pareto front",
-        )
-        ax.legend(fontsize=8)
+    _front(ax, sorted([(t, m) for n, m, t in pts if n in p["pareto_front"]]))
     ax.set_yscale("log")
     ax.set_xlabel("pipeline throughput (tokens/s: tokens / (sampling + scoring time))")
     ax.set_ylabel("mean |log p - log q| (total gap)")
@@ -81,6 +71,20 @@ def pareto_picture(p: dict[str, Any]):
         "(no other configuration has both less mismatch and more throughput).",
         fig,
     )
+
+
+def _front(ax, front: list[tuple[float, float]]) -> None:
+    """The Pareto front as one line through its (throughput, mismatch) points, where it has two or more."""
+    if len(front) > 1:
+        ax.plot(
+            [t for t, _ in front],
+            [max(m, 1e-12) for _, m in front],
+            color="#cf222e",
+            lw=1,
+            zorder=2,
+            label="Pareto front",
+        )
+        ax.legend(fontsize=8)
 
 
 def write_pareto(p: dict[str, Any], directory: Path, inputs=None) -> Path:
