@@ -101,12 +101,7 @@ def build_series(
     batch_rows: int = BATCH_ROWS,
 ) -> StepSeries:
     """Read ``path`` once and return the per-step headline metrics and rule rates."""
-    source = open_source(path, mapping)
-    if not source.has("step"):
-        raise MissingColumnsError(
-            f"{path}: timeline needs a step column (the training step of each token) and the input has none",
-            hint="map yours with --column, e.g. --column step=global_step",
-        )
+    source = _open_with_steps(path, mapping)
     has_adv = source.has("advantage")
     units = _units(rules, has_adv)
     by_canon, by_raw = resolve_by(source, by)
@@ -114,7 +109,6 @@ def build_series(
         ["advantage"] if has_adv and any(u.hypothesis == "data" and u.rule.spec.uses_advantage for u in units) else []
     )
     columns += [by_canon] if by_canon else []
-
     acc = _Accumulator(units)
     groups = GroupCodes(by, by_canon)
     hygiene = Hygiene()
@@ -137,6 +131,16 @@ def build_series(
     series.warnings += ([routes_note] if routes_note else []) + (routing_warnings(scan) if scan else [])
     series.source = source
     return series
+
+
+def _open_with_steps(path: str | os.PathLike, mapping: dict[str, str] | None) -> Source:
+    source = open_source(path, mapping)
+    if not source.has("step"):
+        raise MissingColumnsError(
+            f"{path}: timeline needs a step column (the training step of each token) and the input has none",
+            hint="map yours with --column, e.g. --column step=global_step",
+        )
+    return source
 
 
 def _routes(source: Source):
@@ -266,20 +270,7 @@ class _Accumulator:
         keys[list(self.key_of.values())] = list(self.key_of.keys())
         step_K, group_K = np.floor_divide(keys, _KEY_STRIDE), np.mod(keys, _KEY_STRIDE)
         n = self.sums[0]
-        means = token_means(n, tv=self.sums[1], k3=self.sums[2], abs_l=self.sums[3])
-        values = {m.name: means[m.name] for m in (TV_TOKEN_MEAN, K3_MEAN, ABS_LOGPROB_DIFF_MEAN)}
-        values[ABS_LOGPROB_DIFF_P99.name] = grouped_quantile(
-            np.concatenate(self._codes), np.concatenate(self._abs_l), k, P99
-        )
-        values[RATIO_OUTSIDE_BAND.name] = self.sums[4] / n
-        base = len(self._SUMS)
-        for i, u in enumerate(self.token_units):
-            row = base + 2 * i + (0 if u.rule.spec.acts == "reject" else 1)
-            values[u.metric.name] = self.sums[row] / n
-        if self.routed:
-            rs = np.pad(self.route_sums, ((0, 0), (0, k - self.route_sums.shape[1])))
-            with np.errstate(invalid="ignore", divide="ignore"):
-                values[ROUTE_FLIP.name] = np.where(rs[0] > 0, rs[1] / np.maximum(rs[0], 1), np.nan)
+        values = self._token_values(k, n)
         seq_code, seqs = self._sequences()
         sequences_K = np.bincount(seq_code, minlength=k)
         for u in self.seq_units:
@@ -302,6 +293,24 @@ class _Accumulator:
             units=self.units,
             tokens=self.tokens,
         )
+
+    def _token_values(self, k: int, n: np.ndarray) -> dict[str, np.ndarray]:
+        """Per key: the headline means, the exact p99 of |l|, the token rules' rates and (routes) the flip rate."""
+        means = token_means(n, tv=self.sums[1], k3=self.sums[2], abs_l=self.sums[3])
+        values = {m.name: means[m.name] for m in (TV_TOKEN_MEAN, K3_MEAN, ABS_LOGPROB_DIFF_MEAN)}
+        values[ABS_LOGPROB_DIFF_P99.name] = grouped_quantile(
+            np.concatenate(self._codes), np.concatenate(self._abs_l), k, P99
+        )
+        values[RATIO_OUTSIDE_BAND.name] = self.sums[4] / n
+        base = len(self._SUMS)
+        for i, u in enumerate(self.token_units):
+            row = base + 2 * i + (0 if u.rule.spec.acts == "reject" else 1)
+            values[u.metric.name] = self.sums[row] / n
+        if self.routed:
+            rs = np.pad(self.route_sums, ((0, 0), (0, k - self.route_sums.shape[1])))
+            with np.errstate(invalid="ignore", divide="ignore"):
+                values[ROUTE_FLIP.name] = np.where(rs[0] > 0, rs[1] / np.maximum(rs[0], 1), np.nan)
+        return values
 
     def _sequences(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         codes = np.concatenate([p[0] for p in self._seq_parts])
