@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError, UsageError
+from .errors import RunLockedError, ShardIndexError
 
 MANIFEST = "manifest.json"
 TOKENS = "tokens"
@@ -60,10 +60,6 @@ ROUTES = "routes"
 """the folder of MoE route shards (its layout: :mod:`mismatchscope.routing.layout`)."""
 COMPLETE = "complete"
 RUNNING = "running"
-
-
-class RunLockedError(UsageError):
-    """Another process is writing this run directory."""
 
 
 # -- atomic files -----------------------------------------------------------------
@@ -321,10 +317,6 @@ def incomplete_message(run: str | os.PathLike, files: list[Path]) -> str | None:
 
 
 # -- the shard index ----------------------------------------------------------------
-
-
-class ShardIndexError(InputError):
-    """A run's shards disagree with its index: a shard lost, changed, foreign, or not a file."""
 
 
 @dataclass(frozen=True)

@@ -24,12 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError, UsageError
+from ..errors import RecorderInputError, UsageError
 from ..schema import MAX_ABS_STEP, POSITIVE_LOGPROB_TOLERANCE, first_refused
-
-
-class RecorderInputError(InputError):
-    """Arrays handed to ``Recorder.add`` / ``Monitor.add`` that cannot be recorded."""
 
 
 @dataclass

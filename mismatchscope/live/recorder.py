@@ -41,7 +41,7 @@ import pyarrow as pa
 
 from .. import rundir
 from .._version import __version__
-from ..errors import MismatchscopeError, UsageError
+from ..errors import RecorderError, UsageError
 from ..schema import COLUMNS, SCHEMA_VERSION, WRITE_OPTIONS, write_table
 from .inputs import RecordedIds, StepBatch, prepare, strict_meta
 
@@ -49,10 +49,6 @@ SEQUENCE_ID_RANK_SHIFT = 40
 """generated sequence ids are ``rank << 40 | n``: unique across ranks and steps of a run."""
 MAX_PENDING = 8
 """shards queued for the writer before ``add()`` waits (64 x 1024 tokens: ~5 MB each)."""
-
-
-class RecorderError(MismatchscopeError, RuntimeError):
-    """The Recorder cannot go on: its writer failed, or it was used after close()."""
 
 
 class Recorder:
