@@ -48,7 +48,7 @@ IMPORTERS: dict[str, str] = {
     "verl": "verl:VerlImporter",
     "roll": "roll:RollImporter",
     "jsonl": "generic:GenericJsonlImporter",
-    "parquet": "generic:GenericParquetImporter",
+    "parquet": "generic_parquet:GenericParquetImporter",
 }
 """format name -> ``module:Class`` of its importer (constructed with the ``--column`` mapping), loaded
 when used: every command's start-up reads this list, only ``import`` needs the classes."""

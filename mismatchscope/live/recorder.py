@@ -78,24 +78,24 @@ class Recorder:
         self.routing = routing_meta(routing)
         """the model's routing layout (``RoutingMeta`` or its dict): needed to record routes."""
         self._route_sides: set[str] = set()
-        self.rank = int(os.environ.get("RANK", 0)) if rank is None else int(rank)
-        env_world = os.environ.get("WORLD_SIZE")
-        self.world_size = world_size if world_size is not None else (int(env_world) if env_world else None)
-        if self.world_size is not None and (
-            isinstance(self.world_size, bool) or not isinstance(self.world_size, int) or self.world_size < 1
-        ):
-            raise UsageError(
-                f"world_size must be a positive integer (the number of ranks), got {self.world_size!r}",
-                hint="leave it out to read WORLD_SIZE, or pass the number of processes writing the run",
-            )
-        if self.rank < 0 or (self.world_size is not None and not 0 <= self.rank < self.world_size):
-            raise UsageError(
-                f"rank {self.rank} is not in [0, {self.world_size})"
-                if self.world_size
-                else f"rank must be >= 0, got {self.rank}"
-            )
+        self.rank, self.world_size = _rank_and_world(rank, world_size)
         self.meta = strict_meta(meta)
         check_recorder_directory(self.path, path, resume=resume, world_size=self.world_size)
+        self._take_rank(resume)
+        self._next_seq = max(
+            int(self._record.get("next_sequence_id", 0)),
+            self.rank << SEQUENCE_ID_RANK_SHIFT,
+            self._max_sequence_id_on_disk() + 1 if resume else 0,
+        )
+        self._given_ids = RecordedIds()
+        """sequence ids the caller passed since this Recorder opened (generated ones are unique by construction)."""
+        self._parts: dict[int, int] = {}
+        """step -> shards queued this session."""
+        self._start_writer(max_pending)
+
+    def _take_rank(self, resume: bool) -> None:
+        """Lock this rank's part of the run and open its record (rank 0: the manifest too); a failure
+        releases the lock."""
         self._tag = f"rank-{self.rank:04d}"
         self.record_path = self.path / rundir.RANKS / f"{self._tag}.json"
         self._index = rundir.ShardIndex(self.path, rundir.TOKENS, self._tag)
@@ -110,15 +110,9 @@ class Recorder:
             self._lock.release()
             raise
         self._resumed = resume
-        self._next_seq = max(
-            int(self._record.get("next_sequence_id", 0)),
-            self.rank << SEQUENCE_ID_RANK_SHIFT,
-            self._max_sequence_id_on_disk() + 1 if resume else 0,
-        )
-        self._given_ids = RecordedIds()
-        """sequence ids the caller passed since this Recorder opened (generated ones are unique by construction)."""
-        self._parts: dict[int, int] = {}
-        """step -> shards queued this session."""
+
+    def _start_writer(self, max_pending: int) -> None:
+        """The writer thread and its bounded queue: add() hands shards over, the thread writes them."""
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, max_pending))
         self._error: BaseException | None = None
         self._warned_full = False
@@ -457,6 +451,21 @@ def check_recorder_directory(
                 f"{path} holds files that are not a recorded run's (e.g. {entry.name}/{stray})",
                 hint="record into a new or empty directory",
             )
+
+
+def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int | None]:
+    """This process's rank and the number of ranks (torchrun's ``RANK`` / ``WORLD_SIZE`` when not given), checked."""
+    rank = int(os.environ.get("RANK", 0)) if rank is None else int(rank)
+    env_world = os.environ.get("WORLD_SIZE")
+    world_size = world_size if world_size is not None else (int(env_world) if env_world else None)
+    if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1):
+        raise UsageError(
+            f"world_size must be a positive integer (the number of ranks), got {world_size!r}",
+            hint="leave it out to read WORLD_SIZE, or pass the number of processes writing the run",
+        )
+    if rank < 0 or (world_size is not None and not 0 <= rank < world_size):
+        raise UsageError(f"rank {rank} is not in [0, {world_size})" if world_size else f"rank must be >= 0, got {rank}")
+    return rank, world_size
 
 
 def _ancestors(path: Path) -> list[Path]:
