@@ -31,7 +31,9 @@ import numpy as np
 
 from .. import errors
 from ..errors import ImportFormatError, MismatchscopeError
-from ._base import SourceFile, check_record, parse_record, short
+from ._base import SourceFile, short
+from ._records import parse_record
+from ._values import check_record
 
 if TYPE_CHECKING:
     from ._base import ImportContext, Progress

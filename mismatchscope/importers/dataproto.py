@@ -20,7 +20,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import ImportFormatError
-from ._base import ImportContext, SourceFile, check_record, exact_ints
+from ._base import ImportContext, SourceFile
+from ._values import check_record, exact_ints
 from .stack_pickle import DataProtoState, PickledBytesIO, load_stack_pickle, load_tensordict
 
 NO_TRAINER_WARNING = (

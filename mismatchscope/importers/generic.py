@@ -26,15 +26,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import ImportFormatError, InputError, UsageError
-from ._base import (
-    SourceFile,
-    check_lengths,
-    missing_fields,
-    parse_record,
-    take_floats,
-    take_ints,
-)
+from ._base import SourceFile
 from ._mask import mask_span
+from ._records import parse_record
+from ._values import check_lengths, missing_fields, take_floats, take_ints
 
 if TYPE_CHECKING:
     pass

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import ImportFormatError
-from ._base import ImportContext, SourceFile, exact_ints, refuse_sequences
+from ._base import ImportContext, SourceFile
 from ._mask import MASK_HINT, bad_mask_rows, mask_error
+from ._values import exact_ints, refuse_sequences
 from .generic import EITHER, FLOAT_COLUMNS, PER_SEQUENCE, PER_TOKEN, GenericImporter, check_int_range, mask_name
 
 if TYPE_CHECKING:

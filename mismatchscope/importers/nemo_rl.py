@@ -31,18 +31,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import ImportFormatError, InputError, NoTrainerLogprobsError, UsageError
-from ._base import (
-    SourceFile,
-    check_lengths,
-    note,
-    require,
-    scalar,
-    take_floats,
-    take_floats_or_constant,
-    take_ints,
-    unwrap,
-)
+from ._base import SourceFile, note
 from ._mask import mask_span
+from ._values import check_lengths, require, scalar, take_floats, take_floats_or_constant, take_ints, unwrap
 
 _STEP_FILE = re.compile(r"^train_data_step(\d+)\.jsonl$")
 

@@ -36,7 +36,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import ImportFormatError, NoSamplerLogprobsError, UsageError
-from ._base import ImportContext, SourceFile, check_record, exact_ints, short
+from ._base import ImportContext, SourceFile, short
+from ._values import check_record, exact_ints
 from .stack_pickle import StackBatch, load_stack_pickle
 
 _STEP_FILE = re.compile(r"^global_step_(\d+)_training_input\.pkl$")

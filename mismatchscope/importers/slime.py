@@ -46,8 +46,9 @@ from ..errors import (
     NoTrainerLogprobsError,
     UsageError,
 )
-from ._base import ImportContext, SourceFile, check_record, exact_ints, missing_fields, short
+from ._base import ImportContext, SourceFile, short
 from ._mask import refuse_mask_values
+from ._values import check_record, exact_ints, missing_fields
 from .safe_load import load_torch
 
 FORMAT_VERSION = 2
