@@ -162,3 +162,14 @@ class RecorderInputError(InputError):
 
 class RecorderError(MismatchscopeError, RuntimeError):
     """The Recorder cannot go on: its writer failed, or it was used after close()."""
+
+
+class NotAJsonObjectError(InputError):
+    """JSON that holds a list, a string, a number or null where an object belongs (:func:`mismatchscope.checks.json_object`).
+
+    Each reader turns it into its own message: ``value_type`` names what the file holds instead.
+    """
+
+    def __init__(self, value: object):
+        self.value_type = type(value).__name__
+        super().__init__(f"a JSON {self.value_type}, not an object")

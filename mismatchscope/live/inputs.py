@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import RecorderInputError, UsageError
-from ..schema import MAX_ABS_STEP, POSITIVE_LOGPROB_TOLERANCE, first_refused
+from ..schema import MAX_ABS_STEP, POSITIVE_LOGPROB_TOLERANCE, first_refused, positive_logprobs
 
 
 @dataclass
@@ -359,8 +359,7 @@ def _same_shape(name: str, x: Any, shape: tuple[int, ...]) -> np.ndarray:
 
 def _check_logprobs(step: int, lq: np.ndarray, lp: np.ndarray, rows: np.ndarray, pos: np.ndarray) -> None:
     """The reader's check, on the masked tokens: clearly positive values are not logprobs."""
-    finite = np.isfinite(lq) & np.isfinite(lp)
-    too_high = finite & ((lq > POSITIVE_LOGPROB_TOLERANCE) | (lp > POSITIVE_LOGPROB_TOLERANCE))
+    too_high = positive_logprobs(lq, lp)
     if too_high.any():
         i = int(np.flatnonzero(too_high)[0])
         raise RecorderInputError(
@@ -437,7 +436,7 @@ def _topk(
     out: dict[str, np.ndarray] = {"sampler_topk_ids": arrays["sampler_topk_ids"][rows, pos].astype(np.int64)}
     for name in ("sampler_topk_logprobs", "trainer_logprobs_at_sampler_topk"):
         v = arrays[name][rows, pos].astype(np.float64)
-        if (np.isfinite(v) & (v > POSITIVE_LOGPROB_TOLERANCE)).any():
+        if positive_logprobs(v).any():
             raise RecorderInputError(
                 f"{name} holds positive logprob(s) beyond rounding (> {POSITIVE_LOGPROB_TOLERANCE:g})",
                 hint="logprobs are natural logs <= 0",

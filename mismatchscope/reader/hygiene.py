@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from ..arrow import list_offsets, list_parts, to_numpy
 from ..errors import InputError
-from ..schema import COLUMNS, LOGPROB_SENTINEL, MAX_POSITION, POSITIVE_LOGPROB_TOLERANCE
+from ..schema import COLUMNS, LOGPROB_SENTINEL, MAX_POSITION, POSITIVE_LOGPROB_TOLERANCE, positive_logprobs
 from .columns import is_list_type
 
 
@@ -104,7 +104,7 @@ def _clean_logprobs(
             lp = np.where(lp == LOGPROB_SENTINEL, -np.inf, lp)
             lq = np.where(lq == LOGPROB_SENTINEL, -np.inf, lq)
         finite = np.isfinite(lp) & np.isfinite(lq)
-        too_high = finite & ((lp > POSITIVE_LOGPROB_TOLERANCE) | (lq > POSITIVE_LOGPROB_TOLERANCE))
+        too_high = positive_logprobs(lp, lq)
         if too_high.any():
             i = int(np.flatnonzero(too_high)[0])
             raise InputError(

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..checks import json_object
+from ..errors import NotAJsonObjectError
 from .atomic import atomic_write_json
 from .layout import COMPLETE, MANIFEST, RANKS, is_run_dir
 
@@ -17,10 +19,9 @@ from .layout import COMPLETE, MANIFEST, RANKS, is_run_dir
 def read_json(path: str | os.PathLike) -> dict[str, Any] | None:
     """A JSON object from ``path``; None when the file is absent or not a JSON object."""
     try:
-        value = json.loads(Path(path).read_text())
-    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError, UnicodeDecodeError):
+        return json_object(Path(path).read_text())
+    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError, UnicodeDecodeError, NotAJsonObjectError):
         return None
-    return value if isinstance(value, dict) else None
 
 
 def read_manifest(run: str | os.PathLike) -> dict[str, Any] | None:
