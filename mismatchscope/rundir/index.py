@@ -243,25 +243,9 @@ def shard_problems(
         except ValueError:
             continue
         seen.add(name)
-        entry = index.get(name)
-        shown = f"{folder}/{name}"
-        if entry is None:
-            problems.append(f"{shown} is not one of the run's shards (no writer of the run listed it)")
-            continue
-        size = os.stat(f).st_size
-        if size != entry.size:
-            problems.append(
-                f"{shown} is {size:,} bytes, the run's index says {entry.size:,} "
-                "(truncated or replaced after it was written)"
-            )
-        elif f in rows and rows[f] != entry.rows:
-            problems.append(f"{shown} holds {rows[f]:,} rows, the run's index says {entry.rows:,} (replaced)")
-        elif entry.footer is not None and footer_hash(f) != entry.footer:
-            raise ShardIndexError(
-                f"{f}: damaged: its Parquet footer (schema, row groups, statistics) is not the one its writer "
-                f"recorded in {INDEX}/{folder}",
-                hint="the shard changed after it was written; restore the run from a copy",
-            )
+        problem = _shard_problem(f, folder, name, index.get(name), rows)
+        if problem is not None:
+            problems.append(problem)
     if whole:
         lost = sorted(n for n in index if n not in seen)
         if lost:
@@ -271,6 +255,28 @@ def shard_problems(
                 f"e.g. {folder}/{lost[0]}"
             )
     return problems
+
+
+def _shard_problem(f: Path, folder: str, name: str, entry: ShardEntry | None, rows: Mapping[Path, int]) -> str | None:
+    """How one shard disagrees with its index entry (None when it agrees); a changed footer is refused outright."""
+    shown = f"{folder}/{name}"
+    if entry is None:
+        return f"{shown} is not one of the run's shards (no writer of the run listed it)"
+    size = os.stat(f).st_size
+    if size != entry.size:
+        return (
+            f"{shown} is {size:,} bytes, the run's index says {entry.size:,} "
+            "(truncated or replaced after it was written)"
+        )
+    if f in rows and rows[f] != entry.rows:
+        return f"{shown} holds {rows[f]:,} rows, the run's index says {entry.rows:,} (replaced)"
+    if entry.footer is not None and footer_hash(f) != entry.footer:
+        raise ShardIndexError(
+            f"{f}: damaged: its Parquet footer (schema, row groups, statistics) is not the one its writer "
+            f"recorded in {INDEX}/{folder}",
+            hint="the shard changed after it was written; restore the run from a copy",
+        )
+    return None
 
 
 def check_folder(run: str | os.PathLike, folder: str, files: list[Path]) -> list[str]:
