@@ -113,27 +113,6 @@ def _record_batches(files: list[Path], file_cols: list[str], batch_rows: int) ->
     """
     groups = [(f, i) for f in files for i in range(_guard(f, lambda: _open(f).metadata).num_row_groups)]
     stop = threading.Event()
-
-    def produce(f: Path, i: int, out: queue.Queue) -> None:
-        try:
-            pf, decoded = _open(f), 0
-            for rb in pf.iter_batches(batch_size=batch_rows, columns=file_cols, row_groups=[i]):
-                decoded += rb.num_rows
-                while not stop.is_set():
-                    try:
-                        out.put(rb, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            listed = pf.metadata.row_group(i).num_rows
-            if decoded != listed:  # a damaged page header (its value count) that no page CRC covers
-                raise pa.ArrowInvalid(f"{decoded:,} rows decode where the footer lists {listed:,}")
-            out.put(_DONE)
-        except BaseException as e:  # handed to the consumer, which raises it in order
-            out.put(e)
-
     pending: deque = deque()
     todo = iter(groups)
     with ThreadPoolExecutor(READ_AHEAD, thread_name_prefix="mismatchscope-read") as pool:
@@ -141,7 +120,7 @@ def _record_batches(files: list[Path], file_cols: list[str], batch_rows: int) ->
             while True:
                 while len(pending) < READ_AHEAD and (g := next(todo, None)) is not None:
                     q: queue.Queue = queue.Queue(QUEUED_BATCHES)
-                    pool.submit(produce, g[0], g[1], q)
+                    pool.submit(_decode_group, g[0], g[1], file_cols, batch_rows, q, stop)
                     pending.append((g[0], g[1], q))
                 if not pending:
                     return
@@ -155,6 +134,31 @@ def _record_batches(files: list[Path], file_cols: list[str], batch_rows: int) ->
                     yield f, item
         finally:
             stop.set()  # a caller that stops early (an error, a break) releases the threads
+
+
+def _decode_group(
+    f: Path, i: int, file_cols: list[str], batch_rows: int, out: queue.Queue, stop: threading.Event
+) -> None:
+    """One row group's batches into ``out`` (a reader thread's work), then ``_DONE`` or the error it met;
+    gives up as soon as the consumer has stopped."""
+    try:
+        pf, decoded = _open(f), 0
+        for rb in pf.iter_batches(batch_size=batch_rows, columns=file_cols, row_groups=[i]):
+            decoded += rb.num_rows
+            while not stop.is_set():
+                try:
+                    out.put(rb, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if stop.is_set():
+                return
+        listed = pf.metadata.row_group(i).num_rows
+        if decoded != listed:  # a damaged page header (its value count) that no page CRC covers
+            raise pa.ArrowInvalid(f"{decoded:,} rows decode where the footer lists {listed:,}")
+        out.put(_DONE)
+    except BaseException as e:  # handed to the consumer, which raises it in order
+        out.put(e)
 
 
 def _reraise(e: BaseException):
