@@ -14,6 +14,15 @@ from ..schema import MAX_POSITION, first_refused
 from ._base import ImportContext, SourceFile
 
 
+def host_array(value: Any) -> Any:
+    """A torch tensor as a numpy array on the host, floats as float64 (numpy has no bfloat16); any other
+    value as it is. Duck-typed, so reading a dump never imports torch for this."""
+    if hasattr(value, "detach"):
+        value = value.detach().cpu()
+        return (value.double() if value.is_floating_point() else value).numpy()
+    return value
+
+
 def unwrap(value: Any) -> Any:
     """NeMo-RL logs each field of a batch of one: ``[[...]]`` -> ``[...]``.
 

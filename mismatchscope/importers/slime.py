@@ -48,7 +48,7 @@ from ..errors import (
 )
 from ._base import ImportContext, SourceFile, short
 from ._mask import refuse_mask_values
-from ._values import check_record, exact_ints, missing_fields
+from ._values import check_record, exact_ints, host_array, missing_fields
 from .safe_load import load_torch
 
 FORMAT_VERSION = 2
@@ -319,12 +319,7 @@ def _sample_reward(
 
 
 def _array(value: Any, dtype: type) -> np.ndarray:
-    if hasattr(value, "detach"):  # a torch tensor, possibly bf16
-        value = value.detach().cpu()
-        value = value.double() if value.is_floating_point() else value
-        value = value.numpy().reshape(-1)
-    else:
-        value = np.asarray(value).reshape(-1)
+    value = np.asarray(host_array(value)).reshape(-1)  # a torch tensor (possibly bf16) or a list
     if np.dtype(dtype).kind in "iu":
         return exact_ints(value, "token ids")
     return value.astype(dtype, copy=False)
