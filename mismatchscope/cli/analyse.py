@@ -11,7 +11,7 @@ import typer
 from ..analysis.parallel import keep_freed_memory
 from ..errors import UsageError
 from ..metrics import ABS_LOGPROB_DIFF_MEAN, K3_MEAN
-from ._options import ColumnOpt, FormatOpt, PathArg, RuleOpt
+from ._options import ColumnOpt, FormatOpt, PathArg, RuleOpt, html_option, plots_option, rule_option, sweep_option
 from ._readings import ReadingsOpt, run_side_by_side
 from ._streams import OutputFormat, emit_json, info, stdout_console, warn
 
@@ -61,12 +61,8 @@ def report_payload(result, worst: list[WorstSequence] | None = None) -> dict:
 def compare_masks(
     path: str = PathArg,
     rule: list[str] | None = RuleOpt,
-    sweep: list[str] | None = typer.Option(
-        None,
-        "--sweep",
-        "-s",
-        metavar="RULE.PARAM=V1,V2,...",
-        help="Reject rate against threshold for one parameter, e.g. icepop.beta=1.5,2,3,5,8. Repeatable.",
+    sweep: list[str] | None = sweep_option(
+        "Reject rate against threshold for one parameter, e.g. icepop.beta=1.5,2,3,5,8. Repeatable."
     ),
     examples: int = typer.Option(
         0,
@@ -77,11 +73,8 @@ def compare_masks(
     ),
     column: list[str] | None = ColumnOpt,
     format: OutputFormat = FormatOpt,
-    plots: str | None = typer.Option(
-        None,
-        "--plots",
-        metavar="DIR",
-        help="Write PNG pictures into DIR: which tail each rule cuts (needs the plot extra: matplotlib).",
+    plots: str | None = plots_option(
+        "Write PNG pictures into DIR: which tail each rule cuts (needs the plot extra: matplotlib)."
     ),
     readings: str | None = ReadingsOpt,
 ) -> None:
@@ -127,30 +120,15 @@ def report(
     path: str = PathArg,
     column: list[str] | None = ColumnOpt,
     format: OutputFormat = FormatOpt,
-    plots: str | None = typer.Option(
-        None, "--plots", metavar="DIR", help="Write PNG pictures into DIR (needs the plot extra: matplotlib)."
-    ),
-    html: str | None = typer.Option(
-        None,
-        "--html",
-        metavar="FILE",
-        help="Write one self-contained HTML page: pictures inline, tables, run metadata.",
-    ),
-    rule: list[str] | None = typer.Option(
-        None,
-        "--rule",
-        "-r",
-        metavar="NAME[:K=V,...]",
-        help="With --plots/--html: a rule whose thresholds the pictures draw. Repeatable; default "
+    plots: str | None = plots_option("Write PNG pictures into DIR (needs the plot extra: matplotlib)."),
+    html: str | None = html_option("Write one self-contained HTML page: pictures inline, tables, run metadata."),
+    rule: list[str] | None = rule_option(
+        "With --plots/--html: a rule whose thresholds the pictures draw. Repeatable; default "
         + ", ".join(_drawn_by_default())
-        + ".",
+        + "."
     ),
-    sweep: list[str] | None = typer.Option(
-        None,
-        "--sweep",
-        "-s",
-        metavar="RULE.PARAM=V1,V2,...",
-        help="With --plots/--html: the reject-rate curves to draw. Default: a grid for each drawn rule.",
+    sweep: list[str] | None = sweep_option(
+        "With --plots/--html: the reject-rate curves to draw. Default: a grid for each drawn rule."
     ),
     worst: int = typer.Option(
         0,

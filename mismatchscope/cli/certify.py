@@ -7,7 +7,7 @@ import time
 
 import typer
 
-from ._options import ColumnOpt, FormatOpt
+from ._options import ColumnOpt, FormatOpt, JunitXmlOpt, markdown_option
 from ._streams import OutputFormat, emit_json, info, stdout_console, warn
 
 
@@ -29,15 +29,8 @@ def certify(
     show: int = typer.Option(10, "--show", min=0, help="How many differing tokens (and route flips) to list."),
     column: list[str] | None = ColumnOpt,
     format: OutputFormat = FormatOpt,
-    junit_xml: str | None = typer.Option(
-        None, "--junit-xml", metavar="FILE", help="Write one JUnit test case per check."
-    ),
-    markdown: str | None = typer.Option(
-        None,
-        "--markdown",
-        metavar="FILE",
-        help="Write the verdict as Markdown (also appended to $GITHUB_STEP_SUMMARY when set).",
-    ),
+    junit_xml: str | None = JunitXmlOpt,
+    markdown: str | None = markdown_option("Markdown"),
     full_vocab: bool = typer.Option(
         False,
         "--full-vocab",

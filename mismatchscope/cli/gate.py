@@ -11,7 +11,17 @@ import typer
 
 from ..analysis.parallel import keep_freed_memory
 from ..errors import UsageError
-from ._options import ColumnOpt, FormatOpt
+from ._options import (
+    ColumnOpt,
+    FormatOpt,
+    JunitXmlOpt,
+    bootstrap_option,
+    confidence_option,
+    html_option,
+    markdown_option,
+    plots_option,
+    rule_option,
+)
 from ._streams import OutputFormat, emit_json, info, stdout_console, warn
 
 
@@ -52,13 +62,7 @@ def gate(
         metavar="METRIC=PCT",
         help="Regression limit against the baseline, e.g. k3_mean=25%. Repeatable; replaces the file's limit on that metric.",
     ),
-    rule: list[str] | None = typer.Option(
-        None,
-        "--rule",
-        "-r",
-        metavar="NAME[:K=V,...]",
-        help="Parameters of a rule the limits name, e.g. icepop:alpha=0.2,beta=5.",
-    ),
+    rule: list[str] | None = rule_option("Parameters of a rule the limits name, e.g. icepop:alpha=0.2,beta=5."),
     allow_different: list[str] | None = typer.Option(
         None,
         "--allow-different",
@@ -69,35 +73,21 @@ def gate(
     absolute_only: bool = typer.Option(
         False, "--absolute-only", help="Check the absolute limits alone (no baseline needed)."
     ),
-    bootstrap: int | None = typer.Option(
-        None, "--bootstrap", min=0, help="Bootstrap resamples (default 1000, at most 100,000; 0: point estimates only)."
+    bootstrap: int | None = bootstrap_option(
+        None, "Bootstrap resamples (default 1000, at most 100,000; 0: point estimates only)."
     ),
-    confidence: float | None = typer.Option(
-        None, "--confidence", help="Two-sided confidence of the intervals (default 0.95)."
-    ),
+    confidence: float | None = confidence_option(None, "Two-sided confidence of the intervals (default 0.95)."),
     seed: int | None = typer.Option(
         None, "--seed", min=0, help="Bootstrap seed (default 0): same files, same verdict."
     ),
     column: list[str] | None = ColumnOpt,
     format: OutputFormat = FormatOpt,
-    junit_xml: str | None = typer.Option(
-        None, "--junit-xml", metavar="FILE", help="Write one JUnit test case per check."
+    junit_xml: str | None = JunitXmlOpt,
+    markdown: str | None = markdown_option("a Markdown table"),
+    plots: str | None = plots_option(
+        "Write PNGs: the checks with their intervals, baseline and candidate overlaid (needs the plot extra)."
     ),
-    markdown: str | None = typer.Option(
-        None,
-        "--markdown",
-        metavar="FILE",
-        help="Write the verdict as a Markdown table (also appended to $GITHUB_STEP_SUMMARY when set).",
-    ),
-    plots: str | None = typer.Option(
-        None,
-        "--plots",
-        metavar="DIR",
-        help="Write PNGs: the checks with their intervals, baseline and candidate overlaid (needs the plot extra).",
-    ),
-    html: str | None = typer.Option(
-        None, "--html", metavar="FILE", help="Write one self-contained HTML page: checks, pictures, run metadata."
-    ),
+    html: str | None = html_option("Write one self-contained HTML page: checks, pictures, run metadata."),
     force: bool = typer.Option(False, "--force", help="With --init: overwrite an existing file."),
 ) -> None:
     """Gate a serving-stack change on the train-inference mismatch: absolute limits, and regression limits against a

@@ -8,7 +8,7 @@ import typer
 
 from ..errors import UsageError
 from ..importers import IMPORTERS, PICKLED_FORMATS
-from ._options import FormatOpt
+from ._options import FormatOpt, column_option, out_option
 from ._streams import OutputFormat, emit_json, info, stdout_console, warn
 
 FORMATS = tuple(IMPORTERS)
@@ -52,15 +52,9 @@ def import_(
     src: str = typer.Argument(
         ..., help="The framework's dump folder or file (see docs/import.md).", show_default=False
     ),
-    out: str = typer.Option(
-        ..., "--out", "-o", help="Output directory (token shards under OUT/tokens, OUT/manifest.json)."
-    ),
-    column: list[str] | None = typer.Option(
-        None,
-        "--column",
-        "-c",
-        metavar="CANONICAL=NAME",
-        help="Generic formats: map your list columns, e.g. sampler_logprob=rollout_log_probs, mask=response_mask. Repeatable.",
+    out: str = out_option("Output directory (token shards under OUT/tokens, OUT/manifest.json).", required=True),
+    column: list[str] | None = column_option(
+        "Generic formats: map your list columns, e.g. sampler_logprob=rollout_log_probs, mask=response_mask. Repeatable."
     ),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip and count malformed records instead of stopping."),
     trust_pickle: bool = typer.Option(
