@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import time
 
 import typer
 
+from ._ci_reports import CiReports
 from ._options import ColumnOpt, FormatOpt, JunitXmlOpt, markdown_option
-from ._streams import OutputFormat, emit_json, info, stdout_console, warn
+from ._streams import OutputFormat, emit_json, stdout_console, warn
 
 
 def certify(
@@ -48,10 +48,8 @@ def certify(
     from ..outputs import check_all
     from ..reader import parse_column_mapping
 
-    summary = os.environ.get("GITHUB_STEP_SUMMARY") or None
-    inputs = check_all(
-        files=[(junit_xml, "--junit-xml"), (markdown, "--markdown"), (summary, "GITHUB_STEP_SUMMARY")], inputs=[run]
-    )
+    reports = CiReports.asked(junit_xml, markdown)
+    inputs = check_all(files=reports.outputs(), inputs=[run])
     t0 = time.perf_counter()
     verdict = certify_run(run, parse_column_mapping(column), pairing, show)
     rows = None
@@ -62,7 +60,7 @@ def certify(
     seconds = time.perf_counter() - t0
     for w in verdict.warnings:
         warn(w)
-    _write_outputs(verdict, rows, seconds, junit_xml, markdown, summary, inputs)
+    _write_reports(reports, verdict, rows, seconds, inputs)
     if format is OutputFormat.json:
         from ..render.certify_reports import payload
 
@@ -99,19 +97,9 @@ def _with_rows(doc: dict, verdict, rows) -> dict:
     return out
 
 
-def _write_outputs(
-    verdict, rows, seconds: float, junit_xml: str | None, markdown: str | None, summary: str | None, inputs
-) -> None:
-    from ..outputs import write_text
+def _write_reports(reports: CiReports, verdict, rows, seconds: float, inputs) -> None:
     from ..render import certify_reports as output
 
-    if junit_xml:
-        write_text(junit_xml, output.junit_xml(verdict, seconds, rows), "--junit-xml", inputs=inputs)
-        info(f"wrote {junit_xml}")
-    if markdown or summary:
-        md = output.markdown(verdict, rows)
-        if markdown:
-            write_text(markdown, md, "--markdown", inputs=inputs)
-            info(f"wrote {markdown}")
-        if summary:
-            write_text(summary, md + "\n", "GITHUB_STEP_SUMMARY", append=True, inputs=inputs)
+    reports.write(
+        inputs, junit=lambda: output.junit_xml(verdict, seconds, rows), markdown=lambda: output.markdown(verdict, rows)
+    )
