@@ -85,14 +85,9 @@ def compare_masks(
             path, readings, rules=rule, sweeps=sweep, examples=examples, plots=plots, column=column, format=format
         )
     from ..analysis.engine import AnalysisRequest, analyse
-    from ..outputs import check_all
     from ..reader import parse_column_mapping
 
-    inputs = check_all(dirs=[(plots, "--plots")], inputs=[path])
-    if plots is not None:
-        from ..outputs import require_matplotlib
-
-        require_matplotlib()
+    inputs = _check_plots(path, plots)
     rules, sweeps = _request_rules(rule, sweep)
     result = analyse(
         path,
@@ -102,10 +97,9 @@ def compare_masks(
     for w in result.warnings:
         warn(w)
     if plots is not None:
-        from ..render.plots import masks_figures, write_pngs
+        from ..render.plots import masks_figures
 
-        for p in write_pngs(masks_figures(result), Path(plots), inputs):
-            info(f"wrote {p}")
+        _write_pngs(masks_figures(result), plots, inputs)
     if format is OutputFormat.json:
         emit_json(masks_payload(result))
         return
@@ -114,6 +108,25 @@ def compare_masks(
     console = stdout_console()
     header(console, result)
     masks_tables(console, result, examples)
+
+
+def _check_plots(path: str, plots: str | None):
+    """``--plots`` (not an input, not a file), then matplotlib when it is given: before any work."""
+    from ..outputs import check_all
+
+    inputs = check_all(dirs=[(plots, "--plots")], inputs=[path])
+    if plots is not None:
+        from ..outputs import require_matplotlib
+
+        require_matplotlib()
+    return inputs
+
+
+def _write_pngs(figures, plots: str, inputs) -> None:
+    from ..render.plots import write_pngs
+
+    for p in write_pngs(figures, Path(plots), inputs):
+        info(f"wrote {p}")
 
 
 def report(
@@ -147,31 +160,14 @@ def report(
 ) -> None:
     """TV distance, KL estimators, ratio tails, and where the mismatch sits (by probability, position, entropy)."""
     keep_freed_memory()
-    from ..analysis.engine import AnalysisRequest, analyse
+    from ..analysis.engine import analyse
     from ..outputs import check_all
     from ..reader import parse_column_mapping
 
     inputs = check_all(files=[(html, "--html")], dirs=[(plots, "--plots")], inputs=[path])
     pictures = plots is not None or html is not None
-    if (rule or sweep) and not pictures:
-        raise UsageError(
-            "--rule and --sweep on report choose what the pictures draw",
-            hint="add --plots DIR or --html FILE (compare-masks prints the rules' numbers)",
-        )
-    if not worst and (worst_by is not WorstBy.k3_sum or worst_traces):
-        raise UsageError(
-            "--worst-by and --worst-traces describe the --worst sequences", hint="add --worst N, e.g. --worst 5"
-        )
-    request, hist, rules = AnalysisRequest(report=True, masks=False), None, []
-    if pictures:
-        from ..analysis.histograms import PlotAccumulator
-        from ..outputs import require_matplotlib
-        from ..render.plots.sweeps import default_sweeps, plot_rules
-
-        require_matplotlib()
-        rules = plot_rules(_request_rules(rule, None)[0] if rule else None)
-        sweeps = _request_rules([r.label for r in rules], sweep)[1] if sweep else default_sweeps(rules)
-        request, hist = AnalysisRequest(report=True, masks=True, rules=rules, sweeps=sweeps), PlotAccumulator()
+    _check_report_flags(rule, sweep, pictures, worst, worst_by, worst_traces)
+    request, hist, rules = _report_request(rule, sweep, pictures)
     mapping = parse_column_mapping(column)
     collector = _doctor_collector(path, mapping, request) if format is not OutputFormat.json else None
     result = analyse(path, request, mapping, on_terms=_each(hist.add if hist else None, collector))
@@ -186,7 +182,40 @@ def report(
         _write_pictures(result, hist, rules, plots, html, inputs, worst_rows, traces)
     if format is OutputFormat.json:
         emit_json(report_payload(result, worst_rows))
-        return
+    else:
+        _print_report(result, worst_rows, collector, path)
+
+
+def _check_report_flags(rule, sweep, pictures: bool, worst: int, worst_by: WorstBy, worst_traces: bool) -> None:
+    """Options that choose what something else shows, given without it."""
+    if (rule or sweep) and not pictures:
+        raise UsageError(
+            "--rule and --sweep on report choose what the pictures draw",
+            hint="add --plots DIR or --html FILE (compare-masks prints the rules' numbers)",
+        )
+    if not worst and (worst_by is not WorstBy.k3_sum or worst_traces):
+        raise UsageError(
+            "--worst-by and --worst-traces describe the --worst sequences", hint="add --worst N, e.g. --worst 5"
+        )
+
+
+def _report_request(rule: list[str] | None, sweep: list[str] | None, pictures: bool):
+    """The analysis report asks for; with pictures, the drawn rules, their sweeps and the histograms too."""
+    from ..analysis.engine import AnalysisRequest
+
+    if not pictures:
+        return AnalysisRequest(report=True, masks=False), None, []
+    from ..analysis.histograms import PlotAccumulator
+    from ..outputs import require_matplotlib
+    from ..render.plots.sweeps import default_sweeps, plot_rules
+
+    require_matplotlib()
+    rules = plot_rules(_request_rules(rule, None)[0] if rule else None)
+    sweeps = _request_rules([r.label for r in rules], sweep)[1] if sweep else default_sweeps(rules)
+    return AnalysisRequest(report=True, masks=True, rules=rules, sweeps=sweeps), PlotAccumulator(), rules
+
+
+def _print_report(result, worst_rows, collector, path: str) -> None:
     from ..render.tables import header, report_tables, worst_table
 
     console = stdout_console()
@@ -243,14 +272,13 @@ def _write_pictures(
     traces: dict | None = None,
 ) -> None:
     from ..outputs import write_text
-    from ..render.plots import report_figures, worst_figures, write_pngs
+    from ..render.plots import report_figures, worst_figures
 
     figures = report_figures(result, hist, rules) + (
         worst_figures(worst_rows, traces if traces is not None else {}) if worst_rows else []
     )
     if plots:
-        for p in write_pngs(figures, Path(plots), inputs):
-            info(f"wrote {p}")
+        _write_pngs(figures, plots, inputs)
     if html:
         from ..render.plots.html import report_page
 
