@@ -280,7 +280,7 @@ def _write_pictures(
     if plots:
         _write_pngs(figures, plots, inputs)
     if html:
-        from ..render.plots.html import report_page
+        from ..render.report_page import report_page
 
         write_text(html, report_page(result, figures, worst_rows), "--html", inputs=inputs)
         info(f"wrote {html}")

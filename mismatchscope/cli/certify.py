@@ -44,12 +44,22 @@ def certify(
 
     Exit code 0: certified; 1: not certified; 2: a usage or input error.
     """
-    from ..certify import certify_run
     from ..outputs import check_all
-    from ..reader import parse_column_mapping
 
     reports = CiReports.asked(junit_xml, markdown)
     inputs = check_all(files=reports.outputs(), inputs=[run])
+    verdict, rows, seconds = _run(run, column, pairing, show, full_vocab)
+    _write_reports(reports, verdict, rows, seconds, inputs)
+    _print(verdict, rows, format)
+    if not verdict.certified or (rows is not None and not rows.equal):
+        raise typer.Exit(1)
+
+
+def _run(run: str, column: list[str] | None, pairing: list[str] | None, show: int, full_vocab: bool):
+    """The verdict, and with ``--full-vocab`` the whole rows' too, timed together (the JUnit report's seconds)."""
+    from ..certify import certify_run
+    from ..reader import parse_column_mapping
+
     t0 = time.perf_counter()
     verdict = certify_run(run, parse_column_mapping(column), pairing, show)
     rows = None
@@ -60,46 +70,24 @@ def certify(
     seconds = time.perf_counter() - t0
     for w in verdict.warnings:
         warn(w)
-    _write_reports(reports, verdict, rows, seconds, inputs)
+    return verdict, rows, seconds
+
+
+def _print(verdict, rows, format: OutputFormat) -> None:
     if format is OutputFormat.json:
-        from ..render.certify_reports import payload
+        from ..render.certify.payload import payload, with_rows
 
-        emit_json(_with_rows(payload(verdict), verdict, rows))
-    else:
-        from ..render.certify_tables import certify_tables
+        emit_json(with_rows(payload(verdict), rows))
+        return
+    from ..render.certify.terminal import certify_tables, rows_line
 
-        certify_tables(stdout_console(), verdict)
-        if rows is not None:
-            stdout_console().print(_rows_line(verdict, rows), highlight=False)
-    if not verdict.certified or (rows is not None and not rows.equal):
-        raise typer.Exit(1)
-
-
-def _rows_line(verdict, rows) -> str:
-    """The whole-row verdict in one line; it says so when the sampled tokens certify and the rows do not."""
-    if rows.equal:
-        return f"full vocabulary: {rows.detail()}"
-    also = "; the run certifies on sampled tokens but not on full rows" if verdict.certified else ""
-    return f"full vocabulary: NOT CERTIFIED: {rows.detail()}{also}"
-
-
-def _with_rows(doc: dict, verdict, rows) -> dict:
-    """The document with the whole-row result; a run whose rows part is not certified."""
-    if rows is None:
-        return doc
-    from ..documents import to_json
-
-    out = {**doc, "full_vocab": to_json(rows)}
-    if not rows.equal:
-        out.update(
-            certified=False, verdict="not certified", reasons=[*doc["reasons"], f"full vocabulary: {rows.detail()}"]
-        )
-    return out
+    certify_tables(stdout_console(), verdict)
+    if rows is not None:
+        stdout_console().print(rows_line(verdict, rows), highlight=False)
 
 
 def _write_reports(reports: CiReports, verdict, rows, seconds: float, inputs) -> None:
-    from ..render import certify_reports as output
+    from ..render.certify.junit import junit_xml
+    from ..render.certify.markdown import markdown
 
-    reports.write(
-        inputs, junit=lambda: output.junit_xml(verdict, seconds, rows), markdown=lambda: output.markdown(verdict, rows)
-    )
+    reports.write(inputs, junit=lambda: junit_xml(verdict, seconds, rows), markdown=lambda: markdown(verdict, rows))

@@ -202,11 +202,11 @@ def _run(candidate: str, baseline: str | None, cfg: GateConfig, column: list[str
 
 def _print(result, format: OutputFormat) -> None:
     if format is OutputFormat.json:
-        from ..render.gate_tables import gate_payload
+        from ..render.gate.terminal import gate_payload
 
         emit_json(gate_payload(result))
     else:
-        from ..render.gate_tables import gate_tables
+        from ..render.gate.terminal import gate_tables
 
         gate_tables(stdout_console(), result)
 
@@ -232,12 +232,13 @@ def _plot_sweeps(cfg):
 
 
 def _write_outputs(result, seconds: float, reports: CiReports, plots: str | None, html: str | None, inputs) -> None:
-    from ..render.gate_junit import junit_xml
-    from ..render.gate_markdown import markdown
+    from ..render.gate.junit import junit_xml
+    from ..render.gate.markdown import markdown
 
     reports.write(inputs, junit=lambda: junit_xml(result, seconds), markdown=lambda: markdown(result))
     if plots or html:
-        from ..render.plots import gate_figures, write_pngs
+        from ..render.gate.pictures import gate_figures
+        from ..render.plots import write_pngs
 
         figures = gate_figures(result)
         if plots:
@@ -245,7 +246,7 @@ def _write_outputs(result, seconds: float, reports: CiReports, plots: str | None
                 info(f"wrote {p}")
         if html:
             from ..outputs import write_text
-            from ..render.plots.html import gate_page
+            from ..render.gate.page import gate_page
 
             write_text(html, gate_page(result, figures), "--html", inputs=inputs)
             info(f"wrote {html}")

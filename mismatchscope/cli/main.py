@@ -19,20 +19,19 @@ import typer
 from .._version import __version__
 from ._options import RulesInHelp
 
-_MODULES = {
-    "compare-masks": ("analyse", "compare_masks"),
-    "report": ("analyse", "report"),
-    "doctor": ("doctor", "doctor"),
-    "probe": ("probe", "probe"),
-    "rescore": ("probe", "rescore"),
-    "timeline": ("timeline", "timeline"),
-    "gate": ("gate", "gate"),
-    "import": ("importer", "import_"),
-    "diagnose": ("diagnose", "diagnose"),
-    "certify": ("certify", "certify"),
-}
-"""every command, in the order ``--help`` lists them: its module in ``cli/`` and its function."""
-COMMANDS = tuple(_MODULES)
+COMMANDS = (
+    "compare-masks",
+    "report",
+    "doctor",
+    "probe",
+    "rescore",
+    "timeline",
+    "gate",
+    "import",
+    "diagnose",
+    "certify",
+)
+"""every command, in the order ``--help`` lists them."""
 RULE_LISTING = ("compare-masks", "timeline")
 """the commands whose ``--help`` ends with the list of rules."""
 ONE_BLAS_THREAD = ("compare-masks", "report", "doctor")
@@ -44,10 +43,37 @@ core when numpy is imported, about 60 ms of their start-up on two cores, for not
 def _command(name: str):
     """The function behind command ``name``. Its module is imported only here, so a command pays for its own
     imports and nobody else's (``probe`` needs none of the analysis, ``report`` none of vLLM's options)."""
-    from importlib import import_module
+    if name in ("compare-masks", "report"):
+        from . import analyse
 
-    module, function = _MODULES[name]
-    return getattr(import_module(f".{module}", __package__), function)
+        return analyse.compare_masks if name == "compare-masks" else analyse.report
+    if name in ("probe", "rescore"):
+        from . import probe
+
+        return probe.probe if name == "probe" else probe.rescore
+    if name == "doctor":
+        from .doctor import doctor
+
+        return doctor
+    if name == "timeline":
+        from .timeline import timeline
+
+        return timeline
+    if name == "gate":
+        from .gate import gate
+
+        return gate
+    if name == "import":
+        from .importer import import_
+
+        return import_
+    if name == "diagnose":
+        from .diagnose import diagnose
+
+        return diagnose
+    from .certify import certify
+
+    return certify
 
 
 def build_app(names: tuple[str, ...] = COMMANDS) -> typer.Typer:
