@@ -109,7 +109,16 @@ def gate(
             hint="mismatchscope gate CANDIDATE --baseline BASELINE (or gate --init to write a gate.toml)",
         )
     cfg = _config(
-        config, limit, max_increase, rule, allow_different, bootstrap, confidence, seed, baseline, absolute_only
+        config,
+        limits=limit,
+        increases=max_increase,
+        rules=rule,
+        allow_different=allow_different,
+        bootstrap=bootstrap,
+        confidence=confidence,
+        seed=seed,
+        baseline=baseline,
+        absolute_only=absolute_only,
     )
     base = None if absolute_only else cfg.baseline
     reports = CiReports.asked(junit_xml, markdown)
@@ -123,6 +132,7 @@ def gate(
 
 def _config(
     config: str | None,
+    *,
     limits: list[str] | None,
     increases: list[str] | None,
     rules: list[str] | None,
