@@ -12,7 +12,9 @@ import numpy as np
 
 from ..routing.layout import SIDES, RoutingMeta
 from .results import FlipGap, LayerFlipRate, MarginBucket, MissingCaptures, RouteSide, RouteSides, Routing
-from .routing import MARGIN_EDGES, GapTally, LayerFlips, RoutingScan
+from .route_columns import MARGIN_EDGES
+from .route_join import GapTally
+from .route_scan import LayerFlips, RoutingScan
 
 MOST_MISSING = 0.5
 """a recorded side with more than this share of its MoE-layer entries missing is warned about loudly."""
