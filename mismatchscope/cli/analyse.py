@@ -116,7 +116,8 @@ def compare_masks(
     if format is OutputFormat.json:
         emit_json(masks_payload(result))
         return
-    from ..render.tables import header, masks_tables
+    from ..render.masks import masks_tables
+    from ..render.tables import header
 
     console = stdout_console()
     header(console, result)
@@ -209,7 +210,8 @@ def report(
     if format is OutputFormat.json:
         emit_json(report_payload(result, worst_rows))
         return
-    from ..render.tables import header, report_tables, worst_table
+    from ..render.report import report_tables, worst_table
+    from ..render.tables import header
 
     console = stdout_console()
     header(console, result)

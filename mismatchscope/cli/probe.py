@@ -105,7 +105,9 @@ def _summarise(run_dir: Path, rules: list[str] | None, format: OutputFormat) -> 
         report = replace(result.report, worst=None)  # as report prints it without --worst
         emit_json(document(ProbeDocument(str(run_dir), manifest, report, result.masks)))
         return
-    from ..render.tables import header, masks_tables, report_tables
+    from ..render.masks import masks_tables
+    from ..render.report import report_tables
+    from ..render.tables import header
 
     console = stdout_console()
     header(console, result)
