@@ -189,7 +189,7 @@ def report(
     if pictures:
         from ..analysis.histograms import PlotAccumulator
         from ..outputs import require_matplotlib
-        from ..render.plots.sweeps import default_sweeps, plot_rules
+        from ..rules.drawn import default_sweeps, plot_rules
 
         require_matplotlib()
         rules = plot_rules(_request_rules(rule, None)[0] if rule else None)
