@@ -1,9 +1,9 @@
 """One streaming pass that feeds ``report`` and ``compare-masks`` alike: plan, batch, fold, finish.
 
-The request becomes a frozen plan once (:func:`~.plan.make_plan`: the
-columns to read, the reductions, the rule units, the run's routes located);
-the routes are scanned; each batch is analysed on a worker thread by a pure
-function of the plan (:func:`~.batch.analyse_batch`, which computes the
+The request becomes a frozen plan once (:func:`make_plan`: the columns to
+read, the reductions, the rule units, the run's routes located; how each
+follows is :mod:`.plan`); the routes are scanned; each batch is analysed on a
+worker thread by a pure function of the plan (:func:`~.batch.analyse_batch`, which computes the
 shared per-token terms once and hands them to the token statistics, the
 per-sequence aggregator and the rule units); the parts are folded in file
 order (:class:`_Fold`); and :func:`_finish` assembles the outputs. Both
@@ -20,14 +20,17 @@ from functools import partial
 import numpy as np
 
 from ..divergence import TokenTerms, token_terms
-from ..reader import Hygiene, RawBatch, Source, read_batches
-from ..rules import SequenceInputs
+from ..reader import Hygiene, RawBatch, Source, open_source, read_batches
+from ..routing.io import locate_routes
+from ..rules import RuleInstance, SequenceInputs
+from ..rules.sequence import needs_inverse_k3
+from ..schema import TOPK_COLUMNS
 from .batch import BatchPart, analyse_batch, topk_terms
 from .comparison import assemble_masks
 from .grouping import SequenceAggregator
-from .masks import ROUTE_FLIPPED, MaskAccumulator
+from .masks import ROUTE_FLIPPED, MaskAccumulator, build_units
 from .parallel import ordered_map
-from .plan import AnalysisPlan, AnalysisRequest, make_plan
+from .plan import AnalysisPlan, columns_to_read, reductions
 from .positions import PositionTracker
 from .quantiles import select_bins
 from .report import assemble_report
@@ -38,6 +41,25 @@ from .routing_report import routing_section, routing_warnings
 from .table import SequenceTable
 from .tokenstats import RATIO_QUANTILES, TokenStats, centering_values
 from .validate import check_not_empty, overflow_warnings, position_warnings
+
+
+@dataclass
+class AnalysisRequest:
+    report: bool = True
+    rules: list[RuleInstance] = field(default_factory=list)
+    """rules for compare-masks; empty with ``masks=False``."""
+    masks: bool = False
+    sweeps: list[tuple[str, str, list[RuleInstance]]] = field(default_factory=list)
+    examples: int = 0
+    routing: bool = True
+    """read the run's ``routes/`` (MoE runs) for the report's routing entry and the rules' flipped counts; a
+    caller that needs neither (the gate without a routing limit) skips reading them."""
+    also_read: tuple[str, ...] = ()
+    """schema columns read besides the outputs' own, when the file has them, so an ``on_terms`` caller
+    (``doctor``) sees them in its batches without a pass of its own."""
+    batch_rows: int = 1 << 17
+    """rows a worker analyses at once: large enough that numpy's per-call overhead (a rule is a dozen
+    calls) stays small beside the work, small enough that a batch's temporaries stay near the cache."""
 
 
 @dataclass
@@ -79,6 +101,36 @@ def analyse(
         _refill_quantiles(plan.source, list(plan.columns), plan.batch_rows, fold.stats, workers)
         fold.stats.gather_on(workers)
     return _finish(fold)
+
+
+def make_plan(path: str, request: AnalysisRequest, mapping: dict[str, str] | None = None) -> AnalysisPlan:
+    """Open the input once and decide the pass: columns, reductions, rule units, routes (located, not yet read)."""
+    source = open_source(path, mapping)
+    has_adv = source.has("advantage")
+    units = tuple(build_units(request.rules, request.sweeps, has_adv)) if request.masks else ()
+    seq_rules = [u.rule for u in units if u.rule.level == "sequence"]
+    wants_routes = request.routing and (request.report or request.masks)
+    routes, note = locate_routes(source.files) if wants_routes else (None, None)
+    clamped = any(r.spec.fixed_level is None for r in seq_rules)
+    inverse_k3 = needs_inverse_k3(seq_rules)
+    flipped = request.masks and routes is not None and routes.both_sides
+    return AnalysisPlan(
+        path=path,
+        source=source,
+        columns=columns_to_read(source, request.report, request.masks and bool(request.examples), request.also_read),
+        ops=reductions(units if request.masks else None, has_adv, clamped, inverse_k3, flipped),
+        units=units,
+        report=request.report,
+        masks=request.masks,
+        examples=request.examples,
+        has_advantage=has_adv,
+        has_topk=all(source.has(c) for c in TOPK_COLUMNS),
+        clamped=clamped,
+        inverse_k3=inverse_k3,
+        routes=routes,
+        routes_note=note,
+        batch_rows=request.batch_rows,
+    )
 
 
 @dataclass

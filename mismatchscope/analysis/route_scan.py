@@ -113,7 +113,10 @@ class _Keys:
 
     seq: list[np.ndarray] = field(default_factory=list)
     input_position: list[np.ndarray] = field(default_factory=list)
-    completion: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]] = ([], [], [])
+    completion: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]] = field(
+        default_factory=lambda: ([], [], [])
+    )
+    """(sequence ids, token positions, flags) of the completion rows, batch by batch."""
 
 
 def scan_routes(run: RoutesRun, batch_rows: int = ROUTE_BATCH_ROWS, workers: int | None = None) -> RoutingScan:
