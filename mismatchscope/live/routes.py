@@ -22,8 +22,8 @@ import pyarrow as pa
 
 from ..analysis.expert_sets import compare_sides, sort_side
 from ..analysis.route_columns import EXPERT_COLUMNS
+from ..errors import RecorderInputError
 from ..routing.layout import SIDES, RoutingMeta, expert_id_type, routes_schema
-from .inputs import RecorderInputError
 
 
 def routing_meta(routing: RoutingMeta | Mapping[str, Any] | None) -> RoutingMeta | None:
