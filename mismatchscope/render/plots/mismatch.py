@@ -27,6 +27,37 @@ def log_ratio_histogram(runs: list[Run], rules) -> Figure:
     fig = _fig(12, 5.2)
     ax = fig.add_subplot()
     edges = log_ratio_edges()
+    lo_i, hi_i, ymax = _draw_counts(ax, runs, edges)
+    ax.set_yscale("log")
+    ax.set_xscale("symlog", linthresh=1e-9, linscale=0.5)
+    thresholds = [(lab, math.log(r)) for rule in rules for lab, r in ratio_thresholds(rule)]
+    xs = [edges[lo_i] if lo_i < len(edges) else -1e-6, edges[hi_i] if hi_i else 1e-6] + [x for _, x in thresholds]
+    left, right = min(xs + [-1e-6]), max(xs + [1e-6])
+    ax.set_xlim(_decade_floor(left), _decade_ceil(right))
+    ax.set_ylim(0.7, ymax * 3)
+    for j, (lab, x) in enumerate(thresholds):
+        linestyle = ("--", "-.", ":")[j // len(RULE_COLORS) % 3]
+        ax.axvline(
+            x,
+            color=RULE_COLORS[j % len(RULE_COLORS)],
+            linestyle=linestyle,
+            linewidth=1.3,
+            label=f"{lab} (l = {x:+.3g})",
+        )
+    ax.set_xticks(_symlog_ticks(*ax.get_xlim()))
+    ax.xaxis.set_major_formatter(FuncFormatter(_signed_pow10))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("log ratio l = log p - log q  (nats; symmetric log axis, |l| < 1e-9 in the middle bin)")
+    ax.set_ylabel("tokens per bin (log scale)")
+    ax.set_title("Where the tokens' log ratios fall, and the rules' thresholds on r = p/q (at log r)")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8.5, borderaxespad=0)
+    return fig
+
+
+def _draw_counts(ax, runs: list[Run], edges: np.ndarray) -> tuple[int, int, float]:
+    """Each run's counts as stairs; returns the first and past-last non-empty bins over all runs, and the
+    largest count (the axis limits)."""
     lo_i, hi_i = len(edges), 0
     ymax = 1.0
     for i, run in enumerate(runs):
@@ -44,30 +75,7 @@ def log_ratio_histogram(runs: list[Run], rules) -> Figure:
             fill=len(runs) == 1,
             alpha=0.85 if len(runs) == 1 else 1.0,
         )
-    ax.set_yscale("log")
-    ax.set_xscale("symlog", linthresh=1e-9, linscale=0.5)
-    thresholds = [(lab, math.log(r)) for rule in rules for lab, r in ratio_thresholds(rule)]
-    xs = [edges[lo_i] if lo_i < len(edges) else -1e-6, edges[hi_i] if hi_i else 1e-6] + [x for _, x in thresholds]
-    left, right = min(xs + [-1e-6]), max(xs + [1e-6])
-    ax.set_xlim(_decade_floor(left), _decade_ceil(right))
-    ax.set_ylim(0.7, ymax * 3)
-    for j, (lab, x) in enumerate(thresholds):
-        ax.axvline(
-            x,
-            color=RULE_COLORS[j % len(RULE_COLORS)],
-            linestyle=("--", "-.", ":")[j // len(RULE_COLORS) % 3],
-            linewidth=1.3,
-            label=f"{lab} (l = {x:+.3g})",
-        )
-    ax.set_xticks(_symlog_ticks(*ax.get_xlim()))
-    ax.xaxis.set_major_formatter(FuncFormatter(_signed_pow10))
-    ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_xlabel("log ratio l = log p - log q  (nats; symmetric log axis, |l| < 1e-9 in the middle bin)")
-    ax.set_ylabel("tokens per bin (log scale)")
-    ax.set_title("Where the tokens' log ratios fall, and the rules' thresholds on r = p/q (at log r)")
-    ax.grid(True, which="major", alpha=0.3)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8.5, borderaxespad=0)
-    return fig
+    return lo_i, hi_i, ymax
 
 
 def _decade_floor(x: float) -> float:
@@ -129,15 +137,7 @@ def probability_density(runs: list[Run], icepop, ipo) -> Figure:
         )
         ax.set_xscale("log")
         ax.set_yscale("log")
-        q = np.logspace(-8, 0, 400)
-        ax.plot(q, q, color="0.4", linewidth=0.8, linestyle=":", label="p = q")
-        a, b = icepop.params["alpha"], icepop.params["beta"]
-        ax.plot(q, a * q, color="#ff7f0e", linewidth=1.4, linestyle="--", label=f"IcePop band: {a:g} q <= p <= {b:g} q")
-        ax.plot(q, b * q, color="#ff7f0e", linewidth=1.4, linestyle="--")
-        d = ipo.params["delta"]
-        qq = np.logspace(math.log10(d) - 1e-6, 0, 300)
-        ax.plot(q, q + d, color="#d62728", linewidth=1.4, label=f"IPO band: |p - q| <= {d:g}")
-        ax.plot(qq, np.maximum(qq - d, 1e-12), color="#d62728", linewidth=1.4)
+        _draw_bands(ax, icepop, ipo)
         ax.set_xlim(1e-8, 1.0)
         ax.set_ylim(1e-8, 1.0)
         ax.set_aspect("equal")
@@ -155,6 +155,19 @@ def probability_density(runs: list[Run], icepop, ipo) -> Figure:
         fontsize=11,
     )
     return fig
+
+
+def _draw_bands(ax, icepop, ipo) -> None:
+    """The diagonal p = q, the IcePop band (alpha q <= p <= beta q) and the IPO band (|p - q| <= delta)."""
+    q = np.logspace(-8, 0, 400)
+    ax.plot(q, q, color="0.4", linewidth=0.8, linestyle=":", label="p = q")
+    a, b = icepop.params["alpha"], icepop.params["beta"]
+    ax.plot(q, a * q, color="#ff7f0e", linewidth=1.4, linestyle="--", label=f"IcePop band: {a:g} q <= p <= {b:g} q")
+    ax.plot(q, b * q, color="#ff7f0e", linewidth=1.4, linestyle="--")
+    d = ipo.params["delta"]
+    qq = np.logspace(math.log10(d) - 1e-6, 0, 300)
+    ax.plot(q, q + d, color="#d62728", linewidth=1.4, label=f"IPO band: |p - q| <= {d:g}")
+    ax.plot(qq, np.maximum(qq - d, 1e-12), color="#d62728", linewidth=1.4)
 
 
 # ---- 3. breakdowns ------------------------------------------------------------------
