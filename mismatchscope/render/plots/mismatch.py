@@ -209,6 +209,7 @@ def breakdowns(runs: list[Run]) -> Figure:
 
 
 def _bucket_panel(ax, runs: list[Run], kind: str, key: str) -> None:
+    """One breakdown (by sampler probability: bars from a floor; by position: lines) of one mean, every run."""
     labels = [r.bucket for r in getattr(_report(runs[0]).breakdowns, kind)]
     x = np.arange(len(labels))
     width = 0.8 / len(runs)
@@ -218,30 +219,18 @@ def _bucket_panel(ax, runs: list[Run], kind: str, key: str) -> None:
     top = max(finite) * 20 if finite else floor * 1e6  # where an infinite mean is drawn, marked "inf"
     counts = []
     for i, run in enumerate(runs):
-        rows = {r.bucket: r for r in getattr(_report(run).breakdowns, kind)}
-        vals = np.array([float((r.mean(key) if (r := rows.get(b)) else None) or 0.0) for b in labels], dtype=float)
-        infinite = np.isinf(vals)
-        vals[infinite] = top
-        tokens = [r.tokens if (r := rows.get(b)) else 0 for b in labels]
+        vals, infinite, tokens = _bucket_values(run, kind, key, labels, top)
         counts.append(tokens)
         color = COLORS[i % len(COLORS)]
+        xs = x if kind == "position" else x + (i - (len(runs) - 1) / 2) * width
         if kind == "position":
             ax.plot(x, np.where(vals > 0, vals, np.nan), marker="o", color=color, label=run.label)
         else:
-            xs = x + (i - (len(runs) - 1) / 2) * width
-            ax.bar(
-                xs,
-                np.where(vals > 0, vals - floor, np.where(np.array(tokens) > 0, 0.0, np.nan)),
-                width=width * 0.95,
-                bottom=floor,
-                color=color,
-                label=run.label,
-                alpha=0.9,
-            )
+            heights = np.where(vals > 0, vals - floor, np.where(np.array(tokens) > 0, 0.0, np.nan))
+            ax.bar(xs, heights, width=width * 0.95, bottom=floor, color=color, label=run.label, alpha=0.9)
         for j in np.flatnonzero(infinite):  # an overflowed ratio (r = e^800) makes k3 inf: say so, not a bar of NaN
-            xj = x[j] if kind == "position" else x[j] + (i - (len(runs) - 1) / 2) * width
             ax.annotate(
-                "inf", (xj, top), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=8, color=color
+                "inf", (xs[j], top), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=8, color=color
             )
     ax.set_yscale("log")
     if kind == "position":
@@ -255,6 +244,19 @@ def _bucket_panel(ax, runs: list[Run], kind: str, key: str) -> None:
     ax.set_xticklabels(labels, rotation=30 if len(labels) > 6 else 0, fontsize=8.5)
     ax.grid(True, axis="y", which="major", alpha=0.3)
     ax.legend(fontsize=8.5)
+
+
+def _bucket_values(
+    run: Run, kind: str, key: str, labels: list[str], top: float
+) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """One run's mean of ``key`` in each bucket (0 where it has none; an infinite mean drawn at ``top``), which
+    were infinite, and its tokens per bucket."""
+    rows = {r.bucket: r for r in getattr(_report(run).breakdowns, kind)}
+    vals = np.array([float((r.mean(key) if (r := rows.get(b)) else None) or 0.0) for b in labels], dtype=float)
+    infinite = np.isinf(vals)
+    vals[infinite] = top
+    tokens = [r.tokens if (r := rows.get(b)) else 0 for b in labels]
+    return vals, infinite, tokens
 
 
 def _count(n: int) -> str:
