@@ -107,19 +107,9 @@ def topk_bounds(
     for a in range(0, n, BLOCK_ROWS):
         b = min(n, a + BLOCK_ROWS)
         lo, hi = int(ends[a]), int(ends[b])
-        _bounds_block(
-            out,
-            slice(a, b),
-            token_id_T[a:b],
-            sampler_logprob_T[a:b],
-            trainer_logprob_T[a:b],
-            q_T[a:b],
-            p_T[a:b],
-            ids[lo:hi],
-            slp[lo:hi],
-            tlp[lo:hi],
-            n_ids[a:b],
-        )
+        rows, lists = slice(a, b), slice(lo, hi)
+        token_side = (token_id_T[rows], sampler_logprob_T[rows], trainer_logprob_T[rows], q_T[rows], p_T[rows])
+        _bounds_block(out, rows, *token_side, ids[lists], slp[lists], tlp[lists], n_ids[rows])
     return out
 
 
