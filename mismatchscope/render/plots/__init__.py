@@ -32,20 +32,7 @@ def report_figures(result, hist, rules) -> list[Picture]:
     """The report's pictures for one run; ``rules`` are the rules whose thresholds are drawn."""
     from .figures import run_of
 
-    return _pictures([run_of("run", result, hist)], rules, checks=None)
-
-
-def gate_figures(gate_result) -> list[Picture]:
-    """The gate's pictures: its checks, then baseline and candidate overlaid."""
-    from .figures import run_of
-
-    runs = (
-        [run_of("baseline", gate_result.baseline.result, gate_result.baseline.plot_data)]
-        if gate_result.baseline
-        else []
-    )
-    runs.append(run_of("candidate", gate_result.candidate.result, gate_result.candidate.plot_data))
-    return _pictures(runs, gate_result.config.rule_instances(), checks=gate_result.checks)
+    return _pictures([run_of("run", result, hist)], rules)
 
 
 def worst_figures(rows: list[WorstSequence], traces: dict) -> list[Picture]:
@@ -90,13 +77,13 @@ def masks_figures(result) -> list[Picture]:
     ]
 
 
-def _pictures(runs, rules, checks) -> list[Picture]:
-    """Every picture of report (and gate, with its ``checks``): each run's, then the routing and sweep ones."""
+def _pictures(runs, rules) -> list[Picture]:
+    """The pictures of one run or of several overlaid (report's; the gate's after its checks): where the
+    mismatch sits, then the routing and sweep ones."""
     from .routing import has_flip_rates
     from .sweeps import sweep_curves
 
-    out = [_gate_picture(checks)] if checks else []
-    out += _mismatch_pictures(runs, rules)
+    out = _mismatch_pictures(runs, rules)
     if any(has_flip_rates(r) for r in runs):
         out.append(_route_picture(runs))
     sweeps = sweep_curves(runs, rules)
@@ -111,18 +98,6 @@ def _pictures(runs, rules, checks) -> list[Picture]:
             )
         )
     return out
-
-
-def _gate_picture(checks) -> Picture:
-    from . import figures as F
-
-    return _picture(
-        "gate_checks",
-        "Gate checks",
-        "Each check's estimate and interval against its limit. Regression "
-        "checks on candidate / baseline, absolute checks on candidate / limit.",
-        F.gate_checks(checks),
-    )
 
 
 def _mismatch_pictures(runs, rules) -> list[Picture]:
