@@ -39,6 +39,8 @@ LAYERS: dict[str, int] = {
             "routing",
             "metrics",
             "documents",
+            "progress",
+            "terminal",
         ),
         0,
     ),

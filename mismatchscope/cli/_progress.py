@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from ..progress import Progress
 from ._streams import stderr_console
 
 if TYPE_CHECKING:
     from rich.progress import TaskID
 
 
-class Bars:
+class Bars(Progress):
     """Rich progress bars on stderr for the probe's stages.
 
     Started on the first stage or note, so an error found by the checks that

@@ -44,8 +44,8 @@ from ._options import (
 from ._streams import OutputFormat, emit_json, stdout_console
 
 if TYPE_CHECKING:
-    from ..probe.run import Progress
     from ..probe.types import LogprobsMode
+    from ..progress import Progress
 
 EXIT_VARIANT_FAILED = 3
 

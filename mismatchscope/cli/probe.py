@@ -74,7 +74,6 @@ VerboseOpt = typer.Option(
 )
 
 if TYPE_CHECKING:
-    from ..probe.run import Progress
     from ..probe.types import LogprobsMode
 
 
@@ -210,7 +209,7 @@ def probe(
 ) -> None:
     """Sample with a real engine, teacher-force with a real trainer, record per-token logprob pairs, and print the report."""
     from ..probe.options import ProbeOptions, check_options
-    from ..probe.run import run_probe
+    from ..probe.sampling import run_probe
     from ..probe.types import SamplerConfig, SamplingConfig, TrainerConfig
 
     if logprobs_mode not in ("processed_logprobs", "raw_logprobs"):
@@ -282,7 +281,7 @@ def probe(
             raise UsageError("no CHECKPOINT given and no bundled sample model found", hint="pass a checkpoint folder")
         info("no CHECKPOINT given: probing the bundled sample model (tiny Qwen3 trained on addition)")
     with engine_output(opts.out, verbose=verbose, sampler_kind=sampler), Bars(enabled=True) as bars:
-        run_dir = run_probe(opts, cast("Progress", bars))  # Bars has Progress's methods
+        run_dir = run_probe(opts, bars)
     _summarise(run_dir, rule, format)
 
 
@@ -336,7 +335,7 @@ def rescore(
     format: OutputFormat = FormatOpt,
 ) -> None:
     """Re-score a run's samples with other trainer settings, or score an imported run with a checkpoint."""
-    from ..probe.run import rescore as do_rescore
+    from ..probe.rescore import rescore as do_rescore
     from ..probe.types import TrainerConfig
 
     cfg = TrainerConfig(
@@ -366,7 +365,7 @@ def rescore(
             out_dir,
             cfg,
             resume=resume,
-            progress=cast("Progress", bars),
+            progress=bars,
             trainer_checkpoint=trainer_checkpoint,
             temperature=temperature,
         )

@@ -33,9 +33,6 @@ try:  # orjson is ~3x faster on float-heavy lines; the stdlib is the fallback
 except ImportError:  # pragma: no cover - exercised only without orjson
     _fast_loads = None
 
-Progress = Callable[[int, int, Path], None]
-"""``progress(files_done, files_total, path)``, called after each source file."""
-
 MAX_BAD_EXAMPLES = 20
 
 

@@ -34,7 +34,8 @@ from ..errors import ImportFormatError, MismatchscopeError
 from ._base import SourceFile, check_record, parse_record, short
 
 if TYPE_CHECKING:
-    from ._base import ImportContext, Progress
+    from ..progress import FileProgress as Progress
+    from ._base import ImportContext
 
 UNIT_BYTES = 16 << 20
 PARALLEL_MIN_BYTES = 64 << 20

@@ -417,7 +417,7 @@ def check_run_out(out: os.PathLike[str] | str, resume: bool, option: str = "--ou
     if not path.is_dir():
         return
     if (path / rundir.MANIFEST).is_file():
-        from .run_dir import unstarted_run
+        from .writer import unstarted_run
 
         if not resume and not unstarted_run(path):  # an unstarted one is replaced (RunDir.open)
             raise UsageError(

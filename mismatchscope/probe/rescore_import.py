@@ -44,8 +44,8 @@ from ..errors import InputError, UsageError
 from ..importers.routes import SEQUENCES
 from ..redact import redact_command
 from ..routing import layout
-from .run_dir import RunDir, finish, open_session, save_progress, token_shards
 from .types import SamplingConfig, Scored, ScoreRequest, TrainerConfig
+from .writer import RunDir, finish, open_session, save_progress, token_shards
 
 TRAINER_COLUMNS = ("trainer_logprob", "trainer_topk_ids", "trainer_topk_logprobs", "trainer_entropy")
 """what the checkpoint gives each kept token; the imported values of these (the stack's trainer's) are replaced."""
@@ -203,7 +203,8 @@ def rescore_imported(
     progress,
 ) -> Path:
     """Score an imported run's sequences with ``checkpoint`` into ``out`` (checks first, then the run)."""
-    from .checkpoint import check_tokenizer, check_weights_cover_config, inspect_checkpoint, load_tokenizer
+    from .checkpoint import check_weights_cover_config, inspect_checkpoint
+    from .tokenizer import check_tokenizer, load_tokenizer
 
     src = open_imported(run_path)
     check_replay(src, trainer_cfg)

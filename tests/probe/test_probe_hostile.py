@@ -24,8 +24,9 @@ import pytest
 
 from mismatchscope import rundir
 from mismatchscope.errors import CheckpointError, SamplerError, TokenizerMismatchError, UsageError
-from mismatchscope.probe.checkpoint import check_tokenizer, inspect_checkpoint, load_tokenizer
+from mismatchscope.probe.checkpoint import inspect_checkpoint
 from mismatchscope.probe.options import check_attn_implementation, server_timeout
+from mismatchscope.probe.tokenizer import check_tokenizer, load_tokenizer
 from mismatchscope.probe.types import SamplerConfig, SamplingConfig, TrainerConfig
 from tests.helpers import cli_no_engine as cli
 from tests.probe.test_probe_errors import CHECKPOINT, GOOD_CHOICE, _choice, _sample, error_line, server  # noqa: F401
@@ -600,7 +601,7 @@ def test_a_start_that_fails_after_the_run_was_made_takes_it_back(server, tmp_pat
 
 
 def test_an_unstarted_run_is_replaced_and_a_sampled_one_is_kept(tmp_path):
-    from mismatchscope.probe.run_dir import RunDir
+    from mismatchscope.probe.writer import RunDir
 
     run = RunDir(tmp_path / "run")
     run.open({"a": 1}, resume=False)

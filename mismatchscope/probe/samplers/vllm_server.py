@@ -57,7 +57,6 @@ from mismatchscope.errors import (
 from mismatchscope.probe.checkpoint import CheckpointInfo
 from mismatchscope.probe.options import SERVER_TIMEOUT_S, check_server_engine_args, server_timeout
 from mismatchscope.probe.samplers.base import (
-    ProgressFn,
     check_prompts,
     from_sentinel,
     manifest_safe,
@@ -66,6 +65,7 @@ from mismatchscope.probe.samplers.base import (
     split_topk,
 )
 from mismatchscope.probe.types import Completion, SamplerConfig, SamplingConfig
+from mismatchscope.progress import Advance
 from mismatchscope.reader import POSITIVE_LOGPROB_TOLERANCE
 from mismatchscope.redact import (
     excerpt,
@@ -232,7 +232,7 @@ class VLLMServerSampler:
 
     def _check_tokenizer(self, prompts: list[list[int]]) -> None:
         """The server's tokenizer must give our ids for the text of each prompt (``/tokenize``)."""
-        from mismatchscope.probe.checkpoint import load_tokenizer
+        from mismatchscope.probe.tokenizer import load_tokenizer
 
         if self._tokenizer is None:
             self._tokenizer = load_tokenizer(self.info.path)
@@ -310,7 +310,7 @@ class VLLMServerSampler:
         self,
         prompts: list[list[int]],
         sampling: SamplingConfig,
-        on_progress: ProgressFn | None = None,
+        on_progress: Advance | None = None,
     ) -> list[Completion]:
         check_prompts(prompts, sampling)
         if "tokenizer" not in self._checks:
