@@ -16,7 +16,8 @@ from .. import rundir
 from ..errors import UsageError
 from ..progress import Progress
 from .checkpoint import CheckpointInfo
-from .options import canonical_trainer, check_rescore_out, check_trainer
+from .engine_checks import check_trainer
+from .options import canonical_trainer, check_rescore_out
 from .policy_lag import TrainerCheckpoint
 from .prompts import Prompt
 from .rewards import DEFAULT_REWARD, load_reward_fn

@@ -43,7 +43,7 @@ def unknown_family(info: CheckpointInfo) -> str:
 
 def attach_tap(model, info: CheckpointInfo, *, margins: bool):
     """(RouteTap or None, why not) for a loaded model: None for dense models and unknown families."""
-    from mismatchscope.routing.capture import RouteTap
+    from mismatchscope.probe.route_capture import RouteTap
     from mismatchscope.routing.families import family_for, find_moe_layers
 
     if not info.is_moe:
@@ -279,7 +279,7 @@ def write_route_shard(
 def check_replay_probe(replay: str | None, info: CheckpointInfo, sampler_kind: str) -> None:
     """``probe --replay-routes``: refused before the run exists where no sampler routes can come."""
     from mismatchscope.errors import UsageError
-    from mismatchscope.probe.options import SERVER_KINDS
+    from mismatchscope.probe.engine_checks import SERVER_KINDS
     from mismatchscope.routing.families import family_for
 
     if replay is None:

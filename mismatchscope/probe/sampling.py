@@ -35,14 +35,8 @@ from ..progress import Progress
 from ..redact import redact_command, redact_obj, redact_url
 from ..routing.io import Shape
 from .checkpoint import CheckpointInfo
-from .options import (
-    SERVER_KINDS,
-    ProbeOptions,
-    canonical_options,
-    check_against_checkpoint,
-    check_engine_installed,
-    check_options,
-)
+from .engine_checks import SERVER_KINDS
+from .options import ProbeOptions, canonical_options, check_against_checkpoint, check_engine_installed, check_options
 from .policy_lag import TrainerCheckpoint
 from .prompts import Prompt, file_sha256, load_prompts
 from .rewards import DEFAULT_REWARD, RewardFn, load_reward_fn

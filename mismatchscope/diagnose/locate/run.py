@@ -152,7 +152,7 @@ def locate(
     seconds: float,
 ) -> LocateResult:
     """The result of one configuration from its three captures (``sampler``: what :func:`capture_sampler` gave)."""
-    from ...routing.capture import moe_layers_of
+    from ...probe.route_capture import moe_layers_of
     from .compare import locate_result
 
     t0 = time.perf_counter()

@@ -21,8 +21,8 @@ from __future__ import annotations
 from typing import Any
 
 from mismatchscope.probe.checkpoint import CheckpointInfo
+from mismatchscope.probe.engine_checks import HF_ENGINE_ARGS, check_hf_engine_args
 from mismatchscope.probe.hf_model import load_causal_lm, model_description
-from mismatchscope.probe.options import HF_ENGINE_ARGS, check_hf_engine_args
 from mismatchscope.probe.samplers.base import check_prompts
 from mismatchscope.probe.token_scoring import GREEDY_EPS
 from mismatchscope.probe.types import Completion, SamplerConfig, SamplingConfig
