@@ -84,8 +84,8 @@ def rescore(
         return rescore_imported(run_path, out, trainer_cfg, trainer_checkpoint, temperature, resume, progress)
     src, old = _checked_source(run_path, trainer_cfg, temperature)
     dst = RunDir(out)
-    with dst.lock():
-        return _rescore_locked(src, dst, old, trainer_cfg, resume, progress, trainer_checkpoint)
+    with dst.lock():  # the recorded checkpoint and the trainer's weights are read while the new run is held
+        return _rescore_locked(_open_session(src, dst, old, trainer_cfg, resume, progress, trainer_checkpoint))
 
 
 def _checked_source(run_path: Path, trainer_cfg: TrainerConfig, temperature: float | None) -> tuple[RunDir, dict]:
@@ -168,25 +168,17 @@ def _check_complete_source(run_path: Path) -> None:
         )
 
 
-def _rescore_locked(
-    src: RunDir,
-    dst: RunDir,
-    old: dict,
-    trainer_cfg: TrainerConfig,
-    resume: bool,
-    progress: Progress,
-    trainer_checkpoint_path: Path | None,
-) -> Path:
-    s = _open_session(src, dst, old, trainer_cfg, resume, progress, trainer_checkpoint_path)
-    fingerprint = {k: v for k, v in old.get("fingerprint", {}).items() if k != "trainer_checkpoint_sha256"}
+def _rescore_locked(s: RescoreSession) -> Path:
+    """Open the new run (its fingerprint: the recorded one with this trainer), then score every round into it."""
+    fingerprint = {k: v for k, v in s.old.get("fingerprint", {}).items() if k != "trainer_checkpoint_sha256"}
     fingerprint.update(
-        {**lag_fingerprint(s.trainer_ckpt), "trainer": trainer_cfg.to_dict(), "rescored_from": str(src.path)}
+        {**lag_fingerprint(s.trainer_ckpt), "trainer": s.trainer_cfg.to_dict(), "rescored_from": str(s.src.path)}
     )
-    manifest = dst.open(fingerprint, resume)
+    manifest = s.dst.open(fingerprint, s.resume)
     try:
         return _rescore_rounds(s, manifest)
     except BaseException:
-        dst.discard_unstarted()  # the trainer did not load: nothing to keep, nothing to block a re-run
+        s.dst.discard_unstarted()  # the trainer did not load: nothing to keep, nothing to block a re-run
         raise
 
 

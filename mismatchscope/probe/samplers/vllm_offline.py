@@ -195,7 +195,7 @@ class VLLMOfflineSampler:
 def _start(model: str, args: dict[str, Any]):
     """``vllm.LLM(model, **args)``, its refusals of the options as one-line errors.
 
-    :func:`mismatchscope.probe.options.check_vllm_engine_args` catches these before the run; this is the
+    :func:`mismatchscope.probe.engine_checks.check_vllm_engine_args` catches these before the run; this is the
     backstop when vLLM's declarations could not be read.
     """
     import pydantic
