@@ -2,7 +2,8 @@
 
 ``probe``, ``rescore`` and ``diagnose`` take the same engine options under
 the same names; :class:`EngineValues` holds them as typed fields (what a
-command does not take keeps the configs' own default), and its three
+command does not take keeps the configs' own default, read from the config
+classes), and its three
 builders turn them into :class:`SamplingConfig`, :class:`SamplerConfig` and
 :class:`TrainerConfig`. The values are judged later, once, by
 :mod:`.options` and :mod:`.engine_checks`.
@@ -23,41 +24,42 @@ SamplerKind = Literal["vllm", "vllm-server", "trl-server", "hf"]
 class EngineValues:
     """The engine options of a command line, by their parameter names."""
 
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    n: int = 4
+    temperature: float = SamplingConfig.temperature
+    top_p: float = SamplingConfig.top_p
+    top_k: int = SamplingConfig.top_k
+    n: int = SamplingConfig.n
     max_tokens: int = 0
-    top_k_logprobs: int = 5
-    seed: int = 0
-    logprobs_mode: str = "processed_logprobs"
+    """0: as long as the context allows (the probe resolves it against the checkpoint)."""
+    top_k_logprobs: int = SamplingConfig.top_k_logprobs
+    seed: int = SamplingConfig.seed
+    logprobs_mode: str = SamplingConfig.logprobs_mode
     sampler: str | None = None
     """``--sampler``; None: ``hf`` for the zero profile, else ``vllm``."""
-    sampler_dtype: str = "float16"
-    tensor_parallel_size: int = 1
-    max_num_seqs: int | None = None
-    enforce_eager: bool = True
-    gpu_memory_utilization: float | None = None
-    max_model_len: int | None = None
+    sampler_dtype: str = SamplerConfig.dtype
+    tensor_parallel_size: int = SamplerConfig.tensor_parallel_size
+    max_num_seqs: int | None = SamplerConfig.max_num_seqs
+    enforce_eager: bool = SamplerConfig.enforce_eager
+    gpu_memory_utilization: float | None = SamplerConfig.gpu_memory_utilization
+    max_model_len: int | None = SamplerConfig.max_model_len
     fp32_lm_head: bool = False
     """``--fp32-lm-head``: both sides."""
     sampler_fp32_lm_head: bool = False
     engine_args: dict[str, Any] = field(default_factory=dict)
     """``--engine-arg`` items, parsed."""
-    url: str | None = None
-    api_key_env: str = "MISMATCHSCOPE_API_KEY"
-    zero: bool = False
-    trainer_dtype: str = "float32"
-    attn_implementation: str | None = None
+    url: str | None = SamplerConfig.url
+    api_key_env: str = SamplerConfig.api_key_env
+    zero: bool = SamplerConfig.zero
+    trainer_dtype: str = TrainerConfig.dtype
+    attn_implementation: str | None = TrainerConfig.attn_implementation
     trainer_fp32_lm_head: bool = False
-    device_map: str | None = None
-    trainer_device: str | None = None
-    trainer_batch_tokens: int = 8192
-    trust_remote_code: bool = False
-    allow_pickle: bool = False
-    replay_routes: bool = False
-    replay_weights: bool = False
-    routes: bool = True
+    device_map: str | None = TrainerConfig.device_map
+    trainer_device: str | None = TrainerConfig.device
+    trainer_batch_tokens: int = TrainerConfig.batch_tokens
+    trust_remote_code: bool = TrainerConfig.trust_remote_code
+    allow_pickle: bool = TrainerConfig.allow_pickle
+    replay_routes: bool = TrainerConfig.replay_routes
+    replay_weights: bool = TrainerConfig.replay_weights
+    routes: bool = TrainerConfig.record_routes
     """``--routes/--no-routes``: record both sides' MoE routes."""
 
     @classmethod
