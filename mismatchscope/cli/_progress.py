@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 class Bars(Progress):
-    """Rich progress bars on stderr for the probe's stages.
+    """Rich progress bars on stderr for the probe's stages (the library's :class:`~mismatchscope.progress.Progress`).
 
     Started on the first stage or note, so an error found by the checks that
     run first stays the only line on stderr.
@@ -23,12 +23,12 @@ class Bars(Progress):
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
-            Progress,
             TextColumn,
             TimeElapsedColumn,
         )
+        from rich.progress import Progress as RichProgress
 
-        self._p = Progress(
+        self._p = RichProgress(
             TextColumn("{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),

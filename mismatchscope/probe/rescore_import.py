@@ -136,8 +136,16 @@ def sampling_for(src: ImportedRun, temperature: float | None) -> SamplingConfig:
     return SamplingConfig(temperature=temperature, n=1, max_tokens=max(longest, 1))
 
 
-def check_checkpoint_fits(src: ImportedRun, info, trainer_cfg: TrainerConfig) -> None:
+def check_checkpoint_fits(src: ImportedRun, info: CheckpointInfo, trainer_cfg: TrainerConfig) -> None:
     """Every id inside the vocabulary, every sequence inside the context, the routes the checkpoint's shape."""
+    _check_vocabulary(src, info)
+    _check_context(src, info)
+    if src.meta is not None and trainer_cfg.record_routes:
+        _check_routes_fit(src, src.meta, info)
+
+
+def _check_vocabulary(src: ImportedRun, info: CheckpointInfo) -> None:
+    """An id past the embedding would fail inside the forward pass, after the new run exists."""
     prompts, completions = src.sequences["prompt_token_ids"], src.sequences["completion_token_ids"]
     sids = src.sequences["sequence_id"].to_numpy()
     flat = [np.asarray(col.combine_chunks().flatten()) for col in (prompts, completions)]
@@ -153,6 +161,12 @@ def check_checkpoint_fits(src: ImportedRun, info, trainer_cfg: TrainerConfig) ->
             f"(0..{info.vocab_size - 1}); the largest id in the run is {top}",
             hint="rescore with the checkpoint (and tokenizer) the run was sampled with",
         )
+
+
+def _check_context(src: ImportedRun, info: CheckpointInfo) -> None:
+    """A sequence longer than the checkpoint's positions cannot be scored by it."""
+    prompts, completions = src.sequences["prompt_token_ids"], src.sequences["completion_token_ids"]
+    sids = src.sequences["sequence_id"].to_numpy()
     p_len, c_len = (np.asarray(col.combine_chunks().value_lengths(), dtype=np.int64) for col in (prompts, completions))
     lengths = p_len + c_len
     if lengths.size and int(lengths.max()) > info.max_model_len:
@@ -162,11 +176,13 @@ def check_checkpoint_fits(src: ImportedRun, info, trainer_cfg: TrainerConfig) ->
             f"{info.max_model_len} positions of {info.path}",
             hint="rescore with the checkpoint the run was sampled with (its context is long enough)",
         )
-    if src.meta is None or not trainer_cfg.record_routes:
-        return
+
+
+def _check_routes_fit(src: ImportedRun, meta: layout.RoutingMeta, info: CheckpointInfo) -> None:
+    """The imported routes are recorded beside the trainer's: both must be of one router shape."""
     if not info.is_moe:
         raise InputError(
-            f"{src.path} holds routes of an MoE model ({src.meta.family}) but {info.path} is dense",
+            f"{src.path} holds routes of an MoE model ({meta.family}) but {info.path} is dense",
             hint="rescore with the checkpoint the routes came from",
         )
     from ..importers.routes_model import RoutesModel
@@ -177,7 +193,7 @@ def check_checkpoint_fits(src: ImportedRun, info, trainer_cfg: TrainerConfig) ->
         raise UsageError(f"cannot record the trainer's routes: {unknown_family(info)}")
     model = RoutesModel.from_config(info.config, where=str(info.path / "config.json"))
     want = (model.family, model.num_layers, model.moe_layers, model.num_experts, model.top_k)
-    got = (src.meta.family, src.meta.num_layers, tuple(src.meta.moe_layers), src.meta.num_experts, src.meta.top_k)
+    got = (meta.family, meta.num_layers, tuple(meta.moe_layers), meta.num_experts, meta.top_k)
     if want != got:
         raise InputError(
             f"{src.path}'s routes are of {got[0]}: {got[1]} decoder layers (MoE layers {list(got[2])}), "

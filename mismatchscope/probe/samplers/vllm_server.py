@@ -197,25 +197,7 @@ class VLLMServerSampler:
                 **NEUTRAL,
             },
         )
-        where = "POST /v1/completions (logprobs-mode check)"
-        choices = answer_field(answer, "choices", list, where)
-        if not choices:
-            raise SamplerError(f"{where}: choices is empty")
-        lp = answer_field(require(choices[0], dict, f"{where}: choices[0]"), "logprobs", dict, f"{where}: choices[0]")
-        values = [
-            v
-            for v in numbers(
-                answer_field(lp, "token_logprobs", list, f"{where}: choices[0].logprobs"),
-                f"{where}: choices[0].logprobs.token_logprobs",
-            )
-            if v is not None
-        ]
-        if any(v > 0 for v in values):
-            served = "a logits mode"
-        elif values and all(v == 0.0 for v in values):
-            served = "processed_logprobs"
-        else:
-            served = "raw_logprobs"
+        served = _served_mode(answer)
         self._checks["logprobs_mode"] = served
         if served != sampling.logprobs_mode:
             raise UsageError(
@@ -299,6 +281,30 @@ class VLLMServerSampler:
 
     def close(self) -> None:
         """Nothing to release: the server belongs to whoever started it."""
+
+
+def _served_mode(answer: Any) -> str:
+    """The logprobs mode a top_k=1 answer shows: processed logprobs are exactly 0.0, raw ones negative."""
+    where = "POST /v1/completions (logprobs-mode check)"
+    choices = answer_field(answer, "choices", list, where)
+    if not choices:
+        raise SamplerError(f"{where}: choices is empty")
+    lp = answer_field(require(choices[0], dict, f"{where}: choices[0]"), "logprobs", dict, f"{where}: choices[0]")
+    values = [
+        v
+        for v in numbers(
+            answer_field(lp, "token_logprobs", list, f"{where}: choices[0].logprobs"),
+            f"{where}: choices[0].logprobs.token_logprobs",
+        )
+        if v is not None
+    ]
+    if any(v > 0 for v in values):
+        served = "a logits mode"
+    elif values and all(v == 0.0 for v in values):
+        served = "processed_logprobs"
+    else:
+        served = "raw_logprobs"
+    return served
 
 
 class _ServerRoutes:
