@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from mismatchscope.probe.checkpoint import CheckpointInfo, text_config
+from mismatchscope.progress import Note
 from mismatchscope.routing.io import SeqRoutes, Shape
 from mismatchscope.routing.layout import RoutingMeta, SideRoutes
 
@@ -334,7 +335,7 @@ def check_replay_source(run_path, manifest: dict, replay: str | None) -> Routing
 # ------------------------------------------------------------------ per run
 
 
-def routing_manifest(manifest: dict, trainer, side: SideRoutes | None, replay: str | None, note) -> Shape | None:
+def routing_manifest(manifest: dict, trainer, side: SideRoutes | None, replay: str | None, note: Note) -> Shape | None:
     """Put the run's :class:`RoutingMeta` in the manifest and say in one line what is missing.
 
     Returns the shape routes are written in, or None where none are (dense, unknown family).
@@ -374,7 +375,7 @@ class RoundRoutes:
 
     @classmethod
     def of_source(
-        cls, src_path, old_manifest: dict, trainer, replay: str | None, manifest: dict, note
+        cls, src_path, old_manifest: dict, trainer, replay: str | None, manifest: dict, note: Note
     ) -> RoundRoutes | None:
         """A rescore's routes: the recorded run's sampler side, checked against the trainer's model."""
         from mismatchscope.errors import InputError
