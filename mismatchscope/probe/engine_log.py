@@ -95,32 +95,46 @@ def engine_output(
             raise
         return
     tmp = Path(tmp_name)
-    _flush_all()
-    saved = os.dup(2)
-    os.dup2(fd, 2)
-    os.close(fd)
-    terminal.capture(os.fdopen(os.dup(saved), "w", buffering=1, encoding="utf-8", errors="replace"))
-    _capture.log = tmp
+    saved = _redirect(fd, tmp)
     try:
         yield
     except BaseException as e:
-        if _from_vllm(e):
-            _release(e)  # a half-started engine's progress bars print as they are freed: into the log
-        _restore(saved)
-        if isinstance(e, MismatchscopeError) and not _from_vllm(e):  # the tool's own refusal: its line says it all,
-            tmp.unlink(missing_ok=True)  # and a refused command changes nothing, not even a run's log
-            raise
-        log = _place(tmp, run_dir, keep=True, any_dir=any_dir)
-        if isinstance(e, Exception):
-            _raise_engine_error(e, log, sampler_kind)
-        if log is not None and not isinstance(e, MismatchscopeError):
-            terminal.write(f"the engines' output up to the failure: {log}\n")
+        _on_failure(e, tmp, saved, run_dir, sampler_kind=sampler_kind, any_dir=any_dir)
         raise
     _restore(saved)
     log = _place(tmp, run_dir, keep=False, any_dir=any_dir)
     if log is not None:
         live = "" if any_dir else " (--verbose shows it live)"
         terminal.write(f"the engines' output: {log}{live}\n")  # one line of 80 columns for a run under runs/
+
+
+def _redirect(fd: int, tmp: Path) -> int:
+    """Descriptor 2 onto the log (``fd``, at ``tmp``), the tool's messages onto a copy of the terminal's; the copy."""
+    _flush_all()
+    saved = os.dup(2)
+    os.dup2(fd, 2)
+    os.close(fd)
+    terminal.capture(os.fdopen(os.dup(saved), "w", buffering=1, encoding="utf-8", errors="replace"))
+    _capture.log = tmp
+    return saved
+
+
+def _on_failure(
+    e: BaseException, tmp: Path, saved: int, run_dir: Path, *, sampler_kind: str | None, any_dir: bool
+) -> None:
+    """Descriptor 2 back and the log placed; ``e`` raised again as one :class:`EngineError` line where it is an
+    engine's failure (otherwise the caller raises ``e`` itself)."""
+    if _from_vllm(e):
+        _release(e)  # a half-started engine's progress bars print as they are freed: into the log
+    _restore(saved)
+    if isinstance(e, MismatchscopeError) and not _from_vllm(e):  # the tool's own refusal: its line says it all,
+        tmp.unlink(missing_ok=True)  # and a refused command changes nothing, not even a run's log
+        return
+    log = _place(tmp, run_dir, keep=True, any_dir=any_dir)
+    if isinstance(e, Exception):
+        _raise_engine_error(e, log, sampler_kind)
+    if log is not None and not isinstance(e, MismatchscopeError):
+        terminal.write(f"the engines' output up to the failure: {log}\n")
 
 
 def _flush_all() -> None:
