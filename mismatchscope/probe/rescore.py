@@ -35,7 +35,7 @@ from .types import SamplingConfig, TrainerConfig
 from .writer import RunDir, finish, open_session, save_progress
 
 
-@dataclass
+@dataclass(frozen=True)
 class RescoreSession:
     """What a rescore of a probe run has checked and opened before its rounds are scored again."""
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from .trainer import HFTrainer
 
 
-@dataclass
+@dataclass(frozen=True)
 class Scoring:
     """What scoring a run's rounds reads, the same for a probe and a rescore of one."""
 
