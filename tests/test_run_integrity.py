@@ -310,7 +310,7 @@ def test_the_recorder_reopens_its_own_run_only_as_another_rank_or_with_resume(tm
 
 
 def test_the_recorder_refuses_a_sequence_id_given_again_at_a_later_step(tmp_path):
-    from mismatchscope.live import RecorderInputError
+    from mismatchscope.errors import RecorderInputError
 
     with Recorder(tmp_path / "run", rank=0, world_size=1) as rec:
         rec.add(0, Q, P, sequence_ids=[10, 11])
@@ -324,7 +324,7 @@ def test_the_recorder_refuses_a_sequence_id_given_again_at_a_later_step(tmp_path
 
 
 def test_the_recorder_refuses_steps_and_positions_the_readers_refuse(tmp_path):
-    from mismatchscope.live import RecorderInputError
+    from mismatchscope.errors import RecorderInputError
 
     with Recorder(tmp_path / "run", rank=0, world_size=1) as rec:
         with pytest.raises(RecorderInputError, match=r"step 4503599627370497 is beyond 2\^52"):

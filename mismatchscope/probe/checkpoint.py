@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mismatchscope.errors import CheckpointError
+from mismatchscope.checks import json_object
+from mismatchscope.errors import CheckpointError, NotAJsonObjectError
 
 SAFE_WEIGHTS = ("*.safetensors",)
 PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth")
@@ -140,12 +141,11 @@ def _read_config(root: Path) -> dict[str, Any]:
             hint="point at the folder that save_pretrained() wrote",
         )
     try:
-        config = json.loads(cfg_path.read_text())
+        return json_object(cfg_path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"cannot read {str(cfg_path)!r}: {exc}") from exc
-    if not isinstance(config, dict):
-        raise CheckpointError(f"{str(cfg_path)!r} is not a JSON object")
-    return config
+    except NotAJsonObjectError:
+        raise CheckpointError(f"{str(cfg_path)!r} is not a JSON object") from None
 
 
 def _weight_files(root: Path, allow_pickle: bool) -> tuple[list[str], bool]:

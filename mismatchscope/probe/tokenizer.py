@@ -10,11 +10,11 @@ prompts that leave no room for the completion.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
+from mismatchscope.checks import json_object
 from mismatchscope.errors import CheckpointError, PromptError, TokenizerMismatchError
 
 from .checkpoint import TOKENIZER_FILES, CheckpointInfo, sha256_files, text_config
@@ -150,11 +150,11 @@ def _check_special_ids(tokenizer, info: CheckpointInfo) -> None:
 
 
 def _read_json_object(path: Path) -> dict[str, Any]:
+    """An optional config (``generation_config.json``): empty where it is missing or not a JSON object."""
     try:
-        value = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return json_object(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):  # NotAJsonObjectError is a ValueError
         return {}
-    return value if isinstance(value, dict) else {}
 
 
 def _compare_tokenizers(a, b, prompts: list[str]) -> None:

@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from mismatchscope import rundir
-from mismatchscope.errors import UsageError
-from mismatchscope.live import Monitor, Recorder, RecorderInputError
+from mismatchscope.errors import RecorderInputError, UsageError
+from mismatchscope.live import Monitor, Recorder
 from tests.helpers import cli
 
 REPO = Path(__file__).resolve().parents[2]
@@ -445,7 +445,7 @@ def test_exiting_without_close_writes_what_was_queued_and_leaves_the_run_incompl
 
 
 def test_a_writer_failure_is_raised_at_the_next_call(tmp_path, monkeypatch):
-    from mismatchscope.live import RecorderError
+    from mismatchscope.errors import RecorderError
     from mismatchscope.live import recorder as recmod
 
     def full(*_a, **_kw):

@@ -16,8 +16,8 @@ from typing import Any
 from mismatchscope.errors import SamplerError
 from mismatchscope.probe.samplers.base import from_sentinel, split_topk
 from mismatchscope.probe.types import Completion
-from mismatchscope.reader import POSITIVE_LOGPROB_TOLERANCE
 from mismatchscope.redact import redact
+from mismatchscope.schema import POSITIVE_LOGPROB_TOLERANCE
 
 
 def short(x: Any) -> str:
