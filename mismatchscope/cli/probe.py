@@ -51,12 +51,13 @@ from ._options import (
     TrainerFp32HeadOpt,
     TrustRemoteCodeOpt,
     VerboseOpt,
-    device_map_opt,
+    device_map_option,
     engine_args,
-    resume_opt,
-    sampler_opt,
-    seed_opt,
-    trainer_checkpoint_opt,
+    out_option,
+    resume_option,
+    sampler_option,
+    seed_option,
+    trainer_checkpoint_option,
 )
 from ._progress import Bars, engine_env
 from ._streams import OutputFormat, emit_json, info, stdout_console, warn
@@ -112,10 +113,8 @@ def probe(
         show_default=False,
     ),
     prompts: Path | None = PromptsOpt,
-    out: str | None = typer.Option(
-        None, "--out", "-o", metavar="<path>", help="Run directory. Default: runs/probe-<time>."
-    ),
-    sampler: str | None = sampler_opt(
+    out: str | None = out_option("Run directory. Default: runs/probe-<time>."),
+    sampler: str | None = sampler_option(
         None,
         "vllm (offline engine, in-process; the default), vllm-server (a running OpenAI-compatible server, --url), "
         "trl-server (a running trl vllm-serve, --url), or hf (transformers generate; the default with --zero).",
@@ -137,7 +136,7 @@ def probe(
     n: int = SamplesOpt,
     max_tokens: int = MaxTokensOpt,
     top_k_logprobs: int = TopKLogprobsOpt,
-    seed: int = seed_opt(),
+    seed: int = seed_option(),
     logprobs_mode: str = LogprobsModeOpt,
     tensor_parallel_size: int = TensorParallelOpt,
     max_num_seqs: int | None = MaxNumSeqsOpt,
@@ -149,7 +148,7 @@ def probe(
     trainer_fp32_lm_head: bool = TrainerFp32HeadOpt,
     engine_arg: list[str] | None = EngineArgOpt,
     attn_implementation: str | None = AttnImplementationOpt,
-    device_map: str | None = device_map_opt("auto: shard a model larger than one GPU."),
+    device_map: str | None = device_map_option("auto: shard a model larger than one GPU."),
     trainer_device: str | None = TrainerDeviceOpt,
     trainer_batch_tokens: int = TrainerBatchTokensOpt,
     trust_remote_code: bool = TrustRemoteCodeOpt,
@@ -157,7 +156,7 @@ def probe(
     sampler_tokenizer: Path | None = typer.Option(
         None, "--sampler-tokenizer", help="A separate tokenizer the sampler uses; checked against the checkpoint's."
     ),
-    trainer_checkpoint: Path | None = trainer_checkpoint_opt(
+    trainer_checkpoint: Path | None = trainer_checkpoint_option(
         "Score with other weights of the same model (a later checkpoint: policy lag). Checked first: same "
         "architecture, vocabulary and tokenizer as the sampler's checkpoint. Default: the sampler's checkpoint. "
         "A --resume keeps the recorded one."
@@ -174,7 +173,7 @@ def probe(
     replay_routes: bool = ReplayRoutesOpt,
     replay_weights: bool = ReplayWeightsOpt,
     routes: bool = RoutesOpt,
-    resume: bool = resume_opt("Continue a run directory that was interrupted."),
+    resume: bool = resume_option("Continue a run directory that was interrupted."),
     sampler_prefill: bool = typer.Option(
         False,
         "--sampler-prefill",
@@ -265,16 +264,16 @@ def rescore(
     run: Path = typer.Argument(
         ..., help="A probe run directory, or an import with --routes (docs/import.md).", show_default=False
     ),
-    out: str = typer.Option(..., "--out", "-o", metavar="<path>", help="New run directory for the rescored pairs."),
+    out: str = out_option("New run directory for the rescored pairs.", required=True),
     trainer_dtype: str = TrainerDtypeOpt,
     attn_implementation: str | None = AttnImplementationOpt,
     trainer_fp32_lm_head: bool = TrainerFp32HeadAliasOpt,
-    device_map: str | None = device_map_opt(),
+    device_map: str | None = device_map_option(),
     trainer_device: str | None = TrainerDeviceOpt,
     trainer_batch_tokens: int = TrainerBatchTokensOpt,
     trust_remote_code: bool = TrustRemoteCodeOpt,
     allow_pickle: bool = AllowPickleOpt,
-    trainer_checkpoint: Path | None = trainer_checkpoint_opt(
+    trainer_checkpoint: Path | None = trainer_checkpoint_option(
         "Score with other weights of the same model (policy lag), checked against the recorded checkpoint. "
         "An imported run: the checkpoint to score it with (required; its vocabulary, context and router must fit "
         "the imported tokens and routes)."
@@ -283,7 +282,7 @@ def rescore(
     replay_routes: bool = ReplayRoutesOpt,
     replay_weights: bool = ReplayWeightsOpt,
     routes: bool = RoutesOpt,
-    resume: bool = resume_opt(),
+    resume: bool = resume_option(),
     verbose: bool = VerboseOpt,
     rule: list[str] | None = RuleOpt,
     locate: bool = LocateOpt,
