@@ -81,7 +81,8 @@ def test_a_reward_function_with_the_wrong_signature_is_refused_when_loaded(rewar
 
 
 def test_a_seed_beyond_64_bits_and_a_malformed_ipv6_url_are_option_errors():
-    from mismatchscope.probe.options import check_sampler, check_sampling
+    from mismatchscope.probe.engine_checks import check_sampler
+    from mismatchscope.probe.options import check_sampling
     from mismatchscope.probe.types import SamplerConfig, SamplingConfig
 
     with pytest.raises(UsageError, match=r"--seed must be in 0..9223372036854775807"):

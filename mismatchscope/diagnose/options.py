@@ -140,9 +140,9 @@ def check_empty_out(out: Path) -> None:
 
 def resolve_max_tokens(opts: DiagnoseOptions, info) -> int:
     """``--max-tokens 0`` resolved once, as probe resolves it, so every configuration asks for the same length."""
-    from ..probe.checkpoint import load_tokenizer, tokenize_prompts
     from ..probe.prompts import load_prompts
-    from ..probe.run import AUTO_MAX_TOKENS
+    from ..probe.sampling import AUTO_MAX_TOKENS
+    from ..probe.tokenizer import load_tokenizer, tokenize_prompts
 
     if opts.sampling.max_tokens:
         return opts.sampling.max_tokens

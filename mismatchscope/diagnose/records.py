@@ -75,7 +75,7 @@ def run_variant(base: BaselineRun, v: Variant, timer: Timer) -> dict[str, Any]:
 
 def _trainer_side(base: BaselineRun, cfg: Configuration, out: Path, timer: Timer) -> dict[str, Any]:
     """The baseline's tokens rescored by the variant's trainer, and its timing rounds; or why not."""
-    from ..probe.run import rescore
+    from ..probe.rescore import rescore
 
     baseline_dir = base.opts.out / "baseline"
     why = replay_unavailable(baseline_dir, cfg.sampler.kind) if cfg.trainer.replay_routes else None

@@ -33,8 +33,8 @@ from typing import Any
 
 from .. import rundir
 from ..errors import SamplerError
-from ..probe.run import Progress
 from ..probe.types import SamplerConfig
+from ..progress import Progress
 from .determinism import sampler_checks, trainer_checks
 from .effects import rank
 from .options import DiagnoseOptions, check_empty_out, check_options, device, resolve_max_tokens

@@ -78,9 +78,9 @@ def _start(sampler_cfg, info, sampling):
 def _probe(spec: dict, info, sampling, sampler_cfg, sampler) -> tuple[list, list]:
     """The configuration's probe run at ``spec["out"]``; its prompts' token ids and its completions."""
     from ..probe.options import ProbeOptions
-    from ..probe.run import run_probe
-    from ..probe.run_dir import RunDir
+    from ..probe.sampling import run_probe
     from ..probe.types import TrainerConfig
+    from ..probe.writer import RunDir
 
     opts = ProbeOptions(
         checkpoint=info.path,

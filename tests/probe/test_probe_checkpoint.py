@@ -12,12 +12,8 @@ import shutil
 import pytest
 
 from mismatchscope.errors import CheckpointError, PromptError, TokenizerMismatchError
-from mismatchscope.probe.checkpoint import (
-    check_tokenizer,
-    inspect_checkpoint,
-    load_tokenizer,
-    tokenize_prompts,
-)
+from mismatchscope.probe.checkpoint import inspect_checkpoint
+from mismatchscope.probe.tokenizer import check_tokenizer, load_tokenizer, tokenize_prompts
 
 
 def _copy(src, dst):

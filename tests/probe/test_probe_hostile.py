@@ -24,8 +24,9 @@ import pytest
 
 from mismatchscope import rundir
 from mismatchscope.errors import CheckpointError, SamplerError, TokenizerMismatchError, UsageError
-from mismatchscope.probe.checkpoint import check_tokenizer, inspect_checkpoint, load_tokenizer
-from mismatchscope.probe.options import check_attn_implementation, server_timeout
+from mismatchscope.probe.checkpoint import inspect_checkpoint
+from mismatchscope.probe.engine_checks import check_attn_implementation, server_timeout
+from mismatchscope.probe.tokenizer import check_tokenizer, load_tokenizer
 from mismatchscope.probe.types import SamplerConfig, SamplingConfig, TrainerConfig
 from tests.helpers import cli_no_engine as cli
 from tests.probe.test_probe_errors import CHECKPOINT, GOOD_CHOICE, _choice, _sample, error_line, server  # noqa: F401
@@ -160,9 +161,9 @@ def test_flash_attention_without_its_package(tmp_path, kernel, module, package):
 def test_flash_attention_installed_but_no_cuda(monkeypatch):
     import torch
 
-    from mismatchscope.probe import options
+    from mismatchscope.probe import engine_checks
 
-    monkeypatch.setattr(options, "_installed", lambda module: True)
+    monkeypatch.setattr(engine_checks, "installed", lambda module: True)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(UsageError) as err:
         check_attn_implementation("flash_attention_2")
@@ -384,7 +385,7 @@ def test_vllm_engine_args_are_checked_against_vllm(tmp_path):
     pytest.importorskip("vllm", reason="needs vLLM's declarations")
     import vllm
 
-    from mismatchscope.probe.options import check_vllm_engine_args
+    from mismatchscope.probe.engine_checks import check_vllm_engine_args
 
     for args, message in [
         (
@@ -600,7 +601,7 @@ def test_a_start_that_fails_after_the_run_was_made_takes_it_back(server, tmp_pat
 
 
 def test_an_unstarted_run_is_replaced_and_a_sampled_one_is_kept(tmp_path):
-    from mismatchscope.probe.run_dir import RunDir
+    from mismatchscope.probe.writer import RunDir
 
     run = RunDir(tmp_path / "run")
     run.open({"a": 1}, resume=False)
