@@ -151,7 +151,7 @@ def run_loop(profile: str, out: Path, *, steps: int = 8, prompts: int = 4, n: in
             rewards = np.array(
                 [
                     exact_match(prompt="", completion=t, answer=batch[c.prompt_index].answer)
-                    for t, c in zip(texts, comps)
+                    for t, c in zip(texts, comps, strict=True)
                 ]
             )
             groups = np.array([c.prompt_index for c in comps])

@@ -195,7 +195,10 @@ def _first_difference(a: Any, b: Any, path: str = "") -> str | None:
             return f"{path or '/'} (keys {list(a)} against {list(b)})"
         return next((d for k in a if (d := _first_difference(a[k], b[k], f"{path}/{k}")) is not None), None)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b):
-        return next((d for i, (x, y) in enumerate(zip(a, b)) if (d := _first_difference(x, y, f"{path}/{i}"))), None)
+        return next(
+            (d for i, (x, y) in enumerate(zip(a, b, strict=True)) if (d := _first_difference(x, y, f"{path}/{i}"))),
+            None,
+        )
     return None if _dumps(a) == _dumps(b) else path
 
 

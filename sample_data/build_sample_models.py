@@ -390,7 +390,7 @@ def quality(model, tok, prompts, n, seed) -> dict:
     pairs = sample(model, tok, prompts, n, seed)
     answers = [str(sum(t)) for t in prompts for _ in range(n)]
     texts = [tok.decode(c, skip_special_tokens=True) for _, c in pairs]
-    correct = [final_answer(x) == a for x, a in zip(texts, answers)]
+    correct = [final_answer(x) == a for x, a in zip(texts, answers, strict=True)]
     ents = torch.cat([e for _, e in token_logprobs(model, pairs)])
     return {
         "samples": len(pairs),
@@ -410,7 +410,10 @@ def lag_rejects(sampler_model, trainer_model, tok, prompts, n, seed) -> dict:
     p_lp = [lp for lp, _ in token_logprobs(trainer_model, pairs)]
     answers = [str(sum(t)) for t in prompts for _ in range(n)]
     rewards = torch.tensor(
-        [float(final_answer(tok.decode(c, skip_special_tokens=True)) == a) for (_, c), a in zip(pairs, answers)]
+        [
+            float(final_answer(tok.decode(c, skip_special_tokens=True)) == a)
+            for (_, c), a in zip(pairs, answers, strict=True)
+        ]
     )
     g = rewards.view(-1, n)
     adv = ((g - g.mean(1, keepdim=True)) / (g.std(1, keepdim=True) + 1e-6)).view(-1)

@@ -147,7 +147,7 @@ def compare(pairing: Pairing, tokens: Tokens, show: int = SHOW_FIRST) -> Pairing
     out.max_abs_diff = float(np.abs(left[idx] - right[idx]).max())
     out.first = _first(tokens, left, right, idx[:show], ulp, width.dtype)
     seqs, first_at = np.unique(tokens.sequence_id[idx], return_index=True)  # idx is in (sequence, position) order
-    out.earliest = [(int(s), int(tokens.position[idx[k]])) for s, k in zip(seqs, first_at)]
+    out.earliest = [(int(s), int(tokens.position[idx[k]])) for s, k in zip(seqs, first_at, strict=True)]
     out.sequences_parting = len(seqs)
     return out
 

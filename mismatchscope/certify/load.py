@@ -55,7 +55,7 @@ def load(path: str | os.PathLike, mapping: Mapping[str, str] | None = None) -> L
         batch = raw.clean(hygiene)
         for c in wanted:
             parts[c].append(np.asarray(batch[c]))
-        for into, values in zip(keys, token_keys(batch)):
+        for into, values in zip(keys, token_keys(batch), strict=True):
             into.append(values)
         if batch.dropped is not None:
             dropped[0].append(batch.dropped[0])

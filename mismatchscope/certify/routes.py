@@ -169,7 +169,7 @@ def _first_flips(
 ) -> list[RouteFlip]:
     """The first ``show`` flips in (token, layer) order, each with both sides' expert sets."""
     out: list[RouteFlip] = []
-    for t, j in zip(*np.nonzero(flipped)):
+    for t, j in zip(*np.nonzero(flipped), strict=True):
         if len(out) >= show:
             break
         i = tok_idx[t]

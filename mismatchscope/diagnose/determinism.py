@@ -25,9 +25,9 @@ def compare(
         raise ValueError(f"{len(first)} sequences against {len(second)}")
     total = same_tokens = same_bits = 0
     max_diff = 0.0
-    for a, alp, b, blp in zip(first, first_lp, second, second_lp):
+    for a, alp, b, blp in zip(first, first_lp, second, second_lp, strict=True):
         total += len(a)
-        for x, xl, y, yl in zip(a, alp, b, blp):
+        for x, xl, y, yl in zip(a, alp, b, blp, strict=False):  # two samplings may end at different lengths
             if x != y:
                 break
             same_tokens += 1

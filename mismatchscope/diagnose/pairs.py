@@ -42,7 +42,7 @@ def sequence_slices(sequence_id: np.ndarray) -> list[tuple[int, slice]]:
         return []
     starts = np.flatnonzero(np.r_[True, sequence_id[1:] != sequence_id[:-1]])
     ends = np.r_[starts[1:], sequence_id.size]
-    return [(int(sequence_id[a]), slice(int(a), int(b))) for a, b in zip(starts, ends)]
+    return [(int(sequence_id[a]), slice(int(a), int(b))) for a, b in zip(starts, ends, strict=True)]
 
 
 def write_pair_run(

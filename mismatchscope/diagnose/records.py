@@ -210,7 +210,7 @@ def self_consistency(opts: DiagnoseOptions, base: dict, tokens) -> dict[str, Any
 
 def _aligned(keys, values, tokens, n: int) -> np.ndarray:
     """Per-sequence lists keyed by (prompt_index, sample_index) laid out as the token rows."""
-    by_seq = {p * n + k: v for (p, k), v in zip(keys, values)}
+    by_seq = {p * n + k: v for (p, k), v in zip(keys, values, strict=True)}
     out = np.empty(tokens["sequence_id"].size)
     for sid, sl in sequence_slices(tokens["sequence_id"]):
         out[sl] = by_seq[sid]

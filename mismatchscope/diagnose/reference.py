@@ -71,7 +71,7 @@ class Reference:
         processing = Processing.from_sampling(sampling)
         out: list[np.ndarray | None] = [None] * len(prompts)
         chosen: list[np.ndarray | None] = [None] * len(prompts)
-        lengths = [len(p) + len(c) for p, c in zip(prompts, completions)]
+        lengths = [len(p) + len(c) for p, c in zip(prompts, completions, strict=True)]
         batches: list[list[int]] = []
         for i in sorted(range(len(prompts)), key=lambda i: -lengths[i]):  # longest first: rows x longest <= budget
             if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= BATCH_TOKENS:
@@ -82,7 +82,7 @@ class Reference:
             for batch in batches:
                 recorded.clear()
                 rows = self._score_batch([prompts[i] for i in batch], [completions[i] for i in batch], processing)
-                for j, (i, lp) in enumerate(zip(batch, rows)):
+                for j, (i, lp) in enumerate(zip(batch, rows, strict=True)):
                     out[i] = lp
                     if recorded:
                         n = len(prompts[i]) + len(completions[i]) - 1
@@ -112,7 +112,7 @@ class Reference:
     def _score_batch(self, prompts, completions, processing: Processing) -> list[np.ndarray]:
         import torch
 
-        rows = [[*p, *c] for p, c in zip(prompts, completions)]
+        rows = [[*p, *c] for p, c in zip(prompts, completions, strict=True)]
         width = max(len(r) for r in rows)
         ids = torch.zeros((len(rows), width), dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -126,7 +126,7 @@ class Reference:
         ).last_hidden_state
         head = self.model.get_output_embeddings()
         out = []
-        for b, (p, c) in enumerate(zip(prompts, completions)):
+        for b, (p, c) in enumerate(zip(prompts, completions, strict=True)):
             if not c:
                 out.append(np.zeros(0))
                 continue
@@ -213,6 +213,6 @@ def reference_rows(
     comps = [tokens["token_id"][sl].tolist() for _, sl in slices]
     out = np.empty(tokens["sequence_id"].size)
     routes: list[np.ndarray] = []
-    for (_, sl), lp in zip(slices, reference.score(prompts, comps, sampling, routes=routes)):
+    for (_, sl), lp in zip(slices, reference.score(prompts, comps, sampling, routes=routes), strict=True):
         out[sl] = lp
-    return out, {int(sid): r for (sid, _), r in zip(slices, routes)}
+    return out, {int(sid): r for (sid, _), r in zip(slices, routes, strict=False)}  # routes: empty for a dense model

@@ -59,7 +59,7 @@ def replay_failed(run_dir: Path) -> str | None:
     table = read_routes(run_dir, [SAMPLER_EXPERTS, TRAINER_EXPERTS])
     if table is None:
         return f"{REPLAY_KEY}: the replayed run recorded no routes to check the replay against"
-    pairs = zip(table[SAMPLER_EXPERTS].to_pylist(), table[TRAINER_EXPERTS].to_pylist())
+    pairs = zip(table[SAMPLER_EXPERTS].to_pylist(), table[TRAINER_EXPERTS].to_pylist(), strict=True)
     differ = sum(_set_differs(s, t) for s, t in pairs)
     if differ:
         return (
@@ -72,7 +72,7 @@ def replay_failed(run_dir: Path) -> str | None:
 def _set_differs(a, b) -> bool:
     if a is None or b is None:
         return False
-    return any(x is not None and y is not None and set(x) != set(y) for x, y in zip(a, b))
+    return any(x is not None and y is not None and set(x) != set(y) for x, y in zip(a, b, strict=True))
 
 
 def read_routes(run_dir: Path, columns: list[str]):
@@ -117,7 +117,7 @@ def _flip_rates(
 ) -> dict[str, Any]:
     flips = np.zeros((len(rows), len(moe_layers)), dtype=bool)
     known = np.zeros(len(rows), dtype=bool)
-    for r, (row, sid, pos) in enumerate(zip(rows, sids, inputs)):
+    for r, (row, sid, pos) in enumerate(zip(rows, sids, inputs, strict=True)):
         ref = reference.get(int(sid))
         if row is None or ref is None or pos >= ref.shape[0]:
             continue

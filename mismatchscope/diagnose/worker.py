@@ -136,7 +136,7 @@ def _prefill(sampler, prompt_ids, completions, sampling, seed: int) -> dict:
     t0 = time.perf_counter()
     batch = sampler.prefill_logprobs(prompts, tokens, sampling)
     seconds = time.perf_counter() - t0
-    alone = [sampler.prefill_logprobs([p], [t], sampling)[0] for p, t in zip(prompts, tokens)]
+    alone = [sampler.prefill_logprobs([p], [t], sampling)[0] for p, t in zip(prompts, tokens, strict=True)]
     order = list(range(len(prompts)))
     random.Random(seed).shuffle(order)
     shuffled_out = sampler.prefill_logprobs([prompts[i] for i in order], [tokens[i] for i in order], sampling)

@@ -137,7 +137,7 @@ def padding(s: Sample) -> Finding:
     starts, ends = _segments(seq)
     rows, ids, seqs = 0, [], 0
     same = np.r_[False, (tok[1:] == tok[:-1]) & (seq[1:] == seq[:-1])]
-    for a, e in zip(starts, ends):  # each sequence's trailing run of one token id
+    for a, e in zip(starts, ends, strict=True):  # each sequence's trailing run of one token id
         r = e - 1
         while r > a and same[r]:
             r -= 1

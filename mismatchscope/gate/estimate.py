@@ -94,7 +94,7 @@ def estimate(
     names = sorted({c for m in boot for c in m.columns})
     cols = sequence_columns(result.per_sequence, set(names))
     X_SC = np.column_stack([cols[c] for c in names]) if names else np.zeros((result.sequences, 0))
-    totals = dict(zip(names, X_SC.sum(axis=0)))
+    totals = dict(zip(names, X_SC.sum(axis=0), strict=True))
     point: dict[str, float] = {}
     for m in metrics:
         value = float(m.fn(totals)) if m.fn else _point(result, m)

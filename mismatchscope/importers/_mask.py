@@ -57,7 +57,7 @@ def bad_mask_rows(values: np.ndarray, lengths: np.ndarray) -> dict[int, tuple[fl
     starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     rows = np.searchsorted(starts, bad, side="right") - 1
     first_rows, at = np.unique(rows, return_index=True)  # bad is sorted: the first hit of each row
-    return {int(r): (float(values[bad[k]]), int(bad[k] - starts[r])) for r, k in zip(first_rows, at)}
+    return {int(r): (float(values[bad[k]]), int(bad[k] - starts[r])) for r, k in zip(first_rows, at, strict=True)}
 
 
 def mask_span(mask: list, length: int, what: str = "the mask") -> tuple[int, int, np.ndarray | None]:

@@ -186,7 +186,7 @@ class Monitor:
 
             flags = route_flags(batch.experts)
             if flags is not None:
-                columns = {**columns, **dict(zip(ROUTE_FLAGS, flags))}
+                columns = {**columns, **dict(zip(ROUTE_FLAGS, flags, strict=True))}
         self._step_parts.append(_clean(columns))
         parts = self._step_parts
         cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if len(parts) > 1 else parts[0]

@@ -42,7 +42,7 @@ def token_columns(completions: list[Completion], scored: list[Scored], rewards: 
     with_kept = any(s.kept_logmass is not None for s in scored)
     with_prefill = any(c.sampler_prefill_logprobs is not None for c in completions)
     cols = _empty_columns(with_rewards=with_rewards, with_kept=with_kept, with_prefill=with_prefill)
-    for c, s in zip(completions, scored):
+    for c, s in zip(completions, scored, strict=True):
         _check_aligned(c, s)
         _append_pair(cols, c, s, n)
         L = len(c.token_ids)

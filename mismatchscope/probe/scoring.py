@@ -175,6 +175,6 @@ def _rewards(s: Scoring, completions: list[Completion]) -> Rewards:
             ]
         )
         adv = group_advantages(rewards)
-        for c, rw, a in zip(group, rewards, adv):
+        for c, rw, a in zip(group, rewards, adv, strict=True):
             out[(p, c.sample_index)] = (float(rw), float(a))
     return out

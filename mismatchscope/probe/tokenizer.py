@@ -207,7 +207,10 @@ def _encoding_difference(a, b, prompts: list[str]) -> str | None:
         with quiet_length_warning():
             ids_a, ids_b = a.encode(text), b.encode(text)
         if ids_a != ids_b:
-            at = next((j for j, (x, y) in enumerate(zip(ids_a, ids_b)) if x != y), min(len(ids_a), len(ids_b)))
+            # the encodings may differ in length: where the shorter is a prefix, they part at its end
+            at = next(
+                (j for j, (x, y) in enumerate(zip(ids_a, ids_b, strict=False)) if x != y), min(len(ids_a), len(ids_b))
+            )
             return (
                 f"encode prompt {i} ({_short(text)}) differently from position {at}: {_short(ids_a)} vs {_short(ids_b)}"
             )

@@ -402,7 +402,7 @@ def _split(parts, lengths: list[int], listed_len: list[int], processing: Process
         out.append(
             Scored(
                 trainer_logprobs=logprob[sl],
-                logprobs_at_sampler_topk=[row[:m] for row, m in zip(at_listed[sl], listed_len[sl])],
+                logprobs_at_sampler_topk=[row[:m] for row, m in zip(at_listed[sl], listed_len[sl], strict=True)],
                 topk_ids=top_ids[sl],
                 topk_logprobs=top_lp[sl],
                 entropy=entropy[sl],

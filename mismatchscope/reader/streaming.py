@@ -79,7 +79,7 @@ def read_batches(
     file_cols += list(extra)
     for f in source.files:  # only what this pass reads: a foreign extra column may be anything
         schema = _guard(f, lambda: _open(f).schema_arrow)
-        for c, raw in zip(wanted, file_cols):
+        for c, raw in zip(wanted, file_cols, strict=False):  # file_cols ends with the extra columns: not checked
             check_type(f, c, raw, schema.field(raw).type)
     for f, rb in _record_batches(source.files, file_cols, batch_rows):
         if rb.num_rows:

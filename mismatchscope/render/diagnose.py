@@ -250,7 +250,9 @@ def _routes(console, r: dict[str, Any]) -> None:
     for side in ("sampler", "trainer"):
         f = r.get(side) or {}
         if f.get("status") == "ok":
-            layers = ", ".join(f"{layer}: {pct(x)}" for layer, x in zip(r["layers"], f["flip_rate_per_layer"]))
+            layers = ", ".join(
+                f"{layer}: {pct(x)}" for layer, x in zip(r["layers"], f["flip_rate_per_layer"], strict=True)
+            )
             console.print(
                 f"{side} route flips against the reference: {pct(f['flipped_any_layer'])} of tokens in any "
                 f"layer (by layer {layers})",

@@ -115,7 +115,7 @@ def _subtable(table: Table, part: list[int], widths: list[int]) -> Table:
         header_style=table.header_style,
         show_lines=table.show_lines,
     )
-    for i, w in zip(part, widths):
+    for i, w in zip(part, widths, strict=True):
         col = table.columns[i]
         t.add_column(col.header, justify=col.justify, style=col.style, width=max(w, 1), overflow="fold")
     for r, row in enumerate(table.rows):

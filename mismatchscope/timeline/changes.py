@@ -194,7 +194,7 @@ def _shifts(steps: np.ndarray, x_clean: np.ndarray, y_clean: np.ndarray, cfg: Ch
             "after": float(x_clean[b:c].mean()),
             "size_sd": float(y_clean[b:c].mean() - y_clean[a:b].mean()) / sigma,
         }
-        for a, b, c in zip(edges, edges[1:], edges[2:])
+        for a, b, c in zip(edges, edges[1:], edges[2:], strict=False)  # each segment with its neighbours
     ]
 
 

@@ -117,7 +117,7 @@ def build_series(
     for batch in iter_batches(source, columns, hygiene, batch_rows, extra=[by_raw] if by_raw else []):
         positions.add(*token_keys(batch))  # rows dropped for a non-finite logprob still name a token
         if scan is not None and scan.index is not None:
-            batch.update(zip(ROUTE_FLAGS, scan.index.lookup(batch["sequence_id"], batch["position"])))
+            batch.update(zip(ROUTE_FLAGS, scan.index.lookup(batch["sequence_id"], batch["position"]), strict=True))
         if by is None:
             group_T = np.zeros(batch["step"].size, np.int64)
         else:
@@ -252,7 +252,7 @@ class _Accumulator:
         """Per token, what the sequence rules reduce per (step, sequence)."""
         clamped: dict[str, np.ndarray] = {}
         if any(u.rule.spec.fixed_level is None for u in self.seq_units):  # verl-rs: estimators of l clamped to +-20
-            clamped = dict(zip(("sum_ck1", "sum_ck2", "sum_ck3"), clamped_k_terms(t.log_ratio_T)))
+            clamped = dict(zip(("sum_ck1", "sum_ck2", "sum_ck3"), clamped_k_terms(t.log_ratio_T), strict=True))
         if needs_inverse_k3([u.rule for u in self.seq_units]):  # k3-seq in AReaL's orientation
             clamped["sum_k3inv"] = k3_inverse(t.log_ratio_T)
         return {

@@ -79,7 +79,9 @@ def compare(
         s, t, r = rows
         if s is None or t is None or r is None:
             missing[name] = next(
-                c.missing.get(name) or f"not captured on the {c.label} side" for c, x in zip(sides, rows) if x is None
+                c.missing.get(name) or f"not captured on the {c.label} side"
+                for c, x in zip(sides, rows, strict=True)
+                if x is None
             )
             continue
         point = _point(name, s, t, r, top_k)

@@ -118,7 +118,7 @@ def capture_hf(
     device = model.get_input_embeddings().weight.device
     try:
         with torch.inference_mode():
-            for i, (seq, pos) in enumerate(zip(sequences, positions)):
+            for i, (seq, pos) in enumerate(zip(sequences, positions, strict=True)):
                 state.update(seq=i, pos=torch.as_tensor(pos, dtype=torch.long))
                 ids = torch.tensor([seq.ids], dtype=torch.long, device=device)
                 out = model.get_decoder()(input_ids=ids, use_cache=False)

@@ -125,7 +125,7 @@ def capture_vllm(llm, sequences: list[Sequence], positions: list[np.ndarray], la
     capture, worst = SideCapture(label, missing={}), 0.0
     params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
     try:
-        for i, (seq, pos) in enumerate(zip(sequences, positions)):
+        for i, (seq, pos) in enumerate(zip(sequences, positions, strict=True)):
             llm.reset_prefix_cache()
             state.update(raw={}, rows={}, logits=None, on=True, pos=torch.as_tensor(pos, dtype=torch.long))
             out = llm.generate([TokensPrompt(prompt_token_ids=seq.ids)], params, use_tqdm=False)[0]

@@ -153,14 +153,16 @@ class VLLMOfflineSampler:
         llm = self._engine_for(sampling)
         params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
         outputs = llm.generate(
-            [TokensPrompt(prompt_token_ids=[*p, *c]) for p, c in zip(prompts, completions)], params, use_tqdm=False
+            [TokensPrompt(prompt_token_ids=[*p, *c]) for p, c in zip(prompts, completions, strict=True)],
+            params,
+            use_tqdm=False,
         )
         out = []
-        for p, c, request in zip(prompts, completions, outputs):
+        for p, c, request in zip(prompts, completions, outputs, strict=True):
             assert request.prompt_logprobs is not None  # asked for with prompt_logprobs=0
             rows = request.prompt_logprobs[len(p) : len(p) + len(c)]
             # only the first prompt position has no row (None), and p is never empty
-            out.append([row[t].logprob for t, row in zip(c, rows)])  # pyright: ignore[reportOptionalSubscript]
+            out.append([row[t].logprob for t, row in zip(c, rows, strict=True)])  # pyright: ignore[reportOptionalSubscript]
         return out
 
     def routes_status(self):
@@ -247,7 +249,7 @@ def _completion(prompt_index: int, index: int, out, k: int, moe_layers: tuple[in
     if out.logprobs is None or len(out.logprobs) != len(out.token_ids):
         raise UsageError("vLLM returned no logprobs; the engine ignored logprobs=k")
     sampled, top_ids, top_lps = [], [], []
-    for token, position in zip(out.token_ids, out.logprobs):
+    for token, position in zip(out.token_ids, out.logprobs, strict=True):
         entries = [(tid, lp.logprob, lp.rank) for tid, lp in position.items()]
         try:
             lp, ids, lps = split_topk(token, entries, k)

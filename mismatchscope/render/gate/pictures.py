@@ -54,10 +54,10 @@ def gate_checks(checks) -> Figure:
         figsize=(10.5, 1.3 + 0.5 * sum(len(p[0]) for p in panels) + 1.0 * len(panels)), dpi=DPI, layout="constrained"
     )
     axes = fig.subplots(len(panels), 1, squeeze=False, height_ratios=[len(p[0]) + 1 for p in panels])[:, 0]
-    for ax, (cs, xlabel) in zip(axes, panels):
+    for ax, (cs, xlabel) in zip(axes, panels, strict=True):
         left, right = _ratio_limits(cs)
         ys = np.arange(len(cs))[::-1]
-        for y, c in zip(ys, cs):
+        for y, c in zip(ys, cs, strict=True):
             _draw_check(ax, y, c, left, right)
         ax.set_yticks(ys)
         ax.set_yticklabels([f"{c.name}  [{_status(c)}]" for c in cs], fontsize=9)

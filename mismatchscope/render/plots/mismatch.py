@@ -124,7 +124,7 @@ def probability_density(runs: list[Run], icepop, ipo) -> Figure:
     from matplotlib.colors import LogNorm
 
     mesh = None
-    for ax, run in zip(axes, runs):
+    for ax, run in zip(axes, runs, strict=True):
         c = _hist(run).prob_counts_QP.T.astype(float)  # rows: p (y), columns: q (x)
         mesh = ax.pcolormesh(
             edges,
@@ -193,7 +193,7 @@ def breakdowns(runs: list[Run]) -> Figure:
         ),
         ("position", K3_MEAN.name, "mean k3 (nats; log scale)", "Mean k3 by position in the completion"),
     )
-    for ax, (kind, key, ylabel, title) in zip(axes.ravel(), specs):
+    for ax, (kind, key, ylabel, title) in zip(axes.ravel(), specs, strict=True):
         _bucket_panel(ax, runs, kind, key)
         ax.set_ylabel(ylabel)
         ax.set_title(title, fontsize=11)
