@@ -11,6 +11,9 @@ What this module pins, so that a change to any of it is a decision, not a fix:
 * the analysis of those bytes: token and sequence counts, headline metrics,
   ratio quantiles, top-k bound, every default rule's reject and reweight
   counts (all zero but opsm's at this tiny float16 gap);
+* every headline rule at work: the same run under thresholds tightened to
+  its gap (``TIGHT_RULES``), where each rule rejects or reweights some of it
+  and keeps the rest, pinned byte for byte in ``tests/data/golden-tight-rules.json``;
 * the trainer's semantics: rescoring the recorded samples with today's
   trainer (float32) reproduces the recorded trainer logprobs (same scaling
   of the bound as tests/probe/test_probe_trainer.py: fp32 logits on another
@@ -27,9 +30,33 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
+from mismatchscope.rules import default_rules
 from tests.helpers import REPO, cli
 
 GOLDEN = REPO / "tests" / "data" / "golden-probe"
+TIGHT_EXPECTED = REPO / "tests" / "data" / "golden-tight-rules.json"
+
+TIGHT_RULES = (
+    "icepop:alpha=0.995,beta=1.005",
+    "ipo:delta=0.002",
+    "kpop:phi=1e-5",
+    "dppo-tv:delta_low=0.001,delta_high=0.001",
+    "dppo-kl:delta=2e-6",
+    "tis:C=1.005",
+    "token-mask:lo=0.997,hi=1.004",
+    "cispo:eps_low=0.003,eps_high=0.004",
+    "ppo-clip:eps_low=0.002,eps_high=0.003",
+    "seq-tis:C=1.02",
+    "seq-mis:lo=0.995,hi=1.016",
+    "geo-mask:lo=0.9999,hi=1.0004",
+    "k3-seq:delta=1e-6",
+    "veto:lo=0.995",
+    "opsm:delta=4e-5",
+)
+"""Every headline rule, its thresholds set inside the golden run's gap (ratios 0.9905-1.0094, |p - q| up to
+0.0027) so that each one acts on part of the run and keeps the rest. No token or sequence lies within a relative
+1e-6 of any threshold here (each moved by that much, up and down, gives the same counts), so the lock does not
+hang on the last bit of an exp or a sum."""
 
 
 def _json(*args: str) -> dict:
@@ -125,6 +152,30 @@ def test_every_default_rule_on_the_golden_run():
     # opsm (delta 1e-4, A < 0) rejects the one negative-advantage sequence whose mean lq - lp exceeds 1e-4: 57 tokens
     assert counts == {**dict.fromkeys(rows, (0, 0)), "opsm": (57, 0)}
     assert rows["opsm"]["sequences_rejected"] == 1
+
+
+def test_every_headline_rule_at_work_on_the_golden_run():
+    args = [arg for rule in TIGHT_RULES for arg in ("--rule", rule)]
+    # a path relative to the repository: the run's warning names it, and the pinned bytes hold no machine's path
+    r = cli("compare-masks", "tests/data/golden-probe", *args, "--format", "json", cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    rows = {row["name"]: row for row in json.loads(r.stdout)["rules"]}
+    assert set(rows) == {rule.spec.name for rule in default_rules()}, "TIGHT_RULES must name every headline rule"
+    for name, row in rows.items():
+        acted, total = (
+            (row["tokens_rejected"] + row["tokens_reweighted"], 434)
+            if row["level"] == "token"
+            else (row["sequences_rejected"] + row["sequences_reweighted"], 8)
+        )
+        assert 0 < acted < total, f"{name} acts on {acted} of {total}: the lock would not see it stop acting"
+    # By hand from the recorded pairs (r = exp(lp - lq)):
+    # * icepop [0.995, 1.005]: the run's three ratios outside it are 0.99046 (below) and 1.00743, 1.00942 (above);
+    #   the nearest inside are 0.99536 and 1.00499: 3 tokens.
+    # * opsm delta 4e-5: of the four A < 0 sequences (0, 2, 4, 7), mean lq - lp is -3.2e-5, 1.47e-4, -4.13e-4,
+    #   4.69e-5: sequences 2 (57 tokens) and 7 (55 tokens) exceed 4e-5, 112 tokens in 2 sequences.
+    assert (rows["icepop"]["tokens_rejected"], rows["icepop"]["rejected_by_pq_sign"]["p>q"]) == (3, 2)
+    assert (rows["opsm"]["tokens_rejected"], rows["opsm"]["sequences_rejected"]) == (112, 2)
+    assert r.stdout == TIGHT_EXPECTED.read_text(), "compare-masks output changed: a decision, not a fix"
 
 
 @pytest.mark.slow
