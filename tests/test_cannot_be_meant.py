@@ -18,9 +18,9 @@ import pytest
 
 from mismatchscope import Recorder
 from mismatchscope.errors import MismatchscopeError, UsageError
+from tests.certify.test_run import make_run
+from tests.gate.test_run import _validate_junit
 from tests.helpers import REPO, cli
-from tests.test_certify import make_run
-from tests.test_gate import _validate_junit
 
 GOLDEN = REPO / "tests" / "data" / "golden-probe"
 

@@ -12,10 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.helpers import cli
+from tests.helpers import cli, error_line
 from tests.importers.layouts import nemo_sample, prime_record, slime_train_sample, write_nemo_step, write_prime_step
 from tests.importers.test_import_hostile import GOOD, GOOD_COLUMNS, jsonl
-from tests.test_errors import error_line
 
 BAD = [2, 0.5, -1]
 FIX = "a loss mask must be 0 (not trained on) or 1 (trained on)"

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from tests.helpers import cli
+from tests.helpers import cli, error_line
 from tests.importers.layouts import prime_record, write_prime_step
 from tests.importers.test_import_hostile import jsonl
-from tests.test_errors import error_line
 
 
 def _import(fmt, src, tmp_path) -> str:

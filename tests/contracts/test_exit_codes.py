@@ -12,43 +12,13 @@ import math
 import os
 import stat
 import sys
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from mismatchscope.schema import METADATA_KEY
-from tests.helpers import REPO, cli, pairs
-
-ROWS = [(1, 0, 0.5, 0.2), (1, 1, 0.2, 0.6), (1, 2, 0.9, 0.9), (2, 0, 0.5, 1e-5), (2, 1, 0.5, 0.5)]
-DUP_HINT = "(each generated token must appear once; was a file read twice, or do two runs share sequence ids?)"
-
-
-def error_line(r, after_work: bool = False) -> str:
-    """The one line a user error prints; fails on a traceback, a second line or another exit code.
-
-    ``after_work``: the command legitimately printed progress and warnings before failing (a gate
-    whose output device fills up after the analysis); the error must still be one last line.
-    """
-    assert r.returncode == 2, (r.returncode, r.stderr)
-    assert "Traceback" not in r.stderr, r.stderr
-    lines = r.stderr.strip().splitlines()
-    errors = [line for line in lines if line.startswith("error")]
-    assert len(errors) == 1 and lines[-1] == errors[0], r.stderr
-    if not after_work:
-        assert len(lines) == 1, r.stderr
-    return lines[-1]
-
-
-def raw_parquet(path, columns: dict, metadata: dict | None = None):
-    """A Parquet file written around the schema helpers (foreign files, odd metadata)."""
-    table = pa.table(columns)
-    if metadata is not None:
-        table = table.replace_schema_metadata(metadata)
-    pq.write_table(table, path)
-    return path
-
+from tests.helpers import DUP_HINT, REPO, ROWS, assert_plots_folder_checked, cli, error_line, pairs, raw_parquet
 
 # ---- column mappings --------------------------------------------------------
 
@@ -534,21 +504,6 @@ def test_gate_two_outputs_on_one_path(runs, tmp_path):
     out = tmp_path / "same.txt"
     r = _gate(str(cand), "--baseline", str(base), "--junit-xml", str(out), "--markdown", str(out))
     assert error_line(r) == f"error: --markdown {out} is also --junit-xml (give each output its own path)"
-
-
-def assert_plots_folder_checked(command: str, data: Path, tmp_path: Path) -> None:
-    """``--plots`` onto a file, or onto the input itself: refused before any work, the input untouched."""
-    before = data.read_bytes()
-    notes = tmp_path / "notes.txt"
-    notes.write_text("x")
-    assert error_line(cli(command, str(data), "--plots", str(notes))) == (
-        f"error: --plots {notes} exists and is not a directory (give --plots a folder)"
-    )
-    assert error_line(cli(command, str(data), "--plots", str(data))) == (
-        f"error: --plots {data} is an input of this command ({data}); writing it would destroy the data "
-        "(choose another output path)"
-    )
-    assert data.read_bytes() == before
 
 
 def test_timeline_plots_onto_a_file_or_a_full_device(tmp_path, write):

@@ -29,8 +29,7 @@ from mismatchscope.probe.samplers import SAMPLERS, make_sampler
 from mismatchscope.probe.samplers.vllm_offline import VLLMOfflineSampler
 from mismatchscope.probe.token_scoring import kept_mask
 from mismatchscope.probe.types import SamplerConfig, SamplingConfig
-
-from ._probe_utils import max_diff, max_topk_diff, n_tokens, requests_for
+from tests.probe._probe_utils import max_diff, max_topk_diff, n_tokens, requests_for
 
 TOL = 1e-4
 PROCESSED = SamplingConfig(n=4, max_tokens=16, temperature=1.0, top_k_logprobs=5, seed=0)

@@ -23,9 +23,8 @@ from mismatchscope.errors import CheckpointError, SamplerConnectionError, Tokeni
 from mismatchscope.probe.checkpoint import inspect_checkpoint
 from mismatchscope.probe.samplers import make_sampler
 from mismatchscope.probe.types import SamplerConfig, SamplingConfig
-
-from ._probe_utils import gap, max_diff, requests_for
-from .conftest import free_port
+from tests.probe._probe_utils import gap, max_diff, requests_for
+from tests.probe.conftest import free_port
 
 SAMPLING = SamplingConfig(n=4, max_tokens=16, temperature=0.7, top_p=0.9, top_k_logprobs=5, seed=0)
 

@@ -16,7 +16,7 @@ What this module pins, so that a change to any of it is a decision, not a fix:
   and keeps the rest, pinned byte for byte in ``tests/data/golden-tight-rules.json``;
 * the trainer's semantics: rescoring the recorded samples with today's
   trainer (float32) reproduces the recorded trainer logprobs (same scaling
-  of the bound as tests/probe/test_probe_trainer.py: fp32 logits on another
+  of the bound as tests/probe/test_trainer.py: fp32 logits on another
   CPU's kernels).
 
 The sampler side is data here (a vLLM run is not bit-reproducible across

@@ -34,7 +34,7 @@ def test_ci_stops_when_an_engine_is_missing(tmp_path):
             sys.executable,
             "-m",
             "pytest",
-            "tests/test_markers.py::test_every_listed_slow_fixture_exists",
+            "tests/project/test_markers.py::test_every_listed_slow_fixture_exists",
             "-q",
             "-p",
             "no:cacheprovider",

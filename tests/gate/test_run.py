@@ -2,7 +2,7 @@
 semantics, comparability, configuration errors, exit codes and outputs.
 
 Every number asserted here is derived in a comment from the tokens written.
-The real-vLLM end-to-end checks live in ``test_gate_vllm.py``.
+The real-vLLM end-to-end checks live in ``tests/cli/test_gate.py``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from mismatchscope.gate.limits import lookup_metric
 from mismatchscope.gate.run import run_gate
 from tests.helpers import PROBE_META, REPO, cli, probe_meta
 
-JUNIT_XSD = Path(__file__).parent / "data" / "junit.xsd"
+JUNIT_XSD = REPO / "tests" / "data" / "junit.xsd"
 
 meta = probe_meta
 

@@ -29,6 +29,7 @@ from mismatchscope.rules import (
     parse_rule,
     parse_sweep,
 )
+from tests.helpers import REPO
 
 Q = np.array([0.5, 0.2, 0.9, 0.5, 0.5])
 P = np.array([0.2, 0.6, 0.9, 1e-5, 0.5])
@@ -445,11 +446,10 @@ def test_equal_distributions_reject_nothing(lps, a):
 
 
 def test_docs_rules_md_is_the_registry():
-    from pathlib import Path
 
     from mismatchscope.rules.reference import rules_markdown
 
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "rules.md").read_text()
+    doc = (REPO / "docs" / "rules.md").read_text()
     assert doc == rules_markdown(), "docs/rules.md is stale: python -m mismatchscope.rules.reference > docs/rules.md"
     for name in RULES:
         assert f"## `{name}`" in doc

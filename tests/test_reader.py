@@ -16,8 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from mismatchscope.schema import METADATA_KEY
-from tests.helpers import cli
-from tests.test_errors import DUP_HINT, error_line
+from tests.helpers import DUP_HINT, cli, error_line
 
 INT64_MIN = -(2**63)
 

@@ -21,9 +21,8 @@ import pytest
 from mismatchscope import rundir
 from mismatchscope.routing.layout import ROUTES
 from mismatchscope.schema import WRITE_OPTIONS
-from tests.helpers import REPO, cli
-from tests.test_certify import _routes, _rows, make_run
-from tests.test_errors import error_line
+from tests.certify.test_run import _routes, _rows, make_run
+from tests.helpers import REPO, cli, error_line
 
 GOLDEN = REPO / "tests" / "data" / "golden-probe"
 

@@ -26,7 +26,7 @@ from mismatchscope.diagnose.locate.points import (
     source,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 DENSE = REPO / "sample_data" / "tiny-qwen3"
 MOE = REPO / "sample_data" / "tiny-qwen3-moe"
 SEQUENCES = [
@@ -152,7 +152,7 @@ def test_the_moe_sample_has_router_points_and_route_flips():
 @pytest.mark.parametrize("model_type", ["llama", "mistral", "gemma2"])
 def test_held_out_families_locate_eager_against_sdpa_at_the_first_attention(tmp_path, model_type):
     from mismatchscope.probe.checkpoint import inspect_checkpoint
-    from tests.test_diagnose_reference import _random_checkpoint
+    from tests.diagnose.test_reference import _random_checkpoint
 
     info = inspect_checkpoint(_random_checkpoint(tmp_path, model_type))
     result = _locate(info, _capture(info, "float32", "sdpa"), _capture(info, "float32", "eager"), _reference(info))

@@ -18,7 +18,7 @@ variants are chosen for effects known from what they do:
   model's 320 positions when the engine starts, so that variant fails, is
   reported with its reason, the others still run and the command exits 3.
   (A misspelt engine argument is refused before any engine starts:
-  tests/test_diagnose_preflight.py.)
+  tests/cli/test_diagnose.py.)
 """
 
 from __future__ import annotations
@@ -208,7 +208,7 @@ def test_bad_input_is_one_line_and_exit_2_before_any_engine(tmp_path, args, mess
     assert not out.exists()  # nothing was started
 
 
-# the reference forward: tests/test_diagnose_reference.py pins it against a float64 forward written there
+# the reference forward: tests/diagnose/test_reference.py pins it against a float64 forward written there
 
 
 # ------------------------------------------------------------ one real diagnose run
@@ -447,7 +447,7 @@ def test_diagnose_tables_fit_80_columns_and_agree_with_the_json(diag):
     from rich.console import Console
 
     from mismatchscope.render.diagnose_tables import render
-    from tests.test_tables_at_80_columns import WIDTH, assert_readable
+    from tests.contracts.test_tables_at_80_columns import WIDTH, assert_readable
 
     buf = StringIO()
     render(Console(file=buf, width=WIDTH, soft_wrap=False), diag["payload"])

@@ -25,8 +25,7 @@ from mismatchscope.errors import UsageError
 from mismatchscope.probe.checkpoint import inspect_checkpoint
 from mismatchscope.probe.samplers import make_sampler
 from mismatchscope.probe.types import SamplerConfig, SamplingConfig
-
-from .test_probe_errors import CHECKPOINT, GOOD_CHOICE, SAMPLING, _Crafted
+from tests.probe.test_probe_errors import CHECKPOINT, GOOD_CHOICE, SAMPLING, _Crafted
 
 
 def _trl_sampler(url: str, info=None):

@@ -113,7 +113,7 @@ def test_timeline_output_validates(write):
 
 
 def test_certify_output_validates(tmp_path):
-    from tests.test_certify import LP, _flip_low_bit, make_run
+    from tests.certify.test_run import LP, _flip_low_bit, make_run
 
     equal = _validate("certify.json", "certify", str(make_run(tmp_path / "equal")))
     assert equal["certified"] is True and equal["pairings"][0]["earliest_position"] is None

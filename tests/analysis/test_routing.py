@@ -20,9 +20,8 @@ from mismatchscope.documents import to_json
 from mismatchscope.errors import InputError
 from mismatchscope.routing.layout import RoutingMeta, SideRoutes, routes_schema
 from mismatchscope.rules import parse_rule
-
-from .helpers import SAMPLE_PAIRS, cli
-from .routes_fixture import META, RUN_ROWS, routes_table, write_run
+from tests.helpers import SAMPLE_PAIRS, cli
+from tests.routes_fixture import META, RUN_ROWS, routes_table, write_run
 
 
 @pytest.fixture(scope="module")

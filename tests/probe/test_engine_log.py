@@ -7,7 +7,7 @@ cause found in vLLM-style output (a missing package first, wrappers never); an e
 vLLM's code becomes an :class:`EngineError` with the log's path and ``--sampler hf``, any other
 passes unchanged. The real-engine cases (checkpoints vLLM's CPU build refuses) are at the end, marked
 ``vllm`` and ``slow``; a real engine's output on screen under ``--verbose`` is checked on a resumed probe
-(tests/test_probe_cli.py).
+(tests/cli/test_probe.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Outputs never touch inputs, however either is spelt; runs are judged whole; odd paths and streams fail cleanly.
 
-Each test drives the real console script, as ``test_errors`` does, and pins
+Each test drives the real console script, as ``tests/contracts/test_exit_codes.py`` does, and pins
 the whole one-line message. What these pin, by class:
 
 - an output onto a file of an input run reached through its ``tokens/``
@@ -27,8 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import cli, pairs
-from tests.test_errors import ROWS, assert_plots_folder_checked, error_line
+from tests.helpers import ROWS, assert_plots_folder_checked, cli, error_line, pairs
 
 EXE = str(Path(sys.executable).with_name("mismatchscope"))
 
