@@ -18,6 +18,7 @@ import os
 import pytest
 
 from mismatchscope.schema import write_table
+from tests.helpers import ROWS, pairs
 
 # vLLM reads these when an engine starts, here and in every probe the tests start. In-process engines need no
 # __main__ guard, share the test process, and start in two thirds of the time the engine's own processes take
@@ -37,9 +38,9 @@ SLOW_TESTS = frozenset(
         "tests/probe/test_probe_hostile.py::test_an_hf_probe_with_aliases_records_the_canonical_dtypes",  # 4 s, in this process
         "tests/probe/test_probe_hostile.py::test_vllm_engine_args_are_checked_against_vllm",  # 5 s, in this process
         "tests/project/test_docs.py::test_cli_reference_is_generated_from_help",  # 5 s
-        "tests/contracts/test_exit_codes.py::test_report_html_on_a_full_device",  # 6 s
+        "tests/test_outputs.py::test_report_html_on_a_full_device",  # 6 s
         "tests/test_reader.py::test_a_lone_surrogate_in_the_metadata_is_printed_as_its_escape",  # 6 s
-        "tests/test_reader.py::test_an_infinite_bucket_mean_is_drawn_and_marked",  # 6 s
+        "tests/render/plots/test_figures.py::test_an_infinite_bucket_mean_is_drawn_and_marked",  # 6 s
         "tests/test_outputs.py::test_an_output_may_not_replace_a_file_of_the_input_run",  # 6 s
         "tests/test_outputs.py::test_pictures_may_go_into_the_input_run_folder",  # 5 s
         "tests/test_outputs.py::test_pictures_never_replace_an_input",  # 10 s
@@ -122,6 +123,20 @@ def write(tmp_path):
         return write_table(tmp_path / name, columns, metadata)
 
     return _write
+
+
+@pytest.fixture
+def data(write):
+    """A hand-built token-pair file (``tests.helpers.ROWS``) for the refusals around a command's work."""
+    return write(pairs(ROWS))
+
+
+@pytest.fixture
+def runs(tmp_path, write):
+    """(baseline, candidate): two hand-built files a gate compares, the candidate's last token moved."""
+    base = write(pairs(ROWS), "base.parquet")
+    cand = write(pairs(ROWS[:4] + [(2, 1, 0.4, 0.5)]), "cand.parquet")
+    return base, cand
 
 
 REQUIRED_IN_CI = ("torch", "transformers", "vllm", "trl", "matplotlib", "jsonschema", "ruptures")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import math
 import os
 import subprocess
@@ -261,12 +262,12 @@ def error_line(r, after_work: bool = False) -> str:
     return lines[-1]
 
 
-def raw_parquet(path, columns: dict, metadata: dict | None = None):
-    """A Parquet file written around the schema helpers (foreign files, odd metadata)."""
+def raw_parquet(path, columns: dict, metadata: dict | None = None, **write_options):
+    """A Parquet file written around the schema helpers (foreign files, odd metadata, other writer options)."""
     table = pa.table(columns)
     if metadata is not None:
         table = table.replace_schema_metadata(metadata)
-    pq.write_table(table, path)
+    pq.write_table(table, path, **write_options)
     return path
 
 
@@ -283,3 +284,53 @@ def assert_plots_folder_checked(command: str, data: Path, tmp_path: Path) -> Non
         "(choose another output path)"
     )
     assert data.read_bytes() == before
+
+
+def sequence_rows(sequence_id: int, positions: list[int]) -> list[tuple[int, int, float, float]]:
+    """Rows of one sequence at these positions (q = 0.5, p = 0.4): duplicates and gaps as written."""
+    return [(sequence_id, p, 0.5, 0.4) for p in positions]
+
+
+def gate_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``gate`` with no bootstrap and a limit every run passes: for the checks around the verdict."""
+    return cli("gate", *args, "--bootstrap", "0", "--limit", "tv_token_mean<=1", env=env)
+
+
+def jsonl_dump(tmp_path, *records: str):
+    """``dump.jsonl`` in ``tmp_path``, one record (a JSON text) a line."""
+    dump = tmp_path / "dump.jsonl"
+    dump.write_text("".join(r + "\n" for r in records))
+    return dump
+
+
+def one_sequence(n: int = 5, **changes) -> dict:
+    """Columns of ``n`` tokens of sequence 1, log q = -0.5 and log p = -0.6 on each (|log p - log q| = 0.1)."""
+    cols = {
+        "sequence_id": [1] * n,
+        "position": list(range(n)),
+        "token_id": list(range(7, 7 + n)),
+        "sampler_logprob": [-0.5] * n,
+        "trainer_logprob": [-0.6] * n,
+    }
+    cols.update(changes)
+    return cols
+
+
+def report_json(path, *args) -> dict:
+    """``report --format json`` of ``path``, which must succeed."""
+    r = cli("report", str(path), "--format", "json", *args)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def topk_lists(ids=None, logprobs=None, at=None, trainer_ids=None, trainer_logprobs=None) -> dict:
+    """Two tokens' top-2 lists (the token ids of ``one_sequence(2)`` are 7 and 8)."""
+    cols = {
+        "sampler_topk_ids": [[7, 9], [8, 3]] if ids is None else ids,
+        "sampler_topk_logprobs": [[-0.7, -1.0]] * 2 if logprobs is None else logprobs,
+        "trainer_logprobs_at_sampler_topk": [[-0.7, -1.0]] * 2 if at is None else at,
+    }
+    if trainer_ids is not None:
+        cols["trainer_topk_ids"] = trainer_ids
+        cols["trainer_topk_logprobs"] = [[-0.7, -1.0]] * 2 if trainer_logprobs is None else trainer_logprobs
+    return cols

@@ -21,13 +21,22 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROWS, assert_plots_folder_checked, cli, error_line, pairs
+from tests.helpers import (
+    ROWS,
+    assert_plots_folder_checked,
+    cli,
+    error_line,
+    gate_cli,
+    pairs,
+    sequence_rows,
+)
 
 EXE = str(Path(sys.executable).with_name("mismatchscope"))
 
@@ -411,3 +420,192 @@ def test_import_refuses_text_and_booleans_among_numbers(tmp_path, record, messag
     dump.write_text(json.dumps(rec) + "\n")
     r = cli("import", "jsonl", str(dump), "--out", str(tmp_path / "o"))
     assert error_line(r, after_work=True) == f"error: d.jsonl:1: bad value ({message})"  # named relative to the dump
+
+
+def _unwritable(tmp_path):
+    d = tmp_path / "ro"
+    d.mkdir()
+    d.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    return d
+
+
+needs_permissions = pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root writes anywhere")
+
+
+needs_dev_full = pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+
+
+def test_report_html_into_a_directory(data, tmp_path):
+    assert error_line(cli("report", str(data), "--html", str(tmp_path))) == (
+        f"error: --html {tmp_path} is a directory (give --html a file name, e.g. {tmp_path / 'out'})"
+    )
+
+
+def test_report_plots_onto_a_file(data):
+    assert error_line(cli("report", str(data), "--plots", str(data))) == (
+        f"error: --plots {data} is an input of this command ({data}); writing it would destroy the data "
+        "(choose another output path)"
+    )
+
+
+@needs_permissions
+def test_report_html_in_an_unwritable_folder(data, tmp_path):
+    ro = _unwritable(tmp_path)
+    assert error_line(cli("report", str(data), "--html", str(ro / "r.html"))) == (
+        f"error: --html {ro / 'r.html'}: no permission to write in {ro} (choose a writable location)"
+    )
+
+
+def test_report_html_under_a_file(data, tmp_path):
+    target = data.with_name("pairs.parquet") / "sub" / "r.html"
+    assert error_line(cli("report", str(data), "--html", str(target))) == (
+        f"error: --html {target}: {data} is not a directory (choose a path inside a folder)"
+    )
+
+
+@needs_dev_full
+def test_report_html_on_a_full_device(data):
+    assert error_line(cli("report", str(data), "--html", "/dev/full")) == (
+        "error: --html /dev/full: cannot write (No space left on device)"
+    )
+
+
+def test_report_html_over_its_input(data, tmp_path):
+    before = data.read_bytes()
+    for target in (data, tmp_path / "." / data.name):
+        assert error_line(cli("report", str(data), "--html", str(target))) == (
+            f"error: --html {target} is an input of this command ({data}); writing it would destroy the data "
+            "(choose another output path)"
+        )
+    assert data.read_bytes() == before
+
+
+def test_report_html_over_a_shard_inside_an_input_directory(tmp_path, write):
+    shard = write(pairs(ROWS), "tokens/part-0.parquet")
+    r = cli("report", str(tmp_path), "--html", str(shard))
+    assert error_line(r) == (
+        f"error: --html {shard} is an input of this command ({tmp_path}); writing it would destroy "
+        "the data (choose another output path)"
+    )
+
+
+def test_report_html_over_an_input_through_a_symlink(data, tmp_path):
+    link = tmp_path / "link.html"
+    link.symlink_to(data)
+    assert error_line(cli("report", str(data), "--html", str(link))) == (
+        f"error: --html {link} is an input of this command ({data}); writing it would destroy the data "
+        "(choose another output path)"
+    )
+
+
+@pytest.mark.parametrize("option", ["--junit-xml", "--markdown"])
+def test_gate_outputs_over_an_input_are_refused_before_writing(runs, option):
+    base, cand = runs
+    for target, role in ((cand, cand), (base, base)):
+        before = target.read_bytes()
+        r = gate_cli(str(cand), "--baseline", str(base), option, str(target))
+        assert error_line(r) == (
+            f"error: {option} {target} is an input of this command ({role}); writing it would "
+            "destroy the data (choose another output path)"
+        )
+        assert target.read_bytes() == before
+
+
+@pytest.mark.parametrize("option", ["--junit-xml", "--markdown", "--html"])
+def test_gate_outputs_into_a_directory(runs, tmp_path, option):
+    base, cand = runs
+    r = gate_cli(str(cand), "--baseline", str(base), option, str(tmp_path))
+    assert (
+        error_line(r)
+        == f"error: {option} {tmp_path} is a directory (give {option} a file name, e.g. {tmp_path / 'out'})"
+    )
+
+
+@needs_dev_full
+@pytest.mark.parametrize("option", ["--junit-xml", "--markdown"])
+def test_gate_outputs_on_a_full_device_exit_2_not_1(runs, option):
+    base, cand = runs
+    r = gate_cli(str(cand), "--baseline", str(base), option, "/dev/full")
+    assert error_line(r, after_work=True) == f"error: {option} /dev/full: cannot write (No space left on device)"
+
+
+@needs_dev_full
+def test_gate_step_summary_on_a_full_device(runs):
+    base, cand = runs
+    r = gate_cli(str(cand), "--baseline", str(base), env={"GITHUB_STEP_SUMMARY": "/dev/full"})
+    assert (
+        error_line(r, after_work=True) == "error: GITHUB_STEP_SUMMARY /dev/full: cannot write (No space left on device)"
+    )
+
+
+def test_gate_step_summary_that_is_a_directory(runs, tmp_path):
+    base, cand = runs
+    r = gate_cli(str(cand), "--baseline", str(base), env={"GITHUB_STEP_SUMMARY": str(tmp_path)})
+    assert error_line(r) == (
+        f"error: GITHUB_STEP_SUMMARY {tmp_path} is a directory (give GITHUB_STEP_SUMMARY a file name, "
+        f"e.g. {tmp_path / 'out'})"
+    )
+
+
+@needs_permissions
+def test_gate_plots_in_an_unwritable_directory(runs, tmp_path):
+    base, cand = runs
+    ro = _unwritable(tmp_path)
+    r = gate_cli(str(cand), "--baseline", str(base), "--plots", str(ro))
+    assert (
+        error_line(r) == f"error: --plots {ro}: no permission to write in this directory (choose a writable location)"
+    )
+
+
+def test_gate_two_outputs_on_one_path(runs, tmp_path):
+    base, cand = runs
+    out = tmp_path / "same.txt"
+    r = gate_cli(str(cand), "--baseline", str(base), "--junit-xml", str(out), "--markdown", str(out))
+    assert error_line(r) == f"error: --markdown {out} is also --junit-xml (give each output its own path)"
+
+
+def test_timeline_plots_onto_a_file_or_a_full_device(tmp_path, write):
+    data = write(pairs(sequence_rows(1, [0, 1]), step=[0, 1]))
+    assert_plots_folder_checked("timeline", data, tmp_path)
+    (tmp_path / "out" / "timeline.png").mkdir(parents=True)  # the picture's own name taken by a folder
+    assert error_line(cli("timeline", str(data), "--plots", str(tmp_path / "out")), after_work=True) == (
+        f"error: --plots {tmp_path / 'out' / 'timeline.png'}: cannot write (Is a directory)"
+    )
+
+
+def test_gate_init_into_a_directory(tmp_path):
+    r = cli("gate", "--init", str(tmp_path), "--force")
+    assert (
+        error_line(r)
+        == f"error: gate --init {tmp_path} is a directory (give gate --init a file name, e.g. {tmp_path / 'out'})"
+    )
+
+
+def test_import_out_that_is_a_file_or_the_dump(tmp_path):
+    dump = tmp_path / "d.jsonl"
+    dump.write_text("{}\n")
+    other = tmp_path / "notes.txt"
+    other.write_text("x")
+    assert error_line(cli("import", "jsonl", str(dump), "--out", str(other))) == (
+        f"error: --out {other} exists and is not a directory (give --out a folder)"
+    )
+    assert error_line(cli("import", "jsonl", str(dump), "--out", str(dump))) == (
+        f"error: --out {dump} is an input of this command ({dump}); writing it would destroy the data "
+        "(choose another output path)"
+    )
+    assert error_line(cli("import", "jsonl", str(tmp_path), "--out", str(tmp_path))) == (
+        f"error: --out {tmp_path} is the dump being imported (write the token pairs to a new directory)"
+    )
+
+
+def test_gate_markdown_over_its_own_config_is_refused(runs, tmp_path, monkeypatch):
+    base, cand = runs
+    cfg = tmp_path / "gate.toml"
+    cfg.write_text("[absolute]\ntv_token_mean = { max = 1 }\n")
+    monkeypatch.chdir(tmp_path)  # ./gate.toml is read without --config
+    r = cli("gate", str(cand), "--absolute-only", "--bootstrap", "0", "--markdown", "gate.toml")
+    assert error_line(r) == (
+        "error: --markdown gate.toml is an input of this command (" + str(cfg) + "); writing it would "
+        "destroy the data (choose another output path)"
+    )
+    assert cfg.read_text() == "[absolute]\ntv_token_mean = { max = 1 }\n"

@@ -643,3 +643,22 @@ def test_a_failed_writer_leaves_no_lock_in_a_folder_that_was_there(tmp_path):
         with lock_run(out):
             raise RuntimeError("a start that failed")
     assert [p.name for p in out.iterdir()] == [".lock"]
+
+
+def test_redact_removes_url_credentials_and_tokens():
+    from mismatchscope.redact import redact, redact_url
+
+    assert redact_url("http://user:pa%40ss@host:8000/v1") == "http://<redacted>@host:8000/v1"
+    assert redact_url("http://host:8000") == "http://host:8000"
+    assert redact("--url=https://u:p@w@h/x and http://h/p?a=b@c") == "--url=https://<redacted>@h/x and http://h/p?a=b@c"
+    assert (
+        redact('echo {"authorization": "Bearer sk-123456"}', ["sk-123456"])
+        == 'echo {"authorization": "<redacted> <redacted>"}'
+    )
+    assert redact("Authorization: Bearer abc.def") == "Authorization: <redacted> <redacted>"
+    assert redact("the api_key=hunter22 was sent") == "the api_key=<redacted> was sent"
+    # ordinary text keeps its words
+    assert (
+        redact("token 17 at position 3; max_tokens=16; basic checks")
+        == "token 17 at position 3; max_tokens=16; basic checks"
+    )

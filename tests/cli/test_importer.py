@@ -4,7 +4,13 @@ commands on its output: the path a user with NeMo-RL dumps takes."""
 import json
 import math
 
-from tests.helpers import cli
+import pytest
+
+from tests.helpers import (
+    cli,
+    error_line,
+    jsonl_dump,
+)
 from tests.importers.layouts import nemo_sample, write_nemo_step
 
 
@@ -41,3 +47,26 @@ def test_import_nemo_rl_then_report_and_timeline(tmp_path):
 def test_import_unknown_format_exits_2(tmp_path):
     r = cli("import", "openrlhf", str(tmp_path), "--out", str(tmp_path / "o"))
     assert r.returncode == 2 and "unknown import format" in r.stderr
+
+
+@pytest.mark.parametrize(
+    "columns, message",
+    [
+        (
+            ["sampler_logprob=trainer_logprobs"],
+            "--column sampler_logprob=trainer_logprobs makes sampler_logprob and trainer_logprob both read the column "
+            "'trainer_logprobs' (map trainer_logprob to another column too)",
+        ),
+        (
+            ["sampler_logprob=lp", "trainer_logprob=lp"],
+            "--column trainer_logprob=lp makes sampler_logprob and trainer_logprob both read the column 'lp' "
+            "(map the other one to another column too)",
+        ),
+    ],
+)
+def test_import_mappings_that_read_one_column_twice(tmp_path, columns, message):
+    dump = jsonl_dump(
+        tmp_path, '{"token_ids": [5], "sampler_logprobs": [-0.5], "trainer_logprobs": [-0.4], "lp": [-0.1]}'
+    )
+    args = [a for c in columns for a in ("--column", c)]
+    assert error_line(cli("import", "jsonl", str(dump), "--out", str(tmp_path / "out"), *args)) == f"error: {message}"

@@ -19,6 +19,11 @@ import pytest
 from mismatchscope.errors import ImportFormatError, InputError, UsageError
 from mismatchscope.importers import import_run
 from mismatchscope.schema import write_table
+from tests.helpers import (
+    cli,
+    error_line,
+    jsonl_dump,
+)
 
 TOKEN_COLUMNS = ("sequence_id", "position", "token_id", "sampler_logprob", "trainer_logprob")
 
@@ -223,3 +228,71 @@ def test_per_sequence_reward_and_missing_optional_floats(tmp_path):
     import_run("jsonl", src, tmp_path / "out")
     reward = read(tmp_path / "out")["reward"]
     assert reward[:2].tolist() == [1.0, 1.0] and math.isnan(reward[2])
+
+
+GOOD_RECORD = '{"token_ids": [5, 6], "sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.4, -1.1]}'
+
+
+@pytest.mark.parametrize(
+    "record, reason",
+    [
+        ("[" * 100_000 + "]" * 100_000, "malformed JSON (nested too deeply)"),
+        (
+            '{"token_ids": '
+            + "[" * 3000
+            + "1"
+            + "]" * 3000
+            + ', "sampler_logprobs": [-0.5], "trainer_logprobs": [-0.4]}',
+            "malformed JSON (nested too deeply)",
+        ),
+        (
+            '{"token_ids": [5, 6.5], "sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.4, -1.1]}',
+            "bad value (token ids must be integers, got 6.5 at index 1)",
+        ),
+        (
+            '{"token_ids": [5, "6"], "sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.4, -1.1]}',
+            "bad value (token ids must be integers, got '6' at index 1)",
+        ),
+        (
+            '{"token_ids": [5, null], "sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.4, -1.1]}',
+            "bad value (token ids must be integers, got None at index 1)",
+        ),
+        (
+            '{"token_ids": [true, false], "sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.4, -1.1]}',
+            "bad value (token ids must be integers, got True at index 0)",
+        ),
+        (
+            '{"token_ids": [[5, 6]], "sampler_logprobs": [[-0.5, -1.0]], "trainer_logprobs": [[-0.4, -1.1]]}',
+            "bad value (token ids must be a flat list of integers, got nested lists)",
+        ),
+        (
+            '{"token_ids": [5, 6], "sampler_logprobs": [[-0.5], [-1.0]], "trainer_logprobs": [-0.4, -1.1]}',
+            "bad value (a per-token list holds nested lists, not one number per token)",
+        ),
+    ],
+)
+def test_pathological_jsonl_records(tmp_path, record, reason):
+    dump = jsonl_dump(tmp_path, GOOD_RECORD, record)
+    r = cli("import", "jsonl", str(dump), "--out", str(tmp_path / "out"))
+    assert error_line(r) == f"error: dump.jsonl:2: {reason}"
+
+
+def test_integral_float_token_ids_are_read(tmp_path):
+    dump = jsonl_dump(
+        tmp_path, '{"token_ids": [5.0, 6], "sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.4, -1.1]}'
+    )
+    r = cli("import", "jsonl", str(dump), "--out", str(tmp_path / "out"), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert pq.read_table(tmp_path / "out" / "tokens").column("token_id").to_pylist() == [5, 6]
+
+
+def test_fractional_token_ids_in_parquet(tmp_path):
+    dump = tmp_path / "dump.parquet"
+    pq.write_table(
+        pa.table({"token_ids": [[5.0, 6.25]], "sampler_logprobs": [[-0.5, -1.0]], "trainer_logprobs": [[-0.4, -1.1]]}),
+        dump,
+    )
+    r = cli("import", "parquet", str(dump), "--out", str(tmp_path / "out"))
+    assert error_line(r) == (
+        "error: dump.parquet: bad values in rows 0..0 (integer columns must be integers, got 6.25 at index 1)"
+    )

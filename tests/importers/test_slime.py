@@ -9,12 +9,20 @@ import pytest
 
 pytest.importorskip("torch")
 
+import json
+
+import pytest
+
 from mismatchscope.errors import (
     ImportFormatError,
     NoTrainerLogprobsError,
     UntrustedPickleError,
 )
 from mismatchscope.importers import import_run
+from tests.helpers import (
+    cli,
+    error_line,
+)
 
 from .layouts import (
     ToolTrace,
@@ -138,3 +146,36 @@ def test_manifest_lists_train_files(tmp_path):
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert [f["path"] for f in manifest["source"]["files"]] == ["train_data/0_0.pt", "train_data/1_0.pt"]
     assert {"prompt_id", "sample_index", "rank", "step"} <= set(manifest["columns"])
+
+
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        (b"hello, this is not a pickle" * 20, "(101)"),  # torch's own KeyError on a bad magic number
+        (b"\x80\x04\x95\x10\x00\x00\x00", "(truncated or damaged)"),  # torch blames weights_only: the stream is checked
+    ],
+)
+def test_a_slime_file_that_is_not_a_pickle_is_corrupt(tmp_path, content, reason):
+    pytest.importorskip("torch")
+    train = tmp_path / "dump" / "train_data"
+    train.mkdir(parents=True)
+    (train / "0_0.pt").write_bytes(content)
+    for trust in ((), ("--trust-pickle",)):
+        r = cli("import", "slime", str(tmp_path / "dump"), "--out", str(tmp_path / "out"), *trust)
+        assert error_line(r) == f"error: train_data/0_0.pt: corrupt: not a readable torch file or pickle {reason}"
+
+
+def test_a_truncated_slime_file_is_corrupt_not_untrusted(tmp_path):
+    torch = pytest.importorskip("torch")
+    import datetime
+
+    train = tmp_path / "dump" / "train_data"
+    train.mkdir(parents=True)
+    torch.save(
+        {"format_version": 2, "when": datetime.date(2020, 1, 1)}, train / "0_0.pt", _use_new_zipfile_serialization=False
+    )
+    data = (train / "0_0.pt").read_bytes()
+    (train / "0_0.pt").write_bytes(data[: len(data) // 3])
+    r = cli("import", "slime", str(tmp_path / "dump"), "--out", str(tmp_path / "out"))
+    line = error_line(r)
+    assert line.startswith("error: train_data/0_0.pt: corrupt: not a readable torch file or pickle ("), line

@@ -19,7 +19,14 @@ from mismatchscope.rules import parse_rule
 from mismatchscope.timeline import timeline
 from mismatchscope.timeline.changes import ChangeConfig, detect
 from mismatchscope.timeline.series import grouped_quantile
-from tests.helpers import cli, pairs
+from tests.helpers import (
+    ROWS,
+    cli,
+    error_line,
+    one_sequence,
+    pairs,
+    raw_parquet,
+)
 
 needs_ruptures = pytest.mark.skipif(
     importlib.util.find_spec("ruptures") is None,
@@ -287,3 +294,31 @@ def test_kpop_and_verl_rs_per_step(write):
     assert [rows[s]["verl-rs_reject_rate"] for s in (0, 1, 2)] == pytest.approx([1.0, 1.0, 0.5])
     levels = {u["name"]: u["level"] for u in r.payload()["rules"]}
     assert levels == {"kpop": "token", "verl-rs": "sequence"}
+
+
+INT64_MIN = -(2**63)
+
+
+@pytest.mark.parametrize("step", [INT64_MIN, -(2**52) - 1, 2**52 + 1, 2**63 - 1])
+def test_timeline_refuses_steps_beyond_its_key_range(tmp_path, step):
+    """np.abs(INT64_MIN) is INT64_MIN (negative): the old check let it through, and step * 1024 wrapped into step 0."""
+    path = raw_parquet(
+        tmp_path / "s.parquet",
+        one_sequence(4, sequence_id=[1, 1, 2, 2], position=[0, 1, 0, 1], step=[step, step, 0, 0]),
+    )
+    assert error_line(cli("timeline", str(path))) == (
+        f"error: step value {step} is beyond +-2^52: not a training step counter "
+        "(map the training step column with --column step=NAME)"
+    )
+
+
+def test_timeline_keeps_the_largest_steps_apart(tmp_path):
+    """Steps +-2^52 (the documented bound, inclusive) and 0 are three steps of two tokens each, never merged."""
+    big = 2**52
+    path = raw_parquet(
+        tmp_path / "s.parquet",
+        one_sequence(6, sequence_id=[1, 1, 2, 2, 3, 3], position=[0, 1] * 3, step=[-big, -big, 0, 0, big, big]),
+    )
+    r = cli("timeline", str(path), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert [(row["step"], row["tokens"]) for row in json.loads(r.stdout)["rows"]] == [(-big, 2), (0, 2), (big, 2)]

@@ -19,7 +19,12 @@ from mismatchscope.analysis.results import MasksResult, Sweep, SweepPoint
 from mismatchscope.divergence import token_terms
 from mismatchscope.render.plots.sweeps import default_sweeps, plot_rules, ratio_thresholds, sweep_x
 from mismatchscope.rules import make_instance, parse_rule
-from tests.helpers import SAMPLE_PAIRS, cli
+from tests.helpers import (
+    SAMPLE_PAIRS,
+    cli,
+    one_sequence,
+    raw_parquet,
+)
 from tests.helpers import probe_meta as meta
 
 pytest.importorskip("matplotlib", reason="pictures need the plot extra")
@@ -328,3 +333,21 @@ def test_sweep_picture_draws_zero_as_zero():
     fig.canvas.draw()
     labels = {t.get_text(): t.get_position()[1] for t in ax.get_yticklabels()}
     assert labels == {"0%": 0.0, "0.01%": 0.01, "0.1%": 0.1, "1%": 1.0, "10%": 10.0}
+
+
+def test_an_infinite_bucket_mean_is_drawn_and_marked(tmp_path):
+    """The k3 panels got a NaN bar and matplotlib's RuntimeWarning; the bar now reaches the top, marked inf."""
+    pytest.importorskip("matplotlib")
+    path = raw_parquet(
+        tmp_path / "o.parquet",
+        one_sequence(
+            4,
+            sequence_id=[1, 1, 2, 2],
+            position=[0, 1, 0, 1],
+            sampler_logprob=[-800.0, -1.0, -0.5, -0.5],
+            trainer_logprob=[-0.1, -1.0, -0.5, -0.5],
+        ),
+    )
+    r = cli("report", str(path), "--plots", str(tmp_path / "p"), "--format", "json")
+    assert r.returncode == 0 and "RuntimeWarning" not in r.stderr, r.stderr
+    assert (tmp_path / "p" / "breakdowns.png").stat().st_size > 0

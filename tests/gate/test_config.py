@@ -1,0 +1,78 @@
+"""Gate configurations that cannot be meant: limits no run can pass, a minimum above its maximum, nesting too deep."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import (
+    cli,
+    error_line,
+)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--limit", "tv_token_mean>=0.5", "--limit", "k3_mean<=-0.1"],
+            "k3_mean: max -0.1 is below 0, the smallest value k3_mean can take, so no run can pass (give a limit >= 0)",
+        ),
+        (["--limit", "tv_token_mean>=inf"], "tv_token_mean: min inf leaves no value that passes (give a finite limit)"),
+        (["--limit", "k1_mean<=-inf"], "k1_mean: max -inf leaves no value that passes (give a finite limit)"),
+        (
+            ["--limit", "icepop.token_reject_rate>=2"],
+            "icepop.token_reject_rate: min 2 is above 1, the largest value icepop.token_reject_rate can take, so no run can pass "
+            "(shares, rates and TV are fractions: 0.01 = 1%)",
+        ),
+        # ESS / n, TV and the ratio tails are at most 1 too; chi2 = mean r^2 - 1 is at least -1
+        (
+            ["--limit", "ess>=1.5"],
+            "ess: min 1.5 is above 1, the largest value ess can take, so no run can pass (shares, rates and TV are fractions: 0.01 = 1%)",
+        ),
+        (
+            ["--limit", "ratio_tail_high.2>=1.5"],
+            "ratio_tail_high.2: min 1.5 is above 1, the largest value ratio_tail_high.2 can take, so no run can pass "
+            "(shares, rates and TV are fractions: 0.01 = 1%)",
+        ),
+        (
+            ["--limit", "chi2_token<=-2"],
+            "chi2_token: max -2 is below -1, the smallest value chi2_token can take, so no run can pass (give a limit >= -1)",
+        ),
+        # two flags on one metric make one limit: here an impossible one; the same bound twice is refused
+        (
+            ["--limit", "tv_token_mean>=0.5", "--limit", "tv_token_mean<=0.1"],
+            "tv_token_mean: min 0.5 is above max 0.1, so no run can pass (swap them, or drop one)",
+        ),
+        (
+            ["--limit", "tv_token_mean<=0.5", "--limit", "tv_token_mean<=0.1"],
+            "--limit 'tv_token_mean<=0.1': tv_token_mean already has a max (0.5) from another --limit (give each bound of a metric once)",
+        ),
+        (
+            ["--bootstrap", "1000000000000", "--limit", "k3_mean<=1"],
+            "--bootstrap must be an integer between 0 and 100,000, got 1000000000000",
+        ),
+        (["--limit", "k3_mean<=1_0"], "--limit k3_mean<=1_0: '1_0' is not a number"),
+    ],
+)
+def test_gate_limits_that_can_never_pass(runs, args, message):
+    base, cand = runs
+    r = cli("gate", str(cand), "--absolute-only", *(["--bootstrap", "0"] if "--bootstrap" not in args else []), *args)
+    assert error_line(r) == f"error: {message}"
+
+
+def test_gate_config_with_min_above_max(runs, tmp_path):
+    base, cand = runs
+    cfg = tmp_path / "g.toml"
+    cfg.write_text("[absolute]\ntv_token_mean = { min = 0.2, max = 0.1 }\n")
+    r = cli("gate", str(cand), "--config", str(cfg), "--absolute-only", "--bootstrap", "0")
+    assert (
+        error_line(r) == "error: tv_token_mean: min 0.2 is above max 0.1, so no run can pass (swap them, or drop one)"
+    )
+
+
+def test_gate_config_nested_too_deeply(runs, tmp_path):
+    base, cand = runs
+    cfg = tmp_path / "g.toml"
+    cfg.write_text("x = " + "[" * 50_000 + "]" * 50_000 + "\n")
+    r = cli("gate", str(cand), "--config", str(cfg), "--absolute-only")
+    assert error_line(r) == f"error: {cfg} is nested too deeply to be a gate configuration"
