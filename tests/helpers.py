@@ -6,9 +6,11 @@ import io
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import types
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +19,7 @@ import pyarrow.parquet as pq
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_PAIRS = REPO / "sample_data" / "simulated_pairs.parquet"
+JUNIT_XSD = REPO / "tests" / "data" / "junit.xsd"
 
 
 def pairs(rows: list[tuple[int, int, float, float]], **extra) -> dict:
@@ -334,3 +337,48 @@ def topk_lists(ids=None, logprobs=None, at=None, trainer_ids=None, trainer_logpr
         cols["trainer_topk_ids"] = trainer_ids
         cols["trainer_topk_logprobs"] = [[-0.7, -1.0]] * 2 if trainer_logprobs is None else trainer_logprobs
     return cols
+
+
+def one_line_error(r, *parts: str) -> None:
+    """A one-line ``error:`` and exit code 2, holding each of ``parts`` (where the whole line is not pinned)."""
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr
+    for p in parts:
+        assert p in r.stderr, r.stderr
+
+
+def validate_junit(path: Path) -> None:
+    """Against tests/data/junit.xsd (the structure Jenkins, GitLab and GitHub reporters read) when xmllint exists,
+    and by hand always."""
+    if shutil.which("xmllint"):
+        r = subprocess.run(
+            ["xmllint", "--noout", "--schema", str(JUNIT_XSD), str(path)], capture_output=True, text=True
+        )
+        assert r.returncode == 0, r.stderr
+    root = ET.parse(path).getroot()
+    assert root.tag == "testsuites"
+    for suite in root:
+        assert suite.tag == "testsuite" and {"name", "tests", "failures", "errors", "time"} <= set(suite.attrib)
+        cases = suite.findall("testcase")
+        assert int(suite.get("tests")) == len(cases)
+        assert int(suite.get("failures")) == sum(c.find("failure") is not None for c in cases)
+        for c in cases:
+            assert {"name", "classname", "time"} <= set(c.attrib)
+            assert all(ch.tag in ("failure", "error", "skipped", "system-out", "system-err") for ch in c)
+
+
+def write_run_dir(root: Path, write, status: str = "complete") -> Path:
+    """A run directory as the writers leave it: ``RUN/tokens/*.parquet`` and ``RUN/manifest.json``."""
+    (root / "tokens").mkdir(parents=True)
+    shard = write(pairs(ROWS), "shard.parquet")
+    shard.rename(root / "tokens" / "part-00000.parquet")
+    (root / "manifest.json").write_text(json.dumps({"status": status}))
+    return root
+
+
+def gate_config(tmp_path: Path, text: str) -> str:
+    """A gate configuration file holding text; its path."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "gate.toml"
+    path.write_text(text)
+    return str(path)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -26,6 +27,7 @@ from tests.helpers import (
     ROWS,
     cli,
     error_line,
+    one_line_error,
     one_sequence,
     pairs,
     raw_parquet,
@@ -509,3 +511,26 @@ def test_a_float_rank_column_is_refused(tmp_path):
     # the commands say it in one line, exit 2: before, timeline --by rank truncated 1.5 to rank 1
     r = cli("timeline", str(path), "--by", "rank")
     assert r.returncode == 2 and r.stderr.startswith("error: ") and "'rank' must hold integers" in r.stderr, r.stderr
+
+
+def test_shard_metadata_with_a_wrongly_typed_section(tmp_path):
+    from mismatchscope.schema import write_table
+
+    write_table(tmp_path / "a.parquet", pairs([(0, 0, 0.5, 0.25)]), {"trainer_checkpoint": [1]})
+    one_line_error(cli("report", str(tmp_path / "a.parquet")), "'trainer_checkpoint' = [1], not a table")
+
+
+def test_empty_and_special_input_paths(tmp_path):
+    assert error_line(cli("report", "", cwd=tmp_path)) == (
+        "error: an empty path was given as input (give a Parquet file, a folder of shards, a run directory or a glob)"
+    )
+    assert error_line(cli("compare-masks", os.devnull)) == (
+        f"error: {os.devnull}: not a regular file or a directory (give a Parquet file, a folder of shards, a run directory "
+        "or a glob)"
+    )
+    assert error_line(cli("gate", str(tmp_path), "--config", str(tmp_path))) == (
+        f"error: config file {tmp_path} is a directory (give a file, e.g. {tmp_path / 'gate.toml'})"
+    )
+    assert error_line(cli("gate", str(tmp_path), "--config", os.devnull)) == (
+        f"error: config file {os.devnull} is not a regular file (give a gate.toml file)"
+    )

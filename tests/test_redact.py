@@ -31,7 +31,7 @@ from mismatchscope.redact import (
     register_secret,
     split_userinfo,
 )
-from tests.helpers import REPO
+from tests.helpers import REPO, cli
 from tests.helpers import cli_no_engine as cli
 
 CHECKPOINT = REPO / "sample_data" / "tiny-qwen3"
@@ -662,3 +662,29 @@ def test_redact_removes_url_credentials_and_tokens():
         redact("token 17 at position 3; max_tokens=16; basic checks")
         == "token 17 at position 3; max_tokens=16; basic checks"
     )
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://h:8000/v1?token=SECRETVALUE",
+        "http://h/v1?x=1&access_token=SECRETVALUE",
+        "http://h/?key=SECRETVALUE",
+        "http://h/?secret=SECRETVALUE",
+        "http://h/?password=SECRETVALUE",
+        "http://h/?auth=SECRETVALUE#x",
+        "https://bucket/o?X-Amz-Signature=SECRETVALUE&max_tokens=3",
+        "https://h/?sig=SECRETVALUE",
+    ],
+)
+def test_credential_query_parameters_are_redacted_everywhere(url):
+    from mismatchscope.redact import redact, redact_command, redact_obj, redact_url
+
+    for shown in (
+        redact_url(url),
+        redact(f"cannot reach {url}: refused"),
+        " ".join(redact_command(["--url", url])),
+        json.dumps(redact_obj({"sampler": {"url": url}})),
+    ):
+        assert "SECRETVALUE" not in shown and "<redacted>" in shown, shown
+    assert redact("the server said SECRETVALUE") == "the server said <redacted>"  # the value alone, once seen

@@ -23,7 +23,13 @@ from mismatchscope.errors import InputError
 from mismatchscope.live import Recorder
 from mismatchscope.reader import open_source
 from mismatchscope.schema import write_table
-from tests.helpers import cli, pairs
+from tests.helpers import (
+    cli,
+    error_line,
+    one_line_error,
+    pairs,
+    write_run_dir,
+)
 
 Q = np.log([[0.5, 0.25], [0.8, 0.5]])
 P = np.log([[0.25, 0.25], [0.1, 0.5]])
@@ -440,3 +446,54 @@ def test_routes_of_a_run_written_before_routes_were_indexed_read_as_before(route
     manifest = json.loads((routed_import / "manifest.json").read_text())
     rundir.write_manifest(routed_import, {**manifest, "shard_index": 1})
     assert read_routes(routed_import).num_rows == 10
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda m: m.update(config=[1]), "manifest.json: config is [1], not a table"),
+        (
+            lambda m: m["config"]["sampling"].update(temperature="hot"),
+            "manifest.json: config.sampling.temperature is 'hot', not a number",
+        ),
+        (
+            lambda m: m["config"]["checkpoint"].update(path=5),
+            "manifest.json: config.checkpoint.path is 5, not a string",
+        ),
+    ],
+)
+def test_rescore_of_a_manifest_with_a_wrongly_typed_field(tmp_path, edit, message):
+    run = Path(shutil.copytree(GOLDEN, tmp_path / "run"))
+    manifest = json.loads((run / "manifest.json").read_text())
+    edit(manifest)
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    r = cli("rescore", str(run), "--out", str(tmp_path / "again"))
+    one_line_error(r, message)
+    assert not (tmp_path / "again").exists()
+
+
+def test_a_folder_holding_an_unfinished_run(tmp_path, write):
+    parent = tmp_path / "runs"
+    run = write_run_dir(parent / "a", write, status="running")
+    r = cli("gate", str(parent), "--absolute-only", "--bootstrap", "0", "--limit", "tv_token_mean<=1")
+    expected = (
+        f"{run} is an incomplete run (manifest.json status is 'running', not 'complete': killed, or still being "
+        "written); read what is there: 1 shard(s), 5 rows"
+    )
+    assert error_line(r) == f"error: {expected} (wait for the run to finish, or point at complete shards)"
+    r = cli("report", str(parent), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert f"warning: {expected}" in " ".join(r.stderr.split())
+
+
+def test_a_folder_of_runs_where_one_was_killed_before_its_first_shard(tmp_path, write):
+    parent = tmp_path / "runs"
+    write_run_dir(parent / "a" / "ok", write)
+    killed = parent / "b" / "killed"
+    (killed / "tokens").mkdir(parents=True)  # no manifest, no shard: killed at once
+    r = cli("gate", str(parent), "--absolute-only", "--bootstrap", "0", "--limit", "tv_token_mean<=1")
+    assert error_line(r) == (
+        f"error: {killed} is an incomplete run (no readable manifest.json: killed, or still being "
+        "written); read what is there: 1 shard(s), 5 rows (wait for the run to finish, or point at "
+        "complete shards)"
+    )

@@ -420,3 +420,29 @@ def test_recorder_sampler_steps_feed_the_policy_version_check(tmp_path):
         rec.add(7, lq, lq, sampler_steps=[7, 6])  # the second rollout came from the previous policy
     v = certify_run(tmp_path / "lag")
     assert not v.certified and "sequence" in v.policy.status and "sampler step 6, trainer step 7" in v.policy.status
+
+
+@pytest.mark.parametrize(
+    "manifest",
+    [
+        {"source": {"format": "prime-rl", "semantics": {"policy_lag": True, "policy_lag_note": "async trainer"}}},
+        {"config": {"imported": {"format": "prime-rl", "semantics": {"policy_lag": True}}}},
+        {"config": {"semantics": {"policy_lag": True, "policy_lag_note": "a later checkpoint"}}},
+    ],
+    ids=["import", "rescored-import", "probe"],
+)
+def test_a_run_recording_policy_lag_is_not_certified(tmp_path, manifest):
+    # byte-equal pairs (sampler = trainer = LP): the bytes pass, the policy check fails with the run's own reason
+    run = make_run(tmp_path / "run", manifest=manifest)
+    r = cli("certify", str(run), "--format", "json")
+    assert r.returncode == 1, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["certified"] is False and doc["pairings"][0]["equal"] is True
+    assert doc["policy_version"]["passed"] is False
+    assert doc["reasons"][-1].startswith("policy version: the run records policy lag: ")
+
+
+def test_a_synchronous_import_still_certifies(tmp_path):
+    # slime's semantics describe policy lag in words (a string, not true): nothing to refuse
+    run = make_run(tmp_path / "run", manifest={"source": {"format": "slime", "semantics": {"policy_lag": "none"}}})
+    assert cli("certify", str(run)).returncode == 0

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +21,7 @@ from tests.helpers import (
     ROWS,
     cli,
     error_line,
+    gate_config,
     pairs,
 )
 
@@ -155,3 +158,40 @@ def test_the_exit_code_table_names_every_command_that_exits_1_and_every_command(
     assert set(re.findall(r"`([a-z-]+)`,", row)) == verdicts, row
     sentence = text.split("Per command:", 1)[1].split("The library", 1)[0]
     assert set(COMMANDS) <= set(re.findall(r"`([a-z-]+)`", sentence)), sentence
+
+
+EXE = str(Path(sys.executable).with_name("mismatchscope"))
+
+
+def test_a_closed_stdout_or_an_unwritable_stderr_does_not_change_the_verdict(tmp_path, write):
+    cand = write(pairs(ROWS), "cand.parquet")
+    # ROWS' k3 mean is about 2.2 (((0.4-1)-ln 0.4 + (3-1)-ln 3 + 0 + (2e-5-1)-ln 2e-5 + 0) / 5): max 10 passes, max 0.1 fails
+    passing = [
+        EXE,
+        "gate",
+        str(cand),
+        "--absolute-only",
+        "--bootstrap",
+        "0",
+        "--config",
+        gate_config(tmp_path, "[absolute]\nk3_mean = { max = 10 }\n"),
+    ]
+    failing = passing[:-1] + [gate_config(tmp_path / "f", "[absolute]\nk3_mean = { max = 0.1 }\n")]
+    # stdout closed outright (>&-): the tables are lost, the verdict is not
+    for argv, code in ((passing, 0), (failing, 1)):
+        r = subprocess.run(["bash", "-c", " ".join(f"'{a}'" for a in argv) + " >&-"], stderr=subprocess.PIPE, text=True)
+        assert r.returncode == code and "Traceback" not in r.stderr, r.stderr
+    with open("/dev/full", "w") as full:
+        assert subprocess.run(passing, stdout=subprocess.DEVNULL, stderr=full).returncode == 0
+        assert subprocess.run(failing, stdout=subprocess.DEVNULL, stderr=full).returncode == 1
+        # a usage error stays exit 2 even when its line cannot be printed
+        assert subprocess.run([EXE, "report", str(tmp_path / "missing.parquet")], stderr=full).returncode == 2
+
+
+def test_a_pipe_closed_early_is_one_line(tmp_path, write):
+    cand = write(pairs(ROWS), "cand.parquet")
+    proc = subprocess.Popen([EXE, "report", str(cand)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # the reader went away before the first byte, as `| head -c0` would
+    err = proc.stderr.read()
+    assert proc.wait() == 2
+    assert err.strip() == "error: stdout was closed before the output was written"

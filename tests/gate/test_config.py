@@ -5,8 +5,12 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import (
+    ROWS,
+    SAMPLE_PAIRS,
     cli,
     error_line,
+    one_line_error,
+    pairs,
 )
 
 
@@ -76,3 +80,18 @@ def test_gate_config_nested_too_deeply(runs, tmp_path):
     cfg.write_text("x = " + "[" * 50_000 + "]" * 50_000 + "\n")
     r = cli("gate", str(cand), "--config", str(cfg), "--absolute-only")
     assert error_line(r) == f"error: {cfg} is nested too deeply to be a gate configuration"
+
+
+def test_a_limit_at_infinity_is_refused():
+    r = cli("gate", str(SAMPLE_PAIRS), "--absolute-only", "--limit", "tv_token_mean<=inf")
+    one_line_error(r, "tv_token_mean: max inf is no limit")
+
+
+def test_absolute_only_with_a_regression_limit(tmp_path, write):
+    cand = write(pairs(ROWS), "cand.parquet")
+    base = write(pairs(ROWS[:4]), "base.parquet")
+    r = cli("gate", str(cand), "--absolute-only", "--baseline", str(base), "--max-increase", "k3_mean=10%")
+    assert error_line(r) == (
+        "error: --max-increase sets a regression limit against the baseline, which --absolute-only "
+        "leaves out (drop --absolute-only to compare with the baseline, or drop --max-increase)"
+    )

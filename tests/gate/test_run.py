@@ -28,9 +28,7 @@ from mismatchscope.gate.compare import compare_runs
 from mismatchscope.gate.config import STARTER_TOML, default_config, load_config, with_overrides
 from mismatchscope.gate.limits import lookup_metric
 from mismatchscope.gate.run import run_gate
-from tests.helpers import PROBE_META, REPO, cli, probe_meta
-
-JUNIT_XSD = REPO / "tests" / "data" / "junit.xsd"
+from tests.helpers import PROBE_META, REPO, cli, probe_meta, validate_junit
 
 meta = probe_meta
 
@@ -591,7 +589,7 @@ def test_junit_markdown_and_step_summary(pair, tmp_path):
         env={"GITHUB_STEP_SUMMARY": str(summary)},
     )
     assert r.returncode == 1, r.stderr
-    _validate_junit(junit)
+    validate_junit(junit)
     root = ET.parse(junit).getroot()
     cases = root.findall("./testsuite/testcase")
     assert len(cases) == 8 == int(root.get("tests"))
@@ -603,26 +601,6 @@ def test_junit_markdown_and_step_summary(pair, tmp_path):
     _assert_markdown_table(text, rows=8)
     assert "❌ mismatchscope gate: fail" in text and "`sampler.dtype: 'float32' -> 'float16'`" in text
     assert summary.read_text() == "# earlier step\n" + text + "\n"  # appended, not overwritten
-
-
-def _validate_junit(path: Path) -> None:
-    """Against tests/data/junit.xsd (the structure Jenkins, GitLab and GitHub reporters read) when xmllint exists,
-    and by hand always."""
-    if shutil.which("xmllint"):
-        r = subprocess.run(
-            ["xmllint", "--noout", "--schema", str(JUNIT_XSD), str(path)], capture_output=True, text=True
-        )
-        assert r.returncode == 0, r.stderr
-    root = ET.parse(path).getroot()
-    assert root.tag == "testsuites"
-    for suite in root:
-        assert suite.tag == "testsuite" and {"name", "tests", "failures", "errors", "time"} <= set(suite.attrib)
-        cases = suite.findall("testcase")
-        assert int(suite.get("tests")) == len(cases)
-        assert int(suite.get("failures")) == sum(c.find("failure") is not None for c in cases)
-        for c in cases:
-            assert {"name", "classname", "time"} <= set(c.attrib)
-            assert all(ch.tag in ("failure", "error", "skipped", "system-out", "system-err") for ch in c)
 
 
 def _assert_markdown_table(text: str, rows: int) -> None:

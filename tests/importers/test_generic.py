@@ -296,3 +296,19 @@ def test_fractional_token_ids_in_parquet(tmp_path):
     assert error_line(r) == (
         "error: dump.parquet: bad values in rows 0..0 (integer columns must be integers, got 6.25 at index 1)"
     )
+
+
+@pytest.mark.parametrize(
+    "record, message",
+    [
+        ({"token_ids": [5.0, True]}, "token ids must be integers, got True at index 1"),
+        ({"sampler_logprobs": ["-0.5", -1.0]}, "sampler_logprobs must hold numbers, got '-0.5' at index 0"),
+        ({"advantages": [1.5, "2"]}, "advantages must hold numbers, got '2' at index 1"),
+    ],
+)
+def test_import_refuses_text_and_booleans_among_numbers(tmp_path, record, message):
+    rec = {"token_ids": [5, 6], "sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.4, -1.1], **record}
+    dump = tmp_path / "d.jsonl"
+    dump.write_text(json.dumps(rec) + "\n")
+    r = cli("import", "jsonl", str(dump), "--out", str(tmp_path / "o"))
+    assert error_line(r, after_work=True) == f"error: d.jsonl:1: bad value ({message})"  # named relative to the dump

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,10 +16,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from mismatchscope import rundir
+from mismatchscope import Recorder, rundir
 from mismatchscope.errors import UsageError
 from mismatchscope.live import Monitor, Recorder, RecorderInputError
-from tests.helpers import cli
+from tests.helpers import REPO, cli
 
 REPO = Path(__file__).resolve().parents[2]
 LN2 = math.log(2.0)
@@ -462,3 +463,38 @@ def test_a_writer_failure_is_raised_at_the_next_call(tmp_path, monkeypatch):
     with pytest.raises(RecorderError):
         rec.close()
     assert rundir.completion(tmp_path / "run").complete is False
+
+
+def test_a_world_size_of_zero_is_named_as_such(tmp_path):
+    from mismatchscope.live import Recorder
+
+    with pytest.raises(UsageError, match="world_size must be a positive integer .*got 0"):
+        Recorder(tmp_path / "run", rank=0, world_size=0)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "meta, says",
+    [
+        ({"lr": math.nan}, "meta['lr'] is nan, which strict JSON cannot hold"),
+        ({"sched": {"warmup": [1, -math.inf]}}, "meta['sched']['warmup'][1] is -inf, which strict JSON cannot hold"),
+        ({"lr": np.float32("inf")}, "meta['lr'] is inf, which strict JSON cannot hold"),
+        ({"seen": {1, 2}}, "meta['seen'] is a set, not a JSON value"),
+        ({3: "x"}, "meta has the key 3; JSON keys are strings"),
+    ],
+)
+def test_recorder_meta_strict_json_only(tmp_path, meta, says):
+    with pytest.raises(UsageError, match=re.escape(says)):
+        Recorder(tmp_path / "run", meta=meta)
+    assert not (tmp_path / "run").exists()  # refused before the run directory is made
+
+
+def test_recorder_meta_numpy_scalars_are_written_as_numbers(tmp_path):
+    with Recorder(tmp_path / "run", meta={"lr": np.float32(0.5), "steps": (np.int64(3),)}) as rec:
+        rec.add(0, [[-0.5]], [[-0.4]])
+    text = (tmp_path / "run" / "manifest.json").read_text()
+    assert json.loads(text, parse_constant=_no_constants)["meta"] == {"lr": 0.5, "steps": [3]}
+
+
+def _no_constants(name: str):
+    raise AssertionError(f"{name} in a manifest")

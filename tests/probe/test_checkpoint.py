@@ -18,6 +18,7 @@ from mismatchscope.probe.checkpoint import (
     load_tokenizer,
     tokenize_prompts,
 )
+from tests.helpers import REPO
 
 
 def _copy(src, dst):
@@ -195,3 +196,13 @@ def test_prompt_plus_max_tokens_over_the_context(dense_tokenizer, dense_info):
     limit = dense_info.max_model_len
     with pytest.raises(PromptError, match=f"max_tokens={limit} it needs"):
         tokenize_prompts(dense_tokenizer, ["1+2="], max_model_len=limit, max_tokens=limit)
+
+
+TINY = REPO / "sample_data" / "tiny-qwen3"
+
+
+def test_a_file_given_as_a_checkpoint_is_named_as_a_file():
+    from mismatchscope.probe.checkpoint import inspect_checkpoint
+
+    with pytest.raises(CheckpointError, match="config.json' is a file, not a checkpoint folder"):
+        inspect_checkpoint(TINY / "config.json")
