@@ -382,3 +382,23 @@ def gate_config(tmp_path: Path, text: str) -> str:
     path = tmp_path / "gate.toml"
     path.write_text(text)
     return str(path)
+
+
+RECORDED_Q = np.log([[0.5, 0.25], [0.8, 0.5]])
+RECORDED_P = np.log([[0.25, 0.25], [0.1, 0.5]])
+"""Two sequences of two tokens: what :func:`recorded_run` records at every step (q, then p)."""
+
+
+def recorded_run(path: Path, steps: int = 3, close: bool = True) -> Path:
+    """A recorded run of ``steps`` steps, 4 tokens each (one shard a step)."""
+    from mismatchscope.live import Recorder
+
+    rec = Recorder(path, rank=0, world_size=1)
+    for step in range(steps):
+        rec.add(step, RECORDED_Q, RECORDED_P)
+    if close:
+        rec.close()
+    else:
+        rec.flush()
+        rec._lock.release()  # a killed writer: its shards stay, its run is not complete
+    return path

@@ -145,7 +145,7 @@ def test_import_output_validates(tmp_path):
 
 
 def test_import_with_routes_output_validates(tmp_path):
-    from tests.importers.test_import_routes import CONFIG, sglang, write_tokens
+    from tests.importers.test_routes import CONFIG, sglang, write_tokens
 
     write_tokens(tmp_path / "tokens.jsonl")
     (tmp_path / "config.json").write_text(json.dumps(CONFIG))

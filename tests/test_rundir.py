@@ -3,7 +3,8 @@
 Each writer lists every shard it commits (name, rows, size) in
 ``DIR/index/``; a reader refuses a complete run whose shards disagree with
 that list (one lost, one foreign, one truncated, one that is not a file) and
-says how an incomplete run disagrees in its warning. ``gate`` refuses both.
+says how an incomplete run disagrees in its warning. ``gate`` refuses both. A folder of runs where one is
+unfinished, and a manifest whose fields have the wrong type, are named as such.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import re
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -24,33 +24,20 @@ from mismatchscope.live import Recorder
 from mismatchscope.reader import open_source
 from mismatchscope.schema import write_table
 from tests.helpers import (
+    RECORDED_P,
+    RECORDED_Q,
     cli,
     error_line,
     one_line_error,
     pairs,
+    recorded_run,
     write_run_dir,
 )
-
-Q = np.log([[0.5, 0.25], [0.8, 0.5]])
-P = np.log([[0.25, 0.25], [0.1, 0.5]])
-
-
-def _recorded(path: Path, steps: int = 3, close: bool = True) -> Path:
-    """A recorded run of ``steps`` steps, 4 tokens each (one shard a step)."""
-    rec = Recorder(path, rank=0, world_size=1)
-    for step in range(steps):
-        rec.add(step, Q, P)
-    if close:
-        rec.close()
-    else:
-        rec.flush()
-        rec._lock.release()  # a killed writer: its shards stay, its run is not complete
-    return path
 
 
 @pytest.fixture(scope="module")
 def complete_run(tmp_path_factory) -> Path:
-    return _recorded(tmp_path_factory.mktemp("runs") / "run")
+    return recorded_run(tmp_path_factory.mktemp("runs") / "run")
 
 
 @pytest.fixture
@@ -124,7 +111,7 @@ def test_a_fifo_named_like_a_shard_is_refused_at_once(run):
 
 
 def test_an_incomplete_run_says_how_it_disagrees_and_is_still_read(tmp_path):
-    run = _recorded(tmp_path / "run", close=False)
+    run = recorded_run(tmp_path / "run", close=False)
     write_table(run / "tokens" / "step-000003-rank-0000.parquet", pairs([(99, 0, 0.5, 0.9)]))  # committed, not listed
     source = open_source(run)
     assert "incomplete run" in source.incomplete
@@ -188,21 +175,21 @@ def test_the_index_is_generic_over_the_folder(tmp_path):
 
 
 def test_a_resumed_recorder_adopts_a_shard_written_just_before_a_kill(tmp_path):
-    run = _recorded(tmp_path / "run", steps=2, close=False)
+    run = recorded_run(tmp_path / "run", steps=2, close=False)
     index = rundir.ShardIndex(run, rundir.TOKENS, "rank-0000")
     lines = index.path.read_text().splitlines()
     index.path.write_text(lines[0] + "\n")  # killed between the second shard's rename and its index line
     with Recorder(run, rank=0, world_size=1, resume=True) as rec:
-        rec.add(2, Q, P)
+        rec.add(2, RECORDED_Q, RECORDED_P)
     source = open_source(run)  # complete, and every shard listed: the adopted one and the new one
     assert source.incomplete is None and len(source.files) == 3
     assert sum(pq.read_metadata(f).num_rows for f in source.files) == 12
 
 
 def test_a_resumed_step_forgets_the_shards_it_replaces(tmp_path):
-    run = _recorded(tmp_path / "run", steps=2, close=False)
+    run = recorded_run(tmp_path / "run", steps=2, close=False)
     with Recorder(run, rank=0, world_size=1, resume=True) as rec:
-        rec.add(1, Q[:1], P[:1])  # step 1 again, one row: replaces the earlier shard of step 1
+        rec.add(1, RECORDED_Q[:1], RECORDED_P[:1])  # step 1 again, one row: replaces the earlier shard of step 1
     index = rundir.read_index(run, rundir.TOKENS)
     assert {n: e.rows for n, e in index.items()} == {
         "step-000000-rank-0000.parquet": 4,
@@ -234,153 +221,7 @@ def test_an_import_lists_its_shards(tmp_path):
 GOLDEN = Path(__file__).resolve().parent / "data" / "golden-probe"
 
 
-def _listing(path: Path) -> dict[str, int]:
-    return {str(p.relative_to(path)): p.stat().st_mtime_ns for p in sorted(path.rglob("*"))}
-
-
-@pytest.mark.parametrize(
-    "case, message",
-    [
-        ("probe run", "already holds a probe run, not a recorded run"),
-        ("import run", "already holds an imported run, not a recorded run"),
-        ("tokens of a run", "lies inside the run"),
-        ("folder inside a run", "lies inside the run"),
-        ("killed import", "holds files that are not a recorded run's (e.g. "),
-        ("other files", "holds files that are not a recorded run's (e.g. notes.txt)"),
-        ("a file", "is a file, not a run directory"),
-        ("unreadable manifest", "already holds an unreadable manifest.json"),
-    ],
-)
-def test_the_recorder_refuses_a_directory_that_is_not_its_run(tmp_path, case, message):
-    from mismatchscope.errors import UsageError
-
-    probe = Path(shutil.copytree(GOLDEN, tmp_path / "probe"))
-    target = {
-        "probe run": probe,
-        "tokens of a run": probe / "tokens",
-        "folder inside a run": probe / "sub",
-        "import run": tmp_path / "imported",
-        "killed import": tmp_path / "killed",
-        "other files": tmp_path / "mine",
-        "a file": tmp_path / "file",
-        "unreadable manifest": tmp_path / "bad",
-    }[case]
-    if case in ("import run", "killed import"):
-        src = tmp_path / "dump.jsonl"
-        src.write_text(json.dumps({"sampler_logprobs": [-0.5], "trainer_logprobs": [-0.6], "token_ids": [1]}) + "\n")
-        from mismatchscope.importers import import_run
-
-        import_run("jsonl", src, target)
-        if case == "killed import":
-            (target / "manifest.json").unlink()
-    elif case == "other files":
-        target.mkdir()
-        (target / "notes.txt").write_text("mine")
-    elif case == "a file":
-        target.write_text("x")
-    elif case == "unreadable manifest":
-        target.mkdir()
-        (target / "manifest.json").write_text("{not json")
-    before = _listing(tmp_path)
-    for resume in (False, True):  # resume reopens only a recorded run
-        with pytest.raises(UsageError, match=re.escape(message)):
-            Recorder(target, rank=0, world_size=1, resume=resume)
-    assert _listing(tmp_path) == before  # nothing written, nothing changed
-
-
-def test_the_recorder_refuses_an_empty_path(tmp_path, monkeypatch):
-    from mismatchscope.errors import UsageError
-
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(UsageError, match="empty path"):
-        Recorder("", rank=0)
-    assert list(tmp_path.iterdir()) == []
-
-
-def test_the_recorder_reopens_its_own_run_only_as_another_rank_or_with_resume(tmp_path):
-    from mismatchscope.errors import UsageError
-
-    run = _recorded(tmp_path / "run", steps=1)
-    with pytest.raises(UsageError, match="already holds records of rank 0"):
-        Recorder(run, rank=0, world_size=1)
-    with pytest.raises(UsageError, match="recorded with world_size 1, not 2"):
-        Recorder(run, rank=1, world_size=2)
-    Recorder(run, rank=0, world_size=1, resume=True).close()
-    fresh = tmp_path / "fresh"
-    with Recorder(fresh, rank=1, world_size=2) as r1:  # rank 1 first, before rank 0 wrote the manifest
-        r1.add(0, Q, P)
-        Recorder(fresh, rank=0, world_size=2).close()  # rank 0 joins the directory rank 1 started
-
-
 # -- writers refuse what the readers would refuse, at the call or the line ---------------------
-
-
-def test_the_recorder_refuses_a_sequence_id_given_again_at_a_later_step(tmp_path):
-    from mismatchscope.live import RecorderInputError
-
-    with Recorder(tmp_path / "run", rank=0, world_size=1) as rec:
-        rec.add(0, Q, P, sequence_ids=[10, 11])
-        rec.add(1, Q, P, sequence_ids=[12, 13])
-        with pytest.raises(RecorderInputError, match=r"step 2: sequence id 11 was already recorded at step 0"):
-            rec.add(2, Q, P, sequence_ids=[20, 11])
-        rec.add(2, Q, P, sequence_ids=[20, 21])  # the refused call queued nothing
-    r = cli("report", str(tmp_path / "run"), "--format", "json")
-    assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["sequences"] == 6  # 3 steps x 2 rows
-
-
-def test_the_recorder_refuses_steps_and_positions_the_readers_refuse(tmp_path):
-    from mismatchscope.live import RecorderInputError
-
-    with Recorder(tmp_path / "run", rank=0, world_size=1) as rec:
-        with pytest.raises(RecorderInputError, match=r"step 4503599627370497 is beyond 2\^52"):
-            rec.add(2**52 + 1, Q, P)
-        t = 2**24 + 1  # positions 0..2^24: the last is one past the readers' 0..16777215
-        lq = np.zeros((1, t), np.float16)
-        mask = np.zeros((1, t), bool)
-        mask[0, -1] = True
-        with pytest.raises(RecorderInputError, match=r"position 16777216 is outside 0..16777215 at row 0"):
-            rec.add(0, lq, lq, mask)
-        rec.add(0, Q, P)
-    assert rundir.completion(tmp_path / "run").complete
-
-
-def _jsonl(path: Path, *records: dict) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    return path
-
-
-GOOD = {"token_ids": [1, 2, 3], "sampler_logprobs": [-0.5, -1.0, -0.1], "trainer_logprobs": [-0.6, -1.1, -0.2]}
-
-
-@pytest.mark.parametrize(
-    "bad, message",
-    [
-        (
-            {"trainer_logprobs": [-0.6, 0.7, -0.2]},
-            "dump.jsonl:2: trainer_logprob 0.7 is positive beyond rounding "
-            "(> 0.0001): logprobs are natural logs <= 0 at position 1",
-        ),
-        ({"advantages": float("nan")}, "dump.jsonl:2: advantage is nan (missing?)"),
-        ({"mask": [1, "1", 0]}, "dump.jsonl:2: the mask must hold 0/1 or true/false, got '1' at index 1"),
-    ],
-)
-def test_an_import_refuses_at_the_line_what_report_would_refuse(tmp_path, bad, message):
-    from mismatchscope.errors import ImportFormatError
-    from mismatchscope.importers import import_run
-
-    good = {**GOOD, "advantages": 0.5, "mask": [1, 1, 1]}
-    src = _jsonl(tmp_path / "dump.jsonl", good, {**good, **bad})
-    with pytest.raises(ImportFormatError) as e:
-        import_run("jsonl", src, tmp_path / "out")
-    assert str(e.value).startswith(message), str(e.value)
-    assert not (tmp_path / "out").exists()  # nothing written
-    r = cli("import", "jsonl", str(src), "--out", str(tmp_path / "out"))
-    assert r.returncode == 2 and r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr
-    assert not (tmp_path / "out").exists()
-    skipped = import_run("jsonl", src, tmp_path / "skipped", skip_bad=True)  # --skip-bad: skipped and counted
-    assert (skipped.sequences, skipped.bad_records_skipped) == (1, 1)
-    assert cli("report", str(tmp_path / "skipped")).returncode == 0
 
 
 # -- routes/: the same index, written by import, probe and rescore ---------------------------------------------------
@@ -389,7 +230,7 @@ def test_an_import_refuses_at_the_line_what_report_would_refuse(tmp_path, bad, m
 @pytest.fixture
 def routed_import(tmp_path) -> Path:
     """An import with the sampler's routes (sequences 5 and 9: 6 + 4 = 10 route rows in one shard)."""
-    from tests.importers.test_import_routes import CONFIG, vllm_lists, write_tokens
+    from tests.importers.test_routes import CONFIG, vllm_lists, write_tokens
 
     write_tokens(tmp_path / "tokens.jsonl")
     (tmp_path / "config.json").write_text(json.dumps(CONFIG))

@@ -11,7 +11,12 @@ from tests.helpers import (
     error_line,
     jsonl_dump,
 )
-from tests.importers.layouts import nemo_sample, write_nemo_step
+from tests.importers.layouts import (
+    import_cli,
+    jsonl_file,
+    nemo_sample,
+    write_nemo_step,
+)
 
 
 def test_import_nemo_rl_then_report_and_timeline(tmp_path):
@@ -70,3 +75,26 @@ def test_import_mappings_that_read_one_column_twice(tmp_path, columns, message):
     )
     args = [a for c in columns for a in ("--column", c)]
     assert error_line(cli("import", "jsonl", str(dump), "--out", str(tmp_path / "out"), *args)) == f"error: {message}"
+
+
+def test_a_column_mapped_twice_is_refused(tmp_path):
+    """import used the last mapping (b); report refuses the same options."""
+    path = jsonl_file(
+        tmp_path, '{"token_ids": [5, 6], "a": [-0.5, -1.0], "b": [-0.1, -0.2], "trainer_logprobs": [-0.4, -1.1]}\n'
+    )
+    r = import_cli("jsonl", path, tmp_path / "out", "--column", "sampler_logprob=a", "--column", "sampler_logprob=b")
+    assert (
+        error_line(r)
+        == "error: --column 'sampler_logprob=b': sampler_logprob is already mapped to 'a' (map each column once)"
+    )
+    assert not (tmp_path / "out" / "tokens").exists()
+
+
+def test_trust_pickle_outside_slime_is_refused(tmp_path):
+    # once accepted without a word on formats that hold no pickle, as if it had changed something
+    path = jsonl_file(tmp_path, '{"token_ids": [5], "sampler_logprobs": [-0.5], "trainer_logprobs": [-0.4]}\n')
+    r = cli("import", "jsonl", str(path), "--out", str(tmp_path / "out"), "--trust-pickle")
+    assert error_line(r) == (
+        "error: --trust-pickle applies to the pickled dumps of slime, skyrl, verl, roll; jsonl files hold no pickle "
+        "(drop --trust-pickle)"
+    )

@@ -25,8 +25,8 @@ from mismatchscope.errors import ImportFormatError
 from mismatchscope.importers import import_run
 from mismatchscope.live import Recorder
 from tests.helpers import cli, error_line
-from tests.importers.test_import_routes import run as import_with_routes
-from tests.importers.test_import_routes import slime, write_tokens
+from tests.importers.test_routes import run as import_with_routes
+from tests.importers.test_routes import slime, write_tokens
 
 
 def _full_disk(monkeypatch, after: int = 0, error: type[BaseException] | None = None):

@@ -9,6 +9,7 @@ import pytest
 
 pytest.importorskip("torch")
 
+import io
 import json
 
 import pytest
@@ -23,6 +24,7 @@ from tests.helpers import (
     cli,
     error_line,
 )
+from tests.importers.layouts import import_cli, imported_tokens, slime_dump, slime_torch_sample
 
 from .layouts import (
     ToolTrace,
@@ -179,3 +181,27 @@ def test_a_truncated_slime_file_is_corrupt_not_untrusted(tmp_path):
     r = cli("import", "slime", str(tmp_path / "dump"), "--out", str(tmp_path / "out"))
     line = error_line(r)
     assert line.startswith("error: train_data/0_0.pt: corrupt: not a readable torch file or pickle ("), line
+
+
+def test_slime_response_lengths_of_several_values_are_refused(tmp_path):
+    torch = pytest.importorskip("torch")
+    buf = io.BytesIO()
+    torch.save(
+        {"format_version": 2, "rollout_id": 0, "samples": [slime_torch_sample(response_lengths=torch.tensor([2, 2]))]},
+        buf,
+    )
+    dump = slime_dump(tmp_path, buf.getvalue())
+    assert error_line(import_cli("slime", dump, tmp_path / "out"), after_work=True) == (
+        "error: train_data/0_0.pt (record 0): response_lengths holds 2 values, not one: it must be one integer per sample"
+    )
+
+
+def test_slime_response_lengths_as_a_one_value_tensor_is_read(tmp_path):
+    torch = pytest.importorskip("torch")
+    buf = io.BytesIO()
+    torch.save(
+        {"format_version": 2, "rollout_id": 0, "samples": [slime_torch_sample(response_lengths=torch.tensor([2]))]}, buf
+    )
+    dump = slime_dump(tmp_path, buf.getvalue())
+    assert import_cli("slime", dump, tmp_path / "out").returncode == 0
+    assert imported_tokens(tmp_path / "out")["token_id"] == [3, 4]  # the last 2 of tokens [1, 2, 3, 4]

@@ -13,8 +13,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.helpers import cli, error_line
-from tests.importers.layouts import nemo_sample, prime_record, slime_train_sample, write_nemo_step, write_prime_step
-from tests.importers.test_import_hostile import GOOD, GOOD_COLUMNS, jsonl
+from tests.importers.layouts import (
+    GOOD,
+    GOOD_COLUMNS,
+    jsonl_file,
+    nemo_sample,
+    prime_record,
+    slime_train_sample,
+    write_nemo_step,
+    write_prime_step,
+)
 
 BAD = [2, 0.5, -1]
 FIX = "a loss mask must be 0 (not trained on) or 1 (trained on)"
@@ -31,7 +39,7 @@ def _refused(fmt: str, src, tmp_path) -> str:
 @pytest.mark.parametrize("value", BAD + [None], ids=["2", "0.5", "-1", "null"])
 def test_jsonl_mask(tmp_path, value):
     shown = "null" if value is None else f"{value:g}"
-    path = jsonl(tmp_path, GOOD + f', "mask": [1, {"null" if value is None else value}]}}\n')
+    path = jsonl_file(tmp_path, GOOD + f', "mask": [1, {"null" if value is None else value}]}}\n')
     assert f"d.jsonl:1: the mask must hold 0/1 or true/false, got {shown} at index 1" in _refused(
         "jsonl", path, tmp_path
     )

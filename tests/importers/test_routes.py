@@ -21,7 +21,7 @@ from mismatchscope.errors import ImportFormatError, UsageError
 from mismatchscope.importers import import_run
 from mismatchscope.importers.routes import RoutesOptions
 from mismatchscope.routing.layout import RoutingMeta
-from tests.helpers import cli
+from tests.helpers import cli, error_line
 
 CONFIG = {
     "model_type": "qwen3_moe",
@@ -515,3 +515,46 @@ def test_vllm_021_refuses_a_decoder_layer_axis(dumps):
     }
     with pytest.raises(ImportFormatError, match=r"routes have 4 layers; .* \(expected its 3 MoE layers\)"):
         run(dumps, "vllm-0.21", [rec])
+
+
+def _routes_import(tmp_path, records, fmt):
+    import json
+
+    from tests.importers.test_routes import CONFIG, write_tokens
+
+    write_tokens(tmp_path / "tokens.jsonl")
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))
+    (tmp_path / "routes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return error_line(
+        cli(
+            "import",
+            "jsonl",
+            str(tmp_path / "tokens.jsonl"),
+            "--out",
+            str(tmp_path / "out"),
+            "--routes",
+            str(tmp_path / "routes.jsonl"),
+            "--routes-format",
+            fmt,
+            "--routes-config",
+            str(tmp_path / "config.json"),
+        )
+    )
+
+
+def test_routes_of_another_encoding_point_at_the_format_not_at_pickles(tmp_path):
+    from tests.importers.test_routes import sglang
+
+    # sglang's raw int32 bytes read as vllm's .npy: numpy's reason once advised allow_pickle
+    line = _routes_import(tmp_path, [sglang(5), sglang(9)], "vllm")
+    assert "routed_experts is base64 but not of a .npy array, as --routes-format vllm reads it" in line
+    assert "pickle" not in line and "check --routes-format" in line
+
+
+def test_a_routes_record_without_its_sequence_id_says_so(tmp_path):
+    from tests.importers.test_routes import sglang
+
+    rec = sglang(5)
+    del rec["sequence_id"]  # once "sequence_id is None, not an integer"
+    line = _routes_import(tmp_path, [rec, sglang(9)], "sglang")
+    assert "routes.jsonl:1: the record has no sequence_id: routes are matched to the imported sequences by it" in line
