@@ -35,8 +35,8 @@ SLOW_TESTS = frozenset(
         "tests/live/test_recorder.py::test_killed_loop_leaves_finished_steps_readable_and_the_run_incomplete",  # 15 s
         "tests/live/test_recorder.py::test_rl_loop_recorded_every_step_and_read_back",  # 18 s
         "tests/probe/test_engine_log.py::test_diagnoses_model_loading_prints_only_the_tools_line",  # 8 s, torch's import
-        "tests/probe/test_probe_hostile.py::test_an_hf_probe_with_aliases_records_the_canonical_dtypes",  # 4 s, in this process
-        "tests/probe/test_probe_hostile.py::test_vllm_engine_args_are_checked_against_vllm",  # 5 s, in this process
+        "tests/probe/test_options.py::test_an_hf_probe_with_aliases_records_the_canonical_dtypes",  # 4 s, in this process
+        "tests/probe/test_options.py::test_vllm_engine_args_are_checked_against_vllm",  # 5 s, in this process
         "tests/project/test_docs.py::test_cli_reference_is_generated_from_help",  # 5 s
         "tests/test_outputs.py::test_report_html_on_a_full_device",  # 6 s
         "tests/test_reader.py::test_a_lone_surrogate_in_the_metadata_is_printed_as_its_escape",  # 6 s

@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import struct
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +21,12 @@ from mismatchscope.probe.checkpoint import (
     tokenize_prompts,
 )
 from tests.helpers import REPO
+from tests.probe.refusals import (
+    checkpoint_copy,
+    edit_json,
+    needs_checkpoint,
+    refused_probe,
+)
 
 
 def _copy(src, dst):
@@ -206,3 +214,148 @@ def test_a_file_given_as_a_checkpoint_is_named_as_a_file():
 
     with pytest.raises(CheckpointError, match="config.json' is a file, not a checkpoint folder"):
         inspect_checkpoint(TINY / "config.json")
+
+
+def _safetensors(header: dict, data: bytes) -> bytes:
+    raw = json.dumps(header).encode()
+    return struct.pack("<Q", len(raw)) + raw + data
+
+
+@needs_checkpoint
+def test_safetensors_headers_are_read_up_front(tmp_path):
+    ckpt = checkpoint_copy(tmp_path)
+    weights = ckpt / "model.safetensors"
+    huge = int.from_bytes(b"\xff" * 8, "little")
+    cases = [
+        (b"", "it is 0 bytes, too short for the 8-byte header length"),
+        (b"\xff" * 4096, f"its header length ({huge} bytes) does not fit the file (4096 bytes)"),
+        (struct.pack("<Q", 4) + b"[1] ", "its header is not a JSON object"),
+        (struct.pack("<Q", 3) + b"{x}", "its header is not JSON"),
+        (_safetensors({"w": {"dtype": "F32", "shape": [2]}}, b""), "tensor 'w' has no valid data_offsets"),
+    ]
+    # a header promising 8 bytes of data where 4 follow: 8 (length) + header + 8 > the file's 8 + header + 4
+    truncated = _safetensors({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, b"\0" * 4)
+    header_len = len(truncated) - 8 - 4
+    cases.append(
+        (truncated, f"its tensors need {8 + header_len + 8} bytes but the file has {8 + header_len + 4} (truncated?)")
+    )
+    for content, problem in cases:
+        weights.write_bytes(content)
+        with pytest.raises(CheckpointError) as err:
+            inspect_checkpoint(ckpt)
+        assert str(err.value) == (
+            f"{str(weights)!r} is not a readable safetensors file: {problem} (the file is empty, "
+            "truncated or not safetensors: copy or save the checkpoint again)"
+        )
+    weights.write_bytes(
+        _safetensors(
+            {"__metadata__": {"format": "pt"}, "w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, b"\0" * 8
+        )
+    )
+    assert inspect_checkpoint(ckpt).weight_files == ("model.safetensors",)  # a whole file passes
+
+
+@needs_checkpoint
+def test_an_empty_weights_file_is_refused_by_the_cli(tmp_path):
+    ckpt = checkpoint_copy(tmp_path)
+    (ckpt / "model.safetensors").write_bytes(b"")
+    line = refused_probe(tmp_path, "--sampler", "hf", checkpoint=ckpt)
+    assert line.startswith(
+        f"error: {str(ckpt / 'model.safetensors')!r} is not a readable safetensors file: it is 0 bytes"
+    )
+
+
+@needs_checkpoint
+def test_an_unknown_model_type_is_refused_before_the_run(tmp_path):
+    import transformers
+
+    ckpt = checkpoint_copy(tmp_path)
+    edit_json(ckpt / "config.json", model_type="qwen9000")
+    assert refused_probe(tmp_path, "--sampler", "hf", checkpoint=ckpt) == (
+        f'error: config.json\'s model_type "qwen9000" is not a model transformers {transformers.__version__} knows '
+        "(fix model_type in config.json, or upgrade transformers if the model is newer than it)"
+    )
+
+
+@needs_checkpoint
+@pytest.mark.parametrize(
+    "key, value, shown",
+    [
+        ("vocab_size", True, "true"),
+        ("vocab_size", "320", '"320"'),
+        ("vocab_size", 320.0, "320.0"),
+        ("max_position_embeddings", -1, "-1"),
+        ("max_position_embeddings", False, "false"),
+    ],
+)
+def test_a_malformed_size_in_config_json(tmp_path, key, value, shown):
+    ckpt = checkpoint_copy(tmp_path)
+    edit_json(ckpt / "config.json", **{key: value})
+    with pytest.raises(CheckpointError) as err:
+        inspect_checkpoint(ckpt)
+    assert str(err.value) == (
+        f"config.json in {str(ckpt)!r} is malformed: {key} should be a positive integer, got {shown} "
+        "(fix config.json (save_pretrained writes it))"
+    )
+
+
+def _foreign_tokenizer(folder: Path) -> None:
+    """A real byte-level BPE of 300 tokens (fits the 320-row embedding) whose specials sit at other ids."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<eos>", "<pad>", "<bos>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(["12+34=46", "1+1=2 and 7+8=15"] * 20, trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<bos>",
+        eos_token="<eos>",
+        pad_token="<pad>",
+        clean_up_tokenization_spaces=False,
+    )
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (folder / name).unlink()
+    fast.save_pretrained(folder)
+
+
+@needs_checkpoint
+def test_a_foreign_tokenizer_that_fits_the_embedding_is_refused(tmp_path):
+    ckpt = checkpoint_copy(tmp_path)
+    _foreign_tokenizer(ckpt)
+    tokenizer = load_tokenizer(ckpt)
+    assert len(tokenizer) < 320 and tokenizer.bos_token_id == 2  # passes the size check, round-trips prompts
+    with pytest.raises(TokenizerMismatchError) as err:
+        check_tokenizer(tokenizer, inspect_checkpoint(ckpt), ["1+1="])
+    assert str(err.value) == (
+        "the tokenizer's BOS '<bos>' is id 2, but config.json's bos_token_id is 1: the tokenizer is "
+        "not this checkpoint's (use the tokenizer saved with this checkpoint)"
+    )
+
+
+@needs_checkpoint
+def test_eos_may_be_any_of_the_configured_ones(tmp_path, dense_tokenizer):
+    ckpt = checkpoint_copy(tmp_path)
+    edit_json(ckpt / "config.json", eos_token_id=5)  # the tokenizer's EOS is 2
+    edit_json(ckpt / "generation_config.json", eos_token_id=[5, 2])
+    check_tokenizer(dense_tokenizer, inspect_checkpoint(ckpt), ["1+1="])  # 2 is in generation_config.json: accepted
+    (ckpt / "generation_config.json").unlink()
+    with pytest.raises(TokenizerMismatchError) as err:
+        check_tokenizer(dense_tokenizer, inspect_checkpoint(ckpt), ["1+1="])
+    assert str(err.value).startswith("the tokenizer's EOS '<eos>' is id 2, but config.json's eos_token_id is 5:")
+    edit_json(ckpt / "config.json", eos_token_id=2, bos_token_id=400)
+    with pytest.raises(TokenizerMismatchError, match="config.json's bos_token_id 400 is not a token of the tokenizer"):
+        check_tokenizer(dense_tokenizer, inspect_checkpoint(ckpt), ["1+1="])
+
+
+@needs_checkpoint
+@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-qwen3-moe", "tiny-qwen3-later"])
+def test_the_bundled_models_pass_the_tokenizer_checks(name):
+    from tests.probe.conftest import checkpoint_dir
+
+    folder = checkpoint_dir(name)
+    check_tokenizer(load_tokenizer(folder), inspect_checkpoint(folder), ["12+34=", "1+1="])

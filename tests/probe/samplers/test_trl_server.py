@@ -25,7 +25,7 @@ from mismatchscope.errors import UsageError
 from mismatchscope.probe.checkpoint import inspect_checkpoint
 from mismatchscope.probe.samplers import make_sampler
 from mismatchscope.probe.types import SamplerConfig, SamplingConfig
-from tests.probe.test_probe_errors import CHECKPOINT, GOOD_CHOICE, SAMPLING, _Crafted
+from tests.probe.refusals import CHECKPOINT, GOOD_CHOICE, SAMPLING, Crafted
 
 
 def _trl_sampler(url: str, info=None):
@@ -33,7 +33,7 @@ def _trl_sampler(url: str, info=None):
     return make_sampler(SamplerConfig(kind="trl-server", url=url, dtype="float32", engine_args={"timeout": 10}), info)
 
 
-class _DevMode(_Crafted):
+class _DevMode(Crafted):
     """A dev-mode server: ``/server_info`` gives the launch's logprobs mode; request bodies are kept."""
 
     mode = "processed_logprobs"

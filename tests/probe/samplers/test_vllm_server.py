@@ -16,15 +16,33 @@ import dataclasses
 import json
 import math
 import shutil
+import time
 
 import pytest
 
-from mismatchscope.errors import CheckpointError, SamplerConnectionError, TokenizerMismatchError, UsageError
+from mismatchscope.errors import (
+    CheckpointError,
+    SamplerConnectionError,
+    SamplerError,
+    TokenizerMismatchError,
+    UsageError,
+)
 from mismatchscope.probe.checkpoint import inspect_checkpoint
 from mismatchscope.probe.samplers import make_sampler
 from mismatchscope.probe.types import SamplerConfig, SamplingConfig
+from tests.helpers import cli_no_engine as cli
 from tests.probe._probe_utils import gap, max_diff, requests_for
 from tests.probe.conftest import free_port
+from tests.probe.refusals import (
+    CHECKPOINT,
+    GOOD_CHOICE,
+    KEY,
+    choice,
+    error_line,
+    needs_checkpoint,
+    refused_probe,
+    sample_from,
+)
 
 SAMPLING = SamplingConfig(n=4, max_tokens=16, temperature=0.7, top_p=0.9, top_k_logprobs=5, seed=0)
 
@@ -121,3 +139,282 @@ def test_an_unreachable_server_is_a_clear_error(dense_info):
 def test_the_server_sampler_needs_a_url(dense_info):
     with pytest.raises(UsageError, match="URL"):
         make_sampler(SamplerConfig(kind="vllm-server"), dense_info)
+
+
+@needs_checkpoint
+def test_a_well_formed_answer_is_read(server):
+    url, handler = server
+    handler.routes["completions"] = (200, json.dumps({"choices": [GOOD_CHOICE]}).encode())
+    (c,) = sample_from(url)
+    assert c.token_ids == [5, 6] and c.sampler_logprobs == [-0.5, -1.0]
+
+
+@needs_checkpoint
+@pytest.mark.parametrize(
+    "answer, message",
+    [
+        ({"choices": "x"}, "POST /v1/completions: choices should be a list, got str 'x'"),
+        ({"data": []}, "POST /v1/completions: the answer has no field 'choices'"),
+        (
+            {"object": "error", "message": f"bad request from Bearer {KEY}"},
+            "POST /v1/completions: the answer has no field 'choices' (the server says: bad request from Bearer <redacted>)",
+        ),
+        ([1, 2], "POST /v1/completions: the answer should be an object, got list [1, 2]"),
+        ({"choices": []}, "the server returned 0 choices for 1 prompts x n=1"),
+        ({"choices": [GOOD_CHOICE, {**GOOD_CHOICE, "index": 1}]}, "the server returned 2 choices for 1 prompts x n=1"),
+        (
+            {"choices": [GOOD_CHOICE, GOOD_CHOICE]},
+            "POST /v1/completions: choices[].index should number the choices 0..1, got [0, 0]",
+        ),
+        (choice(logprobs=KeyError), "POST /v1/completions: choices[0].logprobs should be an object, got missing"),
+        (choice(index="0"), "POST /v1/completions: choices[0].index should be an integer, got str '0'"),
+        (choice(index=3), "POST /v1/completions: choices[].index should number the choices 0..0, got [3]"),
+        (
+            choice(logprobs__tokens=KeyError),
+            "POST /v1/completions: choices[0].logprobs.tokens should be a list, got missing",
+        ),
+        (
+            choice(logprobs__token_logprobs=[-0.5]),
+            "POST /v1/completions: choices[0].logprobs: 2 tokens but 1 token_logprobs",
+        ),
+        (
+            choice(logprobs__token_logprobs=[-0.5, "x"]),
+            "POST /v1/completions: choices[0].logprobs.token_logprobs[1] should be a number, got 'x'",
+        ),
+        (
+            choice(logprobs__top_logprobs=[{}]),
+            "POST /v1/completions: choices[0].logprobs: 2 tokens but 1 top_logprobs",
+        ),
+        (
+            choice(logprobs__top_logprobs=[[1], None]),
+            "POST /v1/completions: choices[0].logprobs.top_logprobs[0] should be an object, got list [1]",
+        ),
+        (
+            choice(logprobs__top_logprobs=[{"token_id:5": None, "token_id:7": "a"}, None]),
+            "POST /v1/completions: choices[0].logprobs.top_logprobs[0] values[1] should be a number, got 'a'",
+        ),
+        (
+            choice(logprobs__tokens=["token_id:5", "token_id:x"]),
+            "POST /v1/completions: choices[0].logprobs.tokens: 'token_id:x' does not end in an integer id",
+        ),
+        (
+            choice(logprobs__tokens=["token_id:5", 6]),
+            "POST /v1/completions: choices[0].logprobs.tokens: the server returned token 6, not 'token_id:N': it ignored "
+            "return_tokens_as_token_ids",
+        ),
+        (
+            choice(token_ids=[5, 6.5]),
+            "POST /v1/completions: choices[0].token_ids[1] should be an integer, got float 6.5",
+        ),
+        (choice(token_ids=[5, 7]), "POST /v1/completions: choices[0]: token_ids and logprobs.tokens disagree"),
+    ],
+)
+def test_malformed_answers_name_the_field(server, answer, message):
+    url, handler = server
+    handler.routes["completions"] = (200, json.dumps(answer).encode())
+    with pytest.raises(SamplerError) as err:
+        sample_from(url)
+    assert str(err.value) == message
+
+
+@needs_checkpoint
+def test_an_answer_that_is_not_json_or_cut_short(server):
+    url, handler = server
+    handler.routes["completions"] = (200, b"<html>oops</html>")
+    with pytest.raises(SamplerError) as err:
+        sample_from(url)
+    assert str(err.value) == f"POST {url}/v1/completions answered with something that is not JSON (17 bytes)"
+    handler.routes["completions"] = (200, b'{"choices": [', 4096)  # Content-Length promises more than comes
+    with pytest.raises(SamplerError) as err:
+        sample_from(url)
+    assert str(err.value) == f"POST {url}/v1/completions: the server's answer was cut short or garbled (IncompleteRead)"
+
+
+@needs_checkpoint
+@pytest.mark.parametrize(
+    "models, message",
+    [
+        (b"[]", "GET /v1/models: the answer should be an object, got list []"),
+        (b'{"data": [{"root": "x"}]}', "GET /v1/models: data[0].id is missing or not a string"),
+        (b'{"data": "tiny-qwen3"}', "GET /v1/models: data should be a list, got str 'tiny-qwen3'"),
+    ],
+)
+def test_a_malformed_model_list(server, models, message):
+    url, handler = server
+    handler.routes["models"] = (200, models)
+    with pytest.raises(SamplerError) as err:
+        sample_from(url)
+    assert str(err.value) == message
+
+
+@needs_checkpoint
+def test_a_server_that_echoes_the_key_does_not_leak_it(server, tmp_path):
+    """The error body holds the request's headers; stderr must hold neither the key nor the bearer token."""
+    url, handler = server
+
+    def echo(h):
+        return json.dumps({"error": "unauthorized", "headers": dict(h.headers), "seen": f"Bearer {KEY}"}).encode()
+
+    handler.routes["completions"] = (401, echo)
+    out = tmp_path / "run"
+    r = cli(
+        "probe",
+        str(CHECKPOINT),
+        "--out",
+        str(out),
+        "--sampler",
+        "vllm-server",
+        "--url",
+        url,
+        "-n",
+        "1",
+        "--max-tokens",
+        "2",
+        env={"MISMATCHSCOPE_API_KEY": KEY},
+    )
+    line = error_line(r)
+    assert KEY not in r.stderr and KEY not in r.stdout
+    assert handler.seen and handler.seen[-1]["Authorization"] == f"Bearer {KEY}"  # the key was sent, and echoed
+    assert line.startswith(f"error: POST {url}/v1/completions failed with HTTP 401: ")
+    assert line.endswith("(set the key in $MISMATCHSCOPE_API_KEY)")
+    assert '"Authorization": "<redacted> <redacted>"' in line
+    assert not out.exists()  # refused before a round was sampled: the run took back what it wrote, manifest included
+
+
+@needs_checkpoint
+def test_url_credentials_are_sent_as_a_header_and_never_recorded(server, tmp_path):
+    url, handler = server
+    handler.routes["completions"] = (200, json.dumps({"choices": [GOOD_CHOICE]}).encode())
+    secret_url = url.replace("http://", "http://alice:s3cr3t-pw@")
+    out, prompts = tmp_path / "run", tmp_path / "one.jsonl"
+    prompts.write_text('{"prompt": "1+1="}\n')  # one prompt, one crafted choice: the run completes and is recorded
+    r = cli(
+        "probe",
+        str(CHECKPOINT),
+        "--out",
+        str(out),
+        "--sampler",
+        "vllm-server",
+        "--url",
+        secret_url,
+        "-n",
+        "1",
+        "--max-tokens",
+        "2",
+        "--top-k-logprobs",
+        "1",
+        "--format",
+        "json",
+        "--prompts",
+        str(prompts),
+    )
+    assert r.returncode == 0, r.stderr
+    assert handler.seen and handler.seen[-1]["Authorization"].startswith("Basic ")
+    everything = r.stdout + r.stderr + "".join(p.read_text(errors="replace") for p in out.rglob("*.json"))
+    everything += "".join(str(p.read_bytes()) for p in out.rglob("*.parquet"))
+    assert "s3cr3t-pw" not in everything and "alice" not in everything
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["sampler"]["url"] == url.replace("http://", "http://<redacted>@")
+    assert manifest["fingerprint"]["sampler"]["url"] == url.replace("http://", "http://<redacted>@")
+    assert all("s3cr3t" not in a for a in manifest["command"])
+
+
+def _raw_answer(server, body: bytes):
+    url, handler = server
+    handler.routes["completions"] = (200, body)
+    return sample_from(url)
+
+
+@needs_checkpoint
+@pytest.mark.parametrize(
+    "answer, message",
+    [
+        (
+            choice(logprobs__top_logprobs=[{"token_id:9": -0.1}, None]),
+            "POST /v1/completions: choices[0].logprobs.top_logprobs[0] does not list the sampled token 5 (tokens[0])",
+        ),
+        (
+            choice(logprobs__token_logprobs=[None, None]),
+            "POST /v1/completions: choices[0].logprobs.token_logprobs[0] should be a number, got null",
+        ),
+        (
+            choice(logprobs__tokens=["token_id:5", "token_id:-3"], token_ids=None),
+            "POST /v1/completions: choices[0].logprobs.tokens: 'token_id:-3' is not a token id of the model (0..319) "
+            "(is the server serving another model or tokenizer?)",
+        ),
+        (
+            choice(logprobs__tokens=["token_id:5", "token_id:320"], token_ids=None),  # vocab_size 320: ids 0..319
+            "POST /v1/completions: choices[0].logprobs.tokens: 'token_id:320' is not a token id of the model (0..319) "
+            "(is the server serving another model or tokenizer?)",
+        ),
+        (
+            choice(logprobs__top_logprobs=[{"token_id:5": -0.5, "token_id:-1": -2.0}, None]),
+            "POST /v1/completions: choices[0].logprobs.top_logprobs[0]: 'token_id:-1' is not a token id of the model (0..319) "
+            "(is the server serving another model or tokenizer?)",
+        ),
+        (
+            choice(logprobs__token_logprobs=[2.5, -1.0]),
+            "POST /v1/completions: choices[0].logprobs.token_logprobs[0] is 2.5, which is not a logprob (logprobs are <= 0) "
+            "(is the server in a logits --logprobs-mode?)",
+        ),
+        (
+            choice(logprobs__top_logprobs=[{"token_id:5": -0.5, "token_id:9": 0.5}, None]),
+            "POST /v1/completions: choices[0].logprobs.top_logprobs[0] values[1] is 0.5, which is not a logprob (logprobs are "
+            "<= 0) (is the server in a logits --logprobs-mode?)",
+        ),
+    ],
+)
+def test_server_answers_that_cannot_be_right_name_the_field(server, answer, message):
+    with pytest.raises(SamplerError) as err:
+        _raw_answer(server, json.dumps(answer).encode())
+    assert str(err.value) == message
+
+
+@needs_checkpoint
+def test_server_infinities(server):
+    """JSON's Infinity is no logprob; -Infinity is -inf, as vLLM's -9999.0 is; 1e-5 is rounding, kept as sent."""
+    body = json.dumps(choice(logprobs__token_logprobs=[-1.0, -1.0], logprobs__top_logprobs=None)).replace(
+        "-1.0, -1.0", "%s"
+    )
+    with pytest.raises(SamplerError) as err:
+        _raw_answer(server, (body % "Infinity, -1.0").encode())
+    assert str(err.value) == (
+        "POST /v1/completions: choices[0].logprobs.token_logprobs[0] is inf, which is not a logprob "
+        "(logprobs are <= 0) (is the server in a logits --logprobs-mode?)"
+    )
+    with pytest.raises(SamplerError, match=r"token_logprobs\[1\] should be a number, got nan"):
+        _raw_answer(server, (body % "-1.0, NaN").encode())
+    (c,) = _raw_answer(server, (body % "-Infinity, 1e-05").encode())
+    assert c.sampler_logprobs == [-math.inf, 1e-05]
+    (c,) = _raw_answer(server, (body % "-9999.0, -0.25").encode())
+    assert c.sampler_logprobs == [-math.inf, -0.25]
+
+
+@needs_checkpoint
+def test_a_bad_answer_through_the_cli_leaves_no_run(server, tmp_path):
+    url, handler = server
+    handler.routes["completions"] = (200, json.dumps(choice(logprobs__token_logprobs=[2.5, -1.0])).encode())
+    line = refused_probe(
+        tmp_path, "--sampler", "vllm-server", "--url", url, "-n", "1", "--max-tokens", "2", "--top-k-logprobs", "1"
+    )
+    assert line == (
+        "error: POST /v1/completions: choices[0].logprobs.token_logprobs[0] is 2.5, which is not a logprob "
+        "(logprobs are <= 0) (is the server in a logits --logprobs-mode?)"
+    )
+
+
+@needs_checkpoint
+def test_a_server_that_does_not_answer_in_time(server):
+    url, handler = server
+
+    def slow(h):
+        time.sleep(2.0)
+        return json.dumps({"choices": [GOOD_CHOICE]}).encode()
+
+    handler.routes["completions"] = (200, slow)
+    with pytest.raises(SamplerError) as err:
+        sample_from(url, timeout=0.5)
+    assert str(err.value) == (
+        f"POST {url}/v1/completions: the vLLM server did not answer within 0.5 s "
+        "(raise --engine-arg timeout=SECONDS (default 600), or check the server)"
+    )
