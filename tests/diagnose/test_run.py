@@ -24,11 +24,9 @@ variants are chosen for effects known from what they do:
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import jsonschema
-import numpy as np
 import pytest
 
 from tests.helpers import REPO, cli
@@ -49,130 +47,6 @@ VARIANTS = [
 
 
 # ------------------------------------------------------------ pure parts: hand-derived numbers
-
-
-def test_decomposition_by_hand():
-    from mismatchscope.diagnose.decompose import decompose
-
-    # lq = [-1.0, -2.0], lp = [-1.1, -1.9], lr = [-1.05, -2.0]
-    # e_s = lq - lr = [0.05, 0], e_t = lp - lr = [-0.05, 0.1]
-    # mean e_s^2 = 0.0025 / 2 = 0.00125; mean e_t^2 = (0.0025 + 0.01) / 2 = 0.00625
-    # mean e_s e_t = (-0.0025 + 0) / 2 = -0.00125
-    # total: l = e_t - e_s = [-0.1, 0.1], mean l^2 = 0.01 = 0.00125 + 0.00625 + 2 * 0.00125
-    # shares: 0.00125 / 0.0075 = 1/6 and 5/6; correlation -0.00125 / sqrt(0.00125 * 0.00625) = -1/sqrt(5)
-    d = decompose(np.array([-1.0, -2.0]), np.array([-1.1, -1.9]), np.array([-1.05, -2.0]))
-    assert d["tokens"] == 2
-    assert d["sampler_mse"] == pytest.approx(0.00125)
-    assert d["trainer_mse"] == pytest.approx(0.00625)
-    assert d["cross"] == pytest.approx(-0.00125)
-    assert d["total_mse"] == pytest.approx(0.01)
-    assert d["sampler_share"] == pytest.approx(1 / 6)
-    assert d["trainer_share"] == pytest.approx(5 / 6)
-    assert d["correlation"] == pytest.approx(-1 / math.sqrt(5))
-
-
-def test_determinism_compare_by_hand():
-    from mismatchscope.diagnose.determinism import compare
-
-    # sequence 1: tokens [1, 2, 3] vs [1, 2, 4]: the prefix stays identical for 2 tokens;
-    #   logprobs there: -0.5 == -0.5 (bit-identical), -1.0 vs -1.25 (differs by 0.25)
-    # sequence 2: [7] vs [7], -2.0 == -2.0
-    # tokens: 4 in the first run, 3 identical -> 0.75; of those 3, 2 bit-identical -> 2/3; max diff 0.25
-    r = compare([[1, 2, 3], [7]], [[-0.5, -1.0, -3.0], [-2.0]], [[1, 2, 4], [7]], [[-0.5, -1.25, -9.0], [-2.0]])
-    assert r == {
-        "tokens": 4,
-        "share_tokens_identical": 0.75,
-        "share_logprobs_bit_identical": 2 / 3,
-        "max_abs_diff": 0.25,
-    }
-
-
-def test_pareto_front_by_hand():
-    from mismatchscope.diagnose.cost import pareto_front
-
-    # (mismatch, throughput): a (1, 10) and c (0.1, 5) trade off; b (2, 8) is beaten by a on both; d ties a exactly
-    pts = [("a", 1.0, 10.0), ("b", 2.0, 8.0), ("c", 0.1, 5.0), ("d", 1.0, 10.0)]
-    assert pareto_front(pts) == ["a", "c", "d"]
-
-
-def test_paired_bootstrap_of_an_unchanged_variant_is_exactly_zero():
-    from types import SimpleNamespace
-
-    from mismatchscope.diagnose.effects import Bootstrap, deltas
-
-    sums = {
-        "n": np.array([3.0, 2.0, 5.0]),
-        "sum_abs_l": np.array([0.3, 0.1, 0.2]),
-        "sum_tv": np.array([0.03, 0.01, 0.02]),
-        "sum_k3": np.array([1e-3, 2e-3, 3e-3]),
-    }
-    r = SimpleNamespace(per_sequence=SimpleNamespace(sequence_id_S=np.array([0, 1, 2]), sums=sums))
-    d = deltas(r, r, paired=True, boot=Bootstrap(resamples=200))
-    # the same resample applies to both sides, so every replicate of the difference is 0
-    for m in d.values():
-        assert (m["estimate"], m["ci_low"], m["ci_high"], m["significant"], m["bootstrap"]) == (
-            0.0,
-            0.0,
-            0.0,
-            False,
-            "paired",
-        )
-    # mean |l| = (0.3 + 0.1 + 0.2) / 10 = 0.06
-    assert d["abs_logprob_diff_mean"]["baseline"] == pytest.approx(0.06)
-
-
-def test_matrix_file_groups_keys_and_apply_merges_engine_args(tmp_path):
-    from mismatchscope.diagnose.variants import Configuration, apply, load_matrix
-    from mismatchscope.probe.types import SamplerConfig, TrainerConfig
-
-    path = tmp_path / "m.toml"
-    path.write_text(
-        '[variant.fp32_everything]\nsampler.dtype = "float32"\nsampler.engine.hf_overrides = {head_dtype = "float32"}\n'
-        '"trainer.fp32_lm_head" = true\n\n[variant.invariant]\nsampler.env.VLLM_BATCH_INVARIANT = 1\n'
-    )
-    a, b = load_matrix(path)
-    assert (a.name, a.side, b.side) == ("fp32_everything", "sampler", "sampler")
-    assert a.changes == {
-        "sampler.dtype": "float32",
-        "sampler.engine.hf_overrides": {"head_dtype": "float32"},
-        "trainer.fp32_lm_head": True,
-    }
-    base = Configuration(SamplerConfig(dtype="float16", engine_args={"seed": 1}), TrainerConfig())
-    cfg = apply(base, a)
-    assert cfg.sampler.dtype == "float32" and cfg.trainer.fp32_lm_head is True
-    assert cfg.sampler.engine_args == {"seed": 1, "hf_overrides": {"head_dtype": "float32"}}
-    assert apply(base, b).env == {"VLLM_BATCH_INVARIANT": "1"}
-
-
-def test_default_matrix_on_cpu_skips_gpu_knobs_with_reasons():
-    from mismatchscope.diagnose.variants import Configuration, default_matrix
-    from mismatchscope.probe.types import SamplerConfig, TrainerConfig
-
-    m = default_matrix("cpu", Configuration(SamplerConfig(dtype="float16"), TrainerConfig()))
-    run = {v.name: v for v in m if v.skip_reason is None}
-    skipped = {v.name: v.skip_reason for v in m if v.skip_reason}
-    assert set(run) == {
-        "sampler.dtype=float32",
-        "sampler.fp32_lm_head",
-        "sampler.kv_cache_dtype=fp8",
-        "sampler.compile",
-        "sampler.max_num_seqs=1",
-        "sampler.prefix_caching",
-        "trainer.dtype=bfloat16",
-        "trainer.attn=eager",
-        "trainer.attn=sdpa",
-        "trainer.fp32_lm_head",
-        "zero",
-    }
-    assert set(skipped) == {
-        "sampler.dtype=bfloat16",
-        "sampler.batch_invariant",
-        "sampler.attention=FLASHINFER",
-        "sampler.chunked_prefill",
-        "trainer.attn=flash_attention_2",
-    }
-    assert all(r.startswith("needs a GPU") for k, r in skipped.items() if k != "sampler.chunked_prefill")
-    assert "CPU Generator does not use offset" in skipped["sampler.chunked_prefill"]
 
 
 # ------------------------------------------------------------ bad input: one line, exit 2, no engine
@@ -387,42 +261,6 @@ def test_every_pair_is_an_ordinary_run_directory(diag, capsys):
     assert total["abs_logprob_diff_mean"] == p["baseline"]["metrics"]["abs_logprob_diff_mean"]
     assert (diag["tmp"] / "plots" / "diagnose_pareto.png").stat().st_size > 1000
     assert "baseline" in p["pareto_front"] or any(v["name"] in p["pareto_front"] for v in p["variants"])
-
-
-def test_timing_ratios_by_hand():
-    """Rounds of 100 tokens; the other side costs 0.01 s a token on both. Baseline 2 s, variant 1 s: (0.02 + 0.01)
-    / (0.01 + 0.01) = 1.5; 4 s and 2 s: 0.05 / 0.03 = 1.667; 2 s and 2 s: 1. Median 1.5. Its bootstrap interval:
-    a resample's median is 1 when at least two of its three draws are (3 (1/3)^2 (2/3) + (1/3)^3 = 7/27 of
-    resamples, above 2.5%), 1.667 likewise: so 1 to 1.667, wider than 1.25x: not rankable. Rounds alternate
-    baseline, variant, baseline, ..."""
-    from mismatchscope.diagnose.timing import MIN_ROUNDS, SLOW_MIN_ROUNDS, Round, interleave, summarize
-
-    s = summarize(
-        [(Round(2, 100), Round(1, 100)), (Round(4, 100), Round(2, 100)), (Round(2, 100), Round(2, 100))],
-        "sampler",
-        0.01,
-    )
-    assert s["ratios"] == pytest.approx([1.5, 5 / 3, 1.0])
-    assert (s["median"], s["low"], s["high"]) == pytest.approx((1.5, 1.0, 5 / 3))
-    assert s["rankable"] is False and s["rounds"] == 3
-    steady = summarize([(Round(2, 100), Round(1, 100))] * 3, "sampler", 0.0)
-    assert steady["median"] == pytest.approx(2.0) and steady["rankable"] is True
-    calls = []
-
-    def side(name, seconds):
-        def one():
-            calls.append(name)
-            return Round(seconds, 10)
-
-        return one
-
-    pairs = interleave(side("b", 1.0), side("v", 2.0))  # 3 s a pair, over the 6 s budget after 2: the minimum
-    assert len(pairs) == MIN_ROUNDS and calls == ["b", "v"] * MIN_ROUNDS
-    calls.clear()
-    pairs = interleave(side("b", 1.0), side("v", 30.0))  # a variant this slow: the smaller minimum
-    assert len(pairs) == SLOW_MIN_ROUNDS and calls == ["b", "v"] * SLOW_MIN_ROUNDS
-    calls.clear()
-    assert len(interleave(side("b", 0.1), side("v", 0.1))) == 30  # short rounds: up to the most rounds
 
 
 @pytest.mark.vllm
