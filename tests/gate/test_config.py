@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
+from mismatchscope.errors import GateConfigError
+from mismatchscope.gate.config import STARTER_TOML, default_config, load_config, with_overrides
 from tests.helpers import (
+    REPO,
     ROWS,
     SAMPLE_PAIRS,
     cli,
@@ -95,3 +100,95 @@ def test_absolute_only_with_a_regression_limit(tmp_path, write):
         "error: --max-increase sets a regression limit against the baseline, which --absolute-only "
         "leaves out (drop --absolute-only to compare with the baseline, or drop --max-increase)"
     )
+
+
+def test_starter_file_is_the_default(tmp_path):
+    (tmp_path / "gate.toml").write_text(STARTER_TOML)
+    from_file = load_config(None, cwd=tmp_path)
+    defaults = default_config()
+    assert from_file.absolute == defaults.absolute and from_file.regression == defaults.regression
+    assert (defaults.bootstrap, defaults.confidence, defaults.seed) == (1000, 0.95, 0)
+    assert {r.metric for r in defaults.regression} == {
+        "tv_token_mean",
+        "abs_logprob_diff_mean",
+        "k3_mean",
+        "icepop.token_reject_rate",
+        "ipo.token_reject_rate",
+    }
+    assert dict((a.metric, a.max) for a in defaults.absolute)["tv_token_mean"] == 0.01  # verl's yardstick
+    assert load_config(None, cwd=tmp_path / "nowhere").source == "built-in defaults"
+
+
+def test_flags_override_the_file():
+    cfg = default_config()
+    out = with_overrides(
+        cfg,
+        limits=["tv_token_mean<=0.005", "ess>=0.9"],
+        increases=["k3_mean=50%"],
+        bootstrap=10,
+        allow_different=["seed"],
+    )
+    ab = {a.metric: a for a in out.absolute}
+    assert ab["tv_token_mean"].max == 0.005 and ab["ess"].min == 0.9 and len(out.absolute) == len(cfg.absolute) + 1
+    k3 = next(r for r in out.regression if r.metric == "k3_mean")
+    assert k3.max_increase == 0.5 and k3.floor == 1e-6  # the file's floor is kept
+    assert out.bootstrap == 10 and out.allow_different == ("seed",)
+    assert with_overrides(cfg, absolute_only=True).regression == ()
+    with pytest.raises(GateConfigError, match="cannot parse --limit"):
+        with_overrides(cfg, limits=["tv_token_mean=0.1"])
+    with pytest.raises(GateConfigError, match="lower is worse"):
+        with_overrides(cfg, increases=["ess=10%"])
+    with pytest.raises(GateConfigError, match="confidence"):
+        with_overrides(cfg, confidence=1.5)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[gate\n", "is not valid TOML"),
+        ("[regresion]\n", "unknown table 'regresion'"),
+        ("[gate]\nbootstrap = -1\n", "bootstrap must be an integer between 0 and 100,000, got -1"),
+        (
+            "[gate]\nbootstrap = 1000000000000\n",
+            "bootstrap must be an integer between 0 and 100,000, got 1000000000000",
+        ),
+        ("[absolute]\nbogus = 1\n", "unknown metric 'bogus'"),
+        ("[absolute]\ntv_token_mean = { maximum = 1 }\n", "unknown key 'maximum'"),
+        ("[regression]\nk3_mean = { floor = 1e-6 }\n", "max_increase is missing"),
+        ("[regression]\nk1_mean = 0.25\n", "no 'worse' direction"),
+        ("[rules]\nicepop = { gamma = 2 }\n", "valid parameters of icepop"),
+        (
+            "[rules]\nipo = { delta = -0.1 }\n",
+            r"gate.toml \[rules\]: rule 'ipo': delta=-0.1 is outside its range \[0, 1\]",
+        ),
+        ('[gate]\nallow_different = ["colour"]\n', "not a comparability key"),
+    ],
+)
+def test_bad_config_files(tmp_path, text, message):
+    path = tmp_path / "gate.toml"
+    path.write_text(text)
+    with pytest.raises(GateConfigError, match=message):
+        load_config(path)
+
+
+def test_readme_documents_the_starter_keys():
+    readme = (REPO / "docs" / "gate.md").read_text()
+    for key in (
+        "bootstrap",
+        "confidence",
+        "seed",
+        "allow_different",
+        "max_increase",
+        "floor",
+        "[absolute]",
+        "[regression]",
+        "[rules]",
+        "--allow-different",
+        "--junit-xml",
+        "--markdown",
+        "GITHUB_STEP_SUMMARY",
+        "examples/gate-workflow.yml",
+    ):
+        assert key in readme, key
+    assert (REPO / "examples" / "gate-workflow.yml").is_file()
+    assert os.path.getsize(REPO / "examples" / "gate-workflow.yml") > 500
