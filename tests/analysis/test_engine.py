@@ -1,5 +1,7 @@
 """The streaming analysis pass: report and compare-masks numbers on tiny
-tables derived by hand, streaming == one-shot, and the top-k bounds."""
+tables derived by hand, streaming == one-shot, what is counted and excluded.
+The top-k bounds, quantiles, threads and the per-sequence reduction are
+checked beside their modules."""
 
 import math
 
@@ -10,16 +12,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mismatchscope.analysis.compiled import COMPILED_ENV
 from mismatchscope.analysis.engine import AnalysisRequest, analyse
-from mismatchscope.analysis.topk import topk_bounds
 from mismatchscope.documents import to_json
 from mismatchscope.errors import InputError
 from mismatchscope.rules import default_rules, parse_rule, parse_sweep
-from tests.helpers import pairs, random_pairs
+from tests.helpers import (
+    ROWS,
+    pairs,
+    random_pairs,
+)
 
 # seq 1: A q=0.5 p=0.2 (r 0.4), B q=0.2 p=0.6 (r 3), C q=p=0.9; seq 2: D q=0.5 p=1e-5 (r 2e-5), E q=p=0.5
-ROWS = [(1, 0, 0.5, 0.2), (1, 1, 0.2, 0.6), (1, 2, 0.9, 0.9), (2, 0, 0.5, 1e-5), (2, 1, 0.5, 0.5)]
 
 
 def run(path, report=True, masks=False, rules=None, **kw):
@@ -137,74 +140,7 @@ def test_sweep_and_examples(write):
     assert ex[0].rejected_by == ["ipo"] and ex[0].kept_by == ["icepop"]
 
 
-TOPK_PATHS = pytest.mark.parametrize("compiled", ["1", "0"], ids=["compiled", "numpy"])
 """the top-k bounds' two implementations (the compiled per-row loop and numpy's), each held to the same values."""
-
-
-@TOPK_PATHS
-def test_topk_bounds_hand_derived(compiled, monkeypatch):
-    monkeypatch.setenv(COMPILED_ENV, compiled)
-    # sampler lists ids [3, 5] with q = [0.6, 0.3]; trainer p = [0.5, 0.3]; sampled id 5.
-    # TV = 0.5 * (|0.5-0.6| + |0.3-0.3| + |(1-0.8) - (1-0.9)|) = 0.5 * (0.1 + 0 + 0.1) = 0.1
-    # KL = 0.6 log(0.6/0.5) + 0.3 log(1) + 0.1 log(0.1/0.2) = 0.109393 - 0.069315 = 0.040078
-    ids = pa.array([[3, 5]])
-    b = topk_bounds(
-        np.array([5]),
-        np.log([0.3]),
-        np.log([0.3]),
-        ids,
-        pa.array([np.log([0.6, 0.3]).tolist()]),
-        pa.array([np.log([0.5, 0.3]).tolist()]),
-    )
-    assert b.tv_lower_T[0] == pytest.approx(0.1, abs=1e-12)
-    assert b.kl_lower_T[0] == pytest.approx(0.040078, abs=1e-6)
-    # sampled id 9 not listed: it joins K with its own q = 0.05, p = 0.1
-    # TV = 0.5 * (0.1 + 0 + 0.05 + |(1 - 0.9) - (1 - 0.95)|) = 0.5 * 0.2 = 0.1
-    b2 = topk_bounds(
-        np.array([9]),
-        np.log([0.05]),
-        np.log([0.1]),
-        ids,
-        pa.array([np.log([0.6, 0.3]).tolist()]),
-        pa.array([np.log([0.5, 0.3]).tolist()]),
-    )
-    assert b2.tv_lower_T[0] == pytest.approx(0.1, abs=1e-12)
-
-
-@TOPK_PATHS
-@settings(max_examples=60, deadline=None)
-@given(st.integers(0, 2**32 - 1), st.integers(2, 60), st.integers(1, 8), st.floats(0.01, 3.0))
-def test_topk_bounds_never_exceed_full_divergence(compiled, seed, vocab, k, noise):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(COMPILED_ENV, compiled)
-        _check_never_exceed(seed, vocab, k, noise)
-
-
-def _check_never_exceed(seed, vocab, k, noise):
-    rng = np.random.default_rng(seed)
-    k = min(k, vocab)
-    z = rng.normal(0, 3, (20, vocab))
-    zq = z + rng.normal(0, noise, z.shape)
-    lp = z - np.log(np.exp(z).sum(1, keepdims=True))
-    lq = zq - np.log(np.exp(zq).sum(1, keepdims=True))
-    p, q = np.exp(lp), np.exp(lq)
-    tok = np.array([rng.choice(vocab, p=row) for row in q])
-    top = np.argsort(-lq, axis=1)[:, :k]
-    rows = np.arange(20)
-    b = topk_bounds(
-        tok,
-        lq[rows, tok],
-        lp[rows, tok],
-        pa.array(top.tolist()),
-        pa.array(np.take_along_axis(lq, top, 1).tolist()),
-        pa.array(np.take_along_axis(lp, top, 1).tolist()),
-    )
-    tv_full = 0.5 * np.abs(p - q).sum(1)
-    kl_full = (q * (lq - lp)).sum(1)
-    assert np.all(b.tv_lower_T <= tv_full + 1e-12)
-    assert np.all(b.kl_lower_T <= kl_full + 1e-9)
-    if k == vocab:  # full vocabulary listed: exact
-        np.testing.assert_allclose(b.tv_lower_T, tv_full, atol=1e-12)
 
 
 def _approx_equal(a, b, path=""):
@@ -272,26 +208,12 @@ def test_bad_values_are_errors(write, mutate, message):
         run(write(cols))
 
 
-def test_duplicates_across_shards(tmp_path):
-    from mismatchscope.schema import write_table
-
-    write_table(tmp_path / "a.parquet", pairs(ROWS[:3]))
-    write_table(tmp_path / "b.parquet", pairs(ROWS[:3]))
-    with pytest.raises(InputError, match="duplicate"):
-        run(tmp_path)
-
-
 def test_empty_and_missing(write, tmp_path):
     cols = {k: [] for k in pairs(ROWS)}
     with pytest.raises(InputError, match="no token rows"):
         run(write(cols))
     with pytest.raises(InputError, match="no such file"):
         run(tmp_path / "nope.parquet")
-
-
-def test_gaps_warn(write):
-    res = run(write(pairs([(1, 0, 0.5, 0.4), (1, 2, 0.5, 0.4)])))
-    assert any("gaps" in w for w in res.warnings)
 
 
 def test_policy_lag_reading_from_a_probe_or_an_import():
@@ -443,182 +365,15 @@ def test_verl_rs_matches_a_token_by_token_transcription(write, option, threshold
     assert 0 < got < lq.size  # the thresholds are chosen to cut some tokens, not all
 
 
-@TOPK_PATHS
-def test_topk_bounds_same_to_the_bit_with_equal_and_ragged_list_lengths(compiled, monkeypatch):
-    # numpy takes lists of one length as a [n, k] table and ragged lists by bincount, the compiled loop
-    # reads both by their offsets; every way adds a row's values to 0.0 in list order, so the rows the
-    # two batches share must agree bit for bit
-    monkeypatch.setenv(COMPILED_ENV, compiled)
-    rng = np.random.default_rng(3)
-    n, k = 200, 5
-    ids = rng.integers(0, 50, (n, k))
-    lq = np.log(rng.dirichlet(np.ones(k + 1), n)[:, :k])
-    lp = np.log(rng.dirichlet(np.ones(k + 1), n)[:, :k])
-    tok = np.where(rng.random(n) < 0.5, ids[:, 0], 99)
-    slp, tlp = np.log(rng.uniform(0.01, 0.5, n)), np.log(rng.uniform(0.01, 0.5, n))
-    same = topk_bounds(tok, slp, tlp, pa.array(ids.tolist()), pa.array(lq.tolist()), pa.array(lp.tolist()))
-    ragged = topk_bounds(
-        np.append(tok, 7),
-        np.append(slp, -1.0),
-        np.append(tlp, -1.0),
-        pa.array([*ids.tolist(), [7]]),
-        pa.array([*lq.tolist(), [-1.0]]),
-        pa.array([*lp.tolist(), [-1.0]]),
-    )
-    for a, b in (
-        (same.tv_lower_T, ragged.tv_lower_T),
-        (same.kl_lower_T, ragged.kl_lower_T),
-        (same.sampler_mass_T, ragged.sampler_mass_T),
-        (same.trainer_mass_T, ragged.trainer_mass_T),
-    ):
-        assert np.array_equal(a.view(np.int64), b[:n].view(np.int64))
+def test_duplicates_across_shards(tmp_path):
+    from mismatchscope.schema import write_table
+
+    write_table(tmp_path / "a.parquet", pairs(ROWS[:3]))
+    write_table(tmp_path / "b.parquet", pairs(ROWS[:3]))
+    with pytest.raises(InputError, match="duplicate"):
+        run(tmp_path)
 
 
-@pytest.mark.parametrize("rules, density", [(1, 0.5), (9, 0.01), (9, 0.6), (15, 0.0), (63, 0.05)])
-def test_pair_counts_by_pattern_equal_the_dense_product(rules, density):
-    # each pair's shared rejections, counted through the distinct rejection patterns, against
-    # the [R, n] @ [n, R] product it replaces (63 rules take the dense fallback)
-    from mismatchscope.analysis.masks import pair_counts
-
-    rng = np.random.default_rng(rules)
-    m = rng.random((rules, 5000)) < density
-    m[0, :7] = True  # correlated rules: the first rejects whatever the second does on a stretch
-    if rules > 1:
-        m[1, :7] = True
-    dense = m.astype(np.int64) @ m.T.astype(np.int64)
-    assert np.array_equal(pair_counts(m), dense)
-    assert pair_counts(m).dtype == np.float64
-
-
-def test_quantiles_are_numpys_to_the_bit():
-    # the binned selection must return exactly np.quantile's linear interpolation, ties and zeros included
-    from mismatchscope.analysis.quantiles import ExactQuantiles
-
-    rng = np.random.default_rng(7)
-    qs = (0.0, 0.001, 0.01, 0.05, 0.25, 0.5, 0.95, 0.99, 0.999, 1.0)
-    for trial in range(60):
-        n = int(rng.integers(1, 4000))
-        v = [
-            rng.normal(0, 1e-3, n),
-            np.round(rng.normal(0, 1, n), 1),
-            np.where(rng.random(n) < 0.6, 0.0, rng.normal(0, 1e-2, n)),
-            -rng.exponential(5.0, n),
-        ][trial % 4]
-        if trial % 5 == 0:
-            v = v.astype(np.float32)
-        e = ExactQuantiles()
-        for part in np.array_split(v, int(rng.integers(1, 6))):
-            e.add(part)
-        assert np.array_equal(e.quantiles(qs), np.quantile(v.astype(np.float64), qs)), trial
-        if v.dtype == np.float64:
-            assert np.array_equal(e.quantiles(qs, np.exp), np.quantile(np.exp(v), qs)), trial
-
-
-def test_quantile_bins_by_hand():
-    # a value's bin is the top 16 bits of its order-preserving key plus 2^15: 1.0 is 0x3FF0..., a
-    # non-negative float keeps its bits (0x3FF0 + 0x8000 = 0xBFF0); -1.0 is 0xBFF0... and a negative
-    # float flips its magnitude bits (0xBFF0 ^ 0x7FFF = 0xC00F, i.e. -16369, + 32768 = 0x400F)
-    from mismatchscope.analysis.quantiles import _bins
-
-    v = np.array([1.0, -1.0, 0.0, -0.0, np.inf, -np.inf, 2.0, -2.0])
-    assert _bins(v).tolist() == [0xBFF0, 0x400F, 0x8000, 0x7FFF, 0xFFF0, 0x000F, 0xC000, 0x3FFF]
-    assert _bins(v.astype(np.float32)).tolist() == [0xBF80, 0x407F, 0x8000, 0x7FFF, 0xFF80, 0x007F, 0xC000, 0x3FFF]
-    assert _bins(v[::2]).tolist() == [0xBFF0, 0x8000, 0xFFF0, 0xC000]  # a strided view: the same bins
-    s = np.sort(np.random.default_rng(0).normal(0, 1e3, 5000))
-    assert (np.diff(_bins(s).astype(np.int64)) >= 0).all()  # bins order like the values
-
-
-def test_the_pass_gives_the_same_numbers_on_any_number_of_threads(tmp_path):
-    # batches are analysed on worker threads and folded in file order: one thread or four, the report,
-    # the rule counts and the chosen examples must be identical, not merely close
-    rng = np.random.default_rng(11)
-    cols = random_pairs(rng, n_seq=40, max_len=30)
-    pq.write_table(pa.table(cols), tmp_path / "p.parquet")
-    req = dict(
-        report=True,
-        masks=True,
-        rules=default_rules(),
-        sweeps=[parse_sweep("icepop.beta=1.5,3")],
-        examples=5,
-        batch_rows=37,
-    )
-    one = analyse(str(tmp_path / "p.parquet"), AnalysisRequest(**req), workers=1)
-    four = analyse(str(tmp_path / "p.parquet"), AnalysisRequest(**req), workers=4)
-    assert one.report == four.report
-    assert one.masks == four.masks
-    assert one.warnings == four.warnings
-
-
-def test_an_error_surfaces_at_the_first_bad_batch_whatever_the_threads(tmp_path):
-    # two bad batches: the error reported is the first one's, as a one-thread pass would report it
-    cols = pairs([(s, i, 0.5, 0.4) for s in range(1, 9) for i in range(4)])
-    cols["trainer_logprob"][13] = 0.5  # sequence 4, position 1
-    cols["trainer_logprob"][29] = 0.9  # sequence 8, position 1
-    pq.write_table(pa.table(cols), tmp_path / "p.parquet")
-    for workers in (1, 4):
-        with pytest.raises(InputError, match="positive logprob") as e:
-            analyse(str(tmp_path / "p.parquet"), AnalysisRequest(batch_rows=4), workers=workers)
-        assert "trainer 0.5 at sequence 4 position 1" in str(e.value)
-
-
-def test_exact_quantiles_past_the_memory_cap_take_a_second_pass(tmp_path, monkeypatch):
-    # a column that outgrows its cap keeps only bin counts, and a second pass hands back the values of
-    # the bins the quantiles need: the report's quantiles must not change by one bit
-    import mismatchscope.analysis.quantiles as quantiles
-    from mismatchscope.analysis.topk import REST_EPS  # noqa: F401 - the top-k path must run too
-
-    rng = np.random.default_rng(5)
-    cols = random_pairs(rng, n_seq=60, max_len=40)
-    n = len(cols["sequence_id"])
-    k = 4
-    top = np.log(rng.dirichlet(np.ones(k + 1), n)[:, :k])
-    cols["sampler_topk_ids"] = rng.integers(0, 1000, (n, k)).tolist()
-    cols["sampler_topk_logprobs"] = top.tolist()
-    cols["trainer_logprobs_at_sampler_topk"] = np.minimum(top + rng.normal(0, 0.1, (n, k)), 0.0).tolist()
-    cols["trainer_topk_ids"] = rng.integers(0, 1000, (n, k)).tolist()
-    pq.write_table(pa.table(cols), tmp_path / "p.parquet")
-    req = AnalysisRequest(report=True, batch_rows=64)
-    kept = analyse(str(tmp_path / "p.parquet"), req).report
-    monkeypatch.setattr(quantiles, "KEEP_VALUES", 100)  # n is over 1,000 tokens: every column overflows
-    calls = []
-    real = quantiles.ExactQuantiles.refill
-    monkeypatch.setattr(quantiles.ExactQuantiles, "refill", lambda self, v: (calls.append(v.size), real(self, v)))
-    refilled = analyse(str(tmp_path / "p.parquet"), req).report
-    assert calls and sum(calls) < 5 * n  # a second pass ran, and kept only a few bins' values
-    assert refilled.metrics.ratio_quantiles == kept.metrics.ratio_quantiles
-    assert refilled.score_centering == kept.score_centering
-    assert refilled == kept
-
-
-def test_the_per_sequence_reduction_does_not_depend_on_how_it_is_split(monkeypatch):
-    # per-batch partials folded by SequenceAggregator, reduced a few runs at a time (keys in order) or
-    # all at once (keys out of order), must equal one reduceat over every partial sorted stably by key,
-    # bit for bit: sums (whose order of addition shows in the last bits), minima and maxima, runs
-    # spread over many batches, empty batches
-    from mismatchscope.analysis import grouping
-    from mismatchscope.analysis.grouping import Op, SequenceAggregator, group_reduce
-
-    monkeypatch.setattr(grouping, "CHUNK_ROWS", 7)
-    rng = np.random.default_rng(5)
-    ops: dict[str, Op] = {"a": "sum", "lo": "min", "b": "sum", "hi": "max"}
-    for trial in range(40):
-        in_order = trial % 2 == 0
-        n = int(rng.integers(0, 400))
-        keys = np.sort(rng.integers(0, 30, n)) if in_order else rng.integers(0, 30, n)
-        vals = {k: rng.normal(0, 1, n) * 10.0 ** rng.integers(-8, 8, n) for k in ops}
-        agg = SequenceAggregator(ops)
-        cuts = np.sort(rng.integers(0, n + 1, int(rng.integers(0, 80))))
-        batch_keys, batch_vals = [], {k: [] for k in ops}
-        for rows in np.split(np.arange(n), cuts):
-            uk, red = group_reduce(keys[rows], {k: (vals[k][rows], op) for k, op in ops.items()})
-            agg.add_reduced(uk, red)
-            batch_keys.append(uk)
-            for k in ops:
-                batch_vals[k].append(red[k])
-        want_keys, want = group_reduce(
-            np.concatenate(batch_keys), {k: (np.concatenate(batch_vals[k]), op) for k, op in ops.items()}
-        )
-        got_keys, got = agg.result()
-        assert np.array_equal(got_keys, want_keys), trial
-        for k in ops:
-            assert got[k].tobytes() == want[k].tobytes(), (trial, k)
+def test_gaps_warn(write):
+    res = run(write(pairs([(1, 0, 0.5, 0.4), (1, 2, 0.5, 0.4)])))
+    assert any("gaps" in w for w in res.warnings)
