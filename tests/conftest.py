@@ -30,8 +30,8 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 SLOW_TESTS = frozenset(
     {
         # a test id, with or without its parameters; CPU seconds measured (test, its fixtures, its child processes)
-        "tests/probe/test_zero_profile.py::test_a_fresh_zero_probe_of_the_dense_model_certifies_all_three_pairings",  # 6 s
-        "tests/probe/test_zero_profile.py::test_a_fresh_zero_probe_of_the_moe_model_certifies_logprobs_and_routes",  # 6 s
+        "tests/probe/test_zero.py::test_a_fresh_zero_probe_of_the_dense_model_certifies_all_three_pairings",  # 6 s
+        "tests/probe/test_zero.py::test_a_fresh_zero_probe_of_the_moe_model_certifies_logprobs_and_routes",  # 6 s
         "tests/live/test_recorder.py::test_killed_loop_leaves_finished_steps_readable_and_the_run_incomplete",  # 15 s
         "tests/live/test_recorder.py::test_rl_loop_recorded_every_step_and_read_back",  # 18 s
         "tests/probe/test_engine_log.py::test_diagnoses_model_loading_prints_only_the_tools_line",  # 8 s, torch's import

@@ -124,7 +124,7 @@ def test_a_resumed_recorder_removes_the_temporary_files_its_killed_writer_left(t
 
 
 def test_a_recorder_run_with_routes_resumes_and_cleans_its_route_temporaries(tmp_path):
-    from tests.live.test_recorder_routes import LQ, META, SAMPLER, TRAINER
+    from tests.live.test_routes import LQ, META, SAMPLER, TRAINER
 
     out = tmp_path / "run"
     with Recorder(out, routing=META) as rec:
