@@ -113,12 +113,12 @@ def test_timeline_output_validates(write):
 
 
 def test_certify_output_validates(tmp_path):
-    from tests.certify.test_run import LP, _flip_low_bit, make_run
+    from tests.certify.runs import LP, flip_low_bit, make_run
 
     equal = _validate("certify.json", "certify", str(make_run(tmp_path / "equal")))
     assert equal["certified"] is True and equal["pairings"][0]["earliest_position"] is None
     # one token 1 ULP apart, and a prefill column: the differing pairing fills the histogram and first differences
-    run = make_run(tmp_path / "differ", sampler=_flip_low_bit(LP, 6), prefill=LP)
+    run = make_run(tmp_path / "differ", sampler=flip_low_bit(LP, 6), prefill=LP)
     doc = _validate("certify.json", "certify", str(run), "--show", "3")
     differs = next(p for p in doc["pairings"] if not p["equal"])
     assert differs["ulp_histogram"] == [{"ulp": "1", "tokens": 1}] and len(differs["first_differences"]) == 1

@@ -9,85 +9,24 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
-from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mismatchscope import rundir
 from mismatchscope.certify import bit_equal, certify_run
-from mismatchscope.certify.bits import (
-    hex_value,
-    recorded_width,
-    stable_k3,
-    ulp_distance,
-)
-from mismatchscope.routing.layout import ROUTES, RoutingMeta, SideRoutes, routes_schema
 from mismatchscope.schema import write_table
+from tests.certify.runs import (
+    LP,
+    POS,
+    SEQ,
+    flip_low_bit,
+    make_run,
+    run_json,
+)
 from tests.helpers import cli
 
-# 3 sequences of 4 tokens; float32 logprobs (exactly representable), widened to float64 as the writers store them
-SEQ = [0] * 4 + [1] * 4 + [2] * 4
-POS = list(range(4)) * 3
-LP32 = np.array([-0.5, -1.25, -2.0625, -0.1, -3.3, -0.01, -7.5, -0.25, -1e-3, -4.0, -0.75, -2.5], dtype=np.float32)
-LP = LP32.astype(np.float64)
-
-
-def _flip_low_bit(values: np.ndarray, i: int) -> np.ndarray:
-    """values with the lowest mantissa bit of float32 element i flipped: exactly 1 ULP away."""
-    out = values.astype(np.float32)
-    out.view(np.int32)[i] ^= 1
-    return out.astype(np.float64)
-
-
-def make_run(path, sampler=LP, trainer=LP, prefill=None, manifest=None, **extra):
-    cols = {
-        "sequence_id": SEQ,
-        "position": POS,
-        "token_id": [11 + i for i in range(len(SEQ))],
-        "sampler_logprob": list(sampler),
-        "trainer_logprob": list(trainer),
-        **extra,
-    }
-    if prefill is not None:
-        cols["sampler_prefill_logprob"] = list(prefill)
-    write_table(path / "tokens" / "part-00000.parquet", cols)
-    rundir.write_manifest(path, {"status": "complete", **(manifest or {})})
-    return path
-
-
-def run_json(path, *args) -> tuple[Any, Any]:
-    r = cli("certify", str(path), "--format", "json", *args)
-    return r, (json.loads(r.stdout) if r.stdout.strip() else None)
-
-
 # -- the float primitives ---------------------------------------------------------------
-
-
-def test_ulp_distance_counts_representable_values_between():
-    one = np.array([1.0])
-    nxt = np.array([float(np.nextafter(np.float32(1.0), np.float32(2.0)))])
-    assert ulp_distance(one, nxt, "float32")[0] == 1
-    # smallest positive and negative subnormals: -tiny, -0/+0, +tiny -> 2 steps (both zeros are one point)
-    tiny = float(np.nextafter(np.float32(0), np.float32(1)))
-    assert ulp_distance(np.array([-tiny]), np.array([tiny]), "float32")[0] == 2
-    assert ulp_distance(np.array([-0.0]), np.array([0.0]), "float32")[0] == 0
-    assert ulp_distance(np.array([1.0]), np.array([np.nextafter(1.0, 2.0)]), "float64")[0] == 1
-
-
-def test_width_and_hex():
-    assert recorded_width(LP, LP, "a", "b").dtype == "float32"
-    assert recorded_width(LP + 1e-9, LP, "a", "b").dtype == "float64"
-    assert hex_value(-1.0, "float32") == "0xbf800000"  # sign 1, exponent 127, mantissa 0
-    assert hex_value(-1.0, "float64") == "0xbff0000000000000"
-
-
-def test_stable_k3_does_not_round_a_tiny_gap_to_zero():
-    # d = 1e-9: expm1(d) - d = d^2/2 + d^3/6 + ... = 5e-19 (the naive exp(d) - 1 - d gives 0 or noise at 1e-16)
-    k3 = stable_k3(np.array([1e-9]), np.array([0.0]))[0]
-    assert k3 == pytest.approx(5e-19, rel=1e-6)
 
 
 # -- verdicts -----------------------------------------------------------------------------
@@ -112,7 +51,7 @@ def test_bit_equal_pairs_certify(tmp_path):
 
 def test_one_flipped_bit_fails_and_names_the_token(tmp_path):
     i = 6  # sequence 1, position 2 (value -7.5)
-    run = make_run(tmp_path / "run", trainer=_flip_low_bit(LP, i))
+    run = make_run(tmp_path / "run", trainer=flip_low_bit(LP, i))
     r, out = run_json(run)
     assert r.returncode == 1, r.stderr
     p = out["pairings"][0]
@@ -129,7 +68,7 @@ def test_one_flipped_bit_fails_and_names_the_token(tmp_path):
 
 
 def test_terminal_output_names_the_first_token(tmp_path):
-    run = make_run(tmp_path / "run", sampler=_flip_low_bit(LP, 6))
+    run = make_run(tmp_path / "run", sampler=flip_low_bit(LP, 6))
     r = cli("certify", str(run))
     assert r.returncode == 1
     assert "0xc0f00001" in r.stdout and "NOT CERTIFIED" in r.stdout
@@ -147,7 +86,7 @@ def test_a_gap_of_1e9_everywhere_fails(tmp_path):
 
 def test_prefill_pairings_place_the_gap(tmp_path):
     # prefill equals the trainer, decode differs: the gap is in the sampler's decode path
-    run = make_run(tmp_path / "run", sampler=_flip_low_bit(LP, 0), prefill=LP)
+    run = make_run(tmp_path / "run", sampler=flip_low_bit(LP, 0), prefill=LP)
     _, out = run_json(run)
     equal = {p["name"]: p["equal"] for p in out["pairings"]}
     assert equal == {"trainer_vs_sampler_decode": False, "trainer_vs_sampler_prefill": True, "prefill_vs_decode": False}
@@ -198,7 +137,7 @@ def test_bad_runs_are_one_line_and_exit_2(tmp_path, case, needle):
 
 
 def test_markdown_and_junit(tmp_path):
-    run = make_run(tmp_path / "run", sampler=_flip_low_bit(LP, 6))
+    run = make_run(tmp_path / "run", sampler=flip_low_bit(LP, 6))
     md, xml = tmp_path / "v.md", tmp_path / "v.xml"
     r = cli("certify", str(run), "--markdown", str(md), "--junit-xml", str(xml))
     assert r.returncode == 1
@@ -212,105 +151,6 @@ def test_markdown_and_junit(tmp_path):
 
 # -- MoE routes ------------------------------------------------------------------------------
 
-NUM_LAYERS, MOE_LAYERS, NUM_EXPERTS, TOP_K = 4, (1, 3), 8, 2
-PROMPT_LEN = 3
-
-
-def _routes(run, sampler_rows, trainer_rows, replay=None, recorded=True):
-    """One route row per input position; completion token t is predicted at input PROMPT_LEN - 1 + t."""
-    meta = RoutingMeta(
-        "qwen3_moe",
-        NUM_LAYERS,
-        MOE_LAYERS,
-        NUM_EXPERTS,
-        TOP_K,
-        SideRoutes(recorded),
-        SideRoutes(recorded),
-        replay=replay,
-    )
-    seqs, inputs, tokpos = [], [], []
-    for s in sorted(set(SEQ)):
-        for ip in range(PROMPT_LEN - 1 + 4):
-            seqs.append(s)
-            inputs.append(ip)
-            tokpos.append(ip - (PROMPT_LEN - 1) if ip >= PROMPT_LEN - 1 else None)
-    n = len(seqs)
-    table = pa.table(
-        {
-            "sequence_id": seqs,
-            "input_position": inputs,
-            "token_position": tokpos,
-            "sampler_experts": sampler_rows(n),
-            "trainer_experts": trainer_rows(n),
-            "sampler_weights": [None] * n,
-            "trainer_weights": [None] * n,
-            "trainer_margin": [None] * n,
-        },
-        schema=routes_schema(NUM_EXPERTS),
-    )
-    (run / ROUTES).mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, run / ROUTES / "part-00000.parquet")
-    m = rundir.read_manifest(run)
-    rundir.write_manifest(run, {**m, "routing": meta.to_dict(), "config": {"checkpoint": {"is_moe": True}}})
-    return run
-
-
-def _row(i, layer_ids=None):
-    """Layers 0 and 2 dense (null); MoE layers 1 and 3 pick experts {i % 8, (i + 3) % 8} unless given."""
-    base = {1: [i % 8, (i + 3) % 8], 3: [(i + 1) % 8, (i + 5) % 8]}
-    base.update(layer_ids or {})
-    return [base.get(layer) for layer in range(NUM_LAYERS)]
-
-
-def _rows(changes=None):
-    return lambda n: [_row(i, (changes or {}).get(i)) for i in range(n)]
-
-
-def test_moe_equal_routes_certify_and_order_is_ignored(tmp_path):
-    run = make_run(tmp_path / "run")
-    swapped = lambda n: [[None if x is None else x[::-1] for x in _row(i)] for i in range(n)]
-    _routes(run, _rows(), swapped)
-    r, out = run_json(run)
-    assert r.returncode == 0, r.stdout
-    assert out["routes"]["passed"] is True and out["routes"]["tokens_flipped"] == 0
-
-
-def test_moe_one_expert_flip_names_token_and_layer(tmp_path):
-    run = make_run(tmp_path / "run")
-    # route row 8 = sequence 1, input position 2 = completion position 0 (PROMPT_LEN - 1 = 2); row 9 is its position 1
-    flip_row = 9
-    _routes(run, _rows(), _rows({flip_row: {3: [(flip_row + 1) % 8, 7 if (flip_row + 5) % 8 != 7 else 6]}}))
-    r, out = run_json(run)
-    assert r.returncode == 1
-    routes = out["routes"]
-    assert routes["tokens_flipped"] == 1 and routes["flips_by_layer"] == {"3": 1} and routes["first_layer"] == 3
-    # the layers that flipped, out of the model's two MoE layers (once "in 2 MoE layers", the model's count)
-    assert routes["status"] == "1 of 12 certified tokens flip an expert set, in 1 of the 2 MoE layers (layer 3)"
-    f = routes["first"][0]
-    assert (f["sequence_id"], f["position"], f["layer"]) == (1, 1, 3)
-    assert f["sampler"] == sorted([2, 6]) and f["trainer"] == [2, 7]
-
-
-def test_moe_all_zero_capture_is_not_a_real_capture(tmp_path):
-    run = make_run(tmp_path / "run")
-    _routes(run, _rows({4: {1: [0, 0]}}), _rows({4: {1: [0, 0]}}))
-    _, out = run_json(run)
-    assert out["routes"]["passed"] is False and out["routes"]["dead_rows"] == {"sampler": 1, "trainer": 1}
-
-
-def test_moe_replayed_routes_name_the_level(tmp_path):
-    run = make_run(tmp_path / "run")
-    _routes(run, _rows(), _rows(), replay="ids+weights")
-    r, out = run_json(run)
-    assert r.returncode == 0
-    assert out["routes"]["replay"] == "ids+weights" and "expert ids and gate weights" in out["routes"]["status"]
-
-
-def test_moe_without_routes_does_not_certify(tmp_path):
-    run = make_run(tmp_path / "run", manifest={"config": {"checkpoint": {"is_moe": True}}})
-    r, out = run_json(run)
-    assert r.returncode == 1 and out["routes"]["passed"] is False
-
 
 def test_certified_or_false_marks_a_run_that_cannot_be_certified(tmp_path):
     """diagnose marks each configuration with this: a NaN run is "not certified", not an error that stops the table."""
@@ -318,7 +158,7 @@ def test_certified_or_false_marks_a_run_that_cannot_be_certified(tmp_path):
 
     assert certified_or_false(make_run(tmp_path / "good")) is True
     assert certified_or_false(make_run(tmp_path / "nan", sampler=np.where(np.arange(12) == 5, np.nan, LP))) is False
-    assert certified_or_false(make_run(tmp_path / "flip", sampler=_flip_low_bit(LP, 0))) is False
+    assert certified_or_false(make_run(tmp_path / "flip", sampler=flip_low_bit(LP, 0))) is False
 
 
 # -- probe --sampler-prefill --------------------------------------------------------------------
@@ -390,15 +230,6 @@ def test_samples_keep_the_prefill_logprobs_for_resume_and_rescore(tmp_path):
     assert "sampler_prefill_logprob" not in token_columns(
         run.read_samples(1), [Scored([-0.5], [[-0.5]], [[5]], [[-0.5]], [0.1])], {}, n=1
     )
-
-
-def test_a_declared_replay_is_checked_against_recorded_routes(tmp_path):
-    run = make_run(tmp_path / "run")
-    _routes(run, _rows(), _rows({9: {1: [0, 1]}}), replay="ids")  # row 9: layer 1 was {1, 4}
-    r, out = run_json(run)
-    assert r.returncode == 1
-    assert out["routes"]["replay"] == "ids" and out["routes"]["flips_by_layer"] == {"1": 1}
-    assert out["routes"]["status"].startswith("routes replayed: the trainer was given the sampler's expert ids (ids)")
 
 
 def test_an_unknown_pairing_is_a_usage_error(tmp_path):

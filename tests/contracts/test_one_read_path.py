@@ -21,7 +21,7 @@ import pytest
 from mismatchscope import rundir
 from mismatchscope.routing.layout import ROUTES
 from mismatchscope.schema import WRITE_OPTIONS
-from tests.certify.test_run import _routes, _rows, make_run
+from tests.certify.runs import make_run, route_rows, routes_of
 from tests.helpers import REPO, cli, error_line
 
 GOLDEN = REPO / "tests" / "data" / "golden-probe"
@@ -59,7 +59,7 @@ def test_certify_refuses_what_report_refuses_with_the_same_line(tmp_path, case):
 
 
 def test_certify_refuses_a_routes_shard_with_a_duplicated_row(tmp_path):
-    run = _routes(make_run(tmp_path / "run"), _rows(), _rows())
+    run = routes_of(make_run(tmp_path / "run"), route_rows(), route_rows())
     shard = run / ROUTES / "part-00000.parquet"
     table = pq.read_table(shard)
     pq.write_table(pa.concat_tables([table, table.slice(3, 1)]), shard)  # one route row written twice
@@ -178,7 +178,7 @@ def test_an_index_without_hashes_reads_with_a_note(tmp_path):
 
 def test_route_shards_are_written_with_page_checksums(tmp_path):
     """A damaged route page is refused by certify like a token page (every writer uses the same options)."""
-    run = _routes(make_run(tmp_path / "run"), _rows(), _rows())
+    run = routes_of(make_run(tmp_path / "run"), route_rows(), route_rows())
     shard = run / ROUTES / "part-00000.parquet"
     pq.write_table(pq.read_table(shard), shard, **WRITE_OPTIONS)
     chunk = pq.ParquetFile(shard).metadata.row_group(0).column(0)  # sequence_id

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 import xml.etree.ElementTree as ET
 
-from tests.certify.test_run import make_run
+from tests.certify.runs import make_run
 from tests.helpers import REPO, cli, validate_junit
 
 GOLDEN = REPO / "tests" / "data" / "golden-probe"
