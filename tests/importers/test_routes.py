@@ -520,8 +520,6 @@ def test_vllm_021_refuses_a_decoder_layer_axis(dumps):
 def _routes_import(tmp_path, records, fmt):
     import json
 
-    from tests.importers.test_routes import CONFIG, write_tokens
-
     write_tokens(tmp_path / "tokens.jsonl")
     (tmp_path / "config.json").write_text(json.dumps(CONFIG))
     (tmp_path / "routes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -543,7 +541,6 @@ def _routes_import(tmp_path, records, fmt):
 
 
 def test_routes_of_another_encoding_point_at_the_format_not_at_pickles(tmp_path):
-    from tests.importers.test_routes import sglang
 
     # sglang's raw int32 bytes read as vllm's .npy: numpy's reason once advised allow_pickle
     line = _routes_import(tmp_path, [sglang(5), sglang(9)], "vllm")
@@ -552,7 +549,6 @@ def test_routes_of_another_encoding_point_at_the_format_not_at_pickles(tmp_path)
 
 
 def test_a_routes_record_without_its_sequence_id_says_so(tmp_path):
-    from tests.importers.test_routes import sglang
 
     rec = sglang(5)
     del rec["sequence_id"]  # once "sequence_id is None, not an integer"
