@@ -31,7 +31,7 @@ from mismatchscope.redact import (
     register_secret,
     split_userinfo,
 )
-from tests.helpers import REPO, cli
+from tests.helpers import REPO
 from tests.helpers import cli_no_engine as cli
 
 CHECKPOINT = REPO / "sample_data" / "tiny-qwen3"

@@ -7,16 +7,7 @@ import math
 
 import pytest
 
-from tests.helpers import (
-    DUP_HINT,
-    cli,
-    error_line,
-    one_sequence,
-    pairs,
-    raw_parquet,
-    report_json,
-    sequence_rows,
-)
+from tests.helpers import DUP_HINT, cli, error_line, one_sequence, pairs, raw_parquet, report_json, sequence_rows
 
 
 @pytest.mark.parametrize(

@@ -11,9 +11,7 @@ from mismatchscope.certify.bits import (
     stable_k3,
     ulp_distance,
 )
-from tests.certify.runs import (
-    LP,
-)
+from tests.certify.runs import LP
 
 
 def test_ulp_distance_counts_representable_values_between():

@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-from tests.certify.runs import (
-    make_run,
-    route_row,
-    route_rows,
-    routes_of,
-    run_json,
-)
+from tests.certify.runs import make_run, route_row, route_rows, routes_of, run_json
 
 
 def test_moe_equal_routes_certify_and_order_is_ignored(tmp_path):

@@ -16,14 +16,7 @@ import pytest
 
 from mismatchscope.certify import bit_equal, certify_run
 from mismatchscope.schema import write_table
-from tests.certify.runs import (
-    LP,
-    POS,
-    SEQ,
-    flip_low_bit,
-    make_run,
-    run_json,
-)
+from tests.certify.runs import LP, POS, SEQ, flip_low_bit, make_run, run_json
 from tests.helpers import cli
 
 # -- the float primitives ---------------------------------------------------------------

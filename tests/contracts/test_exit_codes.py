@@ -16,14 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import (
-    REPO,
-    ROWS,
-    cli,
-    error_line,
-    gate_config,
-    pairs,
-)
+from tests.helpers import REPO, ROWS, cli, error_line, gate_config, pairs
 
 # ---- debug mode -----------------------------------------------------------------
 

@@ -25,11 +25,7 @@ import pytest
 from mismatchscope.errors import ImportFormatError, InputError, UsageError
 from mismatchscope.importers import import_run
 from mismatchscope.schema import write_table
-from tests.helpers import (
-    cli,
-    error_line,
-    jsonl_dump,
-)
+from tests.helpers import cli, error_line, jsonl_dump
 from tests.importers.layouts import (
     GOOD,
     GOOD_COLUMNS,

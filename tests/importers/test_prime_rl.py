@@ -12,7 +12,7 @@ import pytest
 from mismatchscope.errors import ImportFormatError, InputError
 from mismatchscope.importers import import_run
 from mismatchscope.schema import decode_metadata
-from tests.importers.layouts import import_error, prime_record, write_prime_step
+from tests.importers.layouts import import_error
 
 from .layouts import prime_record, write_prime_step
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 import pyarrow.dataset as ds
@@ -9,21 +10,13 @@ import pytest
 
 pytest.importorskip("torch")
 
-import io
-import json
-
-import pytest
-
 from mismatchscope.errors import (
     ImportFormatError,
     NoTrainerLogprobsError,
     UntrustedPickleError,
 )
 from mismatchscope.importers import import_run
-from tests.helpers import (
-    cli,
-    error_line,
-)
+from tests.helpers import cli, error_line
 from tests.importers.layouts import import_cli, imported_tokens, slime_dump, slime_torch_sample
 
 from .layouts import (

@@ -17,16 +17,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from mismatchscope import Recorder, rundir
+from mismatchscope import rundir
 from mismatchscope.errors import UsageError
 from mismatchscope.live import Monitor, Recorder, RecorderInputError
-from tests.helpers import (
-    RECORDED_P,
-    RECORDED_Q,
-    REPO,
-    cli,
-    recorded_run,
-)
+from tests.helpers import RECORDED_P, RECORDED_Q, cli, recorded_run
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "data" / "golden-probe"

@@ -21,12 +21,7 @@ from mismatchscope.probe.checkpoint import (
     tokenize_prompts,
 )
 from tests.helpers import REPO
-from tests.probe.refusals import (
-    checkpoint_copy,
-    edit_json,
-    needs_checkpoint,
-    refused_probe,
-)
+from tests.probe.refusals import checkpoint_copy, edit_json, needs_checkpoint, refused_probe
 
 
 def _copy(src, dst):

@@ -7,14 +7,7 @@ import json
 import pytest
 
 from tests.helpers import cli_no_engine as cli
-from tests.probe.refusals import (
-    CHECKPOINT,
-    error_line,
-    needs_checkpoint,
-    probe_unstarted,
-    prompts_file,
-    refused_probe,
-)
+from tests.probe.refusals import CHECKPOINT, error_line, needs_checkpoint, probe_unstarted, prompts_file, refused_probe
 
 
 @needs_checkpoint

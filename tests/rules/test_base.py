@@ -11,11 +11,7 @@ from mismatchscope.rules import (
     parse_rule,
     parse_sweep,
 )
-from tests.helpers import (
-    SAMPLE_PAIRS,
-    cli,
-    error_line,
-)
+from tests.helpers import SAMPLE_PAIRS, cli, error_line
 
 
 @pytest.mark.parametrize(

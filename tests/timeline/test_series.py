@@ -19,14 +19,7 @@ from mismatchscope.rules import parse_rule
 from mismatchscope.timeline import timeline
 from mismatchscope.timeline.changes import ChangeConfig, detect
 from mismatchscope.timeline.series import grouped_quantile
-from tests.helpers import (
-    ROWS,
-    cli,
-    error_line,
-    one_sequence,
-    pairs,
-    raw_parquet,
-)
+from tests.helpers import ROWS, cli, error_line, one_sequence, pairs, raw_parquet
 
 needs_ruptures = pytest.mark.skipif(
     importlib.util.find_spec("ruptures") is None,

@@ -19,12 +19,7 @@ from mismatchscope.analysis.results import MasksResult, Sweep, SweepPoint
 from mismatchscope.divergence import token_terms
 from mismatchscope.render.plots.sweeps import default_sweeps, plot_rules, ratio_thresholds, sweep_x
 from mismatchscope.rules import make_instance, parse_rule
-from tests.helpers import (
-    SAMPLE_PAIRS,
-    cli,
-    one_sequence,
-    raw_parquet,
-)
+from tests.helpers import SAMPLE_PAIRS, cli, one_sequence, raw_parquet
 from tests.helpers import probe_meta as meta
 
 pytest.importorskip("matplotlib", reason="pictures need the plot extra")

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import (
-    SAMPLE_PAIRS,
-    cli,
-)
+from tests.helpers import SAMPLE_PAIRS, cli
 
 
 def test_a_drawn_sweep_may_switch_a_bound_off(tmp_path):
