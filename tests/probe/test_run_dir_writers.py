@@ -20,9 +20,7 @@ from mismatchscope import rundir
 from mismatchscope.errors import UsageError
 from tests.helpers import REPO, cli, cli_no_engine
 from tests.probe.refusals import (
-    CHECKPOINT,
     GOOD_CHOICE,
-    PROMPTS,
     checkpoint_copy,
     error_line,
     prompts_file,

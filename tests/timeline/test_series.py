@@ -1,9 +1,8 @@
-"""``timeline``: per-step values derived by hand, change detection on synthetic
-runs, ``--by`` splitting, the JSON contract and the errors of the real console script."""
+"""``timeline``: per-step values derived by hand, ``--by`` splitting, the JSON contract and the errors of the
+real console script (change detection itself: test_changes.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 
@@ -17,14 +16,9 @@ from hypothesis import strategies as st
 from mismatchscope.errors import MissingColumnsError, UsageError
 from mismatchscope.rules import parse_rule
 from mismatchscope.timeline import timeline
-from mismatchscope.timeline.changes import ChangeConfig, detect
 from mismatchscope.timeline.series import grouped_quantile
-from tests.helpers import ROWS, cli, error_line, one_sequence, pairs, raw_parquet
-
-needs_ruptures = pytest.mark.skipif(
-    importlib.util.find_spec("ruptures") is None,
-    reason="timeline's change detection needs ruptures (pip install ruptures)",
-)
+from tests.helpers import cli, error_line, one_sequence, pairs, raw_parquet
+from tests.timeline.runs import H, needs_ruptures, synthetic
 
 # (sequence_id, position, q, p) per step; rows are written step 2 first, to check the grouping.
 STEP0 = [(1, 0, 0.5, 0.2), (1, 1, 0.5, 0.5)]
@@ -34,35 +28,9 @@ ROWS = STEP2 + STEP0 + STEP1
 STEPS = [2, 2, 0, 0, 1, 1, 1]
 ENV = ["math", "code", "math", "math", "code", "code", "code"]  # by sequence: 1, 3 math; 2, 4 code
 
-H = ("tv_token_mean", "k3_mean", "abs_logprob_diff_mean", "abs_logprob_diff_p99")
-
 
 def tiny(write):
     return write(pairs(ROWS, step=STEPS))
-
-
-def synthetic(
-    seed: int, steps: int = 60, per_step: int = 400, shift_at: int | None = None, spike_at: int | None = None
-) -> dict:
-    """A run whose per-token log-ratio noise is 0.05 nats, 0.08 from ``shift_at`` on, 0.2 at ``spike_at``."""
-    rng = np.random.default_rng(seed)
-    sd = np.full(steps, 0.05)
-    if shift_at is not None:
-        sd[shift_at:] = 0.08
-    if spike_at is not None:
-        sd[spike_at] = 0.2
-    n = steps * per_step
-    step = np.repeat(np.arange(steps), per_step)
-    lq = np.log(rng.uniform(0.05, 1.0, n))
-    lp = np.minimum(lq + rng.normal(0, sd[step]), 0.0)
-    return {
-        "sequence_id": np.arange(n) // 20,
-        "position": np.arange(n) % 20,
-        "token_id": np.zeros(n, np.int64),
-        "sampler_logprob": lq,
-        "trainer_logprob": lp,
-        "step": step,
-    }
 
 
 def rows_by_step(result, group="all") -> dict[int, dict]:
@@ -142,47 +110,6 @@ def test_grouped_quantile_is_numpy_quantile(items):
             assert got[c] == np.quantile(v[code == c], 0.99)
         else:
             assert math.isnan(got[c])
-
-
-@needs_ruptures
-def test_shift_and_spike_are_flagged(write):
-    r = timeline(write(synthetic(0, shift_at=40, spike_at=15)))
-    for m in H:
-        assert {f["step"] for f in r.flags if f["metric"] == m and f["kind"] == "spike"} == {15}, m
-        assert {f["step"] for f in r.flags if f["metric"] == m and f["kind"] == "shift"} == {40}, m
-    assert {f.get("step") for f in r.flags} <= {15, 40}
-    shift = next(f for f in r.flags if f["metric"] == "tv_token_mean" and f["kind"] == "shift")
-    assert shift["after"] > 1.4 * shift["before"] and shift["size_sd"] > 5  # noise x1.6 from step 40
-    spike = next(f for f in r.flags if f["metric"] == "k3_mean" and f["kind"] == "spike")
-    assert spike["value"] > 5 * spike["baseline"] and spike["score"] > 3.5
-
-
-@needs_ruptures
-def test_flat_noisy_run_flags_nothing(write):
-    r = timeline(write(synthetic(0)))
-    assert r.flags == []
-    # ipo (delta 0.3) rejects at most a few tokens a step here: too few to test, and said so
-    assert any("ipo_reject_rate" in sk["metrics"] for sk in r.skipped)
-
-
-@needs_ruptures
-def test_detect_on_plain_series():
-    rng = np.random.default_rng(3)
-    steps = np.arange(100, 700, 10)  # logged every 10 steps
-    x = np.exp(rng.normal(0, 0.05, 60)) * 1e-3
-    x[0] *= 3  # a spike on the first step, right after a resume
-    x[30:] *= 1.5  # a sustained shift
-    ch = detect(steps, x, ChangeConfig(), "log")
-    assert [s["step"] for s in ch.spikes] == [100]
-    assert [s["step"] for s in ch.shifts] == [400]
-    ramp = 1e-3 * (1 + np.clip(np.arange(60) - 20, 0, None) * 0.05) * np.exp(rng.normal(0, 0.02, 60))
-    ch = detect(np.arange(60), ramp, ChangeConfig(), "log")
-    assert ch.drifts and ch.drifts[0]["after"] > 2 * ch.drifts[0]["before"]  # a creep, in stages
-    assert all(s["size_sd"] > 0 for s in ch.shifts)
-    zeros = np.zeros(60)
-    zeros[[5, 33]] = 0.002
-    ch = detect(np.arange(60), zeros, ChangeConfig(), "asin-sqrt", count_N=zeros * 1000)
-    assert ch.spikes == [] and ch.skipped and "fewer than 5" in ch.skipped[0][1]
 
 
 @needs_ruptures
