@@ -20,6 +20,7 @@ import pytest
 
 from mismatchscope.doctor import doctor
 from mismatchscope.schema import write_table
+from tests.doctor.injections import bf16_round
 from tests.helpers import REPO
 
 GOLDEN = REPO / "tests" / "data" / "golden-probe"
@@ -226,13 +227,6 @@ def test_a_log2_sampler_is_found_with_the_factor(golden, tmp_path):
     assert est["base"] == "log2" and est["factor"] == pytest.approx(1 / math.log(2), rel=0.01)  # 1.4427
 
 
-def _bf16(x: np.ndarray) -> np.ndarray:
-    """Round to nearest even on bfloat16's 7 mantissa bits (the upper half of a float32)."""
-    b = x.astype(np.float32).view(np.uint32).astype(np.uint64)
-    b = (b + 0x7FFF + ((b >> 16) & 1)) >> 16 << 16
-    return b.astype(np.uint32).view(np.float32).astype(np.float64)
-
-
 def test_scattered_ratios_off_one_are_not_called_the_same_log_base(tmp_path):
     # 200 tokens, trainer -0.1 to -5; the sampler 1.44x it, every other token 5% over or under: the median
     # ratio is 1.44 * 1.05 or 1.44 * 0.95 (1.368 or 1.512, the midpoint by numpy's median: 1.44), and no ratio
@@ -258,7 +252,7 @@ def test_a_rough_temperature_that_a_log_base_also_explains_names_both(tmp_path):
 
 def test_bf16_rounded_sampler_logprobs_are_found_with_the_mantissa_bits(golden, tmp_path):
     c = _copy(golden)
-    c["sampler_logprob"] = _bf16(golden["sampler_logprob"])
+    c["sampler_logprob"] = bf16_round(golden["sampler_logprob"])
     doc = doctor(_write(tmp_path, c))
     _only(doc, "low_precision")
     est = _finding(doc, "low_precision").estimate
@@ -416,7 +410,7 @@ def test_the_command_exits_by_verdict_and_its_json_validates(golden, tmp_path):
     assert clean.returncode == 0, clean.stderr
     jsonschema.validate(json.loads(clean.stdout), schema, cls=jsonschema.Draft202012Validator)
     c = _copy(golden)
-    c["sampler_logprob"] = _bf16(golden["sampler_logprob"])
+    c["sampler_logprob"] = bf16_round(golden["sampler_logprob"])
     bad = cli("doctor", _write(tmp_path, c), "--format", "json")
     assert bad.returncode == 1
     doc = json.loads(bad.stdout)
@@ -485,24 +479,3 @@ def test_a_gap_that_grows_with_the_step_lag_reads_as_policy_lag(golden, full_dis
     assert f.estimate["effect"] == pytest.approx(mean_gap[1] - mean_gap[0], rel=0.1)
     low = f.estimate["effect_low"]
     assert isinstance(low, float) and low > 0
-
-
-def test_the_mantissa_bits_and_the_within_position_slope_by_hand():
-    import pyarrow as pa
-
-    from mismatchscope.doctor.sample import Sample, topk_sums
-    from mismatchscope.doctor.values import _bits, within_position_slope
-
-    # 1.0 = 1.0 x 2^0 uses no mantissa bit; 1.5 = 1.1b one; 1.25 = 1.01b two; 1 + 2^-23 float32's all 23;
-    # bfloat16's -0.1 is -1.1001101b x 2^-4: seven
-    values = np.array([1.0, 1.5, 1.25, 1 + 2.0**-23, float(_bf16(np.array([-0.1]))[0])])
-    assert _bits(values).tolist() == [0, 1, 2, 23, 7]
-    # two positions, the sampler at T = 0.5 (y = 2x + c within each): slope 2, R^2 1. An id the sampler gives
-    # -inf is left out of the fit and counted as cut
-    trainer = pa.array([[-1.0, -2.0, -4.0], [-0.5, -3.0]])
-    sampler = pa.array([[-0.1, -2.1, -6.1], [-0.2, -float("inf")]])
-    sums = topk_sums(sampler, trainer)
-    assert sums["k_n"].tolist() == [3, 1] and sums["k_cut"].tolist() == [0, 1]
-    s = Sample(dict(sums), rows_seen=2, sampled=False)
-    slope, r2 = within_position_slope(s, np.array([0]))
-    assert slope == pytest.approx(2.0) and r2 == pytest.approx(1.0)
