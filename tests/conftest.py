@@ -18,7 +18,8 @@ import os
 import pytest
 
 from mismatchscope.schema import write_table
-from tests.helpers import ROWS, pairs
+from tests.helpers import pairs
+from tests.inputs import ROWS
 
 # vLLM reads these when an engine starts, here and in every probe the tests start. In-process engines need no
 # __main__ guard, share the test process, and start in two thirds of the time the engine's own processes take

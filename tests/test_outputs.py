@@ -19,15 +19,13 @@ import stat
 
 import pytest
 
-from tests.helpers import (
-    REPO,
+from tests.helpers import REPO, cli, pairs
+from tests.inputs import (
     ROWS,
     assert_plots_folder_checked,
-    cli,
     error_line,
     gate_cli,
     one_line_error,
-    pairs,
     sequence_rows,
     write_run_dir,
 )

@@ -23,17 +23,8 @@ import pytest
 from mismatchscope.errors import InputError
 from mismatchscope.reader import Hygiene, iter_batches, open_source
 from mismatchscope.schema import COLUMNS, METADATA_KEY
-from tests.helpers import (
-    ROWS,
-    cli,
-    error_line,
-    one_line_error,
-    one_sequence,
-    pairs,
-    raw_parquet,
-    report_json,
-    topk_lists,
-)
+from tests.helpers import cli, pairs
+from tests.inputs import ROWS, error_line, one_line_error, one_sequence, raw_parquet, report_json, topk_lists
 
 # ---- file metadata -------------------------------------------------------------------------------
 

@@ -23,7 +23,8 @@ from mismatchscope.errors import InputError
 from mismatchscope.live import Recorder
 from mismatchscope.reader import open_source
 from mismatchscope.schema import write_table
-from tests.helpers import RECORDED_P, RECORDED_Q, cli, error_line, one_line_error, pairs, recorded_run, write_run_dir
+from tests.helpers import cli, pairs
+from tests.inputs import RECORDED_P, RECORDED_Q, error_line, one_line_error, recorded_run, write_run_dir
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,8 @@ from mismatchscope.analysis.engine import AnalysisRequest, analyse
 from mismatchscope.documents import to_json
 from mismatchscope.errors import InputError
 from mismatchscope.rules import default_rules, parse_rule, parse_sweep
-from tests.helpers import ROWS, pairs, random_pairs
+from tests.helpers import pairs, random_pairs
+from tests.inputs import ROWS
 
 # seq 1: A q=0.5 p=0.2 (r 0.4), B q=0.2 p=0.6 (r 3), C q=p=0.9; seq 2: D q=0.5 p=1e-5 (r 2e-5), E q=p=0.5
 

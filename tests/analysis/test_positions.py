@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from tests.helpers import DUP_HINT, cli, error_line, one_sequence, pairs, raw_parquet, report_json, sequence_rows
+from tests.helpers import cli, pairs
+from tests.inputs import DUP_HINT, error_line, one_sequence, raw_parquet, report_json, sequence_rows
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from mismatchscope.analysis.compiled import COMPILED_ENV
 from mismatchscope.analysis.topk import topk_bounds
-from tests.helpers import one_sequence, raw_parquet, report_json, topk_lists
+from tests.inputs import one_sequence, raw_parquet, report_json, topk_lists
 
 
 def test_topk_overlap_with_ids_near_two_to_the_63(tmp_path):

@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from tests.helpers import cli, one_sequence, raw_parquet, report_json
+from tests.helpers import cli
+from tests.inputs import one_sequence, raw_parquet, report_json
 
 
 def _overflow_warning(sequences: int, largest: float) -> str:

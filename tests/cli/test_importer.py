@@ -6,8 +6,9 @@ import math
 
 import pytest
 
-from tests.helpers import cli, error_line, jsonl_dump
+from tests.helpers import cli
 from tests.importers.layouts import import_cli, jsonl_file, nemo_sample, write_nemo_step
+from tests.inputs import error_line, jsonl_dump
 
 
 def test_import_nemo_rl_then_report_and_timeline(tmp_path):

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, ROWS, cli, error_line, gate_config, pairs
+from tests.helpers import REPO, cli, pairs
+from tests.inputs import ROWS, error_line, gate_config
 
 # ---- debug mode -----------------------------------------------------------------
 

@@ -24,9 +24,10 @@ from mismatchscope import rundir
 from mismatchscope.errors import ImportFormatError
 from mismatchscope.importers import import_run
 from mismatchscope.live import Recorder
-from tests.helpers import cli, error_line
+from tests.helpers import cli
 from tests.importers.test_routes import run as import_with_routes
 from tests.importers.test_routes import slime, write_tokens
+from tests.inputs import error_line
 
 
 def _full_disk(monkeypatch, after: int = 0, error: type[BaseException] | None = None):

@@ -22,7 +22,8 @@ from mismatchscope import rundir
 from mismatchscope.routing.layout import ROUTES
 from mismatchscope.schema import WRITE_OPTIONS
 from tests.certify.runs import make_run, route_rows, routes_of
-from tests.helpers import REPO, cli, error_line
+from tests.helpers import REPO, cli
+from tests.inputs import error_line
 
 GOLDEN = REPO / "tests" / "data" / "golden-probe"
 

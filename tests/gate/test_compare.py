@@ -11,7 +11,8 @@ from mismatchscope.gate.compare import compare_runs
 from mismatchscope.gate.config import default_config
 from mismatchscope.gate.run import run_gate
 from tests.gate.files import two_sequence_file
-from tests.helpers import PROBE_META, ROWS, cli, error_line, gate_cli, gate_config, pairs, probe_meta
+from tests.helpers import PROBE_META, cli, pairs, probe_meta
+from tests.inputs import ROWS, error_line, gate_cli, gate_config
 
 
 def test_gate_baseline_that_is_the_candidate(runs, tmp_path):

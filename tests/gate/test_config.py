@@ -8,7 +8,8 @@ import pytest
 
 from mismatchscope.errors import GateConfigError
 from mismatchscope.gate.config import STARTER_TOML, default_config, load_config, with_overrides
-from tests.helpers import REPO, ROWS, SAMPLE_PAIRS, cli, error_line, one_line_error, pairs
+from tests.helpers import REPO, SAMPLE_PAIRS, cli, pairs
+from tests.inputs import ROWS, error_line, one_line_error
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tests.helpers import cli, error_line, one_sequence, raw_parquet
+from tests.helpers import cli
+from tests.inputs import error_line, one_sequence, raw_parquet
 
 
 def test_gate_does_not_read_an_overflowed_ess_as_zero(tmp_path):

@@ -22,7 +22,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from mismatchscope.gate.config import STARTER_TOML
-from tests.helpers import REPO, cli, probe_meta, validate_junit
+from tests.helpers import REPO, cli, probe_meta
+from tests.inputs import validate_junit
 
 meta = probe_meta
 

@@ -15,7 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tests.helpers import cli, error_line
+from tests.helpers import cli
+from tests.inputs import error_line
 
 # -- NeMo-RL -----------------------------------------------------------------
 

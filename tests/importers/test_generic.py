@@ -25,7 +25,7 @@ import pytest
 from mismatchscope.errors import ImportFormatError, InputError, UsageError
 from mismatchscope.importers import import_run
 from mismatchscope.schema import write_table
-from tests.helpers import cli, error_line, jsonl_dump
+from tests.helpers import cli
 from tests.importers.layouts import (
     GOOD,
     GOOD_COLUMNS,
@@ -35,6 +35,7 @@ from tests.importers.layouts import (
     jsonl_file,
     parquet_file,
 )
+from tests.inputs import error_line, jsonl_dump
 
 TOKEN_COLUMNS = ("sequence_id", "position", "token_id", "sampler_logprob", "trainer_logprob")
 

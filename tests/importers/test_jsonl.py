@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import error_line
 from tests.importers.layouts import GOOD, import_cli, imported_tokens, jsonl_file
+from tests.inputs import error_line
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.helpers import cli, error_line
+from tests.helpers import cli
 from tests.importers.layouts import (
     GOOD,
     GOOD_COLUMNS,
@@ -23,6 +23,7 @@ from tests.importers.layouts import (
     write_nemo_step,
     write_prime_step,
 )
+from tests.inputs import error_line
 
 BAD = [2, 0.5, -1]
 FIX = "a loss mask must be 0 (not trained on) or 1 (trained on)"

@@ -21,7 +21,8 @@ from mismatchscope.errors import ImportFormatError, UsageError
 from mismatchscope.importers import import_run
 from mismatchscope.importers.routes import RoutesOptions
 from mismatchscope.routing.layout import RoutingMeta
-from tests.helpers import cli, error_line
+from tests.helpers import cli
+from tests.inputs import error_line
 
 CONFIG = {
     "model_type": "qwen3_moe",

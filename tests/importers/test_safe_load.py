@@ -7,8 +7,8 @@ import pickle
 
 import pytest
 
-from tests.helpers import error_line
 from tests.importers.layouts import import_cli, imported_tokens, slime_dump, slime_torch_sample
+from tests.inputs import error_line
 
 
 def _legacy(obj) -> bytes:

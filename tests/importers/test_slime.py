@@ -16,8 +16,9 @@ from mismatchscope.errors import (
     UntrustedPickleError,
 )
 from mismatchscope.importers import import_run
-from tests.helpers import cli, error_line
+from tests.helpers import cli
 from tests.importers.layouts import import_cli, imported_tokens, slime_dump, slime_torch_sample
+from tests.inputs import error_line
 
 from .layouts import (
     ToolTrace,

@@ -20,7 +20,8 @@ import pytest
 from mismatchscope import rundir
 from mismatchscope.errors import UsageError
 from mismatchscope.live import Monitor, Recorder, RecorderInputError
-from tests.helpers import RECORDED_P, RECORDED_Q, cli, recorded_run
+from tests.helpers import cli
+from tests.inputs import RECORDED_P, RECORDED_Q, recorded_run
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "data" / "golden-probe"

@@ -6,7 +6,8 @@ import shutil
 import xml.etree.ElementTree as ET
 
 from tests.certify.runs import make_run
-from tests.helpers import REPO, cli, validate_junit
+from tests.helpers import REPO, cli
+from tests.inputs import validate_junit
 
 GOLDEN = REPO / "tests" / "data" / "golden-probe"
 

@@ -11,7 +11,8 @@ from mismatchscope.rules import (
     parse_rule,
     parse_sweep,
 )
-from tests.helpers import SAMPLE_PAIRS, cli, error_line
+from tests.helpers import SAMPLE_PAIRS, cli
+from tests.inputs import error_line
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,8 @@ from mismatchscope.errors import MissingColumnsError, UsageError
 from mismatchscope.rules import parse_rule
 from mismatchscope.timeline import timeline
 from mismatchscope.timeline.series import grouped_quantile
-from tests.helpers import cli, error_line, one_sequence, pairs, raw_parquet
+from tests.helpers import cli, pairs
+from tests.inputs import error_line, one_sequence, raw_parquet
 from tests.timeline.runs import H, needs_ruptures, synthetic
 
 # (sequence_id, position, q, p) per step; rows are written step 2 first, to check the grouping.

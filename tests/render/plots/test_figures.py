@@ -19,8 +19,9 @@ from mismatchscope.analysis.results import MasksResult, Sweep, SweepPoint
 from mismatchscope.divergence import token_terms
 from mismatchscope.render.plots.sweeps import default_sweeps, plot_rules, ratio_thresholds, sweep_x
 from mismatchscope.rules import make_instance, parse_rule
-from tests.helpers import SAMPLE_PAIRS, cli, one_sequence, raw_parquet
+from tests.helpers import SAMPLE_PAIRS, cli
 from tests.helpers import probe_meta as meta
+from tests.inputs import one_sequence, raw_parquet
 
 pytest.importorskip("matplotlib", reason="pictures need the plot extra")
 
