@@ -135,7 +135,7 @@ def bytes_per_token(run: Path) -> dict[str, float]:
 READ_CHILD = """
 import sys
 from pathlib import Path
-from mismatchscope.reader import _record_batches
+from mismatchscope.reader.streaming import _record_batches
 files = sorted(Path(sys.argv[1]).glob("*.parquet"))
 cols = ["sequence_id", "input_position", "token_position", "sampler_experts", "trainer_experts", "trainer_margin"]
 n = 0

@@ -49,9 +49,9 @@ _EXPORTS: dict[str, str] = {
     "Monitor": "live",
     "Alert": "live",
     "StepReport": "live",
-    "RecorderError": "live",
-    "RecorderInputError": "live",
     # the one exception tree
+    "RecorderError": "errors",
+    "RecorderInputError": "errors",
     "MismatchscopeError": "errors",
     "UsageError": "errors",
     "InputError": "errors",
@@ -96,12 +96,12 @@ if TYPE_CHECKING:  # what a type checker and an editor see; at run time __getatt
     from .analysis.results import MasksResult, Report
     from .api import compare_masks, report
     from .diagnose.document import DiagnoseDocument
-    from .errors import InputError, MismatchscopeError, UsageError
+    from .errors import InputError, MismatchscopeError, RecorderError, RecorderInputError, UsageError
     from .gate.config import GateConfig, load_config
     from .gate.document import GateDocument
     from .gate.run import GateResult, run_gate
     from .importers import ImportResult, import_run
-    from .live import Alert, Monitor, Recorder, RecorderError, RecorderInputError, StepReport
+    from .live import Alert, Monitor, Recorder, StepReport
     from .metrics import CATALOG, Metric
     from .timeline import TimelineDocument, TimelineResult
 

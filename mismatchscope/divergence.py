@@ -173,6 +173,15 @@ def binary_kl_logs_both(log_a_T: np.ndarray, log_b_T: np.ndarray, eps: float = 0
     return np.maximum(ab1 + ab2, 0.0), np.maximum(ba1 + ba2, 0.0)
 
 
+def k3_per_token(log_ratio: np.ndarray) -> np.ndarray:
+    """k3 = (r - 1) - l of each log ratio l, as ``expm1(l) - l`` (no cancellation near 0), floored at 0.
+
+    The one spelling of the formula outside :func:`token_terms`, which computes
+    the same expression in place from the ``expm1(l)`` it already holds.
+    """
+    return np.maximum(np.expm1(log_ratio) - log_ratio, 0.0)
+
+
 CLAMP_LOG_RATIO = 20.0
 """verl's SAFETY_BOUND: the log ratio is clamped to +-20 before its rollout_rs estimators."""
 
@@ -182,4 +191,4 @@ def clamped_k_terms(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """k1 = -l, k2 = l^2/2, k3 = expm1(l) - l with l clamped to [-bound, bound] first, as verl's rollout_rs does."""
     lc = np.clip(np.asarray(log_ratio_T, dtype=np.float64), -bound, bound)
-    return -lc, 0.5 * lc * lc, np.maximum(np.expm1(lc) - lc, 0.0)
+    return -lc, 0.5 * lc * lc, k3_per_token(lc)

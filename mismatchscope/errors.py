@@ -131,3 +131,45 @@ class EngineError(SamplerError):
     that needs a package the install lacks. The hint names the engine's log
     and ``--sampler hf`` where transformers can sample instead.
     """
+
+
+class MissingDependencyError(MismatchscopeError, ImportError):
+    """An optional package a command needs is not installed."""
+
+
+class RunLockedError(UsageError):
+    """Another process is writing this run directory."""
+
+
+class ShardIndexError(InputError):
+    """A run's shards disagree with its index: a shard lost, changed, foreign, or not a file."""
+
+
+class DuplicatePositionError(InputError):
+    """A (sequence_id, position) pair appears on more than one row."""
+
+    def __init__(self, sequence_id: int, position: int):
+        self.sequence_id, self.position = sequence_id, position
+        super().__init__(
+            f"duplicate (sequence_id, position) rows: sequence {sequence_id} position {position} appears more than once",
+            hint="each generated token must appear once; was a file read twice, or do two runs share sequence ids?",
+        )
+
+
+class RecorderInputError(InputError):
+    """Arrays handed to ``Recorder.add`` / ``Monitor.add`` that cannot be recorded."""
+
+
+class RecorderError(MismatchscopeError, RuntimeError):
+    """The Recorder cannot go on: its writer failed, or it was used after close()."""
+
+
+class NotAJsonObjectError(InputError):
+    """JSON that holds a list, a string, a number or null where an object belongs (:func:`mismatchscope.checks.json_object`).
+
+    Each reader turns it into its own message: ``value_type`` names what the file holds instead.
+    """
+
+    def __init__(self, value: object):
+        self.value_type = type(value).__name__
+        super().__init__(f"a JSON {self.value_type}, not an object")

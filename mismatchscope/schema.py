@@ -121,6 +121,20 @@ POSITIVE_LOGPROB_TOLERANCE = 1e-4
 token; anything beyond this is not a logprob (logits? probabilities?)."""
 
 
+def positive_logprobs(*sides: np.ndarray) -> np.ndarray:
+    """The rows whose logprobs (one array per side) are all finite and one is above
+    :data:`POSITIVE_LOGPROB_TOLERANCE`: the one test every reader and writer refuses a logprob by.
+
+    A row with a non-finite side is not one of them: readers drop such rows and count them instead.
+    """
+    finite = np.isfinite(sides[0])
+    high = sides[0] > POSITIVE_LOGPROB_TOLERANCE
+    for side in sides[1:]:
+        finite &= np.isfinite(side)
+        high |= side > POSITIVE_LOGPROB_TOLERANCE
+    return finite & high
+
+
 @dataclass(frozen=True)
 class Refusal:
     """The first value of a batch of token rows that the readers would refuse."""
@@ -143,7 +157,7 @@ def first_refused(columns: Mapping[str, Any]) -> Refusal | None:
     for name in ("sampler_logprob", "trainer_logprob"):
         if name in columns:
             v = np.asarray(columns[name], dtype=np.float64)
-            bad = np.isfinite(v) & (v > POSITIVE_LOGPROB_TOLERANCE)
+            bad = positive_logprobs(v)
             if bad.any():
                 i = _first(bad)
                 return Refusal(

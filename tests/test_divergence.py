@@ -56,3 +56,20 @@ def test_invariants(pairs):
     same = token_terms(lq, lq)
     for arr in (same.tv_T, same.k1_T, same.k2_T, same.k3_T, same.kl_reverse_k3_T, same.log_ratio_T):
         assert np.all(arr == 0)
+
+
+def test_k3_per_token_by_hand_and_as_token_terms_computes_it():
+    from mismatchscope.divergence import k3_per_token
+
+    l = np.array([math.log(2.0), -math.log(2.0), 0.0, 1e-9])
+    # l = ln 2: r = 2, (r - 1) - l = 1 - 0.693147... = 0.306853; l = -ln 2: r = 1/2, -0.5 + 0.693147 = 0.193147;
+    # l = 0: 0; l = 1e-9: ~ l^2 / 2 = 5e-19 (expm1 keeps it; exp(l) - 1 would round it away)
+    got = k3_per_token(l)
+    assert got[0] == pytest.approx(1.0 - math.log(2.0), rel=1e-15)
+    assert got[1] == pytest.approx(math.log(2.0) - 0.5, rel=1e-15)
+    assert got[2] == 0.0
+    assert got[3] == pytest.approx(5e-19, rel=1e-6)
+    lq = np.array([-1.0, -0.3, -2.5])
+    lp = np.array([-0.9, -0.7, -2.5])
+    # the same expression, fused in token_terms (equal to rounding: the two may take different SIMD loops)
+    np.testing.assert_allclose(k3_per_token(lp - lq), token_terms(lp, lq).k3_T, rtol=1e-15, atol=0)

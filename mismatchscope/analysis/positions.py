@@ -21,21 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import DuplicatePositionError
 
 COMPACT_RUNS = 1 << 20
 """merge the collected runs once this many are pending (bounds memory between merges)."""
-
-
-class DuplicatePositionError(InputError):
-    """A (sequence_id, position) pair appears on more than one row."""
-
-    def __init__(self, sequence_id: int, position: int):
-        self.sequence_id, self.position = sequence_id, position
-        super().__init__(
-            f"duplicate (sequence_id, position) rows: sequence {sequence_id} position {position} appears more than once",
-            hint="each generated token must appear once; was a file read twice, or do two runs share sequence ids?",
-        )
 
 
 def position_runs(sequence_id: np.ndarray, position: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:

@@ -339,7 +339,7 @@ def scan_routes(run: RoutesRun, batch_rows: int = ROUTE_BATCH_ROWS, workers: int
     Batches are decoded ahead by the reader's threads and analysed on ``workers`` threads (numpy releases the
     GIL), then folded in file order: the same numbers, and the first bad batch's error, on any number of cores.
     """
-    from ..reader import _record_batches
+    from ..reader.streaming import _record_batches
     from .parallel import ordered_map
 
     meta = run.meta

@@ -96,7 +96,7 @@ def _refuse_dropped(path: Any, hygiene: Hygiene, seq: np.ndarray, pos: np.ndarra
 
 def _refuse_duplicates(seq: np.ndarray, pos: np.ndarray) -> None:
     """A token on two rows: the same error as every other command's (``report``'s, ``timeline``'s)."""
-    from ..analysis.positions import DuplicatePositionError
+    from ..errors import DuplicatePositionError
 
     same = (seq[1:] == seq[:-1]) & (pos[1:] == pos[:-1])
     if same.any():

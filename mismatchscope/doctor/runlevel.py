@@ -8,6 +8,7 @@ import numpy as np
 from ..analysis.readings import policy_lag as declared_lag
 from ..analysis.results import Report
 from ..analysis.table import SequenceTable
+from ..divergence import k3_per_token
 from ..metrics import K3_MEAN, ROUTE_FLIP_RATE
 from .document import Evidence, Finding
 from .findings import Z_999, clear, detected, g, not_checked, welch
@@ -125,8 +126,7 @@ def _per_step(s: Sample) -> tuple[np.ndarray, np.ndarray] | None:
     if steps.size < STEP_MIN:
         return None
     l = s.columns["trainer_logprob"] - s.columns["sampler_logprob"]
-    k3 = np.maximum(np.expm1(l) - l, 0.0)
-    return steps, np.bincount(inverse, weights=k3) / np.bincount(inverse)
+    return steps, np.bincount(inverse, weights=k3_per_token(l)) / np.bincount(inverse)
 
 
 def jumped_steps(s: Sample) -> np.ndarray:

@@ -48,7 +48,7 @@ IMPORTERS: dict[str, str] = {
     "verl": "verl:VerlImporter",
     "roll": "roll:RollImporter",
     "jsonl": "generic:GenericJsonlImporter",
-    "parquet": "generic:GenericParquetImporter",
+    "parquet": "generic_parquet:GenericParquetImporter",
 }
 """format name -> ``module:Class`` of its importer (constructed with the ``--column`` mapping), loaded
 when used: every command's start-up reads this list, only ``import`` needs the classes."""
@@ -148,7 +148,6 @@ def _import_locked(
     routes_plan=None,
 ) -> ImportResult:
     # imported here: the writer pulls in pyarrow, the engine multiprocessing
-    from ._jsonl import import_files
     from ._writer import FLUSH_TOKENS, ShardWriter, write_manifest
 
     semantics = importer.semantics()
@@ -156,20 +155,7 @@ def _import_locked(
     writer = ShardWriter(out, importer.columns, base_meta, flush_tokens=flush_tokens or FLUSH_TOKENS)
     result = ImportResult(format=fmt, out=out)
     ctx = ImportContext(writer, result, skip_bad=skip_bad, trust_pickle=trust_pickle)
-    try:
-        if hasattr(importer, "convert"):
-            import_files(importer, files, ctx, workers=workers, progress=progress)
-        else:
-            for i, f in enumerate(files, 1):
-                importer.read(f, ctx)
-                result.files_read += 1
-                if progress is not None:
-                    progress(i, len(files), f.path)
-        shards = writer.close()
-    except BaseException:
-        writer.abort()
-        raise
-
+    shards = _read_all(importer, files, ctx, writer, workers, progress)
     result.steps = len(ctx.steps)
     result.shards = len(shards)
     result.warnings = list(importer.warnings) + _count_warnings(result, ctx)
@@ -193,6 +179,26 @@ def _import_locked(
         manifest["warnings"] = result.warnings = result.warnings + route_warnings
     write_manifest(out, manifest)
     return result
+
+
+def _read_all(importer, files, ctx: ImportContext, writer, workers, progress) -> list:
+    """Every source file through the importer into the writer: JSONL records through the (parallel) engine,
+    other files whole; the shards written, or nothing left of them on a failure."""
+    from ._jsonl import import_files
+
+    try:
+        if hasattr(importer, "convert"):
+            import_files(importer, files, ctx, workers=workers, progress=progress)
+        else:
+            for i, f in enumerate(files, 1):
+                importer.read(f, ctx)
+                ctx.result.files_read += 1
+                if progress is not None:
+                    progress(i, len(files), f.path)
+        return writer.close()
+    except BaseException:
+        writer.abort()
+        raise
 
 
 def _write_sequences(out: Path, rows: Any, fmt: str, result: ImportResult, manifest: dict) -> None:

@@ -31,7 +31,9 @@ import numpy as np
 
 from .. import errors
 from ..errors import ImportFormatError, MismatchscopeError
-from ._base import SourceFile, check_record, parse_record, short
+from ._base import SourceFile, short
+from ._records import parse_record
+from ._values import check_record
 
 if TYPE_CHECKING:
     from ._base import ImportContext, Progress
@@ -109,15 +111,7 @@ def run_unit(importer: Any, f: SourceFile, start: int, end: int, strict: bool) -
             if raw.isspace():  # stops at the first non-space byte; strip() would copy the line
                 continue
             try:
-                rec = parse_record(raw)
-                try:
-                    values, drop = importer.convert(f, lineno, rec, notes)
-                    check_record(values)
-                except MismatchscopeError:
-                    raise
-                except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError) as e:
-                    # a field of a shape the converter did not expect: the record is bad, not the program
-                    raise ImportFormatError(f"unexpected value ({short(e)})") from None
+                values, drop = _convert_line(importer, f, lineno, raw, notes)
             except ImportFormatError as e:
                 bad.append(BadRecord(lineno, e.reason, e.hint, type(e).__name__))
                 if strict or not e.skippable:
@@ -145,6 +139,20 @@ def run_unit(importer: Any, f: SourceFile, start: int, end: int, strict: bool) -
         bad=bad,
         notes=notes,
     )
+
+
+def _convert_line(importer: Any, f: SourceFile, lineno: int, raw: bytes, notes: dict[str, int]) -> tuple[dict, int]:
+    """One line's record, converted and checked; anything wrong with it is an ImportFormatError."""
+    rec = parse_record(raw)
+    try:
+        values, drop = importer.convert(f, lineno, rec, notes)
+        check_record(values)
+    except MismatchscopeError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError) as e:
+        # a field of a shape the converter did not expect: the record is bad, not the program
+        raise ImportFormatError(f"unexpected value ({short(e)})") from None
+    return values, drop
 
 
 def import_files(

@@ -20,7 +20,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import ImportFormatError
-from ._base import ImportContext, SourceFile, check_record, exact_ints
+from ._base import ImportContext, SourceFile
+from ._values import check_record, exact_ints, host_array
 from .stack_pickle import DataProtoState, PickledBytesIO, load_stack_pickle, load_tensordict
 
 NO_TRAINER_WARNING = (
@@ -67,10 +68,7 @@ def read(f: SourceFile, trust_pickle: bool, stack: str) -> Batch:
 
 
 def _numpy(value: Any) -> np.ndarray:
-    if hasattr(value, "detach"):
-        value = value.detach().cpu()
-        return (value.double() if value.is_floating_point() else value).numpy()
-    return np.asarray(value)
+    return np.asarray(host_array(value))
 
 
 def require(batch: Batch, f: SourceFile, *names: str) -> None:

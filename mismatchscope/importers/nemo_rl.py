@@ -31,18 +31,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import ImportFormatError, InputError, NoTrainerLogprobsError, UsageError
-from ._base import (
-    SourceFile,
-    check_lengths,
-    note,
-    require,
-    scalar,
-    take_floats,
-    take_floats_or_constant,
-    take_ints,
-    unwrap,
-)
+from ._base import SourceFile, note
 from ._mask import mask_span
+from ._values import check_lengths, require, scalar, take_floats, take_floats_or_constant, take_ints, unwrap
 
 _STEP_FILE = re.compile(r"^train_data_step(\d+)\.jsonl$")
 
@@ -97,40 +88,11 @@ class NemoRLImporter:
         return dict(SEMANTICS)
 
     def convert(self, f: SourceFile, line: int, rec: dict[str, Any], notes: dict[str, int]) -> tuple[dict, int]:
-        require(f, line, None, rec, "token_ids", "token_loss_mask", "generation_logprobs", "prev_logprobs")
-        ids = unwrap(rec["token_ids"])
-        if not isinstance(ids, list):
-            raise ImportFormatError("token_ids is not a list", file=f.rel, line=line)
-        n = len(ids)
-        mask = unwrap(rec["token_loss_mask"])
-        gen = unwrap(rec["generation_logprobs"])
-        prev = unwrap(rec["prev_logprobs"])
-        adv = unwrap(rec.get("advantages"))
-        per_token = {"token_loss_mask": mask, "generation_logprobs": gen, "prev_logprobs": prev}
-        if isinstance(adv, list) and (len(adv) != 1 or n == 1):
-            per_token["advantages"] = adv
-        check_lengths(f, line, None, per_token, n)
-        length = scalar(rec.get("input_lengths"), n)
-        if not isinstance(length, int) or not 0 < length <= n:
-            raise ImportFormatError(f"input_lengths {length!r} does not fit {n} token_ids", file=f.rel, line=line)
-
-        lo, hi, keep = mask_span(mask, length, "token_loss_mask")
+        per_token, length = _per_token_lists(f, line, rec)
+        lo, hi, keep = mask_span(per_token["token_loss_mask"], length, "token_loss_mask")
         if lo == hi:
             raise ImportFormatError("token_loss_mask selects no token", file=f.rel, line=line)
-        try:
-            token_id = take_ints(ids, lo, hi, keep)
-            sampler = take_floats(gen, lo, hi, keep, "generation_logprobs")
-            trainer = take_floats(prev, lo, hi, keep, "prev_logprobs")
-            if "advantages" in per_token:
-                advantage: Any = take_floats_or_constant(adv, lo, hi, keep, "advantages")
-            else:
-                advantage = _number(scalar(adv), f, line, "advantages")
-            reward = _number(scalar(rec.get("filtered_rewards", rec.get("rewards"))), f, line, "rewards")
-        except (TypeError, ValueError) as e:
-            if isinstance(e, ImportFormatError) and e.file is not None:  # already says where (``_number``)
-                raise
-            raise ImportFormatError(f"non-numeric value in a per-token list ({e})", file=f.rel, line=line) from None
-
+        token_id, sampler, trainer, advantage, reward = _taken(f, line, rec, per_token, lo, hi, keep)
         kept = len(token_id)
         if kept >= 2 and not trainer.any() and sampler.any():
             raise NoTrainerLogprobsError(
@@ -153,6 +115,50 @@ class NemoRLImporter:
             "step": f.step,
         }
         return values, length - kept
+
+
+def _per_token_lists(f: SourceFile, line: int, rec: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """The record's per-token lists (``token_ids`` first; ``advantages`` when it is one), of one length, and
+    where the prompt ends (``input_lengths``)."""
+    require(f, line, None, rec, "token_ids", "token_loss_mask", "generation_logprobs", "prev_logprobs")
+    ids = unwrap(rec["token_ids"])
+    if not isinstance(ids, list):
+        raise ImportFormatError("token_ids is not a list", file=f.rel, line=line)
+    n = len(ids)
+    adv = unwrap(rec.get("advantages"))
+    per_token = {
+        "token_loss_mask": unwrap(rec["token_loss_mask"]),
+        "generation_logprobs": unwrap(rec["generation_logprobs"]),
+        "prev_logprobs": unwrap(rec["prev_logprobs"]),
+    }
+    if isinstance(adv, list) and (len(adv) != 1 or n == 1):
+        per_token["advantages"] = adv
+    check_lengths(f, line, None, per_token, n)
+    length = scalar(rec.get("input_lengths"), n)
+    if not isinstance(length, int) or not 0 < length <= n:
+        raise ImportFormatError(f"input_lengths {length!r} does not fit {n} token_ids", file=f.rel, line=line)
+    return {"token_ids": ids, **per_token}, length
+
+
+def _taken(
+    f: SourceFile, line: int, rec: dict[str, Any], per_token: dict[str, Any], lo: int, hi: int, keep: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, Any, float]:
+    """The kept tokens' ids, logprobs and advantages (a list, or one number per sequence), and the reward."""
+    adv = per_token.get("advantages", unwrap(rec.get("advantages")))
+    try:
+        token_id = take_ints(per_token["token_ids"], lo, hi, keep)
+        sampler = take_floats(per_token["generation_logprobs"], lo, hi, keep, "generation_logprobs")
+        trainer = take_floats(per_token["prev_logprobs"], lo, hi, keep, "prev_logprobs")
+        if "advantages" in per_token:
+            advantage: Any = take_floats_or_constant(adv, lo, hi, keep, "advantages")
+        else:
+            advantage = _number(scalar(adv), f, line, "advantages")
+        reward = _number(scalar(rec.get("filtered_rewards", rec.get("rewards"))), f, line, "rewards")
+    except (TypeError, ValueError) as e:
+        if isinstance(e, ImportFormatError) and e.file is not None:  # already says where (``_number``)
+            raise
+        raise ImportFormatError(f"non-numeric value in a per-token list ({e})", file=f.rel, line=line) from None
+    return token_id, sampler, trainer, advantage, reward
 
 
 def _number(value: Any, f: SourceFile, line: int, name: str) -> float:

@@ -33,16 +33,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import ImportFormatError, InputError, UsageError
-from ._base import (
-    SourceFile,
-    check_lengths,
-    note,
-    parse_record,
-    require,
-    take_floats,
-    take_ints,
-)
+from ._base import SourceFile, note
 from ._mask import mask_span
+from ._records import parse_record
+from ._values import check_lengths, require, take_floats, take_ints
 
 SCHEMA_VERSION = 1
 _STEP_DIR = re.compile(r"^step_(\d+)$")

@@ -38,7 +38,8 @@ from ..errors import ImportFormatError, InputError, UsageError
 from ..routing import layout
 from ..schema import WRITE_OPTIONS
 from . import skyrl_routes, slime_routes
-from ._base import parse_record, short
+from ._base import short
+from ._records import parse_record
 from .route_checks import CheckedRoutes, check_routes
 from .route_sources import DECODERS
 from .routes_model import RoutesModel

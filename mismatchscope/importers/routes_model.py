@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..checks import json_object
+from ..errors import NotAJsonObjectError, UsageError
 
 _EXPERTS_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 _TOP_K_KEYS = ("num_experts_per_tok", "moe_topk", "num_experts_per_token", "top_k")
@@ -73,11 +74,11 @@ class RoutesModel:
                 hint="pass the checkpoint folder of the model that recorded the routes, or its config.json",
             )
         try:
-            config = json.loads(file.read_text())
+            config = json_object(file.read_text())
+        except NotAJsonObjectError as e:
+            raise UsageError(f"--routes-config {file}: holds a {e.value_type}, not a config object") from None
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise UsageError(f"--routes-config {file}: cannot read it as JSON ({e})") from None
-        if not isinstance(config, dict):
-            raise UsageError(f"--routes-config {file}: holds a {type(config).__name__}, not a config object")
         return cls.from_config(config, where=f"--routes-config {file}")
 
     def describe(self) -> str:

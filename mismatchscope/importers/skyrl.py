@@ -36,7 +36,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import ImportFormatError, NoSamplerLogprobsError, UsageError
-from ._base import ImportContext, SourceFile, check_record, exact_ints, short
+from ._base import ImportContext, SourceFile, short
+from ._values import check_record, exact_ints, host_array
 from .stack_pickle import StackBatch, load_stack_pickle
 
 _STEP_FILE = re.compile(r"^global_step_(\d+)_training_input\.pkl$")
@@ -150,10 +151,7 @@ def _field(value: Any, name: str, f: SourceFile) -> Any:
 def _as_numpy(value: Any) -> Any:
     if hasattr(value, "values") and hasattr(value, "cu_seqlens"):  # SkyRL's PackedTensor, fully unpickled
         return (_as_numpy(value.values), _as_numpy(value.cu_seqlens))
-    if hasattr(value, "detach"):
-        value = value.detach().cpu()
-        return (value.double() if value.is_floating_point() else value).numpy()
-    return value
+    return host_array(value)
 
 
 PER_TOKEN = ("rollout_logprobs", "action_log_probs", "loss_mask", "advantages")

@@ -46,8 +46,9 @@ from ..errors import (
     NoTrainerLogprobsError,
     UsageError,
 )
-from ._base import ImportContext, SourceFile, check_record, exact_ints, missing_fields, short
+from ._base import ImportContext, SourceFile, short
 from ._mask import refuse_mask_values
+from ._values import check_record, exact_ints, host_array, missing_fields
 from .safe_load import load_torch
 
 FORMAT_VERSION = 2
@@ -192,31 +193,9 @@ class SlimeImporter:
         missing = missing_fields(s, ("tokens", "response_lengths", "rollout_log_probs", "log_probs"), "sample")
         if missing:
             raise ImportFormatError(missing, file=f.rel, record=k)
-        resp = _count(s["response_lengths"], "response_lengths", f, k)
-        try:
-            tokens = _array(s["tokens"], np.int64)
-            per_token = {
-                key: _array(s[key], np.float64)
-                for key in ("rollout_log_probs", "log_probs", "loss_masks", "advantages")
-                if s.get(key) is not None
-            }
-        except (TypeError, ValueError) as e:
-            raise ImportFormatError(f"non-numeric value ({e})", file=f.rel, record=k) from None
-        bad = {key: len(v) for key, v in per_token.items() if len(v) != resp}
-        if bad or not 0 < resp <= len(tokens):
-            shown = ", ".join(f"{key}={v}" for key, v in bad.items()) or f"tokens={len(tokens)}"
-            raise ImportFormatError(
-                f"misaligned per-token lists: response_lengths {resp} but {shown}", file=f.rel, record=k
-            )
-        if "loss_masks" in per_token:
-            try:
-                refuse_mask_values(per_token["loss_masks"], "loss_masks")
-            except ImportFormatError as e:
-                raise ImportFormatError(e.reason, file=f.rel, record=k, hint=e.hint) from None
-        keep = per_token["loss_masks"] != 0 if "loss_masks" in per_token else np.ones(resp, dtype=bool)
+        tokens, per_token, resp = _per_token(f, k, s)
+        keep = _kept(f, k, per_token, resp)
         kept = int(np.count_nonzero(keep))
-        if kept == 0:
-            raise ImportFormatError("loss_masks selects no token", file=f.rel, record=k)
         values: dict[str, Any] = {
             "token_id": tokens[len(tokens) - resp :][keep],
             "sampler_logprob": per_token["rollout_log_probs"][keep],
@@ -225,26 +204,7 @@ class SlimeImporter:
             "step": f.step,
             "rank": int(_item(s.get("data_parallel_rank", f.rank or 0), "data_parallel_rank")),
         }
-        pos = s.get("rollout_position")
-        reward = math.nan
-        if isinstance(raw_reward, (list, tuple)) and pos is not None and int(pos) < len(raw_reward):
-            reward = _reward(raw_reward[int(pos)])
-        if rollout is not None:
-            info = rollout["by_position"].get(int(pos)) if pos is not None else None
-            if info is None and s.get("sample_index") is not None:
-                info = rollout["by_index"].get(int(_item(s["sample_index"], "sample_index")))
-            if info is None:
-                raise ImportFormatError(
-                    f"no matching sample in rollout_data/{f.step}.pt "
-                    f"(rollout_position {pos!r}, sample_index {s.get('sample_index')!r})",
-                    file=f.rel,
-                    record=k,
-                )
-            group, ordinal, rollout_reward = info
-            values["prompt_id"], values["sample_index"] = group, ordinal
-            if not math.isnan(rollout_reward):
-                reward = rollout_reward
-        values["reward"] = reward
+        values["reward"] = _sample_reward(f, k, s, rollout, raw_reward, values)
         return values, len(tokens) - kept
 
     # -- the rollout dump --------------------------------------------------------
@@ -299,13 +259,67 @@ def _load(path: Path, rel: str, trust_pickle: bool, rollout: bool = False) -> An
     return load_torch(path, rel, trust_pickle, what)
 
 
+def _per_token(f: SourceFile, k: int, s: dict) -> tuple[np.ndarray, dict[str, np.ndarray], int]:
+    """The sample's tokens, its per-token lists (one value per response token each) and its response length."""
+    resp = _count(s["response_lengths"], "response_lengths", f, k)
+    try:
+        tokens = _array(s["tokens"], np.int64)
+        per_token = {
+            key: _array(s[key], np.float64)
+            for key in ("rollout_log_probs", "log_probs", "loss_masks", "advantages")
+            if s.get(key) is not None
+        }
+    except (TypeError, ValueError) as e:
+        raise ImportFormatError(f"non-numeric value ({e})", file=f.rel, record=k) from None
+    bad = {key: len(v) for key, v in per_token.items() if len(v) != resp}
+    if bad or not 0 < resp <= len(tokens):
+        shown = ", ".join(f"{key}={v}" for key, v in bad.items()) or f"tokens={len(tokens)}"
+        raise ImportFormatError(
+            f"misaligned per-token lists: response_lengths {resp} but {shown}", file=f.rel, record=k
+        )
+    return tokens, per_token, resp
+
+
+def _kept(f: SourceFile, k: int, per_token: dict[str, np.ndarray], resp: int) -> np.ndarray:
+    """The response tokens the loss counts (``loss_masks``; all without one); a sample that keeps none is bad."""
+    if "loss_masks" in per_token:
+        try:
+            refuse_mask_values(per_token["loss_masks"], "loss_masks")
+        except ImportFormatError as e:
+            raise ImportFormatError(e.reason, file=f.rel, record=k, hint=e.hint) from None
+    keep = per_token["loss_masks"] != 0 if "loss_masks" in per_token else np.ones(resp, dtype=bool)
+    if not np.count_nonzero(keep):
+        raise ImportFormatError("loss_masks selects no token", file=f.rel, record=k)
+    return keep
+
+
+def _sample_reward(
+    f: SourceFile, k: int, s: dict, rollout: dict[str, Any] | None, raw_reward: Any, values: dict[str, Any]
+) -> float:
+    """The sample's reward (the rollout dump's when it has one); with a rollout dump, also its group and ordinal."""
+    pos = s.get("rollout_position")
+    reward = math.nan
+    if isinstance(raw_reward, (list, tuple)) and pos is not None and int(pos) < len(raw_reward):
+        reward = _reward(raw_reward[int(pos)])
+    if rollout is None:
+        return reward
+    info = rollout["by_position"].get(int(pos)) if pos is not None else None
+    if info is None and s.get("sample_index") is not None:
+        info = rollout["by_index"].get(int(_item(s["sample_index"], "sample_index")))
+    if info is None:
+        raise ImportFormatError(
+            f"no matching sample in rollout_data/{f.step}.pt "
+            f"(rollout_position {pos!r}, sample_index {s.get('sample_index')!r})",
+            file=f.rel,
+            record=k,
+        )
+    group, ordinal, rollout_reward = info
+    values["prompt_id"], values["sample_index"] = group, ordinal
+    return reward if math.isnan(rollout_reward) else rollout_reward
+
+
 def _array(value: Any, dtype: type) -> np.ndarray:
-    if hasattr(value, "detach"):  # a torch tensor, possibly bf16
-        value = value.detach().cpu()
-        value = value.double() if value.is_floating_point() else value
-        value = value.numpy().reshape(-1)
-    else:
-        value = np.asarray(value).reshape(-1)
+    value = np.asarray(host_array(value)).reshape(-1)  # a torch tensor (possibly bf16) or a list
     if np.dtype(dtype).kind in "iu":
         return exact_ints(value, "token ids")
     return value.astype(dtype, copy=False)

@@ -4,8 +4,8 @@ Both take the loop's own ``[B, T]`` tensors (torch on any device, or numpy)
 and a mask; see ``docs/recorder.md``.
 """
 
-from .inputs import RecorderInputError, StepBatch
+from .inputs import StepBatch
 from .monitor import Alert, Monitor, StepReport
-from .recorder import Recorder, RecorderError
+from .recorder import Recorder
 
-__all__ = ["Alert", "Monitor", "Recorder", "RecorderError", "RecorderInputError", "StepBatch", "StepReport"]
+__all__ = ["Alert", "Monitor", "Recorder", "StepBatch", "StepReport"]

@@ -24,12 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError, UsageError
-from ..schema import MAX_ABS_STEP, POSITIVE_LOGPROB_TOLERANCE, first_refused
-
-
-class RecorderInputError(InputError):
-    """Arrays handed to ``Recorder.add`` / ``Monitor.add`` that cannot be recorded."""
+from ..errors import RecorderInputError, UsageError
+from ..schema import MAX_ABS_STEP, POSITIVE_LOGPROB_TOLERANCE, first_refused, positive_logprobs
 
 
 @dataclass
@@ -135,48 +131,12 @@ def prepare(
     them per rank); here they default to the row index.
     """
     if unknown:
-        import inspect
-
-        known = [n for n, p in inspect.signature(prepare).parameters.items() if p.kind is p.KEYWORD_ONLY]
-        known = [n for n in known if n != "timing"] + list(STEP_TIMING_KEYS)  # the Recorder turns those into timing
-        raise UsageError(
-            f"add() got {', '.join(map(repr, unknown))}, which is not a column it records",
-            hint=f"its keywords: {', '.join(known)}",
-        )
+        _refuse_unknown(unknown)
     step = _step(step)
-    lq = _floats("sampler_logprobs", sampler_logprobs)
-    lp = _floats("trainer_logprobs", trainer_logprobs)
-    if lq.ndim != 2:
-        raise RecorderInputError(
-            f"sampler_logprobs must be [B, T] (a batch of padded sequences), got shape {lq.shape}",
-            hint="add a batch axis for a single sequence, e.g. x[None]",
-        )
-    if lp.shape != lq.shape:
-        raise RecorderInputError(
-            f"sampler_logprobs has shape {lq.shape} and trainer_logprobs {lp.shape}: they must match",
-            hint="pass both as [B, T] over the same tokens",
-        )
+    lq, lp = _logprob_pair(sampler_logprobs, trainer_logprobs)
     b, t = lq.shape
-    m = np.ones((b, t), bool) if mask is None else _mask(to_host(mask), (b, t))
-    rows, pos = np.nonzero(m)
-    if rows.size == 0:
-        raise RecorderInputError(
-            f"step {step}: the mask selects no token, nothing to record",
-            hint="pass the response mask (1 for each generated token that counts)",
-        )
-    cols: dict[str, np.ndarray] = {
-        "sampler_logprob": lq[rows, pos].astype(np.float64),
-        "trainer_logprob": lp[rows, pos].astype(np.float64),
-    }
-    _check_logprobs(step, cols["sampler_logprob"], cols["trainer_logprob"], rows, pos)
-    refused = first_refused({"position": pos})  # T beyond the readers' limit: int32 would wrap it
-    if refused is not None:
-        raise RecorderInputError(
-            f"step {step}: {refused.reason} at row {int(rows[refused.row])}",
-            hint="position is the index along T; no completion is 16.7M tokens long",
-        )
-    cols["position"] = pos.astype(np.int32)
-    cols["step"] = np.full(rows.size, step, np.int64)
+    rows, pos = _masked_tokens(step, mask, (b, t))
+    cols = _pair_columns(step, lq, lp, rows, pos)
     seq_B = np.arange(b, dtype=np.int64) if sequence_ids is None else _sequence_ids(sequence_ids, b)
     cols["sequence_id"] = seq_B[rows]
     cols["token_id"] = (
@@ -184,15 +144,7 @@ def prepare(
         if token_ids is None
         else _token_ids(_same_shape("token_ids", token_ids, (b, t))[rows, pos])
     )
-    if group_ids is not None:
-        cols["prompt_id"] = _per_sequence("group_ids", group_ids, b, ids=True)[rows]
-    if rewards is not None:
-        cols["reward"] = _per_sequence("rewards", rewards, b)[rows]
-    if advantages is not None:
-        cols["advantage"] = _advantages(step, advantages, (b, t), rows, pos)
-    if sampler_steps is not None:  # the policy version each rollout was generated with, against the one scoring it
-        cols["sampler_step"] = _per_sequence("sampler_steps", sampler_steps, b, ids=True)[rows]
-        cols["trainer_step"] = np.full(rows.size, step, np.int64)
+    cols.update(_optional_columns(step, (b, t), rows, pos, group_ids, rewards, advantages, sampler_steps))
     topk = _topk(rows, pos, (b, t), sampler_topk_ids, sampler_topk_logprobs, trainer_logprobs_at_sampler_topk)
     if topk and token_ids is None:
         raise RecorderInputError(
@@ -207,6 +159,92 @@ def prepare(
         forward = _same_shape("training_forward_logprobs", forward, (b, t))
         cols["trainer_forward_logprob"] = forward[rows, pos].astype(np.float64)
     return StepBatch(step, cols, int(np.unique(rows).size), b, experts)
+
+
+def _refuse_unknown(unknown: dict[str, Any]) -> None:
+    """A keyword add() does not record: name it, and the keywords it does."""
+    import inspect
+
+    known = [n for n, p in inspect.signature(prepare).parameters.items() if p.kind is p.KEYWORD_ONLY]
+    known = [n for n in known if n != "timing"] + list(STEP_TIMING_KEYS)  # the Recorder turns those into timing
+    raise UsageError(
+        f"add() got {', '.join(map(repr, unknown))}, which is not a column it records",
+        hint=f"its keywords: {', '.join(known)}",
+    )
+
+
+def _logprob_pair(sampler_logprobs: Any, trainer_logprobs: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The two ``[B, T]`` logprob arrays, on the host, of one shape."""
+    lq = _floats("sampler_logprobs", sampler_logprobs)
+    lp = _floats("trainer_logprobs", trainer_logprobs)
+    if lq.ndim != 2:
+        raise RecorderInputError(
+            f"sampler_logprobs must be [B, T] (a batch of padded sequences), got shape {lq.shape}",
+            hint="add a batch axis for a single sequence, e.g. x[None]",
+        )
+    if lp.shape != lq.shape:
+        raise RecorderInputError(
+            f"sampler_logprobs has shape {lq.shape} and trainer_logprobs {lp.shape}: they must match",
+            hint="pass both as [B, T] over the same tokens",
+        )
+    return lq, lp
+
+
+def _masked_tokens(step: int, mask: Any, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """The row and position of every token under the mask (all without one); a mask of none is refused."""
+    m = np.ones(shape, bool) if mask is None else _mask(to_host(mask), shape)
+    rows, pos = np.nonzero(m)
+    if rows.size == 0:
+        raise RecorderInputError(
+            f"step {step}: the mask selects no token, nothing to record",
+            hint="pass the response mask (1 for each generated token that counts)",
+        )
+    return rows, pos
+
+
+def _pair_columns(
+    step: int, lq: np.ndarray, lp: np.ndarray, rows: np.ndarray, pos: np.ndarray
+) -> dict[str, np.ndarray]:
+    """The masked tokens' logprob pair, position and step, checked as the readers will check them."""
+    cols: dict[str, np.ndarray] = {
+        "sampler_logprob": lq[rows, pos].astype(np.float64),
+        "trainer_logprob": lp[rows, pos].astype(np.float64),
+    }
+    _check_logprobs(step, cols["sampler_logprob"], cols["trainer_logprob"], rows, pos)
+    refused = first_refused({"position": pos})  # T beyond the readers' limit: int32 would wrap it
+    if refused is not None:
+        raise RecorderInputError(
+            f"step {step}: {refused.reason} at row {int(rows[refused.row])}",
+            hint="position is the index along T; no completion is 16.7M tokens long",
+        )
+    cols["position"] = pos.astype(np.int32)
+    cols["step"] = np.full(rows.size, step, np.int64)
+    return cols
+
+
+def _optional_columns(
+    step: int,
+    shape: tuple[int, int],
+    rows: np.ndarray,
+    pos: np.ndarray,
+    group_ids: Any,
+    rewards: Any,
+    advantages: Any,
+    sampler_steps: Any,
+) -> dict[str, np.ndarray]:
+    """The per-sequence and per-token values given beside the logprobs, one per masked token."""
+    b = shape[0]
+    cols: dict[str, np.ndarray] = {}
+    if group_ids is not None:
+        cols["prompt_id"] = _per_sequence("group_ids", group_ids, b, ids=True)[rows]
+    if rewards is not None:
+        cols["reward"] = _per_sequence("rewards", rewards, b)[rows]
+    if advantages is not None:
+        cols["advantage"] = _advantages(step, advantages, shape, rows, pos)
+    if sampler_steps is not None:  # the policy version each rollout was generated with, against the one scoring it
+        cols["sampler_step"] = _per_sequence("sampler_steps", sampler_steps, b, ids=True)[rows]
+        cols["trainer_step"] = np.full(rows.size, step, np.int64)
+    return cols
 
 
 def _experts(
@@ -321,8 +359,7 @@ def _same_shape(name: str, x: Any, shape: tuple[int, ...]) -> np.ndarray:
 
 def _check_logprobs(step: int, lq: np.ndarray, lp: np.ndarray, rows: np.ndarray, pos: np.ndarray) -> None:
     """The reader's check, on the masked tokens: clearly positive values are not logprobs."""
-    finite = np.isfinite(lq) & np.isfinite(lp)
-    too_high = finite & ((lq > POSITIVE_LOGPROB_TOLERANCE) | (lp > POSITIVE_LOGPROB_TOLERANCE))
+    too_high = positive_logprobs(lq, lp)
     if too_high.any():
         i = int(np.flatnonzero(too_high)[0])
         raise RecorderInputError(
@@ -399,7 +436,7 @@ def _topk(
     out: dict[str, np.ndarray] = {"sampler_topk_ids": arrays["sampler_topk_ids"][rows, pos].astype(np.int64)}
     for name in ("sampler_topk_logprobs", "trainer_logprobs_at_sampler_topk"):
         v = arrays[name][rows, pos].astype(np.float64)
-        if (np.isfinite(v) & (v > POSITIVE_LOGPROB_TOLERANCE)).any():
+        if positive_logprobs(v).any():
             raise RecorderInputError(
                 f"{name} holds positive logprob(s) beyond rounding (> {POSITIVE_LOGPROB_TOLERANCE:g})",
                 hint="logprobs are natural logs <= 0",

@@ -41,18 +41,15 @@ import pyarrow as pa
 
 from .. import rundir
 from .._version import __version__
-from ..errors import MismatchscopeError, UsageError
+from ..errors import RecorderError, UsageError
 from ..schema import COLUMNS, SCHEMA_VERSION, WRITE_OPTIONS, write_table
+from .directory import check_recorder_directory
 from .inputs import RecordedIds, StepBatch, prepare, strict_meta
 
 SEQUENCE_ID_RANK_SHIFT = 40
 """generated sequence ids are ``rank << 40 | n``: unique across ranks and steps of a run."""
 MAX_PENDING = 8
 """shards queued for the writer before ``add()`` waits (64 x 1024 tokens: ~5 MB each)."""
-
-
-class RecorderError(MismatchscopeError, RuntimeError):
-    """The Recorder cannot go on: its writer failed, or it was used after close()."""
 
 
 class Recorder:
@@ -82,24 +79,24 @@ class Recorder:
         self.routing = routing_meta(routing)
         """the model's routing layout (``RoutingMeta`` or its dict): needed to record routes."""
         self._route_sides: set[str] = set()
-        self.rank = int(os.environ.get("RANK", 0)) if rank is None else int(rank)
-        env_world = os.environ.get("WORLD_SIZE")
-        self.world_size = world_size if world_size is not None else (int(env_world) if env_world else None)
-        if self.world_size is not None and (
-            isinstance(self.world_size, bool) or not isinstance(self.world_size, int) or self.world_size < 1
-        ):
-            raise UsageError(
-                f"world_size must be a positive integer (the number of ranks), got {self.world_size!r}",
-                hint="leave it out to read WORLD_SIZE, or pass the number of processes writing the run",
-            )
-        if self.rank < 0 or (self.world_size is not None and not 0 <= self.rank < self.world_size):
-            raise UsageError(
-                f"rank {self.rank} is not in [0, {self.world_size})"
-                if self.world_size
-                else f"rank must be >= 0, got {self.rank}"
-            )
+        self.rank, self.world_size = _rank_and_world(rank, world_size)
         self.meta = strict_meta(meta)
         check_recorder_directory(self.path, path, resume=resume, world_size=self.world_size)
+        self._take_rank(resume)
+        self._next_seq = max(
+            int(self._record.get("next_sequence_id", 0)),
+            self.rank << SEQUENCE_ID_RANK_SHIFT,
+            self._max_sequence_id_on_disk() + 1 if resume else 0,
+        )
+        self._given_ids = RecordedIds()
+        """sequence ids the caller passed since this Recorder opened (generated ones are unique by construction)."""
+        self._parts: dict[int, int] = {}
+        """step -> shards queued this session."""
+        self._start_writer(max_pending)
+
+    def _take_rank(self, resume: bool) -> None:
+        """Lock this rank's part of the run and open its record (rank 0: the manifest too); a failure
+        releases the lock."""
         self._tag = f"rank-{self.rank:04d}"
         self.record_path = self.path / rundir.RANKS / f"{self._tag}.json"
         self._index = rundir.ShardIndex(self.path, rundir.TOKENS, self._tag)
@@ -114,15 +111,9 @@ class Recorder:
             self._lock.release()
             raise
         self._resumed = resume
-        self._next_seq = max(
-            int(self._record.get("next_sequence_id", 0)),
-            self.rank << SEQUENCE_ID_RANK_SHIFT,
-            self._max_sequence_id_on_disk() + 1 if resume else 0,
-        )
-        self._given_ids = RecordedIds()
-        """sequence ids the caller passed since this Recorder opened (generated ones are unique by construction)."""
-        self._parts: dict[int, int] = {}
-        """step -> shards queued this session."""
+
+    def _start_writer(self, max_pending: int) -> None:
+        """The writer thread and its bounded queue: add() hands shards over, the thread writes them."""
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, max_pending))
         self._error: BaseException | None = None
         self._warned_full = False
@@ -396,87 +387,19 @@ class Recorder:
         return top
 
 
-_TMP = r"(\.\d+\.tmp)?"
-"""the suffix of a file being written (``rundir.atomic_path``: ``.NAME.PID.tmp``)."""
-_OWN_FILES = re.compile(rf"\.?{re.escape(rundir.MANIFEST)}{_TMP}")
-_OWN_FOLDERS = {
-    rundir.RANKS: re.compile(rf"rank-\d{{4,}}\.lock|\.?rank-\d{{4,}}\.json{_TMP}"),
-    rundir.TOKENS: re.compile(rf"\.?step-\d{{6,}}-rank-\d{{4,}}(-part-\d{{4,}})?\.parquet{_TMP}"),
-    rundir.ROUTES: re.compile(rf"\.?step-\d{{6,}}-rank-\d{{4,}}(-part-\d{{4,}})?\.parquet{_TMP}"),
-    rundir.INDEX: re.compile(r"(tokens|routes)\.rank-\d{4,}\.jsonl"),
-}
-"""what a recorded run holds: its manifest, and its folders with the names each may hold."""
-
-
-def check_recorder_directory(
-    path: Path, given: str | os.PathLike, *, resume: bool = False, world_size: int | None = None
-) -> None:
-    """Refuse a directory that holds anything but a recorded run: another writer's run, a folder inside a run,
-    a file, other files, or an empty path (the working directory).
-
-    Several ranks of one job start on the same directory without coordination,
-    so a recorded run (or an empty or new directory) is always accepted here;
-    whether this rank may add to it is its rank record's business (``resume``).
-    A recorded run of another world size is reopened only with ``resume``.
-    """
-    if not str(given).strip():
+def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int | None]:
+    """This process's rank and the number of ranks (torchrun's ``RANK`` / ``WORLD_SIZE`` when not given), checked."""
+    rank = int(os.environ.get("RANK", 0)) if rank is None else int(rank)
+    env_world = os.environ.get("WORLD_SIZE")
+    world_size = world_size if world_size is not None else (int(env_world) if env_world else None)
+    if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1):
         raise UsageError(
-            "the Recorder was given an empty path (the working directory)",
-            hint="name the run directory, e.g. Recorder('runs/my-run')",
+            f"world_size must be a positive integer (the number of ranks), got {world_size!r}",
+            hint="leave it out to read WORLD_SIZE, or pass the number of processes writing the run",
         )
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"{path} is a file, not a run directory", hint="record into a new or empty directory")
-    for up in _ancestors(path):
-        if rundir.is_run_dir(up):
-            raise UsageError(
-                f"{path} lies inside the run {up}",
-                hint="record into a directory of its own, not into another run's folders",
-            )
-    if not path.is_dir():
-        return
-    manifest_path = path / rundir.MANIFEST
-    if manifest_path.exists():
-        manifest = rundir.read_manifest(path)
-        if manifest is None or manifest.get("writer") != "recorder":
-            raise UsageError(
-                f"{path} already holds {_what_run(manifest)}, not a recorded run",
-                hint="record into a new or empty directory",
-            )
-        old_world = manifest.get("world_size")
-        if world_size is not None and isinstance(old_world, int) and old_world != world_size and not resume:
-            raise UsageError(
-                f"{path} holds a run recorded with world_size {old_world}, not {world_size}",
-                hint="pass resume=True to add to it, or record into another directory",
-            )
-    for entry in sorted(path.iterdir()):
-        names = _OWN_FOLDERS.get(entry.name) if entry.is_dir() else None
-        if names is None and not (entry.is_file() and _OWN_FILES.fullmatch(entry.name)):
-            raise UsageError(
-                f"{path} holds files that are not a recorded run's (e.g. {entry.name})",
-                hint="record into a new or empty directory",
-            )
-        stray = next((c.name for c in entry.iterdir() if not names.fullmatch(c.name)), None) if names else None
-        if stray is not None:
-            raise UsageError(
-                f"{path} holds files that are not a recorded run's (e.g. {entry.name}/{stray})",
-                hint="record into a new or empty directory",
-            )
-
-
-def _ancestors(path: Path) -> list[Path]:
-    absolute = Path(os.path.abspath(path))
-    real = Path(os.path.realpath(path))
-    return list(dict.fromkeys([*absolute.parents, *(real.parents if real != absolute else [])]))
-
-
-def _what_run(manifest: Mapping[str, Any] | None) -> str:
-    if manifest is None:
-        return f"an unreadable {rundir.MANIFEST}"
-    if "fingerprint" in manifest:
-        return "a probe run"
-    if isinstance(manifest.get("source"), dict) and "format" in manifest["source"]:
-        return "an imported run"
-    return f"another writer's run ({rundir.MANIFEST})"
+    if rank < 0 or (world_size is not None and not 0 <= rank < world_size):
+        raise UsageError(f"rank {rank} is not in [0, {world_size})" if world_size else f"rank must be >= 0, got {rank}")
+    return rank, world_size
 
 
 def _arrow(name: str, values: np.ndarray) -> pa.Array:

@@ -21,8 +21,8 @@ import numpy as np
 import pyarrow as pa
 
 from ..analysis.routing import EXPERT_COLUMNS, compare_sides, sort_side
+from ..errors import RecorderInputError
 from ..routing.layout import SIDES, RoutingMeta, expert_id_type, routes_schema
-from .inputs import RecorderInputError
 
 
 def routing_meta(routing: RoutingMeta | Mapping[str, Any] | None) -> RoutingMeta | None:

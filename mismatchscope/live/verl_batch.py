@@ -24,7 +24,7 @@ def verl_step(batch: Any) -> dict[str, Any]:
     was not asked for them) or are the actor's own (bypass mode: nothing to
     measure).
     """
-    from .inputs import RecorderInputError
+    from ..errors import RecorderInputError
 
     b = batch.batch
     keys = set(b.keys())

@@ -216,7 +216,7 @@ class RunDir:
 
     def scored_sequences(self) -> set[int]:
         """Sequence ids already written: a resumed probe scores only the rest."""
-        from ..reader import _guard, _open
+        from ..reader.streaming import _guard, _open
 
         done: set[int] = set()
         for p in sorted(self.tokens.glob("part-*.parquet")):  # the reader's way: pages verified, errors one line

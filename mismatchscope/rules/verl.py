@@ -28,7 +28,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..divergence import CLAMP_LOG_RATIO, TokenTerms, clamped_k_terms
+from ..divergence import CLAMP_LOG_RATIO, TokenTerms, clamped_k_terms, k3_per_token
 from .base import REJECT, Level, SequenceInputs, param, parse_number, register, where
 
 OPTIONS = (
@@ -104,17 +104,13 @@ def _keep(option: str, lo: float | None, hi: float, x: np.ndarray) -> np.ndarray
     return x <= hi
 
 
-def _k3(l: np.ndarray) -> np.ndarray:
-    return np.maximum(np.expm1(l) - l, 0.0)
-
-
 def _sequence_stat(option: str, s: SequenceInputs) -> np.ndarray:
     kind, _, k = option.rpartition("_")
     if kind == "seq_max":
         # k2 and k3 are convex in l with their minimum at l = 0: a sequence's max sits at its min or max l
         lo = np.clip(s.min_log_ratio_S, -CLAMP_LOG_RATIO, CLAMP_LOG_RATIO)
         hi = np.clip(s.max_log_ratio_S, -CLAMP_LOG_RATIO, CLAMP_LOG_RATIO)
-        return np.maximum(0.5 * lo * lo, 0.5 * hi * hi) if k == "k2" else np.maximum(_k3(lo), _k3(hi))
+        return np.maximum(0.5 * lo * lo, 0.5 * hi * hi) if k == "k2" else np.maximum(k3_per_token(lo), k3_per_token(hi))
     sums = {"k1": s.clamped_sum_k1_S, "k2": s.clamped_sum_k2_S, "k3": s.clamped_sum_k3_S}[k]
     if sums is None:  # pragma: no cover - every caller in the package fills them
         raise ValueError("verl-rs sequence options need the clamped per-sequence sums (SequenceInputs.clamped_sum_*)")

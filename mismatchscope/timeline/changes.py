@@ -54,16 +54,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import MismatchscopeError
+from ..errors import MissingDependencyError
 
 MAD_TO_Z = 0.6745
 """Phi^-1(0.75): the MAD of a standard normal; Iglewicz-Hoaglin's constant."""
 MEANAD_TO_SD = 1.253314
 """sqrt(pi / 2): the ratio of SD to mean absolute deviation for a normal."""
-
-
-class MissingDependencyError(MismatchscopeError, ImportError):
-    """An optional package a command needs is not installed."""
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,8 @@ def test_duplicate_tracker_is_exact_on_random_layouts():
     """Against a set-based reference, over shuffled batches with and without one planted duplicate."""
     import numpy as np
 
-    from mismatchscope.analysis.positions import DuplicatePositionError, PositionTracker
+    from mismatchscope.analysis.positions import PositionTracker
+    from mismatchscope.errors import DuplicatePositionError
 
     rng = np.random.default_rng(0)
     for trial in range(200):

@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from mismatchscope import rundir
-from mismatchscope.errors import UsageError
-from mismatchscope.live import Monitor, Recorder, RecorderInputError
+from mismatchscope.errors import RecorderInputError, UsageError
+from mismatchscope.live import Monitor, Recorder
 from tests.helpers import cli
 from tests.inputs import RECORDED_P, RECORDED_Q, recorded_run
 
@@ -449,7 +449,7 @@ def test_exiting_without_close_writes_what_was_queued_and_leaves_the_run_incompl
 
 
 def test_a_writer_failure_is_raised_at_the_next_call(tmp_path, monkeypatch):
-    from mismatchscope.live import RecorderError
+    from mismatchscope.errors import RecorderError
     from mismatchscope.live import recorder as recmod
 
     def full(*_a, **_kw):
@@ -582,7 +582,7 @@ def test_the_recorder_reopens_its_own_run_only_as_another_rank_or_with_resume(tm
 
 
 def test_the_recorder_refuses_a_sequence_id_given_again_at_a_later_step(tmp_path):
-    from mismatchscope.live import RecorderInputError
+    from mismatchscope.errors import RecorderInputError
 
     with Recorder(tmp_path / "run", rank=0, world_size=1) as rec:
         rec.add(0, RECORDED_Q, RECORDED_P, sequence_ids=[10, 11])
@@ -596,7 +596,7 @@ def test_the_recorder_refuses_a_sequence_id_given_again_at_a_later_step(tmp_path
 
 
 def test_the_recorder_refuses_steps_and_positions_the_readers_refuse(tmp_path):
-    from mismatchscope.live import RecorderInputError
+    from mismatchscope.errors import RecorderInputError
 
     with Recorder(tmp_path / "run", rank=0, world_size=1) as rec:
         with pytest.raises(RecorderInputError, match=r"step 4503599627370497 is beyond 2\^52"):

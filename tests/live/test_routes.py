@@ -14,7 +14,7 @@ import pytest
 from mismatchscope import Recorder, rundir
 from mismatchscope.analysis.engine import AnalysisRequest, analyse
 from mismatchscope.analysis.results import MissingCaptures
-from mismatchscope.live.inputs import RecorderInputError
+from mismatchscope.errors import RecorderInputError
 from mismatchscope.live.monitor import Monitor
 from mismatchscope.routing.layout import RoutingMeta
 from mismatchscope.timeline.series import build_series

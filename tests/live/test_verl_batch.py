@@ -16,7 +16,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from mismatchscope.live import Monitor, Recorder, RecorderInputError
+from mismatchscope.errors import RecorderInputError
+from mismatchscope.live import Monitor, Recorder
 from mismatchscope.live.verl_batch import verl_step
 
 torch = pytest.importorskip("torch")

@@ -103,10 +103,11 @@ def test_rescore_into_a_directory_another_process_writes_is_refused(tmp_path):
 
 def test_the_lock_ends_with_its_holder(tmp_path):
     from mismatchscope import rundir
+    from mismatchscope.errors import RunLockedError
 
     run = tmp_path / "run"
     with held(run):
-        with pytest.raises(rundir.RunLockedError):
+        with pytest.raises(RunLockedError):
             rundir.lock_run(run)
     with rundir.lock_run(run):  # the holder exited: its lock went with it, the file left behind is no obstacle
         assert rundir.is_empty_dir(run)

@@ -30,6 +30,7 @@ LAYERS: dict[str, int] = {
         (
             "_version",
             "errors",
+            "checks",
             "redact",
             "rundir",
             "arrow",

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mismatchscope.errors import UsageError
-from mismatchscope.live import Recorder, RecorderInputError
+from mismatchscope.errors import RecorderInputError, UsageError
+from mismatchscope.live import Recorder
 from mismatchscope.render.timeline_compare import time_unit
 from mismatchscope.timeline.compare import Comparison, RunLine, StepPoint, compare
 from tests.helpers import cli

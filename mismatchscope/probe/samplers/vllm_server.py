@@ -66,7 +66,6 @@ from mismatchscope.probe.samplers.base import (
     split_topk,
 )
 from mismatchscope.probe.types import Completion, SamplerConfig, SamplingConfig
-from mismatchscope.reader import POSITIVE_LOGPROB_TOLERANCE
 from mismatchscope.redact import (
     excerpt,
     redact,
@@ -76,6 +75,7 @@ from mismatchscope.redact import (
     register_userinfo,
     split_userinfo,
 )
+from mismatchscope.schema import POSITIVE_LOGPROB_TOLERANCE
 
 DEFAULT_TIMEOUT = SERVER_TIMEOUT_S
 PROMPTS_PER_REQUEST = 32

@@ -1,0 +1,180 @@
+"""Which files an input names and what they hold: a file, a folder of shards, a run directory or a glob,
+resolved to Parquet files whose required columns are present (after ``--column``), with their metadata
+read and the run's shard index checked. Nothing here reads a row: that is :mod:`.streaming`.
+"""
+
+from __future__ import annotations
+
+import glob as globmod
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import FileFormatError, InputError, MissingColumnsError, UsageError
+from ..schema import COLUMNS, REQUIRED_NAMES
+from .columns import check_mapping
+from .metadata import printable, read_metadata
+
+
+@dataclass
+class Source:
+    """Resolved input: the Parquet files, the column mapping and what they say about themselves."""
+
+    files: list[Path]
+    mapping: dict[str, str]
+    """canonical name -> name in the file."""
+    available: set[str]
+    """canonical names present in every file."""
+    metadata: list[dict[str, Any]] = field(default_factory=list)
+    file_columns: set[str] = field(default_factory=set)
+    """raw column names (as written in the files) present in every file."""
+    incomplete: str | None = None
+    """for a run directory without its completion record (``rundir``): the warning that says so
+    and how much is there; None for a complete run or a plain file."""
+    notes: list[str] = field(default_factory=list)
+    """runs read without a shard index to check them against (``rundir.check_contents``)."""
+
+    @property
+    def warnings(self) -> list[str]:
+        """What every command says about the input before its own warnings."""
+        return ([self.incomplete] if self.incomplete else []) + self.notes
+
+    def has(self, name: str) -> bool:
+        return name in self.available
+
+    @property
+    def run_config(self) -> dict[str, Any] | None:
+        """The first file's ``mismatchscope`` metadata (None for foreign files)."""
+        return self.metadata[0] if self.metadata else None
+
+
+def resolve_files(path: str | os.PathLike) -> list[Path]:
+    """A file, a directory of shards (recursively; ``DIR/tokens`` for a run), or a glob.
+
+    A FIFO, socket or device among the shards is refused before anything
+    opens it (opening a FIFO would wait forever for a writer).
+    """
+    text = str(path)
+    if not text.strip():
+        raise UsageError(
+            "an empty path was given as input",
+            hint="give a Parquet file, a folder of shards, a run directory or a glob",
+        )
+    p = Path(text)
+    if p.is_dir():
+        root = p / "tokens" if (p / "tokens").is_dir() else p
+        files = sorted(
+            f for f in root.rglob("*.parquet") if not f.name.startswith(".") and not _route_shard(f) and not f.is_dir()
+        )
+        if not files:
+            raise InputError(f"{text}: no .parquet files in this directory")
+        return _regular(files)
+    if p.is_file():
+        return [p]
+    if any(ch in text for ch in "*?["):
+        files = sorted(Path(f) for f in globmod.glob(text, recursive=True) if not Path(f).is_dir())
+        if not files:
+            raise InputError(f"{text}: the pattern matches no file")
+        return _regular(files)
+    if p.exists():
+        raise InputError(
+            f"{text}: not a regular file or a directory",
+            hint="give a Parquet file, a folder of shards, a run directory or a glob",
+        )
+    raise InputError(f"{text}: no such file or directory")
+
+
+def _route_shard(f: Path) -> bool:
+    """A shard of a run's ``routes/`` folder (MoE expert ids), not token pairs: a folder of runs skips them."""
+    from ..rundir import is_run_dir
+
+    return f.parent.name == "routes" and is_run_dir(f.parent.parent)
+
+
+def _regular(files: list[Path]) -> list[Path]:
+    from ..rundir import not_regular
+
+    for f in files:
+        kind = not_regular(f)
+        if kind is not None:
+            raise InputError(
+                f"{f}: {kind}, not a Parquet file", hint="remove it from the folder; shards are regular files"
+            )
+    return files
+
+
+def open_source(path: str | os.PathLike, mapping: Mapping[str, str] | None = None) -> Source:
+    """Resolve files, check every file is Parquet with the required columns."""
+    files = resolve_files(path)
+    mapping = dict(mapping or {})
+    available: set[str] | None = None
+    common: set[str] | None = None
+    metas = []
+    rows: dict[Path, int] = {}
+    for f in files:
+        rows[f], names, meta = _open_footer(f)
+        check_mapping(f, mapping, names)
+        present = _present_columns(f, mapping, names)
+        if meta is not None:
+            metas.append(meta)
+        available = present if available is None else available & present
+        common = names if common is None else common & names
+    from ..rundir import check_contents
+
+    contents = check_contents(path, files, rows)
+    return Source(
+        files=files,
+        mapping=mapping,
+        available=available or set(),
+        metadata=metas,
+        file_columns=common or set(),
+        incomplete=contents.warning,
+        notes=contents.notes,
+    )
+
+
+def _open_footer(f: Path) -> tuple[int, set[str], dict[str, Any] | None]:
+    """One file's row count, column names and checked metadata, from its footer alone."""
+    if printable(str(f)) != str(
+        f
+    ):  # a name with bytes that are not UTF-8: pyarrow cannot open it, nor outputs print it
+        raise InputError(f"{printable(str(f))}: the file name is not valid UTF-8", hint="rename the file")
+    try:
+        footer = pq.read_metadata(f)
+        schema = footer.schema.to_arrow_schema()
+    except (pa.ArrowException, OSError) as e:  # a damaged footer also raises ArrowNotImplementedError
+        raise FileFormatError(f"{f}: not a Parquet file, or truncated ({short_reason(e)})") from None
+    return footer.num_rows, set(schema.names), read_metadata(f, schema.metadata)
+
+
+def _present_columns(f: Path, mapping: Mapping[str, str], names: set[str]) -> set[str]:
+    """The canonical columns the file holds (after ``--column``); every required one must be there."""
+    present = {c for c in COLUMNS if mapping.get(c, c) in names}
+    missing = [c for c in REQUIRED_NAMES if c not in present]
+    if missing:
+        shown = ", ".join(sorted(names)[:20])
+        raise MissingColumnsError(
+            f"{f}: missing required column(s) {', '.join(missing)}; the file has: {shown}",
+            hint=f"map yours with --column, e.g. --column {missing[0]}=YOUR_NAME",
+        )
+    return present
+
+
+def require_complete(path: str | os.PathLike) -> None:
+    """Refuse a run directory without its completion record (``gate`` judges only whole runs), or whose
+    shards disagree with its index."""
+    from ..rundir import incomplete_message
+
+    message = incomplete_message(path, resolve_files(path))
+    if message:
+        raise InputError(message, hint="wait for the run to finish, or point at complete shards")
+
+
+def short_reason(e: BaseException) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return text[:200]
