@@ -141,34 +141,48 @@ def compare(pairing: Pairing, tokens: Tokens, show: int = SHOW_FIRST) -> Pairing
         return out
     idx = np.flatnonzero(differ)
     ulp = ulp_distance(left[idx], right[idx], width.dtype)
-    out.ulp_histogram = [
+    out.ulp_histogram = _ulp_histogram(ulp)
+    out.ulp_median, out.ulp_p99 = float(np.median(ulp)), float(np.quantile(ulp, 0.99))
+    out.ulp_max = int(ulp.max())
+    out.max_abs_diff = float(np.abs(left[idx] - right[idx]).max())
+    out.first = _first(tokens, left, right, idx[:show], ulp, width.dtype)
+    seqs, first_at = np.unique(tokens.sequence_id[idx], return_index=True)  # idx is in (sequence, position) order
+    out.earliest = [(int(s), int(tokens.position[idx[k]])) for s, k in zip(seqs, first_at)]
+    out.sequences_parting = len(seqs)
+    return out
+
+
+def _ulp_histogram(ulp: np.ndarray) -> list[dict[str, Any]]:
+    """The differing tokens by ULP distance, in ``ULP_BINS``; empty bins left out."""
+    bins = [
         {
             "ulp": f"{lo}" if lo == hi else f"{lo}-{hi}" if hi < 1 << 62 else f">{lo - 1}",
             "tokens": int(((ulp >= lo) & (ulp <= hi)).sum()),
         }
         for lo, hi in ULP_BINS
     ]
-    out.ulp_histogram = [b for b in out.ulp_histogram if b["tokens"]]
-    out.ulp_median, out.ulp_p99 = float(np.median(ulp)), float(np.quantile(ulp, 0.99))
-    out.ulp_max = int(ulp.max())
-    out.max_abs_diff = float(np.abs(left[idx] - right[idx]).max())
-    for j, i in enumerate(idx[:show]):
+    return [b for b in bins if b["tokens"]]
+
+
+def _first(
+    tokens: Tokens, left: np.ndarray, right: np.ndarray, shown: np.ndarray, ulp: np.ndarray, dtype: str
+) -> list[Difference]:
+    """The first differing tokens (``shown``: their rows), each value in hex and in decimal at the recorded width."""
+    out = []
+    for j, i in enumerate(shown):
         a, b = float(left[i]), float(right[i])
-        out.first.append(
+        out.append(
             Difference(
                 int(tokens.sequence_id[i]),
                 int(tokens.position[i]),
                 int(tokens.token_id[i]),
                 a,
                 b,
-                hex_value(a, width.dtype),
-                hex_value(b, width.dtype),
-                decimal_value(a, width.dtype),
-                decimal_value(b, width.dtype),
+                hex_value(a, dtype),
+                hex_value(b, dtype),
+                decimal_value(a, dtype),
+                decimal_value(b, dtype),
                 int(ulp[j]),
             )
         )
-    seqs, first_at = np.unique(tokens.sequence_id[idx], return_index=True)  # idx is in (sequence, position) order
-    out.earliest = [(int(s), int(tokens.position[idx[k]])) for s, k in zip(seqs, first_at)]
-    out.sequences_parting = len(seqs)
     return out

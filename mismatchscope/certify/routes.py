@@ -153,12 +153,27 @@ def _compare_routes(root: Path, meta: RoutingMeta, tokens: Tokens, show: int) ->
     out.flips_by_layer = {int(layers[j]): int(c) for j, c in enumerate(per_layer) if c}
     if out.flips_by_layer:
         out.first_layer = min(out.flips_by_layer)
-    tok_idx = np.flatnonzero(covered)
+    out.first = _first_flips(tokens, np.flatnonzero(covered), flipped, picked, layers, show)
+    out.passed = not (out.tokens_flipped or out.missing_rows or any(out.dead_rows.values()))
+    out.status = _status(out)
+    return out
+
+
+def _first_flips(
+    tokens: Tokens,
+    tok_idx: np.ndarray,
+    flipped: np.ndarray,
+    picked: dict[str, np.ndarray],
+    layers: np.ndarray,
+    show: int,
+) -> list[RouteFlip]:
+    """The first ``show`` flips in (token, layer) order, each with both sides' expert sets."""
+    out: list[RouteFlip] = []
     for t, j in zip(*np.nonzero(flipped)):
-        if len(out.first) >= show:
+        if len(out) >= show:
             break
         i = tok_idx[t]
-        out.first.append(
+        out.append(
             RouteFlip(
                 int(tokens.sequence_id[i]),
                 int(tokens.position[i]),
@@ -167,8 +182,6 @@ def _compare_routes(root: Path, meta: RoutingMeta, tokens: Tokens, show: int) ->
                 sorted(int(x) for x in picked["trainer"][t, j]),
             )
         )
-    out.passed = not (out.tokens_flipped or out.missing_rows or any(out.dead_rows.values()))
-    out.status = _status(out)
     return out
 
 

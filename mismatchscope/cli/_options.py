@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from typer.core import TyperCommand
@@ -15,23 +15,73 @@ PathArg = typer.Argument(
     show_default=False,
 )
 
-ColumnOpt = typer.Option(
-    None,
-    "--column",
-    "-c",
-    metavar="CANONICAL=NAME",
-    help="Map a column of your file to a mismatchscope column, e.g. sampler_logprob=rollout_log_probs. Repeatable.",
+COLUMN_HELP = "Map a column of your file to a mismatchscope column, e.g. sampler_logprob=rollout_log_probs. Repeatable."
+RULE_HELP = (
+    "A rule, with optional parameters: icepop or icepop:alpha=0.2,beta=5. Repeatable; none means every rule at its "
+    "defaults."
 )
+
+
+def column_option(help: str = COLUMN_HELP) -> Any:
+    """``--column CANONICAL=NAME``; ``import`` names its own keys in ``help``."""
+    return typer.Option(None, "--column", "-c", metavar="CANONICAL=NAME", help=help)
+
+
+def rule_option(help: str = RULE_HELP) -> Any:
+    """``--rule NAME[:K=V,...]``; ``help`` says what the command does with the rule."""
+    return typer.Option(None, "--rule", "-r", metavar="NAME[:K=V,...]", help=help)
+
+
+def sweep_option(help: str) -> Any:
+    """``--sweep RULE.PARAM=V1,V2,...``: reject-rate curves (compare-masks prints them, report draws them)."""
+    return typer.Option(None, "--sweep", "-s", metavar="RULE.PARAM=V1,V2,...", help=help)
+
+
+def plots_option(help: str) -> Any:
+    """``--plots DIR``; ``help`` names the pictures the command draws."""
+    return typer.Option(None, "--plots", metavar="DIR", help=help)
+
+
+def html_option(help: str) -> Any:
+    """``--html FILE``: one self-contained page; ``help`` names what the command's page holds."""
+    return typer.Option(None, "--html", metavar="FILE", help=help)
+
+
+def out_option(help: str, *, required: bool = False) -> Any:
+    """``--out``/``-o``: the run or output directory a command writes (``required`` where it has no default)."""
+    return typer.Option(... if required else None, "--out", "-o", metavar="<path>", help=help)
+
+
+def bootstrap_option(default: int | None, help: str) -> Any:
+    """``--bootstrap N``: resamples over sequences (gate's default lives in its config, diagnose's here)."""
+    return typer.Option(default, "--bootstrap", min=0, help=help)
+
+
+def confidence_option(
+    default: float | None, help: str | None = None, *, min: float | None = None, max: float | None = None
+) -> Any:
+    """``--confidence``: the two-sided confidence of the bootstrap intervals (gate checks its bounds in its config)."""
+    return typer.Option(default, "--confidence", help=help, min=min, max=max)
+
+
+JunitXmlOpt = typer.Option(None, "--junit-xml", metavar="FILE", help="Write one JUnit test case per check.")
+
+
+def markdown_option(what: str) -> Any:
+    """``--markdown FILE``: the verdict as Markdown ``what``, also appended to the GitHub step summary."""
+    return typer.Option(
+        None,
+        "--markdown",
+        metavar="FILE",
+        help=f"Write the verdict as {what} (also appended to $GITHUB_STEP_SUMMARY when set).",
+    )
+
+
+ColumnOpt = column_option()
 FormatOpt = typer.Option(
     OutputFormat.table, "--format", "-f", help="table (rich, for people) or json (for machines; data only on stdout)."
 )
-RuleOpt = typer.Option(
-    None,
-    "--rule",
-    "-r",
-    metavar="NAME[:K=V,...]",
-    help="A rule, with optional parameters: icepop or icepop:alpha=0.2,beta=5. Repeatable; none means every rule at its defaults.",
-)
+RuleOpt = rule_option()
 
 
 def rule_help_epilog() -> str:

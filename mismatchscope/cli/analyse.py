@@ -11,7 +11,7 @@ import typer
 from ..analysis.parallel import keep_freed_memory
 from ..errors import UsageError
 from ..metrics import ABS_LOGPROB_DIFF_MEAN, K3_MEAN
-from ._options import ColumnOpt, FormatOpt, PathArg, RuleOpt
+from ._options import ColumnOpt, FormatOpt, PathArg, RuleOpt, html_option, plots_option, rule_option, sweep_option
 from ._readings import ReadingsOpt, run_side_by_side
 from ._streams import OutputFormat, emit_json, info, stdout_console, warn
 
@@ -61,12 +61,8 @@ def report_payload(result, worst: list[WorstSequence] | None = None) -> dict:
 def compare_masks(
     path: str = PathArg,
     rule: list[str] | None = RuleOpt,
-    sweep: list[str] | None = typer.Option(
-        None,
-        "--sweep",
-        "-s",
-        metavar="RULE.PARAM=V1,V2,...",
-        help="Reject rate against threshold for one parameter, e.g. icepop.beta=1.5,2,3,5,8. Repeatable.",
+    sweep: list[str] | None = sweep_option(
+        "Reject rate against threshold for one parameter, e.g. icepop.beta=1.5,2,3,5,8. Repeatable."
     ),
     examples: int = typer.Option(
         0,
@@ -77,11 +73,8 @@ def compare_masks(
     ),
     column: list[str] | None = ColumnOpt,
     format: OutputFormat = FormatOpt,
-    plots: str | None = typer.Option(
-        None,
-        "--plots",
-        metavar="DIR",
-        help="Write PNG pictures into DIR: which tail each rule cuts (needs the plot extra: matplotlib).",
+    plots: str | None = plots_option(
+        "Write PNG pictures into DIR: which tail each rule cuts (needs the plot extra: matplotlib)."
     ),
     readings: str | None = ReadingsOpt,
 ) -> None:
@@ -92,14 +85,9 @@ def compare_masks(
             path, readings, rules=rule, sweeps=sweep, examples=examples, plots=plots, column=column, format=format
         )
     from ..analysis.engine import AnalysisRequest, analyse
-    from ..outputs import check_all
     from ..reader import parse_column_mapping
 
-    inputs = check_all(dirs=[(plots, "--plots")], inputs=[path])
-    if plots is not None:
-        from ..outputs import require_matplotlib
-
-        require_matplotlib()
+    inputs = _check_plots(path, plots)
     rules, sweeps = _request_rules(rule, sweep)
     result = analyse(
         path,
@@ -109,10 +97,9 @@ def compare_masks(
     for w in result.warnings:
         warn(w)
     if plots is not None:
-        from ..render.plots import masks_figures, write_pngs
+        from ..render.plots import masks_figures
 
-        for p in write_pngs(masks_figures(result), Path(plots), inputs):
-            info(f"wrote {p}")
+        _write_pngs(masks_figures(result), plots, inputs)
     if format is OutputFormat.json:
         emit_json(masks_payload(result))
         return
@@ -123,34 +110,38 @@ def compare_masks(
     masks_tables(console, result, examples)
 
 
+def _check_plots(path: str, plots: str | None):
+    """``--plots`` (not an input, not a file), then matplotlib when it is given: before any work."""
+    from ..outputs import check_all
+
+    inputs = check_all(dirs=[(plots, "--plots")], inputs=[path])
+    if plots is not None:
+        from ..outputs import require_matplotlib
+
+        require_matplotlib()
+    return inputs
+
+
+def _write_pngs(figures, plots: str, inputs) -> None:
+    from ..render.plots import write_pngs
+
+    for p in write_pngs(figures, Path(plots), inputs):
+        info(f"wrote {p}")
+
+
 def report(
     path: str = PathArg,
     column: list[str] | None = ColumnOpt,
     format: OutputFormat = FormatOpt,
-    plots: str | None = typer.Option(
-        None, "--plots", metavar="DIR", help="Write PNG pictures into DIR (needs the plot extra: matplotlib)."
-    ),
-    html: str | None = typer.Option(
-        None,
-        "--html",
-        metavar="FILE",
-        help="Write one self-contained HTML page: pictures inline, tables, run metadata.",
-    ),
-    rule: list[str] | None = typer.Option(
-        None,
-        "--rule",
-        "-r",
-        metavar="NAME[:K=V,...]",
-        help="With --plots/--html: a rule whose thresholds the pictures draw. Repeatable; default "
+    plots: str | None = plots_option("Write PNG pictures into DIR (needs the plot extra: matplotlib)."),
+    html: str | None = html_option("Write one self-contained HTML page: pictures inline, tables, run metadata."),
+    rule: list[str] | None = rule_option(
+        "With --plots/--html: a rule whose thresholds the pictures draw. Repeatable; default "
         + ", ".join(_drawn_by_default())
-        + ".",
+        + "."
     ),
-    sweep: list[str] | None = typer.Option(
-        None,
-        "--sweep",
-        "-s",
-        metavar="RULE.PARAM=V1,V2,...",
-        help="With --plots/--html: the reject-rate curves to draw. Default: a grid for each drawn rule.",
+    sweep: list[str] | None = sweep_option(
+        "With --plots/--html: the reject-rate curves to draw. Default: a grid for each drawn rule."
     ),
     worst: int = typer.Option(
         0,
@@ -169,31 +160,14 @@ def report(
 ) -> None:
     """TV distance, KL estimators, ratio tails, and where the mismatch sits (by probability, position, entropy)."""
     keep_freed_memory()
-    from ..analysis.engine import AnalysisRequest, analyse
+    from ..analysis.engine import analyse
     from ..outputs import check_all
     from ..reader import parse_column_mapping
 
     inputs = check_all(files=[(html, "--html")], dirs=[(plots, "--plots")], inputs=[path])
     pictures = plots is not None or html is not None
-    if (rule or sweep) and not pictures:
-        raise UsageError(
-            "--rule and --sweep on report choose what the pictures draw",
-            hint="add --plots DIR or --html FILE (compare-masks prints the rules' numbers)",
-        )
-    if not worst and (worst_by is not WorstBy.k3_sum or worst_traces):
-        raise UsageError(
-            "--worst-by and --worst-traces describe the --worst sequences", hint="add --worst N, e.g. --worst 5"
-        )
-    request, hist, rules = AnalysisRequest(report=True, masks=False), None, []
-    if pictures:
-        from ..analysis.histograms import PlotAccumulator
-        from ..outputs import require_matplotlib
-        from ..render.plots.sweeps import default_sweeps, plot_rules
-
-        require_matplotlib()
-        rules = plot_rules(_request_rules(rule, None)[0] if rule else None)
-        sweeps = _request_rules([r.label for r in rules], sweep)[1] if sweep else default_sweeps(rules)
-        request, hist = AnalysisRequest(report=True, masks=True, rules=rules, sweeps=sweeps), PlotAccumulator()
+    _check_report_flags(rule, sweep, pictures, worst, worst_by, worst_traces)
+    request, hist, rules = _report_request(rule, sweep, pictures)
     mapping = parse_column_mapping(column)
     collector = _doctor_collector(path, mapping, request) if format is not OutputFormat.json else None
     result = analyse(path, request, mapping, on_terms=_each(hist.add if hist else None, collector))
@@ -208,7 +182,40 @@ def report(
         _write_pictures(result, hist, rules, plots, html, inputs, worst_rows, traces)
     if format is OutputFormat.json:
         emit_json(report_payload(result, worst_rows))
-        return
+    else:
+        _print_report(result, worst_rows, collector, path)
+
+
+def _check_report_flags(rule, sweep, pictures: bool, worst: int, worst_by: WorstBy, worst_traces: bool) -> None:
+    """Options that choose what something else shows, given without it."""
+    if (rule or sweep) and not pictures:
+        raise UsageError(
+            "--rule and --sweep on report choose what the pictures draw",
+            hint="add --plots DIR or --html FILE (compare-masks prints the rules' numbers)",
+        )
+    if not worst and (worst_by is not WorstBy.k3_sum or worst_traces):
+        raise UsageError(
+            "--worst-by and --worst-traces describe the --worst sequences", hint="add --worst N, e.g. --worst 5"
+        )
+
+
+def _report_request(rule: list[str] | None, sweep: list[str] | None, pictures: bool):
+    """The analysis report asks for; with pictures, the drawn rules, their sweeps and the histograms too."""
+    from ..analysis.engine import AnalysisRequest
+
+    if not pictures:
+        return AnalysisRequest(report=True, masks=False), None, []
+    from ..analysis.histograms import PlotAccumulator
+    from ..outputs import require_matplotlib
+    from ..render.plots.sweeps import default_sweeps, plot_rules
+
+    require_matplotlib()
+    rules = plot_rules(_request_rules(rule, None)[0] if rule else None)
+    sweeps = _request_rules([r.label for r in rules], sweep)[1] if sweep else default_sweeps(rules)
+    return AnalysisRequest(report=True, masks=True, rules=rules, sweeps=sweeps), PlotAccumulator(), rules
+
+
+def _print_report(result, worst_rows, collector, path: str) -> None:
     from ..render.tables import header, report_tables, worst_table
 
     console = stdout_console()
@@ -265,16 +272,15 @@ def _write_pictures(
     traces: dict | None = None,
 ) -> None:
     from ..outputs import write_text
-    from ..render.plots import report_figures, worst_figures, write_pngs
+    from ..render.plots import report_figures, worst_figures
 
     figures = report_figures(result, hist, rules) + (
         worst_figures(worst_rows, traces if traces is not None else {}) if worst_rows else []
     )
     if plots:
-        for p in write_pngs(figures, Path(plots), inputs):
-            info(f"wrote {p}")
+        _write_pngs(figures, plots, inputs)
     if html:
-        from ..render.plots.html import report_page
+        from ..render.report_page import report_page
 
         write_text(html, report_page(result, figures, worst_rows), "--html", inputs=inputs)
         info(f"wrote {html}")

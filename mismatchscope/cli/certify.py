@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import time
 
 import typer
 
-from ._options import ColumnOpt, FormatOpt
-from ._streams import OutputFormat, emit_json, info, stdout_console, warn
+from ._ci_reports import CiReports
+from ._options import ColumnOpt, FormatOpt, JunitXmlOpt, markdown_option
+from ._streams import OutputFormat, emit_json, stdout_console, warn
 
 
 def certify(
@@ -29,15 +29,8 @@ def certify(
     show: int = typer.Option(10, "--show", min=0, help="How many differing tokens (and route flips) to list."),
     column: list[str] | None = ColumnOpt,
     format: OutputFormat = FormatOpt,
-    junit_xml: str | None = typer.Option(
-        None, "--junit-xml", metavar="FILE", help="Write one JUnit test case per check."
-    ),
-    markdown: str | None = typer.Option(
-        None,
-        "--markdown",
-        metavar="FILE",
-        help="Write the verdict as Markdown (also appended to $GITHUB_STEP_SUMMARY when set).",
-    ),
+    junit_xml: str | None = JunitXmlOpt,
+    markdown: str | None = markdown_option("Markdown"),
     full_vocab: bool = typer.Option(
         False,
         "--full-vocab",
@@ -51,14 +44,22 @@ def certify(
 
     Exit code 0: certified; 1: not certified; 2: a usage or input error.
     """
-    from ..certify import certify_run
     from ..outputs import check_all
+
+    reports = CiReports.asked(junit_xml, markdown)
+    inputs = check_all(files=reports.outputs(), inputs=[run])
+    verdict, rows, seconds = _run(run, column, pairing, show, full_vocab)
+    _write_reports(reports, verdict, rows, seconds, inputs)
+    _print(verdict, rows, format)
+    if not verdict.certified or (rows is not None and not rows.equal):
+        raise typer.Exit(1)
+
+
+def _run(run: str, column: list[str] | None, pairing: list[str] | None, show: int, full_vocab: bool):
+    """The verdict, and with ``--full-vocab`` the whole rows' too, timed together (the JUnit report's seconds)."""
+    from ..certify import certify_run
     from ..reader import parse_column_mapping
 
-    summary = os.environ.get("GITHUB_STEP_SUMMARY") or None
-    inputs = check_all(
-        files=[(junit_xml, "--junit-xml"), (markdown, "--markdown"), (summary, "GITHUB_STEP_SUMMARY")], inputs=[run]
-    )
     t0 = time.perf_counter()
     verdict = certify_run(run, parse_column_mapping(column), pairing, show)
     rows = None
@@ -69,56 +70,24 @@ def certify(
     seconds = time.perf_counter() - t0
     for w in verdict.warnings:
         warn(w)
-    _write_outputs(verdict, rows, seconds, junit_xml, markdown, summary, inputs)
+    return verdict, rows, seconds
+
+
+def _print(verdict, rows, format: OutputFormat) -> None:
     if format is OutputFormat.json:
-        from ..render.certify_reports import payload
+        from ..render.certify.payload import payload, with_rows
 
-        emit_json(_with_rows(payload(verdict), verdict, rows))
-    else:
-        from ..render.certify_tables import certify_tables
+        emit_json(with_rows(payload(verdict), rows))
+        return
+    from ..render.certify.terminal import certify_tables, rows_line
 
-        certify_tables(stdout_console(), verdict)
-        if rows is not None:
-            stdout_console().print(_rows_line(verdict, rows), highlight=False)
-    if not verdict.certified or (rows is not None and not rows.equal):
-        raise typer.Exit(1)
+    certify_tables(stdout_console(), verdict)
+    if rows is not None:
+        stdout_console().print(rows_line(verdict, rows), highlight=False)
 
 
-def _rows_line(verdict, rows) -> str:
-    """The whole-row verdict in one line; it says so when the sampled tokens certify and the rows do not."""
-    if rows.equal:
-        return f"full vocabulary: {rows.detail()}"
-    also = "; the run certifies on sampled tokens but not on full rows" if verdict.certified else ""
-    return f"full vocabulary: NOT CERTIFIED: {rows.detail()}{also}"
+def _write_reports(reports: CiReports, verdict, rows, seconds: float, inputs) -> None:
+    from ..render.certify.junit import junit_xml
+    from ..render.certify.markdown import markdown
 
-
-def _with_rows(doc: dict, verdict, rows) -> dict:
-    """The document with the whole-row result; a run whose rows part is not certified."""
-    if rows is None:
-        return doc
-    from ..documents import to_json
-
-    out = {**doc, "full_vocab": to_json(rows)}
-    if not rows.equal:
-        out.update(
-            certified=False, verdict="not certified", reasons=[*doc["reasons"], f"full vocabulary: {rows.detail()}"]
-        )
-    return out
-
-
-def _write_outputs(
-    verdict, rows, seconds: float, junit_xml: str | None, markdown: str | None, summary: str | None, inputs
-) -> None:
-    from ..outputs import write_text
-    from ..render import certify_reports as output
-
-    if junit_xml:
-        write_text(junit_xml, output.junit_xml(verdict, seconds, rows), "--junit-xml", inputs=inputs)
-        info(f"wrote {junit_xml}")
-    if markdown or summary:
-        md = output.markdown(verdict, rows)
-        if markdown:
-            write_text(markdown, md, "--markdown", inputs=inputs)
-            info(f"wrote {markdown}")
-        if summary:
-            write_text(summary, md + "\n", "GITHUB_STEP_SUMMARY", append=True, inputs=inputs)
+    reports.write(inputs, junit=lambda: junit_xml(verdict, seconds, rows), markdown=lambda: markdown(verdict, rows))

@@ -39,7 +39,12 @@ from ._options import (
     TrainerDtypeOpt,
     TrainerFp32HeadOpt,
     TrustRemoteCodeOpt,
+    bootstrap_option,
+    confidence_option,
     engine_args,
+    html_option,
+    out_option,
+    plots_option,
 )
 from ._streams import OutputFormat, emit_json, stdout_console
 
@@ -55,7 +60,7 @@ def diagnose(
         None, help="A local checkpoint folder. Default: the bundled sample model.", show_default=False
     ),
     prompts: Path | None = PromptsOpt,
-    out: Path | None = typer.Option(None, "--out", "-o", help="Output directory. Default: runs/diagnose-<time>."),
+    out: Path | None = out_option("Output directory. Default: runs/diagnose-<time>."),
     vary: list[str] | None = typer.Option(
         None,
         "--vary",
@@ -94,11 +99,11 @@ def diagnose(
     trainer_batch_tokens: int = TrainerBatchTokensOpt,
     trust_remote_code: bool = TrustRemoteCodeOpt,
     allow_pickle: bool = AllowPickleOpt,
-    bootstrap: int = typer.Option(1000, "--bootstrap", min=0, help="Bootstrap resamples over sequences."),
-    confidence: float = typer.Option(0.95, "--confidence", min=0.5, max=0.9999),
+    bootstrap: int = bootstrap_option(1000, "Bootstrap resamples over sequences."),
+    confidence: float = confidence_option(0.95, min=0.5, max=0.9999),
     determinism: bool = typer.Option(True, "--determinism/--no-determinism", help="Repeat/alone/shuffled checks."),
-    plots: Path | None = typer.Option(None, "--plots", help="Write the mismatch-vs-throughput picture (PNG) here."),
-    html: Path | None = typer.Option(None, "--html", help="Write a self-contained HTML summary here."),
+    plots: Path | None = plots_option("Write the mismatch-vs-throughput picture (PNG) here."),
+    html: Path | None = html_option("Write a self-contained HTML summary here."),
     locate: bool = LocateOpt,
     locate_sequences: int | None = LocateSequencesOpt,
     format: OutputFormat = FormatOpt,

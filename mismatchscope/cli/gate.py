@@ -2,17 +2,32 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from ..analysis.parallel import keep_freed_memory
 from ..errors import UsageError
-from ._options import ColumnOpt, FormatOpt
+from ._ci_reports import CiReports
+from ._options import (
+    ColumnOpt,
+    FormatOpt,
+    JunitXmlOpt,
+    bootstrap_option,
+    confidence_option,
+    html_option,
+    markdown_option,
+    plots_option,
+    rule_option,
+)
 from ._streams import OutputFormat, emit_json, info, stdout_console, warn
+
+if TYPE_CHECKING:
+    from ..gate.config import GateConfig
+    from ..outputs import Inputs
 
 
 def gate(
@@ -52,13 +67,7 @@ def gate(
         metavar="METRIC=PCT",
         help="Regression limit against the baseline, e.g. k3_mean=25%. Repeatable; replaces the file's limit on that metric.",
     ),
-    rule: list[str] | None = typer.Option(
-        None,
-        "--rule",
-        "-r",
-        metavar="NAME[:K=V,...]",
-        help="Parameters of a rule the limits name, e.g. icepop:alpha=0.2,beta=5.",
-    ),
+    rule: list[str] | None = rule_option("Parameters of a rule the limits name, e.g. icepop:alpha=0.2,beta=5."),
     allow_different: list[str] | None = typer.Option(
         None,
         "--allow-different",
@@ -69,35 +78,21 @@ def gate(
     absolute_only: bool = typer.Option(
         False, "--absolute-only", help="Check the absolute limits alone (no baseline needed)."
     ),
-    bootstrap: int | None = typer.Option(
-        None, "--bootstrap", min=0, help="Bootstrap resamples (default 1000, at most 100,000; 0: point estimates only)."
+    bootstrap: int | None = bootstrap_option(
+        None, "Bootstrap resamples (default 1000, at most 100,000; 0: point estimates only)."
     ),
-    confidence: float | None = typer.Option(
-        None, "--confidence", help="Two-sided confidence of the intervals (default 0.95)."
-    ),
+    confidence: float | None = confidence_option(None, "Two-sided confidence of the intervals (default 0.95)."),
     seed: int | None = typer.Option(
         None, "--seed", min=0, help="Bootstrap seed (default 0): same files, same verdict."
     ),
     column: list[str] | None = ColumnOpt,
     format: OutputFormat = FormatOpt,
-    junit_xml: str | None = typer.Option(
-        None, "--junit-xml", metavar="FILE", help="Write one JUnit test case per check."
+    junit_xml: str | None = JunitXmlOpt,
+    markdown: str | None = markdown_option("a Markdown table"),
+    plots: str | None = plots_option(
+        "Write PNGs: the checks with their intervals, baseline and candidate overlaid (needs the plot extra)."
     ),
-    markdown: str | None = typer.Option(
-        None,
-        "--markdown",
-        metavar="FILE",
-        help="Write the verdict as a Markdown table (also appended to $GITHUB_STEP_SUMMARY when set).",
-    ),
-    plots: str | None = typer.Option(
-        None,
-        "--plots",
-        metavar="DIR",
-        help="Write PNGs: the checks with their intervals, baseline and candidate overlaid (needs the plot extra).",
-    ),
-    html: str | None = typer.Option(
-        None, "--html", metavar="FILE", help="Write one self-contained HTML page: checks, pictures, run metadata."
-    ),
+    html: str | None = html_option("Write one self-contained HTML page: checks, pictures, run metadata."),
     force: bool = typer.Option(False, "--force", help="With --init: overwrite an existing file."),
 ) -> None:
     """Gate a serving-stack change on the train-inference mismatch: absolute limits, and regression limits against a
@@ -107,24 +102,14 @@ def gate(
     """
     keep_freed_memory()
     if init:
-        _write_starter(candidate if candidate is not None else "gate.toml", force)
-        return
+        return _write_starter(candidate if candidate is not None else "gate.toml", force)
     if candidate is None:
         raise UsageError(
             "missing CANDIDATE",
             hint="mismatchscope gate CANDIDATE --baseline BASELINE (or gate --init to write a gate.toml)",
         )
-    from ..gate.config import load_config, with_overrides
-    from ..gate.run import run_gate
-    from ..outputs import check_all
-    from ..reader import parse_column_mapping
-
-    if config is not None and not config.strip():
-        raise UsageError(
-            "--config is an empty path", hint="give a gate.toml, or write one with mismatchscope gate --init"
-        )
-    cfg = with_overrides(
-        load_config(Path(config) if config is not None else None),
+    cfg = _config(
+        config,
         limits=limit,
         increases=max_increase,
         rules=rule,
@@ -135,35 +120,85 @@ def gate(
         baseline=baseline,
         absolute_only=absolute_only,
     )
-    if not absolute_only and cfg.baseline:
+    base = None if absolute_only else cfg.baseline
+    reports = CiReports.asked(junit_xml, markdown)
+    inputs = _check_paths(candidate, base, config, cfg, reports, plots, html)
+    result, seconds = _run(candidate, base, cfg, column, pictures=plots is not None or html is not None)
+    _write_outputs(result, seconds, reports, plots, html, inputs)
+    _print(result, format)
+    if not result.passed:
+        raise typer.Exit(1)
+
+
+def _config(
+    config: str | None,
+    *,
+    limits: list[str] | None,
+    increases: list[str] | None,
+    rules: list[str] | None,
+    allow_different: list[str] | None,
+    bootstrap: int | None,
+    confidence: float | None,
+    seed: int | None,
+    baseline: str | None,
+    absolute_only: bool,
+) -> GateConfig:
+    """The limits file (or ./gate.toml, or the defaults) with the command line's flags over it."""
+    from ..gate.config import load_config, with_overrides
+
+    if config is not None and not config.strip():
+        raise UsageError(
+            "--config is an empty path", hint="give a gate.toml, or write one with mismatchscope gate --init"
+        )
+    return with_overrides(
+        load_config(Path(config) if config is not None else None),
+        limits=limits,
+        increases=increases,
+        rules=rules,
+        allow_different=allow_different,
+        bootstrap=bootstrap,
+        confidence=confidence,
+        seed=seed,
+        baseline=baseline,
+        absolute_only=absolute_only,
+    )
+
+
+def _check_paths(
+    candidate: str, baseline: str | None, config: str | None, cfg: GateConfig, reports: CiReports, plots, html
+) -> Inputs:
+    """Every refusal that needs no token read: a baseline that is the candidate, then each output path (none may
+    replace an input: the runs or the limits file), then matplotlib when pictures are asked for."""
+    from ..outputs import check_all
+
+    if baseline:
         from ..gate.run import refuse_self_baseline
 
-        refuse_self_baseline(candidate, cfg.baseline)
-    summary = os.environ.get("GITHUB_STEP_SUMMARY") or None
+        refuse_self_baseline(candidate, baseline)
     limits_file = config or (Path(cfg.source) if Path(cfg.source).is_file() else None)  # ./gate.toml when it was read
     inputs = check_all(
-        files=[
-            (junit_xml, "--junit-xml"),
-            (markdown, "--markdown"),
-            (html, "--html"),
-            (summary, "GITHUB_STEP_SUMMARY"),
-        ],
-        dirs=[(plots, "--plots")],
-        inputs=[candidate, None if absolute_only else cfg.baseline, limits_file],
+        files=reports.outputs((html, "--html")), dirs=[(plots, "--plots")], inputs=[candidate, baseline, limits_file]
     )
-    want_pictures = plots is not None or html is not None
-    if want_pictures:
+    if plots is not None or html is not None:
         from ..outputs import require_matplotlib
 
         require_matplotlib()
+    return inputs
+
+
+def _run(candidate: str, baseline: str | None, cfg: GateConfig, column: list[str] | None, *, pictures: bool):
+    """The gate's one library call, timed (the JUnit report carries the seconds), its warnings and notes said."""
+    from ..gate.run import run_gate
+    from ..reader import parse_column_mapping
+
     t0 = time.perf_counter()
-    sweeps = _plot_sweeps(cfg) if want_pictures else None
+    sweeps = _plot_sweeps(cfg) if pictures else None
     result = run_gate(
         candidate,
-        None if absolute_only else cfg.baseline,
+        baseline,
         cfg,
         parse_column_mapping(column),
-        plots=want_pictures,
+        plots=pictures,
         sweeps=sweeps,
         progress=info if sys.stderr.isatty() else None,
     )  # progress for a person; in a log the error line stays the last
@@ -172,17 +207,18 @@ def gate(
         warn(w)
     for n in result.notes:
         info(n)
-    _write_outputs(result, seconds, junit_xml, markdown, plots, html, inputs)
+    return result, seconds
+
+
+def _print(result, format: OutputFormat) -> None:
     if format is OutputFormat.json:
-        from ..render.gate_tables import gate_payload
+        from ..render.gate.terminal import gate_payload
 
         emit_json(gate_payload(result))
     else:
-        from ..render.gate_tables import gate_tables
+        from ..render.gate.terminal import gate_tables
 
         gate_tables(stdout_console(), result)
-    if not result.passed:
-        raise typer.Exit(1)
 
 
 def _write_starter(name: str, force: bool) -> None:
@@ -205,40 +241,22 @@ def _plot_sweeps(cfg):
     return default_sweeps(cfg.rule_instances())
 
 
-def _write_outputs(
-    result, seconds: float, junit_xml: str | None, markdown: str | None, plots: str | None, html: str | None, inputs
-) -> None:
-    if junit_xml:
-        from ..render.gate_junit import junit_xml as render
+def _write_outputs(result, seconds: float, reports: CiReports, plots: str | None, html: str | None, inputs) -> None:
+    from ..render.gate.junit import junit_xml
+    from ..render.gate.markdown import markdown
 
-        _write(junit_xml, render(result, seconds), "--junit-xml", inputs)
-    md = None
-    if markdown or os.environ.get("GITHUB_STEP_SUMMARY"):
-        from ..render.gate_markdown import markdown as render_md
-
-        md = render_md(result)
-    if markdown and md:
-        _write(markdown, md, "--markdown", inputs)
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary and md:
-        from ..outputs import write_text
-
-        write_text(summary, md + "\n", "GITHUB_STEP_SUMMARY", append=True, inputs=inputs)
+    reports.write(inputs, junit=lambda: junit_xml(result, seconds), markdown=lambda: markdown(result))
     if plots or html:
-        from ..render.plots import gate_figures, write_pngs
+        from ..render.gate.pictures import gate_figures
+        from ..render.plots import write_pngs
 
         figures = gate_figures(result)
         if plots:
             for p in write_pngs(figures, Path(plots), inputs):
                 info(f"wrote {p}")
         if html:
-            from ..render.plots.html import gate_page
+            from ..outputs import write_text
+            from ..render.gate.page import gate_page
 
-            _write(html, gate_page(result, figures), "--html", inputs)
-
-
-def _write(path: str | os.PathLike[str], text: str, option: str, inputs) -> None:
-    from ..outputs import write_text
-
-    write_text(path, text, option, inputs=inputs)
-    info(f"wrote {path}")
+            write_text(html, gate_page(result, figures), "--html", inputs=inputs)
+            info(f"wrote {html}")

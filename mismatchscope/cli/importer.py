@@ -8,7 +8,7 @@ import typer
 
 from ..errors import UsageError
 from ..importers import IMPORTERS, PICKLED_FORMATS
-from ._options import FormatOpt
+from ._options import FormatOpt, column_option, out_option
 from ._streams import OutputFormat, emit_json, info, stdout_console, warn
 
 FORMATS = tuple(IMPORTERS)
@@ -52,15 +52,9 @@ def import_(
     src: str = typer.Argument(
         ..., help="The framework's dump folder or file (see docs/import.md).", show_default=False
     ),
-    out: str = typer.Option(
-        ..., "--out", "-o", help="Output directory (token shards under OUT/tokens, OUT/manifest.json)."
-    ),
-    column: list[str] | None = typer.Option(
-        None,
-        "--column",
-        "-c",
-        metavar="CANONICAL=NAME",
-        help="Generic formats: map your list columns, e.g. sampler_logprob=rollout_log_probs, mask=response_mask. Repeatable.",
+    out: str = out_option("Output directory (token shards under OUT/tokens, OUT/manifest.json).", required=True),
+    column: list[str] | None = column_option(
+        "Generic formats: map your list columns, e.g. sampler_logprob=rollout_log_probs, mask=response_mask. Repeatable."
     ),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip and count malformed records instead of stopping."),
     trust_pickle: bool = typer.Option(
@@ -89,25 +83,10 @@ def import_(
     format: OutputFormat = FormatOpt,
 ) -> None:
     """Convert what an RL run already logged (NeMo-RL, prime-rl, slime, SkyRL, verl, ROLL, or your own JSONL/Parquet) into token pairs."""
-    from ..importers import describe, import_run
+    from ..importers import import_run
 
-    if fmt not in FORMATS:
-        raise UsageError(f"unknown import format {fmt!r}", hint=f"use one of {', '.join(FORMATS)}")
-    if trust_pickle and fmt not in PICKLED_FORMATS and routes_format not in PICKLED_FORMATS:
-        raise UsageError(
-            f"--trust-pickle applies to the pickled dumps of {', '.join(PICKLED_FORMATS)}; {fmt} files hold no pickle",
-            hint="drop --trust-pickle",
-        )
-    if not src.strip():
-        raise UsageError("an empty path was given as the dump to import", hint=describe(fmt))
-    src_path = Path(src)
-    if not src_path.exists():
-        raise UsageError(f"{src_path}: no such file or directory", hint=describe(fmt))
-    from ..outputs import check_run_out, input_files
-
-    out_dir = check_run_out(out, "--out", input_files(src_path))
-    if out_dir.resolve() == src_path.resolve():
-        raise UsageError(f"--out {out_dir} is the dump being imported", hint="write the token pairs to a new directory")
+    src_path = _source(fmt, src, trust_pickle, routes_format)
+    out_dir = _out_dir(out, src_path)
     result = import_run(
         fmt,
         src_path,
@@ -121,28 +100,40 @@ def import_(
     for w in result.warnings:
         warn(w)
     if format is OutputFormat.json:
-        from ..documents import document
-        from ..importers.document import ImportDocument
+        from ..render.importer import import_payload
 
-        emit_json(document(ImportDocument.of(result, out_dir)))
-        return
-    console = stdout_console()
-    console.print(
-        f"imported {result.tokens_written:,} tokens in {result.sequences:,} sequences from {result.files_read} file(s) "
-        f"into {out_dir}; {result.tokens_dropped_by_mask:,} non-generated tokens dropped by the mask"
-        + (f"; {result.bad_records_skipped} bad record(s) skipped" if result.bad_records_skipped else ""),
-        highlight=False,
-    )
-    if result.routes is not None:
-        r = result.routes
-        console.print(
-            f"imported the sampler's MoE routes of {r['sequences']:,} sequences ({r['rows']:,} rows, "
-            f"{r['format']}) into {out_dir}/routes; {r['missing_captures']:,} missing captures",
-            highlight=False,
+        emit_json(import_payload(result, out_dir))
+    else:
+        from ..render.importer import import_lines
+
+        import_lines(stdout_console(), result, out_dir)
+
+
+def _source(fmt: str, src: str, trust_pickle: bool, routes_format: str | None) -> Path:
+    """The dump to read, refused before anything is written: an unknown format, a pickle flag for a format
+    that holds none, an empty or missing path."""
+    from ..importers import describe
+
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown import format {fmt!r}", hint=f"use one of {', '.join(FORMATS)}")
+    if trust_pickle and fmt not in PICKLED_FORMATS and routes_format not in PICKLED_FORMATS:
+        raise UsageError(
+            f"--trust-pickle applies to the pickled dumps of {', '.join(PICKLED_FORMATS)}; {fmt} files hold no pickle",
+            hint="drop --trust-pickle",
         )
-    if (out_dir / "sequences.parquet").is_file() and result.routes is None:  # a sampler-only dump (verl, ROLL)
-        console.print(
-            f"next: mismatchscope rescore {out_dir} --trainer-checkpoint CHECKPOINT --temperature T", highlight=False
-        )
-        return
-    console.print(f"next: mismatchscope report {out_dir}   (or timeline / compare-masks)", highlight=False)
+    if not src.strip():
+        raise UsageError("an empty path was given as the dump to import", hint=describe(fmt))
+    src_path = Path(src)
+    if not src_path.exists():
+        raise UsageError(f"{src_path}: no such file or directory", hint=describe(fmt))
+    return src_path
+
+
+def _out_dir(out: str, src_path: Path) -> Path:
+    """``--out``: a new (or empty) run directory that is neither the dump nor holds any of its files."""
+    from ..outputs import check_run_out, input_files
+
+    out_dir = check_run_out(out, "--out", input_files(src_path))
+    if out_dir.resolve() == src_path.resolve():
+        raise UsageError(f"--out {out_dir} is the dump being imported", hint="write the token pairs to a new directory")
+    return out_dir

@@ -42,6 +42,7 @@ from ._options import (
     TrainerFp32HeadOpt,
     TrustRemoteCodeOpt,
     engine_args,
+    out_option,
 )
 from ._progress import Bars, engine_env
 from ._streams import OutputFormat, emit_json, info, stdout_console, warn
@@ -123,9 +124,7 @@ def probe(
         show_default=False,
     ),
     prompts: Path | None = PromptsOpt,
-    out: str | None = typer.Option(
-        None, "--out", "-o", metavar="<path>", help="Run directory. Default: runs/probe-<time>."
-    ),
+    out: str | None = out_option("Run directory. Default: runs/probe-<time>."),
     sampler: str | None = typer.Option(
         None,
         "--sampler",
@@ -301,7 +300,7 @@ def rescore(
     run: Path = typer.Argument(
         ..., help="A probe run directory, or an import with --routes (docs/import.md).", show_default=False
     ),
-    out: str = typer.Option(..., "--out", "-o", metavar="<path>", help="New run directory for the rescored pairs."),
+    out: str = out_option("New run directory for the rescored pairs.", required=True),
     trainer_dtype: str = TrainerDtypeOpt,
     attn_implementation: str | None = AttnImplementationOpt,
     trainer_fp32_lm_head: bool = typer.Option(False, "--trainer-fp32-lm-head", "--fp32-lm-head"),

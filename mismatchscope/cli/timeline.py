@@ -5,18 +5,8 @@ from __future__ import annotations
 import typer
 
 from ..analysis.parallel import keep_freed_memory
-from ._options import ColumnOpt, FormatOpt
+from ._options import ColumnOpt, FormatOpt, plots_option, rule_option
 from ._streams import OutputFormat, emit_json, info, stdout_console, warn
-
-TimelineRuleOpt = typer.Option(
-    None,
-    "--rule",
-    "-r",
-    metavar="NAME[:K=V,...]",
-    help="A rule whose reject (or reweight) rate to follow per step: icepop or icepop:alpha=0.2,beta=5. "
-    "Repeatable; none means icepop and ipo at their defaults (the two that need no advantage).",
-)
-
 
 RunsArg = typer.Argument(
     ...,
@@ -35,15 +25,15 @@ def timeline(
         help="Split the lines by a categorical column (strings or integers), e.g. env or rank; "
         "any column of the file, mismatchscope's or not.",
     ),
-    rule: list[str] | None = TimelineRuleOpt,
+    rule: list[str] | None = rule_option(
+        "A rule whose reject (or reweight) rate to follow per step: icepop or icepop:alpha=0.2,beta=5. "
+        "Repeatable; none means icepop and ipo at their defaults (the two that need no advantage)."
+    ),
     column: list[str] | None = ColumnOpt,
     format: OutputFormat = FormatOpt,
-    plots: str | None = typer.Option(
-        None,
-        "--plots",
-        metavar="DIR",
-        help="Also write DIR/timeline.png: one panel per metric, flagged steps marked "
-        "(with two or more runs or --x: DIR/timeline_compare.png).",
+    plots: str | None = plots_option(
+        "Also write DIR/timeline.png: one panel per metric, flagged steps marked "
+        "(with two or more runs or --x: DIR/timeline_compare.png)."
     ),
     x: str | None = typer.Option(
         None,

@@ -136,6 +136,14 @@ def _routing(m: Metric) -> Statistic:
 
 
 def _catalog() -> dict[str, Statistic]:
+    """Every metric a limit may name, in the order the docs list them: the pass's sums first (bootstrapped), then
+    the report's fields, quantiles and tail shares, score centering, and the per-sequence distributions."""
+    stats = [*_from_sums(), *_report_fields(), *_quantiles_and_tails(), *_centering(), *_sequence_distributions()]
+    return {s.name: s for s in stats}
+
+
+def _from_sums() -> list[Statistic]:
+    """Metrics of the per-token and per-sequence sums: each resampled over sequences by the bootstrap."""
     stats = [
         _token_mean(M.TV_TOKEN_MEAN, "sum_tv"),
         _token_mean(M.ABS_LOGPROB_DIFF_MEAN, "sum_abs_l"),
@@ -152,7 +160,11 @@ def _catalog() -> dict[str, Statistic]:
     for m, col in seq_columns.items():
         named = replace(m, name=f"{SEQUENCE_SECTION}.{m.name}")
         stats.append(_seq_mean(named.part("mean", f"mean over sequences of {m.formula}"), col))
-    stats += [
+    return stats
+
+
+def _report_fields() -> list[Statistic]:
+    return [
         _field(M.TV_TOKEN_MAX),
         _field(M.ABS_LOGPROB_DIFF_MAX),
         _field(M.RATIO_MIN),
@@ -165,6 +177,10 @@ def _catalog() -> dict[str, Statistic]:
         _routing(M.ROUTE_FLIP_RATE),
         _routing(M.ROUTING_SHARE_OF_GAP),
     ]
+
+
+def _quantiles_and_tails() -> list[Statistic]:
+    stats: list[Statistic] = []
     for q in RATIO_QUANTILES:
         key = f"{q:g}"
         m = M.RATIO_QUANTILES.part(key, f"quantile {key} of r")
@@ -175,6 +191,11 @@ def _catalog() -> dict[str, Statistic]:
         low = M.RATIO_TAIL_LOW.part(key, f"share of tokens with r < 1/{key}")
         stats.append(_report(high, lambda rep, key=key: rep.metrics.ratio_tail_high.get(key)))
         stats.append(_report(low, lambda rep, key=key: rep.metrics.ratio_tail_low.get(key)))
+    return stats
+
+
+def _centering() -> list[Statistic]:
+    stats: list[Statistic] = []
     for m in M.SCORE_CENTERING:
         named = replace(m, name=f"{CENTERING_SECTION}.{m.name}")
         what = m.title or m.meaning
@@ -189,6 +210,11 @@ def _catalog() -> dict[str, Statistic]:
             key = f"{q:g}"
             part = named.part(f"quantiles.{key}", f"{what}, quantile {key} over tokens")
             stats.append(_report(part, lambda rep, stat=stat, key=key: _quantile(stat(rep), key)))
+    return stats
+
+
+def _sequence_distributions() -> list[Statistic]:
+    stats: list[Statistic] = []
     for m in M.SEQUENCE_DISTRIBUTIONS:
         named = replace(m, name=f"{SEQUENCE_SECTION}.{m.name}")
         for q in RATIO_QUANTILES:
@@ -196,7 +222,7 @@ def _catalog() -> dict[str, Statistic]:
             part = named.part(f"quantiles.{key}", f"quantile {key} over sequences of {m.name}")
             read = lambda rep, m=m, key=key: getattr(rep.sequence_metrics, m.name).quantiles.get(key)  # noqa: E731
             stats.append(_report(part, read))
-    return {s.name: s for s in stats}
+    return stats
 
 
 def _attr(obj, name: str) -> float | None:

@@ -1,11 +1,14 @@
 """Every output format of the commands, from the results the layers below compute.
 
-Terminal tables (:mod:`.tables` for report and compare-masks, and one module
-per command: :mod:`.gate_tables`, :mod:`.timeline_tables`,
-:mod:`.diagnose_tables`, :mod:`.certify_tables`, :mod:`.readings_table`),
-the gate's Markdown and JUnit (:mod:`.gate_markdown`, :mod:`.gate_junit`),
-certify's JSON, Markdown and JUnit (:mod:`.certify_reports`), and the
-pictures and HTML pages (:mod:`.plots`). Nothing here computes a number the
+Cut by command: ``gate`` and ``certify`` each have a package holding every
+format they write (:mod:`.gate`: terminal, JSON, Markdown, JUnit, pictures,
+HTML page; :mod:`.certify`: terminal, JSON, Markdown, JUnit), ``report``'s
+page is :mod:`.report_page`, ``import``'s output :mod:`.importer`; terminal
+tables for the other commands (:mod:`.tables` for report and compare-masks,
+:mod:`.timeline_tables`, :mod:`.diagnose_tables`, :mod:`.readings_table`,
+:mod:`.doctor`), and the pictures and the pages' shared scaffolding
+(:mod:`.plots`). What several commands share: :mod:`.layout` (tables at any
+width), :mod:`.numbers` (cells), :mod:`.junit` (the JUnit frame). Nothing here computes a number the
 commands report: it formats what it is given. matplotlib (the ``plot``
 extra) is imported only inside the functions that draw a picture.
 """

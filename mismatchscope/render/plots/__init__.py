@@ -32,20 +32,7 @@ def report_figures(result, hist, rules) -> list[Picture]:
     """The report's pictures for one run; ``rules`` are the rules whose thresholds are drawn."""
     from .figures import run_of
 
-    return _pictures([run_of("run", result, hist)], rules, checks=None)
-
-
-def gate_figures(gate_result) -> list[Picture]:
-    """The gate's pictures: its checks, then baseline and candidate overlaid."""
-    from .figures import run_of
-
-    runs = (
-        [run_of("baseline", gate_result.baseline.result, gate_result.baseline.plot_data)]
-        if gate_result.baseline
-        else []
-    )
-    runs.append(run_of("candidate", gate_result.candidate.result, gate_result.candidate.plot_data))
-    return _pictures(runs, gate_result.config.rule_instances(), checks=gate_result.checks)
+    return _pictures([run_of("run", result, hist)], rules)
 
 
 def worst_figures(rows: list[WorstSequence], traces: dict) -> list[Picture]:
@@ -90,7 +77,8 @@ def masks_figures(result) -> list[Picture]:
     ]
 
 
-def _pictures(runs, rules, checks) -> list[Picture]:
+def _pictures(runs, rules) -> list[Picture]:
+    """The pictures of one run or of several overlaid (report's; the gate's after its checks)."""
     from ...rules import make_instance
     from . import figures as F
     from . import routing as R
@@ -99,16 +87,6 @@ def _pictures(runs, rules, checks) -> list[Picture]:
     icepop = by_name.get("icepop") or make_instance("icepop", {})
     ipo = by_name.get("ipo") or make_instance("ipo", {})
     out = []
-    if checks:
-        out.append(
-            _picture(
-                "gate_checks",
-                "Gate checks",
-                "Each check's estimate and interval against its limit. Regression "
-                "checks on candidate / baseline, absolute checks on candidate / limit.",
-                F.gate_checks(checks),
-            )
-        )
     out.append(
         _picture(
             "log_ratio_hist",

@@ -4,20 +4,22 @@ from __future__ import annotations
 
 
 def gate_payload(result) -> dict:
-    from ..documents import document
-    from ..gate.document import GateDocument
+    from ...documents import document
+    from ...gate.document import GateDocument
 
     return document(GateDocument.of(result))
 
 
 def gate_tables(console, result) -> None:
+    """What was compared, one row per check, then why a check did not simply pass, and the verdict."""
+    _compared(console, result)
+    _checks(console, result)
+    _verdict(console, result)
+
+
+def _compared(console, result) -> None:
     from rich.markup import escape
-    from rich.table import Table
 
-    from .gate_markdown import fmt, limit_text, method_text, status_text
-    from .layout import print_table
-
-    cfg = result.config
     cand, base = result.candidate, result.baseline
     line = f"candidate {cand.path} ({cand.tokens:,} tokens, {cand.sequences:,} sequences)"
     if base:
@@ -30,6 +32,17 @@ def gate_tables(console, result) -> None:
         allowed = [d.text() for d in comp.differences]
         if allowed:
             console.print(escape("allowed to differ: " + "; ".join(allowed)), highlight=False)
+
+
+def _checks(console, result) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from ..layout import print_table
+    from ..numbers import fmt
+    from .text import limit_text, status_text
+
+    cfg = result.config
     t = Table(
         title=f"Gate ({cfg.bootstrap} bootstrap resamples of sequences, seed {cfg.seed}; limits from {cfg.source})",
         title_justify="left",
@@ -49,7 +62,14 @@ def gate_tables(console, result) -> None:
             escape(limit_text(ch)),
         )
     print_table(console, t)
-    methods = sorted({method_text(ch, cfg.confidence) for ch in result.checks})
+
+
+def _verdict(console, result) -> None:
+    from rich.markup import escape
+
+    from .text import method_text
+
+    methods = sorted({method_text(ch, result.config.confidence) for ch in result.checks})
     console.print(f"method: {'; '.join(methods)}", highlight=False)
     for ch in result.checks:
         if ch.failed or ch.inconclusive or ch.below_floor:

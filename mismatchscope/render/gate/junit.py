@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from .gate_markdown import estimate_text, limit_text, method_text
-from .junit import junit_suite, junit_text
+from ..junit import junit_suite, junit_text
+from .text import estimate_text, limit_text, method_text
 
 
 def junit_xml(result, seconds: float = 0.0) -> str:

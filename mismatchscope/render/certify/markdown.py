@@ -1,0 +1,70 @@
+"""The certify verdict as Markdown: a pull-request comment or a GitHub step summary."""
+
+from __future__ import annotations
+
+from ...certify.rows import FullVocabResult
+from ...certify.run import Verdict
+from ..numbers import md_cell
+from .cases import cases, certified
+
+
+def markdown(v: Verdict, rows: FullVocabResult | None = None) -> str:
+    """The verdict, what was compared, one row per check, then where the pairs first part."""
+    lines = [*_heading(v, rows), *_checks(v, rows), *_first_tokens(v), *_first_flips(v)]
+    if v.warnings:
+        lines += ["", *[f"> warning: {md_cell(w)}" for w in v.warnings]]
+    return "\n".join(lines) + "\n"
+
+
+def _heading(v: Verdict, rows: FullVocabResult | None) -> list[str]:
+    ok = certified(v, rows)
+    c = v.coverage
+    return [
+        f"### {'✅' if ok else '❌'} mismatchscope certify: {'certified' if ok else 'not certified'}",
+        "",
+        (
+            f"- run: `{v.run}` ({c.tokens:,} tokens, {c.sequences:,} sequences, longest position {c.longest_position}, "
+            f"{c.share_past_512:.1%} past position 512)"
+        ),
+        "- scope: " + ", ".join(f"{k} `{val}`" for k, val in v.scope.items()),
+    ]
+
+
+def _checks(v: Verdict, rows: FullVocabResult | None) -> list[str]:
+    lines = ["", "| result | check | detail |", "|---|---|---|"]
+    for name, ok, detail in cases(v, rows):
+        mark = "✅ pass" if ok else ("❌ FAIL" if ok is False else "➖ not checked")
+        lines.append(f"| {mark} | `{name}` | {md_cell(detail)} |")
+    return lines
+
+
+def _first_tokens(v: Verdict) -> list[str]:
+    lines: list[str] = []
+    for p in v.pairings:
+        if p.first:
+            lines += [
+                "",
+                f"First differing tokens, {p.pairing.title} ({p.dtype}):",
+                "",
+                f"| sequence | position | token | {p.pairing.left} | {p.pairing.right} | ULP |",
+                "|---:|---:|---:|---|---|---:|",
+            ]
+            lines += [
+                f"| {d.sequence_id} | {d.position} | {d.token_id} | `{d.left_hex}` {d.left_decimal} | "
+                f"`{d.right_hex}` {d.right_decimal} | {d.ulp:,} |"
+                for d in p.first
+            ]
+    return lines
+
+
+def _first_flips(v: Verdict) -> list[str]:
+    if not v.routes.first:
+        return []
+    return [
+        "",
+        f"First route flips (first layer {v.routes.first_layer}):",
+        "",
+        "| sequence | position | layer | sampler experts | trainer experts |",
+        "|---:|---:|---:|---|---|",
+        *[f"| {f.sequence_id} | {f.position} | {f.layer} | {f.sampler} | {f.trainer} |" for f in v.routes.first],
+    ]
