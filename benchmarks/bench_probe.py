@@ -69,7 +69,8 @@ import json, os, sys, time, tempfile
 from pathlib import Path
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-from mismatchscope.probe.checkpoint import inspect_checkpoint, load_tokenizer, tokenize_prompts
+from mismatchscope.probe.checkpoint import inspect_checkpoint
+from mismatchscope.probe.tokenizer import load_tokenizer, tokenize_prompts
 from mismatchscope.probe.prompts import load_prompts
 from mismatchscope.probe.types import SamplerConfig, SamplingConfig, ScoreRequest, TrainerConfig
 mode, ckpt, prompts_path = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
@@ -79,7 +80,7 @@ if __name__ == "__main__":
     t0 = time.perf_counter()
     if mode == "probe":
         from mismatchscope.probe.options import ProbeOptions
-        from mismatchscope.probe.run import run_probe
+        from mismatchscope.probe.sampling import run_probe
         run_probe(ProbeOptions(ckpt, prompts_path, Path(tempfile.mkdtemp()) / "run", sampling, scfg, tcfg))
         print(json.dumps({"seconds": time.perf_counter() - t0})); sys.exit(0)
     info = inspect_checkpoint(ckpt)

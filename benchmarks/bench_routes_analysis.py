@@ -146,7 +146,8 @@ for _, rb in _record_batches(files, cols, int(sys.argv[2])):
 SCAN_CHILD = """
 import sys
 from pathlib import Path
-from mismatchscope.analysis.routing import locate_routes, scan_routes
+from mismatchscope.analysis.route_scan import scan_routes
+from mismatchscope.routing.io import locate_routes
 run, note = locate_routes([Path(sys.argv[1]) / "tokens" / "part-00000.parquet"])
 scan = scan_routes(run)
 assert scan.completion.rows_flipped > 0
@@ -179,7 +180,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--keep", type=Path, default=None, help="write the runs here and keep them")
     args = ap.parse_args()
-    from mismatchscope.analysis.routing import ROUTE_BATCH_ROWS
+    from mismatchscope.analysis.route_scan import ROUTE_BATCH_ROWS
 
     root = args.keep or Path(tempfile.mkdtemp(prefix="bench-routes-"))
     run, dense = root / "moe-run", root / "dense-run"

@@ -119,9 +119,9 @@ def run_loop(profile: str, out: Path, *, steps: int = 8, prompts: int = 4, n: in
     import torch
 
     from mismatchscope.live import Recorder
-    from mismatchscope.probe.checkpoint import load_tokenizer
     from mismatchscope.probe.prompts import load_prompts
     from mismatchscope.probe.rewards import exact_match
+    from mismatchscope.probe.tokenizer import load_tokenizer
     from mismatchscope.probe.types import SamplingConfig, ScoreRequest
 
     torch.manual_seed(0)

@@ -618,7 +618,7 @@ def test_an_api_key_a_header_cannot_carry_is_one_line(tmp_path, key):
 
 
 def test_an_empty_top_logprobs_entry_is_refused_when_top_k_was_asked():
-    from mismatchscope.probe.samplers.vllm_server import _completion
+    from mismatchscope.probe.samplers.server_answers import completion_of as _completion
 
     choice = {"index": 0, "logprobs": {"tokens": ["token_id:5"], "token_logprobs": [-0.5], "top_logprobs": [{}]}}
     with pytest.raises(SamplerError) as e:

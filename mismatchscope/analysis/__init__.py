@@ -2,9 +2,13 @@
 
 One streaming pass over the token pairs, then assembly. Modules, by job:
 
-* ``engine``: the streaming pass (:func:`~.engine.analyse`): reads the
-  columns the outputs need, computes the per-token terms once per batch and
-  feeds the accumulators below; returns an ``AnalysisResult``.
+* ``engine``: the streaming pass (:func:`~.engine.analyse`) as plan, batch,
+  fold, finish: the request becomes a frozen plan once, the batches are
+  folded in file order, the finish returns an ``AnalysisResult``.
+* ``plan``: the ``AnalysisPlan`` and how its columns and reductions follow
+  from the request and the input.
+* ``batch``: one batch analysed from the plan: the per-token terms computed
+  once and handed to the accumulators below.
 * ``parallel``: each batch analysed on a worker thread into a partial result,
   the partials folded in file order (the same numbers on any number of cores).
 * ``validate``: what refuses an input (negative positions, non-finite
@@ -28,8 +32,11 @@ One streaming pass over the token pairs, then assembly. Modules, by job:
   ``compare-masks`` payload; ``readings`` reads the headline numbers against
   published yardsticks (and the policy-lag caveat).
 * ``worst``: the sequences with the largest mismatch, and their traces.
-* ``routing``: MoE runs: reads and checks ``routes/``, flip rates per MoE
-  layer (completion and prompt rows apart), the flip index the token pass
-  joins on (|log p - log q| on flipped tokens, the rules' flipped rejections);
-  ``routing_report`` turns them into the report's ``routing`` entry.
+* ``route_scan``: MoE runs: reads ``routes/`` once, flip rates per MoE layer
+  (completion and prompt rows apart), missing captures, margins;
+  ``route_columns`` decodes and checks a batch's route columns;
+  ``expert_sets`` compares the two sides' top-k sets (a sorting network);
+  ``route_join`` is the flip index the token pass joins on (|log p - log q|
+  on flipped tokens, the rules' flipped rejections); ``routing_report``
+  turns them into the report's ``routing`` entry.
 """

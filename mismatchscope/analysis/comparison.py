@@ -39,19 +39,7 @@ def assemble_masks(
         else:
             name, _, param = u.sweep.partition(".")
             sw = sweeps.setdefault(u.sweep, Sweep(rule=name, param=param, level=u.rule.level, points=[]))
-            sw.points.append(
-                SweepPoint(
-                    value=u.rule.params[param],
-                    hypothesis=row.hypothesis,
-                    token_reject_rate=row.token_reject_rate,
-                    token_reweight_rate=row.token_reweight_rate,
-                    tokens_rejected=row.tokens_rejected,
-                    tokens_reweighted=row.tokens_reweighted,
-                    sequences_with_rejection=row.sequences_with_rejection,
-                    sequences_rejected=row.sequences_rejected,
-                    sequence_reject_rate=row.sequence_reject_rate,
-                )
-            )
+            sw.points.append(_sweep_point(u.rule.params[param], row))
     return MasksResult(
         tokens=tokens,
         sequences=int(sequences),
@@ -63,4 +51,19 @@ def assemble_masks(
         sweeps=list(sweeps.values()),
         examples=extra["examples"],
         warnings=warnings,
+    )
+
+
+def _sweep_point(value, row: RuleRow) -> SweepPoint:
+    """One swept value's counts, from its unit's row."""
+    return SweepPoint(
+        value=value,
+        hypothesis=row.hypothesis,
+        token_reject_rate=row.token_reject_rate,
+        token_reweight_rate=row.token_reweight_rate,
+        tokens_rejected=row.tokens_rejected,
+        tokens_reweighted=row.tokens_reweighted,
+        sequences_with_rejection=row.sequences_with_rejection,
+        sequences_rejected=row.sequences_rejected,
+        sequence_reject_rate=row.sequence_reject_rate,
     )

@@ -1,40 +1,46 @@
-"""One streaming pass that feeds ``report`` and ``compare-masks`` alike.
+"""One streaming pass that feeds ``report`` and ``compare-masks`` alike: plan, batch, fold, finish.
 
-The pass reads only the columns the requested outputs need, computes the
-shared per-token terms once per batch (``divergence.token_terms``), and hands
-them to the token statistics, the per-sequence aggregator and the rule
-accumulator. Both commands (and ``probe``'s closing summary) call
-:func:`analyse`, so a number printed by one is the number printed by the other.
+The request becomes a frozen plan once (:func:`make_plan`: the columns to
+read, the reductions, the rule units, the run's routes located; how each
+follows is :mod:`.plan`); the routes are scanned; each batch is analysed on a
+worker thread by a pure function of the plan (:func:`~.batch.analyse_batch`, which computes the
+shared per-token terms once and hands them to the token statistics, the
+per-sequence aggregator and the rule units); the parts are folded in file
+order (:class:`_Fold`); and :func:`_finish` assembles the outputs. Both
+commands (and ``probe``'s closing summary) call :func:`analyse`, so a number
+printed by one is the number printed by the other.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import cast
+from functools import partial
 
 import numpy as np
 
-from ..divergence import TokenTerms, clamped_k_terms, token_terms
-from ..reader import Hygiene, RawBatch, Source, open_source, read_batches, token_keys
+from ..divergence import TokenTerms, token_terms
+from ..reader import Hygiene, RawBatch, Source, open_source, read_batches
+from ..routing.io import locate_routes
 from ..rules import RuleInstance, SequenceInputs
-from ..rules.sequence import k3_inverse, needs_inverse_k3
+from ..rules.sequence import needs_inverse_k3
 from ..schema import TOPK_COLUMNS
+from .batch import BatchPart, analyse_batch, topk_terms
 from .comparison import assemble_masks
-from .grouping import Groups, Op, SequenceAggregator
+from .grouping import SequenceAggregator
 from .masks import ROUTE_FLIPPED, MaskAccumulator, build_units
 from .parallel import ordered_map
-from .positions import PositionTracker, position_runs
+from .plan import AnalysisPlan, columns_to_read, reductions
+from .positions import PositionTracker
 from .quantiles import select_bins
-from .readings import interpret, policy_lag  # noqa: F401 - importable from here as before
-from .report import CHI2_SEQ_CLIP, assemble_report  # noqa: F401
+from .report import assemble_report
 from .results import MasksResult, Report
-from .routing import FlipIndex, GapTally, RoutingScan, locate_routes, scan_routes
+from .route_join import FlipIndex, GapTally
+from .route_scan import RoutingScan, scan_routes
 from .routing_report import routing_section, routing_warnings
-from .table import REDUCTIONS, SequenceTable, token_values
+from .table import SequenceTable
 from .tokenstats import RATIO_QUANTILES, TokenStats, centering_values
-from .topk import ScoreCentering, TopkBounds, score_centering, topk_bounds
-from .validate import check_advantage, check_not_empty, check_positions, overflow_warnings, position_warnings
+from .validate import check_not_empty, overflow_warnings, position_warnings
 
 
 @dataclass
@@ -68,22 +74,6 @@ class AnalysisResult:
     per_sequence: SequenceTable
 
 
-@dataclass
-class _Partial:
-    """What one batch contributes, computed on a worker thread and folded in file order."""
-
-    hygiene: Hygiene
-    runs: tuple | None
-    keys: np.ndarray
-    reduced: dict[str, np.ndarray]
-    stats: TokenStats | None
-    masks: MaskAccumulator | None
-    tokens: int
-    seen: tuple | None = None
-    """(terms, batch) for ``on_terms``; None when nobody asked."""
-    gap: GapTally | None = None
-
-
 def analyse(
     path: str,
     request: AnalysisRequest,
@@ -97,123 +87,114 @@ def analyse(
     Batches are analysed on ``workers`` threads (default: one per core, ``parallel.default_workers``)
     and folded in file order, so the result does not depend on the number of threads.
     """
-    source = open_source(path, mapping)
-    has_adv = source.has("advantage")
-    has_topk = all(source.has(c) for c in TOPK_COLUMNS)
-    columns = ["advantage"] if has_adv else []  # the per-sequence aggregator always sums it
-    if request.masks and request.examples:
-        columns += ["token_id"]
-    if request.report:
-        columns += ["trainer_entropy", "sampler_kept_logmass"]
-        if has_topk:
-            columns += ["token_id", *TOPK_COLUMNS] + [c for c in TRAINER_TOPK if source.has(c)]
-
-    columns += [c for c in request.also_read if source.has(c) and c not in columns]
-    units = build_units(request.rules, request.sweeps, has_adv) if request.masks else []
-    masks = MaskAccumulator(units, request.examples) if request.masks else None
-    wants_routes = request.routing and (request.report or request.masks)
-    scan, routes_note = _routes(source.files) if wants_routes else (None, None)
-    index: FlipIndex | None = scan.index if scan else None
-    if masks and index is not None:
-        masks.routed = True
-    stats = TokenStats()
-    ops: dict[str, Op] = dict(REDUCTIONS)
-    if has_adv:
-        ops["sum_adv"] = "sum"
-    clamped = bool(masks) and any(
-        u.rule.spec.fixed_level is None and u.rule.level == "sequence" for u in masks.seq_units
-    )
-    inverse_k3 = bool(masks) and needs_inverse_k3([u.rule for u in masks.seq_units])
-    if inverse_k3:  # k3-seq in AReaL's orientation
-        ops["sum_k3inv"] = "sum"
-    if clamped:  # verl-rs sums its estimators over l clamped to +-20
-        ops.update({"sum_ck1": "sum", "sum_ck2": "sum", "sum_ck3": "sum"})
-    if masks:
-        ops.update(dict.fromkeys(masks.per_token_columns(), "sum"))
-    if masks and index is not None:
-        ops[ROUTE_FLIPPED] = "sum"
-    seqagg = SequenceAggregator(ops)
-    hygiene = Hygiene()
-    positions = PositionTracker()
-    gap = GapTally()
-
-    def one_batch(raw: RawBatch) -> _Partial:
-        hyg = Hygiene()
-        batch = raw.clean(hyg)
-        t = token_terms(batch["trainer_logprob"], batch["sampler_logprob"])
-        pos = batch["position"]
-        check_positions(pos, source)
-        runs = position_runs(*token_keys(batch))  # dropped rows too: a token written twice is a duplicate
-        adv = batch.get("advantage")
-        check_advantage(adv)
-        groups = Groups(batch["sequence_id"])
-        per_tok = token_values(t)
-        if has_adv:
-            per_tok["sum_adv"] = cast(np.ndarray, adv)  # has_adv: the column was read
-        if clamped:
-            per_tok["sum_ck1"], per_tok["sum_ck2"], per_tok["sum_ck3"] = clamped_k_terms(t.log_ratio_T)
-        if inverse_k3:
-            per_tok["sum_k3inv"] = k3_inverse(t.log_ratio_T)
-        reduced = {k: (groups.counts() if k == "n_tokens_S" else groups.reduce(v, ops[k])) for k, v in per_tok.items()}
-        part_masks, part_gap, flipped_T = None, None, None
-        if index is not None:
-            part_gap = GapTally()
-            flipped_T = part_gap.add(index, batch["sequence_id"], pos, np.abs(t.log_ratio_T))
-        if masks:
-            part_masks = masks.spawn()
-            reduced.update(part_masks.add(t, adv, batch, groups, flipped_T))
-            if flipped_T is not None:
-                reduced[ROUTE_FLIPPED] = groups.count_at(np.flatnonzero(flipped_T))
-        part_stats = None
-        if request.report:
-            part_stats = stats.spawn()
-            ent = batch.get("trainer_entropy")
-            part_stats.add(t, pos, ent if ent is not None and np.isfinite(ent).all() else None)
-            if has_topk:
-                b, centering = _topk(batch, t)
-                part_stats.add_topk(b.tv_lower_T, b.kl_lower_T, b.sampler_mass_T)
-                part_stats.add_centering(centering)
-            if "sampler_kept_logmass" in batch:
-                part_stats.add_kept_mass(batch["sampler_kept_logmass"])
-        return _Partial(
-            hyg,
-            runs,
-            groups.keys,
-            reduced,
-            part_stats,
-            part_masks,
-            t.log_ratio_T.size,
-            (t, batch) if on_terms else None,
-            part_gap,
-        )
-
-    for part in ordered_map(one_batch, read_batches(source, columns, request.batch_rows), workers):
-        hygiene.merge(part.hygiene)
-        positions.add_runs(part.runs)
-        seqagg.add_reduced(part.keys, part.reduced)
-        if part.stats is not None:
-            stats.merge(part.stats)
-        if part.masks is not None:
-            assert masks is not None  # a part only carries masks when masks were asked for
-            masks.merge(part.masks)
-        if part.gap is not None:
-            gap.merge(part.gap)
+    plan = make_plan(path, request, mapping)
+    scan = scan_routes(plan.routes) if plan.routes is not None else None
+    fold = _Fold(plan, scan)
+    one_batch = partial(analyse_batch, plan, fold.index, fold.stats, on_terms is not None)
+    for part in ordered_map(one_batch, read_batches(plan.source, list(plan.columns), plan.batch_rows), workers):
+        fold.add(part)
         if on_terms and part.seen is not None:
             on_terms(*part.seen)
         if on_batch:
             on_batch(part.tokens)
+    if plan.report:
+        _refill_quantiles(plan.source, list(plan.columns), plan.batch_rows, fold.stats, workers)
+        fold.stats.gather_on(workers)
+    return _finish(fold)
 
-    if request.report:
-        _refill_quantiles(source, columns, request.batch_rows, stats, workers)
-        stats.gather_on(workers)
-    seq_ids, agg = seqagg.result()
+
+def make_plan(path: str, request: AnalysisRequest, mapping: dict[str, str] | None = None) -> AnalysisPlan:
+    """Open the input once and decide the pass: columns, reductions, rule units, routes (located, not yet read)."""
+    source = open_source(path, mapping)
+    has_adv = source.has("advantage")
+    units = tuple(build_units(request.rules, request.sweeps, has_adv)) if request.masks else ()
+    seq_rules = [u.rule for u in units if u.rule.level == "sequence"]
+    wants_routes = request.routing and (request.report or request.masks)
+    routes, note = locate_routes(source.files) if wants_routes else (None, None)
+    clamped = any(r.spec.fixed_level is None for r in seq_rules)
+    inverse_k3 = needs_inverse_k3(seq_rules)
+    flipped = request.masks and routes is not None and routes.both_sides
+    return AnalysisPlan(
+        path=path,
+        source=source,
+        columns=columns_to_read(source, request.report, request.masks and bool(request.examples), request.also_read),
+        ops=reductions(units if request.masks else None, has_adv, clamped, inverse_k3, flipped),
+        units=units,
+        report=request.report,
+        masks=request.masks,
+        examples=request.examples,
+        has_advantage=has_adv,
+        has_topk=all(source.has(c) for c in TOPK_COLUMNS),
+        clamped=clamped,
+        inverse_k3=inverse_k3,
+        routes=routes,
+        routes_note=note,
+        batch_rows=request.batch_rows,
+    )
+
+
+@dataclass
+class _Fold:
+    """The pass's running totals; each batch's part is added in file order."""
+
+    plan: AnalysisPlan
+    scan: RoutingScan | None
+    hygiene: Hygiene = field(default_factory=Hygiene)
+    positions: PositionTracker = field(default_factory=PositionTracker)
+    stats: TokenStats = field(default_factory=TokenStats)
+    gap: GapTally = field(default_factory=GapTally)
+    seqagg: SequenceAggregator = field(init=False)
+    masks: MaskAccumulator | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.seqagg = SequenceAggregator(dict(self.plan.ops))
+        self.masks = None
+        if self.plan.masks:
+            self.masks = MaskAccumulator([u.fresh() for u in self.plan.units], self.plan.examples)
+            self.masks.routed = self.plan.joins_routes
+
+    @property
+    def index(self) -> FlipIndex | None:
+        """The routes' flip index the tokens join on (None: no routes, or only one side recorded them)."""
+        return self.scan.index if self.scan is not None else None
+
+    def add(self, part: BatchPart) -> None:
+        self.hygiene.merge(part.hygiene)
+        self.positions.add_runs(part.runs)
+        self.seqagg.add_reduced(part.keys, part.reduced)
+        if part.stats is not None:
+            self.stats.merge(part.stats)
+        if part.masks is not None:
+            assert self.masks is not None  # a part only carries masks when masks were asked for
+            self.masks.merge(part.masks)
+        if part.gap is not None:
+            self.gap.merge(part.gap)
+
+
+def _finish(fold: _Fold) -> AnalysisResult:
+    """The pass's outputs from its totals: the per-sequence table, warnings, the report and the rule counts."""
+    plan, scan = fold.plan, fold.scan
+    seq_ids, agg = fold.seqagg.result()
     table = SequenceTable.from_reduced(seq_ids, agg, agg.get("sum_adv"))
     n_tokens = int(table.n_tokens_S.sum()) if seq_ids.size else 0
-    check_not_empty(path, n_tokens, hygiene, source)
-    warnings = source.warnings + hygiene.warnings() + position_warnings(positions.finish())
+    check_not_empty(plan.path, n_tokens, fold.hygiene, plan.source)
+    warnings = plan.source.warnings + fold.hygiene.warnings() + position_warnings(fold.positions.finish())
     warnings += overflow_warnings(table.max_l_S)
-    warnings += ([routes_note] if routes_note else []) + (routing_warnings(scan) if scan else [])
-    seq = SequenceInputs(
+    warnings += ([plan.routes_note] if plan.routes_note else []) + (routing_warnings(scan) if scan else [])
+    seq = _sequence_inputs(plan, table, agg)
+    report = None
+    if plan.report:
+        routing = routing_section(scan, fold.gap if fold.index is not None else None) if scan is not None else None
+        report = assemble_report(fold.stats, seq, table, plan.source.run_config, n_tokens, warnings, routing)
+    mask_out = _masks_out(fold, seq, table, agg, n_tokens, warnings) if fold.masks is not None else None
+    return AnalysisResult(
+        n_tokens, int(seq_ids.size), report, mask_out, warnings, plan.source.run_config, plan.source, table
+    )
+
+
+def _sequence_inputs(plan: AnalysisPlan, table: SequenceTable, agg: dict[str, np.ndarray]) -> SequenceInputs:
+    """What the sequence rules read, per sequence, from the folded reductions."""
+    return SequenceInputs(
         n_tokens_S=table.n_tokens_S,
         seq_log_ratio_S=table.sum_l_S,
         min_log_ratio_S=table.min_l_S,
@@ -223,54 +204,27 @@ def analyse(
         clamped_sum_k1_S=agg.get("sum_ck1"),
         clamped_sum_k2_S=agg.get("sum_ck2"),
         clamped_sum_k3_S=agg.get("sum_ck3"),
-        mean_k3_inverse_S=agg["sum_k3inv"] / table.n_tokens_S if inverse_k3 else None,
+        mean_k3_inverse_S=agg["sum_k3inv"] / table.n_tokens_S if plan.inverse_k3 else None,
     )
-    report = None
-    if request.report:
-        routing = routing_section(scan, gap if index is not None else None) if scan is not None else None
-        report = assemble_report(stats, seq, table, source.run_config, n_tokens, warnings, routing)
-    mask_out = None
-    if masks:
-        mask_columns = {k: agg[k] for k in masks.per_token_columns()}
-        with np.errstate(over="ignore"):  # a sequence's geometric ratio exp(mean l) may overflow to inf, as it should
-            if index is not None:
-                mask_columns[ROUTE_FLIPPED] = agg[ROUTE_FLIPPED]
-            mask_out = assemble_masks(masks, seq, mask_columns, n_tokens, seq_ids.size, has_adv, warnings)
-        if index is not None:
-            mask_out.route_flipped_tokens = gap.flipped_n
-        table.rules = masks.rule_columns(mask_columns, table.n_tokens_S)
-    return AnalysisResult(n_tokens, int(seq_ids.size), report, mask_out, warnings, source.run_config, source, table)
 
 
-def _routes(files) -> tuple[RoutingScan | None, str | None]:
-    """The run's routes scanned once before the token pass (the pass joins on their flip index), or why not."""
-    run, note = locate_routes(files)
-    return (scan_routes(run) if run else None), note
-
-
-TRAINER_TOPK = ("trainer_topk_ids",)
-"""the trainer's own top-k the report reads: its ids feed the overlap. Its logprobs feed no number, so they
-are not read (decoding them would cost a probe run's report 10-15%), and what no number uses cannot
-make one wrong."""
-
-
-def _topk(batch: dict, t: TokenTerms) -> tuple[TopkBounds, ScoreCentering]:
-    """One batch's top-k lower bounds and score-centering statistics (the batch has the top-k columns).
-
-    ``t``: the batch's token terms, whose probabilities the bounds reuse.
-    """
-    b = topk_bounds(
-        batch["token_id"],
-        batch["sampler_logprob"],
-        batch["trainer_logprob"],
-        batch["sampler_topk_ids"],
-        batch["sampler_topk_logprobs"],
-        batch["trainer_logprobs_at_sampler_topk"],
-        batch["sequence_id"],
-        batch["position"],
-        (t.q_T, t.p_T),
-    )
-    return b, score_centering(b, batch["sampler_topk_ids"], batch.get("trainer_topk_ids"))
+def _masks_out(
+    fold: _Fold, seq: SequenceInputs, table: SequenceTable, agg: dict[str, np.ndarray], n_tokens: int, warnings
+) -> MasksResult:
+    """compare-masks' result; the rules' per-sequence columns go into ``table``."""
+    masks, routed = fold.masks, fold.index is not None
+    assert masks is not None  # called only when masks were asked for
+    mask_columns = {k: agg[k] for k in masks.per_token_columns()}
+    with np.errstate(over="ignore"):  # a sequence's geometric ratio exp(mean l) may overflow to inf, as it should
+        if routed:
+            mask_columns[ROUTE_FLIPPED] = agg[ROUTE_FLIPPED]
+        out = assemble_masks(
+            masks, seq, mask_columns, n_tokens, table.sequence_id_S.size, fold.plan.has_advantage, warnings
+        )
+    if routed:
+        out.route_flipped_tokens = fold.gap.flipped_n
+    table.rules = masks.rule_columns(mask_columns, table.n_tokens_S)
+    return out
 
 
 def _refill_quantiles(
@@ -301,7 +255,7 @@ def _refill_quantiles(
         t = token_terms(batch["trainer_logprob"], batch["sampler_logprob"])
         values = {"log_ratio": t.log_ratio_T}
         if centering:
-            values.update(centering_values(_topk(batch, t)[1]))
+            values.update(centering_values(topk_terms(batch, t)[1]))
         return {name: select_bins(values[name], wanted[name]) for name in todo}
 
     for kept in ordered_map(one_batch, read_batches(source, cols, batch_rows), workers):

@@ -194,48 +194,66 @@ class MaskAccumulator:
 
         ``flipped_T`` (runs with routes): which tokens went through different experts on the two sides.
         """
-        per_seq: dict[str, np.ndarray] = {}
-        rejected_rows = []
         qi, sign = tail_codes(t)
-        n_tail = N_Q * len(SIGNS)
         tail = qi * len(SIGNS) + sign  # sampler-probability bucket and sign of p - q, in one code
-        by_tail = np.bincount(tail, minlength=n_tail).reshape(N_Q, len(SIGNS))
-        self.tokens_by_q += by_tail.sum(axis=1)
-        self.tokens_by_pq_sign += by_tail.sum(axis=0)
-        if self.seq_units:  # tokens per bucket and sign in each sequence: what a rejected sequence takes with it
-            per_run = groups.count_codes(tail, n_tail).reshape(groups.n, N_Q, len(SIGNS))
-            for j in range(N_Q):
-                per_seq[f"q{j}"] = per_run[:, j, :].sum(axis=1)
-            for j in range(len(SIGNS)):
-                per_seq[f"s{j}"] = per_run[:, :, j].sum(axis=1)
+        per_seq = self._tail_sums(tail, groups)
         adv_sign = sign_code(advantage_T, 0.0) if advantage_T is not None else None
+        rejected_rows = []
         for i, u in enumerate(self.token_units):
             v = token_verdicts(u, t, advantage_T)
-            rej, rew = v.rejected, v.reweighted
-            # rejections and reweights are rare: count them through their indices, not over every token
-            rej_at, rew_at = np.flatnonzero(rej), np.flatnonzero(rew)
-            u.tokens_rejected += int(rej_at.size)
-            u.tokens_reweighted += int(rew_at.size)
-            if flipped_T is not None:
-                u.flipped_rejected += int(flipped_T[rej_at].sum())
-            if u.rule.spec.acts == "reject":
-                cut = np.bincount(tail[rej_at], minlength=n_tail).reshape(N_Q, len(SIGNS))
-                u.rejected_by_q += cut.sum(axis=1)
-                u.rejected_by_pq_sign += cut.sum(axis=0)
-            if adv_sign is not None and u.hypothesis == "data":
-                by_sign = np.bincount(adv_sign[rej_at], minlength=3)
-                for k, name in enumerate(("A>0", "A<0", "A=0")):
-                    u.rejected_by_sign[name] += int(by_sign[k])
+            rej_at, rew_at = self._count_unit(u, v.rejected, v.reweighted, tail, adv_sign, flipped_T)
             per_seq[f"rej{i}"] = groups.count_at(rej_at)
             per_seq[f"rew{i}"] = groups.count_at(rew_at)
             if u in self.agree_token:
-                rejected_rows.append(rej)
+                rejected_rows.append(v.rejected)
         if rejected_rows:
             m = np.stack(rejected_rows)
             self.pair_counts += pair_counts(m)
             if self.n_examples:
                 self._collect_examples(m, t, batch)
         return per_seq
+
+    def _tail_sums(self, tail: np.ndarray, groups: Groups) -> dict[str, np.ndarray]:
+        """Count the batch's tokens by bucket and sign; with sequence rules, also per sequence (what a
+        rejected sequence takes with it)."""
+        n_tail = N_Q * len(SIGNS)
+        by_tail = np.bincount(tail, minlength=n_tail).reshape(N_Q, len(SIGNS))
+        self.tokens_by_q += by_tail.sum(axis=1)
+        self.tokens_by_pq_sign += by_tail.sum(axis=0)
+        per_seq: dict[str, np.ndarray] = {}
+        if self.seq_units:
+            per_run = groups.count_codes(tail, n_tail).reshape(groups.n, N_Q, len(SIGNS))
+            for j in range(N_Q):
+                per_seq[f"q{j}"] = per_run[:, j, :].sum(axis=1)
+            for j in range(len(SIGNS)):
+                per_seq[f"s{j}"] = per_run[:, :, j].sum(axis=1)
+        return per_seq
+
+    @staticmethod
+    def _count_unit(
+        u: Unit,
+        rej: np.ndarray,
+        rew: np.ndarray,
+        tail: np.ndarray,
+        adv_sign: np.ndarray | None,
+        flipped_T: np.ndarray | None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Add one token unit's verdicts on the batch to its counts; returns the rejected and reweighted indices."""
+        # rejections and reweights are rare: count them through their indices, not over every token
+        rej_at, rew_at = np.flatnonzero(rej), np.flatnonzero(rew)
+        u.tokens_rejected += int(rej_at.size)
+        u.tokens_reweighted += int(rew_at.size)
+        if flipped_T is not None:
+            u.flipped_rejected += int(flipped_T[rej_at].sum())
+        if u.rule.spec.acts == "reject":
+            cut = np.bincount(tail[rej_at], minlength=N_Q * len(SIGNS)).reshape(N_Q, len(SIGNS))
+            u.rejected_by_q += cut.sum(axis=1)
+            u.rejected_by_pq_sign += cut.sum(axis=0)
+        if adv_sign is not None and u.hypothesis == "data":
+            by_sign = np.bincount(adv_sign[rej_at], minlength=3)
+            for k, name in enumerate(("A>0", "A<0", "A=0")):
+                u.rejected_by_sign[name] += int(by_sign[k])
+        return rej_at, rew_at
 
     def _collect_examples(self, rej: np.ndarray, t: TokenTerms, batch: dict) -> None:
         votes = rej.sum(axis=0)

@@ -12,51 +12,61 @@ from .results import Reading, TokenMetrics
 
 def interpret(metrics: TokenMetrics, run: dict | None) -> list[Reading]:
     """Short readings against published yardsticks, each with its source."""
-    out = []
     lag = policy_lag(run)
-    tv = metrics.tv_token_mean
-    if tv is not None:
-        if tv < 0.005:
-            verdict = "normal (below 0.005)"
-        elif tv <= 0.01:
-            verdict = "elevated (0.005 to 0.01)"
-        elif lag is None:
-            verdict = "high (above 0.01): points at an inference precision problem"
-        else:  # the yardstick is for numerics alone; lag moves the distributions by itself
-            verdict = "high (above 0.01); with policy lag in the gap, not a verdict on inference precision"
-        out.append(
-            Reading(
-                TV_TOKEN_MEAN.name,
-                tv,
-                verdict,
-                "verl FAQ on rollout_probs_diff (<0.005 normal, >0.01 precision problem)",
-            )
-        )
-    k3 = metrics.k3_mean
-    if k3 is not None:
-        reading = (
-            "around or below the ~1e-3 typical of healthy runs"
-            if k3 <= 2e-3
-            else "well above the ~1e-3 typical of healthy runs"
-        )
-        out.append(Reading(K3_MEAN.name, k3, reading, "NeMo-RL gen_kl_error (~1e-3 typical)"))
-    cut = f"{RATIO_BAND[1]:g}"  # r > 2 or r < 1/2
-    tail = metrics.ratio_tail_high.get(cut)
-    low = metrics.ratio_tail_low.get(cut)
-    if tail is not None and low is not None:
-        frac = tail + low
-        band = f"[{RATIO_BAND[0]:g}, {RATIO_BAND[1]:g}]"
-        out.append(
-            Reading(
-                f"ratio outside {band}",
-                frac,
-                f"{frac:.2%} of tokens would be rejected by a {band} token mask",
-                "SkyRL/TRL token_mask defaults",
-            )
-        )
+    out = [
+        r
+        for r in (_tv_reading(metrics.tv_token_mean, lag), _k3_reading(metrics.k3_mean), _band_reading(metrics))
+        if r is not None
+    ]
     if lag is not None:
         out.append(Reading("trainer_logprob", None, lag, "file metadata"))
     return out
+
+
+def _tv_reading(tv: float | None, lag: str | None) -> Reading | None:
+    """TV against verl's yardstick (a yardstick for numerics alone: with policy lag, not a verdict)."""
+    if tv is None:
+        return None
+    if tv < 0.005:
+        verdict = "normal (below 0.005)"
+    elif tv <= 0.01:
+        verdict = "elevated (0.005 to 0.01)"
+    elif lag is None:
+        verdict = "high (above 0.01): points at an inference precision problem"
+    else:  # the yardstick is for numerics alone; lag moves the distributions by itself
+        verdict = "high (above 0.01); with policy lag in the gap, not a verdict on inference precision"
+    return Reading(
+        TV_TOKEN_MEAN.name, tv, verdict, "verl FAQ on rollout_probs_diff (<0.005 normal, >0.01 precision problem)"
+    )
+
+
+def _k3_reading(k3: float | None) -> Reading | None:
+    """k3 against NeMo-RL's typical value."""
+    if k3 is None:
+        return None
+    reading = (
+        "around or below the ~1e-3 typical of healthy runs"
+        if k3 <= 2e-3
+        else "well above the ~1e-3 typical of healthy runs"
+    )
+    return Reading(K3_MEAN.name, k3, reading, "NeMo-RL gen_kl_error (~1e-3 typical)")
+
+
+def _band_reading(metrics: TokenMetrics) -> Reading | None:
+    """The share of tokens outside the default token mask's band (``RATIO_BAND``): what it would reject."""
+    cut = f"{RATIO_BAND[1]:g}"  # r > 2 or r < 1/2
+    tail = metrics.ratio_tail_high.get(cut)
+    low = metrics.ratio_tail_low.get(cut)
+    if tail is None or low is None:
+        return None
+    frac = tail + low
+    band = f"[{RATIO_BAND[0]:g}, {RATIO_BAND[1]:g}]"
+    return Reading(
+        f"ratio outside {band}",
+        frac,
+        f"{frac:.2%} of tokens would be rejected by a {band} token mask",
+        "SkyRL/TRL token_mask defaults",
+    )
 
 
 def policy_lag(run: dict | None) -> str | None:

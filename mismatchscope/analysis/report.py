@@ -41,29 +41,16 @@ def assemble_report(
     routing: Routing | None = None,
 ) -> Report:
     """The ``report`` result: token metrics, sequence metrics, top-k bounds, breakdowns and readings."""
-    S = seq.seq_log_ratio_S
-    mean_l = seq.mean_log_ratio_S
-    with np.errstate(over="ignore"):
-        geo = np.exp(mean_l)
-    chi2_seq = float(np.mean(np.exp(2 * np.clip(S, -CHI2_SEQ_CLIP, CHI2_SEQ_CLIP))) - 1.0)
+    sequence_metrics = _sequence_metrics(seq, table)
     metrics = stats.metrics()
     topk = stats.topk()
-    metrics.seq_log_ratio_mean = _f(S.mean())
-    metrics.geo_ratio_mean = _f(geo.mean())
+    metrics.seq_log_ratio_mean = sequence_metrics.seq_log_ratio.mean
+    metrics.geo_ratio_mean = sequence_metrics.geo_ratio.mean
     metrics.tv_topk_lower_mean = topk.tv_topk_lower_mean if topk else None
     metrics.kl_topk_lower_mean = topk.kl_topk_lower_mean if topk else None
-    sequence_metrics = SequenceMetrics(
-        seq_log_ratio=Distribution(_f(S.mean()), _quantiles(S)),
-        geo_ratio=Distribution(_f(geo.mean()), _quantiles(geo)),
-        max_tv=Distribution(_f(table.max_tv_S.mean()), _quantiles(table.max_tv_S)),
-        log_ppl_diff=Distribution(_f((-mean_l).mean()), _quantiles(-mean_l)),
-        chi2_seq=_f(chi2_seq),
-        chi2_seq_clip=CHI2_SEQ_CLIP,
-        length=Lengths(_f(seq.n_tokens_S.mean()), int(seq.n_tokens_S.max())),
-    )
     return Report(
         tokens=tokens,
-        sequences=int(S.size),
+        sequences=int(seq.seq_log_ratio_S.size),
         metrics=metrics,
         sequence_metrics=sequence_metrics,
         topk=topk,
@@ -74,4 +61,22 @@ def assemble_report(
         routing=routing,
         warnings=warnings,
         run=run_config,
+    )
+
+
+def _sequence_metrics(seq: SequenceInputs, table: SequenceTable) -> SequenceMetrics:
+    """The per-sequence distributions (S, the geometric ratio, the largest TV, the log-perplexity gap) and chi2_seq."""
+    S = seq.seq_log_ratio_S
+    mean_l = seq.mean_log_ratio_S
+    with np.errstate(over="ignore"):
+        geo = np.exp(mean_l)
+    chi2_seq = float(np.mean(np.exp(2 * np.clip(S, -CHI2_SEQ_CLIP, CHI2_SEQ_CLIP))) - 1.0)
+    return SequenceMetrics(
+        seq_log_ratio=Distribution(_f(S.mean()), _quantiles(S)),
+        geo_ratio=Distribution(_f(geo.mean()), _quantiles(geo)),
+        max_tv=Distribution(_f(table.max_tv_S.mean()), _quantiles(table.max_tv_S)),
+        log_ppl_diff=Distribution(_f((-mean_l).mean()), _quantiles(-mean_l)),
+        chi2_seq=_f(chi2_seq),
+        chi2_seq_clip=CHI2_SEQ_CLIP,
+        length=Lengths(_f(seq.n_tokens_S.mean()), int(seq.n_tokens_S.max())),
     )

@@ -12,7 +12,9 @@ import numpy as np
 
 from ..routing.layout import SIDES, RoutingMeta
 from .results import FlipGap, LayerFlipRate, MarginBucket, MissingCaptures, RouteSide, RouteSides, Routing
-from .routing import MARGIN_EDGES, GapTally, LayerFlips, RoutingScan
+from .route_columns import MARGIN_EDGES
+from .route_join import GapTally
+from .route_scan import LayerFlips, RoutingScan
 
 MOST_MISSING = 0.5
 """a recorded side with more than this share of its MoE-layer entries missing is warned about loudly."""
@@ -72,13 +74,7 @@ def routing_section(scan: RoutingScan, gap: GapTally | None) -> Routing:
     out.prompt_rows_flipped = p.rows_flipped
     out.prompt_route_flip_rate_by_layer = _by_layer(meta, p)
     if gap is not None:
-        out.abs_logprob_diff = FlipGap(
-            flipped_mean=_rate_f(gap.flipped_abs_l, gap.flipped_n),
-            flipped_tokens=gap.flipped_n,
-            unflipped_mean=_rate_f(gap.unflipped_abs_l, gap.unflipped_n),
-            unflipped_tokens=gap.unflipped_n,
-            tokens_without_routes=gap.unrouted_n,
-        )
+        out.abs_logprob_diff = _flip_gap(gap)
         out.routing_share_of_gap = _rate_f(gap.flipped_abs_l, gap.total_abs_l)
     if scan.has_margin:
         out.by_trainer_margin = [
@@ -86,6 +82,17 @@ def routing_section(scan: RoutingScan, gap: GapTally | None) -> Routing:
             for b, n, f in zip(margin_labels(), scan.margin_compared, scan.margin_flipped)
         ]
     return out
+
+
+def _flip_gap(gap: GapTally) -> FlipGap:
+    """|log p - log q| on flipped and on unflipped tokens, and how many tokens had no compared route."""
+    return FlipGap(
+        flipped_mean=_rate_f(gap.flipped_abs_l, gap.flipped_n),
+        flipped_tokens=gap.flipped_n,
+        unflipped_mean=_rate_f(gap.unflipped_abs_l, gap.unflipped_n),
+        unflipped_tokens=gap.unflipped_n,
+        tokens_without_routes=gap.unrouted_n,
+    )
 
 
 def _rate_f(num: float, den: float) -> float | None:

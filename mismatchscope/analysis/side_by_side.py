@@ -20,6 +20,7 @@ the rule reads the advantage and the sequence's is 0, else under ``other``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -33,7 +34,7 @@ from ..rules.base import parse_overrides
 from ..rules.readings import DEFAULT, READINGS, readings_of, split_name
 from .evaluate import HYPOTHESES, token_verdicts
 from .masks import Unit
-from .results import Hypothesis, RuleParams
+from .results import Hypothesis, RuleParams, RuleRow
 
 CATEGORIES = ("A = 0", "p or q = 1", "at threshold", "other")
 
@@ -147,6 +148,31 @@ def side_by_side(path: str, text: str, mapping: dict[str, str] | None = None) ->
     rules = parse_readings(text)
     acts = rules[0].spec.acts
     diffs = Differences()
+    token_level = rules[0].level == "token"
+    result = analyse(
+        path,
+        AnalysisRequest(report=False, masks=True, rules=rules),
+        mapping,
+        on_terms=_token_differences(rules, diffs) if token_level else None,
+    )
+    assert result.masks is not None  # masks=True
+    if not token_level:
+        _sequence_differences(result, rules, diffs)
+    return SideBySide(
+        result.tokens,
+        result.sequences,
+        rules[0].spec.name,
+        acts,
+        rules[0].level,
+        rules[0].reading or DEFAULT,
+        [_reading_row(row, rules, diffs) for row in result.masks.rules],
+        result.warnings,
+    )
+
+
+def _token_differences(rules: list[RuleInstance], diffs: Differences) -> Callable[[TokenTerms, dict], None]:
+    """The pass's ``on_terms``: each batch's tokens where a reading acts and the first does not, or the reverse."""
+    acts = rules[0].spec.acts
 
     def on_terms(t: TokenTerms, batch: dict) -> None:
         adv = batch.get("advantage")
@@ -157,45 +183,26 @@ def side_by_side(path: str, text: str, mapping: dict[str, str] | None = None) ->
             for i in range(1, len(rules)):
                 diffs.add((i, h), cat, acted[0], acted[i])
 
-    token_level = rules[0].level == "token"
-    result = analyse(
-        path,
-        AnalysisRequest(report=False, masks=True, rules=rules),
-        mapping,
-        on_terms=on_terms if token_level else None,
-    )
-    assert result.masks is not None  # masks=True
-    rows = result.masks.rules
-    if not token_level:
-        _sequence_differences(result, rules, diffs)
-    out_rows = []
-    for row in rows:
-        i = next(k for k, r in enumerate(rules) if r.name == row.name)
-        key = (i, row.hypothesis)
-        parted = i > 0 and key in diffs.by_key
-        out_rows.append(
-            ReadingRow(
-                rules[i].reading or DEFAULT,
-                row.name,
-                row.params,
-                row.hypothesis,
-                row.tokens_rejected if acts == "reject" else row.tokens_reweighted,
-                row.token_reject_rate if acts == "reject" else row.token_reweight_rate,
-                row.sequences_rejected,
-                dict(zip(CATEGORIES, map(int, diffs.by_key[key]))) if parted else None,
-                diffs.first_only[key] if parted else None,
-                diffs.this_only[key] if parted else None,
-            )
-        )
-    return SideBySide(
-        result.tokens,
-        result.sequences,
-        rules[0].spec.name,
-        acts,
-        rules[0].level,
-        rules[0].reading or DEFAULT,
-        out_rows,
-        result.warnings,
+    return on_terms
+
+
+def _reading_row(row: RuleRow, rules: list[RuleInstance], diffs: Differences) -> ReadingRow:
+    """One reading under one hypothesis: its counts, and how it parts from the first reading."""
+    acts = rules[0].spec.acts
+    i = next(k for k, r in enumerate(rules) if r.name == row.name)
+    key = (i, row.hypothesis)
+    parted = i > 0 and key in diffs.by_key
+    return ReadingRow(
+        rules[i].reading or DEFAULT,
+        row.name,
+        row.params,
+        row.hypothesis,
+        row.tokens_rejected if acts == "reject" else row.tokens_reweighted,
+        row.token_reject_rate if acts == "reject" else row.token_reweight_rate,
+        row.sequences_rejected,
+        dict(zip(CATEGORIES, map(int, diffs.by_key[key]))) if parted else None,
+        diffs.first_only[key] if parted else None,
+        diffs.this_only[key] if parted else None,
     )
 
 

@@ -51,6 +51,27 @@ def _flat(arr: pa.Array, name: str) -> tuple[np.ndarray, np.ndarray]:
     return to_numpy(flat), offsets
 
 
+def _check_aligned(
+    ends: np.ndarray,
+    ends_s: np.ndarray,
+    ends_t: np.ndarray,
+    sequence_id_T: np.ndarray | None,
+    position_T: np.ndarray | None,
+) -> None:
+    """The three top-k lists of every token have one length (their offsets, from 0, are equal), or the first
+    token where they do not is named."""
+    if np.array_equal(ends, ends_s) and np.array_equal(ends, ends_t):
+        return
+    n_ids, n_s, n_t = np.diff(ends), np.diff(ends_s), np.diff(ends_t)
+    bad = int(np.flatnonzero((n_ids != n_s) | (n_ids != n_t))[0])
+    where = ""
+    if sequence_id_T is not None and position_T is not None:
+        where = f" at sequence {int(sequence_id_T[bad])} position {int(position_T[bad])}"
+    raise InputError(
+        f"top-k lists are misaligned{where}: {n_ids[bad]} ids, {n_s[bad]} sampler logprobs, {n_t[bad]} trainer logprobs"
+    )
+
+
 def topk_bounds(
     token_id_T: np.ndarray,
     sampler_logprob_T: np.ndarray,
@@ -72,16 +93,7 @@ def topk_bounds(
     slp, ends_s = _flat(topk_sampler_lp, "sampler_topk_logprobs")
     tlp, ends_t = _flat(topk_trainer_lp, "trainer_logprobs_at_sampler_topk")
     n_ids = np.diff(ends)
-    if not (np.array_equal(ends, ends_s) and np.array_equal(ends, ends_t)):  # offsets from 0: the same lengths
-        n_s, n_t = np.diff(ends_s), np.diff(ends_t)
-        bad = int(np.flatnonzero((n_ids != n_s) | (n_ids != n_t))[0])
-        where = ""
-        if sequence_id_T is not None and position_T is not None:
-            where = f" at sequence {int(sequence_id_T[bad])} position {int(position_T[bad])}"
-        raise InputError(
-            f"top-k lists are misaligned{where}: {n_ids[bad]} ids, {n_s[bad]} sampler logprobs, "
-            f"{n_t[bad]} trainer logprobs"
-        )
+    _check_aligned(ends, ends_s, ends_t, sequence_id_T, position_T)
     n = token_id_T.shape[0]
     if probs is None:
         with np.errstate(over="ignore"):
@@ -95,19 +107,9 @@ def topk_bounds(
     for a in range(0, n, BLOCK_ROWS):
         b = min(n, a + BLOCK_ROWS)
         lo, hi = int(ends[a]), int(ends[b])
-        _bounds_block(
-            out,
-            slice(a, b),
-            token_id_T[a:b],
-            sampler_logprob_T[a:b],
-            trainer_logprob_T[a:b],
-            q_T[a:b],
-            p_T[a:b],
-            ids[lo:hi],
-            slp[lo:hi],
-            tlp[lo:hi],
-            n_ids[a:b],
-        )
+        rows, lists = slice(a, b), slice(lo, hi)
+        token_side = (token_id_T[rows], sampler_logprob_T[rows], trainer_logprob_T[rows], q_T[rows], p_T[rows])
+        _bounds_block(out, rows, *token_side, ids[lists], slp[lists], tlp[lists], n_ids[rows])
     return out
 
 

@@ -210,3 +210,70 @@ def engine_args(items: list[str] | None) -> dict:
         except json.JSONDecodeError:
             out[key.strip()] = raw
     return out
+
+
+# ------------------------------------------------------------ engine options of probe, rescore and diagnose
+# The flags these commands share, declared once. Where one flag's help differs between the commands (it means
+# a little more for one of them), the declaration takes that help as its argument.
+
+TrainerDeviceOpt = typer.Option(None, "--trainer-device")
+Fp32HeadOpt = typer.Option(
+    False, "--fp32-lm-head", help="fp32 lm_head on BOTH sides (one side only makes mismatch worse)."
+)
+TrainerFp32HeadAliasOpt = typer.Option(False, "--trainer-fp32-lm-head", "--fp32-lm-head")
+"""rescore's: it has only a trainer, so both spellings set the trainer's head."""
+ReplayRoutesOpt = typer.Option(
+    False,
+    "--replay-routes",
+    help="MoE: score the trainer with its expert ids forced to the sampler's recorded ones (gate weights from "
+    "the trainer's own router at those ids).",
+)
+ReplayWeightsOpt = typer.Option(
+    False, "--replay-weights", help="With --replay-routes: also use the sampler's recorded gate weights."
+)
+RoutesOpt = typer.Option(True, "--routes/--no-routes", help="MoE: record both sides' expert routes in routes/.")
+VerboseOpt = typer.Option(
+    False,
+    "--verbose",
+    help="Show the engines' own output (vLLM, torch, transformers) live. Default: it goes to engine.log in the run "
+    "directory, and the probe says where.",
+)
+FullVocabOpt = typer.Option(
+    False,
+    "--full-vocab",
+    help="Also record, per position, a digest of each side's whole log-prob row (float32 bytes) and the largest "
+    "difference and its id (--sampler hf): certify --full-vocab compares whole distributions.",
+)
+ImportedTemperatureOpt = typer.Option(
+    None,
+    "--temperature",
+    help="An imported run: the temperature its sampler ran at (required: no stack's dump records it; the "
+    "trainer divides its logits by it). A probe run keeps its own.",
+    show_default=False,
+)
+"""rescore's --temperature: only an imported run takes one (probe and diagnose: TemperatureOpt)."""
+
+
+def sampler_option(default: str | None, help: str, *, show_default: bool = True) -> Any:
+    """``--sampler``: the engines a command can start (probe reaches servers too; diagnose starts its own)."""
+    return typer.Option(default, "--sampler", help=help, show_default=show_default)
+
+
+def seed_option(help: str | None = None) -> Any:
+    """``--seed`` of the sampling (diagnose: and of its bootstrap)."""
+    return typer.Option(0, "--seed", help=help)
+
+
+def device_map_option(help: str | None = None) -> Any:
+    """``--device-map``: the trainer's accelerate device map."""
+    return typer.Option(None, "--device-map", help=help)
+
+
+def resume_option(help: str | None = None) -> Any:
+    """``--resume``: continue a run directory that was interrupted."""
+    return typer.Option(False, "--resume", help=help)
+
+
+def trainer_checkpoint_option(help: str) -> Any:
+    """``--trainer-checkpoint``: other weights of the same model for the trainer (policy lag)."""
+    return typer.Option(None, "--trainer-checkpoint", metavar="PATH", help=help)

@@ -5,14 +5,15 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from ..progress import Progress
 from ._streams import stderr_console
 
 if TYPE_CHECKING:
     from rich.progress import TaskID
 
 
-class Bars:
-    """Rich progress bars on stderr for the probe's stages.
+class Bars(Progress):
+    """Rich progress bars on stderr for the probe's stages (the library's :class:`~mismatchscope.progress.Progress`).
 
     Started on the first stage or note, so an error found by the checks that
     run first stays the only line on stderr.
@@ -22,12 +23,12 @@ class Bars:
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
-            Progress,
             TextColumn,
             TimeElapsedColumn,
         )
+        from rich.progress import Progress as RichProgress
 
-        self._p = Progress(
+        self._p = RichProgress(
             TextColumn("{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),

@@ -42,14 +42,14 @@ def stdout_console():
 
 
 def stderr_console():
-    """The terminal's stderr, also while the engines' output is sent to their log (see ``probe.engine_log``).
+    """The terminal's stderr, also while the engines' output is sent to their log (see ``mismatchscope.terminal``).
 
     On a terminal a long warning is wrapped between words at its width (the terminal's own wrap would cut
     words and paths); to a pipe or a file each message stays one line, whole for ``grep``.
     """
     from rich.console import Console
 
-    from ..probe.engine_log import terminal
+    from ..terminal import terminal
 
     return Console(file=terminal, soft_wrap=not terminal.isatty())  # type: ignore[arg-type]
 

@@ -103,7 +103,8 @@ def compare_masks(
     if format is OutputFormat.json:
         emit_json(masks_payload(result))
         return
-    from ..render.tables import header, masks_tables
+    from ..render.masks import masks_tables
+    from ..render.tables import header
 
     console = stdout_console()
     header(console, result)
@@ -207,7 +208,7 @@ def _report_request(rule: list[str] | None, sweep: list[str] | None, pictures: b
         return AnalysisRequest(report=True, masks=False), None, []
     from ..analysis.histograms import PlotAccumulator
     from ..outputs import require_matplotlib
-    from ..render.plots.sweeps import default_sweeps, plot_rules
+    from ..rules.drawn import default_sweeps, plot_rules
 
     require_matplotlib()
     rules = plot_rules(_request_rules(rule, None)[0] if rule else None)
@@ -216,7 +217,8 @@ def _report_request(rule: list[str] | None, sweep: list[str] | None, pictures: b
 
 
 def _print_report(result, worst_rows, collector, path: str) -> None:
-    from ..render.tables import header, report_tables, worst_table
+    from ..render.report import report_tables, worst_table
+    from ..render.tables import header
 
     console = stdout_console()
     header(console, result)

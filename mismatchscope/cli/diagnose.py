@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, cast
+from typing import TYPE_CHECKING, cast
 
 import typer
 
@@ -45,17 +45,19 @@ from ._options import (
     html_option,
     out_option,
     plots_option,
+    sampler_option,
+    seed_option,
 )
 from ._streams import OutputFormat, emit_json, stdout_console
 
 if TYPE_CHECKING:
-    from ..probe.run import Progress
-    from ..probe.types import LogprobsMode
+    from ..progress import Progress
 
 EXIT_VARIANT_FAILED = 3
 
 
 def diagnose(
+    ctx: typer.Context,
     checkpoint: Path | None = typer.Argument(
         None, help="A local checkpoint folder. Default: the bundled sample model.", show_default=False
     ),
@@ -71,10 +73,9 @@ def diagnose(
     matrix: Path | None = typer.Option(
         None, "--matrix", help="TOML file of named variants ([variant.NAME] tables of KEY = VALUE)."
     ),
-    sampler: str = typer.Option(
+    sampler: str = sampler_option(
         "vllm",
-        "--sampler",
-        help="vllm (an offline engine per configuration) or hf (transformers generate; its MoE routes are recorded "
+        "vllm (an offline engine per configuration) or hf (transformers generate; its MoE routes are recorded "
         "on any machine).",
     ),
     sampler_dtype: str = SamplerDtypeOpt,
@@ -85,7 +86,7 @@ def diagnose(
     n: int = SamplesOpt,
     max_tokens: int = MaxTokensOpt,
     top_k_logprobs: int = TopKLogprobsOpt,
-    seed: int = typer.Option(0, "--seed", help="Sampling seed (and the bootstrap's)."),
+    seed: int = seed_option("Sampling seed (and the bootstrap's)."),
     logprobs_mode: str = LogprobsModeOpt,
     tensor_parallel_size: int = TensorParallelOpt,
     max_num_seqs: int | None = MaxNumSeqsOpt,
@@ -115,32 +116,15 @@ def diagnose(
     from ..diagnose.locate.run import locate_options
     from ..diagnose.run import DiagnoseOptions, check_options, run_diagnose
     from ..diagnose.variants import Configuration, default_matrix, load_matrix, parse_vary
+    from ..probe.engine_config import EngineValues
     from ..probe.engine_log import engine_output
-    from ..probe.types import SamplerConfig, SamplingConfig, TrainerConfig
     from ._progress import Bars, engine_env
 
     variants = parse_vary(vary or [])
     if matrix is not None:
         variants += load_matrix(matrix)
-    sampler_cfg = SamplerConfig(
-        kind=cast(Literal["vllm", "vllm-server", "trl-server", "hf"], sampler),  # check_options checks it
-        dtype=sampler_dtype,  # type: ignore[arg-type]  (checked below)
-        tensor_parallel_size=tensor_parallel_size,
-        max_num_seqs=max_num_seqs,
-        enforce_eager=enforce_eager,
-        gpu_memory_utilization=gpu_memory_utilization,
-        max_model_len=max_model_len,
-        fp32_lm_head=sampler_fp32_lm_head,
-        engine_args=engine_args(engine_arg),
-    )
-    trainer = TrainerConfig(
-        dtype=trainer_dtype,
-        attn_implementation=attn_implementation,
-        fp32_lm_head=trainer_fp32_lm_head,
-        batch_tokens=trainer_batch_tokens,
-        trust_remote_code=trust_remote_code,
-        allow_pickle=allow_pickle,
-    )
+    engine = EngineValues.of(ctx.params, engine_args(engine_arg))  # the configs as probe builds them
+    sampler_cfg, trainer = engine.sampler_config(), engine.trainer_config()
     out_dir = out or Path("runs") / time.strftime("diagnose-%Y%m%d-%H%M%S")
     # torch's import notices, transformers' loading bars: into OUT/engine.log, as probe does (the samplers'
     # own processes write theirs beside their runs)
@@ -152,16 +136,7 @@ def diagnose(
             checkpoint=checkpoint,
             prompts=prompts or sample_dir() / "prompts.jsonl",
             out=out_dir,
-            sampling=SamplingConfig(
-                temperature=temperature,
-                top_p=top_p,
-                top_k=top_k,
-                n=n,
-                max_tokens=max_tokens,
-                top_k_logprobs=top_k_logprobs,
-                seed=seed,
-                logprobs_mode=cast("LogprobsMode", logprobs_mode),
-            ),  # type: ignore[arg-type]
+            sampling=engine.sampling_config(),
             sampler=sampler_cfg,
             trainer=trainer,
             variants=variants,

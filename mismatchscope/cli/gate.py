@@ -236,7 +236,7 @@ def _write_starter(name: str, force: bool) -> None:
 
 
 def _plot_sweeps(cfg):
-    from ..render.plots.sweeps import default_sweeps
+    from ..rules.drawn import default_sweeps
 
     return default_sweeps(cfg.rule_instances())
 

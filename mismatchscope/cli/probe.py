@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, cast
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -20,7 +21,10 @@ from ._options import (
     EnforceEagerOpt,
     EngineArgOpt,
     FormatOpt,
+    Fp32HeadOpt,
+    FullVocabOpt,
     GpuMemoryOpt,
+    ImportedTemperatureOpt,
     LocateOpt,
     LocateSequencesOpt,
     LogprobsModeOpt,
@@ -28,6 +32,9 @@ from ._options import (
     MaxNumSeqsOpt,
     MaxTokensOpt,
     PromptsOpt,
+    ReplayRoutesOpt,
+    ReplayWeightsOpt,
+    RoutesOpt,
     RuleOpt,
     SamplerDtypeOpt,
     SamplerFp32HeadOpt,
@@ -38,45 +45,26 @@ from ._options import (
     TopKOpt,
     TopPOpt,
     TrainerBatchTokensOpt,
+    TrainerDeviceOpt,
     TrainerDtypeOpt,
+    TrainerFp32HeadAliasOpt,
     TrainerFp32HeadOpt,
     TrustRemoteCodeOpt,
+    VerboseOpt,
+    device_map_option,
     engine_args,
     out_option,
+    resume_option,
+    sampler_option,
+    seed_option,
+    trainer_checkpoint_option,
 )
 from ._progress import Bars, engine_env
 from ._streams import OutputFormat, emit_json, info, stdout_console, warn
 
-TrainerCheckpointOpt = typer.Option(
-    None,
-    "--trainer-checkpoint",
-    metavar="PATH",
-    help="Score with other weights of the same model (a later checkpoint: policy lag). Checked first: same "
-    "architecture, vocabulary and tokenizer as the sampler's checkpoint. Default: the sampler's checkpoint. "
-    "A --resume keeps the recorded one.",
-)
-
-
-ReplayRoutesOpt = typer.Option(
-    False,
-    "--replay-routes",
-    help="MoE: score the trainer with its expert ids forced to the sampler's recorded ones (gate weights from "
-    "the trainer's own router at those ids).",
-)
-ReplayWeightsOpt = typer.Option(
-    False, "--replay-weights", help="With --replay-routes: also use the sampler's recorded gate weights."
-)
-RoutesOpt = typer.Option(True, "--routes/--no-routes", help="MoE: record both sides' expert routes in routes/.")
-VerboseOpt = typer.Option(
-    False,
-    "--verbose",
-    help="Show the engines' own output (vLLM, torch, transformers) live. Default: it goes to engine.log in the run "
-    "directory, and the probe says where.",
-)
-
 if TYPE_CHECKING:
-    from ..probe.run import Progress
-    from ..probe.types import LogprobsMode
+    from ..probe.options import ProbeOptions
+    from ..probe.types import TrainerConfig
 
 
 def _summarise(run_dir: Path, rules: list[str] | None, format: OutputFormat) -> None:
@@ -106,7 +94,9 @@ def _summarise(run_dir: Path, rules: list[str] | None, format: OutputFormat) -> 
         report = replace(result.report, worst=None)  # as report prints it without --worst
         emit_json(document(ProbeDocument(str(run_dir), manifest, report, result.masks)))
         return
-    from ..render.tables import header, masks_tables, report_tables
+    from ..render.masks import masks_tables
+    from ..render.report import report_tables
+    from ..render.tables import header
 
     console = stdout_console()
     header(console, result)
@@ -118,6 +108,7 @@ def _summarise(run_dir: Path, rules: list[str] | None, format: OutputFormat) -> 
 
 
 def probe(
+    ctx: typer.Context,
     checkpoint: Path | None = typer.Argument(
         None,
         help="A local checkpoint folder (config.json, *.safetensors, tokenizer). Default: the bundled sample model.",
@@ -125,10 +116,9 @@ def probe(
     ),
     prompts: Path | None = PromptsOpt,
     out: str | None = out_option("Run directory. Default: runs/probe-<time>."),
-    sampler: str | None = typer.Option(
+    sampler: str | None = sampler_option(
         None,
-        "--sampler",
-        help="vllm (offline engine, in-process; the default), vllm-server (a running OpenAI-compatible server, --url), "
+        "vllm (offline engine, in-process; the default), vllm-server (a running OpenAI-compatible server, --url), "
         "trl-server (a running trl vllm-serve, --url), or hf (transformers generate; the default with --zero).",
         show_default=False,
     ),
@@ -148,29 +138,31 @@ def probe(
     n: int = SamplesOpt,
     max_tokens: int = MaxTokensOpt,
     top_k_logprobs: int = TopKLogprobsOpt,
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = seed_option(),
     logprobs_mode: str = LogprobsModeOpt,
     tensor_parallel_size: int = TensorParallelOpt,
     max_num_seqs: int | None = MaxNumSeqsOpt,
     enforce_eager: bool = EnforceEagerOpt,
     gpu_memory_utilization: float | None = GpuMemoryOpt,
     max_model_len: int | None = MaxModelLenOpt,
-    fp32_lm_head: bool = typer.Option(
-        False, "--fp32-lm-head", help="fp32 lm_head on BOTH sides (one side only makes mismatch worse)."
-    ),
+    fp32_lm_head: bool = Fp32HeadOpt,
     sampler_fp32_lm_head: bool = SamplerFp32HeadOpt,
     trainer_fp32_lm_head: bool = TrainerFp32HeadOpt,
     engine_arg: list[str] | None = EngineArgOpt,
     attn_implementation: str | None = AttnImplementationOpt,
-    device_map: str | None = typer.Option(None, "--device-map", help="auto: shard a model larger than one GPU."),
-    trainer_device: str | None = typer.Option(None, "--trainer-device"),
+    device_map: str | None = device_map_option("auto: shard a model larger than one GPU."),
+    trainer_device: str | None = TrainerDeviceOpt,
     trainer_batch_tokens: int = TrainerBatchTokensOpt,
     trust_remote_code: bool = TrustRemoteCodeOpt,
     allow_pickle: bool = AllowPickleOpt,
     sampler_tokenizer: Path | None = typer.Option(
         None, "--sampler-tokenizer", help="A separate tokenizer the sampler uses; checked against the checkpoint's."
     ),
-    trainer_checkpoint: Path | None = TrainerCheckpointOpt,
+    trainer_checkpoint: Path | None = trainer_checkpoint_option(
+        "Score with other weights of the same model (a later checkpoint: policy lag). Checked first: same "
+        "architecture, vocabulary and tokenizer as the sampler's checkpoint. Default: the sampler's checkpoint. "
+        "A --resume keeps the recorded one."
+    ),
     reward_fn: str | None = typer.Option(
         None,
         "--reward-fn",
@@ -183,7 +175,7 @@ def probe(
     replay_routes: bool = ReplayRoutesOpt,
     replay_weights: bool = ReplayWeightsOpt,
     routes: bool = RoutesOpt,
-    resume: bool = typer.Option(False, "--resume", help="Continue a run directory that was interrupted."),
+    resume: bool = resume_option("Continue a run directory that was interrupted."),
     sampler_prefill: bool = typer.Option(
         False,
         "--sampler-prefill",
@@ -197,92 +189,65 @@ def probe(
         "own forward and log-softmax (one sequence, fixed width, no KV cache), in the trainer's dtype "
         "(--trainer-dtype), with its prefill recorded. certify should pass all three pairings.",
     ),
-    full_vocab: bool = typer.Option(
-        False,
-        "--full-vocab",
-        help="Also record, per position, a digest of each side's whole log-prob row (float32 bytes) and the largest "
-        "difference and its id (--sampler hf): certify --full-vocab compares whole distributions.",
-    ),
+    full_vocab: bool = FullVocabOpt,
     verbose: bool = VerboseOpt,
     rule: list[str] | None = RuleOpt,
     format: OutputFormat = FormatOpt,
 ) -> None:
     """Sample with a real engine, teacher-force with a real trainer, record per-token logprob pairs, and print the report."""
-    from ..probe.options import ProbeOptions, check_options
-    from ..probe.run import run_probe
-    from ..probe.types import SamplerConfig, SamplingConfig, TrainerConfig
+    from ..probe.sampling import run_probe
 
-    if logprobs_mode not in ("processed_logprobs", "raw_logprobs"):
-        raise UsageError(f"--logprobs-mode {logprobs_mode!r}", hint="use processed_logprobs or raw_logprobs")
-    sampler = sampler or ("hf" if zero else "vllm")
-    if zero and sampler_dtype == DEFAULT_SAMPLER_DTYPE:
-        sampler_dtype = trainer_dtype  # the profile runs one dtype on both sides; an explicit other one is refused
-    if sampler in ("vllm-server", "trl-server") and not url:
-        raise UsageError(f"--sampler {sampler} needs --url http://HOST:PORT")
-    bundled = checkpoint is None
-    if bundled:
-        checkpoint = sample_dir() / "tiny-qwen3"
-    if prompts is None:
-        prompts = sample_dir() / "prompts.jsonl"
+    paths = dict(checkpoint=checkpoint, prompts=prompts, sampler_tokenizer=sampler_tokenizer)
+    opts = _probe_options({**ctx.params, **paths, "trainer_checkpoint": trainer_checkpoint})
+    with engine_output(opts.out, verbose=verbose, sampler_kind=opts.sampler.kind), Bars(enabled=True) as bars:
+        run_dir = run_probe(opts, bars)
+    _summarise(run_dir, rule, format)
+
+
+def _probe_options(params: dict[str, Any]) -> ProbeOptions:
+    """The probe's typed options, checked: the bundled model and prompts where none are given, the zero profile's
+    sampler and dtype. Each check in the order a user meets it, before any engine starts.
+
+    ``params``: the command's parameters as click parsed them (``ctx.params``: numbers, flags and text), with its
+    paths as typer converted them."""
+    from ..probe import options
+    from ..probe.engine_checks import SERVER_KINDS
+    from ..probe.engine_config import EngineValues
+
+    if params["logprobs_mode"] not in ("processed_logprobs", "raw_logprobs"):
+        raise UsageError(f"--logprobs-mode {params['logprobs_mode']!r}", hint="use processed_logprobs or raw_logprobs")
+    values = EngineValues.of(params)
+    if values.zero and values.sampler_dtype == DEFAULT_SAMPLER_DTYPE:
+        values = replace(values, sampler_dtype=values.trainer_dtype)  # one dtype on both sides; another is refused
+    if values.sampler_kind in SERVER_KINDS and not values.url:
+        raise UsageError(f"--sampler {values.sampler_kind} needs --url http://HOST:PORT")
+    bundled = params["checkpoint"] is None
+    checkpoint = sample_dir() / "tiny-qwen3" if bundled else params["checkpoint"]
+    prompts = params["prompts"] if params["prompts"] is not None else sample_dir() / "prompts.jsonl"
     engine_env()
-    opts = ProbeOptions(
+    out = _out_dir(params["out"], "probe")
+    values = replace(values, engine_args=engine_args(params["engine_arg"]))
+    opts = options.ProbeOptions(
         checkpoint=checkpoint,
         prompts=prompts,
-        out=_out_dir(out, "probe"),
-        sampling=SamplingConfig(
-            temperature=temperature,
-            top_p=top_p,
-            top_k=top_k,
-            n=n,
-            max_tokens=max_tokens,
-            top_k_logprobs=top_k_logprobs,
-            seed=seed,
-            logprobs_mode=cast("LogprobsMode", logprobs_mode),
-        ),  # type: ignore[arg-type]
-        sampler=SamplerConfig(
-            kind=cast(Literal["vllm", "vllm-server", "trl-server", "hf"], sampler),  # check_options checks it
-            dtype=sampler_dtype,
-            tensor_parallel_size=tensor_parallel_size,  # type: ignore[arg-type]
-            max_num_seqs=max_num_seqs,
-            enforce_eager=enforce_eager,
-            gpu_memory_utilization=gpu_memory_utilization,
-            max_model_len=max_model_len,
-            fp32_lm_head=fp32_lm_head or sampler_fp32_lm_head,
-            engine_args=engine_args(engine_arg),
-            url=url,
-            api_key_env=api_key_env,
-            zero=zero,
-        ),
-        trainer=TrainerConfig(
-            dtype=trainer_dtype,
-            attn_implementation=attn_implementation,
-            fp32_lm_head=fp32_lm_head or trainer_fp32_lm_head,
-            device_map=device_map,
-            device=trainer_device,
-            batch_tokens=trainer_batch_tokens,
-            trust_remote_code=trust_remote_code,
-            allow_pickle=allow_pickle,
-            replay_routes=replay_routes,
-            replay_weights=replay_weights,
-            record_routes=routes,
-            zero=zero,
-        ),
-        reward_fn=reward_fn,
-        resume=resume,
-        round_prompts=round_prompts,
-        sampler_tokenizer=sampler_tokenizer,
-        trainer_checkpoint=trainer_checkpoint,
-        sampler_prefill=sampler_prefill or zero,
-        full_vocab=full_vocab,
+        out=out,
+        sampling=values.sampling_config(),
+        sampler=values.sampler_config(),
+        trainer=values.trainer_config(),
+        reward_fn=params["reward_fn"],
+        resume=params["resume"],
+        round_prompts=params["round_prompts"],
+        sampler_tokenizer=params["sampler_tokenizer"],
+        trainer_checkpoint=params["trainer_checkpoint"],
+        sampler_prefill=params["sampler_prefill"] or values.zero,
+        full_vocab=params["full_vocab"],
     )
-    check_options(opts)  # run_probe checks again; here so that a bad option is reported before the note below
+    options.check_options(opts)  # run_probe checks again; here so that a bad option is reported before the note below
     if bundled:
         if not checkpoint.is_dir():
             raise UsageError("no CHECKPOINT given and no bundled sample model found", hint="pass a checkpoint folder")
         info("no CHECKPOINT given: probing the bundled sample model (tiny Qwen3 trained on addition)")
-    with engine_output(opts.out, verbose=verbose, sampler_kind=sampler), Bars(enabled=True) as bars:
-        run_dir = run_probe(opts, cast("Progress", bars))  # Bars has Progress's methods
-    _summarise(run_dir, rule, format)
+    return opts
 
 
 def _out_dir(out: str | None, command: str) -> Path:
@@ -297,37 +262,29 @@ def _out_dir(out: str | None, command: str) -> Path:
 
 
 def rescore(
+    ctx: typer.Context,
     run: Path = typer.Argument(
         ..., help="A probe run directory, or an import with --routes (docs/import.md).", show_default=False
     ),
     out: str = out_option("New run directory for the rescored pairs.", required=True),
     trainer_dtype: str = TrainerDtypeOpt,
     attn_implementation: str | None = AttnImplementationOpt,
-    trainer_fp32_lm_head: bool = typer.Option(False, "--trainer-fp32-lm-head", "--fp32-lm-head"),
-    device_map: str | None = typer.Option(None, "--device-map"),
-    trainer_device: str | None = typer.Option(None, "--trainer-device"),
+    trainer_fp32_lm_head: bool = TrainerFp32HeadAliasOpt,
+    device_map: str | None = device_map_option(),
+    trainer_device: str | None = TrainerDeviceOpt,
     trainer_batch_tokens: int = TrainerBatchTokensOpt,
     trust_remote_code: bool = TrustRemoteCodeOpt,
     allow_pickle: bool = AllowPickleOpt,
-    trainer_checkpoint: Path | None = typer.Option(
-        None,
-        "--trainer-checkpoint",
-        metavar="PATH",
-        help="Score with other weights of the same model (policy lag), checked against the recorded checkpoint. "
+    trainer_checkpoint: Path | None = trainer_checkpoint_option(
+        "Score with other weights of the same model (policy lag), checked against the recorded checkpoint. "
         "An imported run: the checkpoint to score it with (required; its vocabulary, context and router must fit "
-        "the imported tokens and routes).",
+        "the imported tokens and routes)."
     ),
-    temperature: float | None = typer.Option(
-        None,
-        "--temperature",
-        help="An imported run: the temperature its sampler ran at (required: no stack's dump records it; the "
-        "trainer divides its logits by it). A probe run keeps its own.",
-        show_default=False,
-    ),
+    temperature: float | None = ImportedTemperatureOpt,
     replay_routes: bool = ReplayRoutesOpt,
     replay_weights: bool = ReplayWeightsOpt,
     routes: bool = RoutesOpt,
-    resume: bool = typer.Option(False, "--resume"),
+    resume: bool = resume_option(),
     verbose: bool = VerboseOpt,
     rule: list[str] | None = RuleOpt,
     locate: bool = LocateOpt,
@@ -335,46 +292,53 @@ def rescore(
     format: OutputFormat = FormatOpt,
 ) -> None:
     """Re-score a run's samples with other trainer settings, or score an imported run with a checkpoint."""
-    from ..probe.run import rescore as do_rescore
-    from ..probe.types import TrainerConfig
+    from ..probe.engine_config import EngineValues
+    from ..probe.rescore import rescore as do_rescore
 
-    cfg = TrainerConfig(
-        dtype=trainer_dtype,
-        attn_implementation=attn_implementation,
-        fp32_lm_head=trainer_fp32_lm_head,
-        device_map=device_map,
-        device=trainer_device,
-        batch_tokens=trainer_batch_tokens,
-        trust_remote_code=trust_remote_code,
-        allow_pickle=allow_pickle,
-        replay_routes=replay_routes,
-        replay_weights=replay_weights,
-        record_routes=routes,
-    )
+    cfg = EngineValues.of(ctx.params).trainer_config()
     out_dir = _out_dir(out, "rescore")
-    from ..diagnose.locate.run import locate_options
-
-    located, entry, locate_opts = None, None, locate_options(locate, locate_sequences)
-    if locate_opts is not None:  # refused before any rescoring when the run's sampler cannot start again here
-        from ..diagnose.locate.rescore import check_locatable
-
-        located = check_locatable(run)
+    located, locate_opts = _locatable(run, locate, locate_sequences)
     with engine_output(out_dir, verbose=verbose), Bars(enabled=True) as bars:
         run_dir = do_rescore(
             run,
             out_dir,
             cfg,
             resume=resume,
-            progress=cast("Progress", bars),
+            progress=bars,
             trainer_checkpoint=trainer_checkpoint,
             temperature=temperature,
         )
-    if located is not None and locate_opts is not None:  # after the rescore, which it changes in nothing
-        from ..diagnose.locate.rescore import locate_rescored
-
-        with Bars(enabled=True) as bars:
-            entry = locate_rescored(run, run_dir, cfg, trainer_checkpoint, locate_opts, located, bars)
+    entry = _locate(run, run_dir, cfg, trainer_checkpoint, located, locate_opts)
     _summarise(run_dir, rule, format)
+    _render_located(run_dir, entry, format)
+
+
+def _locatable(run: Path, locate: bool, locate_sequences: int | None):
+    """``--locate``'s options and the run's sampler, refused before any rescoring when it cannot start again here."""
+    from ..diagnose.locate.run import locate_options
+
+    located, locate_opts = None, locate_options(locate, locate_sequences)
+    if locate_opts is not None:
+        from ..diagnose.locate.rescore import check_locatable
+
+        located = check_locatable(run)
+    return located, locate_opts
+
+
+def _locate(
+    run: Path, run_dir: Path, cfg: TrainerConfig, trainer_checkpoint: Path | None, located: Any, locate_opts: Any
+) -> Any:
+    """``--locate`` after the rescore, which it changes in nothing: the localisation's entry (None without it)."""
+    if located is None or locate_opts is None:
+        return None
+    from ..diagnose.locate.rescore import locate_rescored
+
+    with Bars(enabled=True) as bars:
+        return locate_rescored(run, run_dir, cfg, trainer_checkpoint, locate_opts, located, bars)
+
+
+def _render_located(run_dir: Path, entry: Any, format: OutputFormat) -> None:
+    """The localisation after the report: a table, or (JSON on stdout) one line saying where its file is."""
     if entry is not None and format is OutputFormat.json:  # stdout holds the one JSON document
         info(f"the localisation: {run_dir / 'locate' / 'locate.json'}")
     elif entry is not None:

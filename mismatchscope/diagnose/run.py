@@ -37,8 +37,8 @@ import numpy as np
 from .. import rundir
 from ..documents import to_json
 from ..errors import MismatchscopeError, SamplerError, UsageError
-from ..probe.run import Progress
 from ..probe.types import SamplerConfig, SamplingConfig, ScoreRequest, TrainerConfig
+from ..progress import Progress
 from .decompose import decompose
 from .determinism import changed_share, same_tokens, sampler_checks, trainer_checks
 from .effects import Bootstrap, deltas, rank
@@ -420,7 +420,7 @@ def _last_line(path: Path) -> str:
 def _variant(
     opts, base_cfg, v: Variant, configs, base_tokens, base_ref, reference, prompt_ids, timer: Timer
 ) -> dict[str, Any]:
-    from ..probe.run import rescore
+    from ..probe.rescore import rescore
 
     cfg = apply(base_cfg, v)
     out = opts.out / "variants" / directory_name(v.name)
@@ -575,9 +575,9 @@ def _aligned(keys, values, tokens, n: int) -> np.ndarray:
 
 def _max_tokens(opts: DiagnoseOptions, info) -> int:
     """``--max-tokens 0`` resolved once, as probe resolves it, so every configuration asks for the same length."""
-    from ..probe.checkpoint import load_tokenizer, tokenize_prompts
     from ..probe.prompts import load_prompts
-    from ..probe.run import AUTO_MAX_TOKENS
+    from ..probe.sampling import AUTO_MAX_TOKENS
+    from ..probe.tokenizer import load_tokenizer, tokenize_prompts
 
     if opts.sampling.max_tokens:
         return opts.sampling.max_tokens
@@ -588,13 +588,13 @@ def _max_tokens(opts: DiagnoseOptions, info) -> int:
 
 
 def _prompt_ids(run_dir: Path) -> list[list[int]]:
-    from ..probe.run_dir import RunDir
+    from ..probe.writer import RunDir
 
     return [r["prompt_token_ids"] for r in RunDir(run_dir).read_prompts().to_pylist()]
 
 
 def _requests(run_dir: Path, prompt_ids) -> list[ScoreRequest]:
-    from ..probe.run_dir import RunDir
+    from ..probe.writer import RunDir
 
     done = sorted(RunDir(run_dir).read_samples(), key=lambda c: (c.prompt_index, c.sample_index))
     return [ScoreRequest(prompt_ids[c.prompt_index], c.token_ids, c.topk_ids) for c in done]

@@ -268,7 +268,7 @@ def apply(base: Configuration, variant: Variant) -> Configuration:
 def _zero_sampler(cfg: Configuration, variant: Variant) -> Configuration:
     """The zero profile's sampler runs the trainer's program: its dtype and attention kernel unless the variant
     sets them, and none of a vLLM baseline's engine arguments (the transformers sampler takes only its own)."""
-    from ..probe.options import HF_ENGINE_ARGS
+    from ..probe.engine_checks import HF_ENGINE_ARGS
 
     engine = {k: v for k, v in cfg.sampler.engine_args.items() if k in HF_ENGINE_ARGS}
     if "sampler.engine.attn_implementation" not in variant.changes:

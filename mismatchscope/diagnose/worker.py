@@ -35,10 +35,10 @@ def run(spec: dict) -> dict:
 
     from ..probe.checkpoint import inspect_checkpoint
     from ..probe.options import ProbeOptions
-    from ..probe.run import run_probe
-    from ..probe.run_dir import RunDir
     from ..probe.samplers import make_sampler
+    from ..probe.sampling import run_probe
     from ..probe.types import SamplerConfig, SamplingConfig, TrainerConfig
+    from ..probe.writer import RunDir
 
     t_wall = time.perf_counter()
     sampling = SamplingConfig(**spec["sampling"])

@@ -4,7 +4,6 @@ bootstrap, checks."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -12,6 +11,7 @@ import numpy as np
 from ..analysis.engine import AnalysisRequest, analyse
 from ..analysis.parallel import release_freed_memory
 from ..errors import UsageError
+from ..progress import Note
 from ..reader import open_source, require_complete
 from .checks import Check, evaluate
 from .compare import Comparability, compare_runs
@@ -48,7 +48,7 @@ def run_gate(
     *,
     plots: bool = False,
     sweeps: list | None = None,
-    progress: Callable[[str], None] | None = None,
+    progress: Note | None = None,
 ) -> GateResult:
     """Analyse both files once each and judge every limit of ``cfg``.
 

@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from ..errors import InputError, UsageError
-from ._base import ImportContext, Importer, ImportResult, Progress, SourceFile
+from ..progress import FileProgress as Progress
+from ._base import ImportContext, Importer, ImportResult, SourceFile
 
 if TYPE_CHECKING:
     from .routes import RoutesOptions

@@ -13,7 +13,6 @@ in :mod:`._values`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -25,8 +24,6 @@ from ..errors import ImportFormatError
 if TYPE_CHECKING:
     from ._writer import ShardWriter
 
-Progress = Callable[[int, int, Path], None]
-"""``progress(files_done, files_total, path)``, called after each source file."""
 
 MAX_BAD_EXAMPLES = 20
 

@@ -36,7 +36,8 @@ from ._records import parse_record
 from ._values import check_record
 
 if TYPE_CHECKING:
-    from ._base import ImportContext, Progress
+    from ..progress import FileProgress as Progress
+    from ._base import ImportContext
 
 UNIT_BYTES = 16 << 20
 PARALLEL_MIN_BYTES = 64 << 20

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..analysis.routing import EXPERT_COLUMNS, compare_sides, sort_side
+from ..analysis.expert_sets import compare_sides, sort_side
+from ..analysis.route_columns import EXPERT_COLUMNS
 from ..errors import RecorderInputError
 from ..routing.layout import SIDES, RoutingMeta, expert_id_type, routes_schema
 

@@ -6,8 +6,8 @@ it comes from vLLM's engine-core and worker processes, which write to the
 file descriptor 2 they inherited, so a Python logging setting cannot catch it:
 :func:`engine_output` points descriptor 2 at a log file while the engines run
 and always points it back, error or not. The tool's own progress, notes and
-warnings keep reaching the terminal through :data:`terminal` (the stream
-``stderr_console`` prints to).
+warnings keep reaching the terminal through :data:`mismatchscope.terminal.terminal`
+(the stream ``stderr_console`` prints to).
 
 An exception raised inside vLLM while the output is captured becomes one
 :class:`EngineError` line: the root cause found in the engine's output (the
@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import EngineError, MismatchscopeError
+from ..terminal import terminal
 
 LOG_NAME = "engine.log"
 """The engines' output in a run directory."""
@@ -61,43 +62,6 @@ _MISSING_PACKAGE = ("ImportError", "ModuleNotFoundError")
 NO_CAUSE = "no cause found in the engine's output"
 
 
-class _Terminal:
-    """The terminal's stderr, also while descriptor 2 is the log: the tool's own messages write here."""
-
-    def __init__(self) -> None:
-        self._captured: object | None = None  # a text stream on a copy of the terminal's descriptor 2
-
-    def _stream(self):
-        return self._captured if self._captured is not None else sys.stderr
-
-    def write(self, text: str) -> int:
-        try:
-            return self._stream().write(text)  # type: ignore[attr-defined]
-        except (OSError, ValueError):  # a closed or full terminal never fails a command
-            return len(text)
-
-    def flush(self) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            self._stream().flush()  # type: ignore[attr-defined]
-
-    def isatty(self) -> bool:
-        try:
-            return bool(self._stream().isatty())  # type: ignore[attr-defined]
-        except (OSError, ValueError, AttributeError):
-            return False
-
-    def fileno(self) -> int:
-        return self._stream().fileno()  # type: ignore[attr-defined]
-
-    @property
-    def encoding(self) -> str:
-        return getattr(self._stream(), "encoding", None) or "utf-8"
-
-
-terminal = _Terminal()
-"""Where the tool's progress, notes and warnings go: the terminal, whatever descriptor 2 points at."""
-
-
 class _Capture:
     """The log :func:`engine_output` writes while it runs: a failed engine start reads its cause there."""
 
@@ -120,7 +84,7 @@ def engine_output(
     :class:`EngineError` naming its root cause and the log.
     """
     fd, tmp_name = -1, ""
-    if not verbose and terminal._captured is None:  # not shown live, nor already captured by an outer call
+    if not verbose and not terminal.captured:  # not shown live, nor already captured by an outer call
         with contextlib.suppress(OSError):  # no writable temporary folder: the output stays on screen
             fd, tmp_name = tempfile.mkstemp(prefix="mismatchscope-engine-", suffix=".log")
     if fd < 0:
@@ -131,32 +95,46 @@ def engine_output(
             raise
         return
     tmp = Path(tmp_name)
-    _flush_all()
-    saved = os.dup(2)
-    os.dup2(fd, 2)
-    os.close(fd)
-    terminal._captured = os.fdopen(os.dup(saved), "w", buffering=1, encoding="utf-8", errors="replace")
-    _capture.log = tmp
+    saved = _redirect(fd, tmp)
     try:
         yield
     except BaseException as e:
-        if _from_vllm(e):
-            _release(e)  # a half-started engine's progress bars print as they are freed: into the log
-        _restore(saved)
-        if isinstance(e, MismatchscopeError) and not _from_vllm(e):  # the tool's own refusal: its line says it all,
-            tmp.unlink(missing_ok=True)  # and a refused command changes nothing, not even a run's log
-            raise
-        log = _place(tmp, run_dir, keep=True, any_dir=any_dir)
-        if isinstance(e, Exception):
-            _raise_engine_error(e, log, sampler_kind)
-        if log is not None and not isinstance(e, MismatchscopeError):
-            terminal.write(f"the engines' output up to the failure: {log}\n")
+        _on_failure(e, tmp, saved, run_dir, sampler_kind=sampler_kind, any_dir=any_dir)
         raise
     _restore(saved)
     log = _place(tmp, run_dir, keep=False, any_dir=any_dir)
     if log is not None:
         live = "" if any_dir else " (--verbose shows it live)"
         terminal.write(f"the engines' output: {log}{live}\n")  # one line of 80 columns for a run under runs/
+
+
+def _redirect(fd: int, tmp: Path) -> int:
+    """Descriptor 2 onto the log (``fd``, at ``tmp``), the tool's messages onto a copy of the terminal's; the copy."""
+    _flush_all()
+    saved = os.dup(2)
+    os.dup2(fd, 2)
+    os.close(fd)
+    terminal.capture(os.fdopen(os.dup(saved), "w", buffering=1, encoding="utf-8", errors="replace"))
+    _capture.log = tmp
+    return saved
+
+
+def _on_failure(
+    e: BaseException, tmp: Path, saved: int, run_dir: Path, *, sampler_kind: str | None, any_dir: bool
+) -> None:
+    """Descriptor 2 back and the log placed; ``e`` raised again as one :class:`EngineError` line where it is an
+    engine's failure (otherwise the caller raises ``e`` itself)."""
+    if _from_vllm(e):
+        _release(e)  # a half-started engine's progress bars print as they are freed: into the log
+    _restore(saved)
+    if isinstance(e, MismatchscopeError) and not _from_vllm(e):  # the tool's own refusal: its line says it all,
+        tmp.unlink(missing_ok=True)  # and a refused command changes nothing, not even a run's log
+        return
+    log = _place(tmp, run_dir, keep=True, any_dir=any_dir)
+    if isinstance(e, Exception):
+        _raise_engine_error(e, log, sampler_kind)
+    if log is not None and not isinstance(e, MismatchscopeError):
+        terminal.write(f"the engines' output up to the failure: {log}\n")
 
 
 def _flush_all() -> None:
@@ -169,7 +147,7 @@ def _restore(saved: int) -> None:
     """Descriptor 2 back to the terminal; the tool's messages back on ``sys.stderr``."""
     _flush_all()
     _capture.log = None
-    captured, terminal._captured = terminal._captured, None
+    captured = terminal.release()
     with contextlib.suppress(Exception):
         captured.close()  # type: ignore[attr-defined]
     os.dup2(saved, 2)
@@ -183,7 +161,7 @@ def _place(tmp: Path, run_dir: Path, *, keep: bool, any_dir: bool = False) -> Pa
     which a stray log in its folder would block: its log stays outside.
     """
     from .. import rundir
-    from .run_dir import unstarted_run
+    from .writer import unstarted_run
 
     try:
         if tmp.stat().st_size == 0:

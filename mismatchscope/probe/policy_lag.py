@@ -23,16 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CheckpointError, TokenizerMismatchError, UsageError
-from .checkpoint import (
-    TOKENIZER_FILES,
-    CheckpointInfo,
-    check_weights_cover_config,
-    inspect_checkpoint,
-    load_tokenizer,
-    text_config,
-    tokenizer_difference,
-    tokenizer_files_digest,
-)
+from .checkpoint import TOKENIZER_FILES, CheckpointInfo, check_weights_cover_config, inspect_checkpoint, text_config
+from .tokenizer import load_tokenizer, tokenizer_difference, tokenizer_files_digest
 
 LAG_NOTE = (
     "the trainer scored the sampled tokens with another checkpoint than the sampler's "

@@ -32,7 +32,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -42,10 +42,16 @@ from .. import rundir
 from .._version import __version__
 from ..errors import InputError, UsageError
 from ..importers.routes import SEQUENCES
+from ..progress import Progress
 from ..redact import redact_command
 from ..routing import layout
-from .run_dir import RunDir, finish, open_session, save_progress, token_shards
 from .types import SamplingConfig, Scored, ScoreRequest, TrainerConfig
+
+if TYPE_CHECKING:
+    from ..routing.io import Shape
+    from .checkpoint import CheckpointInfo
+    from .trainer import HFTrainer
+from .writer import RunDir, finish, open_session, save_progress, token_shards
 
 TRAINER_COLUMNS = ("trainer_logprob", "trainer_topk_ids", "trainer_topk_logprobs", "trainer_entropy")
 """what the checkpoint gives each kept token; the imported values of these (the stack's trainer's) are replaced."""
@@ -130,8 +136,16 @@ def sampling_for(src: ImportedRun, temperature: float | None) -> SamplingConfig:
     return SamplingConfig(temperature=temperature, n=1, max_tokens=max(longest, 1))
 
 
-def check_checkpoint_fits(src: ImportedRun, info, trainer_cfg: TrainerConfig) -> None:
+def check_checkpoint_fits(src: ImportedRun, info: CheckpointInfo, trainer_cfg: TrainerConfig) -> None:
     """Every id inside the vocabulary, every sequence inside the context, the routes the checkpoint's shape."""
+    _check_vocabulary(src, info)
+    _check_context(src, info)
+    if src.meta is not None and trainer_cfg.record_routes:
+        _check_routes_fit(src, src.meta, info)
+
+
+def _check_vocabulary(src: ImportedRun, info: CheckpointInfo) -> None:
+    """An id past the embedding would fail inside the forward pass, after the new run exists."""
     prompts, completions = src.sequences["prompt_token_ids"], src.sequences["completion_token_ids"]
     sids = src.sequences["sequence_id"].to_numpy()
     flat = [np.asarray(col.combine_chunks().flatten()) for col in (prompts, completions)]
@@ -147,6 +161,12 @@ def check_checkpoint_fits(src: ImportedRun, info, trainer_cfg: TrainerConfig) ->
             f"(0..{info.vocab_size - 1}); the largest id in the run is {top}",
             hint="rescore with the checkpoint (and tokenizer) the run was sampled with",
         )
+
+
+def _check_context(src: ImportedRun, info: CheckpointInfo) -> None:
+    """A sequence longer than the checkpoint's positions cannot be scored by it."""
+    prompts, completions = src.sequences["prompt_token_ids"], src.sequences["completion_token_ids"]
+    sids = src.sequences["sequence_id"].to_numpy()
     p_len, c_len = (np.asarray(col.combine_chunks().value_lengths(), dtype=np.int64) for col in (prompts, completions))
     lengths = p_len + c_len
     if lengths.size and int(lengths.max()) > info.max_model_len:
@@ -156,11 +176,13 @@ def check_checkpoint_fits(src: ImportedRun, info, trainer_cfg: TrainerConfig) ->
             f"{info.max_model_len} positions of {info.path}",
             hint="rescore with the checkpoint the run was sampled with (its context is long enough)",
         )
-    if src.meta is None or not trainer_cfg.record_routes:
-        return
+
+
+def _check_routes_fit(src: ImportedRun, meta: layout.RoutingMeta, info: CheckpointInfo) -> None:
+    """The imported routes are recorded beside the trainer's: both must be of one router shape."""
     if not info.is_moe:
         raise InputError(
-            f"{src.path} holds routes of an MoE model ({src.meta.family}) but {info.path} is dense",
+            f"{src.path} holds routes of an MoE model ({meta.family}) but {info.path} is dense",
             hint="rescore with the checkpoint the routes came from",
         )
     from ..importers.routes_model import RoutesModel
@@ -171,7 +193,7 @@ def check_checkpoint_fits(src: ImportedRun, info, trainer_cfg: TrainerConfig) ->
         raise UsageError(f"cannot record the trainer's routes: {unknown_family(info)}")
     model = RoutesModel.from_config(info.config, where=str(info.path / "config.json"))
     want = (model.family, model.num_layers, model.moe_layers, model.num_experts, model.top_k)
-    got = (src.meta.family, src.meta.num_layers, tuple(src.meta.moe_layers), src.meta.num_experts, src.meta.top_k)
+    got = (meta.family, meta.num_layers, tuple(meta.moe_layers), meta.num_experts, meta.top_k)
     if want != got:
         raise InputError(
             f"{src.path}'s routes are of {got[0]}: {got[1]} decoder layers (MoE layers {list(got[2])}), "
@@ -193,6 +215,22 @@ def check_replay(src: ImportedRun, trainer_cfg: TrainerConfig) -> None:
 # ------------------------------------------------------------------ the rescore
 
 
+@dataclass(frozen=True)
+class _ImportRescore:
+    """What scoring an imported run reads, checked before the new run exists."""
+
+    src: ImportedRun
+    dst: RunDir
+    info: CheckpointInfo
+    """the checkpoint that scores the stack's tokens."""
+    trainer_cfg: TrainerConfig
+    sampling: SamplingConfig
+    sampler_routes: pa.Table | None
+    """the imported sampler routes, where routes are recorded."""
+    resume: bool
+    progress: Progress
+
+
 def rescore_imported(
     run_path: Path,
     out: Path,
@@ -200,43 +238,49 @@ def rescore_imported(
     checkpoint: Path | None,
     temperature: float | None,
     resume: bool,
-    progress,
+    progress: Progress,
 ) -> Path:
     """Score an imported run's sequences with ``checkpoint`` into ``out`` (checks first, then the run)."""
-    from .checkpoint import check_tokenizer, check_weights_cover_config, inspect_checkpoint, load_tokenizer
-
     src = open_imported(run_path)
     check_replay(src, trainer_cfg)
     sampling = sampling_for(src, temperature)
-    recorded = ((src.manifest.get("config") or {}).get("checkpoint") or {}).get("path")
-    if checkpoint is None and isinstance(recorded, str):
-        checkpoint = Path(recorded)  # a rescored import: scored again with the checkpoint it was scored with
-    if checkpoint is None:
-        raise UsageError(
-            f"{run_path} is an imported run: it records no checkpoint to score it with",
-            hint="pass --trainer-checkpoint CHECKPOINT, the model (same tokenizer) the stack trained",
-        )
-    info = inspect_checkpoint(
-        checkpoint, allow_pickle=trainer_cfg.allow_pickle, trust_remote_code=trainer_cfg.trust_remote_code
-    )
-    check_weights_cover_config(info, trust_remote_code=trainer_cfg.trust_remote_code)
-    check_tokenizer(load_tokenizer(info.path, trust_remote_code=trainer_cfg.trust_remote_code), info, [])
-    check_checkpoint_fits(src, info, trainer_cfg)
+    info = _checked_checkpoint(src, checkpoint, trainer_cfg)
     sampler_routes = _sampler_routes(src) if trainer_cfg.record_routes and src.meta is not None else None
-    dst = RunDir(out)
+    s = _ImportRescore(src, RunDir(out), info, trainer_cfg, sampling, sampler_routes, resume, progress)
     fingerprint = {
         "rescored_from": str(src.path),
         "checkpoint_sha256": info.sha256,
         "sampling": sampling.to_dict(),
         "trainer": trainer_cfg.to_dict(),
     }
-    with dst.lock():
-        manifest = dst.open(fingerprint, resume)
+    with s.dst.lock():
+        manifest = s.dst.open(fingerprint, resume)
         try:
-            return _score(src, dst, manifest, info, trainer_cfg, sampling, sampler_routes, resume, progress)
+            return _score(s, manifest)
         except BaseException:
-            dst.discard_unstarted()
+            s.dst.discard_unstarted()
             raise
+
+
+def _checked_checkpoint(src: ImportedRun, checkpoint: Path | None, trainer_cfg: TrainerConfig) -> CheckpointInfo:
+    """The checkpoint to score with (given, or the one a rescored import recorded), checked against the import."""
+    from .checkpoint import check_weights_cover_config, inspect_checkpoint
+    from .tokenizer import check_tokenizer, load_tokenizer
+
+    recorded = ((src.manifest.get("config") or {}).get("checkpoint") or {}).get("path")
+    if checkpoint is None and isinstance(recorded, str):
+        checkpoint = Path(recorded)  # a rescored import: scored again with the checkpoint it was scored with
+    if checkpoint is None:
+        raise UsageError(
+            f"{src.path} is an imported run: it records no checkpoint to score it with",
+            hint="pass --trainer-checkpoint CHECKPOINT, the model (same tokenizer) the stack trained",
+        )
+    trust = trainer_cfg.trust_remote_code
+    info = inspect_checkpoint(checkpoint, allow_pickle=trainer_cfg.allow_pickle, trust_remote_code=trust)
+    check_weights_cover_config(info, trust_remote_code=trust)
+    check_tokenizer(load_tokenizer(info.path, trust_remote_code=trust), info, [])
+    check_checkpoint_fits(src, info, trainer_cfg)
+    return info
 
 
 def _config(src: ImportedRun, info, trainer_cfg: TrainerConfig, sampling: SamplingConfig) -> dict[str, Any]:
@@ -257,63 +301,74 @@ def _config(src: ImportedRun, info, trainer_cfg: TrainerConfig, sampling: Sampli
     }
 
 
-def _score(
-    src: ImportedRun,
-    dst: RunDir,
-    manifest: dict[str, Any],
-    info,
-    trainer_cfg: TrainerConfig,
-    sampling: SamplingConfig,
-    sampler_routes: pa.Table | None,
-    resume: bool,
-    progress,
-) -> Path:
-    from .routes import routing_manifest
-    from .trainer import HFTrainer
-
-    config = _config(src, info, trainer_cfg, sampling)
+def _score(s: _ImportRescore, manifest: dict[str, Any]) -> Path:
+    """Every sequence not yet scored, shard by shard, into the new run."""
+    config = _config(s.src, s.info, s.trainer_cfg, s.sampling)
     manifest.update(
         {
             "config": config,
             "status": "running",
             "command": redact_command(sys.argv[1:]) if sys.argv else None,
-            "source": src.manifest.get("source"),
+            "source": s.src.manifest.get("source"),
         }
     )
-    session = open_session(manifest, resume)
-    dst.write_manifest(manifest)
-    if not (dst.path / SEQUENCES).exists():
-        with rundir.atomic_path(dst.path / SEQUENCES) as tmp:
-            shutil.copyfile(src.path / SEQUENCES, tmp)
-    progress.note(f"loading trainer ({trainer_cfg.dtype}, weights of {info.path})")
-    trainer = HFTrainer(info, trainer_cfg)
+    timings = open_session(manifest, s.resume)
+    s.dst.write_manifest(manifest)
+    if not (s.dst.path / SEQUENCES).exists():
+        with rundir.atomic_path(s.dst.path / SEQUENCES) as tmp:
+            shutil.copyfile(s.src.path / SEQUENCES, tmp)
+    trainer, shape = _load_trainer(s, manifest)
+    tokens = _imported_tokens(s.src)
+    done = s.dst.scored_sequences() if s.resume else set()
+    rows = [r for r in s.src.sequences.to_pylist() if r["sequence_id"] not in done]
+    shards = token_shards(rows, lambda r: len(r["completion_token_ids"]))
+    s.progress.stage("scoring", sum(len(r["completion_token_ids"]) for shard in shards for r in shard))
+    existing = len(list(s.dst.tokens.glob("part-*.parquet")))
+    for b, shard in enumerate(shards):
+        name = f"part-00000-{existing + b:05d}.parquet"
+        timings["scoring_seconds"] += _score_shard(s, trainer, shape, config, tokens, name, shard)
+        s.progress.advance("scoring", sum(len(r["completion_token_ids"]) for r in shard))
+        save_progress(s.dst, manifest)
+    finish(s.dst, manifest)
+    return s.dst.path
+
+
+def _load_trainer(s: _ImportRescore, manifest: dict[str, Any]) -> tuple[HFTrainer, Shape | None]:
+    """The trainer on the checkpoint, recorded; the shape its routes are written in (None: none are)."""
+    from .routes import routing_manifest
+    from .trainer import HFTrainer
+
+    s.progress.note(f"loading trainer ({s.trainer_cfg.dtype}, weights of {s.info.path})")
+    trainer = HFTrainer(s.info, s.trainer_cfg)
     manifest["trainer_info"] = trainer.describe()
     shape = None
-    if src.meta is not None and trainer_cfg.record_routes:
-        shape = routing_manifest(manifest, trainer, src.meta.sampler, None, progress.note)
-    tokens = _imported_tokens(src)
-    done = dst.scored_sequences() if resume else set()
-    rows = [r for r in src.sequences.to_pylist() if r["sequence_id"] not in done]
-    shards = token_shards(rows, lambda r: len(r["completion_token_ids"]))
-    progress.stage("scoring", sum(len(r["completion_token_ids"]) for s in shards for r in s))
-    existing = len(list(dst.tokens.glob("part-*.parquet")))
-    for b, shard in enumerate(shards):
-        reqs = [ScoreRequest(r["prompt_token_ids"], r["completion_token_ids"], []) for r in shard]
-        t0 = time.perf_counter()
-        scored = trainer.score(reqs, sampling)
-        session["scoring_seconds"] += time.perf_counter() - t0
-        name = f"part-00000-{existing + b:05d}.parquet"
-        if shape is not None and sampler_routes is not None:  # before the token shard: scored tokens imply routes
-            _write_routes(dst, name, shape, shard, scored, sampler_routes)
-        cols = _token_columns(tokens, shard, scored)
-        from ..schema import write_table
+    if s.src.meta is not None and s.trainer_cfg.record_routes:
+        shape = routing_manifest(manifest, trainer, s.src.meta.sampler, None, s.progress.note)
+    return trainer, shape
 
-        path = write_table(dst.tokens / name, cols, config)
-        dst.token_index.commit(path, len(cols["sequence_id"]))
-        progress.advance("scoring", sum(len(r["completion_token_ids"]) for r in shard))
-        save_progress(dst, manifest)
-    finish(dst, manifest)
-    return dst.path
+
+def _score_shard(
+    s: _ImportRescore,
+    trainer: HFTrainer,
+    shape: Shape | None,
+    config: dict[str, Any],
+    tokens: pa.Table,
+    name: str,
+    shard: list[dict[str, Any]],
+) -> float:
+    """Score one shard of sequences and write its routes, then its tokens; the seconds the trainer took."""
+    from ..schema import write_table
+
+    reqs = [ScoreRequest(r["prompt_token_ids"], r["completion_token_ids"], []) for r in shard]
+    t0 = time.perf_counter()
+    scored = trainer.score(reqs, s.sampling)
+    elapsed = time.perf_counter() - t0
+    if shape is not None and s.sampler_routes is not None:  # before the token shard: scored tokens imply routes
+        _write_routes(s.dst, name, shape, shard, scored, s.sampler_routes)
+    cols = _token_columns(tokens, shard, scored)
+    path = write_table(s.dst.tokens / name, cols, config)
+    s.dst.token_index.commit(path, len(cols["sequence_id"]))
+    return elapsed
 
 
 def _imported_tokens(src: ImportedRun) -> pa.Table:

@@ -29,6 +29,9 @@ RewardFn = Callable[..., float]
 EPS = 1e-6
 
 
+DEFAULT_REWARD = "exact_match(answer)"
+"""the reward a run records when no ``--reward-fn`` was given: :func:`exact_match` with the prompt's answer."""
+
 ANSWER_MARKER = "####"
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from mismatchscope.probe.checkpoint import CheckpointInfo, text_config
+from mismatchscope.progress import Note
 from mismatchscope.routing.io import SeqRoutes, Shape
 from mismatchscope.routing.layout import RoutingMeta, SideRoutes
 
@@ -43,7 +44,7 @@ def unknown_family(info: CheckpointInfo) -> str:
 
 def attach_tap(model, info: CheckpointInfo, *, margins: bool):
     """(RouteTap or None, why not) for a loaded model: None for dense models and unknown families."""
-    from mismatchscope.routing.capture import RouteTap
+    from mismatchscope.probe.route_capture import RouteTap
     from mismatchscope.routing.families import family_for, find_moe_layers
 
     if not info.is_moe:
@@ -279,7 +280,7 @@ def write_route_shard(
 def check_replay_probe(replay: str | None, info: CheckpointInfo, sampler_kind: str) -> None:
     """``probe --replay-routes``: refused before the run exists where no sampler routes can come."""
     from mismatchscope.errors import UsageError
-    from mismatchscope.probe.options import SERVER_KINDS
+    from mismatchscope.probe.engine_checks import SERVER_KINDS
     from mismatchscope.routing.families import family_for
 
     if replay is None:
@@ -334,7 +335,7 @@ def check_replay_source(run_path, manifest: dict, replay: str | None) -> Routing
 # ------------------------------------------------------------------ per run
 
 
-def routing_manifest(manifest: dict, trainer, side: SideRoutes | None, replay: str | None, note) -> Shape | None:
+def routing_manifest(manifest: dict, trainer, side: SideRoutes | None, replay: str | None, note: Note) -> Shape | None:
     """Put the run's :class:`RoutingMeta` in the manifest and say in one line what is missing.
 
     Returns the shape routes are written in, or None where none are (dense, unknown family).
@@ -374,7 +375,7 @@ class RoundRoutes:
 
     @classmethod
     def of_source(
-        cls, src_path, old_manifest: dict, trainer, replay: str | None, manifest: dict, note
+        cls, src_path, old_manifest: dict, trainer, replay: str | None, manifest: dict, note: Note
     ) -> RoundRoutes | None:
         """A rescore's routes: the recorded run's sampler side, checked against the trainer's model."""
         from mismatchscope.errors import InputError

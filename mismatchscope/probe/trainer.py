@@ -26,7 +26,6 @@ request and refused rather than recorded as mismatch.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -37,6 +36,7 @@ from mismatchscope.probe.routes import TrainerRoutes
 from mismatchscope.probe.token_scoring import Processing, score_positions
 from mismatchscope.probe.types import SamplingConfig, Scored, ScoreRequest, TrainerConfig
 from mismatchscope.probe.zero import experts_implementation
+from mismatchscope.progress import Advance
 
 if TYPE_CHECKING:
     import torch
@@ -131,7 +131,7 @@ class HFTrainer:
         self,
         requests: list[ScoreRequest],
         sampling: SamplingConfig,
-        on_progress: Callable[[int], None] | None = None,
+        on_progress: Advance | None = None,
     ) -> list[Scored]:
         """One :class:`Scored` per request, in order. ``on_progress(n)``: n more requests done."""
         import torch

@@ -8,7 +8,7 @@ def readings_table(console, p: dict) -> None:
 
     from ..analysis.side_by_side import CATEGORIES
     from .layout import print_table
-    from .tables import num, parameters, pct
+    from .tables import parameters
 
     console.print(f"{p['tokens']:,} tokens | {p['sequences']:,} sequences", highlight=False)
     verb = "rejected" if p["action"] == "reject" else "reweighted"
@@ -27,18 +27,7 @@ def readings_table(console, p: dict) -> None:
     ):
         t.add_column(col, justify="left" if col in ("reading", "advantage") else "right")
     for r in p["readings"]:
-        d = r.get("differs_from_first")
-        cells = [num(d[c]) for c in CATEGORIES] if d else ["-"] * len(CATEGORIES)
-        hyp = "file" if r["hypothesis"] == "data" else r["hypothesis"]
-        t.add_row(
-            r["reading"],
-            hyp,
-            num(r["tokens_acted"]),
-            pct(r["token_rate"]),
-            num(r.get("first_only")),
-            num(r.get("this_only")),
-            *cells,
-        )
+        t.add_row(*_reading_cells(r))
     print_table(console, t)
     parameters(console, {r["reading"]: r["params"] for r in p["readings"]})
     console.print(
@@ -48,3 +37,22 @@ def readings_table(console, p: dict) -> None:
         "sequences (A = 0 or other).",
         highlight=False,
     )
+
+
+def _reading_cells(r: dict) -> list[str]:
+    """One reading under one hypothesis: its counts, and how it parts from the first reading."""
+    from ..analysis.side_by_side import CATEGORIES
+    from .tables import num, pct
+
+    d = r.get("differs_from_first")
+    cells = [num(d[c]) for c in CATEGORIES] if d else ["-"] * len(CATEGORIES)
+    hyp = "file" if r["hypothesis"] == "data" else r["hypothesis"]
+    return [
+        r["reading"],
+        hyp,
+        num(r["tokens_acted"]),
+        pct(r["token_rate"]),
+        num(r.get("first_only")),
+        num(r.get("this_only")),
+        *cells,
+    ]

@@ -7,8 +7,8 @@ dense layers null); :func:`routes_table` and :func:`side_block` convert
 between the two without a Python loop per element, so recording stays cheap.
 
 Readers for other code: ``reader.read_routes`` (the shards as one Arrow table, read the way every
-command reads shards)
-and :func:`read_meta` (the manifest's :class:`~.layout.RoutingMeta`).
+command reads shards), :func:`read_meta` (the manifest's :class:`~.layout.RoutingMeta`) and
+:func:`locate_routes` (the one run an analysis input's routes belong to, its shards and entry checked).
 """
 
 from __future__ import annotations
@@ -160,6 +160,76 @@ def route_shards(run_dir: Path) -> list[Path]:
     paths = sorted(p for p in routes_dir(run_dir).glob("*.parquet") if not p.name.startswith("."))
     rundir.check_folder(run_dir, layout.ROUTES, paths)
     return paths
+
+
+@dataclass(frozen=True)
+class RoutesRun:
+    """A run directory's route shards and what its manifest says about them."""
+
+    root: Path
+    files: list[Path]
+    meta: RoutingMeta
+
+    @property
+    def both_sides(self) -> bool:
+        """Both sides recorded their routes: their top-k sets can be compared token by token."""
+        return self.meta.sampler.recorded and self.meta.trainer.recorded
+
+
+def locate_routes(files: list[Path]) -> tuple[RoutesRun | None, str | None]:
+    """The routes of the run these token shards belong to, and a warning when they cannot be used.
+
+    Routing metrics need one run: a folder holding several runs with routes
+    is analysed without them (and says so). A run with ``routes/`` but no
+    ``"routing"`` entry in its manifest, or an unreadable entry, is an error.
+    """
+    roots = [r for r in rundir.run_roots(files) if routes_dir(r).is_dir()]
+    if not roots:
+        return None, None
+    if len(roots) > 1:
+        return None, (
+            f"{len(roots)} runs with routes/ in the input ({roots[0]}, {roots[1]}, ...): routing metrics "
+            "are per run, none are shown (give one run directory)"
+        )
+    root = roots[0]
+    shards = route_shards(root)
+    if not shards:
+        return None, None
+    meta = _manifest_meta(root, len(shards))
+    _check_meta(root, meta)
+    return RoutesRun(root, shards, meta), None
+
+
+def _manifest_meta(root: Path, n_shards: int) -> RoutingMeta:
+    """The manifest's routing entry of a run that holds route shards: it must be there and readable."""
+    raw = (rundir.read_manifest(root) or {}).get(layout.MANIFEST_KEY)
+    if not isinstance(raw, dict):
+        raise InputError(
+            f"{root}: routes/ holds {n_shards} shard(s) but the manifest has no {layout.MANIFEST_KEY!r} entry",
+            hint="the manifest must say which layers route and how many experts they choose from",
+        )
+    try:
+        return RoutingMeta.from_dict(raw)
+    except (KeyError, TypeError, ValueError) as e:
+        raise InputError(
+            f"{root}: the manifest's {layout.MANIFEST_KEY!r} entry cannot be read ({type(e).__name__}: {e})",
+            hint="it needs family, num_layers, moe_layers, num_experts and top_k",
+        ) from None
+
+
+def _check_meta(root: Path, meta: RoutingMeta) -> None:
+    bad = [x for x in meta.moe_layers if not 0 <= x < meta.num_layers]
+    if meta.num_layers < 1 or not meta.moe_layers or bad or len(set(meta.moe_layers)) != len(meta.moe_layers):
+        raise InputError(
+            f"{root}: the manifest's routing entry names MoE layers {list(meta.moe_layers)} for a "
+            f"model of {meta.num_layers} decoder layers",
+            hint="MoE layers are distinct decoder-layer indices",
+        )
+    if not 1 <= meta.top_k <= meta.num_experts:
+        raise InputError(
+            f"{root}: the manifest's routing entry says top_k {meta.top_k} of {meta.num_experts} experts",
+            hint="top_k is between 1 and the number of routed experts",
+        )
 
 
 KEY_COLUMNS = ["sequence_id", "input_position"]

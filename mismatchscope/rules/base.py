@@ -20,7 +20,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import MISSING, dataclass, fields
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
@@ -169,40 +169,49 @@ class RuleSpec:
 RULES: dict[str, RuleSpec] = {}
 
 
+C = TypeVar("C")
+"""a rule's config type: ``register`` holds its callbacks to it."""
+RuleFn = TypeVar("RuleFn", bound=Callable[..., np.ndarray])
+
+
 def register(
     name: str,
     *,
-    level: Level | Callable[[Any], Level],
-    config: type,
+    level: Level | Callable[[C], Level],
+    config: type[C],
     uses_advantage: bool,
     acts: Literal["reject", "reweight"],
     source: str,
     summary: str,
     quantity: str = "",
-    ratio_thresholds: Callable[[Any], Sequence[tuple[str, float | None]]] | None = None,
-    sweeps: Callable[[Any], dict[str, tuple]] | None = None,
+    ratio_thresholds: Callable[[C], Sequence[tuple[str, float | None]]] | None = None,
+    sweeps: Callable[[C], dict[str, tuple]] | None = None,
     drawn_by_default: bool = False,
     notes: str = "",
-    at_threshold: Callable[[Any, TokenTerms], np.ndarray] | None = None,
-):
-    """Decorator: put a rule function in the registry under ``name``."""
+    at_threshold: Callable[[C, TokenTerms], np.ndarray] | None = None,
+) -> Callable[[RuleFn], RuleFn]:
+    """Decorator: put a rule function in the registry under ``name``.
 
-    def wrap(fn):
+    Generic in the config type, so a registration's callbacks (its level,
+    thresholds, sweeps) are checked against the config they read.
+    """
+
+    def wrap(fn: RuleFn) -> RuleFn:
         RULES[name] = RuleSpec(
-            name,
-            level,
-            config,
-            fn,
-            uses_advantage,
-            acts,
-            source,
-            summary,  # type: ignore[arg-type]
-            ratio_thresholds,
-            sweeps,
-            quantity,
-            drawn_by_default,
-            notes,
-            at_threshold,
+            name=name,
+            level=level,
+            config_cls=config,
+            fn=fn,
+            uses_advantage=uses_advantage,
+            acts=acts,
+            source=source,
+            summary=summary,
+            ratio_thresholds=ratio_thresholds,
+            sweeps=sweeps,
+            quantity=quantity,
+            drawn_by_default=drawn_by_default,
+            notes=notes,
+            at_threshold=at_threshold,
         )
         return fn
 

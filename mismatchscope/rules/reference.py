@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dataclasses import MISSING
 
-from .base import RULES, _fmt
+from .base import RULES, RuleSpec, _fmt
+from .readings import READINGS, Reading, RuleReading
 
 
 def _cell(text: str) -> str:
@@ -109,8 +110,6 @@ file; the commit is the reading's snapshot unless another is named."""
 def readings_markdown() -> list[str]:
     """The readings: the differences table (parameters that differ from mismatchscope's defaults), then
     each reading's source file and snapshot per rule."""
-    from .readings import READINGS
-
     names = list(READINGS)
     legend = (
         "Each cell: the parameters the reading sets that differ from the rule's defaults (`same`: none; "
@@ -128,31 +127,38 @@ def readings_markdown() -> list[str]:
         "|---|" + "---|" * len(names),
     ]
     for rule, spec in RULES.items():
-        cells = []
-        for n in names:
-            rr = READINGS[n].rules.get(rule)
-            if rr is None:
-                cells.append("")
-                continue
-            defaults = {f.name: f.default for f in spec.params()}
-            diff = {k: v for k, v in rr.params.items() if defaults.get(k) != v}
-            cells.append(", ".join(f"`{k}={_fmt(v)}`" for k, v in diff.items()) or "same")
+        cells = [_differences(spec, READINGS[n].rules.get(rule)) for n in names]
         if any(cells):
             out.append(f"| `{rule}` | " + " | ".join(_cell(c) for c in cells) + " |")
     for r in READINGS.values():
-        out += [
-            "",
-            f"### `{r.name}`: {r.framework}",
-            "",
-            f"Read: `{r.repository}`, {r.version}; files and commits below are of that snapshot unless named."
-            + (f" Otherwise: {r.lacks_hint}." if r.lacks_hint else ""),
-            "",
-            "| rule | follows | differs | numbers from |",
-            "|---|---|---|---|",
-        ]
-        for rule, rr in r.rules.items():
-            numbers = _cell(rr.numbers) or "the rule's own defaults"
-            out.append(f"| `{rule}@{r.name}` | {_cell(rr.file)} | {_cell(rr.differs) or 'nothing'} | {numbers} |")
+        out += _reading_section(r)
+    return out
+
+
+def _differences(spec: RuleSpec, rr: RuleReading | None) -> str:
+    """A reading's parameters of one rule that differ from the rule's defaults (blank: the framework lacks it)."""
+    if rr is None:
+        return ""
+    defaults = {f.name: f.default for f in spec.params()}
+    diff = {k: v for k, v in rr.params.items() if defaults.get(k) != v}
+    return ", ".join(f"`{k}={_fmt(v)}`" for k, v in diff.items()) or "same"
+
+
+def _reading_section(r: Reading) -> list[str]:
+    """One reading: its source snapshot, then per rule what it follows, how it differs and where its numbers are."""
+    out = [
+        "",
+        f"### `{r.name}`: {r.framework}",
+        "",
+        f"Read: `{r.repository}`, {r.version}; files and commits below are of that snapshot unless named."
+        + (f" Otherwise: {r.lacks_hint}." if r.lacks_hint else ""),
+        "",
+        "| rule | follows | differs | numbers from |",
+        "|---|---|---|---|",
+    ]
+    for rule, rr in r.rules.items():
+        numbers = _cell(rr.numbers) or "the rule's own defaults"
+        out.append(f"| `{rule}@{r.name}` | {_cell(rr.file)} | {_cell(rr.differs) or 'nothing'} | {numbers} |")
     return out
 
 

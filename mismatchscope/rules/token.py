@@ -37,6 +37,16 @@ def _logs(t: TokenTerms) -> tuple[np.ndarray, np.ndarray]:
     return cast(np.ndarray, t.lq_T), cast(np.ndarray, t.lp_T)
 
 
+def _outside(r: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """``r`` outside the band ``[lo, hi]`` (its edges inside): the predicate of icepop, token-mask and cispo."""
+    return (r < lo) | (r > hi)
+
+
+def _on_edges(r: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """``r`` exactly on an edge of ``[lo, hi]``, where a ``<`` and a ``<=`` would disagree."""
+    return (r == lo) | (r == hi)
+
+
 @dataclass(frozen=True)
 class IcePopConfig:
     alpha: float = param(0.5, "reject when r < alpha", range=RATIO_LOW, grid=R_LOW)
@@ -54,11 +64,11 @@ class IcePopConfig:
     quantity="r = p/q",
     ratio_thresholds=lambda c: [("alpha", c.alpha), ("beta", c.beta)],
     drawn_by_default=True,
-    at_threshold=lambda c, t: (t.ratio_T == c.alpha) | (t.ratio_T == c.beta),
+    at_threshold=lambda c, t: _on_edges(t.ratio_T, c.alpha, c.beta),
 )
 def icepop(cfg: IcePopConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> np.ndarray:
     """IcePop: drop the gradient of tokens whose ratio falls outside the band."""
-    return where((t.ratio_T < cfg.alpha) | (t.ratio_T > cfg.beta), REJECT)
+    return where(_outside(t.ratio_T, cfg.alpha, cfg.beta), REJECT)
 
 
 @dataclass(frozen=True)
@@ -284,10 +294,11 @@ class TokenMaskConfig:
     quantity="r = p/q",
     ratio_thresholds=lambda c: [("lo", c.lo), ("hi", c.hi)],
     drawn_by_default=True,
-    at_threshold=lambda c, t: (t.ratio_T == c.lo) | (t.ratio_T == c.hi),
+    at_threshold=lambda c, t: _on_edges(t.ratio_T, c.lo, c.hi),
 )
 def token_mask(cfg: TokenMaskConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> np.ndarray:
-    return where((t.ratio_T < cfg.lo) | (t.ratio_T > cfg.hi), REJECT)
+    """The same band as icepop under SkyRL's and TRL's names (and their default upper bound)."""
+    return where(_outside(t.ratio_T, cfg.lo, cfg.hi), REJECT)
 
 
 def _one_pm_eps(c) -> list[tuple[str, float]]:
@@ -295,7 +306,7 @@ def _one_pm_eps(c) -> list[tuple[str, float]]:
 
 
 def _on_one_pm_eps(c, t: TokenTerms) -> np.ndarray:
-    return (t.ratio_T == 1.0 - c.eps_low) | (t.ratio_T == 1.0 + c.eps_high)
+    return _on_edges(t.ratio_T, 1.0 - c.eps_low, 1.0 + c.eps_high)
 
 
 @dataclass(frozen=True)
@@ -319,7 +330,7 @@ class CISPOConfig:
     at_threshold=lambda c, t: _on_one_pm_eps(c, t),
 )
 def cispo(cfg: CISPOConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> np.ndarray:
-    return where((t.ratio_T < 1.0 - cfg.eps_low) | (t.ratio_T > 1.0 + cfg.eps_high), REWEIGHT)
+    return where(_outside(t.ratio_T, 1.0 - cfg.eps_low, 1.0 + cfg.eps_high), REWEIGHT)
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ _KEY_STRIDE = 1024
 
 HEADLINE: tuple[Metric, ...] = (TV_TOKEN_MEAN, K3_MEAN, ABS_LOGPROB_DIFF_MEAN, ABS_LOGPROB_DIFF_P99, RATIO_OUTSIDE_BAND)
 """the series of every timeline; MoE runs with both sides' routes add ``ROUTE_FLIP_RATE`` (over the tokens
-with a capture on both sides, ``analysis.routing``), and each rule its rate."""
+with a capture on both sides, ``analysis.route_scan``), and each rule its rate."""
 ROUTE_FLIP = ROUTE_FLIP_RATE
 ROUTE_FLAGS = ("route_compared", "route_flipped")
 """per-token booleans a batch carries when its run has routes: both sides captured, and flipped in some layer."""
@@ -144,7 +144,8 @@ def build_series(
 
 def _routes(source: Source):
     """The run's routes scanned once (their flip index joins the tokens' steps), or None for a dense run."""
-    from ..analysis.routing import locate_routes, scan_routes
+    from ..analysis.route_scan import scan_routes
+    from ..routing.io import locate_routes
 
     run, note = locate_routes(source.files)
     return (scan_routes(run) if run else None), note

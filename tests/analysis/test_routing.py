@@ -14,8 +14,8 @@ import pyarrow as pa
 import pytest
 
 from mismatchscope.analysis.engine import AnalysisRequest, analyse
+from mismatchscope.analysis.expert_sets import sorted_columns, sorting_network
 from mismatchscope.analysis.results import MissingCaptures
-from mismatchscope.analysis.routing import sorted_columns, sorting_network
 from mismatchscope.documents import to_json
 from mismatchscope.errors import InputError
 from mismatchscope.routing.layout import RoutingMeta, SideRoutes, routes_schema

@@ -206,9 +206,9 @@ def test_probe_records_the_samplers_prefill_and_certify_pairs_it(tmp_path):
 
 def test_samples_keep_the_prefill_logprobs_for_resume_and_rescore(tmp_path):
     """A resumed or rescored probe reads its completions back from samples/: the prefill must come back with them."""
-    from mismatchscope.probe.run import token_columns
-    from mismatchscope.probe.run_dir import RunDir
+    from mismatchscope.probe.columns import token_columns
     from mismatchscope.probe.types import Completion, Scored
+    from mismatchscope.probe.writer import RunDir
 
     run = RunDir(tmp_path / "run")
     with_prefill = Completion(0, 0, [5, 6], [-0.5, -0.25], [[5], [6]], [[-0.5], [-0.25]], "length", [-0.5, -0.125])

@@ -105,13 +105,13 @@ def prompt_texts() -> list[str]:
 
 @pytest.fixture(scope="session")
 def dense_tokenizer(dense_dir):
-    from mismatchscope.probe.checkpoint import load_tokenizer
+    from mismatchscope.probe.tokenizer import load_tokenizer
 
     return load_tokenizer(dense_dir)
 
 
 def _prompt_ids(info, tokenizer, texts):
-    from mismatchscope.probe.checkpoint import check_tokenizer, tokenize_prompts
+    from mismatchscope.probe.tokenizer import check_tokenizer, tokenize_prompts
 
     check_tokenizer(tokenizer, info, texts)
     return tokenize_prompts(tokenizer, texts, max_model_len=info.max_model_len, max_tokens=16)
@@ -124,7 +124,7 @@ def dense_prompt_ids(dense_info, dense_tokenizer, prompt_texts) -> list[list[int
 
 @pytest.fixture(scope="session")
 def moe_prompt_ids(moe_info, moe_dir, prompt_texts) -> list[list[int]]:
-    from mismatchscope.probe.checkpoint import load_tokenizer
+    from mismatchscope.probe.tokenizer import load_tokenizer
 
     return _prompt_ids(moe_info, load_tokenizer(moe_dir), prompt_texts)
 

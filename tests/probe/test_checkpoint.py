@@ -14,12 +14,8 @@ from pathlib import Path
 import pytest
 
 from mismatchscope.errors import CheckpointError, PromptError, TokenizerMismatchError
-from mismatchscope.probe.checkpoint import (
-    check_tokenizer,
-    inspect_checkpoint,
-    load_tokenizer,
-    tokenize_prompts,
-)
+from mismatchscope.probe.checkpoint import inspect_checkpoint
+from mismatchscope.probe.tokenizer import check_tokenizer, load_tokenizer, tokenize_prompts
 from tests.helpers import REPO
 from tests.probe.refusals import checkpoint_copy, edit_json, needs_checkpoint, refused_probe
 

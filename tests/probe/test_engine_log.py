@@ -102,7 +102,8 @@ def _child_writes(text: str) -> None:
 CAPTURE_SCRIPT = r"""
 import logging, subprocess, sys, warnings
 from pathlib import Path
-from mismatchscope.probe.engine_log import engine_output, terminal
+from mismatchscope.probe.engine_log import engine_output
+from mismatchscope.terminal import terminal
 handler = logging.StreamHandler(sys.stderr)  # as vLLM's logger holds it: bound to sys.stderr before the capture
 with engine_output(Path(sys.argv[1])):
     subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write('from a child process\\n')"], check=True)

@@ -10,7 +10,7 @@ import pytest
 
 from mismatchscope.errors import UsageError
 from mismatchscope.probe.checkpoint import inspect_checkpoint
-from mismatchscope.probe.options import check_attn_implementation, server_timeout
+from mismatchscope.probe.engine_checks import check_attn_implementation, server_timeout
 from mismatchscope.probe.types import SamplerConfig, SamplingConfig, TrainerConfig
 from tests.helpers import cli_no_engine as cli
 from tests.probe.refusals import (
@@ -25,7 +25,8 @@ from tests.probe.refusals import (
 
 
 def test_a_seed_beyond_64_bits_and_a_malformed_ipv6_url_are_option_errors():
-    from mismatchscope.probe.options import check_sampler, check_sampling
+    from mismatchscope.probe.engine_checks import check_sampler
+    from mismatchscope.probe.options import check_sampling
     from mismatchscope.probe.types import SamplerConfig, SamplingConfig
 
     with pytest.raises(UsageError, match=r"--seed must be in 0..9223372036854775807"):
@@ -233,9 +234,9 @@ def test_flash_attention_without_its_package(tmp_path, kernel, module, package):
 def test_flash_attention_installed_but_no_cuda(monkeypatch):
     import torch
 
-    from mismatchscope.probe import options
+    from mismatchscope.probe import engine_checks
 
-    monkeypatch.setattr(options, "_installed", lambda module: True)
+    monkeypatch.setattr(engine_checks, "installed", lambda module: True)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(UsageError) as err:
         check_attn_implementation("flash_attention_2")
@@ -315,7 +316,7 @@ def test_vllm_engine_args_are_checked_against_vllm(tmp_path):
     pytest.importorskip("vllm", reason="needs vLLM's declarations")
     import vllm
 
-    from mismatchscope.probe.options import check_vllm_engine_args
+    from mismatchscope.probe.engine_checks import check_vllm_engine_args
 
     for args, message in [
         (

@@ -24,8 +24,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from mismatchscope.errors import CheckpointError
-from mismatchscope.probe.checkpoint import inspect_checkpoint, load_tokenizer
+from mismatchscope.probe.checkpoint import inspect_checkpoint
 from mismatchscope.probe.policy_lag import open_trainer_checkpoint
+from mismatchscope.probe.tokenizer import load_tokenizer
 from tests.helpers import cli_no_engine as cli
 
 from ._probe_utils import naive_logprobs

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from mismatchscope.errors import InputError, UsageError
-from mismatchscope.probe.run import rescore
+from mismatchscope.probe.rescore import rescore
 from mismatchscope.probe.types import TrainerConfig
 from tests.helpers import cli
 

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from mismatchscope.probe.options import ProbeOptions
-from mismatchscope.probe.run import Progress, run_probe
+from mismatchscope.probe.sampling import run_probe
 from mismatchscope.probe.types import SamplerConfig, SamplingConfig, TrainerConfig
+from mismatchscope.progress import Progress
 from mismatchscope.reader import read_routes
 from mismatchscope.routing.io import read_meta
 

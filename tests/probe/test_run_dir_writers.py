@@ -200,7 +200,7 @@ def test_a_start_that_fails_after_the_run_was_made_takes_it_back(server, tmp_pat
 
 
 def test_an_unstarted_run_is_replaced_and_a_sampled_one_is_kept(tmp_path):
-    from mismatchscope.probe.run_dir import RunDir
+    from mismatchscope.probe.writer import RunDir
 
     run = RunDir(tmp_path / "run")
     run.open({"a": 1}, resume=False)

@@ -40,6 +40,8 @@ LAYERS: dict[str, int] = {
             "routing",
             "metrics",
             "documents",
+            "progress",
+            "terminal",
         ),
         0,
     ),

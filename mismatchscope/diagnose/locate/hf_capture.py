@@ -45,7 +45,7 @@ def layer_roles(layer) -> dict[str, Any]:
 
 def _hooks(model, model_type: str | None, state: dict, capture: SideCapture) -> list:
     """Register every capture hook; returns the handles."""
-    from ...routing.capture import moe_layers_of
+    from ...probe.route_capture import moe_layers_of
 
     decoder = model.get_decoder()
     if not hasattr(decoder, "layers") or not hasattr(decoder, "norm"):

@@ -66,7 +66,7 @@ def select_sequences(run_dir: Path, n: int) -> list[Sequence]:
     """The run's ``n`` worst sequences (largest first), with their prompt and completion ids."""
     from ...analysis.engine import AnalysisRequest, analyse
     from ...analysis.worst import worst_sequences
-    from ...probe.run_dir import RunDir
+    from ...probe.writer import RunDir
     from ..pairs import load_tokens, sequence_slices
 
     result = analyse(str(run_dir), AnalysisRequest(report=True, routing=False))
@@ -152,7 +152,7 @@ def locate(
     seconds: float,
 ) -> LocateResult:
     """The result of one configuration from its three captures (``sampler``: what :func:`capture_sampler` gave)."""
-    from ...routing.capture import moe_layers_of
+    from ...probe.route_capture import moe_layers_of
     from .compare import locate_result
 
     t0 = time.perf_counter()

@@ -10,14 +10,12 @@ file format stores apart.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol, cast, runtime_checkable
 
 from mismatchscope.probe.types import Completion, SamplingConfig
+from mismatchscope.progress import Advance
 from mismatchscope.schema import LOGPROB_SENTINEL
-
-ProgressFn = Callable[[int], None]
-"""``on_progress(n)``: n more completions (sampler) or requests (trainer) are done."""
 
 
 @runtime_checkable
@@ -28,7 +26,7 @@ class Sampler(Protocol):
         self,
         prompts: list[list[int]],
         sampling: SamplingConfig,
-        on_progress: ProgressFn | None = None,
+        on_progress: Advance | None = None,
     ) -> list[Completion]:
         """One :class:`Completion` per (prompt, sample), prompt-major, ``sample_index`` in 0..n-1."""
         ...

@@ -21,12 +21,13 @@ from __future__ import annotations
 from typing import Any
 
 from mismatchscope.probe.checkpoint import CheckpointInfo
+from mismatchscope.probe.engine_checks import HF_ENGINE_ARGS, check_hf_engine_args
 from mismatchscope.probe.hf_model import load_causal_lm, model_description
-from mismatchscope.probe.options import HF_ENGINE_ARGS, check_hf_engine_args
-from mismatchscope.probe.samplers.base import ProgressFn, check_prompts
+from mismatchscope.probe.samplers.base import check_prompts
 from mismatchscope.probe.token_scoring import GREEDY_EPS
 from mismatchscope.probe.types import Completion, SamplerConfig, SamplingConfig
 from mismatchscope.probe.zero import experts_implementation
+from mismatchscope.progress import Advance
 
 ENGINE_ARGS = HF_ENGINE_ARGS
 DEFAULT_BATCH = 64
@@ -68,7 +69,7 @@ class HFGenerateSampler:
         self,
         prompts: list[list[int]],
         sampling: SamplingConfig,
-        on_progress: ProgressFn | None = None,
+        on_progress: Advance | None = None,
     ) -> list[Completion]:
         """Each prompt repeated n times, left-padded, ``batch_size`` rows per ``generate``."""
         import torch

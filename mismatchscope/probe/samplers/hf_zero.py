@@ -16,12 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from mismatchscope.probe.samplers.base import ProgressFn, check_prompts
+from mismatchscope.probe.samplers.base import check_prompts
 from mismatchscope.probe.samplers.hf_generate import HFGenerateSampler
 from mismatchscope.probe.token_scoring import GREEDY_EPS, Processing, row_logprobs
 from mismatchscope.probe.trainer import LogitTransform
 from mismatchscope.probe.types import Completion, SamplingConfig
 from mismatchscope.probe.zero import DECODE, width, zero_logits
+from mismatchscope.progress import Advance
 
 
 class HFZeroSampler(HFGenerateSampler):
@@ -35,7 +36,7 @@ class HFZeroSampler(HFGenerateSampler):
         self.batch_size = 1
 
     def sample(
-        self, prompts: list[list[int]], sampling: SamplingConfig, on_progress: ProgressFn | None = None
+        self, prompts: list[list[int]], sampling: SamplingConfig, on_progress: Advance | None = None
     ) -> list[Completion]:
         import torch
 

@@ -15,7 +15,8 @@ sample with ``POST /v1/completions`` carrying the prompt ids,
 that protocol is not spoken here.)
 
 So this sampler is the ``vllm-server`` sampler (HTTP, checks, response
-validation: :mod:`.vllm_server`) with TRL's request body and one more check:
+validation: :mod:`.vllm_server`, :mod:`.http_client`, :mod:`.server_answers`)
+with TRL's request body and one more check:
 the server's logprobs mode, read from ``/server_info`` when the server has it
 (a ``trl vllm-serve`` always does), else measured by the ``top_k=1`` request
 the ``vllm-server`` sampler uses, must be ``processed_logprobs``. Processed
@@ -32,7 +33,8 @@ from __future__ import annotations
 from typing import Any
 
 from mismatchscope.errors import SamplerError, UsageError
-from mismatchscope.probe.samplers.vllm_server import VLLMServerSampler, _field
+from mismatchscope.probe.samplers.server_answers import answer_field
+from mismatchscope.probe.samplers.vllm_server import VLLMServerSampler
 from mismatchscope.probe.types import SamplingConfig
 
 TRL_LOGPROBS_MODE = "processed_logprobs"
@@ -67,13 +69,13 @@ class TRLServerSampler(VLLMServerSampler):
 
     def _server_info_mode(self) -> str | None:
         """``model_config.logprobs_mode`` from the dev-mode ``/server_info`` (None where the server has none)."""
-        answer = self._call("GET", "/server_info?config_format=json", missing_ok=True)
+        answer = self.http.call("GET", "/server_info?config_format=json", missing_ok=True)
         if answer is None:
             self._checks["server_info"] = "absent (the server is not in VLLM_SERVER_DEV_MODE, as trl vllm-serve sets)"
             return None
         where = "GET /server_info"
-        config = _field(answer, "vllm_config", dict, where)
-        model = _field(config, "model_config", dict, f"{where}: vllm_config")
+        config = answer_field(answer, "vllm_config", dict, where)
+        model = answer_field(config, "model_config", dict, f"{where}: vllm_config")
         mode = model.get("logprobs_mode")
         if not isinstance(mode, str):
             raise SamplerError(f"{where}: vllm_config.model_config.logprobs_mode is {mode!r}, not a mode name")

@@ -23,7 +23,6 @@ from mismatchscope.errors import SamplerError, UsageError
 from mismatchscope.probe.checkpoint import CheckpointInfo
 from mismatchscope.probe.hf_model import canonical_dtype
 from mismatchscope.probe.samplers.base import (
-    ProgressFn,
     check_prompts,
     manifest_safe,
     request_layout,
@@ -31,6 +30,7 @@ from mismatchscope.probe.samplers.base import (
     split_topk,
 )
 from mismatchscope.probe.types import Completion, SamplerConfig, SamplingConfig
+from mismatchscope.progress import Advance
 
 DEFAULT_MAX_LOGPROBS = 20
 """vLLM's own default cap on ``logprobs=k``; raised when a probe asks for more."""
@@ -105,7 +105,7 @@ class VLLMOfflineSampler:
         self,
         prompts: list[list[int]],
         sampling: SamplingConfig,
-        on_progress: ProgressFn | None = None,
+        on_progress: Advance | None = None,
     ) -> list[Completion]:
         """All prompts in one ``generate`` call; completions prompt-major, samples by index."""
         from vllm import SamplingParams
@@ -195,7 +195,7 @@ class VLLMOfflineSampler:
 def _start(model: str, args: dict[str, Any]):
     """``vllm.LLM(model, **args)``, its refusals of the options as one-line errors.
 
-    :func:`mismatchscope.probe.options.check_vllm_engine_args` catches these before the run; this is the
+    :func:`mismatchscope.probe.engine_checks.check_vllm_engine_args` catches these before the run; this is the
     backstop when vLLM's declarations could not be read.
     """
     import pydantic

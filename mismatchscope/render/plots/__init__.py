@@ -4,8 +4,8 @@
 matplotlib (the ``plot`` extra) is imported inside the modules that draw
 only, and only when a command asks for pictures: ``mismatchscope --help``
 never pays for it. The histograms they draw are gathered during the analysis
-pass (``mismatchscope.analysis.histograms``); :mod:`.sweeps` (thresholds,
-sweep grids) is numpy only.
+pass (``mismatchscope.analysis.histograms``); which rules and sweeps they
+draw is chosen by ``mismatchscope.rules.drawn``, before any of them is imported.
 """
 
 from __future__ import annotations
@@ -78,55 +78,15 @@ def masks_figures(result) -> list[Picture]:
 
 
 def _pictures(runs, rules) -> list[Picture]:
-    """The pictures of one run or of several overlaid (report's; the gate's after its checks)."""
-    from ...rules import make_instance
-    from . import figures as F
-    from . import routing as R
+    """The pictures of one run or of several overlaid (report's; the gate's after its checks): where the
+    mismatch sits, then the routing and sweep ones."""
+    from .routing import has_flip_rates
+    from .sweeps import sweep_curves
 
-    by_name = {r.name: r for r in rules}
-    icepop = by_name.get("icepop") or make_instance("icepop", {})
-    ipo = by_name.get("ipo") or make_instance("ipo", {})
-    out = []
-    out.append(
-        _picture(
-            "log_ratio_hist",
-            "Log ratio histogram",
-            "Counts of l = log p - log q on a symmetric log axis (log-scaled "
-            "counts); dashed lines: the thresholds of the selected rules on r = p/q, drawn at log r.",
-            F.log_ratio_histogram(runs, rules),
-        )
-    )
-    out.append(
-        _picture(
-            "prob_density",
-            "Sampler vs trainer probability",
-            f"Tokens by sampler probability q and trainer probability "
-            f"p, both log-scaled. Dashed: the IcePop band ({icepop.label}); solid: the IPO band ({ipo.label}).",
-            F.probability_density(runs, icepop, ipo),
-        )
-    )
-    out.append(
-        _picture(
-            "breakdowns",
-            "Where the mismatch sits",
-            "Mean |p - q| and mean k3 by sampler-probability bucket and by "
-            "position in the completion (deciles of the longest completion).",
-            F.breakdowns(runs),
-        )
-    )
-    if any(R.has_flip_rates(r) for r in runs):
-        out.append(
-            _picture(
-                "route_flips",
-                "MoE routing flips per layer",
-                "The share of rows whose top-k expert set "
-                "differs between sampler and trainer, per MoE layer (named by decoder-layer index); solid: "
-                "completion rows (the row predicting each completion token), dashed: prompt rows. Missing "
-                "captures are left out.",
-                R.route_flips(runs),
-            )
-        )
-    sweeps = F.sweep_curves(runs, rules)
+    out = _mismatch_pictures(runs, rules)
+    if any(has_flip_rates(r) for r in runs):
+        out.append(_route_picture(runs))
+    sweeps = sweep_curves(runs, rules)
     if sweeps is not None:
         out.append(
             _picture(
@@ -138,6 +98,52 @@ def _pictures(runs, rules) -> list[Picture]:
             )
         )
     return out
+
+
+def _mismatch_pictures(runs, rules) -> list[Picture]:
+    """Where the mismatch sits: the log-ratio histogram, the probability density, the breakdowns."""
+    from ...rules import make_instance
+    from . import mismatch as M
+
+    by_name = {r.name: r for r in rules}
+    icepop = by_name.get("icepop") or make_instance("icepop", {})
+    ipo = by_name.get("ipo") or make_instance("ipo", {})
+    histogram = _picture(
+        "log_ratio_hist",
+        "Log ratio histogram",
+        "Counts of l = log p - log q on a symmetric log axis (log-scaled "
+        "counts); dashed lines: the thresholds of the selected rules on r = p/q, drawn at log r.",
+        M.log_ratio_histogram(runs, rules),
+    )
+    density = _picture(
+        "prob_density",
+        "Sampler vs trainer probability",
+        f"Tokens by sampler probability q and trainer probability "
+        f"p, both log-scaled. Dashed: the IcePop band ({icepop.label}); solid: the IPO band ({ipo.label}).",
+        M.probability_density(runs, icepop, ipo),
+    )
+    breakdowns = _picture(
+        "breakdowns",
+        "Where the mismatch sits",
+        "Mean |p - q| and mean k3 by sampler-probability bucket and by "
+        "position in the completion (deciles of the longest completion).",
+        M.breakdowns(runs),
+    )
+    return [histogram, density, breakdowns]
+
+
+def _route_picture(runs) -> Picture:
+    from .routing import route_flips
+
+    return _picture(
+        "route_flips",
+        "MoE routing flips per layer",
+        "The share of rows whose top-k expert set "
+        "differs between sampler and trainer, per MoE layer (named by decoder-layer index); solid: "
+        "completion rows (the row predicting each completion token), dashed: prompt rows. Missing "
+        "captures are left out.",
+        route_flips(runs),
+    )
 
 
 def _picture(name: str, title: str, caption: str, fig) -> Picture:

@@ -10,7 +10,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from ...analysis.results import MasksResult
+from ...analysis.results import MasksResult, RuleRow
 
 
 def tail_breakdown(masks: MasksResult) -> Figure | None:
@@ -25,38 +25,46 @@ def tail_breakdown(masks: MasksResult) -> Figure | None:
     groups = [(lv, g) for lv, g in groups if g]
     fig = Figure(figsize=(15, 4.2 + 2.8 * len(groups)), dpi=110, layout="constrained")
     axes = fig.subplot_mosaic([[lv, "sign"] for lv, _ in groups], width_ratios=(2.2, 1))
+    for k, (lv, group) in enumerate(groups):
+        _bucket_panel(axes[lv], lv, group, buckets, totals, k)
+    _sign_panel(axes["sign"], rows, names)
+    fig.suptitle(masks.tail_reading or "Which tail each rule cuts", fontsize=10, wrap=True)
+    return fig
+
+
+def _bucket_panel(
+    ax, lv: str, group: list[tuple[RuleRow, str]], buckets: list[str], totals: np.ndarray, k: int
+) -> None:
+    """One level's rules: the share of each sampler-probability bucket's tokens each one rejects (``k``: the
+    panel's index, so the two panels' rules take different colours)."""
     cmap = __import__("matplotlib").colormaps["tab20"]
     x = np.arange(len(buckets))
-    for k, (lv, group) in enumerate(groups):
-        ax = axes[lv]
-        width = 0.84 / len(group)
-        for i, (r, name) in enumerate(group):
-            counts = np.array([(r.rejected_by_sampler_prob or {})[b] for b in buckets], dtype=float)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                share = np.where(totals > 0, 100 * counts / totals, np.nan)
-            ax.bar(
-                x + (i - (len(group) - 1) / 2) * width,
-                share,
-                width=width * 0.95,
-                color=cmap((i + 10 * k) % 20),
-                label=name,
-            )
-        ax.set_xticks(x)
-        ax.set_xticklabels([f"{b}\n{int(n):,} tokens" for b, n in zip(buckets, totals)], fontsize=8.5)
-        ax.set_xlabel("sampler probability q of the sampled token (report's buckets)")
-        ax.set_ylabel("tokens of the bucket rejected\n(%, linear: no bar is 0%)")
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:.3g}%"))
-        ax.set_ylim(bottom=0)
-        ax.grid(True, axis="y", alpha=0.3)
-        ax.legend(fontsize=7.5, ncol=2)
-        ax.set_title(
-            "Token rules: where on q each one rejects"
-            if lv == "token"
-            else "Sequence rules: the tokens of the sequences each one rejects",
-            fontsize=11,
+    width = 0.84 / len(group)
+    for i, (r, name) in enumerate(group):
+        counts = np.array([(r.rejected_by_sampler_prob or {})[b] for b in buckets], dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.where(totals > 0, 100 * counts / totals, np.nan)
+        ax.bar(
+            x + (i - (len(group) - 1) / 2) * width, share, width=width * 0.95, color=cmap((i + 10 * k) % 20), label=name
         )
+    ax.set_xticks(x)
+    ax.set_xticklabels([f"{b}\n{int(n):,} tokens" for b, n in zip(buckets, totals)], fontsize=8.5)
+    ax.set_xlabel("sampler probability q of the sampled token (report's buckets)")
+    ax.set_ylabel("tokens of the bucket rejected\n(%, linear: no bar is 0%)")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:.3g}%"))
+    ax.set_ylim(bottom=0)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=7.5, ncol=2)
+    ax.set_title(
+        "Token rules: where on q each one rejects"
+        if lv == "token"
+        else "Sequence rules: the tokens of the sequences each one rejects",
+        fontsize=11,
+    )
 
-    right = axes["sign"]
+
+def _sign_panel(right, rows: list[RuleRow], names: list[str]) -> None:
+    """Each rule's rejected tokens split by which way the trainer moved (p > q or p < q)."""
     y = np.arange(len(rows))
     ups = np.array([(r.rejected_by_pq_sign or {})["p>q"] for r in rows], dtype=float)
     downs = np.array([(r.rejected_by_pq_sign or {})["p<q"] for r in rows], dtype=float)
@@ -83,5 +91,3 @@ def tail_breakdown(masks: MasksResult) -> Figure | None:
     right.set_xlabel("share of the rule's rejected tokens")
     right.legend(fontsize=7.5, loc="lower right")
     right.set_title("Which way the trainer moved, on the rejected tokens", fontsize=11)
-    fig.suptitle(masks.tail_reading or "Which tail each rule cuts", fontsize=10, wrap=True)
-    return fig

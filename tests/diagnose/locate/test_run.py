@@ -54,7 +54,7 @@ def _capture(info, dtype: str, attn: str | None = None, label: str = "side") -> 
 
 
 def _locate(info, s: SideCapture, t: SideCapture, ref):
-    from mismatchscope.routing.capture import moe_layers_of
+    from mismatchscope.probe.route_capture import moe_layers_of
 
     reference, r = ref
     moe = moe_layers_of(reference.model, info.model_type)
@@ -303,7 +303,7 @@ def test_locate_sequences_without_locate_is_refused(tmp_path):
 @pytest.mark.parametrize("family", ["mixtral", "olmoe", "qwen2_moe", "deepseek_v3"])
 def test_moe_families_locate_with_their_routers(tmp_path, family):
     from mismatchscope.probe.checkpoint import inspect_checkpoint
-    from mismatchscope.routing.capture import moe_layers_of
+    from mismatchscope.probe.route_capture import moe_layers_of
     from tests.probe.test_route_families import _build
 
     info = inspect_checkpoint(_build(family, tmp_path))

@@ -69,7 +69,8 @@ def test_prompt_and_sampling_checks():
 
 
 def test_server_url_credentials_are_not_recorded():
-    from mismatchscope.probe.samplers.vllm_server import _base_url, _without_credentials
+    from mismatchscope.probe.samplers.http_client import base_url as _base_url
+    from mismatchscope.redact import redact_url as _without_credentials
 
     assert _without_credentials("http://u:pw@127.0.0.1:8000") == "http://<redacted>@127.0.0.1:8000"
     assert _without_credentials("http://127.0.0.1:8000") == "http://127.0.0.1:8000"

@@ -52,7 +52,7 @@ def _server_sampler(url: str, info, **engine_args):
 
 
 def _one_prompt(info) -> list[list[int]]:
-    from mismatchscope.probe.checkpoint import load_tokenizer
+    from mismatchscope.probe.tokenizer import load_tokenizer
 
     return [load_tokenizer(info.path).encode("12+34=")]
 

@@ -17,8 +17,8 @@ import pytest
 from mismatchscope.analysis.histograms import PlotAccumulator, log_ratio_edges, prob_edges
 from mismatchscope.analysis.results import MasksResult, Sweep, SweepPoint
 from mismatchscope.divergence import token_terms
-from mismatchscope.render.plots.sweeps import default_sweeps, plot_rules, ratio_thresholds, sweep_x
 from mismatchscope.rules import make_instance, parse_rule
+from mismatchscope.rules.drawn import default_sweeps, plot_rules, ratio_thresholds, sweep_x
 from tests.helpers import SAMPLE_PAIRS, cli
 from tests.helpers import probe_meta as meta
 from tests.inputs import one_sequence, raw_parquet
@@ -317,7 +317,8 @@ def test_sweep_picture_draws_zero_as_zero():
     Points (threshold, reject rate): (1.5, 2%), (2, 0.04%), (5, 0%). The smallest positive rate 0.04% sets
     the linear region of the symmetric-log axis: [0, 0.01%]; decade ticks 0.01% .. 10% (2% x 2 = 4% -> 10%).
     """
-    from mismatchscope.render.plots.figures import Run, sweep_curves
+    from mismatchscope.render.plots.figures import Run
+    from mismatchscope.render.plots.sweeps import sweep_curves
 
     points = [SweepPoint(v, "data", r, 0.0, 0, 0, 0, 0, None) for v, r in ((1.5, 0.02), (2.0, 0.0004), (5.0, 0.0))]
     masks = MasksResult(0, 0, [], {}, {}, None, [], [Sweep("icepop", "beta", "token", points)], [])

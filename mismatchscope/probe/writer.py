@@ -1,4 +1,4 @@
-"""The run directory: what a probe leaves on disk, written as work completes.
+"""The probe's writer: the run directory a probe or a rescore leaves on disk, written as work completes.
 
     DIR/manifest.json        configuration, versions, devices, timings; "status"
                              becomes "complete" only after the last flush

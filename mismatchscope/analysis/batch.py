@@ -1,0 +1,133 @@
+"""One batch of token pairs analysed on a worker thread: what it adds to every output of the pass.
+
+:func:`analyse_batch` is a pure function of the plan and the batch (it
+reads the fold's token statistics only to spawn empty ones with the same
+quantile window): the shared per-token terms are computed once
+(``divergence.token_terms``) and handed to the per-sequence reductions, the
+rule units, the token statistics and the routing join. The pass folds the
+:class:`BatchPart` results in file order (``engine.analyse``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import cast
+
+import numpy as np
+
+from ..divergence import TokenTerms, clamped_k_terms, token_terms
+from ..reader import Hygiene, RawBatch, token_keys
+from ..rules.sequence import k3_inverse
+from .grouping import Groups
+from .masks import ROUTE_FLIPPED, MaskAccumulator
+from .plan import AnalysisPlan
+from .positions import position_runs
+from .route_join import FlipIndex, GapTally
+from .table import token_values
+from .tokenstats import TokenStats
+from .topk import ScoreCentering, TopkBounds, score_centering, topk_bounds
+from .validate import check_advantage, check_positions
+
+
+@dataclass
+class BatchPart:
+    """What one batch contributes, computed on a worker thread and folded in file order."""
+
+    hygiene: Hygiene
+    runs: tuple | None
+    keys: np.ndarray
+    reduced: dict[str, np.ndarray]
+    stats: TokenStats | None
+    masks: MaskAccumulator | None
+    tokens: int
+    seen: tuple | None = None
+    """(terms, batch) for ``on_terms``; None when nobody asked."""
+    gap: GapTally | None = None
+
+
+def analyse_batch(
+    plan: AnalysisPlan, index: FlipIndex | None, stats: TokenStats, keep_terms: bool, raw: RawBatch
+) -> BatchPart:
+    """One batch's contribution. ``index``: the routes' flip index (runs whose both sides recorded routes);
+    ``stats``: the fold's token statistics, spawned from; ``keep_terms``: hand the terms back for ``on_terms``."""
+    hyg = Hygiene()
+    batch = raw.clean(hyg)
+    t = token_terms(batch["trainer_logprob"], batch["sampler_logprob"])
+    check_positions(batch["position"], plan.source)
+    runs = position_runs(*token_keys(batch))  # dropped rows too: a token written twice is a duplicate
+    adv = batch.get("advantage")
+    check_advantage(adv)
+    groups = Groups(batch["sequence_id"])
+    reduced = _reduced(plan, t, adv, groups)
+    gap, flipped_T = None, None
+    if index is not None:
+        gap = GapTally()
+        flipped_T = gap.add(index, batch["sequence_id"], batch["position"], np.abs(t.log_ratio_T))
+    masks = _rule_counts(plan, t, adv, batch, groups, flipped_T, reduced) if plan.masks else None
+    part_stats = _token_stats(plan, stats, t, batch) if plan.report else None
+    seen = (t, batch) if keep_terms else None
+    return BatchPart(hyg, runs, groups.keys, reduced, part_stats, masks, t.log_ratio_T.size, seen, gap)
+
+
+def _reduced(plan: AnalysisPlan, t: TokenTerms, adv: np.ndarray | None, groups: Groups) -> dict[str, np.ndarray]:
+    """The per-sequence reductions of the table's per-token values (and the sequence rules' extra sums)."""
+    per_tok = token_values(t)
+    if plan.has_advantage:
+        per_tok["sum_adv"] = cast(np.ndarray, adv)  # has_advantage: the column was read
+    if plan.clamped:
+        per_tok["sum_ck1"], per_tok["sum_ck2"], per_tok["sum_ck3"] = clamped_k_terms(t.log_ratio_T)
+    if plan.inverse_k3:
+        per_tok["sum_k3inv"] = k3_inverse(t.log_ratio_T)
+    ops = plan.ops
+    return {k: (groups.counts() if k == "n_tokens_S" else groups.reduce(v, ops[k])) for k, v in per_tok.items()}
+
+
+def _rule_counts(
+    plan: AnalysisPlan,
+    t: TokenTerms,
+    adv: np.ndarray | None,
+    batch: dict,
+    groups: Groups,
+    flipped_T: np.ndarray | None,
+    reduced: dict[str, np.ndarray],
+) -> MaskAccumulator:
+    """The rule units' counts of this batch; their per-sequence sums go into ``reduced``."""
+    masks = MaskAccumulator([u.fresh() for u in plan.units], plan.examples)
+    masks.routed = plan.joins_routes
+    reduced.update(masks.add(t, adv, batch, groups, flipped_T))
+    if flipped_T is not None:
+        reduced[ROUTE_FLIPPED] = groups.count_at(np.flatnonzero(flipped_T))
+    return masks
+
+
+def _token_stats(plan: AnalysisPlan, stats: TokenStats, t: TokenTerms, batch: dict) -> TokenStats:
+    """The report's token statistics of this batch (top-k bounds and kept mass where the file has them)."""
+    part = stats.spawn()
+    ent = batch.get("trainer_entropy")
+    part.add(t, batch["position"], ent if ent is not None and np.isfinite(ent).all() else None)
+    if plan.has_topk:
+        b, centering = topk_terms(batch, t)
+        part.add_topk(b.tv_lower_T, b.kl_lower_T, b.sampler_mass_T)
+        part.add_centering(centering)
+    if "sampler_kept_logmass" in batch:
+        part.add_kept_mass(batch["sampler_kept_logmass"])
+    return part
+
+
+def topk_terms(batch: dict, t: TokenTerms) -> tuple[TopkBounds, ScoreCentering]:
+    """One batch's top-k lower bounds and score-centering statistics (the batch has the top-k columns).
+
+    ``t``: the batch's token terms, whose probabilities the bounds reuse.
+    """
+    b = topk_bounds(
+        batch["token_id"],
+        batch["sampler_logprob"],
+        batch["trainer_logprob"],
+        batch["sampler_topk_ids"],
+        batch["sampler_topk_logprobs"],
+        batch["trainer_logprobs_at_sampler_topk"],
+        batch["sequence_id"],
+        batch["position"],
+        (t.q_T, t.p_T),
+    )
+    return b, score_centering(b, batch["sampler_topk_ids"], batch.get("trainer_topk_ids"))
