@@ -36,14 +36,13 @@ REFERENCE = r"""
 import sys, time
 from pathlib import Path
 t0 = time.perf_counter()
-from mismatchscope.diagnose.pairs import load_tokens
-from mismatchscope.diagnose.reference import load_reference
-from mismatchscope.diagnose.run import _prompt_ids, _reference_lp
+from mismatchscope.diagnose.pairs import load_tokens, prompt_ids
+from mismatchscope.diagnose.reference import load_reference, reference_rows
 from mismatchscope.probe.checkpoint import inspect_checkpoint
 from mismatchscope.probe.types import SamplingConfig
 run = Path(sys.argv[1])
 ref = load_reference(inspect_checkpoint(Path(sys.argv[2])))
-_reference_lp(ref, load_tokens(run), _prompt_ids(run), SamplingConfig(max_tokens=1))
+reference_rows(ref, load_tokens(run), prompt_ids(run), SamplingConfig(max_tokens=1))
 print(time.perf_counter() - t0)
 """
 

@@ -18,9 +18,12 @@ for a field named after a metric, from the metric catalog (its meaning first).
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import types
 import typing
 from typing import Any
+
+import numpy as np
 
 from .metrics import CATALOG
 
@@ -41,7 +44,9 @@ def to_json(obj: Any) -> Any:
         out = {}
         for f in dataclasses.fields(obj):
             value = getattr(obj, f.name)
-            if f.metadata.get("json", True) and not _absent(obj, f):
+            if f.metadata.get("flatten"):
+                out.update(to_json(value))
+            elif f.metadata.get("json", True) and not _absent(obj, f):
                 out[f.name] = to_json(value)
         return out
     if isinstance(obj, dict):
@@ -70,6 +75,16 @@ def optional(doc: str, with_field: str | None = None) -> dict[str, Any]:
     return {"optional": True, "doc": doc, "with": with_field}
 
 
+def flatten(doc: str | None = None) -> dict[str, Any]:
+    """Field metadata: the field's entries are written into the object holding it, not under its name.
+
+    For a record whose keys are partly fixed and partly data (a timeline row: its step, then one entry per
+    series) or that extends another type's fields after its own; the schema lists the fixed keys and, for a
+    mapping, types every other key by the mapping's values.
+    """
+    return {"flatten": True, "doc": doc}
+
+
 _FLOAT = {"anyOf": [{"type": "number"}, {"enum": ["inf", "-inf"]}]}
 
 
@@ -92,8 +107,12 @@ def _object(cls: type, defs: dict[str, Any]) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     props: dict[str, Any] = {}
     required: list[str] = []
+    extra: dict[str, Any] | bool = False
     for f in dataclasses.fields(cls):
         if not f.metadata.get("json", True):
+            continue
+        if f.metadata.get("flatten"):
+            extra = _flattened(hints[f.name], props, required, defs)
             continue
         s = dict(_schema(hints[f.name], defs))
         meaning = CATALOG[f.name].meaning if f.name in CATALOG else None
@@ -103,7 +122,17 @@ def _object(cls: type, defs: dict[str, Any]) -> dict[str, Any]:
         props[f.name] = s
         if not f.metadata.get("optional"):
             required.append(f.name)
-    return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
+    return {"type": "object", "properties": props, "required": required, "additionalProperties": extra}
+
+
+def _flattened(tp: Any, props: dict[str, Any], required: list[str], defs: dict[str, Any]) -> dict[str, Any] | bool:
+    """A flattened field's share of its holder's schema: a dataclass adds its keys, a mapping types the others."""
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        inner = _object(tp, defs)
+        props.update(inner["properties"])
+        required += inner["required"]
+        return False
+    return _schema(typing.get_args(tp)[1], defs)
 
 
 def _schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
@@ -142,3 +171,120 @@ def _schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
     if origin is dict or tp is dict:
         return {"type": "object", **({"additionalProperties": _schema(args[1], defs)} if args else {})}
     raise TypeError(f"no JSON Schema for the type {tp!r}")  # pragma: no cover - a new field type needs a rule above
+
+
+def from_json(tp: Any, data: Any) -> Any:
+    """The typed value of plain data that ``to_json`` of it gives back exactly, keys in the same order.
+
+    For a result assembled as plain data (diagnose's sections, a timeline's flags): the typed document
+    is built from it, and a key its type does not declare, a missing one, a value of another type or a
+    different order is a ``TypeError`` rather than a document that silently differs from the data.
+    A union takes its first member that gives the data back.
+    """
+    out = _from_json(tp, data)
+    where = _first_difference(to_json(out), data)
+    if where is not None:
+        raise TypeError(f"{_name(tp)}: the data differs from what its type writes at {where or 'the top'}")
+    return out
+
+
+def _first_difference(a: Any, b: Any, path: str = "") -> str | None:
+    """The path of the first place two plain values differ (a key, its order, a value), None where they do not."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        if list(a) != list(b):
+            return f"{path or '/'} (keys {list(a)} against {list(b)})"
+        return next((d for k in a if (d := _first_difference(a[k], b[k], f"{path}/{k}")) is not None), None)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b):
+        return next((d for i, (x, y) in enumerate(zip(a, b)) if (d := _first_difference(x, y, f"{path}/{i}"))), None)
+    return None if _dumps(a) == _dumps(b) else path
+
+
+def _from_json(tp: Any, data: Any) -> Any:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return data
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        return _from_object(tp, data)
+    if origin is typing.Literal:
+        _expect(data in args, tp, data)
+        return data
+    if origin in (typing.Union, types.UnionType):
+        return _from_union(args, data)
+    if origin in (list, tuple) or tp in (list, tuple):
+        _expect(isinstance(data, (list, tuple)), tp, data)
+        item = args[0] if args else Any
+        return [_from_json(item, x) for x in data]
+    if origin is dict or tp is dict:
+        _expect(isinstance(data, dict), tp, data)
+        value = args[1] if args else Any
+        return {k: _from_json(value, v) for k, v in data.items()}
+    _expect(_is_scalar(tp, data), tp, data)
+    return data
+
+
+def _is_scalar(tp: Any, data: Any) -> bool:
+    """Whether ``data`` is a value of ``tp``; numpy's scalars count (``outputs.jsonable`` writes them as numbers)."""
+    if tp is type(None):
+        return data is None
+    if tp is float:
+        return (isinstance(data, numbers.Real) and not _is_bool(data)) or data in ("inf", "-inf")
+    if tp is int:
+        return isinstance(data, numbers.Integral) and not _is_bool(data)
+    if tp is bool:
+        return _is_bool(data)
+    if tp is str:
+        return isinstance(data, str)
+    raise TypeError(f"no rule to read a {tp!r} from JSON")  # pragma: no cover - a new field type needs a rule
+
+
+def _is_bool(data: Any) -> bool:
+    return isinstance(data, (bool, np.bool_))
+
+
+def _from_union(options: tuple, data: Any) -> Any:
+    for option in options:
+        try:
+            value = _from_json(option, data)
+        except TypeError:
+            continue
+        if _dumps(to_json(value)) == _dumps(data):
+            return value
+    raise TypeError(f"none of {', '.join(_name(o) for o in options)} reads {_dumps(data)[:200]}")
+
+
+def _from_object(cls: type, data: Any) -> Any:
+    _expect(isinstance(data, dict), cls, data)
+    hints = typing.get_type_hints(cls)
+    fields = [f for f in dataclasses.fields(cls) if f.metadata.get("json", True) or f.metadata.get("flatten")]
+    named = {f.name for f in fields if not f.metadata.get("flatten")}
+    kwargs: dict[str, Any] = {}
+    for f in fields:
+        if f.metadata.get("flatten"):
+            tp = hints[f.name]
+            own = {f2.name for f2 in dataclasses.fields(tp)} if dataclasses.is_dataclass(tp) else None
+            rest = {k: v for k, v in data.items() if k not in named and (own is None or k in own)}
+            kwargs[f.name] = _from_json(tp, rest)
+            named |= set(rest)
+        elif f.name in data:
+            kwargs[f.name] = _from_json(hints[f.name], data[f.name])
+        elif not f.metadata.get("optional"):
+            raise TypeError(f"{cls.__name__}: no {f.name!r} in {sorted(data)}")
+    unknown = set(data) - named
+    if unknown:
+        raise TypeError(f"{cls.__name__} declares no {', '.join(sorted(unknown))}")
+    return cls(**kwargs)
+
+
+def _expect(ok: bool, tp: Any, data: Any) -> None:
+    if not ok:
+        raise TypeError(f"{_name(tp)} cannot hold {_dumps(data)[:200]}")
+
+
+def _name(tp: Any) -> str:
+    return getattr(tp, "__name__", repr(tp))
+
+
+def _dumps(x: Any) -> str:
+    import json
+
+    return json.dumps(x, default=repr)

@@ -13,11 +13,13 @@ import math
 import runpy
 import shutil
 from dataclasses import dataclass, field
+from typing import Literal
 
 import jsonschema
+import numpy as np
 import pytest
 
-from mismatchscope.documents import json_schema, optional, to_json
+from mismatchscope.documents import flatten, from_json, json_schema, optional, to_json
 from tests.helpers import REPO, SAMPLE_PAIRS, cli, pairs
 from tests.routes_fixture import write_run
 
@@ -48,6 +50,51 @@ def test_an_optional_field_can_appear_with_another():
     assert to_json(_Section(compared=0)) == {"compared": 0, "rate": None}
     assert to_json(_Section(compared=4, rate=0.5)) == {"compared": 4, "rate": 0.5}
     assert json_schema(_Section, "t", "d")["required"] == ["schema_version"]
+
+
+@dataclass(frozen=True)
+class _Row:
+    step: int
+    values: dict[str, float | None] = field(metadata=flatten("series -> value"))
+
+
+@dataclass(frozen=True)
+class _Up:
+    kind: Literal["up"]
+    by: float
+
+
+@dataclass(frozen=True)
+class _Down:
+    kind: Literal["down"]
+    by: float
+
+
+def test_a_flattened_mapping_writes_its_entries_beside_the_fixed_keys():
+    row = _Row(3, {"tv_token_mean": 0.25, "route_flip_rate": None})
+    assert to_json(row) == {"step": 3, "tv_token_mean": 0.25, "route_flip_rate": None}
+    schema = json_schema(_Row, "t", "d")
+    assert schema["required"] == ["schema_version", "step"]
+    assert schema["additionalProperties"] == {
+        "anyOf": [{"anyOf": [{"type": "number"}, {"enum": ["inf", "-inf"]}]}, {"type": "null"}]
+    }
+    assert from_json(_Row, to_json(row)) == row
+
+
+def test_from_json_reads_back_exactly_or_refuses():
+    assert from_json(_Up | _Down, {"kind": "down", "by": 2}) == _Down("down", 2)  # the member whose literal fits
+    assert from_json(list[_Row], [{"step": 1}]) == [_Row(1, {})]
+    # what outputs.jsonable writes as numbers: numpy scalars, tuples
+    assert from_json(list[_Up], ({"kind": "up", "by": np.float32(0.5)},)) == [_Up("up", 0.5)]
+    for bad in (
+        {"kind": "down", "by": 2, "extra": 1},  # a key the type does not declare
+        {"by": 2, "kind": "down"},  # another order: the document would not be byte-identical
+        {"kind": "sideways", "by": 2},
+        {"kind": "up", "by": "2"},
+        {"kind": "up"},
+    ):
+        with pytest.raises(TypeError):
+            from_json(_Up | _Down, bad)
 
 
 def test_the_committed_schemas_and_metric_table_are_current():

@@ -114,15 +114,14 @@ def diagnose(
     from ..bundled import sample_dir
     from ..diagnose.effects import Bootstrap
     from ..diagnose.locate.run import locate_options
-    from ..diagnose.run import DiagnoseOptions, check_options, run_diagnose
-    from ..diagnose.variants import Configuration, default_matrix, load_matrix, parse_vary
+    from ..diagnose.options import DiagnoseOptions, check_options, device
+    from ..diagnose.run import run_diagnose
+    from ..diagnose.variants import Configuration, default_matrix, given_variants
     from ..probe.engine_config import EngineValues
     from ..probe.engine_log import engine_output
     from ._progress import Bars, engine_env
 
-    variants = parse_vary(vary or [])
-    if matrix is not None:
-        variants += load_matrix(matrix)
+    variants = given_variants(vary or [], matrix)
     engine = EngineValues.of(ctx.params, engine_args(engine_arg))  # the configs as probe builds them
     sampler_cfg, trainer = engine.sampler_config(), engine.trainer_config()
     out_dir = out or Path("runs") / time.strftime("diagnose-%Y%m%d-%H%M%S")
@@ -130,7 +129,7 @@ def diagnose(
     # own processes write theirs beside their runs)
     with engine_output(out_dir, sampler_kind=sampler, any_dir=True):
         if not variants:
-            variants = default_matrix(_device(), Configuration(sampler_cfg, trainer))
+            variants = default_matrix(device(), Configuration(sampler_cfg, trainer))
         checkpoint = checkpoint or sample_dir() / "tiny-qwen3"
         opts = DiagnoseOptions(
             checkpoint=checkpoint,
@@ -151,43 +150,13 @@ def diagnose(
         engine_env()
         with Bars(enabled=True) as bars:
             payload = run_diagnose(opts, cast("Progress", bars))  # Bars has Progress's methods
-    if plots is not None or html is not None:
-        from ..outputs import input_files
-        from ..render.plots.diagnose import write_html, write_pareto
+    from ..render.diagnose import json_document, print_diagnose
+    from ..render.plots.diagnose import write_pictures
 
-        png = write_pareto(payload, plots or opts.out, input_files(checkpoint, opts.prompts, matrix))
-        payload["plots"] = {"pareto": str(png)}
-        if payload.get("locate"):
-            from ..render.plots.locate import write_locate
-
-            for path in write_locate(
-                payload["locate"], plots or opts.out, input_files(checkpoint, opts.prompts, matrix)
-            ):
-                payload["plots"][path.stem.removeprefix("diagnose_")] = str(path)
-        if html is not None:
-            write_html(payload, html, png)
-            payload["html"] = str(html)
+    write_pictures(payload, plots, html, opts.out, (checkpoint, opts.prompts, matrix))
     if format is OutputFormat.json:
-        from ..diagnose.document import DiagnoseDocument
-        from ..documents import document
-
-        emit_json(document(DiagnoseDocument.of(payload)))
+        emit_json(json_document(payload))
     else:
-        from ..render.diagnose_tables import render
-
-        render(stdout_console(), payload)
-        if payload.get("locate"):
-            from ..render.locate_tables import render_all
-
-            render_all(stdout_console(), payload["locate"])
+        print_diagnose(stdout_console(), payload)
     if any(v["status"] == "failed" for v in payload["variants"]):
         raise typer.Exit(EXIT_VARIANT_FAILED)
-
-
-def _device() -> str:
-    """cuda when torch sees a GPU, else cpu (torch is only imported here, after the options parsed)."""
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - the probe extra is missing; check_options will say so
-        return "cpu"
-    return "cuda" if torch.cuda.is_available() else "cpu"

@@ -46,23 +46,32 @@ def timeline(
     """Headline mismatch metrics per training step (needs a step column), and the steps where a series spikes, shifts or drifts."""
     keep_freed_memory()
     from ..outputs import check_all
+
+    inputs = check_all(dirs=[(plots, "--plots")], inputs=list(paths))
+    if len(paths) > 1 or x is not None:
+        _refuse_one_run_options(by=by, rule=rule, column=column)
+        _compare(paths, x or "step", format, plots, inputs)
+    else:
+        _one_run(paths[0], rule, by, column, format, plots, inputs)
+
+
+def _refuse_one_run_options(**given_options) -> None:
+    """--by, --rule and --column shape one run's timeline; a comparison refuses them rather than ignore them."""
+    given = [f"--{name}" for name, v in given_options.items() if v]
+    if given:
+        from ..errors import UsageError
+
+        raise UsageError(
+            f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to one run's timeline, not to a comparison",
+            hint="compare the runs without it, or run timeline on one run",
+        )
+
+
+def _one_run(path: str, rule, by, column, format: OutputFormat, plots: str | None, inputs) -> None:
     from ..reader import parse_column_mapping
     from ..rules import parse_rule
     from ..timeline import timeline as run_timeline
 
-    inputs = check_all(dirs=[(plots, "--plots")], inputs=list(paths))
-    if len(paths) > 1 or x is not None:
-        given = [name for name, v in (("--by", by), ("--rule", rule), ("--column", column)) if v]
-        if given:
-            from ..errors import UsageError
-
-            raise UsageError(
-                f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to one run's timeline, not to a comparison",
-                hint="compare the runs without it, or run timeline on one run",
-            )
-        _compare(paths, x or "step", format, plots, inputs)
-        return
-    path = paths[0]
     rules = [parse_rule(r) for r in rule] if rule else None
     result = run_timeline(path, rules, by, parse_column_mapping(column))
     for w in result.series.warnings:
@@ -76,7 +85,7 @@ def timeline(
     if format is OutputFormat.json:
         emit_json(result.payload(str(png) if png else None))
         return
-    from ..render.timeline_tables import timeline_tables
+    from ..render.timeline import timeline_tables
 
     timeline_tables(stdout_console(), result)
 
@@ -90,7 +99,7 @@ def _compare(paths: list[str], x: str, format: OutputFormat, plots: str | None, 
         raise UsageError(f"--x {x!r}", hint="use --x step or --x wall")
     result = compare(paths, x)  # type: ignore[arg-type]  # checked above
     if plots is not None:
-        from ..render.timeline_compare import write_compare
+        from ..render.plots.timeline import write_compare
 
         info(f"wrote {write_compare(result, plots, inputs)}")
     if format is OutputFormat.json:
@@ -98,7 +107,7 @@ def _compare(paths: list[str], x: str, format: OutputFormat, plots: str | None, 
 
         emit_json(document(result))
         return
-    from ..render.timeline_compare import compare_table
+    from ..render.timeline import compare_table
 
     compare_table(stdout_console(), result)
 

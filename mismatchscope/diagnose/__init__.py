@@ -6,8 +6,11 @@ from ``--vary``, a TOML matrix or the device's default matrix),
 (per-token error decomposition), :mod:`.pairs` (run directories for every
 compared pair), :mod:`.effects` (bootstrap deltas against the baseline),
 :mod:`.determinism` (bit-level repeatability and batch invariance),
-:mod:`.cost` (throughput and the Pareto front), :mod:`.worker` (one sampler
-configuration in its own process), :mod:`.run` (orchestration) and
-:mod:`.reading` (the payload's one-paragraph reading). Importing this package
-imports no engine.
+:mod:`.cost` (throughput and the Pareto front), :mod:`.options` (what is
+asked, checked before any engine starts), :mod:`.sampler_process` and
+:mod:`.worker` (one sampler configuration in its own process),
+:mod:`.records` (one configuration's gaps, routes and costs), :mod:`.run`
+(orchestration), :mod:`.reading` (the payload's one-paragraph reading) and
+:mod:`.document` (the typed JSON document). Importing this package imports
+no engine.
 """

@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from .. import rundir
+from ..probe.types import ScoreRequest
 from ..schema import write_table
 
 KEY_COLUMNS = ("sequence_id", "position", "token_id", "prompt_id", "sample_index")
@@ -64,3 +65,18 @@ def write_pair_run(
         },
     )
     return path
+
+
+def prompt_ids(run_dir: Path) -> list[list[int]]:
+    """A run's prompts as token ids, in prompt order."""
+    from ..probe.writer import RunDir
+
+    return [r["prompt_token_ids"] for r in RunDir(run_dir).read_prompts().to_pylist()]
+
+
+def score_requests(run_dir: Path, prompt_ids: list[list[int]]) -> list[ScoreRequest]:
+    """A run's sampled sequences as the trainer's scoring requests, in (prompt, sample) order."""
+    from ..probe.writer import RunDir
+
+    done = sorted(RunDir(run_dir).read_samples(), key=lambda c: (c.prompt_index, c.sample_index))
+    return [ScoreRequest(prompt_ids[c.prompt_index], c.token_ids, c.topk_ids) for c in done]

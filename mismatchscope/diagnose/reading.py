@@ -18,62 +18,96 @@ def _pct(x: float | None) -> str:
 
 def reading(p: dict[str, Any]) -> str:
     """One paragraph: who owns the gap, what removes it at what cost, what changes nothing, what is not repeatable."""
-    parts = []
     base = p["baseline"]["metrics"][PRIMARY]
-    dec = p["decomposition"]["shares"]
-    if dec.get("sampler_share") is not None:
-        owner, share = (
-            ("sampler", dec["sampler_share"]) if dec["sampler_share"] >= 0.5 else ("trainer", dec["trainer_share"])
-        )
-        corr = dec.get("correlation")
-        parts.append(
-            f"the {owner} owns {_pct(share)} of the gap (mean |log p - log q| {base:.3g}"
-            + (f"; error correlation {corr:.2f}" if corr is not None else "")
-            + ")"
-        )
     ok = [v for v in p["variants"] if v["status"] == "ok"]
+    parts = [
+        *_owner(p, base),
+        *_removers(ok, base),
+        *_growers(ok, base),
+        *_unchanged(p),
+        *_unranked(p),
+        *_failed(p),
+        *_repeatability(p.get("determinism") or {}),
+    ]
+    text = "; ".join(parts)
+    return text[:1].upper() + text[1:] + "." if text else ""
+
+
+def _owner(p: dict[str, Any], base: float) -> list[str]:
+    dec = p["decomposition"]["shares"]
+    if dec.get("sampler_share") is None:
+        return []
+    owner, share = (
+        ("sampler", dec["sampler_share"]) if dec["sampler_share"] >= 0.5 else ("trainer", dec["trainer_share"])
+    )
+    corr = dec.get("correlation")
+    return [
+        f"the {owner} owns {_pct(share)} of the gap (mean |log p - log q| {base:.3g}"
+        + (f"; error correlation {corr:.2f}" if corr is not None else "")
+        + ")"
+    ]
+
+
+def _removers(ok: list[dict[str, Any]], base: float) -> list[str]:
+    """The two largest significant reductions, with their throughput."""
     best = [v for v in ok if v["delta"][PRIMARY]["significant"] and v["delta"][PRIMARY]["estimate"] < 0]
+    out = []
     for v in best[:2]:
         d = v["delta"][PRIMARY]
         rel = v["throughput"].get("relative_to_baseline")
         removed = -d["estimate"] / base if base > 0 else None
         timing = v["throughput"].get("timing")
         interval = f" ({timing['low']:.2f}-{timing['high']:.2f}x)" if timing else ""
-        parts.append(
+        out.append(
             f"{v['name']} removes {_pct(removed)} of it" + (f" at {rel:.2f}x throughput{interval}" if rel else "")
         )
+    return out
+
+
+def _growers(ok: list[dict[str, Any]], base: float) -> list[str]:
+    """The two first significant increases, as a factor of the baseline's gap."""
     worse = [v for v in ok if v["delta"][PRIMARY]["significant"] and v["delta"][PRIMARY]["estimate"] > 0]
+    out = []
     for v in worse[:2]:
-        d = v["delta"][PRIMARY]
         factor = v["metrics"][PRIMARY] / base if base > 0 else None
-        parts.append(f"{v['name']} makes it {factor:.3g}x as large" if factor else f"{v['name']} adds to it")
-    if p["no_effect"]:
-        parts.append(f"{', '.join(p['no_effect'])} change{'s' if len(p['no_effect']) == 1 else ''} nothing measurable")
+        out.append(f"{v['name']} makes it {factor:.3g}x as large" if factor else f"{v['name']} adds to it")
+    return out
+
+
+def _unchanged(p: dict[str, Any]) -> list[str]:
+    if not p["no_effect"]:
+        return []
+    return [f"{', '.join(p['no_effect'])} change{'s' if len(p['no_effect']) == 1 else ''} nothing measurable"]
+
+
+def _unranked(p: dict[str, Any]) -> list[str]:
     from .timing import SPREAD_LIMIT, too_wide
 
     wide = too_wide(p)
-    if wide:
-        parts.append(
-            f"throughput of {', '.join(wide)} not ranked: {'its' if len(wide) == 1 else 'their'} rounds against the "
-            "baseline spread over more "
-            f"than {SPREAD_LIMIT:g}x (the machine's load varied; run again on a quieter machine)"
-        )
+    if not wide:
+        return []
+    return [
+        f"throughput of {', '.join(wide)} not ranked: {'its' if len(wide) == 1 else 'their'} rounds against the "
+        "baseline spread over more "
+        f"than {SPREAD_LIMIT:g}x (the machine's load varied; run again on a quieter machine)"
+    ]
+
+
+def _failed(p: dict[str, Any]) -> list[str]:
     failed = [v["name"] for v in p["variants"] if v["status"] == "failed"]
-    if failed:
-        parts.append(f"{', '.join(failed)} failed to run")
-    det = p.get("determinism") or {}
+    return [f"{', '.join(failed)} failed to run"] if failed else []
+
+
+def _repeatability(det: dict[str, Any]) -> list[str]:
+    if not det:
+        return []
     shaky = [
         k
         for k, d in det.items()
         if d.get("share_logprobs_bit_identical") not in (None, 1.0)
         or d.get("share_tokens_identical") not in (None, 1.0)
     ]
-    if det:
-        parts.append(
-            "every determinism check is bit-identical" if not shaky else f"not bit-identical: {', '.join(shaky)}"
-        )
-    text = "; ".join(parts)
-    return text[:1].upper() + text[1:] + "." if text else ""
+    return ["every determinism check is bit-identical" if not shaky else f"not bit-identical: {', '.join(shaky)}"]
 
 
 def finish(p: dict[str, Any]) -> dict[str, Any]:

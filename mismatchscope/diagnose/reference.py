@@ -153,6 +153,29 @@ def _memory_bytes() -> int:
         return 0
 
 
+def _widen(model, info: CheckpointInfo) -> str:
+    """The model widened to float64 in place; the note saying what runs in float64."""
+    from .float64 import widen
+
+    done = widen(model, info.model_type)
+    return (
+        "float64 forward of the same weights: norms, rotary angles, attention (eager), "
+        + ("router, experts, " if done.get("routers") or done.get("experts") else "")
+        + "lm_head and log-softmax in float64"
+        + ("" if done["rotary_inv_freq"] == "float64" else f"; rotary inverse frequencies {done['rotary_inv_freq']}")
+    )
+
+
+def _routers(model) -> dict[int, Any]:
+    """decoder layer -> its top-k router module (MoE checkpoints), whose choices the reference records."""
+    routers = {}
+    for name, module in model.named_modules():
+        found = LAYER.search(name)
+        if found and type(module).__name__.endswith("TopKRouter"):
+            routers[int(found.group(1))] = module
+    return routers
+
+
 def load_reference(info: CheckpointInfo, *, trust_remote_code: bool = False, dtype: str | None = None) -> Reference:
     """float64 if it fits (or ``dtype`` says so), else float32 with an fp32 lm_head."""
     from ..probe.hf_model import load_causal_lm, resolve_device
@@ -169,30 +192,27 @@ def load_reference(info: CheckpointInfo, *, trust_remote_code: bool = False, dty
     if dtype is None:
         dtype = "float64" if 8 * n_params <= FIT_SHARE * _memory_bytes() else "float32"
     if dtype == "float64":
-        from .float64 import widen
-
-        done = widen(model, info.model_type)
-        note = (
-            "float64 forward of the same weights: norms, rotary angles, attention (eager), "
-            + ("router, experts, " if done.get("routers") or done.get("experts") else "")
-            + "lm_head and log-softmax in float64"
-            + (
-                ""
-                if done["rotary_inv_freq"] == "float64"
-                else f"; rotary inverse frequencies {done['rotary_inv_freq']}"
-            )
-        )
+        note, routers = _widen(model, info), _routers(model)
     else:
-        note = (
-            f"float32 forward with an fp32 lm_head: {n_params / 1e9:.2f}B parameters do not fit in float64 "
-            "on this device"
-        )
-    routers = {}
-    if dtype == "float64":
-        for name, module in model.named_modules():
-            found = LAYER.search(name)
-            if found and type(module).__name__.endswith("TopKRouter"):
-                routers[int(found.group(1))] = module
+        size = f"{n_params / 1e9:.2f}B parameters"
+        note = f"float32 forward with an fp32 lm_head: {size} do not fit in float64 on this device"
+        routers = {}
     return Reference(
         model=model, dtype=dtype, transform=LogitTransform.from_config(info.config), note=note, routers=routers
     )
+
+
+def reference_rows(
+    reference: Reference, tokens, prompt_ids, sampling: SamplingConfig
+) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+    """The reference's logprob of every token row, and (MoE) its routes: sequence id -> [input position, layer, k]."""
+    from .pairs import sequence_slices
+
+    slices = sequence_slices(tokens["sequence_id"])
+    prompts = [prompt_ids[int(tokens["prompt_id"][sl.start])] for _, sl in slices]
+    comps = [tokens["token_id"][sl].tolist() for _, sl in slices]
+    out = np.empty(tokens["sequence_id"].size)
+    routes: list[np.ndarray] = []
+    for (_, sl), lp in zip(slices, reference.score(prompts, comps, sampling, routes=routes)):
+        out[sl] = lp
+    return out, {int(sid): r for (sid, _), r in zip(slices, routes)}

@@ -154,6 +154,11 @@ def parse_vary(items: list[str]) -> list[Variant]:
     return _unique(out)
 
 
+def given_variants(vary: list[str], matrix: Path | None) -> list[Variant]:
+    """The variants asked for: each ``--vary``, then the ``--matrix`` file's (none: the default matrix)."""
+    return parse_vary(vary) + (load_matrix(matrix) if matrix is not None else [])
+
+
 def load_matrix(path: Path) -> list[Variant]:
     """Named variants from TOML: one table per variant, its keys dotted or nested.
 
@@ -282,9 +287,20 @@ def _zero_sampler(cfg: Configuration, variant: Variant) -> Configuration:
 
 def default_matrix(device: str, base: Configuration) -> list[Variant]:
     """What this device can vary, one change each; GPU-only entries carry their skip reason on a CPU."""
+    flash = Variant(
+        "trainer.attn=flash_attention_2",
+        {"trainer.attn_implementation": "flash_attention_2"},
+        None if device == "cuda" else "needs a GPU: flash_attention_2 is a CUDA kernel",
+    )
+    if base.sampler.kind == "hf":
+        return [*_hf_sampler_matrix(base), *_trainer_matrix(base), flash, zero_variant()]
+    return [*_vllm_matrix(device, base), *_trainer_matrix(base), zero_variant(), *_gpu_matrix(device, base), flash]
+
+
+def _trainer_matrix(base: Configuration) -> list[Variant]:
+    """The trainer's knobs: the other dtype, the other attention kernels, the fp32 lm_head switched."""
     trainer_other = "bfloat16" if base.trainer.dtype != "bfloat16" else "float32"
-    gpu_reason = None if device == "cuda" else "needs a GPU"
-    trainer = [
+    return [
         Variant(f"trainer.dtype={trainer_other}", {"trainer.dtype": trainer_other}),
         *[
             Variant(f"trainer.attn={a}", {"trainer.attn_implementation": a})
@@ -293,15 +309,12 @@ def default_matrix(device: str, base: Configuration) -> list[Variant]:
         ],
         Variant("trainer.fp32_lm_head", {"trainer.fp32_lm_head": not base.trainer.fp32_lm_head}),
     ]
-    flash = Variant(
-        "trainer.attn=flash_attention_2",
-        {"trainer.attn_implementation": "flash_attention_2"},
-        None if gpu_reason is None else "needs a GPU: flash_attention_2 is a CUDA kernel",
-    )
-    if base.sampler.kind == "hf":
-        return [*_hf_sampler_matrix(base), *trainer, flash, zero_variant()]
+
+
+def _vllm_matrix(device: str, base: Configuration) -> list[Variant]:
+    """The vLLM sampler's knobs that run on this device (chunked prefill skipped on a CPU, with why)."""
     other_dtype = "float32" if base.sampler.dtype != "float32" else "float16"
-    cpu = [
+    return [
         Variant(f"sampler.dtype={other_dtype}", {"sampler.dtype": other_dtype}),
         Variant("sampler.fp32_lm_head", {"sampler.fp32_lm_head": not base.sampler.fp32_lm_head}),
         Variant("sampler.kv_cache_dtype=fp8", {"sampler.engine.kv_cache_dtype": "fp8"}),
@@ -316,32 +329,32 @@ def default_matrix(device: str, base: Configuration) -> list[Variant]:
             {"sampler.engine.enable_chunked_prefill": True, "sampler.engine.max_num_batched_tokens": 32},
             None if device == "cuda" else CHUNKED_PREFILL_CPU,
         ),
-        *trainer,
-        zero_variant(),
     ]
+
+
+def _gpu_matrix(device: str, base: Configuration) -> list[Variant]:
+    """The vLLM sampler's GPU-only knobs, each with why it is skipped on a CPU."""
+    on_gpu = device == "cuda"
     gpu = [
         Variant(
             "sampler.dtype=bfloat16",
             {"sampler.dtype": "bfloat16"},
-            None if gpu_reason is None else "needs a GPU: bfloat16 kills the vLLM CPU worker (SIGILL)",
+            None if on_gpu else "needs a GPU: bfloat16 kills the vLLM CPU worker (SIGILL)",
         ),
         Variant(
             "sampler.batch_invariant",
             {"sampler.env.VLLM_BATCH_INVARIANT": "1"},
             None
-            if gpu_reason is None
+            if on_gpu
             else "needs a GPU: VLLM_BATCH_INVARIANT's kernels are GPU kernels (crashes on the CPU build)",
         ),
         Variant(
             "sampler.attention=FLASHINFER",
             {"sampler.engine.attention_backend": "FLASHINFER"},
-            None if gpu_reason is None else "needs a GPU: vLLM's CPU build has one attention backend",
+            None if on_gpu else "needs a GPU: vLLM's CPU build has one attention backend",
         ),
-        flash,
     ]
-    if base.sampler.dtype == "bfloat16":
-        gpu = gpu[1:]
-    return cpu + gpu
+    return gpu[1:] if base.sampler.dtype == "bfloat16" else gpu
 
 
 def _hf_sampler_matrix(base: Configuration) -> list[Variant]:

@@ -31,64 +31,23 @@ WARMUP_TOKENS = 2
 
 
 def run(spec: dict) -> dict:
-    from dataclasses import replace
-
+    """Start the engine, probe, measure what the spec asks; with ``reply_fd``, then serve timing rounds."""
     from ..probe.checkpoint import inspect_checkpoint
-    from ..probe.options import ProbeOptions
-    from ..probe.samplers import make_sampler
-    from ..probe.sampling import run_probe
-    from ..probe.types import SamplerConfig, SamplingConfig, TrainerConfig
-    from ..probe.writer import RunDir
+    from ..probe.types import SamplerConfig, SamplingConfig
 
     t_wall = time.perf_counter()
     sampling = SamplingConfig(**spec["sampling"])
     sampler_cfg = SamplerConfig(**spec["sampler"])
     info = inspect_checkpoint(Path(spec["checkpoint"]))
-    t0 = time.perf_counter()
-    try:
-        sampler = make_sampler(sampler_cfg, info, sampling=sampling)
-        sampler.sample([WARMUP_PROMPT], replace(sampling, n=1, max_tokens=WARMUP_TOKENS))
-    except Exception as e:  # the engine refused this configuration: a result, not a crash
-        return {"status": "failed", "stage": "engine start-up", "reason": one_line(e)}
-    startup_s = time.perf_counter() - t0
+    started = _start(sampler_cfg, info, sampling)
+    if isinstance(started, dict):  # the engine refused this configuration: a result, not a crash
+        return started
+    sampler, startup_s = started
     result: dict = {"status": "ok", "startup_s": startup_s, "sampler_info": None}
     try:
-        opts = ProbeOptions(
-            checkpoint=info.path,
-            prompts=Path(spec["prompts"]),
-            out=Path(spec["out"]),
-            sampling=sampling,
-            sampler=sampler_cfg,
-            trainer=TrainerConfig(**spec["trainer"]),
-        )
-        run_probe(opts, sampler=sampler)
-        run_dir = RunDir(Path(spec["out"]))
-        prompt_ids = [r["prompt_token_ids"] for r in run_dir.read_prompts().to_pylist()]
-        completions = run_dir.read_samples()
+        prompt_ids, completions = _probe(spec, info, sampling, sampler_cfg, sampler)
         result["sampler_info"] = sampler.describe()
-        if spec.get("repeat"):
-            t1 = time.perf_counter()
-            again = sampler.sample(prompt_ids, sampling)
-            result["repeat"] = {
-                "seconds": time.perf_counter() - t1,
-                "sequences": [
-                    {
-                        "prompt_index": c.prompt_index,
-                        "sample_index": c.sample_index,
-                        "token_ids": c.token_ids,
-                        "logprobs": c.sampler_logprobs,
-                    }
-                    for c in again
-                ],
-            }
-        if spec.get("prefill") and hasattr(sampler, "prefill_logprobs"):
-            result["prefill"] = _prefill(sampler, prompt_ids, completions, sampling, spec.get("seed", 0))
-        if spec.get("locate"):  # after everything the run measures; its time is not the configuration's
-            from .locate.worker import in_worker
-
-            t_locate = time.perf_counter()
-            result["locate"] = in_worker(sampler, sampling, Path(spec["out"]), spec["locate"])
-            t_wall += time.perf_counter() - t_locate
+        t_wall += _measure(spec, sampling, sampler, prompt_ids, completions, result)
         result["wall_s"] = time.perf_counter() - t_wall
         if spec.get("reply_fd") is not None:  # kept warm to time sampling rounds against other configurations
             from .. import rundir
@@ -99,6 +58,75 @@ def run(spec: dict) -> dict:
     finally:
         sampler.close()
     return result
+
+
+def _start(sampler_cfg, info, sampling):
+    """(the warmed-up sampler, its start-up seconds), or the failed result saying why it did not start."""
+    from dataclasses import replace
+
+    from ..probe.samplers import make_sampler
+
+    t0 = time.perf_counter()
+    try:
+        sampler = make_sampler(sampler_cfg, info, sampling=sampling)
+        sampler.sample([WARMUP_PROMPT], replace(sampling, n=1, max_tokens=WARMUP_TOKENS))
+    except Exception as e:
+        return {"status": "failed", "stage": "engine start-up", "reason": one_line(e)}
+    return sampler, time.perf_counter() - t0
+
+
+def _probe(spec: dict, info, sampling, sampler_cfg, sampler) -> tuple[list, list]:
+    """The configuration's probe run at ``spec["out"]``; its prompts' token ids and its completions."""
+    from ..probe.options import ProbeOptions
+    from ..probe.sampling import run_probe
+    from ..probe.types import TrainerConfig
+    from ..probe.writer import RunDir
+
+    opts = ProbeOptions(
+        checkpoint=info.path,
+        prompts=Path(spec["prompts"]),
+        out=Path(spec["out"]),
+        sampling=sampling,
+        sampler=sampler_cfg,
+        trainer=TrainerConfig(**spec["trainer"]),
+    )
+    run_probe(opts, sampler=sampler)
+    run_dir = RunDir(Path(spec["out"]))
+    return [r["prompt_token_ids"] for r in run_dir.read_prompts().to_pylist()], run_dir.read_samples()
+
+
+def _measure(spec: dict, sampling, sampler, prompt_ids, completions, result: dict) -> float:
+    """The repeat sampling, the prefill scorings and the localisation the spec asks for, into ``result``;
+    returns the seconds the localisation took (not the configuration's time)."""
+    if spec.get("repeat"):
+        result["repeat"] = _repeat(sampler, prompt_ids, sampling)
+    if spec.get("prefill") and hasattr(sampler, "prefill_logprobs"):
+        result["prefill"] = _prefill(sampler, prompt_ids, completions, sampling, spec.get("seed", 0))
+    if not spec.get("locate"):
+        return 0.0
+    from .locate.worker import in_worker
+
+    t_locate = time.perf_counter()  # after everything the run measures
+    result["locate"] = in_worker(sampler, sampling, Path(spec["out"]), spec["locate"])
+    return time.perf_counter() - t_locate
+
+
+def _repeat(sampler, prompt_ids, sampling) -> dict:
+    """The same prompts sampled again with the same seed."""
+    t1 = time.perf_counter()
+    again = sampler.sample(prompt_ids, sampling)
+    return {
+        "seconds": time.perf_counter() - t1,
+        "sequences": [
+            {
+                "prompt_index": c.prompt_index,
+                "sample_index": c.sample_index,
+                "token_ids": c.token_ids,
+                "logprobs": c.sampler_logprobs,
+            }
+            for c in again
+        ],
+    }
 
 
 def _prefill(sampler, prompt_ids, completions, sampling, seed: int) -> dict:

@@ -8,15 +8,16 @@ shifts and drifts (``changes.detect``). ``mismatchscope.render.plots.timeline`` 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..documents import document
+from ..documents import document, from_json
 from ..metrics import COUNTED, RATIO_BAND
 from ..rules import RuleInstance, make_instance
 from .changes import ChangeConfig, detect, methods
+from .json_document import Changes, Flag, Methods, RuleSeries, SeriesInfo, SkippedTest, StepRow, TimelineDocument
 from .series import HEADLINE, P99, StepSeries, build_series
 
 DEFAULT_RULES = ("icepop", "ipo")
@@ -25,54 +26,6 @@ DEFAULT_RULES = ("icepop", "ipo")
 
 def default_rules() -> list[RuleInstance]:
     return [make_instance(name, {}) for name in DEFAULT_RULES]
-
-
-@dataclass
-class SeriesInfo:
-    """One series of the table: a metric of the catalog (``metrics.CATALOG``) or a rule's rate."""
-
-    key: str
-    label: str
-    unit: str
-    test_scale: str
-    """the scale the change tests run on: log, or asin-sqrt for shares."""
-
-
-@dataclass
-class RuleSeries:
-    name: str
-    params: dict[str, Any]
-    level: str
-    acts: str
-    hypothesis: str
-    """"data" (real advantages, or none needed), or "A>0" / "A<0" without an advantage column."""
-    metric: str
-    """the key of its series."""
-
-
-@dataclass
-class Changes:
-    methods: dict[str, Any]
-    flags: list[dict[str, Any]]
-    skipped: list[dict[str, Any]]
-
-
-@dataclass
-class TimelineDocument:
-    """What ``timeline --format json`` prints, after ``schema_version``."""
-
-    tokens: int
-    steps: int
-    by: str | None
-    groups: list[Any]
-    metrics: list[SeriesInfo]
-    rules: list[RuleSeries]
-    ratio_band: tuple[float, float]
-    quantile: float
-    rows: list[dict[str, Any]] = field(metadata={"doc": "one per (group, step): tokens, sequences and every series"})
-    changes: Changes
-    warnings: list[str]
-    plot: str | None = field(default=None, metadata={"doc": "the picture --plots wrote"})
 
 
 @dataclass
@@ -85,16 +38,6 @@ class TimelineResult:
 
     def document(self, plot: str | None = None) -> TimelineDocument:
         s = self.series
-        rows = []
-        for i in range(s.step_K.size):
-            row = {
-                "group": s.groups[int(s.group_K[i])],
-                "step": int(s.step_K[i]),
-                "tokens": int(s.tokens_K[i]),
-                "sequences": int(s.sequences_K[i]),
-            }
-            row.update({m.name: float(s.values[m.name][i]) for m in s.metrics})
-            rows.append(row)
         return TimelineDocument(
             tokens=s.tokens,
             steps=int(np.unique(s.step_K).size),
@@ -107,11 +50,28 @@ class TimelineResult:
             ],
             ratio_band=RATIO_BAND,
             quantile=P99,
-            rows=rows,
-            changes=Changes(methods(self.config), self.flags, self.skipped),
+            rows=self._rows(),
+            changes=Changes(
+                from_json(Methods, methods(self.config)),
+                [from_json(Flag, f) for f in self.flags],
+                [from_json(SkippedTest, sk) for sk in self.skipped],
+            ),
             warnings=s.warnings,
             plot=plot,
         )
+
+    def _rows(self) -> list[StepRow]:
+        s = self.series
+        return [
+            StepRow(
+                s.groups[int(s.group_K[i])],
+                int(s.step_K[i]),
+                int(s.tokens_K[i]),
+                int(s.sequences_K[i]),
+                {m.name: float(s.values[m.name][i]) for m in s.metrics},
+            )
+            for i in range(s.step_K.size)
+        ]
 
     def payload(self, plot: str | None = None) -> dict[str, Any]:
         """The JSON document (``schema_version`` first)."""

@@ -174,21 +174,28 @@ def detect(
     y_clean, x_clean = y.copy(), x.copy()
     y_clean[spike_idx] = around[spike_idx]
     x_clean[spike_idx] = neighbour_medians(x, cfg.spike_neighbours)[2][spike_idx]
-    sigma = noise_sigma(y_clean)
-    if sigma > 0:
-        bkps = _binseg(y_clean, cfg.shift_penalty * sigma * sigma * math.log(n), cfg.shift_min_size)
-        edges = [0, *bkps, n]
-        for a, b, c in zip(edges, edges[1:], edges[2:]):
-            out.shifts.append(
-                {
-                    "step": int(steps[b]),
-                    "before": float(x_clean[a:b].mean()),
-                    "after": float(x_clean[b:c].mean()),
-                    "size_sd": float(y_clean[b:c].mean() - y_clean[a:b].mean()) / sigma,
-                }
-            )
+    out.shifts = _shifts(steps, x_clean, y_clean, cfg)
     out.drifts = drifts(out.shifts)
     return out
+
+
+def _shifts(steps: np.ndarray, x_clean: np.ndarray, y_clean: np.ndarray, cfg: ChangeConfig) -> list[dict]:
+    """The change points of the despiked series (test scale ``y_clean``), reported in the metric's units."""
+    sigma = noise_sigma(y_clean)
+    if not sigma > 0:  # no noise to scale a shift by (NaN included)
+        return []
+    n = y_clean.size
+    bkps = _binseg(y_clean, cfg.shift_penalty * sigma * sigma * math.log(n), cfg.shift_min_size)
+    edges = [0, *bkps, n]
+    return [
+        {
+            "step": int(steps[b]),
+            "before": float(x_clean[a:b].mean()),
+            "after": float(x_clean[b:c].mean()),
+            "size_sd": float(y_clean[b:c].mean() - y_clean[a:b].mean()) / sigma,
+        }
+        for a, b, c in zip(edges, edges[1:], edges[2:])
+    ]
 
 
 def _spikes(steps: np.ndarray, x: np.ndarray, y: np.ndarray, cfg: ChangeConfig, out: SeriesChanges):

@@ -1,7 +1,7 @@
 """One streaming pass that turns a token-pair file into per-step series.
 
 Every token is keyed by its ``(step, group)`` (group: the value of the
-``--by`` column, or one group for the whole file) and reduced into per-key
+``--by`` column, :mod:`.groups`, or one group for the whole file) and reduced into per-key
 sums with ``np.bincount``; the per-token terms come from
 ``divergence.token_terms`` like every other command's. The p99 of
 ``|log p - log q|`` is exact: the pass keeps ``|l|`` of every token (8 bytes)
@@ -21,16 +21,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import numpy as np
-import pyarrow as pa
 
 from ..analysis.evaluate import HYPOTHESES, count_per_key, sequence_verdicts, token_verdicts
 from ..analysis.positions import PositionTracker
 from ..analysis.routing_report import routing_warnings
 from ..analysis.sums import token_means
 from ..analysis.validate import check_advantage, check_not_empty
-from ..arrow import to_numpy
 from ..divergence import clamped_k_terms, token_terms
-from ..errors import InputError, MissingColumnsError, UsageError
+from ..errors import InputError, MissingColumnsError
 from ..metrics import (
     ABS_LOGPROB_DIFF_MEAN,
     ABS_LOGPROB_DIFF_P99,
@@ -46,11 +44,10 @@ from ..metrics import (
 from ..reader import BATCH_ROWS, Hygiene, Source, iter_batches, open_source, token_keys
 from ..rules import RuleInstance, SequenceInputs
 from ..rules.sequence import k3_inverse, needs_inverse_k3
-from ..schema import COLUMNS, MAX_ABS_STEP
+from ..schema import MAX_ABS_STEP
+from .groups import GroupCodes, resolve_by
 
 P99 = 0.99
-MAX_GROUPS = 64
-"""``--by`` splits lines by a categorical column; more distinct values than this is an error."""
 _KEY_STRIDE = 1024
 """(step, group) -> one int64 key: step * stride + group (MAX_GROUPS + a null group fit under it)."""
 
@@ -104,22 +101,16 @@ def build_series(
     batch_rows: int = BATCH_ROWS,
 ) -> StepSeries:
     """Read ``path`` once and return the per-step headline metrics and rule rates."""
-    source = open_source(path, mapping)
-    if not source.has("step"):
-        raise MissingColumnsError(
-            f"{path}: timeline needs a step column (the training step of each token) and the input has none",
-            hint="map yours with --column, e.g. --column step=global_step",
-        )
+    source = _open_with_steps(path, mapping)
     has_adv = source.has("advantage")
     units = _units(rules, has_adv)
-    by_canon, by_raw = _resolve_by(source, by)
+    by_canon, by_raw = resolve_by(source, by)
     columns = ["step"] + (
         ["advantage"] if has_adv and any(u.hypothesis == "data" and u.rule.spec.uses_advantage for u in units) else []
     )
     columns += [by_canon] if by_canon else []
-
     acc = _Accumulator(units)
-    groups = _GroupCodes(by, by_canon)
+    groups = GroupCodes(by, by_canon)
     hygiene = Hygiene()
     positions = PositionTracker()
     scan, routes_note = _routes(source)
@@ -130,7 +121,7 @@ def build_series(
         if by is None:
             group_T = np.zeros(batch["step"].size, np.int64)
         else:
-            group_T = groups.encode(batch[cast(str, by_canon or by_raw)])  # _resolve_by names one for a given by
+            group_T = groups.encode(batch[cast(str, by_canon or by_raw)])  # resolve_by names one for a given by
         acc.add(batch, group_T)
 
     positions.finish()  # a duplicated token would double its weight in its step
@@ -140,6 +131,16 @@ def build_series(
     series.warnings += ([routes_note] if routes_note else []) + (routing_warnings(scan) if scan else [])
     series.source = source
     return series
+
+
+def _open_with_steps(path: str | os.PathLike, mapping: dict[str, str] | None) -> Source:
+    source = open_source(path, mapping)
+    if not source.has("step"):
+        raise MissingColumnsError(
+            f"{path}: timeline needs a step column (the training step of each token) and the input has none",
+            hint="map yours with --column, e.g. --column step=global_step",
+        )
+    return source
 
 
 def _routes(source: Source):
@@ -169,73 +170,6 @@ def _units(rules: list[RuleInstance], has_adv: bool) -> list[RuleUnit]:
             rate_metric = TOKEN_REJECT_RATE if r.spec.acts == "reject" else TOKEN_REWEIGHT_RATE
             out.append(RuleUnit(r, h, replace(rate_metric, name=key, title=label, label=short)))
     return out
-
-
-def _resolve_by(source: Source, by: str | None) -> tuple[str | None, str | None]:
-    """(canonical column, raw column): which way ``--by`` is read; at most one is set."""
-    if by is None:
-        return None, None
-    if by in COLUMNS and source.has(by):
-        return by, None
-    mapped = [c for c, src in source.mapping.items() if src == by and source.has(c)]
-    if mapped:
-        return mapped[0], None
-    if by in source.file_columns and by not in COLUMNS:
-        return None, by
-    shown = ", ".join(sorted(source.file_columns)[:30])
-    raise UsageError(
-        f"--by {by}: no column {by!r} in every input file; the files have: {shown}",
-        hint="name a categorical column of the file, e.g. --by env or --by rank",
-    )
-
-
-class _GroupCodes:
-    """Values of the ``--by`` column -> small dense group indices, stable across batches."""
-
-    def __init__(self, by: str | None, canonical: str | None = None):
-        self.by = by
-        self.canonical = canonical
-        self.values: list[Any] = []
-        self._index: dict[Any, int] = {}
-
-    def _code(self, value: Any) -> int:
-        if value not in self._index:
-            if len(self.values) >= MAX_GROUPS:
-                raise UsageError(
-                    f"--by {self.by}: more than {MAX_GROUPS} distinct values",
-                    hint="--by splits the lines by a categorical column (an env name, a rank); "
-                    "pick one with few values",
-                )
-            self._index[value] = len(self.values)
-            self.values.append(value)
-        return self._index[value]
-
-    def encode(self, col: Any) -> np.ndarray:
-        if isinstance(col, np.ndarray):  # a schema column, already numpy
-            if not np.issubdtype(col.dtype, np.integer):
-                raise UsageError(
-                    f"--by {self.by}: the column holds {col.dtype} values, not categories",
-                    hint="--by needs strings, integers or booleans",
-                )
-            uniq, inv = np.unique(col, return_inverse=True)
-            lut = np.array([self._code(int(v)) for v in uniq], np.int64)
-            return lut[inv.reshape(-1)]
-        arr: pa.Array = col
-        if not pa.types.is_dictionary(arr.type):
-            t = arr.type
-            if not (
-                pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t) or pa.types.is_boolean(t)
-            ):
-                raise UsageError(
-                    f"--by {self.by}: the column holds {t} values, not categories",
-                    hint="--by needs strings, integers or booleans",
-                )
-            arr = arr.dictionary_encode()
-        lut = np.array(
-            [self._code(v) for v in arr.dictionary.to_pylist()] + [self._code(None) if arr.null_count else 0], np.int64
-        )
-        idx = to_numpy(arr.indices.fill_null(len(lut) - 1)).astype(np.int64)
-        return lut[idx]
 
 
 class _Accumulator:
@@ -285,6 +219,22 @@ class _Accumulator:
         code_T = self._dense(batch["step"], group_T)
         k = len(self.key_of)
         abs_l = np.abs(t.log_ratio_T)
+        self.sums = _pad(self.sums, k) + np.stack(
+            [np.bincount(code_T, weights=w, minlength=k) for w in self._weights(t, abs_l, adv)]
+        )
+        if ROUTE_FLAGS[0] in batch:
+            self.routed = True
+            self.route_sums = _pad(self.route_sums, k) + np.stack(
+                [np.bincount(code_T, weights=batch[f].astype(np.float64), minlength=k) for f in ROUTE_FLAGS]
+            )
+        self._codes.append(code_T.astype(np.int32))
+        self._abs_l.append(abs_l)
+        self._seq_parts.append(_pair_reduce(code_T, batch["sequence_id"], self._sequence_terms(t, adv)))
+        self.tokens += n
+
+    def _weights(self, t, abs_l: np.ndarray, adv: np.ndarray | None) -> list[np.ndarray | None]:
+        """Per token, what each row of ``sums`` adds up (None: a count): ``_SUMS``, then each token rule's
+        rejected and reweighted."""
         lo, hi = RATIO_BAND
         weights: list[np.ndarray | None] = [
             None,
@@ -296,39 +246,24 @@ class _Accumulator:
         for u in self.token_units:
             v = token_verdicts(u, t, adv)
             weights += [v.rejected.astype(np.float64), v.reweighted.astype(np.float64)]
-        if self.sums.shape[1] < k:
-            self.sums = np.pad(self.sums, ((0, 0), (0, k - self.sums.shape[1])))
-        self.sums += np.stack([np.bincount(code_T, weights=w, minlength=k) for w in weights])
-        if ROUTE_FLAGS[0] in batch:
-            self.routed = True
-            if self.route_sums.shape[1] < k:
-                self.route_sums = np.pad(self.route_sums, ((0, 0), (0, k - self.route_sums.shape[1])))
-            self.route_sums += np.stack(
-                [np.bincount(code_T, weights=batch[f].astype(np.float64), minlength=k) for f in ROUTE_FLAGS]
-            )
-        self._codes.append(code_T.astype(np.int32))
-        self._abs_l.append(abs_l)
+        return weights
+
+    def _sequence_terms(self, t, adv: np.ndarray | None) -> dict[str, np.ndarray]:
+        """Per token, what the sequence rules reduce per (step, sequence)."""
         clamped: dict[str, np.ndarray] = {}
         if any(u.rule.spec.fixed_level is None for u in self.seq_units):  # verl-rs: estimators of l clamped to +-20
             clamped = dict(zip(("sum_ck1", "sum_ck2", "sum_ck3"), clamped_k_terms(t.log_ratio_T)))
         if needs_inverse_k3([u.rule for u in self.seq_units]):  # k3-seq in AReaL's orientation
             clamped["sum_k3inv"] = k3_inverse(t.log_ratio_T)
-        self._seq_parts.append(
-            _pair_reduce(
-                code_T,
-                batch["sequence_id"],
-                {
-                    "n": np.ones(n),
-                    "sum_l": t.log_ratio_T,
-                    "min_l": t.log_ratio_T,
-                    "max_l": t.log_ratio_T,
-                    "sum_k3": t.k3_T,
-                    **({"sum_adv": adv} if adv is not None else {}),
-                    **clamped,
-                },
-            )
-        )
-        self.tokens += n
+        return {
+            "n": np.ones(t.log_ratio_T.size),
+            "sum_l": t.log_ratio_T,
+            "min_l": t.log_ratio_T,
+            "max_l": t.log_ratio_T,
+            "sum_k3": t.k3_T,
+            **({"sum_adv": adv} if adv is not None else {}),
+            **clamped,
+        }
 
     def finish(self, groups: list[Any], by: str | None) -> StepSeries:
         k = len(self.key_of)
@@ -336,20 +271,7 @@ class _Accumulator:
         keys[list(self.key_of.values())] = list(self.key_of.keys())
         step_K, group_K = np.floor_divide(keys, _KEY_STRIDE), np.mod(keys, _KEY_STRIDE)
         n = self.sums[0]
-        means = token_means(n, tv=self.sums[1], k3=self.sums[2], abs_l=self.sums[3])
-        values = {m.name: means[m.name] for m in (TV_TOKEN_MEAN, K3_MEAN, ABS_LOGPROB_DIFF_MEAN)}
-        values[ABS_LOGPROB_DIFF_P99.name] = grouped_quantile(
-            np.concatenate(self._codes), np.concatenate(self._abs_l), k, P99
-        )
-        values[RATIO_OUTSIDE_BAND.name] = self.sums[4] / n
-        base = len(self._SUMS)
-        for i, u in enumerate(self.token_units):
-            row = base + 2 * i + (0 if u.rule.spec.acts == "reject" else 1)
-            values[u.metric.name] = self.sums[row] / n
-        if self.routed:
-            rs = np.pad(self.route_sums, ((0, 0), (0, k - self.route_sums.shape[1])))
-            with np.errstate(invalid="ignore", divide="ignore"):
-                values[ROUTE_FLIP.name] = np.where(rs[0] > 0, rs[1] / np.maximum(rs[0], 1), np.nan)
+        values = self._token_values(k, n)
         seq_code, seqs = self._sequences()
         sequences_K = np.bincount(seq_code, minlength=k)
         for u in self.seq_units:
@@ -372,6 +294,24 @@ class _Accumulator:
             units=self.units,
             tokens=self.tokens,
         )
+
+    def _token_values(self, k: int, n: np.ndarray) -> dict[str, np.ndarray]:
+        """Per key: the headline means, the exact p99 of |l|, the token rules' rates and (routes) the flip rate."""
+        means = token_means(n, tv=self.sums[1], k3=self.sums[2], abs_l=self.sums[3])
+        values = {m.name: means[m.name] for m in (TV_TOKEN_MEAN, K3_MEAN, ABS_LOGPROB_DIFF_MEAN)}
+        values[ABS_LOGPROB_DIFF_P99.name] = grouped_quantile(
+            np.concatenate(self._codes), np.concatenate(self._abs_l), k, P99
+        )
+        values[RATIO_OUTSIDE_BAND.name] = self.sums[4] / n
+        base = len(self._SUMS)
+        for i, u in enumerate(self.token_units):
+            row = base + 2 * i + (0 if u.rule.spec.acts == "reject" else 1)
+            values[u.metric.name] = self.sums[row] / n
+        if self.routed:
+            rs = np.pad(self.route_sums, ((0, 0), (0, k - self.route_sums.shape[1])))
+            with np.errstate(invalid="ignore", divide="ignore"):
+                values[ROUTE_FLIP.name] = np.where(rs[0] > 0, rs[1] / np.maximum(rs[0], 1), np.nan)
+        return values
 
     def _sequences(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         codes = np.concatenate([p[0] for p in self._seq_parts])
@@ -420,6 +360,11 @@ class _Accumulator:
         )
         hit = sequence_verdicts(u, seq).acted(u.rule.spec.acts)
         return count_per_key(code_S, hit, k, weights=n_S)
+
+
+def _pad(sums: np.ndarray, k: int) -> np.ndarray:
+    """``sums`` widened with zero columns to ``k`` keys (new keys appear batch by batch)."""
+    return np.pad(sums, ((0, 0), (0, k - sums.shape[1]))) if sums.shape[1] < k else sums
 
 
 _REDUCE = {"min_l": np.minimum, "max_l": np.maximum}

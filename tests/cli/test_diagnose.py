@@ -197,7 +197,8 @@ def test_the_console_script_refuses_a_bad_variant_in_one_line():
 def test_a_diagnose_that_fails_after_its_checks_leaves_nothing_behind(tmp_path, monkeypatch):
     """The baseline's engine dies: the error is raised, and --out is as it was (absent, or empty), so a rerun works."""
     from mismatchscope.diagnose import run as diagnose_run
-    from mismatchscope.diagnose.run import DiagnoseOptions, run_diagnose
+    from mismatchscope.diagnose.options import DiagnoseOptions
+    from mismatchscope.diagnose.run import run_diagnose
     from mismatchscope.errors import SamplerError
     from mismatchscope.probe.types import SamplerConfig, SamplingConfig, TrainerConfig
 

@@ -11,7 +11,7 @@ import pytest
 
 from mismatchscope.errors import RecorderInputError, UsageError
 from mismatchscope.live import Recorder
-from mismatchscope.render.timeline_compare import time_unit
+from mismatchscope.render.timeline import time_unit
 from mismatchscope.timeline.compare import Comparison, RunLine, StepPoint, compare
 from tests.helpers import cli
 

@@ -59,17 +59,7 @@ def pareto_picture(p: dict[str, Any]):
         )
         ax.annotate(name, (t, max(m, 1e-12)), textcoords="offset points", xytext=(5, 4), fontsize=7)
     _mark_certified(ax, p, pts)
-    front = sorted([(t, m) for n, m, t in pts if n in p["pareto_front"]])
-    if len(front) > 1:
-        ax.plot(
-            [t for t, _ in front],
-            [max(m, 1e-12) for _, m in front],
-            color="#cf222e",
-            lw=1,
-            zorder=2,
-            label="Pareto front",
-        )
-        ax.legend(fontsize=8)
+    _front(ax, sorted([(t, m) for n, m, t in pts if n in p["pareto_front"]]))
     ax.set_yscale("log")
     ax.set_xlabel("pipeline throughput (tokens/s: tokens / (sampling + scoring time))")
     ax.set_ylabel("mean |log p - log q| (total gap)")
@@ -83,6 +73,20 @@ def pareto_picture(p: dict[str, Any]):
     )
 
 
+def _front(ax, front: list[tuple[float, float]]) -> None:
+    """The Pareto front as one line through its (throughput, mismatch) points, where it has two or more."""
+    if len(front) > 1:
+        ax.plot(
+            [t for t, _ in front],
+            [max(m, 1e-12) for _, m in front],
+            color="#cf222e",
+            lw=1,
+            zorder=2,
+            label="Pareto front",
+        )
+        ax.legend(fontsize=8)
+
+
 def write_pareto(p: dict[str, Any], directory: Path, inputs=None) -> Path:
     """``inputs`` (``outputs.Inputs``): files the picture may not replace."""
     from . import write_pngs
@@ -90,55 +94,47 @@ def write_pareto(p: dict[str, Any], directory: Path, inputs=None) -> Path:
     return write_pngs([pareto_picture(p)], Path(directory), inputs)[0]
 
 
+def write_pictures(p: dict[str, Any], plots: Path | None, html: Path | None, out: Path, given: tuple = ()) -> None:
+    """``--plots`` and ``--html``: the Pareto picture and (``--locate``) the localisations' into ``plots`` (or
+    ``out``), the page at ``html``; each path written is added to the payload (``plots``, ``html``).
+    ``given``: the command's input paths, whose files no picture may replace."""
+    from ...outputs import input_files
+
+    if plots is None and html is None:
+        return
+    inputs = input_files(*given)
+    png = write_pareto(p, plots or out, inputs)
+    p["plots"] = {"pareto": str(png)}
+    if p.get("locate"):
+        from .locate import write_locate
+
+        for path in write_locate(p["locate"], plots or out, inputs):
+            p["plots"][path.stem.removeprefix("diagnose_")] = str(path)
+    if html is not None:
+        write_html(p, html, png)
+        p["html"] = str(html)
+
+
 def write_html(p: dict[str, Any], path: Path, png: Path | None = None) -> Path:
     """A self-contained page: the reading, the decomposition, the variants, determinism, the picture."""
     from . import write_html as write
-    from .html import _e, _figures, _num, _page, _table
+    from .html import _e, _figures, _page, _table
 
-    dec = p["decomposition"]
-    gap_rows = [
-        [
-            _e(k),
-            *(
-                ["skipped"] * 3
-                if dec[k].get("status") == "skipped"
-                else [_num(dec[k]["metrics"][m.name]) for m in (ABS_LOGPROB_DIFF_MEAN, TV_TOKEN_MEAN, K3_MEAN)]
-            ),
-        ]
-        for k in ("total", "sampler_vs_reference", "trainer_vs_reference", "sampler_decode_vs_prefill")
-    ]
-    var_rows = []
-    for v in p["variants"]:
-        if v["status"] != "ok":
-            var_rows.append([_e(v["name"]), _e(v["side"]), _e(v["status"]), _e(v.get("reason", "")), "", "", ""])
-            continue
-        d = v["delta"][PRIMARY]
-        var_rows.append(
-            [
-                _e(v["name"]),
-                _e(v["side"]),
-                _num(d["estimate"]),
-                f"[{_num(d['ci_low'])}, {_num(d['ci_high'])}]",
-                "yes" if d["significant"] else "no",
-                _num(v["throughput"].get("relative_to_baseline")),
-                _rounds(v["throughput"].get("timing")),
-            ]
-        )
-    det_rows = [
-        [_e(k), _num(d["share_tokens_identical"]), _num(d["share_logprobs_bit_identical"]), _num(d["max_abs_diff"])]
-        for k, d in p["determinism"].items()
-    ]
     body = (
         f"<p class='note'>{_e(p['reading'])}</p><h2>Decomposition</h2><p>{_e(p['reference']['note'])}</p>"
-        + _table(["gap", "|log p - log q| mean", "tv_token mean", "k3 mean"], gap_rows, {1, 2, 3})
+        + _table(["gap", "|log p - log q| mean", "tv_token mean", "k3 mean"], _gap_rows(p["decomposition"]), {1, 2, 3})
         + "<h2>Variants</h2>"
         + _table(
             ["variant", "side", "change", "interval", "significant", "throughput x", "timing rounds: 95% interval"],
-            var_rows,
+            _variant_rows(p["variants"]),
             {2, 5, 6},
         )
         + "<h2>Determinism</h2>"
-        + _table(["check", "tokens identical", "logprobs bit-identical", "largest |diff|"], det_rows, {1, 2, 3})
+        + _table(
+            ["check", "tokens identical", "logprobs bit-identical", "largest |diff|"],
+            _determinism_rows(p["determinism"]),
+            {1, 2, 3},
+        )
         + _figures([pareto_picture(p)])
     )
     if p.get("locate"):
@@ -149,7 +145,55 @@ def write_html(p: dict[str, Any], path: Path, png: Path | None = None) -> Path:
     return Path(path)
 
 
-def _rounds(timing: dict | None) -> str:
+def _gap_rows(dec: dict[str, Any]) -> list[list[str]]:
+    from .html import _e, _num
+
+    return [
+        [
+            _e(k),
+            *(
+                ["skipped"] * 3
+                if dec[k].get("status") == "skipped"
+                else [_num(dec[k]["metrics"][m.name]) for m in (ABS_LOGPROB_DIFF_MEAN, TV_TOKEN_MEAN, K3_MEAN)]
+            ),
+        ]
+        for k in ("total", "sampler_vs_reference", "trainer_vs_reference", "sampler_decode_vs_prefill")
+    ]
+
+
+def _variant_rows(variants: list[dict[str, Any]]) -> list[list[str]]:
+    from .html import _e, _num
+
+    rows = []
+    for v in variants:
+        if v["status"] != "ok":
+            rows.append([_e(v["name"]), _e(v["side"]), _e(v["status"]), _e(v.get("reason", "")), "", "", ""])
+            continue
+        d = v["delta"][PRIMARY]
+        rows.append(
+            [
+                _e(v["name"]),
+                _e(v["side"]),
+                _num(d["estimate"]),
+                f"[{_num(d['ci_low'])}, {_num(d['ci_high'])}]",
+                "yes" if d["significant"] else "no",
+                _num(v["throughput"].get("relative_to_baseline")),
+                _rounds_cell(v["throughput"].get("timing")),
+            ]
+        )
+    return rows
+
+
+def _determinism_rows(determinism: dict[str, Any]) -> list[list[str]]:
+    from .html import _e, _num
+
+    return [
+        [_e(k), _num(d["share_tokens_identical"]), _num(d["share_logprobs_bit_identical"]), _num(d["max_abs_diff"])]
+        for k, d in determinism.items()
+    ]
+
+
+def _rounds_cell(timing: dict | None) -> str:
     """The interleaved timing rounds behind a throughput ratio: how many, and the median's interval."""
     from .html import _num
 

@@ -24,13 +24,7 @@ def locate_picture(entry: dict[str, Any], name: str = LOCATE_NAME):
     from .figures import _fig
 
     points = [p for p in entry["points"] if p["op"] != "logprob"]
-    series = {
-        "sampler vs reference": [p["sampler_vs_reference"]["median"] for p in points],
-        "trainer vs reference": [p["trainer_vs_reference"]["median"] for p in points],
-        "sampler vs trainer": [p["sides"]["median"] for p in points],
-    }
-    positive = [v for vals in series.values() for v in vals if v and v > 0]
-    floor = min(positive) / 10 if positive else 1e-18
+    series, floor = _series(points)
     fig = _fig(max(7.5, 0.12 * len(points)), 4.4)
     ax = fig.add_subplot()
     style = {"sampler vs reference": "#0969da", "trainer vs reference": "#1a7f37", "sampler vs trainer": "#cf222e"}
@@ -58,6 +52,17 @@ def locate_picture(entry: dict[str, Any], name: str = LOCATE_NAME):
         f"float64 reference" + (f"; they part above the noise floor at {first}." if first else "."),
         fig,
     )
+
+
+def _series(points: list[dict[str, Any]]) -> tuple[dict[str, list], float]:
+    """The three lines' medians by point, and the floor a zero is drawn at (a log axis has no 0)."""
+    series = {
+        "sampler vs reference": [p["sampler_vs_reference"]["median"] for p in points],
+        "trainer vs reference": [p["trainer_vs_reference"]["median"] for p in points],
+        "sampler vs trainer": [p["sides"]["median"] for p in points],
+    }
+    positive = [v for vals in series.values() for v in vals if v and v > 0]
+    return series, min(positive) / 10 if positive else 1e-18
 
 
 def _tick(p: dict[str, Any]) -> str:

@@ -1,4 +1,5 @@
-"""The timeline as a line chart: one panel per metric, one line per group.
+"""The timeline as a line chart: one panel per metric, one line per group (and, for two or more runs, their
+reward and mismatch against steps or wall-clock time).
 
 Flagged steps are marked on the lines: spikes circled, shifts as dashed
 vertical lines between the last step of the old level and the first of the
@@ -16,6 +17,7 @@ import numpy as np
 
 from ...errors import UsageError
 from ...timeline.changes import methods
+from ...timeline.compare import Comparison
 
 FILENAME = "timeline.png"
 _MAX_LEGEND_GROUPS = 12
@@ -29,24 +31,39 @@ def plot_timeline(result, out_dir: str | Path, inputs=None) -> Path:
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
-        from matplotlib.lines import Line2D
-        from matplotlib.ticker import FuncFormatter
     except ImportError:
         raise UsageError("--plots needs matplotlib", hint="pip install 'mismatchscope[plot]'") from None
 
     s = result.series
-    metrics = s.metrics
-    ncols = 2 if len(metrics) > 3 else 1
-    nrows = math.ceil(len(metrics) / ncols)
+    ncols = 2 if len(s.metrics) > 3 else 1
+    nrows = math.ceil(len(s.metrics) / ncols)
     fig = Figure(figsize=(6.4 * ncols, 2.5 * nrows + 1.4), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(nrows, ncols, squeeze=False, sharex=True)
     colours = [f"C{i % 10}" for i in range(len(s.groups))]
+    _panels(axes, result, colours, ncols)
+    _legend(fig, s, colours)
+    fig.supxlabel(textwrap.fill(_method_note(result.config), 75 * ncols + 20), fontsize=7.5, color="0.35")
+
+    import io
+
+    from ...outputs import write_bytes
+
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=120, bbox_inches="tight", pad_inches=0.15)
+    return write_bytes(Path(out_dir) / FILENAME, png.getvalue(), "--plots", inputs=inputs)
+
+
+def _panels(axes, result, colours: list[str], ncols: int) -> None:
+    """One panel per metric, one line per group, its flags marked; the spare panels hidden."""
+    from matplotlib.ticker import FuncFormatter
+
+    s = result.series
+    metrics = s.metrics
     fmt = FuncFormatter(lambda v, _: f"{v:.3g}")
     by_metric: dict[str, list[dict]] = {}
     for f in result.flags:
         by_metric.setdefault(f["metric"], []).append(f)
-
     for k, m in enumerate(metrics):
         ax = axes[k // ncols][k % ncols]
         for g, group in enumerate(s.groups):
@@ -61,12 +78,17 @@ def plot_timeline(result, out_dir: str | Path, inputs=None) -> Path:
         ax.yaxis.set_major_formatter(fmt)
         ax.tick_params(labelsize=8)
         ax.grid(alpha=0.25)
-    for k in range(len(metrics), nrows * ncols):
+    for k in range(len(metrics), len(axes) * ncols):
         axes[k // ncols][k % ncols].set_visible(False)
     for c in range(ncols):
         last = max(k for k in range(len(metrics)) if k % ncols == c)
         axes[last // ncols][c].set_xlabel("training step", fontsize=8.5)
         axes[last // ncols][c].xaxis.set_tick_params(labelbottom=True)
+
+
+def _legend(fig, s, colours: list[str]) -> None:
+    """The groups (with --by) and the three marks, above the panels, under the picture's title."""
+    from matplotlib.lines import Line2D
 
     handles = (
         [
@@ -91,15 +113,6 @@ def plot_timeline(result, out_dir: str | Path, inputs=None) -> Path:
         title=title,
         title_fontproperties={"size": 11, "weight": "bold"},
     )
-    fig.supxlabel(textwrap.fill(_method_note(result.config), 75 * ncols + 20), fontsize=7.5, color="0.35")
-
-    import io
-
-    from ...outputs import write_bytes
-
-    png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=120, bbox_inches="tight", pad_inches=0.15)
-    return write_bytes(Path(out_dir) / FILENAME, png.getvalue(), "--plots", inputs=inputs)
 
 
 def _mark(ax, flags: list[dict], steps: np.ndarray, vals: np.ndarray, colour: str) -> None:
@@ -135,3 +148,46 @@ def _method_note(config) -> str:
         f"before and the {sp['neighbours']} after. Shifts: {sh['method']}, penalty {sh['penalty']}. "
         "Tested on log scale (means, p99) or arcsin-sqrt scale (shares, rates)."
     )
+
+
+# ------------------------------------------------------------ two or more runs: ``timeline RUN_A RUN_B --plots``
+
+COMPARE_FILENAME = "timeline_compare"
+"""the picture's file stem in the ``--plots`` folder."""
+
+
+def compare_picture(c: Comparison):
+    """Reward and mismatch against the x axis, one line per run."""
+    from ...outputs import require_matplotlib
+
+    require_matplotlib()
+    from ..timeline import time_unit
+    from . import _picture
+    from .figures import _fig
+
+    unit, factor = time_unit(c)
+    fig = _fig(8.0, 5.2)
+    axes = fig.subplots(2, 1, sharex=True)
+    for line in c.runs:
+        xs = [(p.hours or 0.0) * factor if c.x == "wall" else p.step for p in line.steps]
+        label = Path(line.run).name + (
+            "" if line.seconds_per_step is None else f" ({line.seconds_per_step:.2g} s/step)"
+        )
+        axes[0].plot(xs, [p.reward_mean for p in line.steps], marker="o", ms=3, label=label)
+        axes[1].plot(xs, [p.abs_logprob_diff_mean for p in line.steps], marker="o", ms=3, label=label)
+    axes[0].set_ylabel("mean reward")
+    axes[1].set_ylabel("mean |log p - log q|")
+    axes[1].set_xlabel(f"{unit} since the run started" if c.x == "wall" else "training step")
+    axes[0].legend(fontsize=8)
+    return _picture(
+        COMPARE_FILENAME,
+        f"Reward and mismatch against {'wall-clock time' if c.x == 'wall' else 'steps'}",
+        c.statement,
+        fig,
+    )
+
+
+def write_compare(c: Comparison, directory: str, inputs=None) -> Path:
+    from . import write_pngs
+
+    return write_pngs([compare_picture(c)], Path(directory), inputs)[0]

@@ -1,4 +1,5 @@
-"""The diagnose summary as rich tables (the JSON payload is printed as it is)."""
+"""``diagnose`` for people: its tables section by section, from the JSON payload (printed as it is with
+``--format json``); the localisation's tables are :mod:`.locate_tables`', shared with ``rescore --locate``."""
 
 from __future__ import annotations
 
@@ -8,12 +9,34 @@ from ..diagnose.effects import PRIMARY
 from ..metrics import ABS_LOGPROB_DIFF_MAX, ABS_LOGPROB_DIFF_MEAN, K3_MEAN, TV_TOKEN_MEAN
 
 
+def json_document(p: dict[str, Any]) -> dict[str, Any]:
+    """What ``--format json`` prints: the typed document of the payload (``OUT/diagnose.json`` holds the same)."""
+    from ..diagnose.document import DiagnoseDocument
+    from ..documents import document
+
+    return document(DiagnoseDocument.of(p))
+
+
+def print_diagnose(console, p: dict[str, Any]) -> None:
+    """The terminal output of ``diagnose``: its tables, then (``--locate``) each configuration's localisation."""
+    render(console, p)
+    if p.get("locate"):
+        from .locate_tables import render_all
+
+        render_all(console, p["locate"])
+
+
 def render(console, p: dict[str, Any]) -> None:
-    from rich.table import Table
+    """The diagnose tables, section by section, from the JSON payload."""
+    _header(console, p)
+    _decomposition(console, p)
+    _variants(console, p)
+    _determinism(console, p["determinism"])
+    _cost(console, p)
+    _conclusion(console, p)
 
-    from .layout import print_table
-    from .tables import num, pct
 
+def _header(console, p: dict[str, Any]) -> None:
     ref = p["reference"]
     console.print(f"diagnose {p['checkpoint']} | device {p['device']} | reference: {ref['note']}", highlight=False)
     b = p["baseline"]
@@ -23,6 +46,14 @@ def render(console, p: dict[str, Any]) -> None:
         f" | {b['throughput']['tokens']:,} tokens | run {b['run_dir']}",
         highlight=False,
     )
+
+
+def _decomposition(console, p: dict[str, Any]) -> None:
+    """The four gaps on identical tokens, their run directories, the error budget and the route flips."""
+    from rich.table import Table
+
+    from .layout import print_table
+    from .tables import num, pct
 
     t = Table(title="Decomposition (identical tokens; the metrics of `report` on each pair)", title_justify="left")
     for c in ("gap", "|log p - log q| mean", "max", "tv_token mean", "k3 mean"):
@@ -51,40 +82,38 @@ def render(console, p: dict[str, Any]) -> None:
     if p["decomposition"]["sampler_decode_vs_prefill"].get("note"):
         console.print(f"[dim]{p['decomposition']['sampler_decode_vs_prefill']['note']}[/dim]")
 
+
+_VARIANT_COLUMNS = (
+    "variant",
+    "side",
+    "gap",
+    "change",
+    "95% interval",
+    "signif.",
+    "bootstrap",
+    "tokens changed",
+    "sampler share",
+    "throughput",
+)
+
+
+def _variants(console, p: dict[str, Any]) -> None:
+    """The variants ranked by their effect on the total gap; the ones that did not run, and why."""
+    from rich.table import Table
+
+    from .layout import print_table
+
     t = Table(
         title="Variants, ranked by effect on the total gap (|log p - log q| mean; variant - baseline)",
         title_justify="left",
     )
-    for c in (
-        "variant",
-        "side",
-        "gap",
-        "change",
-        "95% interval",
-        "signif.",
-        "bootstrap",
-        "tokens changed",
-        "sampler share",
-        "throughput",
-    ):
+    for c in _VARIANT_COLUMNS:
         t.add_column(c, justify="left" if c in ("variant", "side", "bootstrap", "signif.") else "right")
     for v in p["variants"]:
         if v["status"] != "ok":
             t.add_row(v["name"], v["side"], v["status"], "", "", "", "", "", "", "", style="dim")
             continue
-        d = v["delta"][PRIMARY]
-        t.add_row(
-            v["name"],
-            v["side"],
-            num(v["metrics"][PRIMARY]),
-            num(d["estimate"]),
-            f"[{num(d['ci_low'])}, {num(d['ci_high'])}]",
-            "yes" if d["significant"] else "no",
-            d["bootstrap"],
-            pct(v["tokens_changed_share"]),
-            pct(v["decomposition"]["sampler_share"]),
-            _ratio(v["throughput"]),
-        )
+        t.add_row(*_variant_cells(v))
     print_table(console, t)
     for v in p["variants"]:
         if v["status"] != "ok":
@@ -92,36 +121,73 @@ def render(console, p: dict[str, Any]) -> None:
     if p["no_effect"]:
         console.print(f"change nothing (no significant effect): {', '.join(p['no_effect'])}", highlight=False)
 
-    if p["determinism"]:
-        t = Table(title="Determinism and batch invariance (bits as the engines returned them)", title_justify="left")
-        for c in ("check", "tokens", "tokens identical", "logprobs bit-identical", "largest |diff|", "compared"):
-            t.add_column(c, justify="left" if c in ("check", "compared") else "right")
-        for name, d in p["determinism"].items():
-            t.add_row(
-                name,
-                num(d["tokens"]),
-                pct(d["share_tokens_identical"]),
-                pct(d["share_logprobs_bit_identical"]),
-                num(d["max_abs_diff"]),
-                d.get("compared", ""),
-            )
-        print_table(console, t)
+
+def _variant_cells(v: dict[str, Any]) -> list[str]:
+    from .tables import num, pct
+
+    d = v["delta"][PRIMARY]
+    return [
+        v["name"],
+        v["side"],
+        num(v["metrics"][PRIMARY]),
+        num(d["estimate"]),
+        f"[{num(d['ci_low'])}, {num(d['ci_high'])}]",
+        "yes" if d["significant"] else "no",
+        d["bootstrap"],
+        pct(v["tokens_changed_share"]),
+        pct(v["decomposition"]["sampler_share"]),
+        _ratio(v["throughput"]),
+    ]
+
+
+def _determinism(console, determinism: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    from .layout import print_table
+    from .tables import num, pct
+
+    if not determinism:
+        return
+    t = Table(title="Determinism and batch invariance (bits as the engines returned them)", title_justify="left")
+    for c in ("check", "tokens", "tokens identical", "logprobs bit-identical", "largest |diff|", "compared"):
+        t.add_column(c, justify="left" if c in ("check", "compared") else "right")
+    for name, d in determinism.items():
+        t.add_row(
+            name,
+            num(d["tokens"]),
+            pct(d["share_tokens_identical"]),
+            pct(d["share_logprobs_bit_identical"]),
+            num(d["max_abs_diff"]),
+            d.get("compared", ""),
+        )
+    print_table(console, t)
+
+
+_COST_COLUMNS = (
+    "configuration",
+    "sampler tok/s",
+    "trainer tok/s",
+    "pipeline tok/s",
+    "x baseline",
+    "rounds",
+    "start-up s",
+    "wall s",
+    "Pareto",
+    "certified",
+)
+
+
+def _cost(console, p: dict[str, Any]) -> None:
+    """Each configuration's throughput, its ratio to the baseline's, the Pareto front and certification."""
+    from rich.table import Table
+
+    from .layout import print_table
+    from .tables import num
 
     t = Table(title="Cost per configuration (start-up excluded from throughput)", title_justify="left")
-    for c in (
-        "configuration",
-        "sampler tok/s",
-        "trainer tok/s",
-        "pipeline tok/s",
-        "x baseline",
-        "rounds",
-        "start-up s",
-        "wall s",
-        "Pareto",
-        "certified",
-    ):
+    for c in _COST_COLUMNS:
         t.add_column(c, justify="left" if c == "configuration" else "right")
-    rows = [("baseline", b)] + [(v["name"], v) for v in p["variants"] if v["status"] == "ok"]
+    rows = [("baseline", p["baseline"])] + [(v["name"], v) for v in p["variants"] if v["status"] == "ok"]
     for name, rec in rows:
         tp = rec["throughput"]
         t.add_row(
@@ -143,9 +209,13 @@ def render(console, p: dict[str, Any]) -> None:
         "measurement each, minutes apart.",
         highlight=False,
     )
+
+
+def _conclusion(console, p: dict[str, Any]) -> None:
+    """The price of zero mismatch (one line per certified configuration), the reading, the output folder."""
     from ..diagnose.price import price_line
 
-    for entry in p.get("zero_price") or []:  # the price of zero mismatch, one line per certified configuration
+    for entry in p.get("zero_price") or []:
         console.print(price_line(entry), highlight=False)
     console.print(f"\n{p['reading']}", highlight=False)
     console.print(

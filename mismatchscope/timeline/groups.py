@@ -1,0 +1,89 @@
+"""``timeline --by COLUMN``: which column splits the lines, and its values as small dense group codes.
+
+A schema column (``--by rank``, or a column mapped onto one) is read as
+numpy; any other column of the file (``--by env``) is read raw, as arrow,
+and dictionary-encoded. Either way the codes are stable across batches, so a
+group's rows from every batch meet in one ``(step, group)`` key.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ..arrow import to_numpy
+from ..errors import UsageError
+from ..reader import Source
+from ..schema import COLUMNS
+
+MAX_GROUPS = 64
+"""``--by`` splits lines by a categorical column; more distinct values than this is an error."""
+
+
+def resolve_by(source: Source, by: str | None) -> tuple[str | None, str | None]:
+    """(canonical column, raw column): which way ``--by`` is read; at most one is set."""
+    if by is None:
+        return None, None
+    if by in COLUMNS and source.has(by):
+        return by, None
+    mapped = [c for c, src in source.mapping.items() if src == by and source.has(c)]
+    if mapped:
+        return mapped[0], None
+    if by in source.file_columns and by not in COLUMNS:
+        return None, by
+    shown = ", ".join(sorted(source.file_columns)[:30])
+    raise UsageError(
+        f"--by {by}: no column {by!r} in every input file; the files have: {shown}",
+        hint="name a categorical column of the file, e.g. --by env or --by rank",
+    )
+
+
+class GroupCodes:
+    """Values of the ``--by`` column -> small dense group indices, stable across batches."""
+
+    def __init__(self, by: str | None, canonical: str | None = None):
+        self.by = by
+        self.canonical = canonical
+        self.values: list[Any] = []
+        self._index: dict[Any, int] = {}
+
+    def _code(self, value: Any) -> int:
+        if value not in self._index:
+            if len(self.values) >= MAX_GROUPS:
+                raise UsageError(
+                    f"--by {self.by}: more than {MAX_GROUPS} distinct values",
+                    hint="--by splits the lines by a categorical column (an env name, a rank); "
+                    "pick one with few values",
+                )
+            self._index[value] = len(self.values)
+            self.values.append(value)
+        return self._index[value]
+
+    def encode(self, col: Any) -> np.ndarray:
+        if isinstance(col, np.ndarray):  # a schema column, already numpy
+            if not np.issubdtype(col.dtype, np.integer):
+                raise UsageError(
+                    f"--by {self.by}: the column holds {col.dtype} values, not categories",
+                    hint="--by needs strings, integers or booleans",
+                )
+            uniq, inv = np.unique(col, return_inverse=True)
+            lut = np.array([self._code(int(v)) for v in uniq], np.int64)
+            return lut[inv.reshape(-1)]
+        arr: pa.Array = col
+        if not pa.types.is_dictionary(arr.type):
+            t = arr.type
+            if not (
+                pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t) or pa.types.is_boolean(t)
+            ):
+                raise UsageError(
+                    f"--by {self.by}: the column holds {t} values, not categories",
+                    hint="--by needs strings, integers or booleans",
+                )
+            arr = arr.dictionary_encode()
+        lut = np.array(
+            [self._code(v) for v in arr.dictionary.to_pylist()] + [self._code(None) if arr.null_count else 0], np.int64
+        )
+        idx = to_numpy(arr.indices.fill_null(len(lut) - 1)).astype(np.int64)
+        return lut[idx]
