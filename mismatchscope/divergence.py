@@ -128,7 +128,7 @@ def binary_kl_candidates(t: TokenTerms, threshold: float) -> np.ndarray | None:
     and a rule need compute the logarithms only for the others: most tokens of
     a real run. The factor 4 and the floor on p(1-p) absorb the rounding of p, q
     and of the KL, so a screened rule reaches exactly the verdicts of the full
-    computation (tests/test_rules.py compares the two on adversarial inputs).
+    computation (tests/rules/test_token.py compares the two on adversarial inputs).
     """
     if not threshold >= KL_SCREEN_MIN:
         return None

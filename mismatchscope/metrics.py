@@ -7,7 +7,7 @@ compare-masks (their keys), the gate (which names a limit may take, their
 bounds and regression floors), the timeline and the live Monitor (their
 series, headers and scales), the Markdown, JUnit, HTML and terminal tables,
 and the docs. Code spells a metric as ``K3_MEAN.name``, never as the string:
-``tests/test_metric_catalog.py`` holds every other module to that.
+``tests/test_metrics.py`` holds every other module to that.
 
 With l = log p - log q per sampled token (p: the trainer's probability, q:
 the sampler's) and r = exp(l) = p / q.

@@ -18,6 +18,8 @@ import os
 import pytest
 
 from mismatchscope.schema import write_table
+from tests.helpers import pairs
+from tests.inputs import ROWS
 
 # vLLM reads these when an engine starts, here and in every probe the tests start. In-process engines need no
 # __main__ guard, share the test process, and start in two thirds of the time the engine's own processes take
@@ -29,23 +31,23 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 SLOW_TESTS = frozenset(
     {
         # a test id, with or without its parameters; CPU seconds measured (test, its fixtures, its child processes)
-        "tests/probe/test_zero_profile.py::test_a_fresh_zero_probe_of_the_dense_model_certifies_all_three_pairings",  # 6 s
-        "tests/probe/test_zero_profile.py::test_a_fresh_zero_probe_of_the_moe_model_certifies_logprobs_and_routes",  # 6 s
+        "tests/probe/test_zero.py::test_a_fresh_zero_probe_of_the_dense_model_certifies_all_three_pairings",  # 6 s
+        "tests/probe/test_zero.py::test_a_fresh_zero_probe_of_the_moe_model_certifies_logprobs_and_routes",  # 6 s
         "tests/live/test_recorder.py::test_killed_loop_leaves_finished_steps_readable_and_the_run_incomplete",  # 15 s
         "tests/live/test_recorder.py::test_rl_loop_recorded_every_step_and_read_back",  # 18 s
-        "tests/test_engine_log.py::test_diagnoses_model_loading_prints_only_the_tools_line",  # 8 s, torch's import
-        "tests/probe/test_probe_hostile.py::test_an_hf_probe_with_aliases_records_the_canonical_dtypes",  # 4 s, in this process
-        "tests/probe/test_probe_hostile.py::test_vllm_engine_args_are_checked_against_vllm",  # 5 s, in this process
-        "tests/test_docs.py::test_cli_reference_is_generated_from_help",  # 5 s
-        "tests/test_errors.py::test_report_html_on_a_full_device",  # 6 s
-        "tests/test_hostile_data.py::test_a_lone_surrogate_in_the_metadata_is_printed_as_its_escape",  # 6 s
-        "tests/test_hostile_data.py::test_an_infinite_bucket_mean_is_drawn_and_marked",  # 6 s
-        "tests/test_outputs_and_runs.py::test_an_output_may_not_replace_a_file_of_the_input_run",  # 6 s
-        "tests/test_outputs_and_runs.py::test_pictures_may_go_into_the_input_run_folder",  # 5 s
-        "tests/test_outputs_and_runs.py::test_pictures_never_replace_an_input",  # 10 s
-        "tests/test_plots.py::test_gate_plots_and_html",  # 6 s (test_report_plots_and_html keeps the page in the fast lane)
-        "tests/test_wheel.py::test_the_wheel_carries_the_sample",  # builds a wheel
-        "tests/test_worst.py::test_trace_pictures",  # 7 s
+        "tests/probe/test_engine_log.py::test_diagnoses_model_loading_prints_only_the_tools_line",  # 8 s, torch's import
+        "tests/probe/test_options.py::test_an_hf_probe_with_aliases_records_the_canonical_dtypes",  # 4 s, in this process
+        "tests/probe/test_options.py::test_vllm_engine_args_are_checked_against_vllm",  # 5 s, in this process
+        "tests/project/test_docs.py::test_cli_reference_is_generated_from_help",  # 5 s
+        "tests/test_outputs.py::test_report_html_on_a_full_device",  # 6 s
+        "tests/test_reader.py::test_a_lone_surrogate_in_the_metadata_is_printed_as_its_escape",  # 6 s
+        "tests/render/plots/test_figures.py::test_an_infinite_bucket_mean_is_drawn_and_marked",  # 6 s
+        "tests/test_outputs.py::test_an_output_may_not_replace_a_file_of_the_input_run",  # 6 s
+        "tests/test_outputs.py::test_pictures_may_go_into_the_input_run_folder",  # 5 s
+        "tests/test_outputs.py::test_pictures_never_replace_an_input",  # 10 s
+        "tests/render/plots/test_figures.py::test_gate_plots_and_html",  # 6 s (test_report_plots_and_html keeps the page in the fast lane)
+        "tests/project/test_wheel.py::test_the_wheel_carries_the_sample",  # builds a wheel
+        "tests/analysis/test_worst.py::test_trace_pictures",  # 7 s
     }
 )
 """Slow tests named here rather than marked where they stand, so the list reads as one measurement."""
@@ -54,7 +56,7 @@ SLOW_FIXTURES = frozenset(
     {
         "base_run",
         "lag_run",  # tests/probe/test_policy_lag.py: two probes of the tiny checkpoint, 10 s in this process
-        "full_distributions",  # tests/test_doctor.py: torch, transformers and two float32 forwards, 8-10 s
+        "full_distributions",  # tests/doctor/test_run.py: torch, transformers and two float32 forwards, 8-10 s
     }
 )
 """Fixtures that run a probe or train a model: every test using one is slow."""
@@ -122,6 +124,20 @@ def write(tmp_path):
         return write_table(tmp_path / name, columns, metadata)
 
     return _write
+
+
+@pytest.fixture
+def data(write):
+    """A hand-built token-pair file (``tests.helpers.ROWS``) for the refusals around a command's work."""
+    return write(pairs(ROWS))
+
+
+@pytest.fixture
+def runs(tmp_path, write):
+    """(baseline, candidate): two hand-built files a gate compares, the candidate's last token moved."""
+    base = write(pairs(ROWS), "base.parquet")
+    cand = write(pairs(ROWS[:4] + [(2, 1, 0.4, 0.5)]), "cand.parquet")
+    return base, cand
 
 
 REQUIRED_IN_CI = ("torch", "transformers", "vllm", "trl", "matplotlib", "jsonschema", "ruptures")

@@ -1,4 +1,7 @@
-"""Shared helpers: tiny token-pair tables, the command line (in this process or as the real console script)."""
+"""Shared helpers: tiny token-pair tables, the command line (in this process or as the real console script).
+
+Inputs built by hand for one class of cases, and the one-line error contract, are in ``tests/inputs.py``.
+"""
 
 from __future__ import annotations
 

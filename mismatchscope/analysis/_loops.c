@@ -6,7 +6,7 @@
  *               the codes to a 64-bit array and the counts to a fresh one, every batch.
  *
  * The top-k loop does exactly the floating-point operations of the numpy code, in the same order, so its
- * results are numpy's bit for bit (tests/test_compiled_loops.py holds them to each other and to a
+ * results are numpy's bit for bit (tests/analysis/test_compiled.py holds them to each other and to a
  * reference in Python):
  *
  *   - every sum starts at 0.0 and adds its values in list order;

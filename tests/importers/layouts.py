@@ -12,6 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tests.helpers import cli
+from tests.inputs import error_line
 
 # -- NeMo-RL -----------------------------------------------------------------
 
@@ -269,3 +274,65 @@ class ToolTrace:
 def f32(values: list[float]) -> np.ndarray:
     """What a float32 tensor holds, as float64 (slime's logprobs are float32 tensors)."""
     return np.asarray(values, dtype=np.float32).astype(np.float64)
+
+
+# ---- hostile dumps: the good record and the files around it ----
+
+# The good record: two tokens, 5 and 6, log q = -0.5, -1.0 and log p = -0.4, -1.1 (GOOD is its JSON text
+# without the closing brace, so a case appends its own fields).
+GOOD = '{"token_ids": [5, 6], "sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.4, -1.1]'
+GOOD_COLUMNS = {"token_ids": [[5, 6]], "sampler_logprobs": [[-0.5, -1.0]], "trainer_logprobs": [[-0.4, -1.1]]}
+
+
+def import_cli(fmt: str, src, out, *args: str):
+    """``mismatchscope import FMT SRC --out OUT ARGS``."""
+    return cli("import", fmt, str(src), "--out", str(out), *args)
+
+
+def imported_tokens(out) -> dict:
+    """The imported run's token columns."""
+    return pq.read_table(out / "tokens").to_pydict()
+
+
+def jsonl_file(tmp_path, text: str | bytes, name: str = "d.jsonl"):
+    """A dump file holding exactly ``text`` (bytes as given: a file need not be UTF-8)."""
+    path = tmp_path / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return path
+
+
+def parquet_file(tmp_path, columns: dict, name: str = "d.parquet", **options):
+    """A Parquet dump of ``columns`` as pyarrow writes them (``options`` to the writer)."""
+    path = tmp_path / name
+    pq.write_table(pa.table(columns), path, **options)
+    return path
+
+
+def slime_torch_sample(**changes):
+    """One sample of a slime rollout dump as torch tensors (changes replace fields)."""
+    import torch
+
+    s = {
+        "tokens": torch.tensor([1, 2, 3, 4]),
+        "response_lengths": 2,
+        "loss_masks": torch.tensor([1, 1]),
+        "rollout_log_probs": torch.tensor([-0.5, -0.6]),
+        "log_probs": torch.tensor([-0.4, -0.7]),
+        "advantages": torch.tensor([1.0, 1.0]),
+        "rollout_position": 0,
+    }
+    s.update(changes)
+    return s
+
+
+def slime_dump(tmp_path, data: bytes):
+    """A slime dump folder holding one train_data file of these bytes."""
+    train = tmp_path / "dump" / "train_data"
+    train.mkdir(parents=True, exist_ok=True)
+    (train / "0_0.pt").write_bytes(data)
+    return tmp_path / "dump"
+
+
+def import_error(fmt, src, tmp_path) -> str:
+    """The one error line of an import expected to fail."""
+    return error_line(cli("import", fmt, str(src), "--out", str(tmp_path / "out")))

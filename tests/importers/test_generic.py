@@ -1,13 +1,19 @@
-"""Generic one-row-per-sequence dumps (JSONL and Parquet), and the probe round trip.
+"""Generic one-row-per-sequence dumps (JSONL and Parquet), the probe round trip, and hostile dumps.
 
 The round trip pins the promise of the generic layout: a probe's token pairs,
 written out one row per sequence and imported back, come back bit for bit.
+
+Each hostile dump is refused with one line naming the file, the record and the cause. Every such case once
+crashed (exit 3), or was imported as numbers the dump does not hold (a boolean read as 0/1, an id wrapped to a
+negative one, a per-sequence number repeated as per-token logprobs). The good record
+(``tests.importers.layouts.GOOD``) has two tokens, 5 and 6, with log q = -0.5, -1.0 and log p = -0.4, -1.1.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import orjson
@@ -19,6 +25,17 @@ import pytest
 from mismatchscope.errors import ImportFormatError, InputError, UsageError
 from mismatchscope.importers import import_run
 from mismatchscope.schema import write_table
+from tests.helpers import cli
+from tests.importers.layouts import (
+    GOOD,
+    GOOD_COLUMNS,
+    import_cli,
+    import_error,
+    imported_tokens,
+    jsonl_file,
+    parquet_file,
+)
+from tests.inputs import error_line, jsonl_dump
 
 TOKEN_COLUMNS = ("sequence_id", "position", "token_id", "sampler_logprob", "trainer_logprob")
 
@@ -223,3 +240,372 @@ def test_per_sequence_reward_and_missing_optional_floats(tmp_path):
     import_run("jsonl", src, tmp_path / "out")
     reward = read(tmp_path / "out")["reward"]
     assert reward[:2].tolist() == [1.0, 1.0] and math.isnan(reward[2])
+
+
+GOOD_RECORD = '{"token_ids": [5, 6], "sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.4, -1.1]}'
+
+
+@pytest.mark.parametrize(
+    "record, reason",
+    [
+        ("[" * 100_000 + "]" * 100_000, "malformed JSON (nested too deeply)"),
+        (
+            '{"token_ids": '
+            + "[" * 3000
+            + "1"
+            + "]" * 3000
+            + ', "sampler_logprobs": [-0.5], "trainer_logprobs": [-0.4]}',
+            "malformed JSON (nested too deeply)",
+        ),
+        (
+            '{"token_ids": [5, 6.5], "sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.4, -1.1]}',
+            "bad value (token ids must be integers, got 6.5 at index 1)",
+        ),
+        (
+            '{"token_ids": [5, "6"], "sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.4, -1.1]}',
+            "bad value (token ids must be integers, got '6' at index 1)",
+        ),
+        (
+            '{"token_ids": [5, null], "sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.4, -1.1]}',
+            "bad value (token ids must be integers, got None at index 1)",
+        ),
+        (
+            '{"token_ids": [true, false], "sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.4, -1.1]}',
+            "bad value (token ids must be integers, got True at index 0)",
+        ),
+        (
+            '{"token_ids": [[5, 6]], "sampler_logprobs": [[-0.5, -1.0]], "trainer_logprobs": [[-0.4, -1.1]]}',
+            "bad value (token ids must be a flat list of integers, got nested lists)",
+        ),
+        (
+            '{"token_ids": [5, 6], "sampler_logprobs": [[-0.5], [-1.0]], "trainer_logprobs": [-0.4, -1.1]}',
+            "bad value (a per-token list holds nested lists, not one number per token)",
+        ),
+    ],
+)
+def test_pathological_jsonl_records(tmp_path, record, reason):
+    dump = jsonl_dump(tmp_path, GOOD_RECORD, record)
+    r = cli("import", "jsonl", str(dump), "--out", str(tmp_path / "out"))
+    assert error_line(r) == f"error: dump.jsonl:2: {reason}"
+
+
+def test_integral_float_token_ids_are_read(tmp_path):
+    dump = jsonl_dump(
+        tmp_path, '{"token_ids": [5.0, 6], "sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.4, -1.1]}'
+    )
+    r = cli("import", "jsonl", str(dump), "--out", str(tmp_path / "out"), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert pq.read_table(tmp_path / "out" / "tokens").column("token_id").to_pylist() == [5, 6]
+
+
+def test_fractional_token_ids_in_parquet(tmp_path):
+    dump = tmp_path / "dump.parquet"
+    pq.write_table(
+        pa.table({"token_ids": [[5.0, 6.25]], "sampler_logprobs": [[-0.5, -1.0]], "trainer_logprobs": [[-0.4, -1.1]]}),
+        dump,
+    )
+    r = cli("import", "parquet", str(dump), "--out", str(tmp_path / "out"))
+    assert error_line(r) == (
+        "error: dump.parquet: bad values in rows 0..0 (integer columns must be integers, got 6.25 at index 1)"
+    )
+
+
+@pytest.mark.parametrize(
+    "record, message",
+    [
+        ({"token_ids": [5.0, True]}, "token ids must be integers, got True at index 1"),
+        ({"sampler_logprobs": ["-0.5", -1.0]}, "sampler_logprobs must hold numbers, got '-0.5' at index 0"),
+        ({"advantages": [1.5, "2"]}, "advantages must hold numbers, got '2' at index 1"),
+    ],
+)
+def test_import_refuses_text_and_booleans_among_numbers(tmp_path, record, message):
+    rec = {"token_ids": [5, 6], "sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.4, -1.1], **record}
+    dump = tmp_path / "d.jsonl"
+    dump.write_text(json.dumps(rec) + "\n")
+    r = cli("import", "jsonl", str(dump), "--out", str(tmp_path / "o"))
+    assert error_line(r, after_work=True) == f"error: d.jsonl:1: bad value ({message})"  # named relative to the dump
+
+
+def test_a_bad_token_id_is_named_at_its_index_in_the_record(tmp_path):
+    # the mask keeps indices 1 and 2; 'x' is token_ids[2] (once reported as index 1, its place among the kept)
+    path = jsonl_file(
+        tmp_path,
+        '{"token_ids": [0, 5, "x"], "sampler_logprobs": [-0.5, -1, -1], "trainer_logprobs": [-0.4, -1, -1], '
+        '"mask": [0, 1, 1]}\n',
+    )
+    assert import_error("jsonl", path, tmp_path).endswith("token ids must be integers, got 'x' at index 2)")
+
+
+def test_a_null_field_is_not_called_missing(tmp_path):
+    # trainer_logprobs is there, but null: once "missing field(s) trainer_logprobs" beside a list that named it
+    path = jsonl_file(tmp_path, '{"token_ids": [5], "sampler_logprobs": [-0.5], "trainer_logprobs": null}\n')
+    assert import_error("jsonl", path, tmp_path) == (
+        "error: d.jsonl:1: null field(s) trainer_logprobs (the record's fields with a value: sampler_logprobs, "
+        "token_ids)"
+    )
+
+
+@pytest.mark.parametrize(
+    "field, value, bits",
+    [
+        ("sequence_id", 2**63, 64),
+        ("step", 2**64 - 1, 64),
+        ("rank", 2**31, 32),
+        ("sample_index", -(2**31) - 1, 32),
+    ],
+)
+def test_jsonl_per_sequence_integers_beyond_their_column(tmp_path, field, value, bits):
+    """sequence_id 2^63 raised OverflowError (exit 3); rank 2^31 would have wrapped in the int32 column."""
+    path = jsonl_file(tmp_path, GOOD + f', "{field}": {value}}}\n')
+    assert error_line(import_cli("jsonl", path, tmp_path / "out")) == (
+        f"error: d.jsonl:1: bad value ({field} {value} does not fit in a signed {bits}-bit integer)"
+    )
+
+
+@pytest.mark.parametrize(
+    "ids, index, shown",
+    [
+        ([2**63, 2**64 - 1], 0, 2**63),  # numpy reads these as uint64, which int64 would wrap to negative ids
+        ([5, 2**64 - 1], 1, 2**64 - 1),  # with a small one, as float64: the list's own value is named
+    ],
+)
+def test_jsonl_token_ids_beyond_int64(tmp_path, ids, index, shown):
+    path = jsonl_file(tmp_path, GOOD.replace("[5, 6]", str(ids)) + "}\n")
+    assert error_line(import_cli("jsonl", path, tmp_path / "out")) == (
+        f"error: d.jsonl:1: bad value (token ids must fit in a signed 64-bit integer, got {shown} at index {index})"
+    )
+
+
+@pytest.mark.parametrize(
+    "column, values, message",
+    [
+        (
+            "token_ids",
+            pa.array([[2**64 - 1, 6]], pa.list_(pa.uint64())),
+            f"integer columns must fit in a signed 64-bit integer, got {2**64 - 1} at index 0",
+        ),
+        (
+            "sequence_id",
+            pa.array([2**63], pa.uint64()),
+            f"sequence_id must fit in a signed 64-bit integer, got {2**63} at index 0",
+        ),
+        ("rank", pa.array([2**40], pa.int64()), f"rank {2**40} does not fit in a signed 32-bit integer"),
+    ],
+)
+def test_parquet_integers_beyond_their_column(tmp_path, column, values, message):
+    path = parquet_file(tmp_path, {**GOOD_COLUMNS, column: values})
+    assert (
+        error_line(import_cli("parquet", path, tmp_path / "out"))
+        == f"error: d.parquet: bad values in rows 0..0 ({message})"
+    )
+
+
+@pytest.mark.parametrize(
+    "record, message",
+    [
+        (
+            '{"token_ids": [5, true], "sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.4, -1.1]}',
+            "token ids must be integers, got True at index 1",
+        ),
+        (
+            '{"token_ids": [5, 6], "sampler_logprobs": [false, -1.0], "trainer_logprobs": [-0.4, -1.1]}',
+            "sampler_logprobs must hold numbers, got False at index 0",
+        ),
+        (
+            '{"token_ids": [5, 6], "sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.4, -1.1], "advantages": [1.0, true]}',
+            "advantages must hold numbers, got True at index 1",
+        ),
+        (
+            '{"token_ids": [5, 6], "sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.4, -1.1], "advantages": true}',
+            "advantages is not a number: True",
+        ),
+        (
+            '{"token_ids": [5, 6], "sampler_logprobs": [-0.5, -1.0], "trainer_logprobs": [-0.4, -1.1], "reward": "1"}',
+            "reward is not a number: '1'",
+        ),
+    ],
+)
+def test_jsonl_booleans_are_refused(tmp_path, record, message):
+    """true was imported as token 1, false as logprob 0.0."""
+    path = jsonl_file(tmp_path, record + "\n")
+    assert error_line(import_cli("jsonl", path, tmp_path / "out")) == f"error: d.jsonl:1: bad value ({message})"
+
+
+@pytest.mark.parametrize(
+    "column, values, want",
+    [
+        ("sampler_logprobs", [[False, False]], "a list of numbers, one per token"),
+        ("token_ids", [[True, False]], "a list of integers, one per token"),
+        ("advantages", [True], "a list of numbers, one per token, or one number per sequence"),
+    ],
+)
+def test_parquet_booleans_are_refused(tmp_path, column, values, want):
+    path = parquet_file(tmp_path, {**GOOD_COLUMNS, column: values})
+    canonical = {"sampler_logprobs": "sampler_logprob", "token_ids": "token_id", "advantages": "advantage"}[column]
+    kind = "list<element: bool>" if isinstance(values[0], list) else "bool"
+    assert error_line(import_cli("parquet", path, tmp_path / "out")) == (
+        f"error: d.parquet: column {column!r} ({canonical}) holds {kind}; it must hold {want} "
+        "(booleans are not read as 0/1)"
+    )
+
+
+def test_a_boolean_mask_is_still_a_mask(tmp_path):
+    """docs/import.md: 1 (or true) keeps the token. [true, false] keeps token 5 only, in both formats."""
+    path = jsonl_file(tmp_path, GOOD + ', "mask": [true, false]}\n')
+    assert import_cli("jsonl", path, tmp_path / "out").returncode == 0
+    assert imported_tokens(tmp_path / "out")["token_id"] == [5]
+    path = parquet_file(tmp_path, {**GOOD_COLUMNS, "mask": [[True, False]]})
+    assert import_cli("parquet", path, tmp_path / "out2").returncode == 0
+    assert imported_tokens(tmp_path / "out2")["token_id"] == [5]
+
+
+def test_parquet_lists_of_lists_are_refused(tmp_path):
+    path = parquet_file(tmp_path, {**GOOD_COLUMNS, "sampler_logprobs": [[[-0.5], [-1.0]]]})
+    assert error_line(import_cli("parquet", path, tmp_path / "out")) == (
+        "error: d.parquet: column 'sampler_logprobs' (sampler_logprob) holds list<element: list<element: double>>; "
+        "it must hold a list of numbers, one per token"
+    )
+
+
+def test_parquet_fixed_size_lists_import_like_lists(tmp_path):
+    path = parquet_file(
+        tmp_path,
+        {
+            "token_ids": pa.array([[5, 6]], pa.list_(pa.int64(), 2)),
+            "sampler_logprobs": pa.array([[-0.5, -1.0]], pa.list_(pa.float64(), 2)),
+            "trainer_logprobs": [[-0.4, -1.1]],
+            "mask": pa.array([[1, 0]], pa.list_(pa.int8(), 2)),
+        },
+    )
+    r = import_cli("parquet", path, tmp_path / "out")
+    assert r.returncode == 0, r.stderr
+    t = imported_tokens(tmp_path / "out")
+    assert (t["token_id"], t["sampler_logprob"], t["trainer_logprob"]) == ([5], [-0.5], [-0.4])
+
+
+def test_a_number_where_a_per_token_list_belongs_is_refused_in_both_formats(tmp_path):
+    """Parquet broadcast the one number onto every token; JSONL refused the same record."""
+    path = parquet_file(tmp_path, {**GOOD_COLUMNS, "sampler_logprobs": [-0.5]})
+    assert error_line(import_cli("parquet", path, tmp_path / "out")) == (
+        "error: d.parquet: column 'sampler_logprobs' (sampler_logprob) holds double; it must hold a list of numbers, "
+        "one per token"
+    )
+    path = jsonl_file(tmp_path, '{"token_ids": [5, 6], "sampler_logprobs": -0.5, "trainer_logprobs": [-0.4, -1.1]}\n')
+    assert error_line(import_cli("jsonl", path, tmp_path / "out")) == (
+        "error: d.jsonl:1: misaligned per-token lists: 2 tokens but sampler_logprobs=float"
+    )
+
+
+def test_one_number_per_sequence_is_still_fine_for_advantage_and_reward(tmp_path):
+    path = parquet_file(tmp_path, {**GOOD_COLUMNS, "advantages": [0.5], "reward": [1.0]})
+    assert import_cli("parquet", path, tmp_path / "out").returncode == 0
+    t = imported_tokens(tmp_path / "out")
+    assert (t["advantage"], t["reward"]) == ([0.5, 0.5], [1.0, 1.0])
+
+
+def test_zero_rows_are_not_blamed_on_skip_bad(tmp_path):
+    schema = pa.schema([(name, pa.list_(pa.int64() if name == "token_ids" else pa.float64())) for name in GOOD_COLUMNS])
+    path = tmp_path / "zero.parquet"
+    pq.write_table(pa.table({name: [] for name in GOOD_COLUMNS}, schema=schema), path)
+    r = import_cli("parquet", path, tmp_path / "out")
+    lines = r.stderr.strip().splitlines()
+    assert lines[0] == f"[1/1] {path}"  # progress, then the one error line
+    assert error_line(r, after_work=True) == (
+        f"error: {path}: no token imported: the parquet files hold no record (point at a .parquet file or a folder of them)"
+    )
+
+
+def test_an_empty_jsonl_file_holds_no_record(tmp_path):
+    path = jsonl_file(tmp_path, "\n\n")
+    assert error_line(import_cli("jsonl", path, tmp_path / "out"), after_work=True) == (
+        f"error: {path}: no token imported: the jsonl files hold no record (point at a .jsonl file or a folder of them)"
+    )
+
+
+def test_only_progress_precedes_an_error_in_a_later_file(tmp_path):
+    """Two files with the same sequence id: progress for the first file on stderr, then the error, last and alone."""
+    folder = tmp_path / "two"
+    folder.mkdir()
+    for name in ("a.jsonl", "b.jsonl"):
+        (folder / name).write_text(GOOD + ', "sequence_id": 3}\n')
+    r = import_cli("jsonl", folder, tmp_path / "out")
+    assert r.stderr.splitlines() == [
+        f"[1/2] {folder / 'a.jsonl'}",
+        "error: b.jsonl:1: sequence_id 3 appears twice; ids must be unique across the import",
+    ]
+    assert error_line(r, after_work=True)
+
+
+def test_a_parquet_page_that_fails_its_checksum_is_refused_on_import(tmp_path):
+    path = parquet_file(
+        tmp_path,
+        {"token_ids": [[5, 6]] * 50, "sampler_logprobs": [[-0.5, -1.0]] * 50, "trainer_logprobs": [[-0.4, -1.1]] * 50},
+        compression="none",
+        use_dictionary=False,
+        write_page_checksum=True,
+    )
+    chunk = pq.ParquetFile(path).metadata.row_group(0).column(1)  # sampler_logprobs' values
+    data = bytearray(path.read_bytes())
+    data[chunk.data_page_offset + chunk.total_compressed_size - 1] ^= 0x10
+    path.write_bytes(bytes(data))
+    assert error_line(import_cli("parquet", path, tmp_path / "out")) == (
+        "error: d.parquet: unreadable Parquet data (could not verify page integrity, CRC checksum verification failed "
+        "for page_ordinal 0)"
+    )
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_a_whole_float_step_imports_as_that_step_in_both_formats(tmp_path, fmt):
+    """Loggers write counters as 2.0; JSONL refused what Parquet accepted. A fraction stays refused in both."""
+    if fmt == "jsonl":
+        good, bad = (
+            jsonl_file(tmp_path, GOOD + f', "step": {v}}}\n', f"{n}.jsonl") for n, v in (("a", "2.0"), ("b", "2.5"))
+        )
+        bad_line = "error: b.jsonl:1: bad value (step is not an integer: 2.5)"
+    else:
+        good, bad = (
+            parquet_file(tmp_path, {**GOOD_COLUMNS, "step": pa.array([v])}, f"{n}.parquet")
+            for n, v in (("a", 2.0), ("b", 2.5))
+        )
+        bad_line = "error: b.parquet: bad values in rows 0..0 (step must be integers, got 2.5 at index 0)"
+    assert import_cli(fmt, good, tmp_path / "good").returncode == 0
+    assert imported_tokens(tmp_path / "good")["step"] == [2, 2]
+    assert error_line(import_cli(fmt, bad, tmp_path / "bad")) == bad_line
+
+
+def _jsonl(path: Path, *records: dict) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+GOOD_DICT = {"token_ids": [1, 2, 3], "sampler_logprobs": [-0.5, -1.0, -0.1], "trainer_logprobs": [-0.6, -1.1, -0.2]}
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (
+            {"trainer_logprobs": [-0.6, 0.7, -0.2]},
+            "dump.jsonl:2: trainer_logprob 0.7 is positive beyond rounding "
+            "(> 0.0001): logprobs are natural logs <= 0 at position 1",
+        ),
+        ({"advantages": float("nan")}, "dump.jsonl:2: advantage is nan (missing?)"),
+        ({"mask": [1, "1", 0]}, "dump.jsonl:2: the mask must hold 0/1 or true/false, got '1' at index 1"),
+    ],
+)
+def test_an_import_refuses_at_the_line_what_report_would_refuse(tmp_path, bad, message):
+    from mismatchscope.errors import ImportFormatError
+    from mismatchscope.importers import import_run
+
+    good = {**GOOD_DICT, "advantages": 0.5, "mask": [1, 1, 1]}
+    src = _jsonl(tmp_path / "dump.jsonl", good, {**good, **bad})
+    with pytest.raises(ImportFormatError) as e:
+        import_run("jsonl", src, tmp_path / "out")
+    assert str(e.value).startswith(message), str(e.value)
+    assert not (tmp_path / "out").exists()  # nothing written
+    r = cli("import", "jsonl", str(src), "--out", str(tmp_path / "out"))
+    assert r.returncode == 2 and r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr
+    assert not (tmp_path / "out").exists()
+    skipped = import_run("jsonl", src, tmp_path / "skipped", skip_bad=True)  # --skip-bad: skipped and counted
+    assert (skipped.sequences, skipped.bad_records_skipped) == (1, 1)
+    assert cli("report", str(tmp_path / "skipped")).returncode == 0

@@ -12,6 +12,7 @@ import pytest
 from mismatchscope.errors import ImportFormatError, InputError
 from mismatchscope.importers import import_run
 from mismatchscope.schema import decode_metadata
+from tests.importers.layouts import import_error
 
 from .layouts import prime_record, write_prime_step
 
@@ -143,3 +144,13 @@ def test_a_folder_without_exports_says_what_to_point_at(tmp_path):
     with pytest.raises(InputError, match="no prime-rl files") as err:
         import_run("prime-rl", tmp_path / "outputs", tmp_path / "out")
     assert "enable_token_export" in str(err.value)
+
+
+def test_prime_rl_steps_without_stable_are_named(tmp_path):
+    # once "no prime-rl files found": the files are there, the trainer had not finished writing the step
+    rec = prime_record([1], [5], [-0.5], [-0.4], 1.0, 1.0, step=3, rank=0, idx=0)
+    write_prime_step(tmp_path / "src", 3, 0, [rec], stable=False)
+    line = import_error("prime-rl", tmp_path / "src", tmp_path)
+    assert "every step folder with token exports lacks its STABLE marker (step_3)" in line
+    assert "import once the trainer has finished a step" in line
+    assert not (tmp_path / "out").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 import pyarrow.dataset as ds
@@ -15,6 +16,9 @@ from mismatchscope.errors import (
     UntrustedPickleError,
 )
 from mismatchscope.importers import import_run
+from tests.helpers import cli
+from tests.importers.layouts import import_cli, imported_tokens, slime_dump, slime_torch_sample
+from tests.inputs import error_line
 
 from .layouts import (
     ToolTrace,
@@ -138,3 +142,60 @@ def test_manifest_lists_train_files(tmp_path):
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert [f["path"] for f in manifest["source"]["files"]] == ["train_data/0_0.pt", "train_data/1_0.pt"]
     assert {"prompt_id", "sample_index", "rank", "step"} <= set(manifest["columns"])
+
+
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        (b"hello, this is not a pickle" * 20, "(101)"),  # torch's own KeyError on a bad magic number
+        (b"\x80\x04\x95\x10\x00\x00\x00", "(truncated or damaged)"),  # torch blames weights_only: the stream is checked
+    ],
+)
+def test_a_slime_file_that_is_not_a_pickle_is_corrupt(tmp_path, content, reason):
+    pytest.importorskip("torch")
+    train = tmp_path / "dump" / "train_data"
+    train.mkdir(parents=True)
+    (train / "0_0.pt").write_bytes(content)
+    for trust in ((), ("--trust-pickle",)):
+        r = cli("import", "slime", str(tmp_path / "dump"), "--out", str(tmp_path / "out"), *trust)
+        assert error_line(r) == f"error: train_data/0_0.pt: corrupt: not a readable torch file or pickle {reason}"
+
+
+def test_a_truncated_slime_file_is_corrupt_not_untrusted(tmp_path):
+    torch = pytest.importorskip("torch")
+    import datetime
+
+    train = tmp_path / "dump" / "train_data"
+    train.mkdir(parents=True)
+    torch.save(
+        {"format_version": 2, "when": datetime.date(2020, 1, 1)}, train / "0_0.pt", _use_new_zipfile_serialization=False
+    )
+    data = (train / "0_0.pt").read_bytes()
+    (train / "0_0.pt").write_bytes(data[: len(data) // 3])
+    r = cli("import", "slime", str(tmp_path / "dump"), "--out", str(tmp_path / "out"))
+    line = error_line(r)
+    assert line.startswith("error: train_data/0_0.pt: corrupt: not a readable torch file or pickle ("), line
+
+
+def test_slime_response_lengths_of_several_values_are_refused(tmp_path):
+    torch = pytest.importorskip("torch")
+    buf = io.BytesIO()
+    torch.save(
+        {"format_version": 2, "rollout_id": 0, "samples": [slime_torch_sample(response_lengths=torch.tensor([2, 2]))]},
+        buf,
+    )
+    dump = slime_dump(tmp_path, buf.getvalue())
+    assert error_line(import_cli("slime", dump, tmp_path / "out"), after_work=True) == (
+        "error: train_data/0_0.pt (record 0): response_lengths holds 2 values, not one: it must be one integer per sample"
+    )
+
+
+def test_slime_response_lengths_as_a_one_value_tensor_is_read(tmp_path):
+    torch = pytest.importorskip("torch")
+    buf = io.BytesIO()
+    torch.save(
+        {"format_version": 2, "rollout_id": 0, "samples": [slime_torch_sample(response_lengths=torch.tensor([2]))]}, buf
+    )
+    dump = slime_dump(tmp_path, buf.getvalue())
+    assert import_cli("slime", dump, tmp_path / "out").returncode == 0
+    assert imported_tokens(tmp_path / "out")["token_id"] == [3, 4]  # the last 2 of tokens [1, 2, 3, 4]

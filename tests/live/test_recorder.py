@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,8 +21,10 @@ from mismatchscope import rundir
 from mismatchscope.errors import RecorderInputError, UsageError
 from mismatchscope.live import Monitor, Recorder
 from tests.helpers import cli
+from tests.inputs import RECORDED_P, RECORDED_Q, recorded_run
 
 REPO = Path(__file__).resolve().parents[2]
+GOLDEN = REPO / "tests" / "data" / "golden-probe"
 LN2 = math.log(2.0)
 
 # Three tokens in a [2, 2] batch, the last cell padding (holding junk the mask hides):
@@ -462,3 +466,146 @@ def test_a_writer_failure_is_raised_at_the_next_call(tmp_path, monkeypatch):
     with pytest.raises(RecorderError):
         rec.close()
     assert rundir.completion(tmp_path / "run").complete is False
+
+
+def test_a_world_size_of_zero_is_named_as_such(tmp_path):
+    from mismatchscope.live import Recorder
+
+    with pytest.raises(UsageError, match="world_size must be a positive integer .*got 0"):
+        Recorder(tmp_path / "run", rank=0, world_size=0)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "meta, says",
+    [
+        ({"lr": math.nan}, "meta['lr'] is nan, which strict JSON cannot hold"),
+        ({"sched": {"warmup": [1, -math.inf]}}, "meta['sched']['warmup'][1] is -inf, which strict JSON cannot hold"),
+        ({"lr": np.float32("inf")}, "meta['lr'] is inf, which strict JSON cannot hold"),
+        ({"seen": {1, 2}}, "meta['seen'] is a set, not a JSON value"),
+        ({3: "x"}, "meta has the key 3; JSON keys are strings"),
+    ],
+)
+def test_recorder_meta_strict_json_only(tmp_path, meta, says):
+    with pytest.raises(UsageError, match=re.escape(says)):
+        Recorder(tmp_path / "run", meta=meta)
+    assert not (tmp_path / "run").exists()  # refused before the run directory is made
+
+
+def test_recorder_meta_numpy_scalars_are_written_as_numbers(tmp_path):
+    with Recorder(tmp_path / "run", meta={"lr": np.float32(0.5), "steps": (np.int64(3),)}) as rec:
+        rec.add(0, [[-0.5]], [[-0.4]])
+    text = (tmp_path / "run" / "manifest.json").read_text()
+    assert json.loads(text, parse_constant=_no_constants)["meta"] == {"lr": 0.5, "steps": [3]}
+
+
+def _no_constants(name: str):
+    raise AssertionError(f"{name} in a manifest")
+
+
+def _listing(path: Path) -> dict[str, int]:
+    return {str(p.relative_to(path)): p.stat().st_mtime_ns for p in sorted(path.rglob("*"))}
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("probe run", "already holds a probe run, not a recorded run"),
+        ("import run", "already holds an imported run, not a recorded run"),
+        ("tokens of a run", "lies inside the run"),
+        ("folder inside a run", "lies inside the run"),
+        ("killed import", "holds files that are not a recorded run's (e.g. "),
+        ("other files", "holds files that are not a recorded run's (e.g. notes.txt)"),
+        ("a file", "is a file, not a run directory"),
+        ("unreadable manifest", "already holds an unreadable manifest.json"),
+    ],
+)
+def test_the_recorder_refuses_a_directory_that_is_not_its_run(tmp_path, case, message):
+    from mismatchscope.errors import UsageError
+
+    probe = Path(shutil.copytree(GOLDEN, tmp_path / "probe"))
+    target = {
+        "probe run": probe,
+        "tokens of a run": probe / "tokens",
+        "folder inside a run": probe / "sub",
+        "import run": tmp_path / "imported",
+        "killed import": tmp_path / "killed",
+        "other files": tmp_path / "mine",
+        "a file": tmp_path / "file",
+        "unreadable manifest": tmp_path / "bad",
+    }[case]
+    if case in ("import run", "killed import"):
+        src = tmp_path / "dump.jsonl"
+        src.write_text(json.dumps({"sampler_logprobs": [-0.5], "trainer_logprobs": [-0.6], "token_ids": [1]}) + "\n")
+        from mismatchscope.importers import import_run
+
+        import_run("jsonl", src, target)
+        if case == "killed import":
+            (target / "manifest.json").unlink()
+    elif case == "other files":
+        target.mkdir()
+        (target / "notes.txt").write_text("mine")
+    elif case == "a file":
+        target.write_text("x")
+    elif case == "unreadable manifest":
+        target.mkdir()
+        (target / "manifest.json").write_text("{not json")
+    before = _listing(tmp_path)
+    for resume in (False, True):  # resume reopens only a recorded run
+        with pytest.raises(UsageError, match=re.escape(message)):
+            Recorder(target, rank=0, world_size=1, resume=resume)
+    assert _listing(tmp_path) == before  # nothing written, nothing changed
+
+
+def test_the_recorder_refuses_an_empty_path(tmp_path, monkeypatch):
+    from mismatchscope.errors import UsageError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match="empty path"):
+        Recorder("", rank=0)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_recorder_reopens_its_own_run_only_as_another_rank_or_with_resume(tmp_path):
+    from mismatchscope.errors import UsageError
+
+    run = recorded_run(tmp_path / "run", steps=1)
+    with pytest.raises(UsageError, match="already holds records of rank 0"):
+        Recorder(run, rank=0, world_size=1)
+    with pytest.raises(UsageError, match="recorded with world_size 1, not 2"):
+        Recorder(run, rank=1, world_size=2)
+    Recorder(run, rank=0, world_size=1, resume=True).close()
+    fresh = tmp_path / "fresh"
+    with Recorder(fresh, rank=1, world_size=2) as r1:  # rank 1 first, before rank 0 wrote the manifest
+        r1.add(0, RECORDED_Q, RECORDED_P)
+        Recorder(fresh, rank=0, world_size=2).close()  # rank 0 joins the directory rank 1 started
+
+
+def test_the_recorder_refuses_a_sequence_id_given_again_at_a_later_step(tmp_path):
+    from mismatchscope.errors import RecorderInputError
+
+    with Recorder(tmp_path / "run", rank=0, world_size=1) as rec:
+        rec.add(0, RECORDED_Q, RECORDED_P, sequence_ids=[10, 11])
+        rec.add(1, RECORDED_Q, RECORDED_P, sequence_ids=[12, 13])
+        with pytest.raises(RecorderInputError, match=r"step 2: sequence id 11 was already recorded at step 0"):
+            rec.add(2, RECORDED_Q, RECORDED_P, sequence_ids=[20, 11])
+        rec.add(2, RECORDED_Q, RECORDED_P, sequence_ids=[20, 21])  # the refused call queued nothing
+    r = cli("report", str(tmp_path / "run"), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["sequences"] == 6  # 3 steps x 2 rows
+
+
+def test_the_recorder_refuses_steps_and_positions_the_readers_refuse(tmp_path):
+    from mismatchscope.errors import RecorderInputError
+
+    with Recorder(tmp_path / "run", rank=0, world_size=1) as rec:
+        with pytest.raises(RecorderInputError, match=r"step 4503599627370497 is beyond 2\^52"):
+            rec.add(2**52 + 1, RECORDED_Q, RECORDED_P)
+        t = 2**24 + 1  # positions 0..2^24: the last is one past the readers' 0..16777215
+        lq = np.zeros((1, t), np.float16)
+        mask = np.zeros((1, t), bool)
+        mask[0, -1] = True
+        with pytest.raises(RecorderInputError, match=r"position 16777216 is outside 0..16777215 at row 0"):
+            rec.add(0, lq, lq, mask)
+        rec.add(0, RECORDED_Q, RECORDED_P)
+    assert rundir.completion(tmp_path / "run").complete

@@ -27,11 +27,15 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+
+from tests.probe.refusals import Crafted
 
 # vLLM's engine settings for every test: tests/conftest.py.
 
@@ -40,7 +44,7 @@ import pytest
 try:
     import torch  # noqa: F401
 except ImportError:
-    collect_ignore_glob = ["test_*.py"]
+    collect_ignore_glob = ["test_*.py", "*/test_*.py"]
 
 REPO = Path(__file__).resolve().parents[2]
 N_PROMPTS = 8
@@ -290,3 +294,21 @@ def vllm_server(_server_process, dense_dir) -> str:
     if _server_process is None:
         pytest.skip("no vLLM server was started")
     return _server_process.start().wait_healthy()
+
+
+@pytest.fixture
+def server():
+    """(url, set_routes): a real HTTP server on 127.0.0.1 answering what the test crafts."""
+    handler = type("Handler", (Crafted,), {"routes": {}, "seen": []})
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    # server_close() waits for the request threads: an answer the client gave up on (a timeout test) is not
+    # written, nor its broken pipe reported, while a later test runs the command line in this process
+    httpd.daemon_threads = False
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", handler
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(5)

@@ -4,7 +4,7 @@ The root cause of a failed engine start is in the engine core's log lines
 (a child process), which :func:`engine_output` sends to the run's log; these
 tests pin how :func:`start_cause` finds it there, skipping the lines that only
 point at it, and in the exception's chain when no log is captured.
-Real vLLM refusing a checkpoint: tests/test_engine_log.py.
+Real vLLM refusing a checkpoint: tests/probe/test_engine_log.py.
 """
 
 from __future__ import annotations

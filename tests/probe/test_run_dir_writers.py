@@ -16,8 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, cli
-from tests.probe.test_probe_errors import error_line
+from mismatchscope import rundir
+from mismatchscope.errors import UsageError
+from tests.helpers import REPO, cli, cli_no_engine
+from tests.probe.refusals import (
+    GOOD_CHOICE,
+    checkpoint_copy,
+    error_line,
+    prompts_file,
+    refused_probe,
+)
 
 CHECKPOINT = REPO / "sample_data" / "tiny-qwen3"
 PROMPTS = REPO / "sample_data" / "prompts.jsonl"
@@ -135,3 +143,114 @@ def test_import_into_a_directory_another_process_writes_is_refused(tmp_path):
     assert (
         cli("import", "nemo-rl", str(tmp_path / "logs"), "--out", str(out)).returncode == 0
     )  # once the holder is gone
+
+
+def test_an_out_that_is_a_file(tmp_path):
+    out = tmp_path / "run"
+    out.write_text("x")
+    r = cli_no_engine("probe", str(CHECKPOINT), "--out", str(out), "--sampler", "hf")
+    assert error_line(r) == f"error: --out {out} exists and is not a directory (give --out a folder)"
+    assert out.read_text() == "x"
+
+
+def test_an_unreachable_server_leaves_no_run_and_a_rerun_is_not_blocked(tmp_path):
+    from tests.probe.conftest import free_port
+
+    args = ["--sampler", "vllm-server", "--url", f"http://127.0.0.1:{free_port()}", "-n", "1", "--max-tokens", "2"]
+    for _ in range(2):  # the second run gets the same answer, not "already holds a probe run"
+        line = refused_probe(tmp_path, *args)
+        assert (
+            line.startswith("error: cannot reach the vLLM server at http://127.0.0.1:") and "Connection refused" in line
+        )
+
+
+def test_a_start_that_fails_after_the_run_was_made_takes_it_back(server, tmp_path):
+    """The models check passes; the first completions request fails: nothing was sampled, nothing is left."""
+    url, handler = server
+    handler.routes["completions"] = (500, b'{"error": "engine dead"}')
+    out = tmp_path / "run"
+    args = [
+        "probe",
+        str(CHECKPOINT),
+        "--out",
+        str(out),
+        "--prompts",
+        str(prompts_file(tmp_path)),
+        "--sampler",
+        "vllm-server",
+        "--url",
+        url,
+        "-n",
+        "1",
+        "--max-tokens",
+        "2",
+        "--top-k-logprobs",
+        "1",
+    ]
+    for _ in range(2):
+        assert (
+            error_line(cli_no_engine(*args))
+            == f'error: POST {url}/v1/completions failed with HTTP 500: {{"error": "engine dead"}}'
+        )
+        assert not out.exists()
+    handler.routes["completions"] = (200, json.dumps({"choices": [GOOD_CHOICE]}).encode())
+    r = cli_no_engine(*args)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads((out / "manifest.json").read_text())["status"] == "complete"
+
+
+def test_an_unstarted_run_is_replaced_and_a_sampled_one_is_kept(tmp_path):
+    from mismatchscope.probe.writer import RunDir
+
+    run = RunDir(tmp_path / "run")
+    run.open({"a": 1}, resume=False)
+    run.write_manifest({"fingerprint": {"a": 1}, "status": "running"})  # what a killed start leaves
+    manifest = run.open({"a": 2}, resume=False)  # another configuration, no --resume: replaced, not refused
+    assert manifest == {"fingerprint": {"a": 2}, "status": "running", "shard_index": rundir.INDEX_VERSION}
+    run.write_manifest(manifest)
+    (run.samples / "round-00000.parquet").write_bytes(b"a sampled round")
+    run.discard_unstarted()
+    assert run.exists()  # a sampled round is worth a --resume
+    with pytest.raises(UsageError, match="already holds a probe run"):
+        run.open({"a": 2}, resume=False)
+    (run.samples / "round-00000.parquet").unlink()
+    run.discard_unstarted()
+    assert sorted(p.name for p in run.path.iterdir()) == []
+
+
+def test_an_out_that_holds_other_files_is_refused_without_a_lock(tmp_path):
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    assert error_line(
+        cli_no_engine("probe", str(CHECKPOINT), "--out", str(other), "--prompts", str(prompts_file(tmp_path)))
+    ) == (f"error: {other} exists and is not a probe run directory (choose an empty or new --out)")
+    assert sorted(p.name for p in other.iterdir()) == ["notes.txt"]
+    ckpt = checkpoint_copy(tmp_path)
+    before = sorted(p.name for p in ckpt.iterdir())
+    assert error_line(
+        cli_no_engine("probe", str(ckpt), "--out", str(ckpt), "--prompts", str(prompts_file(tmp_path)))
+    ) == (f"error: {ckpt} exists and is not a probe run directory (choose an empty or new --out)")
+    assert sorted(p.name for p in ckpt.iterdir()) == before
+
+
+def test_a_run_inside_another_run_is_refused(tmp_path):
+    outer = tmp_path / "outer"
+    (outer / "tokens").mkdir(parents=True)
+    (outer / "manifest.json").write_text('{"status": "complete"}')
+    inner = outer / "tokens" / "inner"
+    r = cli_no_engine("probe", str(CHECKPOINT), "--out", str(inner), "--prompts", str(prompts_file(tmp_path)))
+    assert error_line(r) == (
+        f"error: --out {inner} is inside the run directory {outer} (give each run its own folder, outside other runs)"
+    )
+    assert not inner.exists()
+
+
+def test_an_empty_out_is_refused(tmp_path):
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    (cwd / "mine.txt").write_text("x")
+    for command in (["probe", str(CHECKPOINT)], ["rescore", str(tmp_path)]):
+        r = cli_no_engine(*command, "--out", "", cwd=cwd)
+        assert error_line(r) == "error: --out is an empty path (give --out a new folder, e.g. --out runs/new)"
+        assert sorted(p.name for p in cwd.iterdir()) == ["mine.txt"]
