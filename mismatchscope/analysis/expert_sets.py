@@ -80,7 +80,7 @@ def sort_side(ids: np.ndarray) -> tuple[SideIds, tuple[int, int] | None]:
     cols = sorted_columns(ids.reshape(-1, k))
     missing = cols[-1] == 0  # ids are >= 0: the largest is 0 only when all are (or nothing was written)
     dup = np.zeros_like(missing)
-    for a, b in zip(cols[:-1], cols[1:]):
+    for a, b in zip(cols[:-1], cols[1:], strict=False):
         dup |= a == b
     dup &= ~missing
     first = None
@@ -93,6 +93,6 @@ def compare_sides(a: SideIds, b: SideIds) -> tuple[np.ndarray, np.ndarray]:
     """``[rows, moe]`` (compared: both sides captured; flipped: compared and the two top-k sets differ)."""
     compared = ~(a.missing | b.missing)
     differ = np.zeros(compared.size, bool)
-    for x, y in zip(a.cols, b.cols):
+    for x, y in zip(a.cols, b.cols, strict=True):
         differ |= x != y
     return compared, differ.reshape(compared.shape) & compared

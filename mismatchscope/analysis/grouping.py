@@ -107,7 +107,9 @@ class SequenceAggregator:
         self.ops = dict(ops)
         self._names = [k for op in _UFUNC for k, o in self.ops.items() if o == op]
         bounds = np.cumsum([0] + [sum(o == op for o in self.ops.values()) for op in _UFUNC])
-        self._rows_of = {op: slice(int(lo), int(hi)) for op, lo, hi in zip(_UFUNC, bounds[:-1], bounds[1:]) if hi > lo}
+        self._rows_of = {
+            op: slice(int(lo), int(hi)) for op, lo, hi in zip(_UFUNC, bounds[:-1], bounds[1:], strict=True) if hi > lo
+        }
         self._keys: list[np.ndarray] = []
         self._blocks: list[np.ndarray] = []
         self._rows = 0

@@ -174,7 +174,7 @@ class MaskAccumulator:
 
     def merge(self, other: MaskAccumulator) -> None:
         """Fold a spawned accumulator in; folding batches in file order keeps the examples' tie-breaks reproducible."""
-        for a, b in zip(self.units, other.units):
+        for a, b in zip(self.units, other.units, strict=True):
             a.merge(b)
         self.pair_counts += other.pair_counts
         self.tokens_by_q += other.tokens_by_q
@@ -264,7 +264,7 @@ class MaskAccumulator:
         if split.size > self.n_examples:
             top = np.argpartition(-score, self.n_examples - 1)[: self.n_examples]
             split, score = split[top], score[top]
-        for j, s in zip(split, score):
+        for j, s in zip(split, score, strict=True):
             item = DisagreementExample(
                 sequence_id=int(batch["sequence_id"][j]),
                 position=int(batch["position"][j]),
@@ -314,8 +314,8 @@ class MaskAccumulator:
                 seq_masks.append((u, rej))
                 self.seq_verdicts[u] = rej
         return {
-            "tokens_by_sampler_prob": dict(zip(q_bucket_labels(), map(int, self.tokens_by_q))),
-            "tokens_by_pq_sign": dict(zip(SIGNS, map(int, self.tokens_by_pq_sign))),
+            "tokens_by_sampler_prob": dict(zip(q_bucket_labels(), map(int, self.tokens_by_q), strict=True)),
+            "tokens_by_pq_sign": dict(zip(SIGNS, map(int, self.tokens_by_pq_sign), strict=True)),
             "agreement": self._agreement(seq_masks, per_seq, n_tok),
             "examples": [e[2] for e in sorted(self._examples, key=lambda e: -e[0])],
         }
@@ -374,8 +374,10 @@ def unit_row(u: Unit, tokens: int, sequences: int, has_advantage: bool, routed: 
         sequences_with_reweight=u.sequences_with_reweight,
         sequence_reject_rate=u.sequences_rejected / sequences if sequences else None,
         rejected_by_advantage_sign=dict(u.rejected_by_sign) if has_advantage and u.hypothesis == "data" else None,
-        rejected_by_sampler_prob=dict(zip(q_bucket_labels(), map(int, u.rejected_by_q))) if rejects else None,
-        rejected_by_pq_sign=dict(zip(SIGNS, map(int, u.rejected_by_pq_sign))) if rejects else None,
+        rejected_by_sampler_prob=dict(zip(q_bucket_labels(), map(int, u.rejected_by_q), strict=True))
+        if rejects
+        else None,
+        rejected_by_pq_sign=dict(zip(SIGNS, map(int, u.rejected_by_pq_sign), strict=True)) if rejects else None,
         route_flipped_rejected=u.flipped_rejected if routed else None,
     )
 

@@ -153,7 +153,7 @@ class ExactQuantiles:
             bins = other._part_bins if len(other._part_bins) == len(other.parts) else [_bins(p) for p in other.parts]
             if self.window is not None:
                 window = self.window
-                self._keep([_in_bins(p, b, window) for p, b in zip(other.parts, bins)], None)
+                self._keep([_in_bins(p, b, window) for p, b in zip(other.parts, bins, strict=True)], None)
             else:
                 self._keep(other.parts, bins)
         elif other.window is not None and other.window is self.window:
@@ -247,7 +247,7 @@ class ExactQuantiles:
             return _in_bins(values, _bins(values) if b is None else b, wanted)
 
         # the gather reads every value kept (tens of millions) after the pass, when a core is otherwise idle
-        parts = zip(self.parts, bins)
+        parts = zip(self.parts, bins, strict=True)
         chosen = np.concatenate(list(ordered_map(gather, parts, self.workers))) if self.parts else np.zeros(0)
         if chosen.size != int(self.counts[targets].sum()):
             raise RuntimeError(

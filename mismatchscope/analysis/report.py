@@ -28,7 +28,7 @@ def _quantiles(x: np.ndarray) -> dict[str, float | None]:
         lo, hi = np.quantile(x, RATIO_QUANTILES, method="lower"), np.quantile(x, RATIO_QUANTILES, method="higher")
         at_rank = np.asarray(RATIO_QUANTILES) * (x.size - 1) % 1 == 0
         qs = np.where(np.isnan(qs) & (at_rank | (lo == hi)), lo, qs)
-    return {f"{q:g}": _f(v) for q, v in zip(RATIO_QUANTILES, qs)}
+    return {f"{q:g}": _f(v) for q, v in zip(RATIO_QUANTILES, qs, strict=True)}
 
 
 def assemble_report(

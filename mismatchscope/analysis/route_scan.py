@@ -161,7 +161,7 @@ def _fold(scan: RoutingScan, keys: _Keys, part: _BatchPart) -> None:
         scan.completion.add(part.flips[0], part.flips[1])
         scan.prompt.add(part.flips[2], part.flips[3])
     if part.completion_keys is not None:
-        for gathered, k in zip(keys.completion, part.completion_keys):
+        for gathered, k in zip(keys.completion, part.completion_keys, strict=True):
             gathered.append(k)
     if part.margins is not None:
         scan.margin_compared += part.margins[0]

@@ -27,7 +27,7 @@ def _rate(num: int | np.integer, den: int | np.integer) -> float | None:
 def _by_layer(meta: RoutingMeta, lf: LayerFlips) -> list[LayerFlipRate]:
     return [
         LayerFlipRate(layer=int(layer), flip_rate=_rate(f, c), compared=int(c), flipped=int(f))
-        for layer, c, f in zip(meta.moe_layers, lf.compared, lf.flipped)
+        for layer, c, f in zip(meta.moe_layers, lf.compared, lf.flipped, strict=True)
     ]
 
 
@@ -43,7 +43,7 @@ ROUTING_COLUMNS = (
 
 def margin_labels() -> list[str]:
     edges = list(MARGIN_EDGES)
-    return [f"[{lo:g}, {hi:g})" for lo, hi in zip(edges[:-1], edges[1:])] + [f">= {edges[-1]:g}"]
+    return [f"[{lo:g}, {hi:g})" for lo, hi in zip(edges[:-1], edges[1:], strict=False)] + [f">= {edges[-1]:g}"]
 
 
 def routing_section(scan: RoutingScan, gap: GapTally | None) -> Routing:
@@ -79,7 +79,7 @@ def routing_section(scan: RoutingScan, gap: GapTally | None) -> Routing:
     if scan.has_margin:
         out.by_trainer_margin = [
             MarginBucket(bucket=b, compared=int(n), flipped=int(f), flip_rate=_rate(f, n))
-            for b, n, f in zip(margin_labels(), scan.margin_compared, scan.margin_flipped)
+            for b, n, f in zip(margin_labels(), scan.margin_compared, scan.margin_flipped, strict=True)
         ]
     return out
 

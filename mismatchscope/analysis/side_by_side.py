@@ -200,7 +200,7 @@ def _reading_row(row: RuleRow, rules: list[RuleInstance], diffs: Differences) ->
         row.tokens_rejected if acts == "reject" else row.tokens_reweighted,
         row.token_reject_rate if acts == "reject" else row.token_reweight_rate,
         row.sequences_rejected,
-        dict(zip(CATEGORIES, map(int, diffs.by_key[key]))) if parted else None,
+        dict(zip(CATEGORIES, map(int, diffs.by_key[key]), strict=True)) if parted else None,
         diffs.first_only[key] if parted else None,
         diffs.this_only[key] if parted else None,
     )

@@ -226,7 +226,7 @@ class TokenStats:
             stats[m.name] = kind(
                 tokens=n,
                 mean=_f(self._centering_sum[m.name] / n) if n else None,
-                quantiles={_g(q): _f(x) for q, x in zip(RATIO_QUANTILES, qs)},
+                quantiles={_g(q): _f(x) for q, x in zip(RATIO_QUANTILES, qs, strict=True)},
             )
         sampler, trainer, rho, overlap = stats.values()
         assert sampler is not None and trainer is not None and isinstance(rho, TailMassRatio)  # every top-k batch
@@ -262,9 +262,11 @@ class TokenStats:
             ess=s.get(ESS.name),
             ratio_min=math.exp(self.log_ratio_min) if n else None,
             ratio_max=_exp(self.log_ratio_max) if n else None,
-            ratio_quantiles={_g(q): _f(v) for q, v in zip(RATIO_QUANTILES, qs)},
-            ratio_tail_high={_g(c): (int(k) / n if n else None) for c, k in zip(TAIL_CUTS, self.tail_high)},
-            ratio_tail_low={_g(c): (int(k) / n if n else None) for c, k in zip(TAIL_CUTS, self.tail_low)},
+            ratio_quantiles={_g(q): _f(v) for q, v in zip(RATIO_QUANTILES, qs, strict=True)},
+            ratio_tail_high={
+                _g(c): (int(k) / n if n else None) for c, k in zip(TAIL_CUTS, self.tail_high, strict=True)
+            },
+            ratio_tail_low={_g(c): (int(k) / n if n else None) for c, k in zip(TAIL_CUTS, self.tail_low, strict=True)},
         )
 
     def topk(self) -> TopK | None:
@@ -294,11 +296,11 @@ class TokenStats:
         npos = self.pos_sums.shape[1]
         if npos:
             edges = sorted({int(math.ceil(x)) for x in np.linspace(0, npos, 11)})
-            for a, b in zip(edges, edges[1:]):
+            for a, b in zip(edges, edges[1:], strict=False):
                 lab = f"{a}" if b - a == 1 else f"{a}-{b - 1}"
                 out.position.append(_row(lab, self.pos_sums[:, a:b].sum(axis=1)))
         if self.ent_buckets is not None:
-            labs = [f"[{_g(a)}, {_g(b)})" for a, b in zip(ENTROPY_EDGES, ENTROPY_EDGES[1:])] + [
+            labs = [f"[{_g(a)}, {_g(b)})" for a, b in zip(ENTROPY_EDGES, ENTROPY_EDGES[1:], strict=False)] + [
                 f"[{_g(ENTROPY_EDGES[-1])}, inf)"
             ]
             out.entropy = [_row(lab, self.ent_buckets[:, j]) for j, lab in enumerate(labs)]
@@ -322,7 +324,7 @@ def centering_values(c) -> dict[str, np.ndarray]:
 
 def q_bucket_labels() -> list[str]:
     """The sampler-probability buckets' labels, shared by report's breakdowns and compare-masks' tails."""
-    return [f"[{_g(a)}, {_g(b)})" for a, b in zip(Q_EDGES, Q_EDGES[1:])] + [f"[{_g(Q_EDGES[-1])}, 1]"]
+    return [f"[{_g(a)}, {_g(b)})" for a, b in zip(Q_EDGES, Q_EDGES[1:], strict=False)] + [f"[{_g(Q_EDGES[-1])}, 1]"]
 
 
 def _row(bucket: str, s: np.ndarray) -> BucketRow:

@@ -111,7 +111,7 @@ def load_traces(source: Source, ids, batch_rows: int = 1 << 18) -> dict[int, Tra
     seq = cols["sequence_id"]
     starts = np.flatnonzero(np.concatenate(([True], seq[1:] != seq[:-1])))
     out = {}
-    for a, b in zip(starts, [*starts[1:], seq.size]):
+    for a, b in zip(starts, [*starts[1:], seq.size], strict=True):
         out[int(seq[a])] = Trace(
             position_T=cols["position"][a:b],
             token_id_T=cols["token_id"][a:b],

@@ -91,7 +91,8 @@ def _routing(rep: Report) -> str:
             pct(p.flip_rate),
             f"{p.flipped:,} / {p.compared:,}",
         ]
-        for c, p in zip(ro.route_flip_rate_by_layer, ro.prompt_route_flip_rate_by_layer or [])
+        # the prompt list is set with the completion's; were it missing, no per-layer rows rather than a failure
+        for c, p in zip(ro.route_flip_rate_by_layer, ro.prompt_route_flip_rate_by_layer or [], strict=False)
     ]
     rows.append(
         [

@@ -54,7 +54,7 @@ def reference_row(tok, lq, lp, q, p, ids, slp, tlp) -> tuple[float, ...]:
     K = the listed ids plus the sampled id if unlisted."""
     q_sum = p_sum = abs_sum = kl_in = 0.0
     listed = False
-    for i, s, t in zip(ids, slp, tlp):
+    for i, s, t in zip(ids, slp, tlp, strict=True):
         qi, pi = math.exp(s), math.exp(t)
         q_sum += qi
         p_sum += pi
@@ -163,7 +163,7 @@ def _assert_json_agrees(a, b, where: str = "") -> None:
             _assert_json_agrees(a[k], b[k], f"{where}.{k}")
     elif isinstance(a, list):
         assert isinstance(b, list) and len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b)):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
             _assert_json_agrees(x, y, f"{where}[{i}]")
     elif isinstance(a, float) and isinstance(b, float):
         assert math.isclose(a, b, rel_tol=REL_TOL, abs_tol=ABS_TOL), (where, a, b)
@@ -189,7 +189,7 @@ def test_the_compiled_loop_equals_the_reference_bit_for_bit(value_type, list_typ
     want = np.array(
         [
             reference_row(r[0], r[1], r[2], float(q[i]), float(p[i]), r[3], map(float, s), map(float, t))
-            for i, (r, (s, t)) in enumerate(zip(ROWS, values))
+            for i, (r, (s, t)) in enumerate(zip(ROWS, values, strict=True))
         ]
     )
     assert np.array_equal(_bits(got), _bits(want))  # NaN rhos too: both are numpy's quiet NaN

@@ -147,7 +147,7 @@ def _approx_equal(a, b, path=""):
             _approx_equal(a[key], b[key], f"{path}.{key}")
     elif isinstance(a, list):
         assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b)):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
             _approx_equal(x, y, f"{path}[{i}]")
     elif isinstance(a, float) and b is not None:
         assert a == pytest.approx(b, rel=1e-9, abs=1e-12), path

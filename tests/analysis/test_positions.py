@@ -78,7 +78,7 @@ def test_duplicate_tracker_is_exact_on_random_layouts():
         tracker = PositionTracker()
         cuts = sorted(set(rng.integers(0, len(keys), size=3).tolist()) | {0, len(keys)})
         try:
-            for a, b in zip(cuts, cuts[1:]):
+            for a, b in zip(cuts, cuts[1:], strict=False):
                 tracker.add(seq[a:b], pos[a:b])
             tracker.finish()
             found = None

@@ -40,7 +40,10 @@ def test_infinite_geometric_ratios_have_infinite_quantiles(tmp_path):
     finite); seqs 2 and 3 are one token with l = 999.4 each (geo = inf). Sorted geo: g, inf, inf; the
     quantiles sit at 2q: 0.5 -> rank 1 (inf), 0.95 -> between ranks 1 and 2 (inf and inf): inf, not NaN."""
     cols = one_sequence(sampler_logprob=[-0.5, -1000.0, -0.5, -1000.0, -0.5])
-    cols = {k: v + extra for (k, v), extra in zip(cols.items(), ([2, 3], [0, 0], [1, 2], [-1000.0] * 2, [-0.6] * 2))}
+    cols = {
+        k: v + extra
+        for (k, v), extra in zip(cols.items(), ([2, 3], [0, 0], [1, 2], [-1000.0] * 2, [-0.6] * 2), strict=True)
+    }
     r = cli("report", str(raw_parquet(tmp_path / "geo.parquet", cols)), "--format", "json")
     assert r.returncode == 0 and r.stderr == _overflow_warning(3, 999.4), r.stderr
     geo = json.loads(r.stdout)["sequence_metrics"]["geo_ratio"]["quantiles"]

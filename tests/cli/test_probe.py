@@ -168,13 +168,17 @@ def test_rescore_reproduces_and_then_changes_the_trainer_side(full_run, tmp_path
     a, b = tokens(full_run), tokens(same)
     assert a.column("sampler_logprob").to_pylist() == b.column("sampler_logprob").to_pylist()  # no resampling
     diffs = [
-        abs(x - y) for x, y in zip(a.column("trainer_logprob").to_pylist(), b.column("trainer_logprob").to_pylist())
+        abs(x - y)
+        for x, y in zip(a.column("trainer_logprob").to_pylist(), b.column("trainer_logprob").to_pylist(), strict=True)
     ]
     assert max(diffs) < 1e-5
     c = tokens(half)
     assert (
         max(
-            abs(x - y) for x, y in zip(a.column("trainer_logprob").to_pylist(), c.column("trainer_logprob").to_pylist())
+            abs(x - y)
+            for x, y in zip(
+                a.column("trainer_logprob").to_pylist(), c.column("trainer_logprob").to_pylist(), strict=True
+            )
         )
         > 1e-4
     )

@@ -158,7 +158,7 @@ def _max_error(path, temperature: float = 1.0) -> float:
     w = _weights(path)
     worst = 0.0
     with torch.inference_mode():
-        for p, c, lp in zip(PROMPTS, COMPLETIONS, got):
+        for p, c, lp in zip(PROMPTS, COMPLETIONS, got, strict=True):
             assert lp.dtype == np.float64
             worst = max(worst, float(np.max(np.abs(lp - independent_logprobs(cfg, w, p, c, temperature)))))
     return worst

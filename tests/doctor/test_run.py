@@ -177,7 +177,12 @@ def _tempered(golden: dict, full_distributions: dict, t: float) -> dict:
     c["sampler_topk_logprobs"] = [
         np.minimum(lt[i, ids] + (s - tr), 0.0)
         for i, (ids, s, tr) in enumerate(
-            zip(golden["sampler_topk_ids"], golden["sampler_topk_logprobs"], golden["trainer_logprobs_at_sampler_topk"])
+            zip(
+                golden["sampler_topk_ids"],
+                golden["sampler_topk_logprobs"],
+                golden["trainer_logprobs_at_sampler_topk"],
+                strict=True,
+            )
         )
     ]
     return c
@@ -207,7 +212,7 @@ def test_top_p_truncation_is_found_with_the_kept_mass(golden, full_distributions
     c["sampler_logprob"] = np.where(in_set, np.minimum(golden["sampler_logprob"] - np.log(m), 0.0), -9999.0)
     c["sampler_topk_logprobs"] = [
         np.where(kept[i, ids], np.minimum(s - np.log(m[i]), 0.0), -np.inf)
-        for i, (ids, s) in enumerate(zip(golden["sampler_topk_ids"], golden["sampler_topk_logprobs"]))
+        for i, (ids, s) in enumerate(zip(golden["sampler_topk_ids"], golden["sampler_topk_logprobs"], strict=True))
     ]
     doc = doctor(_write(tmp_path, c))
     _only(doc, "truncation")

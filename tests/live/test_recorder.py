@@ -73,7 +73,7 @@ def test_rl_loop_recorded_every_step_and_read_back(tmp_path):
     assert tl.stderr == ""  # complete: no incomplete-run warning
     rows = json.loads(tl.stdout)["rows"]
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
-    for rep, row in zip(reports, rows):
+    for rep, row in zip(reports, rows, strict=True):
         assert rep.step == row["step"]
         assert rep["mismatch/tokens"] == row["tokens"]
         for key in (
@@ -86,7 +86,7 @@ def test_rl_loop_recorded_every_step_and_read_back(tmp_path):
             "ipo_reject_rate",
         ):
             assert rep["mismatch/" + key] == pytest.approx(row[key], rel=1e-9, abs=1e-15), key
-    for rep, shard in zip(reports, shards):
+    for rep, shard in zip(reports, shards, strict=True):
         m = json.loads(_ok(cli("report", str(shard), "--format", "json")).stdout)["metrics"]
         for key in ("tv_token_mean", "k3_mean", "abs_logprob_diff_mean"):
             assert rep["mismatch/" + key] == pytest.approx(m[key], rel=1e-9, abs=1e-15), key
@@ -307,7 +307,7 @@ def test_ranks_share_a_run_and_it_is_complete_when_every_rank_closed(tmp_path):
     r1.close()
     assert rundir.completion(out) == rundir.Completion(True, "")
     t = pq.read_table(out / "tokens").to_pydict()
-    seq = set(zip(t["step"], t["sequence_id"]))
+    seq = set(zip(t["step"], t["sequence_id"], strict=True))
     assert len(seq) == 8  # 2 steps x 2 ranks x 2 rows, none shared between ranks
     assert sorted(set(t["rank"])) == [0, 1]
     rows = json.loads(_ok(cli("timeline", str(out), "--by", "rank", "--format", "json")).stdout)["rows"]
@@ -334,7 +334,7 @@ def test_only_resume_adds_to_a_rank_and_a_step_recorded_again_replaces_it(tmp_pa
     with Recorder(out, resume=True) as rec:
         rec.add(1, Q[:1], P[:1], MASK[:1])
     t = pq.read_table(out / "tokens").to_pydict()
-    assert [(s, n) for s, n in zip(*np.unique(t["step"], return_counts=True))] == [(0, 3), (1, 2)]
+    assert [(s, n) for s, n in zip(*np.unique(t["step"], return_counts=True), strict=True)] == [(0, 3), (1, 2)]
     assert len(set(t["sequence_id"])) == 3  # numbering goes on after a resume: no id reused
 
 
@@ -429,7 +429,7 @@ def test_resume_trusts_the_shards_on_disk_over_the_rank_record(tmp_path):
     with Recorder(out, resume=True) as rec:
         rec.add(1, Q, P, MASK)  # step 1 trained again after the restart
     t = pq.read_table(out / "tokens").to_pydict()
-    assert sorted(zip(t["step"], t["sequence_id"])) == [(0, 0), (0, 0), (0, 1), (1, 4), (1, 4), (1, 5)]
+    assert sorted(zip(t["step"], t["sequence_id"], strict=True)) == [(0, 0), (0, 0), (0, 1), (1, 4), (1, 4), (1, 5)]
 
 
 def test_exiting_without_close_writes_what_was_queued_and_leaves_the_run_incomplete(tmp_path):

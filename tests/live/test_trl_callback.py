@@ -136,7 +136,7 @@ def test_grpo_steps_recorded_and_read_by_timeline(tmp_path, monkeypatch):
     assert tl.returncode == 0 and tl.stderr == "", tl.stderr
     rows = json.loads(tl.stdout)["rows"]
     assert [r["step"] for r in rows] == [0, 2]
-    for row, h in zip(rows, logged):
+    for row, h in zip(rows, logged, strict=True):
         assert row["k3_mean"] == pytest.approx(h["mismatch/k3_mean"], rel=1e-9)
         assert row["tokens"] == h["mismatch/tokens"]
     manifest = rundir.read_manifest(out)

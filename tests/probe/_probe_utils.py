@@ -25,7 +25,7 @@ def max_diff(completions: list[Completion], scored: list[Scored]) -> float:
     worst = 0.0
     for c, s in zip(completions, scored, strict=True):
         assert len(c.sampler_logprobs) == len(s.trainer_logprobs) == len(c.token_ids) > 0
-        worst = max([worst, *(gap(a, b) for a, b in zip(c.sampler_logprobs, s.trainer_logprobs))])
+        worst = max([worst, *(gap(a, b) for a, b in zip(c.sampler_logprobs, s.trainer_logprobs, strict=True))])
     return worst
 
 
@@ -35,7 +35,7 @@ def max_topk_diff(completions: list[Completion], scored: list[Scored]) -> float:
     for c, s in zip(completions, scored, strict=True):
         for lq, lp in zip(c.topk_logprobs, s.logprobs_at_sampler_topk, strict=True):
             assert len(lq) == len(lp)
-            worst = max([worst, *(gap(a, b) for a, b in zip(lq, lp))])
+            worst = max([worst, *(gap(a, b) for a, b in zip(lq, lp, strict=True))])
     return worst
 
 

@@ -276,7 +276,7 @@ def refused_starts(tmp_path_factory) -> dict:
         for name, ckpt in checkpoints.items()
     ]
     done = cli_calls(calls, tmp / "calls")
-    return {name: (r, tmp / f"run-{name}") for name, r in zip(checkpoints, done)}
+    return {name: (r, tmp / f"run-{name}") for name, r in zip(checkpoints, done, strict=True)}
 
 
 def _one_line_refusal(r) -> tuple[str, Path]:

@@ -30,7 +30,7 @@ def test_the_engine_capture_reproduces_its_own_prefill_logprobs(vllm_sampler, mo
     positions = sample_positions(seqs, 32)
     capture, closure = capture_vllm(sampler._engine_for(SamplingConfig(logprobs_mode=mode)), seqs, positions, "s")
     engine = sampler.prefill_logprobs([s.prompt for s in seqs], [s.completion for s in seqs], SamplingConfig())
-    for i, (s, pos) in enumerate(zip(seqs, positions)):
+    for i, (s, pos) in enumerate(zip(seqs, positions, strict=True)):
         recorded = np.asarray(engine[i])[pos - (len(s.prompt) - 1)]
         assert np.array_equal(capture.values["logprob"][i][:, 0], recorded.astype(np.float32))
     assert closure == 0.0

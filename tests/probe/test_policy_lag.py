@@ -191,7 +191,7 @@ def test_the_trainer_scores_with_the_later_weights(lag_run, base_run, later_dir)
     assert worst < 1e-4
     base = _tokens(base_run)
     assert base.column("token_id").to_pylist() == t["token_id"]  # the seeded sampler drew the same tokens
-    lag = max(abs(x - y) for x, y in zip(base.column("trainer_logprob").to_pylist(), t["trainer_logprob"]))
+    lag = max(abs(x - y) for x, y in zip(base.column("trainer_logprob").to_pylist(), t["trainer_logprob"], strict=True))
     assert lag > 1e-2
 
 

@@ -256,7 +256,7 @@ def test_recorded_routes_equal_the_family_rule(family_trainer):
             ids = [*req.prompt_token_ids, *req.completion_token_ids]
             with torch.inference_mode():
                 trainer.model(input_ids=torch.tensor([ids]), use_cache=False)
-            got = next(s.routes for r, s in zip(reqs, scored) if r is req)
+            got = next(s.routes for r, s in zip(reqs, scored, strict=True) if r is req)
             assert got.ids.shape == (len(ids) - 1, len(routers), 2)
             for m, (i, router) in enumerate(routers.items()):
                 want = _select(name, router, inputs[i][0])[: len(ids) - 1]

@@ -91,7 +91,7 @@ def _sequences(run: Path) -> dict[int, list[int]]:
     tokens = pq.read_table(run / "tokens").sort_by([("sequence_id", "ascending"), ("position", "ascending")])
     n = json.loads((run / "manifest.json").read_text())["config"]["sampling"]["n"]
     out: dict[int, list[int]] = {}
-    for row in zip(tokens["sequence_id"].to_pylist(), tokens["token_id"].to_pylist()):
+    for row in zip(tokens["sequence_id"].to_pylist(), tokens["token_id"].to_pylist(), strict=True):
         out.setdefault(row[0], list(prompts[row[0] // n]["prompt_token_ids"])).append(row[1])
     return out
 
@@ -213,7 +213,7 @@ def test_replay_shrinks_the_gap_on_flipped_tokens(moe_run, replay_run):
 
     def gap(run):
         t = pq.read_table(run / "tokens").to_pandas()
-        keep = [(s, p) in flipped for s, p in zip(t.sequence_id, t.position)]
+        keep = [(s, p) in flipped for s, p in zip(t.sequence_id, t.position, strict=True)]
         return (t.sampler_logprob - t.trainer_logprob).abs()[keep].mean()
 
     assert gap(replay_run) < gap(moe_run)

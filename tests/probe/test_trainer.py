@@ -187,7 +187,9 @@ def test_processed_mode_renormalises_over_the_kept_set(dense_trainer, dense_info
     truncated = 0
     for req, s in zip(reqs, scored, strict=True):
         rows = _naive_rows(dense_trainer.model, req, temperature=0.7).double().numpy()
-        for row, label, lp, kept_mass in zip(rows, req.completion_token_ids, s.trainer_logprobs, s.kept_logmass):
+        for row, label, lp, kept_mass in zip(
+            rows, req.completion_token_ids, s.trainer_logprobs, s.kept_logmass, strict=True
+        ):
             keep = _keep_by_hand(row, top_k, top_p)
             full_lse = np.logaddexp.reduce(row)
             kept_lse = np.logaddexp.reduce(row[keep])

@@ -73,7 +73,7 @@ def readme_run(tmp_path_factory):
     calls = [
         [str(REPO / a) if "/" in a and (REPO / a).exists() else a for a in shlex.split(line)[1:]] for line in lines
     ]
-    return cwd, list(zip(lines, cli_calls(calls, cwd.parent / f"{cwd.name}-calls", cwd=cwd)))
+    return cwd, list(zip(lines, cli_calls(calls, cwd.parent / f"{cwd.name}-calls", cwd=cwd), strict=True))
 
 
 @pytest.mark.vllm

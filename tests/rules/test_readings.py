@@ -190,7 +190,7 @@ def test_a_trainer_logprob_of_0_is_its_own_category():
     acted = [r.token_actions(T, ADV) == REJECT for r in rules]
     d.add((1, "data"), categories(T, ADV, rules), acted[0], acted[1])
     # only T1 differs (D = 0.0105 with the epsilon, +inf without), and its p is exactly 1
-    assert dict(zip(CATEGORIES, d.by_key[(1, "data")].tolist())) == {
+    assert dict(zip(CATEGORIES, d.by_key[(1, "data")].tolist(), strict=True)) == {
         "A = 0": 0,
         "p or q = 1": 1,
         "at threshold": 0,

@@ -29,7 +29,8 @@ def sweep_curves(runs: list[Run], rules) -> Figure | None:
     fig = _fig(6.2 * cols, 4.3 * rows)
     axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
     current = {r.name: r.params for r in rules}
-    for ax, (rule, params) in zip(axes, by_rule.items()):
+    # a two-column grid: an odd count of rules leaves a cell over
+    for ax, (rule, params) in zip(axes, by_rule.items(), strict=False):
         acts = _draw_rule(ax, runs, rule, params)
         if not ax.get_lines():  # every value of the sweep switches the bound off: nothing to place on the axis
             _nothing_to_place(ax, rule)

@@ -21,7 +21,7 @@ def tail_breakdown(masks: MasksResult) -> Figure | None:
     buckets = list(masks.tokens_by_sampler_prob)
     totals = np.array([masks.tokens_by_sampler_prob[b] for b in buckets], dtype=float)
     names = [r.display for r in rows]
-    groups = [(lv, [(r, n) for r, n in zip(rows, names) if r.level == lv]) for lv in ("token", "sequence")]
+    groups = [(lv, [(r, n) for r, n in zip(rows, names, strict=True) if r.level == lv]) for lv in ("token", "sequence")]
     groups = [(lv, g) for lv, g in groups if g]
     fig = Figure(figsize=(15, 4.2 + 2.8 * len(groups)), dpi=110, layout="constrained")
     axes = fig.subplot_mosaic([[lv, "sign"] for lv, _ in groups], width_ratios=(2.2, 1))
@@ -48,7 +48,7 @@ def _bucket_panel(
             x + (i - (len(group) - 1) / 2) * width, share, width=width * 0.95, color=cmap((i + 10 * k) % 20), label=name
         )
     ax.set_xticks(x)
-    ax.set_xticklabels([f"{b}\n{int(n):,} tokens" for b, n in zip(buckets, totals)], fontsize=8.5)
+    ax.set_xticklabels([f"{b}\n{int(n):,} tokens" for b, n in zip(buckets, totals, strict=True)], fontsize=8.5)
     ax.set_xlabel("sampler probability q of the sampled token (report's buckets)")
     ax.set_ylabel("tokens of the bucket rejected\n(%, linear: no bar is 0%)")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:.3g}%"))

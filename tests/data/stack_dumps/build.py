@@ -87,7 +87,8 @@ def skyrl(ref):
     from skyrl.backends.skyrl_train.training_batch import TrainingInputBatch
     from skyrl.train.dataset.preprocess import convert_prompts_responses_to_batch_tensors, make_router_padding_mask
 
-    routes = [e[: len(p) + len(c) - 1] for (p, c, _), (e, _, _) in zip(SEQS, ref)]  # the last token: no forward
+    # the last token: no forward
+    routes = [e[: len(p) + len(c) - 1] for (p, c, _), (e, _, _) in zip(SEQS, ref, strict=True)]
     seq, attn, resp, rewards, loss, rollout, experts, _ = convert_prompts_responses_to_batch_tensors(
         0,
         [s[0] for s in SEQS],

@@ -197,7 +197,7 @@ def test_the_verdict_names_the_first_parting_above_the_noise_floor():
     s, t = SideCapture("s"), SideCapture("t")
     names = ["embed", "layers.0.input_norm", "final_norm"]
     base = rng.normal(size=(4, 8))
-    for n, (ds, dt) in zip(names, [(0.0, 0.0), (1e-3, 1e-3), (1e-3, 1e-1)]):
+    for n, (ds, dt) in zip(names, [(0.0, 0.0), (1e-3, 1e-3), (1e-3, 1e-1)], strict=True):
         ref.add(n, 0, base)
         s.add(n, 0, base + ds)
         t.add(n, 0, base + dt)

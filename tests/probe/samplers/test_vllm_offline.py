@@ -82,7 +82,7 @@ def test_completions_are_well_formed(dense32, dense_prompt_ids, dense_info):
         assert 0 < len(c.token_ids) <= PROCESSED.max_tokens
         assert len(c.sampler_logprobs) == len(c.topk_ids) == len(c.topk_logprobs) == len(c.token_ids)
         assert (c.finish_reason == "stop") == (c.token_ids[-1] == eos)
-        for token, lq, ids, lps in zip(c.token_ids, c.sampler_logprobs, c.topk_ids, c.topk_logprobs):
+        for token, lq, ids, lps in zip(c.token_ids, c.sampler_logprobs, c.topk_ids, c.topk_logprobs, strict=True):
             assert len(ids) == PROCESSED.top_k_logprobs and lps == sorted(lps, reverse=True)
             assert token not in ids or lps[ids.index(token)] == lq
             assert lq <= 0.0 and (token in ids or lq <= lps[-1])
@@ -153,8 +153,8 @@ def test_processed_logprobs_with_truncation_match_the_renormalised_trainer(
     full = dense_trainer.score(
         requests_for(completions, dense_prompt_ids), dataclasses.replace(sampling, top_p=1.0, top_k=-1)
     )
-    for s, f in zip(scored, full):
-        for lp, m, lf in zip(s.trainer_logprobs, s.kept_logmass, f.trainer_logprobs):
+    for s, f in zip(scored, full, strict=True):
+        for lp, m, lf in zip(s.trainer_logprobs, s.kept_logmass, f.trainer_logprobs, strict=True):
             assert lp + m == pytest.approx(lf, abs=1e-5)
 
 
@@ -239,4 +239,4 @@ def test_prefill_scoring_longer_than_one_engine_step(dense32, dense_prompt_ids):
     assert [len(b) for b in batch] == [len(c) for c in completions]
     assert all(math.isfinite(x) and x <= 0 for b in batch for x in b)
     (alone,) = dense32.prefill_logprobs([prompt], completions[:1], PROCESSED)
-    assert max(abs(a - b) for a, b in zip(alone, batch[0])) < TOL
+    assert max(abs(a - b) for a, b in zip(alone, batch[0], strict=True)) < TOL

@@ -76,10 +76,10 @@ def test_server_gives_the_offline_engines_completions_and_logprobs(
         assert [c.finish_reason for c in served] == [c.finish_reason for c in local]
         assert [c.topk_ids for c in served] == [c.topk_ids for c in local]
         worst = 0.0
-        for s, o in zip(served, local):
-            worst = max([worst, *(gap(a, b) for a, b in zip(s.sampler_logprobs, o.sampler_logprobs))])
-            for rs, ro in zip(s.topk_logprobs, o.topk_logprobs):
-                worst = max([worst, *(gap(a, b) for a, b in zip(rs, ro))])
+        for s, o in zip(served, local, strict=True):
+            worst = max([worst, *(gap(a, b) for a, b in zip(s.sampler_logprobs, o.sampler_logprobs, strict=True))])
+            for rs, ro in zip(s.topk_logprobs, o.topk_logprobs, strict=True):
+                worst = max([worst, *(gap(a, b) for a, b in zip(rs, ro, strict=True))])
         assert worst < 1e-6, worst
         scored = dense_trainer.score(requests_for(served, dense_prompt_ids), sampling)
         assert max_diff(served, scored) < 1e-4
