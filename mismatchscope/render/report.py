@@ -192,6 +192,7 @@ def flip_table(console, ro: Routing) -> None:
     )
     for col in ROUTING_COLUMNS:
         t.add_column(col, justify="right")
+    # routing_section sets both lists together, one entry per MoE layer
     for c, p in zip(ro.route_flip_rate_by_layer or [], ro.prompt_route_flip_rate_by_layer or [], strict=True):
         t.add_row(
             str(c.layer),

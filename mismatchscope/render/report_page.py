@@ -91,8 +91,8 @@ def _routing(rep: Report) -> str:
             pct(p.flip_rate),
             f"{p.flipped:,} / {p.compared:,}",
         ]
-        # the prompt list is set with the completion's; were it missing, no per-layer rows rather than a failure
-        for c, p in zip(ro.route_flip_rate_by_layer, ro.prompt_route_flip_rate_by_layer or [], strict=False)
+        # routing_section sets both lists together, one entry per MoE layer
+        for c, p in zip(ro.route_flip_rate_by_layer, ro.prompt_route_flip_rate_by_layer or [], strict=True)
     ]
     rows.append(
         [
