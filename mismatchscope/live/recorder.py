@@ -91,7 +91,7 @@ class Recorder:
         self._given_ids = RecordedIds()
         """sequence ids the caller passed since this Recorder opened (generated ones are unique by construction)."""
         self._parts: dict[int, int] = {}
-        """step -> shards queued this session."""
+        """step -> shards this Recorder has queued."""
         self._start_writer(max_pending)
 
     def _take_rank(self, resume: bool) -> None:
