@@ -178,6 +178,8 @@ def check_run_out(out: os.PathLike[str] | str, resume: bool, option: str = "--ou
     if (path / rundir.MANIFEST).is_file():
         from .writer import unstarted_run
 
+        if "fingerprint" not in (rundir.read_json(path / rundir.MANIFEST) or {}):
+            raise UsageError(f"{path} holds a run that probe did not write", hint=f"choose another {option}")
         if not resume and not unstarted_run(path):  # an unstarted one is replaced (RunDir.open)
             raise UsageError(
                 f"{path} already holds a probe run", hint=f"pass --resume to continue it, or choose another {option}"

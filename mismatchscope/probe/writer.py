@@ -54,11 +54,23 @@ _PREFILL = "sampler_prefill_logprobs"
 
 
 def unstarted_run(path: Path) -> bool:
-    """A run directory with no sampled round and no scored shard (a start that failed or was killed)."""
+    """A probe run with no sampled round and no scored shard (a start that failed or was killed).
+
+    Only a probe's own start qualifies, since what qualifies is deleted: its
+    manifest carries the probe's fingerprint and is still running, and no
+    shard of any name is there. A Recorder's or an imported run names its
+    shards otherwise and must never be taken for an empty start.
+    """
     path = Path(path)
-    return not any((path / "samples").glob("round-*.parquet")) and not any(
-        (path / rundir.TOKENS).glob("part-*.parquet")
-    )
+    if any((path / "samples").glob("round-*.parquet")) or any((path / rundir.TOKENS).glob("*.parquet")):
+        return False
+    if not (path / MANIFEST).exists():
+        return True  # the start failed before its first manifest: only the empty folders it made
+    try:
+        manifest = rundir.read_json(path / MANIFEST)
+    except OSError:  # unreadable: not ours to delete
+        return False
+    return manifest is not None and "fingerprint" in manifest and manifest.get("status") == rundir.RUNNING
 
 
 class RunDir:

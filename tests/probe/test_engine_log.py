@@ -332,7 +332,9 @@ def test_a_refusal_by_the_tool_changes_no_run_log(tmp_path):
 def test_a_run_that_sampled_nothing_gets_no_log_that_would_block_its_rerun(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    (run / "manifest.json").write_text("{}")  # a start that failed before its first round
+    (run / "manifest.json").write_text(
+        '{"fingerprint": {}, "status": "running"}'
+    )  # a start that failed before its first round
     with engine_output(run):
         _child_writes("engine noise\n")
     assert sorted(p.name for p in run.iterdir()) == ["manifest.json"]

@@ -218,6 +218,27 @@ def test_an_unstarted_run_is_replaced_and_a_sampled_one_is_kept(tmp_path):
     assert sorted(p.name for p in run.path.iterdir()) == []
 
 
+def test_a_recorder_run_as_out_is_refused_and_kept_whole(tmp_path):
+    """A Recorder's run names its shards step-*.parquet and has no probe fingerprint: never an "unstarted" probe.
+
+    Taking it for one would delete its manifest (the start a failed probe takes back).
+    """
+    import shutil
+
+    from mismatchscope.probe.writer import RunDir, unstarted_run
+
+    recorded = tmp_path / "recorded"
+    shutil.copytree(REPO / "sample_data" / "runs" / "rl-default", recorded)
+    before = {p.relative_to(recorded): p.read_bytes() for p in recorded.rglob("*") if p.is_file()}
+    assert not unstarted_run(recorded)
+    RunDir(recorded).discard_unstarted()
+    expected = f"error: {recorded} holds a run that probe did not write (choose another --out)"
+    assert error_line(cli_no_engine("probe", str(CHECKPOINT), "--out", str(recorded), "--sampler", "hf")) == expected
+    golden = REPO / "tests" / "data" / "golden-probe"
+    assert error_line(cli_no_engine("rescore", str(golden), "--out", str(recorded))) == expected
+    assert {p.relative_to(recorded): p.read_bytes() for p in recorded.rglob("*") if p.is_file()} == before
+
+
 def test_an_out_that_holds_other_files_is_refused_without_a_lock(tmp_path):
     other = tmp_path / "notes"
     other.mkdir()
