@@ -11,7 +11,7 @@ A variant is a name and a set of ``KEY = VALUE`` changes. Keys address
 
 Keys and value types are checked here; the values themselves (dtype names,
 ranges, engine arguments) are checked on the whole configuration each variant
-makes, by the probe's own checks (:func:`check_configuration`), before any
+makes, by the probe's own checks (``diagnose.options._check_configuration``), before any
 engine starts: a misspelt key or value would otherwise cost an engine
 start-up and then measure nothing.
 A variant touching only ``trainer.*`` keys rescores the baseline's samples;

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from ..errors import InputError, UsageError
-from ..progress import FileProgress as Progress
+from ..progress import FileProgress
 from ._base import ImportContext, Importer, ImportResult, SourceFile
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ def import_run(
     columns: dict[str, str] | None = None,
     skip_bad: bool = False,
     trust_pickle: bool = False,
-    progress: Progress | None = None,
+    progress: FileProgress | None = None,
     workers: int | None = None,
     flush_tokens: int | None = None,
     route_options: RoutesOptions | None = None,

@@ -19,7 +19,7 @@ every reader can trust what it finds:
   (``tokens/``, ``routes/``) is renamed into place: its name, row count,
   size and footer hash (:class:`ShardIndex`; every page of the shard carries
   its own CRC, :data:`mismatchscope.schema.WRITE_OPTIONS`). Every reader holds what it finds against it
-  (:func:`check_shards`): a listed shard that is missing or of another size,
+  (:func:`check_folder`): a listed shard that is missing or of another size,
   a shard no writer listed, or a file that is not a regular file is an error
   in a complete run and part of the incomplete-run warning otherwise. The
   manifest's ``shard_index`` key says the run keeps one; a run written before

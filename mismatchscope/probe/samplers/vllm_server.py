@@ -48,7 +48,7 @@ from mismatchscope.errors import (
     UsageError,
 )
 from mismatchscope.probe.checkpoint import CheckpointInfo
-from mismatchscope.probe.engine_checks import SERVER_TIMEOUT_S, check_server_engine_args, server_timeout
+from mismatchscope.probe.engine_checks import check_server_engine_args, server_timeout
 from mismatchscope.probe.samplers.base import check_prompts, manifest_safe, request_layout, sample_index
 from mismatchscope.probe.samplers.http_client import JsonClient
 from mismatchscope.probe.samplers.server_answers import (
@@ -67,7 +67,6 @@ from mismatchscope.redact import (
     redact_url,
 )
 
-DEFAULT_TIMEOUT = SERVER_TIMEOUT_S
 PROMPTS_PER_REQUEST = 32
 """prompts per ``/v1/completions`` call: keeps bodies small and gives progress.
 Each prompt is its own engine request with its own seed, so the split does not
