@@ -67,11 +67,16 @@ if TYPE_CHECKING:
     from ..probe.types import TrainerConfig
 
 
-def _summarise(run_dir: Path, rules: list[str] | None, format: OutputFormat) -> None:
-    from ..analysis.engine import AnalysisRequest, analyse
+def _parsed_rules(rules: list[str] | None) -> list:
+    """``--rule`` values read before any engine starts: a misspelt rule must not cost a whole probe first."""
     from ..rules import default_rules, parse_rule
 
-    selected = [parse_rule(r) for r in rules] if rules else default_rules()
+    return [parse_rule(r) for r in rules] if rules else default_rules()
+
+
+def _summarise(run_dir: Path, selected: list, format: OutputFormat) -> None:
+    from ..analysis.engine import AnalysisRequest, analyse
+
     try:
         result = analyse(str(run_dir), AnalysisRequest(report=True, masks=True, rules=selected, examples=5))
     except NoTokensError:
@@ -197,11 +202,12 @@ def probe(
     """Sample with a real engine, teacher-force with a real trainer, record per-token logprob pairs, and print the report."""
     from ..probe.sampling import run_probe
 
+    selected = _parsed_rules(rule)
     paths = dict(checkpoint=checkpoint, prompts=prompts, sampler_tokenizer=sampler_tokenizer)
     opts = _probe_options({**ctx.params, **paths, "trainer_checkpoint": trainer_checkpoint})
     with engine_output(opts.out, verbose=verbose, sampler_kind=opts.sampler.kind), Bars(enabled=True) as bars:
         run_dir = run_probe(opts, bars)
-    _summarise(run_dir, rule, format)
+    _summarise(run_dir, selected, format)
 
 
 def _probe_options(params: dict[str, Any]) -> ProbeOptions:
@@ -295,6 +301,7 @@ def rescore(
     from ..probe.engine_config import EngineValues
     from ..probe.rescore import rescore as do_rescore
 
+    selected = _parsed_rules(rule)
     cfg = EngineValues.of(ctx.params).trainer_config()
     out_dir = _out_dir(out, "rescore")
     located, locate_opts = _locatable(run, locate, locate_sequences)
@@ -309,7 +316,7 @@ def rescore(
             temperature=temperature,
         )
     entry = _locate(run, run_dir, cfg, trainer_checkpoint, located, locate_opts)
-    _summarise(run_dir, rule, format)
+    _summarise(run_dir, selected, format)
     _render_located(run_dir, entry, format)
 
 

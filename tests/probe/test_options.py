@@ -12,6 +12,7 @@ from mismatchscope.errors import UsageError
 from mismatchscope.probe.checkpoint import inspect_checkpoint
 from mismatchscope.probe.engine_checks import check_attn_implementation, server_timeout
 from mismatchscope.probe.types import SamplerConfig, SamplingConfig, TrainerConfig
+from tests.helpers import REPO
 from tests.helpers import cli_no_engine as cli
 from tests.probe.refusals import (
     CHECKPOINT,
@@ -386,3 +387,16 @@ def test_a_timeout_refused_through_the_cli(tmp_path):
 def test_a_bad_option_is_reported_before_the_bundled_model_note(tmp_path):
     r = cli("probe", "--sampler", "vlm", "--out", str(tmp_path / "run"))
     assert r.stderr == "error: --sampler 'vlm' is not a sampler (use one of vllm, vllm-server, trl-server, hf)\n"
+
+
+@needs_checkpoint
+def test_an_unknown_rule_is_refused_before_any_engine_starts(tmp_path):
+    """``--rule`` is read first: a misspelt rule used to be refused only after the whole probe had run."""
+    golden = REPO / "tests" / "data" / "golden-probe"
+    for args in (
+        ["probe", str(CHECKPOINT), "--sampler", "hf", "--out", str(tmp_path / "probe")],
+        ["rescore", str(golden), "--out", str(tmp_path / "rescore")],
+    ):
+        line = error_line(cli(*args, "--rule", "nope"))
+        assert line.startswith("error: unknown rule 'nope' (valid rules: ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
