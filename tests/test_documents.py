@@ -207,9 +207,9 @@ def test_import_with_routes_output_validates(tmp_path):
 def test_probe_output_validates(capsys):
     # what probe and rescore print after writing a run, here for the golden probe run (no engine started)
     from mismatchscope.cli._streams import OutputFormat
-    from mismatchscope.cli.probe import _summarise
+    from mismatchscope.cli.probe import _parsed_rules, _summarise
 
-    _summarise(GOLDEN, None, OutputFormat.json)
+    _summarise(GOLDEN, _parsed_rules(None), OutputFormat.json)
     doc = json.loads(capsys.readouterr().out)
     schema = json.loads((SCHEMAS / "probe.json").read_text())
     jsonschema.validate(doc, schema, cls=jsonschema.Draft202012Validator)
