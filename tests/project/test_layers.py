@@ -45,8 +45,8 @@ LAYERS: dict[str, int] = {
         ),
         0,
     ),
-    # 1: reading inputs, judging output paths, the masking rules
-    **dict.fromkeys(("reader", "outputs", "rules"), 1),
+    # 1: reading inputs, judging output paths, the masking rules, what each side of a run ran
+    **dict.fromkeys(("reader", "outputs", "rules", "execution"), 1),
     # 2: the streaming analysis
     "analysis": 2,
     # 3: what the commands compute, each from the analysis or from an engine
