@@ -168,6 +168,7 @@ def _import_locked(
             )
         raise InputError(f"{src}: no token imported: the {fmt} files hold no record", hint=describe(fmt))
     manifest = _manifest(fmt, src, out, files, semantics, shards, writer, result, ctx)
+    manifest["provenance"] = _provenance(fmt)
     sequence_rows = getattr(importer, "sequence_rows", None)
     if sequence_rows is not None:  # a sampler-only dump: the sequences rescore scores for the trainer's side
         _write_sequences(out, None if routes_plan else sequence_rows, fmt, result, manifest)
@@ -180,6 +181,14 @@ def _import_locked(
         manifest["warnings"] = result.warnings = result.warnings + route_warnings
     write_manifest(out, manifest)
     return result
+
+
+def _provenance(fmt: str) -> dict[str, Any]:
+    """What the dump says each side ran: the stack, its engines where it fixes them; the rest not recorded."""
+    from ..execution.derived import imported
+    from ..execution.record import to_record
+
+    return to_record(imported(fmt))
 
 
 def _read_all(importer, files, ctx: ImportContext, writer, workers, progress) -> list:

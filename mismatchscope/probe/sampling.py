@@ -39,8 +39,10 @@ from .engine_checks import SERVER_KINDS
 from .options import ProbeOptions, canonical_options, check_against_checkpoint, check_engine_installed, check_options
 from .policy_lag import TrainerCheckpoint
 from .prompts import Prompt, file_sha256, load_prompts
+from .provenance import record_side, refresh_fallbacks, sampler_side, trainer_side
 from .rewards import DEFAULT_REWARD, RewardFn, load_reward_fn
-from .routes import RoundRoutes, check_replay_probe, routing_manifest, sampler_side, save_sampler_round
+from .routes import RoundRoutes, check_replay_probe, routing_manifest, save_sampler_round
+from .routes import sampler_side as route_side
 from .samplers.base import Sampler, check_prompts
 from .scoring import (
     Scoring,
@@ -265,6 +267,7 @@ def _sample_and_score(
     done, todo = _todo(s, rounds)
     if s.sampler is not None:  # an engine the caller started, or the server reached before the run
         manifest["sampler_info"] = s.sampler.describe()
+        _record_sampler(s, manifest)
     scoring: tuple[Scoring, Shape | None] | None = None
     try:
         for r in todo:
@@ -277,8 +280,14 @@ def _sample_and_score(
     finally:
         if s.sampler is not None and s.owned:
             s.sampler.close()
+    refresh_fallbacks(manifest, "probe")
     finish(s.run, manifest)
     return s.run.path
+
+
+def _record_sampler(s: ProbeSession, manifest: dict[str, Any]) -> None:
+    assert s.sampler is not None
+    record_side(manifest, "sampler", sampler_side(s.sampler, s.info, s.opts.sampling, "probe"))
 
 
 def _todo(s: ProbeSession, rounds: list[list[int]]) -> tuple[set[int], list[int]]:
@@ -318,6 +327,7 @@ def _round_completions(
     save_sampler_round(s.run.path, r, completions, opts.sampling.n)  # before the samples: they imply its routes
     s.run.write_samples(r, completions)
     manifest["sampler_info"] = sampler.describe()  # saved with the round: a killed run keeps it
+    _record_sampler(s, manifest)
     save_progress(s.run, manifest)
     return completions
 
@@ -329,7 +339,8 @@ def _start_scoring(
     opts = s.opts
     trainer = load_trainer(trainer_ckpt, opts.trainer, s.progress)
     manifest["trainer_info"] = trainer.describe()
-    side = sampler_side(s.sampler, opts.sampler.kind) if s.sampler is not None else None
+    record_side(manifest, "trainer", trainer_side(trainer, trainer_ckpt.info, opts.sampling, "probe"))
+    side = route_side(s.sampler, opts.sampler.kind) if s.sampler is not None else None
     shape = routing_manifest(manifest, trainer, side, opts.trainer.replay, s.progress.note)
     scoring = Scoring(
         s.run, s.prompts, s.prompt_ids, s.tokenizer, s.reward_fn, trainer, opts.sampling, done, config, s.progress
