@@ -22,7 +22,7 @@ METRICS_DOC = DOCS / "metrics.md"
 
 
 def schemas() -> dict[str, dict]:
-    """file name -> schema, one per command that prints a JSON document."""
+    """file name -> schema, one per command that prints a JSON document, and the manifest's provenance record."""
     from mismatchscope.analysis.results import MasksResult, Report
     from mismatchscope.analysis.side_by_side import SideBySide
     from mismatchscope.certify.document import CertifyDocument
@@ -30,6 +30,8 @@ def schemas() -> dict[str, dict]:
     from mismatchscope.diagnose.locate.document import LocateResult
     from mismatchscope.doctor.document import DoctorDocument
     from mismatchscope.documents import json_schema
+    from mismatchscope.execution.document import ProvenanceDocument
+    from mismatchscope.execution.record import record_schema
     from mismatchscope.gate.document import GateDocument
     from mismatchscope.importers.document import ImportDocument
     from mismatchscope.probe.document import ProbeDocument
@@ -77,6 +79,12 @@ def schemas() -> dict[str, dict]:
             "mismatchscope probe",
             "probe and rescore --format json: the run written, its report and compare-masks",
         ),
+        "provenance.json": json_schema(
+            ProvenanceDocument,
+            "mismatchscope provenance",
+            "provenance --format json: one run's two sides, or two runs, field by field",
+        ),
+        "provenance-record.json": record_schema(),
     }
 
 

@@ -30,6 +30,7 @@ COMMANDS = (
     "import",
     "diagnose",
     "certify",
+    "provenance",
 )
 """every command, in the order ``--help`` lists them."""
 RULE_LISTING = ("compare-masks", "timeline")
@@ -71,6 +72,10 @@ def _command(name: str):
         from .diagnose import diagnose
 
         return diagnose
+    if name == "provenance":
+        from .provenance import provenance
+
+        return provenance
     from .certify import certify
 
     return certify
