@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 Cause = Literal[
+    "contract_difference",
     "shifted",
     "temperature",
     "truncation",
@@ -22,6 +23,7 @@ Cause = Literal[
     "routing_replay",
     "step_jump",
     "numerics",
+    "fallback",
 ]
 CAUSES: tuple[str, ...] = Cause.__args__  # pyright: ignore[reportAttributeAccessIssue]
 """every cause id, in the order the detectors run."""

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 
 from ..analysis.engine import AnalysisRequest, AnalysisResult, analyse
 from ..analysis.results import BucketRow, Report
+from ..execution.record import RunProvenance
 from ..metrics import K3_MEAN
 from ..reader import open_source
 from .document import DoctorDocument, Evidence, Finding, Placement
@@ -38,7 +39,15 @@ def doctor(path: str, mapping: dict[str, str] | None = None, workers: int | None
     collector = collector_for(path, mapping)
     request = AnalysisRequest(report=True, masks=False, also_read=ALSO_READ)
     result = analyse(path, request, mapping, on_terms=collector.add, workers=workers)
-    return diagnose_result(result, collector.finish())
+    return diagnose_result(result, collector.finish(), run_provenance(path))
+
+
+def run_provenance(path: str) -> RunProvenance | None:
+    """The provenance of the run at ``path``; None for pairs outside one run (their sides are unknown)."""
+    from ..execution.read import read_run
+
+    record = read_run(path)
+    return None if record.provenance.sampler.source == "none" else record.provenance
 
 
 def findings(result: AnalysisResult, sample: Sample) -> list[Finding]:
@@ -64,14 +73,20 @@ def findings(result: AnalysisResult, sample: Sample) -> list[Finding]:
     return out
 
 
-def diagnose_result(result: AnalysisResult, sample: Sample) -> DoctorDocument:
+def diagnose_result(result: AnalysisResult, sample: Sample, provenance: RunProvenance | None = None) -> DoctorDocument:
+    """The ranked findings; ``provenance`` (the run's record) adds whether the sides are one program, first, and
+    whether each ran what it asked for."""
+    from ..execution.contract import contract
+    from .contract import contract_finding, fallback_finding
+
     report = result.report
     assert report is not None
-    found = findings(result, sample)
+    found = [contract_finding(contract(provenance) if provenance is not None else None), *findings(result, sample)]
     placements = place(report, result.run)
     pipeline = any(f.status == "detected" and f.pipeline for f in found)
     unchecked = sum(f.status == "not_checked" for f in found)
     found.append(numerics(report, placements, pipeline, unchecked))
+    found.append(fallback_finding(provenance))
     ranked = rank(found)
     return DoctorDocument(
         verdict="pipeline" if pipeline else "numerics",
@@ -87,11 +102,14 @@ def diagnose_result(result: AnalysisResult, sample: Sample) -> DoctorDocument:
 
 
 def rank(found: list[Finding]) -> list[Finding]:
-    """Detected first (pipeline problems, then by confidence), then not checked, then clear."""
+    """Detected first (two sides that are not one program before anything, then pipeline problems, then by
+    confidence; a fallback after the reading of the numbers), then not checked, then clear."""
     status = {"detected": 0, "not_checked": 1, "clear": 2}
 
-    def key(f: Finding) -> tuple[int, int, int]:
-        return status[f.status], 0 if f.pipeline else 1, _RANK.get(f.confidence or "", 3)
+    def key(f: Finding) -> tuple[int, int, int, int, int]:
+        first = 0 if f.cause == "contract_difference" else 1
+        last = 1 if f.cause == "fallback" else 0
+        return status[f.status], first, 0 if f.pipeline else 1, last, _RANK.get(f.confidence or "", 3)
 
     return sorted(found, key=key)
 
