@@ -6,8 +6,10 @@ Recorded: the engines' and torch's own switches (``VLLM_*``, ``SGLANG_*``,
 ``FLASHINFER_*``, ROCm's ``HIP_*``/``ROCM_*``/``HSA_*``, the thread counts).
 Never recorded: a variable whose name says it holds a credential
 (``VLLM_API_KEY``, ``NCCL_..._PASSWORD``: :func:`mismatchscope.redact.is_secret_name`),
-any other variable, and a path (shown as ``<path>``, unless asked): a path
-outside the run says where someone's files are, not how the engine computes.
+one that names the process rather than how it computes (an engine's own
+identifiers, ports and addresses, new on every start), any other variable,
+and a path (shown as ``<path>``, unless asked): a path outside the run says
+where someone's files are, not how the engine computes.
 Every value kept still goes through :func:`mismatchscope.redact.redact`.
 """
 
@@ -38,6 +40,10 @@ PREFIXES = (
 )
 NAMES = ("NVIDIA_TF32_OVERRIDE", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 PATH = "<path>"
+_PER_PROCESS = re.compile(r"(?:_IDENT|_PORT|_HOST_IP|_BUFFER_NAME|_INSTANCE_ID|_RPC_BASE_PATH|_MASTER_ADDR)$")
+"""names an engine gives a value of its own on every start (vLLM's ``VLLM_DIST_IDENT``, its shared-memory
+``VLLM_OBJECT_STORAGE_SHM_BUFFER_NAME``, ports and addresses): they say which process, not how it computes, and
+would make two runs of one stack differ."""
 _SECRET_WORDS = re.compile(r"(?i)(token|secret|passw|pwd|credential|api_?key|auth)")
 """words that make a variable's name a credential's even inside a longer word (``NCCL_PASSWORDFILE``)."""
 
@@ -51,7 +57,7 @@ def engine_environment(environ: Mapping[str, str] | None = None, *, paths: bool 
     env = os.environ if environ is None else environ
     out = {}
     for name in sorted(env):
-        if not relevant(name) or is_secret_name(name) or _SECRET_WORDS.search(name):
+        if not relevant(name) or is_secret_name(name) or _SECRET_WORDS.search(name) or _PER_PROCESS.search(name):
             continue
         out[name] = safe_value(env[name], paths=paths)
     return out

@@ -18,6 +18,10 @@ def test_only_the_engines_switches_are_kept_and_credentials_never():
         "HF_TOKEN": "hf_abcdefgh",  # not an engine switch at all
         "HOME": "/root",
         "PATH": "/usr/bin",
+        # what vLLM names its own process with, new on every start: two runs of one stack would differ in them
+        "VLLM_DIST_IDENT": "vllm_dist_af18814f86a94714bcbb69e39bc66f02",
+        "VLLM_OBJECT_STORAGE_SHM_BUFFER_NAME": "vllm_mm_oFcC-jRBRua51FhubdNVQA",
+        "VLLM_PORT": "51234",
     }
     got = engine_environment(env)
     assert got == {
