@@ -56,6 +56,7 @@ SLOW_FIXTURES = frozenset(
     {
         "base_run",
         "lag_run",  # tests/probe/test_policy_lag.py: two probes of the tiny checkpoint, 10 s in this process
+        "secret_run",  # tests/probe/test_provenance.py: a probe of the tiny checkpoint under secrets, 5 s
         "full_distributions",  # tests/doctor/test_run.py: torch, transformers and two float32 forwards, 8-10 s
     }
 )

@@ -51,8 +51,8 @@ def provenance(
     the temperature, top_p and top_k the trainer applies to its logits. ``stack``: the RL framework and its version.
     """
     env = engine_environment(paths=paths)
-    s = _side("sampler", sampler, env)
-    t = _side("trainer", trainer, env)
+    s = _side("sampler", sampler, env, paths)
+    t = _side("trainer", trainer, env, paths)
     sampler_ids = _identities(checkpoint)
     trainer_ids = _identities(trainer_checkpoint) if trainer_checkpoint is not None else _identities(checkpoint)
     _fill_identities(s, sampler_ids)
@@ -68,11 +68,11 @@ def provenance(
     return RunProvenance(RECORD_VERSION, s, t)
 
 
-def _side(role: str, obj: Any, env: dict[str, str]) -> SideProvenance:
+def _side(role: str, obj: Any, env: dict[str, str], paths: bool) -> SideProvenance:
     if obj is None:
         return SideProvenance(source=RECORDER)
     if isinstance(obj, Mapping):
-        return side_from_mapping(obj, RECORDER, role)
+        return side_from_mapping(obj, RECORDER, role, paths=paths)
     if hasattr(obj, "llm_engine"):  # vllm.LLM
         from .vllm_side import deployment, engine_config, inspection, software, torch_in_engine, used_numerics
 
@@ -108,13 +108,21 @@ def _side(role: str, obj: Any, env: dict[str, str]) -> SideProvenance:
     )
 
 
-def side_from_mapping(data: Mapping[str, Any], source: str, role: str = "side") -> SideProvenance:
-    """A side from any subset of the record's own layout, every text redacted; a key or a type the record does not
-    declare is a :class:`UsageError` naming it."""
+def side_from_mapping(
+    data: Mapping[str, Any], source: str, role: str = "side", *, paths: bool = False
+) -> SideProvenance:
+    """A side from any subset of the record's own layout, every text redacted, an environment kept as the
+    process's is (the engines' and torch's variables, no credential, no path unless ``paths``); a key or a type
+    the record does not declare is a :class:`UsageError` naming it."""
     from ..documents import from_json, to_json
 
+    given = dict(data)
+    if isinstance(given.get("environment"), Mapping):
+        given["environment"] = engine_environment(
+            {str(k): str(v) for k, v in given["environment"].items()}, paths=paths
+        )
     base = to_json(SideProvenance(source=source))
-    merged = _merge(base, redact_obj(dict(data)))
+    merged = _merge(base, redact_obj(given))
     try:
         return from_json(SideProvenance, merged)
     except TypeError as e:
