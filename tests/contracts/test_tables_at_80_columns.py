@@ -158,3 +158,9 @@ def test_moe_routing_tables_fit_and_agree_with_the_json(tmp_path):
     text, doc = both("report", str(run))
     assert "MoE routing" in text
     assert_readable(text, doc)
+
+
+def test_provenance_tables_fit_and_agree_with_the_json():
+    """One run's two sides, and two runs side by side (the bundled Recorder runs against the golden probe)."""
+    assert_readable(*both("provenance", str(GOLDEN)))
+    assert_readable(*both("provenance", str(REPO / "sample_data" / "runs" / "rl-default"), str(GOLDEN)))
