@@ -147,11 +147,6 @@ class RunProvenance:
     trainer: SideProvenance
 
 
-def unrecorded(source: str, engine: str | None = None) -> SideProvenance:
-    """A side whose every field is unknown (a writer that records nothing of it)."""
-    return SideProvenance(source=source, engine=engine)
-
-
 def to_record(prov: RunProvenance) -> dict[str, Any]:
     """The manifest's entry: every field in declaration order, nulls included."""
     from ..documents import to_json
@@ -200,7 +195,3 @@ def record_schema() -> dict[str, Any]:
     schema["required"].remove("schema_version")
     schema["properties"]["version"] = {**schema["properties"]["version"], "const": RECORD_VERSION}
     return schema
-
-
-def replace_side(prov: RunProvenance, role: str, side: SideProvenance) -> RunProvenance:
-    return dataclasses.replace(prov, **{role: side})

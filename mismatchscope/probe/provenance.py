@@ -170,14 +170,11 @@ def refresh_fallbacks(manifest: dict[str, Any], source: str) -> None:
 
 
 def _current(manifest: dict[str, Any]) -> dict[str, SideProvenance]:
-    entry = manifest.get(rec.MANIFEST_KEY)
-    if entry is not None:
-        try:
-            prov = rec.read_record(entry)
-            return {"sampler": prov.sampler, "trainer": prov.trainer}
-        except TypeError:
-            pass
-    return {"sampler": rec.unrecorded("none"), "trainer": rec.unrecorded("none")}
+    """The record so far: this run's, or what the manifest of a run begun before provenance implies (a resume)."""
+    from ..execution.read import of_manifest
+
+    prov = of_manifest("", manifest).provenance
+    return {"sampler": prov.sampler, "trainer": prov.trainer}
 
 
 def copy_sampler_side(old: dict[str, Any], manifest: dict[str, Any]) -> None:
