@@ -119,6 +119,29 @@ def test_a_data_page_that_fails_its_checksum_is_refused(tmp_path):
     )
 
 
+def _flip_in_footer(path, name: bytes) -> None:
+    """Flip the high bit of the third byte of the footer's first spelling of ``name`` (the schema's column name):
+    the name is no longer UTF-8, and no page checksum covers the footer."""
+    data = bytearray(path.read_bytes())
+    length = int.from_bytes(data[-8:-4], "little")
+    start = len(data) - 8 - length
+    i = data.index(name, start)
+    data[i + 2] ^= 0x80
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("command", ["report", "doctor", "certify", "compare-masks", "timeline", "gate"])
+def test_a_column_name_that_is_not_utf8_in_the_footer_is_the_shard_error(tmp_path, command):
+    """A byte flip in a footer's column name once escaped as a UnicodeDecodeError traceback (exit 3)."""
+    path = raw_parquet(tmp_path / "f.parquet", {**pairs(ROWS), "step": [0, 0, 1, 1, 1]})
+    _flip_in_footer(path, b"sampler_logprob")
+    args = ["--absolute-only", "--bootstrap", "0"] if command == "gate" else []
+    line = error_line(cli(command, str(path), *args))
+    assert line.startswith(
+        f"error: {path}: not a Parquet file, or truncated (a column name in its footer is not valid UTF-8"
+    ), line
+
+
 # ---- values ----------------------------------------------------------------------------------------
 
 

@@ -147,7 +147,7 @@ def _open_footer(f: Path) -> tuple[int, set[str], dict[str, Any] | None]:
     try:
         footer = pq.read_metadata(f)
         schema = footer.schema.to_arrow_schema()
-    except (pa.ArrowException, OSError) as e:  # a damaged footer also raises ArrowNotImplementedError
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as e:  # a damaged footer: ArrowNotImplementedError too
         raise FileFormatError(f"{f}: not a Parquet file, or truncated ({short_reason(e)})") from None
     return footer.num_rows, set(schema.names), read_metadata(f, schema.metadata)
 
@@ -176,5 +176,9 @@ def require_complete(path: str | os.PathLike) -> None:
 
 
 def short_reason(e: BaseException) -> str:
+    """The first line of an error from pyarrow, at most 200 characters; a name pyarrow could not decode is said
+    as such (its bytes are not text to quote)."""
+    if isinstance(e, UnicodeDecodeError):
+        return "a column name in its footer is not valid UTF-8"
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     return text[:200]
