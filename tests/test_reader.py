@@ -443,6 +443,32 @@ def test_columns_of_the_wrong_kind(tmp_path, extra, message):
     assert error_line(cli("report", str(path))) == f"error: {path}: {message}"
 
 
+def test_a_negative_token_id_other_than_minus_one_is_refused(tmp_path):
+    """-1 is a token whose id was not recorded (the Recorder without token_ids); any other negative id is no token."""
+    cols = pairs(ROWS)
+    cols["token_id"] = [7, -1, 9, -5, 11]
+    path = raw_parquet(tmp_path / "t.parquet", cols)
+    for command in ("report", "compare-masks", "certify", "doctor"):
+        assert error_line(cli(command, str(path))) == (
+            f"error: {path}: token_id -5 of sequence 2 position 0 is negative (token ids are >= 0; -1 marks a "
+            "token whose id was not recorded)"
+        )
+    cols["token_id"] = [7, -1, 9, 10, 11]
+    assert report_json(raw_parquet(tmp_path / "ok.parquet", cols))["tokens"] == 5
+
+
+def test_a_negative_id_in_a_topk_list_is_refused(write):
+    cols = pairs(ROWS[:2])
+    cols["sampler_topk_ids"] = [[7, 9], [8, -3]]
+    cols["sampler_topk_logprobs"] = [[-0.7, -2.0], [-1.6, -2.5]]
+    cols["trainer_logprobs_at_sampler_topk"] = [[-0.7, -2.0], [-1.6, -2.5]]
+    path = write(cols)
+    assert error_line(cli("report", str(path))) == (
+        f"error: {path}: column 'sampler_topk_ids' holds the negative id -3 at sequence 1 position 1 (a top-k list "
+        "holds the ids of real tokens, >= 0)"
+    )
+
+
 @pytest.mark.parametrize("position", [-1, 1 << 24, 1 << 40])
 def test_positions_outside_any_context(tmp_path, position):
     cols = pairs(ROWS)
