@@ -270,3 +270,27 @@ def test_a_synchronous_import_still_certifies(tmp_path):
     # slime's semantics describe policy lag in words (a string, not true): nothing to refuse
     run = make_run(tmp_path / "run", manifest={"source": {"format": "slime", "semantics": {"policy_lag": "none"}}})
     assert cli("certify", str(run)).returncode == 0
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not an object", "not UTF-8"])
+def test_a_run_whose_manifest_cannot_be_read_is_refused(tmp_path, damage):
+    """A certificate states the stack it holds for, read from the manifest: a run whose manifest is cut short once
+    certified with a warning, its scope all "unknown". Refused, naming the file."""
+    run = make_run(tmp_path / "run")
+    manifest = run / "manifest.json"
+    text = manifest.read_bytes()
+    manifest.write_bytes({"truncated": text[: len(text) // 2], "not an object": b"[1]", "not UTF-8": b"\xff{}"}[damage])
+    r = cli("certify", str(run))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"error: {manifest}: the run's manifest cannot be read (truncated or damaged): a certificate holds for the "
+        "stack the manifest records (restore the run from a copy)"
+    ]
+
+
+def test_the_help_lists_every_pairing_certify_accepts():
+    """--help once listed 3 pairings while 5 were accepted."""
+    from mismatchscope.certify import PAIRING_NAMES
+
+    text = " ".join(cli("certify", "--help", env={"COLUMNS": "200"}).stdout.split())
+    assert all(name in text for name in PAIRING_NAMES), text
