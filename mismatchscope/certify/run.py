@@ -156,15 +156,23 @@ def _policy(loaded: Loaded, manifest: Mapping[str, Any] | None) -> PolicyCheck:
     """Both sides on one policy version: per token where the run records steps, else per run from the manifest."""
     steps = loaded.steps
     if len(steps) == 2:
-        differ = steps["sampler_step"] != steps["trainer_step"]
+        t = loaded.tokens
+        partial = t.present.get("steps")
+        recorded = partial.rows if partial is not None else np.ones(len(t), bool)
+        differ = recorded & (steps["sampler_step"] != steps["trainer_step"])
         if differ.any():
             i = int(np.flatnonzero(differ)[0])
-            t = loaded.tokens
             return PolicyCheck(
-                f"{int(differ.sum()):,} of {differ.size:,} tokens were sampled and scored at different steps "
+                f"{int(differ.sum()):,} of {int(recorded.sum()):,} tokens were sampled and scored at different steps "
                 f"(first: sequence {t.sequence_id[i]} position {t.position[i]}, sampler step "
                 f"{steps['sampler_step'][i]}, trainer step {steps['trainer_step'][i]})",
                 False,
+            )
+        if partial is not None:
+            return PolicyCheck(
+                "every token's sampler_step equals its trainer_step where the run records them "
+                f"({partial.said('sampler_step and trainer_step')})",
+                True,
             )
         return PolicyCheck("every token's sampler_step equals its trainer_step", True)
     ckpt = ((manifest or {}).get("config") or {}).get("trainer_checkpoint")
