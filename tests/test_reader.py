@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -574,3 +575,31 @@ def test_empty_and_special_input_paths(tmp_path):
     assert error_line(cli("gate", str(tmp_path), "--config", os.devnull)) == (
         f"error: config file {os.devnull} is not a regular file (give a gate.toml file)"
     )
+
+
+def test_control_characters_from_the_metadata_never_reach_the_terminal(tmp_path):
+    """A raw ESC in a file's metadata once reached the terminal in report's header and certify's scope line (a
+    terminal obeys it: clear the screen, rewrite a line). Every terminal path shows its escape text instead."""
+    raw = json.dumps(
+        {
+            "schema_version": 1,
+            "sampler": {"kind": "vllm\x1b[2J", "dtype": "float16\x07[/oops]"},
+            "trainer": {"dtype": "float32\x9b31m"},
+            "scope": {"model": "m\x1b]0;title\x07"},
+        }
+    ).encode()
+    path = raw_parquet(tmp_path / "esc.parquet", one_sequence(), {METADATA_KEY: raw})
+    for command in ("report", "certify", "compare-masks", "doctor"):
+        r = cli(command, str(path))
+        assert r.returncode in (0, 1), (command, r.stderr)
+        for stream in (r.stdout, r.stderr):
+            assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", stream), (command, stream)
+    out = cli("report", str(path), env={"COLUMNS": "300"}).stdout  # rich drops a bell itself; escaped or gone
+    assert re.search(r"sampler vllm\\x1b\[2J/float16(\\x07)?\[/oops\] vs trainer float32\\x9b31m", out), out
+    scope = " ".join(cli("certify", str(path), env={"COLUMNS": "300"}).stdout.split())
+    assert "model=m\\x1b]0;title" in scope and "sampler=vllm\\x1b[2J" in scope
+
+
+def test_control_characters_in_an_error_line_are_escaped(tmp_path):
+    missing = tmp_path / "x\x1bcy.parquet"  # ESC c resets a terminal
+    assert error_line(cli("report", str(missing))) == f"error: {tmp_path}/x\\x1bcy.parquet: no such file or directory"

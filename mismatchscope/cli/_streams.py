@@ -38,7 +38,45 @@ def output_width() -> int:
 def stdout_console():
     from rich.console import Console
 
-    return Console(soft_wrap=False, width=output_width())
+    return _escaping(Console(soft_wrap=False, width=output_width()))
+
+
+def _escaping(console):
+    """``console`` with every text it renders passed through :func:`~mismatchscope.terminal.shown`: a control
+    character from a file's metadata, a path or a column's values reaches the terminal as its escape text,
+    whichever table, header or message carries it. rich's own styling is not text and is left alone."""
+    from rich.console import RenderHook
+
+    class _Escape(RenderHook):
+        def process_renderables(self, renderables):
+            return [_Escaped(r) for r in renderables]
+
+    console.push_render_hook(_Escape())
+    return console
+
+
+class _Escaped:
+    """A renderable whose segments' text is escaped (:func:`~mismatchscope.terminal.shown`)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __rich_console__(self, console, options):
+        from rich.segment import Segment
+
+        from ..terminal import shown
+
+        for segment in console.render(self.inner, options):
+            text = segment.text
+            if segment.control or text == "\n" or text.isprintable():
+                yield segment
+            else:
+                yield Segment(shown(text), segment.style, segment.control)
+
+    def __rich_measure__(self, console, options):
+        from rich.measure import Measurement
+
+        return Measurement.get(console, options, self.inner)
 
 
 def stderr_console():
@@ -51,7 +89,7 @@ def stderr_console():
 
     from ..terminal import terminal
 
-    return Console(file=terminal, soft_wrap=not terminal.isatty())  # type: ignore[arg-type]
+    return _escaping(Console(file=terminal, soft_wrap=not terminal.isatty()))  # type: ignore[arg-type]
 
 
 def warn(message: str) -> None:

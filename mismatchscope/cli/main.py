@@ -134,7 +134,9 @@ def _fail(message: str, code: int, traceback_too: bool) -> None:
         import traceback
 
         sys.stderr.write(redact(traceback.format_exc()))
-    line = " ".join(redact(message).split())  # one line, whatever the message held
+    from ..terminal import shown
+
+    line = shown(" ".join(redact(message).split()))  # one line, whatever the message held; no control character
     sys.stderr.write(_for_terminal(f"error: {line}") + "\n")
     sys.exit(code)
 
