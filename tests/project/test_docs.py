@@ -9,6 +9,7 @@ import re
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -70,10 +71,49 @@ def readme_run(tmp_path_factory):
     pytest.importorskip("vllm", reason="the policy-lag example probes with real vLLM")
     cwd = tmp_path_factory.mktemp("readme")
     lines = _readme_examples()
-    calls = [
-        [str(REPO / a) if "/" in a and (REPO / a).exists() else a for a in shlex.split(line)[1:]] for line in lines
-    ]
+    calls = readme_calls(lines, REPO)
     return cwd, list(zip(lines, cli_calls(calls, cwd.parent / f"{cwd.name}-calls", cwd=cwd), strict=True))
+
+
+def readme_calls(lines: list[str], repo: Path) -> list[list[str]]:
+    """The examples' arguments, run from a scratch folder: a bundled input (``sample_data/...``) is taken from the
+    checkout, and everything the examples write (each ``--out``, and what later lines read of it) stays relative,
+    in the scratch folder. An output is never the checkout's: a user who followed the README there has a
+    ``runs/numerics`` of their own, which a probe into it would refuse."""
+    args = [shlex.split(line)[1:] for line in lines]
+    written = {a[i + 1] for a in args for i, x in enumerate(a[:-1]) if x == "--out"}
+
+    def placed(a: str) -> str:
+        ours = any(a == w or a.startswith(w.rstrip("/") + "/") for w in written)
+        return str(repo / a) if "/" in a and not ours and (repo / a).exists() else a
+
+    return [[placed(a) for a in call] for call in args]
+
+
+def test_the_readme_examples_write_only_into_their_scratch_folder(tmp_path):
+    """The test command failed after the README was followed: its probe went to the checkout's runs/numerics,
+    which the README's own example had created."""
+    repo = tmp_path / "checkout"
+    (repo / "runs" / "numerics").mkdir(parents=True)  # what following the README leaves in a checkout
+    (repo / "sample_data" / "tiny-qwen3-later").mkdir(parents=True)
+    lines = [
+        "mismatchscope probe --out runs/numerics",
+        "mismatchscope rescore runs/numerics --out runs/lag --trainer-checkpoint sample_data/tiny-qwen3-later",
+        "mismatchscope compare-masks runs/lag --rule icepop",
+    ]
+    assert readme_calls(lines, repo) == [
+        ["probe", "--out", "runs/numerics"],
+        [
+            "rescore",
+            "runs/numerics",
+            "--out",
+            "runs/lag",
+            "--trainer-checkpoint",
+            f"{repo}/sample_data/tiny-qwen3-later",
+        ],
+        ["compare-masks", "runs/lag", "--rule", "icepop"],
+    ]
+    assert all(a != str(repo / "runs" / "numerics") for call in readme_calls(_readme_examples(), repo) for a in call)
 
 
 @pytest.mark.vllm
