@@ -17,6 +17,7 @@ import sys
 import typer
 
 from .._version import __version__
+from ._help import HelpCommand
 from ._options import RulesInHelp
 
 COMMANDS = (
@@ -92,7 +93,7 @@ def build_app(names: tuple[str, ...] = COMMANDS) -> typer.Typer:
         context_settings={"help_option_names": ["-h", "--help"]},
     )
     for name in names:
-        app.command(name, cls=RulesInHelp if name in RULE_LISTING else None)(_command(name))
+        app.command(name, cls=RulesInHelp if name in RULE_LISTING else HelpCommand)(_command(name))
     app.callback()(_root)
     return app
 
