@@ -94,7 +94,7 @@ def import_(
         columns=_mapping(column),
         skip_bad=skip_bad,
         trust_pickle=trust_pickle,
-        progress=lambda done, total, path: info(f"[{done}/{total}] {path}"),
+        progress=lambda done, total, path: info(f"[{done}/{total}] {_shown(path, src_path)}"),
         route_options=_routes_options(routes, routes_format, routes_config),
     )
     for w in result.warnings:
@@ -137,3 +137,12 @@ def _out_dir(out: str, src_path: Path) -> Path:
     if out_dir.resolve() == src_path.resolve():
         raise UsageError(f"--out {out_dir} is the dump being imported", hint="write the token pairs to a new directory")
     return out_dir
+
+
+def _shown(path, src: Path) -> str:
+    """A file of the import as its progress line names it: relative to the folder given (which the command line
+    already names), so the line stays short; a file given itself, as given."""
+    try:
+        return str(Path(path).relative_to(src)) if src.is_dir() else str(path)
+    except ValueError:
+        return str(path)

@@ -110,13 +110,15 @@ def _summarise(run_dir: Path, selected: list, format: OutputFormat, located: dic
     from ..render.report import report_tables
     from ..render.tables import header
 
+    from ..render.summary import summary_lines
+
     console = stdout_console()
     header(console, result)
     report_tables(console, result)
     masks_tables(console, result, 5)
-    console.print(
-        f"\nrun directory: {run_dir}  (mismatchscope report {run_dir}; compare-masks {run_dir})", highlight=False
-    )
+    console.print()
+    for line in summary_lines(result, run_dir):  # the headline again, where the reader's eye ends
+        console.print(line, highlight=False, markup=False)
 
 
 def probe(
