@@ -108,9 +108,8 @@ def _summarise(run_dir: Path, selected: list, format: OutputFormat, located: dic
         return
     from ..render.masks import masks_tables
     from ..render.report import report_tables
-    from ..render.tables import header
-
     from ..render.summary import summary_lines
+    from ..render.tables import header
 
     console = stdout_console()
     header(console, result)
