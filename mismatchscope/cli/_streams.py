@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 import json
+import os
 import sys
 
 from ..outputs import jsonable
@@ -13,6 +14,55 @@ from ..outputs import jsonable
 class OutputFormat(str, enum.Enum):
     table = "table"
     json = "json"
+
+
+class ReaderMayLeave:
+    """stdout, whose reader may stop reading (``| head``): from then on the output is discarded.
+
+    A pipe closed by its reader is the reader's choice, not the command's
+    failure. Whether a command meets it depended on how much it had written
+    before the reader left (a whole table at once, or in steps), so the same
+    ``| head`` exited 0 after one command and 2 after another. The command now
+    runs to its end and exits with its own code, its verdict included, as when
+    the reader takes every byte.
+    """
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.reader_left = False
+
+    def write(self, text: str) -> int:
+        if not self.reader_left:
+            try:
+                self._stream.write(text)
+            except BrokenPipeError:
+                self._leave()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.reader_left:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._leave()
+
+    def _leave(self) -> None:
+        """Discard from here on, and what the buffer still holds: its flush at exit would fail again."""
+        self.reader_left = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):  # no descriptor (a test's buffer): nothing reaches it anyway
+            pass
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def reader_left() -> bool:
+    """Whether stdout's reader stopped reading (``| head``) before the output was all written."""
+    return bool(getattr(sys.stdout, "reader_left", False))
 
 
 DEFAULT_WIDTH = 80
@@ -24,7 +74,6 @@ def output_width() -> int:
     A pipe or a file has no width of its own; 80 is what a reader's pager or editor shows whole, and
     ``COLUMNS`` lets a wider log ask for more.
     """
-    import os
 
     if sys.stdout.isatty():
         try:

@@ -19,6 +19,7 @@ import typer
 from .._version import __version__
 from ._help import HelpCommand
 from ._options import RulesInHelp
+from ._streams import ReaderMayLeave
 
 COMMANDS = (
     "compare-masks",
@@ -194,50 +195,6 @@ class _Tolerant:
         return getattr(self._stream, name)
 
 
-class _ReaderMayLeave:
-    """stdout, whose reader may stop reading (``| head``): from then on the output is discarded.
-
-    A pipe closed by its reader is the reader's choice, not the command's
-    failure. Whether a command meets it depended on how much it had written
-    before the reader left (a whole table at once, or in steps), so the same
-    ``| head`` exited 0 after one command and 2 after another. The command now
-    runs to its end and exits with its own code, its verdict included, as when
-    the reader takes every byte.
-    """
-
-    def __init__(self, stream):
-        self._stream = stream
-        self._gone = False
-
-    def write(self, text: str) -> int:
-        if not self._gone:
-            try:
-                self._stream.write(text)
-            except BrokenPipeError:
-                self._leave()
-        return len(text)
-
-    def flush(self) -> None:
-        if not self._gone:
-            try:
-                self._stream.flush()
-            except BrokenPipeError:
-                self._leave()
-
-    def _leave(self) -> None:
-        """Discard from here on, and what the buffer still holds: its flush at exit would fail again."""
-        self._gone = True
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, self._stream.fileno())
-            os.close(devnull)
-        except (OSError, ValueError, AttributeError):  # no descriptor (a test's buffer): nothing reaches it anyway
-            pass
-
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
-
-
 def _guard_streams() -> None:
     """stderr never fails a command; a closed stdout (``>&-``) or one whose reader left (``| head``) discards the
     output instead of failing the command."""
@@ -245,8 +202,8 @@ def _guard_streams() -> None:
         sys.stderr = _Tolerant(sys.stderr)
     if sys.stdout is None:
         sys.stdout = open(os.devnull, "w")
-    elif not isinstance(sys.stdout, _ReaderMayLeave):
-        sys.stdout = _ReaderMayLeave(sys.stdout)
+    elif not isinstance(sys.stdout, ReaderMayLeave):
+        sys.stdout = ReaderMayLeave(sys.stdout)
 
 
 def _click_exceptions():
