@@ -92,9 +92,9 @@ def rescore(
             )
         return rescore_imported(run_path, out, trainer_cfg, trainer_checkpoint, temperature, resume, progress)
     src, old = _checked_source(run_path, trainer_cfg, temperature)
-    located = recorded_checkpoint(run_path, old["config"], checkpoint)
     dst = RunDir(out)
     with dst.lock():  # the recorded checkpoint and the trainer's weights are read while the new run is held
+        located = recorded_checkpoint(run_path, old["config"], checkpoint)
         session = _open_session(src, dst, old, trainer_cfg, resume, progress, trainer_checkpoint, located)
         return _rescore_locked(session)
 
