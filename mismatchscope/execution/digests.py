@@ -9,8 +9,10 @@ record against the files with standard tools::
 :func:`hash_files` reads each file once and feeds two digests, the
 checkpoint's (over name, size and bytes of every file: the ``sha256`` every
 probe run has recorded, kept as it was so older runs still compare) and the
-file's own; the two hashes run on two threads (hashlib releases the GIL), so
-the second costs next to no wall time (``benchmarks/bench_weights_digest.py``).
+file's own. The second digest doubles the check's CPU time; it runs on a
+second thread (hashlib releases the GIL), so where a core is free it adds
+little wall time, and where none is (a loaded machine) it adds as much as it
+costs (``benchmarks/bench_weights_digest.py`` measures both).
 """
 
 from __future__ import annotations

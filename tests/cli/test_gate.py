@@ -136,6 +136,11 @@ def test_the_gate_lists_what_changed_in_the_stack(probes, tmp_path):
         "fallbacks",
     }
     assert "| sampler | weights dtype (used) | float32 | float16 |" in md.read_text()
+    summary = tmp_path / "summary.md"  # a GitHub job's step summary gets the same Markdown
+    r = cli(
+        "gate", str(probes["fp16_s0"]), "--baseline", str(probes["fp32_s0"]), env={"GITHUB_STEP_SUMMARY": str(summary)}
+    )
+    assert r.returncode == 1 and "| sampler | weights dtype (used) | float32 | float16 |" in summary.read_text()
     table = cli("gate", str(probes["fp16_s0"]), "--baseline", str(probes["fp32_s0"]), env={"COLUMNS": "80"})
     assert table.returncode == 1, table.stderr
     text = table.stdout
@@ -150,8 +155,11 @@ def test_the_gate_lists_what_changed_in_the_stack(probes, tmp_path):
 def test_each_run_recorded_the_engine_it_ran_and_its_fallbacks(probes):
     """The probes' sampler sides, read off their live engines, and the fallbacks each engine logged: three engines
     in one process log theirs each (an engine's once-only warnings are not lost to the one before it)."""
+    from tests.execution.test_record import validate
+
     records = {name: json.loads((run / "manifest.json").read_text())["provenance"] for name, run in probes.items()}
     for name, dtype in (("fp32_s0", "float32"), ("fp16_s0", "float16"), ("fp32_s1", "float32")):
+        validate(records[name])
         sampler = records[name]["sampler"]
         assert sampler["engine"] == "vllm" and sampler["used"]["weights_dtype"] == dtype
         assert isinstance(sampler["fallbacks"], list)  # the engine's output was captured and read
