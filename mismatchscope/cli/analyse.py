@@ -12,7 +12,7 @@ from ..analysis.parallel import keep_freed_memory
 from ..errors import UsageError
 from ..metrics import ABS_LOGPROB_DIFF_MEAN, K3_MEAN
 from ._options import ColumnOpt, FormatOpt, PathArg, RuleOpt, html_option, plots_option, rule_option, sweep_option
-from ._readings import ReadingsOpt, run_side_by_side
+from ._readings import ReadingsOpt, WriteOpt, analyse_writing, run_side_by_side
 from ._streams import OutputFormat, emit_json, info, stdout_console, warn
 
 if TYPE_CHECKING:
@@ -77,23 +77,29 @@ def compare_masks(
         "Write PNG pictures into DIR: which tail each rule cuts (needs the plot extra: matplotlib)."
     ),
     readings: str | None = ReadingsOpt,
+    write: str | None = WriteOpt,
 ) -> None:
     """How many tokens and sequences each masking rule would reject or reweight, side by side, how much they overlap, and which tail (sampler probability, sign of p - q) each one cuts."""
     keep_freed_memory()
     if readings is not None:
         return run_side_by_side(
-            path, readings, rules=rule, sweeps=sweep, examples=examples, plots=plots, column=column, format=format
+            path,
+            readings,
+            rules=rule,
+            sweeps=sweep,
+            examples=examples,
+            plots=plots,
+            column=column,
+            format=format,
+            write=write,
         )
-    from ..analysis.engine import AnalysisRequest, analyse
+    from ..analysis.engine import AnalysisRequest
     from ..reader import parse_column_mapping
 
-    inputs = _check_plots(path, plots)
+    inputs = _check_plots(path, plots, write)
     rules, sweeps = _request_rules(rule, sweep)
-    result = analyse(
-        path,
-        AnalysisRequest(report=False, masks=True, rules=rules, sweeps=sweeps, examples=examples),
-        parse_column_mapping(column),
-    )
+    request = AnalysisRequest(report=False, masks=True, rules=rules, sweeps=sweeps, examples=examples)
+    result = analyse_writing(path, request, parse_column_mapping(column), write)
     for w in result.warnings:
         warn(w)
     if plots is not None:
@@ -111,11 +117,12 @@ def compare_masks(
     masks_tables(console, result, examples)
 
 
-def _check_plots(path: str, plots: str | None):
-    """``--plots`` (not an input, not a file), then matplotlib when it is given: before any work."""
+def _check_plots(path: str, plots: str | None, write: str | None = None):
+    """``--plots`` and ``--write`` (not an input, not a file), then matplotlib when pictures are asked: before
+    any work."""
     from ..outputs import check_all
 
-    inputs = check_all(dirs=[(plots, "--plots")], inputs=[path])
+    inputs = check_all(dirs=[(plots, "--plots"), (write, "--write")], inputs=[path])
     if plots is not None:
         from ..outputs import require_matplotlib
 
