@@ -30,6 +30,7 @@ from ..analysis.batch import BatchTokens
 from ..analysis.evaluate import sequence_actions
 from ..analysis.masks import Unit
 from ..analysis.results import display_name
+from ..arrow import from_numpy, strings
 from ..rules import REWEIGHT, RuleInstance, SequenceInputs
 from ..rules.base import Statistic
 
@@ -45,7 +46,7 @@ CARRIED = ("turn", "turn_position")
 WEIGHT_SUFFIX = ".weight"
 
 _DECISION_TYPE = pa.dictionary(pa.int8(), pa.string())
-_DECISION_VALUES = pa.array(DECISIONS, pa.string())
+_DECISION_VALUES = strings(DECISIONS)
 
 
 @dataclass(frozen=True)
@@ -129,10 +130,10 @@ class AuditLayout:
         """One batch's rows of ``tokens.parquet`` (a pure function of the batch: run on the worker thread)."""
         b, t = tokens.batch, tokens.terms
         arrays: list[pa.Array] = [
-            pa.array(b["sequence_id"], pa.int64()),
-            pa.array(b["position"], pa.int32()),
+            from_numpy(b["sequence_id"], pa.int64()),
+            from_numpy(b["position"], pa.int32()),
         ]
-        arrays += [pa.array(np.asarray(b[c]), pa.int32()) for c in self.carried]
+        arrays += [from_numpy(b[c], pa.int32()) for c in self.carried]
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             for r in self.token_rules:
                 action = tokens.actions[r.unit.key]
@@ -140,7 +141,7 @@ class AuditLayout:
                 if r.weight is not None:
                     arrays.append(_weights(r.unit.rule, t, action))
             for st, config in self.token_statistics.values():
-                arrays.append(pa.array(np.asarray(st.fn(config, t), dtype=np.float64), pa.float64()))
+                arrays.append(from_numpy(st.fn(config, t), pa.float64()))
         return pa.RecordBatch.from_arrays(arrays, schema=self.token_schema)
 
     # ---------------------------------------------------------------- sequences.parquet
@@ -148,8 +149,8 @@ class AuditLayout:
     def sequence_table(self, sequence_id_S: np.ndarray, seq: SequenceInputs, tokens: int) -> pa.Table:
         """``sequences.parquet``: a row per sequence, with every sequence rule's decision, weight and statistics."""
         cols: dict[str, pa.Array] = {
-            "sequence_id": pa.array(sequence_id_S, pa.int64()),
-            "tokens": pa.array(seq.n_tokens_S, pa.int64()),
+            "sequence_id": from_numpy(sequence_id_S, pa.int64()),
+            "tokens": from_numpy(seq.n_tokens_S, pa.int64()),
         }
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             for r in self.sequence_rules:
@@ -158,9 +159,9 @@ class AuditLayout:
                 if r.weight is not None:
                     cols[r.weight] = _weights(r.unit.rule, seq, action)
             for name, (st, config) in self.sequence_statistics.items():
-                cols[name] = pa.array(np.asarray(st.fn(config, seq), dtype=np.float64), pa.float64())
+                cols[name] = from_numpy(st.fn(config, seq), pa.float64())
         meta = self.describe("sequences") | {"tokens": tokens, "sequences": int(sequence_id_S.size)}
-        return pa.table(cols, metadata={METADATA_KEY: _json(meta)})
+        return pa.Table.from_arrays(list(cols.values()), names=list(cols), metadata={METADATA_KEY: _json(meta)})
 
     # ---------------------------------------------------------------- what the files say about themselves
 
@@ -190,15 +191,14 @@ def _decision_columns(units: list[Unit]) -> list[str]:
 
 def _decisions(action: np.ndarray) -> pa.DictionaryArray:
     """The rules' action codes as a dictionary column whose values read ``keep``, ``reject``, ``reweight``."""
-    return pa.DictionaryArray.from_arrays(pa.array(action, pa.int8()), _DECISION_VALUES, safe=False)  # codes 0-2
+    return pa.DictionaryArray.from_arrays(from_numpy(action, pa.int8()), _DECISION_VALUES, safe=False)  # codes 0-2
 
 
 def _weights(rule: RuleInstance, x: Any, action: np.ndarray) -> pa.Array:
     """The weight a reweighting rule puts in place of the ratio where it reweights; null where it leaves the
     ratio as it is (there the weight is the ``ratio`` column itself)."""
     assert rule.spec.weight is not None  # only reweighting rules have a weight column
-    w = np.asarray(rule.spec.weight(rule.config, x), dtype=np.float64)
-    return pa.array(w, pa.float64(), mask=action != REWEIGHT)
+    return from_numpy(rule.spec.weight(rule.config, x), pa.float64(), valid=action == REWEIGHT)
 
 
 def _json(payload: dict[str, Any]) -> bytes:

@@ -55,6 +55,7 @@ def run_side_by_side(
     column: list[str] | None,
     format: OutputFormat,
     write: str | None = None,
+    html: str | None = None,
 ) -> None:
     """The whole ``--readings`` path of compare-masks (the other selections do not combine with it)."""
     from ..analysis.side_by_side import side_by_side
@@ -63,7 +64,15 @@ def run_side_by_side(
     from ..reader import parse_column_mapping
 
     given = [
-        flag for flag, v in (("--rule", rules), ("--sweep", sweeps), ("--examples", examples), ("--plots", plots)) if v
+        flag
+        for flag, v in (
+            ("--rule", rules),
+            ("--sweep", sweeps),
+            ("--examples", examples),
+            ("--plots", plots),
+            ("--html", html),
+        )
+        if v
     ]
     if given:
         raise UsageError(

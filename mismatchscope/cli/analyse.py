@@ -11,7 +11,17 @@ import typer
 from ..analysis.parallel import keep_freed_memory
 from ..errors import UsageError
 from ..metrics import ABS_LOGPROB_DIFF_MEAN, K3_MEAN
-from ._options import ColumnOpt, FormatOpt, PathArg, RuleOpt, html_option, plots_option, rule_option, sweep_option
+from ._options import (
+    ColumnOpt,
+    FormatOpt,
+    PathArg,
+    RuleOpt,
+    html_option,
+    plots_option,
+    rule_option,
+    sweep_option,
+    tokenizer_option,
+)
 from ._readings import ReadingsOpt, WriteOpt, analyse_writing, run_side_by_side
 from ._streams import OutputFormat, emit_json, info, stdout_console, warn
 
@@ -78,6 +88,11 @@ def compare_masks(
     ),
     readings: str | None = ReadingsOpt,
     write: str | None = WriteOpt,
+    html: str | None = html_option(
+        "Write one self-contained HTML page: the rules' table and agreement (with --plots, the pictures), and the "
+        "run's worst sequences token by token in a tokens tab."
+    ),
+    tokenizer: str | None = tokenizer_option(),
 ) -> None:
     """How many tokens and sequences each masking rule would reject or reweight, side by side, how much they overlap, and which tail (sampler probability, sign of p - q) each one cuts."""
     keep_freed_memory()
@@ -92,20 +107,28 @@ def compare_masks(
             column=column,
             format=format,
             write=write,
+            html=html,
         )
     from ..analysis.engine import AnalysisRequest
     from ..reader import parse_column_mapping
 
-    inputs = _check_plots(path, plots, write)
+    inputs = _check_plots(path, plots, write, html)
+    given = _token_view_tokenizer(tokenizer, html)
     rules, sweeps = _request_rules(rule, sweep)
     request = AnalysisRequest(report=False, masks=True, rules=rules, sweeps=sweeps, examples=examples)
     result = analyse_writing(path, request, parse_column_mapping(column), write)
     for w in result.warnings:
         warn(w)
+    figures = None
     if plots is not None:
         from ..render.plots import masks_figures
 
-        _write_pngs(masks_figures(result), plots, inputs)
+        figures = masks_figures(result)
+        _write_pngs(figures, plots, inputs)
+    if html is not None:
+        from ..render.masks_page import masks_page
+
+        _write_page(html, masks_page(result, figures, _token_view(path, result, rules, given)), inputs)
     if format is OutputFormat.json:
         emit_json(masks_payload(result))
         return
@@ -117,17 +140,40 @@ def compare_masks(
     masks_tables(console, result, examples)
 
 
-def _check_plots(path: str, plots: str | None, write: str | None = None):
-    """``--plots`` and ``--write`` (not an input, not a file), then matplotlib when pictures are asked: before
-    any work."""
+def _check_plots(path: str, plots: str | None, write: str | None = None, html: str | None = None):
+    """``--plots``, ``--write`` and ``--html`` (not an input, not a file), then matplotlib when pictures are asked:
+    before any work."""
     from ..outputs import check_all
 
-    inputs = check_all(dirs=[(plots, "--plots"), (write, "--write")], inputs=[path])
+    inputs = check_all(files=[(html, "--html")], dirs=[(plots, "--plots"), (write, "--write")], inputs=[path])
     if plots is not None:
         from ..outputs import require_matplotlib
 
         require_matplotlib()
     return inputs
+
+
+def _token_view_tokenizer(tokenizer: str | None, html: str | None):
+    """``--tokenizer`` for the page's tokens tab, loaded before any work; without ``--html`` it has nothing to do."""
+    if tokenizer is not None and html is None:
+        raise UsageError("--tokenizer gives the text of the HTML page's tokens tab", hint="add --html FILE")
+    from ..view import given_tokenizer
+
+    return given_tokenizer(tokenizer)
+
+
+def _token_view(path: str, result, rules, given):
+    """The run's worst sequences token by token, for a page's tokens tab (the view's defaults)."""
+    from ..view import ViewOptions, token_view
+
+    return token_view(path, result, rules, ViewOptions(), given)
+
+
+def _write_page(html: str, page: str, inputs) -> None:
+    from ..outputs import write_text
+
+    write_text(html, page, "--html", inputs=inputs)
+    info(f"wrote {html}")
 
 
 def _write_pngs(figures, plots: str, inputs) -> None:
@@ -165,6 +211,7 @@ def report(
     worst_traces: bool = typer.Option(
         False, "--worst-traces", help="With --worst and --format json: add each sequence's full trace."
     ),
+    tokenizer: str | None = tokenizer_option(),
 ) -> None:
     """TV distance, KL estimators, ratio tails, and where the mismatch sits (by probability, position, entropy)."""
     keep_freed_memory()
@@ -175,6 +222,7 @@ def report(
     inputs = check_all(files=[(html, "--html")], dirs=[(plots, "--plots")], inputs=[path])
     pictures = plots is not None or html is not None
     _check_report_flags(rule, sweep, pictures, worst, worst_by, worst_traces)
+    given = _token_view_tokenizer(tokenizer, html)
     request, hist, rules = _report_request(rule, sweep, pictures)
     mapping = parse_column_mapping(column)
     collector = _doctor_collector(path, mapping, request) if format is not OutputFormat.json else None
@@ -187,7 +235,8 @@ def report(
 
         worst_rows, traces = worst_report(result, worst, worst_by.value, with_traces=worst_traces)
     if pictures:
-        _write_pictures(result, hist, rules, plots, html, inputs, worst_rows, traces)
+        tokens = _token_view(path, result, rules, given) if html else None
+        _write_pictures(result, hist, rules, plots, html, inputs, worst_rows, traces, tokens)
     if format is OutputFormat.json:
         emit_json(report_payload(result, worst_rows))
     else:
@@ -279,8 +328,8 @@ def _write_pictures(
     inputs,
     worst_rows: list[WorstSequence] | None = None,
     traces: dict | None = None,
+    tokens=None,
 ) -> None:
-    from ..outputs import write_text
     from ..render.plots import report_figures, worst_figures
 
     figures = report_figures(result, hist, rules) + (
@@ -291,5 +340,4 @@ def _write_pictures(
     if html:
         from ..render.report_page import report_page
 
-        write_text(html, report_page(result, figures, worst_rows), "--html", inputs=inputs)
-        info(f"wrote {html}")
+        _write_page(html, report_page(result, figures, worst_rows, tokens), inputs)

@@ -150,3 +150,20 @@ def test_an_audit_replaces_the_last_one_whole(tmp_path, write):
     assert cli("compare-masks", str(write(pairs(ROWS[:3]), "b.parquet")), "--write", str(out)).returncode == 0
     assert pq.read_table(out / TOKENS_FILE).num_rows == 3
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt", SEQUENCES_FILE, TOKENS_FILE]
+
+
+def test_writing_an_audit_imports_no_pandas(tmp_path, data):
+    """pyarrow's ``pa.array`` imports pandas on its first call (seconds of a small command's start-up where its
+    bytecode is not compiled): the audit builds its arrays from their buffers (``arrow.from_numpy``)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from mismatchscope.cli.main import main\n"
+        f"try: main(['compare-masks', {str(data)!r}, '--write', {str(tmp_path / 'a')!r}, '--format', 'json'])\n"
+        "except SystemExit as e: assert not e.code, e.code\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pandas'), file=sys.stderr)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == "[]", r.stderr
