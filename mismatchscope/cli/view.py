@@ -6,8 +6,8 @@ import typer
 
 from ..analysis.parallel import keep_freed_memory
 from ..errors import UsageError
-from ._options import ColumnOpt, PathArg, html_option, rule_option, tokenizer_option
-from ._streams import info, warn
+from ._options import ColumnOpt, FormatOpt, PathArg, html_option, rule_option, tokenizer_option
+from ._streams import OutputFormat, emit_json, info, stdout_console, warn
 
 DEFAULT_WORST = 20
 
@@ -50,6 +50,7 @@ def view(
         help="Show at most N tokens on the page; a longer sequence shows the window around its largest gap.",
     ),
     column: list[str] | None = ColumnOpt,
+    format: OutputFormat = FormatOpt,
 ) -> None:
     """The worst (or chosen) sequences as text, each token coloured by log p - log q and marked by every rule that rejects or reweights it; hover or focus a token for both sides' numbers and top-k."""
     keep_freed_memory()
@@ -71,7 +72,15 @@ def view(
     for w in page.warnings:
         warn(w)
     write_text(html, tokens_page(page), "--html", inputs=inputs)
-    info(f"wrote {html} ({len(page.sequences)} sequences, {page.shown_tokens:,} tokens; {page.text.note})")
+    info(f"wrote {html} ({len(page.sequences)} sequences, {page.shown_tokens:,} tokens)")
+    if format is OutputFormat.json:
+        from ..documents import document
+
+        emit_json(document(page))
+        return
+    from ..render.view_table import view_table
+
+    view_table(stdout_console(), page, html)
 
 
 def _ids(items: list[str] | None) -> list[int]:

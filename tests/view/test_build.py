@@ -76,7 +76,10 @@ def test_turns_and_tool_spans_where_the_run_has_them(tmp_path, monkeypatch):
         if name not in schema.COLUMNS:
             monkeypatch.setitem(schema.COLUMNS, name, schema.Column(name, pa.int32(), "multi-turn key"))
     # one sequence, two turns; positions 3-6 (the tool's reply) are not scored
-    cols = pairs([(1, p, 0.5, 0.45) for p in (0, 1, 2, 7, 8)]) | {"turn": [0, 0, 0, 1, 1], "turn_position": [0, 1, 2, 0, 1]}
+    cols = pairs([(1, p, 0.5, 0.45) for p in (0, 1, 2, 7, 8)]) | {
+        "turn": [0, 0, 0, 1, 1],
+        "turn_position": [0, 1, 2, 0, 1],
+    }
     path = tmp_path / "turns.parquet"
     schema.write_table(path, cols)
     view = _view(path, ["icepop"])

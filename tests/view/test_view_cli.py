@@ -19,7 +19,7 @@ def _data(page) -> dict:
 
 
 def test_a_sequence_the_run_does_not_have_is_one_line(tmp_path, write):
-    rows = [r for r in ROWS] + [(5, 0, 0.5, 0.4)]  # ids 1, 2 and 5
+    rows = [*ROWS, (5, 0, 0.5, 0.4)]  # ids 1, 2 and 5
     path, page = write(pairs(rows)), tmp_path / "v.html"
     line = error_line(cli("view", str(path), "--html", str(page), "--sequences", "3"), after_work=True)
     assert "--sequences 3: the run has no sequence with this id" in line and "nearest ids: 2, 5" in line
