@@ -203,3 +203,24 @@ def test_the_page_is_one_file_with_nothing_to_fetch(page):
     assert "http://" not in text and "https://" not in text and "<link" not in text
     assert " src=" not in text  # no script, image or frame from elsewhere: everything is inline
     np.testing.assert_equal(text.count('id="tv-data"'), 1)
+
+
+def test_the_tabs_of_compare_masks_page_and_their_links(tmp_path):
+    """compare-masks --html: the rules' table first, the tokens tab behind its link; both open without errors."""
+    html = tmp_path / "masks.html"
+    r = cli("compare-masks", str(GOLDEN), "--html", str(html), *RULE_ARGS, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    b = Browser(width=1000, height=800)
+    try:
+        b.open(html)
+        shown = "[getComputedStyle(document.getElementById('main')).display, getComputedStyle(document.getElementById('tokens')).display]"
+        assert b.js(shown) == ["block", "none"]
+        assert b.js("document.querySelectorAll('#main table tr').length") > len(TIGHT_RULES)
+        b.js("document.querySelector('p.tv-link a').click()")
+        assert b.js(shown) == ["none", "block"] and b.js("location.hash") == "#tokens"
+        assert b.js("document.querySelectorAll('#tokens .t').length") == 434
+        b.js("document.querySelector('nav.tabs a[href=\"#main\"]').click()")
+        assert b.js(shown) == ["block", "none"]
+        assert b.errors == [], b.errors
+    finally:
+        b.close()
