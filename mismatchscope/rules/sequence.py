@@ -13,11 +13,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..metrics import GEO_RATIO, LOG_PPL_DIFF
+from ..metrics import SEQ_LOG_RATIO as SEQ_LOG_RATIO_METRIC
 from .base import NONNEG, RATIO_HIGH, RATIO_LOW, REJECT, REWEIGHT, SequenceInputs, Statistic, param, register, where
 from .token import R_HIGH, R_LOW
 
-SEQ_LOG_RATIO = Statistic("seq_log_ratio", "S = sum_t l, the log of prod_t r", lambda c, s: s.seq_log_ratio_S)
-"""what seq-tis and seq-mis threshold, in log space as they compare it (prod_t r overflows where S does not)."""
+SEQ_LOG_RATIO = Statistic(SEQ_LOG_RATIO_METRIC.name, "S = sum_t l, the log of prod_t r", lambda c, s: s.seq_log_ratio_S)
+"""what seq-tis and seq-mis threshold, in log space as they compare it (prod_t r overflows where S does not); the
+per-sequence statistics are named as the metric catalog names them."""
 
 
 def _log(x: float | None, default: float) -> float:
@@ -88,7 +91,7 @@ class GeoMaskConfig:
     source="verl decoupled_geo_rs; SkyRL geometric mask",
     summary="reject sequences whose geometric-mean ratio leaves [lo, hi]",
     quantity="exp(mean_t l)",
-    statistics=(Statistic("geo_ratio", "exp(mean_t l)", lambda c, s: np.exp(s.mean_log_ratio_S)),),
+    statistics=(Statistic(GEO_RATIO.name, "exp(mean_t l)", lambda c, s: np.exp(s.mean_log_ratio_S)),),
 )
 def geo_mask(cfg: GeoMaskConfig, s: SequenceInputs) -> np.ndarray:
     geo = np.exp(s.mean_log_ratio_S)
@@ -203,7 +206,7 @@ class OPSMConfig:
     source="DeepSeek-V3.2 OPSM; TRL off_policy_mask_threshold; slime compute_opsm_mask",
     summary="off-policy sequence mask: reject negative-advantage sequences the trainer finds less likely",
     quantity="mean_t (lq - lp)",
-    statistics=(Statistic("mean_lq_minus_lp", "mean_t (log q - log p)", lambda c, s: -s.mean_log_ratio_S),),
+    statistics=(Statistic(LOG_PPL_DIFF.name, "mean_t (log q - log p)", lambda c, s: -s.mean_log_ratio_S),),
 )
 def opsm(cfg: OPSMConfig, s: SequenceInputs) -> np.ndarray:
     assert s.advantage_S is not None  # uses_advantage: the runner passes it

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -51,13 +51,12 @@ def build_view(
     choice = choose(result, units, options.worst, options.by, options.sequences)
     rows = read_rows(result.source, choice.ids)
     budget = _budget([int(result.per_sequence.n_tokens_S[r]) for r in choice.rows], options.max_tokens)
-    seqs, stats_doc = [], {}
-    for rank, (sid, value, row, room) in enumerate(
-        zip(choice.ids, choice.values, choice.rows, budget, strict=True), start=1
-    ):
-        seq, docs = _sequence(result, units, shown, rows[sid], rank, value, int(row), room, decoder)
-        seqs.append(seq)
-        stats_doc.update(docs)
+    seqs = [
+        _sequence(result, units, shown, rows[sid], rank, value, int(row), room, decoder)
+        for rank, (sid, value, row, room) in enumerate(
+            zip(choice.ids, choice.values, choice.rows, budget, strict=True), start=1
+        )
+    ]
     if decoder is not None:
         check_fits(decoder, text, max([max(s.token_id, default=0) for s in seqs], default=0))
     counted = [_count(rule, seqs) for rule in shown]
@@ -68,7 +67,7 @@ def build_view(
         sequences_in_run=result.sequences,
         ranking=choice.ranking,
         rules=[replace(r, acted=c) for r, c in zip(shown, counted, strict=True)],
-        statistics=stats_doc,
+        statistics={st.column(u.rule.config): st.doc for u in units for st in u.rule.spec.statistics},
         text=text,
         vocabulary=_vocabulary(seqs, decoder),
         gap_edges=list(GAP_EDGES),
@@ -111,6 +110,15 @@ def _budget(lengths: list[int], cap: int) -> list[int]:
     return room
 
 
+@dataclass
+class _Judged:
+    """The token rules' decisions on a sequence's shown tokens, and the statistics they threshold."""
+
+    acted: dict[str, list[int]] = field(default_factory=dict)
+    weights: dict[str, list[float]] = field(default_factory=dict)
+    statistics: dict[str, list[float]] = field(default_factory=dict)
+
+
 def _sequence(
     result,
     units: Sequence[Unit],
@@ -121,58 +129,63 @@ def _sequence(
     row: int,
     room: int,
     decoder: Decoder | None,
-) -> tuple[ViewSequence, dict[str, str]]:
-    t_all = token_terms(rows["trainer_logprob"], rows["sampler_logprob"])
-    start, cut = _window(t_all.log_ratio_T, room, rows["position"])
+) -> ViewSequence:
+    """One chosen sequence: its window of ``room`` tokens, judged by every rule, decoded, with its candidates."""
+    l_all = token_terms(rows["trainer_logprob"], rows["sampler_logprob"]).log_ratio_T
+    start, cut = _window(l_all, room, rows["position"])
     sl = slice(start, start + room)
     lp, lq = rows["trainer_logprob"][sl], rows["sampler_logprob"][sl]
     t = token_terms(lp, lq)
     adv = rows.get("advantage")
-    adv = adv[sl] if adv is not None else None
-    acted: dict[str, list[int]] = {}
-    weights: dict[str, list[float]] = {}
-    stats: dict[str, list[float]] = {}
-    docs: dict[str, str] = {}
-    seq_rules: dict[str, SequenceDecision] = {}
+    judged = _judge_tokens(units, rules, t, adv[sl] if adv is not None else None)
     seq_in = _sequence_row(result.sequence_inputs, row)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        for u, r in zip(units, rules, strict=True):
-            for st in u.rule.spec.statistics:
-                docs[st.column(u.rule.config)] = st.doc
-            if u.rule.level == "sequence":
-                seq_rules[r.key] = _sequence_decision(u, seq_in)
-                continue
-            act = token_actions(u, t, adv)
-            at = np.flatnonzero(act == (REJECT if u.rule.spec.acts == "reject" else REWEIGHT))
-            acted[r.key] = at.tolist()
-            if u.rule.spec.weight is not None:
-                weights[r.key] = [_round(w, 9) for w in np.asarray(u.rule.spec.weight(u.rule.config, t))[at]]
-            for st in u.rule.spec.statistics:
-                name = st.column(u.rule.config)
-                if name not in stats:
-                    stats[name] = [_round(v, 7) for v in np.asarray(st.fn(u.rule.config, t), dtype=np.float64)]
-    ids = [int(x) for x in rows["token_id"][sl]]
+    sid = int(rows["sequence_id"][0])
     return ViewSequence(
-        sequence_id=int(rows["sequence_id"][0]),
+        sequence_id=sid,
         rank=rank,
         value=value,
         prompt_id=int(rows["prompt_id"][0]) if rows.get("prompt_id") is not None else None,
         tokens=int(result.per_sequence.n_tokens_S[row]),
         start=start,
         position=[int(x) for x in rows["position"][sl]],
-        token_id=ids,
-        text=_text(decoder, [int(x) for x in rows["token_id"]], start, len(ids)),
+        token_id=[int(x) for x in rows["token_id"][sl]],
+        text=_text(decoder, [int(x) for x in rows["token_id"]], start, len(lp)),
         sampler_logprob=[_round(x, 10) for x in lq],
         trainer_logprob=[_round(x, 10) for x in lp],
         log_ratio=[_round(x, 7) for x in t.log_ratio_T],
-        acted=acted,
-        weights=weights,
-        statistics=stats,
-        sequence_rules=seq_rules,
+        acted=judged.acted,
+        weights=judged.weights,
+        statistics=judged.statistics,
+        sequence_rules={
+            r.key: _sequence_decision(u, seq_in)
+            for u, r in zip(units, rules, strict=True)
+            if u.rule.level == "sequence"
+        },
         turn=[int(x) for x in rows["turn"][sl]] if rows.get("turn") is not None else None,
         topk=_topk(rows, sl),
-        cut=cut and f"sequence {int(rows['sequence_id'][0])}: {cut}",
-    ), docs
+        cut=f"sequence {sid}: {cut}" if cut else None,
+    )
+
+
+def _judge_tokens(units: Sequence[Unit], rules: list[ViewRule], t, adv: np.ndarray | None) -> _Judged:
+    """Each token rule's decisions (the tokens it acts on, a reweighting rule's weight there) and each statistic
+    a token rule thresholds, computed once however many rules read it."""
+    out = _Judged()
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for u, r in zip(units, rules, strict=True):
+            if u.rule.level == "sequence":
+                continue
+            act = token_actions(u, t, adv)
+            at = np.flatnonzero(act == (REJECT if u.rule.spec.acts == "reject" else REWEIGHT))
+            out.acted[r.key] = at.tolist()
+            if u.rule.spec.weight is not None:
+                out.weights[r.key] = [_round(w, 9) for w in np.asarray(u.rule.spec.weight(u.rule.config, t))[at]]
+            for st in u.rule.spec.statistics:
+                name = st.column(u.rule.config)
+                if name not in out.statistics:
+                    values = np.asarray(st.fn(u.rule.config, t), dtype=np.float64)
+                    out.statistics[name] = [_round(v, 7) for v in values]
+    return out
 
 
 def _window(l_T: np.ndarray, room: int, position: np.ndarray) -> tuple[int, str | None]:

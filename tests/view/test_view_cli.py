@@ -101,7 +101,7 @@ def test_a_run_without_a_tokenizer_says_why_ids_are_shown(tmp_path):
     page = tmp_path / "v.html"
     r = cli("view", str(SAMPLE_PAIRS), "--html", str(page), "--worst", "2")
     assert r.returncode == 0, r.stderr
-    assert "token ids are shown: the run does not name its checkpoint" in r.stderr  # said on the terminal too
+    assert "token ids are shown: the run does not name its checkpoint" in r.stdout  # said under the table too
     d = _data(page)
     assert d["text"]["tokenizer"] is None and "--tokenizer CHECKPOINT" in d["text"]["note"]
     assert "token ids are shown" in page.read_text()
