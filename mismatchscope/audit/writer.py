@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 
 from ..analysis.batch import BatchTokens
 from ..analysis.plan import AnalysisPlan
+from ..errors import OutputError
 from ..outputs import writing
 from .columns import CARRIED, SEQUENCES_FILE, TOKENS_FILE, AuditLayout
 
@@ -125,6 +126,23 @@ class AuditWriter:
                 d.rmdir()
             except OSError:
                 break
+
+
+def refuse_among_shards(out: str | os.PathLike, source: str | os.PathLike) -> None:
+    """An audit written into a folder of shards the command reads would be read as token pairs the next time
+    (its files are Parquet): refused, before any work. A run directory reads only its ``tokens/`` (whose own
+    refusal is ``outputs``'), so a folder beside them is fine."""
+    from ..rundir import is_run_dir
+
+    folder = Path(source)
+    if not folder.is_dir() or is_run_dir(folder):
+        return
+    where, shards = Path(os.path.realpath(out)), Path(os.path.realpath(folder))
+    if where == shards or shards in where.parents:
+        raise OutputError(
+            f"--write {out} is inside the input folder {source}: its Parquet files would be read as token pairs",
+            hint="write the audit outside the folder of shards",
+        )
 
 
 @contextlib.contextmanager

@@ -80,6 +80,10 @@ def run_side_by_side(
             hint="run compare-masks twice, or name the readings as rules: --rule dppo-kl@skyrl --rule dppo-kl",
         )
     check_all(dirs=[(write, "--write")], inputs=[path])
+    if write is not None:
+        from ..audit.writer import refuse_among_shards
+
+        refuse_among_shards(write, path)
     from ..documents import document, to_json
 
     mapping = parse_column_mapping(column)

@@ -146,6 +146,10 @@ def _check_plots(path: str, plots: str | None, write: str | None = None, html: s
     from ..outputs import check_all
 
     inputs = check_all(files=[(html, "--html")], dirs=[(plots, "--plots"), (write, "--write")], inputs=[path])
+    if write is not None:
+        from ..audit.writer import refuse_among_shards
+
+        refuse_among_shards(write, path)
     if plots is not None:
         from ..outputs import require_matplotlib
 

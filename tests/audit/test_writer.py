@@ -133,6 +133,18 @@ def test_a_write_folder_that_is_a_file_is_refused_before_any_work(tmp_path, data
     assert "--write" in line and "not a directory" in line
 
 
+def test_an_audit_among_the_shards_it_reads_is_refused(tmp_path, write):
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    write(pairs(ROWS), "shards/a.parquet")
+    line = error_line(cli("compare-masks", str(shards), "--write", str(shards / "audit")))
+    assert "is inside the input folder" in line
+    assert [p.name for p in shards.iterdir()] == ["a.parquet"]
+    # beside a run directory's tokens/, it is read by nobody: allowed
+    r = cli("compare-masks", str(GOLDEN), "--write", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+
+
 def test_a_failed_pass_leaves_no_audit_behind(tmp_path, write):
     cols = pairs(ROWS)
     cols["trainer_logprob"][4] = 0.5  # a positive logprob: refused when its batch is read
