@@ -31,10 +31,8 @@ from .stack_pickle import (
     refuse_other_stack,
 )
 
-NO_TRAINER_WARNING = (
-    "the {stack} dump holds the sampler's side only: trainer_logprob is empty until "
-    "`mismatchscope rescore {out} --trainer-checkpoint CHECKPOINT --temperature T` scores it"
-)
+NO_TRAINER_WARNING = "the {stack} dump holds the sampler's side only: rescore adds the trainer's"
+"""one line of 80 columns on a terminal's stderr; the command itself is the import's ``next:`` line."""
 
 
 Row = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
