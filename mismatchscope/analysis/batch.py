@@ -26,6 +26,7 @@ from .route_join import FlipIndex, GapTally
 from .table import token_values
 from .tokenstats import TokenStats
 from .topk import ScoreCentering, TopkBounds, score_centering, topk_bounds
+from .turns import TurnRows, turn_rows
 from .validate import check_advantage, check_positions
 
 
@@ -43,6 +44,8 @@ class BatchPart:
     seen: tuple | None = None
     """(terms, batch) for ``on_terms``; None when nobody asked."""
     gap: GapTally | None = None
+    turns: TurnRows | None = None
+    """a multi-turn run: the batch's rows per (sequence, turn), for the turns' check and counts."""
 
 
 def analyse_batch(
@@ -66,7 +69,12 @@ def analyse_batch(
     masks = _rule_counts(plan, t, adv, batch, groups, flipped_T, reduced) if plan.masks else None
     part_stats = _token_stats(plan, stats, t, batch) if plan.report else None
     seen = (t, batch) if keep_terms else None
-    return BatchPart(hyg, runs, groups.keys, reduced, part_stats, masks, t.log_ratio_T.size, seen, gap)
+    turns = (
+        turn_rows(batch["sequence_id"], batch["position"], batch["turn"], batch["turn_position"])
+        if plan.turns
+        else None
+    )
+    return BatchPart(hyg, runs, groups.keys, reduced, part_stats, masks, t.log_ratio_T.size, seen, gap, turns)
 
 
 def _reduced(plan: AnalysisPlan, t: TokenTerms, adv: np.ndarray | None, groups: Groups) -> dict[str, np.ndarray]:
@@ -94,7 +102,7 @@ def _rule_counts(
     """The rule units' counts of this batch; their per-sequence sums go into ``reduced``."""
     masks = MaskAccumulator([u.fresh() for u in plan.units], plan.examples)
     masks.routed = plan.joins_routes
-    reduced.update(masks.add(t, adv, batch, groups, flipped_T))
+    reduced.update(masks.add(t, adv, batch, groups, flipped_T, batch["turn"] if plan.by_turn else None))
     if flipped_T is not None:
         reduced[ROUTE_FLIPPED] = groups.count_at(np.flatnonzero(flipped_T))
     return masks
@@ -104,7 +112,7 @@ def _token_stats(plan: AnalysisPlan, stats: TokenStats, t: TokenTerms, batch: di
     """The report's token statistics of this batch (top-k bounds and kept mass where the file has them)."""
     part = stats.spawn()
     ent = batch.get("trainer_entropy")
-    part.add(t, batch["position"], ent if ent is not None and np.isfinite(ent).all() else None)
+    part.add(t, batch["position"], ent if ent is not None and np.isfinite(ent).all() else None, batch.get("turn"))
     if plan.has_topk:
         b, centering = topk_terms(batch, t)
         part.add_topk(b.tv_lower_T, b.kl_lower_T, b.sampler_mass_T)

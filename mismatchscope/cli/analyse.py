@@ -39,6 +39,12 @@ def masks_payload(result) -> dict:
     return document(result.masks)
 
 
+class MasksBy(str, enum.Enum):
+    """``compare-masks --by``: what each rule's counts are split by."""
+
+    turn = "turn"
+
+
 class WorstBy(str, enum.Enum):
     """``--worst-by``: the names of ``analysis.worst.RANKINGS`` (kept here so ``--help`` imports no numpy)."""
 
@@ -77,10 +83,18 @@ def compare_masks(
         "Write PNG pictures into DIR: which tail each rule cuts (needs the plot extra: matplotlib)."
     ),
     readings: str | None = ReadingsOpt,
+    by: MasksBy | None = typer.Option(
+        None,
+        "--by",
+        help="turn: each rule's rejected and reweighted tokens in each turn of a multi-turn run "
+        "(they sum to the whole run's counts).",
+    ),
 ) -> None:
     """How many tokens and sequences each masking rule would reject or reweight, side by side, how much they overlap, and which tail (sampler probability, sign of p - q) each one cuts."""
     keep_freed_memory()
     if readings is not None:
+        if by is not None:
+            raise UsageError("--by turn and --readings are two views; ask for one at a time")
         return run_side_by_side(
             path, readings, rules=rule, sweeps=sweep, examples=examples, plots=plots, column=column, format=format
         )
@@ -91,7 +105,9 @@ def compare_masks(
     rules, sweeps = _request_rules(rule, sweep)
     result = analyse(
         path,
-        AnalysisRequest(report=False, masks=True, rules=rules, sweeps=sweeps, examples=examples),
+        AnalysisRequest(
+            report=False, masks=True, rules=rules, sweeps=sweeps, examples=examples, by_turn=by is MasksBy.turn
+        ),
         parse_column_mapping(column),
     )
     for w in result.warnings:
