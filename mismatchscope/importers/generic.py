@@ -7,7 +7,9 @@ renamed with ``--column CANONICAL=NAME``:
 * per token (lists, index i = token i): ``token_id`` (default name
   ``token_ids``), ``sampler_logprob`` (``sampler_logprobs``),
   ``trainer_logprob`` (``trainer_logprobs``), ``mask`` (``mask``: 1 keeps a
-  generated token, 0 drops it), ``trainer_entropy`` (``trainer_entropy``);
+  generated token, 0 drops it), ``trainer_entropy`` (``trainer_entropy``),
+  ``turn`` (``turn``: the assistant turn of each token, counting from 0; without
+  it a mask with several runs of 1s gives the turns, ``mismatchscope.turns``);
 * per token or per sequence: ``advantage`` (``advantages``), ``reward`` (``reward``);
 * per sequence: ``sequence_id``, ``step``, ``rank``, ``prompt_id``, ``sample_index``
   (same names).
@@ -27,7 +29,7 @@ import numpy as np
 
 from ..errors import ImportFormatError, InputError, UsageError
 from ._base import SourceFile
-from ._mask import mask_span
+from ._mask import add_turns, explicit, mask_span
 from ._records import parse_record
 from ._values import check_lengths, missing_fields, take_floats, take_ints
 
@@ -50,9 +52,10 @@ DEFAULT_COLUMNS = {
     "rank": "rank",
     "prompt_id": "prompt_id",
     "sample_index": "sample_index",
+    "turn": "turn",
 }
 REQUIRED = ("token_id", "sampler_logprob", "trainer_logprob")
-PER_TOKEN = ("sampler_logprob", "trainer_logprob", "mask", "trainer_entropy")
+PER_TOKEN = ("sampler_logprob", "trainer_logprob", "mask", "trainer_entropy", "turn")
 EITHER = ("advantage", "reward")
 PER_SEQUENCE = ("sequence_id", "step", "rank", "prompt_id", "sample_index")
 FLOAT_COLUMNS = ("sampler_logprob", "trainer_logprob", "trainer_entropy", "advantage", "reward")
@@ -60,6 +63,7 @@ FLOAT_COLUMNS = ("sampler_logprob", "trainer_logprob", "trainer_entropy", "advan
 SEMANTICS = {
     "layout": "one row per sequence, list columns; index i of every list refers to token i",
     "mask": "the mapped mask column when given (1 = generated token, kept), else every token is kept",
+    "turn": "the turn column when given, else the runs of 1s in the mask (one turn without a mask)",
     "note": "semantics (temperature, policy lag) are those of the trainer that wrote the dump",
 }
 
@@ -143,7 +147,7 @@ class GenericImporter:
                 hint=f"map yours with --column {c}=NAME",
             )
         self.columns = tuple(
-            c for c in self.present if c not in ("token_id", "mask", "sequence_id") and c not in REQUIRED
+            c for c in self.present if c not in ("token_id", "mask", "sequence_id", "turn") and c not in REQUIRED
         )
 
     def semantics(self) -> dict[str, Any]:
@@ -224,6 +228,14 @@ class GenericJsonlImporter(GenericImporter):
                     values[c] = v
         except (TypeError, ValueError) as e:
             raise ImportFormatError(f"bad value ({e})", file=f.rel, line=line) from None
+        try:
+            if "turn" in lists:
+                explicit(values, take_ints(lists["turn"], lo, hi, keep), src["turn"])
+            else:
+                add_turns(values, keep)
+        except (ImportFormatError, TypeError, ValueError) as e:
+            reason = e.reason if isinstance(e, ImportFormatError) else f"bad value ({e})"
+            raise ImportFormatError(reason, file=f.rel, line=line, hint=getattr(e, "hint", None)) from None
         return values, n - len(values["token_id"])
 
 

@@ -37,6 +37,7 @@ import numpy as np
 
 from ..errors import ImportFormatError, NoSamplerLogprobsError, UsageError
 from ._base import ImportContext, SourceFile, short
+from ._mask import add_turns
 from ._values import check_record, exact_ints, host_array
 from .stack_pickle import StackBatch, load_stack_pickle
 
@@ -211,6 +212,7 @@ def sequences(f: SourceFile, batch: dict[str, Any]) -> Iterator[tuple[int, dict[
             ("advantage", "advantages"),
         ):
             values[name] = a[key][row, cols].astype(np.float64)[keep]
+        add_turns(values, keep)
         yield row, values, int(np.count_nonzero(a["attention_mask"][row])) - int(keep.sum())
 
 

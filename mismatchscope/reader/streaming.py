@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -64,6 +65,16 @@ class RawBatch:
 
     def clean(self, hygiene: Hygiene) -> CleanBatch:
         return _clean(self.path, self.record_batch, self.wanted, hygiene, self.extra, self.filled)
+
+    def full_batch(self) -> pa.RecordBatch:
+        """The record batch with the turn columns its file lacks filled in (turn 0, turn_position = position),
+        for a caller that keeps rows as Arrow (a rescore carrying imported columns over)."""
+        if not self.filled:
+            return self.record_batch
+        rb = self.record_batch
+        position = rb.column(self.wanted.index("position")).cast(pa.int32())
+        rb = rb.append_column("turn", pa.array(np.zeros(rb.num_rows, np.int32)))
+        return rb.append_column("turn_position", position)
 
 
 def read_batches(
