@@ -79,3 +79,45 @@ def explicit_turns(turn: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     idx = np.arange(t.size, dtype=np.int64)
     opened = np.maximum.accumulate(np.where(first, idx, 0))
     return t.astype(np.int32), (idx - opened).astype(np.int32)
+
+
+def row_turns(
+    rows: np.ndarray, position: np.ndarray, turn: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(turn, turn_position)`` of the kept tokens of a padded ``[B, T]`` batch, given in row-major order by their
+    row and position along T (``np.nonzero`` of the mask); None when every row is one turn.
+
+    Without ``turn`` the mask's runs are the turns: a kept token opens a turn where the token before it in its
+    row was not kept. With ``turn`` (each kept token's explicit turn), a turn below an earlier one of its row
+    raises :class:`TurnOrderError`. ``turn_position`` is the position's distance from its turn's first kept
+    token, so a masked token inside an explicit turn leaves a gap there as it does in ``position``.
+    """
+    n = rows.size
+    if n == 0:
+        return None
+    new_row = np.ones(n, dtype=bool)
+    new_row[1:] = rows[1:] != rows[:-1]
+    if turn is None:
+        opened = new_row.copy()
+        opened[1:] |= position[1:] - position[:-1] > 1
+        runs = np.cumsum(opened, dtype=np.int64)
+        t = runs - np.maximum.accumulate(np.where(new_row, runs, 0))
+    else:
+        t = np.asarray(turn).astype(np.int64)
+        down = np.flatnonzero((np.diff(t) < 0) & ~new_row[1:]) + 1
+        if down.size:
+            i = int(down[0])
+            raise TurnOrderError(
+                f"turn decreases along row {int(rows[i])}: {int(t[i - 1])} at position {int(position[i - 1])}, "
+                f"then {int(t[i])} at position {int(position[i])}",
+                hint="a row's turn ids count up along T",
+            )
+        if int(t.min()) < 0:
+            raise InputError(f"turn {int(t.min())} is negative: turns count from 0")
+        opened = new_row.copy()
+        opened[1:] |= t[1:] != t[:-1]
+    if int(t.max()) == 0:
+        return None
+    idx = np.arange(n)
+    first = np.maximum.accumulate(np.where(opened, idx, 0))
+    return t.astype(np.int32), (position - position[first]).astype(np.int32)

@@ -32,7 +32,7 @@ from .grouping import SequenceAggregator
 from .masks import ROUTE_FLIPPED, MaskAccumulator, build_units
 from .parallel import ordered_map
 from .plan import AnalysisPlan, columns_to_read, reductions
-from .positions import PositionTracker
+from .positions import PositionRuns, PositionTracker
 from .quantiles import select_bins
 from .report import assemble_report
 from .results import MasksResult, Report
@@ -194,7 +194,8 @@ def _finish(fold: _Fold) -> AnalysisResult:
     n_tokens = int(table.n_tokens_S.sum()) if seq_ids.size else 0
     check_not_empty(plan.path, n_tokens, fold.hygiene, plan.source)
     turns = fold.turns.finish() if plan.turns else None
-    warnings = plan.source.warnings + fold.hygiene.warnings() + position_warnings(fold.positions.finish())
+    runs = fold.positions.finish()
+    warnings = plan.source.warnings + fold.hygiene.warnings() + position_warnings(runs, _turns_of(runs, turns))
     warnings += overflow_warnings(table.max_l_S)
     warnings += ([plan.routes_note] if plan.routes_note else []) + (routing_warnings(scan) if scan else [])
     seq = _sequence_inputs(plan, table, agg)
@@ -206,6 +207,15 @@ def _finish(fold: _Fold) -> AnalysisResult:
     return AnalysisResult(
         n_tokens, int(seq_ids.size), report, mask_out, warnings, plan.source.run_config, plan.source, table, turns
     )
+
+
+def _turns_of(runs: PositionRuns, turns: TurnRows | None) -> np.ndarray | None:
+    """Each sequence's number of turns, in the order of ``runs`` (None for a run of single turns)."""
+    if turns is None:
+        return None
+    ids, counts = np.unique(turns.sequence_id, return_counts=True)
+    at = np.clip(np.searchsorted(ids, runs.sequence_id_S), 0, max(ids.size - 1, 0))
+    return np.where(ids[at] == runs.sequence_id_S, counts[at], 1) if ids.size else None
 
 
 def _sequence_inputs(plan: AnalysisPlan, table: SequenceTable, agg: dict[str, np.ndarray]) -> SequenceInputs:
