@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..analysis.results import Report, WorstSequence
 from ..metrics import SCORE_CENTERING
 from .plots.html import _breakdown, _e, _figures, _metadata, _metrics, _num, _page, _table
+from .tables import largest_turn_line
 
 
 def report_page(result, pictures, worst: list[WorstSequence] | None = None) -> str:
@@ -31,6 +32,9 @@ def report_page(result, pictures, worst: list[WorstSequence] | None = None) -> s
     body.append("<h2>By position in the completion</h2>" + _breakdown(runs, "position"))
     if rep.breakdowns.entropy:
         body.append("<h2>By trainer entropy</h2>" + _breakdown(runs, "entropy"))
+    if rep.breakdowns.turn:
+        line = largest_turn_line(rep.breakdowns.turn)
+        body.append("<h2>By turn</h2>" + _breakdown(runs, "turn") + (f"<p>{_e(line)}</p>" if line else ""))
     body.append(_centering(rep))
     body.append(_routing(rep))
     body.append("<h2>Run metadata</h2>" + _metadata([("run", result.run)]))
