@@ -9,7 +9,9 @@ renamed with ``--column CANONICAL=NAME``:
   ``trainer_logprob`` (``trainer_logprobs``), ``mask`` (``mask``: 1 keeps a
   generated token, 0 drops it), ``trainer_entropy`` (``trainer_entropy``),
   ``turn`` (``turn``: the assistant turn of each token, counting from 0; without
-  it a mask with several runs of 1s gives the turns, ``mismatchscope.turns``);
+  it a mask with several runs of 1s gives the turns, ``mismatchscope.turns``),
+  ``trainer_token_id`` (``trainer_token_ids``: the ids the trainer scored, where
+  the dump holds both sides' and they may differ: a re-tokenized conversation);
 * per token or per sequence: ``advantage`` (``advantages``), ``reward`` (``reward``);
 * per sequence: ``sequence_id``, ``step``, ``rank``, ``prompt_id``, ``sample_index``
   (same names).
@@ -53,9 +55,10 @@ DEFAULT_COLUMNS = {
     "prompt_id": "prompt_id",
     "sample_index": "sample_index",
     "turn": "turn",
+    "trainer_token_id": "trainer_token_ids",
 }
 REQUIRED = ("token_id", "sampler_logprob", "trainer_logprob")
-PER_TOKEN = ("sampler_logprob", "trainer_logprob", "mask", "trainer_entropy", "turn")
+PER_TOKEN = ("sampler_logprob", "trainer_logprob", "mask", "trainer_entropy", "turn", "trainer_token_id")
 EITHER = ("advantage", "reward")
 PER_SEQUENCE = ("sequence_id", "step", "rank", "prompt_id", "sample_index")
 FLOAT_COLUMNS = ("sampler_logprob", "trainer_logprob", "trainer_entropy", "advantage", "reward")
@@ -207,6 +210,8 @@ class GenericJsonlImporter(GenericImporter):
         values: dict[str, Any] = {}
         try:
             values["token_id"] = take_ints(ids, lo, hi, keep)
+            if "trainer_token_id" in lists:  # the ids the trainer scored, where the dump holds both sides'
+                values["trainer_token_id"] = take_ints(lists["trainer_token_id"], lo, hi, keep)
             for c in FLOAT_COLUMNS:
                 if c not in src:
                     continue

@@ -74,8 +74,8 @@ class GenericParquetImporter(GenericImporter):
             t = schema.field(name).type
             listed = _list_type(t)
             inner = t.value_type if listed else t
-            kind = "integers" if c == "token_id" else "numbers"
-            if c in PER_TOKEN or c == "token_id":
+            kind = "integers" if c in ("token_id", "trainer_token_id", "turn") else "numbers"
+            if c in PER_TOKEN or c == "token_id":  # trainer_token_id and turn are per-token lists too
                 shape_ok = listed
                 want = f"a list of {kind}, one per token"
             elif c in EITHER:
@@ -217,6 +217,9 @@ def _token_columns(
             out[c] = np.repeat(_numpy(col[c].filter(sel), np.float64, src[c]), kept_lens)
     if "turn" in col:
         out["turn"] = _take(_flatten(col["turn"].filter(sel), np.int64, src["turn"]), keep_flat)
+    if "trainer_token_id" in col:
+        ids = _flatten(col["trainer_token_id"].filter(sel), np.int64, src["trainer_token_id"])
+        out["trainer_token_id"] = _take(ids, keep_flat)
     for c in PER_SEQUENCE:
         if c in col:
             per_seq = _numpy(col[c].filter(sel), np.int64, src[c])
