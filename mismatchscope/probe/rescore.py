@@ -31,6 +31,7 @@ from .scoring import (
     trainer_checkpoint,
     write_prompts_once,
 )
+from .turns import Conversations, TurnsConfig
 from .types import SamplingConfig, TrainerConfig
 from .writer import RunDir, finish, open_session, save_progress
 
@@ -229,7 +230,17 @@ def _rescore_rounds(s: RescoreSession, manifest: dict[str, Any]) -> Path:
     manifest["trainer_info"] = trainer.describe()
     routes = RoundRoutes.of_source(s.src.path, s.old, trainer, s.trainer_cfg.replay, manifest, s.progress.note)
     scoring = Scoring(
-        s.dst, s.prompts, s.prompt_ids, s.tokenizer, reward_fn, trainer, s.sampling, done, config, s.progress
+        s.dst,
+        s.prompts,
+        s.prompt_ids,
+        s.tokenizer,
+        reward_fn,
+        trainer,
+        s.sampling,
+        done,
+        config,
+        s.progress,
+        _conversations(s),
     )
     for p in sorted(s.src.samples.glob("round-*.parquet")):
         r = int(p.stem.split("-")[1])
@@ -240,6 +251,15 @@ def _rescore_rounds(s: RescoreSession, manifest: dict[str, Any]) -> Path:
         save_progress(s.dst, manifest)
     finish(s.dst, manifest)
     return s.dst.path
+
+
+def _conversations(s: RescoreSession) -> Conversations | None:
+    """A multi-turn probe run's conversations, as its probe made them (``config.turns``): scored again the same way."""
+    recorded = s.old["config"].get("turns")
+    if not recorded:
+        return None
+    cfg = TurnsConfig(recorded["turns"], recorded["tool_response"], recorded["turn_ids"])
+    return Conversations(s.tokenizer, cfg, s.info.path)
 
 
 def _config(s: RescoreSession) -> dict[str, Any]:
