@@ -48,6 +48,9 @@ SLOW_TESTS = frozenset(
         "tests/render/plots/test_figures.py::test_gate_plots_and_html",  # 6 s (test_report_plots_and_html keeps the page in the fast lane)
         "tests/project/test_wheel.py::test_the_wheel_carries_the_sample",  # builds a wheel
         "tests/analysis/test_worst.py::test_trace_pictures",  # 7 s
+        "tests/probe/test_turns.py::test_a_multi_turn_probe_records_each_turn_and_its_positions",  # 20 s, hf probe
+        "tests/probe/test_turns.py::test_messages_mode_records_the_trainer_s_ids_beside_the_sampler_s",  # 20 s
+        "tests/probe/test_turns.py::test_a_killed_multi_turn_probe_resumes_from_its_next_turn",  # 45 s, three probes
     }
 )
 """Slow tests named here rather than marked where they stand, so the list reads as one measurement."""

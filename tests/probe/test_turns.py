@@ -128,7 +128,9 @@ def _with_template(tmp_path: Path, template: str | None) -> Path:
 )
 def test_a_template_that_cannot_render_a_tool_message_is_named(tmp_path, template, message):
     ckpt = _with_template(tmp_path, template)
-    line = error_line(cli_no_engine("probe", str(ckpt), "--turns", "2", "--sampler", "hf", "--out", str(tmp_path / "r")))
+    line = error_line(
+        cli_no_engine("probe", str(ckpt), "--turns", "2", "--sampler", "hf", "--out", str(tmp_path / "r"))
+    )
     assert message in line and (str(ckpt) in line), line
     assert not (tmp_path / "r").exists()
 
@@ -171,7 +173,7 @@ def _tokens(out: Path) -> dict:
 
 
 def test_a_multi_turn_probe_records_each_turn_and_its_positions(tmp_path):
-    r, out = _probe(tmp_path, "tokens")
+    r, out = _probe(tmp_path, "run-tokens")
     assert r.returncode == 0, r.stderr
     t = _tokens(out)
     assert set(t["turn"]) == {0, 1, 2} and "trainer_token_id" not in t
@@ -194,7 +196,7 @@ def test_a_multi_turn_probe_records_each_turn_and_its_positions(tmp_path):
 
 
 def test_messages_mode_records_the_trainer_s_ids_beside_the_sampler_s(tmp_path):
-    r, out = _probe(tmp_path, "messages", "--turn-ids", "messages")
+    r, out = _probe(tmp_path, "run-messages", "--turn-ids", "messages")
     assert r.returncode == 0, r.stderr
     t = _tokens(out)
     same = np.equal(t["trainer_token_id"], t["token_id"])
@@ -218,8 +220,8 @@ def test_a_killed_multi_turn_probe_resumes_from_its_next_turn(tmp_path, monkeypa
         return real(run, r, t, *args)
 
     monkeypatch.setattr(conversations, "_turn", failing)
-    with pytest.raises(KeyboardInterrupt):
-        _probe(tmp_path, "killed")
+    r, _ = _probe(tmp_path, "killed")
+    assert r.returncode == 130, r.stderr  # interrupted
     killed = tmp_path / "killed"
     assert sorted(p.name for p in (killed / "samples" / "turns").iterdir()) == [
         "round-00000-turn-000.parquet",
