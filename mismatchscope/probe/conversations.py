@@ -98,17 +98,41 @@ def _turn(
     progress.stage("sampling" if t == 0 else f"sampling turn {t}", total)
     t0 = time.perf_counter()
     stage = "sampling" if t == 0 else f"sampling turn {t}"
-    local = start().sample([requests[k] for k in keys], asked, on_progress=lambda k: progress.advance(stage, k))
+    out = []
+    for batch in prefill_batches(keys, requests, asked.n):
+        local = start().sample([requests[k] for k in batch], asked, on_progress=lambda k: progress.advance(stage, k))
+        if t == 0:  # each prompt n times, as a single-turn probe samples it
+            out += [replace(c, prompt_index=batch[c.prompt_index][0]) for c in local]
+        else:  # each conversation once
+            out += [
+                replace(c, prompt_index=batch[c.prompt_index][0], sample_index=batch[c.prompt_index][1]) for c in local
+            ]
     timings["sampling_seconds"] += time.perf_counter() - t0
-    if t == 0:  # each prompt n times, as a single-turn probe samples it
-        out = [replace(c, prompt_index=keys[c.prompt_index][0]) for c in local]
-        wanted = [(p, k) for p, _ in keys for k in range(asked.n)]
-    else:  # each conversation once
-        out = [replace(c, prompt_index=keys[c.prompt_index][0], sample_index=keys[c.prompt_index][1]) for c in local]
-        wanted = keys
+    wanted = [(p, k) for p, _ in keys for k in range(asked.n)] if t == 0 else keys
     if sorted((c.prompt_index, c.sample_index) for c in out) != sorted(wanted):
         raise SamplerError(f"the sampler returned {len(out)} completions for the {total} asked for at turn {t}")
     run.write_samples(r, out, path=run.turn_samples_path(r, t))
+    return out
+
+
+PREFILL_TOKENS = 2048
+"""prompt tokens one engine call of a turn holds at most. Later turns' prompts are whole conversations: all at
+once they outgrow vLLM's per-step token budget (4096 on the CPU), a prefill is then split over steps, and vLLM's
+CPU build stops on any seeded request whose prefill was split ("CPU Generator does not use offset", as
+``diagnose`` notes for chunked prefill). A call whose prompts fit half the budget is prefilled in its first step."""
+
+
+def prefill_batches(keys: list[Key], requests: dict[Key, list[int]], n: int) -> list[list[Key]]:
+    """``keys`` in order, cut into engine calls of at most :data:`PREFILL_TOKENS` prompt tokens (times ``n``)."""
+    out: list[list[Key]] = [[]]
+    size = 0
+    for k in keys:
+        tokens = len(requests[k]) * n
+        if out[-1] and size + tokens > PREFILL_TOKENS:
+            out.append([])
+            size = 0
+        out[-1].append(k)
+        size += tokens
     return out
 
 

@@ -23,6 +23,7 @@ positional values.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -416,6 +417,10 @@ def _round_conversations(
     if ended:
         manifest["conversations_ended_early"] = manifest.get("conversations_ended_early", 0) + ended
     s.run.write_samples(r, completions)
+    for t in range(s.conversations.cfg.turns):  # the round's samples hold every turn now
+        s.run.turn_samples_path(r, t).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        s.run.turn_samples_path(r, 0).parent.rmdir()  # only when empty: another round may be under way
     if s.sampler is not None:
         manifest["sampler_info"] = s.sampler.describe()
     save_progress(s.run, manifest)

@@ -174,3 +174,43 @@ def test_the_bundled_tokenizer_re_encodes_a_non_canonical_split():
     assert reencode(tok, canonical, None) == canonical
     split = [*tok.encode(" then add 1", add_special_tokens=False), *tok.encode("2", add_special_tokens=False)]
     assert split != canonical and reencode(tok, split, None) == canonical  # "1" "2" is "12" once re-encoded
+
+
+BUNDLED = REPO / "sample_data" / "runs"
+
+
+def test_doctor_names_retokenized_on_the_bundled_messages_run():
+    """The bundled ``probe --turns 3 --turn-ids messages`` run (vLLM float16, tiny-qwen3-chat): the trainer's ids
+    part from the sampler's first in turn 1, at its first token (sequence 18, position 57)."""
+    r = cli("doctor", str(BUNDLED / "multi-turn-messages"), "--format", "json")
+    assert r.returncode == 1, r.stdout
+    top = json.loads(r.stdout)["top"]
+    assert (top["cause"], top["confidence"], top["turn"]) == ("retokenized", "high", 1)
+    e = top["estimate"]
+    assert (e["method"], e["first_turn"], e["first_turn_position"], e["sequence_id"], e["position"]) == (
+        "exact",
+        1,
+        0,
+        18,
+        57,
+    )
+    assert e["gap_misaligned"] > 1000 * e["gap_rest"]  # misaligned pairs against the run's float16 numerics
+
+
+def test_doctor_reads_the_bundled_tokens_run_as_numerics():
+    """The same conversations with token ids passed between turns: the run's checkpoint re-encodes some turns
+    otherwise, but the trainer scored the sampled ids, so nothing steps up there."""
+    r = cli("doctor", str(BUNDLED / "multi-turn-tokens"), "--format", "json")
+    assert r.returncode == 0, r.stdout
+    doc = json.loads(r.stdout)
+    retok = next(f for f in doc["findings"] if f["cause"] == "retokenized")
+    assert doc["verdict"] == "numerics" and retok["status"] == "clear" and "does not step up" in retok["sentence"]
+
+
+def test_compare_masks_by_turn_sums_back_on_the_bundled_run():
+    r = cli("compare-masks", str(BUNDLED / "multi-turn-messages"), "--by", "turn", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert sum(d["tokens_by_turn"].values()) == d["tokens"] and set(d["tokens_by_turn"]) == {"0", "1", "2"}
+    for rule in d["rules"]:
+        assert sum(rule["rejected_by_turn"].values()) == pytest.approx(rule["tokens_rejected"])

@@ -44,7 +44,9 @@ def _rows(run: Path) -> dict:
 def test_vllm_samples_conversations_in_both_modes(vllm_sampler, dense_info, tmp_path):
     engine = vllm_sampler(dense_info, "float16")
     runs = {
-        mode: run_probe(_opts(tmp_path, f"run-{mode}", mode, SamplerConfig(kind="vllm", dtype="float16")), sampler=engine)
+        mode: run_probe(
+            _opts(tmp_path, f"run-{mode}", mode, SamplerConfig(kind="vllm", dtype="float16")), sampler=engine
+        )
         for mode in ("tokens", "messages")
     }
     tokens, messages = _rows(runs["tokens"]), _rows(runs["messages"])
