@@ -20,7 +20,6 @@ import datetime
 import os
 import platform
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -103,7 +102,6 @@ def main() -> None:
         head = f"\n## bench_turns.py ({stamp}, {platform.python_version()}, best of {args.repeat})\n\n"
         with open(args.results, "a") as f:
             f.write(head + text + "\n")
-    time.sleep(0)
 
 
 if __name__ == "__main__":

@@ -72,7 +72,8 @@ def turns_config(turns: int, tool_response: str | None, turn_ids: str | None) ->
     if turns == 1:
         given = [name for name, v in (("--tool-response", tool_response), ("--turn-ids", turn_ids)) if v is not None]
         if given:
-            raise UsageError(f"{' and '.join(given)} describe multi-turn conversations", hint="add --turns N (N >= 2)")
+            verb = "describe" if len(given) > 1 else "describes"
+            raise UsageError(f"{' and '.join(given)} {verb} multi-turn conversations", hint="add --turns N (N >= 2)")
         return None
     if turn_ids is not None and turn_ids not in TURN_IDS:
         raise UsageError(f"--turn-ids {turn_ids!r}", hint="use tokens (token in, token out) or messages (re-encoded)")
@@ -222,11 +223,13 @@ class Conversations:
         enc = self.tok(text, add_special_tokens=False, return_offsets_mapping=True)
         ids, offsets = list(enc["input_ids"]), list(enc["offset_mapping"])
         where = []
+        start = 0
         for t, turn in enumerate(turns):
-            start = len(self.render(messages[: 2 * t + 1], generation=True))
+            before = self.render(messages[: 2 * t + 1], generation=True)  # up to this assistant message's header
             content = messages[2 * t + 1]["content"]
-            if not text.startswith(self.render(messages[: 2 * t + 1], generation=True)):
-                start = text.find(content, start - len(content) if start > len(content) else 0)
+            at = len(before) if text.startswith(before) else start
+            found = text.find(content, at) if content else at  # markup a template writes first (think tags)
+            start = found if found >= 0 else at
             end = start + len(content)
             inside = [i for i, (a, b) in enumerate(offsets) if b > start and a < end] if content else []
             after = (inside[-1] + 1) if inside else next((i for i, (a, _) in enumerate(offsets) if a >= end), len(ids))

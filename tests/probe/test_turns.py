@@ -90,7 +90,7 @@ def test_a_conversation_s_turns_come_back_apart():
     ("args", "message"),
     [
         (["--turns", "0"], "error: --turns 0: a conversation has at least one turn"),
-        (["--tool-response", "x"], "error: --tool-response describe multi-turn conversations"),
+        (["--tool-response", "x"], "error: --tool-response describes multi-turn conversations"),
         (["--turns", "2", "--turn-ids", "text"], "error: --turn-ids 'text'"),
         (["--turns", "2", "--tool-response", "  "], "error: --tool-response is empty"),
         (["--turns", "2", "--full-vocab", "--sampler", "hf"], "error: --turns 2 does not combine with --full-vocab"),
