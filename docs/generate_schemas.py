@@ -27,7 +27,7 @@ def schemas() -> dict[str, dict]:
     from mismatchscope.analysis.side_by_side import SideBySide
     from mismatchscope.certify.document import CertifyDocument
     from mismatchscope.diagnose.document import DiagnoseDocument
-    from mismatchscope.diagnose.locate.document import LocateResult
+    from mismatchscope.diagnose.locate.document import LocatedRescore, LocateResult
     from mismatchscope.doctor.document import DoctorDocument
     from mismatchscope.documents import json_schema
     from mismatchscope.gate.document import GateDocument
@@ -76,6 +76,11 @@ def schemas() -> dict[str, dict]:
             ProbeDocument,
             "mismatchscope probe",
             "probe and rescore --format json: the run written, its report and compare-masks",
+        ),
+        "rescore-locate.json": json_schema(
+            LocatedRescore,
+            "mismatchscope rescore --locate",
+            "rescore --locate --format json: probe.json's document and the localisation of the run's worst sequences",
         ),
     }
 

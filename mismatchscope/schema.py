@@ -133,6 +133,10 @@ MAX_POSITION = (1 << 24) - 1
 MAX_ABS_STEP = 1 << 52
 """``|step|`` up to this (inclusive): ``timeline`` keys tokens by ``step * 1024 + group`` in int64, exact
 as a float64; a larger value is not a training step counter."""
+NOT_RECORDED_ID = -1
+"""the ``token_id`` of a token whose id was not recorded (the Recorder without ``token_ids``): the one negative
+id a reader accepts; any other negative id is no token at all."""
+TOKEN_ID_RULE = "token ids are >= 0; -1 marks a token whose id was not recorded"
 POSITIVE_LOGPROB_TOLERANCE = 1e-4
 """log-softmax in float arithmetic can land a hair above 0 for a near-certain
 token; anything beyond this is not a logprob (logits? probabilities?)."""
@@ -168,8 +172,8 @@ def first_refused(columns: Mapping[str, Any]) -> Refusal | None:
 
     The rules are the readers' own: a finite logprob above the rounding
     tolerance, a non-finite advantage, a position outside
-    ``0..MAX_POSITION`` (a turn or a position within one likewise), a step beyond ``+-MAX_ABS_STEP``. Non-finite
-    logprobs are not refused (readers count them and leave them out).
+    ``0..MAX_POSITION`` (a turn or a position within one likewise), a step beyond ``+-MAX_ABS_STEP``, a token
+    id below :data:`NOT_RECORDED_ID`. Non-finite logprobs are not refused (readers count them and leave them out).
     """
     for name in ("sampler_logprob", "trainer_logprob"):
         if name in columns:
@@ -203,6 +207,12 @@ def first_refused(columns: Mapping[str, Any]) -> Refusal | None:
             if np.any(bad):
                 i = _first(bad)
                 return Refusal(i, name, f"{name} {int(v.flat[i])} is outside {lo}..{hi}")
+    if "token_id" in columns:
+        v = np.asarray(columns["token_id"])
+        bad = v < NOT_RECORDED_ID
+        if np.any(bad):
+            i = _first(bad)
+            return Refusal(i, "token_id", f"token_id {int(v.flat[i])} is negative ({TOKEN_ID_RULE})")
     return None
 
 

@@ -40,10 +40,7 @@ def rescore_hint(path: object, source: Source | None) -> str | None:
     fmt = (((source.run_config if source else None) or {}).get("source") or {}).get("format")
     if fmt not in SAMPLER_SIDE_ONLY:
         return None
-    return (
-        f"a {fmt} import holds the sampler's side only: `mismatchscope rescore {path} --trainer-checkpoint "
-        "CHECKPOINT --temperature T` scores the trainer's"
-    )
+    return f"a {fmt} import holds the sampler's side only: mismatchscope rescore {path} scores the trainer's"
 
 
 def check_not_empty(path: str, n_tokens: int, hygiene: Hygiene, source: Source | None = None) -> None:

@@ -29,11 +29,12 @@ def checks(v: Verdict) -> list[tuple[str, bool | None, str]]:
 
 
 def pairing_line(p: PairingResult) -> str:
+    without = f"; {p.without}" if p.without else ""
     if p.equal:
-        return f"all {p.tokens:,} pairs byte-equal in {p.dtype}"
+        return f"all {p.tokens:,} pairs byte-equal in {p.dtype}{without}"
     return (
         f"{p.differing:,} of {p.tokens:,} pairs ({p.share:.2%}) differ in {p.dtype}; "
-        f"ULP median {_g4(p.ulp_median)}, max {p.ulp_max:,}; stable K3 mean {p.k3_mean:.3g} (diagnostic)"
+        f"ULP median {_g4(p.ulp_median)}, max {p.ulp_max:,}; stable K3 mean {p.k3_mean:.3g} (diagnostic){without}"
     )
 
 
@@ -92,6 +93,12 @@ class PairingEntry:
     first_differences: list[Difference]
     earliest_position: EarliestSummary | None
     earliest_by_sequence: list[EarliestEntry]
+    tokens_without: int | None = field(
+        default=None,
+        metadata=optional(
+            "tokens not compared because their shard lacks a column of the pairing (only some shards hold it)"
+        ),
+    )
 
     @classmethod
     def of(cls, p: PairingResult) -> PairingEntry:
@@ -116,6 +123,7 @@ class PairingEntry:
             list(p.first),
             EarliestSummary(**early) if early else None,
             [EarliestEntry(s, pos) for s, pos in p.earliest],
+            p.tokens_without,
         )
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import typer
-from typer.core import TyperCommand
 
+from ._help import HelpCommand
 from ._streams import OutputFormat
 
 PathArg = typer.Argument(
@@ -103,7 +103,7 @@ def rule_help_epilog() -> str:
     return "\n\n".join(["\b\n" + "\n".join(lines)])
 
 
-class RulesInHelp(TyperCommand):
+class RulesInHelp(HelpCommand):
     """A command whose ``--help`` ends with the list of rules (``rule_help_epilog``).
 
     The list is added when the help is shown, not when the command is built: it needs the rule

@@ -186,8 +186,10 @@ def report(
     _check_report_flags(rule, sweep, pictures, worst, worst_by, worst_traces)
     request, hist, rules = _report_request(rule, sweep, pictures)
     mapping = parse_column_mapping(column)
-    collector = _doctor_collector(path, mapping, request) if format is not OutputFormat.json else None
+    # doctor's top finding: the table's last line, and the page's header (report's JSON stays as it was)
+    collector = _doctor_collector(path, mapping, request) if format is not OutputFormat.json or html else None
     result = analyse(path, request, mapping, on_terms=_each(hist.add if hist else None, collector))
+    doctor = _doctor_text(result, collector) if collector is not None else None
     for w in result.warnings:
         warn(w)
     worst_rows, traces = None, {}
@@ -196,11 +198,11 @@ def report(
 
         worst_rows, traces = worst_report(result, worst, worst_by.value, with_traces=worst_traces)
     if pictures:
-        _write_pictures(result, hist, rules, plots, html, inputs, worst_rows, traces)
+        _write_pictures(result, hist, rules, plots, html, inputs, worst_rows, traces, (path, doctor))
     if format is OutputFormat.json:
         emit_json(report_payload(result, worst_rows))
     else:
-        _print_report(result, worst_rows, collector, path)
+        _print_report(result, worst_rows, doctor, path)
 
 
 def _check_report_flags(rule, sweep, pictures: bool, worst: int, worst_by: WorstBy, worst_traces: bool) -> None:
@@ -232,7 +234,9 @@ def _report_request(rule: list[str] | None, sweep: list[str] | None, pictures: b
     return AnalysisRequest(report=True, masks=True, rules=rules, sweeps=sweeps), PlotAccumulator(), rules
 
 
-def _print_report(result, worst_rows, collector, path: str) -> None:
+def _print_report(result, worst_rows, doctor: str | None, path: str) -> None:
+    from rich.markup import escape
+
     from ..render.report import report_tables, worst_table
     from ..render.tables import header
 
@@ -241,8 +245,8 @@ def _print_report(result, worst_rows, collector, path: str) -> None:
     report_tables(console, result)
     if worst_rows is not None:
         worst_table(console, worst_rows)
-    if collector is not None:
-        _doctor_line(console, result, collector, path)
+    if doctor is not None:
+        console.print(escape(f"{doctor} (evidence: mismatchscope doctor {path})"), highlight=False, overflow="fold")
 
 
 def _doctor_collector(path: str, mapping: dict[str, str], request):
@@ -268,15 +272,12 @@ def _each(hist_add, collector):
     return both
 
 
-def _doctor_line(console, result, collector, path: str) -> None:
-    """The top finding of ``doctor`` in one line (the table output only: report's JSON stays as it was)."""
-    from rich.markup import escape
-
+def _doctor_text(result, collector) -> str:
+    """The top finding of ``doctor`` in one line."""
     from ..doctor.run import diagnose_result
     from ..render.doctor import top_line
 
-    line = top_line(diagnose_result(result, collector.finish()))
-    console.print(escape(f"{line} (evidence: mismatchscope doctor {path})"), highlight=False, overflow="fold")
+    return top_line(diagnose_result(result, collector.finish()))
 
 
 def _write_pictures(
@@ -288,7 +289,9 @@ def _write_pictures(
     inputs,
     worst_rows: list[WorstSequence] | None = None,
     traces: dict | None = None,
+    page: tuple[str, str | None] = ("", None),
 ) -> None:
+    """``--plots`` and ``--html``; ``page``: the run as given and doctor's top finding, for the page's header."""
     from ..outputs import write_text
     from ..render.plots import report_figures, worst_figures
 
@@ -300,5 +303,5 @@ def _write_pictures(
     if html:
         from ..render.report_page import report_page
 
-        write_text(html, report_page(result, figures, worst_rows), "--html", inputs=inputs)
+        write_text(html, report_page(result, figures, worst_rows, *page), "--html", inputs=inputs)
         info(f"wrote {html}")

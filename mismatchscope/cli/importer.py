@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
 
 from ..errors import UsageError
-from ..importers import IMPORTERS, PICKLED_FORMATS
+from ..importers import IMPORTERS, PICKLED_FORMATS, ROUTE_ENCODINGS
 from ._options import FormatOpt, column_option, out_option
-from ._streams import OutputFormat, emit_json, info, stdout_console, warn
+from ._streams import OutputFormat, emit_json, info, reader_left, stdout_console, warn
 
 FORMATS = tuple(IMPORTERS)
 
@@ -58,7 +59,10 @@ def import_(
     ),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip and count malformed records instead of stopping."),
     trust_pickle: bool = typer.Option(
-        False, "--trust-pickle", help="slime: allow full unpickling of rollout dumps (runs code from the file)."
+        False,
+        "--trust-pickle",
+        help=f"{', '.join(PICKLED_FORMATS)}: unpickle in full what the safe loader refuses "
+        "(runs code from the file: only for files you produced).",
     ),
     routes: str | None = typer.Option(
         None,
@@ -71,7 +75,7 @@ def import_(
         None,
         "--routes-format",
         metavar="ENCODING",
-        help="How the routes are encoded: sglang, vllm, vllm-0.21, verl, slime or prime-rl.",
+        help=f"How the routes are encoded: {', '.join(ROUTE_ENCODINGS[:-1])} or {ROUTE_ENCODINGS[-1]}.",
     ),
     routes_config: str | None = typer.Option(
         None,
@@ -94,7 +98,7 @@ def import_(
         columns=_mapping(column),
         skip_bad=skip_bad,
         trust_pickle=trust_pickle,
-        progress=lambda done, total, path: info(f"[{done}/{total}] {path}"),
+        progress=lambda done, total, path: info(f"[{done}/{total}] {_shown(path, src_path)}"),
         route_options=_routes_options(routes, routes_format, routes_config),
     )
     for w in result.warnings:
@@ -107,6 +111,9 @@ def import_(
         from ..render.importer import import_lines
 
         import_lines(stdout_console(), result, out_dir)
+    sys.stdout.flush()
+    if reader_left():  # ``| head -0``: the summary had nowhere to go, the run is whole (the command succeeds)
+        warn(f"stdout was closed before the summary was written; the import is complete in {out_dir}")
 
 
 def _source(fmt: str, src: str, trust_pickle: bool, routes_format: str | None) -> Path:
@@ -137,3 +144,12 @@ def _out_dir(out: str, src_path: Path) -> Path:
     if out_dir.resolve() == src_path.resolve():
         raise UsageError(f"--out {out_dir} is the dump being imported", hint="write the token pairs to a new directory")
     return out_dir
+
+
+def _shown(path, src: Path) -> str:
+    """A file of the import as its progress line names it: relative to the folder given (which the command line
+    already names), so the line stays short; a file given itself, as given."""
+    try:
+        return str(Path(path).relative_to(src)) if src.is_dir() else str(path)
+    except ValueError:
+        return str(path)

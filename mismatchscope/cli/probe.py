@@ -74,7 +74,9 @@ def _parsed_rules(rules: list[str] | None) -> list:
     return [parse_rule(r) for r in rules] if rules else default_rules()
 
 
-def _summarise(run_dir: Path, selected: list, format: OutputFormat) -> None:
+def _summarise(run_dir: Path, selected: list, format: OutputFormat, located: dict[str, Any] | None = None) -> None:
+    """The report and compare-masks of the run written; ``located``: rescore --locate's entry, which the JSON
+    document carries (the terminal shows its table after)."""
     from ..analysis.engine import AnalysisRequest, analyse
 
     try:
@@ -97,19 +99,25 @@ def _summarise(run_dir: Path, selected: list, format: OutputFormat) -> None:
         from dataclasses import replace
 
         report = replace(result.report, worst=None)  # as report prints it without --worst
-        emit_json(document(ProbeDocument(str(run_dir), manifest, report, result.masks)))
+        doc = ProbeDocument(str(run_dir), manifest, report, result.masks)
+        if located is not None:
+            from ..diagnose.locate.document import with_localisation
+
+            doc = with_localisation(doc, located, run_dir / "locate" / "locate.json")
+        emit_json(document(doc))
         return
     from ..render.masks import masks_tables
     from ..render.report import report_tables
+    from ..render.summary import summary_lines
     from ..render.tables import header
 
     console = stdout_console()
     header(console, result)
     report_tables(console, result)
     masks_tables(console, result, 5)
-    console.print(
-        f"\nrun directory: {run_dir}  (mismatchscope report {run_dir}; compare-masks {run_dir})", highlight=False
-    )
+    console.print()
+    for line in summary_lines(result, run_dir):  # the headline again, where the reader's eye ends
+        console.print(line, highlight=False, markup=False)
 
 
 def probe(
@@ -317,6 +325,13 @@ def rescore(
         "the imported tokens and routes)."
     ),
     temperature: float | None = ImportedTemperatureOpt,
+    checkpoint: Path | None = typer.Option(
+        None,
+        "--checkpoint",
+        metavar="PATH",
+        help="Where the checkpoint the run was sampled from is now, when not at the path the run recorded (a "
+        "relative path is also looked for under the run's own folders). Its sha256 is checked against the run's.",
+    ),
     replay_routes: bool = ReplayRoutesOpt,
     replay_weights: bool = ReplayWeightsOpt,
     routes: bool = RoutesOpt,
@@ -334,7 +349,7 @@ def rescore(
     selected = _parsed_rules(rule)
     cfg = EngineValues.of(ctx.params).trainer_config()
     out_dir = _out_dir(out, "rescore")
-    located, locate_opts = _locatable(run, locate, locate_sequences)
+    located, locate_opts = _locatable(run, locate, locate_sequences, checkpoint)
     with engine_output(out_dir, verbose=verbose), Bars(enabled=True) as bars:
         run_dir = do_rescore(
             run,
@@ -344,13 +359,14 @@ def rescore(
             progress=bars,
             trainer_checkpoint=trainer_checkpoint,
             temperature=temperature,
+            checkpoint=checkpoint,
         )
-    entry = _locate(run, run_dir, cfg, trainer_checkpoint, located, locate_opts)
-    _summarise(run_dir, selected, format)
+    entry = _locate(run, run_dir, cfg, trainer_checkpoint, located, locate_opts, verbose)
+    _summarise(run_dir, selected, format, entry)
     _render_located(run_dir, entry, format)
 
 
-def _locatable(run: Path, locate: bool, locate_sequences: int | None):
+def _locatable(run: Path, locate: bool, locate_sequences: int | None, checkpoint: Path | None):
     """``--locate``'s options and the run's sampler, refused before any rescoring when it cannot start again here."""
     from ..diagnose.locate.run import locate_options
 
@@ -358,25 +374,33 @@ def _locatable(run: Path, locate: bool, locate_sequences: int | None):
     if locate_opts is not None:
         from ..diagnose.locate.rescore import check_locatable
 
-        located = check_locatable(run)
+        located = check_locatable(run, checkpoint)
     return located, locate_opts
 
 
 def _locate(
-    run: Path, run_dir: Path, cfg: TrainerConfig, trainer_checkpoint: Path | None, located: Any, locate_opts: Any
+    run: Path,
+    run_dir: Path,
+    cfg: TrainerConfig,
+    trainer_checkpoint: Path | None,
+    located: Any,
+    locate_opts: Any,
+    verbose: bool,
 ) -> Any:
-    """``--locate`` after the rescore, which it changes in nothing: the localisation's entry (None without it)."""
+    """``--locate`` after the rescore, which it changes in nothing: the localisation's entry (None without it).
+    The models it loads write their output to the run's engine.log, as the rescore's did."""
     if located is None or locate_opts is None:
         return None
     from ..diagnose.locate.rescore import locate_rescored
 
-    with Bars(enabled=True) as bars:
+    with engine_output(run_dir, verbose=verbose), Bars(enabled=True) as bars:
         return locate_rescored(run, run_dir, cfg, trainer_checkpoint, locate_opts, located, bars)
 
 
 def _render_located(run_dir: Path, entry: Any, format: OutputFormat) -> None:
-    """The localisation after the report: a table, or (JSON on stdout) one line saying where its file is."""
-    if entry is not None and format is OutputFormat.json:  # stdout holds the one JSON document
+    """The localisation after the report: a table, or (JSON on stdout) one line saying where its file is (the
+    document on stdout carries it too)."""
+    if entry is not None and format is OutputFormat.json:
         info(f"the localisation: {run_dir / 'locate' / 'locate.json'}")
     elif entry is not None:
         from ..render.locate_tables import render_locate

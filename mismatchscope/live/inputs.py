@@ -25,7 +25,14 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, RecorderInputError, UsageError
-from ..schema import MAX_ABS_STEP, POSITIVE_LOGPROB_TOLERANCE, first_refused, positive_logprobs
+from ..schema import (
+    MAX_ABS_STEP,
+    NOT_RECORDED_ID,
+    POSITIVE_LOGPROB_TOLERANCE,
+    TOKEN_ID_RULE,
+    first_refused,
+    positive_logprobs,
+)
 from ..turns import row_turns
 
 
@@ -358,7 +365,17 @@ def _mask(m: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
 
 def _token_ids(ids: np.ndarray) -> np.ndarray:
     """The recorded tokens' ids as int64; a fractional, non-finite or non-numeric id is refused (a cast would
-    write 1.5 as token 1 without a word)."""
+    write 1.5 as token 1 without a word), and so is a negative one other than -1 (every reader refuses it)."""
+    out = _integral_ids(ids)
+    if out.size and out.min() < NOT_RECORDED_ID:
+        raise RecorderInputError(
+            f"token_ids holds {int(out[out < NOT_RECORDED_ID][0])} among the recorded tokens ({TOKEN_ID_RULE})",
+            hint="pass the sampled token ids; a padding id must not fall on a recorded token",
+        )
+    return out
+
+
+def _integral_ids(ids: np.ndarray) -> np.ndarray:
     if ids.dtype.kind in "iu":
         return ids.astype(np.int64)
     if ids.dtype.kind != "f":

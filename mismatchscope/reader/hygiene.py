@@ -17,7 +17,9 @@ from ..schema import (
     COLUMNS,
     LOGPROB_SENTINEL,
     MAX_POSITION,
+    NOT_RECORDED_ID,
     POSITIVE_LOGPROB_TOLERANCE,
+    TOKEN_ID_RULE,
     TURN_COLUMNS,
     positive_logprobs,
 )
@@ -102,6 +104,16 @@ def _clean(
                 f"{path}: {name} {int(v[i])} of sequence {int(cols['sequence_id'][i])} is outside 0..{MAX_POSITION}",
                 hint="turns and positions within them count from 0",
             )
+    tok = cols["token_id"]
+    if n and tok.min() < NOT_RECORDED_ID:  # one reduction; the mask only to name the row
+        i = int(np.flatnonzero(tok < NOT_RECORDED_ID)[0])
+        raise InputError(
+            f"{path}: token_id {int(tok[i])} of sequence {int(cols['sequence_id'][i])} position "
+            f"{int(pos[i])} is negative ({TOKEN_ID_RULE})"
+        )
+    for name in TOPK_ID_LISTS:
+        if name in cols:
+            _check_listed_ids(path, name, cols[name], cols)
     cols, dropped = _clean_logprobs(path, cols, hygiene)
     for name in TOPK_LOGPROB_LISTS:
         if name in cols:
@@ -186,6 +198,22 @@ def _topk_list(path: Path, name: str, arr: pa.Array) -> pa.Array:
         _check_int64_range(path, name, flat)
         arr = arr.cast(pa.list_(pa.int64()) if pa.types.is_list(arr.type) else pa.large_list(pa.int64()))
     return arr
+
+
+def _check_listed_ids(path: Path, name: str, arr: pa.Array, cols: dict[str, Any]) -> None:
+    """A top-k list holds ids of real tokens: a negative one (even -1, which only the sampled token's column
+    uses, for an id not recorded) is refused, naming its row from the list offsets."""
+    flat, offsets = list_offsets(arr)
+    ids = to_numpy(flat)
+    if not ids.size or ids.min() >= 0:  # one reduction
+        return
+    first = int(np.flatnonzero(ids < 0)[0])
+    row = int(np.searchsorted(offsets[1:], first, side="right"))
+    raise InputError(
+        f"{path}: column {name!r} holds the negative id {int(ids[first])} at sequence "
+        f"{int(cols['sequence_id'][row])} position {int(cols['position'][row])}",
+        hint="a top-k list holds the ids of real tokens, >= 0",
+    )
 
 
 def _check_int64_range(path: Path, name: str, arr: pa.Array) -> None:

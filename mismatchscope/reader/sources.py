@@ -41,6 +41,9 @@ class Source:
     filled: dict[Path, tuple[str, ...]] = field(default_factory=dict)
     """files without the turn columns in an input where other files have them: their sequences are one
     turn each, and the reader fills the columns in (``schema.TURN_COLUMNS``)."""
+    present: list[frozenset[str]] = field(default_factory=list)
+    """the canonical names each file holds, in the order of ``files``: a column some shards hold and others do
+    not is read where it is by a reader that asks (``certify``), never taken for absent."""
 
     @property
     def warnings(self) -> list[str]:
@@ -49,6 +52,28 @@ class Source:
 
     def has(self, name: str) -> bool:
         return name in self.available
+
+    def in_any(self, name: str) -> bool:
+        """Whether some file holds the column (:meth:`has`: every file does)."""
+        return any(name in held for held in self.present) or self.has(name)
+
+    def holding(self, names: list[str] | tuple[str, ...]) -> list[Source]:
+        """The source cut into runs of consecutive files that hold the same ones of ``names``, in file order:
+        each part reads those columns as a whole source does (the rest of its columns as before)."""
+        from dataclasses import replace
+
+        parts: list[tuple[frozenset[str], list[Path], list[frozenset[str]]]] = []
+        for f, held in zip(self.files, self.present, strict=True):
+            key = frozenset(n for n in names if n in held)
+            if parts and parts[-1][0] == key:
+                parts[-1][1].append(f)
+                parts[-1][2].append(held)
+            else:
+                parts.append((key, [f], [held]))
+        return [
+            replace(self, files=files, available=set(frozenset.intersection(*held)), present=held)
+            for _, files, held in parts
+        ]
 
     @property
     def run_config(self) -> dict[str, Any] | None:
@@ -120,11 +145,13 @@ def open_source(path: str | os.PathLike, mapping: Mapping[str, str] | None = Non
     metas = []
     rows: dict[Path, int] = {}
     turned: dict[Path, bool] = {}
+    held: list[frozenset[str]] = []
     for f in files:
         rows[f], names, meta = _open_footer(f)
         check_mapping(f, mapping, names)
         present = _present_columns(f, mapping, names)
         turned[f] = _has_turns(f, mapping, present)
+        held.append(frozenset(present))
         if meta is not None:
             metas.append(meta)
         available = present if available is None else available & present
@@ -145,6 +172,7 @@ def open_source(path: str | os.PathLike, mapping: Mapping[str, str] | None = Non
         incomplete=contents.warning,
         notes=contents.notes,
         filled=filled,
+        present=held,
     )
 
 
@@ -172,7 +200,7 @@ def _open_footer(f: Path) -> tuple[int, set[str], dict[str, Any] | None]:
     try:
         footer = pq.read_metadata(f)
         schema = footer.schema.to_arrow_schema()
-    except (pa.ArrowException, OSError) as e:  # a damaged footer also raises ArrowNotImplementedError
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as e:  # a damaged footer: ArrowNotImplementedError too
         raise FileFormatError(f"{f}: not a Parquet file, or truncated ({short_reason(e)})") from None
     return footer.num_rows, set(schema.names), read_metadata(f, schema.metadata)
 
@@ -201,5 +229,9 @@ def require_complete(path: str | os.PathLike) -> None:
 
 
 def short_reason(e: BaseException) -> str:
+    """The first line of an error from pyarrow, at most 200 characters; a name pyarrow could not decode is said
+    as such (its bytes are not text to quote)."""
+    if isinstance(e, UnicodeDecodeError):
+        return "a column name in its footer is not valid UTF-8"
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     return text[:200]

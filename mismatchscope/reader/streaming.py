@@ -194,7 +194,7 @@ def _guard(f: Path, fn, group: int | None = None):
     group being read: the first damaged one, as row groups are reported in file order)."""
     try:
         return fn()
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as e:
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, UnicodeDecodeError) as e:
         raise damaged_error(f, e, group) from None
 
 

@@ -15,6 +15,10 @@ from .tables import num, parameters, pct
 
 AGREEMENT_SHOWN = 25
 """rule pairs the agreement table lists (most disagreement first); the JSON has every pair."""
+HYPOTHESIS_LEGEND = (
+    "hyp.: the advantages a rule's count assumes: data, the run's own (or none needed); A>0 or A<0, every "
+    "advantage of that sign (the run records none); mean, the mean of the two"
+)
 RIGHT_EXAMPLE_COLUMNS = ("sequence", "position", "token", "p", "q", "log p/q")
 """the example table's number columns, right-aligned."""
 
@@ -53,6 +57,7 @@ def rules_table(console, mk: MasksResult) -> None:
     for r in mk.rules:
         t.add_row(*_rule_cells(r, has_sign, routed), style="dim" if r.hypothesis == "mean" else None)
     print_table(console, t)
+    console.print(HYPOTHESIS_LEGEND, highlight=False, markup=False)
 
 
 def _rule_cells(r: RuleRow, has_sign: bool, routed: bool) -> list[str]:
@@ -101,7 +106,7 @@ def tails_table(console, mk: MasksResult) -> None:
     for r in rows:
         by_q, by_s = r.rejected_by_sampler_prob or {}, r.rejected_by_pq_sign or {}
         t.add_row(r.name, r.hypothesis, *[num(by_q[b]) for b in buckets], num(by_s["p>q"]), num(by_s["p<q"]))
-    print_table(console, t)
+    print_table(console, t, together=(("p>q", "p<q"),))
     if mk.tail_reading:
         console.print(mk.tail_reading, highlight=False)
 

@@ -6,17 +6,24 @@ from __future__ import annotations
 from ..analysis.results import Report, WorstSequence
 from ..metrics import SCORE_CENTERING
 from .plots.html import _breakdown, _e, _figures, _metadata, _metrics, _num, _page, _table
-from .tables import largest_turn_line
+from .tables import largest_turn_line, pct
 
 
-def report_page(result, pictures, worst: list[WorstSequence] | None = None) -> str:
-    """``report --html``: headline metrics, breakdowns, pictures, run metadata; ``worst`` (``report --worst``) adds its table."""
+def report_page(
+    result, pictures, worst: list[WorstSequence] | None = None, run: str = "", doctor: str | None = None
+) -> str:
+    """``report --html``: the run as given and doctor's top finding in the header, headline metrics, each rule's
+    rejections, breakdowns, pictures, run metadata; ``worst`` (``report --worst``) adds its table."""
     rep = result.report
     runs = [("value", rep)]
     body = [f"<p>{result.tokens:,} tokens, {result.sequences:,} sequences, {len(result.source.files)} file(s).</p>"]
+    if doctor:
+        body.append(f'<p class="verdict">{_e(doctor)}</p>')
     if result.warnings:
         body.append("".join(f'<p class="note">warning: {_e(w)}</p>' for w in result.warnings))
     body.append("<h2>Token mismatch</h2>" + _metrics(runs))
+    if result.masks is not None:
+        body.append(_rules(result.masks))
     body.append(
         "<h2>Readings</h2>"
         + _table(
@@ -38,10 +45,28 @@ def report_page(result, pictures, worst: list[WorstSequence] | None = None) -> s
     body.append(_centering(rep))
     body.append(_routing(rep))
     body.append("<h2>Run metadata</h2>" + _metadata([("run", result.run)]))
-    return _page(
-        "mismatchscope report",
-        ", ".join(str(f) for f in result.source.files[:3]) + (" ..." if len(result.source.files) > 3 else ""),
-        "".join(body),
+    shards = ", ".join(str(f) for f in result.source.files[:3]) + (" ..." if len(result.source.files) > 3 else "")
+    return _page(f"mismatchscope report: {run}" if run else "mismatchscope report", run or shards, "".join(body))
+
+
+def _rules(masks) -> str:
+    """Each rule's rejections and reweightings, as compare-masks' first table has them."""
+    rows = [
+        [
+            _e(r.display),
+            _e(r.level),
+            _num(r.tokens_rejected),
+            _e(pct(r.token_reject_rate)),
+            _num(r.tokens_reweighted),
+            _e(pct(r.token_reweight_rate)),
+            _num(r.sequences_with_rejection),
+        ]
+        for r in masks.rules
+    ]
+    return "<h2>What each rule would reject or reweight</h2>" + _table(
+        ["rule", "level", "tokens rejected", "%", "tokens reweighted", "%", "sequences with a rejection"],
+        rows,
+        numeric={2, 3, 4, 5, 6},
     )
 
 

@@ -44,7 +44,7 @@ def header(console, result) -> None:
             bits.append(f"trl vllm-serve: processed logprobs, trainer scored the same way at T={temperature}")
         if (run.get("trainer_checkpoint") or {}).get("same_as_sampler") is False:
             bits.append("trainer on another checkpoint (policy lag)")
-    console.print(" | ".join(bits), highlight=False)
+    console.print(" | ".join(bits), highlight=False, markup=False)  # the run's own words: no markup in them
 
 
 def parameters(console, params: dict[str, dict[str, Any]]) -> None:

@@ -69,9 +69,8 @@ def masks_figures(result) -> list[Picture]:
         _picture(
             "rule_tails",
             "Which tail each rule cuts",
-            "Left: the share of each sampler-probability bucket's tokens each "
-            "rejecting rule rejects (hatched: sequence rules, which reject whole sequences); right: the rejected "
-            "tokens by sign of p - q.",
+            "Each rejecting rule's rejected tokens as shares of its own rejections: left by sampler-probability "
+            "bucket (a rule's bars sum to 100%; each bucket's token count under it), right by sign of p - q.",
             fig,
         )
     ]
