@@ -214,3 +214,22 @@ def test_compare_masks_by_turn_sums_back_on_the_bundled_run():
     assert sum(d["tokens_by_turn"].values()) == d["tokens"] and set(d["tokens_by_turn"]) == {"0", "1", "2"}
     for rule in d["rules"]:
         assert sum(rule["rejected_by_turn"].values()) == pytest.approx(rule["tokens_rejected"])
+
+
+def test_the_run_s_tokenizer_finds_the_drift_without_the_trainer_s_ids(tmp_path):
+    """The bundled messages run without its ``trainer_token_id`` column (a loop that logged one side's ids):
+    ``--tokenizer`` re-encodes each turn's sampled ids inside the chat template and finds the same first drift,
+    the gap stepping up there; confidence medium."""
+    import pyarrow.parquet as pq
+
+    from mismatchscope.schema import write_table
+
+    t = pq.read_table(BUNDLED / "multi-turn-messages" / "tokens").drop_columns(["trainer_token_id"])
+    path = write_table(tmp_path / "one-side.parquet", {c: t[c].to_pylist() for c in t.column_names})
+    chat = str(REPO / "sample_data" / "tiny-qwen3-chat")
+    r = cli("doctor", str(path), "--tokenizer", chat, "--format", "json")
+    assert r.returncode == 1, r.stdout
+    top = json.loads(r.stdout)["top"]
+    e = top["estimate"]
+    assert (top["cause"], top["confidence"], e["method"]) == ("retokenized", "medium", "tokenizer")
+    assert (e["first_turn"], e["first_turn_position"], e["sequence_id"]) == (1, 0, 18)

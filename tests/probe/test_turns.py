@@ -172,9 +172,16 @@ def _tokens(out: Path) -> dict:
     return t.to_pydict()
 
 
-def test_a_multi_turn_probe_records_each_turn_and_its_positions(tmp_path):
-    r, out = _probe(tmp_path, "run-tokens")
+@pytest.fixture(scope="module")
+def tokens_run(tmp_path_factory):
+    """One ``--turns 3`` probe with token ids between turns, shared by the tests that read it."""
+    r, out = _probe(tmp_path_factory.mktemp("turns"), "run-tokens")
     assert r.returncode == 0, r.stderr
+    return r, out
+
+
+def test_a_multi_turn_probe_records_each_turn_and_its_positions(tokens_run):
+    r, out = tokens_run
     t = _tokens(out)
     assert set(t["turn"]) == {0, 1, 2} and "trainer_token_id" not in t
     for s in set(t["sequence_id"]):
@@ -205,11 +212,10 @@ def test_messages_mode_records_the_trainer_s_ids_beside_the_sampler_s(tmp_path):
     assert json.loads((out / "manifest.json").read_text())["config"]["turns"]["turn_ids"] == "messages"
 
 
-def test_a_killed_multi_turn_probe_resumes_from_its_next_turn(tmp_path, monkeypatch):
+def test_a_killed_multi_turn_probe_resumes_from_its_next_turn(tokens_run, tmp_path, monkeypatch):
     """Sampling fails at turn 2: turns 0 and 1 are saved; --resume samples turn 2 only and ends where an
     uninterrupted probe ends, row for row (the transformers sampler is seeded per call)."""
-    whole_r, whole = _probe(tmp_path, "whole")
-    assert whole_r.returncode == 0, whole_r.stderr
+    whole = tokens_run[1]
     from mismatchscope.probe import conversations
 
     real = conversations._turn
