@@ -35,9 +35,13 @@ def schemas() -> dict[str, dict]:
     from mismatchscope.probe.document import ProbeDocument
     from mismatchscope.timeline import TimelineDocument
     from mismatchscope.timeline.compare import Comparison
+    from mismatchscope.view.document import TokenView
 
     return {
         "report.json": json_schema(Report, "mismatchscope report", "report --format json: the mismatch of one run"),
+        "view.json": json_schema(
+            TokenView, "mismatchscope view", "view --format json: the sequences its page shows, token by token"
+        ),
         "compare-masks.json": json_schema(
             MasksResult, "mismatchscope compare-masks", "compare-masks --format json: what each masking rule would do"
         ),

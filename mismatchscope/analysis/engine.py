@@ -14,7 +14,7 @@ printed by one is the number printed by the other.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import numpy as np
@@ -26,7 +26,7 @@ from ..routing.io import locate_routes
 from ..rules import RuleInstance, SequenceInputs
 from ..rules.sequence import needs_inverse_k3
 from ..schema import TOPK_COLUMNS
-from .batch import BatchPart, analyse_batch, topk_terms
+from .batch import BatchPart, BatchSink, analyse_batch, topk_terms
 from .comparison import assemble_masks
 from .grouping import SequenceAggregator
 from .masks import ROUTE_FLIPPED, MaskAccumulator, build_units
@@ -76,6 +76,8 @@ class AnalysisResult:
     run: dict | None
     source: Source
     per_sequence: SequenceTable
+    sequence_inputs: SequenceInputs
+    """what the sequence rules read, per sequence (aligned with ``per_sequence``'s rows)."""
     turns: TurnRows | None = None
     """a multi-turn run's tokens per (sequence, turn), its turns checked; None for a run of single turns."""
 
@@ -87,26 +89,37 @@ def analyse(
     on_batch: Callable[[int], None] | None = None,
     on_terms: Callable[[TokenTerms, dict], None] | None = None,
     workers: int | None = None,
+    sink: BatchSink | None = None,
 ) -> AnalysisResult:
-    """``on_terms(terms, batch)``, when given, sees every batch's token terms (the pictures' histograms).
+    """``on_terms(terms, batch)``, when given, sees every batch's token terms (the pictures' histograms);
+    ``sink`` (compare-masks' rules only) every batch with the rules' actions, and the result at the end.
 
     Batches are analysed on ``workers`` threads (default: one per core, ``parallel.default_workers``)
     and folded in file order, so the result does not depend on the number of threads.
     """
+    if sink is not None:
+        request = replace(request, also_read=tuple(dict.fromkeys([*request.also_read, *sink.reads])))
     plan = make_plan(path, request, mapping)
+    if sink is not None:
+        sink.start(plan)
     scan = scan_routes(plan.routes) if plan.routes is not None else None
     fold = _Fold(plan, scan)
-    one_batch = partial(analyse_batch, plan, fold.index, fold.stats, on_terms is not None)
+    one_batch = partial(analyse_batch, plan, fold.index, fold.stats, on_terms is not None, sink)
     for part in ordered_map(one_batch, read_batches(plan.source, list(plan.columns), plan.batch_rows), workers):
         fold.add(part)
         if on_terms and part.seen is not None:
             on_terms(*part.seen)
+        if sink is not None:
+            sink.take(part.sunk)
         if on_batch:
             on_batch(part.tokens)
     if plan.report:
         _refill_quantiles(plan.source, list(plan.columns), plan.batch_rows, fold.stats, workers)
         fold.stats.gather_on(workers)
-    return _finish(fold)
+    result = _finish(fold)
+    if sink is not None:
+        sink.finish(result)
+    return result
 
 
 def make_plan(path: str, request: AnalysisRequest, mapping: dict[str, str] | None = None) -> AnalysisPlan:
@@ -205,7 +218,16 @@ def _finish(fold: _Fold) -> AnalysisResult:
         report = assemble_report(fold.stats, seq, table, plan.source.run_config, n_tokens, warnings, routing)
     mask_out = _masks_out(fold, seq, table, agg, n_tokens, warnings, turns) if fold.masks is not None else None
     return AnalysisResult(
-        n_tokens, int(seq_ids.size), report, mask_out, warnings, plan.source.run_config, plan.source, table, turns
+        n_tokens,
+        int(seq_ids.size),
+        report,
+        mask_out,
+        warnings,
+        plan.source.run_config,
+        plan.source,
+        table,
+        seq,
+        turns,
     )
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..divergence import TokenTerms
 from ..rules import RuleInstance, SequenceInputs
-from .evaluate import HYPOTHESES, sequence_verdicts, token_verdicts
+from .evaluate import HYPOTHESES, Verdicts, sequence_verdicts, token_actions
 from .grouping import Groups
 from .results import DisagreementExample, Hypothesis, RuleAgreement, RuleRow, display_name
 from .table import RuleColumn
@@ -207,11 +207,14 @@ class MaskAccumulator:
         batch: dict,
         groups: Groups,
         flipped_T: np.ndarray | None = None,
+        actions: dict[str, np.ndarray] | None = None,
         turn_T: np.ndarray | None = None,
     ) -> dict[str, np.ndarray]:
         """Count one batch; returns the per-sequence sums of :meth:`per_token_columns`, one row per run of ``groups``.
 
         ``flipped_T`` (runs with routes): which tokens went through different experts on the two sides.
+        ``actions``, when given, receives each selected token unit's actions on the batch (KEEP, REJECT or
+        REWEIGHT per token) under its ``Unit.key``: the audit writes them as they were counted.
         ``turn_T`` (``--by turn``): each token's turn, by which the rules' counts are also kept.
         """
         qi, sign = tail_codes(t)
@@ -222,7 +225,10 @@ class MaskAccumulator:
             self.tokens_by_turn = add_counts(self.tokens_by_turn, np.bincount(turn_T))
         rejected_rows = []
         for i, u in enumerate(self.token_units):
-            v = token_verdicts(u, t, advantage_T)
+            act = token_actions(u, t, advantage_T)
+            if actions is not None and u.sweep is None:
+                actions[u.key] = act
+            v = Verdicts.of(act)
             rej_at, rew_at = self._count_unit(u, v.rejected, v.reweighted, tail, adv_sign, flipped_T)
             if turn_T is not None:
                 u.rejected_by_turn = add_counts(u.rejected_by_turn, np.bincount(turn_T[rej_at]))

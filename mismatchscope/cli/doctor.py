@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from ..analysis.parallel import keep_freed_memory
-from ._options import ColumnOpt, FormatOpt, PathArg
+from ._options import ColumnOpt, FormatOpt, PathArg, tokenizer_option
 from ._streams import OutputFormat, emit_json, stdout_console, warn
 
 
@@ -13,12 +13,9 @@ def doctor(
     path: str = PathArg,
     column: list[str] | None = ColumnOpt,
     format: OutputFormat = FormatOpt,
-    tokenizer: str | None = typer.Option(
-        None,
-        "--tokenizer",
-        metavar="CHECKPOINT",
-        help="A multi-turn run: re-encode each turn's sampled ids with this checkpoint's tokenizer and chat "
-        "template, to see re-tokenization (default: a probe run's own checkpoint, where it is still there).",
+    tokenizer: str | None = tokenizer_option(
+        "A multi-turn run: re-encode each turn's sampled ids with this checkpoint's tokenizer and chat template, to "
+        "see re-tokenization (default: a probe run's own checkpoint, where it is still there)."
     ),
 ) -> None:
     """From the number to its cause: pipeline bugs (re-tokenized turns, shifted logprobs, a temperature or truncation on one side, a log base, misjoined sequences, padding, the prompt boundary, rounded logprobs, a replay that did nothing, a step that jumps), policy lag, or plain numerics, and how the number compares with published figures.

@@ -51,7 +51,7 @@ LAYERS: dict[str, int] = {
     # 2: the streaming analysis
     "analysis": 2,
     # 3: what the commands compute, each from the analysis or from an engine
-    **dict.fromkeys(("gate", "timeline", "importers", "live", "probe", "certify", "doctor"), 3),
+    **dict.fromkeys(("gate", "timeline", "importers", "live", "probe", "certify", "doctor", "audit", "view"), 3),
     # 4: experiments that drive several of the above
     "diagnose": 4,
     # 5: every output format of the results above: tables, Markdown, JUnit, pictures, pages
