@@ -26,6 +26,7 @@ from .route_join import FlipIndex, GapTally
 from .table import token_values
 from .tokenstats import TokenStats
 from .topk import ScoreCentering, TopkBounds, score_centering, topk_bounds
+from .turns import TurnRows, turn_rows
 from .validate import check_advantage, check_positions
 
 
@@ -78,6 +79,8 @@ class BatchPart:
     gap: GapTally | None = None
     sunk: object = None
     """what the pass's sink made of the batch (``BatchSink.per_batch``); None without a sink."""
+    turns: TurnRows | None = None
+    """a multi-turn run: the batch's rows per (sequence, turn), for the turns' check and counts."""
 
 
 def analyse_batch(
@@ -109,7 +112,12 @@ def analyse_batch(
     part_stats = _token_stats(plan, stats, t, batch) if plan.report else None
     seen = (t, batch) if keep_terms else None
     sunk = sink.per_batch(BatchTokens(batch, t, actions or {})) if sink is not None else None
-    return BatchPart(hyg, runs, groups.keys, reduced, part_stats, masks, t.log_ratio_T.size, seen, gap, sunk)
+    turns = (
+        turn_rows(batch["sequence_id"], batch["position"], batch["turn"], batch["turn_position"])
+        if plan.turns
+        else None
+    )
+    return BatchPart(hyg, runs, groups.keys, reduced, part_stats, masks, t.log_ratio_T.size, seen, gap, sunk, turns)
 
 
 def _reduced(plan: AnalysisPlan, t: TokenTerms, adv: np.ndarray | None, groups: Groups) -> dict[str, np.ndarray]:
@@ -139,7 +147,7 @@ def _rule_counts(
     token unit's actions into ``actions``, when given)."""
     masks = MaskAccumulator([u.fresh() for u in plan.units], plan.examples)
     masks.routed = plan.joins_routes
-    reduced.update(masks.add(t, adv, batch, groups, flipped_T, actions))
+    reduced.update(masks.add(t, adv, batch, groups, flipped_T, actions, batch["turn"] if plan.by_turn else None))
     if flipped_T is not None:
         reduced[ROUTE_FLIPPED] = groups.count_at(np.flatnonzero(flipped_T))
     return masks
@@ -149,7 +157,7 @@ def _token_stats(plan: AnalysisPlan, stats: TokenStats, t: TokenTerms, batch: di
     """The report's token statistics of this batch (top-k bounds and kept mass where the file has them)."""
     part = stats.spawn()
     ent = batch.get("trainer_entropy")
-    part.add(t, batch["position"], ent if ent is not None and np.isfinite(ent).all() else None)
+    part.add(t, batch["position"], ent if ent is not None and np.isfinite(ent).all() else None, batch.get("turn"))
     if plan.has_topk:
         b, centering = topk_terms(batch, t)
         part.add_topk(b.tv_lower_T, b.kl_lower_T, b.sampler_mass_T)

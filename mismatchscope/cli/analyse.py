@@ -49,6 +49,12 @@ def masks_payload(result) -> dict:
     return document(result.masks)
 
 
+class MasksBy(str, enum.Enum):
+    """``compare-masks --by``: what each rule's counts are split by."""
+
+    turn = "turn"
+
+
 class WorstBy(str, enum.Enum):
     """``--worst-by``: the names of ``analysis.worst.RANKINGS`` (kept here so ``--help`` imports no numpy)."""
 
@@ -93,10 +99,18 @@ def compare_masks(
         "run's worst sequences token by token in a tokens tab."
     ),
     tokenizer: str | None = tokenizer_option(),
+    by: MasksBy | None = typer.Option(
+        None,
+        "--by",
+        help="turn: each rule's rejected and reweighted tokens in each turn of a multi-turn run "
+        "(they sum to the whole run's counts).",
+    ),
 ) -> None:
     """How many tokens and sequences each masking rule would reject or reweight, side by side, how much they overlap, and which tail (sampler probability, sign of p - q) each one cuts."""
     keep_freed_memory()
     if readings is not None:
+        if by is not None:
+            raise UsageError("--by turn and --readings are two views; ask for one at a time")
         return run_side_by_side(
             path,
             readings,
@@ -115,7 +129,9 @@ def compare_masks(
     inputs = _check_plots(path, plots, write, html)
     given = _token_view_tokenizer(tokenizer, html)
     rules, sweeps = _request_rules(rule, sweep)
-    request = AnalysisRequest(report=False, masks=True, rules=rules, sweeps=sweeps, examples=examples)
+    request = AnalysisRequest(
+        report=False, masks=True, rules=rules, sweeps=sweeps, examples=examples, by_turn=by is MasksBy.turn
+    )
     result = analyse_writing(path, request, parse_column_mapping(column), write)
     for w in result.warnings:
         warn(w)
@@ -321,7 +337,7 @@ def _doctor_text(result, collector, path: str) -> str:
     from ..doctor.run import diagnose_result, run_provenance
     from ..render.doctor import top_line
 
-    return top_line(diagnose_result(result, collector.finish(), run_provenance(path)))
+    return top_line(diagnose_result(result, collector.finish(), provenance=run_provenance(path)))
 
 
 def _write_pictures(

@@ -9,8 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ..documents import optional
+
 Cause = Literal[
     "contract_difference",
+    "retokenized",
     "shifted",
     "temperature",
     "truncation",
@@ -62,6 +65,10 @@ class Finding:
     needs: list[str] = field(default_factory=list, metadata={"doc": "not_checked: what the file lacks"})
     pipeline: bool = field(
         default=False, metadata={"doc": "a detected cause that is a pipeline problem (doctor exits 1)"}
+    )
+    turn: int | None = field(
+        default=None,
+        metadata=optional("multi-turn runs: the first turn (from 0) whose tokens show the detected cause"),
     )
 
 

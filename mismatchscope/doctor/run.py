@@ -18,9 +18,12 @@ from ..reader import open_source
 from .document import DoctorDocument, Evidence, Finding, Placement
 from .figures import place
 from .findings import clear, detected
+from .retokenized import check as check_retokenized
+from .run_tokenizer import RunTokenizer, run_tokenizer
 from .runlevel import jumped_steps, policy_lag, routing_replay, step_jump
 from .sample import OPTIONAL_SCALARS, SAMPLE_ROWS, TOPK, Sample, SampleCollector
 from .structure import misaligned_sequences, padding, prompt_boundary, shifted
+from .turns import explained, starting_turns, turn_boundary
 from .values import log_base, low_precision, temperature, truncation
 
 ALSO_READ = ("token_id", *OPTIONAL_SCALARS, *TOPK)
@@ -34,12 +37,16 @@ def collector_for(path: str, mapping: dict[str, str] | None, cap: int = SAMPLE_R
     return SampleCollector(sum(pq.ParquetFile(f).metadata.num_rows for f in source.files), cap)
 
 
-def doctor(path: str, mapping: dict[str, str] | None = None, workers: int | None = None) -> DoctorDocument:
-    """The findings on the pairs at ``path`` (anything ``report`` reads)."""
+def doctor(
+    path: str, mapping: dict[str, str] | None = None, workers: int | None = None, tokenizer: str | None = None
+) -> DoctorDocument:
+    """The findings on the pairs at ``path`` (anything ``report`` reads). ``tokenizer``: a checkpoint whose
+    tokenizer (and chat template) re-encodes each turn's ids for the ``retokenized`` cause."""
     collector = collector_for(path, mapping)
     request = AnalysisRequest(report=True, masks=False, also_read=ALSO_READ)
     result = analyse(path, request, mapping, on_terms=collector.add, workers=workers)
-    return diagnose_result(result, collector.finish(), run_provenance(path))
+    sample = collector.finish()
+    return diagnose_result(result, sample, run_tokenizer(tokenizer, result.run, sample), run_provenance(path))
 
 
 def run_provenance(path: str) -> RunProvenance | None:
@@ -50,7 +57,7 @@ def run_provenance(path: str) -> RunProvenance | None:
     return None if record.provenance.sampler.source == "none" else record.provenance
 
 
-def findings(result: AnalysisResult, sample: Sample) -> list[Finding]:
+def findings(result: AnalysisResult, sample: Sample, tokenizer: RunTokenizer | None = None) -> list[Finding]:
     """Every detector's finding on one analysed run, in the order they run."""
     report, run = result.report, result.run
     assert report is not None  # doctor asks for the report
@@ -65,15 +72,33 @@ def findings(result: AnalysisResult, sample: Sample) -> list[Finding]:
         policy_lag(sample, report, result.per_sequence, run),
         misaligned_sequences(sample, jumped_steps(sample)),
         padding(sample),
-        prompt_boundary(sample),
+        turn_boundary(sample) if sample.has("turn") else prompt_boundary(sample),
         low_precision(sample),
         routing_replay(report),
         step_jump(sample),
     ]
-    return out
+    tok = tokenizer or RunTokenizer()
+    retok, misaligned = check_retokenized(sample, tok.tokenizer, tok.source)
+    out = ([retok] if retok is not None else []) + out  # first: misaligned pairs look like every other cause
+    on_rows = {
+        "shifted": shifted,
+        "log_base": log_base,
+        "padding": padding,
+        "low_precision": low_precision,
+        "misaligned_sequences": misaligned_sequences,
+        "prompt_boundary": turn_boundary if sample.has("turn") else prompt_boundary,
+    }
+    if misaligned is not None:
+        out = explained(out, sample, misaligned, on_rows)
+    return starting_turns(out, sample, {k: v for k, v in on_rows.items() if k != "prompt_boundary"})
 
 
-def diagnose_result(result: AnalysisResult, sample: Sample, provenance: RunProvenance | None = None) -> DoctorDocument:
+def diagnose_result(
+    result: AnalysisResult,
+    sample: Sample,
+    tokenizer: RunTokenizer | None = None,
+    provenance: RunProvenance | None = None,
+) -> DoctorDocument:
     """The ranked findings; ``provenance`` (the run's record) adds whether the sides are one program, first, and
     whether each ran what it asked for."""
     from ..execution.contract import contract
@@ -81,7 +106,10 @@ def diagnose_result(result: AnalysisResult, sample: Sample, provenance: RunProve
 
     report = result.report
     assert report is not None
-    found = [contract_finding(contract(provenance) if provenance is not None else None), *findings(result, sample)]
+    found = [
+        contract_finding(contract(provenance) if provenance is not None else None),
+        *findings(result, sample, tokenizer),
+    ]
     placements = place(report, result.run)
     pipeline = any(f.status == "detected" and f.pipeline for f in found)
     unchecked = sum(f.status == "not_checked" for f in found)

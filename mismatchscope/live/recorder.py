@@ -153,6 +153,8 @@ class Recorder:
         and ``training_tokens`` (the step's own measurements) are recorded beside it where given,
         for ``timeline --x wall``. ``training_forward_logprobs`` ([B, T]): the logprobs of the first
         training forward (the loss's own), the third value ``certify`` pairs with the other two.
+        ``turn_ids`` ([B, T] ints): each token's assistant turn in a multi-turn rollout; without them a
+        mask with several runs of 1s per row (tool output masked out between turns) gives the turns.
         Returns the host copy (the ``Monitor`` reads it).
         """
         from .inputs import STEP_TIMING_KEYS, StepTiming

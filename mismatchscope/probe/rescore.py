@@ -33,6 +33,7 @@ from .scoring import (
     trainer_checkpoint,
     write_prompts_once,
 )
+from .turns import Conversations, TurnsConfig
 from .types import SamplingConfig, TrainerConfig
 from .writer import RunDir, finish, open_session, save_progress
 
@@ -263,7 +264,17 @@ def _rescore_rounds(s: RescoreSession, manifest: dict[str, Any]) -> Path:
     record_side(manifest, "trainer", trainer_side(trainer, s.trainer_ckpt.info, s.sampling, "rescore"))
     routes = RoundRoutes.of_source(s.src.path, s.old, trainer, s.trainer_cfg.replay, manifest, s.progress.note)
     scoring = Scoring(
-        s.dst, s.prompts, s.prompt_ids, s.tokenizer, reward_fn, trainer, s.sampling, done, config, s.progress
+        s.dst,
+        s.prompts,
+        s.prompt_ids,
+        s.tokenizer,
+        reward_fn,
+        trainer,
+        s.sampling,
+        done,
+        config,
+        s.progress,
+        _conversations(s),
     )
     for p in sorted(s.src.samples.glob("round-*.parquet")):
         r = int(p.stem.split("-")[1])
@@ -275,6 +286,15 @@ def _rescore_rounds(s: RescoreSession, manifest: dict[str, Any]) -> Path:
     refresh_fallbacks(manifest, "rescore")
     finish(s.dst, manifest)
     return s.dst.path
+
+
+def _conversations(s: RescoreSession) -> Conversations | None:
+    """A multi-turn probe run's conversations, as its probe made them (``config.turns``): scored again the same way."""
+    recorded = s.old["config"].get("turns")
+    if not recorded:
+        return None
+    cfg = TurnsConfig(recorded["turns"], recorded["tool_response"], recorded["turn_ids"])
+    return Conversations(s.tokenizer, cfg, s.info.path)
 
 
 def _config(s: RescoreSession) -> dict[str, Any]:

@@ -387,7 +387,7 @@ def _imported_tokens(src: ImportedRun) -> pa.Table:
     batches = []
     for raw in read_batches(source, keep):  # types, ranges, damaged pages: report's checks, report's errors
         raw.clean(Hygiene())
-        batches.append(raw.record_batch.select(keep))
+        batches.append(raw.full_batch().select(keep))
     if not batches:
         raise InputError(f"{src.path} holds no token to rescore")
     table = pa.Table.from_batches([b.replace_schema_metadata(None) for b in batches])

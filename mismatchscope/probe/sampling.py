@@ -23,11 +23,12 @@ positional values.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from ..errors import UsageError
@@ -56,6 +57,9 @@ from .scoring import (
 from .types import Completion, SamplerConfig
 from .writer import RunDir, finish, open_session, save_progress
 
+if TYPE_CHECKING:
+    from .turns import Conversations
+
 AUTO_MAX_TOKENS = 256
 
 
@@ -77,6 +81,8 @@ class ProbeSession:
     """the engine: the caller's, or the probe's own once started (None until then)."""
     owned: bool
     """whether the probe started the sampler (and closes it); a caller's engine is left open."""
+    conversations: Conversations | None = None
+    """``--turns``: the chat template's view of the conversations (None: one turn)."""
 
 
 def run_probe(opts: ProbeOptions, progress: Progress | None = None, sampler: Sampler | None = None) -> Path:
@@ -101,14 +107,33 @@ def _prepare(opts: ProbeOptions, progress: Progress, sampler: Sampler | None) ->
 
         check_sampler_prefill(opts.sampler.kind, opts.sampling)
     opts = canonical_options(opts)
+    if opts.turns is not None:  # a conversation's routes are not recorded (nor replayed: refused above)
+        opts = replace(opts, trainer=replace(opts.trainer, record_routes=False))
     prompts = load_prompts(opts.prompts)
     info = _checked_checkpoint(opts)
     tokenizer = _checked_tokenizer(opts, info, prompts)
-    opts, prompt_ids = _tokenized(opts, info, tokenizer, prompts)
+    conversations = None
+    if opts.turns is not None:
+        from .turns import Conversations
+
+        conversations = Conversations(tokenizer, opts.turns, info.path)  # the template, before any engine
+        opts, prompt_ids = _conversation_prompts(opts, info, conversations, prompts)
+    else:
+        opts, prompt_ids = _tokenized(opts, info, tokenizer, prompts)
     reward_fn = load_reward_fn(opts.reward_fn)
     check_engine_installed(opts.sampler)
     return ProbeSession(
-        opts, info, tokenizer, prompts, prompt_ids, reward_fn, progress, RunDir(opts.out), sampler, sampler is None
+        opts,
+        info,
+        tokenizer,
+        prompts,
+        prompt_ids,
+        reward_fn,
+        progress,
+        RunDir(opts.out),
+        sampler,
+        sampler is None,
+        conversations,
     )
 
 
@@ -150,6 +175,35 @@ def _tokenized(
     prompt_ids = tokenize_prompts(tokenizer, texts, max_model_len=max_len, max_tokens=opts.sampling.max_tokens)
     check_prompts(prompt_ids, opts.sampling)  # what every engine would refuse, refused before the run exists
     return opts, prompt_ids
+
+
+def _conversation_prompts(
+    opts: ProbeOptions, info: CheckpointInfo, conv: Conversations, prompts: list[Prompt]
+) -> tuple[ProbeOptions, list[list[int]]]:
+    """``--turns``: each prompt as the chat template's first user message, and ``--max-tokens`` per turn, so that
+    every turn and the tool spans between them fit the context (0: as long as they allow, up to
+    AUTO_MAX_TOKENS)."""
+    from ..errors import PromptError
+
+    turns = conv.cfg.turns
+    max_len = opts.sampler.max_model_len or info.max_model_len
+    ids = []
+    for i, p in enumerate(prompts):
+        if not p.text:
+            raise PromptError(f"prompt {i} is empty", hint="remove empty lines from the prompts file")
+        ids.append(conv.first_prompt(p.text))
+    spans = sum(len(conv.span(t)) for t in range(turns - 1))
+    room = max_len - max(len(x) for x in ids) - spans
+    per_turn = opts.sampling.max_tokens or min(AUTO_MAX_TOKENS, room // turns)
+    if per_turn < 1 or per_turn * turns > room:
+        raise PromptError(
+            f"{turns} turns of {per_turn} tokens, {spans} tokens of tool spans and the longest prompt "
+            f"({max(len(x) for x in ids)} tokens) need more than max_model_len={max_len}",
+            hint="lower --turns or --max-tokens (0 sizes the turns to the context), or shorten --tool-response",
+        )
+    opts = replace(opts, sampling=replace(opts.sampling, max_tokens=per_turn))
+    check_prompts(ids, opts.sampling)
+    return opts, ids
 
 
 def _rounds(n_prompts: int, round_prompts: int) -> list[list[int]]:
@@ -206,6 +260,7 @@ def _fingerprint(
         **lag_fingerprint(trainer_ckpt),
         **({"sampler_prefill": True} if opts.sampler_prefill else {}),
         **({"full_vocab": True} if opts.full_vocab else {}),
+        **({"turns": opts.turns.record()} if opts.turns is not None else {}),
         "checkpoint_sha256": ckpt_sha,
         "prompts_sha256": prompts_sha,
         "sampling": opts.sampling.to_dict(),
@@ -250,7 +305,21 @@ def _config(s: ProbeSession, trainer_ckpt: TrainerCheckpoint, prompts_sha: str) 
         "trainer": opts.trainer.to_dict(),
         "reward_fn": opts.reward_fn or DEFAULT_REWARD,
         "round_prompts": opts.round_prompts,
+        **(_turns_config(s) if s.conversations is not None else {}),
     }
+
+
+def _turns_config(s: ProbeSession) -> dict[str, Any]:
+    """``--turns``: what a conversation was, in the config every shard records."""
+    assert s.conversations is not None  # called for a multi-turn probe only
+    semantics = (
+        "token in, token out: each turn's prompt is the previous prompt, the sampled ids and the template's tool "
+        "span; the trainer scores those ids"
+        if s.conversations.cfg.turn_ids == "tokens"
+        else "decoded, re-rendered and encoded each turn; the trainer scores the final conversation encoded "
+        "again (trainer_token_id where its ids differ)"
+    )
+    return {"turns": {**s.conversations.cfg.record(), "chat_template": s.conversations.name, "semantics": semantics}}
 
 
 def _sample_and_score(
@@ -307,6 +376,8 @@ def _round_completions(
     if s.run.samples_path(r).exists():
         return s.run.read_samples(r)
     opts = s.opts
+    if s.conversations is not None:
+        return _round_conversations(s, r, prompts, manifest, timings)
     sampler = _started_sampler(s)
     s.progress.stage("sampling", len(prompts) * opts.sampling.n)
     if opts.full_vocab:
@@ -332,6 +403,40 @@ def _round_completions(
     return completions
 
 
+def _round_conversations(
+    s: ProbeSession, r: int, prompts: list[int], manifest: dict[str, Any], timings: dict[str, Any]
+) -> list[Completion]:
+    """``--turns``: round ``r``'s conversations, turn by turn (:mod:`.conversations`), then saved whole."""
+    from .conversations import sample_round
+
+    assert s.conversations is not None  # called for a multi-turn probe only
+    max_len = s.opts.sampler.max_model_len or s.info.max_model_len
+    completions, ended = sample_round(
+        s.run,
+        r,
+        s.prompts,
+        s.prompt_ids,
+        prompts,
+        s.opts.sampling,
+        s.conversations,
+        max_len,
+        lambda: _started_sampler(s),
+        s.progress,
+        timings,
+    )
+    if ended:
+        manifest["conversations_ended_early"] = manifest.get("conversations_ended_early", 0) + ended
+    s.run.write_samples(r, completions)
+    for t in range(s.conversations.cfg.turns):  # the round's samples hold every turn now
+        s.run.turn_samples_path(r, t).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        s.run.turn_samples_path(r, 0).parent.rmdir()  # only when empty: another round may be under way
+    if s.sampler is not None:
+        manifest["sampler_info"] = s.sampler.describe()
+    save_progress(s.run, manifest)
+    return completions
+
+
 def _start_scoring(
     s: ProbeSession, manifest: dict[str, Any], config: dict[str, Any], trainer_ckpt: TrainerCheckpoint, done: set[int]
 ) -> tuple[Scoring, Shape | None]:
@@ -343,7 +448,17 @@ def _start_scoring(
     side = route_side(s.sampler, opts.sampler.kind) if s.sampler is not None else None
     shape = routing_manifest(manifest, trainer, side, opts.trainer.replay, s.progress.note)
     scoring = Scoring(
-        s.run, s.prompts, s.prompt_ids, s.tokenizer, s.reward_fn, trainer, opts.sampling, done, config, s.progress
+        s.run,
+        s.prompts,
+        s.prompt_ids,
+        s.tokenizer,
+        s.reward_fn,
+        trainer,
+        opts.sampling,
+        done,
+        config,
+        s.progress,
+        s.conversations,
     )
     return scoring, shape
 

@@ -7,7 +7,7 @@ from ..analysis.results import Report, WorstSequence
 from ..metrics import SCORE_CENTERING
 from ..view.document import TokenView
 from .plots.html import _breakdown, _e, _figures, _metadata, _metrics, _num, _page, _table
-from .tables import pct
+from .tables import largest_turn_line, pct
 from .tokens_page import tabbed, token_view_link
 
 
@@ -49,6 +49,9 @@ def report_page(
     body.append("<h2>By position in the completion</h2>" + _breakdown(runs, "position"))
     if rep.breakdowns.entropy:
         body.append("<h2>By trainer entropy</h2>" + _breakdown(runs, "entropy"))
+    if rep.breakdowns.turn:
+        line = largest_turn_line(rep.breakdowns.turn)
+        body.append("<h2>By turn</h2>" + _breakdown(runs, "turn") + (f"<p>{_e(line)}</p>" if line else ""))
     body.append(_centering(rep))
     body.append(_routing(rep))
     body.append("<h2>Run metadata</h2>" + _metadata([("run", result.run)]))

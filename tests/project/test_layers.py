@@ -42,6 +42,7 @@ LAYERS: dict[str, int] = {
             "documents",
             "progress",
             "terminal",
+            "turns",
         ),
         0,
     ),
