@@ -40,6 +40,7 @@ LAYERS: dict[str, int] = {
             "routing",
             "metrics",
             "documents",
+            "formatting",
             "progress",
             "terminal",
             "turns",
