@@ -118,3 +118,5 @@ class DoctorDocument:
     tokens_examined: int = field(metadata={"doc": "tokens of the sequences the detectors looked at"})
     sampled: bool = field(metadata={"doc": "true when the detectors looked at a hash-picked sample of sequences"})
     warnings: list[str] = field(default_factory=list)
+    path: str = field(default="", kw_only=True, metadata={"json": False})
+    """the run as it was given (the table's first line names it)."""

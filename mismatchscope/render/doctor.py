@@ -11,12 +11,6 @@ _STYLE = {"detected": "bold red", "not_checked": "yellow", "clear": "green"}
 _LABEL = {"detected": "FOUND", "not_checked": "not checked", "clear": "clear"}
 
 
-def doctor_payload(doc: DoctorDocument) -> dict:
-    from ..documents import document
-
-    return document(doc)
-
-
 def _value(v: float | str | None) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
@@ -53,7 +47,8 @@ def top_line(doc: DoctorDocument) -> str:
     return line
 
 
-def doctor_tables(console, doc: DoctorDocument, path: str) -> None:
+def doctor_tables(console, doc: DoctorDocument) -> None:
+    path = doc.path
     from rich.markup import escape
     from rich.table import Table
 

@@ -102,3 +102,5 @@ class TokenView:
         metadata={"doc": "what the pass said about the run (dropped tokens, an unfinished run)"}
     )
     sequences: list[ViewSequence]
+    page: str | None = field(default=None, metadata={"json": False})
+    """the page the view was written to (``view --html``), which the table names."""

@@ -284,7 +284,7 @@ def test_diagnose_tables_fit_80_columns_and_agree_with_the_json(diag):
 
     from rich.console import Console
 
-    from mismatchscope.render.diagnose import render
+    from mismatchscope.render.diagnose_table import render
     from tests.contracts.test_tables_at_80_columns import WIDTH, assert_readable
 
     buf = StringIO()

@@ -78,8 +78,7 @@ def locate_rescored(
 
 def _locate(run, out, folder, trainer_cfg, trainer_checkpoint, opts, config, progress) -> dict[str, Any]:
     from ... import rundir
-    from ...documents import document, to_json
-    from ...outputs import jsonable
+    from ...documents import json_text, to_json
     from ...probe.checkpoint import inspect_checkpoint
     from ...probe.trainer import HFTrainer
     from ..reference import load_reference
@@ -104,8 +103,7 @@ def _locate(run, out, folder, trainer_cfg, trainer_checkpoint, opts, config, pro
         "reference": reference.dtype,
     }
     result = locate(sampler, trainer, ref, reference, sequences, opts.budget, labels, time.perf_counter() - t0)
-    doc = document(result)
-    rundir.atomic_write_bytes(folder / "locate.json", (json.dumps(jsonable(doc), indent=2) + "\n").encode())
+    rundir.atomic_write_bytes(folder / "locate.json", json_text(result).encode())
     return {"configuration": str(run), "status": "ok", **to_json(result)}
 
 
