@@ -256,10 +256,10 @@ def _doctor_line(console, result, collector, path: str) -> None:
     """The top finding of ``doctor`` in one line (the table output only: report's JSON stays as it was)."""
     from rich.markup import escape
 
-    from ..doctor.run import diagnose_result
+    from ..doctor.run import examine_result
     from ..render.doctor import top_line
 
-    line = top_line(diagnose_result(result, collector.finish()))
+    line = top_line(examine_result(result, collector.finish()))
     console.print(escape(f"{line} (evidence: mismatchscope doctor {path})"), highlight=False, overflow="fold")
 
 

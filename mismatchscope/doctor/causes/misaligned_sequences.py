@@ -1,0 +1,152 @@
+"""``misaligned_sequences``: sequences whose two sides are the logprobs of different samples (a bad join).
+
+A misjoined sequence's pairs agree no better than two random tokens of it
+do: the statistic is, per sequence, the median |log p - log q| over the
+median |log p_i - log q_j| of the same sequence's tokens paired at random
+(each with the tokens a third and half the sequence away). It is scale-free:
+a sequence that is merely noisier, however much, still pairs each token with
+its own far better than with another, while a misjoin pairs them no better.
+Only tokens where either side is away from 0 count (a near-certain token
+tells samples apart from nothing), and a sequence needs a few of them and
+values that differ by at least :data:`MIN_SPREAD` nats to be read.
+
+A bug confined to some sequences (a shift, a base, a temperature, a kept set,
+pad rows) can make them look misjoined too: ``examine`` tries those causes on
+the suspected sequences first, and calls them misjoined only when none fits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..document import Evidence, Finding, Scope
+from ..findings import MIN_TOKENS, clear, detected, pct, too_few
+from ..registry import Cause, Context
+from ..sample import Sample
+
+INFORMATIVE = 0.05
+"""a token counts when either side's |logprob| is at least this."""
+MIN_INFORMATIVE = 6
+MIN_SPREAD = 0.2
+"""a sequence is read when its random pairings differ by at least this median (nats)."""
+JOIN_RATIO = 0.5
+JOIN_GAP = 0.1
+"""misjoined: its median gap at least JOIN_RATIO of the random pairings', and at least JOIN_GAP nats."""
+NOT_A_JOIN = 0.5
+"""more than this share of the read sequences off: every sequence is off alike, which no join does."""
+OUTLIER_Z = 5.0
+OUTLIER_FACTOR = 5.0
+"""a sequence whose mean |gap| is this many robust SDs (on a log scale) and this many times above the median
+sequence's is a suspect too, for the causes ``examine`` tries on the suspects."""
+
+
+def _seg_median(values: np.ndarray, seg: np.ndarray, n_seg: int) -> np.ndarray:
+    """The (lower) median of ``values`` in each of ``n_seg`` segments (``seg`` sorted, every segment present)."""
+    order = np.lexsort((values, seg))
+    counts = np.bincount(seg, minlength=n_seg)
+    starts = np.r_[0, np.cumsum(counts)[:-1]]
+    return values[order][starts + (counts - 1) // 2]
+
+
+def join_statistic(s: Sample) -> dict[str, np.ndarray]:
+    """Per sequence of the sample: its id, first row, informative tokens, median gap, median random gap, and
+    whether it reads as misjoined (False where it cannot be read)."""
+    seq, lp, lq = s.columns["sequence_id"], s.lp, s.lq
+    starts, _ends = s.segments()
+    ids = seq[starts] if starts.size else seq[:0]
+    inf_rows = np.flatnonzero(np.maximum(np.abs(lp), np.abs(lq)) >= INFORMATIVE)
+    seg_of_row = np.searchsorted(starts, np.arange(seq.size), side="right") - 1
+    seg = seg_of_row[inf_rows]
+    n_seg = starts.size
+    count = np.bincount(seg, minlength=n_seg)
+    out = {"ids": ids, "starts": starts, "informative": count}
+    obs = np.full(n_seg, np.nan)
+    rand = np.full(n_seg, np.nan)
+    readable = count >= MIN_INFORMATIVE
+    if readable.any():
+        keep = readable[seg]
+        rows, sg = inf_rows[keep], seg[keep]
+        dense = np.searchsorted(np.flatnonzero(readable), sg)
+        n_r = int(readable.sum())
+        local_n = np.bincount(dense, minlength=n_r)
+        first = np.r_[0, np.cumsum(local_n)[:-1]]
+        local = np.arange(rows.size) - first[dense]
+        n_row = local_n[dense]
+        d_obs = np.abs(lp[rows] - lq[rows])
+        partner_third = rows[first[dense] + (local + np.maximum(n_row // 3, 1)) % n_row]
+        partner_half = rows[first[dense] + (local + np.maximum(n_row // 2, 1)) % n_row]
+        d_rand = np.r_[np.abs(lp[rows] - lq[partner_third]), np.abs(lp[rows] - lq[partner_half])]
+        obs[readable] = _seg_median(d_obs, dense, n_r)
+        rand[readable] = _seg_median(d_rand, np.r_[dense, dense], n_r)
+    readable &= rand >= MIN_SPREAD
+    out["obs"], out["rand"] = obs, rand
+    with np.errstate(invalid="ignore"):
+        out["flagged"] = readable & (obs >= JOIN_RATIO * rand) & (obs >= JOIN_GAP)
+    out["readable"] = readable
+    return out
+
+
+def outlier_sequences(s: Sample) -> np.ndarray:
+    """Ids of sequences whose mean |gap| stands far above the run's typical sequence's (robust, on a log scale)."""
+    starts, ends = s.segments()
+    if starts.size < 5:
+        return np.zeros(0, np.int64)
+    m = np.add.reduceat(np.abs(s.gap()), starts) / (ends - starts)
+    pos = m > 0
+    if pos.sum() < 5:
+        return np.zeros(0, np.int64)
+    lm = np.log(np.where(pos, m, np.min(m[pos])))
+    med = float(np.median(lm))
+    mad = 1.4826 * float(np.median(np.abs(lm - med)))
+    z = (lm - med) / max(mad, 1e-9)
+    far = (z >= OUTLIER_Z) & (m >= OUTLIER_FACTOR * np.exp(med))
+    return s.columns["sequence_id"][starts[far]]
+
+
+def detect(ctx: Context) -> Finding:
+    s = ctx.sample
+    if len(s) < MIN_TOKENS:
+        return too_few("misaligned_sequences", len(s))
+    st = join_statistic(s)
+    read = int(st["readable"].sum())
+    flagged = st["flagged"]
+    frac = float(flagged.sum() / max(read, 1))
+    ev = [
+        Evidence("share of sequences whose pairs agree no better than random pairs of their tokens", frac, "0"),
+        Evidence("sequences that could be read (enough tokens away from 0)", float(read), "-"),
+    ]
+    if read == 0:
+        return clear("misaligned_sequences", "no sequence has tokens enough away from 0 to tell two samples apart", ev)
+    if not flagged.any() or frac > NOT_A_JOIN:
+        why = "every sequence is off alike (not a join)" if flagged.any() else "every sequence's pairs agree"
+        return clear("misaligned_sequences", why, ev)
+    ids = [int(x) for x in st["ids"][flagged]]
+    out = detected(
+        "misaligned_sequences",
+        f"{pct(frac)} of sequences ({len(ids)}) pair logprobs of different samples (first ids "
+        f"{', '.join(map(str, ids[:5]))}): their tokens agree no better than random pairs",
+        ev,
+        {"share": frac, "sequences": float(len(ids)), "first_ids": ", ".join(map(str, ids[:5]))},
+        "high",
+        "join the two sides on a per-sample key (prompt and sample index), not on row order",
+    )
+    return Finding(**{**out.__dict__, "scope": Scope(len(ids), frac, ids[:10])})
+
+
+def flagged_ids(f: Finding, s: Sample) -> np.ndarray:
+    """The sequence ids a detected finding names, read again from the sample it was found on."""
+    st = join_statistic(s)
+    return st["ids"][st["flagged"]]
+
+
+def correct(ctx: Context, f: Finding) -> Sample:
+    s = ctx.sample
+    return s.take(~np.isin(s.columns["sequence_id"], flagged_ids(f, s)))
+
+
+CAUSE = Cause(
+    "misaligned_sequences",
+    detect,
+    correct,
+    correction="the misjoined sequences left out",
+)
