@@ -672,6 +672,19 @@ def injected_cases(replicas: int, pairs: bool, seed: int = 0) -> Iterator[Case]:
                 yield Case(f"pair-{names[a]}-{names[b]}", "logits", out.cols or {}, out.meta, (ia, ib))
 
 
+def small_slice(clean: int = 6, seed: int = 1) -> Iterator[Case]:
+    """A few clean runs of two generators and each cause once at its middle severity: what the test runs."""
+    for i in range(clean):
+        r = logits_run(900 + i, tokens=3000)
+        yield Case(f"clean-logits-{900 + i}", "logits", r.cols or {}, r.meta)
+    yield Case("clean-gaussian-0", "gaussian", gaussian_run(0), {})
+    rng = np.random.default_rng(seed)
+    for j, cause in enumerate(SEVERITIES):
+        inj = Injection(cause, "middle", float(SEVERITIES[cause][1]))
+        out = inject(rng, _base_for((inj,), rng, 7000 + j), inj)
+        yield Case(f"{cause}-middle", "logits", out.cols or {}, out.meta, (inj,))
+
+
 # -- the table ----------------------------------------------------------------------------------------------------
 
 

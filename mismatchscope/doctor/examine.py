@@ -36,8 +36,8 @@ MINOR = 0.05
 """a detected cause whose correction removes less than this share of the gap (both measures) is minor."""
 SUBSET_FIT = 0.8
 """a cause confined to the suspected sequences must remove at least this share of their mean |gap|."""
-FITS_BETTER = 3.0
-"""a rival model wins when it leaves this many times less than the other; closer, the two fit alike."""
+FITS_BETTER = 2.0
+"""a rival model wins when it leaves this many times less than the other (half); closer, the two fit alike."""
 _CONFIDENCE = {"high": 0, "medium": 1, "low": 2}
 
 
@@ -361,5 +361,5 @@ def _rivals(ctx: Context, found: dict[str, Finding], state: _State) -> dict[str,
             elif both:
                 state.ties.append((cause.name, rival_name))
                 found[cause.name] = own = replace(own, confidence="low")
-                found[rival_name] = replace(rival, confidence="low")
+                found[rival_name] = replace(rival, confidence="low", rivals=[*rival.rivals, mirror])
     return found

@@ -33,8 +33,6 @@ FIT_GAIN = 0.5
 the tokens leaves the rest's gap (a mean, not a median, so half the tokens fitted is not a fit)."""
 BASE_MATCH = 0.02
 """a factor within this (relative) of a base's is named as that base."""
-FITS_BETTER = 3.0
-"""a rival model wins when it leaves this many times less than the other; closer, the two fit alike."""
 
 
 def weighted_median(v: np.ndarray, w: np.ndarray) -> float:

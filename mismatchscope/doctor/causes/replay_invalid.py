@@ -126,7 +126,7 @@ def detect(ctx: Context) -> Finding:
         if int(extra):
             problems.append(f"{int(extra)} route entries for layers that have no router")
             estimate["routerless_entries"] = float(extra)
-    declared = declared_replace_rate(ctx.run)
+    declared = declared_replace_rate(ctx)
     if declared is not None and r.route_flip_rate is not None and r.tokens_compared:
         sd = math.sqrt(max(declared * (1 - declared), 1e-12) / r.tokens_compared)
         ev.append(Evidence("flip rate against the declared replace rate", r.route_flip_rate - declared, "0"))

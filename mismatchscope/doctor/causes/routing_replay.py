@@ -19,11 +19,17 @@ REPLACE_MATCH = 0.02
 """flips within this (absolute) of a declared replace rate are the replace rate at work."""
 
 
-def declared_replace_rate(run: dict | None) -> float | None:
-    """The share of replayed experts the stack says it replaced on purpose (``routing.replace_rate``, or
-    ``semantics.router_replay_replace_rate``), or None."""
-    run = run or {}
-    for holder, key in ((run.get("routing"), "replace_rate"), (run.get("semantics"), "router_replay_replace_rate")):
+def declared_replace_rate(ctx: Context) -> float | None:
+    """The share of replayed experts the stack says it replaced on purpose (the manifest's
+    ``routing.replace_rate``, or the run's ``semantics.router_replay_replace_rate``), or None."""
+    holders: list[tuple[object, str]] = [((ctx.run or {}).get("semantics"), "router_replay_replace_rate")]
+    if ctx.routes is not None:
+        from ... import rundir
+
+        manifest = rundir.read_manifest(ctx.routes.root) or {}
+        holders.append((manifest.get("routing"), "replace_rate"))
+        holders.append((manifest.get("semantics"), "router_replay_replace_rate"))
+    for holder, key in holders:
         v = holder.get(key) if isinstance(holder, dict) else None
         if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1:
             return float(v)
@@ -41,7 +47,7 @@ def detect(ctx: Context) -> Finding:
     ev = [Evidence("tokens whose experts differ in some layer, under replay", r.route_flip_rate, "0 (replayed)")]
     if r.route_flip_rate == 0:
         return clear("routing_replay", "the replay held: the trainer routed every token as the sampler did", ev)
-    declared = declared_replace_rate(ctx.run)
+    declared = declared_replace_rate(ctx)
     if declared is not None and abs(r.route_flip_rate - declared) <= REPLACE_MATCH:
         return clear(
             "routing_replay",
