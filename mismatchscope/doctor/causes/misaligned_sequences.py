@@ -1,14 +1,16 @@
 """``misaligned_sequences``: sequences whose two sides are the logprobs of different samples (a bad join).
 
 A misjoined sequence's pairs agree no better than two random tokens of it
-do: the statistic is, per sequence, the median |log p - log q| over the
-median |log p_i - log q_j| of the same sequence's tokens paired at random
-(each with the tokens a third and half the sequence away). It is scale-free:
-a sequence that is merely noisier, however much, still pairs each token with
-its own far better than with another, while a misjoin pairs them no better.
-Only tokens where either side is away from 0 count (a near-certain token
-tells samples apart from nothing), and a sequence needs a few of them and
-values that differ by at least :data:`MIN_SPREAD` nats to be read.
+do. Per sequence, each token's |log p - log q| is set against the same
+token's trainer value paired with the sampler's value a third and half the
+sequence away (random pairings): the share of tokens whose own gap is at least
+:data:`JOIN_RATIO` of the random one's. It is scale-free: a sequence that is
+merely noisier, however much, still pairs each token with its own far better
+than with another (that share stays near 0), while a misjoin pairs them no
+better (above a half). Only tokens where either side is away from 0 count (a
+near-certain token tells samples apart from nothing), and a sequence needs a
+few of them, values that differ by :data:`MIN_SPREAD` nats in most random
+pairings, and gaps of :data:`JOIN_GAP` nats or more at most tokens.
 
 A bug confined to some sequences (a shift, a base, a temperature, a kept set,
 pad rows) can make them look misjoined too: ``examine`` tries those causes on
@@ -28,10 +30,11 @@ INFORMATIVE = 0.05
 """a token counts when either side's |logprob| is at least this."""
 MIN_INFORMATIVE = 6
 MIN_SPREAD = 0.2
-"""a sequence is read when its random pairings differ by at least this median (nats)."""
+"""a sequence is read when most of its random pairings differ by at least this (nats)."""
 JOIN_RATIO = 0.5
 JOIN_GAP = 0.1
-"""misjoined: its median gap at least JOIN_RATIO of the random pairings', and at least JOIN_GAP nats."""
+"""misjoined: most of its tokens' gaps at least JOIN_RATIO of their random pairings' and at least JOIN_GAP nats."""
+MOST = 0.5
 NOT_A_JOIN = 0.5
 """more than this share of the read sequences off: every sequence is off alike, which no join does."""
 OUTLIER_Z = 5.0
@@ -40,50 +43,40 @@ OUTLIER_FACTOR = 5.0
 sequence's is a suspect too, for the causes ``examine`` tries on the suspects."""
 
 
-def _seg_median(values: np.ndarray, seg: np.ndarray, n_seg: int) -> np.ndarray:
-    """The (lower) median of ``values`` in each of ``n_seg`` segments (``seg`` sorted, every segment present)."""
-    order = np.lexsort((values, seg))
-    counts = np.bincount(seg, minlength=n_seg)
-    starts = np.r_[0, np.cumsum(counts)[:-1]]
-    return values[order][starts + (counts - 1) // 2]
-
-
 def join_statistic(s: Sample) -> dict[str, np.ndarray]:
-    """Per sequence of the sample: its id, first row, informative tokens, median gap, median random gap, and
-    whether it reads as misjoined (False where it cannot be read)."""
+    """Per sequence of the sample: its id, its informative tokens, the share of them as far apart as random
+    pairings, and whether it reads as misjoined (False where it cannot be read)."""
     seq, lp, lq = s.columns["sequence_id"], s.lp, s.lq
-    starts, _ends = s.segments()
+    starts, ends = s.segments()
     ids = seq[starts] if starts.size else seq[:0]
-    inf_rows = np.flatnonzero(np.maximum(np.abs(lp), np.abs(lq)) >= INFORMATIVE)
-    seg_of_row = np.searchsorted(starts, np.arange(seq.size), side="right") - 1
-    seg = seg_of_row[inf_rows]
     n_seg = starts.size
-    count = np.bincount(seg, minlength=n_seg)
-    out = {"ids": ids, "starts": starts, "informative": count}
-    obs = np.full(n_seg, np.nan)
-    rand = np.full(n_seg, np.nan)
-    readable = count >= MIN_INFORMATIVE
-    if readable.any():
-        keep = readable[seg]
-        rows, sg = inf_rows[keep], seg[keep]
-        dense = np.searchsorted(np.flatnonzero(readable), sg)
-        n_r = int(readable.sum())
-        local_n = np.bincount(dense, minlength=n_r)
-        first = np.r_[0, np.cumsum(local_n)[:-1]]
-        local = np.arange(rows.size) - first[dense]
-        n_row = local_n[dense]
-        d_obs = np.abs(lp[rows] - lq[rows])
-        partner_third = rows[first[dense] + (local + np.maximum(n_row // 3, 1)) % n_row]
-        partner_half = rows[first[dense] + (local + np.maximum(n_row // 2, 1)) % n_row]
-        d_rand = np.r_[np.abs(lp[rows] - lq[partner_third]), np.abs(lp[rows] - lq[partner_half])]
-        obs[readable] = _seg_median(d_obs, dense, n_r)
-        rand[readable] = _seg_median(d_rand, np.r_[dense, dense], n_r)
-    readable &= rand >= MIN_SPREAD
-    out["obs"], out["rand"] = obs, rand
-    with np.errstate(invalid="ignore"):
-        out["flagged"] = readable & (obs >= JOIN_RATIO * rand) & (obs >= JOIN_GAP)
-    out["readable"] = readable
-    return out
+    seg_of_row = np.repeat(np.arange(n_seg), ends - starts)
+    rows = np.flatnonzero(np.maximum(np.abs(lp), np.abs(lq)) >= INFORMATIVE)
+    seg = seg_of_row[rows]
+    count = np.bincount(seg, minlength=n_seg).astype(np.float64)
+    first = np.r_[0, np.cumsum(count)[:-1]].astype(np.int64)
+    local = np.arange(rows.size) - first[seg]
+    n_row = count[seg].astype(np.int64)
+    d_obs = np.abs(lp[rows] - lq[rows])
+    as_far = np.zeros(rows.size)
+    spread = np.zeros(rows.size)
+    for step in (3, 2):  # the tokens a third and half the sequence away
+        partner = rows[first[seg] + (local + np.maximum(n_row // step, 1)) % np.maximum(n_row, 1)]
+        d_rand = np.abs(lp[rows] - lq[partner])
+        as_far += (d_obs >= JOIN_RATIO * d_rand) / 2
+        spread += (d_rand >= MIN_SPREAD) / 2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.bincount(seg, weights=as_far, minlength=n_seg) / count
+        spread_share = np.bincount(seg, weights=spread, minlength=n_seg) / count
+        big = np.bincount(seg, weights=(d_obs >= JOIN_GAP).astype(np.float64), minlength=n_seg) / count
+    readable = (count >= MIN_INFORMATIVE) & (spread_share >= MOST)
+    return {
+        "ids": ids,
+        "informative": count,
+        "share": np.where(readable, share, np.nan),
+        "readable": readable,
+        "flagged": readable & (share >= MOST) & (big >= MOST),
+    }
 
 
 def outlier_sequences(s: Sample) -> np.ndarray:

@@ -45,16 +45,19 @@ def _trailing(s: Sample) -> np.ndarray:
 
 def pad_rows(s: Sample) -> tuple[np.ndarray, dict[str, float]]:
     """Whether each row is a pad row, and what names them (token id, side, sequences)."""
-    tail = _trailing(s) > 0
+    tail_rows = np.flatnonzero(_trailing(s) > 0)
     out = np.zeros(len(s), dtype=bool)
     info: dict[str, float] = {}
-    tok, seq = s.columns["token_id"], s.columns["sequence_id"]
+    if not tail_rows.size:
+        return out, info
+    tok, seq = s.columns["token_id"][tail_rows], s.columns["sequence_id"][tail_rows]
+    ids, inverse, counts = np.unique(tok, return_inverse=True, return_counts=True)
     gap = np.abs(s.gap())
     best = 0
-    for t in np.unique(tok[tail]):
-        rows = np.flatnonzero(tail & (tok == t))
-        n_seq = np.unique(seq[rows]).size
-        if rows.size < MIN_ROWS or n_seq < MIN_SEQUENCES:
+    for j in np.flatnonzero(counts >= MIN_ROWS):  # the few ids several sequences end with
+        rows = tail_rows[inverse == j]
+        n_seq = np.unique(seq[inverse == j]).size
+        if n_seq < MIN_SEQUENCES:
             continue
         const = {
             side: _constant(s.columns[name][rows])
@@ -70,7 +73,11 @@ def pad_rows(s: Sample) -> tuple[np.ndarray, dict[str, float]]:
         out[rows] = True
         if rows.size > best:
             best = rows.size
-            info = {"token_id": float(t), "side": 0.0 if filler[0] == "sampler" else 1.0, "sequences": float(n_seq)}
+            info = {
+                "token_id": float(ids[j]),
+                "side": 0.0 if filler[0] == "sampler" else 1.0,
+                "sequences": float(n_seq),
+            }
     return out, info
 
 

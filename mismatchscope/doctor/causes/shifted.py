@@ -29,11 +29,15 @@ MIN_PARTNERED = 0.5
 
 
 def _partners(s: Sample, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Rows i and j = i + k of the same sequence at positions p and p + k."""
+    """Rows i and j = i + k of the same sequence at positions p and p + k (compared as slices: no gathers)."""
     seq, pos = s.columns["sequence_id"], s.columns["position"]
-    i = np.arange(max(0, -k), len(s) - max(0, k))
-    ok = (seq[i + k] == seq[i]) & (pos[i + k] == pos[i] + k)
-    return i[ok], i[ok] + k
+    n = len(s)
+    if abs(k) >= n:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    a, b = (slice(0, n - k), slice(k, n)) if k > 0 else (slice(-k, n), slice(0, n + k))
+    ok = (seq[b] == seq[a]) & (pos[b] == pos[a] + k)
+    i = np.flatnonzero(ok) + (a.start or 0)
+    return i, i + k
 
 
 def best_shift(s: Sample) -> dict[str, float] | None:
