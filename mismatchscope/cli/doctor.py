@@ -37,5 +37,5 @@ def doctor(path: str = PathArg, column: list[str] | None = ColumnOpt, format: Ou
         doctor_tables(stdout_console(), doc, path)
     from ..doctor.document import VERDICT_EXIT
 
-    if VERDICT_EXIT[doc.verdict]:
-        raise typer.Exit(VERDICT_EXIT[doc.verdict])
+    if VERDICT_EXIT[doc.verdict]:  # pipeline: the one verdict that fails a CI job
+        raise typer.Exit(1)

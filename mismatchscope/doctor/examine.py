@@ -72,7 +72,7 @@ def examine(ctx: Context) -> Examination:
     cur = ctx
     for round_ in range(MAX_ROUNDS):
         names = [c.name for c in REGISTRY if c.name not in chosen and (round_ == 0 or c.sample_scope)]
-        found = {n: _detect(BY_NAME[n], cur) for n in names}
+        found = {n: _detect_where(BY_NAME[n], cur, state) for n in names}
         if round_ == 0:
             found = _confined(cur, found, state)
         found = _rivals(cur, found, state)
@@ -115,6 +115,20 @@ def _unexplained(s: Sample, state: _State) -> tuple[np.ndarray, tuple[float | No
         float(k3[rows].sum() / k3.sum()) if k3.sum() > 0 else None,
         float(np.abs(l[rows]).sum() / np.abs(l).sum()) if np.abs(l).sum() > 0 else None,
     )
+
+
+def _detect_where(cause: Cause, ctx: Context, state: _State) -> Finding:
+    """A cause read on the pairs as they now are: a cause confined to some sequences, on those sequences again."""
+    ids = state.scopes.get(cause.name)
+    before = state.findings.get(cause.name)
+    if ids is None or before is None or before.scope is None:
+        return _detect(cause, ctx)
+    seq = ctx.sample.columns["sequence_id"]
+    f = _detect(cause, ctx.on(ctx.sample.take(np.isin(seq, ids)), subset=True))
+    if f.status != "detected":
+        return f
+    head = before.sentence[: before.sentence.index("): ") + 3] if "): " in before.sentence else ""
+    return replace(f, sentence=head + f.sentence, scope=before.scope)
 
 
 def _detect(cause: Cause, ctx: Context) -> Finding:
@@ -227,11 +241,15 @@ def _confined(ctx: Context, found: dict[str, Finding], state: _State) -> dict[st
             continue
         with np.errstate(all="ignore"):
             own = set(cause.screen(s).tolist()) if cause.screen is not None else set()
-        ids = np.array(sorted(own | general), dtype=np.int64)
-        if not ids.size:
+        # its own suspects alone first (others' suspects, pad rows say, would blur its statistic), then pooled
+        tries = [sorted(x) for x in (own, own | general) if x]
+        for ids in [t for i, t in enumerate(tries) if t not in tries[:i]]:
+            sub = ctx.on(s.take(np.isin(seq, np.array(ids, dtype=np.int64))), subset=True)
+            f = _detect(cause, sub)
+            if f.status == "detected":
+                break
+        else:
             continue
-        sub = ctx.on(s.take(np.isin(seq, ids)), subset=True)
-        f = _detect(cause, sub)
         if f.status == "detected":
             with np.errstate(all="ignore"):
                 fixed = cause.correct(sub, f)

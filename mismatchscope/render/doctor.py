@@ -50,7 +50,10 @@ def finding_text(f: Finding, detail: bool) -> str:
     """A finding's cell: its sentence, and for a detected cause its share, estimate, evidence and what to change."""
     lines = [f.sentence]
     if f.status == "detected" and f.explained_share is not None:
-        lines.append(share_text(f.explained_share) + (" (minor)" if f.minor else ""))
+        text = share_text(f.explained_share)
+        if f.cause == "numerics":  # not a correction: what the causes above leave
+            text = text.replace("explains ", "holds ", 1)
+        lines.append(text + (" (minor)" if f.minor else ""))
     if detail and f.status == "detected":
         if f.estimate:
             lines.append("estimate: " + "; ".join(f"{k}: {_value(v)}" for k, v in f.estimate.items()))

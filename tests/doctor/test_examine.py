@@ -138,3 +138,17 @@ def test_with_two_bugs_the_second_is_read_on_pairs_the_first_no_longer_scrambles
     shares = [by[c].explained_share for c in ("shifted", "log_base")]
     assert all(s is not None and s.k3 is not None for s in shares)
     assert sum(s.k3 for s in shares if s is not None and s.k3 is not None) <= 1 + 1e-9  # of one gap, never more
+
+
+def test_a_cause_confined_to_some_sequences_stays_named_after_another_is_corrected(tmp_path):
+    # a shift in 5 of 100 sequences and pad rows after half of them: the pads explain more and are corrected
+    # first; the shift is then read again on its own sequences, not on the whole run where it is diluted
+    rng = np.random.default_rng(12)
+    run = runs.make(14, sequences=100, noise=3e-3)
+    ids = np.unique(run.seq)
+    cols = runs.shifted(runs.clean_columns(run), 1, ids[:5])
+    cols = runs.padded(cols, 20, ids[20:70], rng)
+    doc = doctor(runs.write(cols, tmp_path))
+    by = _by(doc)
+    assert by["padding"].status == "detected" and by["shifted"].status == "detected", _detected(doc)
+    assert by["shifted"].scope is not None and by["shifted"].scope.sequences == 5

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...metrics import ABS_LOGPROB_DIFF_MEAN, K3_MEAN
 from ..document import Evidence, ExplainedShare, Finding
 from ..findings import clear, detected, g, model_share, not_checked, pct
 from ..registry import Cause, Context
 
+ABS, K3 = ABS_LOGPROB_DIFF_MEAN.name, K3_MEAN.name
 FLOAT32 = {"float32", "fp32", "float", "float64", "fp64", "double"}
 DTYPE_KEYS = {"sampler.dtype", "trainer.dtype", "sampler.fp32_lm_head", "trainer.fp32_lm_head"}
 SURVIVES = 0.25
@@ -75,9 +77,9 @@ def detect(ctx: Context) -> Finding:
             ["a diagnose configuration with both sides in float32"],
             "not checked: no configuration of this diagnose ran both sides in float32",
         )
-    base_gap = _metric((doc.get("baseline") or {}).get("metrics"), "abs_logprob_diff_mean")
-    worst = max(configs, key=lambda c: _metric(c["total"], "abs_logprob_diff_mean") or 0.0)
-    gap = _metric(worst["total"], "abs_logprob_diff_mean")
+    base_gap = _metric((doc.get("baseline") or {}).get("metrics"), ABS)
+    worst = max(configs, key=lambda c: _metric(c["total"], ABS) or 0.0)
+    gap = _metric(worst["total"], ABS)
     ev = [
         Evidence(f"mean |gap| with both sides in float32 ({worst['name']})", gap, "14-20x below bfloat16's"),
         Evidence("mean |gap| of the baseline", base_gap, "-"),
@@ -95,8 +97,8 @@ def detect(ctx: Context) -> Finding:
             + (f" ({pct(relative)} of the baseline's): rounding" if relative is not None else ": rounding"),
             ev,
         )
-    s_ref = _metric(worst["sampler"], "abs_logprob_diff_mean")
-    t_ref = _metric(worst["trainer"], "abs_logprob_diff_mean")
+    s_ref = _metric(worst["sampler"], ABS)
+    t_ref = _metric(worst["trainer"], ABS)
     side = None if s_ref is None or t_ref is None else ("sampler" if s_ref > t_ref else "trainer")
     if side:
         ev.append(Evidence(f"the {side}'s mean |gap| to the float64 reference", max(s_ref or 0, t_ref or 0), "-"))
@@ -127,8 +129,8 @@ def share(ctx: Context, f: Finding) -> ExplainedShare | None:
         return min(1.0, a / b) if a is not None and b else None
 
     return model_share(
-        part("k3_mean"),
-        part("abs_logprob_diff_mean"),
+        part(K3),
+        part(ABS),
         "the gap",
         "the share of the baseline's gap left with both sides in float32",
     )

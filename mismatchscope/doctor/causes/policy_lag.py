@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...analysis.readings import policy_lag as declared_lag
+from ...metrics import K3_MEAN
 from ..document import Evidence, Finding
 from ..findings import P_ALARM, clear, detected, g, not_checked, rank_test, t_quantile, welch_t
 from ..registry import Cause, Context
@@ -117,7 +118,7 @@ def detect(ctx: Context) -> Finding:
         return clear("policy_lag", sentence, ev)
     why = signs + ([f"k3 mean {g(k3)} is beyond numerics"] if big else [])
     why += [f"the run says so: {note}"] if note else []
-    estimate: dict[str, float | str | None] = {"k3_mean": k3}
+    estimate: dict[str, float | str | None] = {K3_MEAN.name: k3}
     effect = steps if steps is not None else adv
     if effect is not None:
         estimate.update(effect=effect[0], effect_low=effect[1], effect_high=effect[2])
