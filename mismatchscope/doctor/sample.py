@@ -95,13 +95,20 @@ def _lists(arr: pa.Array, idx: np.ndarray | None) -> tuple[np.ndarray, np.ndarra
 def sums_of(x: np.ndarray, y: np.ndarray, lengths: np.ndarray) -> dict[str, np.ndarray]:
     """The :data:`TOPK_FIELDS` of flattened aligned lists ``x`` (trainer) and ``y`` (sampler)."""
     n_rows = lengths.size
-    row = np.repeat(np.arange(n_rows), lengths)
     both = np.isfinite(x) & np.isfinite(y)
     cut = np.isneginf(y) & np.isfinite(x)
     xb, yb = np.where(both, x, 0.0), np.where(both, y, 0.0)
+    width = int(lengths[0]) if n_rows else 0
+    if n_rows and width and bool((lengths == width).all()):  # every list of one length (a fixed k): row sums
 
-    def per_row(v: np.ndarray) -> np.ndarray:
-        return np.bincount(row, weights=v, minlength=n_rows)
+        def per_row(v: np.ndarray) -> np.ndarray:
+            return v.reshape(n_rows, width).sum(axis=1)
+
+    else:
+        row = np.repeat(np.arange(n_rows), lengths)
+
+        def per_row(v: np.ndarray) -> np.ndarray:
+            return np.bincount(row, weights=v, minlength=n_rows)
 
     return {
         "k_n": per_row(both.astype(np.float64)),
