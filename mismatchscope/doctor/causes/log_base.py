@@ -85,6 +85,8 @@ def detect(ctx: Context) -> Finding:
             ev,
         )
     side, factor, base = _reading(c)
+    if base:  # a named base converts by its exact factor, not the fitted one
+        factor = LOG_BASES[base]
     what = f"in {base}" if base else f"scaled by {factor:.4f} (log2 gives 1.4427, log10 0.4343)"
     return detected(
         "log_base",
