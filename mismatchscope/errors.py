@@ -100,6 +100,14 @@ class NoSamplerLogprobsError(ImportFormatError):
     skippable = False
 
 
+class FieldComesAndGoesError(ImportFormatError):
+    """A record holds an optional field the import's first record lacks (or the other way round): read on some
+    records only, it would be silently ignored (a mask, advantages) or renumbered (sequence ids). A property of
+    the file, which ``--skip-bad`` does not skip."""
+
+    skippable = False
+
+
 class UntrustedPickleError(InputError):
     """A file can only be read by full unpickling, which runs code from the file."""
 

@@ -235,11 +235,12 @@ def check_run_out(path: str | os.PathLike, option: str, inputs: Inputs | None = 
 def _first_run_inside(folder: Path) -> str | None:
     """The first (by name) subfolder of ``folder`` that is a run directory; None when there is none or it
     cannot be listed (the write then fails with its own one-line error)."""
-    from .rundir import is_run_dir
+    from .rundir import STAGING, is_run_dir
 
-    try:
+    try:  # an import's staging folder (a killed import's, which the next one removes) is no run of its own
         with os.scandir(folder) as entries:
-            return min((e.name for e in entries if e.is_dir() and is_run_dir(Path(e.path))), default=None)
+            runs = (e.name for e in entries if e.name != STAGING and e.is_dir() and is_run_dir(Path(e.path)))
+            return min(runs, default=None)
     except OSError:  # not a folder yet, or unreadable
         return None
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import typer
 
 from ..errors import UsageError
-from ..importers import IMPORTERS, PICKLED_FORMATS
+from ..importers import IMPORTERS, PICKLED_FORMATS, ROUTE_ENCODINGS
 from ._options import FormatOpt, column_option, out_option
 from ._streams import OutputFormat, emit_json, info, stdout_console, warn
 
@@ -58,7 +60,10 @@ def import_(
     ),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip and count malformed records instead of stopping."),
     trust_pickle: bool = typer.Option(
-        False, "--trust-pickle", help="slime: allow full unpickling of rollout dumps (runs code from the file)."
+        False,
+        "--trust-pickle",
+        help=f"{', '.join(PICKLED_FORMATS)}: unpickle in full what the safe loader refuses "
+        "(runs code from the file: only for files you produced).",
     ),
     routes: str | None = typer.Option(
         None,
@@ -71,7 +76,7 @@ def import_(
         None,
         "--routes-format",
         metavar="ENCODING",
-        help="How the routes are encoded: sglang, vllm, vllm-0.21, verl, slime or prime-rl.",
+        help=f"How the routes are encoded: {', '.join(ROUTE_ENCODINGS[:-1])} or {ROUTE_ENCODINGS[-1]}.",
     ),
     routes_config: str | None = typer.Option(
         None,
@@ -99,14 +104,22 @@ def import_(
     )
     for w in result.warnings:
         warn(w)
-    if format is OutputFormat.json:
-        from ..render.importer import import_payload
+    try:
+        if format is OutputFormat.json:
+            from ..render.importer import import_payload
 
-        emit_json(import_payload(result, out_dir))
-    else:
-        from ..render.importer import import_lines
+            emit_json(import_payload(result, out_dir))
+        else:
+            from ..render.importer import import_lines
 
-        import_lines(stdout_console(), result, out_dir)
+            import_lines(stdout_console(), result, out_dir)
+        sys.stdout.flush()
+    except (BrokenPipeError, SystemExit) as e:  # ``| head -0``: the summary had nowhere to go, the run is whole
+        if isinstance(e, SystemExit) and e.code != 1:  # rich turns a closed pipe into SystemExit(1); nothing else
+            raise
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # nothing more to fail on at exit
+        warn(f"stdout was closed before the summary was written; the import is complete in {out_dir}")
 
 
 def _source(fmt: str, src: str, trust_pickle: bool, routes_format: str | None) -> Path:

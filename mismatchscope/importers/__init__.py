@@ -39,7 +39,15 @@ from ._base import ImportContext, Importer, ImportResult, SourceFile
 if TYPE_CHECKING:
     from .routes import RoutesOptions
 
-__all__ = ["IMPORTERS", "PICKLED_FORMATS", "ImportResult", "describe", "import_run", "importer_class"]
+__all__ = [
+    "IMPORTERS",
+    "PICKLED_FORMATS",
+    "ROUTE_ENCODINGS",
+    "ImportResult",
+    "describe",
+    "import_run",
+    "importer_class",
+]
 
 IMPORTERS: dict[str, str] = {
     "nemo-rl": "nemo_rl:NemoRLImporter",
@@ -56,6 +64,9 @@ when used: every command's start-up reads this list, only ``import`` needs the c
 
 PICKLED_FORMATS = ("slime", "skyrl", "verl", "roll")
 """the formats whose dumps are pickles: ``--trust-pickle`` means something only for these."""
+
+ROUTE_ENCODINGS = ("sglang", "vllm", "vllm-0.21", "verl", "slime", "prime-rl", "skyrl")
+"""``--routes-format`` names, for the help text (``route_sources.DECODERS`` has one decoder per name)."""
 
 
 def importer_class(fmt: str) -> Callable[..., Importer]:
@@ -76,6 +87,39 @@ _LAYOUT_HINTS = {
     "jsonl": "point at a .jsonl file or a folder of them",
     "parquet": "point at a .parquet file or a folder of them",
 }
+
+
+_STACK_DUMPS = {
+    "skyrl": "global_step_{N}_training_input.pkl",
+    "verl": ".../{step}/gen_batch.dp",
+    "roll": "step_{N:06d}.pkl",
+}
+"""the stacks whose batch pickles are told apart by their file names, for a dump given as another's."""
+
+
+def _other_stack(fmt: str, src: Path) -> str | None:
+    """The stack whose dump ``src`` holds, where ``fmt`` found none of its own files (a verl dump given as ROLL):
+    a file by the class its pickle names (read through the allow-list), a folder by the files it holds."""
+    from ..errors import MismatchscopeError
+
+    if fmt not in PICKLED_FORMATS:
+        return None
+    if src.is_file():
+        from .stack_pickle import load_stack_pickle, stack_of
+
+        try:
+            return stack_of(load_stack_pickle(src, src.name, False, fmt))
+        except MismatchscopeError:
+            return None
+    for other in _STACK_DUMPS:
+        if other == fmt:
+            continue
+        try:
+            if importer_class(other)().discover(src):
+                return other
+        except MismatchscopeError:
+            continue
+    return None
 
 
 def describe(fmt: str) -> str:
@@ -118,6 +162,12 @@ def import_run(
     importer = importer_class(fmt)(columns=columns)
     files = importer.discover(src)
     if not files:
+        other = _other_stack(fmt, src)
+        if other is not None:
+            raise InputError(
+                f"{src}: no {fmt} files found; it holds a {other} dump ({_STACK_DUMPS[other]})",
+                hint=f"import it with `mismatchscope import {other}`",
+            )
         raise InputError(f"{src}: no {fmt} files found", hint=describe(fmt))
     from .. import rundir
     from ._writer import check_output_dir
@@ -130,15 +180,53 @@ def import_run(
     # one writer per --out, what is there checked under the lock; a failure takes back all the import wrote
     with rundir.lock_run(out, discard=True):
         check_output_dir(out)
-        return _import_locked(
-            importer, fmt, src, out, files, skip_bad, trust_pickle, workers, flush_tokens, progress, plan
-        )
+        stage = _fresh_stage(out)
+        try:
+            result = _import_locked(
+                importer, fmt, src, stage, out, files, skip_bad, trust_pickle, workers, flush_tokens, progress, plan
+            )
+        except BaseException:  # the lock takes back what is new in out; a staging folder it found there too
+            import shutil
+
+            shutil.rmtree(stage, ignore_errors=True)
+            raise
+        _publish(stage, out)
+        return result
+
+
+def _fresh_stage(out: Path) -> Path:
+    """The staging folder (``rundir.STAGING``), emptied: an import writes the run there and moves it up when it is
+    whole, so a killed import (SIGKILL, the SIGTERM of a CI timeout) leaves no ``tokens/`` without a manifest.
+    One left there was a killed import's (the lock is held: its writer is gone)."""
+    import shutil
+
+    from ..rundir import STAGING
+
+    stage = out / STAGING
+    if stage.exists():
+        shutil.rmtree(stage)
+    stage.mkdir()
+    return stage
+
+
+def _publish(stage: Path, out: Path) -> None:
+    """Move the staged run into ``out``: every entry by one rename, the manifest (which marks it complete) last."""
+    from ._writer import MANIFEST
+
+    names = sorted(p.name for p in stage.iterdir() if p.name != MANIFEST) + [MANIFEST]
+    for name in names:
+        target = out / name
+        if target.is_dir() and not target.is_symlink() and not any(target.iterdir()):
+            target.rmdir()  # an empty tokens/ the user made: check_output_dir let it be
+        os.replace(stage / name, target)
+    stage.rmdir()
 
 
 def _import_locked(
     importer,
     fmt: str,
     src: Path,
+    stage: Path,
     out: Path,
     files,
     skip_bad: bool,
@@ -153,10 +241,11 @@ def _import_locked(
 
     semantics = importer.semantics()
     base_meta = {"source": {"format": fmt, "semantics": semantics}, "importer": {"mismatchscope_version": __version__}}
-    writer = ShardWriter(out, importer.columns, base_meta, flush_tokens=flush_tokens or FLUSH_TOKENS)
+    writer = ShardWriter(stage, importer.columns, base_meta, flush_tokens=flush_tokens or FLUSH_TOKENS)
     result = ImportResult(format=fmt, out=out)
     ctx = ImportContext(writer, result, skip_bad=skip_bad, trust_pickle=trust_pickle)
     shards = _read_all(importer, files, ctx, writer, workers, progress)
+    check_trainer_side(fmt, src, ctx)  # refused: the lock takes all back
     result.steps = len(ctx.steps)
     result.shards = len(shards)
     result.warnings = list(importer.warnings) + _count_warnings(result, ctx)
@@ -167,19 +256,42 @@ def _import_locked(
                 hint="run without --skip-bad to see the first bad record",
             )
         raise InputError(f"{src}: no token imported: the {fmt} files hold no record", hint=describe(fmt))
-    manifest = _manifest(fmt, src, out, files, semantics, shards, writer, result, ctx)
+    manifest = _manifest(fmt, src, stage, files, semantics, shards, writer, result, ctx)
     sequence_rows = getattr(importer, "sequence_rows", None)
     if sequence_rows is not None:  # a sampler-only dump: the sequences rescore scores for the trainer's side
-        _write_sequences(out, None if routes_plan else sequence_rows, fmt, result, manifest)
+        _write_sequences(stage, out, None if routes_plan else sequence_rows, fmt, result, manifest)
     if routes_plan is not None:
         from .routes import write
 
-        entries, route_warnings = write(out, routes_plan, shards, skip_bad=skip_bad)  # refused: the lock takes all back
+        entries, route_warnings = write(
+            stage, routes_plan, shards, skip_bad=skip_bad, source_rows=ctx.source_rows
+        )  # refused: the lock takes all back
         manifest.update(entries)
         result.routes = entries["routes"]
         manifest["warnings"] = result.warnings = result.warnings + route_warnings
-    write_manifest(out, manifest)
+    write_manifest(stage, manifest)
     return result
+
+
+_ZERO_TRAINER_HINTS = {
+    "nemo-rl": "NeMo-RL's force_on_policy_ratio mode logs prev_logprobs as zeros: re-run with "
+    "loss_fn.force_on_policy_ratio=false (or set grpo.seq_logprob_error_threshold)",
+}
+
+
+def check_trainer_side(fmt: str, src: Path, ctx: ImportContext) -> None:
+    """Refuse an import whose trainer logprobs are all exactly 0 while the sampler's are not, however its tokens
+    are spread over records (one generated token per record hides it from any per-record check): a stack that
+    skipped the trainer's recompute logs zeros, which every command would read as no mismatch at all."""
+    from ..errors import NoTrainerLogprobsError
+
+    tokens = ctx.result.tokens_written
+    if tokens >= 2 and ctx.trainer_tokens == 0 and ctx.sampler_tokens:
+        raise NoTrainerLogprobsError(
+            f"{src}: the trainer logprob of every one of the {tokens:,} imported tokens is exactly 0 while "
+            f"{ctx.sampler_tokens:,} sampler logprobs are not: the dump holds no trainer side to compare with",
+            hint=_ZERO_TRAINER_HINTS.get(fmt, "check which field holds the trainer's recompute"),
+        )
 
 
 def _read_all(importer, files, ctx: ImportContext, writer, workers, progress) -> list:
@@ -202,11 +314,11 @@ def _read_all(importer, files, ctx: ImportContext, writer, workers, progress) ->
         raise
 
 
-def _write_sequences(out: Path, rows: Any, fmt: str, result: ImportResult, manifest: dict) -> None:
+def _write_sequences(stage: Path, out: Path, rows: Any, fmt: str, result: ImportResult, manifest: dict) -> None:
     from .dataproto import NO_TRAINER_WARNING
 
     if rows is not None:  # with --routes, the routes' own sequences.parquet is written instead
-        rows.write(out)  # refused: the lock takes all back
+        rows.write(stage)  # refused: the lock takes all back
     line = NO_TRAINER_WARNING.format(stack=fmt, out=out)
     manifest["warnings"] = result.warnings = [*result.warnings, line]
     manifest["sequences_file"] = "sequences.parquet"

@@ -39,6 +39,10 @@ class ImportResult:
     tokens_dropped_by_mask: int = 0
     """prompt, tool, observation and other non-generated tokens the source's mask excluded."""
     bad_records_skipped: int = 0
+    rows_skipped: dict[str, int] = field(default_factory=dict)
+    """rows a stack's own dump holds that train no token, skipped by what they are (never bad records):
+    ``padding`` (the batch padding SkyRL adds), ``loss_mask_all_zero`` (SkyRL rows its overlong filtering
+    zeroed), ``empty_response`` (verl agent-loop samples that generated nothing)."""
     files_read: int = 0
     steps: int = 0
     """distinct training steps in the output."""
@@ -102,19 +106,41 @@ class ImportContext:
         self.notes: dict[str, int] = {}
         """named counters an importer wants in the manifest (e.g. ``nonfinite_logprobs``)."""
         self.seen_ids: set[int] = set()
+        self.source_rows: dict[tuple[str, int], int] = {}
+        """``(resolved file path, record)`` -> the ``sequence_id`` it was imported as, for the formats that read
+        a batch per file (what routes read in place from the same batch are keyed by)."""
+        self.trainer_tokens = 0
+        """kept tokens with a trainer logprob other than exactly 0 (NaN included), and with a sampler logprob
+        other than exactly 0: a dump whose trainer side is all zeros has none (:func:`check_trainer_side`)."""
+        self.sampler_tokens = 0
 
-    def add(self, f: SourceFile, values: dict[str, Any], dropped: int = 0) -> int:
-        """Write one sequence's kept tokens."""
+    def add(self, f: SourceFile, values: dict[str, Any], dropped: int = 0, record: int | None = None) -> int:
+        """Write one sequence's kept tokens; ``record``: its row in ``f``'s batch."""
         seq_id = self.writer.add_sequence(f.rel, values)
         n = len(values["token_id"])
         self._count(f, sequences=1, tokens=n, dropped=dropped, first_id=seq_id)
+        self._sides(values)
+        if record is not None:
+            self.source_rows[(str(f.path.resolve()), record)] = seq_id
         step = values.get("step")
         if step is not None:
             self.steps.add(int(step))
         return seq_id
 
+    def skip_row(self, f: SourceFile, reason: str) -> None:
+        """A row the stack's dump holds that trains no token (its padding, a filtered row): counted, not bad."""
+        self.result.rows_skipped[reason] = self.result.rows_skipped.get(reason, 0) + 1
+        st = self.file_stats.setdefault(f.rel, {"sequences": 0, "tokens": 0, "bad_records": 0})
+        st["rows_skipped"] = st.get("rows_skipped", 0) + 1
+
+    def _sides(self, columns: Any) -> None:
+        trainer, sampler = np.asarray(columns["trainer_logprob"]), np.asarray(columns["sampler_logprob"])
+        self.trainer_tokens += int(np.count_nonzero(trainer != 0)) if trainer.ndim else int(trainer != 0)
+        self.sampler_tokens += int(np.count_nonzero(sampler != 0)) if sampler.ndim else int(sampler != 0)
+
     def add_batch(self, f: SourceFile, columns: dict[str, np.ndarray], sequences: int, dropped: int = 0) -> None:
         self.writer.add_batch(f.rel, columns)
+        self._sides(columns)
         first_id = int(columns["sequence_id"][0]) if len(columns["sequence_id"]) else None
         self._count(f, sequences=sequences, tokens=len(columns["token_id"]), dropped=dropped, first_id=first_id)
         step = columns.get("step")

@@ -11,7 +11,10 @@ two units per worker are in flight, so memory stays flat in the length of the
 run.
 
 Workers are forked (Linux) before the shard writer starts its thread; by
-default they are used on Linux only, for inputs over 64 MiB.
+default they are used on Linux only, for inputs over 64 MiB. Each asks the
+kernel to kill it when its parent dies (``PR_SET_PDEATHSIG``), so an import
+killed by SIGKILL, or by the SIGTERM a CI timeout sends, leaves no worker
+parsing on for minutes, re-parented, holding the caller's pipes open.
 """
 
 from __future__ import annotations
@@ -222,8 +225,30 @@ def _consume(importer: Any, f: SourceFile, offset: int, res: UnitResult, ctx: Im
     ctx.add_batch(f, columns, sequences=len(lengths), dropped=res.dropped)
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int) -> None:
+    """A worker's first step (Linux): SIGKILL when the process that started it dies, however it dies; a parent
+    already gone before this ran (the race the kernel cannot see) ends the worker here."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # no prctl: the workers end with the pool's shutdown only
+        return
+    if os.getppid() != parent:
+        os._exit(1)
+
+
 def _parallel(importer: Any, units: list, strict: bool, workers: int) -> Iterator[tuple[Any, UnitResult]]:
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=_mp_context())
+    pool = ProcessPoolExecutor(
+        max_workers=workers, mp_context=_mp_context(), initializer=die_with_parent, initargs=(os.getpid(),)
+    )
     pending: deque[tuple[Any, Future]] = deque()
     todo = iter(units)
     try:

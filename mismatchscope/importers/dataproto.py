@@ -20,9 +20,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import ImportFormatError
-from ._base import ImportContext, SourceFile
+from ._base import ImportContext, SourceFile, short
 from ._values import check_record, exact_ints, host_array
-from .stack_pickle import DataProtoState, PickledBytesIO, load_stack_pickle, load_tensordict
+from .stack_pickle import (
+    STACK_NAMES,
+    DataProtoState,
+    PickledBytesIO,
+    load_stack_pickle,
+    load_tensordict,
+    refuse_other_stack,
+)
 
 NO_TRAINER_WARNING = (
     "the {stack} dump holds the sampler's side only: trainer_logprob is empty until "
@@ -44,8 +51,9 @@ class Batch:
 
 
 def read(f: SourceFile, trust_pickle: bool, stack: str) -> Batch:
-    """The DataProto at ``f`` through the allow-list (:mod:`.stack_pickle`)."""
-    obj = load_stack_pickle(f.path, f.rel, trust_pickle, stack)
+    """The DataProto at ``f`` through the allow-list (:mod:`.stack_pickle`); ``stack`` is the import format."""
+    obj = load_stack_pickle(f.path, f.rel, trust_pickle, STACK_NAMES[stack])
+    refuse_other_stack(obj, f.rel, stack)
     if isinstance(obj, DataProtoState):
         state = obj.state
         if not isinstance(state, tuple) or len(state) not in (3, 4):
@@ -53,18 +61,51 @@ def read(f: SourceFile, trust_pickle: bool, stack: str) -> Batch:
                 "the DataProto's state is not the stack's (batch, non_tensor_batch, ...)", file=f.rel
             )
         blob = state[0].value if isinstance(state[0], PickledBytesIO) else state[0]
-        if blob is not None and not isinstance(blob, bytes):
+        if isinstance(blob, tuple):  # verl's numpy serialization mode
+            tensors: dict[str, Any] = numpy_tensordict(blob, f.rel)
+        elif blob is not None and not isinstance(blob, bytes):
             raise ImportFormatError(
                 f"the DataProto's batch is a {type(blob).__name__}, not torch.save bytes", file=f.rel
             )
-        tensors = load_tensordict(blob, f.rel, trust_pickle) if blob else {}
+        else:
+            tensors = load_tensordict(blob, f.rel, trust_pickle) if blob else {}
         non_tensor, meta = state[1], state[-1]
     elif hasattr(obj, "batch") and hasattr(obj, "non_tensor_batch"):  # a full unpickle: the stack's own DataProto
         tensors = {k: obj.batch[k] for k in obj.batch.keys()} if obj.batch is not None else {}
         non_tensor, meta = obj.non_tensor_batch, obj.meta_info
     else:
-        raise ImportFormatError(f"expected {stack}'s DataProto, got {type(obj).__name__}", file=f.rel)
+        raise ImportFormatError(f"expected {STACK_NAMES[stack]}'s DataProto, got {type(obj).__name__}", file=f.rel)
     return Batch({str(k): _numpy(v) for k, v in tensors.items()}, dict(non_tensor or {}), dict(meta or {}))
+
+
+_TORCH_DTYPES = {"bool": np.bool_, "uint8": np.uint8, "int8": np.int8, "int16": np.int16, "int32": np.int32,
+                 "int64": np.int64, "float16": np.float16, "float32": np.float32, "float64": np.float64}  # fmt: skip
+
+
+def numpy_tensordict(value: tuple, rel: str) -> dict[str, np.ndarray]:
+    """verl's ``serialize_tensordict`` (``VERL_DATAPROTO_SERIALIZATION_METHOD=numpy``): ``(batch_size, device,
+    {key: (dtype name, shape, uint8 array of the bytes)})``, each tensor rebuilt as ``deserialize_single_tensor``
+    views it (bfloat16 widened to float32). A nested tensor (``(layout, [...])``) is left out: no field read
+    here is one."""
+    if len(value) != 3 or not isinstance(value[2], dict):
+        raise ImportFormatError("the DataProto's batch is neither torch.save bytes nor verl's numpy form", file=rel)
+    out: dict[str, np.ndarray] = {}
+    for key, item in value[2].items():
+        if not isinstance(item, tuple) or len(item) != 3:
+            continue  # a nested tensor
+        dtype, shape, data = item
+        try:
+            raw = np.frombuffer(memoryview(data), dtype=np.uint8)
+            if dtype == "bfloat16":  # the upper half of a float32
+                arr: np.ndarray = (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+            else:
+                arr = raw.view(_TORCH_DTYPES[str(dtype)])
+            out[str(key)] = arr.reshape(tuple(int(n) for n in shape))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ImportFormatError(
+                f"field {key} ({dtype} {list(shape)}) does not decode ({short(e)})", file=rel
+            ) from None
+    return out
 
 
 def _numpy(value: Any) -> np.ndarray:

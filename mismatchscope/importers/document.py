@@ -42,6 +42,13 @@ class ImportDocument:
     tokens_written: int
     tokens_dropped_by_mask: int = field(metadata={"doc": "prompt, tool and other tokens the source's mask excluded"})
     bad_records_skipped: int = field(metadata={"doc": "malformed records skipped under --skip-bad"})
+    rows_skipped: dict[str, int] = field(
+        metadata={
+            "doc": "rows a stack's own dump holds that train no token, skipped by what they are (never bad "
+            "records): padding (SkyRL's batch padding), loss_mask_all_zero (SkyRL rows overlong filtering zeroed), "
+            "empty_response (verl agent-loop samples that generated nothing)"
+        }
+    )
     files_read: int
     steps: int = field(metadata={"doc": "distinct training steps in the output"})
     shards: int
@@ -57,6 +64,7 @@ class ImportDocument:
             r.tokens_written,
             r.tokens_dropped_by_mask,
             r.bad_records_skipped,
+            dict(r.rows_skipped),
             r.files_read,
             r.steps,
             r.shards,

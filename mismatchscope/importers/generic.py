@@ -14,7 +14,11 @@ renamed with ``--column CANONICAL=NAME``:
 
 The first three are required. A renamed column must exist; a column left at
 its default name is used when the first record (JSONL) or the file schema
-(Parquet) has it. A ``sequence_id`` column keeps the user's ids (they must be
+(Parquet) has it. In JSONL, a later record that holds a column the first
+lacks is refused, naming both records (a ``mask`` read on some records only
+would keep the masked tokens of the first; a ``sequence_id`` would be
+renumbered); one that lacks a column the first holds is refused too, except
+``reward`` and ``trainer_entropy``, which are then empty for that record. A ``sequence_id`` column keeps the user's ids (they must be
 unique across the import); without one, ids are numbered from 0.
 """
 
@@ -25,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import ImportFormatError, InputError, UsageError
+from ..errors import FieldComesAndGoesError, ImportFormatError, InputError, UsageError
 from ._base import SourceFile
 from ._mask import mask_span
 from ._records import parse_record
@@ -56,6 +60,8 @@ PER_TOKEN = ("sampler_logprob", "trainer_logprob", "mask", "trainer_entropy")
 EITHER = ("advantage", "reward")
 PER_SEQUENCE = ("sequence_id", "step", "rank", "prompt_id", "sample_index")
 FLOAT_COLUMNS = ("sampler_logprob", "trainer_logprob", "trainer_entropy", "advantage", "reward")
+MAY_BE_EMPTY = ("reward", "trainer_entropy")
+"""optional columns a record may lack (or hold as null) where the first has them: empty (NaN) for that record."""
 
 SEMANTICS = {
     "layout": "one row per sequence, list columns; index i of every list refers to token i",
@@ -95,6 +101,8 @@ class GenericImporter:
         self.present: dict[str, str] = {}
         self.columns: tuple[str, ...] = ()
         self.warnings: list[str] = []
+        self.first_record = ""
+        """where the record that decided the columns is (``FILE:LINE``), for a refusal naming it."""
 
     def discover(self, src: Path) -> list[SourceFile]:
         if src.is_file():
@@ -123,6 +131,7 @@ class GenericImporter:
 
     def _resolve(self, names: set[str], f: SourceFile) -> None:
         """Decide, from the first file, which canonical columns this import carries."""
+        self.first_record = self.first_record or f.rel
         self.present = {c: src for c, src in self.mapping.items() if src in names}
         readers: dict[str, str] = {}
         for c, src in self.present.items():
@@ -159,8 +168,13 @@ class GenericJsonlImporter(GenericImporter):
     name = "jsonl"
     suffixes = (".jsonl", ".json", ".ndjson")
 
+    def _refuse_new_fields(self, f: SourceFile, line: int, rec: dict[str, Any]) -> None:
+        for c, name in self.mapping.items():
+            if c not in self.present and rec.get(name) is not None:
+                refuse_field_that_comes(self.first_record, f, line, name, c)
+
     def _first_names(self, f: SourceFile) -> set[str] | None:
-        """The keys of the file's first record; None for a file without lines.
+        """The keys of the file's first record that hold a value; None for a file without lines.
 
         A file whose lines are all unreadable raises the reason of the first one
         (not UTF-8, pretty-printed JSON, a list per line...), so a file of the
@@ -172,7 +186,10 @@ class GenericJsonlImporter(GenericImporter):
                 if raw.isspace():
                     continue
                 try:
-                    return set(parse_record(raw))
+                    required = {self.mapping[c] for c in REQUIRED}  # a null one is refused by its record's check
+                    names = {k for k, v in parse_record(raw).items() if v is not None or k in required}
+                    self.first_record = f"{f.rel}:{lineno}"
+                    return names
                 except ImportFormatError as e:
                     if first_bad is None:
                         first_bad = ImportFormatError(e.reason, file=f.rel, line=lineno, hint=e.hint)
@@ -184,11 +201,20 @@ class GenericJsonlImporter(GenericImporter):
 
     def convert(self, f: SourceFile, line: int, rec: dict[str, Any], notes: dict[str, int]) -> tuple[dict, int]:
         src = self.present
-        needed = [src[c] for c in src if c not in FLOAT_COLUMNS]
-        needed += [src[c] for c in REQUIRED if src[c] not in needed]
-        missing = missing_fields(rec, needed)
+        self._refuse_new_fields(f, line, rec)
+        missing = missing_fields(rec, [src[c] for c in REQUIRED])
         if missing:
             raise ImportFormatError(missing, file=f.rel, line=line)
+        for c, name in src.items():
+            if c not in REQUIRED and c not in MAY_BE_EMPTY and rec.get(name) is None:
+                raise FieldComesAndGoesError(
+                    f"{'holds a null' if name in rec else 'lacks'} {name!r} ({c}), which the import's first record "
+                    f"({self.first_record}) holds: a field on some records only is refused rather than read on "
+                    "some of them",
+                    file=f.rel,
+                    line=line,
+                    hint=f"write {name} on every record, or on none",
+                )
         ids = rec[src["token_id"]]
         n = len(ids) if isinstance(ids, list) else -1
         lists = {c: rec[src[c]] for c in PER_TOKEN if c in src and rec.get(src[c]) is not None}
@@ -225,6 +251,18 @@ class GenericJsonlImporter(GenericImporter):
         except (TypeError, ValueError) as e:
             raise ImportFormatError(f"bad value ({e})", file=f.rel, line=line) from None
         return values, n - len(values["token_id"])
+
+
+def refuse_field_that_comes(first_record: str, f: SourceFile, line: int, name: str, canonical: str) -> None:
+    """A record holding a field the first record lacked: read here and not on the first, it would be dropped or
+    (``sequence_id``) renumbered without a word; refused, naming both records."""
+    raise FieldComesAndGoesError(
+        f"holds {name!r} ({canonical}), which the import's first record ({first_record}) lacks: a field on "
+        "some records only is refused rather than read on some of them",
+        file=f.rel,
+        line=line,
+        hint=f"write {name} on every record, or on none",
+    )
 
 
 def mask_name(column: str) -> str:

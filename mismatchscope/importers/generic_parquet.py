@@ -143,10 +143,14 @@ def _aligned_rows(col: dict[str, Any], src: dict[str, str]) -> tuple[np.ndarray,
     reasons = np.where(lengths < 0, "token list is null", np.where(lengths == 0, "empty sequence", ""))
     lists = [c for c in PER_TOKEN + EITHER if c in col and _is_list(col[c])]
     for c in lists:
-        bad = _list_lengths(col[c]) != lengths
-        reasons = np.where(
-            ok & bad, f"misaligned per-token lists: {src[c]} length differs from {src['token_id']}", reasons
+        own = _list_lengths(col[c])
+        bad = own != lengths
+        why = np.where(
+            own < 0,
+            f"{src[c]} is null, not a list" + (" (a mask must give 0/1 for every token)" if c == "mask" else ""),
+            f"misaligned per-token lists: {src[c]} length differs from {src['token_id']}",
         )
+        reasons = np.where(ok & bad, why, reasons)
         ok &= ~bad
     return lengths, ok, reasons, lists
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ImportFormatError, InputError, UsageError
+from ..errors import FieldComesAndGoesError, ImportFormatError, InputError, UsageError
 from ._base import SourceFile, note
 from ._mask import mask_span
 from ._records import parse_record
@@ -73,6 +73,8 @@ class PrimeRLImporter:
                 hint="prime-rl token exports have a fixed layout; drop --column",
             )
         self.warnings: list[str] = [POLICY_LAG_WARNING]
+        self.first_record = ""
+        """``FILE:LINE`` of the record that decided whether the import has an advantage column."""
 
     def discover(self, src: Path) -> list[SourceFile]:
         paths = [src] if src.is_file() else sorted(src.rglob("rank_*.jsonl"))
@@ -109,7 +111,10 @@ class PrimeRLImporter:
                 f"(still being written, or the run stopped mid-step): {shown}"
             )
         files = sorted(files, key=lambda f: (f.extra["run_dir"], f.step, f.rank, f.rel))
-        if files and not _has_advantages(files[0].path):
+        first = _first_record(files[0].path) if files else None
+        if first is not None:
+            self.first_record = f"{files[0].rel}:{first[0]}"
+        if first is not None and not _holds_advantages(first[1]):
             self.columns = tuple(c for c in self.columns if c != "advantage")
             self.warnings.append(
                 "the export's first record holds no advantages (all null: no rl loss channel); "
@@ -132,6 +137,14 @@ class PrimeRLImporter:
                 hint="upgrade mismatchscope",
             )
         require(f, line, None, rec, "token_ids", "loss_mask", "inference_logprobs", "trainer_logprobs")
+        if "advantage" not in self.columns and _holds_advantages(rec):  # decided by the first record: say so
+            raise FieldComesAndGoesError(
+                f"holds advantages, which the export's first record ({self.first_record}) holds none of "
+                "(all null): imported without an advantage column, these would be dropped without a word",
+                file=f.rel,
+                line=line,
+                hint="import the steps whose records hold advantages apart from those whose records do not",
+            )
         ids = rec["token_ids"]
         n = len(ids) if isinstance(ids, list) else -1
         per_token = {k: rec[k] for k in ("loss_mask", "inference_logprobs", "trainer_logprobs")}
@@ -159,17 +172,24 @@ class PrimeRLImporter:
         return values, n - kept
 
 
-def _has_advantages(path: Path) -> bool:
-    """Whether the first record of an export holds an advantage (an export without an rl loss channel
-    writes every advantage as null, and a column of nulls would make every reader refuse the run)."""
+def _first_record(path: Path) -> tuple[int, dict[str, Any]] | None:
+    """``(line, record)`` of an export's first record; None when it has none or it does not parse (the engine
+    reports the bad line in its place)."""
     with open(path, "rb") as fh:
-        for raw in fh:
+        for line, raw in enumerate(fh, 1):
             if raw.isspace():
                 continue
             try:
-                rec = parse_record(raw)
+                return line, parse_record(raw)
             except ImportFormatError:
-                return True  # the engine reports the bad line in its place
-            adv = rec.get("advantages")
-            return (isinstance(adv, list) and any(a is not None for a in adv)) or isinstance(adv, (int, float))
-    return True
+                return None
+    return None
+
+
+def _holds_advantages(rec: dict[str, Any]) -> bool:
+    """Whether a record holds an advantage (an export without an rl loss channel writes every advantage as null,
+    and a column of nulls would make every reader refuse the run)."""
+    adv = rec.get("advantages")
+    return (isinstance(adv, list) and any(a is not None for a in adv)) or (
+        isinstance(adv, (int, float)) and not isinstance(adv, bool)
+    )

@@ -34,6 +34,7 @@ import numpy as np
 
 from ..errors import ImportFormatError, InputError, NoSamplerLogprobsError, UsageError
 from ._base import ImportContext, SourceFile
+from ._mask import refuse_mask_values
 from .dataproto import Row, SequenceRows, add_sequence, ids, read, require, rewards
 
 _STEP_FILE = re.compile(r"^step_(\d+)\.pkl$")
@@ -89,7 +90,7 @@ class RollImporter:
 
     def read(self, f: SourceFile, ctx: ImportContext) -> None:
         try:
-            batch = read(f, ctx.trust_pickle, "ROLL")
+            batch = read(f, ctx.trust_pickle, "roll")
             require(batch, f, "input_ids", "attention_mask", "response_mask")
             if "infer_logprobs" not in batch.tensors:
                 raise NoSamplerLogprobsError(
@@ -111,8 +112,8 @@ class RollImporter:
 
 def _rows(t: dict[str, np.ndarray], f: SourceFile) -> list[Row | ImportFormatError]:
     tokens = ids(t["input_ids"])
-    attn = np.asarray(t["attention_mask"]) != 0
-    resp = np.asarray(t["response_mask"]) != 0
+    attn_values, mask_values = np.asarray(t["attention_mask"]), np.asarray(t["response_mask"])
+    attn, resp = attn_values != 0, mask_values != 0
     infer = np.asarray(t["infer_logprobs"], dtype=np.float64)
     if tokens.ndim != 2 or attn.shape != tokens.shape or resp.shape != tokens.shape:
         raise ImportFormatError(
@@ -128,6 +129,12 @@ def _rows(t: dict[str, np.ndarray], f: SourceFile) -> list[Row | ImportFormatErr
         )
     out: list[Row | ImportFormatError] = []
     for i in range(tokens.shape[0]):
+        try:
+            refuse_mask_values(attn_values[i], "attention_mask")
+            refuse_mask_values(mask_values[i], "response_mask")
+        except ImportFormatError as e:
+            out.append(ImportFormatError(e.reason, file=f.rel, record=i, hint=e.hint))
+            continue
         real = np.flatnonzero(attn[i])
         answer = np.flatnonzero(resp[i] & attn[i])
         if not len(answer) or answer[0] == 0 or not np.array_equal(real, np.arange(real[0], real[-1] + 1)):

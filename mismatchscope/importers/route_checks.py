@@ -51,10 +51,11 @@ def check_routes(d: Decoded, model: RoutesModel, prompt_len: int, completion_len
     rows, placeholder = _check_rows(len(ids), d.start, prompt_len, completion_len)
     ids = ids[:rows]
     weights = None if weights is None else weights[:rows]
-    ids, weights, axis, mtp = _map_layers(ids, weights, d.layer_axis, model)
+    uncaptured = np.zeros(rows, dtype=bool) if d.uncaptured is None else np.asarray(d.uncaptured[:rows], dtype=bool)
+    ids, weights, axis, mtp = _map_layers(ids, weights, d.layer_axis, model, uncaptured)
     moe = np.asarray(model.moe_layers)
     sub = ids[:, moe, :]
-    bad = (sub < 0) | (sub >= model.num_experts)
+    bad = ((sub < 0) | (sub >= model.num_experts)) & ~uncaptured[:, None, None]
     if bad.any():
         r, j, c = (int(x[0]) for x in np.nonzero(bad))
         raise ImportFormatError(
@@ -63,8 +64,11 @@ def check_routes(d: Decoded, model: RoutesModel, prompt_len: int, completion_len
             hint=_CONFIG_HINT,
         )
     zero = (sub == 0).all(axis=-1)
-    if model.top_k == 1:  # expert 0 is a real top-1 choice: only a layer zero on every row is a failed capture
-        zero = np.broadcast_to(zero.all(axis=0, keepdims=True) & (rows > 1), zero.shape)
+    captured = ~uncaptured
+    if model.top_k == 1:  # expert 0 is a real top-1 choice: only a layer zero on every captured row is a failure
+        whole = zero[captured].all(axis=0, keepdims=True) & (int(captured.sum()) > 1)
+        zero = np.broadcast_to(whole, zero.shape)
+    zero = zero | uncaptured[:, None]  # rows the source says it did not capture: missing whatever they hold
     repeated = _repeats(sub) & ~zero
     if repeated.any():
         r, j = (int(x[0]) for x in np.nonzero(repeated))
@@ -119,7 +123,7 @@ def _check_rows(rows: int, start: int, prompt_len: int, completion_len: int) -> 
 
 
 def _map_layers(
-    ids: np.ndarray, weights: np.ndarray | None, axis: str | None, model: RoutesModel
+    ids: np.ndarray, weights: np.ndarray | None, axis: str | None, model: RoutesModel, uncaptured: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray | None, str, int]:
     """Onto every decoder layer: ``(ids, weights, layer axis read, MTP layers dropped)``."""
     n_src, k = ids.shape[1], ids.shape[2]
@@ -129,6 +133,8 @@ def _map_layers(
     if axis != MOE_ORDINALS and n_src in (n, n + mtp):
         return ids[:, :n], None if weights is None else weights[:, :n], "decoder", n_src - n
     if n_src in (m, m + mtp):
+        if axis != MOE_ORDINALS:
+            _refuse_dense_layer(ids[:, :m], model, uncaptured)
         full = np.zeros((len(ids), n, model.top_k), dtype=ids.dtype)
         full[:, list(model.moe_layers)] = ids[:, :m]
         w = None
@@ -142,3 +148,23 @@ def _map_layers(
         f"{f', plus {mtp} MTP' if mtp else ''})",
         hint=_CONFIG_HINT,
     )
+
+
+def _refuse_dense_layer(ids: np.ndarray, model: RoutesModel, uncaptured: np.ndarray) -> None:
+    """Routes whose layer count is the config's MoE count, not its decoder count, are read as MoE ordinals (verl's
+    R2 on a mixed model). A layer of them that is 0 on every captured row is then no failed capture: it is the
+    dense layer of a model with that many decoder layers, every one of whose layers the engine wrote, and the
+    config is another model's. Reading on would store it as missing captures (a third of them, on a model of
+    three layers) and shift every other layer by one."""
+    rows = ids[~uncaptured]
+    if len(rows) < 2:
+        return
+    dense = np.flatnonzero((rows == 0).all(axis=(0, 2)))
+    if dense.size:
+        n_src = ids.shape[1]
+        raise ImportFormatError(
+            f"routes have {n_src} layers; --routes-config's model has {model.num_layers} decoder layers "
+            f"({len(model.moe_layers)} MoE): read as its MoE layers, the routes' layer {int(dense[0])} is 0 on "
+            f"every row, as the dense layer of a {n_src}-layer model is",
+            hint="pass the config of the model that recorded the routes as --routes-config",
+        )

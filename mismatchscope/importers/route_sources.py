@@ -22,8 +22,9 @@ Encodings, from each project's code (docs/import.md tabulates them):
 * ``slime``: ``Sample.rollout_routed_experts``, ``(len(tokens) - 1, layers, k)``
   int32 (lists, or the SGLang base64 string before slime decoded it).
 * ``skyrl``: one batch row of ``rollout_expert_indices`` over its real tokens,
-  ``[len(tokens), layers, k]`` (uint8/int16/int32), rows SkyRL did not
-  capture zeroed from ``router_padding_mask`` (read in place, :mod:`.skyrl_routes`).
+  ``[len(tokens), layers, k]`` (uint8/int16/int32), with ``uncaptured``: the
+  rows ``router_padding_mask`` marks, which hold SkyRL's dummy route (experts
+  ``0..k-1``) and are missing (read in place, :mod:`.skyrl_routes`).
 * ``prime-rl``: ``{"data": base64, "shape", "start", "dtype"}``; a last axis
   of ``2 * top_k`` int32 is Total Router Recall: ids, then the float32 bits
   of the gate weights.
@@ -59,6 +60,9 @@ class Decoded:
     """:data:`MOE_ORDINALS` where the encoding fixes it, else None: told apart by the layer count."""
     weights: np.ndarray | None = None
     """``[rows, source layers, k]`` float32 gate weights, where the source gives them."""
+    uncaptured: np.ndarray | None = None
+    """``[rows]`` bool: rows the source itself marks as not captured (SkyRL's ``router_padding_mask``): missing,
+    whatever ids they hold."""
 
 
 Decoder = Callable[[Mapping[str, Any], RoutesModel, int], Decoded]
@@ -197,7 +201,12 @@ def decode_slime(rec: Mapping[str, Any], model: RoutesModel, prompt_len: int) ->
 
 
 def decode_skyrl(rec: Mapping[str, Any], model: RoutesModel, prompt_len: int) -> Decoded:
-    return Decoded(_ids_array(_field(rec, "rollout_expert_indices"), "rollout_expert_indices"), 0)
+    ids = _ids_array(_field(rec, "rollout_expert_indices"), "rollout_expert_indices")
+    flags = rec.get("uncaptured")
+    uncaptured = None if flags is None else np.asarray(flags, dtype=bool).reshape(-1)
+    if uncaptured is not None and len(uncaptured) != len(ids):
+        raise ImportFormatError(f"uncaptured marks {len(uncaptured)} rows of {len(ids)}")
+    return Decoded(ids, 0, uncaptured=uncaptured)
 
 
 def decode_prime_rl(rec: Mapping[str, Any], model: RoutesModel, prompt_len: int) -> Decoded:

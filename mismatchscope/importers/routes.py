@@ -116,6 +116,7 @@ def prepare(options: RoutesOptions, trust_pickle: bool = False) -> RoutesPlan:
     model = RoutesModel.load(options.config)
     plan = RoutesPlan(options, model, _discover(options), trust_pickle=trust_pickle)
     for where, rec, checked in _checked(plan):
+        assert checked is not None  # the first pass numbers every row
         if rec["sequence_id"] in plan.counts.sequence_ids:
             raise ImportFormatError(f"sequence_id {rec['sequence_id']} has routes twice", **where)
         plan.counts.add(rec["sequence_id"], checked, len(model.moe_layers))
@@ -148,11 +149,15 @@ def _discover(options: RoutesOptions) -> list[tuple[Path, str]]:
     return [(p, p.relative_to(src).as_posix()) for p in sorted(src.rglob("*.jsonl"))]
 
 
-Checked = tuple[dict[str, Any], dict[str, Any], CheckedRoutes]
-"""``(where, record, routes)``: where is ``{"file", "line"}`` or ``{"file", "record"}``, for error messages."""
+Checked = tuple[dict[str, Any], dict[str, Any], "CheckedRoutes | None"]
+"""``(where, record, routes)``: where is ``{"file", "line"}`` or ``{"file", "record"}``, for error messages;
+routes None for a stack's batch row the token import skipped."""
 
 
-def _checked(plan: RoutesPlan) -> Iterator[Checked]:
+def _checked(plan: RoutesPlan, source_rows: dict[tuple[str, int], int] | None = None) -> Iterator[Checked]:
+    """Every record decoded and checked. A record read in place from a stack's batch (slime, SkyRL) takes the
+    ``sequence_id`` its batch row was imported as (``source_rows``), None where the token import skipped that
+    row; before the tokens are imported (``source_rows`` None) the records are numbered in reading order."""
     decode = DECODERS[plan.options.encoding]
     reader = _dump_reader(plan.options.encoding, Path(plan.options.src))
     next_id = 0
@@ -160,8 +165,13 @@ def _checked(plan: RoutesPlan) -> Iterator[Checked]:
         try:
             recs = reader.records(path, rel, plan.trust_pickle) if reader is not None else _jsonl_records(path, rel)
             for where, rec in recs:
-                if reader is not None:  # the k-th sample read is the k-th sequence the stack's import numbers
+                if reader is not None and source_rows is None:
                     rec["sequence_id"], next_id = next_id, next_id + 1
+                elif reader is not None and source_rows is not None:
+                    rec["sequence_id"] = source_rows.get((str(Path(path).resolve()), where["record"]))
+                    if rec["sequence_id"] is None:  # a row the token import skipped (checked by the first pass)
+                        yield where, rec, None
+                        continue
                 yield where, rec, _check_one(decode, plan.model, where, rec)
         except OSError as e:
             raise InputError(f"{rel}: cannot read it ({short(e)})") from None
@@ -213,13 +223,19 @@ def _require(rec: Any) -> None:
 
 
 def write(
-    out: Path, plan: RoutesPlan, token_shards: list[Path], skip_bad: bool = False
+    out: Path,
+    plan: RoutesPlan,
+    token_shards: list[Path],
+    skip_bad: bool = False,
+    source_rows: dict[tuple[str, int], int] | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """Check each record against its imported tokens and write ``routes/`` and ``sequences.parquet``.
 
     With ``skip_bad``, routes of a sequence the token import skipped as bad are
-    skipped and counted too. Returns the manifest entries (``routing`` and
-    ``routes``) and the warnings to show.
+    skipped and counted too; so are, always, the routes of a stack's batch row
+    the token import did not import (``source_rows``: ``(file, record)`` ->
+    ``sequence_id``; a row that trains no token). Returns the manifest entries
+    (``routing`` and ``routes``) and the warnings to show.
     """
     model = plan.model
     kept = _imported_tokens(token_shards)
@@ -230,8 +246,8 @@ def write(
     shards: list[Path] = []
     seqs: dict[str, list] = {name: [] for name in _SEQUENCES_SCHEMA.names}
     counts, orphans = RouteCounts(), 0
-    for where, rec, checked in _checked(plan):
-        if skip_bad and rec["sequence_id"] not in kept:
+    for where, rec, checked in _checked(plan, source_rows or {}):
+        if checked is None or (skip_bad and rec["sequence_id"] not in kept):
             orphans += 1
             continue
         counts.add(rec["sequence_id"], checked, len(model.moe_layers))
@@ -405,5 +421,8 @@ def _warnings(c: RouteCounts, unrouted: int, orphans: int) -> list[str]:
     if unrouted:
         out.append(f"{unrouted} imported sequence(s) have no routes")
     if orphans:
-        out.append(f"skipped the routes of {orphans} sequence(s) skipped as bad records")
+        out.append(
+            f"skipped the routes of {orphans} sequence(s) the token import skipped "
+            "(bad records, or rows that train no token)"
+        )
     return out

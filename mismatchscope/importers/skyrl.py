@@ -37,8 +37,9 @@ import numpy as np
 
 from ..errors import ImportFormatError, NoSamplerLogprobsError, UsageError
 from ._base import ImportContext, SourceFile, short
+from ._mask import refuse_mask_values
 from ._values import check_record, exact_ints, host_array
-from .stack_pickle import StackBatch, load_stack_pickle
+from .stack_pickle import StackBatch, load_stack_pickle, refuse_other_stack
 
 _STEP_FILE = re.compile(r"^global_step_(\d+)_training_input\.pkl$")
 
@@ -83,6 +84,9 @@ class SkyRLImporter:
             ctx.bad(e, f)
             return
         for k, values, dropped in rows:
+            if isinstance(values, str):  # SkyRL's own padding, a row its filtering zeroed: trains no token
+                ctx.skip_row(f, values)
+                continue
             try:
                 if isinstance(values, ImportFormatError):
                     raise values
@@ -92,7 +96,7 @@ class SkyRLImporter:
                 continue
             finite = np.isfinite(values["sampler_logprob"]) & np.isfinite(values["trainer_logprob"])
             ctx.note("nonfinite_logprobs", int(len(finite) - np.count_nonzero(finite)))
-            ctx.add(f, values, dropped)
+            ctx.add(f, values, dropped, record=k)
 
 
 def discover(src: Path) -> list[SourceFile]:
@@ -110,22 +114,35 @@ def discover(src: Path) -> list[SourceFile]:
     return sorted(files, key=lambda f: (f.step, f.rel))
 
 
+METADATA = "__metadata__"
+"""the key :func:`read_batch` gives the batch's ``metadata`` under (``pad_size``, ``response_length``, ...)."""
+
+
 def read_batch(f: SourceFile, trust_pickle: bool) -> dict[str, Any]:
-    """The dumped batch as ``{field: numpy array or None}``, plus ``"__packed__"`` fields as (values, offsets)."""
+    """The dumped batch as ``{field: numpy array or None}`` (packed fields as ``(values, offsets)``), its
+    ``metadata`` under :data:`METADATA`."""
     obj = load_stack_pickle(f.path, f.rel, trust_pickle, "SkyRL")
+    refuse_other_stack(obj, f.rel, "skyrl")
     if isinstance(obj, StackBatch) or (isinstance(obj, dict) and "batch_dict" in obj):
         fields = obj.get("batch_dict")
         if not isinstance(fields, dict):
             raise ImportFormatError("the batch has no batch_dict", file=f.rel)
-        return {str(k): _field(v, str(k), f) for k, v in fields.items()}
-    if isinstance(obj, dict):  # a full unpickle (--trust-pickle) gives SkyRL's own TrainingInputBatch
-        return {str(k): _as_numpy(v) for k, v in obj.items()}
-    raise ImportFormatError(f"expected SkyRL's TrainingInputBatch, got {type(obj).__name__}", file=f.rel)
+        out = {str(k): _field(v, str(k), f) for k, v in fields.items()}
+        metadata = obj.get("metadata")
+    elif isinstance(obj, dict):  # a full unpickle (--trust-pickle) gives SkyRL's own TrainingInputBatch
+        out = {str(k): _as_numpy(v) for k, v in obj.items()}
+        metadata = getattr(obj, "metadata", None)
+    else:
+        raise ImportFormatError(f"expected SkyRL's TrainingInputBatch, got {type(obj).__name__}", file=f.rel)
+    out[METADATA] = dict(metadata) if isinstance(metadata, dict) else {}
+    return out
 
 
 def _field(value: Any, name: str, f: SourceFile) -> Any:
     if value is None:
         return None
+    if isinstance(value, bytes):  # skyrl-train: every field torch.save()d
+        value = {"format": "torch", "data": value}
     if not isinstance(value, dict):
         raise ImportFormatError(f"field {name} is a {type(value).__name__}, not a serialized tensor", file=f.rel)
     fmt = str(value.get("format", "numpy"))
@@ -186,12 +203,33 @@ def _arrays(f: SourceFile, batch: dict[str, Any]) -> dict[str, np.ndarray]:
     return out
 
 
-def sequences(f: SourceFile, batch: dict[str, Any]) -> Iterator[tuple[int, dict[str, Any] | ImportFormatError, int]]:
-    """``(row, values or why the row is bad, dropped)`` for each row of the batch."""
+PADDING = "padding"
+LOSS_MASK_ALL_ZERO = "loss_mask_all_zero"
+
+
+def pad_rows(f: SourceFile, batch: dict[str, Any], rows: int) -> int:
+    """How many trailing rows are SkyRL's own batch padding (``metadata["pad_size"]``: copies of real rows, their
+    loss mask 0, added to make the batch divisible by the data-parallel size)."""
+    pad = batch.get(METADATA, {}).get("pad_size", 0)
+    if isinstance(pad, bool) or not isinstance(pad, (int, np.integer)) or not 0 <= int(pad) < max(rows, 1):
+        raise ImportFormatError(f"metadata pad_size {pad!r} does not fit a batch of {rows} rows", file=f.rel)
+    return int(pad)
+
+
+Row = tuple[int, "dict[str, Any] | ImportFormatError | str", int]
+"""``(row, its values, why it is bad, or why it is skipped (:data:`PADDING`, :data:`LOSS_MASK_ALL_ZERO`), dropped)``."""
+
+
+def sequences(f: SourceFile, batch: dict[str, Any]) -> Iterator[Row]:
+    """``(row, values or why the row is bad or skipped, dropped)`` for each row of the batch."""
     a = _arrays(f, batch)
     seq, resp_mask = a["sequences"], a["response_mask"] != 0
     width = resp_mask.shape[1]
+    real_rows = seq.shape[0] - pad_rows(f, batch, seq.shape[0])
     for row in range(seq.shape[0]):
+        if row >= real_rows:
+            yield row, PADDING, 0
+            continue
         r = int(resp_mask[row].sum())
         if r and resp_mask[row, width - r :].all():  # one left-padded block: responses right-aligned
             cols, toks = slice(width - r, width), slice(seq.shape[1] - r, seq.shape[1])
@@ -200,9 +238,14 @@ def sequences(f: SourceFile, batch: dict[str, Any]) -> Iterator[tuple[int, dict[
         else:
             yield row, ImportFormatError("response_mask is not one block at either end", file=f.rel, record=row), 0
             continue
+        try:
+            refuse_mask_values(a["loss_mask"][row], "loss_mask")
+        except ImportFormatError as e:
+            yield row, ImportFormatError(e.reason, file=f.rel, record=row, hint=e.hint), 0
+            continue
         keep = a["loss_mask"][row, cols] != 0
-        if not keep.any():
-            yield row, ImportFormatError("loss_mask selects no token", file=f.rel, record=row), 0
+        if not keep.any():  # overlong filtering (and any row the loss skips) zeroes the whole mask
+            yield row, LOSS_MASK_ALL_ZERO, 0
             continue
         values = {"token_id": seq[row, toks][keep], "step": f.step}
         for name, key in (
@@ -215,4 +258,4 @@ def sequences(f: SourceFile, batch: dict[str, Any]) -> Iterator[tuple[int, dict[
 
 
 def _names(batch: dict[str, Any]) -> str:
-    return ", ".join(sorted(k for k, v in batch.items() if v is not None)[:15])
+    return ", ".join(sorted(k for k, v in batch.items() if v is not None and k != METADATA)[:15])

@@ -10,11 +10,14 @@ row over its real (unpadded) tokens, or, in earlier releases, a dense
 whose route the engine did not capture (the last token, which is never fed
 forward, and anything after it; a release without the mask has every row
 read as captured). Those rows hold SkyRL's dummy route
-(experts ``0..k-1``), not a capture: they are stored as missing.
+(experts ``0..k-1``: expert 0 with top-1 routing), not a capture: they are
+passed on as ``uncaptured`` and stored as missing, whatever they hold.
 
-Rows are read in the order the SkyRL importer reads them, so the k-th row
-read is the k-th sequence imported; the check against each sequence's
-imported tokens catches any drift.
+Each record is keyed by its batch row (``{"file", "record"}``), as the
+SkyRL importer keys the sequences it imports, so a row the token import
+skipped (a bad record under ``--skip-bad``, a row that trains no token)
+takes no other row's routes. The batch padding SkyRL adds itself
+(``metadata["pad_size"]``) holds no routes of its own and is not read.
 """
 
 from __future__ import annotations
@@ -45,9 +48,10 @@ def files(src: Path) -> list[tuple[Path, str]]:
 def records(path: Path, rel: str, trust_pickle: bool) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
     """``(where, record)`` per batch row, in the routes-file layout (``sequence_id`` left out)."""
     from ._base import SourceFile
-    from .skyrl import read_batch
+    from .skyrl import pad_rows, read_batch
 
-    batch = read_batch(SourceFile(path=path, rel=rel), trust_pickle)
+    f = SourceFile(path=path, rel=rel)
+    batch = read_batch(f, trust_pickle)
     routes, pad = batch.get(ROUTES_FIELD), batch.get("router_padding_mask")
     if routes is None:
         raise ImportFormatError(
@@ -58,7 +62,7 @@ def records(path: Path, rel: str, trust_pickle: bool) -> Iterator[tuple[dict[str
     resp = np.asarray(batch["response_mask"]) != 0
     loss = batch.get("loss_mask")
     width = resp.shape[1]
-    for k in range(seq.shape[0]):
+    for k in range(seq.shape[0] - pad_rows(f, batch, seq.shape[0])):
         where = {"file": rel, "record": k}
         real = int(attn[k].sum())
         start = seq.shape[1] - real  # left-padded: the real tokens are the last `real`
@@ -66,13 +70,13 @@ def records(path: Path, rel: str, trust_pickle: bool) -> Iterator[tuple[dict[str
         uncaptured = np.zeros(real, dtype=bool) if pad is None else np.asarray(pad[k, start:], dtype=bool)
         if len(rows) != real or len(uncaptured) != real:
             raise ImportFormatError(f"{len(rows)} route rows for {real} real tokens", **where)
-        rows = np.where(uncaptured[:, None, None], 0, rows)  # SkyRL's dummy route: a missing capture
         r = int(resp[k].sum())
         tokens = seq[k, start:].astype(np.int64)
         rec: dict[str, Any] = {
             "prompt_token_ids": tokens[: real - r].tolist(),
             "completion_token_ids": tokens[real - r :].tolist(),
             ROUTES_FIELD: rows,
+            "uncaptured": uncaptured,  # SkyRL's dummy route: a missing capture
         }
         if loss is not None:
             rec["loss_mask"] = (np.asarray(loss[k, width - r :]) != 0).astype(int).tolist()

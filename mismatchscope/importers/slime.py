@@ -151,7 +151,7 @@ class SlimeImporter:
                     - np.count_nonzero(np.isfinite(values["sampler_logprob"]) & np.isfinite(values["trainer_logprob"]))
                 ),
             )
-            ctx.add(f, values, dropped)
+            ctx.add(f, values, dropped, record=k)
 
     # -- the train dump ----------------------------------------------------------
     def _check_train(self, f: SourceFile, data: Any) -> list:

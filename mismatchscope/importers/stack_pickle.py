@@ -8,15 +8,28 @@ it needs the stack installed and runs whatever the file names. Instead
 :class:`_AllowList` maps each class the stacks' own code writes to a plain
 container that only stores what it is given, and refuses every other name:
 
-* SkyRL: ``_rebuild_tensor_batch(TrainingInputBatch, state)`` becomes the
-  ``state`` dict (``batch_dict`` of ``{"format", "data", "shape", "dtype"}``
-  per field, the numpy bytes of each tensor), ``TensorFormat`` its string;
+* SkyRL (0.2 and later): ``_rebuild_tensor_batch(TrainingInputBatch, state)``
+  becomes the ``state`` dict (``batch_dict`` of ``{"format", "data", "shape",
+  "dtype"}`` per field, the numpy bytes of each tensor), ``TensorFormat`` its
+  string. SkyRL 0.1 and skyrl-train pickled the batch as a plain dict
+  subclass: its items, each tensor through torch's own tensor pickle
+  (``torch._utils._rebuild_tensor_v2`` of a ``torch.storage._load_from_bytes``
+  storage), then the same ``state`` (numpy bytes in SkyRL 0.1, ``torch.save``
+  bytes per field in skyrl-train). The items repeat the state, so both
+  rebuild functions stand in as :func:`_discarded`, which loads nothing, and
+  the batch is read from its state alone;
 * DataProto (verl, ROLL): the object becomes its ``__getstate__`` tuple
   ``(torch.save bytes of the TensorDict, non_tensor_batch, meta_info)``; the
   TensorDict bytes load with ``torch.load(weights_only=True)``, tensordict's
   consolidated rebuild function standing in as :func:`_consolidated` (which
   slices the one byte storage by the leaves' recorded offsets, as
-  tensordict does, into plain tensors);
+  tensordict does, into plain tensors) and its plain one,
+  ``_make_td(TensorDict, state)``, as :func:`_make_td` (which keeps the
+  state's tensors). ROLL compares ``tensordict.__version__ >= "0.5.0"`` as
+  text, false for the tensordict 0.10 and later it requires, so its dumps
+  hold the plain form. verl's numpy mode (``VERL_DATAPROTO_SERIALIZATION_METHOD=numpy``)
+  puts ``(batch_size, device, {key: (dtype, torch.Size, uint8 array)})`` in
+  place of the bytes: ``torch.Size`` stands in as ``tuple``;
 * ``io.BytesIO`` (ROLL keeps the TensorDict bytes in one) becomes its bytes;
 * numpy arrays (``non_tensor_batch``), ``torch.device``, and the builtins
   and containers pickle uses.
@@ -36,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ImportFormatError, UntrustedPickleError
+from ..errors import ImportFormatError, InputError, MissingDependencyError, UntrustedPickleError
 from ._base import short
 
 SKYRL_MODULES = ("skyrl.backends.skyrl_train.training_batch", "skyrl_train.training_batch")
@@ -49,6 +62,13 @@ class StackBatch(dict):
     """A SkyRL batch's pickled state (``batch_dict``, ``batch_size``, ``device``, ``metadata``), as a dict."""
 
     stack_class: str = ""
+
+    def __setstate__(self, state: Any) -> None:
+        """SkyRL 0.1 and skyrl-train: the state follows the dict's own items (the tensors again): it replaces them."""
+        if not isinstance(state, dict):
+            raise pickle.UnpicklingError("a SkyRL batch whose state is not a dict")
+        self.clear()
+        self.update(state)
 
 
 class DataProtoState:
@@ -91,6 +111,12 @@ def _device(*args: Any) -> str:
     return ":".join(str(a) for a in args)
 
 
+def _discarded(*args: Any) -> None:
+    """torch's tensor and storage rebuild functions inside an old SkyRL batch: its items repeat its state, which is
+    what is read, so nothing is loaded here (``_load_from_bytes`` would run a full ``torch.load``)."""
+    return None
+
+
 def _allowed(module: str, name: str) -> Any:
     if module in SKYRL_MODULES:
         if name in SKYRL_BATCHES:
@@ -105,6 +131,10 @@ def _allowed(module: str, name: str) -> Any:
         return PickledBytesIO
     if (module, name) == ("torch", "device"):
         return _device
+    if (module, name) == ("torch", "Size"):
+        return tuple
+    if (module, name) in (("torch._utils", "_rebuild_tensor_v2"), ("torch.storage", "_load_from_bytes")):
+        return _discarded
     if module in ("numpy.core.multiarray", "numpy._core.multiarray") and name in ("_reconstruct", "scalar"):
         return getattr(np._core.multiarray, name)  # type: ignore[attr-defined]  (numpy 1.x names it numpy.core)
     if module in ("numpy.core.numeric", "numpy._core.numeric") and name == "_frombuffer":
@@ -164,8 +194,43 @@ def load_stack_pickle(path: Path, rel: str, trust_pickle: bool, stack: str) -> A
     try:
         with open(path, "rb") as fh:
             return pickle.load(fh)
-    except Exception as e:  # the stack's classes are not importable here, or the file is damaged
+    except ImportError as e:  # the stack's classes are not importable here
+        raise MissingDependencyError(
+            f"{rel}: --trust-pickle unpickles it in full, which needs {e.name or 'the package it names'} "
+            f"installed ({short(e)})",
+            hint=f"install {e.name or 'it'}, or drop --trust-pickle",
+        ) from None
+    except Exception as e:  # the file is damaged
         raise ImportFormatError(f"cannot unpickle it in full ({short(e)})", file=rel) from None
+
+
+STACK_OF_CLASS = {
+    **dict.fromkeys(SKYRL_MODULES, "skyrl"),
+    "verl.protocol": "verl",
+    "roll.distributed.scheduler.protocol": "roll",
+}
+"""the module of a stack's batch class -> the ``import`` format that reads it."""
+
+
+def stack_of(obj: Any) -> str | None:
+    """Which stack's dump a loaded pickle is (``skyrl``, ``verl``, ``roll``), from the class it names; None when
+    it names none of them."""
+    qualified = getattr(obj, "stack_class", "") or f"{type(obj).__module__}.{type(obj).__qualname__}"
+    return STACK_OF_CLASS.get(qualified.rpartition(".")[0])
+
+
+def refuse_other_stack(obj: Any, rel: str, fmt: str) -> None:
+    """A dump of another stack given as ``fmt``: say which stack wrote it, not what ``fmt``'s layout misses."""
+    other = stack_of(obj)
+    if other is not None and other != fmt:
+        qualified = getattr(obj, "stack_class", "") or type(obj).__qualname__
+        raise InputError(
+            f"{rel}: this is a {STACK_NAMES[other]} dump ({qualified}), not a {STACK_NAMES[fmt]} one",
+            hint=f"import it with `mismatchscope import {other}`",
+        )
+
+
+STACK_NAMES = {"skyrl": "SkyRL", "verl": "verl", "roll": "ROLL"}
 
 
 def _consolidated(metadata: Any, storage: Any) -> dict[str, Any]:
@@ -188,22 +253,50 @@ def _consolidated(metadata: Any, storage: Any) -> dict[str, Any]:
     return out
 
 
+MAKE_TD = "tensordict._reductions._make_td"
+TENSORDICT_CLASSES = ("tensordict._td.TensorDict", "tensordict.tensordict.TensorDict")
+
+
+class _TensorDictClass:
+    """What ``tensordict._td.TensorDict`` names in a pickle: only passed to :func:`_make_td`, never built."""
+
+
+class TensorDictLeaves(dict):
+    """A TensorDict as ``{key: tensor}`` (a nested one's keys joined by dots)."""
+
+
+def _make_td(cls: Any, state: Any) -> TensorDictLeaves:
+    """tensordict's ``_make_td(cls, state)`` (an unconsolidated TensorDict): its ``_tensordict`` entries, the
+    tensors torch's safe loader rebuilt, nested TensorDicts flattened; nothing of tensordict runs."""
+    if cls is not _TensorDictClass or not isinstance(state, dict) or not isinstance(state.get("_tensordict"), dict):
+        raise pickle.UnpicklingError("_make_td called on something other than a TensorDict's state")
+    out = TensorDictLeaves()
+    for key, value in state["_tensordict"].items():
+        if isinstance(value, TensorDictLeaves):
+            out.update({f"{key}.{k}": v for k, v in value.items()})
+        else:
+            out[str(key)] = value
+    return out
+
+
 def load_tensordict(blob: bytes, rel: str, trust_pickle: bool) -> dict[str, Any]:
-    """DataProto's ``torch.save``d TensorDict bytes -> ``{key: tensor}``, with torch's safe loader."""
+    """DataProto's ``torch.save``d TensorDict bytes -> ``{key: tensor}``, with torch's safe loader: consolidated
+    (verl) or not (ROLL with tensordict 0.10 or later), through the stand-ins above."""
     import torch
 
+    allowed = [(_consolidated, CONSOLIDATED), (_make_td, MAKE_TD), *((_TensorDictClass, c) for c in TENSORDICT_CLASSES)]
     try:
-        with warnings.catch_warnings(), torch.serialization.safe_globals([(_consolidated, CONSOLIDATED)]):
+        with warnings.catch_warnings(), torch.serialization.safe_globals(allowed):
             warnings.simplefilter("ignore")
             td = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         if not trust_pickle:
             raise UntrustedPickleError(
-                f"{rel}: the DataProto's tensors are not a consolidated TensorDict ({short(e)}); "
+                f"{rel}: the DataProto's tensors are not a TensorDict of tensors ({short(e)}); "
                 "unpickling them runs code stored in the file, so it is refused by default",
                 hint="pass --trust-pickle if you produced these files yourself",
             ) from None
-        td = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False)
+        td = _full_torch_load(blob, rel)
     except Exception as e:
         raise ImportFormatError(f"corrupt: the DataProto's tensors do not load ({short(e)})", file=rel) from None
     if td is None:
@@ -214,3 +307,21 @@ def load_tensordict(blob: bytes, rel: str, trust_pickle: bool) -> dict[str, Any]
         return {k: td[k] for k in td.keys()}
     except Exception as e:
         raise ImportFormatError(f"the DataProto's batch is a {type(td).__name__} ({short(e)})", file=rel) from None
+
+
+def _full_torch_load(blob: bytes, rel: str) -> Any:
+    """``--trust-pickle``: the tensors unpickled in full, which imports the classes the file names (tensordict)."""
+    import torch
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False)
+    except ImportError as e:
+        raise MissingDependencyError(
+            f"{rel}: --trust-pickle unpickles the DataProto's tensors in full, which needs "
+            f"{e.name or 'the package the file names'} installed ({short(e)})",
+            hint=f"pip install {e.name or 'tensordict'}, or drop --trust-pickle",
+        ) from None
+    except Exception as e:
+        raise ImportFormatError(f"corrupt: the DataProto's tensors do not load ({short(e)})", file=rel) from None

@@ -34,6 +34,7 @@ import numpy as np
 
 from ..errors import ImportFormatError, InputError, NoSamplerLogprobsError, UsageError
 from ._base import ImportContext, SourceFile, short
+from ._mask import refuse_mask_values
 from .dataproto import Row, SequenceRows, add_sequence, ids, read, require, rewards
 
 DUMP_NAME = "gen_batch.dp"
@@ -87,8 +88,8 @@ class VerlImporter:
 
     def read(self, f: SourceFile, ctx: ImportContext) -> None:
         try:
+            batch = read(f, ctx.trust_pickle, "verl")  # first: a file of another stack is named as such
             _check_step(f)
-            batch = read(f, ctx.trust_pickle, "verl")
             require(batch, f, "prompts", "responses", "response_mask", "attention_mask")
             if "rollout_log_probs" not in batch.tensors:
                 raise NoSamplerLogprobsError(
@@ -103,7 +104,12 @@ class VerlImporter:
         scores = batch.tensors.get("rm_scores")  # the score on the last response token, 0 elsewhere
         reward = rewards(None if scores is None else np.asarray(scores, dtype=np.float64).sum(-1), len(rows))
         for k, parts in enumerate(rows):
-            add_sequence(ctx, f, k, self.sequence_rows, parts, float(reward[k]))
+            if parts is None:  # an agent-loop sample that generated nothing: no token to compare
+                ctx.skip_row(f, EMPTY_RESPONSE)
+            elif isinstance(parts, ImportFormatError):
+                ctx.bad(parts, f)
+            else:
+                add_sequence(ctx, f, k, self.sequence_rows, parts, float(reward[k]))
 
 
 def _check_step(f: SourceFile) -> None:
@@ -119,10 +125,14 @@ def _check_step(f: SourceFile) -> None:
             raise ImportFormatError(f"meta.json says global_steps {recorded}, the folder says {f.step}", file=f.rel)
 
 
-def _rows(t: dict[str, np.ndarray], f: SourceFile) -> list[Row]:
+EMPTY_RESPONSE = "empty_response"
+
+
+def _rows(t: dict[str, np.ndarray], f: SourceFile) -> list[Row | ImportFormatError | None]:
+    """Each row's parts; None for a sample with no response token; an error for a row whose masks are not 0/1."""
     prompts, responses = ids(t["prompts"]), ids(t["responses"])
-    attn = np.asarray(t["attention_mask"]) != 0
-    resp_mask = np.asarray(t["response_mask"]) != 0
+    attn_values, mask_values = np.asarray(t["attention_mask"]), np.asarray(t["response_mask"])
+    attn, resp_mask = attn_values != 0, mask_values != 0
     logprobs = np.asarray(t["rollout_log_probs"], dtype=np.float64)
     b, p = prompts.shape if prompts.ndim == 2 else (0, 0)
     r = responses.shape[1] if responses.ndim == 2 else -1
@@ -137,9 +147,18 @@ def _rows(t: dict[str, np.ndarray], f: SourceFile) -> list[Row]:
             f"{list(resp_mask.shape)}, rollout_log_probs {list(logprobs.shape)}, attention_mask {list(attn.shape)}",
             file=f.rel,
         )
-    out: list[Row] = []
+    out: list[Row | ImportFormatError | None] = []
     for i in range(b):
         n = int(attn[i, p:].sum())  # right-padded: the first n response tokens are real
+        try:
+            refuse_mask_values(attn_values[i], "attention_mask")
+            refuse_mask_values(mask_values[i], "response_mask")
+        except ImportFormatError as e:
+            out.append(ImportFormatError(e.reason, file=f.rel, record=i, hint=e.hint))
+            continue
+        if n == 0:
+            out.append(None)
+            continue
         kept = resp_mask[i, :n]
         out.append((prompts[i][attn[i, :p]], responses[i, :n], kept, logprobs[i, :n][kept]))
     return out

@@ -13,13 +13,30 @@ def import_payload(result, out_dir: Path) -> dict:
     return document(ImportDocument.of(result, out_dir))
 
 
+ROW_REASONS = {
+    "padding": "the stack's batch padding",
+    "loss_mask_all_zero": "loss mask all 0 (overlong filtering)",
+    "empty_response": "empty response",
+}
+"""how the summary names each kind of row a stack's dump holds that trains no token (``ImportResult.rows_skipped``)."""
+
+
+def rows_skipped(counts: dict[str, int]) -> str:
+    """``; 3 row(s) that train no token skipped (2 the stack's batch padding, 1 ...)``, or nothing."""
+    if not counts:
+        return ""
+    parts = ", ".join(f"{n} {ROW_REASONS.get(k, k)}" for k, n in counts.items())
+    return f"; {sum(counts.values())} row(s) that train no token skipped ({parts})"
+
+
 def import_lines(console, result, out_dir: Path) -> None:
     """The tokens imported (and the routes), then the next command: ``rescore`` for a dump that holds the
     sampler's side only, else ``report``."""
     console.print(
         f"imported {result.tokens_written:,} tokens in {result.sequences:,} sequences from {result.files_read} file(s) "
         f"into {out_dir}; {result.tokens_dropped_by_mask:,} non-generated tokens dropped by the mask"
-        + (f"; {result.bad_records_skipped} bad record(s) skipped" if result.bad_records_skipped else ""),
+        + (f"; {result.bad_records_skipped} bad record(s) skipped" if result.bad_records_skipped else "")
+        + rows_skipped(result.rows_skipped),
         highlight=False,
     )
     if result.routes is not None:

@@ -53,7 +53,19 @@ from .index import (
     read_index,
     shard_problems,
 )
-from .layout import COMPLETE, INDEX, INDEX_VERSION, LOCK, MANIFEST, RANKS, ROUTES, RUNNING, TOKENS, is_run_dir
+from .layout import (
+    COMPLETE,
+    INDEX,
+    INDEX_VERSION,
+    LOCK,
+    MANIFEST,
+    RANKS,
+    ROUTES,
+    RUNNING,
+    STAGING,
+    TOKENS,
+    is_run_dir,
+)
 from .lock import WriterLock, is_empty_dir, lock_run
 from .manifest import Completion, completion, read_json, read_manifest, write_manifest
 
@@ -67,6 +79,7 @@ __all__ = [
     "RANKS",
     "ROUTES",
     "RUNNING",
+    "STAGING",
     "TOKENS",
     "Completion",
     "Contents",

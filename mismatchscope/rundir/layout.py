@@ -18,6 +18,10 @@ ROUTES = "routes"
 """the folder of MoE route shards (its layout: :mod:`mismatchscope.routing.layout`)."""
 COMPLETE = "complete"
 RUNNING = "running"
+STAGING = ".import-partial"
+"""the folder inside a run directory an ``import`` writes into before it moves the run up, its manifest last: a
+killed import leaves only this hidden folder (never ``tokens/`` without a manifest), removed by the next import
+into the same directory. Not a run of its own to anyone looking for one."""
 
 
 def is_run_dir(path: str | os.PathLike) -> bool:

@@ -609,3 +609,57 @@ def test_an_import_refuses_at_the_line_what_report_would_refuse(tmp_path, bad, m
     skipped = import_run("jsonl", src, tmp_path / "skipped", skip_bad=True)  # --skip-bad: skipped and counted
     assert (skipped.sequences, skipped.bad_records_skipped) == (1, 1)
     assert cli("report", str(tmp_path / "skipped")).returncode == 0
+
+
+def _records(tmp_path, *records: dict) -> Path:
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+PAIR = {"token_ids": [5, 6, 7], "sampler_logprobs": [-0.5, -0.6, -0.7], "trainer_logprobs": [-0.4, -0.6, -0.8]}
+
+
+@pytest.mark.parametrize(
+    "first, later, message",
+    [
+        # a mask from record 2 on: its 0 once kept the token it masks
+        ({}, {"mask": [1, 0, 1]}, r"d.jsonl:2: holds 'mask' \(mask\), which the import's first record \(d.jsonl:1\)"),
+        # a mask on record 1 only: record 2's tokens would all be kept as generated
+        ({"mask": [1, 0, 1]}, {}, r"d.jsonl:2: lacks 'mask' \(mask\), which the import's first record \(d.jsonl:1\)"),
+        # a sequence_id appearing later was renumbered, a duplicate never reported
+        ({}, {"sequence_id": 0}, r"d.jsonl:2: holds 'sequence_id'"),
+        # advantages appearing later were dropped
+        ({}, {"advantages": 0.5}, r"d.jsonl:2: holds 'advantages' \(advantage\)"),
+        ({"mask": None}, {"mask": [1, 1, 1]}, r"d.jsonl:2: holds 'mask'"),
+    ],
+)
+def test_a_field_that_comes_and_goes_is_refused_naming_both_records(tmp_path, first, later, message):
+    path = _records(tmp_path, {**PAIR, **first}, {**PAIR, **later})
+    for skip_bad in (False, True):  # a property of the file: --skip-bad would skip every record but one
+        with pytest.raises(ImportFormatError, match=message):
+            import_run("jsonl", path, tmp_path / "out", skip_bad=skip_bad)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_reward_missing_on_one_record_is_empty_there(tmp_path):
+    """reward (and trainer_entropy) may be absent on a record: NaN for its tokens, the others' kept."""
+    path = _records(tmp_path, {**PAIR, "reward": 1.0}, PAIR)
+    import_run("jsonl", path, tmp_path / "out")
+    rewards = read(tmp_path / "out")["reward"]
+    assert rewards[:3].tolist() == [1.0] * 3 and np.isnan(rewards[3:]).all()
+
+
+def test_a_null_mask_list_in_parquet_is_called_null(tmp_path):
+    """Row 0's mask is a null list: once 'mask length differs from token_ids'."""
+    table = pa.table(
+        {
+            "token_ids": [[1, 2, 3], [1, 2, 3]],
+            "sampler_logprobs": [[-1.0, -1.0, -1.0]] * 2,
+            "trainer_logprobs": [[-1.0, -1.0, -1.0]] * 2,
+            "mask": pa.array([None, [1, 1, 1]], pa.list_(pa.int64())),
+        }
+    )
+    pq.write_table(table, tmp_path / "d.parquet")
+    with pytest.raises(ImportFormatError, match=r"d.parquet \(record 0\): mask is null, not a list"):
+        import_run("parquet", tmp_path / "d.parquet", tmp_path / "out")

@@ -210,3 +210,22 @@ def test_column_mapping_is_refused_for_a_fixed_layout(tmp_path):
     write_nemo_step(tmp_path / "logs", 1, [GOOD])
     with pytest.raises(UsageError, match="--column"):
         import_run("nemo-rl", tmp_path / "logs", tmp_path / "out", columns={"mask": "x"})
+
+
+def test_force_on_policy_zeros_one_token_per_record_are_refused(tmp_path):
+    """Records of one generated token each: no record has the two kept tokens the per-record check needs, but
+    the import's trainer side is 3 exact zeros against 3 sampler logprobs that are not: refused all the same
+    (once imported as a run with no mismatch at all)."""
+    samples = [nemo_sample([1, 2], [5 + k], [-0.2 - k / 10], [0.0], 0.0, 0.0, prompt_prev=[0.0, 0.0]) for k in range(3)]
+    write_nemo_step(tmp_path / "logs", 4, samples)
+    with pytest.raises(NoTrainerLogprobsError, match="every one of the 3 imported tokens is exactly 0") as err:
+        import_run("nemo-rl", tmp_path / "logs", tmp_path / "out")
+    assert err.value.hint is not None and "force_on_policy_ratio" in err.value.hint
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_trainer_side_with_one_exact_zero_among_others_is_kept(tmp_path):
+    """A token the trainer gives probability 1 (logprob exactly 0) beside one it does not: a trainer side."""
+    samples = [nemo_sample([1], [5], [-0.2], [0.0], 0.0, 0.0), nemo_sample([1], [6], [-0.3], [-0.25], 0.0, 0.0)]
+    write_nemo_step(tmp_path / "logs", 4, samples)
+    assert import_run("nemo-rl", tmp_path / "logs", tmp_path / "out").tokens_written == 2

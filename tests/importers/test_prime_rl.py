@@ -154,3 +154,16 @@ def test_prime_rl_steps_without_stable_are_named(tmp_path):
     assert "every step folder with token exports lacks its STABLE marker (step_3)" in line
     assert "import once the trainer has finished a step" in line
     assert not (tmp_path / "out").exists()
+
+
+def test_advantages_that_appear_after_a_first_record_without_them_are_refused(tmp_path):
+    """The first record holds no advantages (all null), the second does: once the advantage column was dropped
+    for the whole import, the second's advantages with it. Refused, naming both records."""
+    first = rec()
+    first["advantages"] = [None] * 5
+    write_prime_step(tmp_path / "outputs", 1, 0, [first, rec()])
+    with pytest.raises(
+        ImportFormatError, match=r"rank_0.jsonl:2: holds advantages.*\(token_exports/step_1/rank_0.jsonl:1\)"
+    ):
+        import_run("prime-rl", tmp_path / "outputs", tmp_path / "out", skip_bad=True)
+    assert not (tmp_path / "out").exists()

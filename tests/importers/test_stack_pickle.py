@@ -1,13 +1,18 @@
-"""``import skyrl``, ``import verl``, ``import roll`` on files written by each stack's own dumping code.
+"""``import skyrl``, ``import verl``, ``import roll`` on files written by each stack's own code.
 
-``tests/data/stack_dumps/build.py`` wrote them (SkyRL 0.4.0's and verl 0.9.1's
-own code; ROLL's layout, as it does not install) from three sequences of the
-bundled tiny-qwen3-moe: prompt + completion 5 + 6, 3 + 5 (completion token 2
-masked out), 6 + 3; ``reference.json`` holds, per sequence and completion
-token, the model's logprob at T = 1 (the trainer's) and that minus 0.1 (minus
-0.5 at completion tokens (0, 1) and (2, 0): the sampler's). So each import
-must give 6 + 4 + 3 = 13 tokens, drop 11 + 8 + 9 - 13 = 15, and reproduce
-the reference numbers exactly (float32 in the files, compared as float64).
+``tests/data/stack_dumps/build.py`` wrote them (SkyRL 0.4.0's, 0.1.0's and
+skyrl-train 0.3.1's, verl 0.9.1's own code; ROLL's own source files, as it
+does not install) from three sequences of the bundled tiny-qwen3-moe: prompt
++ completion 5 + 6, 3 + 5 (completion token 2 masked out), 6 + 3;
+``reference.json`` holds, per sequence and completion token, the model's
+logprob at T = 1 (the trainer's) and that minus 0.1 (minus 0.5 at completion
+tokens (0, 1) and (2, 0): the sampler's). So each import must give 6 + 4 + 3
+= 13 tokens, drop 11 + 8 + 9 - 13 = 15, and reproduce the reference numbers
+exactly (float32 in the files, compared as float64). Beside them each dump
+holds the rows its stack adds that train no token, skipped and counted: SkyRL
+0.4.0 a fourth, truncated sample whose loss mask overlong filtering zeroed and
+2 rows of batch padding (4 rows to a data-parallel size of 3), the older
+SkyRLs 1 row of padding (3 to 2), verl a fourth sample that generated nothing.
 """
 
 from __future__ import annotations
@@ -29,12 +34,20 @@ from tests.helpers import cli
 pytest.importorskip("torch")
 
 DUMPS = Path(__file__).resolve().parents[1] / "data" / "stack_dumps"
-REF = json.loads((DUMPS / "reference.json").read_text())
+REF = json.loads((DUMPS / "reference.json").read_text())[:3]  # the fourth: SkyRL's truncated sample
 MASKS = [[1] * 6, [1, 1, 0, 1, 1], [1] * 3]
 PROMPTS = [[11, 45, 97, 130, 7], [12, 88, 150], [19, 23, 71, 260, 99, 140]]
 COMPLETIONS = [[201, 33, 64, 90, 17, 2], [44, 300, 5, 61, 2], [77, 8, 2]]
 SRC = {"skyrl": DUMPS / "skyrl", "verl": DUMPS / "verl", "roll": DUMPS / "roll"}
 STEP = {"skyrl": 3, "verl": 4, "roll": 2}
+DUMP = {  # fixture -> (import format, its folder, step, rows skipped by what they are)
+    "skyrl": ("skyrl", DUMPS / "skyrl", 3, {"padding": 2, "loss_mask_all_zero": 1}),
+    "skyrl-0.1.0": ("skyrl", DUMPS / "skyrl-0.1.0", 2, {"padding": 1}),
+    "skyrl-train-0.3.1": ("skyrl", DUMPS / "skyrl-train-0.3.1", 2, {"padding": 1}),
+    "verl": ("verl", DUMPS / "verl", 4, {"empty_response": 1}),
+    "verl-numpy": ("verl", DUMPS / "verl_numpy", 4, {"empty_response": 1}),
+    "roll": ("roll", DUMPS / "roll", 2, {}),
+}
 
 
 def _kept(key: str) -> np.ndarray:
@@ -47,15 +60,19 @@ def _tokens(out: Path):
     return table.sort_by([("sequence_id", "ascending"), ("position", "ascending")]).to_pydict()
 
 
-@pytest.mark.parametrize("fmt", ["skyrl", "verl", "roll"])
-def test_each_stack_dump_imports_its_own_numbers(fmt, tmp_path):
-    result = import_run(fmt, SRC[fmt], tmp_path / "out")
+@pytest.mark.parametrize("dump", list(DUMP))
+def test_each_stack_dump_imports_its_own_numbers(dump, tmp_path):
+    """With no flag: ROLL's real dump (tensordict >= 0.10, never consolidated), the old SkyRL layout (tensors
+    pickled through torch), verl's numpy serialization mode, and the rows each stack adds counted, not bad."""
+    fmt, src, step, skipped = DUMP[dump]
+    result = import_run(fmt, src, tmp_path / "out")
     assert (result.sequences, result.tokens_written, result.tokens_dropped_by_mask) == (3, 13, 15)
+    assert (result.rows_skipped, result.bad_records_skipped) == (skipped, 0)
     t = _tokens(tmp_path / "out")
     kept_ids = [tok for c, m in zip(COMPLETIONS, MASKS, strict=True) for tok, k in zip(c, m, strict=True) if k]
     assert t["token_id"] == kept_ids
     assert t["sequence_id"] == [0] * 6 + [1] * 4 + [2] * 3
-    assert set(t["step"]) == {STEP[fmt]}
+    assert set(t["step"]) == {step}
     np.testing.assert_array_equal(np.asarray(t["sampler_logprob"]), _kept("sampler"))
     if fmt == "skyrl":  # both sides, and the advantages 0.25, 0.5, 0.75 per row
         np.testing.assert_array_equal(np.asarray(t["trainer_logprob"]), _kept("trainer"))

@@ -26,6 +26,11 @@ tokens with logits divided by the same temperature and the same filters
 (``--logprobs-mode processed_logprobs``, the default), so both sides are
 like with like; a probe asking for raw logprobs is refused, since TRL's
 server cannot return them. The manifest records the mode and where it was read.
+
+The sampler's dtype is the server's, not the probe's ``--sampler-dtype``
+(``trl vllm-serve --dtype`` decided it at launch): it is read from
+``/server_info`` (``model_config.dtype``, the dtype vLLM resolved ``auto``
+to), and recorded as ``unknown`` where the server has no ``/server_info``.
 """
 
 from __future__ import annotations
@@ -69,18 +74,37 @@ class TRLServerSampler(VLLMServerSampler):
 
     def _server_info_mode(self) -> str | None:
         """``model_config.logprobs_mode`` from the dev-mode ``/server_info`` (None where the server has none)."""
+        model = self._model_config()
+        if model is None:
+            return None
+        mode = model.get("logprobs_mode")
+        if not isinstance(mode, str):
+            raise SamplerError(f"GET /server_info: vllm_config.model_config.logprobs_mode is {mode!r}, not a mode name")
+        return mode
+
+    def _model_config(self) -> dict[str, Any] | None:
+        """``vllm_config.model_config`` of the dev-mode ``/server_info``, asked once (None where there is none)."""
+        if "server_info" in self._checks:
+            return self._server_model
         answer = self.http.call("GET", "/server_info?config_format=json", missing_ok=True)
+        self._server_model: dict[str, Any] | None = None
         if answer is None:
             self._checks["server_info"] = "absent (the server is not in VLLM_SERVER_DEV_MODE, as trl vllm-serve sets)"
             return None
         where = "GET /server_info"
         config = answer_field(answer, "vllm_config", dict, where)
-        model = answer_field(config, "model_config", dict, f"{where}: vllm_config")
-        mode = model.get("logprobs_mode")
-        if not isinstance(mode, str):
-            raise SamplerError(f"{where}: vllm_config.model_config.logprobs_mode is {mode!r}, not a mode name")
+        self._server_model = answer_field(config, "model_config", dict, f"{where}: vllm_config")
         self._checks["server_info"] = "present"
-        return mode
+        return self._server_model
+
+    def served_dtype(self) -> str:
+        """The dtype the server runs (``model_config.dtype``, ``torch.bfloat16`` read as ``bfloat16``), or
+        ``unknown``: never the probe's ``--sampler-dtype``, which a running server did not see."""
+        model = self._model_config()
+        dtype = None if model is None else model.get("dtype")
+        if not isinstance(dtype, str) or not dtype.strip():
+            return "unknown"
+        return dtype.strip().removeprefix("torch.")
 
     def _body(self, prompts: list[list[int]], sampling: SamplingConfig, n: int) -> dict[str, Any]:
         """``VLLMClient.generate``'s payload, plus the probe's seed and the penalties spelled out."""
@@ -91,6 +115,10 @@ class TRLServerSampler(VLLMServerSampler):
     def describe(self) -> dict[str, Any]:
         out = super().describe()
         out["engine"] = "trl-server"
+        out["dtype"] = self.served_dtype()
+        out["dtype_source"] = (
+            "GET /server_info: model_config.dtype" if out["dtype"] != "unknown" else "not reported by the server"
+        )
         out["protocol"] = "trl vllm-serve (TRL 1.x): POST /v1/completions as trl.generation.vllm_client.VLLMClient"
         out["logprobs_mode"] = self._checks.get("logprobs_mode")
         out["logprobs_mode_note"] = (

@@ -37,11 +37,13 @@ class _DevMode(Crafted):
     """A dev-mode server: ``/server_info`` gives the launch's logprobs mode; request bodies are kept."""
 
     mode = "processed_logprobs"
+    dtype = "torch.bfloat16"  # what vLLM's /server_info writes for the resolved dtype (pydantic, fallback=str)
+    dev_mode = True
     bodies: list = []
 
     def do_GET(self):
-        if self.path.startswith("/server_info"):
-            info = {"vllm_config": {"model_config": {"logprobs_mode": self.mode}}}
+        if self.path.startswith("/server_info") and self.dev_mode:
+            info = {"vllm_config": {"model_config": {"logprobs_mode": self.mode, "dtype": self.dtype}}}
             return self._answer(200, json.dumps(info).encode())
         return super().do_GET()
 
@@ -85,6 +87,27 @@ def test_the_mode_is_read_from_server_info_and_recorded(dev_server):
         assert key in body
     assert body["prompt"] == [[5, 6, 7]] and body["return_token_ids"] and body["return_tokens_as_token_ids"]
     assert body["logprobs"] == 1 and body["top_k"] == 0
+
+
+def test_the_sampler_dtype_is_the_servers_not_the_probes_flag(dev_server):
+    """The probe asks for float32 (its --sampler-dtype); the server runs bfloat16: the run records bfloat16,
+    and, from a server without /server_info, unknown (once the probe's flag, in certify's scope too)."""
+    from mismatchscope.certify.scope import scope_of
+
+    url, handler = dev_server
+    handler.routes["completions"] = (200, json.dumps({"choices": [GOOD_CHOICE]}).encode())
+    sampler = _trl_sampler(url)
+    sampler.sample([[5, 6, 7]], SAMPLING)
+    d = sampler.describe()
+    assert (d["dtype"], d["requested_dtype"]) == ("bfloat16", "float32")
+    manifest = {"sampler_info": d, "config": {"sampler": {"kind": "trl-server", "dtype": "float32"}}}
+    assert scope_of(manifest, None)["sampler_dtype"] == "bfloat16"
+    handler.dev_mode = False
+    blind = _trl_sampler(url)
+    blind.sample([[5, 6, 7]], SAMPLING)
+    assert blind.describe()["dtype"] == "unknown"
+    manifest["sampler_info"] = blind.describe()
+    assert scope_of(manifest, None)["sampler_dtype"] == "unknown"
 
 
 def test_a_server_in_another_mode_was_not_started_by_trl(dev_server):
