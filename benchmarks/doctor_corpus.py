@@ -417,6 +417,7 @@ def inject(rng: np.random.Generator, run: Run, inj: Injection) -> Run:
         steps = (np.arange(uniq.size) * 6 // uniq.size)[where].astype(np.int64)
         mb = (np.arange(uniq.size) % m)[where]
         zt = run.zt + rng.normal(0, 1, run.zt.shape) * (0.15 * mb)[:, None]
+        steps = run.extras.get("step", steps)  # a run with steps keeps them: its minibatches are within them
         extras = {**run.extras, "step": steps, "minibatch": mb.astype(np.int32)}
         return record(rng, replace(run, zt=zt, extras=extras), token)
     if c == "sharpening":

@@ -7,10 +7,14 @@ sequence away (random pairings): the share of tokens whose own gap is at least
 :data:`JOIN_RATIO` of the random one's. It is scale-free: a sequence that is
 merely noisier, however much, still pairs each token with its own far better
 than with another (that share stays near 0), while a misjoin pairs them no
-better (above a half). Only tokens where either side is away from 0 count (a
-near-certain token tells samples apart from nothing), and a sequence needs a
-few of them, values that differ by :data:`MIN_SPREAD` nats in most random
-pairings, and gaps of :data:`JOIN_GAP` nats or more at most tokens.
+better (above a half). And its two sides' values no longer move together: the
+correlation of log |log p| with log |log q| over the sequence, above 0.6 in every
+clean sequence of the calibration corpus however noisy, is below
+:data:`JOIN_CORR` (the issue's "ranks uncorrelated"). Only tokens where either
+side is away from 0 count (a near-certain token tells samples apart from
+nothing), and a sequence needs a few of them, values that differ by
+:data:`MIN_SPREAD` nats in most random pairings, and gaps of :data:`JOIN_GAP`
+nats or more at most tokens.
 
 A bug confined to some sequences (a shift, a base, a temperature, a kept set,
 pad rows) can make them look misjoined too: ``examine`` tries those causes on
@@ -35,6 +39,9 @@ JOIN_RATIO = 0.5
 JOIN_GAP = 0.1
 """misjoined: most of its tokens' gaps at least JOIN_RATIO of their random pairings' and at least JOIN_GAP nats."""
 MOST = 0.5
+JOIN_CORR = 0.5
+"""misjoined: and the correlation of the two sides' log |logprob| below this (clean sequences: above 0.6; the
+corpus's misjoined ones: below 0.25)."""
 NOT_A_JOIN = 0.5
 """more than this share of the read sequences off: every sequence is off alike, which no join does."""
 OUTLIER_Z = 5.0
@@ -69,14 +76,27 @@ def join_statistic(s: Sample) -> dict[str, np.ndarray]:
         share = np.bincount(seg, weights=as_far, minlength=n_seg) / count
         spread_share = np.bincount(seg, weights=spread, minlength=n_seg) / count
         big = np.bincount(seg, weights=(d_obs >= JOIN_GAP).astype(np.float64), minlength=n_seg) / count
+        corr = _correlation(np.log(np.abs(lp[rows]) + 1e-3), np.log(np.abs(lq[rows]) + 1e-3), seg, n_seg, count)
     readable = (count >= MIN_INFORMATIVE) & (spread_share >= MOST)
     return {
         "ids": ids,
         "informative": count,
         "share": np.where(readable, share, np.nan),
+        "correlation": corr,
         "readable": readable,
-        "flagged": readable & (share >= MOST) & (big >= MOST),
+        "flagged": readable & (share >= MOST) & (big >= MOST) & ~(corr >= JOIN_CORR),
     }
+
+
+def _correlation(x: np.ndarray, y: np.ndarray, seg: np.ndarray, n_seg: int, count: np.ndarray) -> np.ndarray:
+    """Per segment, Pearson's correlation of x and y (NaN where either is constant)."""
+
+    def total(v: np.ndarray) -> np.ndarray:
+        return np.bincount(seg, weights=v, minlength=n_seg)
+
+    sx, sy = total(x), total(y)
+    vx, vy = total(x * x) - sx * sx / count, total(y * y) - sy * sy / count
+    return (total(x * y) - sx * sy / count) / np.sqrt(vx * vy)
 
 
 def outlier_sequences(s: Sample) -> np.ndarray:
@@ -96,8 +116,17 @@ def outlier_sequences(s: Sample) -> np.ndarray:
     return s.columns["sequence_id"][starts[far]]
 
 
+def _outside_jumps(s: Sample) -> Sample:
+    """The sample without the steps that jump as a whole (other weights for a whole step): their sequences are
+    off alike, which is ``step_jump``'s, not a join."""
+    from .step_jump import jumped
+
+    steps = jumped(s)
+    return s.take(~np.isin(s.columns["step"], steps)) if steps.size else s
+
+
 def detect(ctx: Context) -> Finding:
-    s = ctx.sample
+    s = _outside_jumps(ctx.sample)
     if len(s) < MIN_TOKENS:
         return too_few("misaligned_sequences", len(s))
     st = join_statistic(s)
@@ -128,7 +157,7 @@ def detect(ctx: Context) -> Finding:
 
 def flagged_ids(f: Finding, s: Sample) -> np.ndarray:
     """The sequence ids a detected finding names, read again from the sample it was found on."""
-    st = join_statistic(s)
+    st = join_statistic(_outside_jumps(s))
     return st["ids"][st["flagged"]]
 
 

@@ -114,4 +114,11 @@ def correct(ctx: Context, f: Finding) -> Sample:
     return ctx.sample.take(~rows)
 
 
-CAUSE = Cause("padding", detect, correct, correction="the pad rows left out", subset_rival=True)
+CAUSE = Cause(
+    "padding",
+    detect,
+    correct,
+    correction="the pad rows left out",
+    subset_rival=True,
+    sample_scope=False,  # read on the values as written: another cause's correction moves the filler off its value
+)
