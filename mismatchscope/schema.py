@@ -100,11 +100,28 @@ OPTIONAL: tuple[Column, ...] = (
         pa.int32(),
         "trainer rank that wrote the record in an imported run (prime-rl: file rank; slime: data-parallel rank)",
     ),
+    Column(
+        "turn",
+        pa.int32(),
+        "multi-turn runs: 0-based index of the assistant turn the token belongs to (tool and environment spans "
+        "between turns hold no rows); a file without it holds one turn per sequence",
+    ),
+    Column("turn_position", pa.int32(), "multi-turn runs: the token's 0-based index within its turn"),
+    Column(
+        "trainer_token_id",
+        pa.int64(),
+        "the id the trainer scored at this row, where the run holds both sides' ids: another id than "
+        "token_id where the conversation was decoded and encoded again between the two sides (re-tokenized)",
+    ),
 )
 
 COLUMNS: dict[str, Column] = {c.name: c for c in REQUIRED + OPTIONAL}
 REQUIRED_NAMES: tuple[str, ...] = tuple(c.name for c in REQUIRED)
 TOPK_COLUMNS = ("sampler_topk_ids", "sampler_topk_logprobs", "trainer_logprobs_at_sampler_topk")
+TURN_COLUMNS = ("turn", "turn_position")
+"""the multi-turn columns. Their absence is a value: a file without them holds one turn per sequence
+(``turn`` 0, ``turn_position`` equal to ``position``), so a writer leaves them out of a shard of single-turn
+sequences and a reader fills them in for it (``reader.streaming``)."""
 
 
 WRITE_OPTIONS: dict[str, Any] = {"compression": "zstd", "write_page_checksum": True}
@@ -122,6 +139,10 @@ MAX_POSITION = (1 << 24) - 1
 MAX_ABS_STEP = 1 << 52
 """``|step|`` up to this (inclusive): ``timeline`` keys tokens by ``step * 1024 + group`` in int64, exact
 as a float64; a larger value is not a training step counter."""
+NOT_RECORDED_ID = -1
+"""the ``token_id`` of a token whose id was not recorded (the Recorder without ``token_ids``): the one negative
+id a reader accepts; any other negative id is no token at all."""
+TOKEN_ID_RULE = "token ids are >= 0; -1 marks a token whose id was not recorded"
 POSITIVE_LOGPROB_TOLERANCE = 1e-4
 """log-softmax in float arithmetic can land a hair above 0 for a near-certain
 token; anything beyond this is not a logprob (logits? probabilities?)."""
@@ -157,8 +178,8 @@ def first_refused(columns: Mapping[str, Any]) -> Refusal | None:
 
     The rules are the readers' own: a finite logprob above the rounding
     tolerance, a non-finite advantage, a position outside
-    ``0..MAX_POSITION``, a step beyond ``+-MAX_ABS_STEP``. Non-finite
-    logprobs are not refused (readers count them and leave them out).
+    ``0..MAX_POSITION`` (a turn or a position within one likewise), a step beyond ``+-MAX_ABS_STEP``, a token
+    id below :data:`NOT_RECORDED_ID`. Non-finite logprobs are not refused (readers count them and leave them out).
     """
     for name in ("sampler_logprob", "trainer_logprob"):
         if name in columns:
@@ -183,13 +204,21 @@ def first_refused(columns: Mapping[str, Any]) -> Refusal | None:
                 f"advantage is {float(v.flat[i])} (missing?): report and timeline need a finite "
                 "advantage on every token",
             )
-    for name, lo, hi in (("position", 0, MAX_POSITION), ("step", -MAX_ABS_STEP, MAX_ABS_STEP)):
+    limits = (("position", 0, MAX_POSITION), ("step", -MAX_ABS_STEP, MAX_ABS_STEP))
+    limits += tuple((name, 0, MAX_POSITION) for name in TURN_COLUMNS)
+    for name, lo, hi in limits:
         if name in columns:
             v = np.asarray(columns[name])
             bad = (v < lo) | (v > hi)
             if np.any(bad):
                 i = _first(bad)
                 return Refusal(i, name, f"{name} {int(v.flat[i])} is outside {lo}..{hi}")
+    if "token_id" in columns:
+        v = np.asarray(columns["token_id"])
+        bad = v < NOT_RECORDED_ID
+        if np.any(bad):
+            i = _first(bad)
+            return Refusal(i, "token_id", f"token_id {int(v.flat[i])} is negative ({TOKEN_ID_RULE})")
     return None
 
 

@@ -12,6 +12,7 @@ engines' capture and the command line's consoles need it.
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 from typing import TextIO
 
@@ -65,3 +66,18 @@ class Terminal:
 
 terminal = Terminal()
 """Where the tool's progress, notes and warnings go: the terminal, whatever descriptor 2 points at."""
+
+
+_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+"""C0 controls but the newline, DEL and C1 controls: a terminal obeys them (ESC starts a sequence that can clear
+the screen, move the cursor or set the window's title; 0x9b is an 8-bit one)."""
+
+
+def shown(text: str) -> str:
+    """``text`` with every control character a terminal would obey written as its ``\\xNN`` escape text.
+
+    Text from a file (its metadata, a path, a group value) reaches the
+    terminal in tables, headers and messages; the tool's own styling never
+    goes through here, so only what the file said is escaped.
+    """
+    return _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", text) if _CONTROL.search(text) else text

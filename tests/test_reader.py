@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -117,6 +118,29 @@ def test_a_data_page_that_fails_its_checksum_is_refused(tmp_path):
         "integrity, CRC checksum verification failed for page_ordinal 0) (the file changed after it was written; "
         "restore it from a copy or write it again)"
     )
+
+
+def _flip_in_footer(path, name: bytes) -> None:
+    """Flip the high bit of the third byte of the footer's first spelling of ``name`` (the schema's column name):
+    the name is no longer UTF-8, and no page checksum covers the footer."""
+    data = bytearray(path.read_bytes())
+    length = int.from_bytes(data[-8:-4], "little")
+    start = len(data) - 8 - length
+    i = data.index(name, start)
+    data[i + 2] ^= 0x80
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("command", ["report", "doctor", "certify", "compare-masks", "timeline", "gate"])
+def test_a_column_name_that_is_not_utf8_in_the_footer_is_the_shard_error(tmp_path, command):
+    """A byte flip in a footer's column name once escaped as a UnicodeDecodeError traceback (exit 3)."""
+    path = raw_parquet(tmp_path / "f.parquet", {**pairs(ROWS), "step": [0, 0, 1, 1, 1]})
+    _flip_in_footer(path, b"sampler_logprob")
+    args = ["--absolute-only", "--bootstrap", "0"] if command == "gate" else []
+    line = error_line(cli(command, str(path), *args))
+    assert line.startswith(
+        f"error: {path}: not a Parquet file, or truncated (a column name in its footer is not valid UTF-8"
+    ), line
 
 
 # ---- values ----------------------------------------------------------------------------------------
@@ -420,6 +444,32 @@ def test_columns_of_the_wrong_kind(tmp_path, extra, message):
     assert error_line(cli("report", str(path))) == f"error: {path}: {message}"
 
 
+def test_a_negative_token_id_other_than_minus_one_is_refused(tmp_path):
+    """-1 is a token whose id was not recorded (the Recorder without token_ids); any other negative id is no token."""
+    cols = pairs(ROWS)
+    cols["token_id"] = [7, -1, 9, -5, 11]
+    path = raw_parquet(tmp_path / "t.parquet", cols)
+    for command in ("report", "compare-masks", "certify", "doctor"):
+        assert error_line(cli(command, str(path))) == (
+            f"error: {path}: token_id -5 of sequence 2 position 0 is negative (token ids are >= 0; -1 marks a "
+            "token whose id was not recorded)"
+        )
+    cols["token_id"] = [7, -1, 9, 10, 11]
+    assert report_json(raw_parquet(tmp_path / "ok.parquet", cols))["tokens"] == 5
+
+
+def test_a_negative_id_in_a_topk_list_is_refused(write):
+    cols = pairs(ROWS[:2])
+    cols["sampler_topk_ids"] = [[7, 9], [8, -3]]
+    cols["sampler_topk_logprobs"] = [[-0.7, -2.0], [-1.6, -2.5]]
+    cols["trainer_logprobs_at_sampler_topk"] = [[-0.7, -2.0], [-1.6, -2.5]]
+    path = write(cols)
+    assert error_line(cli("report", str(path))) == (
+        f"error: {path}: column 'sampler_topk_ids' holds the negative id -3 at sequence 1 position 1 (a top-k list "
+        "holds the ids of real tokens, >= 0)"
+    )
+
+
 @pytest.mark.parametrize("position", [-1, 1 << 24, 1 << 40])
 def test_positions_outside_any_context(tmp_path, position):
     cols = pairs(ROWS)
@@ -525,3 +575,31 @@ def test_empty_and_special_input_paths(tmp_path):
     assert error_line(cli("gate", str(tmp_path), "--config", os.devnull)) == (
         f"error: config file {os.devnull} is not a regular file (give a gate.toml file)"
     )
+
+
+def test_control_characters_from_the_metadata_never_reach_the_terminal(tmp_path):
+    """A raw ESC in a file's metadata once reached the terminal in report's header and certify's scope line (a
+    terminal obeys it: clear the screen, rewrite a line). Every terminal path shows its escape text instead."""
+    raw = json.dumps(
+        {
+            "schema_version": 1,
+            "sampler": {"kind": "vllm\x1b[2J", "dtype": "float16\x07[/oops]"},
+            "trainer": {"dtype": "float32\x9b31m"},
+            "scope": {"model": "m\x1b]0;title\x07"},
+        }
+    ).encode()
+    path = raw_parquet(tmp_path / "esc.parquet", one_sequence(), {METADATA_KEY: raw})
+    for command in ("report", "certify", "compare-masks", "doctor"):
+        r = cli(command, str(path))
+        assert r.returncode in (0, 1), (command, r.stderr)
+        for stream in (r.stdout, r.stderr):
+            assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", stream), (command, stream)
+    out = cli("report", str(path), env={"COLUMNS": "300"}).stdout  # rich drops a bell itself; escaped or gone
+    assert re.search(r"sampler vllm\\x1b\[2J/float16(\\x07)?\[/oops\] vs trainer float32\\x9b31m", out), out
+    scope = " ".join(cli("certify", str(path), env={"COLUMNS": "300"}).stdout.split())
+    assert "model=m\\x1b]0;title" in scope and "sampler=vllm\\x1b[2J" in scope
+
+
+def test_control_characters_in_an_error_line_are_escaped(tmp_path):
+    missing = tmp_path / "x\x1bcy.parquet"  # ESC c resets a terminal
+    assert error_line(cli("report", str(missing))) == f"error: {tmp_path}/x\\x1bcy.parquet: no such file or directory"

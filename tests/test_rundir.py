@@ -82,6 +82,26 @@ def test_a_foreign_shard_in_tokens_is_refused_not_merged(run):
     assert r.returncode == 2 and "not one of the run's shards" in r.stderr
 
 
+def test_a_link_to_a_foreign_file_in_tokens_is_refused_naming_it(run, tmp_path):
+    """A symlink in tokens/ to a Parquet file outside the run was once read as one of its shards (9,570 tokens
+    instead of 9,370, and ``gate --absolute-only`` passed on it): it is named and refused, as a copy is."""
+    foreign = write_table(tmp_path / "elsewhere" / "foreign.parquet", pairs([(99, 0, 0.5, 0.9)]))
+    (run / "tokens" / "planted.parquet").symlink_to(foreign)
+    with pytest.raises(InputError, match=r"tokens/planted.parquet is not one of the run's shards"):
+        open_source(run)
+    for command in ("report", "compare-masks"):
+        assert "tokens/planted.parquet is not one of the run's shards" in error_line(cli(command, str(run)))
+    g = cli("gate", str(run), "--absolute-only", "--limit", "tv_token_mean<=1", "--bootstrap", "0")
+    assert g.returncode == 2 and "tokens/planted.parquet is not one of the run's shards" in g.stderr, g.stderr
+
+
+def test_a_link_to_one_of_the_runs_own_shards_names_the_link(run):
+    """A second name for a listed shard would read its tokens twice: the planted name is the one refused."""
+    (run / "tokens" / "again.parquet").symlink_to(_shards(run)[0])
+    with pytest.raises(InputError, match=r"tokens/again.parquet is not one of the run's shards"):
+        open_source(run)
+
+
 def test_a_truncated_or_replaced_shard_is_refused(run):
     shard = _shards(run)[0]
     data = shard.read_bytes()

@@ -17,7 +17,7 @@ from types import MappingProxyType
 
 from ..reader import Source
 from ..routing.io import RoutesRun
-from ..schema import TOPK_COLUMNS
+from ..schema import TOPK_COLUMNS, TURN_COLUMNS
 from .grouping import Op
 from .masks import ROUTE_FLIPPED, MaskAccumulator, Unit
 from .table import REDUCTIONS
@@ -54,6 +54,10 @@ class AnalysisPlan:
     routes_note: str | None
     """why routes exist but are not used (several runs with routes in one input)."""
     batch_rows: int
+    turns: bool = False
+    """the input has turn columns (a multi-turn run): each batch's turns are checked and tallied."""
+    by_turn: bool = False
+    """compare-masks counts each rule's rejections per turn (``--by turn``)."""
 
     @property
     def joins_routes(self) -> bool:
@@ -73,6 +77,8 @@ def columns_to_read(source: Source, report: bool, examples: bool, also_read: tup
         if has_topk:
             columns += ["token_id", *TOPK_COLUMNS] + [c for c in TRAINER_TOPK if source.has(c)]
     columns += [c for c in also_read if source.has(c) and c not in columns]
+    if source.has("turn"):  # checked in every pass, as positions are: a run refused by one command is by all
+        columns += [c for c in TURN_COLUMNS if c not in columns]
     return tuple(columns)
 
 

@@ -40,10 +40,7 @@ def rescore_hint(path: object, source: Source | None) -> str | None:
     fmt = (((source.run_config if source else None) or {}).get("source") or {}).get("format")
     if fmt not in SAMPLER_SIDE_ONLY:
         return None
-    return (
-        f"a {fmt} import holds the sampler's side only: `mismatchscope rescore {path} --trainer-checkpoint "
-        "CHECKPOINT --temperature T` scores the trainer's"
-    )
+    return f"a {fmt} import holds the sampler's side only: mismatchscope rescore {path} scores the trainer's"
 
 
 def check_not_empty(path: str, n_tokens: int, hygiene: Hygiene, source: Source | None = None) -> None:
@@ -65,10 +62,14 @@ def overflow_warnings(max_log_ratio_S: np.ndarray) -> list[str]:
     ]
 
 
-def position_warnings(runs: PositionRuns) -> list[str]:
-    """Duplicates were refused while reading (exactly, ``positions.py``); gaps and late starts only warn."""
+def position_warnings(runs: PositionRuns, turns_S: np.ndarray | None = None) -> list[str]:
+    """Duplicates were refused while reading (exactly, ``positions.py``); gaps and late starts only warn.
+
+    ``turns_S`` (a multi-turn run): each sequence's turns, in the order of ``runs``; a gap between two turns
+    (a tool span of a Recorder's run, whose positions index the whole response) is not a missing token.
+    """
     warnings = []
-    gaps = runs.runs_S > 1
+    gaps = runs.runs_S > (1 if turns_S is None else np.maximum(turns_S, 1))
     if gaps.any():
         warnings.append(f"{int(gaps.sum())} sequence(s) have gaps in their positions (tokens missing or masked out)")
     late = runs.first_position_S > 0

@@ -50,6 +50,21 @@ PAIRING_NAMES = tuple(p.name for p in PAIRINGS)
 
 
 @dataclass(frozen=True)
+class Partial:
+    """A column only some shards of the run hold: the token rows that have it."""
+
+    rows: np.ndarray
+    """bool per token row."""
+    shards_without: int
+    shards: int
+
+    def said(self, what: str) -> str:
+        """ "N tokens without WHAT (in S of T shards) not checked"."""
+        n = int((~self.rows).sum())
+        return f"{n:,} tokens without {what} (in {self.shards_without} of {self.shards} shards) not checked"
+
+
+@dataclass(frozen=True)
 class Tokens:
     """The certified tokens: their keys, in (sequence, position) order, and the logprob columns present."""
 
@@ -57,9 +72,24 @@ class Tokens:
     position: np.ndarray
     token_id: np.ndarray
     logprobs: dict[str, np.ndarray]
+    present: dict[str, Partial] = field(default_factory=dict)
+    """the columns only some shards hold (``"steps"``: both policy steps), and the rows that hold each."""
 
     def __len__(self) -> int:
         return len(self.sequence_id)
+
+    def rows_of(self, *columns: str) -> np.ndarray | None:
+        """The rows that hold every one of ``columns``; None when every row does."""
+        partial = [self.present[c].rows for c in columns if c in self.present]
+        return np.logical_and.reduce(partial) if partial else None
+
+    def only(self, rows: np.ndarray) -> Tokens:
+        return Tokens(
+            self.sequence_id[rows],
+            self.position[rows],
+            self.token_id[rows],
+            {c: v[rows] for c, v in self.logprobs.items()},
+        )
 
 
 @dataclass
@@ -96,6 +126,9 @@ class PairingResult:
     sequences_parting: int = 0
     earliest: list[tuple[int, int]] = field(default_factory=list)
     """(sequence_id, earliest differing position) for every sequence that parts."""
+    without: str | None = None
+    """where some shards lack a column of the pairing: how many tokens were not compared, and why."""
+    tokens_without: int | None = None
 
     @property
     def equal(self) -> bool:
@@ -120,7 +153,18 @@ class PairingResult:
 
 
 def compare(pairing: Pairing, tokens: Tokens, show: int = SHOW_FIRST) -> PairingResult:
-    """Byte-compare ``pairing`` over ``tokens`` (finite values only: the caller refused the others)."""
+    """Byte-compare ``pairing`` over the tokens that hold both its columns (finite values only: the caller
+    refused the others); those without one are counted, and said."""
+    rows = tokens.rows_of(pairing.left, pairing.right)
+    if rows is None:
+        return _compare(pairing, tokens, show)
+    out = _compare(pairing, tokens.only(rows), show)
+    out.tokens_without = int((~rows).sum())
+    out.without = "; ".join(tokens.present[c].said(c) for c in (pairing.left, pairing.right) if c in tokens.present)
+    return out
+
+
+def _compare(pairing: Pairing, tokens: Tokens, show: int) -> PairingResult:
     left, right = tokens.logprobs[pairing.left], tokens.logprobs[pairing.right]
     width = recorded_width(left, right, pairing.left, pairing.right)
     from .bits import bits

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..documents import optional
+from ..execution.compare import FieldRow, Status
+from ..execution.contract import Contract
 from .compare import Difference, PairingResult
 from .routes import RouteResult
 from .rows import FullVocabResult
@@ -25,15 +27,18 @@ def checks(v: Verdict) -> list[tuple[str, bool | None, str]]:
     out += [(p.name, None, f"not in this run (needs {p.left} and {p.right})") for p in v.absent]
     out.append(("routes", v.routes.passed, v.routes.status))
     out.append(("policy_version", v.policy.passed, v.policy.status))
+    if v.identities is not None:
+        out.append(("identities", v.identities.same, v.identities.sentence()))
     return out
 
 
 def pairing_line(p: PairingResult) -> str:
+    without = f"; {p.without}" if p.without else ""
     if p.equal:
-        return f"all {p.tokens:,} pairs byte-equal in {p.dtype}"
+        return f"all {p.tokens:,} pairs byte-equal in {p.dtype}{without}"
     return (
         f"{p.differing:,} of {p.tokens:,} pairs ({p.share:.2%}) differ in {p.dtype}; "
-        f"ULP median {_g4(p.ulp_median)}, max {p.ulp_max:,}; stable K3 mean {p.k3_mean:.3g} (diagnostic)"
+        f"ULP median {_g4(p.ulp_median)}, max {p.ulp_max:,}; stable K3 mean {p.k3_mean:.3g} (diagnostic){without}"
     )
 
 
@@ -92,6 +97,12 @@ class PairingEntry:
     first_differences: list[Difference]
     earliest_position: EarliestSummary | None
     earliest_by_sequence: list[EarliestEntry]
+    tokens_without: int | None = field(
+        default=None,
+        metadata=optional(
+            "tokens not compared because their shard lacks a column of the pairing (only some shards hold it)"
+        ),
+    )
 
     @classmethod
     def of(cls, p: PairingResult) -> PairingEntry:
@@ -116,7 +127,23 @@ class PairingEntry:
             list(p.first),
             EarliestSummary(**early) if early else None,
             [EarliestEntry(s, pos) for s, pos in p.earliest],
+            p.tokens_without,
         )
+
+
+@dataclass(frozen=True)
+class SideRow:
+    """One provenance field, the sampler's value against the trainer's (null: not recorded)."""
+
+    field: str
+    label: str
+    sampler: Any
+    trainer: Any
+    status: Status
+
+    @classmethod
+    def of(cls, r: FieldRow) -> SideRow:
+        return cls(r.field, r.label, r.left, r.right, r.status)
 
 
 @dataclass(frozen=True)
@@ -135,6 +162,14 @@ class CertifyDocument:
     )
     coverage: Coverage
     warnings: list[str]
+    identities: Contract | None = field(
+        default=None,
+        metadata={"doc": "the identities both sides recorded, and those that differ; null for token shards alone"},
+    )
+    sides: list[SideRow] = field(
+        default_factory=list,
+        metadata={"doc": "the sampler's provenance against the trainer's, changed fields first (the scope, per side)"},
+    )
     full_vocab: FullVocabResult | None = field(
         default=None,
         metadata=optional(
@@ -157,4 +192,6 @@ class CertifyDocument:
             v.scope,
             v.coverage,
             v.warnings,
+            v.identities,
+            [SideRow.of(r) for r in v.sides],
         )

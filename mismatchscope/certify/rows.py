@@ -10,10 +10,11 @@ with the vocabulary id where its rows differ most and by how much.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..documents import optional
 from ..errors import UsageError
 from ..probe.full_rows import COLUMNS
 
@@ -31,18 +32,36 @@ class RowPart:
 class FullVocabResult:
     rows: int
     differing: int
-    equal: bool
+    equal: bool = field(metadata={"doc": "every row's digests equal, and no row contradicting its digests"})
     first: RowPart | None
     """the first position (by sequence, then position) whose rows part; None when every row is equal."""
+    inconsistent: int | None = field(
+        default=None,
+        metadata=optional(
+            "rows whose digests are equal while their recorded largest difference is not 0 (the run "
+            "contradicts itself); absent when there is none"
+        ),
+    )
+    first_inconsistent: RowPart | None = field(
+        default=None, metadata=optional("the first such row", with_field="inconsistent")
+    )
 
     def detail(self) -> str:
-        if self.first is None:
-            return f"all {self.rows:,} whole rows byte-equal in float32"
-        f = self.first
-        return (
-            f"{self.differing:,} of {self.rows:,} whole rows differ; first at sequence {f.sequence_id} position "
-            f"{f.position} (token {f.token_id}): vocabulary id {f.vocab_id} differs by {f.max_abs_diff:.3g}"
-        )
+        parts = []
+        if self.first is not None:
+            f = self.first
+            parts.append(
+                f"{self.differing:,} of {self.rows:,} whole rows differ; first at sequence {f.sequence_id} position "
+                f"{f.position} (token {f.token_id}): vocabulary id {f.vocab_id} differs by {f.max_abs_diff:.3g}"
+            )
+        if self.first_inconsistent is not None:
+            g = self.first_inconsistent
+            parts.append(
+                f"{self.inconsistent or 0:,} of {self.rows:,} rows have equal digests but a recorded largest difference "
+                f"above 0 (first at sequence {g.sequence_id} position {g.position}: {g.max_abs_diff:.3g}): the row "
+                "columns contradict each other"
+            )
+        return "; ".join(parts) or f"all {self.rows:,} whole rows byte-equal in float32"
 
 
 def full_vocab_check(path: str | os.PathLike) -> FullVocabResult:
@@ -61,15 +80,31 @@ def full_vocab_check(path: str | os.PathLike) -> FullVocabResult:
         for c in ("sequence_id", "position", "token_id", *COLUMNS):
             parts.setdefault(c, []).append(np.asarray(b[c]))
     cols = {k: np.concatenate(v) for k, v in parts.items()}
-    differ = np.flatnonzero(cols["sampler_row_digest"] != cols["trainer_row_digest"])
-    first = None
-    if differ.size:
-        i = differ[np.lexsort((cols["position"][differ], cols["sequence_id"][differ]))[0]]
-        first = RowPart(
-            int(cols["sequence_id"][i]),
-            int(cols["position"][i]),
-            int(cols["token_id"][i]),
-            int(cols["row_max_diff_id"][i]),
-            float(cols["row_max_abs_diff"][i]),
-        )
-    return FullVocabResult(int(cols["sequence_id"].size), int(differ.size), differ.size == 0, first)
+    same = cols["sampler_row_digest"] == cols["trainer_row_digest"]
+    differ = np.flatnonzero(~same)
+    # equal digests are equal rows, whose largest difference the probe records as 0: anything else (a value, NaN)
+    # means the columns were not written from the same rows
+    contradict = np.flatnonzero(same & ~(cols["row_max_abs_diff"] == 0))
+    n = int(cols["sequence_id"].size)
+    return FullVocabResult(
+        n,
+        int(differ.size),
+        differ.size == 0 and contradict.size == 0,
+        _first_row(cols, differ),
+        int(contradict.size) or None,
+        _first_row(cols, contradict),
+    )
+
+
+def _first_row(cols: dict[str, np.ndarray], rows: np.ndarray) -> RowPart | None:
+    """The first of ``rows`` by sequence, then position; None for none."""
+    if not rows.size:
+        return None
+    i = rows[np.lexsort((cols["position"][rows], cols["sequence_id"][rows]))[0]]
+    return RowPart(
+        int(cols["sequence_id"][i]),
+        int(cols["position"][i]),
+        int(cols["token_id"][i]),
+        int(cols["row_max_diff_id"][i]),
+        float(cols["row_max_abs_diff"][i]),
+    )

@@ -13,11 +13,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import InputError, UsageError
+from ..execution.compare import FieldRow
+from ..execution.contract import Contract
 from .compare import (
     PAIRING_NAMES,
     PAIRINGS,
@@ -49,6 +52,10 @@ class Verdict:
     scope: dict[str, Any]
     coverage: Coverage
     warnings: list[str] = field(default_factory=list)
+    identities: Contract | None = None
+    """whether the two sides are one program (their provenance); None where the run says nothing of it."""
+    sides: list[FieldRow] = field(default_factory=list)
+    """the sampler's provenance against the trainer's, changed fields first: the scope as the two sides ran it."""
 
     @property
     def reasons(self) -> list[str]:
@@ -62,6 +69,8 @@ class Verdict:
             out.append(f"routes: {self.routes.status}")
         if self.policy.passed is False:
             out.append(f"policy version: {self.policy.status}")
+        if self.identities is not None and self.identities.same is False:
+            out.append(f"identities: {self.identities.sentence()}")
         return out
 
     @property
@@ -82,9 +91,7 @@ def certify_run(
     """The verdict on one run (a probe run, an import, a Recorder run, or token shards)."""
     chosen = _chosen(pairings)
     loaded = load(path, mapping)
-    from ..rundir import read_manifest
-
-    manifest = read_manifest(loaded.root) if loaded.root is not None else None
+    manifest = _manifest(loaded.root)
     have = set(loaded.tokens.logprobs)
     present = [p for p in chosen if p.left in have and p.right in have]
     absent = [p for p in chosen if p not in present]
@@ -98,6 +105,7 @@ def certify_run(
         )
     results = [compare(p, loaded.tokens, show) for p in present]
     warnings = list(loaded.source.warnings)  # an incomplete run, a run read unchecked: as report says them
+    identities, sides = _sides(manifest)
     return Verdict(
         str(path),
         results,
@@ -107,7 +115,40 @@ def certify_run(
         scope_of(manifest, loaded.source.run_config),
         Coverage.of(loaded.tokens),
         warnings,
+        identities,
+        sides,
     )
+
+
+def _sides(manifest: Mapping[str, Any] | None) -> tuple[Contract | None, list[FieldRow]]:
+    """The two sides' identities compared, and their whole provenance side by side: a certificate says "one
+    program" only when both sides ran the same weights, tokenizer, chat template and sampling parameters."""
+    if manifest is None:
+        return None, []
+    from ..execution.compare import sides
+    from ..execution.contract import contract
+    from ..execution.read import of_manifest
+
+    prov = of_manifest("", dict(manifest)).provenance
+    return contract(prov), sides(prov)
+
+
+def _manifest(root: Path | None) -> dict[str, Any] | None:
+    """The run's manifest; a run without one has none, and one whose manifest is there but unreadable is refused:
+    the verdict's scope and policy come from it, and an "unknown" scope is no certificate of a stack."""
+    from ..rundir import read_manifest
+    from ..rundir.layout import MANIFEST
+
+    if root is None:
+        return None
+    manifest = read_manifest(root)
+    if manifest is None and (root / MANIFEST).exists():
+        raise InputError(
+            f"{root / MANIFEST}: the run's manifest cannot be read (truncated or damaged): a certificate holds for "
+            "the stack the manifest records",
+            hint="restore the run from a copy",
+        )
+    return manifest
 
 
 def bit_equal(path: str | os.PathLike, mapping: Mapping[str, str] | None = None) -> bool:
@@ -139,15 +180,23 @@ def _policy(loaded: Loaded, manifest: Mapping[str, Any] | None) -> PolicyCheck:
     """Both sides on one policy version: per token where the run records steps, else per run from the manifest."""
     steps = loaded.steps
     if len(steps) == 2:
-        differ = steps["sampler_step"] != steps["trainer_step"]
+        t = loaded.tokens
+        partial = t.present.get("steps")
+        recorded = partial.rows if partial is not None else np.ones(len(t), bool)
+        differ = recorded & (steps["sampler_step"] != steps["trainer_step"])
         if differ.any():
             i = int(np.flatnonzero(differ)[0])
-            t = loaded.tokens
             return PolicyCheck(
-                f"{int(differ.sum()):,} of {differ.size:,} tokens were sampled and scored at different steps "
+                f"{int(differ.sum()):,} of {int(recorded.sum()):,} tokens were sampled and scored at different steps "
                 f"(first: sequence {t.sequence_id[i]} position {t.position[i]}, sampler step "
                 f"{steps['sampler_step'][i]}, trainer step {steps['trainer_step'][i]})",
                 False,
+            )
+        if partial is not None:
+            return PolicyCheck(
+                "every token's sampler_step equals its trainer_step where the run records them "
+                f"({partial.said('sampler_step and trainer_step')})",
+                True,
             )
         return PolicyCheck("every token's sampler_step equals its trainer_step", True)
     ckpt = ((manifest or {}).get("config") or {}).get("trainer_checkpoint")

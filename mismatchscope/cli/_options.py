@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import typer
-from typer.core import TyperCommand
 
+from ._help import HelpCommand
 from ._streams import OutputFormat
 
 PathArg = typer.Argument(
@@ -64,6 +64,13 @@ def confidence_option(
     return typer.Option(default, "--confidence", help=help, min=min, max=max)
 
 
+def tokenizer_option(
+    help: str = "The checkpoint whose tokenizer turns the token view's ids into text (a probe run's own checkpoint is found without it).",
+) -> Any:
+    """``--tokenizer CHECKPOINT``: the text of the token view (``view``, and the tokens tab of the HTML pages)."""
+    return typer.Option(None, "--tokenizer", metavar="CHECKPOINT", help=help)
+
+
 JunitXmlOpt = typer.Option(None, "--junit-xml", metavar="FILE", help="Write one JUnit test case per check.")
 
 
@@ -103,7 +110,7 @@ def rule_help_epilog() -> str:
     return "\n\n".join(["\b\n" + "\n".join(lines)])
 
 
-class RulesInHelp(TyperCommand):
+class RulesInHelp(HelpCommand):
     """A command whose ``--help`` ends with the list of rules (``rule_help_epilog``).
 
     The list is added when the help is shown, not when the command is built: it needs the rule

@@ -11,8 +11,18 @@ import typer
 from ..analysis.parallel import keep_freed_memory
 from ..errors import UsageError
 from ..metrics import ABS_LOGPROB_DIFF_MEAN, K3_MEAN
-from ._options import ColumnOpt, FormatOpt, PathArg, RuleOpt, html_option, plots_option, rule_option, sweep_option
-from ._readings import ReadingsOpt, run_side_by_side
+from ._options import (
+    ColumnOpt,
+    FormatOpt,
+    PathArg,
+    RuleOpt,
+    html_option,
+    plots_option,
+    rule_option,
+    sweep_option,
+    tokenizer_option,
+)
+from ._readings import ReadingsOpt, WriteOpt, analyse_writing, run_side_by_side
 from ._streams import OutputFormat, emit_json, info, stdout_console, warn
 
 if TYPE_CHECKING:
@@ -37,6 +47,12 @@ def masks_payload(result) -> dict:
     from ..documents import document
 
     return document(result.masks)
+
+
+class MasksBy(str, enum.Enum):
+    """``compare-masks --by``: what each rule's counts are split by."""
+
+    turn = "turn"
 
 
 class WorstBy(str, enum.Enum):
@@ -77,29 +93,58 @@ def compare_masks(
         "Write PNG pictures into DIR: which tail each rule cuts (needs the plot extra: matplotlib)."
     ),
     readings: str | None = ReadingsOpt,
+    write: str | None = WriteOpt,
+    html: str | None = html_option(
+        "Write one self-contained HTML page: the rules' table and agreement (with --plots, the pictures), and the "
+        "run's worst sequences token by token in a tokens tab."
+    ),
+    tokenizer: str | None = tokenizer_option(),
+    by: MasksBy | None = typer.Option(
+        None,
+        "--by",
+        help="turn: each rule's rejected and reweighted tokens in each turn of a multi-turn run "
+        "(they sum to the whole run's counts).",
+    ),
 ) -> None:
     """How many tokens and sequences each masking rule would reject or reweight, side by side, how much they overlap, and which tail (sampler probability, sign of p - q) each one cuts."""
     keep_freed_memory()
     if readings is not None:
+        if by is not None:
+            raise UsageError("--by turn and --readings are two views; ask for one at a time")
         return run_side_by_side(
-            path, readings, rules=rule, sweeps=sweep, examples=examples, plots=plots, column=column, format=format
+            path,
+            readings,
+            rules=rule,
+            sweeps=sweep,
+            examples=examples,
+            plots=plots,
+            column=column,
+            format=format,
+            write=write,
+            html=html,
         )
-    from ..analysis.engine import AnalysisRequest, analyse
+    from ..analysis.engine import AnalysisRequest
     from ..reader import parse_column_mapping
 
-    inputs = _check_plots(path, plots)
+    inputs = _check_plots(path, plots, write, html)
+    given = _token_view_tokenizer(tokenizer, html)
     rules, sweeps = _request_rules(rule, sweep)
-    result = analyse(
-        path,
-        AnalysisRequest(report=False, masks=True, rules=rules, sweeps=sweeps, examples=examples),
-        parse_column_mapping(column),
+    request = AnalysisRequest(
+        report=False, masks=True, rules=rules, sweeps=sweeps, examples=examples, by_turn=by is MasksBy.turn
     )
+    result = analyse_writing(path, request, parse_column_mapping(column), write)
     for w in result.warnings:
         warn(w)
+    figures = None
     if plots is not None:
         from ..render.plots import masks_figures
 
-        _write_pngs(masks_figures(result), plots, inputs)
+        figures = masks_figures(result)
+        _write_pngs(figures, plots, inputs)
+    if html is not None:
+        from ..render.masks_page import masks_page
+
+        _write_page(html, masks_page(result, figures, _token_view(path, result, rules, given)), inputs)
     if format is OutputFormat.json:
         emit_json(masks_payload(result))
         return
@@ -111,16 +156,44 @@ def compare_masks(
     masks_tables(console, result, examples)
 
 
-def _check_plots(path: str, plots: str | None):
-    """``--plots`` (not an input, not a file), then matplotlib when it is given: before any work."""
+def _check_plots(path: str, plots: str | None, write: str | None = None, html: str | None = None):
+    """``--plots``, ``--write`` and ``--html`` (not an input, not a file), then matplotlib when pictures are asked:
+    before any work."""
     from ..outputs import check_all
 
-    inputs = check_all(dirs=[(plots, "--plots")], inputs=[path])
+    inputs = check_all(files=[(html, "--html")], dirs=[(plots, "--plots"), (write, "--write")], inputs=[path])
+    if write is not None:
+        from ..audit.writer import refuse_among_shards
+
+        refuse_among_shards(write, path)
     if plots is not None:
         from ..outputs import require_matplotlib
 
         require_matplotlib()
     return inputs
+
+
+def _token_view_tokenizer(tokenizer: str | None, html: str | None):
+    """``--tokenizer`` for the page's tokens tab, loaded before any work; without ``--html`` it has nothing to do."""
+    if tokenizer is not None and html is None:
+        raise UsageError("--tokenizer gives the text of the HTML page's tokens tab", hint="add --html FILE")
+    from ..view import given_tokenizer
+
+    return given_tokenizer(tokenizer)
+
+
+def _token_view(path: str, result, rules, given):
+    """The run's worst sequences token by token, for a page's tokens tab (the view's defaults)."""
+    from ..view import ViewOptions, token_view
+
+    return token_view(path, result, rules, ViewOptions(), given)
+
+
+def _write_page(html: str, page: str, inputs) -> None:
+    from ..outputs import write_text
+
+    write_text(html, page, "--html", inputs=inputs)
+    info(f"wrote {html}")
 
 
 def _write_pngs(figures, plots: str, inputs) -> None:
@@ -158,6 +231,7 @@ def report(
     worst_traces: bool = typer.Option(
         False, "--worst-traces", help="With --worst and --format json: add each sequence's full trace."
     ),
+    tokenizer: str | None = tokenizer_option(),
 ) -> None:
     """TV distance, KL estimators, ratio tails, and where the mismatch sits (by probability, position, entropy)."""
     keep_freed_memory()
@@ -168,10 +242,13 @@ def report(
     inputs = check_all(files=[(html, "--html")], dirs=[(plots, "--plots")], inputs=[path])
     pictures = plots is not None or html is not None
     _check_report_flags(rule, sweep, pictures, worst, worst_by, worst_traces)
+    given = _token_view_tokenizer(tokenizer, html)
     request, hist, rules = _report_request(rule, sweep, pictures)
     mapping = parse_column_mapping(column)
-    collector = _doctor_collector(path, mapping, request) if format is not OutputFormat.json else None
+    # doctor's top finding: the table's last line, and the page's header (report's JSON stays as it was)
+    collector = _doctor_collector(path, mapping, request) if format is not OutputFormat.json or html else None
     result = analyse(path, request, mapping, on_terms=_each(hist.add if hist else None, collector))
+    doctor = _doctor_text(result, collector, path) if collector is not None else None
     for w in result.warnings:
         warn(w)
     worst_rows, traces = None, {}
@@ -180,11 +257,12 @@ def report(
 
         worst_rows, traces = worst_report(result, worst, worst_by.value, with_traces=worst_traces)
     if pictures:
-        _write_pictures(result, hist, rules, plots, html, inputs, worst_rows, traces)
+        tokens = _token_view(path, result, rules, given) if html else None
+        _write_pictures(result, hist, rules, plots, html, inputs, worst_rows, traces, (path, doctor), tokens)
     if format is OutputFormat.json:
         emit_json(report_payload(result, worst_rows))
     else:
-        _print_report(result, worst_rows, collector, path)
+        _print_report(result, worst_rows, doctor, path)
 
 
 def _check_report_flags(rule, sweep, pictures: bool, worst: int, worst_by: WorstBy, worst_traces: bool) -> None:
@@ -216,7 +294,9 @@ def _report_request(rule: list[str] | None, sweep: list[str] | None, pictures: b
     return AnalysisRequest(report=True, masks=True, rules=rules, sweeps=sweeps), PlotAccumulator(), rules
 
 
-def _print_report(result, worst_rows, collector, path: str) -> None:
+def _print_report(result, worst_rows, doctor: str | None, path: str) -> None:
+    from rich.markup import escape
+
     from ..render.report import report_tables, worst_table
     from ..render.tables import header
 
@@ -225,8 +305,8 @@ def _print_report(result, worst_rows, collector, path: str) -> None:
     report_tables(console, result)
     if worst_rows is not None:
         worst_table(console, worst_rows)
-    if collector is not None:
-        _doctor_line(console, result, collector, path)
+    if doctor is not None:
+        console.print(escape(f"{doctor} (evidence: mismatchscope doctor {path})"), highlight=False, overflow="fold")
 
 
 def _doctor_collector(path: str, mapping: dict[str, str], request):
@@ -252,15 +332,12 @@ def _each(hist_add, collector):
     return both
 
 
-def _doctor_line(console, result, collector, path: str) -> None:
-    """The top finding of ``doctor`` in one line (the table output only: report's JSON stays as it was)."""
-    from rich.markup import escape
-
-    from ..doctor.run import examine_result
+def _doctor_text(result, collector, path: str) -> str:
+    """The top finding of ``doctor`` in one line (the run's provenance read as doctor reads it)."""
+    from ..doctor.run import examine_result, run_provenance
     from ..render.doctor import top_line
 
-    line = top_line(examine_result(result, collector.finish()))
-    console.print(escape(f"{line} (evidence: mismatchscope doctor {path})"), highlight=False, overflow="fold")
+    return top_line(examine_result(result, collector.finish(), provenance=run_provenance(path)))
 
 
 def _write_pictures(
@@ -272,8 +349,11 @@ def _write_pictures(
     inputs,
     worst_rows: list[WorstSequence] | None = None,
     traces: dict | None = None,
+    page: tuple[str, str | None] = ("", None),
+    tokens=None,
 ) -> None:
-    from ..outputs import write_text
+    """``--plots`` and ``--html``; ``page``: the run as given and doctor's top finding, for the page's header;
+    ``tokens``: the run's token view, the page's tokens tab."""
     from ..render.plots import report_figures, worst_figures
 
     figures = report_figures(result, hist, rules) + (
@@ -284,5 +364,4 @@ def _write_pictures(
     if html:
         from ..render.report_page import report_page
 
-        write_text(html, report_page(result, figures, worst_rows), "--html", inputs=inputs)
-        info(f"wrote {html}")
+        _write_page(html, report_page(result, figures, worst_rows, *page, tokens=tokens), inputs)

@@ -23,8 +23,9 @@ def certify(
         "--pairing",
         "-p",
         metavar="NAME",
-        help="Certify only this pairing: trainer_vs_sampler_decode, trainer_vs_sampler_prefill, prefill_vs_decode. "
-        "Repeatable; default every pairing the run holds.",
+        help="Certify only this pairing: trainer_vs_sampler_decode, trainer_vs_sampler_prefill, prefill_vs_decode, "
+        "trainer_vs_training_forward, sampler_vs_training_forward (the last two need trainer_forward_logprob, the "
+        "loss's own forward). Repeatable; default every pairing the run holds.",
     ),
     show: int = typer.Option(10, "--show", min=0, help="How many differing tokens (and route flips) to list."),
     column: list[str] | None = ColumnOpt,
@@ -79,11 +80,9 @@ def _print(verdict, rows, format: OutputFormat) -> None:
 
         emit_json(with_rows(payload(verdict), rows))
         return
-    from ..render.certify.terminal import certify_tables, rows_line
+    from ..render.certify.terminal import certify_tables
 
-    certify_tables(stdout_console(), verdict)
-    if rows is not None:
-        stdout_console().print(rows_line(verdict, rows), highlight=False)
+    certify_tables(stdout_console(), verdict, rows)
 
 
 def _write_reports(reports: CiReports, verdict, rows, seconds: float, inputs) -> None:

@@ -2,7 +2,7 @@
 
 Exit codes: 0 every variant ran; 3 the diagnose finished but at least one
 variant failed (its engine did not start, or its process died: the reason is
-in the output); 2 a usage or input error, before any engine starts.
+in the output) or timed out (the others' results stand); 2 a usage or input error, before any engine starts.
 """
 
 from __future__ import annotations
@@ -158,5 +158,21 @@ def diagnose(
         emit_json(json_document(payload))
     else:
         print_diagnose(stdout_console(), payload)
-    if any(v["status"] == "failed" for v in payload["variants"]):
+    _interrupted(payload)
+    if any(v["status"] in ("failed", "timed out") for v in payload["variants"]):
         raise typer.Exit(EXIT_VARIANT_FAILED)
+
+
+def _interrupted(payload: dict) -> None:
+    """A Ctrl-C during the localisations (they run last): everything measured before stays, and is printed;
+    the command says what was not localised and exits as an interrupted command does."""
+    from ..diagnose.locate.configurations import interrupted
+    from ._streams import info
+
+    left = interrupted(payload)
+    if left:
+        info(
+            f"interrupted: the localisation of {', '.join(left)} did not finish; every other number above is "
+            f"complete and kept in {payload['out']}"
+        )
+        raise typer.Exit(130)

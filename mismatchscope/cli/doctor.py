@@ -5,12 +5,20 @@ from __future__ import annotations
 import typer
 
 from ..analysis.parallel import keep_freed_memory
-from ._options import ColumnOpt, FormatOpt, PathArg
+from ._options import ColumnOpt, FormatOpt, PathArg, tokenizer_option
 from ._streams import OutputFormat, emit_json, stdout_console, warn
 
 
-def doctor(path: str = PathArg, column: list[str] | None = ColumnOpt, format: OutputFormat = FormatOpt) -> None:
-    """From the number to its cause, ranked by the share of the gap each explains: pipeline bugs (shifted logprobs, a temperature or truncation on one side, a log base, misjoined sequences, padding, the prompt boundary, rounded logprobs, a replay that did nothing or is invalid, a step that jumps, a program that differs in float32), policy lag, off-policy minibatches, a sharpening policy, or plain numerics; and how the number compares with published figures.
+def doctor(
+    path: str = PathArg,
+    column: list[str] | None = ColumnOpt,
+    format: OutputFormat = FormatOpt,
+    tokenizer: str | None = tokenizer_option(
+        "A multi-turn run: re-encode each turn's sampled ids with this checkpoint's tokenizer and chat template, to "
+        "see re-tokenization (default: a probe run's own checkpoint, where it is still there)."
+    ),
+) -> None:
+    """From the number to its cause, ranked by the share of the gap each explains: pipeline bugs (two sides that are not one program, re-tokenized turns, shifted logprobs, a temperature or truncation on one side, a log base, misjoined sequences, padding, the prompt boundary, rounded logprobs, a replay that did nothing or is invalid, a step that jumps, a program that differs in float32), policy lag, off-policy minibatches, a sharpening policy, or plain numerics; and how the number compares with published figures.
 
     PATH is anything report reads, or a diagnose output folder (its float32 configurations are read too).
 
@@ -24,7 +32,7 @@ def doctor(path: str = PathArg, column: list[str] | None = ColumnOpt, format: Ou
     from ..reader import parse_column_mapping
 
     check_all(inputs=[path])
-    doc = run_doctor(path, parse_column_mapping(column))
+    doc = run_doctor(path, parse_column_mapping(column), tokenizer=tokenizer)
     for w in doc.warnings:
         warn(w)
     if format is OutputFormat.json:

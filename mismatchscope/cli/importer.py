@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import typer
 from ..errors import UsageError
 from ..importers import IMPORTERS, PICKLED_FORMATS, ROUTE_ENCODINGS
 from ._options import FormatOpt, column_option, out_option
-from ._streams import OutputFormat, emit_json, info, stdout_console, warn
+from ._streams import OutputFormat, emit_json, info, reader_left, stdout_console, warn
 
 FORMATS = tuple(IMPORTERS)
 
@@ -99,26 +98,21 @@ def import_(
         columns=_mapping(column),
         skip_bad=skip_bad,
         trust_pickle=trust_pickle,
-        progress=lambda done, total, path: info(f"[{done}/{total}] {path}"),
+        progress=lambda done, total, path: info(f"[{done}/{total}] {_shown(path, src_path)}"),
         route_options=_routes_options(routes, routes_format, routes_config),
     )
     for w in result.warnings:
         warn(w)
-    try:
-        if format is OutputFormat.json:
-            from ..render.importer import import_payload
+    if format is OutputFormat.json:
+        from ..render.importer import import_payload
 
-            emit_json(import_payload(result, out_dir))
-        else:
-            from ..render.importer import import_lines
+        emit_json(import_payload(result, out_dir))
+    else:
+        from ..render.importer import import_lines
 
-            import_lines(stdout_console(), result, out_dir)
-        sys.stdout.flush()
-    except (BrokenPipeError, SystemExit) as e:  # ``| head -0``: the summary had nowhere to go, the run is whole
-        if isinstance(e, SystemExit) and e.code != 1:  # rich turns a closed pipe into SystemExit(1); nothing else
-            raise
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # nothing more to fail on at exit
+        import_lines(stdout_console(), result, out_dir)
+    sys.stdout.flush()
+    if reader_left():  # ``| head -0``: the summary had nowhere to go, the run is whole (the command succeeds)
         warn(f"stdout was closed before the summary was written; the import is complete in {out_dir}")
 
 
@@ -150,3 +144,12 @@ def _out_dir(out: str, src_path: Path) -> Path:
     if out_dir.resolve() == src_path.resolve():
         raise UsageError(f"--out {out_dir} is the dump being imported", hint="write the token pairs to a new directory")
     return out_dir
+
+
+def _shown(path, src: Path) -> str:
+    """A file of the import as its progress line names it: relative to the folder given (which the command line
+    already names), so the line stays short; a file given itself, as given."""
+    try:
+        return str(Path(path).relative_to(src)) if src.is_dir() else str(path)
+    except ValueError:
+        return str(path)

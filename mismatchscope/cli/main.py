@@ -17,7 +17,9 @@ import sys
 import typer
 
 from .._version import __version__
+from ._help import HelpCommand
 from ._options import RulesInHelp
+from ._streams import ReaderMayLeave
 
 COMMANDS = (
     "compare-masks",
@@ -30,11 +32,13 @@ COMMANDS = (
     "import",
     "diagnose",
     "certify",
+    "provenance",
+    "view",
 )
 """every command, in the order ``--help`` lists them."""
-RULE_LISTING = ("compare-masks", "timeline")
+RULE_LISTING = ("compare-masks", "timeline", "view")
 """the commands whose ``--help`` ends with the list of rules."""
-ONE_BLAS_THREAD = ("compare-masks", "report", "doctor")
+ONE_BLAS_THREAD = ("compare-masks", "report", "doctor", "view")
 """commands whose only matrix products are tiny (the rules' agreement counts). OpenBLAS starts a thread per
 core when numpy is imported, about 60 ms of their start-up on two cores, for nothing: they run with one
 (an ``OPENBLAS_NUM_THREADS`` the user set is kept). Their matrix products hold counts, exact in any order."""
@@ -71,6 +75,14 @@ def _command(name: str):
         from .diagnose import diagnose
 
         return diagnose
+    if name == "provenance":
+        from .provenance import provenance
+
+        return provenance
+    if name == "view":
+        from .view import view
+
+        return view
     from .certify import certify
 
     return certify
@@ -92,7 +104,7 @@ def build_app(names: tuple[str, ...] = COMMANDS) -> typer.Typer:
         context_settings={"help_option_names": ["-h", "--help"]},
     )
     for name in names:
-        app.command(name, cls=RulesInHelp if name in RULE_LISTING else None)(_command(name))
+        app.command(name, cls=RulesInHelp if name in RULE_LISTING else HelpCommand)(_command(name))
     app.callback()(_root)
     return app
 
@@ -134,7 +146,9 @@ def _fail(message: str, code: int, traceback_too: bool) -> None:
         import traceback
 
         sys.stderr.write(redact(traceback.format_exc()))
-    line = " ".join(redact(message).split())  # one line, whatever the message held
+    from ..terminal import shown
+
+    line = shown(" ".join(redact(message).split()))  # one line, whatever the message held; no control character
     sys.stderr.write(_for_terminal(f"error: {line}") + "\n")
     sys.exit(code)
 
@@ -192,11 +206,14 @@ class _Tolerant:
 
 
 def _guard_streams() -> None:
-    """stderr never fails a command; a closed stdout (``>&-``) discards the output instead of crashing."""
+    """stderr never fails a command; a closed stdout (``>&-``) or one whose reader left (``| head``) discards the
+    output instead of failing the command."""
     if not isinstance(sys.stderr, _Tolerant):
         sys.stderr = _Tolerant(sys.stderr)
     if sys.stdout is None:
         sys.stdout = open(os.devnull, "w")
+    elif not isinstance(sys.stdout, ReaderMayLeave):
+        sys.stdout = ReaderMayLeave(sys.stdout)
 
 
 def _click_exceptions():
@@ -221,10 +238,6 @@ def _usage_error(e) -> None:
 def _os_error(e: OSError) -> None:
     import errno
 
-    if e.errno == errno.EPIPE:  # stdout closed early (``| head``): say so once, without a second error at exit
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        _fail("stdout was closed before the output was written", 2, debug_enabled())
     where = f"{e.filename}: " if getattr(e, "filename", None) else ""
     hints: dict[int | None, str] = {
         errno.ENOSPC: " (free space on the device, or write elsewhere)",
@@ -267,6 +280,7 @@ def main(argv: list[str] | None = None) -> None:
         _fail(
             f"internal error ({type(e).__name__}: {e}); please report it with the traceback above", INTERNAL_ERROR, True
         )
+    sys.stdout.flush()  # what the buffer holds meets a reader who left here, not in the interpreter's exit
     sys.exit(code if isinstance(code, int) else 0)
 
 

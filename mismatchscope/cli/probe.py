@@ -74,7 +74,9 @@ def _parsed_rules(rules: list[str] | None) -> list:
     return [parse_rule(r) for r in rules] if rules else default_rules()
 
 
-def _summarise(run_dir: Path, selected: list, format: OutputFormat) -> None:
+def _summarise(run_dir: Path, selected: list, format: OutputFormat, located: dict[str, Any] | None = None) -> None:
+    """The report and compare-masks of the run written; ``located``: rescore --locate's entry, which the JSON
+    document carries (the terminal shows its table after)."""
     from ..analysis.engine import AnalysisRequest, analyse
 
     try:
@@ -97,19 +99,25 @@ def _summarise(run_dir: Path, selected: list, format: OutputFormat) -> None:
         from dataclasses import replace
 
         report = replace(result.report, worst=None)  # as report prints it without --worst
-        emit_json(document(ProbeDocument(str(run_dir), manifest, report, result.masks)))
+        doc = ProbeDocument(str(run_dir), manifest, report, result.masks)
+        if located is not None:
+            from ..diagnose.locate.document import with_localisation
+
+            doc = with_localisation(doc, located, run_dir / "locate" / "locate.json")
+        emit_json(document(doc))
         return
     from ..render.masks import masks_tables
     from ..render.report import report_tables
+    from ..render.summary import summary_lines
     from ..render.tables import header
 
     console = stdout_console()
     header(console, result)
     report_tables(console, result)
     masks_tables(console, result, 5)
-    console.print(
-        f"\nrun directory: {run_dir}  (mismatchscope report {run_dir}; compare-masks {run_dir})", highlight=False
-    )
+    console.print()
+    for line in summary_lines(result, run_dir):  # the headline again, where the reader's eye ends
+        console.print(line, highlight=False, markup=False)
 
 
 def probe(
@@ -195,6 +203,30 @@ def probe(
         "(--trainer-dtype), with its prefill recorded. certify should pass all three pairings.",
     ),
     full_vocab: bool = FullVocabOpt,
+    turns: int = typer.Option(
+        1,
+        "--turns",
+        metavar="N",
+        help="Multi-turn conversations of N assistant turns: after each turn a tool message is appended through "
+        "the checkpoint's chat template and the next turn is sampled from the whole conversation; the trainer "
+        "scores the final conversation in one forward, tool spans masked (docs/multi-turn.md). Default: the "
+        "bundled sample model with a chat template.",
+    ),
+    tool_response: str | None = typer.Option(
+        None,
+        "--tool-response",
+        metavar="TEXT|FILE",
+        help="With --turns: what the tool answers each turn (a file's text, or the text given). Default: a short "
+        "bundled result.",
+    ),
+    turn_ids: str | None = typer.Option(
+        None,
+        "--turn-ids",
+        metavar="tokens|messages",
+        help="With --turns: tokens (the next prompt is the previous ids, the sampled ids and the tool span's ids; "
+        "the default) or messages (decode, re-render and encode the conversation each turn; the trainer's ids are "
+        "recorded where they differ from the sampler's).",
+    ),
     verbose: bool = VerboseOpt,
     rule: list[str] | None = RuleOpt,
     format: OutputFormat = FormatOpt,
@@ -227,8 +259,12 @@ def _probe_options(params: dict[str, Any]) -> ProbeOptions:
         values = replace(values, sampler_dtype=values.trainer_dtype)  # one dtype on both sides; another is refused
     if values.sampler_kind in SERVER_KINDS and not values.url:
         raise UsageError(f"--sampler {values.sampler_kind} needs --url http://HOST:PORT")
+    from ..probe.turns import turns_config
+
+    turns = turns_config(params["turns"], params["tool_response"], params["turn_ids"])
     bundled = params["checkpoint"] is None
-    checkpoint = sample_dir() / "tiny-qwen3" if bundled else params["checkpoint"]
+    model = "tiny-qwen3" if turns is None else "tiny-qwen3-chat"  # the same weights, with a chat template
+    checkpoint = sample_dir() / model if bundled else params["checkpoint"]
     prompts = params["prompts"] if params["prompts"] is not None else sample_dir() / "prompts.jsonl"
     engine_env()
     out = _out_dir(params["out"], "probe")
@@ -247,12 +283,14 @@ def _probe_options(params: dict[str, Any]) -> ProbeOptions:
         trainer_checkpoint=params["trainer_checkpoint"],
         sampler_prefill=params["sampler_prefill"] or values.zero,
         full_vocab=params["full_vocab"],
+        turns=turns,
     )
     options.check_options(opts)  # run_probe checks again; here so that a bad option is reported before the note below
     if bundled:
         if not checkpoint.is_dir():
             raise UsageError("no CHECKPOINT given and no bundled sample model found", hint="pass a checkpoint folder")
-        info("no CHECKPOINT given: probing the bundled sample model (tiny Qwen3 trained on addition)")
+        chat = "" if turns is None else ", with a chat template"
+        info(f"no CHECKPOINT given: probing the bundled sample model (tiny Qwen3 trained on addition{chat})")
     return opts
 
 
@@ -287,6 +325,13 @@ def rescore(
         "the imported tokens and routes)."
     ),
     temperature: float | None = ImportedTemperatureOpt,
+    checkpoint: Path | None = typer.Option(
+        None,
+        "--checkpoint",
+        metavar="PATH",
+        help="Where the checkpoint the run was sampled from is now, when not at the path the run recorded (a "
+        "relative path is also looked for under the run's own folders). Its sha256 is checked against the run's.",
+    ),
     replay_routes: bool = ReplayRoutesOpt,
     replay_weights: bool = ReplayWeightsOpt,
     routes: bool = RoutesOpt,
@@ -304,7 +349,7 @@ def rescore(
     selected = _parsed_rules(rule)
     cfg = EngineValues.of(ctx.params).trainer_config()
     out_dir = _out_dir(out, "rescore")
-    located, locate_opts = _locatable(run, locate, locate_sequences)
+    located, locate_opts = _locatable(run, locate, locate_sequences, checkpoint)
     with engine_output(out_dir, verbose=verbose), Bars(enabled=True) as bars:
         run_dir = do_rescore(
             run,
@@ -314,13 +359,14 @@ def rescore(
             progress=bars,
             trainer_checkpoint=trainer_checkpoint,
             temperature=temperature,
+            checkpoint=checkpoint,
         )
-    entry = _locate(run, run_dir, cfg, trainer_checkpoint, located, locate_opts)
-    _summarise(run_dir, selected, format)
+    entry = _locate(run, run_dir, cfg, trainer_checkpoint, located, locate_opts, verbose)
+    _summarise(run_dir, selected, format, entry)
     _render_located(run_dir, entry, format)
 
 
-def _locatable(run: Path, locate: bool, locate_sequences: int | None):
+def _locatable(run: Path, locate: bool, locate_sequences: int | None, checkpoint: Path | None):
     """``--locate``'s options and the run's sampler, refused before any rescoring when it cannot start again here."""
     from ..diagnose.locate.run import locate_options
 
@@ -328,25 +374,33 @@ def _locatable(run: Path, locate: bool, locate_sequences: int | None):
     if locate_opts is not None:
         from ..diagnose.locate.rescore import check_locatable
 
-        located = check_locatable(run)
+        located = check_locatable(run, checkpoint)
     return located, locate_opts
 
 
 def _locate(
-    run: Path, run_dir: Path, cfg: TrainerConfig, trainer_checkpoint: Path | None, located: Any, locate_opts: Any
+    run: Path,
+    run_dir: Path,
+    cfg: TrainerConfig,
+    trainer_checkpoint: Path | None,
+    located: Any,
+    locate_opts: Any,
+    verbose: bool,
 ) -> Any:
-    """``--locate`` after the rescore, which it changes in nothing: the localisation's entry (None without it)."""
+    """``--locate`` after the rescore, which it changes in nothing: the localisation's entry (None without it).
+    The models it loads write their output to the run's engine.log, as the rescore's did."""
     if located is None or locate_opts is None:
         return None
     from ..diagnose.locate.rescore import locate_rescored
 
-    with Bars(enabled=True) as bars:
+    with engine_output(run_dir, verbose=verbose), Bars(enabled=True) as bars:
         return locate_rescored(run, run_dir, cfg, trainer_checkpoint, locate_opts, located, bars)
 
 
 def _render_located(run_dir: Path, entry: Any, format: OutputFormat) -> None:
-    """The localisation after the report: a table, or (JSON on stdout) one line saying where its file is."""
-    if entry is not None and format is OutputFormat.json:  # stdout holds the one JSON document
+    """The localisation after the report: a table, or (JSON on stdout) one line saying where its file is (the
+    document on stdout carries it too)."""
+    if entry is not None and format is OutputFormat.json:
         info(f"the localisation: {run_dir / 'locate' / 'locate.json'}")
     elif entry is not None:
         from ..render.locate_tables import render_locate

@@ -99,6 +99,9 @@ def _compare(paths: list[str], x: str, format: OutputFormat, plots: str | None, 
 
         raise UsageError(f"--x {x!r}", hint="use --x step or --x wall")
     result = compare(paths, x)  # type: ignore[arg-type]  # checked above
+    for line in result.runs:
+        for w in line.skipped_lines():
+            warn(w)
     if plots is not None:
         from ..render.plots.timeline import write_compare
 

@@ -229,13 +229,13 @@ class VariantFailed:
 
 @dataclass(frozen=True)
 class SamplerFailed:
-    """A sampler-side variant whose own process failed."""
+    """A sampler-side variant whose own process failed, or ran out of time (stage ``timeout``)."""
 
     name: str
     side: Literal["sampler"]
     changes: dict[str, Any]
     run_dir: str
-    status: Literal["failed"]
+    status: Literal["failed", "timed out"]
     stage: str | None
     reason: str
     log: str | None
@@ -293,7 +293,7 @@ class ZeroPrice:
 @dataclass(frozen=True)
 class LocateNotRun:
     configuration: str
-    status: str = field(metadata={"doc": "skipped, or failed"})
+    status: str = field(metadata={"doc": "skipped, failed, or interrupted (a Ctrl-C stopped the localisations)"})
     reason: str | None
 
 

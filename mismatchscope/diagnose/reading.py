@@ -95,7 +95,10 @@ def _unranked(p: dict[str, Any]) -> list[str]:
 
 def _failed(p: dict[str, Any]) -> list[str]:
     failed = [v["name"] for v in p["variants"] if v["status"] == "failed"]
-    return [f"{', '.join(failed)} failed to run"] if failed else []
+    late = [v["name"] for v in p["variants"] if v["status"] == "timed out"]
+    return ([f"{', '.join(failed)} failed to run"] if failed else []) + (
+        [f"{', '.join(late)} timed out (stopped without a result)"] if late else []
+    )
 
 
 def _repeatability(det: dict[str, Any]) -> list[str]:

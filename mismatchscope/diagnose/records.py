@@ -53,8 +53,8 @@ def run_variant(base: BaselineRun, v: Variant, timer: Timer) -> dict[str, Any]:
     out = base.opts.out / "variants" / directory_name(v.name)
     record: dict[str, Any] = {"name": v.name, "side": v.side, "changes": v.changes, "run_dir": str(out)}
     ran = _trainer_side(base, cfg, out, timer) if v.side == "trainer" else _sampler_side(base, cfg, out, timer)
-    if "reason" in ran:
-        return {**record, "status": "failed", **ran}
+    if "reason" in ran:  # a sampler that ran out of time is a timeout, not a failure of the setting
+        return {**record, "status": "timed out" if ran.get("stage") == "timeout" else "failed", **ran}
     why = replay_failed(out) if cfg.trainer.replay_routes else None
     if why:  # a trainer that ignored the request would show routing owning nothing
         return {**record, "status": "failed", "reason": why}

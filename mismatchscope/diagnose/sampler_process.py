@@ -98,17 +98,24 @@ def _start_server(spec: dict, spec_path: Path, log) -> tuple[SamplerServer | Non
     server = SamplerServer(proc, os.fdopen(read_end))
     if server.wait_ready(WORKER_TIMEOUT_S):
         return server, 0
+    timed_out = proc.poll() is None
+    if timed_out:  # still running past its time: stopped here, and said to be a timeout, not a death
+        proc.kill()
     server.close()
-    return None, proc.returncode
+    return None, None if timed_out else proc.returncode
 
 
 def _result(result_path: Path, code: int | None, log_path: Path) -> dict[str, Any]:
-    """The worker's result file, or why there is none (a timeout, a process that died)."""
+    """The worker's result file, or why there is none (``code`` None: it ran out of time; else it died)."""
     result: dict[str, Any]
     if result_path.is_file():
         result = json.loads(result_path.read_text())
     elif code is None:
-        result = {"status": "failed", "stage": "timeout", "reason": f"no result within {WORKER_TIMEOUT_S} s"}
+        result = {
+            "status": "failed",
+            "stage": "timeout",
+            "reason": f"no result within {WORKER_TIMEOUT_S} s: the sampler process was stopped (its output: {log_path})",
+        }
     else:
         result = {
             "status": "failed",

@@ -115,6 +115,10 @@ class Finding:
         default_factory=list,
         metadata={"doc": "causes corrected before this one was checked (each cause is read on the corrected pairs)"},
     )
+    turn: int | None = field(
+        default=None,
+        metadata=optional("multi-turn runs: the first turn (from 0) whose tokens show the detected cause"),
+    )
 
 
 @dataclass(frozen=True)

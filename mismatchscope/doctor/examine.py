@@ -71,7 +71,7 @@ def examine(ctx: Context) -> Examination:
     chosen: list[str] = []
     cur = ctx
     for round_ in range(MAX_ROUNDS):
-        names = [c.name for c in REGISTRY if c.name not in chosen and (round_ == 0 or c.sample_scope)]
+        names = [c.name for c in REGISTRY if c.name not in chosen and (round_ == 0 or (c.sample_scope and c.reread))]
         found = {n: _detect_where(BY_NAME[n], cur, state) for n in names}
         if round_ == 0:
             found = _confined(cur, found, state)
@@ -159,9 +159,18 @@ def _minor(es: ExplainedShare | None) -> bool:
 
 
 def _order(f: Finding) -> tuple:
-    """Most explaining first; among equals, pipeline causes, then the more confident."""
+    """A cause that leads first and one beside the numbers last; among the readings, the most explaining first,
+    then pipeline causes, then the more confident."""
+    cause = BY_NAME.get(f.cause)
     s = f.explained_share.weight if f.explained_share is not None else None
-    return (f.minor, -(s if s is not None else 0.5), not f.pipeline, _CONFIDENCE.get(f.confidence or "", 3))
+    return (
+        not (cause is not None and cause.leads),
+        cause is not None and not cause.reading,
+        f.minor,
+        -(s if s is not None else 0.5),
+        not f.pipeline,
+        _CONFIDENCE.get(f.confidence or "", 3),
+    )
 
 
 def rank(found: list[Finding]) -> list[Finding]:

@@ -76,10 +76,19 @@ class Cause:
     rivals: dict[str, RivalFitter] = field(default_factory=dict)
     """rival cause -> a fit of both models on this finding's data; the one that fits worse is dropped."""
     sample_scope: bool = True
-    """False for a cause read from the run as a whole (routes, a diagnose document): it is not read again on
-    corrected pairs or on a subset of sequences."""
+    """False for a cause read from the run as a whole (routes, a diagnose document, the provenance): it is not
+    read again on corrected pairs, on a subset of sequences or on one turn's rows."""
+    reread: bool = True
+    """read again on the pairs other causes' corrections leave; False for a cause read once, on the values as
+    written (another cause's correction moves values off a grid or a filler)."""
     subset_rival: bool = False
     """a cause that can be confined to a few sequences (a join that mixes two writers, one worker's bug): it is
     tried on the sequences its ``screen`` names, and on those that look misjoined or far off the rest, before
     they are called misjoined."""
     screen: Screen | None = None
+    leads: bool = False
+    """read before the numbers: when found, it is ranked first and sets the verdict whatever the rest explains (two
+    sides that are not one program: no numerical reading applies until they are)."""
+    reading: bool = True
+    """a reading of the gap; False for a finding beside the numbers (a side that ran otherwise than asked) that
+    is listed after the readings and never sets the verdict."""

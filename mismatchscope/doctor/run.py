@@ -2,7 +2,9 @@
 
 ``doctor(path)`` reads anything ``report`` reads; given a ``diagnose`` output
 folder (or its ``baseline/``) it examines the baseline's pairs and reads
-diagnose's document too (``persists_in_float32``).
+diagnose's document too (``persists_in_float32``). The run's provenance
+(``contract_difference``, ``fallback``) and a tokenizer for a multi-turn run
+(``retokenized``) reach the causes through the examination's context.
 """
 
 from __future__ import annotations
@@ -14,13 +16,16 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from ..analysis.engine import AnalysisRequest, AnalysisResult, analyse
+from ..execution.record import RunProvenance
 from ..reader import open_source
 from .document import DoctorDocument, Gap
 from .examine import examine, rank
 from .figures import place
 from .findings import fnum
 from .registry import Context
+from .run_tokenizer import RunTokenizer, run_tokenizer
 from .sample import OPTIONAL_SCALARS, SAMPLE_ROWS, TOPK, Sample, SampleCollector
+from .turns import starting_turns
 from .verdict import decide, numerics
 
 ALSO_READ = ("token_id", *OPTIONAL_SCALARS, *TOPK)
@@ -48,17 +53,37 @@ def diagnose_output(path: str) -> tuple[str, dict[str, Any] | None]:
     return path, None
 
 
-def doctor(path: str, mapping: dict[str, str] | None = None, workers: int | None = None) -> DoctorDocument:
-    """The findings on the pairs at ``path`` (anything ``report`` reads, or a diagnose output folder)."""
+def doctor(
+    path: str, mapping: dict[str, str] | None = None, workers: int | None = None, tokenizer: str | None = None
+) -> DoctorDocument:
+    """The findings on the pairs at ``path`` (anything ``report`` reads, or a diagnose output folder).
+    ``tokenizer``: a checkpoint whose tokenizer (and chat template) re-encodes each turn's ids for the
+    ``retokenized`` cause."""
     pairs, diagnose = diagnose_output(path)
     collector = collector_for(pairs, mapping)
     request = AnalysisRequest(report=True, masks=False, also_read=ALSO_READ)
     result = analyse(pairs, request, mapping, on_terms=collector.add, workers=workers)
-    return examine_result(result, collector.finish(), diagnose)
+    sample = collector.finish()
+    return examine_result(result, sample, diagnose, run_tokenizer(tokenizer, result.run, sample), run_provenance(pairs))
 
 
-def examine_result(result: AnalysisResult, sample: Sample, diagnose: dict[str, Any] | None = None) -> DoctorDocument:
-    """doctor's document from report's analysed pass and the sample gathered in it."""
+def run_provenance(path: str) -> RunProvenance | None:
+    """The provenance of the run at ``path``; None for pairs outside one run (their sides are unknown)."""
+    from ..execution.read import read_run
+
+    record = read_run(path)
+    return None if record.provenance.sampler.source == "none" else record.provenance
+
+
+def examine_result(
+    result: AnalysisResult,
+    sample: Sample,
+    diagnose: dict[str, Any] | None = None,
+    tokenizer: RunTokenizer | None = None,
+    provenance: RunProvenance | None = None,
+) -> DoctorDocument:
+    """doctor's document from report's analysed pass and the sample gathered in it; ``provenance`` (the run's
+    record) adds whether the sides are one program and whether each ran what it asked for."""
     report = result.report
     assert report is not None  # doctor asks for the report
     routes = None
@@ -66,12 +91,13 @@ def examine_result(result: AnalysisResult, sample: Sample, diagnose: dict[str, A
         from ..routing.io import locate_routes
 
         routes = locate_routes(result.source.files)[0]
-    ctx = Context(sample, report, result.run, diagnose, routes, extra={"columns": tuple(result.source.file_columns)})
+    extra = {"columns": tuple(result.source.file_columns), "tokenizer": tokenizer, "provenance": provenance}
+    ctx = Context(sample, report, result.run, diagnose, routes, extra=extra)
     ex = examine(ctx)
     placements = place(report, result.run)
-    major = any(f.status == "detected" and not f.minor for f in ex.findings)
+    major = any(f.status == "detected" and not f.minor and _reads(f) for f in ex.findings)
     closing = numerics(report, result.run, ex, placements, major)
-    findings = rank([*ex.findings, closing])  # numerics, detected, explains what is left: first when no cause is
+    findings = starting_turns(rank([*ex.findings, closing]), ctx)
     verdict, headline, needs = decide(findings, report, placements, ex)
     warnings = list(result.warnings)
     if sample.sentinel_rows:
@@ -93,3 +119,11 @@ def examine_result(result: AnalysisResult, sample: Sample, diagnose: dict[str, A
         needs=needs,
         warnings=warnings,
     )
+
+
+def _reads(f) -> bool:
+    """A finding that is a reading of the gap (not one beside the numbers, as a fallback is)."""
+    from .causes import BY_NAME
+
+    cause = BY_NAME.get(f.cause)
+    return cause is None or cause.reading

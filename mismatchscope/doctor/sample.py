@@ -51,6 +51,9 @@ OPTIONAL_SCALARS = (
     "sampler_step",
     "trainer_step",
     "minibatch",
+    "turn",
+    "turn_position",
+    "trainer_token_id",
 )
 TOPK = ("sampler_topk_logprobs", "trainer_logprobs_at_sampler_topk")
 TOPK_FIELDS = ("k_n", "k_sx", "k_sy", "k_sxx", "k_sxy", "k_syy", "k_cut")

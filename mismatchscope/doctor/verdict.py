@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from ..analysis.results import BucketRow, Report
 from ..metrics import K3_MEAN
-from .causes import NUMERICS
+from .causes import BY_NAME, NUMERICS
 from .document import Evidence, ExplainedShare, Finding, Placement, Verdict
 from .examine import Examination
 from .figures import run_dtype
@@ -119,8 +119,11 @@ def decide(
     findings: list[Finding], report: Report, placements: list[Placement], ex: Examination
 ) -> tuple[Verdict, str, list[str]]:
     """(verdict, headline, what would settle it) from the ranked findings (numerics last among them)."""
-    causes = [f for f in findings if f.cause != NUMERICS]
+    causes = [f for f in findings if f.cause != NUMERICS and _reading(f)]  # a fallback sets no verdict
     found = [f for f in causes if f.status == "detected"]
+    lead = next((f for f in found if _leads(f)), None)
+    if lead is not None:  # the sides are not one program: no numerical reading applies until they are
+        return "pipeline", f"pipeline problem: {lead.cause}: {lead.sentence} (exit 1)", []
     major = [f for f in found if not f.minor]
     top = major[0] if major else None
     for a, b in ex.ties:  # two rivals that fit alike, one a bug and one not: no verdict either way
@@ -169,8 +172,18 @@ def decide(
             ["sampler top-k with the trainer's logprobs at those ids (exact temperature, kept-set and base fits)"],
         )
     if far:
-        return "numerics", f"numerics, though far outside the normal range ({far}): no cause seen", []
+        return "numerics", f"numerics: no cause seen, though the gap is far outside the normal range ({far})", []
     return "numerics", "numerics: no pipeline cause seen", []
+
+
+def _reading(f: Finding) -> bool:
+    cause = BY_NAME.get(f.cause)
+    return cause is None or cause.reading
+
+
+def _leads(f: Finding) -> bool:
+    cause = BY_NAME.get(f.cause)
+    return cause is not None and cause.leads
 
 
 def _scalar(f: Finding) -> bool:

@@ -298,6 +298,11 @@ def with_overrides(
             "--max-increase sets a regression limit against the baseline, which --absolute-only leaves out",
             hint="drop --absolute-only to compare with the baseline, or drop --max-increase",
         )
+    if absolute_only and baseline is not None:
+        raise GateConfigError(
+            f"--baseline {baseline} names a run to compare with, which --absolute-only leaves out",
+            hint="drop --absolute-only to compare with the baseline, or drop --baseline",
+        )
     regression = [] if absolute_only else list(cfg.regression)
     for text in increases or []:
         reg = parse_increase_flag(text, {r.metric: r for r in cfg.regression})

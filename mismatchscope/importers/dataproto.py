@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from ..errors import ImportFormatError
 from ._base import ImportContext, SourceFile, short
+from ._mask import add_turns
 from ._values import check_record, exact_ints, host_array
 from .stack_pickle import (
     STACK_NAMES,
@@ -31,10 +32,8 @@ from .stack_pickle import (
     refuse_other_stack,
 )
 
-NO_TRAINER_WARNING = (
-    "the {stack} dump holds the sampler's side only: trainer_logprob is empty until "
-    "`mismatchscope rescore {out} --trainer-checkpoint CHECKPOINT --temperature T` scores it"
-)
+NO_TRAINER_WARNING = "the {stack} dump holds the sampler's side only: rescore adds the trainer's"
+"""one line of 80 columns on a terminal's stderr; the command itself is the import's ``next:`` line."""
 
 
 Row = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -185,6 +184,7 @@ def add_sequence(
             "step": f.step,
             "reward": reward,
         }
+        add_turns(values, kept)
         check_record(values, file=f.rel, record=k)
     except ImportFormatError as e:
         ctx.bad(e, f)

@@ -24,8 +24,16 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import RecorderInputError, UsageError
-from ..schema import MAX_ABS_STEP, POSITIVE_LOGPROB_TOLERANCE, first_refused, positive_logprobs
+from ..errors import InputError, RecorderInputError, UsageError
+from ..schema import (
+    MAX_ABS_STEP,
+    NOT_RECORDED_ID,
+    POSITIVE_LOGPROB_TOLERANCE,
+    TOKEN_ID_RULE,
+    first_refused,
+    positive_logprobs,
+)
+from ..turns import row_turns
 
 
 @dataclass
@@ -123,12 +131,16 @@ def prepare(
     trainer_experts: Any = None,
     timing: StepTiming | None = None,
     training_forward_logprobs: Any = None,
+    turn_ids: Any = None,
     **unknown: Any,
 ) -> StepBatch:
     """Check one step's arrays and copy the masked tokens out as token-pair columns.
 
     ``sequence_ids`` left out are filled in by the caller (the Recorder numbers
-    them per rank); here they default to the row index.
+    them per rank); here they default to the row index. ``turn_ids`` (``[B, T]``
+    integers) name each token's assistant turn; without them a row whose mask
+    has several runs of 1s (tool spans masked out between turns) is that many
+    turns (``mismatchscope.turns``).
     """
     if unknown:
         _refuse_unknown(unknown)
@@ -158,7 +170,24 @@ def prepare(
         forward = _floats("training_forward_logprobs", training_forward_logprobs)
         forward = _same_shape("training_forward_logprobs", forward, (b, t))
         cols["trainer_forward_logprob"] = forward[rows, pos].astype(np.float64)
+    cols.update(_turn_columns(step, turn_ids, rows, pos, (b, t)))
     return StepBatch(step, cols, int(np.unique(rows).size), b, experts)
+
+
+def _turn_columns(step: int, turn_ids: Any, rows: np.ndarray, pos: np.ndarray, shape: tuple[int, int]) -> dict:
+    """``turn`` and ``turn_position`` of the masked tokens: from ``turn_ids``, else the mask's runs; none for a
+    step of single turns."""
+    turn = None
+    if turn_ids is not None:
+        ids = _same_shape("turn_ids", turn_ids, shape)
+        if ids.dtype.kind not in "iu":
+            raise RecorderInputError(f"turn_ids must hold integers, got dtype {ids.dtype}")
+        turn = ids[rows, pos]
+    try:
+        turns = row_turns(rows, pos, turn)
+    except InputError as e:
+        raise RecorderInputError(f"step {step}: turn_ids: {e}") from None
+    return {} if turns is None else {"turn": turns[0], "turn_position": turns[1]}
 
 
 def _refuse_unknown(unknown: dict[str, Any]) -> None:
@@ -336,7 +365,17 @@ def _mask(m: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
 
 def _token_ids(ids: np.ndarray) -> np.ndarray:
     """The recorded tokens' ids as int64; a fractional, non-finite or non-numeric id is refused (a cast would
-    write 1.5 as token 1 without a word)."""
+    write 1.5 as token 1 without a word), and so is a negative one other than -1 (every reader refuses it)."""
+    out = _integral_ids(ids)
+    if out.size and out.min() < NOT_RECORDED_ID:
+        raise RecorderInputError(
+            f"token_ids holds {int(out[out < NOT_RECORDED_ID][0])} among the recorded tokens ({TOKEN_ID_RULE})",
+            hint="pass the sampled token ids; a padding id must not fall on a recorded token",
+        )
+    return out
+
+
+def _integral_ids(ids: np.ndarray) -> np.ndarray:
     if ids.dtype.kind in "iu":
         return ids.astype(np.int64)
     if ids.dtype.kind != "f":

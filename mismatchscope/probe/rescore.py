@@ -8,6 +8,7 @@ Everything that can be refused is refused before the new run directory exists.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from .engine_checks import check_trainer
 from .options import canonical_trainer, check_rescore_out
 from .policy_lag import TrainerCheckpoint
 from .prompts import Prompt
+from .provenance import copy_sampler_side, record_side, refresh_fallbacks, trainer_side
 from .rewards import DEFAULT_REWARD, load_reward_fn
 from .routes import RoundRoutes, check_replay_source
 from .scoring import (
@@ -31,6 +33,7 @@ from .scoring import (
     trainer_checkpoint,
     write_prompts_once,
 )
+from .turns import Conversations, TurnsConfig
 from .types import SamplingConfig, TrainerConfig
 from .writer import RunDir, finish, open_session, save_progress
 
@@ -66,6 +69,7 @@ def rescore(
     progress: Progress | None = None,
     trainer_checkpoint: Path | None = None,
     temperature: float | None = None,
+    checkpoint: Path | None = None,
 ) -> Path:
     """Score a recorded run's samples again with other trainer settings; the sampler is not touched.
 
@@ -73,6 +77,8 @@ def rescore(
     it the trainer runs the sampler's checkpoint, whatever the recorded run used.
     An imported run (:mod:`.rescore_import`) is scored with ``trainer_checkpoint``
     at ``temperature``, the sampler's, which its dump does not record.
+    ``checkpoint``: where the sampler's checkpoint is now, when not where the run
+    recorded it (:func:`recorded_checkpoint`; its sha256 is checked all the same).
     """
     from .rescore_import import is_imported, rescore_imported
 
@@ -81,11 +87,38 @@ def rescore(
     trainer_cfg = canonical_trainer(trainer_cfg)
     check_rescore_out(run_path, out, resume)
     if is_imported(run_path):
+        if checkpoint is not None:
+            raise UsageError(
+                f"--checkpoint: {run_path} is an import, which records no checkpoint of its own",
+                hint="score an imported run with --trainer-checkpoint CHECKPOINT",
+            )
         return rescore_imported(run_path, out, trainer_cfg, trainer_checkpoint, temperature, resume, progress)
     src, old = _checked_source(run_path, trainer_cfg, temperature)
     dst = RunDir(out)
     with dst.lock():  # the recorded checkpoint and the trainer's weights are read while the new run is held
-        return _rescore_locked(_open_session(src, dst, old, trainer_cfg, resume, progress, trainer_checkpoint))
+        located = recorded_checkpoint(run_path, old["config"], checkpoint)
+        session = _open_session(src, dst, old, trainer_cfg, resume, progress, trainer_checkpoint, located)
+        return _rescore_locked(session)
+
+
+def recorded_checkpoint(run: Path, config: dict[str, Any], given: Path | None = None) -> Path:
+    """Where the checkpoint a probe run sampled from is now: ``given`` (``--checkpoint``), else the path the run
+    recorded. A relative path was recorded from the folder the probe ran in: from elsewhere it is looked for
+    under the run's own parent folders (a run under ``D/runs/`` of a probe run in ``D``). The sha256 the run
+    recorded is checked by the caller, so a folder found by name is never taken on its name alone."""
+    if given is not None:
+        return given
+    recorded = Path(str((config.get("checkpoint") or {}).get("path", "")))
+    if recorded.is_dir() or recorded.is_absolute():
+        return recorded
+    for base in Path(os.path.abspath(run)).parents:
+        if (base / recorded).is_dir():
+            return base / recorded
+    raise UsageError(
+        f"the checkpoint {run} was sampled from, {str(recorded)!r} (recorded relative to the folder its probe ran "
+        "in), is neither here nor under the run's folders",
+        hint="give its folder with --checkpoint PATH (its sha256 is checked against the run's)",
+    )
 
 
 def _checked_source(run_path: Path, trainer_cfg: TrainerConfig, temperature: float | None) -> tuple[RunDir, dict]:
@@ -190,17 +223,17 @@ def _open_session(
     resume: bool,
     progress: Progress,
     trainer_checkpoint_path: Path | None,
+    checkpoint: Path,
 ) -> RescoreSession:
-    """The recorded checkpoint (unchanged), its tokenizer, the recorded prompts and the trainer's weights."""
+    """The recorded checkpoint (unchanged, found at ``checkpoint``), its tokenizer, the recorded prompts and the
+    trainer's weights."""
     from .checkpoint import check_weights_cover_config, inspect_checkpoint
     from .tokenizer import load_tokenizer
 
     cfg = old["config"]
     sampling = SamplingConfig(**cfg["sampling"])
     trust = trainer_cfg.trust_remote_code
-    info = inspect_checkpoint(
-        Path(cfg["checkpoint"]["path"]), allow_pickle=trainer_cfg.allow_pickle, trust_remote_code=trust
-    )
+    info = inspect_checkpoint(checkpoint, allow_pickle=trainer_cfg.allow_pickle, trust_remote_code=trust)
     if info.sha256 != cfg["checkpoint"]["sha256"]:
         raise UsageError(f"the checkpoint at {info.path} changed since {src.path} was recorded (sha256 differs)")
     check_weights_cover_config(info, trust_remote_code=trust)
@@ -227,9 +260,21 @@ def _rescore_rounds(s: RescoreSession, manifest: dict[str, Any]) -> Path:
     done = s.dst.scored_sequences() if s.resume else set()
     trainer = load_trainer(s.trainer_ckpt, s.trainer_cfg, s.progress)
     manifest["trainer_info"] = trainer.describe()
+    copy_sampler_side(s.old, manifest)  # the samples are the recorded engine's
+    record_side(manifest, "trainer", trainer_side(trainer, s.trainer_ckpt.info, s.sampling, "rescore"))
     routes = RoundRoutes.of_source(s.src.path, s.old, trainer, s.trainer_cfg.replay, manifest, s.progress.note)
     scoring = Scoring(
-        s.dst, s.prompts, s.prompt_ids, s.tokenizer, reward_fn, trainer, s.sampling, done, config, s.progress
+        s.dst,
+        s.prompts,
+        s.prompt_ids,
+        s.tokenizer,
+        reward_fn,
+        trainer,
+        s.sampling,
+        done,
+        config,
+        s.progress,
+        _conversations(s),
     )
     for p in sorted(s.src.samples.glob("round-*.parquet")):
         r = int(p.stem.split("-")[1])
@@ -238,8 +283,18 @@ def _rescore_rounds(s: RescoreSession, manifest: dict[str, Any]) -> Path:
             s.dst.write_samples(r, completions)
         timings["scoring_seconds"] += score_round(scoring, r, completions, routes)
         save_progress(s.dst, manifest)
+    refresh_fallbacks(manifest, "rescore")
     finish(s.dst, manifest)
     return s.dst.path
+
+
+def _conversations(s: RescoreSession) -> Conversations | None:
+    """A multi-turn probe run's conversations, as its probe made them (``config.turns``): scored again the same way."""
+    recorded = s.old["config"].get("turns")
+    if not recorded:
+        return None
+    cfg = TurnsConfig(recorded["turns"], recorded["tool_response"], recorded["turn_ids"])
+    return Conversations(s.tokenizer, cfg, s.info.path)
 
 
 def _config(s: RescoreSession) -> dict[str, Any]:
@@ -247,6 +302,7 @@ def _config(s: RescoreSession) -> dict[str, Any]:
     cfg = s.old["config"]
     return {
         **cfg,
+        "checkpoint": {**cfg["checkpoint"], "path": str(s.info.path)},  # where it was found (--checkpoint, or a search)
         "trainer": s.trainer_cfg.to_dict(),
         "rescored_from": str(s.src.path),
         "trainer_checkpoint": s.trainer_ckpt.record(),

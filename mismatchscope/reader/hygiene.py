@@ -13,7 +13,16 @@ import pyarrow as pa
 
 from ..arrow import list_offsets, list_parts, to_numpy
 from ..errors import InputError
-from ..schema import COLUMNS, LOGPROB_SENTINEL, MAX_POSITION, POSITIVE_LOGPROB_TOLERANCE, positive_logprobs
+from ..schema import (
+    COLUMNS,
+    LOGPROB_SENTINEL,
+    MAX_POSITION,
+    NOT_RECORDED_ID,
+    POSITIVE_LOGPROB_TOLERANCE,
+    TOKEN_ID_RULE,
+    TURN_COLUMNS,
+    positive_logprobs,
+)
 from .columns import is_list_type
 
 
@@ -62,7 +71,12 @@ def token_keys(batch: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _clean(
-    path: Path, rb: pa.RecordBatch, wanted: list[str], hygiene: Hygiene, extra: list[str] | tuple[str, ...] = ()
+    path: Path,
+    rb: pa.RecordBatch,
+    wanted: list[str],
+    hygiene: Hygiene,
+    extra: list[str] | tuple[str, ...] = (),
+    filled: tuple[str, ...] = (),
 ) -> CleanBatch:
     cols: dict[str, Any] = {}
     for i, name in enumerate(wanted):
@@ -71,6 +85,9 @@ def _clean(
     for j, name in enumerate(extra):
         cols[name] = rb.column(len(wanted) + j)
     n = rb.num_rows
+    if filled:  # a file of single-turn sequences among multi-turn ones: turn 0, its position within it
+        cols["turn"] = np.zeros(n, np.int64)
+        cols["turn_position"] = cols["position"].copy()
     hygiene.rows_read += n
     pos = cols["position"]
     if n and (pos.min() < 0 or pos.max() > MAX_POSITION):  # two reductions; the mask only to name the row
@@ -79,6 +96,24 @@ def _clean(
             f"{path}: position {int(pos[i])} of sequence {int(cols['sequence_id'][i])} is outside 0..{MAX_POSITION}",
             hint="position is the 0-based index of the token within its completion",
         )
+    for name in TURN_COLUMNS:
+        v = cols.get(name)
+        if v is not None and n and (v.min() < 0 or v.max() > MAX_POSITION):
+            i = int(np.flatnonzero((v < 0) | (v > MAX_POSITION))[0])
+            raise InputError(
+                f"{path}: {name} {int(v[i])} of sequence {int(cols['sequence_id'][i])} is outside 0..{MAX_POSITION}",
+                hint="turns and positions within them count from 0",
+            )
+    tok = cols["token_id"]
+    if n and tok.min() < NOT_RECORDED_ID:  # one reduction; the mask only to name the row
+        i = int(np.flatnonzero(tok < NOT_RECORDED_ID)[0])
+        raise InputError(
+            f"{path}: token_id {int(tok[i])} of sequence {int(cols['sequence_id'][i])} position "
+            f"{int(pos[i])} is negative ({TOKEN_ID_RULE})"
+        )
+    for name in TOPK_ID_LISTS:
+        if name in cols:
+            _check_listed_ids(path, name, cols[name], cols)
     cols, dropped = _clean_logprobs(path, cols, hygiene)
     for name in TOPK_LOGPROB_LISTS:
         if name in cols:
@@ -163,6 +198,22 @@ def _topk_list(path: Path, name: str, arr: pa.Array) -> pa.Array:
         _check_int64_range(path, name, flat)
         arr = arr.cast(pa.list_(pa.int64()) if pa.types.is_list(arr.type) else pa.large_list(pa.int64()))
     return arr
+
+
+def _check_listed_ids(path: Path, name: str, arr: pa.Array, cols: dict[str, Any]) -> None:
+    """A top-k list holds ids of real tokens: a negative one (even -1, which only the sampled token's column
+    uses, for an id not recorded) is refused, naming its row from the list offsets."""
+    flat, offsets = list_offsets(arr)
+    ids = to_numpy(flat)
+    if not ids.size or ids.min() >= 0:  # one reduction
+        return
+    first = int(np.flatnonzero(ids < 0)[0])
+    row = int(np.searchsorted(offsets[1:], first, side="right"))
+    raise InputError(
+        f"{path}: column {name!r} holds the negative id {int(ids[first])} at sequence "
+        f"{int(cols['sequence_id'][row])} position {int(cols['position'][row])}",
+        hint="a top-k list holds the ids of real tokens, >= 0",
+    )
 
 
 def _check_int64_range(path: Path, name: str, arr: pa.Array) -> None:

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import FileFormatError, InputError, MissingColumnsError, UsageError
-from ..schema import COLUMNS, REQUIRED_NAMES
+from ..schema import COLUMNS, REQUIRED_NAMES, TURN_COLUMNS
 from .columns import check_mapping
 from .metadata import printable, read_metadata
 
@@ -38,6 +38,12 @@ class Source:
     and how much is there; None for a complete run or a plain file."""
     notes: list[str] = field(default_factory=list)
     """runs read without a shard index to check them against (``rundir.check_contents``)."""
+    filled: dict[Path, tuple[str, ...]] = field(default_factory=dict)
+    """files without the turn columns in an input where other files have them: their sequences are one
+    turn each, and the reader fills the columns in (``schema.TURN_COLUMNS``)."""
+    present: list[frozenset[str]] = field(default_factory=list)
+    """the canonical names each file holds, in the order of ``files``: a column some shards hold and others do
+    not is read where it is by a reader that asks (``certify``), never taken for absent."""
 
     @property
     def warnings(self) -> list[str]:
@@ -46,6 +52,28 @@ class Source:
 
     def has(self, name: str) -> bool:
         return name in self.available
+
+    def in_any(self, name: str) -> bool:
+        """Whether some file holds the column (:meth:`has`: every file does)."""
+        return any(name in held for held in self.present) or self.has(name)
+
+    def holding(self, names: list[str] | tuple[str, ...]) -> list[Source]:
+        """The source cut into runs of consecutive files that hold the same ones of ``names``, in file order:
+        each part reads those columns as a whole source does (the rest of its columns as before)."""
+        from dataclasses import replace
+
+        parts: list[tuple[frozenset[str], list[Path], list[frozenset[str]]]] = []
+        for f, held in zip(self.files, self.present, strict=True):
+            key = frozenset(n for n in names if n in held)
+            if parts and parts[-1][0] == key:
+                parts[-1][1].append(f)
+                parts[-1][2].append(held)
+            else:
+                parts.append((key, [f], [held]))
+        return [
+            replace(self, files=files, available=set(frozenset.intersection(*held)), present=held)
+            for _, files, held in parts
+        ]
 
     @property
     def run_config(self) -> dict[str, Any] | None:
@@ -116,14 +144,22 @@ def open_source(path: str | os.PathLike, mapping: Mapping[str, str] | None = Non
     common: set[str] | None = None
     metas = []
     rows: dict[Path, int] = {}
+    turned: dict[Path, bool] = {}
+    held: list[frozenset[str]] = []
     for f in files:
         rows[f], names, meta = _open_footer(f)
         check_mapping(f, mapping, names)
         present = _present_columns(f, mapping, names)
+        turned[f] = _has_turns(f, mapping, present)
+        held.append(frozenset(present))
         if meta is not None:
             metas.append(meta)
         available = present if available is None else available & present
         common = names if common is None else common & names
+    filled: dict[Path, tuple[str, ...]] = {}
+    if any(turned.values()):
+        available = (available or set()) | set(TURN_COLUMNS)
+        filled = {f: TURN_COLUMNS for f, has in turned.items() if not has}
     from ..rundir import check_contents
 
     contents = check_contents(path, files, rows)
@@ -135,7 +171,24 @@ def open_source(path: str | os.PathLike, mapping: Mapping[str, str] | None = Non
         file_columns=common or set(),
         incomplete=contents.warning,
         notes=contents.notes,
+        filled=filled,
+        present=held,
     )
+
+
+def _has_turns(f: Path, mapping: Mapping[str, str], present: set[str]) -> bool:
+    """Whether the file holds the turn columns; one without the other is refused (a turn's positions cannot be
+    told from the turn alone once a sequence's rows are spread over files)."""
+    have = [c for c in TURN_COLUMNS if c in present]
+    if len(have) == 1:
+        (has,) = have
+        lacks = next(c for c in TURN_COLUMNS if c != has)
+        raise InputError(
+            f"{f}: has a {mapping.get(has, has)!r} column but no {lacks!r}: a multi-turn file holds both",
+            hint="write turn_position (the token's index within its turn) beside turn; "
+            "`mismatchscope import parquet` derives it",
+        )
+    return bool(have)
 
 
 def _open_footer(f: Path) -> tuple[int, set[str], dict[str, Any] | None]:
@@ -147,7 +200,7 @@ def _open_footer(f: Path) -> tuple[int, set[str], dict[str, Any] | None]:
     try:
         footer = pq.read_metadata(f)
         schema = footer.schema.to_arrow_schema()
-    except (pa.ArrowException, OSError) as e:  # a damaged footer also raises ArrowNotImplementedError
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as e:  # a damaged footer: ArrowNotImplementedError too
         raise FileFormatError(f"{f}: not a Parquet file, or truncated ({short_reason(e)})") from None
     return footer.num_rows, set(schema.names), read_metadata(f, schema.metadata)
 
@@ -176,5 +229,9 @@ def require_complete(path: str | os.PathLike) -> None:
 
 
 def short_reason(e: BaseException) -> str:
+    """The first line of an error from pyarrow, at most 200 characters; a name pyarrow could not decode is said
+    as such (its bytes are not text to quote)."""
+    if isinstance(e, UnicodeDecodeError):
+        return "a column name in its footer is not valid UTF-8"
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     return text[:200]

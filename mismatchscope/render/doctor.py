@@ -54,6 +54,8 @@ def finding_text(f: Finding, detail: bool) -> str:
         if f.cause == "numerics":  # not a correction: what the causes above leave
             text = text.replace("explains ", "holds ", 1)
         lines.append(text + (" (minor)" if f.minor else ""))
+    if f.turn is not None and f.status == "detected" and "turn" not in f.sentence:
+        lines.append(f"starts in turn {f.turn}")
     if detail and f.status == "detected":
         if f.estimate:
             lines.append("estimate: " + "; ".join(f"{k}: {_value(v)}" for k, v in f.estimate.items()))

@@ -20,16 +20,18 @@ MIN_PROSE = 16
 """a column of prose (spaces in its cells) is not narrowed below this when there is room"""
 
 
-def print_table(console, table: Table, keep: int = 1) -> None:
+def print_table(console, table: Table, keep: int = 1, together: tuple[tuple[str, ...], ...] = ()) -> None:
     """Print ``table`` within ``console.width``, splitting its columns into parts if it must.
 
     ``keep``: how many leading columns (the row's name) every part repeats.
+    ``together``: groups of adjacent columns (by header) that read as one and are never split across parts
+    (``p>q`` and ``p<q``: the two signs of one split).
     """
     width = console.width
     words, cells, lines = _measure(table)
     if table.title:
         console.print(table.title, style="table.title", highlight=False)
-    parts = _parts(table, words, lines, width, keep)
+    parts = _parts(table, words, lines, width, keep, _units(table, keep, together))
     for n, part in enumerate(parts):
         if n:
             console.print("[dim](continued)[/dim]", highlight=False)
@@ -71,20 +73,38 @@ def _overhead(table: Table, n: int) -> int:
     return pad + (n + 1 if table.show_edge else max(n - 1, 0))
 
 
-def _parts(table: Table, words: list[int], lines: list[int], width: int, keep: int) -> list[list[int]]:
-    """Column indices of each part: all in one when their longest words fit, else greedily, keys repeated."""
+def _units(table: Table, keep: int, together: tuple[tuple[str, ...], ...]) -> list[list[int]]:
+    """The columns after the repeated ones, in runs that go into a part whole: each a column of its own, but
+    for the groups ``together`` names by header."""
+    heads = [_plain(c.header) for c in table.columns]
+    units: list[list[int]] = []
+    i = min(keep, len(heads))
+    while i < len(heads):
+        group = next((g for g in together if tuple(heads[i : i + len(g)]) == tuple(g)), None)
+        step = len(group) if group else 1
+        units.append(list(range(i, i + step)))
+        i += step
+    return units
+
+
+def _parts(
+    table: Table, words: list[int], lines: list[int], width: int, keep: int, units: list[list[int]]
+) -> list[list[int]]:
+    """Column indices of each part: all in one when their longest words fit, else greedily, keys repeated and
+    each unit (:func:`_units`) kept whole."""
     n = len(table.columns)
     keep = min(keep, n)
     if sum(words) + _overhead(table, n) <= width:
         return [list(range(n))]
     key = list(range(keep))
     parts, current = [], list(key)
-    for i in range(keep, n):
-        need = max(words[i], min(lines[i], MIN_PROSE))
-        if len(current) > keep and sum(words[j] for j in current) + need + _overhead(table, len(current) + 1) > width:
+    for unit in units:
+        need = sum(max(words[i], min(lines[i], MIN_PROSE)) for i in unit)
+        fits = sum(words[j] for j in current) + need + _overhead(table, len(current) + len(unit)) <= width
+        if len(current) > keep and not fits:
             parts.append(current)
             current = [*key]
-        current.append(i)
+        current += unit
     parts.append(current)
     return parts
 

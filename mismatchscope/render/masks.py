@@ -15,6 +15,10 @@ from .tables import num, parameters, pct
 
 AGREEMENT_SHOWN = 25
 """rule pairs the agreement table lists (most disagreement first); the JSON has every pair."""
+HYPOTHESIS_LEGEND = (
+    "hyp.: the advantages a rule's count assumes: data, the run's own (or none needed); A>0 or A<0, every "
+    "advantage of that sign (the run records none); mean, the mean of the two"
+)
 RIGHT_EXAMPLE_COLUMNS = ("sequence", "position", "token", "p", "q", "log p/q")
 """the example table's number columns, right-aligned."""
 
@@ -29,6 +33,8 @@ def masks_tables(console, result, examples: int) -> None:
             "every A < 0, and their mean. dppo-* put A == 0 on the negative branch (reference code).[/dim]"
         )
     tails_table(console, mk)
+    if mk.tokens_by_turn is not None:
+        turns_table(console, mk)
     agreement_table(console, mk)
     sweep_tables(console, mk)
     if examples:
@@ -51,6 +57,7 @@ def rules_table(console, mk: MasksResult) -> None:
     for r in mk.rules:
         t.add_row(*_rule_cells(r, has_sign, routed), style="dim" if r.hypothesis == "mean" else None)
     print_table(console, t)
+    console.print(HYPOTHESIS_LEGEND, highlight=False, markup=False)
 
 
 def _rule_cells(r: RuleRow, has_sign: bool, routed: bool) -> list[str]:
@@ -99,9 +106,24 @@ def tails_table(console, mk: MasksResult) -> None:
     for r in rows:
         by_q, by_s = r.rejected_by_sampler_prob or {}, r.rejected_by_pq_sign or {}
         t.add_row(r.name, r.hypothesis, *[num(by_q[b]) for b in buckets], num(by_s["p>q"]), num(by_s["p<q"]))
-    print_table(console, t)
+    print_table(console, t, together=(("p>q", "p<q"),))
     if mk.tail_reading:
         console.print(mk.tail_reading, highlight=False)
+
+
+def turns_table(console, mk: MasksResult) -> None:
+    """``--by turn``: each rule's rejected (or reweighted) tokens in each turn of a multi-turn run."""
+    by_turn = mk.tokens_by_turn or {}
+    t = Table(title="Rejected tokens by turn (reweighted, for a reweighting rule)", title_justify="left")
+    t.add_column("rule")
+    t.add_column("hyp.")
+    for k in by_turn:
+        t.add_column(f"turn {k}", justify="right")
+    t.add_row("[dim]all tokens[/dim]", "", *[f"[dim]{num(v)}[/dim]" for v in by_turn.values()])
+    for r in mk.rules:
+        counts = r.rejected_by_turn if r.action == "reject" else r.reweighted_by_turn
+        t.add_row(r.name, r.hypothesis, *[num((counts or {}).get(k)) for k in by_turn])
+    print_table(console, t)
 
 
 def agreement_table(console, mk: MasksResult) -> None:

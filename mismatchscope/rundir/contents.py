@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ShardIndexError
-from .index import hashed, shard_problems
+from .index import hashed, located, shard_problems
 from .layout import INDEX, MANIFEST, TOKENS, is_run_dir
 from .manifest import Completion, completion, read_manifest
 
@@ -111,7 +111,7 @@ def check_contents(run: str | os.PathLike, files: list[Path], rows: Mapping[Path
     """
     roots = input_runs(run, files)
     given = Path(os.path.realpath(run)) if Path(run).is_dir() else None
-    resolved = {f: Path(os.path.realpath(f)) for f in files} if roots else {}
+    resolved = {f: located(f) for f in files} if roots else {}
     open_runs: list[tuple[Path, Completion, list[str]]] = []
     legacy: list[Path] = []
     unhashed: list[Path] = []

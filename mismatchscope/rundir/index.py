@@ -215,6 +215,18 @@ def not_regular(path: Path) -> str | None:
     return "not a regular file"
 
 
+def located(path: str | os.PathLike) -> Path:
+    """Where a shard sits: its folder resolved (a run reached through a link), its own name kept.
+
+    A link planted among a run's shards is a file of that folder under its own
+    name, wherever it points: resolved, a link to a foreign file would fall
+    outside the run and never be checked, and a link to one of the run's
+    shards would pass as that shard and be read twice.
+    """
+    p = Path(path)
+    return Path(os.path.realpath(p.parent)) / p.name
+
+
 def shard_problems(
     run: Path,
     folder: str,
@@ -238,7 +250,7 @@ def shard_problems(
     seen = set()
     for f in files:
         try:
-            real = resolved[f] if resolved is not None and f in resolved else Path(os.path.realpath(f))
+            real = resolved[f] if resolved is not None and f in resolved else located(f)
             name = real.relative_to(base).as_posix()
         except ValueError:
             continue

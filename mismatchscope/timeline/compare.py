@@ -23,12 +23,14 @@ reward and mismatch, against its step or against the hours since it started.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 
+from ..documents import optional
 from ..errors import UsageError
 
 XAxis = Literal["step", "wall"]
@@ -46,6 +48,15 @@ class StepPoint:
 
 
 @dataclass(frozen=True)
+class SkippedStep:
+    """A step whose clock cannot be read: left out of the hours or of the cost per step, and said."""
+
+    step: int
+    left_out_of: Literal["wall clock", "cost per step"]
+    reason: str
+
+
+@dataclass(frozen=True)
 class RunLine:
     run: str
     steps: list[StepPoint]
@@ -54,6 +65,17 @@ class RunLine:
         metadata={"doc": "median recorded sampling + training seconds per step, else the median gap between stamps"}
     )
     seconds_source: str = field(metadata={"doc": "recorded (the loop's own seconds), stamps, or none"})
+    skipped: list[SkippedStep] | None = field(
+        default=None,
+        metadata=optional(
+            "steps left out of the wall clock (a wall_time that is not finite, or earlier than the step before's) "
+            "or of the cost per step (recorded seconds that are not finite); absent when none is"
+        ),
+    )
+
+    def skipped_lines(self) -> list[str]:
+        """One warning line per step left out."""
+        return [f"{self.run}: step {s.step} left out of the {s.left_out_of}: {s.reason}" for s in self.skipped or []]
 
 
 @dataclass(frozen=True)
@@ -93,18 +115,22 @@ def _mean_reward(cols: dict[str, np.ndarray], sel: np.ndarray) -> float | None:
 
 
 def run_line(path: str) -> RunLine:
-    """One run's per-step points and its cost per step."""
+    """One run's per-step points and its cost per step; a step whose clock cannot be read is left out, and said."""
     cols, has_wall = _per_step(path)
     steps = np.unique(cols["step"])
     recorded = "step_sampling_seconds" in cols and "step_training_seconds" in cols
-    step_s, stamps = [], []
-    for s in steps:
-        sel = np.flatnonzero(cols["step"] == s)
-        if recorded:
-            step_s.append(float(cols["step_sampling_seconds"][sel[0]] + cols["step_training_seconds"][sel[0]]))
-        if has_wall:
-            stamps.append(float(cols["wall_time"][sel].max()))
-    start = (stamps[0] - (step_s[0] if step_s else 0.0)) if stamps else None
+    firsts = [int(np.flatnonzero(cols["step"] == s)[0]) for s in steps]
+    step_s = (
+        [float(cols["step_sampling_seconds"][i] + cols["step_training_seconds"][i]) for i in firsts] if recorded else []
+    )
+    stamps = [float(cols["wall_time"][cols["step"] == s].max()) for s in steps] if has_wall else []
+    skipped: list[SkippedStep] = []
+    kept = _kept_stamps(steps, stamps, skipped)
+    for k, s in enumerate(steps):
+        if step_s and not math.isfinite(step_s[k]):
+            skipped.append(SkippedStep(int(s), "cost per step", "its recorded seconds are NaN"))
+    skipped.sort(key=lambda x: x.step)
+    start = _start(kept, stamps, step_s)
     points = []
     for i, s in enumerate(steps):
         sel = np.flatnonzero(cols["step"] == s)
@@ -112,20 +138,53 @@ def run_line(path: str) -> RunLine:
         points.append(
             StepPoint(
                 step=int(s),
-                hours=(stamps[i] - start) / 3600 if start is not None else None,
+                hours=(stamps[i] - start) / 3600 if start is not None and i in kept else None,
                 reward_mean=_mean_reward(cols, sel),
                 abs_logprob_diff_mean=float(diff.mean()),
                 unequal_share=float(np.mean(diff != 0)),
                 tokens=int(sel.size),
             )
         )
-    if step_s:
-        per_step, source = float(np.median(step_s)), "recorded"
-    elif len(stamps) > 1:
-        per_step, source = float(np.median(np.diff(stamps))), "stamps"
+    finite_s = [x for x in step_s if math.isfinite(x)]
+    order = sorted(kept)
+    gaps = [(stamps[b] - stamps[a]) / (b - a) for a, b in zip(order, order[1:], strict=False)]
+    if finite_s:
+        per_step, source = float(np.median(finite_s)), "recorded"
+    elif gaps:
+        per_step, source = float(np.median(gaps)), "stamps"
     else:
         per_step, source = None, "none"
-    return RunLine(os.fspath(path), points, has_wall, per_step, source)
+    return RunLine(os.fspath(path), points, has_wall, per_step, source, skipped or None)
+
+
+def _kept_stamps(steps: np.ndarray, stamps: list[float], skipped: list[SkippedStep]) -> set[int]:
+    """The indices of the steps whose stamp reads as a clock: finite, and not earlier than the last kept one."""
+    kept: set[int] = set()
+    last: int | None = None
+    for i, t in enumerate(stamps):
+        if not math.isfinite(t):
+            skipped.append(SkippedStep(int(steps[i]), "wall clock", f"wall_time is {t}".replace("nan", "NaN")))
+        elif last is not None and t < stamps[last]:
+            skipped.append(
+                SkippedStep(
+                    int(steps[i]),
+                    "wall clock",
+                    f"wall_time {t:g} is {stamps[last] - t:g} s before step {int(steps[last])}'s",
+                )
+            )
+        else:
+            kept.add(i)
+            last = i
+    return kept
+
+
+def _start(kept: set[int], stamps: list[float], step_s: list[float]) -> float | None:
+    """When the run started: its first readable stamp less the recorded seconds of the steps up to it."""
+    if not kept:
+        return None
+    first = min(kept)
+    before = sum(x for x in step_s[: first + 1] if math.isfinite(x)) if step_s else 0.0
+    return stamps[first] - before
 
 
 def _refuse_repeats(paths: list[str]) -> None:

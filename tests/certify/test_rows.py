@@ -86,3 +86,46 @@ def test_markdown_and_junit_carry_the_whole_row_verdict(tmp_path):
     case = next(c for c in root.iter("testcase") if c.get("name") == "full_vocab")
     assert case.find("failure") is not None
     assert {p.get("name"): p.get("value") for p in root.iter("property")}["verdict"] == "not certified"
+
+
+def test_a_failing_full_vocab_is_never_printed_under_a_certified_line(tmp_path):
+    """The tokens' verdict once read "CERTIFIED: every checked pair is byte-equal" just above "full vocabulary:
+    NOT CERTIFIED": the one verdict line now carries the whole rows too."""
+    trainer = _rows(6, 0)
+    sampler = trainer.copy()
+    sampler[5, 7] = np.nextafter(sampler[5, 7], np.float32(0))
+    run = _write(tmp_path / "run", sampler, trainer, [3] * 6)
+    r = cli("certify", str(run), "--full-vocab", env={"COLUMNS": "200"})
+    assert r.returncode == 1
+    assert "CERTIFIED: every" not in r.stdout, r.stdout
+    out = " ".join(r.stdout.split())
+    verdict = out[out.index("NOT CERTIFIED") :]
+    assert verdict.startswith("NOT CERTIFIED: full vocabulary: 1 of 6 whole rows differ"), verdict
+    assert verdict.endswith(
+        "the run certifies on sampled tokens but not on full rows (every checked pair byte-equal: "
+        "trainer_vs_sampler_decode)"
+    )
+
+
+def test_equal_digests_with_a_recorded_difference_are_inconsistent(tmp_path):
+    """Equal digests say the rows are equal; a row_max_abs_diff of 1e-3 on the same row says they are not. The run
+    contradicts itself: it is not certified, and the first such row is named."""
+    rows = _rows(6, 1)
+    run = _write(tmp_path / "run", rows, rows.copy(), [1, 2, 3, 4, 5, 6])
+    shard = run / "tokens" / "part-00000.parquet"
+    table = pq.read_table(shard)
+    diff = table.column("row_max_abs_diff").to_numpy().copy()
+    diff[4] = 1e-3  # sequence 1, position 1
+    table = table.set_column(table.schema.get_field_index("row_max_abs_diff"), "row_max_abs_diff", pa.array(diff))
+    pq.write_table(table, shard)
+    r = cli("certify", str(run), "--full-vocab", "--format", "json")
+    assert r.returncode == 1, r.stderr
+    import json
+
+    doc = json.loads(r.stdout)
+    assert doc["full_vocab"]["equal"] is False and doc["full_vocab"]["inconsistent"] == 1
+    assert doc["certified"] is False
+    assert (
+        "1 of 6 rows have equal digests but a recorded largest difference above 0 (first at sequence 1 position 1: "
+        "0.001): the row columns contradict each other" in doc["reasons"][-1]
+    )

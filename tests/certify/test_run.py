@@ -270,3 +270,76 @@ def test_a_synchronous_import_still_certifies(tmp_path):
     # slime's semantics describe policy lag in words (a string, not true): nothing to refuse
     run = make_run(tmp_path / "run", manifest={"source": {"format": "slime", "semantics": {"policy_lag": "none"}}})
     assert cli("certify", str(run)).returncode == 0
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not an object", "not UTF-8"])
+def test_a_run_whose_manifest_cannot_be_read_is_refused(tmp_path, damage):
+    """A certificate states the stack it holds for, read from the manifest: a run whose manifest is cut short once
+    certified with a warning, its scope all "unknown". Refused, naming the file."""
+    run = make_run(tmp_path / "run")
+    manifest = run / "manifest.json"
+    text = manifest.read_bytes()
+    manifest.write_bytes({"truncated": text[: len(text) // 2], "not an object": b"[1]", "not UTF-8": b"\xff{}"}[damage])
+    r = cli("certify", str(run))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"error: {manifest}: the run's manifest cannot be read (truncated or damaged): a certificate holds for the "
+        "stack the manifest records (restore the run from a copy)"
+    ]
+
+
+def test_the_help_lists_every_pairing_certify_accepts():
+    """--help once listed 3 pairings while 5 were accepted."""
+    from mismatchscope.certify import PAIRING_NAMES
+
+    text = " ".join(cli("certify", "--help", env={"COLUMNS": "200"}).stdout.split())
+    assert all(name in text for name in PAIRING_NAMES), text
+
+
+def _recorded(path, forward_on_even_steps: bool = False, stale_on_odd_steps: bool = False):
+    """A Recorder run of 4 steps, one shard each, sampler = trainer on every token. ``forward_on_even_steps``: the
+    loss's forward recorded on steps 0 and 2 only, 0.5 nats off; ``stale_on_odd_steps``: sampler_steps given on
+    every step, one behind the trainer's on steps 1 and 3; else given on the even steps only."""
+    from mismatchscope import Recorder
+
+    lq = np.array([[-0.5, -1.25], [-2.0, -0.25]])
+    with Recorder(path, rank=0, world_size=1) as rec:
+        for s in range(4):
+            kw: dict = {}
+            if forward_on_even_steps and s % 2 == 0:
+                kw["training_forward_logprobs"] = lq - 0.5
+            if stale_on_odd_steps:
+                kw["sampler_steps"] = [s, s - 1 if s % 2 else s]
+            elif s % 2 == 0:
+                kw["sampler_steps"] = [s, s]
+            rec.add(s, lq, lq, **kw)
+    return path
+
+
+def test_a_column_some_shards_hold_is_checked_on_every_row_that_has_it(tmp_path):
+    """The loss's forward on even steps only, 0.5 nats off: the run once CERTIFIED with that pairing "not in this
+    run" (the column was read only when every shard held it). Its 8 rows are compared, the 8 without it said."""
+    run = _recorded(tmp_path / "run", forward_on_even_steps=True)
+    r, doc = run_json(run)
+    assert r.returncode == 1, r.stderr
+    forward = {p["name"]: p for p in doc["pairings"]}["trainer_vs_training_forward"]
+    assert (forward["tokens"], forward["differing"], forward["tokens_without"]) == (8, 8, 8)
+    assert "trainer_vs_training_forward" not in doc["absent_pairings"]
+    assert doc["reasons"][0] == "trainer vs training forward: 8 of 8 pairs differ in their float32 bytes"
+    detail = {c["name"]: c["detail"] for c in doc["checks"]}["trainer_vs_training_forward"]
+    assert detail.endswith("; 8 tokens without trainer_forward_logprob (in 2 of 4 shards) not checked"), detail
+    out = cli("certify", str(run), env={"COLUMNS": "300"}).stdout
+    assert "8 tokens without trainer_forward_logprob (in 2 of 4 shards) not checked" in out
+
+
+def test_policy_steps_some_shards_hold_are_checked_where_recorded(tmp_path):
+    """sampler_step on every step, stale on the odd ones: once "not checked" when shards differed in their columns;
+    and steps on half the shards check those rows and say the rest."""
+    v = certify_run(_recorded(tmp_path / "stale", stale_on_odd_steps=True))
+    assert v.policy.passed is False and v.policy.status.startswith("4 of 16 tokens were sampled and scored at")
+    v = certify_run(_recorded(tmp_path / "half"))
+    assert v.policy.passed is True and v.certified
+    assert v.policy.status == (
+        "every token's sampler_step equals its trainer_step where the run records them (8 tokens without "
+        "sampler_step and trainer_step (in 2 of 4 shards) not checked)"
+    )

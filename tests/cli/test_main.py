@@ -1,6 +1,7 @@
 """The real console script: output contract, exit codes, one-line errors."""
 
 import json
+import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -271,3 +272,23 @@ def test_calls_in_one_process_keep_their_own_output_exit_code_environment_and_fo
     assert json.loads(done[0].stdout)["tokens"] == json.loads(done[2].stdout)["tokens"] > 0
     assert done[1].stdout == "" and done[1].stderr.strip() == f"error: {missing}: no such file or directory"
     assert "error" not in done[0].stderr + done[2].stderr
+
+
+@pytest.mark.parametrize("command", ["probe", "rescore", "diagnose", "import", "gate", "certify", "report", "timeline"])
+def test_help_at_80_columns_cuts_no_option_name(command):
+    """At 80 columns --help once cut 22 option names of probe's (21 of diagnose's, 8 of rescore's) with an
+    ellipsis: ``--trainer-checkp...``. Every name and metavar is printed whole, and no line is wider than 80."""
+    import typer
+
+    from mismatchscope.cli.main import build_app
+    from tests.helpers import cli_no_engine
+
+    r = cli_no_engine(command, "--help", env={"COLUMNS": "80"})  # in this process: no command starts for --help
+    assert r.returncode == 0, r.stderr
+    assert "…" not in r.stdout and max(len(line) for line in r.stdout.splitlines()) <= 80
+    group = typer.main.get_command(build_app((command,)))
+    cmd = group.commands[command]  # pyright: ignore[reportAttributeAccessIssue] - the app is a group of commands
+    for param in cmd.params:
+        for name in (*param.opts, *param.secondary_opts):
+            if name.startswith("--"):
+                assert re.search(rf"(^|[\s,/]){re.escape(name)}($|[\s,/])", r.stdout, re.M), (command, name)

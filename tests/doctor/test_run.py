@@ -480,8 +480,9 @@ def test_report_prints_the_top_finding_in_one_line_and_keeps_its_json():
     line = next(x for x in table.stdout.splitlines() if x.startswith("doctor:"))
     # the golden run: numerics, and its RMS gap placed among the fp16 rows (0.00129 against 0.00501-0.0057)
     assert line.startswith("doctor: numerics:") and "3.9x below" in table.stdout
-    # the checks that need routes, steps, minibatches or a diagnose run could not run: the line says how many
-    assert "(6 of 15 checks not run)" in " ".join(table.stdout.split())
+    # the checks that need routes, steps, minibatches, turns or a diagnose run could not run: the line says how
+    # many (the run's provenance, read from its configuration, gives contract_difference and fallback theirs)
+    assert "(7 of 18 checks not run)" in " ".join(table.stdout.split())
     assert "mismatchscope doctor" in table.stdout
     assert "doctor" not in json.loads(cli("report", str(GOLDEN), "--format", "json").stdout)
 

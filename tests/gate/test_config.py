@@ -95,6 +95,21 @@ def test_absolute_only_with_a_regression_limit(tmp_path, write):
     )
 
 
+def test_absolute_only_with_a_baseline_on_the_command_line_is_refused(tmp_path, write):
+    """--baseline X with --absolute-only once ran the absolute limits and never looked at X, without a word."""
+    cand = write(pairs(ROWS), "cand.parquet")
+    base = write(pairs(ROWS[:4]), "base.parquet")
+    r = cli("gate", str(cand), "--absolute-only", "--baseline", str(base), "--bootstrap", "0")
+    assert error_line(r) == (
+        f"error: --baseline {base} names a run to compare with, which --absolute-only leaves out (drop "
+        "--absolute-only to compare with the baseline, or drop --baseline)"
+    )
+    # a baseline named in the limits file is the file's default: --absolute-only sets it aside, as it says
+    cfg = tmp_path / "gate.toml"
+    cfg.write_text(f'[gate]\nbaseline = "{base}"\n[absolute]\nk3_mean = {{ max = 10 }}\n')
+    assert cli("gate", str(cand), "--config", str(cfg), "--absolute-only", "--bootstrap", "0").returncode == 0
+
+
 def test_starter_file_is_the_default(tmp_path):
     (tmp_path / "gate.toml").write_text(STARTER_TOML)
     from_file = load_config(None, cwd=tmp_path)

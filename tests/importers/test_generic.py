@@ -530,7 +530,7 @@ def test_only_progress_precedes_an_error_in_a_later_file(tmp_path):
         (folder / name).write_text(GOOD + ', "sequence_id": 3}\n')
     r = import_cli("jsonl", folder, tmp_path / "out")
     assert r.stderr.splitlines() == [
-        f"[1/2] {folder / 'a.jsonl'}",
+        "[1/2] a.jsonl",  # relative to the folder given, as the error names its file
         "error: b.jsonl:1: sequence_id 3 appears twice; ids must be unique across the import",
     ]
     assert error_line(r, after_work=True)

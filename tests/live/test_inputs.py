@@ -21,3 +21,15 @@ def test_recorder_refuses_fractional_token_ids_and_unknown_columns(tmp_path):
         assert rec.add(0, [[-0.5, -1.0]], [[-0.4, -1.0]], token_ids=np.array([[1.0, 2.0]])).columns[
             "token_id"
         ].tolist() == [1, 2]
+
+
+def test_recorder_refuses_negative_token_ids_other_than_minus_one(tmp_path):
+    """-1 is what the Recorder writes without token_ids (an id not recorded); -5 is no token at all."""
+    with Recorder(tmp_path / "run") as rec:
+        with pytest.raises(
+            MismatchscopeError, match=r"token_ids holds -5 among the recorded tokens \(token ids are >= 0; -1 marks"
+        ):
+            rec.add(0, [[-0.5, -1.0]], [[-0.4, -1.0]], token_ids=np.array([[3, -5]]))
+        assert rec.add(0, [[-0.5, -1.0]], [[-0.4, -1.0]], token_ids=np.array([[3, -1]])).columns[
+            "token_id"
+        ].tolist() == [3, -1]

@@ -12,7 +12,7 @@ import pytest
 from mismatchscope.errors import RecorderInputError, UsageError
 from mismatchscope.live import Recorder
 from mismatchscope.render.timeline import time_unit
-from mismatchscope.timeline.compare import Comparison, RunLine, StepPoint, compare
+from mismatchscope.timeline.compare import Comparison, RunLine, SkippedStep, StepPoint, compare
 from tests.helpers import cli
 
 
@@ -132,3 +132,72 @@ def test_a_run_given_twice_is_refused_however_spelled(tmp_path):
         assert r.returncode == 2 and r.stderr.startswith(
             f"error: {a} and {other} are one run (they share its shards)"
         ), r.stderr
+
+
+def _stamped(path, stamps: list[float], seconds: list[float] | None = None):
+    """A run of len(stamps) steps, 2 tokens each, stamped by hand (``wall_time``); ``seconds``: each step's
+    recorded sampling seconds (its training seconds 0)."""
+    n = len(stamps)
+    cols = {
+        "sequence_id": np.repeat(np.arange(n), 2),
+        "position": np.tile(np.array([0, 1], np.int32), n),
+        "token_id": np.zeros(2 * n, np.int64),
+        "sampler_logprob": np.full(2 * n, -0.5),
+        "trainer_logprob": np.full(2 * n, -0.6),
+        "step": np.repeat(np.arange(n), 2),
+        "wall_time": np.repeat(np.array(stamps, float), 2),
+    }
+    if seconds is not None:
+        cols["step_sampling_seconds"] = np.repeat(np.array(seconds, float), 2)
+        cols["step_training_seconds"] = np.zeros(2 * n)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(cols), path)
+    return str(path)
+
+
+def _valid(doc: dict) -> None:
+    import jsonschema
+
+    from tests.helpers import REPO
+
+    schema = json.loads((REPO / "docs" / "schemas" / "timeline-compare.json").read_text())
+    jsonschema.validate(doc, schema, cls=jsonschema.Draft202012Validator)
+
+
+def test_a_nan_stamp_is_left_out_and_said_and_the_json_stays_valid(tmp_path):
+    """One step's wall_time NaN once made both runs' costs "nan" and the JSON fail its own schema."""
+    good = _stamped(tmp_path / "good.parquet", [10.0, 20.0, 30.0, 40.0])
+    bad = _stamped(tmp_path / "bad.parquet", [100.0, float("nan"), 140.0, 160.0])
+    c = compare([good, bad], "wall")
+    # the bad run's stamps that remain: 100, 140, 160 at steps 0, 2, 3: gaps of 40 s over 2 steps and 20 s over 1,
+    # 20 s per step each, so its median is 20 s against 10 s: 2x
+    assert c.cost_per_step == {good: 1.0, bad: 2.0}
+    assert [p.hours for p in c.runs[1].steps][1] is None
+    assert c.runs[1].skipped == [SkippedStep(1, "wall clock", "wall_time is NaN")]
+    r = cli("timeline", good, bad, "--x", "wall", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))
+    _valid(doc)
+    assert doc["runs"][1]["skipped"] == [{"step": 1, "left_out_of": "wall clock", "reason": "wall_time is NaN"}]
+    assert "skipped" not in doc["runs"][0]  # a run with nothing left out reads as before
+    assert f"warning: {bad}: step 1 left out of the wall clock: wall_time is NaN" in " ".join(r.stderr.split())
+
+
+def test_a_clock_that_runs_backwards_leaves_the_step_out_and_says_so(tmp_path):
+    """A stamp 100 s before the previous step's once showed that step at -100 s without a word."""
+    a = _stamped(tmp_path / "a.parquet", [1000.0, 1010.0, 900.0, 1030.0], seconds=[10.0, 10.0, 10.0, float("nan")])
+    b = _stamped(tmp_path / "b.parquet", [0.0, 10.0, 20.0, 30.0], seconds=[10.0] * 4)
+    c = compare([a, b], "wall")
+    hours = [p.hours for p in c.runs[0].steps]
+    assert hours[2] is None and all(h is not None and h >= 0 for i, h in enumerate(hours) if i != 2), hours
+    assert c.runs[0].skipped == [
+        SkippedStep(2, "wall clock", "wall_time 900 is 110 s before step 1's"),
+        SkippedStep(3, "cost per step", "its recorded seconds are NaN"),
+    ]
+    assert c.cost_per_step == {a: 1.0, b: 1.0}  # the finite recorded seconds: 10 s per step on both
+    out = cli("timeline", a, b, "--x", "wall", env={"COLUMNS": "200"})
+    assert out.returncode == 0
+    err = " ".join(out.stderr.split())
+    assert f"{a}: step 2 left out of the wall clock: wall_time 900 is 110 s before step 1's" in err
+    assert f"{a}: step 3 left out of the cost per step: its recorded seconds are NaN" in err
+    _valid(json.loads(cli("timeline", a, b, "--x", "wall", "--format", "json").stdout))

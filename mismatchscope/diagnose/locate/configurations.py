@@ -51,11 +51,27 @@ def locate_all(opts, info, reference, variants: list[dict[str, Any]], progress) 
             else _worker_locate(opts.out / "variants" / f"{directory_name(v['name'])}.result.json")
         )
         todo.append((v["name"], cfg.trainer, side))
-    out = []
+    out: list[dict[str, Any]] = []
     for name, trainer_cfg, sampler in todo:
         progress.note(f"locate: {name}")
-        out.append(_one(name, opts, info, reference, trainer_cfg, sampler, refs))
+        try:
+            out.append(_one(name, opts, info, reference, trainer_cfg, sampler, refs))
+        except KeyboardInterrupt:  # the localisations run last: what finished, and every number before, stays
+            out += [
+                {"configuration": n, "status": INTERRUPTED, "reason": INTERRUPTED_REASON}
+                for n, _, _ in todo[len(out) :]
+            ]
+            break
     return out
+
+
+INTERRUPTED = "interrupted"
+INTERRUPTED_REASON = "interrupted (Ctrl-C) before this localisation finished"
+
+
+def interrupted(payload: dict[str, Any]) -> list[str]:
+    """The configurations whose localisation a Ctrl-C stopped (empty when none did)."""
+    return [e["configuration"] for e in payload.get("locate") or [] if e.get("status") == INTERRUPTED]
 
 
 def _one(name, opts, info, reference, trainer_cfg, sampler, refs) -> dict[str, Any]:

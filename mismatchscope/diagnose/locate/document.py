@@ -1,10 +1,14 @@
-"""The typed result of ``--locate`` (``OUT/locate.json``, and ``locate`` in ``diagnose.json``)."""
+"""The typed result of ``--locate`` (``OUT/locate.json``, ``locate`` in ``diagnose.json`` and in ``rescore --locate
+--format json``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
 
-from ...documents import optional
+from ...documents import flatten, optional
+from ...probe.document import ProbeDocument
 
 MEASURE = (
     "per token: ||a - b|| / ||reference|| at a vector point, |a - b| (nats) at logprob; median and max over "
@@ -71,3 +75,25 @@ class LocateResult:
     points: list[PointResult]
     missing: dict[str, str] = field(metadata={"doc": "points not compared -> why"})
     verdict: Verdict
+
+
+@dataclass(frozen=True)
+class Localisation:
+    path: str = field(metadata={"doc": "the localisation's own document, OUT/locate/locate.json"})
+    result: LocateResult = field(metadata=flatten("the localisation (docs/schemas/locate.json)"))
+
+
+@dataclass(frozen=True)
+class LocatedRescore(ProbeDocument):
+    """``rescore --locate --format json``: the rescore's document, and where its gap enters the forward pass."""
+
+    locate: Localisation = field(metadata={"doc": "the localisation of the run's worst sequences: verdict, points"})
+
+
+def with_localisation(doc: ProbeDocument, entry: dict[str, Any], path: Path) -> LocatedRescore:
+    """The rescore's document with ``rescore --locate``'s entry (``{configuration, status, **LocateResult}``)."""
+    from ...documents import from_json
+
+    result = from_json(LocateResult, {k: v for k, v in entry.items() if k not in ("configuration", "status")})
+    located = Localisation(str(path), result)
+    return LocatedRescore(**{f.name: getattr(doc, f.name) for f in fields(doc)}, locate=located)

@@ -26,9 +26,10 @@ KINDS = ("vllm", "hf")
 TIMEOUT_S = 900
 
 
-def check_locatable(run: Path) -> dict[str, Any] | None:
+def check_locatable(run: Path, checkpoint: Path | None = None) -> dict[str, Any] | None:
     """The run's recorded configuration, refused (one line, before any rescoring) when its sampler cannot be
-    started again here; None when ``run`` is no run (rescore refuses it next)."""
+    started again here; None when ``run`` is no run (rescore refuses it next). Its checkpoint's path is where it
+    is now (``checkpoint``, ``rescore --checkpoint``; else :func:`~mismatchscope.probe.rescore.recorded_checkpoint`)."""
     from ... import rundir
     from ...probe.rescore_import import is_imported
 
@@ -43,9 +44,15 @@ def check_locatable(run: Path) -> dict[str, Any] | None:
             f"--locate starts the run's sampler again, and {run} was sampled by {shown}",
             hint="localise a probe run whose sampler was vllm or hf (or run diagnose --locate on the checkpoint)",
         )
-    if not Path(config.get("checkpoint", {}).get("path", "")).is_dir():
-        raise UsageError(f"--locate: the run's checkpoint {config.get('checkpoint', {}).get('path')!r} is not here")
-    return config
+    from ...probe.rescore import recorded_checkpoint
+
+    found = recorded_checkpoint(run, config, checkpoint)
+    if not found.is_dir():
+        raise UsageError(
+            f"--locate: the run's checkpoint {str(found)!r} is not here",
+            hint="give its folder with --checkpoint PATH",
+        )
+    return {**config, "checkpoint": {**config["checkpoint"], "path": str(found)}}
 
 
 def locate_rescored(

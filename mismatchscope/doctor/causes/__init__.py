@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from ..registry import Cause
 from . import (
+    contract_difference,
+    fallback,
     log_base,
     low_precision,
     misaligned_sequences,
@@ -20,6 +22,7 @@ from . import (
     policy_lag,
     prompt_boundary,
     replay_invalid,
+    retokenized,
     routing_replay,
     sharpening,
     shifted,
@@ -29,6 +32,8 @@ from . import (
 )
 
 REGISTRY: tuple[Cause, ...] = (
+    contract_difference.CAUSE,
+    retokenized.CAUSE,
     shifted.CAUSE,
     temperature.CAUSE,
     truncation.CAUSE,
@@ -44,6 +49,7 @@ REGISTRY: tuple[Cause, ...] = (
     step_jump.CAUSE,
     sharpening.CAUSE,
     persists_in_float32.CAUSE,
+    fallback.CAUSE,
 )
 """every cause, in the order its detector runs."""
 

@@ -91,5 +91,5 @@ CAUSE = Cause(
     detect,
     share=share,
     correction="a model of the rounding's share (not undone)",
-    sample_scope=False,  # read on the values as written: another cause's correction moves them off the grid
+    reread=False,  # read on the values as written: another cause's correction moves them off the grid
 )

@@ -120,5 +120,5 @@ CAUSE = Cause(
     correct,
     correction="the pad rows left out",
     subset_rival=True,
-    sample_scope=False,  # read on the values as written: another cause's correction moves the filler off its value
+    reread=False,  # read on the values as written: another cause's correction moves the filler off its value
 )

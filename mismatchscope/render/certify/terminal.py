@@ -9,23 +9,17 @@ if TYPE_CHECKING:
     from ...certify.run import Verdict
 
 
-def certify_tables(console, v: Verdict) -> None:
+def certify_tables(console, v: Verdict, rows: FullVocabResult | None = None) -> None:
     """What was compared, one row per check, each pairing's distances and first parting tokens, the route flips,
-    then the verdict."""
+    ``--full-vocab``'s whole rows, then the one verdict, which holds for the rows too."""
     _coverage(console, v)
     _checks(console, v)
     for p in v.pairings:
         _pairing(console, p)
     _route_flips(console, v)
-    _verdict(console, v)
-
-
-def rows_line(v: Verdict, rows: FullVocabResult) -> str:
-    """The whole-row verdict in one line; it says so when the sampled tokens certify and the rows do not."""
-    if rows.equal:
-        return f"full vocabulary: {rows.detail()}"
-    also = "; the run certifies on sampled tokens but not on full rows" if v.certified else ""
-    return f"full vocabulary: NOT CERTIFIED: {rows.detail()}{also}"
+    if rows is not None and rows.equal:
+        console.print(f"full vocabulary: {rows.detail()}", highlight=False)
+    _verdict(console, v, rows)
 
 
 def _coverage(console, v: Verdict) -> None:
@@ -40,6 +34,9 @@ def _coverage(console, v: Verdict) -> None:
         highlight=False,
     )
     console.print(escape("scope: " + ", ".join(f"{k}={val}" for k, val in v.scope.items())), highlight=False)
+    changed = [r.label for r in v.sides if r.status == "changed"]
+    if changed:
+        console.print(escape("the sides differ in: " + ", ".join(changed)), highlight=False)
 
 
 def _checks(console, v: Verdict) -> None:
@@ -122,12 +119,20 @@ def _route_flips(console, v: Verdict) -> None:
         )
 
 
-def _verdict(console, v: Verdict) -> None:
+def _verdict(console, v: Verdict, rows: FullVocabResult | None = None) -> None:
     from rich.markup import escape
 
     from ...certify.document import checks
 
-    if v.certified:
+    if rows is not None and not rows.equal:
+        also = (
+            "; the run certifies on sampled tokens but not on full rows (every checked pair byte-equal: "
+            f"{', '.join(p.pairing.name for p in v.pairings)})"
+            if v.certified
+            else "; " + "; ".join(v.reasons)
+        )
+        console.print("[bold red]NOT CERTIFIED[/bold red]: " + escape(f"full vocabulary: {rows.detail()}{also}"))
+    elif v.certified:
         unchecked = [name for name, ok, _ in checks(v) if ok is None]
         console.print(
             f"[bold green]CERTIFIED[/bold green]: every checked pair is byte-equal "

@@ -1,7 +1,9 @@
 """The picture a team weighs: mismatch against throughput, one point per configuration.
 
 Lower-right is better (less mismatch, more tokens/s); the Pareto front joins
-the configurations no other beats on both axes; the baseline is ringed.
+the configurations no other beats on both axes; the baseline is ringed. Names
+go in the legend (configurations of equal throughput sit on top of each
+other), and the throughput axis starts at 0, so a 1% difference looks like 1%.
 Reuses the report's figure and HTML helpers; matplotlib is imported only here.
 """
 
@@ -25,16 +27,72 @@ def _points(p: dict[str, Any]) -> list[tuple[str, float, float]]:
     return [(n, m, t) for n, m, t in rows if m is not None and t is not None]
 
 
-def _mark_certified(ax, p: dict[str, Any], pts) -> None:
-    """A star on each certified configuration, labelled with its price against the fastest uncertified one."""
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h", "p", "8")
+
+
+def _labels(p: dict[str, Any], pts) -> dict[str, str]:
+    """Each configuration's legend entry: its name, whether it is on the Pareto front, and (certified ones) what
+    zero mismatch costs against the fastest uncertified one."""
     price = {e["configuration"]: e["cost_x"] for e in p.get("zero_price") or []}
     certified = {"baseline"} if p["baseline"].get("certified") else set()
     certified |= {v["name"] for v in p["variants"] if v.get("certified")}
-    for name, m, t in pts:
+    out = {}
+    for name, _, _ in pts:
+        notes = ["Pareto front"] if name in p["pareto_front"] else []
         if name in certified:
-            ax.scatter([t], [max(m, 1e-12)], marker="*", s=160, zorder=4, color="#1a7f37")
-            label = "certified" + (f", costs {price[name]:.2f}x" if price.get(name) else "")
-            ax.annotate(label, (t, max(m, 1e-12)), textcoords="offset points", xytext=(5, -10), fontsize=7)
+            notes.append("certified" + (f", costs {price[name]:.2f}x" if price.get(name) else ""))
+        out[name] = name + (f" ({'; '.join(notes)})" if notes else "")
+    return out
+
+
+def _intervals(p: dict[str, Any]) -> dict[str, tuple[float, float]]:
+    """Each timed variant's throughput interval: the baseline's throughput times its timed ratio's interval."""
+    base = p["baseline"]["throughput"].get("pipeline_tokens_per_s")
+    out = {}
+    for v in p["variants"]:
+        timing = (v.get("throughput") or {}).get("timing") or {}
+        if v.get("status") == "ok" and base and timing.get("low") is not None and timing.get("high") is not None:
+            out[v["name"]] = (base * timing["low"], base * timing["high"])
+    return out
+
+
+def pareto_figure(p: dict[str, Any]):
+    """The figure: one marker and one legend entry per configuration (names in the legend, never beside
+    clustered points, where they overlap), throughput from 0 (a 1% difference reads as 1%), each variant's
+    timing interval as a bar."""
+    from .figures import _fig
+
+    pts = _points(p)
+    labels, intervals = _labels(p, pts), _intervals(p)
+    cmap = __import__("matplotlib").colormaps["tab10"]
+    fig = _fig(9.5, 4.8)
+    ax = fig.add_subplot()
+    for i, (name, m, t) in enumerate(pts):
+        y, colour = max(m, 1e-12), cmap(i % 10)
+        if name in intervals:
+            lo, hi = intervals[name]
+            ax.plot([lo, hi], [y, y], color=colour, lw=1.2, alpha=0.7, zorder=2)
+        ax.scatter(
+            [t],
+            [y],
+            s=70 if name == "baseline" else 44,
+            zorder=3,
+            color=colour,
+            marker=MARKERS[i % len(MARKERS)],
+            edgecolors="black" if name == "baseline" else "none",
+            linewidths=1.5,
+            label=labels[name],
+        )
+    _front(ax, sorted([(t, m) for n, m, t in pts if n in p["pareto_front"]]))
+    ax.set_yscale("log")
+    top = max([t for _, _, t in pts] + [hi for _, hi in intervals.values()], default=1.0)
+    ax.set_xlim(0, top * 1.1)
+    ax.set_xlabel("pipeline throughput (tokens/s: tokens / (sampling + scoring time)), from 0")
+    ax.set_ylabel("mean |log p - log q| (total gap)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, title="configuration")
+    fig.suptitle("Mismatch against throughput", fontsize=11)
+    return fig
 
 
 def pareto_picture(p: dict[str, Any]):
@@ -42,34 +100,13 @@ def pareto_picture(p: dict[str, Any]):
     from . import _picture
 
     require_matplotlib()
-    from .figures import _fig
-
-    pts = _points(p)
-    fig = _fig(7.5, 4.8)
-    ax = fig.add_subplot()
-    for name, m, t in pts:
-        on_front = name in p["pareto_front"]
-        ax.scatter(
-            [t],
-            [max(m, 1e-12)],
-            s=60 if name == "baseline" else 36,
-            zorder=3,
-            color="#cf222e" if on_front else "#57606a",
-            edgecolors="black" if name == "baseline" else "none",
-        )
-        ax.annotate(name, (t, max(m, 1e-12)), textcoords="offset points", xytext=(5, 4), fontsize=7)
-    _mark_certified(ax, p, pts)
-    _front(ax, sorted([(t, m) for n, m, t in pts if n in p["pareto_front"]]))
-    ax.set_yscale("log")
-    ax.set_xlabel("pipeline throughput (tokens/s: tokens / (sampling + scoring time))")
-    ax.set_ylabel("mean |log p - log q| (total gap)")
-    ax.grid(True, alpha=0.3)
     return _picture(
         PARETO_NAME,
         "Mismatch against throughput",
-        "One point per configuration; the baseline has a black ring; red: the Pareto front "
-        "(no other configuration has both less mismatch and more throughput).",
-        fig,
+        "One point per configuration, named in the legend; the baseline has a black ring; the line joins the "
+        "Pareto front (no other configuration has both less mismatch and more throughput). Throughput starts at 0; "
+        "a bar is a variant's timed interval (the baseline's throughput times its timed ratio's interval).",
+        pareto_figure(p),
     )
 
 
@@ -84,7 +121,6 @@ def _front(ax, front: list[tuple[float, float]]) -> None:
             zorder=2,
             label="Pareto front",
         )
-        ax.legend(fontsize=8)
 
 
 def write_pareto(p: dict[str, Any], directory: Path, inputs=None) -> Path:

@@ -14,6 +14,13 @@ from pathlib import Path
 from typing import Any
 
 LOCATE_NAME = "diagnose_locate"
+LINES = {
+    "sampler vs reference": {"color": "#0969da", "lw": 5.0, "alpha": 0.35, "zorder": 2, "solid_capstyle": "round"},
+    "trainer vs reference": {"color": "#1a7f37", "lw": 1.6, "marker": "o", "ms": 3.5, "zorder": 3},
+    "sampler vs trainer": {"color": "#cf222e", "lw": 1.2, "ls": "--", "marker": "x", "ms": 4, "zorder": 4},
+}
+"""How each line is drawn: the two sides against the reference often coincide (equal engines up to a point), so
+the first is a wide translucent band under the second; the pair's own line is dashed on top of both."""
 
 
 def locate_picture(entry: dict[str, Any], name: str = LOCATE_NAME):
@@ -21,37 +28,36 @@ def locate_picture(entry: dict[str, Any], name: str = LOCATE_NAME):
     from . import _picture
 
     require_matplotlib()
+    first = entry["verdict"]["first_parting"]
+    return _picture(
+        name,
+        f"Where the gap enters: {entry.get('configuration', '')}",
+        f"{entry['verdict']['reading']}. Red, dashed: the sides against each other; the blue band and the green "
+        f"line: each side against the float64 reference"
+        + (f"; they part above the noise floor at {first}." if first else "."),
+        locate_figure(entry),
+    )
+
+
+def locate_figure(entry: dict[str, Any]):
+    """The figure, titled with the configuration and the two sides it compares."""
     from .figures import _fig
 
     points = [p for p in entry["points"] if p["op"] != "logprob"]
     series, floor = _series(points)
     fig = _fig(max(7.5, 0.12 * len(points)), 4.4)
     ax = fig.add_subplot()
-    style = {"sampler vs reference": "#0969da", "trainer vs reference": "#1a7f37", "sampler vs trainer": "#cf222e"}
-    for label, vals in series.items():  # the pair's line dashed: it often lies on one side's line
-        ax.plot(
-            range(len(points)),
-            [max(v or 0.0, floor) for v in vals],
-            marker=".",
-            lw=1.2,
-            color=style[label],
-            label=label,
-            ls="--" if label == "sampler vs trainer" else "-",
-        )
+    for label, vals in series.items():  # widest first, under the others: a line on top of another shows both
+        ax.plot(range(len(points)), [max(v or 0.0, floor) for v in vals], label=label, **LINES[label])
     ticks = [i for i, p in enumerate(points) if p["op"] in ("embed", "input_norm", "final_norm", "logits")]
     ax.set_xticks(ticks, [_tick(points[i]) for i in ticks], rotation=90, fontsize=7)
     ax.set_yscale("log")
     ax.set_ylabel("median relative difference over tokens")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    first = entry["verdict"]["first_parting"]
-    return _picture(
-        name,
-        f"Where the gap enters: {entry.get('configuration', '')}",
-        f"{entry['verdict']['reading']}. Red: the sides against each other; blue, green: each side against the "
-        f"float64 reference" + (f"; they part above the noise floor at {first}." if first else "."),
-        fig,
-    )
+    title = f"Where the gap enters: {entry.get('configuration', '')}"
+    fig.suptitle(f"{title} ({entry.get('sampler', '?')} vs {entry.get('trainer', '?')})", fontsize=10, wrap=True)
+    return fig
 
 
 def _series(points: list[dict[str, Any]]) -> tuple[dict[str, list], float]:

@@ -12,9 +12,16 @@ from matplotlib.ticker import FuncFormatter
 
 from ...analysis.results import MasksResult, RuleRow
 
+TITLE = (
+    "Which tail each rule cuts: each rule's rejected tokens by sampler probability q (left) and by sign of p - q "
+    "(right), as shares of that rule's own rejections"
+)
+
 
 def tail_breakdown(masks: MasksResult) -> Figure | None:
-    """Left: the share of each sampler-probability bucket's tokens a rule rejects; right: its rejections by sign of p - q."""
+    """Each rejecting rule's rejected tokens, as shares of its own rejections: left by sampler-probability bucket,
+    right by sign of p - q. One normalisation in both panels and in the reading above them (``tail_reading``:
+    "rejects mostly q<0.1 tokens (53%)" is the sum of that rule's bars below 0.1)."""
     rows = [r for r in masks.rules if r.rejected_by_sampler_prob is not None and r.hypothesis != "mean"]
     if not rows:
         return None
@@ -28,37 +35,36 @@ def tail_breakdown(masks: MasksResult) -> Figure | None:
     for k, (lv, group) in enumerate(groups):
         _bucket_panel(axes[lv], lv, group, buckets, totals, k)
     _sign_panel(axes["sign"], rows, names)
-    fig.suptitle(masks.tail_reading or "Which tail each rule cuts", fontsize=10, wrap=True)
+    fig.suptitle(TITLE + (f"\n{masks.tail_reading}" if masks.tail_reading else ""), fontsize=10, wrap=True)
     return fig
 
 
 def _bucket_panel(
     ax, lv: str, group: list[tuple[RuleRow, str]], buckets: list[str], totals: np.ndarray, k: int
 ) -> None:
-    """One level's rules: the share of each sampler-probability bucket's tokens each one rejects (``k``: the
+    """One level's rules: how each one's rejected tokens spread over the sampler-probability buckets (``k``: the
     panel's index, so the two panels' rules take different colours)."""
     cmap = __import__("matplotlib").colormaps["tab20"]
     x = np.arange(len(buckets))
     width = 0.84 / len(group)
     for i, (r, name) in enumerate(group):
         counts = np.array([(r.rejected_by_sampler_prob or {})[b] for b in buckets], dtype=float)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            share = np.where(totals > 0, 100 * counts / totals, np.nan)
+        share = 100 * counts / counts.sum() if counts.sum() > 0 else np.zeros_like(counts)
         ax.bar(
             x + (i - (len(group) - 1) / 2) * width, share, width=width * 0.95, color=cmap((i + 10 * k) % 20), label=name
         )
     ax.set_xticks(x)
     ax.set_xticklabels([f"{b}\n{int(n):,} tokens" for b, n in zip(buckets, totals, strict=True)], fontsize=8.5)
     ax.set_xlabel("sampler probability q of the sampled token (report's buckets)")
-    ax.set_ylabel("tokens of the bucket rejected\n(%, linear: no bar is 0%)")
+    ax.set_ylabel("share of the rule's rejected tokens\n(%; a rule's bars sum to 100%)")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:.3g}%"))
     ax.set_ylim(bottom=0)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=7.5, ncol=2)
     ax.set_title(
-        "Token rules: where on q each one rejects"
+        "Token rules: where on q their rejected tokens sit"
         if lv == "token"
-        else "Sequence rules: the tokens of the sequences each one rejects",
+        else "Sequence rules: where on q the tokens of their rejected sequences sit",
         fontsize=11,
     )
 

@@ -172,12 +172,14 @@ def compare_picture(c: Comparison):
     fig = _fig(8.0, 5.2)
     axes = fig.subplots(2, 1, sharex=True)
     for line in c.runs:
-        xs = [(p.hours or 0.0) * factor if c.x == "wall" else p.step for p in line.steps]
+        # against the wall clock, a step whose stamp could not be read has no place (left out, and said)
+        shown = [p for p in line.steps if c.x != "wall" or p.hours is not None]
+        xs = [(p.hours or 0.0) * factor if c.x == "wall" else p.step for p in shown]
         label = Path(line.run).name + (
             "" if line.seconds_per_step is None else f" ({line.seconds_per_step:.2g} s/step)"
         )
-        axes[0].plot(xs, [p.reward_mean for p in line.steps], marker="o", ms=3, label=label)
-        axes[1].plot(xs, [p.abs_logprob_diff_mean for p in line.steps], marker="o", ms=3, label=label)
+        axes[0].plot(xs, [p.reward_mean for p in shown], marker="o", ms=3, label=label)
+        axes[1].plot(xs, [p.abs_logprob_diff_mean for p in shown], marker="o", ms=3, label=label)
     axes[0].set_ylabel("mean reward")
     axes[1].set_ylabel("mean |log p - log q|")
     axes[1].set_xlabel(f"{unit} since the run started" if c.x == "wall" else "training step")

@@ -1,0 +1,96 @@
+"""A configuration's sampler process that runs out of time: named as a timeout, and only that variant marked.
+
+The worker here is a process that never answers (it sleeps), with a time limit of one second: what a sampler
+that hangs (an engine stuck loading weights) leaves. It once read "the sampler process died (exit code -9):
+Loading weights: 100%|..." after the timing server killed it, and the whole diagnose failed with it.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from mismatchscope.diagnose import records, sampler_process
+from mismatchscope.diagnose.variants import Configuration, Variant
+from mismatchscope.probe.types import SamplerConfig, TrainerConfig
+
+SLEEPER = [sys.executable, "-c", "import sys, time; print('Loading weights: 100%|#####|', flush=True); time.sleep(60)"]
+
+
+@pytest.fixture
+def hanging(monkeypatch):
+    monkeypatch.setattr(sampler_process, "WORKER", SLEEPER)
+    monkeypatch.setattr(sampler_process, "WORKER_TIMEOUT_S", 1)
+    monkeypatch.setattr(
+        sampler_process, "_spec", lambda opts, cfg, out, repeat, prefill: {"result": str(out.parent / "r.json")}
+    )
+
+
+@pytest.mark.parametrize("serve", [False, True], ids=["run to its end", "kept up to time rounds"])
+def test_a_sampler_that_runs_out_of_time_is_named_a_timeout(tmp_path, hanging, serve):
+    cfg = Configuration(SamplerConfig(), TrainerConfig())
+    result, server = sampler_process.sampler_run(None, cfg, tmp_path / "v", repeat=False, prefill=False, serve=serve)  # type: ignore[arg-type]
+    assert server is None
+    assert (result["status"], result["stage"]) == ("failed", "timeout")
+    assert (
+        result["reason"] == "no result within 1 s: the sampler process was stopped (its output: " + result["log"] + ")"
+    )
+
+
+def test_a_timed_out_variant_is_marked_timed_out_and_the_others_stand(tmp_path, hanging, monkeypatch):
+    base_cfg = Configuration(SamplerConfig(), TrainerConfig())
+
+    class _Opts:
+        out = tmp_path
+
+    base = records.BaselineRun(_Opts(), base_cfg, {}, (None, {}), None, [], {"throughput": {}})  # type: ignore[arg-type]
+    timer = records.Timer(None, None, None, [], None)
+    v = Variant("sampler.dtype=float32", {"sampler.dtype": "float32"})
+    rec = records.run_variant(base, v, timer)
+    assert rec["status"] == "timed out" and rec["stage"] == "timeout" and rec["reason"].startswith("no result within")
+    payload = {"variants": [rec, {"name": "trainer.attn=eager", "status": "ok"}]}
+    assert _failed_lines(payload) == "sampler.dtype=float32 timed out (stopped without a result)"
+
+
+def _failed_lines(payload) -> str:
+    from mismatchscope.diagnose.reading import _failed
+
+    return "; ".join(_failed(payload))
+
+
+def test_ctrl_c_during_the_localisations_keeps_what_finished_and_says_so(tmp_path, monkeypatch):
+    """Ctrl-C during ``diagnose --locate`` once removed every measurement already made and called it a failure:
+    the localisations that finished stay, the rest are marked interrupted, and the document is still written."""
+    from mismatchscope.diagnose.locate import configurations
+
+    calls = []
+
+    def one(name, *args):
+        calls.append(name)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return {"configuration": name, "status": "ok"}
+
+    monkeypatch.setattr(configurations, "_one", one)
+
+    class _Opts:
+        sampler, trainer, env, out = SamplerConfig(), TrainerConfig(), {}, tmp_path
+        variants = [
+            Variant("trainer.dtype=bfloat16", {"trainer.dtype": "bfloat16"}),
+            Variant("x", {"trainer.dtype": "float16"}),
+        ]
+
+    variants = [{"name": v.name, "side": "trainer", "status": "ok"} for v in _Opts.variants]
+    notes = []
+    progress = type("P", (), {"note": lambda self, m: notes.append(m)})()
+    entries = configurations.locate_all(_Opts(), None, None, variants, progress)
+    assert [(e["configuration"], e["status"]) for e in entries] == [
+        ("baseline", "ok"),
+        ("trainer.dtype=bfloat16", "interrupted"),
+        ("x", "interrupted"),
+    ]
+    assert entries[1]["reason"] == "interrupted (Ctrl-C) before this localisation finished"
+    from mismatchscope.diagnose.locate.configurations import interrupted
+
+    assert interrupted({"locate": entries}) == ["trainer.dtype=bfloat16", "x"]
