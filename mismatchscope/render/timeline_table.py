@@ -84,8 +84,9 @@ def _skipped_notes(console, doc: TimelineDocument) -> None:
 
 def _methods_note(console, m: Methods) -> None:
     console.print(
-        f"[dim]Spikes: {m.spike.method}, |M| > {m.spike.threshold:g} "
-        f"({m.spike.reference}). Shifts: {m.shift.method}, penalty {m.shift.penalty}, "
+        f"[dim]Spikes (above the neighbours) and dips (below): {m.spike.method}, |M| > "
+        f"{m.spike.threshold:g} ({m.spike.reference}), and {m.spike.min_size_se:g} standard errors of "
+        f"the step's own value or more. Shifts: {m.shift.method}, penalty {m.shift.penalty}, "
         f"min segment {m.shift.min_size} steps. Drifts: {m.drift.method}. Means and p99 are tested "
         "on log scale, shares and rates on arcsin-sqrt scale.[/dim]",
         highlight=False,

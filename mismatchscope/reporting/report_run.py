@@ -77,9 +77,9 @@ def _each(hist_add: Callable | None, collector) -> Callable[[Any, dict], None] |
 
 def _doctor(result, collector, path: str):
     """What ``doctor`` finds in the sample (the run's provenance read as doctor reads it)."""
-    from ..doctor.run import diagnose_result, run_provenance
+    from ..doctor.run import examine_result, run_provenance
 
-    return diagnose_result(result, collector.finish(), provenance=run_provenance(path))
+    return examine_result(result, collector.finish(), provenance=run_provenance(path))
 
 
 def _token_view(opts: ReportOptions, result, rules):
