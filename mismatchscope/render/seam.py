@@ -118,11 +118,13 @@ def render(doc: Any, fmt: str) -> str:
     if f.any_document is not None:
         return f.any_document(doc)
     what = renderer_module(type(doc), "").rpartition(".")[2].rstrip("_").replace("_", " ")
-    raise UsageError(f"there is no {fmt} output of {what}", hint=f"use one of {', '.join(_has(doc))}")
+    raise UsageError(f"there is no {fmt} output of {what}", hint=f"use one of {', '.join(_has(doc, f.stream))}")
 
 
-def _has(doc: Any) -> list[str]:
-    return [n for n, f in _formats().items() if f.any_document or _renderer(type(doc), n)]
+def _has(doc: Any, stream: bool) -> list[str]:
+    """The formats of the same kind (stdout's, or files') that render ``doc``."""
+    names = sorted(n for n, f in _formats().items() if f.stream == stream)
+    return [n for n in names if _formats()[n].any_document or _renderer(type(doc), n)]
 
 
 def show(doc: Any, fmt: str) -> None:
