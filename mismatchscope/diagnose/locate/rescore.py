@@ -22,7 +22,6 @@ from typing import Any
 from ...errors import SamplerError, UsageError
 from .run import LocateOptions
 
-KINDS = ("vllm", "hf")
 TIMEOUT_S = 900
 
 
@@ -38,7 +37,9 @@ def check_locatable(run: Path, checkpoint: Path | None = None) -> dict[str, Any]
         return None
     config = {} if is_imported(run) else (manifest or {}).get("config") or {}
     kind = (config.get("sampler") or {}).get("kind")
-    if kind not in KINDS:
+    from ...probe.samplers.capabilities import capabilities
+
+    if kind is None or not (capabilities(kind).starts_here and capabilities(kind).capture):
         shown = f"--sampler {kind}" if kind else "another stack (an import)"
         raise UsageError(
             f"--locate starts the run's sampler again, and {run} was sampled by {shown}",
