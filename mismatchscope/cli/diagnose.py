@@ -56,6 +56,14 @@ if TYPE_CHECKING:
 EXIT_VARIANT_FAILED = 3
 
 
+DIAGNOSE_NOT_TAKEN = frozenset(
+    {"url", "api_key_env", "zero", "fp32_lm_head", "device_map", "trainer_device", "routes", "replay_routes"}
+    | {"replay_weights"}
+)
+"""The engine options diagnose has no parameter for: it starts its own samplers (no server), records routes in
+every run, and varies the zero profile, the heads and route replay as variants (``--vary``)."""
+
+
 def diagnose(
     ctx: typer.Context,
     checkpoint: Path | None = typer.Argument(
@@ -122,7 +130,9 @@ def diagnose(
     from ._progress import Bars, engine_env
 
     variants = given_variants(vary or [], matrix)
-    engine = EngineValues.of(ctx.params, engine_args(engine_arg))  # the configs as probe builds them
+    engine = EngineValues.of(
+        ctx.params, engine_args(engine_arg), not_taken=DIAGNOSE_NOT_TAKEN
+    )  # the configs as probe builds them
     sampler_cfg, trainer = engine.sampler_config(), engine.trainer_config()
     out_dir = out or Path("runs") / time.strftime("diagnose-%Y%m%d-%H%M%S")
     # torch's import notices, transformers' loading bars: into OUT/engine.log, as probe does (the samplers'

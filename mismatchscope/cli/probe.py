@@ -277,6 +277,16 @@ def _out_dir(out: str | None, command: str) -> Path:
     return Path(out)
 
 
+RESCORE_NOT_TAKEN = frozenset(
+    {
+        *("sampler", "sampler_dtype", "sampler_fp32_lm_head", "fp32_lm_head", "zero", "url", "api_key_env"),
+        *("tensor_parallel_size", "max_num_seqs", "enforce_eager", "gpu_memory_utilization", "max_model_len"),
+        *("n", "max_tokens", "top_p", "top_k", "top_k_logprobs", "seed", "logprobs_mode"),
+    }
+)
+"""The engine options rescore has no parameter for: it scores samples already drawn, with the trainer alone."""
+
+
 def rescore(
     ctx: typer.Context,
     run: Path = typer.Argument(
@@ -319,7 +329,7 @@ def rescore(
     from ..probe.rescore import rescore as do_rescore
 
     selected = _parsed_rules(rule)
-    cfg = EngineValues.of(ctx.params).trainer_config()
+    cfg = EngineValues.of(ctx.params, not_taken=RESCORE_NOT_TAKEN).trainer_config()
     out_dir = _out_dir(out, "rescore")
     located, locate_opts = _locatable(run, locate, locate_sequences, checkpoint)
     with engine_output(out_dir, verbose=verbose), Bars(enabled=True) as bars:
