@@ -222,14 +222,14 @@ def _probe_options(params: dict[str, Any]) -> ProbeOptions:
     paths as typer converted them."""
     from ..probe import options
     from ..probe.engine_config import EngineValues
-    from ..probe.samplers.capabilities import capabilities
+    from ..probe.samplers import capabilities_of
 
     if params["logprobs_mode"] not in ("processed_logprobs", "raw_logprobs"):
         raise UsageError(f"--logprobs-mode {params['logprobs_mode']!r}", hint="use processed_logprobs or raw_logprobs")
     values = EngineValues.of(params)
     if values.zero and values.sampler_dtype == DEFAULT_SAMPLER_DTYPE:
         values = replace(values, sampler_dtype=values.trainer_dtype)  # one dtype on both sides; another is refused
-    if capabilities(values.sampler_kind).remote and not values.url:
+    if capabilities_of(values.sampler_kind).remote and not values.url:
         raise UsageError(f"--sampler {values.sampler_kind} needs --url http://HOST:PORT")
     from ..probe.turns import turns_config
 

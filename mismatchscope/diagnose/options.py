@@ -52,10 +52,10 @@ def check_options(opts: DiagnoseOptions):
     from ..probe.prompts import load_prompts
 
     check_sampling(opts.sampling)
-    from ..probe.samplers.capabilities import capabilities, kinds_with
+    from ..probe.samplers import capabilities_of, kinds_with
 
     # diagnose starts its own sampler for every configuration: an engine in-process, or transformers' generate
-    if not capabilities(opts.sampler.kind).starts_here:
+    if not capabilities_of(opts.sampler.kind).starts_here:
         raise UsageError(
             f"diagnose starts its own samplers; --sampler {opts.sampler.kind} is not one of them",
             hint=f"use --sampler {' or --sampler '.join(kinds_with('starts_here'))}",

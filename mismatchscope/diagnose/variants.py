@@ -292,9 +292,9 @@ def default_matrix(device: str, base: Configuration) -> list[Variant]:
         {"trainer.attn_implementation": "flash_attention_2"},
         None if device == "cuda" else "needs a GPU: flash_attention_2 is a CUDA kernel",
     )
-    from ..probe.samplers.capabilities import capabilities
+    from ..probe.samplers import capabilities_of
 
-    if capabilities(base.sampler.kind).transformers:
+    if capabilities_of(base.sampler.kind).transformers:
         return [*_hf_sampler_matrix(base), *_trainer_matrix(base), flash, zero_variant()]
     return [*_vllm_matrix(device, base), *_trainer_matrix(base), zero_variant(), *_gpu_matrix(device, base), flash]
 

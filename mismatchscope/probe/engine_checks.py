@@ -225,12 +225,11 @@ def check_server_engine_args(args: dict[str, Any]) -> None:
 
 
 def check_sampler(cfg: SamplerConfig) -> None:
-    from .samplers import SAMPLERS
-    from .samplers.capabilities import capabilities
+    from .samplers import SAMPLERS, capabilities_of
 
     if cfg.kind not in SAMPLERS:
         raise UsageError(f"--sampler {cfg.kind!r} is not a sampler", hint=f"use one of {', '.join(SAMPLERS)}")
-    caps = capabilities(cfg.kind)
+    caps = capabilities_of(cfg.kind)
     check_dtype(cfg.dtype, "--sampler-dtype", () if caps.transformers else VLLM_ONLY_DTYPES)
     if caps.transformers:
         check_hf_engine_args(cfg.engine_args, cfg.device)

@@ -135,9 +135,9 @@ def check_options(opts: ProbeOptions) -> None:
     check_sampling(opts.sampling)
     check_sampler(opts.sampler)
     forced = opts.sampler.engine_args.get("logprobs_mode", opts.sampling.logprobs_mode)
-    from .samplers.capabilities import capabilities
+    from .samplers import capabilities_of
 
-    caps = capabilities(opts.sampler.kind)
+    caps = capabilities_of(opts.sampler.kind)
     if caps.logprobs_mode_at_start and forced != opts.sampling.logprobs_mode:
         raise UsageError(
             f"--engine-arg logprobs_mode={shown_arg(forced)} but the probe asks for {opts.sampling.logprobs_mode!r}",
@@ -181,9 +181,9 @@ def check_turns(opts: ProbeOptions) -> None:
 def check_engine_installed(cfg: SamplerConfig) -> None:
     """The in-process engine can be imported: checked last before the run directory, so that
     an option error is still reported first on a machine without vLLM."""
-    from .samplers.capabilities import capabilities
+    from .samplers import capabilities_of
 
-    package = capabilities(cfg.kind).package
+    package = capabilities_of(cfg.kind).package
     if package is not None and not installed(package):
         raise UsageError(
             f"--sampler {cfg.kind} needs {'vLLM' if package == 'vllm' else package}, which is not installed",

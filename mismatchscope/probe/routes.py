@@ -280,7 +280,7 @@ def write_route_shard(
 def check_replay_probe(replay: str | None, info: CheckpointInfo, sampler_kind: str) -> None:
     """``probe --replay-routes``: refused before the run exists where no sampler routes can come."""
     from mismatchscope.errors import UsageError
-    from mismatchscope.probe.samplers.capabilities import capabilities
+    from mismatchscope.probe.samplers import capabilities_of
     from mismatchscope.routing.families import family_for
 
     if replay is None:
@@ -289,7 +289,7 @@ def check_replay_probe(replay: str | None, info: CheckpointInfo, sampler_kind: s
         raise UsageError(f"--replay-routes needs an MoE checkpoint; {info.path} is dense")
     if family_for(model_type_of(info)) is None:
         raise UsageError(f"--replay-routes: {unknown_family(info)}")
-    caps = capabilities(sampler_kind)
+    caps = capabilities_of(sampler_kind)
     if caps.remote:
         raise UsageError(
             "--replay-routes in a probe needs the sampler's routes before it samples; a vllm-server "

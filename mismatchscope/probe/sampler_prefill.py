@@ -26,9 +26,9 @@ from .types import Completion, SamplingConfig
 
 def check_sampler_prefill(kind: str, sampling: SamplingConfig) -> None:
     """Refuse ``--sampler-prefill`` where it cannot give a logprob of the same distribution."""
-    from .samplers.capabilities import capabilities, kinds_with
+    from .samplers import capabilities_of, kinds_with
 
-    if not capabilities(kind).can_prefill:  # a server's prompt logprobs are not wired in
+    if not capabilities_of(kind).can_prefill:  # a server's prompt logprobs are not wired in
         raise UsageError(
             f"--sampler-prefill is not available with --sampler {kind}",
             hint=f"use --sampler {' or --sampler '.join(kinds_with('can_prefill'))}",

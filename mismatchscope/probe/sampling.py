@@ -218,9 +218,9 @@ def _server_first(opts: ProbeOptions, run: RunDir, n_prompts: int) -> bool:
     another served model stop the probe before anything is written. A resumed
     run whose rounds are all sampled does not need the server at all.
     """
-    from .samplers.capabilities import capabilities
+    from .samplers import capabilities_of
 
-    if not capabilities(opts.sampler.kind).remote:
+    if not capabilities_of(opts.sampler.kind).remote:
         return False
     if not opts.resume:
         return True

@@ -37,9 +37,9 @@ def check_locatable(run: Path, checkpoint: Path | None = None) -> dict[str, Any]
         return None
     config = {} if is_imported(run) else (manifest or {}).get("config") or {}
     kind = (config.get("sampler") or {}).get("kind")
-    from ...probe.samplers.capabilities import capabilities
+    from ...probe.samplers import capabilities_of
 
-    if kind is None or not (capabilities(kind).starts_here and capabilities(kind).capture):
+    if kind is None or not (capabilities_of(kind).starts_here and capabilities_of(kind).capture):
         shown = f"--sampler {kind}" if kind else "another stack (an import)"
         raise UsageError(
             f"--locate starts the run's sampler again, and {run} was sampled by {shown}",

@@ -99,7 +99,9 @@ def capture_sampler(sampler, sampling, sequences: list[Sequence], budget: int, p
     t0 = time.perf_counter()
     positions = sample_positions(sequences, budget)
     closure = None
-    if sampler.capabilities.capture == "vllm":
+    from ...probe.samplers import capabilities_of
+
+    if capabilities_of(sampler.name).capture == "vllm":
         from .vllm_capture import NOTE, capture_vllm
 
         capture, closure = capture_vllm(sampler.engine_for(sampling), sequences, positions, "sampler")

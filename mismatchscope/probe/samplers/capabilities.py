@@ -1,9 +1,6 @@
-"""What a sampler can do, declared by the sampler: the checks and commands ask for a capability, never for the
-sampler's name, so a new sampler is accepted or refused everywhere by what it declares.
-
-Each sampler class carries its :class:`Capabilities` as ``capabilities``; :func:`capabilities` finds them by the
-``--sampler`` name without starting an engine (the sampler modules import their engines inside their code).
-"""
+"""What a sampler can do, declared in its registry entry (``samplers.SAMPLERS``): the checks and commands ask for
+a capability (``samplers.capabilities_of``), never for the sampler's name, so a new sampler is accepted or refused
+everywhere by what it declares."""
 
 from __future__ import annotations
 
@@ -32,18 +29,3 @@ class Capabilities:
     """whose forward pass a localisation hooks: vLLM's model runner or a transformers model (None: none)."""
     package: str | None = None
     """the package the engine needs installed, checked before the run directory is made."""
-
-
-def capabilities(kind: str) -> Capabilities:
-    """The capabilities the sampler named ``kind`` declares (an unknown name declares none)."""
-    from . import SAMPLERS
-
-    factory = SAMPLERS.get(kind)
-    return getattr(factory, "capabilities", Capabilities()) if factory is not None else Capabilities()
-
-
-def kinds_with(capability: str) -> list[str]:
-    """The samplers that declare ``capability``, in the registry's order (for a hint that names them)."""
-    from . import SAMPLERS
-
-    return [k for k in SAMPLERS if getattr(capabilities(k), capability)]

@@ -24,7 +24,6 @@ from mismatchscope.probe.checkpoint import CheckpointInfo
 from mismatchscope.probe.engine_checks import HF_ENGINE_ARGS, check_hf_engine_args
 from mismatchscope.probe.hf_model import load_causal_lm, model_description
 from mismatchscope.probe.samplers.base import check_prompts
-from mismatchscope.probe.samplers.capabilities import Capabilities
 from mismatchscope.probe.token_scoring import GREEDY_EPS
 from mismatchscope.probe.types import Completion, SamplerConfig, SamplingConfig
 from mismatchscope.probe.zero import experts_implementation
@@ -38,9 +37,6 @@ class HFGenerateSampler:
     """Samples with ``model.generate`` from the checkpoint's transformers model."""
 
     name = "hf"
-    capabilities = Capabilities(
-        transformers=True, starts_here=True, can_prefill=True, has_full_rows=True, can_zero=True, capture="transformers"
-    )
 
     def __init__(self, cfg: SamplerConfig, info: CheckpointInfo, *, sampling: SamplingConfig | None = None):
         from transformers import GenerationConfig

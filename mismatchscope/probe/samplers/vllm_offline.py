@@ -29,7 +29,6 @@ from mismatchscope.probe.samplers.base import (
     sample_index,
     split_topk,
 )
-from mismatchscope.probe.samplers.capabilities import Capabilities
 from mismatchscope.probe.types import Completion, SamplerConfig, SamplingConfig
 from mismatchscope.progress import Advance
 
@@ -41,9 +40,6 @@ class VLLMOfflineSampler:
     """Samples with an in-process ``vllm.LLM``."""
 
     name = "vllm"
-    capabilities = Capabilities(
-        starts_here=True, can_prefill=True, logprobs_mode_at_start=True, capture="vllm", package="vllm"
-    )
 
     def __init__(self, cfg: SamplerConfig, info: CheckpointInfo, *, sampling: SamplingConfig | None = None):
         self.cfg = cfg

@@ -50,7 +50,6 @@ from mismatchscope.errors import (
 from mismatchscope.probe.checkpoint import CheckpointInfo
 from mismatchscope.probe.engine_checks import check_server_engine_args, server_timeout
 from mismatchscope.probe.samplers.base import check_prompts, manifest_safe, request_layout, sample_index
-from mismatchscope.probe.samplers.capabilities import Capabilities
 from mismatchscope.probe.samplers.http_client import JsonClient
 from mismatchscope.probe.samplers.server_answers import (
     answer_field,
@@ -86,7 +85,6 @@ class VLLMServerSampler:
     """Samples from a vLLM server at ``cfg.url``."""
 
     name = "vllm-server"
-    capabilities = Capabilities(remote=True)
 
     def __init__(self, cfg: SamplerConfig, info: CheckpointInfo, *, sampling: SamplingConfig | None = None):
         if not cfg.url:

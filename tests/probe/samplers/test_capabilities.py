@@ -1,5 +1,5 @@
-"""Samplers declare what they can do (``probe/samplers/capabilities.py``); nothing outside a sampler asks for its
-name. A sampler registered with a capability is accepted where the capability is needed, refused where it is not,
+"""Samplers declare what they can do (their ``SAMPLERS`` entry's ``Capabilities``); nothing outside a sampler asks
+for its name. A sampler registered with a capability is accepted where the capability is needed, refused where it is not,
 with no check changed."""
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ import ast
 import pytest
 
 from mismatchscope.errors import UsageError
-from mismatchscope.probe.samplers import SAMPLERS
-from mismatchscope.probe.samplers.capabilities import Capabilities, capabilities, kinds_with
+from mismatchscope.probe.samplers import SAMPLERS, Capabilities, SamplerEntry, capabilities_of, kinds_with
 from mismatchscope.probe.types import SamplingConfig
 from tests.helpers import REPO
 
@@ -20,18 +19,15 @@ def test_the_bundled_samplers_declare_what_the_checks_asked_their_names_for():
     assert kinds_with("can_prefill") == ["vllm", "hf"]
     assert kinds_with("starts_here") == ["vllm", "hf"]
     assert kinds_with("has_full_rows") == kinds_with("can_zero") == kinds_with("transformers") == ["hf"]
-    assert capabilities("vllm").capture == "vllm" and capabilities("hf").capture == "transformers"
-    assert capabilities("no-such-sampler") == Capabilities()
+    assert capabilities_of("vllm").capture == "vllm" and capabilities_of("hf").capture == "transformers"
+    assert capabilities_of("no-such-sampler") == Capabilities()
 
 
 @pytest.fixture
 def prefiller(monkeypatch):
     """A sampler of a new engine that can score prefills and nothing else."""
 
-    class Prefiller:
-        capabilities = Capabilities(can_prefill=True)
-
-    monkeypatch.setitem(SAMPLERS, "prefiller", Prefiller)
+    monkeypatch.setitem(SAMPLERS, "prefiller", SamplerEntry("prefiller:Prefiller", Capabilities(can_prefill=True)))
 
 
 def test_a_new_sampler_is_judged_by_what_it_declares(prefiller):
