@@ -1,4 +1,4 @@
-"""The token view's style and script, inlined into every page that shows it (``render/tokens_page.py``).
+"""The token view's style and script, inlined into every page that shows it (``render/token_view_html.py``).
 
 The script reads the page's data (``#tv-data``), fills the details box when
 a token is hovered or focused, moves the focus on the keys the legend names,

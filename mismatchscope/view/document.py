@@ -1,5 +1,5 @@
 """The token view as a typed document: what ``view`` shows, and what report's, compare-masks' and gate's pages
-show in their "tokens" tab. ``render/tokens_page.py`` draws it; the page carries it as JSON for its tooltips.
+show in their "tokens" tab. ``render/token_view_html.py`` draws it; the page carries it as JSON for its tooltips.
 
 Per sequence the values are columns over the shown tokens in position order
 (a window of the sequence where the page's token cap cut it); a rule is
