@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,9 +96,54 @@ OPTIONAL: tuple[Column, ...] = (
     ),
 )
 
-COLUMNS: dict[str, Column] = {c.name: c for c in REQUIRED + OPTIONAL}
+TOPK_SUMMARY: tuple[Column, ...] = (
+    Column(
+        "topk_tv_lower",
+        pa.float32(),
+        "the top-k lower bound of the token's TV distance: TV on the sampler's listed ids, the sampled id and one "
+        "rest bucket",
+    ),
+    Column("topk_kl_lower", pa.float32(), "the top-k lower bound of KL(sampler || trainer) on the same partition"),
+    Column(
+        "topk_sampler_rest",
+        pa.float32(),
+        "1 - the sampler's mass on its listed ids (and the sampled id): the rest bucket; the listed mass is 1 - this",
+    ),
+    Column("topk_trainer_rest", pa.float32(), "1 - the trainer's mass on the same ids"),
+    Column(
+        "topk_overlap",
+        pa.float32(),
+        "|sampler's ids & trainer's own top-k ids| / the longer list (NaN where both are empty); "
+        "written with trainer_topk_ids",
+    ),
+    Column("topk_pairs", pa.int32(), "listed ids where both sides' logprobs are finite (the sums below run over them)"),
+    Column("topk_sum_trainer", pa.float32(), "sum of the trainer's logprobs x over those ids"),
+    Column("topk_sum_sampler", pa.float32(), "sum of the sampler's logprobs y over those ids"),
+    Column("topk_sum_trainer_sq", pa.float32(), "sum of x^2 over those ids"),
+    Column("topk_sum_product", pa.float32(), "sum of x * y over those ids"),
+    Column("topk_sum_sampler_sq", pa.float32(), "sum of y^2 over those ids"),
+    Column("topk_cut", pa.int32(), "listed ids the sampler gives -inf and the trainer a finite logprob (a kept set)"),
+)
+"""Per-token summaries of the sampler's top-k lists, written beside them by every writer of a run (docs/format.md):
+``report``, ``compare-masks`` and ``doctor`` read these instead of decoding the lists. Each is the float32 of
+the value the analysis computes from the lists (``analysis.summaries``)."""
+
+COLUMNS: dict[str, Column] = {c.name: c for c in REQUIRED + OPTIONAL + TOPK_SUMMARY}
 REQUIRED_NAMES: tuple[str, ...] = tuple(c.name for c in REQUIRED)
 TOPK_COLUMNS = ("sampler_topk_ids", "sampler_topk_logprobs", "trainer_logprobs_at_sampler_topk")
+SUMMARY_NAMES: tuple[str, ...] = tuple(c.name for c in TOPK_SUMMARY)
+BOUND_SUMMARIES = ("topk_tv_lower", "topk_kl_lower", "topk_sampler_rest", "topk_trainer_rest")
+"""what ``report`` reads in place of the three lists (and ``topk_overlap`` in place of ``trainer_topk_ids``)."""
+ROW_SUMS = (
+    "topk_pairs",
+    "topk_sum_trainer",
+    "topk_sum_sampler",
+    "topk_sum_trainer_sq",
+    "topk_sum_product",
+    "topk_sum_sampler_sq",
+    "topk_cut",
+)
+"""what ``doctor``'s temperature and truncation fits keep per row, in place of the two logprob lists."""
 
 
 WRITE_OPTIONS: dict[str, Any] = {"compression": "zstd", "write_page_checksum": True}
@@ -225,11 +270,18 @@ def decode_metadata(schema_metadata: Mapping[bytes, bytes] | None) -> dict[str, 
     return json.loads(schema_metadata[METADATA_KEY])
 
 
-def write_table(path: str | os.PathLike, columns: Mapping[str, Any], metadata: Mapping[str, Any] | None = None) -> Path:
+def write_table(
+    path: str | os.PathLike,
+    columns: Mapping[str, Any],
+    metadata: Mapping[str, Any] | None = None,
+    derive: Callable[[pa.Table], pa.Table] | None = None,
+) -> Path:
     """Write one shard atomically (temp file, then rename).
 
     A reader, or a resumed probe, never sees a half-written shard: a shard
-    exists completely or not at all.
+    exists completely or not at all. ``derive``, when given, gets the table as
+    it will be written and returns it with columns computed from it (a run's
+    writers add the top-k summaries this way: ``analysis.summaries.write_token_shard``).
     """
     path = Path(path)
     schema = arrow_schema(list(columns), metadata)
@@ -237,6 +289,8 @@ def write_table(path: str | os.PathLike, columns: Mapping[str, Any], metadata: M
     if len(set(lengths.values())) > 1:
         raise ValueError(f"columns have different lengths: {lengths}")
     table = pa.Table.from_pydict({f.name: columns[f.name] for f in schema}, schema=schema)
+    if derive is not None:
+        table = derive(table)
     from .rundir import atomic_path
 
     with atomic_path(path) as tmp:

@@ -6,7 +6,7 @@ import typer
 
 from ..analysis.parallel import keep_freed_memory
 from ._options import ColumnOpt, FormatOpt, PathArg
-from ._streams import OutputFormat, emit_json, stdout_console, warn
+from ._streams import OutputFormat, emit_json, info, stdout_console, warn
 
 
 def doctor(path: str = PathArg, column: list[str] | None = ColumnOpt, format: OutputFormat = FormatOpt) -> None:
@@ -25,6 +25,8 @@ def doctor(path: str = PathArg, column: list[str] | None = ColumnOpt, format: Ou
     doc = run_doctor(path, parse_column_mapping(column))
     for w in doc.warnings:
         warn(w)
+    for note in doc.notes:
+        info(f"note: {note}")
     if format is OutputFormat.json:
         from ..render.doctor import doctor_payload
 

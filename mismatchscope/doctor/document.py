@@ -109,3 +109,5 @@ class DoctorDocument:
     tokens_examined: int = field(metadata={"doc": "tokens of the sequences the detectors looked at"})
     sampled: bool = field(metadata={"doc": "true when the detectors looked at a hash-picked sample of sequences"})
     warnings: list[str] = field(default_factory=list)
+    notes: tuple[str, ...] = field(default=(), metadata={"json": False})
+    """said on the terminal only (the pass's notes: a run read more slowly than it could be)."""

@@ -8,36 +8,38 @@ and how it compares with published figures.
 
 from __future__ import annotations
 
-import pyarrow.parquet as pq
-
-from ..analysis.engine import AnalysisRequest, AnalysisResult, analyse
+from ..analysis.engine import AnalysisRequest, AnalysisResult, make_plan, run_plan
+from ..analysis.plan import AnalysisPlan
 from ..analysis.results import BucketRow, Report
 from ..metrics import K3_MEAN
-from ..reader import open_source
 from .document import DoctorDocument, Evidence, Finding, Placement
 from .figures import place
 from .findings import clear, detected
 from .runlevel import jumped_steps, policy_lag, routing_replay, step_jump
-from .sample import OPTIONAL_SCALARS, SAMPLE_ROWS, TOPK, Sample, SampleCollector
+from .sample import OPTIONAL_SCALARS, SAMPLE_ROWS, Sample, SampleCollector
 from .structure import misaligned_sequences, padding, prompt_boundary, shifted
 from .values import log_base, low_precision, temperature, truncation
 
-ALSO_READ = ("token_id", *OPTIONAL_SCALARS, *TOPK)
-"""what the detectors read besides report's own columns (each only when the file has it)."""
+ALSO_READ = ("token_id", *OPTIONAL_SCALARS)
+"""what the detectors read besides report's own columns (each only when the file has it); the top-k fits' per-row
+sums come with the pass (``AnalysisRequest.row_sums``: the run's summaries, or the lists of a run without)."""
 _RANK = {"high": 0, "medium": 1, "low": 2}
 
 
-def collector_for(path: str, mapping: dict[str, str] | None, cap: int = SAMPLE_ROWS) -> SampleCollector:
-    """A sample collector sized to the input's rows (read from the Parquet footers)."""
-    source = open_source(path, mapping)
-    return SampleCollector(sum(pq.ParquetFile(f).metadata.num_rows for f in source.files), cap)
+def sampled_pass(
+    path: str, request: AnalysisRequest, mapping: dict[str, str] | None, cap: int = SAMPLE_ROWS
+) -> tuple[AnalysisPlan, SampleCollector]:
+    """The pass ``request`` makes with doctor's columns and sums added, and a sample collector sized to its
+    input's rows (from the plan: the input is opened once)."""
+    request.also_read, request.row_sums = ALSO_READ, True
+    plan = make_plan(path, request, mapping)
+    return plan, SampleCollector(plan.source.rows, cap)
 
 
 def doctor(path: str, mapping: dict[str, str] | None = None, workers: int | None = None) -> DoctorDocument:
     """The findings on the pairs at ``path`` (anything ``report`` reads)."""
-    collector = collector_for(path, mapping)
-    request = AnalysisRequest(report=True, masks=False, also_read=ALSO_READ)
-    result = analyse(path, request, mapping, on_terms=collector.add, workers=workers)
+    plan, collector = sampled_pass(path, AnalysisRequest(report=True, masks=False), mapping)
+    result = run_plan(plan, on_terms=collector.add, workers=workers)
     return diagnose_result(result, collector.finish())
 
 
@@ -83,6 +85,7 @@ def diagnose_result(result: AnalysisResult, sample: Sample) -> DoctorDocument:
         tokens_examined=len(sample),
         sampled=sample.sampled,
         warnings=result.warnings,
+        notes=result.notes,
     )
 
 

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..arrow import list_offsets, to_numpy
+from ..schema import ROW_SUMS
 
 SAMPLE_ROWS = 1 << 19
 """rows kept at most (about: whole sequences are kept): about 60 MB of columns and a second of detectors at
@@ -94,6 +95,11 @@ def topk_sums(sampler: pa.Array, trainer: pa.Array, idx: np.ndarray | None = Non
     }
 
 
+def _rows(v: np.ndarray, idx: np.ndarray | None) -> np.ndarray:
+    v = np.asarray(v, dtype=np.float64)
+    return v.copy() if idx is None else v[idx]
+
+
 @dataclass
 class Sample:
     """The kept rows, sorted by (sequence_id, position): column name -> array."""
@@ -130,7 +136,9 @@ class SampleCollector:
             if name in batch:
                 v = np.asarray(batch[name])
                 part[name] = v.copy() if idx is None else v[idx]
-        if all(name in batch for name in TOPK):
+        if all(name in batch for name in ROW_SUMS):  # the run's summaries: the sums were kept when it was written
+            part.update({k: _rows(batch[c], idx) for k, c in zip(TOPK_FIELDS, ROW_SUMS, strict=True)})
+        elif all(name in batch for name in TOPK):
             part.update(topk_sums(batch[TOPK[0]], batch[TOPK[1]], idx))
         self.parts.append(part)
 
