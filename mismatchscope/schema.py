@@ -151,7 +151,72 @@ WRITE_OPTIONS: dict[str, Any] = {"compression": "zstd", "write_page_checksum": T
 
 The readers open files with ``page_checksum_verification`` on, so a byte that
 changes inside a page after the writer closed the file is an error naming the
-row group, not a silently different number (``docs/errors.md``)."""
+row group, not a silently different number (``docs/errors.md``). Token shards
+refine the compression per column (:func:`token_write_options`)."""
+
+FLOAT_CODEC = "lz4"
+"""the codec of a token shard's float columns (LZ4_RAW in the file).
+
+A logprob's low bytes are noise: zstd saves a few percent of them and spends
+most of a read Huffman-decoding the rest, while LZ4 copies them at memory
+speed. Dictionary encoding finds nothing to share either, so float columns
+are written without it. Ids, positions and per-sequence values keep zstd and
+their dictionaries (an id column decodes from its small dictionary and run
+lengths). A report that decodes only float columns besides the keys reads
+2 to 5 times faster this way, for a file of about the same size
+(``benchmarks/RESULTS.md``)."""
+
+
+def token_write_options(schema: pa.Schema) -> dict[str, Any]:
+    """:data:`WRITE_OPTIONS` for a token shard of this schema: float columns (lists of floats too) in
+    :data:`FLOAT_CODEC` without a dictionary, every other column in zstd with one."""
+    paths = {_leaf(f): _float_valued(f.type) for f in schema}
+    return {
+        **WRITE_OPTIONS,
+        "compression": {p: FLOAT_CODEC if floats else "zstd" for p, floats in paths.items()},
+        "use_dictionary": [p for p, floats in paths.items() if not floats],
+    }
+
+
+def _leaf(f: pa.Field) -> str:
+    """The column's path in the file: a list's values are ``NAME.list.element`` (the key of per-column options)."""
+    t = f.type
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return f"{f.name}.list.element"
+    return f.name
+
+
+def _float_valued(t: pa.DataType) -> bool:
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        t = t.value_type
+    return pa.types.is_floating(t)
+
+
+def narrowed(table: pa.Table) -> pa.Table:
+    """``table`` with each float64 column (or list of float64) stored as float32 where every value is a float32
+    widened exactly: the width the engines computed it in (vLLM's and transformers' logprobs are float32).
+
+    Lossless by construction (a column with one value that float32 cannot hold stays float64), so every number
+    read from the column is the same; the column is half the bytes to decode. Readers widen floats back to
+    float64 before any arithmetic.
+    """
+    for i, field in enumerate(table.schema):
+        t = field.type
+        is_list = pa.types.is_list(t)
+        if not (pa.types.is_float64(t) or (is_list and pa.types.is_float64(t.value_type))):
+            continue
+        column = table.column(i).combine_chunks()
+        values = column.values if is_list else column  # pyright: ignore[reportAttributeAccessIssue]
+        if values.null_count:
+            continue
+        v = values.to_numpy(zero_copy_only=False)
+        with np.errstate(over="ignore"):
+            v32 = v.astype(np.float32)
+        if not np.array_equal(v32.astype(np.float64), v, equal_nan=True):
+            continue
+        target = pa.list_(pa.float32()) if is_list else pa.float32()
+        table = table.set_column(i, pa.field(field.name, target, field.nullable, field.metadata), column.cast(target))
+    return table
 
 
 # -- the limits every reader holds values to, and every writer checks before it writes ---------
@@ -279,7 +344,9 @@ def write_table(
     """Write one shard atomically (temp file, then rename).
 
     A reader, or a resumed probe, never sees a half-written shard: a shard
-    exists completely or not at all. ``derive``, when given, gets the table as
+    exists completely or not at all. Float columns whose values are all float32
+    are stored as float32 (:func:`narrowed`), in :data:`FLOAT_CODEC`
+    (:func:`token_write_options`). ``derive``, when given, gets the table as
     it will be written and returns it with columns computed from it (a run's
     writers add the top-k summaries this way: ``analysis.summaries.write_token_shard``).
     """
@@ -291,8 +358,9 @@ def write_table(
     table = pa.Table.from_pydict({f.name: columns[f.name] for f in schema}, schema=schema)
     if derive is not None:
         table = derive(table)
+    table = narrowed(table)
     from .rundir import atomic_path
 
     with atomic_path(path) as tmp:
-        pq.write_table(table, tmp, **WRITE_OPTIONS)
+        pq.write_table(table, tmp, **token_write_options(table.schema))
     return path
