@@ -154,27 +154,31 @@ changes inside a page after the writer closed the file is an error naming the
 row group, not a silently different number (``docs/errors.md``). Token shards
 refine the compression per column (:func:`token_write_options`)."""
 
-FLOAT_CODEC = "lz4"
-"""the codec of a token shard's float columns (LZ4_RAW in the file).
+TOKEN_CODEC = "lz4"
+"""the codec of a token shard's columns (LZ4_RAW in the file).
 
-A logprob's low bytes are noise: zstd saves a few percent of them and spends
+A logprob's low bytes are noise: zstd saved a few percent of them and spent
 most of a read Huffman-decoding the rest, while LZ4 copies them at memory
-speed. Dictionary encoding finds nothing to share either, so float columns
-are written without it. Ids, positions and per-sequence values keep zstd and
-their dictionaries (an id column decodes from its small dictionary and run
-lengths). A report that decodes only float columns besides the keys reads
-2 to 5 times faster this way, for a file of about the same size
-(``benchmarks/RESULTS.md``)."""
+speed; ids are dictionary indices, bit-packed, which neither codec shrinks
+much. Float columns are written without a dictionary (they share no values
+to speak of); ids, positions and per-sequence values with one large enough
+for a vocabulary (:data:`DICTIONARY_BYTES`), so a token id decodes from its
+index into the dictionary instead of as eight plain bytes. A report reads
+such a shard two to five times faster than one in zstd, for a file of about
+the same size (``benchmarks/RESULTS.md``)."""
+DICTIONARY_BYTES = 8 << 20
+"""the dictionary page a column may fill before the writer gives up on it (1 MiB by default: a vocabulary of
+150,000 ids did not fit, and the column fell back to plain values midway through each row group)."""
 
 
 def token_write_options(schema: pa.Schema) -> dict[str, Any]:
-    """:data:`WRITE_OPTIONS` for a token shard of this schema: float columns (lists of floats too) in
-    :data:`FLOAT_CODEC` without a dictionary, every other column in zstd with one."""
-    paths = {_leaf(f): _float_valued(f.type) for f in schema}
+    """:data:`WRITE_OPTIONS` for a token shard of this schema: :data:`TOKEN_CODEC`, float columns (lists of
+    floats too) without a dictionary, every other column with one of up to :data:`DICTIONARY_BYTES`."""
     return {
         **WRITE_OPTIONS,
-        "compression": {p: FLOAT_CODEC if floats else "zstd" for p, floats in paths.items()},
-        "use_dictionary": [p for p, floats in paths.items() if not floats],
+        "compression": TOKEN_CODEC,
+        "use_dictionary": [_leaf(f) for f in schema if not _float_valued(f.type)],
+        "dictionary_pagesize_limit": DICTIONARY_BYTES,
     }
 
 
@@ -345,7 +349,7 @@ def write_table(
 
     A reader, or a resumed probe, never sees a half-written shard: a shard
     exists completely or not at all. Float columns whose values are all float32
-    are stored as float32 (:func:`narrowed`), in :data:`FLOAT_CODEC`
+    are stored as float32 (:func:`narrowed`), in :data:`TOKEN_CODEC`
     (:func:`token_write_options`). ``derive``, when given, gets the table as
     it will be written and returns it with columns computed from it (a run's
     writers add the top-k summaries this way: ``analysis.summaries.write_token_shard``).

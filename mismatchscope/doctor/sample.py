@@ -96,8 +96,8 @@ def topk_sums(sampler: pa.Array, trainer: pa.Array, idx: np.ndarray | None = Non
 
 
 def _rows(v: np.ndarray, idx: np.ndarray | None) -> np.ndarray:
-    v = np.asarray(v, dtype=np.float64)
-    return v.copy() if idx is None else v[idx]
+    """The rows ``idx`` (None: all) of a summary column, widened to float64 (only the rows kept)."""
+    return np.array(v if idx is None else v[idx], dtype=np.float64)
 
 
 @dataclass

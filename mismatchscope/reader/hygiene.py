@@ -19,6 +19,7 @@ from ..schema import (
     MAX_POSITION,
     NOT_RECORDED_ID,
     POSITIVE_LOGPROB_TOLERANCE,
+    SUMMARY_NAMES,
     TOKEN_ID_RULE,
     positive_logprobs,
 )
@@ -246,6 +247,9 @@ def _check_logprob_list(path: Path, name: str, arr: pa.Array, cols: dict[str, An
 
 _INT_COLUMNS = frozenset(name for name, col in COLUMNS.items() if pa.types.is_integer(col.type))
 """the schema's integer columns: read as int64, and a file holding floats there is refused."""
+_SUMMARY_DTYPES = {name: np.dtype(COLUMNS[name].type.to_pandas_dtype()) for name in SUMMARY_NAMES}
+"""the top-k summaries are read at the width they are defined in (float32, the counts int32): what reads them
+widens only what it uses (the report its four bounds; doctor the sums of its sample's rows)."""
 _FLOAT16_SENTINEL = float(np.float16(LOGPROB_SENTINEL))
 """-9999 written to a float16 column: float16 cannot hold it and stores -10000 (its nearest value)."""
 
@@ -266,6 +270,12 @@ def _to_numpy(path: Path, name: str, arr: pa.Array) -> np.ndarray:
             arr = pc.fill_null(arr.cast(pa.float64()), float("nan"))
         else:
             raise InputError(f"{path}: column {name!r} has {arr.null_count} null value(s)")
+    if name in _SUMMARY_DTYPES and not arr.null_count:
+        want = _SUMMARY_DTYPES[name]
+        if (want.kind == "i") != pa.types.is_integer(arr.type):
+            kind = "integers" if want.kind == "i" else "numbers"
+            raise InputError(f"{path}: column {name!r} must hold {kind}, found {arr.type}")
+        return to_numpy(arr).astype(want, copy=False)
     if name in _INT_COLUMNS:
         if not pa.types.is_integer(arr.type):
             raise InputError(f"{path}: column {name!r} must hold integers, found {arr.type}")
