@@ -22,6 +22,7 @@ SAMPLE_FILES = (
     "tiny-qwen3",
     "tiny-qwen3-later",
     "tiny-qwen3-moe",
+    "tiny-qwen3-chat",
     "prompts.jsonl",
     "simulated_pairs.parquet",
     "runs",

@@ -22,7 +22,7 @@ METRICS_DOC = DOCS / "metrics.md"
 
 
 def schemas() -> dict[str, dict]:
-    """file name -> schema, one per command that prints a JSON document."""
+    """file name -> schema, one per command that prints a JSON document, and the manifest's provenance record."""
     from mismatchscope.analysis.results import MasksResult, Report
     from mismatchscope.analysis.side_by_side import SideBySide
     from mismatchscope.certify.document import CertifyDocument
@@ -30,14 +30,20 @@ def schemas() -> dict[str, dict]:
     from mismatchscope.diagnose.locate.document import LocatedRescore, LocateResult
     from mismatchscope.doctor.document import DoctorDocument
     from mismatchscope.documents import json_schema
+    from mismatchscope.execution.document import ProvenanceDocument
+    from mismatchscope.execution.record import record_schema
     from mismatchscope.gate.document import GateDocument
     from mismatchscope.importers.document import ImportDocument
     from mismatchscope.probe.document import ProbeDocument
     from mismatchscope.timeline import TimelineDocument
     from mismatchscope.timeline.compare import Comparison
+    from mismatchscope.view.document import TokenView
 
     return {
         "report.json": json_schema(Report, "mismatchscope report", "report --format json: the mismatch of one run"),
+        "view.json": json_schema(
+            TokenView, "mismatchscope view", "view --format json: the sequences its page shows, token by token"
+        ),
         "compare-masks.json": json_schema(
             MasksResult, "mismatchscope compare-masks", "compare-masks --format json: what each masking rule would do"
         ),
@@ -82,6 +88,12 @@ def schemas() -> dict[str, dict]:
             "mismatchscope rescore --locate",
             "rescore --locate --format json: probe.json's document and the localisation of the run's worst sequences",
         ),
+        "provenance.json": json_schema(
+            ProvenanceDocument,
+            "mismatchscope provenance",
+            "provenance --format json: one run's two sides, or two runs, field by field",
+        ),
+        "provenance-record.json": record_schema(),
     }
 
 

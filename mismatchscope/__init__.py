@@ -46,6 +46,8 @@ _EXPORTS: dict[str, str] = {
     "TimelineResult": "timeline",
     # recording and watching from inside a training loop
     "Recorder": "live",
+    "provenance": "execution.collect",
+    "RunProvenance": "execution.record",
     "Monitor": "live",
     "Alert": "live",
     "StepReport": "live",
@@ -77,6 +79,7 @@ __all__ = [
     "RecorderError",
     "RecorderInputError",
     "Report",
+    "RunProvenance",
     "StepReport",
     "TimelineDocument",
     "TimelineResult",
@@ -86,6 +89,7 @@ __all__ = [
     "compare_masks",
     "import_run",
     "load_config",
+    "provenance",
     "report",
     "run_gate",
 ]
@@ -97,6 +101,8 @@ if TYPE_CHECKING:  # what a type checker and an editor see; at run time __getatt
     from .api import compare_masks, report
     from .diagnose.document import DiagnoseDocument
     from .errors import InputError, MismatchscopeError, RecorderError, RecorderInputError, UsageError
+    from .execution.collect import provenance
+    from .execution.record import RunProvenance
     from .gate.config import GateConfig, load_config
     from .gate.document import GateDocument
     from .gate.run import GateResult, run_gate

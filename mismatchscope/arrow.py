@@ -1,10 +1,12 @@
-"""Arrow arrays to numpy without the detour through pandas.
+"""Arrow arrays to numpy and back without the detour through pandas.
 
 ``pyarrow.Array.to_numpy`` imports pandas the first time it runs (about a
-tenth of a second, a third of a small command's start-up). A column of
+tenth of a second, a third of a small command's start-up), and so does
+``pyarrow.array`` on anything, a numpy array included. A column of
 fixed-width numbers without nulls is already a numpy array in all but name:
-its values buffer is viewed in place. Anything else (nulls, booleans,
-dictionaries) takes pyarrow's own conversion.
+its values buffer is viewed in place, one way (:func:`to_numpy`) or the other
+(:func:`from_numpy`). Anything else (nulls, booleans, dictionaries) takes
+pyarrow's own conversion.
 """
 
 from __future__ import annotations
@@ -25,6 +27,22 @@ _DTYPES = {
     pa.float32(): np.float32,
     pa.float64(): np.float64,
 }
+
+
+def from_numpy(values: np.ndarray, type: pa.DataType, valid: np.ndarray | None = None) -> pa.Array:
+    """``values`` (fixed-width numbers) as an Arrow array of ``type``, its buffer shared; ``valid``: where the
+    values hold (the rest are null)."""
+    values = np.ascontiguousarray(values, dtype=_DTYPES[type])
+    bitmap = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    nulls = -1 if valid is None else int(values.size - np.count_nonzero(valid))
+    return pa.Array.from_buffers(type, values.size, [bitmap, pa.py_buffer(values)], null_count=nulls)
+
+
+def strings(values: tuple[str, ...] | list[str]) -> pa.Array:
+    """A small string array (a dictionary's values) built from its buffers."""
+    data = [v.encode() for v in values]
+    offsets = np.cumsum([0, *map(len, data)], dtype=np.int32)
+    return pa.Array.from_buffers(pa.string(), len(data), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
 
 
 def to_numpy(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:

@@ -42,6 +42,18 @@ class TokenTerms:
     lq_T: np.ndarray | None = None
 
     @cached_property
+    def one_minus_q_T(self) -> np.ndarray:
+        """1 - q as -expm1(log q): exact near q = 1, where 1 - exp(log q) rounds to 0 (the binary KLs use it)."""
+        with np.errstate(over="ignore"):
+            return -np.expm1(np.asarray(self.lq_T, dtype=np.float64))
+
+    @cached_property
+    def one_minus_p_T(self) -> np.ndarray:
+        """1 - p as -expm1(log p)."""
+        with np.errstate(over="ignore"):
+            return -np.expm1(np.asarray(self.lp_T, dtype=np.float64))
+
+    @cached_property
     def chi2_screen(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``((p - q)^2, min(p(1-p), q(1-q)), min(...) <= 1e-12)``: what :func:`binary_kl_candidates` compares,
         whatever the threshold, computed once for every rule that screens the same tokens."""
@@ -148,21 +160,32 @@ def binary_kl_logs(log_a_T: np.ndarray, log_b_T: np.ndarray, eps: float = 0.0) -
     return binary_kl_logs_both(log_a_T, log_b_T, eps)[0]
 
 
-def binary_kl_logs_both(log_a_T: np.ndarray, log_b_T: np.ndarray, eps: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+def binary_kl_logs_both(
+    log_a_T: np.ndarray,
+    log_b_T: np.ndarray,
+    eps: float = 0.0,
+    exps: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """(KL(Bern(a) || Bern(b)), KL(Bern(b) || Bern(a))) as :func:`binary_kl_logs` computes each, sharing
-    the exponentials and logarithms both directions need (KPop takes the larger of the two)."""
-    la = np.asarray(log_a_T, dtype=np.float64)
-    lb = np.asarray(log_b_T, dtype=np.float64)
+    the exponentials and logarithms both directions need (KPop takes the larger of the two).
+
+    ``exps``: ``(exp(log a), exp(log b), -expm1(log a), -expm1(log b))`` where the caller holds them already
+    (a batch's :class:`TokenTerms`): the same values, not computed twice, so the result is the same to the bit.
+    """
+    la0 = np.asarray(log_a_T, dtype=np.float64)
+    lb0 = np.asarray(log_b_T, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        a1, b1 = -np.expm1(la), -np.expm1(lb)
+        a1, b1 = (-np.expm1(la0), -np.expm1(lb0)) if exps is None else (exps[2], exps[3])
         if eps > 0:
             lo, hi = math.log(eps), math.log1p(-eps)
-            la, lb = np.minimum(np.maximum(la, lo), hi), np.minimum(np.maximum(lb, lo), hi)
-            a1, b1 = np.minimum(np.maximum(a1, eps), 1.0 - eps), np.minimum(np.maximum(b1, eps), 1.0 - eps)
+            # np.clip is min(max(x, lo), hi) for the finite values a pass holds, in a fraction of the time
+            la, lb = np.clip(la0, lo, hi), np.clip(lb0, lo, hi)
+            a1, b1 = np.clip(a1, eps, 1.0 - eps), np.clip(b1, eps, 1.0 - eps)
         else:
-            la, lb = np.minimum(la, 0.0), np.minimum(lb, 0.0)
+            la, lb = np.minimum(la0, 0.0), np.minimum(lb0, 0.0)
             a1, b1 = np.maximum(a1, 0.0), np.maximum(b1, 0.0)
-        a, b = np.exp(la), np.exp(lb)
+        a = np.exp(la) if exps is None else _exp_where_moved(exps[0], la, la0)
+        b = np.exp(lb) if exps is None else _exp_where_moved(exps[1], lb, lb0)
         dl = la - lb
         dl1 = np.log(a1) - np.log(b1)
         ab1, ab2 = a * dl, a1 * dl1
@@ -171,6 +194,16 @@ def binary_kl_logs_both(log_a_T: np.ndarray, log_b_T: np.ndarray, eps: float = 0
             ab1, ab2 = np.where(a > 0, ab1, 0.0), np.where(a1 > 0, ab2, 0.0)
             ba1, ba2 = np.where(b > 0, ba1, 0.0), np.where(b1 > 0, ba2, 0.0)
     return np.maximum(ab1 + ab2, 0.0), np.maximum(ba1 + ba2, 0.0)
+
+
+def _exp_where_moved(exp0: np.ndarray, x: np.ndarray, x0: np.ndarray) -> np.ndarray:
+    """``exp(x)`` given ``exp0 = exp(x0)``: computed again only where a clamp moved ``x`` off ``x0``."""
+    moved = np.flatnonzero(x != x0)
+    if not moved.size:
+        return exp0
+    out = exp0.copy()
+    out[moved] = np.exp(x[moved])
+    return out
 
 
 def k3_per_token(log_ratio: np.ndarray) -> np.ndarray:

@@ -164,6 +164,15 @@ class DuplicatePositionError(InputError):
         )
 
 
+class TurnOrderError(InputError):
+    """A multi-turn run's turns out of order: a ``turn`` that decreases within a sequence, or a
+    ``turn_position`` that does not restart at 0 where a turn begins."""
+
+
+class ChatTemplateError(CheckpointError):
+    """A checkpoint's chat template cannot render the conversation a multi-turn probe builds."""
+
+
 class RecorderInputError(InputError):
     """Arrays handed to ``Recorder.add`` / ``Monitor.add`` that cannot be recorded."""
 

@@ -94,6 +94,19 @@ OPTIONAL: tuple[Column, ...] = (
         pa.int32(),
         "trainer rank that wrote the record in an imported run (prime-rl: file rank; slime: data-parallel rank)",
     ),
+    Column(
+        "turn",
+        pa.int32(),
+        "multi-turn runs: 0-based index of the assistant turn the token belongs to (tool and environment spans "
+        "between turns hold no rows); a file without it holds one turn per sequence",
+    ),
+    Column("turn_position", pa.int32(), "multi-turn runs: the token's 0-based index within its turn"),
+    Column(
+        "trainer_token_id",
+        pa.int64(),
+        "the id the trainer scored at this row, where the run holds both sides' ids: another id than "
+        "token_id where the conversation was decoded and encoded again between the two sides (re-tokenized)",
+    ),
 )
 
 TOPK_SUMMARY: tuple[Column, ...] = (
@@ -144,6 +157,10 @@ ROW_SUMS = (
     "topk_cut",
 )
 """what ``doctor``'s temperature and truncation fits keep per row, in place of the two logprob lists."""
+TURN_COLUMNS = ("turn", "turn_position")
+"""the multi-turn columns. Their absence is a value: a file without them holds one turn per sequence
+(``turn`` 0, ``turn_position`` equal to ``position``), so a writer leaves them out of a shard of single-turn
+sequences and a reader fills them in for it (``reader.streaming``)."""
 
 
 WRITE_OPTIONS: dict[str, Any] = {"compression": "zstd", "write_page_checksum": True}
@@ -269,9 +286,8 @@ def first_refused(columns: Mapping[str, Any]) -> Refusal | None:
 
     The rules are the readers' own: a finite logprob above the rounding
     tolerance, a non-finite advantage, a position outside
-    ``0..MAX_POSITION``, a step beyond ``+-MAX_ABS_STEP``, a token id below
-    :data:`NOT_RECORDED_ID`. Non-finite logprobs are not refused (readers
-    count them and leave them out).
+    ``0..MAX_POSITION`` (a turn or a position within one likewise), a step beyond ``+-MAX_ABS_STEP``, a token
+    id below :data:`NOT_RECORDED_ID`. Non-finite logprobs are not refused (readers count them and leave them out).
     """
     for name in ("sampler_logprob", "trainer_logprob"):
         if name in columns:
@@ -296,7 +312,9 @@ def first_refused(columns: Mapping[str, Any]) -> Refusal | None:
                 f"advantage is {float(v.flat[i])} (missing?): report and timeline need a finite "
                 "advantage on every token",
             )
-    for name, lo, hi in (("position", 0, MAX_POSITION), ("step", -MAX_ABS_STEP, MAX_ABS_STEP)):
+    limits = (("position", 0, MAX_POSITION), ("step", -MAX_ABS_STEP, MAX_ABS_STEP))
+    limits += tuple((name, 0, MAX_POSITION) for name in TURN_COLUMNS)
+    for name, lo, hi in limits:
         if name in columns:
             v = np.asarray(columns[name])
             bad = (v < lo) | (v > hi)

@@ -104,6 +104,19 @@ re-derived.
 
 Prompts. 32 problems drawn with their own seed; training never sees these
 digit lists (they are excluded from the training stream).
+
+Chat. ``tiny-qwen3-chat`` is ``tiny-qwen3`` byte for byte (the same weights,
+config and tokenizer files, copied) plus a chat template
+(``chat_template.jinja``), so that ``probe --turns`` can render multi-turn
+conversations on the bundled model: every user or tool message opens with
+``<bos>`` and is written as is, every assistant message is its content then
+``<eos>``, and no generation prompt is added (the model answers straight after
+the message, as it was trained to after a prompt). A tool message that holds a
+new sum (the probe's default tool response) is a new problem the model works
+out; what it writes after a tool message is its own, the model never saw a
+conversation. ``tiny-qwen3`` itself keeps no template, so its checkpoint
+hash, and every run that recorded it, stay as they were. ``--only chat``
+writes just this folder from an existing ``tiny-qwen3``.
 """
 
 from __future__ import annotations
@@ -443,6 +456,27 @@ def lag_rejects(sampler_model, trainer_model, tok, prompts, n, seed) -> dict:
 
 # --- saving -------------------------------------------------------------------
 
+CHAT_TEMPLATE = (
+    "{{- bos_token -}}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'assistant' -%}{{- message['content'] + eos_token -}}"
+    "{%- else -%}{%- if not loop.first -%}{{- bos_token -}}{%- endif -%}{{- message['content'] -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+)
+"""tiny-qwen3-chat's template: user, system and tool messages open with <bos>, assistant messages end with <eos>."""
+
+
+def save_chat(out: Path) -> None:
+    """``tiny-qwen3-chat``: ``tiny-qwen3``'s files copied unchanged, and the chat template beside them."""
+    src, dst = out / "tiny-qwen3", out / "tiny-qwen3-chat"
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(src, dst)
+    (dst / "chat_template.jinja").write_text(CHAT_TEMPLATE + "\n")
+    for f in dst.iterdir():
+        f.chmod(0o644)
+
 
 def save(model, tok, out_dir: Path) -> None:
     if out_dir.exists():
@@ -481,9 +515,14 @@ def main() -> None:
     ap.add_argument("--dense-steps", type=int, default=DENSE_TRAIN["steps"])
     ap.add_argument("--later-steps", type=int, default=DENSE_TRAIN["later"])
     ap.add_argument("--moe-steps", type=int, default=MOE_TRAIN["steps"])
-    ap.add_argument("--only", choices=["dense", "moe"], default=None, help="build one family only")
+    ap.add_argument(
+        "--only", choices=["dense", "moe", "chat"], default=None, help="build one family only (chat: from tiny-qwen3)"
+    )
     args = ap.parse_args()
 
+    if args.only == "chat":
+        save_chat(args.out)
+        return
     torch.set_num_threads(NUM_THREADS)
     torch.use_deterministic_algorithms(True)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -534,6 +573,8 @@ def main() -> None:
         stats.update(quality(model, tok, prompts, 4, EVAL_SEED))
         report[name] = stats
         print(f"[{name}] {json.dumps(stats)}", flush=True)
+    if args.only != "moe":
+        save_chat(args.out)
     report["total_wall_seconds"] = time.perf_counter() - w_all
     print(json.dumps(report, indent=2))
 

@@ -48,6 +48,8 @@ SLOW_TESTS = frozenset(
         "tests/render/plots/test_figures.py::test_gate_plots_and_html",  # 6 s (test_report_plots_and_html keeps the page in the fast lane)
         "tests/project/test_wheel.py::test_the_wheel_carries_the_sample",  # builds a wheel
         "tests/analysis/test_worst.py::test_trace_pictures",  # 7 s
+        "tests/probe/test_turns.py::test_messages_mode_records_the_trainer_s_ids_beside_the_sampler_s",  # 20 s, hf probe
+        "tests/probe/test_turns.py::test_a_killed_multi_turn_probe_resumes_from_its_next_turn",  # 30 s, two probes
     }
 )
 """Slow tests named here rather than marked where they stand, so the list reads as one measurement."""
@@ -56,7 +58,9 @@ SLOW_FIXTURES = frozenset(
     {
         "base_run",
         "lag_run",  # tests/probe/test_policy_lag.py: two probes of the tiny checkpoint, 10 s in this process
+        "secret_run",  # tests/probe/test_provenance.py: a probe of the tiny checkpoint under secrets, 5 s
         "full_distributions",  # tests/doctor/test_run.py: torch, transformers and two float32 forwards, 8-10 s
+        "tokens_run",  # tests/probe/test_turns.py: a three-turn probe with the transformers sampler, 20 s
     }
 )
 """Fixtures that run a probe or train a model: every test using one is slow."""

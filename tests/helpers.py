@@ -31,7 +31,9 @@ def pairs(rows: list[tuple[int, int, float, float]], **extra) -> dict:
     }
 
 
-IN_PROCESS = frozenset({"report", "compare-masks", "gate", "import", "timeline", "certify", "doctor"})
+IN_PROCESS = frozenset(
+    {"report", "compare-masks", "gate", "import", "timeline", "certify", "doctor", "provenance", "view"}
+)
 """Commands :func:`cli` runs inside the test process: they start no engine and hold no process-wide state, and
 a subprocess would spend most of its time starting Python and importing numpy, pyarrow and typer again."""
 

@@ -73,3 +73,21 @@ def test_k3_per_token_by_hand_and_as_token_terms_computes_it():
     lp = np.array([-0.9, -0.7, -2.5])
     # the same expression, fused in token_terms (equal to rounding: the two may take different SIMD loops)
     np.testing.assert_allclose(k3_per_token(lp - lq), token_terms(lp, lq).k3_T, rtol=1e-15, atol=0)
+
+
+def test_the_binary_kls_from_a_batchs_exponentials_are_the_same_to_the_bit():
+    """The audit's statistics reuse the terms' exp(l) and expm1(l); the rules compute them afresh: the values must
+    be identical, clamped or not (near-certain tokens, tiny probabilities, a logprob a hair above 0)."""
+    from mismatchscope.divergence import binary_kl_logs_both
+    from mismatchscope.rules.token import _exps, dppo_binary_kl
+
+    rng = np.random.default_rng(3)
+    lq = np.concatenate([-rng.exponential(0.8, 2000), [0.0, 5e-5, -1e-9, -1e-7, -30.0, -200.0]])
+    lp = np.minimum(lq + rng.normal(0, 0.3, lq.size), 0.0)
+    lp[-3:] = [0.0, -1e-12, -50.0]
+    t = token_terms(lp, lq)
+    for eps in (0.0, 1e-8, 1e-6, 0.01):
+        for a, b in zip(binary_kl_logs_both(lq, lp, eps), binary_kl_logs_both(lq, lp, eps, _exps(t)), strict=True):
+            assert np.array_equal(a, b, equal_nan=True), eps
+        d = dppo_binary_kl(lq, lp, eps)
+        assert np.array_equal(d, dppo_binary_kl(lq, lp, eps, (t.q_T, t.one_minus_q_T, t.one_minus_p_T)), equal_nan=True)

@@ -108,6 +108,12 @@ def test_report_output_validates(path):
     assert len(doc["worst"]) == 2
 
 
+@pytest.mark.parametrize("path", [SAMPLE_PAIRS, GOLDEN], ids=["ids", "probe-run-text-and-top-k"])
+def test_view_output_validates(path, tmp_path):
+    doc = _validate("view.json", "view", str(path), "--html", str(tmp_path / "v.html"), "--worst", "3")
+    assert len(doc["sequences"]) == 3 and (doc["text"]["tokenizer"] is None) == (path == SAMPLE_PAIRS)
+
+
 def test_report_of_a_moe_run_validates(tmp_path):
     run = write_run(tmp_path / "run")
     doc = _validate("report.json", "report", str(run))

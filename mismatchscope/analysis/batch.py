@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -28,7 +28,41 @@ from .summaries import check_ranges, compare, from_lists, topk_from_summaries
 from .table import token_values
 from .tokenstats import TokenStats
 from .topk import ScoreCentering, TopkBounds, score_centering, topk_bounds
+from .turns import TurnRows, turn_rows
 from .validate import check_advantage, check_positions
+
+
+@dataclass(frozen=True)
+class BatchTokens:
+    """One cleaned batch as the rules judged it: what a :class:`BatchSink` sees of it, on the worker thread."""
+
+    batch: dict
+    """the cleaned columns (canonical name -> array)."""
+    terms: TokenTerms
+    actions: dict[str, np.ndarray]
+    """each selected token rule unit's action per token (KEEP, REJECT, REWEIGHT), under its ``Unit.key``;
+    the units of a ``--sweep`` are not in it."""
+
+
+class BatchSink(Protocol):
+    """Something that takes every batch of a compare-masks pass, token by token (``compare-masks --write``).
+
+    ``start`` sees the plan before the first batch; ``per_batch`` runs on the
+    worker thread that analysed the batch (a pure function of it); its result
+    is handed to ``take`` on the calling thread, in file order; ``finish``
+    sees the pass's result.
+    """
+
+    reads: tuple[str, ...]
+    """columns the sink wants in the batches besides the pass's own, where the run has them."""
+
+    def start(self, plan: AnalysisPlan) -> None: ...
+
+    def per_batch(self, tokens: BatchTokens) -> object: ...
+
+    def take(self, part: object) -> None: ...
+
+    def finish(self, result: Any) -> None: ...
 
 
 @dataclass
@@ -45,13 +79,23 @@ class BatchPart:
     seen: tuple | None = None
     """(terms, batch) for ``on_terms``; None when nobody asked."""
     gap: GapTally | None = None
+    sunk: object = None
+    """what the pass's sink made of the batch (``BatchSink.per_batch``); None without a sink."""
+    turns: TurnRows | None = None
+    """a multi-turn run: the batch's rows per (sequence, turn), for the turns' check and counts."""
 
 
 def analyse_batch(
-    plan: AnalysisPlan, index: FlipIndex | None, stats: TokenStats, keep_terms: bool, raw: RawBatch
+    plan: AnalysisPlan,
+    index: FlipIndex | None,
+    stats: TokenStats,
+    keep_terms: bool,
+    sink: BatchSink | None,
+    raw: RawBatch,
 ) -> BatchPart:
     """One batch's contribution. ``index``: the routes' flip index (runs whose both sides recorded routes);
-    ``stats``: the fold's token statistics, spawned from; ``keep_terms``: hand the terms back for ``on_terms``."""
+    ``stats``: the fold's token statistics, spawned from; ``keep_terms``: hand the terms back for ``on_terms``;
+    ``sink``: gets the batch with the rules' actions (``BatchSink.per_batch``)."""
     hyg = Hygiene()
     batch = raw.clean(hyg)
     t = token_terms(batch["trainer_logprob"], batch["sampler_logprob"])
@@ -66,10 +110,17 @@ def analyse_batch(
     if index is not None:
         gap = GapTally()
         flipped_T = gap.add(index, batch["sequence_id"], batch["position"], np.abs(t.log_ratio_T))
-    masks = _rule_counts(plan, t, adv, batch, groups, flipped_T, reduced) if plan.masks else None
+    actions: dict[str, np.ndarray] | None = {} if sink is not None else None
+    masks = _rule_counts(plan, t, adv, batch, groups, flipped_T, reduced, actions) if plan.masks else None
     part_stats = _token_stats(plan, stats, t, batch) if plan.report else None
     seen = (t, batch) if keep_terms else None
-    return BatchPart(hyg, runs, groups.keys, reduced, part_stats, masks, t.log_ratio_T.size, seen, gap)
+    sunk = sink.per_batch(BatchTokens(batch, t, actions or {})) if sink is not None else None
+    turns = (
+        turn_rows(batch["sequence_id"], batch["position"], batch["turn"], batch["turn_position"])
+        if plan.turns
+        else None
+    )
+    return BatchPart(hyg, runs, groups.keys, reduced, part_stats, masks, t.log_ratio_T.size, seen, gap, sunk, turns)
 
 
 def _reduced(plan: AnalysisPlan, t: TokenTerms, adv: np.ndarray | None, groups: Groups) -> dict[str, np.ndarray]:
@@ -93,11 +144,13 @@ def _rule_counts(
     groups: Groups,
     flipped_T: np.ndarray | None,
     reduced: dict[str, np.ndarray],
+    actions: dict[str, np.ndarray] | None = None,
 ) -> MaskAccumulator:
-    """The rule units' counts of this batch; their per-sequence sums go into ``reduced``."""
+    """The rule units' counts of this batch; their per-sequence sums go into ``reduced`` (and each selected
+    token unit's actions into ``actions``, when given)."""
     masks = MaskAccumulator([u.fresh() for u in plan.units], plan.examples)
     masks.routed = plan.joins_routes
-    reduced.update(masks.add(t, adv, batch, groups, flipped_T))
+    reduced.update(masks.add(t, adv, batch, groups, flipped_T, actions, batch["turn"] if plan.by_turn else None))
     if flipped_T is not None:
         reduced[ROUTE_FLIPPED] = groups.count_at(np.flatnonzero(flipped_T))
     return masks
@@ -107,7 +160,7 @@ def _token_stats(plan: AnalysisPlan, stats: TokenStats, t: TokenTerms, batch: di
     """The report's token statistics of this batch (top-k bounds and kept mass where the file has them)."""
     part = stats.spawn()
     ent = batch.get("trainer_entropy")
-    part.add(t, batch["position"], ent if ent is not None and np.isfinite(ent).all() else None)
+    part.add(t, batch["position"], ent if ent is not None and np.isfinite(ent).all() else None, batch.get("turn"))
     if plan.has_topk:
         b, centering = topk_of(plan, batch, t)
         part.add_topk(b.tv_lower_T, b.kl_lower_T, b.sampler_mass_T)

@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..rules import SequenceInputs
-from .masks import MaskAccumulator, mean_row, tail_reading, unit_row
+from .masks import MaskAccumulator, mean_row, tail_reading, turn_counts, unit_row
 from .results import MasksResult, RuleRow, Sweep, SweepPoint
+from .turns import TurnRows
 
 
 def assemble_masks(
@@ -22,14 +23,21 @@ def assemble_masks(
     sequences: int,
     has_adv: bool,
     warnings: list[str],
+    by_turn: tuple[np.ndarray, TurnRows] | None = None,
 ) -> MasksResult:
-    """The ``compare-masks`` result: a row per rule and hypothesis, sweeps, tails, agreement and examples."""
-    extra = masks.finish(seq, per_seq)
+    """The ``compare-masks`` result: a row per rule and hypothesis, sweeps, tails, agreement and examples.
+
+    ``by_turn`` (``--by turn``): the sequences' ids and the run's tokens per (sequence, turn).
+    """
+    extra = masks.finish(seq, per_seq, by_turn)
+    turns = None
+    if by_turn is not None:
+        turns = int(by_turn[1].turn.max()) + 1 if by_turn[1].size else 0
     rows: list[RuleRow] = []
     sweeps: dict[str, Sweep] = {}
     pending: dict[str, RuleRow] = {}
     for u in masks.units:
-        row = unit_row(u, tokens, sequences, has_adv, masks.routed)
+        row = unit_row(u, tokens, sequences, has_adv, masks.routed, turns)
         if u.sweep is None:
             rows.append(row)
             if u.hypothesis == "A>0":
@@ -50,6 +58,9 @@ def assemble_masks(
         agreement=extra["agreement"],
         sweeps=list(sweeps.values()),
         examples=extra["examples"],
+        tokens_by_turn={k: int(v) for k, v in turn_counts(masks.tokens_by_turn, turns).items()}
+        if turns is not None
+        else None,
         warnings=warnings,
     )
 

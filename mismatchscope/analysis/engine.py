@@ -14,17 +14,18 @@ printed by one is the number printed by the other.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import numpy as np
 
 from ..divergence import TokenTerms, token_terms
+from ..errors import UsageError
 from ..reader import Hygiene, RawBatch, Source, open_source, read_batches
 from ..routing.io import locate_routes
 from ..rules import RuleInstance, SequenceInputs
 from ..rules.sequence import needs_inverse_k3
-from .batch import BatchPart, analyse_batch, topk_of, with_summaries
+from .batch import BatchPart, BatchSink, analyse_batch, topk_of, with_summaries
 from .comparison import assemble_masks
 from .grouping import SequenceAggregator
 from .masks import ROUTE_FLIPPED, MaskAccumulator, build_units
@@ -39,7 +40,7 @@ from .plan import (
     required_columns,
     topk_read,
 )
-from .positions import PositionTracker
+from .positions import PositionRuns, PositionTracker
 from .quantiles import select_bins
 from .report import assemble_report
 from .results import MasksResult, Report
@@ -49,6 +50,7 @@ from .routing_report import routing_section, routing_warnings
 from .summaries import check_row_group
 from .table import SequenceTable
 from .tokenstats import RATIO_QUANTILES, TokenStats, centering_values
+from .turns import TurnRows, TurnTracker
 from .validate import check_not_empty, overflow_warnings, position_warnings
 
 
@@ -75,6 +77,8 @@ class AnalysisRequest:
     batch_rows: int = 1 << 17
     """rows a worker analyses at once: large enough that numpy's per-call overhead (a rule is a dozen
     calls) stays small beside the work, small enough that a batch's temporaries stay near the cache."""
+    by_turn: bool = False
+    """compare-masks: each rule's rejections per turn (a multi-turn input; ``--by turn``)."""
 
 
 @dataclass
@@ -87,6 +91,10 @@ class AnalysisResult:
     run: dict | None
     source: Source
     per_sequence: SequenceTable
+    sequence_inputs: SequenceInputs
+    """what the sequence rules read, per sequence (aligned with ``per_sequence``'s rows)."""
+    turns: TurnRows | None = None
+    """a multi-turn run's tokens per (sequence, turn), its turns checked; None for a run of single turns."""
     notes: tuple[str, ...] = ()
     """said on the terminal only (``AnalysisPlan.notes``): a document of the run stays what it was."""
 
@@ -98,13 +106,17 @@ def analyse(
     on_batch: Callable[[int], None] | None = None,
     on_terms: Callable[[TokenTerms, dict], None] | None = None,
     workers: int | None = None,
+    sink: BatchSink | None = None,
 ) -> AnalysisResult:
-    """``on_terms(terms, batch)``, when given, sees every batch's token terms (the pictures' histograms).
+    """``on_terms(terms, batch)``, when given, sees every batch's token terms (the pictures' histograms);
+    ``sink`` (compare-masks' rules only) every batch with the rules' actions, and the result at the end.
 
     Batches are analysed on ``workers`` threads (default: one per core, ``parallel.default_workers``)
     and folded in file order, so the result does not depend on the number of threads.
     """
-    return run_plan(make_plan(path, request, mapping), on_batch, on_terms, workers)
+    if sink is not None:
+        request = replace(request, also_read=tuple(dict.fromkeys([*request.also_read, *sink.reads])))
+    return run_plan(make_plan(path, request, mapping), on_batch, on_terms, workers, sink)
 
 
 def run_plan(
@@ -112,28 +124,41 @@ def run_plan(
     on_batch: Callable[[int], None] | None = None,
     on_terms: Callable[[TokenTerms, dict], None] | None = None,
     workers: int | None = None,
+    sink: BatchSink | None = None,
 ) -> AnalysisResult:
     """:func:`analyse` of a plan already made: a caller that sizes something by the input (``doctor``'s
     sample, by its rows) reads the plan's source instead of opening the input a second time."""
+    if sink is not None:
+        sink.start(plan)
     scan = scan_routes(plan.routes) if plan.routes is not None else None
     fold = _Fold(plan, scan)
-    one_batch = partial(analyse_batch, plan, fold.index, fold.stats, on_terms is not None)
+    one_batch = partial(analyse_batch, plan, fold.index, fold.stats, on_terms is not None, sink)
     batches = read_batches(plan.source, list(plan.columns), plan.batch_rows, required=plan.required, check=plan.check)
     for part in ordered_map(one_batch, batches, workers):
         fold.add(part)
         if on_terms and part.seen is not None:
             on_terms(*part.seen)
+        if sink is not None:
+            sink.take(part.sunk)
         if on_batch:
             on_batch(part.tokens)
     if plan.report:
         _refill_quantiles(plan, fold.stats, workers)
         fold.stats.gather_on(workers)
-    return _finish(fold)
+    result = _finish(fold)
+    if sink is not None:
+        sink.finish(result)
+    return result
 
 
 def make_plan(path: str, request: AnalysisRequest, mapping: dict[str, str] | None = None) -> AnalysisPlan:
     """Open the input once and decide the pass: columns, reductions, rule units, routes (located, not yet read)."""
     source = open_source(path, mapping)
+    if request.by_turn and not source.has("turn"):
+        raise UsageError(
+            f"--by turn: {path} has no turn column (its sequences are one turn each)",
+            hint="multi-turn runs carry turn and turn_position (docs/multi-turn.md)",
+        )
     has_adv = source.has("advantage")
     units = tuple(build_units(request.rules, request.sweeps, has_adv)) if request.masks else ()
     seq_rules = [u.rule for u in units if u.rule.level == "sequence"]
@@ -165,6 +190,8 @@ def make_plan(path: str, request: AnalysisRequest, mapping: dict[str, str] | Non
         routes=routes,
         routes_note=note,
         batch_rows=request.batch_rows,
+        turns=source.has("turn"),
+        by_turn=request.by_turn and request.masks,
     )
 
 
@@ -178,6 +205,7 @@ class _Fold:
     positions: PositionTracker = field(default_factory=PositionTracker)
     stats: TokenStats = field(default_factory=TokenStats)
     gap: GapTally = field(default_factory=GapTally)
+    turns: TurnTracker = field(default_factory=TurnTracker)
     seqagg: SequenceAggregator = field(init=False)
     masks: MaskAccumulator | None = field(init=False)
 
@@ -196,6 +224,7 @@ class _Fold:
     def add(self, part: BatchPart) -> None:
         self.hygiene.merge(part.hygiene)
         self.positions.add_runs(part.runs)
+        self.turns.add(part.turns)
         self.seqagg.add_reduced(part.keys, part.reduced)
         if part.stats is not None:
             self.stats.merge(part.stats)
@@ -213,7 +242,9 @@ def _finish(fold: _Fold) -> AnalysisResult:
     table = SequenceTable.from_reduced(seq_ids, agg, agg.get("sum_adv"))
     n_tokens = int(table.n_tokens_S.sum()) if seq_ids.size else 0
     check_not_empty(plan.path, n_tokens, fold.hygiene, plan.source)
-    warnings = plan.source.warnings + fold.hygiene.warnings() + position_warnings(fold.positions.finish())
+    turns = fold.turns.finish() if plan.turns else None
+    runs = fold.positions.finish()
+    warnings = plan.source.warnings + fold.hygiene.warnings() + position_warnings(runs, _turns_of(runs, turns))
     warnings += overflow_warnings(table.max_l_S)
     warnings += ([plan.routes_note] if plan.routes_note else []) + (routing_warnings(scan) if scan else [])
     seq = _sequence_inputs(plan, table, agg)
@@ -221,10 +252,29 @@ def _finish(fold: _Fold) -> AnalysisResult:
     if plan.report:
         routing = routing_section(scan, fold.gap if fold.index is not None else None) if scan is not None else None
         report = assemble_report(fold.stats, seq, table, plan.source.run_config, n_tokens, warnings, routing)
-    mask_out = _masks_out(fold, seq, table, agg, n_tokens, warnings) if fold.masks is not None else None
+    mask_out = _masks_out(fold, seq, table, agg, n_tokens, warnings, turns) if fold.masks is not None else None
     return AnalysisResult(
-        n_tokens, int(seq_ids.size), report, mask_out, warnings, plan.source.run_config, plan.source, table, plan.notes
+        n_tokens,
+        int(seq_ids.size),
+        report,
+        mask_out,
+        warnings,
+        plan.source.run_config,
+        plan.source,
+        table,
+        seq,
+        turns,
+        plan.notes,
     )
+
+
+def _turns_of(runs: PositionRuns, turns: TurnRows | None) -> np.ndarray | None:
+    """Each sequence's number of turns, in the order of ``runs`` (None for a run of single turns)."""
+    if turns is None:
+        return None
+    ids, counts = np.unique(turns.sequence_id, return_counts=True)
+    at = np.clip(np.searchsorted(ids, runs.sequence_id_S), 0, max(ids.size - 1, 0))
+    return np.where(ids[at] == runs.sequence_id_S, counts[at], 1) if ids.size else None
 
 
 def _sequence_inputs(plan: AnalysisPlan, table: SequenceTable, agg: dict[str, np.ndarray]) -> SequenceInputs:
@@ -244,7 +294,13 @@ def _sequence_inputs(plan: AnalysisPlan, table: SequenceTable, agg: dict[str, np
 
 
 def _masks_out(
-    fold: _Fold, seq: SequenceInputs, table: SequenceTable, agg: dict[str, np.ndarray], n_tokens: int, warnings
+    fold: _Fold,
+    seq: SequenceInputs,
+    table: SequenceTable,
+    agg: dict[str, np.ndarray],
+    n_tokens: int,
+    warnings,
+    turns: TurnRows | None,
 ) -> MasksResult:
     """compare-masks' result; the rules' per-sequence columns go into ``table``."""
     masks, routed = fold.masks, fold.index is not None
@@ -253,8 +309,9 @@ def _masks_out(
     with np.errstate(over="ignore"):  # a sequence's geometric ratio exp(mean l) may overflow to inf, as it should
         if routed:
             mask_columns[ROUTE_FLIPPED] = agg[ROUTE_FLIPPED]
+        by_turn = (table.sequence_id_S, turns) if fold.plan.by_turn and turns is not None else None
         out = assemble_masks(
-            masks, seq, mask_columns, n_tokens, table.sequence_id_S.size, fold.plan.has_advantage, warnings
+            masks, seq, mask_columns, n_tokens, table.sequence_id_S.size, fold.plan.has_advantage, warnings, by_turn
         )
     if routed:
         out.route_flipped_tokens = fold.gap.flipped_n

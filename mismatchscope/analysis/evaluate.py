@@ -34,22 +34,33 @@ class Verdicts:
         """The mask of the unit's own action ("reject" or "reweight")."""
         return self.rejected if acts == "reject" else self.reweighted
 
+    @staticmethod
+    def of(act: np.ndarray) -> Verdicts:
+        """The masks of an action array (KEEP, REJECT, REWEIGHT per token or sequence)."""
+        return Verdicts(act == REJECT, act == REWEIGHT)
 
-def _verdicts(act: np.ndarray) -> Verdicts:
-    return Verdicts(act == REJECT, act == REWEIGHT)
+
+def token_actions(unit, t: TokenTerms, advantage_T: np.ndarray | None) -> np.ndarray:
+    """``unit`` (``.rule``, ``.hypothesis``) on the tokens of one batch: KEEP, REJECT or REWEIGHT per token."""
+    adv = advantage_T if unit.hypothesis == "data" else np.full(t.log_ratio_T.size, HYPOTHESES[unit.hypothesis])
+    return unit.rule.token_actions(t, adv)
 
 
 def token_verdicts(unit, t: TokenTerms, advantage_T: np.ndarray | None) -> Verdicts:
-    """``unit`` (``.rule``, ``.hypothesis``) on the tokens of one batch."""
-    adv = advantage_T if unit.hypothesis == "data" else np.full(t.log_ratio_T.size, HYPOTHESES[unit.hypothesis])
-    return _verdicts(unit.rule.token_actions(t, adv))
+    """``unit`` on the tokens of one batch, as masks."""
+    return Verdicts.of(token_actions(unit, t, advantage_T))
+
+
+def sequence_actions(unit, seq: SequenceInputs) -> np.ndarray:
+    """``unit`` on per-sequence aggregates: KEEP, REJECT or REWEIGHT per row."""
+    if unit.hypothesis != "data":
+        seq = replace(seq, advantage_S=np.full(seq.n_tokens_S.size, HYPOTHESES[unit.hypothesis]))
+    return unit.rule.sequence_actions(seq)
 
 
 def sequence_verdicts(unit, seq: SequenceInputs) -> Verdicts:
     """``unit`` on per-sequence aggregates (whatever a row is: a sequence, or a (step, sequence))."""
-    if unit.hypothesis != "data":
-        seq = replace(seq, advantage_S=np.full(seq.n_tokens_S.size, HYPOTHESES[unit.hypothesis]))
-    return _verdicts(unit.rule.sequence_actions(seq))
+    return Verdicts.of(sequence_actions(unit, seq))
 
 
 def count_per_key(code: np.ndarray, mask: np.ndarray, n_keys: int, weights: np.ndarray | None = None) -> np.ndarray:

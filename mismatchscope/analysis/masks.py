@@ -16,11 +16,12 @@ import numpy as np
 
 from ..divergence import TokenTerms
 from ..rules import RuleInstance, SequenceInputs
-from .evaluate import HYPOTHESES, sequence_verdicts, token_verdicts
+from .evaluate import HYPOTHESES, Verdicts, sequence_verdicts, token_actions
 from .grouping import Groups
 from .results import DisagreementExample, Hypothesis, RuleAgreement, RuleRow, display_name
 from .table import RuleColumn
 from .tokenstats import Q_EDGES, bucket_index, q_bucket_labels
+from .turns import TurnRows, tokens_by_turn
 
 ROUTE_FLIPPED = "route_flipped"
 """the per-sequence sum of tokens flipped in any MoE layer, when the run has routes (the engine adds it)."""
@@ -86,6 +87,9 @@ class Unit:
     """rejected tokens with p > q, p < q, p = q."""
     flipped_rejected: int = 0
     """rejected tokens whose experts differ between the sides in some MoE layer (runs with routes)."""
+    rejected_by_turn: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    """rejected tokens per turn index (``--by turn``; a multi-turn run)."""
+    reweighted_by_turn: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     def fresh(self) -> Unit:
         """The same rule, hypothesis and sweep with every count at zero."""
@@ -100,6 +104,8 @@ class Unit:
         self.rejected_by_q += other.rejected_by_q
         self.rejected_by_pq_sign += other.rejected_by_pq_sign
         self.flipped_rejected += other.flipped_rejected
+        self.rejected_by_turn = add_counts(self.rejected_by_turn, other.rejected_by_turn)
+        self.reweighted_by_turn = add_counts(self.reweighted_by_turn, other.reweighted_by_turn)
 
     @property
     def key(self) -> str:
@@ -108,6 +114,15 @@ class Unit:
     @property
     def display(self) -> str:
         return display_name(self.rule.name, self.hypothesis)
+
+
+def add_counts(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Two count vectors keyed by index (turns), the shorter one read as zeros past its end."""
+    if a.size < b.size:
+        a, b = b, a
+    out = a.copy()
+    out[: b.size] += b
+    return out
 
 
 def build_units(
@@ -142,6 +157,8 @@ class MaskAccumulator:
         self._examples: list[tuple[float, int, DisagreementExample]] = []
         self.tokens_by_q = np.zeros(N_Q, np.int64)
         self.tokens_by_pq_sign = np.zeros(len(SIGNS), np.int64)
+        self.tokens_by_turn = np.zeros(0, np.int64)
+        """tokens per turn index (``--by turn``)."""
         self.seq_verdicts: dict[Unit, np.ndarray] = {}
         """sequence-rule unit -> rejected mask over sequences (filled by finish)."""
         self._tie = 0
@@ -179,6 +196,7 @@ class MaskAccumulator:
         self.pair_counts += other.pair_counts
         self.tokens_by_q += other.tokens_by_q
         self.tokens_by_pq_sign += other.tokens_by_pq_sign
+        self.tokens_by_turn = add_counts(self.tokens_by_turn, other.tokens_by_turn)
         for score, _, item in sorted(other._examples, key=lambda e: e[1]):  # in the order the batch offered them
             self._offer_example(score, item)
 
@@ -189,19 +207,32 @@ class MaskAccumulator:
         batch: dict,
         groups: Groups,
         flipped_T: np.ndarray | None = None,
+        actions: dict[str, np.ndarray] | None = None,
+        turn_T: np.ndarray | None = None,
     ) -> dict[str, np.ndarray]:
         """Count one batch; returns the per-sequence sums of :meth:`per_token_columns`, one row per run of ``groups``.
 
         ``flipped_T`` (runs with routes): which tokens went through different experts on the two sides.
+        ``actions``, when given, receives each selected token unit's actions on the batch (KEEP, REJECT or
+        REWEIGHT per token) under its ``Unit.key``: the audit writes them as they were counted.
+        ``turn_T`` (``--by turn``): each token's turn, by which the rules' counts are also kept.
         """
         qi, sign = tail_codes(t)
         tail = qi * len(SIGNS) + sign  # sampler-probability bucket and sign of p - q, in one code
         per_seq = self._tail_sums(tail, groups)
         adv_sign = sign_code(advantage_T, 0.0) if advantage_T is not None else None
+        if turn_T is not None:
+            self.tokens_by_turn = add_counts(self.tokens_by_turn, np.bincount(turn_T))
         rejected_rows = []
         for i, u in enumerate(self.token_units):
-            v = token_verdicts(u, t, advantage_T)
+            act = token_actions(u, t, advantage_T)
+            if actions is not None and u.sweep is None:
+                actions[u.key] = act
+            v = Verdicts.of(act)
             rej_at, rew_at = self._count_unit(u, v.rejected, v.reweighted, tail, adv_sign, flipped_T)
+            if turn_T is not None:
+                u.rejected_by_turn = add_counts(u.rejected_by_turn, np.bincount(turn_T[rej_at]))
+                u.reweighted_by_turn = add_counts(u.reweighted_by_turn, np.bincount(turn_T[rew_at]))
             per_seq[f"rej{i}"] = groups.count_at(rej_at)
             per_seq[f"rew{i}"] = groups.count_at(rew_at)
             if u in self.agree_token:
@@ -285,7 +316,11 @@ class MaskAccumulator:
         elif entry[0] > self._examples[0][0]:
             heapq.heapreplace(self._examples, entry)
 
-    def finish(self, seq: SequenceInputs, per_seq: dict[str, np.ndarray]) -> dict:
+    def finish(
+        self, seq: SequenceInputs, per_seq: dict[str, np.ndarray], by_turn: tuple[np.ndarray, TurnRows] | None = None
+    ) -> dict:
+        """The sequence rules' verdicts and what the result adds to the rows. ``by_turn``: the sequences' ids
+        (in the order of ``seq``) and the run's tokens per (sequence, turn), for ``--by turn``."""
         n_tok = seq.n_tokens_S
         seq_masks: list[tuple[Unit, np.ndarray]] = []
         for i, u in enumerate(self.token_units):
@@ -313,6 +348,10 @@ class MaskAccumulator:
             if u.sweep is None and u.rule.spec.acts == "reject":
                 seq_masks.append((u, rej))
                 self.seq_verdicts[u] = rej
+            if by_turn is not None:
+                ids, rows = by_turn
+                u.rejected_by_turn = tokens_by_turn(rows, ids[rej])
+                u.reweighted_by_turn = tokens_by_turn(rows, ids[rew])
         return {
             "tokens_by_sampler_prob": dict(zip(q_bucket_labels(), map(int, self.tokens_by_q), strict=True)),
             "tokens_by_pq_sign": dict(zip(SIGNS, map(int, self.tokens_by_pq_sign), strict=True)),
@@ -353,8 +392,11 @@ class MaskAccumulator:
         return out
 
 
-def unit_row(u: Unit, tokens: int, sequences: int, has_advantage: bool, routed: bool = False) -> RuleRow:
-    """``routed`` (runs with routes) adds how many tokens flipped in some MoE layer the rule rejects."""
+def unit_row(
+    u: Unit, tokens: int, sequences: int, has_advantage: bool, routed: bool = False, turns: int | None = None
+) -> RuleRow:
+    """``routed`` (runs with routes) adds how many tokens flipped in some MoE layer the rule rejects; ``turns``
+    (``--by turn``: the run's number of turns) its rejected and reweighted tokens per turn."""
     rejects = u.rule.spec.acts == "reject"
     return RuleRow(
         name=u.rule.name,
@@ -379,7 +421,15 @@ def unit_row(u: Unit, tokens: int, sequences: int, has_advantage: bool, routed: 
         else None,
         rejected_by_pq_sign=dict(zip(SIGNS, map(int, u.rejected_by_pq_sign), strict=True)) if rejects else None,
         route_flipped_rejected=u.flipped_rejected if routed else None,
+        rejected_by_turn=turn_counts(u.rejected_by_turn, turns) if turns is not None else None,
+        reweighted_by_turn=turn_counts(u.reweighted_by_turn, turns) if turns is not None else None,
     )
+
+
+def turn_counts(counts: np.ndarray, turns: int) -> dict[str, float]:
+    """Counts per turn as the JSON keys them: every turn of the run ("0", "1", ...), zeros included."""
+    full = add_counts(np.zeros(turns, np.int64), counts)
+    return {str(k): int(v) for k, v in enumerate(full)}  # whole counts, typed as the mean row's halves
 
 
 def mean_row(a: RuleRow, b: RuleRow) -> RuleRow:
@@ -406,6 +456,8 @@ def mean_row(a: RuleRow, b: RuleRow) -> RuleRow:
         route_flipped_rejected=avg(a.route_flipped_rejected, b.route_flipped_rejected),
         rejected_by_sampler_prob=avg_map(a.rejected_by_sampler_prob, b.rejected_by_sampler_prob),
         rejected_by_pq_sign=avg_map(a.rejected_by_pq_sign, b.rejected_by_pq_sign),
+        rejected_by_turn=avg_map(a.rejected_by_turn, b.rejected_by_turn),
+        reweighted_by_turn=avg_map(a.reweighted_by_turn, b.reweighted_by_turn),
     )
 
 

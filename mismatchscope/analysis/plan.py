@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from ..reader import Source
 from ..routing.io import RoutesRun
-from ..schema import BOUND_SUMMARIES, NOT_RECORDED_ID, REQUIRED_NAMES, ROW_SUMS, TOPK_COLUMNS
+from ..schema import BOUND_SUMMARIES, NOT_RECORDED_ID, REQUIRED_NAMES, ROW_SUMS, TOPK_COLUMNS, TURN_COLUMNS
 from .grouping import Op
 from .masks import ROUTE_FLIPPED, MaskAccumulator, Unit
 from .table import REDUCTIONS
@@ -109,6 +109,10 @@ class AnalysisPlan:
     routes_note: str | None
     """why routes exist but are not used (several runs with routes in one input)."""
     batch_rows: int
+    turns: bool = False
+    """the input has turn columns (a multi-turn run): each batch's turns are checked and tallied."""
+    by_turn: bool = False
+    """compare-masks counts each rule's rejections per turn (``--by turn``)."""
 
     @property
     def has_topk(self) -> bool:
@@ -143,6 +147,8 @@ def columns_to_read(
     if row_sums and topk in (TopkRead.SUMMARIES, TopkRead.LISTS_ROUNDED):
         columns += [*ROW_SUMS]
     columns += [c for c in also_read if source.has(c) and c not in columns]
+    if source.has("turn"):  # checked in every pass, as positions are: a run refused by one command is by all
+        columns += [c for c in TURN_COLUMNS if c not in columns]
     return tuple(dict.fromkeys(columns))
 
 

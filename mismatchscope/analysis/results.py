@@ -154,6 +154,10 @@ class Breakdowns:
     sampler_prob: list[BucketRow]
     position: list[BucketRow]
     entropy: list[BucketRow] | None
+    turn: list[BucketRow] | None = field(
+        default=None,
+        metadata=optional("multi-turn runs: a row per turn index (its bucket), every turn of the run in order"),
+    )
 
 
 @dataclass
@@ -390,6 +394,13 @@ class RuleRow:
     route_flipped_rejected: float | None = field(
         default=None, metadata=optional("runs with routes: rejected tokens flipped in some MoE layer")
     )
+    rejected_by_turn: dict[str, float] | None = field(
+        default=None,
+        metadata=optional('--by turn: rejected tokens per turn index ("0", "1", ...); they sum to tokens_rejected'),
+    )
+    reweighted_by_turn: dict[str, float] | None = field(
+        default=None, metadata=optional("--by turn: reweighted tokens per turn index; they sum to tokens_reweighted")
+    )
 
     @property
     def display(self) -> str:
@@ -466,5 +477,8 @@ class MasksResult:
     examples: list[DisagreementExample] = field(metadata={"doc": "--examples N: tokens the rules disagree on"})
     route_flipped_tokens: int | None = field(
         default=None, metadata=optional("runs with routes: tokens flipped in some MoE layer")
+    )
+    tokens_by_turn: dict[str, int] | None = field(
+        default=None, metadata=optional("--by turn: the run's tokens per turn index")
     )
     warnings: list[str] = field(default_factory=list)

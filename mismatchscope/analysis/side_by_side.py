@@ -141,8 +141,10 @@ def hypotheses(rule: RuleInstance, has_advantage: bool) -> list[Hypothesis]:
     return list(HYPOTHESES) if rule.spec.uses_advantage and not has_advantage else ["data"]
 
 
-def side_by_side(path: str, text: str, mapping: dict[str, str] | None = None) -> SideBySide:
-    """``compare-masks --readings``: the rule, a row per reading and hypothesis, the differences."""
+def side_by_side(path: str, text: str, mapping: dict[str, str] | None = None, sink=None) -> SideBySide:
+    """``compare-masks --readings``: the rule, a row per reading and hypothesis, the differences.
+
+    ``sink``: the pass's ``BatchSink`` (``compare-masks --readings R --write DIR``)."""
     from .engine import AnalysisRequest, analyse
 
     rules = parse_readings(text)
@@ -154,6 +156,7 @@ def side_by_side(path: str, text: str, mapping: dict[str, str] | None = None) ->
         AnalysisRequest(report=False, masks=True, rules=rules),
         mapping,
         on_terms=_token_differences(rules, diffs) if token_level else None,
+        sink=sink,
     )
     assert result.masks is not None  # masks=True
     if not token_level:

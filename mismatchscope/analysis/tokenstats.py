@@ -75,6 +75,8 @@ class TokenStats:
     q_buckets: np.ndarray = field(default_factory=lambda: np.zeros((len(TOKEN_SUMS), len(Q_EDGES))))
     pos_sums: np.ndarray = field(default_factory=lambda: np.zeros((len(TOKEN_SUMS), 0)))
     ent_buckets: np.ndarray | None = None
+    turn_sums: np.ndarray | None = None
+    """a multi-turn run: the sums per turn index (``[sum, turn]``)."""
     topk_n: int = 0
     topk_tv_sum: float = 0.0
     topk_tv_max: float = 0.0
@@ -92,7 +94,9 @@ class TokenStats:
     kept_sum: float = 0.0
     kept_min: float = 0.0
 
-    def add(self, t: TokenTerms, position_T: np.ndarray, entropy_T: np.ndarray | None) -> None:
+    def add(
+        self, t: TokenTerms, position_T: np.ndarray, entropy_T: np.ndarray | None, turn_T: np.ndarray | None = None
+    ) -> None:
         l = t.log_ratio_T
         if l.size == 0:
             return
@@ -127,6 +131,8 @@ class TokenStats:
         self.sums += by_q.sum(axis=1)
         self._grow_positions(npos)
         self.pos_sums[:, :npos] += by_pos
+        if turn_T is not None:
+            self._add_turns(token_sums(turn_T, int(turn_T.max()) + 1, w))
         self.tv_max = max(self.tv_max, float(t.tv_T.max()))
         self.abs_l_max = max(self.abs_l_max, float(w[2].max()))
         self.log_ratio_min = min(self.log_ratio_min, float(l.min()))
@@ -141,6 +147,14 @@ class TokenStats:
             grown = np.zeros((len(TOKEN_SUMS), npos))
             grown[:, : self.pos_sums.shape[1]] = self.pos_sums
             self.pos_sums = grown
+
+    def _add_turns(self, by_turn: np.ndarray) -> None:
+        if self.turn_sums is None:
+            self.turn_sums = by_turn.copy()
+            return
+        if by_turn.shape[1] > self.turn_sums.shape[1]:
+            self.turn_sums, by_turn = by_turn.copy(), self.turn_sums
+        self.turn_sums[:, : by_turn.shape[1]] += by_turn
 
     def gather_on(self, workers: int | None) -> None:
         """Gather the exact quantiles' values on ``workers`` threads, as the pass that filled them ran."""
@@ -167,6 +181,8 @@ class TokenStats:
         npos = other.pos_sums.shape[1]
         self._grow_positions(npos)
         self.pos_sums[:, :npos] += other.pos_sums
+        if other.turn_sums is not None:
+            self._add_turns(other.turn_sums)
         if other.ent_buckets is not None:
             self.ent_buckets = (
                 other.ent_buckets.copy() if self.ent_buckets is None else self.ent_buckets + other.ent_buckets
@@ -304,6 +320,8 @@ class TokenStats:
                 f"[{_g(ENTROPY_EDGES[-1])}, inf)"
             ]
             out.entropy = [_row(lab, self.ent_buckets[:, j]) for j, lab in enumerate(labs)]
+        if self.turn_sums is not None:
+            out.turn = [_row(str(j), self.turn_sums[:, j]) for j in range(self.turn_sums.shape[1])]
         return out
 
 

@@ -62,10 +62,14 @@ def overflow_warnings(max_log_ratio_S: np.ndarray) -> list[str]:
     ]
 
 
-def position_warnings(runs: PositionRuns) -> list[str]:
-    """Duplicates were refused while reading (exactly, ``positions.py``); gaps and late starts only warn."""
+def position_warnings(runs: PositionRuns, turns_S: np.ndarray | None = None) -> list[str]:
+    """Duplicates were refused while reading (exactly, ``positions.py``); gaps and late starts only warn.
+
+    ``turns_S`` (a multi-turn run): each sequence's turns, in the order of ``runs``; a gap between two turns
+    (a tool span of a Recorder's run, whose positions index the whole response) is not a missing token.
+    """
     warnings = []
-    gaps = runs.runs_S > 1
+    gaps = runs.runs_S > (1 if turns_S is None else np.maximum(turns_S, 1))
     if gaps.any():
         warnings.append(f"{int(gaps.sum())} sequence(s) have gaps in their positions (tokens missing or masked out)")
     late = runs.first_position_S > 0

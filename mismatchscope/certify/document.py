@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..documents import optional
+from ..execution.compare import FieldRow, Status
+from ..execution.contract import Contract
 from .compare import Difference, PairingResult
 from .routes import RouteResult
 from .rows import FullVocabResult
@@ -25,6 +27,8 @@ def checks(v: Verdict) -> list[tuple[str, bool | None, str]]:
     out += [(p.name, None, f"not in this run (needs {p.left} and {p.right})") for p in v.absent]
     out.append(("routes", v.routes.passed, v.routes.status))
     out.append(("policy_version", v.policy.passed, v.policy.status))
+    if v.identities is not None:
+        out.append(("identities", v.identities.same, v.identities.sentence()))
     return out
 
 
@@ -128,6 +132,21 @@ class PairingEntry:
 
 
 @dataclass(frozen=True)
+class SideRow:
+    """One provenance field, the sampler's value against the trainer's (null: not recorded)."""
+
+    field: str
+    label: str
+    sampler: Any
+    trainer: Any
+    status: Status
+
+    @classmethod
+    def of(cls, r: FieldRow) -> SideRow:
+        return cls(r.field, r.label, r.left, r.right, r.status)
+
+
+@dataclass(frozen=True)
 class CertifyDocument:
     run: str
     verdict: Literal["certified", "not certified"]
@@ -143,6 +162,14 @@ class CertifyDocument:
     )
     coverage: Coverage
     warnings: list[str]
+    identities: Contract | None = field(
+        default=None,
+        metadata={"doc": "the identities both sides recorded, and those that differ; null for token shards alone"},
+    )
+    sides: list[SideRow] = field(
+        default_factory=list,
+        metadata={"doc": "the sampler's provenance against the trainer's, changed fields first (the scope, per side)"},
+    )
     full_vocab: FullVocabResult | None = field(
         default=None,
         metadata=optional(
@@ -165,4 +192,6 @@ class CertifyDocument:
             v.scope,
             v.coverage,
             v.warnings,
+            v.identities,
+            [SideRow.of(r) for r in v.sides],
         )

@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, UsageError
+from ..execution.compare import FieldRow
+from ..execution.contract import Contract
 from .compare import (
     PAIRING_NAMES,
     PAIRINGS,
@@ -50,6 +52,10 @@ class Verdict:
     scope: dict[str, Any]
     coverage: Coverage
     warnings: list[str] = field(default_factory=list)
+    identities: Contract | None = None
+    """whether the two sides are one program (their provenance); None where the run says nothing of it."""
+    sides: list[FieldRow] = field(default_factory=list)
+    """the sampler's provenance against the trainer's, changed fields first: the scope as the two sides ran it."""
 
     @property
     def reasons(self) -> list[str]:
@@ -63,6 +69,8 @@ class Verdict:
             out.append(f"routes: {self.routes.status}")
         if self.policy.passed is False:
             out.append(f"policy version: {self.policy.status}")
+        if self.identities is not None and self.identities.same is False:
+            out.append(f"identities: {self.identities.sentence()}")
         return out
 
     @property
@@ -97,6 +105,7 @@ def certify_run(
         )
     results = [compare(p, loaded.tokens, show) for p in present]
     warnings = list(loaded.source.warnings)  # an incomplete run, a run read unchecked: as report says them
+    identities, sides = _sides(manifest)
     return Verdict(
         str(path),
         results,
@@ -106,7 +115,22 @@ def certify_run(
         scope_of(manifest, loaded.source.run_config),
         Coverage.of(loaded.tokens),
         warnings,
+        identities,
+        sides,
     )
+
+
+def _sides(manifest: Mapping[str, Any] | None) -> tuple[Contract | None, list[FieldRow]]:
+    """The two sides' identities compared, and their whole provenance side by side: a certificate says "one
+    program" only when both sides ran the same weights, tokenizer, chat template and sampling parameters."""
+    if manifest is None:
+        return None, []
+    from ..execution.compare import sides
+    from ..execution.contract import contract
+    from ..execution.read import of_manifest
+
+    prov = of_manifest("", dict(manifest)).provenance
+    return contract(prov), sides(prov)
 
 
 def _manifest(root: Path | None) -> dict[str, Any] | None:

@@ -64,6 +64,13 @@ def confidence_option(
     return typer.Option(default, "--confidence", help=help, min=min, max=max)
 
 
+def tokenizer_option(
+    help: str = "The checkpoint whose tokenizer turns the token view's ids into text (a probe run's own checkpoint is found without it).",
+) -> Any:
+    """``--tokenizer CHECKPOINT``: the text of the token view (``view``, and the tokens tab of the HTML pages)."""
+    return typer.Option(None, "--tokenizer", metavar="CHECKPOINT", help=help)
+
+
 JunitXmlOpt = typer.Option(None, "--junit-xml", metavar="FILE", help="Write one JUnit test case per check.")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from ._streams import OutputFormat, emit_json, stdout_console, warn
+from ._streams import OutputFormat, emit_json, info, stdout_console, warn
 
 ReadingsOpt = typer.Option(
     None,
@@ -17,6 +17,33 @@ ReadingsOpt = typer.Option(
 )
 
 
+WriteOpt = typer.Option(
+    None,
+    "--write",
+    metavar="DIR",
+    help="Also write the per-token audit into DIR: tokens.parquet (each token rule's decision on every token, its "
+    "weight, the statistic it thresholds; joinable with the run on sequence_id, position) and sequences.parquet "
+    "(the sequence rules'). docs/format.md.",
+)
+
+
+def analyse_writing(path: str, request, mapping: dict[str, str], write: str | None, **kwargs):
+    """The pass (``analysis.engine.analyse``, or ``run`` given a function of the sink), writing the audit into
+    ``write`` when given; the audit is taken back if the pass fails."""
+    from ..analysis.engine import analyse
+
+    run = kwargs.pop("run", None) or (lambda sink: analyse(path, request, mapping, sink=sink))
+    if write is None:
+        return run(None)
+    from ..audit import audit_writer
+
+    with audit_writer(write) as sink:
+        result = run(sink)
+    for p in sink.written:
+        info(f"wrote {p}")
+    return result
+
+
 def run_side_by_side(
     path: str,
     readings: str,
@@ -27,6 +54,8 @@ def run_side_by_side(
     plots: str | None,
     column: list[str] | None,
     format: OutputFormat,
+    write: str | None = None,
+    html: str | None = None,
 ) -> None:
     """The whole ``--readings`` path of compare-masks (the other selections do not combine with it)."""
     from ..analysis.side_by_side import side_by_side
@@ -35,17 +64,32 @@ def run_side_by_side(
     from ..reader import parse_column_mapping
 
     given = [
-        flag for flag, v in (("--rule", rules), ("--sweep", sweeps), ("--examples", examples), ("--plots", plots)) if v
+        flag
+        for flag, v in (
+            ("--rule", rules),
+            ("--sweep", sweeps),
+            ("--examples", examples),
+            ("--plots", plots),
+            ("--html", html),
+        )
+        if v
     ]
     if given:
         raise UsageError(
             f"--readings shows one rule's readings side by side; it does not combine with {', '.join(given)}",
             hint="run compare-masks twice, or name the readings as rules: --rule dppo-kl@skyrl --rule dppo-kl",
         )
-    check_all(inputs=[path])
+    check_all(dirs=[(write, "--write")], inputs=[path])
+    if write is not None:
+        from ..audit.writer import refuse_among_shards
+
+        refuse_among_shards(write, path)
     from ..documents import document, to_json
 
-    result = side_by_side(path, readings, parse_column_mapping(column))
+    mapping = parse_column_mapping(column)
+    result = analyse_writing(
+        path, None, mapping, write, run=lambda sink: side_by_side(path, readings, mapping, sink=sink)
+    )
     for w in result.warnings:
         warn(w)
     if format is OutputFormat.json:

@@ -11,8 +11,18 @@ import typer
 from ..analysis.parallel import keep_freed_memory
 from ..errors import UsageError
 from ..metrics import ABS_LOGPROB_DIFF_MEAN, K3_MEAN
-from ._options import ColumnOpt, FormatOpt, PathArg, RuleOpt, html_option, plots_option, rule_option, sweep_option
-from ._readings import ReadingsOpt, run_side_by_side
+from ._options import (
+    ColumnOpt,
+    FormatOpt,
+    PathArg,
+    RuleOpt,
+    html_option,
+    plots_option,
+    rule_option,
+    sweep_option,
+    tokenizer_option,
+)
+from ._readings import ReadingsOpt, WriteOpt, analyse_writing, run_side_by_side
 from ._streams import OutputFormat, emit_json, info, stdout_console, warn
 
 if TYPE_CHECKING:
@@ -37,6 +47,12 @@ def masks_payload(result) -> dict:
     from ..documents import document
 
     return document(result.masks)
+
+
+class MasksBy(str, enum.Enum):
+    """``compare-masks --by``: what each rule's counts are split by."""
+
+    turn = "turn"
 
 
 class WorstBy(str, enum.Enum):
@@ -77,29 +93,58 @@ def compare_masks(
         "Write PNG pictures into DIR: which tail each rule cuts (needs the plot extra: matplotlib)."
     ),
     readings: str | None = ReadingsOpt,
+    write: str | None = WriteOpt,
+    html: str | None = html_option(
+        "Write one self-contained HTML page: the rules' table and agreement (with --plots, the pictures), and the "
+        "run's worst sequences token by token in a tokens tab."
+    ),
+    tokenizer: str | None = tokenizer_option(),
+    by: MasksBy | None = typer.Option(
+        None,
+        "--by",
+        help="turn: each rule's rejected and reweighted tokens in each turn of a multi-turn run "
+        "(they sum to the whole run's counts).",
+    ),
 ) -> None:
     """How many tokens and sequences each masking rule would reject or reweight, side by side, how much they overlap, and which tail (sampler probability, sign of p - q) each one cuts."""
     keep_freed_memory()
     if readings is not None:
+        if by is not None:
+            raise UsageError("--by turn and --readings are two views; ask for one at a time")
         return run_side_by_side(
-            path, readings, rules=rule, sweeps=sweep, examples=examples, plots=plots, column=column, format=format
+            path,
+            readings,
+            rules=rule,
+            sweeps=sweep,
+            examples=examples,
+            plots=plots,
+            column=column,
+            format=format,
+            write=write,
+            html=html,
         )
-    from ..analysis.engine import AnalysisRequest, analyse
+    from ..analysis.engine import AnalysisRequest
     from ..reader import parse_column_mapping
 
-    inputs = _check_plots(path, plots)
+    inputs = _check_plots(path, plots, write, html)
+    given = _token_view_tokenizer(tokenizer, html)
     rules, sweeps = _request_rules(rule, sweep)
-    result = analyse(
-        path,
-        AnalysisRequest(report=False, masks=True, rules=rules, sweeps=sweeps, examples=examples),
-        parse_column_mapping(column),
+    request = AnalysisRequest(
+        report=False, masks=True, rules=rules, sweeps=sweeps, examples=examples, by_turn=by is MasksBy.turn
     )
+    result = analyse_writing(path, request, parse_column_mapping(column), write)
     for w in result.warnings:
         warn(w)
+    figures = None
     if plots is not None:
         from ..render.plots import masks_figures
 
-        _write_pngs(masks_figures(result), plots, inputs)
+        figures = masks_figures(result)
+        _write_pngs(figures, plots, inputs)
+    if html is not None:
+        from ..render.masks_page import masks_page
+
+        _write_page(html, masks_page(result, figures, _token_view(path, result, rules, given)), inputs)
     if format is OutputFormat.json:
         emit_json(masks_payload(result))
         return
@@ -111,16 +156,44 @@ def compare_masks(
     masks_tables(console, result, examples)
 
 
-def _check_plots(path: str, plots: str | None):
-    """``--plots`` (not an input, not a file), then matplotlib when it is given: before any work."""
+def _check_plots(path: str, plots: str | None, write: str | None = None, html: str | None = None):
+    """``--plots``, ``--write`` and ``--html`` (not an input, not a file), then matplotlib when pictures are asked:
+    before any work."""
     from ..outputs import check_all
 
-    inputs = check_all(dirs=[(plots, "--plots")], inputs=[path])
+    inputs = check_all(files=[(html, "--html")], dirs=[(plots, "--plots"), (write, "--write")], inputs=[path])
+    if write is not None:
+        from ..audit.writer import refuse_among_shards
+
+        refuse_among_shards(write, path)
     if plots is not None:
         from ..outputs import require_matplotlib
 
         require_matplotlib()
     return inputs
+
+
+def _token_view_tokenizer(tokenizer: str | None, html: str | None):
+    """``--tokenizer`` for the page's tokens tab, loaded before any work; without ``--html`` it has nothing to do."""
+    if tokenizer is not None and html is None:
+        raise UsageError("--tokenizer gives the text of the HTML page's tokens tab", hint="add --html FILE")
+    from ..view import given_tokenizer
+
+    return given_tokenizer(tokenizer)
+
+
+def _token_view(path: str, result, rules, given):
+    """The run's worst sequences token by token, for a page's tokens tab (the view's defaults)."""
+    from ..view import ViewOptions, token_view
+
+    return token_view(path, result, rules, ViewOptions(), given)
+
+
+def _write_page(html: str, page: str, inputs) -> None:
+    from ..outputs import write_text
+
+    write_text(html, page, "--html", inputs=inputs)
+    info(f"wrote {html}")
 
 
 def _write_pngs(figures, plots: str, inputs) -> None:
@@ -158,6 +231,7 @@ def report(
     worst_traces: bool = typer.Option(
         False, "--worst-traces", help="With --worst and --format json: add each sequence's full trace."
     ),
+    tokenizer: str | None = tokenizer_option(),
 ) -> None:
     """TV distance, KL estimators, ratio tails, and where the mismatch sits (by probability, position, entropy)."""
     keep_freed_memory()
@@ -168,12 +242,13 @@ def report(
     inputs = check_all(files=[(html, "--html")], dirs=[(plots, "--plots")], inputs=[path])
     pictures = plots is not None or html is not None
     _check_report_flags(rule, sweep, pictures, worst, worst_by, worst_traces)
+    given = _token_view_tokenizer(tokenizer, html)
     request, hist, rules = _report_request(rule, sweep, pictures)
     mapping = parse_column_mapping(column)
     # doctor's top finding: the table's last line, and the page's header (report's JSON stays as it was)
     plan, collector = _plan(path, mapping, request, format is not OutputFormat.json or html is not None)
     result = run_plan(plan, on_terms=_each(hist.add if hist else None, collector))
-    doctor = _doctor_text(result, collector) if collector is not None else None
+    doctor = _doctor_text(result, collector, path) if collector is not None else None
     for w in result.warnings:
         warn(w)
     _notes(result)
@@ -183,7 +258,8 @@ def report(
 
         worst_rows, traces = worst_report(result, worst, worst_by.value, with_traces=worst_traces)
     if pictures:
-        _write_pictures(result, hist, rules, plots, html, inputs, worst_rows, traces, (path, doctor))
+        tokens = _token_view(path, result, rules, given) if html else None
+        _write_pictures(result, hist, rules, plots, html, inputs, worst_rows, traces, (path, doctor), tokens)
     if format is OutputFormat.json:
         emit_json(report_payload(result, worst_rows))
     else:
@@ -267,12 +343,12 @@ def _each(hist_add, collector):
     return both
 
 
-def _doctor_text(result, collector) -> str:
-    """The top finding of ``doctor`` in one line."""
-    from ..doctor.run import diagnose_result
+def _doctor_text(result, collector, path: str) -> str:
+    """The top finding of ``doctor`` in one line (the run's provenance read as doctor reads it)."""
+    from ..doctor.run import diagnose_result, run_provenance
     from ..render.doctor import top_line
 
-    return top_line(diagnose_result(result, collector.finish()))
+    return top_line(diagnose_result(result, collector.finish(), provenance=run_provenance(path)))
 
 
 def _write_pictures(
@@ -285,9 +361,10 @@ def _write_pictures(
     worst_rows: list[WorstSequence] | None = None,
     traces: dict | None = None,
     page: tuple[str, str | None] = ("", None),
+    tokens=None,
 ) -> None:
-    """``--plots`` and ``--html``; ``page``: the run as given and doctor's top finding, for the page's header."""
-    from ..outputs import write_text
+    """``--plots`` and ``--html``; ``page``: the run as given and doctor's top finding, for the page's header;
+    ``tokens``: the run's token view, the page's tokens tab."""
     from ..render.plots import report_figures, worst_figures
 
     figures = report_figures(result, hist, rules) + (
@@ -298,5 +375,4 @@ def _write_pictures(
     if html:
         from ..render.report_page import report_page
 
-        write_text(html, report_page(result, figures, worst_rows, *page), "--html", inputs=inputs)
-        info(f"wrote {html}")
+        _write_page(html, report_page(result, figures, worst_rows, *page, tokens=tokens), inputs)

@@ -5,12 +5,20 @@ from __future__ import annotations
 import typer
 
 from ..analysis.parallel import keep_freed_memory
-from ._options import ColumnOpt, FormatOpt, PathArg
+from ._options import ColumnOpt, FormatOpt, PathArg, tokenizer_option
 from ._streams import OutputFormat, emit_json, info, stdout_console, warn
 
 
-def doctor(path: str = PathArg, column: list[str] | None = ColumnOpt, format: OutputFormat = FormatOpt) -> None:
-    """From the number to its cause: pipeline bugs (shifted logprobs, a temperature or truncation on one side, a log base, misjoined sequences, padding, the prompt boundary, rounded logprobs, a replay that did nothing, a step that jumps), policy lag, or plain numerics, and how the number compares with published figures.
+def doctor(
+    path: str = PathArg,
+    column: list[str] | None = ColumnOpt,
+    format: OutputFormat = FormatOpt,
+    tokenizer: str | None = tokenizer_option(
+        "A multi-turn run: re-encode each turn's sampled ids with this checkpoint's tokenizer and chat template, to "
+        "see re-tokenization (default: a probe run's own checkpoint, where it is still there)."
+    ),
+) -> None:
+    """From the number to its cause: pipeline bugs (re-tokenized turns, shifted logprobs, a temperature or truncation on one side, a log base, misjoined sequences, padding, the prompt boundary, rounded logprobs, a replay that did nothing, a step that jumps), policy lag, or plain numerics, and how the number compares with published figures.
 
     Exit code 0: the gap reads as numerics (or there is none); 1: a pipeline problem is likely; 2: an error.
 
@@ -22,7 +30,7 @@ def doctor(path: str = PathArg, column: list[str] | None = ColumnOpt, format: Ou
     from ..reader import parse_column_mapping
 
     check_all(inputs=[path])
-    doc = run_doctor(path, parse_column_mapping(column))
+    doc = run_doctor(path, parse_column_mapping(column), tokenizer=tokenizer)
     for w in doc.warnings:
         warn(w)
     for note in doc.notes:

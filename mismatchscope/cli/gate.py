@@ -22,6 +22,7 @@ from ._options import (
     markdown_option,
     plots_option,
     rule_option,
+    tokenizer_option,
 )
 from ._streams import OutputFormat, emit_json, info, stdout_console, warn
 
@@ -92,7 +93,11 @@ def gate(
     plots: str | None = plots_option(
         "Write PNGs: the checks with their intervals, baseline and candidate overlaid (needs the plot extra)."
     ),
-    html: str | None = html_option("Write one self-contained HTML page: checks, pictures, run metadata."),
+    html: str | None = html_option(
+        "Write one self-contained HTML page: checks, pictures, run metadata, and the candidate's worst sequences "
+        "token by token in a tokens tab."
+    ),
+    tokenizer: str | None = tokenizer_option(),
     force: bool = typer.Option(False, "--force", help="With --init: overwrite an existing file."),
 ) -> None:
     """Gate a serving-stack change on the train-inference mismatch: absolute limits, and regression limits against a
@@ -123,8 +128,9 @@ def gate(
     base = None if absolute_only else cfg.baseline
     reports = CiReports.asked(junit_xml, markdown)
     inputs = _check_paths(candidate, base, config, cfg, reports, plots, html)
+    given = _page_tokenizer(tokenizer, html)
     result, seconds = _run(candidate, base, cfg, column, pictures=plots is not None or html is not None)
-    _write_outputs(result, seconds, reports, plots, html, inputs)
+    _write_outputs(result, seconds, reports, plots, html, inputs, given)
     _print(result, format)
     if not result.passed:
         raise typer.Exit(1)
@@ -241,7 +247,27 @@ def _plot_sweeps(cfg):
     return default_sweeps(cfg.rule_instances())
 
 
-def _write_outputs(result, seconds: float, reports: CiReports, plots: str | None, html: str | None, inputs) -> None:
+def _page_tokenizer(tokenizer: str | None, html: str | None):
+    """``--tokenizer`` for the page's tokens tab, loaded before any work; without ``--html`` it has nothing to do."""
+    if tokenizer is not None and html is None:
+        raise UsageError("--tokenizer gives the text of the HTML page's tokens tab", hint="add --html FILE")
+    from ..view import given_tokenizer
+
+    return given_tokenizer(tokenizer)
+
+
+def _token_view(result, given):
+    """The candidate's worst sequences token by token, marked by the gate's rules (else the rules report draws)."""
+    from ..rules.drawn import plot_rules
+    from ..view import ViewOptions, token_view
+
+    rules = result.config.rule_instances() or plot_rules(None)
+    return token_view(result.candidate.path, result.candidate.result, rules, ViewOptions(), given)
+
+
+def _write_outputs(
+    result, seconds: float, reports: CiReports, plots: str | None, html: str | None, inputs, given=None
+) -> None:
     from ..render.gate.junit import junit_xml
     from ..render.gate.markdown import markdown
 
@@ -258,5 +284,5 @@ def _write_outputs(result, seconds: float, reports: CiReports, plots: str | None
             from ..outputs import write_text
             from ..render.gate.page import gate_page
 
-            write_text(html, gate_page(result, figures), "--html", inputs=inputs)
+            write_text(html, gate_page(result, figures, _token_view(result, given)), "--html", inputs=inputs)
             info(f"wrote {html}")

@@ -32,11 +32,13 @@ COMMANDS = (
     "import",
     "diagnose",
     "certify",
+    "provenance",
+    "view",
 )
 """every command, in the order ``--help`` lists them."""
-RULE_LISTING = ("compare-masks", "timeline")
+RULE_LISTING = ("compare-masks", "timeline", "view")
 """the commands whose ``--help`` ends with the list of rules."""
-ONE_BLAS_THREAD = ("compare-masks", "report", "doctor")
+ONE_BLAS_THREAD = ("compare-masks", "report", "doctor", "view")
 """commands whose only matrix products are tiny (the rules' agreement counts). OpenBLAS starts a thread per
 core when numpy is imported, about 60 ms of their start-up on two cores, for nothing: they run with one
 (an ``OPENBLAS_NUM_THREADS`` the user set is kept). Their matrix products hold counts, exact in any order."""
@@ -73,6 +75,14 @@ def _command(name: str):
         from .diagnose import diagnose
 
         return diagnose
+    if name == "provenance":
+        from .provenance import provenance
+
+        return provenance
+    if name == "view":
+        from .view import view
+
+        return view
     from .certify import certify
 
     return certify

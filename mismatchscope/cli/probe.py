@@ -203,6 +203,30 @@ def probe(
         "(--trainer-dtype), with its prefill recorded. certify should pass all three pairings.",
     ),
     full_vocab: bool = FullVocabOpt,
+    turns: int = typer.Option(
+        1,
+        "--turns",
+        metavar="N",
+        help="Multi-turn conversations of N assistant turns: after each turn a tool message is appended through "
+        "the checkpoint's chat template and the next turn is sampled from the whole conversation; the trainer "
+        "scores the final conversation in one forward, tool spans masked (docs/multi-turn.md). Default: the "
+        "bundled sample model with a chat template.",
+    ),
+    tool_response: str | None = typer.Option(
+        None,
+        "--tool-response",
+        metavar="TEXT|FILE",
+        help="With --turns: what the tool answers each turn (a file's text, or the text given). Default: a short "
+        "bundled result.",
+    ),
+    turn_ids: str | None = typer.Option(
+        None,
+        "--turn-ids",
+        metavar="tokens|messages",
+        help="With --turns: tokens (the next prompt is the previous ids, the sampled ids and the tool span's ids; "
+        "the default) or messages (decode, re-render and encode the conversation each turn; the trainer's ids are "
+        "recorded where they differ from the sampler's).",
+    ),
     verbose: bool = VerboseOpt,
     rule: list[str] | None = RuleOpt,
     format: OutputFormat = FormatOpt,
@@ -235,8 +259,12 @@ def _probe_options(params: dict[str, Any]) -> ProbeOptions:
         values = replace(values, sampler_dtype=values.trainer_dtype)  # one dtype on both sides; another is refused
     if values.sampler_kind in SERVER_KINDS and not values.url:
         raise UsageError(f"--sampler {values.sampler_kind} needs --url http://HOST:PORT")
+    from ..probe.turns import turns_config
+
+    turns = turns_config(params["turns"], params["tool_response"], params["turn_ids"])
     bundled = params["checkpoint"] is None
-    checkpoint = sample_dir() / "tiny-qwen3" if bundled else params["checkpoint"]
+    model = "tiny-qwen3" if turns is None else "tiny-qwen3-chat"  # the same weights, with a chat template
+    checkpoint = sample_dir() / model if bundled else params["checkpoint"]
     prompts = params["prompts"] if params["prompts"] is not None else sample_dir() / "prompts.jsonl"
     engine_env()
     out = _out_dir(params["out"], "probe")
@@ -255,12 +283,14 @@ def _probe_options(params: dict[str, Any]) -> ProbeOptions:
         trainer_checkpoint=params["trainer_checkpoint"],
         sampler_prefill=params["sampler_prefill"] or values.zero,
         full_vocab=params["full_vocab"],
+        turns=turns,
     )
     options.check_options(opts)  # run_probe checks again; here so that a bad option is reported before the note below
     if bundled:
         if not checkpoint.is_dir():
             raise UsageError("no CHECKPOINT given and no bundled sample model found", hint="pass a checkpoint folder")
-        info("no CHECKPOINT given: probing the bundled sample model (tiny Qwen3 trained on addition)")
+        chat = "" if turns is None else ", with a chat template"
+        info(f"no CHECKPOINT given: probing the bundled sample model (tiny Qwen3 trained on addition{chat})")
     return opts
 
 

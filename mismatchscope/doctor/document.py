@@ -9,7 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ..documents import optional
+
 Cause = Literal[
+    "contract_difference",
+    "retokenized",
     "shifted",
     "temperature",
     "truncation",
@@ -22,6 +26,7 @@ Cause = Literal[
     "routing_replay",
     "step_jump",
     "numerics",
+    "fallback",
 ]
 CAUSES: tuple[str, ...] = Cause.__args__  # pyright: ignore[reportAttributeAccessIssue]
 """every cause id, in the order the detectors run."""
@@ -60,6 +65,10 @@ class Finding:
     needs: list[str] = field(default_factory=list, metadata={"doc": "not_checked: what the file lacks"})
     pipeline: bool = field(
         default=False, metadata={"doc": "a detected cause that is a pipeline problem (doctor exits 1)"}
+    )
+    turn: int | None = field(
+        default=None,
+        metadata=optional("multi-turn runs: the first turn (from 0) whose tokens show the detected cause"),
     )
 
 

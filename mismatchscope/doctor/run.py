@@ -11,13 +11,17 @@ from __future__ import annotations
 from ..analysis.engine import AnalysisRequest, AnalysisResult, make_plan, run_plan
 from ..analysis.plan import AnalysisPlan
 from ..analysis.results import BucketRow, Report
+from ..execution.record import RunProvenance
 from ..metrics import K3_MEAN
 from .document import DoctorDocument, Evidence, Finding, Placement
 from .figures import place
 from .findings import clear, detected
+from .retokenized import check as check_retokenized
+from .run_tokenizer import RunTokenizer, run_tokenizer
 from .runlevel import jumped_steps, policy_lag, routing_replay, step_jump
 from .sample import OPTIONAL_SCALARS, SAMPLE_ROWS, Sample, SampleCollector
 from .structure import misaligned_sequences, padding, prompt_boundary, shifted
+from .turns import explained, starting_turns, turn_boundary
 from .values import log_base, low_precision, temperature, truncation
 
 ALSO_READ = ("token_id", *OPTIONAL_SCALARS)
@@ -36,14 +40,26 @@ def sampled_pass(
     return plan, SampleCollector(plan.source.rows, cap)
 
 
-def doctor(path: str, mapping: dict[str, str] | None = None, workers: int | None = None) -> DoctorDocument:
-    """The findings on the pairs at ``path`` (anything ``report`` reads)."""
+def doctor(
+    path: str, mapping: dict[str, str] | None = None, workers: int | None = None, tokenizer: str | None = None
+) -> DoctorDocument:
+    """The findings on the pairs at ``path`` (anything ``report`` reads). ``tokenizer``: a checkpoint whose
+    tokenizer (and chat template) re-encodes each turn's ids for the ``retokenized`` cause."""
     plan, collector = sampled_pass(path, AnalysisRequest(report=True, masks=False), mapping)
     result = run_plan(plan, on_terms=collector.add, workers=workers)
-    return diagnose_result(result, collector.finish())
+    sample = collector.finish()
+    return diagnose_result(result, sample, run_tokenizer(tokenizer, result.run, sample), run_provenance(path))
 
 
-def findings(result: AnalysisResult, sample: Sample) -> list[Finding]:
+def run_provenance(path: str) -> RunProvenance | None:
+    """The provenance of the run at ``path``; None for pairs outside one run (their sides are unknown)."""
+    from ..execution.read import read_run
+
+    record = read_run(path)
+    return None if record.provenance.sampler.source == "none" else record.provenance
+
+
+def findings(result: AnalysisResult, sample: Sample, tokenizer: RunTokenizer | None = None) -> list[Finding]:
     """Every detector's finding on one analysed run, in the order they run."""
     report, run = result.report, result.run
     assert report is not None  # doctor asks for the report
@@ -58,22 +74,49 @@ def findings(result: AnalysisResult, sample: Sample) -> list[Finding]:
         policy_lag(sample, report, result.per_sequence, run),
         misaligned_sequences(sample, jumped_steps(sample)),
         padding(sample),
-        prompt_boundary(sample),
+        turn_boundary(sample) if sample.has("turn") else prompt_boundary(sample),
         low_precision(sample),
         routing_replay(report),
         step_jump(sample),
     ]
-    return out
+    tok = tokenizer or RunTokenizer()
+    retok, misaligned = check_retokenized(sample, tok.tokenizer, tok.source)
+    out = ([retok] if retok is not None else []) + out  # first: misaligned pairs look like every other cause
+    on_rows = {
+        "shifted": shifted,
+        "log_base": log_base,
+        "padding": padding,
+        "low_precision": low_precision,
+        "misaligned_sequences": misaligned_sequences,
+        "prompt_boundary": turn_boundary if sample.has("turn") else prompt_boundary,
+    }
+    if misaligned is not None:
+        out = explained(out, sample, misaligned, on_rows)
+    return starting_turns(out, sample, {k: v for k, v in on_rows.items() if k != "prompt_boundary"})
 
 
-def diagnose_result(result: AnalysisResult, sample: Sample) -> DoctorDocument:
+def diagnose_result(
+    result: AnalysisResult,
+    sample: Sample,
+    tokenizer: RunTokenizer | None = None,
+    provenance: RunProvenance | None = None,
+) -> DoctorDocument:
+    """The ranked findings; ``provenance`` (the run's record) adds whether the sides are one program, first, and
+    whether each ran what it asked for."""
+    from ..execution.contract import contract
+    from .contract import contract_finding, fallback_finding
+
     report = result.report
     assert report is not None
-    found = findings(result, sample)
+    found = [
+        contract_finding(contract(provenance) if provenance is not None else None),
+        *findings(result, sample, tokenizer),
+    ]
     placements = place(report, result.run)
     pipeline = any(f.status == "detected" and f.pipeline for f in found)
     unchecked = sum(f.status == "not_checked" for f in found)
     found.append(numerics(report, placements, pipeline, unchecked))
+    found.append(fallback_finding(provenance))
     ranked = rank(found)
     return DoctorDocument(
         verdict="pipeline" if pipeline else "numerics",
@@ -90,11 +133,14 @@ def diagnose_result(result: AnalysisResult, sample: Sample) -> DoctorDocument:
 
 
 def rank(found: list[Finding]) -> list[Finding]:
-    """Detected first (pipeline problems, then by confidence), then not checked, then clear."""
+    """Detected first (two sides that are not one program before anything, then pipeline problems, then by
+    confidence; a fallback after the reading of the numbers), then not checked, then clear."""
     status = {"detected": 0, "not_checked": 1, "clear": 2}
 
-    def key(f: Finding) -> tuple[int, int, int]:
-        return status[f.status], 0 if f.pipeline else 1, _RANK.get(f.confidence or "", 3)
+    def key(f: Finding) -> tuple[int, int, int, int, int]:
+        first = 0 if f.cause == "contract_difference" else 1
+        last = 1 if f.cause == "fallback" else 0
+        return status[f.status], first, 0 if f.pipeline else 1, last, _RANK.get(f.confidence or "", 3)
 
     return sorted(found, key=key)
 

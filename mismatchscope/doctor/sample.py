@@ -28,7 +28,17 @@ _HASH = np.uint64(0x9E3779B97F4A7C15)
 """Fibonacci hashing of the sequence id: consecutive ids spread evenly over the 32-bit range."""
 
 SCALARS = ("sequence_id", "position", "token_id", "trainer_logprob", "sampler_logprob")
-OPTIONAL_SCALARS = ("advantage", "reward", "trainer_entropy", "step", "sampler_step", "trainer_step")
+OPTIONAL_SCALARS = (
+    "advantage",
+    "reward",
+    "trainer_entropy",
+    "step",
+    "sampler_step",
+    "trainer_step",
+    "turn",
+    "turn_position",
+    "trainer_token_id",
+)
 TOPK = ("sampler_topk_logprobs", "trainer_logprobs_at_sampler_topk")
 TOPK_FIELDS = ("k_n", "k_sx", "k_sy", "k_sxx", "k_sxy", "k_syy", "k_cut")
 """per kept row, over the listed ids where both sides are finite: their count, the sums of the trainer's (x)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..execution.stack import StackReport
 from .checks import Check
 from .compare import _MISSING, Comparability, Difference
 from .config import AbsoluteLimit, GateConfig, RegressionLimit
@@ -100,6 +101,9 @@ class GateDocument:
     config: ConfigSummary
     warnings: list[str]
     notes: list[str] = field(metadata={"doc": "findings that are not warnings, e.g. two runs bit-identical"})
+    stack: StackReport | None = field(
+        metadata={"doc": "what changed in the stack between baseline and candidate, from their provenance"}
+    )
 
     @classmethod
     def of(cls, result: GateResult) -> GateDocument:
@@ -112,4 +116,5 @@ class GateDocument:
             ConfigSummary.of(result.config),
             result.warnings,
             result.notes,
+            result.stack,
         )

@@ -11,6 +11,7 @@ import numpy as np
 from ..analysis.engine import AnalysisRequest, analyse
 from ..analysis.parallel import release_freed_memory
 from ..errors import UsageError
+from ..execution.stack import StackReport, stack_report
 from ..progress import Note
 from ..reader import open_source, require_complete
 from .checks import Check, evaluate
@@ -30,6 +31,8 @@ class GateResult:
     checks: list[Check]
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # findings that are not warnings (a deterministic rerun)
+    stack: StackReport | None = None
+    """what changed in the stack between baseline and candidate (their provenance); None without a baseline."""
 
     @property
     def passed(self) -> bool:
@@ -68,7 +71,10 @@ def run_gate(
         warnings += [f"{role}: {w}" for w in estimates[role].result.warnings]
         release_freed_memory()  # the candidate's pass then peaks as the baseline's did, not on top of its leftovers
     checks = evaluate(cfg, estimates["candidate"], estimates.get("baseline"))
-    return GateResult(cfg, estimates["candidate"], estimates.get("baseline"), comparability, checks, warnings, notes)
+    stack = stack_report(baseline, candidate) if baseline is not None else None
+    return GateResult(
+        cfg, estimates["candidate"], estimates.get("baseline"), comparability, checks, warnings, notes, stack
+    )
 
 
 def _limits(cfg: GateConfig, baseline: str | None) -> list[Statistic]:

@@ -257,6 +257,7 @@ def _import_locked(
             )
         raise InputError(f"{src}: no token imported: the {fmt} files hold no record", hint=describe(fmt))
     manifest = _manifest(fmt, src, stage, files, semantics, shards, writer, result, ctx)
+    manifest["provenance"] = _provenance(fmt)
     sequence_rows = getattr(importer, "sequence_rows", None)
     if sequence_rows is not None:  # a sampler-only dump: the sequences rescore scores for the trainer's side
         _write_sequences(stage, out, None if routes_plan else sequence_rows, fmt, result, manifest)
@@ -271,6 +272,14 @@ def _import_locked(
         manifest["warnings"] = result.warnings = result.warnings + route_warnings
     write_manifest(stage, manifest)
     return result
+
+
+def _provenance(fmt: str) -> dict[str, Any]:
+    """What the dump says each side ran: the stack, its engines where it fixes them; the rest not recorded."""
+    from ..execution.derived import imported
+    from ..execution.record import to_record
+
+    return to_record(imported(fmt))
 
 
 _ZERO_TRAINER_HINTS = {

@@ -109,6 +109,8 @@ def run_unit(importer: Any, f: SourceFile, start: int, end: int, strict: bool) -
     notes: dict[str, int] = {}
     dropped = 0
     lineno = 0
+    turns: tuple[list[np.ndarray], list[np.ndarray]] | None = None
+    """the turn columns of each record so far, from the first record with several turns on."""
     try:
         for raw in _lines(f.path, start, end):
             lineno += 1
@@ -125,6 +127,10 @@ def run_unit(importer: Any, f: SourceFile, start: int, end: int, strict: bool) -
             for c in names:
                 v = values[c]
                 parts[c].append(v if isinstance(v, np.ndarray) else np.full(n, v))
+            if "turn" in values or turns is not None:  # a multi-turn record: every record of the unit gets turns
+                turns = turns or ([np.zeros(k, np.int32) for k in lengths], [np.arange(k) for k in lengths])
+                turns[0].append(values.get("turn", np.zeros(n, np.int32)))
+                turns[1].append(values.get("turn_position", np.arange(n)))
             if "sequence_id" in values:
                 seq_ids.append(values["sequence_id"])
             lengths.append(n)
@@ -133,6 +139,8 @@ def run_unit(importer: Any, f: SourceFile, start: int, end: int, strict: bool) -
     except OSError as e:
         bad.append(BadRecord(None, f"cannot read the file ({short(e)})", None, "ImportFormatError"))
     columns = {c: (np.concatenate(p) if p else np.zeros(0)) for c, p in parts.items()}
+    if turns is not None:
+        columns["turn"], columns["turn_position"] = (np.concatenate(t).astype(np.int32) for t in turns)
     return UnitResult(
         columns=columns,
         lengths=np.asarray(lengths, dtype=np.int64),

@@ -9,6 +9,10 @@ importer refuses them with the same message (:func:`mask_error`): a JSON
 list through :func:`mask_span` (NeMo-RL, prime-rl, the generic JSONL), an
 array through :func:`refuse_mask_values` (slime), a Parquet batch through
 :func:`bad_mask_rows` (each row refused alone, so ``--skip-bad`` skips it).
+
+A mask with several runs of 1s is a multi-turn trajectory: :func:`add_turns`
+(one sequence) and :func:`batch_turns` (rows laid end to end) give its kept
+tokens their turn columns, through the one derivation in ``mismatchscope.turns``.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ImportFormatError
+from ..errors import ImportFormatError, InputError
+from ..turns import explicit_turns, mask_turns
 
 MASK_HINT = (
     "a loss mask must be 0 (not trained on) or 1 (trained on); a weighted, signed or null entry has no "
@@ -85,3 +90,57 @@ def mask_span(mask: list, length: int, what: str = "the mask") -> tuple[int, int
     if span.count(1) == hi - lo:
         return lo, hi, None
     return lo, hi, np.asarray(span, dtype=np.float64) != 0
+
+
+def add_turns(values: dict[str, Any], keep: np.ndarray | None) -> dict[str, Any]:
+    """One sequence's values with ``turn`` and ``turn_position`` added where its mask has several runs of 1s.
+
+    ``keep``: the sequence's mask (over its span, as ``mask_span`` gives it, or all of it: leading and trailing
+    0s open no turn), None when every token of its span is kept (one turn: nothing added, the writer gives it
+    turn 0).
+    """
+    if keep is not None:
+        turns = mask_turns(keep)
+        if turns is not None:
+            values["turn"], values["turn_position"] = turns
+    return values
+
+
+def batch_turns(kept: np.ndarray, lengths: np.ndarray, columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``columns`` (the kept tokens of rows laid end to end, ``lengths`` mask values each) with the turn columns
+    added where some row's mask has several runs of 1s."""
+    turns = mask_turns(kept, lengths)
+    if turns is not None:
+        columns["turn"], columns["turn_position"] = turns
+    return columns
+
+
+def explicit(values: dict[str, Any], turn: np.ndarray, what: str) -> dict[str, Any]:
+    """One sequence's values with its explicit turns (one per kept token, the field ``what``) and the positions
+    within them; a turn that decreases, or is not a whole number from 0, makes the record bad."""
+    try:
+        turns = explicit_turns(turn)
+    except InputError as e:
+        raise ImportFormatError(f"{what}: {e}") from None
+    if turns is not None:
+        values["turn"], values["turn_position"] = turns
+    return values
+
+
+def batch_explicit(turn: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[int, str]]:
+    """Rows laid end to end (``lengths`` kept tokens each) with an explicit turn per token: ``(turn,
+    turn_position, refused)``, ``refused`` the rows whose turn decreases (row -> why), to skip or stop on."""
+    t = np.asarray(turn, dtype=np.int64)
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+    first = np.zeros(t.size, dtype=bool)
+    first[starts[lengths > 0]] = True
+    down = np.flatnonzero((np.diff(t) < 0) & ~first[1:]) + 1
+    refused: dict[int, str] = {}
+    for i in down.tolist():
+        row = int(np.searchsorted(starts, i, side="right") - 1)
+        if row not in refused:
+            at = i - int(starts[row])
+            refused[row] = f"turn decreases within a sequence: {int(t[i - 1])} then {int(t[i])} at kept token {at}"
+    opened = first | np.concatenate(([True], t[1:] != t[:-1]))
+    idx = np.arange(t.size, dtype=np.int64)
+    return t.astype(np.int32), (idx - np.maximum.accumulate(np.where(opened, idx, 0))).astype(np.int32), refused

@@ -26,7 +26,7 @@ import pyarrow as pa
 from .. import rundir
 from .._version import __version__
 from ..analysis.summaries import write_token_shard
-from ..schema import COLUMNS, REQUIRED_NAMES, SCHEMA_VERSION
+from ..schema import COLUMNS, REQUIRED_NAMES, SCHEMA_VERSION, TURN_COLUMNS
 
 FLUSH_TOKENS = 1_000_000
 SHARD_DIR = rundir.TOKENS
@@ -42,6 +42,10 @@ class ShardWriter:
 
     Two buffer sets alternate: one fills while the other is being written, so
     no per-sequence arrays stay alive and memory is two shards' worth at most.
+
+    The turn columns are buffered for every import and written only in a shard that holds a sequence of
+    more than one turn (``schema.TURN_COLUMNS``): a sequence without them is one turn (``turn`` 0,
+    ``turn_position`` its position), and an import of single turns is written as it always was.
     """
 
     def __init__(
@@ -52,6 +56,8 @@ class ShardWriter:
             raise ValueError(f"not scalar schema columns: {unknown}")
         self.out = Path(out)
         self.columns = tuple(dict.fromkeys(REQUIRED_NAMES + tuple(columns)))
+        """the columns written so far (the turn columns join once a shard holds several turns)."""
+        self._buffered = tuple(dict.fromkeys(self.columns + TURN_COLUMNS))
         self.metadata = dict(metadata)
         self.flush_tokens = flush_tokens
         self.shards: list[Path] = []
@@ -81,6 +87,8 @@ class ShardWriter:
         cols["sequence_id"] = seq_id
         if "position" not in cols:
             cols["position"] = _positions(n)
+        if "turn" not in cols:  # one turn: its positions are its turn positions
+            cols["turn"], cols["turn_position"] = 0, cols["position"]
         self._add(source, n, cols)
         return seq_id
 
@@ -89,6 +97,8 @@ class ShardWriter:
         n = len(columns["token_id"])
         if n:
             self.next_sequence_id = max(self.next_sequence_id, int(np.max(columns["sequence_id"])) + 1)
+        if "turn" not in columns:
+            columns = {**columns, "turn": np.zeros(n, np.int32), "turn_position": columns["position"]}
         self._add(source, n, columns)
 
     def allocate_sequence_ids(self, count: int) -> np.ndarray:
@@ -98,7 +108,7 @@ class ShardWriter:
         return ids
 
     def _add(self, source: str, n: int, cols: Mapping[str, Any]) -> None:
-        for name in self.columns:  # check before copying anything
+        for name in self._buffered:  # check before copying anything
             v = cols[name]
             if isinstance(v, np.ndarray) and len(v) != n:
                 raise ValueError(f"column {name!r} has {len(v)} values for {n} tokens")
@@ -108,7 +118,7 @@ class ShardWriter:
             buf = self._buffers()
             take = min(n - done, self.flush_tokens - self._filled)
             a = self._filled
-            for name in self.columns:
+            for name in self._buffered:
                 v = cols[name]
                 buf[name][a : a + take] = v[done : done + take] if isinstance(v, np.ndarray) else v
             self._filled += take
@@ -122,7 +132,7 @@ class ShardWriter:
     def _buffers(self) -> dict[str, np.ndarray]:
         buf = self._sets[self._current]
         if buf is None:
-            buf = {name: np.empty(self.flush_tokens, dtype=_DTYPES[name]) for name in self.columns}
+            buf = {name: np.empty(self.flush_tokens, dtype=_DTYPES[name]) for name in self._buffered}
             self._sets[self._current] = buf
         return buf
 
@@ -132,7 +142,12 @@ class ShardWriter:
         if not self._filled:
             return
         buf = self._buffers()
-        columns = {name: _arrow(arr[: self._filled], name) for name, arr in buf.items()}
+        turns = bool(buf["turn"][: self._filled].any())
+        if turns and "turn" not in self.columns:
+            self.columns += TURN_COLUMNS
+        columns = {
+            name: _arrow(arr[: self._filled], name) for name, arr in buf.items() if turns or name not in TURN_COLUMNS
+        }
         meta = dict(self.metadata)
         meta["source"] = {**meta.get("source", {}), "files": list(self._buf_files)}
         path = self.out / SHARD_DIR / f"part-{len(self.shards):05d}.parquet"

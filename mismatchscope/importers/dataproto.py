@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from ..errors import ImportFormatError
 from ._base import ImportContext, SourceFile, short
+from ._mask import add_turns
 from ._values import check_record, exact_ints, host_array
 from .stack_pickle import (
     STACK_NAMES,
@@ -183,6 +184,7 @@ def add_sequence(
             "step": f.step,
             "reward": reward,
         }
+        add_turns(values, kept)
         check_record(values, file=f.rel, record=k)
     except ImportFormatError as e:
         ctx.bad(e, f)

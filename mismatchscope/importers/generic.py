@@ -7,7 +7,11 @@ renamed with ``--column CANONICAL=NAME``:
 * per token (lists, index i = token i): ``token_id`` (default name
   ``token_ids``), ``sampler_logprob`` (``sampler_logprobs``),
   ``trainer_logprob`` (``trainer_logprobs``), ``mask`` (``mask``: 1 keeps a
-  generated token, 0 drops it), ``trainer_entropy`` (``trainer_entropy``);
+  generated token, 0 drops it), ``trainer_entropy`` (``trainer_entropy``),
+  ``turn`` (``turn``: the assistant turn of each token, counting from 0; without
+  it a mask with several runs of 1s gives the turns, ``mismatchscope.turns``),
+  ``trainer_token_id`` (``trainer_token_ids``: the ids the trainer scored, where
+  the dump holds both sides' and they may differ: a re-tokenized conversation);
 * per token or per sequence: ``advantage`` (``advantages``), ``reward`` (``reward``);
 * per sequence: ``sequence_id``, ``step``, ``rank``, ``prompt_id``, ``sample_index``
   (same names).
@@ -31,7 +35,7 @@ import numpy as np
 
 from ..errors import FieldComesAndGoesError, ImportFormatError, InputError, UsageError
 from ._base import SourceFile
-from ._mask import mask_span
+from ._mask import add_turns, explicit, mask_span
 from ._records import parse_record
 from ._values import check_lengths, missing_fields, take_floats, take_ints
 
@@ -54,9 +58,11 @@ DEFAULT_COLUMNS = {
     "rank": "rank",
     "prompt_id": "prompt_id",
     "sample_index": "sample_index",
+    "turn": "turn",
+    "trainer_token_id": "trainer_token_ids",
 }
 REQUIRED = ("token_id", "sampler_logprob", "trainer_logprob")
-PER_TOKEN = ("sampler_logprob", "trainer_logprob", "mask", "trainer_entropy")
+PER_TOKEN = ("sampler_logprob", "trainer_logprob", "mask", "trainer_entropy", "turn", "trainer_token_id")
 EITHER = ("advantage", "reward")
 PER_SEQUENCE = ("sequence_id", "step", "rank", "prompt_id", "sample_index")
 FLOAT_COLUMNS = ("sampler_logprob", "trainer_logprob", "trainer_entropy", "advantage", "reward")
@@ -66,6 +72,7 @@ MAY_BE_EMPTY = ("reward", "trainer_entropy")
 SEMANTICS = {
     "layout": "one row per sequence, list columns; index i of every list refers to token i",
     "mask": "the mapped mask column when given (1 = generated token, kept), else every token is kept",
+    "turn": "the turn column when given, else the runs of 1s in the mask (one turn without a mask)",
     "note": "semantics (temperature, policy lag) are those of the trainer that wrote the dump",
 }
 
@@ -152,7 +159,7 @@ class GenericImporter:
                 hint=f"map yours with --column {c}=NAME",
             )
         self.columns = tuple(
-            c for c in self.present if c not in ("token_id", "mask", "sequence_id") and c not in REQUIRED
+            c for c in self.present if c not in ("token_id", "mask", "sequence_id", "turn") and c not in REQUIRED
         )
 
     def semantics(self) -> dict[str, Any]:
@@ -229,6 +236,8 @@ class GenericJsonlImporter(GenericImporter):
         values: dict[str, Any] = {}
         try:
             values["token_id"] = take_ints(ids, lo, hi, keep)
+            if "trainer_token_id" in lists:  # the ids the trainer scored, where the dump holds both sides'
+                values["trainer_token_id"] = take_ints(lists["trainer_token_id"], lo, hi, keep)
             for c in FLOAT_COLUMNS:
                 if c not in src:
                     continue
@@ -250,6 +259,14 @@ class GenericJsonlImporter(GenericImporter):
                     values[c] = v
         except (TypeError, ValueError) as e:
             raise ImportFormatError(f"bad value ({e})", file=f.rel, line=line) from None
+        try:
+            if "turn" in lists:
+                explicit(values, take_ints(lists["turn"], lo, hi, keep), src["turn"])
+            else:
+                add_turns(values, keep)
+        except (ImportFormatError, TypeError, ValueError) as e:
+            reason = e.reason if isinstance(e, ImportFormatError) else f"bad value ({e})"
+            raise ImportFormatError(reason, file=f.rel, line=line, hint=getattr(e, "hint", None)) from None
         return values, n - len(values["token_id"])
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import ImportFormatError
 from ._base import ImportContext, SourceFile
-from ._mask import MASK_HINT, bad_mask_rows, mask_error
+from ._mask import MASK_HINT, bad_mask_rows, batch_explicit, batch_turns, mask_error
 from ._values import exact_ints, refuse_sequences
 from .generic import EITHER, FLOAT_COLUMNS, PER_SEQUENCE, PER_TOKEN, GenericImporter, check_int_range, mask_name
 
@@ -74,8 +74,8 @@ class GenericParquetImporter(GenericImporter):
             t = schema.field(name).type
             listed = _list_type(t)
             inner = t.value_type if listed else t
-            kind = "integers" if c == "token_id" else "numbers"
-            if c in PER_TOKEN or c == "token_id":
+            kind = "integers" if c in ("token_id", "trainer_token_id", "turn") else "numbers"
+            if c in PER_TOKEN or c == "token_id":  # trainer_token_id and turn are per-token lists too
                 shape_ok = listed
                 want = f"a list of {kind}, one per token"
             elif c in EITHER:
@@ -117,7 +117,12 @@ class GenericParquetImporter(GenericImporter):
                 f"bad values in rows {row0}..{row0 + rb.num_rows - 1} ({str(e)[:160]})", file=f.rel
             ) from None
         dropped = int(lens.sum() - kept_lens.sum())
-        out, kept_lens, rows = refuse_sequences(ctx, f, out, kept_lens, np.flatnonzero(keep_rows) + row0)
+        rows = np.flatnonzero(keep_rows) + row0
+        if "turn" in out:
+            out, kept_lens, rows = _explicit_turns(ctx, f, out, kept_lens, rows, src["turn"])
+        elif keep_flat is not None:
+            batch_turns(keep_flat, lens, out)
+        out, kept_lens, rows = refuse_sequences(ctx, f, out, kept_lens, rows)
         if not len(kept_lens):
             return
         if "sequence_id" in out:  # the user's ids: a repeat is a bad record
@@ -133,6 +138,26 @@ class GenericParquetImporter(GenericImporter):
         total = int(kept_lens.sum())
         out["position"] = (np.arange(total) - np.repeat(_offsets(kept_lens)[:-1], kept_lens)).astype(np.int32)
         ctx.add_batch(f, out, sequences=len(kept_lens), dropped=dropped)
+
+
+def _explicit_turns(
+    ctx: ImportContext, f: SourceFile, out: dict[str, np.ndarray], lengths: np.ndarray, rows: np.ndarray, name: str
+) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """The explicit ``turn`` of each kept token checked row by row (a row whose turn decreases is a bad record),
+    with the positions within each turn added."""
+    turn, turn_position, refused = batch_explicit(out["turn"], lengths)
+    out["turn"], out["turn_position"] = turn, turn_position
+    if not refused:
+        return out, lengths, rows
+    for k, why in refused.items():
+        ctx.bad(ImportFormatError(f"{name}: {why}", file=f.rel, record=int(rows[k])), f)
+    keep = np.ones(len(lengths), dtype=bool)
+    keep[list(refused)] = False
+    token_keep = np.repeat(keep, lengths)
+    out = {c: v[token_keep] for c, v in out.items()}
+    kept_turn, kept_position, _ = batch_explicit(out["turn"], lengths[keep])
+    out["turn"], out["turn_position"] = kept_turn, kept_position
+    return out, lengths[keep], rows[keep]
 
 
 def _aligned_rows(col: dict[str, Any], src: dict[str, str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
@@ -194,6 +219,11 @@ def _token_columns(
             out[c] = _take(_flatten(col[c].filter(sel), np.float64, src[c]), keep_flat)
         else:
             out[c] = np.repeat(_numpy(col[c].filter(sel), np.float64, src[c]), kept_lens)
+    if "turn" in col:
+        out["turn"] = _take(_flatten(col["turn"].filter(sel), np.int64, src["turn"]), keep_flat)
+    if "trainer_token_id" in col:
+        ids = _flatten(col["trainer_token_id"].filter(sel), np.int64, src["trainer_token_id"])
+        out["trainer_token_id"] = _take(ids, keep_flat)
     for c in PER_SEQUENCE:
         if c in col:
             per_seq = _numpy(col[c].filter(sel), np.int64, src[c])

@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import ImportFormatError, InputError, NoTrainerLogprobsError, UsageError
 from ._base import SourceFile, note
-from ._mask import mask_span
+from ._mask import add_turns, mask_span
 from ._values import check_lengths, require, scalar, take_floats, take_floats_or_constant, take_ints, unwrap
 
 _STEP_FILE = re.compile(r"^train_data_step(\d+)\.jsonl$")
@@ -114,7 +114,7 @@ class NemoRLImporter:
             "reward": reward,
             "step": f.step,
         }
-        return values, length - kept
+        return add_turns(values, keep), length - kept
 
 
 def _per_token_lists(f: SourceFile, line: int, rec: dict[str, Any]) -> tuple[dict[str, Any], int]:

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..errors import FieldComesAndGoesError, ImportFormatError, InputError, UsageError
 from ._base import SourceFile, note
-from ._mask import mask_span
+from ._mask import add_turns, mask_span
 from ._records import parse_record
 from ._values import check_lengths, require, take_floats, take_ints
 
@@ -169,7 +169,7 @@ class PrimeRLImporter:
         note(notes, "nonfinite_logprobs", int(kept - np.count_nonzero(finite)))
         values["step"] = f.step
         values["rank"] = f.rank
-        return values, n - kept
+        return add_turns(values, keep), n - kept
 
 
 def _first_record(path: Path) -> tuple[int, dict[str, Any]] | None:

@@ -37,7 +37,7 @@ import numpy as np
 
 from ..errors import ImportFormatError, NoSamplerLogprobsError, UsageError
 from ._base import ImportContext, SourceFile, short
-from ._mask import refuse_mask_values
+from ._mask import add_turns, refuse_mask_values
 from ._values import check_record, exact_ints, host_array
 from .stack_pickle import StackBatch, load_stack_pickle, refuse_other_stack
 
@@ -254,6 +254,7 @@ def sequences(f: SourceFile, batch: dict[str, Any]) -> Iterator[Row]:
             ("advantage", "advantages"),
         ):
             values[name] = a[key][row, cols].astype(np.float64)[keep]
+        add_turns(values, keep)
         yield row, values, int(np.count_nonzero(a["attention_mask"][row])) - int(keep.sum())
 
 

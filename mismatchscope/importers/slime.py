@@ -47,7 +47,7 @@ from ..errors import (
     UsageError,
 )
 from ._base import ImportContext, SourceFile, short
-from ._mask import refuse_mask_values
+from ._mask import add_turns, refuse_mask_values
 from ._values import check_record, exact_ints, host_array, missing_fields
 from .safe_load import load_torch
 
@@ -205,7 +205,7 @@ class SlimeImporter:
             "rank": int(_item(s.get("data_parallel_rank", f.rank or 0), "data_parallel_rank")),
         }
         values["reward"] = _sample_reward(f, k, s, rollout, raw_reward, values)
-        return values, len(tokens) - kept
+        return add_turns(values, keep), len(tokens) - kept
 
     # -- the rollout dump --------------------------------------------------------
     def _rollout(self, rollout_id: int, ctx: ImportContext) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import RecorderInputError, UsageError
+from ..errors import InputError, RecorderInputError, UsageError
 from ..schema import (
     MAX_ABS_STEP,
     NOT_RECORDED_ID,
@@ -33,6 +33,7 @@ from ..schema import (
     first_refused,
     positive_logprobs,
 )
+from ..turns import row_turns
 
 
 @dataclass
@@ -130,12 +131,16 @@ def prepare(
     trainer_experts: Any = None,
     timing: StepTiming | None = None,
     training_forward_logprobs: Any = None,
+    turn_ids: Any = None,
     **unknown: Any,
 ) -> StepBatch:
     """Check one step's arrays and copy the masked tokens out as token-pair columns.
 
     ``sequence_ids`` left out are filled in by the caller (the Recorder numbers
-    them per rank); here they default to the row index.
+    them per rank); here they default to the row index. ``turn_ids`` (``[B, T]``
+    integers) name each token's assistant turn; without them a row whose mask
+    has several runs of 1s (tool spans masked out between turns) is that many
+    turns (``mismatchscope.turns``).
     """
     if unknown:
         _refuse_unknown(unknown)
@@ -165,7 +170,24 @@ def prepare(
         forward = _floats("training_forward_logprobs", training_forward_logprobs)
         forward = _same_shape("training_forward_logprobs", forward, (b, t))
         cols["trainer_forward_logprob"] = forward[rows, pos].astype(np.float64)
+    cols.update(_turn_columns(step, turn_ids, rows, pos, (b, t)))
     return StepBatch(step, cols, int(np.unique(rows).size), b, experts)
+
+
+def _turn_columns(step: int, turn_ids: Any, rows: np.ndarray, pos: np.ndarray, shape: tuple[int, int]) -> dict:
+    """``turn`` and ``turn_position`` of the masked tokens: from ``turn_ids``, else the mask's runs; none for a
+    step of single turns."""
+    turn = None
+    if turn_ids is not None:
+        ids = _same_shape("turn_ids", turn_ids, shape)
+        if ids.dtype.kind not in "iu":
+            raise RecorderInputError(f"turn_ids must hold integers, got dtype {ids.dtype}")
+        turn = ids[rows, pos]
+    try:
+        turns = row_turns(rows, pos, turn)
+    except InputError as e:
+        raise RecorderInputError(f"step {step}: turn_ids: {e}") from None
+    return {} if turns is None else {"turn": turns[0], "turn_position": turns[1]}
 
 
 def _refuse_unknown(unknown: dict[str, Any]) -> None:

@@ -60,7 +60,9 @@ class Recorder:
     variables torchrun sets (0 / unknown without them). ``meta`` (any JSON)
     goes into the manifest and every shard's metadata. ``resume=True`` adds
     to a rank's earlier records (a restarted job); a step recorded again
-    replaces that rank's earlier shards of the step.
+    replaces that rank's earlier shards of the step. ``provenance``: what
+    each side ran, from ``mismatchscope.provenance(...)`` (rank 0 writes it
+    into the manifest; ``mismatchscope provenance RUN`` shows it).
     """
 
     def __init__(
@@ -73,10 +75,13 @@ class Recorder:
         resume: bool = False,
         max_pending: int = MAX_PENDING,
         routing: Any = None,
+        provenance: Any = None,
     ):
         from .routes import routing_meta
 
         self.path = Path(path)
+        self.provenance = _provenance_record(provenance)
+        """what each side ran (``mismatchscope.provenance(...)``), written into the manifest by rank 0."""
         self.routing = routing_meta(routing)
         """the model's routing layout (``RoutingMeta`` or its dict): needed to record routes."""
         self._route_sides: set[str] = set()
@@ -149,6 +154,8 @@ class Recorder:
         and ``training_tokens`` (the step's own measurements) are recorded beside it where given,
         for ``timeline --x wall``. ``training_forward_logprobs`` ([B, T]): the logprobs of the first
         training forward (the loss's own), the third value ``certify`` pairs with the other two.
+        ``turn_ids`` ([B, T] ints): each token's assistant turn in a multi-turn rollout; without them a
+        mask with several runs of 1s per row (tool output masked out between turns) gives the turns.
         Returns the host copy (the ``Monitor`` reads it).
         """
         from .inputs import STEP_TIMING_KEYS, StepTiming
@@ -261,6 +268,10 @@ class Recorder:
             "layout": "tokens/step-SSSSSS-rank-NNNN[-part-PPPP].parquet; ranks/rank-NNNN.json per rank",
         }
         manifest.setdefault("created", time.time())
+        if self.provenance is not None:
+            from ..execution.record import MANIFEST_KEY
+
+            manifest[MANIFEST_KEY] = self.provenance
         if self.routing is not None:
             from ..routing.layout import MANIFEST_KEY, SideRoutes
 
@@ -386,6 +397,16 @@ class Recorder:
                 if st is not None and st.has_min_max:
                     top = max(top, int(st.max))
         return top
+
+
+def _provenance_record(value: Any) -> dict[str, Any] | None:
+    """The manifest's provenance entry for what ``Recorder(provenance=...)`` was given (checked now, not at close)."""
+    if value is None:
+        return None
+    from ..execution.collect import record_of
+    from ..execution.record import to_record
+
+    return to_record(record_of(value))
 
 
 def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int | None]:

@@ -12,7 +12,6 @@ so the CLI can validate a run before paying for the heavy imports.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Sequence
@@ -22,6 +21,7 @@ from typing import Any
 
 from mismatchscope.checks import json_object
 from mismatchscope.errors import CheckpointError, NotAJsonObjectError
+from mismatchscope.execution import digests
 
 SAFE_WEIGHTS = ("*.safetensors",)
 PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth")
@@ -30,23 +30,10 @@ NOT_WEIGHTS = {"training_args.bin", "optimizer.pt", "scheduler.pt", "rng_state.p
 
 CONFIG_FILES = ("config.json", "generation_config.json")
 """generation_config.json is hashed too: vLLM takes default sampling values from it."""
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.json",
-    "vocab.txt",
-    "merges.txt",
-    "tokenizer.model",
-    "chat_template.jinja",
-    "chat_template.json",
-)
+TOKENIZER_FILES = (*digests.TOKENIZER_FILES, *digests.CHAT_TEMPLATE_FILES)
 INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 SAFETENSORS_MAX_HEADER = 100_000_000
 """safetensors' own bound on the JSON header: a larger length means a corrupt file."""
-
-_HASH_BLOCK = 1 << 20
 
 
 @dataclass
@@ -67,6 +54,8 @@ class CheckpointInfo:
     """names (relative to ``path``) of the weight files that were hashed and will be loaded."""
     pickle_weights: bool = False
     """True when the weights are ``.bin``/``.pt`` (only accepted with ``allow_pickle``)."""
+    file_sha256: dict[str, str] = field(default_factory=dict)
+    """each hashed file's own sha256 (what ``sha256sum`` prints): the run's provenance records the weights'."""
 
     def record(self) -> dict:
         """What a run's manifest records of the checkpoint (``config.checkpoint``)."""
@@ -113,10 +102,10 @@ def inspect_checkpoint(
     if not pickled:
         for name in weights:
             _check_safetensors(root / name)
-    hashed = _hashed_files(root, weights)
+    sha256, file_sha256 = digests.hash_files(root, _hashed_files(root, weights))
     return CheckpointInfo(
         path=root,
-        sha256=sha256_files(root, hashed),
+        sha256=sha256,
         model_type=model_type,
         vocab_size=vocab_size,
         max_model_len=max_len,
@@ -124,6 +113,7 @@ def inspect_checkpoint(
         config=config,
         weight_files=tuple(weights),
         pickle_weights=pickled,
+        file_sha256=file_sha256,
     )
 
 
@@ -359,16 +349,9 @@ def _hashed_files(root: Path, weights: list[str]) -> list[str]:
 
 
 def sha256_files(root: Path, names: list[str]) -> str:
-    """One digest over (name, size, bytes) of each file, in sorted order, streamed.
+    """One digest over (name, size, bytes) of each file, in the order given, streamed.
 
     The name and size are part of the digest so that renaming or splitting a
     file changes it; streaming keeps memory flat for multi-GB shards.
     """
-    digest = hashlib.sha256()
-    for name in names:
-        path = root / name
-        digest.update(name.encode() + b"\0" + str(path.stat().st_size).encode() + b"\0")
-        with open(path, "rb") as f:
-            while block := f.read(_HASH_BLOCK):
-                digest.update(block)
-    return digest.hexdigest()
+    return digests.hash_files(root, names)[0]

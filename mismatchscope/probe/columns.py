@@ -4,7 +4,8 @@ One row per completion token, in the analysis format (``schema.py``). The
 optional columns appear only when the shard has something for them: rewards
 when the prompts carry answers or a reward function was given, the kept mass
 when the sampling truncates, the sampler's prefill with ``--sampler-prefill``,
-the whole-row digests with ``--full-vocab``.
+the whole-row digests with ``--full-vocab``, the turn columns (and the trainer's
+ids, where they may differ) with ``--turns``.
 """
 
 from __future__ import annotations
@@ -54,7 +55,25 @@ def token_columns(completions: list[Completion], scored: list[Scored], rewards: 
             cols["sampler_kept_logmass"] += s.kept_logmass if s.kept_logmass is not None else [0.0] * L
         if with_prefill:
             cols["sampler_prefill_logprob"] += c.sampler_prefill_logprobs or [float("nan")] * L
+    if any(c.turns is not None for c in completions):
+        cols["turn"], cols["turn_position"] = [], []
+        for c in completions:
+            turns = c.turns if c.turns is not None else [0] * len(c.token_ids)
+            cols["turn"] += turns
+            cols["turn_position"] += _within(turns)
+    if any(c.trainer_token_ids is not None for c in completions):
+        cols["trainer_token_id"] = [t for c in completions for t in (c.trainer_token_ids or c.token_ids)]
     return cols
+
+
+def _within(turns: list[int]) -> list[int]:
+    """Each token's index within its turn (turns laid end to end, in order)."""
+    out, k, last = [], 0, None
+    for t in turns:
+        k = k + 1 if t == last else 0
+        out.append(k)
+        last = t
+    return out
 
 
 def _empty_columns(*, with_rewards: bool, with_kept: bool, with_prefill: bool) -> dict[str, list]:

@@ -42,6 +42,8 @@ LOG_NAME = "engine.log"
 
 LOG_TAIL_BYTES = 1_000_000
 """How much of the end of the log is searched for the root cause of a failure."""
+CAPTURED_READ_BYTES = 64_000_000
+"""How much of the start of the log is searched for the engines' fallbacks."""
 
 _PREFIX = re.compile(r"^\((?:[\w.-]+) pid=\d+\)\s*")
 """vLLM marks each line of its processes' output with the process: ``(EngineCore pid=12) ``."""
@@ -235,6 +237,20 @@ def start_cause(exc: BaseException) -> str | None:
     """
     cause = root_cause(_tail(_capture.log) if _capture.log is not None else "", exc)
     return None if cause == NO_CAUSE or _is_wrapper(cause) else cause
+
+
+def captured_text() -> str | None:
+    """The engines' output captured so far in this process (its first :data:`CAPTURED_READ_BYTES`); None while the
+    output is not captured (``--verbose``, or a library call outside :func:`engine_output`). The run's provenance
+    reads the engines' fallbacks here: an engine announces them as it starts, so the head of the log holds them."""
+    if _capture.log is None:
+        return None
+    _flush_all()
+    try:
+        with open(_capture.log, "rb") as f:
+            return f.read(CAPTURED_READ_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return None
 
 
 def cause_in_log(log: Path, reason: str) -> str:

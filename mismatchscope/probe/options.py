@@ -29,6 +29,7 @@ from ..outputs import check_run_out as check_new_run
 from .engine_checks import check_sampler, check_trainer, installed, shown_arg
 from .hf_model import canonical_dtype
 from .token_scoring import GREEDY_EPS
+from .turns import TurnsConfig
 from .types import SamplerConfig, SamplingConfig, TrainerConfig
 
 if TYPE_CHECKING:
@@ -57,6 +58,8 @@ class ProbeOptions:
     """also record the sampler's logprobs from a prefill of prompt + completion (:mod:`.sampler_prefill`)."""
     full_vocab: bool = False
     """also record each side's whole log-prob row as a digest and the largest difference (:mod:`.full_rows`)."""
+    turns: TurnsConfig | None = None
+    """``--turns N`` (N >= 2): multi-turn conversations (:mod:`.conversations`); None: one turn."""
 
 
 def canonical_options(opts: ProbeOptions) -> ProbeOptions:
@@ -149,7 +152,27 @@ def check_options(opts: ProbeOptions) -> None:
         )
     if opts.full_vocab and opts.resume:
         raise UsageError("--full-vocab cannot resume a run: the rows are held in memory, never written")
+    if opts.turns is not None:
+        check_turns(opts)
     check_run_out(opts.out, opts.resume)
+
+
+def check_turns(opts: ProbeOptions) -> None:
+    """What a multi-turn probe does not combine with yet: each records one completion after one prompt."""
+    given = [
+        name
+        for name, on in (
+            ("--sampler-prefill (or --zero)", opts.sampler_prefill),
+            ("--full-vocab", opts.full_vocab),
+            ("--replay-routes", opts.trainer.replay_routes),
+        )
+        if on
+    ]
+    if given:
+        raise UsageError(
+            f"--turns {opts.turns.turns if opts.turns else 1} does not combine with {', '.join(given)}",
+            hint="probe multi-turn conversations without it, or a single turn with it",
+        )
 
 
 def check_engine_installed(cfg: SamplerConfig) -> None:

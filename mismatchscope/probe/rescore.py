@@ -21,6 +21,7 @@ from .engine_checks import check_trainer
 from .options import canonical_trainer, check_rescore_out
 from .policy_lag import TrainerCheckpoint
 from .prompts import Prompt
+from .provenance import copy_sampler_side, record_side, refresh_fallbacks, trainer_side
 from .rewards import DEFAULT_REWARD, load_reward_fn
 from .routes import RoundRoutes, check_replay_source
 from .scoring import (
@@ -32,6 +33,7 @@ from .scoring import (
     trainer_checkpoint,
     write_prompts_once,
 )
+from .turns import Conversations, TurnsConfig
 from .types import SamplingConfig, TrainerConfig
 from .writer import RunDir, finish, open_session, save_progress
 
@@ -258,9 +260,21 @@ def _rescore_rounds(s: RescoreSession, manifest: dict[str, Any]) -> Path:
     done = s.dst.scored_sequences() if s.resume else set()
     trainer = load_trainer(s.trainer_ckpt, s.trainer_cfg, s.progress)
     manifest["trainer_info"] = trainer.describe()
+    copy_sampler_side(s.old, manifest)  # the samples are the recorded engine's
+    record_side(manifest, "trainer", trainer_side(trainer, s.trainer_ckpt.info, s.sampling, "rescore"))
     routes = RoundRoutes.of_source(s.src.path, s.old, trainer, s.trainer_cfg.replay, manifest, s.progress.note)
     scoring = Scoring(
-        s.dst, s.prompts, s.prompt_ids, s.tokenizer, reward_fn, trainer, s.sampling, done, config, s.progress
+        s.dst,
+        s.prompts,
+        s.prompt_ids,
+        s.tokenizer,
+        reward_fn,
+        trainer,
+        s.sampling,
+        done,
+        config,
+        s.progress,
+        _conversations(s),
     )
     for p in sorted(s.src.samples.glob("round-*.parquet")):
         r = int(p.stem.split("-")[1])
@@ -269,8 +283,18 @@ def _rescore_rounds(s: RescoreSession, manifest: dict[str, Any]) -> Path:
             s.dst.write_samples(r, completions)
         timings["scoring_seconds"] += score_round(scoring, r, completions, routes)
         save_progress(s.dst, manifest)
+    refresh_fallbacks(manifest, "rescore")
     finish(s.dst, manifest)
     return s.dst.path
+
+
+def _conversations(s: RescoreSession) -> Conversations | None:
+    """A multi-turn probe run's conversations, as its probe made them (``config.turns``): scored again the same way."""
+    recorded = s.old["config"].get("turns")
+    if not recorded:
+        return None
+    cfg = TurnsConfig(recorded["turns"], recorded["tool_response"], recorded["turn_ids"])
+    return Conversations(s.tokenizer, cfg, s.info.path)
 
 
 def _config(s: RescoreSession) -> dict[str, Any]:

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from ..routing.io import Shape
     from .checkpoint import CheckpointInfo
     from .trainer import HFTrainer
+from .provenance import copy_sampler_side, record_side, refresh_fallbacks, trainer_side
 from .writer import RunDir, finish, open_session, save_progress, token_shards
 
 TRAINER_COLUMNS = ("trainer_logprob", "trainer_topk_ids", "trainer_topk_logprobs", "trainer_entropy")
@@ -325,7 +326,9 @@ def _score(s: _ImportRescore, manifest: dict[str, Any]) -> Path:
     if not (s.dst.path / SEQUENCES).exists():
         with rundir.atomic_path(s.dst.path / SEQUENCES) as tmp:
             shutil.copyfile(s.src.path / SEQUENCES, tmp)
+    copy_sampler_side(s.src.manifest, manifest)  # the import's sampler: what its stack's dump says
     trainer, shape = _load_trainer(s, manifest)
+    record_side(manifest, "trainer", trainer_side(trainer, s.info, s.sampling, "rescore"))
     tokens = _imported_tokens(s.src)
     done = s.dst.scored_sequences() if s.resume else set()
     rows = [r for r in s.src.sequences.to_pylist() if r["sequence_id"] not in done]
@@ -337,6 +340,7 @@ def _score(s: _ImportRescore, manifest: dict[str, Any]) -> Path:
         timings["scoring_seconds"] += _score_shard(s, trainer, shape, config, tokens, name, shard)
         s.progress.advance("scoring", sum(len(r["completion_token_ids"]) for r in shard))
         save_progress(s.dst, manifest)
+    refresh_fallbacks(manifest, "rescore")
     finish(s.dst, manifest)
     return s.dst.path
 
@@ -391,7 +395,7 @@ def _imported_tokens(src: ImportedRun) -> pa.Table:
     batches = []
     for raw in read_batches(source, keep):  # types, ranges, damaged pages: report's checks, report's errors
         raw.clean(Hygiene())
-        batches.append(raw.record_batch.select(keep))
+        batches.append(raw.full_batch().select(keep))
     if not batches:
         raise InputError(f"{src.path} holds no token to rescore")
     table = pa.Table.from_batches([b.replace_schema_metadata(None) for b in batches])

@@ -23,11 +23,12 @@ positional values.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from ..errors import UsageError
@@ -39,8 +40,10 @@ from .engine_checks import SERVER_KINDS
 from .options import ProbeOptions, canonical_options, check_against_checkpoint, check_engine_installed, check_options
 from .policy_lag import TrainerCheckpoint
 from .prompts import Prompt, file_sha256, load_prompts
+from .provenance import record_side, refresh_fallbacks, sampler_side, trainer_side
 from .rewards import DEFAULT_REWARD, RewardFn, load_reward_fn
-from .routes import RoundRoutes, check_replay_probe, routing_manifest, sampler_side, save_sampler_round
+from .routes import RoundRoutes, check_replay_probe, routing_manifest, save_sampler_round
+from .routes import sampler_side as route_side
 from .samplers.base import Sampler, check_prompts
 from .scoring import (
     Scoring,
@@ -53,6 +56,9 @@ from .scoring import (
 )
 from .types import Completion, SamplerConfig
 from .writer import RunDir, finish, open_session, save_progress
+
+if TYPE_CHECKING:
+    from .turns import Conversations
 
 AUTO_MAX_TOKENS = 256
 
@@ -75,6 +81,8 @@ class ProbeSession:
     """the engine: the caller's, or the probe's own once started (None until then)."""
     owned: bool
     """whether the probe started the sampler (and closes it); a caller's engine is left open."""
+    conversations: Conversations | None = None
+    """``--turns``: the chat template's view of the conversations (None: one turn)."""
 
 
 def run_probe(opts: ProbeOptions, progress: Progress | None = None, sampler: Sampler | None = None) -> Path:
@@ -99,14 +107,33 @@ def _prepare(opts: ProbeOptions, progress: Progress, sampler: Sampler | None) ->
 
         check_sampler_prefill(opts.sampler.kind, opts.sampling)
     opts = canonical_options(opts)
+    if opts.turns is not None:  # a conversation's routes are not recorded (nor replayed: refused above)
+        opts = replace(opts, trainer=replace(opts.trainer, record_routes=False))
     prompts = load_prompts(opts.prompts)
     info = _checked_checkpoint(opts)
     tokenizer = _checked_tokenizer(opts, info, prompts)
-    opts, prompt_ids = _tokenized(opts, info, tokenizer, prompts)
+    conversations = None
+    if opts.turns is not None:
+        from .turns import Conversations
+
+        conversations = Conversations(tokenizer, opts.turns, info.path)  # the template, before any engine
+        opts, prompt_ids = _conversation_prompts(opts, info, conversations, prompts)
+    else:
+        opts, prompt_ids = _tokenized(opts, info, tokenizer, prompts)
     reward_fn = load_reward_fn(opts.reward_fn)
     check_engine_installed(opts.sampler)
     return ProbeSession(
-        opts, info, tokenizer, prompts, prompt_ids, reward_fn, progress, RunDir(opts.out), sampler, sampler is None
+        opts,
+        info,
+        tokenizer,
+        prompts,
+        prompt_ids,
+        reward_fn,
+        progress,
+        RunDir(opts.out),
+        sampler,
+        sampler is None,
+        conversations,
     )
 
 
@@ -148,6 +175,35 @@ def _tokenized(
     prompt_ids = tokenize_prompts(tokenizer, texts, max_model_len=max_len, max_tokens=opts.sampling.max_tokens)
     check_prompts(prompt_ids, opts.sampling)  # what every engine would refuse, refused before the run exists
     return opts, prompt_ids
+
+
+def _conversation_prompts(
+    opts: ProbeOptions, info: CheckpointInfo, conv: Conversations, prompts: list[Prompt]
+) -> tuple[ProbeOptions, list[list[int]]]:
+    """``--turns``: each prompt as the chat template's first user message, and ``--max-tokens`` per turn, so that
+    every turn and the tool spans between them fit the context (0: as long as they allow, up to
+    AUTO_MAX_TOKENS)."""
+    from ..errors import PromptError
+
+    turns = conv.cfg.turns
+    max_len = opts.sampler.max_model_len or info.max_model_len
+    ids = []
+    for i, p in enumerate(prompts):
+        if not p.text:
+            raise PromptError(f"prompt {i} is empty", hint="remove empty lines from the prompts file")
+        ids.append(conv.first_prompt(p.text))
+    spans = sum(len(conv.span(t)) for t in range(turns - 1))
+    room = max_len - max(len(x) for x in ids) - spans
+    per_turn = opts.sampling.max_tokens or min(AUTO_MAX_TOKENS, room // turns)
+    if per_turn < 1 or per_turn * turns > room:
+        raise PromptError(
+            f"{turns} turns of {per_turn} tokens, {spans} tokens of tool spans and the longest prompt "
+            f"({max(len(x) for x in ids)} tokens) need more than max_model_len={max_len}",
+            hint="lower --turns or --max-tokens (0 sizes the turns to the context), or shorten --tool-response",
+        )
+    opts = replace(opts, sampling=replace(opts.sampling, max_tokens=per_turn))
+    check_prompts(ids, opts.sampling)
+    return opts, ids
 
 
 def _rounds(n_prompts: int, round_prompts: int) -> list[list[int]]:
@@ -204,6 +260,7 @@ def _fingerprint(
         **lag_fingerprint(trainer_ckpt),
         **({"sampler_prefill": True} if opts.sampler_prefill else {}),
         **({"full_vocab": True} if opts.full_vocab else {}),
+        **({"turns": opts.turns.record()} if opts.turns is not None else {}),
         "checkpoint_sha256": ckpt_sha,
         "prompts_sha256": prompts_sha,
         "sampling": opts.sampling.to_dict(),
@@ -248,7 +305,21 @@ def _config(s: ProbeSession, trainer_ckpt: TrainerCheckpoint, prompts_sha: str) 
         "trainer": opts.trainer.to_dict(),
         "reward_fn": opts.reward_fn or DEFAULT_REWARD,
         "round_prompts": opts.round_prompts,
+        **(_turns_config(s) if s.conversations is not None else {}),
     }
+
+
+def _turns_config(s: ProbeSession) -> dict[str, Any]:
+    """``--turns``: what a conversation was, in the config every shard records."""
+    assert s.conversations is not None  # called for a multi-turn probe only
+    semantics = (
+        "token in, token out: each turn's prompt is the previous prompt, the sampled ids and the template's tool "
+        "span; the trainer scores those ids"
+        if s.conversations.cfg.turn_ids == "tokens"
+        else "decoded, re-rendered and encoded each turn; the trainer scores the final conversation encoded "
+        "again (trainer_token_id where its ids differ)"
+    )
+    return {"turns": {**s.conversations.cfg.record(), "chat_template": s.conversations.name, "semantics": semantics}}
 
 
 def _sample_and_score(
@@ -265,6 +336,7 @@ def _sample_and_score(
     done, todo = _todo(s, rounds)
     if s.sampler is not None:  # an engine the caller started, or the server reached before the run
         manifest["sampler_info"] = s.sampler.describe()
+        _record_sampler(s, manifest)
     scoring: tuple[Scoring, Shape | None] | None = None
     try:
         for r in todo:
@@ -277,8 +349,14 @@ def _sample_and_score(
     finally:
         if s.sampler is not None and s.owned:
             s.sampler.close()
+    refresh_fallbacks(manifest, "probe")
     finish(s.run, manifest)
     return s.run.path
+
+
+def _record_sampler(s: ProbeSession, manifest: dict[str, Any]) -> None:
+    assert s.sampler is not None
+    record_side(manifest, "sampler", sampler_side(s.sampler, s.info, s.opts.sampling, "probe"))
 
 
 def _todo(s: ProbeSession, rounds: list[list[int]]) -> tuple[set[int], list[int]]:
@@ -298,6 +376,8 @@ def _round_completions(
     if s.run.samples_path(r).exists():
         return s.run.read_samples(r)
     opts = s.opts
+    if s.conversations is not None:
+        return _round_conversations(s, r, prompts, manifest, timings)
     sampler = _started_sampler(s)
     s.progress.stage("sampling", len(prompts) * opts.sampling.n)
     if opts.full_vocab:
@@ -318,6 +398,41 @@ def _round_completions(
     save_sampler_round(s.run.path, r, completions, opts.sampling.n)  # before the samples: they imply its routes
     s.run.write_samples(r, completions)
     manifest["sampler_info"] = sampler.describe()  # saved with the round: a killed run keeps it
+    _record_sampler(s, manifest)
+    save_progress(s.run, manifest)
+    return completions
+
+
+def _round_conversations(
+    s: ProbeSession, r: int, prompts: list[int], manifest: dict[str, Any], timings: dict[str, Any]
+) -> list[Completion]:
+    """``--turns``: round ``r``'s conversations, turn by turn (:mod:`.conversations`), then saved whole."""
+    from .conversations import sample_round
+
+    assert s.conversations is not None  # called for a multi-turn probe only
+    max_len = s.opts.sampler.max_model_len or s.info.max_model_len
+    completions, ended = sample_round(
+        s.run,
+        r,
+        s.prompts,
+        s.prompt_ids,
+        prompts,
+        s.opts.sampling,
+        s.conversations,
+        max_len,
+        lambda: _started_sampler(s),
+        s.progress,
+        timings,
+    )
+    if ended:
+        manifest["conversations_ended_early"] = manifest.get("conversations_ended_early", 0) + ended
+    s.run.write_samples(r, completions)
+    for t in range(s.conversations.cfg.turns):  # the round's samples hold every turn now
+        s.run.turn_samples_path(r, t).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        s.run.turn_samples_path(r, 0).parent.rmdir()  # only when empty: another round may be under way
+    if s.sampler is not None:
+        manifest["sampler_info"] = s.sampler.describe()
     save_progress(s.run, manifest)
     return completions
 
@@ -329,10 +444,21 @@ def _start_scoring(
     opts = s.opts
     trainer = load_trainer(trainer_ckpt, opts.trainer, s.progress)
     manifest["trainer_info"] = trainer.describe()
-    side = sampler_side(s.sampler, opts.sampler.kind) if s.sampler is not None else None
+    record_side(manifest, "trainer", trainer_side(trainer, trainer_ckpt.info, opts.sampling, "probe"))
+    side = route_side(s.sampler, opts.sampler.kind) if s.sampler is not None else None
     shape = routing_manifest(manifest, trainer, side, opts.trainer.replay, s.progress.note)
     scoring = Scoring(
-        s.run, s.prompts, s.prompt_ids, s.tokenizer, s.reward_fn, trainer, opts.sampling, done, config, s.progress
+        s.run,
+        s.prompts,
+        s.prompt_ids,
+        s.tokenizer,
+        s.reward_fn,
+        trainer,
+        opts.sampling,
+        done,
+        config,
+        s.progress,
+        s.conversations,
     )
     return scoring, shape
 

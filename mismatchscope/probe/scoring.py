@@ -27,6 +27,7 @@ from .writer import RunDir, token_shards
 if TYPE_CHECKING:
     from .checkpoint import CheckpointInfo
     from .trainer import HFTrainer
+    from .turns import Conversations
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,8 @@ class Scoring:
     config: dict[str, Any]
     """the manifest's ``config``, recorded in every shard."""
     progress: Progress
+    conversations: Conversations | None = None
+    """``probe --turns``: the conversations' template view; each completion is then a whole conversation."""
 
 
 def semantics(sampling: SamplingConfig) -> dict[str, Any]:
@@ -133,6 +136,14 @@ def _score_shard(
 ) -> float:
     """Score one token shard and write it (after its routes: a scored shard implies its routes)."""
     n = s.sampling.n
+    if s.conversations is not None:  # whole conversations: one forward each over the trainer's ids
+        from .conversations import score_conversations
+
+        t0 = time.perf_counter()
+        cols = score_conversations(s.trainer, s.conversations, shard, s.prompts, s.prompt_ids, s.sampling, rewards, n)
+        elapsed = time.perf_counter() - t0
+        s.run.write_tokens(r, b, cols, s.config)
+        return elapsed
     reqs = [
         ScoreRequest(
             s.prompt_ids[c.prompt_index],

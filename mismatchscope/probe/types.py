@@ -129,6 +129,10 @@ class Completion:
     """MoE: the sampler's routes (:class:`~mismatchscope.routing.io.SeqRoutes`), where it can give them."""
     rows: Any = None
     """``--full-vocab``: the sampler's whole float32 log-prob row per position ``[n, vocab]`` (memory only)."""
+    turns: list[int] | None = None
+    """``probe --turns``: each token's turn in its conversation (the turns' sampled ids laid end to end)."""
+    trainer_token_ids: list[int] | None = None
+    """``--turn-ids messages``: the ids the trainer scored at each pair (another id where re-tokenized)."""
 
 
 @dataclass

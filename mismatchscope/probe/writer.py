@@ -4,6 +4,7 @@
                              becomes "complete" only after the last flush
     DIR/prompts.parquet      prompt_id, prompt_token_ids, text, answer
     DIR/samples/round-*.parquet   the sampler's raw completions (for resume and rescore)
+    DIR/samples/turns/round-*-turn-*.parquet   probe --turns: each turn as it is sampled (for resume)
     DIR/tokens/part-*.parquet     token pairs in the analysis format
     DIR/routes/part-*.parquet     MoE routes of both sides (mismatchscope.routing.layout)
     DIR/index/tokens.jsonl   the shard index: each token shard's name, rows and size (routes.jsonl: route shards)
@@ -51,6 +52,8 @@ _SAMPLE_SCHEMA = pa.schema(
 
 _PREFILL = "sampler_prefill_logprobs"
 """optional samples column: the engine's prefill logprobs of its own completions (``--sampler-prefill``)."""
+_TURNS = "turns"
+"""optional samples column (``probe --turns``): each token's turn in its conversation."""
 
 
 def unstarted_run(path: Path) -> bool:
@@ -63,6 +66,8 @@ def unstarted_run(path: Path) -> bool:
     """
     path = Path(path)
     if any((path / "samples").glob("round-*.parquet")) or any((path / rundir.TOKENS).glob("*.parquet")):
+        return False
+    if any((path / "samples" / "turns").glob("round-*.parquet")):  # a multi-turn round's first turns
         return False
     if not (path / MANIFEST).exists():
         return True  # the start failed before its first manifest: only the empty folders it made
@@ -181,9 +186,16 @@ class RunDir:
     def samples_path(self, round_index: int) -> Path:
         return self.samples / f"round-{round_index:05d}.parquet"
 
-    def write_samples(self, round_index: int, completions: list[Completion]) -> None:
+    def turn_samples_path(self, round_index: int, turn: int) -> Path:
+        """``probe --turns``: one turn of a round, saved as soon as it is sampled (a resume goes on from the next)."""
+        return self.samples / "turns" / f"round-{round_index:05d}-turn-{turn:03d}.parquet"
+
+    def write_samples(self, round_index: int, completions: list[Completion], path: Path | None = None) -> None:
         prefill = any(c.sampler_prefill_logprobs is not None for c in completions)
+        turns = any(c.turns is not None for c in completions)
         schema = _SAMPLE_SCHEMA.append(pa.field(_PREFILL, pa.list_(pa.float64()))) if prefill else _SAMPLE_SCHEMA
+        if turns:
+            schema = schema.append(pa.field(_TURNS, pa.list_(pa.int32())))
         table = pa.Table.from_pylist(
             [
                 {
@@ -195,17 +207,22 @@ class RunDir:
                     "topk_logprobs": c.topk_logprobs,
                     "finish_reason": c.finish_reason,
                     **({_PREFILL: c.sampler_prefill_logprobs} if prefill else {}),
+                    **({_TURNS: c.turns} if turns else {}),
                 }
                 for c in completions
             ],
             schema=schema,
         )
-        with rundir.atomic_path(self.samples_path(round_index)) as tmp:
+        path = path or self.samples_path(round_index)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with rundir.atomic_path(path) as tmp:
             pq.write_table(table, tmp, write_page_checksum=True)
 
-    def read_samples(self, round_index: int | None = None) -> list[Completion]:
+    def read_samples(self, round_index: int | None = None, path: Path | None = None) -> list[Completion]:
         paths = (
-            [self.samples_path(round_index)]
+            [path]
+            if path is not None
+            else [self.samples_path(round_index)]
             if round_index is not None
             else sorted(self.samples.glob("round-*.parquet"))
         )

@@ -21,6 +21,7 @@ from ..schema import (
     POSITIVE_LOGPROB_TOLERANCE,
     SUMMARY_NAMES,
     TOKEN_ID_RULE,
+    TURN_COLUMNS,
     positive_logprobs,
 )
 from .columns import is_list_type
@@ -71,7 +72,12 @@ def token_keys(batch: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _clean(
-    path: Path, rb: pa.RecordBatch, wanted: list[str], hygiene: Hygiene, extra: list[str] | tuple[str, ...] = ()
+    path: Path,
+    rb: pa.RecordBatch,
+    wanted: list[str],
+    hygiene: Hygiene,
+    extra: list[str] | tuple[str, ...] = (),
+    filled: tuple[str, ...] = (),
 ) -> CleanBatch:
     cols: dict[str, Any] = {}
     for i, name in enumerate(wanted):
@@ -80,6 +86,9 @@ def _clean(
     for j, name in enumerate(extra):
         cols[name] = rb.column(len(wanted) + j)
     n = rb.num_rows
+    if filled:  # a file of single-turn sequences among multi-turn ones: turn 0, its position within it
+        cols["turn"] = np.zeros(n, np.int64)
+        cols["turn_position"] = cols["position"].copy()
     hygiene.rows_read += n
     pos = cols["position"]
     if n and (pos.min() < 0 or pos.max() > MAX_POSITION):  # two reductions; the mask only to name the row
@@ -88,6 +97,14 @@ def _clean(
             f"{path}: position {int(pos[i])} of sequence {int(cols['sequence_id'][i])} is outside 0..{MAX_POSITION}",
             hint="position is the 0-based index of the token within its completion",
         )
+    for name in TURN_COLUMNS:
+        v = cols.get(name)
+        if v is not None and n and (v.min() < 0 or v.max() > MAX_POSITION):
+            i = int(np.flatnonzero((v < 0) | (v > MAX_POSITION))[0])
+            raise InputError(
+                f"{path}: {name} {int(v[i])} of sequence {int(cols['sequence_id'][i])} is outside 0..{MAX_POSITION}",
+                hint="turns and positions within them count from 0",
+            )
     tok = cols.get("token_id")  # a pass that reads no ids checked them from the footers' statistics
     if n and tok is not None and tok.min() < NOT_RECORDED_ID:  # one reduction; the mask only to name the row
         i = int(np.flatnonzero(tok < NOT_RECORDED_ID)[0])

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import FileFormatError, InputError, MissingColumnsError, UsageError
-from ..schema import COLUMNS, REQUIRED_NAMES
+from ..schema import COLUMNS, REQUIRED_NAMES, TURN_COLUMNS
 from .columns import check_mapping
 from .metadata import printable, read_metadata
 
@@ -38,6 +38,9 @@ class Source:
     and how much is there; None for a complete run or a plain file."""
     notes: list[str] = field(default_factory=list)
     """runs read without a shard index to check them against (``rundir.check_contents``)."""
+    filled: dict[Path, tuple[str, ...]] = field(default_factory=dict)
+    """files without the turn columns in an input where other files have them: their sequences are one
+    turn each, and the reader fills the columns in (``schema.TURN_COLUMNS``)."""
     present: list[frozenset[str]] = field(default_factory=list)
     """the canonical names each file holds, in the order of ``files``: a column some shards hold and others do
     not is read where it is by a reader that asks (``certify``), never taken for absent."""
@@ -147,6 +150,7 @@ def open_source(path: str | os.PathLike, mapping: Mapping[str, str] | None = Non
     common: set[str] | None = None
     metas = []
     rows: dict[Path, int] = {}
+    turned: dict[Path, bool] = {}
     held: list[frozenset[str]] = []
     id_min: int | None = 1 << 62  # lowered by each file's statistics; None once one has none
     for f in files:
@@ -154,11 +158,16 @@ def open_source(path: str | os.PathLike, mapping: Mapping[str, str] | None = Non
         check_mapping(f, mapping, names)
         present = _present_columns(f, mapping, names)
         id_min = _smallest(footer, mapping.get("token_id", "token_id"), id_min)
+        turned[f] = _has_turns(f, mapping, present)
         held.append(frozenset(present))
         if meta is not None:
             metas.append(meta)
         available = present if available is None else available & present
         common = names if common is None else common & names
+    filled: dict[Path, tuple[str, ...]] = {}
+    if any(turned.values()):
+        available = (available or set()) | set(TURN_COLUMNS)
+        filled = {f: TURN_COLUMNS for f, has in turned.items() if not has}
     from ..rundir import check_contents
 
     contents = check_contents(path, files, rows)
@@ -170,6 +179,7 @@ def open_source(path: str | os.PathLike, mapping: Mapping[str, str] | None = Non
         file_columns=common or set(),
         incomplete=contents.warning,
         notes=contents.notes,
+        filled=filled,
         present=held,
         rows=sum(rows.values()),
         token_id_min=id_min if files else None,
@@ -194,6 +204,21 @@ def _smallest(footer: pq.FileMetaData, name: str, so_far: int | None) -> int | N
             return None
         so_far = min(so_far, stats.min)
     return so_far
+
+
+def _has_turns(f: Path, mapping: Mapping[str, str], present: set[str]) -> bool:
+    """Whether the file holds the turn columns; one without the other is refused (a turn's positions cannot be
+    told from the turn alone once a sequence's rows are spread over files)."""
+    have = [c for c in TURN_COLUMNS if c in present]
+    if len(have) == 1:
+        (has,) = have
+        lacks = next(c for c in TURN_COLUMNS if c != has)
+        raise InputError(
+            f"{f}: has a {mapping.get(has, has)!r} column but no {lacks!r}: a multi-turn file holds both",
+            hint="write turn_position (the token's index within its turn) beside turn; "
+            "`mismatchscope import parquet` derives it",
+        )
+    return bool(have)
 
 
 def _open_footer(f: Path) -> tuple[int, set[str], dict[str, Any] | None, pq.FileMetaData]:

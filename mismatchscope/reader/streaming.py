@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -59,9 +60,21 @@ class RawBatch:
     record_batch: pa.RecordBatch
     wanted: list[str]
     extra: tuple[str, ...] = ()
+    filled: tuple[str, ...] = ()
+    """wanted turn columns the file does not hold: one turn per sequence, filled in when cleaned."""
 
     def clean(self, hygiene: Hygiene) -> CleanBatch:
-        return _clean(self.path, self.record_batch, self.wanted, hygiene, self.extra)
+        return _clean(self.path, self.record_batch, self.wanted, hygiene, self.extra, self.filled)
+
+    def full_batch(self) -> pa.RecordBatch:
+        """The record batch with the turn columns its file lacks filled in (turn 0, turn_position = position),
+        for a caller that keeps rows as Arrow (a rescore carrying imported columns over)."""
+        if not self.filled:
+            return self.record_batch
+        rb = self.record_batch
+        position = rb.column(self.wanted.index("position")).cast(pa.int32())
+        rb = rb.append_column("turn", pa.array(np.zeros(rb.num_rows, np.int32)))
+        return rb.append_column("turn_position", position)
 
 
 def read_batches(
@@ -87,13 +100,24 @@ def read_batches(
             hint="group by another column, or map the mismatchscope column elsewhere with --column",
         )
     file_cols += list(extra)
+    filled = {f: tuple(c for c in wanted if c in cols) for f, cols in source.filled.items()}
     for f in source.files:  # only what this pass reads: a foreign extra column may be anything
         schema = _guard(f, lambda: _open(f).schema_arrow)
         for c, raw in zip(wanted, file_cols, strict=False):  # file_cols ends with the extra columns: not checked
-            check_type(f, c, raw, schema.field(raw).type)
-    for f, rb in _record_batches(source.files, file_cols, batch_rows, check):
-        if rb.num_rows:
-            yield RawBatch(f, rb, wanted, tuple(extra))
+            if c not in filled.get(f, ()):
+                check_type(f, c, raw, schema.field(raw).type)
+    if not any(filled.values()):
+        for f, rb in _record_batches(source.files, file_cols, batch_rows, check):
+            if rb.num_rows:
+                yield RawBatch(f, rb, wanted, tuple(extra))
+        return
+    for f in source.files:  # files of one turn among multi-turn ones: read without the columns they lack
+        gone = filled.get(f, ())
+        own = [c for c in wanted if c not in gone]
+        raw = [source.mapping.get(c, c) for c in own] + list(extra)
+        for _, rb in _record_batches([f], raw, batch_rows, check):
+            if rb.num_rows:
+                yield RawBatch(f, rb, own, tuple(extra), gone)
 
 
 READ_AHEAD = max(2, min(4, os.cpu_count() or 1))

@@ -26,6 +26,8 @@ def _value(v: float | str | None) -> str:
 def finding_text(f: Finding, detail: bool) -> str:
     """A finding's cell: its sentence, and for a detected cause its estimate, evidence and what to change."""
     lines = [f.sentence]
+    if f.turn is not None and f.status == "detected" and "turn" not in f.sentence:
+        lines.append(f"starts in turn {f.turn}")
     if detail and f.status == "detected":
         if f.estimate:
             lines.append("estimate: " + "; ".join(f"{k}: {_value(v)}" for k, v in f.estimate.items()))

@@ -33,6 +33,8 @@ def masks_tables(console, result, examples: int) -> None:
             "every A < 0, and their mean. dppo-* put A == 0 on the negative branch (reference code).[/dim]"
         )
     tails_table(console, mk)
+    if mk.tokens_by_turn is not None:
+        turns_table(console, mk)
     agreement_table(console, mk)
     sweep_tables(console, mk)
     if examples:
@@ -107,6 +109,21 @@ def tails_table(console, mk: MasksResult) -> None:
     print_table(console, t, together=(("p>q", "p<q"),))
     if mk.tail_reading:
         console.print(mk.tail_reading, highlight=False)
+
+
+def turns_table(console, mk: MasksResult) -> None:
+    """``--by turn``: each rule's rejected (or reweighted) tokens in each turn of a multi-turn run."""
+    by_turn = mk.tokens_by_turn or {}
+    t = Table(title="Rejected tokens by turn (reweighted, for a reweighting rule)", title_justify="left")
+    t.add_column("rule")
+    t.add_column("hyp.")
+    for k in by_turn:
+        t.add_column(f"turn {k}", justify="right")
+    t.add_row("[dim]all tokens[/dim]", "", *[f"[dim]{num(v)}[/dim]" for v in by_turn.values()])
+    for r in mk.rules:
+        counts = r.rejected_by_turn if r.action == "reject" else r.reweighted_by_turn
+        t.add_row(r.name, r.hypothesis, *[num((counts or {}).get(k)) for k in by_turn])
+    print_table(console, t)
 
 
 def agreement_table(console, mk: MasksResult) -> None:

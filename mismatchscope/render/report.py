@@ -35,7 +35,7 @@ from ..metrics import (
     TV_TOPK_LOWER_MEAN,
 )
 from .layout import print_table
-from .tables import num, pct
+from .tables import largest_turn_line, num, pct
 
 QUANTILES_SHOWN = ("0.01", "0.5", "0.99")
 """the quantiles a distribution's row shows beside its mean."""
@@ -148,12 +148,14 @@ def kept_mass_line(console, km: KeptMass) -> None:
 
 
 def breakdown_tables(console, breakdowns: Breakdowns) -> None:
-    """Where the mismatch sits: by sampler probability, by position, by trainer entropy."""
+    """Where the mismatch sits: by sampler probability, by position, by trainer entropy, by turn (multi-turn runs),
+    and the turn whose gap is the largest."""
     columns = (TV_TOKEN_MEAN, ABS_LOGPROB_DIFF_MEAN, K3_MEAN, KL_REVERSE_K3_MEAN, CHI2_TOKEN)
     for key, title in (
         ("sampler_prob", "By sampler probability q"),
         ("position", "By position in the completion"),
         ("entropy", "By trainer entropy (nats)"),
+        ("turn", "By turn (assistant turns of each conversation, from 0)"),
     ):
         rows = getattr(breakdowns, key)
         if not rows:
@@ -164,6 +166,9 @@ def breakdown_tables(console, breakdowns: Breakdowns) -> None:
         for r in rows:
             b.add_row(r.bucket, num(r.tokens), *(num(r.mean(c.name)) for c in columns))
         print_table(console, b)
+    line = largest_turn_line(breakdowns.turn)
+    if line:
+        console.print(line, highlight=False)
 
 
 def routing_tables(console, ro: Routing) -> None:

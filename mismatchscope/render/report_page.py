@@ -5,20 +5,30 @@ from __future__ import annotations
 
 from ..analysis.results import Report, WorstSequence
 from ..metrics import SCORE_CENTERING
+from ..view.document import TokenView
 from .plots.html import _breakdown, _e, _figures, _metadata, _metrics, _num, _page, _table
-from .tables import pct
+from .tables import largest_turn_line, pct
+from .tokens_page import tabbed, token_view_link
 
 
 def report_page(
-    result, pictures, worst: list[WorstSequence] | None = None, run: str = "", doctor: str | None = None
+    result,
+    pictures,
+    worst: list[WorstSequence] | None = None,
+    run: str = "",
+    doctor: str | None = None,
+    tokens: TokenView | None = None,
 ) -> str:
     """``report --html``: the run as given and doctor's top finding in the header, headline metrics, each rule's
-    rejections, breakdowns, pictures, run metadata; ``worst`` (``report --worst``) adds its table."""
+    rejections, breakdowns, pictures, run metadata; ``worst`` (``report --worst``) adds its table; ``tokens``, the
+    token view of the run, its own tab, which the worst sequences and the headline link to."""
     rep = result.report
     runs = [("value", rep)]
     body = [f"<p>{result.tokens:,} tokens, {result.sequences:,} sequences, {len(result.source.files)} file(s).</p>"]
     if doctor:
         body.append(f'<p class="verdict">{_e(doctor)}</p>')
+    if tokens is not None:
+        body.append(token_view_link(tokens))
     if result.warnings:
         body.append("".join(f'<p class="note">warning: {_e(w)}</p>' for w in result.warnings))
     body.append("<h2>Token mismatch</h2>" + _metrics(runs))
@@ -33,17 +43,24 @@ def report_page(
         )
     )
     if worst:
-        body.append(_worst(worst))
+        body.append(_worst(worst, tokens))
     body.append(_figures(pictures))
     body.append("<h2>By sampler probability</h2>" + _breakdown(runs, "sampler_prob"))
     body.append("<h2>By position in the completion</h2>" + _breakdown(runs, "position"))
     if rep.breakdowns.entropy:
         body.append("<h2>By trainer entropy</h2>" + _breakdown(runs, "entropy"))
+    if rep.breakdowns.turn:
+        line = largest_turn_line(rep.breakdowns.turn)
+        body.append("<h2>By turn</h2>" + _breakdown(runs, "turn") + (f"<p>{_e(line)}</p>" if line else ""))
     body.append(_centering(rep))
     body.append(_routing(rep))
     body.append("<h2>Run metadata</h2>" + _metadata([("run", result.run)]))
     shards = ", ".join(str(f) for f in result.source.files[:3]) + (" ..." if len(result.source.files) > 3 else "")
-    return _page(f"mismatchscope report: {run}" if run else "mismatchscope report", run or shards, "".join(body))
+    return _page(
+        f"mismatchscope report: {run}" if run else "mismatchscope report",
+        run or shards,
+        tabbed("".join(body), tokens, "Report"),
+    )
 
 
 def _rules(masks) -> str:
@@ -159,18 +176,24 @@ def _routing(rep: Report) -> str:
     return out
 
 
-def _worst(rows: list[WorstSequence]) -> str:
+def _worst(rows: list[WorstSequence], tokens: TokenView | None) -> str:
     from ..analysis.worst import RANKINGS
 
+    shown = {s.sequence_id for s in tokens.sequences} if tokens is not None else set()
+
+    def ident(v) -> str:  # ids as written, no thousands separator; a link where the token view shows it
+        if v is None:
+            return "-"
+        return f'<a href="#seq-{v}">{_e(v)}</a>' if v in shown else _e(v)
+
     by = rows[0].by
-    shown = by not in ("k3_sum", "tv_max")  # those two are columns anyway
-    ident = lambda v: _e("-" if v is None else v)  # noqa: E731  ids as written, no thousands separator
+    ranked = by not in ("k3_sum", "tv_max")  # those two are columns anyway
     header = [
         "rank",
         "sequence",
         "prompt",
         "tokens",
-        *([RANKINGS[by][0]] if shown else []),
+        *([RANKINGS[by][0]] if ranked else []),
         "sum k3",
         "max |p - q|",
         "position of the largest gap",
@@ -181,13 +204,13 @@ def _worst(rows: list[WorstSequence]) -> str:
         [
             _num(r.rank),
             ident(r.sequence_id),
-            ident(r.prompt_id),
+            _e("-" if r.prompt_id is None else r.prompt_id),
             _num(r.tokens),
-            *([_num(r.value)] if shown else []),
+            *([_num(r.value)] if ranked else []),
             _num(r.k3_sum),
             _num(r.tv_max),
-            ident(r.max_gap_position),
-            ident(r.max_gap_token_id),
+            _e("-" if r.max_gap_position is None else r.max_gap_position),
+            _e("-" if r.max_gap_token_id is None else r.max_gap_token_id),
             _num(r.max_gap_log_ratio),
         ]
         for r in rows

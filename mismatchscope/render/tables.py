@@ -54,3 +54,23 @@ def parameters(console, params: dict[str, dict[str, Any]]) -> None:
     for name, ps in params.items():
         text = ", ".join(f"{k}={num(v) if v is not None else 'off'}" for k, v in ps.items())
         console.print(f"  {name:<{width}}  {text}", highlight=False)
+
+
+def largest_turn_line(rows: list | None) -> str | None:
+    """The turn with the largest mean |log p - log q| and by how much it stands out against the other turns'
+    tokens (``report``'s breakdown by turn, in the terminal and on the page); None without two measured turns."""
+    measured = [r for r in rows or [] if r.tokens and r.abs_logprob_diff_mean is not None]
+    if len(measured) < 2:
+        return None
+    top = max(measured, key=lambda r: r.abs_logprob_diff_mean)
+    rest = [r for r in measured if r is not top]
+    n = sum(r.tokens for r in rest)
+    others = sum(r.tokens * r.abs_logprob_diff_mean for r in rest) / n
+    by = f"{top.abs_logprob_diff_mean / others:.3g}x" if others > 0 else "the other turns have none"
+    return (
+        f"Turn {top.bucket} has the largest gap: mean |log p - log q| {num(top.abs_logprob_diff_mean)} over "
+        f"{top.tokens:,} tokens, {by} the other turns' {num(others)}."
+        if others > 0
+        else f"Turn {top.bucket} has the largest gap: mean |log p - log q| {num(top.abs_logprob_diff_mean)} over "
+        f"{top.tokens:,} tokens; {by}."
+    )

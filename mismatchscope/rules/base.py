@@ -112,6 +112,34 @@ class SequenceInputs:
 
 
 @dataclass(frozen=True)
+class Statistic:
+    """A per-token (token rules) or per-sequence (sequence rules) quantity a rule compares with its thresholds.
+
+    ``compare-masks --write`` writes one column per statistic, shared by the
+    rules that threshold the same one (icepop, token-mask, tis, cispo and
+    ppo-clip all read ``ratio``), so the audit shows the number each decision
+    was taken on.
+    """
+
+    name: str | Callable[[Any], str]
+    """the audit column's name, or config -> name where the option chooses the quantity (verl-rs, k3-seq)."""
+    doc: str
+    """what it is, in the reference's words (docs/format.md)."""
+    fn: Callable[[Any, Any], np.ndarray]
+    """(config, TokenTerms or SequenceInputs) -> the value per token or per sequence."""
+    params: tuple[str, ...] = ()
+    """config fields the value depends on: a value other than the rule's default names the column apart
+    (``binary_kl_max[eps=0]``), so two settings never share one."""
+
+    def column(self, config: Any) -> str:
+        """The audit column of this statistic under ``config``."""
+        base = self.name(config) if callable(self.name) else self.name
+        defaults = {f.name: f.default for f in fields(config)}
+        moved = [f"{k}={_fmt(getattr(config, k))}" for k in self.params if getattr(config, k) != defaults[k]]
+        return f"{base}[{','.join(moved)}]" if moved else base
+
+
+@dataclass(frozen=True)
 class RuleSpec:
     name: str
     level: Level | Callable[[Any], Level]
@@ -135,6 +163,11 @@ class RuleSpec:
     at_threshold: Callable[[Any, TokenTerms], np.ndarray] | None = None
     """token rules: (config, terms) -> the tokens whose quantity sits exactly on a threshold, where a ``>`` and a
     ``>=`` would disagree (the side-by-side view of readings names them)."""
+    statistics: tuple[Statistic, ...] = ()
+    """what the rule thresholds, per token or per sequence (``compare-masks --write`` writes each)."""
+    weight: Callable[[Any, Any], np.ndarray] | None = None
+    """reweighting rules: (config, TokenTerms or SequenceInputs) -> the importance weight the rule applies,
+    the ratio where it keeps it and the truncated or clipped value where it reweights."""
 
     @property
     def fixed_level(self) -> Level | None:
@@ -189,6 +222,8 @@ def register(
     drawn_by_default: bool = False,
     notes: str = "",
     at_threshold: Callable[[C, TokenTerms], np.ndarray] | None = None,
+    statistics: tuple[Statistic, ...] = (),
+    weight: Callable[[C, Any], np.ndarray] | None = None,
 ) -> Callable[[RuleFn], RuleFn]:
     """Decorator: put a rule function in the registry under ``name``.
 
@@ -212,6 +247,8 @@ def register(
             drawn_by_default=drawn_by_default,
             notes=notes,
             at_threshold=at_threshold,
+            statistics=statistics,
+            weight=weight,
         )
         return fn
 

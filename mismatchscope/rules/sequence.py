@@ -13,8 +13,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import NONNEG, RATIO_HIGH, RATIO_LOW, REJECT, REWEIGHT, SequenceInputs, param, register, where
+from ..metrics import GEO_RATIO, LOG_PPL_DIFF
+from ..metrics import SEQ_LOG_RATIO as SEQ_LOG_RATIO_METRIC
+from .base import NONNEG, RATIO_HIGH, RATIO_LOW, REJECT, REWEIGHT, SequenceInputs, Statistic, param, register, where
 from .token import R_HIGH, R_LOW
+
+SEQ_LOG_RATIO = Statistic(SEQ_LOG_RATIO_METRIC.name, "S = sum_t l, the log of prod_t r", lambda c, s: s.seq_log_ratio_S)
+"""what seq-tis and seq-mis threshold, in log space as they compare it (prod_t r overflows where S does not); the
+per-sequence statistics are named as the metric catalog names them."""
 
 
 def _log(x: float | None, default: float) -> float:
@@ -37,6 +43,8 @@ class SeqTISConfig:
     source="verl decoupled_seq_is; TRL sequence_truncate",
     summary="sequence-level truncated IS: reweight sequences whose ratio product exceeds C",
     quantity="prod_t r",
+    statistics=(SEQ_LOG_RATIO,),
+    weight=lambda c, s: np.exp(np.minimum(s.seq_log_ratio_S, _log(c.C, math.inf))),
 )
 def seq_tis(cfg: SeqTISConfig, s: SequenceInputs) -> np.ndarray:
     return where(s.seq_log_ratio_S > _log(cfg.C, math.inf), REWEIGHT)
@@ -59,6 +67,7 @@ class SeqMISConfig:
     source="'When Speed Kills Stability'; verl seq_sum_k1; TRL default mode",
     summary="masked IS: reject sequences whose ratio product leaves [lo, hi]",
     quantity="prod_t r",
+    statistics=(SEQ_LOG_RATIO,),
 )
 def seq_mis(cfg: SeqMISConfig, s: SequenceInputs) -> np.ndarray:
     S = s.seq_log_ratio_S
@@ -82,6 +91,7 @@ class GeoMaskConfig:
     source="verl decoupled_geo_rs; SkyRL geometric mask",
     summary="reject sequences whose geometric-mean ratio leaves [lo, hi]",
     quantity="exp(mean_t l)",
+    statistics=(Statistic(GEO_RATIO.name, "exp(mean_t l)", lambda c, s: np.exp(s.mean_log_ratio_S)),),
 )
 def geo_mask(cfg: GeoMaskConfig, s: SequenceInputs) -> np.ndarray:
     geo = np.exp(s.mean_log_ratio_S)
@@ -123,6 +133,13 @@ def needs_inverse_k3(rules) -> bool:
     "AReaL computes its kl_k3 from the trainer's logprob minus the sampler's with the sign flipped, "
     "exp(lq - lp) - 1 - (lq - lp), which is k3 of 1/r: (1/r - 1) + log r. The two agree to second order "
     "in log r and part beyond it: orientation=1/r (or the areal reading) gives AReaL's.",
+    statistics=(
+        Statistic(
+            lambda c: "mean_k3" if c.orientation == "r" else "mean_k3_inverse",
+            "mean_t k3, of r ((r - 1) - log r) or, orientation=1/r, of 1/r ((1/r - 1) + log r)",
+            lambda c, s: s.mean_k3_S if c.orientation == "r" else s.mean_k3_inverse_S,
+        ),
+    ),
 )
 def k3_seq(cfg: K3SeqConfig, s: SequenceInputs) -> np.ndarray:
     if cfg.orientation == "r":
@@ -158,6 +175,10 @@ class VetoConfig:
     summary="reject a sequence if any single token's ratio is catastrophic",
     quantity="min_t r, max_t r",
     ratio_thresholds=lambda c: [("lo", c.lo), ("hi", c.hi)],
+    statistics=(
+        Statistic("min_ratio", "min_t r", lambda c, s: np.exp(s.min_log_ratio_S)),
+        Statistic("max_ratio", "max_t r", lambda c, s: np.exp(s.max_log_ratio_S)),
+    ),
 )
 def veto(cfg: VetoConfig, s: SequenceInputs) -> np.ndarray:
     bad = np.exp(s.min_log_ratio_S) < cfg.lo
@@ -185,6 +206,7 @@ class OPSMConfig:
     source="DeepSeek-V3.2 OPSM; TRL off_policy_mask_threshold; slime compute_opsm_mask",
     summary="off-policy sequence mask: reject negative-advantage sequences the trainer finds less likely",
     quantity="mean_t (lq - lp)",
+    statistics=(Statistic(LOG_PPL_DIFF.name, "mean_t (log q - log p)", lambda c, s: -s.mean_log_ratio_S),),
 )
 def opsm(cfg: OPSMConfig, s: SequenceInputs) -> np.ndarray:
     assert s.advantage_S is not None  # uses_advantage: the runner passes it

@@ -21,6 +21,7 @@ from .base import (
     REWEIGHT,
     UNIT,
     Range,
+    Statistic,
     param,
     register,
     where,
@@ -32,9 +33,20 @@ PQ = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
 """sweep grids: lower and upper ratio bounds, probability gaps."""
 
 
+RATIO = Statistic("ratio", "r = p/q", lambda c, t: t.ratio_T)
+ABS_P_MINUS_Q = Statistic("abs_p_minus_q", "|p - q|", lambda c, t: t.tv_T)
+P_MINUS_Q = Statistic("p_minus_q", "p - q", lambda c, t: t.p_T - t.q_T)
+"""what the token rules threshold, shared where several read the same quantity (one audit column each)."""
+
+
 def _logs(t: TokenTerms) -> tuple[np.ndarray, np.ndarray]:
     """(log q, log p): ``token_terms`` always fills them; the annotation allows None for hand-built terms."""
     return cast(np.ndarray, t.lq_T), cast(np.ndarray, t.lp_T)
+
+
+def _exps(t: TokenTerms) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(q, p, 1 - q, 1 - p) as the binary KLs take them from a batch's terms (:func:`binary_kl_logs_both`)."""
+    return t.q_T, t.p_T, t.one_minus_q_T, t.one_minus_p_T
 
 
 def _outside(r: np.ndarray, lo: float, hi: float) -> np.ndarray:
@@ -65,6 +77,7 @@ class IcePopConfig:
     ratio_thresholds=lambda c: [("alpha", c.alpha), ("beta", c.beta)],
     drawn_by_default=True,
     at_threshold=lambda c, t: _on_edges(t.ratio_T, c.alpha, c.beta),
+    statistics=(RATIO,),
 )
 def icepop(cfg: IcePopConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> np.ndarray:
     """IcePop: drop the gradient of tokens whose ratio falls outside the band."""
@@ -94,6 +107,7 @@ class IPOConfig:
     quantity="p - q",
     drawn_by_default=True,
     at_threshold=lambda c, t: t.tv_T == c.delta,
+    statistics=(ABS_P_MINUS_Q,),
 )
 def ipo(cfg: IPOConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> np.ndarray:
     """IPO mask: a probability-space band, blind to tiny-probability tokens."""
@@ -131,6 +145,14 @@ class KPopConfig:
     "binary_kl do: an fp32 logprob of exactly 0 (a near-certain token) would otherwise make D(q||p) infinite and "
     "reject a token both sides agree on. eps=0 turns the clamp off. The KL is computed from the logprobs "
     "(1 - q as -expm1(log q)), so tokens near 0 and 1 keep their precision and equal logprobs give exactly 0.",
+    statistics=(
+        Statistic(
+            "binary_kl_max",
+            "max(D(q||p), D(p||q)), p and q clamped to [eps, 1 - eps]",
+            lambda c, t: np.maximum(*binary_kl_logs_both(*_logs(t), c.eps, _exps(t))),
+            params=("eps",),
+        ),
+    ),
 )
 def kpop(cfg: KPopConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> np.ndarray:
     """KPop: a symmetric binary-KL trust region on each sampled token.
@@ -184,6 +206,7 @@ class DPPOTVConfig:
     "reference code; zero_advantage=keep or the skyrl reading: SkyRL's A < 0)",
     quantity="p - q",
     at_threshold=lambda c, t: (t.p_T - t.q_T == c.delta_high) | (t.p_T - t.q_T == -c.delta_low),
+    statistics=(P_MINUS_Q,),
 )
 def dppo_tv(cfg: DPPOTVConfig, t: TokenTerms, advantage_T: np.ndarray) -> np.ndarray:
     diff = t.p_T - t.q_T
@@ -191,7 +214,12 @@ def dppo_tv(cfg: DPPOTVConfig, t: TokenTerms, advantage_T: np.ndarray) -> np.nda
     return where((pos & (diff > cfg.delta_high)) | (neg & (diff < -cfg.delta_low)), REJECT)
 
 
-def dppo_binary_kl(lq_T: np.ndarray, lp_T: np.ndarray, eps: float) -> np.ndarray:
+def dppo_binary_kl(
+    lq_T: np.ndarray,
+    lp_T: np.ndarray,
+    eps: float,
+    exps: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+) -> np.ndarray:
     """D = q (log q - log p) + (1-q) log((1-q+eps) / (1-p+eps)), the DPPO reference code's binary KL.
 
     The epsilon keeps D finite where the trainer's p is exactly 1 (an fp32
@@ -199,12 +227,13 @@ def dppo_binary_kl(lq_T: np.ndarray, lp_T: np.ndarray, eps: float) -> np.ndarray
     Evaluated in float64 from the logprobs, 1 - p as -expm1(log p): a
     logprob of -1e-9 is p = 1 - 1e-9 here, where an fp32 evaluation rounds
     it to 1. ``eps = 0`` is the plain formula (+inf at p = 1 < q's side).
+    ``exps``: ``(exp(lq), -expm1(lq), -expm1(lp))`` where the caller holds them (a batch's terms), the same
+    values, so the same result to the bit.
     """
     lq = np.asarray(lq_T, dtype=np.float64)
     lp = np.asarray(lp_T, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        q = np.exp(lq)
-        q1, p1 = -np.expm1(lq), -np.expm1(lp)
+        q, q1, p1 = (np.exp(lq), -np.expm1(lq), -np.expm1(lp)) if exps is None else exps
         a = np.where(q > 0, q * (lq - lp), 0.0)
         b = np.where(q1 > 0, q1 * (np.log(q1 + eps) - np.log(p1 + eps)), 0.0)
     return np.maximum(a + b, 0.0)
@@ -241,6 +270,14 @@ class DPPOKLConfig:
     "exactly 0 (p = 1) gives a finite D instead of +inf. At q = 0.999, p = 1 the reference's D is "
     "0.999 ln 0.999 + 0.001 ln((0.001 + 1e-8) / 1e-8) = 0.0105: kept at delta 0.05. eps=0 gives the plain "
     "formula. D is computed in float64 from the logprobs (1 - p as -expm1(log p)).",
+    statistics=(
+        Statistic(
+            "binary_kl_qp",
+            "D(q||p) = q log(q/p) + (1-q) log((1-q+eps)/(1-p+eps))",
+            lambda c, t: dppo_binary_kl(*_logs(t), c.eps, (t.q_T, t.one_minus_q_T, t.one_minus_p_T)),
+            params=("eps",),
+        ),
+    ),
 )
 def dppo_kl(cfg: DPPOKLConfig, t: TokenTerms, advantage_T: np.ndarray) -> np.ndarray:
     pos, neg = _dppo_branches(cfg.zero_advantage, advantage_T)
@@ -272,6 +309,8 @@ class TISConfig:
     ratio_thresholds=lambda c: [("C", c.C)],
     drawn_by_default=True,
     at_threshold=lambda c, t: t.ratio_T == c.C,
+    statistics=(RATIO,),
+    weight=lambda c, t: np.minimum(t.ratio_T, c.C),
 )
 def tis(cfg: TISConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> np.ndarray:
     return where(t.ratio_T > cfg.C, REWEIGHT)
@@ -295,6 +334,7 @@ class TokenMaskConfig:
     ratio_thresholds=lambda c: [("lo", c.lo), ("hi", c.hi)],
     drawn_by_default=True,
     at_threshold=lambda c, t: _on_edges(t.ratio_T, c.lo, c.hi),
+    statistics=(RATIO,),
 )
 def token_mask(cfg: TokenMaskConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> np.ndarray:
     """The same band as icepop under SkyRL's and TRL's names (and their default upper bound)."""
@@ -328,6 +368,8 @@ class CISPOConfig:
     quantity="r = p/q",
     ratio_thresholds=_one_pm_eps,
     at_threshold=lambda c, t: _on_one_pm_eps(c, t),
+    statistics=(RATIO,),
+    weight=lambda c, t: np.clip(t.ratio_T, 1.0 - c.eps_low, 1.0 + c.eps_high),
 )
 def cispo(cfg: CISPOConfig, t: TokenTerms, advantage_T: np.ndarray | None) -> np.ndarray:
     return where(_outside(t.ratio_T, 1.0 - cfg.eps_low, 1.0 + cfg.eps_high), REWEIGHT)
@@ -357,6 +399,7 @@ class PPOClipConfig:
     quantity="r = p/q (rollout as old policy)",
     ratio_thresholds=_one_pm_eps,
     at_threshold=lambda c, t: _on_one_pm_eps(c, t),
+    statistics=(RATIO,),
 )
 def ppo_clip(cfg: PPOClipConfig, t: TokenTerms, advantage_T: np.ndarray) -> np.ndarray:
     r = t.ratio_T

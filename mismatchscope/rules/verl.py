@@ -29,7 +29,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..divergence import CLAMP_LOG_RATIO, TokenTerms, clamped_k_terms, k3_per_token
-from .base import REJECT, Level, SequenceInputs, param, parse_number, register, where
+from .base import REJECT, Level, SequenceInputs, Statistic, param, parse_number, register, where
 
 OPTIONS = (
     "token_k1",
@@ -141,6 +141,14 @@ def _ratio_thresholds(cfg: VerlRSConfig) -> list[tuple[str, float | None]]:
     return []
 
 
+def _statistic(cfg: VerlRSConfig, x: TokenTerms | SequenceInputs) -> np.ndarray:
+    """The estimator the option thresholds: per token (l clamped), or the sequence's sum, mean or max."""
+    if isinstance(x, TokenTerms):
+        k1, k2, k3 = clamped_k_terms(x.log_ratio_T)
+        return {"token_k1": k1, "token_k2": k2}.get(cfg.option, k3)
+    return _sequence_stat(cfg.option, x)
+
+
 @register(
     "verl-rs",
     level=_level,
@@ -154,13 +162,16 @@ def _ratio_thresholds(cfg: VerlRSConfig) -> list[tuple[str, float | None]]:
     ratio_thresholds=_ratio_thresholds,
     sweeps=_sweeps,
     notes=__doc__ or "",
+    statistics=(
+        Statistic(
+            lambda c: f"verl_{c.option}",
+            "verl's estimator of the option: k1 = -l, k2 = l^2/2 or k3 = expm1(l) - l (l clamped to [-20, 20]), "
+            "per token or its sum, mean or max over the sequence",
+            _statistic,
+        ),
+    ),
 )
 def verl_rs(cfg: VerlRSConfig, x: TokenTerms | SequenceInputs, advantage_T: np.ndarray | None = None) -> np.ndarray:
     """Token options get ``TokenTerms`` (and an unused advantage), sequence options ``SequenceInputs``."""
     lo, hi = cfg.bounds
-    if isinstance(x, TokenTerms):
-        k1, k2, k3 = clamped_k_terms(x.log_ratio_T)
-        stat = {"token_k1": k1, "token_k2": k2, "token_k3": k3}[cfg.option]
-    else:
-        stat = _sequence_stat(cfg.option, x)
-    return where(~_keep(cfg.option, lo, hi, stat), REJECT)
+    return where(~_keep(cfg.option, lo, hi, _statistic(cfg, x)), REJECT)

@@ -26,6 +26,7 @@ from ..analysis.evaluate import HYPOTHESES, count_per_key, sequence_verdicts, to
 from ..analysis.positions import PositionTracker
 from ..analysis.routing_report import routing_warnings
 from ..analysis.sums import token_means
+from ..analysis.turns import TurnTracker, turn_rows
 from ..analysis.validate import check_advantage, check_not_empty
 from ..divergence import clamped_k_terms, token_terms
 from ..errors import InputError, MissingColumnsError
@@ -44,7 +45,7 @@ from ..metrics import (
 from ..reader import BATCH_ROWS, Hygiene, Source, iter_batches, open_source, token_keys
 from ..rules import RuleInstance, SequenceInputs
 from ..rules.sequence import k3_inverse, needs_inverse_k3
-from ..schema import MAX_ABS_STEP
+from ..schema import MAX_ABS_STEP, TURN_COLUMNS
 from .groups import GroupCodes, resolve_by
 
 P99 = 0.99
@@ -109,6 +110,8 @@ def build_series(
         ["advantage"] if has_adv and any(u.hypothesis == "data" and u.rule.spec.uses_advantage for u in units) else []
     )
     columns += [by_canon] if by_canon else []
+    columns += [c for c in TURN_COLUMNS if source.has(c) and c not in columns]  # turns checked as every pass does
+    turns = TurnTracker() if source.has("turn") else None
     acc = _Accumulator(units)
     groups = GroupCodes(by, by_canon)
     hygiene = Hygiene()
@@ -116,6 +119,8 @@ def build_series(
     scan, routes_note = _routes(source)
     for batch in iter_batches(source, columns, hygiene, batch_rows, extra=[by_raw] if by_raw else []):
         positions.add(*token_keys(batch))  # rows dropped for a non-finite logprob still name a token
+        if turns is not None:
+            turns.add(turn_rows(batch["sequence_id"], batch["position"], batch["turn"], batch["turn_position"]))
         if scan is not None and scan.index is not None:
             batch.update(zip(ROUTE_FLAGS, scan.index.lookup(batch["sequence_id"], batch["position"]), strict=True))
         if by is None:
@@ -125,6 +130,8 @@ def build_series(
         acc.add(batch, group_T)
 
     positions.finish()  # a duplicated token would double its weight in its step
+    if turns is not None:
+        turns.finish()
     check_not_empty(str(path), acc.tokens, hygiene, source)
     series = acc.finish(groups.values if by is not None else ["all"], by)
     series.warnings = source.warnings + hygiene.warnings() + acc.warnings

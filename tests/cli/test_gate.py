@@ -113,3 +113,58 @@ def test_fp32_runs_with_different_seeds_do_not_fail(probes, tmp_path):
     assert code == 0, [
         c for c in data["checks"] if c["status"] == "fail"
     ]  # no false alarm from sampling noise, even with tiny floors
+
+
+def test_the_gate_lists_what_changed_in_the_stack(probes, tmp_path):
+    """The float16 candidate against the float32 baseline: the sampler's dtype is listed as changed, in the JSON, the
+    table and the Markdown, beside the verdict; only the sampler's side moved. Two runs of one stack (float32, the
+    seeds apart: the gate's comparability judges seeds) list nothing."""
+    md = tmp_path / "g.md"
+    _, data = _gate(probes, "fp16_s0", "--markdown", str(md))
+    stack = data["stack"]
+    assert stack["baseline_recorded"] and stack["candidate_recorded"] and stack["notes"] == []
+    by = {c["field"]: c for c in stack["changes"]}
+    assert by["used.weights_dtype"]["baseline"] == "float32" and by["used.weights_dtype"]["candidate"] == "float16"
+    assert by["requested.weights_dtype"]["text"] == "sampler weights dtype (requested): float32 -> float16"
+    assert {c["side"] for c in stack["changes"]} == {"sampler"}
+    # what else a float16 engine changes: its KV cache and lm_head follow the weights; oneDNN may fall back
+    assert set(by) <= {
+        "requested.weights_dtype",
+        "used.weights_dtype",
+        "used.kv_cache_dtype",
+        "used.lm_head_dtype",
+        "fallbacks",
+    }
+    assert "| sampler | weights dtype (used) | float32 | float16 |" in md.read_text()
+    summary = tmp_path / "summary.md"  # a GitHub job's step summary gets the same Markdown
+    r = cli(
+        "gate", str(probes["fp16_s0"]), "--baseline", str(probes["fp32_s0"]), env={"GITHUB_STEP_SUMMARY": str(summary)}
+    )
+    assert r.returncode == 1 and "| sampler | weights dtype (used) | float32 | float16 |" in summary.read_text()
+    table = cli("gate", str(probes["fp16_s0"]), "--baseline", str(probes["fp32_s0"]), env={"COLUMNS": "80"})
+    assert table.returncode == 1, table.stderr
+    text = table.stdout
+    assert "What changed in the stack (provenance)" in text and "weights dtype (used)" in text
+    assert text.index("What changed in the stack") < text.index("FAIL")  # before the verdict's checks
+    _, same = _gate(probes, "fp32_s1", "--allow-different", "seed")
+    assert same["stack"]["changes"] == [] and same["stack"]["candidate_recorded"]
+    plain = cli("gate", str(probes["fp32_s1"]), "--baseline", str(probes["fp32_s0"]), "--allow-different", "seed")
+    assert "stack changes (provenance): nothing" in plain.stdout
+
+
+def test_each_run_recorded_the_engine_it_ran_and_its_fallbacks(probes):
+    """The probes' sampler sides, read off their live engines, and the fallbacks each engine logged: three engines
+    in one process log theirs each (an engine's once-only warnings are not lost to the one before it)."""
+    from tests.execution.test_record import validate
+
+    records = {name: json.loads((run / "manifest.json").read_text())["provenance"] for name, run in probes.items()}
+    for name, dtype in (("fp32_s0", "float32"), ("fp16_s0", "float16"), ("fp32_s1", "float32")):
+        validate(records[name])
+        sampler = records[name]["sampler"]
+        assert sampler["engine"] == "vllm" and sampler["used"]["weights_dtype"] == dtype
+        assert isinstance(sampler["fallbacks"], list)  # the engine's output was captured and read
+    assert records["fp32_s0"]["sampler"]["fallbacks"] == records["fp32_s1"]["sampler"]["fallbacks"]
+    doctor = json.loads(cli("doctor", str(probes["fp16_s0"]), "--format", "json").stdout)
+    fallback = next(f for f in doctor["findings"] if f["cause"] == "fallback")
+    assert fallback["status"] == ("detected" if records["fp16_s0"]["sampler"]["fallbacks"] else "clear")
+    assert doctor["verdict"] == "numerics" and doctor["top"]["cause"] != "fallback"

@@ -121,6 +121,10 @@ def test_names_that_share_a_prefix_print_whole():
         assert re.search(rf"│ {name} +│", text), name
 
 
+def test_view_table_fits_and_agrees_with_the_json(tmp_path):
+    assert_readable(*both("view", str(GOLDEN), "--html", str(tmp_path / "v.html"), "--worst", "4", cwd=REPO))
+
+
 def test_gate_table_fits_and_agrees_with_the_json(tmp_path):
     baseline = shutil.copytree(GOLDEN, tmp_path / "baseline")
     assert_readable(*both("gate", str(GOLDEN), "--baseline", str(baseline), "--bootstrap", "200"))
@@ -158,3 +162,9 @@ def test_moe_routing_tables_fit_and_agree_with_the_json(tmp_path):
     text, doc = both("report", str(run))
     assert "MoE routing" in text
     assert_readable(text, doc)
+
+
+def test_provenance_tables_fit_and_agree_with_the_json():
+    """One run's two sides, and two runs side by side (the bundled Recorder runs against the golden probe)."""
+    assert_readable(*both("provenance", str(GOLDEN)))
+    assert_readable(*both("provenance", str(REPO / "sample_data" / "runs" / "rl-default"), str(GOLDEN)))

@@ -374,11 +374,12 @@ def test_a_run_too_small_for_any_fit_says_so_and_report_counts_the_checks_not_ru
     # the file has top-k: what the temperature fit lacks is tokens, not the lists
     t = _finding(doc, "temperature")
     assert t.status == "not_checked" and t.needs == ["at least 50 tokens"], t.sentence
-    # "no pipeline cause seen" with most checks not run: report's line says how many (all 11 but policy_lag,
-    # which reads the run's declaration)
+    # "no pipeline cause seen" with most checks not run: report's line says how many (all 13 but policy_lag,
+    # which reads the run's declaration; a file outside a run has no provenance for contract_difference and
+    # fallback to read)
     skipped = [f.cause for f in doc.findings if f.status == "not_checked"]
-    assert doc.top.cause == "numerics" and len(skipped) == 10
-    assert "(10 of 11 checks not run)" in top_line(doc)
+    assert doc.top.cause == "numerics" and len(skipped) == 12
+    assert "(12 of 13 checks not run)" in top_line(doc)
 
 
 def test_a_clear_shift_check_shows_the_best_other_alignment():
@@ -460,8 +461,9 @@ def test_report_prints_the_top_finding_in_one_line_and_keeps_its_json():
     line = next(x for x in table.stdout.splitlines() if x.startswith("doctor:"))
     # the golden run: numerics, and its k3 mean placed among the fp16 rows (8.3e-7 against 1.25e-4: 150x below)
     assert line.startswith("doctor: numerics:") and "150x below" in table.stdout
-    # routing_replay (no routes) and step_jump (no step column) could not run: the line says so
-    assert "(2 of 11 checks not run)" in " ".join(table.stdout.split())
+    # routing_replay (no routes) and step_jump (no step column) could not run: the line says so (the run's
+    # provenance, read from its configuration, gives contract_difference and fallback what they compare)
+    assert "(2 of 13 checks not run)" in " ".join(table.stdout.split())
     assert "mismatchscope doctor" in table.stdout
     assert "doctor" not in json.loads(cli("report", str(GOLDEN), "--format", "json").stdout)
 

@@ -254,6 +254,96 @@ def test_gate_needs_the_trainer_checkpoint_allowed(base_run, lag_run, later_dir)
         assert "trainer.checkpoint differs" in " ".join(r.stdout.split())  # the line wraps at the width
 
 
+# ------------------------------------------------------------ provenance: are the two sides one program?
+
+
+def _weights_by_hand(folder: Path) -> dict:
+    """Each safetensors file's sha256 and the sha256 of their 'SHA256  NAME' lines, computed here from the files."""
+    import hashlib
+
+    files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.glob("*.safetensors"))}
+    listing = "".join(f"{files[n]}  {n}\n" for n in sorted(files))
+    return {"combined": hashlib.sha256(listing.encode()).hexdigest(), "files": files}
+
+
+def test_a_probe_records_both_sides_and_the_record_validates(base_run, lag_run, dense_dir, later_dir):
+    from tests.execution.test_record import validate
+
+    for run, trainer_weights in ((base_run, dense_dir), (lag_run, later_dir)):
+        record = _manifest(run)["provenance"]
+        validate(record)
+        sampler, trainer = record["sampler"], record["trainer"]
+        assert (sampler["source"], trainer["source"]) == ("probe", "probe")
+        assert (sampler["engine"], trainer["engine"]) == ("transformers-generate", "transformers")
+        assert sampler["identities"]["weights"] == _weights_by_hand(dense_dir)
+        assert trainer["identities"]["weights"] == _weights_by_hand(trainer_weights)
+        assert sampler["requested"]["weights_dtype"] == sampler["used"]["weights_dtype"] == "float32"
+        assert sampler["identities"]["sampling"]["seed"] == 3 and trainer["identities"]["sampling"]["top_k"] == 0
+        assert trainer["deployment"]["max_batch_tokens"] == 8192 and trainer["software"]["torch"]
+
+
+def test_other_trainer_weights_are_a_contract_difference_doctor_names_first(lag_run):
+    r = cli("doctor", str(lag_run), "--format", "json")
+    assert r.returncode == 1, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["verdict"] == "pipeline" and doc["top"]["cause"] == "contract_difference"
+    assert doc["top"]["status"] == "detected" and doc["top"]["pipeline"]
+    assert "weights differ" in doc["top"]["sentence"] and "model.safetensors" in doc["top"]["sentence"]
+    assert doc["top"]["sentence"].endswith("no numerical reading applies until they match")
+    numerics = next(f for f in doc["findings"] if f["cause"] == "numerics")
+    assert numerics["status"] == "clear"  # not read as numerics
+    table = cli("doctor", str(lag_run))
+    assert table.returncode == 1 and "contract_difference" in table.stdout
+
+
+def test_certify_names_the_identity_that_differs(lag_run):
+    r = cli("certify", str(lag_run), "--format", "json")
+    assert r.returncode == 1, r.stderr
+    doc = json.loads(r.stdout)
+    assert [d["identity"] for d in doc["identities"]["differences"]] == ["weights"]
+    check = next(c for c in doc["checks"] if c["name"] == "identities")
+    assert check["passed"] is False and "weights differ" in check["detail"]
+    assert any(
+        x.startswith("identities: the two sides are not the same program: weights differ") for x in doc["reasons"]
+    )
+    rows = {row["field"]: row for row in doc["sides"]}
+    assert rows["identities.weights"]["status"] == "changed"
+
+
+def test_the_same_weights_are_no_contract_difference(base_run, same_weights_dir, tmp_path):
+    """The sampler's checkpoint, and a copy of it at another path as the trainer's: one program either way."""
+    copy = tmp_path / "copy"
+    _ok("rescore", str(base_run), "--out", str(copy), "--trainer-checkpoint", str(same_weights_dir), "--format", "json")
+    for run in (base_run, copy):
+        doc = json.loads(cli("doctor", str(run), "--format", "json").stdout)
+        contract = next(f for f in doc["findings"] if f["cause"] == "contract_difference")
+        assert contract["status"] == "clear", contract
+        assert doc["top"]["cause"] != "contract_difference"
+        certify = json.loads(cli("certify", str(run), "--format", "json").stdout)
+        assert certify["identities"]["differences"] == []
+        assert next(c for c in certify["checks"] if c["name"] == "identities")["passed"] is True
+    # the rescore kept the recorded sampler's side and recorded its own trainer's
+    base, again = _manifest(base_run)["provenance"], _manifest(copy)["provenance"]
+    assert again["sampler"] == base["sampler"] and again["trainer"]["source"] == "rescore"
+    assert again["trainer"]["identities"]["weights"] == base["trainer"]["identities"]["weights"]
+    # the two runs ran the same stack: gate lists nothing, though the trainer's files sit elsewhere
+    r = cli("gate", str(copy), "--baseline", str(base_run), "--bootstrap", "0", "--format", "json")
+    assert r.returncode in (0, 1), r.stderr
+    stack = json.loads(r.stdout)["stack"]
+    assert stack["changes"] == [] and stack["baseline_recorded"] and stack["candidate_recorded"]
+
+
+def test_gate_lists_the_trainers_other_weights_as_a_stack_change(base_run, lag_run):
+    args = ("--baseline", str(base_run), "--bootstrap", "0", "--allow-different", "trainer", "--format", "json")
+    r = cli("gate", str(lag_run), *args)
+    assert r.returncode in (0, 1), r.stderr
+    changes = json.loads(r.stdout)["stack"]["changes"]
+    assert [(c["side"], c["field"]) for c in changes] == [
+        ("trainer", "identities.weights"),
+        ("trainer", "identities.checkpoint_sha256"),
+    ]
+
+
 # ------------------------------------------------------------ resume
 
 

@@ -200,3 +200,25 @@ def test_the_readme_moe_numbers_come_from_its_commands(readme_run):
         run: json.loads(cli("report", str(cwd / "runs" / run), "--format", "json").stdout) for run in MOE_RUNS.values()
     }
     assert moe_table_mismatches((REPO / "README.md").read_text(), docs) == []
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_readme_token_view_of_the_lag_run_opens_in_chromium(readme_run):
+    """The README's ``view runs/lag``: a fresh probe of the bundled model, its text from the checkpoint the probe
+    recorded, IcePop's cuts marked, and no console error in a real browser."""
+    from tests.browser import CHROMIUM, NO_CHROMIUM, Browser
+
+    if CHROMIUM is None:
+        pytest.skip(NO_CHROMIUM)
+    cwd, _ = readme_run
+    b = Browser()
+    try:
+        b.open(cwd / "lag.html")
+        data = b.js("JSON.parse(document.getElementById('tv-data').textContent)")
+        assert data["text"]["tokenizer"] is not None and len(data["sequences"]) == 20
+        icepop = next(r for r in data["rules"] if r["name"] == "icepop")
+        assert b.js(f"document.querySelectorAll('.t .k.{icepop['key']}').length") == icepop["acted"] > 0
+        assert b.errors == [], b.errors
+    finally:
+        b.close()

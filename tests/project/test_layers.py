@@ -42,15 +42,16 @@ LAYERS: dict[str, int] = {
             "documents",
             "progress",
             "terminal",
+            "turns",
         ),
         0,
     ),
-    # 1: reading inputs, judging output paths, the masking rules
-    **dict.fromkeys(("reader", "outputs", "rules"), 1),
+    # 1: reading inputs, judging output paths, the masking rules, what each side of a run ran
+    **dict.fromkeys(("reader", "outputs", "rules", "execution"), 1),
     # 2: the streaming analysis
     "analysis": 2,
     # 3: what the commands compute, each from the analysis or from an engine
-    **dict.fromkeys(("gate", "timeline", "importers", "live", "probe", "certify", "doctor"), 3),
+    **dict.fromkeys(("gate", "timeline", "importers", "live", "probe", "certify", "doctor", "audit", "view"), 3),
     # 4: experiments that drive several of the above
     "diagnose": 4,
     # 5: every output format of the results above: tables, Markdown, JUnit, pictures, pages

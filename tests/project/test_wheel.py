@@ -58,6 +58,8 @@ def test_the_wheel_carries_the_sample(wheel):
         "tiny-qwen3/tokenizer.json",
         "tiny-qwen3-later/model.safetensors",
         "tiny-qwen3-moe/config.json",
+        "tiny-qwen3-chat/chat_template.jinja",
+        "runs/multi-turn-messages/manifest.json",
         "prompts.jsonl",
         "simulated_pairs.parquet",
         "runs/rl-zero/manifest.json",

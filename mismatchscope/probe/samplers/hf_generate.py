@@ -198,6 +198,26 @@ class HFGenerateSampler:
             "eos_token_ids": self.eos_ids,
         }
 
+    def provenance(self):
+        """This sampler's side: the transformers model it generates with (the probe adds the identities)."""
+        from mismatchscope.execution.record import Numerics
+        from mismatchscope.probe.hf_model import canonical_dtype
+        from mismatchscope.probe.provenance import model_side
+
+        requested = Numerics(
+            weights_dtype=canonical_dtype(self.cfg.dtype),
+            attention_backend=self.cfg.engine_args.get("attn_implementation"),
+        )
+        desc = self.describe()
+        return model_side(
+            self.model,
+            desc["engine"],
+            requested,
+            desc["device_names"],
+            moe=self.info.is_moe,
+            max_batch_sequences=self.batch_size,
+        )
+
     def close(self) -> None:
         if self.tap is not None:
             self.tap.close()

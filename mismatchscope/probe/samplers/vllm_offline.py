@@ -46,6 +46,8 @@ class VLLMOfflineSampler:
         self.info = info
         self._llm = None
         self._engine_args: dict[str, Any] | None = None
+        self._received: Any = None
+        """the last ``SamplingParams`` the engine received (its provenance records them)."""
         self._moe_layers, self._routes_why = _route_plan(info)
         if sampling is not None:
             self._engine_for(sampling)
@@ -126,6 +128,7 @@ class VLLMOfflineSampler:
         outputs = llm.generate(
             [TokensPrompt(prompt_token_ids=list(prompts[p])) for p in layout], params, use_tqdm=False
         )
+        self._received = params
         completions = []
         for j, request in enumerate(outputs):
             for out in sorted(request.outputs, key=lambda o: o.index):
@@ -187,6 +190,40 @@ class VLLMOfflineSampler:
             info.update(_device_info(str(engine.vllm_config.device_config.device)))
         return info
 
+    def provenance(self):
+        """This engine's side of the run: what it resolved and runs, what its arguments asked for, and the
+        sampling parameters it last received (the probe adds the checkpoint's identities and the fallbacks)."""
+        import os
+
+        from mismatchscope.execution import vllm_side
+        from mismatchscope.execution.environment import engine_environment
+        from mismatchscope.execution.record import Identities, SideProvenance
+        from mismatchscope.probe.engine_log import captured_text
+
+        if self._llm is None or self._engine_args is None:
+            return SideProvenance(source="probe", engine="vllm", software=vllm_side.software())
+        from mismatchscope.execution.logs import logged_backends
+
+        used = vllm_side.used_numerics(
+            self._llm, vllm_side.inspection(self._llm), logged_backends(captured_text() or "")
+        )
+        switches = vllm_side.torch_in_engine(self._llm)
+        for name in ("deterministic", "tf32_matmul", "tf32_cudnn", "float32_matmul_precision"):
+            setattr(used, name, getattr(switches, name))
+        mode = self._engine_args.get("logprobs_mode")
+        received = vllm_side.sampling_params(self._received, mode) if self._received is not None else None
+        device = self.describe().get("device_names")
+        return SideProvenance(
+            source="probe",
+            engine="vllm",
+            identities=Identities(sampling=received),
+            software=vllm_side.software(),
+            requested=vllm_side.requested_numerics(self._engine_args, os.environ),
+            used=used,
+            environment=engine_environment(),
+            deployment=vllm_side.deployment(self._llm, device),
+        )
+
     def close(self) -> None:
         """Shut the engine down; the next ``sample`` starts a new one."""
         llm, self._llm = self._llm, None
@@ -205,6 +242,7 @@ def _start(model: str, args: dict[str, Any]):
 
     from mismatchscope.probe.engine_log import start_cause
 
+    _log_once_again()
     try:
         return LLM(model, **args)
     except TypeError as e:
@@ -220,6 +258,18 @@ def _start(model: str, args: dict[str, Any]):
         raise UsageError(f"vLLM refused its configuration: {where}: {msg}") from e
     except (RuntimeError, ValueError, KeyError, NotImplementedError, ImportError, AssertionError) as e:
         raise _start_failed(model, e) from e
+
+
+def _log_once_again() -> None:
+    """Let a new engine log its once-only warnings again: vLLM prints a warning such as a kernel fallback once per
+    process, so a second engine in one process would leave its run's log (and the fallbacks its provenance reads
+    there) without it."""
+    import vllm.logger
+
+    for name in ("_print_debug_once", "_print_info_once", "_print_warning_once"):
+        clear = getattr(getattr(vllm.logger, name, None), "cache_clear", None)
+        if callable(clear):
+            clear()
 
 
 def _start_failed(model: str, exc: BaseException) -> SamplerError:

@@ -27,6 +27,20 @@ def _heading(v: Verdict, rows: FullVocabResult | None) -> list[str]:
             f"{c.share_past_512:.1%} past position 512)"
         ),
         "- scope: " + ", ".join(f"{k} `{val}`" for k, val in v.scope.items()),
+        *_sides(v),
+    ]
+
+
+def _sides(v: Verdict) -> list[str]:
+    """The provenance fields in which the sampler's side and the trainer's differ."""
+    from ...execution.compare import shown
+
+    changed = [r for r in v.sides if r.status == "changed"]
+    if not changed:
+        return []
+    return [
+        "- the sides differ in: "
+        + ", ".join(f"{md_cell(r.label)} (`{shown(r.left)}` / `{shown(r.right)}`)" for r in changed)
     ]
 
 

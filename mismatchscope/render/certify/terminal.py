@@ -34,6 +34,9 @@ def _coverage(console, v: Verdict) -> None:
         highlight=False,
     )
     console.print(escape("scope: " + ", ".join(f"{k}={val}" for k, val in v.scope.items())), highlight=False)
+    changed = [r.label for r in v.sides if r.status == "changed"]
+    if changed:
+        console.print(escape("the sides differ in: " + ", ".join(changed)), highlight=False)
 
 
 def _checks(console, v: Verdict) -> None:

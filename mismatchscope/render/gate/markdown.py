@@ -8,7 +8,7 @@ from .text import estimate_text, limit_text, method_text, status_text
 
 def markdown(result) -> str:
     """A heading with the verdict, what was compared, and one table row per check."""
-    lines = [_heading(result), "", *_compared(result), *_checks(result), *_notes(result)]
+    lines = [_heading(result), "", *_compared(result), *_stack(result), *_checks(result), *_notes(result)]
     return "\n".join(lines) + "\n"
 
 
@@ -41,6 +41,30 @@ def _compared(result) -> list[str]:
     lines.append(
         f"- bootstrap: {cfg.bootstrap} resamples of sequences, seed {cfg.seed}, {cfg.confidence:.0%} intervals; limits from {cfg.source}"
     )
+    return lines
+
+
+def _stack(result) -> list[str]:
+    """What changed in the stack (the runs' provenance), next to the verdict."""
+    from ...execution.compare import shown
+
+    stack = result.stack
+    if stack is None:
+        return []
+    lines = [f"- provenance: {md_cell(n)}" for n in stack.notes]
+    if not stack.changes:
+        return [*lines, f"- stack changes (provenance): {stack.line()}"]
+    lines += [
+        "",
+        "What changed in the stack (provenance):",
+        "",
+        "| side | field | baseline | candidate |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {c.side} | {md_cell(c.label)} | {md_cell(shown(c.baseline))} | {md_cell(shown(c.candidate))} |"
+        for c in stack.changes
+    ]
     return lines
 
 

@@ -3,21 +3,27 @@ runs' metrics and metadata, on the page scaffolding of ``render/plots/html.py``.
 
 from __future__ import annotations
 
+from ...view.document import TokenView
 from ..numbers import fmt
 from ..plots.html import _breakdown, _e, _figures, _metadata, _metrics, _num, _page, _table
+from ..tokens_page import tabbed, token_view_link
 from .text import estimate_text, limit_text, method_text, status_text
 
 
-def gate_page(gr, pictures) -> str:
-    """``gate --html``: verdict, checks, comparability, pictures, both runs' metadata."""
+def gate_page(gr, pictures, tokens: TokenView | None = None) -> str:
+    """``gate --html``: verdict, checks, comparability, pictures, both runs' metadata; ``tokens``, the candidate's
+    token view, its own tab, which the verdict links to."""
     files = [("candidate", gr.candidate)] + ([("baseline", gr.baseline)] if gr.baseline else [])
-    body = [_verdict(gr), _checks(gr), _runs(files), _comparability(gr.comparability), _method(gr)]
+    body = [_verdict(gr)]
+    if tokens is not None:
+        body.append(token_view_link(tokens).replace("Token view:", "The candidate's token view:", 1))
+    body += [_checks(gr), _runs(files), _comparability(gr.comparability), _method(gr)]
     body.append(_figures(pictures))
     body.append(_reports(files))
     return _page(
         "mismatchscope gate",
         f"candidate {gr.candidate.path}" + (f" vs baseline {gr.baseline.path}" if gr.baseline else ""),
-        "".join(body),
+        tabbed("".join(body), tokens, "Gate"),
     )
 
 

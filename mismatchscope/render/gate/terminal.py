@@ -11,10 +11,36 @@ def gate_payload(result) -> dict:
 
 
 def gate_tables(console, result) -> None:
-    """What was compared, one row per check, then why a check did not simply pass, and the verdict."""
+    """What was compared and what changed in its stack, one row per check, then why a check did not simply pass,
+    and the verdict."""
     _compared(console, result)
+    _stack(console, result)
     _checks(console, result)
     _verdict(console, result)
+
+
+def _stack(console, result) -> None:
+    """What changed in the stack (the runs' provenance): a table of the changes, or one line saying none did."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from ...execution.compare import shown
+    from ..layout import print_table
+
+    stack = result.stack
+    if stack is None:
+        return
+    for note in stack.notes:
+        console.print(escape(f"provenance: {note}"), highlight=False)
+    if not stack.changes:
+        console.print(escape(f"stack changes (provenance): {stack.line()}"), highlight=False)
+        return
+    t = Table(title="What changed in the stack (provenance)", title_justify="left")
+    for col in ("side", "field", "baseline", "candidate"):
+        t.add_column(col)
+    for c in stack.changes:
+        t.add_row(escape(c.side), escape(c.label), escape(shown(c.baseline)), escape(shown(c.candidate)))
+    print_table(console, t, keep=2)
 
 
 def _compared(console, result) -> None:

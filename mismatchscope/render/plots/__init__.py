@@ -128,7 +128,18 @@ def _mismatch_pictures(runs, rules) -> list[Picture]:
         "position in the completion (deciles of the longest completion).",
         M.breakdowns(runs),
     )
-    return [histogram, density, breakdowns]
+    out = [histogram, density, breakdowns]
+    if any(run.report is not None and run.report.breakdowns.turn for run in runs):
+        out.append(
+            _picture(
+                "turns",
+                "Where the mismatch sits, turn by turn",
+                "Mean |log p - log q| and mean k3 over each assistant turn's tokens (a multi-turn run: tool "
+                "spans between turns hold no pairs); under each turn, its tokens.",
+                M.turn_breakdown(runs),
+            )
+        )
+    return out
 
 
 def _route_picture(runs) -> Picture:

@@ -1,6 +1,7 @@
 """What every HTML page shares (``report``'s, ``gate``'s, ``diagnose``'s): one self-contained file with inline
 CSS, PNGs as base64 data URLs, tables, run metadata, and the headline-metric and breakdown tables of one run or
-several side by side. No script, no external resource: it opens from a CI artifact with no network.
+several side by side. No external resource: it opens from a CI artifact with no network. The only script is the
+token view's (``render/tokens_page.py``), inline, in the tab that holds it.
 
 Each page is built beside its command: ``render/report_page.py``, ``render/gate/page.py``,
 ``render/plots/diagnose.py``."""

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from ...analysis.histograms import log_ratio_edges, prob_edges
-from ...metrics import K3_MEAN, TV_TOKEN_MEAN
+from ...metrics import ABS_LOGPROB_DIFF_MEAN, K3_MEAN, TV_TOKEN_MEAN
 from ...rules.drawn import ratio_thresholds
 from .figures import COLORS, RULE_COLORS, Run, _fig, _hist, _report, log_labels
 
@@ -208,12 +208,33 @@ def breakdowns(runs: list[Run]) -> Figure:
     return fig
 
 
+def turn_breakdown(runs: list[Run]) -> Figure:
+    """Mean |log p - log q| and mean k3 per turn of a multi-turn run (its ``breakdowns.turn``)."""
+    fig = _fig(12, 4.6)
+    for ax, (key, ylabel) in zip(
+        fig.subplots(1, 2),
+        (
+            (ABS_LOGPROB_DIFF_MEAN.name, "mean |log p - log q| (nats; log scale)"),
+            (K3_MEAN.name, "mean k3 (nats; log scale)"),
+        ),
+        strict=True,
+    ):
+        _bucket_panel(ax, runs, "turn", key)
+        ax.set_ylabel(ylabel)
+        ax.set_xlabel("assistant turn (and its tokens)")
+        ax.set_title(ylabel.split(" (")[0].capitalize() + " by turn", fontsize=11)
+    fig.suptitle("Where the mismatch sits, turn by turn (a turn without a gap is left empty)")
+    return fig
+
+
 def _bucket_panel(ax, runs: list[Run], kind: str, key: str) -> None:
     """One breakdown (by sampler probability: bars from a floor; by position: lines) of one mean, every run."""
-    labels = [r.bucket for r in getattr(_report(runs[0]).breakdowns, kind)]
+    labels = [r.bucket for r in _rows(runs[0], kind)]
+    if kind == "turn":  # runs of other turn counts overlaid (a gate's baseline may have none)
+        labels = sorted({r.bucket for run in runs for r in _rows(run, kind)}, key=int)
     x = np.arange(len(labels))
     width = 0.8 / len(runs)
-    positive = [float(v) for run in runs for r in getattr(_report(run).breakdowns, kind) if (v := r.mean(key))]
+    positive = [float(v) for run in runs for r in _rows(run, kind) if (v := r.mean(key))]
     finite = [v for v in positive if np.isfinite(v)]
     floor = min(finite) / 5 if finite else 1e-12
     top = max(finite) * 20 if finite else floor * 1e6  # where an infinite mean is drawn, marked "inf"
@@ -251,12 +272,17 @@ def _bucket_values(
 ) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """One run's mean of ``key`` in each bucket (0 where it has none; an infinite mean drawn at ``top``), which
     were infinite, and its tokens per bucket."""
-    rows = {r.bucket: r for r in getattr(_report(run).breakdowns, kind)}
+    rows = {r.bucket: r for r in _rows(run, kind)}
     vals = np.array([float((r.mean(key) if (r := rows.get(b)) else None) or 0.0) for b in labels], dtype=float)
     infinite = np.isinf(vals)
     vals[infinite] = top
     tokens = [r.tokens if (r := rows.get(b)) else 0 for b in labels]
     return vals, infinite, tokens
+
+
+def _rows(run: Run, kind: str) -> list:
+    """One breakdown's rows of a run (none for a breakdown it lacks: the turns of a run of single turns)."""
+    return getattr(_report(run).breakdowns, kind) or []
 
 
 def _count(n: int) -> str:

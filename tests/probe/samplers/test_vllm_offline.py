@@ -193,6 +193,49 @@ def test_fp16_vllm_differs_from_the_fp32_trainer(vllm_sampler, dense_info, dense
     assert fp16.describe()["dtype"] == "float16"
 
 
+@pytest.mark.vllm
+def test_provenance_records_what_each_engine_ran(vllm_sampler, dense_info, moe32_raw, dense_prompt_ids):
+    """The engine's side of a run, read off the live engine: what its arguments asked for, what it resolved and
+    runs, and the sampling parameters its last request carried (the probe adds identities and fallbacks)."""
+    import vllm
+
+    from mismatchscope.execution.contract import requested_vs_used
+
+    fp16 = vllm_sampler(dense_info, "float16", "processed_logprobs")
+    fp16.sample(dense_prompt_ids[:2], dataclasses.replace(PROCESSED, temperature=0.7, top_p=0.9, n=2, seed=3))
+    side = fp16.provenance()
+    assert side.engine == "vllm" and side.software["vllm"] == vllm.__version__
+    assert side.requested.weights_dtype == "float16" and side.used.weights_dtype == "float16"
+    assert side.used.kv_cache_dtype == "float16" and side.used.lm_head_dtype == "float16"  # "auto": the model's
+    assert side.requested.cuda_graphs == side.used.cuda_graphs == "none"  # enforce_eager, as the probe asks
+    assert side.requested.compile == side.used.compile == "none"
+    assert isinstance(side.used.attention_backend, str) and side.used.attention_backend  # the engine names it
+    assert isinstance(side.used.prefix_caching, bool) and isinstance(side.used.chunked_prefill, bool)
+    assert side.used.moe_kernel == "none (dense model)" and side.used.logits_dtype == "float32"
+    assert isinstance(side.used.tf32_matmul, bool)  # the engine runs in this process: torch's switches are its own
+    assert requested_vs_used(side) == []
+    assert side.identities.sampling == {
+        "n": 2,
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "top_k": 0,
+        "min_p": 0.0,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+        "repetition_penalty": 1.0,
+        "seed": 3,
+        "max_tokens": 16,
+        "min_tokens": 0,
+        "logprobs": 5,
+        "ignore_eos": False,
+        "logprobs_mode": "processed_logprobs",
+    }
+    assert side.deployment.tensor_parallel == 1 and side.deployment.pipeline_parallel == 1
+    assert side.deployment.devices == fp16.describe()["device_names"]
+    moe = moe32_raw.provenance()  # the MoE engine's experts run a fused-MoE method its inspection names
+    assert moe.used.moe_kernel and "moe" in moe.used.moe_kernel.lower()
+
+
 # ------------------------------------------------------------ engine arguments (no engine started)
 
 

@@ -1,0 +1,106 @@
+"""``provenance``'s comparison for people (a table, changed fields first), as Markdown, and for machines (JSON).
+
+The table lists what is known on at least one side; the fields neither
+side recorded are named under it in one line, and each run's contract and
+fallbacks come after.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..execution.compare import shown
+
+if TYPE_CHECKING:
+    from ..execution.document import ProvenanceDocument, Row
+
+_MARK = {"changed": "changed", "one side": "one side", "same": "", "not recorded": ""}
+
+
+def provenance_payload(doc: ProvenanceDocument) -> dict:
+    from ..documents import document
+
+    return document(doc)
+
+
+def _cell(value) -> str:
+    """A value whole (a table cell wraps at spaces, never inside a word); a digest as its first 12 hex digits."""
+    return shown(value)
+
+
+def _name(row: Row, doc: ProvenanceDocument) -> str:
+    if doc.compared == "runs":
+        side = row.field.partition(".")[0]
+        return f"{side} {row.label}"
+    return row.label
+
+
+def _heads(doc: ProvenanceDocument) -> tuple[str, str]:
+    return (doc.left, doc.right) if doc.compared == "sides" else ("baseline", "candidate")
+
+
+def provenance_tables(console, doc: ProvenanceDocument) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from .layout import print_table
+
+    left, right = _heads(doc)
+    if doc.compared == "runs":
+        console.print(escape(f"baseline {doc.left} vs candidate {doc.right}"), highlight=False)
+    else:
+        console.print(escape(f"{doc.runs[0].run}: the sampler's side against the trainer's"), highlight=False)
+    shown_rows = [r for r in doc.rows if r.status != "not recorded"]
+    t = Table(title=f"Provenance ({doc.changed} field(s) changed)", title_justify="left")
+    for col in ("field", left, right, ""):
+        t.add_column(col)
+    for r in shown_rows:
+        style = "bold" if r.status == "changed" else ""
+        mark = f"[{style}]{_MARK[r.status]}[/{style}]" if style else _MARK[r.status]
+        t.add_row(escape(_name(r, doc)), escape(_cell(r.left)), escape(_cell(r.right)), mark)
+    print_table(console, t)
+    missing = [_name(r, doc) for r in doc.rows if r.status == "not recorded"]
+    if missing:
+        console.print(escape("not recorded on either side: " + ", ".join(missing)), highlight=False)
+    for s in doc.runs:
+        _run_lines(console, s, doc.compared == "runs")
+
+
+def _run_lines(console, s, named: bool) -> None:
+    from rich.markup import escape
+
+    where = f"{s.run}: " if named else ""
+    if s.note:
+        console.print(escape(f"{where}{s.note}"), highlight=False)
+    mark = "[bold red]contract:[/bold red] " if s.contract is False else "contract: "
+    console.print(mark + escape(f"{where}{s.contract_sentence}"), highlight=False)
+    for f in s.fallbacks:
+        console.print("[yellow]fallback:[/yellow] " + escape(f"{where}{f.side}: {f.detail}"), highlight=False)
+
+
+def markdown(doc: ProvenanceDocument) -> str:
+    """The comparison as a Markdown section: the runs, the table of known fields, each run's contract."""
+    from .numbers import md_cell
+
+    left, right = _heads(doc)
+    if doc.compared == "runs":
+        title = f"### mismatchscope provenance: `{doc.left}` vs `{doc.right}` ({doc.changed} changed)"
+    else:
+        title = f"### mismatchscope provenance: `{doc.runs[0].run}`, sampler vs trainer ({doc.changed} changed)"
+    lines = [title, "", f"| field | {left} | {right} | |", "|---|---|---|---|"]
+    for r in doc.rows:
+        if r.status == "not recorded":
+            continue
+        cells = (_name(r, doc), _cell(r.left), _cell(r.right), f"**{r.status}**" if r.status == "changed" else "")
+        lines.append("| " + " | ".join(md_cell(c) for c in cells) + " |")
+    missing = [_name(r, doc) for r in doc.rows if r.status == "not recorded"]
+    if missing:
+        lines += ["", f"Not recorded on either side: {md_cell(', '.join(missing))}"]
+    lines.append("")
+    for s in doc.runs:
+        where = f"`{s.run}`: " if doc.compared == "runs" else ""
+        if s.note:
+            lines.append(f"- {where}{md_cell(s.note)}")
+        lines.append(f"- {where}contract: {'❌ ' if s.contract is False else ''}{md_cell(s.contract_sentence)}")
+        lines += [f"- {where}fallback ({f.side}): {md_cell(f.detail)}" for f in s.fallbacks]
+    return "\n".join(lines) + "\n"
