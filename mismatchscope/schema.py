@@ -124,7 +124,7 @@ TOPK_SUMMARY: tuple[Column, ...] = (
     ),
     Column("topk_trainer_rest", pa.float32(), "1 - the trainer's mass on the same ids"),
     Column(
-        "topk_overlap",
+        "topk_id_overlap",
         pa.float32(),
         "|sampler's ids & trainer's own top-k ids| / the longer list (NaN where both are empty); "
         "written with trainer_topk_ids",
@@ -146,7 +146,9 @@ REQUIRED_NAMES: tuple[str, ...] = tuple(c.name for c in REQUIRED)
 TOPK_COLUMNS = ("sampler_topk_ids", "sampler_topk_logprobs", "trainer_logprobs_at_sampler_topk")
 SUMMARY_NAMES: tuple[str, ...] = tuple(c.name for c in TOPK_SUMMARY)
 BOUND_SUMMARIES = ("topk_tv_lower", "topk_kl_lower", "topk_sampler_rest", "topk_trainer_rest")
-"""what ``report`` reads in place of the three lists (and ``topk_overlap`` in place of ``trainer_topk_ids``)."""
+OVERLAP = "topk_id_overlap"
+"""the summary of the sampler's ids against the trainer's own (written where ``trainer_topk_ids`` is)."""
+"""what ``report`` reads in place of the three lists (and ``topk_id_overlap`` in place of ``trainer_topk_ids``)."""
 ROW_SUMS = (
     "topk_pairs",
     "topk_sum_trainer",

@@ -25,6 +25,7 @@ from ..reader import Hygiene, RawBatch, Source, open_source, read_batches
 from ..routing.io import locate_routes
 from ..rules import RuleInstance, SequenceInputs
 from ..rules.sequence import needs_inverse_k3
+from ..schema import OVERLAP
 from .batch import BatchPart, BatchSink, analyse_batch, topk_of, with_summaries
 from .comparison import assemble_masks
 from .grouping import SequenceAggregator
@@ -32,7 +33,6 @@ from .masks import ROUTE_FLIPPED, MaskAccumulator, build_units
 from .parallel import ordered_map
 from .plan import (
     LISTS_NOTE,
-    OVERLAP,
     AnalysisPlan,
     TopkRead,
     columns_to_read,

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from ..reader import Source
 from ..routing.io import RoutesRun
-from ..schema import BOUND_SUMMARIES, NOT_RECORDED_ID, REQUIRED_NAMES, ROW_SUMS, TOPK_COLUMNS, TURN_COLUMNS
+from ..schema import BOUND_SUMMARIES, NOT_RECORDED_ID, OVERLAP, REQUIRED_NAMES, ROW_SUMS, TOPK_COLUMNS, TURN_COLUMNS
 from .grouping import Op
 from .masks import ROUTE_FLIPPED, MaskAccumulator, Unit
 from .table import REDUCTIONS
@@ -30,7 +30,6 @@ TRAINER_TOPK = ("trainer_topk_ids",)
 """the trainer's own top-k the report reads: its ids feed the overlap. Its logprobs feed no number, so they
 are not read (decoding them would cost a probe run's report 10-15%), and what no number uses cannot
 make one wrong."""
-OVERLAP = "topk_overlap"
 ROW_SUM_LISTS = ("sampler_topk_logprobs", "trainer_logprobs_at_sampler_topk")
 """the lists ``doctor``'s per-row sums come from in a run without summaries."""
 LISTS_NOTE = (

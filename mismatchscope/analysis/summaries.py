@@ -51,6 +51,7 @@ from ..schema import (
     BOUND_SUMMARIES,
     COLUMNS,
     LOGPROB_SENTINEL,
+    OVERLAP,
     REQUIRED_NAMES,
     ROW_SUMS,
     SUMMARY_NAMES,
@@ -59,7 +60,6 @@ from ..schema import (
 )
 from .topk import TAIL_EMPTY, ScoreCentering, TopkBounds, score_centering, topk_bounds
 
-OVERLAP = "topk_overlap"
 TRAINER_IDS = "trainer_topk_ids"
 ROW_SUM_LISTS = ("sampler_topk_logprobs", "trainer_logprobs_at_sampler_topk")
 """the two lists the per-row sums run over: the sampler's (y) and the trainer's (x) logprobs of the listed ids."""

@@ -60,7 +60,7 @@ def test_the_summaries_of_one_token_by_hand(tmp_path):
     for name, want in expected.items():
         assert row[name] == pytest.approx(want, abs=2e-6), name
     assert pq.read_schema(path).field("topk_tv_lower").type == pa.float32()
-    assert "topk_overlap" not in pq.read_schema(path).names  # no trainer_topk_ids: nothing to overlap with
+    assert "topk_id_overlap" not in pq.read_schema(path).names  # no trainer_topk_ids: nothing to overlap with
 
 
 def _pairs(n_seq: int = 40, length: int = 50, k: int = 4, seed: int = 0) -> dict:
@@ -111,7 +111,7 @@ def test_every_summary_is_the_float32_of_what_the_lists_give(tmp_path):
         "topk_kl_lower": b.kl_lower_T,
         "topk_sampler_rest": 1.0 - b.sampler_mass_T,
         "topk_trainer_rest": 1.0 - b.trainer_mass_T,
-        "topk_overlap": overlap.overlap_T,
+        "topk_id_overlap": overlap.overlap_T,
     }
     for name, v in expected.items():
         stored = table.column(name).to_numpy()
