@@ -171,32 +171,36 @@ def floor_sql(summarised: bool) -> str:
     return f"SELECT count(*), {', '.join(sums)} FROM read_parquet('{{path}}')"
 
 
+_KPOP_Q = "least(greatest(q, 1e-6), 1 - 1e-6)"
+_KPOP_P = "least(greatest(p, 1e-6), 1 - 1e-6)"
 _MASKS_TOKEN_RULES = {
     "icepop": "r < 0.5 OR r > 5",
     "ipo": "abs(p - q) > 0.3",
-    "kpop": "q * abs(l) > 0.1 AND abs(p - q) > 1e-6",
-    "dppo_tv": "(adv >= 0 AND p - q > 0.15) OR (adv < 0 AND q - p > 0.15)",
-    "dppo_kl": "(q * ln(q / p) + (1 - q) * ln(greatest(1 - q, 1e-300) / greatest(1 - p, 1e-300))) > 0.05",
+    "kpop": f"greatest({_KPOP_Q} * ln({_KPOP_Q} / {_KPOP_P}) + (1 - {_KPOP_Q}) * ln((1 - {_KPOP_Q}) / (1 - {_KPOP_P})), "
+    f"{_KPOP_P} * ln({_KPOP_P} / {_KPOP_Q}) + (1 - {_KPOP_P}) * ln((1 - {_KPOP_P}) / (1 - {_KPOP_Q}))) > 0.1",
+    "dppo_tv": "(adv > 0 AND p - q > 0.15) OR (adv <= 0 AND p - q < -0.15)",
+    "dppo_kl": "((adv > 0 AND p > q) OR (adv <= 0 AND p < q)) "
+    "AND q * ln(q / p) + (1 - q) * ln((1 - q + 1e-8) / (1 - p + 1e-8)) > 0.05",
     "tis": "r > 2",
     "token_mask": "r < 0.5 OR r > 2",
-    "cispo": "r > 5",
+    "cispo": "r < 0 OR r > 5",
     "ppo_clip": "(adv > 0 AND r > 1.28) OR (adv < 0 AND r < 0.8)",
 }
 """compare-masks' default token rules, each as the condition under which it rejects (or reweights) a token."""
 
 
 def masks_sql() -> str:
-    """compare-masks' peer: one grouping of the tokens by sampler-probability bucket, sign of p - q and each
-    token rule's verdict (every rule's counts by bucket and by sign, and the rules' agreement, are its
-    marginals), and the per-sequence aggregates with the sequence rules' counts."""
+    """compare-masks' peer: one grouping of the tokens by sampler-probability bucket, sign of p - q, sign of the
+    advantage and each token rule's verdict (every rule's counts by bucket, by either sign, and the rules'
+    agreement are its marginals), and the per-sequence aggregates with the sequence rules' counts."""
     flags = ", ".join(f"({cond}) AS {name}" for name, cond in _MASKS_TOKEN_RULES.items())
     token = f"""WITH u AS (
   SELECT position, advantage AS adv, trainer_logprob - sampler_logprob AS l, exp(trainer_logprob) AS p,
          exp(sampler_logprob) AS q, exp(trainer_logprob - sampler_logprob) AS r
   FROM read_parquet('{{path}}')
 )
-SELECT {_case("q", Q_EDGES)} AS qb, sign(p - q) AS s, {flags}, count(*), max(position), sum(l), sum(0.5 * l * l),
-       sum(r - 1 - l), sum(abs(p - q)), sum(r * r)
+SELECT {_case("q", Q_EDGES)} AS qb, sign(p - q) AS s, sign(adv) AS a, {flags}, count(*), max(position), sum(l),
+       sum(0.5 * l * l), sum(r - 1 - l), sum(abs(p - q)), sum(r * r)
 FROM u GROUP BY ALL"""
     seq = """SELECT count(*), count_if(S < ln(0.5) OR S > ln(2)), count_if(S > ln(2)),
        count_if(m < ln(0.999) OR m > ln(1.001)), count_if(k3 > 0.01), count_if(lo < ln(0.0001)),
