@@ -266,3 +266,19 @@ def test_the_recorder_writes_the_summaries(tmp_path):
     # token 0 is _hand_pair's token (TV 0.1); token 1 lists ids 3, 4 with equal sides: TV 0
     assert table.column("topk_tv_lower").to_pylist() == pytest.approx([0.1, 0.0], abs=1e-7)
     assert make_plan(str(tmp_path / "run"), AnalysisRequest(report=True)).topk is TopkRead.SUMMARIES
+
+
+def test_a_pass_that_reads_no_ids_decodes_none_where_the_footers_vouch_for_them(tmp_path):
+    """compare-masks reads no token ids; the footer's statistics show every id is >= -1. A file written without
+    statistics cannot show it: its ids are decoded and checked as every reader checks them."""
+    from mismatchscope.rules import default_rules
+
+    request = AnalysisRequest(report=False, masks=True, rules=default_rules())
+    cols = _pairs(n_seq=2, length=5)
+    with_stats = write_table(tmp_path / "a.parquet", cols, {})
+    assert "token_id" not in make_plan(str(with_stats), request).required
+    bare = tmp_path / "b.parquet"
+    pq.write_table(pq.read_table(with_stats), bare, write_statistics=False)
+    assert "token_id" in make_plan(str(bare), request).required
+    examples = AnalysisRequest(report=False, masks=True, rules=default_rules(), examples=3)
+    assert "token_id" in make_plan(str(with_stats), examples).columns  # --examples names the tokens
