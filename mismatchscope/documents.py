@@ -115,6 +115,12 @@ def _object(cls: type, defs: dict[str, Any]) -> dict[str, Any]:
             extra = _flattened(hints[f.name], props, required, defs)
             continue
         s = dict(_schema(hints[f.name], defs))
+        enum = f.metadata.get("enum")  # "module:function": a registry holds the values, read when the schema is made
+        if isinstance(enum, str):
+            import importlib
+
+            module, _, name = enum.partition(":")
+            s["enum"] = list(getattr(importlib.import_module(module), name)())
         meaning = CATALOG[f.name].meaning if f.name in CATALOG else None
         doc = "; ".join(d for d in (meaning, f.metadata.get("doc")) if d)
         if doc:

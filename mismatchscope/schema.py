@@ -84,6 +84,12 @@ OPTIONAL: tuple[Column, ...] = (
     Column("row_max_diff_id", pa.int64(), "the vocabulary id where the two whole rows differ most"),
     Column("sampler_step", pa.int64(), "policy version (weight-sync step) the sampler generated the token with"),
     Column("trainer_step", pa.int64(), "policy version (optimizer step) the trainer scored the token with"),
+    Column(
+        "minibatch",
+        pa.int32(),
+        "which minibatch (optimizer step) of its rollout batch the trainer scored the token in: 0 before any update "
+        "of that batch, 1 after one, ... (doctor's off_policy_minibatches)",
+    ),
     Column("wall_time", pa.float64(), "Unix time (seconds) at which the step that holds the token was recorded"),
     Column("step_sampling_seconds", pa.float64(), "seconds the token's step spent sampling, where the loop says"),
     Column("step_training_seconds", pa.float64(), "seconds the token's step spent training, where the loop says"),

@@ -316,9 +316,7 @@ class TokenStats:
                 lab = f"{a}" if b - a == 1 else f"{a}-{b - 1}"
                 out.position.append(_row(lab, self.pos_sums[:, a:b].sum(axis=1)))
         if self.ent_buckets is not None:
-            labs = [f"[{_g(a)}, {_g(b)})" for a, b in zip(ENTROPY_EDGES, ENTROPY_EDGES[1:], strict=False)] + [
-                f"[{_g(ENTROPY_EDGES[-1])}, inf)"
-            ]
+            labs = entropy_bucket_labels()
             out.entropy = [_row(lab, self.ent_buckets[:, j]) for j, lab in enumerate(labs)]
         if self.turn_sums is not None:
             out.turn = [_row(str(j), self.turn_sums[:, j]) for j in range(self.turn_sums.shape[1])]
@@ -338,6 +336,13 @@ def centering_values(c) -> dict[str, np.ndarray]:
         finite = np.isfinite(v32)
         out[k] = v32 if finite.all() else v32[finite]  # the masses are finite on every token: no second copy
     return out
+
+
+def entropy_bucket_labels() -> list[str]:
+    """The trainer-entropy buckets' labels, shared by report's breakdowns and timeline's ``--by entropy``."""
+    return [f"[{_g(a)}, {_g(b)})" for a, b in zip(ENTROPY_EDGES, ENTROPY_EDGES[1:], strict=False)] + [
+        f"[{_g(ENTROPY_EDGES[-1])}, inf)"
+    ]
 
 
 def q_bucket_labels() -> list[str]:

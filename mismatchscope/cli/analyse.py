@@ -345,10 +345,10 @@ def _each(hist_add, collector):
 
 def _doctor_text(result, collector, path: str) -> str:
     """The top finding of ``doctor`` in one line (the run's provenance read as doctor reads it)."""
-    from ..doctor.run import diagnose_result, run_provenance
+    from ..doctor.run import examine_result, run_provenance
     from ..render.doctor import top_line
 
-    return top_line(diagnose_result(result, collector.finish(), provenance=run_provenance(path)))
+    return top_line(examine_result(result, collector.finish(), provenance=run_provenance(path)))
 
 
 def _write_pictures(

@@ -18,11 +18,13 @@ def doctor(
         "see re-tokenization (default: a probe run's own checkpoint, where it is still there)."
     ),
 ) -> None:
-    """From the number to its cause: pipeline bugs (re-tokenized turns, shifted logprobs, a temperature or truncation on one side, a log base, misjoined sequences, padding, the prompt boundary, rounded logprobs, a replay that did nothing, a step that jumps), policy lag, or plain numerics, and how the number compares with published figures.
+    """From the number to its cause, ranked by the share of the gap each explains: pipeline bugs (two sides that are not one program, re-tokenized turns, shifted logprobs, a temperature or truncation on one side, a log base, misjoined sequences, padding, the prompt boundary, rounded logprobs, a replay that did nothing or is invalid, a step that jumps, a program that differs in float32), policy lag, off-policy minibatches, a sharpening policy, or plain numerics; and how the number compares with published figures.
 
-    Exit code 0: the gap reads as numerics (or there is none); 1: a pipeline problem is likely; 2: an error.
+    PATH is anything report reads, or a diagnose output folder (its float32 configurations are read too).
 
-    Every detector's statistic, threshold and false-alarm rate: docs/doctor.md.
+    Exit code 0: numerics, expected (a cause the run declares) or inconclusive; 1: a pipeline problem is likely; 2: an error.
+
+    Every detector's statistic, threshold and false-alarm rate, and the calibration corpus: docs/doctor.md.
     """
     keep_freed_memory()
     from ..doctor import doctor as run_doctor
@@ -43,5 +45,7 @@ def doctor(
         from ..render.doctor import doctor_tables
 
         doctor_tables(stdout_console(), doc, path)
-    if doc.verdict == "pipeline":
+    from ..doctor.document import VERDICT_EXIT
+
+    if VERDICT_EXIT[doc.verdict]:  # pipeline: the one verdict that fails a CI job
         raise typer.Exit(1)

@@ -23,7 +23,8 @@ def timeline(
         "--by",
         metavar="COLUMN",
         help="Split the lines by a categorical column (strings or integers), e.g. env or rank; "
-        "any column of the file, mismatchscope's or not.",
+        "any column of the file, mismatchscope's or not; or entropy: the trainer's entropy in report's buckets "
+        "(a gap that grows while each bucket's stays flat is the policy sharpening).",
     ),
     rule: list[str] | None = rule_option(
         "A rule whose reject (or reweight) rate to follow per step: icepop or icepop:alpha=0.2,beta=5. "

@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 
 from ..analysis.results import Report
-from ..metrics import K3_MEAN
+from ..metrics import ABS_LOGPROB_DIFF_MEAN, K3_MEAN
 from .document import FigureRow, Placement
 from .findings import g
 
@@ -23,7 +23,7 @@ _DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16"
 _DTYPES.update({"float32": "fp32", "fp32": "fp32", "float": "fp32", "float64": "fp64"})
 _ORDER = ("bf16", "fp16", "fp32", "fp64")
 """from the coarsest to the finest: the coarser side of a run sets its gap."""
-METRICS = (K3_MEAN.name, "rms_gap", "abs_prob_diff_mean")
+METRICS = (K3_MEAN.name, "rms_gap", ABS_LOGPROB_DIFF_MEAN.name, "abs_prob_diff_mean")
 
 
 @functools.cache
@@ -72,6 +72,7 @@ def run_values(report: Report) -> dict[str, float | None]:
     return {
         K3_MEAN.name: m.k3_mean,
         "rms_gap": math.sqrt(2 * k2) if k2 is not None else None,  # k2 = mean(l^2) / 2
+        ABS_LOGPROB_DIFF_MEAN.name: m.abs_logprob_diff_mean,
         "abs_prob_diff_mean": 2 * m.tv_token_mean if m.tv_token_mean is not None else None,
     }
 
@@ -88,7 +89,10 @@ def place(report: Report, run: dict | None) -> list[Placement]:
         ]
         if not rows and not any(r.metric == metric and r.kind == "numerics" for r in figures()):
             continue
-        out.append(Placement(metric, value, dtype, moe, rows, _sentence(metric, value, dtype, moe, rows)))
+        above = (
+            value / max(r.high for r in rows) if rows and value is not None and max(r.high for r in rows) > 0 else None
+        )
+        out.append(Placement(metric, value, dtype, moe, rows, _sentence(metric, value, dtype, moe, rows), above))
     return out
 
 

@@ -29,6 +29,7 @@ cause lives in multi-turn runs, and a single-turn run's output stays as it was.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -36,7 +37,9 @@ import numpy as np
 from .document import Evidence, Finding
 from .findings import MIN_TOKENS, clear, detected, g, too_few
 from .sample import Sample
-from .structure import MISJOIN_TOKEN, _binomial_tail
+
+OFF_TOKEN = 0.1
+"""signature: a token is off when its |gap| is above this and 10x the run's median."""
 
 CAUSE = "retokenized"
 STEP_RATIO = 5.0
@@ -240,7 +243,7 @@ def reencode(tokenizer: Any, ids: list[int], template: str | None) -> list[int]:
 
 def _signature(s: Sample) -> tuple[Finding, dict[int, int]]:
     d = np.abs(s.columns["trainer_logprob"] - s.columns["sampler_logprob"])
-    cut = max(MISJOIN_TOKEN, 10 * float(np.median(d)))
+    cut = max(OFF_TOKEN, 10 * float(np.median(d)))
     off = d > cut
     starts, ends = segments(s)
     ids = s.columns["token_id"]
@@ -283,3 +286,17 @@ def _step(off: np.ndarray) -> int | None:
         if after[j] >= SIGNATURE_SHARE * (n - j) and before[j] <= SIGNATURE_BEFORE * j:
             return int(j)
     return None
+
+
+def _binomial_tail(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p), summed in log space."""
+    if p <= 0:
+        return 0.0 if k > 0 else 1.0
+    if p >= 1:
+        return 1.0
+    terms = [
+        math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1) + j * math.log(p) + (n - j) * math.log1p(-p)
+        for j in range(k, n + 1)
+    ]
+    top = max(terms)
+    return min(1.0, math.exp(top) * sum(math.exp(t - top) for t in terms))

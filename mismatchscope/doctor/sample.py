@@ -7,22 +7,38 @@ streaming pass hands each batch to :class:`SampleCollector`, which keeps the
 rows of the sequences a hash of ``sequence_id`` picks (the same sequences
 whatever the batch or shard layout, all of them in a file up to
 :data:`SAMPLE_ROWS` rows) and, for each kept row, the few numbers the top-k
-fits need, so the lists themselves are not kept.
+fits need. The lists themselves are kept for a smaller sample of the same
+kind (:data:`LIST_ROWS` rows): the rival fits that tell a temperature from a
+log base need each position's listed values, not only their sums.
+
+A sample is immutable: a cause's correction (``causes/``) returns a new one
+(rows dropped, one side's values moved), so each cause can be read again on
+the pairs with the causes before it corrected.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
 
 from ..arrow import list_offsets, to_numpy
+from ..divergence import k3_per_token
 from ..schema import ROW_SUMS
 
 SAMPLE_ROWS = 1 << 19
 """rows kept at most (about: whole sequences are kept): about 60 MB of columns and a second of detectors at
 most; half a million tokens decide every detector's statistic far beyond its threshold's noise."""
+LIST_ROWS = 1 << 16
+"""rows whose top-k lists are kept too (a sub-sample of the sample, by the same hash)."""
+REPORT_SAMPLE_ROWS = 1 << 18
+"""the smaller sample ``report`` uses for its one line, so the line costs it a fraction of a second."""
+
+SENTINEL_FLOOR = -700.0
+"""a logprob below this is no logprob: float64's log of its smallest normal is -708, float32's -87, so such a
+value is a stand-in (vLLM's -9999 for -inf, a -1e300 fill). Rows holding one are left out of every fit and
+counted (``Sample.sentinel_rows``)."""
 
 _HASH = np.uint64(0x9E3779B97F4A7C15)
 """Fibonacci hashing of the sequence id: consecutive ids spread evenly over the 32-bit range."""
@@ -35,6 +51,7 @@ OPTIONAL_SCALARS = (
     "step",
     "sampler_step",
     "trainer_step",
+    "minibatch",
     "turn",
     "turn_position",
     "trainer_token_id",
@@ -46,10 +63,6 @@ and the sampler's (y) logprobs, of x^2, x*y and y^2; and ``k_cut``, the listed i
 and the trainer a finite logprob (a truncated set)."""
 
 
-REPORT_SAMPLE_ROWS = 1 << 18
-"""the smaller sample ``report`` uses for its one line, so the line costs it a fraction of a second."""
-
-
 def keep_threshold(total_rows: int, cap: int = SAMPLE_ROWS) -> int:
     """Sequences whose 32-bit hash is below this are kept: all of them up to ``cap`` rows."""
     if total_rows <= cap:
@@ -57,13 +70,17 @@ def keep_threshold(total_rows: int, cap: int = SAMPLE_ROWS) -> int:
     return max(1, int((1 << 32) * cap / total_rows))
 
 
+def sequence_hash(sequence_id: np.ndarray) -> np.ndarray:
+    """Each row's 32-bit hash of its sequence id (uint64)."""
+    with np.errstate(over="ignore"):
+        return (sequence_id.astype(np.uint64) * _HASH) >> np.uint64(32)
+
+
 def kept(sequence_id: np.ndarray, threshold: int) -> np.ndarray:
     """Whether each row's sequence is in the sample."""
     if threshold >= 1 << 32:
         return np.ones(sequence_id.shape, dtype=bool)
-    with np.errstate(over="ignore"):
-        h = (sequence_id.astype(np.uint64) * _HASH) >> np.uint64(32)
-    return h < np.uint64(threshold)
+    return sequence_hash(sequence_id) < np.uint64(threshold)
 
 
 def _lists(arr: pa.Array, idx: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -79,20 +96,23 @@ def _lists(arr: pa.Array, idx: np.ndarray | None) -> tuple[np.ndarray, np.ndarra
     return values[at], lengths
 
 
-def topk_sums(sampler: pa.Array, trainer: pa.Array, idx: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """The :data:`TOPK_FIELDS` of the rows ``idx`` (None: every row) of two aligned top-k logprob lists."""
-    y, lengths = _lists(sampler, idx)
-    x, x_lengths = _lists(trainer, idx)
+def sums_of(x: np.ndarray, y: np.ndarray, lengths: np.ndarray) -> dict[str, np.ndarray]:
+    """The :data:`TOPK_FIELDS` of flattened aligned lists ``x`` (trainer) and ``y`` (sampler)."""
     n_rows = lengths.size
-    if x.size != y.size or not np.array_equal(lengths, x_lengths):
-        return {k: np.zeros(n_rows) for k in TOPK_FIELDS}  # misaligned lists: the report refuses them itself
-    row = np.repeat(np.arange(n_rows), lengths)
     both = np.isfinite(x) & np.isfinite(y)
     cut = np.isneginf(y) & np.isfinite(x)
     xb, yb = np.where(both, x, 0.0), np.where(both, y, 0.0)
+    width = int(lengths[0]) if n_rows else 0
+    if n_rows and width and bool((lengths == width).all()):  # every list of one length (a fixed k): row sums
 
-    def per_row(v: np.ndarray) -> np.ndarray:
-        return np.bincount(row, weights=v, minlength=n_rows)
+        def per_row(v: np.ndarray) -> np.ndarray:
+            return v.reshape(n_rows, width).sum(axis=1)
+
+    else:
+        row = np.repeat(np.arange(n_rows), lengths)
+
+        def per_row(v: np.ndarray) -> np.ndarray:
+            return np.bincount(row, weights=v, minlength=n_rows)
 
     return {
         "k_n": per_row(both.astype(np.float64)),
@@ -110,7 +130,26 @@ def _rows(v: np.ndarray, idx: np.ndarray | None) -> np.ndarray:
     return np.array(v if idx is None else v[idx], dtype=np.float64)
 
 
-@dataclass
+def topk_sums(sampler: pa.Array, trainer: pa.Array, idx: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """The :data:`TOPK_FIELDS` of the rows ``idx`` (None: every row) of two aligned top-k logprob lists."""
+    y, lengths = _lists(sampler, idx)
+    x, x_lengths = _lists(trainer, idx)
+    if x.size != y.size or not np.array_equal(lengths, x_lengths):
+        return {k: np.zeros(lengths.size) for k in TOPK_FIELDS}  # misaligned lists: the report refuses them itself
+    return sums_of(x, y, lengths)
+
+
+@dataclass(frozen=True)
+class TopkLists:
+    """The listed values of the rows that kept their lists: row ``list_row`` of the sample is
+    ``x[offsets[r]:offsets[r + 1]]`` (trainer) and the same slice of ``y`` (sampler)."""
+
+    x: np.ndarray
+    y: np.ndarray
+    offsets: np.ndarray
+
+
+@dataclass(frozen=True)
 class Sample:
     """The kept rows, sorted by (sequence_id, position): column name -> array."""
 
@@ -118,6 +157,13 @@ class Sample:
     rows_seen: int
     sampled: bool
     """True when only some sequences were kept (a large file)."""
+    lists: TopkLists | None = None
+    """the top-k lists of a sub-sample of rows (``columns["list_row"]`` >= 0), None without top-k columns."""
+    sentinel_rows: int = 0
+    """rows left out for a stand-in logprob (below :data:`SENTINEL_FLOOR`)."""
+    sentinel_sampler: int = 0
+    """of those, rows where the sampler's value is the stand-in (a sampled token it gives -inf)."""
+    notes: tuple[str, ...] = field(default=())
 
     def has(self, name: str) -> bool:
         return name in self.columns
@@ -125,37 +171,165 @@ class Sample:
     def __len__(self) -> int:
         return int(self.columns["sequence_id"].size)
 
+    @property
+    def lp(self) -> np.ndarray:
+        return self.columns["trainer_logprob"]
+
+    @property
+    def lq(self) -> np.ndarray:
+        return self.columns["sampler_logprob"]
+
+    def gap(self) -> np.ndarray:
+        """l = log p - log q of every row."""
+        return self.lp - self.lq
+
+    def segments(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each sequence's first row and the row after its last."""
+        seq = self.columns["sequence_id"]
+        if not seq.size:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+        return starts, np.r_[starts[1:], seq.size]
+
+    def take(self, rows: np.ndarray) -> Sample:
+        """The rows ``rows`` (a boolean mask or sorted indices), in order."""
+        return replace(self, columns={k: v[rows] for k, v in self.columns.items()})
+
+    def with_columns(self, **columns: np.ndarray) -> Sample:
+        return replace(self, columns={**self.columns, **columns})
+
+    def affine(self, side: str, alpha: np.ndarray | float, beta: np.ndarray | float) -> Sample:
+        """One side's values (its logprob, its listed values, their sums) mapped to ``alpha v + beta`` per row:
+        the form every value correction takes (a log base, a temperature, a kept-set renormalisation)."""
+        alpha = np.broadcast_to(np.asarray(alpha, dtype=np.float64), (len(self),))
+        beta = np.broadcast_to(np.asarray(beta, dtype=np.float64), (len(self),))
+        name = "sampler_logprob" if side == "sampler" else "trainer_logprob"
+        cols = {**self.columns, name: alpha * self.columns[name] + beta}
+        if self.has("k_n"):
+            n = cols["k_n"]
+            s, ss, other = ("k_sy", "k_syy", "k_sx") if side == "sampler" else ("k_sx", "k_sxx", "k_sy")
+            v, vv = cols[s], cols[ss]
+            cols[ss] = alpha * alpha * vv + 2 * alpha * beta * v + beta * beta * n
+            cols[s] = alpha * v + beta * n
+            cols["k_sxy"] = alpha * cols["k_sxy"] + beta * cols[other]
+        lists = self.lists
+        if lists is not None and self.has("list_row"):
+            has = self.columns["list_row"] >= 0
+            r = self.columns["list_row"][has]
+            lengths = lists.offsets[r + 1] - lists.offsets[r]
+            at = np.repeat(lists.offsets[r], lengths) + _ranges(lengths)
+            vals = (lists.y if side == "sampler" else lists.x).copy()
+            vals[at] = np.repeat(alpha[has], lengths) * vals[at] + np.repeat(beta[has], lengths)
+            lists = replace(lists, **{"y" if side == "sampler" else "x": vals})
+        return replace(self, columns=cols, lists=lists)
+
+    def row_lists(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(x, y, row index per value) of the listed values of sample rows ``rows`` that kept their lists."""
+        assert self.lists is not None
+        lr = self.columns["list_row"][rows]
+        keep = lr >= 0
+        r, owner = lr[keep], np.asarray(rows)[keep]
+        lengths = self.lists.offsets[r + 1] - self.lists.offsets[r]
+        at = np.repeat(self.lists.offsets[r], lengths) + _ranges(lengths)
+        return self.lists.x[at], self.lists.y[at], np.repeat(owner, lengths)
+
+
+def _ranges(lengths: np.ndarray) -> np.ndarray:
+    """0..n-1 for each n of ``lengths``, concatenated."""
+    total = int(lengths.sum())
+    if not total:
+        return np.zeros(0, np.int64)
+    starts = np.r_[0, np.cumsum(lengths)[:-1]]
+    return np.arange(total) - np.repeat(starts, lengths)
+
+
+def gap_means(s: Sample) -> tuple[float | None, float | None]:
+    """(k3 mean, mean |l|) of a sample; None for an empty one."""
+    if not len(s):
+        return None, None
+    l = s.gap()
+    return float(np.mean(k3_per_token(l))), float(np.mean(np.abs(l)))
+
 
 class SampleCollector:
     """``on_terms`` of report's pass: keeps the sample's rows, in any batch order, sorted at the end."""
 
-    def __init__(self, total_rows: int, cap: int = SAMPLE_ROWS) -> None:
+    def __init__(self, total_rows: int, cap: int = SAMPLE_ROWS, list_cap: int = LIST_ROWS) -> None:
         self.threshold = keep_threshold(total_rows, cap)
+        self.list_threshold = min(self.threshold, keep_threshold(total_rows, list_cap))
         self.parts: list[dict[str, np.ndarray]] = []
+        self.list_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.list_rows = 0
         self.rows_seen = 0
 
     def add(self, _terms, batch: dict) -> None:
         seq = batch["sequence_id"]
         self.rows_seen += int(seq.size)
-        mask = kept(seq, self.threshold)
-        idx = None if mask.all() else np.flatnonzero(mask)
-        if idx is not None and not idx.size:
-            return
+        if self.threshold >= 1 << 32:
+            idx, h = None, None
+        else:
+            h_all = sequence_hash(seq)
+            idx = np.flatnonzero(h_all < np.uint64(self.threshold))
+            if not idx.size:
+                return
+            h = h_all[idx]
         part: dict[str, np.ndarray] = {}
         for name in SCALARS + OPTIONAL_SCALARS:
             if name in batch:
                 v = np.asarray(batch[name])
                 part[name] = v.copy() if idx is None else v[idx]
-        if all(name in batch for name in ROW_SUMS):  # the run's summaries: the sums were kept when it was written
+        summaries = all(name in batch for name in ROW_SUMS)
+        if summaries:  # the run's summaries: the sums were kept when it was written
             part.update({k: _rows(batch[c], idx) for k, c in zip(TOPK_FIELDS, ROW_SUMS, strict=True)})
-        elif all(name in batch for name in TOPK):
-            part.update(topk_sums(batch[TOPK[0]], batch[TOPK[1]], idx))
+        if all(name in batch for name in TOPK):
+            self._add_topk(batch, idx, h, part, sums=not summaries)
         self.parts.append(part)
+
+    def _add_topk(self, batch: dict, idx: np.ndarray | None, h: np.ndarray | None, part: dict, sums: bool) -> None:
+        """The lists of the rows the list sub-sample keeps; ``sums``: the per-row sums from the lists too (a
+        run without summaries)."""
+        y, lengths = _lists(batch[TOPK[0]], idx)
+        x, x_lengths = _lists(batch[TOPK[1]], idx)
+        n = lengths.size
+        if x.size != y.size or not np.array_equal(lengths, x_lengths):
+            part.update({k: np.zeros(n) for k in TOPK_FIELDS})  # misaligned lists: the report refuses them itself
+            part["list_row"] = np.full(n, -1, np.int64)
+            return
+        if sums:
+            part.update(sums_of(x, y, lengths))
+        if self.list_threshold >= 1 << 32:
+            with_list = np.ones(n, dtype=bool)
+        else:
+            hh = sequence_hash(batch["sequence_id"]) if h is None else h
+            with_list = hh < np.uint64(self.list_threshold)
+        rows = np.flatnonzero(with_list)
+        list_row = np.full(n, -1, np.int64)
+        list_row[rows] = self.list_rows + np.arange(rows.size)
+        self.list_rows += rows.size
+        starts = np.r_[0, np.cumsum(lengths)[:-1]]
+        at = np.repeat(starts[rows], lengths[rows]) + _ranges(lengths[rows])
+        self.list_parts.append((x[at], y[at], lengths[rows]))
+        part["list_row"] = list_row
 
     def finish(self) -> Sample:
         names = set.intersection(*(set(p) for p in self.parts)) if self.parts else set(SCALARS)
         cols = {n: np.concatenate([p[n] for p in self.parts]) if self.parts else np.zeros(0) for n in names}
+        lists = None
+        if self.parts and "list_row" in cols:
+            lengths = np.concatenate([p[2] for p in self.list_parts]) if self.list_parts else np.zeros(0, np.int64)
+            lists = TopkLists(
+                np.concatenate([p[0] for p in self.list_parts]) if self.list_parts else np.zeros(0),
+                np.concatenate([p[1] for p in self.list_parts]) if self.list_parts else np.zeros(0),
+                np.r_[0, np.cumsum(lengths)].astype(np.int64),
+            )
         if self.parts:
             order = np.lexsort((cols["position"], cols["sequence_id"]))
             cols = {n: v[order] for n, v in cols.items()}
-        return Sample(cols, self.rows_seen, self.threshold < 1 << 32)
+        for name in ("trainer_logprob", "sampler_logprob"):
+            cols[name] = np.asarray(cols.get(name, np.zeros(0)), dtype=np.float64)
+        bad_q = cols["sampler_logprob"] < SENTINEL_FLOOR
+        bad = bad_q | (cols["trainer_logprob"] < SENTINEL_FLOOR)
+        sample = Sample(cols, self.rows_seen, self.threshold < 1 << 32, lists)
+        if bad.any():
+            sample = replace(sample.take(~bad), sentinel_rows=int(bad.sum()), sentinel_sampler=int(bad_q.sum()))
+        return sample

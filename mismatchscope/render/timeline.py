@@ -68,7 +68,7 @@ def _flag_cells(f: dict) -> tuple[str, str, str]:
     """(where, what, score) of one flag."""
     from .tables import num
 
-    if f["kind"] == "spike":
+    if f["kind"] in ("spike", "dip"):
         return str(f["step"]), f"{num(f['value'])} (neighbours {num(f['baseline'])})", f"z {f['score']:.1f}"
     if f["kind"] == "shift":
         return str(f["step"]), f"{num(f['before'])} -> {num(f['after'])}", f"{f['size_sd']:+.1f} sd"
@@ -90,8 +90,9 @@ def _methods_note(console, result) -> None:
 
     m = methods(result.config)
     console.print(
-        f"[dim]Spikes: {m['spike']['method']}, |M| > {m['spike']['threshold']:g} "
-        f"({m['spike']['reference']}). Shifts: {m['shift']['method']}, penalty {m['shift']['penalty']}, "
+        f"[dim]Spikes (above the neighbours) and dips (below): {m['spike']['method']}, |M| > "
+        f"{m['spike']['threshold']:g} ({m['spike']['reference']}), and {m['spike']['min_size_se']:g} standard errors of "
+        f"the step's own value or more. Shifts: {m['shift']['method']}, penalty {m['shift']['penalty']}, "
         f"min segment {m['shift']['min_size']} steps. Drifts: {m['drift']['method']}. Means and p99 are tested "
         "on log scale, shares and rates on arcsin-sqrt scale.[/dim]",
         highlight=False,
@@ -105,7 +106,7 @@ def _step_marks(result) -> dict[tuple[str, int], str]:
     for f in result.flags:
         if f["kind"] == "drift":
             continue
-        kind = f["kind"] if f["kind"] == "spike" else ("shift up" if f["size_sd"] > 0 else "shift down")
+        kind = f["kind"] if f["kind"] in ("spike", "dip") else ("shift up" if f["size_sd"] > 0 else "shift down")
         acc.setdefault((repr(f["group"]), f["step"]), {}).setdefault(kind, []).append(shorts[f["metric"]])
     return {k: "; ".join(f"{kind}: {', '.join(ms)}" for kind, ms in v.items()) for k, v in acc.items()}
 

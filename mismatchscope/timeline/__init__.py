@@ -96,10 +96,11 @@ def timeline(
         for m in series.metrics:
             values = series.values[m.name][idx]
             counts = values * series.tokens_K[idx] if m.unit == COUNTED else None
-            ch = detect(series.step_K[idx], values, config, m.scale, counts)
+            errors = series.errors[m.name][idx] if m.name in series.errors else None
+            ch = detect(series.step_K[idx], values, config, m.scale, counts, errors)
             skipped += [{"group": group, "metric": m.name, "test": test, "reason": why} for test, why in ch.skipped]
             base = {"group": group, "metric": m.name, "scale": ch.scale}
-            flags += [{**base, "kind": "spike", **x} for x in ch.spikes]
+            flags += [{**base, **x} for x in ch.spikes]  # each a spike or a dip
             flags += [{**base, "kind": "shift", **x} for x in ch.shifts]
             flags += [{**base, "kind": "drift", **x} for x in ch.drifts]
     return TimelineResult(series, flags, _dedupe_skips(skipped), config)

@@ -42,6 +42,12 @@ same parameters serve a TV of 1e-3 and a reject rate of 0.2):
 * **Drifts**: a gradual creep has no single change point; the segmentation
   fits it with a staircase. Two or more consecutive shifts in the same
   direction are reported as one drift, from the first to the last.
+* **A size that matters**: both tests are scale-free, so a series that barely
+  moves (a zero-mismatch run's k3 at 1e-13) would flag a 1e-6 wiggle. Where a
+  step's value has a standard error from its own tokens (the means, the
+  shares), a spike must differ from its baseline, and a shift's two levels from
+  each other, by :attr:`ChangeConfig.min_size_se` of those errors. A spike
+  below its neighbours is called a dip.
 
 ``ruptures`` (which brings scipy) is imported only here, when a timeline is
 analysed.
@@ -76,6 +82,8 @@ class ChangeConfig:
     """series shorter than this are not tested."""
     min_mean_count: float = 5.0
     """shares and rates are tested only with at least this many counted tokens per step on average (n p >= 5)."""
+    min_size_se: float = 3.0
+    """a change must be at least this many standard errors of the steps' own values (where they have one)."""
 
 
 SCALES = {
@@ -98,6 +106,7 @@ def methods(cfg: ChangeConfig) -> dict:
             "not tested when MAD = 0",
             "threshold": cfg.spike_threshold,
             "neighbours": h,
+            "min_size_se": cfg.min_size_se,
             "reference": "Iglewicz & Hoaglin (1993), How to Detect and Handle Outliers",
         },
         "shift": {
@@ -118,7 +127,8 @@ def methods(cfg: ChangeConfig) -> dict:
 @dataclass
 class SeriesChanges:
     spikes: list[dict] = field(default_factory=list)
-    """{"step", "value", "baseline" (median of the neighbours), "score" (the smaller modified z)} per flagged step."""
+    """{"kind" (spike, or dip below the neighbours), "step", "value", "baseline" (median of the neighbours), "score"
+    (the smaller modified z)} per flagged step."""
     shifts: list[dict] = field(default_factory=list)
     """{"step" (first step of the new level), "before", "after" (segment means), "size_sd" (on the test scale)}."""
     drifts: list[dict] = field(default_factory=list)
@@ -144,15 +154,19 @@ def detect(
     cfg: ChangeConfig = ChangeConfig(),
     scale: str = "linear",
     count_N: np.ndarray | None = None,
+    error_N: np.ndarray | None = None,
 ) -> SeriesChanges:
-    """Spikes, shifts and drifts of one series (steps ascending). Non-finite values are left out.
+    """Spikes, dips, shifts and drifts of one series (steps ascending). Non-finite values are left out.
 
     The tests run on ``scale`` (see ``SCALES``); values, baselines and
     segment means are reported in the metric's own units. ``count_N``: for a
     share or rate, the tokens it counts at each step (the rare-event rule).
+    ``error_N``: each step's standard error from its own tokens; a change
+    smaller than ``cfg.min_size_se`` of them is not one.
     """
     ok = np.isfinite(value_N)
     steps, x = np.asarray(step_N)[ok], np.asarray(value_N, dtype=np.float64)[ok]
+    err = None if error_N is None else np.nan_to_num(np.asarray(error_N, dtype=np.float64)[ok])
     n = x.size
     if n < max(cfg.min_steps, 2 * cfg.spike_neighbours + 1):
         return SeriesChanges(skipped=[("all", f"{n} step(s) with a value; the tests need {cfg.min_steps}")])
@@ -170,16 +184,18 @@ def detect(
         return SeriesChanges(skipped=[("all", "constant series")])
     y, used = to_scale(x, scale)
     out = SeriesChanges(scale=used)
-    spike_idx, around = _spikes(steps, x, y, cfg, out)
+    spike_idx, around = _spikes(steps, x, y, cfg, out, err)
     y_clean, x_clean = y.copy(), x.copy()
     y_clean[spike_idx] = around[spike_idx]
     x_clean[spike_idx] = neighbour_medians(x, cfg.spike_neighbours)[2][spike_idx]
-    out.shifts = _shifts(steps, x_clean, y_clean, cfg)
+    out.shifts = _shifts(steps, x_clean, y_clean, cfg, err)
     out.drifts = drifts(out.shifts)
     return out
 
 
-def _shifts(steps: np.ndarray, x_clean: np.ndarray, y_clean: np.ndarray, cfg: ChangeConfig) -> list[dict]:
+def _shifts(
+    steps: np.ndarray, x_clean: np.ndarray, y_clean: np.ndarray, cfg: ChangeConfig, err: np.ndarray | None
+) -> list[dict]:
     """The change points of the despiked series (test scale ``y_clean``), reported in the metric's units."""
     sigma = noise_sigma(y_clean)
     if not sigma > 0:  # no noise to scale a shift by (NaN included)
@@ -187,29 +203,48 @@ def _shifts(steps: np.ndarray, x_clean: np.ndarray, y_clean: np.ndarray, cfg: Ch
     n = y_clean.size
     bkps = _binseg(y_clean, cfg.shift_penalty * sigma * sigma * math.log(n), cfg.shift_min_size)
     edges = [0, *bkps, n]
-    return [
-        {
-            "step": int(steps[b]),
-            "before": float(x_clean[a:b].mean()),
-            "after": float(x_clean[b:c].mean()),
-            "size_sd": float(y_clean[b:c].mean() - y_clean[a:b].mean()) / sigma,
-        }
-        for a, b, c in zip(edges, edges[1:], edges[2:], strict=False)  # each segment with its neighbours
-    ]
+    out = []
+    for a, b, c in zip(edges, edges[1:], edges[2:], strict=False):  # each segment with its neighbours
+        before, after = float(x_clean[a:b].mean()), float(x_clean[b:c].mean())
+        if err is not None:  # the two levels' own standard errors: a shift smaller than they allow is none
+            se = math.sqrt(float(np.mean(err[a:b] ** 2)) / (b - a) + float(np.mean(err[b:c] ** 2)) / (c - b))
+            if abs(after - before) < cfg.min_size_se * se:
+                continue
+        out.append(
+            {
+                "step": int(steps[b]),
+                "before": before,
+                "after": after,
+                "size_sd": float(y_clean[b:c].mean() - y_clean[a:b].mean()) / sigma,
+            }
+        )
+    return out
 
 
-def _spikes(steps: np.ndarray, x: np.ndarray, y: np.ndarray, cfg: ChangeConfig, out: SeriesChanges):
-    """Fill ``out.spikes``; return the spike indices and the neighbour median of every step (test scale)."""
+def _spikes(
+    steps: np.ndarray, x: np.ndarray, y: np.ndarray, cfg: ChangeConfig, out: SeriesChanges, err: np.ndarray | None
+):
+    """Fill ``out.spikes`` (spikes and dips); return their indices and the neighbour median of every step (test
+    scale)."""
     before, after, around = neighbour_medians(y, cfg.spike_neighbours)
     z_before, z_after = modified_z(y - before), modified_z(y - after)
     if z_before is None or z_after is None:
         out.skipped.append(("spike", "more than half the steps equal their neighbours' median (MAD = 0)"))
         return np.zeros(0, np.int64), around
     score = np.where(np.abs(z_before) < np.abs(z_after), z_before, z_after)
-    idx = np.flatnonzero((np.abs(score) > cfg.spike_threshold) & (np.sign(z_before) == np.sign(z_after)))
+    flagged = (np.abs(score) > cfg.spike_threshold) & (np.sign(z_before) == np.sign(z_after))
     baseline_x = neighbour_medians(x, cfg.spike_neighbours)[2]
+    if err is not None:  # out of line with the neighbours, and by more than its own tokens' noise allows
+        flagged &= np.abs(x - baseline_x) >= cfg.min_size_se * err
+    idx = np.flatnonzero(flagged)
     out.spikes = [
-        {"step": int(steps[i]), "value": float(x[i]), "baseline": float(baseline_x[i]), "score": float(score[i])}
+        {
+            "kind": "spike" if x[i] >= baseline_x[i] else "dip",
+            "step": int(steps[i]),
+            "value": float(x[i]),
+            "baseline": float(baseline_x[i]),
+            "score": float(score[i]),
+        }
         for i in idx
     ]
     return idx, around

@@ -4,6 +4,11 @@ A schema column (``--by rank``, or a column mapped onto one) is read as
 numpy; any other column of the file (``--by env``) is read raw, as arrow,
 and dictionary-encoded. Either way the codes are stable across batches, so a
 group's rows from every batch meet in one ``(step, group)`` key.
+
+``--by entropy`` splits by the trainer's entropy in report's buckets: a gap
+that grows over the steps while each bucket's stays flat is the policy
+sharpening (tokens moving into other buckets), not a regression; doctor's
+``sharpening`` reads the same.
 """
 
 from __future__ import annotations
@@ -22,10 +27,21 @@ MAX_GROUPS = 64
 """``--by`` splits lines by a categorical column; more distinct values than this is an error."""
 
 
+ENTROPY = "entropy"
+"""``--by entropy``: the trainer's entropy (``trainer_entropy``) in report's buckets."""
+
+
 def resolve_by(source: Source, by: str | None) -> tuple[str | None, str | None]:
     """(canonical column, raw column): which way ``--by`` is read; at most one is set."""
     if by is None:
         return None, None
+    if by == ENTROPY and not source.has(ENTROPY):
+        if not source.has("trainer_entropy"):
+            raise UsageError(
+                "--by entropy: the input has no trainer_entropy column (the trainer's entropy at each position)",
+                hint="record it (probe and the Recorder do), or map yours with --column trainer_entropy=NAME",
+            )
+        return "trainer_entropy", None
     if by in COLUMNS and source.has(by):
         return by, None
     mapped = [c for c, src in source.mapping.items() if src == by and source.has(c)]
@@ -38,6 +54,33 @@ def resolve_by(source: Source, by: str | None) -> tuple[str | None, str | None]:
         f"--by {by}: no column {by!r} in every input file; the files have: {shown}",
         hint="name a categorical column of the file, e.g. --by env or --by rank",
     )
+
+
+def group_codes(by: str | None, canonical: str | None) -> GroupCodes | EntropyBuckets:
+    """The group coder ``--by`` needs: entropy buckets for ``--by entropy``, else the column's own values."""
+    if by == ENTROPY and canonical == "trainer_entropy":
+        return EntropyBuckets()
+    return GroupCodes(by, canonical)
+
+
+class EntropyBuckets:
+    """Trainer entropy -> report's entropy buckets, labelled as report labels them."""
+
+    def __init__(self) -> None:
+        from ..analysis.tokenstats import entropy_bucket_labels
+
+        self.labels = entropy_bucket_labels()
+
+    @property
+    def values(self) -> list[Any]:
+        """The buckets with tokens, in bucket order (the codes are bucket indices)."""
+        return list(self.labels)
+
+    def encode(self, col: Any) -> np.ndarray:
+        from ..analysis.tokenstats import ENTROPY_EDGES, bucket_index
+
+        values = np.asarray(col, dtype=np.float64)
+        return bucket_index(np.nan_to_num(values, nan=0.0), ENTROPY_EDGES).astype(np.int64)
 
 
 class GroupCodes:

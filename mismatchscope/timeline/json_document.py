@@ -56,7 +56,7 @@ class Spike:
     group: Any
     metric: str = field(metadata={"doc": "the key of the series"})
     scale: str = field(metadata={"doc": "the scale the tests ran on (changes.methods.scales)"})
-    kind: Literal["spike"]
+    kind: Literal["spike", "dip"] = field(metadata={"doc": "spike: above its neighbours; dip: below them"})
     step: int
     value: float
     baseline: float = field(metadata={"doc": "the median of its neighbours"})
@@ -105,6 +105,7 @@ class SpikeMethod:
     statistic: str
     threshold: float
     neighbours: int
+    min_size_se: float
     reference: str
 
 

@@ -46,7 +46,7 @@ from ..reader import BATCH_ROWS, Hygiene, Source, iter_batches, open_source, tok
 from ..rules import RuleInstance, SequenceInputs
 from ..rules.sequence import k3_inverse, needs_inverse_k3
 from ..schema import MAX_ABS_STEP, TURN_COLUMNS
-from .groups import GroupCodes, resolve_by
+from .groups import group_codes, resolve_by
 
 P99 = 0.99
 _KEY_STRIDE = 1024
@@ -89,6 +89,9 @@ class StepSeries:
     tokens: int
     warnings: list[str] = field(default_factory=list)
     source: Source | None = None
+    errors: dict[str, np.ndarray] = field(default_factory=dict)
+    """metric key -> the standard error of each row's value from its own tokens (means: sd / sqrt n; shares: the
+    binomial one): the run's own noise a change must stand out from (``changes.detect``). Absent for the p99."""
 
     def rows_of(self, g: int) -> np.ndarray:
         return np.flatnonzero(self.group_K == g)
@@ -113,7 +116,7 @@ def build_series(
     columns += [c for c in TURN_COLUMNS if source.has(c) and c not in columns]  # turns checked as every pass does
     turns = TurnTracker() if source.has("turn") else None
     acc = _Accumulator(units)
-    groups = GroupCodes(by, by_canon)
+    groups = group_codes(by, by_canon)
     hygiene = Hygiene()
     positions = PositionTracker()
     scan, routes_note = _routes(source)
@@ -182,7 +185,7 @@ def _units(rules: list[RuleInstance], has_adv: bool) -> list[RuleUnit]:
 class _Accumulator:
     """Per-(step, group) sums, |l| per token, and per-(step, sequence) partials."""
 
-    _SUMS = ("n", "tv", "k3", "abs_l", "outside")
+    _SUMS = ("n", "tv", "k3", "abs_l", "outside", "tv2", "k32", "abs_l2")
 
     def __init__(self, units: list[RuleUnit]):
         self.units = units
@@ -249,6 +252,9 @@ class _Accumulator:
             t.k3_T,
             abs_l,
             ((t.ratio_T < lo) | (t.ratio_T > hi)).astype(np.float64),
+            t.tv_T * t.tv_T,
+            t.k3_T * t.k3_T,
+            abs_l * abs_l,
         ]
         for u in self.token_units:
             v = token_verdicts(u, t, adv)
@@ -300,7 +306,21 @@ class _Accumulator:
             metrics=metrics,
             units=self.units,
             tokens=self.tokens,
+            errors={name: e[order] for name, e in self._errors(values, n).items() if name in {m.name for m in metrics}},
         )
+
+    def _errors(self, values: dict[str, np.ndarray], n: np.ndarray) -> dict[str, np.ndarray]:
+        """Each key's standard error of the means (from the sums of squares) and of the shares (binomial)."""
+        out = {}
+        with np.errstate(invalid="ignore", divide="ignore"):
+            for metric, i in ((TV_TOKEN_MEAN, 5), (K3_MEAN, 6), (ABS_LOGPROB_DIFF_MEAN, 7)):
+                mean = values[metric.name]
+                out[metric.name] = np.sqrt(np.maximum(self.sums[i] / n - mean * mean, 0.0) / n)
+            shares = [RATIO_OUTSIDE_BAND.name] + [u.metric.name for u in self.units]
+            for name in shares:
+                p = values[name]
+                out[name] = np.sqrt(np.clip(p * (1 - p), 0.0, None) / n)
+        return out
 
     def _token_values(self, k: int, n: np.ndarray) -> dict[str, np.ndarray]:
         """Per key: the headline means, the exact p99 of |l|, the token rules' rates and (routes) the flip rate."""

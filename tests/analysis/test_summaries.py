@@ -154,14 +154,17 @@ def test_the_report_from_the_summaries_is_the_report_from_the_lists_to_the_bit(t
 
 
 def test_doctor_from_the_summaries_is_doctor_from_the_lists_to_the_bit(tmp_path):
-    from mismatchscope.doctor.run import diagnose_result, sampled_pass
+    """doctor reads the two logprob lists either way (its rival fits read a sub-sample's listed values); its
+    per-row sums are the summaries', checked against the lists on every row when the lists are asked for."""
+    from mismatchscope.doctor.run import examine_result, sampled_pass
 
     path = write_token_shard(tmp_path / "t.parquet", _pairs(), {})
     docs = []
     for lists in (False, True):
         plan, collector = sampled_pass(str(path), AnalysisRequest(report=True, topk_lists=lists), None)
-        assert plan.row_sums and ("sampler_topk_logprobs" in plan.columns) == lists
-        docs.append(json.dumps(document(diagnose_result(run_plan(plan, on_terms=collector.add), collector.finish()))))
+        assert plan.row_sums and "sampler_topk_logprobs" in plan.columns
+        assert plan.topk is (TopkRead.LISTS_ROUNDED if lists else TopkRead.SUMMARIES)
+        docs.append(json.dumps(document(examine_result(run_plan(plan, on_terms=collector.add), collector.finish()))))
     assert docs[0] == docs[1]
 
 

@@ -48,3 +48,20 @@ def test_detect_on_plain_series():
     zeros[[5, 33]] = 0.002
     ch = detect(np.arange(60), zeros, ChangeConfig(), "asin-sqrt", count_N=zeros * 1000)
     assert ch.spikes == [] and ch.skipped and "fewer than 5" in ch.skipped[0][1]
+
+
+@needs_ruptures
+def test_a_change_must_stand_out_from_the_steps_own_noise_and_a_dip_is_a_dip():
+    # a series steady to 1e-9 with a dip of 1e-6 at step 20: on the log scale a huge outlier, yet each step's value
+    # has a standard error of 1e-4 from its own tokens, so the dip is nothing
+    rng = np.random.default_rng(5)
+    x = 1e-3 + rng.normal(0, 1e-9, 60)
+    x[20] -= 1e-6
+    ch = detect(np.arange(60), x, ChangeConfig(), "log")
+    assert [s["step"] for s in ch.spikes] == [20]  # without the errors: flagged, as before
+    ch = detect(np.arange(60), x, ChangeConfig(), "log", error_N=np.full(60, 1e-4))
+    assert ch.spikes == [] and ch.shifts == []
+    # a drop of 5e-4 (5 standard errors) stands out, and is called what it is
+    x[20] = 5e-4
+    ch = detect(np.arange(60), x, ChangeConfig(), "log", error_N=np.full(60, 1e-4))
+    assert [(s["kind"], s["step"]) for s in ch.spikes] == [("dip", 20)]

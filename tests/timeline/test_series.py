@@ -243,3 +243,39 @@ def test_timeline_keeps_the_largest_steps_apart(tmp_path):
     r = cli("timeline", str(path), "--format", "json")
     assert r.returncode == 0, r.stderr
     assert [(row["step"], row["tokens"]) for row in json.loads(r.stdout)["rows"]] == [(-big, 2), (0, 2), (big, 2)]
+
+
+def test_by_entropy_splits_the_steps_by_the_trainers_entropy_bucket(tmp_path):
+    from mismatchscope.analysis.tokenstats import entropy_bucket_labels
+    from mismatchscope.errors import UsageError
+    from mismatchscope.schema import write_table
+    from mismatchscope.timeline import timeline
+
+    # two steps; entropies 0.05 (bucket [0, 0.1)) and 3 ([2, 4)); the low-entropy tokens carry a gap of 0.02,
+    # the high-entropy ones 0.001: per bucket and step, the mean |gap| is exactly that
+    n = 8
+    cols = {
+        "sequence_id": np.repeat([1, 2], n // 2),
+        "position": np.tile(np.arange(n // 2), 2),
+        "token_id": np.arange(n) + 3,
+        "trainer_logprob": np.full(n, -1.0),
+        "sampler_logprob": np.where(np.arange(n) % 2 == 0, -1.02, -1.001),
+        "trainer_entropy": np.where(np.arange(n) % 2 == 0, 0.05, 3.0),
+        "step": np.repeat([0, 1], n // 2),
+    }
+    path = write_table(tmp_path / "e.parquet", cols)
+    r = timeline(path, by="entropy")
+    labels = entropy_bucket_labels()
+    s = r.series
+    gap = {
+        (s.groups[int(g)], int(st)): v
+        for g, st, v in zip(s.group_K, s.step_K, s.values["abs_logprob_diff_mean"], strict=True)
+    }
+    assert gap == pytest.approx(
+        {(labels[0], 0): 0.02, (labels[0], 1): 0.02, (labels[4], 0): 0.001, (labels[4], 1): 0.001}
+    )
+    with pytest.raises(UsageError, match="trainer_entropy"):
+        timeline(
+            write_table(tmp_path / "no.parquet", {k: v for k, v in cols.items() if k != "trainer_entropy"}),
+            by="entropy",
+        )

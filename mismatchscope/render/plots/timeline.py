@@ -100,6 +100,7 @@ def _legend(fig, s, colours: list[str]) -> None:
     )
     handles += [
         Line2D([], [], ls="none", marker="o", mfc="none", mec="red", ms=9, mew=1.5, label="spike"),
+        Line2D([], [], ls="none", marker="o", mfc="none", mec="tab:blue", ms=9, mew=1.5, label="dip"),
         Line2D([], [], color="0.3", ls="--", lw=1, label="shift (change of level)"),
         Line2D([], [], color="0.3", lw=6, alpha=0.12, label="drift (consecutive shifts one way)"),
     ]
@@ -118,9 +119,10 @@ def _legend(fig, s, colours: list[str]) -> None:
 def _mark(ax, flags: list[dict], steps: np.ndarray, vals: np.ndarray, colour: str) -> None:
     pos = {int(st): i for i, st in enumerate(steps)}
     for f in flags:
-        if f["kind"] == "spike":
+        if f["kind"] in ("spike", "dip"):
             i = pos[f["step"]]
-            ax.plot([steps[i]], [vals[i]], ls="none", marker="o", mfc="none", mec="red", ms=9, mew=1.5, zorder=3)
+            edge = "red" if f["kind"] == "spike" else "tab:blue"
+            ax.plot([steps[i]], [vals[i]], ls="none", marker="o", mfc="none", mec=edge, ms=9, mew=1.5, zorder=3)
         elif f["kind"] == "shift":
             i = pos[f["step"]]
             x = (steps[i - 1] + steps[i]) / 2 if i > 0 else steps[i]
@@ -144,8 +146,9 @@ def _method_note(config) -> str:
     m = methods(config)
     sp, sh = m["spike"], m["shift"]
     return (
-        f"Spikes: Iglewicz-Hoaglin modified z-score > {sp['threshold']:g} against both the {sp['neighbours']} steps "
-        f"before and the {sp['neighbours']} after. Shifts: {sh['method']}, penalty {sh['penalty']}. "
+        f"Spikes and dips: Iglewicz-Hoaglin modified z-score > {sp['threshold']:g} against both the {sp['neighbours']} "
+        f"steps before and the {sp['neighbours']} after, and {sp['min_size_se']:g} standard errors of the step's own "
+        f"value. Shifts: {sh['method']}, penalty {sh['penalty']}. "
         "Tested on log scale (means, p99) or arcsin-sqrt scale (shares, rates)."
     )
 
