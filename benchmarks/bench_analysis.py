@@ -496,8 +496,9 @@ def _append(results: Path, args, sections: list[list[str]]) -> None:
     text = [
         f"\n## analysis: report, compare-masks and doctor vs DuckDB on the same work ({datetime.date.today()})\n",
         f"`python benchmarks/bench_analysis.py --tokens {' '.join(map(str, args.tokens))} --repeat {args.repeat}"
-        f"{' --cold' if args.cold else ''}`: 100-token sequences, top-k 5 columns, zstd, page checksums "
-        "(`make_file`). Every row is one fresh process, start-up included; best of the interleaved repeats; CPU is "
+        f"{' --cold' if args.cold else ''}`: 100-token sequences, top-k 5 columns, page checksums; the file "
+        "written now as every writer stores a shard (summaries, float32, LZ4), the one written before as runs were "
+        "(lists alone, float64, zstd) (`make_file`). Every row is one fresh process, start-up included; best of the interleaved repeats; CPU is "
         "user + system of the whole process.\n",
     ]
     for lines in sections:
