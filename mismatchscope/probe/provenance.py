@@ -34,13 +34,19 @@ def identities(info: CheckpointInfo, sampling: dict[str, Any] | None, *, weights
     return ids
 
 
-def sampler_side(sampler: Any, info: CheckpointInfo, sampling: SamplingConfig, source: str) -> SideProvenance:
-    """The sampler's side: its own record where it can give one (``sampler.provenance()``), else its description."""
+def sampler_side(
+    sampler: Any, info: CheckpointInfo, sampling: SamplingConfig, source: str, *, sampled: bool = True
+) -> SideProvenance:
+    """The sampler's side: its own record where it can give one (``sampler.provenance()``), else its description.
+
+    ``sampled=False`` before this run has sampled anything: an engine the caller started and used before keeps
+    the sampling of its last request, which is not this run's, so the run's own sampling is recorded until the
+    engine has received it."""
     own = getattr(sampler, "provenance", None)
     side = own() if callable(own) else _described(sampler.describe(), sampling)
     assert isinstance(side, SideProvenance)
     side.source = source
-    received = side.identities.sampling or _sent(sampling)
+    received = (side.identities.sampling if sampled else None) or _sent(sampling)
     side.identities = identities(info, received, weights=callable(own))  # a server's weights are not visible
     side.fallbacks = _logged(engine=True)
     return side

@@ -336,7 +336,7 @@ def _sample_and_score(
     done, todo = _todo(s, rounds)
     if s.sampler is not None:  # an engine the caller started, or the server reached before the run
         manifest["sampler_info"] = s.sampler.describe()
-        _record_sampler(s, manifest)
+        _record_sampler(s, manifest, sampled=False)
     scoring: tuple[Scoring, Shape | None] | None = None
     try:
         for r in todo:
@@ -354,9 +354,9 @@ def _sample_and_score(
     return s.run.path
 
 
-def _record_sampler(s: ProbeSession, manifest: dict[str, Any]) -> None:
+def _record_sampler(s: ProbeSession, manifest: dict[str, Any], *, sampled: bool = True) -> None:
     assert s.sampler is not None
-    record_side(manifest, "sampler", sampler_side(s.sampler, s.info, s.opts.sampling, "probe"))
+    record_side(manifest, "sampler", sampler_side(s.sampler, s.info, s.opts.sampling, "probe", sampled=sampled))
 
 
 def _todo(s: ProbeSession, rounds: list[list[int]]) -> tuple[set[int], list[int]]:
@@ -433,6 +433,7 @@ def _round_conversations(
         s.run.turn_samples_path(r, 0).parent.rmdir()  # only when empty: another round may be under way
     if s.sampler is not None:
         manifest["sampler_info"] = s.sampler.describe()
+        _record_sampler(s, manifest)  # what the engine received for this run's turns
     save_progress(s.run, manifest)
     return completions
 

@@ -4,6 +4,7 @@ started on ``tiny-qwen3`` serve them) against the float32 transformers trainer."
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +44,8 @@ def _rows(run: Path) -> dict:
 
 def test_vllm_samples_conversations_in_both_modes(vllm_sampler, dense_info, tmp_path):
     engine = vllm_sampler(dense_info, "float16")
+    # the shared engine served other sampling before (as in a session of tests): the run records its own
+    engine.sample([[1, 22, 13]], SamplingConfig(n=1, max_tokens=2, temperature=0.7, top_p=0.9))
     runs = {
         mode: run_probe(
             _opts(tmp_path, f"run-{mode}", mode, SamplerConfig(kind="vllm", dtype="float16")), sampler=engine
@@ -53,6 +56,8 @@ def test_vllm_samples_conversations_in_both_modes(vllm_sampler, dense_info, tmp_
     assert set(tokens["turn"]) == {0, 1, 2} and "trainer_token_id" not in tokens
     # vLLM float16 against transformers float32 on the ids the sampler sampled: the fp16 gap (README: max 0.024)
     assert np.max(np.abs(np.subtract(tokens["trainer_logprob"], tokens["sampler_logprob"]))) < 0.1
+    recorded = json.loads((runs["tokens"] / "manifest.json").read_text())["provenance"]["sampler"]["identities"]
+    assert (recorded["sampling"]["temperature"], recorded["sampling"]["top_p"]) == (1.0, 1.0)
     assert doctor(str(runs["tokens"])).verdict == "numerics"
     differ = np.not_equal(messages["trainer_token_id"], messages["token_id"])
     found = next(f for f in doctor(str(runs["messages"])).findings if f.cause == "retokenized")

@@ -28,9 +28,12 @@ from mismatchscope.probe.types import SamplerConfig, SamplingConfig
 from tests.probe.refusals import CHECKPOINT, GOOD_CHOICE, SAMPLING, Crafted
 
 
-def _trl_sampler(url: str, info=None):
+def _trl_sampler(url: str, info=None, timeout: int = 10):
+    """The crafted servers answer at once (10 s); the real one's first request on a loaded machine can take
+    minutes, so the real-server test gives the default timeout's order."""
     info = info or inspect_checkpoint(CHECKPOINT)
-    return make_sampler(SamplerConfig(kind="trl-server", url=url, dtype="float32", engine_args={"timeout": 10}), info)
+    config = SamplerConfig(kind="trl-server", url=url, dtype="float32", engine_args={"timeout": timeout})
+    return make_sampler(config, info)
 
 
 class _DevMode(Crafted):
@@ -128,7 +131,7 @@ def test_a_probe_asking_for_raw_logprobs_is_refused(dev_server):
 def test_against_the_real_server_as_the_vllm_server_sampler(vllm_server, dense_info, dense_prompt_ids):
     """The same server, the same seed: TRL's request gives the vllm-server sampler's tokens and logprobs."""
     sampling = SamplingConfig(n=2, max_tokens=8, temperature=0.7, top_p=0.9, top_k_logprobs=3, seed=0)
-    trl = _trl_sampler(vllm_server, dense_info)
+    trl = _trl_sampler(vllm_server, dense_info, timeout=600)
     plain = make_sampler(SamplerConfig(kind="vllm-server", url=vllm_server, dtype="float32"), dense_info)
     got, want = trl.sample(dense_prompt_ids[:2], sampling), plain.sample(dense_prompt_ids[:2], sampling)
     assert [c.token_ids for c in got] == [c.token_ids for c in want]
