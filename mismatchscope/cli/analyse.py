@@ -235,7 +235,7 @@ def report(
 ) -> None:
     """TV distance, KL estimators, ratio tails, and where the mismatch sits (by probability, position, entropy)."""
     keep_freed_memory()
-    from ..analysis.engine import analyse
+    from ..analysis.engine import run_plan
     from ..outputs import check_all
     from ..reader import parse_column_mapping
 
@@ -246,11 +246,12 @@ def report(
     request, hist, rules = _report_request(rule, sweep, pictures)
     mapping = parse_column_mapping(column)
     # doctor's top finding: the table's last line, and the page's header (report's JSON stays as it was)
-    collector = _doctor_collector(path, mapping, request) if format is not OutputFormat.json or html else None
-    result = analyse(path, request, mapping, on_terms=_each(hist.add if hist else None, collector))
+    plan, collector = _plan(path, mapping, request, format is not OutputFormat.json or html is not None)
+    result = run_plan(plan, on_terms=_each(hist.add if hist else None, collector))
     doctor = _doctor_text(result, collector, path) if collector is not None else None
     for w in result.warnings:
         warn(w)
+    _notes(result)
     worst_rows, traces = None, {}
     if worst:
         from ..analysis.worst import worst_report
@@ -309,13 +310,23 @@ def _print_report(result, worst_rows, doctor: str | None, path: str) -> None:
         console.print(escape(f"{doctor} (evidence: mismatchscope doctor {path})"), highlight=False, overflow="fold")
 
 
-def _doctor_collector(path: str, mapping: dict[str, str], request):
-    """doctor's sample, gathered in report's own pass (a small one: the line costs a fraction of a second)."""
-    from ..doctor.run import ALSO_READ, collector_for
+def _plan(path: str, mapping: dict[str, str], request, doctor_line: bool):
+    """report's pass, and with doctor's line its sample, gathered in the same pass (a small one: the line costs
+    a fraction of a second)."""
+    if not doctor_line:
+        from ..analysis.engine import make_plan
+
+        return make_plan(path, request, mapping), None
+    from ..doctor.run import sampled_pass
     from ..doctor.sample import REPORT_SAMPLE_ROWS
 
-    request.also_read = ALSO_READ
-    return collector_for(path, mapping, REPORT_SAMPLE_ROWS)
+    return sampled_pass(path, request, mapping, REPORT_SAMPLE_ROWS)
+
+
+def _notes(result) -> None:
+    """What the pass says on the terminal only (a run read more slowly than it could be)."""
+    for note in result.notes:
+        info(f"note: {note}")
 
 
 def _each(hist_add, collector):

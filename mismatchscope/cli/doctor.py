@@ -6,7 +6,7 @@ import typer
 
 from ..analysis.parallel import keep_freed_memory
 from ._options import ColumnOpt, FormatOpt, PathArg, tokenizer_option
-from ._streams import OutputFormat, emit_json, stdout_console, warn
+from ._streams import OutputFormat, emit_json, info, stdout_console, warn
 
 
 def doctor(
@@ -35,6 +35,8 @@ def doctor(
     doc = run_doctor(path, parse_column_mapping(column), tokenizer=tokenizer)
     for w in doc.warnings:
         warn(w)
+    for note in doc.notes:
+        info(f"note: {note}")
     if format is OutputFormat.json:
         from ..render.doctor import doctor_payload
 
