@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,9 +115,56 @@ OPTIONAL: tuple[Column, ...] = (
     ),
 )
 
-COLUMNS: dict[str, Column] = {c.name: c for c in REQUIRED + OPTIONAL}
+TOPK_SUMMARY: tuple[Column, ...] = (
+    Column(
+        "topk_tv_lower",
+        pa.float32(),
+        "the top-k lower bound of the token's TV distance: TV on the sampler's listed ids, the sampled id and one "
+        "rest bucket",
+    ),
+    Column("topk_kl_lower", pa.float32(), "the top-k lower bound of KL(sampler || trainer) on the same partition"),
+    Column(
+        "topk_sampler_rest",
+        pa.float32(),
+        "1 - the sampler's mass on its listed ids (and the sampled id): the rest bucket; the listed mass is 1 - this",
+    ),
+    Column("topk_trainer_rest", pa.float32(), "1 - the trainer's mass on the same ids"),
+    Column(
+        "topk_id_overlap",
+        pa.float32(),
+        "|sampler's ids & trainer's own top-k ids| / the longer list (NaN where both are empty); "
+        "written with trainer_topk_ids",
+    ),
+    Column("topk_pairs", pa.int32(), "listed ids where both sides' logprobs are finite (the sums below run over them)"),
+    Column("topk_sum_trainer", pa.float32(), "sum of the trainer's logprobs x over those ids"),
+    Column("topk_sum_sampler", pa.float32(), "sum of the sampler's logprobs y over those ids"),
+    Column("topk_sum_trainer_sq", pa.float32(), "sum of x^2 over those ids"),
+    Column("topk_sum_product", pa.float32(), "sum of x * y over those ids"),
+    Column("topk_sum_sampler_sq", pa.float32(), "sum of y^2 over those ids"),
+    Column("topk_cut", pa.int32(), "listed ids the sampler gives -inf and the trainer a finite logprob (a kept set)"),
+)
+"""Per-token summaries of the sampler's top-k lists, written beside them by every writer of a run (docs/format.md):
+``report``, ``compare-masks`` and ``doctor`` read these instead of decoding the lists. Each is the float32 of
+the value the analysis computes from the lists (``analysis.summaries``)."""
+
+COLUMNS: dict[str, Column] = {c.name: c for c in REQUIRED + OPTIONAL + TOPK_SUMMARY}
 REQUIRED_NAMES: tuple[str, ...] = tuple(c.name for c in REQUIRED)
 TOPK_COLUMNS = ("sampler_topk_ids", "sampler_topk_logprobs", "trainer_logprobs_at_sampler_topk")
+SUMMARY_NAMES: tuple[str, ...] = tuple(c.name for c in TOPK_SUMMARY)
+BOUND_SUMMARIES = ("topk_tv_lower", "topk_kl_lower", "topk_sampler_rest", "topk_trainer_rest")
+OVERLAP = "topk_id_overlap"
+"""the summary of the sampler's ids against the trainer's own (written where ``trainer_topk_ids`` is)."""
+"""what ``report`` reads in place of the three lists (and ``topk_id_overlap`` in place of ``trainer_topk_ids``)."""
+ROW_SUMS = (
+    "topk_pairs",
+    "topk_sum_trainer",
+    "topk_sum_sampler",
+    "topk_sum_trainer_sq",
+    "topk_sum_product",
+    "topk_sum_sampler_sq",
+    "topk_cut",
+)
+"""what ``doctor``'s temperature and truncation fits keep per row, in place of the two logprob lists."""
 TURN_COLUMNS = ("turn", "turn_position")
 """the multi-turn columns. Their absence is a value: a file without them holds one turn per sequence
 (``turn`` 0, ``turn_position`` equal to ``position``), so a writer leaves them out of a shard of single-turn
@@ -129,7 +176,76 @@ WRITE_OPTIONS: dict[str, Any] = {"compression": "zstd", "write_page_checksum": T
 
 The readers open files with ``page_checksum_verification`` on, so a byte that
 changes inside a page after the writer closed the file is an error naming the
-row group, not a silently different number (``docs/errors.md``)."""
+row group, not a silently different number (``docs/errors.md``). Token shards
+refine the compression per column (:func:`token_write_options`)."""
+
+TOKEN_CODEC = "lz4"
+"""the codec of a token shard's columns (LZ4_RAW in the file).
+
+A logprob's low bytes are noise: zstd saved a few percent of them and spent
+most of a read Huffman-decoding the rest, while LZ4 copies them at memory
+speed; ids are dictionary indices, bit-packed, which neither codec shrinks
+much. Float columns are written without a dictionary (they share no values
+to speak of); ids, positions and per-sequence values with one large enough
+for a vocabulary (:data:`DICTIONARY_BYTES`), so a token id decodes from its
+index into the dictionary instead of as eight plain bytes. A report reads
+such a shard two to five times faster than one in zstd, for a file of about
+the same size (``benchmarks/RESULTS.md``)."""
+DICTIONARY_BYTES = 8 << 20
+"""the dictionary page a column may fill before the writer gives up on it (1 MiB by default: a vocabulary of
+150,000 ids did not fit, and the column fell back to plain values midway through each row group)."""
+
+
+def token_write_options(schema: pa.Schema) -> dict[str, Any]:
+    """:data:`WRITE_OPTIONS` for a token shard of this schema: :data:`TOKEN_CODEC`, float columns (lists of
+    floats too) without a dictionary, every other column with one of up to :data:`DICTIONARY_BYTES`."""
+    return {
+        **WRITE_OPTIONS,
+        "compression": TOKEN_CODEC,
+        "use_dictionary": [_leaf(f) for f in schema if not _float_valued(f.type)],
+        "dictionary_pagesize_limit": DICTIONARY_BYTES,
+    }
+
+
+def _leaf(f: pa.Field) -> str:
+    """The column's path in the file: a list's values are ``NAME.list.element`` (the key of per-column options)."""
+    t = f.type
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return f"{f.name}.list.element"
+    return f.name
+
+
+def _float_valued(t: pa.DataType) -> bool:
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        t = t.value_type
+    return pa.types.is_floating(t)
+
+
+def narrowed(table: pa.Table) -> pa.Table:
+    """``table`` with each float64 column (or list of float64) stored as float32 where every value is a float32
+    widened exactly: the width the engines computed it in (vLLM's and transformers' logprobs are float32).
+
+    Lossless by construction (a column with one value that float32 cannot hold stays float64), so every number
+    read from the column is the same; the column is half the bytes to decode. Readers widen floats back to
+    float64 before any arithmetic.
+    """
+    for i, field in enumerate(table.schema):
+        t = field.type
+        is_list = pa.types.is_list(t)
+        if not (pa.types.is_float64(t) or (is_list and pa.types.is_float64(t.value_type))):
+            continue
+        column = table.column(i).combine_chunks()
+        values = column.values if is_list else column  # pyright: ignore[reportAttributeAccessIssue]
+        if values.null_count:
+            continue
+        v = values.to_numpy(zero_copy_only=False)
+        with np.errstate(over="ignore"):
+            v32 = v.astype(np.float32)
+        if not np.array_equal(v32.astype(np.float64), v, equal_nan=True):
+            continue
+        target = pa.list_(pa.float32()) if is_list else pa.float32()
+        table = table.set_column(i, pa.field(field.name, target, field.nullable, field.metadata), column.cast(target))
+    return table
 
 
 # -- the limits every reader holds values to, and every writer checks before it writes ---------
@@ -249,11 +365,20 @@ def decode_metadata(schema_metadata: Mapping[bytes, bytes] | None) -> dict[str, 
     return json.loads(schema_metadata[METADATA_KEY])
 
 
-def write_table(path: str | os.PathLike, columns: Mapping[str, Any], metadata: Mapping[str, Any] | None = None) -> Path:
+def write_table(
+    path: str | os.PathLike,
+    columns: Mapping[str, Any],
+    metadata: Mapping[str, Any] | None = None,
+    derive: Callable[[pa.Table], pa.Table] | None = None,
+) -> Path:
     """Write one shard atomically (temp file, then rename).
 
     A reader, or a resumed probe, never sees a half-written shard: a shard
-    exists completely or not at all.
+    exists completely or not at all. Float columns whose values are all float32
+    are stored as float32 (:func:`narrowed`), in :data:`TOKEN_CODEC`
+    (:func:`token_write_options`). ``derive``, when given, gets the table as
+    it will be written and returns it with columns computed from it (a run's
+    writers add the top-k summaries this way: ``analysis.summaries.write_token_shard``).
     """
     path = Path(path)
     schema = arrow_schema(list(columns), metadata)
@@ -261,8 +386,11 @@ def write_table(path: str | os.PathLike, columns: Mapping[str, Any], metadata: M
     if len(set(lengths.values())) > 1:
         raise ValueError(f"columns have different lengths: {lengths}")
     table = pa.Table.from_pydict({f.name: columns[f.name] for f in schema}, schema=schema)
+    if derive is not None:
+        table = derive(table)
+    table = narrowed(table)
     from .rundir import atomic_path
 
     with atomic_path(path) as tmp:
-        pq.write_table(table, tmp, **WRITE_OPTIONS)
+        pq.write_table(table, tmp, **token_write_options(table.schema))
     return path

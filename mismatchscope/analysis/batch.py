@@ -11,6 +11,7 @@ rule units, the token statistics and the routing join. The pass folds the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, cast
 
 import numpy as np
@@ -20,9 +21,10 @@ from ..reader import Hygiene, RawBatch, token_keys
 from ..rules.sequence import k3_inverse
 from .grouping import Groups
 from .masks import ROUTE_FLIPPED, MaskAccumulator
-from .plan import AnalysisPlan
+from .plan import AnalysisPlan, TopkRead
 from .positions import position_runs
 from .route_join import FlipIndex, GapTally
+from .summaries import check_ranges, compare, from_lists, topk_from_summaries
 from .table import token_values
 from .tokenstats import TokenStats
 from .topk import ScoreCentering, TopkBounds, score_centering, topk_bounds
@@ -97,6 +99,7 @@ def analyse_batch(
     hyg = Hygiene()
     batch = raw.clean(hyg)
     t = token_terms(batch["trainer_logprob"], batch["sampler_logprob"])
+    with_summaries(plan, raw.path, batch, t)
     check_positions(batch["position"], plan.source)
     runs = position_runs(*token_keys(batch))  # dropped rows too: a token written twice is a duplicate
     adv = batch.get("advantage")
@@ -159,12 +162,32 @@ def _token_stats(plan: AnalysisPlan, stats: TokenStats, t: TokenTerms, batch: di
     ent = batch.get("trainer_entropy")
     part.add(t, batch["position"], ent if ent is not None and np.isfinite(ent).all() else None, batch.get("turn"))
     if plan.has_topk:
-        b, centering = topk_terms(batch, t)
+        b, centering = topk_of(plan, batch, t)
         part.add_topk(b.tv_lower_T, b.kl_lower_T, b.sampler_mass_T)
         part.add_centering(centering)
     if "sampler_kept_logmass" in batch:
         part.add_kept_mass(batch["sampler_kept_logmass"])
     return part
+
+
+def with_summaries(plan: AnalysisPlan, path: Path, batch: dict, t: TokenTerms) -> None:
+    """The batch's top-k summaries, where the plan reads them: held to their ranges, or (a run with summaries whose
+    lists were asked for) computed again from the lists, held against the stored ones, and put in their place."""
+    if plan.topk is TopkRead.SUMMARIES:
+        check_ranges(path, batch)
+    elif plan.topk is TopkRead.LISTS_ROUNDED:
+        again = from_lists(batch, t)
+        for name, v in again.items():
+            if name in batch:
+                compare(path, batch, name, np.asarray(batch[name]), v)
+            batch[name] = v
+
+
+def topk_of(plan: AnalysisPlan, batch: dict, t: TokenTerms) -> tuple[TopkBounds, ScoreCentering]:
+    """One batch's top-k bounds and score-centering statistics, from wherever the plan reads them."""
+    if plan.topk is TopkRead.LISTS:
+        return topk_terms(batch, t)
+    return topk_from_summaries(batch)
 
 
 def topk_terms(batch: dict, t: TokenTerms) -> tuple[TopkBounds, ScoreCentering]:

@@ -25,13 +25,21 @@ from ..reader import Hygiene, RawBatch, Source, open_source, read_batches
 from ..routing.io import locate_routes
 from ..rules import RuleInstance, SequenceInputs
 from ..rules.sequence import needs_inverse_k3
-from ..schema import TOPK_COLUMNS
-from .batch import BatchPart, BatchSink, analyse_batch, topk_terms
+from ..schema import OVERLAP
+from .batch import BatchPart, BatchSink, analyse_batch, topk_of, with_summaries
 from .comparison import assemble_masks
 from .grouping import SequenceAggregator
 from .masks import ROUTE_FLIPPED, MaskAccumulator, build_units
 from .parallel import ordered_map
-from .plan import AnalysisPlan, columns_to_read, reductions
+from .plan import (
+    LISTS_NOTE,
+    AnalysisPlan,
+    TopkRead,
+    columns_to_read,
+    reductions,
+    required_columns,
+    topk_read,
+)
 from .positions import PositionRuns, PositionTracker
 from .quantiles import select_bins
 from .report import assemble_report
@@ -39,6 +47,7 @@ from .results import MasksResult, Report
 from .route_join import FlipIndex, GapTally
 from .route_scan import RoutingScan, scan_routes
 from .routing_report import routing_section, routing_warnings
+from .summaries import check_row_group
 from .table import SequenceTable
 from .tokenstats import RATIO_QUANTILES, TokenStats, centering_values
 from .turns import TurnRows, TurnTracker
@@ -59,6 +68,12 @@ class AnalysisRequest:
     also_read: tuple[str, ...] = ()
     """schema columns read besides the outputs' own, when the file has them, so an ``on_terms`` caller
     (``doctor``) sees them in its batches without a pass of its own."""
+    row_sums: bool = False
+    """the batches an ``on_terms`` caller sees carry ``doctor``'s per-row top-k sums: ``schema.ROW_SUMS`` from
+    the run's summaries, or, in a run written before them, the two logprob lists they come from."""
+    topk_lists: bool = False
+    """decode the top-k lists even where the run has summaries: the summaries are computed again from them and
+    held against the stored ones on every row (the numbers are the summaries' to the bit)."""
     batch_rows: int = 1 << 17
     """rows a worker analyses at once: large enough that numpy's per-call overhead (a rule is a dozen
     calls) stays small beside the work, small enough that a batch's temporaries stay near the cache."""
@@ -80,6 +95,8 @@ class AnalysisResult:
     """what the sequence rules read, per sequence (aligned with ``per_sequence``'s rows)."""
     turns: TurnRows | None = None
     """a multi-turn run's tokens per (sequence, turn), its turns checked; None for a run of single turns."""
+    notes: tuple[str, ...] = ()
+    """said on the terminal only (``AnalysisPlan.notes``): a document of the run stays what it was."""
 
 
 def analyse(
@@ -99,13 +116,25 @@ def analyse(
     """
     if sink is not None:
         request = replace(request, also_read=tuple(dict.fromkeys([*request.also_read, *sink.reads])))
-    plan = make_plan(path, request, mapping)
+    return run_plan(make_plan(path, request, mapping), on_batch, on_terms, workers, sink)
+
+
+def run_plan(
+    plan: AnalysisPlan,
+    on_batch: Callable[[int], None] | None = None,
+    on_terms: Callable[[TokenTerms, dict], None] | None = None,
+    workers: int | None = None,
+    sink: BatchSink | None = None,
+) -> AnalysisResult:
+    """:func:`analyse` of a plan already made: a caller that sizes something by the input (``doctor``'s
+    sample, by its rows) reads the plan's source instead of opening the input a second time."""
     if sink is not None:
         sink.start(plan)
     scan = scan_routes(plan.routes) if plan.routes is not None else None
     fold = _Fold(plan, scan)
     one_batch = partial(analyse_batch, plan, fold.index, fold.stats, on_terms is not None, sink)
-    for part in ordered_map(one_batch, read_batches(plan.source, list(plan.columns), plan.batch_rows), workers):
+    batches = read_batches(plan.source, list(plan.columns), plan.batch_rows, required=plan.required, check=plan.check)
+    for part in ordered_map(one_batch, batches, workers):
         fold.add(part)
         if on_terms and part.seen is not None:
             on_terms(*part.seen)
@@ -114,7 +143,7 @@ def analyse(
         if on_batch:
             on_batch(part.tokens)
     if plan.report:
-        _refill_quantiles(plan.source, list(plan.columns), plan.batch_rows, fold.stats, workers)
+        _refill_quantiles(plan, fold.stats, workers)
         fold.stats.gather_on(workers)
     result = _finish(fold)
     if sink is not None:
@@ -138,17 +167,24 @@ def make_plan(path: str, request: AnalysisRequest, mapping: dict[str, str] | Non
     clamped = any(r.spec.fixed_level is None for r in seq_rules)
     inverse_k3 = needs_inverse_k3(seq_rules)
     flipped = request.masks and routes is not None and routes.both_sides
+    topk = topk_read(source, request.report or request.row_sums, request.topk_lists)
+    examples = request.masks and bool(request.examples)
+    columns = columns_to_read(source, request.report, examples, request.also_read, topk, request.row_sums)
     return AnalysisPlan(
         path=path,
         source=source,
-        columns=columns_to_read(source, request.report, request.masks and bool(request.examples), request.also_read),
+        columns=columns,
         ops=reductions(units if request.masks else None, has_adv, clamped, inverse_k3, flipped),
         units=units,
         report=request.report,
         masks=request.masks,
         examples=request.examples,
         has_advantage=has_adv,
-        has_topk=all(source.has(c) for c in TOPK_COLUMNS),
+        topk=topk,
+        row_sums=request.row_sums,
+        required=required_columns(source, "token_id" in columns),
+        check=check_row_group(source.mapping, source.has(OVERLAP)) if topk is TopkRead.SUMMARIES else None,
+        notes=(LISTS_NOTE,) if topk is TopkRead.LISTS else (),
         clamped=clamped,
         inverse_k3=inverse_k3,
         routes=routes,
@@ -228,6 +264,7 @@ def _finish(fold: _Fold) -> AnalysisResult:
         table,
         seq,
         turns,
+        plan.notes,
     )
 
 
@@ -282,9 +319,7 @@ def _masks_out(
     return out
 
 
-def _refill_quantiles(
-    source: Source, columns: list[str], batch_rows: int, stats: TokenStats, workers: int | None
-) -> None:
+def _refill_quantiles(plan: AnalysisPlan, stats: TokenStats, workers: int | None) -> None:
     """A second pass for the exact quantiles a column's first pass could not answer from what it kept.
 
     A file too large to keep every value of (``quantiles.KEEP_VALUES``)
@@ -294,7 +329,7 @@ def _refill_quantiles(
     again and hands each column back only the values of the bins its wanted
     order statistics fall in. The log-ratio needs only the required columns
     (the rows hygiene drops depend on the logprobs alone); the score-centering
-    statistics need the top-k lists again.
+    statistics need the top-k columns again (summaries or lists, as the first pass read them).
     """
     todo = {name: acc for name, acc in stats.quantile_columns().items() if not acc.covers(RATIO_QUANTILES)}
     if not todo:
@@ -303,16 +338,19 @@ def _refill_quantiles(
     for acc in todo.values():
         acc.start_refill()
     centering = any(name != "log_ratio" for name in todo)
-    cols = columns if centering else []
+    cols = list(plan.columns) if centering else []
+    required = plan.required if centering else required_columns(plan.source, False)
 
     def one_batch(raw: RawBatch) -> dict[str, np.ndarray]:
         batch = raw.clean(Hygiene())
         t = token_terms(batch["trainer_logprob"], batch["sampler_logprob"])
         values = {"log_ratio": t.log_ratio_T}
         if centering:
-            values.update(centering_values(topk_terms(batch, t)[1]))
+            with_summaries(plan, raw.path, batch, t)
+            values.update(centering_values(topk_of(plan, batch, t)[1]))
         return {name: select_bins(values[name], wanted[name]) for name in todo}
 
-    for kept in ordered_map(one_batch, read_batches(source, cols, batch_rows), workers):
+    batches = read_batches(plan.source, cols, plan.batch_rows, required=required)
+    for kept in ordered_map(one_batch, batches, workers):
         for name, values in kept.items():
             todo[name].refill(values)

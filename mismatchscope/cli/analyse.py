@@ -234,6 +234,8 @@ def report(
     doc = report_document(opts)
     for w in doc.analysis.warnings:
         warn(w)
+    for note in doc.analysis.notes:  # said on the terminal only: a run read more slowly than it could be
+        info(f"note: {note}")
     if plots is not None:
         from ..render.report_pictures import pictures as drawn
 

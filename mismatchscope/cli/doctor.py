@@ -6,7 +6,7 @@ import typer
 
 from ..analysis.parallel import keep_freed_memory
 from ._options import ColumnOpt, FormatOpt, PathArg, tokenizer_option
-from ._streams import warn
+from ._streams import info, warn
 
 
 def doctor(
@@ -38,6 +38,8 @@ def doctor(
     doc = replace(run_doctor(path, parse_column_mapping(column), tokenizer=tokenizer), path=path)
     for w in doc.warnings:
         warn(w)
+    for note in doc.notes:
+        info(f"note: {note}")
     seam.show(doc, format)
     from ..doctor.document import VERDICT_EXIT
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import rundir
@@ -31,8 +32,14 @@ KEY_COLUMNS = ("sequence_id", "position", "token_id", "prompt_id", "sample_index
 def load_tokens(run_dir: Path) -> dict[str, np.ndarray]:
     """A run's token rows, sorted by (sequence_id, position), as numpy columns."""
     files = sorted((Path(run_dir) / "tokens").glob("part-*.parquet"))
-    table = pq.ParquetDataset(files).read(columns=[*KEY_COLUMNS, "sampler_logprob", "trainer_logprob"])
-    table = table.sort_by([("sequence_id", "ascending"), ("position", "ascending")])
+    names = [*KEY_COLUMNS, "sampler_logprob", "trainer_logprob"]
+    # each shard alone: a writer stores a column of float32 values as float32, so shards may differ in width
+    parts = [pq.ParquetFile(f).read(columns=names) for f in files]
+    parts = [
+        t.cast(pa.schema([pa.field(n, pa.float64() if "logprob" in n else t.schema.field(n).type) for n in names]))
+        for t in parts
+    ]
+    table = pa.concat_tables(parts).sort_by([("sequence_id", "ascending"), ("position", "ascending")])
     return {name: table.column(name).to_numpy() for name in table.column_names}
 
 

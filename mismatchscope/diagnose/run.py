@@ -113,7 +113,7 @@ def _diagnose_served(
     decomposition = _decomposition(baseline, base)
     determinism = _determinism(baseline, info, progress, base)
     timer = Timer(server, info, opts.trainer, score_requests(opts.out / "baseline", baseline.prompt_ids), opts.sampling)
-    variants = _variants(baseline, progress, timer)
+    variants = _variants(baseline, progress, timer, {"sampler": base["process_wall_s"], "trainer": reference_s})
     payload = _payload(baseline, info, reference_s, decomposition, variants, determinism)
     payload["wall_s"] = time.perf_counter() - t_start
     if opts.locate is not None:  # last: it changes no number computed above
@@ -169,18 +169,45 @@ def _determinism(baseline: BaselineRun, info, progress: Progress, base: dict) ->
     return determinism
 
 
-def _variants(baseline: BaselineRun, progress: Progress, timer: Timer) -> list[dict[str, Any]]:
-    """Each variant's record in the order given; a skipped entry is reported, never started."""
+def _variants(baseline: BaselineRun, progress: Progress, timer: Timer, guess: dict[str, float]) -> list[dict[str, Any]]:
+    """Each variant's record in the order given; a skipped entry is reported, never started. Each start is
+    announced with its place in the matrix and the time the rest will take (:class:`Remaining`)."""
     out = []
+    todo = [v for v in baseline.opts.variants if not v.skip_reason]
+    left = Remaining(guess)
     for v in baseline.opts.variants:
         if v.skip_reason:
             out.append(
                 {"name": v.name, "side": v.side, "changes": v.changes, "status": "skipped", "reason": v.skip_reason}
             )
             continue
-        progress.note(f"variant {v.name} ({v.side} side)")
+        done = len(left.spent["sampler"]) + len(left.spent["trainer"])
+        rest = [w.side for w in todo[done:]]
+        progress.note(f"variant {done + 1}/{len(todo)}: {v.name} ({v.side} side); {left.words(rest)}")
+        t0 = time.perf_counter()
         out.append(run_variant(baseline, v, timer))
+        left.spent[v.side].append(time.perf_counter() - t0)
     return out
+
+
+class Remaining:
+    """The time the variants still to run will take: each side's mean so far, else a guess from the baseline
+    (a sampler-side variant starts an engine and samples as the baseline did; a trainer-side one rescores)."""
+
+    def __init__(self, guess: dict[str, float]) -> None:
+        self.guess = guess
+        self.spent: dict[str, list[float]] = {"sampler": [], "trainer": []}
+
+    def seconds(self, sides: list[str]) -> float:
+        def each(side: str) -> float:
+            done = self.spent[side]
+            return sum(done) / len(done) if done else self.guess[side]
+
+        return sum(each(side) for side in sides)
+
+    def words(self, sides: list[str]) -> str:
+        s = self.seconds(sides)
+        return f"about {s / 60:.0f} min left" if s >= 90 else f"about {max(5, round(s / 5) * 5):.0f} s left"
 
 
 def _payload(

@@ -131,9 +131,17 @@ ZERO_CHANGES: dict[str, Any] = {"sampler.kind": "hf", "sampler.zero": True, "tra
 """what the zero variant changes; :func:`apply` gives it the trainer's dtype and attention kernel on the sampler."""
 
 
-def zero_variant() -> Variant:
+ZERO_OPT_IN = (
+    "not in the default matrix: the zero profile decodes by recomputation without a KV cache (a completion of n "
+    "tokens costs n forwards of the full width), so it alone takes several times the rest of the matrix; "
+    "--vary zero runs it and prices zero mismatch"
+)
+"""why the default matrix lists the zero profile without running it, and the flag that runs it."""
+
+
+def zero_variant(skip_reason: str | None = None) -> Variant:
     """The zero-mismatch profile as a variant: its price in the cost table is the price of zero mismatch."""
-    return Variant(ZERO, dict(ZERO_CHANGES))
+    return Variant(ZERO, dict(ZERO_CHANGES), skip_reason)
 
 
 def parse_vary(items: list[str]) -> list[Variant]:
@@ -286,7 +294,8 @@ def _zero_sampler(cfg: Configuration, variant: Variant) -> Configuration:
 
 
 def default_matrix(device: str, base: Configuration) -> list[Variant]:
-    """What this device can vary, one change each; GPU-only entries carry their skip reason on a CPU."""
+    """What this device can vary, one change each; GPU-only entries carry their skip reason on a CPU, and the
+    zero profile its price in time and the flag that runs it (:data:`ZERO_OPT_IN`)."""
     flash = Variant(
         "trainer.attn=flash_attention_2",
         {"trainer.attn_implementation": "flash_attention_2"},
@@ -294,9 +303,10 @@ def default_matrix(device: str, base: Configuration) -> list[Variant]:
     )
     from ..probe.samplers import capabilities_of
 
+    zero = zero_variant(ZERO_OPT_IN)  # listed with the flag that runs it: minutes, not tens of minutes, by default
     if capabilities_of(base.sampler.kind).transformers:
-        return [*_hf_sampler_matrix(base), *_trainer_matrix(base), flash, zero_variant()]
-    return [*_vllm_matrix(device, base), *_trainer_matrix(base), zero_variant(), *_gpu_matrix(device, base), flash]
+        return [*_hf_sampler_matrix(base), *_trainer_matrix(base), flash, zero]
+    return [*_vllm_matrix(device, base), *_trainer_matrix(base), zero, *_gpu_matrix(device, base), flash]
 
 
 def _trainer_matrix(base: Configuration) -> list[Variant]:

@@ -13,11 +13,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
-from ..analysis.engine import AnalysisRequest, AnalysisResult, analyse
+from ..analysis.engine import AnalysisRequest, AnalysisResult, make_plan, run_plan
+from ..analysis.plan import AnalysisPlan
 from ..execution.record import RunProvenance
-from ..reader import open_source
 from .document import DoctorDocument, Gap
 from .examine import examine, rank
 from .figures import place
@@ -29,14 +27,20 @@ from .turns import starting_turns
 from .verdict import decide, numerics
 
 ALSO_READ = ("token_id", *OPTIONAL_SCALARS, *TOPK)
-"""what the detectors read besides report's own columns (each only when the file has it)."""
+"""what the detectors read besides report's own columns (each only when the file has it); the top-k fits' per-row
+sums come with the pass too (``AnalysisRequest.row_sums``: the run's summaries, or the lists of a run without),
+and the lists themselves feed the rival fits of a smaller sample (``sample.LIST_ROWS``)."""
 DIAGNOSE_DOCUMENT = "diagnose.json"
 
 
-def collector_for(path: str, mapping: dict[str, str] | None, cap: int = SAMPLE_ROWS) -> SampleCollector:
-    """A sample collector sized to the input's rows (read from the Parquet footers)."""
-    source = open_source(path, mapping)
-    return SampleCollector(sum(pq.ParquetFile(f).metadata.num_rows for f in source.files), cap)
+def sampled_pass(
+    path: str, request: AnalysisRequest, mapping: dict[str, str] | None, cap: int = SAMPLE_ROWS
+) -> tuple[AnalysisPlan, SampleCollector]:
+    """The pass ``request`` makes with doctor's columns and sums added, and a sample collector sized to its
+    input's rows (from the plan: the input is opened once)."""
+    request.also_read, request.row_sums = ALSO_READ, True
+    plan = make_plan(path, request, mapping)
+    return plan, SampleCollector(plan.source.rows, cap)
 
 
 def diagnose_output(path: str) -> tuple[str, dict[str, Any] | None]:
@@ -60,9 +64,8 @@ def doctor(
     ``tokenizer``: a checkpoint whose tokenizer (and chat template) re-encodes each turn's ids for the
     ``retokenized`` cause."""
     pairs, diagnose = diagnose_output(path)
-    collector = collector_for(pairs, mapping)
-    request = AnalysisRequest(report=True, masks=False, also_read=ALSO_READ)
-    result = analyse(pairs, request, mapping, on_terms=collector.add, workers=workers)
+    plan, collector = sampled_pass(pairs, AnalysisRequest(report=True, masks=False), mapping)
+    result = run_plan(plan, on_terms=collector.add, workers=workers)
     sample = collector.finish()
     return examine_result(result, sample, diagnose, run_tokenizer(tokenizer, result.run, sample), run_provenance(pairs))
 
@@ -118,6 +121,7 @@ def examine_result(
         gap=Gap(fnum(ex.gap[0]), fnum(ex.gap[1])),
         needs=needs,
         warnings=warnings,
+        notes=result.notes,
     )
 
 

@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from ..arrow import list_offsets, to_numpy
 from ..divergence import k3_per_token
+from ..schema import ROW_SUMS
 
 SAMPLE_ROWS = 1 << 19
 """rows kept at most (about: whole sequences are kept): about 60 MB of columns and a second of detectors at
@@ -87,12 +88,12 @@ def _lists(arr: pa.Array, idx: np.ndarray | None) -> tuple[np.ndarray, np.ndarra
     length. Gathered with numpy from the offsets: ``Array.take`` would import ``pyarrow.compute``, about a
     second of a command's start-up."""
     flat, offsets = list_offsets(arr)
-    values = to_numpy(flat).astype(np.float64, copy=False)
+    values = to_numpy(flat)
     if idx is None:
-        return values, np.diff(offsets)
+        return values.astype(np.float64, copy=False), np.diff(offsets)
     starts, lengths = offsets[idx], offsets[idx + 1] - offsets[idx]
     at = np.repeat(starts - np.r_[0, np.cumsum(lengths)[:-1]], lengths) + np.arange(int(lengths.sum()))
-    return values[at], lengths
+    return values[at].astype(np.float64, copy=False), lengths  # gathered before widening: a float32 list stays small
 
 
 def sums_of(x: np.ndarray, y: np.ndarray, lengths: np.ndarray) -> dict[str, np.ndarray]:
@@ -122,6 +123,11 @@ def sums_of(x: np.ndarray, y: np.ndarray, lengths: np.ndarray) -> dict[str, np.n
         "k_syy": per_row(yb * yb),
         "k_cut": per_row(cut.astype(np.float64)),
     }
+
+
+def _rows(v: np.ndarray, idx: np.ndarray | None) -> np.ndarray:
+    """The rows ``idx`` (None: all) of a summary column, widened to float64 (only the rows kept)."""
+    return np.array(v if idx is None else v[idx], dtype=np.float64)
 
 
 def topk_sums(sampler: pa.Array, trainer: pa.Array, idx: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -272,31 +278,40 @@ class SampleCollector:
             if name in batch:
                 v = np.asarray(batch[name])
                 part[name] = v.copy() if idx is None else v[idx]
+        summaries = all(name in batch for name in ROW_SUMS)
+        if summaries:  # the run's summaries: the sums were kept when it was written
+            part.update({k: _rows(batch[c], idx) for k, c in zip(TOPK_FIELDS, ROW_SUMS, strict=True)})
         if all(name in batch for name in TOPK):
-            self._add_topk(batch, idx, h, part)
+            self._add_topk(batch, idx, h, part, sums=not summaries)
         self.parts.append(part)
 
-    def _add_topk(self, batch: dict, idx: np.ndarray | None, h: np.ndarray | None, part: dict) -> None:
-        y, lengths = _lists(batch[TOPK[0]], idx)
-        x, x_lengths = _lists(batch[TOPK[1]], idx)
-        n = lengths.size
-        if x.size != y.size or not np.array_equal(lengths, x_lengths):
-            part.update({k: np.zeros(n) for k in TOPK_FIELDS})  # misaligned lists: the report refuses them itself
-            part["list_row"] = np.full(n, -1, np.int64)
-            return
-        part.update(sums_of(x, y, lengths))
+    def _add_topk(self, batch: dict, idx: np.ndarray | None, h: np.ndarray | None, part: dict, sums: bool) -> None:
+        """The lists of the rows the list sub-sample keeps; ``sums``: the per-row sums from the lists too, over
+        every kept row (a run without summaries). A run with summaries has its lists gathered on the list
+        sub-sample's rows alone."""
+        n = int(batch["sequence_id"].size if idx is None else idx.size)
         if self.list_threshold >= 1 << 32:
-            with_list = np.ones(n, dtype=bool)
+            rows = np.arange(n)
         else:
             hh = sequence_hash(batch["sequence_id"]) if h is None else h
-            with_list = hh < np.uint64(self.list_threshold)
-        rows = np.flatnonzero(with_list)
+            rows = np.flatnonzero(hh < np.uint64(self.list_threshold))
+        read = idx if sums else (None if idx is None and rows.size == n else rows if idx is None else idx[rows])
+        y, lengths = _lists(batch[TOPK[0]], read)
+        x, x_lengths = _lists(batch[TOPK[1]], read)
         list_row = np.full(n, -1, np.int64)
+        if x.size != y.size or not np.array_equal(lengths, x_lengths):
+            if sums:  # misaligned lists: the report refuses them itself
+                part.update({k: np.zeros(n) for k in TOPK_FIELDS})
+            part["list_row"] = list_row
+            return
+        if sums:
+            part.update(sums_of(x, y, lengths))
+            starts = np.r_[0, np.cumsum(lengths)[:-1]]
+            at = np.repeat(starts[rows], lengths[rows]) + _ranges(lengths[rows])
+            x, y, lengths = x[at], y[at], lengths[rows]
         list_row[rows] = self.list_rows + np.arange(rows.size)
         self.list_rows += rows.size
-        starts = np.r_[0, np.cumsum(lengths)[:-1]]
-        at = np.repeat(starts[rows], lengths[rows]) + _ranges(lengths[rows])
-        self.list_parts.append((x[at], y[at], lengths[rows]))
+        self.list_parts.append((x, y, lengths))
         part["list_row"] = list_row
 
     def finish(self) -> Sample:

@@ -2,8 +2,8 @@
 
 Importers hand over one sequence at a time (or a vectorised batch); the writer
 assigns run-wide unique ``sequence_id``s, buffers numpy arrays and flushes a
-shard to ``OUT/tokens/part-XXXXX.parquet`` through :func:`schema.write_table`
-every ~1M tokens. The Parquet encode and write run on one background thread
+shard to ``OUT/tokens/part-XXXXX.parquet`` through ``analysis.summaries.write_token_shard``
+(the top-k summaries computed beside the lists) every ~1M tokens. The Parquet encode and write run on one background thread
 (pyarrow releases the GIL), so parsing the next file overlaps with it; at most
 one shard is in flight, so memory stays flat in the length of the run.
 
@@ -25,7 +25,8 @@ import pyarrow as pa
 
 from .. import rundir
 from .._version import __version__
-from ..schema import COLUMNS, REQUIRED_NAMES, SCHEMA_VERSION, TURN_COLUMNS, write_table
+from ..analysis.summaries import write_token_shard
+from ..schema import COLUMNS, REQUIRED_NAMES, SCHEMA_VERSION, TURN_COLUMNS
 
 FLUSH_TOKENS = 1_000_000
 SHARD_DIR = rundir.TOKENS
@@ -158,7 +159,7 @@ class ShardWriter:
         self._current = 1 - self._current
 
     def _write_shard(self, path: Path, columns: dict[str, pa.Array], meta: dict[str, Any], rows: int) -> None:
-        write_table(path, columns, meta)
+        write_token_shard(path, columns, meta)
         self._index.commit(path, rows)
 
     def _wait(self) -> None:

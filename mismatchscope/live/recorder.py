@@ -41,8 +41,9 @@ import pyarrow as pa
 
 from .. import rundir
 from .._version import __version__
+from ..analysis.summaries import write_token_shard
 from ..errors import RecorderError, UsageError
-from ..schema import COLUMNS, SCHEMA_VERSION, WRITE_OPTIONS, write_table
+from ..schema import COLUMNS, SCHEMA_VERSION, WRITE_OPTIONS
 from .directory import check_recorder_directory
 from .inputs import RecordedIds, StepBatch, prepare, strict_meta
 
@@ -338,7 +339,7 @@ class Recorder:
             self._write_routes(name, batch)
         cols = {k: _arrow(k, v) for k, v in batch.columns.items()}
         cols["rank"] = _flat(pa.int32(), np.full(batch.tokens, self.rank, np.int32))
-        shard = write_table(self.path / rundir.TOKENS / f"{name}.parquet", cols, meta)
+        shard = write_token_shard(self.path / rundir.TOKENS / f"{name}.parquet", cols, meta)
         self._index.commit(shard, batch.tokens)
         r = self._record
         if batch.step not in r["steps"]:

@@ -45,6 +45,7 @@ from ..importers.routes import SEQUENCES
 from ..progress import Progress
 from ..redact import redact_command
 from ..routing import layout
+from ..schema import SUMMARY_NAMES
 from .types import SamplingConfig, Scored, ScoreRequest, TrainerConfig
 
 if TYPE_CHECKING:
@@ -56,8 +57,15 @@ from .writer import RunDir, finish, open_session, save_progress, token_shards
 
 TRAINER_COLUMNS = ("trainer_logprob", "trainer_topk_ids", "trainer_topk_logprobs", "trainer_entropy")
 """what the checkpoint gives each kept token; the imported values of these (the stack's trainer's) are replaced."""
-DROPPED_COLUMNS = (*TRAINER_COLUMNS, "trainer_logprobs_at_sampler_topk", "sampler_kept_logmass", "trainer_step")
-"""imported columns that describe the stack's trainer, not this checkpoint: not carried into the rescored run."""
+DROPPED_COLUMNS = (
+    *TRAINER_COLUMNS,
+    "trainer_logprobs_at_sampler_topk",
+    "sampler_kept_logmass",
+    "trainer_step",
+    *SUMMARY_NAMES,
+)
+"""imported columns that describe the stack's trainer, not this checkpoint: not carried into the rescored run
+(the top-k summaries among them: the rescored run's writer summarises its own lists)."""
 
 
 def is_imported(run_path: Path) -> bool:
@@ -361,7 +369,7 @@ def _score_shard(
     shard: list[dict[str, Any]],
 ) -> float:
     """Score one shard of sequences and write its routes, then its tokens; the seconds the trainer took."""
-    from ..schema import write_table
+    from ..analysis.summaries import write_token_shard
 
     reqs = [ScoreRequest(r["prompt_token_ids"], r["completion_token_ids"], []) for r in shard]
     t0 = time.perf_counter()
@@ -370,7 +378,7 @@ def _score_shard(
     if shape is not None and s.sampler_routes is not None:  # before the token shard: scored tokens imply routes
         _write_routes(s.dst, name, shape, shard, scored, s.sampler_routes)
     cols = _token_columns(tokens, shard, scored)
-    path = write_table(s.dst.tokens / name, cols, config)
+    path = write_token_shard(s.dst.tokens / name, cols, config)
     s.dst.token_index.commit(path, len(cols["sequence_id"]))
     return elapsed
 

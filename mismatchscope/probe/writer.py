@@ -29,8 +29,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import rundir
+from ..analysis.summaries import write_token_shard
 from ..errors import UsageError
-from ..schema import write_table
 from .types import Completion
 
 MANIFEST = rundir.MANIFEST
@@ -239,7 +239,7 @@ class RunDir:
 
     def write_tokens(self, round_index: int, batch_index: int, columns: dict[str, Any], config: dict[str, Any]) -> Path:
         """Write one token shard atomically, then list it in the run's shard index."""
-        path = write_table(self.token_shard(round_index, batch_index), columns, config)
+        path = write_token_shard(self.token_shard(round_index, batch_index), columns, config)
         self.token_index.commit(path, len(columns["sequence_id"]))
         return path
 

@@ -19,6 +19,7 @@ from ..schema import (
     MAX_POSITION,
     NOT_RECORDED_ID,
     POSITIVE_LOGPROB_TOLERANCE,
+    SUMMARY_NAMES,
     TOKEN_ID_RULE,
     TURN_COLUMNS,
     positive_logprobs,
@@ -104,8 +105,8 @@ def _clean(
                 f"{path}: {name} {int(v[i])} of sequence {int(cols['sequence_id'][i])} is outside 0..{MAX_POSITION}",
                 hint="turns and positions within them count from 0",
             )
-    tok = cols["token_id"]
-    if n and tok.min() < NOT_RECORDED_ID:  # one reduction; the mask only to name the row
+    tok = cols.get("token_id")  # a pass that reads no ids checked them from the footers' statistics
+    if n and tok is not None and tok.min() < NOT_RECORDED_ID:  # one reduction; the mask only to name the row
         i = int(np.flatnonzero(tok < NOT_RECORDED_ID)[0])
         raise InputError(
             f"{path}: token_id {int(tok[i])} of sequence {int(cols['sequence_id'][i])} position "
@@ -263,6 +264,9 @@ def _check_logprob_list(path: Path, name: str, arr: pa.Array, cols: dict[str, An
 
 _INT_COLUMNS = frozenset(name for name, col in COLUMNS.items() if pa.types.is_integer(col.type))
 """the schema's integer columns: read as int64, and a file holding floats there is refused."""
+_SUMMARY_DTYPES = {name: np.dtype(COLUMNS[name].type.to_pandas_dtype()) for name in SUMMARY_NAMES}
+"""the top-k summaries are read at the width they are defined in (float32, the counts int32): what reads them
+widens only what it uses (the report its four bounds; doctor the sums of its sample's rows)."""
 _FLOAT16_SENTINEL = float(np.float16(LOGPROB_SENTINEL))
 """-9999 written to a float16 column: float16 cannot hold it and stores -10000 (its nearest value)."""
 
@@ -283,6 +287,12 @@ def _to_numpy(path: Path, name: str, arr: pa.Array) -> np.ndarray:
             arr = pc.fill_null(arr.cast(pa.float64()), float("nan"))
         else:
             raise InputError(f"{path}: column {name!r} has {arr.null_count} null value(s)")
+    if name in _SUMMARY_DTYPES and not arr.null_count:
+        want = _SUMMARY_DTYPES[name]
+        if (want.kind == "i") != pa.types.is_integer(arr.type):
+            kind = "integers" if want.kind == "i" else "numbers"
+            raise InputError(f"{path}: column {name!r} must hold {kind}, found {arr.type}")
+        return to_numpy(arr).astype(want, copy=False)
     if name in _INT_COLUMNS:
         if not pa.types.is_integer(arr.type):
             raise InputError(f"{path}: column {name!r} must hold integers, found {arr.type}")

@@ -44,6 +44,12 @@ class Source:
     present: list[frozenset[str]] = field(default_factory=list)
     """the canonical names each file holds, in the order of ``files``: a column some shards hold and others do
     not is read where it is by a reader that asks (``certify``), never taken for absent."""
+    rows: int = 0
+    """the rows of every file together, from their footers."""
+    token_id_min: int | None = None
+    """at most the smallest ``token_id`` of every file, from the footers' statistics (the least of their row
+    groups' minima); None where one has none. A pass that does not read the ids checks them by this, without
+    decoding them."""
 
     @property
     def warnings(self) -> list[str]:
@@ -146,10 +152,12 @@ def open_source(path: str | os.PathLike, mapping: Mapping[str, str] | None = Non
     rows: dict[Path, int] = {}
     turned: dict[Path, bool] = {}
     held: list[frozenset[str]] = []
+    id_min: int | None = 1 << 62  # lowered by each file's statistics; None once one has none
     for f in files:
-        rows[f], names, meta = _open_footer(f)
+        rows[f], names, meta, footer = _open_footer(f)
         check_mapping(f, mapping, names)
         present = _present_columns(f, mapping, names)
+        id_min = _smallest(footer, mapping.get("token_id", "token_id"), id_min)
         turned[f] = _has_turns(f, mapping, present)
         held.append(frozenset(present))
         if meta is not None:
@@ -173,7 +181,29 @@ def open_source(path: str | os.PathLike, mapping: Mapping[str, str] | None = Non
         notes=contents.notes,
         filled=filled,
         present=held,
+        rows=sum(rows.values()),
+        token_id_min=id_min if files else None,
     )
+
+
+def _smallest(footer: pq.FileMetaData, name: str, so_far: int | None) -> int | None:
+    """The smaller of ``so_far`` and the least value the footer's statistics give column ``name`` (an integer
+    column), over its row groups; None where a row group has no such statistics."""
+    if so_far is None:
+        return None
+    schema = footer.schema
+    j = next((i for i in range(len(schema)) if schema.column(i).path == name), None)
+    if j is None or schema.column(j).physical_type not in ("INT32", "INT64"):
+        return None
+    for g in range(footer.num_row_groups):
+        chunk = footer.row_group(g).column(j)
+        stats = chunk.statistics
+        if chunk.num_values == 0:
+            continue
+        if stats is None or not stats.has_min_max or not isinstance(stats.min, int):
+            return None
+        so_far = min(so_far, stats.min)
+    return so_far
 
 
 def _has_turns(f: Path, mapping: Mapping[str, str], present: set[str]) -> bool:
@@ -191,8 +221,8 @@ def _has_turns(f: Path, mapping: Mapping[str, str], present: set[str]) -> bool:
     return bool(have)
 
 
-def _open_footer(f: Path) -> tuple[int, set[str], dict[str, Any] | None]:
-    """One file's row count, column names and checked metadata, from its footer alone."""
+def _open_footer(f: Path) -> tuple[int, set[str], dict[str, Any] | None, pq.FileMetaData]:
+    """One file's row count, column names, checked metadata and footer, from its footer alone."""
     if printable(str(f)) != str(
         f
     ):  # a name with bytes that are not UTF-8: pyarrow cannot open it, nor outputs print it
@@ -202,7 +232,7 @@ def _open_footer(f: Path) -> tuple[int, set[str], dict[str, Any] | None]:
         schema = footer.schema.to_arrow_schema()
     except (pa.ArrowException, OSError, UnicodeDecodeError) as e:  # a damaged footer: ArrowNotImplementedError too
         raise FileFormatError(f"{f}: not a Parquet file, or truncated ({short_reason(e)})") from None
-    return footer.num_rows, set(schema.names), read_metadata(f, schema.metadata)
+    return footer.num_rows, set(schema.names), read_metadata(f, schema.metadata), footer
 
 
 def _present_columns(f: Path, mapping: Mapping[str, str], names: set[str]) -> set[str]:

@@ -9,7 +9,7 @@ import os
 import queue
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,10 +78,20 @@ class RawBatch:
 
 
 def read_batches(
-    source: Source, columns: list[str], batch_rows: int = BATCH_ROWS, extra: list[str] | tuple[str, ...] = ()
+    source: Source,
+    columns: list[str],
+    batch_rows: int = BATCH_ROWS,
+    extra: list[str] | tuple[str, ...] = (),
+    required: tuple[str, ...] = REQUIRED_NAMES,
+    check: GroupCheck | None = None,
 ) -> Iterator[RawBatch]:
-    """:func:`iter_batches` without the cleaning: the same checks of names and types, the same order."""
-    wanted = list(dict.fromkeys(list(REQUIRED_NAMES) + [c for c in columns if source.has(c)]))
+    """:func:`iter_batches` without the cleaning: the same checks of names and types, the same order.
+
+    ``required``: the required columns decoded (all of them unless a pass has shown it needs fewer: the
+    analysis leaves out ``token_id`` where nothing reads it); ``check``: run on each row group, on its reader
+    thread, before the group is decoded (the top-k summaries' check).
+    """
+    wanted = list(dict.fromkeys(list(required) + [c for c in columns if source.has(c)]))
     file_cols = [source.mapping.get(c, c) for c in wanted]
     clash = [e for e in extra if e in file_cols or e in wanted]
     if clash:
@@ -97,7 +107,7 @@ def read_batches(
             if c not in filled.get(f, ()):
                 check_type(f, c, raw, schema.field(raw).type)
     if not any(filled.values()):
-        for f, rb in _record_batches(source.files, file_cols, batch_rows):
+        for f, rb in _record_batches(source.files, file_cols, batch_rows, check):
             if rb.num_rows:
                 yield RawBatch(f, rb, wanted, tuple(extra))
         return
@@ -105,7 +115,7 @@ def read_batches(
         gone = filled.get(f, ())
         own = [c for c in wanted if c not in gone]
         raw = [source.mapping.get(c, c) for c in own] + list(extra)
-        for _, rb in _record_batches([f], raw, batch_rows):
+        for _, rb in _record_batches([f], raw, batch_rows, check):
             if rb.num_rows:
                 yield RawBatch(f, rb, own, tuple(extra), gone)
 
@@ -125,7 +135,13 @@ def _open(f: Path) -> pq.ParquetFile:
     return pq.ParquetFile(f, pre_buffer=False, buffer_size=1 << 20, page_checksum_verification=True)
 
 
-def _record_batches(files: list[Path], file_cols: list[str], batch_rows: int) -> Iterator[tuple[Path, pa.RecordBatch]]:
+GroupCheck = Callable[[Path, pq.ParquetFile, int], None]
+"""a check of one row group of a file (the file, open; the group's index), raising the error it finds."""
+
+
+def _record_batches(
+    files: list[Path], file_cols: list[str], batch_rows: int, check: GroupCheck | None = None
+) -> Iterator[tuple[Path, pa.RecordBatch]]:
     """Every batch of every row group of every file, in order, decoded ahead on threads.
 
     Decoding Parquet (zstd, list offsets) is most of a pass's time, and
@@ -144,7 +160,7 @@ def _record_batches(files: list[Path], file_cols: list[str], batch_rows: int) ->
             while True:
                 while len(pending) < READ_AHEAD and (g := next(todo, None)) is not None:
                     q: queue.Queue = queue.Queue(QUEUED_BATCHES)
-                    pool.submit(_decode_group, g[0], g[1], file_cols, batch_rows, q, stop)
+                    pool.submit(_decode_group, g[0], g[1], file_cols, batch_rows, q, stop, check)
                     pending.append((g[0], g[1], q))
                 if not pending:
                     return
@@ -161,12 +177,20 @@ def _record_batches(files: list[Path], file_cols: list[str], batch_rows: int) ->
 
 
 def _decode_group(
-    f: Path, i: int, file_cols: list[str], batch_rows: int, out: queue.Queue, stop: threading.Event
+    f: Path,
+    i: int,
+    file_cols: list[str],
+    batch_rows: int,
+    out: queue.Queue,
+    stop: threading.Event,
+    check: GroupCheck | None = None,
 ) -> None:
     """One row group's batches into ``out`` (a reader thread's work), then ``_DONE`` or the error it met;
     gives up as soon as the consumer has stopped."""
     try:
         pf, decoded = _open(f), 0
+        if check is not None:
+            check(f, pf, i)
         for rb in pf.iter_batches(batch_size=batch_rows, columns=file_cols, row_groups=[i]):
             decoded += rb.num_rows
             while not stop.is_set():

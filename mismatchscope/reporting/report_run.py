@@ -12,11 +12,11 @@ from .report_options import ReportOptions, selected_rules
 
 
 def report_document(opts: ReportOptions) -> ReportDocument:
-    from ..analysis.engine import analyse
+    from ..analysis.engine import run_plan
 
     request, hist, rules = _request(opts)
-    collector = _doctor_collector(opts.path, opts.mapping, request) if opts.doctor_line else None
-    result = analyse(opts.path, request, opts.mapping, on_terms=_each(hist.add if hist else None, collector))
+    plan, collector = _plan(opts.path, opts.mapping, request, opts.doctor_line)
+    result = run_plan(plan, on_terms=_each(hist.add if hist else None, collector))
     doctor = _doctor(result, collector, opts.path) if collector is not None else None
     worst_rows, traces = None, {}
     if opts.worst:
@@ -52,13 +52,17 @@ def _request(opts: ReportOptions):
     return AnalysisRequest(report=True, masks=True, rules=rules, sweeps=sweeps), PlotAccumulator(), rules
 
 
-def _doctor_collector(path: str, mapping: dict[str, str], request):
-    """doctor's sample, gathered in report's own pass (a small one: the line costs a fraction of a second)."""
-    from ..doctor.run import ALSO_READ, collector_for
+def _plan(path: str, mapping: dict[str, str], request, doctor_line: bool):
+    """report's pass, and with doctor's line its sample, gathered in the same pass (a small one: the line costs
+    a fraction of a second)."""
+    if not doctor_line:
+        from ..analysis.engine import make_plan
+
+        return make_plan(path, request, mapping), None
+    from ..doctor.run import sampled_pass
     from ..doctor.sample import REPORT_SAMPLE_ROWS
 
-    request.also_read = ALSO_READ
-    return collector_for(path, mapping, REPORT_SAMPLE_ROWS)
+    return sampled_pass(path, request, mapping, REPORT_SAMPLE_ROWS)
 
 
 def _each(hist_add: Callable | None, collector) -> Callable[[Any, dict], None] | None:

@@ -64,10 +64,10 @@ def test_the_report_past_the_cap_is_the_report_under_it_in_one_pass(tmp_path, mo
     monkeypatch.setattr(
         engine,
         "_refill_quantiles",
-        lambda source, columns, rows, stats, workers: (
+        lambda plan, stats, workers: (
             passes.extend(name for name, acc in stats.quantile_columns().items() if not acc.covers(RATIO_QUANTILES)),
             narrowed.extend(name for name, acc in stats.quantile_columns().items() if acc.window is not None),
-            real(source, columns, rows, stats, workers),
+            real(plan, stats, workers),
         ),
     )
     windowed = analyse(str(tmp_path / "p.parquet"), req).report

@@ -228,7 +228,7 @@ def test_a_diagnose_that_fails_after_its_checks_leaves_nothing_behind(tmp_path, 
 
 
 def test_hf_default_matrix_varies_what_the_transformers_sampler_has():
-    from mismatchscope.diagnose.variants import Configuration, default_matrix
+    from mismatchscope.diagnose.variants import ZERO_OPT_IN, Configuration, default_matrix
     from mismatchscope.probe.types import SamplerConfig, TrainerConfig
 
     m = default_matrix("cpu", Configuration(SamplerConfig(kind="hf", dtype="float16"), TrainerConfig()))
@@ -242,7 +242,7 @@ def test_hf_default_matrix_varies_what_the_transformers_sampler_has():
         "trainer.attn=sdpa": None,
         "trainer.fp32_lm_head": None,
         "trainer.attn=flash_attention_2": "needs a GPU: flash_attention_2 is a CUDA kernel",
-        "zero": None,
+        "zero": ZERO_OPT_IN,
     }
 
 

@@ -57,7 +57,6 @@ def test_default_matrix_on_cpu_skips_gpu_knobs_with_reasons():
         "trainer.attn=eager",
         "trainer.attn=sdpa",
         "trainer.fp32_lm_head",
-        "zero",
     }
     assert set(skipped) == {
         "sampler.dtype=bfloat16",
@@ -65,6 +64,22 @@ def test_default_matrix_on_cpu_skips_gpu_knobs_with_reasons():
         "sampler.attention=FLASHINFER",
         "sampler.chunked_prefill",
         "trainer.attn=flash_attention_2",
+        "zero",
     }
-    assert all(r.startswith("needs a GPU") for k, r in skipped.items() if k != "sampler.chunked_prefill")
+    gpu = {k: r for k, r in skipped.items() if k not in ("sampler.chunked_prefill", "zero")}
+    assert all(r.startswith("needs a GPU") for r in gpu.values())
+    # the zero profile is listed with its price in time and the flag that runs it
+    assert skipped["zero"].startswith("not in the default matrix") and "--vary zero" in skipped["zero"]
     assert "CPU Generator does not use offset" in skipped["sampler.chunked_prefill"]
+
+
+def test_the_time_left_is_each_sides_mean_so_far_else_the_baselines_guess():
+    from mismatchscope.diagnose.run import Remaining
+
+    left = Remaining({"sampler": 40.0, "trainer": 6.0})
+    # nothing run yet: two sampler-side variants at the baseline's 40 s, one trainer-side at 6 s
+    assert left.seconds(["sampler", "sampler", "trainer"]) == 86.0
+    assert left.words(["sampler", "sampler", "trainer"]) == "about 85 s left"
+    left.spent["sampler"] += [20.0, 30.0]  # the sampler side's own mean, 25 s, replaces the guess
+    assert left.seconds(["sampler", "trainer"]) == 31.0
+    assert left.words(["sampler"] * 8) == "about 3 min left"  # 200 s

@@ -66,3 +66,42 @@ def test_stand_in_values_are_left_out_and_counted():
     )
     s = collector.finish()
     assert len(s) == 1 and s.sentinel_rows == 2 and s.sentinel_sampler == 2
+
+
+def _sampled(with_sums: bool):
+    """Forty 3-token sequences, kept by hash down to about 60 rows, their lists down to about 30; float32
+    lists as a run stores them. ``with_sums``: the batch carries the run's summaries (the sums from the lists,
+    as a writer stores them), so the lists are gathered on the list sub-sample's rows alone."""
+    from mismatchscope.doctor.sample import TOPK_FIELDS
+    from mismatchscope.schema import ROW_SUMS
+
+    seq = np.repeat(np.arange(40), 3)
+    rng = np.random.default_rng(0)
+    x = pa.array([rng.uniform(-5, 0, 2).astype(np.float32) for _ in seq], pa.list_(pa.float32()))
+    y = pa.array([rng.uniform(-5, 0, 2).astype(np.float32) for _ in seq], pa.list_(pa.float32()))
+    batch = {
+        "sequence_id": seq,
+        "position": np.tile(np.arange(3), 40),
+        "trainer_logprob": np.full(seq.size, -0.5),
+        "sampler_logprob": np.full(seq.size, -0.6),
+        "sampler_topk_logprobs": y,
+        "trainer_logprobs_at_sampler_topk": x,
+    }
+    if with_sums:
+        sums = topk_sums(y, x)
+        batch.update({c: sums[k].astype(np.float32) for k, c in zip(TOPK_FIELDS, ROW_SUMS, strict=True)})
+    collector = SampleCollector(total_rows=seq.size, cap=60, list_cap=30)
+    collector.add(None, batch)
+    return collector.finish()
+
+
+def test_a_run_with_summaries_keeps_the_same_lists_for_the_same_rows():
+    """The list sub-sample is picked by the sequence hash either way: the same rows keep the same values."""
+    lists, summaries = _sampled(False), _sampled(True)
+    assert 0 < len(lists) < 120 and lists.lists is not None and summaries.lists is not None
+    assert 0 < lists.lists.offsets[-1] < 2 * len(lists)
+    assert np.array_equal(lists.columns["list_row"], summaries.columns["list_row"])
+    for a, b in ((lists.lists.x, summaries.lists.x), (lists.lists.y, summaries.lists.y)):
+        assert np.array_equal(a, b)
+    assert np.array_equal(lists.lists.offsets, summaries.lists.offsets)
+    assert np.allclose(lists.columns["k_sxy"], summaries.columns["k_sxy"], rtol=1e-6)

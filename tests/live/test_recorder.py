@@ -341,13 +341,13 @@ def test_only_resume_adds_to_a_rank_and_a_step_recorded_again_replaces_it(tmp_pa
 def test_a_full_queue_waits_says_so_once_and_drops_nothing(tmp_path, monkeypatch, capsys):
     from mismatchscope.live import recorder as recmod
 
-    real = recmod.write_table
+    real = recmod.write_token_shard
 
     def slow(*a, **kw):
         time.sleep(0.05)
         return real(*a, **kw)
 
-    monkeypatch.setattr(recmod, "write_table", slow)
+    monkeypatch.setattr(recmod, "write_token_shard", slow)
     with Recorder(tmp_path / "run", max_pending=1) as rec:
         for step in range(6):
             rec.add(step, Q, P, MASK)
@@ -435,8 +435,8 @@ def test_resume_trusts_the_shards_on_disk_over_the_rank_record(tmp_path):
 def test_exiting_without_close_writes_what_was_queued_and_leaves_the_run_incomplete(tmp_path):
     code = (
         "import sys, time, numpy as np; from mismatchscope.live import recorder as m\n"
-        "real = m.write_table\n"
-        "m.write_table = lambda *a, **k: (time.sleep(0.2), real(*a, **k))[1]\n"
+        "real = m.write_token_shard\n"
+        "m.write_token_shard = lambda *a, **k: (time.sleep(0.2), real(*a, **k))[1]\n"
         "rec = m.Recorder(sys.argv[1])\n"
         "for s in range(3): rec.add(s, np.log([[0.5, 0.25]]), np.log([[0.25, 0.25]]))\n"
     )
@@ -455,7 +455,7 @@ def test_a_writer_failure_is_raised_at_the_next_call(tmp_path, monkeypatch):
     def full(*_a, **_kw):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(recmod, "write_table", full)
+    monkeypatch.setattr(recmod, "write_token_shard", full)
     rec = Recorder(tmp_path / "run")
     rec.add(0, Q, P, MASK)
     with pytest.raises(RecorderError) as e:
