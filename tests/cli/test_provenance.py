@@ -1,5 +1,6 @@
-"""``mismatchscope provenance`` on every bundled run (all recorded before provenance: they read with "not
-recorded" fields, never an error), in each format, and its refusals. The runs recorded with provenance are
+"""``mismatchscope provenance`` on every bundled run, in each format, and its refusals: the Recorder runs and the
+golden probe were recorded before provenance (they read with "not recorded" fields, never an error); the two
+multi-turn probe runs carry both sides' record. The probes recorded in the tests are
 tests/probe/test_provenance.py's and tests/cli/test_gate.py's."""
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from tests.helpers import REPO, cli
 from tests.inputs import error_line
 
 BUNDLED = sorted((REPO / "sample_data" / "runs").iterdir()) + [REPO / "tests" / "data" / "golden-probe"]
+RECORDED = {"multi-turn-messages", "multi-turn-tokens"}
+"""the bundled runs probed after provenance was recorded."""
 SCHEMA = REPO / "docs" / "schemas" / "provenance.json"
 
 
@@ -28,15 +31,19 @@ def _json(*args: str) -> dict:
 @pytest.mark.parametrize("run", BUNDLED, ids=[p.name for p in BUNDLED])
 def test_every_bundled_run_reads_in_every_format(run, tmp_path):
     before = sorted((p.relative_to(run), p.stat().st_mtime_ns) for p in run.rglob("*"))
+    recorded = run.name in RECORDED
     table = cli("provenance", str(run), env={"COLUMNS": "80"})
     assert table.returncode == 0 and not table.stderr, table.stderr
-    assert "not recorded" in table.stdout and "recorded before runs recorded provenance" in " ".join(
-        table.stdout.split()
-    )
+    before_provenance = "recorded before runs recorded provenance" in " ".join(table.stdout.split())
+    assert before_provenance is not recorded and "not recorded" in table.stdout
     assert max(len(line) for line in table.stdout.splitlines()) <= 80
     doc = _json(str(run))
-    assert doc["compared"] == "sides" and not doc["runs"][0]["recorded"]
+    assert doc["compared"] == "sides" and doc["runs"][0]["recorded"] is recorded
     assert {r["status"] for r in doc["rows"]} >= {"not recorded"}
+    if recorded:  # vLLM float16 against the float32 trainer, one checkpoint: the weights are the same
+        rows = {r["field"]: r for r in doc["rows"]}
+        assert rows["identities.weights"]["status"] == "same"
+        assert (rows["used.weights_dtype"]["left"], rows["used.weights_dtype"]["right"]) == ("float16", "float32")
     md = tmp_path / "p.md"
     r = cli("provenance", str(run), "--markdown", str(md))
     assert r.returncode == 0, r.stderr
