@@ -24,7 +24,7 @@ METRICS_DOC = DOCS / "metrics.md"
 def schemas() -> dict[str, dict]:
     """file name -> schema, one per command that prints a JSON document, and the manifest's provenance record."""
     from mismatchscope.analysis.results import MasksResult, Report
-    from mismatchscope.analysis.side_by_side import SideBySide
+    from mismatchscope.analysis.side_by_side import Readings
     from mismatchscope.certify.document import CertifyDocument
     from mismatchscope.diagnose.document import DiagnoseDocument
     from mismatchscope.diagnose.locate.document import LocatedRescore, LocateResult
@@ -36,7 +36,7 @@ def schemas() -> dict[str, dict]:
     from mismatchscope.importers.document import ImportDocument
     from mismatchscope.probe.document import ProbeDocument
     from mismatchscope.timeline import TimelineDocument
-    from mismatchscope.timeline.compare import Comparison
+    from mismatchscope.timeline.compare import TimelineComparison
     from mismatchscope.view.document import TokenView
 
     return {
@@ -55,7 +55,7 @@ def schemas() -> dict[str, dict]:
             DoctorDocument, "mismatchscope doctor", "doctor --format json: the causes of the gap, ranked"
         ),
         "timeline-compare.json": json_schema(
-            Comparison,
+            TimelineComparison,
             "mismatchscope timeline (two or more runs, or --x)",
             "timeline RUN_A RUN_B --x step|wall --format json: the runs side by side",
         ),
@@ -71,7 +71,7 @@ def schemas() -> dict[str, dict]:
             CertifyDocument, "mismatchscope certify", "certify --format json: the verdict, its checks and its scope"
         ),
         "compare-masks-readings.json": json_schema(
-            SideBySide,
+            Readings,
             "mismatchscope compare-masks --readings",
             "compare-masks --readings --format json: one rule under several framework readings",
         ),

@@ -182,7 +182,7 @@ def main() -> None:
     args = parser.parse_args()
     for profile in PROFILES:
         run_loop(profile, args.out / profile, steps=args.steps)
-    from mismatchscope.render.plots.timeline import write_compare
+    from mismatchscope.render.timeline_pictures import write_compare
     from mismatchscope.timeline.compare import compare
 
     result = compare([str(args.out / p) for p in PROFILES], "wall")

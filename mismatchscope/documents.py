@@ -10,7 +10,7 @@ raises it.
 
 Conventions the schemas encode: a float may be ``null`` only where its type
 says ``| None``; infinities are written as the strings ``"inf"`` and
-``"-inf"`` (``outputs.jsonable``), NaN as ``null``. Field docstrings are not
+``"-inf"`` (:func:`jsonable`), NaN as ``null``. Field docstrings are not
 available at run time, so a field's description comes from its metadata and,
 for a field named after a metric, from the metric catalog (its meaning first).
 """
@@ -64,6 +64,33 @@ def _absent(obj: Any, f: dataclasses.Field) -> bool:
 def document(obj: Any) -> dict[str, Any]:
     """A command's JSON document: ``schema_version`` first, then the result's fields."""
     return {"schema_version": SCHEMA_VERSION, **to_json(obj)}
+
+
+def jsonable(x: Any) -> Any:
+    """``x`` with NaN as null, infinities as ``"inf"``/``"-inf"`` and numpy scalars as Python numbers:
+    what every JSON a command writes (stdout, ``diagnose.json``) holds, so ``allow_nan=False`` never trips."""
+    import math
+
+    if isinstance(x, float):
+        if math.isnan(x):
+            return None
+        if math.isinf(x):
+            return "inf" if x > 0 else "-inf"
+        return x
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if hasattr(x, "item") and callable(x.item):  # numpy scalars
+        return jsonable(x.item())
+    return x
+
+
+def json_text(obj: Any) -> str:
+    """A typed result as the JSON text every command writes: its :func:`document`, strict (no NaN), indented."""
+    import json
+
+    return json.dumps(jsonable(document(obj)), indent=2, allow_nan=False) + "\n"
 
 
 def optional(doc: str, with_field: str | None = None) -> dict[str, Any]:
@@ -232,7 +259,7 @@ def _from_json(tp: Any, data: Any) -> Any:
 
 
 def _is_scalar(tp: Any, data: Any) -> bool:
-    """Whether ``data`` is a value of ``tp``; numpy's scalars count (``outputs.jsonable`` writes them as numbers)."""
+    """Whether ``data`` is a value of ``tp``; numpy's scalars count (:func:`jsonable` writes them as numbers)."""
     if tp is type(None):
         return data is None
     if tp is float:

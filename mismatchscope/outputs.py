@@ -21,7 +21,6 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from .errors import InputError, OutputError, UsageError
 
@@ -346,23 +345,3 @@ def require_matplotlib() -> None:
         raise UsageError(
             "--plots and --html need matplotlib", hint="install the plot extra: pip install 'mismatchscope[plot]'"
         ) from None
-
-
-def jsonable(x: Any) -> Any:
-    """``x`` with NaN as null, infinities as ``"inf"``/``"-inf"`` and numpy scalars as Python numbers:
-    what every JSON a command writes (stdout, ``diagnose.json``) holds, so ``allow_nan=False`` never trips."""
-    import math
-
-    if isinstance(x, float):
-        if math.isnan(x):
-            return None
-        if math.isinf(x):
-            return "inf" if x > 0 else "-inf"
-        return x
-    if isinstance(x, dict):
-        return {str(k): jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [jsonable(v) for v in x]
-    if hasattr(x, "item") and callable(x.item):  # numpy scalars
-        return jsonable(x.item())
-    return x

@@ -84,7 +84,7 @@ def test_a_flattened_mapping_writes_its_entries_beside_the_fixed_keys():
 def test_from_json_reads_back_exactly_or_refuses():
     assert from_json(_Up | _Down, {"kind": "down", "by": 2}) == _Down("down", 2)  # the member whose literal fits
     assert from_json(list[_Row], [{"step": 1}]) == [_Row(1, {})]
-    # what outputs.jsonable writes as numbers: numpy scalars, tuples
+    # what documents.jsonable writes as numbers: numpy scalars, tuples
     assert from_json(list[_Up], ({"kind": "up", "by": np.float32(0.5)},)) == [_Up("up", 0.5)]
     for bad in (
         {"kind": "down", "by": 2, "extra": 1},  # a key the type does not declare
@@ -212,10 +212,9 @@ def test_import_with_routes_output_validates(tmp_path):
 
 def test_probe_output_validates(capsys):
     # what probe and rescore print after writing a run, here for the golden probe run (no engine started)
-    from mismatchscope.cli._streams import OutputFormat
-    from mismatchscope.cli.probe import _parsed_rules, _summarise
+    from mismatchscope.cli.probe import _parsed_rules, _show
 
-    _summarise(GOLDEN, _parsed_rules(None), OutputFormat.json)
+    _show(GOLDEN, _parsed_rules(None), "json")
     doc = json.loads(capsys.readouterr().out)
     schema = json.loads((SCHEMAS / "probe.json").read_text())
     jsonschema.validate(doc, schema, cls=jsonschema.Draft202012Validator)

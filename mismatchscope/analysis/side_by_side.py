@@ -65,7 +65,7 @@ class ReadingRow:
 
 
 @dataclass(frozen=True)
-class SideBySide:
+class Readings:
     """What ``compare-masks --readings`` prints (``docs/schemas/compare-masks-readings.json``)."""
 
     tokens: int
@@ -76,6 +76,8 @@ class SideBySide:
     first: str = field(metadata={"doc": "the reading every other one is compared with"})
     readings: list[ReadingRow]
     warnings: list[str]
+    written: list[str] = field(default_factory=list, metadata={"json": False})
+    """the files of the per-token audit the pass wrote (``--write``)."""
 
 
 def parse_readings(text: str) -> list[RuleInstance]:
@@ -141,7 +143,7 @@ def hypotheses(rule: RuleInstance, has_advantage: bool) -> list[Hypothesis]:
     return list(HYPOTHESES) if rule.spec.uses_advantage and not has_advantage else ["data"]
 
 
-def side_by_side(path: str, text: str, mapping: dict[str, str] | None = None, sink=None) -> SideBySide:
+def side_by_side(path: str, text: str, mapping: dict[str, str] | None = None, sink=None) -> Readings:
     """``compare-masks --readings``: the rule, a row per reading and hypothesis, the differences.
 
     ``sink``: the pass's ``BatchSink`` (``compare-masks --readings R --write DIR``)."""
@@ -161,7 +163,7 @@ def side_by_side(path: str, text: str, mapping: dict[str, str] | None = None, si
     assert result.masks is not None  # masks=True
     if not token_level:
         _sequence_differences(result, rules, diffs)
-    return SideBySide(
+    return Readings(
         result.tokens,
         result.sequences,
         rules[0].spec.name,

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from ..documents import optional
 from ..execution.compare import FieldRow, Status
 from ..execution.contract import Contract
+from ..formatting import fmt
 from .compare import Difference, PairingResult
 from .routes import RouteResult
 from .rows import FullVocabResult
@@ -38,13 +39,8 @@ def pairing_line(p: PairingResult) -> str:
         return f"all {p.tokens:,} pairs byte-equal in {p.dtype}{without}"
     return (
         f"{p.differing:,} of {p.tokens:,} pairs ({p.share:.2%}) differ in {p.dtype}; "
-        f"ULP median {_g4(p.ulp_median)}, max {p.ulp_max:,}; stable K3 mean {p.k3_mean:.3g} (diagnostic){without}"
+        f"ULP median {fmt(p.ulp_median)}, max {p.ulp_max:,}; stable K3 mean {p.k3_mean:.3g} (diagnostic){without}"
     )
-
-
-def _g4(v: float | None) -> str:
-    """4 significant digits, ``-`` for none (as the gate's tables write numbers)."""
-    return "-" if v is None else f"{v:.4g}"
 
 
 @dataclass(frozen=True)
@@ -177,13 +173,22 @@ class CertifyDocument:
         ),
     )
 
+    source: Verdict = field(kw_only=True, metadata={"json": False})
+    """the verdict as the library holds it: what the tables, Markdown and JUnit list beyond the JSON."""
+    seconds: float = field(default=0.0, kw_only=True, metadata={"json": False})
+    """how long the certification took (the JUnit report's time)."""
+
     @classmethod
-    def of(cls, v: Verdict) -> CertifyDocument:
+    def of(cls, v: Verdict, rows: FullVocabResult | None = None, seconds: float = 0.0) -> CertifyDocument:
+        """The verdict's document; with ``--full-vocab``'s whole rows, a run whose rows part is not certified."""
+        parted = rows is not None and not rows.equal
+        reasons = [*v.reasons, f"full vocabulary: {rows.detail()}"] if parted and rows is not None else v.reasons
+        certified = v.certified and not parted
         return cls(
             v.run,
-            "certified" if v.certified else "not certified",
-            v.certified,
-            v.reasons,
+            "certified" if certified else "not certified",
+            certified,
+            reasons,
             [CheckEntry(n, ok, d) for n, ok, d in checks(v)],
             [PairingEntry.of(p) for p in v.pairings],
             [p.name for p in v.absent],
@@ -194,4 +199,13 @@ class CertifyDocument:
             v.warnings,
             v.identities,
             [SideRow.of(r) for r in v.sides],
+            rows,
+            source=v,
+            seconds=seconds,
         )
+
+    def cases(self) -> list[CheckEntry]:
+        """Every check the reports list: the JSON's, and with ``--full-vocab`` the whole rows', which decides the
+        verdict like the others."""
+        rows = self.full_vocab
+        return [*self.checks, *([] if rows is None else [CheckEntry("full_vocab", rows.equal, rows.detail())])]

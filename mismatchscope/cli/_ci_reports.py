@@ -2,16 +2,16 @@
 command that gives a verdict: the same checks before any work, the same order of writes, the same lines on stderr.
 
 The step summary is appended to, never replaced (a job's steps share it), and only when the variable names a file;
-the Markdown is rendered once for both the ``--markdown`` file and the summary.
+the Markdown file and the summary hold the same text.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from ._streams import info
+from ._output import save
 
 STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
 
@@ -34,22 +34,12 @@ class CiReports:
         ``--html``) go before the step summary, so a bad path is named in the order the options are listed."""
         return [(self.junit_xml, "--junit-xml"), (self.markdown, "--markdown"), *others, (self.summary, STEP_SUMMARY)]
 
-    def write(self, inputs, junit: Callable[[], str], markdown: Callable[[], str]) -> None:
-        """Render and write each report asked for: JUnit, then the Markdown file, then the summary appended.
-
-        ``junit`` and ``markdown`` render only when their report is asked for; ``inputs`` (from ``check_all``)
-        keeps a write from replacing a file the command read.
-        """
-        from ..outputs import write_text
-
+    def write(self, inputs, doc: Any) -> None:
+        """Each report asked for, of the command's document: JUnit, then the Markdown file, then the summary
+        appended. ``inputs`` (from ``check_all``) keeps a write from replacing a file the command read."""
         if self.junit_xml:
-            write_text(self.junit_xml, junit(), "--junit-xml", inputs=inputs)
-            info(f"wrote {self.junit_xml}")
-        if not (self.markdown or self.summary):
-            return
-        text = markdown()
+            save(doc, "junit", self.junit_xml, "--junit-xml", inputs)
         if self.markdown:
-            write_text(self.markdown, text, "--markdown", inputs=inputs)
-            info(f"wrote {self.markdown}")
+            save(doc, "markdown", self.markdown, "--markdown", inputs)
         if self.summary:
-            write_text(self.summary, text + "\n", STEP_SUMMARY, append=True, inputs=inputs)
+            save(doc, "markdown", self.summary, STEP_SUMMARY, inputs, append=True)

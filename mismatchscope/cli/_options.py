@@ -7,7 +7,6 @@ from typing import Any, Optional
 import typer
 
 from ._help import HelpCommand
-from ._streams import OutputFormat
 
 PathArg = typer.Argument(
     ...,
@@ -85,8 +84,45 @@ def markdown_option(what: str) -> Any:
 
 
 ColumnOpt = column_option()
+
+
+def _choice_type():
+    """The choice type typer gives an enum (its own where it vendors click, so errors stay click's usage
+    errors and the metavar reads ``<table|json>``), else click's."""
+    try:
+        from typer._types import TyperChoice
+    except ImportError:  # typer before it vendored click
+        from click import Choice as TyperChoice
+    return TyperChoice
+
+
+_Choice: Any = _choice_type()
+
+
+class _Formats(_Choice):
+    """``--format``'s values: the stream formats the output seam holds when the line is parsed (a format
+    registered after this module was imported is taken too), the default first."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+
+    @property
+    def choices(self):  # type: ignore[override]
+        from ..render.seam import stream_formats
+
+        return tuple(stream_formats())
+
+    @choices.setter
+    def choices(self, value) -> None:  # click's own constructor sets them: the seam holds them instead
+        pass
+
+
 FormatOpt = typer.Option(
-    OutputFormat.table, "--format", "-f", help="table (rich, for people) or json (for machines; data only on stdout)."
+    "table",
+    "--format",
+    "-f",
+    click_type=_Formats(),
+    help="table (rich, for people) or json (for machines; data only on stdout).",
 )
 RuleOpt = rule_option()
 

@@ -8,7 +8,7 @@ import typer
 
 from ._ci_reports import CiReports
 from ._options import ColumnOpt, FormatOpt, JunitXmlOpt, markdown_option
-from ._streams import OutputFormat, emit_json, stdout_console, warn
+from ._streams import warn
 
 
 def certify(
@@ -29,7 +29,7 @@ def certify(
     ),
     show: int = typer.Option(10, "--show", min=0, help="How many differing tokens (and route flips) to list."),
     column: list[str] | None = ColumnOpt,
-    format: OutputFormat = FormatOpt,
+    format: str = FormatOpt,
     junit_xml: str | None = JunitXmlOpt,
     markdown: str | None = markdown_option("Markdown"),
     full_vocab: bool = typer.Option(
@@ -46,19 +46,21 @@ def certify(
     Exit code 0: certified; 1: not certified; 2: a usage or input error.
     """
     from ..outputs import check_all
+    from ..render import seam
 
     reports = CiReports.asked(junit_xml, markdown)
     inputs = check_all(files=reports.outputs(), inputs=[run])
-    verdict, rows, seconds = _run(run, column, pairing, show, full_vocab)
-    _write_reports(reports, verdict, rows, seconds, inputs)
-    _print(verdict, rows, format)
-    if not verdict.certified or (rows is not None and not rows.equal):
+    doc = _run(run, column, pairing, show, full_vocab)
+    reports.write(inputs, doc)
+    seam.show(doc, format)
+    if not doc.certified:
         raise typer.Exit(1)
 
 
 def _run(run: str, column: list[str] | None, pairing: list[str] | None, show: int, full_vocab: bool):
     """The verdict, and with ``--full-vocab`` the whole rows' too, timed together (the JUnit report's seconds)."""
     from ..certify import certify_run
+    from ..certify.document import CertifyDocument
     from ..reader import parse_column_mapping
 
     t0 = time.perf_counter()
@@ -71,22 +73,4 @@ def _run(run: str, column: list[str] | None, pairing: list[str] | None, show: in
     seconds = time.perf_counter() - t0
     for w in verdict.warnings:
         warn(w)
-    return verdict, rows, seconds
-
-
-def _print(verdict, rows, format: OutputFormat) -> None:
-    if format is OutputFormat.json:
-        from ..render.certify.payload import payload, with_rows
-
-        emit_json(with_rows(payload(verdict), rows))
-        return
-    from ..render.certify.terminal import certify_tables
-
-    certify_tables(stdout_console(), verdict, rows)
-
-
-def _write_reports(reports: CiReports, verdict, rows, seconds: float, inputs) -> None:
-    from ..render.certify.junit import junit_xml
-    from ..render.certify.markdown import markdown
-
-    reports.write(inputs, junit=lambda: junit_xml(verdict, seconds, rows), markdown=lambda: markdown(verdict, rows))
+    return CertifyDocument.of(verdict, rows, seconds)

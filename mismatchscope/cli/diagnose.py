@@ -48,12 +48,20 @@ from ._options import (
     sampler_option,
     seed_option,
 )
-from ._streams import OutputFormat, emit_json, stdout_console
 
 if TYPE_CHECKING:
+    from ..diagnose.document import DiagnoseDocument
     from ..progress import Progress
 
 EXIT_VARIANT_FAILED = 3
+
+
+DIAGNOSE_NOT_TAKEN = frozenset(
+    {"url", "api_key_env", "zero", "fp32_lm_head", "device_map", "trainer_device", "routes", "replay_routes"}
+    | {"replay_weights"}
+)
+"""The engine options diagnose has no parameter for: it starts its own samplers (no server), records routes in
+every run, and varies the zero profile, the heads and route replay as variants (``--vary``)."""
 
 
 def diagnose(
@@ -107,7 +115,7 @@ def diagnose(
     html: Path | None = html_option("Write a self-contained HTML summary here."),
     locate: bool = LocateOpt,
     locate_sequences: int | None = LocateSequencesOpt,
-    format: OutputFormat = FormatOpt,
+    format: str = FormatOpt,
 ) -> None:
     """Where the mismatch comes from (decomposition against a float64 reference), what each change does to it
     (variants with bootstrap intervals), whether the numbers are repeatable, and what each configuration costs."""
@@ -122,7 +130,9 @@ def diagnose(
     from ._progress import Bars, engine_env
 
     variants = given_variants(vary or [], matrix)
-    engine = EngineValues.of(ctx.params, engine_args(engine_arg))  # the configs as probe builds them
+    engine = EngineValues.of(
+        ctx.params, engine_args(engine_arg), not_taken=DIAGNOSE_NOT_TAKEN
+    )  # the configs as probe builds them
     sampler_cfg, trainer = engine.sampler_config(), engine.trainer_config()
     out_dir = out or Path("runs") / time.strftime("diagnose-%Y%m%d-%H%M%S")
     # torch's import notices, transformers' loading bars: into OUT/engine.log, as probe does (the samplers'
@@ -150,29 +160,27 @@ def diagnose(
         engine_env()
         with Bars(enabled=True) as bars:
             payload = run_diagnose(opts, cast("Progress", bars))  # Bars has Progress's methods
-    from ..render.diagnose import json_document, print_diagnose
-    from ..render.plots.diagnose import write_pictures
+    from ..diagnose.document import DiagnoseDocument
+    from ..render import seam
+    from ..render.diagnose_pictures import write_pictures
 
-    write_pictures(payload, plots, html, opts.out, (checkpoint, opts.prompts, matrix))
-    if format is OutputFormat.json:
-        emit_json(json_document(payload))
-    else:
-        print_diagnose(stdout_console(), payload)
-    _interrupted(payload)
-    if any(v["status"] in ("failed", "timed out") for v in payload["variants"]):
+    doc = DiagnoseDocument.of(payload)
+    write_pictures(doc, plots, html, opts.out, (checkpoint, opts.prompts, matrix))
+    seam.show(doc, format)
+    _interrupted(doc)
+    if doc.failed():
         raise typer.Exit(EXIT_VARIANT_FAILED)
 
 
-def _interrupted(payload: dict) -> None:
+def _interrupted(doc: DiagnoseDocument) -> None:
     """A Ctrl-C during the localisations (they run last): everything measured before stays, and is printed;
     the command says what was not localised and exits as an interrupted command does."""
-    from ..diagnose.locate.configurations import interrupted
     from ._streams import info
 
-    left = interrupted(payload)
+    left = doc.interrupted()
     if left:
         info(
             f"interrupted: the localisation of {', '.join(left)} did not finish; every other number above is "
-            f"complete and kept in {payload['out']}"
+            f"complete and kept in {doc.out}"
         )
         raise typer.Exit(130)

@@ -6,13 +6,13 @@ import typer
 
 from ..analysis.parallel import keep_freed_memory
 from ._options import ColumnOpt, FormatOpt, PathArg, tokenizer_option
-from ._streams import OutputFormat, emit_json, info, stdout_console, warn
+from ._streams import info, warn
 
 
 def doctor(
     path: str = PathArg,
     column: list[str] | None = ColumnOpt,
-    format: OutputFormat = FormatOpt,
+    format: str = FormatOpt,
     tokenizer: str | None = tokenizer_option(
         "A multi-turn run: re-encode each turn's sampled ids with this checkpoint's tokenizer and chat template, to "
         "see re-tokenization (default: a probe run's own checkpoint, where it is still there)."
@@ -27,24 +27,20 @@ def doctor(
     Every detector's statistic, threshold and false-alarm rate, and the calibration corpus: docs/doctor.md.
     """
     keep_freed_memory()
+    from dataclasses import replace
+
     from ..doctor import doctor as run_doctor
     from ..outputs import check_all
     from ..reader import parse_column_mapping
+    from ..render import seam
 
     check_all(inputs=[path])
-    doc = run_doctor(path, parse_column_mapping(column), tokenizer=tokenizer)
+    doc = replace(run_doctor(path, parse_column_mapping(column), tokenizer=tokenizer), path=path)
     for w in doc.warnings:
         warn(w)
     for note in doc.notes:
         info(f"note: {note}")
-    if format is OutputFormat.json:
-        from ..render.doctor import doctor_payload
-
-        emit_json(doctor_payload(doc))
-    else:
-        from ..render.doctor import doctor_tables
-
-        doctor_tables(stdout_console(), doc, path)
+    seam.show(doc, format)
     from ..doctor.document import VERDICT_EXIT
 
     if VERDICT_EXIT[doc.verdict]:  # pipeline: the one verdict that fails a CI job

@@ -24,10 +24,12 @@ from ._options import (
     rule_option,
     tokenizer_option,
 )
-from ._streams import OutputFormat, emit_json, info, stdout_console, warn
+from ._output import save, save_pictures
+from ._streams import info, warn
 
 if TYPE_CHECKING:
     from ..gate.config import GateConfig
+    from ..gate.document import GateDocument
     from ..outputs import Inputs
 
 
@@ -87,7 +89,7 @@ def gate(
         None, "--seed", min=0, help="Bootstrap seed (default 0): same files, same verdict."
     ),
     column: list[str] | None = ColumnOpt,
-    format: OutputFormat = FormatOpt,
+    format: str = FormatOpt,
     junit_xml: str | None = JunitXmlOpt,
     markdown: str | None = markdown_option("a Markdown table"),
     plots: str | None = plots_option(
@@ -106,6 +108,8 @@ def gate(
     Exit code 0: every limit holds; 1: a limit failed; 2: a usage or input error (incomparable runs included).
     """
     keep_freed_memory()
+    from ..render import seam
+
     if init:
         return _write_starter(candidate if candidate is not None else "gate.toml", force)
     if candidate is None:
@@ -129,10 +133,10 @@ def gate(
     reports = CiReports.asked(junit_xml, markdown)
     inputs = _check_paths(candidate, base, config, cfg, reports, plots, html)
     given = _page_tokenizer(tokenizer, html)
-    result, seconds = _run(candidate, base, cfg, column, pictures=plots is not None or html is not None)
-    _write_outputs(result, seconds, reports, plots, html, inputs, given)
-    _print(result, format)
-    if not result.passed:
+    doc = _run(candidate, base, cfg, column, plots=plots is not None, page=html is not None, tokenizer=given)
+    _write_outputs(doc, reports, plots, html, inputs)
+    seam.show(doc, format)
+    if doc.verdict == "fail":
         raise typer.Exit(1)
 
 
@@ -192,11 +196,23 @@ def _check_paths(
     return inputs
 
 
-def _run(candidate: str, baseline: str | None, cfg: GateConfig, column: list[str] | None, *, pictures: bool):
-    """The gate's one library call, timed (the JUnit report carries the seconds), its warnings and notes said."""
+def _run(
+    candidate: str,
+    baseline: str | None,
+    cfg: GateConfig,
+    column: list[str] | None,
+    *,
+    plots: bool,
+    page: bool,
+    tokenizer,
+) -> GateDocument:
+    """The gate's one library call, timed (the JUnit report carries the seconds), its warnings and notes said;
+    with a page (``--html``), the candidate's token view, read with ``tokenizer``'s text."""
+    from ..gate.document import GateDocument, candidate_tokens
     from ..gate.run import run_gate
     from ..reader import parse_column_mapping
 
+    pictures = plots or page
     t0 = time.perf_counter()
     sweeps = _plot_sweeps(cfg) if pictures else None
     result = run_gate(
@@ -213,18 +229,7 @@ def _run(candidate: str, baseline: str | None, cfg: GateConfig, column: list[str
         warn(w)
     for n in result.notes:
         info(n)
-    return result, seconds
-
-
-def _print(result, format: OutputFormat) -> None:
-    if format is OutputFormat.json:
-        from ..render.gate.terminal import gate_payload
-
-        emit_json(gate_payload(result))
-    else:
-        from ..render.gate.terminal import gate_tables
-
-        gate_tables(stdout_console(), result)
+    return GateDocument.of(result, seconds, candidate_tokens(result, tokenizer) if page else None)
 
 
 def _write_starter(name: str, force: bool) -> None:
@@ -256,33 +261,11 @@ def _page_tokenizer(tokenizer: str | None, html: str | None):
     return given_tokenizer(tokenizer)
 
 
-def _token_view(result, given):
-    """The candidate's worst sequences token by token, marked by the gate's rules (else the rules report draws)."""
-    from ..rules.drawn import plot_rules
-    from ..view import ViewOptions, token_view
+def _write_outputs(doc: GateDocument, reports: CiReports, plots: str | None, html: str | None, inputs) -> None:
+    reports.write(inputs, doc)
+    if plots:
+        from ..render.gate_pictures import pictures
 
-    rules = result.config.rule_instances() or plot_rules(None)
-    return token_view(result.candidate.path, result.candidate.result, rules, ViewOptions(), given)
-
-
-def _write_outputs(
-    result, seconds: float, reports: CiReports, plots: str | None, html: str | None, inputs, given=None
-) -> None:
-    from ..render.gate.junit import junit_xml
-    from ..render.gate.markdown import markdown
-
-    reports.write(inputs, junit=lambda: junit_xml(result, seconds), markdown=lambda: markdown(result))
-    if plots or html:
-        from ..render.gate.pictures import gate_figures
-        from ..render.plots import write_pngs
-
-        figures = gate_figures(result)
-        if plots:
-            for p in write_pngs(figures, Path(plots), inputs):
-                info(f"wrote {p}")
-        if html:
-            from ..outputs import write_text
-            from ..render.gate.page import gate_page
-
-            write_text(html, gate_page(result, figures, _token_view(result, given)), "--html", inputs=inputs)
-            info(f"wrote {html}")
+        save_pictures(pictures(doc), plots, inputs)
+    if html:
+        save(doc, "html", html, "--html", inputs)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import typer
@@ -10,7 +9,7 @@ import typer
 from ..errors import UsageError
 from ..importers import IMPORTERS, PICKLED_FORMATS, ROUTE_ENCODINGS
 from ._options import FormatOpt, column_option, out_option
-from ._streams import OutputFormat, emit_json, info, reader_left, stdout_console, warn
+from ._streams import info, reader_left, warn
 
 FORMATS = tuple(IMPORTERS)
 
@@ -84,10 +83,12 @@ def import_(
         help="The model that recorded the routes: its checkpoint folder or config.json "
         "(decoder layers, MoE layers, experts, top-k).",
     ),
-    format: OutputFormat = FormatOpt,
+    format: str = FormatOpt,
 ) -> None:
     """Convert what an RL run already logged (NeMo-RL, prime-rl, slime, SkyRL, verl, ROLL, or your own JSONL/Parquet) into token pairs."""
     from ..importers import import_run
+    from ..importers.document import ImportDocument
+    from ..render import seam
 
     src_path = _source(fmt, src, trust_pickle, routes_format)
     out_dir = _out_dir(out, src_path)
@@ -103,15 +104,7 @@ def import_(
     )
     for w in result.warnings:
         warn(w)
-    if format is OutputFormat.json:
-        from ..render.importer import import_payload
-
-        emit_json(import_payload(result, out_dir))
-    else:
-        from ..render.importer import import_lines
-
-        import_lines(stdout_console(), result, out_dir)
-    sys.stdout.flush()
+    seam.show(ImportDocument.of(result, out_dir), format)
     if reader_left():  # ``| head -0``: the summary had nowhere to go, the run is whole (the command succeeds)
         warn(f"stdout was closed before the summary was written; the import is complete in {out_dir}")
 

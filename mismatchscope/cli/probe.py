@@ -3,7 +3,6 @@ report and compare-masks tables the analysis commands print."""
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from ..bundled import sample_dir
-from ..errors import NoTokensError, UsageError
+from ..errors import UsageError
 from ..probe.engine_log import engine_output
 from ._options import (
     DEFAULT_SAMPLER_DTYPE,
@@ -60,7 +59,7 @@ from ._options import (
     trainer_checkpoint_option,
 )
 from ._progress import Bars, engine_env
-from ._streams import OutputFormat, emit_json, info, stdout_console, warn
+from ._streams import info, warn
 
 if TYPE_CHECKING:
     from ..probe.options import ProbeOptions
@@ -74,50 +73,23 @@ def _parsed_rules(rules: list[str] | None) -> list:
     return [parse_rule(r) for r in rules] if rules else default_rules()
 
 
-def _summarise(run_dir: Path, selected: list, format: OutputFormat, located: dict[str, Any] | None = None) -> None:
-    """The report and compare-masks of the run written; ``located``: rescore --locate's entry, which the JSON
-    document carries (the terminal shows its table after)."""
-    from ..analysis.engine import AnalysisRequest, analyse
+def _show(run_dir: Path, selected: list, format: str, located: dict[str, Any] | None = None) -> None:
+    """The report and compare-masks of the run written; ``located``: rescore --locate's entry, which the
+    document carries (its table after the report's, its file named on stderr)."""
+    from ..probe.document import probe_document
+    from ..render import seam
 
-    try:
-        result = analyse(str(run_dir), AnalysisRequest(report=True, masks=True, rules=selected, examples=5))
-    except NoTokensError:
-        raise NoTokensError(
-            f"the run in {run_dir} holds no generated token with finite logprobs: every completion "
-            "was empty (the model ended each one at once) or dropped",
-            hint="check the prompts, --max-tokens and the stop settings; the run's samples/ folder "
-            "holds what was sampled",
-        ) from None
-    for w in result.warnings:
+    doc = probe_document(run_dir, selected)
+    for w in doc.analysis.warnings:
         warn(w)
-    if format is OutputFormat.json:
-        from ..documents import document
-        from ..probe.document import ProbeDocument
-
-        manifest = json.loads((run_dir / "manifest.json").read_text())
-        assert result.report is not None and result.masks is not None  # report=True, masks=True
-        from dataclasses import replace
-
-        report = replace(result.report, worst=None)  # as report prints it without --worst
-        doc = ProbeDocument(str(run_dir), manifest, report, result.masks)
-        if located is not None:
-            from ..diagnose.locate.document import with_localisation
-
-            doc = with_localisation(doc, located, run_dir / "locate" / "locate.json")
-        emit_json(document(doc))
+    if located is None:
+        seam.show(doc, format)
         return
-    from ..render.masks import masks_tables
-    from ..render.report import report_tables
-    from ..render.summary import summary_lines
-    from ..render.tables import header
+    from ..diagnose.locate.document import with_localisation
 
-    console = stdout_console()
-    header(console, result)
-    report_tables(console, result)
-    masks_tables(console, result, 5)
-    console.print()
-    for line in summary_lines(result, run_dir):  # the headline again, where the reader's eye ends
-        console.print(line, highlight=False, markup=False)
+    path = run_dir / "locate" / "locate.json"
+    seam.show(with_localisation(doc, located, path), format)
+    info(f"the localisation: {path}")
 
 
 def probe(
@@ -229,7 +201,7 @@ def probe(
     ),
     verbose: bool = VerboseOpt,
     rule: list[str] | None = RuleOpt,
-    format: OutputFormat = FormatOpt,
+    format: str = FormatOpt,
 ) -> None:
     """Sample with a real engine, teacher-force with a real trainer, record per-token logprob pairs, and print the report."""
     from ..probe.sampling import run_probe
@@ -239,7 +211,7 @@ def probe(
     opts = _probe_options({**ctx.params, **paths, "trainer_checkpoint": trainer_checkpoint})
     with engine_output(opts.out, verbose=verbose, sampler_kind=opts.sampler.kind), Bars(enabled=True) as bars:
         run_dir = run_probe(opts, bars)
-    _summarise(run_dir, selected, format)
+    _show(run_dir, selected, format)
 
 
 def _probe_options(params: dict[str, Any]) -> ProbeOptions:
@@ -249,15 +221,15 @@ def _probe_options(params: dict[str, Any]) -> ProbeOptions:
     ``params``: the command's parameters as click parsed them (``ctx.params``: numbers, flags and text), with its
     paths as typer converted them."""
     from ..probe import options
-    from ..probe.engine_checks import SERVER_KINDS
     from ..probe.engine_config import EngineValues
+    from ..probe.samplers import capabilities_of
 
     if params["logprobs_mode"] not in ("processed_logprobs", "raw_logprobs"):
         raise UsageError(f"--logprobs-mode {params['logprobs_mode']!r}", hint="use processed_logprobs or raw_logprobs")
     values = EngineValues.of(params)
     if values.zero and values.sampler_dtype == DEFAULT_SAMPLER_DTYPE:
         values = replace(values, sampler_dtype=values.trainer_dtype)  # one dtype on both sides; another is refused
-    if values.sampler_kind in SERVER_KINDS and not values.url:
+    if capabilities_of(values.sampler_kind).remote and not values.url:
         raise UsageError(f"--sampler {values.sampler_kind} needs --url http://HOST:PORT")
     from ..probe.turns import turns_config
 
@@ -305,6 +277,16 @@ def _out_dir(out: str | None, command: str) -> Path:
     return Path(out)
 
 
+RESCORE_NOT_TAKEN = frozenset(
+    {
+        *("sampler", "sampler_dtype", "sampler_fp32_lm_head", "fp32_lm_head", "zero", "url", "api_key_env"),
+        *("tensor_parallel_size", "max_num_seqs", "enforce_eager", "gpu_memory_utilization", "max_model_len"),
+        *("n", "max_tokens", "top_p", "top_k", "top_k_logprobs", "seed", "logprobs_mode"),
+    }
+)
+"""The engine options rescore has no parameter for: it scores samples already drawn, with the trainer alone."""
+
+
 def rescore(
     ctx: typer.Context,
     run: Path = typer.Argument(
@@ -340,14 +322,14 @@ def rescore(
     rule: list[str] | None = RuleOpt,
     locate: bool = LocateOpt,
     locate_sequences: int | None = LocateSequencesOpt,
-    format: OutputFormat = FormatOpt,
+    format: str = FormatOpt,
 ) -> None:
     """Re-score a run's samples with other trainer settings, or score an imported run with a checkpoint."""
     from ..probe.engine_config import EngineValues
     from ..probe.rescore import rescore as do_rescore
 
     selected = _parsed_rules(rule)
-    cfg = EngineValues.of(ctx.params).trainer_config()
+    cfg = EngineValues.of(ctx.params, not_taken=RESCORE_NOT_TAKEN).trainer_config()
     out_dir = _out_dir(out, "rescore")
     located, locate_opts = _locatable(run, locate, locate_sequences, checkpoint)
     with engine_output(out_dir, verbose=verbose), Bars(enabled=True) as bars:
@@ -362,8 +344,7 @@ def rescore(
             checkpoint=checkpoint,
         )
     entry = _locate(run, run_dir, cfg, trainer_checkpoint, located, locate_opts, verbose)
-    _summarise(run_dir, selected, format, entry)
-    _render_located(run_dir, entry, format)
+    _show(run_dir, selected, format, entry)
 
 
 def _locatable(run: Path, locate: bool, locate_sequences: int | None, checkpoint: Path | None):
@@ -395,14 +376,3 @@ def _locate(
 
     with engine_output(run_dir, verbose=verbose), Bars(enabled=True) as bars:
         return locate_rescored(run, run_dir, cfg, trainer_checkpoint, locate_opts, located, bars)
-
-
-def _render_located(run_dir: Path, entry: Any, format: OutputFormat) -> None:
-    """The localisation after the report: a table, or (JSON on stdout) one line saying where its file is (the
-    document on stdout carries it too)."""
-    if entry is not None and format is OutputFormat.json:
-        info(f"the localisation: {run_dir / 'locate' / 'locate.json'}")
-    elif entry is not None:
-        from ..render.locate_tables import render_locate
-
-        render_locate(stdout_console(), entry, title="locate")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import typer
 
 from ._options import FormatOpt
-from ._streams import OutputFormat, emit_json, info, stdout_console
 
 
 def provenance(
@@ -21,7 +20,7 @@ def provenance(
         show_default=False,
         help="A second run: RUN is then the baseline, RUN_B the candidate, each side against its own.",
     ),
-    format: OutputFormat = FormatOpt,
+    format: str = FormatOpt,
     markdown: str | None = typer.Option(
         None, "--markdown", metavar="FILE", help="Also write the comparison as Markdown (a pull-request comment)."
     ),
@@ -34,24 +33,16 @@ def provenance(
     What is recorded, and from where: docs/provenance.md.
     """
     from ..execution.document import provenance_document
-    from ..outputs import check_all, write_text
+    from ..outputs import check_all
+    from ..render import seam
+    from ._output import save
 
     inputs = check_all(files=[(markdown, "--markdown")], inputs=[p for p in (run, run_b) if p is not None])
     _check_runs(run, run_b)
     doc = provenance_document(run, run_b)
     if markdown:
-        from ..render.provenance import markdown as render_markdown
-
-        write_text(markdown, render_markdown(doc), "--markdown", inputs=inputs)
-        info(f"wrote {markdown}")
-    if format is OutputFormat.json:
-        from ..render.provenance import provenance_payload
-
-        emit_json(provenance_payload(doc))
-    else:
-        from ..render.provenance import provenance_tables
-
-        provenance_tables(stdout_console(), doc)
+        save(doc, "markdown", markdown, "--markdown", inputs)
+    seam.show(doc, format)
 
 
 def _check_runs(*paths: str | None) -> None:

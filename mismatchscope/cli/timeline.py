@@ -6,7 +6,7 @@ import typer
 
 from ..analysis.parallel import keep_freed_memory
 from ._options import ColumnOpt, FormatOpt, plots_option, rule_option
-from ._streams import OutputFormat, emit_json, info, stdout_console, warn
+from ._streams import info, warn
 
 RunsArg = typer.Argument(
     ...,
@@ -31,7 +31,7 @@ def timeline(
         "Repeatable; none means icepop and ipo at their defaults (the two that need no advantage)."
     ),
     column: list[str] | None = ColumnOpt,
-    format: OutputFormat = FormatOpt,
+    format: str = FormatOpt,
     plots: str | None = plots_option(
         "Also write DIR/timeline.png: one panel per metric, flagged steps marked "
         "(with two or more runs or --x: DIR/timeline_compare.png)."
@@ -68,8 +68,9 @@ def _refuse_one_run_options(**given_options) -> None:
         )
 
 
-def _one_run(path: str, rule, by, column, format: OutputFormat, plots: str | None, inputs) -> None:
+def _one_run(path: str, rule, by, column, format: str, plots: str | None, inputs) -> None:
     from ..reader import parse_column_mapping
+    from ..render import seam
     from ..rules import parse_rule
     from ..timeline import timeline as run_timeline
 
@@ -79,19 +80,15 @@ def _one_run(path: str, rule, by, column, format: OutputFormat, plots: str | Non
         warn(w)
     png = None
     if plots is not None:
-        from ..render.plots.timeline import plot_timeline
+        from ..render.timeline_pictures import plot_timeline
 
         png = plot_timeline(result, plots, inputs)
         info(f"wrote {png}")
-    if format is OutputFormat.json:
-        emit_json(result.payload(str(png) if png else None))
-        return
-    from ..render.timeline import timeline_tables
-
-    timeline_tables(stdout_console(), result)
+    seam.show(result.document(str(png) if png else None), format)
 
 
-def _compare(paths: list[str], x: str, format: OutputFormat, plots: str | None, inputs) -> None:
+def _compare(paths: list[str], x: str, format: str, plots: str | None, inputs) -> None:
+    from ..render import seam
     from ..timeline.compare import compare
 
     if x not in ("step", "wall"):
@@ -103,17 +100,10 @@ def _compare(paths: list[str], x: str, format: OutputFormat, plots: str | None, 
         for w in line.skipped_lines():
             warn(w)
     if plots is not None:
-        from ..render.plots.timeline import write_compare
+        from ..render.timeline_pictures import write_compare
 
         info(f"wrote {write_compare(result, plots, inputs)}")
-    if format is OutputFormat.json:
-        from ..documents import document
-
-        emit_json(document(result))
-        return
-    from ..render.timeline import compare_table
-
-    compare_table(stdout_console(), result)
+    seam.show(result, format)
 
 
 timeline.__doc__ = "\n\n".join(

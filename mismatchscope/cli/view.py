@@ -1,4 +1,4 @@
-"""``view``: a thin command over ``view.view_run``; the page is ``render/tokens_page.py``'s."""
+"""``view``: a thin command over ``view.view_run``; the page is ``render/token_view_html.py``'s."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import typer
 from ..analysis.parallel import keep_freed_memory
 from ..errors import UsageError
 from ._options import ColumnOpt, FormatOpt, PathArg, html_option, rule_option, tokenizer_option
-from ._streams import OutputFormat, emit_json, info, stdout_console, warn
+from ._streams import warn
 
 DEFAULT_WORST = 20
 
@@ -50,15 +50,18 @@ def view(
         help="Show at most N tokens on the page; a longer sequence shows the window around its largest gap.",
     ),
     column: list[str] | None = ColumnOpt,
-    format: OutputFormat = FormatOpt,
+    format: str = FormatOpt,
 ) -> None:
     """The worst (or chosen) sequences as text, each token coloured by log p - log q and marked by every rule that rejects or reweights it; hover or focus a token for both sides' numbers and top-k."""
     keep_freed_memory()
-    from ..outputs import check_all, write_text
+    from dataclasses import replace
+
+    from ..outputs import check_all
     from ..reader import parse_column_mapping
-    from ..render.tokens_page import tokens_page
+    from ..render import seam
     from ..rules import default_rules, parse_rule
     from ..view import ViewOptions, view_run
+    from ._output import save
 
     if html is None:
         raise UsageError("view writes a page: give it --html FILE", hint="e.g. mismatchscope view RUN --html view.html")
@@ -68,19 +71,11 @@ def view(
         raise UsageError("--sequences names the sequences; --worst and --by choose them", hint="give one or the other")
     options = ViewOptions(worst=worst or DEFAULT_WORST, by=by, sequences=tuple(asked), max_tokens=token_cap)
     rules = [parse_rule(r) for r in rule] if rule else default_rules()
-    page = view_run(path, rules, options, tokenizer, parse_column_mapping(column))
-    for w in page.warnings:
+    doc = replace(view_run(path, rules, options, tokenizer, parse_column_mapping(column)), page=html)
+    for w in doc.warnings:
         warn(w)
-    write_text(html, tokens_page(page), "--html", inputs=inputs)
-    info(f"wrote {html} ({len(page.sequences)} sequences, {page.shown_tokens:,} tokens)")
-    if format is OutputFormat.json:
-        from ..documents import document
-
-        emit_json(document(page))
-        return
-    from ..render.view_table import view_table
-
-    view_table(stdout_console(), page, html)
+    save(doc, "html", html, "--html", inputs, said=f"({len(doc.sequences)} sequences, {doc.shown_tokens:,} tokens)")
+    seam.show(doc, format)
 
 
 def _ids(items: list[str] | None) -> list[int]:

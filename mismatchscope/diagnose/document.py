@@ -17,7 +17,7 @@ from typing import Any, Literal
 from ..analysis.results import TokenMetrics
 from ..documents import flatten, from_json, optional
 from ..probe.types import SamplerConfig, SamplingConfig
-from .locate.document import LocateResult
+from .locate.document import INTERRUPTED, LocateResult
 
 
 @dataclass(frozen=True)
@@ -332,6 +332,14 @@ class DiagnoseDocument:
     locate: list[LocateOk | LocateNotRun] | None = field(
         default=None, metadata=optional("--locate: per configuration, where the gap enters")
     )
+
+    def interrupted(self) -> list[str]:
+        """The configurations whose localisation a Ctrl-C stopped (empty when none did)."""
+        return [e.configuration for e in self.locate or [] if e.status == INTERRUPTED]
+
+    def failed(self) -> bool:
+        """Whether a variant did not finish: its engine did not start, its process died, or it timed out."""
+        return any(v.status in ("failed", "timed out") for v in self.variants)
 
     @classmethod
     def of(cls, payload: dict[str, Any]) -> DiagnoseDocument:

@@ -43,10 +43,6 @@ class DiagnoseOptions:
     """``--locate``: localise the gap of every configuration, after everything else (:mod:`.locate`)."""
 
 
-SAMPLER_KINDS = ("vllm", "hf")
-"""diagnose starts its own sampler for every configuration: an engine in-process, or transformers' generate."""
-
-
 def check_options(opts: DiagnoseOptions):
     """Everything that can be checked without an engine, for the baseline and every variant; returns the
     checkpoint info. The probe's own checks judge each configuration, so diagnose refuses exactly what
@@ -56,10 +52,13 @@ def check_options(opts: DiagnoseOptions):
     from ..probe.prompts import load_prompts
 
     check_sampling(opts.sampling)
-    if opts.sampler.kind not in SAMPLER_KINDS:
+    from ..probe.samplers import capabilities_of, kinds_with
+
+    # diagnose starts its own sampler for every configuration: an engine in-process, or transformers' generate
+    if not capabilities_of(opts.sampler.kind).starts_here:
         raise UsageError(
             f"diagnose starts its own samplers; --sampler {opts.sampler.kind} is not one of them",
-            hint=f"use --sampler {' or --sampler '.join(SAMPLER_KINDS)}",
+            hint=f"use --sampler {' or --sampler '.join(kinds_with('starts_here'))}",
         )
     check_names(opts.variants)
     base = Configuration(opts.sampler, opts.trainer, dict(opts.env))

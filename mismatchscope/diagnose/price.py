@@ -12,7 +12,10 @@ in each configuration's ``throughput``; nothing is timed here.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .document import ZeroPrice
 
 
 def _ratio(fast: float | None, slow: float | None) -> float | None:
@@ -51,15 +54,15 @@ def zero_price(payload: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def price_line(entry: dict[str, Any]) -> str:
+def price_line(entry: ZeroPrice) -> str:
     """``zero costs 3.1x here: ...``: one certified configuration's price in words."""
 
     def x(v: float | None) -> str:
         return "-" if v is None else f"{v:.2f}x"
 
     return (
-        f"zero costs {x(entry['cost_x'])} here: {entry['configuration']} (certified) runs "
-        f"{entry['pipeline_tokens_per_s']:,.0f} pipeline tokens/s against {entry['against_pipeline_tokens_per_s']:,.0f} "
-        f"for {entry['against']}, the fastest uncertified configuration (sampling {x(entry['sampler_cost_x'])}, "
-        f"scoring {x(entry['trainer_cost_x'])})"
+        f"zero costs {x(entry.cost_x)} here: {entry.configuration} (certified) runs "
+        f"{entry.pipeline_tokens_per_s:,.0f} pipeline tokens/s against {entry.against_pipeline_tokens_per_s:,.0f} "
+        f"for {entry.against}, the fastest uncertified configuration (sampling {x(entry.sampler_cost_x)}, "
+        f"scoring {x(entry.trainer_cost_x)})"
     )

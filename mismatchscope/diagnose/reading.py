@@ -9,11 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..formatting import pct
 from .effects import PRIMARY
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.3g}%"
 
 
 def reading(p: dict[str, Any]) -> str:
@@ -42,7 +39,7 @@ def _owner(p: dict[str, Any], base: float) -> list[str]:
     )
     corr = dec.get("correlation")
     return [
-        f"the {owner} owns {_pct(share)} of the gap (mean |log p - log q| {base:.3g}"
+        f"the {owner} owns {pct(share)} of the gap (mean |log p - log q| {base:.3g}"
         + (f"; error correlation {corr:.2f}" if corr is not None else "")
         + ")"
     ]
@@ -59,7 +56,7 @@ def _removers(ok: list[dict[str, Any]], base: float) -> list[str]:
         timing = v["throughput"].get("timing")
         interval = f" ({timing['low']:.2f}-{timing['high']:.2f}x)" if timing else ""
         out.append(
-            f"{v['name']} removes {_pct(removed)} of it" + (f" at {rel:.2f}x throughput{interval}" if rel else "")
+            f"{v['name']} removes {pct(removed)} of it" + (f" at {rel:.2f}x throughput{interval}" if rel else "")
         )
     return out
 

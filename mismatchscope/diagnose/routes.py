@@ -42,7 +42,10 @@ def routing_meta(run_dir: Path) -> RoutingMeta | None:
 def replay_unavailable(run_dir: Path, sampler_kind: str) -> str | None:
     """Why the baseline's tokens cannot be rescored under its sampler's routes; None when they can."""
     meta = routing_meta(run_dir)
-    hint = " (use --sampler hf, whose routes are recorded on any machine)" if sampler_kind != "hf" else ""
+    from ..probe.samplers import capabilities_of
+
+    recorded_anywhere = capabilities_of(sampler_kind).transformers  # transformers' routes are recorded on any machine
+    hint = "" if recorded_anywhere else " (use --sampler hf, whose routes are recorded on any machine)"
     if meta is None or not list((run_dir / ROUTES).glob("part-*.parquet")):
         return f"{REPLAY_KEY} needs the sampler's routes, and the baseline run recorded no routes{hint}"
     if not meta.sampler.recorded:

@@ -25,7 +25,6 @@ is the payload the CLI prints.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -252,12 +251,10 @@ def _conclude(payload: dict[str, Any]) -> None:
 
 def write_document(out: Path, payload: dict[str, Any]) -> None:
     """``OUT/diagnose.json``: the typed document of ``payload``, as ``--format json`` prints it."""
-    from ..documents import document
-    from ..outputs import jsonable
+    from ..documents import json_text
     from .document import DiagnoseDocument
 
-    text = json.dumps(jsonable(document(DiagnoseDocument.of(payload))), indent=2, allow_nan=False) + "\n"
-    rundir.atomic_write_bytes(out / "diagnose.json", text.encode())
+    rundir.atomic_write_bytes(out / "diagnose.json", json_text(DiagnoseDocument.of(payload)).encode())
 
 
 def _base_configuration(opts: DiagnoseOptions) -> Configuration:

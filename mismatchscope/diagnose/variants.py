@@ -301,8 +301,10 @@ def default_matrix(device: str, base: Configuration) -> list[Variant]:
         {"trainer.attn_implementation": "flash_attention_2"},
         None if device == "cuda" else "needs a GPU: flash_attention_2 is a CUDA kernel",
     )
+    from ..probe.samplers import capabilities_of
+
     zero = zero_variant(ZERO_OPT_IN)  # listed with the flag that runs it: minutes, not tens of minutes, by default
-    if base.sampler.kind == "hf":
+    if capabilities_of(base.sampler.kind).transformers:
         return [*_hf_sampler_matrix(base), *_trainer_matrix(base), flash, zero]
     return [*_vllm_matrix(device, base), *_trainer_matrix(base), zero, *_gpu_matrix(device, base), flash]
 

@@ -196,3 +196,5 @@ class DoctorDocument:
     warnings: list[str] = field(default_factory=list)
     notes: tuple[str, ...] = field(default=(), metadata={"json": False})
     """said on the terminal only (the pass's notes: a run read more slowly than it could be)."""
+    path: str = field(default="", kw_only=True, metadata={"json": False})
+    """the run as it was given (the table's first line names it)."""

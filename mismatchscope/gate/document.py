@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..execution.stack import StackReport
+from ..view.document import TokenView
 from .checks import Check
 from .compare import _MISSING, Comparability, Difference
 from .config import AbsoluteLimit, GateConfig, RegressionLimit
@@ -104,9 +105,15 @@ class GateDocument:
     stack: StackReport | None = field(
         metadata={"doc": "what changed in the stack between baseline and candidate, from their provenance"}
     )
+    source: GateResult = field(kw_only=True, metadata={"json": False})
+    """the gate's result as the library holds it: what the tables, reports and pictures draw beyond the JSON."""
+    seconds: float = field(default=0.0, kw_only=True, metadata={"json": False})
+    """how long the gate took (the JUnit report's time)."""
+    tokens: TokenView | None = field(default=None, kw_only=True, metadata={"json": False})
+    """the candidate's worst sequences token by token: the page's tokens tab (``--html``)."""
 
     @classmethod
-    def of(cls, result: GateResult) -> GateDocument:
+    def of(cls, result: GateResult, seconds: float = 0.0, tokens: TokenView | None = None) -> GateDocument:
         return cls(
             "pass" if result.passed else "fail",
             list(result.checks),
@@ -117,4 +124,17 @@ class GateDocument:
             result.warnings,
             result.notes,
             result.stack,
+            source=result,
+            seconds=seconds,
+            tokens=tokens,
         )
+
+
+def candidate_tokens(result: GateResult, given: Any) -> TokenView:
+    """The candidate's worst sequences token by token, marked by the gate's rules (else the rules report draws);
+    ``given``: the tokenizer ``--tokenizer`` named (``view.given_tokenizer``)."""
+    from ..rules.drawn import plot_rules
+    from ..view import ViewOptions, token_view
+
+    rules = result.config.rule_instances() or plot_rules(None)
+    return token_view(result.candidate.path, result.candidate.result, rules, ViewOptions(), given)

@@ -260,6 +260,7 @@ def _import_locked(
     manifest["provenance"] = _provenance(fmt)
     sequence_rows = getattr(importer, "sequence_rows", None)
     if sequence_rows is not None:  # a sampler-only dump: the sequences rescore scores for the trainer's side
+        result.sampler_only = True
         _write_sequences(stage, out, None if routes_plan else sequence_rows, fmt, result, manifest)
     if routes_plan is not None:
         from .routes import write
@@ -367,7 +368,7 @@ def _manifest(
     ctx: ImportContext,
 ) -> dict[str, Any]:
     counts = result.to_dict()
-    for key in ("out", "warnings", "format", "routes"):
+    for key in ("out", "warnings", "format", "routes", "sampler_only"):
         counts.pop(key)
     return {
         "complete": True,

@@ -50,6 +50,8 @@ class ImportResult:
     warnings: list[str] = field(default_factory=list)
     routes: dict[str, Any] | None = None
     """the manifest's ``routes`` entry, when MoE routes were imported (``--routes``)."""
+    sampler_only: bool = False
+    """the dump holds the sampler's side only: its sequences' ids were kept for ``rescore``."""
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

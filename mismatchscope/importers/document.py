@@ -54,6 +54,8 @@ class ImportDocument:
     shards: int
     warnings: list[str]
     routes: RoutesImported | None = field(metadata={"doc": "null without --routes"})
+    sampler_only: bool = field(default=False, metadata={"json": False})
+    """the dump held the sampler's side only: ``rescore`` scores its trainer's side next."""
 
     @classmethod
     def of(cls, r: ImportResult, out: Any) -> ImportDocument:
@@ -70,4 +72,5 @@ class ImportDocument:
             r.shards,
             list(r.warnings),
             RoutesImported(**r.routes) if r.routes is not None else None,
+            r.sampler_only,
         )

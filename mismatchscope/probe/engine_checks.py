@@ -24,10 +24,6 @@ from ..redact import redact_url
 from .hf_model import DTYPES, canonical_dtype
 from .types import SamplerConfig, TrainerConfig
 
-SAMPLER_KINDS = ("vllm", "vllm-server", "trl-server", "hf")
-"""the names of ``samplers.SAMPLERS`` (kept here so checking a name imports no sampler module)."""
-SERVER_KINDS = ("vllm-server", "trl-server")
-"""the samplers that are a running server at ``--url``."""
 VLLM_ONLY_DTYPES = ("auto",)
 """vLLM takes ``auto``; the transformers side refuses it (it picks a different dtype per machine)."""
 ATTN_IMPLEMENTATIONS = (
@@ -229,14 +225,18 @@ def check_server_engine_args(args: dict[str, Any]) -> None:
 
 
 def check_sampler(cfg: SamplerConfig) -> None:
-    if cfg.kind not in SAMPLER_KINDS:
-        raise UsageError(f"--sampler {cfg.kind!r} is not a sampler", hint=f"use one of {', '.join(SAMPLER_KINDS)}")
-    check_dtype(cfg.dtype, "--sampler-dtype", VLLM_ONLY_DTYPES if cfg.kind != "hf" else ())
-    if cfg.kind == "hf":
+    from .samplers import SAMPLERS, capabilities_of
+
+    if cfg.kind not in SAMPLERS:
+        raise UsageError(f"--sampler {cfg.kind!r} is not a sampler", hint=f"use one of {', '.join(SAMPLERS)}")
+    caps = capabilities_of(cfg.kind)
+    check_dtype(cfg.dtype, "--sampler-dtype", () if caps.transformers else VLLM_ONLY_DTYPES)
+    if caps.transformers:
         check_hf_engine_args(cfg.engine_args, cfg.device)
-    if cfg.kind == "vllm" and cfg.engine_args and installed("vllm"):  # without vLLM, check_engine_installed says so
+    # without vLLM, check_engine_installed says so
+    if caps.package == "vllm" and not caps.remote and cfg.engine_args and installed("vllm"):
         check_vllm_engine_args(cfg.engine_args)
-    if cfg.kind in SERVER_KINDS:
+    if caps.remote:
         check_server_engine_args(cfg.engine_args)
         if not cfg.url:
             raise UsageError(f"--sampler {cfg.kind} needs --url http://HOST:PORT")

@@ -63,14 +63,31 @@ class EngineValues:
     """``--routes/--no-routes``: record both sides' MoE routes."""
 
     @classmethod
-    def of(cls, params: Mapping[str, Any], engine_args: dict[str, Any] | None = None) -> EngineValues:
+    def of(
+        cls,
+        params: Mapping[str, Any],
+        engine_args: dict[str, Any] | None = None,
+        *,
+        not_taken: frozenset[str] = frozenset(),
+    ) -> EngineValues:
         """The values among a command's parameters (``ctx.params``) that are engine options; the rest is not read.
 
+        ``not_taken``: the engine options the command has no parameter for (they keep their defaults). Every other
+        option must be one of its parameters, by this name: a parameter renamed on one side only is a
+        ``TypeError`` on every call (``tests/cli/test_options_consumed.py``), never a default taken in silence.
         A value the command leaves unset (None, as rescore's ``--temperature`` of a probe run) keeps the default.
         """
-        names = {f.name for f in fields(cls)} - {"engine_args"}
+        names = cls.names()
+        missing, extra = sorted(names - not_taken - params.keys()), sorted(not_taken & params.keys())
+        if missing or extra:
+            raise TypeError(f"engine options without a parameter: {missing}; declared not taken but given: {extra}")
         given = {k: v for k, v in params.items() if k in names and v is not None}
         return cls(**given, engine_args=engine_args or {})
+
+    @classmethod
+    def names(cls) -> frozenset[str]:
+        """The parameter names of the engine options."""
+        return frozenset(f.name for f in fields(cls)) - {"engine_args"}
 
     @property
     def sampler_kind(self) -> str:

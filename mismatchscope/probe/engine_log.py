@@ -201,7 +201,10 @@ def _raise_engine_error(e: Exception, log: Path | None, sampler_kind: str | None
             e.hint = f"{e.hint}; {where}" if e.hint else where
         return
     cause = root_cause(text, e)
-    hf = "--sampler hf samples with transformers instead" if sampler_kind == "vllm" else None
+    from .samplers import capabilities_of
+
+    caps = capabilities_of(sampler_kind or "")
+    hf = "--sampler hf samples with transformers instead" if caps.package == "vllm" and not caps.remote else None
     what = "vLLM could not start the engine" if _in_start(e) else "vLLM failed"
     raise EngineError(f"{what}: {cause}", hint="; ".join(h for h in (hf, where) if h) or None) from e
 

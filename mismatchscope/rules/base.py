@@ -58,7 +58,6 @@ class Range:
 UNIT = Range(0.0, 1.0)
 """probabilities, probability gaps, clip widths below 1."""
 NONNEG = Range(0.0, INF)
-POSITIVE = Range(0.0, INF, lo_open=True)
 RATIO_LOW = Range(0.0, 1.0)
 """a lower bound on a ratio: the kept band must contain r = 1, or every perfectly matched token would be cut
 (with RATIO_HIGH this also orders every [lo, hi] pair: lo <= 1 <= hi)."""

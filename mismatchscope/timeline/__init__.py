@@ -2,18 +2,17 @@
 
 :func:`timeline` reads a file (or run) with a ``step`` column once
 (``series.build_series``), then tests every series of every group for spikes,
-shifts and drifts (``changes.detect``). ``mismatchscope.render.plots.timeline`` draws it.
+shifts and drifts (``changes.detect``). ``mismatchscope.render.timeline_pictures`` draws it.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from ..documents import document, from_json
+from ..documents import from_json
 from ..metrics import COUNTED, RATIO_BAND
 from ..rules import RuleInstance, make_instance
 from .changes import ChangeConfig, detect, methods
@@ -43,7 +42,7 @@ class TimelineResult:
             steps=int(np.unique(s.step_K).size),
             by=s.by,
             groups=s.groups,
-            metrics=[SeriesInfo(m.name, m.heading, m.unit, m.scale) for m in s.metrics],
+            metrics=[SeriesInfo(m.name, m.heading, m.unit, m.scale, m.label) for m in s.metrics],
             rules=[
                 RuleSeries(u.rule.name, u.rule.params, u.rule.level, u.rule.spec.acts, u.hypothesis, u.metric.name)
                 for u in s.units
@@ -72,10 +71,6 @@ class TimelineResult:
             )
             for i in range(s.step_K.size)
         ]
-
-    def payload(self, plot: str | None = None) -> dict[str, Any]:
-        """The JSON document (``schema_version`` first)."""
-        return document(self.document(plot))
 
 
 def timeline(

@@ -79,7 +79,7 @@ class RunLine:
 
 
 @dataclass(frozen=True)
-class Comparison:
+class TimelineComparison:
     x: str = field(metadata={"doc": "step or wall"})
     runs: list[RunLine]
     fastest: str | None = field(metadata={"doc": "the run with the lowest cost per step"})
@@ -204,7 +204,7 @@ def _refuse_repeats(paths: list[str]) -> None:
         seen.update(dict.fromkeys(shards, p))
 
 
-def compare(paths: list[str], x: XAxis) -> Comparison:
+def compare(paths: list[str], x: XAxis) -> TimelineComparison:
     """The runs side by side; ``--x wall`` needs every run's wall times."""
     if x not in ("step", "wall"):
         raise UsageError(f"--x {x!r}", hint="use --x step or --x wall")
@@ -219,16 +219,16 @@ def compare(paths: list[str], x: XAxis) -> Comparison:
         )
     timed = [line for line in lines if line.seconds_per_step]
     if not timed:
-        return Comparison(x, lines, None, {}, "no run says how long its steps took")
+        return TimelineComparison(x, lines, None, {}, "no run says how long its steps took")
     fastest = min(timed, key=lambda line: line.seconds_per_step or 0.0)
     base = fastest.seconds_per_step or 1.0
     cost = {line.run: (line.seconds_per_step or 0.0) / base for line in timed}
     slowest = max(timed, key=lambda line: line.seconds_per_step or 0.0)
     if len(timed) == 1:
         only = f"{fastest.run}: a median {fastest.seconds_per_step:.3g} s per step ({fastest.seconds_source} seconds)"
-        return Comparison(x, lines, fastest.run, cost, only)
+        return TimelineComparison(x, lines, fastest.run, cost, only)
     statement = (
         f"{slowest.run} costs {cost[slowest.run]:.2f}x per step: a median {slowest.seconds_per_step:.3g} s against "
         f"{fastest.seconds_per_step:.3g} s for {fastest.run} ({slowest.seconds_source} seconds)"
     )
-    return Comparison(x, lines, fastest.run, cost, statement)
+    return TimelineComparison(x, lines, fastest.run, cost, statement)

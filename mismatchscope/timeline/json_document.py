@@ -24,6 +24,8 @@ class SeriesInfo:
     unit: str
     test_scale: str
     """the scale the change tests run on: log, or asin-sqrt for shares."""
+    short: str = field(default="", metadata={"json": False})
+    """its column header in the tables ("k3 mean")."""
 
 
 @dataclass

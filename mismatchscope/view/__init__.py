@@ -3,7 +3,7 @@
 :mod:`.select` chooses the sequences from the analysis pass's per-sequence
 table, :mod:`.rows` reads their tokens, :mod:`.text` finds the run's
 tokenizer and decodes them, :mod:`.build` judges and assembles the typed
-:class:`~.document.TokenView` that ``render/tokens_page.py`` draws.
+:class:`~.document.TokenView` that ``render/token_view_html.py`` draws.
 """
 
 from .build import MAX_TOKENS, ViewOptions, build_view

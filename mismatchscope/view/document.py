@@ -1,5 +1,5 @@
 """The token view as a typed document: what ``view`` shows, and what report's, compare-masks' and gate's pages
-show in their "tokens" tab. ``render/tokens_page.py`` draws it; the page carries it as JSON for its tooltips.
+show in their "tokens" tab. ``render/token_view_html.py`` draws it; the page carries it as JSON for its tooltips.
 
 Per sequence the values are columns over the shown tokens in position order
 (a window of the sequence where the page's token cap cut it); a rule is
@@ -102,3 +102,5 @@ class TokenView:
         metadata={"doc": "what the pass said about the run (dropped tokens, an unfinished run)"}
     )
     sequences: list[ViewSequence]
+    page: str | None = field(default=None, metadata={"json": False})
+    """the page the view was written to (``view --html``), which the table names."""

@@ -189,8 +189,7 @@ def test_a_probe_run_without_tokens_says_so_in_probe_terms(tmp_path):
     """All completions empty: the run is written, then the summary said only "the input has no token rows"."""
     import pyarrow as pa
 
-    from mismatchscope.cli._streams import OutputFormat
-    from mismatchscope.cli.probe import _parsed_rules, _summarise
+    from mismatchscope.cli.probe import _parsed_rules, _show
     from mismatchscope.errors import NoTokensError
     from mismatchscope.schema import arrow_schema
 
@@ -200,7 +199,7 @@ def test_a_probe_run_without_tokens_says_so_in_probe_terms(tmp_path):
     pq.write_table(pa.Table.from_pylist([], schema=schema), run / "tokens" / "part-00000.parquet")
     (run / "manifest.json").write_text(json.dumps({"status": "complete"}))
     with pytest.raises(NoTokensError) as e:
-        _summarise(run, _parsed_rules(None), OutputFormat.table)
+        _show(run, _parsed_rules(None), "table")
     assert str(e.value) == (
         f"the run in {run} holds no generated token with finite logprobs: every completion was empty (the model "
         "ended each one at once) or dropped (check the prompts, --max-tokens and the stop settings; the run's "

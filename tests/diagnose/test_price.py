@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from mismatchscope.diagnose.document import ZeroPrice
 from mismatchscope.diagnose.price import price_line, zero_price
 from mismatchscope.diagnose.variants import ZERO_CHANGES, Configuration, apply, parse_vary, zero_variant
+from mismatchscope.documents import from_json
 from mismatchscope.probe.types import SamplerConfig, TrainerConfig
 
 
@@ -33,7 +35,7 @@ def test_zero_costs_the_fastest_uncertified_rate_over_its_own():
     # the fastest uncertified ok configuration is "fast" (600 > 400); 600/150 = 4, 800/200 = 4, 2400/600 = 4
     assert entry["against"] == "fast" and entry["cost_x"] == 4.0
     assert entry["sampler_cost_x"] == 4.0 and entry["trainer_cost_x"] == 4.0
-    line = price_line(entry)
+    line = price_line(from_json(ZeroPrice, entry))
     assert line.startswith("zero costs 4.00x here: zero (certified)") and "fast" in line
 
 

@@ -91,6 +91,8 @@ def test_ctrl_c_during_the_localisations_keeps_what_finished_and_says_so(tmp_pat
         ("x", "interrupted"),
     ]
     assert entries[1]["reason"] == "interrupted (Ctrl-C) before this localisation finished"
-    from mismatchscope.diagnose.locate.configurations import interrupted
+    from mismatchscope.diagnose.document import LocateNotRun
+    from mismatchscope.diagnose.locate.document import INTERRUPTED
 
-    assert interrupted({"locate": entries}) == ["trainer.dtype=bfloat16", "x"]
+    stopped = [LocateNotRun(e["configuration"], e["status"], e["reason"]) for e in entries[1:]]
+    assert all(e.status == INTERRUPTED for e in stopped)

@@ -28,7 +28,7 @@ def test_the_engine_capture_reproduces_its_own_prefill_logprobs(vllm_sampler, mo
     sampler = vllm_sampler(info, dtype, mode)
     seqs = [Sequence([3, 4, 5, 6], list(range(20, 44)), "a"), Sequence([7, 8], list(range(60, 75)), "b")]
     positions = sample_positions(seqs, 32)
-    capture, closure = capture_vllm(sampler._engine_for(SamplingConfig(logprobs_mode=mode)), seqs, positions, "s")
+    capture, closure = capture_vllm(sampler.engine_for(SamplingConfig(logprobs_mode=mode)), seqs, positions, "s")
     engine = sampler.prefill_logprobs([s.prompt for s in seqs], [s.completion for s in seqs], SamplingConfig())
     for i, (s, pos) in enumerate(zip(seqs, positions, strict=True)):
         recorded = np.asarray(engine[i])[pos - (len(s.prompt) - 1)]

@@ -40,6 +40,7 @@ LAYERS: dict[str, int] = {
             "routing",
             "metrics",
             "documents",
+            "formatting",
             "progress",
             "terminal",
             "turns",
@@ -52,8 +53,9 @@ LAYERS: dict[str, int] = {
     "analysis": 2,
     # 3: what the commands compute, each from the analysis or from an engine
     **dict.fromkeys(("gate", "timeline", "importers", "live", "probe", "certify", "doctor", "audit", "view"), 3),
-    # 4: experiments that drive several of the above
-    "diagnose": 4,
+    # 4: experiments that drive several of the above; report's and compare-masks' documents (an analysis with
+    # doctor's verdict, the token view and the audit beside it)
+    **dict.fromkeys(("diagnose", "reporting"), 4),
     # 5: every output format of the results above: tables, Markdown, JUnit, pictures, pages
     "render": 5,
     # 6: the command line

@@ -30,13 +30,12 @@ def test_the_hypothesis_column_is_explained():
 def test_probe_ends_with_a_summary_of_its_headline(capsys):
     """probe printed 213 lines with the headline four screens up and nothing at the end: its last lines are now
     the summary (numbers of the golden probe, as report gives them)."""
-    from mismatchscope.cli._streams import OutputFormat
-    from mismatchscope.cli.probe import _summarise
+    from mismatchscope.cli.probe import _show
     from mismatchscope.rules import default_rules
     from tests.helpers import REPO
 
     run = REPO / "tests" / "data" / "golden-probe"
-    _summarise(run, default_rules(), OutputFormat.table)
+    _show(run, default_rules(), "table")
     out = " ".join(capsys.readouterr().out.split())
     text = out[out.rindex("Summary (") :]
     assert "Summary (sampler vllm/float16 vs trainer float32, 434 tokens in 8 sequences):" in text, text

@@ -11,8 +11,8 @@ import pytest
 
 from mismatchscope.errors import RecorderInputError, UsageError
 from mismatchscope.live import Recorder
-from mismatchscope.render.timeline import time_unit
-from mismatchscope.timeline.compare import Comparison, RunLine, SkippedStep, StepPoint, compare
+from mismatchscope.render.timeline_comparison_table import time_unit
+from mismatchscope.timeline.compare import RunLine, SkippedStep, StepPoint, TimelineComparison, compare
 from tests.helpers import cli
 
 
@@ -104,9 +104,9 @@ def test_the_bundled_runs_compare_against_wall_clock_and_only_the_zero_run_certi
     assert cli("report", default).returncode == 0
 
 
-def _spanning(hours: float) -> Comparison:
+def _spanning(hours: float) -> TimelineComparison:
     line = RunLine("r", [StepPoint(0, 0.0, None, 0.0, 0.0, 1), StepPoint(1, hours, None, 0.0, 0.0, 1)], True, 1.0, "")
-    return Comparison("wall", [line], None, {}, "")
+    return TimelineComparison("wall", [line], None, {}, "")
 
 
 def test_the_table_shows_time_in_the_unit_its_span_reads_in(tmp_path):

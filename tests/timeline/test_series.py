@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mismatchscope.documents import document
 from mismatchscope.errors import MissingColumnsError, UsageError
 from mismatchscope.rules import parse_rule
 from mismatchscope.timeline import timeline
@@ -35,7 +36,7 @@ def tiny(write):
 
 
 def rows_by_step(result, group="all") -> dict[int, dict]:
-    return {r["step"]: r for r in result.payload()["rows"] if r["group"] == group}
+    return {r["step"]: r for r in document(result.document())["rows"] if r["group"] == group}
 
 
 @needs_ruptures
@@ -213,7 +214,7 @@ def test_kpop_and_verl_rs_per_step(write):
     # verl-rs seq_mean_k3 (a sequence rule here): step 0 seq 1 mean k3 (0.316291 + 0) / 2 > 0.01 -> 2/2;
     # step 1 seq 2 mean (0.901388 + 0 + 1.204442) / 3 -> 3/3; step 2 seq 3 k3 0 kept, seq 4 k3 = 9 - ln 10 = 6.697 -> 1/2
     assert [rows[s]["verl-rs_reject_rate"] for s in (0, 1, 2)] == pytest.approx([1.0, 1.0, 0.5])
-    levels = {u["name"]: u["level"] for u in r.payload()["rules"]}
+    levels = {u["name"]: u["level"] for u in document(r.document())["rules"]}
     assert levels == {"kpop": "token", "verl-rs": "sequence"}
 
 

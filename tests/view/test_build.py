@@ -70,7 +70,7 @@ def test_sequence_rules_decide_on_the_pass_s_inputs(write):
 
 
 def test_turns_and_tool_spans_where_the_run_has_them(tmp_path, monkeypatch):
-    from mismatchscope.render.tokens_page import tokens_section
+    from mismatchscope.render.token_view_html import tokens_section
 
     for name in ("turn", "turn_position"):
         if name not in schema.COLUMNS:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ...documents import to_json
+from .document import INTERRUPTED
 from .run import from_spec, locate, reference_capture, trainer_capture
 
 REPLAY_SKIP = "route replay is not applied in the localisation: the trainer's own router runs"
@@ -65,13 +66,7 @@ def locate_all(opts, info, reference, variants: list[dict[str, Any]], progress) 
     return out
 
 
-INTERRUPTED = "interrupted"
 INTERRUPTED_REASON = "interrupted (Ctrl-C) before this localisation finished"
-
-
-def interrupted(payload: dict[str, Any]) -> list[str]:
-    """The configurations whose localisation a Ctrl-C stopped (empty when none did)."""
-    return [e["configuration"] for e in payload.get("locate") or [] if e.get("status") == INTERRUPTED]
 
 
 def _one(name, opts, info, reference, trainer_cfg, sampler, refs) -> dict[str, Any]:

@@ -10,6 +10,9 @@ from typing import Any
 from ...documents import flatten, optional
 from ...probe.document import ProbeDocument
 
+INTERRUPTED = "interrupted"
+"""the status of a localisation a Ctrl-C stopped before it finished."""
+
 MEASURE = (
     "per token: ||a - b|| / ||reference|| at a vector point, |a - b| (nats) at logprob; median and max over "
     "the sampled tokens"

@@ -22,7 +22,6 @@ from typing import Any
 from ...errors import SamplerError, UsageError
 from .run import LocateOptions
 
-KINDS = ("vllm", "hf")
 TIMEOUT_S = 900
 
 
@@ -38,7 +37,9 @@ def check_locatable(run: Path, checkpoint: Path | None = None) -> dict[str, Any]
         return None
     config = {} if is_imported(run) else (manifest or {}).get("config") or {}
     kind = (config.get("sampler") or {}).get("kind")
-    if kind not in KINDS:
+    from ...probe.samplers import capabilities_of
+
+    if kind is None or not (capabilities_of(kind).starts_here and capabilities_of(kind).capture):
         shown = f"--sampler {kind}" if kind else "another stack (an import)"
         raise UsageError(
             f"--locate starts the run's sampler again, and {run} was sampled by {shown}",
@@ -78,8 +79,7 @@ def locate_rescored(
 
 def _locate(run, out, folder, trainer_cfg, trainer_checkpoint, opts, config, progress) -> dict[str, Any]:
     from ... import rundir
-    from ...documents import document, to_json
-    from ...outputs import jsonable
+    from ...documents import json_text, to_json
     from ...probe.checkpoint import inspect_checkpoint
     from ...probe.trainer import HFTrainer
     from ..reference import load_reference
@@ -104,8 +104,7 @@ def _locate(run, out, folder, trainer_cfg, trainer_checkpoint, opts, config, pro
         "reference": reference.dtype,
     }
     result = locate(sampler, trainer, ref, reference, sequences, opts.budget, labels, time.perf_counter() - t0)
-    doc = document(result)
-    rundir.atomic_write_bytes(folder / "locate.json", (json.dumps(jsonable(doc), indent=2) + "\n").encode())
+    rundir.atomic_write_bytes(folder / "locate.json", json_text(result).encode())
     return {"configuration": str(run), "status": "ok", **to_json(result)}
 
 

@@ -99,10 +99,12 @@ def capture_sampler(sampler, sampling, sequences: list[Sequence], budget: int, p
     t0 = time.perf_counter()
     positions = sample_positions(sequences, budget)
     closure = None
-    if sampler.name == "vllm":
+    from ...probe.samplers import capabilities_of
+
+    if capabilities_of(sampler.name).capture == "vllm":
         from .vllm_capture import NOTE, capture_vllm
 
-        capture, closure = capture_vllm(sampler._engine_for(sampling), sequences, positions, "sampler")
+        capture, closure = capture_vllm(sampler.engine_for(sampling), sequences, positions, "sampler")
         note = NOTE
     else:
         from ...probe.trainer import LogitTransform
@@ -138,7 +140,7 @@ def trainer_capture(trainer, info, sequences: list[Sequence], budget: int) -> Si
     from .hf_capture import capture_hf
 
     positions = sample_positions(sequences, budget)
-    return capture_hf(trainer.model, info.model_type, sequences, positions, trainer._logits, "trainer")
+    return capture_hf(trainer.model, info.model_type, sequences, positions, trainer.logits, "trainer")
 
 
 def locate(

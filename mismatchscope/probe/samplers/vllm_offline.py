@@ -50,7 +50,7 @@ class VLLMOfflineSampler:
         """the last ``SamplingParams`` the engine received (its provenance records them)."""
         self._moe_layers, self._routes_why = _route_plan(info)
         if sampling is not None:
-            self._engine_for(sampling)
+            self.engine_for(sampling)
 
     # ------------------------------------------------------------ engine
 
@@ -86,7 +86,7 @@ class VLLMOfflineSampler:
         args.update(cfg.engine_args)
         return args
 
-    def _engine_for(self, sampling: SamplingConfig):
+    def engine_for(self, sampling: SamplingConfig):
         """The engine for this call's logprobs mode, started (or restarted) when needed."""
         if self._llm is not None and self._engine_args is not None:
             same_mode = self._engine_args.get("logprobs_mode") == sampling.logprobs_mode
@@ -114,7 +114,7 @@ class VLLMOfflineSampler:
         from vllm.inputs import TokensPrompt
 
         check_prompts(prompts, sampling)
-        llm = self._engine_for(sampling)
+        llm = self.engine_for(sampling)
         layout, per_request_n = request_layout(len(prompts), sampling)
         params = SamplingParams(
             n=per_request_n,
@@ -153,7 +153,7 @@ class VLLMOfflineSampler:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        llm = self._engine_for(sampling)
+        llm = self.engine_for(sampling)
         params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
         outputs = llm.generate(
             [TokensPrompt(prompt_token_ids=[*p, *c]) for p, c in zip(prompts, completions, strict=True)],

@@ -228,8 +228,11 @@ def test_rescore_locate_refuses_a_run_whose_sampler_cannot_start_again(tmp_path)
     assert "Traceback" not in r.stderr and not out.exists()  # refused before any rescoring
 
 
-def _entry(layers: int) -> dict:
+def _entry(layers: int, configuration: str = "baseline"):
     """A localisation of ``layers`` MoE layers with the widest numbers the table prints."""
+    from mismatchscope.diagnose.document import LocateOk
+    from mismatchscope.documents import from_json
+
     names = point_names(layers, set(range(layers)))
     spread = {"median": 1.234e-05, "max": 1.234e-05}  # the widest a difference prints
     points = []
@@ -255,20 +258,25 @@ def _entry(layers: int) -> dict:
             }
         )
     verdict_ = {"first_difference": "embed", "first_parting": "embed", "largest_growth": ["embed"], "reading": "r"}
-    return {
-        "configuration": "baseline",
+    entry = {
+        "configuration": configuration,
         "status": "ok",
         "sampler": "vllm float16",
         "trainer": "transformers float32",
         "reference": "float64",
         "sampler_note": "n",
         "sampler_closure": 0.0,
+        "token_budget": 256,
         "tokens": 256,
         "sequences": ["a"],
+        "capture_bytes": 0,
+        "seconds": 1.0,
+        "measure": "relative",
         "points": points,
         "missing": {},
         "verdict": verdict_,
     }
+    return from_json(LocateOk, entry)
 
 
 def test_the_table_reads_whole_at_80_columns_for_a_40_layer_model():
@@ -276,14 +284,14 @@ def test_the_table_reads_whole_at_80_columns_for_a_40_layer_model():
 
     from rich.console import Console
 
-    from mismatchscope.render.locate_tables import render_locate
+    from mismatchscope.render.locate_table import render_locate
 
     buf = io.StringIO()
-    render_locate(Console(file=buf, width=80, color_system=None), _entry(40))
+    render_locate(Console(file=buf, width=80, color_system=None), _entry(40).result, "baseline")
     text = buf.getvalue()
     rows = [line for line in text.splitlines() if "attn_residual" in line]
     assert len(rows) == 40 and all(len(line) <= 80 for line in text.splitlines())
-    from mismatchscope.render.tables import num
+    from mismatchscope.formatting import num
 
     widest = num(1.234e-05, 3)
     assert "layers" not in rows[-1] and "39" in rows[-1] and rows[-1].count(widest) == 4  # no number cut
@@ -330,8 +338,7 @@ def test_the_document_matches_its_generated_schema(dense):
     import json
 
     jsonschema = pytest.importorskip("jsonschema")
-    from mismatchscope.documents import document
-    from mismatchscope.outputs import jsonable
+    from mismatchscope.documents import document, jsonable
 
     info, ref, sdpa = dense
     result = _locate(info, sdpa, _capture(info, "float32", "eager"), ref)  # growth "new" at layers.0.attn: inf
@@ -359,10 +366,11 @@ def test_a_variant_name_with_brackets_is_printed_as_written():
 
     from rich.console import Console
 
-    from mismatchscope.render.locate_tables import render_all
+    from mismatchscope.diagnose.document import LocateNotRun
+    from mismatchscope.render.locate_table import render_all
 
-    entry = {**_entry(1), "configuration": "sampler.engine.x=[1, 2]"}
-    failed = {"configuration": "sampler.env.A=[red]", "status": "failed", "reason": "why [b]"}
+    entry = _entry(1, "sampler.engine.x=[1, 2]")
+    failed = LocateNotRun("sampler.env.A=[red]", "failed", "why [b]")
     buf = io.StringIO()
     render_all(Console(file=buf, width=80, color_system=None), [entry, failed])
     assert "locate sampler.engine.x=[1, 2]: r" in buf.getvalue()
@@ -371,10 +379,11 @@ def test_a_variant_name_with_brackets_is_printed_as_written():
 
 def test_the_html_section_and_the_picture_of_a_localisation(tmp_path):
     pytest.importorskip("matplotlib")
-    from mismatchscope.render.plots.locate import html_section, write_locate
+    from mismatchscope.diagnose.document import LocateNotRun
+    from mismatchscope.render.locate_pictures import html_section, write_locate
 
     entry = _entry(2)
-    failed = {"configuration": "sampler.compile", "status": "failed", "reason": "needs eager <mode>"}
+    failed = LocateNotRun("sampler.compile", "failed", "needs eager <mode>")
     html = html_section([entry, failed])
     assert "Where the gap enters" in html and "needs eager &lt;mode&gt;" in html and "<img" in html
     [png] = write_locate([entry, failed], tmp_path)  # a failed entry draws nothing

@@ -319,8 +319,8 @@ def test_sweep_picture_draws_zero_as_zero():
     Points (threshold, reject rate): (1.5, 2%), (2, 0.04%), (5, 0%). The smallest positive rate 0.04% sets
     the linear region of the symmetric-log axis: [0, 0.01%]; decade ticks 0.01% .. 10% (2% x 2 = 4% -> 10%).
     """
-    from mismatchscope.render.plots.figures import Run
-    from mismatchscope.render.plots.sweeps import sweep_curves
+    from mismatchscope.render.figures import Run
+    from mismatchscope.render.sweep_pictures import sweep_curves
 
     points = [SweepPoint(v, "data", r, 0.0, 0, 0, 0, 0, None) for v, r in ((1.5, 0.02), (2.0, 0.0004), (5.0, 0.0))]
     masks = MasksResult(0, 0, [], {}, {}, None, [], [Sweep("icepop", "beta", "token", points)], [])

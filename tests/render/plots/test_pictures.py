@@ -4,6 +4,7 @@ difference into a trade-off, lines that stay visible on top of each other, and a
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ def test_rule_tails_draws_what_its_title_reads():
     were shares of each bucket's tokens. Both panels and the title now use one normalisation: each rule's bars sum
     to 100%, and the reading's share is the sum of its bars below 0.1."""
     from mismatchscope.analysis.engine import AnalysisRequest, analyse
-    from mismatchscope.render.plots.tails import TITLE, tail_breakdown
+    from mismatchscope.render.masks_pictures import TITLE, tail_breakdown
     from mismatchscope.rules import default_rules
 
     masks = analyse(str(SAMPLE_PAIRS), AnalysisRequest(masks=True, rules=default_rules())).masks
@@ -36,35 +37,56 @@ def test_rule_tails_draws_what_its_title_reads():
             assert shown and round(heights[below].sum()) == int(shown[1])
 
 
-def _payload(certified_zero: bool = True) -> dict:
-    """A diagnose payload of five configurations within 1% of each other's throughput (labels once overlapped)."""
+def _ns(data):
+    """Plain data as attributes: the fields of a typed document a picture reads, and no other."""
+    if isinstance(data, dict):
+        return SimpleNamespace(**{k: _ns(v) for k, v in data.items()})
+    return [_ns(v) for v in data] if isinstance(data, list) else data
+
+
+def _payload(certified_zero: bool = True):
+    """A diagnose document of five configurations within 1% of each other's throughput (labels once overlapped);
+    only the fields the picture reads are filled."""
+    from dataclasses import fields
+
+    from mismatchscope.diagnose.document import VariantOk
 
     def variant(name, gap, tps, low=0.99, high=1.01):
-        return {
-            "name": name,
-            "status": "ok",
-            "metrics": {"abs_logprob_diff_mean": gap},
-            "throughput": {"pipeline_tokens_per_s": tps, "timing": {"low": low, "high": high}},
-            "certified": name == "zero" and certified_zero,
-        }
+        unread = dict.fromkeys(f.name for f in fields(VariantOk))
+        return VariantOk(
+            **{
+                **unread,
+                "name": name,
+                "status": "ok",
+                "metrics": _ns({"abs_logprob_diff_mean": gap}),
+                "throughput": _ns({"pipeline_tokens_per_s": tps, "timing": {"low": low, "high": high}}),
+                "certified": name == "zero" and certified_zero,
+            }
+        )
 
-    return {
-        "baseline": {"metrics": {"abs_logprob_diff_mean": 5e-4}, "throughput": {"pipeline_tokens_per_s": 1000.0}},
-        "variants": [
-            variant("sampler.dtype=float32", 5e-7, 995.0),
-            variant("sampler.prefix_caching", 5.01e-4, 1004.0),
-            variant("trainer.attn=eager", 4.99e-4, 1001.0),
-            variant("zero", 0.0, 160.0, 0.15, 0.17),
-        ],
-        "pareto_front": ["sampler.prefix_caching", "sampler.dtype=float32", "zero"],
-        "zero_price": [{"configuration": "zero", "cost_x": 6.2}],
-    }
+    return _ns(
+        {
+            "baseline": {
+                "metrics": {"abs_logprob_diff_mean": 5e-4},
+                "throughput": {"pipeline_tokens_per_s": 1000.0},
+                "certified": False,
+            },
+            "variants": [
+                variant("sampler.dtype=float32", 5e-7, 995.0),
+                variant("sampler.prefix_caching", 5.01e-4, 1004.0),
+                variant("trainer.attn=eager", 4.99e-4, 1001.0),
+                variant("zero", 0.0, 160.0, 0.15, 0.17),
+            ],
+            "pareto_front": ["sampler.prefix_caching", "sampler.dtype=float32", "zero"],
+            "zero_price": [{"configuration": "zero", "cost_x": 6.2}],
+        }
+    )
 
 
 def test_the_pareto_picture_names_each_point_once_and_starts_throughput_at_zero():
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from mismatchscope.render.plots.diagnose import pareto_figure
+    from mismatchscope.render.diagnose_pictures import pareto_figure
 
     fig = pareto_figure(_payload())
     FigureCanvasAgg(fig).draw()
@@ -80,7 +102,7 @@ def test_the_pareto_picture_names_each_point_once_and_starts_throughput_at_zero(
     assert fig._suptitle.get_text() == "Mismatch against throughput"
 
 
-def _entry(same: bool) -> dict:
+def _entry(same: bool):
     ops = ["embed", "input_norm", "attn", "mlp", "final_norm", "logits", "logprob"]
     points = []
     for i, op in enumerate(ops):
@@ -95,19 +117,19 @@ def _entry(same: bool) -> dict:
                 "trainer_vs_reference": {"median": ref if same else ref / 10, "max": ref},
             }
         )
-    return {
-        "configuration": "baseline",
+    result = {
         "sampler": "vllm float16",
         "trainer": "transformers float32",
         "points": points,
         "verdict": {"first_parting": "embed", "reading": "they part at embed"},
     }
+    return _ns({"configuration": "baseline", "result": result})
 
 
 def test_the_locate_picture_has_a_title_and_shows_lines_that_coincide():
     """Two sides at the same distance from the reference once drew one line over the other, and the picture had
     no title: the band under the line keeps both visible."""
-    from mismatchscope.render.plots.locate import locate_figure
+    from mismatchscope.render.locate_pictures import locate_figure
 
     fig = locate_figure(_entry(same=True))
     assert fig._suptitle.get_text() == "Where the gap enters: baseline (vllm float16 vs transformers float32)"
