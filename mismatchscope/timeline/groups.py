@@ -49,6 +49,11 @@ def resolve_by(source: Source, by: str | None) -> tuple[str | None, str | None]:
         return mapped[0], None
     if by in source.file_columns and by not in COLUMNS:
         return None, by
+    if by == "turn":  # a run of single turns: no column to list, one sentence
+        raise UsageError(
+            "--by turn: the input has no turn column (its sequences are one turn each)",
+            hint="multi-turn runs carry turn and turn_position (docs/multi-turn.md)",
+        )
     shown = ", ".join(sorted(source.file_columns)[:30])
     raise UsageError(
         f"--by {by}: no column {by!r} in every input file; the files have: {shown}",

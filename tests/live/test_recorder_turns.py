@@ -90,3 +90,15 @@ def test_timeline_by_turn_follows_each_turn_per_step(tmp_path):
     # every step: turn 0 holds 7 tokens with l = 0, turn 1 two tokens with |l| = 0.5
     got = {(row["group"], row["step"]): (row["tokens"], row["abs_logprob_diff_mean"]) for row in d["rows"]}
     assert got == {(g, s): ((7, 0.0) if g == 0 else (2, 0.5)) for g in (0, 1) for s in range(3)}
+
+
+def test_timeline_by_turn_on_single_turns_is_one_short_line(tmp_path):
+    with Recorder(tmp_path / "run") as rec:
+        rec.add(0, LQ[1:], LP[1:], MASK[1:])  # one turn: the step writes no turn column
+    r = cli("timeline", str(tmp_path / "run"), "--by", "turn")
+    assert r.returncode == 2 and not r.stdout
+    # the sentence and its hint, not the file's column list
+    assert r.stderr.strip() == (
+        "error: --by turn: the input has no turn column (its sequences are one turn each) (multi-turn runs carry "
+        "turn and turn_position (docs/multi-turn.md))"
+    )
