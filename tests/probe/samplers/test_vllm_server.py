@@ -13,6 +13,7 @@ clear :class:`SamplerConnectionError`.
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import math
 import shutil
@@ -410,6 +411,7 @@ def test_a_server_that_does_not_answer_in_time(server):
 
     def slow(h):  # answers once the client has given up (the server's close waits for this thread)
         answered.wait(30)
+        h.wfile = io.BytesIO()  # into nothing: the client's socket is closed, a write would break its pipe
         return json.dumps({"choices": [GOOD_CHOICE]}).encode()
 
     handler.routes["completions"] = (200, slow)
