@@ -44,7 +44,7 @@ The package's bytecode is compiled once before the runs (``compileall``), as
 ``pip install`` leaves it. Each command runs with the threads it picks by
 default (one per core), DuckDB with its own default (one per core). Ratios are
 whole process over whole process (the DuckDB rows' query-alone times are
-printed beside them). Targets (issue 50): report and compare-masks at or below
+printed beside them). Targets: report and compare-masks at or below
 1.0x their DuckDB peers at 10 million tokens (warm, best of 3) and 1.2x at 100
 million; doctor at or below 1.3x report; peak RSS under 1 GB. With
 ``--before DIR`` (a checkout of the code before the summaries), the JSON of

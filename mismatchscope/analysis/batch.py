@@ -27,7 +27,7 @@ from .route_join import FlipIndex, GapTally
 from .summaries import check_ranges, compare, from_lists, topk_from_summaries
 from .table import token_values
 from .tokenstats import TokenStats
-from .topk import ScoreCentering, TopkBounds, score_centering, topk_bounds
+from .topk import ScoreCentering, TopkBounds, batch_bounds, score_centering
 from .turns import TurnRows, turn_rows
 from .validate import check_advantage, check_positions
 
@@ -195,15 +195,5 @@ def topk_terms(batch: dict, t: TokenTerms) -> tuple[TopkBounds, ScoreCentering]:
 
     ``t``: the batch's token terms, whose probabilities the bounds reuse.
     """
-    b = topk_bounds(
-        batch["token_id"],
-        batch["sampler_logprob"],
-        batch["trainer_logprob"],
-        batch["sampler_topk_ids"],
-        batch["sampler_topk_logprobs"],
-        batch["trainer_logprobs_at_sampler_topk"],
-        batch["sequence_id"],
-        batch["position"],
-        (t.q_T, t.p_T),
-    )
+    b = batch_bounds(batch, (t.q_T, t.p_T))
     return b, score_centering(b, batch["sampler_topk_ids"], batch.get("trainer_topk_ids"))

@@ -58,7 +58,7 @@ from ..schema import (
     TOPK_COLUMNS,
     write_table,
 )
-from .topk import TAIL_EMPTY, ScoreCentering, TopkBounds, score_centering, topk_bounds
+from .topk import TAIL_EMPTY, ScoreCentering, TopkBounds, batch_bounds, score_centering
 
 TRAINER_IDS = "trainer_topk_ids"
 ROW_SUM_LISTS = ("sampler_topk_logprobs", "trainer_logprobs_at_sampler_topk")
@@ -137,17 +137,7 @@ def from_lists(batch: Mapping[str, Any], t: TokenTerms) -> dict[str, np.ndarray]
 
     ``t``: the batch's token terms (the bounds reuse their probabilities).
     """
-    b = topk_bounds(
-        batch["token_id"],
-        batch["sampler_logprob"],
-        batch["trainer_logprob"],
-        batch["sampler_topk_ids"],
-        batch["sampler_topk_logprobs"],
-        batch["trainer_logprobs_at_sampler_topk"],
-        batch["sequence_id"],
-        batch["position"],
-        (t.q_T, t.p_T),
-    )
+    b = batch_bounds(batch, (t.q_T, t.p_T))
     f32 = np.float32
     out: dict[str, np.ndarray] = {
         "topk_tv_lower": b.tv_lower_T.astype(f32),
@@ -176,7 +166,12 @@ def row_sums(trainer: pa.Array, sampler: pa.Array) -> dict[str, np.ndarray]:
     xf, offsets = list_offsets(trainer)
     yf = list_offsets(sampler)[0]
     x, y = to_numpy(xf).astype(np.float64, copy=False), to_numpy(yf).astype(np.float64, copy=False)
-    lengths = np.diff(offsets)
+    return row_sums_of(x, y, np.diff(offsets))
+
+
+def row_sums_of(x: np.ndarray, y: np.ndarray, lengths: np.ndarray) -> dict[str, np.ndarray]:
+    """:func:`row_sums` of lists already flattened: ``x`` (trainer) and ``y`` (sampler) aligned, ``lengths``
+    each row's list length (doctor's sample gathers its rows' lists before it sums them)."""
     n_rows = lengths.size
     both = np.isfinite(x) & np.isfinite(y)
     cut = np.isneginf(y) & np.isfinite(x)

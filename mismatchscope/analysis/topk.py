@@ -8,8 +8,10 @@ lower bounds; with the full vocabulary listed they are exact.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -115,6 +117,22 @@ def topk_bounds(
 
 _ROW_VALUE_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
 """list value types the compiled loop reads as they are (others are cast to float64 first, as numpy does)."""
+
+
+def batch_bounds(batch: Mapping[str, Any], probs: tuple[np.ndarray, np.ndarray]) -> TopkBounds:
+    """:func:`topk_bounds` of a cleaned batch's columns; ``probs``: its token terms' (q, p), which the bounds
+    reuse. The pass folds them, and a writer summarises them: both from here."""
+    return topk_bounds(
+        batch["token_id"],
+        batch["sampler_logprob"],
+        batch["trainer_logprob"],
+        batch["sampler_topk_ids"],
+        batch["sampler_topk_logprobs"],
+        batch["trainer_logprobs_at_sampler_topk"],
+        batch["sequence_id"],
+        batch["position"],
+        probs,
+    )
 
 
 def _bounds_compiled(

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pyarrow as pa
 
+from ..analysis.summaries import row_sums_of
 from ..arrow import list_offsets, to_numpy
 from ..divergence import k3_per_token
 from ..schema import ROW_SUMS
@@ -97,32 +98,10 @@ def _lists(arr: pa.Array, idx: np.ndarray | None) -> tuple[np.ndarray, np.ndarra
 
 
 def sums_of(x: np.ndarray, y: np.ndarray, lengths: np.ndarray) -> dict[str, np.ndarray]:
-    """The :data:`TOPK_FIELDS` of flattened aligned lists ``x`` (trainer) and ``y`` (sampler)."""
-    n_rows = lengths.size
-    both = np.isfinite(x) & np.isfinite(y)
-    cut = np.isneginf(y) & np.isfinite(x)
-    xb, yb = np.where(both, x, 0.0), np.where(both, y, 0.0)
-    width = int(lengths[0]) if n_rows else 0
-    if n_rows and width and bool((lengths == width).all()):  # every list of one length (a fixed k): row sums
-
-        def per_row(v: np.ndarray) -> np.ndarray:
-            return v.reshape(n_rows, width).sum(axis=1)
-
-    else:
-        row = np.repeat(np.arange(n_rows), lengths)
-
-        def per_row(v: np.ndarray) -> np.ndarray:
-            return np.bincount(row, weights=v, minlength=n_rows)
-
-    return {
-        "k_n": per_row(both.astype(np.float64)),
-        "k_sx": per_row(xb),
-        "k_sy": per_row(yb),
-        "k_sxx": per_row(xb * xb),
-        "k_sxy": per_row(xb * yb),
-        "k_syy": per_row(yb * yb),
-        "k_cut": per_row(cut.astype(np.float64)),
-    }
+    """The :data:`TOPK_FIELDS` of flattened aligned lists ``x`` (trainer) and ``y`` (sampler): the summaries'
+    own row sums, under the sample's names."""
+    sums = row_sums_of(x, y, lengths)
+    return {field: sums[name] for field, name in zip(TOPK_FIELDS, ROW_SUMS, strict=True)}
 
 
 def _rows(v: np.ndarray, idx: np.ndarray | None) -> np.ndarray:
