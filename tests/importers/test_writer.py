@@ -77,7 +77,7 @@ def test_every_registered_format_has_a_layout_hint_and_docs(tmp_path):
     for fmt in IMPORTERS:
         assert describe(fmt)
         assert f"`{fmt}`" in docs, fmt
-        assert importer_class(fmt).__name__ == IMPORTERS[fmt].split(":")[1]  # every entry loads
+        assert importer_class(fmt).__name__ == IMPORTERS[fmt].importer.split(":")[1]  # every entry loads
 
 
 def test_the_command_line_lists_exactly_the_registered_formats():
