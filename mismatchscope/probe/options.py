@@ -62,6 +62,27 @@ class ProbeOptions:
     """``--turns N`` (N >= 2): multi-turn conversations (:mod:`.conversations`); None: one turn."""
 
 
+def bundled_checkpoint(turns: TurnsConfig | None) -> Path:
+    """The bundled sample model a probe with no CHECKPOINT runs: the same weights with a chat template for a
+    conversation of turns."""
+    from ..bundled import sample_dir
+
+    return sample_dir() / ("tiny-qwen3" if turns is None else "tiny-qwen3-chat")
+
+
+def records_prefill(asked: bool, sampler: SamplerConfig) -> bool:
+    """Whether a probe records the sampler's prefill of prompt + completion: where asked (``--sampler-prefill``),
+    and always under the zero profile, whose prefill is its decode's own program (the pairs it certifies)."""
+    return asked or sampler.zero
+
+
+def bundled_prompts() -> Path:
+    """The bundled prompts a probe with no ``--prompts`` samples."""
+    from ..bundled import sample_dir
+
+    return sample_dir() / "prompts.jsonl"
+
+
 def canonical_options(opts: ProbeOptions) -> ProbeOptions:
     """The options with dtype aliases (``bf16``, ``fp32``) spelled out: engines get, and the manifest
     records, the names vLLM and torch take (vLLM refuses ``bf16`` only once it has started)."""
