@@ -202,7 +202,7 @@ def probe(
     format: str = FormatOpt,
 ) -> None:
     """Sample with a real engine, teacher-force with a real trainer, record per-token logprob pairs, and print the report."""
-    from ..probe.sampling import run_probe
+    from ..probe.command import run_probe
 
     selected = _parsed_rules(rule)
     paths = dict(checkpoint=checkpoint, prompts=prompts, sampler_tokenizer=sampler_tokenizer)

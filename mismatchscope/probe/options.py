@@ -1,6 +1,6 @@
 """The probe's options (:class:`ProbeOptions`) and their checks, made before anything is created or started.
 
-The probe (:mod:`.sampling`), ``rescore`` and ``diagnose`` all read these;
+The probe (:mod:`.command`), ``rescore`` and ``diagnose`` all read these;
 this module imports none of them, so each can import it. The engines' own
 settings (dtypes, kernels, devices, ``--engine-arg``) are checked by
 :mod:`.engine_checks`; this module checks the sampling, the run directory and
