@@ -166,7 +166,7 @@ def _the_page_and_the_junit_list_it(probes, tmp_path: Path, change: str) -> None
     assert r.returncode == 1, r.stderr
     props = [(p.get("name"), p.get("value")) for p in ET.parse(junit).iter("property")]
     assert ("stack_change", change) in props
-    assert dict(props)["stack_changes"].startswith("sampler ")
+    assert str(dict(props)["stack_changes"]).startswith("sampler ")
     if CHROMIUM is None:
         pytest.skip(NO_CHROMIUM)
     b = Browser()
