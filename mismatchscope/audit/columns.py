@@ -18,7 +18,7 @@ them on), never computed again, so the audit's counts are the table's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from typing import Any
 
@@ -144,7 +144,7 @@ class AuditLayout:
                 action = tokens.actions[r.unit.key]
                 arrays.append(_decisions(action))
                 if r.weight is not None:
-                    arrays.append(_weights(r.unit.rule, t, action))
+                    arrays.append(_token_weights(r.unit.rule, t, action))
             arrays += [from_numpy(v, pa.float64()) for v in self._token_statistics(t)]
         return pa.RecordBatch.from_arrays(arrays, schema=self.token_schema)
 
@@ -227,9 +227,10 @@ def _decision_columns(units: list[Unit]) -> list[str]:
     ]
 
 
-def _sliced(t: TokenTerms, rows: slice) -> TokenTerms:
-    """``t``'s rows ``rows``: views of its arrays, no copy."""
-    return TokenTerms(**{f.name: None if (v := getattr(t, f.name)) is None else v[rows] for f in fields(TokenTerms)})
+def _sliced(t: TokenTerms, rows: slice | np.ndarray) -> TokenTerms:
+    """``t``'s rows ``rows``: views of its arrays for a slice, copies for an index array."""
+    terms = {f.name: getattr(t, f.name) for f in fields(TokenTerms)}
+    return replace(t, **{name: v[rows] for name, v in terms.items() if v is not None})
 
 
 def _decisions(action: np.ndarray) -> pa.DictionaryArray:
@@ -242,6 +243,18 @@ def _weights(rule: RuleInstance, x: Any, action: np.ndarray) -> pa.Array:
     ratio as it is (there the weight is the ``ratio`` column itself)."""
     assert rule.spec.weight is not None  # only reweighting rules have a weight column
     return from_numpy(rule.spec.weight(rule.config, x), pa.float64(), valid=action == REWEIGHT)
+
+
+def _token_weights(rule: RuleInstance, t: TokenTerms, action: np.ndarray) -> pa.Array:
+    """:func:`_weights` of a batch's tokens, the weight evaluated on the tokens the rule reweights alone (a few in
+    a batch; a weight is elementwise, so each is the value it has on the whole batch)."""
+    assert rule.spec.weight is not None  # only reweighting rules have a weight column
+    acted = action == REWEIGHT
+    rows = np.flatnonzero(acted)
+    values = np.zeros(acted.size, np.float64)
+    if rows.size:
+        values[rows] = rule.spec.weight(rule.config, _sliced(t, rows))
+    return from_numpy(values, pa.float64(), valid=acted)
 
 
 def _json(payload: dict[str, Any]) -> bytes:
