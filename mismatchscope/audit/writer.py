@@ -30,9 +30,6 @@ from .columns import CARRIED, SEQUENCES_FILE, TOKENS_FILE, AuditLayout
 
 QUEUED = 4
 """audit batches waiting for the writer thread at most (each a batch of the pass: a few MB)."""
-WRITE_BUFFER = 8 << 20
-"""bytes gathered before each write to the file: the writer's pages (a decision column's are a few hundred
-bytes) went to the kernel one call each, a tenth of the writer thread's time."""
 _DONE = object()
 
 
@@ -52,7 +49,6 @@ class AuditWriter:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._writer: pq.ParquetWriter | None = None
-        self._sink: pa.NativeFile | None = None
         self._tmp = {name: self.out / f".{name}.{os.getpid()}.tmp" for name in (TOKENS_FILE, SEQUENCES_FILE)}
         self.written: list[Path] = []
 
@@ -63,8 +59,7 @@ class AuditWriter:
         self.layout = AuditLayout.of(plan.units, carried, plan.path)
         with writing(self.out, self.option):
             self.out.mkdir(parents=True, exist_ok=True)
-            self._sink = pa.BufferedOutputStream(pa.OSFile(str(self._tmp[TOKENS_FILE]), "wb"), WRITE_BUFFER)
-            self._writer = pq.ParquetWriter(self._sink, self.layout.token_schema, **_options(self.layout))
+            self._writer = pq.ParquetWriter(self._tmp[TOKENS_FILE], self.layout.token_schema, **_options(self.layout))
         self._thread = threading.Thread(target=self._drain, name="mismatchscope-audit", daemon=True)
         self._thread.start()
 
@@ -97,12 +92,11 @@ class AuditWriter:
     # ------------------------------------------------------------------ the writer thread, and failure
 
     def _drain(self) -> None:
-        assert self._writer is not None and self._sink is not None
+        assert self._writer is not None
         try:
             while (rb := self._queue.get()) is not _DONE:
                 self._writer.write_batch(rb)
             self._writer.close()
-            self._sink.close()
         except BaseException as e:  # handed to the pass's thread, which raises it at its next take()
             self._error = e
             with contextlib.suppress(queue.Empty):  # unblock a put waiting on a full queue
@@ -121,10 +115,9 @@ class AuditWriter:
             with contextlib.suppress(queue.Full):
                 self._queue.put_nowait(_DONE)
             self._thread.join(timeout=30)
-        for f in (self._writer, self._sink):
-            if f is not None:
-                with contextlib.suppress(Exception):
-                    f.close()
+        if self._writer is not None:
+            with contextlib.suppress(Exception):
+                self._writer.close()
         for tmp in self._tmp.values():
             with contextlib.suppress(OSError):
                 tmp.unlink()
