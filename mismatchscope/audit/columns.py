@@ -193,7 +193,11 @@ class AuditLayout:
             for name, (st, config) in self.sequence_statistics.items():
                 cols[name] = from_numpy(st.fn(config, seq), pa.float64())
         meta = self.describe("sequences") | {"tokens": tokens, "sequences": int(sequence_id_S.size)}
-        return pa.Table.from_arrays(list(cols.values()), names=list(cols), metadata={METADATA_KEY: _json(meta)})
+        weights = {r.weight for r in self.sequence_rules}
+        schema = pa.schema(
+            [pa.field(n, a.type, nullable=n in weights) for n, a in cols.items()], metadata={METADATA_KEY: _json(meta)}
+        )
+        return pa.Table.from_arrays(list(cols.values()), schema=schema)
 
     # ---------------------------------------------------------------- what the files say about themselves
 
