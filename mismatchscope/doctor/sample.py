@@ -240,6 +240,13 @@ class Sample:
         return self.lists.x[at], self.lists.y[at], np.repeat(owner, lengths)
 
 
+def _in_order(seq: np.ndarray, pos: np.ndarray) -> bool:
+    """Whether rows are sorted by (sequence, position) already (as a run's writers write them): the stable sort
+    would leave them as they are, so it and the copy of every column are skipped."""
+    ds = np.diff(seq)
+    return bool((ds >= 0).all() and (np.diff(pos)[ds == 0] >= 0).all())
+
+
 def _ranges(lengths: np.ndarray) -> np.ndarray:
     """0..n-1 for each n of ``lengths``, concatenated."""
     total = int(lengths.sum())
@@ -340,7 +347,7 @@ class SampleCollector:
                 np.concatenate([p[1] for p in self.list_parts]) if self.list_parts else np.zeros(0),
                 np.r_[0, np.cumsum(lengths)].astype(np.int64),
             )
-        if self.parts:
+        if self.parts and not _in_order(cols["sequence_id"], cols["position"]):
             order = np.lexsort((cols["position"], cols["sequence_id"]))
             cols = {n: v[order] for n, v in cols.items()}
         for name in ("trainer_logprob", "sampler_logprob"):

@@ -101,3 +101,42 @@ def test_the_bundled_runs_read_every_group():
             continue
         groups = group_rows([tokens])
         assert list_groups(groups) is None, tokens
+
+
+def _doctor(path: Path, monkeypatch, groups: bool):
+    """doctor's document at a scaled-down sample (4,000 rows, lists on 1,000), its lists from chosen groups or,
+    ``groups`` False, from every group by the hash alone (as before groups were chosen)."""
+    from mismatchscope.doctor import run as doctor_run
+
+    if not groups:
+        monkeypatch.setattr(doctor_run, "list_groups", lambda *a, **k: None)
+    plan, collector = sampled_pass(str(path), AnalysisRequest(report=True, masks=False), None, cap=4000, list_cap=1000)
+    assert (plan.only_in is not None) is groups
+    monkeypatch.undo()
+    return doctor_run.examine_result(run_plan(plan, on_terms=collector.add), collector.finish())
+
+
+def test_the_rival_fits_name_the_same_cause_from_the_chosen_groups(tmp_path, monkeypatch):
+    """A sampler at temperature 0.7 and one writing log2: the rival fits (a temperature against a log base) read
+    the listed values; drawn from three of ten groups, they name the same cause, with the same verdict, as
+    drawn from every group."""
+    from tests.doctor.runs import clean_columns, in_base, make, tempered
+
+    rng = np.random.default_rng(3)
+    base = make(11, sequences=200, length=40)
+    runs = {"temperature": clean_columns(tempered(base, 0.7, rng)), "log_base": in_base(clean_columns(base), 2.0)}
+    for cause, cols in runs.items():
+        listed = {c: v.tolist() if isinstance(v, np.ndarray) and v.ndim == 2 else v for c, v in cols.items()}
+        one = write_token_shard(tmp_path / f"{cause}-one.parquet", listed, {})
+        path = tmp_path / f"{cause}.parquet"
+        pq.write_table(pq.read_table(one), path, row_group_size=800, **WRITE_OPTIONS)  # 8,000 rows: ten groups
+        one.unlink()
+        chosen, every = _doctor(path, monkeypatch, True), _doctor(path, monkeypatch, False)
+        assert chosen.top.cause == every.top.cause == cause, (cause, chosen.top.cause, every.top.cause)
+        assert chosen.verdict == every.verdict
+        rival = {"temperature": "log_base", "log_base": "temperature"}[cause]
+        assert [r.cause for r in chosen.top.rivals] == [r.cause for r in every.top.rivals]
+        assert rival in [r.cause for r in chosen.top.rivals], chosen.top.rivals
+        assert [f.cause for f in chosen.findings if f.status == "detected"] == [
+            f.cause for f in every.findings if f.status == "detected"
+        ]
