@@ -72,12 +72,6 @@ def keep_freed_memory() -> None:
     diagnose, whose processes hold torch and vLLM, do not, and the library
     never changes a host process's allocator. Elsewhere than glibc this does
     nothing.
-
-    Arrow's decoded columns are put in the same heap (its system pool): its
-    default pool (mimalloc) hands freed segments back and faults fresh,
-    zeroed huge pages in for the next row group, 13-18% of report's and
-    doctor's CPU on a 10-million-token file; from the kept heap, the pass
-    spends about a tenth less CPU, with some 50-150 MB more held at its peak.
     """
     mallopt = _glibc("mallopt")
     if mallopt is None:
@@ -85,9 +79,6 @@ def keep_freed_memory() -> None:
     M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
     mallopt(M_MMAP_THRESHOLD, 64 << 20)
     mallopt(M_TRIM_THRESHOLD, 256 << 20)
-    import pyarrow as pa
-
-    pa.set_memory_pool(pa.system_memory_pool())
 
 
 def release_freed_memory() -> None:
