@@ -9,7 +9,9 @@ of them from source again: about 10 CPU-seconds of a 20-second engine start
 on 2 cores, repeated for each configuration. For the time of one diagnose its
 sampler processes then share a bytecode cache (``PYTHONPYCACHEPREFIX``) in a
 temporary folder: the baseline's process fills it, the variants' read it, and
-the folder is removed when the diagnose ends, however it ends. Nothing is
+the folder is removed when the diagnose ends, however it ends. The diagnose's
+own process writes into it too while it checks the options (its first import
+of vLLM), so the baseline's process finds vLLM compiled already. Nothing is
 written beside the installed sources, and nothing outlives the command.
 Where bytecode is installed, or Python writes it, or the caller chose a
 cache folder of their own, nothing changes.
@@ -20,6 +22,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -51,9 +54,14 @@ def shared_bytecode() -> Iterator[None]:
     folder = tempfile.mkdtemp(prefix="mismatchscope-bytecode-")
     saved = os.environ.pop("PYTHONDONTWRITEBYTECODE")
     os.environ["PYTHONPYCACHEPREFIX"] = folder
+    # this process too, from here on: what it imports first (vLLM, for the engine options' checks) is compiled
+    # once for the baseline's process as well
+    own = sys.pycache_prefix, sys.dont_write_bytecode
+    sys.pycache_prefix, sys.dont_write_bytecode = folder, False
     try:
         yield
     finally:
+        sys.pycache_prefix, sys.dont_write_bytecode = own
         os.environ.pop("PYTHONPYCACHEPREFIX", None)
         os.environ["PYTHONDONTWRITEBYTECODE"] = saved
         shutil.rmtree(folder, ignore_errors=True)

@@ -14,7 +14,9 @@ Order of work, cheapest checks first:
 5. each variant runs: trainer-side ones rescore the baseline's samples
    (no sampling, in this process), sampler-side ones sample again in their
    own process; a variant that fails is recorded with its reason and the
-   others still run;
+   others still run. Steps 3 to 5 interleave as :mod:`.schedule` orders
+   them: sampler-side processes start up in groups while this process works,
+   and every timed round runs while the other processes are idle;
 6. every variant's total gap is compared with the baseline's (bootstrap over
    sequences) and decomposed against the reference.
 
@@ -62,16 +64,16 @@ def run_diagnose(opts: DiagnoseOptions, progress: Progress | None = None) -> dic
     """The whole diagnose. When it stops without a result (an error, an interrupt) it removes what it wrote,
     so the same command can run again into the same ``--out``."""
     progress = progress or Progress()
-    info = check_options(opts)
-    existed = opts.out.exists()
-    try:
-        # one diagnose per --out, checked again under the lock; its sampler processes compile their imports once
-        with rundir.lock_run(opts.out), shared_bytecode():
-            check_empty_out(opts.out)
-            return _diagnose_locked(opts, info, progress)
-    except BaseException:
-        _remove_partial(opts.out, existed)
-        raise
+    with shared_bytecode():  # its processes compile their imports once (where Python would each time)
+        info = check_options(opts)
+        existed = opts.out.exists()
+        try:
+            with rundir.lock_run(opts.out):  # one diagnose per --out; checked again under the lock
+                check_empty_out(opts.out)
+                return _diagnose_locked(opts, info, progress)
+        except BaseException:
+            _remove_partial(opts.out, existed)
+            raise
 
 
 def _remove_partial(out: Path, existed: bool) -> None:
