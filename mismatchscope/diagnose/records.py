@@ -79,7 +79,7 @@ def variant_record(base: BaselineRun, v: Variant, ran: dict[str, Any]) -> dict[s
     rec = config_record(v.name, out, tokens, ref, base.reference, ran["run"], base.opts, paired=v.side == "trainer")
     # paired whenever the variant scored the very tokens the baseline scored: a trainer-side variant always,
     # a sampler-side one that happened to sample them all again
-    rec["throughput"]["timing"] = ran["timing"]
+    rec["throughput"]["timing"] = ran.get("timing")  # a trainer-side variant's rounds may come after its record
     rec["delta"] = deltas(
         base.record["result"], rec.pop("result"), same_tokens(base.tokens, tokens), base.opts.bootstrap
     )

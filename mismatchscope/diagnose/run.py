@@ -49,7 +49,6 @@ from .records import (
     rescored,
     sampler_timed,
     self_consistency,
-    trainer_timed,
     variant_dir,
     variant_record,
 )
@@ -180,8 +179,9 @@ class _Matrix:
                 launched = self.engines.take(step.index)
                 assert isinstance(launched, Launched)
                 self.ran[step.index] = sampler_timed(base, timer, launched)
-            else:
-                self.ran[step.index] = trainer_timed(base, apply(base.cfg, v), timer, self.ran[step.index])
+            elif self.records[step.index]["status"] == "ok":  # recorded already, while engines started
+                timing = timer.trainer(apply(base.cfg, v).trainer, base.record["throughput"])
+                self.records[step.index]["throughput"]["timing"] = timing
         else:
             self.records[step.index] = variant_record(base, v, self.ran.pop(step.index))
 

@@ -8,10 +8,12 @@ nothing else may start or sample while they run. The plan therefore starts
 the sampler-side variants' processes in groups of ``ahead`` and lets them
 start up together, while this process does its own untimed work (the
 reference forward and the determinism checks for the first group, the
-trainer-side variants' rescoring, the records of the group before); when the
-whole group has probed and sits idle, its members' rounds run one variant
-after another, and only then does the next group start. Trainer-side
-variants' rounds come last, when no engine but the idle baseline's is up.
+trainer-side variants' rescoring and records, the records of the group
+before); when the whole group has probed and sits idle, its members' rounds
+run one variant after another, and only then does the next group start.
+Trainer-side variants' rounds come last, when no engine but the idle
+baseline's is up (a record holds no timing until its rounds: the ratios are
+computed once every variant has run).
 
 So at most ``ahead`` variant engines are up at once besides the baseline's,
 and every timed round (sampler or trainer side) runs while every other
@@ -39,7 +41,8 @@ StepKind = Literal["launch", "baseline", "prepare", "time", "record"]
 class Step:
     """One piece of work: ``launch`` a sampler-side variant's process; the ``baseline``'s own analysis
     (reference forward, decomposition, determinism); ``prepare`` a trainer-side variant (rescore its
-    tokens); ``time`` a variant's rounds against the baseline; ``record`` its gaps and costs."""
+    tokens); ``time`` a variant's rounds against the baseline; ``record`` its gaps and costs (a sampler-side
+    variant's after its rounds, which close its process; a trainer-side one's before)."""
 
     kind: StepKind
     index: int = -1
@@ -53,15 +56,13 @@ def plan(sides: list[str], ahead: int) -> list[Step]:
     trainer = [i for i, side in enumerate(sides) if side != "sampler"]
     groups = [sampler[k : k + ahead] for k in range(0, len(sampler), ahead)]
     steps = [Step("launch", i) for i in (groups[0] if groups else [])]
-    steps += [Step("baseline"), *[Step("prepare", i) for i in trainer]]
+    steps += [Step("baseline"), *[Step(kind, i) for i in trainer for kind in ("prepare", "record")]]
     for g, group in enumerate(groups):
         steps += [Step("time", i) for i in group]
         if g + 1 < len(groups):
             steps += [Step("launch", i) for i in groups[g + 1]]
         steps += [Step("record", i) for i in group]
-    for i in trainer:
-        steps += [Step("time", i), Step("record", i)]
-    return steps
+    return steps + [Step("time", i) for i in trainer]
 
 
 class Started(Protocol):
