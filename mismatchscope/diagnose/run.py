@@ -203,7 +203,9 @@ class _Matrix:
         requests = score_requests(opts.out / "baseline", self.baseline.prompt_ids)
         self.timer = Timer(self.server, info, opts.trainer, requests, opts.sampling)
         # before a side's first variant: a group of sampler processes starts up in about the baseline's time
-        self.left = Remaining({"sampler": self.base["process_wall_s"] / self.ahead, "trainer": self.reference_s})
+        self.left = Remaining(
+            {"sampler": self.base["process_wall_s"] / max(1, self.ahead), "trainer": self.reference_s}
+        )
         self.mark = time.perf_counter()
 
     def _announce(self, i: int) -> None:

@@ -31,8 +31,9 @@ from typing import Literal, Protocol
 AHEAD_CPU = 2
 """sampler-side variants started together on a CPU: two engines' start-ups fill two cores (a start-up is
 mostly one thread importing), and three engines (the baseline's and two) stay within 6 GB."""
-AHEAD_GPU = 1
-"""on a GPU each engine claims its share of the device's memory at start: one variant engine at a time."""
+AHEAD_GPU = 0
+"""on a GPU each engine claims its share of the device's memory as it starts, and the reference forward loads
+onto the same device: no engine starts ahead of its turn there (the order before groups existed)."""
 
 StepKind = Literal["launch", "baseline", "prepare", "time", "record"]
 
@@ -50,8 +51,14 @@ class Step:
 
 
 def plan(sides: list[str], ahead: int) -> list[Step]:
-    """The steps for variants of these sides, in the matrix's order (see the module's docstring)."""
-    ahead = max(1, ahead)
+    """The steps for variants of these sides (see the module's docstring); ``ahead`` 0: one variant after
+    another in the matrix's order, each engine started at its turn."""
+    if ahead < 1:
+        steps = [Step("baseline")]
+        for i, side in enumerate(sides):
+            kinds = ("launch", "time", "record") if side == "sampler" else ("prepare", "record", "time")
+            steps += [Step(kind, i) for kind in kinds]
+        return steps
     sampler = [i for i, side in enumerate(sides) if side == "sampler"]
     trainer = [i for i, side in enumerate(sides) if side != "sampler"]
     groups = [sampler[k : k + ahead] for k in range(0, len(sampler), ahead)]

@@ -42,7 +42,7 @@ def _run(sides: list[str], ahead: int, fail_at: Step | None = None, procs: dict[
 
     def launch(i: int) -> Proc:
         assert sides[i] == "sampler"
-        assert len(engines.started) < ahead  # at most `ahead` variant engines up at once
+        assert len(engines.started) < max(1, ahead)  # at most `ahead` variant engines up at once
         procs[i] = Proc(i, log)
         log.append(("launch", i))
         return procs[i]
@@ -62,7 +62,7 @@ def _run(sides: list[str], ahead: int, fail_at: Step | None = None, procs: dict[
     return log, procs
 
 
-@pytest.mark.parametrize("ahead", [1, 2, 3])
+@pytest.mark.parametrize("ahead", [0, 1, 2, 3])
 @pytest.mark.parametrize(
     "sides",
     [DEFAULT_CPU, ["trainer", "sampler", "trainer", "sampler", "sampler"], ["trainer"] * 3, ["sampler"], []],
@@ -103,6 +103,17 @@ def test_the_first_group_starts_before_the_baselines_own_work_and_the_next_while
 def test_one_ahead_is_one_engine_at_a_time():
     steps = [s for s in plan(["sampler"] * 3, 1) if s.kind in ("launch", "time")]
     assert steps == [Step(k, i) for i in range(3) for k in ("launch", "time")]
+
+
+def test_none_ahead_starts_each_engine_at_its_turn_after_the_baselines_work():
+    """On a GPU: the matrix's order, nothing started before the reference forward."""
+    steps = plan(["sampler", "trainer", "sampler"], 0)
+    assert steps == [
+        Step("baseline"),
+        *[Step(k, 0) for k in ("launch", "time", "record")],
+        *[Step(k, 1) for k in ("prepare", "record", "time")],
+        *[Step(k, 2) for k in ("launch", "time", "record")],
+    ]
 
 
 @pytest.mark.parametrize("at", [Step("baseline"), Step("time", 1), Step("record", 2), Step("time", 4)])
