@@ -35,18 +35,28 @@ def identities(info: CheckpointInfo, sampling: dict[str, Any] | None, *, weights
 
 
 def sampler_side(
-    sampler: Any, info: CheckpointInfo, sampling: SamplingConfig, source: str, *, sampled: bool = True
+    sampler: Any,
+    info: CheckpointInfo,
+    sampling: SamplingConfig,
+    source: str,
+    *,
+    sampled: bool = True,
+    conversation: bool = False,
 ) -> SideProvenance:
     """The sampler's side: its own record where it can give one (``sampler.provenance()``), else its description.
 
     ``sampled=False`` before this run has sampled anything: an engine the caller started and used before keeps
     the sampling of its last request, which is not this run's, so the run's own sampling is recorded until the
-    engine has received it."""
+    engine has received it. ``conversation``: the engine's last request was a later turn's, which asks one
+    completion with the seed moved on by the turn (``conversations``); the run's record is its first turn's
+    request, the one every later turn derives from, so its ``n`` and ``seed`` are the run's own."""
     own = getattr(sampler, "provenance", None)
     side = own() if callable(own) else _described(sampler.describe(), sampling)
     assert isinstance(side, SideProvenance)
     side.source = source
     received = (side.identities.sampling if sampled else None) or _sent(sampling)
+    if conversation:
+        received = {**received, "n": sampling.n, "seed": sampling.seed}
     side.identities = identities(info, received, weights=callable(own))  # a server's weights are not visible
     side.fallbacks = _logged(engine=True)
     return side

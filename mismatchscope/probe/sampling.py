@@ -357,7 +357,10 @@ def _sample_and_score(
 
 def _record_sampler(s: ProbeSession, manifest: dict[str, Any], *, sampled: bool = True) -> None:
     assert s.sampler is not None
-    record_side(manifest, "sampler", sampler_side(s.sampler, s.info, s.opts.sampling, "probe", sampled=sampled))
+    side = sampler_side(
+        s.sampler, s.info, s.opts.sampling, "probe", sampled=sampled, conversation=s.conversations is not None
+    )
+    record_side(manifest, "sampler", side)
 
 
 def _todo(s: ProbeSession, rounds: list[list[int]]) -> tuple[set[int], list[int]]:

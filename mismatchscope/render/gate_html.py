@@ -11,6 +11,7 @@ from .page import _breakdown, _e, _figures, _metadata, _metrics, _num, _page, _t
 from .token_view_html import tabbed, token_view_link
 
 if TYPE_CHECKING:
+    from ..execution.stack import StackReport
     from ..gate.document import GateDocument
 
 
@@ -24,7 +25,7 @@ def render(doc: GateDocument) -> str:
     body = [_verdict(gr)]
     if tokens is not None:
         body.append(token_view_link(tokens).replace("Token view:", "The candidate's token view:", 1))
-    body += [_checks(gr), _runs(files), _comparability(gr.comparability), _method(gr)]
+    body += [_stack(gr.stack), _checks(gr), _runs(files), _comparability(gr.comparability), _method(gr)]
     body.append(_figures(pictures))
     body.append(_reports(files))
     return _page(
@@ -40,6 +41,24 @@ def _verdict(gr) -> str:
         f'<p class="verdict {"pass" if gr.passed else "fail"}">{"PASS" if gr.passed else "FAIL"}: '
         + (f"{failed} of {len(gr.checks)} checks failed" if failed else f"all {len(gr.checks)} checks hold")
         + "</p>"
+    )
+
+
+def _stack(stack: StackReport | None) -> str:
+    """What changed in the stack (the runs' provenance), beside the verdict as in the table and the Markdown: a
+    table of the changes, or one line saying none did; what limited the comparison first."""
+    from ..execution.compare import shown
+
+    if stack is None:
+        return ""
+    out = "".join(f'<p class="note">provenance: {_e(n)}</p>' for n in stack.notes)
+    if not stack.changes:
+        return out + f"<p>Stack changes (provenance): {_e(stack.line())}</p>"
+    rows = [[_e(c.side), _e(c.label), _e(shown(c.baseline)), _e(shown(c.candidate))] for c in stack.changes]
+    return (
+        out
+        + "<h2>What changed in the stack (provenance)</h2>"
+        + _table(["side", "field", "baseline", "candidate"], rows)
     )
 
 

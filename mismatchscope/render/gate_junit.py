@@ -42,6 +42,11 @@ def _properties(result) -> list[tuple[str, str]]:
         ("config", cfg.source),
         ("verdict", result.verdict),
     ]
+    stack = result.stack
+    if stack is not None:  # one property per change, so a CI's report view lists each beside the verdict
+        out.append(("stack_changes", stack.line()))
+        out += [("stack_change", c.text) for c in stack.changes]
+        out += [("provenance_note", n) for n in stack.notes]
     comp = result.comparability
     if comp is not None:
         out.append(("comparability", "checked" if comp.checked else "not checked (no probe metadata)"))

@@ -84,3 +84,47 @@ def test_a_statistic_off_its_default_gets_a_column_of_its_own(tmp_path, write):
         t.column_names
     )
     np.testing.assert_allclose(t["binary_kl_max"].to_numpy(), t["binary_kl_max[eps=0]"].to_numpy(), rtol=1e-5)
+
+
+def test_every_column_but_the_weights_is_required(audit):
+    """Keys, decisions and statistics have a value on every row: written as required columns (no definition
+    level per value to encode); a weight is null where its rule leaves the ratio as it is."""
+    _, _, out = audit
+    for name in (TOKENS_FILE, SEQUENCES_FILE):
+        f = pq.ParquetFile(out / name)
+        optional = {
+            f.schema.column(i).name for i in range(f.metadata.num_columns) if f.schema.column(i).max_definition_level
+        }
+        assert optional == {c for c in f.schema_arrow.names if c.endswith(".weight")}, name
+        assert optional == {field.name for field in f.schema_arrow if field.nullable}, name
+
+
+def test_statistics_evaluated_slice_by_slice_are_those_of_the_whole_batch():
+    """The audit evaluates each statistic a slice of tokens at a time (a slice's temporaries stay in the cache):
+    every value must be the bit the statistic gives on the whole batch, edges included (p or q at 0 and 1, the
+    clamps of the binary KLs, a ratio that overflows), across slices and a short last one."""
+    from mismatchscope.analysis.masks import build_units
+    from mismatchscope.audit.columns import SLICE_ROWS, AuditLayout
+    from mismatchscope.divergence import token_terms
+    from mismatchscope.rules import default_rules, parse_rule
+
+    rng = np.random.default_rng(7)
+    n = 2 * SLICE_ROWS + 123
+    lq = np.log(rng.uniform(1e-9, 1.0, n))
+    lp = lq + rng.normal(0.0, 0.3, n)
+    lp[:5], lq[:5] = [0.0, -1e-9, -800.0, 0.0, -1e-300], [-1e-9, 0.0, -1.0, -800.0, 0.0]
+    lp = np.minimum(lp, 0.0)
+    rules = [
+        *default_rules(),
+        parse_rule("kpop:eps=0"),
+        parse_rule("dppo-kl:eps=0"),
+        parse_rule("verl-rs:option=token_k3,threshold=0.01"),
+    ]
+    layout = AuditLayout.of(build_units(rules, [], True), (), "test")
+    t = token_terms(lp, lq)
+    sliced = layout._token_statistics(t)
+    assert len(sliced) == len(layout.token_statistics) >= 6
+    for values, (name, (st, config)) in zip(sliced, layout.token_statistics.items(), strict=True):
+        whole = np.asarray(st.fn(config, token_terms(lp, lq)), dtype=np.float64)
+        assert values.shape == (n,)
+        np.testing.assert_array_equal(values.view(np.int64), whole.view(np.int64), err_msg=name)

@@ -148,8 +148,42 @@ def test_the_gate_lists_what_changed_in_the_stack(probes, tmp_path):
     assert text.index("What changed in the stack") < text.index("FAIL")  # before the verdict's checks
     _, same = _gate(probes, "fp32_s1", "--allow-different", "seed")
     assert same["stack"]["changes"] == [] and same["stack"]["candidate_recorded"]
+    _the_page_and_the_junit_list_it(probes, tmp_path, by["used.weights_dtype"]["text"])
     plain = cli("gate", str(probes["fp32_s1"]), "--baseline", str(probes["fp32_s0"]), "--allow-different", "seed")
     assert "stack changes (provenance): nothing" in plain.stdout
+
+
+def _the_page_and_the_junit_list_it(probes, tmp_path: Path, change: str) -> None:
+    """The same changes on the gate's page, read in a real browser (a table under its heading, before the checks),
+    and in its JUnit report: one ``stack_change`` property per change, so a CI's test view shows them."""
+    import xml.etree.ElementTree as ET
+
+    from tests.browser import CHROMIUM, NO_CHROMIUM, Browser
+
+    page, junit = tmp_path / "gate.html", tmp_path / "gate.xml"
+    args = ("--baseline", str(probes["fp32_s0"]), "--html", str(page), "--junit-xml", str(junit))
+    r = cli("gate", str(probes["fp16_s0"]), *args)
+    assert r.returncode == 1, r.stderr
+    props = [(p.get("name"), p.get("value")) for p in ET.parse(junit).iter("property")]
+    assert ("stack_change", change) in props
+    assert str(dict(props)["stack_changes"]).startswith("sampler ")
+    if CHROMIUM is None:
+        pytest.skip(NO_CHROMIUM)
+    b = Browser()
+    try:
+        b.open(page)
+        heads = b.js("[...document.querySelectorAll('h2')].map(h => h.textContent)")
+        assert "What changed in the stack (provenance)" in heads
+        rows = b.js(
+            "[...[...document.querySelectorAll('h2')].find(h => h.textContent.startsWith('What changed'))"
+            ".nextElementSibling.querySelectorAll('tbody tr')].map(r => [...r.cells].map(c => c.textContent))"
+        )
+        assert ["sampler", "weights dtype (used)", "float32", "float16"] in rows
+        order = b.js("document.body.innerHTML.indexOf('What changed') < document.body.innerHTML.indexOf('<table')")
+        assert order  # the changes come before the checks' table
+        assert b.errors == [], b.errors
+    finally:
+        b.close()
 
 
 def test_each_run_recorded_the_engine_it_ran_and_its_fallbacks(probes):

@@ -58,6 +58,8 @@ def test_vllm_samples_conversations_in_both_modes(vllm_sampler, dense_info, tmp_
     assert np.max(np.abs(np.subtract(tokens["trainer_logprob"], tokens["sampler_logprob"]))) < 0.1
     recorded = json.loads((runs["tokens"] / "manifest.json").read_text())["provenance"]["sampler"]["identities"]
     assert (recorded["sampling"]["temperature"], recorded["sampling"]["top_p"]) == (1.0, 1.0)
+    # the run's own request (its first turn's): n = 2 and its seed, not the last turn's n = 1 and seed + 2
+    assert (recorded["sampling"]["n"], recorded["sampling"]["seed"]) == (2, SamplingConfig().seed)
     assert doctor(str(runs["tokens"])).verdict == "numerics"
     differ = np.not_equal(messages["trainer_token_id"], messages["token_id"])
     found = next(f for f in doctor(str(runs["messages"])).findings if f.cause == "retokenized")
