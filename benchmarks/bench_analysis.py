@@ -192,7 +192,8 @@ _MASKS_TOKEN_RULES = {
 def masks_sql() -> str:
     """compare-masks' peer: one grouping of the tokens by sampler-probability bucket, sign of p - q, sign of the
     advantage and each token rule's verdict (every rule's counts by bucket, by either sign, and the rules'
-    agreement are its marginals), and the per-sequence aggregates with the sequence rules' counts."""
+    agreement are its marginals), and the per-sequence aggregates with the sequence rules' counts and each token
+    rule's sequences with a rejection (compare-masks' ``sequences_with_rejection``)."""
     flags = ", ".join(f"({cond}) AS {name}" for name, cond in _MASKS_TOKEN_RULES.items())
     token = f"""WITH u AS (
   SELECT position, advantage AS adv, trainer_logprob - sampler_logprob AS l, exp(trainer_logprob) AS p,
@@ -202,13 +203,17 @@ def masks_sql() -> str:
 SELECT {_case("q", Q_EDGES)} AS qb, sign(p - q) AS s, sign(adv) AS a, {flags}, count(*), max(position), sum(l),
        sum(0.5 * l * l), sum(r - 1 - l), sum(abs(p - q)), sum(r * r)
 FROM u GROUP BY ALL"""
-    seq = """SELECT count(*), count_if(S < ln(0.5) OR S > ln(2)), count_if(S > ln(2)),
+    any_rule = ", ".join(f"bool_or({cond}) AS {name}" for name, cond in _MASKS_TOKEN_RULES.items())
+    rule_seqs = ", ".join(f"count_if({name})" for name in _MASKS_TOKEN_RULES)
+    seq = f"""SELECT count(*), count_if(S < ln(0.5) OR S > ln(2)), count_if(S > ln(2)),
        count_if(m < ln(0.999) OR m > ln(1.001)), count_if(k3 > 0.01), count_if(lo < ln(0.0001)),
-       count_if(adv < 0 AND -m > 0.0001), max(hi)
-FROM (SELECT sum(trainer_logprob - sampler_logprob) AS S, avg(trainer_logprob - sampler_logprob) AS m,
-             avg(exp(trainer_logprob - sampler_logprob) - 1 - (trainer_logprob - sampler_logprob)) AS k3,
-             min(trainer_logprob - sampler_logprob) AS lo, max(position) AS hi, avg(advantage) AS adv
-      FROM read_parquet('{path}') GROUP BY sequence_id)"""
+       count_if(a < 0 AND -m > 0.0001), max(hi), {rule_seqs}
+FROM (SELECT sum(l) AS S, avg(l) AS m, avg(r - 1 - l) AS k3, min(l) AS lo, max(position) AS hi, avg(adv) AS a,
+             {any_rule}
+      FROM (SELECT sequence_id, position, advantage AS adv, trainer_logprob - sampler_logprob AS l,
+                   exp(trainer_logprob) AS p, exp(sampler_logprob) AS q, exp(trainer_logprob - sampler_logprob) AS r
+            FROM read_parquet('{{path}}'))
+      GROUP BY sequence_id)"""
     return token + ";\n" + seq
 
 

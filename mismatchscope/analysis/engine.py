@@ -133,7 +133,9 @@ def run_plan(
     scan = scan_routes(plan.routes) if plan.routes is not None else None
     fold = _Fold(plan, scan)
     one_batch = partial(analyse_batch, plan, fold.index, fold.stats, on_terms is not None, sink)
-    batches = read_batches(plan.source, list(plan.columns), plan.batch_rows, required=plan.required, check=plan.check)
+    batches = read_batches(
+        plan.source, list(plan.columns), plan.batch_rows, required=plan.required, check=plan.check, only=plan.only_in
+    )
     for part in ordered_map(one_batch, batches, workers):
         fold.add(part)
         if on_terms and part.seen is not None:
@@ -350,7 +352,7 @@ def _refill_quantiles(plan: AnalysisPlan, stats: TokenStats, workers: int | None
             values.update(centering_values(topk_of(plan, batch, t)[1]))
         return {name: select_bins(values[name], wanted[name]) for name in todo}
 
-    batches = read_batches(plan.source, cols, plan.batch_rows, required=required)
+    batches = read_batches(plan.source, cols, plan.batch_rows, required=required, only=plan.only_in)
     for kept in ordered_map(one_batch, batches, workers):
         for name, values in kept.items():
             todo[name].refill(values)

@@ -20,6 +20,7 @@ from types import MappingProxyType
 import pyarrow.parquet as pq
 
 from ..reader import Source
+from ..reader.streaming import SomeGroups
 from ..routing.io import RoutesRun
 from ..schema import BOUND_SUMMARIES, NOT_RECORDED_ID, OVERLAP, REQUIRED_NAMES, ROW_SUMS, TOPK_COLUMNS, TURN_COLUMNS
 from .grouping import Op
@@ -112,6 +113,9 @@ class AnalysisPlan:
     """the input has turn columns (a multi-turn run): each batch's turns are checked and tallied."""
     by_turn: bool = False
     """compare-masks counts each rule's rejections per turn (``--by turn``)."""
+    only_in: SomeGroups | None = None
+    """columns of ``columns`` decoded in some row groups alone (``doctor``'s top-k lists, for its list sample:
+    ``doctor.sample.list_groups``); None: every column in every group."""
 
     @property
     def has_topk(self) -> bool:

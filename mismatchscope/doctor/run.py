@@ -10,19 +10,21 @@ diagnose's document too (``persists_in_float32``). The run's provenance
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..analysis.engine import AnalysisRequest, AnalysisResult, make_plan, run_plan
-from ..analysis.plan import AnalysisPlan
+from ..analysis.plan import AnalysisPlan, TopkRead
 from ..execution.record import RunProvenance
+from ..reader.streaming import SomeGroups, group_rows
 from .document import DoctorDocument, Gap
 from .examine import examine, rank
 from .figures import place
 from .findings import fnum
 from .registry import Context
 from .run_tokenizer import RunTokenizer, run_tokenizer
-from .sample import OPTIONAL_SCALARS, SAMPLE_ROWS, TOPK, Sample, SampleCollector
+from .sample import LIST_ROWS, OPTIONAL_SCALARS, SAMPLE_ROWS, TOPK, Sample, SampleCollector, list_groups
 from .turns import starting_turns
 from .verdict import decide, numerics
 
@@ -34,13 +36,24 @@ DIAGNOSE_DOCUMENT = "diagnose.json"
 
 
 def sampled_pass(
-    path: str, request: AnalysisRequest, mapping: dict[str, str] | None, cap: int = SAMPLE_ROWS
+    path: str,
+    request: AnalysisRequest,
+    mapping: dict[str, str] | None,
+    cap: int = SAMPLE_ROWS,
+    list_cap: int = LIST_ROWS,
 ) -> tuple[AnalysisPlan, SampleCollector]:
     """The pass ``request`` makes with doctor's columns and sums added, and a sample collector sized to its
-    input's rows (from the plan: the input is opened once)."""
+    input's rows (from the plan: the input is opened once). Where the run's summaries carry the per-row sums,
+    the two lists are decoded only in the row groups the list sub-sample is drawn from (``list_groups``)."""
     request.also_read, request.row_sums = ALSO_READ, True
     plan = make_plan(path, request, mapping)
-    return plan, SampleCollector(plan.source.rows, cap)
+    chosen = None
+    if plan.topk is TopkRead.SUMMARIES and all(plan.source.has(c) for c in TOPK):
+        chosen = list_groups(group_rows(plan.source.files), cap, list_cap)
+    if chosen is None:
+        return plan, SampleCollector(plan.source.rows, cap, list_cap)
+    plan = replace(plan, only_in=SomeGroups(TOPK, chosen[0]))
+    return plan, SampleCollector(plan.source.rows, cap, list_cap, list_group_rows=chosen[1])
 
 
 def diagnose_output(path: str) -> tuple[str, dict[str, Any] | None]:

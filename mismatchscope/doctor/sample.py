@@ -9,7 +9,10 @@ whatever the batch or shard layout, all of them in a file up to
 :data:`SAMPLE_ROWS` rows) and, for each kept row, the few numbers the top-k
 fits need. The lists themselves are kept for a smaller sample of the same
 kind (:data:`LIST_ROWS` rows): the rival fits that tell a temperature from a
-log base need each position's listed values, not only their sums.
+log base need each position's listed values, not only their sums. In a run
+whose summaries carry the sums, the lists are decoded only in a few row
+groups spread evenly over the files (:func:`list_groups`), enough for that
+sub-sample, and the hash keeps it inside them.
 
 A sample is immutable: a cause's correction (``causes/``) returns a new one
 (rows dropped, one side's values moved), so each cause can be read again on
@@ -19,6 +22,7 @@ the pairs with the causes before it corrected.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -69,6 +73,29 @@ def keep_threshold(total_rows: int, cap: int = SAMPLE_ROWS) -> int:
     if total_rows <= cap:
         return 1 << 32
     return max(1, int((1 << 32) * cap / total_rows))
+
+
+def list_groups(
+    groups: list[tuple[Path, int, int]], cap: int = SAMPLE_ROWS, list_cap: int = LIST_ROWS
+) -> tuple[frozenset[tuple[Path, int]], int] | None:
+    """The row groups whose top-k lists the list sub-sample is drawn from, and their rows; None: every group.
+
+    ``groups``: (file, index, rows) of every row group in read order. The sample keeps a share
+    ``cap / rows`` of the rows (all of them in a small file), so about ``list_cap`` of them fall in any
+    ``list_cap * rows / cap`` rows: the fewest groups, evenly spaced over the read order (so over the files and
+    within them), that hold that many. Decoding the lists of those groups alone is most of what the lists
+    cost a pass saved. A file small enough to need every group (every bundled run) reads them all, as before.
+    """
+    total = sum(g[2] for g in groups)
+    needed = list_cap * max(total, cap) / cap
+    if needed >= total or len(groups) < 2:
+        return None
+    for m in range(1, len(groups)):
+        at = sorted({int((j + 0.5) * len(groups) / m) for j in range(m)})
+        rows = sum(groups[i][2] for i in at)
+        if rows >= needed:
+            return frozenset((groups[i][0], groups[i][1]) for i in at), rows
+    return None
 
 
 def sequence_hash(sequence_id: np.ndarray) -> np.ndarray:
@@ -213,6 +240,13 @@ class Sample:
         return self.lists.x[at], self.lists.y[at], np.repeat(owner, lengths)
 
 
+def _in_order(seq: np.ndarray, pos: np.ndarray) -> bool:
+    """Whether rows are sorted by (sequence, position) already (as a run's writers write them): the stable sort
+    would leave them as they are, so it and the copy of every column are skipped."""
+    ds = np.diff(seq)
+    return bool((ds >= 0).all() and (np.diff(pos)[ds == 0] >= 0).all())
+
+
 def _ranges(lengths: np.ndarray) -> np.ndarray:
     """0..n-1 for each n of ``lengths``, concatenated."""
     total = int(lengths.sum())
@@ -231,11 +265,18 @@ def gap_means(s: Sample) -> tuple[float | None, float | None]:
 
 
 class SampleCollector:
-    """``on_terms`` of report's pass: keeps the sample's rows, in any batch order, sorted at the end."""
+    """``on_terms`` of report's pass: keeps the sample's rows, in any batch order, sorted at the end.
 
-    def __init__(self, total_rows: int, cap: int = SAMPLE_ROWS, list_cap: int = LIST_ROWS) -> None:
+    ``list_group_rows``: the lists are decoded in some row groups alone (:func:`list_groups`), holding these
+    rows: the list sub-sample's hash threshold is scaled to them, and a batch without lists keeps none."""
+
+    def __init__(
+        self, total_rows: int, cap: int = SAMPLE_ROWS, list_cap: int = LIST_ROWS, list_group_rows: int | None = None
+    ) -> None:
         self.threshold = keep_threshold(total_rows, cap)
-        self.list_threshold = min(self.threshold, keep_threshold(total_rows, list_cap))
+        listed = total_rows if list_group_rows is None else list_group_rows
+        self.list_threshold = min(self.threshold, keep_threshold(listed, list_cap))
+        self.some_groups = list_group_rows is not None
         self.parts: list[dict[str, np.ndarray]] = []
         self.list_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.list_rows = 0
@@ -262,6 +303,8 @@ class SampleCollector:
             part.update({k: _rows(batch[c], idx) for k, c in zip(TOPK_FIELDS, ROW_SUMS, strict=True)})
         if all(name in batch for name in TOPK):
             self._add_topk(batch, idx, h, part, sums=not summaries)
+        elif self.some_groups:  # a row group whose lists were not decoded
+            part["list_row"] = np.full(part["sequence_id"].size, -1, np.int64)
         self.parts.append(part)
 
     def _add_topk(self, batch: dict, idx: np.ndarray | None, h: np.ndarray | None, part: dict, sums: bool) -> None:
@@ -304,7 +347,7 @@ class SampleCollector:
                 np.concatenate([p[1] for p in self.list_parts]) if self.list_parts else np.zeros(0),
                 np.r_[0, np.cumsum(lengths)].astype(np.int64),
             )
-        if self.parts:
+        if self.parts and not _in_order(cols["sequence_id"], cols["position"]):
             order = np.lexsort((cols["position"], cols["sequence_id"]))
             cols = {n: v[order] for n, v in cols.items()}
         for name in ("trainer_logprob", "sampler_logprob"):

@@ -84,12 +84,14 @@ def read_batches(
     extra: list[str] | tuple[str, ...] = (),
     required: tuple[str, ...] = REQUIRED_NAMES,
     check: GroupCheck | None = None,
+    only: SomeGroups | None = None,
 ) -> Iterator[RawBatch]:
     """:func:`iter_batches` without the cleaning: the same checks of names and types, the same order.
 
     ``required``: the required columns decoded (all of them unless a pass has shown it needs fewer: the
     analysis leaves out ``token_id`` where nothing reads it); ``check``: run on each row group, on its reader
-    thread, before the group is decoded (the top-k summaries' check).
+    thread, before the group is decoded (the top-k summaries' check); ``only``: columns decoded in some row
+    groups alone (a batch of any other group lacks them, and its ``wanted`` does not name them).
     """
     wanted = list(dict.fromkeys(list(required) + [c for c in columns if source.has(c)]))
     file_cols = [source.mapping.get(c, c) for c in wanted]
@@ -99,25 +101,28 @@ def read_batches(
             f"the column(s) {', '.join(clash)} are already read as mismatchscope columns",
             hint="group by another column, or map the mismatchscope column elsewhere with --column",
         )
-    file_cols += list(extra)
     filled = {f: tuple(c for c in wanted if c in cols) for f, cols in source.filled.items()}
     for f in source.files:  # only what this pass reads: a foreign extra column may be anything
         schema = _guard(f, lambda: _open(f).schema_arrow)
-        for c, raw in zip(wanted, file_cols, strict=False):  # file_cols ends with the extra columns: not checked
+        for c, raw in zip(wanted, file_cols, strict=True):
             if c not in filled.get(f, ()):
                 check_type(f, c, raw, schema.field(raw).type)
-    if not any(filled.values()):
-        for f, rb in _record_batches(source.files, file_cols, batch_rows, check):
-            if rb.num_rows:
-                yield RawBatch(f, rb, wanted, tuple(extra))
-        return
-    for f in source.files:  # files of one turn among multi-turn ones: read without the columns they lack
-        gone = filled.get(f, ())
-        own = [c for c in wanted if c not in gone]
-        raw = [source.mapping.get(c, c) for c in own] + list(extra)
-        for _, rb in _record_batches([f], raw, batch_rows, check):
-            if rb.num_rows:
-                yield RawBatch(f, rb, own, tuple(extra), gone)
+    layouts: dict[tuple[Path, bool], tuple[list[str], list[str]]] = {}
+
+    def layout(f: Path, i: int) -> tuple[list[str], list[str]]:
+        """(the schema columns, the file's columns) decoded in row group ``i`` of ``f``."""
+        full = only is None or (f, i) in only.groups
+        if (f, full) not in layouts:
+            gone = filled.get(f, ())  # a file of one turn among multi-turn ones: read without the columns it lacks
+            left = () if only is None or full else only.columns
+            own = [c for c in wanted if c not in gone and c not in left]
+            layouts[f, full] = (own, [source.mapping.get(c, c) for c in own] + list(extra))
+        return layouts[f, full]
+
+    groups = [(f, i, *layout(f, i)) for f, i in row_groups(source.files)]
+    for f, own, rb in _group_batches(groups, batch_rows, check):
+        if rb.num_rows:
+            yield RawBatch(f, rb, own, tuple(extra), filled.get(f, ()))
 
 
 READ_AHEAD = max(2, min(4, os.cpu_count() or 1))
@@ -139,10 +144,45 @@ GroupCheck = Callable[[Path, pq.ParquetFile, int], None]
 """a check of one row group of a file (the file, open; the group's index), raising the error it finds."""
 
 
+@dataclass(frozen=True)
+class SomeGroups:
+    """Columns a pass decodes in some row groups alone: a sample drawn from those groups needs them, the rest
+    of the pass does not (``doctor``'s listed top-k values, read for the rival fits of a small sample)."""
+
+    columns: tuple[str, ...]
+    """schema names."""
+    groups: frozenset[tuple[Path, int]]
+    """(file, row group index) of the groups where they are decoded."""
+
+
+def row_groups(files: list[Path]) -> list[tuple[Path, int]]:
+    """(file, index) of every row group of ``files``, in read order."""
+    return [(f, i) for f in files for i in range(_guard(f, lambda: _open(f).metadata).num_row_groups)]
+
+
+def group_rows(files: list[Path]) -> list[tuple[Path, int, int]]:
+    """(file, index, rows) of every row group of ``files``, in read order, from the footers."""
+    out = []
+    for f in files:
+        meta = _guard(f, lambda: _open(f).metadata)
+        out += [(f, i, meta.row_group(i).num_rows) for i in range(meta.num_row_groups)]
+    return out
+
+
 def _record_batches(
     files: list[Path], file_cols: list[str], batch_rows: int, check: GroupCheck | None = None
 ) -> Iterator[tuple[Path, pa.RecordBatch]]:
-    """Every batch of every row group of every file, in order, decoded ahead on threads.
+    """Every batch of every row group of every file, the same columns in each: :func:`_group_batches`."""
+    groups = [(f, i, file_cols, file_cols) for f, i in row_groups(files)]
+    for f, _, rb in _group_batches(groups, batch_rows, check):
+        yield f, rb
+
+
+def _group_batches(
+    groups: list[tuple[Path, int, list[str], list[str]]], batch_rows: int, check: GroupCheck | None = None
+) -> Iterator[tuple[Path, list[str], pa.RecordBatch]]:
+    """Every batch of every row group of ``groups`` (file, index, schema columns, the file's columns), in order,
+    decoded ahead on threads; each with its file and the schema columns of its group.
 
     Decoding Parquet (zstd, list offsets) is most of a pass's time, and
     pyarrow releases the GIL while it decodes: ``READ_AHEAD`` row groups are
@@ -151,7 +191,6 @@ def _record_batches(
     file order (results stay bit-for-bit reproducible), and memory is bounded
     by ``READ_AHEAD * QUEUED_BATCHES`` batches, whatever the row-group size.
     """
-    groups = [(f, i) for f in files for i in range(_guard(f, lambda: _open(f).metadata).num_row_groups)]
     stop = threading.Event()
     pending: deque = deque()
     todo = iter(groups)
@@ -160,18 +199,18 @@ def _record_batches(
             while True:
                 while len(pending) < READ_AHEAD and (g := next(todo, None)) is not None:
                     q: queue.Queue = queue.Queue(QUEUED_BATCHES)
-                    pool.submit(_decode_group, g[0], g[1], file_cols, batch_rows, q, stop, check)
-                    pending.append((g[0], g[1], q))
+                    pool.submit(_decode_group, g[0], g[1], g[3], batch_rows, q, stop, check)
+                    pending.append((g[0], g[1], g[2], q))
                 if not pending:
                     return
-                f, group, q = pending[0]
+                f, group, own, q = pending[0]
                 item = q.get()
                 if item is _DONE:
                     pending.popleft()
                 elif isinstance(item, BaseException):
                     _guard(f, lambda: _reraise(item), group)
                 else:
-                    yield f, item
+                    yield f, own, item
         finally:
             stop.set()  # a caller that stops early (an error, a break) releases the threads
 

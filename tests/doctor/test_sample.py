@@ -105,3 +105,19 @@ def test_a_run_with_summaries_keeps_the_same_lists_for_the_same_rows():
         assert np.array_equal(a, b)
     assert np.array_equal(lists.lists.offsets, summaries.lists.offsets)
     assert np.allclose(lists.columns["k_sxy"], summaries.columns["k_sxy"], rtol=1e-6)
+
+
+def test_rows_read_out_of_order_are_sorted_and_rows_in_order_kept_as_they_are():
+    # batches of one file in any order: sequence 2 before 1, and 1's positions 1 then 0; a duplicate row (same
+    # sequence and position) keeps its place either way, as a stable sort keeps it
+    collector = SampleCollector(total_rows=5)
+    lp = np.array([-0.1, -0.2, -0.3, -0.4, -0.5])
+    batch = {"sequence_id": np.array([2, 2, 1, 1, 1]), "position": np.array([0, 0, 1, 0, 2])}
+    collector.add(None, {**batch, "token_id": np.arange(5), "trainer_logprob": lp, "sampler_logprob": lp})
+    s = collector.finish()
+    assert s.columns["sequence_id"].tolist() == [1, 1, 1, 2, 2] and s.columns["position"].tolist() == [0, 1, 2, 0, 0]
+    assert s.lp.tolist() == [-0.4, -0.3, -0.5, -0.1, -0.2]
+    collector = SampleCollector(total_rows=5)
+    batch = {"sequence_id": np.array([1, 1, 2, 2, 2]), "position": np.array([0, 1, 0, 0, 1])}
+    collector.add(None, {**batch, "token_id": np.arange(5), "trainer_logprob": lp, "sampler_logprob": lp})
+    assert collector.finish().lp.tolist() == lp.tolist()
