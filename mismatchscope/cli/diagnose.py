@@ -119,6 +119,7 @@ def diagnose(
 ) -> None:
     """Where the mismatch comes from (decomposition against a float64 reference), what each change does to it
     (variants with bootstrap intervals), whether the numbers are repeatable, and what each configuration costs."""
+    from ..diagnose.bytecode import shared_bytecode
     from ..diagnose.effects import Bootstrap
     from ..diagnose.locate.run import locate_options
     from ..diagnose.options import DiagnoseOptions, check_options, device
@@ -156,10 +157,11 @@ def diagnose(
             matrix=matrix,
             locate=locate_options(locate, locate_sequences),
         )
-        check_options(opts)  # run_diagnose checks again; here so a bad option is reported before the progress bars
-        engine_env()
-        with Bars(enabled=True) as bars:
-            payload = run_diagnose(opts, cast("Progress", bars))  # Bars has Progress's methods
+        with shared_bytecode():  # from the checks' first import of vLLM on, compiled once for every process
+            check_options(opts)  # run_diagnose checks again; here so a bad option is reported before the bars
+            engine_env()
+            with Bars(enabled=True) as bars:
+                payload = run_diagnose(opts, cast("Progress", bars))  # Bars has Progress's methods
     from ..diagnose.document import DiagnoseDocument
     from ..render import seam
     from ..render.diagnose_pictures import write_pictures

@@ -25,7 +25,7 @@ from .options import DiagnoseOptions
 from .pairs import load_tokens, sequence_slices, write_pair_run
 from .reference import reference_rows
 from .routes import flips_against_reference, replay_failed, replay_unavailable
-from .sampler_process import sampler_run
+from .sampler_process import Launched, launch
 from .timing import Timer
 from .variants import Configuration, Variant, apply, directory_name
 
@@ -48,11 +48,25 @@ class BaselineRun:
 
 
 def run_variant(base: BaselineRun, v: Variant, timer: Timer) -> dict[str, Any]:
-    """A variant's record: run, recorded and compared with the baseline, or failed with its reason."""
+    """A variant's record, run alone from start to finish: run, timed, recorded and compared with the baseline,
+    or failed with its reason. (:mod:`.schedule` runs the same steps with engine start-ups brought forward.)"""
     cfg = apply(base.cfg, v)
-    out = base.opts.out / "variants" / directory_name(v.name)
+    if v.side == "trainer":
+        ran = trainer_timed(base, cfg, timer, rescored(base, cfg, variant_dir(base.opts, v)))
+    else:
+        ran = sampler_timed(base, timer, launch_variant(base.opts, base.cfg, v, serve=timer.server is not None))
+    return variant_record(base, v, ran)
+
+
+def variant_dir(opts: DiagnoseOptions, v: Variant) -> Path:
+    return opts.out / "variants" / directory_name(v.name)
+
+
+def variant_record(base: BaselineRun, v: Variant, ran: dict[str, Any]) -> dict[str, Any]:
+    """The record of a variant that ran (``ran``: its run and timing, or where and why it failed)."""
+    cfg = apply(base.cfg, v)
+    out = variant_dir(base.opts, v)
     record: dict[str, Any] = {"name": v.name, "side": v.side, "changes": v.changes, "run_dir": str(out)}
-    ran = _trainer_side(base, cfg, out, timer) if v.side == "trainer" else _sampler_side(base, cfg, out, timer)
     if "reason" in ran:  # a sampler that ran out of time is a timeout, not a failure of the setting
         return {**record, "status": "timed out" if ran.get("stage") == "timeout" else "failed", **ran}
     why = replay_failed(out) if cfg.trainer.replay_routes else None
@@ -65,7 +79,7 @@ def run_variant(base: BaselineRun, v: Variant, timer: Timer) -> dict[str, Any]:
     rec = config_record(v.name, out, tokens, ref, base.reference, ran["run"], base.opts, paired=v.side == "trainer")
     # paired whenever the variant scored the very tokens the baseline scored: a trainer-side variant always,
     # a sampler-side one that happened to sample them all again
-    rec["throughput"]["timing"] = ran["timing"]
+    rec["throughput"]["timing"] = ran.get("timing")  # a trainer-side variant's rounds may come after its record
     rec["delta"] = deltas(
         base.record["result"], rec.pop("result"), same_tokens(base.tokens, tokens), base.opts.bootstrap
     )
@@ -73,8 +87,8 @@ def run_variant(base: BaselineRun, v: Variant, timer: Timer) -> dict[str, Any]:
     return {**record, "status": "ok", **rec}
 
 
-def _trainer_side(base: BaselineRun, cfg: Configuration, out: Path, timer: Timer) -> dict[str, Any]:
-    """The baseline's tokens rescored by the variant's trainer, and its timing rounds; or why not."""
+def rescored(base: BaselineRun, cfg: Configuration, out: Path) -> dict[str, Any]:
+    """The baseline's tokens rescored by a trainer-side variant's trainer (untimed); or why not."""
     from ..probe.rescore import rescore
 
     baseline_dir = base.opts.out / "baseline"
@@ -86,13 +100,25 @@ def _trainer_side(base: BaselineRun, cfg: Configuration, out: Path, timer: Timer
         rescore(baseline_dir, out, cfg.trainer)
     except Exception as e:  # a trainer that cannot load this setting is a result for this variant only
         return {"reason": f"{type(e).__name__}: {e}".splitlines()[0]}
-    run = {"status": "ok", "startup_s": None, "wall_s": time.perf_counter() - t0}
-    return {"run": run, "timing": timer.trainer(cfg.trainer, base.record["throughput"])}
+    return {"run": {"status": "ok", "startup_s": None, "wall_s": time.perf_counter() - t0}}
 
 
-def _sampler_side(base: BaselineRun, cfg: Configuration, out: Path, timer: Timer) -> dict[str, Any]:
-    """The variant's sampler in its own process, and its timing rounds; or where and why it failed."""
-    run, server = sampler_run(base.opts, cfg, out, repeat=False, prefill=False, serve=timer.server is not None)
+def trainer_timed(base: BaselineRun, cfg: Configuration, timer: Timer, ran: dict[str, Any]) -> dict[str, Any]:
+    """A rescored trainer-side variant with its timing rounds against the baseline's trainer."""
+    if "reason" in ran:
+        return ran
+    return {**ran, "timing": timer.trainer(cfg.trainer, base.record["throughput"])}
+
+
+def launch_variant(opts: DiagnoseOptions, base_cfg: Configuration, v: Variant, *, serve: bool) -> Launched:
+    """A sampler-side variant's process, started: it starts its engine and probes while the caller goes on."""
+    return launch(opts, apply(base_cfg, v), variant_dir(opts, v), repeat=False, prefill=False, serve=serve)
+
+
+def sampler_timed(base: BaselineRun, timer: Timer, launched: Launched) -> dict[str, Any]:
+    """A sampler-side variant's probe, collected, and its timing rounds against the baseline's sampler (the
+    variant's process is closed after them); or where and why it failed."""
+    run, server = launched.wait()
     timing = timer.sampler(server, base.record["throughput"])
     if run["status"] != "ok":
         return {"stage": run.get("stage"), "reason": run["reason"], "log": run.get("log")}

@@ -14,7 +14,9 @@ Order of work, cheapest checks first:
 5. each variant runs: trainer-side ones rescore the baseline's samples
    (no sampling, in this process), sampler-side ones sample again in their
    own process; a variant that fails is recorded with its reason and the
-   others still run;
+   others still run. Steps 3 to 5 interleave as :mod:`.schedule` orders
+   them: sampler-side processes start up in groups while this process works,
+   and every timed round runs while the other processes are idle;
 6. every variant's total gap is compared with the baseline's (bootstrap over
    sequences) and decomposed against the reference.
 
@@ -34,31 +36,43 @@ from .. import rundir
 from ..errors import SamplerError
 from ..probe.types import SamplerConfig
 from ..progress import Progress
+from .bytecode import shared_bytecode
 from .determinism import sampler_checks, trainer_checks
 from .effects import rank
 from .options import DiagnoseOptions, check_empty_out, check_options, device, resolve_max_tokens
 from .pairs import load_tokens, prompt_ids, score_requests
 from .reading import finish
-from .records import BaselineRun, config_record, run_variant, self_consistency
+from .records import (
+    BaselineRun,
+    config_record,
+    launch_variant,
+    rescored,
+    sampler_timed,
+    self_consistency,
+    variant_dir,
+    variant_record,
+)
 from .reference import reference_rows
-from .sampler_process import sampler_run
+from .sampler_process import Launched, sampler_run
+from .schedule import AHEAD_CPU, AHEAD_GPU, Engines, Step, plan, run_plan
 from .timing import SamplerServer, Timer
-from .variants import Configuration
+from .variants import Configuration, apply
 
 
 def run_diagnose(opts: DiagnoseOptions, progress: Progress | None = None) -> dict[str, Any]:
     """The whole diagnose. When it stops without a result (an error, an interrupt) it removes what it wrote,
     so the same command can run again into the same ``--out``."""
     progress = progress or Progress()
-    info = check_options(opts)
-    existed = opts.out.exists()
-    try:
-        with rundir.lock_run(opts.out):  # one diagnose per --out; checked again under the lock
-            check_empty_out(opts.out)
-            return _diagnose_locked(opts, info, progress)
-    except BaseException:
-        _remove_partial(opts.out, existed)
-        raise
+    with shared_bytecode():  # its processes compile their imports once (where Python would each time)
+        info = check_options(opts)
+        existed = opts.out.exists()
+        try:
+            with rundir.lock_run(opts.out):  # one diagnose per --out; checked again under the lock
+                check_empty_out(opts.out)
+                return _diagnose_locked(opts, info, progress)
+        except BaseException:
+            _remove_partial(opts.out, existed)
+            raise
 
 
 def _remove_partial(out: Path, existed: bool) -> None:
@@ -109,12 +123,13 @@ def _diagnose_served(
             f"the baseline sampler failed ({base['stage']}): {base['reason']}",
             hint="nothing was kept; `mismatchscope probe` with the same options shows the engine's own output",
         )
-    baseline, reference_s = _baseline(opts, info, progress, base)
-    decomposition = _decomposition(baseline, base)
-    determinism = _determinism(baseline, info, progress, base)
-    timer = Timer(server, info, opts.trainer, score_requests(opts.out / "baseline", baseline.prompt_ids), opts.sampling)
-    variants = _variants(baseline, progress, timer, {"sampler": base["process_wall_s"], "trainer": reference_s})
-    payload = _payload(baseline, info, reference_s, decomposition, variants, determinism)
+    matrix = _Matrix(opts, info, progress, base, server)
+    sides = [v.side for v in matrix.todo]
+    run_plan(plan(sides, matrix.ahead), matrix.engines, matrix.launch, matrix.do)
+    baseline = matrix.baseline
+    assert baseline is not None  # the plan's baseline step always runs
+    variants = matrix.variant_records()
+    payload = _payload(baseline, info, matrix.reference_s, matrix.decomposition, variants, matrix.determinism)
     payload["wall_s"] = time.perf_counter() - t_start
     if opts.locate is not None:  # last: it changes no number computed above
         from .locate.configurations import locate_all
@@ -123,6 +138,95 @@ def _diagnose_served(
     _conclude(payload)
     write_document(opts.out, payload)
     return payload
+
+
+class _Matrix:
+    """The baseline's analysis and every variant, step by step as :func:`.schedule.plan` orders them: sampler
+    processes start ahead of their turn while this process analyses, and each timed round runs alone."""
+
+    def __init__(self, opts: DiagnoseOptions, info, progress: Progress, base: dict, server: SamplerServer | None):
+        self.opts, self.info, self.progress, self.base, self.server = opts, info, progress, base, server
+        self.todo = [v for v in opts.variants if not v.skip_reason]  # a skipped entry is reported, never started
+        self.ahead = AHEAD_GPU if device() == "cuda" else AHEAD_CPU
+        self.engines = Engines()
+        self.baseline: BaselineRun | None = None
+        self.timer: Timer | None = None
+        self.reference_s = 0.0
+        self.decomposition: dict[str, Any] = {}
+        self.determinism: dict[str, Any] = {}
+        self.ran: dict[int, dict[str, Any]] = {}
+        self.records: dict[int, dict[str, Any]] = {}
+        self.announced = 0
+        self.left: Remaining | None = None
+        self.mark = 0.0
+        self.last_side = ""
+
+    def launch(self, i: int) -> Launched:
+        return launch_variant(self.opts, _base_configuration(self.opts), self.todo[i], serve=self.server is not None)
+
+    def do(self, step: Step) -> None:
+        if step.kind == "baseline":
+            self._baseline()
+            return
+        v = self.todo[step.index]
+        base, timer = self.baseline, self.timer
+        assert base is not None and timer is not None  # the baseline step comes before any variant's
+        if step.kind == "prepare":
+            self.ran[step.index] = rescored(base, apply(base.cfg, v), variant_dir(self.opts, v))
+        elif step.kind == "time":
+            self._announce(step.index)
+            if v.side == "sampler":
+                launched = self.engines.take(step.index)
+                assert isinstance(launched, Launched)
+                self.ran[step.index] = sampler_timed(base, timer, launched)
+            elif self.records[step.index]["status"] == "ok":  # recorded already, while engines started
+                timing = timer.trainer(apply(base.cfg, v).trainer, base.record["throughput"])
+                self.records[step.index]["throughput"]["timing"] = timing
+        else:
+            self.records[step.index] = variant_record(base, v, self.ran.pop(step.index))
+
+    def variant_records(self) -> list[dict[str, Any]]:
+        """Every entry of the matrix in its order: the skipped ones with their reason, the others' records."""
+        runs = iter(self.records[i] for i in range(len(self.todo)))
+        return [
+            {"name": v.name, "side": v.side, "changes": v.changes, "status": "skipped", "reason": v.skip_reason}
+            if v.skip_reason
+            else next(runs)
+            for v in self.opts.variants
+        ]
+
+    def _baseline(self) -> None:
+        opts, info, progress = self.opts, self.info, self.progress
+        self.baseline, self.reference_s = _baseline(opts, info, progress, self.base)
+        self.decomposition = _decomposition(self.baseline, self.base)
+        self.determinism = _determinism(self.baseline, info, progress, self.base)
+        requests = score_requests(opts.out / "baseline", self.baseline.prompt_ids)
+        self.timer = Timer(self.server, info, opts.trainer, requests, opts.sampling)
+        # before a side's first variant: a group of sampler processes starts up in about the baseline's time
+        self.left = Remaining(
+            {"sampler": self.base["process_wall_s"] / max(1, self.ahead), "trainer": self.reference_s}
+        )
+        self.mark = time.perf_counter()
+
+    def _announce(self, i: int) -> None:
+        """The variant's place in the matrix and the time the rest will take (:class:`Remaining`): each
+        variant's time is the wall from its own announcement to the next one's."""
+        assert self.left is not None
+        now = time.perf_counter()
+        if self.last_side:
+            self.left.spent[self.last_side].append(now - self.mark)
+        self.mark, self.last_side = now, self.todo[i].side
+        rest = [self.todo[j].side for j in self._unannounced(i)]
+        self.announced += 1
+        v = self.todo[i]
+        self.progress.note(
+            f"variant {self.announced}/{len(self.todo)}: {v.name} ({v.side} side); {self.left.words(rest)}"
+        )
+
+    def _unannounced(self, i: int) -> list[int]:
+        """This variant and those whose rounds are still to come, in the plan's order."""
+        order = [s.index for s in plan([v.side for v in self.todo], self.ahead) if s.kind == "time"]
+        return order[order.index(i) :]
 
 
 def _baseline(opts: DiagnoseOptions, info, progress: Progress, base: dict) -> tuple[BaselineRun, float]:
@@ -167,27 +271,6 @@ def _determinism(baseline: BaselineRun, info, progress: Progress, base: dict) ->
     )
     del trainer
     return determinism
-
-
-def _variants(baseline: BaselineRun, progress: Progress, timer: Timer, guess: dict[str, float]) -> list[dict[str, Any]]:
-    """Each variant's record in the order given; a skipped entry is reported, never started. Each start is
-    announced with its place in the matrix and the time the rest will take (:class:`Remaining`)."""
-    out = []
-    todo = [v for v in baseline.opts.variants if not v.skip_reason]
-    left = Remaining(guess)
-    for v in baseline.opts.variants:
-        if v.skip_reason:
-            out.append(
-                {"name": v.name, "side": v.side, "changes": v.changes, "status": "skipped", "reason": v.skip_reason}
-            )
-            continue
-        done = len(left.spent["sampler"]) + len(left.spent["trainer"])
-        rest = [w.side for w in todo[done:]]
-        progress.note(f"variant {done + 1}/{len(todo)}: {v.name} ({v.side} side); {left.words(rest)}")
-        t0 = time.perf_counter()
-        out.append(run_variant(baseline, v, timer))
-        left.spent[v.side].append(time.perf_counter() - t0)
-    return out
 
 
 class Remaining:

@@ -32,22 +32,139 @@ def sampler_run(
 ) -> tuple[dict[str, Any], SamplerServer | None]:
     """One sampler configuration in a fresh interpreter (see :mod:`.worker`); with ``serve``, the process is
     kept up, its engine warm, to time sampling rounds (:mod:`.timing`), and returned when it started."""
+    return launch(opts, cfg, out, repeat=repeat, prefill=prefill, serve=serve).wait()
+
+
+def launch(
+    opts: DiagnoseOptions, cfg: Configuration, out: Path, *, repeat: bool, prefill: bool, serve: bool = False
+) -> Launched:
+    """Start one configuration's sampler process and return at once: it starts its engine and probes while
+    the caller does other work; :meth:`Launched.wait` collects it."""
     out.parent.mkdir(parents=True, exist_ok=True)
     spec = _spec(opts, cfg, out, repeat=repeat, prefill=prefill)
     spec_path = out.parent / f"{out.name}.spec.json"
     log_path = out.parent / f"{out.name}.log"
-    t0 = time.perf_counter()
-    server = None
-    with open(log_path, "w") as log:
+    with open(log_path, "w") as log:  # the child holds its own copy of the file
         if serve:
-            server, code = _start_server(spec, spec_path, log)
-        else:
-            code = _run_to_end(spec, spec_path, log)
-    wall = time.perf_counter() - t0
-    result = _result(Path(spec["result"]), code, log_path)
-    result["process_wall_s"] = wall
-    result["log"] = str(log_path)
-    return result, server
+            return _Served(spec, spec_path, log_path, log)
+        return _ToEnd(spec, spec_path, log_path, log)
+
+
+class Launched:
+    """A sampler process started and not yet collected: its result (and, served, its timing server) once it
+    has probed, or why there is none. The time limit runs from the start."""
+
+    def __init__(self, spec: dict[str, Any], log_path: Path) -> None:
+        self.spec = spec
+        self.log_path = log_path
+        self.t0 = time.perf_counter()
+        self.proc: subprocess.Popen | None = None
+        self._code: int | None = None
+        self._done = False
+
+    def left_s(self) -> float:
+        return max(0.0, WORKER_TIMEOUT_S - (time.perf_counter() - self.t0))
+
+    def settle(self) -> None:
+        """Wait until the process is idle: it has written its result (and serves rounds) or it has ended."""
+        if not self._done:
+            try:
+                self._code = self._settle()
+            except BaseException:  # an interrupt while it starts: it does not outlive the wait
+                self.kill()
+                raise
+            self._wall = time.perf_counter() - self.t0
+            self._done = True
+
+    @property
+    def settled(self) -> bool:
+        return self._done
+
+    def wait(self) -> tuple[dict[str, Any], SamplerServer | None]:
+        """The result record (``process_wall_s``: launch to result) and the timing server, if it serves."""
+        self.settle()
+        result = _result(Path(self.spec["result"]), self._code, self.log_path)
+        result["process_wall_s"] = self._wall
+        result["log"] = str(self.log_path)
+        return result, self._server()
+
+    def kill(self) -> None:
+        """Stop it now, whatever it is doing (an interrupt, an error elsewhere): nothing keeps running."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+        if self.proc is not None:
+            self.proc.wait()
+        self._close()
+
+    def _settle(self) -> int | None:
+        raise NotImplementedError
+
+    def _server(self) -> SamplerServer | None:
+        return None
+
+    def _close(self) -> None:
+        pass
+
+
+class _ToEnd(Launched):
+    """Runs to its end: the result file is all it leaves."""
+
+    def __init__(self, spec: dict[str, Any], spec_path: Path, log_path: Path, log: IO[str]) -> None:
+        super().__init__(spec, log_path)
+        rundir.atomic_write_bytes(spec_path, json.dumps(spec, indent=2).encode())
+        self.proc = subprocess.Popen([*WORKER, str(spec_path)], stdout=log, stderr=subprocess.STDOUT)
+
+    def _settle(self) -> int | None:
+        """The worker's exit code; None when it ran past the time limit (it is stopped)."""
+        assert self.proc is not None
+        try:
+            return self.proc.wait(timeout=self.left_s())
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            return None
+
+
+class _Served(Launched):
+    """Kept up after its probe as a timing server (:class:`.timing.SamplerServer`)."""
+
+    def __init__(self, spec: dict[str, Any], spec_path: Path, log_path: Path, log: IO[str]) -> None:
+        super().__init__(spec, log_path)
+        read_end, write_end = SamplerServer.pipe()
+        spec["reply_fd"] = write_end
+        rundir.atomic_write_bytes(spec_path, json.dumps(spec, indent=2).encode())
+        try:
+            self.proc = subprocess.Popen(
+                [*WORKER, str(spec_path)],
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(write_end,),
+                text=True,
+            )
+        finally:
+            os.close(write_end)
+        self.server: SamplerServer | None = SamplerServer(self.proc, os.fdopen(read_end))
+
+    def _settle(self) -> int | None:
+        """0 once it serves rounds; else its exit code, or None when it ran past the time limit (stopped)."""
+        assert self.server is not None and self.proc is not None
+        if self.server.wait_ready(self.left_s()):
+            return 0
+        timed_out = self.proc.poll() is None
+        if timed_out:  # still running past its time: stopped here, and said to be a timeout, not a death
+            self.proc.kill()
+        self.server.close()
+        self.server = None
+        return None if timed_out else self.proc.returncode
+
+    def _server(self) -> SamplerServer | None:
+        return self.server
+
+    def _close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            self.server = None
 
 
 def _spec(opts: DiagnoseOptions, cfg: Configuration, out: Path, *, repeat: bool, prefill: bool) -> dict[str, Any]:
@@ -69,40 +186,6 @@ def _spec(opts: DiagnoseOptions, cfg: Configuration, out: Path, *, repeat: bool,
         budget, n = opts.locate.budget, opts.locate.sequences
         spec["locate"] = {"sequences": n, "budget": budget, "path": str(out.parent / f"{out.name}.locate.npz")}
     return spec
-
-
-def _run_to_end(spec: dict[str, Any], spec_path: Path, log: IO[str]) -> int | None:
-    """The worker's exit code; None when it ran past the time limit."""
-    rundir.atomic_write_bytes(spec_path, json.dumps(spec, indent=2).encode())
-    try:
-        proc = subprocess.run([*WORKER, str(spec_path)], stdout=log, stderr=subprocess.STDOUT, timeout=WORKER_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return None
-    return proc.returncode
-
-
-def _start_server(spec: dict, spec_path: Path, log) -> tuple[SamplerServer | None, int | None]:
-    """Start the worker as a timing server; wait until it has written its result (or ended)."""
-    read_end, write_end = SamplerServer.pipe()
-    spec["reply_fd"] = write_end
-    rundir.atomic_write_bytes(spec_path, json.dumps(spec, indent=2).encode())
-    proc = subprocess.Popen(
-        [*WORKER, str(spec_path)],
-        stdin=subprocess.PIPE,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        pass_fds=(write_end,),
-        text=True,
-    )
-    os.close(write_end)
-    server = SamplerServer(proc, os.fdopen(read_end))
-    if server.wait_ready(WORKER_TIMEOUT_S):
-        return server, 0
-    timed_out = proc.poll() is None
-    if timed_out:  # still running past its time: stopped here, and said to be a timeout, not a death
-        proc.kill()
-    server.close()
-    return None, None if timed_out else proc.returncode
 
 
 def _result(result_path: Path, code: int | None, log_path: Path) -> dict[str, Any]:
