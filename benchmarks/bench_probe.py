@@ -80,7 +80,7 @@ if __name__ == "__main__":
     t0 = time.perf_counter()
     if mode == "probe":
         from mismatchscope.probe.options import ProbeOptions
-        from mismatchscope.probe.sampling import run_probe
+        from mismatchscope.probe.command import run_probe
         run_probe(ProbeOptions(ckpt, prompts_path, Path(tempfile.mkdtemp()) / "run", sampling, scfg, tcfg))
         print(json.dumps({"seconds": time.perf_counter() - t0})); sys.exit(0)
     info = inspect_checkpoint(ckpt)

@@ -6,6 +6,7 @@ from typing import Any, Optional
 
 import typer
 
+from ..probe.engine_config import DEFAULT_SAMPLER_DTYPE
 from ._help import HelpCommand
 
 PathArg = typer.Argument(
@@ -173,7 +174,6 @@ PromptsOpt = typer.Option(
     "-p",
     help='JSONL, one {"prompt": ..., "answer": ...} per line. Default: the bundled sample prompts.',
 )
-DEFAULT_SAMPLER_DTYPE = "float16"
 SamplerDtypeOpt = typer.Option(
     DEFAULT_SAMPLER_DTYPE,
     "--sampler-dtype",

@@ -119,7 +119,6 @@ def diagnose(
 ) -> None:
     """Where the mismatch comes from (decomposition against a float64 reference), what each change does to it
     (variants with bootstrap intervals), whether the numbers are repeatable, and what each configuration costs."""
-    from ..bundled import sample_dir
     from ..diagnose.bytecode import shared_bytecode
     from ..diagnose.effects import Bootstrap
     from ..diagnose.locate.run import locate_options
@@ -128,6 +127,7 @@ def diagnose(
     from ..diagnose.variants import Configuration, default_matrix, given_variants
     from ..probe.engine_config import EngineValues
     from ..probe.engine_log import engine_output
+    from ..probe.options import bundled_checkpoint, bundled_prompts
     from ._progress import Bars, engine_env
 
     variants = given_variants(vary or [], matrix)
@@ -141,10 +141,10 @@ def diagnose(
     with engine_output(out_dir, sampler_kind=sampler, any_dir=True):
         if not variants:
             variants = default_matrix(device(), Configuration(sampler_cfg, trainer))
-        checkpoint = checkpoint or sample_dir() / "tiny-qwen3"
+        checkpoint = checkpoint or bundled_checkpoint(None)
         opts = DiagnoseOptions(
             checkpoint=checkpoint,
-            prompts=prompts or sample_dir() / "prompts.jsonl",
+            prompts=prompts or bundled_prompts(),
             out=out_dir,
             sampling=engine.sampling_config(),
             sampler=sampler_cfg,

@@ -8,10 +8,12 @@ import typer
 
 from ..errors import UsageError
 from ..importers import IMPORTERS, PICKLED_FORMATS, ROUTE_ENCODINGS
+from ..importers.registry import logged_by
 from ._options import FormatOpt, column_option, out_option
 from ._streams import info, reader_left, warn
 
 FORMATS = tuple(IMPORTERS)
+_ENCODINGS = tuple(ROUTE_ENCODINGS)
 
 
 def _mapping(items: list[str] | None) -> dict[str, str]:
@@ -74,7 +76,7 @@ def import_(
         None,
         "--routes-format",
         metavar="ENCODING",
-        help=f"How the routes are encoded: {', '.join(ROUTE_ENCODINGS[:-1])} or {ROUTE_ENCODINGS[-1]}.",
+        help=f"How the routes are encoded: {', '.join(_ENCODINGS[:-1])} or {_ENCODINGS[-1]}.",
     ),
     routes_config: str | None = typer.Option(
         None,
@@ -85,7 +87,7 @@ def import_(
     ),
     format: str = FormatOpt,
 ) -> None:
-    """Convert what an RL run already logged (NeMo-RL, prime-rl, slime, SkyRL, verl, ROLL, or your own JSONL/Parquet) into token pairs."""
+    # the help's summary is written from the registry, under the function
     from ..importers import import_run
     from ..importers.document import ImportDocument
     from ..render import seam
@@ -107,6 +109,9 @@ def import_(
     seam.show(ImportDocument.of(result, out_dir), format)
     if reader_left():  # ``| head -0``: the summary had nowhere to go, the run is whole (the command succeeds)
         warn(f"stdout was closed before the summary was written; the import is complete in {out_dir}")
+
+
+import_.__doc__ = f"Convert what an RL run already logged ({logged_by()}) into token pairs."
 
 
 def _source(fmt: str, src: str, trust_pickle: bool, routes_format: str | None) -> Path:

@@ -10,11 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from ..bundled import sample_dir
 from ..errors import UsageError
 from ..probe.engine_log import engine_output
 from ._options import (
-    DEFAULT_SAMPLER_DTYPE,
     AllowPickleOpt,
     AttnImplementationOpt,
     EnforceEagerOpt,
@@ -204,7 +202,7 @@ def probe(
     format: str = FormatOpt,
 ) -> None:
     """Sample with a real engine, teacher-force with a real trainer, record per-token logprob pairs, and print the report."""
-    from ..probe.sampling import run_probe
+    from ..probe.command import run_probe
 
     selected = _parsed_rules(rule)
     paths = dict(checkpoint=checkpoint, prompts=prompts, sampler_tokenizer=sampler_tokenizer)
@@ -226,34 +224,32 @@ def _probe_options(params: dict[str, Any]) -> ProbeOptions:
 
     if params["logprobs_mode"] not in ("processed_logprobs", "raw_logprobs"):
         raise UsageError(f"--logprobs-mode {params['logprobs_mode']!r}", hint="use processed_logprobs or raw_logprobs")
-    values = EngineValues.of(params)
-    if values.zero and values.sampler_dtype == DEFAULT_SAMPLER_DTYPE:
-        values = replace(values, sampler_dtype=values.trainer_dtype)  # one dtype on both sides; another is refused
+    values = EngineValues.of(params).profiled()
     if capabilities_of(values.sampler_kind).remote and not values.url:
         raise UsageError(f"--sampler {values.sampler_kind} needs --url http://HOST:PORT")
     from ..probe.turns import turns_config
 
     turns = turns_config(params["turns"], params["tool_response"], params["turn_ids"])
     bundled = params["checkpoint"] is None
-    model = "tiny-qwen3" if turns is None else "tiny-qwen3-chat"  # the same weights, with a chat template
-    checkpoint = sample_dir() / model if bundled else params["checkpoint"]
-    prompts = params["prompts"] if params["prompts"] is not None else sample_dir() / "prompts.jsonl"
+    checkpoint = options.bundled_checkpoint(turns) if bundled else params["checkpoint"]
+    prompts = params["prompts"] if params["prompts"] is not None else options.bundled_prompts()
     engine_env()
     out = _out_dir(params["out"], "probe")
     values = replace(values, engine_args=engine_args(params["engine_arg"]))
+    sampler = values.sampler_config()
     opts = options.ProbeOptions(
         checkpoint=checkpoint,
         prompts=prompts,
         out=out,
         sampling=values.sampling_config(),
-        sampler=values.sampler_config(),
+        sampler=sampler,
         trainer=values.trainer_config(),
         reward_fn=params["reward_fn"],
         resume=params["resume"],
         round_prompts=params["round_prompts"],
         sampler_tokenizer=params["sampler_tokenizer"],
         trainer_checkpoint=params["trainer_checkpoint"],
-        sampler_prefill=params["sampler_prefill"] or values.zero,
+        sampler_prefill=options.records_prefill(params["sampler_prefill"], sampler),
         full_vocab=params["full_vocab"],
         turns=turns,
     )

@@ -139,8 +139,8 @@ def check_empty_out(out: Path) -> None:
 
 def resolve_max_tokens(opts: DiagnoseOptions, info) -> int:
     """``--max-tokens 0`` resolved once, as probe resolves it, so every configuration asks for the same length."""
+    from ..probe.command import AUTO_MAX_TOKENS
     from ..probe.prompts import load_prompts
-    from ..probe.sampling import AUTO_MAX_TOKENS
     from ..probe.tokenizer import load_tokenizer, tokenize_prompts
 
     if opts.sampling.max_tokens:

@@ -77,8 +77,8 @@ def _start(sampler_cfg, info, sampling):
 
 def _probe(spec: dict, info, sampling, sampler_cfg, sampler) -> tuple[list, list]:
     """The configuration's probe run at ``spec["out"]``; its prompts' token ids and its completions."""
+    from ..probe.command import run_probe
     from ..probe.options import ProbeOptions
-    from ..probe.sampling import run_probe
     from ..probe.types import TrainerConfig
     from ..probe.writer import RunDir
 

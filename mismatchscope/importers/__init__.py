@@ -7,7 +7,8 @@ the project's token-pair format: ``OUT/tokens/part-XXXXX.parquet`` shards
 (every ~1M tokens) plus ``OUT/manifest.json``, written last.
 
 Adding a format is one module with an importer class and one entry in
-:data:`IMPORTERS` (which the command line reads for its list of formats).
+:data:`.registry.IMPORTERS` (which the command line reads for its list of
+formats), declaring the protocol the class implements.
 
 Output conventions, the same for every format:
 
@@ -25,16 +26,15 @@ Output conventions, the same for every format:
 
 from __future__ import annotations
 
-import importlib
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from ..errors import InputError, UsageError
 from ..progress import FileProgress
-from ._base import ImportContext, Importer, ImportResult, SourceFile
+from ._base import ImportContext, Importer, ImportResult, JsonlImporter, SamplerOnlyImporter, SourceFile
+from .registry import IMPORTERS, ROUTE_ENCODINGS, Format
 
 if TYPE_CHECKING:
     from .routes import RoutesOptions
@@ -49,52 +49,12 @@ __all__ = [
     "importer_class",
 ]
 
-IMPORTERS: dict[str, str] = {
-    "nemo-rl": "nemo_rl:NemoRLImporter",
-    "prime-rl": "prime_rl:PrimeRLImporter",
-    "slime": "slime:SlimeImporter",
-    "skyrl": "skyrl:SkyRLImporter",
-    "verl": "verl:VerlImporter",
-    "roll": "roll:RollImporter",
-    "jsonl": "generic:GenericJsonlImporter",
-    "parquet": "generic_parquet:GenericParquetImporter",
-}
-"""format name -> ``module:Class`` of its importer (constructed with the ``--column`` mapping), loaded
-when used: every command's start-up reads this list, only ``import`` needs the classes."""
-
-PICKLED_FORMATS = ("slime", "skyrl", "verl", "roll")
+PICKLED_FORMATS = tuple(name for name, f in IMPORTERS.items() if f.pickled)
 """the formats whose dumps are pickles: ``--trust-pickle`` means something only for these."""
 
-ROUTE_ENCODINGS = ("sglang", "vllm", "vllm-0.21", "verl", "slime", "prime-rl", "skyrl")
-"""``--routes-format`` names, for the help text (``route_sources.DECODERS`` has one decoder per name)."""
 
-
-def importer_class(fmt: str) -> Callable[..., Importer]:
-    module, name = IMPORTERS[fmt].split(":")
-    return getattr(importlib.import_module(f".{module}", __name__), name)
-
-
-_LAYOUT_HINTS = {
-    "nemo-rl": "point at NeMo-RL's log directory (it holds exp_NNN/train_data_step{N}.jsonl)",
-    "prime-rl": "point at the trainer's output_dir (it holds token_exports/step_{N}/rank_{R}.jsonl) "
-    "of a run with trainer.enable_token_export = true",
-    "slime": "point at the --dump-details folder (it holds train_data/ and rollout_data/)",
-    "skyrl": "point at the trainer's export_path (it holds dumped_data/global_step_{N}_training_input.pkl) "
-    "of a run with trainer.dump_data_batch=true",
-    "verl": "point at skip.rollout's dump_dir (it holds .../{step}/gen_batch.dp) of a run with skip.rollout.enable=true",
-    "roll": "point at rollout_mock's dump_dir (it holds train/step_{N:06d}.pkl) of a run with rollout_mock "
-    "enable=true, mode=dump",
-    "jsonl": "point at a .jsonl file or a folder of them",
-    "parquet": "point at a .parquet file or a folder of them",
-}
-
-
-_STACK_DUMPS = {
-    "skyrl": "global_step_{N}_training_input.pkl",
-    "verl": ".../{step}/gen_batch.dp",
-    "roll": "step_{N:06d}.pkl",
-}
-"""the stacks whose batch pickles are told apart by their file names, for a dump given as another's."""
+def importer_class(fmt: str) -> type[Importer]:
+    return IMPORTERS[fmt].load()
 
 
 def _other_stack(fmt: str, src: Path) -> str | None:
@@ -102,7 +62,7 @@ def _other_stack(fmt: str, src: Path) -> str | None:
     a file by the class its pickle names (read through the allow-list), a folder by the files it holds."""
     from ..errors import MismatchscopeError
 
-    if fmt not in PICKLED_FORMATS:
+    if not IMPORTERS[fmt].pickled:
         return None
     if src.is_file():
         from .stack_pickle import load_stack_pickle, stack_of
@@ -111,12 +71,12 @@ def _other_stack(fmt: str, src: Path) -> str | None:
             return stack_of(load_stack_pickle(src, src.name, False, fmt))
         except MismatchscopeError:
             return None
-    for other in _STACK_DUMPS:
-        if other == fmt:
+    for other in IMPORTERS.values():
+        if other.name == fmt or other.dump_files is None:
             continue
         try:
-            if importer_class(other)().discover(src):
-                return other
+            if other.load()().discover(src):
+                return other.name
         except MismatchscopeError:
             continue
     return None
@@ -124,7 +84,7 @@ def _other_stack(fmt: str, src: Path) -> str | None:
 
 def describe(fmt: str) -> str:
     """One line on what SRC should be for ``fmt`` (for ``--help`` and error hints)."""
-    return _LAYOUT_HINTS[fmt]
+    return IMPORTERS[fmt].layout
 
 
 def import_run(
@@ -159,13 +119,14 @@ def import_run(
     src, out = Path(src), Path(out)
     if not src.exists():
         raise InputError(f"{src}: no such file or directory", hint=describe(fmt))
-    importer = importer_class(fmt)(columns=columns)
+    spec = IMPORTERS[fmt]
+    importer = spec.load()(columns=columns)  # type: ignore[call-arg]
     files = importer.discover(src)
     if not files:
         other = _other_stack(fmt, src)
         if other is not None:
             raise InputError(
-                f"{src}: no {fmt} files found; it holds a {other} dump ({_STACK_DUMPS[other]})",
+                f"{src}: no {fmt} files found; it holds a {other} dump ({IMPORTERS[other].dump_files})",
                 hint=f"import it with `mismatchscope import {other}`",
             )
         raise InputError(f"{src}: no {fmt} files found", hint=describe(fmt))
@@ -183,7 +144,7 @@ def import_run(
         stage = _fresh_stage(out)
         try:
             result = _import_locked(
-                importer, fmt, src, stage, out, files, skip_bad, trust_pickle, workers, flush_tokens, progress, plan
+                spec, importer, src, stage, out, files, skip_bad, trust_pickle, workers, flush_tokens, progress, plan
             )
         except BaseException:  # the lock takes back what is new in out; a staging folder it found there too
             import shutil
@@ -223,8 +184,8 @@ def _publish(stage: Path, out: Path) -> None:
 
 
 def _import_locked(
-    importer,
-    fmt: str,
+    spec: Format,
+    importer: Any,
     src: Path,
     stage: Path,
     out: Path,
@@ -237,6 +198,7 @@ def _import_locked(
     routes_plan=None,
 ) -> ImportResult:
     # imported here: the writer pulls in pyarrow, the engine multiprocessing
+    fmt = spec.name
     from ._writer import FLUSH_TOKENS, ShardWriter, write_manifest
 
     semantics = importer.semantics()
@@ -244,7 +206,7 @@ def _import_locked(
     writer = ShardWriter(stage, importer.columns, base_meta, flush_tokens=flush_tokens or FLUSH_TOKENS)
     result = ImportResult(format=fmt, out=out)
     ctx = ImportContext(writer, result, skip_bad=skip_bad, trust_pickle=trust_pickle)
-    shards = _read_all(importer, files, ctx, writer, workers, progress)
+    shards = _read_all(spec, importer, files, ctx, writer, workers, progress)
     check_trainer_side(fmt, src, ctx)  # refused: the lock takes all back
     result.steps = len(ctx.steps)
     result.shards = len(shards)
@@ -258,10 +220,9 @@ def _import_locked(
         raise InputError(f"{src}: no token imported: the {fmt} files hold no record", hint=describe(fmt))
     manifest = _manifest(fmt, src, stage, files, semantics, shards, writer, result, ctx)
     manifest["provenance"] = _provenance(fmt)
-    sequence_rows = getattr(importer, "sequence_rows", None)
-    if sequence_rows is not None:  # a sampler-only dump: the sequences rescore scores for the trainer's side
+    if spec.implements(SamplerOnlyImporter):  # the sequences rescore scores for the trainer's side
         result.sampler_only = True
-        _write_sequences(stage, out, None if routes_plan else sequence_rows, fmt, result, manifest)
+        _write_sequences(stage, out, None if routes_plan else importer.sequence_rows, fmt, result, manifest)
     if routes_plan is not None:
         from .routes import write
 
@@ -304,13 +265,13 @@ def check_trainer_side(fmt: str, src: Path, ctx: ImportContext) -> None:
         )
 
 
-def _read_all(importer, files, ctx: ImportContext, writer, workers, progress) -> list:
-    """Every source file through the importer into the writer: JSONL records through the (parallel) engine,
-    other files whole; the shards written, or nothing left of them on a failure."""
+def _read_all(spec: Format, importer: Any, files, ctx: ImportContext, writer, workers, progress) -> list:
+    """Every source file through the importer into the writer, as its entry declares: JSONL records through the
+    (parallel) engine, other files whole; the shards written, or nothing left of them on a failure."""
     from ._jsonl import import_files
 
     try:
-        if hasattr(importer, "convert"):
+        if spec.implements(JsonlImporter):
             import_files(importer, files, ctx, workers=workers, progress=progress)
         else:
             for i, f in enumerate(files, 1):

@@ -4,7 +4,12 @@ An importer is a small object with a name, the optional columns it fills, a
 ``discover`` step (which files, in which order) and either ``convert`` (one
 parsed JSONL record -> one sequence; the JSONL engine in ``_jsonl`` does the
 reading, in parallel when it pays) or ``read`` (one whole file, for formats
-that are not JSONL). Bad records raise
+that are not JSONL); which of the two it implements is the protocol its entry in
+:mod:`.registry` declares (:class:`JsonlImporter`, :class:`FileImporter`, or
+:class:`SamplerOnlyImporter` for a dump with the sampler's side only), and the
+import dispatches on that declaration. A routes encoding declares
+:class:`RouteDecoder`, and where routes are read in place from a stack's dump,
+:class:`DumpRoutes`. Bad records raise
 :class:`~mismatchscope.errors.ImportFormatError`; :meth:`ImportContext.bad`
 decides whether that stops the run or is skipped and counted (``--skip-bad``).
 A JSONL record is parsed by :mod:`._records`; its fields become checked arrays
@@ -92,6 +97,19 @@ class JsonlImporter(Importer, Protocol):
 
 class FileImporter(Importer, Protocol):
     def read(self, f: SourceFile, ctx: ImportContext) -> None: ...
+
+
+class SamplerOnlyImporter(FileImporter, Protocol):
+    """A stack whose dumps hold the sampler's side only: each sequence's ids are kept for ``rescore``."""
+
+    sequence_rows: SequenceRowsSink
+    """each imported sequence's prompt and response ids (``dataproto.SequenceRows``)."""
+
+
+class SequenceRowsSink(Protocol):
+    def write(self, out: Path) -> None:
+        """``out/sequences.parquet``, which ``rescore`` scores for the trainer's side."""
+        ...
 
 
 class ImportContext:

@@ -6,7 +6,10 @@ rows it covers, the first input position they start at, and whether its layer
 axis is every decoder layer or the MoE layers only. Checking those rows
 against the model (``route_checks``) is the same for every source.
 
-Encodings, from each project's code (docs/import.md tabulates them):
+Each decoder implements :class:`RouteDecoder` (``decoder(record, model, prompt_length) -> Decoded``, raising
+ImportFormatError on a value it cannot read) and is registered under its ``--routes-format`` name in
+``registry.ROUTE_ENCODINGS``; a stack whose own dump holds the routes reads them there through a module implementing
+:class:`DumpRoutes`. Encodings, from each project's code (docs/import.md tabulates them):
 
 * ``sglang``: ``meta_info["routed_experts"]`` (the OpenAI server's
   ``choice.sglext.routed_experts``; either nesting, or the bare field): base64 of raw int32 with no
@@ -35,9 +38,10 @@ from __future__ import annotations
 import base64
 import binascii
 import io
-from collections.abc import Callable, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -65,8 +69,20 @@ class Decoded:
     whatever ids they hold."""
 
 
-Decoder = Callable[[Mapping[str, Any], RoutesModel, int], Decoded]
-"""``decoder(record, model, prompt_length) -> Decoded``; raises ImportFormatError on a value it cannot read."""
+class RouteDecoder(Protocol):
+    """One ``--routes-format`` encoding: one routes record (one sequence) in, its rows as the source laid them out."""
+
+    def __call__(self, rec: Mapping[str, Any], model: RoutesModel, prompt_len: int) -> Decoded: ...
+
+
+class DumpRoutes(Protocol):
+    """Routes read in place from a stack's own dump (no routes file), one record per batch row."""
+
+    def is_dump(self, src: Path) -> bool: ...
+
+    def files(self, src: Path) -> list[tuple[Path, str]]: ...
+
+    def records(self, path: Path, rel: str, trust_pickle: bool) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]: ...
 
 
 def _field(rec: Mapping[str, Any], *names: str) -> Any:
@@ -234,15 +250,3 @@ def decode_prime_rl(rec: Mapping[str, Any], model: RoutesModel, prompt_len: int)
             raise ImportFormatError("routed_experts: the gate weights after the ids are not all in [0, 1]")
         return Decoded(arr[:, :, : model.top_k].astype(np.int32), start, weights=weights.astype(np.float32))
     return Decoded(_int32(arr, "routed_experts"), start)
-
-
-DECODERS: dict[str, Decoder] = {
-    "sglang": decode_sglang,
-    "vllm": decode_vllm,
-    "vllm-0.21": decode_vllm_021,
-    "verl": decode_verl,
-    "slime": decode_slime,
-    "prime-rl": decode_prime_rl,
-    "skyrl": decode_skyrl,
-}
-"""``--routes-format`` name -> its decoder."""

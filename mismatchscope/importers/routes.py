@@ -37,11 +37,11 @@ import pyarrow.parquet as pq
 from ..errors import ImportFormatError, InputError, UsageError
 from ..routing import layout
 from ..schema import WRITE_OPTIONS
-from . import skyrl_routes, slime_routes
 from ._base import short
 from ._records import parse_record
+from .registry import ROUTE_ENCODINGS
 from .route_checks import CheckedRoutes, check_routes
-from .route_sources import DECODERS
+from .route_sources import DumpRoutes
 from .routes_model import RoutesModel
 
 SEQUENCES = "sequences.parquet"
@@ -111,8 +111,10 @@ class RoutesPlan:
 
 def prepare(options: RoutesOptions, trust_pickle: bool = False) -> RoutesPlan:
     """Decode and check every routes record; nothing is written."""
-    if options.encoding not in DECODERS:
-        raise UsageError(f"unknown --routes-format {options.encoding!r}", hint=f"choose one of: {', '.join(DECODERS)}")
+    if options.encoding not in ROUTE_ENCODINGS:
+        raise UsageError(
+            f"unknown --routes-format {options.encoding!r}", hint=f"choose one of: {', '.join(ROUTE_ENCODINGS)}"
+        )
     model = RoutesModel.load(options.config)
     plan = RoutesPlan(options, model, _discover(options), trust_pickle=trust_pickle)
     for where, rec, checked in _checked(plan):
@@ -128,13 +130,11 @@ def prepare(options: RoutesOptions, trust_pickle: bool = False) -> RoutesPlan:
 _SRC_HINT = "pass a .jsonl file or a folder of them, one line per sequence (docs/import.md, Routes)"
 
 
-def _dump_reader(encoding: str, src: Path) -> Any:
-    """The module that reads routes in place from a stack's own dump (slime, SkyRL), or None for a routes JSONL."""
-    if encoding == "slime" and slime_routes.is_slime_dump(src):
-        return slime_routes
-    if encoding == "skyrl" and skyrl_routes.is_dump(src):
-        return skyrl_routes
-    return None
+def _dump_reader(encoding: str, src: Path) -> DumpRoutes | None:
+    """What reads routes in place from a stack's own dump (slime, SkyRL), where the encoding declares one and
+    ``src`` is such a dump; None for a routes JSONL."""
+    reader = ROUTE_ENCODINGS[encoding].dump_reader()
+    return reader if reader is not None and reader.is_dump(src) else None
 
 
 def _discover(options: RoutesOptions) -> list[tuple[Path, str]]:
@@ -158,7 +158,7 @@ def _checked(plan: RoutesPlan, source_rows: dict[tuple[str, int], int] | None = 
     """Every record decoded and checked. A record read in place from a stack's batch (slime, SkyRL) takes the
     ``sequence_id`` its batch row was imported as (``source_rows``), None where the token import skipped that
     row; before the tokens are imported (``source_rows`` None) the records are numbered in reading order."""
-    decode = DECODERS[plan.options.encoding]
+    decode = ROUTE_ENCODINGS[plan.options.encoding].decode()
     reader = _dump_reader(plan.options.encoding, Path(plan.options.src))
     next_id = 0
     for path, rel in plan.files:

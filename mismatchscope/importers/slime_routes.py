@@ -23,7 +23,7 @@ from ..errors import ImportFormatError
 ROUTES_FIELD = "rollout_routed_experts"
 
 
-def is_slime_dump(src: Path) -> bool:
+def is_dump(src: Path) -> bool:
     """A ``--dump-details`` folder (or its ``train_data/``, or one train ``.pt``) rather than a routes JSONL."""
     src = Path(src)
     return src.suffix == ".pt" or (src / "train_data").is_dir() or (src.name == "train_data" and src.is_dir())

@@ -12,12 +12,14 @@ builders turn them into :class:`SamplingConfig`, :class:`SamplerConfig` and
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, cast
 
 from .types import LogprobsMode, SamplerConfig, SamplingConfig, TrainerConfig
 
 SamplerKind = Literal["vllm", "vllm-server", "trl-server", "hf"]
+DEFAULT_SAMPLER_DTYPE = SamplerConfig.dtype
+"""``--sampler-dtype`` when none is given: float16, a CPU demo pairing against the float32 trainer."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,14 @@ class EngineValues:
     def names(cls) -> frozenset[str]:
         """The parameter names of the engine options."""
         return frozenset(f.name for f in fields(cls)) - {"engine_args"}
+
+    def profiled(self) -> EngineValues:
+        """The values with what a profile implies: the zero profile runs one program, so one dtype on both sides,
+        and a sampler dtype left at its default takes the trainer's (one given otherwise is kept, and refused by
+        ``zero.check_zero``)."""
+        if self.zero and self.sampler_dtype == DEFAULT_SAMPLER_DTYPE:
+            return replace(self, sampler_dtype=self.trainer_dtype)
+        return self
 
     @property
     def sampler_kind(self) -> str:

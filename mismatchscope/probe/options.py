@@ -1,6 +1,6 @@
 """The probe's options (:class:`ProbeOptions`) and their checks, made before anything is created or started.
 
-The probe (:mod:`.sampling`), ``rescore`` and ``diagnose`` all read these;
+The probe (:mod:`.command`), ``rescore`` and ``diagnose`` all read these;
 this module imports none of them, so each can import it. The engines' own
 settings (dtypes, kernels, devices, ``--engine-arg``) are checked by
 :mod:`.engine_checks`; this module checks the sampling, the run directory and
@@ -60,6 +60,27 @@ class ProbeOptions:
     """also record each side's whole log-prob row as a digest and the largest difference (:mod:`.full_rows`)."""
     turns: TurnsConfig | None = None
     """``--turns N`` (N >= 2): multi-turn conversations (:mod:`.conversations`); None: one turn."""
+
+
+def bundled_checkpoint(turns: TurnsConfig | None) -> Path:
+    """The bundled sample model a probe with no CHECKPOINT runs: the same weights with a chat template for a
+    conversation of turns."""
+    from ..bundled import sample_dir
+
+    return sample_dir() / ("tiny-qwen3" if turns is None else "tiny-qwen3-chat")
+
+
+def records_prefill(asked: bool, sampler: SamplerConfig) -> bool:
+    """Whether a probe records the sampler's prefill of prompt + completion: where asked (``--sampler-prefill``),
+    and always under the zero profile, whose prefill is its decode's own program (the pairs it certifies)."""
+    return asked or sampler.zero
+
+
+def bundled_prompts() -> Path:
+    """The bundled prompts a probe with no ``--prompts`` samples."""
+    from ..bundled import sample_dir
+
+    return sample_dir() / "prompts.jsonl"
 
 
 def canonical_options(opts: ProbeOptions) -> ProbeOptions:

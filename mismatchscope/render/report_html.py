@@ -21,7 +21,7 @@ def render(doc: ReportDocument) -> str:
     """``report --html``: the run as given and doctor's top finding in the header, headline metrics, each rule's
     rejections, breakdowns, pictures, run metadata; ``--worst`` adds its table; the run's token view is its own
     tab, which the worst sequences and the headline link to."""
-    from .doctor import top_line
+    from .doctor_table import top_line
     from .report_pictures import pictures as drawn
 
     result, pictures, worst, run, tokens = doc.analysis, drawn(doc), doc.report.worst, doc.path, doc.tokens

@@ -50,7 +50,7 @@ def render(console, doc: ReportDocument) -> None:
     """The input's header line, the report's tables, ``--worst``'s table, and doctor's top finding last."""
     from rich.markup import escape
 
-    from .doctor import top_line
+    from .doctor_table import top_line
     from .run_header import header
 
     header(console, doc.analysis)

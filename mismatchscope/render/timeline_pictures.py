@@ -15,9 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ..documents import from_json
 from ..errors import UsageError
 from ..timeline.changes import methods
 from ..timeline.compare import TimelineComparison
+from ..timeline.json_document import Drift, Flag, Methods, Shift, Spike
 
 FILENAME = "timeline.png"
 _MAX_LEGEND_GROUPS = 12
@@ -61,16 +63,16 @@ def _panels(axes, result, colours: list[str], ncols: int) -> None:
     s = result.series
     metrics = s.metrics
     fmt = FuncFormatter(lambda v, _: f"{v:.3g}")
-    by_metric: dict[str, list[dict]] = {}
+    by_metric: dict[str, list[Flag]] = {}
     for f in result.flags:
-        by_metric.setdefault(f["metric"], []).append(f)
+        by_metric.setdefault(f.metric, []).append(f)
     for k, m in enumerate(metrics):
         ax = axes[k // ncols][k % ncols]
         for g, group in enumerate(s.groups):
             idx = s.rows_of(g)
             steps, vals = s.step_K[idx], s.values[m.name][idx]
             ax.plot(steps, vals, color=colours[g], lw=1.3, marker="." if steps.size <= 120 else None, ms=4)
-            _mark(ax, [f for f in by_metric.get(m.name, []) if f["group"] == group], steps, vals, colours[g])
+            _mark(ax, [f for f in by_metric.get(m.name, []) if f.group == group], steps, vals, colours[g])
         if ax.get_ylim()[0] < 0 <= np.nanmin(s.values[m.name]):
             ax.set_ylim(bottom=0)  # every metric here is >= 0; an all-zero line sits on the axis
         ax.set_title(m.heading, fontsize=9.5, loc="left")
@@ -116,19 +118,19 @@ def _legend(fig, s, colours: list[str]) -> None:
     )
 
 
-def _mark(ax, flags: list[dict], steps: np.ndarray, vals: np.ndarray, colour: str) -> None:
+def _mark(ax, flags: list[Flag], steps: np.ndarray, vals: np.ndarray, colour: str) -> None:
     pos = {int(st): i for i, st in enumerate(steps)}
     for f in flags:
-        if f["kind"] in ("spike", "dip"):
-            i = pos[f["step"]]
-            edge = "red" if f["kind"] == "spike" else "tab:blue"
+        if isinstance(f, Spike):  # a spike or a dip
+            i = pos[f.step]
+            edge = "red" if f.kind == "spike" else "tab:blue"
             ax.plot([steps[i]], [vals[i]], ls="none", marker="o", mfc="none", mec=edge, ms=9, mew=1.5, zorder=3)
-        elif f["kind"] == "shift":
-            i = pos[f["step"]]
+        elif isinstance(f, Shift):
+            i = pos[f.step]
             x = (steps[i - 1] + steps[i]) / 2 if i > 0 else steps[i]
             ax.axvline(x, color=colour, ls="--", lw=1, alpha=0.8)
-        elif f["kind"] == "drift":
-            a, b = pos[f["from_step"]], pos[f["to_step"]]
+        elif isinstance(f, Drift):
+            a, b = pos[f.from_step], pos[f.to_step]
             ax.axvspan(
                 (steps[a - 1] + steps[a]) / 2 if a > 0 else steps[a],
                 (steps[b - 1] + steps[b]) / 2,
@@ -143,12 +145,12 @@ def _label(by: str | None, group) -> str:
 
 
 def _method_note(config) -> str:
-    m = methods(config)
-    sp, sh = m["spike"], m["shift"]
+    m = from_json(Methods, methods(config))
+    sp, sh = m.spike, m.shift
     return (
-        f"Spikes and dips: Iglewicz-Hoaglin modified z-score > {sp['threshold']:g} against both the {sp['neighbours']} "
-        f"steps before and the {sp['neighbours']} after, and {sp['min_size_se']:g} standard errors of the step's own "
-        f"value. Shifts: {sh['method']}, penalty {sh['penalty']}. "
+        f"Spikes and dips: Iglewicz-Hoaglin modified z-score > {sp.threshold:g} against both the {sp.neighbours} "
+        f"steps before and the {sp.neighbours} after, and {sp.min_size_se:g} standard errors of the step's own "
+        f"value. Shifts: {sh.method}, penalty {sh.penalty}. "
         "Tested on log scale (means, p99) or arcsin-sqrt scale (shares, rates)."
     )
 

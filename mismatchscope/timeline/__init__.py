@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -30,9 +31,10 @@ def default_rules() -> list[RuleInstance]:
 @dataclass
 class TimelineResult:
     series: StepSeries
-    flags: list[dict]
-    """one dict per spike, shift or drift: group, metric, kind, step(s), values."""
-    skipped: list[dict]
+    flags: list[Flag]
+    """every spike, dip, shift and drift flagged: group, metric, kind, step(s), values."""
+    skipped: list[SkippedTest]
+    """each test a (group, reason) could not run, with the series it applies to."""
     config: ChangeConfig
 
     def document(self, plot: str | None = None) -> TimelineDocument:
@@ -52,8 +54,8 @@ class TimelineResult:
             rows=self._rows(),
             changes=Changes(
                 from_json(Methods, methods(self.config)),
-                [from_json(Flag, f) for f in self.flags],
-                [from_json(SkippedTest, sk) for sk in self.skipped],
+                self.flags,
+                self.skipped,
             ),
             warnings=s.warnings,
             plot=plot,
@@ -84,8 +86,8 @@ def timeline(
     """Per-step series of ``path`` and the steps where each series spikes, shifts or drifts."""
     kw = {"batch_rows": batch_rows} if batch_rows else {}
     series = build_series(path, default_rules() if rules is None else rules, by, mapping, **kw)
-    flags: list[dict] = []
-    skipped: list[dict] = []
+    flags: list[Flag] = []
+    skipped: list[dict[str, Any]] = []
     for g, group in enumerate(series.groups):
         idx = series.rows_of(g)
         for m in series.metrics:
@@ -95,20 +97,19 @@ def timeline(
             ch = detect(series.step_K[idx], values, config, m.scale, counts, errors)
             skipped += [{"group": group, "metric": m.name, "test": test, "reason": why} for test, why in ch.skipped]
             base = {"group": group, "metric": m.name, "scale": ch.scale}
-            flags += [{**base, **x} for x in ch.spikes]  # each a spike or a dip
-            flags += [{**base, "kind": "shift", **x} for x in ch.shifts]
-            flags += [{**base, "kind": "drift", **x} for x in ch.drifts]
+            # the tests keep their findings as plain records; each is read into its type once, here
+            flags += [from_json(Flag, {**base, **x}) for x in ch.spikes]  # each a spike or a dip
+            flags += [from_json(Flag, {**base, "kind": "shift", **x}) for x in ch.shifts]
+            flags += [from_json(Flag, {**base, "kind": "drift", **x}) for x in ch.drifts]
     return TimelineResult(series, flags, _dedupe_skips(skipped), config)
 
 
-def _dedupe_skips(skipped: list[dict]) -> list[dict]:
+def _dedupe_skips(skipped: list[dict[str, Any]]) -> list[SkippedTest]:
     """One entry per (group, test, reason), listing the metrics it applies to."""
-    out: dict[tuple, dict] = {}
+    out: dict[tuple, SkippedTest] = {}
     for s in skipped:
         key = (repr(s["group"]), s["test"], s["reason"])
-        out.setdefault(key, {"group": s["group"], "test": s["test"], "reason": s["reason"], "metrics": []})[
-            "metrics"
-        ].append(s["metric"])
+        out.setdefault(key, SkippedTest(s["group"], s["test"], s["reason"], [])).metrics.append(s["metric"])
     return list(out.values())
 
 

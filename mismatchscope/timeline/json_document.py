@@ -1,10 +1,11 @@
 """What ``timeline --format json`` prints: the typed document, its rows and its flagged changes.
 
 :meth:`~mismatchscope.timeline.TimelineResult.document` builds it from the
-per-step series; the change tests keep their flags as plain records (what
-the tables and the picture read), and :func:`~mismatchscope.documents.from_json`
-reads each into its type here, so ``docs/schemas/timeline.json`` describes
-every field of every row and flag.
+per-step series; the change tests keep their findings as plain records, and
+:func:`~mismatchscope.timeline.timeline` reads each into its type here with
+:func:`~mismatchscope.documents.from_json` as it collects them (the tables and
+the picture read the types), so ``docs/schemas/timeline.json`` describes every
+field of every row and flag.
 """
 
 from __future__ import annotations

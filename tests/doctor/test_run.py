@@ -385,7 +385,7 @@ def test_a_file_with_the_required_columns_only_says_what_each_detector_needs(gol
 
 
 def test_a_run_too_small_for_any_fit_says_so_and_report_counts_the_checks_not_run(golden, tmp_path):
-    from mismatchscope.render.doctor import top_line
+    from mismatchscope.render.doctor_table import top_line
 
     keep = np.flatnonzero(golden["sequence_id"] == golden["sequence_id"][0])[:30]  # 30 rows < the 50 a fit needs
     c = {k: ([v[i] for i in keep] if isinstance(v, list) else v[keep]) if k != "meta" else v for k, v in golden.items()}

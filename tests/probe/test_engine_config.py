@@ -55,3 +55,12 @@ def test_an_option_renamed_on_one_side_only_is_an_error_not_a_default():
         EngineValues.of(params)
     with pytest.raises(TypeError, match=r"declared not taken but given: \['n'\]"):
         EngineValues.of(dict.fromkeys(EngineValues.names()), not_taken=frozenset({"n"}))
+
+
+def test_the_zero_profile_runs_one_dtype_on_both_sides_unless_the_sampler_dtype_is_given():
+    # the default sampler dtype (float16) under --zero takes the trainer's; one given otherwise is kept (and
+    # refused later by the zero profile's check), and without --zero nothing moves
+    assert _of({"zero": True, "trainer_dtype": "float64"}).profiled().sampler_config().dtype == "float64"
+    assert _of({"zero": True}).profiled().sampler_config().dtype == "float32"
+    assert _of({"zero": True, "sampler_dtype": "bfloat16"}).profiled().sampler_config().dtype == "bfloat16"
+    assert _of({"trainer_dtype": "float64"}).profiled().sampler_config().dtype == "float16"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from mismatchscope.probe.command import run_probe
 from mismatchscope.probe.options import ProbeOptions
-from mismatchscope.probe.sampling import run_probe
 from mismatchscope.probe.types import SamplerConfig, SamplingConfig, TrainerConfig
 from mismatchscope.progress import Progress
 from mismatchscope.reader import read_routes

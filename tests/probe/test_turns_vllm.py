@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from mismatchscope.doctor import doctor
+from mismatchscope.probe.command import run_probe
 from mismatchscope.probe.options import ProbeOptions
-from mismatchscope.probe.sampling import run_probe
 from mismatchscope.probe.turns import TurnsConfig
 from mismatchscope.probe.types import SamplerConfig, SamplingConfig, TrainerConfig
 

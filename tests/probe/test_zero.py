@@ -14,8 +14,8 @@ import pytest
 from mismatchscope.bundled import sample_dir
 from mismatchscope.certify import certify_run
 from mismatchscope.errors import UsageError
+from mismatchscope.probe.command import run_probe
 from mismatchscope.probe.options import ProbeOptions
-from mismatchscope.probe.sampling import run_probe
 from mismatchscope.probe.types import SamplerConfig, SamplingConfig, TrainerConfig
 from mismatchscope.probe.zero import check_zero
 

@@ -6,6 +6,7 @@ import numpy as np
 
 from mismatchscope.timeline import timeline
 from mismatchscope.timeline.changes import ChangeConfig, detect
+from mismatchscope.timeline.json_document import Shift, Spike
 from tests.timeline.runs import H, needs_ruptures, synthetic
 
 
@@ -13,13 +14,13 @@ from tests.timeline.runs import H, needs_ruptures, synthetic
 def test_shift_and_spike_are_flagged(write):
     r = timeline(write(synthetic(0, shift_at=40, spike_at=15)))
     for m in H:
-        assert {f["step"] for f in r.flags if f["metric"] == m and f["kind"] == "spike"} == {15}, m
-        assert {f["step"] for f in r.flags if f["metric"] == m and f["kind"] == "shift"} == {40}, m
-    assert {f.get("step") for f in r.flags} <= {15, 40}
-    shift = next(f for f in r.flags if f["metric"] == "tv_token_mean" and f["kind"] == "shift")
-    assert shift["after"] > 1.4 * shift["before"] and shift["size_sd"] > 5  # noise x1.6 from step 40
-    spike = next(f for f in r.flags if f["metric"] == "k3_mean" and f["kind"] == "spike")
-    assert spike["value"] > 5 * spike["baseline"] and spike["score"] > 3.5
+        assert {f.step for f in r.flags if isinstance(f, Spike) and f.metric == m and f.kind == "spike"} == {15}, m
+        assert {f.step for f in r.flags if isinstance(f, Shift) and f.metric == m} == {40}, m
+    assert {getattr(f, "step", None) for f in r.flags} <= {15, 40}
+    shift = next(f for f in r.flags if isinstance(f, Shift) and f.metric == "tv_token_mean")
+    assert shift.after > 1.4 * shift.before and shift.size_sd > 5  # noise x1.6 from step 40
+    spike = next(f for f in r.flags if isinstance(f, Spike) and f.metric == "k3_mean" and f.kind == "spike")
+    assert spike.value > 5 * spike.baseline and spike.score > 3.5
 
 
 @needs_ruptures
@@ -27,7 +28,7 @@ def test_flat_noisy_run_flags_nothing(write):
     r = timeline(write(synthetic(0)))
     assert r.flags == []
     # ipo (delta 0.3) rejects at most a few tokens a step here: too few to test, and said so
-    assert any("ipo_reject_rate" in sk["metrics"] for sk in r.skipped)
+    assert any("ipo_reject_rate" in sk.metrics for sk in r.skipped)
 
 
 @needs_ruptures

@@ -84,7 +84,7 @@ def test_per_step_values_by_hand(write):
     assert s2["ipo_reject_rate"] == 0.0  # 0.09 <= 0.1
     assert s2["seq-mis_reject_rate"] == 0.5  # sequence 4: prod r = 10 > 2
     # three steps are too few to test for changes: said, not silently skipped
-    assert r.flags == [] and r.skipped and all("need 8" in s["reason"] for s in r.skipped)
+    assert r.flags == [] and r.skipped and all("need 8" in s.reason for s in r.skipped)
 
 
 @needs_ruptures

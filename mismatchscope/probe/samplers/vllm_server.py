@@ -347,14 +347,14 @@ class _ServerRoutes:
             return None
         from mismatchscope.errors import ImportFormatError
         from mismatchscope.importers.route_checks import check_routes
-        from mismatchscope.importers.route_sources import DECODERS
+        from mismatchscope.importers.route_sources import decode_vllm
         from mismatchscope.routing.io import SeqRoutes
 
         where = f"POST /v1/completions: choices[{choice['index']}].routed_experts"
         if not isinstance(value, str):
             raise SamplerError(f"{where} should be a base64 .npy string, got {short(value)}")
         try:
-            decoded = DECODERS["vllm"]({"routed_experts": value}, self.model, prompt_len)
+            decoded = decode_vllm({"routed_experts": value}, self.model, prompt_len)
             checked = check_routes(decoded, self.model, prompt_len, completion_len)
         except ImportFormatError as e:  # the decoder names the field itself: its reason follows ours alone
             reason = e.reason.removeprefix("routed_experts: ").removeprefix("routed_experts ")
