@@ -47,17 +47,6 @@ class BaselineRun:
     record: dict[str, Any]
 
 
-def run_variant(base: BaselineRun, v: Variant, timer: Timer) -> dict[str, Any]:
-    """A variant's record, run alone from start to finish: run, timed, recorded and compared with the baseline,
-    or failed with its reason. (:mod:`.schedule` runs the same steps with engine start-ups brought forward.)"""
-    cfg = apply(base.cfg, v)
-    if v.side == "trainer":
-        ran = trainer_timed(base, cfg, timer, rescored(base, cfg, variant_dir(base.opts, v)))
-    else:
-        ran = sampler_timed(base, timer, launch_variant(base.opts, base.cfg, v, serve=timer.server is not None))
-    return variant_record(base, v, ran)
-
-
 def variant_dir(opts: DiagnoseOptions, v: Variant) -> Path:
     return opts.out / "variants" / directory_name(v.name)
 
@@ -101,13 +90,6 @@ def rescored(base: BaselineRun, cfg: Configuration, out: Path) -> dict[str, Any]
     except Exception as e:  # a trainer that cannot load this setting is a result for this variant only
         return {"reason": f"{type(e).__name__}: {e}".splitlines()[0]}
     return {"run": {"status": "ok", "startup_s": None, "wall_s": time.perf_counter() - t0}}
-
-
-def trainer_timed(base: BaselineRun, cfg: Configuration, timer: Timer, ran: dict[str, Any]) -> dict[str, Any]:
-    """A rescored trainer-side variant with its timing rounds against the baseline's trainer."""
-    if "reason" in ran:
-        return ran
-    return {**ran, "timing": timer.trainer(cfg.trainer, base.record["throughput"])}
 
 
 def launch_variant(opts: DiagnoseOptions, base_cfg: Configuration, v: Variant, *, serve: bool) -> Launched:

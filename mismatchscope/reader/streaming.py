@@ -157,7 +157,7 @@ class SomeGroups:
 
 def row_groups(files: list[Path]) -> list[tuple[Path, int]]:
     """(file, index) of every row group of ``files``, in read order."""
-    return [(f, i) for f in files for i in range(_guard(f, lambda: _open(f).metadata).num_row_groups)]
+    return [(f, i) for f, i, _ in group_rows(files)]
 
 
 def group_rows(files: list[Path]) -> list[tuple[Path, int, int]]:

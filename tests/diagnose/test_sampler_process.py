@@ -47,7 +47,8 @@ def test_a_timed_out_variant_is_marked_timed_out_and_the_others_stand(tmp_path, 
     base = records.BaselineRun(_Opts(), base_cfg, {}, (None, {}), None, [], {"throughput": {}})  # type: ignore[arg-type]
     timer = records.Timer(None, None, None, [], None)
     v = Variant("sampler.dtype=float32", {"sampler.dtype": "float32"})
-    rec = records.run_variant(base, v, timer)
+    launched = records.launch_variant(base.opts, base_cfg, v, serve=False)  # the steps diagnose's schedule runs
+    rec = records.variant_record(base, v, records.sampler_timed(base, timer, launched))
     assert rec["status"] == "timed out" and rec["stage"] == "timeout" and rec["reason"].startswith("no result within")
     payload = {"variants": [rec, {"name": "trainer.attn=eager", "status": "ok"}]}
     assert _failed_lines(payload) == "sampler.dtype=float32 timed out (stopped without a result)"
