@@ -21,7 +21,8 @@ import dataclasses
 import numbers
 import types
 import typing
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -31,6 +32,15 @@ SCHEMA_VERSION = 1
 """the version of every command's JSON document; raised when a field is renamed, removed or retyped."""
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def json_edge(fn: _F) -> _F:
+    """Marks a function whose result is JSON data by design: it writes or reads a JSON file, a process's
+    message or a schema. Everything else returns a typed result; ``tests/project/test_typed_returns.py``
+    fails on a ``dict`` return without this mark, so an untyped result is a choice made where it is seen."""
+    return fn
 
 
 def to_json(obj: Any) -> Any:
@@ -61,6 +71,7 @@ def _absent(obj: Any, f: dataclasses.Field) -> bool:
     return bool(f.metadata.get("optional")) and getattr(obj, f.metadata.get("with") or f.name) is None
 
 
+@json_edge
 def document(obj: Any) -> dict[str, Any]:
     """A command's JSON document: ``schema_version`` first, then the result's fields."""
     return {"schema_version": SCHEMA_VERSION, **to_json(obj)}
@@ -93,6 +104,7 @@ def json_text(obj: Any) -> str:
     return json.dumps(jsonable(document(obj)), indent=2, allow_nan=False) + "\n"
 
 
+@json_edge
 def optional(doc: str, with_field: str | None = None) -> dict[str, Any]:
     """Field metadata: the field is left out of the JSON while it is None (and not required by its schema).
 
@@ -102,6 +114,7 @@ def optional(doc: str, with_field: str | None = None) -> dict[str, Any]:
     return {"optional": True, "doc": doc, "with": with_field}
 
 
+@json_edge
 def flatten(doc: str | None = None) -> dict[str, Any]:
     """Field metadata: the field's entries are written into the object holding it, not under its name.
 
@@ -115,6 +128,7 @@ def flatten(doc: str | None = None) -> dict[str, Any]:
 _FLOAT = {"anyOf": [{"type": "number"}, {"enum": ["inf", "-inf"]}]}
 
 
+@json_edge
 def json_schema(cls: type, title: str, description: str) -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of ``document(x)`` for an instance ``x`` of the dataclass ``cls``."""
     defs: dict[str, Any] = {}
@@ -130,6 +144,7 @@ def json_schema(cls: type, title: str, description: str) -> dict[str, Any]:
     return out
 
 
+@json_edge
 def _object(cls: type, defs: dict[str, Any]) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     props: dict[str, Any] = {}
@@ -158,6 +173,7 @@ def _object(cls: type, defs: dict[str, Any]) -> dict[str, Any]:
     return {"type": "object", "properties": props, "required": required, "additionalProperties": extra}
 
 
+@json_edge
 def _flattened(tp: Any, props: dict[str, Any], required: list[str], defs: dict[str, Any]) -> dict[str, Any] | bool:
     """A flattened field's share of its holder's schema: a dataclass adds its keys, a mapping types the others."""
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
@@ -168,6 +184,7 @@ def _flattened(tp: Any, props: dict[str, Any], required: list[str], defs: dict[s
     return _schema(typing.get_args(tp)[1], defs)
 
 
+@json_edge
 def _schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
