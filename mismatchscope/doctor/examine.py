@@ -21,9 +21,11 @@ read again on the corrected pairs, and the findings ranked.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 
+from ..analysis.parallel import ordered_map
 from .causes import BY_NAME, REGISTRY
 from .causes.misaligned_sequences import flagged_ids, outlier_sequences
 from .document import ExplainedShare, Finding, RivalFit, Scope
@@ -72,7 +74,8 @@ def examine(ctx: Context) -> Examination:
     cur = ctx
     for round_ in range(MAX_ROUNDS):
         names = [c.name for c in REGISTRY if c.name not in chosen and (round_ == 0 or (c.sample_scope and c.reread))]
-        found = {n: _detect_where(BY_NAME[n], cur, state) for n in names}
+        # the causes are read independently of each other: on the cores at once, kept in the registry's order
+        found = dict(zip(names, ordered_map(partial(_detect_named, cur, state), names), strict=True))
         if round_ == 0:
             found = _confined(cur, found, state)
         found = _rivals(cur, found, state)
@@ -115,6 +118,10 @@ def _unexplained(s: Sample, state: _State) -> tuple[np.ndarray, tuple[float | No
         float(k3[rows].sum() / k3.sum()) if k3.sum() > 0 else None,
         float(np.abs(l[rows]).sum() / np.abs(l).sum()) if np.abs(l).sum() > 0 else None,
     )
+
+
+def _detect_named(ctx: Context, state: _State, name: str) -> Finding:
+    return _detect_where(BY_NAME[name], ctx, state)
 
 
 def _detect_where(cause: Cause, ctx: Context, state: _State) -> Finding:
@@ -240,6 +247,8 @@ def _confined(ctx: Context, found: dict[str, Finding], state: _State) -> dict[st
     joined = set(flagged_ids(mis, s).tolist()) if mis is not None and mis.status == "detected" else set()
     general = set(outlier_sequences(s).tolist()) | joined
     tried: dict[str, tuple[Finding, Context, float]] = {}
+    screened = [c for c in REGISTRY if c.subset_rival and c.correct is not None and not _detected(found, c.name)]
+    screens = dict(zip((c.name for c in screened), ordered_map(partial(_screen, s), screened), strict=True))
     for cause in REGISTRY:
         if not cause.subset_rival or cause.correct is None:
             continue
@@ -248,8 +257,7 @@ def _confined(ctx: Context, found: dict[str, Finding], state: _State) -> dict[st
                 sub = ctx.on(s.take(np.isin(seq, np.array(sorted(joined)))), subset=True)
                 tried[cause.name] = (already, sub, 1.0)
             continue
-        with np.errstate(all="ignore"):
-            own = set(cause.screen(s).tolist()) if cause.screen is not None else set()
+        own = screens[cause.name]
         # its own suspects alone first (others' suspects, pad rows say, would blur its statistic), then pooled
         tries = [sorted(x) for x in (own, own | general) if x]
         for ids in [t for i, t in enumerate(tries) if t not in tries[:i]]:
@@ -309,6 +317,16 @@ def _confined(ctx: Context, found: dict[str, Finding], state: _State) -> dict[st
             rest = ctx.on(s.take(~np.isin(seq, np.array(sorted(taken)))))
             found["misaligned_sequences"] = _detect(BY_NAME["misaligned_sequences"], rest)
     return found
+
+
+def _detected(found: dict[str, Finding], name: str) -> bool:
+    return (f := found.get(name)) is not None and f.status == "detected"
+
+
+def _screen(s: Sample, cause: Cause) -> set[int]:
+    """The sequences ``cause``'s own screen names (none without one)."""
+    with np.errstate(all="ignore"):
+        return set(cause.screen(s).tolist()) if cause.screen is not None else set()
 
 
 def _claimed(before: Sample, after: Sample) -> np.ndarray:
