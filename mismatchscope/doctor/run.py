@@ -78,7 +78,7 @@ def doctor(
     ``retokenized`` cause."""
     pairs, diagnose = diagnose_output(path)
     plan, collector = sampled_pass(pairs, AnalysisRequest(report=True, masks=False), mapping)
-    result = run_plan(plan, on_terms=collector.add, workers=workers)
+    result = run_plan(plan, workers=workers, sink=collector.sink())
     sample = collector.finish()
     return examine_result(result, sample, diagnose, run_tokenizer(tokenizer, result.run, sample), run_provenance(pairs))
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +32,9 @@ from ..analysis.summaries import row_sums_of
 from ..arrow import list_offsets, to_numpy
 from ..divergence import k3_per_token
 from ..schema import ROW_SUMS
+
+if TYPE_CHECKING:
+    from ..analysis.batch import BatchTokens
 
 SAMPLE_ROWS = 1 << 19
 """rows kept at most (about: whole sequences are kept): about 60 MB of columns and a second of detectors at
@@ -264,8 +268,22 @@ def gap_means(s: Sample) -> tuple[float | None, float | None]:
     return float(np.mean(k3_per_token(l))), float(np.mean(np.abs(l)))
 
 
+@dataclass(frozen=True)
+class _Part:
+    """One batch's kept rows (column name -> array) and the lists of those that keep them (x, y, lengths);
+    ``list_row`` counts from 0 within the batch until :meth:`SampleCollector.take` places it."""
+
+    rows_seen: int
+    columns: dict[str, np.ndarray] | None
+    lists: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+
 class SampleCollector:
-    """``on_terms`` of report's pass: keeps the sample's rows, in any batch order, sorted at the end.
+    """Keeps the sample's rows during report's pass, in any batch order, sorted at the end.
+
+    Each batch's rows are picked by :meth:`pick`, a pure function of the batch, and kept in file order by
+    :meth:`take`. As the pass's sink (:meth:`sink`) the picking runs on the worker thread that analysed the
+    batch, so it costs the pass's serial fold nothing; :meth:`add` does both at once (an ``on_terms`` caller).
 
     ``list_group_rows``: the lists are decoded in some row groups alone (:func:`list_groups`), holding these
     rows: the list sub-sample's hash threshold is scaled to them, and a batch without lists keeps none."""
@@ -282,16 +300,36 @@ class SampleCollector:
         self.list_rows = 0
         self.rows_seen = 0
 
+    def sink(self) -> PickingSink:
+        """The pass's sink that feeds this collector (``analysis.engine.run_plan(..., sink=)``)."""
+        return PickingSink(self)
+
+    def take(self, part: _Part) -> None:
+        """One batch's picked rows, kept in the order the batches come."""
+        self.rows_seen += part.rows_seen
+        if part.columns is None:
+            return
+        if part.lists is not None:
+            list_row = part.columns["list_row"]
+            list_row[list_row >= 0] += self.list_rows
+            self.list_rows += int(part.lists[2].size)
+            self.list_parts.append(part.lists)
+        self.parts.append(part.columns)
+
     def add(self, _terms, batch: dict) -> None:
+        """Pick and keep at once (``on_terms`` of a pass)."""
+        self.take(self.pick(batch))
+
+    def pick(self, batch: dict) -> _Part:
+        """The rows of ``batch`` the sample keeps (a pure function of the batch: safe on any thread)."""
         seq = batch["sequence_id"]
-        self.rows_seen += int(seq.size)
         if self.threshold >= 1 << 32:
             idx, h = None, None
         else:
             h_all = sequence_hash(seq)
             idx = np.flatnonzero(h_all < np.uint64(self.threshold))
             if not idx.size:
-                return
+                return _Part(int(seq.size), None)
             h = h_all[idx]
         part: dict[str, np.ndarray] = {}
         for name in SCALARS + OPTIONAL_SCALARS:
@@ -301,13 +339,16 @@ class SampleCollector:
         summaries = all(name in batch for name in ROW_SUMS)
         if summaries:  # the run's summaries: the sums were kept when it was written
             part.update({k: _rows(batch[c], idx) for k, c in zip(TOPK_FIELDS, ROW_SUMS, strict=True)})
+        lists = None
         if all(name in batch for name in TOPK):
-            self._add_topk(batch, idx, h, part, sums=not summaries)
+            lists = self._pick_topk(batch, idx, h, part, sums=not summaries)
         elif self.some_groups:  # a row group whose lists were not decoded
             part["list_row"] = np.full(part["sequence_id"].size, -1, np.int64)
-        self.parts.append(part)
+        return _Part(int(seq.size), part, lists)
 
-    def _add_topk(self, batch: dict, idx: np.ndarray | None, h: np.ndarray | None, part: dict, sums: bool) -> None:
+    def _pick_topk(
+        self, batch: dict, idx: np.ndarray | None, h: np.ndarray | None, part: dict, sums: bool
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """The lists of the rows the list sub-sample keeps; ``sums``: the per-row sums from the lists too, over
         every kept row (a run without summaries). A run with summaries has its lists gathered on the list
         sub-sample's rows alone."""
@@ -321,20 +362,18 @@ class SampleCollector:
         y, lengths = _lists(batch[TOPK[0]], read)
         x, x_lengths = _lists(batch[TOPK[1]], read)
         list_row = np.full(n, -1, np.int64)
+        part["list_row"] = list_row
         if x.size != y.size or not np.array_equal(lengths, x_lengths):
             if sums:  # misaligned lists: the report refuses them itself
                 part.update({k: np.zeros(n) for k in TOPK_FIELDS})
-            part["list_row"] = list_row
-            return
+            return None
         if sums:
             part.update(sums_of(x, y, lengths))
             starts = np.r_[0, np.cumsum(lengths)[:-1]]
             at = np.repeat(starts[rows], lengths[rows]) + _ranges(lengths[rows])
             x, y, lengths = x[at], y[at], lengths[rows]
-        list_row[rows] = self.list_rows + np.arange(rows.size)
-        self.list_rows += rows.size
-        self.list_parts.append((x, y, lengths))
-        part["list_row"] = list_row
+        list_row[rows] = np.arange(rows.size)
+        return x, y, lengths
 
     def finish(self) -> Sample:
         names = set.intersection(*(set(p) for p in self.parts)) if self.parts else set(SCALARS)
@@ -358,3 +397,25 @@ class SampleCollector:
         if bad.any():
             sample = replace(sample.take(~bad), sentinel_rows=int(bad.sum()), sentinel_sampler=int(bad_q.sum()))
         return sample
+
+
+class PickingSink:
+    """:class:`SampleCollector` as a pass's ``BatchSink``: rows picked on the worker threads, kept in order."""
+
+    reads: tuple[str, ...] = ()
+
+    def __init__(self, collector: SampleCollector) -> None:
+        self.collector = collector
+
+    def start(self, plan: object) -> None:
+        """Nothing to decide: the collector was sized by the plan's rows when made."""
+
+    def per_batch(self, tokens: BatchTokens) -> _Part:
+        return self.collector.pick(tokens.batch)
+
+    def take(self, part: object) -> None:
+        assert isinstance(part, _Part)  # what per_batch made
+        self.collector.take(part)
+
+    def finish(self, result: object) -> None:
+        """Nothing to do: ``SampleCollector.finish`` makes the sample when the caller asks."""

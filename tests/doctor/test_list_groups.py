@@ -140,3 +140,27 @@ def test_the_rival_fits_name_the_same_cause_from_the_chosen_groups(tmp_path, mon
         assert [f.cause for f in chosen.findings if f.status == "detected"] == [
             f.cause for f in every.findings if f.status == "detected"
         ]
+
+
+def test_rows_picked_on_the_pass_threads_make_the_sample_picked_in_order(tmp_path):
+    """doctor picks each batch's rows on the worker thread that analysed it (the collector as the pass's sink):
+    the sample, its list rows numbered across batches included, is the one ``on_terms`` builds batch by batch on
+    the calling thread. Ten 400-row groups in 100-row batches: forty batches on two threads."""
+    path = _grouped(tmp_path, "g", 400)
+    samples = []
+    for as_sink in (False, True):
+        request = AnalysisRequest(report=True, masks=False, batch_rows=100)
+        plan, collector = sampled_pass(str(path), request, None, cap=2000, list_cap=200)
+        if as_sink:
+            run_plan(plan, workers=2, sink=collector.sink())
+        else:
+            run_plan(plan, on_terms=collector.add, workers=1)
+        samples.append(collector.finish())
+    a, b = samples
+    assert a.rows_seen == b.rows_seen == 4000 and len(a) == len(b) > 0
+    assert a.columns.keys() == b.columns.keys()
+    for name in a.columns:
+        assert np.array_equal(a.columns[name], b.columns[name]), name
+    assert a.lists is not None and b.lists is not None and (a.columns["list_row"] >= 0).sum() > 0
+    for got, want in ((b.lists.x, a.lists.x), (b.lists.y, a.lists.y), (b.lists.offsets, a.lists.offsets)):
+        assert np.array_equal(got, want)
