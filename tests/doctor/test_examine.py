@@ -152,3 +152,24 @@ def test_a_cause_confined_to_some_sequences_stays_named_after_another_is_correct
     by = _by(doc)
     assert by["padding"].status == "detected" and by["shifted"].status == "detected", _detected(doc)
     assert by["shifted"].scope is not None and by["shifted"].scope.sequences == 5
+
+
+def test_the_causes_read_on_two_threads_give_the_findings_read_on_one(tmp_path, monkeypatch):
+    # every cause's first reading and each confined cause's screen run on the cores at once, kept in the
+    # registry's order: a shift confined to 5 of 100 sequences with pad rows after half of them (a run-wide
+    # cause, a confined one, screens that name suspects, a second round) reads the same on one thread and two
+    import json
+
+    from mismatchscope.documents import to_json
+
+    rng = np.random.default_rng(12)
+    run = runs.make(14, sequences=100, noise=3e-3)
+    ids = np.unique(run.seq)
+    path = runs.write(runs.padded(runs.shifted(runs.clean_columns(run), 1, ids[:5]), 20, ids[20:70], rng), tmp_path)
+    docs = []
+    for threads in ("1", "2"):
+        monkeypatch.setenv("MISMATCHSCOPE_THREADS", threads)
+        docs.append(json.dumps(to_json(doctor(path)), sort_keys=True))
+    assert docs[0] == docs[1]
+    by = _by(doctor(path))
+    assert by["padding"].status == "detected" and by["shifted"].scope is not None
