@@ -340,8 +340,10 @@ def _refill_quantiles(plan: AnalysisPlan, stats: TokenStats, workers: int | None
     for acc in todo.values():
         acc.start_refill()
     centering = any(name != "log_ratio" for name in todo)
-    cols = list(plan.columns) if centering else []
-    required = plan.required if centering else required_columns(plan.source, False)
+    # the report's own columns: what a caller added to the first pass (doctor's sums, ids and lists) no value
+    # refilled here reads
+    cols = list(columns_to_read(plan.source, True, False, (), plan.topk)) if centering else []
+    required = required_columns(plan.source, "token_id" in cols)
 
     def one_batch(raw: RawBatch) -> dict[str, np.ndarray]:
         batch = raw.clean(Hygiene())

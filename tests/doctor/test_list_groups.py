@@ -164,3 +164,26 @@ def test_rows_picked_on_the_pass_threads_make_the_sample_picked_in_order(tmp_pat
     assert a.lists is not None and b.lists is not None and (a.columns["list_row"] >= 0).sum() > 0
     for got, want in ((b.lists.x, a.lists.x), (b.lists.y, a.lists.y), (b.lists.offsets, a.lists.offsets)):
         assert np.array_equal(got, want)
+
+
+def test_the_quantiles_second_pass_reads_the_report_columns_alone(tmp_path, monkeypatch):
+    """A file too large to keep every value of its quantile columns (``KEEP_VALUES`` made small) is read a second
+    time for the exact quantiles; that pass decodes report's own columns, none of doctor's (its per-row sums, the
+    ids, the lists), and doctor's document is the one a file small enough for one pass gives."""
+    from mismatchscope.analysis import engine, quantiles
+    from mismatchscope.doctor import doctor
+    from mismatchscope.documents import to_json
+    from mismatchscope.schema import ROW_SUMS
+
+    path = _grouped(tmp_path, "g", 400)
+    kept = to_json(doctor(str(path)))
+    reads: list[list[str]] = []
+    real = engine.read_batches
+    monkeypatch.setattr(
+        engine, "read_batches", lambda source, cols, *a, **k: (reads.append(cols), real(source, cols, *a, **k))[1]
+    )
+    monkeypatch.setattr(quantiles, "KEEP_VALUES", 100)
+    refilled = to_json(doctor(str(path)))
+    assert len(reads) == 2 and set(ROW_SUMS) <= set(reads[0])  # the pass, then the quantiles' second pass
+    assert not set(reads[1]) & {*ROW_SUMS, *TOPK, "token_id"}, reads[1]
+    assert refilled == kept
