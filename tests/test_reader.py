@@ -603,3 +603,16 @@ def test_control_characters_from_the_metadata_never_reach_the_terminal(tmp_path)
 def test_control_characters_in_an_error_line_are_escaped(tmp_path):
     missing = tmp_path / "x\x1bcy.parquet"  # ESC c resets a terminal
     assert error_line(cli("report", str(missing))) == f"error: {tmp_path}/x\\x1bcy.parquet: no such file or directory"
+
+
+@pytest.mark.parametrize("bad, what", [(0.5, "positive value 0.5"), (math.nan, "NaN")])
+def test_float32_topk_lists_are_checked_at_their_own_width(tmp_path, bad, what):
+    """A run written now stores its lists as float32: the check reads them unwidened and refuses the same values."""
+    from mismatchscope.errors import InputError
+    from mismatchscope.reader.hygiene import _check_logprob_list
+
+    ok = pa.array([[-0.7, -1.0], [-1.6, 5e-5]], pa.list_(pa.float32()))
+    _check_logprob_list(tmp_path, "sampler_topk_logprobs", ok, {})
+    arr = pa.array([[-0.7, -1.0], [-1.6, bad]], pa.list_(pa.float32()))
+    with pytest.raises(InputError, match=f"holds 1 NaN or positive value.*e.g. a {what} at sequence 4 position 9"):
+        _check_logprob_list(tmp_path, "sampler_topk_logprobs", arr, {"sequence_id": [3, 4], "position": [8, 9]})

@@ -248,9 +248,10 @@ TOPK_LOGPROB_LISTS = ("sampler_topk_logprobs", "trainer_logprobs_at_sampler_topk
 def _check_logprob_list(path: Path, name: str, arr: pa.Array, cols: dict[str, Any]) -> None:
     """Values in a top-k logprob list are logprobs too: no NaN, nothing above the rounding tolerance (-inf is fine)."""
     flat, offsets = list_offsets(arr)
-    values = to_numpy(flat).astype(np.float64, copy=False)
-    if not values.size or values.max() <= POSITIVE_LOGPROB_TOLERANCE:  # one reduction: a NaN max compares False
+    values = to_numpy(flat)  # at the width written: the max of float32 values is one of them, compared exactly
+    if not values.size or float(values.max()) <= POSITIVE_LOGPROB_TOLERANCE:  # a NaN max compares False
         return
+    values = values.astype(np.float64, copy=False)
     bad = np.isnan(values) | (values > POSITIVE_LOGPROB_TOLERANCE)
     flat = int(np.flatnonzero(bad)[0])
     row = int(np.searchsorted(offsets[1:], flat, side="right"))
