@@ -1,7 +1,7 @@
-"""The diagnose summary: the JSON payload's reading (one paragraph from the numbers).
+"""The diagnose summary: the document's reading (one paragraph from the numbers).
 
-The payload is built by :func:`~mismatchscope.diagnose.run.run_diagnose`;
-:func:`reading` is the one-paragraph interpretation, computed from the
+The document is built by :func:`~mismatchscope.diagnose.run.run_diagnose`;
+:func:`reading` is the one-paragraph interpretation, computed from its
 numbers only. The tables and pictures are drawn by ``mismatchscope.render``.
 """
 
