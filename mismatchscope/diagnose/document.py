@@ -304,7 +304,7 @@ class LocateOk:
     result: LocateResult = field(metadata=flatten("the localisation (docs/schemas/locate.json)"))
 
 
-@dataclass
+@dataclass(frozen=True)
 class DiagnoseDocument:
     checkpoint: str
     out: str

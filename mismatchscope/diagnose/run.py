@@ -144,11 +144,11 @@ def _diagnose_served(
     assert matrix.decomposition is not None
     variants = matrix.variant_records()
     doc = _document(baseline, info, matrix.reference_s, matrix.decomposition, variants, matrix.determinism)
-    doc.wall_s = time.perf_counter() - t_start
+    doc = replace(doc, wall_s=time.perf_counter() - t_start)
     if opts.locate is not None:  # last: it changes no number computed above
         from .locate.configurations import locate_all
 
-        doc.locate = locate_all(opts, info, baseline.reference, variants, progress)
+        doc = replace(doc, locate=locate_all(opts, info, baseline.reference, variants, progress))
     doc = _conclude(doc)
     write_document(opts.out, doc)
     return doc

@@ -89,7 +89,7 @@ def test_ctrl_c_during_the_localisations_keeps_what_finished_and_says_so(tmp_pat
         calls.append(name)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return LocateNotRun(name, "ok", None)  # what finished stays as it came
+        return SimpleNamespace(configuration=name, status="ok")  # a localisation that finished stays as it is
 
     monkeypatch.setattr(configurations, "_one", one)
 
