@@ -7,8 +7,9 @@ the run has them), a decision column per token rule (``keep``, ``reject`` or
 ``reweight``; a rule that reads the advantage on a run without one gets a
 column per hypothesis, ``dppo-tv [A>0]`` and ``dppo-tv [A<0]``), the weight a
 reweighting rule applies, and each statistic a rule thresholds (``ratio``,
-``abs_p_minus_q``, ``binary_kl_max``, ...), one column however many rules
-read it. ``sequences.parquet`` has a row per sequence with the same for the
+``p_minus_q``, ``binary_kl_max``, ...), one column however many rules read
+it; a statistic that is another's absolute value to the bit (``abs_p_minus_q``
+beside ``p_minus_q``) is not stored twice, the metadata says which. ``sequences.parquet`` has a row per sequence with the same for the
 sequence rules, which decide once a sequence's last token is read: writing
 their decision on every token would take a second pass over the run.
 
@@ -35,8 +36,9 @@ from ..divergence import TokenTerms
 from ..rules import REWEIGHT, RuleInstance, SequenceInputs
 from ..rules.base import Statistic
 
-AUDIT_SCHEMA_VERSION = 1
-"""raised when a column is renamed, removed or retyped (docs/format.md)."""
+AUDIT_SCHEMA_VERSION = 2
+"""raised when a column is renamed, removed or retyped (docs/format.md); 2: ``abs_p_minus_q`` is read from
+``p_minus_q`` where the file has that column."""
 METADATA_KEY = b"mismatchscope_audit"
 TOKENS_FILE = "tokens.parquet"
 SEQUENCES_FILE = "sequences.parquet"
@@ -97,6 +99,9 @@ class AuditLayout:
     """of :data:`CARRIED`, the columns the run has."""
     source: str
     """the run, as given."""
+    absolute: dict[str, StatisticOf]
+    """token statistics stored as another column's absolute value (``Statistic.absolute_of``), by name: the
+    statistic and the column that holds its signed value."""
 
     @classmethod
     def of(cls, units: tuple[Unit, ...] | list[Unit], carried: tuple[str, ...], source: str) -> AuditLayout:
@@ -116,7 +121,11 @@ class AuditLayout:
             weight = column + WEIGHT_SUFFIX if u.rule.spec.weight is not None else None
             entry = AuditRule(column, u, tuple(cols), weight)
             (token_rules if u.rule.level == "token" else seq_rules).append(entry)
-        return cls(tuple(token_rules), tuple(seq_rules), token_stats, seq_stats, carried, source)
+        absolute = {
+            name: (st, signed) for name, (st, c) in token_stats.items() if (signed := _signed(st, c, token_stats))
+        }
+        token_stats = {name: v for name, v in token_stats.items() if name not in absolute}
+        return cls(tuple(token_rules), tuple(seq_rules), token_stats, seq_stats, carried, source, absolute)
 
     # ---------------------------------------------------------------- tokens.parquet
 
@@ -156,7 +165,7 @@ class AuditLayout:
         batch those temporaries leave the cache and every step streams through
         memory, on a slice they stay in it. The steps, so the values, are the
         same to the bit. A statistic that is one of the terms the pass already
-        holds (``ratio``, ``abs_p_minus_q``) is taken whole, without a copy.
+        holds (``ratio``) is taken whole, without a copy.
         """
         n = t.log_ratio_T.size
         head = _sliced(t, slice(0, SLICE_ROWS))
@@ -214,6 +223,9 @@ class AuditLayout:
             "decisions": list(DECISIONS),
             "rules": [r.describe() for r in rules],
             "statistics": {name: st.doc for name, (st, _) in stats.items()},
+            "absolute_of": {name: {"column": signed, "doc": st.doc} for name, (st, signed) in self.absolute.items()}
+            if token
+            else {},
         }
 
 
@@ -221,6 +233,14 @@ def _required(name: str, type: pa.DataType) -> pa.Field:
     """A column that has a value on every row: written without definition levels, which would cost the writer
     as much again as the values of a decision column."""
     return pa.field(name, type, nullable=False)
+
+
+def _signed(st: Statistic, config: Any, stats: dict[str, StatisticOf]) -> str | None:
+    """The column that holds ``st``'s signed value where the layout has it (``st`` is its absolute value)."""
+    if st.absolute_of is None:
+        return None
+    signed = st.absolute_of.column(config)
+    return signed if signed in stats else None
 
 
 def _decision_columns(units: list[Unit]) -> list[str]:

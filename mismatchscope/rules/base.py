@@ -129,6 +129,9 @@ class Statistic:
     params: tuple[str, ...] = ()
     """config fields the value depends on: a value other than the rule's default names the column apart
     (``binary_kl_max[eps=0]``), so two settings never share one."""
+    absolute_of: Statistic | None = None
+    """the statistic this one is the absolute value of, to the bit (``abs_p_minus_q`` of ``p_minus_q``): where a
+    pass's rules threshold both, the audit stores the signed one alone."""
 
     def column(self, config: Any) -> str:
         """The audit column of this statistic under ``config``."""
