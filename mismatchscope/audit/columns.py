@@ -33,6 +33,7 @@ from ..analysis.masks import Unit
 from ..analysis.results import display_name
 from ..arrow import from_numpy, strings
 from ..divergence import TokenTerms
+from ..documents import json_edge, to_json
 from ..rules import REWEIGHT, RuleInstance, SequenceInputs
 from ..rules.base import Statistic
 
@@ -68,19 +69,34 @@ class AuditRule:
     weight: str | None
     """the weight column of a reweighting rule; None for a rejecting one."""
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> AuditRuleEntry:
         rule = self.unit.rule
-        return {
-            "column": self.column,
-            "name": rule.name,
-            "label": rule.label,
-            "params": rule.params,
-            "hypothesis": self.unit.hypothesis,
-            "level": rule.level,
-            "action": rule.spec.acts,
-            "statistics": list(self.statistics),
-            "weight": self.weight,
-        }
+        return AuditRuleEntry(
+            column=self.column,
+            name=rule.name,
+            label=rule.label,
+            params=rule.params,
+            hypothesis=self.unit.hypothesis,
+            level=rule.level,
+            action=rule.spec.acts,
+            statistics=list(self.statistics),
+            weight=self.weight,
+        )
+
+
+@dataclass(frozen=True)
+class AuditRuleEntry:
+    """One rule as the audit's metadata describes it (``rules`` in docs/format.md), in the order written."""
+
+    column: str
+    name: str
+    label: str
+    params: dict[str, Any]
+    hypothesis: str
+    level: str
+    action: str
+    statistics: list[str]
+    weight: str | None
 
 
 StatisticOf = tuple[Statistic, Any]
@@ -210,6 +226,7 @@ class AuditLayout:
 
     # ---------------------------------------------------------------- what the files say about themselves
 
+    @json_edge
     def describe(self, file: str) -> dict[str, Any]:
         """The file's metadata: schema version, the run, each rule's columns, each statistic's meaning."""
         token = file == "tokens"
@@ -221,7 +238,7 @@ class AuditLayout:
             "file": TOKENS_FILE if token else SEQUENCES_FILE,
             "source": self.source,
             "decisions": list(DECISIONS),
-            "rules": [r.describe() for r in rules],
+            "rules": [to_json(r.describe()) for r in rules],
             "statistics": {name: st.doc for name, (st, _) in stats.items()},
             "absolute_of": {name: {"column": signed, "doc": st.doc} for name, (st, signed) in self.absolute.items()}
             if token

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 
 from ..analysis.batch import BatchTokens
 from ..analysis.plan import AnalysisPlan
+from ..documents import json_edge
 from ..errors import OutputError
 from ..outputs import writing
 from .columns import CARRIED, SEQUENCES_FILE, TOKENS_FILE, AuditLayout
@@ -156,6 +157,7 @@ def audit_writer(out: str | os.PathLike, option: str = "--write") -> Iterator[Au
         raise
 
 
+@json_edge
 def _options(layout: AuditLayout, sequences: bool = False) -> dict[str, Any]:
     """How the audit is written, for the least work per token: the statistics, which compress little, plain and
     uncompressed; the decisions dictionary-encoded, which already stores their long runs of one value as runs
