@@ -20,7 +20,7 @@ them on), never computed again, so the audit's counts are the table's.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any
 
 import numpy as np
@@ -36,6 +36,7 @@ from ..divergence import TokenTerms
 from ..documents import json_edge, to_json
 from ..rules import REWEIGHT, RuleInstance, SequenceInputs
 from ..rules.base import Statistic
+from .kl import compiled_statistic
 
 AUDIT_SCHEMA_VERSION = 2
 """raised when a column is renamed, removed or retyped (docs/format.md); 2: ``abs_p_minus_q`` is read from
@@ -191,17 +192,18 @@ class AuditLayout:
         values: dict[str, np.ndarray] = {}
         sliced = []
         for name, (st, config) in self.token_statistics.items():
-            first = st.fn(config, head)
+            fn = compiled_statistic(st, config) or partial(st.fn, config)
+            first = fn(head)
             if any(first is term for term in vars(head).values()):
-                values[name] = st.fn(config, t)
+                values[name] = fn(t)
             else:
                 values[name] = np.empty(n, np.float64)
                 values[name][:SLICE_ROWS] = first
-                sliced.append((values[name], st, config))
+                sliced.append((values[name], fn))
         for lo in range(SLICE_ROWS, n, SLICE_ROWS):
             part = _sliced(t, slice(lo, lo + SLICE_ROWS))
-            for out, st, config in sliced:
-                out[lo : lo + SLICE_ROWS] = st.fn(config, part)
+            for out, fn in sliced:
+                out[lo : lo + SLICE_ROWS] = fn(part)
         return list(values.values())
 
     # ---------------------------------------------------------------- sequences.parquet
