@@ -8,7 +8,8 @@ library's own where the value is a domain default (the engine options' defaults 
 Where a flag means a little more for one command than for the others (``--plots`` names the pictures each command
 draws, ``--rule`` what the command does with the rules), it is a small family: one builder that holds the flag and
 its metavar, and one alias per reading, named after the command (``ReportPlotsOpt``). ``tests/cli/test_options.py``
-fails if a command declares one of these flags by hand.
+fails if a command declares one of these flags by hand. The engine options of probe, rescore and diagnose are
+declared the same way in ``_engine_options``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import Annotated, Any, Optional
 import typer
 from typer.models import OptionInfo
 
-from ..probe.engine_config import DEFAULT_SAMPLER_DTYPE
 from ._help import HelpCommand
 
 # Optional[...] below, not ``X | None``: the aliases are evaluated when this module is imported.
@@ -31,11 +31,10 @@ Rules = Optional[list[str]]
 DEFAULT_FORMAT = "table"
 """``--format`` when none is given: the tables, for people."""
 DIAGNOSE_BOOTSTRAP = 1000
-"""``diagnose --bootstrap``: resamples over sequences (gate's default lives in its config)."""
+"""``diagnose --bootstrap``: resamples over sequences (gate's default lives in its config). The value is
+``diagnose.effects.Bootstrap``'s, which imports numpy; a test holds the two equal."""
 DIAGNOSE_CONFIDENCE = 0.95
-"""``diagnose --confidence``: the two-sided confidence of its intervals (gate's default lives in its config)."""
-DIAGNOSE_SAMPLER = "vllm"
-"""``diagnose --sampler``: an offline vLLM engine per configuration."""
+"""``diagnose --confidence``: the two-sided confidence of its intervals, ``Bootstrap``'s too."""
 
 PATH_HELP = "A token-pair Parquet file, a directory of shards (or a probe run directory), or a glob."
 PathArg = Annotated[str, typer.Argument(help=PATH_HELP, show_default=False)]
@@ -306,221 +305,15 @@ class RulesInHelp(HelpCommand):
         super().format_help(ctx, formatter)
 
 
-# ------------------------------------------------------------ sampler, trainer and sampling options
-# Declared once for probe, rescore and diagnose; their values are checked once, by probe.options. Their defaults
-# are ``EngineValues``' fields, which take them from the config classes.
-
-PromptsOpt = Annotated[
-    Optional[Path],
-    typer.Option(
-        "--prompts",
-        "-p",
-        help='JSONL, one {"prompt": ..., "answer": ...} per line. Default: the bundled sample prompts.',
-    ),
-]
-SamplerDtypeOpt = Annotated[
-    str,
-    typer.Option(
-        "--sampler-dtype",
-        help=f"Sampler dtype. The default {DEFAULT_SAMPLER_DTYPE} vs a float32 trainer is a CPU demo pairing that "
-        "shows real mismatch; pass your serving dtype.",
-    ),
-]
-TrainerDtypeOpt = Annotated[str, typer.Option("--trainer-dtype", help="Trainer forward-pass dtype.")]
-TemperatureOpt = Annotated[float, typer.Option("--temperature", "-T", min=0.0)]
-ImportedTemperatureOpt = Annotated[
-    Optional[float],
-    typer.Option(
-        "--temperature",
-        help="An imported run: the temperature its sampler ran at (required: no stack's dump records it; the "
-        "trainer divides its logits by it). A probe run keeps its own.",
-        show_default=False,
-    ),
-]
-"""rescore's --temperature: only an imported run takes one (probe and diagnose: TemperatureOpt)."""
-TopPOpt = Annotated[float, typer.Option("--top-p", min=0.0, max=1.0)]
-TopKOpt = Annotated[int, typer.Option("--top-k", help="-1: no top-k truncation.")]
-SamplesOpt = Annotated[int, typer.Option("-n", min=1, help="Samples per prompt (a GRPO group).")]
-MaxTokensOpt = Annotated[
-    int, typer.Option("--max-tokens", min=0, help="Tokens per completion. 0: up to 256, within the context length.")
-]
-TopKLogprobsOpt = Annotated[
-    int, typer.Option("--top-k-logprobs", min=0, help="The sampler's top-k logprobs recorded per position.")
-]
-SeedOpt = Annotated[int, typer.Option("--seed")]
-DiagnoseSeedOpt = Annotated[int, typer.Option("--seed", help="Sampling seed (and the bootstrap's).")]
-LogprobsModeOpt = Annotated[
-    str,
-    typer.Option(
-        "--logprobs-mode",
-        help="processed_logprobs (after T/top-p/top-k; trainer divides by T) or raw_logprobs (compared at T = 1).",
-    ),
-]
-TensorParallelOpt = Annotated[
-    int, typer.Option("--tensor-parallel-size", "--tp", min=1, help="Passed to vLLM unchanged.")
-]
-MaxNumSeqsOpt = Annotated[Optional[int], typer.Option("--max-num-seqs")]
-EnforceEagerOpt = Annotated[
-    bool, typer.Option("--enforce-eager/--no-enforce-eager", help="vLLM eager mode (no CUDA graphs / compile).")
-]
-GpuMemoryOpt = Annotated[Optional[float], typer.Option("--gpu-memory-utilization")]
-MaxModelLenOpt = Annotated[Optional[int], typer.Option("--max-model-len")]
-Fp32HeadOpt = Annotated[
-    bool, typer.Option("--fp32-lm-head", help="fp32 lm_head on BOTH sides (one side only makes mismatch worse).")
-]
-SamplerFp32HeadOpt = Annotated[
-    bool, typer.Option("--sampler-fp32-lm-head", help="vLLM hf_overrides head_dtype=float32.")
-]
-TrainerFp32HeadOpt = Annotated[bool, typer.Option("--trainer-fp32-lm-head")]
-TrainerFp32HeadAliasOpt = Annotated[bool, typer.Option("--trainer-fp32-lm-head", "--fp32-lm-head")]
-"""rescore's: it has only a trainer, so both spellings set the trainer's head."""
-EngineArgOpt = Annotated[
-    Optional[list[str]],
-    typer.Option(
-        "--engine-arg",
-        metavar="KEY=VALUE",
-        help="Any other vllm.LLM argument, passed unchanged (VALUE may be JSON). Repeatable. With --sampler vllm-"
-        "server: added to every request body, except timeout=SECONDS (per HTTP request, default 600) and "
-        "model=NAME (the served model). With --sampler hf: attn_implementation, batch_size, "
-        "trust_remote_code.",
-    ),
-]
-AttnImplementationOpt = Annotated[
-    Optional[str],
-    typer.Option("--attn-implementation", help="Trainer attention: eager, sdpa, flash_attention_2, ..."),
-]
-TrainerBatchTokensOpt = Annotated[
-    int, typer.Option("--trainer-batch-tokens", min=1, help="Token budget of one scoring batch.")
-]
-TrustRemoteCodeOpt = Annotated[
-    bool, typer.Option("--trust-remote-code", help="Run the checkpoint's own Python code (off unless asked).")
-]
-AllowPickleOpt = Annotated[
-    bool, typer.Option("--allow-pickle", help="Load .bin/.pt (pickle) weights; refused by default.")
-]
-DeviceMapOpt = Annotated[Optional[str], typer.Option("--device-map", help="auto: shard a model larger than one GPU.")]
-"""The trainer's accelerate device map."""
-TrainerDeviceOpt = Annotated[Optional[str], typer.Option("--trainer-device")]
-ReplayRoutesOpt = Annotated[
-    bool,
-    typer.Option(
-        "--replay-routes",
-        help="MoE: score the trainer with its expert ids forced to the sampler's recorded ones (gate weights from "
-        "the trainer's own router at those ids).",
-    ),
-]
-ReplayWeightsOpt = Annotated[
-    bool, typer.Option("--replay-weights", help="With --replay-routes: also use the sampler's recorded gate weights.")
-]
-RoutesOpt = Annotated[
-    bool, typer.Option("--routes/--no-routes", help="MoE: record both sides' expert routes in routes/.")
-]
-
-
-def _sampler(help: str, *, show_default: bool = True) -> Any:
-    """``--sampler``: the engines a command can start (probe reaches servers too; diagnose starts its own)."""
-    return typer.Option("--sampler", help=help, show_default=show_default)
-
-
-ProbeSamplerOpt = Annotated[
-    Optional[str],
-    _sampler(
-        "vllm (offline engine, in-process; the default), vllm-server (a running OpenAI-compatible server, --url), "
-        "trl-server (a running trl vllm-serve, --url), or hf (transformers generate; the default with --zero).",
-        show_default=False,
-    ),
-]
-DiagnoseSamplerOpt = Annotated[
-    str,
-    _sampler(
-        "vllm (an offline engine per configuration) or hf (transformers generate; its MoE routes are recorded "
-        "on any machine)."
-    ),
-]
-
-
-def _trainer_checkpoint(help: str) -> Any:
-    """``--trainer-checkpoint``: other weights of the same model for the trainer (policy lag)."""
-    return typer.Option("--trainer-checkpoint", metavar="PATH", help=help)
-
-
-ProbeTrainerCheckpointOpt = Annotated[
-    Optional[Path],
-    _trainer_checkpoint(
-        "Score with other weights of the same model (a later checkpoint: policy lag). Checked first: same "
-        "architecture, vocabulary and tokenizer as the sampler's checkpoint. Default: the sampler's checkpoint. "
-        "A --resume keeps the recorded one."
-    ),
-]
-RescoreTrainerCheckpointOpt = Annotated[
-    Optional[Path],
-    _trainer_checkpoint(
-        "Score with other weights of the same model (policy lag), checked against the recorded checkpoint. "
-        "An imported run: the checkpoint to score it with (required; its vocabulary, context and router must fit "
-        "the imported tokens and routes)."
-    ),
-]
-ResumeOpt = Annotated[bool, typer.Option("--resume", help="Continue a run directory that was interrupted.")]
-VerboseOpt = Annotated[
-    bool,
-    typer.Option(
-        "--verbose",
-        help="Show the engines' own output (vLLM, torch, transformers) live. Default: it goes to engine.log in the "
-        "run directory, and the probe says where.",
-    ),
-]
-FullVocabOpt = Annotated[
-    bool,
-    typer.Option(
-        "--full-vocab",
-        help="Also record, per position, a digest of each side's whole log-prob row (float32 bytes) and the largest "
-        "difference and its id (--sampler hf): certify --full-vocab compares whole distributions.",
-    ),
-]
-LocateOpt = Annotated[
-    bool,
-    typer.Option(
-        "--locate",
-        help="Where in the forward pass the sampler and the trainer part: per layer and op, each side against the "
-        "float64 reference, on the run's worst sequences (docs/diagnose.md).",
-    ),
-]
-LocateSequencesOpt = Annotated[
-    Optional[int],
-    typer.Option(
-        "--locate-sequences",
-        min=1,
-        help="--locate: the worst N sequences by the report's ranking (k3_sum). Default: 4.",
-        show_default=False,
-    ),
-]
-
-
 def shared_options() -> dict[str, OptionInfo]:
-    """Every option declared here, by alias name (what ``tests/cli/test_options.py`` holds the commands to)."""
+    """Every option declared here and in ``_engine_options``, by alias name (what ``tests/cli/test_options.py``
+    holds the commands to)."""
+    from . import _engine_options
+
     return {
         name: meta
-        for name, alias in globals().items()
+        for module in (globals(), vars(_engine_options))
+        for name, alias in module.items()
         for meta in getattr(alias, "__metadata__", ())
         if isinstance(meta, OptionInfo)
     }
-
-
-def engine_args(items: list[str] | None) -> dict:
-    """``--engine-arg KEY=VALUE`` items as a dict; VALUE is JSON where it parses, else the text itself."""
-    import json
-
-    from ..errors import UsageError
-
-    out = {}
-    for item in items or []:
-        key, eq, raw = item.partition("=")
-        if not eq or not key.strip():
-            raise UsageError(
-                f"cannot parse --engine-arg {item!r}", hint="write --engine-arg KEY=VALUE (VALUE may be JSON)"
-            )
-        try:
-            out[key.strip()] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key.strip()] = raw
-    return out

@@ -14,23 +14,14 @@ from typing import TYPE_CHECKING, cast
 import typer
 
 from ..probe.engine_config import EngineValues
-from ._options import (
-    DEFAULT_FORMAT,
-    DIAGNOSE_BOOTSTRAP,
-    DIAGNOSE_CONFIDENCE,
+from ._engine_options import (
     DIAGNOSE_SAMPLER,
     AllowPickleOpt,
     AttnImplementationOpt,
-    DiagnoseBootstrapOpt,
-    DiagnoseConfidenceOpt,
-    DiagnoseHtmlOpt,
-    DiagnoseOutOpt,
-    DiagnosePlotsOpt,
     DiagnoseSamplerOpt,
     DiagnoseSeedOpt,
     EnforceEagerOpt,
     EngineArgOpt,
-    FormatOpt,
     GpuMemoryOpt,
     LocateOpt,
     LocateSequencesOpt,
@@ -52,6 +43,17 @@ from ._options import (
     TrainerFp32HeadOpt,
     TrustRemoteCodeOpt,
     engine_args,
+)
+from ._options import (
+    DEFAULT_FORMAT,
+    DIAGNOSE_BOOTSTRAP,
+    DIAGNOSE_CONFIDENCE,
+    DiagnoseBootstrapOpt,
+    DiagnoseConfidenceOpt,
+    DiagnoseHtmlOpt,
+    DiagnoseOutOpt,
+    DiagnosePlotsOpt,
+    FormatOpt,
 )
 
 if TYPE_CHECKING:

@@ -13,14 +13,12 @@ import typer
 from ..errors import UsageError
 from ..probe.engine_config import EngineValues
 from ..probe.engine_log import engine_output
-from ._options import (
-    DEFAULT_FORMAT,
+from ._engine_options import (
     AllowPickleOpt,
     AttnImplementationOpt,
     DeviceMapOpt,
     EnforceEagerOpt,
     EngineArgOpt,
-    FormatOpt,
     Fp32HeadOpt,
     FullVocabOpt,
     GpuMemoryOpt,
@@ -31,17 +29,14 @@ from ._options import (
     MaxModelLenOpt,
     MaxNumSeqsOpt,
     MaxTokensOpt,
-    ProbeOutOpt,
     ProbeSamplerOpt,
     ProbeTrainerCheckpointOpt,
     PromptsOpt,
     ReplayRoutesOpt,
     ReplayWeightsOpt,
-    RescoreOutOpt,
     RescoreTrainerCheckpointOpt,
     ResumeOpt,
     RoutesOpt,
-    RuleOpt,
     SamplerDtypeOpt,
     SamplerFp32HeadOpt,
     SamplesOpt,
@@ -59,6 +54,13 @@ from ._options import (
     TrustRemoteCodeOpt,
     VerboseOpt,
     engine_args,
+)
+from ._options import (
+    DEFAULT_FORMAT,
+    FormatOpt,
+    ProbeOutOpt,
+    RescoreOutOpt,
+    RuleOpt,
 )
 from ._progress import Bars, engine_env
 from ._streams import info, warn

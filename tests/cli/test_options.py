@@ -4,8 +4,8 @@ declared once, and no value is looked up by its parameter's name.
 * A command passes each parameter on by its name in the command's body (``EngineValues(top_p=top_p, ...)``): a
   parameter renamed in the signature alone is an undefined name (ruff, pyright), one renamed in the body alone is a
   parameter nothing reads (here), a field renamed in ``EngineValues`` alone an unknown keyword (pyright).
-* A flag that ``_options.py`` declares (``--column``, ``--plots``, the engine options) is taken through its
-  ``Annotated`` alias, never declared again by hand, so its help, metavar and bounds cannot drift apart.
+* A flag that ``_options.py`` or ``_engine_options.py`` declares (``--column``, ``--plots``, ``--top-p``) is taken
+  through its ``Annotated`` alias, never declared again by hand, so its help, metavar and bounds cannot drift apart.
 * ``cli/`` reads no value by name: no ``ctx.params``, no ``getattr`` with a computed name, no ``EngineValues.of``.
 """
 
@@ -168,3 +168,9 @@ def test_report_names_the_rules_it_draws_by_default():
     from mismatchscope.rules import RULES
 
     assert _options.REPORT_DRAWN_RULES == tuple(n for n, s in RULES.items() if s.drawn_by_default)
+
+
+def test_diagnose_s_bootstrap_defaults_are_the_library_s():
+    from mismatchscope.diagnose.effects import Bootstrap
+
+    assert (_options.DIAGNOSE_BOOTSTRAP, _options.DIAGNOSE_CONFIDENCE) == (Bootstrap.resamples, Bootstrap.confidence)
