@@ -287,7 +287,7 @@ def test_diagnose_tables_fit_80_columns_and_agree_with_the_json(diag):
     from mismatchscope.diagnose.document import DiagnoseDocument
     from mismatchscope.documents import from_json
     from mismatchscope.render.diagnose_table import render
-    from tests.contracts.test_tables_at_80_columns import WIDTH, assert_readable
+    from tests.project.test_tables_at_80_columns import WIDTH, assert_readable
 
     # the JSON diagnose printed, typed again (its schema version is the document's, not a field)
     doc = from_json(DiagnoseDocument, {k: v for k, v in diag["payload"].items() if k != "schema_version"})

@@ -22,7 +22,7 @@ PENDING: frozenset[str] = frozenset(
         "certify/run.py:_manifest",
         "certify/scope.py:scope_of",
         "checks.py:json_object",
-        "cli/_options.py:engine_args",
+        "cli/_engine_options.py:engine_args",
         "doctor/causes/persists_in_float32.py:_sides",
         "doctor/retokenized.py:_drift",
         "gate/checks.py:Check.to_dict",
