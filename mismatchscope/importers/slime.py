@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from ..documents import json_edge
 from ..errors import (
     ImportFormatError,
     MismatchscopeError,
@@ -114,6 +115,7 @@ class SlimeImporter:
             )
         return sorted(files, key=lambda f: (f.step, f.rank or 0, f.rel))
 
+    @json_edge
     def semantics(self) -> dict[str, Any]:
         return dict(SEMANTICS)
 

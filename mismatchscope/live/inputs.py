@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ..documents import json_edge
 from ..errors import InputError, RecorderInputError, UsageError
 from ..schema import (
     MAX_ABS_STEP,
@@ -304,6 +305,7 @@ def _step(step: Any) -> int:
     return int(step)
 
 
+@json_edge
 def strict_meta(meta: Any) -> dict[str, Any]:
     """``Recorder(meta=...)`` as a copy that strict JSON can hold, or a one-line error naming the first bad entry.
 

@@ -42,6 +42,7 @@ import pyarrow as pa
 from .. import rundir
 from .._version import __version__
 from ..analysis.summaries import write_token_shard
+from ..documents import json_edge
 from ..errors import RecorderError, UsageError
 from ..schema import COLUMNS, SCHEMA_VERSION, WRITE_OPTIONS
 from .directory import check_recorder_directory
@@ -399,6 +400,7 @@ class Recorder:
         return top
 
 
+@json_edge
 def _provenance_record(value: Any) -> dict[str, Any] | None:
     """The manifest's provenance entry for what ``Recorder(provenance=...)`` was given (checked now, not at close)."""
     if value is None:

@@ -23,6 +23,8 @@ from mismatchscope.checks import json_object
 from mismatchscope.errors import CheckpointError, NotAJsonObjectError
 from mismatchscope.execution import digests
 
+from ..documents import json_edge
+
 SAFE_WEIGHTS = ("*.safetensors",)
 PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth")
 NOT_WEIGHTS = {"training_args.bin", "optimizer.pt", "scheduler.pt", "rng_state.pth"}
@@ -117,12 +119,14 @@ def inspect_checkpoint(
     )
 
 
+@json_edge
 def text_config(config: dict[str, Any]) -> dict[str, Any]:
     """The language-model part of a config (multimodal configs nest it)."""
     nested = config.get("text_config")
     return nested if isinstance(nested, dict) else config
 
 
+@json_edge
 def _read_config(root: Path) -> dict[str, Any]:
     cfg_path = root / "config.json"
     if not cfg_path.is_file():

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
+from ..documents import json_edge
 from ..errors import UsageError
 from ..progress import Progress
 from ..redact import redact_command, redact_obj, redact_url
@@ -252,6 +253,7 @@ def _probe_locked(s: ProbeSession) -> Path:
         raise
 
 
+@json_edge
 def _fingerprint(
     opts: ProbeOptions, ckpt_sha: str, prompts_sha: str, trainer_ckpt: TrainerCheckpoint
 ) -> dict[str, Any]:
@@ -280,6 +282,7 @@ def _fingerprint(
     }
 
 
+@json_edge
 def _safe_engine_args(s: SamplerConfig) -> dict[str, Any]:
     """Engine options as recorded: credential-named keys and URL credentials redacted."""
     from .samplers.base import manifest_safe
@@ -287,6 +290,7 @@ def _safe_engine_args(s: SamplerConfig) -> dict[str, Any]:
     return redact_obj(manifest_safe(s.engine_args))
 
 
+@json_edge
 def _config(s: ProbeSession, trainer_ckpt: TrainerCheckpoint, prompts_sha: str) -> dict[str, Any]:
     """The manifest's ``config``: what was run, recorded in every shard."""
     opts = s.opts

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..documents import json_edge
 from ..errors import CheckpointError, TokenizerMismatchError, UsageError
 from .checkpoint import TOKENIZER_FILES, CheckpointInfo, check_weights_cover_config, inspect_checkpoint, text_config
 from .tokenizer import load_tokenizer, tokenizer_difference, tokenizer_files_digest
@@ -213,6 +214,7 @@ def _special_difference(a, b) -> str | None:
     return None
 
 
+@json_edge
 def recorded_trainer_checkpoint(config: dict[str, Any]) -> dict[str, Any]:
     """What a recorded run's trainer scored with; runs from before the option scored with the sampler's."""
     rec = config.get("trainer_checkpoint")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import rundir
+from ..documents import json_edge
 from ..errors import UsageError
 from ..progress import Progress
 from .checkpoint import CheckpointInfo
@@ -297,6 +298,7 @@ def _conversations(s: RescoreSession) -> Conversations | None:
     return Conversations(s.tokenizer, cfg, s.info.path)
 
 
+@json_edge
 def _config(s: RescoreSession) -> dict[str, Any]:
     """The recorded ``config`` with this rescore's trainer, weights and semantics."""
     cfg = s.old["config"]

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from ..routing.io import Shape
     from .checkpoint import CheckpointInfo
     from .trainer import HFTrainer
+from ..documents import json_edge
 from .provenance import copy_sampler_side, record_side, refresh_fallbacks, trainer_side
 from .writer import RunDir, finish, open_session, save_progress, token_shards
 
@@ -292,6 +293,7 @@ def _checked_checkpoint(src: ImportedRun, checkpoint: Path | None, trainer_cfg: 
     return info
 
 
+@json_edge
 def _config(src: ImportedRun, info, trainer_cfg: TrainerConfig, sampling: SamplingConfig) -> dict[str, Any]:
     source = src.manifest.get("source") or {}
     return {

@@ -38,6 +38,8 @@ from mismatchscope.probe.types import SamplingConfig, Scored, ScoreRequest, Trai
 from mismatchscope.probe.zero import experts_implementation
 from mismatchscope.progress import Advance
 
+from ..documents import json_edge
+
 if TYPE_CHECKING:
     import torch
 
@@ -74,6 +76,7 @@ class LogitTransform:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits
 
+    @json_edge
     def to_dict(self) -> dict[str, Any]:
         return {"final_logit_softcapping": self.softcap, "logit_scale": self.scale}
 
@@ -155,6 +158,7 @@ class HFTrainer:
                     on_progress(len(batch))
         return results  # type: ignore[return-value]
 
+    @json_edge
     def describe(self) -> dict[str, Any]:
         """Versions, device, dtype and scoring options, for the run manifest."""
         return {

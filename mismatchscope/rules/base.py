@@ -25,6 +25,7 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 
 from ..divergence import TokenTerms
+from ..documents import json_edge
 from ..errors import UsageError
 
 KEEP = np.int8(0)
@@ -275,6 +276,7 @@ class RuleInstance:
         return lv(self.config) if callable(lv) else lv
 
     @property
+    @json_edge
     def params(self) -> dict[str, Any]:
         return dataclasses.asdict(self.config)
 

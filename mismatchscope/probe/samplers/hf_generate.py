@@ -29,6 +29,8 @@ from mismatchscope.probe.types import Completion, SamplerConfig, SamplingConfig
 from mismatchscope.probe.zero import experts_implementation
 from mismatchscope.progress import Advance
 
+from ...documents import json_edge
+
 ENGINE_ARGS = HF_ENGINE_ARGS
 DEFAULT_BATCH = 64
 
@@ -189,6 +191,7 @@ class HFGenerateSampler:
                 return i + 1, "stop"
         return len(tokens), "length"
 
+    @json_edge
     def describe(self) -> dict[str, Any]:
         return {
             "engine": "transformers-generate",

@@ -32,6 +32,8 @@ from mismatchscope.probe.samplers.base import (
 from mismatchscope.probe.types import Completion, SamplerConfig, SamplingConfig
 from mismatchscope.progress import Advance
 
+from ...documents import json_edge
+
 DEFAULT_MAX_LOGPROBS = 20
 """vLLM's own default cap on ``logprobs=k``; raised when a probe asks for more."""
 
@@ -54,6 +56,7 @@ class VLLMOfflineSampler:
 
     # ------------------------------------------------------------ engine
 
+    @json_edge
     def engine_args(self, sampling: SamplingConfig) -> dict[str, Any]:
         """The keyword arguments given to ``vllm.LLM``: typed options that are set, then
         ``engine_args`` unchanged on top (a user's explicit option wins)."""
@@ -176,6 +179,7 @@ class VLLMOfflineSampler:
             return SideRoutes(False, why=self._routes_why)
         return SideRoutes(True, weights=False)
 
+    @json_edge
     def describe(self) -> dict[str, Any]:
         """Engine, version, dtypes, devices and the effective ``LLM(...)`` arguments."""
         import vllm
