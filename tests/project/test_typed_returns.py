@@ -75,7 +75,6 @@ PENDING: frozenset[str] = frozenset(
         "execution/record.py:record_schema",
         "execution/record.py:to_record",
         "execution/vllm_side.py:sampling_params",
-        "gate/checks.py:Check.to_dict",
         "importers/_mask.py:add_turns",
         "importers/_mask.py:explicit",
         "importers/slime.py:SlimeImporter._rollout",
@@ -98,7 +97,6 @@ PENDING: frozenset[str] = frozenset(
         "probe/scoring.py:lag_fingerprint",
         "probe/scoring.py:semantics",
         "probe/turns.py:TurnsConfig.record",
-        "timeline/changes.py:methods",
     }
 )
 
