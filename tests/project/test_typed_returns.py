@@ -21,8 +21,6 @@ PENDING: frozenset[str] = frozenset(
         "audit/columns.py:AuditLayout.describe",
         "audit/columns.py:AuditRule.describe",
         "audit/writer.py:_options",
-        "certify/compare.py:PairingResult.earliest_summary",
-        "certify/scope.py:scope_of",
         "cli/_options.py:engine_args",
         "diagnose/determinism.py:compare",
         "diagnose/determinism.py:sampler_checks",
