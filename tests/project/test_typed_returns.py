@@ -61,8 +61,6 @@ PENDING: frozenset[str] = frozenset(
         "diagnose/worker.py:_prefill",
         "diagnose/worker.py:_repeat",
         "diagnose/worker.py:run",
-        "doctor/causes/persists_in_float32.py:_sides",
-        "doctor/retokenized.py:_drift",
         "execution/compare.py:flatten",
         "execution/compare.py:to_record_side",
         "execution/contract.py:distribution",
