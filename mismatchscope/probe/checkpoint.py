@@ -38,6 +38,18 @@ SAFETENSORS_MAX_HEADER = 100_000_000
 """safetensors' own bound on the JSON header: a larger length means a corrupt file."""
 
 
+@dataclass(frozen=True)
+class CheckpointRecord:
+    """What a run's manifest records of the checkpoint (``config.checkpoint``)."""
+
+    path: str
+    sha256: str
+    model_type: str
+    vocab_size: int
+    max_model_len: int
+    is_moe: bool
+
+
 @dataclass
 class CheckpointInfo:
     """What the probe needs to know about a checkpoint before loading it."""
@@ -59,16 +71,11 @@ class CheckpointInfo:
     file_sha256: dict[str, str] = field(default_factory=dict)
     """each hashed file's own sha256 (what ``sha256sum`` prints): the run's provenance records the weights'."""
 
-    def record(self) -> dict:
+    def record(self) -> CheckpointRecord:
         """What a run's manifest records of the checkpoint (``config.checkpoint``)."""
-        return {
-            "path": str(self.path),
-            "sha256": self.sha256,
-            "model_type": self.model_type,
-            "vocab_size": self.vocab_size,
-            "max_model_len": self.max_model_len,
-            "is_moe": self.is_moe,
-        }
+        return CheckpointRecord(
+            str(self.path), self.sha256, self.model_type, self.vocab_size, self.max_model_len, self.is_moe
+        )
 
 
 def inspect_checkpoint(

@@ -26,12 +26,12 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
-from ..documents import json_edge
+from ..documents import flatten, json_edge, to_json
 from ..errors import UsageError
 from ..progress import Progress
 from ..redact import redact_command, redact_obj, redact_url
@@ -54,6 +54,7 @@ from .scoring import (
     trainer_checkpoint,
     write_prompts_once,
 )
+from .turns import TurnsRecord
 from .types import Completion, SamplerConfig
 from .writer import RunDir, finish, open_session, save_progress
 
@@ -263,7 +264,7 @@ def _fingerprint(
         **lag_fingerprint(trainer_ckpt),
         **({"sampler_prefill": True} if opts.sampler_prefill else {}),
         **({"full_vocab": True} if opts.full_vocab else {}),
-        **({"turns": opts.turns.record()} if opts.turns is not None else {}),
+        **({"turns": to_json(opts.turns.record())} if opts.turns is not None else {}),
         "checkpoint_sha256": ckpt_sha,
         "prompts_sha256": prompts_sha,
         "sampling": opts.sampling.to_dict(),
@@ -296,11 +297,11 @@ def _config(s: ProbeSession, trainer_ckpt: TrainerCheckpoint, prompts_sha: str) 
     opts = s.opts
     return {
         "mismatchscope_version": __version__,
-        "checkpoint": s.info.record(),
-        "trainer_checkpoint": trainer_ckpt.record(),
+        "checkpoint": to_json(s.info.record()),
+        "trainer_checkpoint": to_json(trainer_ckpt.record()),
         "prompts": {"path": str(opts.prompts), "sha256": prompts_sha, "count": len(s.prompts)},
         "sampling": opts.sampling.to_dict(),
-        "semantics": {**semantics(opts.sampling), **trainer_ckpt.semantics(s.info)},
+        "semantics": {**to_json(semantics(opts.sampling)), **to_json(trainer_ckpt.semantics(s.info))},
         "sampler": {
             **opts.sampler.to_dict(),
             "kind": opts.sampler.kind,
@@ -310,11 +311,20 @@ def _config(s: ProbeSession, trainer_ckpt: TrainerCheckpoint, prompts_sha: str) 
         "trainer": opts.trainer.to_dict(),
         "reward_fn": opts.reward_fn or DEFAULT_REWARD,
         "round_prompts": opts.round_prompts,
-        **(_turns_config(s) if s.conversations is not None else {}),
+        **({"turns": to_json(_turns_config(s))} if s.conversations is not None else {}),
     }
 
 
-def _turns_config(s: ProbeSession) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ConversationRecord:
+    """``config.turns`` of a multi-turn probe: the options, the chat template and what the two sides score."""
+
+    record: TurnsRecord = field(metadata=flatten())
+    chat_template: str
+    semantics: str
+
+
+def _turns_config(s: ProbeSession) -> ConversationRecord:
     """``--turns``: what a conversation was, in the config every shard records."""
     assert s.conversations is not None  # called for a multi-turn probe only
     semantics = (
@@ -324,7 +334,7 @@ def _turns_config(s: ProbeSession) -> dict[str, Any]:
         else "decoded, re-rendered and encoded each turn; the trainer scores the final conversation encoded "
         "again (trainer_token_id where its ids differ)"
     )
-    return {"turns": {**s.conversations.cfg.record(), "chat_template": s.conversations.name, "semantics": semantics}}
+    return ConversationRecord(s.conversations.cfg.record(), s.conversations.name, semantics)
 
 
 def _sample_and_score(

@@ -38,6 +38,25 @@ _SPECIAL = ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id")
 
 
 @dataclass(frozen=True)
+class TrainerCheckpointRecord:
+    """``config["trainer_checkpoint"]`` in the manifest and in every shard's metadata."""
+
+    path: str
+    sha256: str
+    model_type: str
+    vocab_size: int
+    same_as_sampler: bool
+
+
+@dataclass(frozen=True)
+class PolicyLag:
+    """The ``policy_lag`` keys of a run's semantics, which ``report`` reads."""
+
+    policy_lag: bool
+    policy_lag_note: str | None
+
+
+@dataclass(frozen=True)
 class TrainerCheckpoint:
     """The weights the trainer scores with, and how they relate to the sampler's."""
 
@@ -45,27 +64,22 @@ class TrainerCheckpoint:
     same_as_sampler: bool
     """equal digests: the trainer runs the sampler's weights, and the gap is numerics alone."""
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> TrainerCheckpointRecord:
         """``config["trainer_checkpoint"]`` in the manifest and in every shard's metadata."""
-        return {
-            "path": str(self.info.path),
-            "sha256": self.info.sha256,
-            "model_type": self.info.model_type,
-            "vocab_size": self.info.vocab_size,
-            "same_as_sampler": self.same_as_sampler,
-        }
+        i = self.info
+        return TrainerCheckpointRecord(str(i.path), i.sha256, i.model_type, i.vocab_size, self.same_as_sampler)
 
-    def semantics(self, sampler: CheckpointInfo) -> dict[str, Any]:
+    def semantics(self, sampler: CheckpointInfo) -> PolicyLag:
         """The ``policy_lag`` keys of the run's semantics, which ``report`` reads."""
         if self.same_as_sampler:
-            return {"policy_lag": False, "policy_lag_note": None}
+            return PolicyLag(False, None)
         note = LAG_NOTE.format(
             trainer=self.info.path,
             trainer_sha=self.info.sha256[:12],
             sampler=sampler.path,
             sampler_sha=sampler.sha256[:12],
         )
-        return {"policy_lag": True, "policy_lag_note": note}
+        return PolicyLag(True, note)
 
 
 def open_trainer_checkpoint(

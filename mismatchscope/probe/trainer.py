@@ -38,7 +38,7 @@ from mismatchscope.probe.types import SamplingConfig, Scored, ScoreRequest, Trai
 from mismatchscope.probe.zero import experts_implementation
 from mismatchscope.progress import Advance
 
-from ..documents import json_edge
+from ..documents import json_edge, to_json
 
 if TYPE_CHECKING:
     import torch
@@ -163,7 +163,7 @@ class HFTrainer:
         """Versions, device, dtype and scoring options, for the run manifest."""
         return {
             "engine": "transformers",
-            **model_description(self.model),
+            **to_json(model_description(self.model)),
             "requested_dtype": self.cfg.dtype,
             "fp32_lm_head": self.cfg.fp32_lm_head,
             "batch_tokens": self.cfg.batch_tokens,

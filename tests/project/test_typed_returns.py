@@ -79,20 +79,6 @@ PENDING: frozenset[str] = frozenset(
         "live/inputs.py:_turn_columns",
         "live/recorder.py:Recorder._open_record",
         "live/verl_batch.py:verl_step",
-        "probe/checkpoint.py:CheckpointInfo.record",
-        "probe/columns.py:with_row_columns",
-        "probe/command.py:_turns_config",
-        "probe/engine_checks.py:_declared_vllm_engine_args",
-        "probe/hf_model.py:model_description",
-        "probe/hf_model.py:torch_versions",
-        "probe/policy_lag.py:TrainerCheckpoint.record",
-        "probe/policy_lag.py:TrainerCheckpoint.semantics",
-        "probe/provenance.py:_sent",
-        "probe/rescore_import.py:_token_columns",
-        "probe/samplers/vllm_offline.py:_device_info",
-        "probe/scoring.py:lag_fingerprint",
-        "probe/scoring.py:semantics",
-        "probe/turns.py:TurnsConfig.record",
     }
 )
 
