@@ -116,7 +116,8 @@ class NemoRLImporter:
             "reward": reward,
             "step": f.step,
         }
-        return add_turns(values, keep), length - kept
+        add_turns(values, keep)
+        return values, length - kept
 
 
 def _per_token_lists(f: SourceFile, line: int, rec: dict[str, Any]) -> tuple[dict[str, Any], int]:

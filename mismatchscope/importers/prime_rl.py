@@ -171,7 +171,8 @@ class PrimeRLImporter:
         note(notes, "nonfinite_logprobs", int(kept - np.count_nonzero(finite)))
         values["step"] = f.step
         values["rank"] = f.rank
-        return add_turns(values, keep), n - kept
+        add_turns(values, keep)
+        return values, n - kept
 
 
 def _first_record(path: Path) -> tuple[int, dict[str, Any]] | None:

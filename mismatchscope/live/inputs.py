@@ -175,7 +175,9 @@ def prepare(
     return StepBatch(step, cols, int(np.unique(rows).size), b, experts)
 
 
-def _turn_columns(step: int, turn_ids: Any, rows: np.ndarray, pos: np.ndarray, shape: tuple[int, int]) -> dict:
+def _turn_columns(
+    step: int, turn_ids: Any, rows: np.ndarray, pos: np.ndarray, shape: tuple[int, int]
+) -> dict[str, np.ndarray]:
     """``turn`` and ``turn_position`` of the masked tokens: from ``turn_ids``, else the mask's runs; none for a
     step of single turns."""
     turn = None

@@ -71,14 +71,6 @@ PENDING: frozenset[str] = frozenset(
         "execution/record.py:record_schema",
         "execution/record.py:to_record",
         "execution/vllm_side.py:sampling_params",
-        "importers/_mask.py:add_turns",
-        "importers/_mask.py:explicit",
-        "importers/slime.py:SlimeImporter._rollout",
-        "importers/stack_pickle.py:_consolidated",
-        "importers/stack_pickle.py:load_tensordict",
-        "live/inputs.py:_turn_columns",
-        "live/recorder.py:Recorder._open_record",
-        "live/verl_batch.py:verl_step",
     }
 )
 
