@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..documents import json_edge
 from ..errors import CheckpointError, TokenizerMismatchError, UsageError
 from .checkpoint import TOKENIZER_FILES, CheckpointInfo, check_weights_cover_config, inspect_checkpoint, text_config
 from .tokenizer import load_tokenizer, tokenizer_difference, tokenizer_files_digest
@@ -228,21 +227,29 @@ def _special_difference(a, b) -> str | None:
     return None
 
 
-@json_edge
-def recorded_trainer_checkpoint(config: dict[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RecordedTrainer:
+    """The trainer weights a recorded run scored with, as its manifest's config says."""
+
+    path: str | None
+    sha256: str | None
+    same_as_sampler: bool
+
+
+def recorded_trainer_checkpoint(config: dict[str, Any]) -> RecordedTrainer:
     """What a recorded run's trainer scored with; runs from before the option scored with the sampler's."""
     rec = config.get("trainer_checkpoint")
     if isinstance(rec, dict) and "sha256" in rec:
-        return rec
+        return RecordedTrainer(rec.get("path"), rec.get("sha256"), bool(rec.get("same_as_sampler")))
     ckpt = config.get("checkpoint") or {}
-    return {"path": ckpt.get("path"), "sha256": ckpt.get("sha256"), "same_as_sampler": True}
+    return RecordedTrainer(ckpt.get("path"), ckpt.get("sha256"), True)
 
 
-def check_resume(recorded: dict[str, Any], chosen: TrainerCheckpoint, run: Path) -> None:
+def check_resume(recorded: RecordedTrainer, chosen: TrainerCheckpoint, run: Path) -> None:
     """A resumed run keeps its trainer weights: half a run scored with other weights would mix two runs."""
-    if recorded.get("sha256") == chosen.info.sha256:
+    if recorded.sha256 == chosen.info.sha256:
         return
-    old, new = recorded.get("path"), str(chosen.info.path)
+    old, new = recorded.path, str(chosen.info.path)
     if old is not None and Path(old).resolve() == chosen.info.path.resolve():
         raise UsageError(
             f"cannot resume {run}: the trainer checkpoint {old!r} changed since the run was recorded (sha256 differs)",
@@ -250,7 +257,7 @@ def check_resume(recorded: dict[str, Any], chosen: TrainerCheckpoint, run: Path)
         )
     raise UsageError(
         f"cannot resume {run}: it was scored with trainer checkpoint {old!r} "
-        f"(sha256 {str(recorded.get('sha256'))[:12]}...), not {new!r} (sha256 {chosen.info.sha256[:12]}...)",
+        f"(sha256 {str(recorded.sha256)[:12]}...), not {new!r} (sha256 {chosen.info.sha256[:12]}...)",
         hint="leave --trainer-checkpoint out to keep the recorded one, or start a new --out",
     )
 

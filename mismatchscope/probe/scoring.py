@@ -90,8 +90,9 @@ def trainer_checkpoint(
 ) -> TrainerCheckpoint:
     """The trainer's weights; a resumed run keeps the recorded ones (another choice is refused)."""
     recorded = recorded_trainer_checkpoint(run.read_manifest().get("config") or {}) if resume and run.exists() else None
-    if path is None and recorded is not None and not recorded.get("same_as_sampler"):
-        path = Path(recorded["path"])
+    if path is None and recorded is not None and not recorded.same_as_sampler:
+        assert recorded.path is not None  # a run with other trainer weights records where they were
+        path = Path(recorded.path)
     chosen = open_trainer_checkpoint(
         path, info, tokenizer, texts, allow_pickle=trainer.allow_pickle, trust_remote_code=trainer.trust_remote_code
     )

@@ -25,7 +25,6 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 
 from ..divergence import TokenTerms
-from ..documents import json_edge
 from ..errors import UsageError
 
 KEEP = np.int8(0)
@@ -33,6 +32,8 @@ REJECT = np.int8(1)
 REWEIGHT = np.int8(2)
 
 Level = Literal["token", "sequence"]
+RuleParam = float | str | None
+"""a rule config's value: every config field is a number, an optional number or a name (a reading's convention)."""
 
 INF = math.inf
 
@@ -276,8 +277,8 @@ class RuleInstance:
         return lv(self.config) if callable(lv) else lv
 
     @property
-    @json_edge
-    def params(self) -> dict[str, Any]:
+    def params(self) -> dict[str, RuleParam]:
+        """The config's values by field name (every rule's config holds numbers, optional numbers and names)."""
         return dataclasses.asdict(self.config)
 
     @property
