@@ -161,12 +161,10 @@ def diagnose(
             check_options(opts)  # run_diagnose checks again; here so a bad option is reported before the bars
             engine_env()
             with Bars(enabled=True) as bars:
-                payload = run_diagnose(opts, cast("Progress", bars))  # Bars has Progress's methods
-    from ..diagnose.document import DiagnoseDocument
+                doc = run_diagnose(opts, cast("Progress", bars))  # Bars has Progress's methods
     from ..render import seam
     from ..render.diagnose_pictures import write_pictures
 
-    doc = DiagnoseDocument.of(payload)
     write_pictures(doc, plots, html, opts.out, (checkpoint, opts.prompts, matrix))
     seam.show(doc, format)
     _interrupted(doc)

@@ -60,6 +60,7 @@ from ._progress import Bars, engine_env
 from ._streams import info, warn
 
 if TYPE_CHECKING:
+    from ..diagnose.locate.document import LocateResult
     from ..probe.options import ProbeOptions
     from ..probe.types import TrainerConfig
 
@@ -71,8 +72,8 @@ def _parsed_rules(rules: list[str] | None) -> list:
     return [parse_rule(r) for r in rules] if rules else default_rules()
 
 
-def _show(run_dir: Path, selected: list, format: str, located: dict[str, Any] | None = None) -> None:
-    """The report and compare-masks of the run written; ``located``: rescore --locate's entry, which the
+def _show(run_dir: Path, selected: list, format: str, located: LocateResult | None = None) -> None:
+    """The report and compare-masks of the run written; ``located``: rescore --locate's localisation, which the
     document carries (its table after the report's, its file named on stderr)."""
     from ..probe.document import probe_document
     from ..render import seam

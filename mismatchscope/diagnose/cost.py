@@ -15,18 +15,20 @@ times it) comes from interleaved rounds against the baseline
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .document import Timing
 
 PARETO_NAME = "diagnose_pareto"
 """the Pareto picture's file name (without ``.png``) in the ``--plots`` folder, checked before any work."""
 
 
-def relative_rate(throughput: dict, base_rate: float | None) -> float | None:
+def relative_rate(timing: Timing | None, rate: float | None, base_rate: float | None) -> float | None:
     """A variant's pipeline throughput relative to the baseline's: the median of its interleaved timing
-    rounds (:mod:`.timing`) when it has them, else its single measurement over the baseline's."""
-    timing = throughput.get("timing")
-    if timing:
-        return timing["median"]
-    rate = throughput.get("pipeline_tokens_per_s")
+    rounds (:mod:`.timing`) when it has them, else its single measurement (``rate``) over the baseline's."""
+    if timing is not None:
+        return timing.median
     return rate / base_rate if rate and base_rate else None
 
 

@@ -19,8 +19,10 @@ import math
 
 import numpy as np
 
+from .document import Shares
 
-def decompose(sampler_lp: np.ndarray, trainer_lp: np.ndarray, reference_lp: np.ndarray) -> dict[str, float | None]:
+
+def decompose(sampler_lp: np.ndarray, trainer_lp: np.ndarray, reference_lp: np.ndarray) -> Shares:
     """The decomposition of one configuration's tokens (aligned 1-D arrays)."""
     lq, lp, lr = (np.asarray(x, dtype=np.float64) for x in (sampler_lp, trainer_lp, reference_lp))
     if not lq.shape == lp.shape == lr.shape:
@@ -29,26 +31,17 @@ def decompose(sampler_lp: np.ndarray, trainer_lp: np.ndarray, reference_lp: np.n
     e_s, e_t = lq[keep] - lr[keep], lp[keep] - lr[keep]
     n = int(keep.sum())
     if n == 0:
-        return {
-            "tokens": 0,
-            "sampler_mse": None,
-            "trainer_mse": None,
-            "cross": None,
-            "total_mse": None,
-            "sampler_share": None,
-            "trainer_share": None,
-            "correlation": None,
-        }
+        return Shares(0, None, None, None, None, None, None, None)
     ms, mt, cross = float(np.mean(e_s * e_s)), float(np.mean(e_t * e_t)), float(np.mean(e_s * e_t))
     budget = ms + mt
     denom = math.sqrt(ms * mt)
-    return {
-        "tokens": n,
-        "sampler_mse": ms,
-        "trainer_mse": mt,
-        "cross": cross,
-        "total_mse": float(np.mean((e_t - e_s) ** 2)),
-        "sampler_share": ms / budget if budget > 0 else None,
-        "trainer_share": mt / budget if budget > 0 else None,
-        "correlation": cross / denom if denom > 0 else None,
-    }
+    return Shares(
+        tokens=n,
+        sampler_mse=ms,
+        trainer_mse=mt,
+        cross=cross,
+        total_mse=float(np.mean((e_t - e_s) ** 2)),
+        sampler_share=ms / budget if budget > 0 else None,
+        trainer_share=mt / budget if budget > 0 else None,
+        correlation=cross / denom if denom > 0 else None,
+    )

@@ -1,21 +1,21 @@
 """What ``diagnose --format json`` prints (and ``OUT/diagnose.json`` holds): a typed document.
 
-The run assembles its sections as plain data (the reading, the ranking and
-the price of zero work on it, and the tables render it as read back from the
-JSON); :meth:`DiagnoseDocument.of` reads that payload into these types with
-:func:`~mismatchscope.documents.from_json`, which refuses any key, type or
-order the types do not declare, so the schema generated from them
-(``docs/schemas/diagnose.json``) describes every field the command writes.
-A gap's ``metrics`` are the report's token metrics (``metrics.CATALOG``).
+The run builds these types as it measures (:func:`~.run.run_diagnose`
+returns the :class:`DiagnoseDocument`); the ranking, the price of zero, the
+reading and the renderers work on them, and JSON is written only from them
+(:func:`~mismatchscope.documents.json_text`), so the schema generated from
+them (``docs/schemas/diagnose.json``) describes every field the command
+writes. A gap's ``metrics`` are the report's token metrics
+(``metrics.CATALOG``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..analysis.results import TokenMetrics
-from ..documents import flatten, from_json, optional
+from ..documents import flatten, optional
 from ..probe.types import SamplerConfig, SamplingConfig
 from .locate.document import INTERRUPTED, LocateResult
 
@@ -304,7 +304,7 @@ class LocateOk:
     result: LocateResult = field(metadata=flatten("the localisation (docs/schemas/locate.json)"))
 
 
-@dataclass
+@dataclass(frozen=True)
 class DiagnoseDocument:
     checkpoint: str
     out: str
@@ -340,12 +340,3 @@ class DiagnoseDocument:
     def failed(self) -> bool:
         """Whether a variant did not finish: its engine did not start, its process died, or it timed out."""
         return any(v.status in ("failed", "timed out") for v in self.variants)
-
-    @classmethod
-    def of(cls, payload: dict[str, Any]) -> DiagnoseDocument:
-        """The document of a finished run's payload (every section filled, ``rank`` and ``finish`` applied)."""
-        unknown = set(payload) - {f.name for f in fields(cls)}
-        if unknown:  # a section the document does not declare is a TypeError, not a silent drop
-            raise TypeError(f"DiagnoseDocument declares no {', '.join(sorted(unknown))}")
-        # the sections in the document's order (the run adds them as it goes); within each, as assembled
-        return from_json(cls, {f.name: payload[f.name] for f in fields(cls) if f.name in payload})

@@ -16,7 +16,8 @@ An effect is significant when its interval excludes zero.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,6 +31,9 @@ METRICS = {
 }
 """the token means an effect is judged on: report's name -> its per-sequence sum."""
 PRIMARY = ABS_LOGPROB_DIFF_MEAN.name
+
+if TYPE_CHECKING:
+    from .document import Delta, DiagnoseDocument
 
 
 @dataclass(frozen=True)
@@ -45,8 +49,10 @@ def _matrix(result) -> tuple[np.ndarray, np.ndarray]:
     return result.per_sequence.sequence_id_S, np.column_stack([sums["n"], *[sums[c] for c in METRICS.values()]])
 
 
-def deltas(base, variant, paired: bool, boot: Bootstrap) -> dict[str, dict]:
-    """metric -> {baseline, variant, estimate, ci_low, ci_high, significant, bootstrap} (variant - baseline)."""
+def deltas(base, variant, paired: bool, boot: Bootstrap) -> dict[str, Delta]:
+    """metric -> its :class:`~.document.Delta` (variant - baseline, with the interval)."""
+    from .document import Delta
+
     rng = np.random.default_rng(boot.seed)
     ids_b, X_b = _matrix(base)
     ids_v, X_v = _matrix(variant)
@@ -60,47 +66,61 @@ def deltas(base, variant, paired: bool, boot: Bootstrap) -> dict[str, dict]:
         rep_b = resample_sums(X_b, boot.resamples, rng)
         rep_v = resample_sums(X_v, boot.resamples, rng)
         kind = "independent"
-    out = {}
+    out: dict[str, Delta] = {}
     for j, name in enumerate(METRICS, start=1):
         b, v = point_b[j] / point_b[0], point_v[j] / point_v[0]
         with np.errstate(divide="ignore", invalid="ignore"):
             d_B = rep_v[:, j] / rep_v[:, 0] - rep_b[:, j] / rep_b[:, 0]
         lo, hi = interval(d_B, boot.confidence) if boot.resamples else (float("nan"), float("nan"))
-        out[name] = {
-            "baseline": float(b),
-            "variant": float(v),
-            "estimate": float(v - b),
-            "ci_low": lo,
-            "ci_high": hi,
-            "relative": float((v - b) / b) if b > 0 else None,
-            "significant": bool(lo > 0 or hi < 0),
-            "bootstrap": kind,
-        }
+        out[name] = Delta(
+            baseline=float(b),
+            variant=float(v),
+            estimate=float(v - b),
+            ci_low=lo,
+            ci_high=hi,
+            relative=float((v - b) / b) if b > 0 else None,
+            significant=bool(lo > 0 or hi < 0),
+            bootstrap=kind,
+        )
     return out
 
 
-def rank(payload: dict) -> None:
-    """Variants ordered by the size of their effect on the total gap; the unchanged ones listed."""
-    from . import cost
+def primary(metrics) -> float:
+    """The metric effects are ranked by (mean |log p - log q|) of a gap's metrics."""
+    return getattr(metrics, PRIMARY)
 
-    ok = [v for v in payload["variants"] if v["status"] == "ok"]
-    ok.sort(key=lambda v: -abs(v["delta"][PRIMARY]["estimate"]))
+
+def rank(doc: DiagnoseDocument) -> DiagnoseDocument:
+    """Variants ordered by the size of their effect on the total gap, with their throughput against the
+    baseline's; the unchanged ones listed, and the Pareto front of mismatch against throughput."""
+    from . import cost
+    from .document import VariantOk
+
+    ok = [v for v in doc.variants if isinstance(v, VariantOk)]
+    ok.sort(key=lambda v: -abs(v.delta[PRIMARY].estimate))
+    bt = doc.baseline.throughput
+    base_rate = cost.pipeline_rate(bt.costs.tokens, bt.costs.sampling_s, bt.costs.scoring_s)
+    ranked = []
     for i, v in enumerate(ok, start=1):
-        v["rank"] = i
-    base_rate = cost.pipeline_rate(
-        payload["baseline"]["throughput"]["tokens"],
-        payload["baseline"]["throughput"]["sampling_s"],
-        payload["baseline"]["throughput"]["scoring_s"],
+        t = v.throughput
+        rate = cost.pipeline_rate(t.costs.tokens, t.costs.sampling_s, t.costs.scoring_s)
+        relative = cost.relative_rate(t.timing, rate, base_rate)
+        if t.timing and base_rate:  # the load-robust rate: the baseline's, times the interleaved ratio
+            rate = base_rate * relative if relative is not None else None
+        ranked.append(
+            replace(v, rank=i, throughput=replace(t, pipeline_tokens_per_s=rate, relative_to_baseline=relative))
+        )
+    baseline = replace(doc.baseline, throughput=replace(bt, pipeline_tokens_per_s=base_rate))
+    points = [("baseline", _nan(primary(baseline.metrics)), base_rate or float("nan"))]
+    points += [(v.name, _nan(primary(v.metrics)), v.throughput.pipeline_tokens_per_s or float("nan")) for v in ranked]
+    return replace(
+        doc,
+        baseline=baseline,
+        variants=[*ranked, *(v for v in doc.variants if not isinstance(v, VariantOk))],
+        no_effect=[v.name for v in ranked if not any(d.significant for d in v.delta.values())],
+        pareto_front=cost.pareto_front(points),
     )
-    for v in ok:
-        t = v["throughput"]
-        t["pipeline_tokens_per_s"] = cost.pipeline_rate(t["tokens"], t["sampling_s"], t["scoring_s"])
-        t["relative_to_baseline"] = cost.relative_rate(t, base_rate)
-        if t.get("timing") and base_rate:  # the load-robust rate: the baseline's, times the interleaved ratio
-            t["pipeline_tokens_per_s"] = base_rate * t["relative_to_baseline"]
-    payload["baseline"]["throughput"]["pipeline_tokens_per_s"] = base_rate
-    payload["variants"] = ok + [v for v in payload["variants"] if v["status"] != "ok"]
-    payload["no_effect"] = [v["name"] for v in ok if not any(d["significant"] for d in v["delta"].values())]
-    points = [("baseline", payload["baseline"]["metrics"][PRIMARY], base_rate or float("nan"))]
-    points += [(v["name"], v["metrics"][PRIMARY], v["throughput"]["pipeline_tokens_per_s"] or float("nan")) for v in ok]
-    payload["pareto_front"] = cost.pareto_front(points)
+
+
+def _nan(x: float | None) -> float:
+    return float("nan") if x is None else x

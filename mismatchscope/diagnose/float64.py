@@ -19,6 +19,7 @@ reference can say what ran in float64.
 from __future__ import annotations
 
 import types
+from dataclasses import dataclass
 from typing import Any
 
 ATTENTION = "mismatchscope_float64"
@@ -31,15 +32,27 @@ DYNAMIC_ROPE = ("dynamic", "longrope")
 """rope types that change their frequencies with the sequence length: their own forward is kept (float32 angles)."""
 
 
-def widen(model: Any, model_type: str) -> dict[str, Any]:
+@dataclass
+class Widened:
+    """What :func:`widen` replaced: counts of modules, the rotary angles' precision, the experts' implementation."""
+
+    norms: int = 0
+    rotary: int = 0
+    routers: int = 0
+    rotary_inv_freq: str = "float64"
+    experts: str | None = None
+    """``eager`` where the experts' grouped matmul was switched to the plain loop; None where there are none."""
+
+
+def widen(model: Any, model_type: str) -> Widened:
     """Switch ``model`` (already ``.to(torch.float64)``) to float64 norms, rotary, attention, router and experts.
 
-    Returns counts of what was replaced and the rotary angles' precision, for the reference's note."""
+    Returns what was replaced and the rotary angles' precision, for the reference's note."""
     import torch
 
     model.to(torch.float64)
     offset = NORM_OFFSET.get(model_type, 0.0)
-    done = {"norms": 0, "rotary": 0, "routers": 0, "rotary_inv_freq": "float64"}
+    done = Widened()
     for module in model.modules():
         name = type(module).__name__
         if name.endswith("RMSNorm"):
@@ -47,24 +60,24 @@ def widen(model: Any, model_type: str) -> dict[str, Any]:
             if eps is None or getattr(module, "weight", None) is None:
                 raise NotImplementedError(f"{name}: no weight or epsilon to compute it in float64")
             module.forward = types.MethodType(_norm_forward(float(eps), offset), module)
-            done["norms"] += 1
+            done.norms += 1
         elif name.endswith("RotaryEmbedding"):
             if _rope_type(module) in DYNAMIC_ROPE:
-                done["rotary_inv_freq"] = "float32 (dynamic rope, transformers' own)"
+                done.rotary_inv_freq = "float32 (dynamic rope, transformers' own)"
                 continue
             exact = _set_float64_inv_freq(module)
             module.forward = types.MethodType(_rotary_forward, module)
-            done["rotary"] += 1
+            done.rotary += 1
             if not exact:
-                done["rotary_inv_freq"] = "float32 (widened)"
+                done.rotary_inv_freq = "float32 (widened)"
         elif name.endswith("TopKRouter"):
             module.forward = types.MethodType(_router_forward, module)
-            done["routers"] += 1
+            done.routers += 1
     _register_attention()
-    model.config._attn_implementation = ATTENTION
+    model.config._attn_implementation = ATTENTION  # transformers' own switch of a loaded model's attention
     if any(hasattr(m, "gate_up_proj") and hasattr(m, "num_experts") for m in model.modules()):
         model.set_experts_implementation("eager")  # the python loop over experts: plain float64 matmuls
-        done["experts"] = "eager"
+        done.experts = "eager"
     return done
 
 

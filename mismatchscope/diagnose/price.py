@@ -12,46 +12,56 @@ in each configuration's ``throughput``; nothing is timed here.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .document import ZeroPrice
+    from .document import Costs, DiagnoseDocument, ZeroPrice
 
 
 def _ratio(fast: float | None, slow: float | None) -> float | None:
     return fast / slow if fast and slow else None
 
 
-def _configurations(payload: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    ok = [(v["name"], v) for v in payload["variants"] if v.get("status") == "ok"]
-    return [("baseline", payload["baseline"]), *ok]
+@dataclass(frozen=True)
+class _Rated:
+    name: str
+    pipeline: float
+    costs: Costs
+    certified: bool
 
 
-def zero_price(payload: dict[str, Any]) -> list[dict[str, Any]]:
+def _configurations(doc: DiagnoseDocument) -> list[_Rated]:
+    """The baseline and every variant that ran, with a measured pipeline rate."""
+    from .document import VariantOk
+
+    configs = [("baseline", doc.baseline.throughput, doc.baseline.certified)]
+    configs += [(v.name, v.throughput, v.certified) for v in doc.variants if isinstance(v, VariantOk)]
+    return [_Rated(n, t.pipeline_tokens_per_s, t.costs, c) for n, t, c in configs if t.pipeline_tokens_per_s]
+
+
+def zero_price(doc: DiagnoseDocument) -> list[ZeroPrice]:
     """One entry per certified configuration with a measured rate; empty when none certifies or none does not."""
-    rated = [(n, c) for n, c in _configurations(payload) if c["throughput"].get("pipeline_tokens_per_s")]
-    uncertified = [(n, c) for n, c in rated if c.get("certified") is False]
+    from .document import ZeroPrice
+
+    rated = _configurations(doc)
+    uncertified = [c for c in rated if not c.certified]
     if not uncertified:
         return []
-    fast_name, fast = max(uncertified, key=lambda nc: nc[1]["throughput"]["pipeline_tokens_per_s"])
-    ft = fast["throughput"]
-    out = []
-    for name, c in rated:
-        if c.get("certified") is not True:
-            continue
-        t = c["throughput"]
-        out.append(
-            {
-                "configuration": name,
-                "against": fast_name,
-                "pipeline_tokens_per_s": t["pipeline_tokens_per_s"],
-                "against_pipeline_tokens_per_s": ft["pipeline_tokens_per_s"],
-                "cost_x": _ratio(ft["pipeline_tokens_per_s"], t["pipeline_tokens_per_s"]),
-                "sampler_cost_x": _ratio(ft.get("sampler_tokens_per_s"), t.get("sampler_tokens_per_s")),
-                "trainer_cost_x": _ratio(ft.get("trainer_tokens_per_s"), t.get("trainer_tokens_per_s")),
-            }
+    fast = max(uncertified, key=lambda c: c.pipeline)
+    return [
+        ZeroPrice(
+            configuration=c.name,
+            against=fast.name,
+            pipeline_tokens_per_s=c.pipeline,
+            against_pipeline_tokens_per_s=fast.pipeline,
+            cost_x=_ratio(fast.pipeline, c.pipeline),
+            sampler_cost_x=_ratio(fast.costs.sampler_tokens_per_s, c.costs.sampler_tokens_per_s),
+            trainer_cost_x=_ratio(fast.costs.trainer_tokens_per_s, c.costs.trainer_tokens_per_s),
         )
-    return out
+        for c in rated
+        if c.certified
+    ]
 
 
 def price_line(entry: ZeroPrice) -> str:

@@ -10,27 +10,78 @@ variant needs of the baseline travels as one :class:`BaselineRun`.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .. import rundir
-from ..documents import to_json
 from .decompose import decompose
 from .determinism import changed_share, same_tokens
+from .document import (
+    Absent,
+    AbsentRoutes,
+    Costs,
+    Gap,
+    Gaps,
+    RoutesAgainstReference,
+    SamplerFailed,
+    SelfConsistency,
+    Shares,
+    Skipped,
+    SkippedWithNote,
+    Timing,
+    VariantEntry,
+    VariantFailed,
+    VariantOk,
+    VariantThroughput,
+)
 from .effects import deltas
 from .options import DiagnoseOptions
 from .pairs import load_tokens, sequence_slices, write_pair_run
 from .reference import reference_rows
 from .routes import flips_against_reference, replay_failed, replay_unavailable
 from .sampler_process import Launched, launch
+from .sampler_result import SamplerResult
 from .timing import Timer
 from .variants import Configuration, Variant, apply, directory_name
 
 RefRows = tuple[np.ndarray, dict[int, np.ndarray]]
 """the reference's logprob of every token row, and (MoE) its routes per sequence id."""
+
+
+@dataclass(frozen=True)
+class ConfigRecord:
+    """One configuration's gaps, their decomposition, routes and costs; ``result``: its total gap's analysis
+    (the per-sequence sums a variant's effect is bootstrapped from)."""
+
+    gaps: Gaps
+    decomposition: Shares
+    routes: RoutesAgainstReference | Absent | AbsentRoutes
+    costs: Costs
+    certified: bool
+    result: Any
+
+
+@dataclass(frozen=True)
+class Ran:
+    """A variant that ran: its process's start-up and wall seconds, and its timing rounds (a trainer-side
+    variant's come later, :func:`with_timing`)."""
+
+    startup_s: float | None
+    wall_s: float | None
+    timing: Timing | None = None
+
+
+@dataclass(frozen=True)
+class NotRan:
+    """A variant that did not run, and why; ``sampler``: its own sampler process failed (at ``stage``)."""
+
+    reason: str
+    sampler: bool = False
+    stage: str | None = None
+    log: str | None = None
 
 
 @dataclass
@@ -44,52 +95,73 @@ class BaselineRun:
     reference: Any
     """the loaded reference model (:class:`.reference.Reference`)."""
     prompt_ids: list[list[int]]
-    record: dict[str, Any]
+    record: ConfigRecord
 
 
 def variant_dir(opts: DiagnoseOptions, v: Variant) -> Path:
     return opts.out / "variants" / directory_name(v.name)
 
 
-def variant_record(base: BaselineRun, v: Variant, ran: dict[str, Any]) -> dict[str, Any]:
-    """The record of a variant that ran (``ran``: its run and timing, or where and why it failed)."""
+def variant_record(base: BaselineRun, v: Variant, ran: Ran | NotRan) -> VariantEntry:
+    """The record of a variant that ran (``ran``: its run and timing, or where and why it failed); its rank and
+    its throughput against the baseline's are :func:`.effects.rank`'s to fill in."""
     cfg = apply(base.cfg, v)
     out = variant_dir(base.opts, v)
-    record: dict[str, Any] = {"name": v.name, "side": v.side, "changes": v.changes, "run_dir": str(out)}
-    if "reason" in ran:  # a sampler that ran out of time is a timeout, not a failure of the setting
-        return {**record, "status": "timed out" if ran.get("stage") == "timeout" else "failed", **ran}
+    if isinstance(ran, NotRan):
+        if ran.sampler:  # a sampler that ran out of time is a timeout, not a failure of the setting
+            status = "timed out" if ran.stage == "timeout" else "failed"
+            return SamplerFailed(v.name, "sampler", v.changes, str(out), status, ran.stage, ran.reason, ran.log)
+        return VariantFailed(v.name, v.side, v.changes, str(out), "failed", ran.reason)
     why = replay_failed(out) if cfg.trainer.replay_routes else None
     if why:  # a trainer that ignored the request would show routing owning nothing
-        return {**record, "status": "failed", "reason": why}
+        return VariantFailed(v.name, v.side, v.changes, str(out), "failed", why)
     tokens = load_tokens(out)
     ref = (
         base.ref if v.side == "trainer" else reference_rows(base.reference, tokens, base.prompt_ids, base.opts.sampling)
     )
-    rec = config_record(v.name, out, tokens, ref, base.reference, ran["run"], base.opts, paired=v.side == "trainer")
+    rec = config_record(v.name, out, tokens, ref, base.reference, ran, base.opts, paired=v.side == "trainer")
     # paired whenever the variant scored the very tokens the baseline scored: a trainer-side variant always,
     # a sampler-side one that happened to sample them all again
-    rec["throughput"]["timing"] = ran.get("timing")  # a trainer-side variant's rounds may come after its record
-    rec["delta"] = deltas(
-        base.record["result"], rec.pop("result"), same_tokens(base.tokens, tokens), base.opts.bootstrap
+    delta = deltas(base.record.result, rec.result, same_tokens(base.tokens, tokens), base.opts.bootstrap)
+    return VariantOk(
+        name=v.name,
+        side=v.side,
+        changes=v.changes,
+        run_dir=str(out),
+        status="ok",
+        metrics=rec.gaps.total.metrics,
+        gaps=rec.gaps,
+        decomposition=rec.decomposition,
+        routes=rec.routes,
+        throughput=VariantThroughput(rec.costs, ran.timing, None, None),
+        certified=rec.certified,
+        delta=delta,
+        tokens_changed_share=changed_share(base.tokens, tokens, v.side),
+        rank=0,
     )
-    rec["tokens_changed_share"] = changed_share(base.tokens, tokens, v.side)
-    return {**record, "status": "ok", **rec}
 
 
-def rescored(base: BaselineRun, cfg: Configuration, out: Path) -> dict[str, Any]:
+def with_timing(record: VariantEntry, timing: Timing | None) -> VariantEntry:
+    """A trainer-side variant's record with its timing rounds, which may come after the record."""
+    if not isinstance(record, VariantOk):
+        return record
+    return replace(record, throughput=replace(record.throughput, timing=timing))
+
+
+def rescored(base: BaselineRun, cfg: Configuration, out: Path) -> Ran | NotRan:
     """The baseline's tokens rescored by a trainer-side variant's trainer (untimed); or why not."""
     from ..probe.rescore import rescore
 
     baseline_dir = base.opts.out / "baseline"
     why = replay_unavailable(baseline_dir, cfg.sampler.kind) if cfg.trainer.replay_routes else None
     if why:
-        return {"reason": why}
+        return NotRan(why)
     t0 = time.perf_counter()
     try:
         rescore(baseline_dir, out, cfg.trainer)
     except Exception as e:  # a trainer that cannot load this setting is a result for this variant only
-        return {"reason": f"{type(e).__name__}: {e}".splitlines()[0]}
-    return {"run": {"status": "ok", "startup_s": None, "wall_s": time.perf_counter() - t0}}
+        return NotRan(f"{type(e).__name__}: {e}".splitlines()[0])
+    return Ran(startup_s=None, wall_s=time.perf_counter() - t0)
 
 
 def launch_variant(opts: DiagnoseOptions, base_cfg: Configuration, v: Variant, *, serve: bool) -> Launched:
@@ -97,19 +169,19 @@ def launch_variant(opts: DiagnoseOptions, base_cfg: Configuration, v: Variant, *
     return launch(opts, apply(base_cfg, v), variant_dir(opts, v), repeat=False, prefill=False, serve=serve)
 
 
-def sampler_timed(base: BaselineRun, timer: Timer, launched: Launched) -> dict[str, Any]:
+def sampler_timed(base: BaselineRun, timer: Timer, launched: Launched) -> Ran | NotRan:
     """A sampler-side variant's probe, collected, and its timing rounds against the baseline's sampler (the
     variant's process is closed after them); or where and why it failed."""
     run, server = launched.wait()
-    timing = timer.sampler(server, base.record["throughput"])
-    if run["status"] != "ok":
-        return {"stage": run.get("stage"), "reason": run["reason"], "log": run.get("log")}
-    return {"run": run, "timing": timing}
+    timing = timer.sampler(server, base.record.costs)
+    if not run.ok:
+        return NotRan(run.reason or "", sampler=True, stage=run.stage, log=run.log)
+    return Ran(run.startup_s, run.wall_s, timing)
 
 
 def config_record(
-    name: str, run_dir: Path, tokens, ref: RefRows, reference, run: dict, opts: DiagnoseOptions, paired: bool
-) -> dict[str, Any]:
+    name: str, run_dir: Path, tokens, ref: RefRows, reference, run: Ran, opts: DiagnoseOptions, paired: bool
+) -> ConfigRecord:
     """Total gap (report metrics), the reference gaps and decomposition, each side's route flips against the
     reference, and the costs of one configuration. ``ref``: the reference's logprobs and routes of these tokens."""
     from ..analysis.engine import AnalysisRequest, analyse
@@ -117,19 +189,18 @@ def config_record(
 
     ref_lp, ref_routes = ref
     total = analyse(str(run_dir), AnalysisRequest(report=True))
-    gaps = {"total": _gap(total, run_dir), **_reference_gaps(name, tokens, ref_lp, reference, opts)}
-    return {
-        "metrics": gaps["total"]["metrics"],
-        "gaps": gaps,
-        "decomposition": decompose(tokens["sampler_logprob"], tokens["trainer_logprob"], ref_lp),
-        "routes": flips_against_reference(run_dir, ref_routes, reference.moe_layers),
-        "throughput": _throughput(run_dir, run, opts, paired, int(tokens["sampler_logprob"].size)),
-        "certified": certified_or_false(run_dir),
-        "result": total,
-    }
+    sampler_gap, trainer_gap = _reference_gaps(name, tokens, ref_lp, reference, opts)
+    return ConfigRecord(
+        gaps=Gaps(_gap(total, run_dir), sampler_gap, trainer_gap),
+        decomposition=decompose(tokens["sampler_logprob"], tokens["trainer_logprob"], ref_lp),
+        routes=flips_against_reference(run_dir, ref_routes, reference.moe_layers),
+        costs=_costs(run_dir, run, opts, paired, int(tokens["sampler_logprob"].size)),
+        certified=certified_or_false(run_dir),
+        result=total,
+    )
 
 
-def _reference_gaps(name: str, tokens, ref_lp: np.ndarray, reference, opts: DiagnoseOptions) -> dict[str, Any]:
+def _reference_gaps(name: str, tokens, ref_lp: np.ndarray, reference, opts: DiagnoseOptions) -> tuple[Gap, Gap]:
     """Each side against the reference, written as run directories under ``pairs/CONFIG/`` and analysed."""
     from ..analysis.engine import AnalysisRequest, analyse
 
@@ -142,13 +213,13 @@ def _reference_gaps(name: str, tokens, ref_lp: np.ndarray, reference, opts: Diag
     t_dir = write_pair_run(
         pairs_dir / "trainer_vs_reference", tokens, ref_lp, lp, {**meta, "pair": "trainer_vs_reference"}
     )
-    return {
-        "sampler_vs_reference": _gap(analyse(str(s_dir), AnalysisRequest(report=True)), s_dir),
-        "trainer_vs_reference": _gap(analyse(str(t_dir), AnalysisRequest(report=True)), t_dir),
-    }
+    return (
+        _gap(analyse(str(s_dir), AnalysisRequest(report=True)), s_dir),
+        _gap(analyse(str(t_dir), AnalysisRequest(report=True)), t_dir),
+    )
 
 
-def _throughput(run_dir: Path, run: dict, opts: DiagnoseOptions, paired: bool, rows: int) -> dict[str, Any]:
+def _costs(run_dir: Path, run: Ran, opts: DiagnoseOptions, paired: bool, rows: int) -> Costs:
     """The run's own timings as rates; a trainer-side variant keeps the baseline's sampler, and its cost."""
     timings = (rundir.read_manifest(run_dir) or {}).get("timings", {})
     sampling_s = timings.get("sampling_seconds") or None
@@ -156,24 +227,19 @@ def _throughput(run_dir: Path, run: dict, opts: DiagnoseOptions, paired: bool, r
     n = int(timings.get("tokens", rows))
     if paired and sampling_s is None:
         sampling_s = (rundir.read_manifest(opts.out / "baseline") or {}).get("timings", {}).get("sampling_seconds")
-    return {
-        "tokens": n,
-        "startup_s": run.get("startup_s"),
-        "sampler_tokens_per_s": n / sampling_s if sampling_s else None,
-        "trainer_tokens_per_s": n / scoring_s if scoring_s else None,
-        "sampling_s": sampling_s,
-        "scoring_s": scoring_s,
-        "wall_s": run.get("wall_s"),
-    }
+    return Costs(
+        tokens=n,
+        startup_s=run.startup_s,
+        sampler_tokens_per_s=n / sampling_s if sampling_s else None,
+        trainer_tokens_per_s=n / scoring_s if scoring_s else None,
+        sampling_s=sampling_s,
+        scoring_s=scoring_s,
+        wall_s=run.wall_s,
+    )
 
 
-def _gap(result, path: Path) -> dict[str, Any]:
-    return {
-        "run_dir": str(path),
-        "tokens": result.tokens,
-        "sequences": result.sequences,
-        "metrics": to_json(result.report.metrics),
-    }
+def _gap(result, path: Path) -> Gap:
+    return Gap(run_dir=str(path), tokens=result.tokens, sequences=result.sequences, metrics=result.report.metrics)
 
 
 SELF_CONSISTENCY_NOTE = (
@@ -183,7 +249,7 @@ SELF_CONSISTENCY_NOTE = (
 )
 
 
-def self_consistency(opts: DiagnoseOptions, base: dict, tokens) -> dict[str, Any]:
+def self_consistency(opts: DiagnoseOptions, base: SamplerResult, tokens) -> SelfConsistency | Skipped | SkippedWithNote:
     """Decode-time logprobs against the same engine's prefill of the same sequences, like with like."""
     from ..analysis.engine import AnalysisRequest, analyse
 
@@ -194,16 +260,16 @@ def self_consistency(opts: DiagnoseOptions, base: dict, tokens) -> dict[str, Any
         or (abs(s.temperature - 1.0) < 1e-12 and not truncates)
         or s.temperature < 1e-5
     )
-    if "prefill" not in base:
-        return {"status": "skipped", "reason": "the sampler has no prefill scoring"}
+    if base.prefill is None:
+        return Skipped("skipped", "the sampler has no prefill scoring")
     if not comparable:
-        return {
-            "status": "skipped",
-            "note": SELF_CONSISTENCY_NOTE,
-            "reason": f"decode logprobs here are processed at T={s.temperature:g}"
+        return SkippedWithNote(
+            "skipped",
+            SELF_CONSISTENCY_NOTE,
+            f"decode logprobs here are processed at T={s.temperature:g}"
             f"{' with truncation' if truncates else ''}: rerun with --logprobs-mode raw_logprobs",
-        }
-    prefill = _aligned(base["prefill"]["keys"], base["prefill"]["batch"], tokens, opts.sampling.n)
+        )
+    prefill = _aligned(base.prefill.keys, base.prefill.batch, tokens, opts.sampling.n)
     path = write_pair_run(
         opts.out / "pairs" / "baseline" / "sampler_decode_vs_prefill",
         tokens,
@@ -211,9 +277,7 @@ def self_consistency(opts: DiagnoseOptions, base: dict, tokens) -> dict[str, Any
         prefill,
         {"pair": "sampler_decode_vs_prefill"},
     )
-    out = _gap(analyse(str(path), AnalysisRequest(report=True)), path)
-    out["note"] = SELF_CONSISTENCY_NOTE
-    return {"status": "ok", **out}
+    return SelfConsistency("ok", _gap(analyse(str(path), AnalysisRequest(report=True)), path), SELF_CONSISTENCY_NOTE)
 
 
 def _aligned(keys, values, tokens, n: int) -> np.ndarray:

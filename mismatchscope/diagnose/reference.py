@@ -160,9 +160,9 @@ def _widen(model, info: CheckpointInfo) -> str:
     done = widen(model, info.model_type)
     return (
         "float64 forward of the same weights: norms, rotary angles, attention (eager), "
-        + ("router, experts, " if done.get("routers") or done.get("experts") else "")
+        + ("router, experts, " if done.routers or done.experts else "")
         + "lm_head and log-softmax in float64"
-        + ("" if done["rotary_inv_freq"] == "float64" else f"; rotary inverse frequencies {done['rotary_inv_freq']}")
+        + ("" if done.rotary_inv_freq == "float64" else f"; rotary inverse frequencies {done.rotary_inv_freq}")
     )
 
 

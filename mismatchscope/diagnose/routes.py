@@ -22,12 +22,12 @@ trainer that silently ignored the request would otherwise be reported as
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from .. import rundir
 from ..routing.layout import MANIFEST_KEY, ROUTES, SAMPLER_EXPERTS, TRAINER_EXPERTS, RoutingMeta
+from .document import Absent, AbsentRoutes, RoutesAgainstReference, SideFlips
 
 REPLAY_KEY = "trainer.replay_routes"
 """the variant key that rescores under the sampler's routes."""
@@ -88,36 +88,34 @@ def read_routes(run_dir: Path, columns: list[str]):
     return read_checked(run_dir, ["sequence_id", "input_position", "token_position", *columns])
 
 
-def flips_against_reference(run_dir: Path, reference: dict[int, np.ndarray], moe_layers: list[int]) -> dict[str, Any]:
+def flips_against_reference(
+    run_dir: Path, reference: dict[int, np.ndarray], moe_layers: list[int]
+) -> RoutesAgainstReference | Absent | AbsentRoutes:
     """Each side's per-layer flip rate against the reference's routes, over completion tokens.
 
     ``reference``: sequence id -> ``[input_position, len(moe_layers), k]`` expert ids."""
     if not moe_layers:
-        return {"status": "absent", "reason": "the checkpoint is dense"}
+        return Absent("absent", "the checkpoint is dense")
     meta = routing_meta(run_dir)
     table = read_routes(run_dir, [SAMPLER_EXPERTS, TRAINER_EXPERTS]) if meta is not None else None
-    if table is None:
-        return {
-            "status": "absent",
-            "layers": moe_layers,
-            "reason": "the run recorded no routes, so only the reference's are known",
-        }
+    if meta is None or table is None:
+        return AbsentRoutes("absent", moe_layers, "the run recorded no routes, so only the reference's are known")
     table = table.filter(table["token_position"].is_valid())
     sids = table["sequence_id"].to_numpy()
     inputs = table["input_position"].to_numpy()
-    out: dict[str, Any] = {"status": "ok", "layers": moe_layers, "tokens": int(table.num_rows)}
+    sides: dict[str, SideFlips | Absent] = {}
     for side, column in (("sampler", SAMPLER_EXPERTS), ("trainer", TRAINER_EXPERTS)):
         side_meta = getattr(meta, side)
         if not side_meta.recorded:
-            out[side] = {"status": "absent", "reason": side_meta.why or f"the {side} recorded no routes"}
+            sides[side] = Absent("absent", side_meta.why or f"the {side} recorded no routes")
             continue
-        out[side] = _flip_rates(table[column].to_pylist(), sids, inputs, reference, moe_layers)
-    return out
+        sides[side] = _flip_rates(table[column].to_pylist(), sids, inputs, reference, moe_layers)
+    return RoutesAgainstReference("ok", moe_layers, int(table.num_rows), sides["sampler"], sides["trainer"])
 
 
 def _flip_rates(
     rows: list, sids: np.ndarray, inputs: np.ndarray, reference: dict[int, np.ndarray], moe_layers: list[int]
-) -> dict[str, Any]:
+) -> SideFlips | Absent:
     flips = np.zeros((len(rows), len(moe_layers)), dtype=bool)
     known = np.zeros(len(rows), dtype=bool)
     for r, (row, sid, pos) in enumerate(zip(rows, sids, inputs, strict=True)):
@@ -129,11 +127,6 @@ def _flip_rates(
             flips[r, j] = set(row[layer] or ()) != set(ref[pos, j].tolist())
     n = int(known.sum())
     if n == 0:
-        return {"status": "absent", "reason": "no completion position has both routes"}
+        return Absent("absent", "no completion position has both routes")
     f = flips[known]
-    return {
-        "status": "ok",
-        "tokens": n,
-        "flip_rate_per_layer": [float(x) for x in f.mean(axis=0)],
-        "flipped_any_layer": float(f.any(axis=1).mean()),
-    }
+    return SideFlips("ok", n, [float(x) for x in f.mean(axis=0)], float(f.any(axis=1).mean()))

@@ -22,7 +22,7 @@ Order of work, cheapest checks first:
 
 Layout of ``OUT``: ``baseline/`` and ``variants/NAME/`` are probe run
 directories; ``pairs/CONFIG/PAIR/`` hold the reference pairs; ``diagnose.json``
-is the payload the CLI prints.
+is the document the CLI prints (:class:`.document.DiagnoseDocument`, what :func:`run_diagnose` returns).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from .. import rundir
 from ..errors import SamplerError
@@ -38,12 +37,24 @@ from ..probe.types import SamplerConfig
 from ..progress import Progress
 from .bytecode import shared_bytecode
 from .determinism import sampler_checks, trainer_checks
+from .document import (
+    Baseline,
+    Decomposition,
+    Determinism,
+    DiagnoseDocument,
+    ReferenceForward,
+    Throughput,
+    VariantEntry,
+    VariantSkipped,
+)
 from .effects import rank
 from .options import DiagnoseOptions, check_empty_out, check_options, device, resolve_max_tokens
 from .pairs import load_tokens, prompt_ids, score_requests
 from .reading import finish
 from .records import (
     BaselineRun,
+    NotRan,
+    Ran,
     config_record,
     launch_variant,
     rescored,
@@ -51,15 +62,17 @@ from .records import (
     self_consistency,
     variant_dir,
     variant_record,
+    with_timing,
 )
 from .reference import reference_rows
 from .sampler_process import Launched, sampler_run
+from .sampler_result import SamplerResult
 from .schedule import AHEAD_CPU, AHEAD_GPU, Engines, Step, plan, run_plan
 from .timing import SamplerServer, Timer
 from .variants import Configuration, apply
 
 
-def run_diagnose(opts: DiagnoseOptions, progress: Progress | None = None) -> dict[str, Any]:
+def run_diagnose(opts: DiagnoseOptions, progress: Progress | None = None) -> DiagnoseDocument:
     """The whole diagnose. When it stops without a result (an error, an interrupt) it removes what it wrote,
     so the same command can run again into the same ``--out``."""
     progress = progress or Progress()
@@ -91,7 +104,7 @@ def _remove_partial(out: Path, existed: bool) -> None:
             child.unlink(missing_ok=True)
 
 
-def _diagnose_locked(opts: DiagnoseOptions, info, progress: Progress) -> dict[str, Any]:
+def _diagnose_locked(opts: DiagnoseOptions, info, progress: Progress) -> DiagnoseDocument:
     """Sample the baseline in a process that stays up to serve timing rounds, then the rest; the process is
     closed whatever happens."""
     opts = replace(opts, sampling=replace(opts.sampling, max_tokens=resolve_max_tokens(opts, info)))
@@ -115,12 +128,12 @@ def _diagnose_locked(opts: DiagnoseOptions, info, progress: Progress) -> dict[st
 
 
 def _diagnose_served(
-    opts: DiagnoseOptions, info, progress: Progress, base: dict, server: SamplerServer | None, t_start: float
-) -> dict[str, Any]:
+    opts: DiagnoseOptions, info, progress: Progress, base: SamplerResult, server: SamplerServer | None, t_start: float
+) -> DiagnoseDocument:
     """The diagnose past the baseline's sampling, while its sampler process serves timing rounds."""
-    if base["status"] != "ok":
+    if not base.ok:
         raise SamplerError(
-            f"the baseline sampler failed ({base['stage']}): {base['reason']}",
+            f"the baseline sampler failed ({base.stage}): {base.reason}",
             hint="nothing was kept; `mismatchscope probe` with the same options shows the engine's own output",
         )
     matrix = _Matrix(opts, info, progress, base, server)
@@ -128,23 +141,26 @@ def _diagnose_served(
     run_plan(plan(sides, matrix.ahead), matrix.engines, matrix.launch, matrix.do)
     baseline = matrix.baseline
     assert baseline is not None  # the plan's baseline step always runs
+    assert matrix.decomposition is not None
     variants = matrix.variant_records()
-    payload = _payload(baseline, info, matrix.reference_s, matrix.decomposition, variants, matrix.determinism)
-    payload["wall_s"] = time.perf_counter() - t_start
+    doc = _document(baseline, info, matrix.reference_s, matrix.decomposition, variants, matrix.determinism)
+    doc = replace(doc, wall_s=time.perf_counter() - t_start)
     if opts.locate is not None:  # last: it changes no number computed above
         from .locate.configurations import locate_all
 
-        payload["locate"] = locate_all(opts, info, baseline.reference, variants, progress)
-    _conclude(payload)
-    write_document(opts.out, payload)
-    return payload
+        doc = replace(doc, locate=locate_all(opts, info, baseline.reference, variants, progress))
+    doc = _conclude(doc)
+    write_document(opts.out, doc)
+    return doc
 
 
 class _Matrix:
     """The baseline's analysis and every variant, step by step as :func:`.schedule.plan` orders them: sampler
     processes start ahead of their turn while this process analyses, and each timed round runs alone."""
 
-    def __init__(self, opts: DiagnoseOptions, info, progress: Progress, base: dict, server: SamplerServer | None):
+    def __init__(
+        self, opts: DiagnoseOptions, info, progress: Progress, base: SamplerResult, server: SamplerServer | None
+    ):
         self.opts, self.info, self.progress, self.base, self.server = opts, info, progress, base, server
         self.todo = [v for v in opts.variants if not v.skip_reason]  # a skipped entry is reported, never started
         self.ahead = AHEAD_GPU if device() == "cuda" else AHEAD_CPU
@@ -152,10 +168,10 @@ class _Matrix:
         self.baseline: BaselineRun | None = None
         self.timer: Timer | None = None
         self.reference_s = 0.0
-        self.decomposition: dict[str, Any] = {}
-        self.determinism: dict[str, Any] = {}
-        self.ran: dict[int, dict[str, Any]] = {}
-        self.records: dict[int, dict[str, Any]] = {}
+        self.decomposition: Decomposition | None = None
+        self.determinism = Determinism()
+        self.ran: dict[int, Ran | NotRan] = {}
+        self.records: dict[int, VariantEntry] = {}
         self.announced = 0
         self.left: Remaining | None = None
         self.mark = 0.0
@@ -179,19 +195,17 @@ class _Matrix:
                 launched = self.engines.take(step.index)
                 assert isinstance(launched, Launched)
                 self.ran[step.index] = sampler_timed(base, timer, launched)
-            elif self.records[step.index]["status"] == "ok":  # recorded already, while engines started
-                timing = timer.trainer(apply(base.cfg, v).trainer, base.record["throughput"])
-                self.records[step.index]["throughput"]["timing"] = timing
+            elif self.records[step.index].status == "ok":  # recorded already, while engines started
+                timing = timer.trainer(apply(base.cfg, v).trainer, base.record.costs)
+                self.records[step.index] = with_timing(self.records[step.index], timing)
         else:
             self.records[step.index] = variant_record(base, v, self.ran.pop(step.index))
 
-    def variant_records(self) -> list[dict[str, Any]]:
+    def variant_records(self) -> list[VariantEntry]:
         """Every entry of the matrix in its order: the skipped ones with their reason, the others' records."""
         runs = iter(self.records[i] for i in range(len(self.todo)))
         return [
-            {"name": v.name, "side": v.side, "changes": v.changes, "status": "skipped", "reason": v.skip_reason}
-            if v.skip_reason
-            else next(runs)
+            VariantSkipped(v.name, v.side, v.changes, "skipped", v.skip_reason) if v.skip_reason else next(runs)
             for v in self.opts.variants
         ]
 
@@ -203,9 +217,7 @@ class _Matrix:
         requests = score_requests(opts.out / "baseline", self.baseline.prompt_ids)
         self.timer = Timer(self.server, info, opts.trainer, requests, opts.sampling)
         # before a side's first variant: a group of sampler processes starts up in about the baseline's time
-        self.left = Remaining(
-            {"sampler": self.base["process_wall_s"] / max(1, self.ahead), "trainer": self.reference_s}
-        )
+        self.left = Remaining({"sampler": self.base.process_wall_s / max(1, self.ahead), "trainer": self.reference_s})
         self.mark = time.perf_counter()
 
     def _announce(self, i: int) -> None:
@@ -229,7 +241,7 @@ class _Matrix:
         return order[order.index(i) :]
 
 
-def _baseline(opts: DiagnoseOptions, info, progress: Progress, base: dict) -> tuple[BaselineRun, float]:
+def _baseline(opts: DiagnoseOptions, info, progress: Progress, base: SamplerResult) -> tuple[BaselineRun, float]:
     """The reference forward of the baseline's tokens, and the baseline's record; the forward's seconds."""
     from .reference import load_reference
 
@@ -241,36 +253,39 @@ def _baseline(opts: DiagnoseOptions, info, progress: Progress, base: dict) -> tu
     ids = prompt_ids(base_dir)
     ref = reference_rows(reference, tokens, ids, opts.sampling)
     reference_s = time.perf_counter() - t0
-    record = config_record("baseline", base_dir, tokens, ref, reference, base, opts, paired=False)
+    run = Ran(base.startup_s, base.wall_s)
+    record = config_record("baseline", base_dir, tokens, ref, reference, run, opts, paired=False)
     return BaselineRun(opts, _base_configuration(opts), tokens, ref, reference, ids, record), reference_s
 
 
-def _decomposition(baseline: BaselineRun, base: dict) -> dict[str, Any]:
+def _decomposition(baseline: BaselineRun, base: SamplerResult) -> Decomposition:
     """The baseline's gaps, its sampler's decode against its own prefill, the shares and the routes."""
-    decomposition = dict(baseline.record["gaps"])
-    decomposition["sampler_decode_vs_prefill"] = self_consistency(baseline.opts, base, baseline.tokens)
-    decomposition["shares"] = baseline.record["decomposition"]
-    decomposition["routes"] = baseline.record["routes"]
-    return decomposition
+    record = baseline.record
+    return Decomposition(
+        total=record.gaps.total,
+        sampler_vs_reference=record.gaps.sampler_vs_reference,
+        trainer_vs_reference=record.gaps.trainer_vs_reference,
+        sampler_decode_vs_prefill=self_consistency(baseline.opts, base, baseline.tokens),
+        shares=record.decomposition,
+        routes=record.routes,
+    )
 
 
-def _determinism(baseline: BaselineRun, info, progress: Progress, base: dict) -> dict[str, Any]:
+def _determinism(baseline: BaselineRun, info, progress: Progress, base: SamplerResult) -> Determinism:
     """Repeat sampling, prefill and the trainer alone and shuffled, bit for bit (empty without --determinism)."""
     from ..probe.trainer import HFTrainer
 
     opts = baseline.opts
     if not opts.determinism:
-        return {}
+        return Determinism()
     progress.note("determinism: repeat sampling, prefill and trainer batch invariance")
-    determinism: dict[str, Any] = dict(sampler_checks(base, baseline.tokens, _engine_name(opts.sampler)))
+    sampler = sampler_checks(base, baseline.tokens, _engine_name(opts.sampler))
     trainer = HFTrainer(info, opts.trainer)
     requests = score_requests(opts.out / "baseline", baseline.prompt_ids)
-    determinism.update(trainer_checks(trainer, requests, opts.sampling, opts.bootstrap.seed))
-    determinism["trainer_alone_vs_batch"]["compared"] = determinism["trainer_shuffled_vs_batch"]["compared"] = (
-        f"trainer logprobs ({opts.trainer.dtype} model, fp32 log-softmax)"
-    )
+    compared = f"trainer logprobs ({opts.trainer.dtype} model, fp32 log-softmax)"
+    checks = trainer_checks(trainer, requests, opts.sampling, opts.bootstrap.seed, compared)
     del trainer
-    return determinism
+    return Determinism(**sampler, **checks)
 
 
 class Remaining:
@@ -293,51 +308,55 @@ class Remaining:
         return f"about {s / 60:.0f} min left" if s >= 90 else f"about {max(5, round(s / 5) * 5):.0f} s left"
 
 
-def _payload(
-    baseline: BaselineRun, info, reference_s: float, decomposition: dict, variants: list, determinism: dict
-) -> dict[str, Any]:
+def _document(
+    baseline: BaselineRun,
+    info,
+    reference_s: float,
+    decomposition: Decomposition,
+    variants: list[VariantEntry],
+    determinism: Determinism,
+) -> DiagnoseDocument:
+    """The document of the measurements, before the ranking and the reading (:func:`_conclude`)."""
     opts, record, reference = baseline.opts, baseline.record, baseline.reference
-    return {
-        "checkpoint": str(info.path),
-        "out": str(opts.out),
-        "device": device(),
-        "reference": {
-            "dtype": reference.dtype,
-            "note": reference.note,
-            "seconds": reference_s,
-            "moe_layers": reference.moe_layers,
-        },
-        "baseline": {
-            "sampler": opts.sampler.to_dict(),
-            "trainer": opts.trainer.to_dict(),
-            "env": opts.env,
-            "sampling": opts.sampling.to_dict(),
-            "run_dir": str(opts.out / "baseline"),
-            "metrics": record["metrics"],
-            "throughput": record["throughput"],
-            "certified": record["certified"],
-        },
-        "decomposition": decomposition,
-        "variants": variants,
-        "determinism": determinism,
-    }
+    return DiagnoseDocument(
+        checkpoint=str(info.path),
+        out=str(opts.out),
+        device=device(),
+        reference=ReferenceForward(reference.dtype, reference.note, reference_s, reference.moe_layers),
+        baseline=Baseline(
+            sampler=opts.sampler,
+            trainer=opts.trainer.to_dict(),
+            env=opts.env,
+            sampling=opts.sampling,
+            run_dir=str(opts.out / "baseline"),
+            metrics=record.gaps.total.metrics,
+            throughput=Throughput(record.costs, None),
+            certified=record.certified,
+        ),
+        decomposition=decomposition,
+        variants=variants,
+        determinism=determinism,
+        wall_s=0.0,
+        no_effect=[],
+        pareto_front=[],
+        reading="",
+    )
 
 
-def _conclude(payload: dict[str, Any]) -> None:
+def _conclude(doc: DiagnoseDocument) -> DiagnoseDocument:
     """The ranking, the price of zero and the reading, from the numbers above."""
     from .price import zero_price
 
-    rank(payload)
-    payload["zero_price"] = zero_price(payload)
-    finish(payload)
+    doc = rank(doc)
+    doc = replace(doc, zero_price=zero_price(doc))
+    return finish(doc)
 
 
-def write_document(out: Path, payload: dict[str, Any]) -> None:
-    """``OUT/diagnose.json``: the typed document of ``payload``, as ``--format json`` prints it."""
+def write_document(out: Path, doc: DiagnoseDocument) -> None:
+    """``OUT/diagnose.json``: the document, as ``--format json`` prints it."""
     from ..documents import json_text
-    from .document import DiagnoseDocument
 
-    rundir.atomic_write_bytes(out / "diagnose.json", json_text(DiagnoseDocument.of(payload)).encode())
+    rundir.atomic_write_bytes(out / "diagnose.json", json_text(doc).encode())
 
 
 def _base_configuration(opts: DiagnoseOptions) -> Configuration:

@@ -15,11 +15,15 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
 from .. import rundir
+from ..documents import json_edge
+from .locate.capture import LocateSpec
 from .options import DiagnoseOptions
+from .sampler_result import SamplerResult, WorkerSpec
 from .timing import SamplerServer
 from .variants import Configuration
 
@@ -29,7 +33,7 @@ WORKER = [sys.executable, "-m", "mismatchscope.diagnose.worker"]
 
 def sampler_run(
     opts: DiagnoseOptions, cfg: Configuration, out: Path, *, repeat: bool, prefill: bool, serve: bool = False
-) -> tuple[dict[str, Any], SamplerServer | None]:
+) -> tuple[SamplerResult, SamplerServer | None]:
     """One sampler configuration in a fresh interpreter (see :mod:`.worker`); with ``serve``, the process is
     kept up, its engine warm, to time sampling rounds (:mod:`.timing`), and returned when it started."""
     return launch(opts, cfg, out, repeat=repeat, prefill=prefill, serve=serve).wait()
@@ -42,7 +46,7 @@ def launch(
     the caller does other work; :meth:`Launched.wait` collects it."""
     out.parent.mkdir(parents=True, exist_ok=True)
     spec = _spec(opts, cfg, out, repeat=repeat, prefill=prefill)
-    spec_path = out.parent / f"{out.name}.spec.json"
+    spec_path = out.parent / f"{out.name}.spec.json"  # the spec and the result cross to the process as JSON
     log_path = out.parent / f"{out.name}.log"
     with open(log_path, "w") as log:  # the child holds its own copy of the file
         if serve:
@@ -54,7 +58,7 @@ class Launched:
     """A sampler process started and not yet collected: its result (and, served, its timing server) once it
     has probed, or why there is none. The time limit runs from the start."""
 
-    def __init__(self, spec: dict[str, Any], log_path: Path) -> None:
+    def __init__(self, spec: WorkerSpec, log_path: Path) -> None:
         self.spec = spec
         self.log_path = log_path
         self.t0 = time.perf_counter()
@@ -80,13 +84,11 @@ class Launched:
     def settled(self) -> bool:
         return self._done
 
-    def wait(self) -> tuple[dict[str, Any], SamplerServer | None]:
-        """The result record (``process_wall_s``: launch to result) and the timing server, if it serves."""
+    def wait(self) -> tuple[SamplerResult, SamplerServer | None]:
+        """The result (``process_wall_s``: launch to result) and the timing server, if it serves."""
         self.settle()
-        result = _result(Path(self.spec["result"]), self._code, self.log_path)
-        result["process_wall_s"] = self._wall
-        result["log"] = str(self.log_path)
-        return result, self._server()
+        result = SamplerResult.of_message(_result(Path(self.spec.result), self._code, self.log_path))
+        return result.collected(self._wall, str(self.log_path)), self._server()
 
     def kill(self) -> None:
         """Stop it now, whatever it is doing (an interrupt, an error elsewhere): nothing keeps running."""
@@ -109,9 +111,9 @@ class Launched:
 class _ToEnd(Launched):
     """Runs to its end: the result file is all it leaves."""
 
-    def __init__(self, spec: dict[str, Any], spec_path: Path, log_path: Path, log: IO[str]) -> None:
+    def __init__(self, spec: WorkerSpec, spec_path: Path, log_path: Path, log: IO[str]) -> None:
         super().__init__(spec, log_path)
-        rundir.atomic_write_bytes(spec_path, json.dumps(spec, indent=2).encode())
+        rundir.atomic_write_bytes(spec_path, json.dumps(spec.message(), indent=2).encode())
         self.proc = subprocess.Popen([*WORKER, str(spec_path)], stdout=log, stderr=subprocess.STDOUT)
 
     def _settle(self) -> int | None:
@@ -128,11 +130,11 @@ class _ToEnd(Launched):
 class _Served(Launched):
     """Kept up after its probe as a timing server (:class:`.timing.SamplerServer`)."""
 
-    def __init__(self, spec: dict[str, Any], spec_path: Path, log_path: Path, log: IO[str]) -> None:
-        super().__init__(spec, log_path)
+    def __init__(self, spec: WorkerSpec, spec_path: Path, log_path: Path, log: IO[str]) -> None:
         read_end, write_end = SamplerServer.pipe()
-        spec["reply_fd"] = write_end
-        rundir.atomic_write_bytes(spec_path, json.dumps(spec, indent=2).encode())
+        spec = replace(spec, reply_fd=write_end)
+        super().__init__(spec, log_path)
+        rundir.atomic_write_bytes(spec_path, json.dumps(spec.message(), indent=2).encode())
         try:
             self.proc = subprocess.Popen(
                 [*WORKER, str(spec_path)],
@@ -167,27 +169,29 @@ class _Served(Launched):
             self.server = None
 
 
-def _spec(opts: DiagnoseOptions, cfg: Configuration, out: Path, *, repeat: bool, prefill: bool) -> dict[str, Any]:
+def _spec(opts: DiagnoseOptions, cfg: Configuration, out: Path, *, repeat: bool, prefill: bool) -> WorkerSpec:
     """What the worker reads: the configuration, the run directory to write, and what to measure besides."""
-    spec = {
-        "checkpoint": str(opts.checkpoint),
-        "prompts": str(opts.prompts),
-        "out": str(out),
-        "sampling": opts.sampling.to_dict(),
-        "sampler": cfg.sampler.to_dict(),
-        "trainer": cfg.trainer.to_dict(),
-        "env": cfg.env,
-        "repeat": repeat,
-        "prefill": prefill,
-        "result": str(out.parent / f"{out.name}.result.json"),
-        "seed": opts.bootstrap.seed,
-    }
+    locate = None
     if opts.locate is not None:
-        budget, n = opts.locate.budget, opts.locate.sequences
-        spec["locate"] = {"sequences": n, "budget": budget, "path": str(out.parent / f"{out.name}.locate.npz")}
-    return spec
+        path = str(out.parent / f"{out.name}.locate.npz")
+        locate = LocateSpec(opts.locate.budget, path, sequences=opts.locate.sequences)
+    return WorkerSpec(
+        checkpoint=str(opts.checkpoint),
+        prompts=str(opts.prompts),
+        out=str(out),
+        sampling=opts.sampling,
+        sampler=cfg.sampler,
+        trainer=cfg.trainer,
+        env=cfg.env,
+        repeat=repeat,
+        prefill=prefill,
+        result=str(out.parent / f"{out.name}.result.json"),
+        seed=opts.bootstrap.seed,
+        locate=locate,
+    )
 
 
+@json_edge
 def _result(result_path: Path, code: int | None, log_path: Path) -> dict[str, Any]:
     """The worker's result file, or why there is none (``code`` None: it ran out of time; else it died)."""
     result: dict[str, Any]

@@ -29,7 +29,12 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, Literal
+
+from ..documents import json_edge
+
+if TYPE_CHECKING:
+    from .document import Costs, Timing, VariantEntry
 
 TIMING_PROMPTS = 8
 """prompts per timed sampling round (each with the run's samples per prompt): a quarter of the bundled
@@ -75,24 +80,26 @@ def interleave(baseline: Callable[[], Round], variant: Callable[[], Round]) -> l
     return pairs
 
 
-def summarize(pairs: list[tuple[Round, Round]], side: str, other_per_token: float) -> dict[str, Any]:
+def summarize(pairs: list[tuple[Round, Round]], side: Literal["sampler", "trainer"], other_per_token: float) -> Timing:
     """The pipeline throughput ratio variant / baseline of each round, their median and range.
 
     ``side``: which side the rounds timed ("sampler" or "trainer"); ``other_per_token``: the baseline's
     seconds per token on the other side, added to both."""
     ratios = [(b.per_token + other_per_token) / (v.per_token + other_per_token) for b, v in pairs]
+    from .document import Timing
+
     low, high = median_interval(ratios)
-    return {
-        "side_timed": side,
-        "rounds": len(ratios),
-        "ratios": ratios,
-        "median": statistics.median(ratios),
-        "low": low,
-        "high": high,
-        "rankable": high <= low * SPREAD_LIMIT,
-        "baseline_seconds": [b.seconds for b, _ in pairs],
-        "variant_seconds": [v.seconds for _, v in pairs],
-    }
+    return Timing(
+        side_timed=side,
+        rounds=len(ratios),
+        ratios=ratios,
+        median=statistics.median(ratios),
+        low=low,
+        high=high,
+        rankable=high <= low * SPREAD_LIMIT,
+        baseline_seconds=[b.seconds for b, _ in pairs],
+        variant_seconds=[v.seconds for _, v in pairs],
+    )
 
 
 def median_interval(values: list[float], resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
@@ -106,12 +113,14 @@ def median_interval(values: list[float], resamples: int = 2000, seed: int = 0) -
     return float(np.quantile(medians, alpha)), float(np.quantile(medians, 1 - alpha))
 
 
-def too_wide(payload: dict[str, Any]) -> list[str]:
+def too_wide(variants: list[VariantEntry]) -> list[str]:
     """Variants whose throughput ratio's rounds spread too far to rank them (the machine's load varied)."""
+    from .document import VariantOk
+
     return [
-        v["name"]
-        for v in payload["variants"]
-        if v.get("status") == "ok" and not ((v["throughput"].get("timing") or {}).get("rankable", True))
+        v.name
+        for v in variants
+        if isinstance(v, VariantOk) and v.throughput.timing is not None and not v.throughput.timing.rankable
     ]
 
 
@@ -156,6 +165,7 @@ class SamplerServer:
             self.proc.wait()
         self.replies.close()
 
+    @json_edge
     def _reply(self, timeout_s: float) -> dict[str, Any] | None:
         deadline = time.monotonic() + timeout_s
         while True:
@@ -204,8 +214,8 @@ def time_trainers(baseline, variant, requests: list, sampling) -> list[tuple[Rou
     return interleave(timed(baseline), timed(variant))
 
 
-def _per_token(throughput: dict[str, Any], key: str) -> float:
-    seconds, tokens = throughput.get(key), throughput.get("tokens")
+def _per_token(costs: Costs, key: Literal["sampling_s", "scoring_s"]) -> float:
+    seconds, tokens = getattr(costs, key), costs.tokens
     return float(seconds) / tokens if seconds and tokens else 0.0
 
 
@@ -220,7 +230,7 @@ class Timer:
     requests: list
     sampling: Any
 
-    def sampler(self, server: SamplerServer | None, base_throughput: dict[str, Any]) -> dict[str, Any] | None:
+    def sampler(self, server: SamplerServer | None, base_costs: Costs) -> Timing | None:
         if server is None:
             return None
         try:
@@ -231,9 +241,9 @@ class Timer:
             return None
         finally:
             server.close()
-        return summarize(pairs, "sampler", _per_token(base_throughput, "scoring_s"))
+        return summarize(pairs, "sampler", _per_token(base_costs, "scoring_s"))
 
-    def trainer(self, trainer_cfg, base_throughput: dict[str, Any]) -> dict[str, Any] | None:
+    def trainer(self, trainer_cfg, base_costs: Costs) -> Timing | None:
         from ..probe.trainer import HFTrainer
 
         try:
@@ -242,4 +252,4 @@ class Timer:
             )
         except Exception:  # the variant's own run already scored; only its timing is lost
             return None
-        return summarize(pairs, "trainer", _per_token(base_throughput, "sampling_s"))
+        return summarize(pairs, "trainer", _per_token(base_costs, "sampling_s"))

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from ..documents import json_edge
 from ..errors import UsageError
 from ..probe.types import SamplerConfig, TrainerConfig
 
@@ -201,8 +202,9 @@ def load_matrix(path: Path) -> list[Variant]:
     return _unique(out)
 
 
+@json_edge
 def _flatten(table: dict, prefix: str = "") -> dict[str, Any]:
-    """Nested TOML tables back to dotted keys. Below ``sampler.engine`` and
+    """Nested TOML tables (the ``--matrix`` file as read) back to dotted keys. Below ``sampler.engine`` and
     ``sampler.env`` one level is a name and the rest its value (an engine
     argument may itself be a table, e.g. ``hf_overrides``)."""
     flat: dict[str, Any] = {}

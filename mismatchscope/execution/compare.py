@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..documents import json_edge
 from .record import RunProvenance, SideProvenance
 
 Status = Literal["changed", "one side", "same", "not recorded"]
@@ -88,8 +89,10 @@ def label(field: str) -> str:
     return rest or field
 
 
+@json_edge
 def flatten(side: SideProvenance | None) -> dict[str, Any]:
-    """``{dotted field: value}``; None for a field not recorded. A mapping recorded as a whole adds one entry per
+    """``{dotted field: value}`` of the side's JSON record (values as the manifest holds them); None for a field
+    not recorded. A mapping recorded as a whole adds one entry per
     key; a mapping not recorded, one entry for itself."""
     if side is None:
         return {}
@@ -99,7 +102,9 @@ def flatten(side: SideProvenance | None) -> dict[str, Any]:
     return out
 
 
+@json_edge
 def to_record_side(side: SideProvenance) -> dict[str, Any]:
+    """The side as its manifest entry holds it."""
     from ..documents import to_json
 
     return to_json(side)

@@ -113,7 +113,7 @@ def _weights_detail(prov: RunProvenance) -> str:
     )
 
 
-def distribution(side: SideProvenance) -> dict[str, Any] | None:
+def distribution(side: SideProvenance) -> dict[str, float] | None:
     """The parameters of the distribution the side's logprobs are read from: raw logprobs are read at
     temperature 1 without truncation, whatever the request said; None when the side did not record them."""
     sampling = side.identities.sampling

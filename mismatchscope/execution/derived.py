@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..documents import json_edge
 from .record import RECORD_VERSION, Deployment, Identities, Numerics, RunProvenance, SideProvenance
 from .vllm_side import requested_numerics
 
@@ -74,7 +75,9 @@ def _python(manifest: Mapping[str, Any]) -> dict[str, str | None]:
     return {"python": python, "mismatchscope": version}
 
 
+@json_edge
 def _sampling(config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The record's ``identities.sampling`` entry from a manifest's ``config.sampling``."""
     s = _map(config.get("sampling"))
     if not s:
         return None
@@ -88,8 +91,9 @@ def _sampling(config: Mapping[str, Any]) -> dict[str, Any] | None:
     return out
 
 
+@json_edge
 def trainer_sampling(sampling: Mapping[str, Any]) -> dict[str, Any]:
-    """The distribution a probe's trainer reads its logprobs from: the sampler's, at T = 1 without truncation
+    """The trainer's ``identities.sampling`` entry: the distribution a probe's trainer reads its logprobs from: the sampler's, at T = 1 without truncation
     for raw logprobs (``probe.scoring.semantics``)."""
     if str(sampling.get("logprobs_mode", "")).startswith("raw"):
         return {"temperature": 1.0, "top_p": 1.0, "top_k": 0}

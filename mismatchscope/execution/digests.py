@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from ..documents import json_edge
 from .record import NO_TEMPLATE, Identities, WeightsDigest
 
 TOKENIZER_FILES = (
@@ -115,7 +116,9 @@ def template_digest(text: str | None) -> str:
     return NO_TEMPLATE if not text else hashlib.sha256(text.encode()).hexdigest()
 
 
+@json_edge
 def generation_config(root: Path) -> dict[str, Any] | None:
+    """``generation_config.json`` as the record's identity holds it (without the saving library's version)."""
     path = root / GENERATION_CONFIG
     config = _json_object(path.read_bytes()) if path.is_file() else None
     if config is None:
@@ -142,6 +145,7 @@ def checkpoint_identities(
     )
 
 
+@json_edge
 def _json_object(data: bytes) -> dict[str, Any] | None:
     try:
         value = json.loads(data)

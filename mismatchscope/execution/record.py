@@ -19,6 +19,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..documents import json_edge
+
 MANIFEST_KEY = "provenance"
 """the manifest's key for the record."""
 RECORD_VERSION = 1
@@ -147,6 +149,7 @@ class RunProvenance:
     trainer: SideProvenance
 
 
+@json_edge
 def to_record(prov: RunProvenance) -> dict[str, Any]:
     """The manifest's entry: every field in declaration order, nulls included."""
     from ..documents import to_json
@@ -182,6 +185,7 @@ def in_order(tp: Any, data: Any) -> Any:
     return data
 
 
+@json_edge
 def record_schema() -> dict[str, Any]:
     """The JSON Schema of the manifest's ``provenance`` entry."""
     from ..documents import json_schema

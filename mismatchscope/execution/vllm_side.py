@@ -17,6 +17,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from ..documents import json_edge
 from .record import Deployment, Numerics
 from .torch_side import dtype_name, torch_switches
 
@@ -49,6 +50,7 @@ def _name(value: Any) -> str | None:
     return (name if isinstance(name, str) else str(value)).lower()
 
 
+@json_edge
 def sampling_params(params: Any, logprobs_mode: str | None = None) -> dict[str, Any]:
     """A ``SamplingParams`` (or any object or mapping with its field names) as recorded: the fields that shape
     tokens and logprobs, ``top_k`` 0 when off (vLLM takes -1 and 0 alike), and the engine's logprobs mode."""

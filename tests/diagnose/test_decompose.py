@@ -18,11 +18,11 @@ def test_decomposition_by_hand():
     # total: l = e_t - e_s = [-0.1, 0.1], mean l^2 = 0.01 = 0.00125 + 0.00625 + 2 * 0.00125
     # shares: 0.00125 / 0.0075 = 1/6 and 5/6; correlation -0.00125 / sqrt(0.00125 * 0.00625) = -1/sqrt(5)
     d = decompose(np.array([-1.0, -2.0]), np.array([-1.1, -1.9]), np.array([-1.05, -2.0]))
-    assert d["tokens"] == 2
-    assert d["sampler_mse"] == pytest.approx(0.00125)
-    assert d["trainer_mse"] == pytest.approx(0.00625)
-    assert d["cross"] == pytest.approx(-0.00125)
-    assert d["total_mse"] == pytest.approx(0.01)
-    assert d["sampler_share"] == pytest.approx(1 / 6)
-    assert d["trainer_share"] == pytest.approx(5 / 6)
-    assert d["correlation"] == pytest.approx(-1 / math.sqrt(5))
+    assert d.tokens == 2
+    assert d.sampler_mse == pytest.approx(0.00125)
+    assert d.trainer_mse == pytest.approx(0.00625)
+    assert d.cross == pytest.approx(-0.00125)
+    assert d.total_mse == pytest.approx(0.01)
+    assert d.sampler_share == pytest.approx(1 / 6)
+    assert d.trainer_share == pytest.approx(5 / 6)
+    assert d.correlation == pytest.approx(-1 / math.sqrt(5))

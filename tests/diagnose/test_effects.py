@@ -21,7 +21,7 @@ def test_paired_bootstrap_of_an_unchanged_variant_is_exactly_zero():
     d = deltas(r, r, paired=True, boot=Bootstrap(resamples=200))
     # the same resample applies to both sides, so every replicate of the difference is 0
     for m in d.values():
-        assert (m["estimate"], m["ci_low"], m["ci_high"], m["significant"], m["bootstrap"]) == (
+        assert (m.estimate, m.ci_low, m.ci_high, m.significant, m.bootstrap) == (
             0.0,
             0.0,
             0.0,
@@ -29,4 +29,4 @@ def test_paired_bootstrap_of_an_unchanged_variant_is_exactly_zero():
             "paired",
         )
     # mean |l| = (0.3 + 0.1 + 0.2) / 10 = 0.06
-    assert d["abs_logprob_diff_mean"]["baseline"] == pytest.approx(0.06)
+    assert d["abs_logprob_diff_mean"].baseline == pytest.approx(0.06)

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from mismatchscope.diagnose.document import Absent, RoutesAgainstReference, SideFlips
 from mismatchscope.diagnose.routes import flips_against_reference, replay_failed, replay_unavailable
 from mismatchscope.routing.layout import RoutingMeta, SideRoutes, routes_schema
 from tests.helpers import REPO
@@ -74,19 +75,21 @@ def test_each_sides_flip_rate_against_the_reference_by_hand(tmp_path):
     got = flips_against_reference(_run(tmp_path, ROWS), REFERENCE, [0, 1])
     # completion tokens: 3. sampler: layer 0 flips at position 3 only -> 1/3; layer 1 at 2 and 3 -> 2/3;
     # any layer: positions 2 and 3 -> 2/3. trainer: never.
-    assert got["status"] == "ok" and got["tokens"] == 3
-    assert got["sampler"]["flip_rate_per_layer"] == pytest.approx([1 / 3, 2 / 3], abs=1e-12)
-    assert got["sampler"]["flipped_any_layer"] == pytest.approx(2 / 3, abs=1e-12)
-    assert got["trainer"]["flip_rate_per_layer"] == [0.0, 0.0] and got["trainer"]["flipped_any_layer"] == 0.0
+    assert isinstance(got, RoutesAgainstReference) and got.status == "ok" and got.tokens == 3
+    assert isinstance(got.sampler, SideFlips) and isinstance(got.trainer, SideFlips)
+    assert got.sampler.flip_rate_per_layer == pytest.approx([1 / 3, 2 / 3], abs=1e-12)
+    assert got.sampler.flipped_any_layer == pytest.approx(2 / 3, abs=1e-12)
+    assert got.trainer.flip_rate_per_layer == [0.0, 0.0] and got.trainer.flipped_any_layer == 0.0
 
 
 def test_a_side_without_routes_says_why(tmp_path):
     run = _run(tmp_path, ROWS, sampler_recorded=False, why="vLLM's CPU build cannot return routed experts")
     got = flips_against_reference(run, REFERENCE, [0, 1])
-    assert got["sampler"] == {"status": "absent", "reason": "vLLM's CPU build cannot return routed experts"}
-    assert got["trainer"]["status"] == "ok"
-    assert flips_against_reference(tmp_path / "nothing", REFERENCE, [0, 1])["status"] == "absent"
-    assert flips_against_reference(run, {}, [])["reason"] == "the checkpoint is dense"
+    assert isinstance(got, RoutesAgainstReference)
+    assert got.sampler == Absent("absent", "vLLM's CPU build cannot return routed experts")
+    assert got.trainer.status == "ok"
+    assert flips_against_reference(tmp_path / "nothing", REFERENCE, [0, 1]).status == "absent"
+    assert flips_against_reference(run, {}, []) == Absent("absent", "the checkpoint is dense")
 
 
 def test_replay_needs_the_samplers_routes_and_must_have_happened(tmp_path):

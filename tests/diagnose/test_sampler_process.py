@@ -8,12 +8,16 @@ Loading weights: 100%|..." after the timing server killed it, and the whole diag
 from __future__ import annotations
 
 import sys
+from dataclasses import fields
+from types import SimpleNamespace
 
 import pytest
 
 from mismatchscope.diagnose import records, sampler_process
+from mismatchscope.diagnose.document import Costs, LocateNotRun, SamplerFailed, VariantOk, VariantSkipped
+from mismatchscope.diagnose.sampler_result import WorkerSpec
 from mismatchscope.diagnose.variants import Configuration, Variant
-from mismatchscope.probe.types import SamplerConfig, TrainerConfig
+from mismatchscope.probe.types import SamplerConfig, SamplingConfig, TrainerConfig
 
 SLEEPER = [sys.executable, "-c", "import sys, time; print('Loading weights: 100%|#####|', flush=True); time.sleep(60)"]
 
@@ -22,9 +26,23 @@ SLEEPER = [sys.executable, "-c", "import sys, time; print('Loading weights: 100%
 def hanging(monkeypatch):
     monkeypatch.setattr(sampler_process, "WORKER", SLEEPER)
     monkeypatch.setattr(sampler_process, "WORKER_TIMEOUT_S", 1)
-    monkeypatch.setattr(
-        sampler_process, "_spec", lambda opts, cfg, out, repeat, prefill: {"result": str(out.parent / "r.json")}
-    )
+
+    def spec(opts, cfg, out, repeat, prefill):
+        return WorkerSpec(
+            "",
+            "",
+            str(out),
+            SamplingConfig(),
+            cfg.sampler,
+            cfg.trainer,
+            {},
+            repeat,
+            prefill,
+            str(out.parent / "r.json"),
+            0,
+        )
+
+    monkeypatch.setattr(sampler_process, "_spec", spec)
 
 
 @pytest.mark.parametrize("serve", [False, True], ids=["run to its end", "kept up to time rounds"])
@@ -32,10 +50,8 @@ def test_a_sampler_that_runs_out_of_time_is_named_a_timeout(tmp_path, hanging, s
     cfg = Configuration(SamplerConfig(), TrainerConfig())
     result, server = sampler_process.sampler_run(None, cfg, tmp_path / "v", repeat=False, prefill=False, serve=serve)  # type: ignore[arg-type]
     assert server is None
-    assert (result["status"], result["stage"]) == ("failed", "timeout")
-    assert (
-        result["reason"] == "no result within 1 s: the sampler process was stopped (its output: " + result["log"] + ")"
-    )
+    assert (result.status, result.stage) == ("failed", "timeout")
+    assert result.reason == f"no result within 1 s: the sampler process was stopped (its output: {result.log})"
 
 
 def test_a_timed_out_variant_is_marked_timed_out_and_the_others_stand(tmp_path, hanging, monkeypatch):
@@ -44,20 +60,22 @@ def test_a_timed_out_variant_is_marked_timed_out_and_the_others_stand(tmp_path, 
     class _Opts:
         out = tmp_path
 
-    base = records.BaselineRun(_Opts(), base_cfg, {}, (None, {}), None, [], {"throughput": {}})  # type: ignore[arg-type]
+    record = SimpleNamespace(costs=Costs(0, None, None, None, None, None, None))
+    base = records.BaselineRun(_Opts(), base_cfg, {}, (None, {}), None, [], record)  # type: ignore[arg-type]
     timer = records.Timer(None, None, None, [], None)
     v = Variant("sampler.dtype=float32", {"sampler.dtype": "float32"})
     launched = records.launch_variant(base.opts, base_cfg, v, serve=False)  # the steps diagnose's schedule runs
     rec = records.variant_record(base, v, records.sampler_timed(base, timer, launched))
-    assert rec["status"] == "timed out" and rec["stage"] == "timeout" and rec["reason"].startswith("no result within")
-    payload = {"variants": [rec, {"name": "trainer.attn=eager", "status": "ok"}]}
-    assert _failed_lines(payload) == "sampler.dtype=float32 timed out (stopped without a result)"
+    assert isinstance(rec, SamplerFailed)
+    assert rec.status == "timed out" and rec.stage == "timeout" and rec.reason.startswith("no result within")
+    other = VariantSkipped("trainer.attn=eager", "trainer", {}, "skipped", "not on this device")
+    assert _failed_lines([rec, other]) == "sampler.dtype=float32 timed out (stopped without a result)"
 
 
-def _failed_lines(payload) -> str:
+def _failed_lines(variants) -> str:
     from mismatchscope.diagnose.reading import _failed
 
-    return "; ".join(_failed(payload))
+    return "; ".join(_failed(SimpleNamespace(variants=variants)))  # type: ignore[arg-type]
 
 
 def test_ctrl_c_during_the_localisations_keeps_what_finished_and_says_so(tmp_path, monkeypatch):
@@ -71,7 +89,7 @@ def test_ctrl_c_during_the_localisations_keeps_what_finished_and_says_so(tmp_pat
         calls.append(name)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return {"configuration": name, "status": "ok"}
+        return SimpleNamespace(configuration=name, status="ok")  # a localisation that finished stays as it is
 
     monkeypatch.setattr(configurations, "_one", one)
 
@@ -82,18 +100,17 @@ def test_ctrl_c_during_the_localisations_keeps_what_finished_and_says_so(tmp_pat
             Variant("x", {"trainer.dtype": "float16"}),
         ]
 
-    variants = [{"name": v.name, "side": "trainer", "status": "ok"} for v in _Opts.variants]
+    unread = dict.fromkeys(f.name for f in fields(VariantOk))
+    variants = [VariantOk(**{**unread, "name": v.name, "side": "trainer", "status": "ok"}) for v in _Opts.variants]
     notes = []
     progress = type("P", (), {"note": lambda self, m: notes.append(m)})()
     entries = configurations.locate_all(_Opts(), None, None, variants, progress)
-    assert [(e["configuration"], e["status"]) for e in entries] == [
+    assert [(e.configuration, e.status) for e in entries] == [
         ("baseline", "ok"),
         ("trainer.dtype=bfloat16", "interrupted"),
         ("x", "interrupted"),
     ]
-    assert entries[1]["reason"] == "interrupted (Ctrl-C) before this localisation finished"
-    from mismatchscope.diagnose.document import LocateNotRun
     from mismatchscope.diagnose.locate.document import INTERRUPTED
 
-    stopped = [LocateNotRun(e["configuration"], e["status"], e["reason"]) for e in entries[1:]]
-    assert all(e.status == INTERRUPTED for e in stopped)
+    assert all(isinstance(e, LocateNotRun) and e.status == INTERRUPTED for e in entries[1:])
+    assert entries[1].reason == "interrupted (Ctrl-C) before this localisation finished"  # type: ignore[union-attr]

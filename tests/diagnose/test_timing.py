@@ -18,11 +18,11 @@ def test_timing_ratios_by_hand():
         "sampler",
         0.01,
     )
-    assert s["ratios"] == pytest.approx([1.5, 5 / 3, 1.0])
-    assert (s["median"], s["low"], s["high"]) == pytest.approx((1.5, 1.0, 5 / 3))
-    assert s["rankable"] is False and s["rounds"] == 3
+    assert s.ratios == pytest.approx([1.5, 5 / 3, 1.0])
+    assert (s.median, s.low, s.high) == pytest.approx((1.5, 1.0, 5 / 3))
+    assert s.rankable is False and s.rounds == 3
     steady = summarize([(Round(2, 100), Round(1, 100))] * 3, "sampler", 0.0)
-    assert steady["median"] == pytest.approx(2.0) and steady["rankable"] is True
+    assert steady.median == pytest.approx(2.0) and steady.rankable is True
     calls = []
 
     def side(name, seconds):

@@ -13,26 +13,30 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ...documents import to_json
+from .capture import CaptureFailed, SamplerCapture
 from .document import INTERRUPTED
 from .run import from_spec, locate, reference_capture, trainer_capture
+
+if TYPE_CHECKING:
+    from ..document import LocateNotRun, LocateOk, VariantEntry
 
 REPLAY_SKIP = "route replay is not applied in the localisation: the trainer's own router runs"
 
 
-def _worker_locate(result_file: Path) -> dict[str, Any]:
+def _worker_locate(result_file: Path) -> SamplerCapture | CaptureFailed:
+    """The capture a sampler process's result file holds, or why there is none."""
+    from ..sampler_result import SamplerResult
+
     if not result_file.is_file():
-        return {"status": "failed", "reason": "the sampler process left no result"}
-    return json.loads(result_file.read_text()).get("locate") or {
-        "status": "failed",
-        "reason": "the sampler process captured nothing",
-    }
+        return CaptureFailed("the sampler process left no result")
+    found = SamplerResult.of_message(json.loads(result_file.read_text())).locate
+    return found or CaptureFailed("the sampler process captured nothing")
 
 
-def locate_all(opts, info, reference, variants: list[dict[str, Any]], progress) -> list[dict[str, Any]]:
-    """One entry per configuration: ``{configuration, status, reason?, **LocateResult}``."""
+def locate_all(opts, info, reference, variants: list[VariantEntry], progress) -> list[LocateOk | LocateNotRun]:
+    """One entry per configuration that ran: its localisation, or why there is none."""
     from ..variants import Configuration, apply, directory_name
 
     base_cfg = Configuration(opts.sampler, opts.trainer, dict(opts.env))
@@ -40,28 +44,27 @@ def locate_all(opts, info, reference, variants: list[dict[str, Any]], progress) 
     refs: dict[str, Any] = {}
     todo = [("baseline", base_cfg.trainer, base)]
     for v in variants:
-        if v["status"] != "ok":
+        if v.status != "ok":
             continue
-        cfg = apply(base_cfg, next(x for x in opts.variants if x.name == v["name"]))
+        cfg = apply(base_cfg, next(x for x in opts.variants if x.name == v.name))
         if cfg.trainer.replay_routes:
-            todo.append((v["name"], cfg.trainer, {"status": "skipped", "reason": REPLAY_SKIP}))
+            todo.append((v.name, cfg.trainer, CaptureFailed(REPLAY_SKIP, "skipped")))
             continue
         side = (
             base
-            if v["side"] == "trainer"
-            else _worker_locate(opts.out / "variants" / f"{directory_name(v['name'])}.result.json")
+            if v.side == "trainer"
+            else _worker_locate(opts.out / "variants" / f"{directory_name(v.name)}.result.json")
         )
-        todo.append((v["name"], cfg.trainer, side))
-    out: list[dict[str, Any]] = []
+        todo.append((v.name, cfg.trainer, side))
+    out: list[LocateOk | LocateNotRun] = []
     for name, trainer_cfg, sampler in todo:
         progress.note(f"locate: {name}")
         try:
             out.append(_one(name, opts, info, reference, trainer_cfg, sampler, refs))
         except KeyboardInterrupt:  # the localisations run last: what finished, and every number before, stays
-            out += [
-                {"configuration": n, "status": INTERRUPTED, "reason": INTERRUPTED_REASON}
-                for n, _, _ in todo[len(out) :]
-            ]
+            from ..document import LocateNotRun
+
+            out += [LocateNotRun(n, INTERRUPTED, INTERRUPTED_REASON) for n, _, _ in todo[len(out) :]]
             break
     return out
 
@@ -69,15 +72,18 @@ def locate_all(opts, info, reference, variants: list[dict[str, Any]], progress) 
 INTERRUPTED_REASON = "interrupted (Ctrl-C) before this localisation finished"
 
 
-def _one(name, opts, info, reference, trainer_cfg, sampler, refs) -> dict[str, Any]:
+def _one(
+    name: str, opts, info, reference, trainer_cfg, sampler: SamplerCapture | CaptureFailed, refs
+) -> LocateOk | LocateNotRun:
     from ...probe.trainer import HFTrainer
+    from ..document import LocateNotRun, LocateOk
 
-    if sampler.get("status") != "ok":
-        return {"configuration": name, "status": sampler.get("status", "failed"), "reason": sampler.get("reason")}
+    if isinstance(sampler, CaptureFailed):
+        return LocateNotRun(name, sampler.status, sampler.reason)
     t0 = time.perf_counter()
-    sequences = from_spec(sampler["sequences"])
+    sequences = from_spec(sampler.sequences)
     budget = opts.locate.budget
-    key = json.dumps(sampler["sequences"])
+    key = json.dumps(sampler.sequences)
     if key not in refs:
         refs[key] = reference_capture(reference, info, sequences, budget)
     trainer = HFTrainer(info, trainer_cfg)
@@ -90,7 +96,7 @@ def _one(name, opts, info, reference, trainer_cfg, sampler, refs) -> dict[str, A
         "reference": reference.dtype,
     }
     result = locate(sampler, t_cap, refs[key], reference, sequences, budget, labels, time.perf_counter() - t0)
-    return {"configuration": name, "status": "ok", **to_json(result)}
+    return LocateOk(name, "ok", result)
 
 
 def _sampler_dtype(opts, name: str) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
 
 from ...documents import flatten, optional
 from ...probe.document import ProbeDocument
@@ -93,10 +92,7 @@ class LocatedRescore(ProbeDocument):
     locate: Localisation = field(metadata={"doc": "the localisation of the run's worst sequences: verdict, points"})
 
 
-def with_localisation(doc: ProbeDocument, entry: dict[str, Any], path: Path) -> LocatedRescore:
-    """The rescore's document with ``rescore --locate``'s entry (``{configuration, status, **LocateResult}``)."""
-    from ...documents import from_json
-
-    result = from_json(LocateResult, {k: v for k, v in entry.items() if k not in ("configuration", "status")})
+def with_localisation(doc: ProbeDocument, result: LocateResult, path: Path) -> LocatedRescore:
+    """The rescore's document with ``rescore --locate``'s localisation, written at ``path``."""
     located = Localisation(str(path), result)
     return LocatedRescore(**{f.name: getattr(doc, f.name) for f in fields(doc)}, locate=located)

@@ -11,6 +11,7 @@ float64 head), so the last point is the logprob that side reports.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ import numpy as np
 from .points import Sequence, SideCapture
 
 
-def _rows(t, positions):
+def rows_at(t, positions):
     """The kept positions' rows of a hidden-state tensor ``[1, L, H]`` or ``[L, H]``, widened exactly."""
     import torch
 
@@ -27,20 +28,33 @@ def _rows(t, positions):
     return out.to(torch.float64 if out.dtype == torch.float64 else torch.float32).cpu().numpy().copy()
 
 
-def _first(x):
+def first_output(x):
     return x[0] if isinstance(x, (tuple, list)) else x
 
 
-def layer_roles(layer) -> dict[str, Any]:
+ROLES = ("input_norm", "attn", "mlp_norm", "mlp")
+"""a decoder layer's ops in forward order: the capture points ``layers.I.OP`` of its modules' outputs."""
+
+
+@dataclass(frozen=True)
+class LayerRoles:
     """The modules of one decoder layer by role (None where the layer has no such module)."""
+
+    input_norm: Any
+    attn: Any
+    mlp_norm: Any
+    mlp: Any
+
+    def module(self, role: str) -> Any:
+        """The module playing ``role`` (one of :data:`ROLES`), or None."""
+        return getattr(self, role)
+
+
+def layer_roles(layer) -> LayerRoles:
+    """The modules of one decoder layer by role, by the names the supported families give them."""
     norm2 = getattr(layer, "pre_feedforward_layernorm", None) or getattr(layer, "post_attention_layernorm", None)
     mlp = next((getattr(layer, n) for n in ("mlp", "block_sparse_moe", "feed_forward") if hasattr(layer, n)), None)
-    return {
-        "input_norm": getattr(layer, "input_layernorm", None),
-        "attn": getattr(layer, "self_attn", None),
-        "mlp_norm": norm2,
-        "mlp": mlp,
-    }
+    return LayerRoles(getattr(layer, "input_layernorm", None), getattr(layer, "self_attn", None), norm2, mlp)
 
 
 def _hooks(model, model_type: str | None, state: dict, capture: SideCapture) -> list:
@@ -58,16 +72,16 @@ def _hooks(model, model_type: str | None, state: dict, capture: SideCapture) -> 
     routers = moe.routers if moe is not None else {}
     handles = []
 
-    def out_hook(point, pick=_first):
+    def out_hook(point, pick=first_output):
         def hook(module, args, output):
-            capture.add(point, state["seq"], _rows(pick(output), state["pos"]))
+            capture.add(point, state["seq"], rows_at(pick(output), state["pos"]))
 
         return hook
 
     def in_hook(point):
         def hook(module, args, kwargs):
             x = args[0] if args else kwargs["hidden_states"]
-            capture.add(point, state["seq"], _rows(x, state["pos"]))
+            capture.add(point, state["seq"], rows_at(x, state["pos"]))
 
         return hook
 
@@ -83,15 +97,14 @@ def _layer_hooks(layer, i: int, router, out_hook, in_hook, capture: SideCapture)
     the router's logits (MoE) and the layer's output."""
     roles = layer_roles(layer)
     handles = []
-    for op in ("input_norm", "attn", "mlp_norm", "mlp"):
-        if roles[op] is None:
+    for op in ROLES:
+        module = roles.module(op)
+        if module is None:
             capture.missing[f"layers.{i}.{op}"] = f"{type(layer).__name__} has no {op} module"
         else:
-            handles.append(roles[op].register_forward_hook(out_hook(f"layers.{i}.{op}")))
-    if roles["mlp_norm"] is not None:
-        handles.append(
-            roles["mlp_norm"].register_forward_pre_hook(in_hook(f"layers.{i}.attn_residual"), with_kwargs=True)
-        )
+            handles.append(module.register_forward_hook(out_hook(f"layers.{i}.{op}")))
+    if roles.mlp_norm is not None:
+        handles.append(roles.mlp_norm.register_forward_pre_hook(in_hook(f"layers.{i}.attn_residual"), with_kwargs=True))
     if router is not None:
         handles.append(router.register_forward_hook(out_hook(f"layers.{i}.router")))
     handles.append(layer.register_forward_hook(out_hook(f"layers.{i}.output")))
@@ -138,5 +151,5 @@ def add_head(capture: SideCapture, i: int, logits, seq: Sequence, pos: np.ndarra
     logits = logits if logits.dtype == torch.float64 else logits.float()
     targets = torch.as_tensor(np.asarray(seq.ids)[pos + 1], dtype=torch.long, device=logits.device)
     lp = logits.log_softmax(-1).gather(-1, targets[:, None])
-    capture.add("logits", i, _rows(logits, torch.arange(len(pos))))
-    capture.add("logprob", i, _rows(lp, torch.arange(len(pos))))
+    capture.add("logits", i, rows_at(logits, torch.arange(len(pos))))
+    capture.add("logprob", i, rows_at(lp, torch.arange(len(pos))))

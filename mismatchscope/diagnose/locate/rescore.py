@@ -19,14 +19,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ...documents import json_edge
 from ...errors import SamplerError, UsageError
+from .capture import LocateSpec, SamplerCapture, capture_of_message
+from .document import LocateResult
 from .run import LocateOptions
 
 TIMEOUT_S = 900
 
 
+@json_edge
 def check_locatable(run: Path, checkpoint: Path | None = None) -> dict[str, Any] | None:
-    """The run's recorded configuration, refused (one line, before any rescoring) when its sampler cannot be
+    """The run's recorded configuration (its manifest's ``config``, the JSON the sampler's process is started
+    from), refused (one line, before any rescoring) when its sampler cannot be
     started again here; None when ``run`` is no run (rescore refuses it next). Its checkpoint's path is where it
     is now (``checkpoint``, ``rescore --checkpoint``; else :func:`~mismatchscope.probe.rescore.recorded_checkpoint`)."""
     from ... import rundir
@@ -64,8 +69,8 @@ def locate_rescored(
     opts: LocateOptions,
     config: dict[str, Any],
     progress,
-) -> dict[str, Any]:
-    """Capture, compare, write ``OUT/locate/locate.json``; returns the entry the table renders."""
+) -> LocateResult:
+    """Capture, compare, write ``OUT/locate/locate.json``; returns the localisation the table renders."""
     folder = out / "locate"
     folder.mkdir(parents=True, exist_ok=True)
     try:
@@ -77,9 +82,9 @@ def locate_rescored(
         raise
 
 
-def _locate(run, out, folder, trainer_cfg, trainer_checkpoint, opts, config, progress) -> dict[str, Any]:
+def _locate(run, out, folder, trainer_cfg, trainer_checkpoint, opts, config, progress) -> LocateResult:
     from ... import rundir
-    from ...documents import json_text, to_json
+    from ...documents import json_text
     from ...probe.checkpoint import inspect_checkpoint
     from ...probe.trainer import HFTrainer
     from ..reference import load_reference
@@ -91,7 +96,7 @@ def _locate(run, out, folder, trainer_cfg, trainer_checkpoint, opts, config, pro
     sequences = select_sequences(out, opts.sequences)
     progress.note(f"locate: the run's sampler on its {len(sequences)} worst sequences (own process)")
     sampler = _sampler_side(
-        config, out, folder, {"chosen": to_spec(sequences), "budget": opts.budget, "path": str(folder / "sampler.npz")}
+        config, out, folder, LocateSpec(opts.budget, str(folder / "sampler.npz"), chosen=to_spec(sequences))
     )
     progress.note("locate: the float64 reference and the trainer")
     reference = load_reference(info, trust_remote_code=trainer_cfg.trust_remote_code)
@@ -105,17 +110,18 @@ def _locate(run, out, folder, trainer_cfg, trainer_checkpoint, opts, config, pro
     }
     result = locate(sampler, trainer, ref, reference, sequences, opts.budget, labels, time.perf_counter() - t0)
     rundir.atomic_write_bytes(folder / "locate.json", json_text(result).encode())
-    return {"configuration": str(run), "status": "ok", **to_json(result)}
+    return result
 
 
-def _sampler_side(config: dict[str, Any], run: Path, folder: Path, locate_spec: dict[str, Any]) -> dict[str, Any]:
-    """The locate-only sampler process; its result, or a one-line error with the log's last word."""
+def _sampler_side(config: dict[str, Any], run: Path, folder: Path, locate_spec: LocateSpec) -> SamplerCapture:
+    """The locate-only sampler process (its spec and result are JSON files); its capture, or a one-line error
+    with the log's last word."""
     spec = {
         "checkpoint": config["checkpoint"]["path"],
         "sampler": config["sampler"],
         "sampling": config["sampling"],
         "run": str(run),
-        "locate": locate_spec,
+        "locate": locate_spec.message(),
         "result": str(folder / "sampler.json"),
         "env": {},
     }
@@ -133,9 +139,10 @@ def _sampler_side(config: dict[str, Any], run: Path, folder: Path, locate_spec: 
         except subprocess.TimeoutExpired:
             raise SamplerError(f"--locate: the sampler gave no capture within {TIMEOUT_S} s") from None
     result_path = Path(spec["result"])
-    result = json.loads(result_path.read_text()) if result_path.is_file() else {"reason": "the process died"}
-    if result.get("status") != "ok":
+    data = json.loads(result_path.read_text()) if result_path.is_file() else {"reason": "the process died"}
+    result = capture_of_message(data)
+    if not isinstance(result, SamplerCapture):
         raise SamplerError(
-            f"--locate: the sampler side failed: {result.get('reason')}", hint=f"its output: {folder / 'sampler.log'}"
+            f"--locate: the sampler side failed: {result.reason}", hint=f"its output: {folder / 'sampler.log'}"
         )
     return result

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import UsageError
+from .capture import SamplerCapture
 from .document import MEASURE, LocateResult
 from .points import DEFAULT_BUDGET, Sequence, SideCapture, point_names, sample_positions
 
@@ -92,10 +93,10 @@ def from_spec(rows: list[list[Any]]) -> list[Sequence]:
     return [Sequence(list(p), list(c), str(label)) for p, c, label in rows]
 
 
-def capture_sampler(sampler, sampling, sequences: list[Sequence], budget: int, path: Path) -> dict[str, Any]:
+def capture_sampler(sampler, sampling, sequences: list[Sequence], budget: int, path: Path) -> SamplerCapture:
     """The sampler's capture, in the sampler's own process: the vLLM engine's hooks, or (``--sampler hf``) the
-    transformers hooks on the generating model. Written to ``path``; returns where, the note, the seconds and
-    (vLLM) the largest |captured logprob - the engine's own prompt logprob|."""
+    transformers hooks on the generating model. Written to ``path``; returns the sequences, where, the note, the
+    seconds and (vLLM) the largest |captured logprob - the engine's own prompt logprob|."""
     t0 = time.perf_counter()
     positions = sample_positions(sequences, budget)
     closure = None
@@ -117,7 +118,7 @@ def capture_sampler(sampler, sampling, sequences: list[Sequence], budget: int, p
         )
         note = HF_NOTE
     capture.save(path)
-    return {"capture": str(path), "note": note, "closure": closure, "seconds": time.perf_counter() - t0}
+    return SamplerCapture(to_spec(sequences), str(path), note, closure, time.perf_counter() - t0)
 
 
 def reference_capture(reference, info, sequences: list[Sequence], budget: int) -> SideCapture:
@@ -144,7 +145,7 @@ def trainer_capture(trainer, info, sequences: list[Sequence], budget: int) -> Si
 
 
 def locate(
-    sampler: dict[str, Any],
+    sampler: SamplerCapture,
     trainer_capture_: SideCapture,
     reference: SideCapture,
     reference_model,
@@ -158,7 +159,7 @@ def locate(
     from .compare import locate_result
 
     t0 = time.perf_counter()
-    s = SideCapture.load(Path(sampler["capture"]))
+    s = SideCapture.load(Path(sampler.capture))
     moe = moe_layers_of(reference_model.model, getattr(reference_model.model.config, "model_type", None))
     names = point_names(len(reference_model.model.get_decoder().layers), set(moe.routers) if moe else set())
     top_k = getattr(reference_model.model.config, "num_experts_per_tok", None)
@@ -173,10 +174,10 @@ def locate(
         top_k,
         dict(
             **labels,
-            sampler_note=sampler["note"],
-            sampler_closure=sampler.get("closure"),
+            sampler_note=sampler.note,
+            sampler_closure=sampler.closure,
             token_budget=budget,
             measure=MEASURE,
-            seconds=seconds + sampler.get("seconds", 0.0) + time.perf_counter() - t0,
+            seconds=seconds + sampler.seconds + time.perf_counter() - t0,
         ),
     )

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import SamplerError
-from .hf_capture import _first, _rows, add_head, layer_roles
+from .hf_capture import add_head, first_output, layer_roles, rows_at
 from .points import Sequence, SideCapture
 
 NOTE = (
@@ -48,11 +48,11 @@ def _register(model, state: dict) -> list:
 
     def keep(point, value):
         if state.get("on"):
-            state["raw"][point] = _rows(value, state["pos"])
+            state["raw"][point] = rows_at(value, state["pos"])
             state["rows"][point] = value.shape[-2]
 
     def final(o, last=len(layers) - 1):
-        keep("final_norm", _first(o))
+        keep("final_norm", first_output(o))
         if isinstance(o, tuple):
             keep(f"layers.{last}.output", o[1])
 
@@ -78,26 +78,26 @@ def _layer_hooks(layer, i: int, keep) -> list:
     A module the layer lacks is skipped: its points are reported as not captured on this side."""
 
     def in_norm(o):
-        keep(f"layers.{i}.input_norm", _first(o))
+        keep(f"layers.{i}.input_norm", first_output(o))
         if isinstance(o, tuple):
             keep(f"layers.{i - 1}.output", o[1])
 
     def mlp_norm(o):
-        keep(f"layers.{i}.mlp_norm", _first(o))
+        keep(f"layers.{i}.mlp_norm", first_output(o))
         if isinstance(o, tuple):
             keep(f"layers.{i}.attn_residual", o[1])
 
     roles = layer_roles(layer)
-    gate = getattr(roles["mlp"], "gate", None)
+    gate = getattr(roles.mlp, "gate", None)
     fns = {
         "input_norm": in_norm,
-        "attn": lambda o: keep(f"layers.{i}.attn", _first(o)),
+        "attn": lambda o: keep(f"layers.{i}.attn", first_output(o)),
         "mlp_norm": mlp_norm,
-        "mlp": lambda o: keep(f"layers.{i}.mlp", _first(o)),
+        "mlp": lambda o: keep(f"layers.{i}.mlp", first_output(o)),
     }
-    handles = [roles[r].register_forward_hook(_hook(fn)) for r, fn in fns.items() if roles[r] is not None]
+    handles = [roles.module(r).register_forward_hook(_hook(fn)) for r, fn in fns.items() if roles.module(r) is not None]
     if gate is not None and hasattr(gate, "register_forward_hook"):
-        handles.append(gate.register_forward_hook(_hook(lambda o: keep(f"layers.{i}.router", _first(o)))))
+        handles.append(gate.register_forward_hook(_hook(lambda o: keep(f"layers.{i}.router", first_output(o)))))
     return handles
 
 

@@ -15,21 +15,24 @@ import json
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
+
+from .capture import CaptureFailed, LocateSpec, SamplerCapture
 
 
-def in_worker(sampler, sampling, run_dir: Path, spec: dict[str, Any]) -> dict[str, Any]:
-    """Capture the run's worst ``spec['sequences']`` sequences; a failure is a result with its reason."""
+def in_worker(sampler, sampling, run_dir: Path, spec: LocateSpec) -> SamplerCapture | CaptureFailed:
+    """Capture the sequences ``spec`` chose, or the run's worst ``spec.sequences``; a failure is a result with
+    its reason."""
     from ..worker_env import one_line
-    from .run import capture_sampler, from_spec, select_sequences, to_spec
+    from .run import DEFAULT_SEQUENCES, capture_sampler, from_spec, select_sequences
 
     try:
-        chosen = from_spec(spec["chosen"]) if spec.get("chosen") else select_sequences(run_dir, spec["sequences"])
-        out = capture_sampler(sampler, sampling, chosen, spec["budget"], Path(spec["path"]))
-        return {"status": "ok", "sequences": to_spec(chosen), **out}
+        chosen = (
+            from_spec(spec.chosen) if spec.chosen else select_sequences(run_dir, spec.sequences or DEFAULT_SEQUENCES)
+        )
+        return capture_sampler(sampler, sampling, chosen, spec.budget, Path(spec.path))
     except Exception as e:
         traceback.print_exc()
-        return {"status": "failed", "reason": one_line(e)}
+        return CaptureFailed(one_line(e))
 
 
 def main(argv: list[str]) -> int:
@@ -49,14 +52,14 @@ def main(argv: list[str]) -> int:
             SamplerConfig(**spec["sampler"]), inspect_checkpoint(Path(spec["checkpoint"])), sampling=sampling
         )
         try:
-            result = in_worker(sampler, sampling, Path(spec["run"]), spec["locate"])
+            result = in_worker(sampler, sampling, Path(spec["run"]), LocateSpec.of_message(spec["locate"]))
         finally:
             sampler.close()
     except Exception as e:
         traceback.print_exc()
-        result = {"status": "failed", "reason": f"the sampler did not start: {one_line(e)}"}
-    rundir.atomic_write_bytes(Path(spec["result"]), json.dumps(result).encode())
-    return 0 if result["status"] == "ok" else 1
+        result = CaptureFailed(f"the sampler did not start: {one_line(e)}")
+    rundir.atomic_write_bytes(Path(spec["result"]), json.dumps(result.message()).encode())
+    return 0 if result.status == "ok" else 1
 
 
 if __name__ == "__main__":

@@ -355,7 +355,7 @@ def test_the_hf_sampler_is_captured_by_the_same_hooks_and_equals_a_like_trainer(
     info, ref, sdpa = dense
     sampler = make_sampler(SamplerConfig(kind="hf", dtype="float32"), info)
     got = capture_sampler(sampler, SamplingConfig(), SEQUENCES, 64, tmp_path / "s.npz")
-    assert got["closure"] is None and "transformers" in got["note"]
+    assert got.closure is None and "transformers" in got.note
     result = _locate(info, SideCapture.load(tmp_path / "s.npz"), sdpa, ref)
     # the same transformers code on the same weights, one sequence at a time on each side: equal to the bit
     assert result.verdict.first_difference is None and all(p.bit_equal for p in result.points)
