@@ -38,7 +38,8 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 def json_edge(fn: _F) -> _F:
     """Marks a function whose result is JSON data by design: it writes or reads a JSON file, a process's
-    message or a schema. Everything else returns a typed result; ``tests/project/test_typed_returns.py``
+    message or a schema, or it is a mapping a foreign API takes or gives as one (pyarrow's or vLLM's keyword
+    arguments, a stack's dumped batch by field name). Everything else returns a typed result; ``tests/project/test_typed_returns.py``
     fails on a ``dict`` return without this mark, so an untyped result is a choice made where it is seen."""
     return fn
 

@@ -32,6 +32,8 @@ REJECT = np.int8(1)
 REWEIGHT = np.int8(2)
 
 Level = Literal["token", "sequence"]
+RuleParam = float | str | None
+"""a rule config's value: every config field is a number, an optional number or a name (a reading's convention)."""
 
 INF = math.inf
 
@@ -278,7 +280,8 @@ class RuleInstance:
         return lv(self.config) if callable(lv) else lv
 
     @property
-    def params(self) -> dict[str, Any]:
+    def params(self) -> dict[str, RuleParam]:
+        """The config's values by field name (every rule's config holds numbers, optional numbers and names)."""
         return dataclasses.asdict(self.config)
 
     @property
