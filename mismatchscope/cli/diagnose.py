@@ -179,10 +179,14 @@ def diagnose(
             engine_env()
             with Bars(enabled=True) as bars:
                 doc = run_diagnose(opts, cast("Progress", bars))  # Bars has Progress's methods
+    from ..diagnose.run import write_document
     from ..render import seam
     from ..render.diagnose_pictures import write_pictures
 
-    write_pictures(doc, plots, html, opts.out, (checkpoint, opts.prompts, matrix))
+    pictured = write_pictures(doc, plots, html, opts.out, (checkpoint, opts.prompts, matrix))
+    if pictured is not doc:  # diagnose.json names the pictures, as the printed document does
+        write_document(opts.out, pictured)
+    doc = pictured
     seam.show(doc, format)
     _interrupted(doc)
     if doc.failed():

@@ -146,6 +146,11 @@ def test_locate_runs_inside_each_engine_and_its_chain_closes(diag):
     assert base["sampler_closure"] == f32["sampler_closure"] == 0.0
     assert entries["trainer.dtype=bfloat16"]["sequences"] == base["sequences"]  # the baseline's tokens, reused
     assert (diag["tmp"] / "plots" / "diagnose_locate.png").is_file()
+    # the printed document and diagnose.json both name the pictures they drew
+    written = json.loads((diag["out"] / "diagnose.json").read_text())
+    assert written["plots"] == diag["payload"]["plots"]
+    assert Path(diag["payload"]["plots"]["locate"]).name == "diagnose_locate.png"
+    assert Path(diag["payload"]["plots"]["pareto"]).is_file()
 
 
 @pytest.mark.vllm
