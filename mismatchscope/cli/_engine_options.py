@@ -12,6 +12,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from ..documents import json_edge
 from ..probe.engine_config import DEFAULT_SAMPLER_DTYPE
 
 # Optional[...] below, not ``X | None``: the aliases are evaluated when this module is imported.
@@ -206,7 +207,8 @@ LocateSequencesOpt = Annotated[
 ]
 
 
-def engine_args(items: list[str] | None) -> dict:
+@json_edge
+def engine_args(items: list[str] | None) -> dict[str, Any]:
     """``--engine-arg KEY=VALUE`` items as a dict; VALUE is JSON where it parses, else the text itself."""
     import json
 
