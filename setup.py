@@ -4,8 +4,9 @@ arguments works from an installed package too.
 The sample lives at the repository root (``sample_data/``: tests, docs and
 its builder refer to it there); the wheel build copies the checkpoints, the
 prompts and the simulated pairs into ``mismatchscope/_sample_data``.
-It also compiles the analysis pass's loops (``mismatchscope/analysis/_loops.c``),
-a C extension without dependencies. It is optional: where no C compiler is
+It also compiles the analysis pass's loops (``mismatchscope/analysis/_loops.c``)
+and the audit's binary-KL loops (``mismatchscope/audit/_kl.c``), C extensions
+without dependencies. It is optional: where no C compiler is
 found the package installs without it and runs the same arithmetic in numpy,
 with the same numbers, more slowly (docs/analysis.md, "Speed and memory").
 Everything else is in ``pyproject.toml``.
@@ -51,4 +52,12 @@ LOOPS = Extension(
     optional=True,
 )
 
-setup(cmdclass={"build_py": BuildWithSample}, ext_modules=[LOOPS])
+AUDIT_KL = Extension(
+    "mismatchscope.audit._kl",
+    ["mismatchscope/audit/_kl.c"],
+    # -O3 vectorises the loops (no value-changing optimisation: contraction stays off)
+    extra_compile_args=["/O2", "/fp:precise"] if sys.platform == "win32" else ["-O3", "-ffp-contract=off"],
+    optional=True,
+)
+
+setup(cmdclass={"build_py": BuildWithSample}, ext_modules=[LOOPS, AUDIT_KL])

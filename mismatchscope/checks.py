@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .documents import json_edge
 from .errors import NotAJsonObjectError
 
 
+@json_edge
 def json_object(text: str | bytes) -> dict[str, Any]:
     """The JSON object ``text`` holds.
 

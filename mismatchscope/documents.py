@@ -24,8 +24,6 @@ import typing
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import numpy as np
-
 from .metrics import CATALOG
 
 SCHEMA_VERSION = 1
@@ -38,7 +36,8 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 def json_edge(fn: _F) -> _F:
     """Marks a function whose result is JSON data by design: it writes or reads a JSON file, a process's
-    message or a schema. Everything else returns a typed result; ``tests/project/test_typed_returns.py``
+    message or a schema, or it is a mapping a foreign API takes or gives as one (pyarrow's or vLLM's keyword
+    arguments, a stack's dumped batch by field name). Everything else returns a typed result; ``tests/project/test_typed_returns.py``
     fails on a ``dict`` return without this mark, so an untyped result is a choice made where it is seen."""
     return fn
 
@@ -291,6 +290,8 @@ def _is_scalar(tp: Any, data: Any) -> bool:
 
 
 def _is_bool(data: Any) -> bool:
+    import numpy as np  # here, so the command-line options that mark their JSON edge import no numpy
+
     return isinstance(data, (bool, np.bool_))
 
 

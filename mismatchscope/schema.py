@@ -22,6 +22,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .documents import json_edge
+
 SCHEMA_VERSION = 1
 METADATA_KEY = b"mismatchscope"
 
@@ -196,6 +198,7 @@ DICTIONARY_BYTES = 8 << 20
 150,000 ids did not fit, and the column fell back to plain values midway through each row group)."""
 
 
+@json_edge
 def token_write_options(schema: pa.Schema) -> dict[str, Any]:
     """:data:`WRITE_OPTIONS` for a token shard of this schema: :data:`TOKEN_CODEC`, float columns (lists of
     floats too) without a dictionary, every other column with one of up to :data:`DICTIONARY_BYTES`."""
@@ -358,6 +361,7 @@ def encode_metadata(config: Mapping[str, Any]) -> dict[bytes, bytes]:
     return {METADATA_KEY: json.dumps(payload, sort_keys=True, default=str).encode()}
 
 
+@json_edge
 def decode_metadata(schema_metadata: Mapping[bytes, bytes] | None) -> dict[str, Any] | None:
     """The ``mismatchscope`` metadata of a file, or None when it has none."""
     if not schema_metadata or METADATA_KEY not in schema_metadata:

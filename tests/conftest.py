@@ -41,11 +41,11 @@ SLOW_TESTS = frozenset(
         "tests/project/test_docs.py::test_cli_reference_is_generated_from_help",  # 5 s
         "tests/test_outputs.py::test_report_html_on_a_full_device",  # 6 s
         "tests/test_reader.py::test_a_lone_surrogate_in_the_metadata_is_printed_as_its_escape",  # 6 s
-        "tests/render/plots/test_figures.py::test_an_infinite_bucket_mean_is_drawn_and_marked",  # 6 s
+        "tests/render/test_figures.py::test_an_infinite_bucket_mean_is_drawn_and_marked",  # 6 s
         "tests/test_outputs.py::test_an_output_may_not_replace_a_file_of_the_input_run",  # 6 s
         "tests/test_outputs.py::test_pictures_may_go_into_the_input_run_folder",  # 5 s
         "tests/test_outputs.py::test_pictures_never_replace_an_input",  # 10 s
-        "tests/render/plots/test_figures.py::test_gate_plots_and_html",  # 6 s (test_report_plots_and_html keeps the page in the fast lane)
+        "tests/render/test_figures.py::test_gate_plots_and_html",  # 6 s (test_report_plots_and_html keeps the page in the fast lane)
         "tests/project/test_wheel.py::test_the_wheel_carries_the_sample",  # builds a wheel
         "tests/analysis/test_worst.py::test_trace_pictures",  # 7 s
         "tests/probe/test_turns.py::test_messages_mode_records_the_trainer_s_ids_beside_the_sampler_s",  # 20 s, hf probe

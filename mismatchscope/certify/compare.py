@@ -29,6 +29,16 @@ SHOW_FIRST = 10
 
 
 @dataclass(frozen=True)
+class EarliestSummary:
+    sequences: int = field(metadata={"doc": "sequences in which the pairing parts somewhere"})
+    of: int = field(metadata={"doc": "sequences compared"})
+    min: int
+    median: float
+    max: int
+    at_position_0: int
+
+
+@dataclass(frozen=True)
 class Pairing:
     """Two logprob columns of one token that a zero-mismatch stack must make byte-equal."""
 
@@ -138,18 +148,18 @@ class PairingResult:
     def share(self) -> float:
         return self.differing / self.tokens if self.tokens else 0.0
 
-    def earliest_summary(self) -> dict[str, Any] | None:
+    def earliest_summary(self) -> EarliestSummary | None:
         if not self.earliest:
             return None
         pos = np.array([p for _, p in self.earliest])
-        return {
-            "sequences": self.sequences_parting,
-            "of": self.sequences,
-            "min": int(pos.min()),
-            "median": float(np.median(pos)),
-            "max": int(pos.max()),
-            "at_position_0": int((pos == 0).sum()),
-        }
+        return EarliestSummary(
+            sequences=self.sequences_parting,
+            of=self.sequences,
+            min=int(pos.min()),
+            median=float(np.median(pos)),
+            max=int(pos.max()),
+            at_position_0=int((pos == 0).sum()),
+        )
 
 
 def compare(pairing: Pairing, tokens: Tokens, show: int = SHOW_FIRST) -> PairingResult:

@@ -15,7 +15,7 @@ from ..documents import optional
 from ..execution.compare import FieldRow, Status
 from ..execution.contract import Contract
 from ..formatting import fmt
-from .compare import Difference, PairingResult
+from .compare import Difference, EarliestSummary, PairingResult
 from .routes import RouteResult
 from .rows import FullVocabResult
 from .run import PolicyCheck, Verdict
@@ -57,16 +57,6 @@ class UlpBin:
 
 
 @dataclass(frozen=True)
-class EarliestSummary:
-    sequences: int = field(metadata={"doc": "sequences in which the pairing parts somewhere"})
-    of: int = field(metadata={"doc": "sequences compared"})
-    min: int
-    median: float
-    max: int
-    at_position_0: int
-
-
-@dataclass(frozen=True)
 class EarliestEntry:
     sequence_id: int
     position: int = field(metadata={"doc": "the sequence's first differing completion position"})
@@ -102,7 +92,6 @@ class PairingEntry:
 
     @classmethod
     def of(cls, p: PairingResult) -> PairingEntry:
-        early = p.earliest_summary()
         return cls(
             p.pairing.name,
             p.pairing.left,
@@ -121,7 +110,7 @@ class PairingEntry:
             p.k3_mean,
             p.k3_max,
             list(p.first),
-            EarliestSummary(**early) if early else None,
+            p.earliest_summary(),
             [EarliestEntry(s, pos) for s, pos in p.earliest],
             p.tokens_without,
         )

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..documents import json_edge
 from ..errors import InputError, UsageError
 from ..execution.compare import FieldRow
 from ..execution.contract import Contract
@@ -133,6 +134,7 @@ def _sides(manifest: Mapping[str, Any] | None) -> tuple[Contract | None, list[Fi
     return contract(prov), sides(prov)
 
 
+@json_edge
 def _manifest(root: Path | None) -> dict[str, Any] | None:
     """The run's manifest; a run without one has none, and one whose manifest is there but unreadable is refused:
     the verdict's scope and policy come from it, and an "unknown" scope is no certificate of a stack."""

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..documents import json_edge
 from .compare import Tokens
 
 UNKNOWN = "unknown"
@@ -74,6 +75,7 @@ def _first(*values: Any) -> Any:
     return next((v for v in values if v not in (None, "", {})), UNKNOWN)
 
 
+@json_edge
 def scope_of(manifest: Mapping[str, Any] | None, file_meta: Mapping[str, Any] | None) -> dict[str, Any]:
     """The stack a certificate holds for; a probe run's manifest first, then the shards' metadata."""
     m: Mapping[str, Any] = manifest or {}

@@ -1,90 +1,233 @@
-"""Options shared by several commands, defined once."""
+"""Options shared by several commands, each declared once as an ``Annotated`` alias.
+
+A command takes a shared option by naming its alias as the parameter's type, and its default by naming the constant
+it is declared with: ``def report(path: PathArg, column: ColumnOpt = None, format: FormatOpt = DEFAULT_FORMAT)``.
+The flag, its metavar, its bounds and its help are then the same wherever it appears, and the default is the
+library's own where the value is a domain default (the engine options' defaults are ``EngineValues``' fields).
+
+Where a flag means a little more for one command than for the others (``--plots`` names the pictures each command
+draws, ``--rule`` what the command does with the rules), it is a small family: one builder that holds the flag and
+its metavar, and one alias per reading, named after the command (``ReportPlotsOpt``). ``tests/cli/test_options.py``
+fails if a command declares one of these flags by hand. The engine options of probe, rescore and diagnose are
+declared the same way in ``_engine_options``.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from pathlib import Path
+from typing import Annotated, Any, Optional
 
 import typer
+from typer.models import OptionInfo
 
-from ..probe.engine_config import DEFAULT_SAMPLER_DTYPE
 from ._help import HelpCommand
 
-PathArg = typer.Argument(
-    ...,
-    help="A token-pair Parquet file, a directory of shards (or a probe run directory), or a glob.",
-    show_default=False,
-)
+# Optional[...] below, not ``X | None``: the aliases are evaluated when this module is imported.
+# ruff: noqa: UP045
 
-COLUMN_HELP = "Map a column of your file to a mismatchscope column, e.g. sampler_logprob=rollout_log_probs. Repeatable."
-RULE_HELP = (
-    "A rule, with optional parameters: icepop or icepop:alpha=0.2,beta=5. Repeatable; none means every rule at its "
-    "defaults."
-)
+Columns = Optional[list[str]]
+Rules = Optional[list[str]]
 
+DEFAULT_FORMAT = "table"
+"""``--format`` when none is given: the tables, for people."""
+DIAGNOSE_BOOTSTRAP = 1000
+"""``diagnose --bootstrap``: resamples over sequences (gate's default lives in its config). The value is
+``diagnose.effects.Bootstrap``'s, which imports numpy; a test holds the two equal."""
+DIAGNOSE_CONFIDENCE = 0.95
+"""``diagnose --confidence``: the two-sided confidence of its intervals, ``Bootstrap``'s too."""
 
-def column_option(help: str = COLUMN_HELP) -> Any:
-    """``--column CANONICAL=NAME``; ``import`` names its own keys in ``help``."""
-    return typer.Option(None, "--column", "-c", metavar="CANONICAL=NAME", help=help)
-
-
-def rule_option(help: str = RULE_HELP) -> Any:
-    """``--rule NAME[:K=V,...]``; ``help`` says what the command does with the rule."""
-    return typer.Option(None, "--rule", "-r", metavar="NAME[:K=V,...]", help=help)
+PATH_HELP = "A token-pair Parquet file, a directory of shards (or a probe run directory), or a glob."
+PathArg = Annotated[str, typer.Argument(help=PATH_HELP, show_default=False)]
 
 
-def sweep_option(help: str) -> Any:
+def _column(help: str) -> Any:
+    """``--column CANONICAL=NAME``."""
+    return typer.Option("--column", "-c", metavar="CANONICAL=NAME", help=help)
+
+
+ColumnOpt = Annotated[
+    Columns,
+    _column("Map a column of your file to a mismatchscope column, e.g. sampler_logprob=rollout_log_probs. Repeatable."),
+]
+ImportColumnOpt = Annotated[
+    Columns,
+    _column(
+        "Generic formats: map your list columns, e.g. sampler_logprob=rollout_log_probs, mask=response_mask. Repeatable."
+    ),
+]
+"""``import``'s: it also maps keys that are no column of a run (``mask``)."""
+
+
+def _rule(help: str) -> Any:
+    """``--rule NAME[:K=V,...]``; the help says what the command does with the rule."""
+    return typer.Option("--rule", "-r", metavar="NAME[:K=V,...]", help=help)
+
+
+RuleOpt = Annotated[
+    Rules,
+    _rule(
+        "A rule, with optional parameters: icepop or icepop:alpha=0.2,beta=5. Repeatable; none means every rule at "
+        "its defaults."
+    ),
+]
+REPORT_DRAWN_RULES = ("icepop", "ipo", "kpop", "tis", "token-mask")
+"""The rules report draws when none is named: those the registry marks ``drawn_by_default`` (a test holds the two
+equal; the registry is not read here, which would import numpy before the command line is parsed)."""
+ReportRuleOpt = Annotated[
+    Rules,
+    _rule(
+        "With --plots/--html: a rule whose thresholds the pictures draw. Repeatable; default "
+        + ", ".join(REPORT_DRAWN_RULES)
+        + "."
+    ),
+]
+TimelineRuleOpt = Annotated[
+    Rules,
+    _rule(
+        "A rule whose reject (or reweight) rate to follow per step: icepop or icepop:alpha=0.2,beta=5. "
+        "Repeatable; none means icepop and ipo at their defaults (the two that need no advantage)."
+    ),
+]
+GateRuleOpt = Annotated[Rules, _rule("Parameters of a rule the limits name, e.g. icepop:alpha=0.2,beta=5.")]
+ViewRuleOpt = Annotated[
+    Rules,
+    _rule(
+        "A rule whose decisions the page marks, with optional parameters. Repeatable; none means every rule at its "
+        "defaults."
+    ),
+]
+
+
+def _sweep(help: str) -> Any:
     """``--sweep RULE.PARAM=V1,V2,...``: reject-rate curves (compare-masks prints them, report draws them)."""
-    return typer.Option(None, "--sweep", "-s", metavar="RULE.PARAM=V1,V2,...", help=help)
+    return typer.Option("--sweep", "-s", metavar="RULE.PARAM=V1,V2,...", help=help)
 
 
-def plots_option(help: str) -> Any:
-    """``--plots DIR``; ``help`` names the pictures the command draws."""
-    return typer.Option(None, "--plots", metavar="DIR", help=help)
+MasksSweepOpt = Annotated[
+    Optional[list[str]],
+    _sweep("Reject rate against threshold for one parameter, e.g. icepop.beta=1.5,2,3,5,8. Repeatable."),
+]
+ReportSweepOpt = Annotated[
+    Optional[list[str]],
+    _sweep("With --plots/--html: the reject-rate curves to draw. Default: a grid for each drawn rule."),
+]
 
 
-def html_option(help: str) -> Any:
-    """``--html FILE``: one self-contained page; ``help`` names what the command's page holds."""
-    return typer.Option(None, "--html", metavar="FILE", help=help)
+def _plots(help: str) -> Any:
+    """``--plots DIR``; the help names the pictures the command draws."""
+    return typer.Option("--plots", metavar="DIR", help=help)
 
 
-def out_option(help: str, *, required: bool = False) -> Any:
-    """``--out``/``-o``: the run or output directory a command writes (``required`` where it has no default)."""
-    return typer.Option(... if required else None, "--out", "-o", metavar="<path>", help=help)
+MasksPlotsOpt = Annotated[
+    Optional[str],
+    _plots("Write PNG pictures into DIR: which tail each rule cuts (needs the plot extra: matplotlib)."),
+]
+ReportPlotsOpt = Annotated[Optional[str], _plots("Write PNG pictures into DIR (needs the plot extra: matplotlib).")]
+TimelinePlotsOpt = Annotated[
+    Optional[str],
+    _plots(
+        "Also write DIR/timeline.png: one panel per metric, flagged steps marked "
+        "(with two or more runs or --x: DIR/timeline_compare.png)."
+    ),
+]
+GatePlotsOpt = Annotated[
+    Optional[str],
+    _plots("Write PNGs: the checks with their intervals, baseline and candidate overlaid (needs the plot extra)."),
+]
+DiagnosePlotsOpt = Annotated[Optional[Path], _plots("Write the mismatch-vs-throughput picture (PNG) here.")]
 
 
-def bootstrap_option(default: int | None, help: str) -> Any:
-    """``--bootstrap N``: resamples over sequences (gate's default lives in its config, diagnose's here)."""
-    return typer.Option(default, "--bootstrap", min=0, help=help)
+def _html(help: str) -> Any:
+    """``--html FILE``: one self-contained page; the help names what the command's page holds."""
+    return typer.Option("--html", metavar="FILE", help=help)
 
 
-def confidence_option(
-    default: float | None, help: str | None = None, *, min: float | None = None, max: float | None = None
-) -> Any:
-    """``--confidence``: the two-sided confidence of the bootstrap intervals (gate checks its bounds in its config)."""
-    return typer.Option(default, "--confidence", help=help, min=min, max=max)
+MasksHtmlOpt = Annotated[
+    Optional[str],
+    _html(
+        "Write one self-contained HTML page: the rules' table and agreement (with --plots, the pictures), and the "
+        "run's worst sequences token by token in a tokens tab."
+    ),
+]
+ReportHtmlOpt = Annotated[
+    Optional[str], _html("Write one self-contained HTML page: pictures inline, tables, run metadata.")
+]
+GateHtmlOpt = Annotated[
+    Optional[str],
+    _html(
+        "Write one self-contained HTML page: checks, pictures, run metadata, and the candidate's worst sequences "
+        "token by token in a tokens tab."
+    ),
+]
+DiagnoseHtmlOpt = Annotated[Optional[Path], _html("Write a self-contained HTML summary here.")]
+ViewHtmlOpt = Annotated[Optional[str], _html("The page to write: one self-contained HTML file that opens offline.")]
 
 
-def tokenizer_option(
-    help: str = "The checkpoint whose tokenizer turns the token view's ids into text (a probe run's own checkpoint is found without it).",
-) -> Any:
-    """``--tokenizer CHECKPOINT``: the text of the token view (``view``, and the tokens tab of the HTML pages)."""
-    return typer.Option(None, "--tokenizer", metavar="CHECKPOINT", help=help)
+def _out(help: str) -> Any:
+    """``--out``/``-o``: the run or output directory a command writes."""
+    return typer.Option("--out", "-o", metavar="<path>", help=help)
 
 
-JunitXmlOpt = typer.Option(None, "--junit-xml", metavar="FILE", help="Write one JUnit test case per check.")
+ProbeOutOpt = Annotated[Optional[str], _out("Run directory. Default: runs/probe-<time>.")]
+RescoreOutOpt = Annotated[str, _out("New run directory for the rescored pairs.")]
+ImportOutOpt = Annotated[str, _out("Output directory (token shards under OUT/tokens, OUT/manifest.json).")]
+DiagnoseOutOpt = Annotated[Optional[Path], _out("Output directory. Default: runs/diagnose-<time>.")]
 
 
-def markdown_option(what: str) -> Any:
-    """``--markdown FILE``: the verdict as Markdown ``what``, also appended to the GitHub step summary."""
-    return typer.Option(
-        None,
-        "--markdown",
-        metavar="FILE",
-        help=f"Write the verdict as {what} (also appended to $GITHUB_STEP_SUMMARY when set).",
-    )
+def _tokenizer(help: str) -> Any:
+    """``--tokenizer CHECKPOINT``."""
+    return typer.Option("--tokenizer", metavar="CHECKPOINT", help=help)
 
 
-ColumnOpt = column_option()
+TokenizerOpt = Annotated[
+    Optional[str],
+    _tokenizer(
+        "The checkpoint whose tokenizer turns the token view's ids into text (a probe run's own checkpoint is "
+        "found without it)."
+    ),
+]
+"""The text of the token view (``view``, and the tokens tab of the HTML pages)."""
+DoctorTokenizerOpt = Annotated[
+    Optional[str],
+    _tokenizer(
+        "A multi-turn run: re-encode each turn's sampled ids with this checkpoint's tokenizer and chat template, to "
+        "see re-tokenization (default: a probe run's own checkpoint, where it is still there)."
+    ),
+]
+
+JunitXmlOpt = Annotated[
+    Optional[str], typer.Option("--junit-xml", metavar="FILE", help="Write one JUnit test case per check.")
+]
+
+
+def _markdown(help: str) -> Any:
+    """``--markdown FILE``."""
+    return typer.Option("--markdown", metavar="FILE", help=help)
+
+
+_STEP_SUMMARY = "(also appended to $GITHUB_STEP_SUMMARY when set)."
+GateMarkdownOpt = Annotated[Optional[str], _markdown(f"Write the verdict as a Markdown table {_STEP_SUMMARY}")]
+CertifyMarkdownOpt = Annotated[Optional[str], _markdown(f"Write the verdict as Markdown {_STEP_SUMMARY}")]
+ProvenanceMarkdownOpt = Annotated[
+    Optional[str], _markdown("Also write the comparison as Markdown (a pull-request comment).")
+]
+
+GateBootstrapOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--bootstrap", min=0, help="Bootstrap resamples (default 1000, at most 100,000; 0: point estimates only)."
+    ),
+]
+"""gate's default is its config's (a gate.toml may set it), so the flag's is None."""
+DiagnoseBootstrapOpt = Annotated[int, typer.Option("--bootstrap", min=0, help="Bootstrap resamples over sequences.")]
+GateConfidenceOpt = Annotated[
+    Optional[float], typer.Option("--confidence", help="Two-sided confidence of the intervals (default 0.95).")
+]
+"""gate checks the bounds in its config."""
+DiagnoseConfidenceOpt = Annotated[float, typer.Option("--confidence", min=0.5, max=0.9999)]
+GateSeedOpt = Annotated[
+    Optional[int], typer.Option("--seed", min=0, help="Bootstrap seed (default 0): same files, same verdict.")
+]
 
 
 def _choice_type():
@@ -118,14 +261,15 @@ class _Formats(_Choice):
         pass
 
 
-FormatOpt = typer.Option(
-    "table",
-    "--format",
-    "-f",
-    click_type=_Formats(),
-    help="table (rich, for people) or json (for machines; data only on stdout).",
-)
-RuleOpt = rule_option()
+FormatOpt = Annotated[
+    str,
+    typer.Option(
+        "--format",
+        "-f",
+        click_type=_Formats(),
+        help="table (rich, for people) or json (for machines; data only on stdout).",
+    ),
+]
 
 
 def rule_help_epilog() -> str:
@@ -161,162 +305,15 @@ class RulesInHelp(HelpCommand):
         super().format_help(ctx, formatter)
 
 
-Columns = Optional[list[str]]  # noqa: UP045 - an alias typer reads as an option type
-Rules = Optional[list[str]]  # noqa: UP045
+def shared_options() -> dict[str, OptionInfo]:
+    """Every option declared here and in ``_engine_options``, by alias name (what ``tests/cli/test_options.py``
+    holds the commands to)."""
+    from . import _engine_options
 
-
-# ------------------------------------------------------------ sampler, trainer and sampling options
-# Declared once for probe, rescore and diagnose; their values are checked once, by probe.options.
-
-PromptsOpt = typer.Option(
-    None,
-    "--prompts",
-    "-p",
-    help='JSONL, one {"prompt": ..., "answer": ...} per line. Default: the bundled sample prompts.',
-)
-SamplerDtypeOpt = typer.Option(
-    DEFAULT_SAMPLER_DTYPE,
-    "--sampler-dtype",
-    help="Sampler dtype. The default float16 vs a float32 trainer is a CPU demo pairing that shows real "
-    "mismatch; pass your serving dtype.",
-)
-TrainerDtypeOpt = typer.Option("float32", "--trainer-dtype", help="Trainer forward-pass dtype.")
-TemperatureOpt = typer.Option(1.0, "--temperature", "-T", min=0.0)
-TopPOpt = typer.Option(1.0, "--top-p", min=0.0, max=1.0)
-TopKOpt = typer.Option(-1, "--top-k", help="-1: no top-k truncation.")
-SamplesOpt = typer.Option(4, "-n", min=1, help="Samples per prompt (a GRPO group).")
-MaxTokensOpt = typer.Option(
-    0, "--max-tokens", min=0, help="Tokens per completion. 0: up to 256, within the context length."
-)
-TopKLogprobsOpt = typer.Option(5, "--top-k-logprobs", min=0, help="The sampler's top-k logprobs recorded per position.")
-LogprobsModeOpt = typer.Option(
-    "processed_logprobs",
-    "--logprobs-mode",
-    help="processed_logprobs (after T/top-p/top-k; trainer divides by T) or raw_logprobs (compared at T = 1).",
-)
-TensorParallelOpt = typer.Option(1, "--tensor-parallel-size", "--tp", min=1, help="Passed to vLLM unchanged.")
-MaxNumSeqsOpt = typer.Option(None, "--max-num-seqs")
-EnforceEagerOpt = typer.Option(
-    True, "--enforce-eager/--no-enforce-eager", help="vLLM eager mode (no CUDA graphs / compile)."
-)
-GpuMemoryOpt = typer.Option(None, "--gpu-memory-utilization")
-MaxModelLenOpt = typer.Option(None, "--max-model-len")
-SamplerFp32HeadOpt = typer.Option(False, "--sampler-fp32-lm-head", help="vLLM hf_overrides head_dtype=float32.")
-TrainerFp32HeadOpt = typer.Option(False, "--trainer-fp32-lm-head")
-EngineArgOpt = typer.Option(
-    None,
-    "--engine-arg",
-    metavar="KEY=VALUE",
-    help="Any other vllm.LLM argument, passed unchanged (VALUE may be JSON). Repeatable. With --sampler vllm-"
-    "server: added to every request body, except timeout=SECONDS (per HTTP request, default 600) and "
-    "model=NAME (the served model). With --sampler hf: attn_implementation, batch_size, "
-    "trust_remote_code.",
-)
-AttnImplementationOpt = typer.Option(
-    None, "--attn-implementation", help="Trainer attention: eager, sdpa, flash_attention_2, ..."
-)
-TrainerBatchTokensOpt = typer.Option(8192, "--trainer-batch-tokens", min=1, help="Token budget of one scoring batch.")
-TrustRemoteCodeOpt = typer.Option(
-    False, "--trust-remote-code", help="Run the checkpoint's own Python code (off unless asked)."
-)
-AllowPickleOpt = typer.Option(False, "--allow-pickle", help="Load .bin/.pt (pickle) weights; refused by default.")
-LocateOpt = typer.Option(
-    False,
-    "--locate",
-    help="Where in the forward pass the sampler and the trainer part: per layer and op, each side against the "
-    "float64 reference, on the run's worst sequences (docs/diagnose.md).",
-)
-LocateSequencesOpt = typer.Option(
-    None,
-    "--locate-sequences",
-    min=1,
-    help="--locate: the worst N sequences by the report's ranking (k3_sum). Default: 4.",
-    show_default=False,
-)
-
-
-def engine_args(items: list[str] | None) -> dict:
-    """``--engine-arg KEY=VALUE`` items as a dict; VALUE is JSON where it parses, else the text itself."""
-    import json
-
-    from ..errors import UsageError
-
-    out = {}
-    for item in items or []:
-        key, eq, raw = item.partition("=")
-        if not eq or not key.strip():
-            raise UsageError(
-                f"cannot parse --engine-arg {item!r}", hint="write --engine-arg KEY=VALUE (VALUE may be JSON)"
-            )
-        try:
-            out[key.strip()] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key.strip()] = raw
-    return out
-
-
-# ------------------------------------------------------------ engine options of probe, rescore and diagnose
-# The flags these commands share, declared once. Where one flag's help differs between the commands (it means
-# a little more for one of them), the declaration takes that help as its argument.
-
-TrainerDeviceOpt = typer.Option(None, "--trainer-device")
-Fp32HeadOpt = typer.Option(
-    False, "--fp32-lm-head", help="fp32 lm_head on BOTH sides (one side only makes mismatch worse)."
-)
-TrainerFp32HeadAliasOpt = typer.Option(False, "--trainer-fp32-lm-head", "--fp32-lm-head")
-"""rescore's: it has only a trainer, so both spellings set the trainer's head."""
-ReplayRoutesOpt = typer.Option(
-    False,
-    "--replay-routes",
-    help="MoE: score the trainer with its expert ids forced to the sampler's recorded ones (gate weights from "
-    "the trainer's own router at those ids).",
-)
-ReplayWeightsOpt = typer.Option(
-    False, "--replay-weights", help="With --replay-routes: also use the sampler's recorded gate weights."
-)
-RoutesOpt = typer.Option(True, "--routes/--no-routes", help="MoE: record both sides' expert routes in routes/.")
-VerboseOpt = typer.Option(
-    False,
-    "--verbose",
-    help="Show the engines' own output (vLLM, torch, transformers) live. Default: it goes to engine.log in the run "
-    "directory, and the probe says where.",
-)
-FullVocabOpt = typer.Option(
-    False,
-    "--full-vocab",
-    help="Also record, per position, a digest of each side's whole log-prob row (float32 bytes) and the largest "
-    "difference and its id (--sampler hf): certify --full-vocab compares whole distributions.",
-)
-ImportedTemperatureOpt = typer.Option(
-    None,
-    "--temperature",
-    help="An imported run: the temperature its sampler ran at (required: no stack's dump records it; the "
-    "trainer divides its logits by it). A probe run keeps its own.",
-    show_default=False,
-)
-"""rescore's --temperature: only an imported run takes one (probe and diagnose: TemperatureOpt)."""
-
-
-def sampler_option(default: str | None, help: str, *, show_default: bool = True) -> Any:
-    """``--sampler``: the engines a command can start (probe reaches servers too; diagnose starts its own)."""
-    return typer.Option(default, "--sampler", help=help, show_default=show_default)
-
-
-def seed_option(help: str | None = None) -> Any:
-    """``--seed`` of the sampling (diagnose: and of its bootstrap)."""
-    return typer.Option(0, "--seed", help=help)
-
-
-def device_map_option(help: str | None = None) -> Any:
-    """``--device-map``: the trainer's accelerate device map."""
-    return typer.Option(None, "--device-map", help=help)
-
-
-def resume_option(help: str | None = None) -> Any:
-    """``--resume``: continue a run directory that was interrupted."""
-    return typer.Option(False, "--resume", help=help)
-
-
-def trainer_checkpoint_option(help: str) -> Any:
-    """``--trainer-checkpoint``: other weights of the same model for the trainer (policy lag)."""
-    return typer.Option(None, "--trainer-checkpoint", metavar="PATH", help=help)
+    return {
+        name: meta
+        for module in (globals(), vars(_engine_options))
+        for name, alias in module.items()
+        for meta in getattr(alias, "__metadata__", ())
+        if isinstance(meta, OptionInfo)
+    }

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING
 
 import typer
 
@@ -11,21 +10,22 @@ from ..analysis.parallel import keep_freed_memory
 from ..errors import UsageError
 from ..metrics import ABS_LOGPROB_DIFF_MEAN, K3_MEAN
 from ._options import (
+    DEFAULT_FORMAT,
     ColumnOpt,
     FormatOpt,
+    MasksHtmlOpt,
+    MasksPlotsOpt,
+    MasksSweepOpt,
     PathArg,
+    ReportHtmlOpt,
+    ReportPlotsOpt,
+    ReportRuleOpt,
+    ReportSweepOpt,
     RuleOpt,
-    html_option,
-    plots_option,
-    rule_option,
-    sweep_option,
-    tokenizer_option,
+    TokenizerOpt,
 )
 from ._output import save, save_pictures
 from ._streams import info, warn
-
-if TYPE_CHECKING:
-    pass
 
 ReadingsOpt = typer.Option(
     None,
@@ -48,12 +48,6 @@ WriteOpt = typer.Option(
 )
 
 
-def _drawn_by_default() -> list[str]:
-    from ..rules import RULES
-
-    return [n for n, s in RULES.items() if s.drawn_by_default]
-
-
 class MasksBy(str, enum.Enum):
     """``compare-masks --by``: what each rule's counts are split by."""
 
@@ -72,11 +66,9 @@ class WorstBy(str, enum.Enum):
 
 
 def compare_masks(
-    path: str = PathArg,
-    rule: list[str] | None = RuleOpt,
-    sweep: list[str] | None = sweep_option(
-        "Reject rate against threshold for one parameter, e.g. icepop.beta=1.5,2,3,5,8. Repeatable."
-    ),
+    path: PathArg,
+    rule: RuleOpt = None,
+    sweep: MasksSweepOpt = None,
     examples: int = typer.Option(
         0,
         "--examples",
@@ -84,18 +76,13 @@ def compare_masks(
         min=0,
         help="Print the N tokens the rules disagree on most (sequence, position, token, p, q).",
     ),
-    column: list[str] | None = ColumnOpt,
-    format: str = FormatOpt,
-    plots: str | None = plots_option(
-        "Write PNG pictures into DIR: which tail each rule cuts (needs the plot extra: matplotlib)."
-    ),
+    column: ColumnOpt = None,
+    format: FormatOpt = DEFAULT_FORMAT,
+    plots: MasksPlotsOpt = None,
     readings: str | None = ReadingsOpt,
     write: str | None = WriteOpt,
-    html: str | None = html_option(
-        "Write one self-contained HTML page: the rules' table and agreement (with --plots, the pictures), and the "
-        "run's worst sequences token by token in a tokens tab."
-    ),
-    tokenizer: str | None = tokenizer_option(),
+    html: MasksHtmlOpt = None,
+    tokenizer: TokenizerOpt = None,
     by: MasksBy | None = typer.Option(
         None,
         "--by",
@@ -178,19 +165,13 @@ def _check_outputs(path: str, plots: str | None, write: str | None = None, html:
 
 
 def report(
-    path: str = PathArg,
-    column: list[str] | None = ColumnOpt,
-    format: str = FormatOpt,
-    plots: str | None = plots_option("Write PNG pictures into DIR (needs the plot extra: matplotlib)."),
-    html: str | None = html_option("Write one self-contained HTML page: pictures inline, tables, run metadata."),
-    rule: list[str] | None = rule_option(
-        "With --plots/--html: a rule whose thresholds the pictures draw. Repeatable; default "
-        + ", ".join(_drawn_by_default())
-        + "."
-    ),
-    sweep: list[str] | None = sweep_option(
-        "With --plots/--html: the reject-rate curves to draw. Default: a grid for each drawn rule."
-    ),
+    path: PathArg,
+    column: ColumnOpt = None,
+    format: FormatOpt = DEFAULT_FORMAT,
+    plots: ReportPlotsOpt = None,
+    html: ReportHtmlOpt = None,
+    rule: ReportRuleOpt = None,
+    sweep: ReportSweepOpt = None,
     worst: int = typer.Option(
         0,
         "--worst",
@@ -205,7 +186,7 @@ def report(
     worst_traces: bool = typer.Option(
         False, "--worst-traces", help="With --worst and --format json: add each sequence's full trace."
     ),
-    tokenizer: str | None = tokenizer_option(),
+    tokenizer: TokenizerOpt = None,
 ) -> None:
     """TV distance, KL estimators, ratio tails, and where the mismatch sits (by probability, position, entropy)."""
     keep_freed_memory()

@@ -7,7 +7,7 @@ import time
 import typer
 
 from ._ci_reports import CiReports
-from ._options import ColumnOpt, FormatOpt, JunitXmlOpt, markdown_option
+from ._options import DEFAULT_FORMAT, CertifyMarkdownOpt, ColumnOpt, FormatOpt, JunitXmlOpt
 from ._streams import warn
 
 
@@ -28,10 +28,10 @@ def certify(
         "loss's own forward). Repeatable; default every pairing the run holds.",
     ),
     show: int = typer.Option(10, "--show", min=0, help="How many differing tokens (and route flips) to list."),
-    column: list[str] | None = ColumnOpt,
-    format: str = FormatOpt,
-    junit_xml: str | None = JunitXmlOpt,
-    markdown: str | None = markdown_option("Markdown"),
+    column: ColumnOpt = None,
+    format: FormatOpt = DEFAULT_FORMAT,
+    junit_xml: JunitXmlOpt = None,
+    markdown: CertifyMarkdownOpt = None,
     full_vocab: bool = typer.Option(
         False,
         "--full-vocab",

@@ -13,12 +13,15 @@ from typing import TYPE_CHECKING, cast
 
 import typer
 
-from ._options import (
+from ..probe.engine_config import EngineValues
+from ._engine_options import (
+    DIAGNOSE_SAMPLER,
     AllowPickleOpt,
     AttnImplementationOpt,
+    DiagnoseSamplerOpt,
+    DiagnoseSeedOpt,
     EnforceEagerOpt,
     EngineArgOpt,
-    FormatOpt,
     GpuMemoryOpt,
     LocateOpt,
     LocateSequencesOpt,
@@ -39,14 +42,18 @@ from ._options import (
     TrainerDtypeOpt,
     TrainerFp32HeadOpt,
     TrustRemoteCodeOpt,
-    bootstrap_option,
-    confidence_option,
     engine_args,
-    html_option,
-    out_option,
-    plots_option,
-    sampler_option,
-    seed_option,
+)
+from ._options import (
+    DEFAULT_FORMAT,
+    DIAGNOSE_BOOTSTRAP,
+    DIAGNOSE_CONFIDENCE,
+    DiagnoseBootstrapOpt,
+    DiagnoseConfidenceOpt,
+    DiagnoseHtmlOpt,
+    DiagnoseOutOpt,
+    DiagnosePlotsOpt,
+    FormatOpt,
 )
 
 if TYPE_CHECKING:
@@ -56,21 +63,12 @@ if TYPE_CHECKING:
 EXIT_VARIANT_FAILED = 3
 
 
-DIAGNOSE_NOT_TAKEN = frozenset(
-    {"url", "api_key_env", "zero", "fp32_lm_head", "device_map", "trainer_device", "routes", "replay_routes"}
-    | {"replay_weights"}
-)
-"""The engine options diagnose has no parameter for: it starts its own samplers (no server), records routes in
-every run, and varies the zero profile, the heads and route replay as variants (``--vary``)."""
-
-
 def diagnose(
-    ctx: typer.Context,
     checkpoint: Path | None = typer.Argument(
         None, help="A local checkpoint folder. Default: the bundled sample model.", show_default=False
     ),
-    prompts: Path | None = PromptsOpt,
-    out: Path | None = out_option("Output directory. Default: runs/diagnose-<time>."),
+    prompts: PromptsOpt = None,
+    out: DiagnoseOutOpt = None,
     vary: list[str] | None = typer.Option(
         None,
         "--vary",
@@ -81,41 +79,37 @@ def diagnose(
     matrix: Path | None = typer.Option(
         None, "--matrix", help="TOML file of named variants ([variant.NAME] tables of KEY = VALUE)."
     ),
-    sampler: str = sampler_option(
-        "vllm",
-        "vllm (an offline engine per configuration) or hf (transformers generate; its MoE routes are recorded "
-        "on any machine).",
-    ),
-    sampler_dtype: str = SamplerDtypeOpt,
-    trainer_dtype: str = TrainerDtypeOpt,
-    temperature: float = TemperatureOpt,
-    top_p: float = TopPOpt,
-    top_k: int = TopKOpt,
-    n: int = SamplesOpt,
-    max_tokens: int = MaxTokensOpt,
-    top_k_logprobs: int = TopKLogprobsOpt,
-    seed: int = seed_option("Sampling seed (and the bootstrap's)."),
-    logprobs_mode: str = LogprobsModeOpt,
-    tensor_parallel_size: int = TensorParallelOpt,
-    max_num_seqs: int | None = MaxNumSeqsOpt,
-    enforce_eager: bool = EnforceEagerOpt,
-    gpu_memory_utilization: float | None = GpuMemoryOpt,
-    max_model_len: int | None = MaxModelLenOpt,
-    sampler_fp32_lm_head: bool = SamplerFp32HeadOpt,
-    trainer_fp32_lm_head: bool = TrainerFp32HeadOpt,
-    engine_arg: list[str] | None = EngineArgOpt,
-    attn_implementation: str | None = AttnImplementationOpt,
-    trainer_batch_tokens: int = TrainerBatchTokensOpt,
-    trust_remote_code: bool = TrustRemoteCodeOpt,
-    allow_pickle: bool = AllowPickleOpt,
-    bootstrap: int = bootstrap_option(1000, "Bootstrap resamples over sequences."),
-    confidence: float = confidence_option(0.95, min=0.5, max=0.9999),
+    sampler: DiagnoseSamplerOpt = DIAGNOSE_SAMPLER,
+    sampler_dtype: SamplerDtypeOpt = EngineValues.sampler_dtype,
+    trainer_dtype: TrainerDtypeOpt = EngineValues.trainer_dtype,
+    temperature: TemperatureOpt = EngineValues.temperature,
+    top_p: TopPOpt = EngineValues.top_p,
+    top_k: TopKOpt = EngineValues.top_k,
+    n: SamplesOpt = EngineValues.n,
+    max_tokens: MaxTokensOpt = EngineValues.max_tokens,
+    top_k_logprobs: TopKLogprobsOpt = EngineValues.top_k_logprobs,
+    seed: DiagnoseSeedOpt = EngineValues.seed,
+    logprobs_mode: LogprobsModeOpt = EngineValues.logprobs_mode,
+    tensor_parallel_size: TensorParallelOpt = EngineValues.tensor_parallel_size,
+    max_num_seqs: MaxNumSeqsOpt = EngineValues.max_num_seqs,
+    enforce_eager: EnforceEagerOpt = EngineValues.enforce_eager,
+    gpu_memory_utilization: GpuMemoryOpt = EngineValues.gpu_memory_utilization,
+    max_model_len: MaxModelLenOpt = EngineValues.max_model_len,
+    sampler_fp32_lm_head: SamplerFp32HeadOpt = EngineValues.sampler_fp32_lm_head,
+    trainer_fp32_lm_head: TrainerFp32HeadOpt = EngineValues.trainer_fp32_lm_head,
+    engine_arg: EngineArgOpt = None,
+    attn_implementation: AttnImplementationOpt = EngineValues.attn_implementation,
+    trainer_batch_tokens: TrainerBatchTokensOpt = EngineValues.trainer_batch_tokens,
+    trust_remote_code: TrustRemoteCodeOpt = EngineValues.trust_remote_code,
+    allow_pickle: AllowPickleOpt = EngineValues.allow_pickle,
+    bootstrap: DiagnoseBootstrapOpt = DIAGNOSE_BOOTSTRAP,
+    confidence: DiagnoseConfidenceOpt = DIAGNOSE_CONFIDENCE,
     determinism: bool = typer.Option(True, "--determinism/--no-determinism", help="Repeat/alone/shuffled checks."),
-    plots: Path | None = plots_option("Write the mismatch-vs-throughput picture (PNG) here."),
-    html: Path | None = html_option("Write a self-contained HTML summary here."),
-    locate: bool = LocateOpt,
-    locate_sequences: int | None = LocateSequencesOpt,
-    format: str = FormatOpt,
+    plots: DiagnosePlotsOpt = None,
+    html: DiagnoseHtmlOpt = None,
+    locate: LocateOpt = False,
+    locate_sequences: LocateSequencesOpt = None,
+    format: FormatOpt = DEFAULT_FORMAT,
 ) -> None:
     """Where the mismatch comes from (decomposition against a float64 reference), what each change does to it
     (variants with bootstrap intervals), whether the numbers are repeatable, and what each configuration costs."""
@@ -125,15 +119,38 @@ def diagnose(
     from ..diagnose.options import DiagnoseOptions, check_options, device
     from ..diagnose.run import run_diagnose
     from ..diagnose.variants import Configuration, default_matrix, given_variants
-    from ..probe.engine_config import EngineValues
     from ..probe.engine_log import engine_output
     from ..probe.options import bundled_checkpoint, bundled_prompts
     from ._progress import Bars, engine_env
 
     variants = given_variants(vary or [], matrix)
-    engine = EngineValues.of(
-        ctx.params, engine_args(engine_arg), not_taken=DIAGNOSE_NOT_TAKEN
-    )  # the configs as probe builds them
+    # The configs as probe builds them. diagnose starts its own samplers (no server), records routes in every run,
+    # and varies the zero profile, the heads and route replay as variants (--vary): those keep their defaults.
+    engine = EngineValues(
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        n=n,
+        max_tokens=max_tokens,
+        top_k_logprobs=top_k_logprobs,
+        seed=seed,
+        logprobs_mode=logprobs_mode,
+        sampler=sampler,
+        sampler_dtype=sampler_dtype,
+        tensor_parallel_size=tensor_parallel_size,
+        max_num_seqs=max_num_seqs,
+        enforce_eager=enforce_eager,
+        gpu_memory_utilization=gpu_memory_utilization,
+        max_model_len=max_model_len,
+        sampler_fp32_lm_head=sampler_fp32_lm_head,
+        engine_args=engine_args(engine_arg),
+        trainer_dtype=trainer_dtype,
+        attn_implementation=attn_implementation,
+        trainer_fp32_lm_head=trainer_fp32_lm_head,
+        trainer_batch_tokens=trainer_batch_tokens,
+        trust_remote_code=trust_remote_code,
+        allow_pickle=allow_pickle,
+    )
     sampler_cfg, trainer = engine.sampler_config(), engine.trainer_config()
     out_dir = out or Path("runs") / time.strftime("diagnose-%Y%m%d-%H%M%S")
     # torch's import notices, transformers' loading bars: into OUT/engine.log, as probe does (the samplers'
@@ -162,10 +179,14 @@ def diagnose(
             engine_env()
             with Bars(enabled=True) as bars:
                 doc = run_diagnose(opts, cast("Progress", bars))  # Bars has Progress's methods
+    from ..diagnose.run import write_document
     from ..render import seam
     from ..render.diagnose_pictures import write_pictures
 
-    write_pictures(doc, plots, html, opts.out, (checkpoint, opts.prompts, matrix))
+    pictured = write_pictures(doc, plots, html, opts.out, (checkpoint, opts.prompts, matrix))
+    if pictured is not doc:  # diagnose.json names the pictures, as the printed document does
+        write_document(opts.out, pictured)
+    doc = pictured
     seam.show(doc, format)
     _interrupted(doc)
     if doc.failed():

@@ -5,18 +5,15 @@ from __future__ import annotations
 import typer
 
 from ..analysis.parallel import keep_freed_memory
-from ._options import ColumnOpt, FormatOpt, PathArg, tokenizer_option
+from ._options import DEFAULT_FORMAT, ColumnOpt, DoctorTokenizerOpt, FormatOpt, PathArg
 from ._streams import info, warn
 
 
 def doctor(
-    path: str = PathArg,
-    column: list[str] | None = ColumnOpt,
-    format: str = FormatOpt,
-    tokenizer: str | None = tokenizer_option(
-        "A multi-turn run: re-encode each turn's sampled ids with this checkpoint's tokenizer and chat template, to "
-        "see re-tokenization (default: a probe run's own checkpoint, where it is still there)."
-    ),
+    path: PathArg,
+    column: ColumnOpt = None,
+    format: FormatOpt = DEFAULT_FORMAT,
+    tokenizer: DoctorTokenizerOpt = None,
 ) -> None:
     """From the number to its cause, ranked by the share of the gap each explains: pipeline bugs (two sides that are not one program, re-tokenized turns, shifted logprobs, a temperature or truncation on one side, a log base, misjoined sequences, padding, the prompt boundary, rounded logprobs, a replay that did nothing or is invalid, a step that jumps, a program that differs in float32), policy lag, off-policy minibatches, a sharpening policy, or plain numerics; and how the number compares with published figures.
 

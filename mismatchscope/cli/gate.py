@@ -13,16 +13,18 @@ from ..analysis.parallel import keep_freed_memory
 from ..errors import UsageError
 from ._ci_reports import CiReports
 from ._options import (
+    DEFAULT_FORMAT,
     ColumnOpt,
     FormatOpt,
+    GateBootstrapOpt,
+    GateConfidenceOpt,
+    GateHtmlOpt,
+    GateMarkdownOpt,
+    GatePlotsOpt,
+    GateRuleOpt,
+    GateSeedOpt,
     JunitXmlOpt,
-    bootstrap_option,
-    confidence_option,
-    html_option,
-    markdown_option,
-    plots_option,
-    rule_option,
-    tokenizer_option,
+    TokenizerOpt,
 )
 from ._output import save, save_pictures
 from ._streams import info, warn
@@ -70,7 +72,7 @@ def gate(
         metavar="METRIC=PCT",
         help="Regression limit against the baseline, e.g. k3_mean=25%. Repeatable; replaces the file's limit on that metric.",
     ),
-    rule: list[str] | None = rule_option("Parameters of a rule the limits name, e.g. icepop:alpha=0.2,beta=5."),
+    rule: GateRuleOpt = None,
     allow_different: list[str] | None = typer.Option(
         None,
         "--allow-different",
@@ -81,25 +83,16 @@ def gate(
     absolute_only: bool = typer.Option(
         False, "--absolute-only", help="Check the absolute limits alone (no baseline needed)."
     ),
-    bootstrap: int | None = bootstrap_option(
-        None, "Bootstrap resamples (default 1000, at most 100,000; 0: point estimates only)."
-    ),
-    confidence: float | None = confidence_option(None, "Two-sided confidence of the intervals (default 0.95)."),
-    seed: int | None = typer.Option(
-        None, "--seed", min=0, help="Bootstrap seed (default 0): same files, same verdict."
-    ),
-    column: list[str] | None = ColumnOpt,
-    format: str = FormatOpt,
-    junit_xml: str | None = JunitXmlOpt,
-    markdown: str | None = markdown_option("a Markdown table"),
-    plots: str | None = plots_option(
-        "Write PNGs: the checks with their intervals, baseline and candidate overlaid (needs the plot extra)."
-    ),
-    html: str | None = html_option(
-        "Write one self-contained HTML page: checks, pictures, run metadata, and the candidate's worst sequences "
-        "token by token in a tokens tab."
-    ),
-    tokenizer: str | None = tokenizer_option(),
+    bootstrap: GateBootstrapOpt = None,
+    confidence: GateConfidenceOpt = None,
+    seed: GateSeedOpt = None,
+    column: ColumnOpt = None,
+    format: FormatOpt = DEFAULT_FORMAT,
+    junit_xml: JunitXmlOpt = None,
+    markdown: GateMarkdownOpt = None,
+    plots: GatePlotsOpt = None,
+    html: GateHtmlOpt = None,
+    tokenizer: TokenizerOpt = None,
     force: bool = typer.Option(False, "--force", help="With --init: overwrite an existing file."),
 ) -> None:
     """Gate a serving-stack change on the train-inference mismatch: absolute limits, and regression limits against a

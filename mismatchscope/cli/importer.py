@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
 from ..errors import UsageError
 from ..importers import IMPORTERS, PICKLED_FORMATS, ROUTE_ENCODINGS
 from ..importers.registry import logged_by
-from ._options import FormatOpt, column_option, out_option
+from ._options import DEFAULT_FORMAT, FormatOpt, ImportColumnOpt, ImportOutOpt
 from ._streams import info, reader_left, warn
 
 FORMATS = tuple(IMPORTERS)
@@ -50,14 +51,12 @@ def _routes_options(src: str | None, encoding: str | None, config: str | None):
 
 
 def import_(
-    fmt: str = typer.Argument(..., metavar="FORMAT", help=f"One of: {', '.join(FORMATS)}.", show_default=False),
-    src: str = typer.Argument(
-        ..., help="The framework's dump folder or file (see docs/import.md).", show_default=False
-    ),
-    out: str = out_option("Output directory (token shards under OUT/tokens, OUT/manifest.json).", required=True),
-    column: list[str] | None = column_option(
-        "Generic formats: map your list columns, e.g. sampler_logprob=rollout_log_probs, mask=response_mask. Repeatable."
-    ),
+    fmt: Annotated[str, typer.Argument(metavar="FORMAT", help=f"One of: {', '.join(FORMATS)}.", show_default=False)],
+    src: Annotated[
+        str, typer.Argument(help="The framework's dump folder or file (see docs/import.md).", show_default=False)
+    ],
+    out: ImportOutOpt,
+    column: ImportColumnOpt = None,
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip and count malformed records instead of stopping."),
     trust_pickle: bool = typer.Option(
         False,
@@ -85,7 +84,7 @@ def import_(
         help="The model that recorded the routes: its checkpoint folder or config.json "
         "(decoder layers, MoE layers, experts, top-k).",
     ),
-    format: str = FormatOpt,
+    format: FormatOpt = DEFAULT_FORMAT,
 ) -> None:
     # the help's summary is written from the registry, under the function
     from ..importers import import_run

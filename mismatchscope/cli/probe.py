@@ -6,18 +6,19 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from ..errors import UsageError
+from ..probe.engine_config import EngineValues
 from ..probe.engine_log import engine_output
-from ._options import (
+from ._engine_options import (
     AllowPickleOpt,
     AttnImplementationOpt,
+    DeviceMapOpt,
     EnforceEagerOpt,
     EngineArgOpt,
-    FormatOpt,
     Fp32HeadOpt,
     FullVocabOpt,
     GpuMemoryOpt,
@@ -28,14 +29,18 @@ from ._options import (
     MaxModelLenOpt,
     MaxNumSeqsOpt,
     MaxTokensOpt,
+    ProbeSamplerOpt,
+    ProbeTrainerCheckpointOpt,
     PromptsOpt,
     ReplayRoutesOpt,
     ReplayWeightsOpt,
+    RescoreTrainerCheckpointOpt,
+    ResumeOpt,
     RoutesOpt,
-    RuleOpt,
     SamplerDtypeOpt,
     SamplerFp32HeadOpt,
     SamplesOpt,
+    SeedOpt,
     TemperatureOpt,
     TensorParallelOpt,
     TopKLogprobsOpt,
@@ -48,13 +53,14 @@ from ._options import (
     TrainerFp32HeadOpt,
     TrustRemoteCodeOpt,
     VerboseOpt,
-    device_map_option,
     engine_args,
-    out_option,
-    resume_option,
-    sampler_option,
-    seed_option,
-    trainer_checkpoint_option,
+)
+from ._options import (
+    DEFAULT_FORMAT,
+    FormatOpt,
+    ProbeOutOpt,
+    RescoreOutOpt,
+    RuleOpt,
 )
 from ._progress import Bars, engine_env
 from ._streams import info, warn
@@ -92,61 +98,51 @@ def _show(run_dir: Path, selected: list, format: str, located: LocateResult | No
 
 
 def probe(
-    ctx: typer.Context,
     checkpoint: Path | None = typer.Argument(
         None,
         help="A local checkpoint folder (config.json, *.safetensors, tokenizer). Default: the bundled sample model.",
         show_default=False,
     ),
-    prompts: Path | None = PromptsOpt,
-    out: str | None = out_option("Run directory. Default: runs/probe-<time>."),
-    sampler: str | None = sampler_option(
-        None,
-        "vllm (offline engine, in-process; the default), vllm-server (a running OpenAI-compatible server, --url), "
-        "trl-server (a running trl vllm-serve, --url), or hf (transformers generate; the default with --zero).",
-        show_default=False,
-    ),
+    prompts: PromptsOpt = None,
+    out: ProbeOutOpt = None,
+    sampler: ProbeSamplerOpt = EngineValues.sampler,
     url: str | None = typer.Option(
         None, "--url", help="Base URL of the server for --sampler vllm-server or trl-server."
     ),
     api_key_env: str = typer.Option(
-        "MISMATCHSCOPE_API_KEY",
+        EngineValues.api_key_env,
         "--api-key-env",
         help="Environment variable holding the server's API key (the key is never written anywhere).",
     ),
-    sampler_dtype: str = SamplerDtypeOpt,
-    trainer_dtype: str = TrainerDtypeOpt,
-    temperature: float = TemperatureOpt,
-    top_p: float = TopPOpt,
-    top_k: int = TopKOpt,
-    n: int = SamplesOpt,
-    max_tokens: int = MaxTokensOpt,
-    top_k_logprobs: int = TopKLogprobsOpt,
-    seed: int = seed_option(),
-    logprobs_mode: str = LogprobsModeOpt,
-    tensor_parallel_size: int = TensorParallelOpt,
-    max_num_seqs: int | None = MaxNumSeqsOpt,
-    enforce_eager: bool = EnforceEagerOpt,
-    gpu_memory_utilization: float | None = GpuMemoryOpt,
-    max_model_len: int | None = MaxModelLenOpt,
-    fp32_lm_head: bool = Fp32HeadOpt,
-    sampler_fp32_lm_head: bool = SamplerFp32HeadOpt,
-    trainer_fp32_lm_head: bool = TrainerFp32HeadOpt,
-    engine_arg: list[str] | None = EngineArgOpt,
-    attn_implementation: str | None = AttnImplementationOpt,
-    device_map: str | None = device_map_option("auto: shard a model larger than one GPU."),
-    trainer_device: str | None = TrainerDeviceOpt,
-    trainer_batch_tokens: int = TrainerBatchTokensOpt,
-    trust_remote_code: bool = TrustRemoteCodeOpt,
-    allow_pickle: bool = AllowPickleOpt,
+    sampler_dtype: SamplerDtypeOpt = EngineValues.sampler_dtype,
+    trainer_dtype: TrainerDtypeOpt = EngineValues.trainer_dtype,
+    temperature: TemperatureOpt = EngineValues.temperature,
+    top_p: TopPOpt = EngineValues.top_p,
+    top_k: TopKOpt = EngineValues.top_k,
+    n: SamplesOpt = EngineValues.n,
+    max_tokens: MaxTokensOpt = EngineValues.max_tokens,
+    top_k_logprobs: TopKLogprobsOpt = EngineValues.top_k_logprobs,
+    seed: SeedOpt = EngineValues.seed,
+    logprobs_mode: LogprobsModeOpt = EngineValues.logprobs_mode,
+    tensor_parallel_size: TensorParallelOpt = EngineValues.tensor_parallel_size,
+    max_num_seqs: MaxNumSeqsOpt = EngineValues.max_num_seqs,
+    enforce_eager: EnforceEagerOpt = EngineValues.enforce_eager,
+    gpu_memory_utilization: GpuMemoryOpt = EngineValues.gpu_memory_utilization,
+    max_model_len: MaxModelLenOpt = EngineValues.max_model_len,
+    fp32_lm_head: Fp32HeadOpt = EngineValues.fp32_lm_head,
+    sampler_fp32_lm_head: SamplerFp32HeadOpt = EngineValues.sampler_fp32_lm_head,
+    trainer_fp32_lm_head: TrainerFp32HeadOpt = EngineValues.trainer_fp32_lm_head,
+    engine_arg: EngineArgOpt = None,
+    attn_implementation: AttnImplementationOpt = EngineValues.attn_implementation,
+    device_map: DeviceMapOpt = EngineValues.device_map,
+    trainer_device: TrainerDeviceOpt = EngineValues.trainer_device,
+    trainer_batch_tokens: TrainerBatchTokensOpt = EngineValues.trainer_batch_tokens,
+    trust_remote_code: TrustRemoteCodeOpt = EngineValues.trust_remote_code,
+    allow_pickle: AllowPickleOpt = EngineValues.allow_pickle,
     sampler_tokenizer: Path | None = typer.Option(
         None, "--sampler-tokenizer", help="A separate tokenizer the sampler uses; checked against the checkpoint's."
     ),
-    trainer_checkpoint: Path | None = trainer_checkpoint_option(
-        "Score with other weights of the same model (a later checkpoint: policy lag). Checked first: same "
-        "architecture, vocabulary and tokenizer as the sampler's checkpoint. Default: the sampler's checkpoint. "
-        "A --resume keeps the recorded one."
-    ),
+    trainer_checkpoint: ProbeTrainerCheckpointOpt = None,
     reward_fn: str | None = typer.Option(
         None,
         "--reward-fn",
@@ -156,10 +152,10 @@ def probe(
     round_prompts: int = typer.Option(
         0, "--round-prompts", min=0, help="Prompts per sampling round (0: all in one batch)."
     ),
-    replay_routes: bool = ReplayRoutesOpt,
-    replay_weights: bool = ReplayWeightsOpt,
-    routes: bool = RoutesOpt,
-    resume: bool = resume_option("Continue a run directory that was interrupted."),
+    replay_routes: ReplayRoutesOpt = EngineValues.replay_routes,
+    replay_weights: ReplayWeightsOpt = EngineValues.replay_weights,
+    routes: RoutesOpt = EngineValues.routes,
+    resume: ResumeOpt = False,
     sampler_prefill: bool = typer.Option(
         False,
         "--sampler-prefill",
@@ -173,7 +169,7 @@ def probe(
         "own forward and log-softmax (one sequence, fixed width, no KV cache), in the trainer's dtype "
         "(--trainer-dtype), with its prefill recorded. certify should pass all three pairings.",
     ),
-    full_vocab: bool = FullVocabOpt,
+    full_vocab: FullVocabOpt = False,
     turns: int = typer.Option(
         1,
         "--turns",
@@ -198,67 +194,128 @@ def probe(
         "the default) or messages (decode, re-render and encode the conversation each turn; the trainer's ids are "
         "recorded where they differ from the sampler's).",
     ),
-    verbose: bool = VerboseOpt,
-    rule: list[str] | None = RuleOpt,
-    format: str = FormatOpt,
+    verbose: VerboseOpt = False,
+    rule: RuleOpt = None,
+    format: FormatOpt = DEFAULT_FORMAT,
 ) -> None:
     """Sample with a real engine, teacher-force with a real trainer, record per-token logprob pairs, and print the report."""
     from ..probe.command import run_probe
 
     selected = _parsed_rules(rule)
-    paths = dict(checkpoint=checkpoint, prompts=prompts, sampler_tokenizer=sampler_tokenizer)
-    opts = _probe_options({**ctx.params, **paths, "trainer_checkpoint": trainer_checkpoint})
+    values = EngineValues(
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        n=n,
+        max_tokens=max_tokens,
+        top_k_logprobs=top_k_logprobs,
+        seed=seed,
+        logprobs_mode=logprobs_mode,
+        sampler=sampler,
+        sampler_dtype=sampler_dtype,
+        tensor_parallel_size=tensor_parallel_size,
+        max_num_seqs=max_num_seqs,
+        enforce_eager=enforce_eager,
+        gpu_memory_utilization=gpu_memory_utilization,
+        max_model_len=max_model_len,
+        fp32_lm_head=fp32_lm_head,
+        sampler_fp32_lm_head=sampler_fp32_lm_head,
+        url=url,
+        api_key_env=api_key_env,
+        zero=zero,
+        trainer_dtype=trainer_dtype,
+        attn_implementation=attn_implementation,
+        trainer_fp32_lm_head=trainer_fp32_lm_head,
+        device_map=device_map,
+        trainer_device=trainer_device,
+        trainer_batch_tokens=trainer_batch_tokens,
+        trust_remote_code=trust_remote_code,
+        allow_pickle=allow_pickle,
+        replay_routes=replay_routes,
+        replay_weights=replay_weights,
+        routes=routes,
+    )
+    opts = _probe_options(
+        values,
+        checkpoint=checkpoint,
+        prompts=prompts,
+        out=out,
+        engine_arg=engine_arg,
+        reward_fn=reward_fn,
+        resume=resume,
+        round_prompts=round_prompts,
+        sampler_tokenizer=sampler_tokenizer,
+        trainer_checkpoint=trainer_checkpoint,
+        sampler_prefill=sampler_prefill,
+        full_vocab=full_vocab,
+        turns=turns,
+        tool_response=tool_response,
+        turn_ids=turn_ids,
+    )
     with engine_output(opts.out, verbose=verbose, sampler_kind=opts.sampler.kind), Bars(enabled=True) as bars:
         run_dir = run_probe(opts, bars)
     _show(run_dir, selected, format)
 
 
-def _probe_options(params: dict[str, Any]) -> ProbeOptions:
+def _probe_options(
+    values: EngineValues,
+    *,
+    checkpoint: Path | None,
+    prompts: Path | None,
+    out: str | None,
+    engine_arg: list[str] | None,
+    reward_fn: str | None,
+    resume: bool,
+    round_prompts: int,
+    sampler_tokenizer: Path | None,
+    trainer_checkpoint: Path | None,
+    sampler_prefill: bool,
+    full_vocab: bool,
+    turns: int,
+    tool_response: str | None,
+    turn_ids: str | None,
+) -> ProbeOptions:
     """The probe's typed options, checked: the bundled model and prompts where none are given, the zero profile's
-    sampler and dtype. Each check in the order a user meets it, before any engine starts.
-
-    ``params``: the command's parameters as click parsed them (``ctx.params``: numbers, flags and text), with its
-    paths as typer converted them."""
+    sampler and dtype. Each check in the order a user meets it, before any engine starts."""
     from ..probe import options
-    from ..probe.engine_config import EngineValues
     from ..probe.samplers import capabilities_of
 
-    if params["logprobs_mode"] not in ("processed_logprobs", "raw_logprobs"):
-        raise UsageError(f"--logprobs-mode {params['logprobs_mode']!r}", hint="use processed_logprobs or raw_logprobs")
-    values = EngineValues.of(params).profiled()
+    if values.logprobs_mode not in ("processed_logprobs", "raw_logprobs"):
+        raise UsageError(f"--logprobs-mode {values.logprobs_mode!r}", hint="use processed_logprobs or raw_logprobs")
+    values = values.profiled()
     if capabilities_of(values.sampler_kind).remote and not values.url:
         raise UsageError(f"--sampler {values.sampler_kind} needs --url http://HOST:PORT")
     from ..probe.turns import turns_config
 
-    turns = turns_config(params["turns"], params["tool_response"], params["turn_ids"])
-    bundled = params["checkpoint"] is None
-    checkpoint = options.bundled_checkpoint(turns) if bundled else params["checkpoint"]
-    prompts = params["prompts"] if params["prompts"] is not None else options.bundled_prompts()
+    conversation = turns_config(turns, tool_response, turn_ids)
+    bundled = checkpoint is None
+    checkpoint = options.bundled_checkpoint(conversation) if checkpoint is None else checkpoint
+    prompts = prompts if prompts is not None else options.bundled_prompts()
     engine_env()
-    out = _out_dir(params["out"], "probe")
-    values = replace(values, engine_args=engine_args(params["engine_arg"]))
+    out_dir = _out_dir(out, "probe")
+    values = replace(values, engine_args=engine_args(engine_arg))
     sampler = values.sampler_config()
     opts = options.ProbeOptions(
         checkpoint=checkpoint,
         prompts=prompts,
-        out=out,
+        out=out_dir,
         sampling=values.sampling_config(),
         sampler=sampler,
         trainer=values.trainer_config(),
-        reward_fn=params["reward_fn"],
-        resume=params["resume"],
-        round_prompts=params["round_prompts"],
-        sampler_tokenizer=params["sampler_tokenizer"],
-        trainer_checkpoint=params["trainer_checkpoint"],
-        sampler_prefill=options.records_prefill(params["sampler_prefill"], sampler),
-        full_vocab=params["full_vocab"],
-        turns=turns,
+        reward_fn=reward_fn,
+        resume=resume,
+        round_prompts=round_prompts,
+        sampler_tokenizer=sampler_tokenizer,
+        trainer_checkpoint=trainer_checkpoint,
+        sampler_prefill=options.records_prefill(sampler_prefill, sampler),
+        full_vocab=full_vocab,
+        turns=conversation,
     )
     options.check_options(opts)  # run_probe checks again; here so that a bad option is reported before the note below
     if bundled:
         if not checkpoint.is_dir():
             raise UsageError("no CHECKPOINT given and no bundled sample model found", hint="pass a checkpoint folder")
-        chat = "" if turns is None else ", with a chat template"
+        chat = "" if conversation is None else ", with a chat template"
         info(f"no CHECKPOINT given: probing the bundled sample model (tiny Qwen3 trained on addition{chat})")
     return opts
 
@@ -274,36 +331,22 @@ def _out_dir(out: str | None, command: str) -> Path:
     return Path(out)
 
 
-RESCORE_NOT_TAKEN = frozenset(
-    {
-        *("sampler", "sampler_dtype", "sampler_fp32_lm_head", "fp32_lm_head", "zero", "url", "api_key_env"),
-        *("tensor_parallel_size", "max_num_seqs", "enforce_eager", "gpu_memory_utilization", "max_model_len"),
-        *("n", "max_tokens", "top_p", "top_k", "top_k_logprobs", "seed", "logprobs_mode"),
-    }
-)
-"""The engine options rescore has no parameter for: it scores samples already drawn, with the trainer alone."""
-
-
 def rescore(
-    ctx: typer.Context,
-    run: Path = typer.Argument(
-        ..., help="A probe run directory, or an import with --routes (docs/import.md).", show_default=False
-    ),
-    out: str = out_option("New run directory for the rescored pairs.", required=True),
-    trainer_dtype: str = TrainerDtypeOpt,
-    attn_implementation: str | None = AttnImplementationOpt,
-    trainer_fp32_lm_head: bool = TrainerFp32HeadAliasOpt,
-    device_map: str | None = device_map_option(),
-    trainer_device: str | None = TrainerDeviceOpt,
-    trainer_batch_tokens: int = TrainerBatchTokensOpt,
-    trust_remote_code: bool = TrustRemoteCodeOpt,
-    allow_pickle: bool = AllowPickleOpt,
-    trainer_checkpoint: Path | None = trainer_checkpoint_option(
-        "Score with other weights of the same model (policy lag), checked against the recorded checkpoint. "
-        "An imported run: the checkpoint to score it with (required; its vocabulary, context and router must fit "
-        "the imported tokens and routes)."
-    ),
-    temperature: float | None = ImportedTemperatureOpt,
+    run: Annotated[
+        Path,
+        typer.Argument(help="A probe run directory, or an import with --routes (docs/import.md).", show_default=False),
+    ],
+    out: RescoreOutOpt,
+    trainer_dtype: TrainerDtypeOpt = EngineValues.trainer_dtype,
+    attn_implementation: AttnImplementationOpt = EngineValues.attn_implementation,
+    trainer_fp32_lm_head: TrainerFp32HeadAliasOpt = EngineValues.trainer_fp32_lm_head,
+    device_map: DeviceMapOpt = EngineValues.device_map,
+    trainer_device: TrainerDeviceOpt = EngineValues.trainer_device,
+    trainer_batch_tokens: TrainerBatchTokensOpt = EngineValues.trainer_batch_tokens,
+    trust_remote_code: TrustRemoteCodeOpt = EngineValues.trust_remote_code,
+    allow_pickle: AllowPickleOpt = EngineValues.allow_pickle,
+    trainer_checkpoint: RescoreTrainerCheckpointOpt = None,
+    temperature: ImportedTemperatureOpt = None,
     checkpoint: Path | None = typer.Option(
         None,
         "--checkpoint",
@@ -311,22 +354,33 @@ def rescore(
         help="Where the checkpoint the run was sampled from is now, when not at the path the run recorded (a "
         "relative path is also looked for under the run's own folders). Its sha256 is checked against the run's.",
     ),
-    replay_routes: bool = ReplayRoutesOpt,
-    replay_weights: bool = ReplayWeightsOpt,
-    routes: bool = RoutesOpt,
-    resume: bool = resume_option(),
-    verbose: bool = VerboseOpt,
-    rule: list[str] | None = RuleOpt,
-    locate: bool = LocateOpt,
-    locate_sequences: int | None = LocateSequencesOpt,
-    format: str = FormatOpt,
+    replay_routes: ReplayRoutesOpt = EngineValues.replay_routes,
+    replay_weights: ReplayWeightsOpt = EngineValues.replay_weights,
+    routes: RoutesOpt = EngineValues.routes,
+    resume: ResumeOpt = False,
+    verbose: VerboseOpt = False,
+    rule: RuleOpt = None,
+    locate: LocateOpt = False,
+    locate_sequences: LocateSequencesOpt = None,
+    format: FormatOpt = DEFAULT_FORMAT,
 ) -> None:
     """Re-score a run's samples with other trainer settings, or score an imported run with a checkpoint."""
-    from ..probe.engine_config import EngineValues
     from ..probe.rescore import rescore as do_rescore
 
     selected = _parsed_rules(rule)
-    cfg = EngineValues.of(ctx.params, not_taken=RESCORE_NOT_TAKEN).trainer_config()
+    cfg = EngineValues(  # the trainer's options alone: rescore scores samples already drawn
+        trainer_dtype=trainer_dtype,
+        attn_implementation=attn_implementation,
+        trainer_fp32_lm_head=trainer_fp32_lm_head,
+        device_map=device_map,
+        trainer_device=trainer_device,
+        trainer_batch_tokens=trainer_batch_tokens,
+        trust_remote_code=trust_remote_code,
+        allow_pickle=allow_pickle,
+        replay_routes=replay_routes,
+        replay_weights=replay_weights,
+        routes=routes,
+    ).trainer_config()
     out_dir = _out_dir(out, "rescore")
     located, locate_opts = _locatable(run, locate, locate_sequences, checkpoint)
     with engine_output(out_dir, verbose=verbose), Bars(enabled=True) as bars:

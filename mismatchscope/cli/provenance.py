@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from ._options import FormatOpt
+from ._options import DEFAULT_FORMAT, FormatOpt, ProvenanceMarkdownOpt
 
 
 def provenance(
@@ -20,10 +20,8 @@ def provenance(
         show_default=False,
         help="A second run: RUN is then the baseline, RUN_B the candidate, each side against its own.",
     ),
-    format: str = FormatOpt,
-    markdown: str | None = typer.Option(
-        None, "--markdown", metavar="FILE", help="Also write the comparison as Markdown (a pull-request comment)."
-    ),
+    format: FormatOpt = DEFAULT_FORMAT,
+    markdown: ProvenanceMarkdownOpt = None,
 ) -> None:
     """What ran on each side of a run: the identities (weights, tokenizer, chat template, generation config, sampling
     parameters), the software, the numerics asked for and used, the environment, the engine's fallbacks and the

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from ..analysis.parallel import keep_freed_memory
-from ._options import ColumnOpt, FormatOpt, plots_option, rule_option
+from ._options import DEFAULT_FORMAT, ColumnOpt, FormatOpt, TimelinePlotsOpt, TimelineRuleOpt
 from ._streams import info, warn
 
 RunsArg = typer.Argument(
@@ -26,16 +26,10 @@ def timeline(
         "any column of the file, mismatchscope's or not; or entropy: the trainer's entropy in report's buckets "
         "(a gap that grows while each bucket's stays flat is the policy sharpening).",
     ),
-    rule: list[str] | None = rule_option(
-        "A rule whose reject (or reweight) rate to follow per step: icepop or icepop:alpha=0.2,beta=5. "
-        "Repeatable; none means icepop and ipo at their defaults (the two that need no advantage)."
-    ),
-    column: list[str] | None = ColumnOpt,
-    format: str = FormatOpt,
-    plots: str | None = plots_option(
-        "Also write DIR/timeline.png: one panel per metric, flagged steps marked "
-        "(with two or more runs or --x: DIR/timeline_compare.png)."
-    ),
+    rule: TimelineRuleOpt = None,
+    column: ColumnOpt = None,
+    format: FormatOpt = DEFAULT_FORMAT,
+    plots: TimelinePlotsOpt = None,
     x: str | None = typer.Option(
         None,
         "--x",

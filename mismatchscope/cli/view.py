@@ -6,15 +6,15 @@ import typer
 
 from ..analysis.parallel import keep_freed_memory
 from ..errors import UsageError
-from ._options import ColumnOpt, FormatOpt, PathArg, html_option, rule_option, tokenizer_option
+from ._options import DEFAULT_FORMAT, ColumnOpt, FormatOpt, PathArg, TokenizerOpt, ViewHtmlOpt, ViewRuleOpt
 from ._streams import warn
 
 DEFAULT_WORST = 20
 
 
 def view(
-    path: str = PathArg,
-    html: str = html_option("The page to write: one self-contained HTML file that opens offline."),
+    path: PathArg,
+    html: ViewHtmlOpt = None,
     worst: int | None = typer.Option(
         None,
         "--worst",
@@ -37,11 +37,8 @@ def view(
         metavar="ID[,ID...]",
         help="Show these sequences, in this order, instead of the worst. Repeatable.",
     ),
-    rule: list[str] | None = rule_option(
-        "A rule whose decisions the page marks, with optional parameters. Repeatable; none means every rule at its "
-        "defaults."
-    ),
-    tokenizer: str | None = tokenizer_option(),
+    rule: ViewRuleOpt = None,
+    tokenizer: TokenizerOpt = None,
     token_cap: int = typer.Option(
         10_000,
         "--token-cap",
@@ -49,8 +46,8 @@ def view(
         metavar="N",
         help="Show at most N tokens on the page; a longer sequence shows the window around its largest gap.",
     ),
-    column: list[str] | None = ColumnOpt,
-    format: str = FormatOpt,
+    column: ColumnOpt = None,
+    format: FormatOpt = DEFAULT_FORMAT,
 ) -> None:
     """The worst (or chosen) sequences as text, each token coloured by log p - log q and marked by every rule that rejects or reweights it; hover or focus a token for both sides' numbers and top-k."""
     keep_freed_memory()

@@ -30,10 +30,12 @@ cause lives in multi-turn runs, and a single-turn run's output stays as it was.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from ..documents import optional, to_json
 from .document import Evidence, Finding
 from .findings import MIN_TOKENS, clear, detected, g, too_few
 from .sample import Sample
@@ -109,7 +111,25 @@ def _turn(s: Sample, row: int) -> tuple[int, int]:
     return int(s.columns["turn"][row]), int(s.columns["turn_position"][row])
 
 
-def _drift(s: Sample, first: dict[int, int], ends: np.ndarray, starts: np.ndarray, method: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Drift:
+    """What the drifting turns cause, as the finding's estimate records it (in this order)."""
+
+    method: str
+    first_turn: float
+    first_turn_position: float
+    sequence_id: float
+    position: float
+    sequences_share: float
+    tokens_share: float
+    gap_misaligned: float
+    gap_rest: float | None
+    turns: float
+    step_on_rare_ids: float | None = field(default=None, metadata=optional("signature: rare ids among the steps"))
+    rare_ids_overall: float | None = field(default=None, metadata=optional("signature: rare ids in the run"))
+
+
+def _drift(s: Sample, first: dict[int, int], ends: np.ndarray, starts: np.ndarray, method: str) -> Drift:
     """What the drifting turns (segment index -> its first drifting row) cause: shares, gaps, the first one."""
     d = np.abs(s.columns["trainer_logprob"] - s.columns["sampler_logprob"])
     off = np.zeros(d.size, dtype=bool)
@@ -120,40 +140,38 @@ def _drift(s: Sample, first: dict[int, int], ends: np.ndarray, starts: np.ndarra
     row = by_turn[0]
     turn, turn_position = _turn(s, row)
     drifting_sequences = np.unique(seq[list(first.values())]).size
-    return {
-        "method": method,
-        "first_turn": float(turn),
-        "first_turn_position": float(turn_position),
-        "sequence_id": float(seq[row]),
-        "position": float(s.columns["position"][row]),
-        "sequences_share": drifting_sequences / np.unique(seq).size,
-        "tokens_share": float(off.mean()),
-        "gap_misaligned": float(d[off].mean()),
-        "gap_rest": float(d[~off].mean()) if (~off).any() else None,
-        "turns": float(len(first)),
-    }
+    return Drift(
+        method=method,
+        first_turn=float(turn),
+        first_turn_position=float(turn_position),
+        sequence_id=float(seq[row]),
+        position=float(s.columns["position"][row]),
+        sequences_share=drifting_sequences / np.unique(seq).size,
+        tokens_share=float(off.mean()),
+        gap_misaligned=float(d[off].mean()),
+        gap_rest=float(d[~off].mean()) if (~off).any() else None,
+        turns=float(len(first)),
+    )
 
 
-def _found(e: dict[str, Any], confidence: str, how: str) -> Finding:
-    turn, pos = int(e["first_turn"]), int(e["first_turn_position"])
-    rest = f" against {g(e['gap_rest'])} elsewhere" if e["gap_rest"] is not None else ""
+def _found(e: Drift, confidence: str, how: str) -> Finding:
+    turn, pos = int(e.first_turn), int(e.first_turn_position)
+    rest = f" against {g(e.gap_rest)} elsewhere" if e.gap_rest is not None else ""
     sentence = (
-        f"{how} in {e['sequences_share']:.1%} of conversations ({e['tokens_share']:.1%} of tokens): re-tokenized "
-        f"between the sides, first in turn {turn} at its token {pos} (sequence {int(e['sequence_id'])}, position "
-        f"{int(e['position'])}); from there the turn's pairs are misaligned, mean |log p - log q| "
-        f"{g(e['gap_misaligned'])}{rest}"
+        f"{how} in {e.sequences_share:.1%} of conversations ({e.tokens_share:.1%} of tokens): re-tokenized "
+        f"between the sides, first in turn {turn} at its token {pos} (sequence {int(e.sequence_id)}, position "
+        f"{int(e.position)}); from there the turn's pairs are misaligned, mean |log p - log q| "
+        f"{g(e.gap_misaligned)}{rest}"
     )
     ev = [
-        Evidence("share of conversations with a re-tokenized turn", e["sequences_share"], "0"),
-        Evidence("mean |log p - log q| from the first changed id to the turn's end", e["gap_misaligned"], "the rest's"),
+        Evidence("share of conversations with a re-tokenized turn", e.sequences_share, "0"),
+        Evidence("mean |log p - log q| from the first changed id to the turn's end", e.gap_misaligned, "the rest's"),
     ]
-    f = detected(CAUSE, sentence, ev, e, confidence, CHANGE)  # type: ignore[arg-type]  # a Confidence
+    f = detected(CAUSE, sentence, ev, to_json(e), confidence, CHANGE)  # type: ignore[arg-type]  # a Confidence
     return _with_turn(f, turn)
 
 
 def _with_turn(f: Finding, turn: int) -> Finding:
-    from dataclasses import replace
-
     return replace(f, turn=turn)
 
 
@@ -197,9 +215,9 @@ def _by_tokenizer(s: Sample, tokenizer: Any, source: str) -> tuple[Finding, dict
     if not first:
         return clear(CAUSE, f"every turn's ids encode back to themselves ({checked} turns, {source})", ev), {}
     e = _drift(s, first, ends, starts, "tokenizer")
-    rest = e["gap_rest"] if e["gap_rest"] is not None else 0.0
-    stepped = e["gap_misaligned"] >= max(STEP_FLOOR, STEP_RATIO * rest)
-    ev.append(Evidence("mean |log p - log q| from the first such id to the turn's end", e["gap_misaligned"], g(rest)))
+    rest = e.gap_rest if e.gap_rest is not None else 0.0
+    stepped = e.gap_misaligned >= max(STEP_FLOOR, STEP_RATIO * rest)
+    ev.append(Evidence("mean |log p - log q| from the first such id to the turn's end", e.gap_misaligned, g(rest)))
     if not stepped:
         return clear(
             CAUSE,
@@ -271,7 +289,7 @@ def _signature(s: Sample) -> tuple[Finding, dict[int, int]]:
     rare_ids = values[counts <= max(2, int(1e-4 * ids.size))]
     step_rare = float(np.isin(ids[list(first.values())], rare_ids).mean())
     base_rare = float(np.isin(ids, rare_ids).mean())
-    e["step_on_rare_ids"], e["rare_ids_overall"] = step_rare, base_rare
+    e = replace(e, step_on_rare_ids=step_rare, rare_ids_overall=base_rare)
     ev.append(Evidence("share of the step tokens that are rare ids in the run", step_rare, f"{base_rare:.3g} overall"))
     how = "a step up in the gap that persists to the turn's end (signature, no ids to compare)"
     return _found(e, "low", how), first

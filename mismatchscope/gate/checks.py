@@ -19,7 +19,7 @@ Semantics (the README and the starter ``gate.toml`` say the same):
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -59,9 +59,6 @@ class Check:
     @property
     def failed(self) -> bool:
         return self.status == "fail"
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def evaluate(cfg: GateConfig, candidate: FileEstimates, baseline: FileEstimates | None) -> list[Check]:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
+from ..documents import json_edge
 from ..errors import InputError, UsageError
 from ..progress import FileProgress
 from ._base import ImportContext, Importer, ImportResult, JsonlImporter, SamplerOnlyImporter, SourceFile
@@ -236,6 +237,7 @@ def _import_locked(
     return result
 
 
+@json_edge
 def _provenance(fmt: str) -> dict[str, Any]:
     """What the dump says each side ran: the stack, its engines where it fixes them; the rest not recorded."""
     from ..execution.derived import imported
@@ -317,6 +319,7 @@ def _count_warnings(result: ImportResult, ctx: ImportContext) -> list[str]:
     return out
 
 
+@json_edge
 def _manifest(
     fmt: str,
     src: Path,

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
+from ..documents import json_edge
 from ..errors import ImportFormatError
 
 if TYPE_CHECKING:
@@ -58,6 +59,7 @@ class ImportResult:
     sampler_only: bool = False
     """the dump holds the sampler's side only: its sequences' ids were kept for ``rescore``."""
 
+    @json_edge
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["out"] = str(self.out)
@@ -84,6 +86,7 @@ class Importer(Protocol):
 
     def discover(self, src: Path) -> list[SourceFile]: ...
 
+    @json_edge
     def semantics(self) -> dict[str, Any]: ...
 
 

@@ -92,8 +92,8 @@ def mask_span(mask: list, length: int, what: str = "the mask") -> tuple[int, int
     return lo, hi, np.asarray(span, dtype=np.float64) != 0
 
 
-def add_turns(values: dict[str, Any], keep: np.ndarray | None) -> dict[str, Any]:
-    """One sequence's values with ``turn`` and ``turn_position`` added where its mask has several runs of 1s.
+def add_turns(values: dict[str, Any], keep: np.ndarray | None) -> None:
+    """Adds ``turn`` and ``turn_position`` to one sequence's values where its mask has several runs of 1s.
 
     ``keep``: the sequence's mask (over its span, as ``mask_span`` gives it, or all of it: leading and trailing
     0s open no turn), None when every token of its span is kept (one turn: nothing added, the writer gives it
@@ -103,7 +103,6 @@ def add_turns(values: dict[str, Any], keep: np.ndarray | None) -> dict[str, Any]
         turns = mask_turns(keep)
         if turns is not None:
             values["turn"], values["turn_position"] = turns
-    return values
 
 
 def batch_turns(kept: np.ndarray, lengths: np.ndarray, columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -115,16 +114,15 @@ def batch_turns(kept: np.ndarray, lengths: np.ndarray, columns: dict[str, np.nda
     return columns
 
 
-def explicit(values: dict[str, Any], turn: np.ndarray, what: str) -> dict[str, Any]:
-    """One sequence's values with its explicit turns (one per kept token, the field ``what``) and the positions
-    within them; a turn that decreases, or is not a whole number from 0, makes the record bad."""
+def explicit(values: dict[str, Any], turn: np.ndarray, what: str) -> None:
+    """Adds one sequence's explicit turns (one per kept token, the field ``what``) and the positions within them
+    to its values; a turn that decreases, or is not a whole number from 0, makes the record bad."""
     try:
         turns = explicit_turns(turn)
     except InputError as e:
         raise ImportFormatError(f"{what}: {e}") from None
     if turns is not None:
         values["turn"], values["turn_position"] = turns
-    return values
 
 
 def batch_explicit(turn: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[int, str]]:

@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from ..documents import json_edge
 from ..errors import ImportFormatError
 from ._base import short
 
@@ -33,6 +34,7 @@ def loads(raw: bytes) -> Any:
         raise ValueError("nested too deeply") from None
 
 
+@json_edge
 def parse_record(raw: bytes) -> dict[str, Any]:
     """One JSON Lines record: a JSON object on one line, or an ImportFormatError saying what the line is instead."""
     try:

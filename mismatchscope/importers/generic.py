@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..documents import json_edge
 from ..errors import FieldComesAndGoesError, ImportFormatError, InputError, UsageError
 from ._base import SourceFile
 from ._mask import add_turns, explicit, mask_span
@@ -162,6 +163,7 @@ class GenericImporter:
             c for c in self.present if c not in ("token_id", "mask", "sequence_id", "turn") and c not in REQUIRED
         )
 
+    @json_edge
     def semantics(self) -> dict[str, Any]:
         return {**SEMANTICS, "columns": dict(self.present)}
 

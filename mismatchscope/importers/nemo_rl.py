@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ..documents import json_edge
 from ..errors import ImportFormatError, InputError, NoTrainerLogprobsError, UsageError
 from ._base import SourceFile, note
 from ._mask import add_turns, mask_span
@@ -84,6 +85,7 @@ class NemoRLImporter:
             files.append(SourceFile(path=p, rel=p.relative_to(root).as_posix(), step=int(m.group(1))))
         return sorted(files, key=lambda f: (f.step, f.rel))
 
+    @json_edge
     def semantics(self) -> dict[str, Any]:
         return dict(SEMANTICS)
 
@@ -114,7 +116,8 @@ class NemoRLImporter:
             "reward": reward,
             "step": f.step,
         }
-        return add_turns(values, keep), length - kept
+        add_turns(values, keep)
+        return values, length - kept
 
 
 def _per_token_lists(f: SourceFile, line: int, rec: dict[str, Any]) -> tuple[dict[str, Any], int]:

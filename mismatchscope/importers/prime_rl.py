@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from ..documents import json_edge
 from ..errors import FieldComesAndGoesError, ImportFormatError, InputError, UsageError
 from ._base import SourceFile, note
 from ._mask import add_turns, mask_span
@@ -123,6 +124,7 @@ class PrimeRLImporter:
             )
         return files
 
+    @json_edge
     def semantics(self) -> dict[str, Any]:
         return dict(SEMANTICS)
 
@@ -169,7 +171,8 @@ class PrimeRLImporter:
         note(notes, "nonfinite_logprobs", int(kept - np.count_nonzero(finite)))
         values["step"] = f.step
         values["rank"] = f.rank
-        return add_turns(values, keep), n - kept
+        add_turns(values, keep)
+        return values, n - kept
 
 
 def _first_record(path: Path) -> tuple[int, dict[str, Any]] | None:

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from ..documents import json_edge
 from ..errors import ImportFormatError, InputError, NoSamplerLogprobsError, UsageError
 from ._base import ImportContext, SourceFile
 from ._mask import refuse_mask_values
@@ -85,6 +86,7 @@ class RollImporter:
                 files.append(SourceFile(path=p, rel=p.relative_to(root).as_posix(), step=int(m.group(1))))
         return sorted(files, key=lambda f: (f.path.parent.as_posix(), f.step or 0))
 
+    @json_edge
     def semantics(self) -> dict[str, Any]:
         return dict(SEMANTICS)
 

@@ -34,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..documents import json_edge
 from ..errors import ImportFormatError, InputError, UsageError
 from ..routing import layout
 from ..schema import WRITE_OPTIONS
@@ -367,6 +368,7 @@ def _write_shard(out: Path, schema: pa.Schema, batches: list[pa.RecordBatch], in
     return path
 
 
+@json_edge
 def _manifest(
     plan: RoutesPlan, c: RouteCounts, shards: list[Path], out: Path, unrouted: int, orphans: int
 ) -> dict[str, Any]:

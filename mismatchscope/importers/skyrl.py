@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from ..documents import json_edge
 from ..errors import ImportFormatError, NoSamplerLogprobsError, UsageError
 from ._base import ImportContext, SourceFile, short
 from ._mask import add_turns, refuse_mask_values
@@ -73,6 +74,7 @@ class SkyRLImporter:
     def discover(self, src: Path) -> list[SourceFile]:
         return discover(src)
 
+    @json_edge
     def semantics(self) -> dict[str, Any]:
         return dict(SEMANTICS)
 
@@ -118,6 +120,7 @@ METADATA = "__metadata__"
 """the key :func:`read_batch` gives the batch's ``metadata`` under (``pad_size``, ``response_length``, ...)."""
 
 
+@json_edge
 def read_batch(f: SourceFile, trust_pickle: bool) -> dict[str, Any]:
     """The dumped batch as ``{field: numpy array or None}`` (packed fields as ``(values, offsets)``), its
     ``metadata`` under :data:`METADATA`."""

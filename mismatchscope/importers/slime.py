@@ -35,11 +35,13 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..documents import json_edge
 from ..errors import (
     ImportFormatError,
     MismatchscopeError,
@@ -71,6 +73,15 @@ SEMANTICS = {
 }
 
 
+@dataclass(frozen=True)
+class RolloutIndex:
+    """A rollout dump's samples, each as (group, ordinal in its group, reward): by position in the dump, and by
+    ``Sample.index`` where the dump records one."""
+
+    by_position: dict[int, tuple[int, int, float]]
+    by_index: dict[int, tuple[int, int, float]]
+
+
 class SlimeImporter:
     name = "slime"
 
@@ -83,7 +94,7 @@ class SlimeImporter:
         self.warnings: list[str] = []
         self.columns: tuple[str, ...] = ("advantage", "reward", "step", "rank")
         self.rollout_dir: Path | None = None
-        self._rollout_cache: tuple[int, dict[str, Any] | None] | None = None
+        self._rollout_cache: tuple[int, RolloutIndex | None] | None = None
 
     def discover(self, src: Path) -> list[SourceFile]:
         if src.is_file():
@@ -114,6 +125,7 @@ class SlimeImporter:
             )
         return sorted(files, key=lambda f: (f.step, f.rank or 0, f.rel))
 
+    @json_edge
     def semantics(self) -> dict[str, Any]:
         return dict(SEMANTICS)
 
@@ -179,7 +191,7 @@ class SlimeImporter:
         return samples
 
     def _convert(
-        self, f: SourceFile, k: int, s: Any, rollout: dict[str, Any] | None, raw_reward: Any
+        self, f: SourceFile, k: int, s: Any, rollout: RolloutIndex | None, raw_reward: Any
     ) -> tuple[dict, int]:
         if not isinstance(s, dict):
             raise ImportFormatError(f"sample is a {type(s).__name__}, not a dict", file=f.rel, record=k)
@@ -205,10 +217,11 @@ class SlimeImporter:
             "rank": int(_item(s.get("data_parallel_rank", f.rank or 0), "data_parallel_rank")),
         }
         values["reward"] = _sample_reward(f, k, s, rollout, raw_reward, values)
-        return add_turns(values, keep), len(tokens) - kept
+        add_turns(values, keep)
+        return values, len(tokens) - kept
 
     # -- the rollout dump --------------------------------------------------------
-    def _rollout(self, rollout_id: int, ctx: ImportContext) -> dict[str, Any]:
+    def _rollout(self, rollout_id: int, ctx: ImportContext) -> RolloutIndex:
         if self._rollout_cache is not None and self._rollout_cache[0] == rollout_id:
             cached = self._rollout_cache[1]
             if cached is None:
@@ -239,7 +252,7 @@ class SlimeImporter:
             index = _field(sample, "index")
             if index is not None:
                 by_index[int(index)] = info
-        result = {"by_position": by_position, "by_index": by_index}
+        result = RolloutIndex(by_position, by_index)
         self._rollout_cache = (rollout_id, result)
         return result
 
@@ -294,7 +307,7 @@ def _kept(f: SourceFile, k: int, per_token: dict[str, np.ndarray], resp: int) ->
 
 
 def _sample_reward(
-    f: SourceFile, k: int, s: dict, rollout: dict[str, Any] | None, raw_reward: Any, values: dict[str, Any]
+    f: SourceFile, k: int, s: dict, rollout: RolloutIndex | None, raw_reward: Any, values: dict[str, Any]
 ) -> float:
     """The sample's reward (the rollout dump's when it has one); with a rollout dump, also its group and ordinal."""
     pos = s.get("rollout_position")
@@ -303,9 +316,9 @@ def _sample_reward(
         reward = _reward(raw_reward[int(pos)])
     if rollout is None:
         return reward
-    info = rollout["by_position"].get(int(pos)) if pos is not None else None
+    info = rollout.by_position.get(int(pos)) if pos is not None else None
     if info is None and s.get("sample_index") is not None:
-        info = rollout["by_index"].get(int(_item(s["sample_index"], "sample_index")))
+        info = rollout.by_index.get(int(_item(s["sample_index"], "sample_index")))
     if info is None:
         raise ImportFormatError(
             f"no matching sample in rollout_data/{f.step}.pt "

@@ -45,12 +45,15 @@ import pickle
 import warnings
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import ImportFormatError, InputError, MissingDependencyError, UntrustedPickleError
 from ._base import short
+
+if TYPE_CHECKING:
+    import torch
 
 SKYRL_MODULES = ("skyrl.backends.skyrl_train.training_batch", "skyrl_train.training_batch")
 SKYRL_BATCHES = ("TrainingInputBatch", "TrainingOutputBatch", "TensorBatch")
@@ -233,12 +236,12 @@ def refuse_other_stack(obj: Any, rel: str, fmt: str) -> None:
 STACK_NAMES = {"skyrl": "SkyRL", "verl": "verl", "roll": "ROLL"}
 
 
-def _consolidated(metadata: Any, storage: Any) -> dict[str, Any]:
+def _consolidated(metadata: Any, storage: Any) -> dict[str, torch.Tensor]:
     """tensordict's consolidated TensorDict -> ``{key: tensor}``: each leaf is ``storage[start:stop]`` viewed as
     its dtype and shape (``pad`` bytes dropped), exactly as ``_rebuild_tensordict_files_consolidated`` slices it."""
     import torch
 
-    out: dict[str, Any] = {}
+    out: dict[str, torch.Tensor] = {}
     for key, leaf in dict(metadata.get("leaves", {})).items():
         dtype_name, shape, start, stop, pad = leaf[:5]
         dtype = getattr(torch, str(dtype_name).removeprefix("torch."), None)
@@ -279,7 +282,7 @@ def _make_td(cls: Any, state: Any) -> TensorDictLeaves:
     return out
 
 
-def load_tensordict(blob: bytes, rel: str, trust_pickle: bool) -> dict[str, Any]:
+def load_tensordict(blob: bytes, rel: str, trust_pickle: bool) -> dict[str, torch.Tensor]:
     """DataProto's ``torch.save``d TensorDict bytes -> ``{key: tensor}``, with torch's safe loader: consolidated
     (verl) or not (ROLL with tensordict 0.10 or later), through the stand-ins above."""
     import torch

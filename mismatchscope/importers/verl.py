@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from ..documents import json_edge
 from ..errors import ImportFormatError, InputError, NoSamplerLogprobsError, UsageError
 from ._base import ImportContext, SourceFile, short
 from ._mask import refuse_mask_values
@@ -83,6 +84,7 @@ class VerlImporter:
             files.append(SourceFile(path=p, rel=rel, step=step))
         return sorted(files, key=lambda f: (f.path.parent.parent.as_posix(), f.step or 0))
 
+    @json_edge
     def semantics(self) -> dict[str, Any]:
         return dict(SEMANTICS)
 

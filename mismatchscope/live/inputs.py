@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ..documents import json_edge
 from ..errors import InputError, RecorderInputError, UsageError
 from ..schema import (
     MAX_ABS_STEP,
@@ -174,7 +175,9 @@ def prepare(
     return StepBatch(step, cols, int(np.unique(rows).size), b, experts)
 
 
-def _turn_columns(step: int, turn_ids: Any, rows: np.ndarray, pos: np.ndarray, shape: tuple[int, int]) -> dict:
+def _turn_columns(
+    step: int, turn_ids: Any, rows: np.ndarray, pos: np.ndarray, shape: tuple[int, int]
+) -> dict[str, np.ndarray]:
     """``turn`` and ``turn_position`` of the masked tokens: from ``turn_ids``, else the mask's runs; none for a
     step of single turns."""
     turn = None
@@ -304,6 +307,7 @@ def _step(step: Any) -> int:
     return int(step)
 
 
+@json_edge
 def strict_meta(meta: Any) -> dict[str, Any]:
     """``Recorder(meta=...)`` as a copy that strict JSON can hold, or a one-line error naming the first bad entry.
 

@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ import pyarrow as pa
 from .. import rundir
 from .._version import __version__
 from ..analysis.summaries import write_token_shard
+from ..documents import from_json, json_edge, optional, to_json
 from ..errors import RecorderError, UsageError
 from ..schema import COLUMNS, SCHEMA_VERSION, WRITE_OPTIONS
 from .directory import check_recorder_directory
@@ -51,6 +52,27 @@ SEQUENCE_ID_RANK_SHIFT = 40
 """generated sequence ids are ``rank << 40 | n``: unique across ranks and steps of a run."""
 MAX_PENDING = 8
 """shards queued for the writer before ``add()`` waits (64 x 1024 tokens: ~5 MB each)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankRecord:
+    """One rank's record, ``ranks/rank-NNNN.json``: what it wrote and whether it finished. Fields in the file's
+    (sorted) key order, so the record read back is the one written."""
+
+    next_sequence_id: int | None = field(default=None, metadata=optional("the next id this rank generates"))
+    pid: int
+    rank: int
+    rows: int
+    shards: int
+    started: float
+    status: str
+    steps: list[int]
+    updated: float | None = field(default=None, metadata=optional("when the last shard was written (epoch s)"))
+
+    @classmethod
+    def read(cls, data: dict[str, Any], **now: Any) -> RankRecord:
+        """A record as written before (keys sorted), with this session's ``status``, ``pid`` and ``started``."""
+        return replace(from_json(cls, {k: data[k] for k in sorted(data)}), **now)
 
 
 class Recorder:
@@ -90,7 +112,7 @@ class Recorder:
         check_recorder_directory(self.path, path, resume=resume, world_size=self.world_size)
         self._take_rank(resume)
         self._next_seq = max(
-            int(self._record.get("next_sequence_id", 0)),
+            self._record.next_sequence_id or 0,
             self.rank << SEQUENCE_ID_RANK_SHIFT,
             self._max_sequence_id_on_disk() + 1 if resume else 0,
         )
@@ -199,8 +221,8 @@ class Recorder:
             self._queue.put(None)
             self._thread.join()
             self._raise_writer_error()
-            self._record["status"] = status
-            rundir.atomic_write_json(self.record_path, self._record)
+            self._record = replace(self._record, status=status)
+            rundir.atomic_write_json(self.record_path, to_json(self._record))
             if self.rank == 0:
                 self._write_manifest(status)
         finally:
@@ -223,7 +245,7 @@ class Recorder:
 
     # -- internals -------------------------------------------------------------------
 
-    def _open_record(self, resume: bool) -> dict[str, Any]:
+    def _open_record(self, resume: bool) -> RankRecord:
         self._remove_own_temporaries()
         old = rundir.read_json(self.record_path)
         if old is not None and not resume:
@@ -231,9 +253,9 @@ class Recorder:
                 f"{self.path} already holds records of rank {self.rank} ({self.record_path.name})",
                 hint="pass resume=True to add to them, or record into another directory",
             )
-        record = old or {"rank": self.rank, "steps": [], "rows": 0, "shards": 0}
-        record.update({"status": rundir.RUNNING, "pid": os.getpid(), "started": time.time()})
-        rundir.atomic_write_json(self.record_path, record)
+        now = {"status": rundir.RUNNING, "pid": os.getpid(), "started": time.time()}
+        record = RankRecord.read(old, **now) if old else RankRecord(rank=self.rank, steps=[], rows=0, shards=0, **now)
+        rundir.atomic_write_json(self.record_path, to_json(record))
         (self.path / rundir.TOKENS).mkdir(parents=True, exist_ok=True)
         if resume:  # a shard renamed into place just before a kill (or before runs kept an index) is the run's
             self._index.adopt(f"step-*-{self._tag}*.parquet")
@@ -342,13 +364,15 @@ class Recorder:
         shard = write_token_shard(self.path / rundir.TOKENS / f"{name}.parquet", cols, meta)
         self._index.commit(shard, batch.tokens)
         r = self._record
-        if batch.step not in r["steps"]:
-            r["steps"].append(batch.step)
-        r["rows"] += batch.tokens
-        r["shards"] += 1
-        r["next_sequence_id"] = self._next_seq
-        r["updated"] = time.time()
-        rundir.atomic_write_json(self.record_path, r)
+        self._record = r = replace(
+            r,
+            steps=r.steps if batch.step in r.steps else [*r.steps, batch.step],
+            rows=r.rows + batch.tokens,
+            shards=r.shards + 1,
+            next_sequence_id=self._next_seq,
+            updated=time.time(),
+        )
+        rundir.atomic_write_json(self.record_path, to_json(r))
 
     def _write_routes(self, name: str, batch: StepBatch) -> None:
         """The batch's routes, written before its token shard: a token shard on disk always has its routes."""
@@ -399,6 +423,7 @@ class Recorder:
         return top
 
 
+@json_edge
 def _provenance_record(value: Any) -> dict[str, Any] | None:
     """The manifest's provenance entry for what ``Recorder(provenance=...)`` was given (checked now, not at close)."""
     if value is None:

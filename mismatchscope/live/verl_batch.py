@@ -14,10 +14,22 @@ this module needs neither verl nor torch.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Required, TypedDict
 
 
-def verl_step(batch: Any) -> dict[str, Any]:
+class VerlStep(TypedDict, total=False):
+    """The keyword arguments of ``Monitor.add``/``Recorder.add`` one verl ``DataProto`` gives (its tensors as
+    verl holds them; ``advantages`` and ``group_ids`` where the batch has them)."""
+
+    sampler_logprobs: Required[Any]
+    trainer_logprobs: Required[Any]
+    mask: Required[Any]
+    token_ids: Required[Any]
+    advantages: Any
+    group_ids: Any
+
+
+def verl_step(batch: Any) -> VerlStep:
     """``monitor.add(step, **verl_step(batch))``: the tensors of one verl ``DataProto``.
 
     Raises a clear error when the rollout logprobs are absent (the rollout
@@ -41,7 +53,7 @@ def verl_step(batch: Any) -> dict[str, Any]:
         raise RecorderInputError(
             "old_log_probs is rollout_log_probs (bypass mode): there is no trainer recompute to compare"
         )
-    out: dict[str, Any] = {
+    out: VerlStep = {
         "sampler_logprobs": b["rollout_log_probs"],
         "trainer_logprobs": b["old_log_probs"],
         "mask": b["response_mask"],

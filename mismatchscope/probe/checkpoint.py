@@ -23,6 +23,8 @@ from mismatchscope.checks import json_object
 from mismatchscope.errors import CheckpointError, NotAJsonObjectError
 from mismatchscope.execution import digests
 
+from ..documents import json_edge
+
 SAFE_WEIGHTS = ("*.safetensors",)
 PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth")
 NOT_WEIGHTS = {"training_args.bin", "optimizer.pt", "scheduler.pt", "rng_state.pth"}
@@ -34,6 +36,18 @@ TOKENIZER_FILES = (*digests.TOKENIZER_FILES, *digests.CHAT_TEMPLATE_FILES)
 INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 SAFETENSORS_MAX_HEADER = 100_000_000
 """safetensors' own bound on the JSON header: a larger length means a corrupt file."""
+
+
+@dataclass(frozen=True)
+class CheckpointRecord:
+    """What a run's manifest records of the checkpoint (``config.checkpoint``)."""
+
+    path: str
+    sha256: str
+    model_type: str
+    vocab_size: int
+    max_model_len: int
+    is_moe: bool
 
 
 @dataclass
@@ -57,16 +71,11 @@ class CheckpointInfo:
     file_sha256: dict[str, str] = field(default_factory=dict)
     """each hashed file's own sha256 (what ``sha256sum`` prints): the run's provenance records the weights'."""
 
-    def record(self) -> dict:
+    def record(self) -> CheckpointRecord:
         """What a run's manifest records of the checkpoint (``config.checkpoint``)."""
-        return {
-            "path": str(self.path),
-            "sha256": self.sha256,
-            "model_type": self.model_type,
-            "vocab_size": self.vocab_size,
-            "max_model_len": self.max_model_len,
-            "is_moe": self.is_moe,
-        }
+        return CheckpointRecord(
+            str(self.path), self.sha256, self.model_type, self.vocab_size, self.max_model_len, self.is_moe
+        )
 
 
 def inspect_checkpoint(
@@ -117,12 +126,14 @@ def inspect_checkpoint(
     )
 
 
+@json_edge
 def text_config(config: dict[str, Any]) -> dict[str, Any]:
     """The language-model part of a config (multimodal configs nest it)."""
     nested = config.get("text_config")
     return nested if isinstance(nested, dict) else config
 
 
+@json_edge
 def _read_config(root: Path) -> dict[str, Any]:
     cfg_path = root / "config.json"
     if not cfg_path.is_file():

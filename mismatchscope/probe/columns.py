@@ -10,8 +10,6 @@ ids, where they may differ) with ``--turns``.
 
 from __future__ import annotations
 
-from typing import Any
-
 from .types import Completion, Scored
 
 BASE_COLUMNS = (
@@ -124,7 +122,7 @@ def _append_pair(cols: dict[str, list], c: Completion, s: Scored, n: int) -> Non
     cols["trainer_entropy"] += s.entropy
 
 
-def with_row_columns(cols: dict[str, Any], scored: list[Scored]) -> dict[str, Any]:
+def with_row_columns(cols: dict[str, list], scored: list[Scored]) -> dict[str, list]:
     """``--full-vocab``: each completion's whole-row digests, in the shard's order (the columns as they are else)."""
     if any(sc.row_columns is not None for sc in scored):
         from .full_rows import COLUMNS as ROW_COLUMNS

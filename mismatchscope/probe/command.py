@@ -26,11 +26,12 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
+from ..documents import flatten, json_edge, to_json
 from ..errors import UsageError
 from ..progress import Progress
 from ..redact import redact_command, redact_obj, redact_url
@@ -53,6 +54,7 @@ from .scoring import (
     trainer_checkpoint,
     write_prompts_once,
 )
+from .turns import TurnsRecord
 from .types import Completion, SamplerConfig
 from .writer import RunDir, finish, open_session, save_progress
 
@@ -252,6 +254,7 @@ def _probe_locked(s: ProbeSession) -> Path:
         raise
 
 
+@json_edge
 def _fingerprint(
     opts: ProbeOptions, ckpt_sha: str, prompts_sha: str, trainer_ckpt: TrainerCheckpoint
 ) -> dict[str, Any]:
@@ -261,7 +264,7 @@ def _fingerprint(
         **lag_fingerprint(trainer_ckpt),
         **({"sampler_prefill": True} if opts.sampler_prefill else {}),
         **({"full_vocab": True} if opts.full_vocab else {}),
-        **({"turns": opts.turns.record()} if opts.turns is not None else {}),
+        **({"turns": to_json(opts.turns.record())} if opts.turns is not None else {}),
         "checkpoint_sha256": ckpt_sha,
         "prompts_sha256": prompts_sha,
         "sampling": opts.sampling.to_dict(),
@@ -280,6 +283,7 @@ def _fingerprint(
     }
 
 
+@json_edge
 def _safe_engine_args(s: SamplerConfig) -> dict[str, Any]:
     """Engine options as recorded: credential-named keys and URL credentials redacted."""
     from .samplers.base import manifest_safe
@@ -287,16 +291,17 @@ def _safe_engine_args(s: SamplerConfig) -> dict[str, Any]:
     return redact_obj(manifest_safe(s.engine_args))
 
 
+@json_edge
 def _config(s: ProbeSession, trainer_ckpt: TrainerCheckpoint, prompts_sha: str) -> dict[str, Any]:
     """The manifest's ``config``: what was run, recorded in every shard."""
     opts = s.opts
     return {
         "mismatchscope_version": __version__,
-        "checkpoint": s.info.record(),
-        "trainer_checkpoint": trainer_ckpt.record(),
+        "checkpoint": to_json(s.info.record()),
+        "trainer_checkpoint": to_json(trainer_ckpt.record()),
         "prompts": {"path": str(opts.prompts), "sha256": prompts_sha, "count": len(s.prompts)},
         "sampling": opts.sampling.to_dict(),
-        "semantics": {**semantics(opts.sampling), **trainer_ckpt.semantics(s.info)},
+        "semantics": {**to_json(semantics(opts.sampling)), **to_json(trainer_ckpt.semantics(s.info))},
         "sampler": {
             **opts.sampler.to_dict(),
             "kind": opts.sampler.kind,
@@ -306,11 +311,20 @@ def _config(s: ProbeSession, trainer_ckpt: TrainerCheckpoint, prompts_sha: str) 
         "trainer": opts.trainer.to_dict(),
         "reward_fn": opts.reward_fn or DEFAULT_REWARD,
         "round_prompts": opts.round_prompts,
-        **(_turns_config(s) if s.conversations is not None else {}),
+        **({"turns": to_json(_turns_config(s))} if s.conversations is not None else {}),
     }
 
 
-def _turns_config(s: ProbeSession) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ConversationRecord:
+    """``config.turns`` of a multi-turn probe: the options, the chat template and what the two sides score."""
+
+    record: TurnsRecord = field(metadata=flatten())
+    chat_template: str
+    semantics: str
+
+
+def _turns_config(s: ProbeSession) -> ConversationRecord:
     """``--turns``: what a conversation was, in the config every shard records."""
     assert s.conversations is not None  # called for a multi-turn probe only
     semantics = (
@@ -320,7 +334,7 @@ def _turns_config(s: ProbeSession) -> dict[str, Any]:
         else "decoded, re-rendered and encoded each turn; the trainer scores the final conversation encoded "
         "again (trainer_token_id where its ids differ)"
     )
-    return {"turns": {**s.conversations.cfg.record(), "chat_template": s.conversations.name, "semantics": semantics}}
+    return ConversationRecord(s.conversations.cfg.record(), s.conversations.name, semantics)
 
 
 def _sample_and_score(

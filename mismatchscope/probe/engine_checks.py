@@ -17,10 +17,13 @@ import json
 import math
 import re
 import urllib.parse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..redact import redact_url
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
 from .hf_model import DTYPES, canonical_dtype
 from .types import SamplerConfig, TrainerConfig
 
@@ -304,7 +307,7 @@ def check_vllm_engine_args(engine_args: dict[str, Any]) -> None:
 
 
 @functools.lru_cache(maxsize=1)
-def _declared_vllm_engine_args() -> dict[str, Any] | None:
+def _declared_vllm_engine_args() -> dict[str, TypeAdapter[Any] | None] | None:
     """name -> pydantic TypeAdapter of its declared type (None: not checkable), or None if unreadable."""
     import dataclasses
     import inspect
@@ -315,7 +318,7 @@ def _declared_vllm_engine_args() -> dict[str, Any] | None:
         from vllm import LLM
         from vllm.engine.arg_utils import EngineArgs
 
-        declared: dict[str, Any] = {}
+        declared: dict[str, TypeAdapter[Any] | None] = {}
         fields = [(f.name, f.type) for f in dataclasses.fields(EngineArgs) if f.init]
         params = [
             (n, p.annotation)

@@ -76,7 +76,7 @@ class EngineValues:
 
         ``not_taken``: the engine options the command has no parameter for (they keep their defaults). Every other
         option must be one of its parameters, by this name: a parameter renamed on one side only is a
-        ``TypeError`` on every call (``tests/cli/test_options_consumed.py``), never a default taken in silence.
+        ``TypeError`` on every call (``tests/cli/test_options.py``), never a default taken in silence.
         A value the command leaves unset (None, as rescore's ``--temperature`` of a probe run) keeps the default.
         """
         names = cls.names()

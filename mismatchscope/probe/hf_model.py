@@ -9,10 +9,13 @@ functions: importing this module is free.
 from __future__ import annotations
 
 import platform
+from dataclasses import dataclass, field
 from typing import Any
 
 from mismatchscope.errors import CheckpointError, UsageError
 from mismatchscope.probe.checkpoint import CheckpointInfo
+
+from ..documents import flatten
 
 DTYPES = ("float32", "float16", "bfloat16")
 DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16"}
@@ -115,25 +118,43 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine() or "cpu"
 
 
-def torch_versions() -> dict[str, Any]:
+@dataclass(frozen=True)
+class TorchVersions:
+    """torch / transformers / CUDA versions for a run manifest."""
+
+    torch: str
+    transformers: str
+    cuda: str | None
+
+
+@dataclass(frozen=True)
+class ModelDescription:
+    """dtype, devices and attention kernel of a loaded model, and the versions it runs on."""
+
+    dtype: str
+    devices: list[str]
+    device_names: list[str]
+    attn_implementation: str | None
+    versions: TorchVersions = field(metadata=flatten())
+
+
+def torch_versions() -> TorchVersions:
     """torch / transformers / CUDA versions for a run manifest."""
     import torch
     import transformers
 
-    return {
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "cuda": torch.version.cuda if torch.cuda.is_available() else None,
-    }
+    return TorchVersions(
+        torch.__version__, transformers.__version__, torch.version.cuda if torch.cuda.is_available() else None
+    )
 
 
-def model_description(model) -> dict[str, Any]:
+def model_description(model) -> ModelDescription:
     """dtype, devices and attention kernel of a loaded model."""
     devices = {str(p.device) for p in model.parameters()}
-    return {
-        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
-        "devices": sorted(devices),
-        "device_names": device_names(devices),
-        "attn_implementation": getattr(model.config, "_attn_implementation", None),
-        **torch_versions(),
-    }
+    return ModelDescription(
+        dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
+        devices=sorted(devices),
+        device_names=device_names(devices),
+        attn_implementation=getattr(model.config, "_attn_implementation", None),
+        versions=torch_versions(),
+    )

@@ -24,8 +24,7 @@ from typing import TYPE_CHECKING
 
 from .. import rundir
 from ..errors import UsageError
-from ..outputs import check_output_dir
-from ..outputs import check_run_out as check_new_run
+from ..outputs import check_output_dir, check_run_out
 from .engine_checks import check_sampler, check_trainer, installed, shown_arg
 from .hf_model import canonical_dtype
 from .token_scoring import GREEDY_EPS
@@ -178,7 +177,7 @@ def check_options(opts: ProbeOptions) -> None:
         raise UsageError("--full-vocab cannot resume a run: the rows are held in memory, never written")
     if opts.turns is not None:
         check_turns(opts)
-    check_run_out(opts.out, opts.resume)
+    check_probe_out(opts.out, opts.resume)
 
 
 def check_turns(opts: ProbeOptions) -> None:
@@ -212,7 +211,7 @@ def check_engine_installed(cfg: SamplerConfig) -> None:
         )
 
 
-def check_run_out(out: os.PathLike[str] | str, resume: bool, option: str = "--out") -> None:
+def check_probe_out(out: os.PathLike[str] | str, resume: bool, option: str = "--out") -> None:
     """The run directory, judged before anything is written into it (not even its lock file).
 
     It must be a new or empty folder, or a probe run: never a folder holding
@@ -221,7 +220,7 @@ def check_run_out(out: os.PathLike[str] | str, resume: bool, option: str = "--ou
     round (then it is replaced). The lock and :meth:`RunDir.open` check again
     once the directory is held.
     """
-    check_new_run(out, option)  # a non-empty name, a folder that can be written, not inside another run
+    check_run_out(out, option)  # a non-empty name, a folder that can be written, not inside another run
     path = Path(out)
     if not path.is_dir():
         return
@@ -264,4 +263,4 @@ def check_rescore_out(run: os.PathLike[str] | str, out: os.PathLike[str] | str, 
     check_output_dir(out, "--out")
     if str(out) and os.path.realpath(out) == os.path.realpath(run):
         raise UsageError(f"--out {out} is the run being rescored", hint="give the rescored run a new directory")
-    check_run_out(out, resume)
+    check_probe_out(out, resume)

@@ -37,6 +37,25 @@ _SPECIAL = ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id")
 
 
 @dataclass(frozen=True)
+class TrainerCheckpointRecord:
+    """``config["trainer_checkpoint"]`` in the manifest and in every shard's metadata."""
+
+    path: str
+    sha256: str
+    model_type: str
+    vocab_size: int
+    same_as_sampler: bool
+
+
+@dataclass(frozen=True)
+class PolicyLag:
+    """The ``policy_lag`` keys of a run's semantics, which ``report`` reads."""
+
+    policy_lag: bool
+    policy_lag_note: str | None
+
+
+@dataclass(frozen=True)
 class TrainerCheckpoint:
     """The weights the trainer scores with, and how they relate to the sampler's."""
 
@@ -44,27 +63,22 @@ class TrainerCheckpoint:
     same_as_sampler: bool
     """equal digests: the trainer runs the sampler's weights, and the gap is numerics alone."""
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> TrainerCheckpointRecord:
         """``config["trainer_checkpoint"]`` in the manifest and in every shard's metadata."""
-        return {
-            "path": str(self.info.path),
-            "sha256": self.info.sha256,
-            "model_type": self.info.model_type,
-            "vocab_size": self.info.vocab_size,
-            "same_as_sampler": self.same_as_sampler,
-        }
+        i = self.info
+        return TrainerCheckpointRecord(str(i.path), i.sha256, i.model_type, i.vocab_size, self.same_as_sampler)
 
-    def semantics(self, sampler: CheckpointInfo) -> dict[str, Any]:
+    def semantics(self, sampler: CheckpointInfo) -> PolicyLag:
         """The ``policy_lag`` keys of the run's semantics, which ``report`` reads."""
         if self.same_as_sampler:
-            return {"policy_lag": False, "policy_lag_note": None}
+            return PolicyLag(False, None)
         note = LAG_NOTE.format(
             trainer=self.info.path,
             trainer_sha=self.info.sha256[:12],
             sampler=sampler.path,
             sampler_sha=sampler.sha256[:12],
         )
-        return {"policy_lag": True, "policy_lag_note": note}
+        return PolicyLag(True, note)
 
 
 def open_trainer_checkpoint(
@@ -213,20 +227,29 @@ def _special_difference(a, b) -> str | None:
     return None
 
 
-def recorded_trainer_checkpoint(config: dict[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RecordedTrainer:
+    """The trainer weights a recorded run scored with, as its manifest's config says."""
+
+    path: str | None
+    sha256: str | None
+    same_as_sampler: bool
+
+
+def recorded_trainer_checkpoint(config: dict[str, Any]) -> RecordedTrainer:
     """What a recorded run's trainer scored with; runs from before the option scored with the sampler's."""
     rec = config.get("trainer_checkpoint")
     if isinstance(rec, dict) and "sha256" in rec:
-        return rec
+        return RecordedTrainer(rec.get("path"), rec.get("sha256"), bool(rec.get("same_as_sampler")))
     ckpt = config.get("checkpoint") or {}
-    return {"path": ckpt.get("path"), "sha256": ckpt.get("sha256"), "same_as_sampler": True}
+    return RecordedTrainer(ckpt.get("path"), ckpt.get("sha256"), True)
 
 
-def check_resume(recorded: dict[str, Any], chosen: TrainerCheckpoint, run: Path) -> None:
+def check_resume(recorded: RecordedTrainer, chosen: TrainerCheckpoint, run: Path) -> None:
     """A resumed run keeps its trainer weights: half a run scored with other weights would mix two runs."""
-    if recorded.get("sha256") == chosen.info.sha256:
+    if recorded.sha256 == chosen.info.sha256:
         return
-    old, new = recorded.get("path"), str(chosen.info.path)
+    old, new = recorded.path, str(chosen.info.path)
     if old is not None and Path(old).resolve() == chosen.info.path.resolve():
         raise UsageError(
             f"cannot resume {run}: the trainer checkpoint {old!r} changed since the run was recorded (sha256 differs)",
@@ -234,7 +257,7 @@ def check_resume(recorded: dict[str, Any], chosen: TrainerCheckpoint, run: Path)
         )
     raise UsageError(
         f"cannot resume {run}: it was scored with trainer checkpoint {old!r} "
-        f"(sha256 {str(recorded.get('sha256'))[:12]}...), not {new!r} (sha256 {chosen.info.sha256[:12]}...)",
+        f"(sha256 {str(recorded.sha256)[:12]}...), not {new!r} (sha256 {chosen.info.sha256[:12]}...)",
         hint="leave --trainer-checkpoint out to keep the recorded one, or start a new --out",
     )
 

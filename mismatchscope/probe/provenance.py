@@ -9,8 +9,10 @@ recorded for a side it does not start again.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+from ..documents import to_json
 from ..execution import record as rec
 from ..execution.derived import trainer_sampling
 from ..execution.digests import checkpoint_identities
@@ -54,7 +56,7 @@ def sampler_side(
     side = own() if callable(own) else _described(sampler.describe(), sampling)
     assert isinstance(side, SideProvenance)
     side.source = source
-    received = (side.identities.sampling if sampled else None) or _sent(sampling)
+    received = (side.identities.sampling if sampled else None) or to_json(_sent(sampling))
     if conversation:
         received = {**received, "n": sampling.n, "seed": sampling.seed}
     side.identities = identities(info, received, weights=callable(own))  # a server's weights are not visible
@@ -62,19 +64,33 @@ def sampler_side(
     return side
 
 
-def _sent(sampling: SamplingConfig) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SentSampling:
+    """The sampling a probe sends an engine, in the engines' names (``identities.sampling``)."""
+
+    n: int
+    temperature: float
+    top_p: float
+    top_k: int
+    seed: int | None
+    max_tokens: int
+    logprobs: int
+    logprobs_mode: str
+
+
+def _sent(sampling: SamplingConfig) -> SentSampling:
     """The sampling a sampler without a record of its own was sent: the probe's, in the engines' names."""
     s = sampling
-    return {
-        "n": s.n,
-        "temperature": s.temperature,
-        "top_p": s.top_p,
-        "top_k": max(s.top_k, 0),
-        "seed": s.seed,
-        "max_tokens": s.max_tokens,
-        "logprobs": s.top_k_logprobs,
-        "logprobs_mode": s.logprobs_mode,
-    }
+    return SentSampling(
+        n=s.n,
+        temperature=s.temperature,
+        top_p=s.top_p,
+        top_k=max(s.top_k, 0),
+        seed=s.seed,
+        max_tokens=s.max_tokens,
+        logprobs=s.top_k_logprobs,
+        logprobs_mode=s.logprobs_mode,
+    )
 
 
 def _described(desc: dict[str, Any], sampling: SamplingConfig) -> SideProvenance:
@@ -87,7 +103,7 @@ def _described(desc: dict[str, Any], sampling: SamplingConfig) -> SideProvenance
         software={"vllm": version} if isinstance(version, str) else {},
         requested=Numerics(weights_dtype=desc.get("requested_dtype")),
         used=Numerics(weights_dtype=desc.get("dtype")),
-        identities=Identities(sampling=_sent(sampling)),
+        identities=Identities(sampling=to_json(_sent(sampling))),
     )
 
 
@@ -132,7 +148,7 @@ def trainer_side(trainer: Any, info: CheckpointInfo, sampling: SamplingConfig, s
         lm_head_dtype="float32" if cfg.fp32_lm_head else None,
         attention_backend=cfg.attn_implementation,
     )
-    names = model_description(trainer.model)["device_names"]
+    names = model_description(trainer.model).device_names
     side = model_side(
         trainer.model,
         "transformers",

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import rundir
+from ..documents import json_edge, to_json
 from ..errors import UsageError
 from ..progress import Progress
 from .checkpoint import CheckpointInfo
@@ -297,6 +298,7 @@ def _conversations(s: RescoreSession) -> Conversations | None:
     return Conversations(s.tokenizer, cfg, s.info.path)
 
 
+@json_edge
 def _config(s: RescoreSession) -> dict[str, Any]:
     """The recorded ``config`` with this rescore's trainer, weights and semantics."""
     cfg = s.old["config"]
@@ -305,6 +307,9 @@ def _config(s: RescoreSession) -> dict[str, Any]:
         "checkpoint": {**cfg["checkpoint"], "path": str(s.info.path)},  # where it was found (--checkpoint, or a search)
         "trainer": s.trainer_cfg.to_dict(),
         "rescored_from": str(s.src.path),
-        "trainer_checkpoint": s.trainer_ckpt.record(),
-        "semantics": {**(cfg.get("semantics") or semantics(s.sampling)), **s.trainer_ckpt.semantics(s.info)},
+        "trainer_checkpoint": to_json(s.trainer_ckpt.record()),
+        "semantics": {
+            **(cfg.get("semantics") or to_json(semantics(s.sampling))),
+            **to_json(s.trainer_ckpt.semantics(s.info)),
+        },
     }

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from ..routing.io import Shape
     from .checkpoint import CheckpointInfo
     from .trainer import HFTrainer
+from ..documents import json_edge, to_json
 from .provenance import copy_sampler_side, record_side, refresh_fallbacks, trainer_side
 from .writer import RunDir, finish, open_session, save_progress, token_shards
 
@@ -292,11 +293,12 @@ def _checked_checkpoint(src: ImportedRun, checkpoint: Path | None, trainer_cfg: 
     return info
 
 
+@json_edge
 def _config(src: ImportedRun, info, trainer_cfg: TrainerConfig, sampling: SamplingConfig) -> dict[str, Any]:
     source = src.manifest.get("source") or {}
     return {
         "mismatchscope_version": __version__,
-        "checkpoint": info.record(),
+        "checkpoint": to_json(info.record()),
         "imported": {"format": source.get("format"), "semantics": source.get("semantics")},
         "sampling": sampling.to_dict(),
         "semantics": {
@@ -402,12 +404,14 @@ def _imported_tokens(src: ImportedRun) -> pa.Table:
     return table.sort_by([("sequence_id", "ascending"), ("position", "ascending")])
 
 
-def _token_columns(tokens: pa.Table, shard: list[dict[str, Any]], scored: list[Scored]) -> dict[str, Any]:
+def _token_columns(
+    tokens: pa.Table, shard: list[dict[str, Any]], scored: list[Scored]
+) -> dict[str, pa.ChunkedArray | list]:
     """The shard's imported token rows, each given the checkpoint's numbers at its completion index."""
     sids = [r["sequence_id"] for r in shard]
     part = tokens.filter(pa.array(np.isin(tokens["sequence_id"].to_numpy(), sids)))
     by_sid = {s: i for i, s in enumerate(sids)}
-    out: dict[str, Any] = {name: [] for name in TRAINER_COLUMNS}
+    out: dict[str, list] = {name: [] for name in TRAINER_COLUMNS}
     order: list[int] = []
     seq = part["sequence_id"].to_numpy()
     for sid in sids:
@@ -426,7 +430,7 @@ def _token_columns(tokens: pa.Table, shard: list[dict[str, Any]], scored: list[S
         out["trainer_topk_logprobs"] += [s.topk_logprobs[j] for j in kept]
         out["trainer_entropy"] += [s.entropy[j] for j in kept]
     part = part.take(pa.array(order, pa.int64()))
-    cols: dict[str, Any] = {name: part[name] for name in part.column_names}
+    cols: dict[str, pa.ChunkedArray | list] = {name: part[name] for name in part.column_names}
     cols.update(out)
     return cols
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..documents import json_edge
 from ..progress import Progress
 from .columns import Rewards, token_columns, with_row_columns
 from .policy_lag import TrainerCheckpoint, check_resume, open_trainer_checkpoint, recorded_trainer_checkpoint
@@ -52,21 +53,30 @@ class Scoring:
     """``probe --turns``: the conversations' template view; each completion is then a whole conversation."""
 
 
-def semantics(sampling: SamplingConfig) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Semantics:
+    """What the two logprob columns mean for a run (``config.semantics``, with :class:`PolicyLag`'s keys)."""
+
+    sampler_logprob: str
+    trainer_logprob: str
+    sampler_kept_logmass: str | None
+
+
+def semantics(sampling: SamplingConfig) -> Semantics:
     """What the two logprob columns mean for this run, recorded in every shard."""
     truncates = sampling.top_p < 1.0 or sampling.top_k > 0
     if sampling.logprobs_mode == "processed_logprobs":
-        return {
-            "sampler_logprob": "after temperature, top-k and top-p (renormalised over the kept set)",
-            "trainer_logprob": f"logits / T (T={sampling.temperature:g})"
+        return Semantics(
+            sampler_logprob="after temperature, top-k and top-p (renormalised over the kept set)",
+            trainer_logprob=f"logits / T (T={sampling.temperature:g})"
             + (", renormalised over the kept set" if truncates else ""),
-            "sampler_kept_logmass": "log of the trainer's full-vocabulary mass on the kept set" if truncates else None,
-        }
-    return {
-        "sampler_logprob": "raw logits, before temperature and truncation (T = 1, full vocabulary)",
-        "trainer_logprob": "raw logits (T = 1, full vocabulary)",
-        "sampler_kept_logmass": None,
-    }
+            sampler_kept_logmass="log of the trainer's full-vocabulary mass on the kept set" if truncates else None,
+        )
+    return Semantics(
+        sampler_logprob="raw logits, before temperature and truncation (T = 1, full vocabulary)",
+        trainer_logprob="raw logits (T = 1, full vocabulary)",
+        sampler_kept_logmass=None,
+    )
 
 
 def trainer_checkpoint(
@@ -80,8 +90,9 @@ def trainer_checkpoint(
 ) -> TrainerCheckpoint:
     """The trainer's weights; a resumed run keeps the recorded ones (another choice is refused)."""
     recorded = recorded_trainer_checkpoint(run.read_manifest().get("config") or {}) if resume and run.exists() else None
-    if path is None and recorded is not None and not recorded.get("same_as_sampler"):
-        path = Path(recorded["path"])
+    if path is None and recorded is not None and not recorded.same_as_sampler:
+        assert recorded.path is not None  # a run with other trainer weights records where they were
+        path = Path(recorded.path)
     chosen = open_trainer_checkpoint(
         path, info, tokenizer, texts, allow_pickle=trainer.allow_pickle, trust_remote_code=trainer.trust_remote_code
     )
@@ -90,6 +101,7 @@ def trainer_checkpoint(
     return chosen
 
 
+@json_edge
 def lag_fingerprint(trainer_ckpt: TrainerCheckpoint) -> dict[str, Any]:
     """Only a run with other trainer weights carries the key, so runs recorded before it resume as before."""
     return {} if trainer_ckpt.same_as_sampler else {"trainer_checkpoint_sha256": trainer_ckpt.info.sha256}

@@ -17,6 +17,7 @@ from typing import Any
 from mismatchscope.checks import json_object
 from mismatchscope.errors import CheckpointError, PromptError, TokenizerMismatchError
 
+from ..documents import json_edge
 from .checkpoint import TOKENIZER_FILES, CheckpointInfo, sha256_files, text_config
 
 VOCAB_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
@@ -149,6 +150,7 @@ def _check_special_ids(tokenizer, info: CheckpointInfo) -> None:
             )
 
 
+@json_edge
 def _read_json_object(path: Path) -> dict[str, Any]:
     """An optional config (``generation_config.json``): empty where it is missing or not a JSON object."""
     try:

@@ -38,6 +38,8 @@ from mismatchscope.probe.types import SamplingConfig, Scored, ScoreRequest, Trai
 from mismatchscope.probe.zero import experts_implementation
 from mismatchscope.progress import Advance
 
+from ..documents import json_edge, to_json
+
 if TYPE_CHECKING:
     import torch
 
@@ -74,6 +76,7 @@ class LogitTransform:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits
 
+    @json_edge
     def to_dict(self) -> dict[str, Any]:
         return {"final_logit_softcapping": self.softcap, "logit_scale": self.scale}
 
@@ -155,11 +158,12 @@ class HFTrainer:
                     on_progress(len(batch))
         return results  # type: ignore[return-value]
 
+    @json_edge
     def describe(self) -> dict[str, Any]:
         """Versions, device, dtype and scoring options, for the run manifest."""
         return {
             "engine": "transformers",
-            **model_description(self.model),
+            **to_json(model_description(self.model)),
             "requested_dtype": self.cfg.dtype,
             "fp32_lm_head": self.cfg.fp32_lm_head,
             "batch_tokens": self.cfg.batch_tokens,

@@ -45,6 +45,16 @@ _MARK = "\x00mismatchscope-assistant\x00"
 
 
 @dataclass(frozen=True)
+class TurnsRecord:
+    """What the manifest and every shard record of ``--turns`` (and a ``--resume`` must find unchanged)."""
+
+    turns: int
+    turn_ids: TurnIds
+    tool_response: str
+    tool_response_sha256: str
+
+
+@dataclass(frozen=True)
 class TurnsConfig:
     """``--turns``, ``--tool-response`` and ``--turn-ids``: what makes a probe multi-turn."""
 
@@ -52,14 +62,10 @@ class TurnsConfig:
     tool_response: str = DEFAULT_TOOL_RESPONSE
     turn_ids: TurnIds = "tokens"
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> TurnsRecord:
         """What the manifest and every shard record (and a ``--resume`` must find unchanged)."""
-        return {
-            "turns": self.turns,
-            "turn_ids": self.turn_ids,
-            "tool_response": self.tool_response,
-            "tool_response_sha256": hashlib.sha256(self.tool_response.encode()).hexdigest(),
-        }
+        digest = hashlib.sha256(self.tool_response.encode()).hexdigest()
+        return TurnsRecord(self.turns, self.turn_ids, self.tool_response, digest)
 
 
 def turns_config(turns: int, tool_response: str | None, turn_ids: str | None) -> TurnsConfig | None:

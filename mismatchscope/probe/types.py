@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from ..documents import json_edge
+
 LogprobsMode = Literal["raw_logprobs", "processed_logprobs"]
 
 
@@ -30,6 +32,7 @@ class SamplingConfig:
     processed_logprobs: after them, compared with a trainer that divides by T and
     with the kept-mass of top-p/top-k removed and recorded apart."""
 
+    @json_edge
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -58,6 +61,7 @@ class SamplerConfig:
     zero: bool = False
     """hf sampler only: the zero-mismatch profile (:mod:`~mismatchscope.probe.zero`), decoding by recomputation."""
 
+    @json_edge
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -96,6 +100,7 @@ class TrainerConfig:
             return None
         return "ids+weights" if self.replay_weights else "ids"
 
+    @json_edge
     def to_dict(self) -> dict[str, Any]:
         """The options; the route switches only when not at their default, so older runs resume as before."""
         out = asdict(self)

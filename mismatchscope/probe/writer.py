@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 from .. import rundir
 from ..analysis.summaries import write_token_shard
+from ..documents import json_edge
 from ..errors import UsageError
 from .types import Completion
 
@@ -96,6 +97,7 @@ class RunDir:
         """The directory's writer lock; taken before :meth:`open` looks at what is there."""
         return rundir.lock_run(self.path)
 
+    @json_edge
     def open(self, fingerprint: dict[str, Any], resume: bool) -> dict[str, Any]:
         """Create the directory, or check a resumed one was made by the same configuration.
 
@@ -153,6 +155,7 @@ class RunDir:
             with contextlib.suppress(OSError):
                 folder.rmdir()  # only when empty
 
+    @json_edge
     def read_manifest(self) -> dict[str, Any]:
         manifest = rundir.read_manifest(self.path)
         if manifest is None:
@@ -254,6 +257,7 @@ class RunDir:
         return done
 
 
+@json_edge
 def open_session(manifest: dict, resumed: bool) -> dict[str, Any]:
     """Start this process's record in ``manifest["sessions"]`` and return it (its seconds grow as work is done).
 
@@ -283,6 +287,7 @@ def open_session(manifest: dict, resumed: bool) -> dict[str, Any]:
     return session
 
 
+@json_edge
 def total_timings(manifest: dict) -> dict[str, Any]:
     """``manifest["timings"]``: the sum over every session of the run."""
     timings = manifest.setdefault("timings", {})

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..documents import json_edge
 from ..errors import FileFormatError
 from ..redact import redact_obj
 from ..schema import METADATA_KEY, SCHEMA_VERSION, decode_metadata
@@ -26,6 +27,7 @@ METADATA_SECTIONS = (
 """sections of the ``mismatchscope`` metadata that readers index into: each must be a table when present."""
 
 
+@json_edge
 def read_metadata(path: Path, schema_metadata: Mapping[bytes, bytes] | None) -> dict[str, Any] | None:
     """The file's ``mismatchscope`` metadata, checked: JSON, an object, a known schema_version, tables where tables belong.
 

@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..documents import json_edge
 from ..errors import FileFormatError, InputError, MissingColumnsError, UsageError
 from ..schema import COLUMNS, REQUIRED_NAMES, TURN_COLUMNS
 from .columns import check_mapping
@@ -82,6 +83,7 @@ class Source:
         ]
 
     @property
+    @json_edge
     def run_config(self) -> dict[str, Any] | None:
         """The first file's ``mismatchscope`` metadata (None for foreign files)."""
         return self.metadata[0] if self.metadata else None

@@ -69,11 +69,12 @@ def _pairing(console, p) -> None:
     hist = ", ".join(f"{b['ulp']} ULP: {b['tokens']:,}" for b in p.ulp_histogram)
     console.print(escape(f"  ULP distances: {hist}"), highlight=False)
     e = p.earliest_summary()
+    assert e is not None  # a pairing that parts has an earliest position
     console.print(
         escape(
-            f"  earliest differing position per sequence: {e['sequences']} of {e['of']} sequences "
-            f"part, at position min {e['min']}, median {e['median']:g}, max {e['max']} "
-            f"({e['at_position_0']} at position 0)"
+            f"  earliest differing position per sequence: {e.sequences} of {e.of} sequences "
+            f"part, at position min {e.min}, median {e.median:g}, max {e.max} "
+            f"({e.at_position_0} at position 0)"
         ),
         highlight=False,
     )

@@ -15,11 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..documents import from_json
 from ..errors import UsageError
 from ..timeline.changes import methods
 from ..timeline.compare import TimelineComparison
-from ..timeline.json_document import Drift, Flag, Methods, Shift, Spike
+from ..timeline.json_document import Drift, Flag, Shift, Spike
 
 FILENAME = "timeline.png"
 _MAX_LEGEND_GROUPS = 12
@@ -145,7 +144,7 @@ def _label(by: str | None, group) -> str:
 
 
 def _method_note(config) -> str:
-    m = from_json(Methods, methods(config))
+    m = methods(config)
     sp, sh = m.spike, m.shift
     return (
         f"Spikes and dips: Iglewicz-Hoaglin modified z-score > {sp.threshold:g} against both the {sp.neighbours} "

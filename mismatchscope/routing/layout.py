@@ -36,6 +36,8 @@ import pyarrow as pa
 
 from mismatchscope.rundir import ROUTES as ROUTES  # the run-directory folder of route shards, listed in the shard index
 
+from ..documents import json_edge
+
 ROUTES_VERSION = 1
 MANIFEST_KEY = "routing"
 """the run manifest's key for :class:`RoutingMeta`."""
@@ -104,6 +106,7 @@ class RoutingMeta:
     """``None``, ``"ids"`` (expert ids forced to the sampler's) or ``"ids+weights"``."""
     version: int = ROUTES_VERSION
 
+    @json_edge
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["moe_layers"] = list(self.moe_layers)

@@ -32,6 +32,8 @@ REJECT = np.int8(1)
 REWEIGHT = np.int8(2)
 
 Level = Literal["token", "sequence"]
+RuleParam = float | str | None
+"""a rule config's value: every config field is a number, an optional number or a name (a reading's convention)."""
 
 INF = math.inf
 
@@ -129,6 +131,9 @@ class Statistic:
     params: tuple[str, ...] = ()
     """config fields the value depends on: a value other than the rule's default names the column apart
     (``binary_kl_max[eps=0]``), so two settings never share one."""
+    absolute_of: Statistic | None = None
+    """the statistic this one is the absolute value of, to the bit (``abs_p_minus_q`` of ``p_minus_q``): where a
+    pass's rules threshold both, the audit stores the signed one alone."""
 
     def column(self, config: Any) -> str:
         """The audit column of this statistic under ``config``."""
@@ -275,7 +280,8 @@ class RuleInstance:
         return lv(self.config) if callable(lv) else lv
 
     @property
-    def params(self) -> dict[str, Any]:
+    def params(self) -> dict[str, RuleParam]:
+        """The config's values by field name (every rule's config holds numbers, optional numbers and names)."""
         return dataclasses.asdict(self.config)
 
     @property

@@ -34,8 +34,8 @@ PQ = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
 
 
 RATIO = Statistic("ratio", "r = p/q", lambda c, t: t.ratio_T)
-ABS_P_MINUS_Q = Statistic("abs_p_minus_q", "|p - q|", lambda c, t: t.tv_T)
 P_MINUS_Q = Statistic("p_minus_q", "p - q", lambda c, t: t.p_T - t.q_T)
+ABS_P_MINUS_Q = Statistic("abs_p_minus_q", "|p - q|", lambda c, t: t.tv_T, absolute_of=P_MINUS_Q)
 """what the token rules threshold, shared where several read the same quantity (one audit column each)."""
 
 

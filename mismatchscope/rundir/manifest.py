@@ -11,11 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from ..checks import json_object
+from ..documents import json_edge
 from ..errors import NotAJsonObjectError
 from .atomic import atomic_write_json
 from .layout import COMPLETE, MANIFEST, RANKS, is_run_dir
 
 
+@json_edge
 def read_json(path: str | os.PathLike) -> dict[str, Any] | None:
     """A JSON object from ``path``; None when the file is absent or not a JSON object."""
     try:
@@ -24,6 +26,7 @@ def read_json(path: str | os.PathLike) -> dict[str, Any] | None:
         return None
 
 
+@json_edge
 def read_manifest(run: str | os.PathLike) -> dict[str, Any] | None:
     return read_json(Path(run) / MANIFEST)
 

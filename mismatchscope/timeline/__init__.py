@@ -17,7 +17,7 @@ from ..documents import from_json
 from ..metrics import COUNTED, RATIO_BAND
 from ..rules import RuleInstance, make_instance
 from .changes import ChangeConfig, detect, methods
-from .json_document import Changes, Flag, Methods, RuleSeries, SeriesInfo, SkippedTest, StepRow, TimelineDocument
+from .json_document import Changes, Flag, RuleSeries, SeriesInfo, SkippedTest, StepRow, TimelineDocument
 from .series import HEADLINE, P99, StepSeries, build_series
 
 DEFAULT_RULES = ("icepop", "ipo")
@@ -53,7 +53,7 @@ class TimelineResult:
             quantile=P99,
             rows=self._rows(),
             changes=Changes(
-                from_json(Methods, methods(self.config)),
+                methods(self.config),
                 self.flags,
                 self.skipped,
             ),

@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import MissingDependencyError
+from .json_document import DriftMethod, Methods, ShiftMethod, SpikeMethod
 
 MAD_TO_Z = 0.6745
 """Phi^-1(0.75): the MAD of a standard normal; Iglewicz-Hoaglin's constant."""
@@ -95,33 +96,33 @@ SCALES = {
 }
 
 
-def methods(cfg: ChangeConfig) -> dict:
+def methods(cfg: ChangeConfig) -> Methods:
     """Names, parameters and references of the methods, for the output."""
     h = cfg.spike_neighbours
-    return {
-        "spike": {
-            "method": "Iglewicz-Hoaglin modified z-score of the residuals from the preceding and the following steps",
-            "statistic": f"M = {MAD_TO_Z} (r - median r) / MAD(r), for r = x - median of the {h} steps before and for "
+    return Methods(
+        spike=SpikeMethod(
+            method="Iglewicz-Hoaglin modified z-score of the residuals from the preceding and the following steps",
+            statistic=f"M = {MAD_TO_Z} (r - median r) / MAD(r), for r = x - median of the {h} steps before and for "
             f"r = x - median of the {h} steps after; a spike when both |M| > threshold with one sign; "
             "not tested when MAD = 0",
-            "threshold": cfg.spike_threshold,
-            "neighbours": h,
-            "min_size_se": cfg.min_size_se,
-            "reference": "Iglewicz & Hoaglin (1993), How to Detect and Handle Outliers",
-        },
-        "shift": {
-            "method": "binary segmentation, change in mean (ruptures.Binseg, model l2)",
-            "penalty": f"{cfg.shift_penalty:g} * sigma^2 * ln(n), sigma = 1.4826 MAD(first differences) / sqrt(2)",
-            "penalty_factor": cfg.shift_penalty,
-            "min_size": cfg.shift_min_size,
-            "applied_to": "the series with each spike replaced by the median of its neighbours on both sides",
-            "reference": "ruptures (Truong, Oudre & Vayatis 2020); MBIC penalty of R changepoint (Zhang & Siegmund 2007)",
-        },
-        "drift": {"method": "two or more consecutive shifts in the same direction"},
-        "scales": SCALES,
-        "min_steps": cfg.min_steps,
-        "min_mean_count": cfg.min_mean_count,
-    }
+            threshold=cfg.spike_threshold,
+            neighbours=h,
+            min_size_se=cfg.min_size_se,
+            reference="Iglewicz & Hoaglin (1993), How to Detect and Handle Outliers",
+        ),
+        shift=ShiftMethod(
+            method="binary segmentation, change in mean (ruptures.Binseg, model l2)",
+            penalty=f"{cfg.shift_penalty:g} * sigma^2 * ln(n), sigma = 1.4826 MAD(first differences) / sqrt(2)",
+            penalty_factor=cfg.shift_penalty,
+            min_size=cfg.shift_min_size,
+            applied_to="the series with each spike replaced by the median of its neighbours on both sides",
+            reference="ruptures (Truong, Oudre & Vayatis 2020); MBIC penalty of R changepoint (Zhang & Siegmund 2007)",
+        ),
+        drift=DriftMethod(method="two or more consecutive shifts in the same direction"),
+        scales=dict(SCALES),
+        min_steps=cfg.min_steps,
+        min_mean_count=cfg.min_mean_count,
+    )
 
 
 @dataclass

@@ -42,7 +42,9 @@ def test_decisions_weights_and_statistics_by_hand(audit):
     # kpop at (q, p) = (0.2, 0.6): D(q||p) = 0.2 ln(1/3) + 0.8 ln 2 = 0.33480, D(p||q) = 0.6 ln 3 + 0.4 ln 0.5 = 0.38191
     assert tokens["binary_kl_max"][1] == pytest.approx(0.6 * math.log(3) + 0.4 * math.log(0.5), rel=1e-9)
     assert tokens["kpop"][1] == "reject"  # 0.38 > phi = 0.1
-    assert tokens["abs_p_minus_q"] == pytest.approx([0.3, 0.4, 0.0, 0.5 - 1e-5, 0.0])
+    # ipo's |p - q| is dppo-tv's p - q without its sign: stored once, as p_minus_q
+    assert "abs_p_minus_q" not in tokens
+    assert np.abs(tokens["p_minus_q"]) == pytest.approx([0.3, 0.4, 0.0, 0.5 - 1e-5, 0.0])
     # no advantage column: the rules that read its sign get one column per hypothesis
     assert "dppo-tv [A>0]" in tokens and "dppo-tv [A<0]" in tokens and "dppo-tv" not in tokens
     # p - q = -0.3 at (1, 0): past -delta_low = -0.15 on the negative branch only
@@ -58,11 +60,13 @@ def test_decisions_weights_and_statistics_by_hand(audit):
 def test_the_files_describe_themselves(audit):
     _, _, out = audit
     meta = json.loads(pq.read_schema(out / TOKENS_FILE).metadata[METADATA_KEY])
-    assert meta["audit_schema_version"] == 1 and meta["decisions"] == list(DECISIONS)
+    assert meta["audit_schema_version"] == 2 and meta["decisions"] == list(DECISIONS)
     by_column = {r["column"]: r for r in meta["rules"]}
     assert by_column["tis"]["weight"] == "tis.weight" and by_column["tis"]["statistics"] == ["ratio"]
     assert by_column["dppo-tv [A>0]"]["hypothesis"] == "A>0" and by_column["kpop"]["params"]["phi"] == 0.1
-    assert set(meta["statistics"]) == {"ratio", "abs_p_minus_q", "binary_kl_max", "p_minus_q", "binary_kl_qp"}
+    assert set(meta["statistics"]) == {"ratio", "binary_kl_max", "p_minus_q", "binary_kl_qp"}
+    assert meta["absolute_of"] == {"abs_p_minus_q": {"column": "p_minus_q", "doc": "|p - q|"}}
+    assert by_column["ipo"]["statistics"] == ["abs_p_minus_q"]
     seq = json.loads(pq.read_schema(out / SEQUENCES_FILE).metadata[METADATA_KEY])
     assert seq["tokens"] == 5 and seq["sequences"] == 2 and {r["level"] for r in seq["rules"]} == {"sequence"}
 
@@ -84,6 +88,28 @@ def test_a_statistic_off_its_default_gets_a_column_of_its_own(tmp_path, write):
         t.column_names
     )
     np.testing.assert_allclose(t["binary_kl_max"].to_numpy(), t["binary_kl_max[eps=0]"].to_numpy(), rtol=1e-5)
+
+
+def test_an_absolute_statistic_is_its_signed_columns_absolute_value_to_the_bit(tmp_path, write):
+    """ipo thresholds |p - q|, dppo-tv p - q: with both, the file holds p_minus_q alone, and its absolute value is
+    ipo's statistic bit for bit; with ipo alone, abs_p_minus_q is a column of its own."""
+    from mismatchscope.divergence import token_terms
+
+    path = write(pairs(ROWS))
+    both, alone = tmp_path / "both", tmp_path / "alone"
+    for out, rules in ((both, ("ipo", "dppo-tv")), (alone, ("ipo",))):
+        args = [a for r in rules for a in ("--rule", r)]
+        r = cli("compare-masks", str(path), *args, "--write", str(out))
+        assert r.returncode == 0, r.stderr
+    signed = pq.read_table(both / TOKENS_FILE)
+    own = pq.read_table(alone / TOKENS_FILE)
+    assert "abs_p_minus_q" not in signed.column_names and "p_minus_q" not in own.column_names
+    run = pq.read_table(path)
+    tv = token_terms(run["trainer_logprob"].to_numpy(), run["sampler_logprob"].to_numpy()).tv_T
+    np.testing.assert_array_equal(np.abs(signed["p_minus_q"].to_numpy()).view(np.int64), tv.view(np.int64))
+    np.testing.assert_array_equal(own["abs_p_minus_q"].to_numpy().view(np.int64), tv.view(np.int64))
+    meta = json.loads(own.schema.metadata[METADATA_KEY])
+    assert "abs_p_minus_q" in meta["statistics"] and meta["absolute_of"] == {}
 
 
 def test_every_column_but_the_weights_is_required(audit):

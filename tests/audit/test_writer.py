@@ -70,7 +70,7 @@ def test_every_reading_counts_what_the_table_counts(run, tmp_path):
 
 def test_the_golden_run_under_tight_rules_acts_on_every_rule_and_counts_alike(tmp_path):
     """The default thresholds reject nothing of the golden probe: tightened into its gap, every rule acts."""
-    from tests.contracts.test_golden import TIGHT_RULES
+    from tests.project.test_golden import TIGHT_RULES
 
     doc = _audited(GOLDEN, tmp_path / "audit", *[a for r in TIGHT_RULES for a in ("--rule", r)])
     assert all(r["tokens_rejected"] or r["tokens_reweighted"] for r in doc["rules"] if r["hypothesis"] != "A>0")

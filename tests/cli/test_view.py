@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from tests.contracts.test_golden import GOLDEN
 from tests.helpers import REPO, SAMPLE_PAIRS, cli, pairs
 from tests.inputs import ROWS, error_line
+from tests.project.test_golden import GOLDEN
 
 
 def _data(page) -> dict:

@@ -146,6 +146,11 @@ def test_locate_runs_inside_each_engine_and_its_chain_closes(diag):
     assert base["sampler_closure"] == f32["sampler_closure"] == 0.0
     assert entries["trainer.dtype=bfloat16"]["sequences"] == base["sequences"]  # the baseline's tokens, reused
     assert (diag["tmp"] / "plots" / "diagnose_locate.png").is_file()
+    # the printed document and diagnose.json both name the pictures they drew
+    written = json.loads((diag["out"] / "diagnose.json").read_text())
+    assert written["plots"] == diag["payload"]["plots"]
+    assert Path(diag["payload"]["plots"]["locate"]).name == "diagnose_locate.png"
+    assert Path(diag["payload"]["plots"]["pareto"]).is_file()
 
 
 @pytest.mark.vllm
@@ -287,7 +292,7 @@ def test_diagnose_tables_fit_80_columns_and_agree_with_the_json(diag):
     from mismatchscope.diagnose.document import DiagnoseDocument
     from mismatchscope.documents import from_json
     from mismatchscope.render.diagnose_table import render
-    from tests.contracts.test_tables_at_80_columns import WIDTH, assert_readable
+    from tests.project.test_tables_at_80_columns import WIDTH, assert_readable
 
     # the JSON diagnose printed, typed again (its schema version is the document's, not a field)
     doc = from_json(DiagnoseDocument, {k: v for k, v in diag["payload"].items() if k != "schema_version"})

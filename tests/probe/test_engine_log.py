@@ -255,7 +255,7 @@ def refused_starts(tmp_path_factory) -> dict:
     a tiny DeepSeek-V3 in float32 (the engine core refuses it)."""
     pytest.importorskip("vllm")
     pytest.importorskip("transformers")
-    from tests.probe.test_route_families import _build
+    from tests.probe.test_routes_families import _build
 
     tmp = tmp_path_factory.mktemp("refused")
     prompts = tmp / "prompts.jsonl"

@@ -104,9 +104,8 @@ def test_no_command_decides_a_format():
 
 
 def _format_params(f: ast.FunctionDef) -> list[ast.arg]:
-    """The parameters of a command function that ``--format`` fills (their default is ``FormatOpt``)."""
-    args = f.args.args[len(f.args.args) - len(f.args.defaults) :]
-    return [a for a, d in zip(args, f.args.defaults, strict=True) if isinstance(d, ast.Name) and d.id == "FormatOpt"]
+    """The parameters of a command function that ``--format`` fills (their type is the alias ``FormatOpt``)."""
+    return [a for a in f.args.args if isinstance(a.annotation, ast.Name) and a.annotation.id == "FormatOpt"]
 
 
 @pytest.mark.parametrize("command", ["report", "gate", "certify", "doctor", "timeline", "view", "provenance"])

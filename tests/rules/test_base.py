@@ -160,3 +160,16 @@ def test_parse_rule_and_errors():
     assert [i.params for i in inst] == [{"alpha": 0.2, "beta": b} for b in (1.5, 2.0, 3.0)]
     with pytest.raises(UsageError, match="cannot parse sweep"):
         parse_sweep("icepop=1,2")
+
+
+def test_every_config_field_is_a_rule_param():
+    # RuleInstance.params is typed dict[str, RuleParam]: a config field of another type would make it untrue
+    import typing
+
+    from mismatchscope.rules.base import RULES, RuleParam
+
+    allowed = set(typing.get_args(RuleParam))
+    for name, spec in RULES.items():
+        for f, tp in typing.get_type_hints(spec.config_cls).items():
+            parts = set(typing.get_args(tp)) or {tp}
+            assert parts <= allowed, f"{name}.{f}: {tp}"

@@ -13,6 +13,7 @@ a float32 gap at a quarter of the baseline's or more, or above 0.01 nats mean
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ...metrics import ABS_LOGPROB_DIFF_MEAN, K3_MEAN
@@ -35,7 +36,18 @@ def _metric(m: Any, name: str) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def float32_configurations(doc: dict[str, Any]) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Float32Configuration:
+    """A configuration of diagnose's document with both sides in float32: its metrics (as the document has
+    them), and each side's against the float64 reference (None where it was not measured)."""
+
+    name: Any
+    total: Any
+    sampler: Any
+    trainer: Any
+
+
+def float32_configurations(doc: dict[str, Any]) -> list[Float32Configuration]:
     """Each configuration with both sides in float32: name, its gaps (total and against the reference)."""
     base = doc.get("baseline") or {}
     s_dtype = str((base.get("sampler") or {}).get("dtype", "")).lower()
@@ -43,7 +55,7 @@ def float32_configurations(doc: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     if s_dtype in FLOAT32 and t_dtype in FLOAT32:
         dec = doc.get("decomposition") or {}
-        out.append({"name": "baseline", "total": base.get("metrics"), **_sides(dec)})
+        out.append(Float32Configuration("baseline", base.get("metrics"), *_sides(dec)))
     for v in doc.get("variants") or []:
         changes = v.get("changes") or {}
         if v.get("status") != "ok" or not set(changes) <= DTYPE_KEYS:
@@ -51,15 +63,16 @@ def float32_configurations(doc: dict[str, Any]) -> list[dict[str, Any]]:
         s = str(changes.get("sampler.dtype", s_dtype)).lower()
         t = str(changes.get("trainer.dtype", t_dtype)).lower()
         if s in FLOAT32 and t in FLOAT32:
-            out.append({"name": v.get("name"), "total": v.get("metrics"), **_sides(v.get("gaps") or {})})
+            out.append(Float32Configuration(v.get("name"), v.get("metrics"), *_sides(v.get("gaps") or {})))
     return out
 
 
-def _sides(gaps: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "sampler": (gaps.get("sampler_vs_reference") or {}).get("metrics"),
-        "trainer": (gaps.get("trainer_vs_reference") or {}).get("metrics"),
-    }
+def _sides(gaps: dict[str, Any]) -> tuple[Any, Any]:
+    """The sampler's and the trainer's metrics against the float64 reference."""
+    return (
+        (gaps.get("sampler_vs_reference") or {}).get("metrics"),
+        (gaps.get("trainer_vs_reference") or {}).get("metrics"),
+    )
 
 
 def detect(ctx: Context) -> Finding:
@@ -78,17 +91,17 @@ def detect(ctx: Context) -> Finding:
             "not checked: no configuration of this diagnose ran both sides in float32",
         )
     base_gap = _metric((doc.get("baseline") or {}).get("metrics"), ABS)
-    worst = max(configs, key=lambda c: _metric(c["total"], ABS) or 0.0)
-    gap = _metric(worst["total"], ABS)
+    worst = max(configs, key=lambda c: _metric(c.total, ABS) or 0.0)
+    gap = _metric(worst.total, ABS)
     ev = [
-        Evidence(f"mean |gap| with both sides in float32 ({worst['name']})", gap, "14-20x below bfloat16's"),
+        Evidence(f"mean |gap| with both sides in float32 ({worst.name})", gap, "14-20x below bfloat16's"),
         Evidence("mean |gap| of the baseline", base_gap, "-"),
     ]
     if gap is None:
         return not_checked("persists_in_float32", ["the float32 configuration's metrics"])
     relative = gap / base_gap if base_gap else None
     survives = gap >= ALWAYS or (
-        worst["name"] != "baseline" and relative is not None and relative >= SURVIVES and gap >= FLOOR
+        worst.name != "baseline" and relative is not None and relative >= SURVIVES and gap >= FLOOR
     )
     if not survives:
         return clear(
@@ -97,19 +110,19 @@ def detect(ctx: Context) -> Finding:
             + (f" ({pct(relative)} of the baseline's): rounding" if relative is not None else ": rounding"),
             ev,
         )
-    s_ref = _metric(worst["sampler"], ABS)
-    t_ref = _metric(worst["trainer"], ABS)
+    s_ref = _metric(worst.sampler, ABS)
+    t_ref = _metric(worst.trainer, ABS)
     side = None if s_ref is None or t_ref is None else ("sampler" if s_ref > t_ref else "trainer")
     if side:
         ev.append(Evidence(f"the {side}'s mean |gap| to the float64 reference", max(s_ref or 0, t_ref or 0), "-"))
     return detected(
         "persists_in_float32",
         f"with both sides in float32 the gap stays at {g(gap)} mean |gap|"
-        + (f" ({pct(relative)} of the baseline's)" if relative is not None and worst["name"] != "baseline" else "")
+        + (f" ({pct(relative)} of the baseline's)" if relative is not None and worst.name != "baseline" else "")
         + ": the two sides run different programs, not the same one rounded differently"
         + (f"; the {side} is the one far from the float64 reference" if side else ""),
         ev,
-        {"configuration": str(worst["name"]), "float32_gap": gap, "baseline_gap": base_gap, "side": side},
+        {"configuration": str(worst.name), "float32_gap": gap, "baseline_gap": base_gap, "side": side},
         "high",
         "find the kernel or code path that differs (a fallback implementation, a missing op, another attention "
         "path): diagnose --locate finds the layer where the float32 gap enters",
@@ -120,12 +133,12 @@ def share(ctx: Context, f: Finding) -> ExplainedShare | None:
     doc = ctx.diagnose or {}
     base = (doc.get("baseline") or {}).get("metrics")
     name = f.estimate.get("configuration")
-    conf = next((c for c in float32_configurations(doc) if c["name"] == name), None)
+    conf = next((c for c in float32_configurations(doc) if c.name == name), None)
     if conf is None:
         return None
 
     def part(metric: str) -> float | None:
-        a, b = _metric(conf["total"], metric), _metric(base, metric)
+        a, b = _metric(conf.total, metric), _metric(base, metric)
         return min(1.0, a / b) if a is not None and b else None
 
     return model_share(

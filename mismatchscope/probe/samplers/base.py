@@ -17,6 +17,8 @@ from mismatchscope.probe.types import Completion, SamplingConfig
 from mismatchscope.progress import Advance
 from mismatchscope.schema import LOGPROB_SENTINEL
 
+from ...documents import json_edge
+
 
 @runtime_checkable
 class Sampler(Protocol):
@@ -31,6 +33,7 @@ class Sampler(Protocol):
         """One :class:`Completion` per (prompt, sample), prompt-major, ``sample_index`` in 0..n-1."""
         ...
 
+    @json_edge
     def describe(self) -> dict[str, Any]:
         """Engine name and version, dtype, devices, effective engine args (never a secret)."""
         ...

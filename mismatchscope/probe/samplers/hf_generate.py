@@ -29,6 +29,8 @@ from mismatchscope.probe.types import Completion, SamplerConfig, SamplingConfig
 from mismatchscope.probe.zero import experts_implementation
 from mismatchscope.progress import Advance
 
+from ...documents import json_edge, to_json
+
 ENGINE_ARGS = HF_ENGINE_ARGS
 DEFAULT_BATCH = 64
 
@@ -189,10 +191,11 @@ class HFGenerateSampler:
                 return i + 1, "stop"
         return len(tokens), "length"
 
+    @json_edge
     def describe(self) -> dict[str, Any]:
         return {
             "engine": "transformers-generate",
-            **model_description(self.model),
+            **to_json(model_description(self.model)),
             "requested_dtype": self.cfg.dtype,
             "batch_size": self.batch_size,
             "eos_token_ids": self.eos_ids,

@@ -24,6 +24,8 @@ from mismatchscope.probe.types import Completion, SamplingConfig
 from mismatchscope.probe.zero import DECODE, width, zero_logits
 from mismatchscope.progress import Advance
 
+from ...documents import json_edge
+
 
 class HFZeroSampler(HFGenerateSampler):
     """Samples one sequence at a time, recomputing the whole forward at every step."""
@@ -135,5 +137,6 @@ class HFZeroSampler(HFGenerateSampler):
                 out.append([float(rows[len(p) - 1 + i, t]) for i, t in enumerate(c)])
         return out
 
+    @json_edge
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "engine": "transformers-recompute", "decode": DECODE, "zero": True}

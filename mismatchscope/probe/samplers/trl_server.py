@@ -42,6 +42,8 @@ from mismatchscope.probe.samplers.server_answers import answer_field
 from mismatchscope.probe.samplers.vllm_server import VLLMServerSampler
 from mismatchscope.probe.types import SamplingConfig
 
+from ...documents import json_edge
+
 TRL_LOGPROBS_MODE = "processed_logprobs"
 """what ``trl vllm-serve`` launches vLLM with (``build_command``): the logprobs TRL's trainers correct with."""
 
@@ -82,6 +84,7 @@ class TRLServerSampler(VLLMServerSampler):
             raise SamplerError(f"GET /server_info: vllm_config.model_config.logprobs_mode is {mode!r}, not a mode name")
         return mode
 
+    @json_edge
     def _model_config(self) -> dict[str, Any] | None:
         """``vllm_config.model_config`` of the dev-mode ``/server_info``, asked once (None where there is none)."""
         if "server_info" in self._checks:
@@ -106,12 +109,14 @@ class TRLServerSampler(VLLMServerSampler):
             return "unknown"
         return dtype.strip().removeprefix("torch.")
 
+    @json_edge
     def _body(self, prompts: list[list[int]], sampling: SamplingConfig, n: int) -> dict[str, Any]:
         """``VLLMClient.generate``'s payload, plus the probe's seed and the penalties spelled out."""
         body = super()._body(prompts, sampling, n)
         body["top_k"] = sampling.top_k if sampling.top_k and sampling.top_k > 0 else 0
         return body
 
+    @json_edge
     def describe(self) -> dict[str, Any]:
         out = super().describe()
         out["engine"] = "trl-server"

@@ -17,6 +17,7 @@ engine process otherwise). On CPU set ``VLLM_CPU_KVCACHE_SPACE`` (GiB).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from mismatchscope.errors import SamplerError, UsageError
@@ -31,6 +32,8 @@ from mismatchscope.probe.samplers.base import (
 )
 from mismatchscope.probe.types import Completion, SamplerConfig, SamplingConfig
 from mismatchscope.progress import Advance
+
+from ...documents import json_edge, to_json
 
 DEFAULT_MAX_LOGPROBS = 20
 """vLLM's own default cap on ``logprobs=k``; raised when a probe asks for more."""
@@ -54,6 +57,7 @@ class VLLMOfflineSampler:
 
     # ------------------------------------------------------------ engine
 
+    @json_edge
     def engine_args(self, sampling: SamplingConfig) -> dict[str, Any]:
         """The keyword arguments given to ``vllm.LLM``: typed options that are set, then
         ``engine_args`` unchanged on top (a user's explicit option wins)."""
@@ -176,6 +180,7 @@ class VLLMOfflineSampler:
             return SideRoutes(False, why=self._routes_why)
         return SideRoutes(True, weights=False)
 
+    @json_edge
     def describe(self) -> dict[str, Any]:
         """Engine, version, dtypes, devices and the effective ``LLM(...)`` arguments."""
         import vllm
@@ -187,7 +192,7 @@ class VLLMOfflineSampler:
             engine = self._llm.llm_engine
             info["dtype"] = str(engine.model_config.dtype).removeprefix("torch.")
             info["logprobs_mode"] = engine.model_config.logprobs_mode
-            info.update(_device_info(str(engine.vllm_config.device_config.device)))
+            info.update(to_json(_device_info(str(engine.vllm_config.device_config.device))))
         return info
 
     def provenance(self):
@@ -329,12 +334,20 @@ def _routes(out, moe_layers: tuple[int, ...] | None):
     return from_engine_layout(out.routed_experts, moe_layers)
 
 
-def _device_info(device: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class DeviceInfo:
+    """The engine's device and the hardware's names, for ``sampler_info``."""
+
+    device: str
+    device_names: list[str]
+
+
+def _device_info(device: str) -> DeviceInfo:
     from mismatchscope.probe.hf_model import device_names
 
     if device.startswith("cuda"):
         import torch
 
         names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-        return {"device": device, "device_names": names}
-    return {"device": device, "device_names": device_names([device])}
+        return DeviceInfo(device, names)
+    return DeviceInfo(device, device_names([device]))

@@ -67,6 +67,8 @@ from mismatchscope.redact import (
     redact_url,
 )
 
+from ...documents import json_edge
+
 PROMPTS_PER_REQUEST = 32
 """prompts per ``/v1/completions`` call: keeps bodies small and gives progress.
 Each prompt is its own engine request with its own seed, so the split does not
@@ -110,6 +112,7 @@ class VLLMServerSampler:
 
     # ------------------------------------------------------------ checks
 
+    @json_edge
     def _served_model(self, wanted: str | None) -> dict[str, Any]:
         """The model card to use: the one named in engine_args, else the server's only base model,
         which must be this checkpoint (same folder name)."""
@@ -237,6 +240,7 @@ class VLLMServerSampler:
                 on_progress(len(batch) * per_request_n)
         return completions
 
+    @json_edge
     def _body(self, prompts: list[list[int]], sampling: SamplingConfig, n: int) -> dict[str, Any]:
         return {
             "model": self.model,
@@ -258,6 +262,7 @@ class VLLMServerSampler:
         """The server's expert ids (never gate weights) where it returned them; else why not."""
         return self._routes.status()
 
+    @json_edge
     def describe(self) -> dict[str, Any]:
         """Server URL, version, served model and the checks that ran (no API key, ever): every text the server
         sent is recorded through ``redact_obj``, as a server may echo the key or a URL with credentials."""

@@ -4,7 +4,7 @@ The pins the feature is judged by: a checkpoint that differs from the sampler's 
 layer and op with every earlier point byte-equal; a float16 side against a float32 one starts at the embeddings;
 eager attention against sdpa starts at the first attention; the float64 reference against itself is 0
 everywhere. Each runs the real models (tiny, a few seconds together); the vLLM side is pinned in
-tests/probe/test_locate_vllm.py.
+tests/diagnose/locate/test_vllm_capture.py.
 """
 
 from __future__ import annotations
@@ -312,7 +312,7 @@ def test_locate_sequences_without_locate_is_refused(tmp_path):
 def test_moe_families_locate_with_their_routers(tmp_path, family):
     from mismatchscope.probe.checkpoint import inspect_checkpoint
     from mismatchscope.probe.route_capture import moe_layers_of
-    from tests.probe.test_route_families import _build
+    from tests.probe.test_routes_families import _build
 
     info = inspect_checkpoint(_build(family, tmp_path))
     ref = _reference(info)

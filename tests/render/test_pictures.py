@@ -158,7 +158,7 @@ def _rendered_text(page) -> str:
     import subprocess
     import tempfile
 
-    from tests.render.plots.test_figures import CHROMIUM
+    from tests.render.test_figures import CHROMIUM
 
     if CHROMIUM is None:  # pragma: no cover - CI installs it (.ci/run)
         pytest.skip("headless Chromium is not installed")

@@ -30,8 +30,7 @@ from mismatchscope.probe.checkpoint import inspect_checkpoint
 from mismatchscope.probe.samplers import make_sampler
 from mismatchscope.probe.types import SamplerConfig, SamplingConfig
 from tests.helpers import cli
-
-from .conftest import checkpoint_dir
+from tests.probe.conftest import checkpoint_dir
 
 SAMPLING = SamplingConfig(temperature=1.0, n=1, max_tokens=2, top_k_logprobs=1, logprobs_mode="processed_logprobs")
 

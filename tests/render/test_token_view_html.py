@@ -16,8 +16,8 @@ import pytest
 
 from mismatchscope.audit import SEQUENCES_FILE, TOKENS_FILE
 from tests.browser import CHROMIUM, NO_CHROMIUM, Browser
-from tests.contracts.test_golden import GOLDEN, TIGHT_RULES
 from tests.helpers import REPO, SAMPLE_PAIRS, cli
+from tests.project.test_golden import GOLDEN, TIGHT_RULES
 
 pytestmark = [pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM), pytest.mark.xdist_group("tokens_page")]
 

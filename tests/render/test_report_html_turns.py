@@ -8,7 +8,7 @@ import pytest
 
 from mismatchscope.schema import write_table
 from tests.helpers import cli
-from tests.render.plots.test_figures import CHROMIUM, _png_size, chromium_open
+from tests.render.test_figures import CHROMIUM, _png_size, chromium_open
 
 
 def _run(path, turns: bool = True):
