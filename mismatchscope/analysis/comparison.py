@@ -52,12 +52,12 @@ def assemble_masks(
         tokens=tokens,
         sequences=int(sequences),
         rules=rows,
-        tokens_by_sampler_prob=extra["tokens_by_sampler_prob"],
-        tokens_by_pq_sign=extra["tokens_by_pq_sign"],
+        tokens_by_sampler_prob=extra.tokens_by_sampler_prob,
+        tokens_by_pq_sign=extra.tokens_by_pq_sign,
         tail_reading=tail_reading(rows),
-        agreement=extra["agreement"],
+        agreement=extra.agreement,
         sweeps=list(sweeps.values()),
-        examples=extra["examples"],
+        examples=extra.examples,
         tokens_by_turn={k: int(v) for k, v in turn_counts(masks.tokens_by_turn, turns).items()}
         if turns is not None
         else None,

@@ -143,6 +143,17 @@ def build_units(
     return units
 
 
+@dataclass(frozen=True)
+class MaskTotals:
+    """What the pass's counts add to compare-masks' rows once every batch is folded: the tokens by sampler
+    probability and by the sign of p - q, the rules' pairwise agreement and the worst disagreements."""
+
+    tokens_by_sampler_prob: dict[str, int]
+    tokens_by_pq_sign: dict[str, int]
+    agreement: list[RuleAgreement]
+    examples: list[DisagreementExample]
+
+
 class MaskAccumulator:
     """Streams token batches through the token rules and keeps what the report needs."""
 
@@ -318,7 +329,7 @@ class MaskAccumulator:
 
     def finish(
         self, seq: SequenceInputs, per_seq: dict[str, np.ndarray], by_turn: tuple[np.ndarray, TurnRows] | None = None
-    ) -> dict:
+    ) -> MaskTotals:
         """The sequence rules' verdicts and what the result adds to the rows. ``by_turn``: the sequences' ids
         (in the order of ``seq``) and the run's tokens per (sequence, turn), for ``--by turn``."""
         n_tok = seq.n_tokens_S
@@ -352,12 +363,12 @@ class MaskAccumulator:
                 ids, rows = by_turn
                 u.rejected_by_turn = tokens_by_turn(rows, ids[rej])
                 u.reweighted_by_turn = tokens_by_turn(rows, ids[rew])
-        return {
-            "tokens_by_sampler_prob": dict(zip(q_bucket_labels(), map(int, self.tokens_by_q), strict=True)),
-            "tokens_by_pq_sign": dict(zip(SIGNS, map(int, self.tokens_by_pq_sign), strict=True)),
-            "agreement": self._agreement(seq_masks, per_seq, n_tok),
-            "examples": [e[2] for e in sorted(self._examples, key=lambda e: -e[0])],
-        }
+        return MaskTotals(
+            tokens_by_sampler_prob=dict(zip(q_bucket_labels(), map(int, self.tokens_by_q), strict=True)),
+            tokens_by_pq_sign=dict(zip(SIGNS, map(int, self.tokens_by_pq_sign), strict=True)),
+            agreement=self._agreement(seq_masks, per_seq, n_tok),
+            examples=[e[2] for e in sorted(self._examples, key=lambda e: -e[0])],
+        )
 
     def _agreement(self, seq_masks, per_seq, n_tok) -> list[RuleAgreement]:
         members: list[tuple[Unit, int]] = [(u, u.tokens_rejected) for u in self.agree_token] + [

@@ -50,7 +50,9 @@ def token_sums(idx: np.ndarray, nb: int, t: TokenTerms | tuple) -> np.ndarray:
     return np.stack([np.bincount(idx, weights=w, minlength=nb)[:nb].astype(np.float64) for w in weights])
 
 
-def token_means(n, *, tv=None, abs_l=None, k1=None, k2=None, k3=None, krev=None, r=None, r2=None) -> dict:
+def token_means(
+    n, *, tv=None, abs_l=None, k1=None, k2=None, k3=None, krev=None, r=None, r2=None
+) -> dict[str, float | np.ndarray]:
     """The report's token metrics from whichever sums are given (scalars or aligned arrays).
 
     Keys are the catalog's names (``metrics.CATALOG``): the means of tv, |l|,
@@ -89,5 +91,9 @@ def summarise_sums(s: np.ndarray) -> dict[str, float | int | None]:
         return {"tokens": 0}
     with np.errstate(divide="ignore", invalid="ignore"):
         m = token_means(n, **{k: s[i] for i, k in enumerate(TOKEN_SUMS) if k != "n"})
-    m[ESS.name] = float(m[ESS.name]) if np.isfinite(m[ESS.name]) else None  # 0 / 0, or sum r^2 overflowed
-    return {"tokens": int(n), **m}
+    out: dict[str, float | int | None] = {"tokens": int(n)}
+    for name, value in m.items():  # scalars here: one key's sums
+        out[name] = float(value)
+    if not np.isfinite(m[ESS.name]):  # 0 / 0, or sum r^2 overflowed
+        out[ESS.name] = None
+    return out
