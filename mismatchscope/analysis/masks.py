@@ -18,7 +18,7 @@ from ..divergence import TokenTerms
 from ..rules import RuleInstance, SequenceInputs
 from .evaluate import HYPOTHESES, Verdicts, sequence_verdicts, token_actions
 from .grouping import Groups
-from .results import DisagreementExample, Hypothesis, RuleAgreement, RuleRow, display_name
+from .results import DisagreementExample, Hypothesis, MaskTotals, RuleAgreement, RuleRow, display_name
 from .table import RuleColumn
 from .tokenstats import Q_EDGES, bucket_index, q_bucket_labels
 from .turns import TurnRows, tokens_by_turn
@@ -141,17 +141,6 @@ def build_units(
         for r in instances:
             units += expand(r, f"{name}.{key}")
     return units
-
-
-@dataclass(frozen=True)
-class MaskTotals:
-    """What the pass's counts add to compare-masks' rows once every batch is folded: the tokens by sampler
-    probability and by the sign of p - q, the rules' pairwise agreement and the worst disagreements."""
-
-    tokens_by_sampler_prob: dict[str, int]
-    tokens_by_pq_sign: dict[str, int]
-    agreement: list[RuleAgreement]
-    examples: list[DisagreementExample]
 
 
 class MaskAccumulator:

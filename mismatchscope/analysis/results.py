@@ -482,3 +482,14 @@ class MasksResult:
         default=None, metadata=optional("--by turn: the run's tokens per turn index")
     )
     warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class MaskTotals:
+    """What the pass's counts add to compare-masks' rows once every batch is folded: the tokens by sampler
+    probability and by the sign of p - q, the rules' pairwise agreement and the worst disagreements."""
+
+    tokens_by_sampler_prob: dict[str, int]
+    tokens_by_pq_sign: dict[str, int]
+    agreement: list[RuleAgreement]
+    examples: list[DisagreementExample]
