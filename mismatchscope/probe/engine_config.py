@@ -11,8 +11,7 @@ builders turn them into :class:`SamplingConfig`, :class:`SamplerConfig` and
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
 from .types import LogprobsMode, SamplerConfig, SamplingConfig, TrainerConfig
@@ -24,7 +23,9 @@ DEFAULT_SAMPLER_DTYPE = SamplerConfig.dtype
 
 @dataclass(frozen=True)
 class EngineValues:
-    """The engine options of a command line, by their parameter names."""
+    """The engine options of a command line, by their parameter names: each command builds it from its own
+    parameters by keyword, so a parameter renamed on one side only fails at type-checking and in
+    ``tests/cli/test_options.py``."""
 
     temperature: float = SamplingConfig.temperature
     top_p: float = SamplingConfig.top_p
@@ -63,33 +64,6 @@ class EngineValues:
     replay_weights: bool = TrainerConfig.replay_weights
     routes: bool = TrainerConfig.record_routes
     """``--routes/--no-routes``: record both sides' MoE routes."""
-
-    @classmethod
-    def of(
-        cls,
-        params: Mapping[str, Any],
-        engine_args: dict[str, Any] | None = None,
-        *,
-        not_taken: frozenset[str] = frozenset(),
-    ) -> EngineValues:
-        """The values among a command's parameters (``ctx.params``) that are engine options; the rest is not read.
-
-        ``not_taken``: the engine options the command has no parameter for (they keep their defaults). Every other
-        option must be one of its parameters, by this name: a parameter renamed on one side only is a
-        ``TypeError`` on every call (``tests/cli/test_options.py``), never a default taken in silence.
-        A value the command leaves unset (None, as rescore's ``--temperature`` of a probe run) keeps the default.
-        """
-        names = cls.names()
-        missing, extra = sorted(names - not_taken - params.keys()), sorted(not_taken & params.keys())
-        if missing or extra:
-            raise TypeError(f"engine options without a parameter: {missing}; declared not taken but given: {extra}")
-        given = {k: v for k, v in params.items() if k in names and v is not None}
-        return cls(**given, engine_args=engine_args or {})
-
-    @classmethod
-    def names(cls) -> frozenset[str]:
-        """The parameter names of the engine options."""
-        return frozenset(f.name for f in fields(cls)) - {"engine_args"}
 
     def profiled(self) -> EngineValues:
         """The values with what a profile implies: the zero profile runs one program, so one dtype on both sides,
