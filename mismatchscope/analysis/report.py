@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..rules import SequenceInputs
-from .readings import interpret
 from .results import Distribution, Lengths, Report, Routing, SequenceMetrics
 from .table import SequenceTable
 from .tokenstats import RATIO_QUANTILES, TokenStats, _f
+from .yardsticks import interpret
 
 CHI2_SEQ_CLIP = 20.0
 """verl clamps the sequence log-ratio to +-20 before exp(2 S) in chi2_seq."""

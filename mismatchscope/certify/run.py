@@ -224,7 +224,7 @@ def declared_lag(manifest: Mapping[str, Any] | None, file_meta: Mapping[str, Any
     check it: an import of an asynchronous trainer (prime-rl's semantics), a rescore of one (its ``imported``
     semantics), a probe scored with ``--trainer-checkpoint``. Byte-equal pairs of two policies prove nothing
     about one stack, so such a run cannot certify."""
-    from ..analysis.readings import policy_lag
+    from ..analysis.yardsticks import policy_lag
 
     for doc in (manifest, file_meta):
         if not isinstance(doc, Mapping):

@@ -50,7 +50,6 @@ from .document import (
 from .effects import rank
 from .options import DiagnoseOptions, check_empty_out, check_options, device, resolve_max_tokens
 from .pairs import load_tokens, prompt_ids, score_requests
-from .reading import finish
 from .records import (
     BaselineRun,
     NotRan,
@@ -68,6 +67,7 @@ from .reference import reference_rows
 from .sampler_process import Launched, sampler_run
 from .sampler_result import SamplerResult
 from .schedule import AHEAD_CPU, AHEAD_GPU, Engines, Step, plan, run_plan
+from .summary import finish
 from .timing import SamplerServer, Timer
 from .variants import Configuration, apply
 

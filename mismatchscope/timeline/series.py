@@ -325,7 +325,7 @@ class _Accumulator:
     def _token_values(self, k: int, n: np.ndarray) -> dict[str, np.ndarray]:
         """Per key: the headline means, the exact p99 of |l|, the token rules' rates and (routes) the flip rate."""
         means = token_means(n, tv=self.sums[1], k3=self.sums[2], abs_l=self.sums[3])
-        values = {m.name: means[m.name] for m in (TV_TOKEN_MEAN, K3_MEAN, ABS_LOGPROB_DIFF_MEAN)}
+        values = {m.name: np.asarray(means[m.name]) for m in (TV_TOKEN_MEAN, K3_MEAN, ABS_LOGPROB_DIFF_MEAN)}
         values[ABS_LOGPROB_DIFF_P99.name] = grouped_quantile(
             np.concatenate(self._codes), np.concatenate(self._abs_l), k, P99
         )

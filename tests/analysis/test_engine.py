@@ -215,8 +215,8 @@ def test_empty_and_missing(write, tmp_path):
 
 def test_policy_lag_reading_from_a_probe_or_an_import():
     """A probe with --trainer-checkpoint says so in ``semantics``, an import in ``source.semantics``: one reading."""
-    from mismatchscope.analysis.readings import interpret
     from mismatchscope.analysis.results import TokenMetrics
+    from mismatchscope.analysis.yardsticks import interpret
 
     metrics = TokenMetrics(0.02, *[None] * 11, {}, {}, {})
     plain = {r.metric: r.reading for r in interpret(metrics, {"semantics": {"policy_lag": False}})}

@@ -73,7 +73,7 @@ def test_a_timed_out_variant_is_marked_timed_out_and_the_others_stand(tmp_path, 
 
 
 def _failed_lines(variants) -> str:
-    from mismatchscope.diagnose.reading import _failed
+    from mismatchscope.diagnose.summary import _failed
 
     return "; ".join(_failed(SimpleNamespace(variants=variants)))  # type: ignore[arg-type]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...analysis.readings import policy_lag as declared_lag
+from ...analysis.yardsticks import policy_lag as declared_lag
 from ...metrics import K3_MEAN
 from ..document import Evidence, Finding
 from ..findings import P_ALARM, clear, detected, g, not_checked, rank_test, t_quantile, welch_t
