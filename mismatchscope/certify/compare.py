@@ -8,7 +8,6 @@ pairing that failed failed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -116,6 +115,12 @@ class Difference:
     ulp: int
 
 
+@dataclass(frozen=True)
+class UlpBin:
+    ulp: str = field(metadata={"doc": "a distance in units in the last place, or a range of them (lo-hi, >N)"})
+    tokens: int
+
+
 @dataclass
 class PairingResult:
     pairing: Pairing
@@ -123,7 +128,7 @@ class PairingResult:
     dtype_note: str
     tokens: int
     differing: int
-    ulp_histogram: list[dict[str, Any]] = field(default_factory=list)
+    ulp_histogram: list[UlpBin] = field(default_factory=list)
     ulp_median: float | None = None
     ulp_p99: float | None = None
     ulp_max: int | None = None
@@ -206,16 +211,16 @@ def _compare(pairing: Pairing, tokens: Tokens, show: int) -> PairingResult:
     return out
 
 
-def _ulp_histogram(ulp: np.ndarray) -> list[dict[str, Any]]:
+def _ulp_histogram(ulp: np.ndarray) -> list[UlpBin]:
     """The differing tokens by ULP distance, in ``ULP_BINS``; empty bins left out."""
     bins = [
-        {
-            "ulp": f"{lo}" if lo == hi else f"{lo}-{hi}" if hi < 1 << 62 else f">{lo - 1}",
-            "tokens": int(((ulp >= lo) & (ulp <= hi)).sum()),
-        }
+        UlpBin(
+            ulp=f"{lo}" if lo == hi else f"{lo}-{hi}" if hi < 1 << 62 else f">{lo - 1}",
+            tokens=int(((ulp >= lo) & (ulp <= hi)).sum()),
+        )
         for lo, hi in ULP_BINS
     ]
-    return [b for b in bins if b["tokens"]]
+    return [b for b in bins if b.tokens]
 
 
 def _first(

@@ -15,7 +15,7 @@ from ..documents import optional
 from ..execution.compare import FieldRow, Status
 from ..execution.contract import Contract
 from ..formatting import fmt
-from .compare import Difference, EarliestSummary, PairingResult
+from .compare import Difference, EarliestSummary, PairingResult, UlpBin
 from .routes import RouteResult
 from .rows import FullVocabResult
 from .run import PolicyCheck, Verdict
@@ -48,12 +48,6 @@ class CheckEntry:
     name: str
     passed: bool | None = field(metadata={"doc": "null: a check this run cannot make (a column or record it lacks)"})
     detail: str
-
-
-@dataclass(frozen=True)
-class UlpBin:
-    ulp: str = field(metadata={"doc": "a distance in units in the last place, or a range of them (lo-hi, >N)"})
-    tokens: int
 
 
 @dataclass(frozen=True)
@@ -102,7 +96,7 @@ class PairingEntry:
             p.tokens,
             p.differing,
             p.share,
-            [UlpBin(b["ulp"], b["tokens"]) for b in p.ulp_histogram],
+            list(p.ulp_histogram),
             p.ulp_median,
             p.ulp_p99,
             p.ulp_max,

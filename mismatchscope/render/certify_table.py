@@ -66,7 +66,7 @@ def _pairing(console, p) -> None:
     console.print(escape(f"{p.pairing.title}: {p.dtype_note}"), highlight=False)
     if p.equal:
         return
-    hist = ", ".join(f"{b['ulp']} ULP: {b['tokens']:,}" for b in p.ulp_histogram)
+    hist = ", ".join(f"{b.ulp} ULP: {b.tokens:,}" for b in p.ulp_histogram)
     console.print(escape(f"  ULP distances: {hist}"), highlight=False)
     e = p.earliest_summary()
     assert e is not None  # a pairing that parts has an earliest position
