@@ -16,6 +16,7 @@ from typing import Any
 
 from ..analysis.engine import AnalysisRequest, AnalysisResult, make_plan, run_plan
 from ..analysis.plan import AnalysisPlan, TopkRead
+from ..documents import json_edge
 from ..execution.record import RunProvenance
 from ..reader.streaming import SomeGroups, group_rows
 from .document import DoctorDocument, Gap
@@ -56,6 +57,7 @@ def sampled_pass(
     return plan, SampleCollector(plan.source.rows, cap, list_cap, list_group_rows=chosen[1])
 
 
+@json_edge
 def diagnose_output(path: str) -> tuple[str, dict[str, Any] | None]:
     """(the pairs to read, diagnose's document) for a diagnose output folder or its baseline; the path unchanged
     and None for anything else."""

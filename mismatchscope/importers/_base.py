@@ -91,6 +91,7 @@ class Importer(Protocol):
 
 
 class JsonlImporter(Importer, Protocol):
+    @json_edge
     def convert(
         self, f: SourceFile, line: int, rec: dict[str, Any], notes: dict[str, int]
     ) -> tuple[dict[str, Any], int]:

@@ -120,6 +120,7 @@ class NemoRLImporter:
         return values, length - kept
 
 
+@json_edge
 def _per_token_lists(f: SourceFile, line: int, rec: dict[str, Any]) -> tuple[dict[str, Any], int]:
     """The record's per-token lists (``token_ids`` first; ``advantages`` when it is one), of one length, and
     where the prompt ends (``input_lengths``)."""

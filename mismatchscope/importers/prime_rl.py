@@ -175,6 +175,7 @@ class PrimeRLImporter:
         return values, n - kept
 
 
+@json_edge
 def _first_record(path: Path) -> tuple[int, dict[str, Any]] | None:
     """``(line, record)`` of an export's first record; None when it has none or it does not parse (the engine
     reports the bad line in its place)."""

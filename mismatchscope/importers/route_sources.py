@@ -45,6 +45,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ..documents import json_edge
 from ..errors import ImportFormatError
 from .routes_model import RoutesModel
 
@@ -82,6 +83,7 @@ class DumpRoutes(Protocol):
 
     def files(self, src: Path) -> list[tuple[Path, str]]: ...
 
+    @json_edge
     def records(self, path: Path, rel: str, trust_pickle: bool) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]: ...
 
 

@@ -178,6 +178,7 @@ def _checked(plan: RoutesPlan, source_rows: dict[tuple[str, int], int] | None = 
             raise InputError(f"{rel}: cannot read it ({short(e)})") from None
 
 
+@json_edge
 def _jsonl_records(path: Path, rel: str) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
     with open(path, "rb") as fh:
         for line, raw in enumerate(fh, 1):
@@ -223,6 +224,7 @@ def _require(rec: Any) -> None:
 # -- the writing pass -----------------------------------------------------------------------------------------------
 
 
+@json_edge
 def write(
     out: Path,
     plan: RoutesPlan,

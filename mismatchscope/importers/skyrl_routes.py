@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from ..documents import json_edge
 from ..errors import ImportFormatError
 
 ROUTES_FIELD = "rollout_expert_indices"
@@ -45,6 +46,7 @@ def files(src: Path) -> list[tuple[Path, str]]:
     return [(f.path, f.rel) for f in discover(Path(src))]
 
 
+@json_edge
 def records(path: Path, rel: str, trust_pickle: bool) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
     """``(where, record)`` per batch row, in the routes-file layout (``sequence_id`` left out)."""
     from ._base import SourceFile

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..documents import json_edge
 from ..errors import ImportFormatError
 
 ROUTES_FIELD = "rollout_routed_experts"
@@ -35,6 +36,7 @@ def files(src: Path) -> list[tuple[Path, str]]:
     return [(f.path, f.rel) for f in SlimeImporter().discover(Path(src))]
 
 
+@json_edge
 def records(path: Path, rel: str, trust_pickle: bool) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
     """``(where, record)`` per train sample, the record in the routes-file layout (``sequence_id`` left out)."""
     from .slime import _load

@@ -129,7 +129,7 @@ def _clean(
 
 def _clean_logprobs(
     path: Path, cols: dict[str, Any], hygiene: Hygiene
-) -> tuple[dict[str, Any], tuple[np.ndarray, np.ndarray] | None]:
+) -> tuple[dict[str, np.ndarray | pa.Array], tuple[np.ndarray, np.ndarray] | None]:
     """Sentinels read as -inf, positive logprobs refused, rows with a non-finite logprob dropped (and named)."""
     lp, lq = cols["trainer_logprob"], cols["sampler_logprob"]
     dropped = None

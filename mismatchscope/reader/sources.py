@@ -223,6 +223,7 @@ def _has_turns(f: Path, mapping: Mapping[str, str], present: set[str]) -> bool:
     return bool(have)
 
 
+@json_edge
 def _open_footer(f: Path) -> tuple[int, set[str], dict[str, Any] | None, pq.FileMetaData]:
     """One file's row count, column names, checked metadata and footer, from its footer alone."""
     if printable(str(f)) != str(

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -34,7 +33,7 @@ def iter_batches(
     hygiene: Hygiene,
     batch_rows: int = BATCH_ROWS,
     extra: list[str] | tuple[str, ...] = (),
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[dict[str, np.ndarray | pa.Array]]:
     """Yield cleaned batches: dict of canonical name -> numpy array (lists stay Arrow).
 
     Required columns are always included. Optional columns not in the source

@@ -18,12 +18,13 @@ PENDING: frozenset[str] = frozenset()
 
 
 def _untyped(returns: ast.expr | None) -> bool:
-    """A return annotation that says "some dict": ``dict``, ``dict[str, Any]``, either ``| None``."""
+    """A return annotation that says "some dict": ``dict`` (either ``| None``), or ``dict[str, Any]`` anywhere in
+    it (``tuple[str, dict[str, Any]]``, ``Iterator[dict[str, Any]]``)."""
     if returns is None:
         return False
     text = ast.unparse(returns).replace(" ", "").strip("'\"")
     parts = set(text.split("|")) - {"None"}
-    return bool(parts) and parts <= {"dict", "dict[str,Any]", "Dict[str,Any]"}
+    return parts == {"dict"} or "dict[str,Any]" in text or "Dict[str,Any]" in text
 
 
 def _is_edge(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
@@ -55,7 +56,10 @@ def test_annotation_reading():
     assert _untyped(ast.parse("dict[str, Any]", mode="eval").body)
     assert _untyped(ast.parse("dict[str, Any] | None", mode="eval").body)
     assert _untyped(ast.parse("dict", mode="eval").body)
+    assert _untyped(ast.parse("tuple[str, dict[str, Any] | None]", mode="eval").body)
+    assert _untyped(ast.parse("Iterator[dict[str, Any]]", mode="eval").body)
     assert not _untyped(ast.parse("dict[str, float]", mode="eval").body)
+    assert not _untyped(ast.parse("tuple[dict[str, int], int]", mode="eval").body)
     assert not _untyped(ast.parse("None", mode="eval").body)
 
 
