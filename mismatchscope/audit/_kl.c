@@ -19,6 +19,10 @@
 #include <math.h>
 #include <stdint.h>
 
+#if defined(_MSC_VER) && !defined(restrict)
+#define restrict __restrict /* MSVC's C before C11 knows only its own spelling */
+#endif
+
 #if defined(__FAST_MATH__) || __FINITE_MATH_ONLY__ || defined(__NO_SIGNED_ZEROS__)
 #error "the audit's loops must round as numpy does: build them without -ffast-math or its parts"
 #endif

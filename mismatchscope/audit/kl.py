@@ -38,9 +38,18 @@ def _load() -> ModuleType | None:
     # by name: the extension is no module of the source tree, and ``from . import`` would read as an import of
     # the package that imports this module
     try:
-        return import_module(f"{__package__}._kl")
+        module = import_module(f"{__package__}._kl")
     except ImportError:  # installed without a C compiler
         return None
+    return module if _maximum_keeps_the_second() else None
+
+
+def _maximum_keeps_the_second() -> bool:
+    """Whether this numpy's ``maximum`` of two equal values (-0.0 and 0.0) returns the second, as the loops do:
+    the sign of a zero statistic is then the rule's own bit for bit; a numpy that returns the first keeps the
+    numpy code."""
+    zeros = np.full(64, -0.0)
+    return not np.signbit(np.maximum(zeros, 0.0)).any() and bool(np.signbit(np.maximum(-zeros, -0.0)).all())
 
 
 _kl = _load()

@@ -91,3 +91,11 @@ def test_a_buffer_of_another_type_or_length_is_refused():
         loops.kl_qp_prepare(x, x.astype(np.float32), x, x, 1e-8)
     with pytest.raises(TypeError):
         loops.kl_qp_prepare(x, x[:3], x, x, 1e-8)
+
+
+def test_a_numpy_whose_maximum_keeps_the_first_of_two_zeros_runs_the_numpy_code(monkeypatch):
+    # the loops return the second of two equal values (max(-0.0, 0.0) = 0.0), as this numpy does; a numpy that
+    # returned the first would give -0.0 where the loops give 0.0, so the extension is not used there
+    assert kl._maximum_keeps_the_second()
+    monkeypatch.setattr(kl, "_maximum_keeps_the_second", lambda: False)
+    assert kl._load() is None
