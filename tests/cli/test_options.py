@@ -174,3 +174,42 @@ def test_diagnose_s_bootstrap_defaults_are_the_library_s():
     from mismatchscope.diagnose.effects import Bootstrap
 
     assert (_options.DIAGNOSE_BOOTSTRAP, _options.DIAGNOSE_CONFIDENCE) == (Bootstrap.resamples, Bootstrap.confidence)
+
+
+SAMPLING_AND_SAMPLER = frozenset(
+    {"temperature", "top_p", "top_k", "n", "max_tokens", "top_k_logprobs", "seed", "logprobs_mode", "sampler"}
+    | {"sampler_dtype", "tensor_parallel_size", "max_num_seqs", "enforce_eager", "gpu_memory_utilization"}
+    | {"max_model_len", "fp32_lm_head", "sampler_fp32_lm_head", "url", "api_key_env", "zero", "engine_args"}
+)
+ENGINE_NOT_TAKEN = {
+    # --engine-arg is parsed once the other values are judged, and set with replace()
+    "probe": frozenset({"engine_args"}),
+    # rescore scores samples already drawn: the trainer's options alone
+    "rescore": SAMPLING_AND_SAMPLER,
+    # diagnose starts its own samplers (no server), records routes in every run, and varies the zero profile, the
+    # heads on both sides and route replay as variants (--vary)
+    "diagnose": frozenset({"url", "api_key_env", "zero", "fp32_lm_head", "routes", "replay_routes", "replay_weights"})
+    | {"device_map", "trainer_device"},
+}
+"""The engine options each command does not pass to ``EngineValues``: they keep the configs' defaults."""
+
+
+@pytest.mark.parametrize("name", sorted(ENGINE_NOT_TAKEN))
+def test_each_engine_option_is_passed_under_its_own_name_or_declared_not_taken(name):
+    """An option the command stopped passing would silently take its default; two passed into each other's
+    fields (``top_p=top_k``) would swap them. Each keyword of the command's ``EngineValues(...)`` is the parameter
+    of the same name (``engine_args``: its parsed ``--engine-arg``), and the rest is declared above."""
+    import dataclasses
+    import textwrap
+
+    from mismatchscope.probe.engine_config import EngineValues
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(_command(name))))
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and ast.unparse(n.func) == "EngineValues"]
+    assert len(calls) == 1, f"{name} builds EngineValues {len(calls)} times"
+    given = {str(k.arg): ast.unparse(k.value) for k in calls[0].keywords}
+    expected = {"engine_args": "engine_args(engine_arg)"}
+    crossed = {k: v for k, v in given.items() if v != expected.get(k, k)}
+    assert not crossed, f"{name} passes these under another name: {crossed}"
+    options = {f.name for f in dataclasses.fields(EngineValues)}
+    assert options - given.keys() == ENGINE_NOT_TAKEN[name], f"{name}: options neither passed nor declared not taken"
