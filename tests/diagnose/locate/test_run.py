@@ -4,7 +4,7 @@ The pins the feature is judged by: a checkpoint that differs from the sampler's 
 layer and op with every earlier point byte-equal; a float16 side against a float32 one starts at the embeddings;
 eager attention against sdpa starts at the first attention; the float64 reference against itself is 0
 everywhere. Each runs the real models (tiny, a few seconds together); the vLLM side is pinned in
-tests/diagnose/locate/test_vllm_capture.py.
+tests/probe/samplers/test_vllm_offline_capture.py.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
-"""``--locate`` on the vLLM side: hooks inside the real in-process engine close the chain.
+"""``--locate`` on the vLLM side (``diagnose/locate/vllm_capture.py``): hooks inside the real in-process engine
+close the chain.
 
 The engine's own capture of the log-softmax at the recorded tokens must equal the prompt logprobs the same
 engine returns for the same prefill (``prefill_logprobs``, the sampler's recorded prefill): bit for bit, since
-it is the same float32 log-softmax of the same logits. Uses the session's shared engines (no new start).
+it is the same float32 log-softmax of the same logits. Uses the session's shared engines (no new start), which
+is why it lives beside the offline sampler's tests, where those engines are.
 """
 
 from __future__ import annotations
