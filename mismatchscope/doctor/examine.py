@@ -252,10 +252,10 @@ def _confined(ctx: Context, found: dict[str, Finding], state: _State) -> dict[st
     for cause in REGISTRY:
         if not cause.subset_rival or cause.correct is None:
             continue
-        if (already := found.get(cause.name)) is not None and already.status == "detected":
+        if _detected(found, cause.name):
             if joined:  # seen run-wide: it may still be what makes the suspected sequences look misjoined
                 sub = ctx.on(s.take(np.isin(seq, np.array(sorted(joined)))), subset=True)
-                tried[cause.name] = (already, sub, 1.0)
+                tried[cause.name] = (found[cause.name], sub, 1.0)
             continue
         own = screens[cause.name]
         # its own suspects alone first (others' suspects, pad rows say, would blur its statistic), then pooled

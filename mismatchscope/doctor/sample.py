@@ -283,7 +283,7 @@ class SampleCollector:
 
     Each batch's rows are picked by :meth:`pick`, a pure function of the batch, and kept in file order by
     :meth:`take`. As the pass's sink (:meth:`sink`) the picking runs on the worker thread that analysed the
-    batch, so it costs the pass's serial fold nothing; :meth:`add` does both at once (an ``on_terms`` caller).
+    batch, so it costs the pass's serial fold nothing.
 
     ``list_group_rows``: the lists are decoded in some row groups alone (:func:`list_groups`), holding these
     rows: the list sub-sample's hash threshold is scaled to them, and a batch without lists keeps none."""
@@ -315,10 +315,6 @@ class SampleCollector:
             self.list_rows += int(part.lists[2].size)
             self.list_parts.append(part.lists)
         self.parts.append(part.columns)
-
-    def add(self, _terms, batch: dict) -> None:
-        """Pick and keep at once (``on_terms`` of a pass)."""
-        self.take(self.pick(batch))
 
     def pick(self, batch: dict) -> _Part:
         """The rows of ``batch`` the sample keeps (a pure function of the batch: safe on any thread)."""

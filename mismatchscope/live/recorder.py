@@ -71,7 +71,7 @@ class RankRecord:
 
     @classmethod
     def read(cls, data: dict[str, Any], **now: Any) -> RankRecord:
-        """A record as written before (keys sorted), with this session's ``status``, ``pid`` and ``started``."""
+        """A record as written before (keys sorted), with the status, pid and start time of the process that opens it again."""
         return replace(from_json(cls, {k: data[k] for k in sorted(data)}), **now)
 
 

@@ -3,9 +3,7 @@ sequences, doctor's findings and the page's token view, as one :class:`ReportDoc
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 from .report_documents import ReportDocument
 from .report_options import ReportOptions, selected_rules
@@ -16,7 +14,8 @@ def report_document(opts: ReportOptions) -> ReportDocument:
 
     request, hist, rules = _request(opts)
     plan, collector = _plan(opts.path, opts.mapping, request, opts.doctor_line)
-    result = run_plan(plan, on_terms=_each(hist.add if hist else None, collector))
+    sink = collector.sink() if collector is not None else None  # doctor's sample, picked on the pass's threads
+    result = run_plan(plan, on_terms=hist.add if hist else None, sink=sink)
     doctor = _doctor(result, collector, opts.path) if collector is not None else None
     worst_rows, traces = None, {}
     if opts.worst:
@@ -63,20 +62,6 @@ def _plan(path: str, mapping: dict[str, str], request, doctor_line: bool):
     from ..doctor.sample import REPORT_SAMPLE_ROWS
 
     return sampled_pass(path, request, mapping, REPORT_SAMPLE_ROWS)
-
-
-def _each(hist_add: Callable | None, collector) -> Callable[[Any, dict], None] | None:
-    """One ``on_terms`` for the pictures' histograms and doctor's sample, either or both."""
-    if collector is None:
-        return hist_add
-    if hist_add is None:
-        return collector.add
-
-    def both(terms, batch) -> None:
-        hist_add(terms, batch)
-        collector.add(terms, batch)
-
-    return both
 
 
 def _doctor(result, collector, path: str):

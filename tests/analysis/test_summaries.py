@@ -164,7 +164,7 @@ def test_doctor_from_the_summaries_is_doctor_from_the_lists_to_the_bit(tmp_path)
         plan, collector = sampled_pass(str(path), AnalysisRequest(report=True, topk_lists=lists), None)
         assert plan.row_sums and "sampler_topk_logprobs" in plan.columns
         assert plan.topk is (TopkRead.LISTS_ROUNDED if lists else TopkRead.SUMMARIES)
-        docs.append(json.dumps(document(examine_result(run_plan(plan, on_terms=collector.add), collector.finish()))))
+        docs.append(json.dumps(document(examine_result(run_plan(plan, sink=collector.sink()), collector.finish()))))
     assert docs[0] == docs[1]
 
 

@@ -42,7 +42,7 @@ def test_an_affine_correction_moves_the_value_its_lists_and_their_sums_alike():
         "sampler_topk_logprobs": pa.array([[-1.0, -3.0]]),
         "trainer_logprobs_at_sampler_topk": pa.array([[-0.5, -1.5]]),
     }
-    collector.add(None, batch)
+    collector.take(collector.pick(batch))
     s = collector.finish().affine("sampler", 0.5, 0.0)
     assert s.lq.tolist() == [-0.5]
     assert (s.columns["k_sy"][0], s.columns["k_syy"][0], s.columns["k_sxy"][0]) == pytest.approx((-2.0, 2.5, 2.5))
@@ -54,15 +54,16 @@ def test_an_affine_correction_moves_the_value_its_lists_and_their_sums_alike():
 def test_stand_in_values_are_left_out_and_counted():
     # vLLM writes -9999 for -inf and a writer may fill -1e300: neither is a logprob (float64's log floor is -708)
     collector = SampleCollector(total_rows=3)
-    collector.add(
-        None,
-        {
-            "sequence_id": np.array([1, 1, 1]),
-            "position": np.array([0, 1, 2]),
-            "token_id": np.array([4, 5, 6]),
-            "trainer_logprob": np.array([-0.1, -0.2, -0.3]),
-            "sampler_logprob": np.array([-0.1, -9999.0, -1e300]),
-        },
+    collector.take(
+        collector.pick(
+            {
+                "sequence_id": np.array([1, 1, 1]),
+                "position": np.array([0, 1, 2]),
+                "token_id": np.array([4, 5, 6]),
+                "trainer_logprob": np.array([-0.1, -0.2, -0.3]),
+                "sampler_logprob": np.array([-0.1, -9999.0, -1e300]),
+            }
+        )
     )
     s = collector.finish()
     assert len(s) == 1 and s.sentinel_rows == 2 and s.sentinel_sampler == 2
@@ -91,7 +92,7 @@ def _sampled(with_sums: bool):
         sums = topk_sums(y, x)
         batch.update({c: sums[k].astype(np.float32) for k, c in zip(TOPK_FIELDS, ROW_SUMS, strict=True)})
     collector = SampleCollector(total_rows=seq.size, cap=60, list_cap=30)
-    collector.add(None, batch)
+    collector.take(collector.pick(batch))
     return collector.finish()
 
 
@@ -113,11 +114,11 @@ def test_rows_read_out_of_order_are_sorted_and_rows_in_order_kept_as_they_are():
     collector = SampleCollector(total_rows=5)
     lp = np.array([-0.1, -0.2, -0.3, -0.4, -0.5])
     batch = {"sequence_id": np.array([2, 2, 1, 1, 1]), "position": np.array([0, 0, 1, 0, 2])}
-    collector.add(None, {**batch, "token_id": np.arange(5), "trainer_logprob": lp, "sampler_logprob": lp})
+    collector.take(collector.pick({**batch, "token_id": np.arange(5), "trainer_logprob": lp, "sampler_logprob": lp}))
     s = collector.finish()
     assert s.columns["sequence_id"].tolist() == [1, 1, 1, 2, 2] and s.columns["position"].tolist() == [0, 1, 2, 0, 0]
     assert s.lp.tolist() == [-0.4, -0.3, -0.5, -0.1, -0.2]
     collector = SampleCollector(total_rows=5)
     batch = {"sequence_id": np.array([1, 1, 2, 2, 2]), "position": np.array([0, 1, 0, 0, 1])}
-    collector.add(None, {**batch, "token_id": np.arange(5), "trainer_logprob": lp, "sampler_logprob": lp})
+    collector.take(collector.pick({**batch, "token_id": np.arange(5), "trainer_logprob": lp, "sampler_logprob": lp}))
     assert collector.finish().lp.tolist() == lp.tolist()

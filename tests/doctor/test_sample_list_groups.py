@@ -65,7 +65,7 @@ def test_the_list_sub_sample_comes_from_the_chosen_groups(tmp_path):
     assert plan.only_in is not None and plan.only_in.groups == frozenset({(path, 5)})
     # the hash inside the group keeps 200 of its 400 rows: the sample's own share, every sample row there
     assert set(plan.only_in.columns) == set(TOPK) and collector.list_threshold == collector.threshold == 1 << 31
-    run_plan(plan, on_terms=collector.add)
+    run_plan(plan, sink=collector.sink())
     s = collector.finish()
     assert s.lists is not None
     has = s.columns["list_row"] >= 0
@@ -88,7 +88,7 @@ def test_a_one_group_file_reads_every_list(tmp_path):
     path = _grouped(tmp_path, "one", 1 << 20)
     plan, collector = sampled_pass(str(path), AnalysisRequest(report=True, masks=False), None, cap=2000, list_cap=200)
     assert plan.only_in is None
-    run_plan(plan, on_terms=collector.add)
+    run_plan(plan, sink=collector.sink())
     s = collector.finish()
     seqs = np.unique(s.columns["sequence_id"][s.columns["list_row"] >= 0])
     assert seqs.size > 5 and seqs.max() - seqs.min() > 100  # about 200 rows, drawn from the whole file
@@ -113,7 +113,7 @@ def _doctor(path: Path, monkeypatch, groups: bool):
     plan, collector = sampled_pass(str(path), AnalysisRequest(report=True, masks=False), None, cap=4000, list_cap=1000)
     assert (plan.only_in is not None) is groups
     monkeypatch.undo()
-    return doctor_run.examine_result(run_plan(plan, on_terms=collector.add), collector.finish())
+    return doctor_run.examine_result(run_plan(plan, sink=collector.sink()), collector.finish())
 
 
 def test_the_rival_fits_name_the_same_cause_from_the_chosen_groups(tmp_path, monkeypatch):
@@ -154,7 +154,7 @@ def test_rows_picked_on_the_pass_threads_make_the_sample_picked_in_order(tmp_pat
         if as_sink:
             run_plan(plan, workers=2, sink=collector.sink())
         else:
-            run_plan(plan, on_terms=collector.add, workers=1)
+            run_plan(plan, on_terms=lambda _terms, batch: collector.take(collector.pick(batch)), workers=1)
         samples.append(collector.finish())
     a, b = samples
     assert a.rows_seen == b.rows_seen == 4000 and len(a) == len(b) > 0
