@@ -100,8 +100,6 @@ def examine(ctx: Context) -> Examination:
 
 def _unexplained(s: Sample, state: _State) -> tuple[np.ndarray, tuple[float | None, float | None]]:
     """The outlier sequences no cause claimed (nor called misjoined), and their share of the gap."""
-    from ..divergence import k3_per_token
-
     out = set(outlier_sequences(s).tolist())
     for ids in state.scopes.values():
         out -= set(ids.tolist())
@@ -112,11 +110,11 @@ def _unexplained(s: Sample, state: _State) -> tuple[np.ndarray, tuple[float | No
     if not ids.size or not len(s):
         return ids, (None, None)
     rows = np.isin(s.columns["sequence_id"], ids)
-    l = s.gap()
-    k3 = k3_per_token(l)
+    k3, d = s.k3(), s.abs_gap()
+    k3_all, d_all = k3.sum(), d.sum()
     return ids, (
-        float(k3[rows].sum() / k3.sum()) if k3.sum() > 0 else None,
-        float(np.abs(l[rows]).sum() / np.abs(l).sum()) if np.abs(l).sum() > 0 else None,
+        float(k3[rows].sum() / k3_all) if k3_all > 0 else None,
+        float(d[rows].sum() / d_all) if d_all > 0 else None,
     )
 
 
@@ -331,16 +329,14 @@ def _screen(s: Sample, cause: Cause) -> set[int]:
 
 def _claimed(before: Sample, after: Sample) -> np.ndarray:
     """Ids of the sequences whose k3 mean or mean |gap| the correction took down by :data:`SUBSET_FIT` or more."""
-    from ..divergence import k3_per_token
 
     def per_seq(x: Sample) -> dict[int, tuple[float, float]]:
         starts, ends = x.segments()
         if not starts.size:
             return {}
-        l = x.gap()
         n = ends - starts
-        k3 = np.add.reduceat(k3_per_token(l), starts) / n
-        a = np.add.reduceat(np.abs(l), starts) / n
+        k3 = np.add.reduceat(x.k3(), starts) / n
+        a = np.add.reduceat(x.abs_gap(), starts) / n
         return dict(
             zip(x.columns["sequence_id"][starts].tolist(), zip(k3.tolist(), a.tolist(), strict=True), strict=True)
         )

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -34,7 +34,11 @@ from ..divergence import k3_per_token
 from ..schema import ROW_SUMS
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..analysis.batch import BatchTokens
+
+T = TypeVar("T")
 
 SAMPLE_ROWS = 1 << 19
 """rows kept at most (about: whole sequences are kept): about 60 MB of columns and a second of detectors at
@@ -189,17 +193,52 @@ class Sample:
     def lq(self) -> np.ndarray:
         return self.columns["sampler_logprob"]
 
+    def once(self, key: str, make: Callable[[], T]) -> T:
+        """``make()``, computed the first time a reader asks this sample for ``key`` and kept with it.
+
+        Every detector, screen and share reads the same few per-row values (the gap, its magnitude, k3, the
+        sequences' rows) of one sample: computed once, the examination pays for them once, not once per
+        reader. A sample never changes (a correction makes a new one, with nothing kept), so a kept value is
+        never stale; arrays are kept read-only, so a reader that would change one in place fails at once.
+        Threads may race to make the same value: both make it alike and one is kept.
+        """
+        memo: dict[str, Any] = self.__dict__.setdefault("_once", {})
+        if key not in memo:
+            memo.setdefault(key, _read_only(make()))
+        return memo[key]
+
     def gap(self) -> np.ndarray:
-        """l = log p - log q of every row."""
-        return self.lp - self.lq
+        """l = log p - log q of every row (read-only)."""
+        return self.once("gap", lambda: self.lp - self.lq)
+
+    def abs_gap(self) -> np.ndarray:
+        """|l| of every row (read-only)."""
+        return self.once("abs_gap", lambda: np.abs(self.gap()))
+
+    def k3(self) -> np.ndarray:
+        """k3 of every row's log ratio (read-only)."""
+        return self.once("k3", lambda: k3_per_token(self.gap()))
 
     def segments(self) -> tuple[np.ndarray, np.ndarray]:
-        """Each sequence's first row and the row after its last."""
-        seq = self.columns["sequence_id"]
-        if not seq.size:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
-        return starts, np.r_[starts[1:], seq.size]
+        """Each sequence's first row and the row after its last (read-only)."""
+
+        def make() -> tuple[np.ndarray, np.ndarray]:
+            seq = self.columns["sequence_id"]
+            if not seq.size:
+                return np.zeros(0, np.int64), np.zeros(0, np.int64)
+            starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+            return starts, np.r_[starts[1:], seq.size]
+
+        return self.once("segments", make)
+
+    def row_sequence(self) -> np.ndarray:
+        """Each row's sequence, counted 0.. in row order (read-only): the index per-sequence sums group by."""
+
+        def make() -> np.ndarray:
+            starts, ends = self.segments()
+            return np.repeat(np.arange(starts.size), ends - starts)
+
+        return self.once("row_sequence", make)
 
     def take(self, rows: np.ndarray) -> Sample:
         """The rows ``rows`` (a boolean mask or sorted indices), in order."""
@@ -244,6 +283,16 @@ class Sample:
         return self.lists.x[at], self.lists.y[at], np.repeat(owner, lengths)
 
 
+def _read_only(v: T) -> T:
+    """``v`` with its arrays (itself, or those in a tuple or dict, however nested) made read-only."""
+    if isinstance(v, np.ndarray):
+        v.flags.writeable = False
+    elif isinstance(v, (tuple, dict)):
+        for item in v.values() if isinstance(v, dict) else v:
+            _read_only(item)
+    return v
+
+
 def _in_order(seq: np.ndarray, pos: np.ndarray) -> bool:
     """Whether rows are sorted by (sequence, position) already (as a run's writers write them): the stable sort
     would leave them as they are, so it and the copy of every column are skipped."""
@@ -264,8 +313,7 @@ def gap_means(s: Sample) -> tuple[float | None, float | None]:
     """(k3 mean, mean |l|) of a sample; None for an empty one."""
     if not len(s):
         return None, None
-    l = s.gap()
-    return float(np.mean(k3_per_token(l))), float(np.mean(np.abs(l)))
+    return float(np.mean(s.k3())), float(np.mean(s.abs_gap()))
 
 
 @dataclass(frozen=True)

@@ -122,3 +122,25 @@ def test_rows_read_out_of_order_are_sorted_and_rows_in_order_kept_as_they_are():
     batch = {"sequence_id": np.array([1, 1, 2, 2, 2]), "position": np.array([0, 1, 0, 0, 1])}
     collector.take(collector.pick({**batch, "token_id": np.arange(5), "trainer_logprob": lp, "sampler_logprob": lp}))
     assert collector.finish().lp.tolist() == lp.tolist()
+
+
+def test_the_values_every_reader_shares_are_made_once_kept_read_only_and_never_carried_to_a_correction():
+    # two sequences (ids 7 and 9) of two and one rows; l = lp - lq = [-0.1, 0.2, 0.0]
+    cols = {
+        "sequence_id": np.array([7, 7, 9]),
+        "position": np.array([0, 1, 0]),
+        "trainer_logprob": np.array([-0.6, -0.3, -1.0]),
+        "sampler_logprob": np.array([-0.5, -0.5, -1.0]),
+    }
+    s = Sample(cols, rows_seen=3, sampled=False)
+    assert s.gap() is s.gap() and s.abs_gap() is s.abs_gap()
+    assert s.gap() == pytest.approx([-0.1, 0.2, 0.0]) and s.abs_gap() == pytest.approx([0.1, 0.2, 0.0])
+    # k3 = e^l - 1 - l: e^-0.1 - 0.9 = 0.0048374, e^0.2 - 1.2 = 0.0214028, 0
+    assert s.k3() == pytest.approx([0.0048374180, 0.0214027582, 0.0])
+    assert [a.tolist() for a in s.segments()] == [[0, 2], [2, 3]] and s.row_sequence().tolist() == [0, 0, 1]
+    with pytest.raises(ValueError, match="read-only"):
+        s.abs_gap()[0] = 1.0  # a reader that would change a shared value in place fails at once
+    # a correction makes a new sample: its gap is its own (the sampler doubled: l = [0.4, 0.7, 1.0])
+    moved = s.affine("sampler", 2.0, 0.0)
+    assert moved.gap() == pytest.approx([0.4, 0.7, 1.0]) and s.gap() == pytest.approx([-0.1, 0.2, 0.0])
+    assert s.take(np.array([2])).segments()[0].tolist() == [0]

@@ -52,7 +52,7 @@ def pad_rows(s: Sample) -> tuple[np.ndarray, dict[str, float]]:
         return out, info
     tok, seq = s.columns["token_id"][tail_rows], s.columns["sequence_id"][tail_rows]
     ids, inverse, counts = np.unique(tok, return_inverse=True, return_counts=True)
-    gap = np.abs(s.gap())
+    gap = s.abs_gap()
     best = 0
     for j in np.flatnonzero(counts >= MIN_ROWS):  # the few ids several sequences end with
         rows = tail_rows[inverse == j]

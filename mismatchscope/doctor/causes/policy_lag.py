@@ -64,7 +64,7 @@ def step_lag_effect(s: Sample) -> tuple[float, float, float] | None:
     lag = lag_of(s)
     if lag is None or not len(s):
         return None
-    lag_s, gap = _per_sequence(s, lag), _per_sequence(s, np.abs(s.gap()))
+    lag_s, gap = _per_sequence(s, lag), _per_sequence(s, s.abs_gap())
     if np.unique(lag_s).size < 2 or lag_s.size < 10:
         return None
     x = lag_s - lag_s.mean()
@@ -91,7 +91,8 @@ def declares_no_lag(run: dict | None) -> bool:
 def detect(ctx: Context) -> Finding:
     s = ctx.sample
     note = declared_lag(ctx.run) or lag_in_columns(s)
-    k3 = float(np.mean(np.expm1(s.gap()) - s.gap())) if len(s) else None
+    l = s.gap()
+    k3 = float(np.mean(np.expm1(l) - l)) if len(s) else None
     adv, steps = advantage_effect(s), step_lag_effect(s)
     ev = [Evidence("k3 mean", k3, f"below {LAG_K3:g} for numerics (published: 1e-4 to 1e-3)")]
     signs = []
