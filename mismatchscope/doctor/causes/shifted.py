@@ -17,7 +17,7 @@ from ..document import Evidence, Finding
 from ..findings import MIN_TOKENS, clear, detected, g, too_few
 from ..registry import Cause, Context
 from ..sample import TOPK_FIELDS, Sample
-from ._per_sequence import Sequences
+from ._per_sequence import sequences
 
 SHIFTS = (-3, -2, -1, 1, 2, 3)
 SHIFT_GAIN = 0.5
@@ -28,41 +28,79 @@ MIN_PARTNERED = 0.5
 """a shift is read only where at least this share of the rows have a partner k positions away."""
 
 
-def _partners(s: Sample, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Rows i and j = i + k of the same sequence at positions p and p + k (compared as slices: no gathers)."""
+def _partnered(s: Sample, k: int) -> np.ndarray:
+    """For k > 0: whether row i and row i + k (i < n - k) are of one sequence at positions p and p + k.
+
+    The rows of a shift by -k are the same pairs the other way round, so one mask serves both shifts (made once
+    per sample: the detector and the screen read it).
+    """
+    assert k > 0
     seq, pos = s.columns["sequence_id"], s.columns["position"]
     n = len(s)
-    if abs(k) >= n:
+    return s.once(f"partnered{k}", lambda: (seq[k:] == seq[: n - k]) & (pos[k:] == pos[: n - k] + k))
+
+
+def _partners(s: Sample, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows i and j = i + k of the same sequence at positions p and p + k."""
+    if abs(k) >= len(s):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    a, b = (slice(0, n - k), slice(k, n)) if k > 0 else (slice(-k, n), slice(0, n + k))
-    ok = (seq[b] == seq[a]) & (pos[b] == pos[a] + k)
-    i = np.flatnonzero(ok) + (a.start or 0)
-    return i, i + k
+    if k == 0:
+        return np.arange(len(s)), np.arange(len(s))
+    i = np.flatnonzero(_partnered(s, abs(k)))
+    return (i, i + k) if k > 0 else (i + abs(k), i)
+
+
+def _pairs(s: Sample, k: int) -> tuple[np.ndarray, int, slice, slice] | None:
+    """The partner mask of the shifts by k and -k (k > 0), with its row count and the slices it selects from:
+    row i of ``a`` pairs with row i of ``b`` (``b`` k rows on). None where the sample is too short."""
+    n = len(s)
+    if k >= n:
+        return None
+    ok = _partnered(s, k)
+    return ok, int(np.count_nonzero(ok)), slice(0, n - k), slice(k, n)
+
+
+def _abs_diff(u: np.ndarray, v: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """|u - v| at the rows ``ok`` (one temporary, made in place)."""
+    out = np.subtract(u, v)
+    return np.abs(out, out=out)[ok]
 
 
 def best_shift(s: Sample) -> dict[str, float] | None:
-    """The alignment that lines the pairs up best, with the gaps it is judged by; None when none can be read."""
-    lp, lq = s.lp, s.lq
-    best = None
-    for k in SHIFTS:
-        i, j = _partners(s, k)
-        if i.size < max(MIN_TOKENS, MIN_PARTNERED * len(s)):
+    """The alignment that lines the pairs up best, with the gaps it is judged by; None when none can be read.
+
+    A shift by -k pairs the rows of the shift by k the other way round: one mask over contiguous slices serves
+    both, and so does one contrast (the same differences, in the same order). The medians are read only where
+    the best shift's mean gap already gains (:data:`SHIFT_GAIN`), so only there are they taken (NaN elsewhere).
+    """
+    lp, lq, d = s.lp, s.lq, s.abs_gap()
+    best, kept = None, None
+    contrasts: dict[int, float] = {}
+    for k in SHIFTS:  # in this order: the first of two shifts that fit alike is kept
+        pairs = _pairs(s, abs(k))
+        if pairs is None or pairs[1] < max(MIN_TOKENS, MIN_PARTNERED * len(s)):
             continue
-        moved, recorded = np.abs(lq[j] - lp[i]), np.abs(lq[i] - lp[i])
+        ok, count, a, b = pairs
+        if abs(k) not in contrasts:
+            contrasts[abs(k)] = float(np.mean(_abs_diff(lq[b], lq[a], ok)))
+        # +k: the sampler's value at i + k against the trainer's at i; -k: at i against the trainer's at i + k
+        moved, recorded = (_abs_diff(lq[b], lp[a], ok), d[a][ok]) if k > 0 else (_abs_diff(lq[a], lp[b], ok), d[b][ok])
         row = {
             "k": float(k),
             "gap_after": float(moved.mean()),
             "gap_before": float(recorded.mean()),
-            "median_after": float(np.median(moved)),
-            "median_before": float(np.median(recorded)),
-            "contrast": float(np.mean(np.abs(lq[j] - lq[i]))),
-            "rows": float(i.size),
+            "contrast": contrasts[abs(k)],
+            "rows": float(count),
         }
         if best is None or row["gap_after"] / max(row["gap_before"], 1e-300) < best["gap_after"] / max(
             best["gap_before"], 1e-300
         ):
-            best = row
-    return best
+            best, kept = row, (moved, recorded)
+    if best is None or kept is None:
+        return None
+    if not best["gap_after"] < SHIFT_GAIN * best["gap_before"]:
+        return {**best, "median_after": float("nan"), "median_before": float("nan")}
+    return {**best, "median_after": float(np.median(kept[0])), "median_before": float(np.median(kept[1]))}
 
 
 def detect(ctx: Context) -> Finding:
@@ -110,18 +148,22 @@ def correct(ctx: Context, f: Finding) -> Sample:
 
 
 def screen(s: Sample) -> np.ndarray:
-    """Sequences that one realignment lines up, each read on its own rows."""
-    seqs = Sequences(s)
+    """Sequences that one realignment lines up, each read on its own rows (the shifts by -k and k from one
+    mask: they pair the same rows of the same sequences, so share the count and the contrast)."""
+    seqs = sequences(s)
+    lp, lq, d = s.lp, s.lq, s.abs_gap()
     hit = np.zeros(seqs.n, dtype=bool)
-    for k in (-2, -1, 1, 2):
-        i, j = _partners(s, k)
-        if not i.size:
+    for k in (1, 2):
+        pairs = _pairs(s, k)
+        if pairs is None or not pairs[1]:
             continue
-        n = seqs.count(i)
-        moved = seqs.sum(np.abs(s.lq[j] - s.lp[i]), i)
-        recorded = seqs.sum(np.abs(s.lq[i] - s.lp[i]), i)
-        contrast = seqs.sum(np.abs(s.lq[j] - s.lq[i]), i)
-        hit |= (n >= 4) & (moved < SHIFT_GAIN * recorded) & (moved < SHIFT_CONTRAST * contrast)
+        ok, _count, a, b = pairs
+        seg = seqs.of_row[a][ok]
+        n = seqs.count(seg=seg)
+        contrast = seqs.sum(_abs_diff(lq[b], lq[a], ok), seg=seg)
+        for u, v, at in ((lq[b], lp[a], d[a]), (lq[a], lp[b], d[b])):
+            moved, recorded = seqs.sum(_abs_diff(u, v, ok), seg=seg), seqs.sum(at[ok], seg=seg)
+            hit |= (n >= 4) & (moved < SHIFT_GAIN * recorded) & (moved < SHIFT_CONTRAST * contrast)
     return seqs.ids[hit]
 
 
