@@ -31,13 +31,40 @@ def topk_rows(s: Sample, least: int = 2) -> np.ndarray | None:
     return np.flatnonzero(s.columns["k_n"] >= least)
 
 
-def within_slope(s: Sample, rows: np.ndarray) -> tuple[float, float]:
+def centred(s: Sample, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row of ``rows``: the listed values' sums of squares and products, each side centred within its
+    position (sxx, sxy, syy)."""
+    c = {k: _at(s.columns[k], rows) for k in ("k_n", "k_sx", "k_sy", "k_sxx", "k_sxy", "k_syy")}
+    return (
+        c["k_sxx"] - c["k_sx"] ** 2 / c["k_n"],
+        c["k_sxy"] - c["k_sx"] * c["k_sy"] / c["k_n"],
+        c["k_syy"] - c["k_sy"] ** 2 / c["k_n"],
+    )
+
+
+def within(s: Sample) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
+    """:func:`topk_rows` and their :func:`centred` sums, made once per sample (the temperature's detector and
+    its screen read them); None without top-k."""
+
+    def make() -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
+        rows = topk_rows(s)
+        return None if rows is None else (rows, centred(s, rows))
+
+    return s.once("topk.within", make)
+
+
+def _at(v: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``v[rows]`` for sorted distinct ``rows``; ``v`` itself when they are every row (no copy to make)."""
+    return v if rows.size == v.size else v[rows]
+
+
+def within_slope(
+    s: Sample, rows: np.ndarray, terms: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+) -> tuple[float, float]:
     """The pooled slope of the sampler's on the trainer's listed logprobs, each centred within its position,
-    and its R^2 (NaN when the positions hold no spread)."""
-    c = {k: s.columns[k][rows] for k in ("k_n", "k_sx", "k_sy", "k_sxx", "k_sxy", "k_syy")}
-    sxx = float(np.sum(c["k_sxx"] - c["k_sx"] ** 2 / c["k_n"]))
-    sxy = float(np.sum(c["k_sxy"] - c["k_sx"] * c["k_sy"] / c["k_n"]))
-    syy = float(np.sum(c["k_syy"] - c["k_sy"] ** 2 / c["k_n"]))
+    and its R^2 (NaN when the positions hold no spread); ``terms``: the rows' :func:`centred` sums if made."""
+    txx, txy, tyy = centred(s, rows) if terms is None else terms
+    sxx, sxy, syy = float(np.sum(txx)), float(np.sum(txy)), float(np.sum(tyy))
     if not (sxx > 0 and syy > 0):
         return float("nan"), float("nan")
     return sxy / sxx, sxy * sxy / (sxx * syy)

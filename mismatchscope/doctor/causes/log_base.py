@@ -20,7 +20,7 @@ from ..findings import MIN_TOKENS, clear, detected, g, too_few
 from ..registry import Cause, Context
 from ..sample import Sample
 from . import _topk
-from ._per_sequence import Sequences
+from ._per_sequence import sequences
 
 LOG_BASES = {"log2": 1 / math.log(2), "log10": 1 / math.log(10)}
 """a natural log written in another base is the natural log times these (log2 q = ln q / ln 2)."""
@@ -38,19 +38,25 @@ BASE_MATCH = 0.02
 def weighted_median(v: np.ndarray, w: np.ndarray) -> float:
     order = np.argsort(v)
     cw = np.cumsum(w[order])
-    return float(v[order][np.searchsorted(cw, cw[-1] / 2)])
+    return float(v[order[np.searchsorted(cw, cw[-1] / 2)]])
+
+
+def away(s: Sample) -> np.ndarray:
+    """Rows with both sides' logprobs below -:data:`RATIO_FLOOR` (made once per sample: the fit and the screen
+    read the same rows)."""
+    return s.once("log_base.away", lambda: np.flatnonzero((s.lp < -RATIO_FLOOR) & (s.lq < -RATIO_FLOOR)))
 
 
 def fit(s: Sample) -> tuple[float, float, float, int] | None:
     """(factor c of lq = c lp, mean |lq - c lp|, mean |lq - lp|, rows used) over rows with both sides away from 0;
     None with too few."""
-    lp, lq = s.lp, s.lq
-    use = (lp < -RATIO_FLOOR) & (lq < -RATIO_FLOOR)
-    n = int(use.sum())
+    use = away(s)
+    n = int(use.size)
     if n < MIN_TOKENS:
         return None
-    c = weighted_median(lq[use] / lp[use], lp[use] ** 2)
-    return c, float(np.mean(np.abs(lq[use] - c * lp[use]))), float(np.mean(np.abs(lq[use] - lp[use]))), n
+    lp, lq = s.lp[use], s.lq[use]
+    c = weighted_median(lq / lp, lp**2)
+    return c, float(np.mean(np.abs(lq - c * lp))), float(np.mean(s.abs_gap()[use])), n
 
 
 def _reading(c: float) -> tuple[str, float, str | None]:
@@ -67,8 +73,7 @@ def detect(ctx: Context) -> Finding:
     s = ctx.sample
     fitted = fit(s)
     if fitted is None:
-        n = int(((s.lp < -RATIO_FLOOR) & (s.lq < -RATIO_FLOOR)).sum())
-        return too_few("log_base", n, what=f"tokens with both |logprob| above {RATIO_FLOOR}")
+        return too_few("log_base", int(away(s).size), what=f"tokens with both |logprob| above {RATIO_FLOOR}")
     c, left, recorded, _n = fitted
     ev = [
         Evidence("factor between the sides' logprobs (lq = c lp, weighted median)", c, "1 (within 0.005)"),
@@ -145,14 +150,14 @@ def versus_temperature(ctx: Context, own: Finding, rival: Finding) -> RivalFit |
 
 def screen(s: Sample) -> np.ndarray:
     """Sequences whose own factor (least squares through the origin) is off 1 and takes their gap down."""
-    seqs = Sequences(s)
-    lp, lq = s.lp, s.lq
-    rows = np.flatnonzero((lp < -RATIO_FLOOR) & (lq < -RATIO_FLOOR))
-    n = seqs.count(rows)
+    seqs = sequences(s)
+    rows = away(s)
+    lp, lq, seg = s.lp[rows], s.lq[rows], seqs.of(rows)
+    n = seqs.count(seg=seg)
     with np.errstate(all="ignore"):
-        c = seqs.sum(lp[rows] * lq[rows], rows) / seqs.sum(lp[rows] ** 2, rows)
-        left = seqs.sum(np.abs(lq[rows] - c[seqs.of_row[rows]] * lp[rows]), rows)
-        recorded = seqs.sum(np.abs(lq[rows] - lp[rows]), rows)
+        c = seqs.sum(lp * lq, seg=seg) / seqs.sum(lp**2, seg=seg)
+        left = seqs.sum(np.abs(lq - c[seg] * lp), seg=seg)
+        recorded = seqs.sum(s.abs_gap()[rows], seg=seg)
         hit = (n >= 5) & (np.abs(c - 1) >= 2 * FACTOR_AWAY) & (left <= FIT_GAIN * recorded)
     return seqs.ids[hit]
 

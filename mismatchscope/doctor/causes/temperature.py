@@ -20,7 +20,7 @@ from ..findings import MIN_TOKENS, clear, detected, fnum, g, too_few
 from ..registry import Cause, Context
 from ..sample import Sample
 from . import _topk
-from ._per_sequence import Sequences
+from ._per_sequence import sequences
 from .log_base import LOG_BASES, compare_temperature
 
 TEMPERATURE_AWAY = 0.03
@@ -47,12 +47,12 @@ def declared_temperature(run: dict | None) -> float | None:
 
 def detect(ctx: Context) -> Finding:
     s = ctx.sample
-    rows = _topk.topk_rows(s)
-    if rows is None or rows.size < MIN_TOKENS:
+    within = _topk.within(s)
+    if within is None or within[0].size < MIN_TOKENS:
         if len(s) < MIN_TOKENS:
             return too_few("temperature", len(s))
         return _scalar(ctx)
-    b, r2 = _topk.within_slope(s, rows)
+    b, r2 = _topk.within_slope(s, *within)
     ev = [
         Evidence(
             "slope of the sampler's on the trainer's top-k logprobs, within positions", fnum(b), "1 (within 0.013)"
@@ -181,15 +181,14 @@ SCREEN_AWAY = 0.1
 
 def screen(s: Sample) -> np.ndarray:
     """Sequences whose own within-position slope is off 1 (top-k runs only)."""
-    rows = _topk.topk_rows(s)
-    if rows is None or not rows.size:
+    within = _topk.within(s)
+    if within is None or not within[0].size:
         return np.zeros(0, np.int64)
-    seqs = Sequences(s)
-    c = {k: s.columns[k][rows] for k in ("k_n", "k_sx", "k_sy", "k_sxx", "k_sxy", "k_syy")}
-    sxx = seqs.sum(c["k_sxx"] - c["k_sx"] ** 2 / c["k_n"], rows)
-    sxy = seqs.sum(c["k_sxy"] - c["k_sx"] * c["k_sy"] / c["k_n"], rows)
-    syy = seqs.sum(c["k_syy"] - c["k_sy"] ** 2 / c["k_n"], rows)
-    n = seqs.count(rows)
+    rows, (txx, txy, tyy) = within
+    seqs = sequences(s)
+    seg = seqs.of(None if rows.size == len(s) else rows)
+    sxx, sxy, syy = (seqs.sum(t, seg=seg) for t in (txx, txy, tyy))
+    n = seqs.count(seg=seg)
     with np.errstate(all="ignore"):
         b, r2 = sxy / sxx, sxy * sxy / (sxx * syy)
         hit = (n >= 5) & (sxx > 0) & (np.abs(b - 1) >= SCREEN_AWAY) & (r2 >= TEMPERATURE_FIT) & (b > 0)

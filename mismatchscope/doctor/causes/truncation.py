@@ -20,7 +20,7 @@ from ..document import Evidence, Finding
 from ..findings import MIN_TOKENS, clear, detected, g, normal_quantile, pct, too_few
 from ..registry import Cause, Context
 from ..sample import Sample
-from ._per_sequence import Sequences
+from ._per_sequence import sequences
 
 CUT_SHARE = 0.002
 CUT_ROWS = 3
@@ -35,7 +35,12 @@ SIGN_Z = normal_quantile(5e-4)
 
 def offsets(s: Sample) -> tuple[np.ndarray, np.ndarray]:
     """Each row's offset (sampler minus trainer: over the listed ids where it has top-k, else the sampled
-    token's), and whether its top-k holds an id the sampler cut."""
+    token's), and whether its top-k holds an id the sampler cut (made once per sample: the detector, the
+    screen and the correction read them)."""
+    return s.once("truncation.offsets", lambda: _offsets(s))
+
+
+def _offsets(s: Sample) -> tuple[np.ndarray, np.ndarray]:
     offset = s.lq - s.lp
     cut = np.zeros(len(s), dtype=bool)
     if s.has("k_n"):
@@ -63,7 +68,8 @@ def detect(ctx: Context) -> Finding:
     ]
     if s.sentinel_sampler:
         ev.append(Evidence("share of tokens the sampler gives -inf (a stand-in value)", sentinel, "0"))
-    median = float(np.median(offset))
+    # the median is read only where the sampler is above at nearly every position: taken only there
+    median = float(np.median(offset)) if above >= ABOVE_SHARE else float("nan")
     sign_z = (above - 0.5) * 2 * np.sqrt(n)
     by_cut = share_cut >= CUT_SHARE and int(cut.sum()) >= CUT_ROWS
     by_offset = above >= ABOVE_SHARE and median >= MEDIAN_OFFSET and sign_z >= SIGN_Z
@@ -118,7 +124,7 @@ def correct(ctx: Context, f: Finding) -> Sample:
 
 def screen(s: Sample) -> np.ndarray:
     """Sequences with cut ids at a fifth of their positions, or offsets above 0 at nearly all of them."""
-    seqs = Sequences(s)
+    seqs = sequences(s)
     offset, cut = offsets(s)
     n = seqs.count()
     cuts = seqs.sum(cut.astype(np.float64))
