@@ -52,31 +52,47 @@ sequence's is a suspect too, for the causes ``examine`` tries on the suspects.""
 
 def join_statistic(s: Sample) -> dict[str, np.ndarray]:
     """Per sequence of the sample: its id, its informative tokens, the share of them as far apart as random
-    pairings, and whether it reads as misjoined (False where it cannot be read)."""
+    pairings, and whether it reads as misjoined (False where it cannot be read). Made once per sample: the
+    detector, ``flagged_ids`` and the correction read it."""
+    return s.once("misaligned.join_statistic", lambda: _join_statistic(s))
+
+
+def _join_statistic(s: Sample) -> dict[str, np.ndarray]:
     seq, lp, lq = s.columns["sequence_id"], s.lp, s.lq
-    starts, ends = s.segments()
+    starts, _ends = s.segments()
     ids = seq[starts] if starts.size else seq[:0]
     n_seg = starts.size
-    seg_of_row = np.repeat(np.arange(n_seg), ends - starts)
-    rows = np.flatnonzero(np.maximum(np.abs(lp), np.abs(lq)) >= INFORMATIVE)
-    seg = seg_of_row[rows]
+    informative = np.abs(lp)
+    rows = np.flatnonzero(np.maximum(informative, np.abs(lq), out=informative) >= INFORMATIVE)
+    del informative
+    seg = s.row_sequence()[rows]
     count = np.bincount(seg, minlength=n_seg).astype(np.float64)
-    first = np.r_[0, np.cumsum(count)[:-1]].astype(np.int64)
-    local = np.arange(rows.size) - first[seg]
-    n_row = count[seg].astype(np.int64)
-    d_obs = np.abs(lp[rows] - lq[rows])
-    as_far = np.zeros(rows.size)
-    spread = np.zeros(rows.size)
+    first = np.r_[0, np.cumsum(count)[:-1]].astype(np.int64)[seg]
+    n_row = count[seg].astype(np.int64)  # at least 1: the row itself
+    local = np.arange(rows.size)
+    local -= first
+    lp_rows = lp[rows]
+    d_obs = s.abs_gap()[rows]
+    as_far = np.zeros(rows.size, np.int8)
+    spread = np.zeros(rows.size, np.int8)
     for step in (3, 2):  # the tokens a third and half the sequence away
-        partner = rows[first[seg] + (local + np.maximum(n_row // step, 1)) % np.maximum(n_row, 1)]
-        d_rand = np.abs(lp[rows] - lq[partner])
-        as_far += (d_obs >= JOIN_RATIO * d_rand) / 2
-        spread += (d_rand >= MIN_SPREAD) / 2
+        # first + (local + max(n // step, 1)) % n, the modulo as one subtraction: the sum is below 2n
+        ahead = np.maximum(n_row // step, 1)
+        ahead += local
+        np.subtract(ahead, n_row, out=ahead, where=ahead >= n_row)
+        ahead += first
+        d_rand = lq[rows[ahead]]
+        np.subtract(lp_rows, d_rand, out=d_rand)
+        np.abs(d_rand, out=d_rand)
+        spread += d_rand >= MIN_SPREAD
+        d_rand *= JOIN_RATIO
+        as_far += d_obs >= d_rand
     with np.errstate(invalid="ignore", divide="ignore"):
-        share = np.bincount(seg, weights=as_far, minlength=n_seg) / count
-        spread_share = np.bincount(seg, weights=spread, minlength=n_seg) / count
+        # each pairing counts a half (the two counts halved: 0, 0.5 or 1 per token, exactly)
+        share = np.bincount(seg, weights=as_far * 0.5, minlength=n_seg) / count
+        spread_share = np.bincount(seg, weights=spread * 0.5, minlength=n_seg) / count
         big = np.bincount(seg, weights=(d_obs >= JOIN_GAP).astype(np.float64), minlength=n_seg) / count
-        corr = _correlation(np.log(np.abs(lp[rows]) + 1e-3), np.log(np.abs(lq[rows]) + 1e-3), seg, n_seg, count)
+        corr = _correlation(_log_magnitude(lp_rows), _log_magnitude(lq[rows]), seg, n_seg, count)
     readable = (count >= MIN_INFORMATIVE) & (spread_share >= MOST)
     return {
         "ids": ids,
@@ -86,6 +102,13 @@ def join_statistic(s: Sample) -> dict[str, np.ndarray]:
         "readable": readable,
         "flagged": readable & (share >= MOST) & (big >= MOST) & ~(corr >= JOIN_CORR),
     }
+
+
+def _log_magnitude(v: np.ndarray) -> np.ndarray:
+    """log(|v| + 1e-3), in one array."""
+    out = np.abs(v)
+    out += 1e-3
+    return np.log(out, out=out)
 
 
 def _correlation(x: np.ndarray, y: np.ndarray, seg: np.ndarray, n_seg: int, count: np.ndarray) -> np.ndarray:
@@ -100,11 +123,16 @@ def _correlation(x: np.ndarray, y: np.ndarray, seg: np.ndarray, n_seg: int, coun
 
 
 def outlier_sequences(s: Sample) -> np.ndarray:
-    """Ids of sequences whose mean |gap| stands far above the run's typical sequence's (robust, on a log scale)."""
+    """Ids of sequences whose mean |gap| stands far above the run's typical sequence's (robust, on a log scale);
+    made once per sample (the examination asks twice)."""
+    return s.once("misaligned.outliers", lambda: _outlier_sequences(s))
+
+
+def _outlier_sequences(s: Sample) -> np.ndarray:
     starts, ends = s.segments()
     if starts.size < 5:
         return np.zeros(0, np.int64)
-    m = np.add.reduceat(np.abs(s.gap()), starts) / (ends - starts)
+    m = np.add.reduceat(s.abs_gap(), starts) / (ends - starts)
     pos = m > 0
     if pos.sum() < 5:
         return np.zeros(0, np.int64)
