@@ -43,34 +43,57 @@ def _turned(s: Sample) -> bool:
     return s.has("turn") and s.has("turn_position") and np.unique(s.columns["turn"]).size > 1
 
 
-def _expected(s: Sample) -> tuple[np.ndarray, np.ndarray] | None:
-    """(each row's bucket, each bucket's median |gap| from position 8 on), None with too few later tokens."""
-    pos, d = _positions(s), np.abs(s.gap())
-    bucket = np.searchsorted(_PROB_EDGES, -s.lq)
-    later = pos >= POSITIONS
-    if later.sum() < MIN_TOKENS:
+def _expected(s: Sample) -> np.ndarray | None:
+    """Each bucket's median |gap| from position 8 on, None with too few later tokens (made once per sample: each
+    turn of a multi-turn run reads the same).
+
+    The later rows are grouped by bucket with one stable sort of their small bucket numbers, so each bucket's
+    median is taken on its own slice: a median is of the values, whatever their order.
+    """
+    return s.once("prompt_boundary.expected", lambda: _medians(s))
+
+
+def _medians(s: Sample) -> np.ndarray | None:
+    later = np.flatnonzero(_positions(s) >= POSITIONS)
+    if later.size < MIN_TOKENS:
         return None
-    med = np.full(_PROB_EDGES.size + 1, float(np.median(d[later])))
-    for b in np.unique(bucket[later]):
-        at = later & (bucket == b)
-        if at.sum() >= 10:
-            med[b] = float(np.median(d[at]))
-    return bucket, med
+    d = s.abs_gap()[later]
+    bucket = _bucket(s.lq[later])
+    counts = np.bincount(bucket, minlength=_PROB_EDGES.size + 1)
+    own = counts >= 10
+    # every later token's median stands in for a bucket with too few of its own (only taken where one has)
+    med = np.full(_PROB_EDGES.size + 1, np.nan if own.all() else float(np.median(d)))
+    d = d[np.argsort(bucket, kind="stable")]
+    ends = np.cumsum(counts)
+    for b in np.flatnonzero(own):
+        med[b] = float(np.median(d[ends[b] - counts[b] : ends[b]]))
+    return med
+
+
+def _bucket(lq: np.ndarray) -> np.ndarray:
+    """Each value's bucket of -log q in :data:`_PROB_EDGES`, as uint8: ``searchsorted(_PROB_EDGES, -lq)``, the
+    edges below -log q counted, NaN in the last bucket (where ``searchsorted`` sorts it)."""
+    out = np.zeros(lq.size, np.uint8)
+    for edge in _PROB_EDGES:
+        out += lq < -edge
+    out[np.isnan(lq)] = _PROB_EDGES.size
+    return out
 
 
 def affected_positions(s: Sample, rows: np.ndarray | None = None) -> tuple[int, float]:
     """How many leading positions, from 0, are affected (among ``rows``: one turn's); and the share of tokens off at
-    position 0."""
-    exp = _expected(s)
-    if exp is None:
+    position 0. Only the rows at the leading positions are read."""
+    med = _expected(s)
+    if med is None:
         return 0, float("nan")
-    bucket, med = exp
-    pos, d = _positions(s), np.abs(s.gap())
-    off = (d >= RATIO * np.maximum(med[bucket], 1e-12)) & (d >= FLOOR)
-    inside = np.ones(len(s), dtype=bool) if rows is None else rows
+    pos = _positions(s)
+    lead = pos < POSITIONS
+    lead = np.flatnonzero(lead if rows is None else lead & rows)
+    pos, d = pos[lead], s.abs_gap()[lead]
+    off = (d >= RATIO * np.maximum(med[_bucket(s.lq[lead])], 1e-12)) & (d >= FLOOR)
     affected, share0 = 0, float("nan")
     for j in range(POSITIONS):
-        at = inside & (pos == j)
+        at = pos == j
         if at.sum() < MIN_AT_POSITION:
             break
         share = float(off[at].mean())
