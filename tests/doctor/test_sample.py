@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from mismatchscope.doctor.causes._topk import within_slope
-from mismatchscope.doctor.causes.low_precision import bits
+from mismatchscope.doctor.causes.low_precision import GRID_SHARE, _grid, bit_counts, bits
 from mismatchscope.doctor.sample import Sample, SampleCollector, topk_sums
 from tests.doctor.injections import bf16_round
 
@@ -144,3 +144,16 @@ def test_the_values_every_reader_shares_are_made_once_kept_read_only_and_never_c
     moved = s.affine("sampler", 2.0, 0.0)
     assert moved.gap() == pytest.approx([0.4, 0.7, 1.0]) and s.gap() == pytest.approx([-0.1, 0.2, 0.0])
     assert s.take(np.array([2])).segments()[0].tolist() == [0]
+
+
+def test_the_grid_read_from_bit_counts_is_numpys_higher_quantile_of_the_bits():
+    # 1.0, 1.5, 1.25 and 1.125 use 0, 1, 2 and 3 mantissa bits; the 99th percentile ("higher") of four values is
+    # the value at index ceil(3 x 0.99) = 3 of the sorted bits: 3, a bfloat16 grid
+    values = np.array([1.0, 1.5, 1.25, 1.125])
+    assert bit_counts(values)[:4].tolist() == [1, 1, 1, 1] and _grid(values) == ("bfloat16", 3)
+    rng = np.random.default_rng(1)
+    for n in (1, 2, 99, 100, 101, 5000):
+        v = -rng.exponential(size=n)
+        for grid in (v, bf16_round(v), v.astype(np.float32).astype(np.float64), np.r_[v, 2.0**-30, np.nan, np.inf]):
+            assert bit_counts(grid).tolist() == np.bincount(bits(grid), minlength=53).tolist()
+            assert _grid(grid)[1] == int(np.quantile(bits(grid), GRID_SHARE, method="higher"))
