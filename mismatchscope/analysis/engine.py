@@ -57,6 +57,10 @@ from .validate import check_not_empty, overflow_warnings, position_warnings
 @dataclass
 class AnalysisRequest:
     report: bool = True
+    headline: bool = False
+    """with ``report``: the report's sums alone -- its headline metrics, tails and breakdowns, no exact quantiles
+    (its ratio quantiles are None), no top-k bounds, score centering or kept mass (None), and none of their
+    columns decoded. What ``doctor`` reads of a report, at the cost of the sums; ``report`` itself never asks."""
     rules: list[RuleInstance] = field(default_factory=list)
     """rules for compare-masks; empty with ``masks=False``."""
     masks: bool = False
@@ -144,7 +148,7 @@ def run_plan(
             sink.take(part.sunk)
         if on_batch:
             on_batch(part.tokens)
-    if plan.report:
+    if plan.report and not plan.headline:
         _refill_quantiles(plan, fold.stats, workers)
         fold.stats.gather_on(workers)
     result = _finish(fold)
@@ -169,9 +173,10 @@ def make_plan(path: str, request: AnalysisRequest, mapping: dict[str, str] | Non
     clamped = any(r.spec.fixed_level is None for r in seq_rules)
     inverse_k3 = needs_inverse_k3(seq_rules)
     flipped = request.masks and routes is not None and routes.both_sides
-    topk = topk_read(source, request.report or request.row_sums, request.topk_lists)
+    headline = request.report and request.headline
+    topk = topk_read(source, (request.report and not headline) or request.row_sums, request.topk_lists)
     examples = request.masks and bool(request.examples)
-    columns = columns_to_read(source, request.report, examples, request.also_read, topk, request.row_sums)
+    columns = columns_to_read(source, request.report, examples, request.also_read, topk, request.row_sums, headline)
     return AnalysisPlan(
         path=path,
         source=source,
@@ -179,6 +184,7 @@ def make_plan(path: str, request: AnalysisRequest, mapping: dict[str, str] | Non
         ops=reductions(units if request.masks else None, has_adv, clamped, inverse_k3, flipped),
         units=units,
         report=request.report,
+        headline=headline,
         masks=request.masks,
         examples=request.examples,
         has_advantage=has_adv,
@@ -205,13 +211,14 @@ class _Fold:
     scan: RoutingScan | None
     hygiene: Hygiene = field(default_factory=Hygiene)
     positions: PositionTracker = field(default_factory=PositionTracker)
-    stats: TokenStats = field(default_factory=TokenStats)
+    stats: TokenStats = field(init=False)
     gap: GapTally = field(default_factory=GapTally)
     turns: TurnTracker = field(default_factory=TurnTracker)
     seqagg: SequenceAggregator = field(init=False)
     masks: MaskAccumulator | None = field(init=False)
 
     def __post_init__(self) -> None:
+        self.stats = TokenStats(quantiles=not self.plan.headline)
         self.seqagg = SequenceAggregator(dict(self.plan.ops))
         self.masks = None
         if self.plan.masks:

@@ -93,6 +93,8 @@ class TokenStats:
     kept_n: int = 0
     kept_sum: float = 0.0
     kept_min: float = 0.0
+    quantiles: bool = True
+    """keep the log-ratios for the exact ratio quantiles; False (a headline pass): the quantiles are None."""
 
     def add(
         self, t: TokenTerms, position_T: np.ndarray, entropy_T: np.ndarray | None, turn_T: np.ndarray | None = None
@@ -140,7 +142,8 @@ class TokenStats:
         for i, c in enumerate(TAIL_CUTS):
             self.tail_high[i] += int(np.count_nonzero(t.ratio_T > c))
             self.tail_low[i] += int(np.count_nonzero(t.ratio_T < 1.0 / c))
-        self.log_ratios.add(l)
+        if self.quantiles:
+            self.log_ratios.add(l)
 
     def _grow_positions(self, npos: int) -> None:
         if npos > self.pos_sums.shape[1]:
@@ -165,7 +168,11 @@ class TokenStats:
         """Empty statistics for one batch on another thread, whose exact quantiles keep what these keep
         (``ExactQuantiles.spawn``). The fold may add a column meanwhile: its items are copied at once."""
         columns = list(self._centering.items())  # one step under the GIL, unlike a loop over the dict
-        return TokenStats(log_ratios=self.log_ratios.spawn(), _centering={k: v.spawn() for k, v in columns})
+        return TokenStats(
+            log_ratios=self.log_ratios.spawn(),
+            _centering={k: v.spawn() for k, v in columns},
+            quantiles=self.quantiles,
+        )
 
     def merge(self, other: TokenStats) -> None:
         """Add another pass's statistics (a batch analysed on another thread) to these."""

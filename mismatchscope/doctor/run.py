@@ -77,9 +77,10 @@ def doctor(
 ) -> DoctorDocument:
     """The findings on the pairs at ``path`` (anything ``report`` reads, or a diagnose output folder).
     ``tokenizer``: a checkpoint whose tokenizer (and chat template) re-encodes each turn's ids for the
-    ``retokenized`` cause."""
+    ``retokenized`` cause. The pass keeps the report's sums alone (``AnalysisRequest.headline``): nothing doctor
+    prints reads an exact quantile or a top-k bound, and they were a third of the pass's work."""
     pairs, diagnose = diagnose_output(path)
-    plan, collector = sampled_pass(pairs, AnalysisRequest(report=True, masks=False), mapping)
+    plan, collector = sampled_pass(pairs, AnalysisRequest(report=True, headline=True, masks=False), mapping)
     result = run_plan(plan, workers=workers, sink=collector.sink())
     sample = collector.finish()
     return examine_result(result, sample, diagnose, run_tokenizer(tokenizer, result.run, sample), run_provenance(pairs))

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mismatchscope.analysis.engine import AnalysisRequest, analyse
+from mismatchscope.analysis.engine import AnalysisRequest, analyse, make_plan, run_plan
 from mismatchscope.documents import to_json
 from mismatchscope.errors import InputError
 from mismatchscope.rules import default_rules, parse_rule, parse_sweep
@@ -374,3 +374,31 @@ def test_duplicates_across_shards(tmp_path):
 def test_gaps_warn(write):
     res = run(write(pairs([(1, 0, 0.5, 0.4), (1, 2, 0.5, 0.4)])))
     assert any("gaps" in w for w in res.warnings)
+
+
+def test_a_headline_pass_keeps_the_sums_and_decodes_no_bound(tmp_path):
+    """doctor's pass (``headline``): the same sums, tails and breakdowns as report's own pass, with the exact
+    quantiles, the top-k bounds, score centering and kept mass left out, and their columns not decoded."""
+    from dataclasses import replace
+
+    from mismatchscope.analysis.summaries import write_token_shard
+    from mismatchscope.schema import BOUND_SUMMARIES
+    from tests.analysis.test_summaries import _pairs
+
+    cols = _pairs()
+    cols["sampler_kept_logmass"] = np.full(cols["position"].size, -0.01)
+    path = str(write_token_shard(tmp_path / "s.parquet", cols, {}))
+    full = analyse(path, AnalysisRequest()).report
+    plan = make_plan(path, AnalysisRequest(headline=True))
+    assert not {*BOUND_SUMMARIES, "sampler_kept_logmass"} & set(plan.columns)
+    head = run_plan(plan).report
+    assert full is not None and head is not None
+    assert full.topk is not None and full.score_centering is not None and full.kept_mass is not None
+    assert head.topk is None and head.score_centering is None and head.kept_mass is None
+    assert set(head.metrics.ratio_quantiles.values()) == {None}
+    assert None not in full.metrics.ratio_quantiles.values()
+    none_q = dict.fromkeys(full.metrics.ratio_quantiles)
+    # the metrics report prints from the top-k bounds are the only others it leaves out
+    kept = replace(full.metrics, ratio_quantiles=none_q, tv_topk_lower_mean=None, kl_topk_lower_mean=None)
+    assert head.metrics == kept
+    assert head.breakdowns == full.breakdowns and head.tokens == full.tokens

@@ -505,3 +505,23 @@ def test_a_gap_that_grows_with_the_step_lag_reads_as_policy_lag(golden, full_dis
     assert f.estimate["effect"] == pytest.approx(mean_gap[1] - mean_gap[0], rel=0.1)
     low = f.estimate["effect_low"]
     assert isinstance(low, float) and low > 0
+
+
+def test_doctor_reads_nothing_of_a_report_its_headline_pass_leaves_out(golden, tmp_path):
+    """doctor's pass keeps the report's sums alone (``AnalysisRequest.headline``): its document is the one report's
+    full pass gives, on a clean run, the simulated pairs and a run with a cause found (a log2 sampler). A cause
+    that came to read a quantile or a top-k bound would see None here, and the two would differ."""
+    from mismatchscope.analysis.engine import AnalysisRequest, run_plan
+    from mismatchscope.doctor.run import examine_result, run_provenance, sampled_pass
+    from mismatchscope.documents import to_json
+
+    c = _copy(golden)
+    c["sampler_logprob"] = golden["sampler_logprob"] / math.log(2)
+    c["sampler_topk_logprobs"] = [v / math.log(2) for v in golden["sampler_topk_logprobs"]]
+    for path in (str(GOLDEN), str(SIMULATED), _write(tmp_path, c)):
+        plan, collector = sampled_pass(path, AnalysisRequest(report=True, masks=False), None)
+        assert not plan.headline
+        full = examine_result(
+            run_plan(plan, sink=collector.sink()), collector.finish(), None, None, run_provenance(path)
+        )
+        assert json.dumps(to_json(doctor(path))) == json.dumps(to_json(full)), path

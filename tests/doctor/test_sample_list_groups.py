@@ -168,8 +168,10 @@ def test_rows_picked_on_the_pass_threads_make_the_sample_picked_in_order(tmp_pat
 
 def test_the_quantiles_second_pass_reads_the_report_columns_alone(tmp_path, monkeypatch):
     """A file too large to keep every value of its quantile columns (``KEEP_VALUES`` made small) is read a second
-    time for the exact quantiles; that pass decodes report's own columns, none of doctor's (its per-row sums, the
-    ids, the lists), and doctor's document is the one a file small enough for one pass gives."""
+    time for report's exact quantiles; that pass decodes report's own columns, none of those a caller added (doctor's
+    per-row sums, the ids, the lists: what report's doctor line adds to report's pass). doctor itself keeps no
+    quantile (its pass is a headline pass), so it reads the file once, and its document is the one a file small
+    enough for one pass gives."""
     from mismatchscope.analysis import engine, quantiles
     from mismatchscope.doctor import doctor
     from mismatchscope.documents import to_json
@@ -183,7 +185,10 @@ def test_the_quantiles_second_pass_reads_the_report_columns_alone(tmp_path, monk
         engine, "read_batches", lambda source, cols, *a, **k: (reads.append(cols), real(source, cols, *a, **k))[1]
     )
     monkeypatch.setattr(quantiles, "KEEP_VALUES", 100)
-    refilled = to_json(doctor(str(path)))
+    assert to_json(doctor(str(path))) == kept
+    assert len(reads) == 1 and set(ROW_SUMS) <= set(reads[0])  # one pass, no second one for quantiles
+    reads.clear()
+    plan, collector = sampled_pass(str(path), AnalysisRequest(report=True, masks=False), None)
+    run_plan(plan, sink=collector.sink())
     assert len(reads) == 2 and set(ROW_SUMS) <= set(reads[0])  # the pass, then the quantiles' second pass
     assert not set(reads[1]) & {*ROW_SUMS, *TOPK, "token_id"}, reads[1]
-    assert refilled == kept
