@@ -161,12 +161,14 @@ def _token_stats(plan: AnalysisPlan, stats: TokenStats, t: TokenTerms, batch: di
     part = stats.spawn()
     ent = batch.get("trainer_entropy")
     part.add(t, batch["position"], ent if ent is not None and np.isfinite(ent).all() else None, batch.get("turn"))
-    if plan.headline:
-        return part
-    if plan.has_topk:
+    if plan.has_topk and not plan.headline:
         b, centering = topk_of(plan, batch, t)
         part.add_topk(b.tv_lower_T, b.kl_lower_T, b.sampler_mass_T)
         part.add_centering(centering)
+    elif (
+        plan.topk is TopkRead.LISTS
+    ):  # a headline pass folds no bound, but a run's lists are checked where they are read
+        topk_of(plan, batch, t)
     if "sampler_kept_logmass" in batch:
         part.add_kept_mass(batch["sampler_kept_logmass"])
     return part
@@ -175,7 +177,7 @@ def _token_stats(plan: AnalysisPlan, stats: TokenStats, t: TokenTerms, batch: di
 def with_summaries(plan: AnalysisPlan, path: Path, batch: dict, t: TokenTerms) -> None:
     """The batch's top-k summaries, where the plan reads them: held to their ranges, or (a run with summaries whose
     lists were asked for) computed again from the lists, held against the stored ones, and put in their place."""
-    if plan.topk is TopkRead.SUMMARIES and not plan.headline:  # a headline pass reads no bound to check
+    if plan.topk is TopkRead.SUMMARIES:
         check_ranges(path, batch)
     elif plan.topk is TopkRead.LISTS_ROUNDED:
         again = from_lists(batch, t)

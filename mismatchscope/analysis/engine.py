@@ -58,9 +58,10 @@ from .validate import check_not_empty, overflow_warnings, position_warnings
 class AnalysisRequest:
     report: bool = True
     headline: bool = False
-    """with ``report``: the report's sums alone -- its headline metrics, tails and breakdowns, no exact quantiles
-    (its ratio quantiles are None), no top-k bounds, score centering or kept mass (None), and none of their
-    columns decoded. What ``doctor`` reads of a report, at the cost of the sums; ``report`` itself never asks."""
+    """with ``report``: the report's sums alone -- its headline metrics, tails and breakdowns; no exact quantiles
+    (its ratio quantiles are None, and no second pass is made for them), no top-k bounds or score centering
+    (None). The columns read and every check of them are the whole report's, so a run one command refuses every
+    command refuses. What ``doctor`` reads of a report; ``report`` itself never asks."""
     rules: list[RuleInstance] = field(default_factory=list)
     """rules for compare-masks; empty with ``masks=False``."""
     masks: bool = False
@@ -173,10 +174,9 @@ def make_plan(path: str, request: AnalysisRequest, mapping: dict[str, str] | Non
     clamped = any(r.spec.fixed_level is None for r in seq_rules)
     inverse_k3 = needs_inverse_k3(seq_rules)
     flipped = request.masks and routes is not None and routes.both_sides
-    headline = request.report and request.headline
-    topk = topk_read(source, (request.report and not headline) or request.row_sums, request.topk_lists)
+    topk = topk_read(source, request.report or request.row_sums, request.topk_lists)
     examples = request.masks and bool(request.examples)
-    columns = columns_to_read(source, request.report, examples, request.also_read, topk, request.row_sums, headline)
+    columns = columns_to_read(source, request.report, examples, request.also_read, topk, request.row_sums)
     return AnalysisPlan(
         path=path,
         source=source,
@@ -184,7 +184,7 @@ def make_plan(path: str, request: AnalysisRequest, mapping: dict[str, str] | Non
         ops=reductions(units if request.masks else None, has_adv, clamped, inverse_k3, flipped),
         units=units,
         report=request.report,
-        headline=headline,
+        headline=request.report and request.headline,
         masks=request.masks,
         examples=request.examples,
         has_advantage=has_adv,

@@ -89,7 +89,8 @@ class AnalysisPlan:
     """compare-masks' rule units (a rule under each advantage hypothesis, sweeps included); empty without masks."""
     report: bool
     headline: bool
-    """the report's sums alone (``AnalysisRequest.headline``): no exact quantiles, no top-k bounds or kept mass."""
+    """the report's sums alone (``AnalysisRequest.headline``): no exact quantiles, no top-k bounds or score centering
+    folded. The same columns are read and checked as for the whole report."""
     masks: bool
     examples: int
     has_advantage: bool
@@ -136,20 +137,18 @@ def columns_to_read(
     also_read: tuple[str, ...],
     topk: TopkRead = TopkRead.NONE,
     row_sums: bool = False,
-    headline: bool = False,
 ) -> tuple[str, ...]:
     """The columns the outputs read besides the required ones, each once, in the order the pass has always
     read them. ``examples``: compare-masks lists disagreeing tokens (by id); ``topk``: where the report's
-    top-k numbers come from; ``row_sums``: doctor's per-row top-k sums; ``headline``: the report's sums alone
-    (no kept mass, no top-k bounds)."""
+    top-k numbers come from; ``row_sums``: doctor's per-row top-k sums."""
     columns = ["advantage"] if source.has("advantage") else []  # the per-sequence aggregator always sums it
     if examples:
         columns += ["token_id"]
     if report:
-        columns += ["trainer_entropy"] + ([] if headline else ["sampler_kept_logmass"])
+        columns += ["trainer_entropy", "sampler_kept_logmass"]
     if topk in (TopkRead.LISTS, TopkRead.LISTS_ROUNDED):
         columns += ["token_id", *TOPK_COLUMNS] + [c for c in TRAINER_TOPK if source.has(c)]
-    if topk is TopkRead.LISTS_ROUNDED or (topk is TopkRead.SUMMARIES and report and not headline):
+    if topk is TopkRead.LISTS_ROUNDED or (topk is TopkRead.SUMMARIES and report):
         columns += [*BOUND_SUMMARIES] + ([OVERLAP] if source.has(OVERLAP) else [])
     if row_sums and topk in (TopkRead.SUMMARIES, TopkRead.LISTS_ROUNDED):
         columns += [*ROW_SUMS]

@@ -28,6 +28,8 @@ class Context:
 
     sample: Sample
     report: Report
+    """read for its sums, tails and breakdowns alone: ``doctor`` runs a headline pass
+    (``AnalysisRequest.headline``), whose exact quantiles, top-k bounds and score centering are None."""
     run: dict[str, Any] | None
     """the run's metadata (manifest, file metadata)."""
     diagnose: dict[str, Any] | None = None

@@ -78,7 +78,8 @@ def doctor(
     """The findings on the pairs at ``path`` (anything ``report`` reads, or a diagnose output folder).
     ``tokenizer``: a checkpoint whose tokenizer (and chat template) re-encodes each turn's ids for the
     ``retokenized`` cause. The pass keeps the report's sums alone (``AnalysisRequest.headline``): nothing doctor
-    prints reads an exact quantile or a top-k bound, and they were a third of the pass's work."""
+    prints reads an exact quantile or a top-k bound, and they were a third of the pass's work (the columns read,
+    and their checks, stay the report's)."""
     pairs, diagnose = diagnose_output(path)
     plan, collector = sampled_pass(pairs, AnalysisRequest(report=True, headline=True, masks=False), mapping)
     result = run_plan(plan, workers=workers, sink=collector.sink())

@@ -377,8 +377,8 @@ def test_gaps_warn(write):
 
 
 def test_a_headline_pass_keeps_the_sums_and_decodes_no_bound(tmp_path):
-    """doctor's pass (``headline``): the same sums, tails and breakdowns as report's own pass, with the exact
-    quantiles, the top-k bounds, score centering and kept mass left out, and their columns not decoded."""
+    """doctor's pass (``headline``): the same sums, tails, breakdowns and kept mass as report's own pass, with the
+    exact quantiles, the top-k bounds and score centering left out; the same columns read (and checked)."""
     from dataclasses import replace
 
     from mismatchscope.analysis.summaries import write_token_shard
@@ -390,11 +390,13 @@ def test_a_headline_pass_keeps_the_sums_and_decodes_no_bound(tmp_path):
     path = str(write_token_shard(tmp_path / "s.parquet", cols, {}))
     full = analyse(path, AnalysisRequest()).report
     plan = make_plan(path, AnalysisRequest(headline=True))
-    assert not {*BOUND_SUMMARIES, "sampler_kept_logmass"} & set(plan.columns)
+    assert plan.headline and not make_plan(path, AnalysisRequest()).headline
+    assert plan.columns == make_plan(path, AnalysisRequest()).columns
+    assert {*BOUND_SUMMARIES, "sampler_kept_logmass"} <= set(plan.columns)
     head = run_plan(plan).report
     assert full is not None and head is not None
     assert full.topk is not None and full.score_centering is not None and full.kept_mass is not None
-    assert head.topk is None and head.score_centering is None and head.kept_mass is None
+    assert head.topk is None and head.score_centering is None and head.kept_mass == full.kept_mass
     assert set(head.metrics.ratio_quantiles.values()) == {None}
     assert None not in full.metrics.ratio_quantiles.values()
     none_q = dict.fromkeys(full.metrics.ratio_quantiles)

@@ -208,11 +208,12 @@ def test_a_summary_out_of_its_range_is_refused_wherever_it_lies(tmp_path):
     """Row 4,321 lies past the rows checked against the lists: its range gives it away."""
     assert 4321 > CHECK_ROWS
     path = _tampered(tmp_path, 4321, "topk_tv_lower", 1.5)
-    assert error_line(cli("report", str(path))) == (
-        f"error: {path}: its top-k summaries disagree with its top-k lists: topk_tv_lower 1.5 at sequence 43 "
-        "position 21 is out of its range (the shard was changed or made by hand after its writer summarised it; "
-        "write it again (mismatchscope rescore, or import it again))"
-    )
+    for command in ("report", "doctor"):  # doctor folds no bound, but reads and checks them as report does
+        assert error_line(cli(command, str(path))) == (
+            f"error: {path}: its top-k summaries disagree with its top-k lists: topk_tv_lower 1.5 at sequence 43 "
+            "position 21 is out of its range (the shard was changed or made by hand after its writer summarised "
+            "it; write it again (mismatchscope rescore, or import it again))"
+        ), command
 
 
 def test_decoding_the_lists_holds_every_row_of_the_summaries_against_them(tmp_path):
@@ -235,7 +236,8 @@ def test_lists_the_readers_refuse_get_no_summaries_and_are_refused_as_before(tmp
     cols = one_sequence(2, **topk_lists(at=[[-0.7], [-0.7, -1.0]]))  # misaligned
     path = write_token_shard(tmp_path / "t.parquet", cols, {})
     assert not set(SUMMARY_NAMES) & set(pq.read_schema(path).names)
-    assert "top-k lists are misaligned" in error_line(cli("report", str(path)))
+    for command in ("report", "doctor"):
+        assert "top-k lists are misaligned" in error_line(cli(command, str(path))), command
 
 
 def test_summaries_are_used_only_where_every_shard_has_them(tmp_path):

@@ -509,16 +509,21 @@ def test_a_gap_that_grows_with_the_step_lag_reads_as_policy_lag(golden, full_dis
 
 def test_doctor_reads_nothing_of_a_report_its_headline_pass_leaves_out(golden, tmp_path):
     """doctor's pass keeps the report's sums alone (``AnalysisRequest.headline``): its document is the one report's
-    full pass gives, on a clean run, the simulated pairs and a run with a cause found (a log2 sampler). A cause
-    that came to read a quantile or a top-k bound would see None here, and the two would differ."""
+    full pass gives, on a clean run, the simulated pairs and a run with a cause found (a log2 sampler), its lists
+    alone and with the summaries every writer adds now. A cause that came to read a quantile or a top-k bound
+    would see None here, and the two would differ."""
     from mismatchscope.analysis.engine import AnalysisRequest, run_plan
+    from mismatchscope.analysis.summaries import write_token_shard
     from mismatchscope.doctor.run import examine_result, run_provenance, sampled_pass
     from mismatchscope.documents import to_json
 
     c = _copy(golden)
     c["sampler_logprob"] = golden["sampler_logprob"] / math.log(2)
     c["sampler_topk_logprobs"] = [v / math.log(2) for v in golden["sampler_topk_logprobs"]]
-    for path in (str(GOLDEN), str(SIMULATED), _write(tmp_path, c)):
+    listed = _write(tmp_path, c)
+    summarised = str(write_token_shard(tmp_path / "summarised.parquet", pq.read_table(listed).to_pydict(), c["meta"]))
+    assert "topk_tv_lower" in pq.read_schema(summarised).names
+    for path in (str(GOLDEN), str(SIMULATED), listed, summarised):
         plan, collector = sampled_pass(path, AnalysisRequest(report=True, masks=False), None)
         assert not plan.headline
         full = examine_result(

@@ -169,16 +169,24 @@ def test_rows_picked_on_the_pass_threads_make_the_sample_picked_in_order(tmp_pat
 def test_the_quantiles_second_pass_reads_the_report_columns_alone(tmp_path, monkeypatch):
     """A file too large to keep every value of its quantile columns (``KEEP_VALUES`` made small) is read a second
     time for report's exact quantiles; that pass decodes report's own columns, none of those a caller added (doctor's
-    per-row sums, the ids, the lists: what report's doctor line adds to report's pass). doctor itself keeps no
-    quantile (its pass is a headline pass), so it reads the file once, and its document is the one a file small
-    enough for one pass gives."""
+    per-row sums, the ids, the lists: what report's doctor line adds to report's pass), and the report and the
+    examination are the ones a file small enough for one pass gives. doctor itself keeps no quantile (its pass is
+    a headline pass), so it reads the file once."""
     from mismatchscope.analysis import engine, quantiles
     from mismatchscope.doctor import doctor
+    from mismatchscope.doctor.run import examine_result
     from mismatchscope.documents import to_json
     from mismatchscope.schema import ROW_SUMS
 
     path = _grouped(tmp_path, "g", 400)
-    kept = to_json(doctor(str(path)))
+
+    def full_pass() -> tuple[object, object]:
+        """report's whole pass with doctor's sample (what report's doctor line runs): its report and document."""
+        plan, collector = sampled_pass(str(path), AnalysisRequest(report=True, masks=False), None)
+        result = run_plan(plan, sink=collector.sink())
+        return to_json(result.report), to_json(examine_result(result, collector.finish()))
+
+    kept, kept_full = to_json(doctor(str(path))), full_pass()
     reads: list[list[str]] = []
     real = engine.read_batches
     monkeypatch.setattr(
@@ -188,7 +196,6 @@ def test_the_quantiles_second_pass_reads_the_report_columns_alone(tmp_path, monk
     assert to_json(doctor(str(path))) == kept
     assert len(reads) == 1 and set(ROW_SUMS) <= set(reads[0])  # one pass, no second one for quantiles
     reads.clear()
-    plan, collector = sampled_pass(str(path), AnalysisRequest(report=True, masks=False), None)
-    run_plan(plan, sink=collector.sink())
+    assert full_pass() == kept_full  # the quantiles refilled: the report and the examination as in one pass
     assert len(reads) == 2 and set(ROW_SUMS) <= set(reads[0])  # the pass, then the quantiles' second pass
     assert not set(reads[1]) & {*ROW_SUMS, *TOPK, "token_id"}, reads[1]
