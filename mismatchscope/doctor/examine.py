@@ -20,15 +20,12 @@ read again on the corrected pairs, and the findings ranked.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import TypeVar
 
 import numpy as np
 
-from ..analysis.parallel import default_workers
+from ..analysis.parallel import each
 from .causes import BY_NAME, REGISTRY
 from .causes.misaligned_sequences import flagged_ids, outlier_sequences
 from .document import ExplainedShare, Finding, RivalFit, Scope
@@ -78,7 +75,7 @@ def examine(ctx: Context) -> Examination:
     for round_ in range(MAX_ROUNDS):
         names = [c.name for c in REGISTRY if c.name not in chosen and (round_ == 0 or (c.sample_scope and c.reread))]
         # the causes are read independently of each other: on the cores at once, kept in the registry's order
-        found = dict(zip(names, _each(partial(_detect_named, cur, state), names), strict=True))
+        found = dict(zip(names, each(partial(_detect_named, cur, state), names), strict=True))
         if round_ == 0:
             found = _confined(cur, found, state)
         found = _rivals(cur, found, state)
@@ -99,26 +96,6 @@ def examine(ctx: Context) -> Examination:
     remaining = gap_means(cur.sample)
     outliers, share_of = _unexplained(ctx.sample, state)
     return Examination(rank(list(state.findings.values())), gap0, remaining, state.ties, outliers, share_of)
-
-
-T = TypeVar("T")
-R = TypeVar("R")
-
-
-def _each(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
-    """``[fn(x) for x in items]`` on the pass's threads (``MISMATCHSCOPE_THREADS``), every item queued at once.
-
-    The causes are a few pure readings of one sample whose costs differ tenfold: queued at once, a thread that
-    is done with the cheap ones takes the next instead of waiting for a slow one ahead of it in the order (the
-    pass's ``ordered_map`` keeps a few batches in flight, to bound a pass's memory, which a few findings never
-    need). The results keep the items' order, so nothing depends on which thread ran what.
-    """
-    workers = default_workers()
-    items = list(items)
-    if workers <= 1 or len(items) <= 1:
-        return [fn(x) for x in items]
-    with ThreadPoolExecutor(min(workers, len(items)), thread_name_prefix="mismatchscope-examine") as pool:
-        return list(pool.map(fn, items))
 
 
 def _unexplained(s: Sample, state: _State) -> tuple[np.ndarray, tuple[float | None, float | None]]:
@@ -269,7 +246,7 @@ def _confined(ctx: Context, found: dict[str, Finding], state: _State) -> dict[st
     general = set(outlier_sequences(s).tolist()) | joined
     tried: dict[str, tuple[Finding, Context, float]] = {}
     screened = [c for c in REGISTRY if c.subset_rival and c.correct is not None and not _detected(found, c.name)]
-    screens = dict(zip((c.name for c in screened), _each(partial(_screen, s), screened), strict=True))
+    screens = dict(zip((c.name for c in screened), each(partial(_screen, s), screened), strict=True))
     for cause in REGISTRY:
         if not cause.subset_rival or cause.correct is None:
             continue

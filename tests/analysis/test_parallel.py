@@ -1,4 +1,5 @@
-"""The pass on several threads: the same numbers on any number of threads, and an error at the first bad batch."""
+"""The pass on several threads: the same numbers on any number of threads, and an error at the first bad batch;
+``each``: a few pieces of work queued at once, in order."""
 
 from __future__ import annotations
 
@@ -44,3 +45,31 @@ def test_an_error_surfaces_at_the_first_bad_batch_whatever_the_threads(tmp_path)
         with pytest.raises(InputError, match="positive logprob") as e:
             analyse(str(tmp_path / "p.parquet"), AnalysisRequest(batch_rows=4), workers=workers)
         assert "trainer 0.5 at sequence 4 position 1" in str(e.value)
+
+
+def test_each_comes_back_in_the_items_order_whichever_finishes_first(monkeypatch):
+    # what doctor's causes run on: the first item is the slowest; queued at once, the other thread reads the rest
+    # meanwhile, and the results still come back in the items' order; an error is raised, not lost
+    import threading
+    import time
+
+    from mismatchscope.analysis.parallel import each
+
+    monkeypatch.setenv("MISMATCHSCOPE_THREADS", "2")
+    threads: set[str] = set()
+
+    def read(x: int) -> int:
+        threads.add(threading.current_thread().name)
+        time.sleep(0.05 if x == 0 else 0.0)
+        return x * x
+
+    assert each(read, range(6)) == [0, 1, 4, 9, 16, 25] and len(threads) == 2
+
+    def fails(x: int) -> int:
+        raise ValueError(f"item {x}")
+
+    with pytest.raises(ValueError, match="item 0"):
+        each(fails, [0, 1])
+    monkeypatch.setenv("MISMATCHSCOPE_THREADS", "1")
+    threads.clear()
+    assert each(read, range(3)) == [0, 1, 4] and threads == {threading.current_thread().name}

@@ -173,31 +173,3 @@ def test_the_causes_read_on_two_threads_give_the_findings_read_on_one(tmp_path, 
     assert docs[0] == docs[1]
     by = _by(doctor(path))
     assert by["padding"].status == "detected" and by["shifted"].scope is not None
-
-
-def test_the_causes_read_on_threads_come_back_in_the_registrys_order_whichever_finishes_first(monkeypatch):
-    # the first item is the slowest: queued at once, the other thread reads the rest meanwhile, and the results
-    # still come back in the items' order; an error is raised, not lost
-    import threading
-    import time
-
-    from mismatchscope.doctor.examine import _each
-
-    monkeypatch.setenv("MISMATCHSCOPE_THREADS", "2")
-    threads: set[str] = set()
-
-    def read(x: int) -> int:
-        threads.add(threading.current_thread().name)
-        time.sleep(0.05 if x == 0 else 0.0)
-        return x * x
-
-    assert _each(read, range(6)) == [0, 1, 4, 9, 16, 25] and len(threads) == 2
-
-    def fails(x: int) -> int:
-        raise ValueError(f"item {x}")
-
-    with pytest.raises(ValueError, match="item 0"):
-        _each(fails, [0, 1])
-    monkeypatch.setenv("MISMATCHSCOPE_THREADS", "1")
-    threads.clear()
-    assert _each(read, range(3)) == [0, 1, 4] and threads == {threading.current_thread().name}

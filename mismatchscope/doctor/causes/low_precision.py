@@ -23,29 +23,25 @@ GRIDS = ((7, "bfloat16"), (10, "float16"))
 def bits(v: np.ndarray) -> np.ndarray:
     """Mantissa bits each float64 value uses (52 minus its trailing zero bits; 0 for powers of two).
 
-    The lowest set bit of the mantissa is a power of two, so its log2 is the exponent field of the same value
-    as a float64: read from the bits, with no logarithm to take.
+    The lowest set bit of the mantissa is a power of two, 2^e: as a float64 its exponent field is e + 1023, and
+    the value uses 52 - e bits. Read from the bits, with no logarithm, in two arrays made in place.
     """
-    m = v.view(np.uint64) & np.uint64((1 << 52) - 1)
-    low = (m & (~m + np.uint64(1))).astype(np.float64)
-    zeros = (low.view(np.uint64) >> np.uint64(52)).astype(np.int64) - 1023
-    return np.where(m != 0, 52 - zeros, 0)
-
-
-def bit_counts(v: np.ndarray) -> np.ndarray:
-    """How many of the float64 values ``v`` use each number of mantissa bits, 0 to 52 (:func:`bits`, counted in
-    two arrays made in place)."""
     m = v.view(np.uint64) & np.uint64((1 << 52) - 1)
     low = ~m
     low += np.uint64(1)
     low &= m  # the lowest set bit: 0 where the mantissa is 0
-    exponent = m.view(np.float64)
-    np.copyto(exponent, low, casting="unsafe")  # exactly: a power of two
-    field = exponent.view(np.uint64)
-    field >>= np.uint64(52)
-    per_field = np.bincount(field.view(np.int64), minlength=1076)
-    # 2^e has exponent field e + 1023 and leaves 52 - e bits used; a mantissa of 0 (field 0) uses none
-    return np.r_[per_field[0], per_field[1074:1022:-1]]
+    power = m.view(np.float64)
+    np.copyto(power, low, casting="unsafe")  # exactly: a power of two (0.0, field 0, for a mantissa of 0)
+    used = power.view(np.int64)
+    used >>= 52
+    np.subtract(1075, used, out=used)
+    used[used == 1075] = 0
+    return used
+
+
+def bit_counts(v: np.ndarray) -> np.ndarray:
+    """How many of the float64 values ``v`` use each number of mantissa bits, 0 to 52 (:func:`bits`)."""
+    return np.bincount(bits(v), minlength=53)
 
 
 def _grid(v: np.ndarray) -> tuple[str | None, int]:

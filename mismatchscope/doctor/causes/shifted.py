@@ -44,8 +44,6 @@ def _partners(s: Sample, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Rows i and j = i + k of the same sequence at positions p and p + k."""
     if abs(k) >= len(s):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    if k == 0:
-        return np.arange(len(s)), np.arange(len(s))
     i = np.flatnonzero(_partnered(s, abs(k)))
     return (i, i + k) if k > 0 else (i + abs(k), i)
 
